@@ -1,0 +1,1 @@
+//! The rpc role.

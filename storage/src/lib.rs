@@ -1,0 +1,26 @@
+//! # teamster-storage: what the cluster knows and how it is kept
+//!
+//! Everything here is replicated through Raft or describes what is. This crate knows nothing
+//! of leadership, workers or HTTP: the server's leader-only parts subscribe to what the state
+//! store publishes.
+//!
+//! - [`model`]: the domain model in Nomad's vocabulary — Job, TaskGroup, Task, Node,
+//!   Evaluation, Allocation, Plan — with Nomad's JSON shapes, and bincode-safe for the log.
+//! - [`state`]: the in-memory [`state::StateStore`] on `imbl` persistent maps: O(1) snapshots,
+//!   secondary indexes, a watch of the applied index and a stream of applied changes.
+//! - [`fsm`]: the versioned [`fsm::Command`] enum and its deterministic application.
+//! - [`raft_types`]: the openraft type configuration shared by the store and the network.
+//! - [`log_store`]: the openraft `RaftLogStorage` on sled.
+//! - [`state_machine`]: the openraft `RaftStateMachine` over the state store, with durable
+//!   snapshot files.
+//!
+//! ```text
+//!  raft log (sled) ──entries──▶ state_machine ──fsm::apply──▶ StateStore ──▶ snapshots, watch, events
+//! ```
+
+pub mod fsm;
+pub mod log_store;
+pub mod model;
+pub mod raft_types;
+pub mod state;
+pub mod state_machine;

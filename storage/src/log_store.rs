@@ -1,0 +1,1 @@
+//! The openraft log storage on sled.

@@ -1,0 +1,1 @@
+//! The domain model in Nomad's vocabulary.

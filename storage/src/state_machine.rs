@@ -1,0 +1,1 @@
+//! The openraft state machine over the state store.
