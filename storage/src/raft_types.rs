@@ -8,8 +8,9 @@ use serde::{Deserialize, Serialize};
 
 use crate::fsm::{Command, CommandResponse};
 
-/// A server's raft id. Stable for the life of its data directory.
-pub type NodeId = u64;
+/// A server's raft id. Stable for the life of its data directory. (Not to be confused with
+/// a client node's ID in the domain model, which is a UUID string.)
+pub type ServerId = u64;
 
 /// How to reach a server: the raft membership's per-member payload.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -28,7 +29,7 @@ openraft::declare_raft_types!(
     pub TypeConfig:
         D = Command,
         R = CommandResponse,
-        NodeId = NodeId,
+        NodeId = ServerId,
         Node = ServerAddr,
         Entry = openraft::Entry<TypeConfig>,
         SnapshotData = Cursor<Vec<u8>>,
@@ -37,12 +38,12 @@ openraft::declare_raft_types!(
 /// A raft log entry of teamster.
 pub type Entry = openraft::Entry<TypeConfig>;
 /// A log id (term, leader, index).
-pub type LogId = openraft::LogId<NodeId>;
+pub type LogId = openraft::LogId<ServerId>;
 /// A vote.
-pub type Vote = openraft::Vote<NodeId>;
+pub type Vote = openraft::Vote<ServerId>;
 /// The membership as stored in the log and snapshots.
-pub type StoredMembership = openraft::StoredMembership<NodeId, ServerAddr>;
+pub type StoredMembership = openraft::StoredMembership<ServerId, ServerAddr>;
 /// openraft's storage error, with our node id.
-pub type StorageError = openraft::StorageError<NodeId>;
+pub type StorageError = openraft::StorageError<ServerId>;
 /// The raft handle.
 pub type Raft = openraft::Raft<TypeConfig>;
