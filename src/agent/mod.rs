@@ -1,1 +1,136 @@
-//! The agent role.
+//! The agent: configuration, dev mode, and the start and stop of the server and client roles.
+//!
+//! [`Agent::start`] binds the listeners first (so port 0 works in tests and the advertised
+//! addresses are the real ones), then starts the server role, the HTTP API and the client
+//! role. [`Agent::shutdown`] stops them in reverse order and waits for every task.
+
+pub mod config;
+
+use std::net::SocketAddr;
+
+use tokio::net::TcpListener;
+use tokio_util::sync::CancellationToken;
+use tracing::info;
+
+use config::AgentConfig;
+
+/// Why the agent could not start or stopped with an error.
+#[derive(Debug, thiserror::Error)]
+pub enum AgentError {
+    /// A listener could not be bound.
+    #[error("cannot listen on {addr} ({what}): {source}")]
+    Bind {
+        /// Which listener.
+        what: &'static str,
+        /// Where.
+        addr: SocketAddr,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// The data directory could not be prepared.
+    #[error("data directory {path}: {source}")]
+    DataDir {
+        /// The directory.
+        path: std::path::PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// Waiting for signals failed.
+    #[error("cannot install signal handlers: {0}")]
+    Signals(std::io::Error),
+}
+
+/// A running agent.
+pub struct Agent {
+    config: AgentConfig,
+    http_addr: SocketAddr,
+    shutdown: CancellationToken,
+    tasks: Vec<tokio::task::JoinHandle<()>>,
+    _dev_dir: Option<tempfile::TempDir>,
+}
+
+impl Agent {
+    /// Start an agent from a validated configuration. In dev mode without a data dir the
+    /// agent keeps its data in a temporary directory removed at shutdown.
+    pub async fn start(mut config: AgentConfig, dev: bool) -> Result<Agent, AgentError> {
+        let dev_dir = if dev && config.data_dir.is_none() {
+            let d = tempfile::Builder::new()
+                .prefix("teamster-dev-")
+                .tempdir()
+                .map_err(|source| AgentError::DataDir {
+                    path: std::env::temp_dir(),
+                    source,
+                })?;
+            config.data_dir = Some(d.path().to_path_buf());
+            Some(d)
+        } else {
+            None
+        };
+        let http_bind = config.http_bind();
+        let http_listener =
+            TcpListener::bind(http_bind)
+                .await
+                .map_err(|source| AgentError::Bind {
+                    what: "http",
+                    addr: http_bind,
+                    source,
+                })?;
+        let http_addr = http_listener
+            .local_addr()
+            .map_err(|source| AgentError::Bind {
+                what: "http",
+                addr: http_bind,
+                source,
+            })?;
+        let shutdown = CancellationToken::new();
+        let router = crate::http::router(crate::http::HttpContext::new(config.clone()));
+        let token = shutdown.clone();
+        let http_task = tokio::spawn(async move {
+            let serve = axum::serve(http_listener, router)
+                .with_graceful_shutdown(async move { token.cancelled().await });
+            if let Err(e) = serve.await {
+                tracing::error!(error = %e, "the HTTP server failed");
+            }
+        });
+        info!(name = %config.name, http = %http_addr, "agent started");
+        Ok(Agent {
+            config,
+            http_addr,
+            shutdown,
+            tasks: vec![http_task],
+            _dev_dir: dev_dir,
+        })
+    }
+
+    /// The address the HTTP API listens on.
+    pub fn http_addr(&self) -> SocketAddr {
+        self.http_addr
+    }
+
+    /// The configuration the agent runs with.
+    pub fn config(&self) -> &AgentConfig {
+        &self.config
+    }
+
+    /// Run until SIGINT or SIGTERM, then shut down cleanly.
+    pub async fn run_until_signalled(self) -> Result<(), AgentError> {
+        use tokio::signal::unix::{signal, SignalKind};
+        let mut term = signal(SignalKind::terminate()).map_err(AgentError::Signals)?;
+        let mut int = signal(SignalKind::interrupt()).map_err(AgentError::Signals)?;
+        tokio::select! {
+            _ = term.recv() => info!("SIGTERM received, shutting down"),
+            _ = int.recv() => info!("SIGINT received, shutting down"),
+        }
+        self.shutdown().await;
+        Ok(())
+    }
+
+    /// Stop every role and wait for their tasks.
+    pub async fn shutdown(self) {
+        self.shutdown.cancel();
+        for t in self.tasks {
+            let _ = t.await;
+        }
+        info!("agent stopped");
+    }
+}

@@ -1,8 +1,87 @@
-//! The command line: one file per command group.
+//! The command line, in the style of the nomad CLI with clap's double-dash flags. One file per
+//! command group; this file only parses and dispatches. Commands that talk to a cluster use
+//! the HTTP API at `--address` / `TEAMSTER_ADDR` (default `http://127.0.0.1:4646`).
+//!
+//! Exit codes: 0 success, 1 an error (printed as one line, no backtrace), 2 bad usage.
+
+mod agent;
+mod api;
+mod operator;
+mod output;
+mod status;
 
 use std::process::ExitCode;
 
+use clap::{Args, Parser, Subcommand};
+
+pub use api::{ApiClient, ApiError};
+
+/// teamster: a cluster workload scheduler.
+#[derive(Debug, Parser)]
+#[command(name = "teamster", version, about, propagate_version = true)]
+pub struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Run an agent: a server, a client, or both (`--dev`).
+    Agent(agent::AgentArgs),
+    /// Operator commands: raft peers.
+    #[command(subcommand)]
+    Operator(operator::OperatorCommand),
+    /// Show the cluster's leader and peers.
+    Status(status::StatusArgs),
+}
+
+/// Flags shared by every command that talks to the HTTP API.
+#[derive(Debug, Clone, Args)]
+pub struct ApiArgs {
+    /// The HTTP API of any server.
+    #[arg(
+        long,
+        env = "TEAMSTER_ADDR",
+        default_value = "http://127.0.0.1:4646",
+        global = true
+    )]
+    pub address: String,
+    /// Print machine-readable JSON instead of tables.
+    #[arg(long, global = true)]
+    pub json: bool,
+}
+
 /// Parse the command line and run one command.
 pub fn main() -> ExitCode {
-    ExitCode::SUCCESS
+    let cli = Cli::parse();
+    match cli.command {
+        Command::Agent(args) => agent::run(args),
+        Command::Operator(cmd) => run_api(|| operator::run(cmd)),
+        Command::Status(args) => run_api(|| status::run(args)),
+    }
+}
+
+/// Run an API command on a small runtime and turn its error into one line and exit code 1.
+fn run_api<F, Fut>(f: F) -> ExitCode
+where
+    F: FnOnce() -> Fut,
+    Fut: std::future::Future<Output = anyhow::Result<()>>,
+{
+    let rt = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("Error: cannot start a runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match rt.block_on(f()) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("Error: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
 }

@@ -1,1 +1,4 @@
-//! The server role.
+//! The server role: the raft node, leadership, and (on the leader) the eval broker, blocked
+//! evals, plan queue and applier, heartbeat timers; on every server the scheduler workers.
+
+pub mod write_batcher;

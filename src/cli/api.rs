@@ -1,0 +1,121 @@
+//! A small client of teamster's HTTP API for the CLI and the tests: JSON in and out, Nomad's
+//! plain-text error bodies turned into [`ApiError`].
+
+use std::time::Duration;
+
+use reqwest::{Method, StatusCode};
+use serde::de::DeserializeOwned;
+use serde::Serialize;
+
+/// What went wrong talking to the API.
+#[derive(Debug, thiserror::Error)]
+pub enum ApiError {
+    /// The server could not be reached.
+    #[error("cannot reach {address}: {source}")]
+    Unreachable {
+        /// The API address.
+        address: String,
+        /// Why.
+        source: reqwest::Error,
+    },
+    /// The server answered with an error status; `message` is its plain-text body.
+    #[error("{message} (HTTP {status})")]
+    Status {
+        /// The HTTP status.
+        status: StatusCode,
+        /// The body.
+        message: String,
+    },
+    /// The server answered something that is not the expected JSON.
+    #[error("unexpected answer from {address}: {message}")]
+    Decode {
+        /// The API address.
+        address: String,
+        /// What could not be decoded.
+        message: String,
+    },
+}
+
+/// A client of one agent's HTTP API.
+#[derive(Debug, Clone)]
+pub struct ApiClient {
+    base: String,
+    http: reqwest::Client,
+}
+
+impl ApiClient {
+    /// A client for `address` (`http://host:port`; the scheme is added when missing).
+    pub fn new(address: &str) -> ApiClient {
+        let address = address.trim_end_matches('/');
+        let base = if address.starts_with("http://") || address.starts_with("https://") {
+            address.to_string()
+        } else {
+            format!("http://{address}")
+        };
+        let http = reqwest::Client::builder()
+            .timeout(Duration::from_secs(330))
+            .connect_timeout(Duration::from_secs(5))
+            .build()
+            .expect("a reqwest client with only timeouts set always builds");
+        ApiClient { base, http }
+    }
+
+    /// The base address.
+    pub fn address(&self) -> &str {
+        &self.base
+    }
+
+    /// GET a JSON document.
+    pub async fn get<T: DeserializeOwned>(&self, path: &str) -> Result<T, ApiError> {
+        self.request::<(), T>(Method::GET, path, None).await
+    }
+
+    /// PUT/POST/DELETE with an optional JSON body, decoding a JSON answer.
+    pub async fn request<B: Serialize, T: DeserializeOwned>(
+        &self,
+        method: Method,
+        path: &str,
+        body: Option<&B>,
+    ) -> Result<T, ApiError> {
+        let text = self.request_text(method, path, body).await?;
+        let text = if text.trim().is_empty() {
+            "null"
+        } else {
+            &text
+        };
+        serde_json::from_str(text).map_err(|e| ApiError::Decode {
+            address: self.base.clone(),
+            message: format!("{path}: {e}"),
+        })
+    }
+
+    /// Any method, returning the raw body of a successful answer.
+    pub async fn request_text<B: Serialize>(
+        &self,
+        method: Method,
+        path: &str,
+        body: Option<&B>,
+    ) -> Result<String, ApiError> {
+        let url = format!("{}{}", self.base, path);
+        let mut req = self.http.request(method, &url);
+        if let Some(b) = body {
+            req = req.json(b);
+        }
+        let resp = req.send().await.map_err(|source| ApiError::Unreachable {
+            address: self.base.clone(),
+            source,
+        })?;
+        let status = resp.status();
+        let text = resp.text().await.map_err(|source| ApiError::Unreachable {
+            address: self.base.clone(),
+            source,
+        })?;
+        if !status.is_success() {
+            return Err(ApiError::Status {
+                status,
+                message: text.trim().to_string(),
+            });
+        }
+        Ok(text)
+    }
+}

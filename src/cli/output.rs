@@ -1,0 +1,40 @@
+//! Human output: aligned columns, like the nomad CLI's tables.
+
+/// Format rows as left-aligned columns separated by two spaces; the first row is the header.
+pub fn table(rows: &[Vec<String>]) -> String {
+    let cols = rows.iter().map(|r| r.len()).max().unwrap_or(0);
+    let widths: Vec<usize> = (0..cols)
+        .map(|c| {
+            rows.iter()
+                .map(|r| r.get(c).map_or(0, |s| s.chars().count()))
+                .max()
+                .unwrap_or(0)
+        })
+        .collect();
+    let mut out = String::new();
+    for r in rows {
+        let mut line = String::new();
+        for (c, cell) in r.iter().enumerate() {
+            if c + 1 == r.len() {
+                line.push_str(cell);
+            } else {
+                line.push_str(&format!("{cell:<w$}  ", w = widths[c]));
+            }
+        }
+        out.push_str(line.trim_end());
+        out.push('\n');
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn columns_are_aligned() {
+        let t = super::table(&[
+            vec!["Name".into(), "Status".into()],
+            vec!["server-1".into(), "alive".into()],
+        ]);
+        assert_eq!(t, "Name      Status\nserver-1  alive\n");
+    }
+}

@@ -1,0 +1,201 @@
+//! Query-string conventions: Go-style booleans and durations, blocking-query parameters,
+//! `stale`, `prefix`, `region` and `namespace`.
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use super::error::ApiError;
+
+/// The longest a blocking query waits, and its default when `index` is given without `wait`.
+pub const MAX_BLOCKING_WAIT: Duration = Duration::from_secs(300);
+
+/// Parse a boolean the way Go's `strconv.ParseBool` does: `1 t T TRUE true True` and
+/// `0 f F FALSE false False`.
+pub fn parse_go_bool(s: &str) -> Option<bool> {
+    match s {
+        "1" | "t" | "T" | "TRUE" | "true" | "True" => Some(true),
+        "0" | "f" | "F" | "FALSE" | "false" | "False" => Some(false),
+        _ => None,
+    }
+}
+
+/// Parse a Go duration string: a sequence of decimal numbers with units `ns`, `us`, `µs`,
+/// `ms`, `s`, `m`, `h` (e.g. `10s`, `1m30s`, `1.5s`). A bare `0` is zero.
+pub fn parse_go_duration(s: &str) -> Option<Duration> {
+    if s == "0" {
+        return Some(Duration::ZERO);
+    }
+    let mut rest = s;
+    let mut total = 0f64;
+    if rest.is_empty() {
+        return None;
+    }
+    while !rest.is_empty() {
+        let num_len = rest
+            .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+            .unwrap_or(rest.len());
+        if num_len == 0 {
+            return None;
+        }
+        let value: f64 = rest[..num_len].parse().ok()?;
+        rest = &rest[num_len..];
+        let unit_len = rest
+            .find(|c: char| c.is_ascii_digit() || c == '.')
+            .unwrap_or(rest.len());
+        let scale = match &rest[..unit_len] {
+            "ns" => 1e-9,
+            "us" | "µs" => 1e-6,
+            "ms" => 1e-3,
+            "s" => 1.0,
+            "m" => 60.0,
+            "h" => 3600.0,
+            _ => return None,
+        };
+        rest = &rest[unit_len..];
+        total += value * scale;
+    }
+    (total.is_finite() && total >= 0.0 && total < 1e12).then(|| Duration::from_secs_f64(total))
+}
+
+/// The common read options of a request.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct QueryOptions {
+    /// Answer from local state on any server.
+    pub stale: bool,
+    /// Blocking query: wait until the data's index passes this.
+    pub min_index: u64,
+    /// How long a blocking query may wait (capped at [`MAX_BLOCKING_WAIT`]).
+    pub wait: Duration,
+    /// ID prefix filter.
+    pub prefix: String,
+    /// Namespace ("default" when absent).
+    pub namespace: String,
+    /// Region ("global" when absent).
+    pub region: String,
+}
+
+impl QueryOptions {
+    /// Read the options from a query map, with Nomad's messages for bad values.
+    pub fn parse(q: &HashMap<String, String>) -> Result<QueryOptions, ApiError> {
+        let stale = match q.get("stale") {
+            None => false,
+            Some(v) if v.is_empty() => true,
+            Some(v) => parse_go_bool(v).ok_or_else(|| {
+                ApiError::bad_request("Expect `true` or `false` for `stale` query string parameter")
+            })?,
+        };
+        let min_index = match q.get("index") {
+            None => 0,
+            Some(v) => v
+                .parse::<u64>()
+                .map_err(|_| ApiError::bad_request("Invalid index"))?,
+        };
+        let wait = match q.get("wait") {
+            None => MAX_BLOCKING_WAIT,
+            Some(v) => parse_go_duration(v)
+                .ok_or_else(|| ApiError::bad_request("Invalid wait time"))?
+                .min(MAX_BLOCKING_WAIT),
+        };
+        Ok(QueryOptions {
+            stale,
+            min_index,
+            wait,
+            prefix: q.get("prefix").cloned().unwrap_or_default(),
+            namespace: q
+                .get("namespace")
+                .filter(|s| !s.is_empty())
+                .cloned()
+                .unwrap_or_else(|| "default".to_string()),
+            region: q
+                .get("region")
+                .filter(|s| !s.is_empty())
+                .cloned()
+                .unwrap_or_else(|| "global".to_string()),
+        })
+    }
+
+    /// A query flag that must be a Go boolean when present (e.g. `purge`).
+    pub fn flag(q: &HashMap<String, String>, name: &str) -> Result<bool, ApiError> {
+        match q.get(name) {
+            None => Ok(false),
+            Some(v) if v.is_empty() => Ok(true),
+            Some(v) => parse_go_bool(v).ok_or_else(|| {
+                ApiError::bad_request(format!(
+                    "Expect `true` or `false` for `{name}` query string parameter"
+                ))
+            }),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn q(pairs: &[(&str, &str)]) -> HashMap<String, String> {
+        pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
+    }
+
+    #[test]
+    fn go_booleans() {
+        for t in ["1", "t", "T", "TRUE", "true", "True"] {
+            assert_eq!(parse_go_bool(t), Some(true), "{t}");
+        }
+        for f in ["0", "f", "F", "FALSE", "false", "False"] {
+            assert_eq!(parse_go_bool(f), Some(false), "{f}");
+        }
+        assert_eq!(parse_go_bool("yes"), None);
+        assert_eq!(parse_go_bool("tRuE"), None);
+    }
+
+    #[test]
+    fn go_durations() {
+        assert_eq!(parse_go_duration("10s"), Some(Duration::from_secs(10)));
+        assert_eq!(parse_go_duration("1m30s"), Some(Duration::from_secs(90)));
+        assert_eq!(parse_go_duration("1.5s"), Some(Duration::from_millis(1500)));
+        assert_eq!(parse_go_duration("250ms"), Some(Duration::from_millis(250)));
+        assert_eq!(parse_go_duration("0"), Some(Duration::ZERO));
+        assert_eq!(parse_go_duration("10"), None);
+        assert_eq!(parse_go_duration("s"), None);
+        assert_eq!(parse_go_duration("5 s"), None);
+        assert_eq!(parse_go_duration(""), None);
+    }
+
+    #[test]
+    fn options_have_nomads_defaults_and_messages() {
+        let o = QueryOptions::parse(&q(&[])).unwrap();
+        assert!(!o.stale);
+        assert_eq!(o.namespace, "default");
+        assert_eq!(o.region, "global");
+        assert_eq!(o.min_index, 0);
+
+        let o =
+            QueryOptions::parse(&q(&[("stale", ""), ("index", "42"), ("wait", "10m")])).unwrap();
+        assert!(o.stale);
+        assert_eq!(o.min_index, 42);
+        assert_eq!(o.wait, MAX_BLOCKING_WAIT, "capped at 5 minutes");
+
+        let e = QueryOptions::parse(&q(&[("stale", "maybe")])).unwrap_err();
+        assert_eq!(
+            e.message,
+            "Expect `true` or `false` for `stale` query string parameter"
+        );
+        assert_eq!(
+            QueryOptions::parse(&q(&[("index", "-1")]))
+                .unwrap_err()
+                .message,
+            "Invalid index"
+        );
+        assert_eq!(
+            QueryOptions::parse(&q(&[("wait", "soon")]))
+                .unwrap_err()
+                .message,
+            "Invalid wait time"
+        );
+        assert!(QueryOptions::flag(&q(&[("purge", "True")]), "purge").unwrap());
+        assert!(QueryOptions::flag(&q(&[("purge", "nah")]), "purge").is_err());
+    }
+}
