@@ -54,7 +54,7 @@ pub fn parse_go_duration(s: &str) -> Option<Duration> {
         rest = &rest[unit_len..];
         total += value * scale;
     }
-    (total.is_finite() && total >= 0.0 && total < 1e12).then(|| Duration::from_secs_f64(total))
+    (0.0..1e12).contains(&total).then(|| Duration::from_secs_f64(total))
 }
 
 /// The common read options of a request.
