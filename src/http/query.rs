@@ -54,7 +54,9 @@ pub fn parse_go_duration(s: &str) -> Option<Duration> {
         rest = &rest[unit_len..];
         total += value * scale;
     }
-    (0.0..1e12).contains(&total).then(|| Duration::from_secs_f64(total))
+    (0.0..1e12)
+        .contains(&total)
+        .then(|| Duration::from_secs_f64(total))
 }
 
 /// The common read options of a request.

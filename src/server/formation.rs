@@ -1,0 +1,196 @@
+//! Cluster formation, like Nomad's `bootstrap_expect` and `server.join`.
+//!
+//! A server that is not yet part of a cluster asks every address in `server.join` who it is
+//! ([`PeerInfo`]) and what it has heard of, then decides with [`decide`]:
+//!
+//! - someone is already in a cluster → ask it to add us (it forwards to the leader, which adds
+//!   us as a learner, waits for us to catch up, and promotes us to voter);
+//! - otherwise, once `bootstrap_expect` servers are known, the one with the **lowest raft id**
+//!   initialises the cluster with all of them; the others wait to hear from its leader.
+//!   Choosing one initialiser is what makes exactly one initialisation happen even when every
+//!   server starts at once. As in Nomad, `bootstrap_expect` must equal the number of servers
+//!   started for the first formation.
+//!
+//! A restarted server already has its membership on disk and skips all of this.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+use teamster_storage::raft_types::{ServerAddr, ServerId};
+
+/// What a server says about itself when asked during formation.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PeerInfo {
+    /// Its raft id.
+    pub id: ServerId,
+    /// How to reach it.
+    pub addr: ServerAddr,
+    /// Whether it belongs to a cluster already (has a membership).
+    pub initialized: bool,
+    /// The uninitialised servers it has discovered, so discovery spreads through partial
+    /// join lists.
+    pub discovered: Vec<(ServerId, ServerAddr)>,
+}
+
+/// What to do next.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Step {
+    /// We belong to a cluster: nothing to do.
+    Done,
+    /// Initialise the cluster with these voters (we have the lowest id among them).
+    Initialize(BTreeMap<ServerId, ServerAddr>),
+    /// Ask this server (its RPC address) to add us to its cluster.
+    Join {
+        /// The RPC address of a server that is in a cluster.
+        via: String,
+    },
+    /// Keep asking.
+    Wait {
+        /// Servers known so far, ourselves included.
+        known: usize,
+        /// Servers we wait for (0: we never bootstrap; we only join).
+        expect: usize,
+    },
+}
+
+/// Decide the next formation step for `me` from the answers of the join addresses.
+/// `discovered` accumulates across rounds: every uninitialised server heard of so far.
+pub fn decide(
+    me: &PeerInfo,
+    expect: usize,
+    answers: &[PeerInfo],
+    discovered: &mut BTreeMap<ServerId, ServerAddr>,
+) -> Step {
+    if me.initialized {
+        return Step::Done;
+    }
+    if let Some(p) = answers.iter().find(|p| p.initialized && p.id != me.id) {
+        return Step::Join {
+            via: p.addr.rpc_addr.clone(),
+        };
+    }
+    discovered.insert(me.id, me.addr.clone());
+    for p in answers {
+        if p.id == me.id {
+            continue;
+        }
+        discovered.insert(p.id, p.addr.clone());
+        for (id, addr) in &p.discovered {
+            discovered.entry(*id).or_insert_with(|| addr.clone());
+        }
+    }
+    if expect == 0 || discovered.len() < expect {
+        return Step::Wait {
+            known: discovered.len(),
+            expect,
+        };
+    }
+    let lowest = *discovered.keys().next().expect("we are in the map");
+    if lowest == me.id {
+        Step::Initialize(discovered.clone())
+    } else {
+        Step::Wait {
+            known: discovered.len(),
+            expect,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn peer(id: ServerId, initialized: bool) -> PeerInfo {
+        PeerInfo {
+            id,
+            addr: ServerAddr {
+                name: format!("s{id}"),
+                rpc_addr: format!("10.0.0.{id}:4647"),
+                http_addr: format!("10.0.0.{id}:4646"),
+            },
+            initialized,
+            discovered: vec![],
+        }
+    }
+
+    #[test]
+    fn a_single_server_with_expect_one_initialises_itself() {
+        let me = peer(7, false);
+        let mut d = BTreeMap::new();
+        match decide(&me, 1, &[], &mut d) {
+            Step::Initialize(m) => assert_eq!(m.keys().copied().collect::<Vec<_>>(), vec![7]),
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn exactly_the_lowest_id_initialises_when_all_start_at_once() {
+        let all = [peer(30, false), peer(10, false), peer(20, false)];
+        let mut initialisers = vec![];
+        for me in &all {
+            let others: Vec<_> = all.iter().filter(|p| p.id != me.id).cloned().collect();
+            let mut d = BTreeMap::new();
+            if let Step::Initialize(m) = decide(me, 3, &others, &mut d) {
+                assert_eq!(m.len(), 3);
+                initialisers.push(me.id);
+            }
+        }
+        assert_eq!(initialisers, vec![10]);
+    }
+
+    #[test]
+    fn nobody_initialises_before_expect_servers_are_known() {
+        let me = peer(1, false);
+        let mut d = BTreeMap::new();
+        assert_eq!(
+            decide(&me, 3, &[peer(2, false)], &mut d),
+            Step::Wait {
+                known: 2,
+                expect: 3
+            }
+        );
+        // The third server shows up in a later round.
+        assert!(matches!(
+            decide(&me, 3, &[peer(3, false)], &mut d),
+            Step::Initialize(m) if m.len() == 3
+        ));
+    }
+
+    #[test]
+    fn discovery_spreads_through_partial_join_lists() {
+        // 1 only knows 2; 2 has heard of 3.
+        let me = peer(1, false);
+        let mut two = peer(2, false);
+        two.discovered = vec![(3, peer(3, false).addr)];
+        let mut d = BTreeMap::new();
+        assert!(matches!(decide(&me, 3, &[two], &mut d), Step::Initialize(m) if m.len() == 3));
+    }
+
+    #[test]
+    fn a_server_that_finds_a_cluster_joins_it() {
+        let me = peer(1, false);
+        let mut d = BTreeMap::new();
+        assert_eq!(
+            decide(&me, 3, &[peer(2, false), peer(4, true)], &mut d),
+            Step::Join {
+                via: "10.0.0.4:4647".into()
+            }
+        );
+    }
+
+    #[test]
+    fn expect_zero_only_ever_joins() {
+        let me = peer(1, false);
+        let mut d = BTreeMap::new();
+        assert!(matches!(
+            decide(&me, 0, &[peer(2, false)], &mut d),
+            Step::Wait { expect: 0, .. }
+        ));
+    }
+
+    #[test]
+    fn an_initialised_server_is_done() {
+        let mut d = BTreeMap::new();
+        assert_eq!(decide(&peer(1, true), 3, &[], &mut d), Step::Done);
+    }
+}
