@@ -1,0 +1,327 @@
+//! A cluster of real `teamster` processes on loopback.
+//!
+//! Each cluster gets its own `127.x.y.0/24`-style block of loopback addresses (Linux routes
+//! all of 127/8 to `lo`), one address per server, so every server listens on the standard
+//! ports 4646 and 4647 and clusters in parallel tests never collide on a port. Each server's
+//! log goes to a file in the cluster's temporary directory; [`ProcessCluster::dump_logs`]
+//! prints their tails when a test fails.
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context};
+use teamster::cli::ApiClient;
+
+use crate::wait_for;
+
+static NEXT_BLOCK: AtomicU32 = AtomicU32::new(0);
+
+/// The path of the `teamster` binary: `TEAMSTER_BIN`, or the one cargo built next to this test
+/// executable (`target/<profile>/teamster`).
+pub fn teamster_bin() -> PathBuf {
+    if let Ok(p) = std::env::var("TEAMSTER_BIN") {
+        return PathBuf::from(p);
+    }
+    let exe = std::env::current_exe().expect("the test executable has a path");
+    let profile_dir = exe
+        .parent()
+        .and_then(|deps| deps.parent())
+        .expect("test executables live in target/<profile>/deps");
+    let bin = profile_dir.join("teamster");
+    assert!(
+        bin.exists(),
+        "{} is missing: run the tests with `cargo test --workspace`, which builds it, \
+         or set TEAMSTER_BIN",
+        bin.display()
+    );
+    bin
+}
+
+/// A fresh loopback block: `127.<a>.<b>.*`, distinct per cluster in this process and unlikely
+/// to collide with another test process.
+fn loopback_block() -> (u8, u8) {
+    let n = NEXT_BLOCK.fetch_add(1, Ordering::Relaxed);
+    let pid = std::process::id();
+    let a = 10 + (pid % 200) as u8;
+    let b = ((pid / 200 + n) % 250) as u8 + 1;
+    (a, b)
+}
+
+/// Options for a process cluster.
+#[derive(Debug, Clone)]
+pub struct ClusterOptions {
+    /// Extra TOML appended to every server's `[server]` table (e.g. raft thresholds).
+    pub server_toml: String,
+    /// Use the fast raft timing profile (elections in a few hundred ms).
+    pub fast_raft: bool,
+}
+
+impl Default for ClusterOptions {
+    fn default() -> Self {
+        ClusterOptions {
+            server_toml: String::new(),
+            fast_raft: true,
+        }
+    }
+}
+
+/// One server process.
+pub struct ServerProcess {
+    /// Its name, `server-<n>`.
+    pub name: String,
+    /// Its loopback IP.
+    pub ip: String,
+    /// Its data directory.
+    pub data_dir: PathBuf,
+    config_path: PathBuf,
+    log_path: PathBuf,
+    child: Option<Child>,
+}
+
+impl ServerProcess {
+    /// The HTTP API address, `http://ip:4646`.
+    pub fn http_addr(&self) -> String {
+        format!("http://{}:4646", self.ip)
+    }
+
+    /// The RPC address, `ip:4647`.
+    pub fn rpc_addr(&self) -> String {
+        format!("{}:4647", self.ip)
+    }
+
+    /// A client of its HTTP API.
+    pub fn api(&self) -> ApiClient {
+        ApiClient::new(&self.http_addr())
+    }
+
+    /// Whether its process is running.
+    pub fn is_running(&mut self) -> bool {
+        match &mut self.child {
+            Some(c) => matches!(c.try_wait(), Ok(None)),
+            None => false,
+        }
+    }
+}
+
+/// A cluster of server processes.
+pub struct ProcessCluster {
+    dir: tempfile::TempDir,
+    block: (u8, u8),
+    options: ClusterOptions,
+    /// The servers, in start order.
+    pub servers: Vec<ServerProcess>,
+}
+
+impl ProcessCluster {
+    /// Start `n` servers at once, each with `bootstrap_expect = n` and every other server in
+    /// its join list.
+    pub fn start(n: usize, options: ClusterOptions) -> anyhow::Result<ProcessCluster> {
+        let dir = tempfile::Builder::new()
+            .prefix("teamster-cluster-")
+            .tempdir()?;
+        let mut c = ProcessCluster {
+            dir,
+            block: loopback_block(),
+            options,
+            servers: Vec::new(),
+        };
+        let ips: Vec<String> = (1..=n).map(|i| c.ip(i)).collect();
+        for i in 1..=n {
+            let join: Vec<String> = ips
+                .iter()
+                .enumerate()
+                .filter(|(k, _)| k + 1 != i)
+                .map(|(_, ip)| format!("{ip}:4647"))
+                .collect();
+            c.add(i, n, &join)?;
+        }
+        for i in 0..n {
+            c.spawn(i)?;
+        }
+        Ok(c)
+    }
+
+    /// Add a server that joins the cluster through `server.join` (no bootstrap).
+    pub fn add_joining_server(&mut self) -> anyhow::Result<usize> {
+        let i = self.servers.len() + 1;
+        let join: Vec<String> = self.servers.iter().map(|s| s.rpc_addr()).collect();
+        self.add(i, 0, &join)?;
+        self.spawn(i - 1)?;
+        Ok(i - 1)
+    }
+
+    fn ip(&self, i: usize) -> String {
+        format!("127.{}.{}.{}", self.block.0, self.block.1, i)
+    }
+
+    fn add(&mut self, i: usize, expect: usize, join: &[String]) -> anyhow::Result<()> {
+        let name = format!("server-{i}");
+        let ip = self.ip(i);
+        let data_dir = self.dir.path().join(&name);
+        std::fs::create_dir_all(&data_dir)?;
+        let join_list = join
+            .iter()
+            .map(|j| format!("{j:?}"))
+            .collect::<Vec<_>>()
+            .join(", ");
+        let raft = if self.options.fast_raft {
+            "[server.raft]\nheartbeat_interval = \"50ms\"\nelection_timeout = \"300ms\"\n"
+        } else {
+            ""
+        };
+        let config = format!(
+            "name = {name:?}\ndata_dir = {data:?}\nbind_addr = {ip:?}\nlog_level = \"info\"\n\
+             [server]\nenabled = true\nbootstrap_expect = {expect}\njoin = [{join_list}]\n\
+             join_retry_interval = \"200ms\"\n{extra}\n{raft}",
+            data = data_dir.display().to_string(),
+            extra = self.options.server_toml,
+        );
+        let config_path = self.dir.path().join(format!("{name}.toml"));
+        std::fs::write(&config_path, config)?;
+        let log_path = self.dir.path().join(format!("{name}.log"));
+        self.servers.push(ServerProcess {
+            name,
+            ip,
+            data_dir,
+            config_path,
+            log_path,
+            child: None,
+        });
+        Ok(())
+    }
+
+    fn spawn(&mut self, i: usize) -> anyhow::Result<()> {
+        let s = &mut self.servers[i];
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&s.log_path)?;
+        let child = Command::new(teamster_bin())
+            .arg("agent")
+            .arg("--config")
+            .arg(&s.config_path)
+            .stdin(Stdio::null())
+            .stdout(log.try_clone()?)
+            .stderr(log)
+            .spawn()
+            .with_context(|| format!("spawning {}", s.name))?;
+        s.child = Some(child);
+        Ok(())
+    }
+
+    /// SIGKILL server `i` and wait for it to exit.
+    pub fn kill(&mut self, i: usize) {
+        if let Some(mut c) = self.servers[i].child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+
+    /// SIGTERM server `i` and wait for it to exit cleanly; fails if it does not within 20 s.
+    pub fn stop(&mut self, i: usize) -> anyhow::Result<()> {
+        let Some(mut c) = self.servers[i].child.take() else {
+            return Ok(());
+        };
+        signal(&c, libc::SIGTERM)?;
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            if let Some(status) = c.try_wait()? {
+                if !status.success() {
+                    bail!("{} exited with {status} after SIGTERM", self.servers[i].name);
+                }
+                return Ok(());
+            }
+            if Instant::now() > deadline {
+                let _ = c.kill();
+                bail!("{} did not stop within 20 s of SIGTERM", self.servers[i].name);
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// SIGSTOP (`pause = true`) or SIGCONT server `i`.
+    pub fn pause(&mut self, i: usize, pause: bool) -> anyhow::Result<()> {
+        let c = self.servers[i]
+            .child
+            .as_ref()
+            .with_context(|| format!("{} is not running", self.servers[i].name))?;
+        signal(c, if pause { libc::SIGSTOP } else { libc::SIGCONT })
+    }
+
+    /// Start server `i` again with the same config and data.
+    pub fn restart(&mut self, i: usize) -> anyhow::Result<()> {
+        self.kill(i);
+        self.spawn(i)
+    }
+
+    /// The index of the server every running server agrees is the leader, waiting up to
+    /// `timeout`.
+    pub async fn wait_leader(&mut self, timeout: Duration) -> anyhow::Result<usize> {
+        let running: Vec<usize> = (0..self.servers.len())
+            .filter(|&i| self.servers[i].is_running())
+            .collect();
+        let apis: Vec<(usize, ApiClient, String)> = running
+            .iter()
+            .map(|&i| (i, self.servers[i].api(), self.servers[i].rpc_addr()))
+            .collect();
+        let leader = wait_for(timeout, "a leader all running servers agree on", || {
+            let apis = apis.clone();
+            async move {
+                let mut seen = None;
+                for (_, api, _) in &apis {
+                    let l: String = api.get("/v1/status/leader?stale=true").await.ok()?;
+                    if l.is_empty() || seen.as_ref().is_some_and(|s| s != &l) {
+                        return None;
+                    }
+                    seen = Some(l);
+                }
+                seen
+            }
+        })
+        .await?;
+        apis.iter()
+            .find(|(_, _, rpc)| *rpc == leader)
+            .map(|(i, _, _)| *i)
+            .with_context(|| format!("the leader {leader} is not a running server"))
+    }
+
+    /// The cluster's temporary directory.
+    pub fn dir(&self) -> &Path {
+        self.dir.path()
+    }
+
+    /// Print the last lines of every server's log to stderr.
+    pub fn dump_logs(&self, lines: usize) {
+        for s in &self.servers {
+            let text = std::fs::read_to_string(&s.log_path).unwrap_or_default();
+            let all: Vec<&str> = text.lines().collect();
+            let tail = &all[all.len().saturating_sub(lines)..];
+            eprintln!("----- {} ({}) -----", s.name, s.log_path.display());
+            for l in tail {
+                eprintln!("{l}");
+            }
+        }
+    }
+}
+
+impl Drop for ProcessCluster {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            self.dump_logs(60);
+        }
+        for i in 0..self.servers.len() {
+            self.kill(i);
+        }
+    }
+}
+
+fn signal(child: &Child, sig: libc::c_int) -> anyhow::Result<()> {
+    // SAFETY: kill(2) on the pid of a child we own and have not reaped.
+    let rc = unsafe { libc::kill(child.id() as libc::pid_t, sig) };
+    if rc != 0 {
+        bail!("kill({}, {sig}): {}", child.id(), std::io::Error::last_os_error());
+    }
+    Ok(())
+}
