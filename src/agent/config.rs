@@ -143,6 +143,10 @@ pub struct ServerConfig {
     /// The TTL every live node gets when a new leader takes over.
     #[serde(with = "duration_str")]
     pub failover_heartbeat_ttl: Duration,
+    /// How long a request waits for a leader (during an election) before it fails with
+    /// "No cluster leader".
+    #[serde(with = "duration_str")]
+    pub rpc_hold_timeout: Duration,
     /// Raft timing and log compaction.
     pub raft: RaftTiming,
 }
@@ -163,6 +167,7 @@ impl Default for ServerConfig {
             min_heartbeat_ttl: Duration::from_secs(10),
             max_heartbeats_per_second: 50.0,
             failover_heartbeat_ttl: Duration::from_secs(300),
+            rpc_hold_timeout: Duration::from_secs(5),
             raft: RaftTiming::default(),
         }
     }
@@ -417,6 +422,9 @@ impl ServerConfig {
                     self.max_heartbeats_per_second
                 ),
             ));
+        }
+        if self.rpc_hold_timeout.is_zero() {
+            return Err(("server.rpc_hold_timeout", "must be positive".into()));
         }
         if self.failover_heartbeat_ttl.is_zero() {
             return Err(("server.failover_heartbeat_ttl", "must be positive".into()));

@@ -20,6 +20,7 @@ use std::pin::Pin;
 use std::sync::Arc;
 
 use teamster_storage::fsm::{Command, CommandResponse};
+use teamster_storage::raft_types::{ServerAddr, ServerId};
 use tokio::sync::{mpsc, oneshot, Semaphore};
 use tracing::{debug, warn};
 
@@ -38,8 +39,8 @@ pub enum WriteError {
     /// This server is not the leader; `leader` is the one it knows of, if any.
     #[error("not the leader")]
     NotLeader {
-        /// The leader's raft id and RPC address, when known.
-        leader: Option<(u64, String)>,
+        /// The leader's raft id and addresses, when known.
+        leader: Option<(ServerId, ServerAddr)>,
     },
     /// No leader is known (an election is under way or there is no quorum).
     #[error("No cluster leader")]

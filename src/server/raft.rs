@@ -1,0 +1,399 @@
+//! The raft node: openraft wired to the sled log store, the state machine over the state
+//! store, and the RPC network; its timing profile from the server config; writes batched
+//! into entries on the leader and forwarded from followers; membership changes.
+//!
+//! ```text
+//!  write(cmd) ─▶ leader? ── yes ─▶ WriteBatcher ─▶ raft.client_write(Batch[…]) ─▶ Applied
+//!                   └──── no ──▶ Pool::client_write(leader) ─▶ leader's write_local
+//! ```
+//!
+//! A forwarded write is answered by the leader's own batcher and is never forwarded again,
+//! so a stale leader hint costs one `NotLeader` answer, not a loop.
+
+use std::collections::BTreeSet;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use openraft::error::{ClientWriteError, RaftError};
+use openraft::{ChangeMembers, ServerState, SnapshotPolicy};
+use teamster_storage::fsm::Command;
+use teamster_storage::raft_types::{Raft, ServerAddr, ServerId, TypeConfig};
+use teamster_storage::state::StateStore;
+use tokio::time::Instant;
+use tracing::{info, warn};
+
+use crate::agent::config::{RaftTiming, ServerConfig};
+use crate::rpc::{NetworkFactory, Pool, RpcError};
+use crate::server::write_batcher::{
+    Applied, BatcherConfig, Propose, ProposeFuture, WriteBatcher, WriteError,
+};
+
+/// Why the raft node could not start or a membership change failed.
+#[derive(Debug, thiserror::Error)]
+pub enum RaftNodeError {
+    /// The storage could not be opened.
+    #[error("opening the raft storage in {dir}: {reason}")]
+    Storage {
+        /// The directory.
+        dir: String,
+        /// Why.
+        reason: String,
+    },
+    /// The timing profile is not valid for openraft.
+    #[error("raft config: {0}")]
+    Config(String),
+    /// openraft failed.
+    #[error("raft: {0}")]
+    Raft(String),
+    /// This server is not the leader.
+    #[error("not the leader")]
+    NotLeader {
+        /// The leader, if known.
+        leader: Option<(ServerId, ServerAddr)>,
+    },
+    /// No leader is known.
+    #[error("No cluster leader")]
+    NoLeader,
+    /// The server named is not a member.
+    #[error("no raft peer {0}")]
+    UnknownPeer(String),
+    /// A call to another server failed.
+    #[error(transparent)]
+    Rpc(#[from] RpcError),
+}
+
+/// The openraft config for a timing profile.
+pub fn openraft_config(t: &RaftTiming) -> Result<openraft::Config, RaftNodeError> {
+    let ms = |d: Duration| d.as_millis().max(1) as u64;
+    let c = openraft::Config {
+        cluster_name: "teamster".to_string(),
+        heartbeat_interval: ms(t.heartbeat_interval),
+        election_timeout_min: ms(t.election_timeout),
+        election_timeout_max: ms(t.election_timeout) * 2,
+        install_snapshot_timeout: ms(t.install_snapshot_timeout),
+        max_payload_entries: t.max_append_entries,
+        snapshot_policy: SnapshotPolicy::LogsSinceLast(t.snapshot_threshold),
+        max_in_snapshot_log_to_keep: t.trailing_logs,
+        // A follower further behind than this is brought up to date with a snapshot.
+        replication_lag_threshold: t.snapshot_threshold + t.trailing_logs,
+        snapshot_max_chunk_size: 4 << 20,
+        purge_batch_size: 256,
+        ..openraft::Config::default()
+    };
+    c.validate()
+        .map_err(|e| RaftNodeError::Config(e.to_string()))
+}
+
+/// The membership as the API shows it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MembershipView {
+    /// The log index of the membership entry.
+    pub index: u64,
+    /// Every member: id, address, voter or learner.
+    pub servers: Vec<(ServerId, ServerAddr, bool)>,
+}
+
+/// A running raft node.
+pub struct RaftNode {
+    id: ServerId,
+    addr: ServerAddr,
+    raft: Raft,
+    state: StateStore,
+    pool: Pool,
+    batcher: WriteBatcher,
+    hold: Duration,
+}
+
+struct RaftProposer {
+    raft: Raft,
+}
+
+impl Propose for RaftProposer {
+    fn propose(&self, cmd: Command) -> ProposeFuture {
+        let raft = self.raft.clone();
+        Box::pin(async move {
+            match raft.client_write(cmd).await {
+                Ok(resp) => Ok(Applied {
+                    index: resp.log_id.index,
+                    response: resp.data,
+                }),
+                Err(RaftError::APIError(ClientWriteError::ForwardToLeader(f))) => {
+                    Err(WriteError::NotLeader {
+                        leader: f.leader_id.zip(f.leader_node),
+                    })
+                }
+                Err(e) => Err(WriteError::Raft(e.to_string())),
+            }
+        })
+    }
+}
+
+impl RaftNode {
+    /// Open the storage under `dir` and start raft as `id`, reachable at `addr`.
+    pub async fn start(
+        id: ServerId,
+        addr: ServerAddr,
+        dir: &Path,
+        config: &ServerConfig,
+        pool: Pool,
+    ) -> Result<Arc<RaftNode>, RaftNodeError> {
+        let state = StateStore::new();
+        let (log_store, state_machine) = teamster_storage::open(dir, state.clone()).map_err(|e| {
+            RaftNodeError::Storage {
+                dir: dir.display().to_string(),
+                reason: e.to_string(),
+            }
+        })?;
+        let raft_config = Arc::new(openraft_config(&config.raft)?);
+        let network = NetworkFactory::new(pool.clone());
+        let raft = openraft::Raft::<TypeConfig>::new(
+            id,
+            raft_config,
+            network,
+            log_store,
+            state_machine,
+        )
+        .await
+        .map_err(|e| RaftNodeError::Raft(e.to_string()))?;
+        let batcher = WriteBatcher::spawn(
+            BatcherConfig::default(),
+            Arc::new(RaftProposer { raft: raft.clone() }),
+        );
+        info!(server_id = id, rpc = %addr.rpc_addr, "raft node started");
+        Ok(Arc::new(RaftNode {
+            id,
+            addr,
+            raft,
+            state,
+            pool,
+            batcher,
+            hold: config.rpc_hold_timeout,
+        }))
+    }
+
+    /// This server's raft id.
+    pub fn id(&self) -> ServerId {
+        self.id
+    }
+
+    /// This server's addresses.
+    pub fn addr(&self) -> &ServerAddr {
+        &self.addr
+    }
+
+    /// The openraft handle.
+    pub fn raft(&self) -> &Raft {
+        &self.raft
+    }
+
+    /// The replicated state.
+    pub fn state(&self) -> &StateStore {
+        &self.state
+    }
+
+    /// The RPC pool shared with the network.
+    pub fn pool(&self) -> &Pool {
+        &self.pool
+    }
+
+    /// The leader this server knows of, with its address.
+    pub fn leader(&self) -> Option<(ServerId, ServerAddr)> {
+        let m = self.raft.server_metrics();
+        let m = m.borrow();
+        let id = m.current_leader?;
+        let node = m.membership_config.membership().get_node(&id)?.clone();
+        Some((id, node))
+    }
+
+    /// Whether this server is the leader right now (raft's view, without a quorum check).
+    pub fn is_leader(&self) -> bool {
+        self.raft.server_metrics().borrow().state == ServerState::Leader
+    }
+
+    /// Wait up to `timeout` until a leader is known.
+    pub async fn wait_leader(&self, timeout: Duration) -> Option<(ServerId, ServerAddr)> {
+        let mut rx = self.raft.server_metrics();
+        let deadline = Instant::now() + timeout;
+        loop {
+            if let Some(l) = self.leader() {
+                return Some(l);
+            }
+            match tokio::time::timeout_at(deadline, rx.changed()).await {
+                Ok(Ok(())) => continue,
+                _ => return self.leader(),
+            }
+        }
+    }
+
+    /// Wait up to `timeout` until the leader is someone other than `stale`.
+    async fn wait_leader_change(&self, stale: Option<ServerId>, deadline: Instant) {
+        let mut rx = self.raft.server_metrics();
+        loop {
+            let now = rx.borrow_and_update().current_leader;
+            if now.is_some() && now != stale {
+                return;
+            }
+            if tokio::time::timeout_at(deadline, rx.changed()).await.is_err() {
+                return;
+            }
+        }
+    }
+
+    /// Commit `cmd` through the leader: batched here when this server leads, forwarded
+    /// otherwise. Waits up to the hold timeout for a leader.
+    pub async fn write(&self, cmd: Command) -> Result<Applied, WriteError> {
+        let deadline = Instant::now() + self.hold;
+        loop {
+            let leader = match self.leader() {
+                Some(l) => l,
+                None => {
+                    if self
+                        .wait_leader(deadline.saturating_duration_since(Instant::now()))
+                        .await
+                        .is_none()
+                    {
+                        return Err(WriteError::NoLeader);
+                    }
+                    continue;
+                }
+            };
+            let outcome = if leader.0 == self.id {
+                self.batcher.write(cmd.clone()).await
+            } else {
+                let timeout = deadline
+                    .saturating_duration_since(Instant::now())
+                    .max(Duration::from_secs(1));
+                self.pool
+                    .client_write(leader.0, &leader.1.rpc_addr, cmd.clone(), timeout)
+                    .await
+                    .map(|(index, response)| Applied { index, response })
+                    .map_err(|e| match e {
+                        RpcError::NotLeader { leader } => WriteError::NotLeader { leader },
+                        e => WriteError::Forward(e.to_string()),
+                    })
+            };
+            match outcome {
+                // Nothing was applied: safe to try again once the leader moved.
+                Err(WriteError::NotLeader { .. }) if Instant::now() < deadline => {
+                    self.wait_leader_change(Some(leader.0), deadline).await;
+                }
+                Err(WriteError::NotLeader { .. }) => return Err(WriteError::NoLeader),
+                other => return other,
+            }
+        }
+    }
+
+    /// Commit `cmd` on this server as the leader; never forwards (the target of forwarded
+    /// writes).
+    pub async fn write_local(&self, cmd: Command) -> Result<Applied, WriteError> {
+        if !self.is_leader() {
+            return Err(WriteError::NotLeader {
+                leader: self.leader(),
+            });
+        }
+        self.batcher.write(cmd).await
+    }
+
+    /// The current membership.
+    pub fn membership(&self) -> MembershipView {
+        let m = self.raft.server_metrics();
+        let m = m.borrow();
+        let stored = &m.membership_config;
+        let membership = stored.membership();
+        let voters: BTreeSet<ServerId> = membership.voter_ids().collect();
+        let servers = membership
+            .nodes()
+            .map(|(id, node)| (*id, node.clone(), voters.contains(id)))
+            .collect();
+        MembershipView {
+            index: stored.log_id().map_or(0, |l| l.index),
+            servers,
+        }
+    }
+
+    /// Whether this server has a membership (belongs to a cluster).
+    pub async fn is_initialized(&self) -> bool {
+        self.raft.is_initialized().await.unwrap_or(false)
+    }
+
+    /// Whether this server is a voter in its membership.
+    pub fn is_voter(&self) -> bool {
+        self.membership()
+            .servers
+            .iter()
+            .any(|(id, _, voter)| *id == self.id && *voter)
+    }
+
+    /// On the leader: add `id` as a learner, wait until it caught up, promote it to voter.
+    /// Idempotent: a voter already in the membership is left alone.
+    pub async fn add_voter(&self, id: ServerId, addr: ServerAddr) -> Result<(), RaftNodeError> {
+        self.require_leader()?;
+        let view = self.membership();
+        if view.servers.iter().any(|(s, _, voter)| *s == id && *voter) {
+            return Ok(());
+        }
+        info!(server_id = id, rpc = %addr.rpc_addr, "adding a server as a learner");
+        self.raft
+            .add_learner(id, addr, true)
+            .await
+            .map_err(|e| self.membership_error(e))?;
+        info!(server_id = id, "promoting the server to voter");
+        self.raft
+            .change_membership(ChangeMembers::AddVoterIds(BTreeSet::from([id])), false)
+            .await
+            .map_err(|e| self.membership_error(e))?;
+        Ok(())
+    }
+
+    /// On the leader: remove `id` from the membership (voter or learner).
+    pub async fn remove_server(&self, id: ServerId) -> Result<(), RaftNodeError> {
+        self.require_leader()?;
+        let view = self.membership();
+        let Some((_, _, voter)) = view.servers.iter().find(|(s, _, _)| *s == id) else {
+            return Err(RaftNodeError::UnknownPeer(id.to_string()));
+        };
+        let change = if *voter {
+            ChangeMembers::RemoveVoters(BTreeSet::from([id]))
+        } else {
+            ChangeMembers::RemoveNodes(BTreeSet::from([id]))
+        };
+        warn!(server_id = id, "removing a server from the raft configuration");
+        self.raft
+            .change_membership(change, false)
+            .await
+            .map_err(|e| self.membership_error(e))?;
+        self.pool.forget(id);
+        Ok(())
+    }
+
+    fn require_leader(&self) -> Result<(), RaftNodeError> {
+        if self.is_leader() {
+            Ok(())
+        } else {
+            match self.leader() {
+                Some(l) => Err(RaftNodeError::NotLeader { leader: Some(l) }),
+                None => Err(RaftNodeError::NoLeader),
+            }
+        }
+    }
+
+    fn membership_error(
+        &self,
+        e: RaftError<ServerId, ClientWriteError<ServerId, ServerAddr>>,
+    ) -> RaftNodeError {
+        match e {
+            RaftError::APIError(ClientWriteError::ForwardToLeader(f)) => RaftNodeError::NotLeader {
+                leader: f.leader_id.zip(f.leader_node),
+            },
+            e => RaftNodeError::Raft(e.to_string()),
+        }
+    }
+
+    /// Stop raft (the storage is flushed on every append and vote, so nothing is lost).
+    pub async fn shutdown(&self) {
+        if let Err(e) = self.raft.shutdown().await {
+            warn!(error = %e, "raft did not shut down cleanly");
+        }
+    }
+}
