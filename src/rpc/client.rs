@@ -7,7 +7,9 @@
 //! connection dies. Failed dials back off (doubling from
 //! [`RpcConfig::reconnect_backoff_min`] to [`RpcConfig::reconnect_backoff_max`]); while a
 //! slot backs off, calls fail at once with [`RpcError::Unreachable`] instead of waiting, so
-//! openraft's own backoff and the callers' retry loops stay in charge of pacing. The address
+//! openraft's own backoff and the callers' retry loops stay in charge of pacing. A connection
+//! that dies before the peer answered anything on it (a server refusing our frames, a port
+//! that accepts and hangs up) counts as a failed dial too. The address
 //! is given with every call (from the raft membership), so a changed address takes effect on
 //! the next call and a host name is resolved again on every dial.
 //!
@@ -23,7 +25,7 @@
 //! bounded write queue, and the frame limit on both directions.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
@@ -297,18 +299,25 @@ impl Pool {
             state.conn = None;
             state.backoff.reset();
         }
-        if let Some(conn) = &state.conn {
+        if let Some(conn) = state.conn.take() {
             if conn.is_open() {
-                return Ok(conn.clone());
+                state.conn = Some(conn.clone());
+                return Ok(conn);
+            }
+            if conn.shared.answered.load(Ordering::Relaxed) {
+                // It worked until it died (a restart, a network blip): redial at once.
+                state.backoff.reset();
+            } else {
+                let wait = state.backoff.failed(Instant::now());
+                tracing::debug!(%addr, ?wait, "rpc connection died before any answer");
             }
         }
-        state.conn = None;
         let now = Instant::now();
         if let Some(wait) = state.backoff.remaining(now) {
             return Err(RpcError::Unreachable {
                 peer: addr.to_string(),
                 reason: format!(
-                    "backing off after {} failed connects; next attempt in {wait:?}",
+                    "backing off after {} failed attempts; next attempt in {wait:?}",
                     state.backoff.failures
                 ),
             });
@@ -327,7 +336,7 @@ impl Pool {
         .await
         {
             Ok(conn) => {
-                state.backoff.reset();
+                // The backoff is reset once the connection has proved itself (see above).
                 state.conn = Some(conn.clone());
                 Ok(conn)
             }
@@ -394,6 +403,10 @@ struct ConnShared {
     pending: Mutex<Pending>,
     in_flight: Semaphore,
     token: CancellationToken,
+    /// Whether the peer ever answered on this connection. A connection that dies without
+    /// one (a server refusing our frames, a port that accepts and hangs up) counts as a failed
+    /// dial, so the slot backs off instead of redialling on every call.
+    answered: AtomicBool,
 }
 
 impl ConnShared {
@@ -479,6 +492,7 @@ impl Connection {
             }),
             in_flight: Semaphore::new(config.max_in_flight_per_conn),
             token: CancellationToken::new(),
+            answered: AtomicBool::new(false),
         });
         metrics::gauge!(metric::CONNECTIONS, "side" => SIDE).increment(1.0);
         let (tx, rx) = mpsc::channel::<Bytes>(config.write_queue);
@@ -630,6 +644,7 @@ async fn read_loop(
         let waiter = lock(&shared.pending).waiting.remove(&header.request_id);
         match waiter {
             Some(tx) => {
+                shared.answered.store(true, Ordering::Relaxed);
                 let _ = tx.send(reply);
             }
             None => tracing::debug!(

@@ -227,6 +227,17 @@ fn pool() -> Pool {
     Pool::new(ME, RpcConfig::for_tests()).expect("pool")
 }
 
+/// A pool whose reconnect backoff starts at `min`, for tests that look at backing off and
+/// must not see it expire on a slow machine.
+fn pool_with_backoff(min: Duration) -> Pool {
+    let config = RpcConfig {
+        reconnect_backoff_min: min,
+        reconnect_backoff_max: min * 4,
+        ..RpcConfig::for_tests()
+    };
+    Pool::new(ME, config).expect("pool")
+}
+
 fn vote(term: u64) -> RpcRequest {
     RpcRequest::Vote(VoteRequest::new(Vote::new(term, ME), None))
 }
@@ -523,7 +534,7 @@ async fn refused_frames_close_only_their_own_connection() {
 #[tokio::test]
 async fn a_peer_that_is_down_is_unreachable_and_backed_off() {
     let addr = dead_addr().await.to_string();
-    let pool = pool();
+    let pool = pool_with_backoff(Duration::from_secs(60));
     match pool.call(SERVER, &addr, vote(1), CALL).await {
         Err(RpcError::Unreachable { reason, .. }) => {
             assert!(reason.contains("connect failed"), "{reason}")
@@ -821,7 +832,7 @@ async fn the_raft_network_maps_answers_and_errors() {
 #[tokio::test]
 async fn raft_traffic_for_another_server_id_is_refused_as_unreachable() {
     let f = start().await;
-    let pool = pool();
+    let pool = pool_with_backoff(Duration::from_secs(60));
     let mut factory = NetworkFactory::new(pool.clone());
     // Membership says server 3 lives at server 2's address (a reused IP, a stale entry).
     let mut wrong = factory.new_client(3, &server_addr(&f.addr)).await;
@@ -834,6 +845,13 @@ async fn raft_traffic_for_another_server_id_is_refused_as_unreachable() {
         .expect_err("refused");
     assert!(matches!(err, RPCError::Unreachable(_)), "{err:?}");
     assert!(f.canned.seen().is_empty(), "the handler never saw it");
+    // A connection refused before any answer counts as a failed dial: no redial storm.
+    match pool.call(3, &f.addr, vote(1), CALL).await {
+        Err(RpcError::Unreachable { reason, .. }) => {
+            assert!(reason.contains("after 1 failed attempts"), "{reason}")
+        }
+        other => panic!("expected Unreachable, got {other:?}"),
+    }
     // Server 2 itself is still served.
     let mut right = factory.new_client(SERVER, &server_addr(&f.addr)).await;
     assert!(right
