@@ -229,13 +229,19 @@ impl ProcessCluster {
         loop {
             if let Some(status) = c.try_wait()? {
                 if !status.success() {
-                    bail!("{} exited with {status} after SIGTERM", self.servers[i].name);
+                    bail!(
+                        "{} exited with {status} after SIGTERM",
+                        self.servers[i].name
+                    );
                 }
                 return Ok(());
             }
             if Instant::now() > deadline {
                 let _ = c.kill();
-                bail!("{} did not stop within 20 s of SIGTERM", self.servers[i].name);
+                bail!(
+                    "{} did not stop within 20 s of SIGTERM",
+                    self.servers[i].name
+                );
             }
             std::thread::sleep(Duration::from_millis(20));
         }
@@ -321,7 +327,11 @@ fn signal(child: &Child, sig: libc::c_int) -> anyhow::Result<()> {
     // SAFETY: kill(2) on the pid of a child we own and have not reaped.
     let rc = unsafe { libc::kill(child.id() as libc::pid_t, sig) };
     if rc != 0 {
-        bail!("kill({}, {sig}): {}", child.id(), std::io::Error::last_os_error());
+        bail!(
+            "kill({}, {sig}): {}",
+            child.id(),
+            std::io::Error::last_os_error()
+        );
     }
     Ok(())
 }

@@ -17,9 +17,10 @@ use openraft::raft::{
 };
 use serde::{Deserialize, Serialize};
 use teamster_storage::fsm::{Command, CommandResponse};
-use teamster_storage::raft_types::{ServerId, TypeConfig};
+use teamster_storage::raft_types::{ServerAddr, ServerId, TypeConfig};
 
 use crate::rpc::RpcError;
+use crate::server::formation::PeerInfo;
 
 /// Which of a peer's two connections a request travels on.
 ///
@@ -58,6 +59,21 @@ pub enum RpcRequest {
     Ping,
     /// A write forwarded from a follower to the leader, to be proposed through raft.
     ClientWrite(Command),
+    /// Cluster formation: who are you, are you in a cluster, whom have you discovered.
+    ServerInfo,
+    /// Cluster formation: add this server to your cluster (forwarded to the leader, which adds
+    /// it as a learner and promotes it to voter once it caught up).
+    JoinCluster {
+        /// The joining server's raft id.
+        id: ServerId,
+        /// How to reach it.
+        addr: ServerAddr,
+    },
+    /// Operator: remove a server from the raft configuration (on the leader).
+    RemovePeer {
+        /// The raft id to remove.
+        id: ServerId,
+    },
 }
 
 impl RpcRequest {
@@ -69,6 +85,9 @@ impl RpcRequest {
             RpcRequest::InstallSnapshot(_) => "Raft.InstallSnapshot",
             RpcRequest::Ping => "Status.Ping",
             RpcRequest::ClientWrite(_) => "Raft.ClientWrite",
+            RpcRequest::ServerInfo => "Status.ServerInfo",
+            RpcRequest::JoinCluster { .. } => "Operator.JoinCluster",
+            RpcRequest::RemovePeer { .. } => "Operator.RaftRemovePeer",
         }
     }
 
@@ -81,8 +100,10 @@ impl RpcRequest {
             RpcRequest::AppendEntries(_)
             | RpcRequest::Vote(_)
             | RpcRequest::InstallSnapshot(_)
-            | RpcRequest::ClientWrite(_) => true,
-            RpcRequest::Ping => false,
+            | RpcRequest::ClientWrite(_)
+            | RpcRequest::RemovePeer { .. } => true,
+            // A joining server knows its peers only by address.
+            RpcRequest::Ping | RpcRequest::ServerInfo | RpcRequest::JoinCluster { .. } => false,
         }
     }
 
@@ -93,7 +114,10 @@ impl RpcRequest {
             RpcRequest::AppendEntries(_)
             | RpcRequest::Vote(_)
             | RpcRequest::Ping
-            | RpcRequest::ClientWrite(_) => Lane::Control,
+            | RpcRequest::ClientWrite(_)
+            | RpcRequest::ServerInfo
+            | RpcRequest::JoinCluster { .. }
+            | RpcRequest::RemovePeer { .. } => Lane::Control,
         }
     }
 }
@@ -118,6 +142,12 @@ pub enum RpcResponse {
     /// The raft log index the write was committed at and what applying it answered, or why
     /// it was not (e.g. [`RpcError::NotLeader`]).
     ClientWrite(Result<(u64, CommandResponse), RpcError>),
+    /// The answering server's identity and formation state.
+    ServerInfo(PeerInfo),
+    /// Whether the server was added (or already was a voter).
+    JoinCluster(Result<(), RpcError>),
+    /// Whether the server was removed.
+    RemovePeer(Result<(), RpcError>),
 }
 
 impl RpcResponse {
@@ -129,6 +159,9 @@ impl RpcResponse {
             RpcResponse::InstallSnapshot(_) => "Raft.InstallSnapshot",
             RpcResponse::Ping { .. } => "Status.Ping",
             RpcResponse::ClientWrite(_) => "Raft.ClientWrite",
+            RpcResponse::ServerInfo(_) => "Status.ServerInfo",
+            RpcResponse::JoinCluster(_) => "Operator.JoinCluster",
+            RpcResponse::RemovePeer(_) => "Operator.RaftRemovePeer",
         }
     }
 
