@@ -113,7 +113,8 @@ impl Canned {
         ctx: RequestContext,
         req: RpcRequest,
     ) -> Result<RpcResponse, RpcError> {
-        self.seen.lock().expect("lock").push((req.kind(), ctx));
+        let req_kind = req.kind();
+        self.seen.lock().expect("lock").push((req_kind, ctx));
         match req {
             RpcRequest::Vote(v) => self.vote(v).await,
             RpcRequest::AppendEntries(a) => {
@@ -151,6 +152,11 @@ impl Canned {
                 CommandResponse::Batch(vec![]),
             )))),
             RpcRequest::Ping => Err(RpcError::Remote("Ping reached the handler".into())),
+            RpcRequest::ServerInfo
+            | RpcRequest::JoinCluster { .. }
+            | RpcRequest::RemovePeer { .. } => Err(RpcError::Unsupported {
+                kind: req_kind.into(),
+            }),
         }
     }
 
