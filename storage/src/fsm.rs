@@ -1,21 +1,542 @@
 //! The replicated commands and their deterministic application to the state store.
 //!
-//! `Command` is the payload of every raft log entry. It is encoded with bincode, so variants
-//! are only ever added at the end (the variant index is the encoding) and nothing in it uses
-//! serde attributes that bincode cannot round-trip.
+//! [`Command`] is the payload of every raft log entry; the state machine hands each one to
+//! [`StateStore::apply`](crate::state::StateStore::apply) with the entry's index.
+//!
+//! # Rules
+//!
+//! - **Deterministic.** Applying the same commands at the same indexes to the same state gives
+//!   the same state on every server, so nothing here reads a clock or an RNG, and nothing
+//!   iterates a hash map. Everything time- or random-dependent (IDs, `SubmitTime`,
+//!   `CreateTime`, `UpdatedAt`) is in the command, chosen by the proposer.
+//! - **All or nothing per command.** Each command runs in its own write transaction over a
+//!   clone of the tables. A bad command (unknown job on deregister, allocation for a missing
+//!   node, stale CAS index, …) is answered with [`CommandResponse::Rejected`] and a typed
+//!   [`ApplyError`], and changes nothing; it never panics the state machine. In a
+//!   [`Command::Batch`] every command stands alone: one rejected command does not undo its
+//!   neighbours, and all of them share the entry's raft index.
+//! - **Versioned.** Commands are bincode-encoded in the raft log, where the variant index is
+//!   the encoding. Variants are only ever appended; a payload never changes shape — a changed
+//!   shape is a new variant (`JobRegisterV2`) appended at the end, and the old one stays
+//!   decodable for logs and snapshots written by older servers. The tests pin the indexes.
+
+use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
+
+use crate::model::{
+    AllocId, AllocStop, Allocation, ClientStatus, ClusterMeta, EvalId, Evaluation, Job, JobId,
+    Namespace, Node, NodeId, NodeStatus, SchedulerConfiguration, SchedulingEligibility, TaskState,
+};
+use crate::state::events::StateChange;
+use crate::state::tables::Tables;
+use crate::state::txn::{ClientReport, WriteTxn};
 
 /// A replicated command: the payload of one raft log entry.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub enum Command {
-    /// Several commands proposed together and applied in order in one entry.
+    /// Several commands proposed together (the raft node's group commit) and applied in order
+    /// in one entry. Proposers do not nest batches.
     Batch(Vec<Command>),
+    /// The cluster's identity; the first command the first leader writes.
+    ClusterMeta(ClusterMeta),
+    /// Replace the scheduler configuration (optionally compare-and-set).
+    SchedulerConfig(SchedulerConfigUpdate),
+    /// Register or update a job, with its evaluation, atomically.
+    JobRegister(JobRegister),
+    /// Stop (or purge) a job, with its evaluation, atomically.
+    JobDeregister(JobDeregister),
+    /// Register or re-register a client node.
+    NodeRegister(NodeRegister),
+    /// A node's status changed (heartbeat missed, ready again, …), with the node evaluations.
+    NodeUpdateStatus(NodeUpdateStatus),
+    /// A node's scheduling eligibility changed, with the node evaluations.
+    NodeUpdateEligibility(NodeUpdateEligibility),
+    /// Remove client nodes.
+    NodeDeregister(NodeDeregister),
+    /// Create or update evaluations (workers, the broker's reapers, the leader).
+    EvalUpsert(EvalUpsert),
+    /// Garbage-collect evaluations and allocations.
+    EvalDelete(EvalDelete),
+    /// Commit what the plan applier accepted of a plan.
+    ApplyPlanResults(ApplyPlanResults),
+    /// Client reports about their allocations, batched across clients.
+    AllocClientUpdate(AllocClientUpdate),
 }
 
-/// What applying a [`Command`] answered.
+/// Payload of [`Command::SchedulerConfig`].
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SchedulerConfigUpdate {
+    /// The new configuration (its indexes are set by the state store).
+    pub config: SchedulerConfiguration,
+    /// Apply only if the current configuration's `ModifyIndex` equals this.
+    pub cas_index: Option<u64>,
+}
+
+/// Payload of [`Command::JobRegister`].
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct JobRegister {
+    /// The canonicalized, validated job (server-set fields are overwritten).
+    pub job: Job,
+    /// The evaluation to create with it (`None` for jobs that are not evaluated).
+    pub eval: Option<Evaluation>,
+    /// Nomad's `EnforceIndex`: register only if the current `JobModifyIndex` equals this
+    /// (0: the job must not exist).
+    pub enforce_index: Option<u64>,
+}
+
+/// Payload of [`Command::JobDeregister`].
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct JobDeregister {
+    /// The job's namespace.
+    pub namespace: Namespace,
+    /// The job.
+    pub job_id: JobId,
+    /// Delete the job instead of marking it stopped.
+    pub purge: bool,
+    /// The evaluation that stops its allocations.
+    pub eval: Option<Evaluation>,
+    /// Unix nanoseconds recorded as the stopped version's `SubmitTime` (0: keep).
+    pub submit_time: i64,
+}
+
+/// Payload of [`Command::NodeRegister`].
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct NodeRegister {
+    /// The canonicalized node (eligibility and drain of an existing node are kept).
+    pub node: Node,
+    /// Evaluations for jobs affected by the (re-)registration.
+    pub evals: Vec<Evaluation>,
+}
+
+/// Payload of [`Command::NodeUpdateStatus`].
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct NodeUpdateStatus {
+    /// The node.
+    pub node_id: NodeId,
+    /// Its new status.
+    pub status: NodeStatus,
+    /// When, Unix seconds (Nomad's unit for `StatusUpdatedAt`).
+    pub updated_at: i64,
+    /// Evaluations for the jobs with allocations on it (and system jobs).
+    pub evals: Vec<Evaluation>,
+}
+
+/// Payload of [`Command::NodeUpdateEligibility`].
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct NodeUpdateEligibility {
+    /// The node.
+    pub node_id: NodeId,
+    /// Its new eligibility (`eligible` is refused while it drains).
+    pub eligibility: SchedulingEligibility,
+    /// When, Unix seconds.
+    pub updated_at: i64,
+    /// Evaluations to create with the change.
+    pub evals: Vec<Evaluation>,
+}
+
+/// Payload of [`Command::NodeDeregister`].
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct NodeDeregister {
+    /// The nodes; all must exist.
+    pub node_ids: Vec<NodeId>,
+}
+
+/// Payload of [`Command::EvalUpsert`].
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct EvalUpsert {
+    /// The evaluations, created or replaced whole.
+    pub evals: Vec<Evaluation>,
+}
+
+/// Payload of [`Command::EvalDelete`].
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct EvalDelete {
+    /// Evaluations to delete (missing ones are skipped).
+    pub evals: Vec<EvalId>,
+    /// Allocations to delete (missing ones are skipped).
+    pub allocs: Vec<AllocId>,
+}
+
+/// Payload of [`Command::ApplyPlanResults`]: the accepted part of a plan. Allocations carry
+/// no job; they name `(Namespace, JobID, JobVersion)`, which must be a kept version.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ApplyPlanResults {
+    /// The evaluation the plan was for (its `ModifyIndex` moves); empty for none.
+    pub eval_id: EvalId,
+    /// New placements and in-place updates. Each node must exist; a new allocation of a
+    /// stopped or missing job version is skipped (reported back), as Nomad does.
+    pub allocs_updated: Vec<Allocation>,
+    /// Allocations to stop; each must exist.
+    pub allocs_stopped: Vec<AllocStop>,
+    /// Allocations evicted to make room; each must exist.
+    pub allocs_preempted: Vec<AllocStop>,
+    /// Evaluations created with the plan (e.g. for jobs whose allocations were preempted).
+    pub evals: Vec<Evaluation>,
+    /// Nodes the plan applier marks ineligible after repeated rejections.
+    pub ineligible_nodes: Vec<NodeId>,
+    /// When, Unix seconds (for node status updates).
+    pub updated_at: i64,
+}
+
+/// One client's report about one allocation.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct AllocClientReport {
+    /// The allocation (unknown ones are skipped and reported back).
+    pub id: AllocId,
+    /// Its status on the client.
+    pub client_status: ClientStatus,
+    /// The client's explanation.
+    pub client_description: String,
+    /// Per task state.
+    pub task_states: BTreeMap<String, TaskState>,
+    /// When, Unix nanoseconds.
+    pub modify_time: i64,
+}
+
+/// Payload of [`Command::AllocClientUpdate`].
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct AllocClientUpdate {
+    /// The reports, possibly from many clients.
+    pub allocs: Vec<AllocClientReport>,
+    /// Evaluations to create with them (e.g. to reschedule failed allocations).
+    pub evals: Vec<Evaluation>,
+}
+
+/// What applying a [`Command`] (or a blank or membership entry) answered.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub enum CommandResponse {
     /// One response per command of a [`Command::Batch`], in order.
     Batch(Vec<CommandResponse>),
+    /// Applied; nothing more to report.
+    Applied,
+    /// The command was refused and changed nothing.
+    Rejected(ApplyError),
+    /// A job registration or deregistration was applied.
+    JobRegistered {
+        /// The job's version now.
+        version: u64,
+        /// The job's `JobModifyIndex` now (the previous one if the spec did not change).
+        job_modify_index: u64,
+        /// Whether a new version was written.
+        spec_changed: bool,
+    },
+    /// Plan results were applied.
+    PlanApplied {
+        /// New allocations skipped because their job version is stopped or gone.
+        skipped: Vec<AllocId>,
+    },
+    /// Client allocation reports were applied.
+    AllocsUpdated {
+        /// Reports about allocations that no longer exist, skipped.
+        unknown: Vec<AllocId>,
+    },
+}
+
+impl CommandResponse {
+    /// The error if the command was rejected.
+    pub fn rejection(&self) -> Option<&ApplyError> {
+        match self {
+            CommandResponse::Rejected(e) => Some(e),
+            _ => None,
+        }
+    }
+}
+
+/// Why a command was refused. Every variant means the state is unchanged.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, thiserror::Error)]
+pub enum ApplyError {
+    /// The job does not exist.
+    #[error("job {job_id:?} in namespace {namespace:?} not found")]
+    JobNotFound {
+        /// Namespace.
+        namespace: String,
+        /// Job.
+        job_id: String,
+    },
+    /// `EnforceIndex` did not match the job's `JobModifyIndex`.
+    #[error("enforcing job modify index {expected}: job {job_id:?} exists with job modify index {actual}")]
+    JobModifyIndexMismatch {
+        /// Job.
+        job_id: String,
+        /// The index the command required.
+        expected: u64,
+        /// The job's index (0: the job does not exist).
+        actual: u64,
+    },
+    /// The node does not exist.
+    #[error("node {node_id:?} not found")]
+    NodeNotFound {
+        /// Node.
+        node_id: String,
+    },
+    /// The evaluation does not exist.
+    #[error("evaluation {eval_id:?} not found")]
+    EvalNotFound {
+        /// Evaluation.
+        eval_id: String,
+    },
+    /// The allocation does not exist.
+    #[error("allocation {alloc_id:?} not found")]
+    AllocNotFound {
+        /// Allocation.
+        alloc_id: String,
+    },
+    /// A draining node cannot be made eligible.
+    #[error("can not set node {node_id:?} eligible while it is draining")]
+    EligibleWhileDraining {
+        /// Node.
+        node_id: String,
+    },
+    /// A compare-and-set index did not match.
+    #[error("compare-and-set index {expected} does not match the current modify index {actual}")]
+    CasMismatch {
+        /// The index the command required.
+        expected: u64,
+        /// The current index.
+        actual: u64,
+    },
+    /// A different cluster identity is already written.
+    #[error("cluster metadata already set to cluster {existing:?}")]
+    ClusterMetaConflict {
+        /// The existing cluster ID.
+        existing: String,
+    },
+    /// The command is malformed (missing IDs, an evaluation for another job, …).
+    #[error("invalid command: {reason}")]
+    InvalidCommand {
+        /// What is wrong.
+        reason: String,
+    },
+}
+
+impl ApplyError {
+    pub(crate) fn invalid(reason: impl Into<String>) -> Self {
+        ApplyError::InvalidCommand {
+            reason: reason.into(),
+        }
+    }
+}
+
+/// Applies one command (a batch recursively) at `index` to `tables`, collecting the changes
+/// to publish. Only committed commands change `tables` or add changes.
+pub(crate) fn apply(
+    tables: &mut Tables,
+    index: u64,
+    command: Command,
+    changes: &mut Vec<StateChange>,
+) -> CommandResponse {
+    match command {
+        Command::Batch(commands) => CommandResponse::Batch(
+            commands
+                .into_iter()
+                .map(|c| apply(tables, index, c, changes))
+                .collect(),
+        ),
+        command => {
+            let mut txn = WriteTxn::new(tables.clone(), index);
+            match execute(&mut txn, command) {
+                Ok(response) => {
+                    let (committed, mut made) = txn.finish();
+                    *tables = committed;
+                    changes.append(&mut made);
+                    response
+                }
+                Err(error) => {
+                    tracing::debug!(index, %error, "command rejected");
+                    CommandResponse::Rejected(error)
+                }
+            }
+        }
+    }
+}
+
+fn check_eval_for_job(
+    eval: &Evaluation,
+    namespace: &Namespace,
+    job_id: &JobId,
+) -> Result<(), ApplyError> {
+    if eval.job_id != *job_id || eval.namespace != *namespace {
+        return Err(ApplyError::invalid(format!(
+            "evaluation {} is for job {:?} in {:?}, not {:?} in {:?}",
+            eval.id, eval.job_id, eval.namespace, job_id, namespace
+        )));
+    }
+    Ok(())
+}
+
+fn execute(txn: &mut WriteTxn, command: Command) -> Result<CommandResponse, ApplyError> {
+    match command {
+        Command::Batch(_) => Err(ApplyError::invalid("nested batch")),
+        Command::ClusterMeta(meta) => {
+            txn.set_cluster_meta(meta)?;
+            Ok(CommandResponse::Applied)
+        }
+        Command::SchedulerConfig(update) => {
+            txn.set_scheduler_config(update.config, update.cas_index)?;
+            Ok(CommandResponse::Applied)
+        }
+        Command::JobRegister(JobRegister {
+            job,
+            eval,
+            enforce_index,
+        }) => {
+            if job.id.is_empty() || job.namespace.is_empty() {
+                return Err(ApplyError::invalid("job without an ID or namespace"));
+            }
+            let (namespace, job_id) = (job.namespace.clone(), job.id.clone());
+            if let Some(expected) = enforce_index {
+                let actual = txn
+                    .job(&namespace, &job_id)
+                    .map_or(0, |j| j.job_modify_index);
+                if actual != expected {
+                    return Err(ApplyError::JobModifyIndexMismatch {
+                        job_id: job_id.to_string(),
+                        expected,
+                        actual,
+                    });
+                }
+            }
+            if let Some(eval) = &eval {
+                check_eval_for_job(eval, &namespace, &job_id)?;
+            }
+            let outcome = txn.upsert_job(job);
+            if let Some(mut eval) = eval {
+                eval.job_modify_index = outcome.job_modify_index;
+                txn.upsert_eval(eval)?;
+            }
+            Ok(CommandResponse::JobRegistered {
+                version: outcome.version,
+                job_modify_index: outcome.job_modify_index,
+                spec_changed: outcome.spec_changed,
+            })
+        }
+        Command::JobDeregister(JobDeregister {
+            namespace,
+            job_id,
+            purge,
+            eval,
+            submit_time,
+        }) => {
+            let Some(job) = txn.job(&namespace, &job_id) else {
+                return Err(ApplyError::JobNotFound {
+                    namespace: namespace.to_string(),
+                    job_id: job_id.to_string(),
+                });
+            };
+            if let Some(eval) = &eval {
+                check_eval_for_job(eval, &namespace, &job_id)?;
+            }
+            let response = if purge {
+                txn.delete_job(&namespace, &job_id)?;
+                CommandResponse::JobRegistered {
+                    version: job.version,
+                    job_modify_index: txn.index(),
+                    spec_changed: true,
+                }
+            } else {
+                let mut stopped = (*job).clone();
+                stopped.stop = true;
+                if submit_time != 0 {
+                    stopped.submit_time = submit_time;
+                }
+                let outcome = txn.upsert_job(stopped);
+                CommandResponse::JobRegistered {
+                    version: outcome.version,
+                    job_modify_index: outcome.job_modify_index,
+                    spec_changed: outcome.spec_changed,
+                }
+            };
+            if let Some(mut eval) = eval {
+                eval.job_modify_index = txn.index();
+                txn.upsert_eval(eval)?;
+            }
+            Ok(response)
+        }
+        Command::NodeRegister(NodeRegister { node, evals }) => {
+            txn.upsert_node(node)?;
+            for eval in evals {
+                txn.upsert_eval(eval)?;
+            }
+            Ok(CommandResponse::Applied)
+        }
+        Command::NodeUpdateStatus(update) => {
+            txn.update_node_status(&update.node_id, update.status, update.updated_at)?;
+            for eval in update.evals {
+                txn.upsert_eval(eval)?;
+            }
+            Ok(CommandResponse::Applied)
+        }
+        Command::NodeUpdateEligibility(update) => {
+            txn.update_node_eligibility(&update.node_id, update.eligibility, update.updated_at)?;
+            for eval in update.evals {
+                txn.upsert_eval(eval)?;
+            }
+            Ok(CommandResponse::Applied)
+        }
+        Command::NodeDeregister(NodeDeregister { node_ids }) => {
+            txn.delete_nodes(&node_ids)?;
+            Ok(CommandResponse::Applied)
+        }
+        Command::EvalUpsert(EvalUpsert { evals }) => {
+            for eval in evals {
+                txn.upsert_eval(eval)?;
+            }
+            Ok(CommandResponse::Applied)
+        }
+        Command::EvalDelete(EvalDelete { evals, allocs }) => {
+            txn.delete_evals_and_allocs(&evals, &allocs);
+            Ok(CommandResponse::Applied)
+        }
+        Command::ApplyPlanResults(results) => {
+            for node_id in &results.ineligible_nodes {
+                txn.update_node_eligibility(
+                    node_id,
+                    SchedulingEligibility::Ineligible,
+                    results.updated_at,
+                )?;
+            }
+            if !results.eval_id.is_empty() {
+                txn.touch_eval(&results.eval_id)?;
+            }
+            let mut skipped = Vec::new();
+            for alloc in results.allocs_updated {
+                let id = alloc.id.clone();
+                if !txn.upsert_alloc(alloc)? {
+                    skipped.push(id);
+                }
+            }
+            for stop in results
+                .allocs_stopped
+                .into_iter()
+                .chain(results.allocs_preempted)
+            {
+                txn.stop_alloc(stop)?;
+            }
+            for eval in results.evals {
+                txn.upsert_eval(eval)?;
+            }
+            Ok(CommandResponse::PlanApplied { skipped })
+        }
+        Command::AllocClientUpdate(AllocClientUpdate { allocs, evals }) => {
+            let mut unknown = Vec::new();
+            for report in allocs {
+                let id = report.id.clone();
+                let applied = txn.update_alloc_from_client(ClientReport {
+                    id: report.id,
+                    client_status: report.client_status,
+                    client_description: report.client_description,
+                    task_states: report.task_states,
+                    modify_time: report.modify_time,
+                });
+                if !applied {
+                    unknown.push(id);
+                }
+            }
+            for eval in evals {
+                txn.upsert_eval(eval)?;
+            }
+            Ok(CommandResponse::AllocsUpdated { unknown })
+        }
+    }
 }

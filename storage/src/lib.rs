@@ -18,6 +18,7 @@
 //!  raft log (sled) ──entries──▶ state_machine ──fsm::apply──▶ StateStore ──▶ snapshots, watch, events
 //! ```
 
+mod codec;
 pub mod fsm;
 pub mod log_store;
 pub mod model;

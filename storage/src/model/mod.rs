@@ -1,1 +1,75 @@
-//! The domain model in Nomad's vocabulary.
+//! The domain model in Nomad's vocabulary: [`Job`], [`TaskGroup`], [`Task`], [`Node`],
+//! [`Evaluation`], [`Allocation`], [`Plan`], [`PlanResult`], plus ids, statuses and the
+//! cluster-wide settings.
+//!
+//! # One type, two encodings
+//!
+//! Each type serves both Nomad's JSON API and the bincode raft log and snapshots:
+//!
+//! - **JSON**: PascalCase names with Go's initialisms (`ID`, `JobID`, `CPU`, `MemoryMB`),
+//!   durations as integer nanoseconds, Go `time.Time` fields as RFC 3339 ([`Timestamp`]),
+//!   `Task.Config` as free-form JSON ([`ConfigValue`]). As input every field is optional:
+//!   absent takes the struct's `Default` (Nomad's defaults where they are not zero: Count 1,
+//!   Priority 50, CPU 100, MemoryMB 300), explicit `null` is the same as absent (see `de`),
+//!   unknown keys are ignored. [`Job::canonicalize`] fills the context-dependent defaults the
+//!   API applies before proposing (Name ← ID, policies by job type, …).
+//! - **bincode**: structs encode as their fields in order; enums by variant index. So no
+//!   `skip_serializing_if`, `flatten`, untagged or internally tagged enums, nothing that needs
+//!   `deserialize_any`; the null-leniency helpers and [`ConfigValue`] switch on
+//!   `is_human_readable()`. Adding a field or variant changes the bytes: the raft command enum
+//!   and the snapshot image carry their own versions (see [`crate::fsm`], [`crate::state`]).
+//!
+//! # Sharing
+//!
+//! Ids are `Arc<str>` newtypes ([`ids`]); allocations refer to their job by
+//! `(Namespace, JobID, JobVersion)` and never embed it.
+
+pub mod alloc;
+pub mod cluster;
+pub(crate) mod de;
+pub mod eval;
+pub mod ids;
+pub mod job;
+pub mod node;
+pub mod plan;
+pub mod time;
+pub mod value;
+
+pub use alloc::{
+    AllocStop, Allocation, ClientStatus, DesiredStatus, RescheduleEvent, RescheduleTracker,
+    TaskEvent, TaskState, TaskStateValue,
+};
+pub use cluster::{ClusterMeta, PreemptionConfig, SchedulerAlgorithm, SchedulerConfiguration};
+pub use eval::{AllocMetric, EvalStatus, EvalTrigger, Evaluation};
+pub use ids::{AllocId, EvalId, JobId, Namespace, NodeId};
+pub use job::{
+    Affinity, Constraint, DelayFunction, Job, JobChildrenSummary, JobStatus, JobSummary, JobType,
+    ReschedulePolicy, Resources, RestartMode, RestartPolicy, Spread, SpreadTarget, Task, TaskGroup,
+    TaskGroupSummary, DEFAULT_CPU_MHZ, DEFAULT_JOB_PRIORITY, DEFAULT_MEMORY_MB, DEFAULT_NODE_POOL,
+    DEFAULT_REGION, MAX_JOB_PRIORITY, MIN_JOB_PRIORITY,
+};
+pub use node::{
+    DrainStrategy, DriverInfo, Node, NodeCpuResources, NodeDiskResources, NodeMemoryResources,
+    NodeReservedCpuResources, NodeReservedResources, NodeResources, NodeStatus,
+    SchedulingEligibility,
+};
+pub use plan::{Plan, PlanResult};
+pub use time::Timestamp;
+pub use value::ConfigValue;
+
+/// Why a model value was refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ModelError {
+    /// Validation found problems; all of them are listed (Nomad's multi-error text).
+    #[error("{} error(s) occurred:{}", errors.len(), errors.iter().map(|e| format!("\n\t* {e}")).collect::<String>())]
+    Invalid {
+        /// One line per problem.
+        errors: Vec<String>,
+    },
+    /// A time string is not RFC 3339.
+    #[error("invalid RFC 3339 time {text:?}")]
+    InvalidTimestamp {
+        /// The offending text (truncated).
+        text: String,
+    },
+}

@@ -1,1 +1,401 @@
-//! The state store.
+//! The in-memory state store: every table the cluster replicates, on `imbl` persistent maps.
+//!
+//! ```text
+//!             apply(index, Command) ──▶ WriteTxn over a clone of the tables ──commit──┐
+//!  state machine (one writer)                                                          │
+//!             advance_index(index) ──────────────────────────────────────────────────┤
+//!                                                                                      ▼
+//!   published Arc<Tables> ◀── snapshot() (O(1))         watch<Progress> ──▶ snapshot_min_index,
+//!   events (broadcast)    ──▶ subscribe()                                   wait_tables
+//! ```
+//!
+//! - **Tables** (see [`Table`]): jobs with their kept versions, job summaries, nodes,
+//!   evaluations (indexed by job), allocations (indexed by job, node and eval), the scheduler
+//!   configuration and the cluster metadata, each with the raft index of its last change.
+//! - **Snapshots** ([`Snapshot`]) are one `Arc` clone and never see later writes.
+//! - **Waiting**: the latest applied index and per-table indexes are published through a
+//!   `tokio::sync::watch`. [`StateStore::snapshot_min_index`] and the blocking-query
+//!   primitive [`StateStore::wait_tables`] await it (no polling) with a timeout.
+//! - **Events**: [`StateStore::subscribe`] yields the ordered stream of applied changes
+//!   ([`StateEvent`]) for leader-only subsystems; publishing never blocks the writer.
+//! - **Images**: [`Snapshot::encode_image`] / [`StateStore::restore_image`] carry the whole
+//!   state (bincode, with a format version) for raft snapshots; restore replaces everything.
+//!
+//! The handle is cheap to clone and shared by readers (HTTP, workers, leader subsystems) and
+//! the one writer (the raft state machine); writes are serialized by a mutex.
+
+pub(crate) mod events;
+mod image;
+mod snapshot;
+pub(crate) mod tables;
+pub(crate) mod txn;
+
+use std::sync::{Arc, Mutex, PoisonError, RwLock};
+use std::time::Duration;
+
+use tokio::sync::{broadcast, watch};
+
+pub use events::{NodeCondition, StateChange, StateEvent, Subscription, SubscriptionError};
+pub use image::IMAGE_FORMAT_VERSION;
+pub use snapshot::Snapshot;
+pub use tables::Table;
+pub use txn::JOB_TRACKED_VERSIONS;
+
+use crate::fsm::{self, Command, CommandResponse};
+use tables::Tables;
+
+/// Settings of one server's state store (none of them affect what is replicated).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StateStoreConfig {
+    /// Events buffered for subscribers before the slowest one starts missing some.
+    pub event_buffer: usize,
+}
+
+impl Default for StateStoreConfig {
+    fn default() -> Self {
+        Self {
+            event_buffer: 16 * 1024,
+        }
+    }
+}
+
+impl StateStoreConfig {
+    /// Checks the settings.
+    pub fn validate(&self) -> Result<(), StateError> {
+        if self.event_buffer == 0 || self.event_buffer > 1 << 24 {
+            return Err(StateError::Config(format!(
+                "event_buffer must be within 1..={}, not {}",
+                1 << 24,
+                self.event_buffer
+            )));
+        }
+        Ok(())
+    }
+}
+
+/// Errors of the state store.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum StateError {
+    /// The applied index did not reach the wanted one in time (Nomad's
+    /// `ErrMinIndexDeadlineExceeded`).
+    #[error("timed out after {timeout:?} waiting for index={index} (latest {latest})")]
+    MinIndexTimeout {
+        /// The index waited for.
+        index: u64,
+        /// The latest applied index when the wait gave up.
+        latest: u64,
+        /// How long it waited.
+        timeout: Duration,
+    },
+    /// The store was closed (the server is shutting down).
+    #[error("the state store is closed")]
+    Closed,
+    /// The bytes are not a state image.
+    #[error("not a state image (bad magic bytes)")]
+    ImageMagic,
+    /// The image was written by a format this build does not read.
+    #[error("state image format version {found} is not supported (this build reads {supported})")]
+    ImageVersion {
+        /// The image's version.
+        found: u32,
+        /// The version this build reads.
+        supported: u32,
+    },
+    /// Encoding an image failed.
+    #[error("state image could not be encoded: {0}")]
+    ImageEncode(String),
+    /// The image is malformed, truncated or inconsistent.
+    #[error("state image is corrupt: {0}")]
+    ImageDecode(String),
+    /// A setting is out of range.
+    #[error("invalid state store config: {0}")]
+    Config(String),
+}
+
+/// What waiters watch: the applied index and each table's index.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Progress {
+    index: u64,
+    tables: [u64; Table::COUNT],
+    closed: bool,
+}
+
+/// What readers take: the latest tables and the event channel, swapped together so a
+/// subscriber can start exactly at a snapshot.
+struct Published {
+    tables: Arc<Tables>,
+    events: Option<broadcast::Sender<StateEvent>>,
+}
+
+/// The writer's side.
+struct Writer {
+    tables: Tables,
+    next_seq: u64,
+}
+
+struct Inner {
+    writer: Mutex<Writer>,
+    published: RwLock<Published>,
+    progress: watch::Sender<Progress>,
+}
+
+/// The state store handle: clone it freely.
+#[derive(Clone)]
+pub struct StateStore {
+    inner: Arc<Inner>,
+}
+
+impl std::fmt::Debug for StateStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("StateStore")
+            .field("latest_index", &self.latest_index())
+            .finish()
+    }
+}
+
+impl Default for StateStore {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl StateStore {
+    /// An empty store at index 0 with the default settings.
+    pub fn new() -> Self {
+        Self::build(&StateStoreConfig::default())
+    }
+
+    /// An empty store at index 0.
+    pub fn with_config(config: &StateStoreConfig) -> Result<Self, StateError> {
+        config.validate()?;
+        Ok(Self::build(config))
+    }
+
+    fn build(config: &StateStoreConfig) -> Self {
+        let (events, _) = broadcast::channel(config.event_buffer);
+        let tables = Tables::default();
+        let (progress, _) = watch::channel(Progress {
+            index: 0,
+            tables: tables.table_index,
+            closed: false,
+        });
+        Self {
+            inner: Arc::new(Inner {
+                published: RwLock::new(Published {
+                    tables: Arc::new(tables.clone()),
+                    events: Some(events),
+                }),
+                writer: Mutex::new(Writer {
+                    tables,
+                    next_seq: 1,
+                }),
+                progress,
+            }),
+        }
+    }
+
+    /// Applies one normal raft entry's command at `index` (a [`Command::Batch`] in order)
+    /// and publishes the result. The single entry point of the state machine.
+    pub fn apply(&self, index: u64, command: Command) -> CommandResponse {
+        let mut writer = self.lock_writer();
+        let mut changes = Vec::new();
+        let response = fsm::apply(&mut writer.tables, index, command, &mut changes);
+        writer.tables.index = index;
+        self.publish(&mut writer, index, changes);
+        response
+    }
+
+    /// Moves the applied index without changing a table (blank and membership entries), so
+    /// waiters on that index wake.
+    pub fn advance_index(&self, index: u64) {
+        let mut writer = self.lock_writer();
+        writer.tables.index = index;
+        self.publish(&mut writer, index, Vec::new());
+    }
+
+    /// A consistent, read-only view of the latest applied state (O(1)).
+    pub fn snapshot(&self) -> Snapshot {
+        Snapshot::new(self.read_published().tables.clone())
+    }
+
+    /// The raft index of the last applied entry.
+    pub fn latest_index(&self) -> u64 {
+        self.inner.progress.borrow().index
+    }
+
+    /// A snapshot at or after `index`: at once if the store is there, else as soon as it
+    /// gets there. Fails with [`StateError::MinIndexTimeout`] after `timeout`, or
+    /// [`StateError::Closed`] if the store closes first.
+    pub async fn snapshot_min_index(
+        &self,
+        index: u64,
+        timeout: Duration,
+    ) -> Result<Snapshot, StateError> {
+        let mut rx = self.inner.progress.subscribe();
+        let waited = tokio::time::timeout(timeout, async {
+            rx.wait_for(|p| p.index >= index || p.closed)
+                .await
+                .map(|p| p.closed)
+        })
+        .await;
+        match waited {
+            Err(_) => Err(StateError::MinIndexTimeout {
+                index,
+                latest: self.latest_index(),
+                timeout,
+            }),
+            Ok(Err(_)) | Ok(Ok(true)) => Err(StateError::Closed),
+            Ok(Ok(false)) => Ok(self.snapshot()),
+        }
+    }
+
+    /// The blocking-query primitive: waits until any of `tables` changed after
+    /// `min_index` (Nomad's `?index=N`), or until `timeout`. Returns the snapshot to answer
+    /// from either way; [`BlockingResult::timed_out`] says which. `min_index` 0 returns at
+    /// once. Fails only if the store closes.
+    pub async fn wait_tables(
+        &self,
+        tables: &[Table],
+        min_index: u64,
+        timeout: Duration,
+    ) -> Result<BlockingResult, StateError> {
+        let passed = |p: &Progress| tables.iter().any(|t| p.tables[t.slot()] > min_index);
+        let mut rx = self.inner.progress.subscribe();
+        let timed_out = if min_index == 0 {
+            false
+        } else {
+            let waited = tokio::time::timeout(timeout, async {
+                rx.wait_for(|p| passed(p) || p.closed)
+                    .await
+                    .map(|p| p.closed)
+            })
+            .await;
+            match waited {
+                Err(_) => true,
+                Ok(Err(_)) | Ok(Ok(true)) => return Err(StateError::Closed),
+                Ok(Ok(false)) => false,
+            }
+        };
+        let snapshot = self.snapshot();
+        let index = snapshot.max_index(tables);
+        Ok(BlockingResult {
+            snapshot,
+            index,
+            timed_out,
+        })
+    }
+
+    /// Subscribes to the change stream from now on.
+    pub fn subscribe(&self) -> Subscription {
+        self.subscribe_with_snapshot().1
+    }
+
+    /// A snapshot and a subscription that start together: the subscription yields exactly
+    /// the changes applied after the snapshot's index.
+    pub fn subscribe_with_snapshot(&self) -> (Snapshot, Subscription) {
+        let published = self.read_published();
+        let rx = match &published.events {
+            Some(tx) => tx.subscribe(),
+            None => {
+                // Closed: hand out a subscription whose first `recv` reports it.
+                let (tx, rx) = broadcast::channel(1);
+                drop(tx);
+                rx
+            }
+        };
+        (
+            Snapshot::new(published.tables.clone()),
+            Subscription::new(rx),
+        )
+    }
+
+    /// Replaces the whole state with a decoded image (a raft snapshot) and publishes it:
+    /// the index becomes the image's, waiters wake, subscribers get
+    /// [`StateChange::Restored`]. Returns the image's index.
+    pub fn restore_image(&self, image: &[u8]) -> Result<u64, StateError> {
+        let tables = image::decode(image)?;
+        let index = tables.index;
+        let mut writer = self.lock_writer();
+        writer.tables = tables;
+        self.publish(&mut writer, index, vec![StateChange::Restored]);
+        tracing::info!(index, "state restored from a snapshot image");
+        Ok(index)
+    }
+
+    /// Closes the store: waiters fail with [`StateError::Closed`], subscribers get
+    /// [`SubscriptionError::Closed`]. Reads keep working.
+    pub fn close(&self) {
+        let mut published = self
+            .inner
+            .published
+            .write()
+            .unwrap_or_else(PoisonError::into_inner);
+        published.events = None;
+        drop(published);
+        self.inner.progress.send_modify(|p| p.closed = true);
+    }
+
+    fn lock_writer(&self) -> std::sync::MutexGuard<'_, Writer> {
+        // A panic while applying leaves the committed tables intact (writes happen on a
+        // transaction copy), so a poisoned lock is safe to take over.
+        self.inner
+            .writer
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn read_published(&self) -> std::sync::RwLockReadGuard<'_, Published> {
+        self.inner
+            .published
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn publish(&self, writer: &mut Writer, index: u64, changes: Vec<StateChange>) {
+        let tables = Arc::new(writer.tables.clone());
+        let table_index = tables.table_index;
+        {
+            let mut published = self
+                .inner
+                .published
+                .write()
+                .unwrap_or_else(PoisonError::into_inner);
+            published.tables = tables;
+            for change in changes {
+                let event = StateEvent {
+                    seq: writer.next_seq,
+                    index,
+                    change,
+                };
+                writer.next_seq += 1;
+                if let Some(tx) = &published.events {
+                    // No subscribers is fine; a full buffer drops the oldest for laggards.
+                    let _ = tx.send(event);
+                }
+            }
+        }
+        self.inner.progress.send_modify(|p| {
+            p.index = index;
+            p.tables = table_index;
+        });
+    }
+}
+
+impl Snapshot {
+    /// Encodes the whole state as an image (bincode, with a format-version header) for a
+    /// raft snapshot. CPU-heavy for large states: call it off the async threads.
+    pub fn encode_image(&self) -> Result<Vec<u8>, StateError> {
+        image::encode(&self.tables)
+    }
+}
+
+/// What [`StateStore::wait_tables`] found.
+#[derive(Debug, Clone)]
+pub struct BlockingResult {
+    /// The state to answer from.
+    pub snapshot: Snapshot,
+    /// The highest index of the waited tables in that state (`X-Nomad-Index`).
+    pub index: u64,
+    /// True when the wait ended by timeout (the data may be unchanged; legal in Nomad).
+    pub timed_out: bool,
+}

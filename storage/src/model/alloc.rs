@@ -1,0 +1,311 @@
+//! Allocations: one placed copy of a task group on a node.
+//!
+//! An [`Allocation`] does **not** embed its job (Nomad's does). It names the job by
+//! `(Namespace, JobID, JobVersion)` and the state store resolves that through its job-versions
+//! table ([`Snapshot::alloc_job`](crate::state::Snapshot::alloc_job)), so a million
+//! allocations share a handful of job specs in memory and in snapshot images.
+//!
+//! The servers own `DesiredStatus` (what should happen); the client owns `ClientStatus` and
+//! `TaskStates` (what did happen).
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+use crate::model::de;
+use crate::model::ids::{AllocId, EvalId, JobId, Namespace, NodeId};
+use crate::model::job::Resources;
+use crate::model::time::Timestamp;
+
+/// What the servers want an allocation to do.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
+pub enum DesiredStatus {
+    /// Run it.
+    #[default]
+    #[serde(rename = "run")]
+    Run,
+    /// Stop it (job stopped, scaled down, replaced).
+    #[serde(rename = "stop")]
+    Stop,
+    /// Stop it to make room (preemption, drain).
+    #[serde(rename = "evict")]
+    Evict,
+}
+
+/// What the client reports about an allocation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
+pub enum ClientStatus {
+    /// Placed, not running yet.
+    #[default]
+    #[serde(rename = "pending")]
+    Pending,
+    /// Running.
+    #[serde(rename = "running")]
+    Running,
+    /// Finished successfully.
+    #[serde(rename = "complete")]
+    Complete,
+    /// Finished unsuccessfully.
+    #[serde(rename = "failed")]
+    Failed,
+    /// Its node went down (set by the servers).
+    #[serde(rename = "lost")]
+    Lost,
+    /// Its node is disconnected (set by the servers).
+    #[serde(rename = "unknown")]
+    Unknown,
+}
+
+impl ClientStatus {
+    /// Nomad's name for the status.
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            ClientStatus::Pending => "pending",
+            ClientStatus::Running => "running",
+            ClientStatus::Complete => "complete",
+            ClientStatus::Failed => "failed",
+            ClientStatus::Lost => "lost",
+            ClientStatus::Unknown => "unknown",
+        }
+    }
+
+    /// Complete, failed and lost allocations will not run again.
+    pub fn is_terminal(&self) -> bool {
+        matches!(
+            self,
+            ClientStatus::Complete | ClientStatus::Failed | ClientStatus::Lost
+        )
+    }
+}
+
+/// A task's state within an allocation (`pending`, `running`, `dead`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
+pub enum TaskStateValue {
+    /// Not started yet.
+    #[default]
+    #[serde(rename = "pending")]
+    Pending,
+    /// Running.
+    #[serde(rename = "running")]
+    Running,
+    /// Exited for good.
+    #[serde(rename = "dead")]
+    Dead,
+}
+
+/// Something that happened to a task, as the client reports it.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "PascalCase", default)]
+pub struct TaskEvent {
+    /// `Received`, `Started`, `Terminated`, `Restarting`, `Killed`, `Driver Failure`, …
+    #[serde(rename = "Type", deserialize_with = "de::nullable")]
+    pub event_type: String,
+    /// When, Unix nanoseconds.
+    #[serde(deserialize_with = "de::nullable")]
+    pub time: i64,
+    /// Free-form message.
+    #[serde(deserialize_with = "de::nullable")]
+    pub message: String,
+    /// Message for display.
+    #[serde(deserialize_with = "de::nullable")]
+    pub display_message: String,
+    /// Structured details.
+    #[serde(deserialize_with = "de::nullable")]
+    pub details: BTreeMap<String, String>,
+    /// This event fails the task.
+    #[serde(deserialize_with = "de::nullable")]
+    pub fails_task: bool,
+    /// Exit code, for `Terminated`.
+    #[serde(deserialize_with = "de::nullable")]
+    pub exit_code: i64,
+    /// Signal, for `Terminated`.
+    #[serde(deserialize_with = "de::nullable")]
+    pub signal: i64,
+    /// Driver error text.
+    #[serde(deserialize_with = "de::nullable")]
+    pub driver_error: String,
+    /// Kill timeout used, in nanoseconds.
+    #[serde(deserialize_with = "de::nullable")]
+    pub kill_timeout: u64,
+    /// Kill error text.
+    #[serde(deserialize_with = "de::nullable")]
+    pub kill_error: String,
+    /// Why a restart happens.
+    #[serde(deserialize_with = "de::nullable")]
+    pub restart_reason: String,
+    /// Setup error text.
+    #[serde(deserialize_with = "de::nullable")]
+    pub setup_error: String,
+}
+
+/// A task's state as reported by the client.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "PascalCase", default)]
+pub struct TaskState {
+    /// Pending, running or dead.
+    #[serde(deserialize_with = "de::nullable")]
+    pub state: TaskStateValue,
+    /// The task failed.
+    #[serde(deserialize_with = "de::nullable")]
+    pub failed: bool,
+    /// Restarts so far.
+    #[serde(deserialize_with = "de::nullable")]
+    pub restarts: u64,
+    /// Last restart.
+    #[serde(deserialize_with = "de::nullable")]
+    pub last_restart: Timestamp,
+    /// Start time.
+    #[serde(deserialize_with = "de::nullable")]
+    pub started_at: Timestamp,
+    /// Finish time.
+    #[serde(deserialize_with = "de::nullable")]
+    pub finished_at: Timestamp,
+    /// Recent events, oldest first.
+    #[serde(deserialize_with = "de::nullable")]
+    pub events: Vec<TaskEvent>,
+}
+
+/// One earlier reschedule of the allocation chain.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "PascalCase", default)]
+pub struct RescheduleEvent {
+    /// When, Unix nanoseconds.
+    #[serde(deserialize_with = "de::nullable")]
+    pub reschedule_time: i64,
+    /// The allocation that was replaced.
+    #[serde(rename = "PrevAllocID", deserialize_with = "de::nullable")]
+    pub prev_alloc_id: AllocId,
+    /// Its node.
+    #[serde(rename = "PrevNodeID", deserialize_with = "de::nullable")]
+    pub prev_node_id: NodeId,
+    /// The delay applied, in nanoseconds.
+    #[serde(deserialize_with = "de::nullable")]
+    pub delay: u64,
+}
+
+/// The reschedule history the scheduler consults against the policy.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "PascalCase", default)]
+pub struct RescheduleTracker {
+    /// Earlier reschedules, oldest first.
+    #[serde(deserialize_with = "de::nullable")]
+    pub events: Vec<RescheduleEvent>,
+}
+
+/// One placed copy of a task group.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "PascalCase", default)]
+pub struct Allocation {
+    /// UUID chosen by the scheduler.
+    #[serde(rename = "ID", deserialize_with = "de::nullable")]
+    pub id: AllocId,
+    /// The job's namespace.
+    #[serde(deserialize_with = "de::nullable")]
+    pub namespace: Namespace,
+    /// The evaluation that placed (or last updated) it.
+    #[serde(rename = "EvalID", deserialize_with = "de::nullable")]
+    pub eval_id: EvalId,
+    /// `<job>.<group>[<index>]`.
+    #[serde(deserialize_with = "de::nullable")]
+    pub name: String,
+    /// Where it runs.
+    #[serde(rename = "NodeID", deserialize_with = "de::nullable")]
+    pub node_id: NodeId,
+    /// The job it belongs to.
+    #[serde(rename = "JobID", deserialize_with = "de::nullable")]
+    pub job_id: JobId,
+    /// The job version it runs (resolve the spec through the state's job versions).
+    #[serde(deserialize_with = "de::nullable")]
+    pub job_version: u64,
+    /// The task group it is a copy of.
+    #[serde(deserialize_with = "de::nullable")]
+    pub task_group: String,
+    /// What it takes from its node (the sum of its tasks).
+    #[serde(deserialize_with = "de::nullable")]
+    pub resources: Resources,
+    /// What the servers want.
+    #[serde(deserialize_with = "de::nullable")]
+    pub desired_status: DesiredStatus,
+    /// Why the servers want it.
+    #[serde(deserialize_with = "de::nullable")]
+    pub desired_description: String,
+    /// What the client reports.
+    #[serde(deserialize_with = "de::nullable")]
+    pub client_status: ClientStatus,
+    /// The client's explanation.
+    #[serde(deserialize_with = "de::nullable")]
+    pub client_description: String,
+    /// Per task state, reported by the client.
+    #[serde(deserialize_with = "de::nullable")]
+    pub task_states: BTreeMap<String, TaskState>,
+    /// The allocation this one replaces.
+    #[serde(deserialize_with = "de::nullable")]
+    pub previous_allocation: AllocId,
+    /// The allocation that replaced this one (set by the state store).
+    #[serde(deserialize_with = "de::nullable")]
+    pub next_allocation: AllocId,
+    /// A follow-up evaluation that will reschedule it later.
+    #[serde(rename = "FollowupEvalID", deserialize_with = "de::nullable")]
+    pub followup_eval_id: EvalId,
+    /// Earlier reschedules of this chain.
+    pub reschedule_tracker: Option<RescheduleTracker>,
+    /// Raft index of creation (server-set).
+    #[serde(deserialize_with = "de::nullable")]
+    pub create_index: u64,
+    /// Raft index of the last change of any kind (server-set).
+    #[serde(deserialize_with = "de::nullable")]
+    pub modify_index: u64,
+    /// Raft index of the last server-side change (server-set).
+    #[serde(deserialize_with = "de::nullable")]
+    pub alloc_modify_index: u64,
+    /// Creation time, Unix nanoseconds (chosen by the proposer).
+    #[serde(deserialize_with = "de::nullable")]
+    pub create_time: i64,
+    /// Last change time, Unix nanoseconds (chosen by the proposer).
+    #[serde(deserialize_with = "de::nullable")]
+    pub modify_time: i64,
+}
+
+impl Allocation {
+    /// Nomad's `TerminalStatus`: the servers want it stopped, or the client says it is done.
+    pub fn terminal_status(&self) -> bool {
+        self.server_terminal_status() || self.client_terminal_status()
+    }
+
+    /// Desired status stop or evict.
+    pub fn server_terminal_status(&self) -> bool {
+        matches!(
+            self.desired_status,
+            DesiredStatus::Stop | DesiredStatus::Evict
+        )
+    }
+
+    /// Client status complete, failed or lost.
+    pub fn client_terminal_status(&self) -> bool {
+        self.client_status.is_terminal()
+    }
+}
+
+/// A server-side stop of an existing allocation, as carried by plans and plan results (Nomad
+/// normalises stopped allocations to such diffs so plans stay small).
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "PascalCase", default)]
+pub struct AllocStop {
+    /// The allocation.
+    #[serde(rename = "ID", deserialize_with = "de::nullable")]
+    pub id: AllocId,
+    /// `stop` or `evict` (a `run` here is treated as `stop`).
+    #[serde(deserialize_with = "de::nullable")]
+    pub desired_status: DesiredStatus,
+    /// Why.
+    #[serde(deserialize_with = "de::nullable")]
+    pub desired_description: String,
+    /// `lost` or `unknown` when the servers mark it so (node down or disconnected).
+    pub client_status: Option<ClientStatus>,
+    /// A follow-up evaluation that will reschedule it.
+    #[serde(rename = "FollowupEvalID", deserialize_with = "de::nullable")]
+    pub followup_eval_id: EvalId,
+    /// When, Unix nanoseconds (chosen by the proposer).
+    #[serde(deserialize_with = "de::nullable")]
+    pub modify_time: i64,
+}

@@ -1,0 +1,86 @@
+//! Cluster-wide settings kept in raft: the scheduler configuration operators change at run
+//! time, and the cluster's identity written once by the first leader.
+
+use serde::{Deserialize, Serialize};
+
+use crate::model::de;
+
+/// How the scheduler ranks nodes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
+pub enum SchedulerAlgorithm {
+    /// Fill nodes before using new ones.
+    #[default]
+    #[serde(rename = "binpack")]
+    Binpack,
+    /// Spread load over nodes.
+    #[serde(rename = "spread")]
+    Spread,
+}
+
+/// Which schedulers may preempt lower-priority allocations.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "PascalCase", default)]
+pub struct PreemptionConfig {
+    /// System jobs may preempt (Nomad default: on).
+    #[serde(deserialize_with = "de::nullable")]
+    pub system_scheduler_enabled: bool,
+    /// Sysbatch jobs may preempt.
+    #[serde(deserialize_with = "de::nullable")]
+    pub sys_batch_scheduler_enabled: bool,
+    /// Batch jobs may preempt.
+    #[serde(deserialize_with = "de::nullable")]
+    pub batch_scheduler_enabled: bool,
+    /// Service jobs may preempt.
+    #[serde(deserialize_with = "de::nullable")]
+    pub service_scheduler_enabled: bool,
+}
+
+impl Default for PreemptionConfig {
+    fn default() -> Self {
+        Self {
+            system_scheduler_enabled: true,
+            sys_batch_scheduler_enabled: false,
+            batch_scheduler_enabled: false,
+            service_scheduler_enabled: false,
+        }
+    }
+}
+
+/// The operator-tunable scheduler configuration (`/v1/operator/scheduler/configuration`).
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "PascalCase", default)]
+pub struct SchedulerConfiguration {
+    /// Node ranking.
+    #[serde(deserialize_with = "de::nullable")]
+    pub scheduler_algorithm: SchedulerAlgorithm,
+    /// Preemption per scheduler type.
+    #[serde(deserialize_with = "de::nullable")]
+    pub preemption_config: PreemptionConfig,
+    /// Allow tasks to use more memory than reserved.
+    #[serde(deserialize_with = "de::nullable")]
+    pub memory_oversubscription_enabled: bool,
+    /// Refuse job registrations (maintenance).
+    #[serde(deserialize_with = "de::nullable")]
+    pub reject_job_registration: bool,
+    /// Keep the eval broker disabled even on the leader.
+    #[serde(deserialize_with = "de::nullable")]
+    pub pause_eval_broker: bool,
+    /// Raft index of creation (server-set).
+    #[serde(deserialize_with = "de::nullable")]
+    pub create_index: u64,
+    /// Raft index of the last change (server-set); the CAS update compares it.
+    #[serde(deserialize_with = "de::nullable")]
+    pub modify_index: u64,
+}
+
+/// The cluster's identity, written once by the first leader.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "PascalCase", default)]
+pub struct ClusterMeta {
+    /// A UUID chosen by the first leader.
+    #[serde(rename = "ClusterID", deserialize_with = "de::nullable")]
+    pub cluster_id: String,
+    /// When the cluster was created, Unix nanoseconds.
+    #[serde(deserialize_with = "de::nullable")]
+    pub create_time: i64,
+}

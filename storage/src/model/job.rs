@@ -1,0 +1,950 @@
+//! Jobs: what a user asks to run. A [`Job`] holds [`TaskGroup`]s; a group is the unit of
+//! placement (`Count` copies, each one [`Allocation`](crate::model::Allocation)) and holds
+//! [`Task`]s that run together on one node.
+//!
+//! Input leniency follows Nomad's API (every field optional, `null` ≡ absent, unknown keys
+//! ignored); [`Job::canonicalize`] then fills Nomad's defaults and [`Job::validate`] reports
+//! every problem at once. The server-set fields (`Status`, `Version`, the indexes) are written
+//! by the state store when the job is registered.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use serde::{Deserialize, Serialize};
+
+use crate::model::de;
+use crate::model::ids::{JobId, Namespace};
+use crate::model::value::{ConfigValue, MAX_CONFIG_DEPTH};
+use crate::model::ModelError;
+
+/// Nomad's default job priority.
+pub const DEFAULT_JOB_PRIORITY: u32 = 50;
+/// The lowest valid job priority.
+pub const MIN_JOB_PRIORITY: u32 = 1;
+/// The highest valid job priority.
+pub const MAX_JOB_PRIORITY: u32 = 100;
+/// Nomad's default task CPU, in MHz.
+pub const DEFAULT_CPU_MHZ: u64 = 100;
+/// Nomad's default task memory, in MB.
+pub const DEFAULT_MEMORY_MB: u64 = 300;
+/// Nomad's smallest accepted task memory, in MB.
+pub const MIN_MEMORY_MB: u64 = 10;
+/// Nomad's default region.
+pub const DEFAULT_REGION: &str = "global";
+/// Nomad's default node pool.
+pub const DEFAULT_NODE_POOL: &str = "default";
+
+const NANOS_PER_SEC: u64 = 1_000_000_000;
+
+/// Which scheduler handles a job (`Type`).
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Default, Serialize, Deserialize,
+)]
+pub enum JobType {
+    /// Long-running services, rescheduled forever by default.
+    #[default]
+    #[serde(rename = "service")]
+    Service,
+    /// Run-to-completion work.
+    #[serde(rename = "batch")]
+    Batch,
+    /// One allocation on every eligible node, long-running.
+    #[serde(rename = "system")]
+    System,
+    /// One allocation on every eligible node, run to completion.
+    #[serde(rename = "sysbatch")]
+    SysBatch,
+    /// The servers' own maintenance (garbage collection) evaluations.
+    #[serde(rename = "_core")]
+    Core,
+}
+
+impl JobType {
+    /// Nomad's name for the type.
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            JobType::Service => "service",
+            JobType::Batch => "batch",
+            JobType::System => "system",
+            JobType::SysBatch => "sysbatch",
+            JobType::Core => "_core",
+        }
+    }
+}
+
+/// A job's derived status (`Status`), computed by the state store as Nomad does.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
+pub enum JobStatus {
+    /// Registered, nothing placed yet (or only evaluations outstanding).
+    #[default]
+    #[serde(rename = "pending")]
+    Pending,
+    /// At least one non-terminal allocation exists.
+    #[serde(rename = "running")]
+    Running,
+    /// Stopped, or everything it ran is terminal.
+    #[serde(rename = "dead")]
+    Dead,
+}
+
+/// A placement requirement on node attributes (`${attr.kernel.name} = linux`).
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "PascalCase", default)]
+pub struct Constraint {
+    /// Left-hand side: usually an interpolation such as `${attr.kernel.name}`.
+    #[serde(deserialize_with = "de::nullable")]
+    pub l_target: String,
+    /// Right-hand side: a literal or interpolation.
+    #[serde(deserialize_with = "de::nullable")]
+    pub r_target: String,
+    /// `=`, `!=`, `<`, `regexp`, `distinct_hosts`, … (defaults to `=`).
+    #[serde(deserialize_with = "de::nullable")]
+    pub operand: String,
+}
+
+/// Operands every [`Constraint`] may use.
+const CONSTRAINT_OPERANDS: &[&str] = &[
+    "=",
+    "==",
+    "is",
+    "!=",
+    "not",
+    "<",
+    "<=",
+    ">",
+    ">=",
+    "regexp",
+    "version",
+    "semver",
+    "set_contains",
+    "set_contains_all",
+    "set_contains_any",
+    "is_set",
+    "is_not_set",
+    "distinct_hosts",
+    "distinct_property",
+];
+
+impl Constraint {
+    /// A constraint `l_target operand r_target`.
+    pub fn new(l_target: &str, operand: &str, r_target: &str) -> Self {
+        Self {
+            l_target: l_target.to_owned(),
+            r_target: r_target.to_owned(),
+            operand: operand.to_owned(),
+        }
+    }
+
+    fn canonicalize(&mut self) {
+        if self.operand.is_empty() {
+            self.operand = "=".to_owned();
+        }
+    }
+
+    /// True when a target refers to a node-unique attribute, so computed node classes cannot
+    /// stand for it (Nomad calls such constraints "escaped").
+    pub fn escapes_computed_class(&self) -> bool {
+        target_escapes(&self.l_target) || target_escapes(&self.r_target)
+    }
+
+    fn validate(&self, at: &str, errors: &mut Vec<String>) {
+        let op = self.operand.as_str();
+        if op.is_empty() {
+            errors.push(format!("{at}: missing constraint operand"));
+            return;
+        }
+        if !CONSTRAINT_OPERANDS.contains(&op) {
+            errors.push(format!("{at}: unknown constraint type {op:?}"));
+            return;
+        }
+        match op {
+            "=" | "==" | "is" | "!=" | "not" | "<" | "<=" | ">" | ">=" | "set_contains"
+            | "set_contains_all" | "set_contains_any" | "regexp" | "version" | "semver"
+                if self.r_target.is_empty() =>
+            {
+                errors.push(format!("{at}: operator {op:?} requires an RTarget"));
+            }
+            "is_set" | "is_not_set" if !self.r_target.is_empty() => {
+                errors.push(format!("{at}: operator {op:?} does not support an RTarget"));
+            }
+            "distinct_property" if !self.r_target.is_empty() => {
+                match self.r_target.parse::<u64>() {
+                    Ok(n) if n >= 1 => {}
+                    _ => errors.push(format!(
+                        "{at}: distinct_property count {:?} must be an integer of 1 or more",
+                        self.r_target
+                    )),
+                }
+            }
+            _ => {}
+        }
+        if op != "distinct_hosts" && self.l_target.is_empty() {
+            errors.push(format!(
+                "{at}: no attribute provided but is required by operator {op:?}"
+            ));
+        }
+    }
+}
+
+fn target_escapes(target: &str) -> bool {
+    [
+        "${unique.",
+        "${node.unique.",
+        "${attr.unique.",
+        "${meta.unique.",
+    ]
+    .iter()
+    .any(|p| target.starts_with(p))
+}
+
+/// A placement preference: nodes matching gain (or lose) `Weight` in ranking.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "PascalCase", default)]
+pub struct Affinity {
+    /// Left-hand side, as in [`Constraint`].
+    #[serde(deserialize_with = "de::nullable")]
+    pub l_target: String,
+    /// Right-hand side, as in [`Constraint`].
+    #[serde(deserialize_with = "de::nullable")]
+    pub r_target: String,
+    /// Comparison, as in [`Constraint`] (no distinct_* or is_set operands).
+    #[serde(deserialize_with = "de::nullable")]
+    pub operand: String,
+    /// −100…100, not 0; Nomad's default is 50.
+    #[serde(deserialize_with = "de::nullable")]
+    pub weight: i32,
+}
+
+/// Spreads allocations over the values of a node attribute.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "PascalCase", default)]
+pub struct Spread {
+    /// The node attribute whose values are spread over, e.g. `${node.datacenter}`.
+    #[serde(deserialize_with = "de::nullable")]
+    pub attribute: String,
+    /// 0…100 (Nomad's default 50).
+    #[serde(deserialize_with = "de::nullable")]
+    pub weight: i32,
+    /// Desired percentages per value; unlisted values share the rest.
+    #[serde(deserialize_with = "de::nullable")]
+    pub spread_target: Vec<SpreadTarget>,
+}
+
+/// One value's share of a [`Spread`].
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "PascalCase", default)]
+pub struct SpreadTarget {
+    /// The attribute value.
+    #[serde(deserialize_with = "de::nullable")]
+    pub value: String,
+    /// Its share, in percent.
+    #[serde(deserialize_with = "de::nullable")]
+    pub percent: u32,
+}
+
+/// What the client does when a task exits: `fail` the allocation, or `delay` and retry.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub enum RestartMode {
+    /// Give up once the attempts in the interval are used.
+    #[default]
+    #[serde(rename = "fail")]
+    Fail,
+    /// Wait for the next interval and keep trying.
+    #[serde(rename = "delay")]
+    Delay,
+}
+
+/// Restarts on the same node (client side). Fields are optional as in Nomad's API so a
+/// partial policy merges over the job type's default in [`Job::canonicalize`]; after that,
+/// all are set.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "PascalCase", default)]
+pub struct RestartPolicy {
+    /// Restarts allowed within `Interval`.
+    pub attempts: Option<u32>,
+    /// Window for `Attempts`, in nanoseconds.
+    pub interval: Option<u64>,
+    /// Wait before a restart, in nanoseconds.
+    pub delay: Option<u64>,
+    /// What happens once attempts are exhausted.
+    pub mode: Option<RestartMode>,
+}
+
+impl RestartPolicy {
+    /// Nomad's default for a job type (service/system: 2 in 30 min; else 3 in 24 h).
+    pub fn default_for(job_type: JobType) -> Self {
+        let (attempts, interval) = match job_type {
+            JobType::Service | JobType::System => (2, 30 * 60 * NANOS_PER_SEC),
+            _ => (3, 24 * 3600 * NANOS_PER_SEC),
+        };
+        Self {
+            attempts: Some(attempts),
+            interval: Some(interval),
+            delay: Some(15 * NANOS_PER_SEC),
+            mode: Some(RestartMode::Fail),
+        }
+    }
+
+    fn merged_over(self, mut base: Self) -> Self {
+        base.attempts = self.attempts.or(base.attempts);
+        base.interval = self.interval.or(base.interval);
+        base.delay = self.delay.or(base.delay);
+        base.mode = self.mode.or(base.mode);
+        base
+    }
+}
+
+/// How the delay between reschedules grows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub enum DelayFunction {
+    /// The same delay every time.
+    #[default]
+    #[serde(rename = "constant")]
+    Constant,
+    /// Doubling, up to `MaxDelay`.
+    #[serde(rename = "exponential")]
+    Exponential,
+    /// Fibonacci growth, up to `MaxDelay`.
+    #[serde(rename = "fibonacci")]
+    Fibonacci,
+}
+
+/// Replacement of failed allocations on other nodes (server side). Optional fields as in
+/// [`RestartPolicy`]; system and sysbatch jobs have none.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "PascalCase", default)]
+pub struct ReschedulePolicy {
+    /// Reschedules allowed within `Interval` (ignored when `Unlimited`).
+    pub attempts: Option<u32>,
+    /// Window for `Attempts`, in nanoseconds.
+    pub interval: Option<u64>,
+    /// First delay, in nanoseconds.
+    pub delay: Option<u64>,
+    /// Growth of the delay.
+    pub delay_function: Option<DelayFunction>,
+    /// Cap on the delay, in nanoseconds.
+    pub max_delay: Option<u64>,
+    /// Reschedule forever.
+    pub unlimited: Option<bool>,
+}
+
+impl ReschedulePolicy {
+    /// Nomad's default for a job type; `None` for system and sysbatch (they never reschedule).
+    pub fn default_for(job_type: JobType) -> Option<Self> {
+        match job_type {
+            JobType::Service => Some(Self {
+                attempts: Some(0),
+                interval: Some(0),
+                delay: Some(30 * NANOS_PER_SEC),
+                delay_function: Some(DelayFunction::Exponential),
+                max_delay: Some(3600 * NANOS_PER_SEC),
+                unlimited: Some(true),
+            }),
+            JobType::Batch => Some(Self {
+                attempts: Some(1),
+                interval: Some(24 * 3600 * NANOS_PER_SEC),
+                delay: Some(5 * NANOS_PER_SEC),
+                delay_function: Some(DelayFunction::Constant),
+                max_delay: Some(0),
+                unlimited: Some(false),
+            }),
+            JobType::System | JobType::SysBatch | JobType::Core => None,
+        }
+    }
+
+    fn merged_over(self, mut base: Self) -> Self {
+        base.attempts = self.attempts.or(base.attempts);
+        base.interval = self.interval.or(base.interval);
+        base.delay = self.delay.or(base.delay);
+        base.delay_function = self.delay_function.or(base.delay_function);
+        base.max_delay = self.max_delay.or(base.max_delay);
+        base.unlimited = self.unlimited.or(base.unlimited);
+        base
+    }
+}
+
+/// Compute a task asks for. Absent fields take Nomad's defaults at decode time.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "PascalCase", default)]
+pub struct Resources {
+    /// CPU in MHz (default 100).
+    #[serde(rename = "CPU", deserialize_with = "de::cpu")]
+    pub cpu: u64,
+    /// Memory in MB (default 300).
+    #[serde(rename = "MemoryMB", deserialize_with = "de::memory_mb")]
+    pub memory_mb: u64,
+    /// Disk in MB (deprecated on tasks in Nomad; kept for fit checks).
+    #[serde(rename = "DiskMB", deserialize_with = "de::nullable")]
+    pub disk_mb: u64,
+}
+
+impl Default for Resources {
+    fn default() -> Self {
+        Self {
+            cpu: DEFAULT_CPU_MHZ,
+            memory_mb: DEFAULT_MEMORY_MB,
+            disk_mb: 0,
+        }
+    }
+}
+
+impl Resources {
+    /// All zero: the neutral element for [`Resources::add`].
+    pub const ZERO: Resources = Resources {
+        cpu: 0,
+        memory_mb: 0,
+        disk_mb: 0,
+    };
+
+    /// Component-wise sum (saturating).
+    pub fn add(&self, other: &Resources) -> Resources {
+        Resources {
+            cpu: self.cpu.saturating_add(other.cpu),
+            memory_mb: self.memory_mb.saturating_add(other.memory_mb),
+            disk_mb: self.disk_mb.saturating_add(other.disk_mb),
+        }
+    }
+}
+
+/// One process run by a driver, as part of a [`TaskGroup`].
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "PascalCase", default)]
+pub struct Task {
+    /// Unique within the group.
+    #[serde(deserialize_with = "de::nullable")]
+    pub name: String,
+    /// The driver that runs it (`exec`, `raw_exec`, `docker`, `mock`, …).
+    #[serde(deserialize_with = "de::nullable")]
+    pub driver: String,
+    /// User to run as (driver-specific).
+    #[serde(deserialize_with = "de::nullable")]
+    pub user: String,
+    /// Driver-specific configuration, free-form.
+    #[serde(deserialize_with = "de::nullable")]
+    pub config: BTreeMap<String, ConfigValue>,
+    /// Environment variables.
+    #[serde(deserialize_with = "de::nullable")]
+    pub env: BTreeMap<String, String>,
+    /// What the task needs from its node.
+    #[serde(deserialize_with = "de::nullable")]
+    pub resources: Resources,
+    /// Task-level constraints (added to the group's for placement).
+    #[serde(deserialize_with = "de::nullable")]
+    pub constraints: Vec<Constraint>,
+    /// Task-level affinities.
+    #[serde(deserialize_with = "de::nullable")]
+    pub affinities: Vec<Affinity>,
+    /// Free-form metadata.
+    #[serde(deserialize_with = "de::nullable")]
+    pub meta: BTreeMap<String, String>,
+    /// Grace period between the kill signal and a forced kill, in nanoseconds.
+    #[serde(deserialize_with = "de::nullable")]
+    pub kill_timeout: u64,
+    /// Signal sent to stop the task (driver default when empty).
+    #[serde(deserialize_with = "de::nullable")]
+    pub kill_signal: String,
+    /// Whether this task's exit stops its siblings.
+    #[serde(deserialize_with = "de::nullable")]
+    pub leader: bool,
+}
+
+/// A set of tasks placed together, `Count` times.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "PascalCase", default)]
+pub struct TaskGroup {
+    /// Unique within the job; allocations are named `<job>.<group>[<index>]`.
+    #[serde(deserialize_with = "de::nullable")]
+    pub name: String,
+    /// How many allocations to run (default 1; 0 is valid).
+    #[serde(deserialize_with = "de::count")]
+    pub count: u32,
+    /// Group-level constraints.
+    #[serde(deserialize_with = "de::nullable")]
+    pub constraints: Vec<Constraint>,
+    /// Group-level affinities.
+    #[serde(deserialize_with = "de::nullable")]
+    pub affinities: Vec<Affinity>,
+    /// Group-level spreads.
+    #[serde(deserialize_with = "de::nullable")]
+    pub spreads: Vec<Spread>,
+    /// Client-side restarts (always set after canonicalization).
+    pub restart_policy: Option<RestartPolicy>,
+    /// Server-side rescheduling (`None` for system and sysbatch jobs).
+    pub reschedule_policy: Option<ReschedulePolicy>,
+    /// The tasks, started together on one node.
+    #[serde(deserialize_with = "de::nullable")]
+    pub tasks: Vec<Task>,
+    /// Free-form metadata.
+    #[serde(deserialize_with = "de::nullable")]
+    pub meta: BTreeMap<String, String>,
+}
+
+impl Default for TaskGroup {
+    fn default() -> Self {
+        Self {
+            name: String::new(),
+            count: 1,
+            constraints: Vec::new(),
+            affinities: Vec::new(),
+            spreads: Vec::new(),
+            restart_policy: None,
+            reschedule_policy: None,
+            tasks: Vec::new(),
+            meta: BTreeMap::new(),
+        }
+    }
+}
+
+impl TaskGroup {
+    /// The sum of the group's task resources: what one allocation of it needs.
+    pub fn combined_resources(&self) -> Resources {
+        self.tasks
+            .iter()
+            .fold(Resources::ZERO, |acc, t| acc.add(&t.resources))
+    }
+}
+
+/// A job: the unit users register, version and stop.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "PascalCase", default)]
+pub struct Job {
+    /// Region (default `global`).
+    #[serde(deserialize_with = "de::nullable")]
+    pub region: String,
+    /// Namespace (default `default`).
+    #[serde(deserialize_with = "de::nullable")]
+    pub namespace: Namespace,
+    /// Unique within the namespace; required.
+    #[serde(rename = "ID", deserialize_with = "de::nullable")]
+    pub id: JobId,
+    /// Display name (defaults to the ID).
+    #[serde(deserialize_with = "de::nullable")]
+    pub name: String,
+    /// Which scheduler runs it (default `service`).
+    #[serde(rename = "Type", deserialize_with = "de::nullable")]
+    pub job_type: JobType,
+    /// 1…100 (default 50); orders evaluations and plans.
+    #[serde(deserialize_with = "de::priority")]
+    pub priority: u32,
+    /// Commit a plan only if every placement fits.
+    #[serde(deserialize_with = "de::nullable")]
+    pub all_at_once: bool,
+    /// Datacenters it may run in (default `["*"]`, all).
+    #[serde(deserialize_with = "de::nullable")]
+    pub datacenters: Vec<String>,
+    /// Node pool it may run in (default `default`).
+    #[serde(deserialize_with = "de::nullable")]
+    pub node_pool: String,
+    /// Job-level constraints.
+    #[serde(deserialize_with = "de::nullable")]
+    pub constraints: Vec<Constraint>,
+    /// Job-level affinities.
+    #[serde(deserialize_with = "de::nullable")]
+    pub affinities: Vec<Affinity>,
+    /// Job-level spreads.
+    #[serde(deserialize_with = "de::nullable")]
+    pub spreads: Vec<Spread>,
+    /// The task groups; at least one.
+    #[serde(deserialize_with = "de::nullable")]
+    pub task_groups: Vec<TaskGroup>,
+    /// Free-form metadata.
+    #[serde(deserialize_with = "de::nullable")]
+    pub meta: BTreeMap<String, String>,
+    /// Set by a deregister without purge: the job stays, its allocations are stopped.
+    #[serde(deserialize_with = "de::nullable")]
+    pub stop: bool,
+    /// Derived by the state store (server-set).
+    #[serde(deserialize_with = "de::nullable")]
+    pub status: JobStatus,
+    /// Human-readable note on the status (server-set).
+    #[serde(deserialize_with = "de::nullable")]
+    pub status_description: String,
+    /// Marked by deployments as known-good (server-set).
+    #[serde(deserialize_with = "de::nullable")]
+    pub stable: bool,
+    /// Incremented by the state store on every changed spec (server-set).
+    #[serde(deserialize_with = "de::nullable")]
+    pub version: u64,
+    /// When the version was submitted, Unix nanoseconds (chosen by the proposer).
+    #[serde(deserialize_with = "de::nullable")]
+    pub submit_time: i64,
+    /// Raft index of the first registration (server-set).
+    #[serde(deserialize_with = "de::nullable")]
+    pub create_index: u64,
+    /// Raft index of the last change of any kind (server-set).
+    #[serde(deserialize_with = "de::nullable")]
+    pub modify_index: u64,
+    /// Raft index of the last spec change (server-set); the register CAS compares it.
+    #[serde(deserialize_with = "de::nullable")]
+    pub job_modify_index: u64,
+}
+
+impl Default for Job {
+    fn default() -> Self {
+        Self {
+            region: String::new(),
+            namespace: Namespace::default(),
+            id: JobId::default(),
+            name: String::new(),
+            job_type: JobType::Service,
+            priority: DEFAULT_JOB_PRIORITY,
+            all_at_once: false,
+            datacenters: Vec::new(),
+            node_pool: String::new(),
+            constraints: Vec::new(),
+            affinities: Vec::new(),
+            spreads: Vec::new(),
+            task_groups: Vec::new(),
+            meta: BTreeMap::new(),
+            stop: false,
+            status: JobStatus::Pending,
+            status_description: String::new(),
+            stable: false,
+            version: 0,
+            submit_time: 0,
+            create_index: 0,
+            modify_index: 0,
+            job_modify_index: 0,
+        }
+    }
+}
+
+impl Job {
+    /// Fills Nomad's defaults, as `api.Job.Canonicalize` does: Name ← ID, Namespace
+    /// `default`, Region `global`, node pool `default`, Datacenters `["*"]`, Priority 50,
+    /// restart/reschedule policies by job type (partial policies merged over the default),
+    /// affinity/spread weight 50, constraint operand `=`. Idempotent.
+    pub fn canonicalize(&mut self) {
+        if self.name.is_empty() {
+            self.name = self.id.to_string();
+        }
+        if self.namespace.is_empty() {
+            self.namespace = Namespace::default_namespace();
+        }
+        if self.region.is_empty() {
+            self.region = DEFAULT_REGION.to_owned();
+        }
+        if self.node_pool.is_empty() {
+            self.node_pool = DEFAULT_NODE_POOL.to_owned();
+        }
+        if self.priority == 0 {
+            self.priority = DEFAULT_JOB_PRIORITY;
+        }
+        if self.datacenters.is_empty() {
+            self.datacenters = vec!["*".to_owned()];
+        }
+        canonicalize_placement(
+            &mut self.constraints,
+            &mut self.affinities,
+            &mut self.spreads,
+        );
+        let job_type = self.job_type;
+        for group in &mut self.task_groups {
+            let restart = RestartPolicy::default_for(job_type);
+            group.restart_policy = Some(match group.restart_policy.take() {
+                Some(given) => given.merged_over(restart),
+                None => restart,
+            });
+            group.reschedule_policy = match (
+                ReschedulePolicy::default_for(job_type),
+                group.reschedule_policy.take(),
+            ) {
+                (None, _) => None,
+                (Some(default), Some(given)) => Some(given.merged_over(default)),
+                (Some(default), None) => Some(default),
+            };
+            canonicalize_placement(
+                &mut group.constraints,
+                &mut group.affinities,
+                &mut group.spreads,
+            );
+            for task in &mut group.tasks {
+                let mut no_spreads = Vec::new();
+                canonicalize_placement(
+                    &mut task.constraints,
+                    &mut task.affinities,
+                    &mut no_spreads,
+                );
+            }
+        }
+    }
+
+    /// Checks what Nomad's `Job.Validate` checks that this model can express, and reports
+    /// every problem at once.
+    pub fn validate(&self) -> Result<(), ModelError> {
+        let mut errors = Vec::new();
+        if self.id.is_empty() {
+            errors.push("missing job ID".to_owned());
+        } else if self.id.chars().any(|c| c.is_whitespace() || c == '\0') {
+            errors.push("job ID contains a space or a null character".to_owned());
+        } else if self.id.len() > 128 {
+            errors.push("job ID must be 128 characters or fewer".to_owned());
+        }
+        if self.name.is_empty() {
+            errors.push("missing job name".to_owned());
+        }
+        if self.namespace.is_empty() {
+            errors.push("job must be in a namespace".to_owned());
+        }
+        if self.region.is_empty() {
+            errors.push("missing job region".to_owned());
+        }
+        if self.job_type == JobType::Core {
+            errors.push("job type _core is reserved for the servers".to_owned());
+        }
+        if !(MIN_JOB_PRIORITY..=MAX_JOB_PRIORITY).contains(&self.priority) {
+            errors.push(format!(
+                "job priority must be between [{MIN_JOB_PRIORITY}, {MAX_JOB_PRIORITY}]"
+            ));
+        }
+        if self.datacenters.is_empty() {
+            errors.push("missing job datacenters".to_owned());
+        }
+        if self.datacenters.iter().any(String::is_empty) {
+            errors.push("job datacenter must be non-empty string".to_owned());
+        }
+        validate_placement(
+            "job",
+            &self.constraints,
+            &self.affinities,
+            &self.spreads,
+            &mut errors,
+        );
+        if self.task_groups.is_empty() {
+            errors.push("missing job task groups".to_owned());
+        }
+        let mut group_names = BTreeSet::new();
+        for (i, group) in self.task_groups.iter().enumerate() {
+            let at = if group.name.is_empty() {
+                format!("task group {}", i + 1)
+            } else {
+                format!("task group {:?}", group.name)
+            };
+            if group.name.is_empty() {
+                errors.push(format!("{at}: missing name"));
+            } else if !group_names.insert(group.name.as_str()) {
+                errors.push(format!("{at}: redefines a task group of the job"));
+            }
+            if matches!(self.job_type, JobType::System | JobType::SysBatch) && group.count > 1 {
+                errors.push(format!(
+                    "{at}: {} jobs place one allocation per node; count must be 0 or 1",
+                    self.job_type.as_str()
+                ));
+            }
+            validate_placement(
+                &at,
+                &group.constraints,
+                &group.affinities,
+                &group.spreads,
+                &mut errors,
+            );
+            if let Some(policy) = &group.restart_policy {
+                if policy.mode == Some(RestartMode::Delay) && policy.delay == Some(0) {
+                    errors.push(format!("{at}: restart mode delay needs a non-zero delay"));
+                }
+            }
+            if group.tasks.is_empty() {
+                errors.push(format!("{at}: missing tasks"));
+            }
+            let mut task_names = BTreeSet::new();
+            for (j, task) in group.tasks.iter().enumerate() {
+                let at = if task.name.is_empty() {
+                    format!("{at}, task {}", j + 1)
+                } else {
+                    format!("{at}, task {:?}", task.name)
+                };
+                if task.name.is_empty() {
+                    errors.push(format!("{at}: missing name"));
+                } else if !task_names.insert(task.name.as_str()) {
+                    errors.push(format!("{at}: redefines a task of the group"));
+                }
+                if task.driver.is_empty() {
+                    errors.push(format!("{at}: missing driver"));
+                }
+                if task.resources.cpu < 1 {
+                    errors.push(format!("{at}: minimum CPU value is 1"));
+                }
+                if task.resources.memory_mb < MIN_MEMORY_MB {
+                    errors.push(format!("{at}: minimum MemoryMB value is {MIN_MEMORY_MB}"));
+                }
+                if task.config.values().any(|v| v.depth() > MAX_CONFIG_DEPTH) {
+                    errors.push(format!(
+                        "{at}: config nests deeper than {MAX_CONFIG_DEPTH} levels"
+                    ));
+                }
+                validate_placement(&at, &task.constraints, &task.affinities, &[], &mut errors);
+            }
+        }
+        if errors.is_empty() {
+            Ok(())
+        } else {
+            Err(ModelError::Invalid { errors })
+        }
+    }
+
+    /// The task group named `name`.
+    pub fn task_group(&self, name: &str) -> Option<&TaskGroup> {
+        self.task_groups.iter().find(|g| g.name == name)
+    }
+
+    /// True for a stopped job (a deregister without purge).
+    pub fn stopped(&self) -> bool {
+        self.stop
+    }
+
+    /// Whether the user-controlled spec differs, ignoring what the servers set (status,
+    /// version, stability, submit time, indexes). A changed spec makes a new version.
+    pub fn spec_changed(&self, other: &Job) -> bool {
+        let mut a = self.clone();
+        let mut b = other.clone();
+        for job in [&mut a, &mut b] {
+            job.status = JobStatus::Pending;
+            job.status_description.clear();
+            job.stable = false;
+            job.version = 0;
+            job.submit_time = 0;
+            job.create_index = 0;
+            job.modify_index = 0;
+            job.job_modify_index = 0;
+        }
+        a != b
+    }
+}
+
+fn canonicalize_placement(
+    constraints: &mut [Constraint],
+    affinities: &mut [Affinity],
+    spreads: &mut [Spread],
+) {
+    for c in constraints.iter_mut() {
+        c.canonicalize();
+    }
+    for a in affinities.iter_mut() {
+        if a.operand.is_empty() {
+            a.operand = "=".to_owned();
+        }
+        if a.weight == 0 {
+            a.weight = 50;
+        }
+    }
+    for s in spreads.iter_mut() {
+        if s.weight == 0 {
+            s.weight = 50;
+        }
+    }
+}
+
+fn validate_placement(
+    at: &str,
+    constraints: &[Constraint],
+    affinities: &[Affinity],
+    spreads: &[Spread],
+    errors: &mut Vec<String>,
+) {
+    for (i, c) in constraints.iter().enumerate() {
+        c.validate(&format!("{at} constraint {}", i + 1), errors);
+    }
+    for (i, a) in affinities.iter().enumerate() {
+        let at = format!("{at} affinity {}", i + 1);
+        if a.l_target.is_empty() {
+            errors.push(format!("{at}: missing LTarget"));
+        }
+        if a.weight == 0 || !(-100..=100).contains(&a.weight) {
+            errors.push(format!(
+                "{at}: weight must be non-zero and within [-100, 100]"
+            ));
+        }
+        let op = a.operand.as_str();
+        if op.starts_with("distinct_")
+            || op == "is_set"
+            || op == "is_not_set"
+            || !CONSTRAINT_OPERANDS.contains(&op)
+        {
+            errors.push(format!("{at}: unknown affinity operator {op:?}"));
+        }
+    }
+    for (i, s) in spreads.iter().enumerate() {
+        let at = format!("{at} spread {}", i + 1);
+        if s.attribute.is_empty() {
+            errors.push(format!("{at}: missing attribute"));
+        }
+        if !(0..=100).contains(&s.weight) {
+            errors.push(format!("{at}: weight must be within [0, 100]"));
+        }
+        let total: u64 = s.spread_target.iter().map(|t| u64::from(t.percent)).sum();
+        if total > 100 {
+            errors.push(format!("{at}: target percentages sum to {total}, over 100"));
+        }
+        let mut seen = BTreeSet::new();
+        for t in &s.spread_target {
+            if !seen.insert(t.value.as_str()) {
+                errors.push(format!("{at}: target value {:?} is listed twice", t.value));
+            }
+        }
+    }
+}
+
+/// Per task group allocation counts, kept current by the state store.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "PascalCase", default)]
+pub struct TaskGroupSummary {
+    /// Placements the last evaluation could not make.
+    #[serde(deserialize_with = "de::nullable")]
+    pub queued: u64,
+    /// Allocations that finished successfully.
+    #[serde(deserialize_with = "de::nullable")]
+    pub complete: u64,
+    /// Allocations that failed.
+    #[serde(deserialize_with = "de::nullable")]
+    pub failed: u64,
+    /// Allocations running.
+    #[serde(deserialize_with = "de::nullable")]
+    pub running: u64,
+    /// Allocations placed but not yet running (client status pending).
+    #[serde(deserialize_with = "de::nullable")]
+    pub starting: u64,
+    /// Allocations on nodes that went down.
+    #[serde(deserialize_with = "de::nullable")]
+    pub lost: u64,
+    /// Allocations on disconnected nodes.
+    #[serde(deserialize_with = "de::nullable")]
+    pub unknown: u64,
+}
+
+/// Counts of child jobs by status (parameterized and periodic parents; kept for the API).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "PascalCase", default)]
+pub struct JobChildrenSummary {
+    /// Children pending.
+    #[serde(deserialize_with = "de::nullable")]
+    pub pending: u64,
+    /// Children running.
+    #[serde(deserialize_with = "de::nullable")]
+    pub running: u64,
+    /// Children dead.
+    #[serde(deserialize_with = "de::nullable")]
+    pub dead: u64,
+}
+
+/// A job's allocation counts per task group (`GET /v1/job/:id/summary`).
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "PascalCase", default)]
+pub struct JobSummary {
+    /// The job.
+    #[serde(rename = "JobID", deserialize_with = "de::nullable")]
+    pub job_id: JobId,
+    /// Its namespace.
+    #[serde(deserialize_with = "de::nullable")]
+    pub namespace: Namespace,
+    /// Counts per task group name.
+    #[serde(deserialize_with = "de::nullable")]
+    pub summary: BTreeMap<String, TaskGroupSummary>,
+    /// Child job counts.
+    #[serde(deserialize_with = "de::nullable")]
+    pub children: JobChildrenSummary,
+    /// Raft index at which the summary was created (with the job).
+    #[serde(deserialize_with = "de::nullable")]
+    pub create_index: u64,
+    /// Raft index of the last count change.
+    #[serde(deserialize_with = "de::nullable")]
+    pub modify_index: u64,
+}

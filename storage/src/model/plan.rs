@@ -1,0 +1,105 @@
+//! Plans: what a scheduler worker proposes, and what the leader's plan applier commits.
+//!
+//! A [`Plan`] carries its job **once** (`Job`), never per allocation: the allocations in it
+//! name the job by ID and version like every other allocation. The plan applier re-checks
+//! each node's fit against the newest state and answers with a [`PlanResult`] holding the
+//! part it committed; a partial commit carries a `RefreshIndex` the worker must wait for
+//! before it retries.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use serde::{Deserialize, Serialize};
+
+use crate::model::alloc::{AllocStop, Allocation};
+use crate::model::de;
+use crate::model::eval::Evaluation;
+use crate::model::ids::{EvalId, NodeId};
+use crate::model::job::Job;
+
+/// A scheduler's proposed changes for one evaluation.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "PascalCase", default)]
+pub struct Plan {
+    /// The evaluation being processed.
+    #[serde(rename = "EvalID", deserialize_with = "de::nullable")]
+    pub eval_id: EvalId,
+    /// The broker's delivery token, so a plan from a stale delivery is refused.
+    #[serde(deserialize_with = "de::nullable")]
+    pub eval_token: String,
+    /// The evaluation's priority; orders the plan queue.
+    #[serde(deserialize_with = "de::nullable")]
+    pub priority: u32,
+    /// Commit only if every placement fits.
+    #[serde(deserialize_with = "de::nullable")]
+    pub all_at_once: bool,
+    /// The job, once for the whole plan (absent for plans that only stop allocations).
+    pub job: Option<Arc<Job>>,
+    /// Allocations to stop, per node.
+    #[serde(deserialize_with = "de::nullable")]
+    pub node_update: BTreeMap<NodeId, Vec<AllocStop>>,
+    /// Allocations to place or update in place, per node.
+    #[serde(deserialize_with = "de::nullable")]
+    pub node_allocation: BTreeMap<NodeId, Vec<Allocation>>,
+    /// Allocations to evict to make room, per node.
+    #[serde(deserialize_with = "de::nullable")]
+    pub node_preemptions: BTreeMap<NodeId, Vec<AllocStop>>,
+    /// Evaluations to create with the plan (e.g. for jobs whose allocations are preempted).
+    #[serde(deserialize_with = "de::nullable")]
+    pub preemption_evals: Vec<Evaluation>,
+    /// The state index the scheduler planned against.
+    #[serde(deserialize_with = "de::nullable")]
+    pub snapshot_index: u64,
+}
+
+impl Plan {
+    /// True when the plan changes nothing (the applier answers at once).
+    pub fn is_no_op(&self) -> bool {
+        self.node_update.values().all(Vec::is_empty)
+            && self.node_allocation.values().all(Vec::is_empty)
+            && self.node_preemptions.values().all(Vec::is_empty)
+    }
+}
+
+/// What the plan applier committed of a [`Plan`].
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "PascalCase", default)]
+pub struct PlanResult {
+    /// Stops committed, per node.
+    #[serde(deserialize_with = "de::nullable")]
+    pub node_update: BTreeMap<NodeId, Vec<AllocStop>>,
+    /// Placements and updates committed, per node.
+    #[serde(deserialize_with = "de::nullable")]
+    pub node_allocation: BTreeMap<NodeId, Vec<Allocation>>,
+    /// Evictions committed, per node.
+    #[serde(deserialize_with = "de::nullable")]
+    pub node_preemptions: BTreeMap<NodeId, Vec<AllocStop>>,
+    /// Nodes whose part was refused because it did not fit.
+    #[serde(deserialize_with = "de::nullable")]
+    pub rejected_nodes: Vec<NodeId>,
+    /// Non-zero after a partial commit: the index the worker must wait for before retrying.
+    #[serde(deserialize_with = "de::nullable")]
+    pub refresh_index: u64,
+    /// The raft index at which the result was committed.
+    #[serde(deserialize_with = "de::nullable")]
+    pub alloc_index: u64,
+}
+
+impl PlanResult {
+    /// True when the result holds every change the plan asked for.
+    pub fn full_commit(&self, plan: &Plan) -> bool {
+        let planned =
+            |m: &BTreeMap<NodeId, Vec<Allocation>>| m.values().map(Vec::len).sum::<usize>();
+        let stops = |m: &BTreeMap<NodeId, Vec<AllocStop>>| m.values().map(Vec::len).sum::<usize>();
+        planned(&plan.node_allocation) == planned(&self.node_allocation)
+            && stops(&plan.node_update) == stops(&self.node_update)
+            && stops(&plan.node_preemptions) == stops(&self.node_preemptions)
+    }
+
+    /// True when nothing was committed.
+    pub fn is_no_op(&self) -> bool {
+        self.node_update.values().all(Vec::is_empty)
+            && self.node_allocation.values().all(Vec::is_empty)
+            && self.node_preemptions.values().all(Vec::is_empty)
+    }
+}

@@ -1,0 +1,285 @@
+//! [`Snapshot`]: a consistent, read-only view of every table at one raft index.
+//!
+//! Taking one is O(1) (one `Arc` clone) and it never sees later writes: the writer builds new
+//! versions of the persistent maps and publishes them; a snapshot keeps the old ones alive.
+//! Schedulers plan against a snapshot, the HTTP API answers from one, the broker restores
+//! from one.
+
+use std::ops::Bound;
+use std::sync::Arc;
+
+use crate::model::{
+    AllocId, Allocation, ClusterMeta, EvalId, Evaluation, Job, JobId, JobSummary, Namespace, Node,
+    NodeId, SchedulerConfiguration,
+};
+use crate::state::tables::{Table, Tables};
+
+/// A read-only view of the whole state at one index.
+#[derive(Clone)]
+pub struct Snapshot {
+    pub(crate) tables: Arc<Tables>,
+}
+
+impl std::fmt::Debug for Snapshot {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Snapshot")
+            .field("index", &self.tables.index)
+            .field("jobs", &self.tables.jobs.len())
+            .field("nodes", &self.tables.nodes.len())
+            .field("evals", &self.tables.evals.len())
+            .field("allocs", &self.tables.allocs.len())
+            .finish()
+    }
+}
+
+impl Snapshot {
+    pub(crate) fn new(tables: Arc<Tables>) -> Self {
+        Self { tables }
+    }
+
+    /// The raft index of the last entry applied to this view.
+    pub fn latest_index(&self) -> u64 {
+        self.tables.index
+    }
+
+    /// The raft index of the last change to `table` (0: never changed).
+    pub fn table_index(&self, table: Table) -> u64 {
+        self.tables.table_index[table.slot()]
+    }
+
+    /// The highest index of the given tables: what a blocking query reports as
+    /// `X-Nomad-Index` (Nomad reports at least 1, which the caller applies).
+    pub fn max_index(&self, tables: &[Table]) -> u64 {
+        tables
+            .iter()
+            .map(|t| self.table_index(*t))
+            .max()
+            .unwrap_or(0)
+    }
+
+    // ---- jobs ------------------------------------------------------------------------------
+
+    /// The current version of a job.
+    pub fn job_by_id(&self, namespace: &str, id: &str) -> Option<&Arc<Job>> {
+        self.tables
+            .jobs
+            .get(&(Namespace::new(namespace), JobId::new(id)))
+    }
+
+    /// Every job, ordered by (namespace, ID).
+    pub fn jobs(&self) -> impl Iterator<Item = &Arc<Job>> + '_ {
+        self.tables.jobs.values()
+    }
+
+    /// The jobs of one namespace whose ID starts with `prefix` (all of them for `""`),
+    /// ordered by ID.
+    pub fn jobs_by_prefix<'a>(
+        &'a self,
+        namespace: &str,
+        prefix: &'a str,
+    ) -> impl Iterator<Item = &'a Arc<Job>> + 'a {
+        let ns = Namespace::new(namespace);
+        let start = (ns.clone(), JobId::new(prefix));
+        self.tables
+            .jobs
+            .range(start..)
+            .take_while(move |((n, id), _)| *n == ns && id.starts_with(prefix))
+            .map(|(_, job)| job)
+    }
+
+    /// Every kept version of a job, newest first.
+    pub fn job_versions(&self, namespace: &str, id: &str) -> Vec<Arc<Job>> {
+        let (ns, id) = (Namespace::new(namespace), JobId::new(id));
+        self.tables
+            .job_versions
+            .range((ns.clone(), id.clone(), 0)..=(ns, id, u64::MAX))
+            .rev()
+            .map(|(_, job)| job.clone())
+            .collect()
+    }
+
+    /// One version of a job, if still kept.
+    pub fn job_by_version(&self, namespace: &str, id: &str, version: u64) -> Option<&Arc<Job>> {
+        self.tables
+            .job_versions
+            .get(&(Namespace::new(namespace), JobId::new(id), version))
+    }
+
+    /// The job version an allocation runs: how an allocation reaches its spec.
+    pub fn alloc_job(&self, alloc: &Allocation) -> Option<&Arc<Job>> {
+        self.tables.job_versions.get(&(
+            alloc.namespace.clone(),
+            alloc.job_id.clone(),
+            alloc.job_version,
+        ))
+    }
+
+    /// A job's allocation counts per task group.
+    pub fn job_summary(&self, namespace: &str, id: &str) -> Option<&Arc<JobSummary>> {
+        self.tables
+            .job_summaries
+            .get(&(Namespace::new(namespace), JobId::new(id)))
+    }
+
+    /// Every job summary, ordered by (namespace, job ID).
+    pub fn job_summaries(&self) -> impl Iterator<Item = &Arc<JobSummary>> + '_ {
+        self.tables.job_summaries.values()
+    }
+
+    // ---- nodes -----------------------------------------------------------------------------
+
+    /// One node.
+    pub fn node_by_id(&self, id: &str) -> Option<&Arc<Node>> {
+        self.tables.nodes.get(id)
+    }
+
+    /// Every node, ordered by ID.
+    pub fn nodes(&self) -> impl Iterator<Item = &Arc<Node>> + '_ {
+        self.tables.nodes.values()
+    }
+
+    /// Nodes whose ID starts with `prefix`, ordered by ID.
+    pub fn nodes_by_prefix<'a>(
+        &'a self,
+        prefix: &'a str,
+    ) -> impl Iterator<Item = &'a Arc<Node>> + 'a {
+        self.tables
+            .nodes
+            .range::<_, str>((Bound::Included(prefix), Bound::Unbounded))
+            .take_while(move |(id, _)| id.starts_with(prefix))
+            .map(|(_, n)| n)
+    }
+
+    /// How many nodes are registered.
+    pub fn node_count(&self) -> usize {
+        self.tables.nodes.len()
+    }
+
+    // ---- evaluations -----------------------------------------------------------------------
+
+    /// One evaluation.
+    pub fn eval_by_id(&self, id: &str) -> Option<&Arc<Evaluation>> {
+        self.tables.evals.get(id)
+    }
+
+    /// Every evaluation, ordered by ID.
+    pub fn evals(&self) -> impl Iterator<Item = &Arc<Evaluation>> + '_ {
+        self.tables.evals.values()
+    }
+
+    /// Evaluations whose ID starts with `prefix`, ordered by ID.
+    pub fn evals_by_prefix<'a>(
+        &'a self,
+        prefix: &'a str,
+    ) -> impl Iterator<Item = &'a Arc<Evaluation>> + 'a {
+        self.tables
+            .evals
+            .range::<_, str>((Bound::Included(prefix), Bound::Unbounded))
+            .take_while(move |(id, _)| id.starts_with(prefix))
+            .map(|(_, e)| e)
+    }
+
+    /// A job's evaluations, ordered by eval ID.
+    pub fn evals_by_job<'a>(
+        &'a self,
+        namespace: &str,
+        job_id: &str,
+    ) -> impl Iterator<Item = &'a Arc<Evaluation>> + 'a {
+        let (ns, job) = (Namespace::new(namespace), JobId::new(job_id));
+        let evals = &self.tables.evals;
+        self.tables
+            .evals_by_job
+            .range((ns.clone(), job.clone(), EvalId::default())..)
+            .take_while(move |(n, j, _)| *n == ns && *j == job)
+            .filter_map(move |(_, _, id)| evals.get(id))
+    }
+
+    /// How many evaluations exist.
+    pub fn eval_count(&self) -> usize {
+        self.tables.evals.len()
+    }
+
+    // ---- allocations -----------------------------------------------------------------------
+
+    /// One allocation.
+    pub fn alloc_by_id(&self, id: &str) -> Option<&Arc<Allocation>> {
+        self.tables.allocs.get(id)
+    }
+
+    /// Every allocation, ordered by ID.
+    pub fn allocs(&self) -> impl Iterator<Item = &Arc<Allocation>> + '_ {
+        self.tables.allocs.values()
+    }
+
+    /// Allocations whose ID starts with `prefix`, ordered by ID.
+    pub fn allocs_by_prefix<'a>(
+        &'a self,
+        prefix: &'a str,
+    ) -> impl Iterator<Item = &'a Arc<Allocation>> + 'a {
+        self.tables
+            .allocs
+            .range::<_, str>((Bound::Included(prefix), Bound::Unbounded))
+            .take_while(move |(id, _)| id.starts_with(prefix))
+            .map(|(_, a)| a)
+    }
+
+    /// A job's allocations (every version, terminal ones included), ordered by alloc ID.
+    pub fn allocs_by_job<'a>(
+        &'a self,
+        namespace: &str,
+        job_id: &str,
+    ) -> impl Iterator<Item = &'a Arc<Allocation>> + 'a {
+        let (ns, job) = (Namespace::new(namespace), JobId::new(job_id));
+        let allocs = &self.tables.allocs;
+        self.tables
+            .allocs_by_job
+            .range((ns.clone(), job.clone(), AllocId::default())..)
+            .take_while(move |(n, j, _)| *n == ns && *j == job)
+            .filter_map(move |(_, _, id)| allocs.get(id))
+    }
+
+    /// The allocations placed on a node, ordered by alloc ID.
+    pub fn allocs_by_node<'a>(
+        &'a self,
+        node_id: &str,
+    ) -> impl Iterator<Item = &'a Arc<Allocation>> + 'a {
+        let node = NodeId::new(node_id);
+        let allocs = &self.tables.allocs;
+        self.tables
+            .allocs_by_node
+            .range((node.clone(), AllocId::default())..)
+            .take_while(move |(n, _)| *n == node)
+            .filter_map(move |(_, id)| allocs.get(id))
+    }
+
+    /// The allocations an evaluation placed or last updated, ordered by alloc ID.
+    pub fn allocs_by_eval<'a>(
+        &'a self,
+        eval_id: &str,
+    ) -> impl Iterator<Item = &'a Arc<Allocation>> + 'a {
+        let eval = EvalId::new(eval_id);
+        let allocs = &self.tables.allocs;
+        self.tables
+            .allocs_by_eval
+            .range((eval.clone(), AllocId::default())..)
+            .take_while(move |(e, _)| *e == eval)
+            .filter_map(move |(_, id)| allocs.get(id))
+    }
+
+    /// How many allocations exist.
+    pub fn alloc_count(&self) -> usize {
+        self.tables.allocs.len()
+    }
+
+    // ---- cluster ---------------------------------------------------------------------------
+
+    /// The scheduler configuration (Nomad's defaults until an operator sets one).
+    pub fn scheduler_config(&self) -> &SchedulerConfiguration {
+        &self.tables.scheduler_config
+    }
+
+    /// The cluster's identity, once the first leader wrote it.
+    pub fn cluster_meta(&self) -> Option<&ClusterMeta> {
+        self.tables.cluster_meta.as_deref()
+    }
+}

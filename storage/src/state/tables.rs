@@ -1,0 +1,179 @@
+//! The tables of the state store and their secondary indexes, all on `imbl` persistent maps.
+//!
+//! `Tables` is cloned for every snapshot and every write transaction. Every field is a
+//! persistent map or an `Arc`, so a clone is a handful of reference-count bumps and a write
+//! copies only the tree paths it touches. Values are `Arc<T>` so path copies never deep-copy
+//! a job or an allocation. A secondary index is an ordered set of `(secondary key, primary
+//! key)` tuples whose ids are clones of the record's own `Arc<str>` ids.
+
+use std::sync::Arc;
+
+use imbl::{OrdMap, OrdSet};
+
+use crate::model::{
+    AllocId, Allocation, ClusterMeta, EvalId, Evaluation, Job, JobId, JobSummary, Namespace, Node,
+    NodeId, SchedulerConfiguration,
+};
+
+/// Primary key of a job and of its summary.
+pub(crate) type JobKey = (Namespace, JobId);
+/// Primary key of a job version.
+pub(crate) type JobVersionKey = (Namespace, JobId, u64);
+
+/// The tables a blocking query can wait on, each with the raft index of its last change.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Table {
+    /// Current job specs.
+    Jobs,
+    /// Kept job versions (the 6 newest per job, plus any a live allocation runs).
+    JobVersions,
+    /// Per-job allocation counts.
+    JobSummaries,
+    /// Client nodes.
+    Nodes,
+    /// Evaluations.
+    Evals,
+    /// Allocations.
+    Allocs,
+    /// The scheduler configuration.
+    SchedulerConfig,
+    /// The cluster's identity.
+    ClusterMeta,
+}
+
+impl Table {
+    /// How many tables there are.
+    pub const COUNT: usize = 8;
+
+    /// Every table, in index order.
+    pub const ALL: [Table; Table::COUNT] = [
+        Table::Jobs,
+        Table::JobVersions,
+        Table::JobSummaries,
+        Table::Nodes,
+        Table::Evals,
+        Table::Allocs,
+        Table::SchedulerConfig,
+        Table::ClusterMeta,
+    ];
+
+    /// Position in per-table index arrays.
+    pub(crate) fn slot(self) -> usize {
+        self as usize
+    }
+
+    /// Nomad's name for the table (used in logs and metrics).
+    pub fn name(self) -> &'static str {
+        match self {
+            Table::Jobs => "jobs",
+            Table::JobVersions => "job_version",
+            Table::JobSummaries => "job_summary",
+            Table::Nodes => "nodes",
+            Table::Evals => "evals",
+            Table::Allocs => "allocs",
+            Table::SchedulerConfig => "scheduler_config",
+            Table::ClusterMeta => "cluster_meta",
+        }
+    }
+}
+
+/// Every table of the state at one raft index.
+#[derive(Clone, Default)]
+pub(crate) struct Tables {
+    /// The raft index of the last applied entry (any kind).
+    pub index: u64,
+    /// The raft index of the last change of each table, by [`Table::slot`].
+    pub table_index: [u64; Table::COUNT],
+    pub jobs: OrdMap<JobKey, Arc<Job>>,
+    pub job_versions: OrdMap<JobVersionKey, Arc<Job>>,
+    pub job_summaries: OrdMap<JobKey, Arc<JobSummary>>,
+    pub nodes: OrdMap<NodeId, Arc<Node>>,
+    pub evals: OrdMap<EvalId, Arc<Evaluation>>,
+    pub evals_by_job: OrdSet<(Namespace, JobId, EvalId)>,
+    pub allocs: OrdMap<AllocId, Arc<Allocation>>,
+    pub allocs_by_job: OrdSet<(Namespace, JobId, AllocId)>,
+    pub allocs_by_node: OrdSet<(NodeId, AllocId)>,
+    pub allocs_by_eval: OrdSet<(EvalId, AllocId)>,
+    pub scheduler_config: Arc<SchedulerConfiguration>,
+    pub cluster_meta: Option<Arc<ClusterMeta>>,
+}
+
+impl Tables {
+    /// Records that `table` changed at `index`.
+    pub fn touch(&mut self, table: Table, index: u64) {
+        self.table_index[table.slot()] = index;
+    }
+
+    /// Adds an allocation's secondary index entries.
+    pub fn index_alloc(&mut self, alloc: &Allocation) {
+        self.allocs_by_job.insert((
+            alloc.namespace.clone(),
+            alloc.job_id.clone(),
+            alloc.id.clone(),
+        ));
+        self.allocs_by_node
+            .insert((alloc.node_id.clone(), alloc.id.clone()));
+        self.allocs_by_eval
+            .insert((alloc.eval_id.clone(), alloc.id.clone()));
+    }
+
+    /// Removes an allocation's secondary index entries.
+    pub fn unindex_alloc(&mut self, alloc: &Allocation) {
+        self.allocs_by_job.remove(&(
+            alloc.namespace.clone(),
+            alloc.job_id.clone(),
+            alloc.id.clone(),
+        ));
+        self.allocs_by_node
+            .remove(&(alloc.node_id.clone(), alloc.id.clone()));
+        self.allocs_by_eval
+            .remove(&(alloc.eval_id.clone(), alloc.id.clone()));
+    }
+
+    /// Makes the allocation's ids clones of the ids already stored for its job, node and
+    /// evaluation, so a million allocations share their few distinct id strings.
+    pub fn intern_alloc_ids(&self, alloc: &mut Allocation) {
+        let job_key = (alloc.namespace.clone(), alloc.job_id.clone());
+        if let Some((ns, id)) = self.jobs.get_key_value(&job_key).map(|(k, _)| k) {
+            alloc.namespace = ns.clone();
+            alloc.job_id = id.clone();
+        }
+        if let Some((id, _)) = self.nodes.get_key_value(alloc.node_id.as_str()) {
+            alloc.node_id = id.clone();
+        }
+        if let Some((id, _)) = self.evals.get_key_value(alloc.eval_id.as_str()) {
+            alloc.eval_id = id.clone();
+        }
+        if let Some((id, _)) = self.evals.get_key_value(alloc.followup_eval_id.as_str()) {
+            alloc.followup_eval_id = id.clone();
+        }
+    }
+
+    /// Makes an evaluation's job and node ids clones of the stored ones.
+    pub fn intern_eval_ids(&self, eval: &mut Evaluation) {
+        let job_key = (eval.namespace.clone(), eval.job_id.clone());
+        if let Some((ns, id)) = self.jobs.get_key_value(&job_key).map(|(k, _)| k) {
+            eval.namespace = ns.clone();
+            eval.job_id = id.clone();
+        }
+        if let Some((id, _)) = self.nodes.get_key_value(eval.node_id.as_str()) {
+            eval.node_id = id.clone();
+        }
+    }
+
+    /// Rebuilds every secondary index from the primary tables (after a restore).
+    pub fn rebuild_indexes(&mut self) {
+        let mut evals_by_job = OrdSet::new();
+        for eval in self.evals.values() {
+            evals_by_job.insert((eval.namespace.clone(), eval.job_id.clone(), eval.id.clone()));
+        }
+        self.evals_by_job = evals_by_job;
+        self.allocs_by_job = OrdSet::new();
+        self.allocs_by_node = OrdSet::new();
+        self.allocs_by_eval = OrdSet::new();
+        let allocs = self.allocs.clone();
+        for alloc in allocs.values() {
+            self.index_alloc(alloc);
+        }
+    }
+}

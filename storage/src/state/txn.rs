@@ -1,0 +1,845 @@
+//! The write transaction: table mutations with Nomad's index rules.
+//!
+//! A [`WriteTxn`] starts from a clone of the committed tables (O(1)), mutates it, and is
+//! either committed as a whole ([`WriteTxn::finish`]) or dropped, which is how a rejected
+//! command "changes nothing". The rules follow Nomad's state store:
+//!
+//! - `CreateIndex` is set on insert and kept on update; `ModifyIndex` is set on every change;
+//!   a table's index moves to the entry's index whenever a row of it changes.
+//! - A job's `Version` and `JobModifyIndex` move only when its spec changed; an unchanged
+//!   re-registration writes nothing. The 6 newest versions are kept (a stable one is kept in
+//!   place of the sixth), plus any version a non-terminal allocation still runs, because
+//!   allocations resolve their spec through the versions table.
+//! - Job summaries count allocations per task group by client status; evaluations set the
+//!   queued counts. A complete evaluation without failures cancels the job's blocked ones.
+//! - A job's status is derived at the end of each command for every job the command touched:
+//!   system jobs run until stopped; any non-terminal allocation → running; any non-terminal
+//!   evaluation → pending; else dead if it has (or had) evaluations or is stopped.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+
+use crate::fsm::ApplyError;
+use crate::model::{
+    AllocId, AllocStop, Allocation, ClientStatus, ClusterMeta, DesiredStatus, EvalId, EvalStatus,
+    Evaluation, Job, JobId, JobStatus, JobSummary, JobType, Namespace, Node, NodeId, NodeStatus,
+    SchedulerConfiguration, SchedulingEligibility, TaskGroupSummary, TaskState,
+};
+use crate::state::events::{NodeCondition, StateChange};
+use crate::state::tables::{JobKey, Table, Tables};
+
+/// How many versions of a job are kept (Nomad's `JobTrackedVersions`). A constant, not a
+/// setting: every server must prune identically.
+pub const JOB_TRACKED_VERSIONS: usize = 6;
+
+/// What registering a job did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct JobUpsert {
+    pub version: u64,
+    pub job_modify_index: u64,
+    pub spec_changed: bool,
+}
+
+/// A client's report about one allocation.
+#[derive(Debug, Clone)]
+pub(crate) struct ClientReport {
+    pub id: AllocId,
+    pub client_status: ClientStatus,
+    pub client_description: String,
+    pub task_states: BTreeMap<String, TaskState>,
+    pub modify_time: i64,
+}
+
+/// A set of table mutations at one raft index, committed together or not at all.
+pub(crate) struct WriteTxn {
+    t: Tables,
+    index: u64,
+    changes: Vec<StateChange>,
+    /// Jobs whose status must be recomputed at the end, and whether a non-terminal
+    /// allocation was written for them (which forces `running`, as in Nomad).
+    status_jobs: BTreeMap<JobKey, bool>,
+    /// Summaries being modified, written back at the end if they differ.
+    summaries: BTreeMap<JobKey, Option<JobSummary>>,
+    /// Set when evaluations were deleted (a job with none left is dead, not pending).
+    eval_delete: bool,
+}
+
+impl WriteTxn {
+    pub fn new(tables: Tables, index: u64) -> Self {
+        Self {
+            t: tables,
+            index,
+            changes: Vec::new(),
+            status_jobs: BTreeMap::new(),
+            summaries: BTreeMap::new(),
+            eval_delete: false,
+        }
+    }
+
+    /// The raft index this transaction writes at.
+    pub fn index(&self) -> u64 {
+        self.index
+    }
+
+    fn touch(&mut self, table: Table) {
+        self.t.touch(table, self.index);
+    }
+
+    /// Commits: job summaries and statuses are brought up to date, then the tables and the
+    /// changes they publish are handed back.
+    pub fn finish(mut self) -> (Tables, Vec<StateChange>) {
+        self.flush_summaries();
+        self.update_job_statuses();
+        (self.t, self.changes)
+    }
+
+    // ---- jobs ------------------------------------------------------------------------------
+
+    pub fn upsert_job(&mut self, mut job: Job) -> JobUpsert {
+        let key = (job.namespace.clone(), job.id.clone());
+        let existing = self.t.jobs.get(&key).cloned();
+        match &existing {
+            Some(ex) if !ex.spec_changed(&job) => {
+                return JobUpsert {
+                    version: ex.version,
+                    job_modify_index: ex.job_modify_index,
+                    spec_changed: false,
+                };
+            }
+            Some(ex) => {
+                job.namespace = ex.namespace.clone();
+                job.id = ex.id.clone();
+                job.create_index = ex.create_index;
+                job.version = ex.version + 1;
+                job.status = ex.status;
+            }
+            None => {
+                job.create_index = self.index;
+                job.version = 0;
+                job.status = JobStatus::Pending;
+            }
+        }
+        job.modify_index = self.index;
+        job.job_modify_index = self.index;
+        let outcome = JobUpsert {
+            version: job.version,
+            job_modify_index: job.job_modify_index,
+            spec_changed: true,
+        };
+        let key = (job.namespace.clone(), job.id.clone());
+        let job = Arc::new(job);
+        self.put_job(job.clone());
+        self.ensure_summary(&job);
+        self.prune_versions(&key);
+        self.status_jobs.entry(key).or_insert(false);
+        self.changes.push(StateChange::JobUpserted {
+            namespace: job.namespace.clone(),
+            job_id: job.id.clone(),
+            version: job.version,
+            stopped: job.stop,
+        });
+        outcome
+    }
+
+    pub fn job(&self, namespace: &Namespace, id: &JobId) -> Option<Arc<Job>> {
+        self.t.jobs.get(&(namespace.clone(), id.clone())).cloned()
+    }
+
+    fn put_job(&mut self, job: Arc<Job>) {
+        self.t
+            .jobs
+            .insert((job.namespace.clone(), job.id.clone()), job.clone());
+        self.t
+            .job_versions
+            .insert((job.namespace.clone(), job.id.clone(), job.version), job);
+        self.touch(Table::Jobs);
+        self.touch(Table::JobVersions);
+    }
+
+    fn ensure_summary(&mut self, job: &Job) {
+        let index = self.index;
+        let key = (job.namespace.clone(), job.id.clone());
+        let slot = self.summary_slot(&key);
+        let summary = slot.get_or_insert_with(|| JobSummary {
+            job_id: job.id.clone(),
+            namespace: job.namespace.clone(),
+            create_index: index,
+            ..JobSummary::default()
+        });
+        for group in &job.task_groups {
+            summary.summary.entry(group.name.clone()).or_default();
+        }
+    }
+
+    fn prune_versions(&mut self, key: &JobKey) {
+        let (ns, id) = key;
+        let versions: Vec<(u64, bool)> = self
+            .t
+            .job_versions
+            .range((ns.clone(), id.clone(), 0)..=(ns.clone(), id.clone(), u64::MAX))
+            .rev()
+            .map(|((_, _, v), job)| (*v, job.stable))
+            .collect();
+        if versions.len() <= JOB_TRACKED_VERSIONS {
+            return;
+        }
+        let mut keep: BTreeSet<u64> = versions
+            .iter()
+            .take(JOB_TRACKED_VERSIONS)
+            .map(|(v, _)| *v)
+            .collect();
+        if let Some((stable, _)) = versions.iter().find(|(_, stable)| *stable) {
+            if !keep.contains(stable) {
+                let sixth = versions[JOB_TRACKED_VERSIONS - 1].0;
+                keep.remove(&sixth);
+                keep.insert(*stable);
+            }
+        }
+        let live: BTreeSet<u64> = self
+            .t
+            .allocs_by_job
+            .range((ns.clone(), id.clone(), AllocId::default())..)
+            .take_while(|(n, j, _)| n == ns && j == id)
+            .filter_map(|(_, _, a)| self.t.allocs.get(a))
+            .filter(|a| !a.terminal_status())
+            .map(|a| a.job_version)
+            .collect();
+        let mut removed = false;
+        for (version, _) in versions {
+            if !keep.contains(&version) && !live.contains(&version) {
+                self.t
+                    .job_versions
+                    .remove(&(ns.clone(), id.clone(), version));
+                removed = true;
+            }
+        }
+        if removed {
+            self.touch(Table::JobVersions);
+        }
+    }
+
+    /// Purges a job: the job, its versions, its summary and its allocations go; its pending
+    /// evaluations are completed ("job … deleted"), as Nomad's `DeleteJobTxn` does.
+    pub fn delete_job(&mut self, namespace: &Namespace, id: &JobId) -> Result<(), ApplyError> {
+        let key = (namespace.clone(), id.clone());
+        let Some(job) = self.t.jobs.remove(&key) else {
+            return Err(ApplyError::JobNotFound {
+                namespace: namespace.to_string(),
+                job_id: id.to_string(),
+            });
+        };
+        self.touch(Table::Jobs);
+        let versions: Vec<_> = self
+            .t
+            .job_versions
+            .range((namespace.clone(), id.clone(), 0)..=(namespace.clone(), id.clone(), u64::MAX))
+            .map(|(k, _)| k.clone())
+            .collect();
+        for version in versions {
+            self.t.job_versions.remove(&version);
+        }
+        self.touch(Table::JobVersions);
+        self.summaries.insert(key.clone(), None);
+        self.t.job_summaries.remove(&key);
+        self.touch(Table::JobSummaries);
+        let pending: Vec<Arc<Evaluation>> = self
+            .evals_of_job(namespace, id)
+            .into_iter()
+            .filter(|e| e.status == EvalStatus::Pending)
+            .collect();
+        for eval in pending {
+            let mut eval = (*eval).clone();
+            eval.status = EvalStatus::Complete;
+            eval.status_description = format!("job {} deleted", job.id);
+            eval.modify_index = self.index;
+            self.put_eval(eval);
+        }
+        let allocs: Vec<AllocId> = self.alloc_ids_of_job(namespace, id);
+        if !allocs.is_empty() {
+            for alloc_id in allocs {
+                if let Some(alloc) = self.t.allocs.remove(&alloc_id) {
+                    self.t.unindex_alloc(&alloc);
+                }
+            }
+            self.touch(Table::Allocs);
+        }
+        self.status_jobs.remove(&key);
+        self.changes.push(StateChange::JobDeleted {
+            namespace: job.namespace.clone(),
+            job_id: job.id.clone(),
+        });
+        Ok(())
+    }
+
+    fn evals_of_job(&self, namespace: &Namespace, id: &JobId) -> Vec<Arc<Evaluation>> {
+        self.t
+            .evals_by_job
+            .range((namespace.clone(), id.clone(), EvalId::default())..)
+            .take_while(|(n, j, _)| n == namespace && j == id)
+            .filter_map(|(_, _, e)| self.t.evals.get(e).cloned())
+            .collect()
+    }
+
+    fn alloc_ids_of_job(&self, namespace: &Namespace, id: &JobId) -> Vec<AllocId> {
+        self.t
+            .allocs_by_job
+            .range((namespace.clone(), id.clone(), AllocId::default())..)
+            .take_while(|(n, j, _)| n == namespace && j == id)
+            .map(|(_, _, a)| a.clone())
+            .collect()
+    }
+
+    // ---- summaries and statuses ------------------------------------------------------------
+
+    /// The pending copy of a job summary (loaded from the table on first use).
+    fn summary_slot(&mut self, key: &JobKey) -> &mut Option<JobSummary> {
+        if !self.summaries.contains_key(key) {
+            let current = self.t.job_summaries.get(key).map(|s| (**s).clone());
+            self.summaries.insert(key.clone(), current);
+        }
+        self.summaries
+            .get_mut(key)
+            .expect("summary slot was just inserted")
+    }
+
+    fn flush_summaries(&mut self) {
+        let summaries = std::mem::take(&mut self.summaries);
+        let mut touched = false;
+        for (key, pending) in summaries {
+            let Some(mut summary) = pending else {
+                continue;
+            };
+            let unchanged = self
+                .t
+                .job_summaries
+                .get(&key)
+                .is_some_and(|current| **current == summary);
+            if unchanged {
+                continue;
+            }
+            summary.modify_index = self.index;
+            self.t.job_summaries.insert(key, Arc::new(summary));
+            touched = true;
+        }
+        if touched {
+            self.touch(Table::JobSummaries);
+        }
+    }
+
+    /// Nomad's `updateSummaryWithAlloc`: counts move between client-status bins.
+    fn summarize_alloc(&mut self, new: &Allocation, old: Option<&Allocation>) {
+        let key = (new.namespace.clone(), new.job_id.clone());
+        let Some(create_index) = self
+            .t
+            .job_versions
+            .get(&(new.namespace.clone(), new.job_id.clone(), new.job_version))
+            .map(|j| j.create_index)
+        else {
+            return;
+        };
+        let Some(summary) = self.summary_slot(&key).as_mut() else {
+            return;
+        };
+        // Allocations of an earlier incarnation of a purged and re-registered job do not count.
+        if summary.create_index != create_index {
+            return;
+        }
+        let Some(tg) = summary.summary.get_mut(&new.task_group) else {
+            return;
+        };
+        match old {
+            None => {
+                if new.client_status == ClientStatus::Pending {
+                    tg.starting += 1;
+                    tg.queued = tg.queued.saturating_sub(1);
+                }
+            }
+            Some(old) if old.client_status != new.client_status => {
+                bin(tg, new.client_status, |n| *n += 1);
+                match old.client_status {
+                    // Nomad never takes finished allocations out of their bins.
+                    ClientStatus::Complete | ClientStatus::Failed => {}
+                    status => bin(tg, status, |n| *n = n.saturating_sub(1)),
+                }
+            }
+            Some(_) => {}
+        }
+    }
+
+    fn update_job_statuses(&mut self) {
+        let jobs = std::mem::take(&mut self.status_jobs);
+        for (key, force_running) in jobs {
+            let Some(job) = self.t.jobs.get(&key).cloned() else {
+                continue;
+            };
+            let status = if force_running {
+                JobStatus::Running
+            } else {
+                self.compute_job_status(&job)
+            };
+            if status != job.status {
+                let mut updated = (*job).clone();
+                updated.status = status;
+                updated.modify_index = self.index;
+                self.put_job(Arc::new(updated));
+            }
+        }
+    }
+
+    fn compute_job_status(&self, job: &Job) -> JobStatus {
+        if job.job_type == JobType::System {
+            return if job.stop {
+                JobStatus::Dead
+            } else {
+                JobStatus::Running
+            };
+        }
+        let (ns, id) = (&job.namespace, &job.id);
+        let running = self
+            .t
+            .allocs_by_job
+            .range((ns.clone(), id.clone(), AllocId::default())..)
+            .take_while(|(n, j, _)| n == ns && j == id)
+            .filter_map(|(_, _, a)| self.t.allocs.get(a))
+            .any(|a| !a.terminal_status());
+        if running {
+            return JobStatus::Running;
+        }
+        let mut has_eval = false;
+        for eval in self.evals_of_job(ns, id) {
+            if !eval.terminal_status() {
+                return JobStatus::Pending;
+            }
+            has_eval = true;
+        }
+        if self.eval_delete || has_eval || job.stop {
+            JobStatus::Dead
+        } else {
+            JobStatus::Pending
+        }
+    }
+
+    // ---- evaluations -----------------------------------------------------------------------
+
+    /// Nomad's `nestedUpsertEval`.
+    pub fn upsert_eval(&mut self, mut eval: Evaluation) -> Result<(), ApplyError> {
+        if eval.id.is_empty() {
+            return Err(ApplyError::invalid("evaluation without an ID"));
+        }
+        if let Some(existing) = self.t.evals.get(eval.id.as_str()) {
+            eval.id = existing.id.clone();
+            eval.create_index = existing.create_index;
+        } else {
+            eval.create_index = self.index;
+        }
+        eval.modify_index = self.index;
+        self.t.intern_eval_ids(&mut eval);
+        let key = (eval.namespace.clone(), eval.job_id.clone());
+        if !eval.queued_allocations.is_empty() {
+            if let Some(summary) = self.summary_slot(&key).as_mut() {
+                for (group, queued) in &eval.queued_allocations {
+                    if let Some(tg) = summary.summary.get_mut(group) {
+                        tg.queued = *queued;
+                    }
+                }
+            }
+        }
+        if eval.status == EvalStatus::Complete && eval.failed_tg_allocs.is_empty() {
+            let blocked: Vec<Arc<Evaluation>> = self
+                .evals_of_job(&key.0, &key.1)
+                .into_iter()
+                .filter(|e| e.status == EvalStatus::Blocked && e.id != eval.id)
+                .collect();
+            for other in blocked {
+                let mut other = (*other).clone();
+                other.status = EvalStatus::Canceled;
+                other.status_description = format!("evaluation {:?} successful", eval.id.as_str());
+                other.modify_index = self.index;
+                other.modify_time = eval.modify_time;
+                self.put_eval(other);
+            }
+        }
+        self.status_jobs.entry(key).or_insert(false);
+        self.put_eval(eval);
+        Ok(())
+    }
+
+    fn put_eval(&mut self, eval: Evaluation) {
+        if let Some(old) = self.t.evals.get(eval.id.as_str()) {
+            if old.namespace != eval.namespace || old.job_id != eval.job_id {
+                let stale = (old.namespace.clone(), old.job_id.clone(), old.id.clone());
+                self.t.evals_by_job.remove(&stale);
+            }
+        }
+        self.t
+            .evals_by_job
+            .insert((eval.namespace.clone(), eval.job_id.clone(), eval.id.clone()));
+        let eval = Arc::new(eval);
+        self.t.evals.insert(eval.id.clone(), eval.clone());
+        self.touch(Table::Evals);
+        self.changes.push(StateChange::EvalUpserted { eval });
+    }
+
+    /// Bumps an evaluation's `ModifyIndex` (a plan for it was applied), as Nomad does.
+    pub fn touch_eval(&mut self, id: &EvalId) -> Result<(), ApplyError> {
+        let Some(existing) = self.t.evals.get(id.as_str()) else {
+            return Err(ApplyError::EvalNotFound {
+                eval_id: id.to_string(),
+            });
+        };
+        let mut eval = (**existing).clone();
+        eval.modify_index = self.index;
+        self.t.evals.insert(eval.id.clone(), Arc::new(eval));
+        self.touch(Table::Evals);
+        Ok(())
+    }
+
+    /// Garbage collection: evaluations and allocations that do not exist are skipped.
+    pub fn delete_evals_and_allocs(&mut self, evals: &[EvalId], allocs: &[AllocId]) {
+        for id in evals {
+            if let Some(eval) = self.t.evals.remove(id.as_str()) {
+                self.t.evals_by_job.remove(&(
+                    eval.namespace.clone(),
+                    eval.job_id.clone(),
+                    eval.id.clone(),
+                ));
+                self.touch(Table::Evals);
+                self.eval_delete = true;
+                self.status_jobs
+                    .entry((eval.namespace.clone(), eval.job_id.clone()))
+                    .or_insert(false);
+                self.changes.push(StateChange::EvalDeleted {
+                    eval_id: eval.id.clone(),
+                });
+            }
+        }
+        for id in allocs {
+            if let Some(alloc) = self.t.allocs.remove(id.as_str()) {
+                self.t.unindex_alloc(&alloc);
+                self.touch(Table::Allocs);
+            }
+        }
+    }
+
+    // ---- nodes -----------------------------------------------------------------------------
+
+    /// Nomad's `upsertNodeTxn`: an existing node keeps its eligibility and drain.
+    pub fn upsert_node(&mut self, mut node: Node) -> Result<(), ApplyError> {
+        if node.id.is_empty() {
+            return Err(ApplyError::invalid("node without an ID"));
+        }
+        let previous = self.t.nodes.get(node.id.as_str()).cloned();
+        match &previous {
+            Some(ex) => {
+                node.id = ex.id.clone();
+                node.create_index = ex.create_index;
+                node.scheduling_eligibility = ex.scheduling_eligibility;
+                node.drain_strategy = ex.drain_strategy.clone();
+            }
+            None => node.create_index = self.index,
+        }
+        node.modify_index = self.index;
+        self.put_node(node, previous.as_deref());
+        Ok(())
+    }
+
+    fn existing_node(&self, id: &NodeId) -> Result<Arc<Node>, ApplyError> {
+        self.t
+            .nodes
+            .get(id.as_str())
+            .cloned()
+            .ok_or_else(|| ApplyError::NodeNotFound {
+                node_id: id.to_string(),
+            })
+    }
+
+    pub fn update_node_status(
+        &mut self,
+        id: &NodeId,
+        status: NodeStatus,
+        updated_at: i64,
+    ) -> Result<(), ApplyError> {
+        let existing = self.existing_node(id)?;
+        let mut node = (*existing).clone();
+        node.status = status;
+        node.status_updated_at = updated_at;
+        node.modify_index = self.index;
+        self.put_node(node, Some(&existing));
+        Ok(())
+    }
+
+    pub fn update_node_eligibility(
+        &mut self,
+        id: &NodeId,
+        eligibility: SchedulingEligibility,
+        updated_at: i64,
+    ) -> Result<(), ApplyError> {
+        let existing = self.existing_node(id)?;
+        if existing.drain_strategy.is_some() && eligibility == SchedulingEligibility::Eligible {
+            return Err(ApplyError::EligibleWhileDraining {
+                node_id: id.to_string(),
+            });
+        }
+        let mut node = (*existing).clone();
+        node.scheduling_eligibility = eligibility;
+        node.status_updated_at = updated_at;
+        node.modify_index = self.index;
+        self.put_node(node, Some(&existing));
+        Ok(())
+    }
+
+    fn put_node(&mut self, node: Node, previous: Option<&Node>) {
+        let node = Arc::new(node);
+        self.t.nodes.insert(node.id.clone(), node.clone());
+        self.touch(Table::Nodes);
+        self.changes.push(StateChange::NodeUpserted {
+            node,
+            previous: previous.map(NodeCondition::of),
+        });
+    }
+
+    /// Removes nodes; all must exist. Their allocations stay (as in Nomad).
+    pub fn delete_nodes(&mut self, ids: &[NodeId]) -> Result<(), ApplyError> {
+        if ids.is_empty() {
+            return Err(ApplyError::invalid("node deregistration without node IDs"));
+        }
+        for id in ids {
+            self.existing_node(id)?;
+            self.t.nodes.remove(id.as_str());
+            self.changes.push(StateChange::NodeDeregistered {
+                node_id: id.clone(),
+            });
+        }
+        self.touch(Table::Nodes);
+        Ok(())
+    }
+
+    // ---- allocations -----------------------------------------------------------------------
+
+    /// Nomad's `upsertAllocsImpl` for one allocation of a plan result. Returns false when a
+    /// new allocation was skipped because its job is gone, stopped, or lacks that version
+    /// (Nomad skips rather than fails, so the scheduler does not retry forever).
+    pub fn upsert_alloc(&mut self, mut alloc: Allocation) -> Result<bool, ApplyError> {
+        if alloc.id.is_empty() {
+            return Err(ApplyError::invalid("allocation without an ID"));
+        }
+        self.existing_node(&alloc.node_id)?;
+        let existing = self.t.allocs.get(alloc.id.as_str()).cloned();
+        match &existing {
+            None => {
+                let job = self.job(&alloc.namespace, &alloc.job_id);
+                let version_kept = self.t.job_versions.contains_key(&(
+                    alloc.namespace.clone(),
+                    alloc.job_id.clone(),
+                    alloc.job_version,
+                ));
+                if job.is_none_or(|j| j.stopped()) || !version_kept {
+                    tracing::info!(
+                        alloc_id = %alloc.id,
+                        job_id = %alloc.job_id,
+                        namespace = %alloc.namespace,
+                        "attempted to create an allocation for a stopped or missing job version; skipped"
+                    );
+                    return Ok(false);
+                }
+                alloc.create_index = self.index;
+            }
+            Some(ex) => {
+                alloc.id = ex.id.clone();
+                alloc.create_index = ex.create_index;
+                if !ex.next_allocation.is_empty() {
+                    alloc.next_allocation = ex.next_allocation.clone();
+                }
+                alloc.task_states = ex.task_states.clone();
+                if !matches!(
+                    alloc.client_status,
+                    ClientStatus::Lost | ClientStatus::Unknown
+                ) {
+                    alloc.client_status = ex.client_status;
+                    alloc.client_description = ex.client_description.clone();
+                }
+            }
+        }
+        alloc.modify_index = self.index;
+        alloc.alloc_modify_index = self.index;
+        self.t.intern_alloc_ids(&mut alloc);
+        self.summarize_alloc(&alloc, existing.as_deref());
+        if !alloc.previous_allocation.is_empty() {
+            if let Some(prev) = self
+                .t
+                .allocs
+                .get(alloc.previous_allocation.as_str())
+                .cloned()
+            {
+                let mut prev_copy = (*prev).clone();
+                prev_copy.next_allocation = alloc.id.clone();
+                prev_copy.modify_index = self.index;
+                self.put_alloc(prev_copy, Some(&prev));
+            }
+        }
+        let non_terminal = !alloc.terminal_status();
+        let key = (alloc.namespace.clone(), alloc.job_id.clone());
+        self.put_alloc(alloc, existing.as_deref());
+        let force = self.status_jobs.entry(key).or_insert(false);
+        *force |= non_terminal;
+        Ok(true)
+    }
+
+    /// A server-side stop (or eviction, or lost/unknown marking) of an existing allocation.
+    pub fn stop_alloc(&mut self, stop: AllocStop) -> Result<(), ApplyError> {
+        let Some(existing) = self.t.allocs.get(stop.id.as_str()).cloned() else {
+            return Err(ApplyError::AllocNotFound {
+                alloc_id: stop.id.to_string(),
+            });
+        };
+        let mut alloc = (*existing).clone();
+        alloc.desired_status = match stop.desired_status {
+            DesiredStatus::Run => DesiredStatus::Stop,
+            other => other,
+        };
+        alloc.desired_description = stop.desired_description;
+        match stop.client_status {
+            None => {}
+            Some(status @ (ClientStatus::Lost | ClientStatus::Unknown)) => {
+                alloc.client_status = status;
+            }
+            Some(other) => {
+                return Err(ApplyError::invalid(format!(
+                    "a plan may only mark allocation {} lost or unknown, not {}",
+                    stop.id,
+                    other.as_str()
+                )));
+            }
+        }
+        if !stop.followup_eval_id.is_empty() {
+            alloc.followup_eval_id = stop.followup_eval_id;
+        }
+        alloc.modify_time = stop.modify_time;
+        alloc.modify_index = self.index;
+        alloc.alloc_modify_index = self.index;
+        self.t.intern_alloc_ids(&mut alloc);
+        self.summarize_alloc(&alloc, Some(&existing));
+        self.status_jobs
+            .entry((alloc.namespace.clone(), alloc.job_id.clone()))
+            .or_insert(false);
+        self.put_alloc(alloc, Some(&existing));
+        Ok(())
+    }
+
+    /// Nomad's `nestedUpdateAllocFromClient`: the client's fields only. Unknown
+    /// allocations (garbage collected meanwhile) are skipped; returns whether it applied.
+    pub fn update_alloc_from_client(&mut self, report: ClientReport) -> bool {
+        let Some(existing) = self.t.allocs.get(report.id.as_str()).cloned() else {
+            return false;
+        };
+        let mut alloc = (*existing).clone();
+        alloc.client_status = report.client_status;
+        alloc.client_description = report.client_description;
+        alloc.task_states = report.task_states;
+        alloc.modify_time = report.modify_time;
+        alloc.modify_index = self.index;
+        self.summarize_alloc(&alloc, Some(&existing));
+        let finished = matches!(
+            alloc.client_status,
+            ClientStatus::Complete | ClientStatus::Failed
+        );
+        if finished && existing.client_status != alloc.client_status {
+            self.changes.push(StateChange::AllocTerminal {
+                alloc_id: alloc.id.clone(),
+                node_id: alloc.node_id.clone(),
+                namespace: alloc.namespace.clone(),
+                job_id: alloc.job_id.clone(),
+                client_status: alloc.client_status,
+                node_class: self
+                    .t
+                    .nodes
+                    .get(alloc.node_id.as_str())
+                    .map(|n| n.computed_class.clone()),
+            });
+        }
+        self.status_jobs
+            .entry((alloc.namespace.clone(), alloc.job_id.clone()))
+            .or_insert(false);
+        self.put_alloc(alloc, Some(&existing));
+        true
+    }
+
+    fn put_alloc(&mut self, alloc: Allocation, previous: Option<&Allocation>) {
+        if let Some(prev) = previous {
+            if prev.node_id != alloc.node_id
+                || prev.eval_id != alloc.eval_id
+                || prev.job_id != alloc.job_id
+                || prev.namespace != alloc.namespace
+            {
+                self.t.unindex_alloc(prev);
+                self.t.index_alloc(&alloc);
+            }
+        } else {
+            self.t.index_alloc(&alloc);
+        }
+        self.t.allocs.insert(alloc.id.clone(), Arc::new(alloc));
+        self.touch(Table::Allocs);
+    }
+
+    // ---- cluster ---------------------------------------------------------------------------
+
+    pub fn set_scheduler_config(
+        &mut self,
+        mut config: SchedulerConfiguration,
+        cas_index: Option<u64>,
+    ) -> Result<(), ApplyError> {
+        let current = self.t.scheduler_config.clone();
+        if let Some(expected) = cas_index {
+            if expected != current.modify_index {
+                return Err(ApplyError::CasMismatch {
+                    expected,
+                    actual: current.modify_index,
+                });
+            }
+        }
+        config.create_index = if current.create_index == 0 {
+            self.index
+        } else {
+            current.create_index
+        };
+        config.modify_index = self.index;
+        let config = Arc::new(config);
+        self.t.scheduler_config = config.clone();
+        self.touch(Table::SchedulerConfig);
+        self.changes
+            .push(StateChange::SchedulerConfigUpdated { config });
+        Ok(())
+    }
+
+    /// Writes the cluster identity once; the same identity again is a no-op.
+    pub fn set_cluster_meta(&mut self, meta: ClusterMeta) -> Result<(), ApplyError> {
+        if meta.cluster_id.is_empty() {
+            return Err(ApplyError::invalid("cluster metadata without a cluster ID"));
+        }
+        match &self.t.cluster_meta {
+            Some(existing) if **existing == meta => Ok(()),
+            Some(existing) => Err(ApplyError::ClusterMetaConflict {
+                existing: existing.cluster_id.clone(),
+            }),
+            None => {
+                let meta = Arc::new(meta);
+                self.t.cluster_meta = Some(meta.clone());
+                self.touch(Table::ClusterMeta);
+                self.changes.push(StateChange::ClusterMetaSet { meta });
+                Ok(())
+            }
+        }
+    }
+}
+
+/// Applies `f` to the summary bin of a client status.
+fn bin(tg: &mut TaskGroupSummary, status: ClientStatus, f: impl FnOnce(&mut u64)) {
+    match status {
+        ClientStatus::Pending => f(&mut tg.starting),
+        ClientStatus::Running => f(&mut tg.running),
+        ClientStatus::Complete => f(&mut tg.complete),
+        ClientStatus::Failed => f(&mut tg.failed),
+        ClientStatus::Lost => f(&mut tg.lost),
+        ClientStatus::Unknown => f(&mut tg.unknown),
+    }
+}

@@ -1,0 +1,165 @@
+//! Waiting on the applied index, on paused tokio time: `snapshot_min_index` and the
+//! blocking-query primitive `wait_tables`.
+
+mod common;
+
+use std::time::Duration;
+
+use common::*;
+use teamster_storage::state::{StateError, StateStore, Table};
+use tokio::time::Instant;
+
+#[tokio::test(start_paused = true)]
+async fn snapshot_min_index_returns_at_once_when_the_index_is_reached() {
+    let store = StateStore::new();
+    store.apply(3, register_node(&node(1)));
+    let start = Instant::now();
+    let snap = store
+        .snapshot_min_index(2, Duration::from_secs(5))
+        .await
+        .unwrap();
+    assert_eq!(snap.latest_index(), 3);
+    assert_eq!(start.elapsed(), Duration::ZERO);
+    let snap = store.snapshot_min_index(3, Duration::ZERO).await.unwrap();
+    assert_eq!(snap.node_count(), 1);
+}
+
+#[tokio::test(start_paused = true)]
+async fn snapshot_min_index_wakes_as_soon_as_the_index_arrives() {
+    let store = StateStore::new();
+    let writer = store.clone();
+    tokio::spawn(async move {
+        tokio::time::sleep(Duration::from_millis(700)).await;
+        writer.advance_index(4); // not enough yet
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        writer.apply(5, register_node(&node(1)));
+    });
+    let start = Instant::now();
+    let snap = store
+        .snapshot_min_index(5, Duration::from_secs(10))
+        .await
+        .unwrap();
+    assert_eq!(start.elapsed(), Duration::from_millis(1000));
+    assert_eq!(snap.latest_index(), 5);
+    assert_eq!(
+        snap.node_count(),
+        1,
+        "the snapshot includes the write at that index"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn snapshot_min_index_times_out_with_a_typed_error() {
+    let store = StateStore::new();
+    store.advance_index(7);
+    let start = Instant::now();
+    let err = store
+        .snapshot_min_index(8, Duration::from_secs(5))
+        .await
+        .unwrap_err();
+    assert_eq!(start.elapsed(), Duration::from_secs(5));
+    assert_eq!(
+        err,
+        StateError::MinIndexTimeout {
+            index: 8,
+            latest: 7,
+            timeout: Duration::from_secs(5)
+        }
+    );
+    assert_eq!(
+        err.to_string(),
+        "timed out after 5s waiting for index=8 (latest 7)"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn closing_the_store_ends_every_wait() {
+    let store = StateStore::new();
+    let closer = store.clone();
+    tokio::spawn(async move {
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        closer.close();
+    });
+    let start = Instant::now();
+    let err = store
+        .snapshot_min_index(100, Duration::from_secs(60))
+        .await
+        .unwrap_err();
+    assert_eq!(err, StateError::Closed);
+    assert_eq!(start.elapsed(), Duration::from_secs(1));
+    let err = store
+        .wait_tables(&[Table::Allocs], 5, Duration::from_secs(60))
+        .await
+        .unwrap_err();
+    assert_eq!(err, StateError::Closed);
+}
+
+#[tokio::test(start_paused = true)]
+async fn blocking_queries_wake_only_for_their_tables() {
+    let store = StateStore::new();
+    store.apply(1, register_node(&node(1)));
+    let job = job("blocky", 1);
+    store.apply(2, register(&job, Some(eval_for(&job, 1))));
+
+    let writer = store.clone();
+    let job2 = job.clone();
+    tokio::spawn(async move {
+        // A node change at t=1s must not wake a query on allocations...
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        writer.apply(3, register_node(&node(2)));
+        // ...a placement at t=2s must.
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        writer.apply(
+            4,
+            place(
+                &eval_id(1),
+                vec![alloc(0, &job2, &node_id(1), &eval_id(1), 0)],
+            ),
+        );
+    });
+
+    let start = Instant::now();
+    let result = store
+        .wait_tables(&[Table::Allocs], 2, Duration::from_secs(30))
+        .await
+        .unwrap();
+    assert_eq!(start.elapsed(), Duration::from_secs(2));
+    assert!(!result.timed_out);
+    assert_eq!(result.index, 4);
+    assert_eq!(result.snapshot.alloc_count(), 1);
+
+    // Index 0 answers at once; an index the tables already passed too.
+    let now = store
+        .wait_tables(&[Table::Nodes], 0, Duration::from_secs(30))
+        .await
+        .unwrap();
+    assert_eq!((now.index, now.timed_out), (3, false));
+    let passed = store
+        .wait_tables(&[Table::Nodes, Table::Jobs], 2, Duration::from_secs(30))
+        .await
+        .unwrap();
+    assert_eq!(
+        (passed.index, passed.timed_out),
+        (4, false),
+        "the highest of the tables"
+    );
+    assert_eq!(start.elapsed(), Duration::from_secs(2));
+
+    let jobs = store
+        .wait_tables(&[Table::Jobs], 2, Duration::from_secs(5))
+        .await
+        .unwrap();
+    assert!(!jobs.timed_out);
+    assert_eq!(
+        jobs.index, 4,
+        "the job's status moved to running at index 4"
+    );
+    // Nothing changes: the query returns the current data on timeout.
+    let waited = store
+        .wait_tables(&[Table::Jobs], 4, Duration::from_secs(5))
+        .await
+        .unwrap();
+    assert!(waited.timed_out);
+    assert_eq!(waited.index, 4);
+    assert_eq!(start.elapsed(), Duration::from_secs(7));
+}
