@@ -19,9 +19,12 @@
 //! ```
 
 mod codec;
+pub mod data_dir;
 pub mod fsm;
 pub mod log_store;
 pub mod model;
 pub mod raft_types;
 pub mod state;
 pub mod state_machine;
+
+pub use data_dir::{open, OpenError, StorageConfig};
