@@ -14,6 +14,7 @@
 //! - [`server`]: the server role: raft node, leadership, eval broker, workers, plan applier.
 //! - [`scheduler`]: pure placement logic: no I/O, no clock, no global RNG.
 //! - [`client`]: the client role: fingerprinting, heartbeats, alloc and task runners.
+//! - [`util`]: the injectable wall clock and UUIDs.
 //!
 //! The replicated state itself lives in the `teamster-storage` crate.
 
@@ -24,3 +25,4 @@ pub mod http;
 pub mod rpc;
 pub mod scheduler;
 pub mod server;
+pub mod util;

@@ -7,12 +7,25 @@
 pub mod config;
 
 use std::net::SocketAddr;
+use std::sync::OnceLock;
 
+use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 use tracing::info;
 
+use crate::http::ServerHandles;
+use crate::server::{Server, ServerError};
 use config::AgentConfig;
+
+/// The process-wide Prometheus recorder (the `metrics` macros write to one global recorder;
+/// several in-process agents in a test share it).
+pub fn metrics_handle() -> Option<PrometheusHandle> {
+    static HANDLE: OnceLock<Option<PrometheusHandle>> = OnceLock::new();
+    HANDLE
+        .get_or_init(|| PrometheusBuilder::new().install_recorder().ok())
+        .clone()
+}
 
 /// Why the agent could not start or stopped with an error.
 #[derive(Debug, thiserror::Error)]
@@ -35,6 +48,9 @@ pub enum AgentError {
         /// Why.
         source: std::io::Error,
     },
+    /// The server role failed to start.
+    #[error("server: {0}")]
+    Server(#[from] ServerError),
     /// Waiting for signals failed.
     #[error("cannot install signal handlers: {0}")]
     Signals(std::io::Error),
@@ -46,6 +62,7 @@ pub struct Agent {
     http_addr: SocketAddr,
     shutdown: CancellationToken,
     tasks: Vec<tokio::task::JoinHandle<()>>,
+    server: Option<Server>,
     _dev_dir: Option<tempfile::TempDir>,
 }
 
@@ -82,8 +99,40 @@ impl Agent {
                 addr: http_bind,
                 source,
             })?;
+        let data_dir = config
+            .data_dir
+            .clone()
+            .expect("validated configs and dev mode have a data dir");
+        std::fs::create_dir_all(&data_dir).map_err(|source| AgentError::DataDir {
+            path: data_dir.clone(),
+            source,
+        })?;
+        let clock = crate::util::system_clock();
+        let server = if config.server.enabled {
+            Some(
+                Server::start(
+                    &config,
+                    &data_dir,
+                    config.advertise_ip(),
+                    http_addr,
+                    clock.clone(),
+                )
+                .await?,
+            )
+        } else {
+            None
+        };
+        let handles = server.as_ref().map(|s| ServerHandles {
+            node: s.node().clone(),
+            leadership: s.leadership().clone(),
+        });
         let shutdown = CancellationToken::new();
-        let router = crate::http::router(crate::http::HttpContext::new(config.clone()));
+        let router = crate::http::router(crate::http::HttpContext::new(
+            config.clone(),
+            handles,
+            metrics_handle(),
+            clock,
+        ));
         let token = shutdown.clone();
         let http_task = tokio::spawn(async move {
             let serve = axum::serve(http_listener, router)
@@ -98,6 +147,7 @@ impl Agent {
             http_addr,
             shutdown,
             tasks: vec![http_task],
+            server,
             _dev_dir: dev_dir,
         })
     }
@@ -105,6 +155,11 @@ impl Agent {
     /// The address the HTTP API listens on.
     pub fn http_addr(&self) -> SocketAddr {
         self.http_addr
+    }
+
+    /// The server role, when this agent runs one.
+    pub fn server(&self) -> Option<&Server> {
+        self.server.as_ref()
     }
 
     /// The configuration the agent runs with.
@@ -130,6 +185,9 @@ impl Agent {
         self.shutdown.cancel();
         for t in self.tasks {
             let _ = t.await;
+        }
+        if let Some(server) = self.server {
+            server.shutdown().await;
         }
         info!("agent stopped");
     }

@@ -191,8 +191,10 @@ fn init_tracing(config: &AgentConfig) {
             ))
             .unwrap_or_else(|_| EnvFilter::new("info"))
         });
+    use std::io::IsTerminal;
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
+        .with_ansi(std::io::stderr().is_terminal())
         .with_writer(std::io::stderr);
     if config.log_json {
         builder.json().init();

@@ -3,16 +3,34 @@
 //! Conventions (Nomad's): PascalCase JSON with Go initialisms (`ID`, `CPU`); errors as plain
 //! text with Nomad's status codes; Go-style booleans in queries (`True`, `false`, `1`);
 //! blocking queries with `index` and `wait`; writes on a follower forwarded to the leader,
-//! never redirected.
+//! never redirected; request bodies capped at [`MAX_BODY_BYTES`] (413 beyond).
+//!
+//! - [`error`], [`query`]: the conventions.
+//! - `status`, `operator`, `agent`: the routes, one file per group.
 
+mod agent;
 pub mod error;
+mod jobs;
+mod operator;
 pub mod query;
+pub mod read;
+mod status;
 
 use std::sync::Arc;
 
+use axum::extract::DefaultBodyLimit;
+use axum::routing::get;
 use axum::Router;
+use metrics_exporter_prometheus::PrometheusHandle;
 
 use crate::agent::config::AgentConfig;
+use crate::server::leader::LeadershipState;
+use crate::server::raft::RaftNode;
+use crate::util::SharedClock;
+use error::ApiError;
+
+/// The largest request body accepted (Nomad job files are far smaller).
+pub const MAX_BODY_BYTES: usize = 4 << 20;
 
 /// What the handlers can reach.
 #[derive(Clone)]
@@ -22,23 +40,86 @@ pub struct HttpContext {
 
 struct Inner {
     config: AgentConfig,
+    server: Option<ServerHandles>,
+    metrics: Option<PrometheusHandle>,
+    clock: SharedClock,
+}
+
+/// The server role's parts the API uses.
+#[derive(Clone)]
+pub struct ServerHandles {
+    /// The raft node.
+    pub node: Arc<RaftNode>,
+    /// Whether leader duties are established here.
+    pub leadership: LeadershipState,
 }
 
 impl HttpContext {
-    /// A context for an agent with this configuration.
-    pub fn new(config: AgentConfig) -> HttpContext {
+    /// A context for an agent with this configuration and, when it runs one, its server.
+    pub fn new(
+        config: AgentConfig,
+        server: Option<ServerHandles>,
+        metrics: Option<PrometheusHandle>,
+        clock: SharedClock,
+    ) -> HttpContext {
         HttpContext {
-            inner: Arc::new(Inner { config }),
+            inner: Arc::new(Inner {
+                config,
+                server,
+                metrics,
+                clock,
+            }),
         }
+    }
+
+    /// The wall clock for timestamps.
+    pub fn clock(&self) -> &SharedClock {
+        &self.inner.clock
     }
 
     /// The agent's configuration.
     pub fn config(&self) -> &AgentConfig {
         &self.inner.config
     }
+
+    /// The server role, or 400 "Server only endpoint" on a client-only agent.
+    pub fn server(&self) -> Result<&ServerHandles, ApiError> {
+        self.inner.server.as_ref().ok_or_else(ApiError::server_only)
+    }
+
+    /// The raft node, or 400 "Server only endpoint".
+    pub fn node(&self) -> Result<&Arc<RaftNode>, ApiError> {
+        Ok(&self.server()?.node)
+    }
 }
 
 /// The API's routes.
 pub fn router(ctx: HttpContext) -> Router {
-    Router::new().with_state(ctx)
+    Router::new()
+        .route(
+            "/v1/jobs",
+            get(jobs::list).put(jobs::register).post(jobs::register),
+        )
+        .route(
+            "/v1/job/{id}",
+            get(jobs::get).put(jobs::register).post(jobs::register),
+        )
+        .route("/v1/status/leader", get(status::leader))
+        .route("/v1/status/peers", get(status::peers))
+        .route(
+            "/v1/operator/raft/configuration",
+            get(operator::raft_configuration),
+        )
+        .route(
+            "/v1/operator/raft/peer",
+            axum::routing::delete(operator::remove_peer),
+        )
+        .route("/v1/agent/self", get(agent::agent_self))
+        .route("/v1/agent/health", get(agent::health))
+        .route("/v1/metrics", get(agent::metrics))
+        .route("/v1/regions", get(agent::regions))
+        .method_not_allowed_fallback(|| async { ApiError::method_not_allowed() })
+        .fallback(|| async { ApiError::not_found("Invalid URL") })
+        .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
+        .with_state(ctx)
 }

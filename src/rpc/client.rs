@@ -211,7 +211,12 @@ impl Pool {
         timeout: Duration,
     ) -> Result<(u64, CommandResponse), RpcError> {
         match self
-            .call(target, addr, RpcRequest::ClientWrite(command), timeout)
+            .call(
+                target,
+                addr,
+                RpcRequest::ClientWrite(Box::new(command)),
+                timeout,
+            )
             .await?
         {
             RpcResponse::ClientWrite(result) => result,

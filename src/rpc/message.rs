@@ -58,7 +58,7 @@ pub enum RpcRequest {
     /// a joining server or a client agent can learn whom an address belongs to.
     Ping,
     /// A write forwarded from a follower to the leader, to be proposed through raft.
-    ClientWrite(Command),
+    ClientWrite(Box<Command>),
     /// Cluster formation: who are you, are you in a cluster, whom have you discovered.
     ServerInfo,
     /// Cluster formation: add this server to your cluster (forwarded to the leader, which adds
@@ -74,6 +74,9 @@ pub enum RpcRequest {
         /// The raft id to remove.
         id: ServerId,
     },
+    /// Consistent reads on a follower: the leader confirms its leadership with a quorum and
+    /// answers the index the follower must reach before reading locally.
+    ReadIndex,
 }
 
 impl RpcRequest {
@@ -88,6 +91,7 @@ impl RpcRequest {
             RpcRequest::ServerInfo => "Status.ServerInfo",
             RpcRequest::JoinCluster { .. } => "Operator.JoinCluster",
             RpcRequest::RemovePeer { .. } => "Operator.RaftRemovePeer",
+            RpcRequest::ReadIndex => "Status.ReadIndex",
         }
     }
 
@@ -101,7 +105,8 @@ impl RpcRequest {
             | RpcRequest::Vote(_)
             | RpcRequest::InstallSnapshot(_)
             | RpcRequest::ClientWrite(_)
-            | RpcRequest::RemovePeer { .. } => true,
+            | RpcRequest::RemovePeer { .. }
+            | RpcRequest::ReadIndex => true,
             // A joining server knows its peers only by address.
             RpcRequest::Ping | RpcRequest::ServerInfo | RpcRequest::JoinCluster { .. } => false,
         }
@@ -117,7 +122,8 @@ impl RpcRequest {
             | RpcRequest::ClientWrite(_)
             | RpcRequest::ServerInfo
             | RpcRequest::JoinCluster { .. }
-            | RpcRequest::RemovePeer { .. } => Lane::Control,
+            | RpcRequest::RemovePeer { .. }
+            | RpcRequest::ReadIndex => Lane::Control,
         }
     }
 }
@@ -148,6 +154,8 @@ pub enum RpcResponse {
     JoinCluster(Result<(), RpcError>),
     /// Whether the server was removed.
     RemovePeer(Result<(), RpcError>),
+    /// The index to wait for before a consistent local read.
+    ReadIndex(Result<u64, RpcError>),
 }
 
 impl RpcResponse {
@@ -162,6 +170,7 @@ impl RpcResponse {
             RpcResponse::ServerInfo(_) => "Status.ServerInfo",
             RpcResponse::JoinCluster(_) => "Operator.JoinCluster",
             RpcResponse::RemovePeer(_) => "Operator.RaftRemovePeer",
+            RpcResponse::ReadIndex(_) => "Status.ReadIndex",
         }
     }
 

@@ -154,7 +154,8 @@ impl Canned {
             RpcRequest::Ping => Err(RpcError::Remote("Ping reached the handler".into())),
             RpcRequest::ServerInfo
             | RpcRequest::JoinCluster { .. }
-            | RpcRequest::RemovePeer { .. } => Err(RpcError::Unsupported {
+            | RpcRequest::RemovePeer { .. }
+            | RpcRequest::ReadIndex => Err(RpcError::Unsupported {
                 kind: req_kind.into(),
             }),
         }

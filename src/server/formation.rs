@@ -14,9 +14,16 @@
 //! A restarted server already has its membership on disk and skips all of this.
 
 use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 use teamster_storage::raft_types::{ServerAddr, ServerId};
+use tokio_util::sync::CancellationToken;
+use tracing::{debug, info, warn};
+
+use crate::rpc::{RpcError, RpcRequest, RpcResponse};
+use crate::server::raft::RaftNode;
 
 /// What a server says about itself when asked during formation.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -93,6 +100,115 @@ pub fn decide(
             known: discovered.len(),
             expect,
         }
+    }
+}
+
+/// The servers discovered so far, shared with the `ServerInfo` endpoint.
+#[derive(Debug, Clone, Default)]
+pub struct Discovered(Arc<Mutex<BTreeMap<ServerId, ServerAddr>>>);
+
+impl Discovered {
+    /// Every server heard of, as `ServerInfo` reports it.
+    pub fn list(&self) -> Vec<(ServerId, ServerAddr)> {
+        lock(&self.0)
+            .iter()
+            .map(|(id, a)| (*id, a.clone()))
+            .collect()
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// What this server says about itself.
+pub async fn my_info(node: &RaftNode, discovered: &Discovered) -> PeerInfo {
+    PeerInfo {
+        id: node.id(),
+        addr: node.addr().clone(),
+        initialized: node.is_initialized().await,
+        discovered: discovered.list(),
+    }
+}
+
+/// Run formation until this server is a voter of a cluster (or shutdown). A restarted
+/// server is a voter already and returns at once.
+pub async fn run(
+    node: Arc<RaftNode>,
+    expect: usize,
+    join: Vec<String>,
+    retry: Duration,
+    discovered: Discovered,
+    shutdown: CancellationToken,
+) {
+    let ask_timeout = retry.clamp(Duration::from_millis(200), Duration::from_secs(2));
+    let mut initialised = false;
+    loop {
+        if node.is_voter() {
+            debug!("this server is a voter; formation done");
+            return;
+        }
+        let me = my_info(&node, &discovered).await;
+        let mut answers = Vec::new();
+        for addr in &join {
+            match node
+                .pool()
+                .call_addr(addr, RpcRequest::ServerInfo, ask_timeout)
+                .await
+            {
+                Ok(RpcResponse::ServerInfo(info)) => answers.push(info),
+                Ok(other) => warn!(%addr, answer = other.kind(), "unexpected answer to ServerInfo"),
+                Err(e) => debug!(%addr, error = %e, "join address not answering yet"),
+            }
+        }
+        let step = {
+            let mut d = lock(&discovered.0);
+            decide(&me, expect, &answers, &mut d)
+        };
+        match step {
+            Step::Done => {
+                // In a cluster but not (yet) a voter: a learner waiting for promotion, or a
+                // server added by another's initialisation. Ask to be promoted if we can.
+                if let Some((_, leader)) = node.leader() {
+                    if leader.rpc_addr != node.addr().rpc_addr {
+                        join_via(&node, &leader.rpc_addr, ask_timeout * 10).await;
+                    }
+                }
+            }
+            Step::Initialize(members) if !initialised => {
+                info!(servers = members.len(), "initialising the cluster");
+                match node.raft().initialize(members).await {
+                    Ok(()) => initialised = true,
+                    Err(e) => warn!(error = %e, "initialising the cluster failed"),
+                }
+            }
+            Step::Initialize(_) => {}
+            Step::Join { via } => join_via(&node, &via, ask_timeout * 10).await,
+            Step::Wait { known, expect } => {
+                debug!(known, expect, "waiting for more servers");
+            }
+        }
+        tokio::select! {
+            _ = shutdown.cancelled() => return,
+            _ = tokio::time::sleep(retry) => {}
+        }
+    }
+}
+
+async fn join_via(node: &RaftNode, via: &str, timeout: Duration) {
+    info!(%via, "asking to join the cluster");
+    let req = RpcRequest::JoinCluster {
+        id: node.id(),
+        addr: node.addr().clone(),
+    };
+    match node.pool().call_addr(via, req, timeout).await {
+        Ok(RpcResponse::JoinCluster(Ok(()))) => info!(%via, "joined the cluster"),
+        Ok(RpcResponse::JoinCluster(Err(e))) => warn!(%via, error = %e, "join refused"),
+        Ok(other) => warn!(%via, answer = other.kind(), "unexpected answer to JoinCluster"),
+        Err(RpcError::Timeout { .. }) => {
+            info!(%via, "join still in progress (catching up)")
+        }
+        Err(e) => warn!(%via, error = %e, "join failed"),
     }
 }
 

@@ -1,5 +1,256 @@
 //! The server role: the raft node, leadership, and (on the leader) the eval broker, blocked
 //! evals, plan queue and applier, heartbeat timers; on every server the scheduler workers.
+//!
+//! ```text
+//!  RpcServer ──▶ endpoints::ServerRpc ──▶ RaftNode (openraft + sled + StateStore)
+//!                                           ▲          │ server_metrics
+//!  formation (join / bootstrap) ────────────┘          ▼
+//!                                          leader monitor ──▶ establish / revoke duties
+//! ```
+//!
+//! - [`raft`]: the raft node, writes (batched, forwarded), membership changes.
+//! - [`write_batcher`]: group commit of concurrent writes into one entry.
+//! - [`formation`]: `bootstrap_expect` and `join`.
+//! - [`leader`]: the leadership monitor.
+//! - [`endpoints`]: the RPC handlers.
 
+pub mod endpoints;
 pub mod formation;
+pub mod leader;
+pub mod raft;
 pub mod write_batcher;
+
+use std::net::{IpAddr, SocketAddr};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use teamster_storage::raft_types::{ServerAddr, ServerId};
+use tokio_util::sync::CancellationToken;
+use tracing::info;
+
+use crate::agent::config::AgentConfig;
+use crate::rpc::{Pool, RpcConfig, RpcServer};
+use crate::util::SharedClock;
+use formation::Discovered;
+use leader::LeadershipState;
+use raft::RaftNode;
+
+/// Why the server role could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum ServerError {
+    /// The server's directory or id file could not be prepared.
+    #[error("{path}: {source}")]
+    Io {
+        /// The path.
+        path: PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// The server id file holds something other than a positive number.
+    #[error("{path}: not a server id: {content:?}")]
+    BadServerId {
+        /// The file.
+        path: PathBuf,
+        /// What it holds.
+        content: String,
+    },
+    /// The RPC listener could not start.
+    #[error(transparent)]
+    Rpc(#[from] crate::rpc::RpcError),
+    /// The raft node could not start.
+    #[error(transparent)]
+    Raft(#[from] raft::RaftNodeError),
+}
+
+/// A running server role.
+pub struct Server {
+    node: Arc<RaftNode>,
+    rpc: RpcServer,
+    leadership: LeadershipState,
+    shutdown: CancellationToken,
+    tasks: Vec<tokio::task::JoinHandle<()>>,
+}
+
+impl Server {
+    /// Start the server role: storage under `<data_dir>/server`, the RPC listener, raft,
+    /// formation and the leadership monitor. `advertise` is the address others reach this
+    /// agent at; `http_addr` the bound HTTP listener (for the address book).
+    pub async fn start(
+        config: &AgentConfig,
+        data_dir: &Path,
+        advertise: IpAddr,
+        http_addr: SocketAddr,
+        clock: SharedClock,
+    ) -> Result<Server, ServerError> {
+        let dir = data_dir.join("server");
+        std::fs::create_dir_all(&dir).map_err(|source| ServerError::Io {
+            path: dir.clone(),
+            source,
+        })?;
+        let id = load_or_create_server_id(&dir)?;
+        let discovered = Discovered::default();
+        let handler = endpoints::ServerRpc::new(discovered.clone());
+        let rpc = RpcServer::bind(
+            config.rpc_bind(),
+            id,
+            Arc::new(handler.clone()),
+            RpcConfig::default(),
+        )
+        .await?;
+        let addr = ServerAddr {
+            name: config.name.clone(),
+            rpc_addr: SocketAddr::new(advertise, rpc.local_addr().port()).to_string(),
+            http_addr: SocketAddr::new(advertise, http_addr.port()).to_string(),
+        };
+        let pool = Pool::new(id, RpcConfig::default())?;
+        let node = RaftNode::start(id, addr, &dir, &config.server, pool).await?;
+        handler.set_node(node.clone());
+
+        let shutdown = CancellationToken::new();
+        let mut tasks = Vec::new();
+        tasks.push(tokio::spawn(formation::run(
+            node.clone(),
+            config.server.bootstrap_expect,
+            config.server.join.clone(),
+            config.server.join_retry_interval,
+            discovered,
+            shutdown.clone(),
+        )));
+        let (leadership, leader_task) =
+            leader::spawn(node.clone(), Vec::new(), clock, shutdown.clone());
+        tasks.push(leader_task);
+        tasks.push(tokio::spawn(export_raft_metrics(
+            node.clone(),
+            shutdown.clone(),
+        )));
+        info!(server_id = id, rpc = %node.addr().rpc_addr, "server started");
+        Ok(Server {
+            node,
+            rpc,
+            leadership,
+            shutdown,
+            tasks,
+        })
+    }
+
+    /// The raft node.
+    pub fn node(&self) -> &Arc<RaftNode> {
+        &self.node
+    }
+
+    /// Whether this server's leader duties are established.
+    pub fn leadership(&self) -> &LeadershipState {
+        &self.leadership
+    }
+
+    /// Stop formation, revoke leadership, stop the RPC listener and raft.
+    pub async fn shutdown(self) {
+        self.shutdown.cancel();
+        for t in self.tasks {
+            let _ = t.await;
+        }
+        self.rpc.shutdown().await;
+        self.node.shutdown().await;
+        info!("server stopped");
+    }
+}
+
+/// The raft id of the server owning `dir`: read from `dir/server-id`, or chosen at random and
+/// written (durably) on first start.
+fn load_or_create_server_id(dir: &Path) -> Result<ServerId, ServerError> {
+    let path = dir.join("server-id");
+    match std::fs::read_to_string(&path) {
+        Ok(text) => match text.trim().parse::<ServerId>() {
+            Ok(id) if id != 0 => Ok(id),
+            _ => Err(ServerError::BadServerId {
+                path,
+                content: text.chars().take(40).collect(),
+            }),
+        },
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            // Keep ids within 2^53 so they survive JSON tooling that reads numbers as doubles.
+            let id = loop {
+                let id = rand::random::<u64>() & ((1 << 53) - 1);
+                if id != 0 {
+                    break id;
+                }
+            };
+            let tmp = dir.join("server-id.tmp");
+            let io = |source| ServerError::Io {
+                path: path.clone(),
+                source,
+            };
+            {
+                use std::io::Write;
+                let mut f = std::fs::File::create(&tmp).map_err(io)?;
+                f.write_all(format!("{id}\n").as_bytes()).map_err(io)?;
+                f.sync_all().map_err(io)?;
+            }
+            std::fs::rename(&tmp, &path).map_err(io)?;
+            std::fs::File::open(dir)
+                .and_then(|d| d.sync_all())
+                .map_err(io)?;
+            Ok(id)
+        }
+        Err(source) => Err(ServerError::Io { path, source }),
+    }
+}
+
+/// Publish raft's progress as Prometheus gauges until shutdown.
+async fn export_raft_metrics(node: Arc<RaftNode>, shutdown: CancellationToken) {
+    let mut rx = node.raft().metrics();
+    loop {
+        {
+            let m = rx.borrow_and_update();
+            metrics::gauge!("teamster_raft_term").set(m.current_term as f64);
+            metrics::gauge!("teamster_raft_last_log_index")
+                .set(m.last_log_index.unwrap_or(0) as f64);
+            metrics::gauge!("teamster_raft_applied_index")
+                .set(m.last_applied.map_or(0, |l| l.index) as f64);
+            metrics::gauge!("teamster_raft_snapshot_index")
+                .set(m.snapshot.map_or(0, |l| l.index) as f64);
+            metrics::gauge!("teamster_raft_is_leader").set(
+                if m.state == openraft::ServerState::Leader {
+                    1.0
+                } else {
+                    0.0
+                },
+            );
+            metrics::gauge!("teamster_raft_peers")
+                .set(m.membership_config.membership().voter_ids().count() as f64);
+        }
+        tokio::select! {
+            _ = shutdown.cancelled() => return,
+            r = rx.changed() => if r.is_err() { return },
+        }
+        // Coalesce bursts of changes: at most ten updates a second.
+        tokio::select! {
+            _ = shutdown.cancelled() => return,
+            _ = tokio::time::sleep(std::time::Duration::from_millis(100)) => {}
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_server_id_is_stable_across_starts() {
+        let dir = tempfile::tempdir().unwrap();
+        let a = load_or_create_server_id(dir.path()).unwrap();
+        let b = load_or_create_server_id(dir.path()).unwrap();
+        assert_eq!(a, b);
+        assert!(a != 0 && a < (1 << 53));
+    }
+
+    #[test]
+    fn a_corrupt_server_id_is_refused_not_replaced() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("server-id"), "banana").unwrap();
+        let e = load_or_create_server_id(dir.path())
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("not a server id"), "{e}");
+    }
+}

@@ -103,6 +103,8 @@ pub struct RaftNode {
     pool: Pool,
     batcher: WriteBatcher,
     hold: Duration,
+    /// One membership change at a time (openraft refuses overlapping ones).
+    membership_lock: tokio::sync::Mutex<()>,
 }
 
 struct RaftProposer {
@@ -139,23 +141,21 @@ impl RaftNode {
         pool: Pool,
     ) -> Result<Arc<RaftNode>, RaftNodeError> {
         let state = StateStore::new();
-        let (log_store, state_machine) = teamster_storage::open(dir, state.clone()).map_err(|e| {
-            RaftNodeError::Storage {
-                dir: dir.display().to_string(),
-                reason: e.to_string(),
-            }
+        let (log_store, state_machine) = teamster_storage::open(
+            dir,
+            state.clone(),
+            &teamster_storage::StorageConfig::default(),
+        )
+        .map_err(|e| RaftNodeError::Storage {
+            dir: dir.display().to_string(),
+            reason: e.to_string(),
         })?;
         let raft_config = Arc::new(openraft_config(&config.raft)?);
         let network = NetworkFactory::new(pool.clone());
-        let raft = openraft::Raft::<TypeConfig>::new(
-            id,
-            raft_config,
-            network,
-            log_store,
-            state_machine,
-        )
-        .await
-        .map_err(|e| RaftNodeError::Raft(e.to_string()))?;
+        let raft =
+            openraft::Raft::<TypeConfig>::new(id, raft_config, network, log_store, state_machine)
+                .await
+                .map_err(|e| RaftNodeError::Raft(e.to_string()))?;
         let batcher = WriteBatcher::spawn(
             BatcherConfig::default(),
             Arc::new(RaftProposer { raft: raft.clone() }),
@@ -169,6 +169,7 @@ impl RaftNode {
             pool,
             batcher,
             hold: config.rpc_hold_timeout,
+            membership_lock: tokio::sync::Mutex::new(()),
         }))
     }
 
@@ -234,7 +235,10 @@ impl RaftNode {
             if now.is_some() && now != stale {
                 return;
             }
-            if tokio::time::timeout_at(deadline, rx.changed()).await.is_err() {
+            if tokio::time::timeout_at(deadline, rx.changed())
+                .await
+                .is_err()
+            {
                 return;
             }
         }
@@ -295,6 +299,84 @@ impl RaftNode {
         self.batcher.write(cmd).await
     }
 
+    /// On the leader: confirm leadership with a quorum and return the index every earlier
+    /// committed write is at or below (applied locally before this returns).
+    pub async fn leader_read_index(&self) -> Result<u64, RaftNodeError> {
+        match self.raft.ensure_linearizable().await {
+            Ok(log_id) => Ok(log_id.map_or(0, |l| l.index)),
+            Err(RaftError::APIError(openraft::error::CheckIsLeaderError::ForwardToLeader(f))) => {
+                Err(RaftNodeError::NotLeader {
+                    leader: f.leader_id.zip(f.leader_node),
+                })
+            }
+            Err(RaftError::APIError(openraft::error::CheckIsLeaderError::QuorumNotEnough(_))) => {
+                Err(RaftNodeError::NoLeader)
+            }
+            Err(e) => Err(RaftNodeError::Raft(e.to_string())),
+        }
+    }
+
+    /// A snapshot of the local state that reflects every write committed before the call
+    /// (linearizable): the leader confirms its leadership and names an index, this server
+    /// waits until it has applied that far. Waits up to the hold timeout for a leader.
+    pub async fn consistent_snapshot(
+        &self,
+    ) -> Result<teamster_storage::state::Snapshot, RaftNodeError> {
+        let deadline = Instant::now() + self.hold;
+        let index = loop {
+            let (leader, addr) = match self.leader() {
+                Some(l) => l,
+                None => {
+                    self.wait_leader(deadline.saturating_duration_since(Instant::now()))
+                        .await
+                        .ok_or(RaftNodeError::NoLeader)?;
+                    continue;
+                }
+            };
+            let answer = if leader == self.id {
+                self.leader_read_index().await
+            } else {
+                let timeout = deadline
+                    .saturating_duration_since(Instant::now())
+                    .max(Duration::from_millis(500));
+                match self
+                    .pool
+                    .call(
+                        leader,
+                        &addr.rpc_addr,
+                        crate::rpc::RpcRequest::ReadIndex,
+                        timeout,
+                    )
+                    .await
+                {
+                    Ok(crate::rpc::RpcResponse::ReadIndex(r)) => r.map_err(|e| match e {
+                        RpcError::NotLeader { leader } => RaftNodeError::NotLeader { leader },
+                        e => RaftNodeError::Rpc(e),
+                    }),
+                    Ok(other) => Err(RaftNodeError::Rpc(other.unexpected("Status.ReadIndex"))),
+                    Err(e) => Err(RaftNodeError::Rpc(e)),
+                }
+            };
+            match answer {
+                Ok(i) => break i,
+                Err(RaftNodeError::NotLeader { .. } | RaftNodeError::NoLeader)
+                    if Instant::now() < deadline =>
+                {
+                    self.wait_leader_change(Some(leader), deadline).await;
+                }
+                Err(RaftNodeError::NotLeader { .. }) => return Err(RaftNodeError::NoLeader),
+                Err(e) => return Err(e),
+            }
+        };
+        let remaining = deadline
+            .saturating_duration_since(Instant::now())
+            .max(Duration::from_secs(1));
+        self.state
+            .snapshot_min_index(index, remaining)
+            .await
+            .map_err(|e| RaftNodeError::Raft(e.to_string()))
+    }
+
     /// The current membership.
     pub fn membership(&self) -> MembershipView {
         let m = self.raft.server_metrics();
@@ -329,15 +411,19 @@ impl RaftNode {
     /// Idempotent: a voter already in the membership is left alone.
     pub async fn add_voter(&self, id: ServerId, addr: ServerAddr) -> Result<(), RaftNodeError> {
         self.require_leader()?;
+        let _one_at_a_time = self.membership_lock.lock().await;
         let view = self.membership();
-        if view.servers.iter().any(|(s, _, voter)| *s == id && *voter) {
-            return Ok(());
+        match view.servers.iter().find(|(s, _, _)| *s == id) {
+            Some((_, _, true)) => return Ok(()),
+            Some((_, known, false)) if *known == addr => {}
+            _ => {
+                info!(server_id = id, rpc = %addr.rpc_addr, "adding a server as a learner");
+                self.raft
+                    .add_learner(id, addr, true)
+                    .await
+                    .map_err(|e| self.membership_error(e))?;
+            }
         }
-        info!(server_id = id, rpc = %addr.rpc_addr, "adding a server as a learner");
-        self.raft
-            .add_learner(id, addr, true)
-            .await
-            .map_err(|e| self.membership_error(e))?;
         info!(server_id = id, "promoting the server to voter");
         self.raft
             .change_membership(ChangeMembers::AddVoterIds(BTreeSet::from([id])), false)
@@ -349,6 +435,7 @@ impl RaftNode {
     /// On the leader: remove `id` from the membership (voter or learner).
     pub async fn remove_server(&self, id: ServerId) -> Result<(), RaftNodeError> {
         self.require_leader()?;
+        let _one_at_a_time = self.membership_lock.lock().await;
         let view = self.membership();
         let Some((_, _, voter)) = view.servers.iter().find(|(s, _, _)| *s == id) else {
             return Err(RaftNodeError::UnknownPeer(id.to_string()));
@@ -358,7 +445,10 @@ impl RaftNode {
         } else {
             ChangeMembers::RemoveNodes(BTreeSet::from([id]))
         };
-        warn!(server_id = id, "removing a server from the raft configuration");
+        warn!(
+            server_id = id,
+            "removing a server from the raft configuration"
+        );
         self.raft
             .change_membership(change, false)
             .await

@@ -1,0 +1,120 @@
+//! `/v1/agent/self`, `/v1/agent/health`, `/v1/regions` and `/v1/metrics`.
+
+use std::collections::HashMap;
+
+use axum::extract::{Query, State};
+use axum::http::{header, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use serde_json::{json, Value};
+
+use super::error::ApiError;
+use super::HttpContext;
+
+/// The agent's configuration, member entry and stats (Nomad's lower-case top level).
+pub async fn agent_self(State(ctx): State<HttpContext>) -> Result<Json<Value>, ApiError> {
+    let config = serde_json::to_value(ctx.config())
+        .map_err(|e| ApiError::internal(format!("encoding the config: {e}")))?;
+    let mut stats = serde_json::Map::new();
+    let member = match ctx.server() {
+        Ok(s) => {
+            let node = &s.node;
+            let m = node.raft().metrics().borrow().clone();
+            let leader = node.leader();
+            stats.insert(
+                "raft".into(),
+                json!({
+                    "server_id": node.id().to_string(),
+                    "state": format!("{:?}", m.state),
+                    "term": m.current_term.to_string(),
+                    "last_log_index": m.last_log_index.unwrap_or(0).to_string(),
+                    "applied_index": m.last_applied.map_or(0, |l| l.index).to_string(),
+                    "leader_addr": leader.map(|(_, a)| a.rpc_addr).unwrap_or_default(),
+                    "num_peers": node.membership().servers.len().to_string(),
+                }),
+            );
+            stats.insert(
+                "nomad".into(),
+                json!({
+                    "server": "true",
+                    "leader": s.leadership.is_established().to_string(),
+                    "known_regions": "1",
+                }),
+            );
+            let addr = node.addr();
+            let (ip, port) = addr
+                .rpc_addr
+                .rsplit_once(':')
+                .map(|(i, p)| (i.to_string(), p.parse::<u16>().unwrap_or(0)))
+                .unwrap_or_default();
+            json!({
+                "Name": format!("{}.global", addr.name),
+                "Addr": ip,
+                "Port": port,
+                "Status": "alive",
+                "Tags": {
+                    "role": "teamster",
+                    "region": "global",
+                    "dc": ctx.config().client.datacenter,
+                    "id": node.id().to_string(),
+                    "rpc_addr": addr.rpc_addr,
+                    "http_addr": addr.http_addr,
+                }
+            })
+        }
+        Err(_) => Value::Null,
+    };
+    Ok(Json(
+        json!({ "config": config, "member": member, "stats": stats }),
+    ))
+}
+
+/// Health: 200 when every role of this agent is fine, 500 otherwise (a server is fine when
+/// it knows a leader).
+pub async fn health(State(ctx): State<HttpContext>) -> Response {
+    let mut body = serde_json::Map::new();
+    let mut ok = true;
+    if let Ok(s) = ctx.server() {
+        let (server_ok, message) = match s.node.leader() {
+            Some(_) => (true, "ok".to_string()),
+            None => (false, "No cluster leader".to_string()),
+        };
+        ok &= server_ok;
+        body.insert(
+            "server".into(),
+            json!({ "ok": server_ok, "message": message }),
+        );
+    }
+    let status = if ok {
+        StatusCode::OK
+    } else {
+        StatusCode::INTERNAL_SERVER_ERROR
+    };
+    (status, Json(Value::Object(body))).into_response()
+}
+
+/// The regions: only "global".
+pub async fn regions() -> Json<Vec<&'static str>> {
+    Json(vec!["global"])
+}
+
+/// Metrics in Prometheus text format (`?format=prometheus`; JSON is not offered).
+pub async fn metrics(
+    State(ctx): State<HttpContext>,
+    Query(q): Query<HashMap<String, String>>,
+) -> Result<Response, ApiError> {
+    match q.get("format").map(String::as_str) {
+        Some("prometheus") => {}
+        _ => return Err(ApiError::bad_request("only format=prometheus is supported")),
+    }
+    let handle = ctx
+        .inner
+        .metrics
+        .as_ref()
+        .ok_or_else(|| ApiError::internal("metrics are not enabled"))?;
+    Ok((
+        [(header::CONTENT_TYPE, "text/plain; version=0.0.4")],
+        handle.render(),
+    )
+        .into_response())
+}
