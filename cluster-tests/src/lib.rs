@@ -40,3 +40,60 @@ pub fn init_test_tracing() {
             .try_init();
     });
 }
+
+/// Job and state helpers over the HTTP API, shared by scenarios.
+pub mod api {
+    use serde_json::{json, Value};
+    use teamster::cli::{ApiClient, ApiError};
+
+    /// A minimal batch job with one mock task, as Nomad JSON.
+    pub fn small_job(id: &str) -> Value {
+        json!({
+            "ID": id,
+            "Type": "batch",
+            "Datacenters": ["dc1"],
+            "TaskGroups": [{
+                "Name": "g",
+                "Count": 1,
+                "Tasks": [{
+                    "Name": "t",
+                    "Driver": "mock",
+                    "Config": { "run_for": "1s" },
+                    "Resources": { "CPU": 10, "MemoryMB": 10 }
+                }]
+            }]
+        })
+    }
+
+    /// Register `job` through `api`; the raft index it was committed at.
+    pub async fn register(api: &ApiClient, job: Value) -> Result<u64, ApiError> {
+        let r: Value = api
+            .request(
+                reqwest::Method::POST,
+                "/v1/jobs",
+                Some(&json!({ "Job": job })),
+            )
+            .await?;
+        Ok(r["JobModifyIndex"].as_u64().unwrap_or(0))
+    }
+
+    /// The IDs of every job, read from `api`'s local state.
+    pub async fn job_ids_stale(api: &ApiClient) -> Result<Vec<String>, ApiError> {
+        let jobs: Vec<Value> = api.get("/v1/jobs?stale=true").await?;
+        let mut ids: Vec<String> = jobs
+            .iter()
+            .filter_map(|j| j["ID"].as_str().map(str::to_string))
+            .collect();
+        ids.sort();
+        Ok(ids)
+    }
+
+    /// A raft statistic from `/v1/agent/self` (`applied_index`, `snapshot_index`, …).
+    pub async fn raft_stat(api: &ApiClient, key: &str) -> Result<u64, ApiError> {
+        let v: Value = api.get("/v1/agent/self").await?;
+        Ok(v["stats"]["raft"][key]
+            .as_str()
+            .and_then(|s| s.parse().ok())
+            .unwrap_or(0))
+    }
+}

@@ -52,20 +52,30 @@ fn loopback_block() -> (u8, u8) {
 /// Options for a process cluster.
 #[derive(Debug, Clone)]
 pub struct ClusterOptions {
-    /// Extra TOML appended to every server's `[server]` table (e.g. raft thresholds).
+    /// Extra TOML lines for every server's `[server]` table.
     pub server_toml: String,
-    /// Use the fast raft timing profile (elections in a few hundred ms).
-    pub fast_raft: bool,
+    /// Raft heartbeat interval.
+    pub heartbeat: &'static str,
+    /// Raft election timeout (the minimum; elections wait up to twice this).
+    pub election_timeout: &'static str,
+    /// Extra TOML lines for every server's `[server.raft]` table (e.g. snapshot thresholds).
+    pub raft_toml: String,
 }
 
 impl Default for ClusterOptions {
     fn default() -> Self {
         ClusterOptions {
             server_toml: String::new(),
-            fast_raft: true,
+            heartbeat: "50ms",
+            election_timeout: "300ms",
+            raft_toml: String::new(),
         }
     }
 }
+
+/// Cluster scenarios in one test binary run one at a time: the machine is small and raft
+/// timings are short.
+static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
 /// One server process.
 pub struct ServerProcess {
@@ -107,6 +117,7 @@ impl ServerProcess {
 
 /// A cluster of server processes.
 pub struct ProcessCluster {
+    _turn: std::sync::MutexGuard<'static, ()>,
     dir: tempfile::TempDir,
     block: (u8, u8),
     options: ClusterOptions,
@@ -121,7 +132,9 @@ impl ProcessCluster {
         let dir = tempfile::Builder::new()
             .prefix("teamster-cluster-")
             .tempdir()?;
+        let turn = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
         let mut c = ProcessCluster {
+            _turn: turn,
             dir,
             block: loopback_block(),
             options,
@@ -166,17 +179,17 @@ impl ProcessCluster {
             .map(|j| format!("{j:?}"))
             .collect::<Vec<_>>()
             .join(", ");
-        let raft = if self.options.fast_raft {
-            "[server.raft]\nheartbeat_interval = \"50ms\"\nelection_timeout = \"300ms\"\n"
-        } else {
-            ""
-        };
+        let o = &self.options;
         let config = format!(
             "name = {name:?}\ndata_dir = {data:?}\nbind_addr = {ip:?}\nlog_level = \"info\"\n\
              [server]\nenabled = true\nbootstrap_expect = {expect}\njoin = [{join_list}]\n\
-             join_retry_interval = \"200ms\"\n{extra}\n{raft}",
+             join_retry_interval = \"200ms\"\n{extra}\n\
+             [server.raft]\nheartbeat_interval = {hb:?}\nelection_timeout = {et:?}\n{raft}\n",
             data = data_dir.display().to_string(),
-            extra = self.options.server_toml,
+            extra = o.server_toml,
+            hb = o.heartbeat,
+            et = o.election_timeout,
+            raft = o.raft_toml,
         );
         let config_path = self.dir.path().join(format!("{name}.toml"));
         std::fs::write(&config_path, config)?;
@@ -262,8 +275,8 @@ impl ProcessCluster {
         self.spawn(i)
     }
 
-    /// The index of the server every running server agrees is the leader, waiting up to
-    /// `timeout`.
+    /// The index of the running server every running server agrees is the leader, waiting
+    /// up to `timeout`.
     pub async fn wait_leader(&mut self, timeout: Duration) -> anyhow::Result<usize> {
         let running: Vec<usize> = (0..self.servers.len())
             .filter(|&i| self.servers[i].is_running())
@@ -283,7 +296,8 @@ impl ProcessCluster {
                     }
                     seen = Some(l);
                 }
-                seen
+                // Survivors keep naming a dead leader until they elect another.
+                seen.filter(|l| apis.iter().any(|(_, _, rpc)| rpc == l))
             }
         })
         .await?;

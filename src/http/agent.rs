@@ -29,6 +29,8 @@ pub async fn agent_self(State(ctx): State<HttpContext>) -> Result<Json<Value>, A
                     "term": m.current_term.to_string(),
                     "last_log_index": m.last_log_index.unwrap_or(0).to_string(),
                     "applied_index": m.last_applied.map_or(0, |l| l.index).to_string(),
+                    "snapshot_index": m.snapshot.map_or(0, |l| l.index).to_string(),
+                    "purged_index": m.purged.map_or(0, |l| l.index).to_string(),
                     "leader_addr": leader.map(|(_, a)| a.rpc_addr).unwrap_or_default(),
                     "num_peers": node.membership().servers.len().to_string(),
                 }),

@@ -1,0 +1,338 @@
+//! The replicated core on real processes over loopback: election, replication, leader loss,
+//! catch-up by snapshot, whole-cluster restart, joining and removing servers, and hostile
+//! bytes on the RPC port.
+
+use std::collections::BTreeSet;
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+use teamster_cluster_tests::api::{job_ids_stale, raft_stat, register, small_job};
+use teamster_cluster_tests::process::{teamster_bin, ClusterOptions, ProcessCluster};
+use teamster_cluster_tests::wait_for;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+const FORMATION: Duration = Duration::from_secs(30);
+
+/// Wait until every listed server's local state holds exactly `want`.
+async fn wait_jobs_everywhere(
+    c: &ProcessCluster,
+    servers: &[usize],
+    want: &[String],
+    timeout: Duration,
+) -> anyhow::Result<()> {
+    for &i in servers {
+        let api = c.servers[i].api();
+        let want = want.to_vec();
+        wait_for(
+            timeout,
+            &format!("{} to hold every job", c.servers[i].name),
+            || {
+                let api = api.clone();
+                let want = want.clone();
+                async move { (job_ids_stale(&api).await.ok()? == want).then_some(()) }
+            },
+        )
+        .await?;
+    }
+    Ok(())
+}
+
+async fn raft_config(c: &ProcessCluster, i: usize) -> anyhow::Result<Value> {
+    Ok(c.servers[i]
+        .api()
+        .get("/v1/operator/raft/configuration")
+        .await?)
+}
+
+#[tokio::test]
+async fn three_servers_started_at_once_elect_one_leader_and_replicate_a_write() -> anyhow::Result<()>
+{
+    let mut c = ProcessCluster::start(3, ClusterOptions::default())?;
+    let leader = c.wait_leader(FORMATION).await?;
+
+    // Exactly one leader and three voters in the configuration every server reports.
+    for i in 0..3 {
+        let conf = raft_config(&c, i).await?;
+        let servers = conf["Servers"].as_array().expect("Servers");
+        assert_eq!(servers.len(), 3, "{conf}");
+        assert_eq!(servers.iter().filter(|s| s["Leader"] == true).count(), 1);
+        assert!(servers.iter().all(|s| s["Voter"] == true));
+    }
+    // Exactly one initialisation: the first entry is the only membership entry, and no
+    // server ever saw another term-1 leader (all agree on the leader already).
+    let peers: Vec<String> = c.servers[0].api().get("/v1/status/peers").await?;
+    assert_eq!(peers.len(), 3);
+
+    // A write on the leader and one on a follower (forwarded) commit on all three.
+    register(&c.servers[leader].api(), small_job("on-leader")).await?;
+    let follower = (leader + 1) % 3;
+    register(&c.servers[follower].api(), small_job("via-follower")).await?;
+    let want = vec!["on-leader".to_string(), "via-follower".to_string()];
+    wait_jobs_everywhere(&c, &[0, 1, 2], &want, Duration::from_secs(10)).await?;
+    Ok(())
+}
+
+#[tokio::test]
+async fn killing_the_leader_elects_another_within_three_election_timeouts_and_loses_nothing(
+) -> anyhow::Result<()> {
+    let election_timeout = Duration::from_secs(1);
+    let options = ClusterOptions {
+        heartbeat: "100ms",
+        election_timeout: "1s",
+        ..ClusterOptions::default()
+    };
+    let mut c = ProcessCluster::start(3, options)?;
+    let leader = c.wait_leader(FORMATION).await?;
+    let mut acked = Vec::new();
+    for k in 0..50 {
+        let id = format!("job-{k:03}");
+        register(&c.servers[(leader + k) % 3].api(), small_job(&id)).await?;
+        acked.push(id);
+    }
+
+    let killed_at = Instant::now();
+    c.kill(leader);
+    let new_leader = c.wait_leader(Duration::from_secs(30)).await?;
+    let took = killed_at.elapsed();
+    assert_ne!(new_leader, leader);
+    // openraft waits a random time in [timeout, 2 × timeout) before an election.
+    let bound = 3 * 2 * election_timeout;
+    assert!(took < bound, "a new leader took {took:?} (bound {bound:?})");
+    eprintln!("new leader after {took:?}");
+
+    // Every acknowledged write is on the new leader (consistent read) and the survivor.
+    let jobs: Vec<Value> = c.servers[new_leader].api().get("/v1/jobs").await?;
+    let have: BTreeSet<String> = jobs
+        .iter()
+        .filter_map(|j| j["ID"].as_str().map(str::to_string))
+        .collect();
+    for id in &acked {
+        assert!(have.contains(id), "acknowledged {id} lost");
+    }
+    // Writes go on, and the old leader comes back as a follower with everything.
+    register(&c.servers[new_leader].api(), small_job("after-failover")).await?;
+    acked.push("after-failover".to_string());
+    acked.sort();
+    c.restart(leader)?;
+    wait_jobs_everywhere(&c, &[0, 1, 2], &acked, Duration::from_secs(30)).await?;
+    assert_eq!(c.wait_leader(FORMATION).await?, new_leader);
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_server_down_while_the_log_is_purged_past_it_catches_up_by_snapshot() -> anyhow::Result<()>
+{
+    let options = ClusterOptions {
+        raft_toml: "snapshot_threshold = 1000\ntrailing_logs = 100\n".into(),
+        ..ClusterOptions::default()
+    };
+    let mut c = ProcessCluster::start(3, options)?;
+    let leader = c.wait_leader(FORMATION).await?;
+    let lagger = (leader + 1) % 3;
+    let leader_api = c.servers[leader].api();
+    register(&leader_api, small_job("before")).await?;
+    wait_jobs_everywhere(&c, &[lagger], &["before".into()], Duration::from_secs(10)).await?;
+    let lagger_applied = raft_stat(&c.servers[lagger].api(), "applied_index").await?;
+    c.kill(lagger);
+
+    // Commit at least 10 000 entries while it is down: small concurrent writers, so the
+    // batcher turns them into many entries.
+    let start_index = raft_stat(&leader_api, "last_log_index").await?;
+    let mut written = 0usize;
+    while raft_stat(&leader_api, "last_log_index").await? < start_index + 10_000 {
+        let mut batch = Vec::new();
+        for k in 0..16 {
+            let api = leader_api.clone();
+            let id = format!("w-{:06}", written + k);
+            batch.push(tokio::spawn(
+                async move { register(&api, small_job(&id)).await },
+            ));
+        }
+        for b in batch {
+            b.await??;
+        }
+        written += 16;
+    }
+    let purged = raft_stat(&leader_api, "purged_index").await?;
+    assert!(
+        purged > lagger_applied,
+        "the leader purged up to {purged}, not past the lagger's {lagger_applied}"
+    );
+
+    let restarted_at = Instant::now();
+    c.restart(lagger)?;
+    let mut want: Vec<String> = (0..written).map(|k| format!("w-{k:06}")).collect();
+    want.push("before".into());
+    want.sort();
+    wait_jobs_everywhere(&c, &[lagger], &want, Duration::from_secs(120)).await?;
+    eprintln!("caught up {written} jobs in {:?}", restarted_at.elapsed());
+    let snapshot = raft_stat(&c.servers[lagger].api(), "snapshot_index").await?;
+    assert!(
+        snapshot >= purged,
+        "the lagger's snapshot index {snapshot} is below the leader's purge point {purged}: \
+         it cannot have caught up from the log"
+    );
+    // Identical state on all three.
+    wait_jobs_everywhere(&c, &[0, 1, 2], &want, Duration::from_secs(30)).await?;
+    Ok(())
+}
+
+#[tokio::test]
+async fn stopping_and_restarting_the_whole_cluster_keeps_every_committed_entry(
+) -> anyhow::Result<()> {
+    let mut c = ProcessCluster::start(3, ClusterOptions::default())?;
+    let leader = c.wait_leader(FORMATION).await?;
+    let mut want = Vec::new();
+    for k in 0..40 {
+        let id = format!("keep-{k:02}");
+        register(&c.servers[(leader + k) % 3].api(), small_job(&id)).await?;
+        want.push(id);
+    }
+    // Two stop cleanly, one is killed.
+    c.stop(0)?;
+    c.stop(1)?;
+    c.kill(2);
+    for i in 0..3 {
+        c.restart(i)?;
+    }
+    let leader = c.wait_leader(FORMATION).await?;
+    let jobs: Vec<Value> = c.servers[leader].api().get("/v1/jobs").await?;
+    let mut have: Vec<String> = jobs
+        .iter()
+        .filter_map(|j| j["ID"].as_str().map(str::to_string))
+        .collect();
+    have.sort();
+    assert_eq!(have, want);
+    wait_jobs_everywhere(&c, &[0, 1, 2], &want, Duration::from_secs(20)).await?;
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_fourth_server_joins_as_voter_and_dead_peers_are_removed_by_cli_and_api(
+) -> anyhow::Result<()> {
+    let mut c = ProcessCluster::start(3, ClusterOptions::default())?;
+    let leader = c.wait_leader(FORMATION).await?;
+    register(&c.servers[leader].api(), small_job("before-join")).await?;
+
+    let fourth = c.add_joining_server()?;
+    let api = c.servers[leader].api();
+    wait_for(Duration::from_secs(30), "four voters", || {
+        let api = api.clone();
+        async move {
+            let conf: Value = api.get("/v1/operator/raft/configuration").await.ok()?;
+            let s = conf["Servers"].as_array()?;
+            (s.len() == 4 && s.iter().all(|s| s["Voter"] == true)).then_some(())
+        }
+    })
+    .await?;
+    wait_jobs_everywhere(
+        &c,
+        &[fourth],
+        &["before-join".into()],
+        Duration::from_secs(10),
+    )
+    .await?;
+
+    // Kill the fourth and remove it with the CLI, by address.
+    let fourth_addr = c.servers[fourth].rpc_addr();
+    c.kill(fourth);
+    let out = std::process::Command::new(teamster_bin())
+        .args([
+            "operator",
+            "raft",
+            "remove-peer",
+            "--peer-address",
+            &fourth_addr,
+        ])
+        .args(["--address", &c.servers[leader].http_addr()])
+        .output()?;
+    assert!(
+        out.status.success(),
+        "remove-peer failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let conf = raft_config(&c, leader).await?;
+    assert_eq!(conf["Servers"].as_array().unwrap().len(), 3, "{conf}");
+
+    // A fifth joins, dies, and is removed through the API by id, asked on a follower.
+    let fifth = c.add_joining_server()?;
+    wait_for(Duration::from_secs(30), "the fifth as voter", || {
+        let api = api.clone();
+        async move {
+            let conf: Value = api.get("/v1/operator/raft/configuration").await.ok()?;
+            (conf["Servers"].as_array()?.len() == 4).then_some(())
+        }
+    })
+    .await?;
+    let conf = raft_config(&c, leader).await?;
+    let fifth_id = conf["Servers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|s| s["Address"] == c.servers[fifth].rpc_addr().as_str())
+        .and_then(|s| s["ID"].as_str())
+        .expect("the fifth is in the configuration")
+        .to_string();
+    c.kill(fifth);
+    let follower = (leader + 1) % 3;
+    c.servers[follower]
+        .api()
+        .request_text::<()>(
+            reqwest::Method::DELETE,
+            &format!("/v1/operator/raft/peer?id={fifth_id}"),
+            None,
+        )
+        .await?;
+    let conf = raft_config(&c, leader).await?;
+    assert_eq!(conf["Servers"].as_array().unwrap().len(), 3, "{conf}");
+    // The three keep committing.
+    register(&api, small_job("after-removals")).await?;
+    Ok(())
+}
+
+/// Send `bytes` on a fresh connection and expect the server to close it.
+async fn expect_closed(addr: &str, bytes: &[u8]) -> anyhow::Result<()> {
+    let mut s = tokio::net::TcpStream::connect(addr).await?;
+    s.write_all(bytes).await?;
+    let mut buf = [0u8; 256];
+    let r = tokio::time::timeout(Duration::from_secs(10), s.read(&mut buf)).await?;
+    match r {
+        Ok(0) | Err(_) => Ok(()),
+        Ok(n) => anyhow::bail!("the server answered {n} bytes instead of closing"),
+    }
+}
+
+#[tokio::test]
+async fn garbage_oversized_and_foreign_frames_close_only_their_connection() -> anyhow::Result<()> {
+    use teamster::rpc::frame::{encode_frame, Header};
+    use teamster::rpc::RpcRequest;
+    use teamster::rpc::MAX_FRAME_LEN_CEILING;
+
+    let mut c = ProcessCluster::start(3, ClusterOptions::default())?;
+    let leader = c.wait_leader(FORMATION).await?;
+    let api = c.servers[leader].api();
+    let writer = {
+        let api = api.clone();
+        tokio::spawn(async move {
+            let mut n = 0;
+            while n < 200 {
+                register(&api, small_job(&format!("steady-{n:03}"))).await?;
+                n += 1;
+            }
+            anyhow::Ok(n)
+        })
+    };
+    for s in &c.servers {
+        let addr = s.rpc_addr();
+        expect_closed(&addr, b"GET / HTTP/1.1\r\nHost: x\r\n\r\n").await?;
+        expect_closed(&addr, &[0xff, 0xff, 0xff, 0xff, 1, 2, 3]).await?;
+        // A well-formed frame addressed to a raft id no server has.
+        let header = Header::request(1, 0, 0xdead_beef);
+        let frame = encode_frame(&header, &RpcRequest::ServerInfo, MAX_FRAME_LEN_CEILING)?;
+        expect_closed(&addr, &frame).await?;
+    }
+    assert_eq!(writer.await??, 200, "the cluster kept committing");
+    let conf = raft_config(&c, leader).await?;
+    assert_eq!(conf["Servers"].as_array().unwrap().len(), 3);
+    Ok(())
+}

@@ -1,0 +1,81 @@
+//! The `teamster` binary's command line: config errors name the file and the key and exit
+//! non-zero; API commands fail cleanly without a server; usage errors exit 2.
+
+use std::process::Command;
+
+fn teamster() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_teamster"))
+}
+
+fn write_config(text: &str) -> (tempfile::TempDir, std::path::PathBuf) {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("agent.toml");
+    std::fs::write(&path, text).unwrap();
+    (dir, path)
+}
+
+#[test]
+fn an_unknown_config_key_names_the_key_and_the_file_and_exits_non_zero() {
+    let (_d, path) =
+        write_config("data_dir = \"/tmp/x\"\n[server]\nenabled = true\nnum_schedulerz = 4\n");
+    let out = teamster()
+        .arg("agent")
+        .arg("--config")
+        .arg(&path)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("num_schedulerz"), "{err}");
+    assert!(err.contains(&path.display().to_string()), "{err}");
+}
+
+#[test]
+fn a_bad_config_value_names_the_key_and_exits_non_zero() {
+    let (_d, path) =
+        write_config("data_dir = \"/tmp/x\"\n[server]\nenabled = true\nnum_schedulers = 9000\n");
+    let out = teamster()
+        .arg("agent")
+        .arg("--config")
+        .arg(&path)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("server.num_schedulers"), "{err}");
+    assert!(err.contains("9000"), "{err}");
+}
+
+#[test]
+fn a_missing_config_file_is_named() {
+    let out = teamster()
+        .args(["agent", "--config", "/nonexistent/agent.toml"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("/nonexistent/agent.toml"));
+}
+
+#[test]
+fn api_commands_without_a_server_fail_with_one_line_and_exit_one() {
+    let out = teamster()
+        .args(["status", "--address", "http://127.0.0.1:1"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.starts_with("Error: "), "{err}");
+    assert!(
+        !err.contains("panicked") && !err.contains("backtrace"),
+        "{err}"
+    );
+}
+
+#[test]
+fn remove_peer_needs_an_address_or_an_id() {
+    let out = teamster()
+        .args(["operator", "raft", "remove-peer"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2), "usage errors exit 2");
+}
