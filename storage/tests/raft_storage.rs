@@ -389,18 +389,18 @@ async fn a_single_server_raft_recovers_its_state_after_a_restart() {
             alloc(1, &job, &node_id(1), &eval_id(1), 1),
         ],
     ));
+    let mut last = None;
     for command in commands {
         let written = raft.client_write(command).await.unwrap();
         assert!(written.data.rejection().is_none(), "{:?}", written.data);
+        last = Some(written.log_id.index);
     }
     raft.trigger().snapshot().await.unwrap();
-    // (Never hold a metrics borrow across an await: it blocks the raft core.)
-    let applied = raft.metrics().borrow().last_applied.unwrap();
     raft.wait(deadline)
-        .snapshot(applied, "snapshot")
+        .metrics(|m| m.snapshot.map(|s| s.index) >= last, "snapshot")
         .await
         .unwrap();
-    let snapshot_index = applied.index;
+    let snapshot_index = last.unwrap();
     // After the snapshot: a batch whose second command is rejected.
     let written = raft
         .client_write(Command::Batch(vec![

@@ -354,13 +354,13 @@ impl StateStore {
     fn publish(&self, writer: &mut Writer, index: u64, changes: Vec<StateChange>) {
         let tables = Arc::new(writer.tables.clone());
         let table_index = tables.table_index;
-        {
+        let replaced = {
             let mut published = self
                 .inner
                 .published
                 .write()
                 .unwrap_or_else(PoisonError::into_inner);
-            published.tables = tables;
+            let replaced = std::mem::replace(&mut published.tables, tables);
             for change in changes {
                 let event = StateEvent {
                     seq: writer.next_seq,
@@ -373,11 +373,15 @@ impl StateStore {
                     let _ = tx.send(event);
                 }
             }
-        }
+            replaced
+        };
         self.inner.progress.send_modify(|p| {
             p.index = index;
             p.tables = table_index;
         });
+        // Freeing the nodes only the previous version used happens outside the lock, so
+        // readers taking snapshots never wait for it.
+        drop(replaced);
     }
 }
 
