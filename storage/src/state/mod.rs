@@ -197,6 +197,7 @@ impl StateStore {
     /// Applies one normal raft entry's command at `index` (a [`Command::Batch`] in order)
     /// and publishes the result. The single entry point of the state machine.
     pub fn apply(&self, index: u64, command: Command) -> CommandResponse {
+        let _span = tracing::trace_span!("state_apply", index).entered();
         let mut writer = self.lock_writer();
         let mut changes = Vec::new();
         let response = fsm::apply(&mut writer.tables, index, command, &mut changes);
@@ -312,6 +313,7 @@ impl StateStore {
     /// Replaces the whole state with a decoded image (a raft snapshot) and publishes it:
     /// the index becomes the image's, waiters wake, subscribers get
     /// [`StateChange::Restored`]. Returns the image's index.
+    #[tracing::instrument(level = "info", skip_all, fields(bytes = image.len()))]
     pub fn restore_image(&self, image: &[u8]) -> Result<u64, StateError> {
         let tables = image::decode(image)?;
         let index = tables.index;
