@@ -214,7 +214,7 @@ pub enum CommandResponse {
     Rejected(ApplyError),
     /// A job registration or deregistration was applied (for a purge: the purged job's last
     /// version and the purge's index).
-    JobUpdated {
+    JobRegistered {
         /// The job's version now.
         version: u64,
         /// The job's `JobModifyIndex` now (the previous one if the spec did not change).
@@ -406,7 +406,7 @@ fn execute(txn: &mut WriteTxn, command: Command) -> Result<CommandResponse, Appl
                 eval.job_modify_index = outcome.job_modify_index;
                 txn.upsert_eval(eval)?;
             }
-            Ok(CommandResponse::JobUpdated {
+            Ok(CommandResponse::JobRegistered {
                 version: outcome.version,
                 job_modify_index: outcome.job_modify_index,
                 spec_changed: outcome.spec_changed,
@@ -430,7 +430,7 @@ fn execute(txn: &mut WriteTxn, command: Command) -> Result<CommandResponse, Appl
             }
             let response = if purge {
                 txn.delete_job(&namespace, &job_id)?;
-                CommandResponse::JobUpdated {
+                CommandResponse::JobRegistered {
                     version: job.version,
                     job_modify_index: txn.index(),
                     spec_changed: true,
@@ -442,7 +442,7 @@ fn execute(txn: &mut WriteTxn, command: Command) -> Result<CommandResponse, Appl
                     stopped.submit_time = submit_time;
                 }
                 let outcome = txn.upsert_job(stopped);
-                CommandResponse::JobUpdated {
+                CommandResponse::JobRegistered {
                     version: outcome.version,
                     job_modify_index: outcome.job_modify_index,
                     spec_changed: outcome.spec_changed,

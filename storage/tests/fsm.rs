@@ -79,7 +79,7 @@ fn unchanged_spec_keeps_the_version_and_a_changed_one_bumps_it() {
     let resp = store.apply(4, register(&job, None));
     assert_eq!(
         resp,
-        CommandResponse::JobUpdated {
+        CommandResponse::JobRegistered {
             version: 0,
             job_modify_index: 3,
             spec_changed: false
@@ -99,7 +99,7 @@ fn unchanged_spec_keeps_the_version_and_a_changed_one_bumps_it() {
     let resp = store.apply(5, register(&changed, None));
     assert_eq!(
         resp,
-        CommandResponse::JobUpdated {
+        CommandResponse::JobRegistered {
             version: 1,
             job_modify_index: 5,
             spec_changed: true
@@ -154,7 +154,7 @@ fn enforce_index_mismatch_is_rejected_and_changes_nothing() {
     });
     assert!(matches!(
         store.apply(5, cmd),
-        CommandResponse::JobUpdated { version: 1, .. }
+        CommandResponse::JobRegistered { version: 1, .. }
     ));
 }
 
@@ -420,7 +420,7 @@ fn allocations_of_a_stopped_job_are_skipped_not_placed() {
     let resp = store.apply(4, stop);
     assert_eq!(
         resp,
-        CommandResponse::JobUpdated {
+        CommandResponse::JobRegistered {
             version: 1,
             job_modify_index: 4,
             spec_changed: true
@@ -709,7 +709,7 @@ fn a_batch_applies_each_command_on_its_own() {
     ));
     assert!(matches!(
         responses[2],
-        CommandResponse::JobUpdated { version: 0, .. }
+        CommandResponse::JobRegistered { version: 0, .. }
     ));
     let snap = store.snapshot();
     assert_eq!(snap.latest_index(), 7);
