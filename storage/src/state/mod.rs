@@ -226,7 +226,7 @@ impl StateStore {
 
     /// A snapshot at or after `index`: at once if the store is there, else as soon as it
     /// gets there. Fails with [`StateError::MinIndexTimeout`] after `timeout`, or
-    /// [`StateError::Closed`] if the store closes first.
+    /// [`StateError::Closed`] if the store closes before reaching `index`.
     pub async fn snapshot_min_index(
         &self,
         index: u64,
@@ -236,7 +236,7 @@ impl StateStore {
         let waited = tokio::time::timeout(timeout, async {
             rx.wait_for(|p| p.index >= index || p.closed)
                 .await
-                .map(|p| p.closed)
+                .map(|p| p.index < index)
         })
         .await;
         match waited {
@@ -404,4 +404,46 @@ pub struct BlockingResult {
     pub index: u64,
     /// True when the wait ended by timeout (the data may be unchanged; legal in Nomad).
     pub timed_out: bool,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn shared_handle<T: Clone + Send + Sync + 'static>() {}
+
+    #[test]
+    fn handles_are_cheap_to_share_across_tasks() {
+        shared_handle::<StateStore>();
+        shared_handle::<Snapshot>();
+    }
+
+    #[test]
+    fn config_is_validated() {
+        StateStoreConfig::default().validate().unwrap();
+        let zero = StateStoreConfig { event_buffer: 0 };
+        assert!(matches!(
+            StateStore::with_config(&zero),
+            Err(StateError::Config(_))
+        ));
+    }
+
+    #[tokio::test]
+    async fn a_reached_index_is_served_even_after_close() {
+        let store = StateStore::new();
+        store.advance_index(3);
+        store.close();
+        let snap = store
+            .snapshot_min_index(3, Duration::from_secs(1))
+            .await
+            .unwrap();
+        assert_eq!(snap.latest_index(), 3);
+        assert_eq!(
+            store
+                .snapshot_min_index(4, Duration::from_secs(1))
+                .await
+                .unwrap_err(),
+            StateError::Closed
+        );
+    }
 }
