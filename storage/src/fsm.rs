@@ -212,7 +212,8 @@ pub enum CommandResponse {
     Applied,
     /// The command was refused and changed nothing.
     Rejected(ApplyError),
-    /// A job registration or deregistration was applied.
+    /// A job registration or deregistration was applied (for a purge: the purged job's last
+    /// version and the purge's index).
     JobRegistered {
         /// The job's version now.
         version: u64,

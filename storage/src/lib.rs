@@ -13,10 +13,19 @@
 //! - [`log_store`]: the openraft `RaftLogStorage` on sled.
 //! - [`state_machine`]: the openraft `RaftStateMachine` over the state store, with durable
 //!   snapshot files.
+//! - [`data_dir`]: [`open`] — the log store and state machine of a data directory, with the
+//!   newest snapshot loaded; what the raft node calls at start-up.
 //!
 //! ```text
-//!  raft log (sled) ──entries──▶ state_machine ──fsm::apply──▶ StateStore ──▶ snapshots, watch, events
+//!  raft log (sled) ──entries──▶ state_machine ──StateStore::apply──▶ fsm ──▶ tables (imbl)
+//!                                    │                                          │
+//!                     snapshot files ◀── images                  snapshot(), watch, events
 //! ```
+//!
+//! Everything persisted or replicated is bincode 2 (`standard()` configuration) behind a
+//! format version, and every decode is bounded by a byte budget.
+
+#![warn(missing_docs)]
 
 mod codec;
 pub mod data_dir;

@@ -256,6 +256,7 @@ impl StateMachine {
     /// Opens the snapshot directory under `dir` and, if it holds a snapshot, loads the
     /// newest into `state` (replacing whatever it held). Leftover temporary files and older
     /// snapshots are removed.
+    #[tracing::instrument(level = "info", skip(state), fields(dir = %dir.display()))]
     pub fn open(dir: &Path, state: StateStore) -> Result<Self, SnapshotStoreError> {
         let snapshot_dir = dir.join(SNAPSHOT_DIR);
         fs::create_dir_all(&snapshot_dir).map_err(io_err("creating", &snapshot_dir))?;
@@ -346,6 +347,7 @@ pub struct SnapshotBuilder {
 }
 
 impl RaftSnapshotBuilder<TypeConfig> for SnapshotBuilder {
+    #[tracing::instrument(level = "info", skip_all, fields(last_applied = ?self.last_applied))]
     async fn build_snapshot(&mut self) -> Result<Snapshot<TypeConfig>, StorageError> {
         let view = self.snapshot.clone();
         let image = blocking(move || view.encode_image().map_err(SnapshotStoreError::from))

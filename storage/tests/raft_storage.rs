@@ -264,6 +264,52 @@ async fn install_snapshot_replaces_the_whole_state() {
     );
 }
 
+#[tokio::test]
+async fn a_slow_build_never_replaces_a_newer_installed_snapshot() {
+    let dir = tempfile::tempdir().unwrap();
+    let other_dir = tempfile::tempdir().unwrap();
+    let (_, mut sm) = open(dir.path(), StateStore::new(), &StorageConfig::default()).unwrap();
+    apply(&mut sm, vec![command_entry(1, register_node(&node(1)))]).await;
+    // A build captured at index 1 ...
+    let mut slow = sm.get_snapshot_builder().await;
+    // ... while a snapshot at index 3 arrives from the leader and is installed.
+    let (_, mut leader) = open(
+        other_dir.path(),
+        StateStore::new(),
+        &StorageConfig::default(),
+    )
+    .unwrap();
+    apply(
+        &mut leader,
+        (1..=3)
+            .map(|i| command_entry(i, register_node(&node(i))))
+            .collect(),
+    )
+    .await;
+    let newer = leader
+        .get_snapshot_builder()
+        .await
+        .build_snapshot()
+        .await
+        .unwrap();
+    let mut data = sm.begin_receiving_snapshot().await.unwrap();
+    *data = *newer.snapshot;
+    sm.install_snapshot(&newer.meta, data).await.unwrap();
+    // The slow build finishes last: it is returned, but the installed one stays current.
+    let built = slow.build_snapshot().await.unwrap();
+    assert_eq!(built.meta.last_log_id, Some(log_id(1, 1)));
+    let current = sm.get_current_snapshot().await.unwrap().unwrap();
+    assert_eq!(current.meta, newer.meta);
+    let files: Vec<_> = std::fs::read_dir(sm.snapshot_dir()).unwrap().collect();
+    assert_eq!(files.len(), 1);
+    // And a restart loads the installed one.
+    drop(sm);
+    let state = StateStore::new();
+    let (_, mut sm) = open(dir.path(), state.clone(), &StorageConfig::default()).unwrap();
+    assert_eq!(sm.applied_state().await.unwrap().0, Some(log_id(1, 3)));
+    assert_eq!(state.snapshot().node_count(), 3);
+}
+
 #[test]
 fn a_corrupt_snapshot_file_is_a_typed_error_at_start_up() {
     let dir = tempfile::tempdir().unwrap();
@@ -389,18 +435,18 @@ async fn a_single_server_raft_recovers_its_state_after_a_restart() {
             alloc(1, &job, &node_id(1), &eval_id(1), 1),
         ],
     ));
+    let mut last = None;
     for command in commands {
         let written = raft.client_write(command).await.unwrap();
         assert!(written.data.rejection().is_none(), "{:?}", written.data);
+        last = Some(written.log_id.index);
     }
     raft.trigger().snapshot().await.unwrap();
-    // (Never hold a metrics borrow across an await: it blocks the raft core.)
-    let applied = raft.metrics().borrow().last_applied.unwrap();
     raft.wait(deadline)
-        .snapshot(applied, "snapshot")
+        .metrics(|m| m.snapshot.map(|s| s.index) >= last, "snapshot")
         .await
         .unwrap();
-    let snapshot_index = applied.index;
+    let snapshot_index = last.unwrap();
     // After the snapshot: a batch whose second command is rejected.
     let written = raft
         .client_write(Command::Batch(vec![

@@ -63,15 +63,22 @@ pub(crate) fn decode(bytes: &[u8]) -> Result<Tables, StateError> {
         });
     }
     let body = &bytes[HEADER_LEN..];
-    // bincode charges decoded sizes (an 8-byte u64 for one varint byte), so the budget is
-    // a multiple of the input; the tiers keep it a constant for `with_limit`.
+    // bincode charges decoded sizes (at most 8 bytes per input byte: a one-byte varint
+    // decoded as a u64), so the budget is twice that multiple of the input, rounded up to a
+    // power-of-four tier because `with_limit` takes a constant.
     let budget = body.len().saturating_mul(16);
     let decoded: Result<DecodedBody, DecodeFailure> = if budget <= 64 << 20 {
         codec::decode_exact::<DecodedBody, { 64 << 20 }>(body)
+    } else if budget <= 256 << 20 {
+        codec::decode_exact::<DecodedBody, { 256 << 20 }>(body)
     } else if budget <= 1 << 30 {
         codec::decode_exact::<DecodedBody, { 1 << 30 }>(body)
+    } else if budget <= 4 << 30 {
+        codec::decode_exact::<DecodedBody, { 4 << 30 }>(body)
+    } else if budget <= 16 << 30 {
+        codec::decode_exact::<DecodedBody, { 16 << 30 }>(body)
     } else {
-        codec::decode_exact::<DecodedBody, { 1 << 36 }>(body)
+        codec::decode_exact::<DecodedBody, { 64 << 30 }>(body)
     };
     let mut tables = decoded
         .map_err(|e| StateError::ImageDecode(e.to_string()))?

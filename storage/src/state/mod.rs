@@ -197,6 +197,7 @@ impl StateStore {
     /// Applies one normal raft entry's command at `index` (a [`Command::Batch`] in order)
     /// and publishes the result. The single entry point of the state machine.
     pub fn apply(&self, index: u64, command: Command) -> CommandResponse {
+        let _span = tracing::trace_span!("state_apply", index).entered();
         let mut writer = self.lock_writer();
         let mut changes = Vec::new();
         let response = fsm::apply(&mut writer.tables, index, command, &mut changes);
@@ -225,7 +226,7 @@ impl StateStore {
 
     /// A snapshot at or after `index`: at once if the store is there, else as soon as it
     /// gets there. Fails with [`StateError::MinIndexTimeout`] after `timeout`, or
-    /// [`StateError::Closed`] if the store closes first.
+    /// [`StateError::Closed`] if the store closes before reaching `index`.
     pub async fn snapshot_min_index(
         &self,
         index: u64,
@@ -235,7 +236,7 @@ impl StateStore {
         let waited = tokio::time::timeout(timeout, async {
             rx.wait_for(|p| p.index >= index || p.closed)
                 .await
-                .map(|p| p.closed)
+                .map(|p| p.index < index)
         })
         .await;
         match waited {
@@ -312,6 +313,7 @@ impl StateStore {
     /// Replaces the whole state with a decoded image (a raft snapshot) and publishes it:
     /// the index becomes the image's, waiters wake, subscribers get
     /// [`StateChange::Restored`]. Returns the image's index.
+    #[tracing::instrument(level = "info", skip_all, fields(bytes = image.len()))]
     pub fn restore_image(&self, image: &[u8]) -> Result<u64, StateError> {
         let tables = image::decode(image)?;
         let index = tables.index;
@@ -354,13 +356,13 @@ impl StateStore {
     fn publish(&self, writer: &mut Writer, index: u64, changes: Vec<StateChange>) {
         let tables = Arc::new(writer.tables.clone());
         let table_index = tables.table_index;
-        {
+        let replaced = {
             let mut published = self
                 .inner
                 .published
                 .write()
                 .unwrap_or_else(PoisonError::into_inner);
-            published.tables = tables;
+            let replaced = std::mem::replace(&mut published.tables, tables);
             for change in changes {
                 let event = StateEvent {
                     seq: writer.next_seq,
@@ -373,11 +375,15 @@ impl StateStore {
                     let _ = tx.send(event);
                 }
             }
-        }
+            replaced
+        };
         self.inner.progress.send_modify(|p| {
             p.index = index;
             p.tables = table_index;
         });
+        // Freeing the nodes only the previous version used happens outside the lock, so
+        // readers taking snapshots never wait for it.
+        drop(replaced);
     }
 }
 
@@ -398,4 +404,46 @@ pub struct BlockingResult {
     pub index: u64,
     /// True when the wait ended by timeout (the data may be unchanged; legal in Nomad).
     pub timed_out: bool,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn shared_handle<T: Clone + Send + Sync + 'static>() {}
+
+    #[test]
+    fn handles_are_cheap_to_share_across_tasks() {
+        shared_handle::<StateStore>();
+        shared_handle::<Snapshot>();
+    }
+
+    #[test]
+    fn config_is_validated() {
+        StateStoreConfig::default().validate().unwrap();
+        let zero = StateStoreConfig { event_buffer: 0 };
+        assert!(matches!(
+            StateStore::with_config(&zero),
+            Err(StateError::Config(_))
+        ));
+    }
+
+    #[tokio::test]
+    async fn a_reached_index_is_served_even_after_close() {
+        let store = StateStore::new();
+        store.advance_index(3);
+        store.close();
+        let snap = store
+            .snapshot_min_index(3, Duration::from_secs(1))
+            .await
+            .unwrap();
+        assert_eq!(snap.latest_index(), 3);
+        assert_eq!(
+            store
+                .snapshot_min_index(4, Duration::from_secs(1))
+                .await
+                .unwrap_err(),
+            StateError::Closed
+        );
+    }
 }

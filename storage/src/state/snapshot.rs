@@ -9,8 +9,8 @@ use std::ops::Bound;
 use std::sync::Arc;
 
 use crate::model::{
-    AllocId, Allocation, ClusterMeta, EvalId, Evaluation, Job, JobId, JobSummary, Namespace, Node,
-    NodeId, SchedulerConfiguration,
+    Allocation, ClusterMeta, Evaluation, Job, JobId, JobSummary, Namespace, Node,
+    SchedulerConfiguration,
 };
 use crate::state::tables::{Table, Tables};
 
@@ -185,13 +185,12 @@ impl Snapshot {
         namespace: &str,
         job_id: &str,
     ) -> impl Iterator<Item = &'a Arc<Evaluation>> + 'a {
-        let (ns, job) = (Namespace::new(namespace), JobId::new(job_id));
+        let key = (Namespace::new(namespace), JobId::new(job_id));
         let evals = &self.tables.evals;
         self.tables
             .evals_by_job
-            .range((ns.clone(), job.clone(), EvalId::default())..)
-            .take_while(move |(n, j, _)| *n == ns && *j == job)
-            .filter_map(move |(_, _, id)| evals.get(id))
+            .get(&key)
+            .filter_map(move |id| evals.get(id))
     }
 
     /// How many evaluations exist.
@@ -229,13 +228,12 @@ impl Snapshot {
         namespace: &str,
         job_id: &str,
     ) -> impl Iterator<Item = &'a Arc<Allocation>> + 'a {
-        let (ns, job) = (Namespace::new(namespace), JobId::new(job_id));
+        let key = (Namespace::new(namespace), JobId::new(job_id));
         let allocs = &self.tables.allocs;
         self.tables
             .allocs_by_job
-            .range((ns.clone(), job.clone(), AllocId::default())..)
-            .take_while(move |(n, j, _)| *n == ns && *j == job)
-            .filter_map(move |(_, _, id)| allocs.get(id))
+            .get(&key)
+            .filter_map(move |id| allocs.get(id))
     }
 
     /// The allocations placed on a node, ordered by alloc ID.
@@ -243,13 +241,11 @@ impl Snapshot {
         &'a self,
         node_id: &str,
     ) -> impl Iterator<Item = &'a Arc<Allocation>> + 'a {
-        let node = NodeId::new(node_id);
         let allocs = &self.tables.allocs;
         self.tables
             .allocs_by_node
-            .range((node.clone(), AllocId::default())..)
-            .take_while(move |(n, _)| *n == node)
-            .filter_map(move |(_, id)| allocs.get(id))
+            .get(node_id)
+            .filter_map(move |id| allocs.get(id))
     }
 
     /// The allocations an evaluation placed or last updated, ordered by alloc ID.
@@ -257,13 +253,11 @@ impl Snapshot {
         &'a self,
         eval_id: &str,
     ) -> impl Iterator<Item = &'a Arc<Allocation>> + 'a {
-        let eval = EvalId::new(eval_id);
         let allocs = &self.tables.allocs;
         self.tables
             .allocs_by_eval
-            .range((eval.clone(), AllocId::default())..)
-            .take_while(move |(e, _)| *e == eval)
-            .filter_map(move |(_, id)| allocs.get(id))
+            .get(eval_id)
+            .filter_map(move |id| allocs.get(id))
     }
 
     /// How many allocations exist.

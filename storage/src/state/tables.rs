@@ -3,9 +3,11 @@
 //! `Tables` is cloned for every snapshot and every write transaction. Every field is a
 //! persistent map or an `Arc`, so a clone is a handful of reference-count bumps and a write
 //! copies only the tree paths it touches. Values are `Arc<T>` so path copies never deep-copy
-//! a job or an allocation. A secondary index is an ordered set of `(secondary key, primary
-//! key)` tuples whose ids are clones of the record's own `Arc<str>` ids.
+//! a job or an allocation. A secondary index maps a secondary key to the ordered set of
+//! primary keys ([`SecondaryIndex`]); the ids in it are clones of the record's own
+//! `Arc<str>` ids, so an index entry costs one 16-byte id in a shared tree node.
 
+use std::borrow::Borrow;
 use std::sync::Arc;
 
 use imbl::{OrdMap, OrdSet};
@@ -89,11 +91,11 @@ pub(crate) struct Tables {
     pub job_summaries: OrdMap<JobKey, Arc<JobSummary>>,
     pub nodes: OrdMap<NodeId, Arc<Node>>,
     pub evals: OrdMap<EvalId, Arc<Evaluation>>,
-    pub evals_by_job: OrdSet<(Namespace, JobId, EvalId)>,
+    pub evals_by_job: SecondaryIndex<JobKey, EvalId>,
     pub allocs: OrdMap<AllocId, Arc<Allocation>>,
-    pub allocs_by_job: OrdSet<(Namespace, JobId, AllocId)>,
-    pub allocs_by_node: OrdSet<(NodeId, AllocId)>,
-    pub allocs_by_eval: OrdSet<(EvalId, AllocId)>,
+    pub allocs_by_job: SecondaryIndex<JobKey, AllocId>,
+    pub allocs_by_node: SecondaryIndex<NodeId, AllocId>,
+    pub allocs_by_eval: SecondaryIndex<EvalId, AllocId>,
     pub scheduler_config: Arc<SchedulerConfiguration>,
     pub cluster_meta: Option<Arc<ClusterMeta>>,
 }
@@ -106,28 +108,24 @@ impl Tables {
 
     /// Adds an allocation's secondary index entries.
     pub fn index_alloc(&mut self, alloc: &Allocation) {
-        self.allocs_by_job.insert((
-            alloc.namespace.clone(),
-            alloc.job_id.clone(),
+        self.allocs_by_job.insert(
+            (alloc.namespace.clone(), alloc.job_id.clone()),
             alloc.id.clone(),
-        ));
+        );
         self.allocs_by_node
-            .insert((alloc.node_id.clone(), alloc.id.clone()));
+            .insert(alloc.node_id.clone(), alloc.id.clone());
         self.allocs_by_eval
-            .insert((alloc.eval_id.clone(), alloc.id.clone()));
+            .insert(alloc.eval_id.clone(), alloc.id.clone());
     }
 
     /// Removes an allocation's secondary index entries.
     pub fn unindex_alloc(&mut self, alloc: &Allocation) {
-        self.allocs_by_job.remove(&(
-            alloc.namespace.clone(),
-            alloc.job_id.clone(),
-            alloc.id.clone(),
-        ));
+        self.allocs_by_job
+            .remove(&(alloc.namespace.clone(), alloc.job_id.clone()), &alloc.id);
         self.allocs_by_node
-            .remove(&(alloc.node_id.clone(), alloc.id.clone()));
+            .remove(alloc.node_id.as_str(), &alloc.id);
         self.allocs_by_eval
-            .remove(&(alloc.eval_id.clone(), alloc.id.clone()));
+            .remove(alloc.eval_id.as_str(), &alloc.id);
     }
 
     /// Makes the allocation's ids clones of the ids already stored for its job, node and
@@ -163,17 +161,74 @@ impl Tables {
 
     /// Rebuilds every secondary index from the primary tables (after a restore).
     pub fn rebuild_indexes(&mut self) {
-        let mut evals_by_job = OrdSet::new();
+        let mut evals_by_job = SecondaryIndex::default();
         for eval in self.evals.values() {
-            evals_by_job.insert((eval.namespace.clone(), eval.job_id.clone(), eval.id.clone()));
+            evals_by_job.insert(
+                (eval.namespace.clone(), eval.job_id.clone()),
+                eval.id.clone(),
+            );
         }
         self.evals_by_job = evals_by_job;
-        self.allocs_by_job = OrdSet::new();
-        self.allocs_by_node = OrdSet::new();
-        self.allocs_by_eval = OrdSet::new();
+        self.allocs_by_job = SecondaryIndex::default();
+        self.allocs_by_node = SecondaryIndex::default();
+        self.allocs_by_eval = SecondaryIndex::default();
         let allocs = self.allocs.clone();
         for alloc in allocs.values() {
             self.index_alloc(alloc);
         }
+    }
+}
+
+/// A secondary index: each secondary key maps to the ordered set of primary keys of the rows
+/// that have it. Empty sets are removed, so the outer map only holds live keys.
+#[derive(Clone)]
+pub(crate) struct SecondaryIndex<K: Ord + Clone, I: Ord + Clone> {
+    map: OrdMap<K, OrdSet<I>>,
+}
+
+impl<K: Ord + Clone, I: Ord + Clone> Default for SecondaryIndex<K, I> {
+    fn default() -> Self {
+        Self { map: OrdMap::new() }
+    }
+}
+
+impl<K: Ord + Clone, I: Ord + Clone> SecondaryIndex<K, I> {
+    /// Adds `id` under `key`.
+    pub fn insert(&mut self, key: K, id: I) {
+        match self.map.get_mut(&key) {
+            Some(set) => {
+                set.insert(id);
+            }
+            None => {
+                self.map.insert(key, OrdSet::unit(id));
+            }
+        }
+    }
+
+    /// Removes `id` from under `key` (and `key` once nothing is left under it).
+    pub fn remove<Q>(&mut self, key: &Q, id: &I)
+    where
+        K: Borrow<Q>,
+        Q: Ord + ?Sized,
+    {
+        let emptied = match self.map.get_mut(key) {
+            Some(set) => {
+                set.remove(id);
+                set.is_empty()
+            }
+            None => false,
+        };
+        if emptied {
+            self.map.remove(key);
+        }
+    }
+
+    /// The primary keys under `key`, in order.
+    pub fn get<Q>(&self, key: &Q) -> impl Iterator<Item = &I> + '_
+    where
+        K: Borrow<Q>,
+        Q: Ord + ?Sized,
+    {
+        self.map.get(key).into_iter().flat_map(|set| set.iter())
     }
 }

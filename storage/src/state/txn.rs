@@ -198,9 +198,8 @@ impl WriteTxn {
         let live: BTreeSet<u64> = self
             .t
             .allocs_by_job
-            .range((ns.clone(), id.clone(), AllocId::default())..)
-            .take_while(|(n, j, _)| n == ns && j == id)
-            .filter_map(|(_, _, a)| self.t.allocs.get(a))
+            .get(key)
+            .filter_map(|a| self.t.allocs.get(a))
             .filter(|a| !a.terminal_status())
             .map(|a| a.job_version)
             .collect();
@@ -274,18 +273,16 @@ impl WriteTxn {
     fn evals_of_job(&self, namespace: &Namespace, id: &JobId) -> Vec<Arc<Evaluation>> {
         self.t
             .evals_by_job
-            .range((namespace.clone(), id.clone(), EvalId::default())..)
-            .take_while(|(n, j, _)| n == namespace && j == id)
-            .filter_map(|(_, _, e)| self.t.evals.get(e).cloned())
+            .get(&(namespace.clone(), id.clone()))
+            .filter_map(|e| self.t.evals.get(e).cloned())
             .collect()
     }
 
     fn alloc_ids_of_job(&self, namespace: &Namespace, id: &JobId) -> Vec<AllocId> {
         self.t
             .allocs_by_job
-            .range((namespace.clone(), id.clone(), AllocId::default())..)
-            .take_while(|(n, j, _)| n == namespace && j == id)
-            .map(|(_, _, a)| a.clone())
+            .get(&(namespace.clone(), id.clone()))
+            .cloned()
             .collect()
     }
 
@@ -398,9 +395,8 @@ impl WriteTxn {
         let running = self
             .t
             .allocs_by_job
-            .range((ns.clone(), id.clone(), AllocId::default())..)
-            .take_while(|(n, j, _)| n == ns && j == id)
-            .filter_map(|(_, _, a)| self.t.allocs.get(a))
+            .get(&(ns.clone(), id.clone()))
+            .filter_map(|a| self.t.allocs.get(a))
             .any(|a| !a.terminal_status());
         if running {
             return JobStatus::Running;
@@ -467,13 +463,14 @@ impl WriteTxn {
     fn put_eval(&mut self, eval: Evaluation) {
         if let Some(old) = self.t.evals.get(eval.id.as_str()) {
             if old.namespace != eval.namespace || old.job_id != eval.job_id {
-                let stale = (old.namespace.clone(), old.job_id.clone(), old.id.clone());
-                self.t.evals_by_job.remove(&stale);
+                let stale = (old.namespace.clone(), old.job_id.clone());
+                self.t.evals_by_job.remove(&stale, &old.id);
             }
         }
-        self.t
-            .evals_by_job
-            .insert((eval.namespace.clone(), eval.job_id.clone(), eval.id.clone()));
+        self.t.evals_by_job.insert(
+            (eval.namespace.clone(), eval.job_id.clone()),
+            eval.id.clone(),
+        );
         let eval = Arc::new(eval);
         self.t.evals.insert(eval.id.clone(), eval.clone());
         self.touch(Table::Evals);
@@ -498,11 +495,9 @@ impl WriteTxn {
     pub fn delete_evals_and_allocs(&mut self, evals: &[EvalId], allocs: &[AllocId]) {
         for id in evals {
             if let Some(eval) = self.t.evals.remove(id.as_str()) {
-                self.t.evals_by_job.remove(&(
-                    eval.namespace.clone(),
-                    eval.job_id.clone(),
-                    eval.id.clone(),
-                ));
+                self.t
+                    .evals_by_job
+                    .remove(&(eval.namespace.clone(), eval.job_id.clone()), &eval.id);
                 self.touch(Table::Evals);
                 self.eval_delete = true;
                 self.status_jobs

@@ -10,15 +10,27 @@ use teamster_storage::model::{
     Node, NodeId, NodeResources, NodeStatus, Resources, Task, TaskGroup,
 };
 
-/// A UUID-shaped id that is a pure function of `kind` and `n`.
+/// splitmix64: a bijection on u64 that scatters consecutive inputs.
+fn mix(mut z: u64) -> u64 {
+    z = z.wrapping_add(0x9e37_79b9_7f4a_7c15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    z ^ (z >> 31)
+}
+
+/// A UUID-v4-shaped id that is a pure function of `kind` and `n`: distinct for distinct
+/// inputs, and scattered like random UUIDs so tree shapes match production.
 pub fn uuid(kind: u32, n: u64) -> String {
+    let hi = mix(n ^ (u64::from(kind) << 56));
+    let lo = mix(hi);
     format!(
-        "{:08x}-{:04x}-4{:03x}-8{:03x}-{:012x}",
-        kind,
-        (n >> 48) & 0xffff,
-        (n >> 36) & 0xfff,
-        (n >> 24) & 0xfff,
-        n & 0xff_ffff_ffff
+        "{:08x}-{:04x}-4{:03x}-{:x}{:03x}-{:012x}",
+        hi >> 32,
+        (hi >> 16) & 0xffff,
+        hi & 0xfff,
+        8 + (lo >> 62),
+        (lo >> 48) & 0xfff,
+        lo & 0xffff_ffff_ffff
     )
 }
 
@@ -152,4 +164,49 @@ pub fn client_update(id: &AllocId, status: ClientStatus) -> Command {
         }],
         evals: Vec::new(),
     })
+}
+
+/// Nodes, jobs and allocations of the million-allocation store (C1M's shape: 1 000 jobs of
+/// 1 000 allocations each, over 1 000 nodes).
+pub const C1M_NODES: u64 = 1_000;
+/// See [`C1M_NODES`].
+pub const C1M_JOBS: u64 = 1_000;
+/// See [`C1M_NODES`].
+pub const C1M_ALLOCS_PER_JOB: u64 = 1_000;
+
+/// Builds the million-allocation store through the real apply path (`ApplyPlanResults` of
+/// 1 000 allocations per job); returns it and the next free raft index.
+pub fn million_allocations() -> (teamster_storage::state::StateStore, u64) {
+    let store = teamster_storage::state::StateStore::new();
+    let mut index = 1;
+    for n in 0..C1M_NODES {
+        store.apply(index, register_node(&node(n)));
+        index += 1;
+    }
+    for j in 0..C1M_JOBS {
+        let job = job(&format!("job-{j}"), C1M_ALLOCS_PER_JOB as u32);
+        store.apply(index, register(&job, Some(eval_for(&job, j))));
+        index += 1;
+        let allocs = (0..C1M_ALLOCS_PER_JOB)
+            .map(|i| {
+                let n = j * C1M_ALLOCS_PER_JOB + i;
+                alloc(n, &job, &node_id(n % C1M_NODES), &eval_id(j), i as u32)
+            })
+            .collect();
+        let resp = store.apply(index, place(&eval_id(j), allocs));
+        assert!(resp.rejection().is_none(), "{resp:?}");
+        index += 1;
+    }
+    (store, index)
+}
+
+/// The resident set size of this process, from `/proc/self/statm`.
+pub fn resident_bytes() -> u64 {
+    let statm = std::fs::read_to_string("/proc/self/statm").expect("Linux /proc");
+    let pages: u64 = statm
+        .split_whitespace()
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .expect("statm resident field");
+    pages * 4096
 }
