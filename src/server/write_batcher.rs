@@ -81,7 +81,7 @@ impl Default for BatcherConfig {
     fn default() -> Self {
         BatcherConfig {
             max_batch: 1024,
-            max_in_flight: 2,
+            max_in_flight: 1,
             queue: 16 * 1024,
         }
     }

@@ -56,7 +56,7 @@ fn eval(writer: usize, n: u64) -> Evaluation {
         priority: 50,
         eval_type: JobType::Service,
         triggered_by: EvalTrigger::JobRegister,
-        job_id: format!("bench-job-{writer}").into(),
+        job_id: format!("bench-job-{writer}-{n}").into(),
         status: EvalStatus::Complete,
         ..Evaluation::default()
     }
