@@ -1,1 +1,4 @@
 //! The server role.
+
+pub mod blocked_evals;
+pub mod eval_broker;
