@@ -405,7 +405,7 @@ impl BlockedEvalsCore {
 
     /// Capacity changed on nodes of `computed_class` at raft `index` (a node of it became
     /// ready or eligible, or an allocation on one finished): releases every escaped eval and
-    /// every captured eval that does not mark the class ineligible.
+    /// every captured eval that does not mark the class ineligible. An empty class is ignored.
     pub fn unblock(
         &mut self,
         computed_class: &str,
@@ -413,10 +413,12 @@ impl BlockedEvalsCore {
         now: Instant,
     ) -> Result<Vec<ReleasedEval>, BrokerError> {
         self.ensure_enabled()?;
-        self.record_unblock(UnblockKey::Class(computed_class.to_owned()), index, now);
         if computed_class.is_empty() {
+            // Every registered node has a computed class; an empty one carries no
+            // information, so it neither releases nor counts as an unblock.
             return Ok(Vec::new());
         }
+        self.record_unblock(UnblockKey::Class(computed_class.to_owned()), index, now);
         let ids = self
             .tracked
             .iter()

@@ -610,6 +610,24 @@ struct Unacked {
     timer: NackTimer,
 }
 
+/// What the broker knows of an eval it holds (waiting, pending, ready or unacked).
+#[derive(Debug)]
+struct EvalEntry {
+    /// Deliveries so far (Nomad's dequeue count), against the delivery limit.
+    deliveries: u32,
+    /// The outstanding delivery, if the eval is out with a worker.
+    unacked: Option<Unacked>,
+}
+
+/// A job with an eval in flight (ready, unacked or in nack backoff).
+#[derive(Debug)]
+struct JobSlot {
+    /// The in-flight eval.
+    holder: EvalId,
+    /// The job's other evals, waiting their turn.
+    pending: BinaryHeap<PendingEntry>,
+}
+
 #[derive(Debug)]
 struct WaitingEval {
     eval: Box<Evaluation>,
@@ -694,21 +712,21 @@ impl Eq for PendingEntry {}
 /// Every method that takes `now` first fires the timers due at `now` (nack timeouts, delayed
 /// evals), then does its work. After calls, the owner drains [`EvalBrokerCore::take_effects`]
 /// and sleeps until [`EvalBrokerCore::next_timer`], calling [`EvalBrokerCore::advance`] then.
+///
+/// An enqueue → dequeue → ack round trip costs five hash lookups: the eval map (enqueue,
+/// dequeue, ack) and the job map (enqueue, ack).
 #[derive(Debug)]
 pub struct EvalBrokerCore {
     config: EvalBrokerConfig,
     rng: StdRng,
     enabled: bool,
-    /// Every eval the broker holds (waiting, pending, ready or unacked) and its delivery count.
-    evals: HashMap<EvalId, u32>,
-    /// The one eval per job that is ready, unacked or in nack backoff.
-    job_evals: HashMap<JobKey, EvalId>,
-    /// Other evals of busy jobs.
-    pending: HashMap<JobKey, BinaryHeap<PendingEntry>>,
+    /// Every eval the broker holds, its delivery count and outstanding delivery.
+    evals: HashMap<EvalId, EvalEntry>,
+    /// Jobs with an eval in flight, and their pending evals.
+    jobs: HashMap<JobKey, JobSlot>,
     /// Superseded pending evals, oldest first.
     cancelable: VecDeque<Box<Evaluation>>,
     ready: [BinaryHeap<ReadyEntry>; 6],
-    unack: HashMap<EvalId, Unacked>,
     /// Evals parked until the delivery with this token is acked.
     requeue: HashMap<Token, Requeued>,
     waiting: HashMap<EvalId, WaitingEval>,
@@ -730,11 +748,9 @@ impl EvalBrokerCore {
             rng,
             enabled: false,
             evals: HashMap::new(),
-            job_evals: HashMap::new(),
-            pending: HashMap::new(),
+            jobs: HashMap::new(),
             cancelable: VecDeque::new(),
             ready: Default::default(),
-            unack: HashMap::new(),
             requeue: HashMap::new(),
             waiting: HashMap::new(),
             timers: BTreeMap::new(),
@@ -769,13 +785,11 @@ impl EvalBrokerCore {
 
     fn flush(&mut self) {
         self.evals.clear();
-        self.job_evals.clear();
-        self.pending.clear();
+        self.jobs.clear();
         self.cancelable.clear();
         for heap in &mut self.ready {
             heap.clear();
         }
-        self.unack.clear();
         self.requeue.clear();
         self.waiting.clear();
         self.timers.clear();
@@ -813,6 +827,22 @@ impl EvalBrokerCore {
         &mut self.stats[queue.index()]
     }
 
+    /// True if a timer is due at `now` (so `advance` has work).
+    fn timer_due(&self, now: Instant) -> bool {
+        self.timers
+            .first_key_value()
+            .is_some_and(|(key, _)| key.at <= now)
+    }
+
+    /// The outstanding delivery of an eval, if any.
+    fn unacked(&self, eval_id: &EvalId) -> Option<&Unacked> {
+        self.evals.get(eval_id).and_then(|e| e.unacked.as_ref())
+    }
+
+    fn unacked_mut(&mut self, eval_id: &EvalId) -> Option<&mut Unacked> {
+        self.evals.get_mut(eval_id).and_then(|e| e.unacked.as_mut())
+    }
+
     /// Enqueues a new eval (FSM apply of a pending eval, or leadership restore).
     ///
     /// `unix_nanos` is the wall clock at `now`; it places a `WaitUntil`.
@@ -848,26 +878,36 @@ impl EvalBrokerCore {
         wait_until_at: Option<Instant>,
         now: Instant,
     ) -> EnqueueOutcome {
-        if self.evals.contains_key(&eval.id) {
-            if let Some(token) = token {
-                let outstanding = self
-                    .unack
-                    .get(&eval.id)
-                    .is_some_and(|u| u.token.as_str() == token);
-                if outstanding {
-                    self.requeue.insert(
-                        Token::from(token),
-                        Requeued {
-                            eval,
-                            wait_until_at,
-                        },
-                    );
-                    return EnqueueOutcome::Requeued;
-                }
+        match self.evals.entry(eval.id.clone()) {
+            Entry::Occupied(known) => {
+                let outstanding = token.is_some_and(|token| {
+                    known
+                        .get()
+                        .unacked
+                        .as_ref()
+                        .is_some_and(|u| u.token.as_str() == token)
+                });
+                return match token {
+                    Some(token) if outstanding => {
+                        self.requeue.insert(
+                            Token::from(token),
+                            Requeued {
+                                eval,
+                                wait_until_at,
+                            },
+                        );
+                        EnqueueOutcome::Requeued
+                    }
+                    _ => EnqueueOutcome::Duplicate,
+                };
             }
-            return EnqueueOutcome::Duplicate;
+            Entry::Vacant(slot) => {
+                slot.insert(EvalEntry {
+                    deliveries: 0,
+                    unacked: None,
+                });
+            }
         }
-        self.evals.insert(eval.id.clone(), 0);
 
         if eval.wait > 0 {
             let until = deadline_after(now, Duration::from_nanos(eval.wait));
@@ -892,17 +932,18 @@ impl EvalBrokerCore {
 
     /// Per-job serialization, then the ready queue (Nomad's `enqueueLocked`).
     fn enqueue_locked(&mut self, eval: Box<Evaluation>, queue: SchedulerQueue) -> EnqueueOutcome {
-        match self.job_evals.entry(job_key(&eval)) {
+        let seq = self.next_seq();
+        match self.jobs.entry(job_key(&eval)) {
             Entry::Vacant(slot) => {
-                slot.insert(eval.id.clone());
+                slot.insert(JobSlot {
+                    holder: eval.id.clone(),
+                    pending: BinaryHeap::new(),
+                });
             }
-            Entry::Occupied(slot) if *slot.get() == eval.id => {}
-            Entry::Occupied(slot) => {
-                let key = slot.key().clone();
-                let seq = self.next_seq();
-                self.stats_mut(SchedulerQueue::for_job_type(eval.eval_type))
-                    .pending += 1;
-                self.pending.entry(key).or_default().push(PendingEntry {
+            Entry::Occupied(slot) if slot.get().holder == eval.id => {}
+            Entry::Occupied(mut slot) => {
+                self.stats[SchedulerQueue::for_job_type(eval.eval_type).index()].pending += 1;
+                slot.get_mut().pending.push(PendingEntry {
                     priority: eval.priority,
                     modify_index: eval.modify_index,
                     seq,
@@ -911,7 +952,12 @@ impl EvalBrokerCore {
                 return EnqueueOutcome::Pending;
             }
         }
-        let seq = self.next_seq();
+        self.push_ready(eval, queue, seq);
+        EnqueueOutcome::Ready
+    }
+
+    /// Puts an eval that holds its job's slot on a ready queue.
+    fn push_ready(&mut self, eval: Box<Evaluation>, queue: SchedulerQueue, seq: u64) {
         self.ready[queue.index()].push(ReadyEntry {
             priority: eval.priority,
             create_index: eval.create_index,
@@ -919,7 +965,45 @@ impl EvalBrokerCore {
             eval,
         });
         self.effects.wake.insert(queue);
-        EnqueueOutcome::Ready
+    }
+
+    /// Releases the job slot held by `eval_id`. The job's best pending eval (if any) takes
+    /// the slot and goes to its ready queue; with `cancel_rest` every other pending eval of
+    /// the job becomes cancelable.
+    fn release_job_slot(&mut self, key: JobKey, eval_id: &EvalId, cancel_rest: bool) {
+        let Entry::Occupied(mut slot) = self.jobs.entry(key) else {
+            return;
+        };
+        if slot.get().holder != *eval_id {
+            return;
+        }
+        let Some(next) = slot.get_mut().pending.pop() else {
+            slot.remove();
+            return;
+        };
+        slot.get_mut().holder = next.eval.id.clone();
+        let superseded = if cancel_rest {
+            std::mem::take(&mut slot.get_mut().pending)
+        } else {
+            BinaryHeap::new()
+        };
+        let queue = SchedulerQueue::for_job_type(next.eval.eval_type);
+        self.stats[queue.index()].pending -= 1;
+        if !superseded.is_empty() {
+            self.effects.cancelable_added += superseded.len();
+            for entry in superseded.into_vec() {
+                // Forgotten by the broker (the reaper writes it canceled), so the eval map
+                // does not grow with every superseded eval.
+                self.evals.remove(&entry.eval.id);
+                let stats =
+                    &mut self.stats[SchedulerQueue::for_job_type(entry.eval.eval_type).index()];
+                stats.pending -= 1;
+                stats.cancelable += 1;
+                self.cancelable.push_back(entry.eval);
+            }
+        }
+        let seq = self.next_seq();
+        self.push_ready(next.eval, queue, seq);
     }
 
     /// Takes the next eval from the requested queues, if any is ready: the highest priority
@@ -968,26 +1052,59 @@ impl EvalBrokerCore {
             deadline_after(now, self.config.nack_timeout),
             TimerKind::Nack(eval.id.clone()),
         );
-        *self.evals.entry(eval.id.clone()).or_insert(0) += 1;
         self.stats_mut(queue).unacked += 1;
         let delivered = (*eval).clone();
-        self.unack.insert(
-            eval.id.clone(),
-            Unacked {
-                eval,
-                token: token.clone(),
-                queue,
-                timer: NackTimer::Running(key),
-            },
-        );
+        let unacked = Unacked {
+            eval,
+            token: token.clone(),
+            queue,
+            timer: NackTimer::Running(key),
+        };
+        match self.evals.get_mut(&unacked.eval.id) {
+            Some(entry) => {
+                entry.deliveries += 1;
+                entry.unacked = Some(unacked);
+            }
+            // Every queued eval is in the map; this only keeps the books straight if not.
+            None => {
+                self.evals.insert(
+                    unacked.eval.id.clone(),
+                    EvalEntry {
+                        deliveries: 1,
+                        unacked: Some(unacked),
+                    },
+                );
+            }
+        }
         Ok(Some((delivered, token)))
     }
 
     /// True if `eval_id`'s outstanding delivery has this token and its nack timer is due.
     fn expired_delivery(&self, eval_id: &EvalId, token: &str, now: Instant) -> bool {
-        self.unack.get(eval_id).is_some_and(|u| {
+        self.unacked(eval_id).is_some_and(|u| {
             u.token.as_str() == token && matches!(u.timer, NackTimer::Running(k) if k.at <= now)
         })
+    }
+
+    /// Fires due timers; an error if that expired this very delivery.
+    fn advance_checking(
+        &mut self,
+        eval_id: &EvalId,
+        token: &str,
+        now: Instant,
+    ) -> Result<(), BrokerError> {
+        if !self.timer_due(now) {
+            return Ok(());
+        }
+        let expired = self.expired_delivery(eval_id, token, now);
+        self.advance(now);
+        if expired {
+            Err(BrokerError::NackTimeoutReached {
+                eval_id: eval_id.clone(),
+            })
+        } else {
+            Ok(())
+        }
     }
 
     /// Acknowledges a delivery: the eval is done. The job's slot is released; the best of its
@@ -996,65 +1113,69 @@ impl EvalBrokerCore {
     pub fn ack(&mut self, eval_id: &EvalId, token: &str, now: Instant) -> Result<(), BrokerError> {
         self.ensure_enabled()?;
         // Whatever happens, a parked re-submission under this token is resolved now.
-        let requeued = self.requeue.remove(token);
-        let expired = self.expired_delivery(eval_id, token, now);
-        self.advance(now);
-        if expired {
-            return Err(BrokerError::NackTimeoutReached {
-                eval_id: eval_id.clone(),
-            });
-        }
-        let unack = self.take_unacked(eval_id, token, false)?;
+        let requeued = if self.requeue.is_empty() {
+            None
+        } else {
+            self.requeue.remove(token)
+        };
+        self.advance_checking(eval_id, token, now)?;
+        let (_, unack) = self.take_delivery(eval_id, token, true, false)?;
         if let NackTimer::Running(key) = unack.timer {
             self.timers.remove(&key);
         }
         self.stats_mut(unack.queue).unacked -= 1;
-        self.evals.remove(eval_id);
-
-        let key = job_key(&unack.eval);
-        if self.job_evals.get(&key) == Some(eval_id) {
-            self.job_evals.remove(&key);
-        }
-        if let Some(mut heap) = self.pending.remove(&key) {
-            if let Some(keep) = heap.pop() {
-                let added = heap.len();
-                for entry in heap.into_vec() {
-                    let stats = self.stats_mut(SchedulerQueue::for_job_type(entry.eval.eval_type));
-                    stats.pending -= 1;
-                    stats.cancelable += 1;
-                    self.cancelable.push_back(entry.eval);
-                }
-                self.effects.cancelable_added += added;
-                let queue = SchedulerQueue::for_job_type(keep.eval.eval_type);
-                self.stats_mut(queue).pending -= 1;
-                self.enqueue_locked(keep.eval, queue);
-            }
-        }
+        self.release_job_slot(job_key(&unack.eval), eval_id, true);
         if let Some(requeued) = requeued {
             self.process_enqueue(requeued.eval, None, requeued.wait_until_at, now);
         }
         Ok(())
     }
 
-    fn take_unacked(
+    /// Takes the outstanding delivery of `eval_id` if it has this token, with the eval's
+    /// delivery count. With `forget`, the eval leaves the broker altogether (Ack). One hash
+    /// lookup on the success path.
+    fn take_delivery(
         &mut self,
         eval_id: &EvalId,
         token: &str,
+        forget: bool,
         outstanding_errors: bool,
-    ) -> Result<Unacked, BrokerError> {
-        match self.unack.get(eval_id) {
-            None if outstanding_errors => Err(BrokerError::NotOutstanding {
-                eval_id: eval_id.clone(),
-            }),
-            None => Err(BrokerError::NotFound {
-                eval_id: eval_id.clone(),
-            }),
+    ) -> Result<(u32, Unacked), BrokerError> {
+        let not_found = || {
+            if outstanding_errors {
+                BrokerError::NotOutstanding {
+                    eval_id: eval_id.clone(),
+                }
+            } else {
+                BrokerError::NotFound {
+                    eval_id: eval_id.clone(),
+                }
+            }
+        };
+        let check = |entry: &EvalEntry| match &entry.unacked {
+            None => Err(not_found()),
             Some(u) if u.token.as_str() != token => Err(BrokerError::TokenMismatch {
                 eval_id: eval_id.clone(),
             }),
-            Some(_) => self.unack.remove(eval_id).ok_or(BrokerError::NotFound {
-                eval_id: eval_id.clone(),
-            }),
+            Some(_) => Ok(entry.deliveries),
+        };
+        if forget {
+            let entry = self.evals.remove(eval_id).ok_or_else(not_found)?;
+            match check(&entry) {
+                Ok(deliveries) => entry.unacked.map(|u| (deliveries, u)).ok_or_else(not_found),
+                Err(error) => {
+                    self.evals.insert(eval_id.clone(), entry);
+                    Err(error)
+                }
+            }
+        } else {
+            let entry = self.evals.get_mut(eval_id).ok_or_else(not_found)?;
+            let deliveries = check(entry)?;
+            entry
+                .unacked
+                .take()
+                .map(|u| (deliveries, u))
+                .ok_or_else(not_found)
         }
     }
 
@@ -1063,19 +1184,20 @@ impl EvalBrokerCore {
     /// was its last allowed delivery. An eval parked under this token is dropped.
     pub fn nack(&mut self, eval_id: &EvalId, token: &str, now: Instant) -> Result<(), BrokerError> {
         self.ensure_enabled()?;
-        self.requeue.remove(token);
+        if !self.requeue.is_empty() {
+            self.requeue.remove(token);
+        }
         self.advance(now);
-        let unack = self.take_unacked(eval_id, token, false)?;
-        self.nack_delivery(unack, now);
+        let (deliveries, unack) = self.take_delivery(eval_id, token, false, false)?;
+        self.nack_delivery(unack, deliveries, now);
         Ok(())
     }
 
-    fn nack_delivery(&mut self, unack: Unacked, now: Instant) {
+    fn nack_delivery(&mut self, unack: Unacked, deliveries: u32, now: Instant) {
         if let NackTimer::Running(key) = unack.timer {
             self.timers.remove(&key);
         }
         self.stats_mut(unack.queue).unacked -= 1;
-        let deliveries = self.evals.get(&unack.eval.id).copied().unwrap_or(0);
         let mut eval = unack.eval;
         if deliveries >= self.config.delivery_limit {
             self.enqueue_locked(eval, SchedulerQueue::Failed);
@@ -1099,7 +1221,7 @@ impl EvalBrokerCore {
     ) -> Result<Option<Token>, BrokerError> {
         self.ensure_enabled()?;
         self.advance(now);
-        Ok(self.unack.get(eval_id).map(|u| u.token.clone()))
+        Ok(self.unacked(eval_id).map(|u| u.token.clone()))
     }
 
     /// Restarts the delivery's nack timer at its full length: the worker just proved it is
@@ -1112,16 +1234,10 @@ impl EvalBrokerCore {
         now: Instant,
     ) -> Result<(), BrokerError> {
         self.ensure_enabled()?;
-        let expired = self.expired_delivery(eval_id, token, now);
-        self.advance(now);
-        if expired {
-            return Err(BrokerError::NackTimeoutReached {
-                eval_id: eval_id.clone(),
-            });
-        }
-        let timer = self.outstanding_timer(eval_id, token)?;
-        if let NackTimer::Running(key) = timer {
-            self.restart_nack_timer(eval_id, key, now);
+        self.advance_checking(eval_id, token, now)?;
+        if let NackTimer::Running(key) = self.outstanding_timer(eval_id, token)? {
+            self.timers.remove(&key);
+            self.start_nack_timer(eval_id, now);
         }
         Ok(())
     }
@@ -1135,16 +1251,10 @@ impl EvalBrokerCore {
         now: Instant,
     ) -> Result<(), BrokerError> {
         self.ensure_enabled()?;
-        let expired = self.expired_delivery(eval_id, token, now);
-        self.advance(now);
-        if expired {
-            return Err(BrokerError::NackTimeoutReached {
-                eval_id: eval_id.clone(),
-            });
-        }
+        self.advance_checking(eval_id, token, now)?;
         if let NackTimer::Running(key) = self.outstanding_timer(eval_id, token)? {
             self.timers.remove(&key);
-            if let Some(unack) = self.unack.get_mut(eval_id) {
+            if let Some(unack) = self.unacked_mut(eval_id) {
                 unack.timer = NackTimer::Paused;
             }
         }
@@ -1160,30 +1270,16 @@ impl EvalBrokerCore {
         now: Instant,
     ) -> Result<(), BrokerError> {
         self.ensure_enabled()?;
-        let expired = self.expired_delivery(eval_id, token, now);
-        self.advance(now);
-        if expired {
-            return Err(BrokerError::NackTimeoutReached {
-                eval_id: eval_id.clone(),
-            });
+        self.advance_checking(eval_id, token, now)?;
+        if let NackTimer::Running(key) = self.outstanding_timer(eval_id, token)? {
+            self.timers.remove(&key);
         }
-        match self.outstanding_timer(eval_id, token)? {
-            NackTimer::Running(key) => self.restart_nack_timer(eval_id, key, now),
-            NackTimer::Paused => {
-                let key = self.add_timer(
-                    deadline_after(now, self.config.nack_timeout),
-                    TimerKind::Nack(eval_id.clone()),
-                );
-                if let Some(unack) = self.unack.get_mut(eval_id) {
-                    unack.timer = NackTimer::Running(key);
-                }
-            }
-        }
+        self.start_nack_timer(eval_id, now);
         Ok(())
     }
 
     fn outstanding_timer(&self, eval_id: &EvalId, token: &str) -> Result<NackTimer, BrokerError> {
-        match self.unack.get(eval_id) {
+        match self.unacked(eval_id) {
             None => Err(BrokerError::NotOutstanding {
                 eval_id: eval_id.clone(),
             }),
@@ -1194,13 +1290,13 @@ impl EvalBrokerCore {
         }
     }
 
-    fn restart_nack_timer(&mut self, eval_id: &EvalId, old: TimerKey, now: Instant) {
-        self.timers.remove(&old);
+    /// Arms a full-length nack timer for the eval's outstanding delivery.
+    fn start_nack_timer(&mut self, eval_id: &EvalId, now: Instant) {
         let key = self.add_timer(
             deadline_after(now, self.config.nack_timeout),
             TimerKind::Nack(eval_id.clone()),
         );
-        if let Some(unack) = self.unack.get_mut(eval_id) {
+        if let Some(unack) = self.unacked_mut(eval_id) {
             unack.timer = NackTimer::Running(key);
         }
     }
@@ -1232,20 +1328,7 @@ impl EvalBrokerCore {
         self.stats_mut(SchedulerQueue::for_job_type(waiting.eval.eval_type))
             .waiting -= 1;
         self.evals.remove(eval_id);
-        let key = job_key(&waiting.eval);
-        if self.job_evals.get(&key) == Some(eval_id) {
-            self.job_evals.remove(&key);
-            if let Some(mut heap) = self.pending.remove(&key) {
-                if let Some(next) = heap.pop() {
-                    let queue = SchedulerQueue::for_job_type(next.eval.eval_type);
-                    self.stats_mut(queue).pending -= 1;
-                    self.enqueue_locked(next.eval, queue);
-                }
-                if !heap.is_empty() {
-                    self.pending.insert(key, heap);
-                }
-            }
-        }
+        self.release_job_slot(job_key(&waiting.eval), eval_id, false);
         Ok(true)
     }
 
@@ -1265,28 +1348,31 @@ impl EvalBrokerCore {
     }
 
     fn fire_nack(&mut self, eval_id: &EvalId, key: TimerKey) {
-        let current = self
-            .unack
-            .get(eval_id)
-            .is_some_and(|u| u.timer == NackTimer::Running(key));
-        if !current {
+        let Some(entry) = self.evals.get_mut(eval_id) else {
+            return;
+        };
+        if entry.unacked.as_ref().map(|u| u.timer) != Some(NackTimer::Running(key)) {
             return;
         }
-        let Some(mut unack) = self.unack.remove(eval_id) else {
+        let deliveries = entry.deliveries;
+        let Some(mut unack) = entry.unacked.take() else {
             return;
         };
         // The timer entry is already gone from the map.
         unack.timer = NackTimer::Paused;
-        self.requeue.remove(&unack.token);
+        if !self.requeue.is_empty() {
+            self.requeue.remove(&unack.token);
+        }
         self.effects.nack_timeouts += 1;
         tracing::debug!(
             eval_id = %eval_id,
             job_id = %unack.eval.job_id,
             namespace = %unack.eval.namespace,
+            deliveries,
             "eval delivery not acked before the nack timeout; nacking it"
         );
         // Back-off is measured from the moment the timer was due, not from when it ran.
-        self.nack_delivery(unack, key.at);
+        self.nack_delivery(unack, deliveries, key.at);
     }
 
     fn fire_wait(&mut self, eval_id: &EvalId, key: TimerKey) {
@@ -1326,7 +1412,7 @@ impl EvalBrokerCore {
 
     /// Number of deliveries of an eval the broker holds (`None` if it holds none).
     pub fn deliveries(&self, eval_id: &EvalId) -> Option<u32> {
-        self.evals.get(eval_id).copied()
+        self.evals.get(eval_id).map(|e| e.deliveries)
     }
 
     /// The counts, in total and per queue.
@@ -2086,6 +2172,11 @@ mod tests {
         assert_eq!(stats.total_pending, 0);
         assert_eq!(stats.total_ready, 1);
         assert_eq!(drain(&mut core, SERVICE, t0), ["m30"]);
+        assert_eq!(
+            core.deliveries(&EvalId::new("m10")),
+            None,
+            "canceled evals are forgotten"
+        );
 
         let mut canceled = ids(&core.cancelable(10).unwrap())
             .into_iter()
@@ -2405,6 +2496,28 @@ mod tests {
         core.nack(&e.id, &token, t0).unwrap();
         assert!(core.drop_waiting(&e.id, t0).unwrap());
         assert_eq!(drain(&mut core, SERVICE, t0), ["next"]);
+    }
+
+    #[test]
+    fn acking_an_undelivered_eval_is_refused_and_loses_nothing() {
+        let mut core = core();
+        let t0 = Instant::now();
+        core.enqueue(eval("e", "web", 50, 1), t0, 0).unwrap();
+        let id = EvalId::new("e");
+        assert_eq!(
+            core.ack(&id, "made-up", t0),
+            Err(BrokerError::NotFound {
+                eval_id: id.clone()
+            })
+        );
+        assert_eq!(
+            core.nack(&id, "made-up", t0),
+            Err(BrokerError::NotFound {
+                eval_id: id.clone()
+            })
+        );
+        assert_eq!(core.deliveries(&id), Some(0));
+        assert_eq!(drain(&mut core, SERVICE, t0), ["e"]);
     }
 
     #[test]
