@@ -39,12 +39,19 @@
 //! periodic failed unblock and the gauges.
 //!
 //! ```text
-//!  Eval.Reblock / FSM (blocked eval) ──block──▶ ┌────────── BlockedEvalsCore ──────────┐
-//!  state changes: node ready / eligible,        │ jobs: (ns, job, node) → eval         │
-//!    alloc complete or failed ──unblock(class)─▶│ captured (class eligibility)         │──released──▶ EvalBroker::enqueue_all
-//!                             ──unblock_node───▶│ escaped · system by node             │
-//!  every minute ─────────────unblock_failed────▶│ unblock indexes (missed-unblock check)│
-//!                                               └──── duplicates ──▶ reaper (canceled)  ┘
+//!  FSM: blocked eval ──────────block────┐
+//!  Eval.Reblock (token checked) ─reblock┤
+//!                                       ▼
+//!                  one per job (and node)? ──older one──▶ duplicates ──▶ reaper (canceled)
+//!                                       ▼
+//!                  missed an unblock since its snapshot? ──yes──▶ EvalBroker (at once)
+//!                                       ▼ no
+//!                  tracked: captured (class eligibility) · escaped · system by node
+//!                                       │
+//!  node ready / eligible, alloc done ──unblock(class), unblock_node(node)──┐
+//!  every minute ──unblock_failed (max-plan-attempts)───────────────────────┤
+//!                                                                          ▼
+//!                                          released ──enqueue_all──▶ EvalBroker
 //! ```
 
 use std::collections::{HashMap, HashSet};

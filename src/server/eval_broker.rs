@@ -47,14 +47,22 @@
 //! wake-up lands before the dequeuer starts waiting.
 //!
 //! ```text
-//!  FSM: pending eval ──enqueue──▶ ┌──────────────────── EvalBrokerCore ─────────────────────┐
-//!  BlockedEvals ───enqueue_all──▶ │ waiting (Wait, WaitUntil, nack backoff) ──due──┐          │
-//!                                 │ pending heap per job ──(job slot free)──▶ ready heap per │
-//!                                 │    │ on Ack: root enqueued, rest ▶ cancelable    queue   │
-//!                                 │    ▼                                              │      │
-//!  cancelable reaper ◀─cancelable─│ cancelable list          unacked {token, nack timer} ◀─┘  │──dequeue──▶ worker
-//!  failed reaper ◀──dequeue _failed│ ◀── 3rd failed delivery ──┘         ▲                     │◀──ack / nack──
-//!                                 └────────────────────────────────────┴─────────────────────┘
+//!  FSM: pending eval ──enqueue─────┐
+//!  BlockedEvals ──────enqueue_all──┤
+//!                ┌─────────────────┘
+//!                ▼
+//!            delayed? ──yes──▶ waiting (Wait, WaitUntil) ──due──┐
+//!                │ no                                           │
+//!                ▼                                              │
+//!            job busy? ◀────────────────────────────────────────┘
+//!                │ yes ──▶ pending heap of the job ──on Ack: best one takes the slot,
+//!                │ no                                 the rest ──▶ cancelable ──▶ reaper
+//!                ▼
+//!            ready heap of its type ──dequeue: token, nack timer──▶ worker ──ack──▶ done
+//!                ▲                                                    │
+//!                └────────── nack (after 1 s, then 20 s) ◀────────────┤ (or nack timeout)
+//!            ready heap `_failed` ◀── nack of the 3rd delivery ◀──────┘
+//!                └──dequeue──▶ failed-eval reaper: eval failed + follow-up, ack
 //! ```
 //!
 //! While disabled (on followers, and on a leader whose broker was just flushed) every call
@@ -1791,7 +1799,8 @@ impl EvalBroker {
         }
         let queues = QueueSet::from_names(schedulers);
         let deadline = Instant::now().checked_add(timeout);
-        let notify = Arc::new(Notify::new());
+        // Allocated only if the call has to wait.
+        let mut notify: Option<Arc<Notify>> = None;
         let mut guard = WaiterGuard {
             shared: &self.shared,
             id: None,
@@ -1812,13 +1821,17 @@ impl EvalBroker {
                 // after this, and its wake-up either finds the waiter or leaves a permit.
                 let id = state.next_waiter_id;
                 state.next_waiter_id += 1;
+                let notify = notify.get_or_insert_with(|| Arc::new(Notify::new()));
                 state.waiters.push(Waiter {
                     id,
                     queues,
-                    notify: Arc::clone(&notify),
+                    notify: Arc::clone(notify),
                 });
                 guard.id = Some(id);
             }
+            let Some(notify) = notify.as_ref() else {
+                return Ok(None);
+            };
             let woken = match deadline {
                 Some(deadline) => tokio::time::timeout_at(deadline, notify.notified())
                     .await
