@@ -395,19 +395,21 @@ impl FromIterator<SchedulerQueue> for QueueSet {
 ///
 /// A new token is drawn on every delivery, so an Ack or Nack from an older delivery (before a
 /// nack, or before a leadership change) can never touch a later one.
+///
+/// Shared (`Arc<str>`), so the copy kept with the outstanding delivery costs no allocation.
 #[derive(Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(transparent)]
-pub struct Token(String);
+pub struct Token(Arc<str>);
 
 impl Token {
     /// Wraps a token received from a worker.
-    pub fn new(token: impl Into<String>) -> Self {
-        Token(token.into())
+    pub fn new(token: impl AsRef<str>) -> Self {
+        Token(Arc::from(token.as_ref()))
     }
 
     /// A fresh random token.
     pub fn random<R: RngCore + ?Sized>(rng: &mut R) -> Self {
-        Token(random_uuid(rng))
+        Token::new(String::from_utf8_lossy(&uuid_bytes(rng)))
     }
 
     /// The token as a string slice.
@@ -437,13 +439,13 @@ impl AsRef<str> for Token {
 
 impl From<String> for Token {
     fn from(token: String) -> Self {
-        Token(token)
+        Token(Arc::from(token))
     }
 }
 
 impl From<&str> for Token {
     fn from(token: &str) -> Self {
-        Token(token.to_owned())
+        Token::new(token)
     }
 }
 
@@ -462,18 +464,25 @@ impl fmt::Debug for Token {
 /// A random version-4 UUID string (`xxxxxxxx-xxxx-4xxx-yxxx-xxxxxxxxxxxx`) drawn from `rng`,
 /// so tokens and follow-up eval ids are reproducible under a seeded RNG.
 pub fn random_uuid<R: RngCore + ?Sized>(rng: &mut R) -> String {
+    String::from_utf8_lossy(&uuid_bytes(rng)).into_owned()
+}
+
+/// The ASCII text of a random version-4 UUID.
+fn uuid_bytes<R: RngCore + ?Sized>(rng: &mut R) -> [u8; 36] {
     const HEX: &[u8; 16] = b"0123456789abcdef";
     let mut bytes = [0u8; 16];
     rng.fill_bytes(&mut bytes);
     bytes[6] = (bytes[6] & 0x0f) | 0x40;
     bytes[8] = (bytes[8] & 0x3f) | 0x80;
-    let mut out = String::with_capacity(36);
+    let mut out = [b'-'; 36];
+    let mut at = 0;
     for (i, byte) in bytes.iter().enumerate() {
         if matches!(i, 4 | 6 | 8 | 10) {
-            out.push('-');
+            at += 1;
         }
-        out.push(char::from(HEX[usize::from(byte >> 4)]));
-        out.push(char::from(HEX[usize::from(byte & 0x0f)]));
+        out[at] = HEX[usize::from(byte >> 4)];
+        out[at + 1] = HEX[usize::from(byte & 0x0f)];
+        at += 2;
     }
     out
 }
