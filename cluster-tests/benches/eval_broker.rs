@@ -6,6 +6,8 @@
 //! ready heaps of up to 10 000 evals. A round trip per eval is the unit of throughput.
 //!
 //! - `core/round_trips`: the sans-IO core driven in a loop (no locks, no tasks).
+//!   `core_cpu_time/*` times the same core workloads by the thread's CPU time instead of the
+//!   wall clock, so they hold still on a machine shared with other work.
 //! - `core/all_at_once`: the 100 000 evals enqueued together, so 9 of every 10 queue behind
 //!   their job's in-flight eval; acks then keep the newest pending eval of each job and make
 //!   the rest cancelable (drained in batches of 728). Throughput is still per enqueued eval,
@@ -84,58 +86,100 @@ fn worker_queues() -> QueueSet {
     QueueSet::from_names(&WORKER_TYPES)
 }
 
+/// The `round_trips` workload: each wave enqueued, then dequeued and acked until empty.
+fn round_trips(mut core: EvalBrokerCore, waves: Vec<Vec<Evaluation>>) -> EvalBrokerCore {
+    let queues = worker_queues();
+    let now = Instant::now();
+    let mut acked = 0;
+    for wave in waves {
+        for eval in wave {
+            core.enqueue(eval, now, 0).expect("enabled");
+        }
+        while let Some((eval, token)) = core.dequeue(queues, now).expect("enabled") {
+            core.ack(&eval.id, &token, now).expect("outstanding");
+            acked += 1;
+        }
+        core.take_effects();
+    }
+    assert_eq!(acked, EVALS);
+    core
+}
+
+/// The `all_at_once` workload: everything enqueued, then drained with cancelable batches.
+fn all_at_once(mut core: EvalBrokerCore, waves: Vec<Vec<Evaluation>>) -> EvalBrokerCore {
+    let queues = worker_queues();
+    let now = Instant::now();
+    for eval in waves.into_iter().flatten() {
+        core.enqueue(eval, now, 0).expect("enabled");
+    }
+    let (mut acked, mut canceled) = (0, 0);
+    while let Some((eval, token)) = core.dequeue(queues, now).expect("enabled") {
+        core.ack(&eval.id, &token, now).expect("outstanding");
+        acked += 1;
+        canceled += core
+            .cancelable(CANCELABLE_BATCH_SIZE)
+            .expect("enabled")
+            .len();
+    }
+    assert_eq!((acked, canceled), (2 * JOBS, EVALS - 2 * JOBS));
+    core
+}
+
+/// On-CPU time of the calling thread (Linux `/proc/thread-self/schedstat`, nanoseconds), so
+/// the core's figures do not depend on how busy the shared machine is; `None` elsewhere.
+fn thread_cpu_time() -> Option<Duration> {
+    let text = std::fs::read_to_string("/proc/thread-self/schedstat").ok()?;
+    let nanos: u64 = text.split_whitespace().next()?.parse().ok()?;
+    Some(Duration::from_nanos(nanos))
+}
+
+type Workload = fn(EvalBrokerCore, Vec<Vec<Evaluation>>) -> EvalBrokerCore;
+
+const CORE_WORKLOADS: [(&str, Workload); 2] =
+    [("round_trips", round_trips), ("all_at_once", all_at_once)];
+
+/// Wall-clock time of the core workloads.
 fn bench_core(c: &mut Criterion) {
     let mut group = c.benchmark_group("core");
     group.sample_size(10);
     group.throughput(Throughput::Elements(EVALS as u64));
-    let queues = worker_queues();
+    for (name, run) in CORE_WORKLOADS {
+        group.bench_function(name, |b| {
+            b.iter_batched(
+                || (enabled_core(), workload()),
+                |(core, waves)| black_box(run(core, waves)),
+                BatchSize::PerIteration,
+            );
+        });
+    }
+    group.finish();
+}
 
-    group.bench_function("round_trips", |b| {
-        b.iter_batched(
-            || (enabled_core(), workload()),
-            |(mut core, waves)| {
-                let now = Instant::now();
-                let mut acked = 0;
-                for wave in waves {
-                    for eval in wave {
-                        core.enqueue(eval, now, 0).expect("enabled");
-                    }
-                    while let Some((eval, token)) = core.dequeue(queues, now).expect("enabled") {
-                        core.ack(&eval.id, &token, now).expect("outstanding");
-                        acked += 1;
-                    }
-                    core.take_effects();
+/// The same workloads timed by the thread's CPU time (falls back to wall-clock time where
+/// that is not available).
+fn bench_core_cpu(c: &mut Criterion) {
+    let mut group = c.benchmark_group("core_cpu_time");
+    group.sample_size(10);
+    group.throughput(Throughput::Elements(EVALS as u64));
+    for (name, run) in CORE_WORKLOADS {
+        group.bench_function(name, |b| {
+            b.iter_custom(|iters| {
+                let mut total = Duration::ZERO;
+                for _ in 0..iters {
+                    let (core, waves) = (enabled_core(), workload());
+                    let wall = std::time::Instant::now();
+                    let cpu = thread_cpu_time();
+                    let core = run(core, waves);
+                    total += match (cpu, thread_cpu_time()) {
+                        (Some(start), Some(end)) => end.saturating_sub(start),
+                        _ => wall.elapsed(),
+                    };
+                    drop(black_box(core));
                 }
-                assert_eq!(acked, EVALS);
-                black_box(core)
-            },
-            BatchSize::PerIteration,
-        );
-    });
-
-    group.bench_function("all_at_once", |b| {
-        b.iter_batched(
-            || (enabled_core(), workload()),
-            |(mut core, waves)| {
-                let now = Instant::now();
-                for eval in waves.into_iter().flatten() {
-                    core.enqueue(eval, now, 0).expect("enabled");
-                }
-                let (mut acked, mut canceled) = (0, 0);
-                while let Some((eval, token)) = core.dequeue(queues, now).expect("enabled") {
-                    core.ack(&eval.id, &token, now).expect("outstanding");
-                    acked += 1;
-                    canceled += core
-                        .cancelable(CANCELABLE_BATCH_SIZE)
-                        .expect("enabled")
-                        .len();
-                }
-                assert_eq!((acked, canceled), (2 * JOBS, EVALS - 2 * JOBS));
-                black_box(core)
-            },
-            BatchSize::PerIteration,
-        );
-    });
+                total
+            });
+        });
+    }
     group.finish();
 }
 
@@ -219,5 +263,5 @@ fn bench_shell(c: &mut Criterion) {
     group.finish();
 }
 
-criterion_group!(benches, bench_core, bench_shell);
+criterion_group!(benches, bench_core, bench_core_cpu, bench_shell);
 criterion_main!(benches);
