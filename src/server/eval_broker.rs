@@ -2380,10 +2380,29 @@ mod tests {
             core.stats().by_scheduler[&SchedulerQueue::Failed].unacked,
             1
         );
+
+        // What the failed-eval reaper writes before acking: the eval failed, plus a
+        // follow-up that retries the job after 1 min + random [0, 5 min).
+        let mut rng = StdRng::seed_from_u64(9);
+        let update = failed_eval_update(&failed, true, core.config(), &mut rng, 1_000).unwrap();
+        assert_eq!(update.failed.status, EvalStatus::Failed);
+        let follow_up = update.follow_up.unwrap();
+        assert_eq!(update.failed.next_eval, follow_up.id);
+        let wait = Duration::from_nanos(follow_up.wait);
+        assert!(wait >= secs(60) && wait < secs(360), "{wait:?}");
         core.ack(&failed.id, &token, now).unwrap();
         let stats = core.stats();
         assert_eq!(stats.total_unacked, 0);
         assert_eq!(drain(&mut core, SERVICE, now), ["later"]);
+
+        // The follow-up, once the FSM applies it, waits out its delay in the broker.
+        let follow_up_id = follow_up.id.to_string();
+        assert_eq!(
+            core.enqueue(follow_up, now, 0).unwrap(),
+            EnqueueOutcome::Waiting { until: now + wait }
+        );
+        assert!(drain(&mut core, SERVICE, now + wait - Duration::from_nanos(1)).is_empty());
+        assert_eq!(drain(&mut core, SERVICE, now + wait), [follow_up_id]);
     }
 
     #[test]
