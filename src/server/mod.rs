@@ -12,9 +12,13 @@
 //! - [`write_batcher`]: group commit of concurrent writes into one entry.
 //! - [`formation`]: `bootstrap_expect` and `join`.
 //! - [`leader`]: the leadership monitor.
+//! - [`eval_broker`], [`blocked_evals`]: the leader's queue of evaluations and the evals
+//!   waiting for capacity.
 //! - [`endpoints`]: the RPC handlers.
 
+pub mod blocked_evals;
 pub mod endpoints;
+pub mod eval_broker;
 pub mod formation;
 pub mod leader;
 pub mod raft;
