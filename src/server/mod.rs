@@ -1,1 +1,3 @@
 //! The server role.
+
+pub mod plan_apply;
