@@ -224,13 +224,32 @@ fn glob_match(pattern: &str, text: &str) -> bool {
     true
 }
 
-/// Whether a node can run a task driver.
-pub(crate) fn driver_available(node: &Node, driver: &str) -> bool {
-    if let Some(info) = node.drivers.get(driver) {
+/// A task driver a group needs, with the attribute key that advertises it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct DriverNeed {
+    /// The driver's name (`docker`, `mock`, …).
+    pub name: String,
+    /// `driver.<name>`, prepared once so the per-node check does not allocate.
+    pub attribute: String,
+}
+
+impl DriverNeed {
+    pub fn new(name: &str) -> DriverNeed {
+        DriverNeed {
+            name: name.to_owned(),
+            attribute: format!("driver.{name}"),
+        }
+    }
+}
+
+/// Whether a node can run a task driver: a detected, healthy driver, or (for nodes that
+/// only advertise attributes) a truthy `driver.<name>` attribute.
+pub(crate) fn driver_available(node: &Node, driver: &DriverNeed) -> bool {
+    if let Some(info) = node.drivers.get(&driver.name) {
         return info.detected && info.healthy;
     }
     node.attributes
-        .get(&format!("driver.{driver}"))
+        .get(&driver.attribute)
         .is_some_and(|v| matches!(v.as_str(), "1" | "true" | "True" | "TRUE"))
 }
 
@@ -260,7 +279,7 @@ pub(crate) struct GroupChecks {
     /// Group and task constraints on unique attributes.
     pub group_escaped: Vec<Constraint>,
     /// Distinct task drivers.
-    pub drivers: Vec<String>,
+    pub drivers: Vec<DriverNeed>,
     /// A job-level `distinct_hosts`: no two allocations of the job on one node.
     pub distinct_hosts_job: bool,
     /// A group-level `distinct_hosts`: no two allocations of the group on one node.
@@ -307,8 +326,8 @@ impl GroupChecks {
         }
         for task in &group.tasks {
             checks.affinities.extend(task.affinities.iter().cloned());
-            if !task.driver.is_empty() && !checks.drivers.contains(&task.driver) {
-                checks.drivers.push(task.driver.clone());
+            if !task.driver.is_empty() && !checks.drivers.iter().any(|d| d.name == task.driver) {
+                checks.drivers.push(DriverNeed::new(&task.driver));
             }
         }
         checks
@@ -515,9 +534,10 @@ mod tests {
     #[test]
     fn drivers_need_health_or_a_truthy_attribute() {
         let mut n = node();
-        assert!(!driver_available(&n, "docker"));
+        let docker = DriverNeed::new("docker");
+        assert!(!driver_available(&n, &docker));
         n.attributes.insert("driver.exec".into(), "1".into());
-        assert!(driver_available(&n, "exec"));
+        assert!(driver_available(&n, &DriverNeed::new("exec")));
         n.drivers.insert(
             "docker".into(),
             DriverInfo {
@@ -526,8 +546,8 @@ mod tests {
                 ..DriverInfo::default()
             },
         );
-        assert!(!driver_available(&n, "docker"));
+        assert!(!driver_available(&n, &docker));
         n.drivers.get_mut("docker").unwrap().healthy = true;
-        assert!(driver_available(&n, "docker"));
+        assert!(driver_available(&n, &docker));
     }
 }

@@ -355,6 +355,14 @@ impl<'a> GenericScheduler<'a> {
 
 impl Scheduler for GenericScheduler<'_> {
     fn process(&mut self, eval: &Evaluation) -> Result<(), SchedulerError> {
+        let _span = tracing::debug_span!(
+            "schedule",
+            eval_id = %eval.id,
+            job_id = %eval.job_id,
+            eval_type = eval.eval_type.as_str(),
+            triggered_by = ?eval.triggered_by,
+        )
+        .entered();
         let mut run = Run {
             eval: eval.clone(),
             blocked: None,

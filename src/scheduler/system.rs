@@ -5,9 +5,9 @@
 //! Per attempt, a per-node diff ([`SystemScheduler`]'s `diff`):
 //!
 //! - allocations on missing, `down` or `disconnected` nodes are stopped as `lost`; on
-//!   draining nodes they are stopped (unless the drain ignores system jobs); of removed task
-//!   groups, or of a stopped or purged job, they are stopped; a second live allocation of the
-//!   same group on one node is stopped;
+//!   draining nodes they are stopped (unless the drain ignores system jobs); on nodes outside
+//!   the job's datacenters or pool, of removed task groups, or of a stopped or purged job,
+//!   they are stopped; a second live allocation of the same group on one node is stopped;
 //! - on ready nodes that are merely ineligible, existing allocations are left alone;
 //! - on eligible nodes, an allocation of an older job version is updated in place (if only
 //!   non-task fields changed and the node still takes it) or replaced; a missing one is
@@ -29,6 +29,7 @@ use teamster_storage::model::{
 use teamster_storage::state::Snapshot;
 
 use crate::scheduler::context::{Eligibility, EvalContext};
+use crate::scheduler::feasible::node_in_job_scope;
 use crate::scheduler::reconcile::{
     ALLOC_IN_PLACE, ALLOC_LOST, ALLOC_NODE_TAINTED, ALLOC_NOT_NEEDED, ALLOC_UPDATING,
 };
@@ -160,10 +161,10 @@ impl<'a> SystemScheduler<'a> {
         let eligible: HashMap<NodeId, Arc<Node>> =
             nodes.iter().map(|n| (n.id.clone(), n.clone())).collect();
         let algorithm = self.snapshot.scheduler_config().scheduler_algorithm;
-        // A static list: every node is visited explicitly, no shuffling is needed but the
-        // stack still owns the job-wide class cache and metrics.
+        // Every eligible node is visited explicitly (Nomad's static iterator); the stack
+        // holds the job-wide class cache and the metrics' node counts.
         let mut stack = Stack::new(
-            Vec::new(),
+            nodes.clone(),
             by_dc,
             false,
             algorithm,
@@ -200,14 +201,18 @@ impl<'a> SystemScheduler<'a> {
                 ctx.plan_stop(alloc, ALLOC_LOST, Some(ClientStatus::Lost), now);
                 continue;
             }
-            let node = self.snapshot.node_by_id(&alloc.node_id).cloned();
-            if let Some(node) = &node {
+            if let Some(node) = self.snapshot.node_by_id(&alloc.node_id) {
                 let ignores = node
                     .drain_strategy
                     .as_ref()
                     .is_some_and(|d| d.ignore_system_jobs);
                 if node.drain_strategy.is_some() && !ignores {
                     ctx.plan_stop(alloc, ALLOC_NODE_TAINTED, None, now);
+                    continue;
+                }
+                if !node_in_job_scope(job, node) {
+                    // The job no longer targets the node's datacenter or pool.
+                    ctx.plan_stop(alloc, ALLOC_NOT_NEEDED, None, now);
                     continue;
                 }
             }
@@ -386,6 +391,14 @@ impl<'a> SystemScheduler<'a> {
 
 impl Scheduler for SystemScheduler<'_> {
     fn process(&mut self, eval: &Evaluation) -> Result<(), SchedulerError> {
+        let _span = tracing::debug_span!(
+            "schedule",
+            eval_id = %eval.id,
+            job_id = %eval.job_id,
+            eval_type = eval.eval_type.as_str(),
+            triggered_by = ?eval.triggered_by,
+        )
+        .entered();
         let mut run = Run {
             eval: eval.clone(),
             failed_tg_allocs: BTreeMap::new(),

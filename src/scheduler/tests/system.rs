@@ -114,6 +114,7 @@ fn constraints_skip_nodes_but_full_nodes_get_blocked_evals() {
     );
     let metric = &update.failed_tg_allocs["web"];
     assert_eq!(metric.dimension_exhausted["cpu"], 1);
+    assert_eq!(metric.nodes_in_pool, 3);
     assert_eq!(h.created_evals.len(), 1);
     let blocked = &h.created_evals[0];
     assert_eq!(blocked.status, EvalStatus::Blocked);
@@ -207,5 +208,19 @@ fn sysbatch_does_not_rerun_finished_allocations() {
         .unwrap();
     h.process(&eval).unwrap();
     assert_eq!(h.plans.len(), plans, "finished runs are not repeated");
+    assert_complete(&h, &eval);
+}
+
+#[test]
+fn system_allocations_leave_datacenters_the_job_no_longer_targets() {
+    let (mut h, _) = harness_with_nodes(2);
+    let (job, eval) = h.register_job(mock_system_job("agent")).unwrap();
+    h.process(&eval).unwrap();
+    assert_eq!(h.running_allocs(&job).len(), 2);
+    let mut moved = (*job).clone();
+    moved.datacenters = vec!["dc2".into()];
+    let (job, eval) = h.register_job(moved).unwrap();
+    h.process(&eval).unwrap();
+    assert!(h.running_allocs(&job).is_empty());
     assert_complete(&h, &eval);
 }
