@@ -166,6 +166,15 @@ pub struct SchedulerEnv<'a> {
     pub settings: SchedulerSettings,
 }
 
+impl std::fmt::Debug for SchedulerEnv<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SchedulerEnv")
+            .field("now", &self.now)
+            .field("settings", &self.settings)
+            .finish_non_exhaustive()
+    }
+}
+
 /// A scheduler for `job_type` (Nomad's `NewScheduler`): service and batch get the
 /// [`GenericScheduler`], system and sysbatch the [`SystemScheduler`]. `_core` is the
 /// server's garbage collector, not a placement scheduler.
