@@ -14,6 +14,7 @@
 //! - [`leader`]: the leadership monitor.
 //! - [`eval_broker`], [`blocked_evals`]: the leader's queue of evaluations and the evals
 //!   waiting for capacity.
+//! - [`plan_apply`]: verifying a plan against the newest state (the applier's pure core).
 //! - [`endpoints`]: the RPC handlers.
 
 pub mod blocked_evals;
@@ -21,6 +22,7 @@ pub mod endpoints;
 pub mod eval_broker;
 pub mod formation;
 pub mod leader;
+pub mod plan_apply;
 pub mod raft;
 pub mod write_batcher;
 

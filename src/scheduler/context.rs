@@ -1,0 +1,366 @@
+//! The evaluation context: one scheduling attempt's view of the state plus the plan in
+//! progress.
+//!
+//! Every change a scheduler proposes goes through [`EvalContext`]'s plan methods
+//! ([`plan_stop`](EvalContext::plan_stop), [`pop_stop`](EvalContext::pop_stop),
+//! [`plan_place`](EvalContext::plan_place), [`plan_update`](EvalContext::plan_update)), which
+//! keep three derived views current **incrementally**, so ranking a candidate node costs
+//! O(1) map lookups instead of a scan of the node's allocations:
+//!
+//! - **Usage per node**: the resources of the node's non-terminal allocations in the
+//!   snapshot (computed on first use, once per node) plus the plan's placements minus its
+//!   stops.
+//! - **The job's allocations per node and task group** (job anti-affinity, `distinct_hosts`).
+//! - **Property counts** (`distinct_property`, spreads): for a node attribute and a scope
+//!   (the job or one task group), how many of the job's proposed allocations run on nodes
+//!   with each value.
+//!
+//! It also records which computed node classes were found eligible or not (for blocked
+//! evaluations) and the metrics of the placement being attempted.
+
+use std::collections::{BTreeMap, HashMap};
+use teamster_storage::model::{
+    AllocId, AllocMetric, AllocStop, Allocation, ClientStatus, DesiredStatus, Job, NodeId, Plan,
+    Resources,
+};
+use teamster_storage::state::Snapshot;
+
+use crate::scheduler::feasible::{resolve_target, OperandCache};
+use crate::scheduler::fit;
+
+/// Counts of the job's proposed allocations per value of a node attribute.
+#[derive(Debug, Clone)]
+pub(crate) struct PropertyCounts {
+    /// The attribute, as a constraint target (`${meta.rack}`).
+    pub target: String,
+    /// `None` counts the whole job; `Some(group)` one task group.
+    pub group: Option<String>,
+    /// Allocations per value.
+    pub counts: HashMap<String, u64>,
+}
+
+/// Which computed node classes were found (in)eligible, job-wide and per task group
+/// (Nomad's `EvalEligibility`).
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Eligibility {
+    job: BTreeMap<String, bool>,
+    groups: BTreeMap<String, BTreeMap<String, bool>>,
+    escaped: bool,
+}
+
+impl Eligibility {
+    pub fn set_job(&mut self, class: &str, eligible: bool) {
+        self.job.insert(class.to_owned(), eligible);
+    }
+
+    pub fn set_group(&mut self, group: &str, class: &str, eligible: bool) {
+        self.groups
+            .entry(group.to_owned())
+            .or_default()
+            .insert(class.to_owned(), eligible);
+    }
+
+    pub fn set_escaped(&mut self, escaped: bool) {
+        self.escaped |= escaped;
+    }
+
+    /// True when some constraint targets unique attributes.
+    pub fn escaped(&self) -> bool {
+        self.escaped
+    }
+
+    /// Nomad's `GetClasses`: a class is eligible if some group found it eligible and the job
+    /// did not rule it out.
+    pub fn classes(&self) -> BTreeMap<String, bool> {
+        let mut out = BTreeMap::new();
+        for classes in self.groups.values() {
+            for (class, eligible) in classes {
+                if *eligible {
+                    out.insert(class.clone(), true);
+                } else {
+                    out.entry(class.clone()).or_insert(false);
+                }
+            }
+        }
+        for (class, eligible) in &self.job {
+            if *eligible {
+                out.entry(class.clone()).or_insert(true);
+            } else {
+                out.insert(class.clone(), false);
+            }
+        }
+        out
+    }
+}
+
+/// One attempt's state: snapshot, plan in progress and the views derived from both.
+pub(crate) struct EvalContext {
+    /// The state this attempt plans against.
+    pub snapshot: Snapshot,
+    /// The plan being built.
+    pub plan: Plan,
+    /// Regular expressions and version constraints compiled so far.
+    pub operands: OperandCache,
+    /// Classes found (in)eligible.
+    pub eligibility: Eligibility,
+    /// Metrics of the placement being attempted.
+    pub metrics: AllocMetric,
+    /// Snapshot usage per node (non-terminal allocations), filled on first use.
+    base_usage: HashMap<NodeId, Resources>,
+    /// Resources the plan adds per node.
+    added: HashMap<NodeId, Resources>,
+    /// Resources the plan frees per node.
+    removed: HashMap<NodeId, Resources>,
+    /// The job's proposed allocations per node and task group.
+    job_counts: HashMap<NodeId, HashMap<String, u32>>,
+    /// Property counters, registered by the stacks.
+    properties: Vec<PropertyCounts>,
+}
+
+impl EvalContext {
+    /// A context over `snapshot` for `job`'s allocations, with an empty `plan`.
+    pub fn new(snapshot: Snapshot, plan: Plan, job: Option<&Job>) -> EvalContext {
+        let mut job_counts: HashMap<NodeId, HashMap<String, u32>> = HashMap::new();
+        if let Some(job) = job {
+            for alloc in snapshot.allocs_by_job(&job.namespace, &job.id) {
+                if !alloc.terminal_status() {
+                    *job_counts
+                        .entry(alloc.node_id.clone())
+                        .or_default()
+                        .entry(alloc.task_group.clone())
+                        .or_default() += 1;
+                }
+            }
+        }
+        EvalContext {
+            snapshot,
+            plan,
+            operands: OperandCache::default(),
+            eligibility: Eligibility::default(),
+            metrics: AllocMetric::default(),
+            base_usage: HashMap::new(),
+            added: HashMap::new(),
+            removed: HashMap::new(),
+            job_counts,
+            properties: Vec::new(),
+        }
+    }
+
+    /// The resources the node's allocations would use with the plan so far.
+    pub fn node_usage(&mut self, node_id: &NodeId) -> Resources {
+        let base = match self.base_usage.get(node_id) {
+            Some(usage) => *usage,
+            None => {
+                let usage = self
+                    .snapshot
+                    .allocs_by_node(node_id)
+                    .filter(|a| !a.terminal_status())
+                    .fold(Resources::ZERO, |acc, a| acc.add(&a.resources));
+                self.base_usage.insert(node_id.clone(), usage);
+                usage
+            }
+        };
+        let mut usage = base;
+        if let Some(added) = self.added.get(node_id) {
+            usage = usage.add(added);
+        }
+        if let Some(removed) = self.removed.get(node_id) {
+            usage = fit::subtract(&usage, removed);
+        }
+        usage
+    }
+
+    /// How many of the job's proposed allocations of `group` run on the node.
+    pub fn group_count_on_node(&self, node_id: &NodeId, group: &str) -> u32 {
+        self.job_counts
+            .get(node_id)
+            .and_then(|groups| groups.get(group))
+            .copied()
+            .unwrap_or(0)
+    }
+
+    /// How many of the job's proposed allocations run on the node.
+    pub fn job_count_on_node(&self, node_id: &NodeId) -> u32 {
+        self.job_counts
+            .get(node_id)
+            .map_or(0, |groups| groups.values().sum())
+    }
+
+    /// Registers (or finds) a property counter for `target` over `group` (the job for
+    /// `None`) and returns its handle. Counts start from the job's allocations in the
+    /// snapshot and the plan so far.
+    pub fn property(&mut self, job: &Job, target: &str, group: Option<&str>) -> usize {
+        if let Some(at) = self
+            .properties
+            .iter()
+            .position(|p| p.target == target && p.group.as_deref() == group)
+        {
+            return at;
+        }
+        // The job's proposed allocations: snapshot non-terminal ones, minus plan stops,
+        // with plan placements and updates on top.
+        let mut proposed: HashMap<AllocId, (NodeId, String)> = HashMap::new();
+        for alloc in self.snapshot.allocs_by_job(&job.namespace, &job.id) {
+            if !alloc.terminal_status() {
+                proposed.insert(
+                    alloc.id.clone(),
+                    (alloc.node_id.clone(), alloc.task_group.clone()),
+                );
+            }
+        }
+        for stops in self.plan.node_update.values() {
+            for stop in stops {
+                proposed.remove(&stop.id);
+            }
+        }
+        for allocs in self.plan.node_allocation.values() {
+            for alloc in allocs {
+                if alloc.job_id == job.id && !alloc.terminal_status() {
+                    proposed.insert(
+                        alloc.id.clone(),
+                        (alloc.node_id.clone(), alloc.task_group.clone()),
+                    );
+                }
+            }
+        }
+        let mut counts: HashMap<String, u64> = HashMap::new();
+        for (node_id, alloc_group) in proposed.values() {
+            if group.is_some_and(|g| g != alloc_group) {
+                continue;
+            }
+            if let Some(node) = self.snapshot.node_by_id(node_id) {
+                if let Some(value) = resolve_target(target, node) {
+                    *counts.entry(value.to_owned()).or_default() += 1;
+                }
+            }
+        }
+        self.properties.push(PropertyCounts {
+            target: target.to_owned(),
+            group: group.map(str::to_owned),
+            counts,
+        });
+        self.properties.len() - 1
+    }
+
+    /// A property counter registered with [`property`](Self::property).
+    pub fn property_counts(&self, handle: usize) -> &PropertyCounts {
+        &self.properties[handle]
+    }
+
+    /// Adds a stop of `alloc` to the plan. Freed resources and counts move only for an
+    /// allocation that was still running in the snapshot.
+    pub fn plan_stop(
+        &mut self,
+        alloc: &Allocation,
+        description: &str,
+        client_status: Option<ClientStatus>,
+        now: i64,
+    ) {
+        self.plan
+            .node_update
+            .entry(alloc.node_id.clone())
+            .or_default()
+            .push(AllocStop {
+                id: alloc.id.clone(),
+                desired_status: DesiredStatus::Stop,
+                desired_description: description.to_owned(),
+                client_status,
+                followup_eval_id: Default::default(),
+                modify_time: now,
+            });
+        if !alloc.terminal_status() {
+            self.account(alloc, -1);
+        }
+    }
+
+    /// Takes back the latest planned stop of `alloc` (its replacement could not be placed).
+    pub fn pop_stop(&mut self, alloc: &Allocation) {
+        let Some(stops) = self.plan.node_update.get_mut(&alloc.node_id) else {
+            return;
+        };
+        let Some(at) = stops.iter().rposition(|s| s.id == alloc.id) else {
+            return;
+        };
+        stops.remove(at);
+        if stops.is_empty() {
+            self.plan.node_update.remove(&alloc.node_id);
+        }
+        if !alloc.terminal_status() {
+            self.account(alloc, 1);
+        }
+    }
+
+    /// Adds a new allocation to the plan.
+    pub fn plan_place(&mut self, alloc: Allocation) {
+        if !alloc.terminal_status() {
+            self.account(&alloc, 1);
+        }
+        self.plan
+            .node_allocation
+            .entry(alloc.node_id.clone())
+            .or_default()
+            .push(alloc);
+    }
+
+    /// Adds an update of an existing allocation (in place, or an attribute such as the
+    /// follow-up evaluation) to the plan.
+    pub fn plan_update(&mut self, old: &Allocation, new: Allocation) {
+        if !old.terminal_status() {
+            self.account(old, -1);
+        }
+        if !new.terminal_status() {
+            self.account(&new, 1);
+        }
+        self.plan
+            .node_allocation
+            .entry(new.node_id.clone())
+            .or_default()
+            .push(new);
+    }
+
+    /// Moves usage, job counts and property counts for one allocation entering (`+1`) or
+    /// leaving (`-1`) its node.
+    fn account(&mut self, alloc: &Allocation, direction: i8) {
+        let side = if direction > 0 {
+            &mut self.added
+        } else {
+            &mut self.removed
+        };
+        let entry = side.entry(alloc.node_id.clone()).or_insert(Resources::ZERO);
+        *entry = entry.add(&alloc.resources);
+        let count = self
+            .job_counts
+            .entry(alloc.node_id.clone())
+            .or_default()
+            .entry(alloc.task_group.clone())
+            .or_default();
+        *count = if direction > 0 {
+            count.saturating_add(1)
+        } else {
+            count.saturating_sub(1)
+        };
+        if self.properties.is_empty() {
+            return;
+        }
+        let Some(node) = self.snapshot.node_by_id(&alloc.node_id).cloned() else {
+            return;
+        };
+        for property in &mut self.properties {
+            if property
+                .group
+                .as_deref()
+                .is_some_and(|g| g != alloc.task_group)
+            {
+                continue;
+            }
+            if let Some(value) = resolve_target(&property.target, &node) {
+                let n = property.counts.entry(value.to_owned()).or_default();
+                *n = if direction > 0 {
+                    n.saturating_add(1)
+                } else {
+                    n.saturating_sub(1)
+                };
+            }
+        }
+    }
+}

@@ -1,0 +1,521 @@
+//! Candidate selection: feasibility, ranking and the limit, over a shuffled node list.
+//!
+//! ```text
+//!  shuffled ready nodes ─▶ feasible? ─▶ fits? ─▶ scores ─▶ mean ─▶ limit ─▶ best
+//!  (resume where the       class cache   fit.rs   binpack|spread,            (first max)
+//!   last select stopped)   + per node             anti-affinity, penalty,
+//!                                                 affinities, spreads
+//! ```
+//!
+//! - **Source**: the job's ready nodes, shuffled once per attempt with the injected RNG (so
+//!   concurrent workers pick different nodes). Each [`Stack::select`] continues where the
+//!   previous one stopped and visits each node at most once.
+//! - **Limit** (Nomad's `LimitIterator`): it stops after `limit` feasible, fitting nodes —
+//!   2 for batch jobs, `max(2, ceil(log2 n))` for services, `max(count, 100)` when the group
+//!   has affinities or spreads. Nodes scoring ≤ 0 are set aside (at most 3) and used only if
+//!   the source runs dry. Per placement the work is O(limit), not O(nodes).
+//! - **Scores** (each in [-1, 1], averaged as Nomad's `ScoreNormalizationIterator` does):
+//!   the fit score / 18 (always); job anti-affinity `−(collisions + 1) / count` when the node
+//!   already runs allocations of the group; `−1` on nodes a rescheduled allocation failed
+//!   on; the normalised affinity weight sum when the job has affinities; the spread boost
+//!   when it has spreads.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+
+use rand::seq::SliceRandom;
+use rand::RngCore;
+use teamster_storage::model::{AllocMetric, Job, Node, NodeId, Resources, SchedulerAlgorithm};
+
+use crate::scheduler::context::EvalContext;
+use crate::scheduler::feasible::{
+    affinity_matches, constraint_holds, constraint_label, driver_available, resolve_target,
+    GroupChecks,
+};
+use crate::scheduler::fit::{self, Dimension};
+
+/// Nomad's `skipScoreThreshold`: options scoring at most this are set aside.
+const SKIP_SCORE_THRESHOLD: f64 = 0.0;
+/// Nomad's `maxSkip`: how many options may be set aside.
+const MAX_SKIP: usize = 3;
+/// The label Nomad reports for nodes filtered by a cached class result.
+const CLASS_INELIGIBLE: &str = "computed class ineligible";
+
+/// What ranking one node found.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(crate) enum Verdict {
+    /// The group can run there; the final (mean) score.
+    Feasible(f64),
+    /// Constraints, drivers or distinct_* rule the node out.
+    Filtered,
+    /// The node lacks room in this dimension.
+    Exhausted(Dimension),
+}
+
+/// One task group's placement state for an attempt: its checks plus the counters and spread
+/// targets ranking needs.
+#[derive(Debug, Clone)]
+pub(crate) struct GroupPlacer {
+    /// What the group requires of a node.
+    pub checks: GroupChecks,
+    /// What one allocation of the group takes.
+    pub ask: Resources,
+    /// Property-counter handles, parallel to `checks.distinct_properties`.
+    distinct_handles: Vec<usize>,
+    /// Spread state, one per spread.
+    spreads: Vec<SpreadState>,
+    /// Sum of the spread weights.
+    spread_weight_sum: f64,
+    /// Nomad's `lowestSpreadBoost`: the score of values whose desired count is zero.
+    lowest_spread_boost: f64,
+    /// Sum of the absolute affinity weights.
+    affinity_weight_sum: f64,
+}
+
+#[derive(Debug, Clone)]
+struct SpreadState {
+    attribute: String,
+    handle: usize,
+    weight: f64,
+    /// Desired allocations per value (`*` for the rest); empty asks for an even spread.
+    desired: HashMap<String, f64>,
+}
+
+impl GroupPlacer {
+    /// Prepares `group` of `job`, registering the property counters it needs in `ctx`.
+    pub fn new(
+        ctx: &mut EvalContext,
+        job: &Job,
+        group: &teamster_storage::model::TaskGroup,
+    ) -> Self {
+        let checks = GroupChecks::new(job, group);
+        let distinct_handles = checks
+            .distinct_properties
+            .iter()
+            .map(|p| ctx.property(job, &p.target, p.group.as_deref()))
+            .collect();
+        let count = f64::from(group.count);
+        let mut spreads = Vec::new();
+        let mut spread_weight_sum = 0.0;
+        for spread in &checks.spreads {
+            let mut desired = HashMap::new();
+            let mut sum = 0.0;
+            for target in &spread.spread_target {
+                let want = f64::from(target.percent) / 100.0 * count;
+                desired.insert(target.value.clone(), want);
+                sum += want;
+            }
+            if sum > 0.0 && sum < count {
+                desired.insert("*".to_owned(), count - sum);
+            }
+            spread_weight_sum += f64::from(spread.weight);
+            spreads.push(SpreadState {
+                attribute: spread.attribute.clone(),
+                handle: ctx.property(job, &spread.attribute, Some(&group.name)),
+                weight: f64::from(spread.weight),
+                desired,
+            });
+        }
+        let affinity_weight_sum = checks
+            .affinities
+            .iter()
+            .map(|a| f64::from(a.weight.unsigned_abs()))
+            .sum();
+        GroupPlacer {
+            ask: group.combined_resources(),
+            checks,
+            distinct_handles,
+            spreads,
+            spread_weight_sum,
+            lowest_spread_boost: -1.0,
+            affinity_weight_sum,
+        }
+    }
+}
+
+/// The candidate source and the job-wide feasibility cache of one attempt.
+#[derive(Debug)]
+pub(crate) struct Stack {
+    nodes: Vec<Arc<Node>>,
+    offset: usize,
+    base_limit: usize,
+    wide_limit: usize,
+    algorithm: SchedulerAlgorithm,
+    nodes_available: BTreeMap<String, u64>,
+    /// Per class: do the job's class-safe constraints hold?
+    job_class_cache: HashMap<String, bool>,
+}
+
+impl Stack {
+    /// A stack over `nodes`, shuffled with `rng`; `batch` selects the two-choice limit.
+    pub fn new(
+        mut nodes: Vec<Arc<Node>>,
+        nodes_available: BTreeMap<String, u64>,
+        batch: bool,
+        algorithm: SchedulerAlgorithm,
+        wide_limit: usize,
+        rng: &mut dyn RngCore,
+    ) -> Stack {
+        nodes.shuffle(rng);
+        let n = nodes.len();
+        let base_limit = if batch || n == 0 {
+            2
+        } else {
+            // ceil(log2 n) without floating point.
+            let log = usize::BITS - (n - 1).leading_zeros();
+            (log as usize).max(2)
+        };
+        Stack {
+            nodes,
+            offset: 0,
+            base_limit,
+            wide_limit,
+            algorithm,
+            nodes_available,
+            job_class_cache: HashMap::new(),
+        }
+    }
+
+    /// How many candidates a select takes before picking (without affinities or spreads).
+    #[cfg(test)]
+    pub fn base_limit(&self) -> usize {
+        self.base_limit
+    }
+
+    /// Starts fresh metrics for one placement.
+    pub fn reset_metrics(&self, ctx: &mut EvalContext) {
+        ctx.metrics = AllocMetric {
+            nodes_available: self.nodes_available.clone(),
+            nodes_in_pool: self.nodes.len() as u64,
+            ..AllocMetric::default()
+        };
+    }
+
+    /// Picks the best node for one allocation of `placer`'s group (`None`: nowhere).
+    /// `penalty` lists nodes a rescheduled allocation failed on.
+    pub fn select(
+        &mut self,
+        ctx: &mut EvalContext,
+        placer: &mut GroupPlacer,
+        penalty: &[NodeId],
+    ) -> Option<Arc<Node>> {
+        self.reset_metrics(ctx);
+        let n = self.nodes.len();
+        if n == 0 {
+            return None;
+        }
+        let limit = if placer.checks.wants_wide_search() {
+            (placer.checks.count as usize).max(self.wide_limit)
+        } else {
+            self.base_limit
+        };
+        let mut seen = 0;
+        let mut taken = 0;
+        let mut skipped: Vec<(Arc<Node>, f64)> = Vec::new();
+        let mut best: Option<(Arc<Node>, f64)> = None;
+        while seen < n && taken < limit {
+            let node = self.nodes[self.offset].clone();
+            self.offset = (self.offset + 1) % n;
+            seen += 1;
+            if let Verdict::Feasible(score) = self.evaluate(ctx, placer, &node, penalty) {
+                if score <= SKIP_SCORE_THRESHOLD && skipped.len() < MAX_SKIP {
+                    skipped.push((node, score));
+                    continue;
+                }
+                taken += 1;
+                if best.as_ref().is_none_or(|(_, b)| score > *b) {
+                    best = Some((node, score));
+                }
+            }
+        }
+        for (node, score) in skipped {
+            if taken >= limit {
+                break;
+            }
+            taken += 1;
+            if best.as_ref().is_none_or(|(_, b)| score > *b) {
+                best = Some((node, score));
+            }
+        }
+        best.map(|(node, _)| node)
+    }
+
+    /// Feasibility, fit and score of one node, recording metrics and class eligibility.
+    pub fn evaluate(
+        &mut self,
+        ctx: &mut EvalContext,
+        placer: &mut GroupPlacer,
+        node: &Node,
+        penalty: &[NodeId],
+    ) -> Verdict {
+        ctx.metrics.nodes_evaluated += 1;
+        if let Err(label) = self.feasible(ctx, placer, node) {
+            ctx.metrics.nodes_filtered += 1;
+            *ctx.metrics
+                .class_filtered
+                .entry(node.computed_class.clone())
+                .or_default() += 1;
+            *ctx.metrics.constraint_filtered.entry(label).or_default() += 1;
+            return Verdict::Filtered;
+        }
+        let capacity = fit::node_capacity(node);
+        let used = ctx.node_usage(&node.id).add(&placer.ask);
+        if let Err(dimension) = fit::check_fit(&capacity, &used) {
+            ctx.metrics.nodes_exhausted += 1;
+            *ctx.metrics
+                .class_exhausted
+                .entry(node.computed_class.clone())
+                .or_default() += 1;
+            *ctx.metrics
+                .dimension_exhausted
+                .entry(dimension.as_str().to_owned())
+                .or_default() += 1;
+            return Verdict::Exhausted(dimension);
+        }
+        Verdict::Feasible(self.score(ctx, placer, node, &capacity, &used, penalty))
+    }
+
+    /// Whether the group may run on the node at all; the filter label otherwise.
+    fn feasible(
+        &mut self,
+        ctx: &mut EvalContext,
+        placer: &mut GroupPlacer,
+        node: &Node,
+    ) -> Result<(), String> {
+        let class = node.computed_class.as_str();
+        let checks = &mut placer.checks;
+        match self.job_class_cache.get(class) {
+            Some(true) => {}
+            Some(false) => return Err(CLASS_INELIGIBLE.to_owned()),
+            None => {
+                let failed = checks
+                    .job_cached
+                    .iter()
+                    .find(|c| !constraint_holds(&mut ctx.operands, c, node));
+                let ok = failed.is_none();
+                self.job_class_cache.insert(class.to_owned(), ok);
+                ctx.eligibility.set_job(class, ok);
+                if let Some(c) = failed {
+                    return Err(constraint_label(c));
+                }
+            }
+        }
+        if let Some(c) = checks
+            .job_escaped
+            .iter()
+            .find(|c| !constraint_holds(&mut ctx.operands, c, node))
+        {
+            return Err(constraint_label(c));
+        }
+        match checks.class_cache.get(class) {
+            Some(true) => {}
+            Some(false) => return Err(CLASS_INELIGIBLE.to_owned()),
+            None => {
+                let failed = checks
+                    .group_cached
+                    .iter()
+                    .find(|c| !constraint_holds(&mut ctx.operands, c, node));
+                let ok = failed.is_none();
+                let label = failed.map(constraint_label);
+                checks.class_cache.insert(class.to_owned(), ok);
+                ctx.eligibility.set_group(&checks.name, class, ok);
+                if let Some(label) = label {
+                    return Err(label);
+                }
+            }
+        }
+        if let Some(c) = checks
+            .group_escaped
+            .iter()
+            .find(|c| !constraint_holds(&mut ctx.operands, c, node))
+        {
+            return Err(constraint_label(c));
+        }
+        if !checks.drivers.iter().all(|d| driver_available(node, d)) {
+            return Err("missing drivers".to_owned());
+        }
+        if checks.distinct_hosts_job && ctx.job_count_on_node(&node.id) > 0 {
+            return Err("distinct_hosts".to_owned());
+        }
+        if checks.distinct_hosts_group && ctx.group_count_on_node(&node.id, &checks.name) > 0 {
+            return Err("distinct_hosts".to_owned());
+        }
+        for (property, handle) in checks
+            .distinct_properties
+            .iter()
+            .zip(&placer.distinct_handles)
+        {
+            let Some(value) = resolve_target(&property.target, node) else {
+                return Err(property.label.clone());
+            };
+            let used = ctx
+                .property_counts(*handle)
+                .counts
+                .get(value)
+                .copied()
+                .unwrap_or(0);
+            if used >= property.limit {
+                return Err(property.label.clone());
+            }
+        }
+        Ok(())
+    }
+
+    fn score(
+        &self,
+        ctx: &mut EvalContext,
+        placer: &mut GroupPlacer,
+        node: &Node,
+        capacity: &Resources,
+        used: &Resources,
+        penalty: &[NodeId],
+    ) -> f64 {
+        let mut sum = fit::fit_score(capacity, used, self.algorithm) / fit::MAX_FIT_SCORE;
+        let mut n = 1.0;
+        let collisions = ctx.group_count_on_node(&node.id, &placer.checks.name);
+        if collisions > 0 {
+            let desired = f64::from(placer.checks.count.max(1));
+            sum += -(f64::from(collisions) + 1.0) / desired;
+            n += 1.0;
+        }
+        if penalty.contains(&node.id) {
+            sum += -1.0;
+            n += 1.0;
+        }
+        if !placer.checks.affinities.is_empty() && placer.affinity_weight_sum > 0.0 {
+            let total: f64 = placer
+                .checks
+                .affinities
+                .iter()
+                .filter(|a| affinity_matches(&mut ctx.operands, a, node))
+                .map(|a| f64::from(a.weight))
+                .sum();
+            if total != 0.0 {
+                sum += total / placer.affinity_weight_sum;
+                n += 1.0;
+            }
+        }
+        if !placer.spreads.is_empty() {
+            let boost = spread_boost(ctx, placer, node);
+            if boost != 0.0 {
+                sum += boost;
+                n += 1.0;
+            }
+        }
+        sum / n
+    }
+}
+
+/// Nomad's `SpreadIterator` score for placing one more allocation of the group on `node`.
+fn spread_boost(ctx: &EvalContext, placer: &mut GroupPlacer, node: &Node) -> f64 {
+    let mut total = 0.0;
+    for spread in &placer.spreads {
+        let Some(value) = resolve_target(&spread.attribute, node) else {
+            total -= 1.0;
+            continue;
+        };
+        let counts = &ctx.property_counts(spread.handle).counts;
+        if spread.desired.is_empty() {
+            total += even_spread_boost(counts, value);
+            continue;
+        }
+        let used = counts.get(value).copied().unwrap_or(0) as f64 + 1.0;
+        let Some(desired) = spread
+            .desired
+            .get(value)
+            .or_else(|| spread.desired.get("*"))
+            .copied()
+        else {
+            total -= 1.0;
+            continue;
+        };
+        if desired == 0.0 {
+            total += placer.lowest_spread_boost;
+            continue;
+        }
+        let weight = if placer.spread_weight_sum > 0.0 {
+            spread.weight / placer.spread_weight_sum
+        } else {
+            0.0
+        };
+        let boost = (desired - used) / desired * weight;
+        total += boost;
+        if boost < placer.lowest_spread_boost {
+            placer.lowest_spread_boost = boost;
+        }
+    }
+    total
+}
+
+/// Nomad's `evenSpreadScoreBoost`: favour values with the fewest allocations.
+fn even_spread_boost(counts: &HashMap<String, u64>, value: &str) -> f64 {
+    let mut min = 0u64;
+    let mut max = 0u64;
+    let mut any = false;
+    for n in counts.values().copied().filter(|n| *n > 0) {
+        if !any || n < min {
+            min = n;
+        }
+        if !any || n > max {
+            max = n;
+        }
+        any = true;
+    }
+    if !any {
+        return 0.0;
+    }
+    let current = counts.get(value).copied().unwrap_or(0);
+    if current != min {
+        return (min as f64 - current as f64) / min as f64;
+    }
+    if min == max {
+        return -1.0;
+    }
+    (max - min) as f64 / min as f64
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn even_spread_favours_the_least_used_values() {
+        let counts: HashMap<String, u64> = [("a".to_owned(), 2), ("b".to_owned(), 4)]
+            .into_iter()
+            .collect();
+        assert_eq!(even_spread_boost(&HashMap::new(), "a"), 0.0);
+        assert_eq!(even_spread_boost(&counts, "c"), 1.0, "an unused value");
+        assert_eq!(even_spread_boost(&counts, "b"), -1.0);
+        assert_eq!(even_spread_boost(&counts, "a"), 1.0);
+        let even: HashMap<String, u64> = [("a".to_owned(), 3), ("b".to_owned(), 3)]
+            .into_iter()
+            .collect();
+        assert_eq!(even_spread_boost(&even, "a"), -1.0);
+    }
+
+    #[test]
+    fn limits_follow_nomad() {
+        let mut rng = rand::rngs::mock::StepRng::new(0, 1);
+        let nodes = |n: usize| {
+            (0..n)
+                .map(|_| Arc::new(Node::default()))
+                .collect::<Vec<_>>()
+        };
+        let stack = |n, batch, rng: &mut dyn RngCore| {
+            Stack::new(
+                nodes(n),
+                BTreeMap::new(),
+                batch,
+                SchedulerAlgorithm::Binpack,
+                100,
+                rng,
+            )
+        };
+        assert_eq!(stack(5000, true, &mut rng).base_limit(), 2);
+        assert_eq!(stack(5000, false, &mut rng).base_limit(), 13);
+        assert_eq!(stack(1024, false, &mut rng).base_limit(), 10);
+        assert_eq!(stack(1025, false, &mut rng).base_limit(), 11);
+        assert_eq!(stack(3, false, &mut rng).base_limit(), 2);
+        assert_eq!(stack(1, false, &mut rng).base_limit(), 2);
+    }
+}

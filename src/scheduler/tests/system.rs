@@ -1,0 +1,226 @@
+//! The system and sysbatch scheduler against the harness.
+
+use std::collections::BTreeSet;
+
+use teamster_storage::fsm::{Command, NodeUpdateEligibility, NodeUpdateStatus};
+use teamster_storage::model::{
+    ClientStatus, Constraint, EvalStatus, EvalTrigger, JobType, NodeId, NodeStatus,
+    SchedulingEligibility,
+};
+
+use super::*;
+use crate::scheduler::harness::{mock_node, mock_system_job, Harness};
+use crate::scheduler::reconcile::ALLOC_LOST;
+
+#[test]
+fn a_system_job_runs_once_on_every_eligible_node() {
+    let mut h = Harness::new();
+    let ready: Vec<Node> = (0..3).map(mock_node).collect();
+    for node in &ready {
+        h.register_node(node.clone()).unwrap();
+    }
+    h.register_node(node_with(3, |n| n.datacenter = "dc2".into()))
+        .unwrap();
+    h.register_node(mock_node(4)).unwrap();
+    h.apply(Command::NodeUpdateEligibility(NodeUpdateEligibility {
+        node_id: mock_node(4).id,
+        eligibility: SchedulingEligibility::Ineligible,
+        updated_at: 1,
+        evals: Vec::new(),
+    }))
+    .unwrap();
+    h.register_node(node_with(5, |n| n.status = NodeStatus::Initializing))
+        .unwrap();
+
+    let (job, eval) = h.register_job(mock_system_job("agent")).unwrap();
+    h.process(&eval).unwrap();
+    let want: BTreeSet<NodeId> = ready.iter().map(|n| n.id.clone()).collect();
+    assert_eq!(nodes_used(&h, &job), want);
+    assert_eq!(h.running_allocs(&job).len(), 3);
+    assert!(h
+        .running_allocs(&job)
+        .iter()
+        .all(|a| a.name == "agent.web[0]"));
+    assert_complete(&h, &eval);
+
+    // Re-evaluating changes nothing.
+    let plans = h.plans.len();
+    let again = h
+        .create_pending_eval(&job, EvalTrigger::NodeUpdate, None)
+        .unwrap();
+    h.process(&again).unwrap();
+    assert_eq!(h.plans.len(), plans);
+}
+
+#[test]
+fn a_system_job_lands_on_a_node_once_it_is_ready() {
+    let (mut h, _) = harness_with_nodes(2);
+    let (job, eval) = h.register_job(mock_system_job("agent")).unwrap();
+    h.process(&eval).unwrap();
+    assert_eq!(h.running_allocs(&job).len(), 2);
+
+    let new = node_with(9, |n| n.status = NodeStatus::Initializing);
+    h.register_node(new.clone()).unwrap();
+    let eval = h
+        .create_pending_eval(&job, EvalTrigger::NodeUpdate, Some(&new.id))
+        .unwrap();
+    h.process(&eval).unwrap();
+    assert_eq!(h.running_allocs(&job).len(), 2, "not ready yet");
+
+    h.apply(Command::NodeUpdateStatus(NodeUpdateStatus {
+        node_id: new.id.clone(),
+        status: NodeStatus::Ready,
+        updated_at: 2,
+        evals: Vec::new(),
+    }))
+    .unwrap();
+    let eval = h
+        .create_pending_eval(&job, EvalTrigger::NodeUpdate, Some(&new.id))
+        .unwrap();
+    h.process(&eval).unwrap();
+    assert_eq!(h.running_allocs(&job).len(), 3);
+    assert!(nodes_used(&h, &job).contains(&new.id));
+    let plan = h.plans.last().unwrap();
+    assert_eq!(
+        plan.node_allocation.len(),
+        1,
+        "only the new node is touched"
+    );
+    assert_complete(&h, &eval);
+}
+
+#[test]
+fn constraints_skip_nodes_but_full_nodes_get_blocked_evals() {
+    let mut h = Harness::new();
+    h.register_node(mock_node(0)).unwrap();
+    h.register_node(node_with(1, |n| {
+        n.attributes.insert("kernel.name".into(), "windows".into());
+    }))
+    .unwrap();
+    let small = node_with(2, |n| n.node_resources.cpu.cpu_shares = 100);
+    h.register_node(small.clone()).unwrap();
+    let mut job = mock_system_job("agent");
+    job.constraints
+        .push(Constraint::new("${attr.kernel.name}", "=", "linux"));
+    let (job, eval) = h.register_job(job).unwrap();
+    h.process(&eval).unwrap();
+
+    assert_eq!(nodes_used(&h, &job), BTreeSet::from([mock_node(0).id]));
+    let update = last_update(&h);
+    assert_eq!(update.status, EvalStatus::Complete);
+    assert_eq!(
+        update.queued_allocations["web"], 1,
+        "only the full node counts"
+    );
+    let metric = &update.failed_tg_allocs["web"];
+    assert_eq!(metric.dimension_exhausted["cpu"], 1);
+    assert_eq!(metric.nodes_in_pool, 3);
+    assert_eq!(h.created_evals.len(), 1);
+    let blocked = &h.created_evals[0];
+    assert_eq!(blocked.status, EvalStatus::Blocked);
+    assert_eq!(blocked.node_id, small.id);
+    assert_eq!(blocked.previous_eval, eval.id);
+}
+
+#[test]
+fn system_allocations_on_lost_nodes_are_stopped() {
+    let (mut h, nodes) = harness_with_nodes(3);
+    let (job, eval) = h.register_job(mock_system_job("agent")).unwrap();
+    h.process(&eval).unwrap();
+    h.apply(Command::NodeUpdateStatus(NodeUpdateStatus {
+        node_id: nodes[1].id.clone(),
+        status: NodeStatus::Down,
+        updated_at: 1,
+        evals: Vec::new(),
+    }))
+    .unwrap();
+    let eval = h
+        .create_pending_eval(&job, EvalTrigger::NodeUpdate, Some(&nodes[1].id))
+        .unwrap();
+    h.process(&eval).unwrap();
+    let snap = h.snapshot();
+    let lost: Vec<_> = snap
+        .allocs_by_node(&nodes[1].id)
+        .filter(|a| a.job_id == job.id)
+        .collect();
+    assert_eq!(lost.len(), 1);
+    assert_eq!(lost[0].client_status, ClientStatus::Lost);
+    assert_eq!(lost[0].desired_description, ALLOC_LOST);
+    assert_eq!(h.running_allocs(&job).len(), 2);
+}
+
+#[test]
+fn system_job_updates_replace_changed_tasks() {
+    let (mut h, _) = harness_with_nodes(2);
+    let (job, eval) = h.register_job(mock_system_job("agent")).unwrap();
+    h.process(&eval).unwrap();
+    let first: BTreeSet<String> = h
+        .running_allocs(&job)
+        .iter()
+        .map(|a| a.id.to_string())
+        .collect();
+    let mut changed = (*job).clone();
+    changed.task_groups[0].tasks[0]
+        .env
+        .insert("LEVEL".into(), "debug".into());
+    let (job, eval) = h.register_job(changed).unwrap();
+    h.process(&eval).unwrap();
+    let running = h.running_allocs(&job);
+    assert_eq!(running.len(), 2);
+    for alloc in &running {
+        assert_eq!(alloc.job_version, 1);
+        assert!(first.contains(alloc.previous_allocation.as_str()));
+    }
+
+    let mut constrained = (*job).clone();
+    constrained.task_groups[0].constraints.push(Constraint::new(
+        "${attr.kernel.name}",
+        "=",
+        "linux",
+    ));
+    let (job, eval) = h.register_job(constrained).unwrap();
+    let ids: BTreeSet<String> = running.iter().map(|a| a.id.to_string()).collect();
+    h.process(&eval).unwrap();
+    let now: BTreeSet<String> = h
+        .running_allocs(&job)
+        .iter()
+        .map(|a| a.id.to_string())
+        .collect();
+    assert_eq!(ids, now, "a still-satisfied constraint updates in place");
+    assert!(h.running_allocs(&job).iter().all(|a| a.job_version == 2));
+}
+
+#[test]
+fn sysbatch_does_not_rerun_finished_allocations() {
+    let (mut h, _) = harness_with_nodes(2);
+    let mut job = mock_system_job("sweep");
+    job.job_type = JobType::SysBatch;
+    let (job, eval) = h.register_job(job).unwrap();
+    h.process(&eval).unwrap();
+    let allocs = h.running_allocs(&job);
+    assert_eq!(allocs.len(), 2);
+    let ids: Vec<_> = allocs.iter().map(|a| a.id.clone()).collect();
+    h.client_update(&ids, ClientStatus::Complete, h.now)
+        .unwrap();
+    let plans = h.plans.len();
+    let eval = h
+        .create_pending_eval(&job, EvalTrigger::NodeUpdate, None)
+        .unwrap();
+    h.process(&eval).unwrap();
+    assert_eq!(h.plans.len(), plans, "finished runs are not repeated");
+    assert_complete(&h, &eval);
+}
+
+#[test]
+fn system_allocations_leave_datacenters_the_job_no_longer_targets() {
+    let (mut h, _) = harness_with_nodes(2);
+    let (job, eval) = h.register_job(mock_system_job("agent")).unwrap();
+    h.process(&eval).unwrap();
+    assert_eq!(h.running_allocs(&job).len(), 2);
+    let mut moved = (*job).clone();
+    moved.datacenters = vec!["dc2".into()];
+    let (job, eval) = h.register_job(moved).unwrap();
+    h.process(&eval).unwrap();
+    assert!(h.running_allocs(&job).is_empty());
+    assert_complete(&h, &eval);
+}
