@@ -17,6 +17,7 @@ use openraft::raft::{
 };
 use serde::{Deserialize, Serialize};
 use teamster_storage::fsm::{Command, CommandResponse};
+use teamster_storage::model::{EvalId, Evaluation, Plan, PlanResult};
 use teamster_storage::raft_types::{ServerAddr, ServerId, TypeConfig};
 
 use crate::rpc::RpcError;
@@ -77,6 +78,56 @@ pub enum RpcRequest {
     /// Consistent reads on a follower: the leader confirms its leadership with a quorum and
     /// answers the index the follower must reach before reading locally.
     ReadIndex,
+    /// `Eval.Dequeue`: a worker asks the leader's broker for an evaluation of one of its
+    /// scheduler types, waiting up to `timeout_ms`.
+    EvalDequeue {
+        /// Scheduler types the worker serves.
+        schedulers: Vec<String>,
+        /// How long the broker may wait for work.
+        timeout_ms: u64,
+        /// The worker's scheduler version; a mismatch is refused.
+        scheduler_version: u32,
+    },
+    /// `Eval.Ack`: the evaluation was processed.
+    EvalAck {
+        /// The evaluation.
+        eval_id: EvalId,
+        /// The delivery token from the dequeue.
+        token: String,
+    },
+    /// `Eval.Nack`: the evaluation failed; redeliver it later.
+    EvalNack {
+        /// The evaluation.
+        eval_id: EvalId,
+        /// The delivery token from the dequeue.
+        token: String,
+    },
+    /// `Eval.Update`: the scheduler updates the evaluation it holds (status, failures…).
+    EvalUpdate {
+        /// The updated evaluation.
+        eval: Box<Evaluation>,
+        /// The delivery token of the evaluation being processed.
+        token: String,
+    },
+    /// `Eval.Create`: the scheduler creates a follow-up or blocked evaluation.
+    EvalCreate {
+        /// The new evaluation (its `PreviousEval` is the one being processed).
+        eval: Box<Evaluation>,
+        /// The delivery token of the evaluation being processed.
+        token: String,
+    },
+    /// `Eval.Reblock`: the scheduler puts a blocked evaluation it dequeued back to blocked.
+    EvalReblock {
+        /// The evaluation, still blocked.
+        eval: Box<Evaluation>,
+        /// Its delivery token.
+        token: String,
+    },
+    /// `Plan.Submit`: a worker submits a plan to the leader's plan queue.
+    PlanSubmit {
+        /// The plan (it carries its evaluation's id and token).
+        plan: Box<Plan>,
+    },
 }
 
 impl RpcRequest {
@@ -92,6 +143,13 @@ impl RpcRequest {
             RpcRequest::JoinCluster { .. } => "Operator.JoinCluster",
             RpcRequest::RemovePeer { .. } => "Operator.RaftRemovePeer",
             RpcRequest::ReadIndex => "Status.ReadIndex",
+            RpcRequest::EvalDequeue { .. } => "Eval.Dequeue",
+            RpcRequest::EvalAck { .. } => "Eval.Ack",
+            RpcRequest::EvalNack { .. } => "Eval.Nack",
+            RpcRequest::EvalUpdate { .. } => "Eval.Update",
+            RpcRequest::EvalCreate { .. } => "Eval.Create",
+            RpcRequest::EvalReblock { .. } => "Eval.Reblock",
+            RpcRequest::PlanSubmit { .. } => "Plan.Submit",
         }
     }
 
@@ -106,7 +164,14 @@ impl RpcRequest {
             | RpcRequest::InstallSnapshot(_)
             | RpcRequest::ClientWrite(_)
             | RpcRequest::RemovePeer { .. }
-            | RpcRequest::ReadIndex => true,
+            | RpcRequest::ReadIndex
+            | RpcRequest::EvalDequeue { .. }
+            | RpcRequest::EvalAck { .. }
+            | RpcRequest::EvalNack { .. }
+            | RpcRequest::EvalUpdate { .. }
+            | RpcRequest::EvalCreate { .. }
+            | RpcRequest::EvalReblock { .. }
+            | RpcRequest::PlanSubmit { .. } => true,
             // A joining server knows its peers only by address.
             RpcRequest::Ping | RpcRequest::ServerInfo | RpcRequest::JoinCluster { .. } => false,
         }
@@ -123,7 +188,14 @@ impl RpcRequest {
             | RpcRequest::ServerInfo
             | RpcRequest::JoinCluster { .. }
             | RpcRequest::RemovePeer { .. }
-            | RpcRequest::ReadIndex => Lane::Control,
+            | RpcRequest::ReadIndex
+            | RpcRequest::EvalDequeue { .. }
+            | RpcRequest::EvalAck { .. }
+            | RpcRequest::EvalNack { .. }
+            | RpcRequest::EvalUpdate { .. }
+            | RpcRequest::EvalCreate { .. }
+            | RpcRequest::EvalReblock { .. }
+            | RpcRequest::PlanSubmit { .. } => Lane::Control,
         }
     }
 }
@@ -156,6 +228,32 @@ pub enum RpcResponse {
     RemovePeer(Result<(), RpcError>),
     /// The index to wait for before a consistent local read.
     ReadIndex(Result<u64, RpcError>),
+    /// An evaluation to process, or `None` when the wait ended without work.
+    EvalDequeue(Result<Option<DequeuedEval>, RpcError>),
+    /// Whether the ack was accepted.
+    EvalAck(Result<(), RpcError>),
+    /// Whether the nack was accepted.
+    EvalNack(Result<(), RpcError>),
+    /// The raft index the update was committed at.
+    EvalUpdate(Result<u64, RpcError>),
+    /// The raft index the new evaluation was committed at.
+    EvalCreate(Result<u64, RpcError>),
+    /// The raft index the reblocked evaluation was committed at.
+    EvalReblock(Result<u64, RpcError>),
+    /// What the plan applier committed.
+    PlanSubmit(Result<Box<PlanResult>, RpcError>),
+}
+
+/// An evaluation handed to a worker by `Eval.Dequeue`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct DequeuedEval {
+    /// The evaluation.
+    pub eval: Evaluation,
+    /// The delivery token every later call about it must carry.
+    pub token: String,
+    /// The index the worker's state must reach before scheduling: the highest
+    /// `ModifyIndex` among the job's evaluations.
+    pub wait_index: u64,
 }
 
 impl RpcResponse {
@@ -171,6 +269,13 @@ impl RpcResponse {
             RpcResponse::JoinCluster(_) => "Operator.JoinCluster",
             RpcResponse::RemovePeer(_) => "Operator.RaftRemovePeer",
             RpcResponse::ReadIndex(_) => "Status.ReadIndex",
+            RpcResponse::EvalDequeue(_) => "Eval.Dequeue",
+            RpcResponse::EvalAck(_) => "Eval.Ack",
+            RpcResponse::EvalNack(_) => "Eval.Nack",
+            RpcResponse::EvalUpdate(_) => "Eval.Update",
+            RpcResponse::EvalCreate(_) => "Eval.Create",
+            RpcResponse::EvalReblock(_) => "Eval.Reblock",
+            RpcResponse::PlanSubmit(_) => "Plan.Submit",
         }
     }
 

@@ -61,7 +61,7 @@ use teamster_storage::raft_types::{ServerAddr, ServerId};
 
 pub use client::Pool;
 pub use frame::FrameError;
-pub use message::{Lane, RpcRequest, RpcResponse};
+pub use message::{DequeuedEval, Lane, RpcRequest, RpcResponse};
 pub use raft_network::{NetworkFactory, PeerNetwork};
 pub use server::{RequestContext, RpcHandler, RpcServer};
 
@@ -140,6 +140,15 @@ pub enum RpcError {
         /// The operating system's reason.
         reason: String,
     },
+    /// A leader-only subsystem is switched off on this server (it is not, or no longer, the
+    /// leader): "eval broker disabled", "plan queue is disabled". The caller re-resolves the
+    /// leader and retries.
+    #[error("{0}")]
+    Disabled(String),
+    /// The request was refused for a reason of its own (a stale eval token, an eval that is
+    /// not outstanding); retrying the same request will not help.
+    #[error("{0}")]
+    Rejected(String),
 }
 
 impl RpcError {

@@ -155,7 +155,14 @@ impl Canned {
             RpcRequest::ServerInfo
             | RpcRequest::JoinCluster { .. }
             | RpcRequest::RemovePeer { .. }
-            | RpcRequest::ReadIndex => Err(RpcError::Unsupported {
+            | RpcRequest::ReadIndex
+            | RpcRequest::EvalDequeue { .. }
+            | RpcRequest::EvalAck { .. }
+            | RpcRequest::EvalNack { .. }
+            | RpcRequest::EvalUpdate { .. }
+            | RpcRequest::EvalCreate { .. }
+            | RpcRequest::EvalReblock { .. }
+            | RpcRequest::PlanSubmit { .. } => Err(RpcError::Unsupported {
                 kind: req_kind.into(),
             }),
         }

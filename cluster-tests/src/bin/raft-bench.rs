@@ -95,7 +95,10 @@ async fn main() -> anyhow::Result<()> {
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
     };
-    println!("machine: {} cores", std::thread::available_parallelism()?.get());
+    println!(
+        "machine: {} cores",
+        std::thread::available_parallelism()?.get()
+    );
     println!("writers  writes/s    p50 ms   p99 ms   entries");
     for &writers in &args.writers {
         let done = Arc::new(AtomicU64::new(0));

@@ -89,6 +89,17 @@ async fn dispatch(
         RpcRequest::ReadIndex => {
             RpcResponse::ReadIndex(node.leader_read_index().await.map_err(node_error_to_rpc))
         }
+        other @ (RpcRequest::EvalDequeue { .. }
+        | RpcRequest::EvalAck { .. }
+        | RpcRequest::EvalNack { .. }
+        | RpcRequest::EvalUpdate { .. }
+        | RpcRequest::EvalCreate { .. }
+        | RpcRequest::EvalReblock { .. }
+        | RpcRequest::PlanSubmit { .. }) => {
+            return Err(RpcError::Unsupported {
+                kind: other.kind().to_string(),
+            })
+        }
     })
 }
 
