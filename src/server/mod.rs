@@ -16,6 +16,7 @@
 //!   waiting for capacity.
 //! - [`plan_apply`]: verifying a plan against the newest state (the applier's pure core).
 //! - [`endpoints`]: the RPC handlers.
+//! - [`worker`]: the scheduler workers and their pool.
 
 pub mod blocked_evals;
 pub mod endpoints;
@@ -24,6 +25,7 @@ pub mod formation;
 pub mod leader;
 pub mod plan_apply;
 pub mod raft;
+pub mod worker;
 pub mod write_batcher;
 
 use std::net::{IpAddr, SocketAddr};
@@ -66,6 +68,9 @@ pub enum ServerError {
     /// The raft node could not start.
     #[error(transparent)]
     Raft(#[from] raft::RaftNodeError),
+    /// The scheduler workers could not start.
+    #[error(transparent)]
+    Workers(#[from] worker::WorkerError),
 }
 
 /// A running server role.
@@ -73,6 +78,7 @@ pub struct Server {
     node: Arc<RaftNode>,
     rpc: RpcServer,
     leadership: LeadershipState,
+    workers: Arc<worker::pool::WorkerPool>,
     shutdown: CancellationToken,
     tasks: Vec<tokio::task::JoinHandle<()>>,
 }
@@ -122,8 +128,36 @@ impl Server {
             discovered,
             shutdown.clone(),
         )));
+        // Scheduler workers on every server; on the leader the first duty pauses 3/4 of them.
+        let workers = worker::pool::WorkerPool::start(
+            Arc::new(worker::WorkerContext {
+                backend: Arc::new(worker::backend::ServerRpcBackend::new(
+                    handler.clone(),
+                    node.clone(),
+                )),
+                state: node.state().clone(),
+                clock: clock.clone(),
+                config: config.server.workers.clone(),
+                raft_sync_limit: config.server.raft_sync_limit,
+                settings: crate::scheduler::SchedulerSettings::default(),
+                schedulers: Arc::new(worker::PlacementSchedulers),
+                shutdown: shutdown.clone(),
+            }),
+            worker::pool::PoolConfig {
+                num_schedulers: config.server.num_schedulers,
+                enabled_schedulers: config.server.enabled_schedulers.clone(),
+            },
+        )?;
+        let duties: Vec<Arc<dyn leader::LeaderDuty>> = vec![
+            Arc::new(worker::pool::PauseWorkersDuty::new(workers.clone())),
+            Arc::new(worker::core::CoreGcDuty::new(
+                node.clone(),
+                clock.clone(),
+                config.server.workers.core_gc_interval,
+            )),
+        ];
         let (leadership, leader_task) =
-            leader::spawn(node.clone(), Vec::new(), clock, shutdown.clone());
+            leader::spawn(node.clone(), duties, clock, shutdown.clone());
         tasks.push(leader_task);
         tasks.push(tokio::spawn(export_raft_metrics(
             node.clone(),
@@ -134,6 +168,7 @@ impl Server {
             node,
             rpc,
             leadership,
+            workers,
             shutdown,
             tasks,
         })
@@ -149,12 +184,19 @@ impl Server {
         &self.leadership
     }
 
-    /// Stop formation, revoke leadership, stop the RPC listener and raft.
+    /// The scheduler workers.
+    pub fn workers(&self) -> &Arc<worker::pool::WorkerPool> {
+        &self.workers
+    }
+
+    /// Stop formation, revoke leadership, stop the workers (nacking what they hold), the RPC
+    /// listener and raft.
     pub async fn shutdown(self) {
         self.shutdown.cancel();
         for t in self.tasks {
             let _ = t.await;
         }
+        self.workers.shutdown().await;
         self.rpc.shutdown().await;
         self.node.shutdown().await;
         info!("server stopped");
