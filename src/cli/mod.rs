@@ -8,6 +8,7 @@ mod agent;
 mod api;
 mod operator;
 mod output;
+mod scheduler;
 mod status;
 
 use std::process::ExitCode;

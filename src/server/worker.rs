@@ -642,7 +642,13 @@ impl Runner {
                     } else {
                         backoff.next(&mut self.rng)
                     };
-                    self.sleep(delay).await;
+                    // No evaluation in hand: a pause request ends the backoff at once.
+                    let mut rx = self.shared.state.subscribe();
+                    tokio::select! {
+                        _ = self.sleep(delay) => {}
+                        _ = rx.wait_for(|s| s.pause) => {}
+                    }
+                    self.set_workload(WorkloadStatus::WaitingToDequeue);
                 }
             }
         }

@@ -591,3 +591,37 @@ async fn info_has_nomads_shape() {
     s.ctx.shutdown.cancel();
     w.join().await;
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_version_mismatch_backs_off_long_but_a_pause_ends_the_backoff() {
+    let mut s = setup();
+    s.leader
+        .script
+        .lock()
+        .unwrap()
+        .push_back(Step::Fail(RpcError::Rejected(
+            "dequeue refused: calling scheduler version 2, leader runs 1".into(),
+        )));
+    let w = Worker::start(s.ctx.clone(), all(), 11);
+    w.wait_status(|_, wl| wl == WorkloadStatus::Backoff).await;
+    let t0 = Instant::now();
+    tokio::time::sleep(Duration::from_secs(29)).await;
+    assert_eq!(
+        w.workload_status(),
+        WorkloadStatus::Backoff,
+        "30 s on a mismatch"
+    );
+    w.pause();
+    w.wait_status(|st, _| st == WorkerStatus::Paused).await;
+    assert!(Instant::now() - t0 < Duration::from_secs(30));
+    // Exactly one dequeue happened so far.
+    let mut dequeues = 0;
+    while let Ok(e) = s.events.try_recv() {
+        if matches!(e, Event::Dequeue(_)) {
+            dequeues += 1;
+        }
+    }
+    assert_eq!(dequeues, 1);
+    s.ctx.shutdown.cancel();
+    w.join().await;
+}
