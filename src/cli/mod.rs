@@ -9,6 +9,7 @@ mod api;
 mod operator;
 mod output;
 mod scheduler;
+mod scheduler_workers;
 mod status;
 
 use std::process::ExitCode;

@@ -3,12 +3,12 @@
 //!
 //! A `_core` evaluation's `JobID` names the work (Nomad's core job names):
 //! - `eval-gc`: terminal evaluations older than `eval_gc_threshold` whose allocations are all
-//!   terminal are deleted with those allocations. Evaluations of a batch or sysbatch job that
-//!   still runs are kept: deleting its completed allocations would make the scheduler run the
-//!   work again.
-//! - `job-gc`: stopped or dead jobs older than `job_gc_threshold` (by submit time) whose
-//!   evaluations and allocations are all terminal are purged, with those evaluations and
-//!   allocations.
+//!   terminal are deleted with those allocations. Evaluations of a batch or sysbatch job are
+//!   kept until the job is stopped and dead (or gone): deleting a live batch job's completed
+//!   allocations would make the scheduler run the work again.
+//! - `job-gc`: stopped or dead jobs whose evaluations and allocations are all terminal, and
+//!   none of which (job included) changed for `job_gc_threshold`, are purged with those
+//!   evaluations and allocations.
 //! - `force-gc`: both, with no age threshold.
 //!
 //! What to collect is decided by the pure [`plan_gc`] on a snapshot; the deletions are raft
@@ -72,16 +72,21 @@ pub fn plan_gc(snapshot: &Snapshot, kind: &str, now: i64, config: &WorkerConfig)
     let mut plan = GcPlan::default();
     if force || kind == JOB_GC {
         for job in snapshot.jobs() {
-            if !(job.stop || job.status == JobStatus::Dead)
-                || !older_than(job.submit_time, now, job_threshold)
-            {
+            if !(job.stop || job.status == JobStatus::Dead) {
                 continue;
             }
             let ns = job.namespace.as_str();
             let id = job.id.as_str();
             let evals: Vec<_> = snapshot.evals_by_job(ns, id).collect();
             let allocs: Vec<_> = snapshot.allocs_by_job(ns, id).collect();
-            if evals.iter().all(|e| e.terminal_status())
+            // Its age: since the last change to the job, its evaluations or allocations.
+            let last_change = evals
+                .iter()
+                .map(|e| e.modify_time)
+                .chain(allocs.iter().map(|a| a.modify_time))
+                .fold(job.submit_time, i64::max);
+            if older_than(last_change, now, job_threshold)
+                && evals.iter().all(|e| e.terminal_status())
                 && allocs.iter().all(|a| a.terminal_status())
             {
                 plan.evals.extend(evals.iter().map(|e| e.id.clone()));
@@ -100,7 +105,8 @@ pub fn plan_gc(snapshot: &Snapshot, kind: &str, now: i64, config: &WorkerConfig)
             }
             if let Some(job) = snapshot.job_by_id(eval.namespace.as_str(), eval.job_id.as_str()) {
                 let keeps_results = matches!(job.job_type, JobType::Batch | JobType::SysBatch);
-                if keeps_results && !job.stop && job.status != JobStatus::Dead {
+                let finished = job.stop && job.status == JobStatus::Dead;
+                if keeps_results && !finished {
                     continue;
                 }
             }

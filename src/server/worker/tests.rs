@@ -625,3 +625,107 @@ async fn a_version_mismatch_backs_off_long_but_a_pause_ends_the_backoff() {
     s.ctx.shutdown.cancel();
     w.join().await;
 }
+
+mod core_gc {
+    use teamster_storage::fsm::{Command, JobDeregister};
+    use teamster_storage::model::ClientStatus;
+
+    use super::super::core::{plan_gc, EVAL_GC, FORCE_GC, JOB_GC};
+    use super::super::WorkerConfig;
+    use crate::scheduler::harness::{mock_batch_job, mock_job, mock_node, Harness};
+
+    const HOUR: i64 = 3_600_000_000_000;
+
+    #[test]
+    fn eval_gc_collects_old_terminal_evals_whose_allocs_are_terminal() {
+        let mut h = Harness::new();
+        h.register_node(mock_node(1)).unwrap();
+        let (job, eval) = h.register_job(mock_job("svc", 1)).unwrap();
+        h.process(&eval).unwrap();
+        let config = WorkerConfig::default();
+        let later = h.now + 2 * HOUR;
+        let allocs: Vec<_> = h
+            .snapshot()
+            .allocs_by_job("default", "svc")
+            .map(|a| a.id.clone())
+            .collect();
+        assert_eq!(allocs.len(), 1);
+
+        // The eval is complete but its allocation runs: kept.
+        assert!(plan_gc(&h.snapshot(), EVAL_GC, later, &config)
+            .evals
+            .is_empty());
+        h.client_update(&allocs, ClientStatus::Complete, h.now)
+            .unwrap();
+        // Terminal now, but younger than the threshold: kept.
+        assert!(plan_gc(&h.snapshot(), EVAL_GC, h.now + HOUR / 2, &config)
+            .evals
+            .is_empty());
+        let plan = plan_gc(&h.snapshot(), EVAL_GC, later, &config);
+        assert_eq!(plan.evals, vec![eval.id.clone()]);
+        assert_eq!(plan.allocs, allocs);
+        assert!(plan.jobs.is_empty(), "eval-gc never purges jobs: {job:?}");
+    }
+
+    #[test]
+    fn a_batch_jobs_results_outlive_eval_gc_and_job_gc_purges_it_when_dead() {
+        let mut h = Harness::new();
+        h.register_node(mock_node(1)).unwrap();
+        let (_, eval) = h.register_job(mock_batch_job("b", 1)).unwrap();
+        h.process(&eval).unwrap();
+        let allocs: Vec<_> = h
+            .snapshot()
+            .allocs_by_job("default", "b")
+            .map(|a| a.id.clone())
+            .collect();
+        let config = WorkerConfig::default();
+        let later = h.now + 10 * HOUR;
+        // Running: nothing to collect.
+        assert!(plan_gc(&h.snapshot(), JOB_GC, later, &config)
+            .jobs
+            .is_empty());
+        h.client_update(&allocs, ClientStatus::Complete, h.now)
+            .unwrap();
+        // Deleting a batch job's completed allocations while the job exists would run it
+        // again: eval-gc keeps them.
+        assert!(plan_gc(&h.snapshot(), EVAL_GC, later, &config)
+            .evals
+            .is_empty());
+        // The job is dead now; job-gc purges it after the threshold, with its eval and alloc.
+        assert!(plan_gc(&h.snapshot(), JOB_GC, h.now + HOUR, &config)
+            .jobs
+            .is_empty());
+        let plan = plan_gc(&h.snapshot(), JOB_GC, later, &config);
+        assert_eq!(plan.jobs.len(), 1);
+        assert_eq!(plan.evals, vec![eval.id.clone()]);
+        assert_eq!(plan.allocs, allocs);
+        // force-gc ignores the thresholds.
+        let forced = plan_gc(&h.snapshot(), FORCE_GC, h.now, &config);
+        assert_eq!(forced.jobs.len(), 1);
+        assert_eq!(forced.evals, vec![eval.id]);
+    }
+
+    #[test]
+    fn a_stopped_job_with_running_allocations_is_not_purged() {
+        let mut h = Harness::new();
+        h.register_node(mock_node(1)).unwrap();
+        let (_, eval) = h.register_job(mock_job("svc", 1)).unwrap();
+        h.process(&eval).unwrap();
+        h.apply(Command::JobDeregister(JobDeregister {
+            namespace: "default".into(),
+            job_id: "svc".into(),
+            purge: false,
+            eval: None,
+            submit_time: h.now,
+        }))
+        .unwrap();
+        let plan = plan_gc(
+            &h.snapshot(),
+            FORCE_GC,
+            h.now + 10 * HOUR,
+            &WorkerConfig::default(),
+        );
+        assert!(plan.jobs.is_empty(), "{plan:?}");
+        assert!(plan.evals.is_empty(), "{plan:?}");
+    }
+}
