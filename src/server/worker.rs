@@ -760,6 +760,10 @@ impl Runner {
         self.set_workload(WorkloadStatus::WaitingForRaft);
         let started = Instant::now();
         let limit = self.ctx.raft_sync_limit;
+        if self.ctx.state.latest_index() < wait_index {
+            // This server is behind the eval: the wait below is what keeps it off stale state.
+            metrics::counter!("teamster_worker_index_waits_total").increment(1);
+        }
         let snapshot = match self.snapshot_min_index(wait_index, limit).await {
             Ok(s) => s,
             Err(WorkerError::State(StateError::MinIndexTimeout { latest, .. })) => {
@@ -767,6 +771,7 @@ impl Runner {
                     wait_index,
                     latest, "timeout waiting for Raft index required by eval; nacking it"
                 );
+                metrics::counter!("teamster_worker_raft_sync_timeouts_total").increment(1);
                 self.nack(eval.id.clone(), token).await;
                 let longer = limit.saturating_mul(self.ctx.config.catch_up_factor);
                 match self.snapshot_min_index(wait_index, longer).await {
