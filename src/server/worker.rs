@@ -498,11 +498,11 @@ impl Worker {
                 return;
             }
             s.pause = true;
-            if matches!(
-                s.status,
-                WorkerStatus::Starting | WorkerStatus::Started | WorkerStatus::Resuming
-            ) {
-                s.status = WorkerStatus::Pausing;
+            match s.status {
+                WorkerStatus::Starting | WorkerStatus::Started => s.status = WorkerStatus::Pausing,
+                // Still parked: it stays parked.
+                WorkerStatus::Resuming => s.status = WorkerStatus::Paused,
+                _ => {}
             }
         });
     }
