@@ -1,0 +1,390 @@
+//! The leader-side contract on a real single-server agent (openraft, sled, the HTTP API):
+//! jobs registered over HTTP, evaluations driven by hand through `Eval.*` and `Plan.Submit`
+//! called in-process the way scheduler workers call them, with the real scheduler running on
+//! a snapshot behind a small synchronous Planner bridge.
+
+use std::time::Duration;
+
+use serde_json::{json, Value};
+use teamster_storage::fsm::{Command, NodeRegister};
+use teamster_storage::model::{EvalId, EvalStatus, Evaluation, Plan, PlanResult};
+use teamster_storage::state::{Snapshot, StateStore};
+
+use super::eval::SCHEDULER_VERSION;
+use super::ServerRpc;
+use crate::agent::config::AgentConfig;
+use crate::agent::Agent;
+use crate::cli::ApiClient;
+use crate::rpc::{DequeuedEval, RequestContext, RpcError, RpcHandler, RpcRequest, RpcResponse};
+use crate::scheduler::harness::mock_node;
+use crate::scheduler::{new_scheduler, Planner, SchedulerEnv, SchedulerError, SchedulerSettings};
+
+struct TestServer {
+    agent: Agent,
+    _dir: tempfile::TempDir,
+}
+
+impl TestServer {
+    async fn start() -> TestServer {
+        let dir = tempfile::tempdir().unwrap();
+        let mut config = AgentConfig::dev();
+        config.client.enabled = false;
+        config.server.num_schedulers = 0;
+        config.ports.http = 0;
+        config.ports.rpc = 0;
+        config.data_dir = Some(dir.path().to_path_buf());
+        let agent = Agent::start(config, false).await.unwrap();
+        let server = agent.server().unwrap();
+        let mut rx = server.leadership().subscribe();
+        tokio::time::timeout(Duration::from_secs(20), rx.wait_for(|e| *e))
+            .await
+            .expect("leadership established in time")
+            .unwrap();
+        TestServer { agent, _dir: dir }
+    }
+
+    fn handler(&self) -> ServerRpc {
+        self.agent.server().unwrap().rpc_handler().clone()
+    }
+
+    fn ctx(&self) -> RequestContext {
+        RequestContext::local(self.agent.server().unwrap().node().id())
+    }
+
+    fn state(&self) -> StateStore {
+        self.agent.server().unwrap().node().state().clone()
+    }
+
+    fn api(&self) -> ApiClient {
+        ApiClient::new(&format!("http://{}", self.agent.http_addr()))
+    }
+
+    async fn call(&self, req: RpcRequest) -> RpcResponse {
+        self.handler().handle(self.ctx(), req).await.unwrap()
+    }
+
+    async fn dequeue(&self, scheduler: &str) -> Option<DequeuedEval> {
+        match self
+            .call(RpcRequest::EvalDequeue {
+                schedulers: vec![scheduler.to_string()],
+                timeout_ms: 2000,
+                scheduler_version: SCHEDULER_VERSION,
+            })
+            .await
+        {
+            RpcResponse::EvalDequeue(r) => r.unwrap(),
+            other => panic!("{}", other.kind()),
+        }
+    }
+
+    async fn register_node(&self, n: u64) -> u64 {
+        self.agent
+            .server()
+            .unwrap()
+            .node()
+            .write(Command::NodeRegister(NodeRegister {
+                node: mock_node(n),
+                evals: Vec::new(),
+            }))
+            .await
+            .unwrap()
+            .index
+    }
+
+    async fn register_job(&self, id: &str, count: u32, memory_mb: u32) {
+        let job = json!({
+            "ID": id,
+            "Type": "service",
+            "Datacenters": ["dc1"],
+            "TaskGroups": [{
+                "Name": "web",
+                "Count": count,
+                "Tasks": [{
+                    "Name": "web",
+                    "Driver": "mock",
+                    "Resources": { "CPU": 100, "MemoryMB": memory_mb }
+                }]
+            }]
+        });
+        let _: Value = self
+            .api()
+            .request(
+                reqwest::Method::POST,
+                "/v1/jobs",
+                Some(&json!({ "Job": job })),
+            )
+            .await
+            .unwrap();
+    }
+
+    /// Dequeue → scheduler on a snapshot at WaitIndex → Plan.Submit / Eval.* → Ack.
+    async fn process_one(&self, scheduler: &str) -> Evaluation {
+        let d = self.dequeue(scheduler).await.expect("an evaluation");
+        let snapshot = self
+            .state()
+            .snapshot_min_index(d.wait_index, Duration::from_secs(5))
+            .await
+            .unwrap();
+        let planner = RpcPlanner {
+            handler: self.handler(),
+            ctx: self.ctx(),
+            token: d.token.clone(),
+            state: self.state(),
+            rt: tokio::runtime::Handle::current(),
+        };
+        let eval = d.eval.clone();
+        tokio::task::spawn_blocking(move || run_scheduler(planner, snapshot, eval))
+            .await
+            .unwrap()
+            .unwrap();
+        match self
+            .call(RpcRequest::EvalAck {
+                eval_id: d.eval.id.clone(),
+                token: d.token,
+            })
+            .await
+        {
+            RpcResponse::EvalAck(r) => r.unwrap(),
+            other => panic!("{}", other.kind()),
+        }
+        d.eval
+    }
+}
+
+fn run_scheduler(
+    mut planner: RpcPlanner,
+    snapshot: Snapshot,
+    eval: Evaluation,
+) -> Result<(), SchedulerError> {
+    let mut rng = rand::rngs::mock::StepRng::new(7, 13);
+    let env = SchedulerEnv {
+        now: 1_700_000_000_000_000_000,
+        rng: &mut rng,
+        settings: SchedulerSettings::default(),
+    };
+    let mut scheduler = new_scheduler(eval.eval_type, snapshot, &mut planner, env)?;
+    scheduler.process(&eval)
+}
+
+/// The synchronous Planner over the in-process RPC handler (what a worker does).
+struct RpcPlanner {
+    handler: ServerRpc,
+    ctx: RequestContext,
+    token: String,
+    state: StateStore,
+    rt: tokio::runtime::Handle,
+}
+
+impl RpcPlanner {
+    fn call(&self, req: RpcRequest) -> RpcResponse {
+        self.rt
+            .block_on(self.handler.handle(self.ctx.clone(), req))
+            .unwrap()
+    }
+}
+
+fn planner_err(operation: &'static str, e: RpcError) -> SchedulerError {
+    SchedulerError::Planner {
+        operation,
+        reason: e.to_string(),
+    }
+}
+
+impl Planner for RpcPlanner {
+    fn submit_plan(
+        &mut self,
+        mut plan: Plan,
+    ) -> Result<(PlanResult, Option<Snapshot>), SchedulerError> {
+        plan.eval_token = self.token.clone();
+        let result = match self.call(RpcRequest::PlanSubmit {
+            plan: Box::new(plan),
+        }) {
+            RpcResponse::PlanSubmit(r) => *r.map_err(|e| planner_err("submit plan", e))?,
+            other => panic!("{}", other.kind()),
+        };
+        if result.refresh_index == 0 {
+            return Ok((result, None));
+        }
+        let snapshot = self
+            .rt
+            .block_on(
+                self.state
+                    .snapshot_min_index(result.refresh_index, Duration::from_secs(5)),
+            )
+            .map_err(|e| planner_err("submit plan", RpcError::Remote(e.to_string())))?;
+        Ok((result, Some(snapshot)))
+    }
+
+    fn update_eval(&mut self, eval: Evaluation) -> Result<(), SchedulerError> {
+        match self.call(RpcRequest::EvalUpdate {
+            eval: Box::new(eval),
+            token: self.token.clone(),
+        }) {
+            RpcResponse::EvalUpdate(r) => r.map(|_| ()).map_err(|e| planner_err("update eval", e)),
+            other => panic!("{}", other.kind()),
+        }
+    }
+
+    fn create_eval(&mut self, eval: Evaluation) -> Result<(), SchedulerError> {
+        match self.call(RpcRequest::EvalCreate {
+            eval: Box::new(eval),
+            token: self.token.clone(),
+        }) {
+            RpcResponse::EvalCreate(r) => r.map(|_| ()).map_err(|e| planner_err("create eval", e)),
+            other => panic!("{}", other.kind()),
+        }
+    }
+
+    fn reblock_eval(&mut self, eval: Evaluation) -> Result<(), SchedulerError> {
+        match self.call(RpcRequest::EvalReblock {
+            eval: Box::new(eval),
+            token: self.token.clone(),
+        }) {
+            RpcResponse::EvalReblock(r) => {
+                r.map(|_| ()).map_err(|e| planner_err("reblock eval", e))
+            }
+            other => panic!("{}", other.kind()),
+        }
+    }
+}
+
+async fn eventually(what: &str, mut cond: impl FnMut() -> bool) {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    while !cond() {
+        assert!(tokio::time::Instant::now() < deadline, "timed out: {what}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_registered_job_is_placed_through_dequeue_plan_submit_and_ack() {
+    let s = TestServer::start().await;
+    s.register_node(1).await;
+    s.register_node(2).await;
+    s.register_job("web", 3, 256).await;
+
+    let eval = s.process_one("service").await;
+    assert_eq!(eval.job_id.as_str(), "web");
+
+    let snap = s.state().snapshot();
+    let allocs: Vec<_> = snap.allocs_by_job(&eval.namespace, &eval.job_id).collect();
+    assert_eq!(allocs.len(), 3, "three allocations committed");
+    let stored = snap.eval_by_id(&eval.id).unwrap();
+    assert_eq!(stored.status, EvalStatus::Complete);
+    let side = s.agent.server().unwrap().leader_side().clone();
+    eventually("broker drained", || {
+        let st = side.pipeline.broker().stats();
+        st.total_unacked == 0 && st.total_ready == 0
+    })
+    .await;
+    s.agent.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stale_tokens_and_wrong_versions_are_refused() {
+    let s = TestServer::start().await;
+    s.register_node(1).await;
+    s.register_job("web", 1, 256).await;
+
+    match s
+        .call(RpcRequest::EvalDequeue {
+            schedulers: vec!["service".into()],
+            timeout_ms: 100,
+            scheduler_version: SCHEDULER_VERSION + 1,
+        })
+        .await
+    {
+        RpcResponse::EvalDequeue(Err(RpcError::Rejected(m))) => {
+            assert!(m.contains("scheduler version"), "{m}")
+        }
+        other => panic!("{other:?}"),
+    }
+    let d = s.dequeue("service").await.unwrap();
+    assert!(d.wait_index >= d.eval.modify_index && d.wait_index > 0);
+    let wrong = "not-the-token".to_string();
+    match s
+        .call(RpcRequest::EvalAck {
+            eval_id: d.eval.id.clone(),
+            token: wrong.clone(),
+        })
+        .await
+    {
+        RpcResponse::EvalAck(Err(RpcError::Rejected(m))) => assert!(m.contains("token"), "{m}"),
+        other => panic!("{other:?}"),
+    }
+    let plan = Plan {
+        eval_id: d.eval.id.clone(),
+        eval_token: wrong.clone(),
+        priority: 50,
+        ..Plan::default()
+    };
+    match s
+        .call(RpcRequest::PlanSubmit {
+            plan: Box::new(plan),
+        })
+        .await
+    {
+        RpcResponse::PlanSubmit(Err(RpcError::Rejected(_))) => {}
+        other => panic!("{other:?}"),
+    }
+    let mut created = d.eval.clone();
+    created.id = EvalId::new("00000000-0000-4000-8000-000000000001");
+    created.previous_eval = d.eval.id.clone();
+    match s
+        .call(RpcRequest::EvalCreate {
+            eval: Box::new(created),
+            token: wrong,
+        })
+        .await
+    {
+        RpcResponse::EvalCreate(Err(RpcError::Rejected(_))) => {}
+        other => panic!("{other:?}"),
+    }
+    // The right token nacks; the eval comes back after the nack delay with a new token.
+    match s
+        .call(RpcRequest::EvalNack {
+            eval_id: d.eval.id.clone(),
+            token: d.token.clone(),
+        })
+        .await
+    {
+        RpcResponse::EvalNack(r) => r.unwrap(),
+        other => panic!("{other:?}"),
+    }
+    let again = s.dequeue("service").await.expect("redelivered");
+    assert_eq!(again.eval.id, d.eval.id);
+    assert_ne!(again.token, d.token);
+    s.agent.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_job_without_room_blocks_and_a_new_node_releases_it() {
+    let s = TestServer::start().await;
+    s.register_node(1).await;
+    // 8192 MB per node: two allocations of 5000 MB need two nodes.
+    s.register_job("big", 2, 5000).await;
+    let eval = s.process_one("service").await;
+    let snap = s.state().snapshot();
+    assert_eq!(snap.allocs_by_job(&eval.namespace, &eval.job_id).count(), 1);
+    let blocked: Vec<_> = snap
+        .evals_by_job(&eval.namespace, &eval.job_id)
+        .filter(|e| e.status == EvalStatus::Blocked)
+        .map(|e| e.id.clone())
+        .collect();
+    assert_eq!(blocked.len(), 1, "a blocked eval was created");
+    let side = s.agent.server().unwrap().leader_side().clone();
+    eventually("the blocked eval is tracked", || {
+        side.pipeline.blocked().stats().total_blocked == 1
+    })
+    .await;
+    assert_eq!(side.pipeline.broker().stats().total_ready, 0);
+
+    // A second node: the blocked eval goes back to the broker and places the rest.
+    s.register_node(2).await;
+    let released = s.process_one("service").await;
+    assert_eq!(released.id, blocked[0]);
+    let snap = s.state().snapshot();
+    assert_eq!(snap.allocs_by_job(&eval.namespace, &eval.job_id).count(), 2);
+    assert_eq!(side.pipeline.blocked().stats().total_blocked, 0);
+    s.agent.shutdown().await;
+}
