@@ -277,6 +277,72 @@ async fn a_registered_job_is_placed_through_dequeue_plan_submit_and_ack() {
         st.total_unacked == 0 && st.total_ready == 0
     })
     .await;
+
+    // The same through the HTTP API.
+    let api = s.api();
+    let stubs: Vec<Value> = api.get("/v1/job/web/allocations").await.unwrap();
+    assert_eq!(stubs.len(), 3);
+    assert!(stubs.iter().all(|a| a["EvalID"] == eval.id.as_str()));
+    let one: Value = api
+        .get(&format!(
+            "/v1/allocation/{}",
+            stubs[0]["ID"].as_str().unwrap()
+        ))
+        .await
+        .unwrap();
+    assert_eq!(one["Job"]["ID"], "web");
+    let all: Vec<Value> = api.get("/v1/allocations").await.unwrap();
+    assert_eq!(all.len(), 3);
+    let evals: Vec<Value> = api.get("/v1/job/web/evaluations").await.unwrap();
+    assert_eq!(evals.len(), 1);
+    assert_eq!(evals[0]["Status"], "complete");
+    let prefix = &eval.id.as_str()[..4];
+    let by_prefix: Vec<Value> = api
+        .get(&format!("/v1/evaluations?prefix={prefix}"))
+        .await
+        .unwrap();
+    assert!(by_prefix.iter().any(|e| e["ID"] == eval.id.as_str()));
+    let got: Value = api
+        .get(&format!("/v1/evaluation/{}", eval.id))
+        .await
+        .unwrap();
+    assert_eq!(got["JobID"], "web");
+    assert!(api.get::<Value>("/v1/evaluation/nope").await.is_err());
+    let stats: Value = api.get("/v1/operator/scheduler/broker").await.unwrap();
+    assert_eq!(stats["Leader"], true);
+    assert_eq!(stats["TotalReady"], 0);
+
+    // Scheduler configuration: read, CAS-write with a stale index (refused), write.
+    let conf: Value = api
+        .get("/v1/operator/scheduler/configuration")
+        .await
+        .unwrap();
+    let mut sc = conf["SchedulerConfig"].clone();
+    let modify = sc["ModifyIndex"].as_u64().unwrap();
+    sc["SchedulerAlgorithm"] = "spread".into();
+    let r: Value = api
+        .request(
+            reqwest::Method::PUT,
+            &format!("/v1/operator/scheduler/configuration?cas={}", modify + 1000),
+            Some(&sc),
+        )
+        .await
+        .unwrap();
+    assert_eq!(r["Updated"], false);
+    let r: Value = api
+        .request(
+            reqwest::Method::PUT,
+            "/v1/operator/scheduler/configuration",
+            Some(&sc),
+        )
+        .await
+        .unwrap();
+    assert_eq!(r["Updated"], true);
+    let conf: Value = api
+        .get("/v1/operator/scheduler/configuration")
+        .await
+        .unwrap();
+    assert_eq!(conf["SchedulerConfig"]["SchedulerAlgorithm"], "spread");
     s.agent.shutdown().await;
 }
 
