@@ -66,7 +66,7 @@ async fn get_config(args: GetConfigArgs) -> anyhow::Result<()> {
     }
     println!(
         "Scheduler Algorithm           = {}",
-        sc["SchedulerAlgorithm"]
+        sc["SchedulerAlgorithm"].as_str().unwrap_or("binpack")
     );
     println!(
         "Memory Oversubscription       = {}",
