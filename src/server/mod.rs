@@ -136,7 +136,7 @@ impl Server {
         // Leader duties in establishing order (ARCHITECTURE.md §4); revoked in reverse.
         // (Pausing workers goes first, heartbeat timers last.)
         let pipeline = pipeline::EvalPipeline::new(
-            eval_broker::EvalBrokerConfig::default(),
+            config.server.eval_broker.broker_config(),
             blocked_evals::BlockedEvalsConfig::default(),
         )?;
         let plans = plan_queue::PlanQueue::new();
@@ -145,7 +145,7 @@ impl Server {
                 node.clone(),
                 plans.clone(),
                 clock.clone(),
-                plan_queue::PlanApplierConfig::default(),
+                config.server.eval_broker.applier_config(),
             )),
             Arc::new(pipeline::BrokerDuty::new(
                 pipeline.clone(),

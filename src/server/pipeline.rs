@@ -24,6 +24,7 @@
 //! token (`Eval.Reblock`) or completes it.
 
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use futures::future::BoxFuture;
 use teamster_storage::model::{EvalStatus, Evaluation};
@@ -36,6 +37,96 @@ use tracing::{debug, info, warn, Instrument};
 use crate::server::blocked_evals::{BlockedEvals, BlockedEvalsConfig};
 use crate::server::eval_broker::{BrokerError, EvalBroker, EvalBrokerConfig};
 use crate::server::leader::LeaderDuty;
+
+/// The leader pipeline's settings in the agent configuration (`[server.eval_broker]`).
+/// Defaults are Nomad's; tests shrink the delays.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct EvalBrokerSettings {
+    /// An unacked delivery is nacked after this (60 s).
+    #[serde(with = "crate::agent::config::duration_str")]
+    pub nack_timeout: Duration,
+    /// Deliveries before an eval is marked failed (3).
+    pub delivery_limit: u32,
+    /// Re-enqueue delay after the first nack (1 s).
+    #[serde(with = "crate::agent::config::duration_str")]
+    pub nack_initial_reenqueue_delay: Duration,
+    /// Compounding re-enqueue delay after later nacks (20 s).
+    #[serde(with = "crate::agent::config::duration_str")]
+    pub nack_subsequent_reenqueue_delay: Duration,
+    /// Fixed part of a failed eval's follow-up delay (1 min).
+    #[serde(with = "crate::agent::config::duration_str")]
+    pub failed_followup_baseline_delay: Duration,
+    /// Random part of that delay (5 min).
+    #[serde(with = "crate::agent::config::duration_str")]
+    pub failed_followup_delay_range: Duration,
+    /// Period of the cancelable-eval sweep (5 s).
+    #[serde(with = "crate::agent::config::duration_str")]
+    pub reap_cancelable_interval: Duration,
+    /// Plans committing at once in the plan applier's pipeline (8).
+    pub plan_apply_pipeline: usize,
+}
+
+impl Default for EvalBrokerSettings {
+    fn default() -> Self {
+        let b = EvalBrokerConfig::default();
+        EvalBrokerSettings {
+            nack_timeout: b.nack_timeout,
+            delivery_limit: b.delivery_limit,
+            nack_initial_reenqueue_delay: b.initial_nack_delay,
+            nack_subsequent_reenqueue_delay: b.subsequent_nack_delay,
+            failed_followup_baseline_delay: b.failed_followup_baseline_delay,
+            failed_followup_delay_range: b.failed_followup_delay_range,
+            reap_cancelable_interval: b.reap_cancelable_interval,
+            plan_apply_pipeline: crate::server::plan_queue::PlanApplierConfig::default()
+                .max_in_flight,
+        }
+    }
+}
+
+impl EvalBrokerSettings {
+    /// The broker configuration these settings describe.
+    pub fn broker_config(&self) -> EvalBrokerConfig {
+        EvalBrokerConfig {
+            nack_timeout: self.nack_timeout,
+            delivery_limit: self.delivery_limit,
+            initial_nack_delay: self.nack_initial_reenqueue_delay,
+            subsequent_nack_delay: self.nack_subsequent_reenqueue_delay,
+            failed_followup_baseline_delay: self.failed_followup_baseline_delay,
+            failed_followup_delay_range: self.failed_followup_delay_range,
+            reap_cancelable_interval: self.reap_cancelable_interval,
+            ..EvalBrokerConfig::default()
+        }
+    }
+
+    /// The plan applier configuration.
+    pub fn applier_config(&self) -> crate::server::plan_queue::PlanApplierConfig {
+        crate::server::plan_queue::PlanApplierConfig {
+            max_in_flight: self.plan_apply_pipeline,
+            ..Default::default()
+        }
+    }
+
+    /// Checks every value; the error names the key (`server.eval_broker.…`).
+    pub fn validate(&self) -> Result<(), (&'static str, String)> {
+        if let Err(BrokerError::InvalidConfig { field, reason }) = self.broker_config().validate() {
+            let key = match field {
+                "nack_timeout" => "server.eval_broker.nack_timeout",
+                "delivery_limit" => "server.eval_broker.delivery_limit",
+                "reap_cancelable_interval" => "server.eval_broker.reap_cancelable_interval",
+                _ => "server.eval_broker",
+            };
+            return Err((key, reason.to_string()));
+        }
+        if self.plan_apply_pipeline == 0 || self.plan_apply_pipeline > 64 {
+            return Err((
+                "server.eval_broker.plan_apply_pipeline",
+                format!("must be between 1 and 64, got {}", self.plan_apply_pipeline),
+            ));
+        }
+        Ok(())
+    }
+}
 
 /// The broker and the tracker of one server (disabled on followers).
 #[derive(Debug, Clone)]
@@ -278,8 +369,6 @@ async fn feed(
 
 #[cfg(test)]
 mod tests {
-    use std::time::Duration;
-
     use teamster_storage::fsm::{Command, EvalUpsert};
     use teamster_storage::model::{EvalId, JobId, JobType};
 

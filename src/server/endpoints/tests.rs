@@ -7,7 +7,10 @@ use std::time::Duration;
 
 use serde_json::{json, Value};
 use teamster_storage::fsm::{Command, NodeRegister};
-use teamster_storage::model::{EvalId, EvalStatus, Evaluation, Plan, PlanResult};
+use teamster_storage::model::{
+    AllocId, Allocation, ClientStatus, DesiredStatus, EvalId, EvalStatus, EvalTrigger, Evaluation,
+    NodeId, Plan, PlanResult, Resources,
+};
 use teamster_storage::state::{Snapshot, StateStore};
 
 use super::eval::SCHEDULER_VERSION;
@@ -26,8 +29,13 @@ struct TestServer {
 
 impl TestServer {
     async fn start() -> TestServer {
+        Self::start_with(|_| {}).await
+    }
+
+    async fn start_with(tune: impl FnOnce(&mut AgentConfig)) -> TestServer {
         let dir = tempfile::tempdir().unwrap();
         let mut config = AgentConfig::dev();
+        tune(&mut config);
         config.client.enabled = false;
         config.server.num_schedulers = 0;
         config.ports.http = 0;
@@ -452,5 +460,231 @@ async fn a_job_without_room_blocks_and_a_new_node_releases_it() {
     let snap = s.state().snapshot();
     assert_eq!(snap.allocs_by_job(&eval.namespace, &eval.job_id).count(), 2);
     assert_eq!(side.pipeline.blocked().stats().total_blocked, 0);
+    s.agent.shutdown().await;
+}
+
+async fn ack(s: &TestServer, d: &DequeuedEval) {
+    match s
+        .call(RpcRequest::EvalAck {
+            eval_id: d.eval.id.clone(),
+            token: d.token.clone(),
+        })
+        .await
+    {
+        RpcResponse::EvalAck(r) => r.unwrap(),
+        other => panic!("{other:?}"),
+    }
+}
+
+async fn nack(s: &TestServer, d: &DequeuedEval) {
+    match s
+        .call(RpcRequest::EvalNack {
+            eval_id: d.eval.id.clone(),
+            token: d.token.clone(),
+        })
+        .await
+    {
+        RpcResponse::EvalNack(r) => r.unwrap(),
+        other => panic!("{other:?}"),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_eval_past_the_delivery_limit_is_marked_failed_with_a_delayed_follow_up() {
+    let s = TestServer::start_with(|c| {
+        let b = &mut c.server.eval_broker;
+        b.delivery_limit = 2;
+        b.nack_initial_reenqueue_delay = Duration::from_millis(20);
+        b.nack_subsequent_reenqueue_delay = Duration::from_millis(20);
+        b.failed_followup_baseline_delay = Duration::from_millis(300);
+        b.failed_followup_delay_range = Duration::from_millis(100);
+    })
+    .await;
+    s.register_job("flaky", 1, 64).await;
+    let first = s.dequeue("service").await.unwrap();
+    nack(&s, &first).await;
+    let second = s.dequeue("service").await.unwrap();
+    assert_eq!(second.eval.id, first.eval.id);
+    nack(&s, &second).await;
+
+    // The reaper writes it failed, linked to a follow-up that waits before it is delivered.
+    let state = s.state();
+    let id = first.eval.id.clone();
+    eventually("the eval is marked failed", || {
+        state
+            .snapshot()
+            .eval_by_id(&id)
+            .is_some_and(|e| e.status == EvalStatus::Failed)
+    })
+    .await;
+    let snap = state.snapshot();
+    let failed = snap.eval_by_id(&id).unwrap();
+    assert_eq!(
+        failed.status_description,
+        "evaluation reached delivery limit (2)"
+    );
+    let follow_up = snap.eval_by_id(&failed.next_eval).expect("a follow-up");
+    assert_eq!(follow_up.triggered_by, EvalTrigger::FailedFollowUp);
+    assert_eq!(follow_up.status, EvalStatus::Pending);
+    assert!(follow_up.wait >= 300_000_000);
+    let next = s
+        .dequeue("service")
+        .await
+        .expect("the follow-up, after its wait");
+    assert_eq!(next.eval.id, follow_up.id);
+    s.agent.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn evals_superseded_while_their_job_was_busy_are_written_canceled() {
+    let s = TestServer::start_with(|c| {
+        c.server.eval_broker.reap_cancelable_interval = Duration::from_millis(100);
+    })
+    .await;
+    for count in 1..=3 {
+        s.register_job("busy", count, 64).await;
+    }
+    let state = s.state();
+    let snap = state.snapshot();
+    let mut evals: Vec<_> = snap
+        .evals_by_job("default", "busy")
+        .cloned()
+        .collect();
+    evals.sort_by_key(|e| e.create_index);
+    assert_eq!(evals.len(), 3);
+    let d = s.dequeue("service").await.unwrap();
+    assert_eq!(d.eval.id, evals[0].id, "one eval per job in flight");
+    ack(&s, &d).await;
+    // The newest takes the slot; the middle one was covered by it and is canceled.
+    let next = s.dequeue("service").await.unwrap();
+    assert_eq!(next.eval.id, evals[2].id);
+    let middle = evals[1].id.clone();
+    eventually("the superseded eval is canceled", || {
+        state
+            .snapshot()
+            .eval_by_id(&middle)
+            .is_some_and(|e| e.status == EvalStatus::Canceled)
+    })
+    .await;
+    s.agent.shutdown().await;
+}
+
+fn big_alloc(
+    s: &TestServer,
+    d: &DequeuedEval,
+    node: &NodeId,
+    n: u64,
+    memory_mb: u64,
+) -> Allocation {
+    let job = s
+        .state()
+        .snapshot()
+        .job_by_id(&d.eval.namespace, &d.eval.job_id)
+        .unwrap()
+        .clone();
+    Allocation {
+        id: AllocId::new(crate::scheduler::harness::fixture_uuid(9, n)),
+        namespace: d.eval.namespace.clone(),
+        eval_id: d.eval.id.clone(),
+        name: format!("{}.web[0]", job.id),
+        node_id: node.clone(),
+        job_id: job.id.clone(),
+        job_version: job.version,
+        task_group: "web".into(),
+        resources: Resources {
+            cpu: 100,
+            memory_mb,
+            disk_mb: 0,
+        },
+        desired_status: DesiredStatus::Run,
+        client_status: ClientStatus::Pending,
+        ..Allocation::default()
+    }
+}
+
+fn plan_for(d: &DequeuedEval, allocs: Vec<Allocation>, all_at_once: bool) -> Plan {
+    let mut plan = Plan {
+        eval_id: d.eval.id.clone(),
+        eval_token: d.token.clone(),
+        priority: 50,
+        all_at_once,
+        ..Plan::default()
+    };
+    for a in allocs {
+        plan.node_allocation
+            .entry(a.node_id.clone())
+            .or_default()
+            .push(a);
+    }
+    plan
+}
+
+async fn submit(s: &TestServer, plan: Plan) -> PlanResult {
+    match s
+        .call(RpcRequest::PlanSubmit {
+            plan: Box::new(plan),
+        })
+        .await
+    {
+        RpcResponse::PlanSubmit(r) => *r.unwrap(),
+        other => panic!("{other:?}"),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_conflicting_plans_never_overcommit_a_node_and_all_at_once_is_all_or_nothing() {
+    let s = TestServer::start().await;
+    s.register_node(1).await;
+    s.register_node(2).await;
+    let n1 = mock_node(1).id;
+    let n2 = mock_node(2).id;
+    for j in ["a", "b", "c"] {
+        s.register_job(j, 1, 64).await;
+    }
+    let da = s.dequeue("service").await.unwrap();
+    let db = s.dequeue("service").await.unwrap();
+    let dc = s.dequeue("service").await.unwrap();
+
+    // Two plans of 6000 MB each for node 1 (8192 MB), submitted together: one fits.
+    let pa = plan_for(&da, vec![big_alloc(&s, &da, &n1, 1, 6000)], false);
+    let pb = plan_for(&db, vec![big_alloc(&s, &db, &n1, 2, 6000)], false);
+    let (ra, rb) = tokio::join!(submit(&s, pa), submit(&s, pb));
+    let (won, lost) = if ra.rejected_nodes.is_empty() {
+        (ra, rb)
+    } else {
+        (rb, ra)
+    };
+    assert_eq!(won.node_allocation[&n1].len(), 1);
+    assert!(won.alloc_index > 0 && won.refresh_index == 0);
+    assert_eq!(lost.rejected_nodes, vec![n1.clone()]);
+    assert!(lost.node_allocation.values().all(Vec::is_empty));
+    assert!(
+        lost.refresh_index > 0,
+        "a partial result asks for a refresh"
+    );
+
+    // All at once: node 2 would fit, node 1 is full, so nothing is committed.
+    let pc = plan_for(
+        &dc,
+        vec![
+            big_alloc(&s, &dc, &n1, 3, 6000),
+            big_alloc(&s, &dc, &n2, 4, 1000),
+        ],
+        true,
+    );
+    let rc = submit(&s, pc).await;
+    assert!(rc.node_allocation.values().all(Vec::is_empty), "{rc:?}");
+    assert!(rc.refresh_index > 0);
+    let snap = s.state().snapshot();
+    let on_n1: u64 = snap
+        .allocs_by_node(n1.as_str())
+        .filter(|a| !a.terminal_status())
+        .map(|a| a.resources.memory_mb)
+        .sum();
+    assert_eq!(on_n1, 6000);
+    assert_eq!(snap.allocs_by_node(n2.as_str()).count(), 0);
+    for d in [&da, &db, &dc] {
+        ack(&s, d).await;
+    }
     s.agent.shutdown().await;
 }
