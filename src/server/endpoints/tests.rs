@@ -546,10 +546,7 @@ async fn evals_superseded_while_their_job_was_busy_are_written_canceled() {
     }
     let state = s.state();
     let snap = state.snapshot();
-    let mut evals: Vec<_> = snap
-        .evals_by_job("default", "busy")
-        .cloned()
-        .collect();
+    let mut evals: Vec<_> = snap.evals_by_job("default", "busy").cloned().collect();
     evals.sort_by_key(|e| e.create_index);
     assert_eq!(evals.len(), 3);
     let d = s.dequeue("service").await.unwrap();
