@@ -441,4 +441,77 @@ mod tests {
         }
         panic!("condition not reached");
     }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_node_becoming_ready_releases_blocked_evals_and_missed_unblocks_are_caught() {
+        use std::sync::Arc as StdArc;
+
+        use teamster_storage::model::{Node, NodeStatus};
+
+        let state = StateStore::new();
+        let p = pipeline();
+        let duty = BrokerDuty::new(p.clone(), state.clone());
+        duty.establish().await.unwrap();
+
+        let mut blocked = eval("b1", "j1", EvalStatus::Blocked);
+        blocked.snapshot_index = 1;
+        blocked.create_index = 1;
+        p.on_change(
+            2,
+            &StateChange::EvalUpserted {
+                eval: StdArc::new(blocked.clone()),
+            },
+        );
+        assert_eq!(p.blocked().stats().total_blocked, 1);
+        assert_eq!(p.broker().stats().total_ready, 0);
+
+        // A node turning ready (it was initializing) releases it.
+        let node = Node {
+            status: NodeStatus::Ready,
+            computed_class: "v1:c".into(),
+            ..Node::default()
+        };
+        let previous = Some(teamster_storage::state::NodeCondition {
+            status: NodeStatus::Initializing,
+            ..teamster_storage::state::NodeCondition::of(&node)
+        });
+        p.on_change(
+            3,
+            &StateChange::NodeUpserted {
+                node: StdArc::new(node),
+                previous,
+            },
+        );
+        assert_eq!(p.blocked().stats().total_blocked, 0);
+        assert_eq!(p.broker().stats().total_ready, 1);
+
+        // An eval blocked on a snapshot older than that unblock goes straight to the broker.
+        let mut late = eval("b2", "j2", EvalStatus::Blocked);
+        late.snapshot_index = 2;
+        late.create_index = 4;
+        p.on_change(
+            4,
+            &StateChange::EvalUpserted {
+                eval: StdArc::new(late),
+            },
+        );
+        assert_eq!(p.blocked().stats().total_blocked, 0);
+        crate_wait(|| p.broker().stats().total_ready == 2).await;
+
+        // A blocked eval that is being processed (outstanding) is not tracked twice.
+        let (delivered, _token) = p
+            .broker()
+            .dequeue(&["service"], Duration::ZERO)
+            .await
+            .unwrap()
+            .unwrap();
+        p.on_change(
+            5,
+            &StateChange::EvalUpserted {
+                eval: StdArc::new(delivered),
+            },
+        );
+        assert_eq!(p.blocked().stats().total_blocked, 0);
+        duty.revoke().await;
+    }
 }

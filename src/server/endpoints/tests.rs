@@ -685,3 +685,55 @@ async fn concurrent_conflicting_plans_never_overcommit_a_node_and_all_at_once_is
     }
     s.agent.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_older_blocked_eval_of_a_job_is_canceled_as_a_duplicate() {
+    let s = TestServer::start().await;
+    let blocked = |id: &str, snapshot_index: u64| Evaluation {
+        id: EvalId::new(id),
+        namespace: "default".into(),
+        priority: 50,
+        eval_type: teamster_storage::model::JobType::Service,
+        triggered_by: EvalTrigger::QueuedAllocs,
+        job_id: "dup".into(),
+        status: EvalStatus::Blocked,
+        snapshot_index,
+        ..Evaluation::default()
+    };
+    let node = s.agent.server().unwrap().node().clone();
+    let write = |e: Evaluation| {
+        let node = node.clone();
+        async move {
+            node.write(Command::EvalUpsert(teamster_storage::fsm::EvalUpsert {
+                evals: vec![e],
+            }))
+            .await
+            .unwrap()
+            .index
+        }
+    };
+    let first = write(blocked("00000000-0000-4000-8000-0000000000d1", 1)).await;
+    write(blocked("00000000-0000-4000-8000-0000000000d2", first)).await;
+    let state = s.state();
+    eventually("the older blocked eval is canceled", || {
+        state
+            .snapshot()
+            .eval_by_id("00000000-0000-4000-8000-0000000000d1")
+            .is_some_and(|e| e.status == EvalStatus::Canceled)
+    })
+    .await;
+    let snap = state.snapshot();
+    let older = snap
+        .eval_by_id("00000000-0000-4000-8000-0000000000d1")
+        .unwrap();
+    assert!(older
+        .status_description
+        .contains("existing blocked evaluation"));
+    let newer = snap
+        .eval_by_id("00000000-0000-4000-8000-0000000000d2")
+        .unwrap();
+    assert_eq!(newer.status, EvalStatus::Blocked);
+    let side = s.agent.server().unwrap().leader_side().clone();
+    assert_eq!(side.pipeline.blocked().stats().total_blocked, 1);
+    s.agent.shutdown().await;
+}
