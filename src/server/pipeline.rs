@@ -15,7 +15,8 @@
 //! [`BrokerDuty`] is the [`LeaderDuty`] for it: `establish` enables both, restores from a
 //! snapshot taken together with the subscription (so no change falls between them) and
 //! starts the feeder; `revoke` stops the feeder and disables (flushes) both, blocked evals
-//! first. The missed-unblock check lives in the tracker: every unblock records its raft index,
+//! first. The scheduler configuration's `PauseEvalBroker` keeps both disabled on the leader;
+//! turning it off at run time enables them and restores from a fresh snapshot. The missed-unblock check lives in the tracker: every unblock records its raft index,
 //! and a blocked eval whose `SnapshotIndex` is older than a matching unblock goes straight back
 //! to the broker.
 //!
@@ -156,6 +157,18 @@ impl EvalPipeline {
         &self.blocked
     }
 
+    /// Enables or disables (flushing) the broker and the tracker together; blocked evals
+    /// are switched off first and on last, since they release into the broker.
+    fn set_enabled(&self, enabled: bool) {
+        if enabled {
+            self.broker.set_enabled(true);
+            self.blocked.set_enabled(true);
+        } else {
+            self.blocked.set_enabled(false);
+            self.broker.set_enabled(false);
+        }
+    }
+
     /// Hands one eval to the broker or the tracker according to its status. Returns what
     /// happened, for counting.
     fn route(&self, eval: &Evaluation) -> Routed {
@@ -290,16 +303,19 @@ impl LeaderDuty for BrokerDuty {
                 cancel.cancel();
                 let _ = task.await;
             }
-            self.pipeline.broker.set_enabled(true);
-            self.pipeline.blocked.set_enabled(true);
             let (snapshot, subscription) = self.state.subscribe_with_snapshot();
-            let (enqueued, blocked) = self.pipeline.restore(&snapshot);
-            info!(
-                enqueued,
-                blocked,
-                index = snapshot.latest_index(),
-                "restored evaluations"
-            );
+            if snapshot.scheduler_config().pause_eval_broker {
+                info!("the eval broker is paused by the scheduler configuration");
+            } else {
+                self.pipeline.set_enabled(true);
+                let (enqueued, blocked) = self.pipeline.restore(&snapshot);
+                info!(
+                    enqueued,
+                    blocked,
+                    index = snapshot.latest_index(),
+                    "restored evaluations"
+                );
+            }
             let cancel = CancellationToken::new();
             let task = tokio::spawn(
                 feed(
@@ -325,8 +341,7 @@ impl LeaderDuty for BrokerDuty {
                 cancel.cancel();
                 let _ = task.await;
             }
-            self.pipeline.blocked.set_enabled(false);
-            self.pipeline.broker.set_enabled(false);
+            self.pipeline.set_enabled(false);
         })
     }
 }
@@ -358,9 +373,25 @@ async fn feed(
                 pipeline.restore(&snapshot);
             }
             Ok(event) => {
-                if event.index > floor || floor == 0 {
-                    pipeline.on_change(event.index, &event.change);
+                if event.index <= floor && floor != 0 {
+                    continue;
                 }
+                if let StateChange::SchedulerConfigUpdated { config } = &event.change {
+                    let enabled = pipeline.broker.enabled();
+                    if config.pause_eval_broker && enabled {
+                        info!("the scheduler configuration pauses the eval broker");
+                        pipeline.set_enabled(false);
+                    } else if !config.pause_eval_broker && !enabled {
+                        info!("the scheduler configuration resumes the eval broker");
+                        pipeline.set_enabled(true);
+                        let (snapshot, fresh) = state.subscribe_with_snapshot();
+                        subscription = fresh;
+                        floor = snapshot.latest_index();
+                        pipeline.restore(&snapshot);
+                    }
+                    continue;
+                }
+                pipeline.on_change(event.index, &event.change);
             }
             Err(SubscriptionError::Closed) => return,
         }

@@ -737,3 +737,51 @@ async fn an_older_blocked_eval_of_a_job_is_canceled_as_a_duplicate() {
     assert_eq!(side.pipeline.blocked().stats().total_blocked, 1);
     s.agent.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pause_eval_broker_in_the_scheduler_configuration_stops_and_restores_the_broker() {
+    let s = TestServer::start().await;
+    s.register_job("paused", 1, 64).await;
+    let api = s.api();
+    let set = |pause: bool| {
+        let api = api.clone();
+        async move {
+            let conf: Value = api
+                .get("/v1/operator/scheduler/configuration")
+                .await
+                .unwrap();
+            let mut sc = conf["SchedulerConfig"].clone();
+            sc["PauseEvalBroker"] = pause.into();
+            let r: Value = api
+                .request(
+                    reqwest::Method::PUT,
+                    "/v1/operator/scheduler/configuration",
+                    Some(&sc),
+                )
+                .await
+                .unwrap();
+            assert_eq!(r["Updated"], true);
+        }
+    };
+    set(true).await;
+    let side = s.agent.server().unwrap().leader_side().clone();
+    eventually("the broker is paused", || !side.pipeline.broker().enabled()).await;
+    match s
+        .call(RpcRequest::EvalDequeue {
+            schedulers: vec!["service".into()],
+            timeout_ms: 100,
+            scheduler_version: SCHEDULER_VERSION,
+        })
+        .await
+    {
+        RpcResponse::EvalDequeue(Err(RpcError::Disabled(m))) => {
+            assert_eq!(m, "eval broker disabled")
+        }
+        other => panic!("{other:?}"),
+    }
+    set(false).await;
+    eventually("the broker is back", || side.pipeline.broker().enabled()).await;
+    let d = s.dequeue("service").await.expect("the restored eval");
+    assert_eq!(d.eval.job_id.as_str(), "paused");
+    s.agent.shutdown().await;
+}
