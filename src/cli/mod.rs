@@ -9,7 +9,7 @@ mod api;
 mod eval;
 mod operator;
 mod output;
-mod scheduler;
+mod scheduler_config;
 mod status;
 
 use std::process::ExitCode;

@@ -16,7 +16,7 @@ pub enum OperatorCommand {
     Raft(RaftCommand),
     /// The scheduler configuration.
     #[command(subcommand)]
-    Scheduler(super::scheduler::SchedulerCommand),
+    Scheduler(super::scheduler_config::SchedulerConfigCommand),
 }
 
 /// `operator raft …`.
@@ -86,7 +86,7 @@ pub async fn run(cmd: OperatorCommand) -> anyhow::Result<()> {
     match cmd {
         OperatorCommand::Raft(RaftCommand::ListPeers(args)) => list_peers(args).await,
         OperatorCommand::Raft(RaftCommand::RemovePeer(args)) => remove_peer(args).await,
-        OperatorCommand::Scheduler(cmd) => super::scheduler::run(cmd).await,
+        OperatorCommand::Scheduler(cmd) => super::scheduler_config::run(cmd).await,
     }
 }
 

@@ -9,7 +9,7 @@ use super::{ApiArgs, ApiClient};
 
 /// `operator scheduler …`.
 #[derive(Debug, Subcommand)]
-pub enum SchedulerCommand {
+pub enum SchedulerConfigCommand {
     /// Show the scheduler configuration.
     GetConfig(GetConfigArgs),
     /// Change the scheduler configuration (only the given flags change).
@@ -46,10 +46,10 @@ pub struct SetConfigArgs {
 }
 
 /// Run an `operator scheduler` command.
-pub async fn run(cmd: SchedulerCommand) -> anyhow::Result<()> {
+pub async fn run(cmd: SchedulerConfigCommand) -> anyhow::Result<()> {
     match cmd {
-        SchedulerCommand::GetConfig(args) => get_config(args).await,
-        SchedulerCommand::SetConfig(args) => set_config(args).await,
+        SchedulerConfigCommand::GetConfig(args) => get_config(args).await,
+        SchedulerConfigCommand::SetConfig(args) => set_config(args).await,
     }
 }
 
