@@ -151,6 +151,8 @@ pub struct ServerConfig {
     pub raft: RaftTiming,
     /// Scheduler worker timings and garbage-collection thresholds.
     pub workers: crate::server::worker::WorkerConfig,
+    /// The leader's eval broker and plan applier (`[server.eval_broker]`).
+    pub eval_broker: crate::server::pipeline::EvalBrokerSettings,
 }
 
 impl Default for ServerConfig {
@@ -172,6 +174,7 @@ impl Default for ServerConfig {
             rpc_hold_timeout: Duration::from_secs(5),
             raft: RaftTiming::default(),
             workers: crate::server::worker::WorkerConfig::default(),
+            eval_broker: Default::default(),
         }
     }
 }
@@ -433,6 +436,7 @@ impl ServerConfig {
             return Err(("server.failover_heartbeat_ttl", "must be positive".into()));
         }
         self.workers.validate()?;
+        self.eval_broker.validate()?;
         self.raft.validate()
     }
 }

@@ -130,6 +130,7 @@ impl Agent {
             node: s.node().clone(),
             leadership: s.leadership().clone(),
             workers: s.workers().clone(),
+            leader_side: s.leader_side().clone(),
         });
         let shutdown = CancellationToken::new();
         let router = crate::http::router(crate::http::HttpContext::new(

@@ -14,7 +14,7 @@ pub enum OperatorCommand {
     /// Raft peers of the server cluster.
     #[command(subcommand)]
     Raft(RaftCommand),
-    /// The scheduler workers of a server.
+    /// The scheduler configuration and a server's scheduler workers.
     #[command(subcommand)]
     Scheduler(super::scheduler::SchedulerCommand),
 }

@@ -56,7 +56,7 @@ use crate::util::SharedClock;
 
 /// The scheduler version workers announce on `Eval.Dequeue`; the leader refuses a mismatch
 /// (its error names "scheduler version", and the worker then backs off longer).
-pub const SCHEDULER_VERSION: u32 = 1;
+pub use crate::server::endpoints::eval::SCHEDULER_VERSION;
 
 /// Errors of the workers and their pool.
 #[derive(Debug, thiserror::Error)]
