@@ -10,6 +10,8 @@ mod eval;
 mod operator;
 mod output;
 mod scheduler_config;
+mod scheduler;
+mod scheduler_workers;
 mod status;
 
 use std::process::ExitCode;

@@ -14,9 +14,9 @@ pub enum OperatorCommand {
     /// Raft peers of the server cluster.
     #[command(subcommand)]
     Raft(RaftCommand),
-    /// The scheduler configuration.
+    /// The scheduler workers of a server.
     #[command(subcommand)]
-    Scheduler(super::scheduler_config::SchedulerConfigCommand),
+    Scheduler(super::scheduler::SchedulerCommand),
 }
 
 /// `operator raft …`.
@@ -86,7 +86,7 @@ pub async fn run(cmd: OperatorCommand) -> anyhow::Result<()> {
     match cmd {
         OperatorCommand::Raft(RaftCommand::ListPeers(args)) => list_peers(args).await,
         OperatorCommand::Raft(RaftCommand::RemovePeer(args)) => remove_peer(args).await,
-        OperatorCommand::Scheduler(cmd) => super::scheduler_config::run(cmd).await,
+        OperatorCommand::Scheduler(cmd) => super::scheduler::run(cmd).await,
     }
 }
 

@@ -6,7 +6,7 @@
 //! never redirected; request bodies capped at [`MAX_BODY_BYTES`] (413 beyond).
 //!
 //! - [`error`], [`query`]: the conventions.
-//! - `status`, `operator`, `agent`: the routes, one file per group.
+//! - `status`, `operator`, `agent`, [`schedulers`]: the routes, one file per group.
 
 mod agent;
 mod allocs;
@@ -16,6 +16,7 @@ mod jobs;
 mod operator;
 pub mod query;
 pub mod read;
+pub mod schedulers;
 mod scheduler_config;
 mod status;
 
@@ -55,6 +56,8 @@ pub struct ServerHandles {
     pub node: Arc<RaftNode>,
     /// Whether leader duties are established here.
     pub leadership: LeadershipState,
+    /// The scheduler workers.
+    pub workers: std::sync::Arc<crate::server::worker::pool::WorkerPool>,
     /// The broker, blocked evals and plan queue (for their stats).
     pub leader_side: crate::server::endpoints::eval::LeaderSide,
 }
@@ -123,6 +126,7 @@ pub fn router(ctx: HttpContext) -> Router {
         .route("/v1/agent/health", get(agent::health))
         .route("/v1/metrics", get(agent::metrics))
         .route("/v1/regions", get(agent::regions))
+        .merge(schedulers::routes())
         .merge(evals::routes())
         .merge(allocs::routes())
         .merge(scheduler_config::routes())

@@ -19,6 +19,7 @@
 //! - [`plan_queue`]: the plan queue and the plan applier.
 //! - [`reapers`]: failed, cancelable and duplicate blocked evals written back by the leader.
 //! - [`endpoints`]: the RPC handlers.
+//! - [`worker`]: the scheduler workers and their pool.
 
 pub mod blocked_evals;
 pub mod endpoints;
@@ -29,6 +30,7 @@ pub mod pipeline;
 pub mod plan_apply;
 pub mod plan_queue;
 pub mod raft;
+pub mod worker;
 pub mod reapers;
 pub mod write_batcher;
 
@@ -72,6 +74,9 @@ pub enum ServerError {
     /// The raft node could not start.
     #[error(transparent)]
     Raft(#[from] raft::RaftNodeError),
+    /// The scheduler workers could not start.
+    #[error(transparent)]
+    Workers(#[from] worker::WorkerError),
     /// The eval broker or blocked-evals settings are invalid.
     #[error(transparent)]
     Broker(#[from] eval_broker::BrokerError),
@@ -82,6 +87,7 @@ pub struct Server {
     node: Arc<RaftNode>,
     rpc: RpcServer,
     leadership: LeadershipState,
+    workers: Arc<worker::pool::WorkerPool>,
     leader_side: endpoints::eval::LeaderSide,
     handler: endpoints::ServerRpc,
     shutdown: CancellationToken,
@@ -133,6 +139,26 @@ impl Server {
             discovered,
             shutdown.clone(),
         )));
+        // Scheduler workers on every server; on the leader the first duty pauses 3/4 of them.
+        let workers = worker::pool::WorkerPool::start(
+            Arc::new(worker::WorkerContext {
+                backend: Arc::new(worker::backend::ServerRpcBackend::new(
+                    handler.clone(),
+                    node.clone(),
+                )),
+                state: node.state().clone(),
+                clock: clock.clone(),
+                config: config.server.workers.clone(),
+                raft_sync_limit: config.server.raft_sync_limit,
+                settings: crate::scheduler::SchedulerSettings::default(),
+                schedulers: Arc::new(worker::PlacementSchedulers),
+                shutdown: shutdown.clone(),
+            }),
+            worker::pool::PoolConfig {
+                num_schedulers: config.server.num_schedulers,
+                enabled_schedulers: config.server.enabled_schedulers.clone(),
+            },
+        )?;
         // Leader duties in establishing order (ARCHITECTURE.md §4); revoked in reverse.
         // (Pausing workers goes first, heartbeat timers last.)
         let pipeline = pipeline::EvalPipeline::new(
@@ -141,6 +167,7 @@ impl Server {
         )?;
         let plans = plan_queue::PlanQueue::new();
         let duties: Vec<Arc<dyn leader::LeaderDuty>> = vec![
+            Arc::new(worker::pool::PauseWorkersDuty::new(workers.clone())),
             Arc::new(plan_queue::PlanQueueDuty::new(
                 node.clone(),
                 plans.clone(),
@@ -155,6 +182,11 @@ impl Server {
                 node.clone(),
                 pipeline.clone(),
                 clock.clone(),
+            )),
+            Arc::new(worker::core::CoreGcDuty::new(
+                node.clone(),
+                clock.clone(),
+                config.server.workers.core_gc_interval,
             )),
         ];
         let (leadership, leader_task) =
@@ -175,6 +207,7 @@ impl Server {
             node,
             rpc,
             leadership,
+            workers,
             leader_side,
             handler,
             shutdown,
@@ -192,6 +225,11 @@ impl Server {
         &self.leadership
     }
 
+    /// The scheduler workers.
+    pub fn workers(&self) -> &Arc<worker::pool::WorkerPool> {
+        &self.workers
+    }
+
     /// The eval broker, blocked evals and plan queue (enabled while this server leads).
     pub fn leader_side(&self) -> &endpoints::eval::LeaderSide {
         &self.leader_side
@@ -203,12 +241,14 @@ impl Server {
         &self.handler
     }
 
-    /// Stop formation, revoke leadership, stop the RPC listener and raft.
+    /// Stop formation, revoke leadership, stop the workers (nacking what they hold), the RPC
+    /// listener and raft.
     pub async fn shutdown(self) {
         self.shutdown.cancel();
         for t in self.tasks {
             let _ = t.await;
         }
+        self.workers.shutdown().await;
         self.rpc.shutdown().await;
         self.node.shutdown().await;
         info!("server stopped");
