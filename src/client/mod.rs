@@ -1,1 +1,4 @@
 //! The client role.
+
+pub mod driver;
+pub mod restart;

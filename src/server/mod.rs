@@ -15,12 +15,14 @@
 //! - [`eval_broker`], [`blocked_evals`]: the leader's queue of evaluations and the evals
 //!   waiting for capacity.
 //! - [`plan_apply`]: verifying a plan against the newest state (the applier's pure core).
+//! - [`heartbeat`]: the leader's heartbeat timers (nodes that go silent are marked down).
 //! - [`endpoints`]: the RPC handlers.
 
 pub mod blocked_evals;
 pub mod endpoints;
 pub mod eval_broker;
 pub mod formation;
+pub mod heartbeat;
 pub mod leader;
 pub mod plan_apply;
 pub mod raft;
@@ -122,8 +124,21 @@ impl Server {
             discovered,
             shutdown.clone(),
         )));
+        let mut duties: Vec<Arc<dyn leader::LeaderDuty>> = Vec::new();
+        // Heartbeat timers start last (ARCHITECTURE.md §4, step 5).
+        let heartbeats = heartbeat::Heartbeats::new(
+            node.clone(),
+            heartbeat::HeartbeatConfig::from(&config.server),
+            clock.clone(),
+        );
+        handler.set_node_endpoints(endpoints::node::NodeEndpoints::new(
+            node.clone(),
+            heartbeats.clone(),
+            clock.clone(),
+        ));
+        duties.push(Arc::new(heartbeats));
         let (leadership, leader_task) =
-            leader::spawn(node.clone(), Vec::new(), clock, shutdown.clone());
+            leader::spawn(node.clone(), duties, clock, shutdown.clone());
         tasks.push(leader_task);
         tasks.push(tokio::spawn(export_raft_metrics(
             node.clone(),

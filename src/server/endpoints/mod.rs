@@ -2,6 +2,8 @@
 //! followers, cluster formation and operator calls. Leader-only calls arriving at a follower
 //! are forwarded to the leader once (never redirected back to the caller).
 
+pub mod node;
+
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
@@ -23,6 +25,7 @@ const MEMBERSHIP_TIMEOUT: Duration = Duration::from_secs(60);
 pub struct ServerRpc {
     node: Arc<OnceLock<Arc<RaftNode>>>,
     discovered: Discovered,
+    nodes: Arc<OnceLock<node::NodeEndpoints>>,
 }
 
 impl ServerRpc {
@@ -31,7 +34,13 @@ impl ServerRpc {
         ServerRpc {
             node: Arc::new(OnceLock::new()),
             discovered,
+            nodes: Arc::new(OnceLock::new()),
         }
+    }
+
+    /// Start serving the `Node.*` calls with `endpoints`.
+    pub fn set_node_endpoints(&self, endpoints: node::NodeEndpoints) {
+        let _ = self.nodes.set(endpoints);
     }
 
     /// Start serving with `node`.
@@ -48,7 +57,16 @@ impl RpcHandler for ServerRpc {
     ) -> BoxFuture<'static, Result<RpcResponse, RpcError>> {
         let node = self.node.get().cloned();
         let discovered = self.discovered.clone();
+        let nodes = self.nodes.get().cloned();
         Box::pin(async move {
+            if is_node_call(&req) {
+                return match nodes {
+                    Some(n) => n.handle(req).await,
+                    None => Err(RpcError::Unsupported {
+                        kind: req.kind().to_string(),
+                    }),
+                };
+            }
             let Some(node) = node else {
                 return Err(RpcError::Unsupported {
                     kind: req.kind().to_string(),
@@ -100,7 +118,32 @@ async fn dispatch(
                 kind: other.kind().to_string(),
             })
         }
+        other @ (RpcRequest::NodeRegister(_)
+        | RpcRequest::NodeUpdateStatus(_)
+        | RpcRequest::NodeUpdateAlloc(_)
+        | RpcRequest::NodeGetClientAllocs(_)
+        | RpcRequest::NodeDeregister(_)
+        | RpcRequest::NodeUpdateEligibility(_)
+        | RpcRequest::NodeUpdateDrain(_)) => {
+            return Err(RpcError::Unsupported {
+                kind: other.kind().to_string(),
+            })
+        }
     })
+}
+
+/// The `Node.*` calls, served by [`node::NodeEndpoints`].
+fn is_node_call(req: &RpcRequest) -> bool {
+    matches!(
+        req,
+        RpcRequest::NodeRegister(_)
+            | RpcRequest::NodeUpdateStatus(_)
+            | RpcRequest::NodeUpdateAlloc(_)
+            | RpcRequest::NodeGetClientAllocs(_)
+            | RpcRequest::NodeDeregister(_)
+            | RpcRequest::NodeUpdateEligibility(_)
+            | RpcRequest::NodeUpdateDrain(_)
+    )
 }
 
 /// Add a server, on the leader or forwarded to it.
