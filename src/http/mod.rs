@@ -9,8 +9,10 @@
 //! - `status`, `operator`, `agent`: the routes, one file per group.
 
 mod agent;
+pub mod client_fs;
 pub mod error;
 mod jobs;
+pub mod nodes;
 mod operator;
 pub mod query;
 pub mod read;
@@ -118,6 +120,8 @@ pub fn router(ctx: HttpContext) -> Router {
         .route("/v1/agent/health", get(agent::health))
         .route("/v1/metrics", get(agent::metrics))
         .route("/v1/regions", get(agent::regions))
+        .merge(nodes::routes())
+        .merge(client_fs::routes())
         .method_not_allowed_fallback(|| async { ApiError::method_not_allowed() })
         .fallback(|| async { ApiError::not_found("Invalid URL") })
         .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))

@@ -343,65 +343,83 @@ impl NodeEndpoints {
 
     async fn update_eligibility(&self, req: NodeUpdateEligibilityRequest) -> Result<u64, RpcError> {
         let snapshot = self.node.state().snapshot();
-        let Some(node) = snapshot.node_by_id(req.node_id.as_str()).cloned() else {
-            return Err(RpcError::Rejected(format!(
-                "node {} not found",
-                req.node_id
-            )));
-        };
-        let now = self.now();
-        let evals = if req.eligibility == SchedulingEligibility::Eligible
-            && node.scheduling_eligibility != SchedulingEligibility::Eligible
-        {
-            node_evals(&snapshot, &node, now, &mut StdRng::from_entropy())
-        } else {
-            Vec::new()
-        };
-        self.write(Command::NodeUpdateEligibility(NodeUpdateEligibility {
-            node_id: node.id.clone(),
-            eligibility: req.eligibility,
-            updated_at: now / 1_000_000_000,
-            evals,
-        }))
-        .await
+        let cmd = eligibility_command(&snapshot, req, self.now()).map_err(RpcError::Rejected)?;
+        self.write(cmd).await
     }
 
     async fn update_drain(&self, req: NodeUpdateDrainRequest) -> Result<u64, RpcError> {
         let snapshot = self.node.state().snapshot();
-        let Some(node) = snapshot.node_by_id(req.node_id.as_str()).cloned() else {
-            return Err(RpcError::Rejected(format!(
-                "node {} not found",
-                req.node_id
-            )));
-        };
-        let now = self.now();
-        let mut drain = req.drain;
-        let mut evals = Vec::new();
-        if let Some(d) = &mut drain {
-            if d.deadline < -1 {
-                return Err(RpcError::Rejected(format!(
-                    "drain deadline {} must be -1 (none), 0 (force) or positive",
-                    d.deadline
-                )));
-            }
-            d.started_at = Timestamp::from_unix_nanos(now);
-            if d.deadline > 0 {
-                d.force_deadline = Timestamp::from_unix_nanos(now.saturating_add(d.deadline));
-            }
-            evals = node_evals(&snapshot, &node, now, &mut StdRng::from_entropy());
-            for e in &mut evals {
-                e.triggered_by = EvalTrigger::NodeDrain;
-            }
-        }
-        self.write(Command::NodeUpdateDrain(NodeUpdateDrain {
-            node_id: node.id.clone(),
-            drain_strategy: drain,
-            mark_eligible: req.mark_eligible,
-            updated_at: now / 1_000_000_000,
-            evals,
-        }))
-        .await
+        let cmd = drain_command(&snapshot, req, self.now()).map_err(RpcError::Rejected)?;
+        self.write(cmd).await
     }
+}
+
+/// The raft command for `Node.UpdateEligibility` (evaluations when a node becomes
+/// eligible), or why it is refused.
+pub fn eligibility_command(
+    snapshot: &Snapshot,
+    req: NodeUpdateEligibilityRequest,
+    now: i64,
+) -> Result<Command, String> {
+    let Some(node) = snapshot.node_by_id(req.node_id.as_str()).cloned() else {
+        return Err(format!("node {} not found", req.node_id));
+    };
+    if node.drain_strategy.is_some() && req.eligibility == SchedulingEligibility::Eligible {
+        return Err(format!(
+            "can not set node {} eligible while it is draining",
+            node.id
+        ));
+    }
+    let evals = if req.eligibility == SchedulingEligibility::Eligible
+        && node.scheduling_eligibility != SchedulingEligibility::Eligible
+    {
+        node_evals(snapshot, &node, now, &mut StdRng::from_entropy())
+    } else {
+        Vec::new()
+    };
+    Ok(Command::NodeUpdateEligibility(NodeUpdateEligibility {
+        node_id: node.id.clone(),
+        eligibility: req.eligibility,
+        updated_at: now / 1_000_000_000,
+        evals,
+    }))
+}
+
+/// The raft command for `Node.UpdateDrain`: a started drain makes the node ineligible and
+/// creates `node-drain` evaluations that migrate its allocations; or why it is refused.
+pub fn drain_command(
+    snapshot: &Snapshot,
+    req: NodeUpdateDrainRequest,
+    now: i64,
+) -> Result<Command, String> {
+    let Some(node) = snapshot.node_by_id(req.node_id.as_str()).cloned() else {
+        return Err(format!("node {} not found", req.node_id));
+    };
+    let mut drain = req.drain;
+    let mut evals = Vec::new();
+    if let Some(d) = &mut drain {
+        if d.deadline < -1 {
+            return Err(format!(
+                "drain deadline {} must be -1 (none), 0 (force) or positive",
+                d.deadline
+            ));
+        }
+        d.started_at = Timestamp::from_unix_nanos(now);
+        if d.deadline > 0 {
+            d.force_deadline = Timestamp::from_unix_nanos(now.saturating_add(d.deadline));
+        }
+        evals = node_evals(snapshot, &node, now, &mut StdRng::from_entropy());
+        for e in &mut evals {
+            e.triggered_by = EvalTrigger::NodeDrain;
+        }
+    }
+    Ok(Command::NodeUpdateDrain(NodeUpdateDrain {
+        node_id: node.id.clone(),
+        drain_strategy: drain,
+        mark_eligible: req.mark_eligible,
+        updated_at: now / 1_000_000_000,
+        evals,
+    }))
 }
 
 fn client_allocs(
