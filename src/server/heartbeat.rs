@@ -277,6 +277,7 @@ impl Heartbeats {
                 if !table.is_enabled() {
                     return;
                 }
+                debug!(?next, tracked = table.len(), "heartbeat timer fired");
                 let expired = table.expire(Instant::now());
                 metrics::gauge!("teamster_heartbeat_active").set(table.len() as f64);
                 expired

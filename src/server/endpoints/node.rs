@@ -228,6 +228,7 @@ impl NodeEndpoints {
         } else {
             self.ttl(&node)?
         };
+        debug!(node_id = %node.id, ttl_ms = ttl.as_millis() as u64, "heartbeat");
         Ok(NodeHeartbeatResponse {
             index,
             heartbeat_ttl_ms: ttl.as_millis() as u64,
@@ -304,12 +305,13 @@ impl NodeEndpoints {
             if req.min_index == 0 || changed || now >= deadline {
                 return Ok(client_allocs(&snapshot, &req));
             }
+            // Never 0: `wait_tables` answers at once for index 0.
+            let seen = snapshot
+                .table_index(Table::Allocs)
+                .max(req.min_index)
+                .max(1);
             let waited = state
-                .wait_tables(
-                    &[Table::Allocs],
-                    snapshot.table_index(Table::Allocs),
-                    deadline - now,
-                )
+                .wait_tables(&[Table::Allocs], seen, deadline - now)
                 .await
                 .map_err(|e| RpcError::Remote(e.to_string()))?;
             if waited.timed_out {
