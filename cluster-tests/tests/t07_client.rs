@@ -113,7 +113,8 @@ async fn a_client_runs_an_allocation_goes_down_when_killed_and_comes_back_withou
     let server = c.servers[leader].api();
     let rpc = c.servers[leader].rpc_addr();
     let ip = client_ip(&c, 1);
-    let mut client = ClientProcess::start(c.dir(), "client-1", &ip, std::slice::from_ref(&rpc), "")?;
+    let mut client =
+        ClientProcess::start(c.dir(), "client-1", &ip, std::slice::from_ref(&rpc), "")?;
     let node_id = wait_for(Duration::from_secs(10), "the client's node id", || async {
         client.node_id()
     })

@@ -5,7 +5,9 @@
 //! Exit codes: 0 success, 1 an error (printed as one line, no backtrace), 2 bad usage.
 
 mod agent;
+mod alloc_logs;
 mod api;
+mod node;
 mod operator;
 mod output;
 mod status;
@@ -28,6 +30,12 @@ pub struct Cli {
 enum Command {
     /// Run an agent: a server, a client, or both (`--dev`).
     Agent(agent::AgentArgs),
+    /// Client nodes: status, eligibility, drain.
+    #[command(subcommand)]
+    Node(node::NodeCommand),
+    /// Allocations: task logs.
+    #[command(subcommand)]
+    Alloc(alloc_logs::AllocCommand),
     /// Operator commands: raft peers.
     #[command(subcommand)]
     Operator(operator::OperatorCommand),
@@ -58,6 +66,8 @@ pub fn main() -> ExitCode {
         Command::Agent(args) => agent::run(args),
         Command::Operator(cmd) => run_api(|| operator::run(cmd)),
         Command::Status(args) => run_api(|| status::run(args)),
+        Command::Node(cmd) => run_api(|| node::run(cmd)),
+        Command::Alloc(cmd) => run_api(|| alloc_logs::run(cmd)),
     }
 }
 

@@ -95,9 +95,26 @@ async fn cat(
         ApiError::not_found(format!("Unknown allocation {alloc_id:?} on this client"))
     })?;
     let snap = node.node.state().snapshot();
-    let alloc = snap
-        .alloc_by_id(&alloc_id)
-        .ok_or_else(|| ApiError::not_found(format!("Unknown allocation {alloc_id:?}")))?;
+    let alloc = match snap.alloc_by_id(&alloc_id) {
+        Some(a) => a.clone(),
+        None => {
+            let found: Vec<_> = snap.allocs_by_prefix(&alloc_id).take(2).collect();
+            match found.as_slice() {
+                [one] => (*one).clone(),
+                [] => {
+                    return Err(ApiError::not_found(format!(
+                        "Unknown allocation {alloc_id:?}"
+                    )))
+                }
+                _ => {
+                    return Err(ApiError::bad_request(format!(
+                        "allocation ID prefix {alloc_id:?} matches several allocations"
+                    )))
+                }
+            }
+        }
+    };
+    let alloc_id = alloc.id.to_string();
     let client = snap
         .node_by_id(alloc.node_id.as_str())
         .ok_or_else(|| ApiError::not_found(format!("node {} not found", alloc.node_id)))?;
