@@ -518,3 +518,195 @@ async fn report_loop(shared: Arc<Shared>, servers: Arc<Servers>, shutdown: Cance
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::client::driver::TaskHandle;
+    use teamster_storage::model::{
+        Allocation, ConfigValue, Job, JobType, RestartMode, RestartPolicy, Task, TaskGroup,
+        TaskStateValue,
+    };
+
+    /// Wall time that follows tokio's (paused) clock.
+    struct TestClock(tokio::time::Instant);
+
+    impl crate::util::Clock for TestClock {
+        fn now_unix_nanos(&self) -> i64 {
+            1_000_000_000_000 + self.0.elapsed().as_nanos() as i64
+        }
+    }
+
+    fn shared(dir: &Path) -> Arc<Shared> {
+        Arc::new(Shared {
+            config: ClientConfig::default(),
+            state_path: dir.join("state.json"),
+            alloc_root: dir.join("alloc"),
+            clock: Arc::new(TestClock(tokio::time::Instant::now())),
+            state: Mutex::new(ClientState::default()),
+            changed: Notify::new(),
+            runners: Mutex::new(HashMap::new()),
+        })
+    }
+
+    fn mock_alloc(run_for: &str, exit_code: i64, attempts: u32, job_type: JobType) -> LocalAlloc {
+        let mut task = Task {
+            name: "t".into(),
+            driver: "mock".into(),
+            ..Task::default()
+        };
+        task.config.insert("run_for".into(), run_for.into());
+        task.config
+            .insert("exit_code".into(), ConfigValue::Int(exit_code));
+        let job = Job {
+            id: "j".into(),
+            job_type,
+            task_groups: vec![TaskGroup {
+                name: "g".into(),
+                count: 1,
+                restart_policy: Some(RestartPolicy {
+                    attempts: Some(attempts),
+                    interval: Some(3_600_000_000_000),
+                    delay: Some(2_000_000_000),
+                    mode: Some(RestartMode::Fail),
+                }),
+                tasks: vec![task],
+                ..TaskGroup::default()
+            }],
+            ..Job::default()
+        };
+        let alloc = Allocation {
+            id: "a1".into(),
+            job_id: "j".into(),
+            task_group: "g".into(),
+            ..Allocation::default()
+        };
+        LocalAlloc::received(alloc, job, 0)
+    }
+
+    async fn run_until_finished(sh: &Arc<Shared>, local: LocalAlloc) -> (LocalAlloc, Duration) {
+        let started = tokio::time::Instant::now();
+        sh.state().allocs.insert("a1".into(), local.clone());
+        let _stop = alloc_runner::spawn(sh, &local);
+        for _ in 0..10_000 {
+            if sh.state().allocs["a1"].finished() {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        (sh.state().allocs["a1"].clone(), started.elapsed())
+    }
+
+    fn event_types(l: &LocalAlloc) -> Vec<String> {
+        l.task_states["t"]
+            .events
+            .iter()
+            .map(|e| e.event_type.clone())
+            .collect()
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_failing_task_is_restarted_per_policy_then_fails_the_alloc() {
+        let dir = tempfile::tempdir().unwrap();
+        let sh = shared(dir.path());
+        let (done, took) = run_until_finished(&sh, mock_alloc("1s", 3, 2, JobType::Service)).await;
+        assert_eq!(done.client_status, ClientStatus::Failed);
+        let t = &done.task_states["t"];
+        assert_eq!(t.state, TaskStateValue::Dead);
+        assert!(t.failed);
+        assert_eq!(t.restarts, 2);
+        let types = event_types(&done);
+        assert_eq!(types.iter().filter(|t| *t == "Restarting").count(), 2);
+        assert_eq!(types.last().map(String::as_str), Some("Not Restarting"));
+        let exit = done.task_states["t"]
+            .events
+            .iter()
+            .find(|e| e.event_type == "Terminated")
+            .unwrap();
+        assert_eq!(exit.exit_code, 3);
+        // Three runs of 1 s and two restart delays of 2 s.
+        assert!(
+            took >= Duration::from_secs(7) && took < Duration::from_secs(8),
+            "{took:?}"
+        );
+        assert!(done.version > done.reported, "changes wait for the updater");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_successful_batch_task_completes_the_alloc() {
+        let dir = tempfile::tempdir().unwrap();
+        let sh = shared(dir.path());
+        let (done, took) = run_until_finished(&sh, mock_alloc("3s", 0, 2, JobType::Batch)).await;
+        assert_eq!(done.client_status, ClientStatus::Complete);
+        assert_eq!(done.task_states["t"].restarts, 0);
+        assert!(!done.task_states["t"].failed);
+        assert!(took >= Duration::from_secs(3) && took < Duration::from_secs(4));
+        assert!(
+            done.handles.is_empty(),
+            "no handle kept for a finished task"
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn stopping_an_alloc_kills_its_task_without_failing_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let sh = shared(dir.path());
+        let local = mock_alloc("1h", 0, 2, JobType::Service);
+        sh.state().allocs.insert("a1".into(), local.clone());
+        let stop = alloc_runner::spawn(&sh, &local);
+        tokio::time::sleep(Duration::from_secs(5)).await;
+        assert_eq!(sh.state().allocs["a1"].client_status, ClientStatus::Running);
+        stop.cancel();
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        let done = sh.state().allocs["a1"].clone();
+        assert_eq!(done.client_status, ClientStatus::Complete);
+        let types = event_types(&done);
+        assert!(
+            types.ends_with(&["Killing".to_string(), "Killed".to_string()]),
+            "{types:?}"
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_restarted_client_reattaches_instead_of_starting_a_second_copy() {
+        let dir = tempfile::tempdir().unwrap();
+        let sh = shared(dir.path());
+        let mut local = mock_alloc("10s", 0, 2, JobType::Batch);
+        // As persisted by an earlier run: started 4 s ago, running for 10 s.
+        let now = sh.clock.now_unix_nanos();
+        local.handles.insert(
+            "t".into(),
+            TaskHandle::Mock {
+                started_at: now - 4_000_000_000,
+                run_for: 10_000_000_000,
+                exit_code: 0,
+            },
+        );
+        local.task_states.get_mut("t").unwrap().state = TaskStateValue::Running;
+        let (done, took) = run_until_finished(&sh, local).await;
+        assert_eq!(done.client_status, ClientStatus::Complete);
+        assert!(
+            took >= Duration::from_secs(6) && took < Duration::from_secs(7),
+            "{took:?}"
+        );
+        assert!(
+            !event_types(&done).contains(&"Started".to_string()),
+            "started twice"
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn state_survives_a_restart_of_the_client() {
+        let dir = tempfile::tempdir().unwrap();
+        let sh = shared(dir.path());
+        sh.state().node_id = "n1".into();
+        sh.state()
+            .allocs
+            .insert("a1".into(), mock_alloc("1s", 0, 0, JobType::Batch));
+        sh.persist();
+        let back: ClientState =
+            serde_json::from_slice(&std::fs::read(dir.path().join("state.json")).unwrap()).unwrap();
+        assert_eq!(back.node_id, "n1");
+        assert_eq!(back.allocs["a1"], sh.state().allocs["a1"]);
+    }
+}
