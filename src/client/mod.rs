@@ -297,6 +297,7 @@ async fn heartbeat_loop(
 ) {
     let node_id = node.id.clone();
     let mut need_register = true;
+    let mut failures = 0u32;
     loop {
         let outcome = if need_register {
             let req =
@@ -311,6 +312,7 @@ async fn heartbeat_loop(
         };
         let wait = match outcome {
             Ok(resp) => {
+                failures = 0;
                 if need_register {
                     info!(ttl_ms = resp.heartbeat_ttl_ms, "node registered");
                     need_register = false;
@@ -326,7 +328,12 @@ async fn heartbeat_loop(
                 RETRY
             }
             Err(e) => {
-                warn!(error = %e, "heartbeat failed; retrying");
+                failures += 1;
+                if failures > 1 {
+                    warn!(error = %e, failures, "heartbeat failed; retrying");
+                } else {
+                    debug!(error = %e, "heartbeat failed; retrying");
+                }
                 metrics::counter!("teamster_client_heartbeat_failures_total").increment(1);
                 RETRY
             }

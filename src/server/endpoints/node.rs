@@ -681,6 +681,187 @@ mod tests {
         assert!(e.contains("missing datacenter"), "{e}");
     }
 
+    fn job(id: &str, job_type: JobType) -> teamster_storage::model::Job {
+        let mut job = teamster_storage::model::Job {
+            id: id.into(),
+            job_type,
+            datacenters: vec!["dc1".into()],
+            task_groups: vec![teamster_storage::model::TaskGroup {
+                name: "g".into(),
+                count: 1,
+                tasks: vec![teamster_storage::model::Task {
+                    name: "t".into(),
+                    driver: "mock".into(),
+                    ..Default::default()
+                }],
+                ..Default::default()
+            }],
+            ..Default::default()
+        };
+        job.canonicalize();
+        job
+    }
+
+    fn state_with_allocs() -> (teamster_storage::state::StateStore, Node) {
+        use teamster_storage::fsm::{ApplyPlanResults, JobRegister, NodeRegister};
+        use teamster_storage::model::Allocation;
+        let store = teamster_storage::state::StateStore::new();
+        let mut node = good_node();
+        node.canonicalize();
+        let mut index = 0;
+        let mut apply = |c: Command| {
+            index += 1;
+            let r = store.apply(index, c);
+            assert!(r.rejection().is_none(), "{r:?}");
+        };
+        apply(Command::NodeRegister(NodeRegister {
+            node: node.clone(),
+            evals: vec![],
+        }));
+        for (id, t) in [
+            ("web", JobType::Service),
+            ("report", JobType::Batch),
+            ("done", JobType::Batch),
+            ("agent", JobType::System),
+            ("elsewhere", JobType::System),
+        ] {
+            let mut j = job(id, t);
+            if id == "elsewhere" {
+                j.datacenters = vec!["dc9".into()];
+            }
+            apply(Command::JobRegister(JobRegister {
+                job: j,
+                eval: None,
+                enforce_index: None,
+            }));
+        }
+        let allocs: Vec<Allocation> = ["web", "report", "done", "agent"]
+            .iter()
+            .enumerate()
+            .map(|(i, j)| Allocation {
+                id: format!("a{i}").into(),
+                namespace: "default".into(),
+                node_id: node.id.clone(),
+                job_id: (*j).into(),
+                task_group: "g".into(),
+                ..Allocation::default()
+            })
+            .collect();
+        apply(Command::ApplyPlanResults(ApplyPlanResults {
+            eval_id: "".into(),
+            allocs_updated: allocs,
+            allocs_stopped: vec![],
+            allocs_preempted: vec![],
+            evals: vec![],
+            ineligible_nodes: vec![],
+            updated_at: 0,
+        }));
+        apply(Command::AllocClientUpdate(
+            teamster_storage::fsm::AllocClientUpdate {
+                allocs: vec![teamster_storage::fsm::AllocClientReport {
+                    id: "a2".into(),
+                    client_status: ClientStatus::Complete,
+                    client_description: String::new(),
+                    task_states: Default::default(),
+                    modify_time: 0,
+                }],
+                evals: vec![],
+            },
+        ));
+        let node = (**store.snapshot().node_by_id(node.id.as_str()).unwrap()).clone();
+        (store, node)
+    }
+
+    #[test]
+    fn node_evals_cover_jobs_with_live_allocs_and_system_jobs_in_scope() {
+        let (store, node) = state_with_allocs();
+        let mut rng = StdRng::seed_from_u64(1);
+        let evals = node_evals(&store.snapshot(), &node, 7, &mut rng);
+        let mut jobs: Vec<&str> = evals.iter().map(|e| e.job_id.as_str()).collect();
+        jobs.sort();
+        // web (service, running), report (batch, not finished), agent (system job in dc1);
+        // not "done" (batch, complete) nor "elsewhere" (system job in another datacenter).
+        assert_eq!(jobs, vec!["agent", "report", "web"]);
+        for e in &evals {
+            assert_eq!(e.triggered_by, EvalTrigger::NodeUpdate);
+            assert_eq!(e.status, EvalStatus::Pending);
+            assert_eq!(e.node_id, node.id);
+            assert_eq!(e.node_modify_index, node.modify_index);
+        }
+    }
+
+    #[test]
+    fn a_drain_makes_the_node_ineligible_and_creates_drain_evals() {
+        let (store, node) = state_with_allocs();
+        let cmd = drain_command(
+            &store.snapshot(),
+            NodeUpdateDrainRequest {
+                node_id: node.id.clone(),
+                drain: Some(teamster_storage::model::DrainStrategy {
+                    deadline: 60_000_000_000,
+                    ..Default::default()
+                }),
+                mark_eligible: false,
+            },
+            1_000,
+        )
+        .unwrap();
+        let Command::NodeUpdateDrain(d) = &cmd else {
+            panic!("{cmd:?}")
+        };
+        assert_eq!(d.evals.len(), 3);
+        assert!(d
+            .evals
+            .iter()
+            .all(|e| e.triggered_by == EvalTrigger::NodeDrain));
+        store.apply(100, cmd);
+        let after = store
+            .snapshot()
+            .node_by_id(node.id.as_str())
+            .cloned()
+            .unwrap();
+        assert_eq!(
+            after.scheduling_eligibility,
+            SchedulingEligibility::Ineligible
+        );
+        let strategy = after.drain_strategy.clone().unwrap();
+        assert_eq!(
+            strategy.force_deadline.unix_nanos(),
+            Some(1_000 + 60_000_000_000)
+        );
+        // Eligible while draining is refused; cancelling with MarkEligible restores it.
+        let refused = eligibility_command(
+            &store.snapshot(),
+            NodeUpdateEligibilityRequest {
+                node_id: node.id.clone(),
+                eligibility: SchedulingEligibility::Eligible,
+            },
+            2_000,
+        );
+        assert!(refused.unwrap_err().contains("while it is draining"));
+        let cancel = drain_command(
+            &store.snapshot(),
+            NodeUpdateDrainRequest {
+                node_id: node.id.clone(),
+                drain: None,
+                mark_eligible: true,
+            },
+            3_000,
+        )
+        .unwrap();
+        store.apply(101, cancel);
+        let after = store
+            .snapshot()
+            .node_by_id(node.id.as_str())
+            .cloned()
+            .unwrap();
+        assert!(after.drain_strategy.is_none());
+        assert_eq!(
+            after.scheduling_eligibility,
+            SchedulingEligibility::Eligible
+        );
+    }
+
     #[test]
     fn evals_follow_nomad_s_status_transitions() {
         use NodeStatus::*;
