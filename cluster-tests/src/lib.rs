@@ -1,8 +1,10 @@
 //! Harnesses for teamster cluster tests.
 //!
 //! - [`process`]: clusters of real `teamster` processes on loopback addresses.
+//! - [`client_process`]: client agent processes, and allocations placed by hand.
 //! - [`wait_for`]: wait on a condition with a deadline (tests never sleep a fixed time).
 
+pub mod client_process;
 pub mod process;
 
 use std::future::Future;

@@ -10,9 +10,11 @@
 
 mod agent;
 mod allocs;
+pub mod client_fs;
 pub mod error;
 pub mod evals;
 mod jobs;
+pub mod nodes;
 mod operator;
 pub mod query;
 pub mod read;
@@ -130,6 +132,8 @@ pub fn router(ctx: HttpContext) -> Router {
         .merge(evals::routes())
         .merge(allocs::routes())
         .merge(scheduler_config::routes())
+        .merge(nodes::routes())
+        .merge(client_fs::routes())
         .method_not_allowed_fallback(|| async { ApiError::method_not_allowed() })
         .fallback(|| async { ApiError::not_found("Invalid URL") })
         .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
