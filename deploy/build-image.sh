@@ -36,7 +36,8 @@ if [ "${SKIP_CARGO:-0}" != 1 ]; then
     log "cargo build (profile $PROFILE) took $(( $(date +%s) - start ))s"
 fi
 [ -x "$BIN" ] || { log "missing $BIN"; exit 1; }
-if command -v ldd >/dev/null 2>&1 && ldd "$BIN" >/dev/null 2>&1; then
+# A static(-pie) binary has no "lib => path" lines in ldd's answer.
+if command -v ldd >/dev/null 2>&1 && ldd "$BIN" 2>&1 | grep -q '=>'; then
     log "$BIN is dynamically linked; refusing to put it in a scratch image"
     exit 1
 fi

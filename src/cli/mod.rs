@@ -8,6 +8,7 @@ mod agent;
 mod api;
 mod operator;
 mod output;
+mod snapshot;
 mod status;
 
 use std::process::ExitCode;
@@ -28,7 +29,7 @@ pub struct Cli {
 enum Command {
     /// Run an agent: a server, a client, or both (`--dev`).
     Agent(agent::AgentArgs),
-    /// Operator commands: raft peers.
+    /// Operator commands: raft peers, snapshots.
     #[command(subcommand)]
     Operator(operator::OperatorCommand),
     /// Show the cluster's leader and peers.

@@ -6,7 +6,7 @@
 //! never redirected; request bodies capped at [`MAX_BODY_BYTES`] (413 beyond).
 //!
 //! - [`error`], [`query`]: the conventions.
-//! - `status`, `operator`, `agent`: the routes, one file per group.
+//! - `status`, `operator`, `agent`, `snapshot`: the routes, one file per group.
 
 mod agent;
 pub mod error;
@@ -14,6 +14,7 @@ mod jobs;
 mod operator;
 pub mod query;
 pub mod read;
+mod snapshot;
 mod status;
 
 use std::sync::Arc;
@@ -118,6 +119,7 @@ pub fn router(ctx: HttpContext) -> Router {
         .route("/v1/agent/health", get(agent::health))
         .route("/v1/metrics", get(agent::metrics))
         .route("/v1/regions", get(agent::regions))
+        .merge(snapshot::routes())
         .method_not_allowed_fallback(|| async { ApiError::method_not_allowed() })
         .fallback(|| async { ApiError::not_found("Invalid URL") })
         .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
