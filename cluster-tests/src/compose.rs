@@ -396,21 +396,23 @@ impl ComposeCluster {
     pub async fn exec_get(&self, name: &str, path: &str) -> anyhow::Result<String> {
         let id = self.service(name).container.clone();
         let url = format!("http://127.0.0.1:4646{path}");
-        self.docker(&["exec", &id, "wget", "-q", "-T", "10", "-O", "-", &url])
+        // busybox 1.35's static `wget -T` segfaults; `timeout` bounds it instead.
+        self.docker(&["exec", &id, "timeout", "10", "wget", "-q", "-O", "-", &url])
             .await
     }
 
-    /// POST a JSON body on a service's API from inside its container.
+    /// POST a JSON body on a service's API from inside its container; an error when it is
+    /// refused or not answered within 10 s.
     pub async fn exec_post(&self, name: &str, path: &str, body: &str) -> anyhow::Result<String> {
         let id = self.service(name).container.clone();
         let url = format!("http://127.0.0.1:4646{path}");
         self.docker(&[
             "exec",
             &id,
+            "timeout",
+            "10",
             "wget",
             "-q",
-            "-T",
-            "10",
             "-O",
             "-",
             "--header",

@@ -35,11 +35,21 @@ fn skip(test: &str) -> bool {
 struct Acks {
     ids: Arc<Mutex<Vec<String>>>,
     failed: Arc<AtomicUsize>,
+    /// Why attempts failed: message → count (for the report).
+    errors: Arc<Mutex<std::collections::BTreeMap<String, usize>>>,
 }
 
 impl Acks {
     fn count(&self) -> usize {
         self.ids.lock().unwrap().len()
+    }
+
+    fn errors(&self) -> String {
+        let e = self.errors.lock().unwrap();
+        e.iter()
+            .map(|(m, n)| format!("{n}× {m}"))
+            .collect::<Vec<_>>()
+            .join("; ")
     }
 
     fn ids(&self) -> Vec<String> {
@@ -59,30 +69,42 @@ fn http() -> reqwest::Client {
 }
 
 /// Register `n` jobs named `<prefix>-<i>`, `concurrency` at a time, spread over `bases`
-/// (`http://ip:4646`), as a client would: each once, no retries. Acknowledged ones go to
-/// `acks`.
+/// (`http://ip:4646`), as a client would: a failed attempt is retried on the next server,
+/// up to three attempts (registering the same job again is idempotent). Acknowledged ones go
+/// to `acks`; failed attempts are counted in `acks.failed`.
 async fn register_jobs(bases: Vec<String>, prefix: &str, n: usize, concurrency: usize, acks: Acks) {
     let http = http();
     futures::stream::iter(0..n)
         .map(|i| {
-            let base = bases[i % bases.len()].clone();
+            let bases = bases.clone();
             let id = format!("{prefix}-{i:05}");
             let http = http.clone();
             let acks = acks.clone();
             async move {
                 let body = serde_json::json!({ "Job": small_job(&id) });
-                let ok = match http
-                    .post(format!("{base}/v1/jobs"))
-                    .json(&body)
-                    .send()
-                    .await
-                {
-                    Ok(r) => r.status().is_success(),
-                    Err(_) => false,
-                };
-                if ok {
-                    acks.ids.lock().unwrap().push(id);
-                } else {
+                for attempt in 0..3 {
+                    let base = &bases[(i + attempt) % bases.len()];
+                    let sent = http
+                        .post(format!("{base}/v1/jobs"))
+                        .json(&body)
+                        .send()
+                        .await;
+                    let why = match sent {
+                        Ok(r) if r.status().is_success() => {
+                            acks.ids.lock().unwrap().push(id);
+                            return;
+                        }
+                        Ok(r) => {
+                            let status = r.status();
+                            format!("HTTP {status}: {}", r.text().await.unwrap_or_default())
+                        }
+                        Err(e) if e.is_timeout() => "timed out".to_string(),
+                        Err(e) if e.is_connect() => "connect failed".to_string(),
+                        Err(e) => e.to_string(),
+                    };
+                    // Short, without per-request details, so equal causes count together.
+                    let why: String = why.chars().take(90).collect();
+                    *acks.errors.lock().unwrap().entry(why).or_default() += 1;
                     acks.failed.fetch_add(1, Ordering::Relaxed);
                 }
             }
@@ -246,9 +268,10 @@ async fn compose_leader_killed_while_registering_500_jobs() -> anyhow::Result<()
     load.await?;
     let acked = acks.ids();
     eprintln!(
-        "kill scenario: {} acknowledged, {} refused",
+        "kill scenario: {} of 500 acknowledged, {} failed attempts: {}",
         acked.len(),
-        acks.failed.load(Ordering::Relaxed)
+        acks.failed.load(Ordering::Relaxed),
+        acks.errors()
     );
     check_invariants(&api, &acked, &leaders).await;
 
@@ -318,8 +341,12 @@ async fn compose_isolated_leader_accepts_no_write_and_rejoins_with_identical_sta
         .unwrap_or(0);
     wait_applied(&c, old, index, Duration::from_secs(30)).await?;
     wait_identical_state(&c, Duration::from_secs(30)).await?;
-    let state = raft_stat(&c.servers[old].api(), "term").await;
-    assert!(state.is_some());
+    let me: Value = c.servers[old].api().get("/v1/agent/self").await?;
+    assert_eq!(me["stats"]["raft"]["state"], "Follower", "{me}");
+    assert_eq!(
+        me["stats"]["raft"]["leader_addr"],
+        c.servers[new].rpc_addr().as_str()
+    );
     let jobs: Vec<Value> = c.servers[old].api().get("/v1/jobs?stale=true").await?;
     assert!(
         jobs.iter().all(|j| j["ID"] != "written-while-isolated"),
@@ -429,9 +456,10 @@ async fn compose_rolling_restart_under_load_loses_no_acknowledged_write() -> any
     done.store(1, Ordering::Relaxed);
     load.await?;
     eprintln!(
-        "MEASURE rolling restart of 3 servers under load: {took:.1?}; {} acknowledged, {} refused",
+        "MEASURE rolling restart of 3 servers under load: {took:.1?}; {} acknowledged, {} failed attempts: {}",
         acks.count(),
-        acks.failed.load(Ordering::Relaxed)
+        acks.failed.load(Ordering::Relaxed),
+        acks.errors()
     );
     observe_all(&c, &mut leaders).await;
     let leader = c.wait_leader(&[0, 1, 2], Duration::from_secs(30)).await?;
