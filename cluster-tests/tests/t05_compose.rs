@@ -309,7 +309,20 @@ async fn compose_isolated_leader_accepts_no_write_and_rejoins_with_identical_sta
 
     c.disconnect(&old_name).await?;
     let isolated = Instant::now();
-    // The isolated server is asked to register a job from inside its container.
+    let new = c.wait_leader(&survivors, Duration::from_secs(15)).await?;
+    let elected = isolated.elapsed();
+    // A write on the new leader commits.
+    let probe = serde_json::json!({ "Job": small_job("probe-after-isolation") });
+    let api = c.servers[new].api();
+    api.request::<_, Value>(reqwest::Method::POST, "/v1/jobs", Some(&probe))
+        .await?;
+    eprintln!(
+        "MEASURE failover (leader isolated): majority leader agreed {elected:.2?}, serving \
+         writes {:.2?} after the disconnect",
+        isolated.elapsed()
+    );
+    // The isolated server is asked to register a job from inside its container: no
+    // acknowledgement (it cannot reach a quorum), and the job never appears (below).
     let body = serde_json::json!({ "Job": small_job("written-while-isolated") }).to_string();
     let refused = c.exec_post(&old_name, "/v1/jobs", &body).await;
     assert!(
@@ -317,11 +330,6 @@ async fn compose_isolated_leader_accepts_no_write_and_rejoins_with_identical_sta
         "the isolated server acknowledged a write: {refused:?}"
     );
 
-    let new = c.wait_leader(&survivors, Duration::from_secs(15)).await?;
-    eprintln!(
-        "MEASURE failover (leader isolated): majority leader agreed {:.2?} after the disconnect",
-        isolated.elapsed()
-    );
     observe_all(&c, &mut leaders).await;
     let acks = Acks::default();
     let bases: Vec<String> = survivors
