@@ -6,8 +6,10 @@
 
 mod agent;
 mod api;
+mod eval;
 mod operator;
 mod output;
+mod scheduler_config;
 mod snapshot;
 mod status;
 
@@ -34,6 +36,12 @@ enum Command {
     Operator(operator::OperatorCommand),
     /// Show the cluster's leader and peers.
     Status(status::StatusArgs),
+    /// Evaluations: list, status.
+    #[command(subcommand)]
+    Eval(eval::EvalCommand),
+    /// Allocations: status.
+    #[command(subcommand)]
+    Alloc(eval::AllocCommand),
 }
 
 /// Flags shared by every command that talks to the HTTP API.
@@ -59,6 +67,8 @@ pub fn main() -> ExitCode {
         Command::Agent(args) => agent::run(args),
         Command::Operator(cmd) => run_api(|| operator::run(cmd)),
         Command::Status(args) => run_api(|| status::run(args)),
+        Command::Eval(cmd) => run_api(|| eval::run_eval(cmd)),
+        Command::Alloc(cmd) => run_api(|| eval::run_alloc(cmd)),
     }
 }
 

@@ -9,11 +9,14 @@
 //! - `status`, `operator`, `agent`, `snapshot`: the routes, one file per group.
 
 mod agent;
+mod allocs;
 pub mod error;
+pub mod evals;
 mod jobs;
 mod operator;
 pub mod query;
 pub mod read;
+mod scheduler_config;
 mod snapshot;
 mod status;
 
@@ -53,6 +56,8 @@ pub struct ServerHandles {
     pub node: Arc<RaftNode>,
     /// Whether leader duties are established here.
     pub leadership: LeadershipState,
+    /// The broker, blocked evals and plan queue (for their stats).
+    pub leader_side: crate::server::endpoints::eval::LeaderSide,
 }
 
 impl HttpContext {
@@ -120,6 +125,9 @@ pub fn router(ctx: HttpContext) -> Router {
         .route("/v1/metrics", get(agent::metrics))
         .route("/v1/regions", get(agent::regions))
         .merge(snapshot::routes())
+        .merge(evals::routes())
+        .merge(allocs::routes())
+        .merge(scheduler_config::routes())
         .method_not_allowed_fallback(|| async { ApiError::method_not_allowed() })
         .fallback(|| async { ApiError::not_found("Invalid URL") })
         .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
