@@ -14,6 +14,7 @@ mod output;
 mod scheduler_config;
 mod scheduler;
 mod scheduler_workers;
+mod snapshot;
 mod status;
 
 use std::process::ExitCode;
@@ -37,7 +38,7 @@ enum Command {
     /// Client nodes: status, eligibility, drain.
     #[command(subcommand)]
     Node(node::NodeCommand),
-    /// Operator commands: raft peers.
+    /// Operator commands: raft peers, snapshots, the scheduler.
     #[command(subcommand)]
     Operator(operator::OperatorCommand),
     /// Show the cluster's leader and peers.

@@ -6,7 +6,7 @@
 //! never redirected; request bodies capped at [`MAX_BODY_BYTES`] (413 beyond).
 //!
 //! - [`error`], [`query`]: the conventions.
-//! - `status`, `operator`, `agent`, [`schedulers`]: the routes, one file per group.
+//! - `status`, `operator`, `agent`, [`schedulers`], `snapshot`: the routes, one file per group.
 
 mod agent;
 mod allocs;
@@ -20,6 +20,7 @@ pub mod query;
 pub mod read;
 pub mod schedulers;
 mod scheduler_config;
+mod snapshot;
 mod status;
 
 use std::sync::Arc;
@@ -129,6 +130,7 @@ pub fn router(ctx: HttpContext) -> Router {
         .route("/v1/metrics", get(agent::metrics))
         .route("/v1/regions", get(agent::regions))
         .merge(schedulers::routes())
+        .merge(snapshot::routes())
         .merge(evals::routes())
         .merge(allocs::routes())
         .merge(scheduler_config::routes())
