@@ -6,8 +6,10 @@
 
 mod agent;
 mod api;
+mod job;
 mod operator;
 mod output;
+mod server;
 mod status;
 
 use std::process::ExitCode;
@@ -28,6 +30,12 @@ pub struct Cli {
 enum Command {
     /// Run an agent: a server, a client, or both (`--dev`).
     Agent(agent::AgentArgs),
+    /// Jobs: run, status, stop, inspect, validate.
+    #[command(subcommand)]
+    Job(job::JobCommand),
+    /// Servers: members of the server cluster.
+    #[command(subcommand)]
+    Server(server::ServerCommand),
     /// Operator commands: raft peers.
     #[command(subcommand)]
     Operator(operator::OperatorCommand),
@@ -56,6 +64,8 @@ pub fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
         Command::Agent(args) => agent::run(args),
+        Command::Job(cmd) => run_api_code(|| job::run(cmd)),
+        Command::Server(cmd) => run_api(|| server::run(cmd)),
         Command::Operator(cmd) => run_api(|| operator::run(cmd)),
         Command::Status(args) => run_api(|| status::run(args)),
     }
@@ -66,6 +76,15 @@ fn run_api<F, Fut>(f: F) -> ExitCode
 where
     F: FnOnce() -> Fut,
     Fut: std::future::Future<Output = anyhow::Result<()>>,
+{
+    run_api_code(|| async { f().await.map(|()| ExitCode::SUCCESS) })
+}
+
+/// Like [`run_api`], for commands that choose their own exit code.
+fn run_api_code<F, Fut>(f: F) -> ExitCode
+where
+    F: FnOnce() -> Fut,
+    Fut: std::future::Future<Output = anyhow::Result<ExitCode>>,
 {
     let rt = match tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -78,7 +97,7 @@ where
         }
     };
     match rt.block_on(f()) {
-        Ok(()) => ExitCode::SUCCESS,
+        Ok(code) => code,
         Err(e) => {
             eprintln!("Error: {e:#}");
             ExitCode::FAILURE
