@@ -297,7 +297,7 @@ pub async fn versions(
     if versions.is_empty() {
         return Err(ApiError::not_found("job not found"));
     }
-    versions.sort_by(|a, b| b.version.cmp(&a.version));
+    versions.sort_by_key(|j| std::cmp::Reverse(j.version));
     let versions: Vec<&Job> = versions.iter().map(|j| j.as_ref()).collect();
     Ok(json_read(
         serde_json::json!({ "Versions": versions, "Diffs": null }),
