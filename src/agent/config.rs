@@ -244,6 +244,16 @@ pub struct ClientConfig {
     pub reserved: Reserved,
     /// Free-form node metadata (`${meta.key}` in constraints).
     pub meta: BTreeMap<String, String>,
+    /// Total CPU to advertise in MHz (0: fingerprinted).
+    pub cpu_total_compute: u64,
+    /// Total memory to advertise in MB (0: fingerprinted).
+    pub memory_total_mb: u64,
+    /// How often changed allocation states are sent to the servers, in one batch.
+    #[serde(with = "duration_str")]
+    pub update_interval: Duration,
+    /// The longest kill timeout a task may ask for.
+    #[serde(with = "duration_str")]
+    pub max_kill_timeout: Duration,
 }
 
 impl Default for ClientConfig {
@@ -256,6 +266,10 @@ impl Default for ClientConfig {
             drivers: vec!["raw_exec".to_string(), "mock".to_string()],
             reserved: Reserved::default(),
             meta: BTreeMap::new(),
+            cpu_total_compute: 0,
+            memory_total_mb: 0,
+            update_interval: Duration::from_millis(200),
+            max_kill_timeout: Duration::from_secs(30),
         }
     }
 }
@@ -345,6 +359,12 @@ impl AgentConfig {
         }
         if self.data_dir.is_none() {
             return Err(bad("data_dir", "is required (or run with --dev)".into()));
+        }
+        if self.client.enabled && !self.server.enabled && self.client.servers.is_empty() {
+            return Err(bad(
+                "client.servers",
+                "is required when the server role is disabled".into(),
+            ));
         }
         if self.ports.http == 0 && self.ports.rpc == 0 {
             // Port 0 asks the OS for a free port; allowed for tests, fine for both.
@@ -499,6 +519,15 @@ impl ClientConfig {
         }
         if self.datacenter.trim().is_empty() {
             return Err(("client.datacenter", "must not be empty".into()));
+        }
+        if self.update_interval.is_zero() || self.update_interval > Duration::from_secs(60) {
+            return Err((
+                "client.update_interval",
+                "must be between 1ms and 60s".into(),
+            ));
+        }
+        if self.max_kill_timeout.is_zero() {
+            return Err(("client.max_kill_timeout", "must be positive".into()));
         }
         for d in &self.drivers {
             if !["raw_exec", "mock"].contains(&d.as_str()) {

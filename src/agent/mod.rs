@@ -14,6 +14,7 @@ use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 use tracing::info;
 
+use crate::client::{Client, ClientError};
 use crate::http::ServerHandles;
 use crate::server::{Server, ServerError};
 use config::AgentConfig;
@@ -51,6 +52,9 @@ pub enum AgentError {
     /// The server role failed to start.
     #[error("server: {0}")]
     Server(#[from] ServerError),
+    /// The client role failed to start.
+    #[error("client: {0}")]
+    Client(#[from] ClientError),
     /// Waiting for signals failed.
     #[error("cannot install signal handlers: {0}")]
     Signals(std::io::Error),
@@ -67,6 +71,7 @@ pub struct Agent {
     tasks: Vec<tokio::task::JoinHandle<()>>,
     server: Option<Server>,
     reloader: Option<Reloader>,
+    client: Option<Client>,
     _dev_dir: Option<tempfile::TempDir>,
 }
 
@@ -147,6 +152,34 @@ impl Agent {
                 tracing::error!(error = %e, "the HTTP server failed");
             }
         });
+        let client = if config.client.enabled {
+            let mut servers: Vec<String> = config
+                .client
+                .servers
+                .iter()
+                .filter_map(|a| config::parse_peer_addr(a).ok())
+                .map(|(host, port)| format!("{host}:{port}"))
+                .collect();
+            if let Some(s) = &server {
+                if servers.is_empty() {
+                    servers.push(s.node().addr().rpc_addr.clone());
+                }
+            }
+            let advertised_http = SocketAddr::new(config.advertise_ip(), http_addr.port());
+            Some(
+                Client::start(
+                    &config.client,
+                    &config.name,
+                    &data_dir,
+                    advertised_http.to_string(),
+                    servers,
+                    crate::util::system_clock(),
+                )
+                .await?,
+            )
+        } else {
+            None
+        };
         info!(name = %config.name, http = %http_addr, "agent started");
         Ok(Agent {
             config,
@@ -155,6 +188,7 @@ impl Agent {
             tasks: vec![http_task],
             server,
             reloader: None,
+            client,
             _dev_dir: dev_dir,
         })
     }
@@ -167,6 +201,11 @@ impl Agent {
     /// The server role, when this agent runs one.
     pub fn server(&self) -> Option<&Server> {
         self.server.as_ref()
+    }
+
+    /// The client role, when this agent runs one.
+    pub fn client(&self) -> Option<&Client> {
+        self.client.as_ref()
     }
 
     /// The configuration the agent runs with.
@@ -231,6 +270,9 @@ impl Agent {
         self.shutdown.cancel();
         for t in self.tasks {
             let _ = t.await;
+        }
+        if let Some(client) = self.client {
+            client.shutdown().await;
         }
         if let Some(server) = self.server {
             server.shutdown().await;

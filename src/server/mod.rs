@@ -18,6 +18,7 @@
 //! - [`pipeline`]: the broker and blocked evals switched by leadership and fed by the state.
 //! - [`plan_queue`]: the plan queue and the plan applier.
 //! - [`reapers`]: failed, cancelable and duplicate blocked evals written back by the leader.
+//! - [`heartbeat`]: the leader's heartbeat timers (nodes that go silent are marked down).
 //! - [`endpoints`]: the RPC handlers.
 //! - [`worker`]: the scheduler workers and their pool.
 
@@ -25,6 +26,7 @@ pub mod blocked_evals;
 pub mod endpoints;
 pub mod eval_broker;
 pub mod formation;
+pub mod heartbeat;
 pub mod leader;
 pub mod pipeline;
 pub mod plan_apply;
@@ -166,7 +168,7 @@ impl Server {
             blocked_evals::BlockedEvalsConfig::default(),
         )?;
         let plans = plan_queue::PlanQueue::new();
-        let duties: Vec<Arc<dyn leader::LeaderDuty>> = vec![
+        let mut duties: Vec<Arc<dyn leader::LeaderDuty>> = vec![
             Arc::new(worker::pool::PauseWorkersDuty::new(workers.clone())),
             Arc::new(plan_queue::PlanQueueDuty::new(
                 node.clone(),
@@ -189,6 +191,18 @@ impl Server {
                 config.server.workers.core_gc_interval,
             )),
         ];
+        // Heartbeat timers start last (ARCHITECTURE.md §4, step 5).
+        let heartbeats = heartbeat::Heartbeats::new(
+            node.clone(),
+            heartbeat::HeartbeatConfig::from(&config.server),
+            clock.clone(),
+        );
+        handler.set_node_endpoints(endpoints::node::NodeEndpoints::new(
+            node.clone(),
+            heartbeats.clone(),
+            clock.clone(),
+        ));
+        duties.push(Arc::new(heartbeats));
         let (leadership, leader_task) =
             leader::spawn(node.clone(), duties, clock, shutdown.clone());
         tasks.push(leader_task);
