@@ -226,3 +226,83 @@ async fn a_follower_restarted_behind_20000_writes_never_schedules_on_stale_state
     assert_eq!(stale, 0.0, "an eval was scheduled below its WaitIndex");
     Ok(())
 }
+
+#[tokio::test]
+async fn jobs_registered_on_any_server_are_placed_on_a_client_and_run() -> anyhow::Result<()> {
+    use teamster_cluster_tests::client_process::{wait_node_status, ClientProcess};
+    let options = ClusterOptions {
+        server_toml: "num_schedulers = 2\n".into(),
+        ..ClusterOptions::default()
+    };
+    let mut c = ProcessCluster::start(3, options)?;
+    let leader = c.wait_leader(FORMATION).await?;
+    let servers: Vec<String> = c.servers.iter().map(|s| s.rpc_addr()).collect();
+    let ip = {
+        let (block, _) = c.servers[0].ip.rsplit_once('.').expect("an IPv4 address");
+        format!("{block}.101")
+    };
+    let client = ClientProcess::start(c.dir(), "client-1", &ip, &servers, "")?;
+    let node_id = wait_for(Duration::from_secs(10), "the client's node id", || async {
+        client.node_id()
+    })
+    .await?;
+    let api = c.servers[leader].api();
+    wait_node_status(&api, &node_id, "ready", Duration::from_secs(15)).await?;
+
+    // A client-only agent has no workers.
+    let (status, text) = raw_get(&format!("http://{ip}:4646/v1/agent/schedulers")).await?;
+    assert_eq!((status, text.as_str()), (400, "Server only endpoint"));
+
+    // Three jobs of three allocations, registered through each server in turn.
+    for (i, server) in c.servers.iter().enumerate() {
+        let job = json!({
+            "ID": format!("web-{i}"),
+            "Type": "service",
+            "Datacenters": ["dc1"],
+            "TaskGroups": [{
+                "Name": "g",
+                "Count": 3,
+                "Tasks": [{
+                    "Name": "t",
+                    "Driver": "mock",
+                    "Config": { "run_for": "10m" },
+                    "Resources": { "CPU": 10, "MemoryMB": 10 }
+                }]
+            }]
+        });
+        register(&server.api(), job).await?;
+    }
+    for i in 0..3 {
+        let path = format!("/v1/job/web-{i}/allocations");
+        wait_for(
+            Duration::from_secs(30),
+            &format!("web-{i}'s three allocations running"),
+            || {
+                let api = api.clone();
+                let path = path.clone();
+                let node_id = node_id.clone();
+                async move {
+                    let allocs: Vec<Value> = api.get(&path).await.ok()?;
+                    let running = allocs
+                        .iter()
+                        .filter(|a| a["ClientStatus"] == "running" && a["NodeID"] == node_id)
+                        .count();
+                    (allocs.len() == 3 && running == 3).then_some(())
+                }
+            },
+        )
+        .await?;
+    }
+    let evals: Vec<Value> = api.get("/v1/evaluations").await?;
+    assert!(
+        evals.iter().all(|e| e["Status"] == "complete"),
+        "every evaluation complete: {evals:?}"
+    );
+    Ok(())
+}
+
+async fn raw_get(url: &str) -> anyhow::Result<(u16, String)> {
+    let r = reqwest::get(url).await?;
+    let status = r.status().as_u16();
+    Ok((status, r.text().await?.trim().to_string()))
+}
