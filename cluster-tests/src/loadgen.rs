@@ -165,8 +165,10 @@ pub struct Report {
     pub heartbeats: u64,
     /// Progress over time.
     pub samples: Vec<Sample>,
-    /// Server processes (when local).
+    /// Server processes (when local; the leader first).
     pub servers: Vec<ProcessUse>,
+    /// The scheduler-only ceiling for the same placements, when measured.
+    pub scheduler_only: Option<SchedulerOnly>,
 }
 
 /// A simulated node's identity.
@@ -396,6 +398,68 @@ fn prom_sum(text: &str, name: &str) -> u64 {
         .sum::<f64>() as u64
 }
 
+/// The scheduler-only ceiling: the same placements computed in-process on a state store
+/// (no raft, no network, plans applied directly), one evaluation per job in turn.
+#[derive(Debug, Clone, Copy, Serialize)]
+pub struct SchedulerOnly {
+    /// Allocations placed.
+    pub placed: u64,
+    /// Seconds spent scheduling and applying.
+    pub seconds: f64,
+    /// Allocations placed per second.
+    pub placements_per_second: f64,
+}
+
+/// Run the load's placements through the schedulers alone (see [`SchedulerOnly`]).
+pub fn scheduler_only(cfg: &LoadConfig) -> anyhow::Result<SchedulerOnly> {
+    use teamster::scheduler::harness::Harness;
+    use teamster::scheduler::harness::{mock_batch_job, mock_job, mock_node, mock_system_job};
+    use teamster_storage::fsm::{Command, NodeRegister};
+
+    let mut h = Harness::new();
+    let nodes = (0..cfg.nodes as u64)
+        .map(|n| {
+            let mut node = mock_node(n);
+            node.node_resources.cpu.cpu_shares = cfg.node_cpu_mhz;
+            node.node_resources.memory.memory_mb = cfg.node_memory_mb;
+            Command::NodeRegister(NodeRegister {
+                node,
+                evals: Vec::new(),
+            })
+        })
+        .collect();
+    h.apply(Command::Batch(nodes))?;
+    let mut evals = Vec::with_capacity(cfg.jobs);
+    for i in 0..cfg.jobs {
+        let id = format!("{}-{i}", cfg.job_prefix);
+        let mut job = match cfg.shape {
+            Shape::Service => mock_job(&id, cfg.count),
+            Shape::Batch => mock_batch_job(&id, cfg.count),
+            Shape::System => mock_system_job(&id),
+        };
+        for group in &mut job.task_groups {
+            for task in &mut group.tasks {
+                task.resources.cpu = cfg.alloc_cpu;
+                task.resources.memory_mb = cfg.alloc_memory_mb;
+            }
+        }
+        job.canonicalize();
+        let (_, eval) = h.register_job(job)?;
+        evals.push(eval);
+    }
+    let started = Instant::now();
+    for eval in &evals {
+        h.process(eval)?;
+    }
+    let seconds = started.elapsed().as_secs_f64();
+    let placed = h.snapshot().alloc_count() as u64;
+    Ok(SchedulerOnly {
+        placed,
+        seconds,
+        placements_per_second: placed as f64 / seconds.max(1e-9),
+    })
+}
+
 /// Percentile of sorted values.
 fn percentile(sorted: &[f64], p: f64) -> f64 {
     if sorted.is_empty() {
@@ -526,14 +590,9 @@ pub async fn run(cfg: LoadConfig, pids: &[(String, u32)]) -> anyhow::Result<Repo
     }
     // The leader's plan applier counters.
     let mut plan_node_rejections = 0;
-    let mut leader_name = String::new();
     for api in &apis {
         let me: Value = api.get("/v1/agent/self").await.unwrap_or(Value::Null);
         if me["stats"]["nomad"]["leader"] == "true" {
-            leader_name = me["member"]["Tags"]["id"]
-                .as_str()
-                .unwrap_or("")
-                .to_string();
             let text = api
                 .request_text::<()>(reqwest::Method::GET, "/v1/metrics?format=prometheus", None)
                 .await
@@ -541,14 +600,13 @@ pub async fn run(cfg: LoadConfig, pids: &[(String, u32)]) -> anyhow::Result<Repo
             plan_node_rejections = prom_sum(&text, "teamster_plan_node_rejected_total");
         }
     }
-    let _ = leader_name;
     let placed_n = samples.last().map_or(0, |s| s.placed);
     let servers = pids
         .iter()
         .zip(cpu_before)
         .map(|((name, pid), before)| ProcessUse {
             name: name.clone(),
-            leader: false,
+            leader: pid_is_first(pids, *pid),
             cpu_seconds: cpu_seconds(*pid) - before,
             peak_rss_mb: peak_rss_mb(*pid),
         })
@@ -568,8 +626,14 @@ pub async fn run(cfg: LoadConfig, pids: &[(String, u32)]) -> anyhow::Result<Repo
         heartbeats: beats,
         samples,
         servers,
+        scheduler_only: None,
         config: cfg,
     })
+}
+
+/// Whether `pid` is the first listed (callers list the leader first).
+fn pid_is_first(pids: &[(String, u32)], pid: u32) -> bool {
+    pids.first().is_some_and(|(_, p)| *p == pid)
 }
 
 /// User + system CPU seconds of a process (0 when unreadable).
@@ -627,6 +691,25 @@ mod tests {
         assert_eq!(percentile(&v, 0.99), 99.0);
         assert_eq!(percentile(&v, 1.0), 100.0);
         assert_eq!(percentile(&[], 0.5), 0.0);
+    }
+
+    #[test]
+    fn the_scheduler_only_mode_places_every_allocation() {
+        let cfg = LoadConfig {
+            nodes: 50,
+            jobs: 4,
+            count: 25,
+            ..LoadConfig::default()
+        };
+        let r = scheduler_only(&cfg).unwrap();
+        assert_eq!(r.placed, 100);
+        assert!(r.placements_per_second > 0.0);
+        let system = LoadConfig {
+            shape: Shape::System,
+            jobs: 2,
+            ..cfg
+        };
+        assert_eq!(scheduler_only(&system).unwrap().placed, 100);
     }
 
     #[test]

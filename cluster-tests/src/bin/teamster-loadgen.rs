@@ -54,6 +54,9 @@ struct Args {
     /// Give up after this long.
     #[arg(long, default_value = "30m", value_parser = humantime::parse_duration)]
     timeout: Duration,
+    /// Only run the placements through the schedulers in-process (no cluster, no raft).
+    #[arg(long)]
+    scheduler_only: bool,
     /// Write the JSON report here.
     #[arg(long)]
     out: Option<std::path::PathBuf>,
@@ -80,6 +83,18 @@ fn main() -> anyhow::Result<()> {
 }
 
 async fn run(args: Args) -> anyhow::Result<()> {
+    if args.scheduler_only {
+        let cfg = load_config(&args, vec!["-".into()], vec!["-".into()]);
+        let r = tokio::task::spawn_blocking(move || loadgen::scheduler_only(&cfg)).await??;
+        println!(
+            "scheduler only: placed {} allocations in {:.2}s: {:.0} placements/s",
+            r.placed, r.seconds, r.placements_per_second
+        );
+        if let Some(path) = &args.out {
+            std::fs::write(path, serde_json::to_vec_pretty(&r)?)?;
+        }
+        return Ok(());
+    }
     let mut cluster = None;
     let (http, rpc, pids) = if args.http.is_empty() {
         let mut server_toml = String::from("max_heartbeats_per_second = 50.0\n");
@@ -111,7 +126,22 @@ async fn run(args: Args) -> anyhow::Result<()> {
     } else {
         (args.http.clone(), args.rpc.clone(), Vec::new())
     };
-    let cfg = LoadConfig {
+    let cfg = load_config(&args, http, rpc);
+    let mut report = loadgen::run(cfg.clone(), &pids).await?;
+    drop(cluster);
+    // The ceiling, measured in the same run on the same machine, now that the cluster is gone.
+    let ceiling = tokio::task::spawn_blocking(move || loadgen::scheduler_only(&cfg)).await??;
+    report.scheduler_only = Some(ceiling);
+    print_report(&report);
+    if let Some(path) = &args.out {
+        std::fs::write(path, serde_json::to_vec_pretty(&report)?)
+            .with_context(|| format!("writing {}", path.display()))?;
+    }
+    Ok(())
+}
+
+fn load_config(args: &Args, http: Vec<String>, rpc: Vec<String>) -> LoadConfig {
+    LoadConfig {
         http,
         rpc,
         nodes: args.nodes,
@@ -125,11 +155,10 @@ async fn run(args: Args) -> anyhow::Result<()> {
         concurrency: args.concurrency,
         timeout: args.timeout,
         ..LoadConfig::default()
-    };
-    let mut report = loadgen::run(cfg, &pids).await?;
-    if let Some(first) = report.servers.first_mut() {
-        first.leader = cluster.is_some();
     }
+}
+
+fn print_report(report: &loadgen::Report) {
     println!(
         "placed {} allocations in {:.2}s: {:.0} placements/s; {} evals ({:.1}/s), latency p50 {:.0} ms p95 {:.0} ms p99 {:.0} ms; {} plan node rejections; {:.0} raft entries/s",
         report.placed,
@@ -156,10 +185,11 @@ async fn run(args: Args) -> anyhow::Result<()> {
             s.peak_rss_mb
         );
     }
-    if let Some(path) = &args.out {
-        std::fs::write(path, serde_json::to_vec_pretty(&report)?)
-            .with_context(|| format!("writing {}", path.display()))?;
+    if let Some(c) = &report.scheduler_only {
+        println!(
+            "scheduler only (same placements in-process, no raft): {:.0} placements/s; end to end reached {:.0}% of it",
+            c.placements_per_second,
+            100.0 * report.placements_per_second / c.placements_per_second.max(1e-9)
+        );
     }
-    drop(cluster);
-    Ok(())
 }
