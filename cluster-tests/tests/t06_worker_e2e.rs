@@ -91,16 +91,24 @@ async fn evaluations_registered_anywhere_are_processed_by_workers_on_every_serve
     // No node can run them: each completed with one blocked evaluation.
     assert_eq!(by_status.get("blocked"), Some(&30), "{by_status:?}");
     // The leader runs 1 of its 2 workers, the followers 2 each: followers did most of it.
-    let mut acks = Vec::new();
-    for s in &c.servers {
-        acks.push(metric(&s.api(), "teamster_worker_evals_total").await?);
-    }
+    // (An eval is written complete just before it is acked: wait for the acks.)
+    let apis: Vec<ApiClient> = c.servers.iter().map(|s| s.api()).collect();
+    let acks = wait_for(Duration::from_secs(10), "30 acks", || {
+        let apis = apis.clone();
+        async move {
+            let mut acks = Vec::new();
+            for api in &apis {
+                acks.push(metric(api, "teamster_worker_evals_total").await.ok()?);
+            }
+            (acks.iter().sum::<f64>() >= 30.0).then_some(acks)
+        }
+    })
+    .await?;
     let follower_acks: f64 = (0..3).filter(|&i| i != leader).map(|i| acks[i]).sum();
     assert!(
         follower_acks > 0.0,
         "followers' workers processed nothing: {acks:?}"
     );
-    assert!(acks.iter().sum::<f64>() >= 30.0, "{acks:?}");
     Ok(())
 }
 
@@ -125,9 +133,10 @@ async fn a_follower_restarted_behind_20000_writes_never_schedules_on_stale_state
     const WRITES: usize = 20_000;
     let options = ClusterOptions {
         server_toml: "num_schedulers = 2\nraft_sync_limit = \"2s\"\n".into(),
-        // The machine is busy while the writes commit: keep elections out of the way.
-        heartbeat: "100ms",
-        election_timeout: "1s",
+        // The heartbeat interval is also the AppendEntries deadline: a follower catching up
+        // on a busy machine needs more than the default 50 ms per batch.
+        heartbeat: "500ms",
+        election_timeout: "3s",
         // The restarted follower catches up from a snapshot, then the log.
         raft_toml: "snapshot_threshold = 2000\ntrailing_logs = 200\n".into(),
     };
@@ -183,30 +192,59 @@ async fn a_follower_restarted_behind_20000_writes_never_schedules_on_stale_state
         load.elapsed().as_secs_f64()
     );
 
-    // Restart it and keep registering jobs until its workers have scheduled some: they
-    // dequeue evals whose WaitIndex the follower may not have reached yet.
+    // Restart it, leave the other servers without workers, and register jobs at once: only
+    // the restarted follower's workers can take their evals, whose WaitIndex it may not have
+    // reached yet.
     c.restart(follower)?;
     let fapi = c.servers[follower].api();
-    let mut generation = 0;
-    wait_for(
-        Duration::from_secs(40),
-        "the follower's workers to schedule evals",
+    for i in (0..3).filter(|&i| i != follower) {
+        let _: Value = c.servers[i]
+            .api()
+            .request(
+                reqwest::Method::PUT,
+                "/v1/agent/schedulers/config",
+                Some(&json!({
+                    "num_schedulers": 0,
+                    "enabled_schedulers": ["service", "batch", "system", "sysbatch", "_core"],
+                })),
+            )
+            .await?;
+    }
+    for k in 0..10 {
+        register(&api, job(&format!("after-{k}"), 1)).await?;
+    }
+    let waited = wait_for(
+        Duration::from_secs(60),
+        "the follower's workers to schedule every new eval",
         || {
-            generation += 1;
             let (api, fapi) = (api.clone(), fapi.clone());
-            let gen = generation;
             async move {
-                for k in 0..4 {
-                    register(&api, job(&format!("after-{k}"), gen)).await.ok()?;
-                }
                 let n = metric(&fapi, "teamster_worker_evals_scheduled_total")
                     .await
                     .ok()?;
-                (n >= 3.0).then_some(())
+                let pending = evals_by_status(&api).await.ok()?.contains_key("pending");
+                (n >= 1.0 && !pending).then_some(())
             }
         },
     )
-    .await?;
+    .await;
+    if let Err(e) = waited {
+        let w: Value = fapi.get("/v1/agent/schedulers").await.unwrap_or_default();
+        let b: Value = api
+            .get("/v1/operator/scheduler/broker")
+            .await
+            .unwrap_or_default();
+        let m = fapi
+            .request_text::<()>(reqwest::Method::GET, "/v1/metrics?format=prometheus", None)
+            .await
+            .unwrap_or_default();
+        let m: Vec<&str> = m
+            .lines()
+            .filter(|l| l.starts_with("teamster_worker"))
+            .collect();
+        eprintln!("follower workers: {w}\nleader broker: {b}\nfollower metrics: {m:#?}");
+        return Err(e);
+    }
     let target = raft_stat(&api, "applied_index").await?;
     wait_for(Duration::from_secs(30), "the follower to catch up", || {
         let fapi = fapi.clone();
@@ -222,7 +260,7 @@ async fn a_follower_restarted_behind_20000_writes_never_schedules_on_stale_state
         "restarted follower: {scheduled} evals scheduled, {waits} dequeued while behind, \
          {timeouts} raft-sync timeouts, {stale} on a stale snapshot"
     );
-    assert!(scheduled >= 3.0);
+    assert!(scheduled >= 1.0);
     assert_eq!(stale, 0.0, "an eval was scheduled below its WaitIndex");
     Ok(())
 }
