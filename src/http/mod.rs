@@ -6,17 +6,21 @@
 //! never redirected; request bodies capped at [`MAX_BODY_BYTES`] (413 beyond).
 //!
 //! - [`error`], [`query`]: the conventions.
-//! - `status`, `operator`, `agent`: the routes, one file per group.
+//! - `status`, `operator`, `agent`, [`schedulers`], `snapshot`: the routes, one file per group.
 
 mod agent;
 mod allocs;
+pub mod client_fs;
 pub mod error;
 pub mod evals;
 mod jobs;
+pub mod nodes;
 mod operator;
 pub mod query;
 pub mod read;
 mod scheduler_config;
+pub mod schedulers;
+mod snapshot;
 mod status;
 
 use std::sync::Arc;
@@ -55,6 +59,8 @@ pub struct ServerHandles {
     pub node: Arc<RaftNode>,
     /// Whether leader duties are established here.
     pub leadership: LeadershipState,
+    /// The scheduler workers.
+    pub workers: std::sync::Arc<crate::server::worker::pool::WorkerPool>,
     /// The broker, blocked evals and plan queue (for their stats).
     pub leader_side: crate::server::endpoints::eval::LeaderSide,
 }
@@ -107,7 +113,20 @@ pub fn router(ctx: HttpContext) -> Router {
         )
         .route(
             "/v1/job/{id}",
-            get(jobs::get).put(jobs::register).post(jobs::register),
+            get(jobs::get)
+                .put(jobs::register)
+                .post(jobs::register)
+                .delete(jobs::deregister),
+        )
+        .route("/v1/job/{id}/summary", get(jobs::summary))
+        .route("/v1/job/{id}/versions", get(jobs::versions))
+        .route(
+            "/v1/job/{id}/evaluate",
+            axum::routing::put(jobs::evaluate).post(jobs::evaluate),
+        )
+        .route(
+            "/v1/validate/job",
+            axum::routing::put(jobs::validate).post(jobs::validate),
         )
         .route("/v1/status/leader", get(status::leader))
         .route("/v1/status/peers", get(status::peers))
@@ -120,12 +139,17 @@ pub fn router(ctx: HttpContext) -> Router {
             axum::routing::delete(operator::remove_peer),
         )
         .route("/v1/agent/self", get(agent::agent_self))
+        .route("/v1/agent/members", get(agent::members))
         .route("/v1/agent/health", get(agent::health))
         .route("/v1/metrics", get(agent::metrics))
         .route("/v1/regions", get(agent::regions))
+        .merge(schedulers::routes())
+        .merge(snapshot::routes())
         .merge(evals::routes())
         .merge(allocs::routes())
         .merge(scheduler_config::routes())
+        .merge(nodes::routes())
+        .merge(client_fs::routes())
         .method_not_allowed_fallback(|| async { ApiError::method_not_allowed() })
         .fallback(|| async { ApiError::not_found("Invalid URL") })
         .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))

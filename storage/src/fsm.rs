@@ -25,8 +25,9 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 
 use crate::model::{
-    AllocId, AllocStop, Allocation, ClientStatus, ClusterMeta, EvalId, Evaluation, Job, JobId,
-    Namespace, Node, NodeId, NodeStatus, SchedulerConfiguration, SchedulingEligibility, TaskState,
+    AllocId, AllocStop, Allocation, ClientStatus, ClusterMeta, DrainStrategy, EvalId, Evaluation,
+    Job, JobId, Namespace, Node, NodeId, NodeStatus, SchedulerConfiguration, SchedulingEligibility,
+    TaskState,
 };
 use crate::state::events::StateChange;
 use crate::state::tables::Tables;
@@ -62,6 +63,26 @@ pub enum Command {
     ApplyPlanResults(ApplyPlanResults),
     /// Client reports about their allocations, batched across clients.
     AllocClientUpdate(AllocClientUpdate),
+    /// Start or cancel a node's drain, with the node evaluations that migrate its
+    /// allocations.
+    NodeUpdateDrain(NodeUpdateDrain),
+    /// Replace the whole state with a saved image (`operator snapshot restore`).
+    SnapshotRestore(SnapshotRestore),
+}
+
+/// Payload of [`Command::NodeUpdateDrain`].
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct NodeUpdateDrain {
+    /// The node.
+    pub node_id: NodeId,
+    /// The drain to start (the node becomes ineligible), or `None` to cancel one.
+    pub drain_strategy: Option<DrainStrategy>,
+    /// When cancelling, make the node eligible again.
+    pub mark_eligible: bool,
+    /// When, Unix seconds.
+    pub updated_at: i64,
+    /// Evaluations for the jobs with allocations on the node.
+    pub evals: Vec<Evaluation>,
 }
 
 /// Payload of [`Command::SchedulerConfig`].
@@ -203,6 +224,19 @@ pub struct AllocClientUpdate {
     pub evals: Vec<Evaluation>,
 }
 
+/// Payload of [`Command::SnapshotRestore`]: a state image as
+/// [`Snapshot::encode_image`](crate::state::Snapshot::encode_image) wrote it.
+///
+/// Applying it replaces every table with the image's; the restored state's index and every
+/// table's index become the entry's index, so indexes keep growing and blocking queries
+/// wake. Going through the log is what makes every server restore the same state at the
+/// same point.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SnapshotRestore {
+    /// The image bytes.
+    pub image: Vec<u8>,
+}
+
 /// What applying a [`Command`] (or a blank or membership entry) answered.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub enum CommandResponse {
@@ -334,6 +368,28 @@ pub(crate) fn apply(
                 .map(|c| apply(tables, index, c, changes))
                 .collect(),
         ),
+        Command::SnapshotRestore(SnapshotRestore { image }) => {
+            match crate::state::image::decode(&image) {
+                Ok(mut restored) => {
+                    restored.index = index;
+                    restored.table_index = [index; crate::state::Table::COUNT];
+                    *tables = restored;
+                    changes.push(StateChange::Restored);
+                    tracing::info!(
+                        index,
+                        bytes = image.len(),
+                        "state replaced by a restored snapshot"
+                    );
+                    CommandResponse::Applied
+                }
+                Err(error) => {
+                    tracing::warn!(index, %error, "snapshot restore rejected");
+                    CommandResponse::Rejected(ApplyError::invalid(format!(
+                        "snapshot restore: {error}"
+                    )))
+                }
+            }
+        }
         command => {
             let mut txn = WriteTxn::new(tables.clone(), index);
             match execute(&mut txn, command) {
@@ -369,6 +425,9 @@ fn check_eval_for_job(
 fn execute(txn: &mut WriteTxn, command: Command) -> Result<CommandResponse, ApplyError> {
     match command {
         Command::Batch(_) => Err(ApplyError::invalid("nested batch")),
+        Command::SnapshotRestore(_) => Err(ApplyError::invalid(
+            "a snapshot restore is applied outside a transaction",
+        )),
         Command::ClusterMeta(meta) => {
             txn.set_cluster_meta(meta)?;
             Ok(CommandResponse::Applied)
@@ -538,6 +597,18 @@ fn execute(txn: &mut WriteTxn, command: Command) -> Result<CommandResponse, Appl
                 txn.upsert_eval(eval)?;
             }
             Ok(CommandResponse::AllocsUpdated { unknown })
+        }
+        Command::NodeUpdateDrain(update) => {
+            txn.update_node_drain(
+                &update.node_id,
+                update.drain_strategy,
+                update.mark_eligible,
+                update.updated_at,
+            )?;
+            for eval in update.evals {
+                txn.upsert_eval(eval)?;
+            }
+            Ok(CommandResponse::Applied)
         }
     }
 }
