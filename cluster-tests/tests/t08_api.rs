@@ -68,14 +68,18 @@ async fn jobs_and_index(base: &str) -> anyhow::Result<(Vec<String>, u64)> {
 /// only changes when a test changes it.
 async fn settled(base: &str) -> anyhow::Result<()> {
     let api = teamster::cli::ApiClient::new(base);
-    wait_for(Duration::from_secs(30), "every evaluation processed", || {
-        let api = api.clone();
-        async move {
-            let evals: Vec<Value> = api.get("/v1/evaluations").await.ok()?;
-            let busy = evals.iter().any(|e| e["Status"] == "pending");
-            (!evals.is_empty() && !busy).then_some(())
-        }
-    })
+    wait_for(
+        Duration::from_secs(30),
+        "every evaluation processed",
+        || {
+            let api = api.clone();
+            async move {
+                let evals: Vec<Value> = api.get("/v1/evaluations").await.ok()?;
+                let busy = evals.iter().any(|e| e["Status"] == "pending");
+                (!evals.is_empty() && !busy).then_some(())
+            }
+        },
+    )
     .await
 }
 
@@ -286,7 +290,13 @@ async fn the_cli_drives_jobs_and_reads_the_cluster() -> anyhow::Result<()> {
     // Following the evaluation: with no client nodes nothing can be placed, so `job run`
     // reports the failed group and exits 2, like `nomad job run`.
     let out = cli(&follower, &["job", "run", "--timeout", "60s", sleep_file]).await?;
-    assert_eq!(out.status.code(), Some(2), "{}{}", stdout(&out), stderr(&out));
+    assert_eq!(
+        out.status.code(),
+        Some(2),
+        "{}{}",
+        stdout(&out),
+        stderr(&out)
+    );
     assert!(
         stdout(&out).contains("failed to place all allocations"),
         "{}",
@@ -294,7 +304,11 @@ async fn the_cli_drives_jobs_and_reads_the_cluster() -> anyhow::Result<()> {
     );
     let out = cli(&follower, &["job", "status", "sleep-mock"]).await?;
     assert!(out.status.success(), "{}", stderr(&out));
-    assert!(stdout(&out).contains("No allocations placed"), "{}", stdout(&out));
+    assert!(
+        stdout(&out).contains("No allocations placed"),
+        "{}",
+        stdout(&out)
+    );
     let out = cli(&follower, &["eval", "list"]).await?;
     assert!(out.status.success(), "{}", stderr(&out));
     assert!(stdout(&out).contains("sleep-mock"), "{}", stdout(&out));
