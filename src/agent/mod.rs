@@ -130,6 +130,7 @@ impl Agent {
         let handles = server.as_ref().map(|s| ServerHandles {
             node: s.node().clone(),
             leadership: s.leadership().clone(),
+            leader_side: s.leader_side().clone(),
         });
         let shutdown = CancellationToken::new();
         let router = crate::http::router(crate::http::HttpContext::new(

@@ -2,16 +2,9 @@
 //! `/v1/client/fs/cat` (a server forwards to the client that runs the allocation).
 
 use anyhow::Context;
-use clap::{Args, Subcommand};
+use clap::Args;
 
 use super::{ApiArgs, ApiClient};
-
-/// `alloc …`.
-#[derive(Debug, Subcommand)]
-pub enum AllocCommand {
-    /// Print a task's log.
-    Logs(LogsArgs),
-}
 
 /// `alloc logs`.
 #[derive(Debug, Args)]
@@ -27,27 +20,23 @@ pub struct LogsArgs {
     task: String,
 }
 
-/// Run an `alloc` command.
-pub async fn run(cmd: AllocCommand) -> anyhow::Result<()> {
-    match cmd {
-        AllocCommand::Logs(a) => {
-            let api = ApiClient::new(&a.api.address);
-            let file = if a.stderr {
-                crate::client::driver::STDERR_FILE
-            } else {
-                crate::client::driver::STDOUT_FILE
-            };
-            let path = format!("{}/{file}", a.task);
-            let text = api
-                .request_text::<()>(
-                    reqwest::Method::GET,
-                    &format!("/v1/client/fs/cat/{}?path={path}", a.id),
-                    None,
-                )
-                .await
-                .with_context(|| format!("reading {path} of allocation {}", a.id))?;
-            print!("{text}");
-            Ok(())
-        }
-    }
+/// Print a task's log.
+pub async fn logs(a: LogsArgs) -> anyhow::Result<()> {
+    let api = ApiClient::new(&a.api.address);
+    let file = if a.stderr {
+        crate::client::driver::STDERR_FILE
+    } else {
+        crate::client::driver::STDOUT_FILE
+    };
+    let path = format!("{}/{file}", a.task);
+    let text = api
+        .request_text::<()>(
+            reqwest::Method::GET,
+            &format!("/v1/client/fs/cat/{}?path={path}", a.id),
+            None,
+        )
+        .await
+        .with_context(|| format!("reading {path} of allocation {}", a.id))?;
+    print!("{text}");
+    Ok(())
 }

@@ -7,9 +7,11 @@
 mod agent;
 mod alloc_logs;
 mod api;
+mod eval;
 mod node;
 mod operator;
 mod output;
+mod scheduler_config;
 mod status;
 
 use std::process::ExitCode;
@@ -33,14 +35,17 @@ enum Command {
     /// Client nodes: status, eligibility, drain.
     #[command(subcommand)]
     Node(node::NodeCommand),
-    /// Allocations: task logs.
-    #[command(subcommand)]
-    Alloc(alloc_logs::AllocCommand),
     /// Operator commands: raft peers.
     #[command(subcommand)]
     Operator(operator::OperatorCommand),
     /// Show the cluster's leader and peers.
     Status(status::StatusArgs),
+    /// Evaluations: list, status.
+    #[command(subcommand)]
+    Eval(eval::EvalCommand),
+    /// Allocations: status.
+    #[command(subcommand)]
+    Alloc(eval::AllocCommand),
 }
 
 /// Flags shared by every command that talks to the HTTP API.
@@ -67,7 +72,8 @@ pub fn main() -> ExitCode {
         Command::Operator(cmd) => run_api(|| operator::run(cmd)),
         Command::Status(args) => run_api(|| status::run(args)),
         Command::Node(cmd) => run_api(|| node::run(cmd)),
-        Command::Alloc(cmd) => run_api(|| alloc_logs::run(cmd)),
+        Command::Eval(cmd) => run_api(|| eval::run_eval(cmd)),
+        Command::Alloc(cmd) => run_api(|| eval::run_alloc(cmd)),
     }
 }
 

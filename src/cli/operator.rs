@@ -14,6 +14,9 @@ pub enum OperatorCommand {
     /// Raft peers of the server cluster.
     #[command(subcommand)]
     Raft(RaftCommand),
+    /// The scheduler configuration.
+    #[command(subcommand)]
+    Scheduler(super::scheduler_config::SchedulerConfigCommand),
 }
 
 /// `operator raft …`.
@@ -83,6 +86,7 @@ pub async fn run(cmd: OperatorCommand) -> anyhow::Result<()> {
     match cmd {
         OperatorCommand::Raft(RaftCommand::ListPeers(args)) => list_peers(args).await,
         OperatorCommand::Raft(RaftCommand::RemovePeer(args)) => remove_peer(args).await,
+        OperatorCommand::Scheduler(cmd) => super::scheduler_config::run(cmd).await,
     }
 }
 

@@ -9,13 +9,16 @@
 //! - `status`, `operator`, `agent`: the routes, one file per group.
 
 mod agent;
+mod allocs;
 pub mod client_fs;
 pub mod error;
+pub mod evals;
 mod jobs;
 pub mod nodes;
 mod operator;
 pub mod query;
 pub mod read;
+mod scheduler_config;
 mod status;
 
 use std::sync::Arc;
@@ -54,6 +57,8 @@ pub struct ServerHandles {
     pub node: Arc<RaftNode>,
     /// Whether leader duties are established here.
     pub leadership: LeadershipState,
+    /// The broker, blocked evals and plan queue (for their stats).
+    pub leader_side: crate::server::endpoints::eval::LeaderSide,
 }
 
 impl HttpContext {
@@ -120,6 +125,9 @@ pub fn router(ctx: HttpContext) -> Router {
         .route("/v1/agent/health", get(agent::health))
         .route("/v1/metrics", get(agent::metrics))
         .route("/v1/regions", get(agent::regions))
+        .merge(evals::routes())
+        .merge(allocs::routes())
+        .merge(scheduler_config::routes())
         .merge(nodes::routes())
         .merge(client_fs::routes())
         .method_not_allowed_fallback(|| async { ApiError::method_not_allowed() })

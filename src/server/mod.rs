@@ -15,6 +15,9 @@
 //! - [`eval_broker`], [`blocked_evals`]: the leader's queue of evaluations and the evals
 //!   waiting for capacity.
 //! - [`plan_apply`]: verifying a plan against the newest state (the applier's pure core).
+//! - [`pipeline`]: the broker and blocked evals switched by leadership and fed by the state.
+//! - [`plan_queue`]: the plan queue and the plan applier.
+//! - [`reapers`]: failed, cancelable and duplicate blocked evals written back by the leader.
 //! - [`heartbeat`]: the leader's heartbeat timers (nodes that go silent are marked down).
 //! - [`endpoints`]: the RPC handlers.
 
@@ -24,8 +27,11 @@ pub mod eval_broker;
 pub mod formation;
 pub mod heartbeat;
 pub mod leader;
+pub mod pipeline;
 pub mod plan_apply;
+pub mod plan_queue;
 pub mod raft;
+pub mod reapers;
 pub mod write_batcher;
 
 use std::net::{IpAddr, SocketAddr};
@@ -68,6 +74,9 @@ pub enum ServerError {
     /// The raft node could not start.
     #[error(transparent)]
     Raft(#[from] raft::RaftNodeError),
+    /// The eval broker or blocked-evals settings are invalid.
+    #[error(transparent)]
+    Broker(#[from] eval_broker::BrokerError),
 }
 
 /// A running server role.
@@ -75,6 +84,8 @@ pub struct Server {
     node: Arc<RaftNode>,
     rpc: RpcServer,
     leadership: LeadershipState,
+    leader_side: endpoints::eval::LeaderSide,
+    handler: endpoints::ServerRpc,
     shutdown: CancellationToken,
     tasks: Vec<tokio::task::JoinHandle<()>>,
 }
@@ -124,7 +135,30 @@ impl Server {
             discovered,
             shutdown.clone(),
         )));
-        let mut duties: Vec<Arc<dyn leader::LeaderDuty>> = Vec::new();
+        // Leader duties in establishing order (ARCHITECTURE.md §4); revoked in reverse.
+        // (Pausing workers goes first, heartbeat timers last.)
+        let pipeline = pipeline::EvalPipeline::new(
+            config.server.eval_broker.broker_config(),
+            blocked_evals::BlockedEvalsConfig::default(),
+        )?;
+        let plans = plan_queue::PlanQueue::new();
+        let mut duties: Vec<Arc<dyn leader::LeaderDuty>> = vec![
+            Arc::new(plan_queue::PlanQueueDuty::new(
+                node.clone(),
+                plans.clone(),
+                clock.clone(),
+                config.server.eval_broker.applier_config(),
+            )),
+            Arc::new(pipeline::BrokerDuty::new(
+                pipeline.clone(),
+                node.state().clone(),
+            )),
+            Arc::new(reapers::ReapersDuty::new(
+                node.clone(),
+                pipeline.clone(),
+                clock.clone(),
+            )),
+        ];
         // Heartbeat timers start last (ARCHITECTURE.md §4, step 5).
         let heartbeats = heartbeat::Heartbeats::new(
             node.clone(),
@@ -140,6 +174,12 @@ impl Server {
         let (leadership, leader_task) =
             leader::spawn(node.clone(), duties, clock, shutdown.clone());
         tasks.push(leader_task);
+        let leader_side = endpoints::eval::LeaderSide {
+            pipeline,
+            plans,
+            leadership: leadership.clone(),
+        };
+        handler.set_leader_side(leader_side.clone());
         tasks.push(tokio::spawn(export_raft_metrics(
             node.clone(),
             shutdown.clone(),
@@ -149,6 +189,8 @@ impl Server {
             node,
             rpc,
             leadership,
+            leader_side,
+            handler,
             shutdown,
             tasks,
         })
@@ -162,6 +204,17 @@ impl Server {
     /// Whether this server's leader duties are established.
     pub fn leadership(&self) -> &LeadershipState {
         &self.leadership
+    }
+
+    /// The eval broker, blocked evals and plan queue (enabled while this server leads).
+    pub fn leader_side(&self) -> &endpoints::eval::LeaderSide {
+        &self.leader_side
+    }
+
+    /// The RPC handler for in-process calls (scheduler workers): call
+    /// `handler.handle(RequestContext::local(node.id()), request)`.
+    pub fn rpc_handler(&self) -> &endpoints::ServerRpc {
+        &self.handler
     }
 
     /// Stop formation, revoke leadership, stop the RPC listener and raft.

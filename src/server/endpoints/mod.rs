@@ -2,7 +2,11 @@
 //! followers, cluster formation and operator calls. Leader-only calls arriving at a follower
 //! are forwarded to the leader once (never redirected back to the caller).
 
+pub mod eval;
 pub mod node;
+pub mod plan;
+#[cfg(test)]
+mod tests;
 
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
@@ -25,6 +29,7 @@ const MEMBERSHIP_TIMEOUT: Duration = Duration::from_secs(60);
 pub struct ServerRpc {
     node: Arc<OnceLock<Arc<RaftNode>>>,
     discovered: Discovered,
+    leader_side: Arc<OnceLock<eval::LeaderSide>>,
     nodes: Arc<OnceLock<node::NodeEndpoints>>,
 }
 
@@ -34,6 +39,7 @@ impl ServerRpc {
         ServerRpc {
             node: Arc::new(OnceLock::new()),
             discovered,
+            leader_side: Arc::new(OnceLock::new()),
             nodes: Arc::new(OnceLock::new()),
         }
     }
@@ -47,16 +53,23 @@ impl ServerRpc {
     pub fn set_node(&self, node: Arc<RaftNode>) {
         let _ = self.node.set(node);
     }
+
+    /// Serve `Eval.*` and `Plan.Submit` from these leader-side subsystems (until set they are
+    /// answered "eval broker disabled" / "plan queue is disabled", or forwarded).
+    pub fn set_leader_side(&self, side: eval::LeaderSide) {
+        let _ = self.leader_side.set(side);
+    }
 }
 
 impl RpcHandler for ServerRpc {
     fn handle(
         &self,
-        _ctx: RequestContext,
+        ctx: RequestContext,
         req: RpcRequest,
     ) -> BoxFuture<'static, Result<RpcResponse, RpcError>> {
         let node = self.node.get().cloned();
         let discovered = self.discovered.clone();
+        let leader_side = self.leader_side.get().cloned();
         let nodes = self.nodes.get().cloned();
         Box::pin(async move {
             if is_node_call(&req) {
@@ -72,6 +85,9 @@ impl RpcHandler for ServerRpc {
                     kind: req.kind().to_string(),
                 });
             };
+            if eval::is_leader_side(&req) {
+                return eval::serve(node, leader_side, ctx.from, req).await;
+            }
             dispatch(node, discovered, req).await
         })
     }
@@ -107,6 +123,7 @@ async fn dispatch(
         RpcRequest::ReadIndex => {
             RpcResponse::ReadIndex(node.leader_read_index().await.map_err(node_error_to_rpc))
         }
+        // Served by `eval::serve` before dispatching.
         other @ (RpcRequest::EvalDequeue { .. }
         | RpcRequest::EvalAck { .. }
         | RpcRequest::EvalNack { .. }

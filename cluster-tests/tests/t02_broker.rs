@@ -1,0 +1,236 @@
+//! The leader's eval broker and blocked evals on real processes: evaluations survive a leader
+//! kill exactly once, `Eval.*` calls made to a follower are forwarded to the leader, and a
+//! blocked evaluation is released by a node of an eligible class but not by one of a class it
+//! is ineligible for.
+//!
+//! The servers run without scheduler workers (`num_schedulers = 0`); the test is the worker,
+//! calling the RPCs through its own connection pool.
+
+use std::collections::BTreeSet;
+use std::time::Duration;
+
+use serde_json::Value;
+use teamster::rpc::{DequeuedEval, Pool, RpcConfig, RpcRequest, RpcResponse};
+use teamster::scheduler::harness::mock_node;
+use teamster::server::endpoints::eval::SCHEDULER_VERSION;
+use teamster_cluster_tests::api::{register, small_job};
+use teamster_cluster_tests::process::{ClusterOptions, ProcessCluster};
+use teamster_cluster_tests::wait_for;
+use teamster_storage::fsm::{Command, EvalUpsert, NodeRegister};
+use teamster_storage::model::{EvalId, EvalStatus, EvalTrigger, Evaluation, JobId, JobType, Node};
+
+const FORMATION: Duration = Duration::from_secs(30);
+const CALL: Duration = Duration::from_secs(10);
+/// The raft id the test's pool calls from: not a member, so followers forward for it.
+const TEST_CALLER_ID: u64 = 9_999_999;
+
+/// The raft id of every server, by index in the cluster.
+async fn server_ids(c: &ProcessCluster, ask: usize) -> anyhow::Result<Vec<u64>> {
+    let conf: Value = c.servers[ask]
+        .api()
+        .get("/v1/operator/raft/configuration")
+        .await?;
+    let mut ids = Vec::new();
+    for s in &c.servers {
+        let id = conf["Servers"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .find(|v| v["Address"] == s.rpc_addr())
+            .and_then(|v| v["ID"].as_str()?.parse().ok())
+            .unwrap_or(0);
+        ids.push(id);
+    }
+    Ok(ids)
+}
+
+async fn dequeue(
+    pool: &Pool,
+    id: u64,
+    addr: &str,
+    timeout_ms: u64,
+) -> anyhow::Result<Option<DequeuedEval>> {
+    let req = RpcRequest::EvalDequeue {
+        schedulers: vec!["batch".into(), "service".into()],
+        timeout_ms,
+        scheduler_version: SCHEDULER_VERSION,
+    };
+    match pool.call(id, addr, req, CALL).await? {
+        RpcResponse::EvalDequeue(r) => Ok(r?),
+        other => anyhow::bail!("unexpected {}", other.kind()),
+    }
+}
+
+async fn write(pool: &Pool, id: u64, addr: &str, cmd: Command) -> anyhow::Result<u64> {
+    Ok(pool.client_write(id, addr, cmd, CALL).await?.0)
+}
+
+async fn broker(c: &ProcessCluster, i: usize) -> anyhow::Result<Value> {
+    Ok(c.servers[i]
+        .api()
+        .get("/v1/operator/scheduler/broker")
+        .await?)
+}
+
+fn n(v: &Value, key: &str) -> u64 {
+    v[key].as_u64().unwrap_or(u64::MAX)
+}
+
+#[tokio::test]
+async fn a_new_leader_holds_every_unfinished_eval_exactly_once_and_blocked_evals_wait_for_a_fitting_node(
+) -> anyhow::Result<()> {
+    teamster_cluster_tests::init_test_tracing();
+    let options = ClusterOptions {
+        server_toml: "num_schedulers = 0\n".into(),
+        ..ClusterOptions::default()
+    };
+    let mut c = ProcessCluster::start(3, options)?;
+    let leader = c.wait_leader(FORMATION).await?;
+    let ids = server_ids(&c, leader).await?;
+    let pool = Pool::new(TEST_CALLER_ID, RpcConfig::default())?;
+
+    // Six jobs, six pending evaluations.
+    for k in 0..6 {
+        register(&c.servers[leader].api(), small_job(&format!("job-{k}"))).await?;
+    }
+    wait_for(Duration::from_secs(10), "six ready evals", || {
+        let c = &c;
+        async move { (n(&broker(c, leader).await.ok()?, "TotalReady") == 6).then_some(()) }
+    })
+    .await?;
+
+    // Three dequeued through a follower (forwarded to the leader) and never acked.
+    let follower = (leader + 1) % 3;
+    let mut taken = BTreeSet::new();
+    for _ in 0..3 {
+        let d = dequeue(&pool, ids[follower], &c.servers[follower].rpc_addr(), 2000)
+            .await?
+            .expect("an eval through the follower");
+        assert!(d.wait_index >= d.eval.modify_index);
+        taken.insert(d.eval.id.to_string());
+    }
+    assert_eq!(taken.len(), 3);
+    let stats = broker(&c, follower).await?; // forwarded to the leader's numbers
+    assert_eq!((n(&stats, "TotalReady"), n(&stats, "TotalUnacked")), (3, 3));
+
+    // Kill the leader: the next one restores all six, once each, none outstanding.
+    c.kill(leader);
+    let leader = c.wait_leader(FORMATION).await?;
+    wait_for(Duration::from_secs(10), "the new leader's broker", || {
+        let c = &c;
+        async move {
+            let s = broker(c, leader).await.ok()?;
+            (s["Leader"] == true).then_some(())
+        }
+    })
+    .await?;
+    let stats = broker(&c, leader).await?;
+    assert_eq!(
+        (n(&stats, "TotalReady"), n(&stats, "TotalUnacked")),
+        (6, 0),
+        "{stats}"
+    );
+    let mut delivered = BTreeSet::new();
+    while let Some(d) = dequeue(&pool, ids[leader], &c.servers[leader].rpc_addr(), 300).await? {
+        assert!(
+            delivered.insert(d.eval.id.to_string()),
+            "delivered twice: {}",
+            d.eval.id
+        );
+    }
+    assert_eq!(delivered.len(), 6, "every eval once, none lost");
+    assert!(taken.is_subset(&delivered));
+
+    // Blocked evals: a node of class A is registered, then an eval blocked with class A
+    // marked ineligible (it saw the node, so no missed unblock).
+    let (lid, laddr) = (ids[leader], c.servers[leader].rpc_addr());
+    let node_a = mock_node(1);
+    let class_a = node_a.computed_class.clone();
+    let index_a = write(
+        &pool,
+        lid,
+        &laddr,
+        Command::NodeRegister(NodeRegister {
+            node: node_a,
+            evals: Vec::new(),
+        }),
+    )
+    .await?;
+    let blocked = Evaluation {
+        id: EvalId::new("0b10c4ed-0000-4000-8000-000000000001"),
+        namespace: "default".into(),
+        priority: 50,
+        eval_type: JobType::Batch,
+        triggered_by: EvalTrigger::QueuedAllocs,
+        job_id: JobId::new("blocked-job"),
+        status: EvalStatus::Blocked,
+        class_eligibility: [(class_a.clone(), false)].into_iter().collect(),
+        snapshot_index: index_a,
+        ..Evaluation::default()
+    };
+    write(
+        &pool,
+        lid,
+        &laddr,
+        Command::EvalUpsert(EvalUpsert {
+            evals: vec![blocked.clone()],
+        }),
+    )
+    .await?;
+    wait_for(
+        Duration::from_secs(10),
+        "the eval to be tracked blocked",
+        || {
+            let c = &c;
+            async move { (n(&broker(c, leader).await.ok()?, "TotalBlocked") == 1).then_some(()) }
+        },
+    )
+    .await?;
+
+    // Another node of class A: still blocked. A job registered afterwards is the marker that
+    // the leader has processed the node's change (the stream is in order).
+    write(
+        &pool,
+        lid,
+        &laddr,
+        Command::NodeRegister(NodeRegister {
+            node: mock_node(2),
+            evals: Vec::new(),
+        }),
+    )
+    .await?;
+    register(&c.servers[leader].api(), small_job("marker")).await?;
+    let marker = dequeue(&pool, lid, &laddr, 5000)
+        .await?
+        .expect("the marker eval");
+    assert_eq!(marker.eval.job_id.as_str(), "marker");
+    let stats = broker(&c, leader).await?;
+    assert_eq!(
+        n(&stats, "TotalBlocked"),
+        1,
+        "class A must not release it: {stats}"
+    );
+
+    // A node of another class releases it into the broker.
+    let mut node_b: Node = mock_node(3);
+    node_b.node_class = "class-b".into();
+    node_b.canonicalize();
+    assert_ne!(node_b.computed_class, class_a);
+    write(
+        &pool,
+        lid,
+        &laddr,
+        Command::NodeRegister(NodeRegister {
+            node: node_b,
+            evals: Vec::new(),
+        }),
+    )
+    .await?;
+    let released = dequeue(&pool, lid, &laddr, 5000)
+        .await?
+        .expect("the released blocked eval");
+    assert_eq!(released.eval.id, blocked.id);
+    let stats = broker(&c, leader).await?;
+    assert_eq!(n(&stats, "TotalBlocked"), 0, "{stats}");
+    Ok(())
+}

@@ -1,0 +1,224 @@
+//! `teamster eval list` and `teamster eval status ID`; `teamster alloc status ID`.
+
+use anyhow::{bail, Context};
+use clap::{Args, Subcommand};
+use serde_json::Value;
+
+use super::output::table;
+use super::{ApiArgs, ApiClient};
+
+/// `eval …`.
+#[derive(Debug, Subcommand)]
+pub enum EvalCommand {
+    /// List evaluations.
+    List(EvalListArgs),
+    /// Show one evaluation (an ID or a unique ID prefix).
+    Status(IdArgs),
+}
+
+/// `alloc …`.
+#[derive(Debug, Subcommand)]
+pub enum AllocCommand {
+    /// Show one allocation (an ID or a unique ID prefix).
+    Status(IdArgs),
+    /// Print a task's stdout (or `--stderr`), read from the client that runs it.
+    Logs(super::alloc_logs::LogsArgs),
+}
+
+/// `eval list`.
+#[derive(Debug, Args)]
+pub struct EvalListArgs {
+    #[command(flatten)]
+    api: ApiArgs,
+    /// Only evaluations of this job.
+    #[arg(long)]
+    job: Option<String>,
+    /// Only evaluations with this status (pending, blocked, complete, failed, canceled).
+    #[arg(long)]
+    status: Option<String>,
+}
+
+/// A command taking one ID (or prefix).
+#[derive(Debug, Args)]
+pub struct IdArgs {
+    #[command(flatten)]
+    api: ApiArgs,
+    /// The ID or a unique prefix of it.
+    id: String,
+}
+
+/// Run an `eval` command.
+pub async fn run_eval(cmd: EvalCommand) -> anyhow::Result<()> {
+    match cmd {
+        EvalCommand::List(args) => eval_list(args).await,
+        EvalCommand::Status(args) => eval_status(args).await,
+    }
+}
+
+/// Run an `alloc` command.
+pub async fn run_alloc(cmd: AllocCommand) -> anyhow::Result<()> {
+    match cmd {
+        AllocCommand::Status(args) => alloc_status(args).await,
+        AllocCommand::Logs(args) => super::alloc_logs::logs(args).await,
+    }
+}
+
+fn short(id: &Value) -> String {
+    id.as_str().unwrap_or("").chars().take(8).collect()
+}
+
+fn text(v: &Value) -> String {
+    match v {
+        Value::String(s) => s.clone(),
+        Value::Null => String::new(),
+        other => other.to_string(),
+    }
+}
+
+async fn eval_list(args: EvalListArgs) -> anyhow::Result<()> {
+    let api = ApiClient::new(&args.api.address);
+    let mut query = Vec::new();
+    if let Some(job) = &args.job {
+        query.push(format!("job={job}"));
+    }
+    if let Some(status) = &args.status {
+        query.push(format!("status={status}"));
+    }
+    let path = format!("/v1/evaluations?{}", query.join("&"));
+    let evals: Vec<Value> = api.get(&path).await.context("listing evaluations")?;
+    if args.api.json {
+        println!("{}", serde_json::to_string_pretty(&evals)?);
+        return Ok(());
+    }
+    let mut rows = vec![[
+        "ID",
+        "Priority",
+        "Triggered By",
+        "Job ID",
+        "Node ID",
+        "Status",
+        "Placement Failures",
+    ]
+    .map(String::from)
+    .to_vec()];
+    for e in &evals {
+        let failures = e["FailedTGAllocs"]
+            .as_object()
+            .is_some_and(|m| !m.is_empty());
+        rows.push(vec![
+            short(&e["ID"]),
+            text(&e["Priority"]),
+            text(&e["TriggeredBy"]),
+            text(&e["JobID"]),
+            short(&e["NodeID"]),
+            text(&e["Status"]),
+            failures.to_string(),
+        ]);
+    }
+    print!("{}", table(&rows));
+    Ok(())
+}
+
+/// Resolve an ID prefix through a `?prefix=` listing.
+async fn resolve(api: &ApiClient, list: &str, what: &str, id: &str) -> anyhow::Result<String> {
+    let found: Vec<Value> = api
+        .get(&format!("{list}?prefix={id}"))
+        .await
+        .with_context(|| format!("looking up {what} {id}"))?;
+    match found.as_slice() {
+        [] => bail!("No {what} with prefix or id {id:?} found"),
+        [one] => Ok(text(&one["ID"])),
+        many => bail!(
+            "Prefix matched multiple {what}s: {}",
+            many.iter()
+                .map(|v| text(&v["ID"]))
+                .collect::<Vec<_>>()
+                .join(", ")
+        ),
+    }
+}
+
+async fn eval_status(args: IdArgs) -> anyhow::Result<()> {
+    let api = ApiClient::new(&args.api.address);
+    let id = resolve(&api, "/v1/evaluations", "evaluation", &args.id).await?;
+    let e: Value = api
+        .get(&format!("/v1/evaluation/{id}"))
+        .await
+        .context("reading the evaluation")?;
+    if args.api.json {
+        println!("{}", serde_json::to_string_pretty(&e)?);
+        return Ok(());
+    }
+    let fields = [
+        ("ID", "ID"),
+        ("Create Index", "CreateIndex"),
+        ("Modify Index", "ModifyIndex"),
+        ("Status", "Status"),
+        ("Status Description", "StatusDescription"),
+        ("Type", "Type"),
+        ("TriggeredBy", "TriggeredBy"),
+        ("Job ID", "JobID"),
+        ("Namespace", "Namespace"),
+        ("Priority", "Priority"),
+        ("Previous Eval", "PreviousEval"),
+        ("Next Eval", "NextEval"),
+        ("Blocked Eval", "BlockedEval"),
+    ];
+    for (label, key) in fields {
+        println!("{label:<20}= {}", text(&e[key]));
+    }
+    if let Some(failed) = e["FailedTGAllocs"].as_object().filter(|m| !m.is_empty()) {
+        println!("\nFailed Placements");
+        for (group, metric) in failed {
+            println!("Task Group {group:?}: {}", metric);
+        }
+    }
+    Ok(())
+}
+
+async fn alloc_status(args: IdArgs) -> anyhow::Result<()> {
+    let api = ApiClient::new(&args.api.address);
+    let id = resolve(&api, "/v1/allocations", "allocation", &args.id).await?;
+    let a: Value = api
+        .get(&format!("/v1/allocation/{id}"))
+        .await
+        .context("reading the allocation")?;
+    if args.api.json {
+        println!("{}", serde_json::to_string_pretty(&a)?);
+        return Ok(());
+    }
+    let fields = [
+        ("ID", "ID"),
+        ("Eval ID", "EvalID"),
+        ("Name", "Name"),
+        ("Node ID", "NodeID"),
+        ("Node Name", "NodeName"),
+        ("Job ID", "JobID"),
+        ("Job Version", "JobVersion"),
+        ("Client Status", "ClientStatus"),
+        ("Client Description", "ClientDescription"),
+        ("Desired Status", "DesiredStatus"),
+        ("Desired Description", "DesiredDescription"),
+        ("Create Index", "CreateIndex"),
+        ("Modify Index", "ModifyIndex"),
+    ];
+    for (label, key) in fields {
+        println!("{label:<20}= {}", text(&a[key]));
+    }
+    if let Some(states) = a["TaskStates"].as_object().filter(|m| !m.is_empty()) {
+        let mut rows = vec![["Task", "State", "Failed", "Restarts"]
+            .map(String::from)
+            .to_vec()];
+        for (task, s) in states {
+            rows.push(vec![
+                task.clone(),
+                text(&s["State"]),
+                text(&s["Failed"]),
+                text(&s["Restarts"]),
+            ]);
+        }
+        println!();
+        print!("{}", table(&rows));
+    }
+    Ok(())
+}

@@ -1,0 +1,121 @@
+//! Allocations: `GET /v1/allocations` (`?prefix=`), `GET /v1/allocation/:id` (with the
+//! embedded job, as Nomad answers), `GET /v1/job/:id/allocations`.
+
+use std::collections::HashMap;
+
+use axum::extract::{Path, Query, State};
+use axum::response::Response;
+use axum::routing::get;
+use axum::Router;
+use serde_json::{json, Value};
+use teamster_storage::model::Allocation;
+use teamster_storage::state::{Snapshot, Table};
+
+use super::error::ApiError;
+use super::query::QueryOptions;
+use super::read::json_read;
+use super::HttpContext;
+
+/// The routes of this module.
+pub fn routes() -> Router<HttpContext> {
+    Router::new()
+        .route("/v1/allocations", get(list))
+        .route("/v1/allocation/{id}", get(get_one))
+        .route("/v1/job/{id}/allocations", get(job_allocations))
+}
+
+/// Nomad's `AllocListStub`.
+pub fn alloc_stub(snap: &Snapshot, a: &Allocation) -> Value {
+    let job_type = snap.alloc_job(a).map(|j| j.job_type);
+    let node_name = snap
+        .node_by_id(a.node_id.as_str())
+        .map(|n| n.name.clone())
+        .unwrap_or_default();
+    json!({
+        "ID": a.id,
+        "EvalID": a.eval_id,
+        "Name": a.name,
+        "Namespace": a.namespace,
+        "NodeID": a.node_id,
+        "NodeName": node_name,
+        "JobID": a.job_id,
+        "JobType": job_type,
+        "JobVersion": a.job_version,
+        "TaskGroup": a.task_group,
+        "DesiredStatus": a.desired_status,
+        "DesiredDescription": a.desired_description,
+        "ClientStatus": a.client_status,
+        "ClientDescription": a.client_description,
+        "TaskStates": a.task_states,
+        "FollowupEvalID": a.followup_eval_id,
+        "NextAllocation": a.next_allocation,
+        "RescheduleTracker": a.reschedule_tracker,
+        "CreateIndex": a.create_index,
+        "ModifyIndex": a.modify_index,
+        "CreateTime": a.create_time,
+        "ModifyTime": a.modify_time,
+    })
+}
+
+fn sorted_stubs<'a>(snap: &Snapshot, allocs: impl Iterator<Item = &'a Allocation>) -> Vec<Value> {
+    let mut allocs: Vec<&Allocation> = allocs.collect();
+    allocs.sort_by_key(|a| (a.create_index, a.id.clone()));
+    allocs.into_iter().map(|a| alloc_stub(snap, a)).collect()
+}
+
+/// `GET /v1/allocations`: stubs, `?prefix=` (of the ID) filtered.
+pub async fn list(
+    State(ctx): State<HttpContext>,
+    Query(q): Query<HashMap<String, String>>,
+) -> Result<Response, ApiError> {
+    let opts = QueryOptions::parse(&q)?;
+    let (snap, meta) = ctx.read(&opts, &[Table::Allocs]).await?;
+    let stubs = sorted_stubs(
+        &snap,
+        snap.allocs_by_prefix(&opts.prefix).map(|a| a.as_ref()),
+    );
+    Ok(json_read(stubs, meta))
+}
+
+/// `GET /v1/allocation/:id`: the allocation with its job version embedded.
+pub async fn get_one(
+    State(ctx): State<HttpContext>,
+    Path(id): Path<String>,
+    Query(q): Query<HashMap<String, String>>,
+) -> Result<Response, ApiError> {
+    let opts = QueryOptions::parse(&q)?;
+    let (snap, meta) = ctx.read(&opts, &[Table::Allocs]).await?;
+    let alloc = snap
+        .alloc_by_id(&id)
+        .ok_or_else(|| ApiError::not_found("alloc not found"))?;
+    let mut value =
+        serde_json::to_value(alloc.as_ref()).map_err(|e| ApiError::internal(e.to_string()))?;
+    if let Value::Object(map) = &mut value {
+        let job = snap.alloc_job(alloc).map(|j| j.as_ref());
+        map.insert(
+            "Job".into(),
+            serde_json::to_value(job).map_err(|e| ApiError::internal(e.to_string()))?,
+        );
+        let node_name = snap
+            .node_by_id(alloc.node_id.as_str())
+            .map(|n| n.name.clone())
+            .unwrap_or_default();
+        map.insert("NodeName".into(), Value::String(node_name));
+    }
+    Ok(json_read(value, meta))
+}
+
+/// `GET /v1/job/:id/allocations`.
+pub async fn job_allocations(
+    State(ctx): State<HttpContext>,
+    Path(id): Path<String>,
+    Query(q): Query<HashMap<String, String>>,
+) -> Result<Response, ApiError> {
+    let opts = QueryOptions::parse(&q)?;
+    let (snap, meta) = ctx.read(&opts, &[Table::Allocs]).await?;
+    let stubs = sorted_stubs(
+        &snap,
+        snap.allocs_by_job(&opts.namespace, &id).map(|a| a.as_ref()),
+    );
+    Ok(json_read(stubs, meta))
+}

@@ -1,0 +1,787 @@
+//! The leader-side contract on a real single-server agent (openraft, sled, the HTTP API):
+//! jobs registered over HTTP, evaluations driven by hand through `Eval.*` and `Plan.Submit`
+//! called in-process the way scheduler workers call them, with the real scheduler running on
+//! a snapshot behind a small synchronous Planner bridge.
+
+use std::time::Duration;
+
+use serde_json::{json, Value};
+use teamster_storage::fsm::{Command, NodeRegister};
+use teamster_storage::model::{
+    AllocId, Allocation, ClientStatus, DesiredStatus, EvalId, EvalStatus, EvalTrigger, Evaluation,
+    NodeId, Plan, PlanResult, Resources,
+};
+use teamster_storage::state::{Snapshot, StateStore};
+
+use super::eval::SCHEDULER_VERSION;
+use super::ServerRpc;
+use crate::agent::config::AgentConfig;
+use crate::agent::Agent;
+use crate::cli::ApiClient;
+use crate::rpc::{DequeuedEval, RequestContext, RpcError, RpcHandler, RpcRequest, RpcResponse};
+use crate::scheduler::harness::mock_node;
+use crate::scheduler::{new_scheduler, Planner, SchedulerEnv, SchedulerError, SchedulerSettings};
+
+struct TestServer {
+    agent: Agent,
+    _dir: tempfile::TempDir,
+}
+
+impl TestServer {
+    async fn start() -> TestServer {
+        Self::start_with(|_| {}).await
+    }
+
+    async fn start_with(tune: impl FnOnce(&mut AgentConfig)) -> TestServer {
+        let dir = tempfile::tempdir().unwrap();
+        let mut config = AgentConfig::dev();
+        tune(&mut config);
+        config.client.enabled = false;
+        config.server.num_schedulers = 0;
+        config.ports.http = 0;
+        config.ports.rpc = 0;
+        config.data_dir = Some(dir.path().to_path_buf());
+        let agent = Agent::start(config, false).await.unwrap();
+        let server = agent.server().unwrap();
+        let mut rx = server.leadership().subscribe();
+        tokio::time::timeout(Duration::from_secs(20), rx.wait_for(|e| *e))
+            .await
+            .expect("leadership established in time")
+            .unwrap();
+        TestServer { agent, _dir: dir }
+    }
+
+    fn handler(&self) -> ServerRpc {
+        self.agent.server().unwrap().rpc_handler().clone()
+    }
+
+    fn ctx(&self) -> RequestContext {
+        RequestContext::local(self.agent.server().unwrap().node().id())
+    }
+
+    fn state(&self) -> StateStore {
+        self.agent.server().unwrap().node().state().clone()
+    }
+
+    fn api(&self) -> ApiClient {
+        ApiClient::new(&format!("http://{}", self.agent.http_addr()))
+    }
+
+    async fn call(&self, req: RpcRequest) -> RpcResponse {
+        self.handler().handle(self.ctx(), req).await.unwrap()
+    }
+
+    async fn dequeue(&self, scheduler: &str) -> Option<DequeuedEval> {
+        match self
+            .call(RpcRequest::EvalDequeue {
+                schedulers: vec![scheduler.to_string()],
+                timeout_ms: 2000,
+                scheduler_version: SCHEDULER_VERSION,
+            })
+            .await
+        {
+            RpcResponse::EvalDequeue(r) => r.unwrap(),
+            other => panic!("{}", other.kind()),
+        }
+    }
+
+    async fn register_node(&self, n: u64) -> u64 {
+        self.agent
+            .server()
+            .unwrap()
+            .node()
+            .write(Command::NodeRegister(NodeRegister {
+                node: mock_node(n),
+                evals: Vec::new(),
+            }))
+            .await
+            .unwrap()
+            .index
+    }
+
+    async fn register_job(&self, id: &str, count: u32, memory_mb: u32) {
+        let job = json!({
+            "ID": id,
+            "Type": "service",
+            "Datacenters": ["dc1"],
+            "TaskGroups": [{
+                "Name": "web",
+                "Count": count,
+                "Tasks": [{
+                    "Name": "web",
+                    "Driver": "mock",
+                    "Resources": { "CPU": 100, "MemoryMB": memory_mb }
+                }]
+            }]
+        });
+        let _: Value = self
+            .api()
+            .request(
+                reqwest::Method::POST,
+                "/v1/jobs",
+                Some(&json!({ "Job": job })),
+            )
+            .await
+            .unwrap();
+    }
+
+    /// Dequeue → scheduler on a snapshot at WaitIndex → Plan.Submit / Eval.* → Ack.
+    async fn process_one(&self, scheduler: &str) -> Evaluation {
+        let d = self.dequeue(scheduler).await.expect("an evaluation");
+        let snapshot = self
+            .state()
+            .snapshot_min_index(d.wait_index, Duration::from_secs(5))
+            .await
+            .unwrap();
+        let planner = RpcPlanner {
+            handler: self.handler(),
+            ctx: self.ctx(),
+            token: d.token.clone(),
+            state: self.state(),
+            rt: tokio::runtime::Handle::current(),
+        };
+        let eval = d.eval.clone();
+        tokio::task::spawn_blocking(move || run_scheduler(planner, snapshot, eval))
+            .await
+            .unwrap()
+            .unwrap();
+        match self
+            .call(RpcRequest::EvalAck {
+                eval_id: d.eval.id.clone(),
+                token: d.token,
+            })
+            .await
+        {
+            RpcResponse::EvalAck(r) => r.unwrap(),
+            other => panic!("{}", other.kind()),
+        }
+        d.eval
+    }
+}
+
+fn run_scheduler(
+    mut planner: RpcPlanner,
+    snapshot: Snapshot,
+    eval: Evaluation,
+) -> Result<(), SchedulerError> {
+    let mut rng = rand::rngs::mock::StepRng::new(7, 13);
+    let env = SchedulerEnv {
+        now: 1_700_000_000_000_000_000,
+        rng: &mut rng,
+        settings: SchedulerSettings::default(),
+    };
+    let mut scheduler = new_scheduler(eval.eval_type, snapshot, &mut planner, env)?;
+    scheduler.process(&eval)
+}
+
+/// The synchronous Planner over the in-process RPC handler (what a worker does).
+struct RpcPlanner {
+    handler: ServerRpc,
+    ctx: RequestContext,
+    token: String,
+    state: StateStore,
+    rt: tokio::runtime::Handle,
+}
+
+impl RpcPlanner {
+    fn call(&self, req: RpcRequest) -> RpcResponse {
+        self.rt
+            .block_on(self.handler.handle(self.ctx.clone(), req))
+            .unwrap()
+    }
+}
+
+fn planner_err(operation: &'static str, e: RpcError) -> SchedulerError {
+    SchedulerError::Planner {
+        operation,
+        reason: e.to_string(),
+    }
+}
+
+impl Planner for RpcPlanner {
+    fn submit_plan(
+        &mut self,
+        mut plan: Plan,
+    ) -> Result<(PlanResult, Option<Snapshot>), SchedulerError> {
+        plan.eval_token = self.token.clone();
+        let result = match self.call(RpcRequest::PlanSubmit {
+            plan: Box::new(plan),
+        }) {
+            RpcResponse::PlanSubmit(r) => *r.map_err(|e| planner_err("submit plan", e))?,
+            other => panic!("{}", other.kind()),
+        };
+        if result.refresh_index == 0 {
+            return Ok((result, None));
+        }
+        let snapshot = self
+            .rt
+            .block_on(
+                self.state
+                    .snapshot_min_index(result.refresh_index, Duration::from_secs(5)),
+            )
+            .map_err(|e| planner_err("submit plan", RpcError::Remote(e.to_string())))?;
+        Ok((result, Some(snapshot)))
+    }
+
+    fn update_eval(&mut self, eval: Evaluation) -> Result<(), SchedulerError> {
+        match self.call(RpcRequest::EvalUpdate {
+            eval: Box::new(eval),
+            token: self.token.clone(),
+        }) {
+            RpcResponse::EvalUpdate(r) => r.map(|_| ()).map_err(|e| planner_err("update eval", e)),
+            other => panic!("{}", other.kind()),
+        }
+    }
+
+    fn create_eval(&mut self, eval: Evaluation) -> Result<(), SchedulerError> {
+        match self.call(RpcRequest::EvalCreate {
+            eval: Box::new(eval),
+            token: self.token.clone(),
+        }) {
+            RpcResponse::EvalCreate(r) => r.map(|_| ()).map_err(|e| planner_err("create eval", e)),
+            other => panic!("{}", other.kind()),
+        }
+    }
+
+    fn reblock_eval(&mut self, eval: Evaluation) -> Result<(), SchedulerError> {
+        match self.call(RpcRequest::EvalReblock {
+            eval: Box::new(eval),
+            token: self.token.clone(),
+        }) {
+            RpcResponse::EvalReblock(r) => {
+                r.map(|_| ()).map_err(|e| planner_err("reblock eval", e))
+            }
+            other => panic!("{}", other.kind()),
+        }
+    }
+}
+
+async fn eventually(what: &str, mut cond: impl FnMut() -> bool) {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    while !cond() {
+        assert!(tokio::time::Instant::now() < deadline, "timed out: {what}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_registered_job_is_placed_through_dequeue_plan_submit_and_ack() {
+    let s = TestServer::start().await;
+    s.register_node(1).await;
+    s.register_node(2).await;
+    s.register_job("web", 3, 256).await;
+
+    let eval = s.process_one("service").await;
+    assert_eq!(eval.job_id.as_str(), "web");
+
+    let snap = s.state().snapshot();
+    let allocs: Vec<_> = snap.allocs_by_job(&eval.namespace, &eval.job_id).collect();
+    assert_eq!(allocs.len(), 3, "three allocations committed");
+    let stored = snap.eval_by_id(&eval.id).unwrap();
+    assert_eq!(stored.status, EvalStatus::Complete);
+    let side = s.agent.server().unwrap().leader_side().clone();
+    eventually("broker drained", || {
+        let st = side.pipeline.broker().stats();
+        st.total_unacked == 0 && st.total_ready == 0
+    })
+    .await;
+
+    // The same through the HTTP API.
+    let api = s.api();
+    let stubs: Vec<Value> = api.get("/v1/job/web/allocations").await.unwrap();
+    assert_eq!(stubs.len(), 3);
+    assert!(stubs.iter().all(|a| a["EvalID"] == eval.id.as_str()));
+    let one: Value = api
+        .get(&format!(
+            "/v1/allocation/{}",
+            stubs[0]["ID"].as_str().unwrap()
+        ))
+        .await
+        .unwrap();
+    assert_eq!(one["Job"]["ID"], "web");
+    let all: Vec<Value> = api.get("/v1/allocations").await.unwrap();
+    assert_eq!(all.len(), 3);
+    let evals: Vec<Value> = api.get("/v1/job/web/evaluations").await.unwrap();
+    assert_eq!(evals.len(), 1);
+    assert_eq!(evals[0]["Status"], "complete");
+    let prefix = &eval.id.as_str()[..4];
+    let by_prefix: Vec<Value> = api
+        .get(&format!("/v1/evaluations?prefix={prefix}"))
+        .await
+        .unwrap();
+    assert!(by_prefix.iter().any(|e| e["ID"] == eval.id.as_str()));
+    let got: Value = api
+        .get(&format!("/v1/evaluation/{}", eval.id))
+        .await
+        .unwrap();
+    assert_eq!(got["JobID"], "web");
+    assert!(api.get::<Value>("/v1/evaluation/nope").await.is_err());
+    let stats: Value = api.get("/v1/operator/scheduler/broker").await.unwrap();
+    assert_eq!(stats["Leader"], true);
+    assert_eq!(stats["TotalReady"], 0);
+
+    // Scheduler configuration: read, CAS-write with a stale index (refused), write.
+    let conf: Value = api
+        .get("/v1/operator/scheduler/configuration")
+        .await
+        .unwrap();
+    let mut sc = conf["SchedulerConfig"].clone();
+    let modify = sc["ModifyIndex"].as_u64().unwrap();
+    sc["SchedulerAlgorithm"] = "spread".into();
+    let r: Value = api
+        .request(
+            reqwest::Method::PUT,
+            &format!("/v1/operator/scheduler/configuration?cas={}", modify + 1000),
+            Some(&sc),
+        )
+        .await
+        .unwrap();
+    assert_eq!(r["Updated"], false);
+    let r: Value = api
+        .request(
+            reqwest::Method::PUT,
+            "/v1/operator/scheduler/configuration",
+            Some(&sc),
+        )
+        .await
+        .unwrap();
+    assert_eq!(r["Updated"], true);
+    let conf: Value = api
+        .get("/v1/operator/scheduler/configuration")
+        .await
+        .unwrap();
+    assert_eq!(conf["SchedulerConfig"]["SchedulerAlgorithm"], "spread");
+    s.agent.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stale_tokens_and_wrong_versions_are_refused() {
+    let s = TestServer::start().await;
+    s.register_node(1).await;
+    s.register_job("web", 1, 256).await;
+
+    match s
+        .call(RpcRequest::EvalDequeue {
+            schedulers: vec!["service".into()],
+            timeout_ms: 100,
+            scheduler_version: SCHEDULER_VERSION + 1,
+        })
+        .await
+    {
+        RpcResponse::EvalDequeue(Err(RpcError::Rejected(m))) => {
+            assert!(m.contains("scheduler version"), "{m}")
+        }
+        other => panic!("{other:?}"),
+    }
+    let d = s.dequeue("service").await.unwrap();
+    assert!(d.wait_index >= d.eval.modify_index && d.wait_index > 0);
+    let wrong = "not-the-token".to_string();
+    match s
+        .call(RpcRequest::EvalAck {
+            eval_id: d.eval.id.clone(),
+            token: wrong.clone(),
+        })
+        .await
+    {
+        RpcResponse::EvalAck(Err(RpcError::Rejected(m))) => assert!(m.contains("token"), "{m}"),
+        other => panic!("{other:?}"),
+    }
+    let plan = Plan {
+        eval_id: d.eval.id.clone(),
+        eval_token: wrong.clone(),
+        priority: 50,
+        ..Plan::default()
+    };
+    match s
+        .call(RpcRequest::PlanSubmit {
+            plan: Box::new(plan),
+        })
+        .await
+    {
+        RpcResponse::PlanSubmit(Err(RpcError::Rejected(_))) => {}
+        other => panic!("{other:?}"),
+    }
+    let mut created = d.eval.clone();
+    created.id = EvalId::new("00000000-0000-4000-8000-000000000001");
+    created.previous_eval = d.eval.id.clone();
+    match s
+        .call(RpcRequest::EvalCreate {
+            eval: Box::new(created),
+            token: wrong,
+        })
+        .await
+    {
+        RpcResponse::EvalCreate(Err(RpcError::Rejected(_))) => {}
+        other => panic!("{other:?}"),
+    }
+    // The right token nacks; the eval comes back after the nack delay with a new token.
+    match s
+        .call(RpcRequest::EvalNack {
+            eval_id: d.eval.id.clone(),
+            token: d.token.clone(),
+        })
+        .await
+    {
+        RpcResponse::EvalNack(r) => r.unwrap(),
+        other => panic!("{other:?}"),
+    }
+    let again = s.dequeue("service").await.expect("redelivered");
+    assert_eq!(again.eval.id, d.eval.id);
+    assert_ne!(again.token, d.token);
+    s.agent.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_job_without_room_blocks_and_a_new_node_releases_it() {
+    let s = TestServer::start().await;
+    s.register_node(1).await;
+    // 8192 MB per node: two allocations of 5000 MB need two nodes.
+    s.register_job("big", 2, 5000).await;
+    let eval = s.process_one("service").await;
+    let snap = s.state().snapshot();
+    assert_eq!(snap.allocs_by_job(&eval.namespace, &eval.job_id).count(), 1);
+    let blocked: Vec<_> = snap
+        .evals_by_job(&eval.namespace, &eval.job_id)
+        .filter(|e| e.status == EvalStatus::Blocked)
+        .map(|e| e.id.clone())
+        .collect();
+    assert_eq!(blocked.len(), 1, "a blocked eval was created");
+    let side = s.agent.server().unwrap().leader_side().clone();
+    eventually("the blocked eval is tracked", || {
+        side.pipeline.blocked().stats().total_blocked == 1
+    })
+    .await;
+    assert_eq!(side.pipeline.broker().stats().total_ready, 0);
+
+    // A second node: the blocked eval goes back to the broker and places the rest.
+    s.register_node(2).await;
+    let released = s.process_one("service").await;
+    assert_eq!(released.id, blocked[0]);
+    let snap = s.state().snapshot();
+    assert_eq!(snap.allocs_by_job(&eval.namespace, &eval.job_id).count(), 2);
+    assert_eq!(side.pipeline.blocked().stats().total_blocked, 0);
+    s.agent.shutdown().await;
+}
+
+async fn ack(s: &TestServer, d: &DequeuedEval) {
+    match s
+        .call(RpcRequest::EvalAck {
+            eval_id: d.eval.id.clone(),
+            token: d.token.clone(),
+        })
+        .await
+    {
+        RpcResponse::EvalAck(r) => r.unwrap(),
+        other => panic!("{other:?}"),
+    }
+}
+
+async fn nack(s: &TestServer, d: &DequeuedEval) {
+    match s
+        .call(RpcRequest::EvalNack {
+            eval_id: d.eval.id.clone(),
+            token: d.token.clone(),
+        })
+        .await
+    {
+        RpcResponse::EvalNack(r) => r.unwrap(),
+        other => panic!("{other:?}"),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_eval_past_the_delivery_limit_is_marked_failed_with_a_delayed_follow_up() {
+    let s = TestServer::start_with(|c| {
+        let b = &mut c.server.eval_broker;
+        b.delivery_limit = 2;
+        b.nack_initial_reenqueue_delay = Duration::from_millis(20);
+        b.nack_subsequent_reenqueue_delay = Duration::from_millis(20);
+        b.failed_followup_baseline_delay = Duration::from_millis(300);
+        b.failed_followup_delay_range = Duration::from_millis(100);
+    })
+    .await;
+    s.register_job("flaky", 1, 64).await;
+    let first = s.dequeue("service").await.unwrap();
+    nack(&s, &first).await;
+    let second = s.dequeue("service").await.unwrap();
+    assert_eq!(second.eval.id, first.eval.id);
+    nack(&s, &second).await;
+
+    // The reaper writes it failed, linked to a follow-up that waits before it is delivered.
+    let state = s.state();
+    let id = first.eval.id.clone();
+    eventually("the eval is marked failed", || {
+        state
+            .snapshot()
+            .eval_by_id(&id)
+            .is_some_and(|e| e.status == EvalStatus::Failed)
+    })
+    .await;
+    let snap = state.snapshot();
+    let failed = snap.eval_by_id(&id).unwrap();
+    assert_eq!(
+        failed.status_description,
+        "evaluation reached delivery limit (2)"
+    );
+    let follow_up = snap.eval_by_id(&failed.next_eval).expect("a follow-up");
+    assert_eq!(follow_up.triggered_by, EvalTrigger::FailedFollowUp);
+    assert_eq!(follow_up.status, EvalStatus::Pending);
+    assert!(follow_up.wait >= 300_000_000);
+    let next = s
+        .dequeue("service")
+        .await
+        .expect("the follow-up, after its wait");
+    assert_eq!(next.eval.id, follow_up.id);
+    s.agent.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn evals_superseded_while_their_job_was_busy_are_written_canceled() {
+    let s = TestServer::start_with(|c| {
+        c.server.eval_broker.reap_cancelable_interval = Duration::from_millis(100);
+    })
+    .await;
+    for count in 1..=3 {
+        s.register_job("busy", count, 64).await;
+    }
+    let state = s.state();
+    let snap = state.snapshot();
+    let mut evals: Vec<_> = snap.evals_by_job("default", "busy").cloned().collect();
+    evals.sort_by_key(|e| e.create_index);
+    assert_eq!(evals.len(), 3);
+    let d = s.dequeue("service").await.unwrap();
+    assert_eq!(d.eval.id, evals[0].id, "one eval per job in flight");
+    ack(&s, &d).await;
+    // The newest takes the slot; the middle one was covered by it and is canceled.
+    let next = s.dequeue("service").await.unwrap();
+    assert_eq!(next.eval.id, evals[2].id);
+    let middle = evals[1].id.clone();
+    eventually("the superseded eval is canceled", || {
+        state
+            .snapshot()
+            .eval_by_id(&middle)
+            .is_some_and(|e| e.status == EvalStatus::Canceled)
+    })
+    .await;
+    s.agent.shutdown().await;
+}
+
+fn big_alloc(
+    s: &TestServer,
+    d: &DequeuedEval,
+    node: &NodeId,
+    n: u64,
+    memory_mb: u64,
+) -> Allocation {
+    let job = s
+        .state()
+        .snapshot()
+        .job_by_id(&d.eval.namespace, &d.eval.job_id)
+        .unwrap()
+        .clone();
+    Allocation {
+        id: AllocId::new(crate::scheduler::harness::fixture_uuid(9, n)),
+        namespace: d.eval.namespace.clone(),
+        eval_id: d.eval.id.clone(),
+        name: format!("{}.web[0]", job.id),
+        node_id: node.clone(),
+        job_id: job.id.clone(),
+        job_version: job.version,
+        task_group: "web".into(),
+        resources: Resources {
+            cpu: 100,
+            memory_mb,
+            disk_mb: 0,
+        },
+        desired_status: DesiredStatus::Run,
+        client_status: ClientStatus::Pending,
+        ..Allocation::default()
+    }
+}
+
+fn plan_for(d: &DequeuedEval, allocs: Vec<Allocation>, all_at_once: bool) -> Plan {
+    let mut plan = Plan {
+        eval_id: d.eval.id.clone(),
+        eval_token: d.token.clone(),
+        priority: 50,
+        all_at_once,
+        ..Plan::default()
+    };
+    for a in allocs {
+        plan.node_allocation
+            .entry(a.node_id.clone())
+            .or_default()
+            .push(a);
+    }
+    plan
+}
+
+async fn submit(s: &TestServer, plan: Plan) -> PlanResult {
+    match s
+        .call(RpcRequest::PlanSubmit {
+            plan: Box::new(plan),
+        })
+        .await
+    {
+        RpcResponse::PlanSubmit(r) => *r.unwrap(),
+        other => panic!("{other:?}"),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_conflicting_plans_never_overcommit_a_node_and_all_at_once_is_all_or_nothing() {
+    let s = TestServer::start().await;
+    s.register_node(1).await;
+    s.register_node(2).await;
+    let n1 = mock_node(1).id;
+    let n2 = mock_node(2).id;
+    for j in ["a", "b", "c"] {
+        s.register_job(j, 1, 64).await;
+    }
+    let da = s.dequeue("service").await.unwrap();
+    let db = s.dequeue("service").await.unwrap();
+    let dc = s.dequeue("service").await.unwrap();
+
+    // Two plans of 6000 MB each for node 1 (8192 MB), submitted together: one fits.
+    let pa = plan_for(&da, vec![big_alloc(&s, &da, &n1, 1, 6000)], false);
+    let pb = plan_for(&db, vec![big_alloc(&s, &db, &n1, 2, 6000)], false);
+    let (ra, rb) = tokio::join!(submit(&s, pa), submit(&s, pb));
+    let (won, lost) = if ra.rejected_nodes.is_empty() {
+        (ra, rb)
+    } else {
+        (rb, ra)
+    };
+    assert_eq!(won.node_allocation[&n1].len(), 1);
+    assert!(won.alloc_index > 0 && won.refresh_index == 0);
+    assert_eq!(lost.rejected_nodes, vec![n1.clone()]);
+    assert!(lost.node_allocation.values().all(Vec::is_empty));
+    assert!(
+        lost.refresh_index > 0,
+        "a partial result asks for a refresh"
+    );
+
+    // All at once: node 2 would fit, node 1 is full, so nothing is committed.
+    let pc = plan_for(
+        &dc,
+        vec![
+            big_alloc(&s, &dc, &n1, 3, 6000),
+            big_alloc(&s, &dc, &n2, 4, 1000),
+        ],
+        true,
+    );
+    let rc = submit(&s, pc).await;
+    assert!(rc.node_allocation.values().all(Vec::is_empty), "{rc:?}");
+    assert!(rc.refresh_index > 0);
+    let snap = s.state().snapshot();
+    let on_n1: u64 = snap
+        .allocs_by_node(n1.as_str())
+        .filter(|a| !a.terminal_status())
+        .map(|a| a.resources.memory_mb)
+        .sum();
+    assert_eq!(on_n1, 6000);
+    assert_eq!(snap.allocs_by_node(n2.as_str()).count(), 0);
+    for d in [&da, &db, &dc] {
+        ack(&s, d).await;
+    }
+    s.agent.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_older_blocked_eval_of_a_job_is_canceled_as_a_duplicate() {
+    let s = TestServer::start().await;
+    let blocked = |id: &str, snapshot_index: u64| Evaluation {
+        id: EvalId::new(id),
+        namespace: "default".into(),
+        priority: 50,
+        eval_type: teamster_storage::model::JobType::Service,
+        triggered_by: EvalTrigger::QueuedAllocs,
+        job_id: "dup".into(),
+        status: EvalStatus::Blocked,
+        snapshot_index,
+        ..Evaluation::default()
+    };
+    let node = s.agent.server().unwrap().node().clone();
+    let write = |e: Evaluation| {
+        let node = node.clone();
+        async move {
+            node.write(Command::EvalUpsert(teamster_storage::fsm::EvalUpsert {
+                evals: vec![e],
+            }))
+            .await
+            .unwrap()
+            .index
+        }
+    };
+    let first = write(blocked("00000000-0000-4000-8000-0000000000d1", 1)).await;
+    write(blocked("00000000-0000-4000-8000-0000000000d2", first)).await;
+    let state = s.state();
+    eventually("the older blocked eval is canceled", || {
+        state
+            .snapshot()
+            .eval_by_id("00000000-0000-4000-8000-0000000000d1")
+            .is_some_and(|e| e.status == EvalStatus::Canceled)
+    })
+    .await;
+    let snap = state.snapshot();
+    let older = snap
+        .eval_by_id("00000000-0000-4000-8000-0000000000d1")
+        .unwrap();
+    assert!(older
+        .status_description
+        .contains("existing blocked evaluation"));
+    let newer = snap
+        .eval_by_id("00000000-0000-4000-8000-0000000000d2")
+        .unwrap();
+    assert_eq!(newer.status, EvalStatus::Blocked);
+    let side = s.agent.server().unwrap().leader_side().clone();
+    assert_eq!(side.pipeline.blocked().stats().total_blocked, 1);
+    s.agent.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pause_eval_broker_in_the_scheduler_configuration_stops_and_restores_the_broker() {
+    let s = TestServer::start().await;
+    s.register_job("paused", 1, 64).await;
+    let api = s.api();
+    let set = |pause: bool| {
+        let api = api.clone();
+        async move {
+            let conf: Value = api
+                .get("/v1/operator/scheduler/configuration")
+                .await
+                .unwrap();
+            let mut sc = conf["SchedulerConfig"].clone();
+            sc["PauseEvalBroker"] = pause.into();
+            let r: Value = api
+                .request(
+                    reqwest::Method::PUT,
+                    "/v1/operator/scheduler/configuration",
+                    Some(&sc),
+                )
+                .await
+                .unwrap();
+            assert_eq!(r["Updated"], true);
+        }
+    };
+    set(true).await;
+    let side = s.agent.server().unwrap().leader_side().clone();
+    eventually("the broker is paused", || !side.pipeline.broker().enabled()).await;
+    match s
+        .call(RpcRequest::EvalDequeue {
+            schedulers: vec!["service".into()],
+            timeout_ms: 100,
+            scheduler_version: SCHEDULER_VERSION,
+        })
+        .await
+    {
+        RpcResponse::EvalDequeue(Err(RpcError::Disabled(m))) => {
+            assert_eq!(m, "eval broker disabled")
+        }
+        other => panic!("{other:?}"),
+    }
+    set(false).await;
+    eventually("the broker is back", || side.pipeline.broker().enabled()).await;
+    let d = s.dequeue("service").await.expect("the restored eval");
+    assert_eq!(d.eval.job_id.as_str(), "paused");
+    s.agent.shutdown().await;
+}
