@@ -106,6 +106,11 @@ impl ServerProcess {
         ApiClient::new(&self.http_addr())
     }
 
+    /// Its process id, while it runs.
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(|c| c.id())
+    }
+
     /// Whether its process is running.
     pub fn is_running(&mut self) -> bool {
         match &mut self.child {
