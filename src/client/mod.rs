@@ -213,6 +213,10 @@ impl Client {
                 "resumed allocations from the client state"
             );
         }
+        if shared.state().allocs.values().any(|l| l.version > l.reported) {
+            // Changes an earlier run did not get to report.
+            shared.changed.notify_one();
+        }
 
         let pool = Pool::new(0, RpcConfig::default())?;
         let servers = Arc::new(Servers::new(pool, servers));
