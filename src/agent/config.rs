@@ -149,6 +149,8 @@ pub struct ServerConfig {
     pub rpc_hold_timeout: Duration,
     /// Raft timing and log compaction.
     pub raft: RaftTiming,
+    /// Scheduler worker timings and garbage-collection thresholds.
+    pub workers: crate::server::worker::WorkerConfig,
     /// The leader's eval broker and plan applier (`[server.eval_broker]`).
     pub eval_broker: crate::server::pipeline::EvalBrokerSettings,
 }
@@ -171,6 +173,7 @@ impl Default for ServerConfig {
             failover_heartbeat_ttl: Duration::from_secs(300),
             rpc_hold_timeout: Duration::from_secs(5),
             raft: RaftTiming::default(),
+            workers: crate::server::worker::WorkerConfig::default(),
             eval_broker: Default::default(),
         }
     }
@@ -452,6 +455,7 @@ impl ServerConfig {
         if self.failover_heartbeat_ttl.is_zero() {
             return Err(("server.failover_heartbeat_ttl", "must be positive".into()));
         }
+        self.workers.validate()?;
         self.eval_broker.validate()?;
         self.raft.validate()
     }

@@ -60,6 +60,9 @@ pub enum AgentError {
     Signals(std::io::Error),
 }
 
+/// Re-reads the agent configuration on SIGHUP.
+pub type Reloader = Box<dyn Fn() -> Result<AgentConfig, String> + Send + Sync>;
+
 /// A running agent.
 pub struct Agent {
     config: AgentConfig,
@@ -67,6 +70,7 @@ pub struct Agent {
     shutdown: CancellationToken,
     tasks: Vec<tokio::task::JoinHandle<()>>,
     server: Option<Server>,
+    reloader: Option<Reloader>,
     client: Option<Client>,
     _dev_dir: Option<tempfile::TempDir>,
 }
@@ -130,6 +134,7 @@ impl Agent {
         let handles = server.as_ref().map(|s| ServerHandles {
             node: s.node().clone(),
             leadership: s.leadership().clone(),
+            workers: s.workers().clone(),
             leader_side: s.leader_side().clone(),
         });
         let shutdown = CancellationToken::new();
@@ -182,6 +187,7 @@ impl Agent {
             shutdown,
             tasks: vec![http_task],
             server,
+            reloader: None,
             client,
             _dev_dir: dev_dir,
         })
@@ -212,12 +218,51 @@ impl Agent {
         use tokio::signal::unix::{signal, SignalKind};
         let mut term = signal(SignalKind::terminate()).map_err(AgentError::Signals)?;
         let mut int = signal(SignalKind::interrupt()).map_err(AgentError::Signals)?;
-        tokio::select! {
-            _ = term.recv() => info!("SIGTERM received, shutting down"),
-            _ = int.recv() => info!("SIGINT received, shutting down"),
+        let mut hup = signal(SignalKind::hangup()).map_err(AgentError::Signals)?;
+        loop {
+            tokio::select! {
+                _ = term.recv() => { info!("SIGTERM received, shutting down"); break }
+                _ = int.recv() => { info!("SIGINT received, shutting down"); break }
+                _ = hup.recv() => self.reload(),
+            }
         }
         self.shutdown().await;
         Ok(())
+    }
+
+    /// Set how SIGHUP re-reads the configuration.
+    pub fn set_reloader(&mut self, reloader: Reloader) {
+        self.reloader = Some(reloader);
+    }
+
+    /// Re-read the configuration and apply what can change at run time: the scheduler
+    /// workers' `num_schedulers` and `enabled_schedulers`. A bad file changes nothing.
+    pub fn reload(&self) {
+        let Some(reloader) = &self.reloader else {
+            info!("SIGHUP received; no configuration file to reload");
+            return;
+        };
+        let config = match reloader() {
+            Ok(c) => c,
+            Err(e) => {
+                tracing::error!(error = %e, "config reload failed; nothing changed");
+                return;
+            }
+        };
+        if let Some(server) = &self.server {
+            let wanted = crate::server::worker::pool::PoolConfig {
+                num_schedulers: config.server.num_schedulers,
+                enabled_schedulers: config.server.enabled_schedulers.clone(),
+            };
+            match server.workers().set_config(wanted) {
+                Ok(c) => info!(
+                    num_schedulers = c.num_schedulers,
+                    enabled_schedulers = ?c.enabled_schedulers,
+                    "config reloaded: scheduler workers applied"
+                ),
+                Err(e) => tracing::error!(error = %e, "config reload refused; nothing changed"),
+            }
+        }
     }
 
     /// Stop every role and wait for their tasks.

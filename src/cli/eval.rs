@@ -21,7 +21,7 @@ pub enum EvalCommand {
 pub enum AllocCommand {
     /// Show one allocation (an ID or a unique ID prefix).
     Status(IdArgs),
-    /// Print a task's stdout (or `--stderr`), read from the client that runs it.
+    /// Print a task's log (stdout, or stderr with `--stderr`).
     Logs(super::alloc_logs::LogsArgs),
 }
 

@@ -1,4 +1,4 @@
-//! `teamster operator …`: raft peers.
+//! `teamster operator …`: raft peers; snapshots (in `snapshot.rs`).
 
 use anyhow::Context;
 use clap::{Args, Subcommand};
@@ -14,9 +14,12 @@ pub enum OperatorCommand {
     /// Raft peers of the server cluster.
     #[command(subcommand)]
     Raft(RaftCommand),
-    /// The scheduler configuration.
+    /// Save the cluster's state to a file, or restore it.
     #[command(subcommand)]
-    Scheduler(super::scheduler_config::SchedulerConfigCommand),
+    Snapshot(super::snapshot::SnapshotCommand),
+    /// The scheduler workers of a server.
+    #[command(subcommand)]
+    Scheduler(super::scheduler::SchedulerCommand),
 }
 
 /// `operator raft …`.
@@ -86,7 +89,8 @@ pub async fn run(cmd: OperatorCommand) -> anyhow::Result<()> {
     match cmd {
         OperatorCommand::Raft(RaftCommand::ListPeers(args)) => list_peers(args).await,
         OperatorCommand::Raft(RaftCommand::RemovePeer(args)) => remove_peer(args).await,
-        OperatorCommand::Scheduler(cmd) => super::scheduler_config::run(cmd).await,
+        OperatorCommand::Snapshot(cmd) => super::snapshot::run(cmd).await,
+        OperatorCommand::Scheduler(cmd) => super::scheduler::run(cmd).await,
     }
 }
 

@@ -6,7 +6,7 @@
 //! never redirected; request bodies capped at [`MAX_BODY_BYTES`] (413 beyond).
 //!
 //! - [`error`], [`query`]: the conventions.
-//! - `status`, `operator`, `agent`: the routes, one file per group.
+//! - `status`, `operator`, `agent`, [`schedulers`], `snapshot`: the routes, one file per group.
 
 mod agent;
 mod allocs;
@@ -18,7 +18,9 @@ pub mod nodes;
 mod operator;
 pub mod query;
 pub mod read;
+pub mod schedulers;
 mod scheduler_config;
+mod snapshot;
 mod status;
 
 use std::sync::Arc;
@@ -57,6 +59,8 @@ pub struct ServerHandles {
     pub node: Arc<RaftNode>,
     /// Whether leader duties are established here.
     pub leadership: LeadershipState,
+    /// The scheduler workers.
+    pub workers: std::sync::Arc<crate::server::worker::pool::WorkerPool>,
     /// The broker, blocked evals and plan queue (for their stats).
     pub leader_side: crate::server::endpoints::eval::LeaderSide,
 }
@@ -109,7 +113,20 @@ pub fn router(ctx: HttpContext) -> Router {
         )
         .route(
             "/v1/job/{id}",
-            get(jobs::get).put(jobs::register).post(jobs::register),
+            get(jobs::get)
+                .put(jobs::register)
+                .post(jobs::register)
+                .delete(jobs::deregister),
+        )
+        .route("/v1/job/{id}/summary", get(jobs::summary))
+        .route("/v1/job/{id}/versions", get(jobs::versions))
+        .route(
+            "/v1/job/{id}/evaluate",
+            axum::routing::put(jobs::evaluate).post(jobs::evaluate),
+        )
+        .route(
+            "/v1/validate/job",
+            axum::routing::put(jobs::validate).post(jobs::validate),
         )
         .route("/v1/status/leader", get(status::leader))
         .route("/v1/status/peers", get(status::peers))
@@ -122,9 +139,12 @@ pub fn router(ctx: HttpContext) -> Router {
             axum::routing::delete(operator::remove_peer),
         )
         .route("/v1/agent/self", get(agent::agent_self))
+        .route("/v1/agent/members", get(agent::members))
         .route("/v1/agent/health", get(agent::health))
         .route("/v1/metrics", get(agent::metrics))
         .route("/v1/regions", get(agent::regions))
+        .merge(schedulers::routes())
+        .merge(snapshot::routes())
         .merge(evals::routes())
         .merge(allocs::routes())
         .merge(scheduler_config::routes())

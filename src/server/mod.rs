@@ -20,6 +20,7 @@
 //! - [`reapers`]: failed, cancelable and duplicate blocked evals written back by the leader.
 //! - [`heartbeat`]: the leader's heartbeat timers (nodes that go silent are marked down).
 //! - [`endpoints`]: the RPC handlers.
+//! - [`worker`]: the scheduler workers and their pool.
 
 pub mod blocked_evals;
 pub mod endpoints;
@@ -31,6 +32,7 @@ pub mod pipeline;
 pub mod plan_apply;
 pub mod plan_queue;
 pub mod raft;
+pub mod worker;
 pub mod reapers;
 pub mod write_batcher;
 
@@ -74,6 +76,9 @@ pub enum ServerError {
     /// The raft node could not start.
     #[error(transparent)]
     Raft(#[from] raft::RaftNodeError),
+    /// The scheduler workers could not start.
+    #[error(transparent)]
+    Workers(#[from] worker::WorkerError),
     /// The eval broker or blocked-evals settings are invalid.
     #[error(transparent)]
     Broker(#[from] eval_broker::BrokerError),
@@ -84,6 +89,7 @@ pub struct Server {
     node: Arc<RaftNode>,
     rpc: RpcServer,
     leadership: LeadershipState,
+    workers: Arc<worker::pool::WorkerPool>,
     leader_side: endpoints::eval::LeaderSide,
     handler: endpoints::ServerRpc,
     shutdown: CancellationToken,
@@ -135,6 +141,26 @@ impl Server {
             discovered,
             shutdown.clone(),
         )));
+        // Scheduler workers on every server; on the leader the first duty pauses 3/4 of them.
+        let workers = worker::pool::WorkerPool::start(
+            Arc::new(worker::WorkerContext {
+                backend: Arc::new(worker::backend::ServerRpcBackend::new(
+                    handler.clone(),
+                    node.clone(),
+                )),
+                state: node.state().clone(),
+                clock: clock.clone(),
+                config: config.server.workers.clone(),
+                raft_sync_limit: config.server.raft_sync_limit,
+                settings: crate::scheduler::SchedulerSettings::default(),
+                schedulers: Arc::new(worker::PlacementSchedulers),
+                shutdown: shutdown.clone(),
+            }),
+            worker::pool::PoolConfig {
+                num_schedulers: config.server.num_schedulers,
+                enabled_schedulers: config.server.enabled_schedulers.clone(),
+            },
+        )?;
         // Leader duties in establishing order (ARCHITECTURE.md §4); revoked in reverse.
         // (Pausing workers goes first, heartbeat timers last.)
         let pipeline = pipeline::EvalPipeline::new(
@@ -143,6 +169,7 @@ impl Server {
         )?;
         let plans = plan_queue::PlanQueue::new();
         let mut duties: Vec<Arc<dyn leader::LeaderDuty>> = vec![
+            Arc::new(worker::pool::PauseWorkersDuty::new(workers.clone())),
             Arc::new(plan_queue::PlanQueueDuty::new(
                 node.clone(),
                 plans.clone(),
@@ -157,6 +184,11 @@ impl Server {
                 node.clone(),
                 pipeline.clone(),
                 clock.clone(),
+            )),
+            Arc::new(worker::core::CoreGcDuty::new(
+                node.clone(),
+                clock.clone(),
+                config.server.workers.core_gc_interval,
             )),
         ];
         // Heartbeat timers start last (ARCHITECTURE.md §4, step 5).
@@ -189,6 +221,7 @@ impl Server {
             node,
             rpc,
             leadership,
+            workers,
             leader_side,
             handler,
             shutdown,
@@ -206,6 +239,11 @@ impl Server {
         &self.leadership
     }
 
+    /// The scheduler workers.
+    pub fn workers(&self) -> &Arc<worker::pool::WorkerPool> {
+        &self.workers
+    }
+
     /// The eval broker, blocked evals and plan queue (enabled while this server leads).
     pub fn leader_side(&self) -> &endpoints::eval::LeaderSide {
         &self.leader_side
@@ -217,12 +255,14 @@ impl Server {
         &self.handler
     }
 
-    /// Stop formation, revoke leadership, stop the RPC listener and raft.
+    /// Stop formation, revoke leadership, stop the workers (nacking what they hold), the RPC
+    /// listener and raft.
     pub async fn shutdown(self) {
         self.shutdown.cancel();
         for t in self.tasks {
             let _ = t.await;
         }
+        self.workers.shutdown().await;
         self.rpc.shutdown().await;
         self.node.shutdown().await;
         info!("server stopped");

@@ -66,6 +66,8 @@ pub enum Command {
     /// Start or cancel a node's drain, with the node evaluations that migrate its
     /// allocations.
     NodeUpdateDrain(NodeUpdateDrain),
+    /// Replace the whole state with a saved image (`operator snapshot restore`).
+    SnapshotRestore(SnapshotRestore),
 }
 
 /// Payload of [`Command::NodeUpdateDrain`].
@@ -222,6 +224,19 @@ pub struct AllocClientUpdate {
     pub evals: Vec<Evaluation>,
 }
 
+/// Payload of [`Command::SnapshotRestore`]: a state image as
+/// [`Snapshot::encode_image`](crate::state::Snapshot::encode_image) wrote it.
+///
+/// Applying it replaces every table with the image's; the restored state's index and every
+/// table's index become the entry's index, so indexes keep growing and blocking queries
+/// wake. Going through the log is what makes every server restore the same state at the
+/// same point.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SnapshotRestore {
+    /// The image bytes.
+    pub image: Vec<u8>,
+}
+
 /// What applying a [`Command`] (or a blank or membership entry) answered.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub enum CommandResponse {
@@ -353,6 +368,28 @@ pub(crate) fn apply(
                 .map(|c| apply(tables, index, c, changes))
                 .collect(),
         ),
+        Command::SnapshotRestore(SnapshotRestore { image }) => {
+            match crate::state::image::decode(&image) {
+                Ok(mut restored) => {
+                    restored.index = index;
+                    restored.table_index = [index; crate::state::Table::COUNT];
+                    *tables = restored;
+                    changes.push(StateChange::Restored);
+                    tracing::info!(
+                        index,
+                        bytes = image.len(),
+                        "state replaced by a restored snapshot"
+                    );
+                    CommandResponse::Applied
+                }
+                Err(error) => {
+                    tracing::warn!(index, %error, "snapshot restore rejected");
+                    CommandResponse::Rejected(ApplyError::invalid(format!(
+                        "snapshot restore: {error}"
+                    )))
+                }
+            }
+        }
         command => {
             let mut txn = WriteTxn::new(tables.clone(), index);
             match execute(&mut txn, command) {
@@ -388,6 +425,9 @@ fn check_eval_for_job(
 fn execute(txn: &mut WriteTxn, command: Command) -> Result<CommandResponse, ApplyError> {
     match command {
         Command::Batch(_) => Err(ApplyError::invalid("nested batch")),
+        Command::SnapshotRestore(_) => Err(ApplyError::invalid(
+            "a snapshot restore is applied outside a transaction",
+        )),
         Command::ClusterMeta(meta) => {
             txn.set_cluster_meta(meta)?;
             Ok(CommandResponse::Applied)

@@ -25,7 +25,7 @@
 //! the one writer (the raft state machine); writes are serialized by a mutex.
 
 pub(crate) mod events;
-mod image;
+pub(crate) mod image;
 mod snapshot;
 pub(crate) mod tables;
 pub(crate) mod txn;

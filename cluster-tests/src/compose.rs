@@ -1,0 +1,518 @@
+//! A docker-compose cluster of `teamster:dev` containers (deploy/docker-compose.yml), with
+//! fault injection, for scenarios that need real containers: separate network stacks, kills
+//! by the container runtime, network disconnects.
+//!
+//! ```text
+//!  ComposeCluster::up ──▶ deploy/build-image.sh (once per process, incremental)
+//!                     ──▶ configs from deploy/config/ (+ overrides) in a temp dir
+//!                     ──▶ docker-compose -p <unique> up -d   (own /24, loopback-only ports)
+//!                     ──▶ wait for a leader every server agrees on
+//!  faults: kill, pause (SIGSTOP) / resume (SIGCONT), disconnect / connect, restart,
+//!          stop / start                                        all by container id
+//!  Drop  ──▶ resume paused containers, print logs if panicking, down -v (always)
+//! ```
+//!
+//! The host reaches every container at its fixed address on the project's bridge network,
+//! so tests talk to `http://<ip>:4646` directly; a disconnected container is probed from
+//! inside with busybox `wget` ([`ComposeCluster::exec_get`]). Both `docker compose` (v2)
+//! and `docker-compose` (v1.29) work. One compose cluster runs at a time per test process.
+
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{Mutex, MutexGuard, OnceLock};
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context};
+use teamster::cli::ApiClient;
+
+use crate::wait_for;
+
+/// The image every compose cluster runs.
+pub const IMAGE: &str = "teamster:dev";
+
+static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
+static NEXT: AtomicU32 = AtomicU32::new(0);
+
+/// The repository root (the workspace).
+pub fn repo_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("cluster-tests lives in the workspace")
+        .to_path_buf()
+}
+
+/// How to run compose here: `["docker", "compose"]` or `["docker-compose"]`.
+pub fn compose_tool() -> Option<Vec<String>> {
+    static TOOL: OnceLock<Option<Vec<String>>> = OnceLock::new();
+    TOOL.get_or_init(|| {
+        let ok = |cmd: &[&str]| {
+            std::process::Command::new(cmd[0])
+                .args(&cmd[1..])
+                .stdout(std::process::Stdio::null())
+                .stderr(std::process::Stdio::null())
+                .status()
+                .is_ok_and(|s| s.success())
+        };
+        if !ok(&["docker", "info", "--format", "{{.ServerVersion}}"]) {
+            return None;
+        }
+        if ok(&["docker", "compose", "version"]) {
+            Some(vec!["docker".into(), "compose".into()])
+        } else if ok(&["docker-compose", "version"]) {
+            Some(vec!["docker-compose".into()])
+        } else {
+            None
+        }
+    })
+    .clone()
+}
+
+/// Why Docker cannot be used, or `None` when it can.
+pub fn docker_unavailable() -> Option<String> {
+    match compose_tool() {
+        Some(_) => None,
+        None => Some(
+            "docker (a reachable daemon) and docker compose / docker-compose are required".into(),
+        ),
+    }
+}
+
+/// Build `teamster:dev` with deploy/build-image.sh, once per process. Returns how long it
+/// took (a few seconds when nothing changed).
+pub fn build_image() -> anyhow::Result<Duration> {
+    static BUILT: OnceLock<Result<Duration, String>> = OnceLock::new();
+    BUILT
+        .get_or_init(|| {
+            let start = Instant::now();
+            let out = std::process::Command::new(repo_root().join("deploy/build-image.sh"))
+                .env("IMAGE", IMAGE)
+                .output()
+                .map_err(|e| format!("running deploy/build-image.sh: {e}"))?;
+            if !out.status.success() {
+                let err = String::from_utf8_lossy(&out.stderr);
+                let tail: Vec<&str> = err.lines().rev().take(30).collect();
+                return Err(format!(
+                    "deploy/build-image.sh failed ({}):\n{}",
+                    out.status,
+                    tail.into_iter().rev().collect::<Vec<_>>().join("\n")
+                ));
+            }
+            let took = start.elapsed();
+            eprintln!("compose: image {IMAGE} ready in {took:.1?}");
+            Ok(took)
+        })
+        .clone()
+        .map_err(anyhow::Error::msg)
+}
+
+/// Options for a compose cluster.
+#[derive(Debug, Clone, Default)]
+pub struct ComposeOptions {
+    /// Extra lines for the `[server.raft]` table of every server (e.g. a small
+    /// `snapshot_threshold`).
+    pub raft_toml: String,
+    /// Extra lines for the `[server]` table of every server.
+    pub server_toml: String,
+}
+
+/// One service of the cluster.
+#[derive(Debug, Clone)]
+pub struct Service {
+    /// The compose service name (`server1`, `client2`).
+    pub name: String,
+    /// Its fixed address on the cluster network.
+    pub ip: String,
+    /// Its container id.
+    pub container: String,
+}
+
+impl Service {
+    /// The HTTP API, `http://ip:4646`.
+    pub fn http_addr(&self) -> String {
+        format!("http://{}:4646", self.ip)
+    }
+
+    /// The raft/RPC address other servers know it by, `ip:4647`.
+    pub fn rpc_addr(&self) -> String {
+        format!("{}:4647", self.ip)
+    }
+
+    /// A client of its HTTP API.
+    pub fn api(&self) -> ApiClient {
+        ApiClient::new(&self.http_addr())
+    }
+}
+
+/// A running compose cluster; torn down (volumes included) when dropped.
+pub struct ComposeCluster {
+    _turn: MutexGuard<'static, ()>,
+    tool: Vec<String>,
+    project: String,
+    subnet: String,
+    config_dir: tempfile::TempDir,
+    /// `server1..3`.
+    pub servers: Vec<Service>,
+    /// `client1..2`.
+    pub clients: Vec<Service>,
+    paused: Vec<String>,
+    down: bool,
+}
+
+fn compose_file() -> PathBuf {
+    repo_root().join("deploy/docker-compose.yml")
+}
+
+/// The checked-in config with `extra` lines inserted at the top of `[table]`.
+fn with_lines(text: &str, table: &str, extra: &str) -> anyhow::Result<String> {
+    if extra.trim().is_empty() {
+        return Ok(text.to_string());
+    }
+    let header = format!("[{table}]\n");
+    let at = text
+        .find(&header)
+        .with_context(|| format!("the config has no [{table}] table"))?
+        + header.len();
+    Ok(format!(
+        "{}{}\n{}",
+        &text[..at],
+        extra.trim_end(),
+        &text[at..]
+    ))
+}
+
+impl ComposeCluster {
+    /// Build the image (once), then bring up three servers and two clients under a unique
+    /// project name on their own subnet, and wait until the servers agree on a leader.
+    pub async fn up(options: ComposeOptions) -> anyhow::Result<ComposeCluster> {
+        let tool = compose_tool().context("docker compose is not available")?;
+        build_image()?;
+        let turn = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
+        let config_dir = tempfile::Builder::new()
+            .prefix("teamster-compose-")
+            .tempdir()?;
+        let base = repo_root().join("deploy/config");
+        let server = std::fs::read_to_string(base.join("server.toml"))?;
+        let server = with_lines(&server, "server.raft", &options.raft_toml)?;
+        let server = with_lines(&server, "server", &options.server_toml)?;
+        std::fs::write(config_dir.path().join("server.toml"), server)?;
+        std::fs::copy(
+            base.join("client.toml"),
+            config_dir.path().join("client.toml"),
+        )?;
+        // The bind-mounted directory must be readable by the container's root.
+        let _ = std::fs::set_permissions(
+            config_dir.path(),
+            std::os::unix::fs::PermissionsExt::from_mode(0o755),
+        );
+
+        let mut c = ComposeCluster {
+            _turn: turn,
+            tool,
+            project: String::new(),
+            subnet: String::new(),
+            config_dir,
+            servers: Vec::new(),
+            clients: Vec::new(),
+            paused: Vec::new(),
+            down: true,
+        };
+        // A subnet may already be taken by another network: try a few.
+        let mut attempt = 0;
+        loop {
+            let n = NEXT.fetch_add(1, Ordering::Relaxed);
+            let pid = std::process::id();
+            c.project = format!("teamster{pid}n{n}");
+            c.subnet = format!("172.30.{}", (pid + n * 37) % 200 + 20);
+            c.down = false;
+            match c.compose(&["up", "-d", "--no-build"]).await {
+                Ok(_) => break,
+                Err(e) if attempt < 3 && format!("{e:#}").contains("overlap") => {
+                    c.teardown();
+                    attempt += 1;
+                }
+                Err(e) => return Err(e.context("docker compose up")),
+            }
+        }
+        for (names, ips, into_servers) in [
+            (
+                ["server1", "server2", "server3"].as_slice(),
+                [11, 12, 13].as_slice(),
+                true,
+            ),
+            (
+                ["client1", "client2"].as_slice(),
+                [21, 22].as_slice(),
+                false,
+            ),
+        ] {
+            for (name, last) in names.iter().zip(ips) {
+                let id = c.compose(&["ps", "-q", name]).await?.trim().to_string();
+                if id.is_empty() {
+                    bail!("compose started no container for {name}");
+                }
+                let s = Service {
+                    name: name.to_string(),
+                    ip: format!("{}.{last}", c.subnet),
+                    container: id,
+                };
+                if into_servers {
+                    c.servers.push(s);
+                } else {
+                    c.clients.push(s);
+                }
+            }
+        }
+        let start = Instant::now();
+        c.wait_leader(&[0, 1, 2], Duration::from_secs(60)).await?;
+        eprintln!(
+            "compose: project {} up on {}.0/24, leader after {:.1?}",
+            c.project,
+            c.subnet,
+            start.elapsed()
+        );
+        Ok(c)
+    }
+
+    /// The compose project name.
+    pub fn project(&self) -> &str {
+        &self.project
+    }
+
+    /// The project's network, as docker names it.
+    pub fn network(&self) -> String {
+        format!("{}_cluster", self.project)
+    }
+
+    fn env(&self) -> Vec<(&'static str, String)> {
+        vec![
+            ("TEAMSTER_IMAGE", IMAGE.to_string()),
+            ("TEAMSTER_SUBNET", self.subnet.clone()),
+            (
+                "TEAMSTER_CONFIG_DIR",
+                self.config_dir.path().display().to_string(),
+            ),
+            ("TEAMSTER_PUBLISH_1", "127.0.0.1:".into()),
+            ("TEAMSTER_PUBLISH_2", "127.0.0.1:".into()),
+            ("TEAMSTER_PUBLISH_3", "127.0.0.1:".into()),
+        ]
+    }
+
+    fn compose_command(&self, args: &[&str]) -> std::process::Command {
+        let mut cmd = std::process::Command::new(&self.tool[0]);
+        cmd.args(&self.tool[1..])
+            .arg("-p")
+            .arg(&self.project)
+            .arg("-f")
+            .arg(compose_file())
+            .args(args)
+            .envs(self.env());
+        cmd
+    }
+
+    /// Run `docker compose -p <project> -f deploy/docker-compose.yml <args>`; its stdout.
+    pub async fn compose(&self, args: &[&str]) -> anyhow::Result<String> {
+        let cmd = self.compose_command(args);
+        run(tokio::process::Command::from(cmd)).await
+    }
+
+    /// Run `docker <args>`; its stdout.
+    pub async fn docker(&self, args: &[&str]) -> anyhow::Result<String> {
+        let mut cmd = tokio::process::Command::new("docker");
+        cmd.args(args);
+        run(cmd).await
+    }
+
+    fn service(&self, name: &str) -> &Service {
+        self.servers
+            .iter()
+            .chain(&self.clients)
+            .find(|s| s.name == name)
+            .unwrap_or_else(|| panic!("no service {name}"))
+    }
+
+    /// SIGKILL a service's container (`docker kill`): a crash, no shutdown path.
+    pub async fn kill(&self, name: &str) -> anyhow::Result<()> {
+        let id = self.service(name).container.clone();
+        self.docker(&["kill", &id]).await.map(drop)
+    }
+
+    /// SIGSTOP (`pause = true`) or SIGCONT a service's process: a stall.
+    pub async fn pause(&mut self, name: &str, pause: bool) -> anyhow::Result<()> {
+        let id = self.service(name).container.clone();
+        let sig = if pause { "STOP" } else { "CONT" };
+        self.docker(&["kill", "-s", sig, &id]).await?;
+        if pause {
+            self.paused.push(id);
+        } else {
+            self.paused.retain(|p| *p != id);
+        }
+        Ok(())
+    }
+
+    /// Remove a service from the cluster network: total isolation, host included.
+    pub async fn disconnect(&self, name: &str) -> anyhow::Result<()> {
+        let id = self.service(name).container.clone();
+        self.docker(&["network", "disconnect", "--force", &self.network(), &id])
+            .await
+            .map(drop)
+    }
+
+    /// Put a disconnected service back on the network at its fixed address.
+    pub async fn connect(&self, name: &str) -> anyhow::Result<()> {
+        let s = self.service(name).clone();
+        self.docker(&[
+            "network",
+            "connect",
+            "--ip",
+            &s.ip,
+            &self.network(),
+            &s.container,
+        ])
+        .await
+        .map(drop)
+    }
+
+    /// `docker stop` (SIGTERM, then SIGKILL after the grace period).
+    pub async fn stop(&self, name: &str) -> anyhow::Result<()> {
+        let id = self.service(name).container.clone();
+        self.docker(&["stop", "-t", "20", &id]).await.map(drop)
+    }
+
+    /// `docker start` a stopped or killed service (same container, same volume, same IP).
+    pub async fn start(&self, name: &str) -> anyhow::Result<()> {
+        let id = self.service(name).container.clone();
+        self.docker(&["start", &id]).await.map(drop)
+    }
+
+    /// `docker restart` (graceful stop, then start).
+    pub async fn restart(&self, name: &str) -> anyhow::Result<()> {
+        let id = self.service(name).container.clone();
+        self.docker(&["restart", "-t", "20", &id]).await.map(drop)
+    }
+
+    /// GET `path` on a service's API from inside its container (busybox `wget` on
+    /// 127.0.0.1), which works while it is disconnected. `Err` carries wget's complaint
+    /// (e.g. "server returned error: HTTP/1.1 500").
+    pub async fn exec_get(&self, name: &str, path: &str) -> anyhow::Result<String> {
+        let id = self.service(name).container.clone();
+        let url = format!("http://127.0.0.1:4646{path}");
+        // busybox 1.35's static `wget -T` segfaults; `timeout` bounds it instead.
+        self.docker(&["exec", &id, "timeout", "10", "wget", "-q", "-O", "-", &url])
+            .await
+    }
+
+    /// POST a JSON body on a service's API from inside its container; an error when it is
+    /// refused or not answered within 10 s.
+    pub async fn exec_post(&self, name: &str, path: &str, body: &str) -> anyhow::Result<String> {
+        let id = self.service(name).container.clone();
+        let url = format!("http://127.0.0.1:4646{path}");
+        self.docker(&[
+            "exec",
+            &id,
+            "timeout",
+            "10",
+            "wget",
+            "-q",
+            "-O",
+            "-",
+            "--header",
+            "Content-Type: application/json",
+            "--post-data",
+            body,
+            &url,
+        ])
+        .await
+    }
+
+    /// The index in `servers` of the leader that every listed server agrees on (asked over
+    /// their published addresses, `stale`), waiting up to `timeout`.
+    pub async fn wait_leader(&self, among: &[usize], timeout: Duration) -> anyhow::Result<usize> {
+        let apis: Vec<(usize, ApiClient, String)> = among
+            .iter()
+            .map(|&i| (i, self.servers[i].api(), self.servers[i].rpc_addr()))
+            .collect();
+        let leader = wait_for(timeout, "a leader the servers agree on", || {
+            let apis = apis.clone();
+            async move {
+                let mut seen = None;
+                for (_, api, _) in &apis {
+                    let l: String = api.get("/v1/status/leader?stale=true").await.ok()?;
+                    if l.is_empty() || seen.as_ref().is_some_and(|s| s != &l) {
+                        return None;
+                    }
+                    seen = Some(l);
+                }
+                seen.filter(|l| apis.iter().any(|(_, _, rpc)| rpc == l))
+            }
+        })
+        .await?;
+        apis.iter()
+            .find(|(_, _, rpc)| *rpc == leader)
+            .map(|(i, _, _)| *i)
+            .with_context(|| format!("the leader {leader} is not among the servers asked"))
+    }
+
+    /// The last `lines` of every service's log, to stderr.
+    pub fn dump_logs(&self, lines: usize) {
+        for s in self.servers.iter().chain(&self.clients) {
+            let out = std::process::Command::new("docker")
+                .args(["logs", "--tail", &lines.to_string(), &s.container])
+                .output();
+            eprintln!("----- {} ({}) -----", s.name, s.ip);
+            if let Ok(out) = out {
+                eprint!("{}", String::from_utf8_lossy(&out.stdout));
+                eprint!("{}", String::from_utf8_lossy(&out.stderr));
+            }
+        }
+    }
+
+    fn teardown(&mut self) {
+        if self.down {
+            return;
+        }
+        for id in std::mem::take(&mut self.paused) {
+            let _ = std::process::Command::new("docker")
+                .args(["kill", "-s", "CONT", &id])
+                .output();
+        }
+        let out = self
+            .compose_command(&["down", "-v", "--remove-orphans", "-t", "1"])
+            .output();
+        match out {
+            Ok(o) if o.status.success() => {}
+            Ok(o) => eprintln!(
+                "compose: down of {} failed: {}",
+                self.project,
+                String::from_utf8_lossy(&o.stderr)
+            ),
+            Err(e) => eprintln!("compose: down of {} failed: {e}", self.project),
+        }
+        self.down = true;
+    }
+}
+
+impl Drop for ComposeCluster {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            self.dump_logs(80);
+        }
+        self.teardown();
+    }
+}
+
+async fn run(mut cmd: tokio::process::Command) -> anyhow::Result<String> {
+    let desc = format!("{:?}", cmd.as_std());
+    let out = cmd
+        .stdin(std::process::Stdio::null())
+        .output()
+        .await
+        .with_context(|| format!("running {desc}"))?;
+    if !out.status.success() {
+        bail!(
+            "{desc} failed ({}): {}",
+            out.status,
+            String::from_utf8_lossy(&out.stderr).trim()
+        );
+    }
+    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+}

@@ -1,0 +1,490 @@
+//! Scenarios on a docker-compose cluster of the `teamster:dev` image (three servers, two
+//! clients; deploy/docker-compose.yml): the leader killed under load, the leader isolated
+//! from the network, a server catching up by snapshot after 20 000 registrations, and a
+//! rolling restart under load. Each checks the shared invariants.
+//!
+//! Without Docker the scenarios print a `SKIP` line and pass; with `CI=true` they fail
+//! instead. Measured times are printed as `MEASURE` lines (docs/benchmarks.md records them).
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use futures::StreamExt;
+use serde_json::Value;
+use teamster::cli::ApiClient;
+use teamster_cluster_tests::api::small_job;
+use teamster_cluster_tests::compose::{docker_unavailable, ComposeCluster, ComposeOptions};
+use teamster_cluster_tests::invariants::{self, Checked, LeaderLog};
+use teamster_cluster_tests::wait_for;
+
+/// True when the scenario must be skipped (no Docker, not CI). Panics under `CI=true`.
+fn skip(test: &str) -> bool {
+    let Some(why) = docker_unavailable() else {
+        return false;
+    };
+    if std::env::var("CI").is_ok_and(|v| v == "true") {
+        panic!("{test}: CI=true but {why}");
+    }
+    eprintln!("SKIP {test}: {why}");
+    true
+}
+
+/// Job registrations acknowledged (HTTP 200) and refused, shared with a running load.
+#[derive(Clone, Default)]
+struct Acks {
+    ids: Arc<Mutex<Vec<String>>>,
+    failed: Arc<AtomicUsize>,
+    /// Why attempts failed: message → count (for the report).
+    errors: Arc<Mutex<std::collections::BTreeMap<String, usize>>>,
+}
+
+impl Acks {
+    fn count(&self) -> usize {
+        self.ids.lock().unwrap().len()
+    }
+
+    fn errors(&self) -> String {
+        let e = self.errors.lock().unwrap();
+        e.iter()
+            .map(|(m, n)| format!("{n}× {m}"))
+            .collect::<Vec<_>>()
+            .join("; ")
+    }
+
+    fn ids(&self) -> Vec<String> {
+        let mut ids = self.ids.lock().unwrap().clone();
+        ids.sort();
+        ids
+    }
+}
+
+/// A client with a short timeout: a request to a killed container must not hang the load.
+fn http() -> reqwest::Client {
+    reqwest::Client::builder()
+        .timeout(Duration::from_secs(10))
+        .connect_timeout(Duration::from_secs(2))
+        .build()
+        .unwrap()
+}
+
+/// Register `n` jobs named `<prefix>-<i>`, `concurrency` at a time, spread over `bases`
+/// (`http://ip:4646`), as a client would: a failed attempt is retried on the next server,
+/// up to three attempts (registering the same job again is idempotent). Acknowledged ones go
+/// to `acks`; failed attempts are counted in `acks.failed`.
+async fn register_jobs(bases: Vec<String>, prefix: &str, n: usize, concurrency: usize, acks: Acks) {
+    let http = http();
+    futures::stream::iter(0..n)
+        .map(|i| {
+            let bases = bases.clone();
+            let id = format!("{prefix}-{i:05}");
+            let http = http.clone();
+            let acks = acks.clone();
+            async move {
+                let body = serde_json::json!({ "Job": small_job(&id) });
+                for attempt in 0..3 {
+                    let base = &bases[(i + attempt) % bases.len()];
+                    let sent = http
+                        .post(format!("{base}/v1/jobs"))
+                        .json(&body)
+                        .send()
+                        .await;
+                    let why = match sent {
+                        Ok(r) if r.status().is_success() => {
+                            acks.ids.lock().unwrap().push(id);
+                            return;
+                        }
+                        Ok(r) => {
+                            let status = r.status();
+                            format!("HTTP {status}: {}", r.text().await.unwrap_or_default())
+                        }
+                        Err(e) if e.is_timeout() => "timed out".to_string(),
+                        Err(e) if e.is_connect() => "connect failed".to_string(),
+                        Err(e) => e.to_string(),
+                    };
+                    // Short, without per-request details, so equal causes count together.
+                    let why: String = why.chars().take(90).collect();
+                    *acks.errors.lock().unwrap().entry(why).or_default() += 1;
+                    acks.failed.fetch_add(1, Ordering::Relaxed);
+                }
+            }
+        })
+        .buffer_unordered(concurrency)
+        .collect::<Vec<()>>()
+        .await;
+}
+
+async fn raft_stat(api: &ApiClient, key: &str) -> Option<u64> {
+    let v: Value = api.get("/v1/agent/self").await.ok()?;
+    v["stats"]["raft"][key].as_str()?.parse().ok()
+}
+
+/// Wait until server `i` has applied at least `index`.
+async fn wait_applied(
+    c: &ComposeCluster,
+    i: usize,
+    index: u64,
+    timeout: Duration,
+) -> anyhow::Result<()> {
+    let api = c.servers[i].api();
+    wait_for(
+        timeout,
+        &format!("{} to apply index {index}", c.servers[i].name),
+        || {
+            let api = api.clone();
+            async move { (raft_stat(&api, "applied_index").await? >= index).then_some(()) }
+        },
+    )
+    .await
+}
+
+/// Every server's state is byte-for-byte the same: their stale snapshot images match once
+/// they have applied the same index.
+async fn wait_identical_state(c: &ComposeCluster, timeout: Duration) -> anyhow::Result<()> {
+    let http = http();
+    let bases: Vec<String> = c.servers.iter().map(|s| s.http_addr()).collect();
+    wait_for(timeout, "identical state on every server", || {
+        let http = http.clone();
+        let bases = bases.clone();
+        async move {
+            let mut first: Option<Vec<u8>> = None;
+            for b in &bases {
+                let r = http
+                    .get(format!("{b}/v1/operator/snapshot?stale=true"))
+                    .send()
+                    .await
+                    .ok()?;
+                if !r.status().is_success() {
+                    return None;
+                }
+                let bytes = r.bytes().await.ok()?.to_vec();
+                match &first {
+                    None => first = Some(bytes),
+                    Some(f) if *f == bytes => {}
+                    Some(_) => return None,
+                }
+            }
+            Some(())
+        }
+    })
+    .await
+}
+
+/// Run the invariants that need only the API of a live server, printing any not served.
+async fn check_invariants(api: &ApiClient, acked: &[String], leaders: &LeaderLog) {
+    invariants::acknowledged_present(api, acked)
+        .await
+        .expect("every acknowledged registration is present");
+    leaders.check().expect("at most one leader per term");
+    let checks: [(&str, anyhow::Result<Checked>); 3] = [
+        (
+            "no node over capacity",
+            invariants::no_node_over_capacity(api).await,
+        ),
+        (
+            "no task group over its count",
+            invariants::no_group_over_count(api).await,
+        ),
+        (
+            "evaluations settled",
+            invariants::evals_settled(api, true).await,
+        ),
+    ];
+    for (what, r) in checks {
+        r.unwrap_or_else(|e| panic!("invariant `{what}`: {e:#}"))
+            .report(what);
+    }
+}
+
+async fn observe_all(c: &ComposeCluster, leaders: &mut LeaderLog) {
+    for s in &c.servers {
+        leaders.observe(&s.name, &s.api()).await;
+    }
+}
+
+/// Whether the leader's worker pool is served and how many workers are paused, from
+/// `/v1/agent/schedulers` (Nomad's shape: `schedulers[].status`).
+async fn paused_workers(api: &ApiClient) -> Option<(usize, usize)> {
+    let v: Value = api.get("/v1/agent/schedulers").await.ok()?;
+    let list = v["schedulers"].as_array()?;
+    let paused = list
+        .iter()
+        .filter(|w| {
+            w["status"]
+                .as_str()
+                .is_some_and(|s| s.eq_ignore_ascii_case("paused"))
+        })
+        .count();
+    Some((paused, list.len()))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn compose_leader_killed_while_registering_500_jobs() -> anyhow::Result<()> {
+    if skip("compose_leader_killed_while_registering_500_jobs") {
+        return Ok(());
+    }
+    let c = ComposeCluster::up(ComposeOptions::default()).await?;
+    let mut leaders = LeaderLog::new();
+    observe_all(&c, &mut leaders).await;
+    let old = c.wait_leader(&[0, 1, 2], Duration::from_secs(30)).await?;
+    let survivors: Vec<usize> = (0..3).filter(|&i| i != old).collect();
+
+    let acks = Acks::default();
+    let bases: Vec<String> = c.servers.iter().map(|s| s.http_addr()).collect();
+    let load = tokio::spawn(register_jobs(bases, "kill", 500, 8, acks.clone()));
+    {
+        let acks = acks.clone();
+        wait_for(Duration::from_secs(60), "100 registrations", || {
+            let acks = acks.clone();
+            async move { (acks.count() >= 100).then_some(()) }
+        })
+        .await?;
+    }
+    c.kill(&c.servers[old].name).await?;
+    let killed = Instant::now();
+
+    // A new leader serves: elected among the survivors and a write through it commits.
+    let new = c.wait_leader(&survivors, Duration::from_secs(10)).await?;
+    let elected = killed.elapsed();
+    let probe = serde_json::json!({ "Job": small_job("probe-after-kill") });
+    let api = c.servers[new].api();
+    wait_for(Duration::from_secs(10), "a write on the new leader", || {
+        let api = api.clone();
+        let probe = probe.clone();
+        async move {
+            api.request::<_, Value>(reqwest::Method::POST, "/v1/jobs", Some(&probe))
+                .await
+                .ok()
+        }
+    })
+    .await?;
+    let serving = killed.elapsed();
+    eprintln!("MEASURE failover (leader SIGKILLed): new leader elected {elected:.2?}, serving writes {serving:.2?}");
+    assert!(
+        serving < Duration::from_secs(5),
+        "the new leader served after {serving:?}"
+    );
+    observe_all(&c, &mut leaders).await;
+    load.await?;
+    let acked = acks.ids();
+    eprintln!(
+        "kill scenario: {} of 500 acknowledged, {} failed attempts: {}",
+        acked.len(),
+        acks.failed.load(Ordering::Relaxed),
+        acks.errors()
+    );
+    check_invariants(&api, &acked, &leaders).await;
+
+    match paused_workers(&api).await {
+        Some((paused, total)) => assert_eq!(paused, 3 * total / 4, "the new leader's workers"),
+        None => eprintln!("NOTE: /v1/agent/schedulers not served: worker pause not checked"),
+    }
+
+    // The old leader comes back as a follower with everything, its workers all running.
+    c.start(&c.servers[old].name).await?;
+    let index = raft_stat(&api, "applied_index").await.unwrap_or(0);
+    wait_applied(&c, old, index, Duration::from_secs(30)).await?;
+    let old_api = c.servers[old].api();
+    invariants::acknowledged_present(&old_api, &acked).await?;
+    if let Some((paused, _)) = paused_workers(&old_api).await {
+        assert_eq!(paused, 0, "the old leader's workers run again");
+    }
+    observe_all(&c, &mut leaders).await;
+    leaders.check()?;
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn compose_isolated_leader_accepts_no_write_and_rejoins_with_identical_state(
+) -> anyhow::Result<()> {
+    if skip("compose_isolated_leader_accepts_no_write_and_rejoins_with_identical_state") {
+        return Ok(());
+    }
+    let c = ComposeCluster::up(ComposeOptions::default()).await?;
+    let mut leaders = LeaderLog::new();
+    let old = c.wait_leader(&[0, 1, 2], Duration::from_secs(30)).await?;
+    observe_all(&c, &mut leaders).await;
+    let survivors: Vec<usize> = (0..3).filter(|&i| i != old).collect();
+    let old_name = c.servers[old].name.clone();
+
+    c.disconnect(&old_name).await?;
+    let isolated = Instant::now();
+    let new = c.wait_leader(&survivors, Duration::from_secs(15)).await?;
+    let elected = isolated.elapsed();
+    // A write on the new leader commits.
+    let probe = serde_json::json!({ "Job": small_job("probe-after-isolation") });
+    let api = c.servers[new].api();
+    api.request::<_, Value>(reqwest::Method::POST, "/v1/jobs", Some(&probe))
+        .await?;
+    eprintln!(
+        "MEASURE failover (leader isolated): majority leader agreed {elected:.2?}, serving \
+         writes {:.2?} after the disconnect",
+        isolated.elapsed()
+    );
+    // The isolated server is asked to register a job from inside its container: no
+    // acknowledgement (it cannot reach a quorum), and the job never appears (below).
+    let body = serde_json::json!({ "Job": small_job("written-while-isolated") }).to_string();
+    let refused = c.exec_post(&old_name, "/v1/jobs", &body).await;
+    assert!(
+        refused.is_err(),
+        "the isolated server acknowledged a write: {refused:?}"
+    );
+
+    observe_all(&c, &mut leaders).await;
+    let acks = Acks::default();
+    let bases: Vec<String> = survivors
+        .iter()
+        .map(|&i| c.servers[i].http_addr())
+        .collect();
+    register_jobs(bases, "majority", 100, 8, acks.clone()).await;
+    assert_eq!(acks.count(), 100, "the majority side accepts every write");
+    // Stale reads still answer on the isolated server, from its old state.
+    let stale = c.exec_get(&old_name, "/v1/jobs?stale=true").await?;
+    let stale: Vec<Value> = serde_json::from_str(&stale)?;
+    assert!(stale.iter().all(|j| j["ID"] != "majority-00000"));
+
+    c.connect(&old_name).await?;
+    let index = raft_stat(&c.servers[new].api(), "applied_index")
+        .await
+        .unwrap_or(0);
+    wait_applied(&c, old, index, Duration::from_secs(30)).await?;
+    wait_identical_state(&c, Duration::from_secs(30)).await?;
+    let me: Value = c.servers[old].api().get("/v1/agent/self").await?;
+    assert_eq!(me["stats"]["raft"]["state"], "Follower", "{me}");
+    assert_eq!(
+        me["stats"]["raft"]["leader_addr"],
+        c.servers[new].rpc_addr().as_str()
+    );
+    let jobs: Vec<Value> = c.servers[old].api().get("/v1/jobs?stale=true").await?;
+    assert!(
+        jobs.iter().all(|j| j["ID"] != "written-while-isolated"),
+        "the write sent to the isolated server must not survive"
+    );
+    observe_all(&c, &mut leaders).await;
+    check_invariants(&c.servers[new].api(), &acks.ids(), &leaders).await;
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn compose_stopped_server_catches_up_by_snapshot_after_20000_jobs() -> anyhow::Result<()> {
+    if skip("compose_stopped_server_catches_up_by_snapshot_after_20000_jobs") {
+        return Ok(());
+    }
+    let options = ComposeOptions {
+        raft_toml: "snapshot_threshold = 200\ntrailing_logs = 50".into(),
+        ..ComposeOptions::default()
+    };
+    let c = ComposeCluster::up(options).await?;
+    let leader = c.wait_leader(&[0, 1, 2], Duration::from_secs(30)).await?;
+    let lagger = (leader + 1) % 3;
+    let other = (leader + 2) % 3;
+    let before = raft_stat(&c.servers[lagger].api(), "last_log_index")
+        .await
+        .unwrap_or(0);
+    c.stop(&c.servers[lagger].name).await?;
+
+    let acks = Acks::default();
+    let bases = vec![c.servers[leader].http_addr(), c.servers[other].http_addr()];
+    let start = Instant::now();
+    register_jobs(bases, "bulk", 20_000, 32, acks.clone()).await;
+    let took = start.elapsed();
+    eprintln!(
+        "MEASURE registered {} jobs in {took:.1?} ({:.0}/s) with one server down",
+        acks.count(),
+        acks.count() as f64 / took.as_secs_f64()
+    );
+    assert_eq!(acks.count(), 20_000, "every registration succeeds");
+    let leader_api = c.servers[leader].api();
+    let target = raft_stat(&leader_api, "applied_index").await.unwrap_or(0);
+    let purged = raft_stat(&leader_api, "purged_index").await.unwrap_or(0);
+    assert!(
+        purged > before,
+        "the leader compacted its log past the stopped server's last entry ({purged} <= {before})"
+    );
+
+    c.start(&c.servers[lagger].name).await?;
+    let restarted = Instant::now();
+    wait_applied(&c, lagger, target, Duration::from_secs(60)).await?;
+    let caught_up = restarted.elapsed();
+    let lag_api = c.servers[lagger].api();
+    let snapshot_index = raft_stat(&lag_api, "snapshot_index").await.unwrap_or(0);
+    eprintln!(
+        "MEASURE catch-up: {} entries behind ({before} → {target}), applied the leader's index \
+         {caught_up:.2?} after docker start; its snapshot index is {snapshot_index}",
+        target - before
+    );
+    assert!(
+        snapshot_index > before,
+        "the restarted server installed a snapshot (snapshot index {snapshot_index})"
+    );
+    invariants::acknowledged_present(&lag_api, &acks.ids()).await?;
+    let mut leaders = LeaderLog::new();
+    observe_all(&c, &mut leaders).await;
+    check_invariants(&leader_api, &acks.ids(), &leaders).await;
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn compose_rolling_restart_under_load_loses_no_acknowledged_write() -> anyhow::Result<()> {
+    if skip("compose_rolling_restart_under_load_loses_no_acknowledged_write") {
+        return Ok(());
+    }
+    let c = ComposeCluster::up(ComposeOptions::default()).await?;
+    let mut leaders = LeaderLog::new();
+    let first_leader = c.wait_leader(&[0, 1, 2], Duration::from_secs(30)).await?;
+    let acks = Acks::default();
+    let bases: Vec<String> = c.servers.iter().map(|s| s.http_addr()).collect();
+    let done = Arc::new(AtomicUsize::new(0));
+    // Load for as long as the restarts take: batches of 200 until told to stop.
+    let load = {
+        let acks = acks.clone();
+        let done = done.clone();
+        tokio::spawn(async move {
+            let mut round = 0;
+            while done.load(Ordering::Relaxed) == 0 {
+                register_jobs(bases.clone(), &format!("roll{round}"), 200, 4, acks.clone()).await;
+                round += 1;
+            }
+        })
+    };
+    // Followers first, the leader last.
+    let order: Vec<usize> = (1..=3).map(|k| (first_leader + k) % 3).collect();
+    let start = Instant::now();
+    for i in order {
+        observe_all(&c, &mut leaders).await;
+        c.restart(&c.servers[i].name).await?;
+        let others: Vec<usize> = (0..3).collect();
+        let leader = c.wait_leader(&others, Duration::from_secs(30)).await?;
+        let index = raft_stat(&c.servers[leader].api(), "applied_index")
+            .await
+            .unwrap_or(0);
+        wait_applied(&c, i, index, Duration::from_secs(30)).await?;
+    }
+    let took = start.elapsed();
+    done.store(1, Ordering::Relaxed);
+    load.await?;
+    eprintln!(
+        "MEASURE rolling restart of 3 servers under load: {took:.1?}; {} acknowledged, {} failed attempts: {}",
+        acks.count(),
+        acks.failed.load(Ordering::Relaxed),
+        acks.errors()
+    );
+    observe_all(&c, &mut leaders).await;
+    let leader = c.wait_leader(&[0, 1, 2], Duration::from_secs(30)).await?;
+    let acked = acks.ids();
+    assert!(!acked.is_empty());
+    for s in &c.servers {
+        let api = s.api();
+        let index = raft_stat(&c.servers[leader].api(), "applied_index")
+            .await
+            .unwrap_or(0);
+        wait_for(Duration::from_secs(30), "caught up", || {
+            let api = api.clone();
+            async move { (raft_stat(&api, "applied_index").await? >= index).then_some(()) }
+        })
+        .await?;
+        invariants::acknowledged_present(&api, &acked).await?;
+    }
+    check_invariants(&c.servers[leader].api(), &acked, &leaders).await;
+    Ok(())
+}
