@@ -213,7 +213,12 @@ impl Client {
                 "resumed allocations from the client state"
             );
         }
-        if shared.state().allocs.values().any(|l| l.version > l.reported) {
+        if shared
+            .state()
+            .allocs
+            .values()
+            .any(|l| l.version > l.reported)
+        {
             // Changes an earlier run did not get to report.
             shared.changed.notify_one();
         }
