@@ -221,6 +221,44 @@ async fn a_killed_client_s_allocation_is_replaced_and_not_duplicated_when_it_ret
         .filter(|a| a["DesiredStatus"] == "run" && a["ClientStatus"] == "running")
         .count();
     assert_eq!(running, 1, "exactly one copy runs");
+
+    // Draining the node that now runs it migrates the allocation back to the other one.
+    let out = Command::new(teamster_bin())
+        .args([
+            "node",
+            "drain",
+            "--enable",
+            "--address",
+            &c.servers[leader].http_addr(),
+            other,
+        ])
+        .output()?;
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let n: Value = api.get(&format!("/v1/node/{other}")).await?;
+    assert_eq!(n["SchedulingEligibility"], "ineligible");
+    assert_eq!(n["Drain"], true);
+    let back = &ids[victim];
+    wait_for(
+        Duration::from_secs(30),
+        "the allocation migrated off the drained node",
+        || async {
+            let all = job_allocs(&api, "web").await;
+            let on_back = all.iter().any(|a| {
+                a["NodeID"] == back.as_str()
+                    && a["DesiredStatus"] == "run"
+                    && a["ClientStatus"] == "running"
+            });
+            let left = all
+                .iter()
+                .any(|a| a["NodeID"] == other.as_str() && a["DesiredStatus"] == "run");
+            (on_back && !left).then_some(())
+        },
+    )
+    .await?;
     Ok(())
 }
 
