@@ -64,6 +64,21 @@ async fn jobs_and_index(base: &str) -> anyhow::Result<(Vec<String>, u64)> {
     Ok((ids, index))
 }
 
+/// Wait until the schedulers are done with every evaluation (none pending), so the state
+/// only changes when a test changes it.
+async fn settled(base: &str) -> anyhow::Result<()> {
+    let api = teamster::cli::ApiClient::new(base);
+    wait_for(Duration::from_secs(30), "every evaluation processed", || {
+        let api = api.clone();
+        async move {
+            let evals: Vec<Value> = api.get("/v1/evaluations").await.ok()?;
+            let busy = evals.iter().any(|e| e["Status"] == "pending");
+            (!evals.is_empty() && !busy).then_some(())
+        }
+    })
+    .await
+}
+
 #[tokio::test]
 async fn bad_input_is_refused_with_a_message_and_changes_nothing() -> anyhow::Result<()> {
     let mut c = ProcessCluster::start(3, ClusterOptions::default())?;
@@ -71,6 +86,7 @@ async fn bad_input_is_refused_with_a_message_and_changes_nothing() -> anyhow::Re
     let follower = (leader + 1) % 3;
     let base = c.servers[follower].http_addr();
     register(&c.servers[leader].api(), small_job("keep")).await?;
+    settled(&base).await?;
     let before = jobs_and_index(&base).await?;
     assert_eq!(before.0, vec!["keep".to_string()]);
 
@@ -180,6 +196,7 @@ async fn blocking_queries_return_on_a_change_and_after_the_wait() -> anyhow::Res
     let leader = c.wait_leader(FORMATION).await?;
     let base = c.servers[(leader + 1) % 3].http_addr();
     register(&c.servers[leader].api(), small_job("first")).await?;
+    settled(&base).await?;
     let (_, index) = jobs_and_index(&base).await?;
 
     // No change: the answer comes after `wait` with the same index.
@@ -265,6 +282,22 @@ async fn the_cli_drives_jobs_and_reads_the_cluster() -> anyhow::Result<()> {
     let out = cli(&follower, &["job", "inspect", "missing"]).await?;
     assert_eq!(out.status.code(), Some(1));
     assert!(stderr(&out).contains("No job with ID"), "{}", stderr(&out));
+
+    // Following the evaluation: with no client nodes nothing can be placed, so `job run`
+    // reports the failed group and exits 2, like `nomad job run`.
+    let out = cli(&follower, &["job", "run", "--timeout", "60s", sleep_file]).await?;
+    assert_eq!(out.status.code(), Some(2), "{}{}", stdout(&out), stderr(&out));
+    assert!(
+        stdout(&out).contains("failed to place all allocations"),
+        "{}",
+        stdout(&out)
+    );
+    let out = cli(&follower, &["job", "status", "sleep-mock"]).await?;
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(stdout(&out).contains("No allocations placed"), "{}", stdout(&out));
+    let out = cli(&follower, &["eval", "list"]).await?;
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(stdout(&out).contains("sleep-mock"), "{}", stdout(&out));
 
     // Stop keeps the job (Stop = true); purge removes it.
     let out = cli(&follower, &["job", "stop", "--detach", "sleep-mock"]).await?;
