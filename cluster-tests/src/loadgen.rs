@@ -157,6 +157,8 @@ pub struct Report {
     pub evals_per_second: f64,
     /// Evaluation latency (create → last update), milliseconds: p50, p95, p99, max.
     pub eval_latency_ms: BTreeMap<String, f64>,
+    /// Every completed evaluation's latency, milliseconds, sorted (for the distribution plot).
+    pub eval_latencies_ms: Vec<f64>,
     /// Plans whose nodes the leader's plan applier rejected (a node did not fit).
     pub plan_node_rejections: u64,
     /// Raft log entries appended during the placement phase, per second.
@@ -460,6 +462,83 @@ pub fn scheduler_only(cfg: &LoadConfig) -> anyhow::Result<SchedulerOnly> {
     })
 }
 
+/// Draw the report's plots as SVG into `dir`: `<name>-placements.svg` (allocations placed
+/// over time) and `<name>-eval-latency.svg` (the distribution of evaluation latencies as a
+/// cumulative curve).
+pub fn plot(report: &Report, dir: &std::path::Path, name: &str) -> anyhow::Result<()> {
+    use plotters::prelude::*;
+
+    let placements = dir.join(format!("{name}-placements.svg"));
+    {
+        let root = SVGBackend::new(&placements, (800, 450)).into_drawing_area();
+        root.fill(&WHITE)?;
+        let t_max = report.samples.last().map_or(1.0, |s| s.t).max(0.001);
+        let y_max = report
+            .samples
+            .iter()
+            .map(|s| s.placed)
+            .max()
+            .unwrap_or(1)
+            .max(1);
+        let mut chart = ChartBuilder::on(&root)
+            .caption(
+                format!(
+                    "{name}: allocations placed ({:.0}/s overall)",
+                    report.placements_per_second
+                ),
+                ("sans-serif", 20),
+            )
+            .margin(10)
+            .x_label_area_size(40)
+            .y_label_area_size(70)
+            .build_cartesian_2d(0f64..t_max, 0u64..y_max)?;
+        chart
+            .configure_mesh()
+            .x_desc("seconds since the first job registration")
+            .y_desc("allocations placed")
+            .draw()?;
+        chart.draw_series(LineSeries::new(
+            report.samples.iter().map(|s| (s.t, s.placed)),
+            &BLUE,
+        ))?;
+        root.present()?;
+    }
+    let latency = dir.join(format!("{name}-eval-latency.svg"));
+    {
+        let root = SVGBackend::new(&latency, (800, 450)).into_drawing_area();
+        root.fill(&WHITE)?;
+        let v = &report.eval_latencies_ms;
+        let x_max = v.last().copied().unwrap_or(1.0).max(1.0);
+        let mut chart = ChartBuilder::on(&root)
+            .caption(
+                format!(
+                    "{name}: evaluation latency (p50 {:.0} ms, p99 {:.0} ms)",
+                    report.eval_latency_ms.get("p50").copied().unwrap_or(0.0),
+                    report.eval_latency_ms.get("p99").copied().unwrap_or(0.0)
+                ),
+                ("sans-serif", 20),
+            )
+            .margin(10)
+            .x_label_area_size(40)
+            .y_label_area_size(60)
+            .build_cartesian_2d(0f64..x_max, 0f64..1f64)?;
+        chart
+            .configure_mesh()
+            .x_desc("milliseconds from creation to completion")
+            .y_desc("fraction of evaluations")
+            .draw()?;
+        let n = v.len().max(1) as f64;
+        chart.draw_series(LineSeries::new(
+            v.iter()
+                .enumerate()
+                .map(|(i, ms)| (*ms, (i + 1) as f64 / n)),
+            &RED,
+        ))?;
+        root.present()?;
+    }
+    Ok(())
+}
+
 /// Percentile of sorted values.
 fn percentile(sorted: &[f64], p: f64) -> f64 {
     if sorted.is_empty() {
@@ -620,6 +699,7 @@ pub async fn run(cfg: LoadConfig, pids: &[(String, u32)]) -> anyhow::Result<Repo
         evals_completed: latencies.len() as u64,
         evals_per_second: latencies.len() as f64 / placement_seconds.max(1e-9),
         eval_latency_ms,
+        eval_latencies_ms: latencies.clone(),
         plan_node_rejections,
         raft_entries_per_second: entries_after.saturating_sub(entries_before) as f64
             / placement_seconds.max(1e-9),

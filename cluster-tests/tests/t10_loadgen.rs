@@ -38,6 +38,18 @@ async fn a_small_load_run_places_everything_and_reports_what_the_cluster_holds(
     assert!(report.evals_completed >= 20, "{}", report.evals_completed);
     assert_eq!(report.servers.len(), 3);
     assert!(report.servers.iter().all(|s| s.peak_rss_mb > 0.0));
+    assert_eq!(
+        report.eval_latencies_ms.len() as u64,
+        report.evals_completed
+    );
+
+    // The plots are drawn.
+    let dir = tempfile::tempdir()?;
+    loadgen::plot(&report, dir.path(), "small")?;
+    for f in ["small-placements.svg", "small-eval-latency.svg"] {
+        let svg = std::fs::read_to_string(dir.path().join(f))?;
+        assert!(svg.contains("<svg") && svg.contains("polyline"), "{f}");
+    }
 
     // The cluster holds exactly what the report says, within capacity and counts.
     let api = c.servers[leader].api();

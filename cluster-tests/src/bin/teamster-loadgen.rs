@@ -60,6 +60,12 @@ struct Args {
     /// Write the JSON report here.
     #[arg(long)]
     out: Option<std::path::PathBuf>,
+    /// Draw SVG plots into this directory (named after `--name`).
+    #[arg(long)]
+    plots: Option<std::path::PathBuf>,
+    /// A name for the run, used in plot titles and file names.
+    #[arg(long, default_value = "run")]
+    name: String,
 }
 
 fn main() -> anyhow::Result<()> {
@@ -133,6 +139,10 @@ async fn run(args: Args) -> anyhow::Result<()> {
     let ceiling = tokio::task::spawn_blocking(move || loadgen::scheduler_only(&cfg)).await??;
     report.scheduler_only = Some(ceiling);
     print_report(&report);
+    if let Some(dir) = &args.plots {
+        std::fs::create_dir_all(dir)?;
+        loadgen::plot(&report, dir, &args.name)?;
+    }
     if let Some(path) = &args.out {
         std::fs::write(path, serde_json::to_vec_pretty(&report)?)
             .with_context(|| format!("writing {}", path.display()))?;
