@@ -75,33 +75,7 @@ impl ApiClient {
         &self,
         path: &str,
     ) -> Result<(T, u64), ApiError> {
-        let url = format!("{}{}", self.base, path);
-        let resp = self
-            .http
-            .get(&url)
-            .send()
-            .await
-            .map_err(|source| ApiError::Unreachable {
-                address: self.base.clone(),
-                source,
-            })?;
-        let status = resp.status();
-        let index = resp
-            .headers()
-            .get("X-Nomad-Index")
-            .and_then(|v| v.to_str().ok())
-            .and_then(|v| v.parse::<u64>().ok())
-            .unwrap_or(0);
-        let text = resp.text().await.map_err(|source| ApiError::Unreachable {
-            address: self.base.clone(),
-            source,
-        })?;
-        if !status.is_success() {
-            return Err(ApiError::Status {
-                status,
-                message: text.trim().to_string(),
-            });
-        }
+        let (text, index) = self.send::<()>(Method::GET, path, None).await?;
         let value = serde_json::from_str(&text).map_err(|e| ApiError::Decode {
             address: self.base.clone(),
             message: format!("{path}: {e}"),
@@ -135,6 +109,17 @@ impl ApiClient {
         path: &str,
         body: Option<&B>,
     ) -> Result<String, ApiError> {
+        Ok(self.send(method, path, body).await?.0)
+    }
+
+    /// Send a request; the body of a successful answer and its `X-Nomad-Index` (0 when
+    /// absent), or the error the server answered.
+    async fn send<B: Serialize>(
+        &self,
+        method: Method,
+        path: &str,
+        body: Option<&B>,
+    ) -> Result<(String, u64), ApiError> {
         let url = format!("{}{}", self.base, path);
         let mut req = self.http.request(method, &url);
         if let Some(b) = body {
@@ -145,6 +130,12 @@ impl ApiClient {
             source,
         })?;
         let status = resp.status();
+        let index = resp
+            .headers()
+            .get("X-Nomad-Index")
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.parse::<u64>().ok())
+            .unwrap_or(0);
         let text = resp.text().await.map_err(|source| ApiError::Unreachable {
             address: self.base.clone(),
             source,
@@ -155,6 +146,6 @@ impl ApiClient {
                 message: text.trim().to_string(),
             });
         }
-        Ok(text)
+        Ok((text, index))
     }
 }

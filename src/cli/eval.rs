@@ -4,7 +4,7 @@ use anyhow::{bail, Context};
 use clap::{Args, Subcommand};
 use serde_json::Value;
 
-use super::output::table;
+use super::output::{short_id, table, text};
 use super::{ApiArgs, ApiClient};
 
 /// `eval …`.
@@ -63,18 +63,6 @@ pub async fn run_alloc(cmd: AllocCommand) -> anyhow::Result<()> {
     }
 }
 
-fn short(id: &Value) -> String {
-    id.as_str().unwrap_or("").chars().take(8).collect()
-}
-
-fn text(v: &Value) -> String {
-    match v {
-        Value::String(s) => s.clone(),
-        Value::Null => String::new(),
-        other => other.to_string(),
-    }
-}
-
 async fn eval_list(args: EvalListArgs) -> anyhow::Result<()> {
     let api = ApiClient::new(&args.api.address);
     let mut query = Vec::new();
@@ -106,11 +94,11 @@ async fn eval_list(args: EvalListArgs) -> anyhow::Result<()> {
             .as_object()
             .is_some_and(|m| !m.is_empty());
         rows.push(vec![
-            short(&e["ID"]),
+            short_id(&e["ID"]),
             text(&e["Priority"]),
             text(&e["TriggeredBy"]),
             text(&e["JobID"]),
-            short(&e["NodeID"]),
+            short_id(&e["NodeID"]),
             text(&e["Status"]),
             failures.to_string(),
         ]);

@@ -15,7 +15,7 @@ use clap::{Args, Subcommand};
 use reqwest::{Method, StatusCode};
 use serde_json::{json, Value};
 
-use super::output::table;
+use super::output::{table, text};
 use super::{ApiArgs, ApiClient, ApiError};
 
 /// `job …`.
@@ -433,15 +433,6 @@ async fn validate(args: ValidateArgs) -> anyhow::Result<ExitCode> {
         }
     }
     Ok(ExitCode::FAILURE)
-}
-
-/// A JSON scalar as plain text (strings without quotes; null as "").
-fn text(v: &Value) -> String {
-    match v {
-        Value::String(s) => s.clone(),
-        Value::Null => String::new(),
-        other => other.to_string(),
-    }
 }
 
 fn list_text(v: &Value) -> String {

@@ -5,7 +5,7 @@ use anyhow::{bail, Context};
 use clap::{Args, Subcommand};
 use serde_json::{json, Value};
 
-use super::output::table;
+use super::output::{short_id, table, text};
 use super::{ApiArgs, ApiClient};
 
 /// `node …`.
@@ -76,18 +76,6 @@ pub async fn run(cmd: NodeCommand) -> anyhow::Result<()> {
     }
 }
 
-fn s(v: &Value) -> String {
-    match v {
-        Value::String(s) => s.clone(),
-        Value::Null => String::new(),
-        other => other.to_string(),
-    }
-}
-
-fn short(id: &Value) -> String {
-    s(id).chars().take(8).collect()
-}
-
 async fn status(a: StatusArgs) -> anyhow::Result<()> {
     let api = ApiClient::new(&a.api.address);
     let Some(id) = a.id else {
@@ -107,13 +95,13 @@ async fn status(a: StatusArgs) -> anyhow::Result<()> {
         ]];
         for n in &nodes {
             rows.push(vec![
-                short(&n["ID"]),
-                s(&n["Datacenter"]),
-                s(&n["Name"]),
-                s(&n["NodeClass"]),
-                s(&n["Drain"]),
-                s(&n["SchedulingEligibility"]),
-                s(&n["Status"]),
+                short_id(&n["ID"]),
+                text(&n["Datacenter"]),
+                text(&n["Name"]),
+                text(&n["NodeClass"]),
+                text(&n["Drain"]),
+                text(&n["SchedulingEligibility"]),
+                text(&n["Status"]),
             ]);
         }
         print!("{}", table(&rows));
@@ -123,7 +111,7 @@ async fn status(a: StatusArgs) -> anyhow::Result<()> {
         .get(&format!("/v1/node/{id}"))
         .await
         .with_context(|| format!("reading node {id}"))?;
-    let full_id = s(&node["ID"]);
+    let full_id = text(&node["ID"]);
     let allocs: Vec<Value> = api
         .get(&format!("/v1/node/{full_id}/allocations"))
         .await
@@ -138,16 +126,19 @@ async fn status(a: StatusArgs) -> anyhow::Result<()> {
         "{}",
         table(&[
             vec!["ID".into(), full_id.clone()],
-            vec!["Name".into(), s(&node["Name"])],
-            vec!["Class".into(), s(&node["NodeClass"])],
-            vec!["DC".into(), s(&node["Datacenter"])],
-            vec!["Drain".into(), s(&node["Drain"])],
-            vec!["Eligibility".into(), s(&node["SchedulingEligibility"])],
-            vec!["Status".into(), s(&node["Status"])],
-            vec!["CPU".into(), format!("{} MHz", s(&r["Cpu"]["CpuShares"]))],
+            vec!["Name".into(), text(&node["Name"])],
+            vec!["Class".into(), text(&node["NodeClass"])],
+            vec!["DC".into(), text(&node["Datacenter"])],
+            vec!["Drain".into(), text(&node["Drain"])],
+            vec!["Eligibility".into(), text(&node["SchedulingEligibility"])],
+            vec!["Status".into(), text(&node["Status"])],
+            vec![
+                "CPU".into(),
+                format!("{} MHz", text(&r["Cpu"]["CpuShares"]))
+            ],
             vec![
                 "Memory".into(),
-                format!("{} MiB", s(&r["Memory"]["MemoryMB"]))
+                format!("{} MiB", text(&r["Memory"]["MemoryMB"]))
             ],
             vec![
                 "Drivers".into(),
@@ -168,11 +159,11 @@ async fn status(a: StatusArgs) -> anyhow::Result<()> {
     ]];
     for al in &allocs {
         rows.push(vec![
-            short(&al["ID"]),
-            s(&al["JobID"]),
-            s(&al["TaskGroup"]),
-            s(&al["DesiredStatus"]),
-            s(&al["ClientStatus"]),
+            short_id(&al["ID"]),
+            text(&al["JobID"]),
+            text(&al["TaskGroup"]),
+            text(&al["DesiredStatus"]),
+            text(&al["ClientStatus"]),
         ]);
     }
     print!("{}", table(&rows));
@@ -196,7 +187,7 @@ async fn eligibility(a: ToggleArgs) -> anyhow::Result<()> {
     println!(
         "Node {:?} scheduling eligibility set: {value} (index {})",
         a.id,
-        s(&r["Index"])
+        text(&r["Index"])
     );
     Ok(())
 }
@@ -228,6 +219,6 @@ async fn drain(a: DrainArgs) -> anyhow::Result<()> {
         .await
         .with_context(|| format!("updating node {}", a.id))?;
     let what = if a.enable { "started" } else { "cancelled" };
-    println!("Node {:?} drain {what} (index {})", a.id, s(&r["Index"]));
+    println!("Node {:?} drain {what} (index {})", a.id, text(&r["Index"]));
     Ok(())
 }

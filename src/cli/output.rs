@@ -1,4 +1,20 @@
-//! Human output: aligned columns, like the nomad CLI's tables.
+//! Human output: aligned columns, like the nomad CLI's tables, and JSON values as cell text.
+
+use serde_json::Value;
+
+/// A JSON value as plain text: strings without quotes, null as "".
+pub fn text(v: &Value) -> String {
+    match v {
+        Value::String(s) => s.clone(),
+        Value::Null => String::new(),
+        other => other.to_string(),
+    }
+}
+
+/// The first 8 characters of an ID value, as the nomad CLI shows them.
+pub fn short_id(id: &Value) -> String {
+    text(id).chars().take(8).collect()
+}
 
 /// Format rows as left-aligned columns separated by two spaces; the first row is the header.
 pub fn table(rows: &[Vec<String>]) -> String {
