@@ -69,8 +69,9 @@ fn http() -> reqwest::Client {
 }
 
 /// Register `n` jobs named `<prefix>-<i>`, `concurrency` at a time, spread over `bases`
-/// (`http://ip:4646`), as a client would: a failed attempt is retried on the next server,
-/// up to three attempts (registering the same job again is idempotent). Acknowledged ones go
+/// (`http://ip:4646`), as a client would: a failed attempt is retried on the next server
+/// after a short backoff, up to five attempts (registering the same job again is
+/// idempotent). Acknowledged ones go
 /// to `acks`; failed attempts are counted in `acks.failed`.
 async fn register_jobs(bases: Vec<String>, prefix: &str, n: usize, concurrency: usize, acks: Acks) {
     let http = http();
@@ -82,7 +83,11 @@ async fn register_jobs(bases: Vec<String>, prefix: &str, n: usize, concurrency: 
             let acks = acks.clone();
             async move {
                 let body = serde_json::json!({ "Job": small_job(&id) });
-                for attempt in 0..3 {
+                for attempt in 0..5 {
+                    if attempt > 0 {
+                        // Back off like a client would, so an election can finish.
+                        tokio::time::sleep(Duration::from_millis(250 * attempt as u64)).await;
+                    }
                     let base = &bases[(i + attempt) % bases.len()];
                     let sent = http
                         .post(format!("{base}/v1/jobs"))
