@@ -1,10 +1,12 @@
 //! Harnesses for teamster cluster tests.
 //!
 //! - [`process`]: clusters of real `teamster` processes on loopback addresses.
+//! - [`client_process`]: client agent processes, and allocations placed by hand.
 //! - [`compose`]: docker-compose clusters of the `teamster:dev` image, with fault injection.
 //! - [`invariants`]: checks every scenario runs against the HTTP API.
 //! - [`wait_for`]: wait on a condition with a deadline (tests never sleep a fixed time).
 
+pub mod client_process;
 pub mod compose;
 pub mod invariants;
 pub mod process;

@@ -106,6 +106,11 @@ impl ServerProcess {
         ApiClient::new(&self.http_addr())
     }
 
+    /// Its config file (edit it, then [`ProcessCluster::reload`]).
+    pub fn config_path(&self) -> &Path {
+        &self.config_path
+    }
+
     /// Whether its process is running.
     pub fn is_running(&mut self) -> bool {
         match &mut self.child {
@@ -267,6 +272,15 @@ impl ProcessCluster {
             .as_ref()
             .with_context(|| format!("{} is not running", self.servers[i].name))?;
         signal(c, if pause { libc::SIGSTOP } else { libc::SIGCONT })
+    }
+
+    /// SIGHUP server `i`: it re-reads its config file (see [`ServerProcess::config_path`]).
+    pub fn reload(&mut self, i: usize) -> anyhow::Result<()> {
+        let c = self.servers[i]
+            .child
+            .as_ref()
+            .with_context(|| format!("{} is not running", self.servers[i].name))?;
+        signal(c, libc::SIGHUP)
     }
 
     /// Start server `i` again with the same config and data.

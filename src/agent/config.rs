@@ -149,6 +149,8 @@ pub struct ServerConfig {
     pub rpc_hold_timeout: Duration,
     /// Raft timing and log compaction.
     pub raft: RaftTiming,
+    /// Scheduler worker timings and garbage-collection thresholds.
+    pub workers: crate::server::worker::WorkerConfig,
     /// The leader's eval broker and plan applier (`[server.eval_broker]`).
     pub eval_broker: crate::server::pipeline::EvalBrokerSettings,
 }
@@ -171,6 +173,7 @@ impl Default for ServerConfig {
             failover_heartbeat_ttl: Duration::from_secs(300),
             rpc_hold_timeout: Duration::from_secs(5),
             raft: RaftTiming::default(),
+            workers: crate::server::worker::WorkerConfig::default(),
             eval_broker: Default::default(),
         }
     }
@@ -241,6 +244,16 @@ pub struct ClientConfig {
     pub reserved: Reserved,
     /// Free-form node metadata (`${meta.key}` in constraints).
     pub meta: BTreeMap<String, String>,
+    /// Total CPU to advertise in MHz (0: fingerprinted).
+    pub cpu_total_compute: u64,
+    /// Total memory to advertise in MB (0: fingerprinted).
+    pub memory_total_mb: u64,
+    /// How often changed allocation states are sent to the servers, in one batch.
+    #[serde(with = "duration_str")]
+    pub update_interval: Duration,
+    /// The longest kill timeout a task may ask for.
+    #[serde(with = "duration_str")]
+    pub max_kill_timeout: Duration,
 }
 
 impl Default for ClientConfig {
@@ -253,6 +266,10 @@ impl Default for ClientConfig {
             drivers: vec!["raw_exec".to_string(), "mock".to_string()],
             reserved: Reserved::default(),
             meta: BTreeMap::new(),
+            cpu_total_compute: 0,
+            memory_total_mb: 0,
+            update_interval: Duration::from_millis(200),
+            max_kill_timeout: Duration::from_secs(30),
         }
     }
 }
@@ -343,6 +360,12 @@ impl AgentConfig {
         if self.data_dir.is_none() {
             return Err(bad("data_dir", "is required (or run with --dev)".into()));
         }
+        if self.client.enabled && !self.server.enabled && self.client.servers.is_empty() {
+            return Err(bad(
+                "client.servers",
+                "is required when the server role is disabled".into(),
+            ));
+        }
         if self.ports.http == 0 && self.ports.rpc == 0 {
             // Port 0 asks the OS for a free port; allowed for tests, fine for both.
         }
@@ -432,6 +455,7 @@ impl ServerConfig {
         if self.failover_heartbeat_ttl.is_zero() {
             return Err(("server.failover_heartbeat_ttl", "must be positive".into()));
         }
+        self.workers.validate()?;
         self.eval_broker.validate()?;
         self.raft.validate()
     }
@@ -495,6 +519,15 @@ impl ClientConfig {
         }
         if self.datacenter.trim().is_empty() {
             return Err(("client.datacenter", "must not be empty".into()));
+        }
+        if self.update_interval.is_zero() || self.update_interval > Duration::from_secs(60) {
+            return Err((
+                "client.update_interval",
+                "must be between 1ms and 60s".into(),
+            ));
+        }
+        if self.max_kill_timeout.is_zero() {
+            return Err(("client.max_kill_timeout", "must be positive".into()));
         }
         for d in &self.drivers {
             if !["raw_exec", "mock"].contains(&d.as_str()) {

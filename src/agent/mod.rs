@@ -14,6 +14,7 @@ use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 use tracing::info;
 
+use crate::client::{Client, ClientError};
 use crate::http::ServerHandles;
 use crate::server::{Server, ServerError};
 use config::AgentConfig;
@@ -51,10 +52,16 @@ pub enum AgentError {
     /// The server role failed to start.
     #[error("server: {0}")]
     Server(#[from] ServerError),
+    /// The client role failed to start.
+    #[error("client: {0}")]
+    Client(#[from] ClientError),
     /// Waiting for signals failed.
     #[error("cannot install signal handlers: {0}")]
     Signals(std::io::Error),
 }
+
+/// Re-reads the agent configuration on SIGHUP.
+pub type Reloader = Box<dyn Fn() -> Result<AgentConfig, String> + Send + Sync>;
 
 /// A running agent.
 pub struct Agent {
@@ -63,6 +70,8 @@ pub struct Agent {
     shutdown: CancellationToken,
     tasks: Vec<tokio::task::JoinHandle<()>>,
     server: Option<Server>,
+    reloader: Option<Reloader>,
+    client: Option<Client>,
     _dev_dir: Option<tempfile::TempDir>,
 }
 
@@ -125,6 +134,7 @@ impl Agent {
         let handles = server.as_ref().map(|s| ServerHandles {
             node: s.node().clone(),
             leadership: s.leadership().clone(),
+            workers: s.workers().clone(),
             leader_side: s.leader_side().clone(),
         });
         let shutdown = CancellationToken::new();
@@ -142,6 +152,34 @@ impl Agent {
                 tracing::error!(error = %e, "the HTTP server failed");
             }
         });
+        let client = if config.client.enabled {
+            let mut servers: Vec<String> = config
+                .client
+                .servers
+                .iter()
+                .filter_map(|a| config::parse_peer_addr(a).ok())
+                .map(|(host, port)| format!("{host}:{port}"))
+                .collect();
+            if let Some(s) = &server {
+                if servers.is_empty() {
+                    servers.push(s.node().addr().rpc_addr.clone());
+                }
+            }
+            let advertised_http = SocketAddr::new(config.advertise_ip(), http_addr.port());
+            Some(
+                Client::start(
+                    &config.client,
+                    &config.name,
+                    &data_dir,
+                    advertised_http.to_string(),
+                    servers,
+                    crate::util::system_clock(),
+                )
+                .await?,
+            )
+        } else {
+            None
+        };
         info!(name = %config.name, http = %http_addr, "agent started");
         Ok(Agent {
             config,
@@ -149,6 +187,8 @@ impl Agent {
             shutdown,
             tasks: vec![http_task],
             server,
+            reloader: None,
+            client,
             _dev_dir: dev_dir,
         })
     }
@@ -163,6 +203,11 @@ impl Agent {
         self.server.as_ref()
     }
 
+    /// The client role, when this agent runs one.
+    pub fn client(&self) -> Option<&Client> {
+        self.client.as_ref()
+    }
+
     /// The configuration the agent runs with.
     pub fn config(&self) -> &AgentConfig {
         &self.config
@@ -173,12 +218,51 @@ impl Agent {
         use tokio::signal::unix::{signal, SignalKind};
         let mut term = signal(SignalKind::terminate()).map_err(AgentError::Signals)?;
         let mut int = signal(SignalKind::interrupt()).map_err(AgentError::Signals)?;
-        tokio::select! {
-            _ = term.recv() => info!("SIGTERM received, shutting down"),
-            _ = int.recv() => info!("SIGINT received, shutting down"),
+        let mut hup = signal(SignalKind::hangup()).map_err(AgentError::Signals)?;
+        loop {
+            tokio::select! {
+                _ = term.recv() => { info!("SIGTERM received, shutting down"); break }
+                _ = int.recv() => { info!("SIGINT received, shutting down"); break }
+                _ = hup.recv() => self.reload(),
+            }
         }
         self.shutdown().await;
         Ok(())
+    }
+
+    /// Set how SIGHUP re-reads the configuration.
+    pub fn set_reloader(&mut self, reloader: Reloader) {
+        self.reloader = Some(reloader);
+    }
+
+    /// Re-read the configuration and apply what can change at run time: the scheduler
+    /// workers' `num_schedulers` and `enabled_schedulers`. A bad file changes nothing.
+    pub fn reload(&self) {
+        let Some(reloader) = &self.reloader else {
+            info!("SIGHUP received; no configuration file to reload");
+            return;
+        };
+        let config = match reloader() {
+            Ok(c) => c,
+            Err(e) => {
+                tracing::error!(error = %e, "config reload failed; nothing changed");
+                return;
+            }
+        };
+        if let Some(server) = &self.server {
+            let wanted = crate::server::worker::pool::PoolConfig {
+                num_schedulers: config.server.num_schedulers,
+                enabled_schedulers: config.server.enabled_schedulers.clone(),
+            };
+            match server.workers().set_config(wanted) {
+                Ok(c) => info!(
+                    num_schedulers = c.num_schedulers,
+                    enabled_schedulers = ?c.enabled_schedulers,
+                    "config reloaded: scheduler workers applied"
+                ),
+                Err(e) => tracing::error!(error = %e, "config reload refused; nothing changed"),
+            }
+        }
     }
 
     /// Stop every role and wait for their tasks.
@@ -186,6 +270,9 @@ impl Agent {
         self.shutdown.cancel();
         for t in self.tasks {
             let _ = t.await;
+        }
+        if let Some(client) = self.client {
+            client.shutdown().await;
         }
         if let Some(server) = self.server {
             server.shutdown().await;

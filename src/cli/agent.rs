@@ -172,6 +172,12 @@ pub fn run(args: AgentArgs) -> ExitCode {
                 return ExitCode::FAILURE;
             }
         };
+        let mut agent = agent;
+        // SIGHUP re-reads the config file (and flags); the agent applies what can change at
+        // run time (the scheduler workers).
+        agent.set_reloader(Box::new(move || {
+            args.load().map(|(c, _)| c).map_err(|e| e.to_string())
+        }));
         if let Err(e) = agent.run_until_signalled().await {
             eprintln!("Error: {e}");
             return ExitCode::FAILURE;

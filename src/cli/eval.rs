@@ -21,6 +21,8 @@ pub enum EvalCommand {
 pub enum AllocCommand {
     /// Show one allocation (an ID or a unique ID prefix).
     Status(IdArgs),
+    /// Print a task's log (stdout, or stderr with `--stderr`).
+    Logs(super::alloc_logs::LogsArgs),
 }
 
 /// `eval list`.
@@ -57,6 +59,7 @@ pub async fn run_eval(cmd: EvalCommand) -> anyhow::Result<()> {
 pub async fn run_alloc(cmd: AllocCommand) -> anyhow::Result<()> {
     match cmd {
         AllocCommand::Status(args) => alloc_status(args).await,
+        AllocCommand::Logs(args) => super::alloc_logs::logs(args).await,
     }
 }
 

@@ -5,11 +5,15 @@
 //! Exit codes: 0 success, 1 an error (printed as one line, no backtrace), 2 bad usage.
 
 mod agent;
+mod alloc_logs;
 mod api;
 mod eval;
+mod node;
 mod operator;
 mod output;
 mod scheduler_config;
+mod scheduler;
+mod scheduler_workers;
 mod snapshot;
 mod status;
 
@@ -31,7 +35,10 @@ pub struct Cli {
 enum Command {
     /// Run an agent: a server, a client, or both (`--dev`).
     Agent(agent::AgentArgs),
-    /// Operator commands: raft peers, snapshots.
+    /// Client nodes: status, eligibility, drain.
+    #[command(subcommand)]
+    Node(node::NodeCommand),
+    /// Operator commands: raft peers, snapshots, the scheduler.
     #[command(subcommand)]
     Operator(operator::OperatorCommand),
     /// Show the cluster's leader and peers.
@@ -39,7 +46,7 @@ enum Command {
     /// Evaluations: list, status.
     #[command(subcommand)]
     Eval(eval::EvalCommand),
-    /// Allocations: status.
+    /// Allocations: status, task logs.
     #[command(subcommand)]
     Alloc(eval::AllocCommand),
 }
@@ -69,6 +76,7 @@ pub fn main() -> ExitCode {
         Command::Status(args) => run_api(|| status::run(args)),
         Command::Eval(cmd) => run_api(|| eval::run_eval(cmd)),
         Command::Alloc(cmd) => run_api(|| eval::run_alloc(cmd)),
+        Command::Node(cmd) => run_api(|| node::run(cmd)),
     }
 }
 

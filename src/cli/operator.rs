@@ -17,9 +17,9 @@ pub enum OperatorCommand {
     /// Save the cluster's state to a file, or restore it.
     #[command(subcommand)]
     Snapshot(super::snapshot::SnapshotCommand),
-    /// The scheduler configuration.
+    /// The scheduler workers of a server.
     #[command(subcommand)]
-    Scheduler(super::scheduler_config::SchedulerConfigCommand),
+    Scheduler(super::scheduler::SchedulerCommand),
 }
 
 /// `operator raft …`.
@@ -90,7 +90,7 @@ pub async fn run(cmd: OperatorCommand) -> anyhow::Result<()> {
         OperatorCommand::Raft(RaftCommand::ListPeers(args)) => list_peers(args).await,
         OperatorCommand::Raft(RaftCommand::RemovePeer(args)) => remove_peer(args).await,
         OperatorCommand::Snapshot(cmd) => super::snapshot::run(cmd).await,
-        OperatorCommand::Scheduler(cmd) => super::scheduler_config::run(cmd).await,
+        OperatorCommand::Scheduler(cmd) => super::scheduler::run(cmd).await,
     }
 }
 

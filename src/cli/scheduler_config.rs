@@ -1,20 +1,11 @@
 //! `teamster operator scheduler get-config | set-config`.
 
 use anyhow::{bail, Context};
-use clap::{Args, Subcommand};
+use clap::Args;
 use reqwest::Method;
 use serde_json::Value;
 
 use super::{ApiArgs, ApiClient};
-
-/// `operator scheduler …`.
-#[derive(Debug, Subcommand)]
-pub enum SchedulerConfigCommand {
-    /// Show the scheduler configuration.
-    GetConfig(GetConfigArgs),
-    /// Change the scheduler configuration (only the given flags change).
-    SetConfig(SetConfigArgs),
-}
 
 /// `operator scheduler get-config`.
 #[derive(Debug, Args)]
@@ -45,15 +36,8 @@ pub struct SetConfigArgs {
     check_index: Option<u64>,
 }
 
-/// Run an `operator scheduler` command.
-pub async fn run(cmd: SchedulerConfigCommand) -> anyhow::Result<()> {
-    match cmd {
-        SchedulerConfigCommand::GetConfig(args) => get_config(args).await,
-        SchedulerConfigCommand::SetConfig(args) => set_config(args).await,
-    }
-}
-
-async fn get_config(args: GetConfigArgs) -> anyhow::Result<()> {
+/// `operator scheduler get-config`.
+pub async fn get_config(args: GetConfigArgs) -> anyhow::Result<()> {
     let api = ApiClient::new(&args.api.address);
     let conf: Value = api
         .get("/v1/operator/scheduler/configuration")
@@ -81,7 +65,8 @@ async fn get_config(args: GetConfigArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
-async fn set_config(args: SetConfigArgs) -> anyhow::Result<()> {
+/// `operator scheduler set-config`.
+pub async fn set_config(args: SetConfigArgs) -> anyhow::Result<()> {
     let api = ApiClient::new(&args.api.address);
     let conf: Value = api
         .get("/v1/operator/scheduler/configuration")

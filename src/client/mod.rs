@@ -1,1 +1,719 @@
-//! The client role.
+//! The client role: fingerprint the machine, register it as a node with the servers,
+//! heartbeat at the TTL they hand back, watch the node's allocations with a blocking query,
+//! run them, and report their status in batches.
+//!
+//! ```text
+//!  register ──▶ heartbeat every TTL ──(node unknown)──▶ register again
+//!      │
+//!      └──▶ alloc watcher: Node.GetClientAllocs(min_index) ──▶ new: alloc_runner::spawn
+//!                                                          ──▶ stop/evict/gone: cancel
+//!  task runners ──▶ LocalAlloc changes ──▶ updater: every update_interval, one
+//!                                          Node.UpdateAlloc with every changed alloc
+//! ```
+//!
+//! - [`fingerprint`]: the node to register.
+//! - [`servers`]: calls with failover between `client.servers`.
+//! - [`driver`]: `raw_exec` and `mock`.
+//! - [`restart`]: the RestartPolicy tracker.
+//! - [`alloc_runner`]: task runners, TaskStates and the allocation's ClientStatus.
+//!
+//! The client's state (node identity and every allocation with its task handles) is kept in
+//! `<data_dir>/client/state.json`, written atomically after every task start and every
+//! batch of changes; a restarted client re-attaches to tasks still running and never starts
+//! a second copy. Task directories are `<data_dir>/alloc/<alloc id>/<task>/`.
+
+pub mod alloc_runner;
+pub mod driver;
+pub mod fingerprint;
+pub mod restart;
+pub mod servers;
+
+use std::collections::{BTreeMap, HashMap};
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use rand::SeedableRng;
+use serde::{Deserialize, Serialize};
+use teamster_storage::fsm::AllocClientReport;
+use teamster_storage::model::{ClientStatus, NodeStatus};
+use tokio::sync::{watch, Notify};
+use tokio_util::sync::CancellationToken;
+use tracing::{debug, info, warn, Instrument};
+
+use crate::agent::config::ClientConfig;
+use crate::rpc::node_api::{
+    NodeClientAllocsResponse, NodeGetClientAllocsRequest, NodeHeartbeatResponse,
+    NodeRegisterRequest, NodeUpdateAllocRequest, NodeUpdateStatusRequest,
+};
+use crate::rpc::{Pool, RpcConfig, RpcError, RpcRequest, RpcResponse};
+use crate::util::SharedClock;
+use alloc_runner::LocalAlloc;
+use servers::Servers;
+
+/// How long the servers may hold an allocation query.
+const ALLOC_WAIT: Duration = Duration::from_secs(30);
+/// Wait after a failed call before trying again.
+const RETRY: Duration = Duration::from_secs(1);
+/// Deadline of a call other than the blocking query.
+const CALL_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Why the client role could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum ClientError {
+    /// The client's directory or state file could not be used.
+    #[error("{path}: {reason}")]
+    State {
+        /// The path.
+        path: PathBuf,
+        /// Why.
+        reason: String,
+    },
+    /// The RPC pool could not be built.
+    #[error(transparent)]
+    Rpc(#[from] RpcError),
+}
+
+/// What the client keeps across restarts.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct ClientState {
+    /// This node's id.
+    pub node_id: String,
+    /// This node's secret.
+    pub secret_id: String,
+    /// Allocations this client runs or ran, by id.
+    pub allocs: BTreeMap<String, LocalAlloc>,
+}
+
+/// What the loops and task runners share.
+pub struct Shared {
+    config: ClientConfig,
+    state_path: PathBuf,
+    alloc_root: PathBuf,
+    clock: SharedClock,
+    state: Mutex<ClientState>,
+    changed: Notify,
+    runners: Mutex<HashMap<String, CancellationToken>>,
+}
+
+impl Shared {
+    fn state(&self) -> MutexGuard<'_, ClientState> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Apply `f` to an allocation, recompute its status, mark it for reporting.
+    fn update_alloc(&self, alloc_id: &str, f: impl FnOnce(&mut LocalAlloc)) {
+        {
+            let mut st = self.state();
+            let Some(local) = st.allocs.get_mut(alloc_id) else {
+                return;
+            };
+            f(local);
+            local.recompute();
+            local.version += 1;
+        }
+        self.changed.notify_one();
+    }
+
+    /// Write the state file (atomically: temp file, fsync, rename).
+    fn persist(&self) {
+        let bytes = match serde_json::to_vec(&*self.state()) {
+            Ok(b) => b,
+            Err(e) => {
+                warn!(error = %e, "cannot encode the client state");
+                return;
+            }
+        };
+        if let Err(e) = write_atomic(&self.state_path, &bytes) {
+            warn!(path = %self.state_path.display(), error = %e, "cannot write the client state");
+        }
+    }
+}
+
+fn write_atomic(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    use std::io::Write;
+    let tmp = path.with_extension("tmp");
+    {
+        let mut f = std::fs::File::create(&tmp)?;
+        f.write_all(bytes)?;
+        f.sync_all()?;
+    }
+    std::fs::rename(&tmp, path)
+}
+
+/// A running client role.
+pub struct Client {
+    shared: Arc<Shared>,
+    shutdown: CancellationToken,
+    tasks: Vec<tokio::task::JoinHandle<()>>,
+}
+
+impl Client {
+    /// Start the client: load or create its state under `<data_dir>/client`, re-attach to the
+    /// tasks it ran, and begin registering with `servers` (RPC addresses). `name` is the node
+    /// name and `http_addr` the agent's HTTP address for the node's `HTTPAddr`.
+    pub async fn start(
+        config: &ClientConfig,
+        name: &str,
+        data_dir: &Path,
+        http_addr: String,
+        servers: Vec<String>,
+        clock: SharedClock,
+    ) -> Result<Client, ClientError> {
+        let dir = data_dir.join("client");
+        let io = |path: &Path, e: std::io::Error| ClientError::State {
+            path: path.to_path_buf(),
+            reason: e.to_string(),
+        };
+        std::fs::create_dir_all(&dir).map_err(|e| io(&dir, e))?;
+        let alloc_root = data_dir.join("alloc");
+        std::fs::create_dir_all(&alloc_root).map_err(|e| io(&alloc_root, e))?;
+        let state_path = dir.join("state.json");
+        let mut state = match std::fs::read(&state_path) {
+            Ok(bytes) => {
+                serde_json::from_slice::<ClientState>(&bytes).map_err(|e| ClientError::State {
+                    path: state_path.clone(),
+                    reason: format!("corrupt client state: {e}"),
+                })?
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => ClientState::default(),
+            Err(e) => return Err(io(&state_path, e)),
+        };
+        if state.node_id.is_empty() {
+            let mut rng = rand::rngs::StdRng::from_entropy();
+            state.node_id = crate::util::new_uuid(&mut rng);
+            state.secret_id = crate::util::new_uuid(&mut rng);
+        }
+        let node_id = state.node_id.clone();
+        let shared = Arc::new(Shared {
+            config: config.clone(),
+            state_path,
+            alloc_root,
+            clock,
+            state: Mutex::new(state),
+            changed: Notify::new(),
+            runners: Mutex::new(HashMap::new()),
+        });
+        shared.persist();
+        // Re-attach to (or account for) what an earlier run left behind.
+        let resumed: Vec<LocalAlloc> = shared
+            .state()
+            .allocs
+            .values()
+            .filter(|l| !l.finished() && !l.alloc.server_terminal_status())
+            .cloned()
+            .collect();
+        for local in &resumed {
+            let token = alloc_runner::spawn(&shared, local);
+            lock(&shared.runners).insert(local.alloc.id.to_string(), token);
+        }
+        if !resumed.is_empty() {
+            info!(
+                allocs = resumed.len(),
+                "resumed allocations from the client state"
+            );
+        }
+
+        let pool = Pool::new(0, RpcConfig::default())?;
+        let servers = Arc::new(Servers::new(pool, servers));
+        let machine = fingerprint::Machine::detect(data_dir);
+        let node = fingerprint::node(
+            config,
+            name,
+            &node_id,
+            &shared.state().secret_id,
+            &http_addr,
+            &machine,
+            shared.clock.now_unix_nanos(),
+        );
+        let shutdown = CancellationToken::new();
+        let (registered_tx, registered_rx) = watch::channel(false);
+        let span = tracing::info_span!("client", node_id = %node_id);
+        let tasks = vec![
+            tokio::spawn(
+                heartbeat_loop(servers.clone(), node, registered_tx, shutdown.clone())
+                    .instrument(span.clone()),
+            ),
+            tokio::spawn(
+                watch_allocs(
+                    shared.clone(),
+                    servers.clone(),
+                    node_id.clone(),
+                    registered_rx,
+                    shutdown.clone(),
+                )
+                .instrument(span.clone()),
+            ),
+            tokio::spawn(report_loop(shared.clone(), servers, shutdown.clone()).instrument(span)),
+        ];
+        info!(node_id = %node_id, cores = machine.cores, memory_mb = machine.memory_mb, "client started");
+        Ok(Client {
+            shared,
+            shutdown,
+            tasks,
+        })
+    }
+
+    /// This node's id.
+    pub fn node_id(&self) -> String {
+        self.shared.state().node_id.clone()
+    }
+
+    /// Where allocation directories live.
+    pub fn alloc_root(&self) -> &Path {
+        &self.shared.alloc_root
+    }
+
+    /// Stop the client's loops and save its state. Tasks keep running (a restarted client
+    /// re-attaches to them), as Nomad's do.
+    pub async fn shutdown(self) {
+        self.shutdown.cancel();
+        for t in self.tasks {
+            let _ = t.await;
+        }
+        self.shared.persist();
+        info!("client stopped");
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+fn heartbeat_answer(r: RpcResponse) -> Option<Result<NodeHeartbeatResponse, RpcError>> {
+    match r {
+        RpcResponse::NodeRegister(r) | RpcResponse::NodeUpdateStatus(r) => Some(r),
+        _ => None,
+    }
+}
+
+/// Register, then heartbeat at the TTL the servers hand back; register again when the
+/// servers no longer know the node.
+async fn heartbeat_loop(
+    servers: Arc<Servers>,
+    node: teamster_storage::model::Node,
+    registered: watch::Sender<bool>,
+    shutdown: CancellationToken,
+) {
+    let node_id = node.id.clone();
+    let mut need_register = true;
+    let mut failures = 0u32;
+    loop {
+        let outcome = if need_register {
+            let req =
+                RpcRequest::NodeRegister(Box::new(NodeRegisterRequest { node: node.clone() }));
+            servers.call(req, CALL_TIMEOUT, heartbeat_answer).await
+        } else {
+            let req = RpcRequest::NodeUpdateStatus(NodeUpdateStatusRequest {
+                node_id: node_id.clone(),
+                status: NodeStatus::Ready,
+            });
+            servers.call(req, CALL_TIMEOUT, heartbeat_answer).await
+        };
+        let wait = match outcome {
+            Ok(resp) => {
+                failures = 0;
+                if need_register {
+                    info!(ttl_ms = resp.heartbeat_ttl_ms, "node registered");
+                    need_register = false;
+                    registered.send_replace(true);
+                }
+                servers.learn(&resp.servers);
+                metrics::counter!("teamster_client_heartbeats_total").increment(1);
+                Duration::from_millis(resp.heartbeat_ttl_ms.max(100))
+            }
+            Err(RpcError::Rejected(reason)) => {
+                warn!(%reason, registering = need_register, "the servers refused the node");
+                need_register = true;
+                RETRY
+            }
+            Err(e) => {
+                failures += 1;
+                if failures > 1 {
+                    warn!(error = %e, failures, "heartbeat failed; retrying");
+                } else {
+                    debug!(error = %e, "heartbeat failed; retrying");
+                }
+                metrics::counter!("teamster_client_heartbeat_failures_total").increment(1);
+                RETRY
+            }
+        };
+        tokio::select! {
+            _ = shutdown.cancelled() => return,
+            _ = tokio::time::sleep(wait) => {}
+        }
+    }
+}
+
+/// Follow the node's allocations: start new ones, stop those the servers stop, forget those
+/// the servers no longer list.
+async fn watch_allocs(
+    shared: Arc<Shared>,
+    servers: Arc<Servers>,
+    node_id: String,
+    mut registered: watch::Receiver<bool>,
+    shutdown: CancellationToken,
+) {
+    tokio::select! {
+        _ = shutdown.cancelled() => return,
+        r = registered.wait_for(|r| *r) => if r.is_err() { return },
+    }
+    let mut index = 0;
+    loop {
+        let req = RpcRequest::NodeGetClientAllocs(NodeGetClientAllocsRequest {
+            node_id: node_id.as_str().into(),
+            min_index: index,
+            wait_ms: ALLOC_WAIT.as_millis() as u64,
+        });
+        let call = servers.call(req, ALLOC_WAIT + CALL_TIMEOUT, |r| match r {
+            RpcResponse::NodeGetClientAllocs(r) => Some(r),
+            _ => None,
+        });
+        let resp = tokio::select! {
+            _ = shutdown.cancelled() => return,
+            r = call => r,
+        };
+        match resp {
+            Ok(resp) => {
+                index = resp.index;
+                apply_allocs(&shared, *resp);
+            }
+            Err(e) => {
+                debug!(error = %e, "allocation query failed; retrying");
+                tokio::select! {
+                    _ = shutdown.cancelled() => return,
+                    _ = tokio::time::sleep(RETRY) => {}
+                }
+            }
+        }
+    }
+}
+
+/// Reconcile the local allocations with the servers' answer.
+fn apply_allocs(shared: &Arc<Shared>, resp: NodeClientAllocsResponse) {
+    let now = shared.clock.now_unix_nanos();
+    let mut to_start = Vec::new();
+    let mut to_stop = Vec::new();
+    {
+        let mut st = shared.state();
+        for ca in resp.changed {
+            let id = ca.alloc.id.to_string();
+            match st.allocs.get_mut(&id) {
+                Some(local) => {
+                    let stop = ca.alloc.server_terminal_status()
+                        || ca.alloc.client_status == ClientStatus::Lost;
+                    local.alloc = ca.alloc;
+                    if stop {
+                        to_stop.push(id);
+                    }
+                }
+                None => {
+                    if ca.alloc.terminal_status() {
+                        continue;
+                    }
+                    match ca.job {
+                        Some(job) => {
+                            let local = LocalAlloc::received(ca.alloc, job, now);
+                            st.allocs.insert(id, local.clone());
+                            to_start.push(local);
+                        }
+                        None => warn!(alloc_id = %id, "allocation without its job; ignored"),
+                    }
+                }
+            }
+        }
+        let listed: std::collections::HashSet<&str> = resp
+            .alloc_indexes
+            .iter()
+            .map(|(id, _)| id.as_str())
+            .collect();
+        let gone: Vec<String> = st
+            .allocs
+            .keys()
+            .filter(|id| !listed.contains(id.as_str()))
+            .cloned()
+            .collect();
+        for id in gone {
+            st.allocs.remove(&id);
+            to_stop.push(id);
+        }
+    }
+    for local in to_start {
+        info!(alloc_id = %local.alloc.id, job_id = %local.alloc.job_id, "starting allocation");
+        let token = alloc_runner::spawn(shared, &local);
+        lock(&shared.runners).insert(local.alloc.id.to_string(), token);
+        shared.changed.notify_one();
+    }
+    for id in to_stop {
+        if let Some(token) = lock(&shared.runners).remove(&id) {
+            info!(alloc_id = %id, "stopping allocation");
+            token.cancel();
+        }
+    }
+    shared.persist();
+}
+
+/// Every `update_interval`, send the changed allocations in one `Node.UpdateAlloc`.
+async fn report_loop(shared: Arc<Shared>, servers: Arc<Servers>, shutdown: CancellationToken) {
+    let interval = shared.config.update_interval;
+    loop {
+        tokio::select! {
+            _ = shutdown.cancelled() => return,
+            _ = shared.changed.notified() => {}
+        }
+        // Gather what changes within one interval into one batch.
+        tokio::select! {
+            _ = shutdown.cancelled() => return,
+            _ = tokio::time::sleep(interval) => {}
+        }
+        loop {
+            let batch: Vec<(String, u64, AllocClientReport)> = {
+                let st = shared.state();
+                st.allocs
+                    .values()
+                    .filter(|l| l.version > l.reported)
+                    // The servers' verdict on a lost allocation stands.
+                    .filter(|l| l.alloc.client_status != ClientStatus::Lost)
+                    .map(|l| {
+                        (
+                            l.alloc.id.to_string(),
+                            l.version,
+                            AllocClientReport {
+                                id: l.alloc.id.clone(),
+                                client_status: l.client_status,
+                                client_description: l.client_description.clone(),
+                                task_states: l.task_states.clone(),
+                                modify_time: shared.clock.now_unix_nanos(),
+                            },
+                        )
+                    })
+                    .collect()
+            };
+            if batch.is_empty() {
+                break;
+            }
+            shared.persist();
+            let req = RpcRequest::NodeUpdateAlloc(NodeUpdateAllocRequest {
+                allocs: batch.iter().map(|(_, _, r)| r.clone()).collect(),
+            });
+            let sent = servers
+                .call(req, CALL_TIMEOUT, |r| match r {
+                    RpcResponse::NodeUpdateAlloc(r) => Some(r),
+                    _ => None,
+                })
+                .await;
+            match sent {
+                Ok(_) => {
+                    metrics::counter!("teamster_client_alloc_updates_total")
+                        .increment(batch.len() as u64);
+                    let mut st = shared.state();
+                    for (id, version, _) in &batch {
+                        if let Some(l) = st.allocs.get_mut(id) {
+                            l.reported = l.reported.max(*version);
+                        }
+                    }
+                    break;
+                }
+                Err(e) => {
+                    warn!(error = %e, allocs = batch.len(), "allocation update failed; retrying");
+                    tokio::select! {
+                        _ = shutdown.cancelled() => return,
+                        _ = tokio::time::sleep(RETRY) => {}
+                    }
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::client::driver::TaskHandle;
+    use teamster_storage::model::{
+        Allocation, ConfigValue, Job, JobType, RestartMode, RestartPolicy, Task, TaskGroup,
+        TaskStateValue,
+    };
+
+    /// Wall time that follows tokio's (paused) clock.
+    struct TestClock(tokio::time::Instant);
+
+    impl crate::util::Clock for TestClock {
+        fn now_unix_nanos(&self) -> i64 {
+            1_000_000_000_000 + self.0.elapsed().as_nanos() as i64
+        }
+    }
+
+    fn shared(dir: &Path) -> Arc<Shared> {
+        Arc::new(Shared {
+            config: ClientConfig::default(),
+            state_path: dir.join("state.json"),
+            alloc_root: dir.join("alloc"),
+            clock: Arc::new(TestClock(tokio::time::Instant::now())),
+            state: Mutex::new(ClientState::default()),
+            changed: Notify::new(),
+            runners: Mutex::new(HashMap::new()),
+        })
+    }
+
+    fn mock_alloc(run_for: &str, exit_code: i64, attempts: u32, job_type: JobType) -> LocalAlloc {
+        let mut task = Task {
+            name: "t".into(),
+            driver: "mock".into(),
+            ..Task::default()
+        };
+        task.config.insert("run_for".into(), run_for.into());
+        task.config
+            .insert("exit_code".into(), ConfigValue::Int(exit_code));
+        let job = Job {
+            id: "j".into(),
+            job_type,
+            task_groups: vec![TaskGroup {
+                name: "g".into(),
+                count: 1,
+                restart_policy: Some(RestartPolicy {
+                    attempts: Some(attempts),
+                    interval: Some(3_600_000_000_000),
+                    delay: Some(2_000_000_000),
+                    mode: Some(RestartMode::Fail),
+                }),
+                tasks: vec![task],
+                ..TaskGroup::default()
+            }],
+            ..Job::default()
+        };
+        let alloc = Allocation {
+            id: "a1".into(),
+            job_id: "j".into(),
+            task_group: "g".into(),
+            ..Allocation::default()
+        };
+        LocalAlloc::received(alloc, job, 0)
+    }
+
+    async fn run_until_finished(sh: &Arc<Shared>, local: LocalAlloc) -> (LocalAlloc, Duration) {
+        let started = tokio::time::Instant::now();
+        sh.state().allocs.insert("a1".into(), local.clone());
+        let _stop = alloc_runner::spawn(sh, &local);
+        for _ in 0..10_000 {
+            if sh.state().allocs["a1"].finished() {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        (sh.state().allocs["a1"].clone(), started.elapsed())
+    }
+
+    fn event_types(l: &LocalAlloc) -> Vec<String> {
+        l.task_states["t"]
+            .events
+            .iter()
+            .map(|e| e.event_type.clone())
+            .collect()
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_failing_task_is_restarted_per_policy_then_fails_the_alloc() {
+        let dir = tempfile::tempdir().unwrap();
+        let sh = shared(dir.path());
+        let (done, took) = run_until_finished(&sh, mock_alloc("1s", 3, 2, JobType::Service)).await;
+        assert_eq!(done.client_status, ClientStatus::Failed);
+        let t = &done.task_states["t"];
+        assert_eq!(t.state, TaskStateValue::Dead);
+        assert!(t.failed);
+        assert_eq!(t.restarts, 2);
+        let types = event_types(&done);
+        assert_eq!(types.iter().filter(|t| *t == "Restarting").count(), 2);
+        assert_eq!(types.last().map(String::as_str), Some("Not Restarting"));
+        let exit = done.task_states["t"]
+            .events
+            .iter()
+            .find(|e| e.event_type == "Terminated")
+            .unwrap();
+        assert_eq!(exit.exit_code, 3);
+        // Three runs of 1 s and two restart delays of 2 s.
+        assert!(
+            took >= Duration::from_secs(7) && took < Duration::from_secs(8),
+            "{took:?}"
+        );
+        assert!(done.version > done.reported, "changes wait for the updater");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_successful_batch_task_completes_the_alloc() {
+        let dir = tempfile::tempdir().unwrap();
+        let sh = shared(dir.path());
+        let (done, took) = run_until_finished(&sh, mock_alloc("3s", 0, 2, JobType::Batch)).await;
+        assert_eq!(done.client_status, ClientStatus::Complete);
+        assert_eq!(done.task_states["t"].restarts, 0);
+        assert!(!done.task_states["t"].failed);
+        assert!(took >= Duration::from_secs(3) && took < Duration::from_secs(4));
+        assert!(
+            done.handles.is_empty(),
+            "no handle kept for a finished task"
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn stopping_an_alloc_kills_its_task_without_failing_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let sh = shared(dir.path());
+        let local = mock_alloc("1h", 0, 2, JobType::Service);
+        sh.state().allocs.insert("a1".into(), local.clone());
+        let stop = alloc_runner::spawn(&sh, &local);
+        tokio::time::sleep(Duration::from_secs(5)).await;
+        assert_eq!(sh.state().allocs["a1"].client_status, ClientStatus::Running);
+        stop.cancel();
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        let done = sh.state().allocs["a1"].clone();
+        assert_eq!(done.client_status, ClientStatus::Complete);
+        let types = event_types(&done);
+        assert!(
+            types.ends_with(&["Killing".to_string(), "Killed".to_string()]),
+            "{types:?}"
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_restarted_client_reattaches_instead_of_starting_a_second_copy() {
+        let dir = tempfile::tempdir().unwrap();
+        let sh = shared(dir.path());
+        let mut local = mock_alloc("10s", 0, 2, JobType::Batch);
+        // As persisted by an earlier run: started 4 s ago, running for 10 s.
+        let now = sh.clock.now_unix_nanos();
+        local.handles.insert(
+            "t".into(),
+            TaskHandle::Mock {
+                started_at: now - 4_000_000_000,
+                run_for: 10_000_000_000,
+                exit_code: 0,
+            },
+        );
+        local.task_states.get_mut("t").unwrap().state = TaskStateValue::Running;
+        let (done, took) = run_until_finished(&sh, local).await;
+        assert_eq!(done.client_status, ClientStatus::Complete);
+        assert!(
+            took >= Duration::from_secs(6) && took < Duration::from_secs(7),
+            "{took:?}"
+        );
+        assert!(
+            !event_types(&done).contains(&"Started".to_string()),
+            "started twice"
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn state_survives_a_restart_of_the_client() {
+        let dir = tempfile::tempdir().unwrap();
+        let sh = shared(dir.path());
+        sh.state().node_id = "n1".into();
+        sh.state()
+            .allocs
+            .insert("a1".into(), mock_alloc("1s", 0, 0, JobType::Batch));
+        sh.persist();
+        let back: ClientState =
+            serde_json::from_slice(&std::fs::read(dir.path().join("state.json")).unwrap()).unwrap();
+        assert_eq!(back.node_id, "n1");
+        assert_eq!(back.allocs["a1"], sh.state().allocs["a1"]);
+    }
+}

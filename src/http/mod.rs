@@ -6,16 +6,19 @@
 //! never redirected; request bodies capped at [`MAX_BODY_BYTES`] (413 beyond).
 //!
 //! - [`error`], [`query`]: the conventions.
-//! - `status`, `operator`, `agent`, `snapshot`: the routes, one file per group.
+//! - `status`, `operator`, `agent`, [`schedulers`], `snapshot`: the routes, one file per group.
 
 mod agent;
 mod allocs;
+pub mod client_fs;
 pub mod error;
 pub mod evals;
 mod jobs;
+pub mod nodes;
 mod operator;
 pub mod query;
 pub mod read;
+pub mod schedulers;
 mod scheduler_config;
 mod snapshot;
 mod status;
@@ -56,6 +59,8 @@ pub struct ServerHandles {
     pub node: Arc<RaftNode>,
     /// Whether leader duties are established here.
     pub leadership: LeadershipState,
+    /// The scheduler workers.
+    pub workers: std::sync::Arc<crate::server::worker::pool::WorkerPool>,
     /// The broker, blocked evals and plan queue (for their stats).
     pub leader_side: crate::server::endpoints::eval::LeaderSide,
 }
@@ -124,10 +129,13 @@ pub fn router(ctx: HttpContext) -> Router {
         .route("/v1/agent/health", get(agent::health))
         .route("/v1/metrics", get(agent::metrics))
         .route("/v1/regions", get(agent::regions))
+        .merge(schedulers::routes())
         .merge(snapshot::routes())
         .merge(evals::routes())
         .merge(allocs::routes())
         .merge(scheduler_config::routes())
+        .merge(nodes::routes())
+        .merge(client_fs::routes())
         .method_not_allowed_fallback(|| async { ApiError::method_not_allowed() })
         .fallback(|| async { ApiError::not_found("Invalid URL") })
         .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))

@@ -20,6 +20,11 @@ use teamster_storage::fsm::{Command, CommandResponse};
 use teamster_storage::model::{EvalId, Evaluation, Plan, PlanResult};
 use teamster_storage::raft_types::{ServerAddr, ServerId, TypeConfig};
 
+use crate::rpc::node_api::{
+    NodeClientAllocsResponse, NodeDeregisterRequest, NodeGetClientAllocsRequest,
+    NodeHeartbeatResponse, NodeRegisterRequest, NodeUpdateAllocRequest, NodeUpdateDrainRequest,
+    NodeUpdateEligibilityRequest, NodeUpdateStatusRequest,
+};
 use crate::rpc::RpcError;
 use crate::server::formation::PeerInfo;
 
@@ -128,6 +133,21 @@ pub enum RpcRequest {
         /// The plan (it carries its evaluation's id and token).
         plan: Box<Plan>,
     },
+    /// `Node.Register`: a client registers its node (forwarded to the leader).
+    NodeRegister(Box<NodeRegisterRequest>),
+    /// `Node.UpdateStatus`: a client's heartbeat (forwarded to the leader).
+    NodeUpdateStatus(NodeUpdateStatusRequest),
+    /// `Node.UpdateAlloc`: batched client allocation updates (forwarded to the leader).
+    NodeUpdateAlloc(NodeUpdateAllocRequest),
+    /// `Node.GetClientAllocs`: a client's blocking query for its allocations (answered by
+    /// the server asked, from its local state).
+    NodeGetClientAllocs(NodeGetClientAllocsRequest),
+    /// `Node.Deregister`: remove a node (forwarded to the leader).
+    NodeDeregister(NodeDeregisterRequest),
+    /// `Node.UpdateEligibility` (forwarded to the leader).
+    NodeUpdateEligibility(NodeUpdateEligibilityRequest),
+    /// `Node.UpdateDrain` (forwarded to the leader).
+    NodeUpdateDrain(NodeUpdateDrainRequest),
 }
 
 impl RpcRequest {
@@ -150,6 +170,13 @@ impl RpcRequest {
             RpcRequest::EvalCreate { .. } => "Eval.Create",
             RpcRequest::EvalReblock { .. } => "Eval.Reblock",
             RpcRequest::PlanSubmit { .. } => "Plan.Submit",
+            RpcRequest::NodeRegister(_) => "Node.Register",
+            RpcRequest::NodeUpdateStatus(_) => "Node.UpdateStatus",
+            RpcRequest::NodeUpdateAlloc(_) => "Node.UpdateAlloc",
+            RpcRequest::NodeGetClientAllocs(_) => "Node.GetClientAllocs",
+            RpcRequest::NodeDeregister(_) => "Node.Deregister",
+            RpcRequest::NodeUpdateEligibility(_) => "Node.UpdateEligibility",
+            RpcRequest::NodeUpdateDrain(_) => "Node.UpdateDrain",
         }
     }
 
@@ -174,6 +201,14 @@ impl RpcRequest {
             | RpcRequest::PlanSubmit { .. } => true,
             // A joining server knows its peers only by address.
             RpcRequest::Ping | RpcRequest::ServerInfo | RpcRequest::JoinCluster { .. } => false,
+            // Client agents know servers only by address.
+            RpcRequest::NodeRegister(_)
+            | RpcRequest::NodeUpdateStatus(_)
+            | RpcRequest::NodeUpdateAlloc(_)
+            | RpcRequest::NodeGetClientAllocs(_)
+            | RpcRequest::NodeDeregister(_)
+            | RpcRequest::NodeUpdateEligibility(_)
+            | RpcRequest::NodeUpdateDrain(_) => false,
         }
     }
 
@@ -195,7 +230,14 @@ impl RpcRequest {
             | RpcRequest::EvalUpdate { .. }
             | RpcRequest::EvalCreate { .. }
             | RpcRequest::EvalReblock { .. }
-            | RpcRequest::PlanSubmit { .. } => Lane::Control,
+            | RpcRequest::PlanSubmit { .. }
+            | RpcRequest::NodeRegister(_)
+            | RpcRequest::NodeUpdateStatus(_)
+            | RpcRequest::NodeUpdateAlloc(_)
+            | RpcRequest::NodeGetClientAllocs(_)
+            | RpcRequest::NodeDeregister(_)
+            | RpcRequest::NodeUpdateEligibility(_)
+            | RpcRequest::NodeUpdateDrain(_) => Lane::Control,
         }
     }
 }
@@ -242,6 +284,20 @@ pub enum RpcResponse {
     EvalReblock(Result<u64, RpcError>),
     /// What the plan applier committed.
     PlanSubmit(Result<Box<PlanResult>, RpcError>),
+    /// The registration's index and the heartbeat TTL.
+    NodeRegister(Result<NodeHeartbeatResponse, RpcError>),
+    /// The heartbeat's index and the next TTL.
+    NodeUpdateStatus(Result<NodeHeartbeatResponse, RpcError>),
+    /// The raft index the updates were committed at.
+    NodeUpdateAlloc(Result<u64, RpcError>),
+    /// The node's allocations.
+    NodeGetClientAllocs(Result<Box<NodeClientAllocsResponse>, RpcError>),
+    /// The raft index of the removal.
+    NodeDeregister(Result<u64, RpcError>),
+    /// The raft index of the change.
+    NodeUpdateEligibility(Result<u64, RpcError>),
+    /// The raft index of the change.
+    NodeUpdateDrain(Result<u64, RpcError>),
 }
 
 /// An evaluation handed to a worker by `Eval.Dequeue`.
@@ -276,6 +332,13 @@ impl RpcResponse {
             RpcResponse::EvalCreate(_) => "Eval.Create",
             RpcResponse::EvalReblock(_) => "Eval.Reblock",
             RpcResponse::PlanSubmit(_) => "Plan.Submit",
+            RpcResponse::NodeRegister(_) => "Node.Register",
+            RpcResponse::NodeUpdateStatus(_) => "Node.UpdateStatus",
+            RpcResponse::NodeUpdateAlloc(_) => "Node.UpdateAlloc",
+            RpcResponse::NodeGetClientAllocs(_) => "Node.GetClientAllocs",
+            RpcResponse::NodeDeregister(_) => "Node.Deregister",
+            RpcResponse::NodeUpdateEligibility(_) => "Node.UpdateEligibility",
+            RpcResponse::NodeUpdateDrain(_) => "Node.UpdateDrain",
         }
     }
 

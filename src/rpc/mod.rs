@@ -20,6 +20,7 @@
 //!
 //! - [`frame`]: the wire format (header + bincode body), the codec and [`FrameError`].
 //! - [`message`]: [`RpcRequest`] / [`RpcResponse`], the bodies, and which lane each travels on.
+//! - [`node_api`]: the payloads of the `Node.*` calls between client agents and servers.
 //! - [`server`]: [`RpcServer`] and the [`RpcHandler`] trait the server role implements.
 //! - [`client`]: [`Pool`], the per-peer connection pool every caller shares.
 //! - [`raft_network`]: openraft's `RaftNetworkFactory` / `RaftNetwork` on the pool.
@@ -46,6 +47,7 @@
 pub mod client;
 pub mod frame;
 pub mod message;
+pub mod node_api;
 pub mod raft_network;
 pub mod server;
 

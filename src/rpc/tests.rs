@@ -162,7 +162,14 @@ impl Canned {
             | RpcRequest::EvalUpdate { .. }
             | RpcRequest::EvalCreate { .. }
             | RpcRequest::EvalReblock { .. }
-            | RpcRequest::PlanSubmit { .. } => Err(RpcError::Unsupported {
+            | RpcRequest::PlanSubmit { .. }
+            | RpcRequest::NodeRegister(_)
+            | RpcRequest::NodeUpdateStatus(_)
+            | RpcRequest::NodeUpdateAlloc(_)
+            | RpcRequest::NodeGetClientAllocs(_)
+            | RpcRequest::NodeDeregister(_)
+            | RpcRequest::NodeUpdateEligibility(_)
+            | RpcRequest::NodeUpdateDrain(_) => Err(RpcError::Unsupported {
                 kind: req_kind.into(),
             }),
         }

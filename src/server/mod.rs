@@ -18,17 +18,21 @@
 //! - [`pipeline`]: the broker and blocked evals switched by leadership and fed by the state.
 //! - [`plan_queue`]: the plan queue and the plan applier.
 //! - [`reapers`]: failed, cancelable and duplicate blocked evals written back by the leader.
+//! - [`heartbeat`]: the leader's heartbeat timers (nodes that go silent are marked down).
 //! - [`endpoints`]: the RPC handlers.
+//! - [`worker`]: the scheduler workers and their pool.
 
 pub mod blocked_evals;
 pub mod endpoints;
 pub mod eval_broker;
 pub mod formation;
+pub mod heartbeat;
 pub mod leader;
 pub mod pipeline;
 pub mod plan_apply;
 pub mod plan_queue;
 pub mod raft;
+pub mod worker;
 pub mod reapers;
 pub mod write_batcher;
 
@@ -72,6 +76,9 @@ pub enum ServerError {
     /// The raft node could not start.
     #[error(transparent)]
     Raft(#[from] raft::RaftNodeError),
+    /// The scheduler workers could not start.
+    #[error(transparent)]
+    Workers(#[from] worker::WorkerError),
     /// The eval broker or blocked-evals settings are invalid.
     #[error(transparent)]
     Broker(#[from] eval_broker::BrokerError),
@@ -82,6 +89,7 @@ pub struct Server {
     node: Arc<RaftNode>,
     rpc: RpcServer,
     leadership: LeadershipState,
+    workers: Arc<worker::pool::WorkerPool>,
     leader_side: endpoints::eval::LeaderSide,
     handler: endpoints::ServerRpc,
     shutdown: CancellationToken,
@@ -133,6 +141,26 @@ impl Server {
             discovered,
             shutdown.clone(),
         )));
+        // Scheduler workers on every server; on the leader the first duty pauses 3/4 of them.
+        let workers = worker::pool::WorkerPool::start(
+            Arc::new(worker::WorkerContext {
+                backend: Arc::new(worker::backend::ServerRpcBackend::new(
+                    handler.clone(),
+                    node.clone(),
+                )),
+                state: node.state().clone(),
+                clock: clock.clone(),
+                config: config.server.workers.clone(),
+                raft_sync_limit: config.server.raft_sync_limit,
+                settings: crate::scheduler::SchedulerSettings::default(),
+                schedulers: Arc::new(worker::PlacementSchedulers),
+                shutdown: shutdown.clone(),
+            }),
+            worker::pool::PoolConfig {
+                num_schedulers: config.server.num_schedulers,
+                enabled_schedulers: config.server.enabled_schedulers.clone(),
+            },
+        )?;
         // Leader duties in establishing order (ARCHITECTURE.md §4); revoked in reverse.
         // (Pausing workers goes first, heartbeat timers last.)
         let pipeline = pipeline::EvalPipeline::new(
@@ -140,7 +168,8 @@ impl Server {
             blocked_evals::BlockedEvalsConfig::default(),
         )?;
         let plans = plan_queue::PlanQueue::new();
-        let duties: Vec<Arc<dyn leader::LeaderDuty>> = vec![
+        let mut duties: Vec<Arc<dyn leader::LeaderDuty>> = vec![
+            Arc::new(worker::pool::PauseWorkersDuty::new(workers.clone())),
             Arc::new(plan_queue::PlanQueueDuty::new(
                 node.clone(),
                 plans.clone(),
@@ -156,7 +185,24 @@ impl Server {
                 pipeline.clone(),
                 clock.clone(),
             )),
+            Arc::new(worker::core::CoreGcDuty::new(
+                node.clone(),
+                clock.clone(),
+                config.server.workers.core_gc_interval,
+            )),
         ];
+        // Heartbeat timers start last (ARCHITECTURE.md §4, step 5).
+        let heartbeats = heartbeat::Heartbeats::new(
+            node.clone(),
+            heartbeat::HeartbeatConfig::from(&config.server),
+            clock.clone(),
+        );
+        handler.set_node_endpoints(endpoints::node::NodeEndpoints::new(
+            node.clone(),
+            heartbeats.clone(),
+            clock.clone(),
+        ));
+        duties.push(Arc::new(heartbeats));
         let (leadership, leader_task) =
             leader::spawn(node.clone(), duties, clock, shutdown.clone());
         tasks.push(leader_task);
@@ -175,6 +221,7 @@ impl Server {
             node,
             rpc,
             leadership,
+            workers,
             leader_side,
             handler,
             shutdown,
@@ -192,6 +239,11 @@ impl Server {
         &self.leadership
     }
 
+    /// The scheduler workers.
+    pub fn workers(&self) -> &Arc<worker::pool::WorkerPool> {
+        &self.workers
+    }
+
     /// The eval broker, blocked evals and plan queue (enabled while this server leads).
     pub fn leader_side(&self) -> &endpoints::eval::LeaderSide {
         &self.leader_side
@@ -203,12 +255,14 @@ impl Server {
         &self.handler
     }
 
-    /// Stop formation, revoke leadership, stop the RPC listener and raft.
+    /// Stop formation, revoke leadership, stop the workers (nacking what they hold), the RPC
+    /// listener and raft.
     pub async fn shutdown(self) {
         self.shutdown.cancel();
         for t in self.tasks {
             let _ = t.await;
         }
+        self.workers.shutdown().await;
         self.rpc.shutdown().await;
         self.node.shutdown().await;
         info!("server stopped");

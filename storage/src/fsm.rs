@@ -25,8 +25,9 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 
 use crate::model::{
-    AllocId, AllocStop, Allocation, ClientStatus, ClusterMeta, EvalId, Evaluation, Job, JobId,
-    Namespace, Node, NodeId, NodeStatus, SchedulerConfiguration, SchedulingEligibility, TaskState,
+    AllocId, AllocStop, Allocation, ClientStatus, ClusterMeta, DrainStrategy, EvalId, Evaluation,
+    Job, JobId, Namespace, Node, NodeId, NodeStatus, SchedulerConfiguration, SchedulingEligibility,
+    TaskState,
 };
 use crate::state::events::StateChange;
 use crate::state::tables::Tables;
@@ -62,8 +63,26 @@ pub enum Command {
     ApplyPlanResults(ApplyPlanResults),
     /// Client reports about their allocations, batched across clients.
     AllocClientUpdate(AllocClientUpdate),
+    /// Start or cancel a node's drain, with the node evaluations that migrate its
+    /// allocations.
+    NodeUpdateDrain(NodeUpdateDrain),
     /// Replace the whole state with a saved image (`operator snapshot restore`).
     SnapshotRestore(SnapshotRestore),
+}
+
+/// Payload of [`Command::NodeUpdateDrain`].
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct NodeUpdateDrain {
+    /// The node.
+    pub node_id: NodeId,
+    /// The drain to start (the node becomes ineligible), or `None` to cancel one.
+    pub drain_strategy: Option<DrainStrategy>,
+    /// When cancelling, make the node eligible again.
+    pub mark_eligible: bool,
+    /// When, Unix seconds.
+    pub updated_at: i64,
+    /// Evaluations for the jobs with allocations on the node.
+    pub evals: Vec<Evaluation>,
 }
 
 /// Payload of [`Command::SchedulerConfig`].
@@ -578,6 +597,18 @@ fn execute(txn: &mut WriteTxn, command: Command) -> Result<CommandResponse, Appl
                 txn.upsert_eval(eval)?;
             }
             Ok(CommandResponse::AllocsUpdated { unknown })
+        }
+        Command::NodeUpdateDrain(update) => {
+            txn.update_node_drain(
+                &update.node_id,
+                update.drain_strategy,
+                update.mark_eligible,
+                update.updated_at,
+            )?;
+            for eval in update.evals {
+                txn.upsert_eval(eval)?;
+            }
+            Ok(CommandResponse::Applied)
         }
     }
 }

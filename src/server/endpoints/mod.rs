@@ -6,6 +6,7 @@ pub mod eval;
 pub mod plan;
 #[cfg(test)]
 mod tests;
+pub mod node;
 
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
@@ -29,6 +30,7 @@ pub struct ServerRpc {
     node: Arc<OnceLock<Arc<RaftNode>>>,
     discovered: Discovered,
     leader_side: Arc<OnceLock<eval::LeaderSide>>,
+    nodes: Arc<OnceLock<node::NodeEndpoints>>,
 }
 
 impl ServerRpc {
@@ -38,7 +40,13 @@ impl ServerRpc {
             node: Arc::new(OnceLock::new()),
             discovered,
             leader_side: Arc::new(OnceLock::new()),
+            nodes: Arc::new(OnceLock::new()),
         }
+    }
+
+    /// Start serving the `Node.*` calls with `endpoints`.
+    pub fn set_node_endpoints(&self, endpoints: node::NodeEndpoints) {
+        let _ = self.nodes.set(endpoints);
     }
 
     /// Start serving with `node`.
@@ -62,7 +70,16 @@ impl RpcHandler for ServerRpc {
         let node = self.node.get().cloned();
         let discovered = self.discovered.clone();
         let leader_side = self.leader_side.get().cloned();
+        let nodes = self.nodes.get().cloned();
         Box::pin(async move {
+            if is_node_call(&req) {
+                return match nodes {
+                    Some(n) => n.handle(req).await,
+                    None => Err(RpcError::Unsupported {
+                        kind: req.kind().to_string(),
+                    }),
+                };
+            }
             let Some(node) = node else {
                 return Err(RpcError::Unsupported {
                     kind: req.kind().to_string(),
@@ -118,7 +135,32 @@ async fn dispatch(
                 kind: other.kind().to_string(),
             })
         }
+        other @ (RpcRequest::NodeRegister(_)
+        | RpcRequest::NodeUpdateStatus(_)
+        | RpcRequest::NodeUpdateAlloc(_)
+        | RpcRequest::NodeGetClientAllocs(_)
+        | RpcRequest::NodeDeregister(_)
+        | RpcRequest::NodeUpdateEligibility(_)
+        | RpcRequest::NodeUpdateDrain(_)) => {
+            return Err(RpcError::Unsupported {
+                kind: other.kind().to_string(),
+            })
+        }
     })
+}
+
+/// The `Node.*` calls, served by [`node::NodeEndpoints`].
+fn is_node_call(req: &RpcRequest) -> bool {
+    matches!(
+        req,
+        RpcRequest::NodeRegister(_)
+            | RpcRequest::NodeUpdateStatus(_)
+            | RpcRequest::NodeUpdateAlloc(_)
+            | RpcRequest::NodeGetClientAllocs(_)
+            | RpcRequest::NodeDeregister(_)
+            | RpcRequest::NodeUpdateEligibility(_)
+            | RpcRequest::NodeUpdateDrain(_)
+    )
 }
 
 /// Add a server, on the leader or forwarded to it.

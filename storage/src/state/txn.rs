@@ -21,9 +21,9 @@ use std::sync::Arc;
 
 use crate::fsm::ApplyError;
 use crate::model::{
-    AllocId, AllocStop, Allocation, ClientStatus, ClusterMeta, DesiredStatus, EvalId, EvalStatus,
-    Evaluation, Job, JobId, JobStatus, JobSummary, JobType, Namespace, Node, NodeId, NodeStatus,
-    SchedulerConfiguration, SchedulingEligibility, TaskGroupSummary, TaskState,
+    AllocId, AllocStop, Allocation, ClientStatus, ClusterMeta, DesiredStatus, DrainStrategy,
+    EvalId, EvalStatus, Evaluation, Job, JobId, JobStatus, JobSummary, JobType, Namespace, Node,
+    NodeId, NodeStatus, SchedulerConfiguration, SchedulingEligibility, TaskGroupSummary, TaskState,
 };
 use crate::state::events::{NodeCondition, StateChange};
 use crate::state::tables::{JobKey, Table, Tables};
@@ -577,6 +577,35 @@ impl WriteTxn {
         }
         let mut node = (*existing).clone();
         node.scheduling_eligibility = eligibility;
+        node.status_updated_at = updated_at;
+        node.modify_index = self.index;
+        self.put_node(node, Some(&existing));
+        Ok(())
+    }
+
+    /// Starts a drain (the node becomes ineligible) or cancels one (eligible again only if
+    /// asked).
+    pub fn update_node_drain(
+        &mut self,
+        id: &NodeId,
+        drain: Option<DrainStrategy>,
+        mark_eligible: bool,
+        updated_at: i64,
+    ) -> Result<(), ApplyError> {
+        let existing = self.existing_node(id)?;
+        let mut node = (*existing).clone();
+        match drain {
+            Some(strategy) => {
+                node.drain_strategy = Some(strategy);
+                node.scheduling_eligibility = SchedulingEligibility::Ineligible;
+            }
+            None => {
+                node.drain_strategy = None;
+                if mark_eligible {
+                    node.scheduling_eligibility = SchedulingEligibility::Eligible;
+                }
+            }
+        }
         node.status_updated_at = updated_at;
         node.modify_index = self.index;
         self.put_node(node, Some(&existing));

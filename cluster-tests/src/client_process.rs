@@ -1,0 +1,193 @@
+//! Client agents as real processes (`[server] enabled = false`, `[client] enabled = true`),
+//! next to a [`ProcessCluster`](crate::process::ProcessCluster), and helpers that place an
+//! allocation by hand (a raft `ApplyPlanResults` sent to the leader) for tests that do not
+//! depend on the scheduler.
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use anyhow::{bail, Context};
+use serde_json::Value;
+use teamster::cli::ApiClient;
+use teamster::rpc::{Pool, RpcConfig};
+use teamster_storage::fsm::{ApplyPlanResults, Command as RaftCommand, CommandResponse};
+use teamster_storage::model::{Allocation, ClientStatus, DesiredStatus};
+
+use crate::process::teamster_bin;
+use crate::wait_for;
+
+/// One client agent process.
+pub struct ClientProcess {
+    /// Its name.
+    pub name: String,
+    /// Its loopback IP (its HTTP API listens on `ip:4646`).
+    pub ip: String,
+    /// Its data directory (kept across restarts).
+    pub data_dir: PathBuf,
+    config_path: PathBuf,
+    log_path: PathBuf,
+    child: Option<Child>,
+}
+
+impl ClientProcess {
+    /// Write the config of a client named `name` on `ip`, registering with `servers` (RPC
+    /// addresses), under `dir`; `extra` is appended to its `[client]` table. Then start it.
+    pub fn start(
+        dir: &Path,
+        name: &str,
+        ip: &str,
+        servers: &[String],
+        extra: &str,
+    ) -> anyhow::Result<ClientProcess> {
+        let data_dir = dir.join(name);
+        std::fs::create_dir_all(&data_dir)?;
+        let list = servers
+            .iter()
+            .map(|s| format!("{s:?}"))
+            .collect::<Vec<_>>()
+            .join(", ");
+        let config = format!(
+            "name = {name:?}\ndata_dir = {data:?}\nbind_addr = {ip:?}\nlog_level = \"info\"\n\
+             [server]\nenabled = false\n\
+             [client]\nenabled = true\nservers = [{list}]\nupdate_interval = \"50ms\"\n{extra}\n",
+            data = data_dir.display().to_string(),
+        );
+        let config_path = dir.join(format!("{name}.toml"));
+        std::fs::write(&config_path, config)?;
+        let mut c = ClientProcess {
+            name: name.to_string(),
+            ip: ip.to_string(),
+            data_dir,
+            config_path,
+            log_path: dir.join(format!("{name}.log")),
+            child: None,
+        };
+        c.spawn()?;
+        Ok(c)
+    }
+
+    fn spawn(&mut self) -> anyhow::Result<()> {
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&self.log_path)?;
+        let child = Command::new(teamster_bin())
+            .arg("agent")
+            .arg("--config")
+            .arg(&self.config_path)
+            .stdin(Stdio::null())
+            .stdout(log.try_clone()?)
+            .stderr(log)
+            .spawn()
+            .with_context(|| format!("spawning {}", self.name))?;
+        self.child = Some(child);
+        Ok(())
+    }
+
+    /// SIGKILL it (its tasks keep running) and reap it.
+    pub fn kill(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+
+    /// Start it again with the same config and data dir.
+    pub fn restart(&mut self) -> anyhow::Result<()> {
+        self.kill();
+        self.spawn()
+    }
+
+    /// Its HTTP API.
+    pub fn api(&self) -> ApiClient {
+        ApiClient::new(&format!("http://{}:4646", self.ip))
+    }
+
+    /// The node id it persisted (once it has started).
+    pub fn node_id(&self) -> Option<String> {
+        let text = std::fs::read_to_string(self.data_dir.join("client/state.json")).ok()?;
+        let v: Value = serde_json::from_str(&text).ok()?;
+        v["node_id"].as_str().map(str::to_string)
+    }
+
+    /// The last lines of its log, for failure messages.
+    pub fn log_tail(&self, lines: usize) -> String {
+        let text = std::fs::read_to_string(&self.log_path).unwrap_or_default();
+        let all: Vec<&str> = text.lines().collect();
+        all[all.len().saturating_sub(lines)..].join("\n")
+    }
+}
+
+impl Drop for ClientProcess {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            eprintln!("----- {} -----\n{}", self.name, self.log_tail(60));
+        }
+        self.kill();
+    }
+}
+
+/// Wait until the node `node_id` has `status` as `api` sees it.
+pub async fn wait_node_status(
+    api: &ApiClient,
+    node_id: &str,
+    status: &str,
+    timeout: Duration,
+) -> anyhow::Result<()> {
+    wait_for(timeout, &format!("node {node_id} {status}"), || async {
+        let n: Value = api
+            .get(&format!("/v1/node/{node_id}?stale=true"))
+            .await
+            .ok()?;
+        (n["Status"] == status).then_some(())
+    })
+    .await
+}
+
+/// The allocations on `node_id`, as `api` sees them.
+pub async fn node_allocs(api: &ApiClient, node_id: &str) -> anyhow::Result<Vec<Value>> {
+    Ok(api
+        .get(&format!("/v1/node/{node_id}/allocations?stale=true"))
+        .await?)
+}
+
+/// Commit an allocation of `job_id` (version 0, group `g`) on `node_id` through the leader
+/// at `leader_rpc`, as the plan applier would.
+pub async fn place_alloc(
+    leader_rpc: &str,
+    alloc_id: &str,
+    job_id: &str,
+    node_id: &str,
+) -> anyhow::Result<()> {
+    let pool = Pool::new(0, RpcConfig::for_tests())?;
+    let leader = pool.ping_addr(leader_rpc, Duration::from_secs(2)).await?;
+    let alloc = Allocation {
+        id: alloc_id.into(),
+        namespace: "default".into(),
+        name: format!("{job_id}.g[0]"),
+        node_id: node_id.into(),
+        job_id: job_id.into(),
+        job_version: 0,
+        task_group: "g".into(),
+        desired_status: DesiredStatus::Run,
+        client_status: ClientStatus::Pending,
+        ..Allocation::default()
+    };
+    let cmd = RaftCommand::ApplyPlanResults(ApplyPlanResults {
+        eval_id: "".into(),
+        allocs_updated: vec![alloc],
+        allocs_stopped: Vec::new(),
+        allocs_preempted: Vec::new(),
+        evals: Vec::new(),
+        ineligible_nodes: Vec::new(),
+        updated_at: 0,
+    });
+    let (_, resp) = pool
+        .client_write(leader, leader_rpc, cmd, Duration::from_secs(5))
+        .await?;
+    match resp {
+        CommandResponse::PlanApplied { skipped } if skipped.is_empty() => Ok(()),
+        other => bail!("placing {alloc_id}: {other:?}"),
+    }
+}

@@ -1,0 +1,275 @@
+//! Client agents as real processes: registration, heartbeats, running a raw_exec allocation
+//! placed by hand through pending → running → complete with its log served over HTTP, a
+//! SIGKILLed client marked down after its TTL and back without duplicated tasks, leader
+//! failover that marks no live node down, and malformed registrations refused.
+
+use std::time::{Duration, Instant};
+
+use serde_json::{json, Value};
+use teamster::rpc::node_api::NodeRegisterRequest;
+use teamster::rpc::{Pool, RpcConfig, RpcError, RpcRequest, RpcResponse};
+use teamster_cluster_tests::api::register;
+use teamster_cluster_tests::client_process::{
+    node_allocs, place_alloc, wait_node_status, ClientProcess,
+};
+use teamster_cluster_tests::process::{ClusterOptions, ProcessCluster};
+use teamster_cluster_tests::wait_for;
+use teamster_storage::model::{Node, NodeCpuResources, NodeMemoryResources, NodeStatus};
+
+const FORMATION: Duration = Duration::from_secs(30);
+
+/// Short heartbeats: clients are told 1–2 s and marked down 1 s after that.
+fn fast_heartbeats(failover: &str) -> ClusterOptions {
+    ClusterOptions {
+        server_toml: format!(
+            "min_heartbeat_ttl = \"1s\"\nheartbeat_grace = \"1s\"\nfailover_heartbeat_ttl = {failover:?}\n"
+        ),
+        ..ClusterOptions::default()
+    }
+}
+
+/// A loopback IP in the cluster's block for client `n`.
+fn client_ip(c: &ProcessCluster, n: u8) -> String {
+    let ip = &c.servers[0].ip;
+    let (block, _) = ip.rsplit_once('.').expect("an IPv4 address");
+    format!("{block}.{}", 100 + n)
+}
+
+/// A job nobody schedules (its datacenter has no nodes), so only hand-placed allocations
+/// run, whether or not scheduler workers are running.
+fn raw_exec_job(id: &str, job_type: &str, script: &str) -> Value {
+    json!({
+        "ID": id,
+        "Type": job_type,
+        "Datacenters": ["dc-unplaceable"],
+        "TaskGroups": [{
+            "Name": "g",
+            "Count": 1,
+            "RestartPolicy": {"Attempts": 0, "Mode": "fail"},
+            "Tasks": [{
+                "Name": "t",
+                "Driver": "raw_exec",
+                "Config": {"command": "/bin/sh", "args": ["-c", script]},
+                "KillTimeout": 1_000_000_000u64,
+                "Resources": {"CPU": 10, "MemoryMB": 10}
+            }]
+        }]
+    })
+}
+
+async fn alloc_status(api: &teamster::cli::ApiClient, node: &str, alloc: &str) -> Option<Value> {
+    node_allocs(api, node)
+        .await
+        .ok()?
+        .into_iter()
+        .find(|a| a["ID"] == alloc)
+}
+
+async fn wait_client_status(
+    api: &teamster::cli::ApiClient,
+    node: &str,
+    alloc: &str,
+    status: &str,
+) -> anyhow::Result<Value> {
+    wait_for(
+        Duration::from_secs(15),
+        &format!("allocation {alloc} {status}"),
+        || async {
+            alloc_status(api, node, alloc)
+                .await
+                .filter(|a| a["ClientStatus"] == status)
+        },
+    )
+    .await
+}
+
+fn bad_node(id: &str) -> Node {
+    let mut n = Node {
+        id: id.into(),
+        name: "bad".into(),
+        datacenter: "dc1".into(),
+        status: NodeStatus::Ready,
+        node_resources: teamster_storage::model::NodeResources {
+            cpu: NodeCpuResources {
+                cpu_shares: 1000,
+                total_cpu_cores: 1,
+                reservable_cpu_cores: vec![0],
+            },
+            memory: NodeMemoryResources { memory_mb: 1024 },
+            ..Default::default()
+        },
+        ..Node::default()
+    };
+    n.attributes.insert("kernel name".into(), "linux".into());
+    n
+}
+
+#[tokio::test]
+async fn a_client_runs_an_allocation_goes_down_when_killed_and_comes_back_without_duplicates(
+) -> anyhow::Result<()> {
+    teamster_cluster_tests::init_test_tracing();
+    let mut c = ProcessCluster::start(1, fast_heartbeats("5m"))?;
+    let leader = c.wait_leader(FORMATION).await?;
+    let server = c.servers[leader].api();
+    let rpc = c.servers[leader].rpc_addr();
+    let ip = client_ip(&c, 1);
+    let mut client =
+        ClientProcess::start(c.dir(), "client-1", &ip, std::slice::from_ref(&rpc), "")?;
+    let node_id = wait_for(Duration::from_secs(10), "the client's node id", || async {
+        client.node_id()
+    })
+    .await?;
+    wait_node_status(&server, &node_id, "ready", Duration::from_secs(15)).await?;
+    let node: Value = server.get(&format!("/v1/node/{node_id}")).await?;
+    assert_eq!(node["SecretID"], "", "the secret is never shown");
+    assert_eq!(node["Attributes"]["driver.raw_exec"], "1");
+    assert!(
+        node["NodeResources"]["Memory"]["MemoryMB"]
+            .as_u64()
+            .unwrap_or(0)
+            > 0
+    );
+
+    // Malformed registrations are refused with a message naming the problem.
+    let pool = Pool::new(0, RpcConfig::for_tests())?;
+    let mut bad = bad_node("0b9e7c1a-0000-4000-8000-000000000001");
+    let answer = pool
+        .call_addr(
+            &rpc,
+            RpcRequest::NodeRegister(Box::new(NodeRegisterRequest { node: bad.clone() })),
+            Duration::from_secs(5),
+        )
+        .await?;
+    match answer {
+        RpcResponse::NodeRegister(Err(RpcError::Rejected(m))) => {
+            assert!(m.contains("malformed attribute key \"kernel name\""), "{m}")
+        }
+        other => panic!("bad attributes accepted: {other:?}"),
+    }
+    bad.attributes.clear();
+    bad.node_resources.memory.memory_mb = u64::MAX;
+    match pool
+        .call_addr(
+            &rpc,
+            RpcRequest::NodeRegister(Box::new(NodeRegisterRequest { node: bad })),
+            Duration::from_secs(5),
+        )
+        .await?
+    {
+        RpcResponse::NodeRegister(Err(RpcError::Rejected(m))) => {
+            assert!(m.contains("MemoryMB"), "{m}")
+        }
+        other => panic!("absurd memory accepted: {other:?}"),
+    }
+
+    // A raw_exec batch allocation: pending → running → complete, its log over HTTP.
+    register(
+        &server,
+        raw_exec_job("hello", "batch", "echo hello; sleep 1"),
+    )
+    .await?;
+    place_alloc(
+        &rpc,
+        "a0000000-0000-4000-8000-000000000001",
+        "hello",
+        &node_id,
+    )
+    .await?;
+    let a1 = "a0000000-0000-4000-8000-000000000001";
+    wait_client_status(&server, &node_id, a1, "running").await?;
+    let done = wait_client_status(&server, &node_id, a1, "complete").await?;
+    let task = &done["TaskStates"]["t"];
+    assert_eq!(task["State"], "dead", "{done}");
+    assert_eq!(task["Failed"], false);
+    let events: Vec<&str> = task["Events"]
+        .as_array()
+        .expect("events")
+        .iter()
+        .filter_map(|e| e["Type"].as_str())
+        .collect();
+    assert!(
+        events.contains(&"Started") && events.contains(&"Terminated"),
+        "{events:?}"
+    );
+    // Served by the client, asked through the server.
+    let log = server
+        .request_text::<()>(
+            reqwest::Method::GET,
+            &format!("/v1/client/fs/cat/{a1}?path=t/stdout.log"),
+            None,
+        )
+        .await?;
+    assert_eq!(log, "hello\n");
+
+    // A long-running service allocation, then the client is SIGKILLed.
+    register(
+        &server,
+        raw_exec_job("sleepy", "service", "echo started; exec sleep 30"),
+    )
+    .await?;
+    let a2 = "a0000000-0000-4000-8000-000000000002";
+    place_alloc(&rpc, a2, "sleepy", &node_id).await?;
+    wait_client_status(&server, &node_id, a2, "running").await?;
+    client.kill();
+    let killed = Instant::now();
+    wait_node_status(&server, &node_id, "down", Duration::from_secs(15)).await?;
+    let to_down = killed.elapsed();
+    // TTL ≤ 2 s plus 1 s of grace, plus polling.
+    assert!(to_down < Duration::from_secs(6), "down after {to_down:?}");
+
+    // Back: ready again, same node, the task found again rather than started twice.
+    client.restart()?;
+    wait_node_status(&server, &node_id, "ready", Duration::from_secs(15)).await?;
+    assert_eq!(client.node_id().as_deref(), Some(node_id.as_str()));
+    let stdout = client.data_dir.join(format!("alloc/{a2}/t/stdout.log"));
+    // Whatever the servers decided meanwhile (running on, or lost and stopped), the client
+    // reports the allocation again and never starts a second copy.
+    wait_for(
+        Duration::from_secs(10),
+        "the client to report again",
+        || async {
+            let a = alloc_status(&server, &node_id, a2).await?;
+            let events = a["TaskStates"]["t"]["Events"].as_array()?.len();
+            (events > 0).then_some(())
+        },
+    )
+    .await?;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let started = std::fs::read_to_string(&stdout)?.matches("started").count();
+    assert_eq!(started, 1, "the task ran twice");
+    let allocs = node_allocs(&server, &node_id).await?;
+    assert_eq!(allocs.len(), 2, "{allocs:?}");
+    Ok(())
+}
+
+#[tokio::test]
+async fn leader_failover_marks_no_live_node_down() -> anyhow::Result<()> {
+    teamster_cluster_tests::init_test_tracing();
+    // The new leader gives live nodes only 3 s: a client that did not fail over to a live
+    // server would be marked down within the observation window.
+    let mut c = ProcessCluster::start(3, fast_heartbeats("3s"))?;
+    let leader = c.wait_leader(FORMATION).await?;
+    let servers: Vec<String> = c.servers.iter().map(|s| s.rpc_addr()).collect();
+    let ip = client_ip(&c, 2);
+    // The client talks to the leader first.
+    let mut ordered = vec![servers[leader].clone()];
+    ordered.extend(servers.iter().filter(|s| **s != servers[leader]).cloned());
+    let client = ClientProcess::start(c.dir(), "client-2", &ip, &ordered, "")?;
+    let node_id = wait_for(Duration::from_secs(10), "the client's node id", || async {
+        client.node_id()
+    })
+    .await?;
+    let api = c.servers[leader].api();
+    wait_node_status(&api, &node_id, "ready", Duration::from_secs(15)).await?;
+
+    c.kill(leader);
+    let new_leader = c.wait_leader(FORMATION).await?;
+    let api = c.servers[new_leader].api();
+    let watch_until = Instant::now() + Duration::from_secs(8);
+    while Instant::now() < watch_until {
+        let n: Value = api.get(&format!("/v1/node/{node_id}?stale=true")).await?;
+        assert_eq!(n["Status"], "ready", "a live node was marked down: {n}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    Ok(())
+}

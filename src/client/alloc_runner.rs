@@ -1,0 +1,411 @@
+//! Allocation and task runners: run every task of an allocation with its driver, apply the
+//! RestartPolicy, record TaskStates with events, and derive the allocation's ClientStatus.
+//!
+//! ```text
+//!  alloc watcher ──new alloc──▶ spawn one task runner per task ──▶ driver start / re-attach
+//!                 ──stop──────▶ cancel the alloc's token ──▶ Killing → SIGTERM … → Killed
+//!  task exit ──▶ RestartTracker ──▶ Restarting (delay) | Not Restarting (dead, failed)
+//!  every change ──▶ LocalAlloc (status recomputed, marked dirty) ──▶ updater batches it
+//! ```
+//!
+//! A failed task kills its siblings (the allocation failed). Killed tasks are dead, not
+//! failed.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+use teamster_storage::model::{
+    Allocation, ClientStatus, Job, JobType, Task, TaskEvent, TaskState, TaskStateValue, Timestamp,
+};
+use tokio_util::sync::CancellationToken;
+use tracing::{info, warn, Instrument};
+
+use crate::client::driver::{self, ExitResult, TaskHandle};
+use crate::client::restart::{RestartDecision, RestartTracker};
+use crate::client::Shared;
+
+/// Events kept per task (oldest dropped first), as Nomad does.
+pub const MAX_TASK_EVENTS: usize = 10;
+/// Kill timeout when a task names none.
+pub const DEFAULT_KILL_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// An allocation as this client runs it; persisted in the client's state file.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct LocalAlloc {
+    /// The servers' latest view of it.
+    pub alloc: Allocation,
+    /// Its job at its version.
+    pub job: Job,
+    /// What this client reports.
+    pub client_status: ClientStatus,
+    /// Why.
+    pub client_description: String,
+    /// Per task.
+    pub task_states: BTreeMap<String, TaskState>,
+    /// How to find each running task again after a restart.
+    pub handles: BTreeMap<String, TaskHandle>,
+    /// Bumped on every change the servers have not heard of yet.
+    pub version: u64,
+    /// The version last acknowledged by a server.
+    pub reported: u64,
+}
+
+impl LocalAlloc {
+    /// A freshly received allocation: every task pending with a `Received` event.
+    pub fn received(alloc: Allocation, job: Job, now: i64) -> LocalAlloc {
+        let tasks = job
+            .task_groups
+            .iter()
+            .find(|g| g.name == alloc.task_group)
+            .map(|g| g.tasks.clone())
+            .unwrap_or_default();
+        let task_states = tasks
+            .iter()
+            .map(|t| {
+                let mut s = TaskState::default();
+                push_event(
+                    &mut s,
+                    event(now, "Received", "Task received by client".into()),
+                );
+                (t.name.clone(), s)
+            })
+            .collect();
+        LocalAlloc {
+            alloc,
+            job,
+            client_status: ClientStatus::Pending,
+            client_description: "No tasks have started".into(),
+            task_states,
+            handles: BTreeMap::new(),
+            version: 1,
+            reported: 0,
+        }
+    }
+
+    /// Recompute the allocation's status from its tasks.
+    pub fn recompute(&mut self) {
+        let (status, desc) = client_status(&self.task_states);
+        self.client_status = status;
+        self.client_description = desc.into();
+    }
+
+    /// Whether every task is dead.
+    pub fn finished(&self) -> bool {
+        self.task_states
+            .values()
+            .all(|s| s.state == TaskStateValue::Dead)
+    }
+}
+
+/// Nomad's `getClientStatus`: failed if a task failed; else running if one runs; else pending
+/// if one is pending; else complete.
+pub fn client_status(tasks: &BTreeMap<String, TaskState>) -> (ClientStatus, &'static str) {
+    if tasks.values().any(|t| t.failed) {
+        return (ClientStatus::Failed, "Failed tasks");
+    }
+    if tasks.values().any(|t| t.state == TaskStateValue::Running) {
+        return (ClientStatus::Running, "Tasks are running");
+    }
+    if tasks.values().any(|t| t.state == TaskStateValue::Pending) {
+        return (ClientStatus::Pending, "No tasks have started");
+    }
+    (ClientStatus::Complete, "All tasks have completed")
+}
+
+/// A task event of `kind` at `now`.
+pub fn event(now: i64, kind: &str, message: String) -> TaskEvent {
+    TaskEvent {
+        event_type: kind.to_string(),
+        time: now,
+        display_message: message.clone(),
+        message,
+        ..TaskEvent::default()
+    }
+}
+
+fn push_event(state: &mut TaskState, e: TaskEvent) {
+    state.events.push(e);
+    if state.events.len() > MAX_TASK_EVENTS {
+        let extra = state.events.len() - MAX_TASK_EVENTS;
+        state.events.drain(..extra);
+    }
+}
+
+/// The directory of `task` of `alloc_id`.
+pub fn task_dir(alloc_root: &std::path::Path, alloc_id: &str, task: &str) -> PathBuf {
+    alloc_root.join(alloc_id).join(task)
+}
+
+/// Start (or re-attach) every task of `local`'s allocation. Returns the token that stops
+/// them.
+pub fn spawn(shared: &Arc<Shared>, local: &LocalAlloc) -> CancellationToken {
+    let stop = CancellationToken::new();
+    let alloc_id = local.alloc.id.to_string();
+    let Some(group) = local
+        .job
+        .task_groups
+        .iter()
+        .find(|g| g.name == local.alloc.task_group)
+    else {
+        warn!(alloc_id, group = %local.alloc.task_group, "task group not in the job");
+        return stop;
+    };
+    let batch = matches!(local.job.job_type, JobType::Batch | JobType::SysBatch);
+    let policy = group.restart_policy.clone().unwrap_or_default();
+    for task in &group.tasks {
+        let state = local.task_states.get(&task.name);
+        if state.is_some_and(|s| s.state == TaskStateValue::Dead) {
+            continue;
+        }
+        let runner = TaskRunner {
+            shared: shared.clone(),
+            alloc_id: alloc_id.clone(),
+            task: task.clone(),
+            tracker: RestartTracker::new(&policy, batch),
+            reattach: local.handles.get(&task.name).cloned(),
+            stop: stop.clone(),
+            restarts: state.map_or(0, |s| s.restarts),
+        };
+        let span = tracing::info_span!("task", alloc_id = %alloc_id, task = %task.name);
+        tokio::spawn(runner.run().instrument(span));
+    }
+    stop
+}
+
+struct TaskRunner {
+    shared: Arc<Shared>,
+    alloc_id: String,
+    task: Task,
+    tracker: RestartTracker,
+    reattach: Option<TaskHandle>,
+    stop: CancellationToken,
+    restarts: u64,
+}
+
+impl TaskRunner {
+    fn now(&self) -> i64 {
+        self.shared.clock.now_unix_nanos()
+    }
+
+    /// Change this task's state, recompute the allocation, and wake the updater.
+    fn update(&self, f: impl FnOnce(&mut TaskState, &mut BTreeMap<String, TaskHandle>)) {
+        self.shared.update_alloc(&self.alloc_id, |local| {
+            let state = local.task_states.entry(self.task.name.clone()).or_default();
+            f(state, &mut local.handles);
+        });
+    }
+
+    fn kill_timeout(&self) -> Duration {
+        let asked = if self.task.kill_timeout == 0 {
+            DEFAULT_KILL_TIMEOUT
+        } else {
+            Duration::from_nanos(self.task.kill_timeout)
+        };
+        asked.min(self.shared.config.max_kill_timeout)
+    }
+
+    async fn run(mut self) {
+        let dir = task_dir(&self.shared.alloc_root, &self.alloc_id, &self.task.name);
+        loop {
+            let reattached = self
+                .reattach
+                .take()
+                .map(|h| (driver::reattach(&h, self.now()), h));
+            let mut running = match reattached {
+                Some((Some(running), _)) => {
+                    info!("re-attached to a running task");
+                    running
+                }
+                Some((None, _)) => {
+                    // It ended while the client was away; its exit status is unknown.
+                    let exit = ExitResult {
+                        exit_code: 0,
+                        signal: 0,
+                        unknown: true,
+                    };
+                    if self.after_exit(exit).await {
+                        continue;
+                    }
+                    return;
+                }
+                None => {
+                    if self.stop.is_cancelled() {
+                        self.dead(
+                            false,
+                            event(self.now(), "Killed", "Task killed before it started".into()),
+                        );
+                        return;
+                    }
+                    let now = self.now();
+                    self.update(|s, _| {
+                        push_event(
+                            s,
+                            event(now, "Task Setup", "Building Task Directory".into()),
+                        )
+                    });
+                    match driver::start(&self.task, &dir, &self.shared.config.drivers, now) {
+                        Ok(running) => {
+                            let handle = running.handle();
+                            self.update(|s, handles| {
+                                s.state = TaskStateValue::Running;
+                                if s.started_at.is_zero() {
+                                    s.started_at = Timestamp::from_unix_nanos(now);
+                                }
+                                push_event(
+                                    s,
+                                    event(now, "Started", "Task started by client".into()),
+                                );
+                                handles.insert(self.task.name.clone(), handle);
+                            });
+                            // A restarted client must find this task, never start a twin.
+                            self.shared.persist();
+                            running
+                        }
+                        Err(e) => {
+                            warn!(error = %e, "task could not start");
+                            let mut ev = event(now, "Driver Failure", e.to_string());
+                            ev.driver_error = e.to_string();
+                            ev.fails_task = true;
+                            self.dead(true, ev);
+                            return;
+                        }
+                    }
+                }
+            };
+            let exit = tokio::select! {
+                exit = running.wait() => exit,
+                _ = self.stop.cancelled() => {
+                    let timeout = self.kill_timeout();
+                    let now = self.now();
+                    self.update(|s, _| {
+                        let mut ev = event(now, "Killing", format!("Sent interrupt. Waiting {} before force killing", humantime::format_duration(timeout)));
+                        ev.kill_timeout = timeout.as_nanos() as u64;
+                        push_event(s, ev);
+                    });
+                    let exit = running.kill(timeout).await;
+                    let mut ev = event(self.now(), "Killed", "Task successfully killed".into());
+                    ev.exit_code = exit.exit_code;
+                    ev.signal = exit.signal;
+                    self.dead(false, ev);
+                    return;
+                }
+            };
+            if !self.after_exit(exit).await {
+                return;
+            }
+        }
+    }
+
+    /// Record an exit and apply the restart policy: true to start the task again.
+    async fn after_exit(&mut self, exit: ExitResult) -> bool {
+        let now = self.now();
+        let msg = if exit.unknown {
+            "Task exited while the client was not watching; exit code unknown".to_string()
+        } else {
+            format!("Exit Code: {}, Signal: {}", exit.exit_code, exit.signal)
+        };
+        let mut ev = event(now, "Terminated", msg);
+        ev.exit_code = exit.exit_code;
+        ev.signal = exit.signal;
+        if exit.unknown {
+            ev.details.insert("exit_code_unknown".into(), "true".into());
+        }
+        self.update(|s, handles| {
+            push_event(s, ev);
+            handles.remove(&self.task.name);
+        });
+        match self.tracker.on_exit(tokio::time::Instant::now(), &exit) {
+            RestartDecision::Restart { delay, reason } => {
+                let now = self.now();
+                self.update(|s, _| {
+                    s.state = TaskStateValue::Pending;
+                    let mut ev = event(
+                        now,
+                        "Restarting",
+                        format!("Task restarting in {}", humantime::format_duration(delay)),
+                    );
+                    ev.restart_reason = reason;
+                    push_event(s, ev);
+                });
+                tokio::select! {
+                    _ = tokio::time::sleep(delay) => {}
+                    _ = self.stop.cancelled() => {
+                        self.dead(false, event(self.now(), "Killed", "Task killed while waiting to restart".into()));
+                        return false;
+                    }
+                }
+                self.restarts += 1;
+                let restarts = self.restarts;
+                let now = self.now();
+                self.update(|s, _| {
+                    s.restarts = restarts;
+                    s.last_restart = Timestamp::from_unix_nanos(now);
+                });
+                true
+            }
+            RestartDecision::Dead { failed, reason } => {
+                let mut ev = event(now, "Not Restarting", reason);
+                ev.fails_task = failed;
+                self.dead(failed, ev);
+                false
+            }
+        }
+    }
+
+    fn dead(&self, failed: bool, ev: TaskEvent) {
+        let now = self.now();
+        self.update(|s, handles| {
+            s.state = TaskStateValue::Dead;
+            s.failed = failed;
+            s.finished_at = Timestamp::from_unix_nanos(now);
+            push_event(s, ev);
+            handles.remove(&self.task.name);
+        });
+        if failed {
+            // A failed task fails the allocation: stop its siblings.
+            self.stop.cancel();
+        }
+        self.shared.persist();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn state(v: TaskStateValue, failed: bool) -> TaskState {
+        TaskState {
+            state: v,
+            failed,
+            ..TaskState::default()
+        }
+    }
+
+    #[test]
+    fn alloc_status_follows_its_tasks() {
+        use TaskStateValue::*;
+        let mut m = BTreeMap::new();
+        m.insert("a".to_string(), state(Pending, false));
+        assert_eq!(client_status(&m).0, ClientStatus::Pending);
+        m.insert("b".to_string(), state(Running, false));
+        assert_eq!(client_status(&m).0, ClientStatus::Running);
+        m.insert("a".to_string(), state(Dead, false));
+        m.insert("b".to_string(), state(Dead, false));
+        assert_eq!(client_status(&m).0, ClientStatus::Complete);
+        m.insert("b".to_string(), state(Dead, true));
+        assert_eq!(client_status(&m).0, ClientStatus::Failed);
+    }
+
+    #[test]
+    fn events_are_capped() {
+        let mut s = TaskState::default();
+        for i in 0..25 {
+            push_event(&mut s, event(i, "Restarting", String::new()));
+        }
+        assert_eq!(s.events.len(), MAX_TASK_EVENTS);
+        assert_eq!(s.events[0].time, 15);
+    }
+}

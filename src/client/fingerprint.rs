@@ -1,0 +1,238 @@
+//! Fingerprinting: what this machine is and offers, as a [`Node`] to register.
+//!
+//! CPU (cores, MHz per core from `/proc/cpuinfo`, total compute), memory
+//! (`/proc/meminfo`), free disk under the data dir (`statvfs`), OS, architecture, host name,
+//! kernel release, the enabled drivers, and the operator's `client.meta`. Values the kernel
+//! does not give fall back to conservative defaults; `client.cpu_total_compute` and
+//! `client.memory_total_mb` override the measured ones.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use teamster_storage::model::{
+    DriverInfo, Node, NodeCpuResources, NodeDiskResources, NodeMemoryResources,
+    NodeReservedCpuResources, NodeReservedResources, NodeResources, NodeStatus, Timestamp,
+};
+
+use crate::agent::config::ClientConfig;
+
+/// MHz assumed per core when `/proc/cpuinfo` does not say.
+const DEFAULT_MHZ_PER_CORE: u64 = 1000;
+
+/// What the machine measured.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Machine {
+    /// Logical cores.
+    pub cores: u32,
+    /// Average MHz per core.
+    pub mhz_per_core: u64,
+    /// Total memory, MB.
+    pub memory_mb: u64,
+    /// Free disk under the data dir, MB.
+    pub disk_free_mb: u64,
+    /// Host name.
+    pub hostname: String,
+    /// Kernel release (`uname -r`).
+    pub kernel_version: String,
+}
+
+impl Machine {
+    /// Measure this machine; `data_dir` is where allocation directories go.
+    pub fn detect(data_dir: &Path) -> Machine {
+        let cores = std::thread::available_parallelism()
+            .map(|n| n.get() as u32)
+            .unwrap_or(1);
+        let mhz_per_core = std::fs::read_to_string("/proc/cpuinfo")
+            .ok()
+            .and_then(|t| cpuinfo_mhz(&t))
+            .unwrap_or(DEFAULT_MHZ_PER_CORE);
+        let memory_mb = std::fs::read_to_string("/proc/meminfo")
+            .ok()
+            .and_then(|t| meminfo_total_mb(&t))
+            .unwrap_or(1024);
+        let read = |p: &str| {
+            std::fs::read_to_string(p)
+                .ok()
+                .map(|s| s.trim().to_string())
+                .filter(|s| !s.is_empty())
+        };
+        Machine {
+            cores,
+            mhz_per_core,
+            memory_mb,
+            disk_free_mb: disk_free_mb(data_dir).unwrap_or(0),
+            hostname: read("/proc/sys/kernel/hostname").unwrap_or_else(|| "localhost".into()),
+            kernel_version: read("/proc/sys/kernel/osrelease").unwrap_or_default(),
+        }
+    }
+}
+
+/// The average of the `cpu MHz` lines, rounded.
+pub fn cpuinfo_mhz(text: &str) -> Option<u64> {
+    let mhz: Vec<f64> = text
+        .lines()
+        .filter(|l| l.starts_with("cpu MHz"))
+        .filter_map(|l| l.split(':').nth(1)?.trim().parse().ok())
+        .collect();
+    if mhz.is_empty() {
+        return None;
+    }
+    let avg = mhz.iter().sum::<f64>() / mhz.len() as f64;
+    (avg >= 1.0).then_some(avg.round() as u64)
+}
+
+/// `MemTotal` in MB.
+pub fn meminfo_total_mb(text: &str) -> Option<u64> {
+    let line = text.lines().find(|l| l.starts_with("MemTotal:"))?;
+    let kb: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kb / 1024)
+}
+
+fn disk_free_mb(dir: &Path) -> Option<u64> {
+    use std::os::unix::ffi::OsStrExt;
+    let c = std::ffi::CString::new(dir.as_os_str().as_bytes()).ok()?;
+    // SAFETY: statvfs writes into the zeroed struct we own; `c` is a valid C string.
+    let mut s: libc::statvfs = unsafe { std::mem::zeroed() };
+    let rc = unsafe { libc::statvfs(c.as_ptr(), &mut s) };
+    if rc != 0 {
+        return None;
+    }
+    Some((s.f_bavail as u64).saturating_mul(s.f_frsize as u64) / (1024 * 1024))
+}
+
+/// The node to register: identity from the client's state, everything else measured or
+/// configured.
+pub fn node(
+    config: &ClientConfig,
+    name: &str,
+    id: &str,
+    secret_id: &str,
+    http_addr: &str,
+    machine: &Machine,
+    now_unix_nanos: i64,
+) -> Node {
+    let cpu_total = if config.cpu_total_compute > 0 {
+        config.cpu_total_compute
+    } else {
+        machine.mhz_per_core * machine.cores as u64
+    };
+    let memory_mb = if config.memory_total_mb > 0 {
+        config.memory_total_mb
+    } else {
+        machine.memory_mb
+    };
+    let mut attributes = BTreeMap::new();
+    let mut attr = |k: &str, v: String| {
+        attributes.insert(k.to_string(), v);
+    };
+    attr("kernel.name", std::env::consts::OS.to_string());
+    attr("kernel.version", machine.kernel_version.clone());
+    attr("os.name", std::env::consts::OS.to_string());
+    attr("cpu.arch", std::env::consts::ARCH.to_string());
+    attr("cpu.numcores", machine.cores.to_string());
+    attr("cpu.frequency", machine.mhz_per_core.to_string());
+    attr("cpu.totalcompute", cpu_total.to_string());
+    attr(
+        "memory.totalbytes",
+        memory_mb.saturating_mul(1024 * 1024).to_string(),
+    );
+    attr("unique.hostname", machine.hostname.clone());
+    attr(
+        "unique.storage.bytesfree",
+        machine.disk_free_mb.saturating_mul(1024 * 1024).to_string(),
+    );
+    attr("teamster.version", env!("CARGO_PKG_VERSION").to_string());
+    let now = Timestamp::from_unix_nanos(now_unix_nanos);
+    let mut drivers = BTreeMap::new();
+    for d in &config.drivers {
+        attributes.insert(format!("driver.{d}"), "1".into());
+        drivers.insert(
+            d.clone(),
+            DriverInfo {
+                attributes: BTreeMap::new(),
+                detected: true,
+                healthy: true,
+                health_description: "Healthy".into(),
+                update_time: now,
+            },
+        );
+    }
+    let mut node = Node {
+        id: id.into(),
+        secret_id: secret_id.to_string(),
+        datacenter: config.datacenter.clone(),
+        name: name.to_string(),
+        http_addr: http_addr.to_string(),
+        attributes,
+        node_resources: NodeResources {
+            cpu: NodeCpuResources {
+                cpu_shares: cpu_total,
+                total_cpu_cores: machine.cores,
+                reservable_cpu_cores: (0..machine.cores).collect(),
+            },
+            memory: NodeMemoryResources { memory_mb },
+            disk: NodeDiskResources {
+                disk_mb: machine.disk_free_mb,
+            },
+            min_dynamic_port: 20000,
+            max_dynamic_port: 32000,
+        },
+        reserved_resources: NodeReservedResources {
+            cpu: NodeReservedCpuResources {
+                cpu_shares: config.reserved.cpu,
+                reserved_cpu_cores: Vec::new(),
+            },
+            memory: NodeMemoryResources {
+                memory_mb: config.reserved.memory_mb,
+            },
+            disk: NodeDiskResources {
+                disk_mb: config.reserved.disk_mb,
+            },
+        },
+        meta: config.meta.clone(),
+        node_class: config.node_class.clone(),
+        drivers,
+        status: NodeStatus::Ready,
+        ..Node::default()
+    };
+    node.canonicalize();
+    node
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn proc_files_are_parsed() {
+        let cpu = "processor : 0\ncpu MHz\t\t: 2400.000\nprocessor : 1\ncpu MHz\t\t: 2600.5\n";
+        assert_eq!(cpuinfo_mhz(cpu), Some(2500));
+        assert_eq!(cpuinfo_mhz("processor : 0\n"), None);
+        let mem = "MemTotal:       16303004 kB\nMemFree:         1234 kB\n";
+        assert_eq!(meminfo_total_mb(mem), Some(15920));
+    }
+
+    #[test]
+    fn the_fingerprint_passes_the_servers_validation() {
+        let dir = tempfile::tempdir().unwrap();
+        let machine = Machine::detect(dir.path());
+        assert!(machine.cores >= 1);
+        assert!(machine.memory_mb > 0);
+        let mut config = ClientConfig::default();
+        config.meta.insert("rack".into(), "r1".into());
+        let n = node(
+            &config,
+            "n1",
+            "5b8f2c3e-1111-4222-8333-444455556666",
+            "s",
+            "127.0.0.1:4646",
+            &machine,
+            0,
+        );
+        crate::server::endpoints::node::validate_node(&n).unwrap();
+        assert_eq!(n.attributes["driver.raw_exec"], "1");
+        assert_eq!(n.attributes["kernel.name"], "linux");
+        assert_eq!(n.meta["rack"], "r1");
+        assert!(n.drivers["mock"].healthy);
+    }
+}

@@ -1,0 +1,296 @@
+//! The `_core` scheduler: the servers' own garbage collection, run by any worker like any
+//! other evaluation type, and the leader duty that creates its periodic evaluations.
+//!
+//! A `_core` evaluation's `JobID` names the work (Nomad's core job names):
+//! - `eval-gc`: terminal evaluations older than `eval_gc_threshold` whose allocations are all
+//!   terminal are deleted with those allocations. Evaluations of a batch or sysbatch job are
+//!   kept until the job is stopped and dead (or gone): deleting a live batch job's completed
+//!   allocations would make the scheduler run the work again.
+//! - `job-gc`: stopped or dead jobs whose evaluations and allocations are all terminal, and
+//!   none of which (job included) changed for `job_gc_threshold`, are purged with those
+//!   evaluations and allocations.
+//! - `force-gc`: both, with no age threshold.
+//!
+//! What to collect is decided by the pure [`plan_gc`] on a snapshot; the deletions are raft
+//! writes (`EvalDelete`, `JobDeregister { purge }`) in bounded batches. The core evaluation
+//! itself is then marked complete with `Eval.Update` and acked; it is collected by a later
+//! `eval-gc` like any other.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::future::BoxFuture;
+use rand::SeedableRng;
+use teamster_storage::fsm::{Command, EvalDelete, EvalUpsert, JobDeregister};
+use teamster_storage::model::{
+    AllocId, EvalId, EvalStatus, EvalTrigger, Evaluation, JobId, JobStatus, JobType, Namespace,
+};
+use teamster_storage::state::Snapshot;
+use tokio_util::sync::CancellationToken;
+use tracing::{info, warn};
+
+use super::{WorkerConfig, WorkerContext, WorkerError};
+use crate::server::leader::LeaderDuty;
+use crate::server::raft::RaftNode;
+use crate::util::SharedClock;
+
+/// Core job: collect old terminal evaluations.
+pub const EVAL_GC: &str = "eval-gc";
+/// Core job: purge old stopped jobs.
+pub const JOB_GC: &str = "job-gc";
+/// Core job: both, ignoring the age thresholds.
+pub const FORCE_GC: &str = "force-gc";
+/// Priority of core evaluations (Nomad's `CoreJobPriority`).
+pub const CORE_JOB_PRIORITY: u32 = 200;
+/// Most ids in one raft write.
+pub const GC_BATCH: usize = 1000;
+
+/// What one garbage collection deletes.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct GcPlan {
+    /// Evaluations to delete.
+    pub evals: Vec<EvalId>,
+    /// Allocations to delete.
+    pub allocs: Vec<AllocId>,
+    /// Jobs to purge.
+    pub jobs: Vec<(Namespace, JobId)>,
+}
+
+fn older_than(stamp: i64, now: i64, threshold: Duration) -> bool {
+    let threshold = i64::try_from(threshold.as_nanos()).unwrap_or(i64::MAX);
+    now.saturating_sub(stamp) >= threshold
+}
+
+/// Decide what the core job `kind` collects on `snapshot` at `now` (Unix nanoseconds).
+pub fn plan_gc(snapshot: &Snapshot, kind: &str, now: i64, config: &WorkerConfig) -> GcPlan {
+    let force = kind == FORCE_GC;
+    let (eval_threshold, job_threshold) = if force {
+        (Duration::ZERO, Duration::ZERO)
+    } else {
+        (config.eval_gc_threshold, config.job_gc_threshold)
+    };
+    let mut plan = GcPlan::default();
+    if force || kind == JOB_GC {
+        for job in snapshot.jobs() {
+            if !(job.stop || job.status == JobStatus::Dead) {
+                continue;
+            }
+            let ns = job.namespace.as_str();
+            let id = job.id.as_str();
+            let evals: Vec<_> = snapshot.evals_by_job(ns, id).collect();
+            let allocs: Vec<_> = snapshot.allocs_by_job(ns, id).collect();
+            // Its age: since the last change to the job, its evaluations or allocations.
+            let last_change = evals
+                .iter()
+                .map(|e| e.modify_time)
+                .chain(allocs.iter().map(|a| a.modify_time))
+                .fold(job.submit_time, i64::max);
+            if older_than(last_change, now, job_threshold)
+                && evals.iter().all(|e| e.terminal_status())
+                && allocs.iter().all(|a| a.terminal_status())
+            {
+                plan.evals.extend(evals.iter().map(|e| e.id.clone()));
+                plan.allocs.extend(allocs.iter().map(|a| a.id.clone()));
+                plan.jobs.push((job.namespace.clone(), job.id.clone()));
+            }
+        }
+    }
+    if force || kind == EVAL_GC {
+        for eval in snapshot.evals() {
+            if !eval.terminal_status() || !older_than(eval.modify_time, now, eval_threshold) {
+                continue;
+            }
+            if plan.evals.contains(&eval.id) {
+                continue;
+            }
+            if let Some(job) = snapshot.job_by_id(eval.namespace.as_str(), eval.job_id.as_str()) {
+                let keeps_results = matches!(job.job_type, JobType::Batch | JobType::SysBatch);
+                let finished = job.stop && job.status == JobStatus::Dead;
+                if keeps_results && !finished {
+                    continue;
+                }
+            }
+            let allocs: Vec<_> = snapshot.allocs_by_eval(eval.id.as_str()).collect();
+            if allocs.iter().all(|a| a.terminal_status()) {
+                plan.evals.push(eval.id.clone());
+                plan.allocs.extend(allocs.iter().map(|a| a.id.clone()));
+            }
+        }
+    }
+    plan
+}
+
+/// Process a `_core` evaluation: collect, mark it complete, and let the worker ack it.
+pub(super) async fn process(
+    ctx: &WorkerContext,
+    eval: &Evaluation,
+    token: &str,
+    snapshot: Snapshot,
+) -> Result<(), WorkerError> {
+    let kind = eval.job_id.as_str();
+    if ![EVAL_GC, JOB_GC, FORCE_GC].contains(&kind) {
+        return Err(WorkerError::Invalid(format!("unknown core job {kind:?}")));
+    }
+    let now = ctx.clock.now_unix_nanos();
+    let plan = plan_gc(&snapshot, kind, now, &ctx.config);
+    let write = |cmd| async {
+        tokio::time::timeout(ctx.config.rpc_timeout, ctx.backend.write(cmd))
+            .await
+            .unwrap_or_else(|_| {
+                Err(crate::rpc::RpcError::Timeout {
+                    peer: "leader".into(),
+                    after_ms: ctx.config.rpc_timeout.as_millis() as u64,
+                })
+            })
+    };
+    for chunk in plan.evals.chunks(GC_BATCH) {
+        write(Command::EvalDelete(EvalDelete {
+            evals: chunk.to_vec(),
+            allocs: Vec::new(),
+        }))
+        .await?;
+    }
+    for chunk in plan.allocs.chunks(GC_BATCH) {
+        write(Command::EvalDelete(EvalDelete {
+            evals: Vec::new(),
+            allocs: chunk.to_vec(),
+        }))
+        .await?;
+    }
+    for (namespace, job_id) in &plan.jobs {
+        write(Command::JobDeregister(JobDeregister {
+            namespace: namespace.clone(),
+            job_id: job_id.clone(),
+            purge: true,
+            eval: None,
+            submit_time: 0,
+        }))
+        .await?;
+    }
+    if !plan.evals.is_empty() || !plan.jobs.is_empty() {
+        info!(
+            core_job = kind,
+            evals = plan.evals.len(),
+            allocs = plan.allocs.len(),
+            jobs = plan.jobs.len(),
+            "garbage collected"
+        );
+    }
+    metrics::counter!("teamster_core_gc_evals_total").increment(plan.evals.len() as u64);
+    metrics::counter!("teamster_core_gc_jobs_total").increment(plan.jobs.len() as u64);
+    let mut done = eval.clone();
+    done.status = EvalStatus::Complete;
+    done.status_description = String::new();
+    done.snapshot_index = snapshot.latest_index();
+    done.modify_time = now;
+    tokio::time::timeout(
+        ctx.config.rpc_timeout,
+        ctx.backend.update_eval(done, token.to_string()),
+    )
+    .await
+    .unwrap_or_else(|_| {
+        Err(crate::rpc::RpcError::Timeout {
+            peer: "leader".into(),
+            after_ms: ctx.config.rpc_timeout.as_millis() as u64,
+        })
+    })?;
+    Ok(())
+}
+
+/// A pending `_core` evaluation for `kind`.
+pub fn core_eval(kind: &str, now: i64, rng: &mut dyn rand::RngCore) -> Evaluation {
+    Evaluation {
+        id: EvalId::new(crate::util::new_uuid(rng)),
+        namespace: Namespace::new("default"),
+        priority: CORE_JOB_PRIORITY,
+        eval_type: JobType::Core,
+        triggered_by: EvalTrigger::Scheduled,
+        job_id: JobId::new(kind),
+        status: EvalStatus::Pending,
+        create_time: now,
+        modify_time: now,
+        ..Evaluation::default()
+    }
+}
+
+/// The leader duty that writes an `eval-gc` and a `job-gc` evaluation every
+/// `core_gc_interval` while this server leads.
+pub struct CoreGcDuty {
+    node: Arc<RaftNode>,
+    clock: SharedClock,
+    interval: Duration,
+    running: std::sync::Mutex<Option<CancellationToken>>,
+}
+
+impl CoreGcDuty {
+    /// The duty for `node`.
+    pub fn new(node: Arc<RaftNode>, clock: SharedClock, interval: Duration) -> CoreGcDuty {
+        CoreGcDuty {
+            node,
+            clock,
+            interval,
+            running: std::sync::Mutex::new(None),
+        }
+    }
+}
+
+impl LeaderDuty for CoreGcDuty {
+    fn name(&self) -> &'static str {
+        "core gc scheduling"
+    }
+
+    fn establish(&self) -> BoxFuture<'_, Result<(), String>> {
+        Box::pin(async move {
+            let stop = CancellationToken::new();
+            let old = self
+                .running
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .replace(stop.clone());
+            if let Some(old) = old {
+                old.cancel();
+            }
+            let node = self.node.clone();
+            let clock = self.clock.clone();
+            let interval = self.interval;
+            tokio::spawn(async move {
+                let mut rng = rand::rngs::StdRng::from_entropy();
+                let mut ticker =
+                    tokio::time::interval_at(tokio::time::Instant::now() + interval, interval);
+                ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+                loop {
+                    tokio::select! {
+                        _ = stop.cancelled() => return,
+                        _ = ticker.tick() => {}
+                    }
+                    let now = clock.now_unix_nanos();
+                    let evals = vec![
+                        core_eval(EVAL_GC, now, &mut rng),
+                        core_eval(JOB_GC, now, &mut rng),
+                    ];
+                    let write = node.write_local(Command::EvalUpsert(EvalUpsert { evals }));
+                    tokio::select! {
+                        _ = stop.cancelled() => return,
+                        r = write => if let Err(e) = r {
+                            warn!(error = %e, "creating the core gc evaluations failed");
+                        },
+                    }
+                }
+            });
+            Ok(())
+        })
+    }
+
+    fn revoke(&self) -> BoxFuture<'_, ()> {
+        Box::pin(async move {
+            if let Some(stop) = self
+                .running
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .take()
+            {
+                stop.cancel();
+            }
+        })
+    }
+}
