@@ -18,8 +18,8 @@ pub mod nodes;
 mod operator;
 pub mod query;
 pub mod read;
-pub mod schedulers;
 mod scheduler_config;
+pub mod schedulers;
 mod snapshot;
 mod status;
 

@@ -32,8 +32,8 @@ pub mod pipeline;
 pub mod plan_apply;
 pub mod plan_queue;
 pub mod raft;
-pub mod worker;
 pub mod reapers;
+pub mod worker;
 pub mod write_batcher;
 
 use std::net::{IpAddr, SocketAddr};

@@ -3,10 +3,10 @@
 //! are forwarded to the leader once (never redirected back to the caller).
 
 pub mod eval;
+pub mod node;
 pub mod plan;
 #[cfg(test)]
 mod tests;
-pub mod node;
 
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
