@@ -167,8 +167,14 @@ pub async fn no_node_over_capacity(api: &ApiClient) -> anyhow::Result<Checked> {
         }
         let capacity = node_capacity(node);
         if let Err(dim) = check_fit(&capacity, &used) {
+            let mut statuses: BTreeMap<String, usize> = BTreeMap::new();
+            for a in allocs.iter().filter(|a| live(a)) {
+                let key = format!("{:?}/{:?}", a.desired_status, a.client_status);
+                *statuses.entry(key).or_default() += 1;
+            }
             bail!(
-                "node {} ({}) is over capacity in {dim}: uses {used:?}, offers {capacity:?}",
+                "node {} ({}) is over capacity in {dim}: uses {used:?}, offers {capacity:?}; \
+                 live allocations by desired/client status: {statuses:?}",
                 node.name,
                 node.id
             );
