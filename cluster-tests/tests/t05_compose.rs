@@ -62,7 +62,7 @@ impl Acks {
 /// A client with a short timeout: a request to a killed container must not hang the load.
 fn http() -> reqwest::Client {
     reqwest::Client::builder()
-        .timeout(Duration::from_secs(10))
+        .timeout(Duration::from_secs(4))
         .connect_timeout(Duration::from_secs(2))
         .build()
         .unwrap()
