@@ -82,12 +82,16 @@ async fn register_jobs(
     make: fn(&str) -> Value,
 ) {
     let http = http();
+    // Servers that just timed out or refused a connection are skipped for a while, as a
+    // client with several server addresses would.
+    let avoid: Arc<Mutex<std::collections::HashMap<String, Instant>>> = Arc::default();
     futures::stream::iter(0..n)
         .map(|i| {
             let bases = bases.clone();
             let id = format!("{prefix}-{i:05}");
             let http = http.clone();
             let acks = acks.clone();
+            let avoid = avoid.clone();
             async move {
                 let body = serde_json::json!({ "Job": make(&id) });
                 for attempt in 0..5 {
@@ -95,7 +99,15 @@ async fn register_jobs(
                         // Back off like a client would, so an election can finish.
                         tokio::time::sleep(Duration::from_millis(250 * attempt as u64)).await;
                     }
-                    let base = &bases[(i + attempt) % bases.len()];
+                    let base = {
+                        let avoid = avoid.lock().unwrap();
+                        let now = Instant::now();
+                        (0..bases.len())
+                            .map(|k| &bases[(i + attempt + k) % bases.len()])
+                            .find(|b| avoid.get(*b).is_none_or(|until| *until <= now))
+                            .unwrap_or(&bases[(i + attempt) % bases.len()])
+                            .clone()
+                    };
                     let sent = http
                         .post(format!("{base}/v1/jobs"))
                         .json(&body)
@@ -110,8 +122,18 @@ async fn register_jobs(
                             let status = r.status();
                             format!("HTTP {status}: {}", r.text().await.unwrap_or_default())
                         }
-                        Err(e) if e.is_timeout() => "timed out".to_string(),
-                        Err(e) if e.is_connect() => "connect failed".to_string(),
+                        Err(e) if e.is_timeout() || e.is_connect() => {
+                            avoid
+                                .lock()
+                                .unwrap()
+                                .insert(base.clone(), Instant::now() + Duration::from_secs(3));
+                            if e.is_timeout() {
+                                "timed out"
+                            } else {
+                                "connect failed"
+                            }
+                            .to_string()
+                        }
                         Err(e) => e.to_string(),
                     };
                     // Short, without per-request details, so equal causes count together.
