@@ -4,11 +4,13 @@
 //! - [`client_process`]: client agent processes, and allocations placed by hand.
 //! - [`compose`]: docker-compose clusters of the `teamster:dev` image, with fault injection.
 //! - [`invariants`]: checks every scenario runs against the HTTP API.
+//! - [`loadgen`]: simulated nodes and bursts of jobs, measured (`teamster-loadgen`).
 //! - [`wait_for`]: wait on a condition with a deadline (tests never sleep a fixed time).
 
 pub mod client_process;
 pub mod compose;
 pub mod invariants;
+pub mod loadgen;
 pub mod process;
 
 use std::future::Future;

@@ -106,6 +106,11 @@ impl ServerProcess {
         ApiClient::new(&self.http_addr())
     }
 
+    /// Its process id, while it runs.
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(|c| c.id())
+    }
+
     /// Its config file (edit it, then [`ProcessCluster::reload`]).
     pub fn config_path(&self) -> &Path {
         &self.config_path

@@ -3,8 +3,9 @@
 //! blocked evaluation is released by a node of an eligible class but not by one of a class it
 //! is ineligible for.
 //!
-//! The servers run without scheduler workers (`num_schedulers = 0`); the test is the worker,
-//! calling the RPCs through its own connection pool.
+//! The first scenario runs the servers without scheduler workers (`num_schedulers = 0`); the
+//! test is the worker, calling the RPCs through its own connection pool. The second runs the
+//! real workers: 200 jobs registered at once all reach their full count.
 
 use std::collections::BTreeSet;
 use std::time::Duration;
@@ -232,5 +233,83 @@ async fn a_new_leader_holds_every_unfinished_eval_exactly_once_and_blocked_evals
     assert_eq!(released.eval.id, blocked.id);
     let stats = broker(&c, leader).await?;
     assert_eq!(n(&stats, "TotalBlocked"), 0, "{stats}");
+    Ok(())
+}
+
+#[tokio::test]
+async fn two_hundred_jobs_registered_at_once_all_reach_their_full_count() -> anyhow::Result<()> {
+    teamster_cluster_tests::init_test_tracing();
+    let mut c = ProcessCluster::start(3, ClusterOptions::default())?;
+    let leader = c.wait_leader(FORMATION).await?;
+    let ids = server_ids(&c, leader).await?;
+    let pool = Pool::new(TEST_CALLER_ID, RpcConfig::default())?;
+    let (lid, laddr) = (ids[leader], c.servers[leader].rpc_addr());
+    const NODES: u64 = 20;
+    for k in 0..NODES {
+        write(
+            &pool,
+            lid,
+            &laddr,
+            Command::NodeRegister(NodeRegister {
+                node: mock_node(k),
+                evals: Vec::new(),
+            }),
+        )
+        .await?;
+    }
+    // Registered through every server (followers forward), all at once.
+    const JOBS: usize = 200;
+    const COUNT: u64 = 3;
+    let registrations = (0..JOBS).map(|k| {
+        let api = c.servers[k % 3].api();
+        async move {
+            let mut job = small_job(&format!("many-{k}"));
+            job["Type"] = "service".into();
+            job["TaskGroups"][0]["Count"] = COUNT.into();
+            job["TaskGroups"][0]["Tasks"][0]["Resources"]["MemoryMB"] = 256.into();
+            register(&api, job).await
+        }
+    });
+    for r in futures::future::join_all(registrations).await {
+        r?;
+    }
+    let api = c.servers[leader].api();
+    let allocs: Vec<Value> = wait_for(
+        Duration::from_secs(45),
+        "every job at its full count",
+        || {
+            let api = api.clone();
+            async move {
+                let allocs: Vec<Value> = api.get("/v1/allocations").await.ok()?;
+                (allocs.len() as u64 >= JOBS as u64 * COUNT).then_some(allocs)
+            }
+        },
+    )
+    .await?;
+    let mut per_job = std::collections::BTreeMap::<String, u64>::new();
+    let mut per_node = std::collections::BTreeMap::<String, u64>::new();
+    for a in &allocs {
+        if a["DesiredStatus"] == "run" {
+            *per_job
+                .entry(a["JobID"].as_str().unwrap_or("").into())
+                .or_default() += 1;
+            *per_node
+                .entry(a["NodeID"].as_str().unwrap_or("").into())
+                .or_default() += 1;
+        }
+    }
+    assert_eq!(per_job.len(), JOBS);
+    assert!(per_job.values().all(|&n| n == COUNT), "{per_job:?}");
+    // 8192 MB per node: at most 32 allocations of 256 MB.
+    assert!(per_node.values().all(|&n| n <= 32), "{per_node:?}");
+    // Every evaluation finished: none pending or unacked at the leader.
+    wait_for(Duration::from_secs(10), "the broker to drain", || {
+        let c = &c;
+        async move {
+            let s = broker(c, leader).await.ok()?;
+            (n(&s, "TotalReady") == 0 && n(&s, "TotalUnacked") == 0).then_some(())
+        }
+    })
+    .await?;
     Ok(())
 }

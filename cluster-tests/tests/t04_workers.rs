@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use serde_json::{json, Value};
 use teamster::cli::ApiClient;
-use teamster_cluster_tests::process::{ClusterOptions, ProcessCluster};
+use teamster_cluster_tests::process::{teamster_bin, ClusterOptions, ProcessCluster};
 use teamster_cluster_tests::wait_for;
 
 const FORMATION: Duration = Duration::from_secs(30);
@@ -169,5 +169,36 @@ async fn the_leader_pauses_three_quarters_of_its_workers_and_the_pause_set_follo
     )?;
     c.reload(new_leader)?;
     wait_counts(&c, new_leader, (1, 1, 2)).await?;
+
+    // The CLI: set-workers, then workers.
+    let address = c.servers[new_leader].http_addr();
+    let cli = |args: &[&str]| {
+        std::process::Command::new(teamster_bin())
+            .args(args)
+            .args(["--address", &address])
+            .output()
+    };
+    let out = cli(&[
+        "operator",
+        "scheduler",
+        "set-workers",
+        "--num-schedulers",
+        "3",
+    ])?;
+    assert!(out.status.success(), "{out:?}");
+    wait_counts(&c, new_leader, (2, 1, 3)).await?;
+    let out = cli(&["operator", "scheduler", "workers", "--json"])?;
+    assert!(out.status.success(), "{out:?}");
+    let listed: Value = serde_json::from_slice(&out.stdout)?;
+    assert_eq!(listed["schedulers"].as_array().map(Vec::len), Some(3));
+    let out = cli(&[
+        "operator",
+        "scheduler",
+        "set-workers",
+        "--num-schedulers",
+        "999",
+    ])?;
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    assert!(String::from_utf8_lossy(&out.stderr).contains("num_schedulers"));
     Ok(())
 }

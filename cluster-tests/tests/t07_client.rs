@@ -130,6 +130,44 @@ async fn a_client_runs_an_allocation_goes_down_when_killed_and_comes_back_withou
             > 0
     );
 
+    // The node through the CLI and the HTTP API.
+    let addr = c.servers[leader].http_addr();
+    let cli = |args: &[&str]| {
+        let out = std::process::Command::new(teamster_cluster_tests::process::teamster_bin())
+            .args(args)
+            .args(["--address", &addr])
+            .output()
+            .expect("the CLI runs");
+        assert!(
+            out.status.success(),
+            "{args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    let listing = cli(&["node", "status"]);
+    assert!(
+        listing.contains(&node_id[..8]) && listing.contains("ready"),
+        "{listing}"
+    );
+    let one = cli(&["node", "status", &node_id[..8]]);
+    assert!(one.contains("raw_exec") && one.contains(&node_id), "{one}");
+    cli(&["node", "eligibility", "--disable", &node_id]);
+    let n: Value = server.get(&format!("/v1/node/{node_id}")).await?;
+    assert_eq!(n["SchedulingEligibility"], "ineligible");
+    cli(&["node", "eligibility", "--enable", &node_id]);
+    let n: Value = server.get(&format!("/v1/node/{node_id}")).await?;
+    assert_eq!(n["SchedulingEligibility"], "eligible");
+    let refused = server
+        .request::<_, Value>(
+            reqwest::Method::POST,
+            &format!("/v1/node/{node_id}/eligibility"),
+            Some(&json!({"Eligibility": "maybe"})),
+        )
+        .await
+        .expect_err("a bad eligibility is refused");
+    assert!(refused.to_string().contains("Eligibility"), "{refused}");
+
     // Malformed registrations are refused with a message naming the problem.
     let pool = Pool::new(0, RpcConfig::for_tests())?;
     let mut bad = bad_node("0b9e7c1a-0000-4000-8000-000000000001");

@@ -272,7 +272,12 @@ impl Agent {
             let _ = t.await;
         }
         if let Some(client) = self.client {
-            client.shutdown().await;
+            if self._dev_dir.is_some() {
+                // The data dir is about to be removed: leave no task behind.
+                client.shutdown_and_stop_tasks().await;
+            } else {
+                client.shutdown().await;
+            }
         }
         if let Some(server) = self.server {
             server.shutdown().await;

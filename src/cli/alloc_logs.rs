@@ -20,27 +20,23 @@ pub struct LogsArgs {
     task: String,
 }
 
-/// `alloc logs`: print the task's log.
+/// Print a task's log.
 pub async fn logs(a: LogsArgs) -> anyhow::Result<()> {
-    {
-        {
-            let api = ApiClient::new(&a.api.address);
-            let file = if a.stderr {
-                crate::client::driver::STDERR_FILE
-            } else {
-                crate::client::driver::STDOUT_FILE
-            };
-            let path = format!("{}/{file}", a.task);
-            let text = api
-                .request_text::<()>(
-                    reqwest::Method::GET,
-                    &format!("/v1/client/fs/cat/{}?path={path}", a.id),
-                    None,
-                )
-                .await
-                .with_context(|| format!("reading {path} of allocation {}", a.id))?;
-            print!("{text}");
-            Ok(())
-        }
-    }
+    let api = ApiClient::new(&a.api.address);
+    let file = if a.stderr {
+        crate::client::driver::STDERR_FILE
+    } else {
+        crate::client::driver::STDOUT_FILE
+    };
+    let path = format!("{}/{file}", a.task);
+    let text = api
+        .request_text::<()>(
+            reqwest::Method::GET,
+            &format!("/v1/client/fs/cat/{}?path={path}", a.id),
+            None,
+        )
+        .await
+        .with_context(|| format!("reading {path} of allocation {}", a.id))?;
+    print!("{text}");
+    Ok(())
 }

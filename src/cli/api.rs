@@ -70,6 +70,45 @@ impl ApiClient {
         self.request::<(), T>(Method::GET, path, None).await
     }
 
+    /// GET a JSON document and its `X-Nomad-Index` (0 when absent), for blocking queries.
+    pub async fn get_with_index<T: DeserializeOwned>(
+        &self,
+        path: &str,
+    ) -> Result<(T, u64), ApiError> {
+        let url = format!("{}{}", self.base, path);
+        let resp = self
+            .http
+            .get(&url)
+            .send()
+            .await
+            .map_err(|source| ApiError::Unreachable {
+                address: self.base.clone(),
+                source,
+            })?;
+        let status = resp.status();
+        let index = resp
+            .headers()
+            .get("X-Nomad-Index")
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.parse::<u64>().ok())
+            .unwrap_or(0);
+        let text = resp.text().await.map_err(|source| ApiError::Unreachable {
+            address: self.base.clone(),
+            source,
+        })?;
+        if !status.is_success() {
+            return Err(ApiError::Status {
+                status,
+                message: text.trim().to_string(),
+            });
+        }
+        let value = serde_json::from_str(&text).map_err(|e| ApiError::Decode {
+            address: self.base.clone(),
+            message: format!("{path}: {e}"),
+        })?;
+        Ok((value, index))
+    }
+
     /// PUT/POST/DELETE with an optional JSON body, decoding a JSON answer.
     pub async fn request<B: Serialize, T: DeserializeOwned>(
         &self,

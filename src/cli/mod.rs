@@ -8,12 +8,14 @@ mod agent;
 mod alloc_logs;
 mod api;
 mod eval;
+mod job;
 mod node;
 mod operator;
 mod output;
 mod scheduler;
 mod scheduler_config;
 mod scheduler_workers;
+mod server;
 mod snapshot;
 mod status;
 
@@ -35,9 +37,15 @@ pub struct Cli {
 enum Command {
     /// Run an agent: a server, a client, or both (`--dev`).
     Agent(agent::AgentArgs),
+    /// Jobs: run, status, stop, inspect, validate.
+    #[command(subcommand)]
+    Job(job::JobCommand),
     /// Client nodes: status, eligibility, drain.
     #[command(subcommand)]
     Node(node::NodeCommand),
+    /// Servers: members of the server cluster.
+    #[command(subcommand)]
+    Server(server::ServerCommand),
     /// Operator commands: raft peers, snapshots, the scheduler.
     #[command(subcommand)]
     Operator(operator::OperatorCommand),
@@ -72,6 +80,8 @@ pub fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
         Command::Agent(args) => agent::run(args),
+        Command::Job(cmd) => run_api_code(|| job::run(cmd)),
+        Command::Server(cmd) => run_api(|| server::run(cmd)),
         Command::Operator(cmd) => run_api(|| operator::run(cmd)),
         Command::Status(args) => run_api(|| status::run(args)),
         Command::Eval(cmd) => run_api(|| eval::run_eval(cmd)),
@@ -86,6 +96,15 @@ where
     F: FnOnce() -> Fut,
     Fut: std::future::Future<Output = anyhow::Result<()>>,
 {
+    run_api_code(|| async { f().await.map(|()| ExitCode::SUCCESS) })
+}
+
+/// Like [`run_api`], for commands that choose their own exit code.
+fn run_api_code<F, Fut>(f: F) -> ExitCode
+where
+    F: FnOnce() -> Fut,
+    Fut: std::future::Future<Output = anyhow::Result<ExitCode>>,
+{
     let rt = match tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -97,7 +116,7 @@ where
         }
     };
     match rt.block_on(f()) {
-        Ok(()) => ExitCode::SUCCESS,
+        Ok(code) => code,
         Err(e) => {
             eprintln!("Error: {e:#}");
             ExitCode::FAILURE

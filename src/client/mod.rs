@@ -213,6 +213,15 @@ impl Client {
                 "resumed allocations from the client state"
             );
         }
+        if shared
+            .state()
+            .allocs
+            .values()
+            .any(|l| l.version > l.reported)
+        {
+            // Changes an earlier run did not get to report.
+            shared.changed.notify_one();
+        }
 
         let pool = Pool::new(0, RpcConfig::default())?;
         let servers = Arc::new(Servers::new(pool, servers));
@@ -262,6 +271,29 @@ impl Client {
     /// Where allocation directories live.
     pub fn alloc_root(&self) -> &Path {
         &self.shared.alloc_root
+    }
+
+    /// Stop every task (SIGTERM, SIGKILL after its kill timeout), wait until they are dead
+    /// (at most `max_kill_timeout` and a second), then shut down. For dev mode, whose data
+    /// directory goes away with the agent.
+    pub async fn shutdown_and_stop_tasks(self) {
+        let tokens: Vec<CancellationToken> =
+            lock(&self.shared.runners).drain().map(|(_, t)| t).collect();
+        for t in &tokens {
+            t.cancel();
+        }
+        let deadline = tokio::time::Instant::now() + self.shared.config.max_kill_timeout + RETRY;
+        while tokio::time::Instant::now() < deadline
+            && self
+                .shared
+                .state()
+                .allocs
+                .values()
+                .any(|l| !l.handles.is_empty())
+        {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        self.shutdown().await;
     }
 
     /// Stop the client's loops and save its state. Tasks keep running (a restarted client
@@ -699,6 +731,39 @@ mod tests {
         assert!(
             !event_types(&done).contains(&"Started".to_string()),
             "started twice"
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn dev_mode_shutdown_stops_every_task() {
+        let dir = tempfile::tempdir().unwrap();
+        let client = Client::start(
+            &ClientConfig::default(),
+            "n",
+            dir.path(),
+            "127.0.0.1:4646".into(),
+            Vec::new(),
+            Arc::new(TestClock(tokio::time::Instant::now())),
+        )
+        .await
+        .unwrap();
+        let local = mock_alloc("1h", 0, 0, JobType::Service);
+        let sh = client.shared.clone();
+        sh.state().allocs.insert("a1".into(), local.clone());
+        let token = alloc_runner::spawn(&sh, &local);
+        lock(&sh.runners).insert("a1".into(), token);
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        assert!(!sh.state().allocs["a1"].handles.is_empty());
+        client.shutdown_and_stop_tasks().await;
+        let done = sh.state().allocs["a1"].clone();
+        assert_eq!(done.client_status, ClientStatus::Complete);
+        assert!(done.handles.is_empty());
+        let saved: ClientState =
+            serde_json::from_slice(&std::fs::read(dir.path().join("client/state.json")).unwrap())
+                .unwrap();
+        assert!(
+            saved.allocs["a1"].handles.is_empty(),
+            "saved after the stop"
         );
     }
 

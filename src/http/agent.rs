@@ -1,4 +1,4 @@
-//! `/v1/agent/self`, `/v1/agent/health`, `/v1/regions` and `/v1/metrics`.
+//! `/v1/agent/self`, `/v1/agent/members`, `/v1/agent/health`, `/v1/regions` and `/v1/metrics`.
 
 use std::collections::HashMap;
 
@@ -44,11 +44,7 @@ pub async fn agent_self(State(ctx): State<HttpContext>) -> Result<Json<Value>, A
                 }),
             );
             let addr = node.addr();
-            let (ip, port) = addr
-                .rpc_addr
-                .rsplit_once(':')
-                .map(|(i, p)| (i.to_string(), p.parse::<u16>().unwrap_or(0)))
-                .unwrap_or_default();
+            let (ip, port) = split_host_port(&addr.rpc_addr);
             json!({
                 "Name": format!("{}.global", addr.name),
                 "Addr": ip,
@@ -69,6 +65,70 @@ pub async fn agent_self(State(ctx): State<HttpContext>) -> Result<Json<Value>, A
     Ok(Json(
         json!({ "config": config, "member": member, "stats": stats }),
     ))
+}
+
+/// How long `/v1/agent/members` waits for each server to answer a ping.
+const MEMBER_PING_TIMEOUT: std::time::Duration = std::time::Duration::from_millis(500);
+
+/// `/v1/agent/members`: the servers of the raft configuration, each pinged over RPC
+/// (`alive` when it answered with its own id, `failed` otherwise), in Nomad's shape.
+pub async fn members(State(ctx): State<HttpContext>) -> Result<Json<Value>, ApiError> {
+    let node = ctx.node()?.clone();
+    let servers = node.membership().servers;
+    let pings = servers.iter().map(|(id, addr, _)| {
+        let node = node.clone();
+        let (id, rpc_addr) = (*id, addr.rpc_addr.clone());
+        async move {
+            if id == node.id() {
+                return true;
+            }
+            matches!(
+                node.pool().ping_addr(&rpc_addr, MEMBER_PING_TIMEOUT).await,
+                Ok(answered) if answered == id
+            )
+        }
+    });
+    let alive = futures::future::join_all(pings).await;
+    let leader = node.leader().map(|(id, _)| id);
+    let dc = ctx.config().client.datacenter.clone();
+    let members: Vec<Value> = servers
+        .iter()
+        .zip(alive)
+        .map(|((id, addr, voter), alive)| {
+            let (ip, port) = split_host_port(&addr.rpc_addr);
+            json!({
+                "Name": format!("{}.global", addr.name),
+                "Addr": ip,
+                "Port": port,
+                "Status": if alive { "alive" } else { "failed" },
+                "Tags": {
+                    "role": "teamster",
+                    "region": "global",
+                    "dc": dc,
+                    "id": id.to_string(),
+                    "rpc_addr": addr.rpc_addr,
+                    "http_addr": addr.http_addr,
+                    "voter": voter.to_string(),
+                    "leader": (leader == Some(*id)).to_string(),
+                },
+                "ProtocolMin": 1, "ProtocolMax": 5, "ProtocolCur": 2,
+                "DelegateMin": 2, "DelegateMax": 5, "DelegateCur": 4,
+            })
+        })
+        .collect();
+    Ok(Json(json!({
+        "ServerName": format!("{}.global", node.addr().name),
+        "ServerRegion": "global",
+        "ServerDC": dc,
+        "Members": members,
+    })))
+}
+
+/// `"10.0.0.1:4647"` → `("10.0.0.1", 4647)`; an unparsable port is 0.
+fn split_host_port(addr: &str) -> (String, u16) {
+    addr.rsplit_once(':')
+        .map(|(i, p)| (i.to_string(), p.parse::<u16>().unwrap_or(0)))
+        .unwrap_or_default()
 }
 
 /// Health: 200 when every role of this agent is fine, 500 otherwise (a server is fine when

@@ -1,15 +1,17 @@
-//! Jobs: register, list, read.
+//! Jobs: register, list, read, stop or purge, summary, versions, force-evaluate, validate.
 
 use std::collections::HashMap;
 
 use axum::body::Bytes;
 use axum::extract::{Path, Query, State};
-use axum::response::Response;
+use axum::response::{IntoResponse, Response};
 use rand::SeedableRng;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
-use teamster_storage::fsm::{Command, CommandResponse, JobRegister};
-use teamster_storage::model::{EvalStatus, EvalTrigger, Evaluation, Job, JobSummary};
+use teamster_storage::fsm::{
+    ApplyError, Command, CommandResponse, EvalUpsert, JobDeregister, JobRegister,
+};
+use teamster_storage::model::{EvalStatus, EvalTrigger, Evaluation, Job, JobSummary, ModelError};
 use teamster_storage::state::Table;
 
 use super::error::ApiError;
@@ -78,19 +80,7 @@ pub async fn register(
         .map_err(|e| ApiError::bad_request(e.to_string()))?;
     let now = ctx.clock().now_unix_nanos();
     job.submit_time = now;
-    let mut rng = rand::rngs::StdRng::from_entropy();
-    let eval = Evaluation {
-        id: crate::util::new_uuid(&mut rng).into(),
-        namespace: job.namespace.clone(),
-        priority: job.priority,
-        eval_type: job.job_type,
-        triggered_by: EvalTrigger::JobRegister,
-        job_id: job.id.clone(),
-        status: EvalStatus::Pending,
-        create_time: now,
-        modify_time: now,
-        ..Evaluation::default()
-    };
+    let eval = new_job_eval(&job, EvalTrigger::JobRegister, now);
     let eval_id = eval.id.to_string();
     let enforce_index = if req.enforce_index.unwrap_or(false) {
         Some(req.job_modify_index.unwrap_or(0))
@@ -191,4 +181,217 @@ pub fn write_error(e: WriteError) -> ApiError {
         WriteError::NoLeader | WriteError::NotLeader { .. } => ApiError::no_leader(),
         e => ApiError::internal(e.to_string()),
     }
+}
+
+/// A pending evaluation of `job`, as the job endpoints create them.
+fn new_job_eval(job: &Job, trigger: EvalTrigger, now: i64) -> Evaluation {
+    let mut rng = rand::rngs::StdRng::from_entropy();
+    Evaluation {
+        id: crate::util::new_uuid(&mut rng).into(),
+        namespace: job.namespace.clone(),
+        priority: job.priority,
+        eval_type: job.job_type,
+        triggered_by: trigger,
+        job_id: job.id.clone(),
+        job_modify_index: job.job_modify_index,
+        status: EvalStatus::Pending,
+        create_time: now,
+        modify_time: now,
+        ..Evaluation::default()
+    }
+}
+
+/// Nomad's `JobDeregisterResponse`.
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "PascalCase")]
+struct JobDeregisterResponse {
+    #[serde(rename = "EvalID")]
+    eval_id: String,
+    eval_create_index: u64,
+    job_modify_index: u64,
+    #[serde(rename = "VolumeEvalID")]
+    volume_eval_id: String,
+    volume_eval_index: u64,
+    index: u64,
+    last_contact: u64,
+    known_leader: bool,
+    next_token: String,
+}
+
+/// `DELETE /v1/job/:id[?purge=true]`: stop the job (it stays, `Stop: true`) or purge it, with
+/// an evaluation that stops its allocations. An unknown job answers 200 with an empty
+/// `EvalID`, as Nomad does.
+pub async fn deregister(
+    State(ctx): State<HttpContext>,
+    Path(id): Path<String>,
+    Query(q): Query<HashMap<String, String>>,
+) -> Result<Response, ApiError> {
+    let node = ctx.node()?.clone();
+    let opts = QueryOptions::parse(&q)?;
+    let purge = QueryOptions::flag(&q, "purge")?;
+    let snap = node.state().snapshot();
+    let now = ctx.clock().now_unix_nanos();
+    let eval = snap
+        .job_by_id(&opts.namespace, &id)
+        .map(|job| new_job_eval(job, EvalTrigger::JobDeregister, now));
+    let eval_id = eval.as_ref().map(|e| e.id.to_string()).unwrap_or_default();
+    let applied = node
+        .write(Command::JobDeregister(JobDeregister {
+            namespace: opts.namespace.as_str().into(),
+            job_id: id.as_str().into(),
+            purge,
+            eval,
+            submit_time: now,
+        }))
+        .await
+        .map_err(write_error)?;
+    let (eval_id, job_modify_index) = match applied.response {
+        CommandResponse::JobRegistered {
+            job_modify_index, ..
+        } => (eval_id, job_modify_index),
+        CommandResponse::Applied => (eval_id, applied.index),
+        CommandResponse::Rejected(ApplyError::JobNotFound { .. }) => (String::new(), 0),
+        CommandResponse::Rejected(e) => return Err(ApiError::bad_request(e.to_string())),
+        other => return Err(ApiError::internal(format!("unexpected answer {other:?}"))),
+    };
+    let eval_create_index = if eval_id.is_empty() { 0 } else { applied.index };
+    Ok(json_write(
+        JobDeregisterResponse {
+            eval_id,
+            eval_create_index,
+            job_modify_index,
+            volume_eval_id: String::new(),
+            volume_eval_index: 0,
+            index: applied.index,
+            last_contact: 0,
+            known_leader: true,
+            next_token: String::new(),
+        },
+        applied.index,
+    ))
+}
+
+/// `GET /v1/job/:id/summary`.
+pub async fn summary(
+    State(ctx): State<HttpContext>,
+    Path(id): Path<String>,
+    Query(q): Query<HashMap<String, String>>,
+) -> Result<Response, ApiError> {
+    let opts = QueryOptions::parse(&q)?;
+    let (snap, meta) = ctx.read(&opts, &[Table::JobSummaries]).await?;
+    let summary = snap
+        .job_summary(&opts.namespace, &id)
+        .ok_or_else(|| ApiError::not_found("job not found"))?;
+    Ok(json_read(summary.as_ref(), meta))
+}
+
+/// `GET /v1/job/:id/versions`: every kept version, newest first.
+pub async fn versions(
+    State(ctx): State<HttpContext>,
+    Path(id): Path<String>,
+    Query(q): Query<HashMap<String, String>>,
+) -> Result<Response, ApiError> {
+    let opts = QueryOptions::parse(&q)?;
+    let (snap, meta) = ctx.read(&opts, &[Table::Jobs]).await?;
+    let mut versions = snap.job_versions(&opts.namespace, &id);
+    if versions.is_empty() {
+        return Err(ApiError::not_found("job not found"));
+    }
+    versions.sort_by_key(|j| std::cmp::Reverse(j.version));
+    let versions: Vec<&Job> = versions.iter().map(|j| j.as_ref()).collect();
+    Ok(json_read(
+        serde_json::json!({ "Versions": versions, "Diffs": null }),
+        meta,
+    ))
+}
+
+/// Nomad's `JobRegisterResponse` shape for a forced evaluation.
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "PascalCase")]
+struct JobEvaluateResponse {
+    #[serde(rename = "EvalID")]
+    eval_id: String,
+    eval_create_index: u64,
+    job_modify_index: u64,
+    warnings: String,
+    index: u64,
+}
+
+/// `POST /v1/job/:id/evaluate`: create a new evaluation of the job (no body needed).
+pub async fn evaluate(
+    State(ctx): State<HttpContext>,
+    Path(id): Path<String>,
+    Query(q): Query<HashMap<String, String>>,
+) -> Result<Response, ApiError> {
+    let node = ctx.node()?.clone();
+    let opts = QueryOptions::parse(&q)?;
+    let snap = node
+        .consistent_snapshot()
+        .await
+        .map_err(super::read::node_error)?;
+    let job = snap
+        .job_by_id(&opts.namespace, &id)
+        .ok_or_else(|| ApiError::not_found("job not found"))?;
+    let now = ctx.clock().now_unix_nanos();
+    let eval = new_job_eval(job, EvalTrigger::JobRegister, now);
+    let eval_id = eval.id.to_string();
+    let job_modify_index = job.job_modify_index;
+    let applied = node
+        .write(Command::EvalUpsert(EvalUpsert { evals: vec![eval] }))
+        .await
+        .map_err(write_error)?;
+    if let CommandResponse::Rejected(e) = applied.response {
+        return Err(ApiError::bad_request(e.to_string()));
+    }
+    Ok(json_write(
+        JobEvaluateResponse {
+            eval_id,
+            eval_create_index: applied.index,
+            job_modify_index,
+            warnings: String::new(),
+            index: applied.index,
+        },
+        applied.index,
+    ))
+}
+
+/// Nomad's `JobValidateResponse`.
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "PascalCase")]
+struct JobValidateResponse {
+    driver_config_validated: bool,
+    validation_errors: Vec<String>,
+    error: String,
+    warnings: String,
+}
+
+/// `POST /v1/validate/job`: every problem of the job, none written. Accepts `{"Job": …}` or a
+/// bare job object.
+pub async fn validate(body: Bytes) -> Result<Response, ApiError> {
+    let value: Value = decode_body(&body)?;
+    let job_value = match value.get("Job") {
+        Some(job) => job.clone(),
+        None => value,
+    };
+    let mut job: Job = serde_json::from_value(job_value)
+        .map_err(|e| ApiError::bad_request(format!("Failed to parse job: {e}")))?;
+    job.canonicalize();
+    let (errors, error) = match job.validate() {
+        Ok(()) => (Vec::new(), String::new()),
+        Err(ModelError::Invalid { errors }) => {
+            let text = ModelError::Invalid {
+                errors: errors.clone(),
+            }
+            .to_string();
+            (errors, text)
+        }
+        Err(e) => (vec![e.to_string()], e.to_string()),
+    };
+    Ok(axum::Json(JobValidateResponse {
+        driver_config_validated: errors.is_empty(),
+        validation_errors: errors,
+        error,
+        warnings: String::new(),
+    })
+    .into_response())
 }

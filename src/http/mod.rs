@@ -113,7 +113,20 @@ pub fn router(ctx: HttpContext) -> Router {
         )
         .route(
             "/v1/job/{id}",
-            get(jobs::get).put(jobs::register).post(jobs::register),
+            get(jobs::get)
+                .put(jobs::register)
+                .post(jobs::register)
+                .delete(jobs::deregister),
+        )
+        .route("/v1/job/{id}/summary", get(jobs::summary))
+        .route("/v1/job/{id}/versions", get(jobs::versions))
+        .route(
+            "/v1/job/{id}/evaluate",
+            axum::routing::put(jobs::evaluate).post(jobs::evaluate),
+        )
+        .route(
+            "/v1/validate/job",
+            axum::routing::put(jobs::validate).post(jobs::validate),
         )
         .route("/v1/status/leader", get(status::leader))
         .route("/v1/status/peers", get(status::peers))
@@ -126,6 +139,7 @@ pub fn router(ctx: HttpContext) -> Router {
             axum::routing::delete(operator::remove_peer),
         )
         .route("/v1/agent/self", get(agent::agent_self))
+        .route("/v1/agent/members", get(agent::members))
         .route("/v1/agent/health", get(agent::health))
         .route("/v1/metrics", get(agent::metrics))
         .route("/v1/regions", get(agent::regions))

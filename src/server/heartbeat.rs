@@ -485,3 +485,126 @@ mod tests {
         assert!(!t.is_enabled());
     }
 }
+
+/// The shell on a real single-server agent (openraft, sled): expiry marks a node down with
+/// its evaluations, a revoked table never fires, heartbeats keep a node up.
+#[cfg(test)]
+mod shell_tests {
+    use super::*;
+    use crate::agent::config::AgentConfig;
+    use crate::agent::Agent;
+    use teamster_storage::fsm::{JobRegister, NodeRegister};
+    use teamster_storage::model::{Job, JobType, Node, Task, TaskGroup};
+
+    async fn server() -> (Agent, tempfile::TempDir) {
+        let dir = tempfile::tempdir().unwrap();
+        let mut config = AgentConfig::dev();
+        config.client.enabled = false;
+        config.server.num_schedulers = 0;
+        config.ports.http = 0;
+        config.ports.rpc = 0;
+        config.data_dir = Some(dir.path().to_path_buf());
+        let agent = Agent::start(config, false).await.unwrap();
+        let mut rx = agent.server().unwrap().leadership().subscribe();
+        tokio::time::timeout(Duration::from_secs(20), rx.wait_for(|e| *e))
+            .await
+            .unwrap()
+            .unwrap();
+        (agent, dir)
+    }
+
+    fn config(failover_ms: u64) -> HeartbeatConfig {
+        HeartbeatConfig {
+            min_ttl: Duration::from_millis(200),
+            max_per_second: 50.0,
+            grace: Duration::from_millis(100),
+            failover_ttl: Duration::from_millis(failover_ms),
+        }
+    }
+
+    /// A ready node and a system job, written straight through raft (so the agent's own
+    /// timers do not track the node).
+    async fn seed(node: &RaftNode, id: &str) {
+        let mut n = Node {
+            id: id.into(),
+            name: id.into(),
+            datacenter: "dc1".into(),
+            status: NodeStatus::Ready,
+            ..Node::default()
+        };
+        n.canonicalize();
+        node.write(Command::NodeRegister(NodeRegister {
+            node: n,
+            evals: vec![],
+        }))
+        .await
+        .unwrap();
+        let mut job = Job {
+            id: format!("sys-{id}").into(),
+            job_type: JobType::System,
+            datacenters: vec!["dc1".into()],
+            task_groups: vec![TaskGroup {
+                name: "g".into(),
+                count: 1,
+                tasks: vec![Task {
+                    name: "t".into(),
+                    driver: "mock".into(),
+                    ..Task::default()
+                }],
+                ..TaskGroup::default()
+            }],
+            ..Job::default()
+        };
+        job.canonicalize();
+        node.write(Command::JobRegister(JobRegister {
+            job,
+            eval: None,
+            enforce_index: None,
+        }))
+        .await
+        .unwrap();
+    }
+
+    fn status(node: &RaftNode, id: &str) -> NodeStatus {
+        node.state().snapshot().node_by_id(id).unwrap().status
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn an_expired_node_is_marked_down_with_evals_and_a_revoked_table_never_fires() {
+        let (agent, _dir) = server().await;
+        let node = agent.server().unwrap().node().clone();
+        seed(&node, "n-expire").await;
+        seed(&node, "n-revoked").await;
+        let clock = crate::util::system_clock();
+
+        // Revoked right after establishing: the failover timers must not fire.
+        let revoked = Heartbeats::new(node.clone(), config(300), clock.clone());
+        revoked.establish().await.unwrap();
+        assert_eq!(revoked.tracked(), 2);
+        revoked.revoke().await;
+        assert_eq!(
+            revoked.reset(&"n-revoked".into()),
+            Err(HeartbeatError::NotLeader)
+        );
+
+        // Established and left alone: n-expire times out; n-revoked keeps heartbeating.
+        let live = Heartbeats::new(node.clone(), config(300), clock);
+        live.establish().await.unwrap();
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        while status(&node, "n-expire") != NodeStatus::Down {
+            assert!(std::time::Instant::now() < deadline, "never marked down");
+            live.reset(&"n-revoked".into()).unwrap();
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        assert_eq!(status(&node, "n-revoked"), NodeStatus::Ready);
+        let snap = node.state().snapshot();
+        let evals: Vec<_> = snap
+            .evals()
+            .filter(|e| e.node_id == "n-expire")
+            .map(|e| e.job_id.to_string())
+            .collect();
+        assert!(evals.contains(&"sys-n-expire".to_string()), "{evals:?}");
+        live.revoke().await;
+        agent.shutdown().await;
+    }
+}

@@ -56,7 +56,7 @@ use crate::util::SharedClock;
 
 /// The scheduler version workers announce on `Eval.Dequeue`; the leader refuses a mismatch
 /// (its error names "scheduler version", and the worker then backs off longer).
-pub const SCHEDULER_VERSION: u32 = 1;
+pub use crate::server::endpoints::eval::SCHEDULER_VERSION;
 
 /// Errors of the workers and their pool.
 #[derive(Debug, thiserror::Error)]
@@ -498,11 +498,11 @@ impl Worker {
                 return;
             }
             s.pause = true;
-            if matches!(
-                s.status,
-                WorkerStatus::Starting | WorkerStatus::Started | WorkerStatus::Resuming
-            ) {
-                s.status = WorkerStatus::Pausing;
+            match s.status {
+                WorkerStatus::Starting | WorkerStatus::Started => s.status = WorkerStatus::Pausing,
+                // Still parked: it stays parked.
+                WorkerStatus::Resuming => s.status = WorkerStatus::Paused,
+                _ => {}
             }
         });
     }
@@ -760,6 +760,10 @@ impl Runner {
         self.set_workload(WorkloadStatus::WaitingForRaft);
         let started = Instant::now();
         let limit = self.ctx.raft_sync_limit;
+        if self.ctx.state.latest_index() < wait_index {
+            // This server is behind the eval: the wait below is what keeps it off stale state.
+            metrics::counter!("teamster_worker_index_waits_total").increment(1);
+        }
         let snapshot = match self.snapshot_min_index(wait_index, limit).await {
             Ok(s) => s,
             Err(WorkerError::State(StateError::MinIndexTimeout { latest, .. })) => {
@@ -767,6 +771,7 @@ impl Runner {
                     wait_index,
                     latest, "timeout waiting for Raft index required by eval; nacking it"
                 );
+                metrics::counter!("teamster_worker_raft_sync_timeouts_total").increment(1);
                 self.nack(eval.id.clone(), token).await;
                 let longer = limit.saturating_mul(self.ctx.config.catch_up_factor);
                 match self.snapshot_min_index(wait_index, longer).await {

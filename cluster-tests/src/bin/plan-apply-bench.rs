@@ -3,7 +3,7 @@
 //! plans of 1 000 placements over 5 000 nodes.
 //!
 //! Starts one server in this process (a single-voter raft: the commit is the local fsync),
-//! registers the nodes and one job, then submits plans from S concurrent submitters straight
+//! registers the nodes and one job per plan (count 1 000, the C1M shape), then submits plans from S concurrent submitters straight
 //! into the plan queue (the eval broker's token check is the `Plan.Submit` endpoint's, not the
 //! applier's) and waits for every result. Prints allocations committed per second per
 //! submitter count, and checks the state holds every allocation.
@@ -86,21 +86,27 @@ async fn main() -> anyhow::Result<()> {
             r?;
         }
     }
-    let job = mock_job("bench", PLAN_ALLOCS as u32);
-    node.write(Command::JobRegister(JobRegister {
-        job: job.clone(),
-        eval: None,
-        enforce_index: None,
-    }))
-    .await?;
-    let job = node
-        .state()
-        .snapshot()
-        .job_by_id(job.namespace.as_str(), job.id.as_str())
-        .context("the job")?
-        .clone();
+    // One job per plan (count 1 000 each), as in the C1M shape: 1 000 allocations per job.
+    let total_plans = args.plans * args.submitters.len() as u64;
+    let mut jobs = Vec::new();
+    for p in 0..total_plans {
+        let job = mock_job(&format!("bench-{p}"), PLAN_ALLOCS as u32);
+        node.write(Command::JobRegister(JobRegister {
+            job: job.clone(),
+            eval: None,
+            enforce_index: None,
+        }))
+        .await?;
+        let job = node
+            .state()
+            .snapshot()
+            .job_by_id(job.namespace.as_str(), job.id.as_str())
+            .context("the job")?
+            .clone();
+        jobs.push(job);
+    }
     eprintln!(
-        "setup: {NODES} nodes and the job in {:.1} s",
+        "setup: {NODES} nodes and {total_plans} jobs in {:.1} s",
         started.elapsed().as_secs_f64()
     );
 
@@ -108,6 +114,7 @@ async fn main() -> anyhow::Result<()> {
     let mut next_alloc = 0u64;
     for &submitters in &args.submitters {
         let make_plan = |first: u64| {
+            let job = jobs[(first / PLAN_ALLOCS) as usize].clone();
             let mut plan = Plan {
                 priority: 50,
                 job: Some(job.clone()),
@@ -118,7 +125,7 @@ async fn main() -> anyhow::Result<()> {
                 let alloc = Allocation {
                     id: AllocId::new(fixture_uuid(7, k)),
                     namespace: job.namespace.clone(),
-                    name: format!("bench.web[{}]", k % PLAN_ALLOCS),
+                    name: format!("{}.web[{}]", job.id, k % PLAN_ALLOCS),
                     node_id: node_id.clone(),
                     job_id: job.id.clone(),
                     job_version: job.version,

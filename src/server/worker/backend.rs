@@ -3,7 +3,6 @@
 //! locally and a follower forwards it. Raft writes (the `_core` scheduler's deletions) go
 //! through [`RaftNode::write`], which forwards to the leader too.
 
-use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -36,10 +35,8 @@ impl ServerRpcBackend {
 
     async fn call(&self, req: RpcRequest) -> Result<RpcResponse, RpcError> {
         let ctx = RequestContext {
-            from: self.node.id(),
-            peer_addr: SocketAddr::new(IpAddr::V4(Ipv4Addr::LOCALHOST), 0),
             request_id: self.requests.fetch_add(1, Ordering::Relaxed),
-            connection: 0,
+            ..RequestContext::local(self.node.id())
         };
         self.handler.handle(ctx, req).await
     }

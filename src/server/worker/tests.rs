@@ -729,3 +729,22 @@ mod core_gc {
         assert!(plan.evals.is_empty(), "{plan:?}");
     }
 }
+
+#[tokio::test(start_paused = true)]
+async fn pause_resume_pause_while_parked_stays_parked() {
+    let s = setup();
+    let w = Worker::start(s.ctx.clone(), all(), 12);
+    w.pause();
+    w.wait_status(|st, _| st == WorkerStatus::Paused).await;
+    w.resume();
+    assert_eq!(w.status(), WorkerStatus::Resuming);
+    w.pause();
+    assert_eq!(w.status(), WorkerStatus::Paused);
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert_eq!(w.status(), WorkerStatus::Paused);
+    assert_eq!(w.workload_status(), WorkloadStatus::Paused);
+    w.resume();
+    w.wait_status(|st, _| st == WorkerStatus::Started).await;
+    s.ctx.shutdown.cancel();
+    w.join().await;
+}

@@ -405,6 +405,13 @@ impl Resources {
     }
 }
 
+/// Task drivers a job may name: teamster's clients run `raw_exec` and `mock`; the others are
+/// Nomad's built-in drivers, accepted so Nomad job files validate (no teamster node
+/// fingerprints them, so their tasks stay unplaced until one does).
+pub const KNOWN_DRIVERS: &[&str] = &[
+    "raw_exec", "mock", "exec", "docker", "java", "qemu", "podman",
+];
+
 /// One process run by a driver, as part of a [`TaskGroup`].
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
 #[serde(rename_all = "PascalCase", default)]
@@ -759,6 +766,12 @@ impl Job {
                 }
                 if task.driver.is_empty() {
                     errors.push(format!("{at}: missing driver"));
+                } else if !KNOWN_DRIVERS.contains(&task.driver.as_str()) {
+                    errors.push(format!(
+                        "{at}: unknown driver {:?} (known: {})",
+                        task.driver,
+                        KNOWN_DRIVERS.join(", ")
+                    ));
                 }
                 if task.resources.cpu < 1 {
                     errors.push(format!("{at}: minimum CPU value is 1"));

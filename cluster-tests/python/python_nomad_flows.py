@@ -1,0 +1,122 @@
+"""Drive a live teamster cluster with the unmodified python-nomad 2.1.0 client.
+
+Usage: python python_nomad_flows.py HOST PORT JOB_ID
+
+Runs every flow of the compatibility issue against the agent at HOST:PORT and exits non-zero
+(with the failed assertion) when teamster answers differently from Nomad.
+"""
+
+import sys
+import time
+
+import nomad
+from nomad.api import exceptions
+
+
+def wait_until(what, check, timeout=30.0):
+    deadline = time.monotonic() + timeout
+    while True:
+        value = check()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError("timed out waiting for " + what)
+        time.sleep(0.2)
+
+
+def main():
+    host, port, job_id = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+    n = nomad.Nomad(host=host, port=port, timeout=10)
+
+    job = {
+        "Job": {
+            "ID": job_id,
+            "Name": job_id,
+            "Type": "service",
+            "Datacenters": ["dc1"],
+            "TaskGroups": [
+                {
+                    "Name": "g",
+                    "Count": 2,
+                    "Tasks": [
+                        {
+                            "Name": "t",
+                            "Driver": "mock",
+                            "Config": {"run_for": "10m"},
+                            "Resources": {"CPU": 10, "MemoryMB": 10},
+                        }
+                    ],
+                }
+            ],
+        }
+    }
+
+    # Register, read, list.
+    resp = n.jobs.register_job(job)
+    assert resp["EvalID"], resp
+    assert resp["Index"] > 0, resp
+    got = n.job.get_job(job_id)
+    assert got["ID"] == job_id and got["TaskGroups"][0]["Count"] == 2, got
+    assert job_id in n.jobs, "jobs.__contains__"
+    assert any(j["ID"] == job_id for j in n.jobs.get_jobs()), "get_jobs"
+    assert n.jobs.get_jobs(prefix=job_id[:3]), "get_jobs(prefix)"
+    try:
+        n.job.get_job("no-such-job")
+        raise AssertionError("a missing job must raise URLNotFoundNomadException")
+    except exceptions.URLNotFoundNomadException:
+        pass
+
+    # Its evaluations and allocations, then one of each.
+    evals = wait_until(
+        "the job's evaluation to complete",
+        lambda: [e for e in n.job.get_evaluations(job_id) if e["Status"] == "complete"],
+    )
+    assert evals[0]["JobID"] == job_id, evals
+    allocs = wait_until(
+        "two allocations", lambda: (lambda a: a if len(a) == 2 else None)(n.job.get_allocations(job_id))
+    )
+    alloc = n.allocation.get_allocation(allocs[0]["ID"])
+    assert alloc["ID"] == allocs[0]["ID"] and alloc["JobID"] == job_id, alloc
+    assert any(a["ID"] == alloc["ID"] for a in n.allocations.get_allocations()), "get_allocations"
+    ev = n.evaluation.get_evaluation(evals[0]["ID"])
+    assert ev["ID"] == evals[0]["ID"], ev
+    assert any(e["ID"] == ev["ID"] for e in n.evaluations.get_evaluations()), "get_evaluations"
+    summary = n.job.get_summary(job_id)
+    assert "g" in summary["Summary"], summary
+    versions = n.job.get_versions(job_id)
+    assert versions["Versions"][0]["ID"] == job_id, versions
+
+    # Nodes.
+    nodes = n.nodes.get_nodes()
+    assert nodes, "get_nodes"
+    node = n.node.get_node(nodes[0]["ID"])
+    assert node["ID"] == nodes[0]["ID"] and node["Status"] == "ready", node
+    assert any(a["NodeID"] == node["ID"] for a in allocs), "allocs on the node"
+
+    # Leader, peers, raft configuration, regions, agent.
+    leader = n.status.leader.get_leader()
+    peers = n.status.peers.get_peers()
+    assert len(peers) == 3 and leader in peers, (leader, peers)
+    conf = n.operator.get_configuration()
+    assert len(conf["Servers"]) == 3, conf
+    assert sum(1 for s in conf["Servers"] if s["Leader"]) == 1, conf
+    assert {s["Address"] for s in conf["Servers"]} == set(peers), conf
+    assert n.regions.get_regions() == ["global"]
+    assert n.agent.get_agent()["config"], "agent self"
+    assert len(n.agent.get_members()["Members"]) == 3, "agent members"
+
+    # Deregister (the job stays, stopped), then purge.
+    resp = n.job.deregister_job(job_id)
+    assert resp["EvalID"], resp
+    assert n.job.get_job(job_id)["Stop"] is True
+    n.job.deregister_job(job_id, purge=True)
+    try:
+        n.job.get_job(job_id)
+        raise AssertionError("a purged job must be gone")
+    except exceptions.URLNotFoundNomadException:
+        pass
+    print("python-nomad flows passed against %s:%d" % (host, port))
+
+
+if __name__ == "__main__":
+    main()

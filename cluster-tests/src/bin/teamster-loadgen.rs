@@ -1,0 +1,205 @@
+//! `teamster-loadgen`: simulated nodes and a burst of jobs against a teamster cluster, measured.
+//!
+//! By default it starts a 3-server cluster of real processes on loopback (the `teamster`
+//! binary next to this one, or `TEAMSTER_BIN`); `--http`/`--rpc` attach to a running cluster
+//! instead. It prints a summary and writes the whole report as JSON (`--out`).
+//!
+//! ```text
+//! cargo build --release -p teamster -p teamster-cluster-tests
+//! target/release/teamster-loadgen --nodes 5000 --jobs 100 --count 1000 --out c1m.json
+//! ```
+
+use std::time::Duration;
+
+use anyhow::Context;
+use clap::{Parser, ValueEnum};
+use teamster_cluster_tests::loadgen::{self, LoadConfig, Shape};
+use teamster_cluster_tests::process::{ClusterOptions, ProcessCluster};
+
+#[derive(Debug, Clone, Copy, ValueEnum)]
+enum ShapeArg {
+    Service,
+    Batch,
+    System,
+}
+
+/// Load generator for teamster clusters.
+#[derive(Debug, Parser)]
+#[command(name = "teamster-loadgen")]
+struct Args {
+    /// Simulated client nodes.
+    #[arg(long, default_value_t = 5_000)]
+    nodes: usize,
+    /// Jobs to register.
+    #[arg(long, default_value_t = 100)]
+    jobs: usize,
+    /// Allocations per job (service and batch).
+    #[arg(long, default_value_t = 1_000)]
+    count: u32,
+    /// Job type.
+    #[arg(long, value_enum, default_value = "service")]
+    shape: ShapeArg,
+    /// Concurrent registrations.
+    #[arg(long, default_value_t = 16)]
+    concurrency: usize,
+    /// Attach to these server HTTP addresses instead of starting a cluster.
+    #[arg(long, value_delimiter = ',', requires = "rpc")]
+    http: Vec<String>,
+    /// The attached servers' RPC addresses.
+    #[arg(long, value_delimiter = ',', requires = "http")]
+    rpc: Vec<String>,
+    /// Scheduler workers per server of a started cluster.
+    #[arg(long)]
+    num_schedulers: Option<u32>,
+    /// Give up after this long.
+    #[arg(long, default_value = "30m", value_parser = humantime::parse_duration)]
+    timeout: Duration,
+    /// Only run the placements through the schedulers in-process (no cluster, no raft).
+    #[arg(long)]
+    scheduler_only: bool,
+    /// Write the JSON report here.
+    #[arg(long)]
+    out: Option<std::path::PathBuf>,
+    /// Draw SVG plots into this directory (named after `--name`).
+    #[arg(long)]
+    plots: Option<std::path::PathBuf>,
+    /// A name for the run, used in plot titles and file names.
+    #[arg(long, default_value = "run")]
+    name: String,
+}
+
+fn main() -> anyhow::Result<()> {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    let args = Args::parse();
+    if std::env::var_os("TEAMSTER_BIN").is_none() {
+        let exe = std::env::current_exe()?;
+        if let Some(dir) = exe.parent() {
+            std::env::set_var("TEAMSTER_BIN", dir.join("teamster"));
+        }
+    }
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?;
+    rt.block_on(run(args))
+}
+
+async fn run(args: Args) -> anyhow::Result<()> {
+    if args.scheduler_only {
+        let cfg = load_config(&args, vec!["-".into()], vec!["-".into()]);
+        let r = tokio::task::spawn_blocking(move || loadgen::scheduler_only(&cfg)).await??;
+        println!(
+            "scheduler only: placed {} allocations in {:.2}s: {:.0} placements/s",
+            r.placed, r.seconds, r.placements_per_second
+        );
+        if let Some(path) = &args.out {
+            std::fs::write(path, serde_json::to_vec_pretty(&r)?)?;
+        }
+        return Ok(());
+    }
+    let mut cluster = None;
+    let (http, rpc, pids) = if args.http.is_empty() {
+        let mut server_toml = String::from("max_heartbeats_per_second = 50.0\n");
+        if let Some(n) = args.num_schedulers {
+            server_toml.push_str(&format!("num_schedulers = {n}\n"));
+        }
+        let mut c = ProcessCluster::start(
+            3,
+            ClusterOptions {
+                server_toml,
+                heartbeat: "100ms",
+                election_timeout: "1s",
+                ..ClusterOptions::default()
+            },
+        )?;
+        let leader = c.wait_leader(Duration::from_secs(30)).await?;
+        // The leader first, so the report reads the leader's stats.
+        let mut order: Vec<usize> = (0..3).collect();
+        order.retain(|&i| i != leader);
+        order.insert(0, leader);
+        let http = order.iter().map(|&i| c.servers[i].http_addr()).collect();
+        let rpc = order.iter().map(|&i| c.servers[i].rpc_addr()).collect();
+        let pids = order
+            .iter()
+            .filter_map(|&i| Some((c.servers[i].name.clone(), c.servers[i].pid()?)))
+            .collect::<Vec<_>>();
+        cluster = Some(c);
+        (http, rpc, pids)
+    } else {
+        (args.http.clone(), args.rpc.clone(), Vec::new())
+    };
+    let cfg = load_config(&args, http, rpc);
+    let mut report = loadgen::run(cfg.clone(), &pids).await?;
+    drop(cluster);
+    // The ceiling, measured in the same run on the same machine, now that the cluster is gone.
+    let ceiling = tokio::task::spawn_blocking(move || loadgen::scheduler_only(&cfg)).await??;
+    report.scheduler_only = Some(ceiling);
+    print_report(&report);
+    if let Some(dir) = &args.plots {
+        std::fs::create_dir_all(dir)?;
+        loadgen::plot(&report, dir, &args.name)?;
+    }
+    if let Some(path) = &args.out {
+        std::fs::write(path, serde_json::to_vec_pretty(&report)?)
+            .with_context(|| format!("writing {}", path.display()))?;
+    }
+    Ok(())
+}
+
+fn load_config(args: &Args, http: Vec<String>, rpc: Vec<String>) -> LoadConfig {
+    LoadConfig {
+        http,
+        rpc,
+        nodes: args.nodes,
+        jobs: args.jobs,
+        count: args.count,
+        shape: match args.shape {
+            ShapeArg::Service => Shape::Service,
+            ShapeArg::Batch => Shape::Batch,
+            ShapeArg::System => Shape::System,
+        },
+        concurrency: args.concurrency,
+        timeout: args.timeout,
+        ..LoadConfig::default()
+    }
+}
+
+fn print_report(report: &loadgen::Report) {
+    println!(
+        "placed {} allocations in {:.2}s: {:.0} placements/s; {} evals ({:.1}/s), latency p50 {:.0} ms p95 {:.0} ms p99 {:.0} ms; {} plan node rejections; {:.0} raft entries/s",
+        report.placed,
+        report.placement_seconds,
+        report.placements_per_second,
+        report.evals_completed,
+        report.evals_per_second,
+        report.eval_latency_ms["p50"],
+        report.eval_latency_ms["p95"],
+        report.eval_latency_ms["p99"],
+        report.plan_node_rejections,
+        report.raft_entries_per_second,
+    );
+    println!(
+        "nodes registered in {:.2}s; {} heartbeats",
+        report.node_registration_seconds, report.heartbeats
+    );
+    for s in &report.servers {
+        println!(
+            "  {}{}: {:.1} CPU s, peak RSS {:.0} MB",
+            s.name,
+            if s.leader { " (leader)" } else { "" },
+            s.cpu_seconds,
+            s.peak_rss_mb
+        );
+    }
+    if let Some(c) = &report.scheduler_only {
+        println!(
+            "scheduler only (same placements in-process, no raft): {:.0} placements/s; end to end reached {:.0}% of it",
+            c.placements_per_second,
+            100.0 * report.placements_per_second / c.placements_per_second.max(1e-9)
+        );
+    }
+}

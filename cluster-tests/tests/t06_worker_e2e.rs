@@ -1,0 +1,346 @@
+//! Scheduler workers end to end on real processes, with the leader's broker and plan queue:
+//! evaluations of jobs registered anywhere are processed by workers on every server, and a
+//! follower restarted while 20 000 writes were committed never schedules on stale state.
+
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+use serde_json::{json, Value};
+use teamster::cli::ApiClient;
+use teamster::rpc::{Pool, RpcConfig};
+use teamster_cluster_tests::api::{raft_stat, register};
+use teamster_cluster_tests::process::{ClusterOptions, ProcessCluster};
+use teamster_cluster_tests::wait_for;
+use teamster_storage::fsm::{Command, EvalUpsert};
+use teamster_storage::model::{EvalId, EvalStatus, EvalTrigger, Evaluation, JobId, JobType};
+
+const FORMATION: Duration = Duration::from_secs(30);
+
+/// A service job no node can run (the cluster has no clients): its evaluation completes
+/// with a blocked evaluation for the unplaced allocation.
+fn job(id: &str, generation: u64) -> Value {
+    json!({
+        "ID": id,
+        "Type": "service",
+        "Datacenters": ["dc1"],
+        "Meta": { "generation": generation.to_string() },
+        "TaskGroups": [{
+            "Name": "g",
+            "Count": 1,
+            "Tasks": [{
+                "Name": "t",
+                "Driver": "mock",
+                "Resources": { "CPU": 10, "MemoryMB": 10 }
+            }]
+        }]
+    })
+}
+
+/// Sum of every series of `name` in a server's Prometheus metrics.
+async fn metric(api: &ApiClient, name: &str) -> anyhow::Result<f64> {
+    let text = api
+        .request_text::<()>(reqwest::Method::GET, "/v1/metrics?format=prometheus", None)
+        .await?;
+    Ok(text
+        .lines()
+        .filter(|l| {
+            l.strip_prefix(name)
+                .is_some_and(|rest| rest.starts_with(' ') || rest.starts_with('{'))
+        })
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .fold(0.0, |a, b| a + b))
+}
+
+/// Evaluations by status, from `api`'s local state.
+async fn evals_by_status(api: &ApiClient) -> anyhow::Result<BTreeMap<String, usize>> {
+    let evals: Vec<Value> = api.get("/v1/evaluations?stale=true").await?;
+    let mut m = BTreeMap::new();
+    for e in &evals {
+        *m.entry(e["Status"].as_str().unwrap_or("").to_string())
+            .or_insert(0) += 1;
+    }
+    Ok(m)
+}
+
+#[tokio::test]
+async fn evaluations_registered_anywhere_are_processed_by_workers_on_every_server(
+) -> anyhow::Result<()> {
+    let options = ClusterOptions {
+        server_toml: "num_schedulers = 2\n".into(),
+        ..ClusterOptions::default()
+    };
+    let mut c = ProcessCluster::start(3, options)?;
+    let leader = c.wait_leader(FORMATION).await?;
+    for i in 0..30 {
+        let api = c.servers[i % 3].api();
+        register(&api, job(&format!("e2e-{i}"), 0)).await?;
+    }
+    let api = c.servers[leader].api();
+    let by_status = wait_for(
+        Duration::from_secs(30),
+        "every evaluation processed",
+        || {
+            let api = api.clone();
+            async move {
+                let m = evals_by_status(&api).await.ok()?;
+                (m.get("complete") == Some(&30) && !m.contains_key("pending")).then_some(m)
+            }
+        },
+    )
+    .await?;
+    // No node can run them: each completed with one blocked evaluation.
+    assert_eq!(by_status.get("blocked"), Some(&30), "{by_status:?}");
+    // The leader runs 1 of its 2 workers, the followers 2 each: followers did most of it.
+    // (An eval is written complete just before it is acked: wait for the acks.)
+    let apis: Vec<ApiClient> = c.servers.iter().map(|s| s.api()).collect();
+    let acks = wait_for(Duration::from_secs(10), "30 acks", || {
+        let apis = apis.clone();
+        async move {
+            let mut acks = Vec::new();
+            for api in &apis {
+                acks.push(metric(api, "teamster_worker_evals_total").await.ok()?);
+            }
+            (acks.iter().sum::<f64>() >= 30.0).then_some(acks)
+        }
+    })
+    .await?;
+    let follower_acks: f64 = (0..3).filter(|&i| i != leader).map(|i| acks[i]).sum();
+    assert!(
+        follower_acks > 0.0,
+        "followers' workers processed nothing: {acks:?}"
+    );
+    Ok(())
+}
+
+/// The raft id of server `i`, from the leader's raft configuration.
+async fn server_id(c: &ProcessCluster, ask: usize, i: usize) -> anyhow::Result<u64> {
+    let conf: Value = c.servers[ask]
+        .api()
+        .get("/v1/operator/raft/configuration")
+        .await?;
+    conf["Servers"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find(|v| v["Address"] == c.servers[i].rpc_addr())
+        .and_then(|v| v["ID"].as_str()?.parse().ok())
+        .ok_or_else(|| anyhow::anyhow!("no raft id for server {i}"))
+}
+
+#[tokio::test]
+async fn a_follower_restarted_behind_20000_writes_never_schedules_on_stale_state(
+) -> anyhow::Result<()> {
+    const WRITES: usize = 20_000;
+    let options = ClusterOptions {
+        server_toml: "num_schedulers = 2\nraft_sync_limit = \"2s\"\n".into(),
+        // The heartbeat interval is also the AppendEntries deadline: a follower catching up
+        // on a busy machine needs more than the default 50 ms per batch.
+        heartbeat: "500ms",
+        election_timeout: "3s",
+        // The restarted follower catches up from a snapshot, then the log.
+        raft_toml: "snapshot_threshold = 2000\ntrailing_logs = 200\n".into(),
+    };
+    let mut c = ProcessCluster::start(3, options)?;
+    let leader = c.wait_leader(FORMATION).await?;
+    let follower = (leader + 1) % 3;
+    let api = c.servers[leader].api();
+    let leader_id = server_id(&c, leader, leader).await?;
+    let leader_rpc = c.servers[leader].rpc_addr();
+    for k in 0..5 {
+        register(&api, job(&format!("before-{k}"), 0)).await?;
+    }
+
+    // The follower is down while 20 000 writes commit (finished evaluations of jobs that do
+    // not exist: they grow the log and the state without making work for the schedulers).
+    c.kill(follower);
+    let pool = Pool::new(9_999_998, RpcConfig::default())?;
+    let load = Instant::now();
+    let start = raft_stat(&api, "last_log_index").await?;
+    {
+        use futures::StreamExt;
+        let results: Vec<anyhow::Result<()>> = futures::stream::iter(0..WRITES)
+            .map(|k| {
+                let pool = &pool;
+                let leader_rpc = &leader_rpc;
+                async move {
+                    let eval = Evaluation {
+                        id: EvalId::new(format!("00000000-0000-4000-8000-{k:012x}")),
+                        namespace: "default".into(),
+                        priority: 50,
+                        eval_type: JobType::Service,
+                        triggered_by: EvalTrigger::JobRegister,
+                        job_id: JobId::new(format!("filler-{k}")),
+                        status: EvalStatus::Complete,
+                        ..Evaluation::default()
+                    };
+                    let cmd = Command::EvalUpsert(EvalUpsert { evals: vec![eval] });
+                    pool.client_write(leader_id, leader_rpc, cmd, Duration::from_secs(30))
+                        .await?;
+                    Ok(())
+                }
+            })
+            .buffer_unordered(64)
+            .collect()
+            .await;
+        for r in results {
+            r?;
+        }
+    }
+    let entries = raft_stat(&api, "last_log_index").await? - start;
+    eprintln!(
+        "{WRITES} writes in {entries} raft entries committed in {:.1} s while the follower was down",
+        load.elapsed().as_secs_f64()
+    );
+
+    // Restart it, leave the other servers without workers, and register jobs at once: only
+    // the restarted follower's workers can take their evals, whose WaitIndex it may not have
+    // reached yet.
+    c.restart(follower)?;
+    let fapi = c.servers[follower].api();
+    for i in (0..3).filter(|&i| i != follower) {
+        let _: Value = c.servers[i]
+            .api()
+            .request(
+                reqwest::Method::PUT,
+                "/v1/agent/schedulers/config",
+                Some(&json!({
+                    "num_schedulers": 0,
+                    "enabled_schedulers": ["service", "batch", "system", "sysbatch", "_core"],
+                })),
+            )
+            .await?;
+    }
+    for k in 0..10 {
+        register(&api, job(&format!("after-{k}"), 1)).await?;
+    }
+    let waited = wait_for(
+        Duration::from_secs(60),
+        "the follower's workers to schedule every new eval",
+        || {
+            let (api, fapi) = (api.clone(), fapi.clone());
+            async move {
+                let n = metric(&fapi, "teamster_worker_evals_scheduled_total")
+                    .await
+                    .ok()?;
+                let pending = evals_by_status(&api).await.ok()?.contains_key("pending");
+                (n >= 1.0 && !pending).then_some(())
+            }
+        },
+    )
+    .await;
+    if let Err(e) = waited {
+        let w: Value = fapi.get("/v1/agent/schedulers").await.unwrap_or_default();
+        let b: Value = api
+            .get("/v1/operator/scheduler/broker")
+            .await
+            .unwrap_or_default();
+        let m = fapi
+            .request_text::<()>(reqwest::Method::GET, "/v1/metrics?format=prometheus", None)
+            .await
+            .unwrap_or_default();
+        let m: Vec<&str> = m
+            .lines()
+            .filter(|l| l.starts_with("teamster_worker"))
+            .collect();
+        eprintln!("follower workers: {w}\nleader broker: {b}\nfollower metrics: {m:#?}");
+        return Err(e);
+    }
+    let target = raft_stat(&api, "applied_index").await?;
+    wait_for(Duration::from_secs(30), "the follower to catch up", || {
+        let fapi = fapi.clone();
+        async move { (raft_stat(&fapi, "applied_index").await.ok()? >= target).then_some(()) }
+    })
+    .await?;
+
+    let scheduled = metric(&fapi, "teamster_worker_evals_scheduled_total").await?;
+    let waits = metric(&fapi, "teamster_worker_index_waits_total").await?;
+    let timeouts = metric(&fapi, "teamster_worker_raft_sync_timeouts_total").await?;
+    let stale = metric(&fapi, "teamster_worker_stale_snapshot_total").await?;
+    eprintln!(
+        "restarted follower: {scheduled} evals scheduled, {waits} dequeued while behind, \
+         {timeouts} raft-sync timeouts, {stale} on a stale snapshot"
+    );
+    assert!(scheduled >= 1.0);
+    assert_eq!(stale, 0.0, "an eval was scheduled below its WaitIndex");
+    Ok(())
+}
+
+#[tokio::test]
+async fn jobs_registered_on_any_server_are_placed_on_a_client_and_run() -> anyhow::Result<()> {
+    use teamster_cluster_tests::client_process::{wait_node_status, ClientProcess};
+    let options = ClusterOptions {
+        server_toml: "num_schedulers = 2\n".into(),
+        ..ClusterOptions::default()
+    };
+    let mut c = ProcessCluster::start(3, options)?;
+    let leader = c.wait_leader(FORMATION).await?;
+    let servers: Vec<String> = c.servers.iter().map(|s| s.rpc_addr()).collect();
+    let ip = {
+        let (block, _) = c.servers[0].ip.rsplit_once('.').expect("an IPv4 address");
+        format!("{block}.101")
+    };
+    let client = ClientProcess::start(c.dir(), "client-1", &ip, &servers, "")?;
+    let node_id = wait_for(Duration::from_secs(10), "the client's node id", || async {
+        client.node_id()
+    })
+    .await?;
+    let api = c.servers[leader].api();
+    wait_node_status(&api, &node_id, "ready", Duration::from_secs(15)).await?;
+
+    // A client-only agent has no workers.
+    let (status, text) = raw_get(&format!("http://{ip}:4646/v1/agent/schedulers")).await?;
+    assert_eq!((status, text.as_str()), (400, "Server only endpoint"));
+
+    // Three jobs of three allocations, registered through each server in turn.
+    for (i, server) in c.servers.iter().enumerate() {
+        let job = json!({
+            "ID": format!("web-{i}"),
+            "Type": "service",
+            "Datacenters": ["dc1"],
+            "TaskGroups": [{
+                "Name": "g",
+                "Count": 3,
+                "Tasks": [{
+                    "Name": "t",
+                    "Driver": "mock",
+                    "Config": { "run_for": "10m" },
+                    "Resources": { "CPU": 10, "MemoryMB": 10 }
+                }]
+            }]
+        });
+        register(&server.api(), job).await?;
+    }
+    for i in 0..3 {
+        let path = format!("/v1/job/web-{i}/allocations");
+        wait_for(
+            Duration::from_secs(30),
+            &format!("web-{i}'s three allocations running"),
+            || {
+                let api = api.clone();
+                let path = path.clone();
+                let node_id = node_id.clone();
+                async move {
+                    let allocs: Vec<Value> = api.get(&path).await.ok()?;
+                    let running = allocs
+                        .iter()
+                        .filter(|a| a["ClientStatus"] == "running" && a["NodeID"] == node_id)
+                        .count();
+                    (allocs.len() == 3 && running == 3).then_some(())
+                }
+            },
+        )
+        .await?;
+    }
+    let evals: Vec<Value> = api.get("/v1/evaluations").await?;
+    assert!(
+        evals.iter().all(|e| e["Status"] == "complete"),
+        "every evaluation complete: {evals:?}"
+    );
+    Ok(())
+}
+
+async fn raw_get(url: &str) -> anyhow::Result<(u16, String)> {
+    let r = reqwest::get(url).await?;
+    let status = r.status().as_u16();
+    Ok((status, r.text().await?.trim().to_string()))
+}

@@ -1,0 +1,321 @@
+//! Jobs end to end through the whole pipeline (broker, workers, plan applier, clients):
+//! `teamster agent --dev` runs a raw_exec batch job to completion and `alloc logs` shows its
+//! output; a SIGKILLed client's service allocation is replaced on another node and, when
+//! the client returns, the old one is stopped rather than duplicated; a failing task is
+//! restarted per its RestartPolicy, then rescheduled per its ReschedulePolicy.
+
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use serde_json::{json, Value};
+use teamster::cli::ApiClient;
+use teamster_cluster_tests::api::register;
+use teamster_cluster_tests::client_process::{wait_node_status, ClientProcess};
+use teamster_cluster_tests::process::{teamster_bin, ClusterOptions, ProcessCluster};
+use teamster_cluster_tests::wait_for;
+
+const FORMATION: Duration = Duration::from_secs(30);
+
+fn client_ip(c: &ProcessCluster, n: u8) -> String {
+    let ip = &c.servers[0].ip;
+    let (block, _) = ip.rsplit_once('.').expect("an IPv4 address");
+    format!("{block}.{}", 100 + n)
+}
+
+fn raw_exec_job(id: &str, job_type: &str, script: &str, group_extra: Value) -> Value {
+    let mut group = json!({
+        "Name": "g",
+        "Count": 1,
+        "Tasks": [{
+            "Name": "t",
+            "Driver": "raw_exec",
+            "Config": {"command": "/bin/sh", "args": ["-c", script]},
+            "KillTimeout": 1_000_000_000u64,
+            "Resources": {"CPU": 10, "MemoryMB": 10}
+        }]
+    });
+    if let (Some(g), Some(extra)) = (group.as_object_mut(), group_extra.as_object()) {
+        for (k, v) in extra {
+            g.insert(k.clone(), v.clone());
+        }
+    }
+    json!({"ID": id, "Type": job_type, "Datacenters": ["dc1"], "TaskGroups": [group]})
+}
+
+async fn job_allocs(api: &ApiClient, job: &str) -> Vec<Value> {
+    api.get(&format!("/v1/job/{job}/allocations?stale=true"))
+        .await
+        .unwrap_or_default()
+}
+
+/// The same loopback block trick as the process cluster, for a lone dev agent.
+fn dev_ip() -> String {
+    let pid = std::process::id();
+    format!("127.{}.{}.9", 10 + (pid % 200), 251 - (pid / 200 % 5))
+}
+
+struct Killed(std::process::Child);
+
+impl Drop for Killed {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+#[tokio::test]
+async fn dev_agent_runs_a_raw_exec_batch_job_and_alloc_logs_shows_its_output() -> anyhow::Result<()>
+{
+    teamster_cluster_tests::init_test_tracing();
+    let ip = dev_ip();
+    let log = tempfile::NamedTempFile::new()?;
+    let _agent = Killed(
+        Command::new(teamster_bin())
+            .args(["agent", "--dev", "--bind", &ip])
+            .stdin(Stdio::null())
+            .stdout(log.reopen()?)
+            .stderr(log.reopen()?)
+            .spawn()?,
+    );
+    let addr = format!("http://{ip}:4646");
+    let api = ApiClient::new(&addr);
+    wait_for(Duration::from_secs(30), "the dev node ready", || async {
+        let nodes: Vec<Value> = api.get("/v1/nodes").await.ok()?;
+        nodes.iter().any(|n| n["Status"] == "ready").then_some(())
+    })
+    .await
+    .map_err(|e| {
+        anyhow::anyhow!(
+            "{e}\n{}",
+            std::fs::read_to_string(log.path()).unwrap_or_default()
+        )
+    })?;
+    register(
+        &api,
+        raw_exec_job("hello", "batch", "echo hello; sleep 1", json!({})),
+    )
+    .await?;
+    // pending → running → complete, each seen on the way.
+    let seen = std::sync::Arc::new(std::sync::Mutex::new(Vec::<String>::new()));
+    let alloc = wait_for(Duration::from_secs(30), "the batch alloc complete", || {
+        let api = api.clone();
+        let seen = seen.clone();
+        async move {
+            let a = job_allocs(&api, "hello").await.into_iter().next()?;
+            let status = a["ClientStatus"].as_str()?.to_string();
+            let mut seen = seen.lock().unwrap();
+            if seen.last() != Some(&status) {
+                seen.push(status.clone());
+            }
+            (status == "complete").then_some(a)
+        }
+    })
+    .await?;
+    let seen = seen.lock().unwrap().clone();
+    assert!(seen.contains(&"running".to_string()), "{seen:?}");
+    assert_eq!(seen.last().map(String::as_str), Some("complete"));
+    let id = alloc["ID"].as_str().expect("alloc id").to_string();
+    let out = Command::new(teamster_bin())
+        .args(["alloc", "logs", "--address", &addr, &id[..8], "t"])
+        .output()?;
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "hello\n");
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_killed_client_s_allocation_is_replaced_and_not_duplicated_when_it_returns(
+) -> anyhow::Result<()> {
+    teamster_cluster_tests::init_test_tracing();
+    let options = ClusterOptions {
+        server_toml: "min_heartbeat_ttl = \"1s\"\nheartbeat_grace = \"1s\"\n".into(),
+        ..ClusterOptions::default()
+    };
+    let mut c = ProcessCluster::start(1, options)?;
+    let leader = c.wait_leader(FORMATION).await?;
+    let api = c.servers[leader].api();
+    let rpc = c.servers[leader].rpc_addr();
+    let mut clients = vec![
+        ClientProcess::start(
+            c.dir(),
+            "client-a",
+            &client_ip(&c, 1),
+            std::slice::from_ref(&rpc),
+            "",
+        )?,
+        ClientProcess::start(
+            c.dir(),
+            "client-b",
+            &client_ip(&c, 2),
+            std::slice::from_ref(&rpc),
+            "",
+        )?,
+    ];
+    let mut ids = Vec::new();
+    for cl in &clients {
+        let id = wait_for(Duration::from_secs(10), "node id", || async {
+            cl.node_id()
+        })
+        .await?;
+        wait_node_status(&api, &id, "ready", Duration::from_secs(15)).await?;
+        ids.push(id);
+    }
+    register(
+        &api,
+        raw_exec_job("web", "service", "echo started; exec sleep 60", json!({})),
+    )
+    .await?;
+    let first = wait_for(Duration::from_secs(30), "web running", || async {
+        job_allocs(&api, "web")
+            .await
+            .into_iter()
+            .find(|a| a["ClientStatus"] == "running")
+    })
+    .await?;
+    let victim = ids
+        .iter()
+        .position(|id| first["NodeID"] == id.as_str())
+        .expect("placed on one of the clients");
+    let first_id = first["ID"].as_str().unwrap_or_default().to_string();
+    clients[victim].kill();
+    wait_node_status(&api, &ids[victim], "down", Duration::from_secs(15)).await?;
+    let other = &ids[1 - victim];
+    wait_for(
+        Duration::from_secs(30),
+        "a replacement running elsewhere",
+        || async {
+            job_allocs(&api, "web")
+                .await
+                .into_iter()
+                .find(|a| a["NodeID"] == other.as_str() && a["ClientStatus"] == "running")
+        },
+    )
+    .await?;
+    // Back: ready again; the old allocation is stopped (the task is killed), not run twice.
+    clients[victim].restart()?;
+    wait_node_status(&api, &ids[victim], "ready", Duration::from_secs(15)).await?;
+    let old: Value = api.get(&format!("/v1/allocation/{first_id}")).await?;
+    assert_ne!(old["DesiredStatus"], "run", "{old}");
+    let stdout = clients[victim]
+        .data_dir
+        .join(format!("alloc/{first_id}/t/stdout.log"));
+    let state = clients[victim].data_dir.join("client/state.json");
+    wait_for(Duration::from_secs(15), "the old task stopped", || async {
+        let s: Value = serde_json::from_str(&std::fs::read_to_string(&state).ok()?).ok()?;
+        let t = &s["allocs"][&first_id]["task_states"]["t"];
+        (t["State"] == "dead").then_some(())
+    })
+    .await?;
+    assert_eq!(
+        std::fs::read_to_string(&stdout)?.matches("started").count(),
+        1,
+        "the old task ran twice"
+    );
+    let running = job_allocs(&api, "web")
+        .await
+        .into_iter()
+        .filter(|a| a["DesiredStatus"] == "run" && a["ClientStatus"] == "running")
+        .count();
+    assert_eq!(running, 1, "exactly one copy runs");
+
+    // Draining the node that now runs it migrates the allocation back to the other one.
+    let out = Command::new(teamster_bin())
+        .args([
+            "node",
+            "drain",
+            "--enable",
+            "--address",
+            &c.servers[leader].http_addr(),
+            other,
+        ])
+        .output()?;
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let n: Value = api.get(&format!("/v1/node/{other}")).await?;
+    assert_eq!(n["SchedulingEligibility"], "ineligible");
+    assert_eq!(n["Drain"], true);
+    let back = &ids[victim];
+    wait_for(
+        Duration::from_secs(30),
+        "the allocation migrated off the drained node",
+        || async {
+            let all = job_allocs(&api, "web").await;
+            let on_back = all.iter().any(|a| {
+                a["NodeID"] == back.as_str()
+                    && a["DesiredStatus"] == "run"
+                    && a["ClientStatus"] == "running"
+            });
+            let left = all
+                .iter()
+                .any(|a| a["NodeID"] == other.as_str() && a["DesiredStatus"] == "run");
+            (on_back && !left).then_some(())
+        },
+    )
+    .await?;
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_failing_task_is_restarted_then_rescheduled() -> anyhow::Result<()> {
+    teamster_cluster_tests::init_test_tracing();
+    let mut c = ProcessCluster::start(1, ClusterOptions::default())?;
+    let leader = c.wait_leader(FORMATION).await?;
+    let api = c.servers[leader].api();
+    let rpc = c.servers[leader].rpc_addr();
+    let client = ClientProcess::start(
+        c.dir(),
+        "client-f",
+        &client_ip(&c, 3),
+        std::slice::from_ref(&rpc),
+        "",
+    )?;
+    let id = wait_for(Duration::from_secs(10), "node id", || async {
+        client.node_id()
+    })
+    .await?;
+    wait_node_status(&api, &id, "ready", Duration::from_secs(15)).await?;
+    register(
+        &api,
+        raw_exec_job(
+            "flaky",
+            "batch",
+            "echo try; exit 3",
+            json!({
+                "RestartPolicy": {"Attempts": 1, "Interval": 60_000_000_000u64, "Delay": 200_000_000u64, "Mode": "fail"},
+                "ReschedulePolicy": {"Attempts": 1, "Interval": 3_600_000_000_000u64, "Delay": 1_000_000_000u64, "DelayFunction": "constant", "Unlimited": false}
+            }),
+        ),
+    )
+    .await?;
+    let allocs = wait_for(
+        Duration::from_secs(40),
+        "two failed allocations",
+        || async {
+            let all = job_allocs(&api, "flaky").await;
+            (all.iter().filter(|a| a["ClientStatus"] == "failed").count() >= 2).then_some(all)
+        },
+    )
+    .await?;
+    for a in &allocs {
+        let full: Value = api
+            .get(&format!(
+                "/v1/allocation/{}",
+                a["ID"].as_str().unwrap_or_default()
+            ))
+            .await?;
+        assert_eq!(
+            full["TaskStates"]["t"]["Restarts"], 1,
+            "restarted once first: {full}"
+        );
+    }
+    // One reschedule only: the replacement names the first as its previous allocation.
+    assert_eq!(allocs.len(), 2, "{allocs:?}");
+    Ok(())
+}

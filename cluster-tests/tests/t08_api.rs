@@ -1,0 +1,372 @@
+//! The Nomad-compatible HTTP API and the CLI against a live 3-server cluster of real
+//! processes: bad input is refused with a message and changes nothing, blocking queries
+//! return on a change or after `wait`, and the `job`, `server`, `status` and `operator raft`
+//! commands work (and fail) as a script expects.
+
+use std::path::PathBuf;
+use std::process::Output;
+use std::time::{Duration, Instant};
+
+use reqwest::StatusCode;
+use serde_json::{json, Value};
+use teamster_cluster_tests::api::{register, small_job};
+use teamster_cluster_tests::process::{teamster_bin, ClusterOptions, ProcessCluster};
+use teamster_cluster_tests::wait_for;
+
+const FORMATION: Duration = Duration::from_secs(30);
+
+fn jobs_dir() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../deploy/jobs")
+}
+
+/// Run the CLI against `address` off the async runtime.
+async fn cli(address: &str, args: &[&str]) -> anyhow::Result<Output> {
+    let mut cmd = std::process::Command::new(teamster_bin());
+    cmd.args(args).env("TEAMSTER_ADDR", address);
+    Ok(tokio::task::spawn_blocking(move || cmd.output()).await??)
+}
+
+fn stdout(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+/// POST a raw body; the status and the plain-text (or JSON) answer.
+async fn post_raw(base: &str, path: &str, body: Vec<u8>) -> anyhow::Result<(StatusCode, String)> {
+    let resp = reqwest::Client::new()
+        .post(format!("{base}{path}"))
+        .header("Content-Type", "application/json")
+        .body(body)
+        .send()
+        .await?;
+    let status = resp.status();
+    Ok((status, resp.text().await?))
+}
+
+/// The jobs a server holds (`?stale`) and the jobs table index.
+async fn jobs_and_index(base: &str) -> anyhow::Result<(Vec<String>, u64)> {
+    let resp = reqwest::get(format!("{base}/v1/jobs")).await?;
+    let index = resp
+        .headers()
+        .get("X-Nomad-Index")
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0);
+    let jobs: Vec<Value> = resp.json().await?;
+    let mut ids: Vec<String> = jobs
+        .iter()
+        .map(|j| j["ID"].as_str().unwrap_or_default().to_string())
+        .collect();
+    ids.sort();
+    Ok((ids, index))
+}
+
+/// Wait until the schedulers are done with every evaluation (none pending), so the state
+/// only changes when a test changes it.
+async fn settled(base: &str) -> anyhow::Result<()> {
+    let api = teamster::cli::ApiClient::new(base);
+    wait_for(
+        Duration::from_secs(30),
+        "every evaluation processed",
+        || {
+            let api = api.clone();
+            async move {
+                let evals: Vec<Value> = api.get("/v1/evaluations").await.ok()?;
+                let busy = evals.iter().any(|e| e["Status"] == "pending");
+                (!evals.is_empty() && !busy).then_some(())
+            }
+        },
+    )
+    .await
+}
+
+#[tokio::test]
+async fn bad_input_is_refused_with_a_message_and_changes_nothing() -> anyhow::Result<()> {
+    let mut c = ProcessCluster::start(3, ClusterOptions::default())?;
+    let leader = c.wait_leader(FORMATION).await?;
+    let follower = (leader + 1) % 3;
+    let base = c.servers[follower].http_addr();
+    register(&c.servers[leader].api(), small_job("keep")).await?;
+    settled(&base).await?;
+    let before = jobs_and_index(&base).await?;
+    assert_eq!(before.0, vec!["keep".to_string()]);
+
+    // Malformed JSON.
+    let (s, msg) = post_raw(&base, "/v1/jobs", b"{\"Job\": {".to_vec()).await?;
+    assert_eq!(s, StatusCode::BAD_REQUEST, "{msg}");
+    assert!(msg.contains("Failed to parse"), "{msg}");
+    // Empty body.
+    let (s, msg) = post_raw(&base, "/v1/jobs", Vec::new()).await?;
+    assert_eq!(s, StatusCode::BAD_REQUEST, "{msg}");
+    assert!(msg.contains("Request body is empty"), "{msg}");
+    // A wrong type names the field.
+    let mut job = small_job("typed");
+    job["TaskGroups"][0]["Count"] = json!("three");
+    let (s, msg) = post_raw(
+        &base,
+        "/v1/jobs",
+        serde_json::to_vec(&json!({ "Job": job }))?,
+    )
+    .await?;
+    assert_eq!(s, StatusCode::BAD_REQUEST, "{msg}");
+    assert!(
+        msg.contains("Count") || msg.contains("invalid type"),
+        "{msg}"
+    );
+    // A negative count is a type error that names the value.
+    let mut job = small_job("negative");
+    job["TaskGroups"][0]["Count"] = json!(-1);
+    let (s, msg) = post_raw(
+        &base,
+        "/v1/jobs",
+        serde_json::to_vec(&json!({ "Job": job }))?,
+    )
+    .await?;
+    assert_eq!(s, StatusCode::BAD_REQUEST, "{msg}");
+    assert!(msg.contains("-1"), "{msg}");
+    // No job.
+    let (s, msg) = post_raw(&base, "/v1/jobs", b"{}".to_vec()).await?;
+    assert_eq!(s, StatusCode::BAD_REQUEST);
+    assert!(msg.contains("Job must be specified"), "{msg}");
+    // A 10 MiB body.
+    let mut big = b"{\"Job\": {\"ID\": \"big\", \"Meta\": {\"x\": \"".to_vec();
+    big.extend(std::iter::repeat_n(b'a', 10 << 20));
+    big.extend(b"\"}}}");
+    let (s, _) = post_raw(&base, "/v1/jobs", big).await?;
+    assert_eq!(s, StatusCode::PAYLOAD_TOO_LARGE);
+    // An invalid job: every problem listed.
+    let invalid = json!({ "Job": {
+        "ID": "bad job",
+        "Type": "service",
+        "Priority": 500,
+        "Datacenters": ["dc1"],
+        "TaskGroups": [
+            { "Name": "g", "Count": 1, "Tasks": [
+                { "Name": "t", "Driver": "warp", "Resources": { "CPU": 0, "MemoryMB": 10 } } ] },
+            { "Name": "g", "Count": 1, "Tasks": [
+                { "Name": "t", "Driver": "mock", "Resources": { "CPU": 10, "MemoryMB": 10 } } ] }
+        ]
+    }});
+    let (s, msg) = post_raw(&base, "/v1/jobs", serde_json::to_vec(&invalid)?).await?;
+    assert_eq!(s, StatusCode::BAD_REQUEST, "{msg}");
+    assert!(msg.contains("error(s) occurred"), "{msg}");
+    // Validation lists them without writing anything.
+    let (s, body) = post_raw(&base, "/v1/validate/job", serde_json::to_vec(&invalid)?).await?;
+    assert_eq!(s, StatusCode::OK, "{body}");
+    let v: Value = serde_json::from_str(&body)?;
+    let errors = v["ValidationErrors"].as_array().expect("ValidationErrors");
+    assert!(errors.len() >= 3, "{v}");
+    let all = errors.iter().map(|e| e.to_string()).collect::<String>();
+    assert!(all.contains("warp"), "{all}");
+    assert!(all.contains("redefines a task group"), "{all}");
+    // A valid job validates clean.
+    let (s, body) = post_raw(
+        &base,
+        "/v1/validate/job",
+        serde_json::to_vec(&json!({ "Job": small_job("fine") }))?,
+    )
+    .await?;
+    assert_eq!(s, StatusCode::OK);
+    assert_eq!(
+        serde_json::from_str::<Value>(&body)?["ValidationErrors"],
+        json!([])
+    );
+    // Bad query parameters and unknown routes.
+    let resp = reqwest::get(format!("{base}/v1/jobs?stale=maybe")).await?;
+    assert_eq!(resp.status(), StatusCode::BAD_REQUEST);
+    let resp = reqwest::get(format!("{base}/v1/job/nope")).await?;
+    assert_eq!(resp.status(), StatusCode::NOT_FOUND);
+    assert_eq!(resp.text().await?, "job not found");
+    let resp = reqwest::Client::new()
+        .patch(format!("{base}/v1/jobs"))
+        .send()
+        .await?;
+    assert_eq!(resp.status(), StatusCode::METHOD_NOT_ALLOWED);
+
+    // Nothing changed, on any server.
+    for i in 0..3 {
+        let after = jobs_and_index(&c.servers[i].http_addr()).await?;
+        assert_eq!(after, before, "server {i}");
+    }
+    Ok(())
+}
+
+#[tokio::test]
+async fn blocking_queries_return_on_a_change_and_after_the_wait() -> anyhow::Result<()> {
+    let mut c = ProcessCluster::start(3, ClusterOptions::default())?;
+    let leader = c.wait_leader(FORMATION).await?;
+    let base = c.servers[(leader + 1) % 3].http_addr();
+    register(&c.servers[leader].api(), small_job("first")).await?;
+    settled(&base).await?;
+    let (_, index) = jobs_and_index(&base).await?;
+
+    // No change: the answer comes after `wait` with the same index.
+    let started = Instant::now();
+    let resp = reqwest::get(format!("{base}/v1/jobs?index={index}&wait=1s")).await?;
+    let waited = started.elapsed();
+    assert_eq!(resp.status(), StatusCode::OK);
+    assert_eq!(resp.headers()["X-Nomad-Index"].to_str()?, index.to_string());
+    assert!(
+        waited >= Duration::from_secs(1),
+        "returned after {waited:?}"
+    );
+
+    // A change: the query returns long before its 60 s wait, with the new index.
+    let url = format!("{base}/v1/jobs?index={index}&wait=60s");
+    let query = tokio::spawn(async move {
+        let started = Instant::now();
+        let resp = reqwest::get(url).await?;
+        let index: u64 = resp.headers()["X-Nomad-Index"].to_str()?.parse()?;
+        let jobs: Vec<Value> = resp.json().await?;
+        anyhow::Ok((started.elapsed(), index, jobs.len()))
+    });
+    // Register once the query is parked (a registration before it would also satisfy it).
+    register(&c.servers[leader].api(), small_job("second")).await?;
+    let (took, new_index, n) = query.await??;
+    assert!(new_index > index);
+    assert_eq!(n, 2);
+    assert!(took < Duration::from_secs(30), "took {took:?}");
+
+    // Bad blocking parameters are 400s.
+    let resp = reqwest::get(format!("{base}/v1/jobs?index=abc")).await?;
+    assert_eq!(resp.status(), StatusCode::BAD_REQUEST);
+    let resp = reqwest::get(format!("{base}/v1/jobs?index=1&wait=forever")).await?;
+    assert_eq!(resp.status(), StatusCode::BAD_REQUEST);
+    Ok(())
+}
+
+#[tokio::test]
+async fn the_cli_drives_jobs_and_reads_the_cluster() -> anyhow::Result<()> {
+    let mut c = ProcessCluster::start(3, ClusterOptions::default())?;
+    let leader = c.wait_leader(FORMATION).await?;
+    let follower = c.servers[(leader + 1) % 3].http_addr();
+    let jobs = jobs_dir();
+    let sleep_file = jobs.join("sleep-mock.json");
+    let sleep_file = sleep_file.to_str().unwrap();
+
+    // Validate: a good file passes, a broken one names its problems and exits 1.
+    let out = cli(&follower, &["job", "validate", sleep_file]).await?;
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(stdout(&out).contains("Job validation successful"));
+    let dir = tempfile::tempdir()?;
+    let bad = dir.path().join("bad.json");
+    std::fs::write(
+        &bad,
+        r#"{"Job": {"ID": "x", "Type": "batch", "Datacenters": ["dc1"], "TaskGroups": [
+            {"Name": "g", "Count": 1, "Tasks": [{"Name": "t", "Driver": "warp"}]}]}}"#,
+    )?;
+    let out = cli(&follower, &["job", "validate", bad.to_str().unwrap()]).await?;
+    assert_eq!(out.status.code(), Some(1));
+    assert!(stderr(&out).contains("warp"), "{}", stderr(&out));
+    let out = cli(&follower, &["job", "run", "/nonexistent.json"]).await?;
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        stderr(&out).contains("/nonexistent.json"),
+        "{}",
+        stderr(&out)
+    );
+
+    // Run (detached, through a follower), list, inspect.
+    let out = cli(&follower, &["job", "run", "--detach", sleep_file]).await?;
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(stdout(&out).contains("Evaluation ID:"), "{}", stdout(&out));
+    let out = cli(&follower, &["job", "status"]).await?;
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(stdout(&out).contains("sleep-mock"), "{}", stdout(&out));
+    let out = cli(&follower, &["job", "status", "--json"]).await?;
+    let listed: Value = serde_json::from_slice(&out.stdout)?;
+    assert_eq!(listed[0]["ID"], "sleep-mock");
+    let out = cli(&follower, &["job", "inspect", "sleep-mock"]).await?;
+    assert!(out.status.success(), "{}", stderr(&out));
+    let inspected: Value = serde_json::from_slice(&out.stdout)?;
+    assert_eq!(inspected["Job"]["TaskGroups"][0]["Count"], 10);
+    let out = cli(&follower, &["job", "inspect", "missing"]).await?;
+    assert_eq!(out.status.code(), Some(1));
+    assert!(stderr(&out).contains("No job with ID"), "{}", stderr(&out));
+
+    // Following the evaluation: with no client nodes nothing can be placed, so `job run`
+    // reports the failed group and exits 2, like `nomad job run`.
+    let out = cli(&follower, &["job", "run", "--timeout", "60s", sleep_file]).await?;
+    assert_eq!(
+        out.status.code(),
+        Some(2),
+        "{}{}",
+        stdout(&out),
+        stderr(&out)
+    );
+    assert!(
+        stdout(&out).contains("failed to place all allocations"),
+        "{}",
+        stdout(&out)
+    );
+    let out = cli(&follower, &["job", "status", "sleep-mock"]).await?;
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(
+        stdout(&out).contains("No allocations placed"),
+        "{}",
+        stdout(&out)
+    );
+    let out = cli(&follower, &["eval", "list"]).await?;
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(stdout(&out).contains("sleep-mock"), "{}", stdout(&out));
+
+    // Stop keeps the job (Stop = true); purge removes it.
+    let out = cli(&follower, &["job", "stop", "--detach", "sleep-mock"]).await?;
+    assert!(out.status.success(), "{}", stderr(&out));
+    let job: Value = c.servers[leader].api().get("/v1/job/sleep-mock").await?;
+    assert_eq!(job["Stop"], true);
+    let out = cli(
+        &follower,
+        &["job", "stop", "--detach", "--purge", "sleep-mock"],
+    )
+    .await?;
+    assert!(out.status.success(), "{}", stderr(&out));
+    let out = cli(&follower, &["job", "inspect", "sleep-mock"]).await?;
+    assert_eq!(out.status.code(), Some(1));
+    let out = cli(&follower, &["job", "stop", "sleep-mock"]).await?;
+    assert_eq!(out.status.code(), Some(1));
+
+    // Server members: three alive, one leader; a killed server shows as failed.
+    let out = cli(&follower, &["server", "members", "--json"]).await?;
+    assert!(out.status.success(), "{}", stderr(&out));
+    let members: Value = serde_json::from_slice(&out.stdout)?;
+    let list = members["Members"].as_array().expect("Members");
+    assert_eq!(list.len(), 3);
+    assert!(list.iter().all(|m| m["Status"] == "alive"), "{members}");
+    assert_eq!(
+        list.iter()
+            .filter(|m| m["Tags"]["leader"] == "true")
+            .count(),
+        1
+    );
+    let out = cli(&follower, &["server", "members"]).await?;
+    assert!(stdout(&out).contains("alive"));
+    let victim = (leader + 2) % 3;
+    c.kill(victim);
+    let api = c.servers[(leader + 1) % 3].api();
+    wait_for(Duration::from_secs(10), "a failed member", || {
+        let api = api.clone();
+        async move {
+            let m: Value = api.get("/v1/agent/members").await.ok()?;
+            let failed = m["Members"]
+                .as_array()?
+                .iter()
+                .filter(|m| m["Status"] == "failed")
+                .count();
+            (failed == 1).then_some(())
+        }
+    })
+    .await?;
+
+    // Status and raft peers.
+    let out = cli(&follower, &["status"]).await?;
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(stdout(&out).contains("(leader)"));
+    let out = cli(&follower, &["operator", "raft", "list-peers"]).await?;
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(stdout(&out).matches("4647").count(), 3, "{}", stdout(&out));
+    Ok(())
+}

@@ -1,0 +1,126 @@
+//! Nomad compatibility with a real third-party client: the unmodified `python-nomad` 2.1.0
+//! package, installed into a virtual environment this test creates, drives a live 3-server
+//! cluster with one client agent — once through the leader and once through a follower
+//! (`cluster-tests/python/python_nomad_flows.py` holds the flows and their assertions).
+//!
+//! Without `python3` the test is skipped loudly; under `CI=true` that is a failure.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Duration;
+
+use teamster_cluster_tests::client_process::{wait_node_status, ClientProcess};
+use teamster_cluster_tests::process::{ClusterOptions, ProcessCluster};
+
+const PYTHON_NOMAD: &str = "python-nomad==2.1.0";
+
+/// The venv's python with python-nomad installed, or `None` when python3 is unavailable.
+fn python_with_nomad() -> anyhow::Result<Option<PathBuf>> {
+    let venv = Path::new(env!("CARGO_TARGET_TMPDIR")).join("python-nomad-2.1.0-venv");
+    let python = venv.join("bin/python");
+    let has_nomad = |py: &Path| {
+        Command::new(py)
+            .args(["-c", "import nomad, importlib.metadata as m; assert m.version('python-nomad') == '2.1.0'"])
+            .output()
+            .map(|o| o.status.success())
+            .unwrap_or(false)
+    };
+    if python.exists() && has_nomad(&python) {
+        return Ok(Some(python));
+    }
+    let created = Command::new("python3")
+        .args(["-m", "venv"])
+        .arg(&venv)
+        .output();
+    match created {
+        Err(e) => {
+            let msg = format!("SKIP t09_python_nomad: python3 is not available ({e})");
+            if std::env::var("CI").as_deref() == Ok("true") {
+                anyhow::bail!("{msg}; CI=true requires it");
+            }
+            eprintln!("{msg}");
+            return Ok(None);
+        }
+        Ok(o) if !o.status.success() => anyhow::bail!(
+            "python3 -m venv failed: {}",
+            String::from_utf8_lossy(&o.stderr)
+        ),
+        Ok(_) => {}
+    }
+    let out = Command::new(&python)
+        .args([
+            "-m",
+            "pip",
+            "install",
+            "--quiet",
+            "--disable-pip-version-check",
+            PYTHON_NOMAD,
+        ])
+        .output()?;
+    anyhow::ensure!(
+        out.status.success(),
+        "pip install {PYTHON_NOMAD} failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    anyhow::ensure!(
+        has_nomad(&python),
+        "{PYTHON_NOMAD} is not importable after install"
+    );
+    Ok(Some(python))
+}
+
+async fn run_flows(python: &Path, ip: &str, job_id: &str) -> anyhow::Result<()> {
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("python/python_nomad_flows.py");
+    let mut cmd = Command::new(python);
+    cmd.arg(script).args([ip, "4646", job_id]);
+    // python-nomad reads these; none may leak in from the environment.
+    for var in [
+        "NOMAD_ADDR",
+        "NOMAD_TOKEN",
+        "NOMAD_NAMESPACE",
+        "NOMAD_REGION",
+    ] {
+        cmd.env_remove(var);
+    }
+    let out = tokio::task::spawn_blocking(move || cmd.output()).await??;
+    anyhow::ensure!(
+        out.status.success(),
+        "python-nomad flows failed against {ip}:\n{}\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    Ok(())
+}
+
+#[tokio::test]
+async fn python_nomad_2_1_0_drives_the_cluster_through_leader_and_follower() -> anyhow::Result<()> {
+    let Some(python) = tokio::task::spawn_blocking(python_with_nomad).await?? else {
+        return Ok(());
+    };
+    let mut c = ProcessCluster::start(3, ClusterOptions::default())?;
+    let leader = c.wait_leader(Duration::from_secs(30)).await?;
+    let ip = &c.servers[0].ip;
+    let (block, _) = ip.rsplit_once('.').expect("an IPv4 address");
+    let servers: Vec<String> = c.servers.iter().map(|s| s.rpc_addr()).collect();
+    let mut client = ClientProcess::start(
+        c.dir(),
+        "client-1",
+        &format!("{block}.101"),
+        &servers,
+        "drivers = [\"mock\"]",
+    )?;
+    let api = c.servers[leader].api();
+    let node_id =
+        teamster_cluster_tests::wait_for(Duration::from_secs(30), "the client to register", || {
+            let id = client.node_id();
+            async move { id }
+        })
+        .await?;
+    wait_node_status(&api, &node_id, "ready", Duration::from_secs(30)).await?;
+
+    run_flows(&python, &c.servers[leader].ip, "py-leader").await?;
+    let follower = (leader + 1) % 3;
+    run_flows(&python, &c.servers[follower].ip, "py-follower").await?;
+    client.kill();
+    Ok(())
+}

@@ -1,0 +1,500 @@
+//! `teamster job …`: run, status, stop, inspect and validate jobs, like `nomad job …`.
+//!
+//! `job run FILE.json` accepts Nomad's JSON job format (`{"Job": {...}}`) or a bare job
+//! object. Without `--detach` it follows the evaluation until the scheduler is done with it
+//! and prints the placements and failures; it exits 2 when some allocations could not be
+//! placed, like `nomad job run`.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context};
+use clap::{Args, Subcommand};
+use reqwest::{Method, StatusCode};
+use serde_json::{json, Value};
+
+use super::output::table;
+use super::{ApiArgs, ApiClient, ApiError};
+
+/// `job …`.
+#[derive(Debug, Subcommand)]
+pub enum JobCommand {
+    /// Register (or update) a job from a JSON file and follow its evaluation.
+    Run(RunArgs),
+    /// List the jobs, or show one job with its allocations.
+    Status(StatusArgs),
+    /// Stop a job (and purge it with `--purge`).
+    Stop(StopArgs),
+    /// Print a job as the cluster holds it, as JSON.
+    Inspect(InspectArgs),
+    /// Check a job file without registering it; lists every problem.
+    Validate(ValidateArgs),
+}
+
+/// `job run`.
+#[derive(Debug, Args)]
+pub struct RunArgs {
+    #[command(flatten)]
+    api: ApiArgs,
+    /// The job file (Nomad JSON: `{"Job": {...}}` or a bare job object).
+    file: PathBuf,
+    /// Return once the job is registered, without following its evaluation.
+    #[arg(long)]
+    detach: bool,
+    /// How long to follow the evaluation before giving up.
+    #[arg(long, default_value = "5m", value_parser = humantime::parse_duration)]
+    timeout: Duration,
+}
+
+/// `job status`.
+#[derive(Debug, Args)]
+pub struct StatusArgs {
+    #[command(flatten)]
+    api: ApiArgs,
+    /// The job; all jobs when absent.
+    id: Option<String>,
+}
+
+/// `job stop`.
+#[derive(Debug, Args)]
+pub struct StopArgs {
+    #[command(flatten)]
+    api: ApiArgs,
+    /// The job.
+    id: String,
+    /// Delete the job from the cluster's state instead of keeping it stopped.
+    #[arg(long)]
+    purge: bool,
+    /// Return without following the evaluation that stops the allocations.
+    #[arg(long)]
+    detach: bool,
+    /// How long to follow the evaluation before giving up.
+    #[arg(long, default_value = "5m", value_parser = humantime::parse_duration)]
+    timeout: Duration,
+}
+
+/// `job inspect`.
+#[derive(Debug, Args)]
+pub struct InspectArgs {
+    #[command(flatten)]
+    api: ApiArgs,
+    /// The job.
+    id: String,
+}
+
+/// `job validate`.
+#[derive(Debug, Args)]
+pub struct ValidateArgs {
+    #[command(flatten)]
+    api: ApiArgs,
+    /// The job file.
+    file: PathBuf,
+}
+
+/// Run one `job` command; the exit code is 0, 1 (an error) or 2 (placement failures).
+pub async fn run(cmd: JobCommand) -> anyhow::Result<ExitCode> {
+    match cmd {
+        JobCommand::Run(a) => run_job(a).await,
+        JobCommand::Status(a) => status(a).await.map(|()| ExitCode::SUCCESS),
+        JobCommand::Stop(a) => stop(a).await,
+        JobCommand::Inspect(a) => inspect(a).await.map(|()| ExitCode::SUCCESS),
+        JobCommand::Validate(a) => validate(a).await,
+    }
+}
+
+/// Read a job file: `{"Job": {...}}` or a bare job object; returns the job object.
+pub fn read_job_file(path: &PathBuf) -> anyhow::Result<Value> {
+    let text = std::fs::read_to_string(path)
+        .with_context(|| format!("reading the job file {}", path.display()))?;
+    let value: Value = serde_json::from_str(&text)
+        .with_context(|| format!("{} is not valid JSON", path.display()))?;
+    let job = match value {
+        Value::Object(mut map) if map.contains_key("Job") => map.remove("Job").unwrap_or_default(),
+        other => other,
+    };
+    if !job.is_object() {
+        bail!("{}: the job must be a JSON object", path.display());
+    }
+    Ok(job)
+}
+
+async fn run_job(args: RunArgs) -> anyhow::Result<ExitCode> {
+    let api = ApiClient::new(&args.api.address);
+    let job = read_job_file(&args.file)?;
+    let resp: Value = api
+        .request(Method::POST, "/v1/jobs", Some(&json!({ "Job": job })))
+        .await
+        .context("registering the job")?;
+    let eval_id = resp["EvalID"].as_str().unwrap_or_default().to_string();
+    let job_id = job["ID"].as_str().unwrap_or_default().to_string();
+    if args.api.json && args.detach {
+        println!("{}", serde_json::to_string_pretty(&resp)?);
+        return Ok(ExitCode::SUCCESS);
+    }
+    if args.detach || eval_id.is_empty() {
+        println!("Job registration successful");
+        if !eval_id.is_empty() {
+            println!("Evaluation ID: {eval_id}");
+        }
+        return Ok(ExitCode::SUCCESS);
+    }
+    if !args.api.json {
+        println!("==> Monitoring evaluation \"{eval_id}\"");
+    }
+    monitor(&api, &job_id, &eval_id, args.timeout, args.api.json).await
+}
+
+async fn stop(args: StopArgs) -> anyhow::Result<ExitCode> {
+    let api = ApiClient::new(&args.api.address);
+    let path = format!(
+        "/v1/job/{}?purge={}",
+        urlencode(&args.id),
+        if args.purge { "true" } else { "false" }
+    );
+    // A missing job is an error for a human, even though the API answers 200.
+    match api
+        .get::<Value>(&format!("/v1/job/{}", urlencode(&args.id)))
+        .await
+    {
+        Err(ApiError::Status { status, .. }) if status == StatusCode::NOT_FOUND => {
+            bail!("No job with ID {:?} found", args.id)
+        }
+        Err(e) => return Err(e).context("reading the job"),
+        Ok(_) => {}
+    }
+    let resp: Value = api
+        .request::<(), Value>(Method::DELETE, &path, None)
+        .await
+        .context("stopping the job")?;
+    let eval_id = resp["EvalID"].as_str().unwrap_or_default().to_string();
+    if args.detach || eval_id.is_empty() {
+        if args.api.json {
+            println!("{}", serde_json::to_string_pretty(&resp)?);
+        } else {
+            println!("Evaluation ID: {eval_id}");
+        }
+        return Ok(ExitCode::SUCCESS);
+    }
+    if !args.api.json {
+        println!("==> Monitoring evaluation \"{eval_id}\"");
+    }
+    monitor(&api, &args.id, &eval_id, args.timeout, args.api.json).await
+}
+
+/// Follow an evaluation (and the blocked evaluation it may leave) with blocking queries until
+/// the scheduler is done with it; print what was placed and what failed.
+async fn monitor(
+    api: &ApiClient,
+    job_id: &str,
+    eval_id: &str,
+    timeout: Duration,
+    as_json: bool,
+) -> anyhow::Result<ExitCode> {
+    let deadline = Instant::now() + timeout;
+    let mut index = 0u64;
+    let eval = loop {
+        if Instant::now() >= deadline {
+            bail!("evaluation {eval_id} did not finish within {timeout:?}");
+        }
+        let path = format!("/v1/evaluation/{eval_id}?index={index}&wait=10s");
+        let (eval, new_index) = match api.get_with_index::<Value>(&path).await {
+            Ok(r) => r,
+            // Followers may not have applied the evaluation yet.
+            Err(ApiError::Status { status, .. }) if status == StatusCode::NOT_FOUND => {
+                tokio::time::sleep(Duration::from_millis(200)).await;
+                continue;
+            }
+            Err(e) => return Err(e).context("reading the evaluation"),
+        };
+        let status = eval["Status"].as_str().unwrap_or_default();
+        if matches!(status, "complete" | "failed" | "canceled" | "blocked") {
+            break eval;
+        }
+        index = new_index.max(index);
+    };
+    let allocs: Vec<Value> = api
+        .get(&format!("/v1/job/{}/allocations", urlencode(job_id)))
+        .await
+        .context("reading the job's allocations")?;
+    let failed = eval["FailedTGAllocs"]
+        .as_object()
+        .cloned()
+        .unwrap_or_default();
+    if as_json {
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&json!({ "Evaluation": eval, "Allocations": allocs }))?
+        );
+    } else {
+        let status = eval["Status"].as_str().unwrap_or_default();
+        println!("    Evaluation status is \"{status}\"");
+        for a in allocs
+            .iter()
+            .filter(|a| a["EvalID"].as_str() == Some(eval_id))
+        {
+            println!(
+                "    Allocation \"{}\" created: node \"{}\", group \"{}\"",
+                short(a["ID"].as_str().unwrap_or_default()),
+                short(a["NodeID"].as_str().unwrap_or_default()),
+                a["TaskGroup"].as_str().unwrap_or_default()
+            );
+        }
+        for (group, metric) in &failed {
+            println!("    Task group \"{group}\" failed to place all allocations:");
+            if let Some(by) = metric["DimensionExhausted"].as_object() {
+                for (dim, n) in by {
+                    println!("      * Resources exhausted on {n} nodes: {dim}");
+                }
+            }
+            if let Some(by) = metric["ConstraintFiltered"].as_object() {
+                for (c, n) in by {
+                    println!("      * Constraint \"{c}\": {n} nodes excluded by filter");
+                }
+            }
+            println!(
+                "      * Nodes evaluated: {}, nodes available: {}",
+                metric["NodesEvaluated"], metric["NodesAvailable"]
+            );
+        }
+        if let Some(desc) = eval["StatusDescription"].as_str().filter(|d| !d.is_empty()) {
+            println!("    {desc}");
+        }
+        println!(
+            "==> Evaluation \"{}\" finished with status \"{}\"",
+            short(eval_id),
+            status
+        );
+    }
+    if !failed.is_empty() || eval["Status"].as_str() == Some("failed") {
+        return Ok(ExitCode::from(2));
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+async fn status(args: StatusArgs) -> anyhow::Result<()> {
+    let api = ApiClient::new(&args.api.address);
+    let Some(id) = args.id else {
+        let jobs: Vec<Value> = api.get("/v1/jobs").await.context("listing the jobs")?;
+        if args.api.json {
+            println!("{}", serde_json::to_string_pretty(&jobs)?);
+            return Ok(());
+        }
+        if jobs.is_empty() {
+            println!("No running jobs");
+            return Ok(());
+        }
+        let mut rows = vec![vec![
+            "ID".to_string(),
+            "Type".into(),
+            "Priority".into(),
+            "Status".into(),
+        ]];
+        for j in &jobs {
+            rows.push(vec![
+                text(&j["ID"]),
+                text(&j["Type"]),
+                text(&j["Priority"]),
+                text(&j["Status"]),
+            ]);
+        }
+        print!("{}", table(&rows));
+        return Ok(());
+    };
+    let path = urlencode(&id);
+    let job: Value = match api.get(&format!("/v1/job/{path}")).await {
+        Err(ApiError::Status { status, .. }) if status == StatusCode::NOT_FOUND => {
+            bail!("No job with ID {id:?} found")
+        }
+        r => r.context("reading the job")?,
+    };
+    let allocs: Vec<Value> = api
+        .get(&format!("/v1/job/{path}/allocations"))
+        .await
+        .context("reading the job's allocations")?;
+    let summary: Value = api
+        .get(&format!("/v1/job/{path}/summary"))
+        .await
+        .context("reading the job summary")?;
+    if args.api.json {
+        let v = json!({ "Job": job, "Summary": summary, "Allocations": allocs });
+        println!("{}", serde_json::to_string_pretty(&v)?);
+        return Ok(());
+    }
+    let rows = vec![
+        vec!["ID".to_string(), "=".into(), text(&job["ID"])],
+        vec!["Name".into(), "=".into(), text(&job["Name"])],
+        vec!["Type".into(), "=".into(), text(&job["Type"])],
+        vec!["Priority".into(), "=".into(), text(&job["Priority"])],
+        vec![
+            "Datacenters".into(),
+            "=".into(),
+            list_text(&job["Datacenters"]),
+        ],
+        vec!["Status".into(), "=".into(), text(&job["Status"])],
+        vec!["Stop".into(), "=".into(), text(&job["Stop"])],
+        vec!["Version".into(), "=".into(), text(&job["Version"])],
+    ];
+    print!("{}", table(&rows));
+    println!("\nSummary");
+    let mut rows = vec![vec![
+        "Task Group".to_string(),
+        "Queued".into(),
+        "Starting".into(),
+        "Running".into(),
+        "Failed".into(),
+        "Complete".into(),
+        "Lost".into(),
+    ]];
+    let groups: BTreeMap<String, Value> = summary["Summary"]
+        .as_object()
+        .map(|m| m.clone().into_iter().collect())
+        .unwrap_or_default();
+    for (group, s) in groups {
+        rows.push(vec![
+            group,
+            text(&s["Queued"]),
+            text(&s["Starting"]),
+            text(&s["Running"]),
+            text(&s["Failed"]),
+            text(&s["Complete"]),
+            text(&s["Lost"]),
+        ]);
+    }
+    print!("{}", table(&rows));
+    println!("\nAllocations");
+    if allocs.is_empty() {
+        println!("No allocations placed");
+        return Ok(());
+    }
+    let mut rows = vec![vec![
+        "ID".to_string(),
+        "Node ID".into(),
+        "Task Group".into(),
+        "Version".into(),
+        "Desired".into(),
+        "Status".into(),
+    ]];
+    for a in &allocs {
+        rows.push(vec![
+            short(a["ID"].as_str().unwrap_or_default()).to_string(),
+            short(a["NodeID"].as_str().unwrap_or_default()).to_string(),
+            text(&a["TaskGroup"]),
+            text(&a["JobVersion"]),
+            text(&a["DesiredStatus"]),
+            text(&a["ClientStatus"]),
+        ]);
+    }
+    print!("{}", table(&rows));
+    Ok(())
+}
+
+async fn inspect(args: InspectArgs) -> anyhow::Result<()> {
+    let api = ApiClient::new(&args.api.address);
+    let job: Value = match api.get(&format!("/v1/job/{}", urlencode(&args.id))).await {
+        Err(ApiError::Status { status, .. }) if status == StatusCode::NOT_FOUND => {
+            bail!("No job with ID {:?} found", args.id)
+        }
+        r => r.context("reading the job")?,
+    };
+    println!("{}", serde_json::to_string_pretty(&json!({ "Job": job }))?);
+    Ok(())
+}
+
+async fn validate(args: ValidateArgs) -> anyhow::Result<ExitCode> {
+    let api = ApiClient::new(&args.api.address);
+    let job = read_job_file(&args.file)?;
+    let resp: Value = api
+        .request(
+            Method::POST,
+            "/v1/validate/job",
+            Some(&json!({ "Job": job })),
+        )
+        .await
+        .context("validating the job")?;
+    if args.api.json {
+        println!("{}", serde_json::to_string_pretty(&resp)?);
+    }
+    let errors: Vec<String> = resp["ValidationErrors"]
+        .as_array()
+        .map(|a| a.iter().map(text).collect())
+        .unwrap_or_default();
+    if errors.is_empty() {
+        if !args.api.json {
+            println!("Job validation successful");
+        }
+        return Ok(ExitCode::SUCCESS);
+    }
+    if !args.api.json {
+        eprintln!("Job validation errors:");
+        for e in &errors {
+            eprintln!("  * {e}");
+        }
+    }
+    Ok(ExitCode::FAILURE)
+}
+
+/// A JSON scalar as plain text (strings without quotes; null as "").
+fn text(v: &Value) -> String {
+    match v {
+        Value::String(s) => s.clone(),
+        Value::Null => String::new(),
+        other => other.to_string(),
+    }
+}
+
+fn list_text(v: &Value) -> String {
+    v.as_array()
+        .map(|a| a.iter().map(text).collect::<Vec<_>>().join(","))
+        .unwrap_or_default()
+}
+
+/// The first 8 characters of an ID, as the nomad CLI shows them.
+pub fn short(id: &str) -> &str {
+    id.get(..8).unwrap_or(id)
+}
+
+/// Percent-encode a path segment (job IDs may hold characters a URL path cannot).
+pub fn urlencode(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for b in s.bytes() {
+        if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.' | b'~') {
+            out.push(b as char);
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_job_file_may_be_wrapped_or_bare() {
+        let dir = tempfile::tempdir().unwrap();
+        let wrapped = dir.path().join("w.json");
+        std::fs::write(&wrapped, r#"{"Job": {"ID": "a"}}"#).unwrap();
+        let bare = dir.path().join("b.json");
+        std::fs::write(&bare, r#"{"ID": "b"}"#).unwrap();
+        assert_eq!(read_job_file(&wrapped).unwrap()["ID"], "a");
+        assert_eq!(read_job_file(&bare).unwrap()["ID"], "b");
+        let bad = dir.path().join("c.json");
+        std::fs::write(&bad, "[1]").unwrap();
+        let err = read_job_file(&bad).unwrap_err().to_string();
+        assert!(err.contains("must be a JSON object"), "{err}");
+        let broken = dir.path().join("d.json");
+        std::fs::write(&broken, "{").unwrap();
+        let err = format!("{:#}", read_job_file(&broken).unwrap_err());
+        assert!(err.contains("not valid JSON"), "{err}");
+    }
+
+    #[test]
+    fn ids_are_shortened_and_encoded() {
+        assert_eq!(short("0123456789abcdef"), "01234567");
+        assert_eq!(short("abc"), "abc");
+        assert_eq!(urlencode("web app/1"), "web%20app%2F1");
+    }
+}
