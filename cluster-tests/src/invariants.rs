@@ -159,7 +159,12 @@ pub async fn no_node_over_capacity(api: &ApiClient) -> anyhow::Result<Checked> {
         let Some(allocs) = get_opt::<Vec<Allocation>>(api, &path).await? else {
             return Ok(Checked::NotServed(path));
         };
-        let mut used = Resources::default();
+        // Not `Resources::default()`: that is Nomad's default task ask (100 MHz, 300 MB).
+        let mut used = Resources {
+            cpu: 0,
+            memory_mb: 0,
+            disk_mb: 0,
+        };
         for a in allocs.iter().filter(|a| live(a)) {
             used.cpu += a.resources.cpu;
             used.memory_mb += a.resources.memory_mb;
@@ -167,8 +172,14 @@ pub async fn no_node_over_capacity(api: &ApiClient) -> anyhow::Result<Checked> {
         }
         let capacity = node_capacity(node);
         if let Err(dim) = check_fit(&capacity, &used) {
+            let mut statuses: BTreeMap<String, usize> = BTreeMap::new();
+            for a in allocs.iter().filter(|a| live(a)) {
+                let key = format!("{:?}/{:?}", a.desired_status, a.client_status);
+                *statuses.entry(key).or_default() += 1;
+            }
             bail!(
-                "node {} ({}) is over capacity in {dim}: uses {used:?}, offers {capacity:?}",
+                "node {} ({}) is over capacity in {dim}: uses {used:?}, offers {capacity:?}; \
+                 live allocations by desired/client status: {statuses:?}",
                 node.name,
                 node.id
             );
