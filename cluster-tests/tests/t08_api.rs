@@ -312,6 +312,62 @@ async fn the_cli_drives_jobs_and_reads_the_cluster() -> anyhow::Result<()> {
     let out = cli(&follower, &["eval", "list"]).await?;
     assert!(out.status.success(), "{}", stderr(&out));
     assert!(stdout(&out).contains("sleep-mock"), "{}", stdout(&out));
+    let out = cli(&follower, &["eval", "list", "--json"]).await?;
+    let evals: Value = serde_json::from_slice(&out.stdout)?;
+    let eval_id = evals[0]["ID"].as_str().expect("an eval ID").to_string();
+    let out = cli(&follower, &["eval", "status", &eval_id]).await?;
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(stdout(&out).contains("sleep-mock"), "{}", stdout(&out));
+    let out = cli(&follower, &["eval", "status", "ffffffff-0000"]).await?;
+    assert_eq!(out.status.code(), Some(1));
+    let out = cli(&follower, &["alloc", "status", "ffffffff-0000"]).await?;
+    assert_eq!(out.status.code(), Some(1));
+    assert!(!stderr(&out).is_empty());
+    let out = cli(&follower, &["alloc", "logs", "ffffffff-0000", "t"]).await?;
+    assert_eq!(out.status.code(), Some(1));
+    // No client nodes here: an empty list, and a drain of an unknown node is an error.
+    let out = cli(&follower, &["node", "status", "--json"]).await?;
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(serde_json::from_slice::<Value>(&out.stdout)?, json!([]));
+    let out = cli(&follower, &["node", "drain", "--enable", "ffffffff"]).await?;
+    assert_eq!(out.status.code(), Some(1));
+
+    // The scheduler configuration: set through a follower, read back, bad values refused.
+    let out = cli(
+        &follower,
+        &[
+            "operator",
+            "scheduler",
+            "set-config",
+            "--scheduler-algorithm",
+            "spread",
+        ],
+    )
+    .await?;
+    assert!(out.status.success(), "{}", stderr(&out));
+    let out = cli(&follower, &["operator", "scheduler", "get-config"]).await?;
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(stdout(&out).contains("spread"), "{}", stdout(&out));
+    let out = cli(
+        &follower,
+        &[
+            "operator",
+            "scheduler",
+            "set-config",
+            "--scheduler-algorithm",
+            "roulette",
+        ],
+    )
+    .await?;
+    assert_eq!(out.status.code(), Some(1));
+    assert!(stderr(&out).contains("roulette"), "{}", stderr(&out));
+    let out = cli(
+        &follower,
+        &["operator", "scheduler", "get-config", "--json"],
+    )
+    .await?;
+    let conf: Value = serde_json::from_slice(&out.stdout)?;
+    assert_eq!(conf["SchedulerAlgorithm"], "spread");
 
     // Stop keeps the job (Stop = true); purge removes it.
     let out = cli(&follower, &["job", "stop", "--detach", "sleep-mock"]).await?;

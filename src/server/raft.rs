@@ -94,6 +94,9 @@ pub struct MembershipView {
     pub servers: Vec<(ServerId, ServerAddr, bool)>,
 }
 
+/// How long a failed forward waits for a new leader before it is sent again.
+const FORWARD_RETRY_PAUSE: Duration = Duration::from_millis(250);
+
 /// A running raft node.
 pub struct RaftNode {
     id: ServerId,
@@ -262,6 +265,12 @@ impl RaftNode {
                     continue;
                 }
             };
+            // A forward the leader could not take (it died, or is restarting and does not
+            // serve writes yet) is retried within the hold timeout, like Nomad's RPC
+            // forwarding: re-resolve the leader and send again. Commands are idempotent
+            // upserts or create their own fresh IDs, so a retry after a lost answer adds at
+            // most a duplicate evaluation.
+            let mut retry_forward = false;
             let outcome = if leader.0 == self.id {
                 self.batcher.write(cmd.clone()).await
             } else {
@@ -274,7 +283,13 @@ impl RaftNode {
                     .map(|(index, response)| Applied { index, response })
                     .map_err(|e| match e {
                         RpcError::NotLeader { leader } => WriteError::NotLeader { leader },
-                        e => WriteError::Forward(e.to_string()),
+                        e => {
+                            retry_forward = matches!(
+                                e,
+                                RpcError::Unreachable { .. } | RpcError::Unsupported { .. }
+                            );
+                            WriteError::Forward(e.to_string())
+                        }
                     })
             };
             match outcome {
@@ -283,6 +298,11 @@ impl RaftNode {
                     self.wait_leader_change(Some(leader.0), deadline).await;
                 }
                 Err(WriteError::NotLeader { .. }) => return Err(WriteError::NoLeader),
+                Err(WriteError::Forward(e)) if retry_forward && Instant::now() < deadline => {
+                    tracing::debug!(leader = leader.0, error = %e, "forward failed, retrying");
+                    let pause = (Instant::now() + FORWARD_RETRY_PAUSE).min(deadline);
+                    self.wait_leader_change(Some(leader.0), pause).await;
+                }
                 other => return other,
             }
         }
