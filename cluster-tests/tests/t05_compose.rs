@@ -488,6 +488,27 @@ async fn compose_stopped_server_catches_up_by_snapshot_after_20000_jobs() -> any
         "the restarted server installed a snapshot (snapshot index {snapshot_index})"
     );
     invariants::acknowledged_present(&lag_api, &acks.ids()).await?;
+    // Its workers dequeued evaluations while it was behind: none was scheduled on a snapshot
+    // below its WaitIndex (the worker counts any such eval in this metric).
+    let metrics = lag_api
+        .request_text::<()>(reqwest::Method::GET, "/v1/metrics?format=prometheus", None)
+        .await?;
+    let counter = |name: &str| -> f64 {
+        metrics
+            .lines()
+            .filter(|l| l.starts_with(name) && !l.starts_with('#'))
+            .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+            .sum()
+    };
+    eprintln!(
+        "MEASURE catch-up: the restarted server scheduled {} evaluations so far",
+        counter("teamster_worker_evals_scheduled_total")
+    );
+    assert_eq!(
+        counter("teamster_worker_stale_snapshot_total"),
+        0.0,
+        "an evaluation was scheduled on stale state"
+    );
     let mut leaders = LeaderLog::new();
     observe_all(&c, &mut leaders).await;
     check_invariants(&leader_api, &acks.ids(), &leaders).await;
