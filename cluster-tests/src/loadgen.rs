@@ -22,6 +22,8 @@ use serde::Serialize;
 use serde_json::{json, Value};
 use teamster::agent::config::ClientConfig;
 use teamster::cli::ApiClient;
+
+use crate::api::raft_stat;
 use teamster::client::fingerprint::{self, Machine};
 use teamster::rpc::node_api::{NodeRegisterRequest, NodeUpdateStatusRequest};
 use teamster::rpc::{Pool, RpcConfig, RpcRequest, RpcResponse};
@@ -378,20 +380,8 @@ async fn placed(api: &ApiClient, prefix: &str, index: u64) -> anyhow::Result<(u6
     Ok((n, index))
 }
 
-/// A raft stat of `api`'s server from `/v1/agent/self`.
-async fn raft_stat(api: &ApiClient, key: &str) -> u64 {
-    let v: Value = match api.get("/v1/agent/self").await {
-        Ok(v) => v,
-        Err(_) => return 0,
-    };
-    v["stats"]["raft"][key]
-        .as_str()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(0)
-}
-
-/// The sum of a Prometheus counter over its labels.
-fn prom_sum(text: &str, name: &str) -> u64 {
+/// The sum of a Prometheus counter over its labels (0 when absent).
+pub fn prom_sum(text: &str, name: &str) -> u64 {
     text.lines()
         .filter(|l| {
             l.starts_with(name) && matches!(l.as_bytes().get(name.len()), Some(b' ') | Some(b'{'))
@@ -565,7 +555,7 @@ pub async fn run(cfg: LoadConfig, pids: &[(String, u32)]) -> anyhow::Result<Repo
     );
 
     let leader_api = &apis[0];
-    let entries_before = raft_stat(leader_api, "last_log_index").await;
+    let entries_before = raft_stat(leader_api, "last_log_index").await.unwrap_or(0);
     let t0 = Instant::now();
     let next = Arc::new(AtomicU64::new(0));
     let mut tasks = Vec::new();
@@ -628,7 +618,7 @@ pub async fn run(cfg: LoadConfig, pids: &[(String, u32)]) -> anyhow::Result<Repo
         );
     };
     let placement_seconds = done.as_secs_f64();
-    let entries_after = raft_stat(leader_api, "last_log_index").await;
+    let entries_after = raft_stat(leader_api, "last_log_index").await.unwrap_or(0);
     let beats = heartbeats.load(Ordering::Relaxed);
     drop(hb);
 

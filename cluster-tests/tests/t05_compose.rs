@@ -16,6 +16,7 @@ use teamster::cli::ApiClient;
 use teamster_cluster_tests::api::small_job;
 use teamster_cluster_tests::compose::{docker_unavailable, ComposeCluster, ComposeOptions};
 use teamster_cluster_tests::invariants::{self, Checked, LeaderLog};
+use teamster_cluster_tests::loadgen::prom_sum;
 use teamster_cluster_tests::wait_for;
 
 /// True when the scenario must be skipped (no Docker, not CI). Panics under `CI=true`.
@@ -493,20 +494,13 @@ async fn compose_stopped_server_catches_up_by_snapshot_after_20000_jobs() -> any
     let metrics = lag_api
         .request_text::<()>(reqwest::Method::GET, "/v1/metrics?format=prometheus", None)
         .await?;
-    let counter = |name: &str| -> f64 {
-        metrics
-            .lines()
-            .filter(|l| l.starts_with(name) && !l.starts_with('#'))
-            .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
-            .sum()
-    };
     eprintln!(
         "MEASURE catch-up: the restarted server scheduled {} evaluations so far",
-        counter("teamster_worker_evals_scheduled_total")
+        prom_sum(&metrics, "teamster_worker_evals_scheduled_total")
     );
     assert_eq!(
-        counter("teamster_worker_stale_snapshot_total"),
-        0.0,
+        prom_sum(&metrics, "teamster_worker_stale_snapshot_total"),
+        0,
         "an evaluation was scheduled on stale state"
     );
     let mut leaders = LeaderLog::new();

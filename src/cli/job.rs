@@ -15,7 +15,7 @@ use clap::{Args, Subcommand};
 use reqwest::{Method, StatusCode};
 use serde_json::{json, Value};
 
-use super::output::{table, text};
+use super::output::{short_id, table, text};
 use super::{ApiArgs, ApiClient, ApiError};
 
 /// `job …`.
@@ -236,8 +236,8 @@ async fn monitor(
         {
             println!(
                 "    Allocation \"{}\" created: node \"{}\", group \"{}\"",
-                short(a["ID"].as_str().unwrap_or_default()),
-                short(a["NodeID"].as_str().unwrap_or_default()),
+                short_id(&a["ID"]),
+                short_id(&a["NodeID"]),
                 a["TaskGroup"].as_str().unwrap_or_default()
             );
         }
@@ -263,7 +263,7 @@ async fn monitor(
         }
         println!(
             "==> Evaluation \"{}\" finished with status \"{}\"",
-            short(eval_id),
+            short_id(&Value::from(eval_id)),
             status
         );
     }
@@ -378,8 +378,8 @@ async fn status(args: StatusArgs) -> anyhow::Result<()> {
     ]];
     for a in &allocs {
         rows.push(vec![
-            short(a["ID"].as_str().unwrap_or_default()).to_string(),
-            short(a["NodeID"].as_str().unwrap_or_default()).to_string(),
+            short_id(&a["ID"]),
+            short_id(&a["NodeID"]),
             text(&a["TaskGroup"]),
             text(&a["JobVersion"]),
             text(&a["DesiredStatus"]),
@@ -441,11 +441,6 @@ fn list_text(v: &Value) -> String {
         .unwrap_or_default()
 }
 
-/// The first 8 characters of an ID, as the nomad CLI shows them.
-pub fn short(id: &str) -> &str {
-    id.get(..8).unwrap_or(id)
-}
-
 /// Percent-encode a path segment (job IDs may hold characters a URL path cannot).
 pub fn urlencode(s: &str) -> String {
     let mut out = String::with_capacity(s.len());
@@ -484,8 +479,8 @@ mod tests {
 
     #[test]
     fn ids_are_shortened_and_encoded() {
-        assert_eq!(short("0123456789abcdef"), "01234567");
-        assert_eq!(short("abc"), "abc");
+        assert_eq!(short_id(&json!("0123456789abcdef")), "01234567");
+        assert_eq!(short_id(&json!("abc")), "abc");
         assert_eq!(urlencode("web app/1"), "web%20app%2F1");
     }
 }
