@@ -9,7 +9,7 @@ pub mod config;
 use std::net::SocketAddr;
 use std::sync::OnceLock;
 
-use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
+use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 use tracing::info;
@@ -24,8 +24,30 @@ use config::AgentConfig;
 pub fn metrics_handle() -> Option<PrometheusHandle> {
     static HANDLE: OnceLock<Option<PrometheusHandle>> = OnceLock::new();
     HANDLE
-        .get_or_init(|| PrometheusBuilder::new().install_recorder().ok())
+        .get_or_init(|| {
+            PrometheusBuilder::new()
+                .set_buckets_for_metric(
+                    Matcher::Full(EVAL_LATENCY_METRIC.into()),
+                    &eval_latency_buckets(),
+                )
+                .ok()?
+                .install_recorder()
+                .ok()
+        })
         .clone()
+}
+
+/// The broker's enqueue → ack latency histogram. It is exported with fixed buckets (not as a
+/// rolling summary) so that a load generator can difference two scrapes and read
+/// percentiles of exactly its own run.
+pub const EVAL_LATENCY_METRIC: &str = "teamster_broker_eval_latency_seconds";
+
+/// Bucket bounds of [`EVAL_LATENCY_METRIC`]: geometric, ×1.25 from 1 ms to about 10 min,
+/// so an interpolated percentile is off by at most a quarter.
+pub fn eval_latency_buckets() -> Vec<f64> {
+    std::iter::successors(Some(0.001f64), |b| Some(b * 1.25))
+        .take_while(|b| *b < 600.0)
+        .collect()
 }
 
 /// Why the agent could not start or stopped with an error.

@@ -33,6 +33,8 @@ pub async fn agent_self(State(ctx): State<HttpContext>) -> Result<Json<Value>, A
                     "purged_index": m.purged.map_or(0, |l| l.index).to_string(),
                     "leader_addr": leader.map(|(_, a)| a.rpc_addr).unwrap_or_default(),
                     "num_peers": node.membership().servers.len().to_string(),
+                    "log_appended_entries": node.log_stats().appended_entries().to_string(),
+                    "log_appended_bytes": node.log_stats().appended_bytes().to_string(),
                 }),
             );
             stats.insert(

@@ -57,7 +57,8 @@ pub struct NodeUpdateAllocRequest {
 pub struct NodeGetClientAllocsRequest {
     /// The node.
     pub node_id: NodeId,
-    /// Answer once one of the node's allocations changed after this index (0: at once).
+    /// Answer once the servers changed one of the node's allocations after this index (0: at
+    /// once).
     pub min_index: u64,
     /// The longest the server waits, in milliseconds.
     pub wait_ms: u64,
@@ -77,10 +78,12 @@ pub struct ClientAlloc {
 pub struct NodeClientAllocsResponse {
     /// The index to ask with next time.
     pub index: u64,
-    /// Every allocation on the node with its `ModifyIndex` (the client drops what is not
-    /// listed).
+    /// Every allocation on the node with its `AllocModifyIndex` (the client drops what is
+    /// not listed).
     pub alloc_indexes: Vec<(String, u64)>,
-    /// The allocations changed after the request's `min_index`, in full.
+    /// The allocations the servers changed after the request's `min_index` (their
+    /// `AllocModifyIndex`), in full. A client's own status reports do not bump that index,
+    /// so they neither wake the query nor send the allocation back, as in Nomad.
     pub changed: Vec<ClientAlloc>,
 }
 

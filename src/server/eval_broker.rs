@@ -534,6 +534,9 @@ pub struct Effects {
     pub nack_timeouts: u64,
     /// Evals that became cancelable: wake the cancelable reaper.
     pub cancelable_added: usize,
+    /// For every eval acknowledged: the time from its first enqueue to the ack (the eval
+    /// latency the shell records as a histogram).
+    pub acked_latencies: Vec<Duration>,
 }
 
 impl Effects {
@@ -632,6 +635,8 @@ struct Unacked {
 struct EvalEntry {
     /// Deliveries so far (Nomad's dequeue count), against the delivery limit.
     deliveries: u32,
+    /// When the broker first took the eval in (for the enqueue → ack latency).
+    enqueued_at: Instant,
     /// The outstanding delivery, if the eval is out with a worker.
     unacked: Option<Unacked>,
 }
@@ -921,6 +926,7 @@ impl EvalBrokerCore {
             Entry::Vacant(slot) => {
                 slot.insert(EvalEntry {
                     deliveries: 0,
+                    enqueued_at: now,
                     unacked: None,
                 });
             }
@@ -1088,6 +1094,7 @@ impl EvalBrokerCore {
                     unacked.eval.id.clone(),
                     EvalEntry {
                         deliveries: 1,
+                        enqueued_at: now,
                         unacked: Some(unacked),
                     },
                 );
@@ -1136,7 +1143,13 @@ impl EvalBrokerCore {
             self.requeue.remove(token)
         };
         self.advance_checking(eval_id, token, now)?;
+        let enqueued_at = self.evals.get(eval_id).map(|e| e.enqueued_at);
         let (_, unack) = self.take_delivery(eval_id, token, true, false)?;
+        if let Some(at) = enqueued_at {
+            self.effects
+                .acked_latencies
+                .push(now.saturating_duration_since(at));
+        }
         if let NackTimer::Running(key) = unack.timer {
             self.timers.remove(&key);
         }
@@ -1622,6 +1635,9 @@ impl BrokerShared {
         }
         if effects.cancelable_added > 0 {
             self.cancelable_ready.notify_one();
+        }
+        for latency in effects.acked_latencies {
+            metrics::histogram!(crate::agent::EVAL_LATENCY_METRIC).record(latency.as_secs_f64());
         }
     }
 
@@ -2261,6 +2277,24 @@ mod tests {
         assert!(written.iter().all(|e| e.status == EvalStatus::Canceled
             && e.status_description == CANCELED_DESCRIPTION
             && e.modify_time == 5_000));
+    }
+
+    #[test]
+    fn ack_reports_the_latency_from_first_enqueue_across_a_nack() {
+        let mut core = core();
+        let t0 = Instant::now();
+        core.enqueue(eval("e", "web", 50, 1), t0, 0).unwrap();
+        let (_, token) = core.dequeue(SERVICE, t0 + secs(1)).unwrap().unwrap();
+        core.nack(&"e".into(), &token, t0 + secs(2)).unwrap();
+        core.take_effects();
+        // Redelivered after the nack delay; the latency still counts from the first enqueue.
+        let (_, token) = core.dequeue(SERVICE, t0 + secs(5)).unwrap().unwrap();
+        assert!(core.take_effects().acked_latencies.is_empty());
+        core.ack(&"e".into(), &token, t0 + secs(7)).unwrap();
+        assert_eq!(core.take_effects().acked_latencies, vec![secs(7)]);
+        // A refused ack reports nothing.
+        assert!(core.ack(&"e".into(), &token, t0 + secs(8)).is_err());
+        assert!(core.take_effects().acked_latencies.is_empty());
     }
 
     #[test]

@@ -333,6 +333,10 @@ async fn export_raft_metrics(node: Arc<RaftNode>, shutdown: CancellationToken) {
             metrics::gauge!("teamster_raft_peers")
                 .set(m.membership_config.membership().voter_ids().count() as f64);
         }
+        let log = node.log_stats();
+        metrics::counter!("teamster_raft_log_appended_entries_total")
+            .absolute(log.appended_entries());
+        metrics::counter!("teamster_raft_log_appended_bytes_total").absolute(log.appended_bytes());
         tokio::select! {
             _ = shutdown.cancelled() => return,
             r = rx.changed() => if r.is_err() { return },

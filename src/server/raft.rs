@@ -18,6 +18,7 @@ use std::time::Duration;
 use openraft::error::{ClientWriteError, RaftError};
 use openraft::{ChangeMembers, ServerState, SnapshotPolicy};
 use teamster_storage::fsm::Command;
+use teamster_storage::log_store::LogStats;
 use teamster_storage::raft_types::{Raft, ServerAddr, ServerId, TypeConfig};
 use teamster_storage::state::StateStore;
 use tokio::time::Instant;
@@ -106,6 +107,7 @@ pub struct RaftNode {
     pool: Pool,
     batcher: WriteBatcher,
     hold: Duration,
+    log_stats: Arc<LogStats>,
     /// One membership change at a time (openraft refuses overlapping ones).
     membership_lock: tokio::sync::Mutex<()>,
 }
@@ -153,6 +155,7 @@ impl RaftNode {
             dir: dir.display().to_string(),
             reason: e.to_string(),
         })?;
+        let log_stats = log_store.stats();
         let raft_config = Arc::new(openraft_config(&config.raft)?);
         let network = NetworkFactory::new(pool.clone());
         let raft =
@@ -172,8 +175,14 @@ impl RaftNode {
             pool,
             batcher,
             hold: config.rpc_hold_timeout,
+            log_stats,
             membership_lock: tokio::sync::Mutex::new(()),
         }))
+    }
+
+    /// What this server's raft log has appended since it started.
+    pub fn log_stats(&self) -> &LogStats {
+        &self.log_stats
     }
 
     /// This server's raft id.

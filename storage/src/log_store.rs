@@ -22,6 +22,8 @@ use std::fmt::Debug;
 use std::io;
 use std::ops::{Bound, RangeBounds};
 use std::path::Path;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 
 use openraft::storage::{LogFlushed, LogState, RaftLogReader, RaftLogStorage};
 use openraft::{OptionalSend, StorageIOError};
@@ -122,6 +124,32 @@ pub struct LogStore {
     db: sled::Db,
     log: sled::Tree,
     meta: sled::Tree,
+    stats: Arc<LogStats>,
+}
+
+/// What a [`LogStore`] has appended since it was opened (entries written again after a
+/// truncation count again): the raft write volume a server's disk sees.
+#[derive(Debug, Default)]
+pub struct LogStats {
+    entries: AtomicU64,
+    bytes: AtomicU64,
+}
+
+impl LogStats {
+    /// Entries appended.
+    pub fn appended_entries(&self) -> u64 {
+        self.entries.load(Ordering::Relaxed)
+    }
+
+    /// Encoded bytes of the entries appended (the values written to the log tree).
+    pub fn appended_bytes(&self) -> u64 {
+        self.bytes.load(Ordering::Relaxed)
+    }
+
+    fn record(&self, entries: u64, bytes: u64) {
+        self.entries.fetch_add(entries, Ordering::Relaxed);
+        self.bytes.fetch_add(bytes, Ordering::Relaxed);
+    }
 }
 
 impl Debug for LogStore {
@@ -148,7 +176,18 @@ impl LogStore {
     pub fn from_db(db: sled::Db) -> Result<Self, LogStoreError> {
         let log = db.open_tree(LOG_TREE)?;
         let meta = db.open_tree(META_TREE)?;
-        Ok(Self { db, log, meta })
+        Ok(Self {
+            db,
+            log,
+            meta,
+            stats: Arc::default(),
+        })
+    }
+
+    /// The append counters, shared by every clone (keep it to read them after handing the
+    /// store to openraft).
+    pub fn stats(&self) -> Arc<LogStats> {
+        self.stats.clone()
     }
 
     /// Flushes every write so far to disk.
@@ -350,14 +389,18 @@ impl RaftLogStorage<TypeConfig> for LogStore {
     {
         let written = (|| {
             let mut batch = sled::Batch::default();
+            let (mut count, mut size) = (0u64, 0u64);
             for entry in entries {
                 let bytes = codec::encode(&entry).map_err(|source| LogStoreError::Encode {
                     what: "log entry",
                     source,
                 })?;
+                count += 1;
+                size += bytes.len() as u64;
                 batch.insert(&entry.log_id.index.to_be_bytes(), bytes);
             }
             self.log.apply_batch(batch)?;
+            self.stats.record(count, size);
             Ok::<(), LogStoreError>(())
         })();
         let result = match written {

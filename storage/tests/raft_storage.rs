@@ -69,13 +69,26 @@ async fn the_log_survives_a_reopen_with_vote_committed_and_purge() {
     let dir = tempfile::tempdir().unwrap();
     {
         let (mut log, _) = open(dir.path(), StateStore::new(), &StorageConfig::default()).unwrap();
-        append(
-            &mut log,
-            (1..=10)
-                .map(|i| command_entry(i, register_node(&node(i))))
-                .collect(),
-        )
-        .await;
+        let stats = log.stats();
+        let entries: Vec<Entry> = (1..=10)
+            .map(|i| command_entry(i, register_node(&node(i))))
+            .collect();
+        let encoded: u64 = entries
+            .iter()
+            .map(|e| {
+                bincode::serde::encode_to_vec(e, bincode::config::standard())
+                    .unwrap()
+                    .len() as u64
+            })
+            .sum();
+        append(&mut log, entries).await;
+        // The counters hold what was written: ten entries, their encoded size.
+        assert_eq!(stats.appended_entries(), 10);
+        assert_eq!(stats.appended_bytes(), encoded);
+        assert!(
+            encoded > 10 * 100,
+            "a node registration is not tiny: {encoded}"
+        );
         log.save_vote(&Vote::new(3, 2)).await.unwrap();
         log.save_committed(Some(log_id(1, 8))).await.unwrap();
         log.purge(log_id(1, 4)).await.unwrap();

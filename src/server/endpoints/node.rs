@@ -300,7 +300,7 @@ impl NodeEndpoints {
             let snapshot = state.snapshot();
             let changed = snapshot
                 .allocs_by_node(req.node_id.as_str())
-                .any(|a| a.modify_index > req.min_index);
+                .any(|a| a.alloc_modify_index > req.min_index);
             let now = Instant::now();
             if req.min_index == 0 || changed || now >= deadline {
                 return Ok(client_allocs(&snapshot, &req));
@@ -431,8 +431,8 @@ fn client_allocs(
     let mut alloc_indexes = Vec::new();
     let mut changed = Vec::new();
     for alloc in snapshot.allocs_by_node(req.node_id.as_str()) {
-        alloc_indexes.push((alloc.id.to_string(), alloc.modify_index));
-        if alloc.modify_index > req.min_index {
+        alloc_indexes.push((alloc.id.to_string(), alloc.alloc_modify_index));
+        if alloc.alloc_modify_index > req.min_index {
             changed.push(ClientAlloc {
                 alloc: (**alloc).clone(),
                 job: snapshot.alloc_job(alloc).map(|j| (**j).clone()),

@@ -785,3 +785,91 @@ async fn pause_eval_broker_in_the_scheduler_configuration_stops_and_restores_the
     assert_eq!(d.eval.job_id.as_str(), "paused");
     s.agent.shutdown().await;
 }
+
+#[tokio::test]
+async fn client_alloc_queries_wake_on_server_changes_not_on_the_clients_own_reports() {
+    use crate::rpc::node_api::{NodeGetClientAllocsRequest, NodeUpdateAllocRequest};
+    use teamster_storage::fsm::AllocClientReport;
+
+    let s = TestServer::start().await;
+    s.register_node(1).await;
+    s.register_job("web", 2, 256).await;
+    s.process_one("service").await;
+    let node_id = mock_node(1).id;
+    let query = |min_index: u64, wait_ms: u64| {
+        RpcRequest::NodeGetClientAllocs(NodeGetClientAllocsRequest {
+            node_id: node_id.clone(),
+            min_index,
+            wait_ms,
+        })
+    };
+    let RpcResponse::NodeGetClientAllocs(Ok(first)) = s.call(query(0, 0)).await else {
+        panic!("query failed");
+    };
+    assert_eq!(
+        first.changed.len(),
+        2,
+        "the first answer carries everything"
+    );
+    assert!(first.changed.iter().all(|c| c.job.is_some()));
+
+    // The client reports both running: the allocations change, but only on its side.
+    let reports = first
+        .changed
+        .iter()
+        .map(|c| AllocClientReport {
+            id: c.alloc.id.clone(),
+            client_status: ClientStatus::Running,
+            client_description: "Tasks are running".into(),
+            task_states: Default::default(),
+            modify_time: 1,
+        })
+        .collect();
+    let RpcResponse::NodeUpdateAlloc(Ok(reported_at)) = s
+        .call(RpcRequest::NodeUpdateAlloc(NodeUpdateAllocRequest {
+            allocs: reports,
+        }))
+        .await
+    else {
+        panic!("update failed");
+    };
+    assert!(reported_at > first.index);
+    let running = s.state().snapshot();
+    assert!(running
+        .allocs_by_node(node_id.as_str())
+        .all(|a| a.client_status == ClientStatus::Running && a.modify_index == reported_at));
+
+    // The next query waits its whole (short) wait and sends nothing back in full.
+    let RpcResponse::NodeGetClientAllocs(Ok(quiet)) = s.call(query(first.index, 300)).await else {
+        panic!("query failed");
+    };
+    assert!(quiet.changed.is_empty(), "{:?}", quiet.changed);
+    assert_eq!(quiet.alloc_indexes.len(), 2, "both still listed");
+
+    // A server-side change (the job stopped) wakes a waiting query and is sent in full.
+    let waiting = {
+        let handler = s.handler();
+        let ctx = s.ctx();
+        let req = query(quiet.index, 30_000);
+        tokio::spawn(async move { handler.handle(ctx, req).await })
+    };
+    let _: Value = s
+        .api()
+        .request::<(), Value>(reqwest::Method::DELETE, "/v1/job/web", None)
+        .await
+        .unwrap();
+    s.process_one("service").await;
+    let Ok(RpcResponse::NodeGetClientAllocs(Ok(woken))) =
+        tokio::time::timeout(Duration::from_secs(20), waiting)
+            .await
+            .expect("the query answered before its wait")
+            .unwrap()
+    else {
+        panic!("query failed");
+    };
+    assert_eq!(woken.changed.len(), 2);
+    assert!(woken
+        .changed
+        .iter()
+        .all(|c| c.alloc.desired_status == DesiredStatus::Stop));
+}
