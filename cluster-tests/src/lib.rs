@@ -12,6 +12,7 @@ pub mod compose;
 pub mod invariants;
 pub mod loadgen;
 pub mod process;
+pub mod sim;
 
 use std::future::Future;
 use std::time::{Duration, Instant};

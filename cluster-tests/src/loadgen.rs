@@ -1,16 +1,19 @@
 //! The load generator: simulated nodes and a burst of jobs against a real cluster, measured.
 //!
-//! One process registers `nodes` simulated client nodes over the client RPC (`Node.Register`,
-//! the mock driver fingerprinted) and keeps them alive with `Node.UpdateStatus` heartbeats at
-//! the TTL the leader hands out; then it registers `jobs` jobs of `count` allocations at a
-//! chosen concurrency through the HTTP API, and follows placement with blocking queries on
-//! `/v1/jobs` (whose stubs carry each job's summary) until every allocation is placed. The
-//! simulated nodes do not run anything: placement is what is measured.
+//! One process registers `nodes` simulated client nodes ([`crate::sim`]): they heartbeat at
+//! the TTL the leader hands out, watch their allocations with blocking `Node.GetClientAllocs`
+//! queries and "run" them as the mock driver does, reporting status back in batches. Then
+//! it registers `jobs` jobs of `count` allocations at a chosen concurrency through the HTTP
+//! API and follows placement with blocking queries on `/v1/jobs` (whose stubs carry each
+//! job's summary) until every allocation is placed, and then until every one is reported
+//! running by its node. With `failover_at`, the leader is SIGKILLed once that fraction of the
+//! allocations is placed and restarted at once; the run goes on through the other servers.
 //!
-//! The [`Report`] holds placements and evaluations per second, evaluation latency (create →
-//! last update of each completed evaluation) percentiles, plan rejections and committed
-//! allocations from the leader's metrics, raft entries per second, and the CPU time and peak
-//! RSS of every server process when they are local processes.
+//! The [`Report`] holds placements and evaluations per second, the broker's evaluation
+//! latency (enqueue → ack, from its histogram on every server) percentiles and the
+//! create → complete latency of every evaluation, plan rejections, raft entries and bytes
+//! appended per second, what the simulated nodes did, and the CPU time and peak RSS of every
+//! server process when they are local processes.
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -20,14 +23,11 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context};
 use serde::Serialize;
 use serde_json::{json, Value};
-use teamster::agent::config::ClientConfig;
 use teamster::cli::ApiClient;
 
 use crate::api::raft_stat;
-use teamster::client::fingerprint::{self, Machine};
-use teamster::rpc::node_api::{NodeRegisterRequest, NodeUpdateStatusRequest};
-use teamster::rpc::{Pool, RpcConfig, RpcRequest, RpcResponse};
-use teamster_storage::model::NodeStatus;
+use crate::process::ProcessCluster;
+use crate::sim::{SimConfig, SimNodes, SimTotals};
 
 /// The shape of the work.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -70,6 +70,13 @@ pub struct LoadConfig {
     pub timeout: Duration,
     /// Prefix of job IDs (several runs against one cluster must not collide).
     pub job_prefix: String,
+    /// The simulated nodes run their allocations (off: placement alone is measured).
+    pub run_allocs: bool,
+    /// The mock tasks' `run_for` (`"1h"`: they outlive the run).
+    pub run_for: String,
+    /// Kill the leader once this fraction of the allocations is placed (needs a cluster of
+    /// local processes), restart it at once and carry on.
+    pub failover_at: Option<f64>,
 }
 
 impl Default for LoadConfig {
@@ -88,6 +95,9 @@ impl Default for LoadConfig {
             alloc_memory_mb: 64,
             timeout: Duration::from_secs(1_800),
             job_prefix: "load".into(),
+            run_allocs: true,
+            run_for: "1h".into(),
+            failover_at: None,
         }
     }
 }
@@ -103,6 +113,12 @@ impl LoadConfig {
         }
         if self.shape != Shape::System && self.count == 0 {
             bail!("count must be positive");
+        }
+        if let Err(e) = humantime::parse_duration(&self.run_for) {
+            bail!("run_for {:?}: {e}", self.run_for);
+        }
+        if self.failover_at.is_some_and(|f| !(0.0..1.0).contains(&f)) {
+            bail!("failover_at must be a fraction in [0, 1)");
         }
         Ok(())
     }
@@ -123,6 +139,8 @@ pub struct Sample {
     pub t: f64,
     /// Allocations placed so far.
     pub placed: u64,
+    /// Allocations their nodes reported running (or already finished) so far.
+    pub running: u64,
 }
 
 /// A server process's resource use.
@@ -153,190 +171,63 @@ pub struct Report {
     pub placed: u64,
     /// Allocations placed per second.
     pub placements_per_second: f64,
+    /// Seconds from the first job registration until every allocation was reported running
+    /// (or finished) by its node, when the nodes run their allocations.
+    pub running_seconds: Option<f64>,
     /// Completed evaluations of the run's jobs.
     pub evals_completed: u64,
     /// Evaluations completed per second.
     pub evals_per_second: f64,
-    /// Evaluation latency (create → last update), milliseconds: p50, p95, p99, max.
+    /// The brokers' evaluation latency, enqueue → ack, milliseconds: p50, p95, p99, max
+    /// (interpolated within the histogram's buckets, which are ×1.25 apart).
     pub eval_latency_ms: BTreeMap<String, f64>,
-    /// Every completed evaluation's latency, milliseconds, sorted (for the distribution plot).
-    pub eval_latencies_ms: Vec<f64>,
+    /// Evaluations the brokers acknowledged during the run (every server, every leader).
+    pub evals_acked: u64,
+    /// The brokers' latency histogram over the run: (bucket bound in seconds, evaluations
+    /// acknowledged within it), cumulative.
+    pub eval_latency_buckets: Vec<(f64, u64)>,
+    /// Evaluation create → complete latency of each completed evaluation, milliseconds:
+    /// p50, p95, p99, max.
+    pub eval_completion_ms: BTreeMap<String, f64>,
+    /// Every completed evaluation's create → complete latency, milliseconds, sorted.
+    pub eval_completion_latencies_ms: Vec<f64>,
     /// Plans whose nodes the leader's plan applier rejected (a node did not fit).
     pub plan_node_rejections: u64,
-    /// Raft log entries appended during the placement phase, per second.
+    /// Raft log entries appended during the placement phase.
+    pub raft_entries: u64,
+    /// Encoded bytes of those entries.
+    pub raft_bytes: u64,
+    /// Raft log entries appended per second of the placement phase.
     pub raft_entries_per_second: f64,
+    /// Raft log bytes appended per second of the placement phase.
+    pub raft_bytes_per_second: f64,
     /// Heartbeats sent by the simulated nodes during the run.
     pub heartbeats: u64,
+    /// What the simulated nodes did.
+    pub sim: SimTotals,
+    /// The failover, when the run had one.
+    pub failover: Option<Failover>,
     /// Progress over time.
     pub samples: Vec<Sample>,
-    /// Server processes (when local; the leader first).
+    /// Server processes (when local; the leader at the end first).
     pub servers: Vec<ProcessUse>,
     /// The scheduler-only ceiling for the same placements, when measured.
     pub scheduler_only: Option<SchedulerOnly>,
 }
 
-/// A simulated node's identity.
-struct SimNode {
-    id: String,
-}
-
-/// Register the simulated nodes and keep them alive; returns their ids, the heartbeat
-/// counter and a handle that stops the heartbeats when dropped.
-pub async fn start_nodes(
-    cfg: &LoadConfig,
-) -> anyhow::Result<(Vec<String>, Arc<AtomicU64>, HeartbeatHandle)> {
-    let pool = Pool::new(0, RpcConfig::default())?;
-    let machine = Machine {
-        cores: 8,
-        mhz_per_core: cfg.node_cpu_mhz / 8,
-        memory_mb: cfg.node_memory_mb,
-        disk_free_mb: 100_000,
-        hostname: "sim".into(),
-        kernel_version: "sim".into(),
-    };
-    let client_config = ClientConfig {
-        drivers: vec!["mock".into()],
-        ..ClientConfig::default()
-    };
-    let now = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_nanos() as i64)
-        .unwrap_or(0);
-    let mut rng_ids = Vec::with_capacity(cfg.nodes);
-    for i in 0..cfg.nodes {
-        rng_ids.push(SimNode {
-            id: format!(
-                "{:08x}-0000-4000-8000-{:012x}",
-                i,
-                rand::random::<u64>() >> 16
-            ),
-        });
-    }
-    let nodes = Arc::new(rng_ids);
-    let next = Arc::new(AtomicU64::new(0));
-    let ttl_ms = Arc::new(AtomicU64::new(10_000));
-    let mut tasks = Vec::new();
-    for _ in 0..cfg.concurrency.min(cfg.nodes) {
-        let (pool, nodes, next, ttl_ms) =
-            (pool.clone(), nodes.clone(), next.clone(), ttl_ms.clone());
-        let rpc = cfg.rpc.clone();
-        let (machine, client_config) = (machine.clone(), client_config.clone());
-        tasks.push(tokio::spawn(async move {
-            loop {
-                let i = next.fetch_add(1, Ordering::Relaxed) as usize;
-                let Some(n) = nodes.get(i) else {
-                    return anyhow::Ok(());
-                };
-                let mut node = fingerprint::node(
-                    &client_config,
-                    &format!("sim-{i}"),
-                    &n.id,
-                    &format!("secret-{}", n.id),
-                    "127.0.0.1:0",
-                    &machine,
-                    now,
-                );
-                node.attributes
-                    .insert("unique.hostname".into(), format!("sim-{i}"));
-                let req = RpcRequest::NodeRegister(Box::new(NodeRegisterRequest { node }));
-                let resp = call_any(&pool, &rpc, req, i).await?;
-                match resp {
-                    RpcResponse::NodeRegister(Ok(r)) => {
-                        ttl_ms.fetch_min(r.heartbeat_ttl_ms.max(1_000), Ordering::Relaxed);
-                    }
-                    other => bail!("registering sim-{i}: {other:?}"),
-                }
-            }
-        }));
-    }
-    for t in tasks {
-        t.await??;
-    }
-    let heartbeats = Arc::new(AtomicU64::new(0));
-    let stop = tokio_util::sync::CancellationToken::new();
-    // One task walks the nodes so that each heartbeats about every TTL / 2.
-    let task = {
-        let (pool, nodes, rpc, stop, beats) = (
-            pool.clone(),
-            nodes.clone(),
-            cfg.rpc.clone(),
-            stop.clone(),
-            heartbeats.clone(),
-        );
-        tokio::spawn(async move {
-            let mut i = 0usize;
-            loop {
-                let period = Duration::from_millis(ttl_ms.load(Ordering::Relaxed) / 2);
-                let per_node = period / nodes.len().max(1) as u32;
-                let batch_started = Instant::now();
-                let mut batch = Vec::new();
-                // Send in groups of 32 concurrent heartbeats.
-                for _ in 0..32.min(nodes.len()) {
-                    let n = &nodes[i % nodes.len()];
-                    i += 1;
-                    let req = RpcRequest::NodeUpdateStatus(NodeUpdateStatusRequest {
-                        node_id: n.id.as_str().into(),
-                        status: NodeStatus::Ready,
-                    });
-                    batch.push(call_any(&pool, &rpc, req, i));
-                }
-                for r in futures::future::join_all(batch).await {
-                    if r.is_ok() {
-                        beats.fetch_add(1, Ordering::Relaxed);
-                    }
-                }
-                let due = per_node * 32;
-                let spent = batch_started.elapsed();
-                tokio::select! {
-                    _ = stop.cancelled() => return,
-                    _ = tokio::time::sleep(due.saturating_sub(spent)) => {}
-                }
-            }
-        })
-    };
-    let ids = nodes.iter().map(|n| n.id.clone()).collect();
-    Ok((ids, heartbeats, HeartbeatHandle { stop, task }))
-}
-
-/// Stops the simulated nodes' heartbeats when dropped.
-pub struct HeartbeatHandle {
-    stop: tokio_util::sync::CancellationToken,
-    task: tokio::task::JoinHandle<()>,
-}
-
-impl Drop for HeartbeatHandle {
-    fn drop(&mut self) {
-        self.stop.cancel();
-        self.task.abort();
-    }
-}
-
-/// Call one of the servers (starting at `hint`), moving on when one fails.
-async fn call_any(
-    pool: &Pool,
-    rpc: &[String],
-    req: RpcRequest,
-    hint: usize,
-) -> anyhow::Result<RpcResponse> {
-    let mut last = None;
-    for k in 0..rpc.len() * 3 {
-        let addr = &rpc[(hint + k) % rpc.len()];
-        match pool
-            .call_addr(addr, req.clone(), Duration::from_secs(30))
-            .await
-        {
-            Ok(RpcResponse::NodeRegister(Err(e))) | Ok(RpcResponse::NodeUpdateStatus(Err(e))) => {
-                last = Some(anyhow::anyhow!("{addr}: {e}"));
-                tokio::time::sleep(Duration::from_millis(100)).await;
-            }
-            Ok(r) => return Ok(r),
-            Err(e) => {
-                last = Some(anyhow::anyhow!("{addr}: {e}"));
-                tokio::time::sleep(Duration::from_millis(100)).await;
-            }
-        }
-    }
-    Err(last.unwrap_or_else(|| anyhow::anyhow!("no server")))
+/// The leader failover in the middle of a run.
+#[derive(Debug, Clone, Serialize)]
+pub struct Failover {
+    /// The server killed (the leader then).
+    pub killed: String,
+    /// Seconds since the first job registration when it was killed.
+    pub at_seconds: f64,
+    /// Allocations placed when it was killed.
+    pub at_placed: u64,
+    /// The server that took over.
+    pub new_leader: String,
+    /// Seconds from the kill until every running server named the new leader.
+    pub new_leader_seconds: f64,
 }
 
 /// The job `i` of the run, as Nomad JSON.
@@ -356,28 +247,29 @@ pub fn job(cfg: &LoadConfig, i: usize) -> Value {
             "Tasks": [{
                 "Name": "t",
                 "Driver": "mock",
-                "Config": { "run_for": "1h" },
+                "Config": { "run_for": cfg.run_for },
                 "Resources": { "CPU": cfg.alloc_cpu, "MemoryMB": cfg.alloc_memory_mb }
             }]
         }]
     })
 }
 
-/// Allocations placed for the run's jobs, from the job stubs' summaries, and the index.
-async fn placed(api: &ApiClient, prefix: &str, index: u64) -> anyhow::Result<(u64, u64)> {
+/// Allocations placed and allocations running (or finished) for the run's jobs, from the
+/// job stubs' summaries, with the index.
+async fn placed(api: &ApiClient, prefix: &str, index: u64) -> anyhow::Result<(u64, u64, u64)> {
     let path = format!("/v1/jobs?prefix={prefix}-&index={index}&wait=5s&stale=true");
     let (stubs, index): (Vec<Value>, u64) = api.get_with_index(&path).await?;
-    let mut n = 0u64;
+    let (mut placed, mut running) = (0u64, 0u64);
     for s in &stubs {
         if let Some(groups) = s["JobSummary"]["Summary"].as_object() {
             for g in groups.values() {
-                for k in ["Starting", "Running", "Complete", "Failed", "Lost"] {
-                    n += g[k].as_u64().unwrap_or(0);
-                }
+                let n = |k: &str| g[k].as_u64().unwrap_or(0);
+                placed += n("Starting") + n("Running") + n("Complete") + n("Failed") + n("Lost");
+                running += n("Running") + n("Complete") + n("Failed");
             }
         }
     }
-    Ok((n, index))
+    Ok((placed, running, index))
 }
 
 /// The sum of a Prometheus counter over its labels (0 when absent).
@@ -388,6 +280,66 @@ pub fn prom_sum(text: &str, name: &str) -> u64 {
         })
         .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
         .sum::<f64>() as u64
+}
+
+/// A Prometheus histogram's cumulative buckets, `(le, count)`, `+Inf` as infinity (empty
+/// when absent).
+pub fn prom_buckets(text: &str, name: &str) -> Vec<(f64, u64)> {
+    let prefix = format!("{name}_bucket{{le=\"");
+    text.lines()
+        .filter_map(|l| {
+            let (le, rest) = l.strip_prefix(&prefix)?.split_once("\"}")?;
+            let le = if le == "+Inf" {
+                f64::INFINITY
+            } else {
+                le.parse().ok()?
+            };
+            Some((le, rest.trim().parse::<f64>().ok()? as u64))
+        })
+        .collect()
+}
+
+/// `a + sign · b` bucket by bucket (buckets missing from `b` count 0; a negative result is 0).
+fn buckets_add(a: &[(f64, u64)], b: &[(f64, u64)], subtract: bool) -> Vec<(f64, u64)> {
+    let mut out: Vec<(f64, u64)> = if a.is_empty() {
+        b.iter().map(|(le, _)| (*le, 0)).collect()
+    } else {
+        a.to_vec()
+    };
+    for (le, n) in &mut out {
+        let other = b.iter().find(|(l, _)| l == le).map_or(0, |(_, c)| *c);
+        *n = if subtract {
+            n.saturating_sub(other)
+        } else {
+            *n + other
+        };
+    }
+    out
+}
+
+/// The `q` quantile (0..=1) of cumulative buckets, interpolated linearly within its bucket
+/// as Prometheus' `histogram_quantile` does; 0 when empty.
+pub fn bucket_quantile(buckets: &[(f64, u64)], q: f64) -> f64 {
+    let total = buckets.last().map_or(0, |(_, c)| *c);
+    if total == 0 {
+        return 0.0;
+    }
+    let rank = q * total as f64;
+    let (mut prev_le, mut prev_c) = (0.0, 0u64);
+    for &(le, c) in buckets {
+        if c as f64 >= rank && c > prev_c {
+            if le.is_infinite() {
+                return prev_le;
+            }
+            let frac = (rank - prev_c as f64) / (c - prev_c) as f64;
+            return prev_le + (le - prev_le) * frac.clamp(0.0, 1.0);
+        }
+        if le.is_finite() {
+            prev_le = le;
+        }
+        prev_c = c;
+    }
+    prev_le
 }
 
 /// The scheduler-only ceiling: the same placements computed in-process on a state store
@@ -487,22 +439,73 @@ pub fn plot(report: &Report, dir: &std::path::Path, name: &str) -> anyhow::Resul
             .x_desc("seconds since the first job registration")
             .y_desc("allocations placed")
             .draw()?;
-        chart.draw_series(LineSeries::new(
-            report.samples.iter().map(|s| (s.t, s.placed)),
-            &BLUE,
-        ))?;
+        chart
+            .draw_series(LineSeries::new(
+                report.samples.iter().map(|s| (s.t, s.placed)),
+                &BLUE,
+            ))?
+            .label("placed")
+            .legend(|(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], BLUE));
+        if report.config.run_allocs {
+            chart
+                .draw_series(LineSeries::new(
+                    report.samples.iter().map(|s| (s.t, s.running)),
+                    &GREEN,
+                ))?
+                .label("reported running by their nodes")
+                .legend(|(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], GREEN));
+        }
+        if let Some(f) = &report.failover {
+            chart
+                .draw_series(LineSeries::new(
+                    [(f.at_seconds, 0), (f.at_seconds, y_max)],
+                    &RED,
+                ))?
+                .label(format!("leader {} killed", f.killed))
+                .legend(|(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], RED));
+        }
+        chart
+            .configure_series_labels()
+            .position(SeriesLabelPosition::LowerRight)
+            .background_style(WHITE.mix(0.8))
+            .border_style(BLACK)
+            .draw()?;
         root.present()?;
     }
     let latency = dir.join(format!("{name}-eval-latency.svg"));
     {
         let root = SVGBackend::new(&latency, (800, 450)).into_drawing_area();
         root.fill(&WHITE)?;
-        let v = &report.eval_latencies_ms;
-        let x_max = v.last().copied().unwrap_or(1.0).max(1.0);
+        let v = &report.eval_completion_latencies_ms;
+        // The brokers' enqueue → ack histogram as a cumulative curve through its bucket bounds.
+        let total = report
+            .eval_latency_buckets
+            .last()
+            .map_or(0, |(_, c)| *c)
+            .max(1) as f64;
+        let mut broker: Vec<(f64, f64)> = vec![(0.0, 0.0)];
+        let mut last = 0;
+        for &(le, c) in &report.eval_latency_buckets {
+            if le.is_finite() && c > last {
+                broker.push((le * 1_000.0, c as f64 / total));
+            }
+            last = c;
+        }
+        if broker.len() > 1 {
+            // Start the curve at the first bucket that holds anything.
+            let first = broker[1].0 / 1.25;
+            broker[0] = (first, 0.0);
+        }
+        let x_max = v
+            .last()
+            .copied()
+            .unwrap_or(1.0)
+            .max(broker.last().map_or(1.0, |p| p.0))
+            .max(1.0);
         let mut chart = ChartBuilder::on(&root)
             .caption(
                 format!(
-                    "{name}: evaluation latency (p50 {:.0} ms, p99 {:.0} ms)",
+                    "{name}: evaluation latency (enqueue → ack p50 {:.0} ms, p99 {:.0} ms)",
                     report.eval_latency_ms.get("p50").copied().unwrap_or(0.0),
                     report.eval_latency_ms.get("p99").copied().unwrap_or(0.0)
                 ),
@@ -514,16 +517,29 @@ pub fn plot(report: &Report, dir: &std::path::Path, name: &str) -> anyhow::Resul
             .build_cartesian_2d(0f64..x_max, 0f64..1f64)?;
         chart
             .configure_mesh()
-            .x_desc("milliseconds from creation to completion")
+            .x_desc("milliseconds")
             .y_desc("fraction of evaluations")
             .draw()?;
+        chart
+            .draw_series(LineSeries::new(broker, &BLUE))?
+            .label("broker enqueue → ack (histogram buckets)")
+            .legend(|(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], BLUE));
         let n = v.len().max(1) as f64;
-        chart.draw_series(LineSeries::new(
-            v.iter()
-                .enumerate()
-                .map(|(i, ms)| (*ms, (i + 1) as f64 / n)),
-            &RED,
-        ))?;
+        chart
+            .draw_series(LineSeries::new(
+                v.iter()
+                    .enumerate()
+                    .map(|(i, ms)| (*ms, (i + 1) as f64 / n)),
+                &RED,
+            ))?
+            .label("create → complete (every evaluation)")
+            .legend(|(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], RED));
+        chart
+            .configure_series_labels()
+            .position(SeriesLabelPosition::LowerRight)
+            .background_style(WHITE.mix(0.8))
+            .border_style(BLACK)
+            .draw()?;
         root.present()?;
     }
     Ok(())
@@ -538,98 +554,212 @@ fn percentile(sorted: &[f64], p: f64) -> f64 {
     sorted[i.min(sorted.len() - 1)]
 }
 
-/// Run the load against the cluster; `pids` are the server processes to measure
-/// (name, pid), when local.
-pub async fn run(cfg: LoadConfig, pids: &[(String, u32)]) -> anyhow::Result<Report> {
+/// One server as the run measures it.
+struct Measured {
+    api: ApiClient,
+    name: String,
+    /// Its index in the process cluster, when the run has one.
+    process: Option<usize>,
+    pid: Option<u32>,
+    /// CPU seconds of the current process when the run started (0 for a restarted one).
+    cpu_start: f64,
+    /// CPU seconds and peak RSS of earlier incarnations during the run.
+    cpu_before: f64,
+    rss_before: f64,
+    /// Counters when the run started, and what earlier incarnations added.
+    start: ServerCounters,
+    earlier: ServerCounters,
+    restarted: bool,
+}
+
+/// The counters read off one server.
+#[derive(Debug, Clone, Default)]
+struct ServerCounters {
+    log_entries: u64,
+    log_bytes: u64,
+    latency: Vec<(f64, u64)>,
+    node_rejections: u64,
+}
+
+async fn read_counters(api: &ApiClient) -> ServerCounters {
+    let text = api
+        .request_text::<()>(reqwest::Method::GET, "/v1/metrics?format=prometheus", None)
+        .await
+        .unwrap_or_default();
+    ServerCounters {
+        log_entries: raft_stat(api, "log_appended_entries").await.unwrap_or(0),
+        log_bytes: raft_stat(api, "log_appended_bytes").await.unwrap_or(0),
+        latency: prom_buckets(&text, teamster::agent::EVAL_LATENCY_METRIC),
+        node_rejections: prom_sum(&text, "teamster_plan_node_rejected_total"),
+    }
+}
+
+impl Measured {
+    /// What this server counted during the run (all its incarnations).
+    fn during(&self, now: &ServerCounters) -> ServerCounters {
+        let fresh = |n: u64, s: u64| n.saturating_sub(s);
+        let (start, earlier) = (&self.start, &self.earlier);
+        ServerCounters {
+            log_entries: earlier.log_entries + fresh(now.log_entries, start.log_entries),
+            log_bytes: earlier.log_bytes + fresh(now.log_bytes, start.log_bytes),
+            latency: buckets_add(
+                &earlier.latency,
+                &buckets_add(&now.latency, &start.latency, true),
+                false,
+            ),
+            node_rejections: earlier.node_rejections
+                + fresh(now.node_rejections, start.node_rejections),
+        }
+    }
+}
+
+/// Run the load against the servers in `cfg`. With `cluster` (the local processes behind
+/// those addresses) it also measures their CPU and memory and can fail the leader over.
+pub async fn run(
+    cfg: LoadConfig,
+    mut cluster: Option<&mut ProcessCluster>,
+) -> anyhow::Result<Report> {
     cfg.validate()?;
-    let apis: Vec<ApiClient> = cfg.http.iter().map(|a| ApiClient::new(a)).collect();
-    let cpu_before: Vec<f64> = pids.iter().map(|(_, p)| cpu_seconds(*p)).collect();
+    if cfg.failover_at.is_some() && cluster.is_none() {
+        bail!("a failover needs a cluster of local processes");
+    }
+    let mut servers = Vec::new();
+    for (i, http) in cfg.http.iter().enumerate() {
+        let process = cluster
+            .as_deref()
+            .and_then(|c| c.servers.iter().position(|s| s.http_addr() == *http));
+        let (name, pid) = match (process, cluster.as_deref()) {
+            (Some(p), Some(c)) => (c.servers[p].name.clone(), c.servers[p].pid()),
+            _ => (format!("server-{i}"), None),
+        };
+        let api = ApiClient::new(http);
+        servers.push(Measured {
+            start: read_counters(&api).await,
+            api,
+            name,
+            process,
+            pid,
+            cpu_start: pid.map_or(0.0, cpu_seconds),
+            cpu_before: 0.0,
+            rss_before: 0.0,
+            earlier: ServerCounters::default(),
+            restarted: false,
+        });
+    }
 
     let started = Instant::now();
-    let (_ids, heartbeats, hb) = start_nodes(&cfg).await.context("registering nodes")?;
+    let sim_config = SimConfig {
+        nodes: cfg.nodes,
+        cpu_mhz: cfg.node_cpu_mhz,
+        memory_mb: cfg.node_memory_mb,
+        concurrency: cfg.concurrency,
+        run_allocs: cfg.run_allocs,
+    };
+    let sim = SimNodes::start(&sim_config, &cfg.rpc)
+        .await
+        .context("registering nodes")?;
     let node_registration_seconds = started.elapsed().as_secs_f64();
     tracing::info!(
         nodes = cfg.nodes,
         secs = node_registration_seconds,
         "nodes registered"
     );
-
-    let leader_api = &apis[0];
-    let entries_before = raft_stat(leader_api, "last_log_index").await.unwrap_or(0);
-    let t0 = Instant::now();
-    let next = Arc::new(AtomicU64::new(0));
-    let mut tasks = Vec::new();
-    for w in 0..cfg.concurrency.min(cfg.jobs) {
-        let (cfg, next) = (cfg.clone(), next.clone());
-        let api = apis[w % apis.len()].clone();
-        tasks.push(tokio::spawn(async move {
-            loop {
-                let i = next.fetch_add(1, Ordering::Relaxed) as usize;
-                if i >= cfg.jobs {
-                    return anyhow::Ok(());
-                }
-                let body = json!({ "Job": job(&cfg, i) });
-                let mut tries = 0;
-                loop {
-                    match api
-                        .request::<_, Value>(reqwest::Method::POST, "/v1/jobs", Some(&body))
-                        .await
-                    {
-                        Ok(_) => break,
-                        Err(e) if tries < 20 => {
-                            tries += 1;
-                            tracing::warn!(error = %e, "job registration failed, retrying");
-                            tokio::time::sleep(Duration::from_millis(250)).await;
-                        }
-                        Err(e) => return Err(e.into()),
-                    }
-                }
-            }
-        }));
+    // The placement phase's raft volume starts here.
+    for s in &mut servers {
+        let now = read_counters(&s.api).await;
+        s.start.log_entries = now.log_entries;
+        s.start.log_bytes = now.log_bytes;
     }
-    // Follow placement while the registrations run.
+
+    let t0 = Instant::now();
+    let registrations = register_jobs(cfg.clone(), servers.iter().map(|s| s.api.clone()).collect());
+
+    // Follow placement (and then the nodes' reports) while the registrations run.
     let want = cfg.expected_placements();
-    let mut samples = Vec::new();
-    let mut index = 0;
-    let mut done_at = None;
+    let mut samples: Vec<Sample> = Vec::new();
+    let (mut index, mut follow) = (0, 0usize);
+    let (mut placed_at, mut running_at, mut failover) = (None, None, None);
+    let mut phase_end = None;
+    tokio::pin!(registrations);
+    let mut registered = None;
     while t0.elapsed() < cfg.timeout {
-        let (n, i) = placed(leader_api, &cfg.job_prefix, index).await?;
+        if registered.is_none() {
+            if let Some(r) = futures::FutureExt::now_or_never(&mut registrations) {
+                r?;
+                registered = Some(t0.elapsed());
+            }
+        }
+        let (n, running, i) = match placed(&servers[follow].api, &cfg.job_prefix, index).await {
+            Ok(v) => v,
+            Err(e) => {
+                tracing::debug!(error = %e, "following placement: moving to another server");
+                follow = (follow + 1) % servers.len();
+                index = 0;
+                tokio::time::sleep(Duration::from_millis(100)).await;
+                continue;
+            }
+        };
         index = i;
         samples.push(Sample {
             t: t0.elapsed().as_secs_f64(),
             placed: n,
+            running,
         });
-        if n >= want {
-            done_at = Some(t0.elapsed());
+        if n >= want && placed_at.is_none() {
+            placed_at = Some(t0.elapsed());
+            phase_end = Some(read_all(&servers).await);
+        }
+        if placed_at.is_some() && (!cfg.run_allocs || running >= want) {
+            if cfg.run_allocs {
+                running_at = Some(t0.elapsed());
+            }
             break;
         }
-    }
-    let job_registration_seconds = {
-        for t in tasks {
-            t.await??;
+        if let (Some(frac), None, Some(c)) = (cfg.failover_at, &failover, cluster.as_deref_mut()) {
+            if placed_at.is_none() && n as f64 >= frac * want as f64 {
+                let f = fail_over(c, &mut servers, t0, n).await?;
+                follow = servers
+                    .iter()
+                    .position(|s| s.name == f.new_leader)
+                    .unwrap_or(0);
+                index = 0;
+                failover = Some(f);
+            }
         }
-        t0.elapsed().as_secs_f64()
-    };
-    let Some(done) = done_at else {
+    }
+    let Some(done) = placed_at else {
         bail!(
             "only {} of {want} allocations placed within {:?}",
             samples.last().map_or(0, |s| s.placed),
             cfg.timeout
         );
     };
+    if cfg.run_allocs && running_at.is_none() {
+        bail!(
+            "only {} of {want} allocations reported running within {:?}",
+            samples.last().map_or(0, |s| s.running),
+            cfg.timeout
+        );
+    }
+    let job_registration_seconds = match registered {
+        Some(t) => t.as_secs_f64(),
+        None => {
+            registrations.await?;
+            t0.elapsed().as_secs_f64()
+        }
+    };
     let placement_seconds = done.as_secs_f64();
-    let entries_after = raft_stat(leader_api, "last_log_index").await.unwrap_or(0);
-    let beats = heartbeats.load(Ordering::Relaxed);
-    drop(hb);
+    let sim_totals = sim.counters.totals();
+    drop(sim);
 
     // Evaluations of the run's jobs, once the workers have written their last status (a
-    // plan commits before its evaluation is marked complete): latency from creation to that
-    // last update.
+    // plan commits before its evaluation is marked complete).
+    let follow_api = &servers[follow].api;
     let prefix = format!("{}-", cfg.job_prefix);
     let mut evals: Vec<Value>;
     let settle = Instant::now();
     loop {
-        evals = leader_api
+        evals = follow_api
             .get("/v1/evaluations?stale=true")
             .await
             .context("listing evaluations")?;
@@ -642,7 +772,7 @@ pub async fn run(cfg: LoadConfig, pids: &[(String, u32)]) -> anyhow::Result<Repo
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-    let mut latencies: Vec<f64> = evals
+    let mut completion: Vec<f64> = evals
         .iter()
         .filter(|e| e["JobID"].as_str().is_some_and(|j| j.starts_with(&prefix)))
         .filter(|e| e["Status"] == "complete")
@@ -652,58 +782,167 @@ pub async fn run(cfg: LoadConfig, pids: &[(String, u32)]) -> anyhow::Result<Repo
             Some((m - c) as f64 / 1e6)
         })
         .collect();
-    latencies.sort_by(|a, b| a.total_cmp(b));
-    let mut eval_latency_ms = BTreeMap::new();
+    completion.sort_by(|a, b| a.total_cmp(b));
+    let mut eval_completion_ms = BTreeMap::new();
     for (k, p) in [("p50", 0.5), ("p95", 0.95), ("p99", 0.99), ("max", 1.0)] {
-        eval_latency_ms.insert(k.to_string(), percentile(&latencies, p));
+        eval_completion_ms.insert(k.to_string(), percentile(&completion, p));
     }
-    // The leader's plan applier counters.
+
+    // The brokers' histograms and the plan appliers' rejections, summed over every server
+    // (each leader's broker saw part of the run); raft volume off a server that never
+    // restarted (every one appends the whole log).
+    let end = read_all(&servers).await;
+    let mut latency: Vec<(f64, u64)> = Vec::new();
     let mut plan_node_rejections = 0;
-    for api in &apis {
-        let me: Value = api.get("/v1/agent/self").await.unwrap_or(Value::Null);
-        if me["stats"]["nomad"]["leader"] == "true" {
-            let text = api
-                .request_text::<()>(reqwest::Method::GET, "/v1/metrics?format=prometheus", None)
-                .await
-                .unwrap_or_default();
-            plan_node_rejections = prom_sum(&text, "teamster_plan_node_rejected_total");
-        }
+    for (s, now) in servers.iter().zip(&end) {
+        let d = s.during(now);
+        latency = buckets_add(&latency, &d.latency, false);
+        plan_node_rejections += d.node_rejections;
     }
-    let placed_n = samples.last().map_or(0, |s| s.placed);
-    let servers = pids
+    let phase_end = phase_end.unwrap_or(end);
+    let (raft_entries, raft_bytes) = servers
         .iter()
-        .zip(cpu_before)
-        .map(|((name, pid), before)| ProcessUse {
-            name: name.clone(),
-            leader: pid_is_first(pids, *pid),
-            cpu_seconds: cpu_seconds(*pid) - before,
-            peak_rss_mb: peak_rss_mb(*pid),
+        .zip(&phase_end)
+        .filter(|(s, _)| !s.restarted)
+        .map(|(s, now)| {
+            let d = s.during(now);
+            (d.log_entries, d.log_bytes)
         })
-        .collect();
+        .max()
+        .unwrap_or_default();
+    let mut eval_latency_ms = BTreeMap::new();
+    for (k, q) in [("p50", 0.5), ("p95", 0.95), ("p99", 0.99), ("max", 1.0)] {
+        eval_latency_ms.insert(k.to_string(), 1_000.0 * bucket_quantile(&latency, q));
+    }
+    let evals_acked = latency.last().map_or(0, |(_, c)| *c);
+
+    let placed_n = samples.last().map_or(0, |s| s.placed);
+    let mut usage = Vec::new();
+    for s in &servers {
+        let Some(pid) = s.pid else { continue };
+        let me: Value = s.api.get("/v1/agent/self").await.unwrap_or(Value::Null);
+        usage.push(ProcessUse {
+            name: s.name.clone(),
+            leader: me["stats"]["nomad"]["leader"] == "true",
+            cpu_seconds: s.cpu_before + cpu_seconds(pid) - s.cpu_start,
+            peak_rss_mb: s.rss_before.max(peak_rss_mb(pid)),
+        });
+    }
+    usage.sort_by_key(|u| !u.leader);
+    let per_second = |n: u64| n as f64 / placement_seconds.max(1e-9);
     Ok(Report {
         node_registration_seconds,
         job_registration_seconds,
         placement_seconds,
         placed: placed_n,
-        placements_per_second: placed_n as f64 / placement_seconds.max(1e-9),
-        evals_completed: latencies.len() as u64,
-        evals_per_second: latencies.len() as f64 / placement_seconds.max(1e-9),
+        placements_per_second: per_second(placed_n),
+        running_seconds: running_at.map(|t| t.as_secs_f64()),
+        evals_completed: completion.len() as u64,
+        evals_per_second: per_second(completion.len() as u64),
         eval_latency_ms,
-        eval_latencies_ms: latencies.clone(),
+        evals_acked,
+        eval_latency_buckets: latency,
+        eval_completion_ms,
+        eval_completion_latencies_ms: completion,
         plan_node_rejections,
-        raft_entries_per_second: entries_after.saturating_sub(entries_before) as f64
-            / placement_seconds.max(1e-9),
-        heartbeats: beats,
+        raft_entries,
+        raft_bytes,
+        raft_entries_per_second: per_second(raft_entries),
+        raft_bytes_per_second: per_second(raft_bytes),
+        heartbeats: sim_totals.heartbeats,
+        sim: sim_totals,
+        failover,
         samples,
-        servers,
+        servers: usage,
         scheduler_only: None,
         config: cfg,
     })
 }
 
-/// Whether `pid` is the first listed (callers list the leader first).
-fn pid_is_first(pids: &[(String, u32)], pid: u32) -> bool {
-    pids.first().is_some_and(|(_, p)| *p == pid)
+async fn read_all(servers: &[Measured]) -> Vec<ServerCounters> {
+    let mut out = Vec::with_capacity(servers.len());
+    for s in servers {
+        out.push(read_counters(&s.api).await);
+    }
+    out
+}
+
+/// Register the run's jobs, `concurrency` at a time; a call that fails is retried on the
+/// next server (through a failover) for up to a minute.
+async fn register_jobs(cfg: LoadConfig, apis: Vec<ApiClient>) -> anyhow::Result<()> {
+    let next = Arc::new(AtomicU64::new(0));
+    let mut tasks = Vec::new();
+    for w in 0..cfg.concurrency.min(cfg.jobs) {
+        let (cfg, next, apis) = (cfg.clone(), next.clone(), apis.clone());
+        tasks.push(tokio::spawn(async move {
+            let mut api = w % apis.len();
+            loop {
+                let i = next.fetch_add(1, Ordering::Relaxed) as usize;
+                if i >= cfg.jobs {
+                    return anyhow::Ok(());
+                }
+                let body = json!({ "Job": job(&cfg, i) });
+                let mut tries = 0;
+                loop {
+                    match apis[api]
+                        .request::<_, Value>(reqwest::Method::POST, "/v1/jobs", Some(&body))
+                        .await
+                    {
+                        Ok(_) => break,
+                        Err(e) if tries < 240 => {
+                            tries += 1;
+                            api = (api + 1) % apis.len();
+                            tracing::debug!(error = %e, "job registration failed, retrying");
+                            tokio::time::sleep(Duration::from_millis(250)).await;
+                        }
+                        Err(e) => return Err(e.into()),
+                    }
+                }
+            }
+        }));
+    }
+    for t in tasks {
+        t.await??;
+    }
+    Ok(())
+}
+
+/// SIGKILL the leader, wait for the survivors to agree on a new one, and start the killed
+/// server again (it catches up while the run goes on).
+async fn fail_over(
+    cluster: &mut ProcessCluster,
+    servers: &mut [Measured],
+    t0: Instant,
+    at_placed: u64,
+) -> anyhow::Result<Failover> {
+    let leader = cluster.wait_leader(Duration::from_secs(30)).await?;
+    let Some(s) = servers.iter_mut().find(|s| s.process == Some(leader)) else {
+        bail!("the leader is not one of the measured servers");
+    };
+    let before = read_counters(&s.api).await;
+    if let Some(pid) = s.pid {
+        s.cpu_before += cpu_seconds(pid) - s.cpu_start;
+        s.rss_before = s.rss_before.max(peak_rss_mb(pid));
+    }
+    let at = t0.elapsed();
+    s.earlier = s.during(&before);
+    cluster.kill(leader);
+    tracing::info!(server = %s.name, placed = at_placed, "leader killed");
+    let new_leader = cluster.wait_leader(Duration::from_secs(60)).await?;
+    let new_leader_seconds = (t0.elapsed() - at).as_secs_f64();
+    cluster.restart(leader)?;
+    s.pid = cluster.servers[leader].pid();
+    s.cpu_start = 0.0;
+    s.start = ServerCounters::default();
+    s.restarted = true;
+    tracing::info!(new_leader = %cluster.servers[new_leader].name, secs = new_leader_seconds, "new leader");
+    Ok(Failover {
+        killed: s.name.clone(),
+        at_seconds: at.as_secs_f64(),
+        at_placed,
+        new_leader: cluster.servers[new_leader].name.clone(),
+        new_leader_seconds,
+    })
 }
 
 /// User + system CPU seconds of a process (0 when unreadable).

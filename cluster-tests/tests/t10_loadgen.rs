@@ -1,24 +1,22 @@
 //! The load generator in a small configuration (200 simulated nodes × 20 jobs of 10) against
-//! a real 3-server cluster: it completes, and its report agrees with the cluster's state.
+//! a real 3-server cluster: it completes, the simulated nodes run what is placed on them,
+//! and its report agrees with the cluster's state; then the same with the leader killed in
+//! the middle of the run.
 
 use std::time::Duration;
 
 use serde_json::Value;
+use teamster::cli::ApiClient;
 use teamster_cluster_tests::invariants::{no_group_over_count, no_node_over_capacity, Checked};
-use teamster_cluster_tests::loadgen::{self, LoadConfig, Shape};
+use teamster_cluster_tests::loadgen::{self, LoadConfig, Report, Shape};
 use teamster_cluster_tests::process::{ClusterOptions, ProcessCluster};
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_small_load_run_places_everything_and_reports_what_the_cluster_holds(
-) -> anyhow::Result<()> {
+/// A 3-server cluster and a small load's configuration against it, the leader listed first.
+async fn small_load(prefix: &str) -> anyhow::Result<(ProcessCluster, LoadConfig)> {
     let mut c = ProcessCluster::start(3, ClusterOptions::default())?;
     let leader = c.wait_leader(Duration::from_secs(30)).await?;
     let mut order: Vec<usize> = (0..3).filter(|&i| i != leader).collect();
     order.insert(0, leader);
-    let pids: Vec<(String, u32)> = order
-        .iter()
-        .filter_map(|&i| Some((c.servers[i].name.clone(), c.servers[i].pid()?)))
-        .collect();
     let cfg = LoadConfig {
         http: order.iter().map(|&i| c.servers[i].http_addr()).collect(),
         rpc: order.iter().map(|&i| c.servers[i].rpc_addr()).collect(),
@@ -28,20 +26,95 @@ async fn a_small_load_run_places_everything_and_reports_what_the_cluster_holds(
         shape: Shape::Service,
         concurrency: 8,
         timeout: Duration::from_secs(120),
-        job_prefix: "small".into(),
+        job_prefix: prefix.into(),
         ..LoadConfig::default()
     };
-    let report = loadgen::run(cfg, &pids).await?;
+    Ok((c, cfg))
+}
+
+/// The cluster holds exactly what the report says: every allocation of the run live,
+/// running on its node, within capacity and counts, and every simulated node ready.
+async fn check_against_cluster(
+    api: &ApiClient,
+    report: &Report,
+    prefix: &str,
+) -> anyhow::Result<()> {
+    let allocs: Vec<Value> = api.get("/v1/allocations?prefix=").await?;
+    let live: Vec<&Value> = allocs
+        .iter()
+        .filter(|a| {
+            a["JobID"]
+                .as_str()
+                .is_some_and(|j| j.starts_with(&format!("{prefix}-")))
+        })
+        .filter(|a| a["DesiredStatus"] == "run")
+        .collect();
+    assert_eq!(live.len() as u64, report.placed);
+    let not_running: Vec<&&Value> = live
+        .iter()
+        .filter(|a| a["ClientStatus"] != "running")
+        .collect();
+    assert!(not_running.is_empty(), "not running: {not_running:?}");
+    let nodes: Vec<Value> = api.get("/v1/nodes").await?;
+    assert_eq!(nodes.len(), 200);
+    assert!(
+        nodes.iter().all(|n| n["Status"] == "ready"),
+        "every simulated node stays ready"
+    );
+    assert!(matches!(
+        no_node_over_capacity(api).await?,
+        Checked::Held(_)
+    ));
+    assert!(matches!(no_group_over_count(api).await?, Checked::Held(_)));
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_small_load_run_places_everything_and_reports_what_the_cluster_holds(
+) -> anyhow::Result<()> {
+    let (mut c, cfg) = small_load("small").await?;
+    let api = ApiClient::new(&cfg.http[0]);
+    let report = loadgen::run(cfg, Some(&mut c)).await?;
     assert_eq!(report.placed, 200);
     assert!(report.placements_per_second > 0.0);
     assert_eq!(report.samples.last().map(|s| s.placed), Some(200));
+    assert_eq!(report.samples.last().map(|s| s.running), Some(200));
+    assert!(report.running_seconds.unwrap() >= report.placement_seconds);
     assert!(report.evals_completed >= 20, "{}", report.evals_completed);
-    assert_eq!(report.servers.len(), 3);
-    assert!(report.servers.iter().all(|s| s.peak_rss_mb > 0.0));
     assert_eq!(
-        report.eval_latencies_ms.len() as u64,
+        report.eval_completion_latencies_ms.len() as u64,
         report.evals_completed
     );
+    // Every completed evaluation was acknowledged by the broker, and the histogram's
+    // percentiles are ordered.
+    assert!(report.evals_acked >= report.evals_completed, "{report:?}");
+    let l = &report.eval_latency_ms;
+    assert!(
+        l["p50"] > 0.0 && l["p50"] <= l["p99"] && l["p99"] <= l["max"],
+        "{l:?}"
+    );
+    // Raft volume: entries (commands are batched into entries) carrying every placed
+    // allocation, which alone takes well over 200 bytes encoded.
+    eprintln!(
+        "raft: {} entries, {} bytes",
+        report.raft_entries, report.raft_bytes
+    );
+    assert!(report.raft_entries > 0);
+    assert!(
+        report.raft_bytes > report.placed * 200,
+        "{} bytes for {} entries",
+        report.raft_bytes,
+        report.raft_entries
+    );
+    assert!(report.raft_bytes_per_second > 0.0);
+    // The nodes ran everything and the servers took every report.
+    assert_eq!(report.sim.allocs_started, 200);
+    assert!(report.sim.reports_accepted >= 200);
+    assert!(report.sim.update_calls >= 1);
+    assert!(report.failover.is_none());
+    assert_eq!(report.servers.len(), 3);
+    assert!(report.servers[0].leader);
+    assert!(report.servers.iter().all(|s| s.peak_rss_mb > 0.0));
 
     // The plots are drawn.
     let dir = tempfile::tempdir()?;
@@ -51,21 +124,27 @@ async fn a_small_load_run_places_everything_and_reports_what_the_cluster_holds(
         assert!(svg.contains("<svg") && svg.contains("polyline"), "{f}");
     }
 
-    // The cluster holds exactly what the report says, within capacity and counts.
-    let api = c.servers[leader].api();
-    let allocs: Vec<Value> = api.get("/v1/allocations?prefix=").await?;
-    let live = allocs
-        .iter()
-        .filter(|a| a["JobID"].as_str().is_some_and(|j| j.starts_with("small-")))
-        .filter(|a| a["DesiredStatus"] == "run")
-        .count();
-    assert_eq!(live as u64, report.placed);
-    let nodes: Vec<Value> = api.get("/v1/nodes").await?;
-    assert_eq!(nodes.len(), 200);
-    assert!(matches!(
-        no_node_over_capacity(&api).await?,
-        Checked::Held(_)
-    ));
-    assert!(matches!(no_group_over_count(&api).await?, Checked::Held(_)));
-    Ok(())
+    check_against_cluster(&api, &report, "small").await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_load_run_survives_its_leader_being_killed_half_way() -> anyhow::Result<()> {
+    let (mut c, mut cfg) = small_load("fo").await?;
+    cfg.failover_at = Some(0.5);
+    let old_leader = c.wait_leader(Duration::from_secs(10)).await?;
+    let report = loadgen::run(cfg, Some(&mut c)).await?;
+    let f = report.failover.clone().expect("a failover happened");
+    assert_eq!(f.killed, c.servers[old_leader].name);
+    assert_ne!(f.new_leader, f.killed);
+    assert!(f.at_placed >= 100 && f.at_placed < 200, "{f:?}");
+    assert_eq!(report.placed, 200);
+    assert_eq!(report.samples.last().map(|s| s.running), Some(200));
+    assert!(report.placement_seconds > f.at_seconds);
+    assert!(report.raft_bytes > 0);
+
+    // The killed server came back and the cluster agrees on a leader; it holds exactly
+    // the run, with nothing placed twice.
+    let leader = c.wait_leader(Duration::from_secs(30)).await?;
+    assert!(c.servers[old_leader].is_running());
+    check_against_cluster(&c.servers[leader].api(), &report, "fo").await
 }

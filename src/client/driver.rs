@@ -165,7 +165,10 @@ fn config_str(config: &BTreeMap<String, ConfigValue>, key: &str) -> Option<Strin
     }
 }
 
-fn mock_config(config: &BTreeMap<String, ConfigValue>) -> Result<(Duration, i64), DriverError> {
+/// The `mock` driver's reading of a task's `Config`: how long the task runs (`run_for`) and
+/// the exit code it ends with (`exit_code`). Public so that simulated clients (the load
+/// generator's) run tasks exactly as this driver would.
+pub fn mock_config(config: &BTreeMap<String, ConfigValue>) -> Result<(Duration, i64), DriverError> {
     let run_for = match config.get("run_for") {
         None | Some(ConfigValue::Null) => Duration::ZERO,
         Some(ConfigValue::Int(n)) if *n >= 0 => Duration::from_nanos(*n as u64),

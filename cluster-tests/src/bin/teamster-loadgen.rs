@@ -7,6 +7,7 @@
 //! ```text
 //! cargo build --release -p teamster -p teamster-cluster-tests
 //! target/release/teamster-loadgen --nodes 5000 --jobs 100 --count 1000 --out c1m.json
+//! target/release/teamster-loadgen --failover-at 0.5 --name failover   # the leader dies mid-run
 //! ```
 
 use std::time::Duration;
@@ -51,6 +52,16 @@ struct Args {
     /// Scheduler workers per server of a started cluster.
     #[arg(long)]
     num_schedulers: Option<u32>,
+    /// The simulated nodes only register and heartbeat; they do not run their allocations.
+    #[arg(long)]
+    no_run_allocs: bool,
+    /// How long the mock tasks run (`Config.run_for`).
+    #[arg(long, default_value = "1h")]
+    run_for: String,
+    /// Kill the leader once this fraction of the allocations is placed, then restart it
+    /// (only with a cluster this tool starts).
+    #[arg(long, conflicts_with = "http")]
+    failover_at: Option<f64>,
     /// Give up after this long.
     #[arg(long, default_value = "30m", value_parser = humantime::parse_duration)]
     timeout: Duration,
@@ -102,7 +113,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
         return Ok(());
     }
     let mut cluster = None;
-    let (http, rpc, pids) = if args.http.is_empty() {
+    let (http, rpc) = if args.http.is_empty() {
         let mut server_toml = String::from("max_heartbeats_per_second = 50.0\n");
         if let Some(n) = args.num_schedulers {
             server_toml.push_str(&format!("num_schedulers = {n}\n"));
@@ -117,23 +128,19 @@ async fn run(args: Args) -> anyhow::Result<()> {
             },
         )?;
         let leader = c.wait_leader(Duration::from_secs(30)).await?;
-        // The leader first, so the report reads the leader's stats.
+        // The leader first: the run follows placement on it until it fails.
         let mut order: Vec<usize> = (0..3).collect();
         order.retain(|&i| i != leader);
         order.insert(0, leader);
         let http = order.iter().map(|&i| c.servers[i].http_addr()).collect();
         let rpc = order.iter().map(|&i| c.servers[i].rpc_addr()).collect();
-        let pids = order
-            .iter()
-            .filter_map(|&i| Some((c.servers[i].name.clone(), c.servers[i].pid()?)))
-            .collect::<Vec<_>>();
         cluster = Some(c);
-        (http, rpc, pids)
+        (http, rpc)
     } else {
-        (args.http.clone(), args.rpc.clone(), Vec::new())
+        (args.http.clone(), args.rpc.clone())
     };
     let cfg = load_config(&args, http, rpc);
-    let mut report = loadgen::run(cfg.clone(), &pids).await?;
+    let mut report = loadgen::run(cfg.clone(), cluster.as_mut()).await?;
     drop(cluster);
     // The ceiling, measured in the same run on the same machine, now that the cluster is gone.
     let ceiling = tokio::task::spawn_blocking(move || loadgen::scheduler_only(&cfg)).await??;
@@ -164,28 +171,58 @@ fn load_config(args: &Args, http: Vec<String>, rpc: Vec<String>) -> LoadConfig {
         },
         concurrency: args.concurrency,
         timeout: args.timeout,
+        run_allocs: !args.no_run_allocs,
+        run_for: args.run_for.clone(),
+        failover_at: args.failover_at,
         ..LoadConfig::default()
     }
 }
 
 fn print_report(report: &loadgen::Report) {
+    let ms =
+        |m: &std::collections::BTreeMap<String, f64>, k: &str| m.get(k).copied().unwrap_or(0.0);
     println!(
-        "placed {} allocations in {:.2}s: {:.0} placements/s; {} evals ({:.1}/s), latency p50 {:.0} ms p95 {:.0} ms p99 {:.0} ms; {} plan node rejections; {:.0} raft entries/s",
+        "placed {} allocations in {:.2}s: {:.0} placements/s; {} evals ({:.1}/s)",
         report.placed,
         report.placement_seconds,
         report.placements_per_second,
         report.evals_completed,
         report.evals_per_second,
-        report.eval_latency_ms["p50"],
-        report.eval_latency_ms["p95"],
-        report.eval_latency_ms["p99"],
-        report.plan_node_rejections,
-        report.raft_entries_per_second,
+    );
+    if let Some(t) = report.running_seconds {
+        println!(
+            "every allocation reported running by its node after {t:.2}s ({} reports in {} Node.UpdateAlloc calls)",
+            report.sim.reports_accepted, report.sim.update_calls
+        );
+    }
+    println!(
+        "eval latency enqueue → ack ({} acks): p50 {:.0} ms, p95 {:.0} ms, p99 {:.0} ms, max {:.0} ms; create → complete p50 {:.0} ms, p99 {:.0} ms",
+        report.evals_acked,
+        ms(&report.eval_latency_ms, "p50"),
+        ms(&report.eval_latency_ms, "p95"),
+        ms(&report.eval_latency_ms, "p99"),
+        ms(&report.eval_latency_ms, "max"),
+        ms(&report.eval_completion_ms, "p50"),
+        ms(&report.eval_completion_ms, "p99"),
     );
     println!(
-        "nodes registered in {:.2}s; {} heartbeats",
-        report.node_registration_seconds, report.heartbeats
+        "{} plan node rejections; raft {:.0} entries/s, {:.1} MB/s ({} entries, {:.1} MB)",
+        report.plan_node_rejections,
+        report.raft_entries_per_second,
+        report.raft_bytes_per_second / 1e6,
+        report.raft_entries,
+        report.raft_bytes as f64 / 1e6,
     );
+    println!(
+        "nodes registered in {:.2}s; {} heartbeats; {} allocation queries answered",
+        report.node_registration_seconds, report.heartbeats, report.sim.alloc_queries
+    );
+    if let Some(f) = &report.failover {
+        println!(
+            "failover: {} killed at {:.2}s with {} placed; {} led {:.2}s later",
+            f.killed, f.at_seconds, f.at_placed, f.new_leader, f.new_leader_seconds
+        );
+    }
     for s in &report.servers {
         println!(
             "  {}{}: {:.1} CPU s, peak RSS {:.0} MB",
