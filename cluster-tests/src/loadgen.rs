@@ -749,6 +749,15 @@ pub async fn run(
         }
     };
     let placement_seconds = done.as_secs_f64();
+    // The servers applied every report; let the batcher hear their answers before counting.
+    let settle = Instant::now();
+    while cfg.run_allocs && settle.elapsed() < Duration::from_secs(10) {
+        let t = sim.counters.totals();
+        if t.reports_accepted >= t.allocs_started {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
     let sim_totals = sim.counters.totals();
     drop(sim);
 

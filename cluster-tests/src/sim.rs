@@ -419,7 +419,7 @@ impl SimNode {
                         t.abort();
                     }
                     running.remove(&alloc.id);
-                    let tasks = task_names(ca.job.as_ref(), &alloc.task_group);
+                    let tasks = task_names(ca.job.as_deref(), &alloc.task_group);
                     self.report(&alloc.id, dead_states(&tasks, "Killed", false));
                     self.counters.allocs_stopped.fetch_add(1, Ordering::Relaxed);
                 }

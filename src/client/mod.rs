@@ -445,6 +445,7 @@ fn apply_allocs(shared: &Arc<Shared>, resp: NodeClientAllocsResponse) {
                     }
                     match ca.job {
                         Some(job) => {
+                            let job = std::sync::Arc::unwrap_or_clone(job);
                             let local = LocalAlloc::received(ca.alloc, job, now);
                             st.allocs.insert(id, local.clone());
                             to_start.push(local);

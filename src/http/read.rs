@@ -42,6 +42,9 @@ impl HttpContext {
             node.consistent_snapshot().await.map_err(node_error)?
         };
         if opts.min_index > 0 && snap.max_index(tables) <= opts.min_index {
+            // Not held across the wait: an old snapshot pins the state's old tree nodes, so
+            // every write meanwhile would copy its path instead of updating in place.
+            drop(snap);
             let jitter = if opts.wait >= Duration::from_millis(16) {
                 rand::thread_rng().gen_range(Duration::ZERO..opts.wait / 16)
             } else {

@@ -11,6 +11,8 @@
 //!         ── Node.UpdateAlloc (batch) ▶ leader: AllocClientUpdate (+ evals for failures)
 //! ```
 
+use std::sync::Arc;
+
 use serde::{Deserialize, Serialize};
 use teamster_storage::fsm::AllocClientReport;
 use teamster_storage::model::{
@@ -69,8 +71,9 @@ pub struct NodeGetClientAllocsRequest {
 pub struct ClientAlloc {
     /// The allocation.
     pub alloc: Allocation,
-    /// Its job at the allocation's version (`None` if it was garbage-collected).
-    pub job: Option<Job>,
+    /// Its job at the allocation's version (`None` if it was garbage-collected); shared
+    /// with the state store, so answering costs no copy of the job.
+    pub job: Option<Arc<Job>>,
 }
 
 /// The answer to `Node.GetClientAllocs`.

@@ -297,19 +297,24 @@ impl NodeEndpoints {
         let deadline = Instant::now() + wait;
         let state = self.node.state();
         loop {
-            let snapshot = state.snapshot();
-            let changed = snapshot
-                .allocs_by_node(req.node_id.as_str())
-                .any(|a| a.alloc_modify_index > req.min_index);
+            // The snapshot is dropped before waiting: a snapshot held across the wait would
+            // pin the state's old tree nodes, making every later write copy its path (and
+            // thousands of waiting clients would hold thousands of versions).
+            let seen = {
+                let snapshot = state.snapshot();
+                let changed = snapshot
+                    .allocs_by_node(req.node_id.as_str())
+                    .any(|a| a.alloc_modify_index > req.min_index);
+                if req.min_index == 0 || changed || Instant::now() >= deadline {
+                    return Ok(client_allocs(&snapshot, &req));
+                }
+                // Never 0: `wait_tables` answers at once for index 0.
+                snapshot
+                    .table_index(Table::Allocs)
+                    .max(req.min_index)
+                    .max(1)
+            };
             let now = Instant::now();
-            if req.min_index == 0 || changed || now >= deadline {
-                return Ok(client_allocs(&snapshot, &req));
-            }
-            // Never 0: `wait_tables` answers at once for index 0.
-            let seen = snapshot
-                .table_index(Table::Allocs)
-                .max(req.min_index)
-                .max(1);
             let waited = state
                 .wait_tables(&[Table::Allocs], seen, deadline - now)
                 .await
@@ -435,7 +440,7 @@ fn client_allocs(
         if alloc.alloc_modify_index > req.min_index {
             changed.push(ClientAlloc {
                 alloc: (**alloc).clone(),
-                job: snapshot.alloc_job(alloc).map(|j| (**j).clone()),
+                job: snapshot.alloc_job(alloc).cloned(),
             });
         }
     }
