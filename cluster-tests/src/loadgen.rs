@@ -800,14 +800,23 @@ pub async fn run(
     // The brokers' histograms and the plan appliers' rejections, summed over every server
     // (each leader's broker saw part of the run); raft volume off a server that never
     // restarted (every one appends the whole log).
-    let end = read_all(&servers).await;
-    let mut latency: Vec<(f64, u64)> = Vec::new();
-    let mut plan_node_rejections = 0;
-    for (s, now) in servers.iter().zip(&end) {
-        let d = s.during(now);
-        latency = buckets_add(&latency, &d.latency, false);
-        plan_node_rejections += d.node_rejections;
-    }
+    // A worker acks after it marked its evaluation complete: give the last acks a moment.
+    let settle = Instant::now();
+    let (end, latency, plan_node_rejections) = loop {
+        let end = read_all(&servers).await;
+        let mut latency: Vec<(f64, u64)> = Vec::new();
+        let mut rejections = 0;
+        for (s, now) in servers.iter().zip(&end) {
+            let d = s.during(now);
+            latency = buckets_add(&latency, &d.latency, false);
+            rejections += d.node_rejections;
+        }
+        let acked = latency.last().map_or(0, |(_, c)| *c);
+        if acked >= completion.len() as u64 || settle.elapsed() > Duration::from_secs(5) {
+            break (end, latency, rejections);
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
     let phase_end = phase_end.unwrap_or(end);
     let (raft_entries, raft_bytes) = servers
         .iter()

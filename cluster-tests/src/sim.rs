@@ -4,6 +4,7 @@
 //! ```text
 //!  register   Node.Register for every node (concurrently), mock driver fingerprinted
 //!  heartbeat  one task walks the nodes: each sends Node.UpdateStatus about every TTL / 2
+//!             (the TTL the servers last answered)
 //!  watch      per node: Node.GetClientAllocs blocking query (min index = last answer's)
 //!  run        a new allocation's tasks "run" as the mock driver runs them: running at once,
 //!             dead after Config.run_for with Config.exit_code (client::driver::mock_config);
@@ -273,6 +274,7 @@ async fn heartbeat_loop(
     counters: Arc<SimCounters>,
     stop: CancellationToken,
 ) {
+    // Until the first answer, the shortest TTL Nomad hands out.
     let mut ttl = Duration::from_secs(10);
     let mut i = 0usize;
     loop {
@@ -292,7 +294,9 @@ async fn heartbeat_loop(
             if let Ok(RpcResponse::NodeUpdateStatus(Ok(r))) = r {
                 counters.heartbeats.fetch_add(1, Ordering::Relaxed);
                 if r.heartbeat_ttl_ms > 0 {
-                    ttl = ttl.min(Duration::from_millis(r.heartbeat_ttl_ms.max(1_000)));
+                    // The TTL the servers hand out now (it grows with the node count so
+                    // that heartbeats stay under `max_heartbeats_per_second`).
+                    ttl = Duration::from_millis(r.heartbeat_ttl_ms.max(1_000));
                 }
             }
         }

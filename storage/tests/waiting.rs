@@ -6,6 +6,7 @@ mod common;
 use std::time::Duration;
 
 use common::*;
+use teamster_storage::model::ClientStatus;
 use teamster_storage::state::{StateError, StateStore, Table};
 use tokio::time::Instant;
 
@@ -162,4 +163,90 @@ async fn blocking_queries_wake_only_for_their_tables() {
     assert!(waited.timed_out);
     assert_eq!(waited.index, 4);
     assert_eq!(start.elapsed(), Duration::from_secs(7));
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_node_allocation_query_wakes_only_for_server_changes_to_that_node() {
+    let store = StateStore::new();
+    store.apply(1, register_node(&node(1)));
+    store.apply(2, register_node(&node(2)));
+    let job = job("per-node", 3);
+    store.apply(3, register(&job, Some(eval_for(&job, 1))));
+    store.apply(
+        4,
+        place(
+            &eval_id(1),
+            vec![alloc(0, &job, &node_id(1), &eval_id(1), 0)],
+        ),
+    );
+
+    let writer = store.clone();
+    let job2 = job.clone();
+    tokio::spawn(async move {
+        // t=1s: a placement on the other node; t=2s: node 1's client reports its
+        // allocation running (a client change); t=3s: a second placement on node 1.
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        writer.apply(
+            5,
+            place(
+                &eval_id(1),
+                vec![alloc(1, &job2, &node_id(2), &eval_id(1), 1)],
+            ),
+        );
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        writer.apply(6, client_update(&alloc_id(0), ClientStatus::Running));
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        writer.apply(
+            7,
+            place(
+                &eval_id(1),
+                vec![alloc(2, &job2, &node_id(1), &eval_id(1), 2)],
+            ),
+        );
+    });
+
+    let start = Instant::now();
+    let never_ready = |_: &teamster_storage::state::Snapshot| false;
+    let result = store
+        .wait_node_allocs(&node_id(1), Duration::from_secs(30), never_ready)
+        .await
+        .unwrap();
+    assert_eq!(start.elapsed(), Duration::from_secs(3));
+    assert!(!result.timed_out);
+    assert_eq!(result.index, 7);
+    assert_eq!(
+        result.snapshot.allocs_by_node(node_id(1).as_str()).count(),
+        2
+    );
+
+    // Ready at once: no wait. Nothing happening: the timeout.
+    let start = Instant::now();
+    let at_once = store
+        .wait_node_allocs(&node_id(1), Duration::from_secs(30), |_| true)
+        .await
+        .unwrap();
+    assert_eq!(
+        (start.elapsed(), at_once.timed_out),
+        (Duration::ZERO, false)
+    );
+    let quiet = store
+        .wait_node_allocs(&node_id(2), Duration::from_secs(5), never_ready)
+        .await
+        .unwrap();
+    assert_eq!(
+        (start.elapsed(), quiet.timed_out),
+        (Duration::from_secs(5), true)
+    );
+
+    // Closing the store ends the wait with an error.
+    let closer = store.clone();
+    tokio::spawn(async move {
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        closer.close();
+    });
+    let err = store
+        .wait_node_allocs(&node_id(1), Duration::from_secs(30), never_ready)
+        .await
+        .unwrap_err();
+    assert!(matches!(err, StateError::Closed), "{err}");
 }

@@ -20,7 +20,6 @@ use teamster_storage::model::{
     SchedulingEligibility, Timestamp,
 };
 use teamster_storage::state::{Snapshot, Table};
-use tokio::time::Instant;
 use tracing::{debug, info};
 
 use crate::rpc::node_api::{
@@ -294,35 +293,21 @@ impl NodeEndpoints {
         req: NodeGetClientAllocsRequest,
     ) -> Result<NodeClientAllocsResponse, RpcError> {
         let wait = Duration::from_millis(req.wait_ms).min(MAX_CLIENT_ALLOCS_WAIT);
-        let deadline = Instant::now() + wait;
-        let state = self.node.state();
-        loop {
-            // The snapshot is dropped before waiting: a snapshot held across the wait would
-            // pin the state's old tree nodes, making every later write copy its path (and
-            // thousands of waiting clients would hold thousands of versions).
-            let seen = {
-                let snapshot = state.snapshot();
-                let changed = snapshot
-                    .allocs_by_node(req.node_id.as_str())
-                    .any(|a| a.alloc_modify_index > req.min_index);
-                if req.min_index == 0 || changed || Instant::now() >= deadline {
-                    return Ok(client_allocs(&snapshot, &req));
-                }
-                // Never 0: `wait_tables` answers at once for index 0.
-                snapshot
-                    .table_index(Table::Allocs)
-                    .max(req.min_index)
-                    .max(1)
-            };
-            let now = Instant::now();
-            let waited = state
-                .wait_tables(&[Table::Allocs], seen, deadline - now)
-                .await
-                .map_err(|e| RpcError::Remote(e.to_string()))?;
-            if waited.timed_out {
-                return Ok(client_allocs(&waited.snapshot, &req));
-            }
+        if req.min_index == 0 {
+            return Ok(client_allocs(&self.node.state().snapshot(), &req));
         }
+        // Woken only by server-side changes to this node's allocations, not by every write.
+        let waited = self
+            .node
+            .state()
+            .wait_node_allocs(&req.node_id, wait, |snapshot| {
+                snapshot
+                    .allocs_by_node(req.node_id.as_str())
+                    .any(|a| a.alloc_modify_index > req.min_index)
+            })
+            .await
+            .map_err(|e| RpcError::Remote(e.to_string()))?;
+        Ok(client_allocs(&waited.snapshot, &req))
     }
 
     async fn deregister(&self, req: NodeDeregisterRequest) -> Result<u64, RpcError> {

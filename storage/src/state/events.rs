@@ -121,6 +121,13 @@ pub enum StateChange {
         /// The node's computed class, if the node is still registered.
         node_class: Option<String>,
     },
+    /// The servers changed allocations of these nodes in one command (placed, stopped,
+    /// evicted or removed them; a client's own status reports do not count): what a
+    /// client's `Node.GetClientAllocs` query waits for.
+    NodeAllocsChanged {
+        /// The nodes, sorted.
+        node_ids: Vec<NodeId>,
+    },
     /// The scheduler configuration changed (the leader re-checks `PauseEvalBroker`).
     SchedulerConfigUpdated {
         /// The configuration now.

@@ -30,10 +30,11 @@ mod snapshot;
 pub(crate) mod tables;
 pub(crate) mod txn;
 
+use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError, RwLock};
 use std::time::Duration;
 
-use tokio::sync::{broadcast, watch};
+use tokio::sync::{broadcast, watch, Notify};
 
 pub use events::{NodeCondition, StateChange, StateEvent, Subscription, SubscriptionError};
 pub use image::IMAGE_FORMAT_VERSION;
@@ -42,6 +43,7 @@ pub use tables::Table;
 pub use txn::JOB_TRACKED_VERSIONS;
 
 use crate::fsm::{self, Command, CommandResponse};
+use crate::model::NodeId;
 use tables::Tables;
 
 /// Settings of one server's state store (none of them affect what is replicated).
@@ -137,6 +139,10 @@ struct Inner {
     writer: Mutex<Writer>,
     published: RwLock<Published>,
     progress: watch::Sender<Progress>,
+    /// Per node with a waiting allocation query: woken when the servers change that node's
+    /// allocations (see [`StateStore::wait_node_allocs`]). Entries go when their last
+    /// waiter does.
+    node_waiters: Mutex<HashMap<NodeId, Arc<Notify>>>,
 }
 
 /// The state store handle: clone it freely.
@@ -190,6 +196,7 @@ impl StateStore {
                     next_seq: 1,
                 }),
                 progress,
+                node_waiters: Mutex::new(HashMap::new()),
             }),
         }
     }
@@ -335,6 +342,68 @@ impl StateStore {
         published.events = None;
         drop(published);
         self.inner.progress.send_modify(|p| p.closed = true);
+        self.wake_nodes(None);
+    }
+
+    /// A client's blocking query on its node's allocations: answers at once when `ready`
+    /// holds on the latest state, else when the servers next change that node's
+    /// allocations ([`StateChange::NodeAllocsChanged`]: placed, stopped or removed ones) or
+    /// the whole state is restored, else after `timeout`. Thousands of clients can wait at
+    /// once without every write waking them all. Returns the snapshot to answer from (its
+    /// `index` is the allocs table's); fails only if the store closes.
+    pub async fn wait_node_allocs(
+        &self,
+        node_id: &NodeId,
+        timeout: Duration,
+        ready: impl Fn(&Snapshot) -> bool,
+    ) -> Result<BlockingResult, StateError> {
+        let answer = |snapshot: Snapshot, timed_out| {
+            let index = snapshot.max_index(&[Table::Allocs]);
+            BlockingResult {
+                snapshot,
+                index,
+                timed_out,
+            }
+        };
+        let waiter = NodeWaiter::new(self, node_id);
+        // Registered before looking, so a change published in between still wakes us.
+        let notified = waiter.notify.notified();
+        tokio::pin!(notified);
+        notified.as_mut().enable();
+        if self.inner.progress.borrow().closed {
+            return Err(StateError::Closed);
+        }
+        {
+            // Not held across the wait (it would pin old versions of the tables).
+            let snapshot = self.snapshot();
+            if ready(&snapshot) {
+                return Ok(answer(snapshot, false));
+            }
+        }
+        let timed_out = tokio::time::timeout(timeout, notified).await.is_err();
+        if self.inner.progress.borrow().closed {
+            return Err(StateError::Closed);
+        }
+        Ok(answer(self.snapshot(), timed_out))
+    }
+
+    /// Wake the allocation queries of `nodes` (every one for `None`).
+    fn wake_nodes(&self, nodes: Option<&[NodeId]>) {
+        let waiters = self
+            .inner
+            .node_waiters
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        match nodes {
+            None => waiters.values().for_each(|n| n.notify_waiters()),
+            Some(nodes) => {
+                for id in nodes {
+                    if let Some(n) = waiters.get(id) {
+                        n.notify_waiters();
+                    }
+                }
+            }
+        }
     }
 
     fn lock_writer(&self) -> std::sync::MutexGuard<'_, Writer> {
@@ -354,6 +423,17 @@ impl StateStore {
     }
 
     fn publish(&self, writer: &mut Writer, index: u64, changes: Vec<StateChange>) {
+        let mut restored = false;
+        let mut alloc_nodes: Vec<NodeId> = Vec::new();
+        for change in &changes {
+            match change {
+                StateChange::Restored => restored = true,
+                StateChange::NodeAllocsChanged { node_ids } => {
+                    alloc_nodes.extend(node_ids.iter().cloned())
+                }
+                _ => {}
+            }
+        }
         let tables = Arc::new(writer.tables.clone());
         let table_index = tables.table_index;
         let replaced = {
@@ -381,6 +461,11 @@ impl StateStore {
             p.index = index;
             p.tables = table_index;
         });
+        if restored {
+            self.wake_nodes(None);
+        } else if !alloc_nodes.is_empty() {
+            self.wake_nodes(Some(&alloc_nodes));
+        }
         // Freeing the nodes only the previous version used happens outside the lock, so
         // readers taking snapshots never wait for it.
         drop(replaced);
@@ -392,6 +477,47 @@ impl Snapshot {
     /// raft snapshot. CPU-heavy for large states: call it off the async threads.
     pub fn encode_image(&self) -> Result<Vec<u8>, StateError> {
         image::encode(&self.tables)
+    }
+}
+
+/// One waiter's registration in [`Inner::node_waiters`]; the entry goes with the node's
+/// last waiter.
+struct NodeWaiter<'a> {
+    store: &'a StateStore,
+    node_id: &'a NodeId,
+    notify: Arc<Notify>,
+}
+
+impl<'a> NodeWaiter<'a> {
+    fn new(store: &'a StateStore, node_id: &'a NodeId) -> Self {
+        let notify = store
+            .inner
+            .node_waiters
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .entry(node_id.clone())
+            .or_default()
+            .clone();
+        NodeWaiter {
+            store,
+            node_id,
+            notify,
+        }
+    }
+}
+
+impl Drop for NodeWaiter<'_> {
+    fn drop(&mut self) {
+        let mut waiters = self
+            .store
+            .inner
+            .node_waiters
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        // Clones are only made under this lock: two references left are the map's and ours.
+        if Arc::strong_count(&self.notify) <= 2 {
+            waiters.remove(self.node_id);
+        }
     }
 }
 

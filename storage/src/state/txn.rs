@@ -62,6 +62,9 @@ pub(crate) struct WriteTxn {
     summaries: BTreeMap<JobKey, Option<JobSummary>>,
     /// Set when evaluations were deleted (a job with none left is dead, not pending).
     eval_delete: bool,
+    /// Nodes whose allocations the servers changed (placed, stopped, removed): published as
+    /// one [`StateChange::NodeAllocsChanged`] so that only their clients' queries wake.
+    alloc_nodes: BTreeSet<NodeId>,
 }
 
 impl WriteTxn {
@@ -73,6 +76,7 @@ impl WriteTxn {
             status_jobs: BTreeMap::new(),
             summaries: BTreeMap::new(),
             eval_delete: false,
+            alloc_nodes: BTreeSet::new(),
         }
     }
 
@@ -90,6 +94,11 @@ impl WriteTxn {
     pub fn finish(mut self) -> (Tables, Vec<StateChange>) {
         self.flush_summaries();
         self.update_job_statuses();
+        if !self.alloc_nodes.is_empty() {
+            self.changes.push(StateChange::NodeAllocsChanged {
+                node_ids: std::mem::take(&mut self.alloc_nodes).into_iter().collect(),
+            });
+        }
         (self.t, self.changes)
     }
 
@@ -258,6 +267,7 @@ impl WriteTxn {
             for alloc_id in allocs {
                 if let Some(alloc) = self.t.allocs.remove(&alloc_id) {
                     self.t.unindex_alloc(&alloc);
+                    self.alloc_nodes.insert(alloc.node_id.clone());
                 }
             }
             self.touch(Table::Allocs);
@@ -511,6 +521,7 @@ impl WriteTxn {
         for id in allocs {
             if let Some(alloc) = self.t.allocs.remove(id.as_str()) {
                 self.t.unindex_alloc(&alloc);
+                self.alloc_nodes.insert(alloc.node_id.clone());
                 self.touch(Table::Allocs);
             }
         }
@@ -686,6 +697,7 @@ impl WriteTxn {
         }
         alloc.modify_index = self.index;
         alloc.alloc_modify_index = self.index;
+        self.alloc_nodes.insert(alloc.node_id.clone());
         self.t.intern_alloc_ids(&mut alloc);
         self.summarize_alloc(&alloc, existing.as_deref());
         if !alloc.previous_allocation.is_empty() {
@@ -741,6 +753,7 @@ impl WriteTxn {
         alloc.modify_time = stop.modify_time;
         alloc.modify_index = self.index;
         alloc.alloc_modify_index = self.index;
+        self.alloc_nodes.insert(alloc.node_id.clone());
         self.t.intern_alloc_ids(&mut alloc);
         self.summarize_alloc(&alloc, Some(&existing));
         self.status_jobs
