@@ -581,17 +581,29 @@ struct ServerCounters {
     node_rejections: u64,
 }
 
+/// Read a server's counters, trying a few times; zeros (logged) if it does not answer.
 async fn read_counters(api: &ApiClient) -> ServerCounters {
-    let text = api
-        .request_text::<()>(reqwest::Method::GET, "/v1/metrics?format=prometheus", None)
-        .await
-        .unwrap_or_default();
-    ServerCounters {
-        log_entries: raft_stat(api, "log_appended_entries").await.unwrap_or(0),
-        log_bytes: raft_stat(api, "log_appended_bytes").await.unwrap_or(0),
-        latency: prom_buckets(&text, teamster::agent::EVAL_LATENCY_METRIC),
-        node_rejections: prom_sum(&text, "teamster_plan_node_rejected_total"),
+    for attempt in 1..=3 {
+        let text = api
+            .request_text::<()>(reqwest::Method::GET, "/v1/metrics?format=prometheus", None)
+            .await;
+        let entries = raft_stat(api, "log_appended_entries").await;
+        let bytes = raft_stat(api, "log_appended_bytes").await;
+        match (text, entries, bytes) {
+            (Ok(text), Ok(log_entries), Ok(log_bytes)) => {
+                return ServerCounters {
+                    log_entries,
+                    log_bytes,
+                    latency: prom_buckets(&text, teamster::agent::EVAL_LATENCY_METRIC),
+                    node_rejections: prom_sum(&text, "teamster_plan_node_rejected_total"),
+                }
+            }
+            _ if attempt < 3 => tokio::time::sleep(Duration::from_millis(200)).await,
+            _ => {}
+        }
     }
+    tracing::warn!("a server's counters could not be read; counted as zero");
+    ServerCounters::default()
 }
 
 impl Measured {
@@ -664,11 +676,9 @@ pub async fn run(
         secs = node_registration_seconds,
         "nodes registered"
     );
-    // The placement phase's raft volume starts here.
+    // The placement phase's counters start here.
     for s in &mut servers {
-        let now = read_counters(&s.api).await;
-        s.start.log_entries = now.log_entries;
-        s.start.log_bytes = now.log_bytes;
+        s.start = read_counters(&s.api).await;
     }
 
     let t0 = Instant::now();

@@ -290,6 +290,7 @@ async fn heartbeat_loop(
             });
             batch.push(call_any(&pool, &rpc, req, i, Duration::from_secs(10)));
         }
+        let batch_len = batch.len() as u32;
         for r in futures::future::join_all(batch).await {
             if let Ok(RpcResponse::NodeUpdateStatus(Ok(r))) = r {
                 counters.heartbeats.fetch_add(1, Ordering::Relaxed);
@@ -300,7 +301,7 @@ async fn heartbeat_loop(
                 }
             }
         }
-        let due = per_node * 32;
+        let due = per_node * batch_len;
         tokio::select! {
             _ = stop.cancelled() => return,
             _ = tokio::time::sleep(due.saturating_sub(started.elapsed())) => {}
@@ -399,6 +400,10 @@ impl SimNode {
                 }
             };
             self.counters.alloc_queries.fetch_add(1, Ordering::Relaxed);
+            if resp.index < index {
+                // A server behind the one asked before: its list would be short.
+                continue;
+            }
             index = resp.index;
             self.apply(*resp, &mut running);
         }
@@ -419,13 +424,17 @@ impl SimNode {
                 alloc.server_terminal_status() || alloc.client_status == ClientStatus::Lost;
             if let Some(timer) = running.get(&alloc.id) {
                 if stopped {
+                    // Tasks that already ended by themselves were reported then.
+                    let ended = timer.as_ref().is_some_and(|t| t.is_finished());
                     if let Some(t) = timer {
                         t.abort();
                     }
                     running.remove(&alloc.id);
-                    let tasks = task_names(ca.job.as_deref(), &alloc.task_group);
-                    self.report(&alloc.id, dead_states(&tasks, "Killed", false));
-                    self.counters.allocs_stopped.fetch_add(1, Ordering::Relaxed);
+                    if !ended {
+                        let tasks = task_names(ca.job.as_deref(), &alloc.task_group);
+                        self.report(&alloc.id, dead_states(&tasks, "Killed", false));
+                        self.counters.allocs_stopped.fetch_add(1, Ordering::Relaxed);
+                    }
                 }
                 continue;
             }

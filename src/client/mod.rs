@@ -406,6 +406,15 @@ async fn watch_allocs(
             r = call => r,
         };
         match resp {
+            // An answer from a server that lags behind the one asked before would list
+            // fewer allocations than are running: ignore it and ask again.
+            Ok(resp) if resp.index < index => {
+                debug!(
+                    index,
+                    answered = resp.index,
+                    "allocation answer from a lagging server; ignored"
+                );
+            }
             Ok(resp) => {
                 index = resp.index;
                 apply_allocs(&shared, *resp);

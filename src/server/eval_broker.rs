@@ -932,12 +932,16 @@ impl EvalBrokerCore {
             }
         }
 
-        if eval.wait > 0 {
-            let until = deadline_after(now, Duration::from_nanos(eval.wait));
-            self.schedule_wait(eval, until);
-            return EnqueueOutcome::Waiting { until };
-        }
-        if let Some(until) = wait_until_at.filter(|at| *at > now) {
+        // A deliberately delayed eval's latency counts from when it becomes ready.
+        let delayed = if eval.wait > 0 {
+            Some(deadline_after(now, Duration::from_nanos(eval.wait)))
+        } else {
+            wait_until_at.filter(|at| *at > now)
+        };
+        if let Some(until) = delayed {
+            if let Some(entry) = self.evals.get_mut(&eval.id) {
+                entry.enqueued_at = until;
+            }
             self.schedule_wait(eval, until);
             return EnqueueOutcome::Waiting { until };
         }
@@ -2292,6 +2296,15 @@ mod tests {
         assert!(core.take_effects().acked_latencies.is_empty());
         core.ack(&"e".into(), &token, t0 + secs(7)).unwrap();
         assert_eq!(core.take_effects().acked_latencies, vec![secs(7)]);
+        // A deliberately delayed eval counts from when it became ready.
+        let mut delayed = eval("d", "api", 50, 2);
+        delayed.wait = secs(10).as_nanos() as u64;
+        core.enqueue(delayed, t0, 0).unwrap();
+        core.advance(t0 + secs(10));
+        let (_, token) = core.dequeue(SERVICE, t0 + secs(11)).unwrap().unwrap();
+        core.take_effects();
+        core.ack(&"d".into(), &token, t0 + secs(12)).unwrap();
+        assert_eq!(core.take_effects().acked_latencies, vec![secs(2)]);
         // A refused ack reports nothing.
         assert!(core.ack(&"e".into(), &token, t0 + secs(8)).is_err());
         assert!(core.take_effects().acked_latencies.is_empty());

@@ -208,7 +208,7 @@ async fn a_node_allocation_query_wakes_only_for_server_changes_to_that_node() {
     let start = Instant::now();
     let never_ready = |_: &teamster_storage::state::Snapshot| false;
     let result = store
-        .wait_node_allocs(&node_id(1), Duration::from_secs(30), never_ready)
+        .wait_node_allocs(&node_id(1), 4, Duration::from_secs(30), never_ready)
         .await
         .unwrap();
     assert_eq!(start.elapsed(), Duration::from_secs(3));
@@ -222,7 +222,7 @@ async fn a_node_allocation_query_wakes_only_for_server_changes_to_that_node() {
     // Ready at once: no wait. Nothing happening: the timeout.
     let start = Instant::now();
     let at_once = store
-        .wait_node_allocs(&node_id(1), Duration::from_secs(30), |_| true)
+        .wait_node_allocs(&node_id(1), 7, Duration::from_secs(30), |_| true)
         .await
         .unwrap();
     assert_eq!(
@@ -230,7 +230,7 @@ async fn a_node_allocation_query_wakes_only_for_server_changes_to_that_node() {
         (Duration::ZERO, false)
     );
     let quiet = store
-        .wait_node_allocs(&node_id(2), Duration::from_secs(5), never_ready)
+        .wait_node_allocs(&node_id(2), 7, Duration::from_secs(5), never_ready)
         .await
         .unwrap();
     assert_eq!(
@@ -245,8 +245,36 @@ async fn a_node_allocation_query_wakes_only_for_server_changes_to_that_node() {
         closer.close();
     });
     let err = store
-        .wait_node_allocs(&node_id(1), Duration::from_secs(30), never_ready)
+        .wait_node_allocs(&node_id(1), 4, Duration::from_secs(30), never_ready)
         .await
         .unwrap_err();
     assert!(matches!(err, StateError::Closed), "{err}");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_lagging_server_does_not_answer_a_node_query_from_an_older_state() {
+    let store = StateStore::new();
+    store.apply(1, register_node(&node(1)));
+    let job = job("lagging", 3);
+    store.apply(2, register(&job, Some(eval_for(&job, 1))));
+
+    // The client last heard index 10 from another server; this one is at 2 and catching up.
+    let writer = store.clone();
+    let job2 = job.clone();
+    tokio::spawn(async move {
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        let first = alloc(0, &job2, &node_id(1), &eval_id(1), 0);
+        writer.apply(5, place(&eval_id(1), vec![first]));
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        let second = alloc(1, &job2, &node_id(1), &eval_id(1), 1);
+        writer.apply(11, place(&eval_id(1), vec![second]));
+    });
+    let start = Instant::now();
+    let result = store
+        .wait_node_allocs(&node_id(1), 10, Duration::from_secs(30), |_| false)
+        .await
+        .unwrap();
+    assert_eq!(start.elapsed(), Duration::from_secs(2), "not woken at index 5");
+    assert_eq!(result.index, 11);
+    assert!(!result.timed_out);
 }

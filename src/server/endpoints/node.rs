@@ -300,7 +300,7 @@ impl NodeEndpoints {
         let waited = self
             .node
             .state()
-            .wait_node_allocs(&req.node_id, wait, |snapshot| {
+            .wait_node_allocs(&req.node_id, req.min_index, wait, |snapshot| {
                 snapshot
                     .allocs_by_node(req.node_id.as_str())
                     .any(|a| a.alloc_modify_index > req.min_index)

@@ -549,6 +549,14 @@ async fn evals_superseded_while_their_job_was_busy_are_written_canceled() {
     let mut evals: Vec<_> = snap.evals_by_job("default", "busy").cloned().collect();
     evals.sort_by_key(|e| e.create_index);
     assert_eq!(evals.len(), 3);
+    // The broker takes evals from the change stream: wait until it holds all three (one
+    // ready, two pending behind it) before racing it.
+    let side = s.agent.server().unwrap().leader_side().clone();
+    eventually("all three evals in the broker", || {
+        let st = side.pipeline.broker().stats();
+        st.total_ready == 1 && st.total_pending == 2
+    })
+    .await;
     let d = s.dequeue("service").await.unwrap();
     assert_eq!(d.eval.id, evals[0].id, "one eval per job in flight");
     ack(&s, &d).await;

@@ -346,17 +346,21 @@ impl StateStore {
     }
 
     /// A client's blocking query on its node's allocations: answers at once when `ready`
-    /// holds on the latest state, else when the servers next change that node's
-    /// allocations ([`StateChange::NodeAllocsChanged`]: placed, stopped or removed ones) or
-    /// the whole state is restored, else after `timeout`. Thousands of clients can wait at
-    /// once without every write waking them all. Returns the snapshot to answer from (its
-    /// `index` is the allocs table's); fails only if the store closes.
+    /// holds on the latest state; else once the servers changed that node's allocations
+    /// ([`StateChange::NodeAllocsChanged`]: placed, stopped or removed ones) or the whole
+    /// state was restored, and the state is past `min_index` (a server that lags behind the
+    /// one the client last asked keeps waiting rather than answer from an older state);
+    /// else after `timeout`. Thousands of clients can wait at once without every write
+    /// waking them all. Returns the snapshot to answer from (its `index` is the allocs
+    /// table's); fails only if the store closes.
     pub async fn wait_node_allocs(
         &self,
         node_id: &NodeId,
+        min_index: u64,
         timeout: Duration,
         ready: impl Fn(&Snapshot) -> bool,
     ) -> Result<BlockingResult, StateError> {
+        let deadline = tokio::time::Instant::now() + timeout;
         let answer = |snapshot: Snapshot, timed_out| {
             let index = snapshot.max_index(&[Table::Allocs]);
             BlockingResult {
@@ -366,25 +370,32 @@ impl StateStore {
             }
         };
         let waiter = NodeWaiter::new(self, node_id);
-        // Registered before looking, so a change published in between still wakes us.
-        let notified = waiter.notify.notified();
-        tokio::pin!(notified);
-        notified.as_mut().enable();
-        if self.inner.progress.borrow().closed {
-            return Err(StateError::Closed);
-        }
-        {
-            // Not held across the wait (it would pin old versions of the tables).
-            let snapshot = self.snapshot();
-            if ready(&snapshot) {
-                return Ok(answer(snapshot, false));
+        let mut woken = false;
+        loop {
+            // Registered before looking, so a change published in between still wakes us.
+            let notified = waiter.notify().notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            if self.inner.progress.borrow().closed {
+                return Err(StateError::Closed);
+            }
+            {
+                // Not held across the wait (it would pin old versions of the tables).
+                let snapshot = self.snapshot();
+                if ready(&snapshot) || (woken && snapshot.latest_index() > min_index) {
+                    return Ok(answer(snapshot, false));
+                }
+            }
+            match tokio::time::timeout_at(deadline, notified).await {
+                Ok(()) => woken = true,
+                Err(_) => {
+                    if self.inner.progress.borrow().closed {
+                        return Err(StateError::Closed);
+                    }
+                    return Ok(answer(self.snapshot(), true));
+                }
             }
         }
-        let timed_out = tokio::time::timeout(timeout, notified).await.is_err();
-        if self.inner.progress.borrow().closed {
-            return Err(StateError::Closed);
-        }
-        Ok(answer(self.snapshot(), timed_out))
     }
 
     /// Wake the allocation queries of `nodes` (every one for `None`).
@@ -485,7 +496,8 @@ impl Snapshot {
 struct NodeWaiter<'a> {
     store: &'a StateStore,
     node_id: &'a NodeId,
-    notify: Arc<Notify>,
+    /// Always `Some` until dropped (taken under the lock so the count check is exact).
+    notify: Option<Arc<Notify>>,
 }
 
 impl<'a> NodeWaiter<'a> {
@@ -501,8 +513,12 @@ impl<'a> NodeWaiter<'a> {
         NodeWaiter {
             store,
             node_id,
-            notify,
+            notify: Some(notify),
         }
+    }
+
+    fn notify(&self) -> &Notify {
+        self.notify.as_deref().expect("present until dropped")
     }
 }
 
@@ -514,8 +530,13 @@ impl Drop for NodeWaiter<'_> {
             .node_waiters
             .lock()
             .unwrap_or_else(PoisonError::into_inner);
-        // Clones are only made under this lock: two references left are the map's and ours.
-        if Arc::strong_count(&self.notify) <= 2 {
+        // Our reference goes under the lock, where every clone is made: one left is the
+        // map's own, and no other waiter holds the entry.
+        drop(self.notify.take());
+        if waiters
+            .get(self.node_id)
+            .is_some_and(|n| Arc::strong_count(n) == 1)
+        {
             waiters.remove(self.node_id);
         }
     }
