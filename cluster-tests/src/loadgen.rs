@@ -687,7 +687,11 @@ pub async fn run(
     // Follow placement (and then the nodes' reports) while the registrations run.
     let want = cfg.expected_placements();
     let mut samples: Vec<Sample> = Vec::new();
-    let (mut index, mut follow) = (0, 0usize);
+    // Follow on a follower (the first server listed is the leader), so the leader does not
+    // spend its CPU on the load generator's own queries; a query's answer lists every job
+    // of the run, so the next one starts no sooner than 4× that answer's time after it was
+    // asked (at most 250 ms later).
+    let (mut index, mut follow) = (0, usize::from(servers.len() > 1));
     let (mut placed_at, mut running_at, mut failover) = (None, None, None);
     let mut phase_end = None;
     tokio::pin!(registrations);
@@ -699,6 +703,7 @@ pub async fn run(
                 registered = Some(t0.elapsed());
             }
         }
+        let asked = Instant::now();
         let (n, running, i) = match placed(&servers[follow].api, &cfg.job_prefix, index).await {
             Ok(v) => v,
             Err(e) => {
@@ -715,6 +720,8 @@ pub async fn run(
             placed: n,
             running,
         });
+        let pause =
+            ((asked.elapsed() * 4).min(Duration::from_millis(250))).saturating_sub(asked.elapsed());
         if n >= want && placed_at.is_none() {
             placed_at = Some(t0.elapsed());
             phase_end = Some(read_all(&servers).await);
@@ -728,14 +735,19 @@ pub async fn run(
         if let (Some(frac), None, Some(c)) = (cfg.failover_at, &failover, cluster.as_deref_mut()) {
             if placed_at.is_none() && n as f64 >= frac * want as f64 {
                 let f = fail_over(c, &mut servers, t0, n).await?;
+                let survivor = |s: &Measured| s.name != f.killed && s.name != f.new_leader;
                 follow = servers
                     .iter()
-                    .position(|s| s.name == f.new_leader)
+                    .position(survivor)
+                    .or_else(|| servers.iter().position(|s| s.name == f.new_leader))
                     .unwrap_or(0);
                 index = 0;
                 failover = Some(f);
+                continue;
             }
         }
+        // Waits on a blocking query are cut short by changes; this bounds how often.
+        tokio::time::sleep(pause).await;
     }
     let Some(done) = placed_at else {
         bail!(

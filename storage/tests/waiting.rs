@@ -274,7 +274,11 @@ async fn a_lagging_server_does_not_answer_a_node_query_from_an_older_state() {
         .wait_node_allocs(&node_id(1), 10, Duration::from_secs(30), |_| false)
         .await
         .unwrap();
-    assert_eq!(start.elapsed(), Duration::from_secs(2), "not woken at index 5");
+    assert_eq!(
+        start.elapsed(),
+        Duration::from_secs(2),
+        "not woken at index 5"
+    );
     assert_eq!(result.index, 11);
     assert!(!result.timed_out);
 }
