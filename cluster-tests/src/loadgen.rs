@@ -445,7 +445,7 @@ pub fn plot(report: &Report, dir: &std::path::Path, name: &str) -> anyhow::Resul
                 &BLUE,
             ))?
             .label("placed")
-            .legend(|(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], BLUE));
+            .legend(legend_mark(BLUE));
         if report.config.run_allocs {
             chart
                 .draw_series(LineSeries::new(
@@ -453,7 +453,7 @@ pub fn plot(report: &Report, dir: &std::path::Path, name: &str) -> anyhow::Resul
                     &GREEN,
                 ))?
                 .label("reported running by their nodes")
-                .legend(|(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], GREEN));
+                .legend(legend_mark(GREEN));
         }
         if let Some(f) = &report.failover {
             chart
@@ -462,14 +462,9 @@ pub fn plot(report: &Report, dir: &std::path::Path, name: &str) -> anyhow::Resul
                     &RED,
                 ))?
                 .label(format!("leader {} killed", f.killed))
-                .legend(|(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], RED));
+                .legend(legend_mark(RED));
         }
-        chart
-            .configure_series_labels()
-            .position(SeriesLabelPosition::LowerRight)
-            .background_style(WHITE.mix(0.8))
-            .border_style(BLACK)
-            .draw()?;
+        draw_legend(&mut chart)?;
         root.present()?;
     }
     let latency = dir.join(format!("{name}-eval-latency.svg"));
@@ -523,7 +518,7 @@ pub fn plot(report: &Report, dir: &std::path::Path, name: &str) -> anyhow::Resul
         chart
             .draw_series(LineSeries::new(broker, &BLUE))?
             .label("broker enqueue → ack (histogram buckets)")
-            .legend(|(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], BLUE));
+            .legend(legend_mark(BLUE));
         let n = v.len().max(1) as f64;
         chart
             .draw_series(LineSeries::new(
@@ -533,16 +528,36 @@ pub fn plot(report: &Report, dir: &std::path::Path, name: &str) -> anyhow::Resul
                 &RED,
             ))?
             .label("create → complete (every evaluation)")
-            .legend(|(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], RED));
-        chart
-            .configure_series_labels()
-            .position(SeriesLabelPosition::LowerRight)
-            .background_style(WHITE.mix(0.8))
-            .border_style(BLACK)
-            .draw()?;
+            .legend(legend_mark(RED));
+        draw_legend(&mut chart)?;
         root.present()?;
     }
     Ok(())
+}
+
+/// A chart's legend, in the lower right corner.
+fn draw_legend<'a, X: plotters::coord::ranged1d::Ranged, Y: plotters::coord::ranged1d::Ranged>(
+    chart: &mut plotters::chart::ChartContext<
+        'a,
+        plotters::prelude::SVGBackend<'a>,
+        plotters::coord::cartesian::Cartesian2d<X, Y>,
+    >,
+) -> anyhow::Result<()> {
+    use plotters::prelude::*;
+    chart
+        .configure_series_labels()
+        .position(SeriesLabelPosition::LowerRight)
+        .background_style(WHITE.mix(0.8))
+        .border_style(BLACK)
+        .draw()?;
+    Ok(())
+}
+
+/// A legend entry's mark: a short line in the series' colour.
+fn legend_mark(
+    color: plotters::style::RGBColor,
+) -> impl Fn((i32, i32)) -> plotters::element::PathElement<(i32, i32)> {
+    move |(x, y)| plotters::element::PathElement::new(vec![(x, y), (x + 20, y)], color)
 }
 
 /// Percentile of sorted values.
