@@ -54,6 +54,11 @@ pub struct LogStoreConfig {
     /// sled's background flush period as a safety net; every append and vote is flushed
     /// explicitly anyway. `None` turns it off.
     pub flush_every_ms: Option<u64>,
+    /// The most encoded bytes of entries one replication request carries (at least one entry
+    /// is always sent). openraft times an AppendEntries out after the heartbeat interval, so
+    /// a follower catching up on entries of hundreds of kB each (plans of 1 000 allocations)
+    /// must get them in pieces it can persist within that time, or it never catches up.
+    pub max_payload_bytes: usize,
 }
 
 impl Default for LogStoreConfig {
@@ -61,6 +66,7 @@ impl Default for LogStoreConfig {
         Self {
             cache_capacity_bytes: 64 << 20,
             flush_every_ms: Some(1000),
+            max_payload_bytes: 1 << 20,
         }
     }
 }
@@ -73,6 +79,11 @@ impl LogStoreConfig {
                 "cache_capacity_bytes must be at least 1 MiB, not {}",
                 self.cache_capacity_bytes
             )));
+        }
+        if self.max_payload_bytes == 0 {
+            return Err(LogStoreError::Config(
+                "max_payload_bytes must be positive".to_owned(),
+            ));
         }
         if self.flush_every_ms == Some(0) {
             return Err(LogStoreError::Config(
@@ -125,6 +136,7 @@ pub struct LogStore {
     log: sled::Tree,
     meta: sled::Tree,
     stats: Arc<LogStats>,
+    max_payload_bytes: usize,
 }
 
 /// What a [`LogStore`] has appended since it was opened (entries written again after a
@@ -169,7 +181,9 @@ impl LogStore {
             .cache_capacity(config.cache_capacity_bytes)
             .flush_every_ms(config.flush_every_ms)
             .open()?;
-        Self::from_db(db)
+        let mut store = Self::from_db(db)?;
+        store.max_payload_bytes = config.max_payload_bytes;
+        Ok(store)
     }
 
     /// Uses an already open sled database (its `log` and `meta` trees).
@@ -181,6 +195,7 @@ impl LogStore {
             log,
             meta,
             stats: Arc::default(),
+            max_payload_bytes: LogStoreConfig::default().max_payload_bytes,
         })
     }
 
@@ -221,6 +236,17 @@ impl LogStore {
     }
 
     fn read_entries(&self, start: u64, end: Option<u64>) -> Result<Vec<Entry>, LogStoreError> {
+        self.read_entries_limited(start, end, usize::MAX)
+    }
+
+    /// The entries in `[start, end)`, stopping before the one that would take their encoded
+    /// size past `max_bytes` (the first is always included).
+    fn read_entries_limited(
+        &self,
+        start: u64,
+        end: Option<u64>,
+        max_bytes: usize,
+    ) -> Result<Vec<Entry>, LogStoreError> {
         let iter = match end {
             Some(end) if end <= start => return Ok(Vec::new()),
             Some(end) => self.log.range(start.to_be_bytes()..end.to_be_bytes()),
@@ -228,8 +254,13 @@ impl LogStore {
         };
         let mut entries = Vec::new();
         let mut expected = None;
+        let mut bytes = 0usize;
         for item in iter {
             let (key, value) = item?;
+            bytes = bytes.saturating_add(value.len());
+            if bytes > max_bytes && !entries.is_empty() {
+                break;
+            }
             let entry = decode_entry(&value)?;
             let key_index = key_index(&key)?;
             if entry.log_id.index != key_index {
@@ -327,6 +358,16 @@ impl RaftLogReader<TypeConfig> for LogStore {
     ) -> Result<Vec<Entry>, StorageError> {
         let (start, end) = index_bounds(&range);
         self.read_entries(start, end).map_err(read_logs_err)
+    }
+
+    /// What replication sends: at most `max_payload_bytes` of entries (at least one).
+    async fn limited_get_log_entries(
+        &mut self,
+        start: u64,
+        end: u64,
+    ) -> Result<Vec<Entry>, StorageError> {
+        self.read_entries_limited(start, Some(end), self.max_payload_bytes)
+            .map_err(read_logs_err)
     }
 }
 

@@ -116,6 +116,35 @@ async fn the_log_survives_a_reopen_with_vote_committed_and_purge() {
     assert!(log.try_get_log_entries(..).await.unwrap().is_empty());
 }
 
+#[tokio::test]
+async fn replication_reads_are_limited_in_bytes_but_never_empty() {
+    let entries: Vec<Entry> = (1..=10)
+        .map(|i| command_entry(i, register_node(&node(i))))
+        .collect();
+    let size = |e: &Entry| {
+        bincode::serde::encode_to_vec(e, bincode::config::standard())
+            .unwrap()
+            .len()
+    };
+    let two = size(&entries[0]) + size(&entries[1]);
+    for (limit, expected) in [(usize::MAX, 10), (two, 2), (two - 1, 1), (1, 1)] {
+        let dir = tempfile::tempdir().unwrap();
+        let mut config = StorageConfig::default();
+        config.log.max_payload_bytes = limit;
+        let (mut log, _) = open(dir.path(), StateStore::new(), &config).unwrap();
+        append(&mut log, entries.clone()).await;
+        let sent = log.limited_get_log_entries(1, 11).await.unwrap();
+        assert_eq!(sent.len(), expected, "limit {limit}");
+        assert!(sent.iter().zip(1..).all(|(e, i)| e.log_id.index == i));
+        // Plain reads are never limited.
+        assert_eq!(log.try_get_log_entries(1..11).await.unwrap().len(), 10);
+    }
+    // The limit is a checked setting.
+    let mut zero = StorageConfig::default();
+    zero.log.max_payload_bytes = 0;
+    assert!(zero.validate().is_err());
+}
+
 async fn apply(sm: &mut StateMachine, entries: Vec<Entry>) -> Vec<CommandResponse> {
     sm.apply(entries).await.unwrap()
 }

@@ -62,6 +62,10 @@ struct Args {
     /// (only with a cluster this tool starts).
     #[arg(long, conflicts_with = "http")]
     failover_at: Option<f64>,
+    /// Extra TOML lines for the started servers' `[server.raft]` table (e.g.
+    /// `max_append_entries = 32`).
+    #[arg(long, default_value = "", conflicts_with = "http")]
+    raft_toml: String,
     /// Give up after this long.
     #[arg(long, default_value = "30m", value_parser = humantime::parse_duration)]
     timeout: Duration,
@@ -124,7 +128,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
                 server_toml,
                 heartbeat: "100ms",
                 election_timeout: "1s",
-                ..ClusterOptions::default()
+                raft_toml: args.raft_toml.replace("\\n", "\n"),
             },
         )?;
         let leader = c.wait_leader(Duration::from_secs(30)).await?;
