@@ -97,6 +97,12 @@ pub mod api {
         Ok(ids)
     }
 
+    /// A server's Prometheus metrics, as text.
+    pub async fn metrics_text(api: &ApiClient) -> Result<String, ApiError> {
+        api.request_text::<()>(reqwest::Method::GET, "/v1/metrics?format=prometheus", None)
+            .await
+    }
+
     /// A raft statistic from `/v1/agent/self` (`applied_index`, `snapshot_index`, …).
     pub async fn raft_stat(api: &ApiClient, key: &str) -> Result<u64, ApiError> {
         let v: Value = api.get("/v1/agent/self").await?;

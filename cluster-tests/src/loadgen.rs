@@ -25,7 +25,7 @@ use serde::Serialize;
 use serde_json::{json, Value};
 use teamster::cli::ApiClient;
 
-use crate::api::raft_stat;
+use crate::api::{metrics_text, raft_stat};
 use crate::process::ProcessCluster;
 use crate::sim::{SimConfig, SimNodes, SimTotals};
 
@@ -599,9 +599,7 @@ struct ServerCounters {
 /// Read a server's counters, trying a few times; zeros (logged) if it does not answer.
 async fn read_counters(api: &ApiClient) -> ServerCounters {
     for attempt in 1..=3 {
-        let text = api
-            .request_text::<()>(reqwest::Method::GET, "/v1/metrics?format=prometheus", None)
-            .await;
+        let text = metrics_text(api).await;
         let entries = raft_stat(api, "log_appended_entries").await;
         let bytes = raft_stat(api, "log_appended_bytes").await;
         match (text, entries, bytes) {

@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 use futures::StreamExt;
 use serde_json::Value;
 use teamster::cli::ApiClient;
-use teamster_cluster_tests::api::small_job;
+use teamster_cluster_tests::api::{metrics_text, small_job};
 use teamster_cluster_tests::compose::{docker_unavailable, ComposeCluster, ComposeOptions};
 use teamster_cluster_tests::invariants::{self, Checked, LeaderLog};
 use teamster_cluster_tests::loadgen::prom_sum;
@@ -491,9 +491,7 @@ async fn compose_stopped_server_catches_up_by_snapshot_after_20000_jobs() -> any
     invariants::acknowledged_present(&lag_api, &acks.ids()).await?;
     // Its workers dequeued evaluations while it was behind: none was scheduled on a snapshot
     // below its WaitIndex (the worker counts any such eval in this metric).
-    let metrics = lag_api
-        .request_text::<()>(reqwest::Method::GET, "/v1/metrics?format=prometheus", None)
-        .await?;
+    let metrics = metrics_text(&lag_api).await?;
     eprintln!(
         "MEASURE catch-up: the restarted server scheduled {} evaluations so far",
         prom_sum(&metrics, "teamster_worker_evals_scheduled_total")

@@ -8,7 +8,8 @@ use std::time::{Duration, Instant};
 use serde_json::{json, Value};
 use teamster::cli::ApiClient;
 use teamster::rpc::{Pool, RpcConfig};
-use teamster_cluster_tests::api::{raft_stat, register};
+use teamster_cluster_tests::api::{metrics_text, raft_stat, register};
+use teamster_cluster_tests::loadgen::prom_sum;
 use teamster_cluster_tests::process::{ClusterOptions, ProcessCluster};
 use teamster_cluster_tests::wait_for;
 use teamster_storage::fsm::{Command, EvalUpsert};
@@ -38,17 +39,7 @@ fn job(id: &str, generation: u64) -> Value {
 
 /// Sum of every series of `name` in a server's Prometheus metrics.
 async fn metric(api: &ApiClient, name: &str) -> anyhow::Result<f64> {
-    let text = api
-        .request_text::<()>(reqwest::Method::GET, "/v1/metrics?format=prometheus", None)
-        .await?;
-    Ok(text
-        .lines()
-        .filter(|l| {
-            l.strip_prefix(name)
-                .is_some_and(|rest| rest.starts_with(' ') || rest.starts_with('{'))
-        })
-        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
-        .fold(0.0, |a, b| a + b))
+    Ok(prom_sum(&metrics_text(api).await?, name) as f64)
 }
 
 /// Evaluations by status, from `api`'s local state.
@@ -234,10 +225,7 @@ async fn a_follower_restarted_behind_20000_writes_never_schedules_on_stale_state
             .get("/v1/operator/scheduler/broker")
             .await
             .unwrap_or_default();
-        let m = fapi
-            .request_text::<()>(reqwest::Method::GET, "/v1/metrics?format=prometheus", None)
-            .await
-            .unwrap_or_default();
+        let m = metrics_text(&fapi).await.unwrap_or_default();
         let m: Vec<&str> = m
             .lines()
             .filter(|l| l.starts_with("teamster_worker"))

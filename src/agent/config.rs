@@ -344,6 +344,19 @@ impl AgentConfig {
         c
     }
 
+    /// A lone server for in-process tests and benchmarks: the dev profile without the client
+    /// role or scheduler workers (evaluations are driven by hand), on ephemeral ports, with
+    /// its data under `data_dir`.
+    pub fn lone_server(data_dir: &std::path::Path) -> AgentConfig {
+        let mut c = AgentConfig::dev();
+        c.client.enabled = false;
+        c.server.num_schedulers = 0;
+        c.ports.http = 0;
+        c.ports.rpc = 0;
+        c.data_dir = Some(data_dir.to_path_buf());
+        c
+    }
+
     /// Check every value; `origin` names where the config came from for the message.
     pub fn validate(&self, origin: &str) -> Result<(), ConfigError> {
         let bad = |key: &'static str, reason: String| ConfigError::Invalid {

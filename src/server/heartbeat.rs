@@ -498,12 +498,7 @@ mod shell_tests {
 
     async fn server() -> (Agent, tempfile::TempDir) {
         let dir = tempfile::tempdir().unwrap();
-        let mut config = AgentConfig::dev();
-        config.client.enabled = false;
-        config.server.num_schedulers = 0;
-        config.ports.http = 0;
-        config.ports.rpc = 0;
-        config.data_dir = Some(dir.path().to_path_buf());
+        let config = AgentConfig::lone_server(dir.path());
         let agent = Agent::start(config, false).await.unwrap();
         let mut rx = agent.server().unwrap().leadership().subscribe();
         tokio::time::timeout(Duration::from_secs(20), rx.wait_for(|e| *e))

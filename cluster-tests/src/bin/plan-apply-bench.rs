@@ -58,12 +58,7 @@ fn parse_args() -> anyhow::Result<Args> {
 async fn main() -> anyhow::Result<()> {
     let args = parse_args()?;
     let dir = tempfile::tempdir()?;
-    let mut config = AgentConfig::dev();
-    config.client.enabled = false;
-    config.server.num_schedulers = 0;
-    config.ports.http = 0;
-    config.ports.rpc = 0;
-    config.data_dir = Some(dir.path().to_path_buf());
+    let config = AgentConfig::lone_server(dir.path());
     let agent = Agent::start(config, false).await?;
     let server = agent.server().context("a server")?;
     let mut established = server.leadership().subscribe();

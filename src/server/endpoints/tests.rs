@@ -34,13 +34,8 @@ impl TestServer {
 
     async fn start_with(tune: impl FnOnce(&mut AgentConfig)) -> TestServer {
         let dir = tempfile::tempdir().unwrap();
-        let mut config = AgentConfig::dev();
+        let mut config = AgentConfig::lone_server(dir.path());
         tune(&mut config);
-        config.client.enabled = false;
-        config.server.num_schedulers = 0;
-        config.ports.http = 0;
-        config.ports.rpc = 0;
-        config.data_dir = Some(dir.path().to_path_buf());
         let agent = Agent::start(config, false).await.unwrap();
         let server = agent.server().unwrap();
         let mut rx = server.leadership().subscribe();
