@@ -14,6 +14,7 @@ use futures::StreamExt;
 use serde_json::Value;
 use teamster::cli::ApiClient;
 use teamster_cluster_tests::api::{metrics_text, small_job};
+use teamster_cluster_tests::client_process::wait_node_status;
 use teamster_cluster_tests::compose::{docker_unavailable, ComposeCluster, ComposeOptions};
 use teamster_cluster_tests::invariants::{self, Checked, LeaderLog};
 use teamster_cluster_tests::loadgen::prom_sum;
@@ -695,25 +696,6 @@ async fn wait_running_elsewhere(
             }
         },
     )
-    .await
-}
-
-async fn wait_node_status(
-    api: &ApiClient,
-    node_id: &str,
-    status: &str,
-    timeout: Duration,
-) -> anyhow::Result<()> {
-    wait_for(timeout, &format!("node {node_id} {status}"), || {
-        let api = api.clone();
-        async move {
-            let n: Value = api
-                .get(&format!("/v1/node/{node_id}?stale=true"))
-                .await
-                .ok()?;
-            (n["Status"] == status).then_some(())
-        }
-    })
     .await
 }
 
