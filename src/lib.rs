@@ -5,20 +5,32 @@
 //! the leader also runs the eval broker and the plan applier. Clients register nodes,
 //! heartbeat, and run the placed tasks.
 //!
+//! Imports run one way (checked by a unit test, `layers.rs`):
+//!
+//! ```text
+//!  cli ─▶ agent ─▶ http ─▶ server │ client ─▶ scheduler, rpc, api ─▶ util
+//! ```
+//!
 //! - [`cli`]: one file per command group; `main` only parses and dispatches.
 //! - [`agent`]: agent configuration (TOML, flags, environment), dev mode, start and stop of
 //!   the server and client roles, signals.
-//! - [`http`]: the Nomad-compatible HTTP API (axum).
-//! - [`rpc`]: the server-to-server and client-to-server transport: length-delimited bincode
-//!   frames over TCP, pooled and multiplexed connections.
-//! - [`server`]: the server role: raft node, leadership, eval broker, workers, plan applier.
-//! - [`scheduler`]: pure placement logic: no I/O, no clock, no global RNG.
+//! - [`http`]: the Nomad-compatible HTTP API (axum): decodes requests and calls the server's
+//!   service layer.
+//! - [`server`]: the server role: raft node, leadership, the leader's subsystems (eval
+//!   broker, blocked evals, plan queue and applier, heartbeats, reapers), the service layer
+//!   (`server::endpoints`) and the scheduler workers.
 //! - [`client`]: the client role: fingerprinting, heartbeats, alloc and task runners.
-//! - [`util`]: the injectable wall clock and UUIDs.
+//! - [`scheduler`]: pure placement logic and the plan applier's check: no I/O, no clock, no
+//!   global RNG.
+//! - [`rpc`]: the server-to-server and client-to-server transport (length-delimited bincode
+//!   frames over TCP, pooled and multiplexed connections) and the typed service calls.
+//! - [`api`]: the HTTP API's client, for the CLI and the test harnesses.
+//! - [`util`]: the one wall clock, the randomness seam, UUIDs, config helpers.
 //!
 //! The replicated state itself lives in the `teamster-storage` crate.
 
 pub mod agent;
+pub mod api;
 pub mod cli;
 pub mod client;
 pub mod http;
@@ -26,3 +38,6 @@ pub mod rpc;
 pub mod scheduler;
 pub mod server;
 pub mod util;
+
+#[cfg(test)]
+mod layers;

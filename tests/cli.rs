@@ -1,5 +1,11 @@
 //! The `teamster` binary's command line: config errors name the file and the key and exit
-//! non-zero; API commands fail cleanly without a server; usage errors exit 2.
+//! non-zero; API commands fail cleanly without a server; usage errors exit 2. And the example
+//! jobs in `deploy/jobs/` parse as Nomad JSON and pass validation, so the docs and the tests
+//! that use them stay honest.
+//!
+//! These live in the root package on purpose: a package with integration tests makes
+//! `cargo test --workspace` build its binaries, and the process clusters of `cluster-tests`
+//! run that `target/<profile>/teamster`.
 
 use std::process::Command;
 
@@ -78,4 +84,29 @@ fn remove_peer_needs_an_address_or_an_id() {
         .output()
         .unwrap();
     assert_eq!(out.status.code(), Some(2), "usage errors exit 2");
+}
+
+#[test]
+fn every_example_job_parses_and_validates() {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("deploy/jobs");
+    let mut seen = 0;
+    for entry in std::fs::read_dir(&dir).unwrap() {
+        let path = entry.unwrap().path();
+        if path.extension().and_then(|e| e.to_str()) != Some("json") {
+            continue;
+        }
+        let text = std::fs::read_to_string(&path).unwrap();
+        let value: serde_json::Value = serde_json::from_str(&text).unwrap();
+        let mut job: teamster_storage::model::Job = serde_json::from_value(value["Job"].clone())
+            .unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+        job.canonicalize();
+        job.validate()
+            .unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+        assert!(!job.task_groups.is_empty(), "{}", path.display());
+        seen += 1;
+    }
+    assert!(
+        seen >= 3,
+        "expected at least three example jobs, found {seen}"
+    );
 }

@@ -1,4 +1,4 @@
-//! Criterion benchmarks of the eval broker (`teamster::server::eval_broker`).
+//! Criterion benchmarks of the eval broker (`teamster::server::broker`).
 //!
 //! Workload: 100 000 evaluations over 10 000 jobs (10 per job, priorities 1–100, three
 //! quarters `service`, one quarter `batch`), fed in 10 waves of one eval per job, so every
@@ -27,10 +27,8 @@ use std::time::Duration;
 use criterion::{criterion_group, criterion_main, BatchSize, Criterion, Throughput};
 use rand::rngs::StdRng;
 use rand::SeedableRng;
-use teamster::server::eval_broker::{
-    EvalBroker, EvalBrokerConfig, EvalBrokerCore, QueueSet, SchedulerQueue, WallClock,
-    CANCELABLE_BATCH_SIZE,
-};
+use teamster::server::broker::{EvalBroker, EvalBrokerCore, QueueSet, SchedulerQueue};
+use teamster::server::config::{EvalBrokerConfig, CANCELABLE_BATCH_SIZE};
 use teamster_storage::model::{
     EvalId, EvalStatus, EvalTrigger, Evaluation, JobId, JobType, Namespace,
 };
@@ -186,13 +184,9 @@ fn bench_core_cpu(c: &mut Criterion) {
 /// Runs the wave workload through the shell with `dequeuers` concurrent dequeue → ack tasks
 /// and returns the time from the first enqueue to the last ack.
 async fn shell_run(dequeuers: usize, waves: Vec<Vec<Evaluation>>) -> Duration {
-    let clock: WallClock = Arc::new(|| 0);
-    let broker = EvalBroker::with_rng_and_clock(
-        EvalBrokerConfig::default(),
-        StdRng::seed_from_u64(1),
-        clock,
-    )
-    .expect("default config is valid");
+    let clock = teamster::util::clock::ManualClock::starting_at(0);
+    let broker = EvalBroker::new(EvalBrokerConfig::default(), StdRng::seed_from_u64(1), clock)
+        .expect("default config is valid");
     broker.set_enabled(true);
     let acked = Arc::new(AtomicUsize::new(0));
     let wave_done = Arc::new(Notify::new());

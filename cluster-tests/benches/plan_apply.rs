@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
 use teamster::scheduler::harness::{fixture_uuid, mock_job, mock_node, Harness};
-use teamster::server::plan_apply::{evaluate_plan, PlanOverlay};
+use teamster::scheduler::verify::{evaluate_plan, PlanOverlay};
 use teamster_storage::fsm::{Command, NodeRegister};
 use teamster_storage::model::{AllocId, Allocation, ClientStatus, Job, NodeId, Plan};
 use teamster_storage::state::StateStore;

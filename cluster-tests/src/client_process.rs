@@ -1,7 +1,7 @@
 //! Client agents as real processes (`[server] enabled = false`, `[client] enabled = true`),
 //! next to a [`ProcessCluster`](crate::process::ProcessCluster), and helpers that place an
-//! allocation by hand (a raft `ApplyPlanResults` sent to the leader) for tests that do not
-//! depend on the scheduler.
+//! allocation by hand (acting as a scheduler worker: `Eval.Dequeue`, `Plan.Submit`,
+//! `Eval.Update`, `Eval.Ack`) for tests that do not depend on the scheduler.
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -9,10 +9,11 @@ use std::time::Duration;
 
 use anyhow::{bail, Context};
 use serde_json::Value;
-use teamster::cli::ApiClient;
-use teamster::rpc::{Pool, RpcConfig};
-use teamster_storage::fsm::{ApplyPlanResults, Command as RaftCommand, CommandResponse};
-use teamster_storage::model::{Allocation, ClientStatus, DesiredStatus};
+use teamster::api::ApiClient;
+use teamster::rpc::service::eval::{EvalAckRequest, EvalDequeueRequest, EvalWriteRequest};
+use teamster::rpc::{Pool, RpcConfig, ServiceRequest, ServiceResponse};
+use teamster::scheduler::SCHEDULER_VERSION;
+use teamster_storage::model::{Allocation, ClientStatus, DesiredStatus, EvalStatus, Plan};
 
 use crate::process::teamster_bin;
 use crate::wait_for;
@@ -152,8 +153,11 @@ pub async fn node_allocs(api: &ApiClient, node_id: &str) -> anyhow::Result<Vec<V
         .await?)
 }
 
-/// Commit an allocation of `job_id` (version 0, group `g`) on `node_id` through the leader
-/// at `leader_rpc`, as the plan applier would.
+/// Place an allocation of `job_id` (version 0, group `g`) on `node_id` by hand, the way a
+/// scheduler worker would: dequeue the job's evaluation from the leader at `leader_rpc`,
+/// submit a plan with the allocation (the leader's plan applier checks and commits it),
+/// complete the evaluation and ack it. The cluster must run no scheduler workers
+/// (`num_schedulers = 0`), or they would take the evaluation first.
 pub async fn place_alloc(
     leader_rpc: &str,
     alloc_id: &str,
@@ -161,9 +165,43 @@ pub async fn place_alloc(
     node_id: &str,
 ) -> anyhow::Result<()> {
     let pool = Pool::new(0, RpcConfig::for_tests())?;
-    let leader = pool.ping_addr(leader_rpc, Duration::from_secs(2)).await?;
+    let call = |req: ServiceRequest| {
+        let pool = &pool;
+        async move {
+            let timeout = req.method().timeout;
+            pool.service(0, leader_rpc, req, timeout).await
+        }
+    };
+    let dequeued = wait_for(
+        Duration::from_secs(15),
+        &format!("the evaluation of {job_id}"),
+        || async {
+            let req = ServiceRequest::EvalDequeue(EvalDequeueRequest {
+                schedulers: ["service", "batch", "system", "sysbatch"]
+                    .map(String::from)
+                    .to_vec(),
+                timeout_ms: 500,
+                scheduler_version: SCHEDULER_VERSION,
+            });
+            match call(req).await {
+                Ok(ServiceResponse::EvalDequeue(Some(d))) if d.eval.job_id == job_id => Some(*d),
+                Ok(ServiceResponse::EvalDequeue(Some(other))) => {
+                    // Another job's evaluation: done with nothing to do.
+                    let _ = call(ServiceRequest::EvalAck(EvalAckRequest {
+                        eval_id: other.eval.id.clone(),
+                        token: other.token,
+                    }))
+                    .await;
+                    None
+                }
+                _ => None,
+            }
+        },
+    )
+    .await?;
     let alloc = Allocation {
         id: alloc_id.into(),
+        eval_id: dequeued.eval.id.clone(),
         namespace: "default".into(),
         name: format!("{job_id}.g[0]"),
         node_id: node_id.into(),
@@ -174,20 +212,29 @@ pub async fn place_alloc(
         client_status: ClientStatus::Pending,
         ..Allocation::default()
     };
-    let cmd = RaftCommand::ApplyPlanResults(ApplyPlanResults {
-        eval_id: "".into(),
-        allocs_updated: vec![alloc],
-        allocs_stopped: Vec::new(),
-        allocs_preempted: Vec::new(),
-        evals: Vec::new(),
-        ineligible_nodes: Vec::new(),
-        updated_at: 0,
-    });
-    let (_, resp) = pool
-        .client_write(leader, leader_rpc, cmd, Duration::from_secs(5))
-        .await?;
-    match resp {
-        CommandResponse::PlanApplied { skipped } if skipped.is_empty() => Ok(()),
+    let plan = Plan {
+        eval_id: dequeued.eval.id.clone(),
+        eval_token: dequeued.token.clone(),
+        priority: dequeued.eval.priority,
+        node_allocation: [(node_id.into(), vec![alloc])].into_iter().collect(),
+        snapshot_index: dequeued.wait_index,
+        ..Plan::default()
+    };
+    match call(ServiceRequest::PlanSubmit(Box::new(plan))).await? {
+        ServiceResponse::PlanSubmit(r) if r.rejected_nodes.is_empty() => {}
         other => bail!("placing {alloc_id}: {other:?}"),
     }
+    let mut done = dequeued.eval.clone();
+    done.status = EvalStatus::Complete;
+    call(ServiceRequest::EvalUpdate(Box::new(EvalWriteRequest {
+        eval: done,
+        token: dequeued.token.clone(),
+    })))
+    .await?;
+    call(ServiceRequest::EvalAck(EvalAckRequest {
+        eval_id: dequeued.eval.id.clone(),
+        token: dequeued.token,
+    }))
+    .await?;
+    Ok(())
 }

@@ -23,7 +23,7 @@ use std::sync::{Mutex, MutexGuard, OnceLock};
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context};
-use teamster::cli::ApiClient;
+use teamster::api::ApiClient;
 
 use crate::wait_for;
 

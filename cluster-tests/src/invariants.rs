@@ -18,7 +18,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use anyhow::{bail, Context};
 use serde_json::Value;
-use teamster::cli::{ApiClient, ApiError};
+use teamster::api::{ApiClient, ApiError};
 use teamster::scheduler::fit::{check_fit, node_capacity};
 use teamster_storage::model::{
     Allocation, ClientStatus, EvalStatus, Evaluation, Job, Node, Resources,

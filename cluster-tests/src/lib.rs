@@ -53,7 +53,7 @@ pub fn init_test_tracing() {
 /// Job and state helpers over the HTTP API, shared by scenarios.
 pub mod api {
     use serde_json::{json, Value};
-    use teamster::cli::{ApiClient, ApiError};
+    use teamster::api::{ApiClient, ApiError};
 
     /// A minimal batch job with one mock task, as Nomad JSON.
     pub fn small_job(id: &str) -> Value {

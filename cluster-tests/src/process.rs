@@ -12,14 +12,15 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context};
-use teamster::cli::ApiClient;
+use teamster::api::ApiClient;
 
 use crate::wait_for;
 
 static NEXT_BLOCK: AtomicU32 = AtomicU32::new(0);
 
 /// The path of the `teamster` binary: `TEAMSTER_BIN`, or the one cargo built next to this test
-/// executable (`target/<profile>/teamster`).
+/// executable (`target/<profile>/teamster`). Cargo builds it for `cargo test --workspace`
+/// because the root package has integration tests (`tests/cli.rs`); keep at least one there.
 pub fn teamster_bin() -> PathBuf {
     if let Ok(p) = std::env::var("TEAMSTER_BIN") {
         return PathBuf::from(p);

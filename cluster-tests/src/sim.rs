@@ -29,15 +29,15 @@ use std::time::{Duration, Instant};
 
 use anyhow::bail;
 use serde::Serialize;
-use teamster::agent::config::ClientConfig;
 use teamster::client::alloc_runner::{client_status, event};
+use teamster::client::config::ClientConfig;
 use teamster::client::driver::mock_config;
 use teamster::client::fingerprint::{self, Machine};
-use teamster::rpc::node_api::{
+use teamster::rpc::service::node::{
     NodeClientAllocsResponse, NodeGetClientAllocsRequest, NodeRegisterRequest,
     NodeUpdateAllocRequest, NodeUpdateStatusRequest,
 };
-use teamster::rpc::{Pool, RpcConfig, RpcRequest, RpcResponse};
+use teamster::rpc::{Pool, RpcConfig, ServiceRequest, ServiceResponse};
 use teamster_storage::fsm::AllocClientReport;
 use teamster_storage::model::{
     AllocId, ClientStatus, NodeId, NodeStatus, TaskState, TaskStateValue, Timestamp,
@@ -251,9 +251,9 @@ async fn register(
                 );
                 node.attributes
                     .insert("unique.hostname".into(), format!("sim-{i}"));
-                let req = RpcRequest::NodeRegister(Box::new(NodeRegisterRequest { node }));
+                let req = ServiceRequest::NodeRegister(Box::new(NodeRegisterRequest { node }));
                 match call_any(&pool, &rpc, req, i, Duration::from_secs(30)).await? {
-                    RpcResponse::NodeRegister(Ok(_)) => {}
+                    ServiceResponse::NodeRegister(_) => {}
                     other => bail!("registering sim-{i}: {other:?}"),
                 }
             }
@@ -284,7 +284,7 @@ async fn heartbeat_loop(
         for _ in 0..32.min(ids.len()) {
             let id = &ids[i % ids.len()];
             i += 1;
-            let req = RpcRequest::NodeUpdateStatus(NodeUpdateStatusRequest {
+            let req = ServiceRequest::NodeUpdateStatus(NodeUpdateStatusRequest {
                 node_id: id.as_str().into(),
                 status: NodeStatus::Ready,
             });
@@ -292,7 +292,7 @@ async fn heartbeat_loop(
         }
         let batch_len = batch.len() as u32;
         for r in futures::future::join_all(batch).await {
-            if let Ok(RpcResponse::NodeUpdateStatus(Ok(r))) = r {
+            if let Ok(ServiceResponse::NodeUpdateStatus(r)) = r {
                 counters.heartbeats.fetch_add(1, Ordering::Relaxed);
                 if r.heartbeat_ttl_ms > 0 {
                     // The TTL the servers hand out now (it grows with the node count so
@@ -333,11 +333,11 @@ async fn report_loop(
         }
         loop {
             hint += 1;
-            let req = RpcRequest::NodeUpdateAlloc(NodeUpdateAllocRequest {
+            let req = ServiceRequest::NodeUpdateAlloc(NodeUpdateAllocRequest {
                 allocs: batch.clone(),
             });
             match call_any(&pool, &rpc, req, hint, Duration::from_secs(30)).await {
-                Ok(RpcResponse::NodeUpdateAlloc(Ok(_))) => {
+                Ok(ServiceResponse::NodeUpdateAlloc(_)) => {
                     counters
                         .reports_accepted
                         .fetch_add(batch.len() as u64, Ordering::Relaxed);
@@ -380,7 +380,7 @@ impl SimNode {
         // Allocations started here and not finished, with the timer that ends them.
         let mut running: HashMap<AllocId, Option<tokio::task::AbortHandle>> = HashMap::new();
         loop {
-            let req = RpcRequest::NodeGetClientAllocs(NodeGetClientAllocsRequest {
+            let req = ServiceRequest::NodeGetClientAllocs(NodeGetClientAllocsRequest {
                 node_id: self.id.clone(),
                 min_index: index,
                 wait_ms: QUERY_WAIT.as_millis() as u64,
@@ -390,7 +390,7 @@ impl SimNode {
                 r = call_any(&self.pool, &self.rpc, req, self.hint, QUERY_WAIT + Duration::from_secs(30)) => r,
             };
             let resp = match resp {
-                Ok(RpcResponse::NodeGetClientAllocs(Ok(r))) => r,
+                Ok(ServiceResponse::NodeGetClientAllocs(r)) => r,
                 other => {
                     tracing::debug!(node_id = %self.id, ?other, "allocation query failed");
                     tokio::select! {
@@ -606,33 +606,18 @@ fn unix_nanos() -> i64 {
 pub async fn call_any(
     pool: &Pool,
     rpc: &[String],
-    req: RpcRequest,
+    req: ServiceRequest,
     hint: usize,
     timeout: Duration,
-) -> anyhow::Result<RpcResponse> {
+) -> anyhow::Result<ServiceResponse> {
     let mut last = None;
     for k in 0..rpc.len() * 3 {
         let addr = &rpc[(hint + k) % rpc.len()];
-        match pool.call_addr(addr, req.clone(), timeout).await {
-            Ok(r) => match answered_error(&r) {
-                Some(e) => last = Some(anyhow::anyhow!("{addr}: {e}")),
-                None => return Ok(r),
-            },
+        match pool.service(0, addr, req.clone(), timeout).await {
+            Ok(r) => return Ok(r),
             Err(e) => last = Some(anyhow::anyhow!("{addr}: {e}")),
         }
         tokio::time::sleep(RETRY).await;
     }
     Err(last.unwrap_or_else(|| anyhow::anyhow!("no server")))
-}
-
-/// The error inside a `Node.*` answer, if it is one.
-fn answered_error(r: &RpcResponse) -> Option<String> {
-    match r {
-        RpcResponse::NodeRegister(Err(e)) | RpcResponse::NodeUpdateStatus(Err(e)) => {
-            Some(e.to_string())
-        }
-        RpcResponse::NodeUpdateAlloc(Err(e)) => Some(e.to_string()),
-        RpcResponse::NodeGetClientAllocs(Err(e)) => Some(e.to_string()),
-        _ => None,
-    }
 }

@@ -11,13 +11,15 @@ use std::collections::BTreeSet;
 use std::time::Duration;
 
 use serde_json::Value;
-use teamster::rpc::{DequeuedEval, Pool, RpcConfig, RpcRequest, RpcResponse};
+use teamster::rpc::service::eval::{EvalAckRequest, EvalDequeueRequest, EvalWriteRequest};
+use teamster::rpc::service::node::NodeRegisterRequest;
+use teamster::rpc::{DequeuedEval, Pool, RpcConfig, ServiceRequest, ServiceResponse};
 use teamster::scheduler::harness::mock_node;
-use teamster::server::endpoints::eval::SCHEDULER_VERSION;
+use teamster::scheduler::SCHEDULER_VERSION;
 use teamster_cluster_tests::api::{register, small_job};
 use teamster_cluster_tests::process::{ClusterOptions, ProcessCluster};
+use teamster_cluster_tests::sim::{SimConfig, SimNodes};
 use teamster_cluster_tests::wait_for;
-use teamster_storage::fsm::{Command, EvalUpsert, NodeRegister};
 use teamster_storage::model::{EvalId, EvalStatus, EvalTrigger, Evaluation, JobId, JobType, Node};
 
 const FORMATION: Duration = Duration::from_secs(30);
@@ -45,25 +47,40 @@ async fn server_ids(c: &ProcessCluster, ask: usize) -> anyhow::Result<Vec<u64>> 
     Ok(ids)
 }
 
+/// One service call to the server `id` at `addr`, as a worker or client agent makes it.
+async fn call(
+    pool: &Pool,
+    id: u64,
+    addr: &str,
+    req: ServiceRequest,
+) -> anyhow::Result<ServiceResponse> {
+    Ok(pool.service(id, addr, req, CALL).await?)
+}
+
 async fn dequeue(
     pool: &Pool,
     id: u64,
     addr: &str,
     timeout_ms: u64,
 ) -> anyhow::Result<Option<DequeuedEval>> {
-    let req = RpcRequest::EvalDequeue {
+    let req = ServiceRequest::EvalDequeue(EvalDequeueRequest {
         schedulers: vec!["batch".into(), "service".into()],
         timeout_ms,
         scheduler_version: SCHEDULER_VERSION,
-    };
-    match pool.call(id, addr, req, CALL).await? {
-        RpcResponse::EvalDequeue(r) => Ok(r?),
-        other => anyhow::bail!("unexpected {}", other.kind()),
+    });
+    match call(pool, id, addr, req).await? {
+        ServiceResponse::EvalDequeue(r) => Ok(r.map(|d| *d)),
+        other => anyhow::bail!("unexpected {}", other.name()),
     }
 }
 
-async fn write(pool: &Pool, id: u64, addr: &str, cmd: Command) -> anyhow::Result<u64> {
-    Ok(pool.client_write(id, addr, cmd, CALL).await?.0)
+/// `Node.Register`: the raft index of the registration.
+async fn register_node(pool: &Pool, id: u64, addr: &str, node: Node) -> anyhow::Result<u64> {
+    let req = ServiceRequest::NodeRegister(Box::new(NodeRegisterRequest { node }));
+    match call(pool, id, addr, req).await? {
+        ServiceResponse::NodeRegister(r) => Ok(r.index),
+        other => anyhow::bail!("unexpected {}", other.name()),
+    }
 }
 
 async fn broker(c: &ProcessCluster, i: usize) -> anyhow::Result<Value> {
@@ -147,16 +164,14 @@ async fn a_new_leader_holds_every_unfinished_eval_exactly_once_and_blocked_evals
     let (lid, laddr) = (ids[leader], c.servers[leader].rpc_addr());
     let node_a = mock_node(1);
     let class_a = node_a.computed_class.clone();
-    let index_a = write(
-        &pool,
-        lid,
-        &laddr,
-        Command::NodeRegister(NodeRegister {
-            node: node_a,
-            evals: Vec::new(),
-        }),
-    )
-    .await?;
+    let index_a = register_node(&pool, lid, &laddr, node_a).await?;
+    // The test is the scheduler of "blocked-job": it found no room (class A ineligible) and
+    // writes a blocked evaluation in place of the one it processed, as a worker does.
+    register(&c.servers[leader].api(), small_job("blocked-job")).await?;
+    let processing = dequeue(&pool, lid, &laddr, 5000)
+        .await?
+        .expect("the evaluation of blocked-job");
+    assert_eq!(processing.eval.job_id.as_str(), "blocked-job");
     let blocked = Evaluation {
         id: EvalId::new("0b10c4ed-0000-4000-8000-000000000001"),
         namespace: "default".into(),
@@ -167,17 +182,34 @@ async fn a_new_leader_holds_every_unfinished_eval_exactly_once_and_blocked_evals
         status: EvalStatus::Blocked,
         class_eligibility: [(class_a.clone(), false)].into_iter().collect(),
         snapshot_index: index_a,
+        previous_eval: processing.eval.id.clone(),
         ..Evaluation::default()
     };
-    write(
+    let write = |eval: Evaluation| {
+        Box::new(EvalWriteRequest {
+            eval,
+            token: processing.token.clone(),
+        })
+    };
+    call(
         &pool,
         lid,
         &laddr,
-        Command::EvalUpsert(EvalUpsert {
-            evals: vec![blocked.clone()],
-        }),
+        ServiceRequest::EvalCreate(write(blocked.clone())),
     )
     .await?;
+    let mut done = processing.eval.clone();
+    done.status = EvalStatus::Complete;
+    done.blocked_eval = blocked.id.clone();
+    // What could not be placed (an eval completed without failures would untrack the
+    // job's blocked evals, as in Nomad).
+    done.failed_tg_allocs.insert("g".into(), Default::default());
+    call(&pool, lid, &laddr, ServiceRequest::EvalUpdate(write(done))).await?;
+    let ack = EvalAckRequest {
+        eval_id: processing.eval.id.clone(),
+        token: processing.token.clone(),
+    };
+    call(&pool, lid, &laddr, ServiceRequest::EvalAck(ack)).await?;
     wait_for(
         Duration::from_secs(10),
         "the eval to be tracked blocked",
@@ -190,16 +222,7 @@ async fn a_new_leader_holds_every_unfinished_eval_exactly_once_and_blocked_evals
 
     // Another node of class A: still blocked. A job registered afterwards is the marker that
     // the leader has processed the node's change (the stream is in order).
-    write(
-        &pool,
-        lid,
-        &laddr,
-        Command::NodeRegister(NodeRegister {
-            node: mock_node(2),
-            evals: Vec::new(),
-        }),
-    )
-    .await?;
+    register_node(&pool, lid, &laddr, mock_node(2)).await?;
     register(&c.servers[leader].api(), small_job("marker")).await?;
     let marker = dequeue(&pool, lid, &laddr, 5000)
         .await?
@@ -217,16 +240,7 @@ async fn a_new_leader_holds_every_unfinished_eval_exactly_once_and_blocked_evals
     node_b.node_class = "class-b".into();
     node_b.canonicalize();
     assert_ne!(node_b.computed_class, class_a);
-    write(
-        &pool,
-        lid,
-        &laddr,
-        Command::NodeRegister(NodeRegister {
-            node: node_b,
-            evals: Vec::new(),
-        }),
-    )
-    .await?;
+    register_node(&pool, lid, &laddr, node_b).await?;
     let released = dequeue(&pool, lid, &laddr, 5000)
         .await?
         .expect("the released blocked eval");
@@ -241,22 +255,19 @@ async fn two_hundred_jobs_registered_at_once_all_reach_their_full_count() -> any
     teamster_cluster_tests::init_test_tracing();
     let mut c = ProcessCluster::start(3, ClusterOptions::default())?;
     let leader = c.wait_leader(FORMATION).await?;
-    let ids = server_ids(&c, leader).await?;
-    let pool = Pool::new(TEST_CALLER_ID, RpcConfig::default())?;
-    let (lid, laddr) = (ids[leader], c.servers[leader].rpc_addr());
-    const NODES: u64 = 20;
-    for k in 0..NODES {
-        write(
-            &pool,
-            lid,
-            &laddr,
-            Command::NodeRegister(NodeRegister {
-                node: mock_node(k),
-                evals: Vec::new(),
-            }),
-        )
-        .await?;
-    }
+    // Twenty nodes that register and heartbeat through the client RPC (8192 MB each).
+    let rpc: Vec<String> = c.servers.iter().map(|s| s.rpc_addr()).collect();
+    let _nodes = SimNodes::start(
+        &SimConfig {
+            nodes: 20,
+            cpu_mhz: 8000,
+            memory_mb: 8192,
+            concurrency: 4,
+            run_allocs: false,
+        },
+        &rpc,
+    )
+    .await?;
     // Registered through every server (followers forward), all at once.
     const JOBS: usize = 200;
     const COUNT: u64 = 3;

@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use futures::StreamExt;
 use serde_json::Value;
-use teamster::cli::ApiClient;
+use teamster::api::ApiClient;
 use teamster_cluster_tests::api::{metrics_text, small_job};
 use teamster_cluster_tests::client_process::wait_node_status;
 use teamster_cluster_tests::compose::{docker_unavailable, ComposeCluster, ComposeOptions};

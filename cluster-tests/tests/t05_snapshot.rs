@@ -7,7 +7,7 @@ use std::process::Command;
 use std::time::Duration;
 
 use serde_json::{json, Value};
-use teamster::cli::ApiClient;
+use teamster::api::ApiClient;
 use teamster_cluster_tests::api::{register, small_job};
 use teamster_cluster_tests::process::{teamster_bin, ClusterOptions, ProcessCluster};
 use teamster_cluster_tests::wait_for;

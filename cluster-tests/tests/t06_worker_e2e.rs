@@ -6,14 +6,14 @@ use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
-use teamster::cli::ApiClient;
-use teamster::rpc::{Pool, RpcConfig};
+use teamster::api::ApiClient;
+use teamster::rpc::service::operator::SchedulerSetConfigRequest;
+use teamster::rpc::{Pool, RpcConfig, ServiceRequest};
 use teamster_cluster_tests::api::{metrics_text, raft_stat, register};
 use teamster_cluster_tests::loadgen::prom_sum;
 use teamster_cluster_tests::process::{ClusterOptions, ProcessCluster};
 use teamster_cluster_tests::wait_for;
-use teamster_storage::fsm::{Command, EvalUpsert};
-use teamster_storage::model::{EvalId, EvalStatus, EvalTrigger, Evaluation, JobId, JobType};
+use teamster_storage::model::SchedulerConfiguration;
 
 const FORMATION: Duration = Duration::from_secs(30);
 
@@ -141,8 +141,8 @@ async fn a_follower_restarted_behind_20000_writes_never_schedules_on_stale_state
         register(&api, job(&format!("before-{k}"), 0)).await?;
     }
 
-    // The follower is down while 20 000 writes commit (finished evaluations of jobs that do
-    // not exist: they grow the log and the state without making work for the schedulers).
+    // The follower is down while 20 000 writes commit (scheduler configuration writes that
+    // change nothing: they grow the log without making work for the schedulers).
     c.kill(follower);
     let pool = Pool::new(9_999_998, RpcConfig::default())?;
     let load = Instant::now();
@@ -150,22 +150,17 @@ async fn a_follower_restarted_behind_20000_writes_never_schedules_on_stale_state
     {
         use futures::StreamExt;
         let results: Vec<anyhow::Result<()>> = futures::stream::iter(0..WRITES)
-            .map(|k| {
+            .map(|_| {
                 let pool = &pool;
                 let leader_rpc = &leader_rpc;
                 async move {
-                    let eval = Evaluation {
-                        id: EvalId::new(format!("00000000-0000-4000-8000-{k:012x}")),
-                        namespace: "default".into(),
-                        priority: 50,
-                        eval_type: JobType::Service,
-                        triggered_by: EvalTrigger::JobRegister,
-                        job_id: JobId::new(format!("filler-{k}")),
-                        status: EvalStatus::Complete,
-                        ..Evaluation::default()
-                    };
-                    let cmd = Command::EvalUpsert(EvalUpsert { evals: vec![eval] });
-                    pool.client_write(leader_id, leader_rpc, cmd, Duration::from_secs(30))
+                    let req = ServiceRequest::OperatorSchedulerSetConfiguration(
+                        SchedulerSetConfigRequest {
+                            config: SchedulerConfiguration::default(),
+                            cas_index: None,
+                        },
+                    );
+                    pool.service(leader_id, leader_rpc, req, Duration::from_secs(30))
                         .await?;
                     Ok(())
                 }

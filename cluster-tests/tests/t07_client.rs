@@ -6,8 +6,8 @@
 use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
-use teamster::rpc::node_api::NodeRegisterRequest;
-use teamster::rpc::{Pool, RpcConfig, RpcError, RpcRequest, RpcResponse};
+use teamster::rpc::service::node::NodeRegisterRequest;
+use teamster::rpc::{Pool, RpcConfig, ServiceError, ServiceRequest};
 use teamster_cluster_tests::api::register;
 use teamster_cluster_tests::client_process::{
     node_allocs, place_alloc, wait_node_status, ClientProcess,
@@ -36,7 +36,7 @@ fn client_ip(c: &ProcessCluster, n: u8) -> String {
 }
 
 /// A job nobody schedules (its datacenter has no nodes), so only hand-placed allocations
-/// run, whether or not scheduler workers are running.
+/// run.
 fn raw_exec_job(id: &str, job_type: &str, script: &str) -> Value {
     json!({
         "ID": id,
@@ -57,7 +57,7 @@ fn raw_exec_job(id: &str, job_type: &str, script: &str) -> Value {
     })
 }
 
-async fn alloc_status(api: &teamster::cli::ApiClient, node: &str, alloc: &str) -> Option<Value> {
+async fn alloc_status(api: &teamster::api::ApiClient, node: &str, alloc: &str) -> Option<Value> {
     node_allocs(api, node)
         .await
         .ok()?
@@ -66,7 +66,7 @@ async fn alloc_status(api: &teamster::cli::ApiClient, node: &str, alloc: &str) -
 }
 
 async fn wait_client_status(
-    api: &teamster::cli::ApiClient,
+    api: &teamster::api::ApiClient,
     node: &str,
     alloc: &str,
     status: &str,
@@ -108,7 +108,10 @@ fn bad_node(id: &str) -> Node {
 async fn a_client_runs_an_allocation_goes_down_when_killed_and_comes_back_without_duplicates(
 ) -> anyhow::Result<()> {
     teamster_cluster_tests::init_test_tracing();
-    let mut c = ProcessCluster::start(1, fast_heartbeats("5m"))?;
+    // No scheduler workers: the test places allocations by hand, as a worker would.
+    let mut options = fast_heartbeats("5m");
+    options.server_toml.push_str("num_schedulers = 0\n");
+    let mut c = ProcessCluster::start(1, options)?;
     let leader = c.wait_leader(FORMATION).await?;
     let server = c.servers[leader].api();
     let rpc = c.servers[leader].rpc_addr();
@@ -172,30 +175,36 @@ async fn a_client_runs_an_allocation_goes_down_when_killed_and_comes_back_withou
     let pool = Pool::new(0, RpcConfig::for_tests())?;
     let mut bad = bad_node("0b9e7c1a-0000-4000-8000-000000000001");
     let answer = pool
-        .call_addr(
+        .service(
+            0,
             &rpc,
-            RpcRequest::NodeRegister(Box::new(NodeRegisterRequest { node: bad.clone() })),
+            ServiceRequest::NodeRegister(Box::new(NodeRegisterRequest { node: bad.clone() })),
             Duration::from_secs(5),
         )
-        .await?;
+        .await;
     match answer {
-        RpcResponse::NodeRegister(Err(RpcError::Rejected(m))) => {
-            assert!(m.contains("malformed attribute key \"kernel name\""), "{m}")
+        Err(ServiceError::Invalid { reason, .. }) => {
+            assert!(
+                reason.contains("malformed attribute key \"kernel name\""),
+                "{reason}"
+            )
         }
         other => panic!("bad attributes accepted: {other:?}"),
     }
     bad.attributes.clear();
     bad.node_resources.memory.memory_mb = u64::MAX;
     match pool
-        .call_addr(
+        .service(
+            0,
             &rpc,
-            RpcRequest::NodeRegister(Box::new(NodeRegisterRequest { node: bad })),
+            ServiceRequest::NodeRegister(Box::new(NodeRegisterRequest { node: bad })),
             Duration::from_secs(5),
         )
-        .await?
+        .await
     {
-        RpcResponse::NodeRegister(Err(RpcError::Rejected(m))) => {
-            assert!(m.contains("MemoryMB"), "{m}")
+        Err(ServiceError::Invalid { field, reason }) => {
+            assert_eq!(field, "Node");
+            assert!(reason.contains("MemoryMB"), "{reason}")
         }
         other => panic!("absurd memory accepted: {other:?}"),
     }

@@ -8,7 +8,7 @@ use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use serde_json::{json, Value};
-use teamster::cli::ApiClient;
+use teamster::api::ApiClient;
 use teamster_cluster_tests::api::register;
 use teamster_cluster_tests::client_process::{wait_node_status, ClientProcess};
 use teamster_cluster_tests::process::{teamster_bin, ClusterOptions, ProcessCluster};

@@ -67,7 +67,7 @@ async fn jobs_and_index(base: &str) -> anyhow::Result<(Vec<String>, u64)> {
 /// Wait until the schedulers are done with every evaluation (none pending), so the state
 /// only changes when a test changes it.
 async fn settled(base: &str) -> anyhow::Result<()> {
-    let api = teamster::cli::ApiClient::new(base);
+    let api = teamster::api::ApiClient::new(base);
     wait_for(
         Duration::from_secs(30),
         "every evaluation processed",

@@ -6,7 +6,7 @@
 use std::time::Duration;
 
 use serde_json::Value;
-use teamster::cli::ApiClient;
+use teamster::api::ApiClient;
 use teamster_cluster_tests::invariants::{no_group_over_count, no_node_over_capacity, Checked};
 use teamster_cluster_tests::loadgen::{self, LoadConfig, Report, Shape};
 use teamster_cluster_tests::process::{ClusterOptions, ProcessCluster};

@@ -20,19 +20,13 @@
 //! join = ["10.0.0.6:4647", "10.0.0.7:4647"]
 //! ```
 
-use std::collections::BTreeMap;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::path::{Path, PathBuf};
-use std::time::Duration;
 
-use serde::{Deserialize, Deserializer, Serialize, Serializer};
+use serde::{Deserialize, Serialize};
 
-/// The scheduler types a worker can serve. `_core` is the garbage-collection scheduler and
-/// must always be enabled.
-pub const KNOWN_SCHEDULERS: &[&str] = &["service", "batch", "system", "sysbatch", "_core"];
-
-/// The most scheduler workers one server may run.
-pub const MAX_SCHEDULERS: usize = 256;
+use crate::client::config::ClientConfig;
+use crate::server::config::ServerConfig;
 
 /// What is wrong with a configuration.
 #[derive(Debug, thiserror::Error)]
@@ -108,185 +102,6 @@ impl Default for Ports {
             rpc: 4647,
         }
     }
-}
-
-/// The server role.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(default, deny_unknown_fields)]
-pub struct ServerConfig {
-    /// Run a server in this agent.
-    pub enabled: bool,
-    /// How many servers to wait for before the cluster is formed. 0: never bootstrap; only
-    /// join an existing cluster through `join`.
-    pub bootstrap_expect: usize,
-    /// RPC addresses (`host:port`, port 4647 when omitted) of other servers, retried until one
-    /// answers.
-    pub join: Vec<String>,
-    /// How long to wait between rounds of join attempts.
-    #[serde(with = "duration_str")]
-    pub join_retry_interval: Duration,
-    /// Scheduler workers on this server.
-    pub num_schedulers: usize,
-    /// The scheduler types the workers serve.
-    pub enabled_schedulers: Vec<String>,
-    /// How long a worker waits for its state to reach an evaluation's index before it nacks.
-    #[serde(with = "duration_str")]
-    pub raft_sync_limit: Duration,
-    /// Extra time past a node's TTL before it is marked down.
-    #[serde(with = "duration_str")]
-    pub heartbeat_grace: Duration,
-    /// The smallest heartbeat TTL handed to a node.
-    #[serde(with = "duration_str")]
-    pub min_heartbeat_ttl: Duration,
-    /// Heartbeats per second the leader aims to receive from all nodes together.
-    pub max_heartbeats_per_second: f64,
-    /// The TTL every live node gets when a new leader takes over.
-    #[serde(with = "duration_str")]
-    pub failover_heartbeat_ttl: Duration,
-    /// How long a request waits for a leader (during an election) before it fails with
-    /// "No cluster leader".
-    #[serde(with = "duration_str")]
-    pub rpc_hold_timeout: Duration,
-    /// Raft timing and log compaction.
-    pub raft: RaftTiming,
-    /// Scheduler worker timings and garbage-collection thresholds.
-    pub workers: crate::server::worker::WorkerConfig,
-    /// The leader's eval broker and plan applier (`[server.eval_broker]`).
-    pub eval_broker: crate::server::pipeline::EvalBrokerSettings,
-}
-
-impl Default for ServerConfig {
-    fn default() -> Self {
-        ServerConfig {
-            enabled: false,
-            bootstrap_expect: 0,
-            join: Vec::new(),
-            join_retry_interval: Duration::from_secs(2),
-            num_schedulers: std::thread::available_parallelism()
-                .map(|n| n.get())
-                .unwrap_or(1),
-            enabled_schedulers: KNOWN_SCHEDULERS.iter().map(|s| s.to_string()).collect(),
-            raft_sync_limit: Duration::from_secs(5),
-            heartbeat_grace: Duration::from_secs(10),
-            min_heartbeat_ttl: Duration::from_secs(10),
-            max_heartbeats_per_second: 50.0,
-            failover_heartbeat_ttl: Duration::from_secs(300),
-            rpc_hold_timeout: Duration::from_secs(5),
-            raft: RaftTiming::default(),
-            workers: crate::server::worker::WorkerConfig::default(),
-            eval_broker: Default::default(),
-        }
-    }
-}
-
-/// Raft's timing profile and log compaction. Tests shrink the timings; the logic is the same.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(default, deny_unknown_fields)]
-pub struct RaftTiming {
-    /// How often the leader sends heartbeats; also the AppendEntries timeout, so it must
-    /// exceed the slowest follower's fsync.
-    #[serde(with = "duration_str")]
-    pub heartbeat_interval: Duration,
-    /// The shortest election timeout; each election waits a random time in [min, 2 × min).
-    #[serde(with = "duration_str")]
-    pub election_timeout: Duration,
-    /// Timeout for sending (and installing) the last snapshot chunk.
-    #[serde(with = "duration_str")]
-    pub install_snapshot_timeout: Duration,
-    /// Build a snapshot after this many entries since the last one.
-    pub snapshot_threshold: u64,
-    /// Log entries kept behind a snapshot, so a briefly lagging follower can catch up from the
-    /// log instead of a snapshot.
-    pub trailing_logs: u64,
-    /// Most entries in one AppendEntries (64, as hashicorp/raft's `MaxAppendEntries`). Entries
-    /// can be large (a plan of 1 000 allocations is a few hundred kB), so this also bounds
-    /// the memory a follower's catch-up takes and keeps each append within the heartbeat
-    /// interval that is its timeout.
-    pub max_append_entries: u64,
-}
-
-impl Default for RaftTiming {
-    fn default() -> Self {
-        RaftTiming {
-            heartbeat_interval: Duration::from_millis(200),
-            election_timeout: Duration::from_millis(1000),
-            install_snapshot_timeout: Duration::from_secs(30),
-            snapshot_threshold: 8192,
-            trailing_logs: 2048,
-            max_append_entries: 64,
-        }
-    }
-}
-
-impl RaftTiming {
-    /// A fast profile for tests on loopback: elections in a few hundred milliseconds.
-    pub fn for_tests() -> Self {
-        RaftTiming {
-            heartbeat_interval: Duration::from_millis(50),
-            election_timeout: Duration::from_millis(300),
-            ..RaftTiming::default()
-        }
-    }
-}
-
-/// The client role.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(default, deny_unknown_fields)]
-pub struct ClientConfig {
-    /// Run a client in this agent.
-    pub enabled: bool,
-    /// RPC addresses of servers to register with (`host:port`, port 4647 when omitted).
-    pub servers: Vec<String>,
-    /// The node's datacenter.
-    pub datacenter: String,
-    /// The node's class, used in constraints and to group nodes.
-    pub node_class: String,
-    /// Task drivers this node offers.
-    pub drivers: Vec<String>,
-    /// Resources kept back from scheduling.
-    pub reserved: Reserved,
-    /// Free-form node metadata (`${meta.key}` in constraints).
-    pub meta: BTreeMap<String, String>,
-    /// Total CPU to advertise in MHz (0: fingerprinted).
-    pub cpu_total_compute: u64,
-    /// Total memory to advertise in MB (0: fingerprinted).
-    pub memory_total_mb: u64,
-    /// How often changed allocation states are sent to the servers, in one batch.
-    #[serde(with = "duration_str")]
-    pub update_interval: Duration,
-    /// The longest kill timeout a task may ask for.
-    #[serde(with = "duration_str")]
-    pub max_kill_timeout: Duration,
-}
-
-impl Default for ClientConfig {
-    fn default() -> Self {
-        ClientConfig {
-            enabled: false,
-            servers: Vec::new(),
-            datacenter: "dc1".to_string(),
-            node_class: String::new(),
-            drivers: vec!["raw_exec".to_string(), "mock".to_string()],
-            reserved: Reserved::default(),
-            meta: BTreeMap::new(),
-            cpu_total_compute: 0,
-            memory_total_mb: 0,
-            update_interval: Duration::from_millis(200),
-            max_kill_timeout: Duration::from_secs(30),
-        }
-    }
-}
-
-/// Resources a client keeps back from scheduling.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-#[serde(default, deny_unknown_fields)]
-pub struct Reserved {
-    /// CPU in MHz.
-    pub cpu: u64,
-    /// Memory in MiB.
-    pub memory_mb: u64,
-    /// Disk in MiB.
-    pub disk_mb: u64,
 }
 
 impl Default for AgentConfig {
@@ -400,12 +215,8 @@ impl AgentConfig {
             }
         }
         parse_level(&self.log_level).map_err(|reason| bad("log_level", reason))?;
-        self.server
-            .validate()
-            .map_err(|(key, reason)| bad(key, reason))?;
-        self.client
-            .validate()
-            .map_err(|(key, reason)| bad(key, reason))?;
+        self.server.validate().map_err(|e| bad(e.key, e.reason))?;
+        self.client.validate().map_err(|e| bad(e.key, e.reason))?;
         Ok(())
     }
 
@@ -431,159 +242,6 @@ impl AgentConfig {
     }
 }
 
-impl ServerConfig {
-    fn validate(&self) -> Result<(), (&'static str, String)> {
-        if self.num_schedulers > MAX_SCHEDULERS {
-            return Err((
-                "server.num_schedulers",
-                format!(
-                    "must be between 0 and {MAX_SCHEDULERS}, got {}",
-                    self.num_schedulers
-                ),
-            ));
-        }
-        validate_schedulers(&self.enabled_schedulers)
-            .map_err(|r| ("server.enabled_schedulers", r))?;
-        for addr in &self.join {
-            parse_peer_addr(addr).map_err(|r| ("server.join", r))?;
-        }
-        if self.join_retry_interval.is_zero() {
-            return Err(("server.join_retry_interval", "must be positive".into()));
-        }
-        if self.raft_sync_limit.is_zero() {
-            return Err(("server.raft_sync_limit", "must be positive".into()));
-        }
-        if self.min_heartbeat_ttl.is_zero() {
-            return Err(("server.min_heartbeat_ttl", "must be positive".into()));
-        }
-        if !(self.max_heartbeats_per_second > 0.0 && self.max_heartbeats_per_second.is_finite()) {
-            return Err((
-                "server.max_heartbeats_per_second",
-                format!(
-                    "must be a positive number, got {}",
-                    self.max_heartbeats_per_second
-                ),
-            ));
-        }
-        if self.rpc_hold_timeout.is_zero() {
-            return Err(("server.rpc_hold_timeout", "must be positive".into()));
-        }
-        if self.failover_heartbeat_ttl.is_zero() {
-            return Err(("server.failover_heartbeat_ttl", "must be positive".into()));
-        }
-        self.workers.validate()?;
-        self.eval_broker.validate()?;
-        self.raft.validate()
-    }
-}
-
-/// Check a list of scheduler types: known names, no duplicates, `_core` present.
-pub fn validate_schedulers(list: &[String]) -> Result<(), String> {
-    for s in list {
-        if !KNOWN_SCHEDULERS.contains(&s.as_str()) {
-            return Err(format!(
-                "unknown scheduler {s:?} (known: {})",
-                KNOWN_SCHEDULERS.join(", ")
-            ));
-        }
-    }
-    for (i, s) in list.iter().enumerate() {
-        if list[..i].contains(s) {
-            return Err(format!("scheduler {s:?} is listed twice"));
-        }
-    }
-    if !list.iter().any(|s| s == "_core") {
-        return Err("must include \"_core\"".into());
-    }
-    Ok(())
-}
-
-impl RaftTiming {
-    fn validate(&self) -> Result<(), (&'static str, String)> {
-        if self.heartbeat_interval.is_zero() {
-            return Err(("server.raft.heartbeat_interval", "must be positive".into()));
-        }
-        if self.election_timeout <= self.heartbeat_interval * 2 {
-            return Err((
-                "server.raft.election_timeout",
-                format!(
-                    "must be more than twice server.raft.heartbeat_interval ({})",
-                    humantime::format_duration(self.heartbeat_interval)
-                ),
-            ));
-        }
-        if self.install_snapshot_timeout < self.heartbeat_interval {
-            return Err((
-                "server.raft.install_snapshot_timeout",
-                "must be at least server.raft.heartbeat_interval".into(),
-            ));
-        }
-        if self.snapshot_threshold == 0 {
-            return Err(("server.raft.snapshot_threshold", "must be positive".into()));
-        }
-        if self.max_append_entries == 0 {
-            return Err(("server.raft.max_append_entries", "must be positive".into()));
-        }
-        Ok(())
-    }
-}
-
-impl ClientConfig {
-    fn validate(&self) -> Result<(), (&'static str, String)> {
-        for addr in &self.servers {
-            parse_peer_addr(addr).map_err(|r| ("client.servers", r))?;
-        }
-        if self.datacenter.trim().is_empty() {
-            return Err(("client.datacenter", "must not be empty".into()));
-        }
-        if self.update_interval.is_zero() || self.update_interval > Duration::from_secs(60) {
-            return Err((
-                "client.update_interval",
-                "must be between 1ms and 60s".into(),
-            ));
-        }
-        if self.max_kill_timeout.is_zero() {
-            return Err(("client.max_kill_timeout", "must be positive".into()));
-        }
-        for d in &self.drivers {
-            if !["raw_exec", "mock"].contains(&d.as_str()) {
-                return Err((
-                    "client.drivers",
-                    format!("unknown driver {d:?} (known: raw_exec, mock)"),
-                ));
-            }
-        }
-        Ok(())
-    }
-}
-
-/// Parse a peer address `host[:port]`, defaulting the port to 4647. The host may be a name;
-/// it is resolved when dialled.
-pub fn parse_peer_addr(s: &str) -> Result<(String, u16), String> {
-    let s = s.trim();
-    if s.is_empty() {
-        return Err("an address must not be empty".into());
-    }
-    if let Ok(sa) = s.parse::<SocketAddr>() {
-        return Ok((sa.ip().to_string(), sa.port()));
-    }
-    if let Ok(ip) = s.parse::<IpAddr>() {
-        return Ok((ip.to_string(), 4647));
-    }
-    match s.rsplit_once(':') {
-        Some((host, port)) => {
-            let port: u16 = port
-                .parse()
-                .map_err(|_| format!("{s:?}: port {port:?} is not a number from 1 to 65535"))?;
-            if host.is_empty() || port == 0 {
-                return Err(format!("{s:?} is not host:port"));
-            }
-            Ok((host.to_string(), port))
-        }
-        None => Ok((s.to_string(), 4647)),
-    }
-}
-
 fn parse_level(level: &str) -> Result<(), String> {
     match level {
         "trace" | "debug" | "info" | "warn" | "error" => Ok(()),
@@ -602,26 +260,10 @@ fn default_route_ip() -> Option<IpAddr> {
     (!ip.is_unspecified()).then_some(ip)
 }
 
-/// (De)serialize a `Duration` as a human string: `"10s"`, `"1m30s"`, `"250ms"`.
-pub mod duration_str {
-    use super::*;
-
-    /// Write the duration as a humantime string.
-    pub fn serialize<S: Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
-        s.serialize_str(&humantime::format_duration(*d).to_string())
-    }
-
-    /// Read a humantime string such as `"10s"`.
-    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
-        let s = String::deserialize(d)?;
-        humantime::parse_duration(&s).map_err(|e| {
-            serde::de::Error::custom(format!("{s:?} is not a duration like \"10s\": {e}"))
-        })
-    }
-}
-
 #[cfg(test)]
 mod tests {
+    use std::time::Duration;
+
     use super::*;
 
     fn parse(text: &str) -> Result<AgentConfig, ConfigError> {
@@ -730,24 +372,6 @@ meta = { rack = "r1" }
         c.server.enabled = true;
         let e = c.validate("agent.toml").unwrap_err().to_string();
         assert!(e.contains("data_dir"), "{e}");
-    }
-
-    #[test]
-    fn peer_addresses_default_the_port() {
-        assert_eq!(
-            parse_peer_addr("10.0.0.1").unwrap(),
-            ("10.0.0.1".into(), 4647)
-        );
-        assert_eq!(
-            parse_peer_addr("server1:5647").unwrap(),
-            ("server1".into(), 5647)
-        );
-        assert_eq!(
-            parse_peer_addr("server1").unwrap(),
-            ("server1".into(), 4647)
-        );
-        assert!(parse_peer_addr("server1:0").is_err());
-        assert!(parse_peer_addr("").is_err());
     }
 
     #[test]

@@ -5,6 +5,8 @@
 //! role. [`Agent::shutdown`] stops them in reverse order and waits for every task.
 
 pub mod config;
+#[cfg(test)]
+mod tests;
 
 use std::net::SocketAddr;
 use std::sync::OnceLock;
@@ -15,8 +17,11 @@ use tokio_util::sync::CancellationToken;
 use tracing::info;
 
 use crate::client::{Client, ClientError};
-use crate::http::ServerHandles;
-use crate::server::{Server, ServerError};
+use crate::http::{AgentInfo, ServerHandles};
+use crate::server::broker::{eval_latency_buckets, EVAL_LATENCY_METRIC};
+use crate::server::{Server, ServerError, ServerSetup};
+use crate::util::net::parse_peer_addr;
+use crate::util::RngSource;
 use config::AgentConfig;
 
 /// The process-wide Prometheus recorder (the `metrics` macros write to one global recorder;
@@ -35,19 +40,6 @@ pub fn metrics_handle() -> Option<PrometheusHandle> {
                 .ok()
         })
         .clone()
-}
-
-/// The broker's enqueue → ack latency histogram. It is exported with fixed buckets (not as a
-/// rolling summary) so that a load generator can difference two scrapes and read
-/// percentiles of exactly its own run.
-pub const EVAL_LATENCY_METRIC: &str = "teamster_broker_eval_latency_seconds";
-
-/// Bucket bounds of [`EVAL_LATENCY_METRIC`]: geometric, ×1.25 from 1 ms to about 10 min,
-/// so an interpolated percentile is off by at most a quarter.
-pub fn eval_latency_buckets() -> Vec<f64> {
-    std::iter::successors(Some(0.001f64), |b| Some(b * 1.25))
-        .take_while(|b| *b < 600.0)
-        .collect()
 }
 
 /// Why the agent could not start or stopped with an error.
@@ -139,17 +131,19 @@ impl Agent {
             source,
         })?;
         let clock = crate::util::system_clock();
+        // The one root of randomness in the process; every component draws from a child.
+        let rng = RngSource::from_entropy();
         let server = if config.server.enabled {
-            Some(
-                Server::start(
-                    &config,
-                    &data_dir,
-                    config.advertise_ip(),
-                    http_addr,
-                    clock.clone(),
-                )
-                .await?,
-            )
+            let setup = ServerSetup {
+                name: config.name.clone(),
+                rpc_bind: config.rpc_bind(),
+                data_dir: data_dir.clone(),
+                advertise: config.advertise_ip(),
+                http_addr,
+                clock: clock.clone(),
+                rng: rng.child(),
+            };
+            Some(Server::start(&config.server, setup).await?)
         } else {
             None
         };
@@ -157,14 +151,23 @@ impl Agent {
             node: s.node().clone(),
             leadership: s.leadership().clone(),
             workers: s.workers().clone(),
-            leader_side: s.leader_side().clone(),
+            endpoints: s.endpoints().clone(),
         });
         let shutdown = CancellationToken::new();
+        let info = AgentInfo {
+            name: config.name.clone(),
+            datacenter: config.client.datacenter.clone(),
+            data_dir: data_dir.clone(),
+            client_enabled: config.client.enabled,
+            rpc_hold_timeout: config.server.rpc_hold_timeout,
+            config: serde_json::to_value(&config).unwrap_or(serde_json::Value::Null),
+        };
         let router = crate::http::router(crate::http::HttpContext::new(
-            config.clone(),
+            info,
             handles,
             metrics_handle(),
-            clock,
+            clock.clone(),
+            rng.child(),
         ));
         let token = shutdown.clone();
         let http_task = tokio::spawn(async move {
@@ -179,7 +182,7 @@ impl Agent {
                 .client
                 .servers
                 .iter()
-                .filter_map(|a| config::parse_peer_addr(a).ok())
+                .filter_map(|a| parse_peer_addr(a).ok())
                 .map(|(host, port)| format!("{host}:{port}"))
                 .collect();
             if let Some(s) = &server {
@@ -195,7 +198,8 @@ impl Agent {
                     &data_dir,
                     advertised_http.to_string(),
                     servers,
-                    crate::util::system_clock(),
+                    clock,
+                    rng.child(),
                 )
                 .await?,
             )

@@ -6,7 +6,6 @@
 
 mod agent;
 mod alloc_logs;
-mod api;
 mod eval;
 mod job;
 mod node;
@@ -23,7 +22,7 @@ use std::process::ExitCode;
 
 use clap::{Args, Parser, Subcommand};
 
-pub use api::{ApiClient, ApiError};
+use crate::api::{ApiClient, ApiError};
 
 /// teamster: a cluster workload scheduler.
 #[derive(Debug, Parser)]

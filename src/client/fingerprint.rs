@@ -14,7 +14,7 @@ use teamster_storage::model::{
     NodeReservedCpuResources, NodeReservedResources, NodeResources, NodeStatus, Timestamp,
 };
 
-use crate::agent::config::ClientConfig;
+use crate::client::config::ClientConfig;
 
 /// MHz assumed per core when `/proc/cpuinfo` does not say.
 const DEFAULT_MHZ_PER_CORE: u64 = 1000;
@@ -229,7 +229,7 @@ mod tests {
             &machine,
             0,
         );
-        crate::server::endpoints::node::validate_node(&n).unwrap();
+        crate::rpc::service::node::validate_node(&n).unwrap();
         assert_eq!(n.attributes["driver.raw_exec"], "1");
         assert_eq!(n.attributes["kernel.name"], "linux");
         assert_eq!(n.meta["rack"], "r1");

@@ -23,6 +23,7 @@
 //! a second copy. Task directories are `<data_dir>/alloc/<alloc id>/<task>/`.
 
 pub mod alloc_runner;
+pub mod config;
 pub mod driver;
 pub mod fingerprint;
 pub mod restart;
@@ -33,7 +34,6 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
-use rand::SeedableRng;
 use serde::{Deserialize, Serialize};
 use teamster_storage::fsm::AllocClientReport;
 use teamster_storage::model::{ClientStatus, NodeStatus};
@@ -41,13 +41,13 @@ use tokio::sync::{watch, Notify};
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn, Instrument};
 
-use crate::agent::config::ClientConfig;
-use crate::rpc::node_api::{
-    NodeClientAllocsResponse, NodeGetClientAllocsRequest, NodeHeartbeatResponse,
-    NodeRegisterRequest, NodeUpdateAllocRequest, NodeUpdateStatusRequest,
+use crate::client::config::ClientConfig;
+use crate::rpc::service::node::{
+    NodeClientAllocsResponse, NodeGetClientAllocsRequest, NodeRegisterRequest,
+    NodeUpdateAllocRequest, NodeUpdateStatusRequest,
 };
-use crate::rpc::{Pool, RpcConfig, RpcError, RpcRequest, RpcResponse};
-use crate::util::SharedClock;
+use crate::rpc::{Pool, RpcConfig, RpcError, ServiceError, Services};
+use crate::util::{RngSource, SharedClock};
 use alloc_runner::LocalAlloc;
 use servers::Servers;
 
@@ -55,8 +55,6 @@ use servers::Servers;
 const ALLOC_WAIT: Duration = Duration::from_secs(30);
 /// Wait after a failed call before trying again.
 const RETRY: Duration = Duration::from_secs(1);
-/// Deadline of a call other than the blocking query.
-const CALL_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Why the client role could not start.
 #[derive(Debug, thiserror::Error)]
@@ -159,6 +157,7 @@ impl Client {
         http_addr: String,
         servers: Vec<String>,
         clock: SharedClock,
+        rng: RngSource,
     ) -> Result<Client, ClientError> {
         let dir = data_dir.join("client");
         let io = |path: &Path, e: std::io::Error| ClientError::State {
@@ -180,9 +179,8 @@ impl Client {
             Err(e) => return Err(io(&state_path, e)),
         };
         if state.node_id.is_empty() {
-            let mut rng = rand::rngs::StdRng::from_entropy();
-            state.node_id = crate::util::new_uuid(&mut rng);
-            state.secret_id = crate::util::new_uuid(&mut rng);
+            state.node_id = rng.uuid();
+            state.secret_id = rng.uuid();
         }
         let node_id = state.node_id.clone();
         let shared = Arc::new(Shared {
@@ -312,13 +310,6 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
-fn heartbeat_answer(r: RpcResponse) -> Option<Result<NodeHeartbeatResponse, RpcError>> {
-    match r {
-        RpcResponse::NodeRegister(r) | RpcResponse::NodeUpdateStatus(r) => Some(r),
-        _ => None,
-    }
-}
-
 /// Register, then heartbeat at the TTL the servers hand back; register again when the
 /// servers no longer know the node.
 async fn heartbeat_loop(
@@ -332,15 +323,16 @@ async fn heartbeat_loop(
     let mut failures = 0u32;
     loop {
         let outcome = if need_register {
-            let req =
-                RpcRequest::NodeRegister(Box::new(NodeRegisterRequest { node: node.clone() }));
-            servers.call(req, CALL_TIMEOUT, heartbeat_answer).await
+            servers
+                .node_register(Box::new(NodeRegisterRequest { node: node.clone() }))
+                .await
         } else {
-            let req = RpcRequest::NodeUpdateStatus(NodeUpdateStatusRequest {
-                node_id: node_id.clone(),
-                status: NodeStatus::Ready,
-            });
-            servers.call(req, CALL_TIMEOUT, heartbeat_answer).await
+            servers
+                .node_update_status(NodeUpdateStatusRequest {
+                    node_id: node_id.clone(),
+                    status: NodeStatus::Ready,
+                })
+                .await
         };
         let wait = match outcome {
             Ok(resp) => {
@@ -354,7 +346,13 @@ async fn heartbeat_loop(
                 metrics::counter!("teamster_client_heartbeats_total").increment(1);
                 Duration::from_millis(resp.heartbeat_ttl_ms.max(100))
             }
-            Err(RpcError::Rejected(reason)) => {
+            // Unknown to the servers, or refused: register (again). Anything else (no leader,
+            // raft trouble) is retried as it is, without adding registration writes.
+            Err(
+                reason @ (ServiceError::NotFound { .. }
+                | ServiceError::Rejected { .. }
+                | ServiceError::Invalid { .. }),
+            ) => {
                 warn!(%reason, registering = need_register, "the servers refused the node");
                 need_register = true;
                 RETRY
@@ -392,14 +390,10 @@ async fn watch_allocs(
     }
     let mut index = 0;
     loop {
-        let req = RpcRequest::NodeGetClientAllocs(NodeGetClientAllocsRequest {
+        let call = servers.node_get_client_allocs(NodeGetClientAllocsRequest {
             node_id: node_id.as_str().into(),
             min_index: index,
             wait_ms: ALLOC_WAIT.as_millis() as u64,
-        });
-        let call = servers.call(req, ALLOC_WAIT + CALL_TIMEOUT, |r| match r {
-            RpcResponse::NodeGetClientAllocs(r) => Some(r),
-            _ => None,
         });
         let resp = tokio::select! {
             _ = shutdown.cancelled() => return,
@@ -535,13 +529,9 @@ async fn report_loop(shared: Arc<Shared>, servers: Arc<Servers>, shutdown: Cance
                 break;
             }
             shared.persist();
-            let req = RpcRequest::NodeUpdateAlloc(NodeUpdateAllocRequest {
-                allocs: batch.iter().map(|(_, _, r)| r.clone()).collect(),
-            });
             let sent = servers
-                .call(req, CALL_TIMEOUT, |r| match r {
-                    RpcResponse::NodeUpdateAlloc(r) => Some(r),
-                    _ => None,
+                .node_update_alloc(NodeUpdateAllocRequest {
+                    allocs: batch.iter().map(|(_, _, r)| r.clone()).collect(),
                 })
                 .await;
             match sent {
@@ -754,6 +744,7 @@ mod tests {
             "127.0.0.1:4646".into(),
             Vec::new(),
             Arc::new(TestClock(tokio::time::Instant::now())),
+            RngSource::seeded(1),
         )
         .await
         .unwrap();

@@ -2,26 +2,17 @@
 //! last; when it is unreachable or has no leader to forward to, the next one is tried. The
 //! list grows with the servers a registration or heartbeat names.
 
+use futures::future::BoxFuture;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Mutex;
-use std::time::Duration;
 
-use crate::rpc::{Pool, RpcError, RpcRequest, RpcResponse};
+use crate::rpc::{Pool, ServiceCaller, ServiceError, ServiceRequest, ServiceResponse};
 
 /// The client's view of the servers.
 pub struct Servers {
     pool: Pool,
     addrs: Mutex<Vec<String>>,
     current: AtomicUsize,
-}
-
-/// Whether another server may answer where this one could not.
-fn try_next(e: &RpcError) -> bool {
-    e.is_transport()
-        || matches!(
-            e,
-            RpcError::NotLeader { .. } | RpcError::Unsupported { .. } | RpcError::Disabled(_)
-        )
 }
 
 impl Servers {
@@ -49,41 +40,27 @@ impl Servers {
         }
     }
 
-    /// Call one server after another until one answers; `extract` takes the request's own
-    /// answer out of the response (whose inner error also triggers failover when another
-    /// server might do better).
-    pub async fn call<T>(
-        &self,
-        req: RpcRequest,
-        timeout: Duration,
-        extract: impl Fn(RpcResponse) -> Option<Result<T, RpcError>>,
-    ) -> Result<T, RpcError> {
+    /// Call one server after another until one answers: a server that cannot be reached,
+    /// has no leader to forward to, or is still starting makes way for the next.
+    async fn call_any(&self, req: ServiceRequest) -> Result<ServiceResponse, ServiceError> {
         let addrs = self.addrs();
         if addrs.is_empty() {
-            return Err(RpcError::Unreachable {
-                peer: "no servers known".into(),
-                reason: "client.servers is empty".into(),
+            return Err(ServiceError::Unavailable {
+                reason: "no servers known: client.servers is empty".into(),
             });
         }
+        let method = req.method();
         let start = self.current.load(Ordering::Relaxed);
         let mut last = None;
         for i in 0..addrs.len() {
             let at = (start + i) % addrs.len();
-            let outcome = match self.pool.call_addr(&addrs[at], req.clone(), timeout).await {
-                Ok(resp) => {
-                    let kind = resp.kind();
-                    extract(resp).unwrap_or_else(|| {
-                        Err(RpcError::UnexpectedResponse {
-                            request: req.kind().to_string(),
-                            response: kind.to_string(),
-                        })
-                    })
-                }
-                Err(e) => Err(e),
-            };
-            match outcome {
-                Err(e) if try_next(&e) => {
-                    tracing::debug!(server = %addrs[at], error = %e, kind = req.kind(), "trying the next server");
+            match self
+                .pool
+                .service(0, &addrs[at], req.clone(), method.timeout)
+                .await
+            {
+                Err(e) if e.is_retryable() => {
+                    tracing::debug!(server = %addrs[at], error = %e, method = method.name, "trying the next server");
                     last = Some(e);
                 }
                 other => {
@@ -94,6 +71,13 @@ impl Servers {
         }
         self.current
             .store((start + 1) % addrs.len(), Ordering::Relaxed);
-        Err(last.unwrap_or(RpcError::NotLeader { leader: None }))
+        Err(last.unwrap_or(ServiceError::NoLeader))
+    }
+}
+
+/// The client's calls go to whichever server answers.
+impl ServiceCaller for Servers {
+    fn call(&self, req: ServiceRequest) -> BoxFuture<'_, Result<ServiceResponse, ServiceError>> {
+        Box::pin(self.call_any(req))
     }
 }

@@ -13,8 +13,7 @@ use super::HttpContext;
 
 /// The agent's configuration, member entry and stats (Nomad's lower-case top level).
 pub async fn agent_self(State(ctx): State<HttpContext>) -> Result<Json<Value>, ApiError> {
-    let config = serde_json::to_value(ctx.config())
-        .map_err(|e| ApiError::internal(format!("encoding the config: {e}")))?;
+    let config = ctx.agent().config.clone();
     let mut stats = serde_json::Map::new();
     let member = match ctx.server() {
         Ok(s) => {
@@ -55,7 +54,7 @@ pub async fn agent_self(State(ctx): State<HttpContext>) -> Result<Json<Value>, A
                 "Tags": {
                     "role": "teamster",
                     "region": "global",
-                    "dc": ctx.config().client.datacenter,
+                    "dc": ctx.agent().datacenter,
                     "id": node.id().to_string(),
                     "rpc_addr": addr.rpc_addr,
                     "http_addr": addr.http_addr,
@@ -92,7 +91,7 @@ pub async fn members(State(ctx): State<HttpContext>) -> Result<Json<Value>, ApiE
     });
     let alive = futures::future::join_all(pings).await;
     let leader = node.leader().map(|(id, _)| id);
-    let dc = ctx.config().client.datacenter.clone();
+    let dc = ctx.agent().datacenter.clone();
     let members: Vec<Value> = servers
         .iter()
         .zip(alive)

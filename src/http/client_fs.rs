@@ -59,9 +59,9 @@ async fn cat(
     {
         return Err(ApiError::bad_request("malformed allocation ID"));
     }
-    let data_dir = ctx.config().data_dir.clone().unwrap_or_default();
+    let data_dir = ctx.agent().data_dir.clone();
     let root = data_dir.join("alloc").join(&alloc_id);
-    if ctx.config().client.enabled && root.is_dir() {
+    if ctx.agent().client_enabled && root.is_dir() {
         let file = resolve(&root, &path)?;
         let meta = tokio::fs::metadata(&file)
             .await

@@ -3,6 +3,8 @@
 use axum::http::{header, StatusCode};
 use axum::response::{IntoResponse, Response};
 
+use crate::rpc::ServiceError;
+
 /// An error answer.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("{status}: {message}")]
@@ -54,6 +56,25 @@ impl ApiError {
     /// 400 "Server only endpoint", for server endpoints on a client-only agent.
     pub fn server_only() -> ApiError {
         ApiError::bad_request("Server only endpoint")
+    }
+}
+
+impl From<ServiceError> for ApiError {
+    /// A service call's failure with Nomad's status codes: 400 for what the request got
+    /// wrong, 404 for what it names and does not exist, 500 "No cluster leader" while there
+    /// is none, 500 for the rest.
+    fn from(e: ServiceError) -> ApiError {
+        match e {
+            ServiceError::NotLeader { .. } | ServiceError::NoLeader => ApiError::no_leader(),
+            ServiceError::Invalid { .. } | ServiceError::Rejected { .. } => {
+                ApiError::bad_request(e.to_string())
+            }
+            ServiceError::NotFound { .. } => ApiError::not_found(e.to_string()),
+            ServiceError::Disabled { .. }
+            | ServiceError::Unavailable { .. }
+            | ServiceError::NoAnswer { .. }
+            | ServiceError::Internal { .. } => ApiError::internal(e.to_string()),
+        }
     }
 }
 

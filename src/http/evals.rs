@@ -3,13 +3,12 @@
 //! `GET /v1/job/:id/evaluations`, and our own `GET /v1/operator/scheduler/broker` (broker,
 //! blocked-evals and plan-queue counts of the leader, JSON).
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 
 use axum::extract::{Path, Query, State};
 use axum::response::Response;
 use axum::routing::get;
 use axum::{Json, Router};
-use serde::Serialize;
 use teamster_storage::model::Evaluation;
 use teamster_storage::state::Table;
 
@@ -18,6 +17,8 @@ use super::error::ApiError;
 use super::query::QueryOptions;
 use super::read::json_read;
 use super::HttpContext;
+use crate::rpc::service::operator::{BrokerStatsRequest, BrokerStatsResponse};
+use crate::rpc::Services;
 
 /// The routes of this module.
 pub fn routes() -> Router<HttpContext> {
@@ -94,106 +95,20 @@ pub async fn job_evaluations(
     Ok(json_read(evals, meta))
 }
 
-/// One queue's counts.
-#[derive(Debug, Clone, Default, Serialize, serde::Deserialize, PartialEq, Eq)]
-#[serde(rename_all = "PascalCase")]
-pub struct QueueCounts {
-    /// Ready to be dequeued.
-    pub ready: usize,
-    /// Delivered, not yet acked.
-    pub unacked: usize,
-    /// Behind another eval of the same job.
-    pub pending: usize,
-    /// Held back by a delay.
-    pub waiting: usize,
-    /// Superseded, waiting to be written canceled.
-    pub cancelable: usize,
-}
-
-/// The leader's broker, blocked evals and plan queue counts.
-#[derive(Debug, Clone, Default, Serialize, serde::Deserialize, PartialEq, Eq)]
-#[serde(rename_all = "PascalCase")]
-pub struct BrokerStatsResponse {
-    /// Whether the answering server's leader subsystems are established.
-    pub leader: bool,
-    /// Whether its broker is enabled.
-    pub enabled: bool,
-    /// Ready evals.
-    pub total_ready: usize,
-    /// Outstanding deliveries.
-    pub total_unacked: usize,
-    /// Evals waiting behind their job's in-flight eval.
-    pub total_pending: usize,
-    /// Delayed evals.
-    pub total_waiting: usize,
-    /// Superseded evals not yet canceled.
-    pub total_cancelable: usize,
-    /// Per scheduler queue.
-    pub by_scheduler: BTreeMap<String, QueueCounts>,
-    /// Blocked evals tracked.
-    pub total_blocked: usize,
-    /// Of those, escaped.
-    pub total_escaped: usize,
-    /// Of those, system evals parked on a node.
-    pub total_system_blocked: usize,
-    /// Plans waiting in the plan queue.
-    pub plan_queue_depth: usize,
-}
-
-/// `GET /v1/operator/scheduler/broker`: the counts of the leader (forwarded to the leader's
-/// HTTP API from a follower unless `?stale`).
+/// `GET /v1/operator/scheduler/broker`: the counts of the leader (`Operator.BrokerStats`,
+/// forwarded to the leader from a follower), or of this server with `?stale`.
 pub async fn broker_stats(
     State(ctx): State<HttpContext>,
     Query(q): Query<HashMap<String, String>>,
 ) -> Result<Json<BrokerStatsResponse>, ApiError> {
     let opts = QueryOptions::parse(&q)?;
-    let server = ctx.server()?;
-    let side = &server.leader_side;
-    let established = side.leadership.is_established();
-    if !established && !opts.stale {
-        let (leader, addr) = server
-            .node
-            .wait_leader(ctx.config().server.rpc_hold_timeout)
-            .await
-            .ok_or_else(ApiError::no_leader)?;
-        if leader != server.node.id() {
-            let api = crate::cli::ApiClient::new(&format!("http://{}", addr.http_addr));
-            let stats: BrokerStatsResponse = api
-                .get("/v1/operator/scheduler/broker?stale=true")
-                .await
-                .map_err(|e| ApiError::internal(format!("asking the leader: {e}")))?;
-            return Ok(Json(stats));
-        }
+    let endpoints = ctx.endpoints()?;
+    if opts.stale {
+        return Ok(Json(crate::server::endpoints::operator::broker_stats(
+            endpoints,
+        )));
     }
-    let b = side.pipeline.broker().stats();
-    let blocked = side.pipeline.blocked().stats();
-    Ok(Json(BrokerStatsResponse {
-        leader: established,
-        enabled: side.pipeline.broker().enabled(),
-        total_ready: b.total_ready,
-        total_unacked: b.total_unacked,
-        total_pending: b.total_pending,
-        total_waiting: b.total_waiting,
-        total_cancelable: b.total_cancelable,
-        by_scheduler: b
-            .by_scheduler
-            .iter()
-            .map(|(queue, s)| {
-                (
-                    queue.as_str().to_string(),
-                    QueueCounts {
-                        ready: s.ready,
-                        unacked: s.unacked,
-                        pending: s.pending,
-                        waiting: s.waiting,
-                        cancelable: s.cancelable,
-                    },
-                )
-            })
-            .collect(),
-        total_blocked: blocked.total_blocked,
-        total_escaped: blocked.total_escaped,
-        total_system_blocked: blocked.total_system,
-        plan_queue_depth: side.plans.depth(),
-    }))
+    Ok(Json(
+        endpoints.operator_broker_stats(BrokerStatsRequest).await?,
+    ))
 }

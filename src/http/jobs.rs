@@ -1,24 +1,22 @@
 //! Jobs: register, list, read, stop or purge, summary, versions, force-evaluate, validate.
+//! Writes decode the request and call the service layer (`Job.*`); reads answer from the
+//! state store.
 
 use std::collections::HashMap;
 
 use axum::body::Bytes;
 use axum::extract::{Path, Query, State};
 use axum::response::{IntoResponse, Response};
-use rand::SeedableRng;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
-use teamster_storage::fsm::{
-    ApplyError, Command, CommandResponse, EvalUpsert, JobDeregister, JobRegister,
-};
-use teamster_storage::model::{EvalStatus, EvalTrigger, Evaluation, Job, JobSummary, ModelError};
+use teamster_storage::model::{Job, JobSummary, ModelError};
 use teamster_storage::state::Table;
 
 use super::error::ApiError;
 use super::query::QueryOptions;
 use super::read::{json_read, json_write};
 use super::HttpContext;
-use crate::server::write_batcher::WriteError;
+use crate::rpc::{service, Services};
 
 /// Nomad's `JobRegisterRequest` (only `Job` is required).
 #[derive(Debug, Deserialize)]
@@ -56,15 +54,16 @@ pub fn decode_body<T: serde::de::DeserializeOwned>(body: &Bytes) -> Result<T, Ap
         .map_err(|e| ApiError::bad_request(format!("Failed to parse request body: {e}")))
 }
 
-/// `PUT|POST /v1/jobs` and `/v1/job/:id`: register a job and create its evaluation.
+/// `PUT|POST /v1/jobs` and `/v1/job/:id`: register a job and create its evaluation
+/// (`Job.Register`).
 pub async fn register(
     State(ctx): State<HttpContext>,
     path_id: Option<Path<String>>,
     body: Bytes,
 ) -> Result<Response, ApiError> {
-    let node = ctx.node()?.clone();
+    let endpoints = ctx.endpoints()?;
     let req: JobRegisterRequest = decode_body(&body)?;
-    let mut job = req
+    let job = req
         .job
         .ok_or_else(|| ApiError::bad_request("Job must be specified"))?;
     if job.id.is_empty() {
@@ -75,45 +74,29 @@ pub async fn register(
             return Err(ApiError::bad_request("Job ID does not match name"));
         }
     }
-    job.canonicalize();
-    job.validate()
-        .map_err(|e| ApiError::bad_request(e.to_string()))?;
-    let now = ctx.clock().now_unix_nanos();
-    job.submit_time = now;
-    let eval = new_job_eval(&job, EvalTrigger::JobRegister, now);
-    let eval_id = eval.id.to_string();
     let enforce_index = if req.enforce_index.unwrap_or(false) {
         Some(req.job_modify_index.unwrap_or(0))
     } else {
         None
     };
-    let applied = node
-        .write(Command::JobRegister(JobRegister {
+    let done = endpoints
+        .job_register(Box::new(service::job::JobRegisterRequest {
             job,
-            eval: Some(eval),
             enforce_index,
         }))
-        .await
-        .map_err(write_error)?;
-    let job_modify_index = match applied.response {
-        CommandResponse::JobRegistered {
-            job_modify_index, ..
-        } => job_modify_index,
-        CommandResponse::Rejected(e) => return Err(ApiError::bad_request(e.to_string())),
-        other => return Err(ApiError::internal(format!("unexpected answer {other:?}"))),
-    };
+        .await?;
     Ok(json_write(
         JobRegisterResponse {
-            eval_id,
-            eval_create_index: applied.index,
-            job_modify_index,
+            eval_id: done.eval_id.to_string(),
+            eval_create_index: done.index,
+            job_modify_index: done.job_modify_index,
             warnings: String::new(),
-            index: applied.index,
+            index: done.index,
             last_contact: 0,
             known_leader: true,
             next_token: String::new(),
         },
-        applied.index,
+        done.index,
     ))
 }
 
@@ -175,32 +158,6 @@ fn job_stub(job: &Job, summary: Option<&std::sync::Arc<JobSummary>>) -> Value {
     })
 }
 
-/// A failed write as an API error.
-pub fn write_error(e: WriteError) -> ApiError {
-    match e {
-        WriteError::NoLeader | WriteError::NotLeader { .. } => ApiError::no_leader(),
-        e => ApiError::internal(e.to_string()),
-    }
-}
-
-/// A pending evaluation of `job`, as the job endpoints create them.
-fn new_job_eval(job: &Job, trigger: EvalTrigger, now: i64) -> Evaluation {
-    let mut rng = rand::rngs::StdRng::from_entropy();
-    Evaluation {
-        id: crate::util::new_uuid(&mut rng).into(),
-        namespace: job.namespace.clone(),
-        priority: job.priority,
-        eval_type: job.job_type,
-        triggered_by: trigger,
-        job_id: job.id.clone(),
-        job_modify_index: job.job_modify_index,
-        status: EvalStatus::Pending,
-        create_time: now,
-        modify_time: now,
-        ..Evaluation::default()
-    }
-}
-
 /// Nomad's `JobDeregisterResponse`.
 #[derive(Debug, Serialize)]
 #[serde(rename_all = "PascalCase")]
@@ -219,55 +176,41 @@ struct JobDeregisterResponse {
 }
 
 /// `DELETE /v1/job/:id[?purge=true]`: stop the job (it stays, `Stop: true`) or purge it, with
-/// an evaluation that stops its allocations. An unknown job answers 200 with an empty
-/// `EvalID`, as Nomad does.
+/// an evaluation that stops its allocations (`Job.Deregister`). An unknown job answers 200
+/// with an empty `EvalID`, as Nomad does.
 pub async fn deregister(
     State(ctx): State<HttpContext>,
     Path(id): Path<String>,
     Query(q): Query<HashMap<String, String>>,
 ) -> Result<Response, ApiError> {
-    let node = ctx.node()?.clone();
+    let endpoints = ctx.endpoints()?;
     let opts = QueryOptions::parse(&q)?;
     let purge = QueryOptions::flag(&q, "purge")?;
-    let snap = node.state().snapshot();
-    let now = ctx.clock().now_unix_nanos();
-    let eval = snap
-        .job_by_id(&opts.namespace, &id)
-        .map(|job| new_job_eval(job, EvalTrigger::JobDeregister, now));
-    let eval_id = eval.as_ref().map(|e| e.id.to_string()).unwrap_or_default();
-    let applied = node
-        .write(Command::JobDeregister(JobDeregister {
+    let done = endpoints
+        .job_deregister(service::job::JobDeregisterRequest {
             namespace: opts.namespace.as_str().into(),
             job_id: id.as_str().into(),
             purge,
-            eval,
-            submit_time: now,
-        }))
-        .await
-        .map_err(write_error)?;
-    let (eval_id, job_modify_index) = match applied.response {
-        CommandResponse::JobRegistered {
-            job_modify_index, ..
-        } => (eval_id, job_modify_index),
-        CommandResponse::Applied => (eval_id, applied.index),
-        CommandResponse::Rejected(ApplyError::JobNotFound { .. }) => (String::new(), 0),
-        CommandResponse::Rejected(e) => return Err(ApiError::bad_request(e.to_string())),
-        other => return Err(ApiError::internal(format!("unexpected answer {other:?}"))),
+        })
+        .await?;
+    let eval_create_index = if done.eval_id.is_some() {
+        done.index
+    } else {
+        0
     };
-    let eval_create_index = if eval_id.is_empty() { 0 } else { applied.index };
     Ok(json_write(
         JobDeregisterResponse {
-            eval_id,
+            eval_id: done.eval_id.map(|e| e.to_string()).unwrap_or_default(),
             eval_create_index,
-            job_modify_index,
+            job_modify_index: done.job_modify_index,
             volume_eval_id: String::new(),
             volume_eval_index: 0,
-            index: applied.index,
+            index: done.index,
             last_contact: 0,
             known_leader: true,
             next_token: String::new(),
         },
-        applied.index,
+        done.index,
     ))
 }
 
@@ -317,41 +260,30 @@ struct JobEvaluateResponse {
     index: u64,
 }
 
-/// `POST /v1/job/:id/evaluate`: create a new evaluation of the job (no body needed).
+/// `POST /v1/job/:id/evaluate`: create a new evaluation of the job (no body needed;
+/// `Job.Evaluate`).
 pub async fn evaluate(
     State(ctx): State<HttpContext>,
     Path(id): Path<String>,
     Query(q): Query<HashMap<String, String>>,
 ) -> Result<Response, ApiError> {
-    let node = ctx.node()?.clone();
+    let endpoints = ctx.endpoints()?;
     let opts = QueryOptions::parse(&q)?;
-    let snap = node
-        .consistent_snapshot()
-        .await
-        .map_err(super::read::node_error)?;
-    let job = snap
-        .job_by_id(&opts.namespace, &id)
-        .ok_or_else(|| ApiError::not_found("job not found"))?;
-    let now = ctx.clock().now_unix_nanos();
-    let eval = new_job_eval(job, EvalTrigger::JobRegister, now);
-    let eval_id = eval.id.to_string();
-    let job_modify_index = job.job_modify_index;
-    let applied = node
-        .write(Command::EvalUpsert(EvalUpsert { evals: vec![eval] }))
-        .await
-        .map_err(write_error)?;
-    if let CommandResponse::Rejected(e) = applied.response {
-        return Err(ApiError::bad_request(e.to_string()));
-    }
+    let done = endpoints
+        .job_evaluate(service::job::JobEvaluateRequest {
+            namespace: opts.namespace.as_str().into(),
+            job_id: id.as_str().into(),
+        })
+        .await?;
     Ok(json_write(
         JobEvaluateResponse {
-            eval_id,
-            eval_create_index: applied.index,
-            job_modify_index,
+            eval_id: done.eval_id.to_string(),
+            eval_create_index: done.index,
+            job_modify_index: done.job_modify_index,
             warnings: String::new(),
-            index: applied.index,
+            index: done.index,
         },
-        applied.index,
+        done.index,
     ))
 }
 

@@ -30,10 +30,9 @@ use axum::routing::get;
 use axum::Router;
 use metrics_exporter_prometheus::PrometheusHandle;
 
-use crate::agent::config::AgentConfig;
 use crate::server::leader::LeadershipState;
 use crate::server::raft::RaftNode;
-use crate::util::SharedClock;
+use crate::util::{RngSource, SharedClock};
 use error::ApiError;
 
 /// The largest request body accepted (Nomad job files are far smaller).
@@ -46,10 +45,28 @@ pub struct HttpContext {
 }
 
 struct Inner {
-    config: AgentConfig,
+    agent: AgentInfo,
     server: Option<ServerHandles>,
     metrics: Option<PrometheusHandle>,
     clock: SharedClock,
+    rng: RngSource,
+}
+
+/// What the API tells about the agent that serves it (the agent fills it in).
+#[derive(Debug, Clone)]
+pub struct AgentInfo {
+    /// The agent's name.
+    pub name: String,
+    /// The datacenter its client role (if any) registers in.
+    pub datacenter: String,
+    /// The data directory; task directories are under `<data_dir>/alloc/`.
+    pub data_dir: std::path::PathBuf,
+    /// Whether the agent runs a client role (tasks may be found locally).
+    pub client_enabled: bool,
+    /// How long a request waits for a leader during an election.
+    pub rpc_hold_timeout: std::time::Duration,
+    /// The agent's whole configuration as `/v1/agent/self` shows it.
+    pub config: serde_json::Value,
 }
 
 /// The server role's parts the API uses.
@@ -61,24 +78,26 @@ pub struct ServerHandles {
     pub leadership: LeadershipState,
     /// The scheduler workers.
     pub workers: std::sync::Arc<crate::server::worker::pool::WorkerPool>,
-    /// The broker, blocked evals and plan queue (for their stats).
-    pub leader_side: crate::server::endpoints::eval::LeaderSide,
+    /// The service layer: every write goes through it.
+    pub endpoints: crate::server::endpoints::Endpoints,
 }
 
 impl HttpContext {
     /// A context for an agent with this configuration and, when it runs one, its server.
     pub fn new(
-        config: AgentConfig,
+        agent: AgentInfo,
         server: Option<ServerHandles>,
         metrics: Option<PrometheusHandle>,
         clock: SharedClock,
+        rng: RngSource,
     ) -> HttpContext {
         HttpContext {
             inner: Arc::new(Inner {
-                config,
+                agent,
                 server,
                 metrics,
                 clock,
+                rng,
             }),
         }
     }
@@ -88,9 +107,14 @@ impl HttpContext {
         &self.inner.clock
     }
 
-    /// The agent's configuration.
-    pub fn config(&self) -> &AgentConfig {
-        &self.inner.config
+    /// The randomness seam (jitter, IDs).
+    pub fn rng(&self) -> &RngSource {
+        &self.inner.rng
+    }
+
+    /// What the API tells about its agent.
+    pub fn agent(&self) -> &AgentInfo {
+        &self.inner.agent
     }
 
     /// The server role, or 400 "Server only endpoint" on a client-only agent.
@@ -101,6 +125,11 @@ impl HttpContext {
     /// The raft node, or 400 "Server only endpoint".
     pub fn node(&self) -> Result<&Arc<RaftNode>, ApiError> {
         Ok(&self.server()?.node)
+    }
+
+    /// The service layer, or 400 "Server only endpoint".
+    pub fn endpoints(&self) -> Result<&crate::server::endpoints::Endpoints, ApiError> {
+        Ok(&self.server()?.endpoints)
     }
 }
 

@@ -2,7 +2,8 @@
 //! `POST /v1/node/:id/eligibility`, `POST /v1/node/:id/drain`.
 //!
 //! Reads honour `stale`, `index`/`wait` and `prefix` like every read; a node's `SecretID` is
-//! never shown. Writes go through raft (forwarded to the leader by the raft node).
+//! never shown. Writes call the service layer (`Node.UpdateEligibility`, `Node.UpdateDrain`)
+//! with the node's full ID.
 
 use std::collections::HashMap;
 
@@ -13,17 +14,18 @@ use axum::routing::{get, post};
 use axum::Router;
 use serde::Deserialize;
 use serde_json::{json, Value};
-use teamster_storage::fsm::Command;
-use teamster_storage::model::{DrainStrategy, Node, SchedulingEligibility};
+use teamster_storage::model::{DrainStrategy, Node, NodeId, SchedulingEligibility};
 use teamster_storage::state::{Snapshot, Table};
 
 use super::error::ApiError;
-use super::jobs::{decode_body, write_error};
+use super::jobs::decode_body;
 use super::query::QueryOptions;
 use super::read::{json_read, json_write};
 use super::HttpContext;
-use crate::rpc::node_api::{NodeUpdateDrainRequest, NodeUpdateEligibilityRequest};
-use crate::server::endpoints::node::{drain_command, eligibility_command};
+use crate::rpc::service::node::{
+    NodeEvalsResponse, NodeUpdateDrainRequest, NodeUpdateEligibilityRequest,
+};
+use crate::rpc::Services;
 
 /// The node routes.
 pub fn routes() -> Router<HttpContext> {
@@ -161,40 +163,29 @@ struct DrainBody {
     mark_eligible: Option<bool>,
 }
 
-async fn apply(
-    ctx: &HttpContext,
-    build: impl FnOnce(&Snapshot, i64) -> Result<Command, String>,
-) -> Result<Response, ApiError> {
-    let node = ctx.node()?.clone();
-    let snap = node
+/// The full ID of the node `id` names (a prefix is fine when it is unique), read
+/// consistently.
+async fn resolve(ctx: &HttpContext, id: &str) -> Result<NodeId, ApiError> {
+    let snap = ctx
+        .node()?
         .consistent_snapshot()
         .await
         .map_err(super::read::node_error)?;
-    let cmd = build(&snap, ctx.clock().now_unix_nanos()).map_err(|e| {
-        if e.ends_with("not found") {
-            ApiError::not_found(e)
-        } else {
-            ApiError::bad_request(e)
-        }
-    })?;
-    let eval_ids: Vec<String> = match &cmd {
-        Command::NodeUpdateEligibility(c) => c.evals.iter().map(|e| e.id.to_string()).collect(),
-        Command::NodeUpdateDrain(c) => c.evals.iter().map(|e| e.id.to_string()).collect(),
-        _ => Vec::new(),
-    };
-    let applied = node.write(cmd).await.map_err(write_error)?;
-    if let Some(e) = applied.response.rejection() {
-        return Err(ApiError::bad_request(e.to_string()));
-    }
-    Ok(json_write(
+    Ok(find(&snap, id)?.id.clone())
+}
+
+/// A node change's answer: the evaluations it created and its index.
+fn node_change(done: NodeEvalsResponse) -> Response {
+    let eval_ids: Vec<String> = done.eval_ids.iter().map(|e| e.to_string()).collect();
+    json_write(
         json!({
             "EvalIDs": eval_ids,
-            "EvalCreateIndex": applied.index,
-            "NodeModifyIndex": applied.index,
-            "Index": applied.index,
+            "EvalCreateIndex": done.index,
+            "NodeModifyIndex": done.index,
+            "Index": done.index,
         }),
-        applied.index,
-    ))
+        done.index,
+    )
 }
 
 /// `POST /v1/node/:id/eligibility` with `{"Eligibility": "eligible" | "ineligible"}`.
@@ -214,18 +205,15 @@ async fn eligibility(
         }
         None => return Err(ApiError::bad_request("Eligibility: missing")),
     };
-    apply(&ctx, |snap, now| {
-        let node = find(snap, &id).map_err(|e| e.message)?;
-        eligibility_command(
-            snap,
-            NodeUpdateEligibilityRequest {
-                node_id: node.id.clone(),
-                eligibility,
-            },
-            now,
-        )
-    })
-    .await
+    let node_id = resolve(&ctx, &id).await?;
+    let done = ctx
+        .endpoints()?
+        .node_update_eligibility(NodeUpdateEligibilityRequest {
+            node_id,
+            eligibility,
+        })
+        .await?;
+    Ok(node_change(done))
 }
 
 /// `POST /v1/node/:id/drain` with `{"DrainSpec": {"Deadline": ns, "IgnoreSystemJobs": b}}`
@@ -241,26 +229,15 @@ async fn drain(
         ignore_system_jobs: s.ignore_system_jobs.unwrap_or(false),
         ..DrainStrategy::default()
     });
-    if let Some(d) = &drain {
-        if d.deadline < -1 {
-            return Err(ApiError::bad_request(format!(
-                "DrainSpec.Deadline: {} must be -1 (no deadline), 0 (force) or positive",
-                d.deadline
-            )));
-        }
-    }
     let mark_eligible = b.mark_eligible.unwrap_or(false);
-    apply(&ctx, |snap, now| {
-        let node = find(snap, &id).map_err(|e| e.message)?;
-        drain_command(
-            snap,
-            NodeUpdateDrainRequest {
-                node_id: node.id.clone(),
-                drain,
-                mark_eligible,
-            },
-            now,
-        )
-    })
-    .await
+    let node_id = resolve(&ctx, &id).await?;
+    let done = ctx
+        .endpoints()?
+        .node_update_drain(NodeUpdateDrainRequest {
+            node_id,
+            drain,
+            mark_eligible,
+        })
+        .await?;
+    Ok(node_change(done))
 }

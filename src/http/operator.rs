@@ -5,13 +5,12 @@ use std::collections::HashMap;
 use axum::extract::{Query, State};
 use axum::Json;
 use serde::Serialize;
-use teamster_storage::raft_types::ServerId;
 
 use super::error::ApiError;
 use super::query::QueryOptions;
 use super::HttpContext;
-use crate::rpc::RpcError;
-use crate::server::endpoints;
+use crate::rpc::service::operator::RaftRemovePeerRequest;
+use crate::rpc::Services;
 
 /// The raft configuration, Nomad's shape.
 #[derive(Debug, Serialize)]
@@ -46,7 +45,7 @@ pub async fn raft_configuration(
         node.leader()
     } else {
         Some(
-            node.wait_leader(ctx.config().server.rpc_hold_timeout)
+            node.wait_leader(ctx.agent().rpc_hold_timeout)
                 .await
                 .ok_or_else(ApiError::no_leader)?,
         )
@@ -71,48 +70,30 @@ pub async fn raft_configuration(
 }
 
 /// `DELETE /v1/operator/raft/peer?address=ip:port` or `?id=<raft id>`: remove a server from
-/// the raft configuration (on the leader; forwarded there from a follower).
+/// the raft configuration (`Operator.RaftRemovePeer`: the leader resolves the peer in its own
+/// configuration, so a follower that has not seen a recent change yet cannot refuse it).
 pub async fn remove_peer(
     State(ctx): State<HttpContext>,
     Query(q): Query<HashMap<String, String>>,
 ) -> Result<(), ApiError> {
-    let node = ctx.node()?;
-    let view = node.membership();
-    let id: ServerId = match (q.get("id"), q.get("address")) {
+    let endpoints = ctx.endpoints()?;
+    let req = match (q.get("id"), q.get("address")) {
         (Some(_), Some(_)) => {
             return Err(ApiError::bad_request(
                 "Must specify only one of 'id' or 'address'",
             ))
         }
-        (Some(id), None) => {
-            let id: ServerId = id
-                .parse()
-                .map_err(|_| ApiError::bad_request(format!("invalid raft id {id:?}")))?;
-            if !view.servers.iter().any(|(s, _, _)| *s == id) {
-                return Err(ApiError::bad_request(format!(
-                    "id {id:?} was not found in the Raft configuration"
-                )));
-            }
-            id
-        }
-        (None, Some(addr)) => view
-            .servers
-            .iter()
-            .find(|(_, a, _)| a.rpc_addr == *addr)
-            .map(|(id, _, _)| *id)
-            .ok_or_else(|| {
-                ApiError::bad_request(format!(
-                    "address {addr:?} was not found in the Raft configuration"
-                ))
-            })?,
+        (Some(id), None) => RaftRemovePeerRequest::Id(
+            id.parse()
+                .map_err(|_| ApiError::bad_request(format!("invalid raft id {id:?}")))?,
+        ),
+        (None, Some(addr)) => RaftRemovePeerRequest::Address(addr.clone()),
         (None, None) => {
             return Err(ApiError::bad_request(
                 "Must specify either ?id with the server's ID or ?address with IP:port of peer to remove",
             ))
         }
     };
-    endpoints::remove_peer(node, id).await.map_err(|e| match e {
-        RpcError::NotLeader { .. } => ApiError::no_leader(),
-        e => ApiError::internal(e.to_string()),
-    })
+    endpoints.operator_raft_remove_peer(req).await?;
+    Ok(())
 }

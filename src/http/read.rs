@@ -46,7 +46,8 @@ impl HttpContext {
             // every write meanwhile would copy its path instead of updating in place.
             drop(snap);
             let jitter = if opts.wait >= Duration::from_millis(16) {
-                rand::thread_rng().gen_range(Duration::ZERO..opts.wait / 16)
+                self.rng()
+                    .with(|rng| rng.gen_range(Duration::ZERO..opts.wait / 16))
             } else {
                 Duration::ZERO
             };

@@ -11,15 +11,16 @@ use axum::response::Response;
 use axum::routing::get;
 use axum::Router;
 use serde_json::json;
-use teamster_storage::fsm::{ApplyError, Command, CommandResponse, SchedulerConfigUpdate};
 use teamster_storage::model::SchedulerConfiguration;
 use teamster_storage::state::Table;
 
 use super::error::ApiError;
-use super::jobs::{decode_body, write_error};
+use super::jobs::decode_body;
 use super::query::QueryOptions;
 use super::read::{json_read, json_write};
 use super::HttpContext;
+use crate::rpc::service::operator::SchedulerSetConfigRequest;
+use crate::rpc::Services;
 
 /// The routes of this module.
 pub fn routes() -> Router<HttpContext> {
@@ -53,7 +54,7 @@ pub async fn set_config(
     Query(q): Query<HashMap<String, String>>,
     body: Bytes,
 ) -> Result<Response, ApiError> {
-    let node = ctx.node()?.clone();
+    let endpoints = ctx.endpoints()?;
     let config: SchedulerConfiguration = decode_body(&body)?;
     let cas_index = match q.get("cas") {
         None => None,
@@ -61,20 +62,12 @@ pub async fn set_config(
             ApiError::bad_request(format!("Error parsing cas value: {v:?} is not a number"))
         })?),
     };
-    let applied = node
-        .write(Command::SchedulerConfig(SchedulerConfigUpdate {
-            config,
-            cas_index,
-        }))
-        .await
-        .map_err(write_error)?;
-    let updated = match applied.response {
-        CommandResponse::Rejected(ApplyError::CasMismatch { .. }) => false,
-        CommandResponse::Rejected(e) => return Err(ApiError::bad_request(e.to_string())),
-        _ => true,
-    };
+    let done = endpoints
+        .operator_scheduler_set_configuration(SchedulerSetConfigRequest { config, cas_index })
+        .await?;
+    let (updated, index) = (done.updated, done.index);
     Ok(json_write(
-        json!({ "Updated": updated, "Index": applied.index }),
-        applied.index,
+        json!({ "Updated": updated, "Index": index }),
+        index,
     ))
 }

@@ -56,7 +56,7 @@ pub fn routes() -> Router<HttpContext> {
 }
 
 fn server_id(ctx: &HttpContext) -> String {
-    format!("{}.global", ctx.config().name)
+    format!("{}.global", ctx.agent().name)
 }
 
 async fn workers(State(ctx): State<HttpContext>) -> Result<Json<SchedulersInfo>, ApiError> {

@@ -4,9 +4,9 @@
 //!   an index; this server waits until it has applied that far, then encodes its state), as
 //!   `application/octet-stream`, with the image's index in `X-Nomad-Index`. `?stale` skips
 //!   the leader round-trip and answers this server's local state.
-//! - `PUT` takes such an image as the body, checks that it decodes, and commits it as one
-//!   [`Command::SnapshotRestore`] through raft, so every server replaces its state at the
-//!   same log index. The answer names that index.
+//! - `PUT` takes such an image as the body, checks that it decodes, and hands it to the
+//!   service layer (`Operator.SnapshotRestore`), which commits it as one raft entry, so
+//!   every server replaces its state at the same log index. The answer names that index.
 //!
 //! The image is the state store's own format (magic bytes, format version, bincode body),
 //! the same bytes raft snapshots carry between servers.
@@ -20,15 +20,15 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::Router;
 use serde::Serialize;
-use teamster_storage::fsm::{Command, CommandResponse, SnapshotRestore};
 use teamster_storage::state::StateStore;
 use tracing::info;
 
 use super::error::ApiError;
-use super::jobs::write_error;
 use super::query::QueryOptions;
 use super::read::{json_write, node_error};
 use super::HttpContext;
+use crate::rpc::service::operator::SnapshotRestoreRequest;
+use crate::rpc::Services;
 
 /// The largest image `PUT` accepts: it travels as one raft entry, which must fit in an RPC
 /// frame ([`crate::rpc::MAX_FRAME_LEN_CEILING`]) with room to spare.
@@ -83,15 +83,17 @@ async fn save(
     Ok(resp)
 }
 
-/// `PUT /v1/operator/snapshot`.
+/// `PUT /v1/operator/snapshot`: `Operator.SnapshotRestore` (the leader checks the image
+/// before it writes it).
 async fn restore(State(ctx): State<HttpContext>, body: Bytes) -> Result<Response, ApiError> {
-    let node = ctx.node()?.clone();
+    let endpoints = ctx.endpoints()?;
     if body.is_empty() {
         return Err(ApiError::bad_request(
             "Request body is empty: send the file `operator snapshot save` wrote",
         ));
     }
-    // Decode it once here, so a bad file is a 400 and never reaches the log.
+    // Decoded here too, so the answer can say which index the image was saved at (and a bad
+    // file is refused without a round trip to the leader).
     let image = body.to_vec();
     let (image, snapshot_index) = tokio::task::spawn_blocking(move || {
         let index = StateStore::new().restore_image(&image)?;
@@ -101,25 +103,16 @@ async fn restore(State(ctx): State<HttpContext>, body: Bytes) -> Result<Response
     .map_err(|e| ApiError::internal(format!("checking the snapshot: {e}")))?
     .map_err(|e| ApiError::bad_request(format!("invalid snapshot: {e}")))?;
     let bytes = image.len();
-    let applied = node
-        .write(Command::SnapshotRestore(SnapshotRestore { image }))
-        .await
-        .map_err(write_error)?;
-    match applied.response {
-        CommandResponse::Applied => {}
-        CommandResponse::Rejected(e) => return Err(ApiError::bad_request(e.to_string())),
-        other => return Err(ApiError::internal(format!("unexpected answer {other:?}"))),
-    }
-    info!(
-        index = applied.index,
-        snapshot_index, bytes, "snapshot restored"
-    );
+    let index = endpoints
+        .operator_snapshot_restore(SnapshotRestoreRequest { image })
+        .await?;
+    info!(index, snapshot_index, bytes, "snapshot restored");
     metrics::counter!("teamster_snapshot_restores_total").increment(1);
     Ok(json_write(
         RestoreResponse {
-            index: applied.index,
+            index,
             snapshot_index,
         },
-        applied.index,
+        index,
     ))
 }

@@ -23,7 +23,7 @@ pub async fn leader(
             node.leader().map(|(_, a)| a.rpc_addr).unwrap_or_default(),
         ));
     }
-    match node.wait_leader(ctx.config().server.rpc_hold_timeout).await {
+    match node.wait_leader(ctx.agent().rpc_hold_timeout).await {
         Some((_, addr)) => Ok(Json(addr.rpc_addr)),
         None => Err(ApiError::no_leader()),
     }

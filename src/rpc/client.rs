@@ -16,7 +16,8 @@
 //! Per connection, a writer task sends queued frames (one flush per drained queue) and a
 //! reader task completes the waiting callers through a map of oneshot senders keyed by
 //! request id. When the connection ends — EOF, reset, a malformed or foreign response — every
-//! pending call fails at once with [`RpcError::Unreachable`]; nobody waits for a deadline.
+//! pending call fails at once with [`RpcError::ConnectionLost`] (its request may have been
+//! served); nobody waits for a deadline.
 //! Every call has a deadline covering dial, queueing and answer; a call that gives up removes
 //! its entry, and a late answer is dropped.
 //!
@@ -31,7 +32,6 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use futures::StreamExt;
-use teamster_storage::fsm::{Command, CommandResponse};
 use teamster_storage::raft_types::ServerId;
 use tokio::net::tcp::OwnedReadHalf;
 use tokio::net::TcpStream;
@@ -44,7 +44,7 @@ use tracing::Instrument;
 use crate::rpc::conn::{count_received, write_loop};
 use crate::rpc::frame::{decode_body, encode_frame, FrameCodec, FrameError, FrameKind, Header};
 use crate::rpc::message::{Lane, RpcRequest, RpcResponse};
-use crate::rpc::{metric, RpcConfig, RpcError};
+use crate::rpc::{metric, RpcConfig, RpcError, ServiceError, ServiceRequest, ServiceResponse};
 
 const SIDE: &str = "client";
 
@@ -161,7 +161,8 @@ impl Pool {
     /// [`Pool::call_addr`].
     ///
     /// Errors: [`RpcError::Timeout`] when the deadline passes, [`RpcError::Unreachable`] when
-    /// there is no connection (refused, closed while waiting, backing off),
+    /// there is no connection (refused, backing off), [`RpcError::ConnectionLost`] when the
+    /// connection closed while the call waited for its answer,
     /// [`RpcError::TooLarge`] when the request does not fit in a frame (nothing is sent), or
     /// whatever error the server answered with.
     pub async fn call(
@@ -201,26 +202,23 @@ impl Pool {
         }
     }
 
-    /// Forward a write to the leader `target` at `addr`: the log index it committed at and
-    /// what applying it answered. [`RpcError::NotLeader`] says where to go instead.
-    pub async fn client_write(
+    /// Send a service call to `target` at `addr` (0: whichever server listens there) and wait
+    /// up to `timeout` for its answer. A transport failure (no connection, no answer in time)
+    /// comes back as [`ServiceError::Unavailable`](crate::rpc::ServiceError::Unavailable).
+    pub async fn service(
         &self,
         target: ServerId,
         addr: &str,
-        command: Command,
+        req: ServiceRequest,
         timeout: Duration,
-    ) -> Result<(u64, CommandResponse), RpcError> {
+    ) -> Result<ServiceResponse, ServiceError> {
+        let name = req.method().name;
         match self
-            .call(
-                target,
-                addr,
-                RpcRequest::ClientWrite(Box::new(command)),
-                timeout,
-            )
+            .call(target, addr, RpcRequest::Service(req), timeout)
             .await?
         {
-            RpcResponse::ClientWrite(result) => result,
-            other => Err(other.unexpected("Raft.ClientWrite")),
+            RpcResponse::Service(result) => result,
+            other => Err(ServiceError::unexpected(name, other.kind())),
         }
     }
 
@@ -237,7 +235,7 @@ impl Pool {
     }
 
     /// Drop the connections to server `target` (e.g. after it left the cluster). Calls in
-    /// flight on them fail with [`RpcError::Unreachable`].
+    /// flight on them fail with [`RpcError::ConnectionLost`].
     pub fn forget(&self, target: ServerId) {
         let removed: Vec<Arc<Slot>> = {
             let mut slots = lock(&self.inner.slots);
@@ -287,6 +285,7 @@ impl Pool {
             Ok(_) => "ok",
             Err(RpcError::Timeout { .. }) => "timeout",
             Err(RpcError::Unreachable { .. }) => "unreachable",
+            Err(RpcError::ConnectionLost { .. }) => "connection_lost",
             Err(_) => "error",
         };
         metrics::counter!(metric::RESPONSES, "side" => SIDE, "kind" => kind, "outcome" => outcome)
@@ -429,10 +428,19 @@ impl ConnShared {
         self.token.cancel();
         metrics::gauge!(metric::CONNECTIONS, "side" => SIDE).decrement(1.0);
         for (_, tx) in waiting {
-            let _ = tx.send(Err(self.unreachable(&reason)));
+            let _ = tx.send(Err(self.lost(&reason)));
         }
     }
 
+    /// The error of a call whose request was sent: it may have been served.
+    fn lost(&self, reason: &str) -> RpcError {
+        RpcError::ConnectionLost {
+            peer: self.peer.clone(),
+            reason: reason.to_string(),
+        }
+    }
+
+    /// The error of a call whose request never left: the connection was already closed.
     fn unreachable(&self, reason: &str) -> RpcError {
         RpcError::Unreachable {
             peer: self.peer.clone(),
@@ -545,7 +553,7 @@ impl Connection {
             .in_flight
             .acquire()
             .await
-            .map_err(|_| self.closed_error())?;
+            .map_err(|_| self.shared.unreachable(&self.closed_reason()))?;
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
         let frame = encode_frame(
             &Header::request(id, self.my_id, target),
@@ -575,19 +583,18 @@ impl Connection {
         self.writer
             .send(frame)
             .await
-            .map_err(|_| self.closed_error())?;
+            .map_err(|_| self.shared.unreachable(&self.closed_reason()))?;
         match rx.await {
             Ok(reply) => reply,
-            Err(_) => Err(self.closed_error()),
+            Err(_) => Err(self.shared.lost(&self.closed_reason())),
         }
     }
 
-    fn closed_error(&self) -> RpcError {
-        let reason = lock(&self.shared.pending)
+    fn closed_reason(&self) -> String {
+        lock(&self.shared.pending)
             .closed
             .clone()
-            .unwrap_or_else(|| "connection closed".to_string());
-        self.shared.unreachable(&reason)
+            .unwrap_or_else(|| "connection closed".to_string())
     }
 }
 

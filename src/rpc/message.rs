@@ -8,7 +8,7 @@
 //! `Result<RpcResponse, RpcError>`: `Err` when the server could not answer at all (handler
 //! failure, unsupported request, response too large), `Ok` with the request's own answer
 //! otherwise — and that answer may itself be an error of the request's domain (a raft error,
-//! `NotLeader`).
+//! a [`ServiceError`]).
 
 use openraft::error::{InstallSnapshotError, RaftError};
 use openraft::raft::{
@@ -16,17 +16,10 @@ use openraft::raft::{
     VoteRequest, VoteResponse,
 };
 use serde::{Deserialize, Serialize};
-use teamster_storage::fsm::{Command, CommandResponse};
-use teamster_storage::model::{EvalId, Evaluation, Plan, PlanResult};
 use teamster_storage::raft_types::{ServerAddr, ServerId, TypeConfig};
 
-use crate::rpc::node_api::{
-    NodeClientAllocsResponse, NodeDeregisterRequest, NodeGetClientAllocsRequest,
-    NodeHeartbeatResponse, NodeRegisterRequest, NodeUpdateAllocRequest, NodeUpdateDrainRequest,
-    NodeUpdateEligibilityRequest, NodeUpdateStatusRequest,
-};
+use crate::rpc::service::{ServiceError, ServiceRequest, ServiceResponse};
 use crate::rpc::RpcError;
-use crate::server::formation::PeerInfo;
 
 /// Which of a peer's two connections a request travels on.
 ///
@@ -51,6 +44,10 @@ impl Lane {
 }
 
 /// A call on the RPC port. Append new variants at the end only.
+///
+/// Raft's own traffic and the transport's status calls are variants of their own; every
+/// call of the service layer travels as one [`RpcRequest::Service`], whose facts (name,
+/// route, deadline) are in the service table ([`crate::rpc::service`]).
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub enum RpcRequest {
     /// Raft log replication and heartbeat, leader → follower.
@@ -63,91 +60,14 @@ pub enum RpcRequest {
     /// Liveness and identity: answered by the transport itself with the server's raft id, so
     /// a joining server or a client agent can learn whom an address belongs to.
     Ping,
-    /// A write forwarded from a follower to the leader, to be proposed through raft.
-    ClientWrite(Box<Command>),
     /// Cluster formation: who are you, are you in a cluster, whom have you discovered.
     ServerInfo,
-    /// Cluster formation: add this server to your cluster (forwarded to the leader, which adds
-    /// it as a learner and promotes it to voter once it caught up).
-    JoinCluster {
-        /// The joining server's raft id.
-        id: ServerId,
-        /// How to reach it.
-        addr: ServerAddr,
-    },
-    /// Operator: remove a server from the raft configuration (on the leader).
-    RemovePeer {
-        /// The raft id to remove.
-        id: ServerId,
-    },
     /// Consistent reads on a follower: the leader confirms its leadership with a quorum and
     /// answers the index the follower must reach before reading locally.
     ReadIndex,
-    /// `Eval.Dequeue`: a worker asks the leader's broker for an evaluation of one of its
-    /// scheduler types, waiting up to `timeout_ms`.
-    EvalDequeue {
-        /// Scheduler types the worker serves.
-        schedulers: Vec<String>,
-        /// How long the broker may wait for work.
-        timeout_ms: u64,
-        /// The worker's scheduler version; a mismatch is refused.
-        scheduler_version: u32,
-    },
-    /// `Eval.Ack`: the evaluation was processed.
-    EvalAck {
-        /// The evaluation.
-        eval_id: EvalId,
-        /// The delivery token from the dequeue.
-        token: String,
-    },
-    /// `Eval.Nack`: the evaluation failed; redeliver it later.
-    EvalNack {
-        /// The evaluation.
-        eval_id: EvalId,
-        /// The delivery token from the dequeue.
-        token: String,
-    },
-    /// `Eval.Update`: the scheduler updates the evaluation it holds (status, failures…).
-    EvalUpdate {
-        /// The updated evaluation.
-        eval: Box<Evaluation>,
-        /// The delivery token of the evaluation being processed.
-        token: String,
-    },
-    /// `Eval.Create`: the scheduler creates a follow-up or blocked evaluation.
-    EvalCreate {
-        /// The new evaluation (its `PreviousEval` is the one being processed).
-        eval: Box<Evaluation>,
-        /// The delivery token of the evaluation being processed.
-        token: String,
-    },
-    /// `Eval.Reblock`: the scheduler puts a blocked evaluation it dequeued back to blocked.
-    EvalReblock {
-        /// The evaluation, still blocked.
-        eval: Box<Evaluation>,
-        /// Its delivery token.
-        token: String,
-    },
-    /// `Plan.Submit`: a worker submits a plan to the leader's plan queue.
-    PlanSubmit {
-        /// The plan (it carries its evaluation's id and token).
-        plan: Box<Plan>,
-    },
-    /// `Node.Register`: a client registers its node (forwarded to the leader).
-    NodeRegister(Box<NodeRegisterRequest>),
-    /// `Node.UpdateStatus`: a client's heartbeat (forwarded to the leader).
-    NodeUpdateStatus(NodeUpdateStatusRequest),
-    /// `Node.UpdateAlloc`: batched client allocation updates (forwarded to the leader).
-    NodeUpdateAlloc(NodeUpdateAllocRequest),
-    /// `Node.GetClientAllocs`: a client's blocking query for its allocations (answered by
-    /// the server asked, from its local state).
-    NodeGetClientAllocs(NodeGetClientAllocsRequest),
-    /// `Node.Deregister`: remove a node (forwarded to the leader).
-    NodeDeregister(NodeDeregisterRequest),
-    /// `Node.UpdateEligibility` (forwarded to the leader).
-    NodeUpdateEligibility(NodeUpdateEligibilityRequest),
-    /// `Node.UpdateDrain` (forwarded to the leader).
-    NodeUpdateDrain(NodeUpdateDrainRequest),
+    /// A call of the service layer (`Job.*`, `Node.*`, `Eval.*`, `Plan.Submit`,
+    /// `Operator.*`), served by the server asked or forwarded by it to the leader.
+    Service(ServiceRequest),
 }
 
 impl RpcRequest {
@@ -158,57 +78,24 @@ impl RpcRequest {
             RpcRequest::Vote(_) => "Raft.Vote",
             RpcRequest::InstallSnapshot(_) => "Raft.InstallSnapshot",
             RpcRequest::Ping => "Status.Ping",
-            RpcRequest::ClientWrite(_) => "Raft.ClientWrite",
             RpcRequest::ServerInfo => "Status.ServerInfo",
-            RpcRequest::JoinCluster { .. } => "Operator.JoinCluster",
-            RpcRequest::RemovePeer { .. } => "Operator.RaftRemovePeer",
             RpcRequest::ReadIndex => "Status.ReadIndex",
-            RpcRequest::EvalDequeue { .. } => "Eval.Dequeue",
-            RpcRequest::EvalAck { .. } => "Eval.Ack",
-            RpcRequest::EvalNack { .. } => "Eval.Nack",
-            RpcRequest::EvalUpdate { .. } => "Eval.Update",
-            RpcRequest::EvalCreate { .. } => "Eval.Create",
-            RpcRequest::EvalReblock { .. } => "Eval.Reblock",
-            RpcRequest::PlanSubmit { .. } => "Plan.Submit",
-            RpcRequest::NodeRegister(_) => "Node.Register",
-            RpcRequest::NodeUpdateStatus(_) => "Node.UpdateStatus",
-            RpcRequest::NodeUpdateAlloc(_) => "Node.UpdateAlloc",
-            RpcRequest::NodeGetClientAllocs(_) => "Node.GetClientAllocs",
-            RpcRequest::NodeDeregister(_) => "Node.Deregister",
-            RpcRequest::NodeUpdateEligibility(_) => "Node.UpdateEligibility",
-            RpcRequest::NodeUpdateDrain(_) => "Node.UpdateDrain",
+            RpcRequest::Service(call) => call.method().name,
         }
     }
 
     /// Whether the request must name its exact target server. Raft traffic must: a stale or
     /// reused address must be refused, never make a leader replicate to the wrong server (or
-    /// to itself). Requests any server can serve (client agents do not know raft ids) may be
-    /// sent to target 0.
+    /// to itself). Everything else may be sent by address (target 0): client agents and
+    /// joining servers do not know raft ids, and a service call that reaches the wrong
+    /// server is answered `NotLeader` or `Disabled`, never served twice.
     pub fn requires_target(&self) -> bool {
         match self {
             RpcRequest::AppendEntries(_)
             | RpcRequest::Vote(_)
             | RpcRequest::InstallSnapshot(_)
-            | RpcRequest::ClientWrite(_)
-            | RpcRequest::RemovePeer { .. }
-            | RpcRequest::ReadIndex
-            | RpcRequest::EvalDequeue { .. }
-            | RpcRequest::EvalAck { .. }
-            | RpcRequest::EvalNack { .. }
-            | RpcRequest::EvalUpdate { .. }
-            | RpcRequest::EvalCreate { .. }
-            | RpcRequest::EvalReblock { .. }
-            | RpcRequest::PlanSubmit { .. } => true,
-            // A joining server knows its peers only by address.
-            RpcRequest::Ping | RpcRequest::ServerInfo | RpcRequest::JoinCluster { .. } => false,
-            // Client agents know servers only by address.
-            RpcRequest::NodeRegister(_)
-            | RpcRequest::NodeUpdateStatus(_)
-            | RpcRequest::NodeUpdateAlloc(_)
-            | RpcRequest::NodeGetClientAllocs(_)
-            | RpcRequest::NodeDeregister(_)
-            | RpcRequest::NodeUpdateEligibility(_)
-            | RpcRequest::NodeUpdateDrain(_) => false,
+            | RpcRequest::ReadIndex => true,
+            RpcRequest::Ping | RpcRequest::ServerInfo | RpcRequest::Service(_) => false,
         }
     }
 
@@ -219,25 +106,9 @@ impl RpcRequest {
             RpcRequest::AppendEntries(_)
             | RpcRequest::Vote(_)
             | RpcRequest::Ping
-            | RpcRequest::ClientWrite(_)
             | RpcRequest::ServerInfo
-            | RpcRequest::JoinCluster { .. }
-            | RpcRequest::RemovePeer { .. }
             | RpcRequest::ReadIndex
-            | RpcRequest::EvalDequeue { .. }
-            | RpcRequest::EvalAck { .. }
-            | RpcRequest::EvalNack { .. }
-            | RpcRequest::EvalUpdate { .. }
-            | RpcRequest::EvalCreate { .. }
-            | RpcRequest::EvalReblock { .. }
-            | RpcRequest::PlanSubmit { .. }
-            | RpcRequest::NodeRegister(_)
-            | RpcRequest::NodeUpdateStatus(_)
-            | RpcRequest::NodeUpdateAlloc(_)
-            | RpcRequest::NodeGetClientAllocs(_)
-            | RpcRequest::NodeDeregister(_)
-            | RpcRequest::NodeUpdateEligibility(_)
-            | RpcRequest::NodeUpdateDrain(_) => Lane::Control,
+            | RpcRequest::Service(_) => Lane::Control,
         }
     }
 }
@@ -259,57 +130,26 @@ pub enum RpcResponse {
         /// The raft id of the server that answered.
         server_id: ServerId,
     },
-    /// The raft log index the write was committed at and what applying it answered, or why
-    /// it was not (e.g. [`RpcError::NotLeader`]).
-    ClientWrite(Result<(u64, CommandResponse), RpcError>),
     /// The answering server's identity and formation state.
     ServerInfo(PeerInfo),
-    /// Whether the server was added (or already was a voter).
-    JoinCluster(Result<(), RpcError>),
-    /// Whether the server was removed.
-    RemovePeer(Result<(), RpcError>),
     /// The index to wait for before a consistent local read.
-    ReadIndex(Result<u64, RpcError>),
-    /// An evaluation to process, or `None` when the wait ended without work.
-    EvalDequeue(Result<Option<DequeuedEval>, RpcError>),
-    /// Whether the ack was accepted.
-    EvalAck(Result<(), RpcError>),
-    /// Whether the nack was accepted.
-    EvalNack(Result<(), RpcError>),
-    /// The raft index the update was committed at.
-    EvalUpdate(Result<u64, RpcError>),
-    /// The raft index the new evaluation was committed at.
-    EvalCreate(Result<u64, RpcError>),
-    /// The raft index the reblocked evaluation was committed at.
-    EvalReblock(Result<u64, RpcError>),
-    /// What the plan applier committed.
-    PlanSubmit(Result<Box<PlanResult>, RpcError>),
-    /// The registration's index and the heartbeat TTL.
-    NodeRegister(Result<NodeHeartbeatResponse, RpcError>),
-    /// The heartbeat's index and the next TTL.
-    NodeUpdateStatus(Result<NodeHeartbeatResponse, RpcError>),
-    /// The raft index the updates were committed at.
-    NodeUpdateAlloc(Result<u64, RpcError>),
-    /// The node's allocations.
-    NodeGetClientAllocs(Result<Box<NodeClientAllocsResponse>, RpcError>),
-    /// The raft index of the removal.
-    NodeDeregister(Result<u64, RpcError>),
-    /// The raft index of the change.
-    NodeUpdateEligibility(Result<u64, RpcError>),
-    /// The raft index of the change.
-    NodeUpdateDrain(Result<u64, RpcError>),
+    ReadIndex(Result<u64, ServiceError>),
+    /// The service call's answer, or why it was not served.
+    Service(Result<ServiceResponse, ServiceError>),
 }
 
-/// An evaluation handed to a worker by `Eval.Dequeue`.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct DequeuedEval {
-    /// The evaluation.
-    pub eval: Evaluation,
-    /// The delivery token every later call about it must carry.
-    pub token: String,
-    /// The index the worker's state must reach before scheduling: the highest
-    /// `ModifyIndex` among the job's evaluations.
-    pub wait_index: u64,
+/// What a server says about itself when asked during formation.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PeerInfo {
+    /// Its raft id.
+    pub id: ServerId,
+    /// How to reach it.
+    pub addr: ServerAddr,
+    /// Whether it belongs to a cluster already (has a membership).
+    pub initialized: bool,
+    /// The uninitialised servers it has discovered, so discovery spreads through partial
+    /// join lists.
+    pub discovered: Vec<(ServerId, ServerAddr)>,
 }
 
 impl RpcResponse {
@@ -320,25 +160,10 @@ impl RpcResponse {
             RpcResponse::Vote(_) => "Raft.Vote",
             RpcResponse::InstallSnapshot(_) => "Raft.InstallSnapshot",
             RpcResponse::Ping { .. } => "Status.Ping",
-            RpcResponse::ClientWrite(_) => "Raft.ClientWrite",
             RpcResponse::ServerInfo(_) => "Status.ServerInfo",
-            RpcResponse::JoinCluster(_) => "Operator.JoinCluster",
-            RpcResponse::RemovePeer(_) => "Operator.RaftRemovePeer",
             RpcResponse::ReadIndex(_) => "Status.ReadIndex",
-            RpcResponse::EvalDequeue(_) => "Eval.Dequeue",
-            RpcResponse::EvalAck(_) => "Eval.Ack",
-            RpcResponse::EvalNack(_) => "Eval.Nack",
-            RpcResponse::EvalUpdate(_) => "Eval.Update",
-            RpcResponse::EvalCreate(_) => "Eval.Create",
-            RpcResponse::EvalReblock(_) => "Eval.Reblock",
-            RpcResponse::PlanSubmit(_) => "Plan.Submit",
-            RpcResponse::NodeRegister(_) => "Node.Register",
-            RpcResponse::NodeUpdateStatus(_) => "Node.UpdateStatus",
-            RpcResponse::NodeUpdateAlloc(_) => "Node.UpdateAlloc",
-            RpcResponse::NodeGetClientAllocs(_) => "Node.GetClientAllocs",
-            RpcResponse::NodeDeregister(_) => "Node.Deregister",
-            RpcResponse::NodeUpdateEligibility(_) => "Node.UpdateEligibility",
-            RpcResponse::NodeUpdateDrain(_) => "Node.UpdateDrain",
+            RpcResponse::Service(Ok(answer)) => answer.name(),
+            RpcResponse::Service(Err(_)) => "Service",
         }
     }
 
@@ -460,6 +285,7 @@ mod snapshot_chunk {
 #[cfg(test)]
 mod tests {
     use openraft::{CommittedLeaderId, Entry, EntryPayload, LogId, Membership, Vote};
+    use teamster_storage::fsm::Command;
     use teamster_storage::raft_types::ServerAddr;
 
     use super::*;
@@ -547,7 +373,7 @@ mod tests {
             Ok(RpcResponse::Vote(Err(got))) => assert_eq!(got, fatal),
             other => panic!("got {other:?}"),
         }
-        let not_leader = RpcError::NotLeader {
+        let not_leader = ServiceError::NotLeader {
             leader: Some((
                 3,
                 ServerAddr {
@@ -557,8 +383,8 @@ mod tests {
                 },
             )),
         };
-        match round_trip_response(&Ok(RpcResponse::ClientWrite(Err(not_leader.clone())))) {
-            Ok(RpcResponse::ClientWrite(Err(got))) => assert_eq!(got, not_leader),
+        match round_trip_response(&Ok(RpcResponse::Service(Err(not_leader.clone())))) {
+            Ok(RpcResponse::Service(Err(got))) => assert_eq!(got, not_leader),
             other => panic!("got {other:?}"),
         }
         let unsupported = RpcError::Unsupported {

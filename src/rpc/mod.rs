@@ -20,21 +20,19 @@
 //!
 //! - [`frame`]: the wire format (header + bincode body), the codec and [`FrameError`].
 //! - [`message`]: [`RpcRequest`] / [`RpcResponse`], the bodies, and which lane each travels on.
-//! - [`node_api`]: the payloads of the `Node.*` calls between client agents and servers.
+//! - [`service`]: the service calls (`Job.*`, `Node.*`, `Eval.*`, `Plan.Submit`,
+//!   `Operator.*`) in one table, their payloads and [`ServiceError`].
 //! - [`server`]: [`RpcServer`] and the [`RpcHandler`] trait the server role implements.
 //! - [`client`]: [`Pool`], the per-peer connection pool every caller shares.
 //! - [`raft_network`]: openraft's `RaftNetworkFactory` / `RaftNetwork` on the pool.
 //!
-//! # Adding a request
+//! # Adding a call
 //!
-//! 1. Append a variant to [`RpcRequest`] and its answer to [`RpcResponse`] — at the end only:
-//!    the variant index is the wire encoding.
-//! 2. Give it a name in [`RpcRequest::kind`] / [`RpcResponse::kind`] (used in metrics and
-//!    logs), and decide in [`RpcRequest::requires_target`] whether it must name its target
-//!    server and in [`RpcRequest::lane`] which connection it travels on. Those matches are
-//!    exhaustive, so the compiler points at each of them.
-//! 3. Handle it in the server role's [`RpcHandler`] and, if callers want it, add a typed helper
-//!    next to [`Pool::client_write`].
+//! A call of the service layer is a row appended to the table in [`service`]: its payload,
+//! answer, name, route and deadline; the server's service layer serves it. Only raft and the
+//! transport's own status calls are variants of [`RpcRequest`] (append at the end: the
+//! variant index is the wire encoding; the matches in [`RpcRequest::kind`],
+//! [`RpcRequest::requires_target`] and [`RpcRequest::lane`] are exhaustive).
 //!
 //! # Metrics
 //!
@@ -47,9 +45,9 @@
 pub mod client;
 pub mod frame;
 pub mod message;
-pub mod node_api;
 pub mod raft_network;
 pub mod server;
+pub mod service;
 
 mod conn;
 
@@ -59,28 +57,24 @@ mod tests;
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
-use teamster_storage::raft_types::{ServerAddr, ServerId};
 
 pub use client::Pool;
 pub use frame::FrameError;
-pub use message::{DequeuedEval, Lane, RpcRequest, RpcResponse};
+pub use message::{Lane, PeerInfo, RpcRequest, RpcResponse};
 pub use raft_network::{NetworkFactory, PeerNetwork};
 pub use server::{RequestContext, RpcHandler, RpcServer};
+pub use service::eval::DequeuedEval;
+pub use service::{ServiceCaller, ServiceError, ServiceRequest, ServiceResponse, Services};
 
-/// Why an RPC failed, as the caller sees it. It travels on the wire too (a handler answers
-/// with it, and [`RpcResponse::ClientWrite`] carries it), so it only holds plain data, and —
-/// like every wire enum — variants are only ever appended.
+/// Why an RPC got no answer, as the caller sees it: the transport's errors (no connection, no
+/// answer in time, a frame too large, a request the server does not serve). Errors of a
+/// service call's own domain are [`ServiceError`](service::ServiceError)s inside the
+/// answer. It travels on the wire too (a handler answers with it), so it only holds plain
+/// data, and — like every wire enum — variants are only ever appended.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error, Serialize, Deserialize)]
 pub enum RpcError {
-    /// The server is not the leader; retry on `leader` if one is known. Mapped from openraft's
-    /// `ForwardToLeader`.
-    #[error("not the leader (known leader: {leader:?})")]
-    NotLeader {
-        /// The leader's raft id and address, if the server knows them.
-        leader: Option<(ServerId, ServerAddr)>,
-    },
-    /// No connection to the peer: refused, reset, closed, or still backing off after failed
-    /// connects. openraft treats this as "back off before retrying".
+    /// No connection to the peer: refused, or still backing off after failed connects. The
+    /// request was not sent. openraft treats this as "back off before retrying".
     #[error("{peer} unreachable: {reason}")]
     Unreachable {
         /// The address that was dialled.
@@ -96,7 +90,7 @@ pub enum RpcError {
         /// The deadline that elapsed, in milliseconds.
         after_ms: u64,
     },
-    /// The remote handler failed for a reason of its own.
+    /// The remote handler failed (it panicked): no answer to this request.
     #[error("remote error: {0}")]
     Remote(String),
     /// The request or response does not fit in one frame.
@@ -142,15 +136,15 @@ pub enum RpcError {
         /// The operating system's reason.
         reason: String,
     },
-    /// A leader-only subsystem is switched off on this server (it is not, or no longer, the
-    /// leader): "eval broker disabled", "plan queue is disabled". The caller re-resolves the
-    /// leader and retries.
-    #[error("{0}")]
-    Disabled(String),
-    /// The request was refused for a reason of its own (a stale eval token, an eval that is
-    /// not outstanding); retrying the same request will not help.
-    #[error("{0}")]
-    Rejected(String),
+    /// The connection ended (EOF, reset, a malformed answer) while the call waited for its
+    /// answer: the request may have been served, and its answer is lost.
+    #[error("{peer}: connection lost before the answer: {reason}")]
+    ConnectionLost {
+        /// The address that was dialled.
+        peer: String,
+        /// What ended the connection.
+        reason: String,
+    },
 }
 
 impl RpcError {
@@ -158,8 +152,37 @@ impl RpcError {
     pub fn is_transport(&self) -> bool {
         matches!(
             self,
-            RpcError::Unreachable { .. } | RpcError::Timeout { .. }
+            RpcError::Unreachable { .. }
+                | RpcError::Timeout { .. }
+                | RpcError::ConnectionLost { .. }
         )
+    }
+
+    /// `true` when the request certainly was not served: nothing listened, or the server
+    /// does not serve it (yet). Sending it again cannot apply it twice.
+    pub fn not_served(&self) -> bool {
+        matches!(
+            self,
+            RpcError::Unreachable { .. }
+                | RpcError::Unsupported { .. }
+                | RpcError::TargetRequired { .. }
+        )
+    }
+}
+
+impl From<RpcError> for ServiceError {
+    /// A transport failure as the caller of a service sees it: `Unavailable` when the request
+    /// was not served (safe to send again, here or elsewhere), `NoAnswer` when it may have
+    /// been (no answer in time, connection lost), `Internal` for the rest.
+    fn from(e: RpcError) -> ServiceError {
+        let reason = e.to_string();
+        if e.not_served() {
+            ServiceError::Unavailable { reason }
+        } else if e.is_transport() {
+            ServiceError::NoAnswer { reason }
+        } else {
+            ServiceError::Internal { reason }
+        }
     }
 }
 

@@ -57,28 +57,14 @@ pub struct RequestContext {
     pub connection: u64,
 }
 
-impl RequestContext {
-    /// The context of a call made in-process by the server itself (its scheduler workers
-    /// calling `Eval.*` and `Plan.Submit` through [`RpcHandler::handle`]): `from` is the
-    /// server's own raft id, so a follower forwards the call to the leader; the address is
-    /// the unspecified loopback and the ids are 0.
-    pub fn local(server_id: ServerId) -> RequestContext {
-        RequestContext {
-            from: server_id,
-            peer_addr: SocketAddr::from(([127, 0, 0, 1], 0)),
-            request_id: 0,
-            connection: 0,
-        }
-    }
-}
-
 /// What the server role implements to answer requests. The transport has already checked the
 /// frame (version, size, target id); the handler only decides the answer.
 ///
 /// `Err` means "no answer to this request" (e.g. [`RpcError::Unsupported`] while the raft
 /// node is not running); errors of the request's own domain belong inside the response (a
-/// `RaftError` in [`RpcResponse::AppendEntries`], [`RpcError::NotLeader`] in
-/// [`RpcResponse::ClientWrite`]). A handler that panics answers `Err(Remote)`.
+/// `RaftError` in [`RpcResponse::AppendEntries`], a
+/// [`ServiceError`](super::service::ServiceError) in [`RpcResponse::Service`]). A handler that
+/// panics answers `Err(Remote)`.
 ///
 /// Any `Fn(RequestContext, RpcRequest) -> impl Future<…>` closure is a handler.
 pub trait RpcHandler: Send + Sync + 'static {

@@ -20,7 +20,6 @@ use openraft::{
     CommittedLeaderId, Entry, EntryPayload, LogId, Membership, SnapshotMeta, SnapshotSegmentId,
     Vote,
 };
-use teamster_storage::fsm::{Command, CommandResponse};
 use teamster_storage::raft_types::{ServerAddr, ServerId, TypeConfig};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
@@ -147,29 +146,15 @@ impl Canned {
                     vote: s.vote,
                 })))
             }
-            RpcRequest::ClientWrite(_) => Ok(RpcResponse::ClientWrite(Ok((
-                42,
-                CommandResponse::Batch(vec![]),
+            RpcRequest::Service(ServiceRequest::EvalAck(_)) => {
+                Ok(RpcResponse::Service(Ok(ServiceResponse::EvalAck(()))))
+            }
+            RpcRequest::Service(call) => Ok(RpcResponse::Service(Err(ServiceError::not_found(
+                "call",
+                call.method().name,
             )))),
             RpcRequest::Ping => Err(RpcError::Remote("Ping reached the handler".into())),
-            RpcRequest::ServerInfo
-            | RpcRequest::JoinCluster { .. }
-            | RpcRequest::RemovePeer { .. }
-            | RpcRequest::ReadIndex
-            | RpcRequest::EvalDequeue { .. }
-            | RpcRequest::EvalAck { .. }
-            | RpcRequest::EvalNack { .. }
-            | RpcRequest::EvalUpdate { .. }
-            | RpcRequest::EvalCreate { .. }
-            | RpcRequest::EvalReblock { .. }
-            | RpcRequest::PlanSubmit { .. }
-            | RpcRequest::NodeRegister(_)
-            | RpcRequest::NodeUpdateStatus(_)
-            | RpcRequest::NodeUpdateAlloc(_)
-            | RpcRequest::NodeGetClientAllocs(_)
-            | RpcRequest::NodeDeregister(_)
-            | RpcRequest::NodeUpdateEligibility(_)
-            | RpcRequest::NodeUpdateDrain(_) => Err(RpcError::Unsupported {
+            RpcRequest::ServerInfo | RpcRequest::ReadIndex => Err(RpcError::Unsupported {
                 kind: req_kind.into(),
             }),
         }
@@ -367,11 +352,26 @@ async fn requests_round_trip_by_id_and_by_address() {
         Ok(RpcResponse::Ping { server_id }) => assert_eq!(server_id, SERVER),
         other => panic!("{other:?}"),
     }
+    let ack = |call: &str| {
+        ServiceRequest::EvalAck(service::eval::EvalAckRequest {
+            eval_id: call.into(),
+            token: "t".into(),
+        })
+    };
+    assert!(matches!(
+        pool.service(SERVER, &f.addr, ack("e1"), CALL).await,
+        Ok(ServiceResponse::EvalAck(()))
+    ));
+    // A service error travels back typed.
+    let nack = ServiceRequest::EvalNack(service::eval::EvalAckRequest {
+        eval_id: "e1".into(),
+        token: "t".into(),
+    });
     assert_eq!(
-        pool.client_write(SERVER, &f.addr, Command::Batch(vec![]), CALL)
+        pool.service(SERVER, &f.addr, nack, CALL)
             .await
-            .expect("write"),
-        (42, CommandResponse::Batch(vec![]))
+            .expect_err("refused"),
+        ServiceError::not_found("call", "Eval.Nack")
     );
 
     // A client agent (id 0) learns the server's id from its address.
@@ -386,7 +386,7 @@ async fn requests_round_trip_by_id_and_by_address() {
     // The handler saw the sender ids from the headers; Ping never reached it.
     let seen = f.canned.seen();
     let kinds: Vec<_> = seen.iter().map(|(k, _)| *k).collect();
-    assert_eq!(kinds, ["Raft.Vote", "Raft.ClientWrite"]);
+    assert_eq!(kinds, ["Raft.Vote", "Eval.Ack", "Eval.Nack"]);
     assert!(seen.iter().all(|(_, ctx)| ctx.from == ME));
     f.server.shutdown().await;
 }
@@ -632,8 +632,9 @@ async fn pending_calls_fail_at_once_when_the_connection_dies() {
         .await
         .expect("pending call failed before its deadline")
         .expect("join");
+    // The request reached the server, so it may have been served: not "unreachable".
     assert!(
-        matches!(result, Err(RpcError::Unreachable { .. })),
+        matches!(result, Err(RpcError::ConnectionLost { .. })),
         "{result:?}"
     );
 }
@@ -647,10 +648,14 @@ async fn the_pool_reconnects_to_a_peer_restarted_on_the_same_address() {
     let first_local = f.canned.seen()[0].1.peer_addr;
     f.server.shutdown().await;
 
-    // While it is down, calls fail as unreachable (not by deadline).
+    // While it is down, calls fail at once as a transport failure (not by deadline): refused
+    // when dialled, or lost when the pool still held the closing connection.
     let down = pool.call(SERVER, &addr, vote(2), CALL).await;
     assert!(
-        matches!(down, Err(RpcError::Unreachable { .. })),
+        matches!(
+            down,
+            Err(RpcError::Unreachable { .. } | RpcError::ConnectionLost { .. })
+        ),
         "{down:?}"
     );
 

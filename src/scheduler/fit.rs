@@ -1,5 +1,5 @@
 //! Resource fit and fit scores: the one definition that the scheduler's ranking and the plan
-//! applier's verification ([`crate::server::plan_apply`]) share, so a node the scheduler
+//! applier's verification ([`crate::scheduler::verify`]) share, so a node the scheduler
 //! thinks has room is exactly a node the applier accepts.
 //!
 //! A node offers its `NodeResources` minus its `ReservedResources` ([`node_capacity`]).

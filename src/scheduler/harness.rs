@@ -27,8 +27,8 @@ use teamster_storage::model::{
 };
 use teamster_storage::state::{Snapshot, StateStore};
 
+use crate::scheduler::verify::{evaluate_plan, PlanEvaluation, PlanOverlay};
 use crate::scheduler::{new_scheduler, Planner, SchedulerEnv, SchedulerError, SchedulerSettings};
-use crate::server::plan_apply::{evaluate_plan, PlanEvaluation, PlanOverlay};
 
 /// 2024-01-01T00:00:00Z in Unix nanoseconds: the harness's default "now".
 pub const HARNESS_EPOCH: i64 = 1_704_067_200_000_000_000;

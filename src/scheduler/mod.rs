@@ -21,10 +21,14 @@
 //!   allocations under the group's `ReschedulePolicy`, in-place versus destructive updates.
 //! - [`system`]: system and sysbatch jobs ([`SystemScheduler`]): one allocation per feasible
 //!   ready node, per-node blocked evaluations.
+//! - [`placement`]: the loop both share (attempts, plan submission, blocked evaluations, the
+//!   evaluation's status) and the planning pieces they use alike.
 //! - [`feasible`], [`stack`], [`fit`], [`context`]: constraints and drivers with per-class
 //!   caching, ranking (binpack or spread, job anti-affinity, reschedule penalty, affinities,
 //!   spreads) under a limit, the shared resource-fit arithmetic, and the evaluation context that
 //!   keeps per-node usage incremental.
+//! - [`verify`]: the plan applier's check of a submitted plan against the newest state, node
+//!   by node, with the same fit arithmetic ([`fit`]); the leader's applier runs it.
 //! - [`harness`]: a [`Planner`] over a real state store for tests and benchmarks.
 //!
 //! Not modelled (no counterpart in the model yet): deployments and canaries, preemption,
@@ -35,10 +39,12 @@ pub(crate) mod feasible;
 pub mod fit;
 pub mod generic;
 pub mod harness;
+pub(crate) mod placement;
 pub(crate) mod reconcile;
 pub(crate) mod stack;
 pub mod system;
 pub(crate) mod util;
+pub mod verify;
 pub(crate) mod version;
 
 #[cfg(test)]
@@ -49,7 +55,13 @@ use teamster_storage::model::{Evaluation, JobType, Plan, PlanResult};
 use teamster_storage::state::Snapshot;
 
 pub use generic::GenericScheduler;
+use placement::Session;
 pub use system::SystemScheduler;
+
+/// The version of the schedulers' decisions. Workers announce it on `Eval.Dequeue` and the
+/// leader refuses a mismatch, so servers of different versions never schedule side by side
+/// (Nomad's `scheduler.SchedulerVersion`).
+pub const SCHEDULER_VERSION: u32 = 1;
 
 /// Errors of the schedulers and of the planners they call.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -185,17 +197,12 @@ pub fn new_scheduler<'a>(
     env: SchedulerEnv<'a>,
 ) -> Result<Box<dyn Scheduler + 'a>, SchedulerError> {
     env.settings.validate()?;
+    let session = Session::new(snapshot, planner, env);
     match job_type {
-        JobType::Service => Ok(Box::new(GenericScheduler::new(
-            false, snapshot, planner, env,
-        ))),
-        JobType::Batch => Ok(Box::new(GenericScheduler::new(
-            true, snapshot, planner, env,
-        ))),
-        JobType::System => Ok(Box::new(SystemScheduler::new(
-            false, snapshot, planner, env,
-        ))),
-        JobType::SysBatch => Ok(Box::new(SystemScheduler::new(true, snapshot, planner, env))),
+        JobType::Service => Ok(Box::new(GenericScheduler::new(false, session))),
+        JobType::Batch => Ok(Box::new(GenericScheduler::new(true, session))),
+        JobType::System => Ok(Box::new(SystemScheduler::new(false, session))),
+        JobType::SysBatch => Ok(Box::new(SystemScheduler::new(true, session))),
         JobType::Core => Err(SchedulerError::UnsupportedType { job_type }),
     }
 }

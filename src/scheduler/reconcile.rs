@@ -36,8 +36,7 @@ use teamster_storage::model::{
 use teamster_storage::state::Snapshot;
 
 use crate::scheduler::util::{
-    alloc_name_index, alloc_reschedule_policy, generate_uuid, next_reschedule_time, tasks_updated,
-    NameIndex,
+    alloc_name_index, alloc_reschedule_policy, next_reschedule_time, tasks_updated, NameIndex,
 };
 
 /// Nomad's `allocNotNeeded`.
@@ -406,7 +405,7 @@ impl Reconciler<'_> {
             {
                 batch_start = at;
                 out.followup_evals.push(Evaluation {
-                    id: generate_uuid(rng).into(),
+                    id: crate::util::new_uuid(rng).into(),
                     namespace: job.namespace.clone(),
                     priority: self.eval.priority,
                     eval_type: job.job_type,

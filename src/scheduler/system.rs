@@ -18,43 +18,31 @@
 //! lacks resources is a failed placement: it is recorded in `FailedTGAllocs` and gets its own
 //! blocked evaluation (`NodeID` set), so capacity freed on that node wakes it. New nodes
 //! become ready → the node endpoints create node-update evaluations → this diff places on them.
+//!
+//! The attempts, the plan submissions and the evaluation's status are the placement loop this
+//! scheduler shares with the generic one ([`crate::scheduler::placement`]).
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;
 
 use teamster_storage::model::{
-    AllocMetric, Allocation, ClientStatus, DesiredStatus, EvalStatus, Evaluation, Job, Node,
-    NodeId, NodeStatus, Plan,
+    Allocation, ClientStatus, DesiredStatus, EvalStatus, Evaluation, Job, Node, NodeId, NodeStatus,
 };
-use teamster_storage::state::Snapshot;
 
-use crate::scheduler::context::{Eligibility, EvalContext};
+use crate::scheduler::context::EvalContext;
 use crate::scheduler::feasible::node_in_job_scope;
+use crate::scheduler::placement::{self, inplace_update, Attempt, Blocking, Family, Run, Session};
 use crate::scheduler::reconcile::{
-    ALLOC_IN_PLACE, ALLOC_LOST, ALLOC_NODE_TAINTED, ALLOC_NOT_NEEDED, ALLOC_UPDATING,
+    ALLOC_LOST, ALLOC_NODE_TAINTED, ALLOC_NOT_NEEDED, ALLOC_UPDATING,
 };
-use crate::scheduler::stack::{GroupPlacer, Stack, Verdict};
-use crate::scheduler::util::{
-    alloc_name, blocked_eval, generate_uuid, progress_made, ready_nodes, tasks_updated, PlanSize,
-};
-use crate::scheduler::{Planner, Scheduler, SchedulerEnv, SchedulerError};
-
-/// Hard cap on attempts in one `process`, progress or not (bounded retries).
-const MAX_TOTAL_ATTEMPTS: u32 = 64;
+use crate::scheduler::stack::Verdict;
+use crate::scheduler::util::{alloc_name, blocked_eval, ready_nodes, tasks_updated};
+use crate::scheduler::{Scheduler, SchedulerError};
 
 /// Schedules system (`sysbatch == false`) or sysbatch jobs.
 pub struct SystemScheduler<'a> {
     sysbatch: bool,
-    snapshot: Snapshot,
-    planner: &'a mut dyn Planner,
-    env: SchedulerEnv<'a>,
-}
-
-struct Run {
-    eval: Evaluation,
-    failed_tg_allocs: BTreeMap<String, AllocMetric>,
-    queued: BTreeMap<String, u64>,
-    eligibility: Eligibility,
+    session: Session<'a>,
     /// Nodes that already got a blocked evaluation in this `process`.
     blocked_nodes: BTreeSet<NodeId>,
 }
@@ -68,82 +56,33 @@ struct Placement {
 }
 
 impl<'a> SystemScheduler<'a> {
-    /// A system scheduler over `snapshot`; `sysbatch` selects run-to-completion semantics.
-    pub fn new(
-        sysbatch: bool,
-        snapshot: Snapshot,
-        planner: &'a mut dyn Planner,
-        env: SchedulerEnv<'a>,
-    ) -> Self {
+    /// A system scheduler working in `session`; `sysbatch` selects run-to-completion
+    /// semantics.
+    pub(crate) fn new(sysbatch: bool, session: Session<'a>) -> Self {
         SystemScheduler {
             sysbatch,
-            snapshot,
-            planner,
-            env,
+            session,
+            blocked_nodes: BTreeSet::new(),
         }
     }
 
-    fn attempt(&mut self, run: &mut Run) -> Result<(bool, bool), SchedulerError> {
-        let now = self.env.now;
-        let job: Option<Arc<Job>> = self
-            .snapshot
-            .job_by_id(&run.eval.namespace, &run.eval.job_id)
-            .cloned();
-        run.queued = job
-            .iter()
-            .flat_map(|j| j.task_groups.iter())
-            .map(|g| (g.name.clone(), 0))
-            .collect();
-        run.failed_tg_allocs.clear();
-        let plan = Plan {
-            eval_id: run.eval.id.clone(),
-            priority: run.eval.priority,
-            all_at_once: job.as_ref().is_some_and(|j| j.all_at_once),
-            job: job.clone(),
-            snapshot_index: self.snapshot.latest_index(),
-            ..Plan::default()
-        };
-        let mut ctx = EvalContext::new(self.snapshot.clone(), plan, job.as_deref());
-        let allocs: Vec<Arc<Allocation>> = self
-            .snapshot
-            .allocs_by_job(&run.eval.namespace, &run.eval.job_id)
-            .cloned()
-            .collect();
-
-        match job.as_ref().filter(|j| !j.stopped()) {
-            None => {
-                for alloc in allocs.iter().filter(|a| !a.terminal_status()) {
-                    let lost = self.node_lost(&alloc.node_id);
-                    let (description, status) = if lost {
-                        (ALLOC_LOST, Some(ClientStatus::Lost))
-                    } else {
-                        (ALLOC_NOT_NEEDED, None)
-                    };
-                    ctx.plan_stop(alloc, description, status, now);
-                }
-            }
-            Some(job) => self.diff_and_place(run, &mut ctx, job, &allocs)?,
+    /// Stops the live allocations of a stopped or purged job, as lost on lost nodes.
+    fn stop_all(&self, ctx: &mut EvalContext, allocs: &[Arc<Allocation>]) {
+        let now = self.session.env.now;
+        for alloc in allocs.iter().filter(|a| !a.terminal_status()) {
+            let lost = self.node_lost(&alloc.node_id);
+            let (description, status) = if lost {
+                (ALLOC_LOST, Some(ClientStatus::Lost))
+            } else {
+                (ALLOC_NOT_NEEDED, None)
+            };
+            ctx.plan_stop(alloc, description, status, now);
         }
-        run.eligibility = ctx.eligibility.clone();
-        if ctx.plan.is_no_op() {
-            return Ok((true, false));
-        }
-        let plan = ctx.plan;
-        let size = PlanSize::of_plan(&plan);
-        let (result, fresh) = self.planner.submit_plan(plan)?;
-        let progress = progress_made(&result);
-        if let Some(fresh) = fresh {
-            self.snapshot = fresh;
-            return Ok((false, progress));
-        }
-        if PlanSize::of_result(&result) != size {
-            return Err(SchedulerError::MissingRefresh);
-        }
-        Ok((true, progress))
     }
 
     fn node_lost(&self, node_id: &NodeId) -> bool {
-        self.snapshot
+        self.session
+            .snapshot
             .node_by_id(node_id)
             .is_none_or(|n| matches!(n.status, NodeStatus::Down | NodeStatus::Disconnected))
     }
@@ -156,27 +95,13 @@ impl<'a> SystemScheduler<'a> {
         job: &Arc<Job>,
         allocs: &[Arc<Allocation>],
     ) -> Result<(), SchedulerError> {
-        let now = self.env.now;
-        let (nodes, by_dc) = ready_nodes(&self.snapshot, job);
+        let now = self.session.env.now;
+        let (nodes, by_dc) = ready_nodes(&self.session.snapshot, job);
         let eligible: HashMap<NodeId, Arc<Node>> =
             nodes.iter().map(|n| (n.id.clone(), n.clone())).collect();
-        let algorithm = self.snapshot.scheduler_config().scheduler_algorithm;
         // Every eligible node is visited explicitly (Nomad's static iterator); the stack
         // holds the job-wide class cache and the metrics' node counts.
-        let mut stack = Stack::new(
-            nodes.clone(),
-            by_dc,
-            false,
-            algorithm,
-            self.env.settings.affinity_spread_node_limit,
-            self.env.rng,
-        );
-        let mut placers: BTreeMap<String, GroupPlacer> = BTreeMap::new();
-        for group in &job.task_groups {
-            let placer = GroupPlacer::new(ctx, job, group);
-            ctx.eligibility.set_escaped(placer.checks.escaped());
-            placers.insert(group.name.clone(), placer);
-        }
+        let (mut stack, mut placers) = self.session.stack(ctx, job, nodes, by_dc, false);
 
         // Live allocation per (node, group); finished sysbatch runs of this version.
         let mut live: HashMap<(NodeId, String), Arc<Allocation>> = HashMap::new();
@@ -201,7 +126,7 @@ impl<'a> SystemScheduler<'a> {
                 ctx.plan_stop(alloc, ALLOC_LOST, Some(ClientStatus::Lost), now);
                 continue;
             }
-            if let Some(node) = self.snapshot.node_by_id(&alloc.node_id) {
+            if let Some(node) = self.session.snapshot.node_by_id(&alloc.node_id) {
                 let ignores = node
                     .drain_strategy
                     .as_ref()
@@ -238,7 +163,7 @@ impl<'a> SystemScheduler<'a> {
                 match live.get(&key) {
                     Some(alloc) if alloc.job_version == job.version => {}
                     Some(alloc) => {
-                        let destructive = match self.snapshot.alloc_job(alloc) {
+                        let destructive = match self.session.snapshot.alloc_job(alloc) {
                             Some(old) => tasks_updated(old, job, &group.name),
                             None => true,
                         };
@@ -246,7 +171,7 @@ impl<'a> SystemScheduler<'a> {
                             .get_mut(&group.name)
                             .expect("a placer exists for every group");
                         if destructive
-                            || !self.try_inplace(ctx, &mut stack, placer, job, node, alloc)
+                            || !inplace_update(ctx, &mut stack, placer, job, node, alloc, now)
                         {
                             placements.push(Placement {
                                 node: node.clone(),
@@ -275,27 +200,20 @@ impl<'a> SystemScheduler<'a> {
             stack.reset_metrics(ctx);
             match stack.evaluate(ctx, placer, &placement.node, &[]) {
                 Verdict::Feasible(_) => {
-                    let name = alloc_name(&job.id, &placement.group, 0);
                     let alloc = Allocation {
-                        id: generate_uuid(self.env.rng).into(),
-                        namespace: job.namespace.clone(),
-                        eval_id: run.eval.id.clone(),
-                        name,
-                        node_id: placement.node.id.clone(),
-                        job_id: job.id.clone(),
-                        job_version: job.version,
-                        task_group: placement.group.clone(),
-                        resources: placer.ask,
-                        desired_status: DesiredStatus::Run,
-                        client_status: ClientStatus::Pending,
+                        name: alloc_name(&job.id, &placement.group, 0),
                         previous_allocation: placement
                             .replaces
                             .as_ref()
                             .map(|a| a.id.clone())
                             .unwrap_or_default(),
-                        create_time: now,
-                        modify_time: now,
-                        ..Allocation::default()
+                        ..self.session.new_alloc(
+                            job,
+                            &run.eval,
+                            &placement.node.id,
+                            placement.group.clone(),
+                            placer.ask,
+                        )
                     };
                     ctx.plan_place(alloc);
                 }
@@ -325,111 +243,56 @@ impl<'a> SystemScheduler<'a> {
                         }
                     }
                     if run.eval.status != EvalStatus::Blocked
-                        && run.blocked_nodes.insert(placement.node.id.clone())
+                        && self.blocked_nodes.insert(placement.node.id.clone())
                     {
                         let mut blocked = blocked_eval(
                             &run.eval,
-                            generate_uuid(self.env.rng),
+                            crate::util::new_uuid(self.session.env.rng),
                             &run.failed_tg_allocs,
                             &ctx.eligibility,
                             false,
-                            self.snapshot.latest_index(),
+                            self.session.snapshot.latest_index(),
                             now,
                         );
                         blocked.node_id = placement.node.id.clone();
-                        self.planner.create_eval(blocked)?;
+                        self.session.planner.create_eval(blocked)?;
                     }
                 }
             }
         }
         Ok(())
     }
+}
 
-    fn try_inplace(
-        &mut self,
-        ctx: &mut EvalContext,
-        stack: &mut Stack,
-        placer: &mut GroupPlacer,
-        job: &Job,
-        node: &Node,
-        old: &Arc<Allocation>,
-    ) -> bool {
-        let now = self.env.now;
-        ctx.plan_stop(old, ALLOC_IN_PLACE, None, now);
-        let verdict = stack.evaluate(ctx, placer, node, &[]);
-        ctx.pop_stop(old);
-        if !matches!(verdict, Verdict::Feasible(_)) {
-            return false;
-        }
-        let mut updated = (**old).clone();
-        updated.job_version = job.version;
-        updated.eval_id = ctx.plan.eval_id.clone();
-        updated.resources = placer.ask;
-        updated.modify_time = now;
-        ctx.plan_update(old, updated);
-        true
+impl<'a> Family<'a> for SystemScheduler<'a> {
+    const BLOCKING: Blocking = Blocking::PerNode;
+
+    fn session(&mut self) -> &mut Session<'a> {
+        &mut self.session
     }
 
-    fn finish(
+    fn max_attempts(&self) -> u32 {
+        self.session.env.settings.system_max_attempts
+    }
+
+    /// Stops everything of a stopped or purged job (as lost on lost nodes); else the
+    /// per-node diff and its placements.
+    fn compute_job_allocs(
         &mut self,
-        run: &Run,
-        status: EvalStatus,
-        description: String,
-    ) -> Result<(), SchedulerError> {
-        let mut eval = run.eval.clone();
-        eval.status = status;
-        eval.status_description = description;
-        eval.failed_tg_allocs = run.failed_tg_allocs.clone();
-        eval.queued_allocations = run.queued.clone();
-        eval.class_eligibility = run.eligibility.classes();
-        eval.escaped_computed_class = run.eligibility.escaped();
-        eval.snapshot_index = self.snapshot.latest_index();
-        eval.modify_time = self.env.now;
-        self.planner.update_eval(eval)
+        run: &mut Run,
+        attempt: &mut Attempt,
+    ) -> Result<Vec<Evaluation>, SchedulerError> {
+        match attempt.job.as_ref().filter(|j| !j.stopped()) {
+            None => self.stop_all(&mut attempt.ctx, &attempt.allocs),
+            Some(job) => self.diff_and_place(run, &mut attempt.ctx, job, &attempt.allocs)?,
+        }
+        Ok(Vec::new())
     }
 }
 
 impl Scheduler for SystemScheduler<'_> {
     fn process(&mut self, eval: &Evaluation) -> Result<(), SchedulerError> {
-        let _span = tracing::debug_span!(
-            "schedule",
-            eval_id = %eval.id,
-            job_id = %eval.job_id,
-            eval_type = eval.eval_type.as_str(),
-            triggered_by = ?eval.triggered_by,
-        )
-        .entered();
-        let mut run = Run {
-            eval: eval.clone(),
-            failed_tg_allocs: BTreeMap::new(),
-            queued: BTreeMap::new(),
-            eligibility: Eligibility::default(),
-            blocked_nodes: BTreeSet::new(),
-        };
-        let limit = self.env.settings.system_max_attempts;
-        let mut attempts = 0;
-        let mut total = 0;
-        loop {
-            if attempts >= limit || total >= MAX_TOTAL_ATTEMPTS {
-                tracing::info!(
-                    eval_id = %eval.id,
-                    job_id = %eval.job_id,
-                    attempts = total,
-                    "plan attempts exhausted; evaluation failed"
-                );
-                return self.finish(
-                    &run,
-                    EvalStatus::Failed,
-                    format!("maximum attempts reached ({limit})"),
-                );
-            }
-            total += 1;
-            let (done, progress) = self.attempt(&mut run)?;
-            if done {
-                break;
-            }
-            attempts = if progress { 0 } else { attempts + 1 };
-        }
-        self.finish(&run, EvalStatus::Complete, String::new())
+        self.blocked_nodes.clear();
+        placement::process(self, eval)
     }
 }

@@ -5,7 +5,6 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
-use rand::RngCore;
 use teamster_storage::model::{
     AllocMetric, Allocation, ClientStatus, DelayFunction, DesiredStatus, EvalStatus, EvalTrigger,
     Evaluation, Job, Node, Plan, PlanResult, RescheduleEvent, ReschedulePolicy, RescheduleTracker,
@@ -18,24 +17,6 @@ use crate::scheduler::feasible::node_in_job_scope;
 
 /// Nomad's `maxPastRescheduleEvents`: events kept for unlimited policies.
 const MAX_PAST_RESCHEDULE_EVENTS: usize = 5;
-
-/// A random (version 4) UUID drawn from the scheduler's RNG.
-pub(crate) fn generate_uuid(rng: &mut dyn RngCore) -> String {
-    let mut b = [0u8; 16];
-    rng.fill_bytes(&mut b);
-    b[6] = (b[6] & 0x0f) | 0x40;
-    b[8] = (b[8] & 0x3f) | 0x80;
-    const HEX: &[u8; 16] = b"0123456789abcdef";
-    let mut id = String::with_capacity(36);
-    for (i, byte) in b.iter().enumerate() {
-        if matches!(i, 4 | 6 | 8 | 10) {
-            id.push('-');
-        }
-        id.push(char::from(HEX[usize::from(byte >> 4)]));
-        id.push(char::from(HEX[usize::from(byte & 0x0f)]));
-    }
-    id
-}
 
 /// `<job>.<group>[<index>]`, Nomad's allocation name.
 pub(crate) fn alloc_name(job_id: &str, group: &str, index: u32) -> String {
@@ -391,26 +372,7 @@ pub(crate) const BLOCKED_FAILED_PLACEMENTS_DESC: &str = "created to place remain
 #[cfg(test)]
 mod tests {
     use super::*;
-    use rand::rngs::StdRng;
-    use rand::SeedableRng;
     use teamster_storage::model::{Resources, Task, TaskState, Timestamp};
-
-    #[test]
-    fn uuids_are_v4_shaped_and_follow_the_seed() {
-        let mut a = StdRng::seed_from_u64(7);
-        let mut b = StdRng::seed_from_u64(7);
-        let id = generate_uuid(&mut a);
-        assert_eq!(id, generate_uuid(&mut b));
-        assert_eq!(id.len(), 36);
-        let parts: Vec<&str> = id.split('-').collect();
-        assert_eq!(
-            parts.iter().map(|p| p.len()).collect::<Vec<_>>(),
-            [8, 4, 4, 4, 12]
-        );
-        assert!(parts[2].starts_with('4'));
-        assert!(matches!(&parts[3][..1], "8" | "9" | "a" | "b"));
-        assert_ne!(id, generate_uuid(&mut a));
-    }
 
     #[test]
     fn name_index_fills_low_and_removes_high() {

@@ -17,27 +17,13 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use serde::{Deserialize, Serialize};
 use teamster_storage::raft_types::{ServerAddr, ServerId};
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
-use crate::rpc::{RpcError, RpcRequest, RpcResponse};
+use crate::rpc::service::operator::RaftJoinRequest;
+use crate::rpc::{PeerInfo, RpcError, RpcRequest, RpcResponse, ServiceRequest, ServiceResponse};
 use crate::server::raft::RaftNode;
-
-/// What a server says about itself when asked during formation.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct PeerInfo {
-    /// Its raft id.
-    pub id: ServerId,
-    /// How to reach it.
-    pub addr: ServerAddr,
-    /// Whether it belongs to a cluster already (has a membership).
-    pub initialized: bool,
-    /// The uninitialised servers it has discovered, so discovery spreads through partial
-    /// join lists.
-    pub discovered: Vec<(ServerId, ServerAddr)>,
-}
 
 /// What to do next.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -197,14 +183,20 @@ pub async fn run(
 
 async fn join_via(node: &RaftNode, via: &str, timeout: Duration) {
     info!(%via, "asking to join the cluster");
-    let req = RpcRequest::JoinCluster {
+    let req = ServiceRequest::OperatorRaftJoin(RaftJoinRequest {
         id: node.id(),
         addr: node.addr().clone(),
-    };
-    match node.pool().call_addr(via, req, timeout).await {
-        Ok(RpcResponse::JoinCluster(Ok(()))) => info!(%via, "joined the cluster"),
-        Ok(RpcResponse::JoinCluster(Err(e))) => warn!(%via, error = %e, "join refused"),
-        Ok(other) => warn!(%via, answer = other.kind(), "unexpected answer to JoinCluster"),
+    });
+    match node
+        .pool()
+        .call_addr(via, RpcRequest::Service(req), timeout)
+        .await
+    {
+        Ok(RpcResponse::Service(Ok(ServiceResponse::OperatorRaftJoin(())))) => {
+            info!(%via, "joined the cluster")
+        }
+        Ok(RpcResponse::Service(Err(e))) => warn!(%via, error = %e, "join refused"),
+        Ok(other) => warn!(%via, answer = other.kind(), "unexpected answer to Operator.RaftJoin"),
         Err(RpcError::Timeout { .. }) => {
             info!(%via, "join still in progress (catching up)")
         }

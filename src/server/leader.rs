@@ -17,7 +17,6 @@ use std::time::Duration;
 
 use futures::future::BoxFuture;
 use openraft::ServerState;
-use rand::SeedableRng;
 use teamster_storage::fsm::Command;
 use teamster_storage::model::ClusterMeta;
 use tokio::sync::watch;
@@ -25,7 +24,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::{info, warn, Instrument};
 
 use crate::server::raft::RaftNode;
-use crate::util::SharedClock;
+use crate::util::{RngSource, SharedClock};
 
 /// How long the barrier may take before establishing is retried.
 const BARRIER_TIMEOUT: Duration = Duration::from_secs(10);
@@ -51,6 +50,13 @@ pub struct LeadershipState {
 }
 
 impl LeadershipState {
+    /// A state that reads "not established", and the sender the monitor ([`spawn`]) sets
+    /// it with. Created before the monitor so the parts that read it can be built first.
+    pub fn new() -> (LeadershipState, watch::Sender<bool>) {
+        let (tx, rx) = watch::channel(false);
+        (LeadershipState { rx }, tx)
+    }
+
     /// True while leader duties are established.
     pub fn is_established(&self) -> bool {
         *self.rx.borrow()
@@ -62,23 +68,25 @@ impl LeadershipState {
     }
 }
 
-/// Start the monitor. It runs until `shutdown` and revokes leadership on the way out.
+/// Start the monitor: it sets `established` (from [`LeadershipState::new`]), runs until
+/// `shutdown` and revokes leadership on the way out.
 pub fn spawn(
     node: Arc<RaftNode>,
     duties: Vec<Arc<dyn LeaderDuty>>,
     clock: SharedClock,
+    rng: RngSource,
+    established: watch::Sender<bool>,
     shutdown: CancellationToken,
-) -> (LeadershipState, tokio::task::JoinHandle<()>) {
-    let (tx, rx) = watch::channel(false);
+) -> tokio::task::JoinHandle<()> {
     let span = tracing::info_span!("leader", server_id = node.id());
-    let task = tokio::spawn(run(node, duties, clock, tx, shutdown).instrument(span));
-    (LeadershipState { rx }, task)
+    tokio::spawn(run(node, duties, clock, rng, established, shutdown).instrument(span))
 }
 
 async fn run(
     node: Arc<RaftNode>,
     duties: Vec<Arc<dyn LeaderDuty>>,
     clock: SharedClock,
+    rng: RngSource,
     established: watch::Sender<bool>,
     shutdown: CancellationToken,
 ) {
@@ -87,7 +95,7 @@ async fn run(
         let leader_now = metrics.borrow_and_update().state == ServerState::Leader;
         let is_established = *established.borrow();
         if leader_now && !is_established {
-            match establish(&node, &duties, clock.as_ref()).await {
+            match establish(&node, &duties, clock.as_ref(), &rng).await {
                 Ok(()) => {
                     established.send_replace(true);
                     metrics::gauge!("teamster_leader_established").set(1.0);
@@ -124,6 +132,7 @@ async fn establish(
     node: &RaftNode,
     duties: &[Arc<dyn LeaderDuty>],
     clock: &dyn crate::util::Clock,
+    rng: &RngSource,
 ) -> Result<(), String> {
     let started = tokio::time::Instant::now();
     match tokio::time::timeout(BARRIER_TIMEOUT, node.raft().ensure_linearizable()).await {
@@ -133,9 +142,8 @@ async fn establish(
     }
     metrics::histogram!("teamster_leader_barrier_seconds").record(started.elapsed().as_secs_f64());
     if node.state().snapshot().cluster_meta().is_none() {
-        let mut rng = rand::rngs::StdRng::from_entropy();
         let meta = ClusterMeta {
-            cluster_id: crate::util::new_uuid(&mut rng),
+            cluster_id: rng.uuid(),
             create_time: clock.now_unix_nanos(),
         };
         info!(cluster_id = %meta.cluster_id, "writing the cluster metadata");

@@ -8,29 +8,33 @@
 //!                                          leader monitor ──▶ establish / revoke duties
 //! ```
 //!
-//! - [`raft`]: the raft node, writes (batched, forwarded), membership changes.
+//! - [`raft`]: the raft node, local writes (batched; never forwarded), membership changes.
 //! - [`write_batcher`]: group commit of concurrent writes into one entry.
 //! - [`formation`]: `bootstrap_expect` and `join`.
 //! - [`leader`]: the leadership monitor.
-//! - [`eval_broker`], [`blocked_evals`]: the leader's queue of evaluations and the evals
+//! - [`leader_service`]: the shell the leader-only subsystems share: the tasks each runs
+//!   while this server leads, the deadline loop of a sans-IO core, the periodic ticker.
+//! - [`broker`], [`blocked`]: the leader's queue of evaluations and the evals
 //!   waiting for capacity.
-//! - [`plan_apply`]: verifying a plan against the newest state (the applier's pure core).
 //! - [`pipeline`]: the broker and blocked evals switched by leadership and fed by the state.
-//! - [`plan_queue`]: the plan queue and the plan applier.
+//! - [`plan`]: the plan queue and the plan applier.
 //! - [`reapers`]: failed, cancelable and duplicate blocked evals written back by the leader.
 //! - [`heartbeat`]: the leader's heartbeat timers (nodes that go silent are marked down).
-//! - [`endpoints`]: the RPC handlers.
+//! - [`endpoints`]: the service calls' server side (served here, or forwarded to the
+//!   leader), and the handler of every RPC request.
 //! - [`worker`]: the scheduler workers and their pool.
 
-pub mod blocked_evals;
+pub mod blocked;
+pub mod broker;
+pub mod config;
 pub mod endpoints;
-pub mod eval_broker;
+pub mod evals;
 pub mod formation;
 pub mod heartbeat;
 pub mod leader;
+pub mod leader_service;
 pub mod pipeline;
-pub mod plan_apply;
-pub mod plan_queue;
+pub mod plan;
 pub mod raft;
 pub mod reapers;
 pub mod worker;
@@ -44,9 +48,9 @@ use teamster_storage::raft_types::{ServerAddr, ServerId};
 use tokio_util::sync::CancellationToken;
 use tracing::info;
 
-use crate::agent::config::AgentConfig;
 use crate::rpc::{Pool, RpcConfig, RpcServer};
-use crate::util::SharedClock;
+use crate::server::config::ServerConfig;
+use crate::util::{RngSource, SharedClock};
 use formation::Discovered;
 use leader::LeadershipState;
 use raft::RaftNode;
@@ -81,7 +85,7 @@ pub enum ServerError {
     Workers(#[from] worker::WorkerError),
     /// The eval broker or blocked-evals settings are invalid.
     #[error(transparent)]
-    Broker(#[from] eval_broker::BrokerError),
+    Broker(#[from] broker::BrokerError),
 }
 
 /// A running server role.
@@ -90,91 +94,129 @@ pub struct Server {
     rpc: RpcServer,
     leadership: LeadershipState,
     workers: Arc<worker::pool::WorkerPool>,
-    leader_side: endpoints::eval::LeaderSide,
-    handler: endpoints::ServerRpc,
+    endpoints: endpoints::Endpoints,
     shutdown: CancellationToken,
     tasks: Vec<tokio::task::JoinHandle<()>>,
 }
 
+/// Where a server role runs: everything it needs from the agent besides its `[server]`
+/// section.
+#[derive(Clone)]
+pub struct ServerSetup {
+    /// The agent's name (the raft address book's `name`).
+    pub name: String,
+    /// Where the RPC listener binds (port 0: any free port).
+    pub rpc_bind: SocketAddr,
+    /// The agent's data directory; the server keeps its state under `<data_dir>/server`.
+    pub data_dir: PathBuf,
+    /// The address other agents reach this one at.
+    pub advertise: IpAddr,
+    /// The bound HTTP listener (for the address book).
+    pub http_addr: SocketAddr,
+    /// The wall clock for stamps.
+    pub clock: SharedClock,
+    /// The randomness seam: server id, tokens, eval ids, jitter.
+    pub rng: RngSource,
+}
+
 impl Server {
     /// Start the server role: storage under `<data_dir>/server`, the RPC listener, raft,
-    /// formation and the leadership monitor. `advertise` is the address others reach this
-    /// agent at; `http_addr` the bound HTTP listener (for the address book).
-    pub async fn start(
-        config: &AgentConfig,
-        data_dir: &Path,
-        advertise: IpAddr,
-        http_addr: SocketAddr,
-        clock: SharedClock,
-    ) -> Result<Server, ServerError> {
+    /// formation, the scheduler workers and the leadership monitor with its duties.
+    pub async fn start(config: &ServerConfig, setup: ServerSetup) -> Result<Server, ServerError> {
+        let ServerSetup {
+            name,
+            rpc_bind,
+            data_dir,
+            advertise,
+            http_addr,
+            clock,
+            rng,
+        } = setup;
         let dir = data_dir.join("server");
         std::fs::create_dir_all(&dir).map_err(|source| ServerError::Io {
             path: dir.clone(),
             source,
         })?;
-        let id = load_or_create_server_id(&dir)?;
+        let id = load_or_create_server_id(&dir, &rng)?;
         let discovered = Discovered::default();
         let handler = endpoints::ServerRpc::new(discovered.clone());
         let rpc = RpcServer::bind(
-            config.rpc_bind(),
+            rpc_bind,
             id,
             Arc::new(handler.clone()),
             RpcConfig::default(),
         )
         .await?;
         let addr = ServerAddr {
-            name: config.name.clone(),
+            name,
             rpc_addr: SocketAddr::new(advertise, rpc.local_addr().port()).to_string(),
             http_addr: SocketAddr::new(advertise, http_addr.port()).to_string(),
         };
         let pool = Pool::new(id, RpcConfig::default())?;
-        let node = RaftNode::start(id, addr, &dir, &config.server, pool).await?;
+        let node = RaftNode::start(id, addr, &dir, config, pool, rng.next_u64()).await?;
         handler.set_node(node.clone());
 
         let shutdown = CancellationToken::new();
         let mut tasks = Vec::new();
         tasks.push(tokio::spawn(formation::run(
             node.clone(),
-            config.server.bootstrap_expect,
-            config.server.join.clone(),
-            config.server.join_retry_interval,
+            config.bootstrap_expect,
+            config.join.clone(),
+            config.join_retry_interval,
             discovered,
             shutdown.clone(),
         )));
-        // Scheduler workers on every server; on the leader the first duty pauses 3/4 of them.
+        // The leader's subsystems (enabled by the leadership monitor) and the service layer
+        // that serves from them.
+        let pipeline = pipeline::EvalPipeline::new(
+            config.eval_broker.clone(),
+            blocked::BlockedEvalsConfig::default(),
+            &rng,
+            clock.clone(),
+        )?;
+        let plans = plan::PlanQueue::new();
+        let heartbeats =
+            heartbeat::Heartbeats::new(node.clone(), config.clone(), clock.clone(), rng.fork());
+        let (leadership, established) = leader::LeadershipState::new();
+        let endpoints = endpoints::Endpoints::new(endpoints::EndpointParts {
+            node: node.clone(),
+            pipeline: pipeline.clone(),
+            plans: plans.clone(),
+            leadership: leadership.clone(),
+            heartbeats: heartbeats.clone(),
+            clock: clock.clone(),
+            rng: rng.child(),
+            hold: config.rpc_hold_timeout,
+        });
+        handler.set_endpoints(endpoints.clone());
+        // Scheduler workers on every server call the service layer in process; on the leader
+        // the first duty pauses 3/4 of them.
         let workers = worker::pool::WorkerPool::start(
             Arc::new(worker::WorkerContext {
-                backend: Arc::new(worker::backend::ServerRpcBackend::new(
-                    handler.clone(),
-                    node.clone(),
-                )),
+                backend: Arc::new(endpoints.clone()),
                 state: node.state().clone(),
                 clock: clock.clone(),
-                config: config.server.workers.clone(),
-                raft_sync_limit: config.server.raft_sync_limit,
+                rng: rng.child(),
+                config: config.workers.clone(),
+                raft_sync_limit: config.raft_sync_limit,
                 settings: crate::scheduler::SchedulerSettings::default(),
                 schedulers: Arc::new(worker::PlacementSchedulers),
                 shutdown: shutdown.clone(),
             }),
             worker::pool::PoolConfig {
-                num_schedulers: config.server.num_schedulers,
-                enabled_schedulers: config.server.enabled_schedulers.clone(),
+                num_schedulers: config.num_schedulers,
+                enabled_schedulers: config.enabled_schedulers.clone(),
             },
         )?;
-        // Leader duties in establishing order (ARCHITECTURE.md §4); revoked in reverse.
-        // (Pausing workers goes first, heartbeat timers last.)
-        let pipeline = pipeline::EvalPipeline::new(
-            config.server.eval_broker.broker_config(),
-            blocked_evals::BlockedEvalsConfig::default(),
-        )?;
-        let plans = plan_queue::PlanQueue::new();
-        let mut duties: Vec<Arc<dyn leader::LeaderDuty>> = vec![
+        // Leader duties in establishing order (ARCHITECTURE.md §4); revoked in reverse:
+        // pausing workers first, heartbeat timers last.
+        let duties: Vec<Arc<dyn leader::LeaderDuty>> = vec![
             Arc::new(worker::pool::PauseWorkersDuty::new(workers.clone())),
-            Arc::new(plan_queue::PlanQueueDuty::new(
+            Arc::new(plan::PlanQueueDuty::new(
                 node.clone(),
-                plans.clone(),
+                plans,
                 clock.clone(),
-                config.server.eval_broker.applier_config(),
+                config.eval_broker.clone(),
             )),
             Arc::new(pipeline::BrokerDuty::new(
                 pipeline.clone(),
@@ -182,36 +224,26 @@ impl Server {
             )),
             Arc::new(reapers::ReapersDuty::new(
                 node.clone(),
-                pipeline.clone(),
+                pipeline,
                 clock.clone(),
+                rng.child(),
             )),
-            Arc::new(worker::core::CoreGcDuty::new(
+            Arc::new(worker::gc::CoreGcDuty::new(
                 node.clone(),
                 clock.clone(),
-                config.server.workers.core_gc_interval,
+                rng.child(),
+                config.workers.core_gc_interval,
             )),
+            Arc::new(heartbeats),
         ];
-        // Heartbeat timers start last (ARCHITECTURE.md §4, step 5).
-        let heartbeats = heartbeat::Heartbeats::new(
+        tasks.push(leader::spawn(
             node.clone(),
-            heartbeat::HeartbeatConfig::from(&config.server),
-            clock.clone(),
-        );
-        handler.set_node_endpoints(endpoints::node::NodeEndpoints::new(
-            node.clone(),
-            heartbeats.clone(),
-            clock.clone(),
+            duties,
+            clock,
+            rng.child(),
+            established,
+            shutdown.clone(),
         ));
-        duties.push(Arc::new(heartbeats));
-        let (leadership, leader_task) =
-            leader::spawn(node.clone(), duties, clock, shutdown.clone());
-        tasks.push(leader_task);
-        let leader_side = endpoints::eval::LeaderSide {
-            pipeline,
-            plans,
-            leadership: leadership.clone(),
-        };
-        handler.set_leader_side(leader_side.clone());
         tasks.push(tokio::spawn(export_raft_metrics(
             node.clone(),
             shutdown.clone(),
@@ -222,8 +254,7 @@ impl Server {
             rpc,
             leadership,
             workers,
-            leader_side,
-            handler,
+            endpoints,
             shutdown,
             tasks,
         })
@@ -244,15 +275,9 @@ impl Server {
         &self.workers
     }
 
-    /// The eval broker, blocked evals and plan queue (enabled while this server leads).
-    pub fn leader_side(&self) -> &endpoints::eval::LeaderSide {
-        &self.leader_side
-    }
-
-    /// The RPC handler for in-process calls (scheduler workers): call
-    /// `handler.handle(RequestContext::local(node.id()), request)`.
-    pub fn rpc_handler(&self) -> &endpoints::ServerRpc {
-        &self.handler
+    /// The service layer: every call the server accepts (the HTTP API calls it in process).
+    pub fn endpoints(&self) -> &endpoints::Endpoints {
+        &self.endpoints
     }
 
     /// Stop formation, revoke leadership, stop the workers (nacking what they hold), the RPC
@@ -271,7 +296,7 @@ impl Server {
 
 /// The raft id of the server owning `dir`: read from `dir/server-id`, or chosen at random and
 /// written (durably) on first start.
-fn load_or_create_server_id(dir: &Path) -> Result<ServerId, ServerError> {
+fn load_or_create_server_id(dir: &Path, rng: &RngSource) -> Result<ServerId, ServerError> {
     let path = dir.join("server-id");
     match std::fs::read_to_string(&path) {
         Ok(text) => match text.trim().parse::<ServerId>() {
@@ -284,7 +309,7 @@ fn load_or_create_server_id(dir: &Path) -> Result<ServerId, ServerError> {
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
             // Keep ids within 2^53 so they survive JSON tooling that reads numbers as doubles.
             let id = loop {
-                let id = rand::random::<u64>() & ((1 << 53) - 1);
+                let id = rng.next_u64() & ((1 << 53) - 1);
                 if id != 0 {
                     break id;
                 }
@@ -350,14 +375,14 @@ async fn export_raft_metrics(node: Arc<RaftNode>, shutdown: CancellationToken) {
 }
 
 #[cfg(test)]
-mod tests {
+mod server_id_tests {
     use super::*;
 
     #[test]
     fn the_server_id_is_stable_across_starts() {
         let dir = tempfile::tempdir().unwrap();
-        let a = load_or_create_server_id(dir.path()).unwrap();
-        let b = load_or_create_server_id(dir.path()).unwrap();
+        let a = load_or_create_server_id(dir.path(), &RngSource::seeded(3)).unwrap();
+        let b = load_or_create_server_id(dir.path(), &RngSource::seeded(3)).unwrap();
         assert_eq!(a, b);
         assert!(a != 0 && a < (1 << 53));
     }
@@ -366,9 +391,12 @@ mod tests {
     fn a_corrupt_server_id_is_refused_not_replaced() {
         let dir = tempfile::tempdir().unwrap();
         std::fs::write(dir.path().join("server-id"), "banana").unwrap();
-        let e = load_or_create_server_id(dir.path())
+        let e = load_or_create_server_id(dir.path(), &RngSource::seeded(3))
             .unwrap_err()
             .to_string();
         assert!(e.contains("not a server id"), "{e}");
     }
 }
+
+#[cfg(test)]
+mod tests;

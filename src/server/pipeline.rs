@@ -14,18 +14,22 @@
 //!
 //! [`BrokerDuty`] is the [`LeaderDuty`] for it: `establish` enables both, restores from a
 //! snapshot taken together with the subscription (so no change falls between them) and
-//! starts the feeder; `revoke` stops the feeder and disables (flushes) both, blocked evals
-//! first. The scheduler configuration's `PauseEvalBroker` keeps both disabled on the leader;
-//! turning it off at run time enables them and restores from a fresh snapshot. The missed-unblock check lives in the tracker: every unblock records its raft index,
-//! and a blocked eval whose `SnapshotIndex` is older than a matching unblock goes straight back
-//! to the broker.
+//! starts the feeder (on a [`LeaderService`]); `revoke` stops the feeder and disables
+//! (flushes) both, blocked evals first. The scheduler configuration's `PauseEvalBroker` keeps
+//! both disabled on the leader; turning it off at run time enables them and restores from a
+//! fresh snapshot. The missed-unblock check lives in the tracker: every unblock records its
+//! raft index, and a blocked eval whose `SnapshotIndex` is older than a matching unblock goes
+//! straight back to the broker.
 //!
 //! A blocked eval that is also outstanding in the broker (released, being processed by a
 //! worker) is not re-tracked when the worker writes it: the worker either reblocks it with its
 //! token (`Eval.Reblock`) or completes it.
+//!
+//! May import: the bottom of `server` (`config`, `leader`, `leader_service`), `util`, and the
+//! two subsystems it switches (`broker`, `blocked`); never `reapers`, `endpoints` or
+//! `worker`.
 
-use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::sync::Arc;
 
 use futures::future::BoxFuture;
 use teamster_storage::model::{EvalStatus, Evaluation};
@@ -35,99 +39,12 @@ use teamster_storage::state::{
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn, Instrument};
 
-use crate::server::blocked_evals::{BlockedEvals, BlockedEvalsConfig};
-use crate::server::eval_broker::{BrokerError, EvalBroker, EvalBrokerConfig};
+use crate::server::blocked::{BlockedEvals, BlockedEvalsConfig};
+use crate::server::broker::{BrokerError, EvalBroker};
+use crate::server::config::EvalBrokerConfig;
 use crate::server::leader::LeaderDuty;
-
-/// The leader pipeline's settings in the agent configuration (`[server.eval_broker]`).
-/// Defaults are Nomad's; tests shrink the delays.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-#[serde(default, deny_unknown_fields)]
-pub struct EvalBrokerSettings {
-    /// An unacked delivery is nacked after this (60 s).
-    #[serde(with = "crate::agent::config::duration_str")]
-    pub nack_timeout: Duration,
-    /// Deliveries before an eval is marked failed (3).
-    pub delivery_limit: u32,
-    /// Re-enqueue delay after the first nack (1 s).
-    #[serde(with = "crate::agent::config::duration_str")]
-    pub nack_initial_reenqueue_delay: Duration,
-    /// Compounding re-enqueue delay after later nacks (20 s).
-    #[serde(with = "crate::agent::config::duration_str")]
-    pub nack_subsequent_reenqueue_delay: Duration,
-    /// Fixed part of a failed eval's follow-up delay (1 min).
-    #[serde(with = "crate::agent::config::duration_str")]
-    pub failed_followup_baseline_delay: Duration,
-    /// Random part of that delay (5 min).
-    #[serde(with = "crate::agent::config::duration_str")]
-    pub failed_followup_delay_range: Duration,
-    /// Period of the cancelable-eval sweep (5 s).
-    #[serde(with = "crate::agent::config::duration_str")]
-    pub reap_cancelable_interval: Duration,
-    /// Plans committing at once in the plan applier's pipeline (8).
-    pub plan_apply_pipeline: usize,
-}
-
-impl Default for EvalBrokerSettings {
-    fn default() -> Self {
-        let b = EvalBrokerConfig::default();
-        EvalBrokerSettings {
-            nack_timeout: b.nack_timeout,
-            delivery_limit: b.delivery_limit,
-            nack_initial_reenqueue_delay: b.initial_nack_delay,
-            nack_subsequent_reenqueue_delay: b.subsequent_nack_delay,
-            failed_followup_baseline_delay: b.failed_followup_baseline_delay,
-            failed_followup_delay_range: b.failed_followup_delay_range,
-            reap_cancelable_interval: b.reap_cancelable_interval,
-            plan_apply_pipeline: crate::server::plan_queue::PlanApplierConfig::default()
-                .max_in_flight,
-        }
-    }
-}
-
-impl EvalBrokerSettings {
-    /// The broker configuration these settings describe.
-    pub fn broker_config(&self) -> EvalBrokerConfig {
-        EvalBrokerConfig {
-            nack_timeout: self.nack_timeout,
-            delivery_limit: self.delivery_limit,
-            initial_nack_delay: self.nack_initial_reenqueue_delay,
-            subsequent_nack_delay: self.nack_subsequent_reenqueue_delay,
-            failed_followup_baseline_delay: self.failed_followup_baseline_delay,
-            failed_followup_delay_range: self.failed_followup_delay_range,
-            reap_cancelable_interval: self.reap_cancelable_interval,
-            ..EvalBrokerConfig::default()
-        }
-    }
-
-    /// The plan applier configuration.
-    pub fn applier_config(&self) -> crate::server::plan_queue::PlanApplierConfig {
-        crate::server::plan_queue::PlanApplierConfig {
-            max_in_flight: self.plan_apply_pipeline,
-            ..Default::default()
-        }
-    }
-
-    /// Checks every value; the error names the key (`server.eval_broker.…`).
-    pub fn validate(&self) -> Result<(), (&'static str, String)> {
-        if let Err(BrokerError::InvalidConfig { field, reason }) = self.broker_config().validate() {
-            let key = match field {
-                "nack_timeout" => "server.eval_broker.nack_timeout",
-                "delivery_limit" => "server.eval_broker.delivery_limit",
-                "reap_cancelable_interval" => "server.eval_broker.reap_cancelable_interval",
-                _ => "server.eval_broker",
-            };
-            return Err((key, reason.to_string()));
-        }
-        if self.plan_apply_pipeline == 0 || self.plan_apply_pipeline > 64 {
-            return Err((
-                "server.eval_broker.plan_apply_pipeline",
-                format!("must be between 1 and 64, got {}", self.plan_apply_pipeline),
-            ));
-        }
-        Ok(())
-    }
-}
+use crate::server::leader_service::LeaderService;
+use crate::util::{RngSource, SharedClock};
 
 /// The broker and the tracker of one server (disabled on followers).
 #[derive(Debug, Clone)]
@@ -141,8 +58,10 @@ impl EvalPipeline {
     pub fn new(
         broker: EvalBrokerConfig,
         blocked: BlockedEvalsConfig,
+        rng: &RngSource,
+        clock: SharedClock,
     ) -> Result<EvalPipeline, BrokerError> {
-        let broker = EvalBroker::new(broker)?;
+        let broker = EvalBroker::new(broker, rng.fork(), clock)?;
         let blocked = BlockedEvals::new(broker.clone(), blocked)?;
         Ok(EvalPipeline { broker, blocked })
     }
@@ -271,7 +190,8 @@ enum Routed {
 pub struct BrokerDuty {
     pipeline: EvalPipeline,
     state: StateStore,
-    feeder: Mutex<Option<(CancellationToken, tokio::task::JoinHandle<()>)>>,
+    /// The feeder task, running while this server leads.
+    feeder: LeaderService,
 }
 
 impl BrokerDuty {
@@ -280,15 +200,8 @@ impl BrokerDuty {
         BrokerDuty {
             pipeline,
             state,
-            feeder: Mutex::new(None),
+            feeder: LeaderService::new(),
         }
-    }
-
-    fn take_feeder(&self) -> Option<(CancellationToken, tokio::task::JoinHandle<()>)> {
-        self.feeder
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .take()
     }
 }
 
@@ -299,10 +212,7 @@ impl LeaderDuty for BrokerDuty {
 
     fn establish(&self) -> BoxFuture<'_, Result<(), String>> {
         Box::pin(async move {
-            if let Some((cancel, task)) = self.take_feeder() {
-                cancel.cancel();
-                let _ = task.await;
-            }
+            self.feeder.stop().await;
             let (snapshot, subscription) = self.state.subscribe_with_snapshot();
             if snapshot.scheduler_config().pause_eval_broker {
                 info!("the eval broker is paused by the scheduler configuration");
@@ -316,31 +226,21 @@ impl LeaderDuty for BrokerDuty {
                     "restored evaluations"
                 );
             }
-            let cancel = CancellationToken::new();
-            let task = tokio::spawn(
-                feed(
-                    self.pipeline.clone(),
-                    self.state.clone(),
-                    subscription,
-                    snapshot.latest_index(),
-                    cancel.clone(),
-                )
-                .instrument(tracing::info_span!("eval_feeder")),
-            );
-            *self
-                .feeder
-                .lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner) = Some((cancel, task));
+            let (pipeline, state) = (self.pipeline.clone(), self.state.clone());
+            let floor = snapshot.latest_index();
+            self.feeder.start(|set| {
+                set.spawn(|stop| {
+                    feed(pipeline, state, subscription, floor, stop)
+                        .instrument(tracing::info_span!("eval_feeder"))
+                })
+            });
             Ok(())
         })
     }
 
     fn revoke(&self) -> BoxFuture<'_, ()> {
         Box::pin(async move {
-            if let Some((cancel, task)) = self.take_feeder() {
-                cancel.cancel();
-                let _ = task.await;
-            }
+            self.feeder.stop().await;
             self.pipeline.set_enabled(false);
         })
     }
@@ -404,6 +304,7 @@ mod tests {
     use teamster_storage::model::{EvalId, JobId, JobType};
 
     use super::*;
+    use std::time::Duration;
 
     fn eval(id: &str, job: &str, status: EvalStatus) -> Evaluation {
         Evaluation {
@@ -425,6 +326,8 @@ mod tests {
         EvalPipeline::new(
             EvalBrokerConfig::for_tests(),
             BlockedEvalsConfig::for_tests(),
+            &RngSource::seeded(1),
+            crate::util::system_clock(),
         )
         .unwrap()
     }

@@ -1,14 +1,14 @@
 //! The raft node: openraft wired to the sled log store, the state machine over the state
 //! store, and the RPC network; its timing profile from the server config; writes batched
-//! into entries on the leader and forwarded from followers; membership changes.
+//! into entries on the leader; consistent reads; membership changes.
 //!
 //! ```text
-//!  write(cmd) ─▶ leader? ── yes ─▶ WriteBatcher ─▶ raft.client_write(Batch[…]) ─▶ Applied
-//!                   └──── no ──▶ Pool::client_write(leader) ─▶ leader's write_local
+//!  write_local(cmd) ─▶ leader? ── yes ─▶ WriteBatcher ─▶ raft.client_write(Batch[…]) ─▶ Applied
+//!                         └──── no ──▶ NotLeader { leader }
 //! ```
 //!
-//! A forwarded write is answered by the leader's own batcher and is never forwarded again,
-//! so a stale leader hint costs one `NotLeader` answer, not a loop.
+//! Only the leader writes. Requests that must reach it are forwarded whole, typed, by the
+//! service layer (`server::endpoints`), never as raw commands.
 
 use std::collections::BTreeSet;
 use std::path::Path;
@@ -24,8 +24,8 @@ use teamster_storage::state::StateStore;
 use tokio::time::Instant;
 use tracing::{info, warn};
 
-use crate::agent::config::{RaftTiming, ServerConfig};
-use crate::rpc::{NetworkFactory, Pool, RpcError};
+use crate::rpc::{NetworkFactory, Pool, RpcError, ServiceError};
+use crate::server::config::{RaftTiming, ServerConfig};
 use crate::server::write_batcher::{
     Applied, BatcherConfig, Propose, ProposeFuture, WriteBatcher, WriteError,
 };
@@ -95,9 +95,6 @@ pub struct MembershipView {
     pub servers: Vec<(ServerId, ServerAddr, bool)>,
 }
 
-/// How long a failed forward waits for a new leader before it is sent again.
-const FORWARD_RETRY_PAUSE: Duration = Duration::from_millis(250);
-
 /// A running raft node.
 pub struct RaftNode {
     id: ServerId,
@@ -137,19 +134,24 @@ impl Propose for RaftProposer {
 }
 
 impl RaftNode {
-    /// Open the storage under `dir` and start raft as `id`, reachable at `addr`.
+    /// Open the storage under `dir` and start raft as `id`, reachable at `addr`; `instance`
+    /// (a random number drawn at each start) tells this start's snapshots apart.
     pub async fn start(
         id: ServerId,
         addr: ServerAddr,
         dir: &Path,
         config: &ServerConfig,
         pool: Pool,
+        instance: u64,
     ) -> Result<Arc<RaftNode>, RaftNodeError> {
         let state = StateStore::new();
         let (log_store, state_machine) = teamster_storage::open(
             dir,
             state.clone(),
-            &teamster_storage::StorageConfig::default(),
+            &teamster_storage::StorageConfig {
+                instance,
+                ..teamster_storage::StorageConfig::default()
+            },
         )
         .map_err(|e| RaftNodeError::Storage {
             dir: dir.display().to_string(),
@@ -240,7 +242,7 @@ impl RaftNode {
     }
 
     /// Wait up to `timeout` until the leader is someone other than `stale`.
-    async fn wait_leader_change(&self, stale: Option<ServerId>, deadline: Instant) {
+    pub(crate) async fn wait_leader_change(&self, stale: Option<ServerId>, deadline: Instant) {
         let mut rx = self.raft.server_metrics();
         loop {
             let now = rx.borrow_and_update().current_leader;
@@ -256,69 +258,9 @@ impl RaftNode {
         }
     }
 
-    /// Commit `cmd` through the leader: batched here when this server leads, forwarded
-    /// otherwise. Waits up to the hold timeout for a leader.
-    pub async fn write(&self, cmd: Command) -> Result<Applied, WriteError> {
-        let deadline = Instant::now() + self.hold;
-        loop {
-            let leader = match self.leader() {
-                Some(l) => l,
-                None => {
-                    if self
-                        .wait_leader(deadline.saturating_duration_since(Instant::now()))
-                        .await
-                        .is_none()
-                    {
-                        return Err(WriteError::NoLeader);
-                    }
-                    continue;
-                }
-            };
-            // A forward the leader could not take (it died, or is restarting and does not
-            // serve writes yet) is retried within the hold timeout, like Nomad's RPC
-            // forwarding: re-resolve the leader and send again. Commands are idempotent
-            // upserts or create their own fresh IDs, so a retry after a lost answer adds at
-            // most a duplicate evaluation.
-            let mut retry_forward = false;
-            let outcome = if leader.0 == self.id {
-                self.batcher.write(cmd.clone()).await
-            } else {
-                let timeout = deadline
-                    .saturating_duration_since(Instant::now())
-                    .max(Duration::from_secs(1));
-                self.pool
-                    .client_write(leader.0, &leader.1.rpc_addr, cmd.clone(), timeout)
-                    .await
-                    .map(|(index, response)| Applied { index, response })
-                    .map_err(|e| match e {
-                        RpcError::NotLeader { leader } => WriteError::NotLeader { leader },
-                        e => {
-                            retry_forward = matches!(
-                                e,
-                                RpcError::Unreachable { .. } | RpcError::Unsupported { .. }
-                            );
-                            WriteError::Forward(e.to_string())
-                        }
-                    })
-            };
-            match outcome {
-                // Nothing was applied: safe to try again once the leader moved.
-                Err(WriteError::NotLeader { .. }) if Instant::now() < deadline => {
-                    self.wait_leader_change(Some(leader.0), deadline).await;
-                }
-                Err(WriteError::NotLeader { .. }) => return Err(WriteError::NoLeader),
-                Err(WriteError::Forward(e)) if retry_forward && Instant::now() < deadline => {
-                    tracing::debug!(leader = leader.0, error = %e, "forward failed, retrying");
-                    let pause = (Instant::now() + FORWARD_RETRY_PAUSE).min(deadline);
-                    self.wait_leader_change(Some(leader.0), pause).await;
-                }
-                other => return other,
-            }
-        }
-    }
-
-    /// Commit `cmd` on this server as the leader; never forwards (the target of forwarded
-    /// writes).
+    /// Commit `cmd` on this server as the leader (batched with concurrent writes into one
+    /// entry); never forwards: a call that must reach the leader is forwarded whole by the
+    /// service layer.
     pub async fn write_local(&self, cmd: Command) -> Result<Applied, WriteError> {
         if !self.is_leader() {
             return Err(WriteError::NotLeader {
@@ -379,8 +321,9 @@ impl RaftNode {
                     .await
                 {
                     Ok(crate::rpc::RpcResponse::ReadIndex(r)) => r.map_err(|e| match e {
-                        RpcError::NotLeader { leader } => RaftNodeError::NotLeader { leader },
-                        e => RaftNodeError::Rpc(e),
+                        ServiceError::NotLeader { leader } => RaftNodeError::NotLeader { leader },
+                        ServiceError::NoLeader => RaftNodeError::NoLeader,
+                        e => RaftNodeError::Raft(e.to_string()),
                     }),
                     Ok(other) => Err(RaftNodeError::Rpc(other.unexpected("Status.ReadIndex"))),
                     Err(e) => Err(RaftNodeError::Rpc(e)),
@@ -421,6 +364,18 @@ impl RaftNode {
             index: stored.log_id().map_or(0, |l| l.index),
             servers,
         }
+    }
+
+    /// Whether `id` is a member (voter or learner) of the current membership; cheaper than
+    /// [`RaftNode::membership`], which copies every address.
+    pub fn is_member(&self, id: ServerId) -> bool {
+        self.raft
+            .server_metrics()
+            .borrow()
+            .membership_config
+            .membership()
+            .get_node(&id)
+            .is_some()
     }
 
     /// Whether this server has a membership (belongs to a cluster).

@@ -48,9 +48,6 @@ pub enum WriteError {
     /// Raft failed or is shutting down; the write may or may not have been committed.
     #[error("raft error: {0}")]
     Raft(String),
-    /// The write was forwarded to the leader and the call failed.
-    #[error("forwarding to the leader failed: {0}")]
-    Forward(String),
     /// The batcher is shutting down.
     #[error("the server is shutting down")]
     ShuttingDown,

@@ -21,6 +21,10 @@ const RAFT_DIR: &str = "raft";
 pub struct StorageConfig {
     /// The sled database behind the raft log.
     pub log: LogStoreConfig,
+    /// A number that differs between starts of the same server (the server draws it from
+    /// its randomness seam); it goes into snapshot ids, so two starts never name different
+    /// snapshots alike. The storage reads no clock and draws no randomness of its own.
+    pub instance: u64,
 }
 
 impl StorageConfig {
@@ -63,6 +67,6 @@ pub fn open(
         source,
     })?;
     let log = LogStore::open(&data_dir.join(RAFT_DIR), &config.log)?;
-    let machine = StateMachine::open(data_dir, state)?;
+    let machine = StateMachine::open(data_dir, state, config.instance)?;
     Ok((log, machine))
 }

@@ -21,7 +21,6 @@ use std::io::{self, Cursor, Read, Write};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
-use std::time::{SystemTime, UNIX_EPOCH};
 
 use openraft::storage::{RaftStateMachine, Snapshot};
 use openraft::{EntryPayload, RaftSnapshotBuilder, SnapshotMeta, StorageIOError};
@@ -255,9 +254,10 @@ impl std::fmt::Debug for StateMachine {
 impl StateMachine {
     /// Opens the snapshot directory under `dir` and, if it holds a snapshot, loads the
     /// newest into `state` (replacing whatever it held). Leftover temporary files and older
-    /// snapshots are removed.
+    /// snapshots are removed. `nonce` (different at every start) goes into the ids of the
+    /// snapshots it builds.
     #[tracing::instrument(level = "info", skip(state), fields(dir = %dir.display()))]
-    pub fn open(dir: &Path, state: StateStore) -> Result<Self, SnapshotStoreError> {
+    pub fn open(dir: &Path, state: StateStore, nonce: u64) -> Result<Self, SnapshotStoreError> {
         let snapshot_dir = dir.join(SNAPSHOT_DIR);
         fs::create_dir_all(&snapshot_dir).map_err(io_err("creating", &snapshot_dir))?;
         let mut found: Vec<(u64, PathBuf)> = Vec::new();
@@ -289,9 +289,6 @@ impl StateMachine {
             }
         }
         let next_seq = found.iter().map(|(s, _)| s + 1).max().unwrap_or(0);
-        let nonce = SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .map_or(0, |d| d.as_nanos() as u64);
         let mut machine = Self {
             state,
             last_applied: None,

@@ -16,13 +16,11 @@ use std::time::{Duration, Instant};
 
 use anyhow::Context;
 use serde_json::Value;
-use teamster::agent::config::ClientConfig;
+use teamster::client::config::ClientConfig;
 use teamster::client::fingerprint::{self, Machine};
 use teamster::client::servers::Servers;
-use teamster::rpc::node_api::{
-    NodeHeartbeatResponse, NodeRegisterRequest, NodeUpdateStatusRequest,
-};
-use teamster::rpc::{Pool, RpcConfig, RpcError, RpcRequest, RpcResponse};
+use teamster::rpc::service::node::{NodeRegisterRequest, NodeUpdateStatusRequest};
+use teamster::rpc::{Pool, RpcConfig, Services};
 use teamster_cluster_tests::process::{ClusterOptions, ProcessCluster};
 use teamster_storage::model::NodeStatus;
 
@@ -54,13 +52,6 @@ fn parse_args() -> anyhow::Result<Args> {
         }
     }
     Ok(a)
-}
-
-fn answer(r: RpcResponse) -> Option<Result<NodeHeartbeatResponse, RpcError>> {
-    match r {
-        RpcResponse::NodeRegister(r) | RpcResponse::NodeUpdateStatus(r) => Some(r),
-        _ => None,
-    }
 }
 
 /// CPU seconds (user + system) and resident MiB of `pid`.
@@ -132,9 +123,8 @@ async fn main() -> anyhow::Result<()> {
         );
         tasks.push(tokio::spawn(async move {
             let mut ttl = loop {
-                let req =
-                    RpcRequest::NodeRegister(Box::new(NodeRegisterRequest { node: node.clone() }));
-                match servers.call(req, Duration::from_secs(30), answer).await {
+                let req = Box::new(NodeRegisterRequest { node: node.clone() });
+                match servers.node_register(req).await {
                     Ok(r) => break Duration::from_millis(r.heartbeat_ttl_ms),
                     Err(_) => tokio::time::sleep(Duration::from_secs(1)).await,
                 }
@@ -142,11 +132,11 @@ async fn main() -> anyhow::Result<()> {
             registered.fetch_add(1, Ordering::Relaxed);
             loop {
                 tokio::time::sleep(ttl).await;
-                let req = RpcRequest::NodeUpdateStatus(NodeUpdateStatusRequest {
+                let req = NodeUpdateStatusRequest {
                     node_id: node.id.clone(),
                     status: NodeStatus::Ready,
-                });
-                match servers.call(req, Duration::from_secs(10), answer).await {
+                };
+                match servers.node_update_status(req).await {
                     Ok(r) => {
                         ok.fetch_add(1, Ordering::Relaxed);
                         ttl = Duration::from_millis(r.heartbeat_ttl_ms.max(100));

@@ -72,7 +72,7 @@ async fn main() -> anyhow::Result<()> {
     let node_ids: Vec<NodeId> = nodes.iter().map(|n| n.id.clone()).collect();
     for chunk in nodes.chunks(500) {
         let writes = chunk.iter().map(|n| {
-            node.write(Command::NodeRegister(NodeRegister {
+            node.write_local(Command::NodeRegister(NodeRegister {
                 node: n.clone(),
                 evals: Vec::new(),
             }))
@@ -86,7 +86,7 @@ async fn main() -> anyhow::Result<()> {
     let mut jobs = Vec::new();
     for p in 0..total_plans {
         let job = mock_job(&format!("bench-{p}"), PLAN_ALLOCS as u32);
-        node.write(Command::JobRegister(JobRegister {
+        node.write_local(Command::JobRegister(JobRegister {
             job: job.clone(),
             eval: None,
             enforce_index: None,
@@ -105,7 +105,7 @@ async fn main() -> anyhow::Result<()> {
         started.elapsed().as_secs_f64()
     );
 
-    let plans = server.leader_side().plans.clone();
+    let plans = server.endpoints().plans().clone();
     let mut next_alloc = 0u64;
     for &submitters in &args.submitters {
         let make_plan = |first: u64| {

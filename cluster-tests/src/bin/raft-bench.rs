@@ -117,7 +117,7 @@ async fn main() -> anyhow::Result<()> {
                     let cmd = Command::EvalUpsert(EvalUpsert {
                         evals: vec![eval(w + writers * 1000, n)],
                     });
-                    node.write(cmd).await.expect("write");
+                    node.write_local(cmd).await.expect("write");
                     lat.push(t.elapsed());
                     n += 1;
                     done.fetch_add(1, Ordering::Relaxed);

@@ -28,8 +28,8 @@ use teamster_storage::state::{Snapshot, StateStore};
 use super::*;
 use crate::scheduler::fit::{check_fit, node_capacity};
 use crate::scheduler::harness::{fixture_uuid, mock_node, HARNESS_EPOCH};
+use crate::scheduler::verify::{evaluate_plan, PlanOverlay};
 use crate::scheduler::{new_scheduler, Planner, SchedulerEnv, SchedulerError, SchedulerSettings};
-use crate::server::plan_apply::{evaluate_plan, PlanOverlay};
 
 const WORKERS: usize = 8;
 /// A stuck round fails the test instead of hanging it.

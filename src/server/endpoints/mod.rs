@@ -1,63 +1,358 @@
-//! RPC handlers on the server port: raft traffic handed to openraft, writes forwarded from
-//! followers, cluster formation and operator calls. Leader-only calls arriving at a follower
-//! are forwarded to the leader once (never redirected back to the caller).
+//! The service layer: every write the cluster accepts, and the calls of the scheduler
+//! workers and client agents — `Job.*` ([`job`]), `Node.*` ([`node`]), `Eval.*` ([`eval`]),
+//! `Plan.Submit` ([`plan`]), `Operator.*` ([`operator`]). The HTTP API, the workers (in
+//! process) and the RPC port (client agents, other servers) all call [`Endpoints`] with a
+//! typed [`ServiceRequest`]; only this layer builds raft `Command`s for them.
+//!
+//! Routing follows each call's [`Route`] in the service table ([`crate::rpc::service`]):
+//!
+//! ```text
+//!  call(origin, req) ─▶ Route::Local ─────────────────────────────▶ serve here
+//!                     ─▶ Route::Leader ── leader? ── yes ──────────▶ serve here
+//!                     │                  └─ no: forward the request to the leader, waiting
+//!                     │                     up to rpc_hold_timeout while leadership moves
+//!                     ─▶ Route::LeaderSubsystem ── established? ──▶ serve here
+//!                                          └─ no: forward once, else Disabled
+//! ```
+//!
+//! A call that another server already forwarded is never forwarded again ([`forward`]), so a
+//! stale leader hint costs one `NotLeader` answer, not a loop.
+//!
+//! [`ServerRpc`] is the RPC port's handler: raft traffic goes to openraft, status calls are
+//! answered here, service calls go to [`Endpoints::call`].
+//!
+//! May import: every server part but `worker` and `tests`; `rpc`, `scheduler`, `util`.
 
 pub mod eval;
+pub mod forward;
+pub mod job;
 pub mod node;
+pub mod operator;
 pub mod plan;
-#[cfg(test)]
-mod tests;
 
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use futures::future::BoxFuture;
-use teamster_storage::raft_types::{ServerAddr, ServerId};
+use teamster_storage::fsm::{ApplyError, Command, CommandResponse};
+use teamster_storage::raft_types::ServerId;
 
-use crate::rpc::{RequestContext, RpcError, RpcHandler, RpcRequest, RpcResponse};
+use crate::rpc::service::{Method, Route};
+use crate::rpc::{
+    RequestContext, RpcError, RpcHandler, RpcRequest, RpcResponse, ServiceCaller, ServiceError,
+    ServiceRequest, ServiceResponse,
+};
+use crate::server::blocked::BlockedEvals;
+use crate::server::broker::{BrokerError, EvalBroker};
 use crate::server::formation::{my_info, Discovered};
+use crate::server::heartbeat::Heartbeats;
+use crate::server::leader::LeadershipState;
+use crate::server::pipeline::EvalPipeline;
+use crate::server::plan::{PlanQueue, PlanQueueError};
 use crate::server::raft::{RaftNode, RaftNodeError};
 use crate::server::write_batcher::WriteError;
+use crate::util::{RngSource, SharedClock};
 
-/// How long a membership change forwarded to the leader may take (a joining server catches
-/// up before it is promoted).
-const MEMBERSHIP_TIMEOUT: Duration = Duration::from_secs(60);
-
-/// The server's RPC handler. The raft node is set once it has started; until then every
-/// request is answered `Unsupported`, which callers treat as "not ready, retry".
-#[derive(Clone, Default)]
-pub struct ServerRpc {
-    node: Arc<OnceLock<Arc<RaftNode>>>,
-    discovered: Discovered,
-    leader_side: Arc<OnceLock<eval::LeaderSide>>,
-    nodes: Arc<OnceLock<node::NodeEndpoints>>,
+/// Who made a call, for the forward-once rule.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Origin {
+    /// This server itself: its HTTP API, its scheduler workers.
+    Local,
+    /// Something that is not a raft member: a client agent, a tool, a joining server.
+    Outside,
+    /// Another raft member: the call was forwarded once already.
+    Server(ServerId),
 }
 
-impl ServerRpc {
-    /// A handler whose node is set later with [`ServerRpc::set_node`].
-    pub fn new(discovered: Discovered) -> ServerRpc {
-        ServerRpc {
-            node: Arc::new(OnceLock::new()),
-            discovered,
-            leader_side: Arc::new(OnceLock::new()),
-            nodes: Arc::new(OnceLock::new()),
+impl Origin {
+    /// Whether a call from here may be forwarded to the leader.
+    pub fn may_forward(self) -> bool {
+        !matches!(self, Origin::Server(_))
+    }
+}
+
+/// The service layer of one server: cheap to clone.
+#[derive(Clone)]
+pub struct Endpoints {
+    inner: Arc<EndpointParts>,
+}
+
+/// What the service layer serves from.
+pub struct EndpointParts {
+    /// The raft node.
+    pub node: Arc<RaftNode>,
+    /// The eval broker and blocked evals (enabled while this server leads).
+    pub pipeline: EvalPipeline,
+    /// The plan queue (enabled while this server leads).
+    pub plans: PlanQueue,
+    /// Whether leader duties are established here.
+    pub leadership: LeadershipState,
+    /// The heartbeat timers (running while this server leads).
+    pub heartbeats: Heartbeats,
+    /// Wall-clock stamps.
+    pub clock: SharedClock,
+    /// IDs of the evaluations the layer creates.
+    pub rng: RngSource,
+    /// How long a call waits for a leader (`server.rpc_hold_timeout`).
+    pub hold: Duration,
+}
+
+impl Endpoints {
+    /// The service layer over `parts`.
+    pub fn new(parts: EndpointParts) -> Endpoints {
+        Endpoints {
+            inner: Arc::new(parts),
         }
     }
 
-    /// Start serving the `Node.*` calls with `endpoints`.
-    pub fn set_node_endpoints(&self, endpoints: node::NodeEndpoints) {
-        let _ = self.nodes.set(endpoints);
+    /// The raft node.
+    pub fn node(&self) -> &Arc<RaftNode> {
+        &self.inner.node
     }
 
-    /// Start serving with `node`.
+    /// The eval broker.
+    pub fn broker(&self) -> &EvalBroker {
+        self.inner.pipeline.broker()
+    }
+
+    /// The blocked-evals tracker.
+    pub fn blocked(&self) -> &BlockedEvals {
+        self.inner.pipeline.blocked()
+    }
+
+    /// The plan queue.
+    pub fn plans(&self) -> &PlanQueue {
+        &self.inner.plans
+    }
+
+    /// Whether this server's leader duties are established.
+    pub fn leadership(&self) -> &LeadershipState {
+        &self.inner.leadership
+    }
+
+    pub(crate) fn heartbeats(&self) -> &Heartbeats {
+        &self.inner.heartbeats
+    }
+
+    pub(crate) fn now(&self) -> i64 {
+        self.inner.clock.now_unix_nanos()
+    }
+
+    pub(crate) fn rng(&self) -> &RngSource {
+        &self.inner.rng
+    }
+
+    pub(crate) fn hold(&self) -> Duration {
+        self.inner.hold
+    }
+
+    /// Whether this server serves the leader's subsystems right now.
+    pub fn established(&self) -> bool {
+        self.inner.leadership.is_established() && self.inner.node.is_leader()
+    }
+
+    /// Serve `req` for a caller at `origin`: here, or forwarded to the leader.
+    pub async fn call(
+        &self,
+        origin: Origin,
+        req: ServiceRequest,
+    ) -> Result<ServiceResponse, ServiceError> {
+        let method = req.method();
+        let started = tokio::time::Instant::now();
+        let result = match method.route {
+            Route::Local => self.serve(req).await,
+            Route::LeaderSubsystem if self.established() => self.serve(req).await,
+            Route::LeaderSubsystem if origin.may_forward() => {
+                forward::once(self, req, method).await
+            }
+            Route::LeaderSubsystem => Err(ServiceError::disabled(disabled_reason(method))),
+            Route::Leader if origin.may_forward() => forward::hold(self, req, method).await,
+            Route::Leader if self.inner.node.is_leader() => self.serve(req).await,
+            Route::Leader => Err(ServiceError::NotLeader {
+                leader: self.inner.node.leader(),
+            }),
+        };
+        metrics::histogram!("teamster_service_seconds", "method" => method.name)
+            .record(started.elapsed().as_secs_f64());
+        if let Err(e) = &result {
+            tracing::debug!(method = method.name, error = %e, "service call failed");
+        }
+        result
+    }
+
+    /// Serve `req` on this server, whatever its role (routing is the caller's business).
+    pub(crate) async fn serve(&self, req: ServiceRequest) -> Result<ServiceResponse, ServiceError> {
+        use ServiceRequest as Q;
+        use ServiceResponse as A;
+        Ok(match req {
+            Q::JobRegister(r) => A::JobRegister(job::register(self, *r).await?),
+            Q::JobDeregister(r) => A::JobDeregister(job::deregister(self, r).await?),
+            Q::JobEvaluate(r) => A::JobEvaluate(job::evaluate(self, r).await?),
+            Q::JobBatchDeregister(r) => {
+                A::JobBatchDeregister(job::batch_deregister(self, r).await?)
+            }
+            Q::EvalDequeue(r) => A::EvalDequeue(eval::dequeue(self, r).await?),
+            Q::EvalAck(r) => A::EvalAck(eval::ack(self, r)?),
+            Q::EvalNack(r) => A::EvalNack(eval::nack(self, r)?),
+            Q::EvalUpdate(r) => A::EvalUpdate(eval::update(self, *r).await?),
+            Q::EvalCreate(r) => A::EvalCreate(eval::create(self, *r).await?),
+            Q::EvalReblock(r) => A::EvalReblock(eval::reblock(self, *r)?),
+            Q::EvalReap(r) => A::EvalReap(eval::reap(self, r).await?),
+            Q::PlanSubmit(plan) => A::PlanSubmit(plan::submit(self, *plan).await?),
+            Q::NodeRegister(r) => A::NodeRegister(node::register(self, *r).await?),
+            Q::NodeUpdateStatus(r) => A::NodeUpdateStatus(node::update_status(self, r).await?),
+            Q::NodeUpdateAlloc(r) => A::NodeUpdateAlloc(node::update_alloc(self, r).await?),
+            Q::NodeGetClientAllocs(r) => {
+                A::NodeGetClientAllocs(Box::new(node::get_client_allocs(self, r).await?))
+            }
+            Q::NodeDeregister(r) => A::NodeDeregister(node::deregister(self, r).await?),
+            Q::NodeUpdateEligibility(r) => {
+                A::NodeUpdateEligibility(node::update_eligibility(self, r).await?)
+            }
+            Q::NodeUpdateDrain(r) => A::NodeUpdateDrain(node::update_drain(self, r).await?),
+            Q::OperatorRaftJoin(r) => A::OperatorRaftJoin(operator::raft_join(self, r).await?),
+            Q::OperatorRaftRemovePeer(r) => {
+                A::OperatorRaftRemovePeer(operator::raft_remove_peer(self, r).await?)
+            }
+            Q::OperatorSchedulerSetConfiguration(r) => {
+                A::OperatorSchedulerSetConfiguration(operator::set_scheduler_config(self, r).await?)
+            }
+            Q::OperatorSnapshotRestore(r) => {
+                A::OperatorSnapshotRestore(operator::snapshot_restore(self, r).await?)
+            }
+            Q::OperatorBrokerStats(_) => A::OperatorBrokerStats(operator::broker_stats(self)),
+        })
+    }
+
+    /// Commit `cmd` through raft on this server as the leader: the raft index, or the
+    /// state's refusal as a typed error.
+    pub(crate) async fn write(&self, cmd: Command) -> Result<(u64, CommandResponse), ServiceError> {
+        let applied = self
+            .inner
+            .node
+            .write_local(cmd)
+            .await
+            .map_err(write_error)?;
+        if let Some(e) = first_rejection(&applied.response) {
+            return Err(apply_error(e));
+        }
+        Ok((applied.index, applied.response))
+    }
+}
+
+/// The service layer called in process (the HTTP API, the scheduler workers): calls come
+/// from [`Origin::Local`].
+impl ServiceCaller for Endpoints {
+    fn call(&self, req: ServiceRequest) -> BoxFuture<'_, Result<ServiceResponse, ServiceError>> {
+        Box::pin(Endpoints::call(self, Origin::Local, req))
+    }
+}
+
+/// What a leader subsystem call is told where it cannot be served, in Nomad's words.
+pub(crate) fn disabled_reason(method: Method) -> &'static str {
+    if method.name == "Plan.Submit" {
+        "plan queue is disabled"
+    } else {
+        "eval broker disabled"
+    }
+}
+
+fn first_rejection(resp: &CommandResponse) -> Option<&ApplyError> {
+    match resp {
+        CommandResponse::Rejected(e) => Some(e),
+        CommandResponse::Batch(all) => all.iter().find_map(first_rejection),
+        _ => None,
+    }
+}
+
+/// A raft write's failure as the caller sees it.
+pub fn write_error(e: WriteError) -> ServiceError {
+    match e {
+        WriteError::NotLeader { leader } => ServiceError::NotLeader { leader },
+        WriteError::NoLeader => ServiceError::NoLeader,
+        // The write may have been proposed: never "not served".
+        WriteError::ShuttingDown => {
+            ServiceError::internal(format!("{e}; the write may or may not be committed"))
+        }
+        WriteError::Raft(reason) => ServiceError::internal(format!("raft error: {reason}")),
+    }
+}
+
+/// The state's refusal of a command as the caller sees it.
+pub fn apply_error(e: &ApplyError) -> ServiceError {
+    match e {
+        ApplyError::JobNotFound { job_id, .. } => ServiceError::not_found("job", job_id.as_str()),
+        ApplyError::NodeNotFound { node_id } => ServiceError::not_found("node", node_id.as_str()),
+        ApplyError::EvalNotFound { eval_id } => {
+            ServiceError::not_found("evaluation", eval_id.as_str())
+        }
+        ApplyError::AllocNotFound { alloc_id } => {
+            ServiceError::not_found("allocation", alloc_id.as_str())
+        }
+        ApplyError::InvalidCommand { .. } => ServiceError::invalid("", e.to_string()),
+        other => ServiceError::rejected(other.to_string()),
+    }
+}
+
+/// A raft node failure as the caller sees it.
+pub fn node_error(e: RaftNodeError) -> ServiceError {
+    match e {
+        RaftNodeError::NotLeader { leader } => ServiceError::NotLeader { leader },
+        RaftNodeError::NoLeader => ServiceError::NoLeader,
+        RaftNodeError::Rpc(e) => ServiceError::from(e),
+        RaftNodeError::UnknownPeer(id) => ServiceError::not_found("raft peer", id),
+        other => ServiceError::internal(other.to_string()),
+    }
+}
+
+/// A broker or blocked-evals refusal as the caller sees it.
+pub fn broker_error(e: BrokerError) -> ServiceError {
+    match e {
+        BrokerError::Disabled | BrokerError::BlockedEvalsDisabled => {
+            ServiceError::disabled(e.to_string())
+        }
+        BrokerError::NoSchedulers => ServiceError::invalid("Schedulers", e.to_string()),
+        BrokerError::InvalidConfig(_) => ServiceError::internal(e.to_string()),
+        other => ServiceError::rejected(other.to_string()),
+    }
+}
+
+/// A plan queue refusal as the caller sees it.
+pub fn plan_error(e: PlanQueueError) -> ServiceError {
+    match e {
+        PlanQueueError::Disabled | PlanQueueError::Flushed => ServiceError::disabled(e.to_string()),
+        other => ServiceError::internal(other.to_string()),
+    }
+}
+
+/// The server's handler of the RPC port. The raft node and the service layer are set once
+/// they have started; until then raft traffic is answered `Unsupported` and service calls
+/// `Unavailable`, which callers treat as "not ready, retry".
+#[derive(Clone, Default)]
+pub struct ServerRpc {
+    node: Arc<OnceLock<Arc<RaftNode>>>,
+    endpoints: Arc<OnceLock<Endpoints>>,
+    discovered: Discovered,
+}
+
+impl ServerRpc {
+    /// A handler whose node and service layer are set later.
+    pub fn new(discovered: Discovered) -> ServerRpc {
+        ServerRpc {
+            node: Arc::new(OnceLock::new()),
+            endpoints: Arc::new(OnceLock::new()),
+            discovered,
+        }
+    }
+
+    /// Start serving raft and status calls with `node`.
     pub fn set_node(&self, node: Arc<RaftNode>) {
         let _ = self.node.set(node);
     }
 
-    /// Serve `Eval.*` and `Plan.Submit` from these leader-side subsystems (until set they are
-    /// answered "eval broker disabled" / "plan queue is disabled", or forwarded).
-    pub fn set_leader_side(&self, side: eval::LeaderSide) {
-        let _ = self.leader_side.set(side);
+    /// Start serving service calls with `endpoints`.
+    pub fn set_endpoints(&self, endpoints: Endpoints) {
+        let _ = self.endpoints.set(endpoints);
     }
 }
 
@@ -68,159 +363,65 @@ impl RpcHandler for ServerRpc {
         req: RpcRequest,
     ) -> BoxFuture<'static, Result<RpcResponse, RpcError>> {
         let node = self.node.get().cloned();
+        let endpoints = self.endpoints.get().cloned();
         let discovered = self.discovered.clone();
-        let leader_side = self.leader_side.get().cloned();
-        let nodes = self.nodes.get().cloned();
         Box::pin(async move {
-            if is_node_call(&req) {
-                return match nodes {
-                    Some(n) => n.handle(req).await,
-                    None => Err(RpcError::Unsupported {
-                        kind: req.kind().to_string(),
-                    }),
+            if let RpcRequest::Service(call) = req {
+                let Some(endpoints) = endpoints else {
+                    return Ok(RpcResponse::Service(Err(ServiceError::Unavailable {
+                        reason: "the server is starting".into(),
+                    })));
                 };
+                let origin = match &call {
+                    // A joining server asks any member it knows, possibly one that just
+                    // stopped leading: its own join is forwarded like an outsider's.
+                    ServiceRequest::OperatorRaftJoin(join) if join.id == ctx.from => {
+                        Origin::Outside
+                    }
+                    _ => origin_of(endpoints.node(), ctx.from),
+                };
+                return Ok(RpcResponse::Service(endpoints.call(origin, call).await));
             }
             let Some(node) = node else {
                 return Err(RpcError::Unsupported {
                     kind: req.kind().to_string(),
                 });
             };
-            if eval::is_leader_side(&req) {
-                return eval::serve(node, leader_side, ctx.from, req).await;
-            }
-            dispatch(node, discovered, req).await
+            Ok(match req {
+                RpcRequest::AppendEntries(r) => {
+                    RpcResponse::AppendEntries(node.raft().append_entries(r).await)
+                }
+                RpcRequest::Vote(r) => RpcResponse::Vote(node.raft().vote(r).await),
+                RpcRequest::InstallSnapshot(r) => {
+                    RpcResponse::InstallSnapshot(node.raft().install_snapshot(r).await)
+                }
+                RpcRequest::Ping => RpcResponse::Ping {
+                    server_id: node.id(),
+                },
+                RpcRequest::ServerInfo => {
+                    RpcResponse::ServerInfo(my_info(&node, &discovered).await)
+                }
+                RpcRequest::ReadIndex => {
+                    RpcResponse::ReadIndex(node.leader_read_index().await.map_err(node_error))
+                }
+                // Answered above; kept here so the match stays exhaustive.
+                RpcRequest::Service(call) => {
+                    return Err(RpcError::Unsupported {
+                        kind: call.method().name.to_string(),
+                    })
+                }
+            })
         })
     }
 }
 
-async fn dispatch(
-    node: Arc<RaftNode>,
-    discovered: Discovered,
-    req: RpcRequest,
-) -> Result<RpcResponse, RpcError> {
-    Ok(match req {
-        RpcRequest::AppendEntries(r) => {
-            RpcResponse::AppendEntries(node.raft().append_entries(r).await)
-        }
-        RpcRequest::Vote(r) => RpcResponse::Vote(node.raft().vote(r).await),
-        RpcRequest::InstallSnapshot(r) => {
-            RpcResponse::InstallSnapshot(node.raft().install_snapshot(r).await)
-        }
-        RpcRequest::Ping => RpcResponse::Ping {
-            server_id: node.id(),
-        },
-        RpcRequest::ClientWrite(cmd) => RpcResponse::ClientWrite(
-            node.write_local(*cmd)
-                .await
-                .map(|a| (a.index, a.response))
-                .map_err(write_error_to_rpc),
-        ),
-        RpcRequest::ServerInfo => RpcResponse::ServerInfo(my_info(&node, &discovered).await),
-        RpcRequest::JoinCluster { id, addr } => {
-            RpcResponse::JoinCluster(join(&node, id, addr).await)
-        }
-        RpcRequest::RemovePeer { id } => RpcResponse::RemovePeer(remove_peer(&node, id).await),
-        RpcRequest::ReadIndex => {
-            RpcResponse::ReadIndex(node.leader_read_index().await.map_err(node_error_to_rpc))
-        }
-        // Served by `eval::serve` before dispatching.
-        other @ (RpcRequest::EvalDequeue { .. }
-        | RpcRequest::EvalAck { .. }
-        | RpcRequest::EvalNack { .. }
-        | RpcRequest::EvalUpdate { .. }
-        | RpcRequest::EvalCreate { .. }
-        | RpcRequest::EvalReblock { .. }
-        | RpcRequest::PlanSubmit { .. }) => {
-            return Err(RpcError::Unsupported {
-                kind: other.kind().to_string(),
-            })
-        }
-        other @ (RpcRequest::NodeRegister(_)
-        | RpcRequest::NodeUpdateStatus(_)
-        | RpcRequest::NodeUpdateAlloc(_)
-        | RpcRequest::NodeGetClientAllocs(_)
-        | RpcRequest::NodeDeregister(_)
-        | RpcRequest::NodeUpdateEligibility(_)
-        | RpcRequest::NodeUpdateDrain(_)) => {
-            return Err(RpcError::Unsupported {
-                kind: other.kind().to_string(),
-            })
-        }
-    })
-}
-
-/// The `Node.*` calls, served by [`node::NodeEndpoints`].
-fn is_node_call(req: &RpcRequest) -> bool {
-    matches!(
-        req,
-        RpcRequest::NodeRegister(_)
-            | RpcRequest::NodeUpdateStatus(_)
-            | RpcRequest::NodeUpdateAlloc(_)
-            | RpcRequest::NodeGetClientAllocs(_)
-            | RpcRequest::NodeDeregister(_)
-            | RpcRequest::NodeUpdateEligibility(_)
-            | RpcRequest::NodeUpdateDrain(_)
-    )
-}
-
-/// Add a server, on the leader or forwarded to it.
-pub async fn join(node: &RaftNode, id: ServerId, addr: ServerAddr) -> Result<(), RpcError> {
-    match node.add_voter(id, addr.clone()).await {
-        Err(RaftNodeError::NotLeader {
-            leader: Some((leader, laddr)),
-        }) => {
-            let req = RpcRequest::JoinCluster { id, addr };
-            match node
-                .pool()
-                .call(leader, &laddr.rpc_addr, req, MEMBERSHIP_TIMEOUT)
-                .await?
-            {
-                RpcResponse::JoinCluster(r) => r,
-                other => Err(other.unexpected("Operator.JoinCluster")),
-            }
-        }
-        other => other.map_err(node_error_to_rpc),
-    }
-}
-
-/// Remove a server, on the leader or forwarded to it.
-pub async fn remove_peer(node: &RaftNode, id: ServerId) -> Result<(), RpcError> {
-    match node.remove_server(id).await {
-        Err(RaftNodeError::NotLeader {
-            leader: Some((leader, laddr)),
-        }) => {
-            match node
-                .pool()
-                .call(
-                    leader,
-                    &laddr.rpc_addr,
-                    RpcRequest::RemovePeer { id },
-                    MEMBERSHIP_TIMEOUT,
-                )
-                .await?
-            {
-                RpcResponse::RemovePeer(r) => r,
-                other => Err(other.unexpected("Operator.RaftRemovePeer")),
-            }
-        }
-        other => other.map_err(node_error_to_rpc),
-    }
-}
-
-/// A write's failure as it travels back to a forwarding server.
-pub fn write_error_to_rpc(e: WriteError) -> RpcError {
-    match e {
-        WriteError::NotLeader { leader } => RpcError::NotLeader { leader },
-        WriteError::NoLeader => RpcError::NotLeader { leader: None },
-        other => RpcError::Remote(other.to_string()),
-    }
-}
-
-fn node_error_to_rpc(e: RaftNodeError) -> RpcError {
-    match e {
-        RaftNodeError::NotLeader { leader } => RpcError::NotLeader { leader },
-        RaftNodeError::NoLeader => RpcError::NotLeader { leader: None },
-        RaftNodeError::Rpc(e) => e,
-        other => RpcError::Remote(other.to_string()),
+/// Where a call on the RPC port comes from: the sender's raft id from the frame header.
+fn origin_of(node: &RaftNode, from: ServerId) -> Origin {
+    if from == node.id() {
+        Origin::Local
+    } else if from != 0 && node.is_member(from) {
+        Origin::Server(from)
+    } else {
+        Origin::Outside
     }
 }

@@ -1,349 +1,282 @@
-//! The `Node.*` RPC handlers: registration, heartbeats, client allocation updates, the
-//! client's blocking query for its allocations, deregistration, eligibility and drains.
+//! `Node.*`: registration, heartbeats, client allocation updates, the client's blocking
+//! query for its allocations, deregistration, eligibility and drains.
 //!
-//! Writes are served on the leader (its heartbeat timers live there); a follower forwards
-//! them once. `Node.GetClientAllocs` is answered by whichever server the client asks, from
-//! its local state: the client's `min_index` keeps its view from going backwards.
+//! Writes are served on the leader (its heartbeat timers live there; the routing in
+//! [`super`] forwards them). `Node.GetClientAllocs` is answered by whichever server the
+//! client asks, from its local state: the client's `min_index` keeps its view from going
+//! backwards.
 
 use std::collections::BTreeSet;
-use std::sync::Arc;
 use std::time::Duration;
 
-use rand::rngs::StdRng;
-use rand::{RngCore, SeedableRng};
+use rand::RngCore;
 use teamster_storage::fsm::{
-    AllocClientUpdate, Command, CommandResponse, EvalUpsert, NodeDeregister, NodeRegister,
-    NodeUpdateDrain, NodeUpdateEligibility, NodeUpdateStatus,
+    AllocClientUpdate, Command, EvalUpsert, NodeDeregister, NodeRegister, NodeUpdateDrain,
+    NodeUpdateEligibility, NodeUpdateStatus,
 };
 use teamster_storage::model::{
-    ClientStatus, EvalStatus, EvalTrigger, Evaluation, JobType, Node, NodeStatus,
-    SchedulingEligibility, Timestamp,
+    ClientStatus, EvalTrigger, Node, NodeStatus, SchedulingEligibility, Timestamp,
 };
 use teamster_storage::state::{Snapshot, Table};
 use tracing::{debug, info};
 
-use crate::rpc::node_api::{
-    ClientAlloc, NodeClientAllocsResponse, NodeDeregisterRequest, NodeGetClientAllocsRequest,
-    NodeHeartbeatResponse, NodeRegisterRequest, NodeUpdateAllocRequest, NodeUpdateDrainRequest,
-    NodeUpdateEligibilityRequest, NodeUpdateStatusRequest,
+use super::Endpoints;
+use crate::rpc::service::node::{
+    validate_node, ClientAlloc, NodeClientAllocsResponse, NodeDeregisterRequest, NodeEvalsResponse,
+    NodeGetClientAllocsRequest, NodeHeartbeatResponse, NodeRegisterRequest, NodeUpdateAllocRequest,
+    NodeUpdateDrainRequest, NodeUpdateEligibilityRequest, NodeUpdateStatusRequest,
 };
-use crate::rpc::{RpcError, RpcRequest, RpcResponse};
-use crate::server::endpoints::write_error_to_rpc;
-use crate::server::heartbeat::Heartbeats;
-use crate::server::raft::RaftNode;
-use crate::util::SharedClock;
+use crate::rpc::service::MAX_CLIENT_ALLOCS_WAIT;
+use crate::rpc::ServiceError;
+use crate::server::evals::{job_eval, node_evals, should_create_evals};
 
-/// The longest a client's blocking query may wait.
-pub const MAX_CLIENT_ALLOCS_WAIT: Duration = Duration::from_secs(300);
-/// How long a call forwarded to the leader may take.
-const FORWARD_TIMEOUT: Duration = Duration::from_secs(10);
 /// The most allocation reports one `Node.UpdateAlloc` may carry.
 pub const MAX_ALLOC_UPDATES: usize = 10_000;
-/// The most attributes or meta entries a node may carry.
-pub const MAX_NODE_ENTRIES: usize = 1024;
-/// The longest attribute or meta key.
-pub const MAX_KEY_LEN: usize = 256;
-/// The longest attribute or meta value.
-pub const MAX_VALUE_LEN: usize = 4096;
-/// More CPU than any machine has (MHz): 10 THz.
-pub const MAX_CPU_MHZ: u64 = 10_000_000;
-/// More memory than any machine has (MB): 1 EB.
-pub const MAX_MEMORY_MB: u64 = 1 << 40;
-/// More disk than any machine has (MB): 1 EB.
-pub const MAX_DISK_MB: u64 = 1 << 40;
-/// More cores than any machine has.
-pub const MAX_CPU_CORES: u32 = 1 << 16;
 
-/// What the node handlers need.
-#[derive(Clone)]
-pub struct NodeEndpoints {
-    node: Arc<RaftNode>,
-    heartbeats: Heartbeats,
-    clock: SharedClock,
+/// A heartbeat from `node`: the TTL to hand back.
+fn ttl(ep: &Endpoints, node: &Node) -> Result<Duration, ServiceError> {
+    ep.heartbeats()
+        .reset(&node.id)
+        .map_err(|_| ServiceError::disabled("heartbeat timers are not running on this server yet"))
 }
 
-impl NodeEndpoints {
-    /// Handlers on `node`, resetting `heartbeats`.
-    pub fn new(node: Arc<RaftNode>, heartbeats: Heartbeats, clock: SharedClock) -> Self {
-        NodeEndpoints {
-            node,
-            heartbeats,
-            clock,
+/// The RPC addresses of the voting servers, for the client's failover list.
+fn servers(ep: &Endpoints) -> Vec<String> {
+    ep.node()
+        .membership()
+        .servers
+        .into_iter()
+        .filter(|(_, _, voter)| *voter)
+        .map(|(_, addr, _)| addr.rpc_addr)
+        .collect()
+}
+
+fn node_not_found(id: &str) -> ServiceError {
+    ServiceError::not_found("node", id)
+}
+
+/// `Node.Register`.
+pub async fn register(
+    ep: &Endpoints,
+    req: NodeRegisterRequest,
+) -> Result<NodeHeartbeatResponse, ServiceError> {
+    let mut node = req.node;
+    validate_node(&node).map_err(|e| ServiceError::invalid("Node", e))?;
+    node.canonicalize();
+    let snapshot = ep.node().state().snapshot();
+    let existing = snapshot.node_by_id(node.id.as_str()).cloned();
+    if let Some(ex) = &existing {
+        if !ex.secret_id.is_empty() && ex.secret_id != node.secret_id {
+            return Err(ServiceError::rejected(format!(
+                "node {} exists with a different secret ID",
+                node.id
+            )));
         }
     }
+    let now = ep.now();
+    node.status_updated_at = now / 1_000_000_000;
+    let evals = if should_create_evals(existing.as_ref().map(|n| n.status), node.status) {
+        node_evals(&snapshot, &node, now, &mut ep.rng().fork())
+    } else {
+        Vec::new()
+    };
+    drop(snapshot);
+    let (index, _) = ep
+        .write(Command::NodeRegister(NodeRegister {
+            node: node.clone(),
+            evals,
+        }))
+        .await?;
+    let ttl = if node.status == NodeStatus::Down {
+        ep.heartbeats().remove(&node.id);
+        Duration::ZERO
+    } else {
+        ttl(ep, &node)?
+    };
+    info!(node_id = %node.id, name = %node.name, status = node.status.as_str(), "node registered");
+    Ok(NodeHeartbeatResponse {
+        index,
+        heartbeat_ttl_ms: ttl.as_millis() as u64,
+        servers: servers(ep),
+    })
+}
 
-    /// Serve one `Node.*` request (others are answered `Unsupported`).
-    pub async fn handle(&self, req: RpcRequest) -> Result<RpcResponse, RpcError> {
-        if let RpcRequest::NodeGetClientAllocs(r) = req {
-            return Ok(RpcResponse::NodeGetClientAllocs(
-                self.get_client_allocs(r).await.map(Box::new),
-            ));
-        }
-        if !self.node.is_leader() {
-            return self.forward(req).await;
-        }
-        Ok(match req {
-            RpcRequest::NodeRegister(r) => RpcResponse::NodeRegister(self.register(*r).await),
-            RpcRequest::NodeUpdateStatus(r) => {
-                RpcResponse::NodeUpdateStatus(self.update_status(r).await)
-            }
-            RpcRequest::NodeUpdateAlloc(r) => {
-                RpcResponse::NodeUpdateAlloc(self.update_alloc(r).await)
-            }
-            RpcRequest::NodeDeregister(r) => RpcResponse::NodeDeregister(self.deregister(r).await),
-            RpcRequest::NodeUpdateEligibility(r) => {
-                RpcResponse::NodeUpdateEligibility(self.update_eligibility(r).await)
-            }
-            RpcRequest::NodeUpdateDrain(r) => {
-                RpcResponse::NodeUpdateDrain(self.update_drain(r).await)
-            }
-            other => {
-                return Err(RpcError::Unsupported {
-                    kind: other.kind().to_string(),
-                })
-            }
-        })
-    }
-
-    async fn forward(&self, req: RpcRequest) -> Result<RpcResponse, RpcError> {
-        let Some((id, addr)) = self.node.wait_leader(FORWARD_TIMEOUT).await else {
-            return Err(RpcError::NotLeader { leader: None });
-        };
-        if id == self.node.id() {
-            // Became leader meanwhile; the caller retries.
-            return Err(RpcError::NotLeader { leader: None });
-        }
-        self.node
-            .pool()
-            .call(id, &addr.rpc_addr, req, FORWARD_TIMEOUT)
-            .await
-    }
-
-    fn now(&self) -> i64 {
-        self.clock.now_unix_nanos()
-    }
-
-    async fn write(&self, cmd: Command) -> Result<u64, RpcError> {
-        let applied = self
-            .node
-            .write_local(cmd)
-            .await
-            .map_err(write_error_to_rpc)?;
-        if let Some(e) = first_rejection(&applied.response) {
-            return Err(RpcError::Rejected(e));
-        }
-        Ok(applied.index)
-    }
-
-    fn ttl(&self, node: &Node) -> Result<Duration, RpcError> {
-        self.heartbeats.reset(&node.id).map_err(|_| {
-            RpcError::Disabled("heartbeat timers are not running on this server yet".into())
-        })
-    }
-
-    fn servers(&self) -> Vec<String> {
-        self.node
-            .membership()
-            .servers
-            .into_iter()
-            .filter(|(_, _, voter)| *voter)
-            .map(|(_, addr, _)| addr.rpc_addr)
-            .collect()
-    }
-
-    async fn register(&self, req: NodeRegisterRequest) -> Result<NodeHeartbeatResponse, RpcError> {
-        let mut node = req.node;
-        validate_node(&node).map_err(RpcError::Rejected)?;
-        node.canonicalize();
-        let snapshot = self.node.state().snapshot();
-        let existing = snapshot.node_by_id(node.id.as_str()).cloned();
-        if let Some(ex) = &existing {
-            if !ex.secret_id.is_empty() && ex.secret_id != node.secret_id {
-                return Err(RpcError::Rejected(format!(
-                    "node {} exists with a different secret ID",
-                    node.id
-                )));
-            }
-        }
-        let now = self.now();
-        node.status_updated_at = now / 1_000_000_000;
-        let evals = if should_create_evals(existing.as_ref().map(|n| n.status), node.status) {
-            node_evals(&snapshot, &node, now, &mut StdRng::from_entropy())
+/// `Node.UpdateStatus`: a heartbeat, writing only when the status changed.
+pub async fn update_status(
+    ep: &Endpoints,
+    req: NodeUpdateStatusRequest,
+) -> Result<NodeHeartbeatResponse, ServiceError> {
+    let snapshot = ep.node().state().snapshot();
+    let Some(node) = snapshot.node_by_id(req.node_id.as_str()).cloned() else {
+        return Err(node_not_found(req.node_id.as_str()));
+    };
+    let mut index = node.modify_index;
+    if node.status != req.status {
+        let now = ep.now();
+        let evals = if should_create_evals(Some(node.status), req.status) {
+            node_evals(&snapshot, &node, now, &mut ep.rng().fork())
         } else {
             Vec::new()
         };
-        let index = self
-            .write(Command::NodeRegister(NodeRegister {
-                node: node.clone(),
+        debug!(node_id = %node.id, from = node.status.as_str(), to = req.status.as_str(), "node status change");
+        index = ep
+            .write(Command::NodeUpdateStatus(NodeUpdateStatus {
+                node_id: node.id.clone(),
+                status: req.status,
+                updated_at: now / 1_000_000_000,
                 evals,
             }))
-            .await?;
-        let ttl = if node.status == NodeStatus::Down {
-            self.heartbeats.remove(&node.id);
-            Duration::ZERO
-        } else {
-            self.ttl(&node)?
-        };
-        info!(node_id = %node.id, name = %node.name, status = node.status.as_str(), "node registered");
-        Ok(NodeHeartbeatResponse {
-            index,
-            heartbeat_ttl_ms: ttl.as_millis() as u64,
-            servers: self.servers(),
-        })
+            .await?
+            .0;
     }
+    let ttl = if req.status == NodeStatus::Down {
+        ep.heartbeats().remove(&node.id);
+        Duration::ZERO
+    } else {
+        ttl(ep, &node)?
+    };
+    debug!(node_id = %node.id, ttl_ms = ttl.as_millis() as u64, "heartbeat");
+    Ok(NodeHeartbeatResponse {
+        index,
+        heartbeat_ttl_ms: ttl.as_millis() as u64,
+        servers: servers(ep),
+    })
+}
 
-    async fn update_status(
-        &self,
-        req: NodeUpdateStatusRequest,
-    ) -> Result<NodeHeartbeatResponse, RpcError> {
-        let snapshot = self.node.state().snapshot();
-        let Some(node) = snapshot.node_by_id(req.node_id.as_str()).cloned() else {
-            return Err(RpcError::Rejected(format!(
-                "node {} not found",
-                req.node_id
-            )));
-        };
-        let mut index = node.modify_index;
-        if node.status != req.status {
-            let now = self.now();
-            let evals = if should_create_evals(Some(node.status), req.status) {
-                node_evals(&snapshot, &node, now, &mut StdRng::from_entropy())
-            } else {
-                Vec::new()
-            };
-            debug!(node_id = %node.id, from = node.status.as_str(), to = req.status.as_str(), "node status change");
-            index = self
-                .write(Command::NodeUpdateStatus(NodeUpdateStatus {
-                    node_id: node.id.clone(),
-                    status: req.status,
-                    updated_at: now / 1_000_000_000,
-                    evals,
-                }))
-                .await?;
-        }
-        let ttl = if req.status == NodeStatus::Down {
-            self.heartbeats.remove(&node.id);
-            Duration::ZERO
-        } else {
-            self.ttl(&node)?
-        };
-        debug!(node_id = %node.id, ttl_ms = ttl.as_millis() as u64, "heartbeat");
-        Ok(NodeHeartbeatResponse {
-            index,
-            heartbeat_ttl_ms: ttl.as_millis() as u64,
-            servers: self.servers(),
-        })
+/// `Node.UpdateAlloc`: the clients' reports, with an evaluation for each job one of whose
+/// allocations failed.
+pub async fn update_alloc(
+    ep: &Endpoints,
+    req: NodeUpdateAllocRequest,
+) -> Result<u64, ServiceError> {
+    if req.allocs.is_empty() {
+        return Err(ServiceError::invalid(
+            "Allocs",
+            "no allocation updates given",
+        ));
     }
-
-    async fn update_alloc(&self, req: NodeUpdateAllocRequest) -> Result<u64, RpcError> {
-        if req.allocs.is_empty() {
-            return Err(RpcError::Rejected("no allocation updates given".into()));
-        }
-        if req.allocs.len() > MAX_ALLOC_UPDATES {
-            return Err(RpcError::Rejected(format!(
+    if req.allocs.len() > MAX_ALLOC_UPDATES {
+        return Err(ServiceError::invalid(
+            "Allocs",
+            format!(
                 "{} allocation updates exceed the limit of {MAX_ALLOC_UPDATES}",
                 req.allocs.len()
-            )));
+            ),
+        ));
+    }
+    let snapshot = ep.node().state().snapshot();
+    let now = ep.now();
+    let mut rng = ep.rng().fork();
+    let mut jobs = BTreeSet::new();
+    let mut evals = Vec::new();
+    for report in &req.allocs {
+        if report.client_status != ClientStatus::Failed {
+            continue;
         }
-        let snapshot = self.node.state().snapshot();
-        let now = self.now();
-        let mut rng = StdRng::from_entropy();
-        let mut jobs = BTreeSet::new();
-        let mut evals = Vec::new();
-        for report in &req.allocs {
-            if report.client_status != ClientStatus::Failed {
-                continue;
-            }
-            let Some(alloc) = snapshot.alloc_by_id(report.id.as_str()) else {
-                continue;
-            };
-            if alloc.client_status == ClientStatus::Failed {
-                continue;
-            }
-            let Some(job) = snapshot.job_by_id(alloc.namespace.as_str(), alloc.job_id.as_str())
-            else {
-                continue;
-            };
-            if job.stopped() || !jobs.insert((job.namespace.clone(), job.id.clone())) {
-                continue;
-            }
-            evals.push(Evaluation {
-                id: crate::util::new_uuid(&mut rng).into(),
-                namespace: job.namespace.clone(),
-                priority: job.priority,
-                eval_type: job.job_type,
-                triggered_by: EvalTrigger::AllocFailure,
-                job_id: job.id.clone(),
-                job_modify_index: job.job_modify_index,
-                status: EvalStatus::Pending,
-                create_time: now,
-                modify_time: now,
-                ..Evaluation::default()
-            });
+        let Some(alloc) = snapshot.alloc_by_id(report.id.as_str()) else {
+            continue;
+        };
+        if alloc.client_status == ClientStatus::Failed {
+            continue;
         }
-        self.write(Command::AllocClientUpdate(AllocClientUpdate {
+        let Some(job) = snapshot.job_by_id(alloc.namespace.as_str(), alloc.job_id.as_str()) else {
+            continue;
+        };
+        if job.stopped() || !jobs.insert((job.namespace.clone(), job.id.clone())) {
+            continue;
+        }
+        evals.push(job_eval(job, EvalTrigger::AllocFailure, now, &mut rng));
+    }
+    drop(snapshot);
+    Ok(ep
+        .write(Command::AllocClientUpdate(AllocClientUpdate {
             allocs: req.allocs,
             evals,
         }))
+        .await?
+        .0)
+}
+
+/// `Node.GetClientAllocs`: a blocking query on this server's state, woken only by
+/// server-side changes to the node's allocations.
+pub async fn get_client_allocs(
+    ep: &Endpoints,
+    req: NodeGetClientAllocsRequest,
+) -> Result<NodeClientAllocsResponse, ServiceError> {
+    let wait = Duration::from_millis(req.wait_ms).min(MAX_CLIENT_ALLOCS_WAIT);
+    let state = ep.node().state();
+    if req.min_index == 0 {
+        return Ok(client_allocs(&state.snapshot(), &req));
+    }
+    let waited = state
+        .wait_node_allocs(&req.node_id, req.min_index, wait, |snapshot| {
+            snapshot
+                .allocs_by_node(req.node_id.as_str())
+                .any(|a| a.alloc_modify_index > req.min_index)
+        })
         .await
-    }
+        .map_err(|e| ServiceError::internal(e.to_string()))?;
+    Ok(client_allocs(&waited.snapshot, &req))
+}
 
-    async fn get_client_allocs(
-        &self,
-        req: NodeGetClientAllocsRequest,
-    ) -> Result<NodeClientAllocsResponse, RpcError> {
-        let wait = Duration::from_millis(req.wait_ms).min(MAX_CLIENT_ALLOCS_WAIT);
-        if req.min_index == 0 {
-            return Ok(client_allocs(&self.node.state().snapshot(), &req));
-        }
-        // Woken only by server-side changes to this node's allocations, not by every write.
-        let waited = self
-            .node
-            .state()
-            .wait_node_allocs(&req.node_id, req.min_index, wait, |snapshot| {
-                snapshot
-                    .allocs_by_node(req.node_id.as_str())
-                    .any(|a| a.alloc_modify_index > req.min_index)
-            })
-            .await
-            .map_err(|e| RpcError::Remote(e.to_string()))?;
-        Ok(client_allocs(&waited.snapshot, &req))
-    }
+/// `Node.Deregister`: the node goes, with evaluations for what ran on it.
+pub async fn deregister(ep: &Endpoints, req: NodeDeregisterRequest) -> Result<u64, ServiceError> {
+    let snapshot = ep.node().state().snapshot();
+    let Some(node) = snapshot.node_by_id(req.node_id.as_str()).cloned() else {
+        return Err(node_not_found(req.node_id.as_str()));
+    };
+    let evals = node_evals(&snapshot, &node, ep.now(), &mut ep.rng().fork());
+    drop(snapshot);
+    // One entry: the node goes and its evaluations come together, or neither does.
+    let deregister = Command::NodeDeregister(NodeDeregister {
+        node_ids: vec![node.id.clone()],
+    });
+    let cmd = if evals.is_empty() {
+        deregister
+    } else {
+        Command::Batch(vec![deregister, Command::EvalUpsert(EvalUpsert { evals })])
+    };
+    let (index, _) = ep.write(cmd).await?;
+    ep.heartbeats().remove(&node.id);
+    info!(node_id = %node.id, "node deregistered");
+    Ok(index)
+}
 
-    async fn deregister(&self, req: NodeDeregisterRequest) -> Result<u64, RpcError> {
-        let snapshot = self.node.state().snapshot();
-        let Some(node) = snapshot.node_by_id(req.node_id.as_str()).cloned() else {
-            return Err(RpcError::Rejected(format!(
-                "node {} not found",
-                req.node_id
-            )));
-        };
-        let evals = node_evals(&snapshot, &node, self.now(), &mut StdRng::from_entropy());
-        let index = self
-            .write(Command::NodeDeregister(NodeDeregister {
-                node_ids: vec![node.id.clone()],
-            }))
-            .await?;
-        self.heartbeats.remove(&node.id);
-        if !evals.is_empty() {
-            self.write(Command::EvalUpsert(EvalUpsert { evals }))
-                .await?;
-        }
-        info!(node_id = %node.id, "node deregistered");
-        Ok(index)
-    }
+/// `Node.UpdateEligibility`.
+pub async fn update_eligibility(
+    ep: &Endpoints,
+    req: NodeUpdateEligibilityRequest,
+) -> Result<NodeEvalsResponse, ServiceError> {
+    let cmd = {
+        let snapshot = ep.node().state().snapshot();
+        eligibility_command(&snapshot, req, ep.now(), &mut ep.rng().fork())?
+    };
+    write_node_change(ep, cmd).await
+}
 
-    async fn update_eligibility(&self, req: NodeUpdateEligibilityRequest) -> Result<u64, RpcError> {
-        let snapshot = self.node.state().snapshot();
-        let cmd = eligibility_command(&snapshot, req, self.now()).map_err(RpcError::Rejected)?;
-        self.write(cmd).await
-    }
+/// `Node.UpdateDrain`.
+pub async fn update_drain(
+    ep: &Endpoints,
+    req: NodeUpdateDrainRequest,
+) -> Result<NodeEvalsResponse, ServiceError> {
+    let cmd = {
+        let snapshot = ep.node().state().snapshot();
+        drain_command(&snapshot, req, ep.now(), &mut ep.rng().fork())?
+    };
+    write_node_change(ep, cmd).await
+}
 
-    async fn update_drain(&self, req: NodeUpdateDrainRequest) -> Result<u64, RpcError> {
-        let snapshot = self.node.state().snapshot();
-        let cmd = drain_command(&snapshot, req, self.now()).map_err(RpcError::Rejected)?;
-        self.write(cmd).await
-    }
+async fn write_node_change(
+    ep: &Endpoints,
+    cmd: Command,
+) -> Result<NodeEvalsResponse, ServiceError> {
+    let eval_ids = match &cmd {
+        Command::NodeUpdateEligibility(c) => c.evals.iter().map(|e| e.id.clone()).collect(),
+        Command::NodeUpdateDrain(c) => c.evals.iter().map(|e| e.id.clone()).collect(),
+        _ => Vec::new(),
+    };
+    let (index, _) = ep.write(cmd).await?;
+    Ok(NodeEvalsResponse { index, eval_ids })
 }
 
 /// The raft command for `Node.UpdateEligibility` (evaluations when a node becomes
@@ -352,20 +285,21 @@ pub fn eligibility_command(
     snapshot: &Snapshot,
     req: NodeUpdateEligibilityRequest,
     now: i64,
-) -> Result<Command, String> {
+    rng: &mut dyn RngCore,
+) -> Result<Command, ServiceError> {
     let Some(node) = snapshot.node_by_id(req.node_id.as_str()).cloned() else {
-        return Err(format!("node {} not found", req.node_id));
+        return Err(node_not_found(req.node_id.as_str()));
     };
     if node.drain_strategy.is_some() && req.eligibility == SchedulingEligibility::Eligible {
-        return Err(format!(
+        return Err(ServiceError::rejected(format!(
             "can not set node {} eligible while it is draining",
             node.id
-        ));
+        )));
     }
     let evals = if req.eligibility == SchedulingEligibility::Eligible
         && node.scheduling_eligibility != SchedulingEligibility::Eligible
     {
-        node_evals(snapshot, &node, now, &mut StdRng::from_entropy())
+        node_evals(snapshot, &node, now, rng)
     } else {
         Vec::new()
     };
@@ -383,24 +317,28 @@ pub fn drain_command(
     snapshot: &Snapshot,
     req: NodeUpdateDrainRequest,
     now: i64,
-) -> Result<Command, String> {
+    rng: &mut dyn RngCore,
+) -> Result<Command, ServiceError> {
     let Some(node) = snapshot.node_by_id(req.node_id.as_str()).cloned() else {
-        return Err(format!("node {} not found", req.node_id));
+        return Err(node_not_found(req.node_id.as_str()));
     };
     let mut drain = req.drain;
     let mut evals = Vec::new();
     if let Some(d) = &mut drain {
         if d.deadline < -1 {
-            return Err(format!(
-                "drain deadline {} must be -1 (none), 0 (force) or positive",
-                d.deadline
+            return Err(ServiceError::invalid(
+                "DrainSpec.Deadline",
+                format!(
+                    "DrainSpec.Deadline: {} must be -1 (no deadline), 0 (force) or positive",
+                    d.deadline
+                ),
             ));
         }
         d.started_at = Timestamp::from_unix_nanos(now);
         if d.deadline > 0 {
             d.force_deadline = Timestamp::from_unix_nanos(now.saturating_add(d.deadline));
         }
-        evals = node_evals(snapshot, &node, now, &mut StdRng::from_entropy());
+        evals = node_evals(snapshot, &node, now, rng);
         for e in &mut evals {
             e.triggered_by = EvalTrigger::NodeDrain;
         }
@@ -436,178 +374,12 @@ fn client_allocs(
     }
 }
 
-fn first_rejection(resp: &CommandResponse) -> Option<String> {
-    match resp {
-        CommandResponse::Rejected(e) => Some(e.to_string()),
-        CommandResponse::Batch(all) => all.iter().find_map(first_rejection),
-        _ => None,
-    }
-}
-
-/// Nomad's `shouldCreateNodeEval` on a status change `from` → `to` (`from` `None`: a new
-/// node).
-pub fn should_create_evals(from: Option<NodeStatus>, to: NodeStatus) -> bool {
-    use NodeStatus::*;
-    match (from, to) {
-        (_, Down) => from != Some(Down),
-        (_, Disconnected) => from != Some(Disconnected),
-        (Some(Disconnected), _) => true,
-        (None | Some(Initializing) | Some(Down), Ready) => true,
-        _ => false,
-    }
-}
-
-/// Nomad's `createNodeEvals`: one `node-update` evaluation per job with an allocation on the
-/// node that may need rescheduling, plus one per non-stopped system job whose datacenters
-/// and node pool cover the node.
-pub fn node_evals(
-    snapshot: &Snapshot,
-    node: &Node,
-    now: i64,
-    rng: &mut dyn RngCore,
-) -> Vec<Evaluation> {
-    let mut seen = BTreeSet::new();
-    let mut evals = Vec::new();
-    let mut push = |job: &teamster_storage::model::Job, rng: &mut dyn RngCore| {
-        evals.push(Evaluation {
-            id: crate::util::new_uuid(rng).into(),
-            namespace: job.namespace.clone(),
-            priority: job.priority,
-            eval_type: job.job_type,
-            triggered_by: EvalTrigger::NodeUpdate,
-            job_id: job.id.clone(),
-            job_modify_index: job.job_modify_index,
-            node_id: node.id.clone(),
-            node_modify_index: node.modify_index,
-            status: EvalStatus::Pending,
-            create_time: now,
-            modify_time: now,
-            ..Evaluation::default()
-        });
-    };
-    for alloc in snapshot.allocs_by_node(node.id.as_str()) {
-        let Some(job) = snapshot.job_by_id(alloc.namespace.as_str(), alloc.job_id.as_str()) else {
-            continue;
-        };
-        let skip = match job.job_type {
-            JobType::Service => alloc.server_terminal_status() && alloc.client_terminal_status(),
-            JobType::Batch => alloc.client_terminal_status(),
-            JobType::System | JobType::SysBatch | JobType::Core => true,
-        };
-        if skip || !seen.insert((job.namespace.clone(), job.id.clone())) {
-            continue;
-        }
-        push(job, rng);
-    }
-    for job in snapshot.jobs() {
-        if job.job_type != JobType::System
-            || job.stopped()
-            || !crate::scheduler::feasible::node_in_job_scope(job, node)
-            || !seen.insert((job.namespace.clone(), job.id.clone()))
-        {
-            continue;
-        }
-        push(job, rng);
-    }
-    evals
-}
-
-/// Refuse registrations no real client sends: missing identity, malformed attributes or
-/// meta, absurd resources.
-pub fn validate_node(node: &Node) -> Result<(), String> {
-    let mut errors = Vec::new();
-    if let Err(e) = node.validate() {
-        errors.push(e.to_string());
-    }
-    if node.id.len() > 128 {
-        errors.push("node ID longer than 128 bytes".into());
-    }
-    if node.status == NodeStatus::Down {
-        errors.push("a node cannot register as down".into());
-    }
-    for (what, map) in [("attribute", &node.attributes), ("meta", &node.meta)] {
-        if map.len() > MAX_NODE_ENTRIES {
-            errors.push(format!(
-                "{} {what} entries exceed the limit of {MAX_NODE_ENTRIES}",
-                map.len()
-            ));
-        }
-        for (k, v) in map {
-            if k.is_empty()
-                || k.len() > MAX_KEY_LEN
-                || k.chars().any(|c| c.is_whitespace() || c.is_control())
-            {
-                errors.push(format!(
-                    "malformed {what} key {:?}: 1 to {MAX_KEY_LEN} bytes without spaces or control characters",
-                    truncate(k)
-                ));
-            }
-            if v.len() > MAX_VALUE_LEN || v.chars().any(|c| c.is_control()) {
-                errors.push(format!(
-                    "malformed {what} value for {:?}: at most {MAX_VALUE_LEN} bytes without control characters",
-                    truncate(k)
-                ));
-            }
-        }
-    }
-    let r = &node.node_resources;
-    if r.cpu.cpu_shares == 0 || r.cpu.cpu_shares > MAX_CPU_MHZ {
-        errors.push(format!(
-            "NodeResources.Cpu.CpuShares {} must be between 1 and {MAX_CPU_MHZ} MHz",
-            r.cpu.cpu_shares
-        ));
-    }
-    if r.cpu.total_cpu_cores > MAX_CPU_CORES {
-        errors.push(format!(
-            "NodeResources.Cpu.TotalCpuCores {} exceeds {MAX_CPU_CORES}",
-            r.cpu.total_cpu_cores
-        ));
-    }
-    if r.memory.memory_mb == 0 || r.memory.memory_mb > MAX_MEMORY_MB {
-        errors.push(format!(
-            "NodeResources.Memory.MemoryMB {} must be between 1 and {MAX_MEMORY_MB}",
-            r.memory.memory_mb
-        ));
-    }
-    if r.disk.disk_mb > MAX_DISK_MB {
-        errors.push(format!(
-            "NodeResources.Disk.DiskMB {} exceeds {MAX_DISK_MB}",
-            r.disk.disk_mb
-        ));
-    }
-    let res = &node.reserved_resources;
-    if res.cpu.cpu_shares > r.cpu.cpu_shares {
-        errors.push(format!(
-            "ReservedResources.Cpu.CpuShares {} exceeds the node's {}",
-            res.cpu.cpu_shares, r.cpu.cpu_shares
-        ));
-    }
-    if res.memory.memory_mb > r.memory.memory_mb {
-        errors.push(format!(
-            "ReservedResources.Memory.MemoryMB {} exceeds the node's {}",
-            res.memory.memory_mb, r.memory.memory_mb
-        ));
-    }
-    if res.disk.disk_mb > r.disk.disk_mb {
-        errors.push(format!(
-            "ReservedResources.Disk.DiskMB {} exceeds the node's {}",
-            res.disk.disk_mb, r.disk.disk_mb
-        ));
-    }
-    if errors.is_empty() {
-        Ok(())
-    } else {
-        Err(format!("invalid node: {}", errors.join("; ")))
-    }
-}
-
-fn truncate(s: &str) -> String {
-    s.chars().take(40).collect()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use rand::rngs::StdRng;
+    use rand::SeedableRng;
+    use teamster_storage::model::{EvalStatus, JobType};
     use teamster_storage::model::{NodeCpuResources, NodeMemoryResources, NodeResources};
 
     fn good_node() -> Node {
@@ -794,6 +566,7 @@ mod tests {
                 mark_eligible: false,
             },
             1_000,
+            &mut StdRng::seed_from_u64(9),
         )
         .unwrap();
         let Command::NodeUpdateDrain(d) = &cmd else {
@@ -827,8 +600,12 @@ mod tests {
                 eligibility: SchedulingEligibility::Eligible,
             },
             2_000,
+            &mut StdRng::seed_from_u64(9),
         );
-        assert!(refused.unwrap_err().contains("while it is draining"));
+        assert!(refused
+            .unwrap_err()
+            .to_string()
+            .contains("while it is draining"));
         let cancel = drain_command(
             &store.snapshot(),
             NodeUpdateDrainRequest {
@@ -837,6 +614,7 @@ mod tests {
                 mark_eligible: true,
             },
             3_000,
+            &mut StdRng::seed_from_u64(9),
         )
         .unwrap();
         store.apply(101, cancel);
@@ -850,17 +628,5 @@ mod tests {
             after.scheduling_eligibility,
             SchedulingEligibility::Eligible
         );
-    }
-
-    #[test]
-    fn evals_follow_nomad_s_status_transitions() {
-        use NodeStatus::*;
-        assert!(should_create_evals(None, Ready));
-        assert!(should_create_evals(Some(Down), Ready));
-        assert!(should_create_evals(Some(Initializing), Ready));
-        assert!(should_create_evals(Some(Ready), Down));
-        assert!(!should_create_evals(Some(Down), Down));
-        assert!(!should_create_evals(Some(Ready), Ready));
-        assert!(!should_create_evals(None, Initializing));
     }
 }

@@ -1,23 +1,22 @@
 //! `Plan.Submit` on the leader: the eval's nack timer is paused while its plan waits in the
 //! plan queue (the token is checked by the pause), the plan is queued, and the applier's
 //! result comes back with `AllocIndex` (and `RefreshIndex` when nodes were rejected).
-//! Routing (serve here, forward, or "plan queue is disabled") is in [`super::eval`].
 
 use teamster_storage::model::{Plan, PlanResult};
 
-use super::eval::{broker_error, plan_error, LeaderSide};
-use crate::rpc::RpcError;
-use crate::server::plan_queue::PlanQueueError;
+use super::{broker_error, plan_error, Endpoints};
+use crate::rpc::ServiceError;
+use crate::server::plan::PlanQueueError;
 
 /// Queues `plan` and waits for the applier's answer.
-pub(super) async fn submit(side: &LeaderSide, plan: Plan) -> Result<Box<PlanResult>, RpcError> {
-    let broker = side.pipeline.broker();
+pub async fn submit(ep: &Endpoints, plan: Plan) -> Result<Box<PlanResult>, ServiceError> {
+    let broker = ep.broker();
     let eval_id = plan.eval_id.clone();
     let token = plan.eval_token.clone();
     broker
         .pause_nack_timeout(&eval_id, &token)
         .map_err(broker_error)?;
-    let outcome = match side.plans.enqueue(plan) {
+    let outcome = match ep.plans().enqueue(plan) {
         Ok(rx) => match rx.await {
             Ok(r) => r.map_err(plan_error),
             Err(_) => Err(plan_error(PlanQueueError::Flushed)),

@@ -17,7 +17,7 @@ use serde::{Deserialize, Serialize};
 use tracing::info;
 
 use super::{Worker, WorkerContext, WorkerError, WorkerInfo, WorkerStatus};
-use crate::agent::config::{validate_schedulers, MAX_SCHEDULERS};
+use crate::server::config::{validate_schedulers, MAX_SCHEDULERS};
 use crate::server::leader::LeaderDuty;
 
 /// The pool's run-time configuration (Nomad's `SchedulerWorkerPoolArgs`).
@@ -74,6 +74,7 @@ impl WorkerPool {
         config: PoolConfig,
     ) -> Result<Arc<WorkerPool>, WorkerError> {
         config.validate()?;
+        let next_seed = ctx.rng.next_u64();
         let pool = Arc::new(WorkerPool {
             ctx,
             state: Mutex::new(PoolState {
@@ -84,7 +85,7 @@ impl WorkerPool {
                 workers: Vec::new(),
                 retiring: Vec::new(),
                 leader: false,
-                next_seed: rand::random(),
+                next_seed,
             }),
         });
         pool.set_config(config)?;

@@ -6,7 +6,6 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use futures::future::BoxFuture;
-use teamster_storage::fsm::Command;
 use teamster_storage::model::{EvalId, Evaluation, JobType, Plan, PlanResult};
 use teamster_storage::state::{Snapshot, StateStore};
 use tokio::sync::{mpsc, Notify};
@@ -15,7 +14,9 @@ use tokio_util::sync::CancellationToken;
 
 use super::pool::{paused_on_leader, PoolConfig, WorkerPool};
 use super::*;
-use crate::rpc::{DequeuedEval, RpcError};
+use crate::rpc::service::eval::EvalReapRequest;
+use crate::rpc::service::job::JobBatchDeregisterRequest;
+use crate::rpc::{DequeuedEval, ServiceError};
 use crate::scheduler::{Planner, SchedulerEnv, SchedulerError, SchedulerSettings};
 
 #[derive(Debug, Clone, PartialEq)]
@@ -28,7 +29,7 @@ enum Event {
 }
 
 enum Step {
-    Fail(RpcError),
+    Fail(ServiceError),
     Empty,
 }
 
@@ -36,7 +37,7 @@ enum Step {
 struct FakeLeader {
     queue: Mutex<VecDeque<DequeuedEval>>,
     script: Mutex<VecDeque<Step>>,
-    plan_failures: Mutex<VecDeque<RpcError>>,
+    plan_failures: Mutex<VecDeque<ServiceError>>,
     notify: Notify,
     events: mpsc::UnboundedSender<Event>,
 }
@@ -75,7 +76,7 @@ impl WorkerBackend for FakeLeader {
         &self,
         _schedulers: Vec<String>,
         timeout: Duration,
-    ) -> BoxFuture<'_, Result<Option<DequeuedEval>, RpcError>> {
+    ) -> BoxFuture<'_, Result<Option<DequeuedEval>, ServiceError>> {
         Box::pin(async move {
             let _ = self.events.send(Event::Dequeue(Instant::now()));
             match self.script.lock().unwrap().pop_front() {
@@ -96,17 +97,17 @@ impl WorkerBackend for FakeLeader {
         })
     }
 
-    fn ack(&self, eval_id: EvalId, _token: String) -> BoxFuture<'_, Result<(), RpcError>> {
+    fn ack(&self, eval_id: EvalId, _token: String) -> BoxFuture<'_, Result<(), ServiceError>> {
         let _ = self.events.send(Event::Ack(eval_id));
         Box::pin(async { Ok(()) })
     }
 
-    fn nack(&self, eval_id: EvalId, _token: String) -> BoxFuture<'_, Result<(), RpcError>> {
+    fn nack(&self, eval_id: EvalId, _token: String) -> BoxFuture<'_, Result<(), ServiceError>> {
         let _ = self.events.send(Event::Nack(eval_id));
         Box::pin(async { Ok(()) })
     }
 
-    fn submit_plan(&self, plan: Plan) -> BoxFuture<'_, Result<PlanResult, RpcError>> {
+    fn submit_plan(&self, plan: Plan) -> BoxFuture<'_, Result<PlanResult, ServiceError>> {
         Box::pin(async move {
             if let Some(e) = self.plan_failures.lock().unwrap().pop_front() {
                 return Err(e);
@@ -118,22 +119,30 @@ impl WorkerBackend for FakeLeader {
         })
     }
 
-    fn update_eval(&self, eval: Evaluation, token: String) -> BoxFuture<'_, Result<u64, RpcError>> {
+    fn update_eval(
+        &self,
+        eval: Evaluation,
+        token: String,
+    ) -> BoxFuture<'_, Result<u64, ServiceError>> {
         let _ = self
             .events
             .send(Event::Update(format!("{}:{token}", eval.id)));
         Box::pin(async { Ok(1) })
     }
 
-    fn create_eval(&self, _: Evaluation, _: String) -> BoxFuture<'_, Result<u64, RpcError>> {
+    fn create_eval(&self, _: Evaluation, _: String) -> BoxFuture<'_, Result<u64, ServiceError>> {
         Box::pin(async { Ok(1) })
     }
 
-    fn reblock_eval(&self, _: Evaluation, _: String) -> BoxFuture<'_, Result<u64, RpcError>> {
+    fn reblock_eval(&self, _: Evaluation, _: String) -> BoxFuture<'_, Result<u64, ServiceError>> {
         Box::pin(async { Ok(1) })
     }
 
-    fn write(&self, _: Command) -> BoxFuture<'_, Result<u64, RpcError>> {
+    fn reap(&self, _: EvalReapRequest) -> BoxFuture<'_, Result<u64, ServiceError>> {
+        Box::pin(async { Ok(1) })
+    }
+
+    fn purge_jobs(&self, _: JobBatchDeregisterRequest) -> BoxFuture<'_, Result<u64, ServiceError>> {
         Box::pin(async { Ok(1) })
     }
 }
@@ -207,6 +216,7 @@ fn setup_with(schedulers: Option<Arc<dyn SchedulerFactory>>) -> Setup {
         backend: leader.clone(),
         state: state.clone(),
         clock: crate::util::system_clock(),
+        rng: crate::util::RngSource::seeded(11),
         config: WorkerConfig::default(),
         raft_sync_limit: Duration::from_secs(1),
         settings: SchedulerSettings::default(),
@@ -228,7 +238,7 @@ fn setup() -> Setup {
 }
 
 fn all() -> Vec<String> {
-    crate::agent::config::KNOWN_SCHEDULERS
+    crate::server::config::KNOWN_SCHEDULERS
         .iter()
         .map(|s| s.to_string())
         .collect()
@@ -410,14 +420,10 @@ async fn dequeue_backoff_grows_and_resets() {
     {
         let mut script = s.leader.script.lock().unwrap();
         for _ in 0..5 {
-            script.push_back(Step::Fail(RpcError::Disabled(
-                "eval broker disabled".into(),
-            )));
+            script.push_back(Step::Fail(ServiceError::disabled("eval broker disabled")));
         }
         script.push_back(Step::Empty);
-        script.push_back(Step::Fail(RpcError::Disabled(
-            "eval broker disabled".into(),
-        )));
+        script.push_back(Step::Fail(ServiceError::disabled("eval broker disabled")));
     }
     let w = Worker::start(s.ctx.clone(), all(), 7);
     let mut times = Vec::new();
@@ -467,8 +473,8 @@ async fn the_planner_stamps_the_token_and_retries_transient_errors() {
     s.state.advance_index(7);
     {
         let mut f = s.leader.plan_failures.lock().unwrap();
-        f.push_back(RpcError::Disabled("plan queue is disabled".into()));
-        f.push_back(RpcError::NotLeader { leader: None });
+        f.push_back(ServiceError::disabled("plan queue is disabled"));
+        f.push_back(ServiceError::NotLeader { leader: None });
     }
     s.leader.push("e1", 3);
     let w = Worker::start(s.ctx.clone(), all(), 8);
@@ -498,7 +504,7 @@ async fn a_permanent_planner_error_nacks_the_eval() {
         .plan_failures
         .lock()
         .unwrap()
-        .push_back(RpcError::Rejected("stale token".into()));
+        .push_back(ServiceError::rejected("stale token"));
     s.leader.push("e1", 0);
     let w = Worker::start(s.ctx.clone(), all(), 9);
     assert_eq!(
@@ -599,8 +605,8 @@ async fn a_version_mismatch_backs_off_long_but_a_pause_ends_the_backoff() {
         .script
         .lock()
         .unwrap()
-        .push_back(Step::Fail(RpcError::Rejected(
-            "dequeue refused: calling scheduler version 2, leader runs 1".into(),
+        .push_back(Step::Fail(ServiceError::rejected(
+            "dequeue refused: calling scheduler version 2, leader runs 1",
         )));
     let w = Worker::start(s.ctx.clone(), all(), 11);
     w.wait_status(|_, wl| wl == WorkloadStatus::Backoff).await;
@@ -630,7 +636,7 @@ mod core_gc {
     use teamster_storage::fsm::{Command, JobDeregister};
     use teamster_storage::model::ClientStatus;
 
-    use super::super::core::{plan_gc, EVAL_GC, FORCE_GC, JOB_GC};
+    use super::super::gc::{plan_gc, EVAL_GC, FORCE_GC, JOB_GC};
     use super::super::WorkerConfig;
     use crate::scheduler::harness::{mock_batch_job, mock_job, mock_node, Harness};
 

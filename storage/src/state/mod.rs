@@ -24,6 +24,7 @@
 //! The handle is cheap to clone and shared by readers (HTTP, workers, leader subsystems) and
 //! the one writer (the raft state machine); writes are serialized by a mutex.
 
+mod apply;
 pub(crate) mod events;
 pub(crate) mod image;
 mod snapshot;
@@ -42,7 +43,7 @@ pub use snapshot::Snapshot;
 pub use tables::Table;
 pub use txn::JOB_TRACKED_VERSIONS;
 
-use crate::fsm::{self, Command, CommandResponse};
+use crate::fsm::{Command, CommandResponse};
 use crate::model::NodeId;
 use tables::Tables;
 
@@ -207,7 +208,7 @@ impl StateStore {
         let _span = tracing::trace_span!("state_apply", index).entered();
         let mut writer = self.lock_writer();
         let mut changes = Vec::new();
-        let response = fsm::apply(&mut writer.tables, index, command, &mut changes);
+        let response = apply::apply(&mut writer.tables, index, command, &mut changes);
         writer.tables.index = index;
         self.publish(&mut writer, index, changes);
         response

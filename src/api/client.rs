@@ -1,5 +1,5 @@
-//! A small client of teamster's HTTP API for the CLI and the tests: JSON in and out, Nomad's
-//! plain-text error bodies turned into [`ApiError`].
+//! The HTTP client: one agent's address, JSON bodies, Nomad's plain-text error bodies turned
+//! into [`ApiError`], and `X-Nomad-Index` for blocking queries.
 
 use std::time::Duration;
 

@@ -11,17 +11,18 @@
 //!   evaluations and allocations.
 //! - `force-gc`: both, with no age threshold.
 //!
-//! What to collect is decided by the pure [`plan_gc`] on a snapshot; the deletions are raft
-//! writes (`EvalDelete`, `JobDeregister { purge }`) in bounded batches. The core evaluation
+//! What to collect is decided by the pure [`plan_gc`] on a snapshot; the deletions are the
+//! leader's `Eval.Reap` and `Job.BatchDeregister` calls, in bounded batches. The core evaluation
 //! itself is then marked complete with `Eval.Update` and acked; it is collected by a later
 //! `eval-gc` like any other.
 
+use std::ops::ControlFlow;
 use std::sync::Arc;
 use std::time::Duration;
 
 use futures::future::BoxFuture;
-use rand::SeedableRng;
-use teamster_storage::fsm::{Command, EvalDelete, EvalUpsert, JobDeregister};
+use rand::rngs::StdRng;
+use teamster_storage::fsm::{Command, EvalUpsert};
 use teamster_storage::model::{
     AllocId, EvalId, EvalStatus, EvalTrigger, Evaluation, JobId, JobStatus, JobType, Namespace,
 };
@@ -30,9 +31,12 @@ use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
 use super::{WorkerConfig, WorkerContext, WorkerError};
+use crate::rpc::service::eval::EvalReapRequest;
+use crate::rpc::service::job::JobBatchDeregisterRequest;
 use crate::server::leader::LeaderDuty;
+use crate::server::leader_service::{run_every, LeaderService};
 use crate::server::raft::RaftNode;
-use crate::util::SharedClock;
+use crate::util::{RngSource, SharedClock};
 
 /// Core job: collect old terminal evaluations.
 pub const EVAL_GC: &str = "eval-gc";
@@ -133,37 +137,28 @@ pub(super) async fn process(
     }
     let now = ctx.clock.now_unix_nanos();
     let plan = plan_gc(&snapshot, kind, now, &ctx.config);
-    let write = |cmd| async {
-        tokio::time::timeout(ctx.config.rpc_timeout, ctx.backend.write(cmd))
+    let within = |call| async {
+        tokio::time::timeout(ctx.config.rpc_timeout, call)
             .await
-            .unwrap_or_else(|_| {
-                Err(crate::rpc::RpcError::Timeout {
-                    peer: "leader".into(),
-                    after_ms: ctx.config.rpc_timeout.as_millis() as u64,
-                })
-            })
+            .unwrap_or_else(|_| Err(super::no_answer(ctx.config.rpc_timeout)))
     };
     for chunk in plan.evals.chunks(GC_BATCH) {
-        write(Command::EvalDelete(EvalDelete {
+        within(ctx.backend.reap(EvalReapRequest {
             evals: chunk.to_vec(),
             allocs: Vec::new(),
         }))
         .await?;
     }
     for chunk in plan.allocs.chunks(GC_BATCH) {
-        write(Command::EvalDelete(EvalDelete {
+        within(ctx.backend.reap(EvalReapRequest {
             evals: Vec::new(),
             allocs: chunk.to_vec(),
         }))
         .await?;
     }
-    for (namespace, job_id) in &plan.jobs {
-        write(Command::JobDeregister(JobDeregister {
-            namespace: namespace.clone(),
-            job_id: job_id.clone(),
-            purge: true,
-            eval: None,
-            submit_time: 0,
+    for chunk in plan.jobs.chunks(GC_BATCH) {
+        within(ctx.backend.purge_jobs(JobBatchDeregisterRequest {
+            jobs: chunk.to_vec(),
         }))
         .await?;
     }
@@ -183,17 +178,7 @@ pub(super) async fn process(
     done.status_description = String::new();
     done.snapshot_index = snapshot.latest_index();
     done.modify_time = now;
-    tokio::time::timeout(
-        ctx.config.rpc_timeout,
-        ctx.backend.update_eval(done, token.to_string()),
-    )
-    .await
-    .unwrap_or_else(|_| {
-        Err(crate::rpc::RpcError::Timeout {
-            peer: "leader".into(),
-            after_ms: ctx.config.rpc_timeout.as_millis() as u64,
-        })
-    })?;
+    within(ctx.backend.update_eval(done, token.to_string())).await?;
     Ok(())
 }
 
@@ -218,18 +203,26 @@ pub fn core_eval(kind: &str, now: i64, rng: &mut dyn rand::RngCore) -> Evaluatio
 pub struct CoreGcDuty {
     node: Arc<RaftNode>,
     clock: SharedClock,
+    rng: RngSource,
     interval: Duration,
-    running: std::sync::Mutex<Option<CancellationToken>>,
+    /// The task writing the evaluations, running while this server leads.
+    tasks: LeaderService,
 }
 
 impl CoreGcDuty {
     /// The duty for `node`.
-    pub fn new(node: Arc<RaftNode>, clock: SharedClock, interval: Duration) -> CoreGcDuty {
+    pub fn new(
+        node: Arc<RaftNode>,
+        clock: SharedClock,
+        rng: RngSource,
+        interval: Duration,
+    ) -> CoreGcDuty {
         CoreGcDuty {
             node,
             clock,
+            rng,
             interval,
-            running: std::sync::Mutex::new(None),
+            tasks: LeaderService::new(),
         }
     }
 }
@@ -241,56 +234,49 @@ impl LeaderDuty for CoreGcDuty {
 
     fn establish(&self) -> BoxFuture<'_, Result<(), String>> {
         Box::pin(async move {
-            let stop = CancellationToken::new();
-            let old = self
-                .running
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .replace(stop.clone());
-            if let Some(old) = old {
-                old.cancel();
-            }
-            let node = self.node.clone();
-            let clock = self.clock.clone();
-            let interval = self.interval;
-            tokio::spawn(async move {
-                let mut rng = rand::rngs::StdRng::from_entropy();
-                let mut ticker =
-                    tokio::time::interval_at(tokio::time::Instant::now() + interval, interval);
-                ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-                loop {
-                    tokio::select! {
-                        _ = stop.cancelled() => return,
-                        _ = ticker.tick() => {}
-                    }
-                    let now = clock.now_unix_nanos();
-                    let evals = vec![
-                        core_eval(EVAL_GC, now, &mut rng),
-                        core_eval(JOB_GC, now, &mut rng),
-                    ];
-                    let write = node.write_local(Command::EvalUpsert(EvalUpsert { evals }));
-                    tokio::select! {
-                        _ = stop.cancelled() => return,
-                        r = write => if let Err(e) = r {
-                            warn!(error = %e, "creating the core gc evaluations failed");
-                        },
-                    }
-                }
-            });
+            let (node, clock) = (self.node.clone(), self.clock.clone());
+            let (interval, rng) = (self.interval, self.rng.fork());
+            self.tasks
+                .restart(|set| {
+                    set.spawn(move |stop| schedule_core_gc(node, clock, rng, interval, stop))
+                })
+                .await;
             Ok(())
         })
     }
 
     fn revoke(&self) -> BoxFuture<'_, ()> {
-        Box::pin(async move {
-            if let Some(stop) = self
-                .running
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .take()
-            {
-                stop.cancel();
-            }
-        })
+        Box::pin(self.tasks.stop())
     }
+}
+
+/// Writes an `eval-gc` and a `job-gc` evaluation every `interval` until `stop` fires.
+async fn schedule_core_gc(
+    node: Arc<RaftNode>,
+    clock: SharedClock,
+    mut rng: StdRng,
+    interval: Duration,
+    stop: CancellationToken,
+) {
+    run_every(&stop, interval, || {
+        let now = clock.now_unix_nanos();
+        let evals = vec![
+            core_eval(EVAL_GC, now, &mut rng),
+            core_eval(JOB_GC, now, &mut rng),
+        ];
+        let write = node.write_local(Command::EvalUpsert(EvalUpsert { evals }));
+        let stop = &stop;
+        async move {
+            tokio::select! {
+                _ = stop.cancelled() => ControlFlow::Break(()),
+                r = write => {
+                    if let Err(e) = r {
+                        warn!(error = %e, "creating the core gc evaluations failed");
+                    }
+                    ControlFlow::Continue(())
+                }
+            }
+        }
+    })
+    .await;
 }

@@ -23,11 +23,18 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context};
 use serde::Serialize;
 use serde_json::{json, Value};
-use teamster::cli::ApiClient;
+use teamster::api::ApiClient;
 
 use crate::api::{metrics_text, raft_stat};
 use crate::process::ProcessCluster;
 use crate::sim::{SimConfig, SimNodes, SimTotals};
+
+mod metrics;
+mod plot;
+
+pub use metrics::{bucket_quantile, cpu_seconds, peak_rss_mb, prom_buckets, prom_sum};
+use metrics::{buckets_add, percentile};
+pub use plot::plot;
 
 /// The shape of the work.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -272,76 +279,6 @@ async fn placed(api: &ApiClient, prefix: &str, index: u64) -> anyhow::Result<(u6
     Ok((placed, running, index))
 }
 
-/// The sum of a Prometheus counter over its labels (0 when absent).
-pub fn prom_sum(text: &str, name: &str) -> u64 {
-    text.lines()
-        .filter(|l| {
-            l.starts_with(name) && matches!(l.as_bytes().get(name.len()), Some(b' ') | Some(b'{'))
-        })
-        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
-        .sum::<f64>() as u64
-}
-
-/// A Prometheus histogram's cumulative buckets, `(le, count)`, `+Inf` as infinity (empty
-/// when absent).
-pub fn prom_buckets(text: &str, name: &str) -> Vec<(f64, u64)> {
-    let prefix = format!("{name}_bucket{{le=\"");
-    text.lines()
-        .filter_map(|l| {
-            let (le, rest) = l.strip_prefix(&prefix)?.split_once("\"}")?;
-            let le = if le == "+Inf" {
-                f64::INFINITY
-            } else {
-                le.parse().ok()?
-            };
-            Some((le, rest.trim().parse::<f64>().ok()? as u64))
-        })
-        .collect()
-}
-
-/// `a + sign · b` bucket by bucket (buckets missing from `b` count 0; a negative result is 0).
-fn buckets_add(a: &[(f64, u64)], b: &[(f64, u64)], subtract: bool) -> Vec<(f64, u64)> {
-    let mut out: Vec<(f64, u64)> = if a.is_empty() {
-        b.iter().map(|(le, _)| (*le, 0)).collect()
-    } else {
-        a.to_vec()
-    };
-    for (le, n) in &mut out {
-        let other = b.iter().find(|(l, _)| l == le).map_or(0, |(_, c)| *c);
-        *n = if subtract {
-            n.saturating_sub(other)
-        } else {
-            *n + other
-        };
-    }
-    out
-}
-
-/// The `q` quantile (0..=1) of cumulative buckets, interpolated linearly within its bucket
-/// as Prometheus' `histogram_quantile` does; 0 when empty.
-pub fn bucket_quantile(buckets: &[(f64, u64)], q: f64) -> f64 {
-    let total = buckets.last().map_or(0, |(_, c)| *c);
-    if total == 0 {
-        return 0.0;
-    }
-    let rank = q * total as f64;
-    let (mut prev_le, mut prev_c) = (0.0, 0u64);
-    for &(le, c) in buckets {
-        if c as f64 >= rank && c > prev_c {
-            if le.is_infinite() {
-                return prev_le;
-            }
-            let frac = (rank - prev_c as f64) / (c - prev_c) as f64;
-            return prev_le + (le - prev_le) * frac.clamp(0.0, 1.0);
-        }
-        if le.is_finite() {
-            prev_le = le;
-        }
-        prev_c = c;
-    }
-    prev_le
-}
-
 /// The scheduler-only ceiling: the same placements computed in-process on a state store
 /// (no raft, no network, plans applied directly), one evaluation per job in turn.
 #[derive(Debug, Clone, Copy, Serialize)]
@@ -404,171 +341,6 @@ pub fn scheduler_only(cfg: &LoadConfig) -> anyhow::Result<SchedulerOnly> {
     })
 }
 
-/// Draw the report's plots as SVG into `dir`: `<name>-placements.svg` (allocations placed
-/// over time) and `<name>-eval-latency.svg` (the distribution of evaluation latencies as a
-/// cumulative curve).
-pub fn plot(report: &Report, dir: &std::path::Path, name: &str) -> anyhow::Result<()> {
-    use plotters::prelude::*;
-
-    let placements = dir.join(format!("{name}-placements.svg"));
-    {
-        let root = SVGBackend::new(&placements, (800, 450)).into_drawing_area();
-        root.fill(&WHITE)?;
-        let t_max = report.samples.last().map_or(1.0, |s| s.t).max(0.001);
-        let y_max = report
-            .samples
-            .iter()
-            .map(|s| s.placed)
-            .max()
-            .unwrap_or(1)
-            .max(1);
-        let mut chart = ChartBuilder::on(&root)
-            .caption(
-                format!(
-                    "{name}: allocations placed ({:.0}/s overall)",
-                    report.placements_per_second
-                ),
-                ("sans-serif", 20),
-            )
-            .margin(10)
-            .x_label_area_size(40)
-            .y_label_area_size(70)
-            .build_cartesian_2d(0f64..t_max, 0u64..y_max)?;
-        chart
-            .configure_mesh()
-            .x_desc("seconds since the first job registration")
-            .y_desc("allocations placed")
-            .draw()?;
-        chart
-            .draw_series(LineSeries::new(
-                report.samples.iter().map(|s| (s.t, s.placed)),
-                &BLUE,
-            ))?
-            .label("placed")
-            .legend(legend_mark(BLUE));
-        if report.config.run_allocs {
-            chart
-                .draw_series(LineSeries::new(
-                    report.samples.iter().map(|s| (s.t, s.running)),
-                    &GREEN,
-                ))?
-                .label("reported running by their nodes")
-                .legend(legend_mark(GREEN));
-        }
-        if let Some(f) = &report.failover {
-            chart
-                .draw_series(LineSeries::new(
-                    [(f.at_seconds, 0), (f.at_seconds, y_max)],
-                    &RED,
-                ))?
-                .label(format!("leader {} killed", f.killed))
-                .legend(legend_mark(RED));
-        }
-        draw_legend(&mut chart)?;
-        root.present()?;
-    }
-    let latency = dir.join(format!("{name}-eval-latency.svg"));
-    {
-        let root = SVGBackend::new(&latency, (800, 450)).into_drawing_area();
-        root.fill(&WHITE)?;
-        let v = &report.eval_completion_latencies_ms;
-        // The brokers' enqueue → ack histogram as a cumulative curve through its bucket bounds.
-        let total = report
-            .eval_latency_buckets
-            .last()
-            .map_or(0, |(_, c)| *c)
-            .max(1) as f64;
-        let mut broker: Vec<(f64, f64)> = vec![(0.0, 0.0)];
-        let mut last = 0;
-        for &(le, c) in &report.eval_latency_buckets {
-            if le.is_finite() && c > last {
-                broker.push((le * 1_000.0, c as f64 / total));
-            }
-            last = c;
-        }
-        if broker.len() > 1 {
-            // Start the curve at the first bucket that holds anything.
-            let first = broker[1].0 / 1.25;
-            broker[0] = (first, 0.0);
-        }
-        let x_max = v
-            .last()
-            .copied()
-            .unwrap_or(1.0)
-            .max(broker.last().map_or(1.0, |p| p.0))
-            .max(1.0);
-        let mut chart = ChartBuilder::on(&root)
-            .caption(
-                format!(
-                    "{name}: evaluation latency (enqueue → ack p50 {:.0} ms, p99 {:.0} ms)",
-                    report.eval_latency_ms.get("p50").copied().unwrap_or(0.0),
-                    report.eval_latency_ms.get("p99").copied().unwrap_or(0.0)
-                ),
-                ("sans-serif", 20),
-            )
-            .margin(10)
-            .x_label_area_size(40)
-            .y_label_area_size(60)
-            .build_cartesian_2d(0f64..x_max, 0f64..1f64)?;
-        chart
-            .configure_mesh()
-            .x_desc("milliseconds")
-            .y_desc("fraction of evaluations")
-            .draw()?;
-        chart
-            .draw_series(LineSeries::new(broker, &BLUE))?
-            .label("broker enqueue → ack (histogram buckets)")
-            .legend(legend_mark(BLUE));
-        let n = v.len().max(1) as f64;
-        chart
-            .draw_series(LineSeries::new(
-                v.iter()
-                    .enumerate()
-                    .map(|(i, ms)| (*ms, (i + 1) as f64 / n)),
-                &RED,
-            ))?
-            .label("create → complete (every evaluation)")
-            .legend(legend_mark(RED));
-        draw_legend(&mut chart)?;
-        root.present()?;
-    }
-    Ok(())
-}
-
-/// A chart's legend, in the lower right corner.
-fn draw_legend<'a, X: plotters::coord::ranged1d::Ranged, Y: plotters::coord::ranged1d::Ranged>(
-    chart: &mut plotters::chart::ChartContext<
-        'a,
-        plotters::prelude::SVGBackend<'a>,
-        plotters::coord::cartesian::Cartesian2d<X, Y>,
-    >,
-) -> anyhow::Result<()> {
-    use plotters::prelude::*;
-    chart
-        .configure_series_labels()
-        .position(SeriesLabelPosition::LowerRight)
-        .background_style(WHITE.mix(0.8))
-        .border_style(BLACK)
-        .draw()?;
-    Ok(())
-}
-
-/// A legend entry's mark: a short line in the series' colour.
-fn legend_mark(
-    color: plotters::style::RGBColor,
-) -> impl Fn((i32, i32)) -> plotters::element::PathElement<(i32, i32)> {
-    move |(x, y)| plotters::element::PathElement::new(vec![(x, y), (x + 20, y)], color)
-}
-
-/// Percentile of sorted values.
-fn percentile(sorted: &[f64], p: f64) -> f64 {
-    if sorted.is_empty() {
-        return 0.0;
-    }
-    let i = ((sorted.len() as f64 - 1.0) * p).round() as usize;
-    sorted[i.min(sorted.len() - 1)]
-}
-
 /// One server as the run measures it.
 struct Measured {
     api: ApiClient,
@@ -607,7 +379,7 @@ async fn read_counters(api: &ApiClient) -> ServerCounters {
                 return ServerCounters {
                     log_entries,
                     log_bytes,
-                    latency: prom_buckets(&text, teamster::agent::EVAL_LATENCY_METRIC),
+                    latency: prom_buckets(&text, teamster::server::broker::EVAL_LATENCY_METRIC),
                     node_rejections: prom_sum(&text, "teamster_plan_node_rejected_total"),
                 }
             }
@@ -996,40 +768,6 @@ async fn fail_over(
         new_leader: cluster.servers[new_leader].name.clone(),
         new_leader_seconds,
     })
-}
-
-/// User + system CPU seconds of a process (0 when unreadable).
-pub fn cpu_seconds(pid: u32) -> f64 {
-    let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
-        return 0.0;
-    };
-    // Fields after the parenthesised command name; utime and stime are the 14th and 15th.
-    let after = stat.rsplit_once(')').map_or("", |(_, a)| a);
-    let fields: Vec<&str> = after.split_whitespace().collect();
-    let ticks = |i: usize| {
-        fields
-            .get(i)
-            .and_then(|f| f.parse::<f64>().ok())
-            .unwrap_or(0.0)
-    };
-    // SAFETY: sysconf has no preconditions.
-    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64;
-    (ticks(11) + ticks(12)) / hz.max(1.0)
-}
-
-/// Peak resident set size of a process in MB (`VmHWM`; 0 when unreadable).
-pub fn peak_rss_mb(pid: u32) -> f64 {
-    std::fs::read_to_string(format!("/proc/{pid}/status"))
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find(|l| l.starts_with("VmHWM:"))?
-                .split_whitespace()
-                .nth(1)?
-                .parse::<f64>()
-                .ok()
-        })
-        .map_or(0.0, |kb| kb / 1024.0)
 }
 
 #[cfg(test)]

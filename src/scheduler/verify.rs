@@ -1,5 +1,7 @@
 //! The plan applier's pure core: verify a plan against the newest state, node by node, and
-//! turn the part that fits into the raft command to commit and the result to return.
+//! turn the part that fits into the raft command to commit and the result to return. It lives
+//! with the schedulers because it is the same kind of code: a pure function of a snapshot,
+//! using the fit arithmetic the schedulers rank with.
 //!
 //! The leader's single plan applier (the async shell around this, with the plan queue and
 //! the raft pipeline) calls [`evaluate_plan`] for each dequeued plan with the newest

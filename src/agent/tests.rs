@@ -1,7 +1,7 @@
-//! The leader-side contract on a real single-server agent (openraft, sled, the HTTP API):
-//! jobs registered over HTTP, evaluations driven by hand through `Eval.*` and `Plan.Submit`
-//! called in-process the way scheduler workers call them, with the real scheduler running on
-//! a snapshot behind a small synchronous Planner bridge.
+//! The whole agent with a lone server: the service layer's leader-side contract on real
+//! openraft, sled and the HTTP API: jobs registered over HTTP, evaluations driven by hand
+//! through `Eval.*` and `Plan.Submit` called in-process the way scheduler workers call them,
+//! with the real scheduler running on a snapshot behind a small synchronous Planner bridge.
 
 use std::time::Duration;
 
@@ -13,14 +13,15 @@ use teamster_storage::model::{
 };
 use teamster_storage::state::{Snapshot, StateStore};
 
-use super::eval::SCHEDULER_VERSION;
-use super::ServerRpc;
-use crate::agent::config::AgentConfig;
-use crate::agent::Agent;
-use crate::cli::ApiClient;
-use crate::rpc::{DequeuedEval, RequestContext, RpcError, RpcHandler, RpcRequest, RpcResponse};
+use super::config::AgentConfig;
+use super::Agent;
+use crate::api::ApiClient;
+use crate::rpc::service::eval::{EvalAckRequest, EvalDequeueRequest, EvalWriteRequest};
+use crate::rpc::{DequeuedEval, ServiceError, Services};
 use crate::scheduler::harness::mock_node;
+use crate::scheduler::SCHEDULER_VERSION;
 use crate::scheduler::{new_scheduler, Planner, SchedulerEnv, SchedulerError, SchedulerSettings};
+use crate::server::endpoints::Endpoints;
 
 struct TestServer {
     agent: Agent,
@@ -46,12 +47,9 @@ impl TestServer {
         TestServer { agent, _dir: dir }
     }
 
-    fn handler(&self) -> ServerRpc {
-        self.agent.server().unwrap().rpc_handler().clone()
-    }
-
-    fn ctx(&self) -> RequestContext {
-        RequestContext::local(self.agent.server().unwrap().node().id())
+    /// The service layer, called in process as the workers call it.
+    fn ep(&self) -> Endpoints {
+        self.agent.server().unwrap().endpoints().clone()
     }
 
     fn state(&self) -> StateStore {
@@ -62,22 +60,16 @@ impl TestServer {
         ApiClient::new(&format!("http://{}", self.agent.http_addr()))
     }
 
-    async fn call(&self, req: RpcRequest) -> RpcResponse {
-        self.handler().handle(self.ctx(), req).await.unwrap()
-    }
-
     async fn dequeue(&self, scheduler: &str) -> Option<DequeuedEval> {
-        match self
-            .call(RpcRequest::EvalDequeue {
+        self.ep()
+            .eval_dequeue(EvalDequeueRequest {
                 schedulers: vec![scheduler.to_string()],
                 timeout_ms: 2000,
                 scheduler_version: SCHEDULER_VERSION,
             })
             .await
-        {
-            RpcResponse::EvalDequeue(r) => r.unwrap(),
-            other => panic!("{}", other.kind()),
-        }
+            .unwrap()
+            .map(|d| *d)
     }
 
     async fn register_node(&self, n: u64) -> u64 {
@@ -85,7 +77,7 @@ impl TestServer {
             .server()
             .unwrap()
             .node()
-            .write(Command::NodeRegister(NodeRegister {
+            .write_local(Command::NodeRegister(NodeRegister {
                 node: mock_node(n),
                 evals: Vec::new(),
             }))
@@ -128,9 +120,8 @@ impl TestServer {
             .snapshot_min_index(d.wait_index, Duration::from_secs(5))
             .await
             .unwrap();
-        let planner = RpcPlanner {
-            handler: self.handler(),
-            ctx: self.ctx(),
+        let planner = EndpointsPlanner {
+            ep: self.ep(),
             token: d.token.clone(),
             state: self.state(),
             rt: tokio::runtime::Handle::current(),
@@ -140,22 +131,19 @@ impl TestServer {
             .await
             .unwrap()
             .unwrap();
-        match self
-            .call(RpcRequest::EvalAck {
+        self.ep()
+            .eval_ack(EvalAckRequest {
                 eval_id: d.eval.id.clone(),
                 token: d.token,
             })
             .await
-        {
-            RpcResponse::EvalAck(r) => r.unwrap(),
-            other => panic!("{}", other.kind()),
-        }
+            .unwrap();
         d.eval
     }
 }
 
 fn run_scheduler(
-    mut planner: RpcPlanner,
+    mut planner: EndpointsPlanner,
     snapshot: Snapshot,
     eval: Evaluation,
 ) -> Result<(), SchedulerError> {
@@ -169,42 +157,40 @@ fn run_scheduler(
     scheduler.process(&eval)
 }
 
-/// The synchronous Planner over the in-process RPC handler (what a worker does).
-struct RpcPlanner {
-    handler: ServerRpc,
-    ctx: RequestContext,
+/// The synchronous Planner over the in-process service layer (what a worker does).
+struct EndpointsPlanner {
+    ep: Endpoints,
     token: String,
     state: StateStore,
     rt: tokio::runtime::Handle,
 }
 
-impl RpcPlanner {
-    fn call(&self, req: RpcRequest) -> RpcResponse {
-        self.rt
-            .block_on(self.handler.handle(self.ctx.clone(), req))
-            .unwrap()
-    }
-}
-
-fn planner_err(operation: &'static str, e: RpcError) -> SchedulerError {
+fn planner_err(operation: &'static str, e: ServiceError) -> SchedulerError {
     SchedulerError::Planner {
         operation,
         reason: e.to_string(),
     }
 }
 
-impl Planner for RpcPlanner {
+impl EndpointsPlanner {
+    fn write(&self, eval: Evaluation) -> Box<EvalWriteRequest> {
+        Box::new(EvalWriteRequest {
+            eval,
+            token: self.token.clone(),
+        })
+    }
+}
+
+impl Planner for EndpointsPlanner {
     fn submit_plan(
         &mut self,
         mut plan: Plan,
     ) -> Result<(PlanResult, Option<Snapshot>), SchedulerError> {
         plan.eval_token = self.token.clone();
-        let result = match self.call(RpcRequest::PlanSubmit {
-            plan: Box::new(plan),
-        }) {
-            RpcResponse::PlanSubmit(r) => *r.map_err(|e| planner_err("submit plan", e))?,
-            other => panic!("{}", other.kind()),
-        };
+        let result = *self
+            .rt
+            .block_on(self.ep.plan_submit(Box::new(plan)))
+            .map_err(|e| planner_err("submit plan", e))?;
         if result.refresh_index == 0 {
             return Ok((result, None));
         }
@@ -214,40 +200,32 @@ impl Planner for RpcPlanner {
                 self.state
                     .snapshot_min_index(result.refresh_index, Duration::from_secs(5)),
             )
-            .map_err(|e| planner_err("submit plan", RpcError::Remote(e.to_string())))?;
+            .map_err(|e| planner_err("submit plan", ServiceError::internal(e.to_string())))?;
         Ok((result, Some(snapshot)))
     }
 
     fn update_eval(&mut self, eval: Evaluation) -> Result<(), SchedulerError> {
-        match self.call(RpcRequest::EvalUpdate {
-            eval: Box::new(eval),
-            token: self.token.clone(),
-        }) {
-            RpcResponse::EvalUpdate(r) => r.map(|_| ()).map_err(|e| planner_err("update eval", e)),
-            other => panic!("{}", other.kind()),
-        }
+        let req = self.write(eval);
+        self.rt
+            .block_on(self.ep.eval_update(req))
+            .map(|_| ())
+            .map_err(|e| planner_err("update eval", e))
     }
 
     fn create_eval(&mut self, eval: Evaluation) -> Result<(), SchedulerError> {
-        match self.call(RpcRequest::EvalCreate {
-            eval: Box::new(eval),
-            token: self.token.clone(),
-        }) {
-            RpcResponse::EvalCreate(r) => r.map(|_| ()).map_err(|e| planner_err("create eval", e)),
-            other => panic!("{}", other.kind()),
-        }
+        let req = self.write(eval);
+        self.rt
+            .block_on(self.ep.eval_create(req))
+            .map(|_| ())
+            .map_err(|e| planner_err("create eval", e))
     }
 
     fn reblock_eval(&mut self, eval: Evaluation) -> Result<(), SchedulerError> {
-        match self.call(RpcRequest::EvalReblock {
-            eval: Box::new(eval),
-            token: self.token.clone(),
-        }) {
-            RpcResponse::EvalReblock(r) => {
-                r.map(|_| ()).map_err(|e| planner_err("reblock eval", e))
-            }
-            other => panic!("{}", other.kind()),
-        }
+        let req = self.write(eval);
+        self.rt
+            .block_on(self.ep.eval_reblock(req))
+            .map(|_| ())
+            .map_err(|e| planner_err("reblock eval", e))
     }
 }
 
@@ -274,9 +252,9 @@ async fn a_registered_job_is_placed_through_dequeue_plan_submit_and_ack() {
     assert_eq!(allocs.len(), 3, "three allocations committed");
     let stored = snap.eval_by_id(&eval.id).unwrap();
     assert_eq!(stored.status, EvalStatus::Complete);
-    let side = s.agent.server().unwrap().leader_side().clone();
+    let ep = s.ep();
     eventually("broker drained", || {
-        let st = side.pipeline.broker().stats();
+        let st = ep.broker().stats();
         st.total_unacked == 0 && st.total_ready == 0
     })
     .await;
@@ -356,15 +334,16 @@ async fn stale_tokens_and_wrong_versions_are_refused() {
     s.register_job("web", 1, 256).await;
 
     match s
-        .call(RpcRequest::EvalDequeue {
+        .ep()
+        .eval_dequeue(EvalDequeueRequest {
             schedulers: vec!["service".into()],
             timeout_ms: 100,
             scheduler_version: SCHEDULER_VERSION + 1,
         })
         .await
     {
-        RpcResponse::EvalDequeue(Err(RpcError::Rejected(m))) => {
-            assert!(m.contains("scheduler version"), "{m}")
+        Err(ServiceError::Rejected { reason }) => {
+            assert!(reason.contains("scheduler version"), "{reason}")
         }
         other => panic!("{other:?}"),
     }
@@ -372,13 +351,14 @@ async fn stale_tokens_and_wrong_versions_are_refused() {
     assert!(d.wait_index >= d.eval.modify_index && d.wait_index > 0);
     let wrong = "not-the-token".to_string();
     match s
-        .call(RpcRequest::EvalAck {
+        .ep()
+        .eval_ack(EvalAckRequest {
             eval_id: d.eval.id.clone(),
             token: wrong.clone(),
         })
         .await
     {
-        RpcResponse::EvalAck(Err(RpcError::Rejected(m))) => assert!(m.contains("token"), "{m}"),
+        Err(ServiceError::Rejected { reason }) => assert!(reason.contains("token"), "{reason}"),
         other => panic!("{other:?}"),
     }
     let plan = Plan {
@@ -387,39 +367,32 @@ async fn stale_tokens_and_wrong_versions_are_refused() {
         priority: 50,
         ..Plan::default()
     };
-    match s
-        .call(RpcRequest::PlanSubmit {
-            plan: Box::new(plan),
-        })
-        .await
-    {
-        RpcResponse::PlanSubmit(Err(RpcError::Rejected(_))) => {}
+    match s.ep().plan_submit(Box::new(plan)).await {
+        Err(ServiceError::Rejected { .. }) => {}
         other => panic!("{other:?}"),
     }
     let mut created = d.eval.clone();
     created.id = EvalId::new("00000000-0000-4000-8000-000000000001");
     created.previous_eval = d.eval.id.clone();
     match s
-        .call(RpcRequest::EvalCreate {
-            eval: Box::new(created),
+        .ep()
+        .eval_create(Box::new(EvalWriteRequest {
+            eval: created,
             token: wrong,
-        })
+        }))
         .await
     {
-        RpcResponse::EvalCreate(Err(RpcError::Rejected(_))) => {}
+        Err(ServiceError::Rejected { .. }) => {}
         other => panic!("{other:?}"),
     }
     // The right token nacks; the eval comes back after the nack delay with a new token.
-    match s
-        .call(RpcRequest::EvalNack {
+    s.ep()
+        .eval_nack(EvalAckRequest {
             eval_id: d.eval.id.clone(),
             token: d.token.clone(),
         })
         .await
-    {
-        RpcResponse::EvalNack(r) => r.unwrap(),
-        other => panic!("{other:?}"),
-    }
+        .unwrap();
     let again = s.dequeue("service").await.expect("redelivered");
     assert_eq!(again.eval.id, d.eval.id);
     assert_ne!(again.token, d.token);
@@ -441,12 +414,12 @@ async fn a_job_without_room_blocks_and_a_new_node_releases_it() {
         .map(|e| e.id.clone())
         .collect();
     assert_eq!(blocked.len(), 1, "a blocked eval was created");
-    let side = s.agent.server().unwrap().leader_side().clone();
+    let ep = s.ep();
     eventually("the blocked eval is tracked", || {
-        side.pipeline.blocked().stats().total_blocked == 1
+        ep.blocked().stats().total_blocked == 1
     })
     .await;
-    assert_eq!(side.pipeline.broker().stats().total_ready, 0);
+    assert_eq!(ep.broker().stats().total_ready, 0);
 
     // A second node: the blocked eval goes back to the broker and places the rest.
     s.register_node(2).await;
@@ -454,34 +427,23 @@ async fn a_job_without_room_blocks_and_a_new_node_releases_it() {
     assert_eq!(released.id, blocked[0]);
     let snap = s.state().snapshot();
     assert_eq!(snap.allocs_by_job(&eval.namespace, &eval.job_id).count(), 2);
-    assert_eq!(side.pipeline.blocked().stats().total_blocked, 0);
+    assert_eq!(ep.blocked().stats().total_blocked, 0);
     s.agent.shutdown().await;
 }
 
-async fn ack(s: &TestServer, d: &DequeuedEval) {
-    match s
-        .call(RpcRequest::EvalAck {
-            eval_id: d.eval.id.clone(),
-            token: d.token.clone(),
-        })
-        .await
-    {
-        RpcResponse::EvalAck(r) => r.unwrap(),
-        other => panic!("{other:?}"),
+fn delivery(d: &DequeuedEval) -> EvalAckRequest {
+    EvalAckRequest {
+        eval_id: d.eval.id.clone(),
+        token: d.token.clone(),
     }
 }
 
+async fn ack(s: &TestServer, d: &DequeuedEval) {
+    s.ep().eval_ack(delivery(d)).await.unwrap();
+}
+
 async fn nack(s: &TestServer, d: &DequeuedEval) {
-    match s
-        .call(RpcRequest::EvalNack {
-            eval_id: d.eval.id.clone(),
-            token: d.token.clone(),
-        })
-        .await
-    {
-        RpcResponse::EvalNack(r) => r.unwrap(),
-        other => panic!("{other:?}"),
-    }
+    s.ep().eval_nack(delivery(d)).await.unwrap();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -546,9 +508,9 @@ async fn evals_superseded_while_their_job_was_busy_are_written_canceled() {
     assert_eq!(evals.len(), 3);
     // The broker takes evals from the change stream: wait until it holds all three (one
     // ready, two pending behind it) before racing it.
-    let side = s.agent.server().unwrap().leader_side().clone();
+    let ep = s.ep();
     eventually("all three evals in the broker", || {
-        let st = side.pipeline.broker().stats();
+        let st = ep.broker().stats();
         st.total_ready == 1 && st.total_pending == 2
     })
     .await;
@@ -620,15 +582,7 @@ fn plan_for(d: &DequeuedEval, allocs: Vec<Allocation>, all_at_once: bool) -> Pla
 }
 
 async fn submit(s: &TestServer, plan: Plan) -> PlanResult {
-    match s
-        .call(RpcRequest::PlanSubmit {
-            plan: Box::new(plan),
-        })
-        .await
-    {
-        RpcResponse::PlanSubmit(r) => *r.unwrap(),
-        other => panic!("{other:?}"),
-    }
+    *s.ep().plan_submit(Box::new(plan)).await.unwrap()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -707,7 +661,7 @@ async fn an_older_blocked_eval_of_a_job_is_canceled_as_a_duplicate() {
     let write = |e: Evaluation| {
         let node = node.clone();
         async move {
-            node.write(Command::EvalUpsert(teamster_storage::fsm::EvalUpsert {
+            node.write_local(Command::EvalUpsert(teamster_storage::fsm::EvalUpsert {
                 evals: vec![e],
             }))
             .await
@@ -736,8 +690,8 @@ async fn an_older_blocked_eval_of_a_job_is_canceled_as_a_duplicate() {
         .eval_by_id("00000000-0000-4000-8000-0000000000d2")
         .unwrap();
     assert_eq!(newer.status, EvalStatus::Blocked);
-    let side = s.agent.server().unwrap().leader_side().clone();
-    assert_eq!(side.pipeline.blocked().stats().total_blocked, 1);
+    let ep = s.ep();
+    assert_eq!(ep.blocked().stats().total_blocked, 1);
     s.agent.shutdown().await;
 }
 
@@ -767,23 +721,22 @@ async fn pause_eval_broker_in_the_scheduler_configuration_stops_and_restores_the
         }
     };
     set(true).await;
-    let side = s.agent.server().unwrap().leader_side().clone();
-    eventually("the broker is paused", || !side.pipeline.broker().enabled()).await;
+    let ep = s.ep();
+    eventually("the broker is paused", || !ep.broker().enabled()).await;
     match s
-        .call(RpcRequest::EvalDequeue {
+        .ep()
+        .eval_dequeue(EvalDequeueRequest {
             schedulers: vec!["service".into()],
             timeout_ms: 100,
             scheduler_version: SCHEDULER_VERSION,
         })
         .await
     {
-        RpcResponse::EvalDequeue(Err(RpcError::Disabled(m))) => {
-            assert_eq!(m, "eval broker disabled")
-        }
+        Err(ServiceError::Disabled { reason }) => assert_eq!(reason, "eval broker disabled"),
         other => panic!("{other:?}"),
     }
     set(false).await;
-    eventually("the broker is back", || side.pipeline.broker().enabled()).await;
+    eventually("the broker is back", || ep.broker().enabled()).await;
     let d = s.dequeue("service").await.expect("the restored eval");
     assert_eq!(d.eval.job_id.as_str(), "paused");
     s.agent.shutdown().await;
@@ -791,7 +744,7 @@ async fn pause_eval_broker_in_the_scheduler_configuration_stops_and_restores_the
 
 #[tokio::test]
 async fn client_alloc_queries_wake_on_server_changes_not_on_the_clients_own_reports() {
-    use crate::rpc::node_api::{NodeGetClientAllocsRequest, NodeUpdateAllocRequest};
+    use crate::rpc::service::node::{NodeGetClientAllocsRequest, NodeUpdateAllocRequest};
     use teamster_storage::fsm::AllocClientReport;
 
     let s = TestServer::start().await;
@@ -799,16 +752,12 @@ async fn client_alloc_queries_wake_on_server_changes_not_on_the_clients_own_repo
     s.register_job("web", 2, 256).await;
     s.process_one("service").await;
     let node_id = mock_node(1).id;
-    let query = |min_index: u64, wait_ms: u64| {
-        RpcRequest::NodeGetClientAllocs(NodeGetClientAllocsRequest {
-            node_id: node_id.clone(),
-            min_index,
-            wait_ms,
-        })
+    let query = |min_index: u64, wait_ms: u64| NodeGetClientAllocsRequest {
+        node_id: node_id.clone(),
+        min_index,
+        wait_ms,
     };
-    let RpcResponse::NodeGetClientAllocs(Ok(first)) = s.call(query(0, 0)).await else {
-        panic!("query failed");
-    };
+    let first = s.ep().node_get_client_allocs(query(0, 0)).await.unwrap();
     assert_eq!(
         first.changed.len(),
         2,
@@ -828,14 +777,11 @@ async fn client_alloc_queries_wake_on_server_changes_not_on_the_clients_own_repo
             modify_time: 1,
         })
         .collect();
-    let RpcResponse::NodeUpdateAlloc(Ok(reported_at)) = s
-        .call(RpcRequest::NodeUpdateAlloc(NodeUpdateAllocRequest {
-            allocs: reports,
-        }))
+    let reported_at = s
+        .ep()
+        .node_update_alloc(NodeUpdateAllocRequest { allocs: reports })
         .await
-    else {
-        panic!("update failed");
-    };
+        .unwrap();
     assert!(reported_at > first.index);
     let running = s.state().snapshot();
     assert!(running
@@ -843,18 +789,19 @@ async fn client_alloc_queries_wake_on_server_changes_not_on_the_clients_own_repo
         .all(|a| a.client_status == ClientStatus::Running && a.modify_index == reported_at));
 
     // The next query waits its whole (short) wait and sends nothing back in full.
-    let RpcResponse::NodeGetClientAllocs(Ok(quiet)) = s.call(query(first.index, 300)).await else {
-        panic!("query failed");
-    };
+    let quiet = s
+        .ep()
+        .node_get_client_allocs(query(first.index, 300))
+        .await
+        .unwrap();
     assert!(quiet.changed.is_empty(), "{:?}", quiet.changed);
     assert_eq!(quiet.alloc_indexes.len(), 2, "both still listed");
 
     // A server-side change (the job stopped) wakes a waiting query and is sent in full.
     let waiting = {
-        let handler = s.handler();
-        let ctx = s.ctx();
+        let ep = s.ep();
         let req = query(quiet.index, 30_000);
-        tokio::spawn(async move { handler.handle(ctx, req).await })
+        tokio::spawn(async move { ep.node_get_client_allocs(req).await })
     };
     let _: Value = s
         .api()
@@ -862,14 +809,11 @@ async fn client_alloc_queries_wake_on_server_changes_not_on_the_clients_own_repo
         .await
         .unwrap();
     s.process_one("service").await;
-    let Ok(RpcResponse::NodeGetClientAllocs(Ok(woken))) =
-        tokio::time::timeout(Duration::from_secs(20), waiting)
-            .await
-            .expect("the query answered before its wait")
-            .unwrap()
-    else {
-        panic!("query failed");
-    };
+    let woken = tokio::time::timeout(Duration::from_secs(20), waiting)
+        .await
+        .expect("the query answered before its wait")
+        .unwrap()
+        .unwrap();
     assert_eq!(woken.changed.len(), 2);
     assert!(woken
         .changed

@@ -1,40 +1,23 @@
-//! The leader's eval reapers (Nomad's `reapFailedEvaluations`, `reapCancelableEvaluations`,
-//! `reapDupBlockedEvaluations`), run while leadership is established:
-//!
-//! - **failed**: dequeues the broker's `_failed` queue (evals past the delivery limit), writes
-//!   each as `failed` together with a follow-up eval delayed by 1 min + random 0–5 min (none
-//!   if the job is gone) in one raft entry, then acks it. A failed write leaves the delivery
-//!   unacked; its nack timer brings it back.
-//! - **cancelable**: on every Ack that made evals cancelable, and every
-//!   `reap_cancelable_interval` (5 s), takes one batch of at most 728 superseded evals and
-//!   writes them `canceled`.
-//! - **duplicate blocked**: writes the blocked evals superseded by a newer one of their job as
-//!   `canceled`.
-//!
-//! (The periodic release of evals blocked by `max-plan-attempts` runs in the blocked-evals
-//! tracker's own maintenance task.)
-//!
-//! Metrics: counters `teamster_reaper_failed_evals_total`, `teamster_reaper_canceled_evals_total`,
-//! `teamster_reaper_duplicate_blocked_total`, `teamster_reaper_write_errors_total{reaper}`.
+//! The reapers' shell: three tasks, started while leadership is established, that take what
+//! the broker and the blocked-evals tracker give up on and write it back through raft with the
+//! builders of [`super::core`].
 
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::Arc;
 use std::time::Duration;
 
 use futures::future::BoxFuture;
-use rand::rngs::StdRng;
-use rand::SeedableRng;
 use teamster_storage::fsm::{Command, CommandResponse, EvalUpsert};
 use teamster_storage::model::Evaluation;
-use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, warn, Instrument};
 
-use crate::server::blocked_evals::mark_duplicates_canceled;
-use crate::server::eval_broker::{failed_eval_update, mark_canceled, FAILED_QUEUE};
+use super::core::{failed_eval_update, mark_canceled, mark_duplicates_canceled};
+use crate::server::broker::FAILED_QUEUE;
 use crate::server::leader::LeaderDuty;
+use crate::server::leader_service::LeaderService;
 use crate::server::pipeline::EvalPipeline;
 use crate::server::raft::RaftNode;
-use crate::util::SharedClock;
+use crate::util::{RngSource, SharedClock};
 
 /// How long one `_failed` dequeue or duplicates wait lasts before the loop re-checks
 /// cancellation (Nomad: 1 s).
@@ -47,31 +30,34 @@ pub struct ReapersDuty {
     node: Arc<RaftNode>,
     pipeline: EvalPipeline,
     clock: SharedClock,
-    running: Mutex<Option<(CancellationToken, Vec<JoinHandle<()>>)>>,
+    rng: RngSource,
+    tasks: LeaderService,
 }
 
 impl ReapersDuty {
     /// Reapers over `pipeline`, writing through `node`.
-    pub fn new(node: Arc<RaftNode>, pipeline: EvalPipeline, clock: SharedClock) -> ReapersDuty {
+    pub fn new(
+        node: Arc<RaftNode>,
+        pipeline: EvalPipeline,
+        clock: SharedClock,
+        rng: RngSource,
+    ) -> ReapersDuty {
         ReapersDuty {
             node,
             pipeline,
             clock,
-            running: Mutex::new(None),
+            rng,
+            tasks: LeaderService::new(),
         }
     }
 
-    async fn stop(&self) {
-        let running = self
-            .running
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .take();
-        if let Some((cancel, tasks)) = running {
-            cancel.cancel();
-            for t in tasks {
-                let _ = t.await;
-            }
+    fn reaper(&self, cancel: CancellationToken) -> Reaper {
+        Reaper {
+            node: self.node.clone(),
+            pipeline: self.pipeline.clone(),
+            clock: self.clock.clone(),
+            rng: self.rng.clone(),
+            cancel,
         }
     }
 }
@@ -83,37 +69,31 @@ impl LeaderDuty for ReapersDuty {
 
     fn establish(&self) -> BoxFuture<'_, Result<(), String>> {
         Box::pin(async move {
-            self.stop().await;
-            let cancel = CancellationToken::new();
-            let r = Reaper {
-                node: self.node.clone(),
-                pipeline: self.pipeline.clone(),
-                clock: self.clock.clone(),
-                cancel: cancel.clone(),
-            };
-            let tasks = vec![
-                tokio::spawn(
-                    r.clone()
-                        .failed()
-                        .instrument(tracing::info_span!("reap_failed")),
-                ),
-                tokio::spawn(
-                    r.clone()
-                        .cancelable()
-                        .instrument(tracing::info_span!("reap_cancelable")),
-                ),
-                tokio::spawn(
-                    r.duplicates()
-                        .instrument(tracing::info_span!("reap_duplicate_blocked")),
-                ),
-            ];
-            *self.running.lock().unwrap_or_else(PoisonError::into_inner) = Some((cancel, tasks));
+            self.tasks
+                .restart(|set| {
+                    set.spawn(|stop| {
+                        self.reaper(stop)
+                            .failed()
+                            .instrument(tracing::info_span!("reap_failed"))
+                    });
+                    set.spawn(|stop| {
+                        self.reaper(stop)
+                            .cancelable()
+                            .instrument(tracing::info_span!("reap_cancelable"))
+                    });
+                    set.spawn(|stop| {
+                        self.reaper(stop)
+                            .duplicates()
+                            .instrument(tracing::info_span!("reap_duplicate_blocked"))
+                    });
+                })
+                .await;
             Ok(())
         })
     }
 
     fn revoke(&self) -> BoxFuture<'_, ()> {
-        Box::pin(self.stop())
+        Box::pin(self.tasks.stop())
     }
 }
 
@@ -122,6 +102,7 @@ struct Reaper {
     node: Arc<RaftNode>,
     pipeline: EvalPipeline,
     clock: SharedClock,
+    rng: RngSource,
     cancel: CancellationToken,
 }
 
@@ -154,7 +135,7 @@ impl Reaper {
     async fn failed(self) {
         let broker = self.pipeline.broker().clone();
         let config = broker.config();
-        let mut rng = StdRng::from_entropy();
+        let mut rng = self.rng.fork();
         loop {
             let got = tokio::select! {
                 _ = self.cancel.cancelled() => return,

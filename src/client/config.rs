@@ -1,0 +1,111 @@
+//! The client role's configuration: the `[client]` section of the agent's TOML file, with
+//! defaults and a `validate()` whose error names the dotted key.
+//!
+//! May import: `util` only.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+use crate::util::net::parse_peer_addr;
+use crate::util::{duration_str, InvalidSetting};
+
+/// The task drivers a client can offer.
+pub const KNOWN_DRIVERS: &[&str] = &["raw_exec", "mock"];
+
+/// The `[client]` section.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct ClientConfig {
+    /// Run a client in this agent.
+    pub enabled: bool,
+    /// RPC addresses of servers to register with (`host:port`, port 4647 when omitted).
+    pub servers: Vec<String>,
+    /// The node's datacenter.
+    pub datacenter: String,
+    /// The node's class, used in constraints and to group nodes.
+    pub node_class: String,
+    /// Task drivers this node offers.
+    pub drivers: Vec<String>,
+    /// Resources kept back from scheduling.
+    pub reserved: Reserved,
+    /// Free-form node metadata (`${meta.key}` in constraints).
+    pub meta: BTreeMap<String, String>,
+    /// Total CPU to advertise in MHz (0: fingerprinted).
+    pub cpu_total_compute: u64,
+    /// Total memory to advertise in MB (0: fingerprinted).
+    pub memory_total_mb: u64,
+    /// How often changed allocation states are sent to the servers, in one batch.
+    #[serde(with = "duration_str")]
+    pub update_interval: Duration,
+    /// The longest kill timeout a task may ask for.
+    #[serde(with = "duration_str")]
+    pub max_kill_timeout: Duration,
+}
+
+impl Default for ClientConfig {
+    fn default() -> Self {
+        ClientConfig {
+            enabled: false,
+            servers: Vec::new(),
+            datacenter: "dc1".to_string(),
+            node_class: String::new(),
+            drivers: vec!["raw_exec".to_string(), "mock".to_string()],
+            reserved: Reserved::default(),
+            meta: BTreeMap::new(),
+            cpu_total_compute: 0,
+            memory_total_mb: 0,
+            update_interval: Duration::from_millis(200),
+            max_kill_timeout: Duration::from_secs(30),
+        }
+    }
+}
+
+/// Resources a client keeps back from scheduling (`client.reserved`).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Reserved {
+    /// CPU in MHz.
+    pub cpu: u64,
+    /// Memory in MiB.
+    pub memory_mb: u64,
+    /// Disk in MiB.
+    pub disk_mb: u64,
+}
+
+impl ClientConfig {
+    /// Checks every value of the section.
+    pub fn validate(&self) -> Result<(), InvalidSetting> {
+        for addr in &self.servers {
+            parse_peer_addr(addr).map_err(|r| InvalidSetting::new("client.servers", r))?;
+        }
+        if self.datacenter.trim().is_empty() {
+            return Err(InvalidSetting::new(
+                "client.datacenter",
+                "must not be empty",
+            ));
+        }
+        if self.update_interval.is_zero() || self.update_interval > Duration::from_secs(60) {
+            return Err(InvalidSetting::new(
+                "client.update_interval",
+                "must be between 1ms and 60s",
+            ));
+        }
+        if self.max_kill_timeout.is_zero() {
+            return Err(InvalidSetting::new(
+                "client.max_kill_timeout",
+                "must be positive",
+            ));
+        }
+        for d in &self.drivers {
+            if !KNOWN_DRIVERS.contains(&d.as_str()) {
+                return Err(InvalidSetting::new(
+                    "client.drivers",
+                    format!("unknown driver {d:?} (known: {})", KNOWN_DRIVERS.join(", ")),
+                ));
+            }
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,105 @@
+//! The payloads of the `Operator.*` calls: raft membership, the scheduler configuration,
+//! restoring a snapshot, and the leader's broker counts.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+use teamster_storage::model::SchedulerConfiguration;
+use teamster_storage::raft_types::{ServerAddr, ServerId};
+
+/// `Operator.RaftJoin`: add a server to the cluster (the leader adds it as a learner and
+/// promotes it to voter once it caught up).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RaftJoinRequest {
+    /// The joining server's raft id.
+    pub id: ServerId,
+    /// How to reach it.
+    pub addr: ServerAddr,
+}
+
+/// `Operator.RaftRemovePeer`: remove a server from the raft configuration, named by its raft
+/// id or its RPC address (the leader resolves it in its own, current configuration).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum RaftRemovePeerRequest {
+    /// By raft id.
+    Id(ServerId),
+    /// By RPC address (`ip:port`).
+    Address(String),
+}
+
+/// `Operator.SchedulerSetConfiguration`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SchedulerSetConfigRequest {
+    /// The new configuration.
+    pub config: SchedulerConfiguration,
+    /// Check-and-set: write only if the configuration's modify index is this.
+    pub cas_index: Option<u64>,
+}
+
+/// The answer to `Operator.SchedulerSetConfiguration`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SchedulerSetConfigResponse {
+    /// False when the check-and-set index did not match (nothing changed).
+    pub updated: bool,
+    /// The raft index of the write.
+    pub index: u64,
+}
+
+/// `Operator.SnapshotRestore`: replace every server's state with an image that
+/// `operator snapshot save` wrote, through raft.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SnapshotRestoreRequest {
+    /// The image.
+    pub image: Vec<u8>,
+}
+
+/// `Operator.BrokerStats` asks for nothing but the leader's counts.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BrokerStatsRequest;
+
+/// One broker queue's counts.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "PascalCase")]
+pub struct QueueCounts {
+    /// Ready to be dequeued.
+    pub ready: usize,
+    /// Delivered, not yet acked.
+    pub unacked: usize,
+    /// Behind another eval of the same job.
+    pub pending: usize,
+    /// Held back by a delay.
+    pub waiting: usize,
+    /// Superseded, waiting to be written canceled.
+    pub cancelable: usize,
+}
+
+/// The leader's broker, blocked evals and plan queue counts (also the JSON of
+/// `GET /v1/operator/scheduler/broker`).
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "PascalCase")]
+pub struct BrokerStatsResponse {
+    /// Whether the answering server's leader subsystems are established.
+    pub leader: bool,
+    /// Whether its broker is enabled.
+    pub enabled: bool,
+    /// Ready evals.
+    pub total_ready: usize,
+    /// Outstanding deliveries.
+    pub total_unacked: usize,
+    /// Evals waiting behind their job's in-flight eval.
+    pub total_pending: usize,
+    /// Delayed evals.
+    pub total_waiting: usize,
+    /// Superseded evals not yet canceled.
+    pub total_cancelable: usize,
+    /// Per scheduler queue.
+    pub by_scheduler: BTreeMap<String, QueueCounts>,
+    /// Blocked evals tracked.
+    pub total_blocked: usize,
+    /// Of those, escaped.
+    pub total_escaped: usize,
+    /// Of those, system evals parked on a node.
+    pub total_system_blocked: usize,
+    /// Plans waiting in the plan queue.
+    pub plan_queue_depth: usize,
+}

@@ -1,0 +1,557 @@
+//! The server role's configuration: the `[server]` section of the agent's TOML file and its
+//! sub-sections `[server.raft]`, `[server.workers]` and `[server.eval_broker]` — one struct
+//! per section, each with Nomad's defaults, a `for_tests()` profile where tests shrink
+//! timings (never logic), and a `validate()` whose error names the dotted key.
+//!
+//! Durations are strings such as `"10s"` ([`crate::util::duration_str`]). Unknown keys are
+//! refused. `docs/configuration.md` lists every key with its default.
+//!
+//! May import: `util` only; every server subsystem reads its settings from here.
+
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+use crate::util::net::parse_peer_addr;
+use crate::util::{duration_str, InvalidSetting};
+
+/// The scheduler types a worker can serve. `_core` is the garbage-collection scheduler and
+/// must always be enabled.
+pub const KNOWN_SCHEDULERS: &[&str] = &["service", "batch", "system", "sysbatch", "_core"];
+
+/// The most scheduler workers one server may run.
+pub const MAX_SCHEDULERS: usize = 256;
+
+/// Most cancelable evals written as canceled in one raft entry: Nomad's
+/// `MaxUUIDsPerWriteRequest` (7281) divided by ten.
+pub const CANCELABLE_BATCH_SIZE: usize = 728;
+
+/// Upper bound for [`EvalBrokerConfig::cancelable_batch_size`] (Nomad's
+/// `MaxUUIDsPerWriteRequest`), so one cancel write stays a reasonable raft entry.
+pub const MAX_CANCELABLE_BATCH_SIZE: usize = 7281;
+
+/// The `[server]` section.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct ServerConfig {
+    /// Run a server in this agent.
+    pub enabled: bool,
+    /// How many servers to wait for before the cluster is formed. 0: never bootstrap; only
+    /// join an existing cluster through `join`.
+    pub bootstrap_expect: usize,
+    /// RPC addresses (`host:port`, port 4647 when omitted) of other servers, retried until one
+    /// answers.
+    pub join: Vec<String>,
+    /// How long to wait between rounds of join attempts.
+    #[serde(with = "duration_str")]
+    pub join_retry_interval: Duration,
+    /// Scheduler workers on this server.
+    pub num_schedulers: usize,
+    /// The scheduler types the workers serve.
+    pub enabled_schedulers: Vec<String>,
+    /// How long a worker waits for its state to reach an evaluation's index before it nacks.
+    #[serde(with = "duration_str")]
+    pub raft_sync_limit: Duration,
+    /// Extra time past a node's TTL before it is marked down.
+    #[serde(with = "duration_str")]
+    pub heartbeat_grace: Duration,
+    /// The smallest heartbeat TTL handed to a node.
+    #[serde(with = "duration_str")]
+    pub min_heartbeat_ttl: Duration,
+    /// Heartbeats per second the leader aims to receive from all nodes together.
+    pub max_heartbeats_per_second: f64,
+    /// The TTL every live node gets when a new leader takes over.
+    #[serde(with = "duration_str")]
+    pub failover_heartbeat_ttl: Duration,
+    /// How long a request waits for a leader (during an election) before it fails with
+    /// "No cluster leader".
+    #[serde(with = "duration_str")]
+    pub rpc_hold_timeout: Duration,
+    /// Raft timing and log compaction (`[server.raft]`).
+    pub raft: RaftTiming,
+    /// Scheduler worker timings and garbage-collection thresholds (`[server.workers]`).
+    pub workers: WorkerConfig,
+    /// The leader's eval broker, reapers and plan applier (`[server.eval_broker]`).
+    pub eval_broker: EvalBrokerConfig,
+}
+
+impl Default for ServerConfig {
+    fn default() -> Self {
+        ServerConfig {
+            enabled: false,
+            bootstrap_expect: 0,
+            join: Vec::new(),
+            join_retry_interval: Duration::from_secs(2),
+            num_schedulers: std::thread::available_parallelism()
+                .map(|n| n.get())
+                .unwrap_or(1),
+            enabled_schedulers: KNOWN_SCHEDULERS.iter().map(|s| s.to_string()).collect(),
+            raft_sync_limit: Duration::from_secs(5),
+            heartbeat_grace: Duration::from_secs(10),
+            min_heartbeat_ttl: Duration::from_secs(10),
+            max_heartbeats_per_second: 50.0,
+            failover_heartbeat_ttl: Duration::from_secs(300),
+            rpc_hold_timeout: Duration::from_secs(5),
+            raft: RaftTiming::default(),
+            workers: WorkerConfig::default(),
+            eval_broker: EvalBrokerConfig::default(),
+        }
+    }
+}
+
+impl ServerConfig {
+    /// Checks every value of the section and its sub-sections.
+    pub fn validate(&self) -> Result<(), InvalidSetting> {
+        if self.num_schedulers > MAX_SCHEDULERS {
+            return Err(InvalidSetting::new(
+                "server.num_schedulers",
+                format!(
+                    "must be between 0 and {MAX_SCHEDULERS}, got {}",
+                    self.num_schedulers
+                ),
+            ));
+        }
+        validate_schedulers(&self.enabled_schedulers)
+            .map_err(|r| InvalidSetting::new("server.enabled_schedulers", r))?;
+        for addr in &self.join {
+            parse_peer_addr(addr).map_err(|r| InvalidSetting::new("server.join", r))?;
+        }
+        for (key, d) in [
+            ("server.join_retry_interval", self.join_retry_interval),
+            ("server.raft_sync_limit", self.raft_sync_limit),
+            ("server.min_heartbeat_ttl", self.min_heartbeat_ttl),
+            ("server.rpc_hold_timeout", self.rpc_hold_timeout),
+            ("server.failover_heartbeat_ttl", self.failover_heartbeat_ttl),
+        ] {
+            if d.is_zero() {
+                return Err(InvalidSetting::new(key, "must be positive"));
+            }
+        }
+        if !(self.max_heartbeats_per_second > 0.0 && self.max_heartbeats_per_second.is_finite()) {
+            return Err(InvalidSetting::new(
+                "server.max_heartbeats_per_second",
+                format!(
+                    "must be a positive number, got {}",
+                    self.max_heartbeats_per_second
+                ),
+            ));
+        }
+        self.workers.validate()?;
+        self.eval_broker.validate()?;
+        self.raft.validate()
+    }
+}
+
+/// Check a list of scheduler types: known names, no duplicates, `_core` present.
+pub fn validate_schedulers(list: &[String]) -> Result<(), String> {
+    for s in list {
+        if !KNOWN_SCHEDULERS.contains(&s.as_str()) {
+            return Err(format!(
+                "unknown scheduler {s:?} (known: {})",
+                KNOWN_SCHEDULERS.join(", ")
+            ));
+        }
+    }
+    for (i, s) in list.iter().enumerate() {
+        if list[..i].contains(s) {
+            return Err(format!("scheduler {s:?} is listed twice"));
+        }
+    }
+    if !list.iter().any(|s| s == "_core") {
+        return Err("must include \"_core\"".into());
+    }
+    Ok(())
+}
+
+/// Raft's timing profile and log compaction (`[server.raft]`). Tests shrink the timings; the
+/// logic is the same.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct RaftTiming {
+    /// How often the leader sends heartbeats; also the AppendEntries timeout, so it must
+    /// exceed the slowest follower's fsync.
+    #[serde(with = "duration_str")]
+    pub heartbeat_interval: Duration,
+    /// The shortest election timeout; each election waits a random time in [min, 2 × min).
+    #[serde(with = "duration_str")]
+    pub election_timeout: Duration,
+    /// Timeout for sending (and installing) the last snapshot chunk.
+    #[serde(with = "duration_str")]
+    pub install_snapshot_timeout: Duration,
+    /// Build a snapshot after this many entries since the last one.
+    pub snapshot_threshold: u64,
+    /// Log entries kept behind a snapshot, so a briefly lagging follower can catch up from the
+    /// log instead of a snapshot.
+    pub trailing_logs: u64,
+    /// Most entries in one AppendEntries (64, as hashicorp/raft's `MaxAppendEntries`). Entries
+    /// can be large (a plan of 1 000 allocations is a few hundred kB), so this also bounds
+    /// the memory a follower's catch-up takes and keeps each append within the heartbeat
+    /// interval that is its timeout.
+    pub max_append_entries: u64,
+}
+
+impl Default for RaftTiming {
+    fn default() -> Self {
+        RaftTiming {
+            heartbeat_interval: Duration::from_millis(200),
+            election_timeout: Duration::from_millis(1000),
+            install_snapshot_timeout: Duration::from_secs(30),
+            snapshot_threshold: 8192,
+            trailing_logs: 2048,
+            max_append_entries: 64,
+        }
+    }
+}
+
+impl RaftTiming {
+    /// A fast profile for tests on loopback: elections in a few hundred milliseconds.
+    pub fn for_tests() -> Self {
+        RaftTiming {
+            heartbeat_interval: Duration::from_millis(50),
+            election_timeout: Duration::from_millis(300),
+            ..RaftTiming::default()
+        }
+    }
+
+    /// Checks every value.
+    pub fn validate(&self) -> Result<(), InvalidSetting> {
+        if self.heartbeat_interval.is_zero() {
+            return Err(InvalidSetting::new(
+                "server.raft.heartbeat_interval",
+                "must be positive",
+            ));
+        }
+        if self.election_timeout <= self.heartbeat_interval * 2 {
+            return Err(InvalidSetting::new(
+                "server.raft.election_timeout",
+                format!(
+                    "must be more than twice server.raft.heartbeat_interval ({})",
+                    humantime::format_duration(self.heartbeat_interval)
+                ),
+            ));
+        }
+        if self.install_snapshot_timeout < self.heartbeat_interval {
+            return Err(InvalidSetting::new(
+                "server.raft.install_snapshot_timeout",
+                "must be at least server.raft.heartbeat_interval",
+            ));
+        }
+        if self.snapshot_threshold == 0 {
+            return Err(InvalidSetting::new(
+                "server.raft.snapshot_threshold",
+                "must be positive",
+            ));
+        }
+        if self.max_append_entries == 0 {
+            return Err(InvalidSetting::new(
+                "server.raft.max_append_entries",
+                "must be positive",
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// Worker timings and garbage-collection thresholds (`[server.workers]`). Every constant of
+/// the worker loop is here, so tests shrink them.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct WorkerConfig {
+    /// How long one `Eval.Dequeue` waits for work (so pause and stop are noticed).
+    #[serde(with = "duration_str")]
+    pub dequeue_timeout: Duration,
+    /// After a raft-sync timeout, keep waiting up to this many × `raft_sync_limit` for the
+    /// same index before dequeuing again (a server catching up must not churn evaluations).
+    pub catch_up_factor: u32,
+    /// First backoff after a failed dequeue.
+    #[serde(with = "duration_str")]
+    pub dequeue_backoff_base: Duration,
+    /// Longest backoff after failed dequeues.
+    #[serde(with = "duration_str")]
+    pub dequeue_backoff_limit: Duration,
+    /// First backoff after a transient planner error (no leader, plan queue disabled).
+    #[serde(with = "duration_str")]
+    pub plan_backoff_base: Duration,
+    /// Longest backoff after transient planner errors.
+    #[serde(with = "duration_str")]
+    pub plan_backoff_limit: Duration,
+    /// Backoff when the leader runs another scheduler version.
+    #[serde(with = "duration_str")]
+    pub version_mismatch_backoff: Duration,
+    /// Attempts of one planner call (plan, eval update/create/reblock) on transient errors.
+    pub planner_attempts: u32,
+    /// Deadline of one call to the leader (a dequeue gets this on top of its own timeout).
+    #[serde(with = "duration_str")]
+    pub rpc_timeout: Duration,
+    /// Dequeue errors in the first moments after start are expected (no leader yet) and
+    /// logged at debug level only.
+    #[serde(with = "duration_str")]
+    pub dequeue_error_grace: Duration,
+    /// How long the server waits for its workers at shutdown.
+    #[serde(with = "duration_str")]
+    pub shutdown_grace: Duration,
+    /// Terminal evaluations (and their terminal allocations) older than this are collected.
+    #[serde(with = "duration_str")]
+    pub eval_gc_threshold: Duration,
+    /// Stopped jobs whose allocations are all terminal are purged after this long.
+    #[serde(with = "duration_str")]
+    pub job_gc_threshold: Duration,
+    /// How often the leader creates the periodic `_core` garbage-collection evaluations.
+    #[serde(with = "duration_str")]
+    pub core_gc_interval: Duration,
+}
+
+impl Default for WorkerConfig {
+    fn default() -> Self {
+        WorkerConfig {
+            dequeue_timeout: Duration::from_millis(500),
+            catch_up_factor: 10,
+            dequeue_backoff_base: Duration::from_millis(20),
+            dequeue_backoff_limit: Duration::from_secs(10),
+            plan_backoff_base: Duration::from_millis(500),
+            plan_backoff_limit: Duration::from_secs(10),
+            version_mismatch_backoff: Duration::from_secs(30),
+            planner_attempts: 8,
+            rpc_timeout: Duration::from_secs(30),
+            dequeue_error_grace: Duration::from_secs(10),
+            shutdown_grace: Duration::from_secs(5),
+            eval_gc_threshold: Duration::from_secs(3600),
+            job_gc_threshold: Duration::from_secs(4 * 3600),
+            core_gc_interval: Duration::from_secs(300),
+        }
+    }
+}
+
+impl WorkerConfig {
+    /// Checks every value; the error names the key (`server.workers.<key>`).
+    pub fn validate(&self) -> Result<(), InvalidSetting> {
+        for (key, d) in [
+            ("server.workers.dequeue_timeout", self.dequeue_timeout),
+            (
+                "server.workers.dequeue_backoff_base",
+                self.dequeue_backoff_base,
+            ),
+            ("server.workers.plan_backoff_base", self.plan_backoff_base),
+            (
+                "server.workers.version_mismatch_backoff",
+                self.version_mismatch_backoff,
+            ),
+            ("server.workers.rpc_timeout", self.rpc_timeout),
+            ("server.workers.shutdown_grace", self.shutdown_grace),
+            ("server.workers.core_gc_interval", self.core_gc_interval),
+        ] {
+            if d.is_zero() {
+                return Err(InvalidSetting::new(key, "must be positive"));
+            }
+        }
+        if self.dequeue_backoff_limit < self.dequeue_backoff_base {
+            return Err(InvalidSetting::new(
+                "server.workers.dequeue_backoff_limit",
+                "must be at least server.workers.dequeue_backoff_base",
+            ));
+        }
+        if self.plan_backoff_limit < self.plan_backoff_base {
+            return Err(InvalidSetting::new(
+                "server.workers.plan_backoff_limit",
+                "must be at least server.workers.plan_backoff_base",
+            ));
+        }
+        if !(1..=100).contains(&self.catch_up_factor) {
+            return Err(InvalidSetting::new(
+                "server.workers.catch_up_factor",
+                format!("must be within 1..=100, not {}", self.catch_up_factor),
+            ));
+        }
+        if !(1..=100).contains(&self.planner_attempts) {
+            return Err(InvalidSetting::new(
+                "server.workers.planner_attempts",
+                format!("must be within 1..=100, not {}", self.planner_attempts),
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// The leader's eval broker, its reapers and the plan applier (`[server.eval_broker]`).
+/// Defaults are Nomad's (`nomad/config.go`); the two fields without a TOML key are knobs for
+/// tests and benchmarks.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct EvalBrokerConfig {
+    /// How long a delivery may stay un-acked before the broker nacks it itself, so a crashed
+    /// or partitioned worker cannot hold an eval forever (`EvalNackTimeout`, 60 s).
+    #[serde(with = "duration_str")]
+    pub nack_timeout: Duration,
+    /// Deliveries before an eval is given up and moved to the `_failed` queue, so a poison
+    /// eval cannot crash workers forever (`EvalDeliveryLimit`, 3).
+    pub delivery_limit: u32,
+    /// Delay before re-enqueueing after the first failed delivery (1 s).
+    #[serde(with = "duration_str")]
+    pub nack_initial_reenqueue_delay: Duration,
+    /// Compounding delay after later failed deliveries: (n−1) × this (20 s).
+    #[serde(with = "duration_str")]
+    pub nack_subsequent_reenqueue_delay: Duration,
+    /// Fixed part of the `Wait` of a failed eval's follow-up (1 min).
+    #[serde(with = "duration_str")]
+    pub failed_followup_baseline_delay: Duration,
+    /// Random part of that `Wait`, uniform in `[0, range)` (5 min), so failed evals of many
+    /// jobs do not all retry at once.
+    #[serde(with = "duration_str")]
+    pub failed_followup_delay_range: Duration,
+    /// Period of the cancelable reaper's straggler sweep; it also runs after every Ack (5 s).
+    #[serde(with = "duration_str")]
+    pub reap_cancelable_interval: Duration,
+    /// Accepted plans committing at once in the plan applier's pipeline (Nomad's
+    /// `plan_apply_pipeline`, settled at 6–8).
+    pub plan_apply_pipeline: usize,
+    /// Most cancelable evals the reaper writes per raft entry (728). No TOML key.
+    #[serde(skip)]
+    pub cancelable_batch_size: usize,
+    /// Period of the broker's gauge emission (1 s). No TOML key.
+    #[serde(skip)]
+    pub stats_interval: Duration,
+    /// How long the plan applier waits for its state to reach a plan's snapshot index (10 s).
+    /// No TOML key.
+    #[serde(skip)]
+    pub plan_snapshot_wait: Duration,
+}
+
+impl Default for EvalBrokerConfig {
+    fn default() -> Self {
+        EvalBrokerConfig {
+            nack_timeout: Duration::from_secs(60),
+            delivery_limit: 3,
+            nack_initial_reenqueue_delay: Duration::from_secs(1),
+            nack_subsequent_reenqueue_delay: Duration::from_secs(20),
+            failed_followup_baseline_delay: Duration::from_secs(60),
+            failed_followup_delay_range: Duration::from_secs(5 * 60),
+            reap_cancelable_interval: Duration::from_secs(5),
+            plan_apply_pipeline: 8,
+            cancelable_batch_size: CANCELABLE_BATCH_SIZE,
+            stats_interval: Duration::from_secs(1),
+            plan_snapshot_wait: Duration::from_secs(10),
+        }
+    }
+}
+
+impl EvalBrokerConfig {
+    /// A profile for tests: the same logic with every delay shrunk to milliseconds or a few
+    /// seconds, so real-time cluster tests finish quickly.
+    pub fn for_tests() -> Self {
+        EvalBrokerConfig {
+            nack_timeout: Duration::from_secs(5),
+            delivery_limit: 3,
+            nack_initial_reenqueue_delay: Duration::from_millis(50),
+            nack_subsequent_reenqueue_delay: Duration::from_millis(200),
+            failed_followup_baseline_delay: Duration::from_millis(500),
+            failed_followup_delay_range: Duration::from_millis(500),
+            reap_cancelable_interval: Duration::from_millis(200),
+            stats_interval: Duration::from_millis(100),
+            ..EvalBrokerConfig::default()
+        }
+    }
+
+    /// Checks every value; the error names the key (`server.eval_broker.<key>`).
+    pub fn validate(&self) -> Result<(), InvalidSetting> {
+        if self.nack_timeout.is_zero() {
+            return Err(InvalidSetting::new(
+                "server.eval_broker.nack_timeout",
+                "must be positive",
+            ));
+        }
+        if self.delivery_limit == 0 {
+            return Err(InvalidSetting::new(
+                "server.eval_broker.delivery_limit",
+                "must be at least 1",
+            ));
+        }
+        if self.reap_cancelable_interval.is_zero() {
+            return Err(InvalidSetting::new(
+                "server.eval_broker.reap_cancelable_interval",
+                "must be positive",
+            ));
+        }
+        if self.plan_apply_pipeline == 0 || self.plan_apply_pipeline > 64 {
+            return Err(InvalidSetting::new(
+                "server.eval_broker.plan_apply_pipeline",
+                format!("must be between 1 and 64, got {}", self.plan_apply_pipeline),
+            ));
+        }
+        if self.cancelable_batch_size == 0 || self.cancelable_batch_size > MAX_CANCELABLE_BATCH_SIZE
+        {
+            return Err(InvalidSetting::new(
+                "server.eval_broker.cancelable_batch_size",
+                format!("must be between 1 and {MAX_CANCELABLE_BATCH_SIZE}"),
+            ));
+        }
+        if self.stats_interval.is_zero() {
+            return Err(InvalidSetting::new(
+                "server.eval_broker.stats_interval",
+                "must be positive",
+            ));
+        }
+        if self.plan_snapshot_wait.is_zero() {
+            return Err(InvalidSetting::new(
+                "server.eval_broker.plan_snapshot_wait",
+                "must be positive",
+            ));
+        }
+        Ok(())
+    }
+
+    /// The delay before re-enqueueing an eval nacked after `deliveries` deliveries
+    /// (Nomad's `nackReenqueueDelay`): none before any delivery, the initial delay after the
+    /// first, (n−1) × the subsequent delay after the n-th.
+    pub fn nack_reenqueue_delay(&self, deliveries: u32) -> Duration {
+        match deliveries {
+            0 => Duration::ZERO,
+            1 => self.nack_initial_reenqueue_delay,
+            n => self.nack_subsequent_reenqueue_delay.saturating_mul(n - 1),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_section_validates_its_defaults_and_names_the_key_it_refuses() {
+        ServerConfig::default().validate().unwrap();
+        EvalBrokerConfig::for_tests().validate().unwrap();
+        let mut c = ServerConfig {
+            num_schedulers: 300,
+            ..ServerConfig::default()
+        };
+        assert_eq!(c.validate().unwrap_err().key, "server.num_schedulers");
+        c.num_schedulers = 2;
+        c.eval_broker.plan_apply_pipeline = 0;
+        let e = c.validate().unwrap_err();
+        assert_eq!(e.key, "server.eval_broker.plan_apply_pipeline");
+        assert!(e.reason.contains("got 0"), "{e}");
+        c.eval_broker = EvalBrokerConfig::default();
+        c.workers.catch_up_factor = 0;
+        assert_eq!(
+            c.validate().unwrap_err().key,
+            "server.workers.catch_up_factor"
+        );
+        c.workers = WorkerConfig::default();
+        c.raft.snapshot_threshold = 0;
+        assert_eq!(
+            c.validate().unwrap_err().key,
+            "server.raft.snapshot_threshold"
+        );
+    }
+
+    #[test]
+    fn the_knobs_without_a_key_are_not_read_from_toml() {
+        let e = toml::from_str::<EvalBrokerConfig>("stats_interval = \"1s\"\n").unwrap_err();
+        assert!(e.to_string().contains("stats_interval"), "{e}");
+        let c: EvalBrokerConfig =
+            toml::from_str("nack_initial_reenqueue_delay = \"3s\"\nplan_apply_pipeline = 4\n")
+                .unwrap();
+        assert_eq!(c.nack_reenqueue_delay(1), Duration::from_secs(3));
+        assert_eq!(c.plan_apply_pipeline, 4);
+        assert_eq!(c.cancelable_batch_size, CANCELABLE_BATCH_SIZE);
+    }
+}

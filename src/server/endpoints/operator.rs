@@ -1,0 +1,133 @@
+//! `Operator.*` on the leader: raft membership (a joining server is added as a learner and
+//! promoted once it caught up; a removed one is forgotten by the pool), the scheduler
+//! configuration (with check-and-set), restoring a snapshot through raft, and the broker
+//! counts of the leader.
+
+use teamster_storage::fsm::{
+    ApplyError, Command, CommandResponse, SchedulerConfigUpdate, SnapshotRestore,
+};
+use teamster_storage::state::StateStore;
+
+use super::{node_error, Endpoints};
+use crate::rpc::service::operator::{
+    BrokerStatsResponse, QueueCounts, RaftJoinRequest, RaftRemovePeerRequest,
+    SchedulerSetConfigRequest, SchedulerSetConfigResponse, SnapshotRestoreRequest,
+};
+use crate::rpc::ServiceError;
+
+/// `Operator.RaftJoin`.
+pub async fn raft_join(ep: &Endpoints, req: RaftJoinRequest) -> Result<(), ServiceError> {
+    ep.node()
+        .add_voter(req.id, req.addr)
+        .await
+        .map_err(node_error)
+}
+
+/// `Operator.RaftRemovePeer`.
+pub async fn raft_remove_peer(
+    ep: &Endpoints,
+    req: RaftRemovePeerRequest,
+) -> Result<(), ServiceError> {
+    let servers = ep.node().membership().servers;
+    let id = match req {
+        RaftRemovePeerRequest::Id(id) => servers
+            .iter()
+            .find(|(s, _, _)| *s == id)
+            .map(|(s, _, _)| *s)
+            .ok_or_else(|| {
+                ServiceError::invalid(
+                    "id",
+                    format!("id \"{id}\" was not found in the Raft configuration"),
+                )
+            })?,
+        RaftRemovePeerRequest::Address(addr) => servers
+            .iter()
+            .find(|(_, a, _)| a.rpc_addr == addr)
+            .map(|(s, _, _)| *s)
+            .ok_or_else(|| {
+                ServiceError::invalid(
+                    "address",
+                    format!("address {addr:?} was not found in the Raft configuration"),
+                )
+            })?,
+    };
+    ep.node().remove_server(id).await.map_err(node_error)
+}
+
+/// `Operator.SchedulerSetConfiguration`: `updated` is false when the check-and-set index did
+/// not match.
+pub async fn set_scheduler_config(
+    ep: &Endpoints,
+    req: SchedulerSetConfigRequest,
+) -> Result<SchedulerSetConfigResponse, ServiceError> {
+    let applied = ep
+        .node()
+        .write_local(Command::SchedulerConfig(SchedulerConfigUpdate {
+            config: req.config,
+            cas_index: req.cas_index,
+        }))
+        .await
+        .map_err(super::write_error)?;
+    let updated = match &applied.response {
+        CommandResponse::Rejected(ApplyError::CasMismatch { .. }) => false,
+        CommandResponse::Rejected(e) => return Err(super::apply_error(e)),
+        _ => true,
+    };
+    Ok(SchedulerSetConfigResponse {
+        updated,
+        index: applied.index,
+    })
+}
+
+/// `Operator.SnapshotRestore`: the image is decoded once here, so a bad one is refused
+/// before it reaches the log.
+pub async fn snapshot_restore(
+    ep: &Endpoints,
+    req: SnapshotRestoreRequest,
+) -> Result<u64, ServiceError> {
+    let image = req.image;
+    let image =
+        tokio::task::spawn_blocking(move || StateStore::new().restore_image(&image).map(|_| image))
+            .await
+            .map_err(|e| ServiceError::internal(format!("checking the snapshot: {e}")))?
+            .map_err(|e| ServiceError::invalid("Snapshot", format!("invalid snapshot: {e}")))?;
+    Ok(ep
+        .write(Command::SnapshotRestore(SnapshotRestore { image }))
+        .await?
+        .0)
+}
+
+/// `Operator.BrokerStats`: this server's broker, blocked-evals and plan-queue counts.
+pub fn broker_stats(ep: &Endpoints) -> BrokerStatsResponse {
+    let b = ep.broker().stats();
+    let blocked = ep.blocked().stats();
+    BrokerStatsResponse {
+        leader: ep.leadership().is_established(),
+        enabled: ep.broker().enabled(),
+        total_ready: b.total_ready,
+        total_unacked: b.total_unacked,
+        total_pending: b.total_pending,
+        total_waiting: b.total_waiting,
+        total_cancelable: b.total_cancelable,
+        by_scheduler: b
+            .by_scheduler
+            .iter()
+            .map(|(queue, s)| {
+                (
+                    queue.as_str().to_string(),
+                    QueueCounts {
+                        ready: s.ready,
+                        unacked: s.unacked,
+                        pending: s.pending,
+                        waiting: s.waiting,
+                        cancelable: s.cancelable,
+                    },
+                )
+            })
+            .collect(),
+        total_blocked: blocked.total_blocked,
+        total_escaped: blocked.total_escaped,
+        total_system_blocked: blocked.total_system,
+        plan_queue_depth: ep.plans().depth(),
+    }
+}

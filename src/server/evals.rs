@@ -1,0 +1,107 @@
+//! Builders of the evaluations the servers create themselves: for a job that was registered,
+//! stopped or force-evaluated, for a node whose status, eligibility or drain changed (Nomad's
+//! `createNodeEvals`), and for a job whose allocation failed on its client. Pure functions of
+//! a snapshot, the wall-clock time and an RNG (for the IDs), shared by the endpoints and the
+//! heartbeat timers.
+//!
+//! May import: `scheduler` (job scope of a node), `util`, `teamster_storage`.
+
+use std::collections::BTreeSet;
+
+use rand::RngCore;
+use teamster_storage::model::{
+    EvalStatus, EvalTrigger, Evaluation, Job, JobType, Node, NodeStatus,
+};
+use teamster_storage::state::Snapshot;
+
+/// A pending evaluation of `job`, as the job endpoints create them.
+pub fn job_eval(job: &Job, trigger: EvalTrigger, now: i64, rng: &mut dyn RngCore) -> Evaluation {
+    Evaluation {
+        id: crate::util::new_uuid(rng).into(),
+        namespace: job.namespace.clone(),
+        priority: job.priority,
+        eval_type: job.job_type,
+        triggered_by: trigger,
+        job_id: job.id.clone(),
+        job_modify_index: job.job_modify_index,
+        status: EvalStatus::Pending,
+        create_time: now,
+        modify_time: now,
+        ..Evaluation::default()
+    }
+}
+
+/// Nomad's `shouldCreateNodeEval` on a status change `from` → `to` (`from` `None`: a new
+/// node).
+pub fn should_create_evals(from: Option<NodeStatus>, to: NodeStatus) -> bool {
+    use NodeStatus::*;
+    match (from, to) {
+        (_, Down) => from != Some(Down),
+        (_, Disconnected) => from != Some(Disconnected),
+        (Some(Disconnected), _) => true,
+        (None | Some(Initializing) | Some(Down), Ready) => true,
+        _ => false,
+    }
+}
+
+/// Nomad's `createNodeEvals`: one `node-update` evaluation per job with an allocation on the
+/// node that may need rescheduling, plus one per non-stopped system job whose datacenters
+/// and node pool cover the node.
+pub fn node_evals(
+    snapshot: &Snapshot,
+    node: &Node,
+    now: i64,
+    rng: &mut dyn RngCore,
+) -> Vec<Evaluation> {
+    let mut seen = BTreeSet::new();
+    let mut evals = Vec::new();
+    let mut push = |job: &Job, rng: &mut dyn RngCore| {
+        evals.push(Evaluation {
+            node_id: node.id.clone(),
+            node_modify_index: node.modify_index,
+            ..job_eval(job, EvalTrigger::NodeUpdate, now, rng)
+        });
+    };
+    for alloc in snapshot.allocs_by_node(node.id.as_str()) {
+        let Some(job) = snapshot.job_by_id(alloc.namespace.as_str(), alloc.job_id.as_str()) else {
+            continue;
+        };
+        let skip = match job.job_type {
+            JobType::Service => alloc.server_terminal_status() && alloc.client_terminal_status(),
+            JobType::Batch => alloc.client_terminal_status(),
+            JobType::System | JobType::SysBatch | JobType::Core => true,
+        };
+        if skip || !seen.insert((job.namespace.clone(), job.id.clone())) {
+            continue;
+        }
+        push(job, rng);
+    }
+    for job in snapshot.jobs() {
+        if job.job_type != JobType::System
+            || job.stopped()
+            || !crate::scheduler::feasible::node_in_job_scope(job, node)
+            || !seen.insert((job.namespace.clone(), job.id.clone()))
+        {
+            continue;
+        }
+        push(job, rng);
+    }
+    evals
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn evals_follow_nomad_s_status_transitions() {
+        use NodeStatus::*;
+        assert!(should_create_evals(None, Ready));
+        assert!(should_create_evals(Some(Down), Ready));
+        assert!(should_create_evals(Some(Initializing), Ready));
+        assert!(should_create_evals(Some(Ready), Down));
+        assert!(!should_create_evals(Some(Down), Down));
+        assert!(!should_create_evals(Some(Ready), Ready));
+        assert!(!should_create_evals(None, Initializing));
+    }
+}

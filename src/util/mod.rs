@@ -1,0 +1,44 @@
+//! Small shared pieces every layer may use, and that import nothing of the crate: the
+//! injectable wall clock ([`clock`]), the seedable randomness seam ([`rng`]), UUIDs
+//! ([`ids`]), human durations in configuration files ([`duration_str`]), peer addresses
+//! ([`net`]) and the error a configuration section's `validate()` returns
+//! ([`InvalidSetting`]).
+//!
+//! Every timer is `tokio::time`; only wall-clock *stamps* (CreateTime, SubmitTime, events)
+//! come from a [`clock::Clock`], and every random choice from an [`rng::RngSource`], so tests
+//! can fix both.
+//!
+//! May import: nothing of this crate (it is the bottom layer), and `teamster-storage` only
+//! for plain data types.
+
+pub mod clock;
+pub mod duration_str;
+pub mod ids;
+pub mod net;
+pub mod rng;
+
+pub use clock::{system_clock, Clock, SharedClock, SystemClock};
+pub use ids::new_uuid;
+pub use rng::RngSource;
+
+/// A configuration value a section's `validate()` refused: the dotted key as written in the
+/// agent's TOML file (`server.raft.election_timeout`) and what is wrong with it. The agent
+/// adds the file name.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("`{key}`: {reason}")]
+pub struct InvalidSetting {
+    /// The dotted key.
+    pub key: &'static str,
+    /// What is wrong and what is allowed.
+    pub reason: String,
+}
+
+impl InvalidSetting {
+    /// A refusal of `key`.
+    pub fn new(key: &'static str, reason: impl Into<String>) -> InvalidSetting {
+        InvalidSetting {
+            key,
+            reason: reason.into(),
+        }
+    }
+}

@@ -1,0 +1,273 @@
+//! How a [`Command`] changes the tables: each command in its own write transaction over a
+//! clone of the tables, committed only when it succeeds (a batch command by command), with
+//! the changes to publish. The rules (deterministic, all or nothing per command) are those
+//! of [`crate::fsm`].
+
+use crate::fsm::{
+    AllocClientUpdate, ApplyError, Command, CommandResponse, EvalDelete, EvalUpsert, JobDeregister,
+    JobRegister, NodeDeregister, NodeRegister, SnapshotRestore,
+};
+use crate::model::{Evaluation, JobId, Namespace, SchedulingEligibility};
+use crate::state::events::StateChange;
+use crate::state::tables::Tables;
+use crate::state::txn::{ClientReport, WriteTxn};
+
+/// Applies one command (a batch recursively) at `index` to `tables`, collecting the changes
+/// to publish. Only committed commands change `tables` or add changes.
+pub(crate) fn apply(
+    tables: &mut Tables,
+    index: u64,
+    command: Command,
+    changes: &mut Vec<StateChange>,
+) -> CommandResponse {
+    match command {
+        Command::Batch(commands) => CommandResponse::Batch(
+            commands
+                .into_iter()
+                .map(|c| apply(tables, index, c, changes))
+                .collect(),
+        ),
+        Command::SnapshotRestore(SnapshotRestore { image }) => {
+            match crate::state::image::decode(&image) {
+                Ok(mut restored) => {
+                    restored.index = index;
+                    restored.table_index = [index; crate::state::Table::COUNT];
+                    *tables = restored;
+                    changes.push(StateChange::Restored);
+                    tracing::info!(
+                        index,
+                        bytes = image.len(),
+                        "state replaced by a restored snapshot"
+                    );
+                    CommandResponse::Applied
+                }
+                Err(error) => {
+                    tracing::warn!(index, %error, "snapshot restore rejected");
+                    CommandResponse::Rejected(ApplyError::invalid(format!(
+                        "snapshot restore: {error}"
+                    )))
+                }
+            }
+        }
+        command => {
+            let mut txn = WriteTxn::new(tables.clone(), index);
+            match execute(&mut txn, command) {
+                Ok(response) => {
+                    let (committed, mut made) = txn.finish();
+                    *tables = committed;
+                    changes.append(&mut made);
+                    response
+                }
+                Err(error) => {
+                    tracing::debug!(index, %error, "command rejected");
+                    CommandResponse::Rejected(error)
+                }
+            }
+        }
+    }
+}
+
+fn check_eval_for_job(
+    eval: &Evaluation,
+    namespace: &Namespace,
+    job_id: &JobId,
+) -> Result<(), ApplyError> {
+    if eval.job_id != *job_id || eval.namespace != *namespace {
+        return Err(ApplyError::invalid(format!(
+            "evaluation {} is for job {:?} in {:?}, not {:?} in {:?}",
+            eval.id, eval.job_id, eval.namespace, job_id, namespace
+        )));
+    }
+    Ok(())
+}
+
+fn execute(txn: &mut WriteTxn, command: Command) -> Result<CommandResponse, ApplyError> {
+    match command {
+        Command::Batch(_) => Err(ApplyError::invalid("nested batch")),
+        Command::SnapshotRestore(_) => Err(ApplyError::invalid(
+            "a snapshot restore is applied outside a transaction",
+        )),
+        Command::ClusterMeta(meta) => {
+            txn.set_cluster_meta(meta)?;
+            Ok(CommandResponse::Applied)
+        }
+        Command::SchedulerConfig(update) => {
+            txn.set_scheduler_config(update.config, update.cas_index)?;
+            Ok(CommandResponse::Applied)
+        }
+        Command::JobRegister(JobRegister {
+            job,
+            eval,
+            enforce_index,
+        }) => {
+            if job.id.is_empty() || job.namespace.is_empty() {
+                return Err(ApplyError::invalid("job without an ID or namespace"));
+            }
+            let (namespace, job_id) = (job.namespace.clone(), job.id.clone());
+            if let Some(expected) = enforce_index {
+                let actual = txn
+                    .job(&namespace, &job_id)
+                    .map_or(0, |j| j.job_modify_index);
+                if actual != expected {
+                    return Err(ApplyError::JobModifyIndexMismatch {
+                        job_id: job_id.to_string(),
+                        expected,
+                        actual,
+                    });
+                }
+            }
+            if let Some(eval) = &eval {
+                check_eval_for_job(eval, &namespace, &job_id)?;
+            }
+            let outcome = txn.upsert_job(job);
+            if let Some(mut eval) = eval {
+                eval.job_modify_index = outcome.job_modify_index;
+                txn.upsert_eval(eval)?;
+            }
+            Ok(CommandResponse::JobRegistered {
+                version: outcome.version,
+                job_modify_index: outcome.job_modify_index,
+                spec_changed: outcome.spec_changed,
+            })
+        }
+        Command::JobDeregister(JobDeregister {
+            namespace,
+            job_id,
+            purge,
+            eval,
+            submit_time,
+        }) => {
+            let Some(job) = txn.job(&namespace, &job_id) else {
+                return Err(ApplyError::JobNotFound {
+                    namespace: namespace.to_string(),
+                    job_id: job_id.to_string(),
+                });
+            };
+            if let Some(eval) = &eval {
+                check_eval_for_job(eval, &namespace, &job_id)?;
+            }
+            let response = if purge {
+                txn.delete_job(&namespace, &job_id)?;
+                CommandResponse::JobRegistered {
+                    version: job.version,
+                    job_modify_index: txn.index(),
+                    spec_changed: true,
+                }
+            } else {
+                let mut stopped = (*job).clone();
+                stopped.stop = true;
+                if submit_time != 0 {
+                    stopped.submit_time = submit_time;
+                }
+                let outcome = txn.upsert_job(stopped);
+                CommandResponse::JobRegistered {
+                    version: outcome.version,
+                    job_modify_index: outcome.job_modify_index,
+                    spec_changed: outcome.spec_changed,
+                }
+            };
+            if let Some(mut eval) = eval {
+                eval.job_modify_index = txn.index();
+                txn.upsert_eval(eval)?;
+            }
+            Ok(response)
+        }
+        Command::NodeRegister(NodeRegister { node, evals }) => {
+            txn.upsert_node(node)?;
+            for eval in evals {
+                txn.upsert_eval(eval)?;
+            }
+            Ok(CommandResponse::Applied)
+        }
+        Command::NodeUpdateStatus(update) => {
+            txn.update_node_status(&update.node_id, update.status, update.updated_at)?;
+            for eval in update.evals {
+                txn.upsert_eval(eval)?;
+            }
+            Ok(CommandResponse::Applied)
+        }
+        Command::NodeUpdateEligibility(update) => {
+            txn.update_node_eligibility(&update.node_id, update.eligibility, update.updated_at)?;
+            for eval in update.evals {
+                txn.upsert_eval(eval)?;
+            }
+            Ok(CommandResponse::Applied)
+        }
+        Command::NodeDeregister(NodeDeregister { node_ids }) => {
+            txn.delete_nodes(&node_ids)?;
+            Ok(CommandResponse::Applied)
+        }
+        Command::EvalUpsert(EvalUpsert { evals }) => {
+            for eval in evals {
+                txn.upsert_eval(eval)?;
+            }
+            Ok(CommandResponse::Applied)
+        }
+        Command::EvalDelete(EvalDelete { evals, allocs }) => {
+            txn.delete_evals_and_allocs(&evals, &allocs);
+            Ok(CommandResponse::Applied)
+        }
+        Command::ApplyPlanResults(results) => {
+            for node_id in &results.ineligible_nodes {
+                txn.update_node_eligibility(
+                    node_id,
+                    SchedulingEligibility::Ineligible,
+                    results.updated_at,
+                )?;
+            }
+            if !results.eval_id.is_empty() {
+                txn.touch_eval(&results.eval_id)?;
+            }
+            let mut skipped = Vec::new();
+            for alloc in results.allocs_updated {
+                let id = alloc.id.clone();
+                if !txn.upsert_alloc(alloc)? {
+                    skipped.push(id);
+                }
+            }
+            for stop in results
+                .allocs_stopped
+                .into_iter()
+                .chain(results.allocs_preempted)
+            {
+                txn.stop_alloc(stop)?;
+            }
+            for eval in results.evals {
+                txn.upsert_eval(eval)?;
+            }
+            Ok(CommandResponse::PlanApplied { skipped })
+        }
+        Command::AllocClientUpdate(AllocClientUpdate { allocs, evals }) => {
+            let mut unknown = Vec::new();
+            for report in allocs {
+                let id = report.id.clone();
+                let applied = txn.update_alloc_from_client(ClientReport {
+                    id: report.id,
+                    client_status: report.client_status,
+                    client_description: report.client_description,
+                    task_states: report.task_states,
+                    modify_time: report.modify_time,
+                });
+                if !applied {
+                    unknown.push(id);
+                }
+            }
+            for eval in evals {
+                txn.upsert_eval(eval)?;
+            }
+            Ok(CommandResponse::AllocsUpdated { unknown })
+        }
+        Command::NodeUpdateDrain(update) => {
+            txn.update_node_drain(
+                &update.node_id,
+                update.drain_strategy,
+                update.mark_eligible,
+                update.updated_at,
+            )?;
+            for eval in update.evals {
+                txn.upsert_eval(eval)?;
+            }
+            Ok(CommandResponse::Applied)
+        }
+    }
+}
