@@ -1,5 +1,7 @@
-//! The layer check: imports run one way. Every `crate::…` path in the code under `src/`
-//! (tests included, comments excluded) must name a module below the one it is written in:
+//! The layer check: imports run one way. Every path in the code under `src/` that names a
+//! module of this crate — `crate::…`, or `super::…`/`self::…` resolved from the file and
+//! inline `mod` it is written in, nested `{…}` groups expanded; tests included, comments and
+//! literals excluded — must name a module below the one it is written in:
 //!
 //! ```text
 //!  cli ─▶ agent ─▶ http ─▶ server │ client ─▶ scheduler, rpc, api ─▶ util
@@ -11,6 +13,9 @@
 //! subsystems know nothing of the service layer (`endpoints`), the service layer nothing of
 //! the workers that call it, and only `server/mod.rs` wires them all. A new top-level module
 //! or server part must be given its place here, or this test fails.
+//!
+//! What it does not see: paths through `use` of a re-export (`pub use`) are checked where
+//! they are re-exported, not where they point; macros' expansions are not checked.
 
 use std::path::{Path, PathBuf};
 
@@ -72,8 +77,8 @@ fn place(segments: &[&str]) -> Option<Place> {
     Some(Place { module, part })
 }
 
-/// The place of a source file from its path below `src/`.
-fn file_place(rel: &Path) -> Option<Place> {
+/// The module path of a source file below `crate`, from its path below `src/`.
+fn file_module(rel: &Path) -> Vec<String> {
     let mut segments: Vec<String> = rel
         .iter()
         .map(|s| s.to_string_lossy().trim_end_matches(".rs").to_string())
@@ -81,6 +86,12 @@ fn file_place(rel: &Path) -> Option<Place> {
     if segments.last().is_some_and(|s| s == "mod") {
         segments.pop();
     }
+    segments
+}
+
+/// The place of a source file from its path below `src/`.
+fn file_place(rel: &Path) -> Option<Place> {
+    let segments = file_module(rel);
     let refs: Vec<&str> = segments.iter().map(String::as_str).collect();
     place(&refs)
 }
@@ -115,102 +126,261 @@ fn violation(from: &Place, to: &Place) -> Option<String> {
     (t >= f).then(|| format!("server::{fp} (part {f}) must not import server::{tp} (part {t})"))
 }
 
-/// The code of a file without its comments (line comments, doc comments, block comments),
-/// keeping string literals intact enough that `crate::` inside them is still seen (none of
-/// the code builds paths in strings).
-fn strip_comments(text: &str) -> String {
+/// The code of a file with its comments removed and the contents of its string, byte-string,
+/// raw-string and character literals blanked, so that neither a comment nor a literal is
+/// mistaken for a path or a brace. Lifetimes (`'a`) are kept.
+fn strip_comments_and_literals(text: &str) -> String {
+    let chars: Vec<char> = text.chars().collect();
     let mut out = String::with_capacity(text.len());
-    let bytes = text.as_bytes();
     let mut i = 0;
-    let mut in_str = false;
-    while i < bytes.len() {
-        let c = bytes[i];
-        if in_str {
-            out.push(c as char);
-            if c == b'\\' && i + 1 < bytes.len() {
-                out.push(bytes[i + 1] as char);
-                i += 2;
-                continue;
-            }
-            if c == b'"' {
-                in_str = false;
-            }
-            i += 1;
-            continue;
-        }
-        if c == b'"' {
-            in_str = true;
-            out.push('"');
-            i += 1;
-        } else if text[i..].starts_with("//") {
-            while i < bytes.len() && bytes[i] != b'\n' {
+    let ident = |c: char| c.is_alphanumeric() || c == '_';
+    while i < chars.len() {
+        let c = chars[i];
+        let next = chars.get(i + 1).copied();
+        if c == '/' && next == Some('/') {
+            while i < chars.len() && chars[i] != '\n' {
                 i += 1;
             }
-        } else if text[i..].starts_with("/*") {
-            let end = text[i + 2..]
-                .find("*/")
-                .map_or(bytes.len(), |e| i + 2 + e + 2);
-            i = end;
+        } else if c == '/' && next == Some('*') {
+            // Block comments nest in Rust.
+            let mut depth = 0;
+            while i < chars.len() {
+                if chars[i] == '/' && chars.get(i + 1) == Some(&'*') {
+                    depth += 1;
+                    i += 2;
+                } else if chars[i] == '*' && chars.get(i + 1) == Some(&'/') {
+                    depth -= 1;
+                    i += 2;
+                    if depth == 0 {
+                        break;
+                    }
+                } else {
+                    i += 1;
+                }
+            }
+            out.push(' ');
+        } else if c == '"' {
+            i += 1;
+            while i < chars.len() && chars[i] != '"' {
+                i += if chars[i] == '\\' { 2 } else { 1 };
+            }
+            i += 1;
+            out.push_str("\"\"");
+        } else if c == 'r'
+            && !i
+                .checked_sub(1)
+                .is_some_and(|p| ident(chars[p]) && chars[p] != 'b')
+            && matches!(next, Some('"' | '#'))
+            && chars[i + 1..]
+                .iter()
+                .find(|c| **c != '#')
+                .is_some_and(|c| *c == '"')
+        {
+            let hashes = chars[i + 1..].iter().take_while(|c| **c == '#').count();
+            i += 1 + hashes + 1;
+            loop {
+                if i >= chars.len() {
+                    break;
+                }
+                if chars[i] == '"'
+                    && chars[i + 1..]
+                        .iter()
+                        .take(hashes)
+                        .filter(|c| **c == '#')
+                        .count()
+                        == hashes
+                {
+                    i += 1 + hashes;
+                    break;
+                }
+                i += 1;
+            }
+            out.push_str("\"\"");
+        } else if c == '\'' {
+            // A character literal ('x', '\n', '\u{..}') or a lifetime ('a).
+            if next == Some('\\') {
+                i += 2;
+                while i < chars.len() && chars[i] != '\'' {
+                    i += 1;
+                }
+                i += 1;
+                out.push_str("' '");
+            } else if chars.get(i + 2) == Some(&'\'') {
+                i += 3;
+                out.push_str("' '");
+            } else {
+                out.push(c);
+                i += 1;
+            }
         } else {
-            // Multi-byte characters are copied whole.
-            let ch = text[i..].chars().next().unwrap_or(' ');
-            out.push(ch);
-            i += ch.len_utf8();
+            out.push(c);
+            i += 1;
         }
     }
     out
 }
 
-/// Every module path a piece of code names after `crate::`, as segments (brace groups
-/// expanded one level: `crate::{a::b, c}` names `a::b` and `c`).
-fn crate_paths(code: &str) -> Vec<Vec<String>> {
-    let mut found = Vec::new();
-    let mut rest = code;
-    while let Some(at) = rest.find("crate::") {
-        // `teamster_storage::…` or `some_crate::` are other crates: skip identifiers that
-        // merely end in "crate".
-        let before = rest[..at].chars().last();
-        rest = &rest[at + "crate::".len()..];
-        if before.is_some_and(|c| c.is_alphanumeric() || c == '_') {
+/// A token of the stripped code: what the path scanner needs, nothing more.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Tok {
+    Ident(String),
+    PathSep,
+    Open,
+    Close,
+    Comma,
+    Star,
+    Semi,
+    Other,
+}
+
+fn tokens(code: &str) -> Vec<Tok> {
+    let chars: Vec<char> = code.chars().collect();
+    let mut out = Vec::new();
+    let mut i = 0;
+    while i < chars.len() {
+        let c = chars[i];
+        if c.is_alphanumeric() || c == '_' {
+            let start = i;
+            while i < chars.len() && (chars[i].is_alphanumeric() || chars[i] == '_') {
+                i += 1;
+            }
+            out.push(Tok::Ident(chars[start..i].iter().collect()));
             continue;
         }
-        if let Some(group) = rest.strip_prefix('{') {
-            let end = group.find('}').unwrap_or(group.len());
-            for item in group[..end].split(',') {
-                let segs = segments(item.trim());
-                if !segs.is_empty() {
-                    found.push(segs);
+        i += 1;
+        match c {
+            ':' if chars.get(i) == Some(&':') => {
+                i += 1;
+                out.push(Tok::PathSep);
+            }
+            '{' => out.push(Tok::Open),
+            '}' => out.push(Tok::Close),
+            ',' => out.push(Tok::Comma),
+            '*' => out.push(Tok::Star),
+            ';' => out.push(Tok::Semi),
+            c if c.is_whitespace() => {}
+            _ => out.push(Tok::Other),
+        }
+    }
+    out
+}
+
+/// One path tree at `toks[i..]` (`a::b`, `a::{b, c::{d, e}}`, `a::*`), each leaf as the
+/// segments from `prefix` on. Returns the paths and the index after the tree.
+fn path_tree(toks: &[Tok], mut i: usize, prefix: Vec<String>) -> (Vec<Vec<String>>, usize) {
+    let mut segs = prefix;
+    loop {
+        match toks.get(i) {
+            Some(Tok::Ident(s)) => {
+                segs.push(s.clone());
+                i += 1;
+                if toks.get(i) == Some(&Tok::PathSep) {
+                    i += 1;
+                    continue;
+                }
+                return (vec![segs], i);
+            }
+            Some(Tok::Open) => {
+                i += 1;
+                let mut all = Vec::new();
+                while i < toks.len() {
+                    match toks.get(i) {
+                        Some(Tok::Close) => {
+                            i += 1;
+                            break;
+                        }
+                        Some(Tok::Comma) => i += 1,
+                        _ => {
+                            let (paths, next) = path_tree(toks, i, segs.clone());
+                            all.extend(paths);
+                            // Skip what the tree did not take (`as name`) up to `,` or `}`.
+                            i = next;
+                            while i < toks.len() && !matches!(toks[i], Tok::Comma | Tok::Close) {
+                                i += 1;
+                            }
+                        }
+                    }
+                }
+                return (all, i);
+            }
+            Some(Tok::Star) => return (vec![segs], i + 1),
+            _ => return (vec![segs], i),
+        }
+    }
+}
+
+/// Every module path a piece of stripped code names through `crate::`, `super::` or
+/// `self::`, resolved against `here` (the file's module path below `crate`), inline `mod x {}`
+/// blocks included. Paths that climb above the crate are dropped.
+fn crate_paths(code: &str, here: &[String]) -> Vec<Vec<String>> {
+    let toks = tokens(code);
+    let mut found = Vec::new();
+    let mut depth = 0usize;
+    let mut inline: Vec<(String, usize)> = Vec::new();
+    let mut pending_mod: Option<String> = None;
+    let mut i = 0;
+    while i < toks.len() {
+        match &toks[i] {
+            Tok::Ident(kw) if kw == "mod" => {
+                if let Some(Tok::Ident(name)) = toks.get(i + 1) {
+                    pending_mod = Some(name.clone());
+                    i += 2;
+                    continue;
                 }
             }
-        } else {
-            let segs = segments(rest);
-            if !segs.is_empty() {
-                found.push(segs);
+            Tok::Open => {
+                depth += 1;
+                if let Some(name) = pending_mod.take() {
+                    inline.push((name, depth));
+                }
             }
+            Tok::Close => {
+                if inline.last().is_some_and(|(_, d)| *d == depth) {
+                    inline.pop();
+                }
+                depth = depth.saturating_sub(1);
+            }
+            Tok::Semi => pending_mod = None,
+            Tok::Ident(first)
+                if matches!(first.as_str(), "crate" | "super" | "self")
+                    && toks.get(i + 1) == Some(&Tok::PathSep)
+                    && (i == 0 || toks[i - 1] != Tok::PathSep) =>
+            {
+                let (paths, next) = path_tree(&toks, i, Vec::new());
+                let mut module: Vec<String> = here.to_vec();
+                module.extend(inline.iter().map(|(n, _)| n.clone()));
+                found.extend(paths.iter().filter_map(|p| resolve(p, &module)));
+                i = next;
+                continue;
+            }
+            _ => {}
         }
+        i += 1;
     }
     found
 }
 
-fn segments(path: &str) -> Vec<String> {
-    let mut out = Vec::new();
-    let mut rest = path;
-    loop {
-        let ident: String = rest
-            .chars()
-            .take_while(|c| c.is_alphanumeric() || *c == '_')
-            .collect();
-        if ident.is_empty() {
-            break;
+/// A path as written (`crate::a`, `super::super::b`, `self::c::{self}`) made absolute below
+/// `crate`, from inside `module`.
+fn resolve(raw: &[String], module: &[String]) -> Option<Vec<String>> {
+    let (first, rest) = raw.split_first()?;
+    let mut base: Vec<String> = match first.as_str() {
+        "crate" => Vec::new(),
+        "self" => module.to_vec(),
+        "super" => {
+            let mut m = module.to_vec();
+            m.pop()?;
+            m
         }
-        rest = &rest[ident.len()..];
-        out.push(ident);
-        match rest.strip_prefix("::") {
-            Some(r) if r.starts_with(|c: char| c.is_alphanumeric() || c == '_') => rest = r,
-            _ => break,
-        }
+        _ => return None,
+    };
+    let mut rest = rest.iter().peekable();
+    while rest.peek().is_some_and(|s| *s == "super") {
+        base.pop()?;
+        rest.next();
     }
-    out
+    base.extend(rest.filter(|s| *s != "self").cloned());
+    Some(base)
 }
 
 fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
@@ -232,8 +402,16 @@ fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
 fn violations(src: &Path) -> Vec<String> {
     let mut files = Vec::new();
     rust_files(src, &mut files);
+    // The modules directly under `server/`: any other name after `server::` is an item of
+    // `server/mod.rs` itself (its wiring).
+    let server_modules: Vec<String> = files
+        .iter()
+        .filter_map(|f| f.strip_prefix(src.join("server")).ok())
+        .filter_map(|rel| rel.iter().next())
+        .map(|first| first.to_string_lossy().trim_end_matches(".rs").to_string())
+        .collect();
     let mut found = Vec::new();
-    for file in files {
+    for file in &files {
         let rel = file.strip_prefix(src).expect("below src");
         let Some(from) = file_place(rel) else {
             continue;
@@ -242,9 +420,17 @@ fn violations(src: &Path) -> Vec<String> {
         if matches!(from.module.as_str(), "lib" | "main" | "layers") {
             continue;
         }
-        let text = std::fs::read_to_string(&file).expect("a readable source file");
-        for path in crate_paths(&strip_comments(&text)) {
-            let refs: Vec<&str> = path.iter().map(String::as_str).collect();
+        let text = std::fs::read_to_string(file).expect("a readable source file");
+        let here = file_module(rel);
+        for path in crate_paths(&strip_comments_and_literals(&text), &here) {
+            let mut refs: Vec<&str> = path.iter().map(String::as_str).collect();
+            if refs.first() == Some(&"server")
+                && refs
+                    .get(1)
+                    .is_some_and(|m| !server_modules.iter().any(|s| s == m))
+            {
+                refs.truncate(1);
+            }
             let Some(to) = place(&refs) else { continue };
             if let Some(why) = violation(&from, &to) {
                 found.push(format!(
@@ -290,9 +476,43 @@ fn the_check_sees_what_it_must_refuse() {
     assert!(violation(&p("cli/job.rs"), &to("api")).is_none());
     assert!(violation(&p("scheduler/generic.rs"), &to("scheduler::util")).is_none());
 
-    let code = strip_comments(
-        "use crate::{agent::config::X, util};\n// crate::cli in a comment\n/// [`crate::http`]\nlet _ = teamster_storage::fsm::Command; crate::rpc::Pool::new();",
+    // Paths are found through `crate::`, `super::` and `self::`, nested groups included, and
+    // resolved from the file (and inline module) they are written in; comments and literals
+    // are not paths.
+    let code = strip_comments_and_literals(concat!(
+        "use crate::{agent::config::X, util::{clock::{Clock, self}, ids}};\n",
+        "// crate::cli in a comment\n/// [`crate::http`]\n/* crate::a /* crate::b */ */\n",
+        "let _ = teamster_storage::fsm::Command; crate::rpc::Pool::new();\n",
+        "let s = \"crate::cli\"; let r = r#\"crate::\"cli\"#; let q = '\"'; let e = '\\'';\n",
+        "use super::super::endpoints::Endpoints as E;\n",
+        "fn f<'a>(x: &'a str) -> super::Shared<'a> {}\n",
+        "mod inner { use super::super::plan; mod deeper { use super::x; } use self::y; }\n",
+        "use super::*;\n",
+    ));
+    let here: Vec<String> = ["server", "broker", "shell"].map(String::from).to_vec();
+    let paths: Vec<String> = crate_paths(&code, &here)
+        .iter()
+        .map(|p| p.join("::"))
+        .collect();
+    assert_eq!(
+        paths,
+        [
+            "agent::config::X",
+            "util::clock::Clock",
+            "util::clock",
+            "util::ids",
+            "rpc::Pool::new",
+            "server::endpoints::Endpoints",
+            "server::broker::Shared",
+            "server::broker::plan",
+            "server::broker::shell::inner::x",
+            "server::broker::shell::inner::y",
+            "server::broker",
+        ]
     );
-    let paths: Vec<String> = crate_paths(&code).iter().map(|p| p.join("::")).collect();
-    assert_eq!(paths, ["agent::config::X", "util", "rpc::Pool::new"]);
+    // A `super::` that climbs above the crate names nothing.
+    assert!(crate_paths("use super::super::x;", &["util".to_string()]).is_empty());
+    // And the climb out of `server::broker` is caught.
+    let from = p("server/broker/shell.rs");
+    assert!(violation(&from, &to("server::endpoints::Endpoints")).is_some());
 }
