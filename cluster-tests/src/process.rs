@@ -18,23 +18,47 @@ use crate::wait_for;
 
 static NEXT_BLOCK: AtomicU32 = AtomicU32::new(0);
 
-/// The path of the `teamster` binary: `TEAMSTER_BIN`, or the one cargo built next to this test
-/// executable (`target/<profile>/teamster`). Cargo builds it for `cargo test --workspace`
-/// because the root package has integration tests (`tests/cli.rs`); keep at least one there.
+/// The path of the `teamster` binary: `TEAMSTER_BIN`, or `target/<profile>/teamster` next to
+/// this test executable. Run under cargo (which sets `CARGO`), the first call in a process
+/// builds it with `cargo build -p teamster --bin teamster` in the same profile and target
+/// directory: `cargo test --workspace` does not build another package's binaries, and a
+/// `cargo test -p teamster-cluster-tests` after an edit must not run a stale one. Cargo has
+/// released its build lock by the time tests run, and the build is a link at most.
 pub fn teamster_bin() -> PathBuf {
+    static BUILT: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
     if let Ok(p) = std::env::var("TEAMSTER_BIN") {
         return PathBuf::from(p);
     }
+    BUILT.get_or_init(build_teamster).clone()
+}
+
+fn build_teamster() -> PathBuf {
     let exe = std::env::current_exe().expect("the test executable has a path");
     let profile_dir = exe
         .parent()
         .and_then(|deps| deps.parent())
         .expect("test executables live in target/<profile>/deps");
     let bin = profile_dir.join("teamster");
+    if let (Ok(cargo), Some(target_dir), Some(profile)) = (
+        std::env::var("CARGO"),
+        profile_dir.parent(),
+        profile_dir.file_name().and_then(|n| n.to_str()),
+    ) {
+        let profile = if profile == "debug" { "dev" } else { profile };
+        let status = Command::new(cargo)
+            .args(["build", "--quiet", "-p", "teamster", "--bin", "teamster"])
+            .arg("--profile")
+            .arg(profile)
+            .arg("--target-dir")
+            .arg(target_dir)
+            .current_dir(env!("CARGO_MANIFEST_DIR"))
+            .status()
+            .expect("cargo runs");
+        assert!(status.success(), "building the teamster binary failed");
+    }
     assert!(
         bin.exists(),
-        "{} is missing: run the tests with `cargo test --workspace`, which builds it, \
-         or set TEAMSTER_BIN",
+        "{} is missing: run the tests with cargo, which builds it, or set TEAMSTER_BIN",
         bin.display()
     );
     bin

@@ -3,7 +3,8 @@
 //! Conventions (Nomad's): PascalCase JSON with Go initialisms (`ID`, `CPU`); errors as plain
 //! text with Nomad's status codes; Go-style booleans in queries (`True`, `false`, `1`);
 //! blocking queries with `index` and `wait`; writes on a follower forwarded to the leader,
-//! never redirected; request bodies capped at [`MAX_BODY_BYTES`] (413 beyond).
+//! never redirected; request bodies capped at [`MAX_BODY_BYTES`] (413 beyond, after the body
+//! is read and dropped so that the client sees the answer).
 //!
 //! - [`error`], [`query`]: the conventions.
 //! - `status`, `operator`, `agent`, [`schedulers`], `snapshot`: the routes, one file per group.
@@ -182,5 +183,58 @@ pub fn router(ctx: HttpContext) -> Router {
         .method_not_allowed_fallback(|| async { ApiError::method_not_allowed() })
         .fallback(|| async { ApiError::not_found("Invalid URL") })
         .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
+        .layer(axum::middleware::from_fn(refuse_oversized))
         .with_state(ctx)
+}
+
+/// How long an oversized request's body is read and dropped before the 413 goes out.
+const DRAIN_TIME: std::time::Duration = std::time::Duration::from_secs(2);
+/// How much of an oversized request's body is read and dropped at most.
+const DRAIN_BYTES: usize = 32 << 20;
+
+/// The body limit of a route: snapshots are large, everything else is [`MAX_BODY_BYTES`].
+fn max_body(path: &str) -> usize {
+    if path == snapshot::PATH {
+        snapshot::MAX_SNAPSHOT_BYTES
+    } else {
+        MAX_BODY_BYTES
+    }
+}
+
+/// Answers 413 to a request whose declared `Content-Length` is over its route's limit, before
+/// any handler runs, after reading and dropping what the client sends (up to [`DRAIN_BYTES`]
+/// within [`DRAIN_TIME`]). Closing a connection with unread data resets it, and a client
+/// still sending its body then sees a broken pipe instead of the answer (the lingering close
+/// of nginx, for the same reason). Bodies without a length are capped by `DefaultBodyLimit`.
+async fn refuse_oversized(
+    req: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> axum::response::Response {
+    use axum::response::IntoResponse;
+    use futures::StreamExt;
+    let max = max_body(req.uri().path());
+    let declared = req
+        .headers()
+        .get(axum::http::header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u64>().ok());
+    let Some(len) = declared.filter(|len| *len > max as u64) else {
+        return next.run(req).await;
+    };
+    let mut body = req.into_body().into_data_stream();
+    let _ = tokio::time::timeout(DRAIN_TIME, async {
+        let mut read = 0;
+        while let Some(Ok(chunk)) = body.next().await {
+            read += chunk.len();
+            if read > DRAIN_BYTES {
+                break;
+            }
+        }
+    })
+    .await;
+    ApiError {
+        status: axum::http::StatusCode::PAYLOAD_TOO_LARGE,
+        message: format!("Request body of {len} bytes exceeds the limit of {max} bytes"),
+    }
+    .into_response()
 }

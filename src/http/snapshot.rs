@@ -34,10 +34,13 @@ use crate::rpc::Services;
 /// frame ([`crate::rpc::MAX_FRAME_LEN_CEILING`]) with room to spare.
 pub const MAX_SNAPSHOT_BYTES: usize = 48 << 20;
 
+/// The snapshot route.
+pub const PATH: &str = "/v1/operator/snapshot";
+
 /// The snapshot routes, with their own body limit.
 pub fn routes() -> Router<HttpContext> {
     Router::new().route(
-        "/v1/operator/snapshot",
+        PATH,
         get(save)
             .put(restore)
             .layer(DefaultBodyLimit::max(MAX_SNAPSHOT_BYTES)),

@@ -2,15 +2,11 @@
 //! non-zero; API commands fail cleanly without a server; usage errors exit 2. And the example
 //! jobs in `deploy/jobs/` parse as Nomad JSON and pass validation, so the docs and the tests
 //! that use them stay honest.
-//!
-//! These live in the root package on purpose: a package with integration tests makes
-//! `cargo test --workspace` build its binaries, and the process clusters of `cluster-tests`
-//! run that `target/<profile>/teamster`.
 
 use std::process::Command;
 
 fn teamster() -> Command {
-    Command::new(env!("CARGO_BIN_EXE_teamster"))
+    Command::new(teamster_cluster_tests::process::teamster_bin())
 }
 
 fn write_config(text: &str) -> (tempfile::TempDir, std::path::PathBuf) {
@@ -88,7 +84,7 @@ fn remove_peer_needs_an_address_or_an_id() {
 
 #[test]
 fn every_example_job_parses_and_validates() {
-    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("deploy/jobs");
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy/jobs");
     let mut seen = 0;
     for entry in std::fs::read_dir(&dir).unwrap() {
         let path = entry.unwrap().path();
