@@ -4,10 +4,11 @@
 //! literals excluded — must name a module below the one it is written in:
 //!
 //! ```text
-//!  cli ─▶ agent ─▶ http ─▶ server │ client ─▶ scheduler, rpc, api ─▶ util
+//!  cli ─▶ agent ─▶ http ─▶ server │ client ─▶ scheduler, rpc, api, jobspec ─▶ util
 //! ```
 //!
-//! Peers of one layer (server and client; scheduler, rpc and api) never import each other.
+//! Peers of one layer (server and client; scheduler, rpc, api and jobspec) never import each
+//! other.
 //! Inside `server/` the same rule holds between its parts ([`SERVER_PARTS`]): the bottom
 //! (configuration, raft, evaluation builders) knows nothing of the leader's subsystems, the
 //! subsystems know nothing of the service layer (`endpoints`), the service layer nothing of
@@ -26,6 +27,7 @@ const LAYERS: &[(&str, u32)] = &[
     ("scheduler", 1),
     ("rpc", 1),
     ("api", 1),
+    ("jobspec", 1),
     ("server", 2),
     ("client", 2),
     ("http", 3),

@@ -8,7 +8,7 @@
 //! Imports run one way (checked by a unit test, `layers.rs`):
 //!
 //! ```text
-//!  cli ─▶ agent ─▶ http ─▶ server │ client ─▶ scheduler, rpc, api ─▶ util
+//!  cli ─▶ agent ─▶ http ─▶ server │ client ─▶ scheduler, rpc, api, jobspec ─▶ util
 //! ```
 //!
 //! - [`cli`]: one file per command group; `main` only parses and dispatches.
@@ -25,6 +25,7 @@
 //! - [`rpc`]: the server-to-server and client-to-server transport (length-delimited bincode
 //!   frames over TCP, pooled and multiplexed connections) and the typed service calls.
 //! - [`api`]: the HTTP API's client, for the CLI and the test harnesses.
+//! - [`jobspec`]: job specifications as users write them; the Nomad fields teamster refuses.
 //! - [`util`]: the one wall clock, the randomness seam, UUIDs, config helpers.
 //!
 //! The replicated state itself lives in the `teamster-storage` crate.
@@ -34,6 +35,7 @@ pub mod api;
 pub mod cli;
 pub mod client;
 pub mod http;
+pub mod jobspec;
 pub mod rpc;
 pub mod scheduler;
 pub mod server;

@@ -177,6 +177,49 @@ async fn bad_input_is_refused_with_a_message_and_changes_nothing() -> anyhow::Re
         serde_json::from_str::<Value>(&body)?["ValidationErrors"],
         json!([])
     );
+    // Nomad fields teamster does not act on are refused by name, never dropped silently: a
+    // cron job must not run once at once, a canary update must not replace everything.
+    let mut cron = small_job("cron");
+    cron["Periodic"] = json!({ "Spec": "*/5 * * * *", "Enabled": true });
+    cron["TaskGroups"][0]["Update"] = json!({ "Canary": 1, "MaxParallel": 1 });
+    cron["TaskGroups"][0]["Tasks"][0]["Services"] = json!([{ "Name": "web" }]);
+    cron["Update"] = Value::Null;
+    let (s, msg) = post_raw(
+        &base,
+        "/v1/jobs",
+        serde_json::to_vec(&json!({ "Job": cron.clone() }))?,
+    )
+    .await?;
+    assert_eq!(s, StatusCode::BAD_REQUEST, "{msg}");
+    assert!(msg.starts_with("3 error(s) occurred"), "{msg}");
+    assert!(msg.contains("job → Periodic"), "{msg}");
+    assert!(msg.contains("job → group \"g\" → Update"), "{msg}");
+    assert!(
+        msg.contains("job → group \"g\" → task \"t\" → Services"),
+        "{msg}"
+    );
+    // The CLI's file path says the same and exits 1.
+    let dir = tempfile::tempdir()?;
+    let file = dir.path().join("cron.json");
+    std::fs::write(&file, serde_json::to_vec(&json!({ "Job": cron.clone() }))?)?;
+    let file = file.to_str().expect("a UTF-8 path");
+    let out = cli(&base, &["job", "run", "--detach", file]).await?;
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    assert!(stderr(&out).contains("job → Periodic"), "{}", stderr(&out));
+    // Validation lists them.
+    let (s, body) = post_raw(&base, "/v1/validate/job", serde_json::to_vec(&cron)?).await?;
+    assert_eq!(s, StatusCode::OK, "{body}");
+    let v: Value = serde_json::from_str(&body)?;
+    assert_eq!(
+        v["ValidationErrors"].as_array().map(Vec::len),
+        Some(3),
+        "{v}"
+    );
+    assert!(
+        v["Error"].as_str().unwrap_or("").contains("Periodic"),
+        "{v}"
+    );
+
     // Bad query parameters and unknown routes.
     let resp = reqwest::get(format!("{base}/v1/jobs?stale=maybe")).await?;
     assert_eq!(resp.status(), StatusCode::BAD_REQUEST);

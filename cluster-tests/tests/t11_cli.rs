@@ -1,7 +1,7 @@
 //! The `teamster` binary's command line: config errors name the file and the key and exit
 //! non-zero; API commands fail cleanly without a server; usage errors exit 2. And the example
-//! jobs in `deploy/jobs/` parse as Nomad JSON and pass validation, so the docs and the tests
-//! that use them stay honest.
+//! jobs in `deploy/jobs/` parse as Nomad JSON, set no field teamster refuses and pass
+//! validation, so the docs and the tests that use them stay honest.
 
 use std::process::Command;
 
@@ -93,6 +93,8 @@ fn every_example_job_parses_and_validates() {
         }
         let text = std::fs::read_to_string(&path).unwrap();
         let value: serde_json::Value = serde_json::from_str(&text).unwrap();
+        let refused = teamster::jobspec::unsupported_fields(&value["Job"]);
+        assert!(refused.is_empty(), "{}: {refused:?}", path.display());
         let mut job: teamster_storage::model::Job = serde_json::from_value(value["Job"].clone())
             .unwrap_or_else(|e| panic!("{}: {e}", path.display()));
         job.canonicalize();

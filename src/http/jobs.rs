@@ -16,14 +16,16 @@ use super::error::ApiError;
 use super::query::QueryOptions;
 use super::read::{json_read, json_write};
 use super::HttpContext;
+use crate::jobspec;
 use crate::rpc::{service, Services};
 
 /// Nomad's `JobRegisterRequest` (only `Job` is required).
 #[derive(Debug, Deserialize)]
 #[serde(rename_all = "PascalCase")]
 struct JobRegisterRequest {
+    /// Kept as JSON until the fields teamster does not implement are checked.
     #[serde(default)]
-    job: Option<Job>,
+    job: Option<Value>,
     #[serde(default)]
     enforce_index: Option<bool>,
     #[serde(default)]
@@ -54,6 +56,19 @@ pub fn decode_body<T: serde::de::DeserializeOwned>(body: &Bytes) -> Result<T, Ap
         .map_err(|e| ApiError::bad_request(format!("Failed to parse request body: {e}")))
 }
 
+/// 400 naming every field of Nomad's job schema that `job` sets and teamster does not act
+/// on: refused, never dropped silently.
+fn refuse_unsupported(job: &Value) -> Result<(), ApiError> {
+    let found = jobspec::unsupported_fields(job);
+    if found.is_empty() {
+        return Ok(());
+    }
+    let errors = found.iter().map(ToString::to_string).collect();
+    Err(ApiError::bad_request(
+        ModelError::Invalid { errors }.to_string(),
+    ))
+}
+
 /// `PUT|POST /v1/jobs` and `/v1/job/:id`: register a job and create its evaluation
 /// (`Job.Register`).
 pub async fn register(
@@ -65,7 +80,11 @@ pub async fn register(
     let req: JobRegisterRequest = decode_body(&body)?;
     let job = req
         .job
+        .filter(|v| !v.is_null())
         .ok_or_else(|| ApiError::bad_request("Job must be specified"))?;
+    refuse_unsupported(&job)?;
+    let job: Job = serde_json::from_value(job)
+        .map_err(|e| ApiError::bad_request(format!("Failed to parse request body: {e}")))?;
     if job.id.is_empty() {
         return Err(ApiError::bad_request("Job ID hasn't been provided"));
     }
@@ -305,19 +324,26 @@ pub async fn validate(body: Bytes) -> Result<Response, ApiError> {
         Some(job) => job.clone(),
         None => value,
     };
+    let unsupported: Vec<String> = jobspec::unsupported_fields(&job_value)
+        .iter()
+        .map(ToString::to_string)
+        .collect();
     let mut job: Job = serde_json::from_value(job_value)
         .map_err(|e| ApiError::bad_request(format!("Failed to parse job: {e}")))?;
     job.canonicalize();
     let (errors, error) = match job.validate() {
         Ok(()) => (Vec::new(), String::new()),
-        Err(ModelError::Invalid { errors }) => {
-            let text = ModelError::Invalid {
-                errors: errors.clone(),
-            }
-            .to_string();
-            (errors, text)
-        }
+        Err(ModelError::Invalid { errors }) => (errors, String::new()),
         Err(e) => (vec![e.to_string()], e.to_string()),
+    };
+    let errors: Vec<String> = errors.into_iter().chain(unsupported).collect();
+    let error = if error.is_empty() && !errors.is_empty() {
+        ModelError::Invalid {
+            errors: errors.clone(),
+        }
+        .to_string()
+    } else {
+        error
     };
     Ok(axum::Json(JobValidateResponse {
         driver_config_validated: errors.is_empty(),

@@ -1,0 +1,265 @@
+//! The Nomad job fields teamster stores nothing for and does not act on. A job that sets one
+//! is refused (`POST /v1/jobs` answers 400 naming every such field; `/v1/validate/job` lists
+//! them): a cron job that silently ran once, or a canary update that silently replaced every
+//! allocation, would look like success while doing something else.
+//!
+//! "Sets" means: an object (a block) that is present, even empty (`"Update": {}` turns
+//! rolling updates on in Nomad); a scalar that is not its zero value (`false`, `0`, `""`); a
+//! non-empty array. `null` and absent keys are unset, since clients send every field of
+//! their own struct. Keys no Nomad version knows are not listed here: the model ignores them,
+//! as Nomad does.
+
+use serde_json::Value;
+
+/// Fields of `Job` teamster does not implement.
+const JOB: &[&str] = &[
+    "Update",
+    "Multiregion",
+    "Periodic",
+    "ParameterizedJob",
+    "Reschedule",
+    "Migrate",
+    "Payload",
+    "ParentID",
+    "Dispatched",
+    "DispatchIdempotencyToken",
+    "ConsulToken",
+    "ConsulNamespace",
+    "VaultToken",
+    "VaultNamespace",
+    "Vault",
+    "UI",
+    "VersionTag",
+];
+
+/// Fields of a `TaskGroup` teamster does not implement.
+const GROUP: &[&str] = &[
+    "Update",
+    "Migrate",
+    "Networks",
+    "Services",
+    "Volumes",
+    "EphemeralDisk",
+    "Scaling",
+    "Consul",
+    "ShutdownDelay",
+    "StopAfterClientDisconnect",
+    "MaxClientDisconnect",
+    "PreventRescheduleOnLost",
+    "Disconnect",
+];
+
+/// Fields of a `Task` teamster does not implement.
+const TASK: &[&str] = &[
+    "Lifecycle",
+    "Services",
+    "RestartPolicy",
+    "LogConfig",
+    "Artifacts",
+    "Vault",
+    "Templates",
+    "DispatchPayload",
+    "VolumeMounts",
+    "CSIPluginConfig",
+    "ShutdownDelay",
+    "Kind",
+    "ScalingPolicies",
+    "Identity",
+    "Identities",
+    "Actions",
+    "Schedule",
+    "Consul",
+    "User",
+    "Leader",
+    "KillSignal",
+];
+
+/// Values that ask for what teamster does anyway, so they count as unset: raw tasks are
+/// stopped with SIGTERM.
+const SAME_AS_TEAMSTER: &[(&str, &str)] = &[("KillSignal", "SIGTERM")];
+
+/// Fields of a task's `Resources` teamster does not implement.
+const RESOURCES: &[&str] = &[
+    "Cores",
+    "MemoryMaxMB",
+    "Networks",
+    "Devices",
+    "NUMA",
+    "SecretsMB",
+];
+
+/// One field a job sets that teamster does not act on.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UnsupportedField {
+    /// Where it is: `job`, `group "web"`, `group "web" task "api"`, with `resources` for a
+    /// task's resources.
+    pub path: String,
+    /// Nomad's JSON name of the field.
+    pub field: &'static str,
+}
+
+impl std::fmt::Display for UnsupportedField {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{} → {}: teamster does not support this field yet; remove it",
+            self.path, self.field
+        )
+    }
+}
+
+/// Every field of Nomad's job schema that `job` (the JSON of a `Job`, without the
+/// `{"Job": …}` wrapper) sets and teamster does not act on, in document order.
+pub fn unsupported_fields(job: &Value) -> Vec<UnsupportedField> {
+    let mut found = Vec::new();
+    let name = |v: &Value, i: usize| match v.get("Name").and_then(Value::as_str) {
+        Some(n) if !n.is_empty() => format!("{n:?}"),
+        _ => format!("#{i}"),
+    };
+    check(job, JOB, "job", &mut found);
+    let groups = job.get("TaskGroups").and_then(Value::as_array);
+    for (gi, group) in groups.into_iter().flatten().enumerate() {
+        let gpath = format!("job → group {}", name(group, gi));
+        check(group, GROUP, &gpath, &mut found);
+        let tasks = group.get("Tasks").and_then(Value::as_array);
+        for (ti, task) in tasks.into_iter().flatten().enumerate() {
+            let tpath = format!("{gpath} → task {}", name(task, ti));
+            check(task, TASK, &tpath, &mut found);
+            if let Some(resources) = task.get("Resources") {
+                check(
+                    resources,
+                    RESOURCES,
+                    &format!("{tpath} → Resources"),
+                    &mut found,
+                );
+            }
+        }
+    }
+    found
+}
+
+fn check(object: &Value, fields: &[&'static str], path: &str, out: &mut Vec<UnsupportedField>) {
+    for &field in fields {
+        let value = object.get(field);
+        let what_teamster_does = SAME_AS_TEAMSTER
+            .iter()
+            .any(|(f, same)| *f == field && value.and_then(Value::as_str) == Some(*same));
+        if value.is_some_and(is_set) && !what_teamster_does {
+            out.push(UnsupportedField {
+                path: path.to_string(),
+                field,
+            });
+        }
+    }
+}
+
+/// Whether a field's value asks for something (see the module's doc).
+fn is_set(v: &Value) -> bool {
+    match v {
+        Value::Null => false,
+        Value::Bool(b) => *b,
+        Value::Number(n) => n.as_f64().is_some_and(|f| f != 0.0),
+        Value::String(s) => !s.is_empty(),
+        Value::Array(a) => !a.is_empty(),
+        Value::Object(_) => true,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn fields(job: Value) -> Vec<String> {
+        unsupported_fields(&job)
+            .iter()
+            .map(|u| format!("{}: {}", u.path, u.field))
+            .collect()
+    }
+
+    #[test]
+    fn every_level_is_checked_and_named() {
+        let job = json!({
+            "ID": "web",
+            "Periodic": { "Spec": "*/5 * * * *" },
+            "ParameterizedJob": {},
+            "TaskGroups": [{
+                "Name": "api",
+                "Update": { "Canary": 1 },
+                "Networks": [{ "DynamicPorts": [{ "Label": "http" }] }],
+                "Tasks": [
+                    { "Name": "server", "Services": [{ "Name": "web" }],
+                      "Resources": { "CPU": 100, "MemoryMB": 64, "MemoryMaxMB": 128 } },
+                    { "Templates": [{ "EmbeddedTmpl": "x" }] }
+                ]
+            }]
+        });
+        assert_eq!(
+            fields(job),
+            [
+                "job: Periodic",
+                "job: ParameterizedJob",
+                "job → group \"api\": Update",
+                "job → group \"api\": Networks",
+                "job → group \"api\" → task \"server\": Services",
+                "job → group \"api\" → task \"server\" → Resources: MemoryMaxMB",
+                "job → group \"api\" → task #1: Templates",
+            ]
+        );
+    }
+
+    #[test]
+    fn nulls_zero_values_and_empty_lists_are_unset_but_an_empty_block_is_set() {
+        let job = json!({
+            "ID": "quiet",
+            "Periodic": null,
+            "Update": null,
+            "Dispatched": false,
+            "ParentID": "",
+            "TaskGroups": [{
+                "Name": "g",
+                "Networks": [],
+                "ShutdownDelay": 0,
+                "Services": null,
+                "Tasks": [{ "Name": "t", "Resources": { "CPU": 10, "Cores": 0 },
+                            "Leader": false, "User": "", "KillSignal": "SIGTERM" }]
+            }]
+        });
+        assert!(fields(job).is_empty());
+        assert_eq!(fields(json!({ "Update": {} })), ["job: Update"]);
+        assert_eq!(fields(json!({ "Dispatched": true })), ["job: Dispatched"]);
+        let task = json!({ "TaskGroups": [{ "Name": "g", "Tasks": [
+            { "Name": "t", "KillSignal": "SIGINT", "Leader": true }] }] });
+        assert_eq!(
+            fields(task),
+            [
+                "job → group \"g\" → task \"t\": Leader",
+                "job → group \"g\" → task \"t\": KillSignal",
+            ]
+        );
+    }
+
+    #[test]
+    fn supported_fields_and_unknown_keys_pass() {
+        let job = json!({
+            "ID": "fine",
+            "Type": "service",
+            "Priority": 70,
+            "Datacenters": ["dc1"],
+            "Constraints": [{ "LTarget": "${attr.kernel.name}", "RTarget": "linux", "Operand": "=" }],
+            "Spreads": [{ "Attribute": "${node.datacenter}", "Weight": 50 }],
+            "SomethingFromTheFuture": { "x": 1 },
+            "TaskGroups": [{
+                "Name": "g",
+                "Count": 3,
+                "RestartPolicy": { "Attempts": 2 },
+                "ReschedulePolicy": { "Attempts": 1 },
+                "Meta": { "k": "v" },
+                "Tasks": [{ "Name": "t", "Driver": "raw_exec", "Config": { "command": "true" },
+                            "Env": { "A": "b" }, "KillTimeout": 5000000000i64,
+                            "Resources": { "CPU": 10, "MemoryMB": 10, "DiskMB": 5 } }]
+            }]
+        });
+        assert!(fields(job).is_empty());
+    }
+}
