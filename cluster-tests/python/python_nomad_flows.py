@@ -105,6 +105,40 @@ def main():
     assert n.agent.get_agent()["config"], "agent self"
     assert len(n.agent.get_members()["Members"]) == 3, "agent members"
 
+    # An HCL job file parsed by the agent (jobs.parse), then registered as parsed.
+    hcl_id = job_id + "-hcl"
+    hcl = """
+    variable "count" { default = 1 }
+    job "%s" {
+      datacenters = ["dc1"]
+      group "g" {
+        count = var.count
+        task "t" {
+          driver = "mock"
+          config { run_for = "10m" }
+          resources {
+            cpu    = 10
+            memory = 10
+          }
+        }
+      }
+    }
+    """ % hcl_id
+    parsed = n.jobs.parse(hcl)
+    assert parsed["ID"] == hcl_id and parsed["Name"] == hcl_id, parsed
+    assert parsed["TaskGroups"][0]["Count"] == 1, parsed
+    assert parsed["TaskGroups"][0]["Tasks"][0]["Resources"] == {"CPU": 10, "MemoryMB": 10}, parsed
+    canonical = n.jobs.parse(hcl, canonicalize=True)
+    assert canonical["Priority"] == 50 and canonical["Type"] == "service", canonical
+    assert n.jobs.register_job({"Job": parsed})["EvalID"]
+    assert n.job.get_job(hcl_id)["TaskGroups"][0]["Tasks"][0]["Driver"] == "mock"
+    n.job.deregister_job(hcl_id, purge=True)
+    try:
+        n.jobs.parse('job "x" {\n  grup "g" {}\n}\n')
+        raise AssertionError("a typo must be refused")
+    except exceptions.BadRequestNomadException as e:
+        assert "unknown block" in e.nomad_resp.text, e.nomad_resp.text
+
     # Deregister (the job stays, stopped), then purge.
     resp = n.job.deregister_job(job_id)
     assert resp["EvalID"], resp

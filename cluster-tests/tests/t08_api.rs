@@ -358,6 +358,37 @@ async fn the_cli_drives_jobs_and_reads_the_cluster() -> anyhow::Result<()> {
     let out = cli(&follower, &["eval", "list"]).await?;
     assert!(out.status.success(), "{}", stderr(&out));
     assert!(stdout(&out).contains("sleep-mock"), "{}", stdout(&out));
+
+    // The same job from its HCL twin, sized by a variable, reaches the cluster as the count
+    // asked for; the JSON job the agent holds shows it.
+    let hcl_file = jobs.join("sleep-mock.nomad.hcl");
+    let hcl_file = hcl_file.to_str().unwrap();
+    let out = cli(
+        &follower,
+        &["job", "run", "--detach", "--var", "sleepers=4", hcl_file],
+    )
+    .await?;
+    assert!(out.status.success(), "{}{}", stdout(&out), stderr(&out));
+    let out = cli(&follower, &["job", "inspect", "sleep-mock"]).await?;
+    assert!(out.status.success(), "{}", stderr(&out));
+    let inspected: Value = serde_json::from_str(&stdout(&out))?;
+    assert_eq!(inspected["Job"]["TaskGroups"][0]["Count"], json!(4));
+    assert_eq!(
+        inspected["Job"]["TaskGroups"][0]["Tasks"][0]["Config"]["run_for"],
+        json!("5s")
+    );
+    // A block teamster does not act on, in HCL, is refused by name: nothing registered.
+    let dir = tempfile::tempdir()?;
+    let cron = dir.path().join("cron.nomad.hcl");
+    std::fs::write(
+        &cron,
+        "job \"cron\" {\n  type = \"batch\"\n  periodic {\n    crons = [\"*/5 * * * *\"]\n  }\n  group \"g\" {\n    task \"t\" {\n      driver = \"mock\"\n    }\n  }\n}\n",
+    )?;
+    let out = cli(&follower, &["job", "run", cron.to_str().unwrap()]).await?;
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    assert!(stderr(&out).contains("job → Periodic"), "{}", stderr(&out));
+    let out = cli(&follower, &["job", "status", "cron"]).await?;
+    assert!(!out.status.success(), "{}", stdout(&out));
     let out = cli(&follower, &["eval", "list", "--json"]).await?;
     let evals: Value = serde_json::from_slice(&out.stdout)?;
     let eval_id = evals[0]["ID"].as_str().expect("an eval ID").to_string();

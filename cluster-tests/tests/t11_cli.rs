@@ -108,3 +108,82 @@ fn every_example_job_parses_and_validates() {
         "expected at least three example jobs, found {seen}"
     );
 }
+
+/// A model job, canonicalized, as JSON: what the cluster would store.
+fn canonical(job: serde_json::Value, what: &str) -> serde_json::Value {
+    let mut job: teamster_storage::model::Job =
+        serde_json::from_value(job).unwrap_or_else(|e| panic!("{what}: {e}"));
+    job.canonicalize();
+    job.validate().unwrap_or_else(|e| panic!("{what}: {e}"));
+    serde_json::to_value(&job).unwrap()
+}
+
+#[test]
+fn every_example_hcl_job_gives_the_same_job_as_its_json_twin() {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy/jobs");
+    let mut pairs = 0;
+    for entry in std::fs::read_dir(&dir).unwrap() {
+        let path = entry.unwrap().path();
+        let name = path.file_name().unwrap().to_string_lossy().to_string();
+        let Some(stem) = name.strip_suffix(".nomad.hcl") else {
+            continue;
+        };
+        let text = std::fs::read_to_string(&path).unwrap();
+        let inputs = teamster::jobspec::hcl::VarInputs {
+            strict: true,
+            ..Default::default()
+        };
+        let from_hcl = teamster::jobspec::hcl::parse_job(&name, &text, &inputs)
+            .unwrap_or_else(|e| panic!("{e}"));
+        let refused = teamster::jobspec::unsupported_fields(&from_hcl);
+        assert!(refused.is_empty(), "{name}: {refused:?}");
+        let twin = dir.join(format!("{stem}.json"));
+        let json: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(&twin).unwrap()).unwrap();
+        assert_eq!(
+            canonical(from_hcl, &name),
+            canonical(json["Job"].clone(), &twin.display().to_string()),
+            "{name} and its JSON twin differ"
+        );
+        pairs += 1;
+    }
+    assert!(
+        pairs >= 5,
+        "expected at least five HCL/JSON pairs, found {pairs}"
+    );
+}
+
+#[test]
+fn an_hcl_job_file_with_a_typo_is_refused_with_its_place_and_exit_code_1() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("typo.nomad.hcl");
+    std::fs::write(
+        &file,
+        "job \"web\" {\n  group \"api\" {\n    task \"t\" {\n      driver = \"raw_exec\"\n      comand = \"x\"\n    }\n  }\n}\n",
+    )
+    .unwrap();
+    // The file is refused before any server is asked: no agent listens on this address.
+    let out = teamster()
+        .args(["job", "run", "--address", "http://127.0.0.1:1"])
+        .arg(&file)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains(
+            "typo.nomad.hcl:5:7: job \"web\" → group \"api\" → task \"t\": unknown argument \"comand\""
+        ),
+        "{stderr}"
+    );
+    // An unset variable is named too.
+    std::fs::write(&file, "variable \"n\" { type = number }\njob \"j\" {}\n").unwrap();
+    let out = teamster()
+        .args(["job", "validate", "--address", "http://127.0.0.1:1"])
+        .arg(&file)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("Unset variable"), "{stderr}");
+}

@@ -1,7 +1,9 @@
 //! `teamster job …`: run, status, stop, inspect and validate jobs, like `nomad job …`.
 //!
-//! `job run FILE.json` accepts Nomad's JSON job format (`{"Job": {...}}`) or a bare job
-//! object. Without `--detach` it follows the evaluation until the scheduler is done with it
+//! `job run FILE` takes an HCL2 job file (`.hcl`, `.nomad`: Nomad's jobspec, with `--var`,
+//! `--var-file` and `NOMAD_VAR_*` for its variables) or Nomad's JSON job (`{"Job": {...}}` or
+//! a bare job object); `-` reads the file from stdin (HCL unless it starts with `{`).
+//! Without `--detach` it follows the evaluation until the scheduler is done with it
 //! and prints the placements and failures; it exits 2 when some allocations could not be
 //! placed, like `nomad job run`.
 
@@ -17,11 +19,12 @@ use serde_json::{json, Value};
 
 use super::output::{short_id, table, text};
 use super::{ApiArgs, ApiClient, ApiError};
+use crate::jobspec;
 
 /// `job …`.
 #[derive(Debug, Subcommand)]
 pub enum JobCommand {
-    /// Register (or update) a job from a JSON file and follow its evaluation.
+    /// Register (or update) a job from an HCL or JSON file and follow its evaluation.
     Run(RunArgs),
     /// List the jobs, or show one job with its allocations.
     Status(StatusArgs),
@@ -33,13 +36,29 @@ pub enum JobCommand {
     Validate(ValidateArgs),
 }
 
+/// The job file and the values of its variables.
+#[derive(Debug, Clone, Args)]
+pub struct JobFileArgs {
+    /// The job file: HCL (`.hcl`, `.nomad`) or Nomad JSON (`{"Job": {...}}` or a bare job
+    /// object); `-` for stdin.
+    pub file: PathBuf,
+    /// A value for a variable of an HCL job file, `name=value` (repeatable; wins over var
+    /// files and `NOMAD_VAR_<name>`).
+    #[arg(long = "var", value_name = "NAME=VALUE")]
+    pub vars: Vec<String>,
+    /// A file of `name = value` lines for the job file's variables (repeatable, later files
+    /// win).
+    #[arg(long = "var-file", value_name = "FILE")]
+    pub var_files: Vec<PathBuf>,
+}
+
 /// `job run`.
 #[derive(Debug, Args)]
 pub struct RunArgs {
     #[command(flatten)]
     api: ApiArgs,
-    /// The job file (Nomad JSON: `{"Job": {...}}` or a bare job object).
-    file: PathBuf,
+    #[command(flatten)]
+    job: JobFileArgs,
     /// Return once the job is registered, without following its evaluation.
     #[arg(long)]
     detach: bool,
@@ -89,8 +108,8 @@ pub struct InspectArgs {
 pub struct ValidateArgs {
     #[command(flatten)]
     api: ApiArgs,
-    /// The job file.
-    file: PathBuf,
+    #[command(flatten)]
+    job: JobFileArgs,
 }
 
 /// Run one `job` command; the exit code is 0, 1 (an error) or 2 (placement failures).
@@ -104,25 +123,76 @@ pub async fn run(cmd: JobCommand) -> anyhow::Result<ExitCode> {
     }
 }
 
-/// Read a job file: `{"Job": {...}}` or a bare job object; returns the job object.
-pub fn read_job_file(path: &PathBuf) -> anyhow::Result<Value> {
-    let text = std::fs::read_to_string(path)
-        .with_context(|| format!("reading the job file {}", path.display()))?;
-    let value: Value = serde_json::from_str(&text)
-        .with_context(|| format!("{} is not valid JSON", path.display()))?;
+/// Read a job file: HCL, or JSON (`{"Job": {...}}` or a bare job object); returns the job
+/// object as Nomad's JSON. The file is JSON when its name ends in `.json`, or, for stdin and
+/// other names, when its first non-blank character is `{`.
+pub fn read_job_file(args: &JobFileArgs) -> anyhow::Result<Value> {
+    let path = &args.file;
+    let (name, text) = if path.as_os_str() == "-" {
+        let mut text = String::new();
+        std::io::Read::read_to_string(&mut std::io::stdin(), &mut text)
+            .context("reading the job from stdin")?;
+        ("<stdin>".to_string(), text)
+    } else {
+        let text = std::fs::read_to_string(path)
+            .with_context(|| format!("reading the job file {}", path.display()))?;
+        (path.display().to_string(), text)
+    };
+    let is_json = match path.extension().and_then(|e| e.to_str()) {
+        Some("json") => true,
+        Some("hcl" | "nomad") => false,
+        _ => text.trim_start().starts_with('{'),
+    };
+    if !is_json {
+        let inputs = var_inputs(args)?;
+        return jobspec::hcl::parse_job(&name, &text, &inputs).map_err(anyhow::Error::from);
+    }
+    let value: Value =
+        serde_json::from_str(&text).with_context(|| format!("{name} is not valid JSON"))?;
     let job = match value {
         Value::Object(mut map) if map.contains_key("Job") => map.remove("Job").unwrap_or_default(),
         other => other,
     };
     if !job.is_object() {
-        bail!("{}: the job must be a JSON object", path.display());
+        bail!("{name}: the job must be a JSON object");
     }
     Ok(job)
 }
 
+/// The values of an HCL job file's variables: `NOMAD_VAR_*`, `--var-file`s, `--var`s.
+fn var_inputs(args: &JobFileArgs) -> anyhow::Result<jobspec::hcl::VarInputs> {
+    let env = std::env::vars()
+        .filter_map(|(k, v)| k.strip_prefix("NOMAD_VAR_").map(|n| (n.to_string(), v)))
+        .collect();
+    let files = args
+        .var_files
+        .iter()
+        .map(|f| {
+            std::fs::read_to_string(f)
+                .map(|text| (f.display().to_string(), text))
+                .with_context(|| format!("reading the var file {}", f.display()))
+        })
+        .collect::<anyhow::Result<_>>()?;
+    let flags = args
+        .vars
+        .iter()
+        .map(|kv| {
+            kv.split_once('=')
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .ok_or_else(|| anyhow::anyhow!("--var {kv:?}: expected NAME=VALUE"))
+        })
+        .collect::<anyhow::Result<_>>()?;
+    Ok(jobspec::hcl::VarInputs {
+        env,
+        files,
+        flags,
+        strict: true,
+    })
+}
+
 async fn run_job(args: RunArgs) -> anyhow::Result<ExitCode> {
     let api = ApiClient::new(&args.api.address);
-    let job = read_job_file(&args.file)?;
+    let job = read_job_file(&args.job)?;
     let resp: Value = api
         .request(Method::POST, "/v1/jobs", Some(&json!({ "Job": job })))
         .await
@@ -404,7 +474,7 @@ async fn inspect(args: InspectArgs) -> anyhow::Result<()> {
 
 async fn validate(args: ValidateArgs) -> anyhow::Result<ExitCode> {
     let api = ApiClient::new(&args.api.address);
-    let job = read_job_file(&args.file)?;
+    let job = read_job_file(&args.job)?;
     let resp: Value = api
         .request(
             Method::POST,
@@ -465,16 +535,60 @@ mod tests {
         std::fs::write(&wrapped, r#"{"Job": {"ID": "a"}}"#).unwrap();
         let bare = dir.path().join("b.json");
         std::fs::write(&bare, r#"{"ID": "b"}"#).unwrap();
-        assert_eq!(read_job_file(&wrapped).unwrap()["ID"], "a");
-        assert_eq!(read_job_file(&bare).unwrap()["ID"], "b");
+        assert_eq!(read_job_file(&file(&wrapped)).unwrap()["ID"], "a");
+        assert_eq!(read_job_file(&file(&bare)).unwrap()["ID"], "b");
         let bad = dir.path().join("c.json");
         std::fs::write(&bad, "[1]").unwrap();
-        let err = read_job_file(&bad).unwrap_err().to_string();
+        let err = read_job_file(&file(&bad)).unwrap_err().to_string();
         assert!(err.contains("must be a JSON object"), "{err}");
         let broken = dir.path().join("d.json");
         std::fs::write(&broken, "{").unwrap();
-        let err = format!("{:#}", read_job_file(&broken).unwrap_err());
+        let err = format!("{:#}", read_job_file(&file(&broken)).unwrap_err());
         assert!(err.contains("not valid JSON"), "{err}");
+    }
+
+    fn file(path: &std::path::Path) -> JobFileArgs {
+        JobFileArgs {
+            file: path.to_path_buf(),
+            vars: Vec::new(),
+            var_files: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn an_hcl_job_file_takes_its_variables_from_flags_and_var_files() {
+        let dir = tempfile::tempdir().unwrap();
+        let hcl = dir.path().join("web.nomad.hcl");
+        std::fs::write(
+            &hcl,
+            "variable \"dc\" {}\nvariable \"n\" { type = number }\njob \"web\" {\n  datacenters = [var.dc]\n  group \"g\" {\n    count = var.n\n  }\n}\n",
+        )
+        .unwrap();
+        let vars = dir.path().join("prod.vars");
+        std::fs::write(&vars, "dc = \"dc2\"\nn = 5\n").unwrap();
+        let mut args = file(&hcl);
+        args.var_files.push(vars);
+        args.vars.push("n=3".into());
+        let job = read_job_file(&args).unwrap();
+        assert_eq!(job["ID"], "web");
+        assert_eq!(job["Datacenters"], json!(["dc2"]));
+        assert_eq!(job["TaskGroups"][0]["Count"], json!(3));
+        args.vars = vec!["n".into()];
+        let err = read_job_file(&args).unwrap_err().to_string();
+        assert!(err.contains("expected NAME=VALUE"), "{err}");
+        // A typo names the file, the place and the block path.
+        std::fs::write(
+            &hcl,
+            "job \"web\" {\n  group \"g\" {\n    cont = 1\n  }\n}\n",
+        )
+        .unwrap();
+        let err = read_job_file(&file(&hcl)).unwrap_err().to_string();
+        assert!(
+            err.ends_with(
+                "web.nomad.hcl:3:5: job \"web\" → group \"g\": unknown argument \"cont\""
+            ),
+            "{err}"
+        );
     }
 
     #[test]

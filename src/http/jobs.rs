@@ -306,6 +306,53 @@ pub async fn evaluate(
     ))
 }
 
+/// Nomad's `JobsParseRequest`.
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "PascalCase")]
+struct JobsParseRequest {
+    #[serde(rename = "JobHCL", default)]
+    job_hcl: Option<String>,
+    /// The text of a var file.
+    #[serde(default)]
+    variables: Option<String>,
+    #[serde(default)]
+    canonicalize: bool,
+}
+
+/// `PUT|POST /v1/jobs/parse`: an HCL job file as Nomad's JSON job (bare, not wrapped),
+/// with Nomad's defaults filled in when `Canonicalize` is set. As in Nomad, only the
+/// `Variables` text gives variables their values here (no environment, no flags), and a
+/// variable it names that the file does not declare is ignored.
+pub async fn parse(body: Bytes) -> Result<Response, ApiError> {
+    let req: JobsParseRequest = decode_body(&body)?;
+    let text = req.job_hcl.unwrap_or_default();
+    if text.trim().is_empty() {
+        return Err(ApiError::bad_request("Job spec is empty"));
+    }
+    let inputs = jobspec::hcl::VarInputs {
+        files: req
+            .variables
+            .filter(|v| !v.trim().is_empty())
+            .map(|v| vec![("Variables".to_string(), v)])
+            .unwrap_or_default(),
+        strict: false,
+        ..Default::default()
+    };
+    let mut job = jobspec::hcl::parse_job("input.hcl", &text, &inputs)
+        .map_err(|e| ApiError::bad_request(format!("Failed to parse job: {e}")))?;
+    if req.canonicalize {
+        let mut model: Job = serde_json::from_value(job.clone())
+            .map_err(|e| ApiError::bad_request(format!("Failed to parse job: {e}")))?;
+        model.canonicalize();
+        let mut canonical = serde_json::to_value(&model)
+            .map_err(|e| ApiError::internal(format!("encoding the job: {e}")))?;
+        // Fields the model does not hold (the ones teamster refuses) stay as parsed.
+        jobspec::overlay_missing(&mut canonical, &job);
+        job = canonical;
+    }
+    Ok(axum::Json(job).into_response())
+}
+
 /// Nomad's `JobValidateResponse`.
 #[derive(Debug, Serialize)]
 #[serde(rename_all = "PascalCase")]

@@ -155,6 +155,10 @@ pub fn router(ctx: HttpContext) -> Router {
             axum::routing::put(jobs::evaluate).post(jobs::evaluate),
         )
         .route(
+            "/v1/jobs/parse",
+            axum::routing::put(jobs::parse).post(jobs::parse),
+        )
+        .route(
             "/v1/validate/job",
             axum::routing::put(jobs::validate).post(jobs::validate),
         )

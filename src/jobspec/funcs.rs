@@ -1,0 +1,399 @@
+//! The functions a job file may call, with the names and meanings of Nomad's jobspec2 (HCL's
+//! standard library): strings (`format`, `join`, `split`, `lower`, `upper`, `title`,
+//! `replace`, `trimspace`, `trimprefix`, `trimsuffix`, `substr`, `strrev`), collections
+//! (`concat`, `merge`, `length`, `keys`, `values`, `lookup`, `element`, `contains`,
+//! `distinct`, `flatten`, `reverse`, `range`, `coalesce`), numbers (`min`, `max`, `abs`,
+//! `ceil`, `floor`, `parseint`) and encodings (`jsonencode`, `jsondecode`, `base64encode`,
+//! `base64decode`). A call of any other function is an error that names it.
+
+use hcl::eval::{Context, FuncArgs, FuncDef, ParamType};
+use hcl::{Map, Value};
+
+type Out = Result<Value, String>;
+
+/// A context that knows every function of this module (and no variables yet).
+pub fn context() -> Context<'static> {
+    use ParamType::{Any, Array, Number, Object, String as Str};
+    let mut ctx = Context::new();
+    let mut def = |name: &str,
+                   params: Vec<ParamType>,
+                   variadic: Option<ParamType>,
+                   f: fn(FuncArgs) -> Out| {
+        let mut b = FuncDef::builder().params(params);
+        if let Some(v) = variadic {
+            b = b.variadic_param(v);
+        }
+        ctx.declare_func(name, b.build(f));
+    };
+    def("format", vec![Str], Some(Any), format);
+    def("join", vec![Str], Some(Array(Box::new(Any))), join);
+    def("split", vec![Str, Str], None, split);
+    def("lower", vec![Str], None, |a| {
+        Ok(s(&a[0]).to_lowercase().into())
+    });
+    def("upper", vec![Str], None, |a| {
+        Ok(s(&a[0]).to_uppercase().into())
+    });
+    def("title", vec![Str], None, title);
+    def("replace", vec![Str, Str, Str], None, |a| {
+        Ok(s(&a[0]).replace(s(&a[1]), s(&a[2])).into())
+    });
+    def("trimspace", vec![Str], None, |a| Ok(s(&a[0]).trim().into()));
+    def("trimprefix", vec![Str, Str], None, |a| {
+        Ok(s(&a[0]).strip_prefix(s(&a[1])).unwrap_or(s(&a[0])).into())
+    });
+    def("trimsuffix", vec![Str, Str], None, |a| {
+        Ok(s(&a[0]).strip_suffix(s(&a[1])).unwrap_or(s(&a[0])).into())
+    });
+    def("substr", vec![Str, Number, Number], None, substr);
+    def("strrev", vec![Str], None, |a| {
+        Ok(s(&a[0]).chars().rev().collect::<String>().into())
+    });
+    def("concat", vec![], Some(Array(Box::new(Any))), concat);
+    def("merge", vec![], Some(Object(Box::new(Any))), merge);
+    def("length", vec![Any], None, length);
+    def("keys", vec![Object(Box::new(Any))], None, |a| {
+        Ok(Value::Array(
+            obj(&a[0]).keys().map(|k| Value::from(k.as_str())).collect(),
+        ))
+    });
+    def("values", vec![Object(Box::new(Any))], None, |a| {
+        Ok(Value::Array(obj(&a[0]).values().cloned().collect()))
+    });
+    def(
+        "lookup",
+        vec![Object(Box::new(Any)), Str],
+        Some(Any),
+        lookup,
+    );
+    def("element", vec![Array(Box::new(Any)), Number], None, element);
+    def("contains", vec![Array(Box::new(Any)), Any], None, |a| {
+        Ok(arr(&a[0]).contains(&a[1]).into())
+    });
+    def("distinct", vec![Array(Box::new(Any))], None, distinct);
+    def("flatten", vec![Array(Box::new(Any))], None, |a| {
+        Ok(Value::Array(flatten(arr(&a[0]))))
+    });
+    def("reverse", vec![Array(Box::new(Any))], None, |a| {
+        Ok(Value::Array(arr(&a[0]).iter().rev().cloned().collect()))
+    });
+    def("range", vec![Number], Some(Number), range);
+    def("coalesce", vec![], Some(Any), coalesce);
+    def("min", vec![], Some(Number), |a| fold_numbers(a, f64::min));
+    def("max", vec![], Some(Number), |a| fold_numbers(a, f64::max));
+    def("abs", vec![Number], None, |a| num_value(n(&a[0]).abs()));
+    def("ceil", vec![Number], None, |a| num_value(n(&a[0]).ceil()));
+    def("floor", vec![Number], None, |a| num_value(n(&a[0]).floor()));
+    def("parseint", vec![Str, Number], None, parseint);
+    def("jsonencode", vec![Any], None, |a| {
+        serde_json::to_string(&a[0])
+            .map(Value::from)
+            .map_err(|e| e.to_string())
+    });
+    def("jsondecode", vec![Str], None, |a| {
+        serde_json::from_str::<serde_json::Value>(s(&a[0]))
+            .map_err(|e| format!("jsondecode: {e}"))
+            .and_then(|v| hcl::to_value(v).map_err(|e| e.to_string()))
+    });
+    def("base64encode", vec![Str], None, |a| {
+        Ok(base64_encode(s(&a[0]).as_bytes()).into())
+    });
+    def("base64decode", vec![Str], None, |a| {
+        let bytes = base64_decode(s(&a[0])).ok_or("base64decode: not valid base64")?;
+        String::from_utf8(bytes)
+            .map(Value::from)
+            .map_err(|_| "base64decode: the result is not UTF-8".to_string())
+    });
+    ctx
+}
+
+// The parameter types are checked before a function runs, so these accessors never see the
+// wrong kind of value.
+fn s(v: &Value) -> &str {
+    v.as_str().unwrap_or_default()
+}
+
+fn n(v: &Value) -> f64 {
+    v.as_f64().unwrap_or_default()
+}
+
+fn arr(v: &Value) -> &[Value] {
+    v.as_array().map(Vec::as_slice).unwrap_or_default()
+}
+
+fn obj(v: &Value) -> &Map<String, Value> {
+    static EMPTY: std::sync::OnceLock<Map<String, Value>> = std::sync::OnceLock::new();
+    v.as_object().unwrap_or_else(|| EMPTY.get_or_init(Map::new))
+}
+
+fn num_value(f: f64) -> Out {
+    if f.fract() == 0.0 && f.abs() < 9.0e15 {
+        Ok(Value::from(f as i64))
+    } else {
+        hcl::Number::from_f64(f)
+            .map(Value::Number)
+            .ok_or_else(|| format!("{f} is not a finite number"))
+    }
+}
+
+/// The text of a value as `format`'s `%s`/`%v` and `join` show it.
+fn text(v: &Value) -> String {
+    match v {
+        Value::String(s) => s.clone(),
+        Value::Null => "null".into(),
+        Value::Bool(b) => b.to_string(),
+        Value::Number(n) => n.to_string(),
+        other => serde_json::to_string(other).unwrap_or_default(),
+    }
+}
+
+/// `format(spec, args...)`: the verbs `%s`, `%d`, `%v`, `%q`, `%f` and `%%`.
+fn format(args: FuncArgs) -> Out {
+    let spec = s(&args[0]);
+    let mut rest = args.variadic_args();
+    let mut out = String::new();
+    let mut chars = spec.chars();
+    while let Some(c) = chars.next() {
+        if c != '%' {
+            out.push(c);
+            continue;
+        }
+        let verb = chars.next().ok_or("format: the spec ends with a lone %")?;
+        if verb == '%' {
+            out.push('%');
+            continue;
+        }
+        let arg = rest
+            .next()
+            .ok_or_else(|| format!("format: not enough arguments for {spec:?}"))?;
+        match verb {
+            's' | 'v' => out.push_str(&text(arg)),
+            'q' => out.push_str(&serde_json::to_string(&text(arg)).unwrap_or_default()),
+            'd' => match arg.as_f64() {
+                Some(f) if f.fract() == 0.0 => out.push_str(&(f as i64).to_string()),
+                _ => {
+                    return Err(format!(
+                        "format: %d needs a whole number, got {}",
+                        text(arg)
+                    ))
+                }
+            },
+            'f' => match arg.as_f64() {
+                Some(f) => out.push_str(&format!("{f:.6}")),
+                None => return Err(format!("format: %f needs a number, got {}", text(arg))),
+            },
+            other => return Err(format!("format: unsupported verb %{other}")),
+        }
+    }
+    if rest.next().is_some() {
+        return Err(format!("format: too many arguments for {spec:?}"));
+    }
+    Ok(out.into())
+}
+
+fn join(args: FuncArgs) -> Out {
+    let sep = s(&args[0]);
+    let parts: Vec<String> = args
+        .variadic_args()
+        .flat_map(|list| arr(list).iter().map(text))
+        .collect();
+    Ok(parts.join(sep).into())
+}
+
+fn split(args: FuncArgs) -> Out {
+    let (sep, text) = (s(&args[0]), s(&args[1]));
+    if text.is_empty() {
+        return Ok(Value::Array(vec![Value::from("")]));
+    }
+    Ok(Value::Array(text.split(sep).map(Value::from).collect()))
+}
+
+fn title(args: FuncArgs) -> Out {
+    let mut out = String::new();
+    let mut start = true;
+    for c in s(&args[0]).chars() {
+        if start && c.is_alphabetic() {
+            out.extend(c.to_uppercase());
+        } else {
+            out.push(c);
+        }
+        start = !c.is_alphanumeric();
+    }
+    Ok(out.into())
+}
+
+fn substr(args: FuncArgs) -> Out {
+    let chars: Vec<char> = s(&args[0]).chars().collect();
+    let offset = n(&args[1]) as i64;
+    let length = n(&args[2]) as i64;
+    let len = chars.len() as i64;
+    let start = if offset < 0 { len + offset } else { offset };
+    if start < 0 || start > len {
+        return Err(format!("substr: offset {offset} is outside the string"));
+    }
+    let end = if length < 0 {
+        len
+    } else {
+        (start + length).min(len)
+    };
+    Ok(chars[start as usize..end as usize]
+        .iter()
+        .collect::<String>()
+        .into())
+}
+
+fn concat(args: FuncArgs) -> Out {
+    Ok(Value::Array(
+        args.iter().flat_map(|l| arr(l).iter().cloned()).collect(),
+    ))
+}
+
+fn merge(args: FuncArgs) -> Out {
+    let mut out = Map::new();
+    for m in args.iter() {
+        for (k, v) in obj(m) {
+            out.insert(k.clone(), v.clone());
+        }
+    }
+    Ok(Value::Object(out))
+}
+
+fn length(args: FuncArgs) -> Out {
+    match &args[0] {
+        Value::String(s) => Ok(Value::from(s.chars().count() as u64)),
+        Value::Array(a) => Ok(Value::from(a.len() as u64)),
+        Value::Object(o) => Ok(Value::from(o.len() as u64)),
+        other => Err(format!(
+            "length: a string, list or map is needed, got {}",
+            text(other)
+        )),
+    }
+}
+
+fn lookup(args: FuncArgs) -> Out {
+    let key = s(&args[1]);
+    if let Some(v) = obj(&args[0]).get(key) {
+        return Ok(v.clone());
+    }
+    args.variadic_args()
+        .next()
+        .cloned()
+        .ok_or_else(|| format!("lookup: no key {key:?} and no default"))
+}
+
+fn element(args: FuncArgs) -> Out {
+    let list = arr(&args[0]);
+    if list.is_empty() {
+        return Err("element: the list is empty".into());
+    }
+    let i = n(&args[1]) as i64;
+    if i < 0 {
+        return Err("element: the index must not be negative".into());
+    }
+    Ok(list[i as usize % list.len()].clone())
+}
+
+fn distinct(args: FuncArgs) -> Out {
+    let mut out: Vec<Value> = Vec::new();
+    for v in arr(&args[0]) {
+        if !out.contains(v) {
+            out.push(v.clone());
+        }
+    }
+    Ok(Value::Array(out))
+}
+
+fn flatten(list: &[Value]) -> Vec<Value> {
+    list.iter()
+        .flat_map(|v| match v {
+            Value::Array(inner) => flatten(inner),
+            other => vec![other.clone()],
+        })
+        .collect()
+}
+
+fn range(args: FuncArgs) -> Out {
+    let nums: Vec<f64> = args.iter().map(n).collect();
+    let (start, end, step) = match nums.as_slice() {
+        [end] => (0.0, *end, 1.0),
+        [start, end] => (*start, *end, if end >= start { 1.0 } else { -1.0 }),
+        [start, end, step] => (*start, *end, *step),
+        _ => return Err("range: takes one to three numbers".into()),
+    };
+    if step == 0.0 {
+        return Err("range: the step must not be zero".into());
+    }
+    let mut out = Vec::new();
+    let mut x = start;
+    while (step > 0.0 && x < end) || (step < 0.0 && x > end) {
+        out.push(num_value(x)?);
+        if out.len() > 1024 {
+            return Err("range: more than 1024 elements".into());
+        }
+        x += step;
+    }
+    Ok(Value::Array(out))
+}
+
+fn coalesce(args: FuncArgs) -> Out {
+    args.iter()
+        .find(|v| !v.is_null() && v.as_str() != Some(""))
+        .cloned()
+        .ok_or_else(|| "coalesce: no non-null, non-empty argument".into())
+}
+
+fn fold_numbers(args: FuncArgs, f: fn(f64, f64) -> f64) -> Out {
+    let mut it = args.iter().map(n);
+    let first = it.next().ok_or("needs at least one number")?;
+    num_value(it.fold(first, f))
+}
+
+fn parseint(args: FuncArgs) -> Out {
+    let base = n(&args[1]) as u32;
+    if !(2..=36).contains(&base) {
+        return Err(format!("parseint: base {base} is not between 2 and 36"));
+    }
+    i64::from_str_radix(s(&args[0]), base)
+        .map(Value::from)
+        .map_err(|e| format!("parseint: {e}"))
+}
+
+const B64: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+
+fn base64_encode(bytes: &[u8]) -> String {
+    let mut out = String::with_capacity(bytes.len().div_ceil(3) * 4);
+    for chunk in bytes.chunks(3) {
+        let b = [
+            chunk[0],
+            *chunk.get(1).unwrap_or(&0),
+            *chunk.get(2).unwrap_or(&0),
+        ];
+        let v = (u32::from(b[0]) << 16) | (u32::from(b[1]) << 8) | u32::from(b[2]);
+        for i in 0..4 {
+            if i <= chunk.len() {
+                out.push(B64[((v >> (18 - 6 * i)) & 63) as usize] as char);
+            } else {
+                out.push('=');
+            }
+        }
+    }
+    out
+}
+
+fn base64_decode(text: &str) -> Option<Vec<u8>> {
+    let text = text.trim_end_matches('=');
+    let mut out = Vec::with_capacity(text.len() * 3 / 4);
+    let mut acc: u32 = 0;
+    let mut bits = 0;
+    for c in text.bytes() {
+        let v = B64.iter().position(|&b| b == c)? as u32;
+        acc = (acc << 6) | v;
+        bits += 6;
+        if bits >= 8 {
+            bits -= 8;
+            out.push((acc >> bits) as u8);
+            acc &= (1 << bits) - 1;
+        }
+    }
+    Some(out)
+}

@@ -1,0 +1,1205 @@
+//! HCL2 job files, in the shape of Nomad's jobspec2, turned into Nomad's JSON job.
+//!
+//! A file holds `variable "<name>"` blocks, `variables { }`, `locals { }` and exactly one
+//! `job "<id>"`. Expressions are evaluated (with `var.*`, `local.*` and the functions of
+//! [`super::funcs`]); any other interpolation (`${attr.kernel.name}`, `${node.unique.id}`,
+//! `${NOMAD_PORT_http}`) is left in the string for the client to fill in at run time, as
+//! Nomad does. Every block label becomes the name it stands for; durations are Go duration
+//! strings (`"30s"`) or nanoseconds.
+//!
+//! An argument or a block that the schema does not know is an error that names the file,
+//! the line and column, and the block path (`job "web" → group "api" → task "t": unknown
+//! argument "comand"`), as Nomad's parser does. Blocks teamster does not act on (`update`,
+//! `periodic`, `network`, `service`, …) are converted to their JSON field all the same, so
+//! that [`super::unsupported_fields`] refuses them by name rather than losing them here.
+
+use std::collections::BTreeMap;
+
+use hcl::edit::expr::Expression as EditExpr;
+use hcl::edit::structure::{Block, Body, Structure};
+use hcl::edit::Span;
+use hcl::eval::{Context, Evaluate};
+use serde_json::{Map, Value};
+
+use super::funcs;
+
+/// The largest job file read (Nomad's `job_max_source_size` is 1 MB).
+pub const MAX_SOURCE_BYTES: usize = 1 << 20;
+
+/// Why a job file could not be turned into a job.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum JobspecError {
+    /// The text is not HCL.
+    #[error("{file}:{line}:{col}: {message}")]
+    Syntax {
+        /// The file name as given.
+        file: String,
+        /// 1-based line.
+        line: usize,
+        /// 1-based column.
+        col: usize,
+        /// The parser's message.
+        message: String,
+    },
+    /// A problem at a place in the file.
+    #[error("{file}:{line}:{col}: {path}: {message}")]
+    At {
+        /// The file name as given.
+        file: String,
+        /// 1-based line.
+        line: usize,
+        /// 1-based column.
+        col: usize,
+        /// The block path, `job "web" → group "api"`.
+        path: String,
+        /// What is wrong.
+        message: String,
+    },
+    /// A problem of the file as a whole or of a variable's value from outside the file.
+    #[error("{file}: {message}")]
+    File {
+        /// The file name as given.
+        file: String,
+        /// What is wrong.
+        message: String,
+    },
+}
+
+/// Values for the file's variables from outside it, in Nomad's order of precedence: the
+/// environment (`NOMAD_VAR_<name>`), then var files in order, then `-var` flags; the last one
+/// wins.
+#[derive(Debug, Clone, Default)]
+pub struct VarInputs {
+    /// `NOMAD_VAR_<name>` values, the prefix stripped. Undeclared ones are ignored.
+    pub env: Vec<(String, String)>,
+    /// Var files: (file name, HCL text of `name = value` lines).
+    pub files: Vec<(String, String)>,
+    /// `-var name=value` flags.
+    pub flags: Vec<(String, String)>,
+    /// Whether a var file or flag naming an undeclared variable is an error (the CLI's
+    /// default, as `-hcl2-strict`); otherwise it is ignored.
+    pub strict: bool,
+}
+
+/// Parse an HCL job file into Nomad's JSON job object (without the `{"Job": …}` wrapper).
+pub fn parse_job(file: &str, text: &str, inputs: &VarInputs) -> Result<Value, JobspecError> {
+    if text.len() > MAX_SOURCE_BYTES {
+        return Err(JobspecError::File {
+            file: file.to_string(),
+            message: format!(
+                "the job file is {} bytes; the limit is {MAX_SOURCE_BYTES}",
+                text.len()
+            ),
+        });
+    }
+    let (escaped, inserted) = escape_runtime_interpolations(text);
+    let body: Body = escaped.parse().map_err(|e: hcl::edit::parser::Error| {
+        let (line, col) = line_col(text, &inserted, e.location().offset());
+        JobspecError::Syntax {
+            file: file.to_string(),
+            line,
+            col,
+            message: format!("invalid HCL: {}", e.message()),
+        }
+    })?;
+    let mut p = Parser {
+        file,
+        source: text,
+        inserted,
+        ctx: funcs::context(),
+    };
+    p.run(&body, inputs)
+}
+
+/// `${` sequences whose expression does not start with `var.`, `local.` or a function call
+/// are runtime interpolations: escape them as `$${` so that HCL keeps them literally. Returns
+/// the text and the offsets (in the new text) of the inserted `$`s.
+fn escape_runtime_interpolations(text: &str) -> (String, Vec<usize>) {
+    let bytes = text.as_bytes();
+    let mut out = String::with_capacity(text.len() + 16);
+    let mut inserted = Vec::new();
+    let mut last = 0;
+    let mut i = 0;
+    while i + 1 < bytes.len() {
+        if bytes[i] == b'$' && bytes[i + 1] == b'{' {
+            if i > 0 && bytes[i - 1] == b'$' {
+                i += 2;
+                continue;
+            }
+            if is_runtime(&text[i + 2..]) {
+                out.push_str(&text[last..i]);
+                inserted.push(out.len());
+                out.push('$');
+                last = i;
+            }
+            i += 2;
+            continue;
+        }
+        i += 1;
+    }
+    out.push_str(&text[last..]);
+    (out, inserted)
+}
+
+/// Whether the expression text after `${` refers to something only a client knows.
+fn is_runtime(after: &str) -> bool {
+    let rest = after.trim_start_matches(['~', ' ', '\t']);
+    let ident: String = rest
+        .chars()
+        .take_while(|c| c.is_ascii_alphanumeric() || *c == '_' || *c == '-')
+        .collect();
+    if ident.is_empty() {
+        return false;
+    }
+    let next = rest[ident.len()..].trim_start().chars().next();
+    match ident.as_str() {
+        "var" | "local" => !matches!(next, Some('.' | '[')),
+        _ => next != Some('('),
+    }
+}
+
+/// What a value must be.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Ty {
+    Str,
+    Int,
+    Bool,
+    /// A Go duration string or nanoseconds; nanoseconds in JSON.
+    Dur,
+    StrList,
+}
+
+/// An argument: HCL name, JSON name, type.
+type Arg = (&'static str, &'static str, Ty);
+
+/// How a nested block's content is converted.
+#[derive(Clone, Copy)]
+enum Content {
+    /// By a schema.
+    Spec(&'static Spec),
+    /// A free map of strings (`meta`, `env`).
+    StrMap,
+    /// A free map of any values, nested blocks as lists (`config`).
+    AnyMap,
+    /// Every argument and block kept under its PascalCase name: for the blocks teamster
+    /// refuses, so that they reach the check by name.
+    Generic,
+    /// `constraint` and `affinity`, with their shortcut arguments.
+    Constraint { weight: bool },
+}
+
+/// Where a nested block goes in its parent's JSON.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Place {
+    /// One object; a second block is an error.
+    One,
+    /// Appended to a list.
+    List,
+    /// A map keyed by the block's label.
+    ByLabel,
+}
+
+/// A nested block.
+#[derive(Clone, Copy)]
+struct Nested {
+    hcl: &'static str,
+    json: &'static str,
+    place: Place,
+    /// The JSON field the block's one label sets, if it takes a label.
+    label: Option<&'static str>,
+    content: Content,
+}
+
+const fn one(hcl: &'static str, json: &'static str, content: Content) -> Nested {
+    Nested {
+        hcl,
+        json,
+        place: Place::One,
+        label: None,
+        content,
+    }
+}
+
+const fn list(hcl: &'static str, json: &'static str, content: Content) -> Nested {
+    Nested {
+        hcl,
+        json,
+        place: Place::List,
+        label: None,
+        content,
+    }
+}
+
+const fn named(
+    hcl: &'static str,
+    json: &'static str,
+    label: &'static str,
+    content: Content,
+) -> Nested {
+    Nested {
+        hcl,
+        json,
+        place: Place::List,
+        label: Some(label),
+        content,
+    }
+}
+
+const fn generic(hcl: &'static str, json: &'static str) -> Nested {
+    one(hcl, json, Content::Generic)
+}
+
+const fn generic_list(hcl: &'static str, json: &'static str) -> Nested {
+    list(hcl, json, Content::Generic)
+}
+
+/// A block's schema.
+struct Spec {
+    args: &'static [Arg],
+    blocks: &'static [Nested],
+}
+
+const CONSTRAINT: Content = Content::Constraint { weight: false };
+const AFFINITY: Content = Content::Constraint { weight: true };
+
+static SPREAD_TARGET: Spec = Spec {
+    args: &[("percent", "Percent", Ty::Int)],
+    blocks: &[],
+};
+
+static SPREAD: Spec = Spec {
+    args: &[
+        ("attribute", "Attribute", Ty::Str),
+        ("weight", "Weight", Ty::Int),
+    ],
+    blocks: &[named(
+        "target",
+        "SpreadTarget",
+        "Value",
+        Content::Spec(&SPREAD_TARGET),
+    )],
+};
+
+static RESTART: Spec = Spec {
+    args: &[
+        ("attempts", "Attempts", Ty::Int),
+        ("interval", "Interval", Ty::Dur),
+        ("delay", "Delay", Ty::Dur),
+        ("mode", "Mode", Ty::Str),
+        ("render_templates", "RenderTemplates", Ty::Bool),
+    ],
+    blocks: &[],
+};
+
+static RESCHEDULE: Spec = Spec {
+    args: &[
+        ("attempts", "Attempts", Ty::Int),
+        ("interval", "Interval", Ty::Dur),
+        ("delay", "Delay", Ty::Dur),
+        ("delay_function", "DelayFunction", Ty::Str),
+        ("max_delay", "MaxDelay", Ty::Dur),
+        ("unlimited", "Unlimited", Ty::Bool),
+    ],
+    blocks: &[],
+};
+
+static RESOURCES: Spec = Spec {
+    args: &[
+        ("cpu", "CPU", Ty::Int),
+        ("cores", "Cores", Ty::Int),
+        ("memory", "MemoryMB", Ty::Int),
+        ("memory_max", "MemoryMaxMB", Ty::Int),
+        ("disk", "DiskMB", Ty::Int),
+        ("secrets", "SecretsMB", Ty::Int),
+    ],
+    blocks: &[
+        Nested {
+            hcl: "device",
+            json: "Devices",
+            place: Place::List,
+            label: Some("Name"),
+            content: Content::Generic,
+        },
+        generic_list("network", "Networks"),
+        generic("numa", "NUMA"),
+    ],
+};
+
+static TASK: Spec = Spec {
+    args: &[
+        ("driver", "Driver", Ty::Str),
+        ("user", "User", Ty::Str),
+        ("kill_timeout", "KillTimeout", Ty::Dur),
+        ("kill_signal", "KillSignal", Ty::Str),
+        ("leader", "Leader", Ty::Bool),
+        ("shutdown_delay", "ShutdownDelay", Ty::Dur),
+        ("kind", "Kind", Ty::Str),
+    ],
+    blocks: &[
+        one("config", "Config", Content::AnyMap),
+        one("env", "Env", Content::StrMap),
+        one("meta", "Meta", Content::StrMap),
+        one("resources", "Resources", Content::Spec(&RESOURCES)),
+        list("constraint", "Constraints", CONSTRAINT),
+        list("affinity", "Affinities", AFFINITY),
+        one("restart", "RestartPolicy", Content::Spec(&RESTART)),
+        generic("logs", "LogConfig"),
+        generic_list("artifact", "Artifacts"),
+        generic_list("template", "Templates"),
+        generic_list("service", "Services"),
+        generic("lifecycle", "Lifecycle"),
+        generic("dispatch_payload", "DispatchPayload"),
+        generic_list("volume_mount", "VolumeMounts"),
+        generic("vault", "Vault"),
+        generic("consul", "Consul"),
+        generic("identity", "Identity"),
+        generic("csi_plugin", "CSIPluginConfig"),
+        generic_list("action", "Actions"),
+        generic_list("secret", "Secrets"),
+        generic_list("scaling", "ScalingPolicies"),
+        generic("schedule", "Schedule"),
+    ],
+};
+
+static GROUP: Spec = Spec {
+    args: &[
+        ("count", "Count", Ty::Int),
+        ("shutdown_delay", "ShutdownDelay", Ty::Dur),
+        ("max_run_duration", "MaxRunDuration", Ty::Dur),
+        (
+            "stop_after_client_disconnect",
+            "StopAfterClientDisconnect",
+            Ty::Dur,
+        ),
+        ("max_client_disconnect", "MaxClientDisconnect", Ty::Dur),
+        (
+            "prevent_reschedule_on_lost",
+            "PreventRescheduleOnLost",
+            Ty::Bool,
+        ),
+    ],
+    blocks: &[
+        named("task", "Tasks", "Name", Content::Spec(&TASK)),
+        list("constraint", "Constraints", CONSTRAINT),
+        list("affinity", "Affinities", AFFINITY),
+        list("spread", "Spreads", Content::Spec(&SPREAD)),
+        one("restart", "RestartPolicy", Content::Spec(&RESTART)),
+        one("reschedule", "ReschedulePolicy", Content::Spec(&RESCHEDULE)),
+        one("meta", "Meta", Content::StrMap),
+        generic("ephemeral_disk", "EphemeralDisk"),
+        generic("update", "Update"),
+        generic("migrate", "Migrate"),
+        generic_list("network", "Networks"),
+        generic_list("service", "Services"),
+        Nested {
+            hcl: "volume",
+            json: "Volumes",
+            place: Place::ByLabel,
+            label: Some("Name"),
+            content: Content::Generic,
+        },
+        generic("scaling", "Scaling"),
+        generic("consul", "Consul"),
+        generic("disconnect", "Disconnect"),
+    ],
+};
+
+static JOB: Spec = Spec {
+    args: &[
+        ("region", "Region", Ty::Str),
+        ("namespace", "Namespace", Ty::Str),
+        ("id", "ID", Ty::Str),
+        ("name", "Name", Ty::Str),
+        ("type", "Type", Ty::Str),
+        ("priority", "Priority", Ty::Int),
+        ("all_at_once", "AllAtOnce", Ty::Bool),
+        ("datacenters", "Datacenters", Ty::StrList),
+        ("node_pool", "NodePool", Ty::Str),
+        ("vault_token", "VaultToken", Ty::Str),
+        ("consul_token", "ConsulToken", Ty::Str),
+    ],
+    blocks: &[
+        named("group", "TaskGroups", "Name", Content::Spec(&GROUP)),
+        // A job-level task becomes a one-task group of its name (moved after conversion).
+        named("task", "Tasks", "Name", Content::Spec(&TASK)),
+        list("constraint", "Constraints", CONSTRAINT),
+        list("affinity", "Affinities", AFFINITY),
+        list("spread", "Spreads", Content::Spec(&SPREAD)),
+        one("meta", "Meta", Content::StrMap),
+        generic("update", "Update"),
+        generic("migrate", "Migrate"),
+        generic("reschedule", "Reschedule"),
+        generic("periodic", "Periodic"),
+        generic("parameterized", "ParameterizedJob"),
+        generic("multiregion", "Multiregion"),
+        generic("ui", "UI"),
+        generic("vault", "Vault"),
+        generic_list("secret", "Secrets"),
+    ],
+};
+
+struct Parser<'a> {
+    file: &'a str,
+    source: &'a str,
+    inserted: Vec<usize>,
+    ctx: Context<'static>,
+}
+
+impl Parser<'_> {
+    fn run(&mut self, body: &Body, inputs: &VarInputs) -> Result<Value, JobspecError> {
+        let mut declared: Vec<(&Block, String)> = Vec::new();
+        let mut defaults: Vec<(String, EditExpr, Option<std::ops::Range<usize>>)> = Vec::new();
+        let mut locals: Vec<(String, EditExpr, Option<std::ops::Range<usize>>)> = Vec::new();
+        let mut job: Option<&Block> = None;
+        for structure in body.iter() {
+            match structure {
+                Structure::Attribute(a) => {
+                    return Err(self.at(
+                        a.span(),
+                        "",
+                        format!("unknown argument {:?} at the top level", a.key.as_str()),
+                    ))
+                }
+                Structure::Block(b) => match b.ident.as_str() {
+                    "variable" => {
+                        let name = self.one_label(b, "")?;
+                        if declared.iter().any(|(_, n)| *n == name) {
+                            return Err(self.at(
+                                b.span(),
+                                "",
+                                format!("duplicate variable {name:?}"),
+                            ));
+                        }
+                        declared.push((b, name));
+                    }
+                    "variables" => {
+                        for s in b.body.iter() {
+                            match s {
+                                Structure::Attribute(a) => defaults.push((
+                                    a.key.as_str().to_string(),
+                                    a.value.clone(),
+                                    a.span(),
+                                )),
+                                Structure::Block(inner) => {
+                                    return Err(self.at(
+                                        inner.span(),
+                                        "variables",
+                                        format!("unexpected block {:?}", inner.ident.as_str()),
+                                    ))
+                                }
+                            }
+                        }
+                    }
+                    "locals" => {
+                        for s in b.body.iter() {
+                            match s {
+                                Structure::Attribute(a) => {
+                                    let name = a.key.as_str().to_string();
+                                    if locals.iter().any(|(n, _, _)| *n == name) {
+                                        return Err(self.at(
+                                            a.span(),
+                                            "locals",
+                                            format!("duplicate local {name:?}"),
+                                        ));
+                                    }
+                                    locals.push((name, a.value.clone(), a.span()));
+                                }
+                                Structure::Block(inner) => {
+                                    return Err(self.at(
+                                        inner.span(),
+                                        "locals",
+                                        format!("unexpected block {:?}", inner.ident.as_str()),
+                                    ))
+                                }
+                            }
+                        }
+                    }
+                    "job" => {
+                        if job.is_some() {
+                            return Err(self.at(b.span(), "", "Duplicate job block".into()));
+                        }
+                        job = Some(b);
+                    }
+                    other => {
+                        return Err(self.at(
+                            b.span(),
+                            "",
+                            format!("unknown block {other:?} at the top level"),
+                        ))
+                    }
+                },
+            }
+        }
+        let job = job.ok_or_else(|| JobspecError::File {
+            file: self.file.to_string(),
+            message: "Missing job block".into(),
+        })?;
+        self.resolve_variables(&declared, &defaults, inputs)?;
+        self.resolve_locals(locals)?;
+        let id = self.one_label(job, "")?;
+        let path = format!("job {id:?}");
+        let mut out = self.spec_body(&job.body, &JOB, &path)?;
+        out.insert("ID".into(), Value::String(id.clone()));
+        out.entry("Name").or_insert(Value::String(id));
+        // Job-level tasks become groups of one task, ahead of the declared groups.
+        if let Some(Value::Array(tasks)) = out.remove("Tasks") {
+            let mut groups: Vec<Value> = tasks
+                .into_iter()
+                .map(|task| {
+                    let mut g = Map::new();
+                    g.insert("Name".into(), task["Name"].clone());
+                    g.insert("Tasks".into(), Value::Array(vec![task]));
+                    Value::Object(g)
+                })
+                .collect();
+            if let Some(Value::Array(declared)) = out.remove("TaskGroups") {
+                groups.extend(declared);
+            }
+            out.insert("TaskGroups".into(), Value::Array(groups));
+        }
+        Ok(Value::Object(out))
+    }
+
+    fn resolve_variables(
+        &mut self,
+        declared: &[(&Block, String)],
+        defaults: &[(String, EditExpr, Option<std::ops::Range<usize>>)],
+        inputs: &VarInputs,
+    ) -> Result<(), JobspecError> {
+        let mut values: BTreeMap<String, Value> = BTreeMap::new();
+        let mut types: BTreeMap<String, String> = BTreeMap::new();
+        for (block, name) in declared {
+            let path = format!("variable {name:?}");
+            for s in block.body.iter() {
+                match s {
+                    Structure::Attribute(a) => match a.key.as_str() {
+                        "default" => {
+                            let v = self.eval(&a.value, a.span(), &path)?;
+                            values.insert(name.clone(), v);
+                        }
+                        "type" => {
+                            let expr: hcl::Expression = a.value.clone().into();
+                            let text = hcl::format::to_string(&expr).unwrap_or_default();
+                            types.insert(name.clone(), text.trim().to_string());
+                        }
+                        "description" | "sensitive" | "nullable" => {}
+                        other => {
+                            return Err(self.at(
+                                a.span(),
+                                &path,
+                                format!("unknown argument {other:?}"),
+                            ))
+                        }
+                    },
+                    Structure::Block(b) if b.ident.as_str() == "validation" => {}
+                    Structure::Block(b) => {
+                        return Err(self.at(
+                            b.span(),
+                            &path,
+                            format!("unknown block {:?}", b.ident.as_str()),
+                        ))
+                    }
+                }
+            }
+        }
+        // `variables { name = default }` declares untyped variables with their defaults.
+        for (name, expr, span) in defaults {
+            let v = self.eval(expr, span.clone(), "variables")?;
+            values.insert(name.clone(), v);
+        }
+        let declared_names: Vec<String> = declared.iter().map(|(_, n)| n.clone()).collect();
+        let all_declared = |n: &str| {
+            declared_names.iter().any(|d| d == n) || defaults.iter().any(|(d, _, _)| d == n)
+        };
+        for (name, raw) in &inputs.env {
+            if all_declared(name) {
+                let v = self.raw_value(name, raw, types.get(name), "NOMAD_VAR_")?;
+                values.insert(name.clone(), v);
+            }
+        }
+        for (file, text) in &inputs.files {
+            let body: Body =
+                text.parse()
+                    .map_err(|e: hcl::edit::parser::Error| JobspecError::Syntax {
+                        file: file.clone(),
+                        line: e.location().line(),
+                        col: e.location().column(),
+                        message: format!("invalid HCL: {}", e.message()),
+                    })?;
+            for s in body.iter() {
+                let Structure::Attribute(a) = s else {
+                    return Err(JobspecError::File {
+                        file: file.clone(),
+                        message: "a var file holds only `name = value` lines".into(),
+                    });
+                };
+                let name = a.key.as_str().to_string();
+                if !all_declared(&name) {
+                    if inputs.strict {
+                        return Err(JobspecError::File {
+                            file: file.clone(),
+                            message: format!(
+                                "Undefined variable {name:?}: it is not declared in the job file"
+                            ),
+                        });
+                    }
+                    continue;
+                }
+                let expr: hcl::Expression = a.value.clone().into();
+                let v = expr
+                    .evaluate(&funcs::context())
+                    .map_err(|e| JobspecError::File {
+                        file: file.clone(),
+                        message: format!("{name}: {e}"),
+                    })?;
+                values.insert(name, to_json(v));
+            }
+        }
+        for (name, raw) in &inputs.flags {
+            if !all_declared(name) {
+                if inputs.strict {
+                    return Err(JobspecError::File {
+                        file: self.file.to_string(),
+                        message: format!(
+                            "-var {name}: Undefined variable {name:?}: it is not declared in the job file"
+                        ),
+                    });
+                }
+                continue;
+            }
+            let v = self.raw_value(name, raw, types.get(name), "-var ")?;
+            values.insert(name.clone(), v);
+        }
+        for (block, name) in declared {
+            if !values.contains_key(name) {
+                return Err(self.at(
+                    block.span(),
+                    &format!("variable {name:?}"),
+                    "Unset variable: give it a default, -var, a var file or NOMAD_VAR_".to_string()
+                        + name,
+                ));
+            }
+        }
+        let object: hcl::Map<String, hcl::Value> =
+            values.into_iter().map(|(k, v)| (k, from_json(v))).collect();
+        self.ctx.declare_var("var", hcl::Value::Object(object));
+        Ok(())
+    }
+
+    /// A variable's value given as text from outside the file: literal for strings, numbers
+    /// and untyped variables, HCL for lists, maps and objects.
+    fn raw_value(
+        &self,
+        name: &str,
+        raw: &str,
+        ty: Option<&String>,
+        origin: &str,
+    ) -> Result<Value, JobspecError> {
+        let fail = |message: String| JobspecError::File {
+            file: self.file.to_string(),
+            message: format!("{origin}{name}: {message}"),
+        };
+        match ty.map(String::as_str) {
+            None | Some("string") | Some("any") => Ok(Value::String(raw.to_string())),
+            Some("number") => raw
+                .trim()
+                .parse::<serde_json::Number>()
+                .map(Value::Number)
+                .map_err(|_| fail(format!("{raw:?} is not a number"))),
+            Some("bool") => match raw.trim() {
+                "true" => Ok(Value::Bool(true)),
+                "false" => Ok(Value::Bool(false)),
+                _ => Err(fail(format!("{raw:?} is not a bool"))),
+            },
+            Some(_) => {
+                let body: Body = format!("v = {raw}\n")
+                    .parse()
+                    .map_err(|e: hcl::edit::parser::Error| fail(e.to_string()))?;
+                let Some(Structure::Attribute(a)) = body.iter().next() else {
+                    return Err(fail("no value".into()));
+                };
+                let expr: hcl::Expression = a.value.clone().into();
+                expr.evaluate(&funcs::context())
+                    .map(to_json)
+                    .map_err(|e| fail(e.to_string()))
+            }
+        }
+    }
+
+    fn resolve_locals(
+        &mut self,
+        mut pending: Vec<(String, EditExpr, Option<std::ops::Range<usize>>)>,
+    ) -> Result<(), JobspecError> {
+        let mut done: hcl::Map<String, hcl::Value> = hcl::Map::new();
+        while !pending.is_empty() {
+            self.ctx
+                .declare_var("local", hcl::Value::Object(done.clone()));
+            let before = pending.len();
+            let mut last_error = None;
+            let mut still = Vec::new();
+            for (name, expr, span) in pending {
+                let e: hcl::Expression = expr.clone().into();
+                match e.evaluate(&self.ctx) {
+                    Ok(v) => {
+                        done.insert(name, v);
+                    }
+                    Err(err) => {
+                        last_error =
+                            Some(self.at(span.clone(), "locals", format!("{name}: {err}")));
+                        still.push((name, expr, span));
+                    }
+                }
+            }
+            pending = still;
+            if pending.len() == before {
+                return Err(last_error.expect("an error for every unresolved local"));
+            }
+        }
+        self.ctx.declare_var("local", hcl::Value::Object(done));
+        Ok(())
+    }
+
+    /// The block's one label.
+    fn one_label(&self, b: &Block, path: &str) -> Result<String, JobspecError> {
+        match b.labels.as_slice() {
+            [label] => Ok(label.as_str().to_string()),
+            [] => Err(self.at(
+                b.span(),
+                path,
+                format!("block {:?} needs a label (its name)", b.ident.as_str()),
+            )),
+            _ => Err(self.at(
+                b.span(),
+                path,
+                format!("block {:?} takes one label", b.ident.as_str()),
+            )),
+        }
+    }
+
+    fn spec_body(
+        &self,
+        body: &Body,
+        spec: &Spec,
+        path: &str,
+    ) -> Result<Map<String, Value>, JobspecError> {
+        let mut out = Map::new();
+        for s in body.iter() {
+            match s {
+                Structure::Attribute(a) => {
+                    let key = a.key.as_str();
+                    let Some((_, json, ty)) = spec.args.iter().find(|(h, _, _)| *h == key) else {
+                        return Err(self.at(a.span(), path, format!("unknown argument {key:?}")));
+                    };
+                    if out.contains_key(*json) {
+                        return Err(self.at(
+                            a.span(),
+                            path,
+                            format!("argument {key:?} given twice"),
+                        ));
+                    }
+                    let v = self.eval(&a.value, a.span(), path)?;
+                    let v = self.typed(v, *ty, a.span(), path, key)?;
+                    out.insert((*json).to_string(), v);
+                }
+                Structure::Block(b) => {
+                    let ident = b.ident.as_str();
+                    if ident == "dynamic" {
+                        return Err(self.at(
+                            b.span(),
+                            path,
+                            "dynamic blocks are not supported yet".into(),
+                        ));
+                    }
+                    let Some(nested) = spec.blocks.iter().find(|n| n.hcl == ident) else {
+                        return Err(self.at(b.span(), path, format!("unknown block {ident:?}")));
+                    };
+                    self.nested(b, nested, path, &mut out)?;
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    fn nested(
+        &self,
+        b: &Block,
+        nested: &Nested,
+        path: &str,
+        out: &mut Map<String, Value>,
+    ) -> Result<(), JobspecError> {
+        let ident = b.ident.as_str();
+        let label = match nested.label {
+            Some(_) => Some(self.one_label(b, path)?),
+            None if nested.place == Place::ByLabel => Some(self.one_label(b, path)?),
+            None if !b.labels.is_empty() && !matches!(nested.content, Content::Generic) => {
+                return Err(self.at(b.span(), path, format!("block {ident:?} takes no label")))
+            }
+            None => None,
+        };
+        let here = match &label {
+            Some(l) => format!("{path} → {ident} {l:?}"),
+            None => format!("{path} → {ident}"),
+        };
+        let mut value = match nested.content {
+            Content::Spec(spec) => Value::Object(self.spec_body(&b.body, spec, &here)?),
+            Content::StrMap => Value::Object(self.free_map(&b.body, &here, true)?),
+            Content::AnyMap => Value::Object(self.free_map(&b.body, &here, false)?),
+            Content::Generic => Value::Object(self.generic(&b.body, &here)?),
+            Content::Constraint { weight } => {
+                Value::Object(self.constraint(&b.body, &here, weight)?)
+            }
+        };
+        if let (Some(field), Some(l), Value::Object(map)) = (nested.label, &label, &mut value) {
+            map.insert(field.to_string(), Value::String(l.clone()));
+        }
+        match nested.place {
+            Place::One => {
+                if out.contains_key(nested.json) {
+                    return Err(self.at(
+                        b.span(),
+                        path,
+                        format!("only one {ident:?} block is allowed"),
+                    ));
+                }
+                out.insert(nested.json.to_string(), value);
+            }
+            Place::List => {
+                let list = out
+                    .entry(nested.json)
+                    .or_insert_with(|| Value::Array(Vec::new()));
+                if let Value::Array(items) = list {
+                    if let Some(field) = nested.label {
+                        if items.iter().any(|i| i[field] == value[field]) {
+                            return Err(self.at(
+                                b.span(),
+                                path,
+                                format!("duplicate {ident} {:?}", label.unwrap_or_default()),
+                            ));
+                        }
+                    }
+                    items.push(value);
+                }
+            }
+            Place::ByLabel => {
+                let map = out
+                    .entry(nested.json)
+                    .or_insert_with(|| Value::Object(Map::new()));
+                if let Value::Object(m) = map {
+                    m.insert(label.unwrap_or_default(), value);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// `meta`, `env` (strings) and `config` (any value; nested blocks as lists of objects).
+    fn free_map(
+        &self,
+        body: &Body,
+        path: &str,
+        strings: bool,
+    ) -> Result<Map<String, Value>, JobspecError> {
+        let mut out = Map::new();
+        for s in body.iter() {
+            match s {
+                Structure::Attribute(a) => {
+                    let key = a.key.as_str();
+                    let v = self.eval(&a.value, a.span(), path)?;
+                    let v = if strings {
+                        self.typed(v, Ty::Str, a.span(), path, key)?
+                    } else {
+                        v
+                    };
+                    out.insert(key.to_string(), v);
+                }
+                Structure::Block(b) if !strings => {
+                    let inner =
+                        self.free_map(&b.body, &format!("{path} → {}", b.ident.as_str()), false)?;
+                    let list = out
+                        .entry(b.ident.as_str())
+                        .or_insert_with(|| Value::Array(Vec::new()));
+                    if let Value::Array(items) = list {
+                        items.push(Value::Object(inner));
+                    }
+                }
+                Structure::Block(b) => {
+                    return Err(self.at(
+                        b.span(),
+                        path,
+                        format!(
+                            "unexpected block {:?}: this map takes only arguments",
+                            b.ident.as_str()
+                        ),
+                    ))
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    /// A block teamster refuses: kept whole, names in PascalCase, so the check names it.
+    fn generic(&self, body: &Body, path: &str) -> Result<Map<String, Value>, JobspecError> {
+        let mut out = Map::new();
+        for s in body.iter() {
+            match s {
+                Structure::Attribute(a) => {
+                    let v = self.eval(&a.value, a.span(), path)?;
+                    out.insert(pascal(a.key.as_str()), v);
+                }
+                Structure::Block(b) => {
+                    let inner = self.generic(&b.body, &format!("{path} → {}", b.ident.as_str()))?;
+                    let list = out
+                        .entry(pascal(b.ident.as_str()))
+                        .or_insert_with(|| Value::Array(Vec::new()));
+                    if let Value::Array(items) = list {
+                        items.push(Value::Object(inner));
+                    }
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    /// `constraint` / `affinity`: `attribute`, `operator`, `value` (and `weight`), or one of
+    /// the shortcuts `distinct_hosts = true`, `distinct_property = "<attr>"`, `regexp`,
+    /// `version`, `semver`, `set_contains`, `set_contains_any`, `set_contains_all`.
+    fn constraint(
+        &self,
+        body: &Body,
+        path: &str,
+        weight: bool,
+    ) -> Result<Map<String, Value>, JobspecError> {
+        let mut out = Map::new();
+        for s in body.iter() {
+            let Structure::Attribute(a) = s else {
+                let Structure::Block(b) = s else {
+                    unreachable!()
+                };
+                return Err(self.at(
+                    b.span(),
+                    path,
+                    format!("unknown block {:?}", b.ident.as_str()),
+                ));
+            };
+            let key = a.key.as_str();
+            let v = self.eval(&a.value, a.span(), path)?;
+            let string = |v: Value| self.typed(v, Ty::Str, a.span(), path, key);
+            match key {
+                "attribute" => {
+                    out.insert("LTarget".into(), string(v)?);
+                }
+                "value" => {
+                    out.insert("RTarget".into(), string(v)?);
+                }
+                "operator" => {
+                    out.insert("Operand".into(), string(v)?);
+                }
+                "weight" if weight => {
+                    out.insert(
+                        "Weight".into(),
+                        self.typed(v, Ty::Int, a.span(), path, key)?,
+                    );
+                }
+                "distinct_hosts" if !weight => {
+                    if self.typed(v, Ty::Bool, a.span(), path, key)? == Value::Bool(true) {
+                        out.insert("Operand".into(), Value::String("distinct_hosts".into()));
+                    }
+                }
+                "distinct_property" if !weight => {
+                    out.insert("Operand".into(), Value::String("distinct_property".into()));
+                    out.insert("LTarget".into(), string(v)?);
+                }
+                "regexp" | "version" | "semver" | "set_contains" | "set_contains_any"
+                | "set_contains_all" => {
+                    out.insert("Operand".into(), Value::String(key.into()));
+                    out.insert("RTarget".into(), string(v)?);
+                }
+                other => {
+                    return Err(self.at(a.span(), path, format!("unknown argument {other:?}")));
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    fn eval(
+        &self,
+        expr: &EditExpr,
+        span: Option<std::ops::Range<usize>>,
+        path: &str,
+    ) -> Result<Value, JobspecError> {
+        let e: hcl::Expression = expr.clone().into();
+        e.evaluate(&self.ctx)
+            .map(to_json)
+            .map_err(|err| self.at(span, path, err.to_string()))
+    }
+
+    fn typed(
+        &self,
+        v: Value,
+        ty: Ty,
+        span: Option<std::ops::Range<usize>>,
+        path: &str,
+        key: &str,
+    ) -> Result<Value, JobspecError> {
+        let wrong = |want: &str, v: &Value| {
+            self.at(
+                span.clone(),
+                path,
+                format!("{key}: expected {want}, got {v}"),
+            )
+        };
+        match ty {
+            Ty::Str => match v {
+                Value::String(_) => Ok(v),
+                Value::Number(n) => Ok(Value::String(n.to_string())),
+                Value::Bool(b) => Ok(Value::String(b.to_string())),
+                other => Err(wrong("a string", &other)),
+            },
+            Ty::Int => match &v {
+                Value::Number(n) if n.is_i64() || n.is_u64() => Ok(v),
+                Value::String(s) => s
+                    .trim()
+                    .parse::<i64>()
+                    .map(Value::from)
+                    .map_err(|_| wrong("a whole number", &v)),
+                _ => Err(wrong("a whole number", &v)),
+            },
+            Ty::Bool => match &v {
+                Value::Bool(_) => Ok(v),
+                Value::String(s) if s == "true" || s == "false" => Ok(Value::Bool(s == "true")),
+                _ => Err(wrong("a bool", &v)),
+            },
+            Ty::Dur => match &v {
+                Value::Number(n) if n.is_i64() || n.is_u64() => Ok(v),
+                Value::String(s) => parse_go_duration(s)
+                    .map(Value::from)
+                    .ok_or_else(|| wrong("a duration such as \"30s\" or \"1h30m\"", &v)),
+                _ => Err(wrong("a duration such as \"30s\"", &v)),
+            },
+            Ty::StrList => match v {
+                Value::Array(items) => items
+                    .into_iter()
+                    .map(|i| self.typed(i, Ty::Str, span.clone(), path, key))
+                    .collect::<Result<Vec<_>, _>>()
+                    .map(Value::Array),
+                other => Err(wrong("a list of strings", &other)),
+            },
+        }
+    }
+
+    /// An error at a place of the file.
+    fn at(
+        &self,
+        span: Option<std::ops::Range<usize>>,
+        path: &str,
+        message: String,
+    ) -> JobspecError {
+        let (line, col) = span
+            .map(|s| line_col(self.source, &self.inserted, s.start))
+            .unwrap_or((0, 0));
+        JobspecError::At {
+            file: self.file.to_string(),
+            line,
+            col,
+            path: if path.is_empty() {
+                "(top level)".into()
+            } else {
+                path.to_string()
+            },
+            message,
+        }
+    }
+}
+
+/// 1-based line and column, in the original `source`, of an offset of the escaped text
+/// (`inserted`: where escaping added a `$`).
+fn line_col(source: &str, inserted: &[usize], escaped_offset: usize) -> (usize, usize) {
+    let shift = inserted.iter().filter(|&&i| i < escaped_offset).count();
+    let offset = escaped_offset.saturating_sub(shift).min(source.len());
+    let before = &source[..floor_char_boundary(source, offset)];
+    let line = before.matches('\n').count() + 1;
+    let col = before.rsplit('\n').next().map_or(0, |l| l.chars().count()) + 1;
+    (line, col)
+}
+
+fn floor_char_boundary(s: &str, mut i: usize) -> usize {
+    while i > 0 && !s.is_char_boundary(i) {
+        i -= 1;
+    }
+    i
+}
+
+/// `snake_case` → `PascalCase`, with Nomad's initialisms (`id` → `ID`, `mb` → `MB`).
+fn pascal(snake: &str) -> String {
+    snake
+        .split('_')
+        .map(|w| match w {
+            "id" | "cpu" | "mb" | "ui" | "tls" | "url" | "ttl" | "dns" | "ip" | "csi" | "numa" => {
+                w.to_ascii_uppercase()
+            }
+            _ => {
+                let mut c = w.chars();
+                c.next()
+                    .map(|f| f.to_ascii_uppercase().to_string() + c.as_str())
+                    .unwrap_or_default()
+            }
+        })
+        .collect()
+}
+
+/// A Go duration (`"1h30m"`, `"250ms"`, `"1.5s"`, `"0"`) in nanoseconds.
+pub fn parse_go_duration(s: &str) -> Option<i64> {
+    let s = s.trim();
+    if s == "0" {
+        return Some(0);
+    }
+    let (neg, mut rest) = match s.strip_prefix('-') {
+        Some(r) => (true, r),
+        None => (false, s.strip_prefix('+').unwrap_or(s)),
+    };
+    if rest.is_empty() {
+        return None;
+    }
+    let mut total: f64 = 0.0;
+    while !rest.is_empty() {
+        let num_len = rest
+            .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+            .unwrap_or(rest.len());
+        if num_len == 0 {
+            return None;
+        }
+        let n: f64 = rest[..num_len].parse().ok()?;
+        rest = &rest[num_len..];
+        let unit_len = rest
+            .find(|c: char| c.is_ascii_digit() || c == '.')
+            .unwrap_or(rest.len());
+        let unit = match &rest[..unit_len] {
+            "ns" => 1.0,
+            "us" | "µs" | "μs" => 1e3,
+            "ms" => 1e6,
+            "s" => 1e9,
+            "m" => 60e9,
+            "h" => 3600e9,
+            _ => return None,
+        };
+        rest = &rest[unit_len..];
+        total += n * unit;
+    }
+    if total > i64::MAX as f64 {
+        return None;
+    }
+    let ns = total.round() as i64;
+    Some(if neg { -ns } else { ns })
+}
+
+fn to_json(v: hcl::Value) -> Value {
+    serde_json::to_value(v).unwrap_or(Value::Null)
+}
+
+fn from_json(v: Value) -> hcl::Value {
+    hcl::to_value(v).unwrap_or(hcl::Value::Null)
+}
+
+#[cfg(test)]
+mod tests;
