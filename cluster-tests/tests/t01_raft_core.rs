@@ -260,7 +260,8 @@ async fn a_fourth_server_joins_as_voter_and_dead_peers_are_removed_by_cli_and_ap
         let api = api.clone();
         async move {
             let conf: Value = api.get("/v1/operator/raft/configuration").await.ok()?;
-            (conf["Servers"].as_array()?.len() == 4).then_some(())
+            let s = conf["Servers"].as_array()?;
+            (s.len() == 4 && s.iter().all(|s| s["Voter"] == true)).then_some(())
         }
     })
     .await?;

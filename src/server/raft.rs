@@ -15,7 +15,7 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
-use openraft::error::{ClientWriteError, RaftError};
+use openraft::error::{ChangeMembershipError, ClientWriteError, RaftError};
 use openraft::{ChangeMembers, ServerState, SnapshotPolicy};
 use teamster_storage::fsm::Command;
 use teamster_storage::log_store::LogStats;
@@ -25,6 +25,9 @@ use tokio::time::Instant;
 use tracing::{info, warn};
 
 use crate::rpc::{NetworkFactory, Pool, RpcError, ServiceError};
+
+/// How long a membership change waits for an earlier one to be committed.
+const MEMBERSHIP_SETTLE: Duration = Duration::from_secs(10);
 use crate::server::config::{RaftTiming, ServerConfig};
 use crate::server::write_batcher::{
     Applied, BatcherConfig, Propose, ProposeFuture, WriteBatcher, WriteError,
@@ -409,11 +412,32 @@ impl RaftNode {
             }
         }
         info!(server_id = id, "promoting the server to voter");
-        self.raft
-            .change_membership(ChangeMembers::AddVoterIds(BTreeSet::from([id])), false)
+        self.change_membership(ChangeMembers::AddVoterIds(BTreeSet::from([id])))
             .await
-            .map_err(|e| self.membership_error(e))?;
-        Ok(())
+    }
+
+    /// Propose a membership change, waiting (up to [`MEMBERSHIP_SETTLE`]) while raft still
+    /// commits an earlier one: openraft refuses a change while the last membership entry is
+    /// uncommitted (a promotion that returned once applied here but before the quorum had it,
+    /// or one proposed by a previous leader), and an operator asking twice in a row should not
+    /// see that as an error.
+    async fn change_membership(
+        &self,
+        change: ChangeMembers<ServerId, ServerAddr>,
+    ) -> Result<(), RaftNodeError> {
+        let deadline = Instant::now() + MEMBERSHIP_SETTLE;
+        loop {
+            match self.raft.change_membership(change.clone(), false).await {
+                Ok(_) => return Ok(()),
+                Err(RaftError::APIError(ClientWriteError::ChangeMembershipError(
+                    ChangeMembershipError::InProgress(busy),
+                ))) if Instant::now() < deadline => {
+                    tracing::debug!(%busy, "membership change waits for the previous one");
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                }
+                Err(e) => return Err(self.membership_error(e)),
+            }
+        }
     }
 
     /// On the leader: remove `id` from the membership (voter or learner).
@@ -433,10 +457,7 @@ impl RaftNode {
             server_id = id,
             "removing a server from the raft configuration"
         );
-        self.raft
-            .change_membership(change, false)
-            .await
-            .map_err(|e| self.membership_error(e))?;
+        self.change_membership(change).await?;
         self.pool.forget(id);
         Ok(())
     }
