@@ -2,6 +2,7 @@
 //!
 //! - [`hcl`]: HCL2 job files (Nomad's jobspec2) → Nomad's JSON job, with variables, locals
 //!   and [`funcs`], errors that name the file, line, column and block path.
+//! - `schema`: the blocks and arguments of a job file, for the parser.
 //! - [`unsupported`]: the Nomad job fields teamster does not act on, found in a job's JSON so
 //!   that the API refuses the job with a 400 that names them instead of dropping them
 //!   silently (the model ignores keys it has no field for, as Nomad ignores keys it does not
@@ -13,6 +14,7 @@
 
 pub mod funcs;
 pub mod hcl;
+mod schema;
 pub mod unsupported;
 
 use serde_json::Value;

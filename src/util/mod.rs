@@ -1,6 +1,7 @@
 //! Small shared pieces every layer may use, and that import nothing of the crate: the
 //! injectable wall clock ([`clock`]), the seedable randomness seam ([`rng`]), UUIDs
-//! ([`ids`]), human durations in configuration files ([`duration_str`]), peer addresses
+//! ([`ids`]), human durations in configuration files ([`duration_str`]), Go's booleans and
+//! durations ([`go`]), peer addresses
 //! ([`net`]) and the error a configuration section's `validate()` returns
 //! ([`InvalidSetting`]).
 //!
@@ -13,6 +14,7 @@
 
 pub mod clock;
 pub mod duration_str;
+pub mod go;
 pub mod ids;
 pub mod net;
 pub mod rng;
