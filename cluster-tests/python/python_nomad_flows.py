@@ -86,6 +86,29 @@ def main():
     versions = n.job.get_versions(job_id)
     assert versions["Versions"][0]["ID"] == job_id, versions
 
+    # A second version, then back to the first (revert_job), as a third.
+    job["Job"]["TaskGroups"][0]["Count"] = 3
+    n.jobs.register_job(job)
+    current = n.job.get_job(job_id)
+    assert current["TaskGroups"][0]["Count"] == 3 and current["Version"] == 1, current
+    try:
+        n.job.revert_job(job_id, 0, enforce_prior_version=7)
+        raise AssertionError("a stale EnforcePriorVersion must be refused")
+    except exceptions.BadRequestNomadException as e:
+        assert "enforcing version 7" in e.nomad_resp.text, e.nomad_resp.text
+    resp = n.job.revert_job(job_id, 0, enforce_prior_version=1)
+    assert resp["EvalID"], resp
+    reverted = n.job.get_job(job_id)
+    assert reverted["TaskGroups"][0]["Count"] == 2 and reverted["Version"] == 2, reverted
+    versions = n.job.get_versions(job_id)["Versions"]
+    assert [v["Version"] for v in versions] == [2, 1, 0], versions
+    allocs = wait_until(
+        "two allocations again",
+        lambda: (lambda a: a if len(a) == 2 else None)(
+            [a for a in n.job.get_allocations(job_id) if a["DesiredStatus"] == "run"]
+        ),
+    )
+
     # Nodes.
     nodes = n.nodes.get_nodes()
     assert nodes, "get_nodes"

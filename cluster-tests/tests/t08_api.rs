@@ -377,6 +377,59 @@ async fn the_cli_drives_jobs_and_reads_the_cluster() -> anyhow::Result<()> {
         inspected["Job"]["TaskGroups"][0]["Tasks"][0]["Config"]["run_for"],
         json!("5s")
     );
+
+    // History and revert: back to the version before the HCL run (count 10), as a new one.
+    let current = inspected["Job"]["Version"].as_u64().expect("a version");
+    assert!(current >= 1, "{inspected}");
+    let out = cli(&follower, &["job", "history", "sleep-mock"]).await?;
+    assert!(out.status.success(), "{}", stderr(&out));
+    let lines: Vec<String> = stdout(&out).lines().map(str::to_string).collect();
+    assert!(lines[0].starts_with("Version"), "{lines:?}");
+    assert!(lines[1].starts_with(&current.to_string()), "{lines:?}");
+    let previous = (current - 1).to_string();
+    let stale = (current + 5).to_string();
+    let out = cli(
+        &follower,
+        &[
+            "job",
+            "revert",
+            "--enforce-prior-version",
+            &stale,
+            "sleep-mock",
+            &previous,
+        ],
+    )
+    .await?;
+    assert_eq!(out.status.code(), Some(1), "{}", stdout(&out));
+    assert!(
+        stderr(&out).contains(&format!(
+            "enforcing version {stale}, but current version is {current}"
+        )),
+        "{}",
+        stderr(&out)
+    );
+    let out = cli(
+        &follower,
+        &["job", "revert", "sleep-mock", &current.to_string()],
+    )
+    .await?;
+    assert_eq!(out.status.code(), Some(1), "{}", stdout(&out));
+    assert!(
+        stderr(&out).contains("can't revert to current version"),
+        "{}",
+        stderr(&out)
+    );
+    let out = cli(&follower, &["job", "revert", "sleep-mock", &previous]).await?;
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(
+        stdout(&out).starts_with("Evaluation ID: "),
+        "{}",
+        stdout(&out)
+    );
+    let out = cli(&follower, &["job", "inspect", "sleep-mock"]).await?;
+    let reverted: Value = serde_json::from_str(&stdout(&out))?;
+    assert_eq!(reverted["Job"]["Version"], json!(current + 1), "{reverted}");
+    assert_eq!(reverted["Job"]["TaskGroups"][0]["Count"], json!(10));
     // A block teamster does not act on, in HCL, is refused by name: nothing registered.
     let dir = tempfile::tempdir()?;
     let cron = dir.path().join("cron.nomad.hcl");

@@ -1,4 +1,5 @@
-//! `teamster job …`: run, status, stop, inspect and validate jobs, like `nomad job …`.
+//! `teamster job …`: run, status, stop, inspect, validate, history and revert, like
+//! `nomad job …`.
 //!
 //! `job run FILE` takes an HCL2 job file (`.hcl`, `.nomad`: Nomad's jobspec, with `--var`,
 //! `--var-file` and `NOMAD_VAR_*` for its variables) or Nomad's JSON job (`{"Job": {...}}` or
@@ -34,6 +35,34 @@ pub enum JobCommand {
     Inspect(InspectArgs),
     /// Check a job file without registering it; lists every problem.
     Validate(ValidateArgs),
+    /// List the versions the cluster keeps of a job.
+    History(HistoryArgs),
+    /// Register an earlier version of a job again, as its newest version.
+    Revert(RevertArgs),
+}
+
+/// `job history`.
+#[derive(Debug, Args)]
+pub struct HistoryArgs {
+    #[command(flatten)]
+    api: ApiArgs,
+    /// The job.
+    id: String,
+}
+
+/// `job revert`.
+#[derive(Debug, Args)]
+pub struct RevertArgs {
+    #[command(flatten)]
+    api: ApiArgs,
+    /// The job.
+    id: String,
+    /// The version to go back to.
+    #[arg(value_name = "VERSION")]
+    job_version: u64,
+    /// Revert only if the job's current version is this one.
+    #[arg(long)]
+    enforce_prior_version: Option<u64>,
 }
 
 /// The job file and the values of its variables.
@@ -120,6 +149,8 @@ pub async fn run(cmd: JobCommand) -> anyhow::Result<ExitCode> {
         JobCommand::Stop(a) => stop(a).await,
         JobCommand::Inspect(a) => inspect(a).await.map(|()| ExitCode::SUCCESS),
         JobCommand::Validate(a) => validate(a).await,
+        JobCommand::History(a) => history(a).await.map(|()| ExitCode::SUCCESS),
+        JobCommand::Revert(a) => revert(a).await.map(|()| ExitCode::SUCCESS),
     }
 }
 
@@ -469,6 +500,57 @@ async fn inspect(args: InspectArgs) -> anyhow::Result<()> {
         r => r.context("reading the job")?,
     };
     println!("{}", serde_json::to_string_pretty(&json!({ "Job": job }))?);
+    Ok(())
+}
+
+async fn history(args: HistoryArgs) -> anyhow::Result<()> {
+    let api = ApiClient::new(&args.api.address);
+    let path = format!("/v1/job/{}/versions", urlencode(&args.id));
+    let resp: Value = match api.get(&path).await {
+        Err(ApiError::Status { status, .. }) if status == StatusCode::NOT_FOUND => {
+            bail!("No job with ID {:?} found", args.id)
+        }
+        r => r.context("reading the job's versions")?,
+    };
+    if args.api.json {
+        println!("{}", serde_json::to_string_pretty(&resp)?);
+        return Ok(());
+    }
+    let mut rows = vec![vec![
+        "Version".to_string(),
+        "Stable".to_string(),
+        "Stop".to_string(),
+        "Submit Time".to_string(),
+    ]];
+    for v in resp["Versions"].as_array().into_iter().flatten() {
+        rows.push(vec![
+            text(&v["Version"]),
+            text(&v["Stable"]),
+            text(&v["Stop"]),
+            text(&v["SubmitTime"]),
+        ]);
+    }
+    print!("{}", table(&rows));
+    Ok(())
+}
+
+async fn revert(args: RevertArgs) -> anyhow::Result<()> {
+    let api = ApiClient::new(&args.api.address);
+    let body = json!({
+        "JobID": args.id,
+        "JobVersion": args.job_version,
+        "EnforcePriorVersion": args.enforce_prior_version,
+    });
+    let path = format!("/v1/job/{}/revert", urlencode(&args.id));
+    let resp: Value = api
+        .request(Method::POST, &path, Some(&body))
+        .await
+        .with_context(|| format!("reverting {} to version {}", args.id, args.job_version))?;
+    if args.api.json {
+        println!("{}", serde_json::to_string_pretty(&resp)?);
+    } else {
+        println!("Evaluation ID: {}", text(&resp["EvalID"]));
+    }
     Ok(())
 }
 

@@ -122,3 +122,17 @@ where
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use clap::CommandFactory;
+
+    use super::Cli;
+
+    /// clap checks every command's definition (unique names, no clash with `--version` or
+    /// `--help`, valid defaults) only when it is built; a clash is a panic at run time.
+    #[test]
+    fn every_command_definition_is_valid() {
+        Cli::command().debug_assert();
+    }
+}

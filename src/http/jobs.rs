@@ -1,4 +1,5 @@
-//! Jobs: register, list, read, stop or purge, summary, versions, force-evaluate, validate.
+//! Jobs: register, list, read, stop or purge, summary, versions, revert, force-evaluate,
+//! validate, parse.
 //! Writes decode the request and call the service layer (`Job.*`); reads answer from the
 //! state store.
 
@@ -301,6 +302,62 @@ pub async fn evaluate(
             job_modify_index: done.job_modify_index,
             warnings: String::new(),
             index: done.index,
+        },
+        done.index,
+    ))
+}
+
+/// Nomad's `JobRevertRequest` (the body of `/v1/job/:id/revert`).
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "PascalCase")]
+struct JobRevertBody {
+    #[serde(rename = "JobID", default)]
+    job_id: Option<String>,
+    #[serde(default)]
+    job_version: Option<u64>,
+    #[serde(default)]
+    enforce_prior_version: Option<u64>,
+}
+
+/// `PUT|POST /v1/job/:id/revert`: register version `JobVersion` again, as the newest
+/// (`Job.Revert`); `EnforcePriorVersion` makes it conditional on the current version.
+pub async fn revert(
+    State(ctx): State<HttpContext>,
+    Path(id): Path<String>,
+    Query(q): Query<HashMap<String, String>>,
+    body: Bytes,
+) -> Result<Response, ApiError> {
+    let endpoints = ctx.endpoints()?;
+    let opts = QueryOptions::parse(&q)?;
+    let req: JobRevertBody = decode_body(&body)?;
+    if req
+        .job_id
+        .as_deref()
+        .is_some_and(|j| !j.is_empty() && j != id)
+    {
+        return Err(ApiError::bad_request("Job ID does not match"));
+    }
+    let job_version = req
+        .job_version
+        .ok_or_else(|| ApiError::bad_request("JobVersion must be specified"))?;
+    let done = endpoints
+        .job_revert(service::job::JobRevertRequest {
+            namespace: opts.namespace.as_str().into(),
+            job_id: id.as_str().into(),
+            job_version,
+            enforce_prior_version: req.enforce_prior_version,
+        })
+        .await?;
+    Ok(json_write(
+        JobRegisterResponse {
+            eval_id: done.eval_id.to_string(),
+            eval_create_index: done.index,
+            job_modify_index: done.job_modify_index,
+            warnings: String::new(),
+            index: done.index,
+            last_contact: 0,
+            known_leader: true,
+            next_token: String::new(),
         },
         done.index,
     ))

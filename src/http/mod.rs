@@ -155,6 +155,10 @@ pub fn router(ctx: HttpContext) -> Router {
             axum::routing::put(jobs::evaluate).post(jobs::evaluate),
         )
         .route(
+            "/v1/job/{id}/revert",
+            axum::routing::put(jobs::revert).post(jobs::revert),
+        )
+        .route(
             "/v1/jobs/parse",
             axum::routing::put(jobs::parse).post(jobs::parse),
         )

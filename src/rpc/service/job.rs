@@ -1,5 +1,6 @@
 //! The payloads of the `Job.*` calls: register (with its evaluation), deregister (stop or
-//! purge), force-evaluate, and the garbage collector's batch purge.
+//! purge), force-evaluate, revert to an earlier version, and the garbage collector's batch
+//! purge.
 
 use serde::{Deserialize, Serialize};
 use teamster_storage::model::{EvalId, Job, JobId, Namespace};
@@ -68,6 +69,20 @@ pub struct JobEvaluateResponse {
     pub index: u64,
     /// The job's `JobModifyIndex`.
     pub job_modify_index: u64,
+}
+
+/// `Job.Revert`: register version `job_version` of a job again (Nomad's `Job.Revert`); it
+/// becomes the newest version. Answered like `Job.Register`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct JobRevertRequest {
+    /// The job's namespace.
+    pub namespace: Namespace,
+    /// The job.
+    pub job_id: JobId,
+    /// The version to go back to.
+    pub job_version: u64,
+    /// Revert only if the job's current version is this one.
+    pub enforce_prior_version: Option<u64>,
 }
 
 /// `Job.BatchDeregister`: purge jobs without evaluations (the `_core` garbage collector,

@@ -36,7 +36,7 @@ pub use error::ServiceError;
 use eval::{DequeuedEval, EvalAckRequest, EvalDequeueRequest, EvalReapRequest, EvalWriteRequest};
 use job::{
     JobBatchDeregisterRequest, JobDeregisterRequest, JobDeregisterResponse, JobEvaluateRequest,
-    JobEvaluateResponse, JobRegisterRequest, JobRegisterResponse,
+    JobEvaluateResponse, JobRegisterRequest, JobRegisterResponse, JobRevertRequest,
 };
 use node::{
     NodeClientAllocsResponse, NodeDeregisterRequest, NodeEvalsResponse, NodeGetClientAllocsRequest,
@@ -286,6 +286,10 @@ service_calls! {
     OperatorBrokerStats(BrokerStatsRequest) -> BrokerStatsResponse {
         name: "Operator.BrokerStats", route: Leader, timeout: |_| NODE_TIMEOUT,
         helper: operator_broker_stats,
+    }
+    /// Register an earlier version of a job again, as a new version, with its evaluation.
+    JobRevert(JobRevertRequest) -> JobRegisterResponse {
+        name: "Job.Revert", route: Leader, timeout: |_| WRITE_TIMEOUT, helper: job_revert,
     }
 }
 

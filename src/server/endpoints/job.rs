@@ -1,4 +1,5 @@
-//! `Job.Register`, `Job.Deregister`, `Job.Evaluate` and `Job.BatchDeregister` on the leader:
+//! `Job.Register`, `Job.Deregister`, `Job.Evaluate`, `Job.Revert` and `Job.BatchDeregister` on
+//! the leader:
 //! the job is canonicalized and validated here (whoever sent it), stamped with its submit
 //! time, and written through raft together with the evaluation that schedules it.
 
@@ -8,7 +9,7 @@ use teamster_storage::model::{EvalTrigger, JobStatus, ModelError};
 use super::Endpoints;
 use crate::rpc::service::job::{
     JobBatchDeregisterRequest, JobDeregisterRequest, JobDeregisterResponse, JobEvaluateRequest,
-    JobEvaluateResponse, JobRegisterRequest, JobRegisterResponse,
+    JobEvaluateResponse, JobRegisterRequest, JobRegisterResponse, JobRevertRequest,
 };
 use crate::rpc::ServiceError;
 use crate::server::evals::job_eval;
@@ -56,6 +57,51 @@ pub async fn register(
         index,
         job_modify_index,
     })
+}
+
+/// `Job.Revert`: the kept version `job_version`, registered again (compare-and-set on the
+/// current `JobModifyIndex`, so a registration racing the revert is not overwritten).
+pub async fn revert(
+    ep: &Endpoints,
+    req: JobRevertRequest,
+) -> Result<JobRegisterResponse, ServiceError> {
+    let snapshot = ep.node().state().snapshot();
+    let (ns, id) = (req.namespace.as_str(), req.job_id.as_str());
+    let current = snapshot
+        .job_by_id(ns, id)
+        .ok_or_else(|| ServiceError::not_found("job", id))?;
+    if let Some(prior) = req.enforce_prior_version {
+        if prior != current.version {
+            return Err(ServiceError::invalid(
+                "EnforcePriorVersion",
+                format!(
+                    "enforcing version {prior}, but current version is {}",
+                    current.version
+                ),
+            ));
+        }
+    }
+    if req.job_version == current.version {
+        return Err(ServiceError::invalid(
+            "JobVersion",
+            format!("can't revert to current version {}", current.version),
+        ));
+    }
+    let old = snapshot
+        .job_versions(ns, id)
+        .into_iter()
+        .find(|j| j.version == req.job_version)
+        .ok_or_else(|| {
+            ServiceError::not_found("job version", format!("{id} version {}", req.job_version))
+        })?;
+    register(
+        ep,
+        JobRegisterRequest {
+            job: (*old).clone(),
+            enforce_index: Some(current.job_modify_index),
+        },
+    )
+    .await
 }
 
 /// `Job.Deregister`. An unknown job answers with no evaluation, as Nomad does.

@@ -191,6 +191,7 @@ impl Endpoints {
             Q::JobBatchDeregister(r) => {
                 A::JobBatchDeregister(job::batch_deregister(self, r).await?)
             }
+            Q::JobRevert(r) => A::JobRevert(job::revert(self, r).await?),
             Q::EvalDequeue(r) => A::EvalDequeue(eval::dequeue(self, r).await?),
             Q::EvalAck(r) => A::EvalAck(eval::ack(self, r)?),
             Q::EvalNack(r) => A::EvalNack(eval::nack(self, r)?),
