@@ -48,6 +48,23 @@ struct JobRegisterResponse {
     next_token: String,
 }
 
+/// Nomad's `JobRegisterResponse` for a registration (or a revert) the service made.
+fn register_answer(done: &service::job::JobRegisterResponse) -> Response {
+    json_write(
+        JobRegisterResponse {
+            eval_id: done.eval_id.to_string(),
+            eval_create_index: done.index,
+            job_modify_index: done.job_modify_index,
+            warnings: String::new(),
+            index: done.index,
+            last_contact: 0,
+            known_leader: true,
+            next_token: String::new(),
+        },
+        done.index,
+    )
+}
+
 /// Decode a JSON body, naming the problem in a 400.
 pub fn decode_body<T: serde::de::DeserializeOwned>(body: &Bytes) -> Result<T, ApiError> {
     if body.iter().all(|b| b.is_ascii_whitespace()) {
@@ -105,19 +122,7 @@ pub async fn register(
             enforce_index,
         }))
         .await?;
-    Ok(json_write(
-        JobRegisterResponse {
-            eval_id: done.eval_id.to_string(),
-            eval_create_index: done.index,
-            job_modify_index: done.job_modify_index,
-            warnings: String::new(),
-            index: done.index,
-            last_contact: 0,
-            known_leader: true,
-            next_token: String::new(),
-        },
-        done.index,
-    ))
+    Ok(register_answer(&done))
 }
 
 /// `GET /v1/jobs`: job stubs, `?prefix=` filtered.
@@ -348,19 +353,7 @@ pub async fn revert(
             enforce_prior_version: req.enforce_prior_version,
         })
         .await?;
-    Ok(json_write(
-        JobRegisterResponse {
-            eval_id: done.eval_id.to_string(),
-            eval_create_index: done.index,
-            job_modify_index: done.job_modify_index,
-            warnings: String::new(),
-            index: done.index,
-            last_contact: 0,
-            known_leader: true,
-            next_token: String::new(),
-        },
-        done.index,
-    ))
+    Ok(register_answer(&done))
 }
 
 /// Nomad's `JobsParseRequest`.
