@@ -193,48 +193,8 @@ impl Parser<'_> {
                         }
                         declared.push((b, name));
                     }
-                    "variables" => {
-                        for s in b.body.iter() {
-                            match s {
-                                Structure::Attribute(a) => defaults.push((
-                                    a.key.as_str().to_string(),
-                                    a.value.clone(),
-                                    a.span(),
-                                )),
-                                Structure::Block(inner) => {
-                                    return Err(self.at(
-                                        inner.span(),
-                                        "variables",
-                                        format!("unexpected block {:?}", inner.ident.as_str()),
-                                    ))
-                                }
-                            }
-                        }
-                    }
-                    "locals" => {
-                        for s in b.body.iter() {
-                            match s {
-                                Structure::Attribute(a) => {
-                                    let name = a.key.as_str().to_string();
-                                    if locals.iter().any(|(n, _, _)| *n == name) {
-                                        return Err(self.at(
-                                            a.span(),
-                                            "locals",
-                                            format!("duplicate local {name:?}"),
-                                        ));
-                                    }
-                                    locals.push((name, a.value.clone(), a.span()));
-                                }
-                                Structure::Block(inner) => {
-                                    return Err(self.at(
-                                        inner.span(),
-                                        "locals",
-                                        format!("unexpected block {:?}", inner.ident.as_str()),
-                                    ))
-                                }
-                            }
-                        }
-                    }
+                    "variables" => self.named_values(b, "variables", &mut defaults)?,
+                    "locals" => self.named_values(b, "locals", &mut locals)?,
                     "job" => {
                         if job.is_some() {
                             return Err(self.at(b.span(), "", "Duplicate job block".into()));
@@ -260,7 +220,8 @@ impl Parser<'_> {
         let id = self.one_label(job, "")?;
         let path = format!("job {id:?}");
         let mut out = self.spec_body(&job.body, &JOB, &path)?;
-        out.insert("ID".into(), Value::String(id.clone()));
+        // The label is the ID and the Name unless `id` or `name` says otherwise.
+        out.entry("ID").or_insert(Value::String(id.clone()));
         out.entry("Name").or_insert(Value::String(id));
         // Job-level tasks become groups of one task, ahead of the declared groups.
         if let Some(Value::Array(tasks)) = out.remove("Tasks") {
@@ -279,6 +240,35 @@ impl Parser<'_> {
             out.insert("TaskGroups".into(), Value::Array(groups));
         }
         Ok(Value::Object(out))
+    }
+
+    /// The `name = expr` lines of a `variables` or `locals` block, appended to `into`; a
+    /// nested block or a name given twice (in any block of the kind) is an error.
+    fn named_values(
+        &self,
+        b: &Block,
+        what: &str,
+        into: &mut Vec<(String, EditExpr, Option<std::ops::Range<usize>>)>,
+    ) -> Result<(), JobspecError> {
+        for s in b.body.iter() {
+            match s {
+                Structure::Attribute(a) => {
+                    let name = a.key.as_str().to_string();
+                    if into.iter().any(|(n, _, _)| *n == name) {
+                        return Err(self.at(a.span(), what, format!("duplicate name {name:?}")));
+                    }
+                    into.push((name, a.value.clone(), a.span()));
+                }
+                Structure::Block(inner) => {
+                    return Err(self.at(
+                        inner.span(),
+                        what,
+                        format!("unexpected block {:?}", inner.ident.as_str()),
+                    ))
+                }
+            }
+        }
+        Ok(())
     }
 
     fn resolve_variables(
@@ -301,9 +291,19 @@ impl Parser<'_> {
                         "type" => {
                             let expr: hcl::Expression = a.value.clone().into();
                             let text = hcl::format::to_string(&expr).unwrap_or_default();
-                            types.insert(name.clone(), text.trim().to_string());
+                            let text = text.trim().to_string();
+                            let kind = text.split('(').next().unwrap_or_default().trim();
+                            if !KNOWN_TYPES.contains(&kind) {
+                                return Err(self.at(
+                                    a.span(),
+                                    &path,
+                                    format!("unknown type {text:?}"),
+                                ));
+                            }
+                            types.insert(name.clone(), text);
                         }
-                        "description" | "sensitive" | "nullable" => {}
+                        // Documentation only: nothing to act on.
+                        "description" => {}
                         other => {
                             return Err(self.at(
                                 a.span(),
@@ -312,7 +312,13 @@ impl Parser<'_> {
                             ))
                         }
                     },
-                    Structure::Block(b) if b.ident.as_str() == "validation" => {}
+                    Structure::Block(b) if b.ident.as_str() == "validation" => {
+                        return Err(self.at(
+                            b.span(),
+                            &path,
+                            "validation blocks are not supported yet".into(),
+                        ))
+                    }
                     Structure::Block(b) => {
                         return Err(self.at(
                             b.span(),
@@ -392,6 +398,15 @@ impl Parser<'_> {
             values.insert(name.clone(), v);
         }
         for (block, name) in declared {
+            if let (Some(ty), Some(v)) = (types.get(name), values.get(name)) {
+                if !fits(ty, v) {
+                    return Err(self.at(
+                        block.span(),
+                        &format!("variable {name:?}"),
+                        format!("the value {v} is not of type {ty}"),
+                    ));
+                }
+            }
             if !values.contains_key(name) {
                 return Err(self.at(
                     block.span(),
@@ -842,6 +857,26 @@ fn line_col(source: &str, inserted: &[usize], escaped_offset: usize) -> (usize, 
     let line = before.matches('\n').count() + 1;
     let col = before.rsplit('\n').next().map_or(0, |l| l.chars().count()) + 1;
     (line, col)
+}
+
+/// The kinds of type a `variable` may declare.
+const KNOWN_TYPES: &[&str] = &[
+    "string", "number", "bool", "list", "set", "tuple", "map", "object", "any",
+];
+
+/// Whether a variable's value fits its declared `type` (checked by the type's kind:
+/// `string`, `number`, `bool`, `list(…)`/`set(…)`/`tuple(…)`, `map(…)`/`object(…)`, `any`).
+fn fits(ty: &str, v: &Value) -> bool {
+    let kind = ty.split('(').next().unwrap_or(ty).trim();
+    match kind {
+        // HCL converts numbers and bools to strings where a string is wanted.
+        "string" => v.is_string() || v.is_number() || v.is_boolean(),
+        "number" => v.is_number(),
+        "bool" => v.is_boolean(),
+        "list" | "set" | "tuple" => v.is_array(),
+        "map" | "object" => v.is_object(),
+        _ => true,
+    }
 }
 
 fn floor_char_boundary(s: &str, mut i: usize) -> usize {

@@ -12,7 +12,7 @@
 use serde_json::Value;
 
 /// Fields of `Job` teamster does not implement.
-const JOB: &[&str] = &[
+pub(super) const JOB: &[&str] = &[
     "Update",
     "Multiregion",
     "Periodic",
@@ -30,10 +30,11 @@ const JOB: &[&str] = &[
     "Vault",
     "UI",
     "VersionTag",
+    "Secrets",
 ];
 
 /// Fields of a `TaskGroup` teamster does not implement.
-const GROUP: &[&str] = &[
+pub(super) const GROUP: &[&str] = &[
     "Update",
     "Migrate",
     "Networks",
@@ -47,10 +48,14 @@ const GROUP: &[&str] = &[
     "MaxClientDisconnect",
     "PreventRescheduleOnLost",
     "Disconnect",
+    "MaxRunDuration",
 ];
 
+/// Fields of a group's `RestartPolicy` teamster does not implement.
+pub(super) const GROUP_RESTART: &[&str] = &["RenderTemplates"];
+
 /// Fields of a `Task` teamster does not implement.
-const TASK: &[&str] = &[
+pub(super) const TASK: &[&str] = &[
     "Lifecycle",
     "Services",
     "RestartPolicy",
@@ -69,6 +74,7 @@ const TASK: &[&str] = &[
     "Actions",
     "Schedule",
     "Consul",
+    "Secrets",
     "User",
     "Leader",
     "KillSignal",
@@ -79,7 +85,7 @@ const TASK: &[&str] = &[
 const SAME_AS_TEAMSTER: &[(&str, &str)] = &[("KillSignal", "SIGTERM")];
 
 /// Fields of a task's `Resources` teamster does not implement.
-const RESOURCES: &[&str] = &[
+pub(super) const RESOURCES: &[&str] = &[
     "Cores",
     "MemoryMaxMB",
     "Networks",
@@ -121,6 +127,14 @@ pub fn unsupported_fields(job: &Value) -> Vec<UnsupportedField> {
     for (gi, group) in groups.into_iter().flatten().enumerate() {
         let gpath = format!("job → group {}", name(group, gi));
         check(group, GROUP, &gpath, &mut found);
+        if let Some(restart) = group.get("RestartPolicy") {
+            check(
+                restart,
+                GROUP_RESTART,
+                &format!("{gpath} → RestartPolicy"),
+                &mut found,
+            );
+        }
         let tasks = group.get("Tasks").and_then(Value::as_array);
         for (ti, task) in tasks.into_iter().flatten().enumerate() {
             let tpath = format!("{gpath} → task {}", name(task, ti));
@@ -228,6 +242,15 @@ mod tests {
         assert!(fields(job).is_empty());
         assert_eq!(fields(json!({ "Update": {} })), ["job: Update"]);
         assert_eq!(fields(json!({ "Dispatched": true })), ["job: Dispatched"]);
+        let restart = json!({ "TaskGroups": [{ "Name": "g", "MaxRunDuration": 60,
+            "RestartPolicy": { "Attempts": 1, "RenderTemplates": true } }] });
+        assert_eq!(
+            fields(restart),
+            [
+                "job → group \"g\": MaxRunDuration",
+                "job → group \"g\" → RestartPolicy: RenderTemplates",
+            ]
+        );
         let task = json!({ "TaskGroups": [{ "Name": "g", "Tasks": [
             { "Name": "t", "KillSignal": "SIGINT", "Leader": true }] }] });
         assert_eq!(
