@@ -1,5 +1,5 @@
-//! `teamster job …`: run, status, stop, inspect, validate, history and revert, like
-//! `nomad job …`.
+//! `teamster job …`: run, plan, status, stop, inspect, validate, history, revert and scale,
+//! like `nomad job …` (`plan` is in `job_plan`).
 //!
 //! `job run FILE` takes an HCL2 job file (`.hcl`, `.nomad`: Nomad's jobspec, with `--var`,
 //! `--var-file` and `NOMAD_VAR_*` for its variables) or Nomad's JSON job (`{"Job": {...}}` or
@@ -18,7 +18,7 @@ use clap::{Args, Subcommand};
 use reqwest::{Method, StatusCode};
 use serde_json::{json, Value};
 
-use super::output::{short_id, table, text};
+use super::output::{short_id, table, text, unix_nanos};
 use super::{ApiArgs, ApiClient, ApiError};
 use crate::jobspec;
 
@@ -39,6 +39,26 @@ pub enum JobCommand {
     History(HistoryArgs),
     /// Register an earlier version of a job again, as its newest version.
     Revert(RevertArgs),
+    /// Show what `job run` would change, without changing anything (exit 0: no allocation
+    /// created or destroyed, 1: some would be, 255: error).
+    Plan(super::job_plan::PlanArgs),
+    /// Set a task group's count, within its `scaling` block's bounds.
+    Scale(ScaleArgs),
+}
+
+/// `job scale`.
+#[derive(Debug, Args)]
+pub struct ScaleArgs {
+    #[command(flatten)]
+    api: ApiArgs,
+    /// The job.
+    id: String,
+    /// `[GROUP] COUNT`: the group may be left out when the job has only one.
+    #[arg(value_name = "GROUP] [COUNT", num_args = 1..=2, required = true)]
+    group_and_count: Vec<String>,
+    /// Why (recorded with the scaling event).
+    #[arg(long, default_value = "submitted using the CLI")]
+    message: String,
 }
 
 /// `job history`.
@@ -48,6 +68,9 @@ pub struct HistoryArgs {
     api: ApiArgs,
     /// The job.
     id: String,
+    /// Show each version's changes from the one before it.
+    #[arg(long = "diffs", short = 'p')]
+    diffs: bool,
 }
 
 /// `job revert`.
@@ -94,6 +117,10 @@ pub struct RunArgs {
     /// How long to follow the evaluation before giving up.
     #[arg(long, default_value = "5m", value_parser = humantime::parse_duration)]
     timeout: Duration,
+    /// Register only if the job's `JobModifyIndex` is still this one (as `job plan` printed
+    /// it; 0: only if the job does not exist yet).
+    #[arg(long, value_name = "INDEX")]
+    check_index: Option<u64>,
 }
 
 /// `job status`.
@@ -151,6 +178,8 @@ pub async fn run(cmd: JobCommand) -> anyhow::Result<ExitCode> {
         JobCommand::Validate(a) => validate(a).await,
         JobCommand::History(a) => history(a).await.map(|()| ExitCode::SUCCESS),
         JobCommand::Revert(a) => revert(a).await.map(|()| ExitCode::SUCCESS),
+        JobCommand::Plan(a) => Ok(super::job_plan::plan(a).await),
+        JobCommand::Scale(a) => scale(a).await.map(|()| ExitCode::SUCCESS),
     }
 }
 
@@ -224,8 +253,12 @@ fn var_inputs(args: &JobFileArgs) -> anyhow::Result<jobspec::hcl::VarInputs> {
 async fn run_job(args: RunArgs) -> anyhow::Result<ExitCode> {
     let api = ApiClient::new(&args.api.address);
     let job = read_job_file(&args.job)?;
+    let body = match args.check_index {
+        Some(index) => json!({ "Job": job, "EnforceIndex": true, "JobModifyIndex": index }),
+        None => json!({ "Job": job }),
+    };
     let resp: Value = api
-        .request(Method::POST, "/v1/jobs", Some(&json!({ "Job": job })))
+        .request(Method::POST, "/v1/jobs", Some(&body))
         .await
         .context("registering the job")?;
     let eval_id = resp["EvalID"].as_str().unwrap_or_default().to_string();
@@ -505,7 +538,11 @@ async fn inspect(args: InspectArgs) -> anyhow::Result<()> {
 
 async fn history(args: HistoryArgs) -> anyhow::Result<()> {
     let api = ApiClient::new(&args.api.address);
-    let path = format!("/v1/job/{}/versions", urlencode(&args.id));
+    let path = format!(
+        "/v1/job/{}/versions{}",
+        urlencode(&args.id),
+        if args.diffs { "?diffs=true" } else { "" }
+    );
     let resp: Value = match api.get(&path).await {
         Err(ApiError::Status { status, .. }) if status == StatusCode::NOT_FOUND => {
             bail!("No job with ID {:?} found", args.id)
@@ -527,10 +564,80 @@ async fn history(args: HistoryArgs) -> anyhow::Result<()> {
             text(&v["Version"]),
             text(&v["Stable"]),
             text(&v["Stop"]),
-            text(&v["SubmitTime"]),
+            unix_nanos(&v["SubmitTime"]),
         ]);
     }
-    print!("{}", table(&rows));
+    if !args.diffs {
+        print!("{}", table(&rows));
+        return Ok(());
+    }
+    let versions = resp["Versions"].as_array().cloned().unwrap_or_default();
+    let diffs = resp["Diffs"].as_array().cloned().unwrap_or_default();
+    for (i, v) in versions.iter().enumerate() {
+        println!("Version     = {}", text(&v["Version"]));
+        println!("Stable      = {}", text(&v["Stable"]));
+        println!("Submit Date = {}", unix_nanos(&v["SubmitTime"]));
+        if let Some(diff) = diffs.get(i) {
+            println!("Diff        =");
+            print!("{}", super::job_plan::render_diff(diff, false));
+        }
+        println!();
+    }
+    Ok(())
+}
+
+async fn scale(args: ScaleArgs) -> anyhow::Result<()> {
+    let api = ApiClient::new(&args.api.address);
+    let (group, count) = match args.group_and_count.as_slice() {
+        [group, count] => (Some(group.clone()), count),
+        [count] => (None, count),
+        _ => bail!("expected [GROUP] COUNT"),
+    };
+    let count: i64 = count
+        .parse()
+        .with_context(|| format!("COUNT {count:?} is not a whole number"))?;
+    let group = match group {
+        Some(g) => g,
+        None => {
+            let job: Value = api
+                .get(&format!("/v1/job/{}", urlencode(&args.id)))
+                .await
+                .context("reading the job")?;
+            let groups: Vec<&str> = job["TaskGroups"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter_map(|g| g["Name"].as_str())
+                .collect();
+            match groups.as_slice() {
+                [only] => (*only).to_string(),
+                _ => bail!(
+                    "job {:?} has {} task groups: name the one to scale ({})",
+                    args.id,
+                    groups.len(),
+                    groups.join(", ")
+                ),
+            }
+        }
+    };
+    let body = json!({
+        "Count": count,
+        "Target": { "Job": args.id, "Group": group },
+        "Message": args.message,
+    });
+    let resp: Value = api
+        .request(
+            Method::POST,
+            &format!("/v1/job/{}/scale", urlencode(&args.id)),
+            Some(&body),
+        )
+        .await
+        .with_context(|| format!("scaling {}/{group} to {count}", args.id))?;
+    if args.api.json {
+        println!("{}", serde_json::to_string_pretty(&resp)?);
+    } else {
+        println!("Evaluation ID: {}", text(&resp["EvalID"]));
+    }
     Ok(())
 }
 

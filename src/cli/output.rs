@@ -43,6 +43,18 @@ pub fn table(rows: &[Vec<String>]) -> String {
     out
 }
 
+/// A Unix-nanosecond timestamp (`SubmitTime`) as RFC 3339 UTC to the second; other values
+/// as [`text`].
+pub fn unix_nanos(v: &Value) -> String {
+    match v.as_i64() {
+        Some(nanos) if nanos > 0 => humantime::format_rfc3339_seconds(
+            std::time::UNIX_EPOCH + std::time::Duration::from_nanos(nanos.unsigned_abs()),
+        )
+        .to_string(),
+        _ => text(v),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     #[test]

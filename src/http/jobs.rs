@@ -1,5 +1,5 @@
-//! Jobs: register, list, read, stop or purge, summary, versions, revert, force-evaluate,
-//! validate, parse.
+//! Jobs: register, list, read, stop or purge, summary, versions (with diffs), revert,
+//! stability, force-evaluate, validate, parse.
 //! Writes decode the request and call the service layer (`Job.*`); reads answer from the
 //! state store.
 
@@ -76,7 +76,7 @@ pub fn decode_body<T: serde::de::DeserializeOwned>(body: &Bytes) -> Result<T, Ap
 
 /// 400 naming every field of Nomad's job schema that `job` sets and teamster does not act
 /// on: refused, never dropped silently.
-fn refuse_unsupported(job: &Value) -> Result<(), ApiError> {
+pub(super) fn refuse_unsupported(job: &Value) -> Result<(), ApiError> {
     let found = jobspec::unsupported_fields(job);
     if found.is_empty() {
         return Ok(());
@@ -266,11 +266,69 @@ pub async fn versions(
         return Err(ApiError::not_found("job not found"));
     }
     versions.sort_by_key(|j| std::cmp::Reverse(j.version));
+    let diffs = match q.get("diffs").map(String::as_str) {
+        None | Some("") | Some("false") => None,
+        Some("true") => Some(
+            // Each version against the one before it, newest first (Nomad's `Diffs`).
+            versions
+                .windows(2)
+                .map(|pair| Job::diff_to(Some(&pair[1]), &pair[0]))
+                .collect::<Vec<_>>(),
+        ),
+        Some(other) => {
+            return Err(ApiError::bad_request(format!(
+                "Failed to parse value of \"diffs\" ({other}) as a bool"
+            )))
+        }
+    };
     let versions: Vec<&Job> = versions.iter().map(|j| j.as_ref()).collect();
     Ok(json_read(
-        serde_json::json!({ "Versions": versions, "Diffs": null }),
+        serde_json::json!({ "Versions": versions, "Diffs": diffs }),
         meta,
     ))
+}
+
+/// Nomad's `JobStabilityRequest`.
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "PascalCase")]
+struct JobStableBody {
+    #[serde(rename = "JobID", default)]
+    job_id: Option<String>,
+    #[serde(default)]
+    job_version: Option<u64>,
+    #[serde(default)]
+    stable: Option<bool>,
+}
+
+/// `PUT|POST /v1/job/:id/stable`: mark a kept version stable or not (`Job.Stable`).
+pub async fn stable(
+    State(ctx): State<HttpContext>,
+    Path(id): Path<String>,
+    Query(q): Query<HashMap<String, String>>,
+    body: Bytes,
+) -> Result<Response, ApiError> {
+    let endpoints = ctx.endpoints()?;
+    let opts = QueryOptions::parse(&q)?;
+    let req: JobStableBody = decode_body(&body)?;
+    if req
+        .job_id
+        .as_deref()
+        .is_some_and(|j| !j.is_empty() && j != id)
+    {
+        return Err(ApiError::bad_request("Job ID does not match"));
+    }
+    let version = req
+        .job_version
+        .ok_or_else(|| ApiError::bad_request("JobVersion must be specified"))?;
+    let index = endpoints
+        .job_stable(service::job::JobStabilityRequest {
+            namespace: opts.namespace.as_str().into(),
+            job_id: id.as_str().into(),
+            version,
+            stable: req.stable.unwrap_or(false),
+        })
+        .await?;
+    Ok(json_write(serde_json::json!({ "Index": index }), index))
 }
 
 /// Nomad's `JobRegisterResponse` shape for a forced evaluation.

@@ -17,8 +17,10 @@ pub mod evals;
 mod jobs;
 pub mod nodes;
 mod operator;
+mod plan;
 pub mod query;
 pub mod read;
+mod scaling;
 mod scheduler_config;
 pub mod schedulers;
 mod snapshot;
@@ -159,6 +161,14 @@ pub fn router(ctx: HttpContext) -> Router {
             axum::routing::put(jobs::revert).post(jobs::revert),
         )
         .route(
+            "/v1/job/{id}/plan",
+            axum::routing::put(plan::plan).post(plan::plan),
+        )
+        .route(
+            "/v1/job/{id}/stable",
+            axum::routing::put(jobs::stable).post(jobs::stable),
+        )
+        .route(
             "/v1/jobs/parse",
             axum::routing::put(jobs::parse).post(jobs::parse),
         )
@@ -181,6 +191,7 @@ pub fn router(ctx: HttpContext) -> Router {
         .route("/v1/agent/health", get(agent::health))
         .route("/v1/metrics", get(agent::metrics))
         .route("/v1/regions", get(agent::regions))
+        .merge(scaling::routes())
         .merge(schedulers::routes())
         .merge(snapshot::routes())
         .merge(evals::routes())

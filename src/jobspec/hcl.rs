@@ -651,11 +651,19 @@ impl Parser<'_> {
                 Structure::Block(b) if !strings => {
                     let inner =
                         self.free_map(&b.body, &format!("{path} → {}", b.ident.as_str()), false)?;
+                    // Labels nest as Nomad's HCL decoding writes them:
+                    // `check "cpu" { … }` → "check": [{"cpu": [{…}]}].
+                    let mut value = Value::Object(inner);
+                    for label in b.labels.iter().rev() {
+                        let mut wrap = Map::new();
+                        wrap.insert(label.as_str().to_string(), Value::Array(vec![value]));
+                        value = Value::Object(wrap);
+                    }
                     let list = out
                         .entry(b.ident.as_str())
                         .or_insert_with(|| Value::Array(Vec::new()));
                     if let Value::Array(items) = list {
-                        items.push(Value::Object(inner));
+                        items.push(value);
                     }
                 }
                 Structure::Block(b) => {

@@ -106,6 +106,17 @@ pub(super) struct Spec {
 pub(super) const CONSTRAINT: Content = Content::Constraint { weight: false };
 pub(super) const AFFINITY: Content = Content::Constraint { weight: true };
 
+/// A task group's `scaling` block; `policy` is free-form (for an external autoscaler).
+pub(super) static SCALING: Spec = Spec {
+    args: &[
+        ("min", "Min", Ty::Int),
+        ("max", "Max", Ty::Int),
+        ("enabled", "Enabled", Ty::Bool),
+        ("type", "Type", Ty::Str),
+    ],
+    blocks: &[one("policy", "Policy", Content::AnyMap)],
+};
+
 pub(super) static SPREAD_TARGET: Spec = Spec {
     args: &[("percent", "Percent", Ty::Int)],
     blocks: &[],
@@ -242,7 +253,7 @@ pub(super) static GROUP: Spec = Spec {
             label: Some("Name"),
             content: Content::Generic,
         },
-        generic("scaling", "Scaling"),
+        one("scaling", "Scaling", Content::Spec(&SCALING)),
         generic("consul", "Consul"),
         generic("disconnect", "Disconnect"),
     ],

@@ -41,7 +41,6 @@ pub(super) const GROUP: &[&str] = &[
     "Services",
     "Volumes",
     "EphemeralDisk",
-    "Scaling",
     "Consul",
     "ShutdownDelay",
     "StopAfterClientDisconnect",

@@ -29,11 +29,14 @@
 //!   keeps per-node usage incremental.
 //! - [`verify`]: the plan applier's check of a submitted plan against the newest state, node
 //!   by node, with the same fit arithmetic ([`fit`]); the leader's applier runs it.
+//! - [`annotate`]: `job plan`: the scheduler on a what-if copy of the state with a planner
+//!   that commits nothing, and its decisions counted per task group onto the job diff.
 //! - [`harness`]: a [`Planner`] over a real state store for tests and benchmarks.
 //!
 //! Not modelled (no counterpart in the model yet): deployments and canaries, preemption,
 //! networks, ports, devices, volumes, quotas and disconnect windows.
 
+pub mod annotate;
 pub(crate) mod context;
 pub(crate) mod feasible;
 pub mod fit;

@@ -65,6 +65,40 @@ pub enum Command {
     NodeUpdateDrain(NodeUpdateDrain),
     /// Replace the whole state with a saved image (`operator snapshot restore`).
     SnapshotRestore(SnapshotRestore),
+    /// Scale a task group (a new job version with its evaluation) and record the scaling
+    /// event, atomically; or only record an event.
+    JobScale(JobScale),
+    /// Mark a kept job version stable or not.
+    JobStability(JobStability),
+}
+
+/// Payload of [`Command::JobScale`].
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct JobScale {
+    /// The job's namespace.
+    pub namespace: Namespace,
+    /// The job.
+    pub job_id: JobId,
+    /// The task group the event is about.
+    pub group: String,
+    /// The job with the group's new count, registered like [`Command::JobRegister`] (with
+    /// its evaluation and a compare-and-set on `JobModifyIndex`); `None`: only the event.
+    pub register: Option<JobRegister>,
+    /// The event to record (its eval ID and create index are set here).
+    pub event: crate::model::ScalingEvent,
+}
+
+/// Payload of [`Command::JobStability`].
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct JobStability {
+    /// The job's namespace.
+    pub namespace: Namespace,
+    /// The job.
+    pub job_id: JobId,
+    /// The kept version.
+    pub version: u64,
+    /// Stable or not.
+    pub stable: bool,
 }
 
 /// Payload of [`Command::NodeUpdateDrain`].
@@ -295,6 +329,16 @@ pub enum ApplyError {
         expected: u64,
         /// The job's index (0: the job does not exist).
         actual: u64,
+    },
+    /// The job version is not kept.
+    #[error("job {job_id:?} in namespace {namespace:?} at version {version} not found")]
+    JobVersionNotFound {
+        /// Namespace.
+        namespace: String,
+        /// Job.
+        job_id: String,
+        /// Version.
+        version: u64,
     },
     /// The node does not exist.
     #[error("node {node_id:?} not found")]

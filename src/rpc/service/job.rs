@@ -1,9 +1,13 @@
 //! The payloads of the `Job.*` calls: register (with its evaluation), deregister (stop or
-//! purge), force-evaluate, revert to an earlier version, and the garbage collector's batch
-//! purge.
+//! purge), force-evaluate, revert to an earlier version, the garbage collector's batch
+//! purge, plan (a dry run), scale and stability.
+
+use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
-use teamster_storage::model::{EvalId, Job, JobId, Namespace};
+use teamster_storage::model::{
+    AllocMetric, ConfigValue, EvalId, Evaluation, Job, JobDiff, JobId, Namespace, PlanAnnotations,
+};
 
 /// `Job.Register`: register a job (a new version when it changed) and create its
 /// evaluation. The service canonicalizes and validates the job and stamps `SubmitTime`.
@@ -91,4 +95,77 @@ pub struct JobRevertRequest {
 pub struct JobBatchDeregisterRequest {
     /// The jobs, by namespace and ID.
     pub jobs: Vec<(Namespace, JobId)>,
+}
+
+/// `Job.Plan`: what registering `job` would do, computed on the leader's state with a
+/// planner that commits nothing (Nomad's `Job.Plan`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct JobPlanRequest {
+    /// The job as it would be submitted.
+    pub job: Job,
+    /// Compute the diff against the registered version.
+    pub diff: bool,
+}
+
+/// The answer to `Job.Plan` (Nomad's `JobPlanResponse`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct JobPlanResponse {
+    /// The registered job's `JobModifyIndex` (0: not registered), for `run -check-index`.
+    pub job_modify_index: u64,
+    /// The state index planned against.
+    pub index: u64,
+    /// What the scheduler would do per task group.
+    pub annotations: PlanAnnotations,
+    /// The groups it could not place, with why.
+    pub failed_tg_allocs: BTreeMap<String, AllocMetric>,
+    /// The evaluations it would create (e.g. a blocked one).
+    pub created_evals: Vec<Evaluation>,
+    /// The diff from the registered version, when asked for.
+    pub diff: Option<JobDiff>,
+}
+
+/// `Job.Scale`: set a task group's count within its `scaling` bounds (a new version and an
+/// evaluation), or with no count only record an event (Nomad's `Job.Scale`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct JobScaleRequest {
+    /// The job's namespace.
+    pub namespace: Namespace,
+    /// The job.
+    pub job_id: JobId,
+    /// The task group.
+    pub group: String,
+    /// The new count; `None` only records the event.
+    pub count: Option<i64>,
+    /// Why (recorded with the event).
+    pub message: String,
+    /// The event reports an error (then no count may be given).
+    pub error: bool,
+    /// Free-form event details.
+    pub meta: BTreeMap<String, ConfigValue>,
+    /// Scale only if the job's `JobModifyIndex` is this (0: no check).
+    pub job_modify_index: u64,
+}
+
+/// The answer to `Job.Scale`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct JobScaleResponse {
+    /// The evaluation created (none when only an event was recorded).
+    pub eval_id: Option<EvalId>,
+    /// The raft index of the write.
+    pub index: u64,
+    /// The job's `JobModifyIndex` after the write.
+    pub job_modify_index: u64,
+}
+
+/// `Job.Stable`: mark a kept version of a job stable or not (Nomad's `Job.Stable`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct JobStabilityRequest {
+    /// The job's namespace.
+    pub namespace: Namespace,
+    /// The job.
+    pub job_id: JobId,
+    /// The version.
+    pub version: u64,
+    /// Stable or not.
+    pub stable: bool,
 }

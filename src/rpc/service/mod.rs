@@ -36,7 +36,8 @@ pub use error::ServiceError;
 use eval::{DequeuedEval, EvalAckRequest, EvalDequeueRequest, EvalReapRequest, EvalWriteRequest};
 use job::{
     JobBatchDeregisterRequest, JobDeregisterRequest, JobDeregisterResponse, JobEvaluateRequest,
-    JobEvaluateResponse, JobRegisterRequest, JobRegisterResponse, JobRevertRequest,
+    JobEvaluateResponse, JobPlanRequest, JobPlanResponse, JobRegisterRequest, JobRegisterResponse,
+    JobRevertRequest, JobScaleRequest, JobScaleResponse, JobStabilityRequest,
 };
 use node::{
     NodeClientAllocsResponse, NodeDeregisterRequest, NodeEvalsResponse, NodeGetClientAllocsRequest,
@@ -290,6 +291,18 @@ service_calls! {
     /// Register an earlier version of a job again, as a new version, with its evaluation.
     JobRevert(JobRevertRequest) -> JobRegisterResponse {
         name: "Job.Revert", route: Leader, timeout: |_| WRITE_TIMEOUT, helper: job_revert,
+    }
+    /// What registering a job would do, with its diff; nothing is written.
+    JobPlan(Box<JobPlanRequest>) -> Box<JobPlanResponse> {
+        name: "Job.Plan", route: Leader, timeout: |_| WRITE_TIMEOUT, helper: job_plan,
+    }
+    /// Scale a task group within its bounds, or record a scaling event.
+    JobScale(Box<JobScaleRequest>) -> JobScaleResponse {
+        name: "Job.Scale", route: Leader, timeout: |_| WRITE_TIMEOUT, helper: job_scale,
+    }
+    /// Mark a job version stable or not: the raft index.
+    JobStable(JobStabilityRequest) -> u64 {
+        name: "Job.Stable", route: Leader, timeout: |_| WRITE_TIMEOUT, helper: job_stable,
     }
 }
 

@@ -1,15 +1,19 @@
-//! `Job.Register`, `Job.Deregister`, `Job.Evaluate`, `Job.Revert` and `Job.BatchDeregister` on
-//! the leader:
+//! `Job.Register`, `Job.Deregister`, `Job.Evaluate`, `Job.Revert`, `Job.Plan`, `Job.Scale`,
+//! `Job.Stable` and `Job.BatchDeregister` on the leader:
 //! the job is canonicalized and validated here (whoever sent it), stamped with its submit
 //! time, and written through raft together with the evaluation that schedules it.
 
-use teamster_storage::fsm::{ApplyError, Command, CommandResponse, EvalUpsert, JobDeregister};
-use teamster_storage::model::{EvalTrigger, JobStatus, ModelError};
+use teamster_storage::fsm::{
+    ApplyError, Command, CommandResponse, EvalUpsert, JobDeregister, JobRegister, JobScale,
+    JobStability,
+};
+use teamster_storage::model::{EvalTrigger, Job, JobStatus, JobType, ModelError, ScalingEvent};
 
 use super::Endpoints;
 use crate::rpc::service::job::{
     JobBatchDeregisterRequest, JobDeregisterRequest, JobDeregisterResponse, JobEvaluateRequest,
-    JobEvaluateResponse, JobRegisterRequest, JobRegisterResponse, JobRevertRequest,
+    JobEvaluateResponse, JobPlanRequest, JobPlanResponse, JobRegisterRequest, JobRegisterResponse,
+    JobRevertRequest, JobScaleRequest, JobScaleResponse, JobStabilityRequest,
 };
 use crate::rpc::ServiceError;
 use crate::server::evals::job_eval;
@@ -33,6 +37,11 @@ pub async fn register(
     }
     job.canonicalize();
     job.validate().map_err(invalid_job)?;
+    {
+        let snapshot = ep.node().state().snapshot();
+        let current = snapshot.job_by_id(job.namespace.as_str(), job.id.as_str());
+        assign_scaling_ids(&mut job, current.map(|j| &**j), &mut ep.rng().fork());
+    }
     let now = ep.now();
     job.submit_time = now;
     let eval = job_eval(&job, EvalTrigger::JobRegister, now, &mut ep.rng().fork());
@@ -57,6 +66,215 @@ pub async fn register(
         index,
         job_modify_index,
     })
+}
+
+/// Gives each group's scaling policy its ID: the one the registered version's policy of
+/// that group has, else a new one, so a policy keeps its ID across versions.
+fn assign_scaling_ids(job: &mut Job, current: Option<&Job>, rng: &mut dyn rand::RngCore) {
+    for group in &mut job.task_groups {
+        let Some(policy) = &mut group.scaling else {
+            continue;
+        };
+        let kept = current
+            .and_then(|c| c.task_groups.iter().find(|g| g.name == group.name))
+            .and_then(|g| g.scaling.as_ref())
+            .map(|p| p.id.clone());
+        policy.id = kept.unwrap_or_else(|| crate::util::new_uuid(rng));
+    }
+}
+
+/// `Job.Plan`: the scheduler run on the leader's state with the job registered in a private
+/// copy, through a planner that commits nothing; the diff from the registered version with
+/// what each change forces.
+pub async fn plan(ep: &Endpoints, req: JobPlanRequest) -> Result<JobPlanResponse, ServiceError> {
+    let mut job = req.job;
+    if job.id.is_empty() {
+        return Err(ServiceError::invalid(
+            "Job.ID",
+            "Job ID hasn't been provided",
+        ));
+    }
+    job.canonicalize();
+    job.validate().map_err(invalid_job)?;
+    let snapshot = ep.node().state().snapshot();
+    let current = snapshot
+        .job_by_id(job.namespace.as_str(), job.id.as_str())
+        .cloned();
+    let mut rng = ep.rng().fork();
+    assign_scaling_ids(&mut job, current.as_deref(), &mut rng);
+    let now = ep.now();
+    job.submit_time = now;
+    let eval_id = crate::util::new_uuid(&mut rng);
+    let staged = job.clone();
+    let run = tokio::task::spawn_blocking(move || {
+        crate::scheduler::annotate::dry_run(
+            &snapshot,
+            &staged,
+            eval_id,
+            now,
+            &mut rng,
+            crate::scheduler::SchedulerSettings::default(),
+        )
+    })
+    .await
+    .map_err(|e| ServiceError::internal(format!("plan task failed: {e}")))?
+    .map_err(|e| ServiceError::internal(format!("plan failed: {e}")))?;
+    let diff = req.diff.then(|| {
+        let mut diff = Job::diff_to(current.as_deref(), &job);
+        crate::scheduler::annotate::annotate(&mut diff, &run.annotations, current.as_deref(), &job);
+        diff
+    });
+    Ok(JobPlanResponse {
+        job_modify_index: current.map_or(0, |j| j.job_modify_index),
+        index: run.index,
+        annotations: run.annotations,
+        failed_tg_allocs: run.failed_tg_allocs,
+        created_evals: run.created_evals,
+        diff,
+    })
+}
+
+/// `Job.Scale`: a task group's new count, checked against its `scaling` bounds, registered
+/// as a new version with a `job-scaling` evaluation and recorded as a scaling event in one
+/// raft entry (compare-and-set on the `JobModifyIndex` checked here); with no count, only
+/// the event.
+pub async fn scale(ep: &Endpoints, req: JobScaleRequest) -> Result<JobScaleResponse, ServiceError> {
+    if req.group.is_empty() {
+        return Err(ServiceError::invalid(
+            "Target.Group",
+            "missing task group name for scaling action",
+        ));
+    }
+    if req.error && req.count.is_some() {
+        return Err(ServiceError::invalid(
+            "Count",
+            "scaling action should not contain count if error is true",
+        ));
+    }
+    if req.count.is_some_and(|c| c < 0) {
+        return Err(ServiceError::invalid(
+            "Count",
+            "scaling action count can't be negative",
+        ));
+    }
+    let snapshot = ep.node().state().snapshot();
+    let (ns, id) = (req.namespace.as_str(), req.job_id.as_str());
+    let current = snapshot
+        .job_by_id(ns, id)
+        .cloned()
+        .ok_or_else(|| ServiceError::not_found("job", id))?;
+    drop(snapshot);
+    if req.job_modify_index != 0 && req.job_modify_index != current.job_modify_index {
+        return Err(ServiceError::invalid(
+            "JobModifyIndex",
+            format!(
+                "job {id:?} has job modify index {}, not {}",
+                current.job_modify_index, req.job_modify_index
+            ),
+        ));
+    }
+    let Some(group) = current.task_groups.iter().find(|g| g.name == req.group) else {
+        return Err(ServiceError::invalid(
+            "Target.Group",
+            format!(
+                "task group {:?} specified for scaling does not exist in job",
+                req.group
+            ),
+        ));
+    };
+    let now = ep.now();
+    let event = ScalingEvent {
+        time: now,
+        count: req.count,
+        previous_count: i64::from(group.count),
+        message: req.message,
+        error: req.error,
+        meta: req.meta,
+        eval_id: None,
+        create_index: 0,
+    };
+    let register = match req.count {
+        None => None,
+        Some(count) => {
+            if let Some(policy) = &group.scaling {
+                if let Some(min) = policy.min.filter(|min| count < *min) {
+                    return Err(ServiceError::invalid(
+                        "Count",
+                        format!(
+                            "group count was less than scaling policy minimum: {count} < {min}"
+                        ),
+                    ));
+                }
+                if let Some(max) = policy.max.filter(|max| count > *max) {
+                    return Err(ServiceError::invalid(
+                        "Count",
+                        format!(
+                            "group count was greater than scaling policy maximum: {count} > {max}"
+                        ),
+                    ));
+                }
+            }
+            if matches!(current.job_type, JobType::System | JobType::SysBatch) {
+                return Err(ServiceError::invalid(
+                    "Count",
+                    "the task groups of system jobs run on every node and cannot be scaled",
+                ));
+            }
+            let count = u32::try_from(count).map_err(|_| {
+                ServiceError::invalid("Count", format!("count {count} is too large"))
+            })?;
+            let mut job = (*current).clone();
+            if let Some(g) = job.task_groups.iter_mut().find(|g| g.name == req.group) {
+                g.count = count;
+            }
+            job.validate().map_err(invalid_job)?;
+            job.submit_time = now;
+            let eval = job_eval(&job, EvalTrigger::JobScaling, now, &mut ep.rng().fork());
+            Some(JobRegister {
+                job,
+                eval: Some(eval),
+                enforce_index: Some(current.job_modify_index),
+            })
+        }
+    };
+    let eval_id = register
+        .as_ref()
+        .and_then(|r| r.eval.as_ref().map(|e| e.id.clone()));
+    let (index, response) = ep
+        .write(Command::JobScale(JobScale {
+            namespace: req.namespace,
+            job_id: req.job_id,
+            group: req.group,
+            register,
+            event,
+        }))
+        .await?;
+    let CommandResponse::JobRegistered {
+        job_modify_index, ..
+    } = response
+    else {
+        return Err(ServiceError::internal(format!(
+            "unexpected answer {response:?}"
+        )));
+    };
+    Ok(JobScaleResponse {
+        eval_id,
+        index,
+        job_modify_index,
+    })
+}
+
+/// `Job.Stable`: mark a kept version stable or not.
+pub async fn stable(ep: &Endpoints, req: JobStabilityRequest) -> Result<u64, ServiceError> {
+    let (index, _) = ep
+        .write(Command::JobStability(JobStability {
+            namespace: req.namespace,
+            job_id: req.job_id,
+            version: req.version,
+            stable: req.stable,
+        }))
+        .await?;
+    Ok(index)
 }
 
 /// `Job.Revert`: the kept version `job_version`, registered again (compare-and-set on the

@@ -192,6 +192,9 @@ impl Endpoints {
                 A::JobBatchDeregister(job::batch_deregister(self, r).await?)
             }
             Q::JobRevert(r) => A::JobRevert(job::revert(self, r).await?),
+            Q::JobPlan(r) => A::JobPlan(Box::new(job::plan(self, *r).await?)),
+            Q::JobScale(r) => A::JobScale(job::scale(self, *r).await?),
+            Q::JobStable(r) => A::JobStable(job::stable(self, r).await?),
             Q::EvalDequeue(r) => A::EvalDequeue(eval::dequeue(self, r).await?),
             Q::EvalAck(r) => A::EvalAck(eval::ack(self, r)?),
             Q::EvalNack(r) => A::EvalNack(eval::nack(self, r)?),
@@ -290,6 +293,9 @@ pub fn apply_error(e: &ApplyError) -> ServiceError {
         ApplyError::AllocNotFound { alloc_id } => {
             ServiceError::not_found("allocation", alloc_id.as_str())
         }
+        ApplyError::JobVersionNotFound {
+            job_id, version, ..
+        } => ServiceError::not_found("job version", format!("{job_id} version {version}")),
         ApplyError::InvalidCommand { .. } => ServiceError::invalid("", e.to_string()),
         other => ServiceError::rejected(other.to_string()),
     }

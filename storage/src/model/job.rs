@@ -483,7 +483,37 @@ pub struct TaskGroup {
     /// Free-form metadata.
     #[serde(deserialize_with = "de::nullable")]
     pub meta: BTreeMap<String, String>,
+    /// The bounds `job scale` (and an autoscaler) must keep `Count` within.
+    pub scaling: Option<ScalingPolicy>,
 }
+
+/// A task group's `scaling` block (Nomad's horizontal `ScalingPolicy`): `Count` stays within
+/// `Min..=Max` when scaled; `Policy` is kept for an external autoscaler.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "PascalCase", default)]
+pub struct ScalingPolicy {
+    /// Assigned by the servers when the policy first appears; kept across versions.
+    #[serde(rename = "ID", deserialize_with = "de::nullable")]
+    pub id: String,
+    /// `horizontal` (the only type of a group policy).
+    #[serde(deserialize_with = "de::nullable")]
+    pub r#type: String,
+    /// What it scales: `Namespace`, `Job`, `Group` (filled by canonicalization).
+    #[serde(deserialize_with = "de::nullable")]
+    pub target: BTreeMap<String, String>,
+    /// The lowest count (default: the group's count).
+    pub min: Option<i64>,
+    /// The highest count (required).
+    pub max: Option<i64>,
+    /// The autoscaler's policy, free-form.
+    #[serde(deserialize_with = "de::nullable")]
+    pub policy: BTreeMap<String, crate::model::ConfigValue>,
+    /// Whether the autoscaler acts on it (default true).
+    pub enabled: Option<bool>,
+}
+
+/// The type of a task group's scaling policy.
+pub const SCALING_HORIZONTAL: &str = "horizontal";
 
 impl Default for TaskGroup {
     fn default() -> Self {
@@ -497,6 +527,7 @@ impl Default for TaskGroup {
             reschedule_policy: None,
             tasks: Vec::new(),
             meta: BTreeMap::new(),
+            scaling: None,
         }
     }
 }
@@ -664,6 +695,18 @@ impl Job {
                 &mut group.affinities,
                 &mut group.spreads,
             );
+            if let Some(scaling) = &mut group.scaling {
+                if scaling.r#type.is_empty() {
+                    scaling.r#type = SCALING_HORIZONTAL.to_owned();
+                }
+                scaling.min.get_or_insert(i64::from(group.count));
+                scaling.enabled.get_or_insert(true);
+                scaling.target = BTreeMap::from([
+                    ("Namespace".to_owned(), self.namespace.to_string()),
+                    ("Job".to_owned(), self.id.to_string()),
+                    ("Group".to_owned(), group.name.clone()),
+                ]);
+            }
             for task in &mut group.tasks {
                 let mut no_spreads = Vec::new();
                 canonicalize_placement(
@@ -752,6 +795,9 @@ impl Job {
             if group.tasks.is_empty() {
                 errors.push(format!("{at}: missing tasks"));
             }
+            if let Some(scaling) = &group.scaling {
+                scaling.validate(&at, group.count, self.job_type, &mut errors);
+            }
             let mut task_names = BTreeSet::new();
             for (j, task) in group.tasks.iter().enumerate() {
                 let at = if task.name.is_empty() {
@@ -820,6 +866,50 @@ impl Job {
             job.job_modify_index = 0;
         }
         a != b
+    }
+}
+
+impl ScalingPolicy {
+    /// Nomad's checks of a group policy: `max` set, `0 <= min <= max`, the group's count
+    /// within them, horizontal only, not on system jobs.
+    fn validate(&self, at: &str, count: u32, job_type: JobType, errors: &mut Vec<String>) {
+        let at = format!("{at}, scaling");
+        if !self.r#type.is_empty() && self.r#type != SCALING_HORIZONTAL {
+            errors.push(format!(
+                "{at}: scaling policy type {:?} is not supported on a task group (only {SCALING_HORIZONTAL:?})",
+                self.r#type
+            ));
+        }
+        if matches!(job_type, JobType::System | JobType::SysBatch) {
+            errors.push(format!("{at}: a {job_type:?} job cannot be scaled"));
+        }
+        let Some(max) = self.max else {
+            errors.push(format!("{at}: maximum count must be specified"));
+            return;
+        };
+        let min = self.min.unwrap_or(i64::from(count));
+        if max < 0 {
+            errors.push(format!("{at}: maximum count must not be negative"));
+        }
+        if min < 0 {
+            errors.push(format!("{at}: minimum count must not be negative"));
+        }
+        if min > max {
+            errors.push(format!(
+                "{at}: maximum count must not be less than minimum count"
+            ));
+        }
+        let count = i64::from(count);
+        if count < min {
+            errors.push(format!(
+                "{at}: task group count must not be less than minimum count in scaling policy"
+            ));
+        }
+        if count > max {
+            errors.push(format!(
+                "{at}: task group count must not be greater than maximum count in scaling policy"
+            ));
+        }
     }
 }
 
@@ -939,7 +1029,7 @@ pub struct JobChildrenSummary {
 }
 
 /// A job's allocation counts per task group (`GET /v1/job/:id/summary`).
-#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
 #[serde(rename_all = "PascalCase", default)]
 pub struct JobSummary {
     /// The job.
@@ -960,4 +1050,40 @@ pub struct JobSummary {
     /// Raft index of the last count change.
     #[serde(deserialize_with = "de::nullable")]
     pub modify_index: u64,
+    /// The newest scaling events per task group (at most [`MAX_SCALING_EVENTS`] each),
+    /// newest first: what `job scale` and `GET /v1/job/:id/scale` show.
+    #[serde(deserialize_with = "de::nullable")]
+    pub scaling_events: BTreeMap<String, Vec<ScalingEvent>>,
+}
+
+/// How many scaling events are kept per task group (Nomad's `JobTrackedScalingEvents`).
+pub const MAX_SCALING_EVENTS: usize = 20;
+
+/// One scaling action or report (Nomad's `ScalingEvent`).
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "PascalCase", default)]
+pub struct ScalingEvent {
+    /// When, Unix nanoseconds.
+    #[serde(deserialize_with = "de::nullable")]
+    pub time: i64,
+    /// The count asked for (`None`: only a report, nothing changed).
+    pub count: Option<i64>,
+    /// The count before.
+    #[serde(deserialize_with = "de::nullable")]
+    pub previous_count: i64,
+    /// Why.
+    #[serde(deserialize_with = "de::nullable")]
+    pub message: String,
+    /// Whether it reports an error.
+    #[serde(deserialize_with = "de::nullable")]
+    pub error: bool,
+    /// Free-form details.
+    #[serde(deserialize_with = "de::nullable")]
+    pub meta: BTreeMap<String, crate::model::ConfigValue>,
+    /// The evaluation the change created.
+    #[serde(rename = "EvalID")]
+    pub eval_id: Option<String>,
+    /// The raft index it was recorded at.
+    #[serde(deserialize_with = "de::nullable")]
+    pub create_index: u64,
 }

@@ -27,6 +27,7 @@
 pub mod alloc;
 pub mod cluster;
 pub(crate) mod de;
+pub mod diff;
 pub mod eval;
 pub mod ids;
 pub mod job;
@@ -40,20 +41,22 @@ pub use alloc::{
     TaskEvent, TaskState, TaskStateValue,
 };
 pub use cluster::{ClusterMeta, PreemptionConfig, SchedulerAlgorithm, SchedulerConfiguration};
+pub use diff::{DiffType, FieldDiff, JobDiff, ObjectDiff, TaskDiff, TaskGroupDiff};
 pub use eval::{AllocMetric, EvalStatus, EvalTrigger, Evaluation};
 pub use ids::{AllocId, EvalId, JobId, Namespace, NodeId};
 pub use job::{
     Affinity, Constraint, DelayFunction, Job, JobChildrenSummary, JobStatus, JobSummary, JobType,
-    ReschedulePolicy, Resources, RestartMode, RestartPolicy, Spread, SpreadTarget, Task, TaskGroup,
-    TaskGroupSummary, DEFAULT_CPU_MHZ, DEFAULT_JOB_PRIORITY, DEFAULT_MEMORY_MB, DEFAULT_NODE_POOL,
-    DEFAULT_REGION, MAX_JOB_PRIORITY, MIN_JOB_PRIORITY,
+    ReschedulePolicy, Resources, RestartMode, RestartPolicy, ScalingEvent, ScalingPolicy, Spread,
+    SpreadTarget, Task, TaskGroup, TaskGroupSummary, DEFAULT_CPU_MHZ, DEFAULT_JOB_PRIORITY,
+    DEFAULT_MEMORY_MB, DEFAULT_NODE_POOL, DEFAULT_REGION, MAX_JOB_PRIORITY, MAX_SCALING_EVENTS,
+    MIN_JOB_PRIORITY, SCALING_HORIZONTAL,
 };
 pub use node::{
     DrainStrategy, DriverInfo, Node, NodeCpuResources, NodeDiskResources, NodeMemoryResources,
     NodeReservedCpuResources, NodeReservedResources, NodeResources, NodeStatus,
     SchedulingEligibility,
 };
-pub use plan::{Plan, PlanResult};
+pub use plan::{DesiredUpdates, Plan, PlanAnnotations, PlanResult};
 pub use time::Timestamp;
 pub use value::ConfigValue;
 

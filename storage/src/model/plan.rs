@@ -103,3 +103,52 @@ impl PlanResult {
             && self.node_preemptions.values().all(Vec::is_empty)
     }
 }
+
+/// What the scheduler would do for one task group (Nomad's `DesiredUpdates`), as `job plan`
+/// reports it.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "PascalCase", default)]
+pub struct DesiredUpdates {
+    /// Allocations left as they are.
+    pub ignore: u64,
+    /// New allocations.
+    pub place: u64,
+    /// Allocations moved off draining nodes.
+    pub migrate: u64,
+    /// Allocations stopped.
+    pub stop: u64,
+    /// Allocations moved to the new version where they run.
+    pub in_place_update: u64,
+    /// Allocations replaced by new ones.
+    pub destructive_update: u64,
+    /// Canaries placed.
+    pub canary: u64,
+    /// Allocations evicted to make room.
+    pub preemptions: u64,
+    /// Allocations on disconnected nodes marked unknown.
+    pub disconnect: u64,
+    /// Allocations reconnecting.
+    pub reconnect: u64,
+    /// Failed allocations replaced now.
+    pub reschedule_now: u64,
+    /// Failed allocations to be replaced later.
+    pub reschedule_later: u64,
+}
+
+impl DesiredUpdates {
+    /// Whether allocations would be created or destroyed (`job plan` exits 1).
+    pub fn creates_or_destroys(&self) -> bool {
+        self.stop + self.place + self.migrate + self.destructive_update + self.canary > 0
+    }
+}
+
+/// A plan's annotations (Nomad's `PlanAnnotations`).
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "PascalCase", default)]
+pub struct PlanAnnotations {
+    /// What would happen to each task group.
+    #[serde(rename = "DesiredTGUpdates")]
+    pub desired_tg_updates: BTreeMap<String, DesiredUpdates>,
+    /// Allocations that would be preempted.
+    pub preempted_allocs: Vec<AllocStop>,
+}

@@ -5,7 +5,7 @@
 
 use crate::fsm::{
     AllocClientUpdate, ApplyError, Command, CommandResponse, EvalDelete, EvalUpsert, JobDeregister,
-    JobRegister, NodeDeregister, NodeRegister, SnapshotRestore,
+    JobRegister, JobScale, JobStability, NodeDeregister, NodeRegister, SnapshotRestore,
 };
 use crate::model::{Evaluation, JobId, Namespace, SchedulingEligibility};
 use crate::state::events::StateChange;
@@ -81,6 +81,44 @@ fn check_eval_for_job(
     Ok(())
 }
 
+/// Registers a job with its evaluation (`JobRegister`, and the count change of a `JobScale`).
+fn register_job(txn: &mut WriteTxn, register: JobRegister) -> Result<CommandResponse, ApplyError> {
+    let JobRegister {
+        job,
+        eval,
+        enforce_index,
+    } = register;
+    if job.id.is_empty() || job.namespace.is_empty() {
+        return Err(ApplyError::invalid("job without an ID or namespace"));
+    }
+    let (namespace, job_id) = (job.namespace.clone(), job.id.clone());
+    if let Some(expected) = enforce_index {
+        let actual = txn
+            .job(&namespace, &job_id)
+            .map_or(0, |j| j.job_modify_index);
+        if actual != expected {
+            return Err(ApplyError::JobModifyIndexMismatch {
+                job_id: job_id.to_string(),
+                expected,
+                actual,
+            });
+        }
+    }
+    if let Some(eval) = &eval {
+        check_eval_for_job(eval, &namespace, &job_id)?;
+    }
+    let outcome = txn.upsert_job(job);
+    if let Some(mut eval) = eval {
+        eval.job_modify_index = outcome.job_modify_index;
+        txn.upsert_eval(eval)?;
+    }
+    Ok(CommandResponse::JobRegistered {
+        version: outcome.version,
+        job_modify_index: outcome.job_modify_index,
+        spec_changed: outcome.spec_changed,
+    })
+}
+
 fn execute(txn: &mut WriteTxn, command: Command) -> Result<CommandResponse, ApplyError> {
     match command {
         Command::Batch(_) => Err(ApplyError::invalid("nested batch")),
@@ -95,40 +133,47 @@ fn execute(txn: &mut WriteTxn, command: Command) -> Result<CommandResponse, Appl
             txn.set_scheduler_config(update.config, update.cas_index)?;
             Ok(CommandResponse::Applied)
         }
-        Command::JobRegister(JobRegister {
-            job,
-            eval,
-            enforce_index,
+        Command::JobRegister(register) => register_job(txn, register),
+        Command::JobScale(JobScale {
+            namespace,
+            job_id,
+            group,
+            register,
+            mut event,
         }) => {
-            if job.id.is_empty() || job.namespace.is_empty() {
-                return Err(ApplyError::invalid("job without an ID or namespace"));
-            }
-            let (namespace, job_id) = (job.namespace.clone(), job.id.clone());
-            if let Some(expected) = enforce_index {
-                let actual = txn
-                    .job(&namespace, &job_id)
-                    .map_or(0, |j| j.job_modify_index);
-                if actual != expected {
-                    return Err(ApplyError::JobModifyIndexMismatch {
-                        job_id: job_id.to_string(),
-                        expected,
-                        actual,
-                    });
+            let response = match register {
+                Some(register) => {
+                    if register.job.namespace != namespace || register.job.id != job_id {
+                        return Err(ApplyError::invalid("scaled job does not match the event"));
+                    }
+                    event.eval_id = register.eval.as_ref().map(|e| e.id.to_string());
+                    register_job(txn, register)?
                 }
-            }
-            if let Some(eval) = &eval {
-                check_eval_for_job(eval, &namespace, &job_id)?;
-            }
-            let outcome = txn.upsert_job(job);
-            if let Some(mut eval) = eval {
-                eval.job_modify_index = outcome.job_modify_index;
-                txn.upsert_eval(eval)?;
-            }
-            Ok(CommandResponse::JobRegistered {
-                version: outcome.version,
-                job_modify_index: outcome.job_modify_index,
-                spec_changed: outcome.spec_changed,
-            })
+                None => {
+                    let Some(job) = txn.job(&namespace, &job_id) else {
+                        return Err(ApplyError::JobNotFound {
+                            namespace: namespace.to_string(),
+                            job_id: job_id.to_string(),
+                        });
+                    };
+                    CommandResponse::JobRegistered {
+                        version: job.version,
+                        job_modify_index: job.job_modify_index,
+                        spec_changed: false,
+                    }
+                }
+            };
+            txn.record_scaling_event(&namespace, &job_id, group, event);
+            Ok(response)
+        }
+        Command::JobStability(JobStability {
+            namespace,
+            job_id,
+            version,
+            stable,
+        }) => {
+            txn.set_job_stability(&namespace, &job_id, version, stable)?;
+            Ok(CommandResponse::Applied)
         }
         Command::JobDeregister(JobDeregister {
             namespace,

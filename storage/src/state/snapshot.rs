@@ -37,6 +37,21 @@ impl Snapshot {
         Self { tables }
     }
 
+    /// What this view would be with `command` applied at the next index: a private copy
+    /// (O(1), the tables are persistent maps) that is neither published nor persisted.
+    /// `job plan` schedules on it to see what a registration would do.
+    pub fn with_applied(
+        &self,
+        command: crate::fsm::Command,
+    ) -> (Snapshot, crate::fsm::CommandResponse) {
+        let mut tables = (*self.tables).clone();
+        let index = tables.index + 1;
+        let mut changes = Vec::new();
+        let response = crate::state::apply::apply(&mut tables, index, command, &mut changes);
+        tables.index = index;
+        (Snapshot::new(Arc::new(tables)), response)
+    }
+
     /// The raft index of the last entry applied to this view.
     pub fn latest_index(&self) -> u64 {
         self.tables.index

@@ -23,7 +23,8 @@ use crate::fsm::ApplyError;
 use crate::model::{
     AllocId, AllocStop, Allocation, ClientStatus, ClusterMeta, DesiredStatus, DrainStrategy,
     EvalId, EvalStatus, Evaluation, Job, JobId, JobStatus, JobSummary, JobType, Namespace, Node,
-    NodeId, NodeStatus, SchedulerConfiguration, SchedulingEligibility, TaskGroupSummary, TaskState,
+    NodeId, NodeStatus, ScalingEvent, SchedulerConfiguration, SchedulingEligibility,
+    TaskGroupSummary, TaskState, MAX_SCALING_EVENTS,
 };
 use crate::state::events::{NodeCondition, StateChange};
 use crate::state::tables::{JobKey, Table, Tables};
@@ -148,6 +149,63 @@ impl WriteTxn {
             stopped: job.stop,
         });
         outcome
+    }
+
+    /// Adds a scaling event to the job's summary (newest first, the newest
+    /// [`MAX_SCALING_EVENTS`] kept per group).
+    pub fn record_scaling_event(
+        &mut self,
+        namespace: &Namespace,
+        id: &JobId,
+        group: String,
+        mut event: ScalingEvent,
+    ) {
+        event.create_index = self.index;
+        let key = (namespace.clone(), id.clone());
+        if let Some(summary) = self.summary_slot(&key) {
+            let events = summary.scaling_events.entry(group).or_default();
+            events.insert(0, event);
+            events.truncate(MAX_SCALING_EVENTS);
+        }
+    }
+
+    /// Marks a kept version stable or not (the current job too when it is that version).
+    pub fn set_job_stability(
+        &mut self,
+        namespace: &Namespace,
+        id: &JobId,
+        version: u64,
+        stable: bool,
+    ) -> Result<(), ApplyError> {
+        let vkey = (namespace.clone(), id.clone(), version);
+        let Some(kept) = self.t.job_versions.get(&vkey).cloned() else {
+            return Err(ApplyError::JobVersionNotFound {
+                namespace: namespace.to_string(),
+                job_id: id.to_string(),
+                version,
+            });
+        };
+        if kept.stable == stable {
+            return Ok(());
+        }
+        let mut changed = (*kept).clone();
+        changed.stable = stable;
+        changed.modify_index = self.index;
+        let changed = Arc::new(changed);
+        self.t.job_versions.insert(vkey, changed.clone());
+        self.touch(Table::JobVersions);
+        let key = (namespace.clone(), id.clone());
+        if self.t.jobs.get(&key).is_some_and(|j| j.version == version) {
+            self.t.jobs.insert(key, changed.clone());
+            self.touch(Table::Jobs);
+        }
+        self.changes.push(StateChange::JobUpserted {
+            namespace: namespace.clone(),
+            job_id: id.clone(),
+            version,
+            stopped: changed.stop,
+        });
+        Ok(())
     }
 
     pub fn job(&self, namespace: &Namespace, id: &JobId) -> Option<Arc<Job>> {

@@ -1,0 +1,65 @@
+//! `PUT|POST /v1/job/:id/plan`: what registering a job would do (Nomad's `Job.Plan`): the
+//! scheduler's decisions per task group, the placements it could not make, and the diff from
+//! the registered version, computed by the service layer without writing anything.
+
+use axum::body::Bytes;
+use axum::extract::{Path, State};
+use axum::response::{IntoResponse, Response};
+use serde::Deserialize;
+use serde_json::{json, Value};
+use teamster_storage::model::Job;
+
+use super::error::ApiError;
+use super::jobs::{decode_body, refuse_unsupported};
+use super::HttpContext;
+use crate::rpc::{service, Services};
+
+/// Nomad's `JobPlanRequest`.
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "PascalCase")]
+struct JobPlanBody {
+    #[serde(default)]
+    job: Option<Value>,
+    #[serde(default)]
+    diff: Option<bool>,
+}
+
+/// `PUT|POST /v1/job/:id/plan`.
+pub async fn plan(
+    State(ctx): State<HttpContext>,
+    Path(id): Path<String>,
+    body: Bytes,
+) -> Result<Response, ApiError> {
+    let endpoints = ctx.endpoints()?;
+    let req: JobPlanBody = decode_body(&body)?;
+    let job = req
+        .job
+        .filter(|v| !v.is_null())
+        .ok_or_else(|| ApiError::bad_request("Job must be specified"))?;
+    refuse_unsupported(&job)?;
+    let job: Job = serde_json::from_value(job)
+        .map_err(|e| ApiError::bad_request(format!("Failed to parse request body: {e}")))?;
+    if job.id.is_empty() {
+        return Err(ApiError::bad_request("Job ID hasn't been provided"));
+    }
+    if job.id.as_str() != id {
+        return Err(ApiError::bad_request("Job ID does not match"));
+    }
+    let done = endpoints
+        .job_plan(Box::new(service::job::JobPlanRequest {
+            job,
+            diff: req.diff.unwrap_or(false),
+        }))
+        .await?;
+    let body = json!({
+        "JobModifyIndex": done.job_modify_index,
+        "Index": done.index,
+        "Annotations": done.annotations,
+        "FailedTGAllocs": done.failed_tg_allocs,
+        "CreatedEvals": done.created_evals,
+        "Diff": done.diff,
+        "Warnings": "",
+        "NextPeriodicLaunch": "0001-01-01T00:00:00Z",
+    });
+    Ok(axum::Json(body).into_response())
+}
