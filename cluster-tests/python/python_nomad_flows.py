@@ -10,6 +10,7 @@ import sys
 import time
 
 import nomad
+import requests
 from nomad.api import exceptions
 
 
@@ -108,6 +109,59 @@ def main():
             [a for a in n.job.get_allocations(job_id) if a["DesiredStatus"] == "run"]
         ),
     )
+
+    # plan_job: a count change creates one and ignores nothing, a no-op creates nothing;
+    # a stale check index is refused.
+    job["Job"]["TaskGroups"][0]["Count"] = 3
+    plan = n.job.plan_job(job_id, job, diff=True)
+    updates = plan["Annotations"]["DesiredTGUpdates"]["g"]
+    assert updates["Place"] == 1 and updates["Stop"] == 0, plan
+    assert plan["JobModifyIndex"] == reverted["JobModifyIndex"], plan
+    count = [f for f in plan["Diff"]["TaskGroups"][0]["Fields"] if f["Name"] == "Count"][0]
+    assert (count["Type"], count["Old"], count["New"]) == ("Edited", "2", "3"), count
+    assert count["Annotations"] == ["forces create"], count
+    assert plan["FailedTGAllocs"] == {}, plan
+    job["Job"]["TaskGroups"][0]["Count"] = 2
+    noop = n.job.plan_job(job_id, job, diff=True)
+    assert noop["Diff"]["Type"] == "None", noop["Diff"]
+    assert noop["Annotations"]["DesiredTGUpdates"]["g"]["Place"] == 0, noop
+    stale = dict(job, EnforceIndex=True, JobModifyIndex=plan["JobModifyIndex"] - 1)
+    try:
+        n.jobs.register_job(stale)
+        raise AssertionError("a stale JobModifyIndex must be refused")
+    except exceptions.BadRequestNomadException as e:
+        assert "job modify index" in e.nomad_resp.text, e.nomad_resp.text
+    assert n.job.get_job(job_id)["Version"] == 2, "nothing was registered"
+
+    # Version diffs and stability.
+    with_diffs = n.job.request(job_id, "versions", params={"diffs": "true"}, method="get").json()
+    assert len(with_diffs["Diffs"]) == 2, with_diffs["Diffs"]
+    assert with_diffs["Diffs"][0]["Type"] == "Edited", with_diffs["Diffs"][0]
+    n.job.stable_job(job_id, 2, True)
+    assert n.job.get_job(job_id)["Stable"] is True, "stable_job"
+
+    # A scaling block: policies listed, a count outside it refused, one inside applied.
+    scaled_id = job_id + "-scaled"
+    scaled = {"Job": dict(job["Job"], ID=scaled_id, Name=scaled_id)}
+    scaled["Job"]["TaskGroups"] = [dict(job["Job"]["TaskGroups"][0], Count=1)]
+    scaled["Job"]["TaskGroups"][0]["Scaling"] = {"Min": 1, "Max": 3, "Policy": {"cooldown": "1m"}}
+    n.jobs.register_job(scaled)
+    policies = [p for p in n.scaling.get_scaling_policies(job=scaled_id)]
+    assert len(policies) == 1, policies
+    assert policies[0]["Target"] == {"Namespace": "default", "Job": scaled_id, "Group": "g"}, policies
+    policy = n.scaling.get_scaling_policy(policies[0]["ID"])
+    assert (policy["Min"], policy["Max"], policy["Policy"]) == (1, 3, {"cooldown": "1m"}), policy
+    base = "http://%s:%d/v1/job/%s/scale" % (host, port, scaled_id)
+    too_many = requests.post(base, json={"Count": 4, "Target": {"Group": "g"}}, timeout=10)
+    assert too_many.status_code == 400, too_many.text
+    assert "greater than scaling policy maximum" in too_many.text, too_many.text
+    ok = requests.post(base, json={"Count": 3, "Target": {"Group": "g"}, "Message": "busy"}, timeout=10)
+    assert ok.status_code == 200 and ok.json()["EvalID"], ok.text
+    status = requests.get(base, timeout=10).json()
+    group = status["TaskGroups"]["g"]
+    assert group["Desired"] == 3, status
+    assert group["Events"][0]["Message"] == "busy" and group["Events"][0]["Count"] == 3, status
+    assert n.job.get_job(scaled_id)["TaskGroups"][0]["Count"] == 3, "scaled"
 
     # Nodes.
     nodes = n.nodes.get_nodes()

@@ -430,8 +430,94 @@ async fn the_cli_drives_jobs_and_reads_the_cluster() -> anyhow::Result<()> {
     let reverted: Value = serde_json::from_str(&stdout(&out))?;
     assert_eq!(reverted["Job"]["Version"], json!(current + 1), "{reverted}");
     assert_eq!(reverted["Job"]["TaskGroups"][0]["Count"], json!(10));
-    // A block teamster does not act on, in HCL, is refused by name: nothing registered.
+    // job plan: no client nodes here, so the job's placements would fail (exit 1, the
+    // failure named); the index it prints guards `run --check-index`.
+    let json_file = jobs.join("sleep-mock.json");
+    let json_file = json_file.to_str().unwrap();
+    let out = cli(&follower, &["job", "plan", json_file]).await?;
+    assert_eq!(
+        out.status.code(),
+        Some(1),
+        "{}{}",
+        stdout(&out),
+        stderr(&out)
+    );
+    let plan = stdout(&out);
+    assert!(
+        plan.contains("WARNING: Failed to place all allocations"),
+        "{plan}"
+    );
+    let index: u64 = plan
+        .lines()
+        .find_map(|l| l.strip_prefix("Job Modify Index: "))
+        .and_then(|n| n.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no Job Modify Index in {plan}"));
+    assert_eq!(
+        Some(index),
+        reverted["Job"]["JobModifyIndex"].as_u64(),
+        "{plan}"
+    );
+    let stale = (index - 1).to_string();
+    let out = cli(
+        &follower,
+        &["job", "run", "--detach", "--check-index", &stale, hcl_file],
+    )
+    .await?;
+    assert_eq!(out.status.code(), Some(1), "{}", stdout(&out));
+    assert!(
+        stderr(&out).contains("job modify index"),
+        "{}",
+        stderr(&out)
+    );
+    let out = cli(&follower, &["job", "inspect", "sleep-mock"]).await?;
+    let unchanged: Value = serde_json::from_str(&stdout(&out))?;
+    assert_eq!(unchanged["Job"]["Version"], reverted["Job"]["Version"]);
+    // A job that would place nothing exits 0; an unreadable file 255.
     let dir = tempfile::tempdir()?;
+    let idle = dir.path().join("idle.json");
+    std::fs::write(
+        &idle,
+        json!({"Job": {"ID": "idle", "TaskGroups": [{"Name": "g", "Count": 0,
+            "Tasks": [{"Name": "t", "Driver": "mock"}]}]}})
+        .to_string(),
+    )?;
+    let out = cli(&follower, &["job", "plan", idle.to_str().unwrap()]).await?;
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}{}",
+        stdout(&out),
+        stderr(&out)
+    );
+    assert!(
+        stdout(&out).starts_with("+   Job: \"idle\""),
+        "{}",
+        stdout(&out)
+    );
+    let out = cli(&follower, &["job", "plan", "/nonexistent/job.hcl"]).await?;
+    assert_eq!(out.status.code(), Some(255), "{}", stdout(&out));
+    let out = cli(&follower, &["job", "status", "idle"]).await?;
+    assert!(!out.status.success(), "a plan registers nothing");
+    // job scale: within no bounds (no scaling block), a new version with the count.
+    let out = cli(&follower, &["job", "scale", "sleep-mock", "sleepers", "3"]).await?;
+    assert!(out.status.success(), "{}{}", stdout(&out), stderr(&out));
+    let out = cli(&follower, &["job", "inspect", "sleep-mock"]).await?;
+    let scaled: Value = serde_json::from_str(&stdout(&out))?;
+    assert_eq!(
+        scaled["Job"]["TaskGroups"][0]["Count"],
+        json!(3),
+        "{scaled}"
+    );
+    let out = cli(&follower, &["job", "scale", "sleep-mock", "nope", "3"]).await?;
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        stderr(&out).contains("does not exist in job"),
+        "{}",
+        stderr(&out)
+    );
+
+    // A block teamster does not act on, in HCL, is refused by name: nothing registered.
+
     let cron = dir.path().join("cron.nomad.hcl");
     std::fs::write(
         &cron,

@@ -907,3 +907,140 @@ fn command_variant_indexes_are_pinned() {
     let (back, _): (Command, usize) = bincode::serde::decode_from_slice(&bytes, cfg).unwrap();
     assert_eq!(back, cmd);
 }
+
+#[test]
+fn job_scale_registers_the_count_with_its_eval_and_records_the_event_atomically() {
+    use teamster_storage::fsm::{JobScale, JobStability};
+    use teamster_storage::model::{ScalingEvent, MAX_SCALING_EVENTS};
+    let (store, job) = seeded();
+    let mut scaled = job.clone();
+    scaled.task_groups[0].count = 5;
+    let eval = eval_for(&scaled, 2);
+    let event = |count: Option<i64>| ScalingEvent {
+        time: 7,
+        count,
+        previous_count: 3,
+        message: "more".into(),
+        ..ScalingEvent::default()
+    };
+    let resp = applied(store.apply(
+        4,
+        Command::JobScale(JobScale {
+            namespace: job.namespace.clone(),
+            job_id: job.id.clone(),
+            group: "web".into(),
+            register: Some(JobRegister {
+                job: scaled.clone(),
+                eval: Some(eval.clone()),
+                enforce_index: Some(job.job_modify_index),
+            }),
+            event: event(Some(5)),
+        }),
+    ));
+    assert!(matches!(
+        resp,
+        CommandResponse::JobRegistered {
+            version: 1,
+            job_modify_index: 4,
+            spec_changed: true
+        }
+    ));
+    let snap = store.snapshot();
+    assert_eq!(
+        snap.job_by_id("default", "web").unwrap().task_groups[0].count,
+        5
+    );
+    assert!(snap.eval_by_id(&eval.id).is_some());
+    let events = &snap.job_summary("default", "web").unwrap().scaling_events["web"];
+    assert_eq!(events.len(), 1);
+    assert_eq!(events[0].eval_id.as_deref(), Some(eval.id.as_str()));
+    assert_eq!((events[0].count, events[0].create_index), (Some(5), 4));
+
+    // A stale compare-and-set changes nothing: no version, no eval, no event.
+    let stale = store.apply(
+        5,
+        Command::JobScale(JobScale {
+            namespace: job.namespace.clone(),
+            job_id: job.id.clone(),
+            group: "web".into(),
+            register: Some(JobRegister {
+                job: scaled.clone(),
+                eval: Some(eval_for(&scaled, 3)),
+                enforce_index: Some(job.job_modify_index),
+            }),
+            event: event(Some(6)),
+        }),
+    );
+    assert!(matches!(
+        stale.rejection(),
+        Some(ApplyError::JobModifyIndexMismatch { .. })
+    ));
+    assert_eq!(
+        store
+            .snapshot()
+            .job_summary("default", "web")
+            .unwrap()
+            .scaling_events["web"]
+            .len(),
+        1
+    );
+    assert_eq!(
+        store
+            .snapshot()
+            .job_by_id("default", "web")
+            .unwrap()
+            .version,
+        1
+    );
+    assert!(store
+        .snapshot()
+        .eval_by_id(&eval_for(&scaled, 3).id)
+        .is_none());
+
+    // Events only: newest first, at most MAX_SCALING_EVENTS kept.
+    for i in 0..(MAX_SCALING_EVENTS as u64 + 3) {
+        applied(store.apply(
+            6 + i,
+            Command::JobScale(JobScale {
+                namespace: job.namespace.clone(),
+                job_id: job.id.clone(),
+                group: "web".into(),
+                register: None,
+                event: event(None),
+            }),
+        ));
+    }
+    let snap = store.snapshot();
+    let events = &snap.job_summary("default", "web").unwrap().scaling_events["web"];
+    assert_eq!(events.len(), MAX_SCALING_EVENTS);
+    assert!(events[0].create_index > events[1].create_index);
+    assert_eq!(snap.job_by_id("default", "web").unwrap().version, 1);
+
+    // Stability: a kept version is marked; an unknown one is refused.
+    let at = snap.latest_index() + 1;
+    applied(store.apply(
+        at,
+        Command::JobStability(JobStability {
+            namespace: job.namespace.clone(),
+            job_id: job.id.clone(),
+            version: 1,
+            stable: true,
+        }),
+    ));
+    let snap = store.snapshot();
+    assert!(snap.job_by_id("default", "web").unwrap().stable);
+    assert!(!snap.job_by_version("default", "web", 0).unwrap().stable);
+    let missing = store.apply(
+        at + 1,
+        Command::JobStability(JobStability {
+            namespace: job.namespace.clone(),
+            job_id: job.id.clone(),
+            version: 9,
+            stable: true,
+        }),
+    );
+    assert!(matches!(
+        missing.rejection(),
+        Some(ApplyError::JobVersionNotFound { version: 9, .. })
+    ));
+}

@@ -1,6 +1,7 @@
 //! Scheduler decisions checked against a [`Harness`]: the generic scheduler, the system
 //! scheduler, and the concurrency property (conflicting schedulers never over-commit).
 
+mod annotate;
 mod generic;
 mod properties;
 mod system;
