@@ -112,10 +112,24 @@ async fn bad_input_is_refused_with_a_message_and_changes_nothing() -> anyhow::Re
     )
     .await?;
     assert_eq!(s, StatusCode::BAD_REQUEST, "{msg}");
-    assert!(
-        msg.contains("Count") || msg.contains("invalid type"),
-        "{msg}"
-    );
+    assert!(msg.contains("TaskGroups[0].Count: invalid type"), "{msg}");
+    // The same through job plan and a scale outside the bounds: refused, nothing written.
+    let (s, msg) = post_raw(
+        &base,
+        "/v1/job/typed/plan",
+        serde_json::to_vec(&json!({ "Job": job, "Diff": true }))?,
+    )
+    .await?;
+    assert_eq!(s, StatusCode::BAD_REQUEST, "{msg}");
+    assert!(msg.contains("TaskGroups[0].Count"), "{msg}");
+    let (s, msg) = post_raw(
+        &base,
+        "/v1/job/keep/scale",
+        serde_json::to_vec(&json!({ "Count": -2, "Target": { "Group": "g" } }))?,
+    )
+    .await?;
+    assert_eq!(s, StatusCode::BAD_REQUEST, "{msg}");
+    assert!(msg.contains("can't be negative"), "{msg}");
     // A negative count is a type error that names the value.
     let mut job = small_job("negative");
     job["TaskGroups"][0]["Count"] = json!(-1);

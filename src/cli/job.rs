@@ -194,6 +194,16 @@ pub fn read_job_file(args: &JobFileArgs) -> anyhow::Result<Value> {
             .context("reading the job from stdin")?;
         ("<stdin>".to_string(), text)
     } else {
+        let size = std::fs::metadata(path)
+            .with_context(|| format!("reading the job file {}", path.display()))?
+            .len();
+        if size > jobspec::MAX_JOB_FILE_BYTES {
+            bail!(
+                "{}: the job file is {size} bytes; the limit is {} bytes",
+                path.display(),
+                jobspec::MAX_JOB_FILE_BYTES
+            );
+        }
         let text = std::fs::read_to_string(path)
             .with_context(|| format!("reading the job file {}", path.display()))?;
         (path.display().to_string(), text)
@@ -734,6 +744,14 @@ mod tests {
         std::fs::write(&broken, "{").unwrap();
         let err = format!("{:#}", read_job_file(&file(&broken)).unwrap_err());
         assert!(err.contains("not valid JSON"), "{err}");
+        // A 5 MB file is refused before it is read, with its size and the limit.
+        let huge = dir.path().join("huge.nomad.hcl");
+        std::fs::write(&huge, vec![b'#'; 5_000_000]).unwrap();
+        let err = read_job_file(&file(&huge)).unwrap_err().to_string();
+        assert!(
+            err.contains("huge.nomad.hcl: the job file is 5000000 bytes; the limit is 4194304"),
+            "{err}"
+        );
     }
 
     fn file(path: &std::path::Path) -> JobFileArgs {

@@ -65,6 +65,23 @@ fn register_answer(done: &service::job::JobRegisterResponse) -> Response {
     )
 }
 
+/// A job from its API JSON; a value of the wrong type is named by its path
+/// (`TaskGroups[0].Count: invalid type: …`).
+pub(super) fn decode_job(job: Value) -> Result<Job, ApiError> {
+    serde_path_to_error::deserialize(job).map_err(|e| {
+        let path = e.path().to_string();
+        ApiError::bad_request(format!(
+            "Failed to parse job: {}{}",
+            if path == "." {
+                String::new()
+            } else {
+                format!("{path}: ")
+            },
+            e.inner()
+        ))
+    })
+}
+
 /// Decode a JSON body, naming the problem in a 400.
 pub fn decode_body<T: serde::de::DeserializeOwned>(body: &Bytes) -> Result<T, ApiError> {
     if body.iter().all(|b| b.is_ascii_whitespace()) {
@@ -101,8 +118,7 @@ pub async fn register(
         .filter(|v| !v.is_null())
         .ok_or_else(|| ApiError::bad_request("Job must be specified"))?;
     refuse_unsupported(&job)?;
-    let job: Job = serde_json::from_value(job)
-        .map_err(|e| ApiError::bad_request(format!("Failed to parse request body: {e}")))?;
+    let job = decode_job(job)?;
     if job.id.is_empty() {
         return Err(ApiError::bad_request("Job ID hasn't been provided"));
     }
@@ -449,8 +465,7 @@ pub async fn parse(body: Bytes) -> Result<Response, ApiError> {
     let mut job = jobspec::hcl::parse_job("input.hcl", &text, &inputs)
         .map_err(|e| ApiError::bad_request(format!("Failed to parse job: {e}")))?;
     if req.canonicalize {
-        let mut model: Job = serde_json::from_value(job.clone())
-            .map_err(|e| ApiError::bad_request(format!("Failed to parse job: {e}")))?;
+        let mut model = decode_job(job.clone())?;
         model.canonicalize();
         let mut canonical = serde_json::to_value(&model)
             .map_err(|e| ApiError::internal(format!("encoding the job: {e}")))?;
@@ -483,8 +498,7 @@ pub async fn validate(body: Bytes) -> Result<Response, ApiError> {
         .iter()
         .map(ToString::to_string)
         .collect();
-    let mut job: Job = serde_json::from_value(job_value)
-        .map_err(|e| ApiError::bad_request(format!("Failed to parse job: {e}")))?;
+    let mut job = decode_job(job_value)?;
     job.canonicalize();
     let (errors, error) = match job.validate() {
         Ok(()) => (Vec::new(), String::new()),

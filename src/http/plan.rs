@@ -7,10 +7,9 @@ use axum::extract::{Path, State};
 use axum::response::{IntoResponse, Response};
 use serde::Deserialize;
 use serde_json::{json, Value};
-use teamster_storage::model::Job;
 
 use super::error::ApiError;
-use super::jobs::{decode_body, refuse_unsupported};
+use super::jobs::{decode_body, decode_job, refuse_unsupported};
 use super::HttpContext;
 use crate::rpc::{service, Services};
 
@@ -37,8 +36,7 @@ pub async fn plan(
         .filter(|v| !v.is_null())
         .ok_or_else(|| ApiError::bad_request("Job must be specified"))?;
     refuse_unsupported(&job)?;
-    let job: Job = serde_json::from_value(job)
-        .map_err(|e| ApiError::bad_request(format!("Failed to parse request body: {e}")))?;
+    let job = decode_job(job)?;
     if job.id.is_empty() {
         return Err(ApiError::bad_request("Job ID hasn't been provided"));
     }

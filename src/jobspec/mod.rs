@@ -21,6 +21,9 @@ use serde_json::Value;
 
 pub use unsupported::{unsupported_fields, UnsupportedField};
 
+/// The largest job file the CLI reads (the API's request body limit is the same 4 MiB).
+pub const MAX_JOB_FILE_BYTES: u64 = 4 << 20;
+
 /// Copies into `base` every member of `extra` it lacks, recursively through objects and
 /// through arrays element by element: a canonicalized job (`base`) keeps the fields the
 /// model has no place for.
