@@ -108,6 +108,7 @@ pub fn dry_run(
         job: job.clone(),
         eval: Some(eval.clone()),
         enforce_index: None,
+        tracked_versions: 0,
     }));
     if let Some(error) = response.rejection() {
         return Err(SchedulerError::Planner {

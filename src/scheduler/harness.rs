@@ -152,6 +152,7 @@ impl Harness {
             job,
             eval: Some(eval),
             enforce_index: None,
+            tracked_versions: 0,
         }))?;
         let snapshot = self.snapshot();
         let stored = snapshot.job_by_id(&namespace, &id).cloned();

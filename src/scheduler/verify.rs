@@ -529,6 +529,7 @@ mod tests {
                     job: job.clone(),
                     eval: Some(eval),
                     enforce_index: None,
+                    tracked_versions: 0,
                 }),
             );
             let job = store

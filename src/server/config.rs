@@ -67,6 +67,9 @@ pub struct ServerConfig {
     /// "No cluster leader".
     #[serde(with = "duration_str")]
     pub rpc_hold_timeout: Duration,
+    /// How many versions of each job are kept for `job history` and `job revert` (Nomad's
+    /// `job_tracked_versions`, default 6; a stable version is kept in place of the oldest).
+    pub job_max_versions: u32,
     /// Raft timing and log compaction (`[server.raft]`).
     pub raft: RaftTiming,
     /// Scheduler worker timings and garbage-collection thresholds (`[server.workers]`).
@@ -92,6 +95,7 @@ impl Default for ServerConfig {
             max_heartbeats_per_second: 50.0,
             failover_heartbeat_ttl: Duration::from_secs(300),
             rpc_hold_timeout: Duration::from_secs(5),
+            job_max_versions: teamster_storage::state::JOB_TRACKED_VERSIONS as u32,
             raft: RaftTiming::default(),
             workers: WorkerConfig::default(),
             eval_broker: EvalBrokerConfig::default(),
@@ -136,11 +140,23 @@ impl ServerConfig {
                 ),
             ));
         }
+        if !(1..=MAX_JOB_VERSIONS).contains(&self.job_max_versions) {
+            return Err(InvalidSetting::new(
+                "server.job_max_versions",
+                format!(
+                    "must be between 1 and {MAX_JOB_VERSIONS}, got {}",
+                    self.job_max_versions
+                ),
+            ));
+        }
         self.workers.validate()?;
         self.eval_broker.validate()?;
         self.raft.validate()
     }
 }
+
+/// The most versions of a job `server.job_max_versions` may keep.
+pub const MAX_JOB_VERSIONS: u32 = 100;
 
 /// Check a list of scheduler types: known names, no duplicates, `_core` present.
 pub fn validate_schedulers(list: &[String]) -> Result<(), String> {

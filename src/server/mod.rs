@@ -187,6 +187,7 @@ impl Server {
             clock: clock.clone(),
             rng: rng.child(),
             hold: config.rpc_hold_timeout,
+            job_max_versions: config.job_max_versions,
         });
         handler.set_endpoints(endpoints.clone());
         // Scheduler workers on every server call the service layer in process; on the leader

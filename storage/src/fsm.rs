@@ -135,6 +135,10 @@ pub struct JobRegister {
     /// Nomad's `EnforceIndex`: register only if the current `JobModifyIndex` equals this
     /// (0: the job must not exist).
     pub enforce_index: Option<u64>,
+    /// How many versions of the job to keep (the leader's `job_max_versions`; 0: the
+    /// default, [`crate::state::JOB_TRACKED_VERSIONS`]). In the command, not a local
+    /// setting, so every server prunes alike.
+    pub tracked_versions: u32,
 }
 
 /// Payload of [`Command::JobDeregister`].
@@ -150,6 +154,8 @@ pub struct JobDeregister {
     pub eval: Option<Evaluation>,
     /// Unix nanoseconds recorded as the stopped version's `SubmitTime` (0: keep).
     pub submit_time: i64,
+    /// As [`JobRegister::tracked_versions`], for the stopped version.
+    pub tracked_versions: u32,
 }
 
 /// Payload of [`Command::NodeRegister`].

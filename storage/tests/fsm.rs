@@ -129,6 +129,7 @@ fn enforce_index_mismatch_is_rejected_and_changes_nothing() {
         job: job.clone(),
         eval: None,
         enforce_index: Some(0),
+        tracked_versions: 0,
     });
     let resp = store.apply(4, cmd);
     assert!(matches!(
@@ -151,6 +152,7 @@ fn enforce_index_mismatch_is_rejected_and_changes_nothing() {
         },
         eval: None,
         enforce_index: Some(3),
+        tracked_versions: 0,
     });
     assert!(matches!(
         store.apply(5, cmd),
@@ -181,6 +183,7 @@ fn bad_commands_are_rejected_with_typed_errors_and_change_nothing() {
                 purge: false,
                 eval: None,
                 submit_time: 0,
+                tracked_versions: 0,
             }),
             |e| matches!(e, ApplyError::JobNotFound { .. }),
         ),
@@ -247,6 +250,7 @@ fn bad_commands_are_rejected_with_typed_errors_and_change_nothing() {
                     e
                 }),
                 enforce_index: None,
+                tracked_versions: 0,
             }),
             |e| matches!(e, ApplyError::InvalidCommand { .. }),
         ),
@@ -416,6 +420,7 @@ fn allocations_of_a_stopped_job_are_skipped_not_placed() {
         purge: false,
         eval: Some(eval_for(&job, 2)),
         submit_time: 1_700_000_100_000_000_000,
+        tracked_versions: 0,
     });
     let resp = store.apply(4, stop);
     assert_eq!(
@@ -463,6 +468,7 @@ fn purge_removes_the_job_its_versions_summary_and_allocations() {
         purge: true,
         eval: None,
         submit_time: 0,
+        tracked_versions: 0,
     });
     applied(store.apply(5, purge));
     let snap = store.snapshot();
@@ -933,6 +939,7 @@ fn job_scale_registers_the_count_with_its_eval_and_records_the_event_atomically(
                 job: scaled.clone(),
                 eval: Some(eval.clone()),
                 enforce_index: Some(job.job_modify_index),
+                tracked_versions: 0,
             }),
             event: event(Some(5)),
         }),
@@ -967,6 +974,7 @@ fn job_scale_registers_the_count_with_its_eval_and_records_the_event_atomically(
                 job: scaled.clone(),
                 eval: Some(eval_for(&scaled, 3)),
                 enforce_index: Some(job.job_modify_index),
+                tracked_versions: 0,
             }),
             event: event(Some(6)),
         }),
@@ -1043,4 +1051,33 @@ fn job_scale_registers_the_count_with_its_eval_and_records_the_event_atomically(
         missing.rejection(),
         Some(ApplyError::JobVersionNotFound { version: 9, .. })
     ));
+}
+
+#[test]
+fn a_job_command_keeps_as_many_versions_as_it_says() {
+    let (store, job) = seeded();
+    for (i, count) in (4..9).enumerate() {
+        let mut next = job.clone();
+        next.task_groups[0].count = count;
+        let mut cmd = register(&next, None);
+        if let Command::JobRegister(r) = &mut cmd {
+            r.tracked_versions = 2;
+        }
+        applied(store.apply(4 + i as u64, cmd));
+    }
+    let kept: Vec<u64> = store
+        .snapshot()
+        .job_versions("default", "web")
+        .iter()
+        .map(|j| j.version)
+        .collect();
+    assert_eq!(kept.len(), 2, "{kept:?}");
+    assert!(kept.contains(&5) && kept.contains(&4), "{kept:?}");
+    // 0 is the default, six.
+    for (i, count) in (10..16).enumerate() {
+        let mut next = job.clone();
+        next.task_groups[0].count = count;
+        applied(store.apply(20 + i as u64, register(&next, None)));
+    }
+    assert_eq!(store.snapshot().job_versions("default", "web").len(), 6);
 }

@@ -177,6 +177,7 @@ fn command(op: &Op) -> Command {
                 eval: eval.map(|e| eval_for(&job, e)),
                 job,
                 enforce_index: *enforce,
+                tracked_versions: 0,
             })
         }
         Op::DeregisterJob {
@@ -191,6 +192,7 @@ fn command(op: &Op) -> Command {
                 purge: *purge,
                 eval: eval.map(|e| eval_for(&job, e)),
                 submit_time: 1_700_000_000_000_000_000,
+                tracked_versions: 0,
             })
         }
         Op::UpsertEval {

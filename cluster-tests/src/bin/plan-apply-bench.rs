@@ -90,6 +90,7 @@ async fn main() -> anyhow::Result<()> {
             job: job.clone(),
             eval: None,
             enforce_index: None,
+            tracked_versions: 0,
         }))
         .await?;
         let job = node

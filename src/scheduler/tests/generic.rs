@@ -559,6 +559,7 @@ fn stopping_a_job_stops_everything() {
         purge: false,
         eval: Some(stop_eval.clone()),
         submit_time: 0,
+        tracked_versions: 0,
     }))
     .unwrap();
     let stop_eval: Evaluation = (**h.snapshot().eval_by_id(&stop_eval.id).unwrap()).clone();

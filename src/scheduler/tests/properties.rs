@@ -202,6 +202,7 @@ fn run_case(nodes: &[(u64, u64)], jobs: &[JobSpec], seed: u64) -> Result<usize, 
             job,
             eval: Some(eval.clone()),
             enforce_index: None,
+            tracked_versions: 0,
         }))?;
         evals.push(eval);
     }

@@ -51,6 +51,7 @@ pub async fn register(
             job,
             eval: Some(eval),
             enforce_index: req.enforce_index,
+            tracked_versions: ep.job_max_versions(),
         }))
         .await?;
     let CommandResponse::JobRegistered {
@@ -234,6 +235,7 @@ pub async fn scale(ep: &Endpoints, req: JobScaleRequest) -> Result<JobScaleRespo
                 job,
                 eval: Some(eval),
                 enforce_index: Some(current.job_modify_index),
+                tracked_versions: ep.job_max_versions(),
             })
         }
     };
@@ -342,6 +344,7 @@ pub async fn deregister(
             purge: req.purge,
             eval,
             submit_time: now,
+            tracked_versions: ep.job_max_versions(),
         }))
         .await
         .map_err(super::write_error)?;
@@ -434,6 +437,7 @@ pub async fn batch_deregister(
                     purge: true,
                     eval: None,
                     submit_time: 0,
+                    tracked_versions: ep.job_max_versions(),
                 })
             })
             .collect()

@@ -95,6 +95,9 @@ pub struct EndpointParts {
     pub rng: RngSource,
     /// How long a call waits for a leader (`server.rpc_hold_timeout`).
     pub hold: Duration,
+    /// How many versions of a job the job commands tell the state store to keep
+    /// (`server.job_max_versions`).
+    pub job_max_versions: u32,
 }
 
 impl Endpoints {
@@ -132,6 +135,11 @@ impl Endpoints {
 
     pub(crate) fn heartbeats(&self) -> &Heartbeats {
         &self.inner.heartbeats
+    }
+
+    /// `server.job_max_versions`, for the job commands.
+    pub(crate) fn job_max_versions(&self) -> u32 {
+        self.inner.job_max_versions
     }
 
     pub(crate) fn now(&self) -> i64 {

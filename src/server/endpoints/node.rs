@@ -495,6 +495,7 @@ mod tests {
                 job: j,
                 eval: None,
                 enforce_index: None,
+                tracked_versions: 0,
             }));
         }
         let allocs: Vec<Allocation> = ["web", "report", "done", "agent"]

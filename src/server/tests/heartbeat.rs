@@ -47,6 +47,7 @@ async fn seed(node: &RaftNode, id: &str) {
         job,
         eval: None,
         enforce_index: None,
+        tracked_versions: 0,
     }))
     .await
     .unwrap();

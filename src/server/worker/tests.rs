@@ -723,6 +723,7 @@ mod core_gc {
             purge: false,
             eval: None,
             submit_time: h.now,
+            tracked_versions: 0,
         }))
         .unwrap();
         let plan = plan_gc(

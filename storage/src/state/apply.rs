@@ -87,6 +87,7 @@ fn register_job(txn: &mut WriteTxn, register: JobRegister) -> Result<CommandResp
         job,
         eval,
         enforce_index,
+        tracked_versions,
     } = register;
     if job.id.is_empty() || job.namespace.is_empty() {
         return Err(ApplyError::invalid("job without an ID or namespace"));
@@ -107,7 +108,7 @@ fn register_job(txn: &mut WriteTxn, register: JobRegister) -> Result<CommandResp
     if let Some(eval) = &eval {
         check_eval_for_job(eval, &namespace, &job_id)?;
     }
-    let outcome = txn.upsert_job(job);
+    let outcome = txn.upsert_job(job, tracked_versions);
     if let Some(mut eval) = eval {
         eval.job_modify_index = outcome.job_modify_index;
         txn.upsert_eval(eval)?;
@@ -181,6 +182,7 @@ fn execute(txn: &mut WriteTxn, command: Command) -> Result<CommandResponse, Appl
             purge,
             eval,
             submit_time,
+            tracked_versions,
         }) => {
             let Some(job) = txn.job(&namespace, &job_id) else {
                 return Err(ApplyError::JobNotFound {
@@ -204,7 +206,7 @@ fn execute(txn: &mut WriteTxn, command: Command) -> Result<CommandResponse, Appl
                 if submit_time != 0 {
                     stopped.submit_time = submit_time;
                 }
-                let outcome = txn.upsert_job(stopped);
+                let outcome = txn.upsert_job(stopped, tracked_versions);
                 CommandResponse::JobRegistered {
                     version: outcome.version,
                     job_modify_index: outcome.job_modify_index,

@@ -29,8 +29,8 @@ use crate::model::{
 use crate::state::events::{NodeCondition, StateChange};
 use crate::state::tables::{JobKey, Table, Tables};
 
-/// How many versions of a job are kept (Nomad's `JobTrackedVersions`). A constant, not a
-/// setting: every server must prune identically.
+/// How many versions of a job are kept by default (Nomad's `JobTrackedVersions`). The
+/// leader's `job_max_versions` travels in each job command, so every server prunes alike.
 pub const JOB_TRACKED_VERSIONS: usize = 6;
 
 /// What registering a job did.
@@ -105,7 +105,9 @@ impl WriteTxn {
 
     // ---- jobs ------------------------------------------------------------------------------
 
-    pub fn upsert_job(&mut self, mut job: Job) -> JobUpsert {
+    /// Writes a job (a new version when its spec changed), keeping `tracked_versions` of
+    /// them (0: [`JOB_TRACKED_VERSIONS`]).
+    pub fn upsert_job(&mut self, mut job: Job, tracked_versions: u32) -> JobUpsert {
         let key = (job.namespace.clone(), job.id.clone());
         let existing = self.t.jobs.get(&key).cloned();
         match &existing {
@@ -140,7 +142,7 @@ impl WriteTxn {
         let job = Arc::new(job);
         self.put_job(job.clone());
         self.ensure_summary(&job);
-        self.prune_versions(&key);
+        self.prune_versions(&key, tracked_versions);
         self.status_jobs.entry(key).or_insert(false);
         self.changes.push(StateChange::JobUpserted {
             namespace: job.namespace.clone(),
@@ -238,7 +240,11 @@ impl WriteTxn {
         }
     }
 
-    fn prune_versions(&mut self, key: &JobKey) {
+    fn prune_versions(&mut self, key: &JobKey, tracked_versions: u32) {
+        let keep_n = match tracked_versions {
+            0 => JOB_TRACKED_VERSIONS,
+            n => n as usize,
+        };
         let (ns, id) = key;
         let versions: Vec<(u64, bool)> = self
             .t
@@ -247,18 +253,14 @@ impl WriteTxn {
             .rev()
             .map(|((_, _, v), job)| (*v, job.stable))
             .collect();
-        if versions.len() <= JOB_TRACKED_VERSIONS {
+        if versions.len() <= keep_n {
             return;
         }
-        let mut keep: BTreeSet<u64> = versions
-            .iter()
-            .take(JOB_TRACKED_VERSIONS)
-            .map(|(v, _)| *v)
-            .collect();
+        let mut keep: BTreeSet<u64> = versions.iter().take(keep_n).map(|(v, _)| *v).collect();
         if let Some((stable, _)) = versions.iter().find(|(_, stable)| *stable) {
             if !keep.contains(stable) {
-                let sixth = versions[JOB_TRACKED_VERSIONS - 1].0;
-                keep.remove(&sixth);
+                let oldest_kept = versions[keep_n - 1].0;
+                keep.remove(&oldest_kept);
                 keep.insert(*stable);
             }
         }

@@ -131,6 +131,7 @@ pub fn register(job: &Job, eval: Option<Evaluation>) -> Command {
         job: job.clone(),
         eval,
         enforce_index: None,
+        tracked_versions: 0,
     })
 }
 
