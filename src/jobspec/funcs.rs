@@ -52,13 +52,19 @@ pub fn context() -> Context<'static> {
     def("concat", vec![], Some(Array(Box::new(Any))), concat);
     def("merge", vec![], Some(Object(Box::new(Any))), merge);
     def("length", vec![Any], None, length);
+    // cty's maps and objects are ordered by key: keys(), values() and jsonencode() give
+    // them in that order whatever order they were written in.
     def("keys", vec![Object(Box::new(Any))], None, |a| {
         Ok(Value::Array(
-            obj(&a[0]).keys().map(|k| Value::from(k.as_str())).collect(),
+            sorted(obj(&a[0]))
+                .map(|(k, _)| Value::from(k.as_str()))
+                .collect(),
         ))
     });
     def("values", vec![Object(Box::new(Any))], None, |a| {
-        Ok(Value::Array(obj(&a[0]).values().cloned().collect()))
+        Ok(Value::Array(
+            sorted(obj(&a[0])).map(|(_, v)| v.clone()).collect(),
+        ))
     });
     def(
         "lookup",
@@ -86,7 +92,7 @@ pub fn context() -> Context<'static> {
     def("floor", vec![Number], None, |a| num_value(n(&a[0]).floor()));
     def("parseint", vec![Str, Number], None, parseint);
     def("jsonencode", vec![Any], None, |a| {
-        serde_json::to_string(&a[0])
+        serde_json::to_string(&keys_sorted(&a[0]))
             .map(Value::from)
             .map_err(|e| e.to_string())
     });
@@ -126,6 +132,26 @@ fn obj(v: &Value) -> &Map<String, Value> {
     v.as_object().unwrap_or_else(|| EMPTY.get_or_init(Map::new))
 }
 
+/// An object's entries in key order.
+fn sorted(m: &Map<String, Value>) -> impl Iterator<Item = (&String, &Value)> {
+    let mut entries: Vec<_> = m.iter().collect();
+    entries.sort_by(|a, b| a.0.cmp(b.0));
+    entries.into_iter()
+}
+
+/// `v` with every object's keys in order, at every depth.
+fn keys_sorted(v: &Value) -> Value {
+    match v {
+        Value::Object(m) => Value::Object(
+            sorted(m)
+                .map(|(k, v)| (k.clone(), keys_sorted(v)))
+                .collect(),
+        ),
+        Value::Array(items) => Value::Array(items.iter().map(keys_sorted).collect()),
+        other => other.clone(),
+    }
+}
+
 fn num_value(f: f64) -> Out {
     if f.fract() == 0.0 && f.abs() < 9.0e15 {
         Ok(Value::from(f as i64))
@@ -143,52 +169,267 @@ fn text(v: &Value) -> String {
         Value::Null => "null".into(),
         Value::Bool(b) => b.to_string(),
         Value::Number(n) => n.to_string(),
-        other => serde_json::to_string(other).unwrap_or_default(),
+        other => serde_json::to_string(&keys_sorted(other)).unwrap_or_default(),
     }
 }
 
-/// `format(spec, args...)`: the verbs `%s`, `%d`, `%v`, `%q`, `%f` and `%%`.
+/// One `%…` directive of `format`: flags, width, precision.
+#[derive(Default)]
+struct Directive {
+    minus: bool,
+    plus: bool,
+    space: bool,
+    zero: bool,
+    sharp: bool,
+    width: Option<usize>,
+    precision: Option<usize>,
+}
+
+impl Directive {
+    /// `body` padded to the width: spaces on the left (or the right with `-`), or zeros
+    /// after the sign with `0` (numbers only).
+    fn pad(&self, body: String, numeric: bool) -> String {
+        let len = body.chars().count();
+        let Some(width) = self.width.filter(|w| *w > len) else {
+            return body;
+        };
+        let fill = width - len;
+        if self.minus {
+            body + &" ".repeat(fill)
+        } else if self.zero && numeric {
+            let sign_len = usize::from(body.starts_with(['+', '-', ' ']));
+            let (sign, digits) = body.split_at(sign_len);
+            format!("{sign}{}{digits}", "0".repeat(fill))
+        } else {
+            " ".repeat(fill) + &body
+        }
+    }
+
+    /// The sign of a non-negative number: `+`, ` ` or nothing, per the flags.
+    fn sign(&self, negative: bool) -> &'static str {
+        if negative {
+            "-"
+        } else if self.plus {
+            "+"
+        } else if self.space {
+            " "
+        } else {
+            ""
+        }
+    }
+}
+
+/// `d.ddde±XX` as Go writes it: at least two exponent digits.
+fn go_exp(f: f64, precision: usize, upper: bool) -> String {
+    let s = format!("{:.*e}", precision, f.abs());
+    let (mantissa, exp) = s.split_once('e').unwrap_or((&s, "0"));
+    let exp: i32 = exp.parse().unwrap_or(0);
+    let e = if upper { 'E' } else { 'e' };
+    let sign = if exp < 0 { '-' } else { '+' };
+    format!("{mantissa}{e}{sign}{:02}", exp.abs())
+}
+
+/// `%g`: the shorter of `%e` and `%f` as Go chooses it (shortest digits without precision).
+fn go_general(f: f64, precision: Option<usize>, upper: bool) -> String {
+    let f = f.abs();
+    if f == 0.0 {
+        return "0".into();
+    }
+    let strip = |s: String| -> String {
+        if !s.contains('.') {
+            return s;
+        }
+        let (m, rest) = match s.find(['e', 'E']) {
+            Some(i) => (s[..i].to_string(), s[i..].to_string()),
+            None => (s.clone(), String::new()),
+        };
+        let m = m.trim_end_matches('0').trim_end_matches('.');
+        format!("{m}{rest}")
+    };
+    match precision {
+        Some(p) => {
+            let p = p.max(1);
+            let exp = format!("{:.*e}", p - 1, f)
+                .split_once('e')
+                .and_then(|(_, e)| e.parse::<i32>().ok())
+                .unwrap_or(0);
+            if exp < -4 || exp >= p as i32 {
+                strip(go_exp(f, p - 1, upper))
+            } else {
+                strip(format!("{:.*}", (p as i32 - 1 - exp).max(0) as usize, f))
+            }
+        }
+        None => {
+            let shortest = format!("{f:e}");
+            let (digits, exp) = shortest.split_once('e').unwrap_or((&shortest, "0"));
+            let exp: i32 = exp.parse().unwrap_or(0);
+            let ndigits = digits.chars().filter(char::is_ascii_digit).count() as i32;
+            let mut eprec = 6;
+            if eprec > ndigits && ndigits > exp {
+                eprec = ndigits;
+            }
+            if exp < -4 || exp >= eprec {
+                go_exp(f, (ndigits - 1).max(0) as usize, upper)
+            } else {
+                format!("{f}")
+            }
+        }
+    }
+}
+
+/// `format(spec, args...)`, as cty's (Go's fmt verbs): `%v` `%#v` `%t` `%b` `%d` `%o` `%x`
+/// `%X` `%e` `%E` `%f` `%F` `%g` `%G` `%s` `%q` and `%%`, with the flags `-` `+` ` ` `0`
+/// `#`, a width, a precision and an explicit argument index (`%[2]s`).
 fn format(args: FuncArgs) -> Out {
     let spec = s(&args[0]);
-    let mut rest = args.variadic_args();
+    let rest: Vec<&Value> = args.variadic_args().collect();
+    let mut next_arg = 0;
+    let mut used = vec![false; rest.len()];
     let mut out = String::new();
-    let mut chars = spec.chars();
+    let mut chars = spec.chars().peekable();
+    let number = |c: &mut std::iter::Peekable<std::str::Chars>| -> Option<usize> {
+        let mut digits = String::new();
+        while let Some(d) = c.peek().filter(|d| d.is_ascii_digit()) {
+            digits.push(*d);
+            c.next();
+        }
+        digits.parse().ok()
+    };
     while let Some(c) = chars.next() {
         if c != '%' {
             out.push(c);
             continue;
+        }
+        let mut d = Directive::default();
+        while let Some(&f) = chars.peek() {
+            match f {
+                '-' => d.minus = true,
+                '+' => d.plus = true,
+                ' ' => d.space = true,
+                '0' => d.zero = true,
+                '#' => d.sharp = true,
+                _ => break,
+            }
+            chars.next();
+        }
+        if chars.peek() == Some(&'[') {
+            chars.next();
+            let i = number(&mut chars).filter(|i| *i >= 1);
+            if chars.next() != Some(']') || i.is_none() {
+                return Err(format!("format: invalid argument index in {spec:?}"));
+            }
+            next_arg = i.unwrap_or(1) - 1;
+        }
+        d.width = number(&mut chars);
+        if chars.peek() == Some(&'.') {
+            chars.next();
+            d.precision = Some(number(&mut chars).unwrap_or(0));
         }
         let verb = chars.next().ok_or("format: the spec ends with a lone %")?;
         if verb == '%' {
             out.push('%');
             continue;
         }
-        let arg = rest
-            .next()
+        let arg = *rest
+            .get(next_arg)
             .ok_or_else(|| format!("format: not enough arguments for {spec:?}"))?;
-        match verb {
-            's' | 'v' => out.push_str(&text(arg)),
-            'q' => out.push_str(&serde_json::to_string(&text(arg)).unwrap_or_default()),
-            'd' => match arg.as_f64() {
-                Some(f) if f.fract() == 0.0 => out.push_str(&(f as i64).to_string()),
-                _ => {
-                    return Err(format!(
-                        "format: %d needs a whole number, got {}",
-                        text(arg)
-                    ))
-                }
-            },
-            'f' => match arg.as_f64() {
-                Some(f) => out.push_str(&format!("{f:.6}")),
-                None => return Err(format!("format: %f needs a number, got {}", text(arg))),
-            },
-            other => return Err(format!("format: unsupported verb %{other}")),
-        }
+        used[next_arg] = true;
+        next_arg += 1;
+        out.push_str(&format_one(&d, verb, arg)?);
     }
-    if rest.next().is_some() {
+    if used.iter().any(|u| !u) {
         return Err(format!("format: too many arguments for {spec:?}"));
     }
     Ok(out.into())
+}
+
+/// One argument formatted by one directive.
+fn format_one(d: &Directive, verb: char, arg: &Value) -> Result<String, String> {
+    let need_number = || -> Result<f64, String> {
+        match arg {
+            Value::Number(n) => n.as_f64().ok_or_else(|| "format: bad number".to_string()),
+            Value::String(s) => s
+                .trim()
+                .parse::<f64>()
+                .map_err(|_| format!("format: %{verb} needs a number, got {s:?}")),
+            other => Err(format!(
+                "format: %{verb} needs a number, got {}",
+                text(other)
+            )),
+        }
+    };
+    let truncate = |t: String| match d.precision {
+        Some(p) => t.chars().take(p).collect(),
+        None => t,
+    };
+    Ok(match verb {
+        'v' if d.sharp => d.pad(serde_json::to_string(arg).unwrap_or_default(), false),
+        // Numbers as cty converts them to strings: decimal digits, never an exponent.
+        'v' => d.pad(text(arg), matches!(arg, Value::Number(_))),
+        's' => match arg {
+            Value::String(_) | Value::Number(_) | Value::Bool(_) => {
+                d.pad(truncate(text(arg)), false)
+            }
+            other => return Err(format!("format: %s needs a string, got {}", text(other))),
+        },
+        'q' => match arg {
+            Value::String(_) | Value::Number(_) | Value::Bool(_) => d.pad(
+                serde_json::to_string(&truncate(text(arg))).unwrap_or_default(),
+                false,
+            ),
+            other => return Err(format!("format: %q needs a string, got {}", text(other))),
+        },
+        't' => match arg {
+            Value::Bool(b) => d.pad(b.to_string(), false),
+            Value::String(s) if s == "true" || s == "false" => d.pad(s.clone(), false),
+            other => return Err(format!("format: %t needs a bool, got {}", text(other))),
+        },
+        'b' | 'd' | 'o' | 'x' | 'X' => {
+            let f = need_number()?;
+            if f.fract() != 0.0 || !f.is_finite() {
+                return Err(format!(
+                    "format: %{verb} needs a whole number, got {}",
+                    text(arg)
+                ));
+            }
+            let magnitude = f.abs() as u128;
+            let mut digits = match verb {
+                'b' => format!("{magnitude:b}"),
+                'o' => format!("{magnitude:o}"),
+                'x' => format!("{magnitude:x}"),
+                'X' => format!("{magnitude:X}"),
+                _ => magnitude.to_string(),
+            };
+            if let Some(p) = d.precision {
+                if digits.len() < p {
+                    digits = "0".repeat(p - digits.len()) + &digits;
+                }
+            }
+            let prefix = match (d.sharp, verb) {
+                (true, 'x') => "0x",
+                (true, 'X') => "0X",
+                (true, 'o') if !digits.starts_with('0') => "0",
+                _ => "",
+            };
+            let body = format!("{}{prefix}{digits}", d.sign(f < 0.0));
+            // Go ignores the 0 flag when a precision is given for integers.
+            if d.precision.is_some() {
+                Directive { zero: false, ..*d }.pad(body, true)
+            } else {
+                d.pad(body, true)
+            }
+        }
+        'e' | 'E' | 'f' | 'F' | 'g' | 'G' => {
+            let f = need_number()?;
+            let body = match verb {
+                'e' | 'E' => go_exp(f, d.precision.unwrap_or(6), verb == 'E'),
+                'f' | 'F' => format!("{:.*}", d.precision.unwrap_or(6), f.abs()),
+                _ => go_general(f, d.precision, verb == 'G'),
+            };
+            d.pad(format!("{}{body}", d.sign(f < 0.0)), true)
+        }
+        other => return Err(format!("format: unsupported verb %{other}")),
+    })
 }
 
 fn join(args: FuncArgs) -> Out {

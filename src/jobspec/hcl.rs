@@ -22,7 +22,7 @@ use hcl::eval::{Context, Evaluate};
 use serde_json::{Map, Value};
 
 use super::funcs;
-use super::schema::{Content, Nested, Place, Spec, Ty, JOB};
+use super::schema::{Content, Nested, Place, Spec, Ty, JOB, PERIODIC, SCALING};
 
 /// The largest job file read (Nomad's `job_max_source_size` is 1 MB).
 pub const MAX_SOURCE_BYTES: usize = 1 << 20;
@@ -93,9 +93,8 @@ pub fn parse_job(file: &str, text: &str, inputs: &VarInputs) -> Result<Value, Jo
             ),
         });
     }
-    let (escaped, inserted) = escape_runtime_interpolations(text);
-    let body: Body = escaped.parse().map_err(|e: hcl::edit::parser::Error| {
-        let (line, col) = line_col(text, &inserted, e.location().offset());
+    let body: Body = text.parse().map_err(|e: hcl::edit::parser::Error| {
+        let (line, col) = line_col(text, e.location().offset());
         JobspecError::Syntax {
             file: file.to_string(),
             line,
@@ -106,63 +105,208 @@ pub fn parse_job(file: &str, text: &str, inputs: &VarInputs) -> Result<Value, Jo
     let mut p = Parser {
         file,
         source: text,
-        inserted,
         ctx: funcs::context(),
     };
     p.run(&body, inputs)
 }
 
-/// `${` sequences whose expression does not start with `var.`, `local.` or a function call
-/// are runtime interpolations: escape them as `$${` so that HCL keeps them literally. Returns
-/// the text and the offsets (in the new text) of the inserted `$`s.
-fn escape_runtime_interpolations(text: &str) -> (String, Vec<usize>) {
-    let bytes = text.as_bytes();
-    let mut out = String::with_capacity(text.len() + 16);
-    let mut inserted = Vec::new();
-    let mut last = 0;
-    let mut i = 0;
-    while i + 1 < bytes.len() {
-        if bytes[i] == b'$' && bytes[i + 1] == b'{' {
-            if i > 0 && bytes[i - 1] == b'$' {
-                i += 2;
-                continue;
+/// The names an expression may refer to at parse time: `var`, `local` and the variables of
+/// the for-expressions and `%{for}` directives around it.
+type Scope = Vec<String>;
+
+/// `expr` with every reference to a name not in `scope` (`${node.unique.name}`,
+/// `${attr.kernel.name}`, `${NOMAD_PORT_http}`, `${meta.rack}`, or a bare `node.class`)
+/// replaced by the string `"${<its text>}"`, so that it stays in the value for the client to
+/// fill in at run time, as Nomad's parser does with undefined variables. References to names
+/// in scope are evaluated.
+fn keep_runtime_interpolations(expr: &hcl::Expression, scope: &mut Scope) -> hcl::Expression {
+    use hcl::expr::{Operation, TemplateExpr, TraversalOperator};
+    use hcl::Expression as E;
+    if let Some(kept) = runtime_reference(expr, scope) {
+        // A computed index after the reference may still name things in scope.
+        return match kept {
+            E::Traversal(mut t) => {
+                for op in &mut t.operators {
+                    if let TraversalOperator::Index(i) = op {
+                        *i = keep_runtime_interpolations(i, scope);
+                    }
+                }
+                E::Traversal(t)
             }
-            if is_runtime(&text[i + 2..]) {
-                out.push_str(&text[last..i]);
-                inserted.push(out.len());
-                out.push('$');
-                last = i;
-            }
-            i += 2;
-            continue;
-        }
-        i += 1;
+            other => other,
+        };
     }
-    out.push_str(&text[last..]);
-    (out, inserted)
+    let mut e = expr.clone();
+    match &mut e {
+        E::Array(items) => {
+            for i in items {
+                *i = keep_runtime_interpolations(i, scope);
+            }
+        }
+        E::Object(map) => {
+            *map = std::mem::take(map)
+                .into_iter()
+                .map(|(k, v)| {
+                    let k = match k {
+                        hcl::ObjectKey::Expression(k) => {
+                            hcl::ObjectKey::Expression(keep_runtime_interpolations(&k, scope))
+                        }
+                        other => other,
+                    };
+                    (k, keep_runtime_interpolations(&v, scope))
+                })
+                .collect();
+        }
+        E::TemplateExpr(t) => {
+            let Ok(mut template) = hcl::Template::from_expr(t) else {
+                // Left for the evaluation to report.
+                return e;
+            };
+            if !keep_in_template(&mut template, scope) {
+                return e;
+            }
+            let text = template.to_string();
+            **t = match &**t {
+                TemplateExpr::QuotedString(_) => TemplateExpr::QuotedString(text),
+                TemplateExpr::Heredoc(h) => {
+                    let mut h = h.clone();
+                    h.template = text;
+                    TemplateExpr::Heredoc(h)
+                }
+            };
+        }
+        E::Traversal(t) => {
+            t.expr = keep_runtime_interpolations(&t.expr, scope);
+            for op in &mut t.operators {
+                if let TraversalOperator::Index(i) = op {
+                    *i = keep_runtime_interpolations(i, scope);
+                }
+            }
+        }
+        E::FuncCall(f) => {
+            for a in &mut f.args {
+                *a = keep_runtime_interpolations(a, scope);
+            }
+        }
+        E::Parenthesis(inner) => **inner = keep_runtime_interpolations(inner, scope),
+        E::Conditional(c) => {
+            c.cond_expr = keep_runtime_interpolations(&c.cond_expr, scope);
+            c.true_expr = keep_runtime_interpolations(&c.true_expr, scope);
+            c.false_expr = keep_runtime_interpolations(&c.false_expr, scope);
+        }
+        E::Operation(op) => match &mut **op {
+            Operation::Unary(u) => u.expr = keep_runtime_interpolations(&u.expr, scope),
+            Operation::Binary(b) => {
+                b.lhs_expr = keep_runtime_interpolations(&b.lhs_expr, scope);
+                b.rhs_expr = keep_runtime_interpolations(&b.rhs_expr, scope);
+            }
+        },
+        E::ForExpr(f) => {
+            f.collection_expr = keep_runtime_interpolations(&f.collection_expr, scope);
+            let before = scope.len();
+            scope.extend(f.key_var.iter().map(|k| k.to_string()));
+            scope.push(f.value_var.to_string());
+            if let Some(k) = &mut f.key_expr {
+                *k = keep_runtime_interpolations(k, scope);
+            }
+            f.value_expr = keep_runtime_interpolations(&f.value_expr, scope);
+            if let Some(c) = &mut f.cond_expr {
+                *c = keep_runtime_interpolations(c, scope);
+            }
+            scope.truncate(before);
+        }
+        _ => {}
+    }
+    e
 }
 
-/// Whether the expression text after `${` refers to something only a client knows.
-fn is_runtime(after: &str) -> bool {
-    let rest = after.trim_start_matches(['~', ' ', '\t']);
-    let ident: String = rest
-        .chars()
-        .take_while(|c| c.is_ascii_alphanumeric() || *c == '_' || *c == '-')
-        .collect();
-    if ident.is_empty() {
-        return false;
+/// A job file expression as it is evaluated: runtime interpolations kept as text.
+fn parse_time(expr: &EditExpr) -> hcl::Expression {
+    let e: hcl::Expression = expr.clone().into();
+    keep_runtime_interpolations(&e, &mut vec!["var".into(), "local".into()])
+}
+
+/// [`keep_runtime_interpolations`] in a template; whether anything changed.
+fn keep_in_template(template: &mut hcl::Template, scope: &mut Scope) -> bool {
+    use hcl::template::{Directive, Element};
+    let mut changed = false;
+    for element in template.elements_mut() {
+        match element {
+            Element::Literal(_) => {}
+            Element::Interpolation(i) => {
+                let new = keep_runtime_interpolations(&i.expr, scope);
+                changed |= new != i.expr;
+                i.expr = new;
+            }
+            Element::Directive(Directive::If(d)) => {
+                let new = keep_runtime_interpolations(&d.cond_expr, scope);
+                changed |= new != d.cond_expr;
+                d.cond_expr = new;
+                changed |= keep_in_template(&mut d.true_template, scope);
+                if let Some(f) = &mut d.false_template {
+                    changed |= keep_in_template(f, scope);
+                }
+            }
+            Element::Directive(Directive::For(d)) => {
+                let new = keep_runtime_interpolations(&d.collection_expr, scope);
+                changed |= new != d.collection_expr;
+                d.collection_expr = new;
+                let before = scope.len();
+                scope.extend(d.key_var.iter().map(|k| k.to_string()));
+                scope.push(d.value_var.to_string());
+                changed |= keep_in_template(&mut d.template, scope);
+                scope.truncate(before);
+            }
+        }
     }
-    let next = rest[ident.len()..].trim_start().chars().next();
-    match ident.as_str() {
-        "var" | "local" => !matches!(next, Some('.' | '[')),
-        _ => next != Some('('),
+    changed
+}
+
+/// If `expr` is a reference (`a`, `a.b.c`, `a["b"]`, `a.0`) to a name not in scope: the
+/// expression to evaluate instead, the string `"${<its text>}"`. Like HCL, a reference ends
+/// at the first splat or computed index (`a.b[local.i]`), which then applies to that string.
+fn runtime_reference(expr: &hcl::Expression, scope: &Scope) -> Option<hcl::Expression> {
+    use hcl::expr::{Traversal, TraversalOperator as Op};
+    use hcl::Expression as E;
+    let (root, operators) = match expr {
+        E::Variable(v) => (v, &[][..]),
+        E::Traversal(t) => match &t.expr {
+            E::Variable(v) => (v, t.operators.as_slice()),
+            _ => return None,
+        },
+        _ => return None,
+    };
+    if scope.iter().any(|s| s == root.as_str()) {
+        return None;
     }
+    let static_len = operators
+        .iter()
+        .take_while(|op| match op {
+            Op::GetAttr(_) | Op::LegacyIndex(_) => true,
+            Op::Index(i) => matches!(i, E::Number(_) | E::String(_)),
+            Op::AttrSplat | Op::FullSplat => false,
+        })
+        .count();
+    let (reference, rest) = operators.split_at(static_len);
+    let reference = if reference.is_empty() {
+        E::Variable(root.clone())
+    } else {
+        E::Traversal(Box::new(Traversal::new(
+            E::Variable(root.clone()),
+            reference.to_vec(),
+        )))
+    };
+    let text = E::String(format!("${{{}}}", hcl::format::to_string(&reference).ok()?));
+    Some(if rest.is_empty() {
+        text
+    } else {
+        E::Traversal(Box::new(Traversal::new(text, rest.to_vec())))
+    })
 }
 
 struct Parser<'a> {
     file: &'a str,
     source: &'a str,
-    inserted: Vec<usize>,
     ctx: Context<'static>,
 }
 
@@ -474,7 +618,7 @@ impl Parser<'_> {
             let mut last_error = None;
             let mut still = Vec::new();
             for (name, expr, span) in pending {
-                let e: hcl::Expression = expr.clone().into();
+                let e = parse_time(&expr);
                 match e.evaluate(&self.ctx) {
                     Ok(v) => {
                         done.insert(name, v);
@@ -524,7 +668,42 @@ impl Parser<'_> {
                 Structure::Attribute(a) => {
                     let key = a.key.as_str();
                     let Some((_, json, ty)) = spec.args.iter().find(|(h, _, _)| *h == key) else {
-                        return Err(self.at(a.span(), path, format!("unknown argument {key:?}")));
+                        // `env = { … }` / `meta = { … }`: a map of strings may be written as
+                        // an argument too (for keys a block cannot spell, `"log.level"`).
+                        let map_block = spec
+                            .blocks
+                            .iter()
+                            .find(|n| n.hcl == key && matches!(n.content, Content::StrMap));
+                        let Some(nested) = map_block else {
+                            return Err(self.at(
+                                a.span(),
+                                path,
+                                format!("unknown argument {key:?}"),
+                            ));
+                        };
+                        if out.contains_key(nested.json) {
+                            return Err(self.at(
+                                a.span(),
+                                path,
+                                format!("{key:?} may not be defined more than once"),
+                            ));
+                        }
+                        let v = self.eval(&a.value, a.span(), path)?;
+                        let Value::Object(map) = v else {
+                            return Err(self.at(
+                                a.span(),
+                                path,
+                                format!("{key}: expected a map of strings, got {v}"),
+                            ));
+                        };
+                        let mut strings = Map::new();
+                        for (k, v) in map {
+                            let v =
+                                self.typed(v, Ty::Str, a.span(), path, &format!("{key}.{k}"))?;
+                            strings.insert(k, v);
+                        }
+                        out.insert(nested.json.to_string(), Value::Object(strings));
+                        continue;
                     };
                     if out.contains_key(*json) {
                         return Err(self.at(
@@ -567,6 +746,9 @@ impl Parser<'_> {
         let label = match nested.label {
             Some(_) => Some(self.one_label(b, path)?),
             None if nested.place == Place::ByLabel => Some(self.one_label(b, path)?),
+            None if matches!(nested.content, Content::VerticalScaling) => {
+                Some(self.one_label(b, path)?)
+            }
             None if !b.labels.is_empty() && !matches!(nested.content, Content::Generic) => {
                 return Err(self.at(b.span(), path, format!("block {ident:?} takes no label")))
             }
@@ -584,9 +766,24 @@ impl Parser<'_> {
             Content::Constraint { weight } => {
                 Value::Object(self.constraint(&b.body, &here, weight)?)
             }
+            Content::VerticalScaling => {
+                Value::Object(self.vertical_scaling(b, label.as_deref(), &here, path, out)?)
+            }
         };
         if let (Some(field), Some(l), Value::Object(map)) = (nested.label, &label, &mut value) {
             map.insert(field.to_string(), Value::String(l.clone()));
+        }
+        // The defaults Nomad's parser fills in (constraints and affinities get theirs in
+        // `constraint`).
+        if let (Content::Spec(spec), Value::Object(map)) = (nested.content, &mut value) {
+            if std::ptr::eq(spec, &SCALING) {
+                map.entry("Type")
+                    .or_insert_with(|| Value::String("horizontal".into()));
+            } else if std::ptr::eq(spec, &PERIODIC)
+                && (map.contains_key("Spec") || map.contains_key("Specs"))
+            {
+                map.insert("SpecType".into(), Value::String("cron".into()));
+            }
         }
         match nested.place {
             Place::One => {
@@ -626,6 +823,51 @@ impl Parser<'_> {
             }
         }
         Ok(())
+    }
+
+    /// A task's `scaling "cpu"` or `scaling "mem"` block (the label, in any case, gives the
+    /// Type `vertical_cpu` or `vertical_mem`; a `type` that says otherwise is an error, and so
+    /// is a second block of a label). `out` is the task so far.
+    fn vertical_scaling(
+        &self,
+        b: &Block,
+        label: Option<&str>,
+        here: &str,
+        path: &str,
+        out: &Map<String, Value>,
+    ) -> Result<Map<String, Value>, JobspecError> {
+        let label = label.unwrap_or_default().to_ascii_lowercase();
+        let ty = match label.as_str() {
+            "cpu" => "vertical_cpu",
+            "mem" => "vertical_mem",
+            _ => {
+                return Err(self.at(
+                    b.span(),
+                    path,
+                    "scaling policy name must be \"cpu\" or \"mem\"".into(),
+                ))
+            }
+        };
+        if let Some(Value::Array(items)) = out.get("ScalingPolicies") {
+            if items.iter().any(|i| i["Type"] == ty) {
+                return Err(self.at(b.span(), path, format!("Duplicate scaling {label:?} block")));
+            }
+        }
+        let mut map = self.spec_body(&b.body, &SCALING, here)?;
+        match map.get("Type").and_then(Value::as_str) {
+            None => {
+                map.insert("Type".into(), Value::String(ty.into()));
+            }
+            Some(given) if given == ty => {}
+            Some(given) => {
+                return Err(self.at(
+                    b.span(),
+                    here,
+                    format!("Invalid policy type, expected {ty:?} but found {given:?}"),
+                ))
+            }
+        }
+        Ok(map)
     }
 
     /// `meta`, `env` (strings) and `config` (any value; nested blocks as lists of objects).
@@ -705,15 +947,27 @@ impl Parser<'_> {
     }
 
     /// `constraint` / `affinity`: `attribute`, `operator`, `value` (and `weight`), or one of
-    /// the shortcuts `distinct_hosts = true`, `distinct_property = "<attr>"`, `regexp`,
-    /// `version`, `semver`, `set_contains`, `set_contains_any`, `set_contains_all`.
+    /// the shortcuts `distinct_hosts = <bool>`, `distinct_property = "<attr>"`, `regexp`,
+    /// `version`, `semver`, `set_contains`, `set_contains_any`, `set_contains_all`. As in
+    /// Nomad's parser, a shortcut overrides `operator`/`value` whatever the order they are
+    /// written in (`distinct_hosts` after the others, `distinct_property` last), an empty
+    /// shortcut string is ignored, `distinct_hosts` sets RTarget to "true" or "false", and
+    /// a block that ends without an operator gets Operand "=".
     fn constraint(
         &self,
         body: &Body,
         path: &str,
         weight: bool,
     ) -> Result<Map<String, Value>, JobspecError> {
-        let mut out = Map::new();
+        const SHORTCUTS: &[&str] = &[
+            "version",
+            "semver",
+            "regexp",
+            "set_contains_any",
+            "set_contains_all",
+            "set_contains",
+        ];
+        let mut given: BTreeMap<&str, Value> = BTreeMap::new();
         for s in body.iter() {
             let Structure::Attribute(a) = s else {
                 let Structure::Block(b) = s else {
@@ -726,42 +980,60 @@ impl Parser<'_> {
                 ));
             };
             let key = a.key.as_str();
-            let v = self.eval(&a.value, a.span(), path)?;
-            let string = |v: Value| self.typed(v, Ty::Str, a.span(), path, key);
-            match key {
-                "attribute" => {
-                    out.insert("LTarget".into(), string(v)?);
-                }
-                "value" => {
-                    out.insert("RTarget".into(), string(v)?);
-                }
-                "operator" => {
-                    out.insert("Operand".into(), string(v)?);
-                }
-                "weight" if weight => {
-                    out.insert(
-                        "Weight".into(),
-                        self.typed(v, Ty::Int, a.span(), path, key)?,
-                    );
-                }
-                "distinct_hosts" if !weight => {
-                    if self.typed(v, Ty::Bool, a.span(), path, key)? == Value::Bool(true) {
-                        out.insert("Operand".into(), Value::String("distinct_hosts".into()));
-                    }
-                }
-                "distinct_property" if !weight => {
-                    out.insert("Operand".into(), Value::String("distinct_property".into()));
-                    out.insert("LTarget".into(), string(v)?);
-                }
-                "regexp" | "version" | "semver" | "set_contains" | "set_contains_any"
-                | "set_contains_all" => {
-                    out.insert("Operand".into(), Value::String(key.into()));
-                    out.insert("RTarget".into(), string(v)?);
-                }
+            let ty = match key {
+                "attribute" | "value" | "operator" => Ty::Str,
+                "weight" if weight => Ty::Int,
+                "distinct_hosts" if !weight => Ty::Bool,
+                "distinct_property" if !weight => Ty::Str,
+                k if SHORTCUTS.contains(&k) => Ty::Str,
                 other => {
                     return Err(self.at(a.span(), path, format!("unknown argument {other:?}")));
                 }
+            };
+            if given.contains_key(key) {
+                return Err(self.at(a.span(), path, format!("argument {key:?} given twice")));
             }
+            let v = self.eval(&a.value, a.span(), path)?;
+            given.insert(key, self.typed(v, ty, a.span(), path, key)?);
+        }
+        let mut out = Map::new();
+        for (key, json) in [
+            ("attribute", "LTarget"),
+            ("value", "RTarget"),
+            ("operator", "Operand"),
+            ("weight", "Weight"),
+        ] {
+            if let Some(v) = given.get(key) {
+                out.insert(json.into(), v.clone());
+            }
+        }
+        let nonempty = |k: &str| {
+            given
+                .get(k)
+                .and_then(Value::as_str)
+                .filter(|s| !s.is_empty())
+                .map(|s| Value::String(s.to_string()))
+        };
+        for key in SHORTCUTS {
+            if let Some(v) = nonempty(key) {
+                out.insert("Operand".into(), Value::String((*key).into()));
+                out.insert("RTarget".into(), v);
+            }
+        }
+        if let Some(Value::Bool(b)) = given.get("distinct_hosts") {
+            out.insert("Operand".into(), Value::String("distinct_hosts".into()));
+            out.insert("RTarget".into(), Value::String(b.to_string()));
+        }
+        if let Some(v) = nonempty("distinct_property") {
+            out.insert("Operand".into(), Value::String("distinct_property".into()));
+            out.insert("LTarget".into(), v);
+        }
+        if out
+            .get("Operand")
+            .and_then(Value::as_str)
+            .is_none_or(str::is_empty)
+        {
+            out.insert("Operand".into(), Value::String("=".into()));
         }
         Ok(out)
     }
@@ -772,8 +1044,8 @@ impl Parser<'_> {
         span: Option<std::ops::Range<usize>>,
         path: &str,
     ) -> Result<Value, JobspecError> {
-        let e: hcl::Expression = expr.clone().into();
-        e.evaluate(&self.ctx)
+        parse_time(expr)
+            .evaluate(&self.ctx)
             .map(to_json)
             .map_err(|err| self.at(span, path, err.to_string()))
     }
@@ -840,7 +1112,7 @@ impl Parser<'_> {
         message: String,
     ) -> JobspecError {
         let (line, col) = span
-            .map(|s| line_col(self.source, &self.inserted, s.start))
+            .map(|s| line_col(self.source, s.start))
             .unwrap_or((0, 0));
         JobspecError::At {
             file: self.file.to_string(),
@@ -856,11 +1128,9 @@ impl Parser<'_> {
     }
 }
 
-/// 1-based line and column, in the original `source`, of an offset of the escaped text
-/// (`inserted`: where escaping added a `$`).
-fn line_col(source: &str, inserted: &[usize], escaped_offset: usize) -> (usize, usize) {
-    let shift = inserted.iter().filter(|&&i| i < escaped_offset).count();
-    let offset = escaped_offset.saturating_sub(shift).min(source.len());
+/// 1-based line and column of an offset of `source`.
+fn line_col(source: &str, offset: usize) -> (usize, usize) {
+    let offset = offset.min(source.len());
     let before = &source[..floor_char_boundary(source, offset)];
     let line = before.matches('\n').count() + 1;
     let col = before.rsplit('\n').next().map_or(0, |l| l.chars().count()) + 1;

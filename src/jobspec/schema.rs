@@ -30,6 +30,9 @@ pub(super) enum Content {
     Generic,
     /// `constraint` and `affinity`, with their shortcut arguments.
     Constraint { weight: bool },
+    /// A task's `scaling "cpu"` / `scaling "mem"`: [`SCALING`], typed by its label
+    /// (`vertical_cpu`, `vertical_mem`).
+    VerticalScaling,
 }
 
 /// Where a nested block goes in its parent's JSON.
@@ -115,6 +118,18 @@ pub(super) static SCALING: Spec = Spec {
         ("type", "Type", Ty::Str),
     ],
     blocks: &[one("policy", "Policy", Content::AnyMap)],
+};
+
+/// A job's `periodic` block (the parser sets SpecType "cron" when `cron` or `crons` is given).
+pub(super) static PERIODIC: Spec = Spec {
+    args: &[
+        ("cron", "Spec", Ty::Str),
+        ("crons", "Specs", Ty::StrList),
+        ("prohibit_overlap", "ProhibitOverlap", Ty::Bool),
+        ("time_zone", "TimeZone", Ty::Str),
+        ("enabled", "Enabled", Ty::Bool),
+    ],
+    blocks: &[],
 };
 
 pub(super) static SPREAD_TARGET: Spec = Spec {
@@ -211,7 +226,7 @@ pub(super) static TASK: Spec = Spec {
         generic("csi_plugin", "CSIPluginConfig"),
         generic_list("action", "Actions"),
         generic_list("secret", "Secrets"),
-        generic_list("scaling", "ScalingPolicies"),
+        list("scaling", "ScalingPolicies", Content::VerticalScaling),
         generic("schedule", "Schedule"),
     ],
 };
@@ -284,7 +299,7 @@ pub(super) static JOB: Spec = Spec {
         generic("update", "Update"),
         generic("migrate", "Migrate"),
         generic("reschedule", "Reschedule"),
-        generic("periodic", "Periodic"),
+        one("periodic", "Periodic", Content::Spec(&PERIODIC)),
         generic("parameterized", "ParameterizedJob"),
         generic("multiregion", "Multiregion"),
         generic("ui", "UI"),

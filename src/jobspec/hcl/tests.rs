@@ -74,8 +74,8 @@ fn a_job_becomes_nomads_json_with_labels_as_names_and_durations_in_nanoseconds()
             "Priority": 70,
             "Meta": { "team": "a", "build": "7" },
             "Constraints": [
-                { "LTarget": "${attr.kernel.name}", "RTarget": "linux" },
-                { "Operand": "distinct_hosts" }
+                { "LTarget": "${attr.kernel.name}", "Operand": "=", "RTarget": "linux" },
+                { "Operand": "distinct_hosts", "RTarget": "true" }
             ],
             "TaskGroups": [{
                 "Name": "api",
@@ -402,10 +402,10 @@ fn a_job_level_task_becomes_a_group_of_one() {
 
 #[test]
 fn functions_cover_strings_collections_numbers_and_encodings() {
-    let job = parse("job \"f\" {\n  meta {\n    a = format(\"%s-%03d\", \"x\", 7)\n  }\n}\n");
-    // `%03d` is not a verb this format knows: refused with a message, not guessed.
+    let job = parse("job \"f\" {\n  meta {\n    a = format(\"%s-%y\", \"x\", 7)\n  }\n}\n");
+    // `%y` is not a verb format knows: refused with a message, not guessed.
     let e = job.unwrap_err().to_string();
-    assert!(e.contains("unsupported verb %0"), "{e}");
+    assert!(e.contains("unsupported verb %y"), "{e}");
     let job = parse(
         r#"
         locals {
@@ -457,4 +457,364 @@ fn a_file_over_the_limit_is_refused_before_parsing() {
     );
     let e = err(&big);
     assert!(e.contains("the limit is 1048576"), "{e}");
+}
+
+#[test]
+fn env_and_meta_may_be_written_as_arguments_for_keys_a_block_cannot_spell() {
+    let job = parse(
+        r#"
+        job "j" {
+          meta = { "owner.team" = "web", build = 7, on = true }
+          group "g" {
+            meta = { "team.name" = "web" }
+            task "t" {
+              driver = "raw_exec"
+              env    = merge({ APP_ENV = "prod" }, { "log.level" = "info" })
+              meta   = { "build.id" = "42" }
+            }
+          }
+        }
+        "#,
+    )
+    .unwrap();
+    assert_eq!(
+        job["Meta"],
+        json!({ "owner.team": "web", "build": "7", "on": "true" })
+    );
+    let group = &job["TaskGroups"][0];
+    assert_eq!(group["Meta"], json!({ "team.name": "web" }));
+    assert_eq!(
+        group["Tasks"][0]["Env"],
+        json!({ "APP_ENV": "prod", "log.level": "info" })
+    );
+    assert_eq!(group["Tasks"][0]["Meta"], json!({ "build.id": "42" }));
+    // One form or the other, not both; and a map of strings, not a list.
+    let e = err("job \"j\" {\n  meta = { a = \"1\" }\n  meta {\n    b = \"2\"\n  }\n}\n");
+    assert!(e.contains("only one \"meta\" block"), "{e}");
+    let e = err("job \"j\" {\n  meta {\n    b = \"2\"\n  }\n  meta = { a = \"1\" }\n}\n");
+    assert!(e.contains("5:3") && e.contains("more than once"), "{e}");
+    let e = err("job \"j\" {\n  meta = [\"a\"]\n}\n");
+    assert!(e.contains("expected a map of strings"), "{e}");
+    // Other blocks still take no argument form.
+    let e = err("job \"j\" {\n  update = { canary = 1 }\n}\n");
+    assert!(e.contains("unknown argument \"update\""), "{e}");
+}
+
+#[test]
+fn constraints_and_affinities_get_nomads_operand_and_rtarget() {
+    let job = parse(
+        r#"
+        job "j" {
+          constraint { distinct_hosts = true }
+          constraint { distinct_hosts = false }
+          constraint {
+            attribute = "${attr.os.name}"
+            value     = "linux"
+          }
+          constraint {
+            regexp    = "^ubuntu"
+            attribute = "${attr.os.name}"
+            operator  = "!="
+          }
+          constraint {
+            operator          = "="
+            distinct_property = "${meta.rack}"
+            value             = "2"
+          }
+          constraint {
+            attribute = "${attr.os.version}"
+            version   = ">= 20"
+          }
+          affinity {
+            attribute = "${node.class}"
+            value     = "big"
+            weight    = 50
+          }
+          affinity {
+            attribute        = "${meta.tags}"
+            set_contains_any = "a,b"
+          }
+        }
+        "#,
+    )
+    .unwrap();
+    assert_eq!(
+        job["Constraints"],
+        json!([
+            { "Operand": "distinct_hosts", "RTarget": "true" },
+            { "Operand": "distinct_hosts", "RTarget": "false" },
+            { "LTarget": "${attr.os.name}", "Operand": "=", "RTarget": "linux" },
+            { "LTarget": "${attr.os.name}", "Operand": "regexp", "RTarget": "^ubuntu" },
+            { "LTarget": "${meta.rack}", "Operand": "distinct_property", "RTarget": "2" },
+            { "LTarget": "${attr.os.version}", "Operand": "version", "RTarget": ">= 20" }
+        ])
+    );
+    assert_eq!(
+        job["Affinities"],
+        json!([
+            { "LTarget": "${node.class}", "Operand": "=", "RTarget": "big", "Weight": 50 },
+            { "LTarget": "${meta.tags}", "Operand": "set_contains_any", "RTarget": "a,b" }
+        ])
+    );
+    let e = err("job \"j\" {\n  affinity {\n    distinct_hosts = true\n  }\n}\n");
+    assert!(e.contains("unknown argument \"distinct_hosts\""), "{e}");
+}
+
+#[test]
+fn scaling_and_periodic_get_nomads_parse_time_defaults() {
+    let job = parse(
+        r#"
+        job "j" {
+          type = "batch"
+          periodic {
+            cron             = "*/5 * * * *"
+            prohibit_overlap = true
+          }
+          group "g" {
+            scaling {
+              min = 1
+              max = 5
+            }
+          }
+          group "h" {
+            scaling {
+              type = "horizontal"
+              max  = 2
+            }
+          }
+        }
+        "#,
+    )
+    .unwrap();
+    assert_eq!(
+        job["Periodic"],
+        json!({ "Spec": "*/5 * * * *", "SpecType": "cron", "ProhibitOverlap": true })
+    );
+    assert_eq!(
+        job["TaskGroups"][0]["Scaling"],
+        json!({ "Min": 1, "Max": 5, "Type": "horizontal" })
+    );
+    assert_eq!(
+        job["TaskGroups"][1]["Scaling"],
+        json!({ "Max": 2, "Type": "horizontal" })
+    );
+    let job = parse(
+        "job \"j\" {\n  periodic {\n    crons     = [\"0 1 * * *\", \"0 2 * * *\"]\n    time_zone = \"UTC\"\n  }\n}\n",
+    )
+    .unwrap();
+    assert_eq!(
+        job["Periodic"],
+        json!({ "Specs": ["0 1 * * *", "0 2 * * *"], "SpecType": "cron", "TimeZone": "UTC" })
+    );
+    // Without a spec there is no SpecType to set.
+    let job = parse("job \"j\" {\n  periodic {\n    enabled = false\n  }\n}\n").unwrap();
+    assert_eq!(job["Periodic"], json!({ "Enabled": false }));
+}
+
+#[test]
+fn jsonencode_keys_and_values_order_object_keys_as_cty_does() {
+    let job = parse(
+        r#"
+        locals {
+          labels = merge({ team = "web" }, { app = "shop", nested = { z = 1, a = [{ y = 1, b = 2 }] } })
+        }
+        job "j" {
+          meta {
+            labels = jsonencode(local.labels)
+            keys   = join(",", keys({ b = 1, a = 2, c = 3 }))
+            values = join(",", values({ b = 1, a = 2, c = 3 }))
+          }
+        }
+        "#,
+    )
+    .unwrap();
+    assert_eq!(
+        job["Meta"],
+        json!({
+            "labels": r#"{"app":"shop","nested":{"a":[{"b":2,"y":1}],"z":1},"team":"web"}"#,
+            "keys": "a,b,c",
+            "values": "2,1,3"
+        })
+    );
+}
+
+#[test]
+fn format_takes_go_flags_width_precision_and_argument_indexes() {
+    let job = parse(
+        r#"
+        job "j" {
+          meta {
+            padded   = format("%03d", 7)
+            negative = format("%05d|%+d|% d", -42, 5, 5)
+            fixed    = format("%.2f", 3.14159)
+            wide     = format("%5.1f|%-6.2f|%08.3f", 3.14159, 2.5, -1.5)
+            left     = format("%-4s|%4s|%.2s", "ab", "cd", "xyz")
+            percent  = format("100%% %s", "done")
+            bool     = format("%t/%v", true, false)
+            hex      = format("%x %X %#x %o %b", 255, 255, 255, 8, 5)
+            exp      = format("%e|%.2E", 1234.5678, 0.000123)
+            general  = format("%g|%g|%g|%.3g", 1234.5678, 0.00001, 100000000, 3.14159)
+            verb_v   = format("%v|%v|%#v", "s", 1.5, "q")
+            quoted   = format("%q", "a\"b")
+            indexed  = format("%[2]s-%[1]s-%s", "a", "b")
+          }
+        }
+        "#,
+    )
+    .unwrap();
+    assert_eq!(
+        job["Meta"],
+        json!({
+            "padded": "007",
+            "negative": "-0042|+5| 5",
+            "fixed": "3.14",
+            "wide": "  3.1|2.50  |-001.500",
+            "left": "ab  |  cd|xy",
+            "percent": "100% done",
+            "bool": "true/false",
+            "hex": "ff FF 0xff 10 101",
+            "exp": "1.234568e+03|1.23E-04",
+            "general": "1234.5678|1e-05|1e+08|3.14",
+            "verb_v": "s|1.5|\"q\"",
+            "quoted": "\"a\\\"b\"",
+            "indexed": "b-a-b"
+        })
+    );
+    for (call, want) in [
+        ("format(\"%d\", 1.5)", "whole number"),
+        ("format(\"%d\", \"x\")", "needs a number"),
+        ("format(\"%s %s\", \"x\")", "not enough arguments"),
+        ("format(\"%s\", \"x\", \"y\")", "too many arguments"),
+        ("format(\"%t\", 1)", "needs a bool"),
+    ] {
+        let e = err(&format!(
+            "job \"j\" {{\n  meta {{\n    a = {call}\n  }}\n}}\n"
+        ));
+        assert!(e.contains(want), "{call}: {e}");
+    }
+}
+
+#[test]
+fn for_variables_are_evaluated_inside_strings_and_unknown_roots_stay_for_the_client() {
+    let job = parse(
+        r#"
+        variable "paths" {
+          default = ["/a", "/b"]
+        }
+        locals {
+          node = "not the client's"
+        }
+        job "j" {
+          meta {
+            flags   = join(" ", [for p in var.paths : "--path=${p}"])
+            keyed   = join(",", [for i, p in var.paths : "${i}=${p}" if p != "/b"])
+            mapped  = jsonencode({ for p in var.paths : p => "${p}@${node.unique.name}" })
+            list    = "%{for p in var.paths}${p};%{endfor}"
+            nested  = "%{for p in var.paths}%{if p == "/a"}${upper(p)}%{else}${p}-${NOMAD_ALLOC_ID}%{endif} %{endfor}"
+            runtime = "${attr.kernel.name}/${meta.rack}/${env["HOME"]}/${NOMAD_PORT_http}"
+            local   = "${local.node}"
+            escaped = "$${p} and %%{x}"
+          }
+          group "g" {
+            task "t" {
+              driver = "raw_exec"
+              template {
+                data = <<EOF
+%{for p in var.paths}path ${p} on ${node.unique.name}
+%{endfor~}
+EOF
+                destination = "local/x"
+              }
+            }
+          }
+        }
+        "#,
+    )
+    .unwrap();
+    assert_eq!(
+        job["Meta"],
+        json!({
+            "flags": "--path=/a --path=/b",
+            "keyed": "0=/a",
+            "mapped": r#"{"/a":"/a@${node.unique.name}","/b":"/b@${node.unique.name}"}"#,
+            "list": "/a;/b;",
+            "nested": "/A /b-${NOMAD_ALLOC_ID} ",
+            "runtime": "${attr.kernel.name}/${meta.rack}/${env[\"HOME\"]}/${NOMAD_PORT_http}",
+            "local": "not the client's",
+            "escaped": "${p} and %{x}"
+        })
+    );
+    assert_eq!(
+        job["TaskGroups"][0]["Tasks"][0]["Templates"][0]["Data"],
+        json!("path /a on ${node.unique.name}\npath /b on ${node.unique.name}\n")
+    );
+    // A for variable is not in scope outside its expression: `p` here is the client's.
+    let job = parse(
+        "job \"j\" {\n  meta {\n    a = join(\",\", [for p in [\"x\"] : p])\n    b = \"${p}\"\n  }\n}\n",
+    )
+    .unwrap();
+    assert_eq!(job["Meta"], json!({ "a": "x", "b": "${p}" }));
+    // Anywhere an expression names an undefined root, Nomad's parser puts "${<the text>}".
+    let job = parse(
+        "job \"j\" {\n  meta {\n    a = node.class\n    b = lower(\"X-${NOMAD_JOB_NAME}\")\n    c = join(\"\", [for n in [\"x\"] : \"${n}${attr.cpu[\"n\"]}\"])\n  }\n}\n",
+    )
+    .unwrap();
+    assert_eq!(
+        job["Meta"],
+        json!({ "a": "${node.class}", "b": "x-${nomad_job_name}", "c": "x${attr.cpu[\"n\"]}" })
+    );
+    // A computed index is not part of the reference: it indexes the string, an error.
+    let e = err("job \"j\" {\n  meta {\n    a = join(\"\", [for n in [\"x\"] : \"${attr.cpu[n]}\"])\n  }\n}\n");
+    assert!(e.contains("3:5"), "{e}");
+}
+
+#[test]
+fn a_task_scaling_block_is_typed_by_its_label() {
+    let job = parse(
+        r#"
+        job "j" {
+          group "g" {
+            task "t" {
+              driver = "raw_exec"
+              scaling "CPU" {
+                enabled = true
+                min     = 100
+                max     = 500
+                policy {
+                  cooldown = "5m"
+                }
+              }
+              scaling "mem" {
+                type = "vertical_mem"
+                max  = 1024
+              }
+            }
+          }
+        }
+        "#,
+    )
+    .unwrap();
+    assert_eq!(
+        job["TaskGroups"][0]["Tasks"][0]["ScalingPolicies"],
+        json!([
+            {
+                "Type": "vertical_cpu", "Enabled": true, "Min": 100, "Max": 500,
+                "Policy": { "cooldown": "5m" }
+            },
+            { "Type": "vertical_mem", "Max": 1024 }
+        ])
+    );
+    let task = |body: &str| {
+        err(&format!(
+            "job \"j\" {{\n  group \"g\" {{\n    task \"t\" {{\n{body}\n    }}\n  }}\n}}\n"
+        ))
+    };
+    let e = task("scaling \"disk\" {\n  max = 1\n}");
+    assert!(e.contains("must be \"cpu\" or \"mem\""), "{e}");
+    let e = task("scaling \"cpu\" {\n  max = 1\n}\nscaling \"cpu\" {\n  max = 2\n}");
+    assert!(e.contains("Duplicate scaling \"cpu\" block"), "{e}");
+    let e = task("scaling \"cpu\" {\n  type = \"vertical_mem\"\n}");
+    assert!(e.contains("expected \"vertical_cpu\""), "{e}");
+    let e = task("scaling {\n  max = 1\n}");
+    assert!(e.contains("needs a label"), "{e}");
 }
