@@ -130,6 +130,31 @@ async fn bad_input_is_refused_with_a_message_and_changes_nothing() -> anyhow::Re
     .await?;
     assert_eq!(s, StatusCode::BAD_REQUEST, "{msg}");
     assert!(msg.contains("can't be negative"), "{msg}");
+    // Inputs teamster would have to ignore are refused by name.
+    let (s, msg) = post_raw(
+        &base,
+        "/v1/job/keep/plan",
+        serde_json::to_vec(&json!({ "Job": small_job("keep"), "PolicyOverride": true }))?,
+    )
+    .await?;
+    assert_eq!(s, StatusCode::BAD_REQUEST, "{msg}");
+    assert!(msg.contains("PolicyOverride"), "{msg}");
+    let (s, msg) = post_raw(
+        &base,
+        "/v1/job/keep/scale",
+        serde_json::to_vec(
+            &json!({ "Count": 1, "Target": { "Group": "g", "Namespace": "prod" } }),
+        )?,
+    )
+    .await?;
+    assert_eq!(s, StatusCode::BAD_REQUEST, "{msg}");
+    assert!(msg.contains("namespace"), "{msg}");
+    let resp = reqwest::get(format!(
+        "{base}/v1/job/keep/versions?diffs=true&diff_version=0"
+    ))
+    .await?;
+    assert_eq!(resp.status(), StatusCode::BAD_REQUEST);
+    assert!(resp.text().await?.contains("diff_version"));
     // A negative count is a type error that names the value.
     let mut job = small_job("negative");
     job["TaskGroups"][0]["Count"] = json!(-1);

@@ -31,6 +31,8 @@ struct JobRegisterRequest {
     enforce_index: Option<bool>,
     #[serde(default)]
     job_modify_index: Option<u64>,
+    #[serde(default)]
+    policy_override: Option<bool>,
 }
 
 /// Nomad's `JobRegisterResponse`.
@@ -82,6 +84,31 @@ pub(super) fn decode_job(job: Value) -> Result<Job, ApiError> {
     })
 }
 
+/// The `Job` of a register or plan body: present, setting no field teamster refuses, well
+/// typed, with an ID.
+pub(super) fn body_job(job: Option<Value>) -> Result<Job, ApiError> {
+    let job = job
+        .filter(|v| !v.is_null())
+        .ok_or_else(|| ApiError::bad_request("Job must be specified"))?;
+    refuse_unsupported(&job)?;
+    let job = decode_job(job)?;
+    if job.id.is_empty() {
+        return Err(ApiError::bad_request("Job ID hasn't been provided"));
+    }
+    Ok(job)
+}
+
+/// 400 for a `PolicyOverride: true`: it overrides Sentinel policies, which teamster does not
+/// have, so accepting it would pretend to act on it.
+pub(super) fn refuse_policy_override(policy_override: Option<bool>) -> Result<(), ApiError> {
+    if policy_override == Some(true) {
+        return Err(ApiError::bad_request(
+            "PolicyOverride is not supported: teamster has no Sentinel policies to override",
+        ));
+    }
+    Ok(())
+}
+
 /// Decode a JSON body, naming the problem in a 400.
 pub fn decode_body<T: serde::de::DeserializeOwned>(body: &Bytes) -> Result<T, ApiError> {
     if body.iter().all(|b| b.is_ascii_whitespace()) {
@@ -93,7 +120,7 @@ pub fn decode_body<T: serde::de::DeserializeOwned>(body: &Bytes) -> Result<T, Ap
 
 /// 400 naming every field of Nomad's job schema that `job` sets and teamster does not act
 /// on: refused, never dropped silently.
-pub(super) fn refuse_unsupported(job: &Value) -> Result<(), ApiError> {
+fn refuse_unsupported(job: &Value) -> Result<(), ApiError> {
     let found = jobspec::unsupported_fields(job);
     if found.is_empty() {
         return Ok(());
@@ -113,15 +140,8 @@ pub async fn register(
 ) -> Result<Response, ApiError> {
     let endpoints = ctx.endpoints()?;
     let req: JobRegisterRequest = decode_body(&body)?;
-    let job = req
-        .job
-        .filter(|v| !v.is_null())
-        .ok_or_else(|| ApiError::bad_request("Job must be specified"))?;
-    refuse_unsupported(&job)?;
-    let job = decode_job(job)?;
-    if job.id.is_empty() {
-        return Err(ApiError::bad_request("Job ID hasn't been provided"));
-    }
+    refuse_policy_override(req.policy_override)?;
+    let job = body_job(req.job)?;
     if let Some(Path(id)) = path_id {
         if id != job.id.as_str() {
             return Err(ApiError::bad_request("Job ID does not match name"));
@@ -282,6 +302,13 @@ pub async fn versions(
         return Err(ApiError::not_found("job not found"));
     }
     versions.sort_by_key(|j| std::cmp::Reverse(j.version));
+    for unsupported in ["diff_version", "diff_tag"] {
+        if q.contains_key(unsupported) {
+            return Err(ApiError::bad_request(format!(
+                "{unsupported} is not supported: diffs are against the previous version"
+            )));
+        }
+    }
     let diffs = match q.get("diffs").map(String::as_str) {
         None | Some("") | Some("false") => None,
         Some("true") => Some(
@@ -302,6 +329,19 @@ pub async fn versions(
         serde_json::json!({ "Versions": versions, "Diffs": diffs }),
         meta,
     ))
+}
+
+/// The version a `/v1/job/:id/{revert,stable}` body names: its `JobID`, when given, must be
+/// the path's, and `JobVersion` is required.
+fn body_version(
+    path_id: &str,
+    job_id: Option<&str>,
+    version: Option<u64>,
+) -> Result<u64, ApiError> {
+    if job_id.is_some_and(|j| !j.is_empty() && j != path_id) {
+        return Err(ApiError::bad_request("Job ID does not match"));
+    }
+    version.ok_or_else(|| ApiError::bad_request("JobVersion must be specified"))
 }
 
 /// Nomad's `JobStabilityRequest`.
@@ -326,16 +366,7 @@ pub async fn stable(
     let endpoints = ctx.endpoints()?;
     let opts = QueryOptions::parse(&q)?;
     let req: JobStableBody = decode_body(&body)?;
-    if req
-        .job_id
-        .as_deref()
-        .is_some_and(|j| !j.is_empty() && j != id)
-    {
-        return Err(ApiError::bad_request("Job ID does not match"));
-    }
-    let version = req
-        .job_version
-        .ok_or_else(|| ApiError::bad_request("JobVersion must be specified"))?;
+    let version = body_version(&id, req.job_id.as_deref(), req.job_version)?;
     let index = endpoints
         .job_stable(service::job::JobStabilityRequest {
             namespace: opts.namespace.as_str().into(),
@@ -409,16 +440,7 @@ pub async fn revert(
     let endpoints = ctx.endpoints()?;
     let opts = QueryOptions::parse(&q)?;
     let req: JobRevertBody = decode_body(&body)?;
-    if req
-        .job_id
-        .as_deref()
-        .is_some_and(|j| !j.is_empty() && j != id)
-    {
-        return Err(ApiError::bad_request("Job ID does not match"));
-    }
-    let job_version = req
-        .job_version
-        .ok_or_else(|| ApiError::bad_request("JobVersion must be specified"))?;
+    let job_version = body_version(&id, req.job_id.as_deref(), req.job_version)?;
     let done = endpoints
         .job_revert(service::job::JobRevertRequest {
             namespace: opts.namespace.as_str().into(),

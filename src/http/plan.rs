@@ -9,7 +9,7 @@ use serde::Deserialize;
 use serde_json::{json, Value};
 
 use super::error::ApiError;
-use super::jobs::{decode_body, decode_job, refuse_unsupported};
+use super::jobs::{body_job, decode_body, refuse_policy_override};
 use super::HttpContext;
 use crate::rpc::{service, Services};
 
@@ -21,6 +21,8 @@ struct JobPlanBody {
     job: Option<Value>,
     #[serde(default)]
     diff: Option<bool>,
+    #[serde(default)]
+    policy_override: Option<bool>,
 }
 
 /// `PUT|POST /v1/job/:id/plan`.
@@ -31,15 +33,8 @@ pub async fn plan(
 ) -> Result<Response, ApiError> {
     let endpoints = ctx.endpoints()?;
     let req: JobPlanBody = decode_body(&body)?;
-    let job = req
-        .job
-        .filter(|v| !v.is_null())
-        .ok_or_else(|| ApiError::bad_request("Job must be specified"))?;
-    refuse_unsupported(&job)?;
-    let job = decode_job(job)?;
-    if job.id.is_empty() {
-        return Err(ApiError::bad_request("Job ID hasn't been provided"));
-    }
+    refuse_policy_override(req.policy_override)?;
+    let job = body_job(req.job)?;
     if job.id.as_str() != id {
         return Err(ApiError::bad_request("Job ID does not match"));
     }

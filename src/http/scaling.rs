@@ -15,7 +15,7 @@ use teamster_storage::model::{ClientStatus, ConfigValue, Job, ScalingPolicy};
 use teamster_storage::state::{Snapshot, Table};
 
 use super::error::ApiError;
-use super::jobs::decode_body;
+use super::jobs::{decode_body, refuse_policy_override};
 use super::query::QueryOptions;
 use super::read::{json_read, json_write};
 use super::HttpContext;
@@ -46,18 +46,21 @@ pub async fn status(
         .job_by_id(&opts.namespace, &id)
         .ok_or_else(|| ApiError::not_found("job not found"))?;
     let summary = snap.job_summary(&opts.namespace, &id);
+    // (placed, running) per group, in one pass over the job's allocations.
+    let mut counts: BTreeMap<&str, (u64, u64)> = BTreeMap::new();
+    for alloc in snap.allocs_by_job(&job.namespace, &job.id) {
+        if alloc.terminal_status() {
+            continue;
+        }
+        let entry = counts.entry(alloc.task_group.as_str()).or_default();
+        entry.0 += 1;
+        if alloc.client_status == ClientStatus::Running {
+            entry.1 += 1;
+        }
+    }
     let mut groups = serde_json::Map::new();
     for group in &job.task_groups {
-        let live = snap
-            .allocs_by_job(&job.namespace, &job.id)
-            .filter(|a| a.task_group == group.name && !a.terminal_status());
-        let (mut placed, mut running) = (0u64, 0u64);
-        for alloc in live {
-            placed += 1;
-            if alloc.client_status == ClientStatus::Running {
-                running += 1;
-            }
-        }
+        let (placed, running) = counts.get(group.name.as_str()).copied().unwrap_or_default();
         let events = summary
             .and_then(|s| s.scaling_events.get(&group.name))
             .cloned()
@@ -103,6 +106,8 @@ struct ScaleBody {
     meta: Option<BTreeMap<String, ConfigValue>>,
     #[serde(default)]
     job_modify_index: Option<u64>,
+    #[serde(default)]
+    policy_override: Option<bool>,
 }
 
 /// `PUT|POST /v1/job/:id/scale`: set a group's count (`Count`) within its policy, or with no
@@ -116,9 +121,26 @@ pub async fn scale(
     let endpoints = ctx.endpoints()?;
     let opts = QueryOptions::parse(&q)?;
     let req: ScaleBody = decode_body(&body)?;
+    refuse_policy_override(req.policy_override)?;
     let target = req.target.unwrap_or_default();
     if target.get("Job").is_some_and(|j| !j.is_empty() && *j != id) {
         return Err(ApiError::bad_request("job ID in payload did not match URL"));
+    }
+    if target
+        .get("Namespace")
+        .is_some_and(|n| !n.is_empty() && *n != opts.namespace)
+    {
+        return Err(ApiError::bad_request(
+            "namespace in payload did not match the request's namespace",
+        ));
+    }
+    if let Some(key) = target
+        .keys()
+        .find(|k| !matches!(k.as_str(), "Job" | "Group" | "Namespace"))
+    {
+        return Err(ApiError::bad_request(format!(
+            "Target.{key} is not supported: a scaling target is a task group"
+        )));
     }
     let group = target.get("Group").cloned().unwrap_or_default();
     let done = endpoints
@@ -173,13 +195,11 @@ fn all_policies<'a>(
     snap: &'a Snapshot,
     namespace: &'a str,
 ) -> impl Iterator<Item = (&'a Job, &'a ScalingPolicy)> + 'a {
-    snap.jobs()
-        .filter(move |j| j.namespace.as_str() == namespace)
-        .flat_map(|job| {
-            job.task_groups
-                .iter()
-                .filter_map(move |g| g.scaling.as_ref().map(|p| (job.as_ref(), p)))
-        })
+    snap.jobs_by_prefix(namespace, "").flat_map(|job| {
+        job.task_groups
+            .iter()
+            .filter_map(move |g| g.scaling.as_ref().map(|p| (job.as_ref(), p)))
+    })
 }
 
 /// `GET /v1/scaling/policies` (`?job=`, `?type=`): policy stubs.
@@ -207,13 +227,7 @@ pub async fn policy(
 ) -> Result<Response, ApiError> {
     let opts = QueryOptions::parse(&q)?;
     let (snap, meta) = ctx.read(&opts, &[Table::Jobs]).await?;
-    let found = snap
-        .jobs()
-        .flat_map(|job| {
-            job.task_groups
-                .iter()
-                .filter_map(move |g| g.scaling.as_ref().map(|p| (job.as_ref(), p)))
-        })
+    let found = all_policies(&snap, &opts.namespace)
         .find(|(_, p)| p.id == id)
         .map(|(job, p)| policy_json(job, p, true))
         .ok_or_else(|| ApiError::not_found("scaling policy not found"))?;

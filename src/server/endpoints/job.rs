@@ -37,7 +37,7 @@ pub async fn register(
     }
     job.canonicalize();
     job.validate().map_err(invalid_job)?;
-    {
+    if job.task_groups.iter().any(|g| g.scaling.is_some()) {
         let snapshot = ep.node().state().snapshot();
         let current = snapshot.job_by_id(job.namespace.as_str(), job.id.as_str());
         assign_scaling_ids(&mut job, current.map(|j| &**j), &mut ep.rng().fork());
