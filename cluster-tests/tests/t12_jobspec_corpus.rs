@@ -3,18 +3,16 @@
 //! the defaults it fills in at parse time), and
 //!
 //! - the HCL parser gives the twin, field for field (after dropping nulls and empty lists,
-//!   which Nomad's API treats as unset), apart from the differences listed in
-//!   [`KNOWN_DIFFS`], which are parser gaps, each checked to still exist;
+//!   which Nomad's API treats as unset, and the defaults written out in the oldest twins,
+//!   [`EXPLICIT_DEFAULTS`]);
 //! - the corpus sets every jobspec block at least once, so it cannot silently lose coverage;
 //! - against a live one-server cluster: a twin that sets fields teamster does not act on is
 //!   refused with a 400 that names every such field and nothing is written; any other twin
 //!   is registered and read back with every field it set; and `/v1/jobs/parse` gives the
 //!   same job as the local parser.
 //!
-//! Constructs the parser cannot read (or reads wrongly) in a way that would break a whole
-//! file are left out of the corpus and written down as the `parser_gap_*` tests at the end,
-//! ignored until the parser handles them
-//! (`cargo test -p teamster-cluster-tests --test t12_jobspec_corpus -- --ignored`).
+//! The tests at the end pin, construct by construct, what Nomad's parser gives where the
+//! parser once differed (dynamic blocks, variable validation, constraint shortcuts, …).
 
 use std::collections::BTreeSet;
 use std::path::PathBuf;
@@ -158,108 +156,6 @@ fn take(v: &mut Value, pointer: &str) -> Option<Value> {
     }
 }
 
-/// A place where the HCL parser is known not to give what Nomad's parser gives for the
-/// same file. Each is a parser gap to fix; the test fails once one no longer differs, so
-/// the list stays exact.
-struct KnownDiff {
-    file: &'static str,
-    /// JSON pointer into the job.
-    pointer: &'static str,
-    /// What the parser does wrong there.
-    why: &'static str,
-}
-
-const fn gap(file: &'static str, pointer: &'static str, why: &'static str) -> KnownDiff {
-    KnownDiff { file, pointer, why }
-}
-
-// The reasons, shared by several entries.
-const DURATIONS: &str = "durations inside a block teamster refuses stay strings (\"10s\"); Nomad \
-    gives nanoseconds";
-const PORTS: &str = "`port \"<label>\" { … }` becomes `Port: [{…}]` without its label; Nomad \
-    gives DynamicPorts/ReservedPorts (static → Value) with Label";
-const SERVICE: &str = "service/check keep HCL names (`Port`, `Check`: [...], durations as \
-    strings, `GrpcService`); Nomad gives PortLabel, Checks, nanoseconds, GRPCService, …";
-const EPHEMERAL_DISK: &str = "ephemeral_disk `size` becomes `Size`; Nomad gives SizeMB";
-const TEMPLATE: &str = "template keeps HCL names (Data, Destination, Source, Env, Wait: [...]) \
-    and no parse-time defaults; Nomad gives EmbeddedTmpl, DestPath, SourcePath, Envvars, \
-    Wait {Min, Max} in ns, and fills ChangeMode \"restart\", Perms \"0644\", Splay 5s, \
-    ErrMissingKey false";
-const ARTIFACT: &str = "artifact keeps HCL names (Source, Destination, Mode, Options: [{…}], \
-    Headers: [{…}]); Nomad gives GetterSource, RelativeDest, GetterMode, GetterOptions {…}, \
-    GetterHeaders {…} (map keys as written)";
-const VAULT: &str = "vault gets none of the parse-time defaults; Nomad's parser sets Env true, \
-    DisableFile false (and ChangeMode \"restart\" when absent)";
-const DEVICE: &str = "device `constraint`/`affinity` become Constraint/Affinity: [{Attribute, \
-    Operator, Value, …}]; Nomad gives Constraints/Affinities with LTarget/Operand/RTarget";
-const LOGS: &str = "logs `max_file_size` becomes MaxFileSize; Nomad gives MaxFileSizeMB";
-const SERVICE_META: &str = "as SERVICE, and a service's `meta { protocol = … }` map becomes \
-    Meta: [{Protocol: …}] (user keys PascalCased); network `dns { … }` becomes DNS: [{…}]";
-
-/// Every known difference between the HCL parse and the twin, by file: parser gaps, most of
-/// them in blocks teamster refuses (the same fields are refused either way, which the test
-/// checks), and the parse-time defaults Nomad's parser fills in and teamster's does not.
-const KNOWN_DIFFS: &[KnownDiff] = &[
-    gap(
-        "app-with-sidecars",
-        "/TaskGroups/0/Tasks/2/Templates",
-        TEMPLATE,
-    ),
-    gap("chatty-leader", "/TaskGroups/0/Tasks/0/LogConfig", LOGS),
-    gap(
-        "config-reloader",
-        "/TaskGroups/0/Tasks/0/Artifacts",
-        ARTIFACT,
-    ),
-    gap(
-        "config-reloader",
-        "/TaskGroups/0/Tasks/0/Templates",
-        TEMPLATE,
-    ),
-    gap("edge-agent", "/TaskGroups/0/Disconnect", DURATIONS),
-    gap("example", "/Update", DURATIONS),
-    gap("example", "/Migrate", DURATIONS),
-    gap(
-        "example",
-        "/UI",
-        "ui `link { … }` becomes `Link: [{Label, Url}]`; Nomad gives Links: [{Label, URL}]",
-    ),
-    gap("example", "/TaskGroups/0/Networks", PORTS),
-    gap("example", "/TaskGroups/0/Services", SERVICE),
-    gap("example", "/TaskGroups/0/EphemeralDisk", EPHEMERAL_DISK),
-    gap(
-        "gpu-trainer",
-        "/TaskGroups/0/Tasks/0/Resources/Devices",
-        DEVICE,
-    ),
-    gap("grpc-bridge", "/TaskGroups/0/Networks", PORTS),
-    gap("grpc-bridge", "/TaskGroups/0/Services", SERVICE_META),
-    gap(
-        "nightly-backup",
-        "/TaskGroups/0/Tasks/0/Artifacts",
-        ARTIFACT,
-    ),
-    gap("postgres-volume", "/TaskGroups/0/Networks", PORTS),
-    gap("postgres-volume", "/TaskGroups/0/Tasks/0/Services", SERVICE),
-    gap("stateful-cache", "/Update", DURATIONS),
-    gap("stateful-cache", "/Reschedule", DURATIONS),
-    gap("stateful-cache", "/TaskGroups/0/Migrate", DURATIONS),
-    gap(
-        "stateful-cache",
-        "/TaskGroups/0/EphemeralDisk",
-        EPHEMERAL_DISK,
-    ),
-    gap("vault-consumer", "/TaskGroups/0/Tasks/0/Vault", VAULT),
-    gap(
-        "vault-consumer",
-        "/TaskGroups/0/Tasks/0/Templates",
-        TEMPLATE,
-    ),
-    gap("web-canary", "/TaskGroups/0/Update", DURATIONS),
-    gap("web-canary", "/TaskGroups/0/Networks", PORTS),
-    gap("web-canary", "/TaskGroups/0/Services", SERVICE),
-];
-
 /// Values a twin spells out where its HCL file leaves the default (in the five pairs that
 /// predate the corpus, which stay as they are): the HCL parse lacks them, and the job the
 /// model makes of the HCL parse (canonicalized, as the server stores it) has the twin's value.
@@ -304,20 +200,6 @@ fn every_hcl_file_parses_to_its_json_twin() {
         }
         let mut from_hcl = normalized(&parsed);
         let mut twin = normalized(&pair.twin);
-        for known in KNOWN_DIFFS.iter().filter(|k| k.file == pair.stem) {
-            let hcl_side = take(&mut from_hcl, known.pointer);
-            let twin_side = take(&mut twin, known.pointer);
-            if hcl_side == twin_side {
-                failures.push(format!(
-                    "{} {}: listed in KNOWN_DIFFS ({}), but the HCL parse and the twin agree \
-                     there ({}): remove the entry",
-                    pair.stem,
-                    known.pointer,
-                    known.why,
-                    hcl_side.map_or("absent on both sides".into(), |v| v.to_string())
-                ));
-            }
-        }
         for (_, pointer) in EXPLICIT_DEFAULTS.iter().filter(|(f, _)| *f == pair.stem) {
             let hcl_side = take(&mut from_hcl, pointer);
             let twin_side = take(&mut twin, pointer);
@@ -336,14 +218,10 @@ fn every_hcl_file_parses_to_its_json_twin() {
             failures.push(format!("{} {d}", pair.stem));
         }
     }
-    let listed = KNOWN_DIFFS
-        .iter()
-        .map(|k| k.file)
-        .chain(EXPLICIT_DEFAULTS.iter().map(|(f, _)| *f));
-    for file in listed {
-        if !pairs.iter().any(|p| p.stem == file) {
+    for (file, _) in EXPLICIT_DEFAULTS {
+        if !pairs.iter().any(|p| p.stem == *file) {
             failures.push(format!(
-                "{file} is listed as a known difference but is not in the corpus"
+                "{file} is listed in EXPLICIT_DEFAULTS but is not in the corpus"
             ));
         }
     }
@@ -765,8 +643,8 @@ async fn every_corpus_job_is_stored_as_submitted_or_refused_by_name() -> anyhow:
     Ok(())
 }
 
-// Parser gaps that would break or falsify a whole corpus file, so they are not in it: each
-// test says what Nomad's parser gives, and is ignored until the parser does the same.
+// Constructs where the parser once differed from Nomad's: each test says what Nomad's
+// parser gives.
 
 /// Parse a job text as the CLI does (strict), with `-var` flags.
 fn parse_with(text: &str, flags: &[(&str, &str)]) -> Result<Value, String> {
@@ -786,7 +664,7 @@ fn parse(text: &str) -> Value {
 }
 
 #[test]
-fn parser_gap_for_expression_variables_are_evaluated_inside_strings() {
+fn nomad_parity_for_expression_variables_are_evaluated_inside_strings() {
     let job = parse(
         r#"
 variable "paths" {
@@ -808,7 +686,7 @@ job "j" {
 }
 
 #[test]
-fn parser_gap_jsonencode_and_keys_sort_keys_as_nomad_does() {
+fn nomad_parity_jsonencode_and_keys_sort_keys_as_nomad_does() {
     let job = parse(
         r#"
 locals {
@@ -830,7 +708,7 @@ job "j" {
 }
 
 #[test]
-fn parser_gap_env_and_meta_as_attributes() {
+fn nomad_parity_env_and_meta_as_attributes() {
     let job = parse(
         r#"
 job "j" {
@@ -861,7 +739,7 @@ job "j" {
 }
 
 #[test]
-fn parser_gap_format_takes_flags_width_and_precision() {
+fn nomad_parity_format_takes_flags_width_and_precision() {
     let job = parse(
         r#"
 job "j" {
@@ -881,7 +759,7 @@ job "j" {
 }
 
 #[test]
-fn parser_gap_distinct_hosts_shortcut_sets_rtarget() {
+fn nomad_parity_distinct_hosts_shortcut_sets_rtarget() {
     let job = parse(
         r#"
 job "j" {
@@ -904,7 +782,7 @@ job "j" {
 }
 
 #[test]
-fn parser_gap_task_scaling_blocks_are_typed_by_their_label() {
+fn nomad_parity_task_scaling_blocks_are_typed_by_their_label() {
     let job = parse(
         r#"
 job "j" {
@@ -939,8 +817,7 @@ job "j" {
 }
 
 #[test]
-#[ignore = "parser gap: `dynamic` blocks are refused; Nomad's parser expands them"]
-fn parser_gap_dynamic_blocks_are_expanded() {
+fn nomad_parity_dynamic_blocks_are_expanded() {
     let job = parse(
         r#"
 variable "avoid_racks" {
@@ -977,9 +854,7 @@ job "j" {
 }
 
 #[test]
-#[ignore = "parser gap: variable `validation` blocks are refused; Nomad's parser checks the \
-            condition and reports error_message"]
-fn parser_gap_variable_validation_is_checked() {
+fn nomad_parity_variable_validation_is_checked() {
     let text = r#"
 variable "replicas" {
   type    = number

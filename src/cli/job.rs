@@ -257,6 +257,7 @@ fn var_inputs(args: &JobFileArgs) -> anyhow::Result<jobspec::hcl::VarInputs> {
         files,
         flags,
         strict: true,
+        allow_fs: true,
     })
 }
 

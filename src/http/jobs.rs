@@ -482,6 +482,8 @@ pub async fn parse(body: Bytes) -> Result<Response, ApiError> {
             .map(|v| vec![("Variables".to_string(), v)])
             .unwrap_or_default(),
         strict: false,
+        // The servers' files are not the user's: file() and friends fail here, as in Nomad.
+        allow_fs: false,
         ..Default::default()
     };
     let mut job = jobspec::hcl::parse_job("input.hcl", &text, &inputs)

@@ -13,6 +13,7 @@
 //! `periodic`, `network`, `service`, …) are converted to their JSON field all the same, so
 //! that [`super::unsupported_fields`] refuses them by name rather than losing them here.
 
+use std::cell::RefCell;
 use std::collections::BTreeMap;
 
 use hcl::edit::expr::Expression as EditExpr;
@@ -22,7 +23,7 @@ use hcl::eval::{Context, Evaluate};
 use serde_json::{Map, Value};
 
 use super::funcs;
-use super::schema::{Content, Nested, Place, Spec, Ty, JOB, PERIODIC, SCALING};
+use super::schema::{Content, Nested, Place, Spec, Ty, JOB, SCALING};
 
 /// The largest job file read (Nomad's `job_max_source_size` is 1 MB).
 pub const MAX_SOURCE_BYTES: usize = 1 << 20;
@@ -80,6 +81,10 @@ pub struct VarInputs {
     /// Whether a var file or flag naming an undeclared variable is an error (the CLI's
     /// default, as `-hcl2-strict`); otherwise it is ignored.
     pub strict: bool,
+    /// Whether `file`, `fileexists` and `templatefile` may read this machine's files (paths
+    /// relative to the working directory): the CLI's parse, not the servers' (Nomad's
+    /// `AllowFS`).
+    pub allow_fs: bool,
 }
 
 /// Parse an HCL job file into Nomad's JSON job object (without the `{"Job": …}` wrapper).
@@ -105,7 +110,9 @@ pub fn parse_job(file: &str, text: &str, inputs: &VarInputs) -> Result<Value, Jo
     let mut p = Parser {
         file,
         source: text,
-        ctx: funcs::context(),
+        ctx: funcs::context(inputs.allow_fs),
+        files: inputs.allow_fs,
+        iterators: RefCell::new(Vec::new()),
     };
     p.run(&body, inputs)
 }
@@ -202,7 +209,8 @@ fn keep_runtime_interpolations(expr: &hcl::Expression, scope: &mut Scope) -> hcl
             }
         },
         E::ForExpr(f) => {
-            f.collection_expr = keep_runtime_interpolations(&f.collection_expr, scope);
+            f.collection_expr =
+                in_key_order(keep_runtime_interpolations(&f.collection_expr, scope));
             let before = scope.len();
             scope.extend(f.key_var.iter().map(|k| k.to_string()));
             scope.push(f.value_var.to_string());
@@ -220,10 +228,23 @@ fn keep_runtime_interpolations(expr: &hcl::Expression, scope: &mut Scope) -> hcl
     e
 }
 
-/// A job file expression as it is evaluated: runtime interpolations kept as text.
-fn parse_time(expr: &EditExpr) -> hcl::Expression {
+/// A `for` collection iterated in key order when it is a map, as cty iterates maps (HCL's
+/// evaluation keeps the order they were written in).
+fn in_key_order(collection: hcl::Expression) -> hcl::Expression {
+    hcl::Expression::FuncCall(Box::new(
+        hcl::expr::FuncCall::builder(funcs::FOR_ORDER)
+            .arg(collection)
+            .build(),
+    ))
+}
+
+/// A job file expression as it is evaluated: runtime interpolations kept as text. `var`,
+/// `local` and `iterators` (of the `dynamic` blocks around it) are in scope.
+fn parse_time(expr: &EditExpr, iterators: &[String]) -> hcl::Expression {
     let e: hcl::Expression = expr.clone().into();
-    keep_runtime_interpolations(&e, &mut vec!["var".into(), "local".into()])
+    let mut scope: Scope = vec!["var".into(), "local".into()];
+    scope.extend(iterators.iter().cloned());
+    keep_runtime_interpolations(&e, &mut scope)
 }
 
 /// [`keep_runtime_interpolations`] in a template; whether anything changed.
@@ -248,7 +269,7 @@ fn keep_in_template(template: &mut hcl::Template, scope: &mut Scope) -> bool {
                 }
             }
             Element::Directive(Directive::For(d)) => {
-                let new = keep_runtime_interpolations(&d.collection_expr, scope);
+                let new = in_key_order(keep_runtime_interpolations(&d.collection_expr, scope));
                 changed |= new != d.collection_expr;
                 d.collection_expr = new;
                 let before = scope.len();
@@ -308,6 +329,31 @@ struct Parser<'a> {
     file: &'a str,
     source: &'a str,
     ctx: Context<'static>,
+    /// Whether the file functions may read files ([`VarInputs::allow_fs`]).
+    files: bool,
+    /// The iterators of the `dynamic` blocks being expanded, innermost last: name and
+    /// `{key, value}`.
+    iterators: RefCell<Vec<(String, Value)>>,
+}
+
+/// A block as the converter reads it: one written in the file, or one a `dynamic` block
+/// makes (its content's body, at the `dynamic` block's place).
+struct View<'b> {
+    ident: &'b str,
+    labels: Vec<String>,
+    body: &'b Body,
+    span: Option<std::ops::Range<usize>>,
+}
+
+impl<'b> View<'b> {
+    fn of(b: &'b Block) -> Self {
+        View {
+            ident: b.ident.as_str(),
+            labels: b.labels.iter().map(|l| l.as_str().to_string()).collect(),
+            body: &b.body,
+            span: b.span(),
+        }
+    }
 }
 
 impl Parser<'_> {
@@ -423,6 +469,7 @@ impl Parser<'_> {
     ) -> Result<(), JobspecError> {
         let mut values: BTreeMap<String, Value> = BTreeMap::new();
         let mut types: BTreeMap<String, String> = BTreeMap::new();
+        let mut validations: Vec<(&str, &Block)> = Vec::new();
         for (block, name) in declared {
             let path = format!("variable {name:?}");
             for s in block.body.iter() {
@@ -457,11 +504,7 @@ impl Parser<'_> {
                         }
                     },
                     Structure::Block(b) if b.ident.as_str() == "validation" => {
-                        return Err(self.at(
-                            b.span(),
-                            &path,
-                            "validation blocks are not supported yet".into(),
-                        ))
+                        validations.push((name, b));
                     }
                     Structure::Block(b) => {
                         return Err(self.at(
@@ -517,12 +560,12 @@ impl Parser<'_> {
                     continue;
                 }
                 let expr: hcl::Expression = a.value.clone().into();
-                let v = expr
-                    .evaluate(&funcs::context())
-                    .map_err(|e| JobspecError::File {
-                        file: file.clone(),
-                        message: format!("{name}: {e}"),
-                    })?;
+                let v =
+                    expr.evaluate(&funcs::context(self.files))
+                        .map_err(|e| JobspecError::File {
+                            file: file.clone(),
+                            message: format!("{name}: {e}"),
+                        })?;
                 values.insert(name, to_json(v));
             }
         }
@@ -563,7 +606,63 @@ impl Parser<'_> {
         let object: hcl::Map<String, hcl::Value> =
             values.into_iter().map(|(k, v)| (k, from_json(v))).collect();
         self.ctx.declare_var("var", hcl::Value::Object(object));
+        for (name, block) in validations {
+            self.validate_variable(name, block)?;
+        }
         Ok(())
+    }
+
+    /// A variable's `validation { condition = …, error_message = … }`, checked once every
+    /// variable has its value: a condition that is false fails the parse with the message.
+    fn validate_variable(&self, name: &str, block: &Block) -> Result<(), JobspecError> {
+        let path = format!("variable {name:?} → validation");
+        let mut condition = None;
+        let mut message = None;
+        for s in block.body.iter() {
+            match s {
+                Structure::Attribute(a) if a.key.as_str() == "condition" => condition = Some(a),
+                Structure::Attribute(a) if a.key.as_str() == "error_message" => message = Some(a),
+                Structure::Attribute(a) => {
+                    return Err(self.at(
+                        a.span(),
+                        &path,
+                        format!("unknown argument {:?}", a.key.as_str()),
+                    ))
+                }
+                Structure::Block(b) => {
+                    return Err(self.at(
+                        b.span(),
+                        &path,
+                        format!("unknown block {:?}", b.ident.as_str()),
+                    ))
+                }
+            }
+        }
+        let (Some(condition), Some(message)) = (condition, message) else {
+            return Err(self.at(
+                block.span(),
+                &path,
+                "a validation needs both \"condition\" and \"error_message\"".into(),
+            ));
+        };
+        let message = self.eval(&message.value, message.span(), &path)?;
+        let message = self.typed(message, Ty::Str, None, &path, "error_message")?;
+        match self.eval(&condition.value, condition.span(), &path)? {
+            Value::Bool(true) => Ok(()),
+            Value::Bool(false) => Err(self.at(
+                condition.span(),
+                &path,
+                format!(
+                    "Invalid value for variable: {}",
+                    message.as_str().unwrap_or_default()
+                ),
+            )),
+            other => Err(self.at(
+                condition.span(),
+                &path,
+                format!("condition: expected a bool, got {other}"),
+            )),
+        }
     }
 
     /// A variable's value given as text from outside the file: literal for strings, numbers
@@ -599,7 +698,7 @@ impl Parser<'_> {
                     return Err(fail("no value".into()));
                 };
                 let expr: hcl::Expression = a.value.clone().into();
-                expr.evaluate(&funcs::context())
+                expr.evaluate(&funcs::context(self.files))
                     .map(to_json)
                     .map_err(|e| fail(e.to_string()))
             }
@@ -618,7 +717,7 @@ impl Parser<'_> {
             let mut last_error = None;
             let mut still = Vec::new();
             for (name, expr, span) in pending {
-                let e = parse_time(&expr);
+                let e = parse_time(&expr, &[]);
                 match e.evaluate(&self.ctx) {
                     Ok(v) => {
                         done.insert(name, v);
@@ -641,17 +740,21 @@ impl Parser<'_> {
 
     /// The block's one label.
     fn one_label(&self, b: &Block, path: &str) -> Result<String, JobspecError> {
+        self.view_label(&View::of(b), path)
+    }
+
+    fn view_label(&self, b: &View, path: &str) -> Result<String, JobspecError> {
         match b.labels.as_slice() {
-            [label] => Ok(label.as_str().to_string()),
+            [label] => Ok(label.clone()),
             [] => Err(self.at(
-                b.span(),
+                b.span.clone(),
                 path,
-                format!("block {:?} needs a label (its name)", b.ident.as_str()),
+                format!("block {:?} needs a label (its name)", b.ident),
             )),
             _ => Err(self.at(
-                b.span(),
+                b.span.clone(),
                 path,
-                format!("block {:?} takes one label", b.ident.as_str()),
+                format!("block {:?} takes one label", b.ident),
             )),
         }
     }
@@ -719,16 +822,23 @@ impl Parser<'_> {
                 Structure::Block(b) => {
                     let ident = b.ident.as_str();
                     if ident == "dynamic" {
-                        return Err(self.at(
-                            b.span(),
-                            path,
-                            "dynamic blocks are not supported yet".into(),
-                        ));
+                        let kind = self.one_label(b, path)?;
+                        let Some(nested) = spec.blocks.iter().find(|n| n.hcl == kind) else {
+                            return Err(self.at(
+                                b.span(),
+                                path,
+                                format!("unknown block {kind:?} in a dynamic block"),
+                            ));
+                        };
+                        self.each_dynamic(b, &kind, path, |view| {
+                            self.nested(&view, nested, path, &mut out)
+                        })?;
+                        continue;
                     }
                     let Some(nested) = spec.blocks.iter().find(|n| n.hcl == ident) else {
                         return Err(self.at(b.span(), path, format!("unknown block {ident:?}")));
                     };
-                    self.nested(b, nested, path, &mut out)?;
+                    self.nested(&View::of(b), nested, path, &mut out)?;
                 }
             }
         }
@@ -737,20 +847,24 @@ impl Parser<'_> {
 
     fn nested(
         &self,
-        b: &Block,
+        b: &View,
         nested: &Nested,
         path: &str,
         out: &mut Map<String, Value>,
     ) -> Result<(), JobspecError> {
-        let ident = b.ident.as_str();
+        let ident = b.ident;
         let label = match nested.label {
-            Some(_) => Some(self.one_label(b, path)?),
-            None if nested.place == Place::ByLabel => Some(self.one_label(b, path)?),
+            Some(_) => Some(self.view_label(b, path)?),
+            None if nested.place == Place::ByLabel => Some(self.view_label(b, path)?),
             None if matches!(nested.content, Content::VerticalScaling) => {
-                Some(self.one_label(b, path)?)
+                Some(self.view_label(b, path)?)
             }
             None if !b.labels.is_empty() && !matches!(nested.content, Content::Generic) => {
-                return Err(self.at(b.span(), path, format!("block {ident:?} takes no label")))
+                return Err(self.at(
+                    b.span.clone(),
+                    path,
+                    format!("block {ident:?} takes no label"),
+                ))
             }
             None => None,
         };
@@ -759,12 +873,12 @@ impl Parser<'_> {
             None => format!("{path} → {ident}"),
         };
         let mut value = match nested.content {
-            Content::Spec(spec) => Value::Object(self.spec_body(&b.body, spec, &here)?),
-            Content::StrMap => Value::Object(self.free_map(&b.body, &here, true)?),
-            Content::AnyMap => Value::Object(self.free_map(&b.body, &here, false)?),
-            Content::Generic => Value::Object(self.generic(&b.body, &here)?),
+            Content::Spec(spec) => Value::Object(self.spec_body(b.body, spec, &here)?),
+            Content::StrMap => Value::Object(self.free_map(b.body, &here, true)?),
+            Content::AnyMap => Value::Object(self.free_map(b.body, &here, false)?),
+            Content::Generic => Value::Object(self.generic(b.body, &here)?),
             Content::Constraint { weight } => {
-                Value::Object(self.constraint(&b.body, &here, weight)?)
+                Value::Object(self.constraint(b.body, &here, weight)?)
             }
             Content::VerticalScaling => {
                 Value::Object(self.vertical_scaling(b, label.as_deref(), &here, path, out)?)
@@ -773,23 +887,18 @@ impl Parser<'_> {
         if let (Some(field), Some(l), Value::Object(map)) = (nested.label, &label, &mut value) {
             map.insert(field.to_string(), Value::String(l.clone()));
         }
-        // The defaults Nomad's parser fills in (constraints and affinities get theirs in
-        // `constraint`).
+        // The defaults Nomad's parser fills in and the fields it moves (constraints and
+        // affinities get theirs in `constraint`).
         if let (Content::Spec(spec), Value::Object(map)) = (nested.content, &mut value) {
-            if std::ptr::eq(spec, &SCALING) {
-                map.entry("Type")
-                    .or_insert_with(|| Value::String("horizontal".into()));
-            } else if std::ptr::eq(spec, &PERIODIC)
-                && (map.contains_key("Spec") || map.contains_key("Specs"))
-            {
-                map.insert("SpecType".into(), Value::String("cron".into()));
+            if let Some(fixup) = spec.fixup {
+                fixup(map);
             }
         }
         match nested.place {
             Place::One => {
                 if out.contains_key(nested.json) {
                     return Err(self.at(
-                        b.span(),
+                        b.span.clone(),
                         path,
                         format!("only one {ident:?} block is allowed"),
                     ));
@@ -804,7 +913,7 @@ impl Parser<'_> {
                     if let Some(field) = nested.label {
                         if items.iter().any(|i| i[field] == value[field]) {
                             return Err(self.at(
-                                b.span(),
+                                b.span.clone(),
                                 path,
                                 format!("duplicate {ident} {:?}", label.unwrap_or_default()),
                             ));
@@ -830,7 +939,7 @@ impl Parser<'_> {
     /// is a second block of a label). `out` is the task so far.
     fn vertical_scaling(
         &self,
-        b: &Block,
+        b: &View,
         label: Option<&str>,
         here: &str,
         path: &str,
@@ -842,7 +951,7 @@ impl Parser<'_> {
             "mem" => "vertical_mem",
             _ => {
                 return Err(self.at(
-                    b.span(),
+                    b.span.clone(),
                     path,
                     "scaling policy name must be \"cpu\" or \"mem\"".into(),
                 ))
@@ -850,10 +959,14 @@ impl Parser<'_> {
         };
         if let Some(Value::Array(items)) = out.get("ScalingPolicies") {
             if items.iter().any(|i| i["Type"] == ty) {
-                return Err(self.at(b.span(), path, format!("Duplicate scaling {label:?} block")));
+                return Err(self.at(
+                    b.span.clone(),
+                    path,
+                    format!("Duplicate scaling {label:?} block"),
+                ));
             }
         }
-        let mut map = self.spec_body(&b.body, &SCALING, here)?;
+        let mut map = self.spec_body(b.body, &SCALING, here)?;
         match map.get("Type").and_then(Value::as_str) {
             None => {
                 map.insert("Type".into(), Value::String(ty.into()));
@@ -861,13 +974,137 @@ impl Parser<'_> {
             Some(given) if given == ty => {}
             Some(given) => {
                 return Err(self.at(
-                    b.span(),
+                    b.span.clone(),
                     here,
                     format!("Invalid policy type, expected {ty:?} but found {given:?}"),
                 ))
             }
         }
         Ok(map)
+    }
+
+    /// Expands `dynamic "<kind>" { for_each = …, iterator = …, labels = […], content { … } }`
+    /// as HCL does: one `<kind>` block per element of `for_each` (a list, a set or a map),
+    /// with the content's body, while the iterator (named `iterator`, else `<kind>`) is
+    /// `{key, value}` of that element; `f` converts each block.
+    fn each_dynamic(
+        &self,
+        b: &Block,
+        kind: &str,
+        path: &str,
+        mut f: impl FnMut(View) -> Result<(), JobspecError>,
+    ) -> Result<(), JobspecError> {
+        let here = format!("{path} → dynamic {kind:?}");
+        let mut for_each = None;
+        let mut labels = None;
+        let mut iterator = kind.to_string();
+        let mut content: Option<&Block> = None;
+        for s in b.body.iter() {
+            match s {
+                Structure::Attribute(a) => match a.key.as_str() {
+                    "for_each" => for_each = Some(a),
+                    "labels" => labels = Some(a),
+                    "iterator" => {
+                        let e: hcl::Expression = a.value.clone().into();
+                        let hcl::Expression::Variable(name) = e else {
+                            return Err(self.at(
+                                a.span(),
+                                &here,
+                                "iterator: expected a bare name".into(),
+                            ));
+                        };
+                        iterator = name.to_string();
+                    }
+                    other => {
+                        return Err(self.at(a.span(), &here, format!("unknown argument {other:?}")))
+                    }
+                },
+                Structure::Block(c) if c.ident.as_str() == "content" => {
+                    if content.is_some() {
+                        return Err(self.at(
+                            c.span(),
+                            &here,
+                            "only one \"content\" block is allowed".into(),
+                        ));
+                    }
+                    content = Some(c);
+                }
+                Structure::Block(c) => {
+                    return Err(self.at(
+                        c.span(),
+                        &here,
+                        format!("unknown block {:?}", c.ident.as_str()),
+                    ))
+                }
+            }
+        }
+        let Some(for_each) = for_each else {
+            return Err(self.at(
+                b.span(),
+                &here,
+                "missing required argument \"for_each\"".into(),
+            ));
+        };
+        let Some(content) = content else {
+            return Err(self.at(b.span(), &here, "missing required block \"content\"".into()));
+        };
+        if iterator == "var" || iterator == "local" {
+            return Err(self.at(
+                b.span(),
+                &here,
+                format!("iterator: {iterator:?} would hide the file's {iterator}.* values"),
+            ));
+        }
+        let elements: Vec<(Value, Value)> =
+            match self.eval(&for_each.value, for_each.span(), &here)? {
+                Value::Array(items) => items
+                    .into_iter()
+                    .enumerate()
+                    .map(|(i, v)| (Value::from(i), v))
+                    .collect(),
+                Value::Object(map) => map
+                    .into_iter()
+                    .map(|(k, v)| (Value::String(k), v))
+                    .collect(),
+                other => {
+                    return Err(self.at(
+                        for_each.span(),
+                        &here,
+                        format!("for_each: expected a list, a set or a map, got {other}"),
+                    ))
+                }
+            };
+        for (key, value) in elements {
+            let mut element = Map::new();
+            element.insert("key".into(), key);
+            element.insert("value".into(), value);
+            self.iterators
+                .borrow_mut()
+                .push((iterator.clone(), Value::Object(element)));
+            let result = labels
+                .map(|a| {
+                    let v = self.eval(&a.value, a.span(), &here)?;
+                    match self.typed(v, Ty::StrList, a.span(), &here, "labels")? {
+                        Value::Array(items) => Ok(items
+                            .into_iter()
+                            .filter_map(|l| l.as_str().map(str::to_string))
+                            .collect()),
+                        _ => Ok(Vec::new()),
+                    }
+                })
+                .unwrap_or(Ok(Vec::new()))
+                .and_then(|labels| {
+                    f(View {
+                        ident: kind,
+                        labels,
+                        body: &content.body,
+                        span: b.span(),
+                    })
+                });
+            self.iterators.borrow_mut().pop();
+            result?;
+        }
+        Ok(())
     }
 
     /// `meta`, `env` (strings) and `config` (any value; nested blocks as lists of objects).
@@ -890,23 +1127,14 @@ impl Parser<'_> {
                     };
                     out.insert(key.to_string(), v);
                 }
+                Structure::Block(b) if !strings && b.ident.as_str() == "dynamic" => {
+                    let kind = self.one_label(b, path)?;
+                    self.each_dynamic(b, &kind, path, |view| {
+                        self.free_map_block(&view, path, &mut out)
+                    })?;
+                }
                 Structure::Block(b) if !strings => {
-                    let inner =
-                        self.free_map(&b.body, &format!("{path} → {}", b.ident.as_str()), false)?;
-                    // Labels nest as Nomad's HCL decoding writes them:
-                    // `check "cpu" { … }` → "check": [{"cpu": [{…}]}].
-                    let mut value = Value::Object(inner);
-                    for label in b.labels.iter().rev() {
-                        let mut wrap = Map::new();
-                        wrap.insert(label.as_str().to_string(), Value::Array(vec![value]));
-                        value = Value::Object(wrap);
-                    }
-                    let list = out
-                        .entry(b.ident.as_str())
-                        .or_insert_with(|| Value::Array(Vec::new()));
-                    if let Value::Array(items) = list {
-                        items.push(value);
-                    }
+                    self.free_map_block(&View::of(b), path, &mut out)?;
                 }
                 Structure::Block(b) => {
                     return Err(self.at(
@@ -921,6 +1149,30 @@ impl Parser<'_> {
             }
         }
         Ok(out)
+    }
+
+    /// A block in a free map: appended to the list under its name, its labels nesting as
+    /// Nomad's HCL decoding writes them: `check "cpu" { … }` → "check": [{"cpu": [{…}]}].
+    fn free_map_block(
+        &self,
+        b: &View,
+        path: &str,
+        out: &mut Map<String, Value>,
+    ) -> Result<(), JobspecError> {
+        let inner = self.free_map(b.body, &format!("{path} → {}", b.ident), false)?;
+        let mut value = Value::Object(inner);
+        for label in b.labels.iter().rev() {
+            let mut wrap = Map::new();
+            wrap.insert(label.clone(), Value::Array(vec![value]));
+            value = Value::Object(wrap);
+        }
+        let list = out
+            .entry(b.ident)
+            .or_insert_with(|| Value::Array(Vec::new()));
+        if let Value::Array(items) = list {
+            items.push(value);
+        }
+        Ok(())
     }
 
     /// A block teamster refuses: kept whole, names in PascalCase, so the check names it.
@@ -1044,8 +1296,19 @@ impl Parser<'_> {
         span: Option<std::ops::Range<usize>>,
         path: &str,
     ) -> Result<Value, JobspecError> {
-        parse_time(expr)
-            .evaluate(&self.ctx)
+        let iterators = self.iterators.borrow();
+        let result = if iterators.is_empty() {
+            parse_time(expr, &[]).evaluate(&self.ctx)
+        } else {
+            // Inside a `dynamic` block: its iterators are in scope too.
+            let mut ctx = self.ctx.clone();
+            for (name, value) in iterators.iter() {
+                ctx.declare_var(name.as_str(), from_json(value.clone()));
+            }
+            let names: Vec<String> = iterators.iter().map(|(n, _)| n.clone()).collect();
+            parse_time(expr, &names).evaluate(&ctx)
+        };
+        result
             .map(to_json)
             .map_err(|err| self.at(span, path, err.to_string()))
     }

@@ -2,6 +2,13 @@
 //! and the blocks nested in it (where they go in the JSON, which label names them, how their
 //! content is read). Nomad's names; the parser in [`super::hcl`] walks it.
 
+use serde_json::{Map, Value};
+
+/// Set `key` to `value` unless the block set it.
+fn default(m: &mut Map<String, Value>, key: &str, value: impl Into<Value>) {
+    m.entry(key).or_insert_with(|| value.into());
+}
+
 /// What a value must be.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) enum Ty {
@@ -104,6 +111,9 @@ pub(super) const fn generic_list(hcl: &'static str, json: &'static str) -> Neste
 pub(super) struct Spec {
     pub(super) args: &'static [Arg],
     pub(super) blocks: &'static [Nested],
+    /// What Nomad's parser does to the block once read: the defaults it fills in, fields it
+    /// moves.
+    pub(super) fixup: Option<fn(&mut Map<String, Value>)>,
 }
 
 pub(super) const CONSTRAINT: Content = Content::Constraint { weight: false };
@@ -118,6 +128,7 @@ pub(super) static SCALING: Spec = Spec {
         ("type", "Type", Ty::Str),
     ],
     blocks: &[one("policy", "Policy", Content::AnyMap)],
+    fixup: Some(|m| default(m, "Type", "horizontal")),
 };
 
 /// A job's `periodic` block (the parser sets SpecType "cron" when `cron` or `crons` is given).
@@ -130,11 +141,17 @@ pub(super) static PERIODIC: Spec = Spec {
         ("enabled", "Enabled", Ty::Bool),
     ],
     blocks: &[],
+    fixup: Some(|m| {
+        if m.contains_key("Spec") || m.contains_key("Specs") {
+            m.insert("SpecType".into(), "cron".into());
+        }
+    }),
 };
 
 pub(super) static SPREAD_TARGET: Spec = Spec {
     args: &[("percent", "Percent", Ty::Int)],
     blocks: &[],
+    fixup: None,
 };
 
 pub(super) static SPREAD: Spec = Spec {
@@ -148,6 +165,7 @@ pub(super) static SPREAD: Spec = Spec {
         "Value",
         Content::Spec(&SPREAD_TARGET),
     )],
+    fixup: None,
 };
 
 pub(super) static RESTART: Spec = Spec {
@@ -159,6 +177,7 @@ pub(super) static RESTART: Spec = Spec {
         ("render_templates", "RenderTemplates", Ty::Bool),
     ],
     blocks: &[],
+    fixup: None,
 };
 
 pub(super) static RESCHEDULE: Spec = Spec {
@@ -171,6 +190,392 @@ pub(super) static RESCHEDULE: Spec = Spec {
         ("unlimited", "Unlimited", Ty::Bool),
     ],
     blocks: &[],
+    fixup: None,
+};
+
+/// `update` (job or group).
+pub(super) static UPDATE: Spec = Spec {
+    args: &[
+        ("max_parallel", "MaxParallel", Ty::Int),
+        ("health_check", "HealthCheck", Ty::Str),
+        ("min_healthy_time", "MinHealthyTime", Ty::Dur),
+        ("healthy_deadline", "HealthyDeadline", Ty::Dur),
+        ("progress_deadline", "ProgressDeadline", Ty::Dur),
+        ("auto_revert", "AutoRevert", Ty::Bool),
+        ("auto_promote", "AutoPromote", Ty::Bool),
+        ("canary", "Canary", Ty::Int),
+        ("stagger", "Stagger", Ty::Dur),
+    ],
+    blocks: &[],
+    fixup: None,
+};
+
+/// `migrate` (job or group).
+pub(super) static MIGRATE: Spec = Spec {
+    args: &[
+        ("max_parallel", "MaxParallel", Ty::Int),
+        ("health_check", "HealthCheck", Ty::Str),
+        ("min_healthy_time", "MinHealthyTime", Ty::Dur),
+        ("healthy_deadline", "HealthyDeadline", Ty::Dur),
+    ],
+    blocks: &[],
+    fixup: None,
+};
+
+/// A group's `disconnect`.
+pub(super) static DISCONNECT: Spec = Spec {
+    args: &[
+        ("lost_after", "LostAfter", Ty::Dur),
+        ("replace", "Replace", Ty::Bool),
+        ("reconcile", "Reconcile", Ty::Str),
+        ("stop_on_client_after", "StopOnClientAfter", Ty::Dur),
+    ],
+    blocks: &[],
+    fixup: None,
+};
+
+/// A group's `ephemeral_disk`.
+pub(super) static EPHEMERAL_DISK: Spec = Spec {
+    args: &[
+        ("sticky", "Sticky", Ty::Bool),
+        ("migrate", "Migrate", Ty::Bool),
+        ("size", "SizeMB", Ty::Int),
+    ],
+    blocks: &[],
+    fixup: None,
+};
+
+/// A `port "<label>"` of a `network`: Nomad's parser reads every port as dynamic, then
+/// moves those with a `static` value to ReservedPorts ([`NETWORK`]'s fixup).
+pub(super) static PORT: Spec = Spec {
+    args: &[
+        ("static", "Value", Ty::Int),
+        ("to", "To", Ty::Int),
+        ("host_network", "HostNetwork", Ty::Str),
+        ("ignore_collision", "IgnoreCollision", Ty::Bool),
+    ],
+    blocks: &[],
+    fixup: None,
+};
+
+pub(super) static DNS: Spec = Spec {
+    args: &[
+        ("servers", "Servers", Ty::StrList),
+        ("searches", "Searches", Ty::StrList),
+        ("options", "Options", Ty::StrList),
+    ],
+    blocks: &[],
+    fixup: None,
+};
+
+pub(super) static CNI: Spec = Spec {
+    args: &[],
+    blocks: &[one("args", "Args", Content::StrMap)],
+    fixup: None,
+};
+
+/// A `network` (group, or a task's resources).
+pub(super) static NETWORK: Spec = Spec {
+    args: &[
+        ("mode", "Mode", Ty::Str),
+        ("hostname", "Hostname", Ty::Str),
+        ("mbits", "MBits", Ty::Int),
+    ],
+    blocks: &[
+        named("port", "DynamicPorts", "Label", Content::Spec(&PORT)),
+        one("dns", "DNS", Content::Spec(&DNS)),
+        one("cni", "CNI", Content::Spec(&CNI)),
+    ],
+    fixup: Some(|m| {
+        let Some(Value::Array(ports)) = m.remove("DynamicPorts") else {
+            return;
+        };
+        let (reserved, dynamic): (Vec<_>, Vec<_>) = ports
+            .into_iter()
+            .partition(|p| p.get("Value").is_some_and(|v| v.as_i64() != Some(0)));
+        if !reserved.is_empty() {
+            m.insert("ReservedPorts".into(), Value::Array(reserved));
+        }
+        if !dynamic.is_empty() {
+            m.insert("DynamicPorts".into(), Value::Array(dynamic));
+        }
+    }),
+};
+
+/// A check's or a service's `check_restart`.
+pub(super) static CHECK_RESTART: Spec = Spec {
+    args: &[
+        ("limit", "Limit", Ty::Int),
+        ("grace", "Grace", Ty::Dur),
+        ("ignore_warnings", "IgnoreWarnings", Ty::Bool),
+    ],
+    blocks: &[],
+    fixup: None,
+};
+
+/// A service's `check`.
+pub(super) static CHECK: Spec = Spec {
+    args: &[
+        ("name", "Name", Ty::Str),
+        ("type", "Type", Ty::Str),
+        ("command", "Command", Ty::Str),
+        ("args", "Args", Ty::StrList),
+        ("path", "Path", Ty::Str),
+        ("protocol", "Protocol", Ty::Str),
+        ("port", "PortLabel", Ty::Str),
+        ("expose", "Expose", Ty::Bool),
+        ("address_mode", "AddressMode", Ty::Str),
+        ("advertise", "Advertise", Ty::Str),
+        ("interval", "Interval", Ty::Dur),
+        ("timeout", "Timeout", Ty::Dur),
+        ("initial_status", "InitialStatus", Ty::Str),
+        ("notes", "Notes", Ty::Str),
+        ("tls_server_name", "TLSServerName", Ty::Str),
+        ("tls_skip_verify", "TLSSkipVerify", Ty::Bool),
+        ("method", "Method", Ty::Str),
+        ("body", "Body", Ty::Str),
+        ("grpc_service", "GRPCService", Ty::Str),
+        ("grpc_use_tls", "GRPCUseTLS", Ty::Bool),
+        ("task", "TaskName", Ty::Str),
+        ("success_before_passing", "SuccessBeforePassing", Ty::Int),
+        (
+            "failures_before_critical",
+            "FailuresBeforeCritical",
+            Ty::Int,
+        ),
+        ("failures_before_warning", "FailuresBeforeWarning", Ty::Int),
+        ("on_update", "OnUpdate", Ty::Str),
+    ],
+    blocks: &[
+        one("header", "Header", Content::AnyMap),
+        one(
+            "check_restart",
+            "CheckRestart",
+            Content::Spec(&CHECK_RESTART),
+        ),
+    ],
+    fixup: None,
+};
+
+/// A `service` (group or task).
+pub(super) static SERVICE: Spec = Spec {
+    args: &[
+        ("name", "Name", Ty::Str),
+        ("port", "PortLabel", Ty::Str),
+        ("tags", "Tags", Ty::StrList),
+        ("canary_tags", "CanaryTags", Ty::StrList),
+        ("enable_tag_override", "EnableTagOverride", Ty::Bool),
+        ("address_mode", "AddressMode", Ty::Str),
+        ("address", "Address", Ty::Str),
+        ("task", "TaskName", Ty::Str),
+        ("provider", "Provider", Ty::Str),
+        ("on_update", "OnUpdate", Ty::Str),
+        ("cluster", "Cluster", Ty::Str),
+    ],
+    blocks: &[
+        list("check", "Checks", Content::Spec(&CHECK)),
+        one(
+            "check_restart",
+            "CheckRestart",
+            Content::Spec(&CHECK_RESTART),
+        ),
+        one("meta", "Meta", Content::StrMap),
+        one("canary_meta", "CanaryMeta", Content::StrMap),
+        one("tagged_addresses", "TaggedAddresses", Content::StrMap),
+        generic("connect", "Connect"),
+        generic("identity", "Identity"),
+        generic("weights", "Weights"),
+    ],
+    fixup: None,
+};
+
+pub(super) static TEMPLATE_WAIT: Spec = Spec {
+    args: &[("min", "Min", Ty::Dur), ("max", "Max", Ty::Dur)],
+    blocks: &[],
+    fixup: None,
+};
+
+pub(super) static CHANGE_SCRIPT: Spec = Spec {
+    args: &[
+        ("command", "Command", Ty::Str),
+        ("args", "Args", Ty::StrList),
+        ("timeout", "Timeout", Ty::Dur),
+        ("fail_on_error", "FailOnError", Ty::Bool),
+    ],
+    blocks: &[],
+    fixup: None,
+};
+
+/// A task's `template`; Nomad's parser fills in its change mode, permissions, splay and
+/// missing-key behaviour.
+pub(super) static TEMPLATE: Spec = Spec {
+    args: &[
+        ("source", "SourcePath", Ty::Str),
+        ("destination", "DestPath", Ty::Str),
+        ("data", "EmbeddedTmpl", Ty::Str),
+        ("change_mode", "ChangeMode", Ty::Str),
+        ("change_signal", "ChangeSignal", Ty::Str),
+        ("splay", "Splay", Ty::Dur),
+        ("perms", "Perms", Ty::Str),
+        ("uid", "Uid", Ty::Int),
+        ("gid", "Gid", Ty::Int),
+        ("left_delimiter", "LeftDelim", Ty::Str),
+        ("right_delimiter", "RightDelim", Ty::Str),
+        ("env", "Envvars", Ty::Bool),
+        ("vault_grace", "VaultGrace", Ty::Dur),
+        ("error_on_missing_key", "ErrMissingKey", Ty::Bool),
+        ("once", "Once", Ty::Bool),
+    ],
+    blocks: &[
+        one("wait", "Wait", Content::Spec(&TEMPLATE_WAIT)),
+        one(
+            "change_script",
+            "ChangeScript",
+            Content::Spec(&CHANGE_SCRIPT),
+        ),
+    ],
+    fixup: Some(|m| {
+        default(m, "ChangeMode", "restart");
+        default(m, "Perms", "0644");
+        default(m, "Splay", 5_000_000_000_i64);
+        default(m, "ErrMissingKey", false);
+    }),
+};
+
+/// A task's `artifact`.
+pub(super) static ARTIFACT: Spec = Spec {
+    args: &[
+        ("source", "GetterSource", Ty::Str),
+        ("destination", "RelativeDest", Ty::Str),
+        ("mode", "GetterMode", Ty::Str),
+        ("chown", "Chown", Ty::Bool),
+        ("insecure", "GetterInsecure", Ty::Bool),
+    ],
+    blocks: &[
+        one("options", "GetterOptions", Content::StrMap),
+        one("headers", "GetterHeaders", Content::StrMap),
+    ],
+    fixup: None,
+};
+
+/// A task's (or the job's) `vault`; Nomad's parser fills in `env` and `disable_file`, and
+/// the change mode.
+pub(super) static VAULT: Spec = Spec {
+    args: &[
+        ("policies", "Policies", Ty::StrList),
+        ("namespace", "Namespace", Ty::Str),
+        ("cluster", "Cluster", Ty::Str),
+        ("role", "Role", Ty::Str),
+        ("env", "Env", Ty::Bool),
+        ("disable_file", "DisableFile", Ty::Bool),
+        ("change_mode", "ChangeMode", Ty::Str),
+        ("change_signal", "ChangeSignal", Ty::Str),
+        ("allow_token_expiration", "AllowTokenExpiration", Ty::Bool),
+    ],
+    blocks: &[],
+    fixup: Some(|m| {
+        default(m, "Env", true);
+        default(m, "DisableFile", false);
+        default(m, "ChangeMode", "restart");
+    }),
+};
+
+/// A `device "<name>"` of a task's resources.
+pub(super) static DEVICE: Spec = Spec {
+    args: &[("count", "Count", Ty::Int)],
+    blocks: &[
+        list("constraint", "Constraints", CONSTRAINT),
+        list("affinity", "Affinities", AFFINITY),
+    ],
+    fixup: None,
+};
+
+/// A task's `logs`.
+pub(super) static LOGS: Spec = Spec {
+    args: &[
+        ("max_files", "MaxFiles", Ty::Int),
+        ("max_file_size", "MaxFileSizeMB", Ty::Int),
+        ("disabled", "Disabled", Ty::Bool),
+        ("enabled", "Enabled", Ty::Bool),
+    ],
+    blocks: &[],
+    fixup: None,
+};
+
+pub(super) static LIFECYCLE: Spec = Spec {
+    args: &[("hook", "Hook", Ty::Str), ("sidecar", "Sidecar", Ty::Bool)],
+    blocks: &[],
+    fixup: None,
+};
+
+pub(super) static DISPATCH_PAYLOAD: Spec = Spec {
+    args: &[("file", "File", Ty::Str)],
+    blocks: &[],
+    fixup: None,
+};
+
+/// A job's `parameterized`.
+pub(super) static PARAMETERIZED: Spec = Spec {
+    args: &[
+        ("payload", "Payload", Ty::Str),
+        ("meta_required", "MetaRequired", Ty::StrList),
+        ("meta_optional", "MetaOptional", Ty::StrList),
+    ],
+    blocks: &[],
+    fixup: None,
+};
+
+pub(super) static VOLUME_MOUNT: Spec = Spec {
+    args: &[
+        ("volume", "Volume", Ty::Str),
+        ("destination", "Destination", Ty::Str),
+        ("read_only", "ReadOnly", Ty::Bool),
+        ("propagation_mode", "PropagationMode", Ty::Str),
+        ("selinux_label", "SELinuxLabel", Ty::Str),
+    ],
+    blocks: &[],
+    fixup: None,
+};
+
+pub(super) static MOUNT_OPTIONS: Spec = Spec {
+    args: &[
+        ("fs_type", "FSType", Ty::Str),
+        ("mount_flags", "MountFlags", Ty::StrList),
+    ],
+    blocks: &[],
+    fixup: None,
+};
+
+/// A group's `volume "<name>"`.
+pub(super) static VOLUME: Spec = Spec {
+    args: &[
+        ("type", "Type", Ty::Str),
+        ("source", "Source", Ty::Str),
+        ("read_only", "ReadOnly", Ty::Bool),
+        ("access_mode", "AccessMode", Ty::Str),
+        ("attachment_mode", "AttachmentMode", Ty::Str),
+        ("per_alloc", "PerAlloc", Ty::Bool),
+        ("sticky", "Sticky", Ty::Bool),
+    ],
+    blocks: &[one(
+        "mount_options",
+        "MountOptions",
+        Content::Spec(&MOUNT_OPTIONS),
+    )],
+    fixup: None,
+};
+
+pub(super) static UI_LINK: Spec = Spec {
+    args: &[("label", "Label", Ty::Str), ("url", "URL", Ty::Str)],
+    blocks: &[],
+    fixup: None,
+};
+
+/// A job's `ui`.
+pub(super) static UI: Spec = Spec {
+    args: &[("description", "Description", Ty::Str)],
+    blocks: &[list("link", "Links", Content::Spec(&UI_LINK))],
+    fixup: None,
 };
 
 pub(super) static RESOURCES: Spec = Spec {
@@ -183,16 +588,11 @@ pub(super) static RESOURCES: Spec = Spec {
         ("secrets", "SecretsMB", Ty::Int),
     ],
     blocks: &[
-        Nested {
-            hcl: "device",
-            json: "Devices",
-            place: Place::List,
-            label: Some("Name"),
-            content: Content::Generic,
-        },
-        generic_list("network", "Networks"),
+        named("device", "Devices", "Name", Content::Spec(&DEVICE)),
+        list("network", "Networks", Content::Spec(&NETWORK)),
         generic("numa", "NUMA"),
     ],
+    fixup: None,
 };
 
 pub(super) static TASK: Spec = Spec {
@@ -213,14 +613,18 @@ pub(super) static TASK: Spec = Spec {
         list("constraint", "Constraints", CONSTRAINT),
         list("affinity", "Affinities", AFFINITY),
         one("restart", "RestartPolicy", Content::Spec(&RESTART)),
-        generic("logs", "LogConfig"),
-        generic_list("artifact", "Artifacts"),
-        generic_list("template", "Templates"),
-        generic_list("service", "Services"),
-        generic("lifecycle", "Lifecycle"),
-        generic("dispatch_payload", "DispatchPayload"),
-        generic_list("volume_mount", "VolumeMounts"),
-        generic("vault", "Vault"),
+        one("logs", "LogConfig", Content::Spec(&LOGS)),
+        list("artifact", "Artifacts", Content::Spec(&ARTIFACT)),
+        list("template", "Templates", Content::Spec(&TEMPLATE)),
+        list("service", "Services", Content::Spec(&SERVICE)),
+        one("lifecycle", "Lifecycle", Content::Spec(&LIFECYCLE)),
+        one(
+            "dispatch_payload",
+            "DispatchPayload",
+            Content::Spec(&DISPATCH_PAYLOAD),
+        ),
+        list("volume_mount", "VolumeMounts", Content::Spec(&VOLUME_MOUNT)),
+        one("vault", "Vault", Content::Spec(&VAULT)),
         generic("consul", "Consul"),
         generic("identity", "Identity"),
         generic("csi_plugin", "CSIPluginConfig"),
@@ -229,6 +633,7 @@ pub(super) static TASK: Spec = Spec {
         list("scaling", "ScalingPolicies", Content::VerticalScaling),
         generic("schedule", "Schedule"),
     ],
+    fixup: None,
 };
 
 pub(super) static GROUP: Spec = Spec {
@@ -256,22 +661,27 @@ pub(super) static GROUP: Spec = Spec {
         one("restart", "RestartPolicy", Content::Spec(&RESTART)),
         one("reschedule", "ReschedulePolicy", Content::Spec(&RESCHEDULE)),
         one("meta", "Meta", Content::StrMap),
-        generic("ephemeral_disk", "EphemeralDisk"),
-        generic("update", "Update"),
-        generic("migrate", "Migrate"),
-        generic_list("network", "Networks"),
-        generic_list("service", "Services"),
+        one(
+            "ephemeral_disk",
+            "EphemeralDisk",
+            Content::Spec(&EPHEMERAL_DISK),
+        ),
+        one("update", "Update", Content::Spec(&UPDATE)),
+        one("migrate", "Migrate", Content::Spec(&MIGRATE)),
+        list("network", "Networks", Content::Spec(&NETWORK)),
+        list("service", "Services", Content::Spec(&SERVICE)),
         Nested {
             hcl: "volume",
             json: "Volumes",
             place: Place::ByLabel,
             label: Some("Name"),
-            content: Content::Generic,
+            content: Content::Spec(&VOLUME),
         },
         one("scaling", "Scaling", Content::Spec(&SCALING)),
         generic("consul", "Consul"),
-        generic("disconnect", "Disconnect"),
+        one("disconnect", "Disconnect", Content::Spec(&DISCONNECT)),
     ],
+    fixup: None,
 };
 
 pub(super) static JOB: Spec = Spec {
@@ -296,14 +706,19 @@ pub(super) static JOB: Spec = Spec {
         list("affinity", "Affinities", AFFINITY),
         list("spread", "Spreads", Content::Spec(&SPREAD)),
         one("meta", "Meta", Content::StrMap),
-        generic("update", "Update"),
-        generic("migrate", "Migrate"),
-        generic("reschedule", "Reschedule"),
+        one("update", "Update", Content::Spec(&UPDATE)),
+        one("migrate", "Migrate", Content::Spec(&MIGRATE)),
+        one("reschedule", "Reschedule", Content::Spec(&RESCHEDULE)),
         one("periodic", "Periodic", Content::Spec(&PERIODIC)),
-        generic("parameterized", "ParameterizedJob"),
+        one(
+            "parameterized",
+            "ParameterizedJob",
+            Content::Spec(&PARAMETERIZED),
+        ),
         generic("multiregion", "Multiregion"),
-        generic("ui", "UI"),
-        generic("vault", "Vault"),
+        one("ui", "UI", Content::Spec(&UI)),
+        one("vault", "Vault", Content::Spec(&VAULT)),
         generic_list("secret", "Secrets"),
     ],
+    fixup: None,
 };

@@ -149,6 +149,7 @@ fn variables_take_defaults_then_environment_then_files_then_flags() {
             ("tags".into(), "[\"z\"]".into()),
         ],
         strict: true,
+        allow_fs: false,
     };
     let job = parse_job("job.hcl", text, &inputs).unwrap();
     assert_eq!(job["Datacenters"], json!(["dc9"]));
@@ -292,8 +293,6 @@ fn blocks_teamster_does_not_act_on_are_kept_so_that_they_are_refused_by_name() {
 
 #[test]
 fn variable_blocks_take_only_what_is_acted_on_and_values_must_fit_their_type() {
-    let e = err("variable \"x\" {\n  default = 1\n  validation {\n    condition = true\n  }\n}\njob \"j\" {}\n");
-    assert!(e.contains("validation blocks are not supported yet"), "{e}");
     let e = err("variable \"x\" {\n  sensitive = true\n}\njob \"j\" {}\n");
     assert!(e.contains("unknown argument \"sensitive\""), "{e}");
     let e = err("variable \"x\" {\n  type = strng\n}\njob \"j\" {}\n");
@@ -745,7 +744,7 @@ EOF
         })
     );
     assert_eq!(
-        job["TaskGroups"][0]["Tasks"][0]["Templates"][0]["Data"],
+        job["TaskGroups"][0]["Tasks"][0]["Templates"][0]["EmbeddedTmpl"],
         json!("path /a on ${node.unique.name}\npath /b on ${node.unique.name}\n")
     );
     // A for variable is not in scope outside its expression: `p` here is the client's.
@@ -817,4 +816,400 @@ fn a_task_scaling_block_is_typed_by_its_label() {
     assert!(e.contains("expected \"vertical_cpu\""), "{e}");
     let e = task("scaling {\n  max = 1\n}");
     assert!(e.contains("needs a label"), "{e}");
+}
+
+#[test]
+fn dynamic_blocks_expand_over_lists_and_maps_with_their_iterator_and_labels() {
+    let job = parse(
+        r#"
+        variable "racks" {
+          default = ["r1", "r2"]
+        }
+        locals {
+          ports = { http = 8080, admin = 9000 }
+        }
+        job "j" {
+          group "g" {
+            dynamic "constraint" {
+              for_each = var.racks
+              content {
+                attribute = "${meta.rack}"
+                operator  = "!="
+                value     = "${constraint.value}-${constraint.key}"
+              }
+            }
+            network {
+              dynamic "port" {
+                for_each = local.ports
+                iterator = p
+                labels   = [p.key]
+                content {
+                  to = p.value
+                }
+              }
+            }
+            task "t" {
+              driver = "raw_exec"
+              config {
+                command = "/bin/true"
+                dynamic "mount" {
+                  for_each = ["/a"]
+                  content {
+                    source = mount.value
+                  }
+                }
+              }
+            }
+          }
+        }
+        "#,
+    )
+    .unwrap();
+    let group = &job["TaskGroups"][0];
+    assert_eq!(
+        group["Constraints"],
+        json!([
+            { "LTarget": "${meta.rack}", "Operand": "!=", "RTarget": "r1-0" },
+            { "LTarget": "${meta.rack}", "Operand": "!=", "RTarget": "r2-1" }
+        ])
+    );
+    // A map iterates in key order, as cty does.
+    assert_eq!(
+        group["Networks"][0]["DynamicPorts"],
+        json!([{ "Label": "admin", "To": 9000 }, { "Label": "http", "To": 8080 }])
+    );
+    assert_eq!(
+        group["Tasks"][0]["Config"]["mount"],
+        json!([{ "source": "/a" }])
+    );
+}
+
+#[test]
+fn a_dynamic_block_names_what_is_wrong_with_it() {
+    let e =
+        err("job \"j\" {\n  dynamic \"constrant\" {\n    for_each = [1]\n    content {}\n  }\n}\n");
+    assert!(
+        e.contains("job.hcl:2:3") && e.contains("unknown block \"constrant\""),
+        "{e}"
+    );
+    let e = err("job \"j\" {\n  dynamic \"constraint\" {\n    for_each = [1]\n  }\n}\n");
+    assert!(e.contains("missing required block \"content\""), "{e}");
+    let e = err("job \"j\" {\n  dynamic \"constraint\" {\n    content {}\n  }\n}\n");
+    assert!(e.contains("missing required argument \"for_each\""), "{e}");
+    let e = err(
+        "job \"j\" {\n  dynamic \"constraint\" {\n    for_each = \"x\"\n    content {}\n  }\n}\n",
+    );
+    assert!(
+        e.contains("for_each: expected a list, a set or a map"),
+        "{e}"
+    );
+    let e = err("job \"j\" {\n  dynamic \"constraint\" {\n    for_each = [1]\n    iterator = var\n    content {}\n  }\n}\n");
+    assert!(e.contains("would hide"), "{e}");
+    // An error inside the content names the dynamic block's place and the argument.
+    let e = err("job \"j\" {\n  dynamic \"constraint\" {\n    for_each = [1]\n    content {\n      atribute = \"x\"\n    }\n  }\n}\n");
+    assert!(
+        e.contains("job.hcl:5:7") && e.contains("unknown argument \"atribute\""),
+        "{e}"
+    );
+    // The iterator is gone after the block: a later reference is left for run time.
+    let job = parse("job \"j\" {\n  dynamic \"constraint\" {\n    for_each = [1]\n    content {\n      value = constraint.value\n    }\n  }\n  meta { m = constraint.value }\n}\n").unwrap();
+    assert_eq!(job["Constraints"][0]["RTarget"], json!("1"));
+    assert_eq!(job["Meta"]["m"], json!("${constraint.value}"));
+}
+
+#[test]
+fn variable_validation_fails_the_parse_with_its_message() {
+    let text = "variable \"n\" {\n  type = number\n  default = 2\n  validation {\n    condition     = var.n > 0\n    error_message = \"n must be positive\"\n  }\n}\njob \"j\" {\n  meta { n = var.n }\n}\n";
+    assert_eq!(parse(text).unwrap()["Meta"]["n"], json!("2"));
+    let inputs = VarInputs {
+        flags: vec![("n".into(), "0".into())],
+        ..Default::default()
+    };
+    let e = parse_job("job.hcl", text, &inputs).unwrap_err().to_string();
+    assert!(
+        e.contains("job.hcl:5:5")
+            && e.contains("variable \"n\" → validation")
+            && e.contains("Invalid value for variable: n must be positive"),
+        "{e}"
+    );
+    let e = err("variable \"n\" {\n  default = 1\n  validation {\n    condition = \"yes\"\n    error_message = \"m\"\n  }\n}\njob \"j\" {}\n");
+    assert!(e.contains("condition: expected a bool"), "{e}");
+    let e = err("variable \"n\" {\n  default = 1\n  validation {\n    condition = true\n  }\n}\njob \"j\" {}\n");
+    assert!(
+        e.contains("needs both \"condition\" and \"error_message\""),
+        "{e}"
+    );
+}
+
+#[test]
+fn workload_blocks_get_nomads_names_defaults_and_port_split() {
+    let job = parse(
+        r#"
+        job "j" {
+          update {
+            max_parallel     = 2
+            min_healthy_time = "10s"
+          }
+          group "g" {
+            ephemeral_disk { size = 300 }
+            network {
+              mode = "bridge"
+              port "http" { to = 8080 }
+              port "metrics" { static = 9102 }
+            }
+            service {
+              name = "web"
+              port = "http"
+              check {
+                type     = "http"
+                path     = "/"
+                interval = "10s"
+                timeout  = "2s"
+                header { X-Probe = ["1"] }
+                check_restart { grace = "30s" }
+              }
+            }
+            task "t" {
+              driver = "raw_exec"
+              template {
+                data        = "x"
+                destination = "local/x"
+                wait {
+                  min = "1s"
+                  max = "2s"
+                }
+              }
+              artifact {
+                source  = "https://example.com/a.tgz"
+                options { checksum = "md5:00" }
+              }
+              vault { role = "r" }
+              logs { max_file_size = 20 }
+              resources {
+                device "nvidia/gpu" {
+                  count = 2
+                  constraint {
+                    attribute = "${device.attr.memory}"
+                    operator  = ">="
+                    value     = "2 GiB"
+                  }
+                }
+              }
+            }
+          }
+        }
+        "#,
+    )
+    .unwrap();
+    assert_eq!(
+        job["Update"],
+        json!({ "MaxParallel": 2, "MinHealthyTime": 10_000_000_000_i64 })
+    );
+    let group = &job["TaskGroups"][0];
+    assert_eq!(group["EphemeralDisk"], json!({ "SizeMB": 300 }));
+    assert_eq!(
+        group["Networks"][0],
+        json!({
+            "Mode": "bridge",
+            "DynamicPorts": [{ "Label": "http", "To": 8080 }],
+            "ReservedPorts": [{ "Label": "metrics", "Value": 9102 }]
+        })
+    );
+    assert_eq!(
+        group["Services"][0],
+        json!({
+            "Name": "web",
+            "PortLabel": "http",
+            "Checks": [{
+                "Type": "http", "Path": "/", "Interval": 10_000_000_000_i64,
+                "Timeout": 2_000_000_000_i64, "Header": { "X-Probe": ["1"] },
+                "CheckRestart": { "Grace": 30_000_000_000_i64 }
+            }]
+        })
+    );
+    let task = &group["Tasks"][0];
+    assert_eq!(
+        task["Templates"][0],
+        json!({
+            "EmbeddedTmpl": "x", "DestPath": "local/x", "ChangeMode": "restart",
+            "Perms": "0644", "Splay": 5_000_000_000_i64, "ErrMissingKey": false,
+            "Wait": { "Min": 1_000_000_000_i64, "Max": 2_000_000_000_i64 }
+        })
+    );
+    assert_eq!(
+        task["Artifacts"][0],
+        json!({ "GetterSource": "https://example.com/a.tgz", "GetterOptions": { "checksum": "md5:00" } })
+    );
+    assert_eq!(
+        task["Vault"],
+        json!({ "Role": "r", "Env": true, "DisableFile": false, "ChangeMode": "restart" })
+    );
+    assert_eq!(task["LogConfig"], json!({ "MaxFileSizeMB": 20 }));
+    assert_eq!(
+        task["Resources"]["Devices"][0],
+        json!({
+            "Name": "nvidia/gpu", "Count": 2,
+            "Constraints": [{ "LTarget": "${device.attr.memory}", "Operand": ">=", "RTarget": "2 GiB" }]
+        })
+    );
+    // A typo inside these blocks is an error with its path, as anywhere else.
+    let e = err("job \"j\" {\n  group \"g\" {\n    service {\n      check { intervall = \"1s\" }\n    }\n  }\n}\n");
+    assert!(
+        e.contains("group \"g\" → service → check") && e.contains("unknown argument \"intervall\""),
+        "{e}"
+    );
+}
+
+/// Evaluates `name = expr` lines as a job's meta (`allow_fs` as the CLI has it).
+fn meta_of(lines: &str, allow_fs: bool) -> Result<Value, JobspecError> {
+    let inputs = VarInputs {
+        allow_fs,
+        ..Default::default()
+    };
+    parse_job(
+        "job.hcl",
+        &format!("job \"j\" {{\n  meta = {{\n{lines}\n  }}\n}}\n"),
+        &inputs,
+    )
+    .map(|job| job["Meta"].clone())
+}
+
+#[test]
+fn hash_uuid_and_cidr_functions_give_hcls_results() {
+    let meta = meta_of(
+        r#"
+    md5     = md5("hello")
+    sha1    = sha1("hello")
+    sha256  = sha256("hello")
+    b64     = base64sha256("hello")
+    sha512  = substr(sha512("hello"), 0, 16)
+    v5      = uuidv5("dns", "www.example.com")
+    v4      = length(uuidv4())
+    host    = cidrhost("10.12.112.0/20", 268)
+    last    = cidrhost("10.12.112.0/20", -1)
+    host6   = cidrhost("fd00:fd12:3456:7890:00a2::/72", 34)
+    mask    = cidrnetmask("172.16.0.0/12")
+    subnet  = cidrsubnet("172.16.0.0/12", 4, 2)
+    subnet6 = cidrsubnet("fd00:fd12:3456:7890::/56", 16, 162)
+    subnets = join(",", cidrsubnets("10.1.0.0/16", 4, 4, 8, 4))"#,
+        false,
+    )
+    .unwrap();
+    assert_eq!(
+        meta,
+        json!({
+            "md5": "5d41402abc4b2a76b9719d911017c592",
+            "sha1": "aaf4c61ddcc5e8a2dabede0f3b482cd9aea9434d",
+            "sha256": "2cf24dba5fb0a30e26e83b2ac5b9e29e1b161e5c1fa7425e73043362938b9824",
+            "b64": "LPJNul+wow4m6DsqxbninhsWHlwfp0JecwQzYpOLmCQ=",
+            "sha512": "9b71d224bd62f378",
+            "v5": "2ed6657d-e927-568b-95e1-2665a8aea6a2",
+            "v4": "36",
+            "host": "10.12.113.12",
+            "last": "10.12.127.255",
+            "host6": "fd00:fd12:3456:7890::22",
+            "mask": "255.240.0.0",
+            "subnet": "172.18.0.0/16",
+            "subnet6": "fd00:fd12:3456:7800:a200::/72",
+            "subnets": "10.1.0.0/20,10.1.16.0/20,10.1.32.0/24,10.1.48.0/20"
+        })
+    );
+    for (expr, wanted) in [
+        (
+            "cidrhost(\"10.0.0.0/30\", 4)",
+            "cannot hold a host numbered 4",
+        ),
+        ("cidrsubnet(\"10.0.0.0/30\", 3, 0)", "go past 32 bits"),
+        (
+            "cidrsubnet(\"10.0.0.0/8\", 2, 4)",
+            "cannot number a subnet 4",
+        ),
+        (
+            "cidrnetmask(\"10.0.0.0/33\")",
+            "prefix length must be 0 to 32",
+        ),
+        ("cidrsubnets(\"10.0.0.0/30\", 1, 1, 1)", "not enough room"),
+        ("uuidv5(\"nope\", \"x\")", "uuidv5: the namespace must be"),
+    ] {
+        let e = meta_of(&format!("    x = {expr}"), false)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains(wanted), "{expr}: {e}");
+    }
+}
+
+#[test]
+fn collection_string_and_conversion_functions_give_hcls_results() {
+    let meta = meta_of(
+        r##"
+    sort     = join(",", sort(["b", "a", "c"]))
+    compact  = join(",", compact(["a", "", "b"]))
+    zipmap   = jsonencode(zipmap(["a", "b"], [1, 2]))
+    slice    = join(",", slice(["a", "b", "c", "d"], 1, 3))
+    index    = index(["a", "b"], "b")
+    chunks   = jsonencode(chunklist(["a", "b", "c"], 2))
+    coalesce = join(",", coalescelist([], ["x"]))
+    union    = join(",", setunion(["a", "b"], ["b", "c"]))
+    inter    = join(",", setintersection(["a", "b"], ["b", "c"]))
+    minus    = join(",", setsubtract(["a", "b"], ["b"]))
+    flist    = join(",", formatlist("%s=%d", ["a", "b"], [1, 2]))
+    conv     = "${tostring(1)}/${tonumber("2") + 1}/${tobool("true")}"
+    sets     = length(toset(["a", "a"]))
+    trim     = trim("?!hi!?", "!?")
+    chomp    = chomp("x\n\n")
+    indent   = indent(2, "a\nb")
+    url      = urlencode("a b&c/d")
+    re       = regex("[a-z]+", "123abc456")
+    regroups = jsonencode(regex("(\\d+)-(\\d+)", "10-20"))
+    renamed  = jsonencode(regex("(?P<k>\\w+)=(?P<v>\\w+)", "a=b"))
+    reall    = join(",", regexall("\\d", "a1b2"))
+    replace  = regex_replace("a1b22", "\\d+", "#")
+    math     = "${pow(2, 10)}/${log(8, 2)}/${signum(-3)}"
+    ordered  = join(",", [for k, v in { b = 1, a = 2 } : "${k}${v}"])
+    tmpl     = "%{for k, v in { z = 1, y = 2 }}${k}%{endfor}""##,
+        false,
+    )
+    .unwrap();
+    assert_eq!(
+        meta,
+        json!({
+            "sort": "a,b,c", "compact": "a,b", "zipmap": "{\"a\":1,\"b\":2}",
+            "slice": "b,c", "index": "1", "chunks": "[[\"a\",\"b\"],[\"c\"]]",
+            "coalesce": "x", "union": "a,b,c", "inter": "b", "minus": "a",
+            "flist": "a=1,b=2", "conv": "1/3/true", "sets": "1", "trim": "hi",
+            "chomp": "x", "indent": "a\n  b", "url": "a+b%26c%2Fd", "re": "abc",
+            "regroups": "[\"10\",\"20\"]", "renamed": "{\"k\":\"a\",\"v\":\"b\"}",
+            "reall": "1,2", "replace": "a#b#", "math": "1024/3/-1",
+            "ordered": "a2,b1", "tmpl": "yz"
+        })
+    );
+}
+
+#[test]
+fn file_functions_read_local_files_in_the_cli_only() {
+    let dir = tempfile::tempdir().unwrap();
+    let plain = dir.path().join("motd.txt");
+    std::fs::write(&plain, "hello\n").unwrap();
+    let tpl = dir.path().join("app.tpl");
+    std::fs::write(&tpl, "port=${port}\n%{for h in hosts}${upper(h)} %{endfor}").unwrap();
+    let lines = format!(
+        "    text   = file({plain:?})\n    exists = fileexists({plain:?})\n    \
+         absent = fileexists({missing:?})\n    \
+         tpl    = templatefile({tpl:?}, {{ port = 80, hosts = [\"a\", \"b\"] }})",
+        missing = dir.path().join("nope").display().to_string(),
+        plain = plain.display().to_string(),
+        tpl = tpl.display().to_string(),
+    );
+    let meta = meta_of(&lines, true).unwrap();
+    assert_eq!(
+        meta,
+        json!({ "text": "hello\n", "exists": "true", "absent": "false", "tpl": "port=80\nA B " })
+    );
+    // Parsed by the servers: the file functions refuse, naming why.
+    let e = meta_of(&lines, false).unwrap_err().to_string();
+    assert!(e.contains("they work in the CLI"), "{e}");
+    let e = meta_of("    x = file(\"/nonexistent/teamster\")", true)
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("file: \"/nonexistent/teamster\""), "{e}");
 }

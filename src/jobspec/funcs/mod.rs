@@ -4,15 +4,28 @@
 //! (`concat`, `merge`, `length`, `keys`, `values`, `lookup`, `element`, `contains`,
 //! `distinct`, `flatten`, `reverse`, `range`, `coalesce`), numbers (`min`, `max`, `abs`,
 //! `ceil`, `floor`, `parseint`) and encodings (`jsonencode`, `jsondecode`, `base64encode`,
-//! `base64decode`). A call of any other function is an error that names it.
+//! `base64decode`); hashes and identifiers ([`hash`]), CIDR arithmetic ([`cidr`]), local
+//! files ([`file`]: the CLI only) and the rest of the standard library ([`more`]). A call of
+//! any other function is an error that names it.
+
+mod cidr;
+mod file;
+mod hash;
+mod more;
 
 use hcl::eval::{Context, FuncArgs, FuncDef, ParamType};
 use hcl::{Map, Value};
 
 type Out = Result<Value, String>;
 
-/// A context that knows every function of this module (and no variables yet).
-pub fn context() -> Context<'static> {
+/// The name of the function the parser wraps around a `for` expression's collection so that
+/// a map is iterated in key order, as cty iterates it (HCL's own evaluation keeps the order
+/// the map was written in).
+pub const FOR_ORDER: &str = "teamster_for_order";
+
+/// A context that knows every function of this module (and no variables yet). `files`: whether
+/// `file`, `fileexists` and `templatefile` may read the local filesystem.
+pub fn context(files: bool) -> Context<'static> {
     use ParamType::{Any, Array, Number, Object, String as Str};
     let mut ctx = Context::new();
     let mut def = |name: &str,
@@ -110,6 +123,76 @@ pub fn context() -> Context<'static> {
             .map(Value::from)
             .map_err(|_| "base64decode: the result is not UTF-8".to_string())
     });
+    let list = || Array(Box::new(Any));
+    def("md5", vec![Str], None, hash::md5);
+    def("sha1", vec![Str], None, hash::sha1);
+    def("sha256", vec![Str], None, hash::sha256);
+    def("sha512", vec![Str], None, hash::sha512);
+    def("base64sha256", vec![Str], None, hash::base64sha256);
+    def("base64sha512", vec![Str], None, hash::base64sha512);
+    def("uuidv4", vec![], None, hash::uuidv4);
+    def("uuidv5", vec![Str, Str], None, hash::uuidv5);
+    def("cidrhost", vec![Str, Number], None, cidr::cidrhost);
+    def("cidrnetmask", vec![Str], None, cidr::cidrnetmask);
+    def(
+        "cidrsubnet",
+        vec![Str, Number, Number],
+        None,
+        cidr::cidrsubnet,
+    );
+    def("cidrsubnets", vec![Str], Some(Number), cidr::cidrsubnets);
+    if files {
+        def("file", vec![Str], None, file::file);
+        def("fileexists", vec![Str], None, file::fileexists);
+        def(
+            "templatefile",
+            vec![Str, Object(Box::new(Any))],
+            None,
+            file::templatefile,
+        );
+    } else {
+        def("file", vec![Any], None, file::disabled);
+        def("fileexists", vec![Any], None, file::disabled);
+        def("templatefile", vec![Any, Any], None, file::disabled);
+    }
+    def("sort", vec![list()], None, more::sort);
+    def("compact", vec![list()], None, more::compact);
+    def("zipmap", vec![list(), list()], None, more::zipmap);
+    def("slice", vec![list(), Number, Number], None, more::slice);
+    def("index", vec![list(), Any], None, more::index);
+    def("chunklist", vec![list(), Number], None, more::chunklist);
+    def("coalescelist", vec![], Some(list()), more::coalescelist);
+    def("setunion", vec![], Some(list()), more::setunion);
+    def(
+        "setintersection",
+        vec![list()],
+        Some(list()),
+        more::setintersection,
+    );
+    def("setsubtract", vec![list(), list()], None, more::setsubtract);
+    def("formatlist", vec![Str], Some(Any), more::formatlist);
+    def("tostring", vec![Any], None, more::tostring);
+    def("tonumber", vec![Any], None, more::tonumber);
+    def("tobool", vec![Any], None, more::tobool);
+    def("tolist", vec![Any], None, more::tolist);
+    def("toset", vec![Any], None, more::toset);
+    def("tomap", vec![Any], None, more::tomap);
+    def("trim", vec![Str, Str], None, more::trim);
+    def("chomp", vec![Str], None, more::chomp);
+    def("indent", vec![Number, Str], None, more::indent);
+    def("urlencode", vec![Str], None, more::urlencode);
+    def("regex", vec![Str, Str], None, more::regex);
+    def("regexall", vec![Str, Str], None, more::regexall);
+    def(
+        "regex_replace",
+        vec![Str, Str, Str],
+        None,
+        more::regex_replace,
+    );
+    def("pow", vec![Number, Number], None, more::pow);
+    def("log", vec![Number, Number], None, more::log);
+    def("signum", vec![Number], None, more::signum);
+    def(FOR_ORDER, vec![Any], None, more::sorted_keys_object);
     ctx
 }
 
@@ -281,8 +364,12 @@ fn go_general(f: f64, precision: Option<usize>, upper: bool) -> String {
 /// `%X` `%e` `%E` `%f` `%F` `%g` `%G` `%s` `%q` and `%%`, with the flags `-` `+` ` ` `0`
 /// `#`, a width, a precision and an explicit argument index (`%[2]s`).
 fn format(args: FuncArgs) -> Out {
-    let spec = s(&args[0]);
-    let rest: Vec<&Value> = args.variadic_args().collect();
+    let rest: Vec<Value> = args.variadic_args().cloned().collect();
+    format_values(s(&args[0]), &rest)
+}
+
+/// `format(spec, rest...)`.
+fn format_values(spec: &str, rest: &[Value]) -> Out {
     let mut next_arg = 0;
     let mut used = vec![false; rest.len()];
     let mut out = String::new();
@@ -330,7 +417,7 @@ fn format(args: FuncArgs) -> Out {
             out.push('%');
             continue;
         }
-        let arg = *rest
+        let arg = rest
             .get(next_arg)
             .ok_or_else(|| format!("format: not enough arguments for {spec:?}"))?;
         used[next_arg] = true;
