@@ -4,8 +4,8 @@
 //! (`concat`, `merge`, `length`, `keys`, `values`, `lookup`, `element`, `contains`,
 //! `distinct`, `flatten`, `reverse`, `range`, `coalesce`), numbers (`min`, `max`, `abs`,
 //! `ceil`, `floor`, `parseint`) and encodings (`jsonencode`, `jsondecode`, `base64encode`,
-//! `base64decode`); hashes and identifiers ([`hash`]), CIDR arithmetic ([`cidr`]), local
-//! files ([`file`]: the CLI only) and the rest of the standard library ([`more`]). A call of
+//! `base64decode`); hashes and identifiers (`hash`), CIDR arithmetic (`cidr`), local
+//! files (`file`: the CLI only) and the rest of the standard library (`more`). A call of
 //! any other function is an error that names it.
 
 mod cidr;
