@@ -124,6 +124,38 @@ async fn dev_agent_runs_a_raw_exec_batch_job_and_alloc_logs_shows_its_output() -
         String::from_utf8_lossy(&out.stderr)
     );
     assert_eq!(String::from_utf8_lossy(&out.stdout), "hello\n");
+
+    // The client fills in what the parser left for run time: `${node.unique.name}` in the
+    // args (a shell would refuse that name), and Nomad's variables in the environment, with
+    // the allocation's shared and secrets directories made.
+    let nodes: Vec<Value> = api.get("/v1/nodes").await?;
+    let node_name = nodes[0]["Name"].as_str().expect("a node name").to_string();
+    let mut job = raw_exec_job(
+        "interp",
+        "batch",
+        "echo \"${node.unique.name}|${NOMAD_ALLOC_INDEX}|$NOMAD_JOB_ID|$GREETING\"; \
+         test -d \"$NOMAD_ALLOC_DIR\" && test -d \"$NOMAD_SECRETS_DIR\" && echo dirs",
+        json!({}),
+    );
+    job["TaskGroups"][0]["Tasks"][0]["Env"] = json!({"GREETING": "hi ${NOMAD_GROUP_NAME}"});
+    register(&api, job).await?;
+    let alloc = wait_for(Duration::from_secs(30), "the interp alloc complete", || {
+        let api = api.clone();
+        async move {
+            let a = job_allocs(&api, "interp").await.into_iter().next()?;
+            (a["ClientStatus"] == "complete" || a["ClientStatus"] == "failed").then_some(a)
+        }
+    })
+    .await?;
+    let id = alloc["ID"].as_str().expect("alloc id").to_string();
+    let out = Command::new(teamster_bin())
+        .args(["alloc", "logs", "--address", &addr, &id[..8], "t"])
+        .output()?;
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout),
+        format!("{node_name}|0|interp|hi g\ndirs\n"),
+        "{alloc}"
+    );
     Ok(())
 }
 

@@ -25,6 +25,7 @@ use tracing::{info, warn, Instrument};
 
 use crate::client::driver::{self, ExitResult, TaskHandle};
 use crate::client::restart::{RestartDecision, RestartTracker};
+use crate::client::taskenv::{TaskDirs, TaskEnv};
 use crate::client::Shared;
 
 /// Events kept per task (oldest dropped first), as Nomad does.
@@ -134,6 +135,11 @@ fn push_event(state: &mut TaskState, e: TaskEvent) {
     }
 }
 
+/// The allocation's directory its tasks share (`NOMAD_ALLOC_DIR`), under its own.
+pub const ALLOC_SHARED_DIR: &str = "alloc";
+/// A task's secrets directory (`NOMAD_SECRETS_DIR`), under its task directory.
+pub const SECRETS_DIR: &str = "secrets";
+
 /// The directory of `task` of `alloc_id`.
 pub fn task_dir(alloc_root: &std::path::Path, alloc_id: &str, task: &str) -> PathBuf {
     alloc_root.join(alloc_id).join(task)
@@ -155,15 +161,31 @@ pub fn spawn(shared: &Arc<Shared>, local: &LocalAlloc) -> CancellationToken {
     };
     let batch = matches!(local.job.job_type, JobType::Batch | JobType::SysBatch);
     let policy = group.restart_policy.clone().unwrap_or_default();
+    let alloc_dir = shared.alloc_root.join(&alloc_id).join(ALLOC_SHARED_DIR);
     for task in &group.tasks {
         let state = local.task_states.get(&task.name);
         if state.is_some_and(|s| s.state == TaskStateValue::Dead) {
             continue;
         }
+        let dir = task_dir(&shared.alloc_root, &alloc_id, &task.name);
+        let secrets = dir.join(SECRETS_DIR);
+        let env = TaskEnv::new(
+            shared.node_values.clone(),
+            &local.alloc,
+            &local.job,
+            task,
+            TaskDirs {
+                alloc: &alloc_dir,
+                task: &dir,
+                secrets: &secrets,
+            },
+        );
         let runner = TaskRunner {
             shared: shared.clone(),
             alloc_id: alloc_id.clone(),
-            task: task.clone(),
+            // As it is started: config interpolated, Nomad's variables in its environment.
+            task: env.apply(task),
+            setup_dirs: vec![alloc_dir.clone(), secrets],
             tracker: RestartTracker::new(&policy, batch),
             reattach: local.handles.get(&task.name).cloned(),
             stop: stop.clone(),
@@ -179,6 +201,8 @@ struct TaskRunner {
     shared: Arc<Shared>,
     alloc_id: String,
     task: Task,
+    /// Directories made before the task starts (the allocation's shared one, its secrets).
+    setup_dirs: Vec<PathBuf>,
     tracker: RestartTracker,
     reattach: Option<TaskHandle>,
     stop: CancellationToken,
@@ -246,6 +270,17 @@ impl TaskRunner {
                             event(now, "Task Setup", "Building Task Directory".into()),
                         )
                     });
+                    let setup = self.setup_dirs.iter().try_for_each(|d| {
+                        std::fs::create_dir_all(d)
+                            .map_err(|e| format!("cannot create {}: {e}", d.display()))
+                    });
+                    if let Err(e) = setup {
+                        warn!(error = %e, "task directories could not be built");
+                        let mut ev = event(now, "Setup Failure", e.clone());
+                        ev.fails_task = true;
+                        self.dead(true, ev);
+                        return;
+                    }
                     match driver::start(&self.task, &dir, &self.shared.config.drivers, now) {
                         Ok(running) => {
                             let handle = running.handle();

@@ -128,7 +128,7 @@ pub fn node(
     attr("kernel.name", std::env::consts::OS.to_string());
     attr("kernel.version", machine.kernel_version.clone());
     attr("os.name", std::env::consts::OS.to_string());
-    attr("cpu.arch", std::env::consts::ARCH.to_string());
+    attr("cpu.arch", go_arch(std::env::consts::ARCH).to_string());
     attr("cpu.numcores", machine.cores.to_string());
     attr("cpu.frequency", machine.mhz_per_core.to_string());
     attr("cpu.totalcompute", cpu_total.to_string());
@@ -199,6 +199,20 @@ pub fn node(
     node
 }
 
+/// Rust's name of a CPU architecture as Go's `GOARCH` spells it, which is what Nomad reports
+/// as `attr.cpu.arch` and what job constraints test (`amd64`, not `x86_64`).
+fn go_arch(rust: &str) -> &str {
+    match rust {
+        "x86_64" => "amd64",
+        "aarch64" => "arm64",
+        "x86" => "386",
+        "powerpc64" if cfg!(target_endian = "little") => "ppc64le",
+        "powerpc64" => "ppc64",
+        "loongarch64" => "loong64",
+        other => other,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -234,5 +248,12 @@ mod tests {
         assert_eq!(n.attributes["kernel.name"], "linux");
         assert_eq!(n.meta["rack"], "r1");
         assert!(n.drivers["mock"].healthy);
+    }
+
+    #[test]
+    fn cpu_arch_is_named_as_nomad_names_it() {
+        assert_eq!(super::go_arch("x86_64"), "amd64");
+        assert_eq!(super::go_arch("aarch64"), "arm64");
+        assert_eq!(super::go_arch("riscv64"), "riscv64");
     }
 }

@@ -28,6 +28,7 @@ pub mod driver;
 pub mod fingerprint;
 pub mod restart;
 pub mod servers;
+pub mod taskenv;
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
@@ -92,6 +93,8 @@ pub struct Shared {
     state: Mutex<ClientState>,
     changed: Notify,
     runners: Mutex<HashMap<String, CancellationToken>>,
+    /// What `${node.*}`, `${attr.*}` and `${meta.*}` in a task's config read.
+    node_values: BTreeMap<String, String>,
 }
 
 impl Shared {
@@ -183,7 +186,18 @@ impl Client {
             state.secret_id = rng.uuid();
         }
         let node_id = state.node_id.clone();
+        let machine = fingerprint::Machine::detect(data_dir);
+        let node = fingerprint::node(
+            config,
+            name,
+            &node_id,
+            &state.secret_id,
+            &http_addr,
+            &machine,
+            clock.now_unix_nanos(),
+        );
         let shared = Arc::new(Shared {
+            node_values: taskenv::node_values(&node),
             config: config.clone(),
             state_path,
             alloc_root,
@@ -223,16 +237,6 @@ impl Client {
 
         let pool = Pool::new(0, RpcConfig::default())?;
         let servers = Arc::new(Servers::new(pool, servers));
-        let machine = fingerprint::Machine::detect(data_dir);
-        let node = fingerprint::node(
-            config,
-            name,
-            &node_id,
-            &shared.state().secret_id,
-            &http_addr,
-            &machine,
-            shared.clock.now_unix_nanos(),
-        );
         let shutdown = CancellationToken::new();
         let (registered_tx, registered_rx) = watch::channel(false);
         let span = tracing::info_span!("client", node_id = %node_id);
@@ -585,6 +589,7 @@ mod tests {
             state: Mutex::new(ClientState::default()),
             changed: Notify::new(),
             runners: Mutex::new(HashMap::new()),
+            node_values: BTreeMap::new(),
         })
     }
 

@@ -1,0 +1,279 @@
+//! What a task sees of where it runs: Nomad's `NOMAD_*` environment variables, and the
+//! run-time interpolation of its `config` strings and `env` values — `${NOMAD_ALLOC_ID}` and
+//! any other variable of its environment, `${node.unique.id}`, `${node.unique.name}`,
+//! `${node.datacenter}`, `${node.class}`, `${node.pool}`,
+//! `${attr.<attribute>}` and `${meta.<node meta key>}`. The job parser leaves exactly these
+//! for the client; a reference to anything else stays as written, as Nomad leaves it.
+//!
+//! Pure: [`TaskEnv::new`] takes the facts, [`TaskEnv::apply`] gives the task to start.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use teamster_storage::model::{Allocation, ConfigValue, Job, Node, Task};
+
+/// The node facts `${node.*}`, `${attr.*}` and `${meta.*}` read, keyed as they are written.
+pub fn node_values(node: &Node) -> BTreeMap<String, String> {
+    let mut out = BTreeMap::new();
+    out.insert("node.unique.id".into(), node.id.to_string());
+    out.insert("node.unique.name".into(), node.name.clone());
+    out.insert("node.datacenter".into(), node.datacenter.clone());
+    out.insert("node.class".into(), node.node_class.clone());
+    out.insert("node.pool".into(), node.node_pool.clone());
+    for (k, v) in &node.attributes {
+        out.insert(format!("attr.{k}"), v.clone());
+    }
+    for (k, v) in &node.meta {
+        out.insert(format!("meta.{k}"), v.clone());
+    }
+    out
+}
+
+/// Where a task's directories are.
+#[derive(Debug, Clone, Copy)]
+pub struct TaskDirs<'a> {
+    /// Shared by the allocation's tasks (`NOMAD_ALLOC_DIR`).
+    pub alloc: &'a Path,
+    /// The task's own (`NOMAD_TASK_DIR`, its working directory).
+    pub task: &'a Path,
+    /// The task's secrets (`NOMAD_SECRETS_DIR`).
+    pub secrets: &'a Path,
+}
+
+/// A task's environment and the values its interpolations read.
+#[derive(Debug, Clone)]
+pub struct TaskEnv {
+    /// `NOMAD_*` and the task's own `env`, interpolated.
+    env: BTreeMap<String, String>,
+    /// [`node_values`].
+    node: BTreeMap<String, String>,
+}
+
+impl TaskEnv {
+    /// The environment of `task` of `alloc`'s group in `job`, on the node whose
+    /// [`node_values`] are `node`.
+    pub fn new(
+        node: BTreeMap<String, String>,
+        alloc: &Allocation,
+        job: &Job,
+        task: &Task,
+        dirs: TaskDirs,
+    ) -> TaskEnv {
+        let group = job.task_groups.iter().find(|g| g.name == alloc.task_group);
+        let alloc_id = alloc.id.to_string();
+        let mut env = BTreeMap::new();
+        let mut set = |k: &str, v: String| {
+            env.insert(k.to_string(), v);
+        };
+        set("NOMAD_ALLOC_DIR", dirs.alloc.display().to_string());
+        set("NOMAD_TASK_DIR", dirs.task.display().to_string());
+        set("NOMAD_SECRETS_DIR", dirs.secrets.display().to_string());
+        set("NOMAD_ALLOC_ID", alloc_id.clone());
+        set(
+            "NOMAD_SHORT_ALLOC_ID",
+            alloc_id.chars().take(8).collect::<String>(),
+        );
+        set("NOMAD_ALLOC_NAME", alloc.name.clone());
+        set("NOMAD_ALLOC_INDEX", alloc_index(&alloc.name).to_string());
+        set("NOMAD_TASK_NAME", task.name.clone());
+        set("NOMAD_GROUP_NAME", alloc.task_group.clone());
+        set("NOMAD_JOB_ID", job.id.to_string());
+        set("NOMAD_JOB_NAME", job.name.clone());
+        set("NOMAD_NAMESPACE", job.namespace.to_string());
+        set("NOMAD_REGION", job.region.clone());
+        set(
+            "NOMAD_DC",
+            node.get("node.datacenter").cloned().unwrap_or_default(),
+        );
+        set("NOMAD_CPU_LIMIT", task.resources.cpu.to_string());
+        set("NOMAD_MEMORY_LIMIT", task.resources.memory_mb.to_string());
+        // Meta: the job's, then the group's, then the task's, the innermost winning; each
+        // key both as written and upper-cased, as Nomad sets them.
+        let empty = BTreeMap::new();
+        let group_meta = group.map_or(&empty, |g| &g.meta);
+        for meta in [&job.meta, group_meta, &task.meta] {
+            for (k, v) in meta {
+                let key = k.replace(['.', '-'], "_");
+                set(&format!("NOMAD_META_{key}"), v.clone());
+                set(&format!("NOMAD_META_{}", key.to_uppercase()), v.clone());
+            }
+        }
+        let mut out = TaskEnv { env, node };
+        // The task's own variables may use the ones above (and win over them).
+        let own: Vec<(String, String)> = task
+            .env
+            .iter()
+            .map(|(k, v)| (k.clone(), out.interpolate(v)))
+            .collect();
+        out.env.extend(own);
+        out
+    }
+
+    /// The environment to start the task with.
+    pub fn env(&self) -> &BTreeMap<String, String> {
+        &self.env
+    }
+
+    /// `text` with every `${…}` this environment or the node knows replaced by its value.
+    pub fn interpolate(&self, text: &str) -> String {
+        let mut out = String::with_capacity(text.len());
+        let mut rest = text;
+        while let Some(start) = rest.find("${") {
+            out.push_str(&rest[..start]);
+            let after = &rest[start + 2..];
+            let Some(end) = after.find('}') else {
+                out.push_str(&rest[start..]);
+                return out;
+            };
+            let key = after[..end].trim();
+            match self.env.get(key).or_else(|| self.node.get(key)) {
+                Some(v) => out.push_str(v),
+                None => out.push_str(&rest[start..start + 2 + end + 1]),
+            }
+            rest = &after[end + 1..];
+        }
+        out.push_str(rest);
+        out
+    }
+
+    fn config_value(&self, v: &ConfigValue) -> ConfigValue {
+        match v {
+            ConfigValue::String(s) => ConfigValue::String(self.interpolate(s)),
+            ConfigValue::List(items) => {
+                ConfigValue::List(items.iter().map(|i| self.config_value(i)).collect())
+            }
+            ConfigValue::Map(map) => ConfigValue::Map(
+                map.iter()
+                    .map(|(k, v)| (k.clone(), self.config_value(v)))
+                    .collect(),
+            ),
+            other => other.clone(),
+        }
+    }
+
+    /// `task` as it is started: its config interpolated, its environment this one.
+    pub fn apply(&self, task: &Task) -> Task {
+        let mut out = task.clone();
+        out.config = task
+            .config
+            .iter()
+            .map(|(k, v)| (k.clone(), self.config_value(v)))
+            .collect();
+        out.env = self.env.clone();
+        out
+    }
+}
+
+/// The index in an allocation name `job.group[3]`.
+fn alloc_index(name: &str) -> u64 {
+    name.rsplit_once('[')
+        .and_then(|(_, i)| i.strip_suffix(']'))
+        .and_then(|i| i.parse().ok())
+        .unwrap_or(0)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::path::PathBuf;
+
+    use teamster_storage::model::{Allocation, Job, Node, Task, TaskGroup};
+
+    use super::*;
+
+    fn fixture() -> (Allocation, Job, Node) {
+        let mut task = Task {
+            name: "web".into(),
+            driver: "raw_exec".into(),
+            ..Default::default()
+        };
+        task.resources.cpu = 250;
+        task.resources.memory_mb = 128;
+        task.meta.insert("owner".into(), "task".into());
+        task.env
+            .insert("GREETING".into(), "hi from ${NOMAD_ALLOC_INDEX}".into());
+        task.env.insert("NOMAD_REGION".into(), "mine".into());
+        task.config.insert(
+            "args".into(),
+            ConfigValue::List(vec![
+                ConfigValue::String("${NOMAD_ALLOC_DIR}/data".into()),
+                ConfigValue::String("${node.unique.name}:${attr.kernel.name}".into()),
+                ConfigValue::String("${meta.rack} ${NOMAD_META_owner} ${NOMAD_META_TEAM}".into()),
+                ConfigValue::String("${unknown.thing} and ${NOMAD_NOPE} stay".into()),
+                ConfigValue::Int(7),
+            ]),
+        );
+        let mut group = TaskGroup {
+            name: "api".into(),
+            tasks: vec![task],
+            ..Default::default()
+        };
+        group.meta.insert("owner".into(), "group".into());
+        let mut job = Job {
+            name: "shop".into(),
+            region: "global".into(),
+            task_groups: vec![group],
+            ..Default::default()
+        };
+        job.id = "shop".into();
+        job.meta.insert("team".into(), "payments".into());
+        let alloc = Allocation {
+            name: "shop.api[3]".into(),
+            task_group: "api".into(),
+            ..Default::default()
+        };
+        let mut node = Node {
+            name: "n1".into(),
+            datacenter: "dc1".into(),
+            ..Default::default()
+        };
+        node.attributes.insert("kernel.name".into(), "linux".into());
+        node.meta.insert("rack".into(), "r7".into());
+        (alloc, job, node)
+    }
+
+    #[test]
+    fn a_task_gets_nomads_variables_and_its_config_is_interpolated() {
+        let (alloc, job, node) = fixture();
+        let task = &job.task_groups[0].tasks[0];
+        let (a, t, s) = (
+            PathBuf::from("/data/alloc/x/alloc"),
+            PathBuf::from("/data/alloc/x/web"),
+            PathBuf::from("/data/alloc/x/web/secrets"),
+        );
+        let dirs = TaskDirs {
+            alloc: &a,
+            task: &t,
+            secrets: &s,
+        };
+        let env = TaskEnv::new(node_values(&node), &alloc, &job, task, dirs);
+        let started = env.apply(task);
+        let e = &started.env;
+        assert_eq!(e["NOMAD_ALLOC_INDEX"], "3");
+        assert_eq!(e["NOMAD_ALLOC_NAME"], "shop.api[3]");
+        assert_eq!(e["NOMAD_GROUP_NAME"], "api");
+        assert_eq!(e["NOMAD_JOB_ID"], "shop");
+        assert_eq!(e["NOMAD_DC"], "dc1");
+        assert_eq!(e["NOMAD_CPU_LIMIT"], "250");
+        assert_eq!(e["NOMAD_MEMORY_LIMIT"], "128");
+        assert_eq!(e["NOMAD_ALLOC_DIR"], "/data/alloc/x/alloc");
+        // The task's meta wins over the group's; both spellings are set.
+        assert_eq!(e["NOMAD_META_owner"], "task");
+        assert_eq!(e["NOMAD_META_OWNER"], "task");
+        assert_eq!(e["NOMAD_META_TEAM"], "payments");
+        // The task's own variables are interpolated and win.
+        assert_eq!(e["GREETING"], "hi from 3");
+        assert_eq!(e["NOMAD_REGION"], "mine");
+        assert_eq!(
+            started.config["args"],
+            ConfigValue::List(vec![
+                ConfigValue::String("/data/alloc/x/alloc/data".into()),
+                ConfigValue::String("n1:linux".into()),
+                ConfigValue::String("r7 task payments".into()),
+                ConfigValue::String("${unknown.thing} and ${NOMAD_NOPE} stay".into()),
+                ConfigValue::Int(7),
+            ])
+        );
+        assert_eq!(env.interpolate("${NOMAD_JOB_NAME"), "${NOMAD_JOB_NAME");
+        assert_eq!(env.interpolate("a ${ NOMAD_JOB_NAME } b"), "a shop b");
+    }
+}
