@@ -95,6 +95,8 @@ pub struct Shared {
     runners: Mutex<HashMap<String, CancellationToken>>,
     /// What `${node.*}`, `${attr.*}` and `${meta.*}` in a task's config read.
     node_values: BTreeMap<String, String>,
+    /// Held while the state file is written ([`Shared::try_persist`]).
+    persist_lock: Mutex<()>,
 }
 
 impl Shared {
@@ -116,18 +118,22 @@ impl Shared {
         self.changed.notify_one();
     }
 
-    /// Write the state file (atomically: temp file, fsync, rename).
+    /// Write the state file (atomically: temp file, fsync, rename, fsync of the directory),
+    /// logging a failure.
     fn persist(&self) {
-        let bytes = match serde_json::to_vec(&*self.state()) {
-            Ok(b) => b,
-            Err(e) => {
-                warn!(error = %e, "cannot encode the client state");
-                return;
-            }
-        };
-        if let Err(e) = write_atomic(&self.state_path, &bytes) {
+        if let Err(e) = self.try_persist() {
             warn!(path = %self.state_path.display(), error = %e, "cannot write the client state");
         }
+    }
+
+    /// [`Shared::persist`], one writer at a time: the state is encoded and written under one
+    /// lock, so concurrent callers never share the temporary file and the last write holds
+    /// the newest state.
+    fn try_persist(&self) -> std::io::Result<()> {
+        let _writer = lock(&self.persist_lock);
+        let bytes = serde_json::to_vec(&*self.state())
+            .map_err(|e| std::io::Error::other(format!("cannot encode the client state: {e}")))?;
+        write_atomic(&self.state_path, &bytes)
     }
 }
 
@@ -139,7 +145,12 @@ fn write_atomic(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
         f.write_all(bytes)?;
         f.sync_all()?;
     }
-    std::fs::rename(&tmp, path)
+    std::fs::rename(&tmp, path)?;
+    // The rename itself is durable only once the directory is.
+    if let Some(dir) = path.parent() {
+        std::fs::File::open(dir)?.sync_all()?;
+    }
+    Ok(())
 }
 
 /// A running client role.
@@ -198,6 +209,7 @@ impl Client {
         );
         let shared = Arc::new(Shared {
             node_values: taskenv::node_values(&node),
+            persist_lock: Mutex::new(()),
             config: config.clone(),
             state_path,
             alloc_root,
@@ -590,6 +602,7 @@ mod tests {
             changed: Notify::new(),
             runners: Mutex::new(HashMap::new()),
             node_values: BTreeMap::new(),
+            persist_lock: Mutex::new(()),
         })
     }
 
@@ -786,5 +799,30 @@ mod tests {
             serde_json::from_slice(&std::fs::read(dir.path().join("state.json")).unwrap()).unwrap();
         assert_eq!(back.node_id, "n1");
         assert_eq!(back.allocs["a1"], sh.state().allocs["a1"]);
+    }
+
+    /// Many writers at once (task runners persisting as their tasks start) each succeed, and
+    /// the file ends up holding the newest state.
+    #[test]
+    fn concurrent_persists_all_succeed_and_the_newest_state_wins() {
+        let dir = tempfile::tempdir().unwrap();
+        let sh = shared(dir.path());
+        std::thread::scope(|scope| {
+            for t in 0..8 {
+                let sh = &sh;
+                scope.spawn(move || {
+                    for i in 0..40 {
+                        sh.state().node_id = format!("writer-{t}-{i}");
+                        sh.try_persist().expect("every write succeeds");
+                    }
+                });
+            }
+        });
+        sh.state().node_id = "last".into();
+        sh.try_persist().unwrap();
+        let on_disk: ClientState =
+            serde_json::from_slice(&std::fs::read(dir.path().join("state.json")).unwrap()).unwrap();
+        assert_eq!(on_disk.node_id, "last");
+        assert!(!dir.path().join("state.tmp").exists());
     }
 }
