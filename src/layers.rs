@@ -42,6 +42,7 @@ const SERVER_PARTS: &[(&str, u32)] = &[
     ("write_batcher", 0),
     ("leader_service", 0),
     ("evals", 0),
+    ("lease", 0),
     ("raft", 1),
     ("formation", 2),
     ("leader", 2),

@@ -337,3 +337,80 @@ async fn garbage_oversized_and_foreign_frames_close_only_their_connection() -> a
     assert_eq!(conf["Servers"].as_array().unwrap().len(), 3);
     Ok(())
 }
+
+/// A leader whose followers are frozen (SIGSTOP) keeps leading in raft's eyes, but past its
+/// lease it answers writes and default reads with a retryable `No cluster leader` at once
+/// instead of hanging; stale reads still answer, saying no leader is known; SIGCONT heals it.
+#[tokio::test]
+async fn an_isolated_leader_refuses_writes_and_default_reads_within_its_lease() -> anyhow::Result<()>
+{
+    let options = ClusterOptions {
+        heartbeat: "100ms",
+        election_timeout: "1s",
+        raft_toml: "leader_lease_timeout = \"500ms\"\n".into(),
+        ..ClusterOptions::default()
+    };
+    let mut c = ProcessCluster::start(3, options)?;
+    let leader = c.wait_leader(FORMATION).await?;
+    register(&c.servers[leader].api(), small_job("before")).await?;
+    let followers: Vec<usize> = (0..3).filter(|i| *i != leader).collect();
+    for &f in &followers {
+        c.pause(f, true)?;
+    }
+    let http = reqwest::Client::builder()
+        .timeout(Duration::from_secs(20))
+        .build()?;
+    let base = c.servers[leader].http_addr();
+    // Sent at once, the write is proposed within the lease and answered when it runs out;
+    // sent later, it is refused before it is proposed. Neither waits for the hold (5 s).
+    let bound = Duration::from_millis(2500);
+    for attempt in ["at-once", "later"] {
+        let sent = Instant::now();
+        let resp = http
+            .post(format!("{base}/v1/jobs"))
+            .json(&serde_json::json!({ "Job": small_job(&format!("isolated-{attempt}")) }))
+            .send()
+            .await?;
+        let took = sent.elapsed();
+        let status = resp.status();
+        let body = resp.text().await?;
+        assert_eq!(
+            status,
+            reqwest::StatusCode::INTERNAL_SERVER_ERROR,
+            "{attempt}: {body}"
+        );
+        assert!(
+            body.contains("No cluster leader") || body.contains("leadership lost"),
+            "{attempt}: {body}"
+        );
+        assert!(took < bound, "{attempt}: answered after {took:?}");
+    }
+    let sent = Instant::now();
+    let resp = http.get(format!("{base}/v1/jobs")).send().await?;
+    assert_eq!(resp.status(), reqwest::StatusCode::INTERNAL_SERVER_ERROR);
+    assert!(resp.text().await?.contains("No cluster leader"));
+    assert!(
+        sent.elapsed() < bound,
+        "default read took {:?}",
+        sent.elapsed()
+    );
+    let resp = http
+        .get(format!("{base}/v1/jobs?stale=true"))
+        .send()
+        .await?;
+    assert_eq!(resp.status(), reqwest::StatusCode::OK);
+    assert_eq!(resp.headers()["X-Nomad-KnownLeader"], "false");
+    let last_contact: u64 = resp.headers()["X-Nomad-LastContact"].to_str()?.parse()?;
+    assert!(last_contact >= 500, "LastContact {last_contact} ms");
+
+    for &f in &followers {
+        c.pause(f, false)?;
+    }
+    let leader = c.wait_leader(FORMATION).await?;
+    wait_for(Duration::from_secs(30), "a write after healing", || {
+        let api = c.servers[leader].api();
+        async move { register(&api, small_job("after")).await.ok() }
+    })
+    .await?;
+    Ok(())
+}

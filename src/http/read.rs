@@ -23,8 +23,10 @@ use crate::server::raft::RaftNodeError;
 pub struct ReadMeta {
     /// The highest index of the tables the read looked at.
     pub index: u64,
-    /// Whether this server knows a leader.
+    /// Whether this server knows a leader (an isolated leader, whose lease is lost, does not).
     pub known_leader: bool,
+    /// On the leader, milliseconds since a quorum last acknowledged it.
+    pub last_contact_ms: u64,
 }
 
 impl HttpContext {
@@ -60,7 +62,8 @@ impl HttpContext {
         }
         let meta = ReadMeta {
             index: snap.max_index(tables).max(1),
-            known_leader: node.leader().is_some(),
+            known_leader: node.leader().is_some() && !node.lease_lost(),
+            last_contact_ms: node.millis_since_quorum_ack(),
         };
         Ok((snap, meta))
     }
@@ -83,7 +86,10 @@ pub fn json_read<T: Serialize>(value: T, meta: ReadMeta) -> Response {
         "X-Nomad-KnownLeader",
         HeaderValue::from_static(if meta.known_leader { "true" } else { "false" }),
     );
-    h.insert("X-Nomad-LastContact", HeaderValue::from_static("0"));
+    h.insert(
+        "X-Nomad-LastContact",
+        HeaderValue::from(meta.last_contact_ms),
+    );
     resp
 }
 

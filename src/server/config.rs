@@ -204,6 +204,12 @@ pub struct RaftTiming {
     /// the memory a follower's catch-up takes and keeps each append within the heartbeat
     /// interval that is its timeout.
     pub max_append_entries: u64,
+    /// A leader that no quorum acknowledged for this long stops serving writes and
+    /// default-consistency reads (`500ms`, hashicorp/raft's `LeaderLeaseTimeout`); at most the
+    /// election timeout is used, so an isolated leader has stopped before another can be
+    /// elected.
+    #[serde(with = "duration_str")]
+    pub leader_lease_timeout: Duration,
 }
 
 impl Default for RaftTiming {
@@ -215,6 +221,7 @@ impl Default for RaftTiming {
             snapshot_threshold: 8192,
             trailing_logs: 2048,
             max_append_entries: 64,
+            leader_lease_timeout: Duration::from_millis(500),
         }
     }
 }
@@ -229,8 +236,23 @@ impl RaftTiming {
         }
     }
 
+    /// The lease in force: [`RaftTiming::leader_lease_timeout`], at most the election timeout.
+    pub fn effective_lease(&self) -> Duration {
+        self.leader_lease_timeout.min(self.election_timeout)
+    }
+
     /// Checks every value.
     pub fn validate(&self) -> Result<(), InvalidSetting> {
+        if self.leader_lease_timeout <= self.heartbeat_interval {
+            return Err(InvalidSetting::new(
+                "server.raft.leader_lease_timeout",
+                format!(
+                    "must be more than server.raft.heartbeat_interval ({}): a quorum answers \
+                     once per heartbeat",
+                    humantime::format_duration(self.heartbeat_interval)
+                ),
+            ));
+        }
         if self.heartbeat_interval.is_zero() {
             return Err(InvalidSetting::new(
                 "server.raft.heartbeat_interval",
@@ -556,6 +578,21 @@ mod tests {
         assert_eq!(
             c.validate().unwrap_err().key,
             "server.raft.snapshot_threshold"
+        );
+        c.raft = RaftTiming {
+            leader_lease_timeout: Duration::from_millis(200),
+            ..RaftTiming::default()
+        };
+        assert_eq!(
+            c.validate().unwrap_err().key,
+            "server.raft.leader_lease_timeout"
+        );
+        // The lease in force is at most the election timeout.
+        let tests = RaftTiming::for_tests();
+        assert_eq!(tests.effective_lease(), Duration::from_millis(300));
+        assert_eq!(
+            RaftTiming::default().effective_lease(),
+            Duration::from_millis(500)
         );
     }
 

@@ -23,6 +23,7 @@ use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn, Instrument};
 
+use crate::server::lease::Lease;
 use crate::server::raft::RaftNode;
 use crate::util::{RngSource, SharedClock};
 
@@ -91,8 +92,11 @@ async fn run(
     shutdown: CancellationToken,
 ) {
     let mut metrics = node.raft().server_metrics();
+    let mut lease = node.lease();
     loop {
-        let leader_now = metrics.borrow_and_update().state == ServerState::Leader;
+        // A leader without its lease (no quorum answers it) serves nothing.
+        let leader_now = metrics.borrow_and_update().state == ServerState::Leader
+            && *lease.borrow_and_update() != Lease::Lost;
         let is_established = *established.borrow();
         if leader_now && !is_established {
             match establish(&node, &duties, clock.as_ref(), &rng).await {
@@ -120,6 +124,7 @@ async fn run(
         tokio::select! {
             _ = shutdown.cancelled() => break,
             changed = metrics.changed() => if changed.is_err() { break },
+            changed = lease.changed() => if changed.is_err() { break },
         }
     }
     if *established.borrow() {

@@ -33,6 +33,7 @@ pub mod formation;
 pub mod heartbeat;
 pub mod leader;
 pub mod leader_service;
+pub mod lease;
 pub mod pipeline;
 pub mod plan;
 pub mod raft;

@@ -21,7 +21,9 @@ use teamster_storage::fsm::Command;
 use teamster_storage::log_store::LogStats;
 use teamster_storage::raft_types::{Raft, ServerAddr, ServerId, TypeConfig};
 use teamster_storage::state::StateStore;
+use tokio::sync::watch;
 use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
 use crate::rpc::{NetworkFactory, Pool, RpcError, ServiceError};
@@ -29,6 +31,7 @@ use crate::rpc::{NetworkFactory, Pool, RpcError, ServiceError};
 /// How long a membership change waits for an earlier one to be committed.
 const MEMBERSHIP_SETTLE: Duration = Duration::from_secs(10);
 use crate::server::config::{RaftTiming, ServerConfig};
+use crate::server::lease::{self, Lease};
 use crate::server::write_batcher::{
     Applied, BatcherConfig, Propose, ProposeFuture, WriteBatcher, WriteError,
 };
@@ -110,6 +113,10 @@ pub struct RaftNode {
     log_stats: Arc<LogStats>,
     /// One membership change at a time (openraft refuses overlapping ones).
     membership_lock: tokio::sync::Mutex<()>,
+    /// This server's leader lease ([`crate::server::lease`]).
+    lease: watch::Receiver<Lease>,
+    /// Stops the lease monitor.
+    lease_stop: CancellationToken,
 }
 
 struct RaftProposer {
@@ -171,8 +178,16 @@ impl RaftNode {
             BatcherConfig::default(),
             Arc::new(RaftProposer { raft: raft.clone() }),
         );
+        let lease_stop = CancellationToken::new();
+        let (lease, _) = lease::spawn(
+            raft.clone(),
+            config.raft.effective_lease(),
+            lease_stop.clone(),
+        );
         info!(server_id = id, rpc = %addr.rpc_addr, "raft node started");
         Ok(Arc::new(RaftNode {
+            lease,
+            lease_stop,
             id,
             addr,
             raft,
@@ -229,6 +244,27 @@ impl RaftNode {
         self.raft.server_metrics().borrow().state == ServerState::Leader
     }
 
+    /// Whether this server leads in raft's eyes but no quorum acknowledged it within the
+    /// lease: it must not serve writes or default-consistency reads.
+    pub fn lease_lost(&self) -> bool {
+        *self.lease.borrow() == Lease::Lost && self.is_leader()
+    }
+
+    /// On the leader, milliseconds since a quorum last acknowledged it (0 elsewhere).
+    pub fn millis_since_quorum_ack(&self) -> u64 {
+        let m = self.raft.metrics();
+        let m = m.borrow();
+        match m.state {
+            ServerState::Leader => m.millis_since_quorum_ack.unwrap_or(0),
+            _ => 0,
+        }
+    }
+
+    /// This server's lease, to watch.
+    pub fn lease(&self) -> watch::Receiver<Lease> {
+        self.lease.clone()
+    }
+
     /// Wait up to `timeout` until a leader is known.
     pub async fn wait_leader(&self, timeout: Duration) -> Option<(ServerId, ServerAddr)> {
         let mut rx = self.raft.server_metrics();
@@ -270,12 +306,24 @@ impl RaftNode {
                 leader: self.leader(),
             });
         }
-        self.batcher.write(cmd).await
+        let mut lease = self.lease.clone();
+        if self.lease_lost() {
+            return Err(WriteError::NoLeader);
+        }
+        tokio::select! {
+            written = self.batcher.write(cmd) => written,
+            // Proposed, but the quorum that would commit it has gone silent: answer now
+            // rather than hang; it may still commit if the quorum comes back.
+            _ = lease.wait_for(|l| *l == Lease::Lost) => Err(WriteError::LeadershipLost),
+        }
     }
 
     /// On the leader: confirm leadership with a quorum and return the index every earlier
     /// committed write is at or below (applied locally before this returns).
     pub async fn leader_read_index(&self) -> Result<u64, RaftNodeError> {
+        if self.lease_lost() {
+            return Err(RaftNodeError::NoLeader);
+        }
         match self.raft.ensure_linearizable().await {
             Ok(log_id) => Ok(log_id.map_or(0, |l| l.index)),
             Err(RaftError::APIError(openraft::error::CheckIsLeaderError::ForwardToLeader(f))) => {
@@ -334,6 +382,10 @@ impl RaftNode {
             };
             match answer {
                 Ok(i) => break i,
+                // An isolated leader answers at once, not after the hold.
+                Err(RaftNodeError::NoLeader) if leader == self.id && self.lease_lost() => {
+                    return Err(RaftNodeError::NoLeader)
+                }
                 Err(RaftNodeError::NotLeader { .. } | RaftNodeError::NoLeader)
                     if Instant::now() < deadline =>
                 {
@@ -487,6 +539,7 @@ impl RaftNode {
 
     /// Stop raft (the storage is flushed on every append and vote, so nothing is lost).
     pub async fn shutdown(&self) {
+        self.lease_stop.cancel();
         if let Err(e) = self.raft.shutdown().await {
             warn!(error = %e, "raft did not shut down cleanly");
         }

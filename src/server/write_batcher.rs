@@ -51,6 +51,9 @@ pub enum WriteError {
     /// The batcher is shutting down.
     #[error("the server is shutting down")]
     ShuttingDown,
+    /// The write was proposed, then the leader lost its lease before it was committed.
+    #[error("leadership lost while committing log")]
+    LeadershipLost,
 }
 
 /// A boxed future of a proposal's outcome.

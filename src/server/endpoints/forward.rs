@@ -56,6 +56,14 @@ pub async fn hold(
             }
         };
         let now = Instant::now();
+        if leader == node.id() && node.lease_lost() {
+            // This server leads in name only: no quorum answers it. Say so now (the caller
+            // retries) rather than wait for an election that may take the whole hold.
+            return match outcome {
+                Err(ServiceError::NotLeader { .. }) => Err(ServiceError::NoLeader),
+                other => other,
+            };
+        }
         match outcome {
             // Not applied: try again once the leader moved (or, for `Unavailable`, after a
             // pause: the leader is restarting or nobody listened).

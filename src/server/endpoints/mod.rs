@@ -283,7 +283,7 @@ pub fn write_error(e: WriteError) -> ServiceError {
         WriteError::NotLeader { leader } => ServiceError::NotLeader { leader },
         WriteError::NoLeader => ServiceError::NoLeader,
         // The write may have been proposed: never "not served".
-        WriteError::ShuttingDown => {
+        WriteError::ShuttingDown | WriteError::LeadershipLost => {
             ServiceError::internal(format!("{e}; the write may or may not be committed"))
         }
         WriteError::Raft(reason) => ServiceError::internal(format!("raft error: {reason}")),
