@@ -74,6 +74,42 @@ fn api_commands_without_a_server_fail_with_one_line_and_exit_one() {
     );
 }
 
+/// The address comes from `--address` (or Nomad's `-address=`), else `TEAMSTER_ADDR`, else
+/// `NOMAD_ADDR`; an unreachable one is named once, with the cause once and a hint.
+#[test]
+fn the_address_follows_nomads_flags_and_environment_and_an_unreachable_one_is_named_once() {
+    let attempt = |args: &[&str], env: &[(&str, &str)]| {
+        let mut cmd = teamster();
+        cmd.args(args)
+            .env_remove("TEAMSTER_ADDR")
+            .env_remove("NOMAD_ADDR");
+        for (k, v) in env {
+            cmd.env(k, v);
+        }
+        let out = cmd.output().unwrap();
+        assert_eq!(out.status.code(), Some(1));
+        String::from_utf8_lossy(&out.stderr).to_string()
+    };
+    let err = attempt(&["job", "status"], &[("NOMAD_ADDR", "http://127.0.0.1:2")]);
+    assert!(err.contains("cannot reach http://127.0.0.1:2"), "{err}");
+    assert!(err.contains("is an agent running there?"), "{err}");
+    assert_eq!(err.matches("Connection refused").count(), 1, "{err}");
+    assert!(!err.contains("error sending request"), "{err}");
+    let err = attempt(
+        &["job", "status"],
+        &[
+            ("NOMAD_ADDR", "http://127.0.0.1:2"),
+            ("TEAMSTER_ADDR", "http://127.0.0.1:3"),
+        ],
+    );
+    assert!(err.contains("http://127.0.0.1:3"), "{err}");
+    let err = attempt(
+        &["job", "status", "-address=http://127.0.0.1:4", "-json"],
+        &[("TEAMSTER_ADDR", "http://127.0.0.1:3")],
+    );
+    assert!(err.contains("http://127.0.0.1:4"), "{err}");
+}
+
 #[test]
 fn remove_peer_needs_an_address_or_an_id() {
     let out = teamster()

@@ -10,13 +10,16 @@ use serde::Serialize;
 /// What went wrong talking to the API.
 #[derive(Debug, thiserror::Error)]
 pub enum ApiError {
-    /// The server could not be reached.
-    #[error("cannot reach {address}: {source}")]
+    /// The server could not be reached (or its answer was cut off).
+    #[error(
+        "cannot reach {address}: {reason} (is an agent running there? give its address with \
+         --address, TEAMSTER_ADDR or NOMAD_ADDR)"
+    )]
     Unreachable {
         /// The API address.
         address: String,
-        /// Why.
-        source: reqwest::Error,
+        /// The innermost cause, said once (`Connection refused (os error 111)`).
+        reason: String,
     },
     /// The server answered with an error status; `message` is its plain-text body.
     #[error("{message} (HTTP {status})")]
@@ -44,6 +47,24 @@ pub struct ApiClient {
 }
 
 impl ApiClient {
+    /// A transport failure as [`ApiError::Unreachable`], with the innermost cause only
+    /// (reqwest's own chain repeats its wrapper).
+    fn unreachable(&self, e: &reqwest::Error) -> ApiError {
+        let mut cause: &dyn std::error::Error = e;
+        while let Some(inner) = cause.source() {
+            cause = inner;
+        }
+        let reason = if e.is_timeout() {
+            "timed out".to_string()
+        } else {
+            cause.to_string()
+        };
+        ApiError::Unreachable {
+            address: self.base.clone(),
+            reason,
+        }
+    }
+
     /// A client for `address` (`http://host:port`; the scheme is added when missing).
     pub fn new(address: &str) -> ApiClient {
         let address = address.trim_end_matches('/');
@@ -125,10 +146,7 @@ impl ApiClient {
         if let Some(b) = body {
             req = req.json(b);
         }
-        let resp = req.send().await.map_err(|source| ApiError::Unreachable {
-            address: self.base.clone(),
-            source,
-        })?;
+        let resp = req.send().await.map_err(|e| self.unreachable(&e))?;
         let status = resp.status();
         let index = resp
             .headers()
@@ -136,10 +154,7 @@ impl ApiClient {
             .and_then(|v| v.to_str().ok())
             .and_then(|v| v.parse::<u64>().ok())
             .unwrap_or(0);
-        let text = resp.text().await.map_err(|source| ApiError::Unreachable {
-            address: self.base.clone(),
-            source,
-        })?;
+        let text = resp.text().await.map_err(|e| self.unreachable(&e))?;
         if !status.is_success() {
             return Err(ApiError::Status {
                 status,

@@ -1,6 +1,9 @@
-//! The command line, in the style of the nomad CLI with clap's double-dash flags. One file per
-//! command group; this file only parses and dispatches. Commands that talk to a cluster use
-//! the HTTP API at `--address` / `TEAMSTER_ADDR` (default `http://127.0.0.1:4646`).
+//! The command line, in the style of the nomad CLI. Flags are clap's double-dash ones, and
+//! Nomad's single-dash spelling of the same long flags is accepted too (`-purge`,
+//! `-address=http://…`, `-check-index 7`): [`nomad_flags`] rewrites them before parsing. One
+//! file per command group; this file only parses and dispatches. Commands that talk to a
+//! cluster use the HTTP API at `--address`, else `TEAMSTER_ADDR`, else Nomad's `NOMAD_ADDR`,
+//! else `http://127.0.0.1:4646`.
 //!
 //! Exit codes: 0 success, 1 an error (printed as one line, no backtrace), 2 bad usage.
 
@@ -66,7 +69,7 @@ pub struct ApiArgs {
     #[arg(
         long,
         env = "TEAMSTER_ADDR",
-        default_value = "http://127.0.0.1:4646",
+        default_value_t = default_address(),
         global = true
     )]
     pub address: String,
@@ -75,9 +78,64 @@ pub struct ApiArgs {
     pub json: bool,
 }
 
+/// The API address when neither `--address` nor `TEAMSTER_ADDR` gives one: Nomad's
+/// `NOMAD_ADDR`, else the local agent.
+fn default_address() -> String {
+    std::env::var("NOMAD_ADDR")
+        .ok()
+        .filter(|a| !a.trim().is_empty())
+        .unwrap_or_else(|| "http://127.0.0.1:4646".into())
+}
+
+/// Every long flag name of `cmd` and its subcommands.
+fn long_flags(cmd: &clap::Command, into: &mut std::collections::BTreeSet<String>) {
+    for arg in cmd.get_arguments() {
+        for name in arg.get_long_and_visible_aliases().into_iter().flatten() {
+            into.insert(name.to_string());
+        }
+    }
+    for sub in cmd.get_subcommands() {
+        long_flags(sub, into);
+    }
+}
+
+/// `args` with Nomad's single-dash long flags (`-purge`, `-address=URL`, `-json`) spelled
+/// as clap's (`--purge`, …) wherever the name is one of ours; anything else, and everything
+/// after `--`, is left as it is (`-` for stdin, `-5`, values).
+pub fn nomad_flags(args: Vec<std::ffi::OsString>) -> Vec<std::ffi::OsString> {
+    use clap::CommandFactory;
+    let mut known = std::collections::BTreeSet::new();
+    long_flags(&Cli::command(), &mut known);
+    let mut rest_literal = false;
+    args.into_iter()
+        .enumerate()
+        .map(|(i, arg)| {
+            if i == 0 || rest_literal {
+                return arg;
+            }
+            let Some(text) = arg.to_str() else {
+                return arg;
+            };
+            if text == "--" {
+                rest_literal = true;
+                return arg;
+            }
+            let Some(flag) = text.strip_prefix('-').filter(|f| !f.starts_with('-')) else {
+                return arg;
+            };
+            let name = flag.split_once('=').map_or(flag, |(n, _)| n);
+            if name.len() > 1 && known.contains(name) {
+                format!("-{text}").into()
+            } else {
+                arg
+            }
+        })
+        .collect()
+}
+
 /// Parse the command line and run one command.
 pub fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let cli = Cli::parse_from(nomad_flags(std::env::args_os().collect()));
     match cli.command {
         Command::Agent(args) => agent::run(args),
         Command::Job(cmd) => run_api_code(|| job::run(cmd)),
@@ -126,7 +184,7 @@ where
 
 #[cfg(test)]
 mod tests {
-    use clap::CommandFactory;
+    use clap::{CommandFactory, Parser};
 
     use super::Cli;
 
@@ -135,5 +193,79 @@ mod tests {
     #[test]
     fn every_command_definition_is_valid() {
         Cli::command().debug_assert();
+    }
+
+    fn rewritten(args: &[&str]) -> Vec<String> {
+        super::nomad_flags(args.iter().map(Into::into).collect())
+            .into_iter()
+            .map(|a| a.into_string().unwrap())
+            .collect()
+    }
+
+    #[test]
+    fn nomads_single_dash_long_flags_are_accepted() {
+        assert_eq!(
+            rewritten(&[
+                "teamster",
+                "job",
+                "stop",
+                "-purge",
+                "-address=http://h:4646",
+                "-json",
+                "web"
+            ]),
+            [
+                "teamster",
+                "job",
+                "stop",
+                "--purge",
+                "--address=http://h:4646",
+                "--json",
+                "web"
+            ]
+        );
+        assert_eq!(
+            rewritten(&[
+                "teamster",
+                "job",
+                "run",
+                "-check-index",
+                "7",
+                "-var",
+                "a=1",
+                "-"
+            ]),
+            [
+                "teamster",
+                "job",
+                "run",
+                "--check-index",
+                "7",
+                "--var",
+                "a=1",
+                "-"
+            ]
+        );
+        // Short flags, unknown names, numbers, values after `--` and `-` stay as written.
+        assert_eq!(
+            rewritten(&["teamster", "job", "scale", "-v", "-nope", "-5", "--", "-json"]),
+            ["teamster", "job", "scale", "-v", "-nope", "-5", "--", "-json"]
+        );
+        // And clap takes the result.
+        let cli = Cli::try_parse_from(super::nomad_flags(
+            [
+                "teamster",
+                "job",
+                "stop",
+                "-purge",
+                "-address",
+                "http://h:1",
+                "web",
+            ]
+            .iter()
+            .map(Into::into)
+            .collect(),
+        ));
+        assert!(cli.is_ok(), "{cli:?}");
     }
 }

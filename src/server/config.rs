@@ -204,10 +204,11 @@ pub struct RaftTiming {
     /// the memory a follower's catch-up takes and keeps each append within the heartbeat
     /// interval that is its timeout.
     pub max_append_entries: u64,
-    /// A leader that no quorum acknowledged for this long stops serving writes and
-    /// default-consistency reads (`500ms`, hashicorp/raft's `LeaderLeaseTimeout`); at most the
-    /// election timeout is used, so an isolated leader has stopped before another can be
-    /// elected.
+    /// A leader whose requests no quorum has acknowledged for this long (counted from when
+    /// the latest acknowledged one was sent) stops serving writes and default-consistency
+    /// reads (`1s`; hashicorp/raft's `LeaderLeaseTimeout` is 500 ms counted from the answers).
+    /// It makes an isolated leader refuse sooner; reads do not rely on it (they confirm with a
+    /// quorum), so it may exceed the election timeout where followers answer slowly.
     #[serde(with = "duration_str")]
     pub leader_lease_timeout: Duration,
 }
@@ -221,7 +222,7 @@ impl Default for RaftTiming {
             snapshot_threshold: 8192,
             trailing_logs: 2048,
             max_append_entries: 64,
-            leader_lease_timeout: Duration::from_millis(500),
+            leader_lease_timeout: Duration::from_secs(1),
         }
     }
 }
@@ -234,11 +235,6 @@ impl RaftTiming {
             election_timeout: Duration::from_millis(300),
             ..RaftTiming::default()
         }
-    }
-
-    /// The lease in force: [`RaftTiming::leader_lease_timeout`], at most the election timeout.
-    pub fn effective_lease(&self) -> Duration {
-        self.leader_lease_timeout.min(self.election_timeout)
     }
 
     /// Checks every value.
@@ -586,13 +582,6 @@ mod tests {
         assert_eq!(
             c.validate().unwrap_err().key,
             "server.raft.leader_lease_timeout"
-        );
-        // The lease in force is at most the election timeout.
-        let tests = RaftTiming::for_tests();
-        assert_eq!(tests.effective_lease(), Duration::from_millis(300));
-        assert_eq!(
-            RaftTiming::default().effective_lease(),
-            Duration::from_millis(500)
         );
     }
 

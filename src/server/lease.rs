@@ -1,4 +1,4 @@
-//! The leader lease: a leader that has not heard from a quorum of voters within
+//! The leader lease: a leader that has had no answer from a quorum of voters within
 //! `server.raft.leader_lease_timeout` stops serving. Writes and default-consistency reads on
 //! it answer a retryable `No cluster leader` at once (writes already waiting for their
 //! commit are answered too), and the leader-only subsystems are revoked, until a quorum
@@ -36,14 +36,14 @@ pub struct Observation {
     pub leader: bool,
     /// When it became leader (this term).
     pub leader_since: Instant,
-    /// When a quorum last acknowledged it, if openraft knows.
+    /// When the latest request a quorum acknowledged was sent, if openraft knows.
     pub quorum_acked_at: Option<Instant>,
     /// How many voters the membership has.
     pub voters: usize,
 }
 
-/// The lease at `now`: held while the last quorum acknowledgement (or, before the first one,
-/// the election) is at most `timeout` old. A lone voter is its own quorum.
+/// The lease at `now`: held while the last request a quorum acknowledged (or, before the
+/// first one, the election) is at most `timeout` old. A lone voter is its own quorum.
 pub fn judge(now: Instant, o: &Observation, timeout: Duration) -> Lease {
     if !o.leader {
         return Lease::NotLeader;
@@ -80,6 +80,9 @@ pub fn spawn(
                 let m = metrics.borrow_and_update();
                 let leader = m.state == ServerState::Leader;
                 if let (true, Some(ms)) = (leader, m.millis_since_quorum_ack) {
+                    // openraft dates an acknowledgement by when the acknowledged request was
+                    // sent: the lease runs from there (stricter than the answer's arrival by
+                    // a round trip, and free of the jitter of when this task wakes).
                     let at = now.checked_sub(Duration::from_millis(ms)).unwrap_or(now);
                     acked_at = Some(acked_at.map_or(at, |a| a.max(at)));
                 }

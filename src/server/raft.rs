@@ -181,7 +181,7 @@ impl RaftNode {
         let lease_stop = CancellationToken::new();
         let (lease, _) = lease::spawn(
             raft.clone(),
-            config.raft.effective_lease(),
+            config.raft.leader_lease_timeout,
             lease_stop.clone(),
         );
         info!(server_id = id, rpc = %addr.rpc_addr, "raft node started");
