@@ -216,6 +216,30 @@ def main():
     except exceptions.BadRequestNomadException as e:
         assert "unknown block" in e.nomad_resp.text, e.nomad_resp.text
 
+    # The event stream: python-nomad's reader thread puts each non-heartbeat frame on a
+    # queue; a registration shows up as a Job event.
+    ev_id = job_id + "-events"
+    stream, stream_exit, events = n.event.stream.get_stream(
+        topic={"Job": ev_id}, timeout=30
+    )
+    stream.daemon = True
+    stream.start()
+    time.sleep(0.5)
+    ev_job = {"Job": dict(job["Job"], ID=ev_id, Name=ev_id)}
+    n.jobs.register_job(ev_job)
+    deadline = time.monotonic() + 20
+    seen = []
+    while time.monotonic() < deadline:
+        frame = events.get(timeout=max(0.1, deadline - time.monotonic()))
+        seen.extend(frame.get("Events", []))
+        if any(e["Type"] == "JobRegistered" and e["Key"] == ev_id for e in seen):
+            break
+    else:
+        raise AssertionError("no JobRegistered event: %r" % seen)
+    assert all(e["Topic"] == "Job" for e in seen), seen
+    stream_exit.set()
+    n.job.deregister_job(ev_id, purge=True)
+
     # Deregister (the job stays, stopped), then purge.
     resp = n.job.deregister_job(job_id)
     assert resp["EvalID"], resp

@@ -14,6 +14,7 @@ mod allocs;
 pub mod client_fs;
 pub mod error;
 pub mod evals;
+pub mod events;
 mod jobs;
 pub mod nodes;
 mod operator;
@@ -191,6 +192,7 @@ pub fn router(ctx: HttpContext) -> Router {
         .route("/v1/agent/health", get(agent::health))
         .route("/v1/metrics", get(agent::metrics))
         .route("/v1/regions", get(agent::regions))
+        .route("/v1/event/stream", get(events::stream))
         .merge(scaling::routes())
         .merge(schedulers::routes())
         .merge(snapshot::routes())

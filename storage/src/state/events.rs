@@ -128,6 +128,12 @@ pub enum StateChange {
         /// The nodes, sorted.
         node_ids: Vec<NodeId>,
     },
+    /// Allocations written by one command (placed, updated by the servers or by a client's
+    /// report), in write order: what the event stream's `Allocation` topic reports.
+    AllocsUpserted {
+        /// The allocations.
+        alloc_ids: Vec<AllocId>,
+    },
     /// The scheduler configuration changed (the leader re-checks `PauseEvalBroker`).
     SchedulerConfigUpdated {
         /// The configuration now.

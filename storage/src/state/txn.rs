@@ -66,6 +66,8 @@ pub(crate) struct WriteTxn {
     /// Nodes whose allocations the servers changed (placed, stopped, removed): published as
     /// one [`StateChange::NodeAllocsChanged`] so that only their clients' queries wake.
     alloc_nodes: BTreeSet<NodeId>,
+    /// Allocations written, published as one [`StateChange::AllocsUpserted`].
+    alloc_ids: Vec<AllocId>,
 }
 
 impl WriteTxn {
@@ -78,6 +80,7 @@ impl WriteTxn {
             summaries: BTreeMap::new(),
             eval_delete: false,
             alloc_nodes: BTreeSet::new(),
+            alloc_ids: Vec::new(),
         }
     }
 
@@ -95,6 +98,11 @@ impl WriteTxn {
     pub fn finish(mut self) -> (Tables, Vec<StateChange>) {
         self.flush_summaries();
         self.update_job_statuses();
+        if !self.alloc_ids.is_empty() {
+            self.changes.push(StateChange::AllocsUpserted {
+                alloc_ids: std::mem::take(&mut self.alloc_ids),
+            });
+        }
         if !self.alloc_nodes.is_empty() {
             self.changes.push(StateChange::NodeAllocsChanged {
                 node_ids: std::mem::take(&mut self.alloc_nodes).into_iter().collect(),
@@ -874,6 +882,7 @@ impl WriteTxn {
         } else {
             self.t.index_alloc(&alloc);
         }
+        self.alloc_ids.push(alloc.id.clone());
         self.t.allocs.insert(alloc.id.clone(), Arc::new(alloc));
         self.touch(Table::Allocs);
     }

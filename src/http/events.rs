@@ -1,0 +1,463 @@
+//! `GET /v1/event/stream`: Nomad's event stream, as newline-delimited JSON frames
+//! `{"Index": N, "Events": [...]}` with a `{}` heartbeat every ten seconds.
+//!
+//! It is fed by this server's own state store (its [`Subscription`] to applied changes), so
+//! any server answers without forwarding. Topics: `Job` (`JobRegistered`, `JobDeregistered`),
+//! `Evaluation` (`EvaluationUpdated`), `Allocation` (`AllocationUpdated`) and `Node`
+//! (`NodeRegistration`, `NodeDeregistration`, `NodeEligibility`, `NodeDrain`, `NodeEvent`),
+//! each `Topic`, `Topic:*` or `Topic:<key>` (an object's ID, or for evaluations and
+//! allocations their job's ID), `*` for all; `namespace` (`*` for every one; node events
+//! have none); `index` to resume: the objects changed after that index are sent first, each
+//! once in its latest version (teamster keeps no event buffer), then the live events.
+//! Payloads are the objects as the state holds them when the event is sent.
+//!
+//! A consumer that reads too slowly (its frames fill the send buffer) or that the state's
+//! change stream outran gets an `{"Error": …}` frame naming the index to resume from, and the
+//! stream ends; the servers never wait for it.
+
+use std::time::Duration;
+
+use axum::body::Body;
+use axum::extract::{RawQuery, State};
+use axum::http::header;
+use axum::response::{IntoResponse, Response};
+use bytes::Bytes;
+use serde_json::{json, Value};
+use teamster_storage::state::{Snapshot, StateChange, StateEvent, SubscriptionError};
+use tokio::sync::mpsc;
+
+use super::error::ApiError;
+use super::HttpContext;
+
+/// Frames buffered for a consumer before it counts as too slow.
+const SEND_BUFFER: usize = 256;
+/// How often an idle stream sends `{}`.
+const HEARTBEAT: Duration = Duration::from_secs(10);
+
+/// The topics an event can have.
+const TOPICS: &[&str] = &["Job", "Evaluation", "Allocation", "Node"];
+
+/// What a stream sends: topics (with their keys) and namespace.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Filter {
+    /// `(topic, key)`; `*` for any.
+    topics: Vec<(String, String)>,
+    /// A namespace, or `*`.
+    namespace: String,
+    /// Resume after this index (0: live events only).
+    index: u64,
+}
+
+impl Filter {
+    /// From the query string; an unknown topic or a bad index is an error.
+    pub fn parse(query: &str) -> Result<Filter, String> {
+        let mut topics = Vec::new();
+        let mut namespace = "default".to_string();
+        let mut index = 0;
+        for (k, v) in url_pairs(query) {
+            match k.as_str() {
+                "topic" => {
+                    let (topic, key) = v.split_once(':').unwrap_or((v.as_str(), "*"));
+                    if topic != "*" && !TOPICS.contains(&topic) {
+                        return Err(format!(
+                            "unknown topic {topic:?} (known: {}, or *)",
+                            TOPICS.join(", ")
+                        ));
+                    }
+                    topics.push((topic.to_string(), key.to_string()));
+                }
+                "namespace" => namespace = v,
+                "index" => {
+                    index = v
+                        .parse()
+                        .map_err(|_| format!("index: {v:?} is not a raft index"))?
+                }
+                _ => {}
+            }
+        }
+        if topics.is_empty() {
+            topics.push(("*".into(), "*".into()));
+        }
+        Ok(Filter {
+            topics,
+            namespace,
+            index,
+        })
+    }
+
+    fn wants(&self, event: &Value) -> bool {
+        let topic = event["Topic"].as_str().unwrap_or_default();
+        let ns = event["Namespace"].as_str().unwrap_or_default();
+        if !ns.is_empty() && self.namespace != "*" && ns != self.namespace {
+            return false;
+        }
+        let key = event["Key"].as_str().unwrap_or_default();
+        let filter_keys: Vec<&str> = event["FilterKeys"]
+            .as_array()
+            .map(|a| a.iter().filter_map(Value::as_str).collect())
+            .unwrap_or_default();
+        self.topics.iter().any(|(t, k)| {
+            (t == "*" || t == topic) && (k == "*" || k == key || filter_keys.contains(&k.as_str()))
+        })
+    }
+}
+
+/// `k=v` pairs of a query string, percent-decoded.
+fn url_pairs(query: &str) -> Vec<(String, String)> {
+    fn decode(s: &str) -> String {
+        let bytes = s.as_bytes();
+        let mut out = Vec::with_capacity(bytes.len());
+        let mut i = 0;
+        while i < bytes.len() {
+            match bytes[i] {
+                b'+' => out.push(b' '),
+                b'%' if i + 2 < bytes.len() => {
+                    let hex = std::str::from_utf8(&bytes[i + 1..i + 3]).unwrap_or("");
+                    match u8::from_str_radix(hex, 16) {
+                        Ok(b) => {
+                            out.push(b);
+                            i += 2;
+                        }
+                        Err(_) => out.push(b'%'),
+                    }
+                }
+                b => out.push(b),
+            }
+            i += 1;
+        }
+        String::from_utf8_lossy(&out).into_owned()
+    }
+    query
+        .split('&')
+        .filter(|p| !p.is_empty())
+        .map(|p| {
+            let (k, v) = p.split_once('=').unwrap_or((p, ""));
+            (decode(k), decode(v))
+        })
+        .collect()
+}
+
+fn event(
+    topic: &str,
+    kind: &str,
+    key: &str,
+    ns: &str,
+    index: u64,
+    filter_keys: Vec<String>,
+    payload: Value,
+) -> Value {
+    json!({
+        "Topic": topic,
+        "Type": kind,
+        "Key": key,
+        "Namespace": ns,
+        "FilterKeys": filter_keys,
+        "Index": index,
+        "Payload": payload,
+    })
+}
+
+/// The Nomad events of one applied change, read from `snap` (a snapshot at or after it).
+pub fn events_of(change: &StateChange, index: u64, snap: &Snapshot) -> Vec<Value> {
+    match change {
+        StateChange::JobUpserted {
+            namespace,
+            job_id,
+            stopped,
+            ..
+        } => {
+            let job = snap.job_by_id(namespace.as_str(), job_id.as_str());
+            let kind = if *stopped {
+                "JobDeregistered"
+            } else {
+                "JobRegistered"
+            };
+            vec![event(
+                "Job",
+                kind,
+                job_id.as_str(),
+                namespace.as_str(),
+                index,
+                vec![],
+                json!({ "Job": job.map(|j| json!(j)).unwrap_or(json!({"ID": job_id, "Namespace": namespace})) }),
+            )]
+        }
+        StateChange::JobDeleted { namespace, job_id } => vec![event(
+            "Job",
+            "JobDeregistered",
+            job_id.as_str(),
+            namespace.as_str(),
+            index,
+            vec![],
+            json!({ "Job": { "ID": job_id, "Namespace": namespace } }),
+        )],
+        StateChange::EvalUpserted { eval } => vec![eval_event(eval, index)],
+        StateChange::AllocsUpserted { alloc_ids } => alloc_ids
+            .iter()
+            .filter_map(|id| snap.alloc_by_id(id.as_str()))
+            .map(|a| alloc_event(a, index))
+            .collect(),
+        StateChange::NodeUpserted { node, previous } => {
+            let kind = match previous {
+                None => "NodeRegistration",
+                Some(p) if p.eligibility != node.scheduling_eligibility => "NodeEligibility",
+                Some(p) if p.draining != node.drain_strategy.is_some() => "NodeDrain",
+                Some(_) => "NodeEvent",
+            };
+            vec![event(
+                "Node",
+                kind,
+                node.id.as_str(),
+                "",
+                index,
+                vec![],
+                json!({ "Node": node }),
+            )]
+        }
+        StateChange::NodeDeregistered { node_id } => vec![event(
+            "Node",
+            "NodeDeregistration",
+            node_id.as_str(),
+            "",
+            index,
+            vec![],
+            json!({ "Node": { "ID": node_id } }),
+        )],
+        _ => Vec::new(),
+    }
+}
+
+fn eval_event(eval: &teamster_storage::model::Evaluation, index: u64) -> Value {
+    event(
+        "Evaluation",
+        "EvaluationUpdated",
+        eval.id.as_str(),
+        eval.namespace.as_str(),
+        index,
+        vec![eval.job_id.to_string()],
+        json!({ "Evaluation": eval }),
+    )
+}
+
+fn alloc_event(a: &teamster_storage::model::Allocation, index: u64) -> Value {
+    event(
+        "Allocation",
+        "AllocationUpdated",
+        a.id.as_str(),
+        a.namespace.as_str(),
+        index,
+        vec![a.job_id.to_string()],
+        json!({ "Allocation": a }),
+    )
+}
+
+/// The objects `snap` holds that changed after `after`, as events, oldest first: what a
+/// stream resuming from `after` is sent before the live events.
+pub fn replay(snap: &Snapshot, after: u64) -> Vec<Value> {
+    let mut out: Vec<(u64, Value)> = Vec::new();
+    for j in snap.jobs().filter(|j| j.modify_index > after) {
+        let kind = if j.stop {
+            "JobDeregistered"
+        } else {
+            "JobRegistered"
+        };
+        let e = event(
+            "Job",
+            kind,
+            j.id.as_str(),
+            j.namespace.as_str(),
+            j.modify_index,
+            vec![],
+            json!({ "Job": j }),
+        );
+        out.push((j.modify_index, e));
+    }
+    for e in snap.evals().filter(|e| e.modify_index > after) {
+        out.push((e.modify_index, eval_event(e, e.modify_index)));
+    }
+    for a in snap.allocs().filter(|a| a.modify_index > after) {
+        out.push((a.modify_index, alloc_event(a, a.modify_index)));
+    }
+    for n in snap.nodes().filter(|n| n.modify_index > after) {
+        let e = event(
+            "Node",
+            "NodeEvent",
+            n.id.as_str(),
+            "",
+            n.modify_index,
+            vec![],
+            json!({ "Node": n }),
+        );
+        out.push((n.modify_index, e));
+    }
+    out.sort_by_key(|(i, _)| *i);
+    out.into_iter().map(|(_, e)| e).collect()
+}
+
+/// Frames of `events` (each already filtered), one per index, in order.
+fn frames(events: Vec<Value>) -> Vec<Value> {
+    let mut out: Vec<Value> = Vec::new();
+    for e in events {
+        let index = e["Index"].as_u64().unwrap_or(0);
+        match out.last_mut() {
+            Some(f) if f["Index"].as_u64() == Some(index) => {
+                if let Some(list) = f["Events"].as_array_mut() {
+                    list.push(e);
+                }
+            }
+            _ => out.push(json!({ "Index": index, "Events": [e] })),
+        }
+    }
+    out
+}
+
+fn line(v: &Value) -> Bytes {
+    let mut b = serde_json::to_vec(v).unwrap_or_default();
+    b.push(b'\n');
+    Bytes::from(b)
+}
+
+/// `GET /v1/event/stream`.
+pub async fn stream(
+    State(ctx): State<HttpContext>,
+    RawQuery(query): RawQuery,
+) -> Result<Response, ApiError> {
+    let filter =
+        Filter::parse(query.as_deref().unwrap_or_default()).map_err(ApiError::bad_request)?;
+    let state = ctx.node()?.state().clone();
+    let (snap, mut sub) = state.subscribe_with_snapshot();
+    let (tx, rx) = mpsc::channel::<Bytes>(SEND_BUFFER);
+    let mut last_index = snap.latest_index();
+    let backlog: Vec<Value> = if filter.index > 0 {
+        replay(&snap, filter.index)
+            .into_iter()
+            .filter(|e| filter.wants(e))
+            .collect()
+    } else {
+        Vec::new()
+    };
+    drop(snap);
+    tokio::spawn(async move {
+        metrics::gauge!("teamster_event_streams").increment(1.0);
+        // Room for the error frame is kept: a consumer never misses why it was dropped.
+        let send = |tx: &mpsc::Sender<Bytes>, frame: &Value| -> bool {
+            tx.capacity() > 1 && tx.try_send(line(frame)).is_ok()
+        };
+        let too_slow = |tx: &mpsc::Sender<Bytes>, index: u64| {
+            metrics::counter!("teamster_event_streams_dropped_total").increment(1);
+            let _ = tx.try_send(line(&json!({
+                "Error": format!("the consumer fell behind; resume with index={index}")
+            })));
+        };
+        let mut ok = true;
+        for f in frames(backlog) {
+            if !send(&tx, &f) {
+                too_slow(&tx, filter.index);
+                ok = false;
+                break;
+            }
+        }
+        let mut heartbeat =
+            tokio::time::interval_at(tokio::time::Instant::now() + HEARTBEAT, HEARTBEAT);
+        while ok {
+            tokio::select! {
+                _ = tx.closed() => break,
+                _ = heartbeat.tick() => {
+                    if !send(&tx, &json!({})) {
+                        too_slow(&tx, last_index);
+                        break;
+                    }
+                }
+                got = sub.recv() => match got {
+                    Ok(StateEvent { index, change, .. }) => {
+                        if matches!(change, StateChange::Restored) {
+                            let _ = tx.try_send(line(&json!({
+                                "Error": "the state was restored from a snapshot; start a new stream"
+                            })));
+                            break;
+                        }
+                        let snap = state.snapshot();
+                        let events: Vec<Value> = events_of(&change, index, &snap)
+                            .into_iter()
+                            .filter(|e| filter.wants(e))
+                            .collect();
+                        drop(snap);
+                        for f in frames(events) {
+                            if !send(&tx, &f) {
+                                too_slow(&tx, last_index);
+                                ok = false;
+                                break;
+                            }
+                        }
+                        last_index = index;
+                    }
+                    Err(SubscriptionError::Lagged { .. }) => {
+                        too_slow(&tx, last_index);
+                        break;
+                    }
+                    Err(SubscriptionError::Closed) => break,
+                },
+            }
+        }
+        metrics::gauge!("teamster_event_streams").decrement(1.0);
+    });
+    let body = Body::from_stream(futures::stream::unfold(rx, |mut rx| async move {
+        rx.recv()
+            .await
+            .map(|b| (Ok::<_, std::convert::Infallible>(b), rx))
+    }));
+    Ok(([(header::CONTENT_TYPE, "application/json")], body).into_response())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ev(topic: &str, key: &str, ns: &str, filter_keys: &[&str]) -> Value {
+        event(
+            topic,
+            "X",
+            key,
+            ns,
+            1,
+            filter_keys.iter().map(|s| s.to_string()).collect(),
+            json!({}),
+        )
+    }
+
+    #[test]
+    fn topics_keys_and_namespaces_filter_events() {
+        let f = Filter::parse("topic=Job:web&topic=Allocation&index=7").unwrap();
+        assert_eq!(f.index, 7);
+        assert!(f.wants(&ev("Job", "web", "default", &[])));
+        assert!(!f.wants(&ev("Job", "api", "default", &[])));
+        assert!(f.wants(&ev("Allocation", "a1", "default", &["api"])));
+        assert!(!f.wants(&ev("Evaluation", "e1", "default", &["web"])));
+        assert!(!f.wants(&ev("Allocation", "a1", "other", &["api"])));
+        // An evaluation's or allocation's job is a key too; node events have no namespace.
+        let f = Filter::parse("topic=Evaluation%3Aweb&topic=Node&namespace=prod").unwrap();
+        assert!(f.wants(&ev("Evaluation", "e1", "prod", &["web"])));
+        assert!(f.wants(&ev("Node", "n1", "", &[])));
+        let all = Filter::parse("namespace=*").unwrap();
+        assert!(all.wants(&ev("Job", "x", "anything", &[])));
+        assert!(Filter::parse("topic=Jobz")
+            .unwrap_err()
+            .contains("unknown topic"));
+        assert!(Filter::parse("index=x").unwrap_err().contains("index"));
+    }
+
+    #[test]
+    fn events_of_one_index_share_a_frame() {
+        let mut a = ev("Job", "a", "default", &[]);
+        let mut b = ev("Job", "b", "default", &[]);
+        let mut c = ev("Job", "c", "default", &[]);
+        a["Index"] = json!(5);
+        b["Index"] = json!(5);
+        c["Index"] = json!(6);
+        let f = frames(vec![a, b, c]);
+        assert_eq!(f.len(), 2);
+        assert_eq!(f[0]["Index"], json!(5));
+        assert_eq!(f[0]["Events"].as_array().unwrap().len(), 2);
+        assert_eq!(f[1]["Events"][0]["Key"], json!("c"));
+    }
+}
