@@ -79,6 +79,26 @@ def main():
     alloc = n.allocation.get_allocation(allocs[0]["ID"])
     assert alloc["ID"] == allocs[0]["ID"] and alloc["JobID"] == job_id, alloc
     assert any(a["ID"] == alloc["ID"] for a in n.allocations.get_allocations()), "get_allocations"
+
+    # The allocation's files (a server forwards to the client that holds them).
+    files = wait_until("the task directory", lambda: n.client.ls.list_files(alloc["ID"]))
+    names = sorted(f["Name"] for f in files)
+    assert "t" in names and "alloc" in names, files
+    entry = n.client.stat.stat_file(alloc["ID"], "t")
+    assert entry["IsDir"] is True and entry["Name"] == "t", entry
+    task_files = n.client.ls.list_files(alloc["ID"], path="/t")
+    assert all(not f["IsDir"] or f["Name"] == "secrets" for f in task_files), task_files
+    # A mock task writes no log file: the logs endpoint says which file is missing.
+    try:
+        n.client.stream_logs.stream(alloc["ID"], "t", "stdout", plain=True)
+        raise AssertionError("a mock task has no log file")
+    except exceptions.URLNotFoundNomadException as e:
+        assert "t/stdout.log" in e.nomad_resp.text, e.nomad_resp.text
+    try:
+        n.client.stream_logs.stream(alloc["ID"], "t", "stdsomething")
+        raise AssertionError("a bad log type must be refused")
+    except exceptions.BadRequestNomadException as e:
+        assert "stdout or stderr" in e.nomad_resp.text, e.nomad_resp.text
     ev = n.evaluation.get_evaluation(evals[0]["ID"])
     assert ev["ID"] == evals[0]["ID"], ev
     assert any(e["ID"] == ev["ID"] for e in n.evaluations.get_evaluations()), "get_evaluations"

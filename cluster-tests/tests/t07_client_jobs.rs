@@ -124,6 +124,90 @@ async fn dev_agent_runs_a_raw_exec_batch_job_and_alloc_logs_shows_its_output() -
         String::from_utf8_lossy(&out.stderr)
     );
     assert_eq!(String::from_utf8_lossy(&out.stdout), "hello\n");
+    // The task may be left out (the group has one), Nomad's flag spellings work, and the
+    // file API reads the same log: framed (base64, with offsets) or by offset and limit.
+    let out = Command::new(teamster_bin())
+        .args([
+            "alloc",
+            "logs",
+            &format!("-address={addr}"),
+            "-tail",
+            "-n",
+            "1",
+            &id[..8],
+        ])
+        .output()?;
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout),
+        "hello\n",
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let framed = reqwest::get(format!("{addr}/v1/client/fs/logs/{id}?task=t&type=stdout"))
+        .await?
+        .text()
+        .await?;
+    let frame: Value = serde_json::from_str(framed.trim())?;
+    assert_eq!(
+        frame,
+        json!({"Offset": 6, "Data": "aGVsbG8K", "File": "t/stdout.log"})
+    );
+    let part = reqwest::get(format!(
+        "{addr}/v1/client/fs/readat/{id}?path=t/stdout.log&offset=1&limit=3"
+    ))
+    .await?
+    .text()
+    .await?;
+    assert_eq!(part, "ell");
+
+    // `alloc logs -f` prints what the task writes as it writes it.
+    register(
+        &api,
+        raw_exec_job(
+            "follow",
+            "batch",
+            "echo one; sleep 2; echo two; sleep 60",
+            json!({}),
+        ),
+    )
+    .await?;
+    let running = wait_for(Duration::from_secs(30), "the follow alloc running", || {
+        let api = api.clone();
+        async move {
+            let a = job_allocs(&api, "follow").await.into_iter().next()?;
+            (a["ClientStatus"] == "running").then_some(a)
+        }
+    })
+    .await?;
+    let follow_id = running["ID"].as_str().expect("alloc id").to_string();
+    let mut follower = Killed(
+        Command::new(teamster_bin())
+            .args(["alloc", "logs", "-f", "--address", &addr, &follow_id])
+            .stdout(Stdio::piped())
+            .spawn()?,
+    );
+    let mut stdout = follower.0.stdout.take().expect("piped stdout");
+    let reader = std::thread::spawn(move || {
+        use std::io::Read;
+        let mut seen = Vec::new();
+        let mut buf = [0u8; 256];
+        while !String::from_utf8_lossy(&seen).contains("two") {
+            match stdout.read(&mut buf) {
+                Ok(0) | Err(_) => break,
+                Ok(n) => seen.extend_from_slice(&buf[..n]),
+            }
+        }
+        String::from_utf8_lossy(&seen).into_owned()
+    });
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while !reader.is_finished() && std::time::Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    drop(follower);
+    let seen = reader.join().expect("the reader thread");
+    assert_eq!(seen, "one\ntwo\n");
+    api.request::<(), Value>(reqwest::Method::DELETE, "/v1/job/follow?purge=true", None)
+        .await?;
 
     // The client fills in what the parser left for run time: `${node.unique.name}` in the
     // args (a shell would refuse that name), and Nomad's variables in the environment, with

@@ -123,6 +123,29 @@ impl ApiClient {
         })
     }
 
+    /// GET an answer to read as it arrives (a followed log): no overall timeout, only the
+    /// connection's.
+    pub async fn get_stream(&self, path: &str) -> Result<reqwest::Response, ApiError> {
+        let http = reqwest::Client::builder()
+            .connect_timeout(Duration::from_secs(5))
+            .build()
+            .map_err(|e| self.unreachable(&e))?;
+        let resp = http
+            .get(format!("{}{}", self.base, path))
+            .send()
+            .await
+            .map_err(|e| self.unreachable(&e))?;
+        let status = resp.status();
+        if !status.is_success() {
+            let text = resp.text().await.unwrap_or_default();
+            return Err(ApiError::Status {
+                status,
+                message: text.trim().to_string(),
+            });
+        }
+        Ok(resp)
+    }
+
     /// Any method, returning the raw body of a successful answer.
     pub async fn request_text<B: Serialize>(
         &self,

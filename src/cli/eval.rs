@@ -108,7 +108,12 @@ async fn eval_list(args: EvalListArgs) -> anyhow::Result<()> {
 }
 
 /// Resolve an ID prefix through a `?prefix=` listing.
-async fn resolve(api: &ApiClient, list: &str, what: &str, id: &str) -> anyhow::Result<String> {
+pub(super) async fn resolve(
+    api: &ApiClient,
+    list: &str,
+    what: &str,
+    id: &str,
+) -> anyhow::Result<String> {
     let found: Vec<Value> = api
         .get(&format!("{list}?prefix={id}"))
         .await

@@ -1,31 +1,54 @@
-//! `GET /v1/client/fs/cat/:alloc_id?path=<task>/stdout.log`: a file from an allocation's
-//! directory, as plain text.
+//! An allocation's files, as Nomad's client filesystem API: `GET /v1/client/fs/`
+//! `ls/:alloc_id?path=` (entries `{Name, IsDir, Size, FileMode, ModTime}`),
+//! `stat/:alloc_id?path=`, `cat/:alloc_id?path=` (plain text), `readat/:alloc_id?path=&offset=&limit=`,
+//! `stream/:alloc_id?path=&offset=&origin=&follow=` and
+//! `logs/:alloc_id?task=&type=stdout|stderr&offset=&origin=start|end&plain=&follow=`. `stream`
+//! and `logs` answer Nomad's frames `{"Offset", "Data": base64, "File"}` one per line, or the
+//! bytes themselves with `plain=true`; with `follow=true` they keep sending what the task
+//! writes until the caller hangs up.
 //!
 //! Served by the agent whose client runs the allocation (the directory is
-//! `<data_dir>/alloc/<alloc id>/`). A server that does not hold the directory looks the
-//! allocation up, and forwards the request once to its node's HTTP address; anything else is
-//! answered 404 with the reason.
+//! `<data_dir>/alloc/<alloc id>/`, a task's logs `<task>/stdout.log` and `<task>/stderr.log`).
+//! A server that does not hold the directory looks the allocation up (by ID or unique prefix)
+//! and forwards the request once to its node's HTTP address, streaming the answer back;
+//! anything else is answered 404 with the reason.
 
 use std::collections::HashMap;
+use std::io::SeekFrom;
 use std::path::{Component, Path as FsPath, PathBuf};
+use std::time::Duration;
 
-use axum::extract::{Path, Query, State};
+use axum::body::Body;
+use axum::extract::{OriginalUri, Path, Query, State};
 use axum::http::{header, HeaderMap, HeaderValue};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::Router;
+use bytes::Bytes;
+use serde_json::{json, Value};
+use tokio::io::{AsyncReadExt, AsyncSeekExt};
 
 use super::error::ApiError;
 use super::HttpContext;
 
 /// Header marking a request forwarded by a server, so it is never forwarded again.
 const FORWARDED: &str = "X-Teamster-Forwarded";
-/// The largest file served (a cat, not a download).
+/// The largest file served by `cat` (a cat, not a download), and the most `readat` reads.
 pub const MAX_CAT_BYTES: u64 = 16 << 20;
+/// The largest piece of a file one stream frame carries.
+const FRAME_BYTES: usize = 64 << 10;
+/// How often a followed file is checked for new bytes.
+const FOLLOW_POLL: Duration = Duration::from_millis(200);
 
 /// The client filesystem routes.
 pub fn routes() -> Router<HttpContext> {
-    Router::new().route("/v1/client/fs/cat/{alloc_id}", get(cat))
+    Router::new()
+        .route("/v1/client/fs/cat/{alloc_id}", get(cat))
+        .route("/v1/client/fs/ls/{alloc_id}", get(ls))
+        .route("/v1/client/fs/stat/{alloc_id}", get(stat))
+        .route("/v1/client/fs/readat/{alloc_id}", get(readat))
+        .route("/v1/client/fs/stream/{alloc_id}", get(stream))
+        .route("/v1/client/fs/logs/{alloc_id}", get(logs))
 }
 
 /// `path` inside `root`, refusing absolute paths and `..`.
@@ -45,13 +68,16 @@ pub fn resolve(root: &FsPath, path: &str) -> Result<PathBuf, ApiError> {
     Ok(root.join(rel))
 }
 
-async fn cat(
-    State(ctx): State<HttpContext>,
-    Path(alloc_id): Path<String>,
-    Query(q): Query<HashMap<String, String>>,
-    headers: HeaderMap,
-) -> Result<Response, ApiError> {
-    let path = q.get("path").cloned().unwrap_or_default();
+/// Where an allocation's files are for this request.
+enum Place {
+    /// Here, under this directory.
+    Local(PathBuf),
+    /// On the client at this HTTP address.
+    Remote { addr: String, alloc_id: String },
+}
+
+/// This agent's directory for `alloc_id`, or the client to forward to.
+async fn locate(ctx: &HttpContext, alloc_id: &str, headers: &HeaderMap) -> Result<Place, ApiError> {
     if alloc_id.is_empty()
         || !alloc_id
             .chars()
@@ -59,46 +85,23 @@ async fn cat(
     {
         return Err(ApiError::bad_request("malformed allocation ID"));
     }
-    let data_dir = ctx.agent().data_dir.clone();
-    let root = data_dir.join("alloc").join(&alloc_id);
+    let root = ctx.agent().data_dir.join("alloc").join(alloc_id);
     if ctx.agent().client_enabled && root.is_dir() {
-        let file = resolve(&root, &path)?;
-        let meta = tokio::fs::metadata(&file)
-            .await
-            .map_err(|e| ApiError::not_found(format!("{path}: {e}")))?;
-        if meta.is_dir() {
-            return Err(ApiError::bad_request(format!("{path} is a directory")));
-        }
-        if meta.len() > MAX_CAT_BYTES {
-            return Err(ApiError::bad_request(format!(
-                "{path} is {} bytes; cat serves at most {MAX_CAT_BYTES}",
-                meta.len()
-            )));
-        }
-        let bytes = tokio::fs::read(&file)
-            .await
-            .map_err(|e| ApiError::internal(format!("{path}: {e}")))?;
-        let mut resp = bytes.into_response();
-        resp.headers_mut().insert(
-            header::CONTENT_TYPE,
-            HeaderValue::from_static("text/plain; charset=utf-8"),
-        );
-        return Ok(resp);
+        return Ok(Place::Local(root));
     }
     if headers.contains_key(FORWARDED) {
         return Err(ApiError::not_found(format!(
             "allocation {alloc_id} has no directory on this client"
         )));
     }
-    // A server: find the client that runs it.
-    let node = ctx.server().map_err(|_| {
+    let server = ctx.server().map_err(|_| {
         ApiError::not_found(format!("Unknown allocation {alloc_id:?} on this client"))
     })?;
-    let snap = node.node.state().snapshot();
-    let alloc = match snap.alloc_by_id(&alloc_id) {
+    let snap = server.node.state().snapshot();
+    let alloc = match snap.alloc_by_id(alloc_id) {
         Some(a) => a.clone(),
         None => {
-            let found: Vec<_> = snap.allocs_by_prefix(&alloc_id).take(2).collect();
+            let found: Vec<_> = snap.allocs_by_prefix(alloc_id).take(2).collect();
             match found.as_slice() {
                 [one] => (*one).clone(),
                 [] => {
@@ -114,42 +117,372 @@ async fn cat(
             }
         }
     };
-    let alloc_id = alloc.id.to_string();
-    let client = snap
+    let node = snap
         .node_by_id(alloc.node_id.as_str())
         .ok_or_else(|| ApiError::not_found(format!("node {} not found", alloc.node_id)))?;
-    if client.http_addr.is_empty() {
+    if node.http_addr.is_empty() {
         return Err(ApiError::not_found(format!(
             "node {} has no HTTP address",
-            client.id
+            node.id
         )));
     }
-    let url = format!("http://{}/v1/client/fs/cat/{alloc_id}", client.http_addr);
+    Ok(Place::Remote {
+        addr: node.http_addr.clone(),
+        alloc_id: alloc.id.to_string(),
+    })
+}
+
+/// The same request sent once to the client that holds the files, its answer streamed back.
+async fn forward(
+    addr: &str,
+    op: &str,
+    alloc_id: &str,
+    uri: &OriginalUri,
+) -> Result<Response, ApiError> {
+    let query = uri.query().map(|q| format!("?{q}")).unwrap_or_default();
+    let url = format!("http://{addr}/v1/client/fs/{op}/{alloc_id}{query}");
     let resp = reqwest::Client::new()
         .get(&url)
-        .query(&[("path", path.as_str())])
         .header(FORWARDED, "1")
-        .timeout(std::time::Duration::from_secs(10))
         .send()
         .await
-        .map_err(|e| ApiError::internal(format!("cannot reach node {}: {e}", client.id)))?;
+        .map_err(|e| ApiError::internal(format!("cannot reach the client at {addr}: {e}")))?;
     let status = resp.status();
-    let body = resp
-        .bytes()
-        .await
-        .map_err(|e| ApiError::internal(format!("reading from node {}: {e}", client.id)))?;
     if !status.is_success() {
+        let body = resp.text().await.unwrap_or_default();
         return Err(ApiError {
             status,
-            message: String::from_utf8_lossy(&body).into_owned(),
+            message: body,
         });
     }
-    let mut out = body.into_response();
-    out.headers_mut().insert(
+    let content_type = resp
+        .headers()
+        .get(header::CONTENT_TYPE)
+        .cloned()
+        .unwrap_or(HeaderValue::from_static("text/plain; charset=utf-8"));
+    let mut out = Body::from_stream(resp.bytes_stream()).into_response();
+    out.headers_mut().insert(header::CONTENT_TYPE, content_type);
+    Ok(out)
+}
+
+fn text(bytes: Vec<u8>) -> Response {
+    let mut resp = bytes.into_response();
+    resp.headers_mut().insert(
         header::CONTENT_TYPE,
         HeaderValue::from_static("text/plain; charset=utf-8"),
     );
-    Ok(out)
+    resp
+}
+
+/// Nomad's `AllocFileInfo` of a file or directory.
+fn file_info(name: &str, meta: &std::fs::Metadata) -> Value {
+    use std::os::unix::fs::PermissionsExt;
+    let modified = meta
+        .modified()
+        .ok()
+        .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
+        .map(|d| teamster_storage::model::Timestamp::from_unix_nanos(d.as_nanos() as i64))
+        .unwrap_or_default();
+    let mode = meta.permissions().mode() & 0o777;
+    let kind = if meta.is_dir() { "d" } else { "-" };
+    let rwx: String = (0..9)
+        .map(|i| {
+            let bit = 1 << (8 - i);
+            if mode & bit == 0 {
+                '-'
+            } else {
+                ['r', 'w', 'x'][i % 3]
+            }
+        })
+        .collect();
+    json!({
+        "Name": name,
+        "IsDir": meta.is_dir(),
+        "Size": meta.len(),
+        "FileMode": format!("{kind}{rwx}"),
+        "ModTime": modified,
+    })
+}
+
+fn param<'a>(q: &'a HashMap<String, String>, key: &str) -> &'a str {
+    q.get(key).map(String::as_str).unwrap_or_default()
+}
+
+fn number(q: &HashMap<String, String>, key: &str) -> Result<u64, ApiError> {
+    match q.get(key).map(String::as_str) {
+        None | Some("") => Ok(0),
+        Some(v) => v
+            .parse()
+            .map_err(|_| ApiError::bad_request(format!("{key}: {v:?} is not a number"))),
+    }
+}
+
+/// A boolean parameter as Go's `strconv.ParseBool` reads it (`true`, `True`, `1`, `t`, …:
+/// python-nomad sends Python's `True`/`False`).
+fn flag(q: &HashMap<String, String>, key: &str) -> Result<bool, ApiError> {
+    match q.get(key).map(String::as_str) {
+        None | Some("") => Ok(false),
+        Some("1" | "t" | "T" | "true" | "True" | "TRUE") => Ok(true),
+        Some("0" | "f" | "F" | "false" | "False" | "FALSE") => Ok(false),
+        Some(v) => Err(ApiError::bad_request(format!(
+            "{key}: {v:?} is not true or false"
+        ))),
+    }
+}
+
+type Params = (
+    State<HttpContext>,
+    Path<String>,
+    Query<HashMap<String, String>>,
+    HeaderMap,
+    OriginalUri,
+);
+
+async fn cat(
+    (State(ctx), Path(alloc_id), Query(q), headers, uri): Params,
+) -> Result<Response, ApiError> {
+    let root = match locate(&ctx, &alloc_id, &headers).await? {
+        Place::Local(root) => root,
+        Place::Remote { addr, alloc_id } => return forward(&addr, "cat", &alloc_id, &uri).await,
+    };
+    let path = param(&q, "path");
+    let file = resolve(&root, path)?;
+    let meta = tokio::fs::metadata(&file)
+        .await
+        .map_err(|e| ApiError::not_found(format!("{path}: {e}")))?;
+    if meta.is_dir() {
+        return Err(ApiError::bad_request(format!("{path} is a directory")));
+    }
+    if meta.len() > MAX_CAT_BYTES {
+        return Err(ApiError::bad_request(format!(
+            "{path} is {} bytes; cat serves at most {MAX_CAT_BYTES}",
+            meta.len()
+        )));
+    }
+    let bytes = tokio::fs::read(&file)
+        .await
+        .map_err(|e| ApiError::internal(format!("{path}: {e}")))?;
+    Ok(text(bytes))
+}
+
+async fn ls(
+    (State(ctx), Path(alloc_id), Query(q), headers, uri): Params,
+) -> Result<Response, ApiError> {
+    let root = match locate(&ctx, &alloc_id, &headers).await? {
+        Place::Local(root) => root,
+        Place::Remote { addr, alloc_id } => return forward(&addr, "ls", &alloc_id, &uri).await,
+    };
+    let path = match param(&q, "path") {
+        "" | "/" => ".",
+        p => p,
+    };
+    let dir = resolve(&root, path)?;
+    let mut entries = tokio::fs::read_dir(&dir)
+        .await
+        .map_err(|e| ApiError::not_found(format!("{path}: {e}")))?;
+    let mut out = Vec::new();
+    while let Some(e) = entries
+        .next_entry()
+        .await
+        .map_err(|e| ApiError::internal(format!("{path}: {e}")))?
+    {
+        if let Ok(meta) = e.metadata().await {
+            out.push(file_info(&e.file_name().to_string_lossy(), &meta));
+        }
+    }
+    out.sort_by(|a, b| a["Name"].as_str().cmp(&b["Name"].as_str()));
+    Ok(axum::Json(out).into_response())
+}
+
+async fn stat(
+    (State(ctx), Path(alloc_id), Query(q), headers, uri): Params,
+) -> Result<Response, ApiError> {
+    let root = match locate(&ctx, &alloc_id, &headers).await? {
+        Place::Local(root) => root,
+        Place::Remote { addr, alloc_id } => return forward(&addr, "stat", &alloc_id, &uri).await,
+    };
+    let path = param(&q, "path");
+    let file = resolve(&root, path)?;
+    let meta = tokio::fs::metadata(&file)
+        .await
+        .map_err(|e| ApiError::not_found(format!("{path}: {e}")))?;
+    let name = file
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    Ok(axum::Json(file_info(&name, &meta)).into_response())
+}
+
+async fn readat(
+    (State(ctx), Path(alloc_id), Query(q), headers, uri): Params,
+) -> Result<Response, ApiError> {
+    let root = match locate(&ctx, &alloc_id, &headers).await? {
+        Place::Local(root) => root,
+        Place::Remote { addr, alloc_id } => return forward(&addr, "readat", &alloc_id, &uri).await,
+    };
+    let path = param(&q, "path");
+    let offset = number(&q, "offset")?;
+    let limit = number(&q, "limit")?;
+    if limit == 0 || limit > MAX_CAT_BYTES {
+        return Err(ApiError::bad_request(format!(
+            "limit must be between 1 and {MAX_CAT_BYTES}"
+        )));
+    }
+    let file = resolve(&root, path)?;
+    let mut f = tokio::fs::File::open(&file)
+        .await
+        .map_err(|e| ApiError::not_found(format!("{path}: {e}")))?;
+    f.seek(SeekFrom::Start(offset))
+        .await
+        .map_err(|e| ApiError::internal(format!("{path}: {e}")))?;
+    let mut buf = Vec::new();
+    f.take(limit)
+        .read_to_end(&mut buf)
+        .await
+        .map_err(|e| ApiError::internal(format!("{path}: {e}")))?;
+    Ok(text(buf))
+}
+
+/// What to stream and how.
+struct StreamSpec {
+    file: PathBuf,
+    /// The file's name in frames (relative to the allocation directory).
+    name: String,
+    offset: u64,
+    from_end: bool,
+    follow: bool,
+    plain: bool,
+}
+
+async fn stream(
+    (State(ctx), Path(alloc_id), Query(q), headers, uri): Params,
+) -> Result<Response, ApiError> {
+    let root = match locate(&ctx, &alloc_id, &headers).await? {
+        Place::Local(root) => root,
+        Place::Remote { addr, alloc_id } => return forward(&addr, "stream", &alloc_id, &uri).await,
+    };
+    let path = param(&q, "path");
+    serve_stream(StreamSpec {
+        file: resolve(&root, path)?,
+        name: path.trim_start_matches('/').to_string(),
+        offset: number(&q, "offset")?,
+        from_end: origin_is_end(&q)?,
+        follow: flag(&q, "follow")?,
+        plain: flag(&q, "plain")?,
+    })
+    .await
+}
+
+async fn logs(
+    (State(ctx), Path(alloc_id), Query(q), headers, uri): Params,
+) -> Result<Response, ApiError> {
+    let root = match locate(&ctx, &alloc_id, &headers).await? {
+        Place::Local(root) => root,
+        Place::Remote { addr, alloc_id } => return forward(&addr, "logs", &alloc_id, &uri).await,
+    };
+    let task = param(&q, "task");
+    if task.is_empty() {
+        return Err(ApiError::bad_request("must provide task name"));
+    }
+    let file = match param(&q, "type") {
+        "stdout" => crate::client::driver::STDOUT_FILE,
+        "stderr" => crate::client::driver::STDERR_FILE,
+        other => {
+            return Err(ApiError::bad_request(format!(
+                "type must be stdout or stderr, not {other:?}"
+            )))
+        }
+    };
+    let name = format!("{task}/{file}");
+    serve_stream(StreamSpec {
+        file: resolve(&root, &name)?,
+        name,
+        offset: number(&q, "offset")?,
+        from_end: origin_is_end(&q)?,
+        follow: flag(&q, "follow")?,
+        plain: flag(&q, "plain")?,
+    })
+    .await
+}
+
+fn origin_is_end(q: &HashMap<String, String>) -> Result<bool, ApiError> {
+    match param(q, "origin") {
+        "" | "start" => Ok(false),
+        "end" => Ok(true),
+        other => Err(ApiError::bad_request(format!(
+            "origin must be start or end, not {other:?}"
+        ))),
+    }
+}
+
+/// One piece of a streamed file as Nomad frames it.
+fn frame(data: &[u8], offset: u64, name: &str) -> Bytes {
+    use base64::Engine;
+    let v = json!({
+        "Offset": offset,
+        "Data": base64::engine::general_purpose::STANDARD.encode(data),
+        "File": name,
+    });
+    let mut b = serde_json::to_vec(&v).unwrap_or_default();
+    b.push(b'\n');
+    Bytes::from(b)
+}
+
+/// The file from its start offset (counted back from the end with `origin=end`), then, with
+/// `follow`, what is appended to it, until the caller hangs up.
+async fn serve_stream(spec: StreamSpec) -> Result<Response, ApiError> {
+    let mut f = tokio::fs::File::open(&spec.file)
+        .await
+        .map_err(|e| ApiError::not_found(format!("{}: {e}", spec.name)))?;
+    let len = f
+        .metadata()
+        .await
+        .map_err(|e| ApiError::internal(format!("{}: {e}", spec.name)))?
+        .len();
+    let start = if spec.from_end {
+        len.saturating_sub(spec.offset)
+    } else {
+        spec.offset.min(len)
+    };
+    f.seek(SeekFrom::Start(start))
+        .await
+        .map_err(|e| ApiError::internal(format!("{}: {e}", spec.name)))?;
+    let (tx, rx) = tokio::sync::mpsc::channel::<Bytes>(16);
+    tokio::spawn(async move {
+        let mut pos = start;
+        let mut buf = vec![0u8; FRAME_BYTES];
+        while let Ok(n) = f.read(&mut buf).await {
+            if n == 0 {
+                if !spec.follow {
+                    break;
+                }
+                tokio::select! {
+                    _ = tx.closed() => break,
+                    _ = tokio::time::sleep(FOLLOW_POLL) => continue,
+                }
+            }
+            let chunk = if spec.plain {
+                Bytes::copy_from_slice(&buf[..n])
+            } else {
+                frame(&buf[..n], pos + n as u64, &spec.name)
+            };
+            pos += n as u64;
+            if tx.send(chunk).await.is_err() {
+                break;
+            }
+        }
+    });
+    let body = Body::from_stream(futures::stream::unfold(rx, |mut rx| async move {
+        rx.recv()
+            .await
+            .map(|b| (Ok::<_, std::convert::Infallible>(b), rx))
+    }));
+    let content_type = if spec.plain {
+        "text/plain; charset=utf-8"
+    } else {
+        "application/json"
+    };
+    Ok(([(header::CONTENT_TYPE, content_type)], body).into_response())
 }
 
 #[cfg(test)]
@@ -167,5 +500,15 @@ mod tests {
         assert!(resolve(root, "../a2/web/stdout.log").is_err());
         assert!(resolve(root, "web/../../etc/passwd").is_err());
         assert!(resolve(root, "").is_err());
+    }
+
+    #[test]
+    fn a_frame_carries_base64_data_its_end_offset_and_file() {
+        let f = frame(b"hi\n", 3, "web/stdout.log");
+        let v: Value = serde_json::from_slice(&f).unwrap();
+        assert_eq!(
+            v,
+            json!({"Offset": 3, "Data": "aGkK", "File": "web/stdout.log"})
+        );
     }
 }
