@@ -236,6 +236,26 @@ def main():
     except exceptions.BadRequestNomadException as e:
         assert "unknown block" in e.nomad_resp.text, e.nomad_resp.text
 
+    # Metrics (JSON by default), the servers an agent knows, search by prefix and fuzzy.
+    metrics = n.metrics.get_metrics()
+    assert any(g["Name"] == "teamster_raft_is_leader" for g in metrics["Gauges"]), metrics
+    assert "Counters" in metrics and "Samples" in metrics and metrics["Timestamp"], metrics
+    servers = n.agent.get_servers()
+    assert len(servers) == 3 and all(":" in s for s in servers), servers
+    found = n.search.search(job_id[:4], "jobs")
+    assert job_id in found["Matches"]["jobs"], found
+    assert found["Truncations"]["jobs"] is False, found
+    everything = n.search.search(alloc["ID"][:6], "all")
+    assert alloc["ID"] in everything["Matches"]["allocs"], everything
+    assert set(everything["Matches"]) >= {"jobs", "evals", "allocs", "nodes"}, everything
+    fuzzy = n.search.fuzzy_search(job_id[1:5].upper(), "jobs")
+    assert {"ID": job_id, "Scope": ["default"]} in fuzzy["Matches"]["jobs"], fuzzy
+    try:
+        n.search.fuzzy_search("t", "jobs")
+        raise AssertionError("a one-character fuzzy search must be refused")
+    except exceptions.BadRequestNomadException as e:
+        assert "at least 2" in e.nomad_resp.text, e.nomad_resp.text
+
     # The event stream: python-nomad's reader thread puts each non-heartbeat frame on a
     # queue; a registration shows up as a Job event.
     ev_id = job_id + "-events"

@@ -71,6 +71,29 @@ pub async fn agent_self(State(ctx): State<HttpContext>) -> Result<Json<Value>, A
 /// How long `/v1/agent/members` waits for each server to answer a ping.
 const MEMBER_PING_TIMEOUT: std::time::Duration = std::time::Duration::from_millis(500);
 
+/// `GET /v1/agent/servers`: the RPC addresses of the servers this agent knows: the raft
+/// members on a server, the configured `client.servers` on a client-only agent.
+pub async fn servers(State(ctx): State<HttpContext>) -> Json<Vec<String>> {
+    if let Ok(node) = ctx.node() {
+        return Json(
+            node.membership()
+                .servers
+                .into_iter()
+                .map(|(_, addr, _)| addr.rpc_addr)
+                .collect(),
+        );
+    }
+    let configured = ctx.agent().config["client"]["servers"]
+        .as_array()
+        .map(|a| {
+            a.iter()
+                .filter_map(|s| s.as_str().map(str::to_string))
+                .collect()
+        })
+        .unwrap_or_default();
+    Json(configured)
+}
+
 /// `/v1/agent/members`: the servers of the raft configuration, each pinged over RPC
 /// (`alive` when it answered with its own id, `failed` otherwise), in Nomad's shape.
 pub async fn members(State(ctx): State<HttpContext>) -> Result<Json<Value>, ApiError> {
@@ -161,23 +184,34 @@ pub async fn regions() -> Json<Vec<&'static str>> {
     Json(vec!["global"])
 }
 
-/// Metrics in Prometheus text format (`?format=prometheus`; JSON is not offered).
+/// The agent's metrics: JSON by default, as Nomad ([`super::metrics_json`]), Prometheus text
+/// with `?format=prometheus`.
 pub async fn metrics(
     State(ctx): State<HttpContext>,
     Query(q): Query<HashMap<String, String>>,
 ) -> Result<Response, ApiError> {
-    match q.get("format").map(String::as_str) {
-        Some("prometheus") => {}
-        _ => return Err(ApiError::bad_request("only format=prometheus is supported")),
-    }
+    let prometheus = match q.get("format").map(String::as_str) {
+        Some("prometheus") => true,
+        None | Some("") | Some("json") => false,
+        Some(other) => {
+            return Err(ApiError::bad_request(format!(
+                "format {other:?}: use prometheus, or leave it out for JSON"
+            )))
+        }
+    };
     let handle = ctx
         .inner
         .metrics
         .as_ref()
         .ok_or_else(|| ApiError::internal("metrics are not enabled"))?;
-    Ok((
-        [(header::CONTENT_TYPE, "text/plain; version=0.0.4")],
-        handle.render(),
-    )
-        .into_response())
+    let text = handle.render();
+    if prometheus {
+        return Ok(([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], text).into_response());
+    }
+    let now = teamster_storage::model::Timestamp::from_unix_nanos(ctx.clock().now_unix_nanos());
+    let stamp = serde_json::to_value(now)
+        .ok()
+        .and_then(|v| v.as_str().map(str::to_string))
+        .unwrap_or_default();
+    Ok(Json(super::metrics_json::from_prometheus(&text, &stamp)).into_response())
 }

@@ -16,6 +16,7 @@ pub mod error;
 pub mod evals;
 pub mod events;
 mod jobs;
+mod metrics_json;
 pub mod nodes;
 mod operator;
 mod plan;
@@ -24,6 +25,7 @@ pub mod read;
 mod scaling;
 mod scheduler_config;
 pub mod schedulers;
+mod search;
 mod snapshot;
 mod status;
 
@@ -189,10 +191,19 @@ pub fn router(ctx: HttpContext) -> Router {
         )
         .route("/v1/agent/self", get(agent::agent_self))
         .route("/v1/agent/members", get(agent::members))
+        .route("/v1/agent/servers", get(agent::servers))
         .route("/v1/agent/health", get(agent::health))
         .route("/v1/metrics", get(agent::metrics))
         .route("/v1/regions", get(agent::regions))
         .route("/v1/event/stream", get(events::stream))
+        .route(
+            "/v1/search",
+            axum::routing::put(search::prefix).post(search::prefix),
+        )
+        .route(
+            "/v1/search/fuzzy",
+            axum::routing::put(search::fuzzy).post(search::fuzzy),
+        )
         .merge(scaling::routes())
         .merge(schedulers::routes())
         .merge(snapshot::routes())
