@@ -672,10 +672,26 @@ async fn the_cli_drives_jobs_and_reads_the_cluster() -> anyhow::Result<()> {
     })
     .await?;
 
-    // Status and raft peers.
+    // `status` as Nomad's: the jobs, or the object a prefix names; the leader is in
+    // `server members`, the peers in `operator raft list-peers`.
+    let out = cli(&follower, &["job", "run", "--detach", sleep_file]).await?;
+    assert!(out.status.success(), "{}", stderr(&out));
     let out = cli(&follower, &["status"]).await?;
     assert!(out.status.success(), "{}", stderr(&out));
-    assert!(stdout(&out).contains("(leader)"));
+    assert!(stdout(&out).contains("sleep-mock"), "{}", stdout(&out));
+    let out = cli(&follower, &["status", "sleep-mo"]).await?;
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(stdout(&out).contains("sleep-mock"), "{}", stdout(&out));
+    let out = cli(&follower, &["status", "zzz-nothing"]).await?;
+    assert_eq!(out.status.code(), Some(1));
+    assert!(stderr(&out).contains("zzz-nothing"), "{}", stderr(&out));
+    let out = cli(&follower, &["server", "members"]).await?;
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(
+        stdout(&out).contains("Leader") && stdout(&out).contains("alive   true"),
+        "{}",
+        stdout(&out)
+    );
     let out = cli(&follower, &["operator", "raft", "list-peers"]).await?;
     assert!(out.status.success(), "{}", stderr(&out));
     assert_eq!(stdout(&out).matches("4647").count(), 3, "{}", stdout(&out));

@@ -52,7 +52,7 @@ enum Command {
     /// Operator commands: raft peers, snapshots, the scheduler.
     #[command(subcommand)]
     Operator(operator::OperatorCommand),
-    /// Show the cluster's leader and peers.
+    /// The jobs, or the status of the job, allocation, evaluation or node an ID prefix names.
     Status(status::StatusArgs),
     /// Evaluations: list, status.
     #[command(subcommand)]
@@ -141,7 +141,7 @@ pub fn main() -> ExitCode {
         Command::Job(cmd) => run_api_code(|| job::run(cmd)),
         Command::Server(cmd) => run_api(|| server::run(cmd)),
         Command::Operator(cmd) => run_api(|| operator::run(cmd)),
-        Command::Status(args) => run_api(|| status::run(args)),
+        Command::Status(args) => run_api_code(|| status::run(args)),
         Command::Eval(cmd) => run_api(|| eval::run_eval(cmd)),
         Command::Alloc(cmd) => run_api(|| eval::run_alloc(cmd)),
         Command::Node(cmd) => run_api(|| node::run(cmd)),
