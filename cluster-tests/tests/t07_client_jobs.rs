@@ -143,6 +143,14 @@ async fn dev_agent_runs_a_raw_exec_batch_job_and_alloc_logs_shows_its_output() -
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
+    let out = Command::new(teamster_bin())
+        .args(["job", "allocs", "-address", &addr, "hello"])
+        .output()?;
+    let listed = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        listed.contains(&id[..8]) && listed.contains("complete"),
+        "{listed}"
+    );
     let framed = reqwest::get(format!("{addr}/v1/client/fs/logs/{id}?task=t&type=stdout"))
         .await?
         .text()
@@ -433,5 +441,27 @@ async fn a_failing_task_is_restarted_then_rescheduled() -> anyhow::Result<()> {
     }
     // One reschedule only: the replacement names the first as its previous allocation.
     assert_eq!(allocs.len(), 2, "{allocs:?}");
+    // `alloc status` says why the task failed: its recent events with the exit code.
+    let out = Command::new(teamster_bin())
+        .args([
+            "alloc",
+            "status",
+            "--address",
+            &c.servers[0].http_addr(),
+            allocs[0]["ID"].as_str().unwrap_or_default(),
+        ])
+        .output()?;
+    let shown = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        shown.contains("Recent Events:")
+            && shown.contains("Exit Code: 3")
+            && shown.contains("Not Restarting"),
+        "{shown}"
+    );
     Ok(())
 }

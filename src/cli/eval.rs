@@ -4,7 +4,7 @@ use anyhow::{bail, Context};
 use clap::{Args, Subcommand};
 use serde_json::Value;
 
-use super::output::{short_id, table, text};
+use super::output::{short_id, table, text, unix_nanos};
 use super::{ApiArgs, ApiClient};
 
 /// `eval …`.
@@ -212,6 +212,43 @@ async fn alloc_status(args: IdArgs) -> anyhow::Result<()> {
         }
         println!();
         print!("{}", table(&rows));
+        for (task, s) in states {
+            println!();
+            println!("Task {task:?} is {:?}", text(&s["State"]));
+            let events = s["Events"].as_array().cloned().unwrap_or_default();
+            if events.is_empty() {
+                continue;
+            }
+            println!("Recent Events:");
+            let mut rows = vec![["Time", "Type", "Description"].map(String::from).to_vec()];
+            for e in events.iter().rev() {
+                rows.push(vec![unix_nanos(&e["Time"]), text(&e["Type"]), describe(e)]);
+            }
+            print!("{}", table(&rows));
+        }
     }
     Ok(())
+}
+
+/// What an event says, as `nomad alloc status` describes it: the exit code and signal of a
+/// termination, the driver's error, the restart reason, else its message.
+fn describe(e: &Value) -> String {
+    let s = |k: &str| e[k].as_str().unwrap_or_default().to_string();
+    match e["Type"].as_str().unwrap_or_default() {
+        "Terminated" => {
+            let mut d = format!("Exit Code: {}", e["ExitCode"].as_i64().unwrap_or(0));
+            if let Some(sig) = e["Signal"].as_i64().filter(|s| *s != 0) {
+                d.push_str(&format!(", Signal: {sig}"));
+            }
+            if !s("Message").is_empty() {
+                d.push_str(&format!(", Exit Message: {:?}", s("Message")));
+            }
+            d
+        }
+        "Driver Failure" if !s("DriverError").is_empty() => s("DriverError"),
+        "Restarting" if !s("RestartReason").is_empty() => s("RestartReason"),
+        "Setup Failure" if !s("SetupError").is_empty() => s("SetupError"),
+        _ if !s("DisplayMessage").is_empty() => s("DisplayMessage"),
+        _ => s("Message"),
+    }
 }

@@ -44,6 +44,8 @@ pub enum JobCommand {
     Plan(super::job_plan::PlanArgs),
     /// Set a task group's count, within its `scaling` block's bounds.
     Scale(ScaleArgs),
+    /// List a job's allocations.
+    Allocs(InspectArgs),
 }
 
 /// `job scale`.
@@ -180,6 +182,7 @@ pub async fn run(cmd: JobCommand) -> anyhow::Result<ExitCode> {
         JobCommand::Revert(a) => revert(a).await.map(|()| ExitCode::SUCCESS),
         JobCommand::Plan(a) => Ok(super::job_plan::plan(a).await),
         JobCommand::Scale(a) => scale(a).await.map(|()| ExitCode::SUCCESS),
+        JobCommand::Allocs(a) => allocs(a).await.map(|()| ExitCode::SUCCESS),
     }
 }
 
@@ -544,6 +547,51 @@ async fn inspect(args: InspectArgs) -> anyhow::Result<()> {
         r => r.context("reading the job")?,
     };
     println!("{}", serde_json::to_string_pretty(&json!({ "Job": job }))?);
+    Ok(())
+}
+
+async fn allocs(args: InspectArgs) -> anyhow::Result<()> {
+    let api = ApiClient::new(&args.api.address);
+    let path = format!("/v1/job/{}/allocations", urlencode(&args.id));
+    let list: Vec<Value> = match api.get(&path).await {
+        Err(ApiError::Status { status, .. }) if status == StatusCode::NOT_FOUND => {
+            bail!("No job with ID {:?} found", args.id)
+        }
+        r => r.context("listing the job's allocations")?,
+    };
+    if args.api.json {
+        println!("{}", serde_json::to_string_pretty(&list)?);
+        return Ok(());
+    }
+    if list.is_empty() {
+        println!("No allocations placed");
+        return Ok(());
+    }
+    let mut rows = vec![[
+        "ID",
+        "Node ID",
+        "Task Group",
+        "Version",
+        "Desired",
+        "Status",
+        "Created",
+        "Modified",
+    ]
+    .map(String::from)
+    .to_vec()];
+    for a in &list {
+        rows.push(vec![
+            short_id(&a["ID"]),
+            short_id(&a["NodeID"]),
+            text(&a["TaskGroup"]),
+            text(&a["JobVersion"]),
+            text(&a["DesiredStatus"]),
+            text(&a["ClientStatus"]),
+            unix_nanos(&a["CreateTime"]),
+            unix_nanos(&a["ModifyTime"]),
+        ]);
+    }
+    print!("{}", table(&rows));
     Ok(())
 }
 
