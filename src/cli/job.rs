@@ -516,26 +516,40 @@ async fn status(args: StatusArgs) -> anyhow::Result<()> {
         println!("No allocations placed");
         return Ok(());
     }
-    let mut rows = vec![vec![
-        "ID".to_string(),
-        "Node ID".into(),
-        "Task Group".into(),
-        "Version".into(),
-        "Desired".into(),
-        "Status".into(),
-    ]];
-    for a in &allocs {
-        rows.push(vec![
+    print!("{}", alloc_table(&allocs, false));
+    Ok(())
+}
+
+/// A job's allocations as `job status` and `job allocs` print them (with their times for
+/// `job allocs`).
+fn alloc_table(allocs: &[Value], times: bool) -> String {
+    let mut head = vec![
+        "ID",
+        "Node ID",
+        "Task Group",
+        "Version",
+        "Desired",
+        "Status",
+    ];
+    if times {
+        head.extend(["Created", "Modified"]);
+    }
+    let mut rows = vec![head.into_iter().map(String::from).collect::<Vec<_>>()];
+    for a in allocs {
+        let mut row = vec![
             short_id(&a["ID"]),
             short_id(&a["NodeID"]),
             text(&a["TaskGroup"]),
             text(&a["JobVersion"]),
             text(&a["DesiredStatus"]),
             text(&a["ClientStatus"]),
-        ]);
+        ];
+        if times {
+            row.extend([unix_nanos(&a["CreateTime"]), unix_nanos(&a["ModifyTime"])]);
+        }
+        rows.push(row);
     }
-    print!("{}", table(&rows));
-    Ok(())
+    table(&rows)
 }
 
 async fn inspect(args: InspectArgs) -> anyhow::Result<()> {
@@ -567,31 +581,7 @@ async fn allocs(args: InspectArgs) -> anyhow::Result<()> {
         println!("No allocations placed");
         return Ok(());
     }
-    let mut rows = vec![[
-        "ID",
-        "Node ID",
-        "Task Group",
-        "Version",
-        "Desired",
-        "Status",
-        "Created",
-        "Modified",
-    ]
-    .map(String::from)
-    .to_vec()];
-    for a in &list {
-        rows.push(vec![
-            short_id(&a["ID"]),
-            short_id(&a["NodeID"]),
-            text(&a["TaskGroup"]),
-            text(&a["JobVersion"]),
-            text(&a["DesiredStatus"]),
-            text(&a["ClientStatus"]),
-            unix_nanos(&a["CreateTime"]),
-            unix_nanos(&a["ModifyTime"]),
-        ]);
-    }
-    print!("{}", table(&rows));
+    print!("{}", alloc_table(&list, true));
     Ok(())
 }
 

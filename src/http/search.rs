@@ -19,7 +19,7 @@ use teamster_storage::state::{Snapshot, Table};
 use super::error::ApiError;
 use super::jobs::decode_body;
 use super::query::QueryOptions;
-use super::read::json_read;
+use super::read::{json_read, ReadMeta};
 use super::HttpContext;
 
 /// Matches kept per context (Nomad's truncation limit).
@@ -50,6 +50,17 @@ struct SearchRequest {
     context: String,
     #[serde(default)]
     namespace: String,
+}
+
+impl SearchRequest {
+    /// The namespace searched (`default` when the request names none).
+    fn namespace(&self) -> String {
+        if self.namespace.is_empty() {
+            "default".into()
+        } else {
+            self.namespace.clone()
+        }
+    }
 }
 
 /// The contexts a request asks for; an unknown one is a 400.
@@ -182,6 +193,15 @@ fn fuzzy_matches(
 
 const TABLES: &[Table] = &[Table::Jobs, Table::Evals, Table::Allocs, Table::Nodes];
 
+/// A search's answer with the read's meta, in the body too as Nomad gives it.
+fn answer(matches: Map<String, Value>, cut: Map<String, Value>, meta: ReadMeta) -> Response {
+    json_read(
+        json!({ "Matches": matches, "Truncations": cut, "Index": meta.index,
+                "KnownLeader": meta.known_leader, "LastContact": meta.last_contact_ms }),
+        meta,
+    )
+}
+
 /// `POST|PUT /v1/search`.
 pub async fn prefix(
     State(ctx): State<HttpContext>,
@@ -191,11 +211,7 @@ pub async fn prefix(
     let opts = QueryOptions::parse(&q)?;
     let req: SearchRequest = decode_body(&body)?;
     let asked = contexts(&req.context, false)?;
-    let ns = if req.namespace.is_empty() {
-        "default".to_string()
-    } else {
-        req.namespace
-    };
+    let ns = req.namespace();
     let (snap, meta) = ctx.read(&opts, TABLES).await?;
     let mut matches = Map::new();
     let mut cut = Map::new();
@@ -204,11 +220,7 @@ pub async fn prefix(
         matches.insert(c.into(), Value::Array(found));
         cut.insert(c.into(), Value::Bool(more));
     }
-    Ok(json_read(
-        json!({ "Matches": matches, "Truncations": cut, "Index": meta.index,
-                "KnownLeader": meta.known_leader, "LastContact": meta.last_contact_ms }),
-        meta,
-    ))
+    Ok(answer(matches, cut, meta))
 }
 
 /// `POST|PUT /v1/search/fuzzy`.
@@ -226,22 +238,14 @@ pub async fn fuzzy(
             "fuzzy search query must be at least {MIN_FUZZY_TEXT} characters"
         )));
     }
-    let ns = if req.namespace.is_empty() {
-        "default".to_string()
-    } else {
-        req.namespace
-    };
+    let ns = req.namespace();
     let (snap, meta) = ctx.read(&opts, TABLES).await?;
     let mut matches = Map::new();
     let mut cut = Map::new();
     for c in asked {
         fuzzy_matches(&snap, c, &text, &ns, &mut matches, &mut cut);
     }
-    Ok(json_read(
-        json!({ "Matches": matches, "Truncations": cut, "Index": meta.index,
-                "KnownLeader": meta.known_leader, "LastContact": meta.last_contact_ms }),
-        meta,
-    ))
+    Ok(answer(matches, cut, meta))
 }
 
 #[cfg(test)]
