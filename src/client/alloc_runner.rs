@@ -155,21 +155,42 @@ pub fn spawn(shared: &Arc<Shared>, local: &LocalAlloc) -> CancellationToken {
     };
     let batch = matches!(local.job.job_type, JobType::Batch | JobType::SysBatch);
     let policy = group.restart_policy.clone().unwrap_or_default();
+    // A dispatched child's payload, for the tasks with a `dispatch_payload` block.
+    let payload = if local.job.payload.is_empty() {
+        Ok(Vec::new())
+    } else {
+        local.job.payload.decompress().map_err(|e| e.to_string())
+    };
     for task in &group.tasks {
         let state = local.task_states.get(&task.name);
         if state.is_some_and(|s| s.state == TaskStateValue::Dead) {
             continue;
         }
+        let mut task = task.clone();
+        // Job, group and task meta (the task's wins) as NOMAD_META_<key>, as Nomad's
+        // task environment has them; a dispatched child's meta is in its job meta.
+        let meta = local
+            .job
+            .meta
+            .iter()
+            .chain(&group.meta)
+            .chain(&task.meta)
+            .map(|(k, v)| (format!("NOMAD_META_{k}"), v.clone()))
+            .collect::<BTreeMap<_, _>>();
+        for (k, v) in meta {
+            task.env.entry(k).or_insert(v);
+        }
+        let span = tracing::info_span!("task", alloc_id = %alloc_id, task = %task.name);
         let runner = TaskRunner {
             shared: shared.clone(),
             alloc_id: alloc_id.clone(),
-            task: task.clone(),
-            tracker: RestartTracker::new(&policy, batch),
+            payload: task.dispatch_payload.as_ref().map(|_| payload.clone()),
             reattach: local.handles.get(&task.name).cloned(),
+            task,
+            tracker: RestartTracker::new(&policy, batch),
             stop: stop.clone(),
             restarts: state.map_or(0, |s| s.restarts),
         };
-        let span = tracing::info_span!("task", alloc_id = %alloc_id, task = %task.name);
         tokio::spawn(runner.run().instrument(span));
     }
     stop
@@ -179,6 +200,9 @@ struct TaskRunner {
     shared: Arc<Shared>,
     alloc_id: String,
     task: Task,
+    /// The dispatch payload to write before the task starts (tasks with a
+    /// `dispatch_payload` block), or why it could not be read.
+    payload: Option<Result<Vec<u8>, String>>,
     tracker: RestartTracker,
     reattach: Option<TaskHandle>,
     stop: CancellationToken,
@@ -196,6 +220,21 @@ impl TaskRunner {
             let state = local.task_states.entry(self.task.name.clone()).or_default();
             f(state, &mut local.handles);
         });
+    }
+
+    /// Writes the dispatch payload to `local/<file>` in the task directory (Nomad's
+    /// `dispatch_payload` hook); nothing for tasks without the block.
+    fn write_payload(&self, dir: &std::path::Path) -> Result<(), String> {
+        let (Some(block), Some(payload)) = (&self.task.dispatch_payload, &self.payload) else {
+            return Ok(());
+        };
+        let payload = payload.as_ref().map_err(Clone::clone)?;
+        let path = dir.join("local").join(&block.file);
+        if let Some(parent) = path.parent() {
+            std::fs::create_dir_all(parent)
+                .map_err(|e| format!("creating {}: {e}", parent.display()))?;
+        }
+        std::fs::write(&path, payload).map_err(|e| format!("writing {}: {e}", path.display()))
     }
 
     fn kill_timeout(&self) -> Duration {
@@ -246,6 +285,13 @@ impl TaskRunner {
                             event(now, "Task Setup", "Building Task Directory".into()),
                         )
                     });
+                    if let Err(e) = self.write_payload(&dir) {
+                        warn!(error = %e, "dispatch payload could not be written");
+                        let mut ev = event(now, "Setup Failure", e);
+                        ev.fails_task = true;
+                        self.dead(true, ev);
+                        return;
+                    }
                     match driver::start(&self.task, &dir, &self.shared.config.drivers, now) {
                         Ok(running) => {
                             let handle = running.handle();

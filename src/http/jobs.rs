@@ -198,7 +198,7 @@ pub async fn get(
 fn job_stub(job: &Job, summary: Option<&std::sync::Arc<JobSummary>>) -> Value {
     serde_json::json!({
         "ID": job.id,
-        "ParentID": "",
+        "ParentID": job.parent_id,
         "Name": job.name,
         "Namespace": job.namespace,
         "Datacenters": job.datacenters,
@@ -206,8 +206,8 @@ fn job_stub(job: &Job, summary: Option<&std::sync::Arc<JobSummary>>) -> Value {
         "Multiregion": null,
         "Type": job.job_type,
         "Priority": job.priority,
-        "Periodic": false,
-        "ParameterizedJob": false,
+        "Periodic": job.periodic.is_some(),
+        "ParameterizedJob": job.parameterized_job.is_some(),
         "Stop": job.stop,
         "Status": job.status,
         "StatusDescription": job.status_description,

@@ -12,6 +12,7 @@
 mod agent;
 mod allocs;
 pub mod client_fs;
+mod dispatch;
 pub mod error;
 pub mod evals;
 mod jobs;
@@ -192,6 +193,7 @@ pub fn router(ctx: HttpContext) -> Router {
         .route("/v1/metrics", get(agent::metrics))
         .route("/v1/regions", get(agent::regions))
         .merge(scaling::routes())
+        .merge(dispatch::routes())
         .merge(schedulers::routes())
         .merge(snapshot::routes())
         .merge(evals::routes())

@@ -14,7 +14,7 @@ use imbl::{OrdMap, OrdSet};
 
 use crate::model::{
     AllocId, Allocation, ClusterMeta, EvalId, Evaluation, Job, JobId, JobSummary, Namespace, Node,
-    NodeId, SchedulerConfiguration,
+    NodeId, PeriodicLaunch, SchedulerConfiguration,
 };
 
 /// Primary key of a job and of its summary.
@@ -41,11 +41,13 @@ pub enum Table {
     SchedulerConfig,
     /// The cluster's identity.
     ClusterMeta,
+    /// The last launch of each periodic parent.
+    PeriodicLaunches,
 }
 
 impl Table {
     /// How many tables there are.
-    pub const COUNT: usize = 8;
+    pub const COUNT: usize = 9;
 
     /// Every table, in index order.
     pub const ALL: [Table; Table::COUNT] = [
@@ -57,6 +59,7 @@ impl Table {
         Table::Allocs,
         Table::SchedulerConfig,
         Table::ClusterMeta,
+        Table::PeriodicLaunches,
     ];
 
     /// Position in per-table index arrays.
@@ -75,6 +78,7 @@ impl Table {
             Table::Allocs => "allocs",
             Table::SchedulerConfig => "scheduler_config",
             Table::ClusterMeta => "cluster_meta",
+            Table::PeriodicLaunches => "periodic_launch",
         }
     }
 }
@@ -89,6 +93,9 @@ pub(crate) struct Tables {
     pub jobs: OrdMap<JobKey, Arc<Job>>,
     pub job_versions: OrdMap<JobVersionKey, Arc<Job>>,
     pub job_summaries: OrdMap<JobKey, Arc<JobSummary>>,
+    /// Periodic and dispatched children by their parent.
+    pub jobs_by_parent: SecondaryIndex<JobKey, JobId>,
+    pub periodic_launches: OrdMap<JobKey, Arc<PeriodicLaunch>>,
     pub nodes: OrdMap<NodeId, Arc<Node>>,
     pub evals: OrdMap<EvalId, Arc<Evaluation>>,
     pub evals_by_job: SecondaryIndex<JobKey, EvalId>,
@@ -161,6 +168,14 @@ impl Tables {
 
     /// Rebuilds every secondary index from the primary tables (after a restore).
     pub fn rebuild_indexes(&mut self) {
+        let mut jobs_by_parent = SecondaryIndex::default();
+        for job in self.jobs.values().filter(|j| !j.parent_id.is_empty()) {
+            jobs_by_parent.insert(
+                (job.namespace.clone(), job.parent_id.clone()),
+                job.id.clone(),
+            );
+        }
+        self.jobs_by_parent = jobs_by_parent;
         let mut evals_by_job = SecondaryIndex::default();
         for eval in self.evals.values() {
             evals_by_job.insert(

@@ -23,8 +23,8 @@ use crate::fsm::ApplyError;
 use crate::model::{
     AllocId, AllocStop, Allocation, ClientStatus, ClusterMeta, DesiredStatus, DrainStrategy,
     EvalId, EvalStatus, Evaluation, Job, JobId, JobStatus, JobSummary, JobType, Namespace, Node,
-    NodeId, NodeStatus, ScalingEvent, SchedulerConfiguration, SchedulingEligibility,
-    TaskGroupSummary, TaskState, MAX_SCALING_EVENTS,
+    NodeId, NodeStatus, PeriodicLaunch, ScalingEvent, SchedulerConfiguration,
+    SchedulingEligibility, TaskGroupSummary, TaskState, MAX_SCALING_EVENTS,
 };
 use crate::state::events::{NodeCondition, StateChange};
 use crate::state::tables::{JobKey, Table, Tables};
@@ -210,11 +210,66 @@ impl WriteTxn {
         Ok(())
     }
 
+    /// The children of a periodic or parameterized parent.
+    pub fn children(&self, namespace: &Namespace, parent: &JobId) -> Vec<Arc<Job>> {
+        self.t
+            .jobs_by_parent
+            .get(&(namespace.clone(), parent.clone()))
+            .filter_map(|id| self.t.jobs.get(&(namespace.clone(), id.clone())).cloned())
+            .collect()
+    }
+
+    /// The last recorded launch of a periodic parent.
+    pub fn periodic_launch(
+        &self,
+        namespace: &Namespace,
+        id: &JobId,
+    ) -> Option<Arc<PeriodicLaunch>> {
+        self.t
+            .periodic_launches
+            .get(&(namespace.clone(), id.clone()))
+            .cloned()
+    }
+
+    /// Records a periodic parent's launch time (Unix nanoseconds).
+    pub fn set_periodic_launch(&mut self, namespace: &Namespace, id: &JobId, launch: i64) {
+        let key = (namespace.clone(), id.clone());
+        let create_index = self
+            .t
+            .periodic_launches
+            .get(&key)
+            .map_or(self.index, |l| l.create_index);
+        self.t.periodic_launches.insert(
+            key,
+            Arc::new(PeriodicLaunch {
+                id: id.clone(),
+                namespace: namespace.clone(),
+                launch,
+                create_index,
+                modify_index: self.index,
+            }),
+        );
+        self.touch(Table::PeriodicLaunches);
+    }
+
     pub fn job(&self, namespace: &Namespace, id: &JobId) -> Option<Arc<Job>> {
         self.t.jobs.get(&(namespace.clone(), id.clone())).cloned()
     }
 
     fn put_job(&mut self, job: Arc<Job>) {
+        let key = (job.namespace.clone(), job.id.clone());
+        let old_parent = self.t.jobs.get(&key).map(|j| j.parent_id.clone());
+        if let Some(old) = old_parent.filter(|p| !p.is_empty() && *p != job.parent_id) {
+            self.t
+                .jobs_by_parent
+                .remove(&(job.namespace.clone(), old), &job.id);
+        }
+        if !job.parent_id.is_empty() {
+            self.t.jobs_by_parent.insert(
+                (job.namespace.clone(), job.parent_id.clone()),
+                job.id.clone(),
+            );
+        }
         self.t
             .jobs
             .insert((job.namespace.clone(), job.id.clone()), job.clone());
@@ -297,6 +352,14 @@ impl WriteTxn {
             });
         };
         self.touch(Table::Jobs);
+        if !job.parent_id.is_empty() {
+            self.t
+                .jobs_by_parent
+                .remove(&(namespace.clone(), job.parent_id.clone()), &job.id);
+        }
+        if self.t.periodic_launches.remove(&key).is_some() {
+            self.touch(Table::PeriodicLaunches);
+        }
         let versions: Vec<_> = self
             .t
             .job_versions
@@ -454,7 +517,8 @@ impl WriteTxn {
     }
 
     fn compute_job_status(&self, job: &Job) -> JobStatus {
-        if job.job_type == JobType::System {
+        // A periodic or parameterized parent is never placed: it runs until stopped.
+        if job.job_type == JobType::System || job.is_parent() {
             return if job.stop {
                 JobStatus::Dead
             } else {
