@@ -139,15 +139,20 @@ pub async fn dispatch(args: DispatchArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// The next launch of a periodic block after now, as RFC 3339 (`None` for a disabled or
-/// unschedulable block).
+/// The next launch of a periodic block after now, as RFC 3339 in UTC and in the block's
+/// zone (`None` for a disabled or unschedulable block).
 pub fn next_launch(periodic: &Value, now_nanos: i64) -> Option<String> {
     let config: PeriodicConfig = serde_json::from_value(periodic.clone()).ok()?;
     if !config.enabled {
         return None;
     }
-    let secs = config.schedule().ok()?.next_after(now_nanos)?;
-    Some(Timestamp::from_unix_nanos(secs.checked_mul(1_000_000_000)?).to_rfc3339())
+    let schedule = config.schedule().ok()?;
+    let secs = schedule.next_after(now_nanos)?;
+    let utc = Timestamp::from_unix_nanos(secs.checked_mul(1_000_000_000)?).to_rfc3339();
+    Some(match schedule.local_rfc3339(secs) {
+        Some(local) if !local.ends_with('Z') => format!("{utc} ({local} {})", config.time_zone),
+        _ => utc,
+    })
 }
 
 /// The parent part of `job status` for a periodic or parameterized job: the next launch and

@@ -175,6 +175,15 @@ impl CronSchedule {
             .min()
     }
 
+    /// `unix_secs` as RFC 3339 in the schedule's zone (`2027-01-01T00:00:00+01:00`).
+    pub fn local_rfc3339(&self, unix_secs: i64) -> Option<String> {
+        let at = Utc.timestamp_opt(unix_secs, 0).single()?;
+        Some(
+            at.with_timezone(&self.zone)
+                .to_rfc3339_opts(chrono::SecondsFormat::Secs, true),
+        )
+    }
+
     fn next_of(&self, cron: &croner::Cron, after_secs: i64) -> Option<i64> {
         let mut from = after_secs;
         // The search runs on local wall-clock time; in a repeated hour the wall clock goes
@@ -487,6 +496,10 @@ mod tests {
         );
         let second = s.next_after(first * NANOS_PER_SEC).unwrap();
         assert_eq!(second, unix("2026-03-09T02:30:00-04:00"));
+        assert_eq!(
+            s.local_rfc3339(second).unwrap(),
+            "2026-03-09T02:30:00-04:00"
+        );
         // 2026-11-01: 01:00–02:00 repeats (EDT then EST); a 01:30 job runs once.
         let s = cfg("30 1 * * *", "America/New_York").schedule().unwrap();
         let first = s
