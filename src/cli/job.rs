@@ -294,6 +294,12 @@ async fn run_job(args: RunArgs) -> anyhow::Result<ExitCode> {
         if !eval_id.is_empty() {
             println!("Evaluation ID: {eval_id}");
         }
+        if !job["Periodic"].is_null() {
+            let now = crate::util::Clock::now_unix_nanos(&crate::util::SystemClock);
+            if let Some(next) = super::job_dispatch::next_launch(&job["Periodic"], now) {
+                println!("Approximate next launch time: {next}");
+            }
+        }
         return Ok(ExitCode::SUCCESS);
     }
     if !args.api.json {

@@ -249,10 +249,12 @@ pub async fn scale(ep: &Endpoints, req: JobScaleRequest) -> Result<JobScaleRespo
             }
             job.validate().map_err(invalid_job)?;
             job.submit_time = now;
-            let eval = job_eval(&job, EvalTrigger::JobScaling, now, &mut ep.rng().fork());
+            // A periodic or parameterized parent's new count is for its next children.
+            let eval = (!job.is_parent())
+                .then(|| job_eval(&job, EvalTrigger::JobScaling, now, &mut ep.rng().fork()));
             Some(JobRegister {
                 job,
-                eval: Some(eval),
+                eval,
                 enforce_index: Some(current.job_modify_index),
                 tracked_versions: ep.job_max_versions(),
             })
