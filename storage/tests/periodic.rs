@@ -283,6 +283,34 @@ fn an_idempotency_token_names_one_child_per_parent() {
     assert_eq!(stored.payload.decompress().unwrap(), b"hello");
     // Re-registering the child itself is not a conflict.
     assert!(store.apply(4, register(&first, None)).rejection().is_none());
+    // The token index is rebuilt from a state image.
+    let restored = StateStore::new();
+    restored
+        .restore_image(&store.snapshot().encode_image().unwrap())
+        .unwrap();
+    let resp = restored.apply(5, register(&second, Some(eval_for(&second, 2))));
+    assert!(resp.rejection().is_some(), "{resp:?}");
+    assert_eq!(
+        restored
+            .snapshot()
+            .dispatched_child_by_token("default", "thumbs", "tok")
+            .map(|j| j.id.to_string()),
+        Some(first.id.to_string())
+    );
+    // Once the child is purged (garbage-collected), the token is free again.
+    let purge = Command::JobDeregister(JobDeregister {
+        namespace: "default".into(),
+        job_id: first.id.clone(),
+        purge: true,
+        eval: None,
+        submit_time: 0,
+        tracked_versions: 0,
+    });
+    assert!(store.apply(5, purge).rejection().is_none());
+    assert!(store
+        .apply(6, register(&second, Some(eval_for(&second, 2))))
+        .rejection()
+        .is_none());
 }
 
 #[test]

@@ -590,10 +590,7 @@ pub async fn dispatch(
         .check_dispatch(req.payload.len(), &req.meta)
         .map_err(|errors| ServiceError::invalid("Dispatch", errors.join("; ")))?;
     if !req.idempotency_token.is_empty() {
-        if let Some(existing) = snapshot
-            .job_children(ns, id)
-            .find(|c| c.dispatch_idempotency_token == req.idempotency_token)
-        {
+        if let Some(existing) = snapshot.dispatched_child_by_token(ns, id, &req.idempotency_token) {
             return Ok(existing_child(existing, snapshot.latest_index()));
         }
     }

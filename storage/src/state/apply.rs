@@ -111,14 +111,11 @@ fn register_job(txn: &mut WriteTxn, register: JobRegister) -> Result<CommandResp
     }
     if job.dispatched && !job.dispatch_idempotency_token.is_empty() {
         let used = txn
-            .children(&namespace, &job.parent_id)
-            .into_iter()
-            .find(|c| {
-                c.id != job_id && c.dispatch_idempotency_token == job.dispatch_idempotency_token
-            });
+            .child_by_token(&namespace, &job.parent_id, &job.dispatch_idempotency_token)
+            .filter(|existing| *existing != job_id);
         if let Some(existing) = used {
             return Err(ApplyError::IdempotencyTokenUsed {
-                existing: existing.id.to_string(),
+                existing: existing.to_string(),
             });
         }
     }

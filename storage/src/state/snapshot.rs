@@ -94,6 +94,21 @@ impl Snapshot {
             .filter_map(move |id| self.tables.jobs.get(&(ns.clone(), id.clone())))
     }
 
+    /// The dispatched child of `parent` created with idempotency `token`.
+    pub fn dispatched_child_by_token(
+        &self,
+        namespace: &str,
+        parent: &str,
+        token: &str,
+    ) -> Option<&Arc<Job>> {
+        let ns = Namespace::new(namespace);
+        let id =
+            self.tables
+                .dispatch_tokens
+                .get(&(ns.clone(), JobId::new(parent), token.to_owned()))?;
+        self.tables.jobs.get(&(ns, id.clone()))
+    }
+
     /// The recorded last launch of a periodic parent.
     pub fn periodic_launch(&self, namespace: &str, id: &str) -> Option<&Arc<PeriodicLaunch>> {
         self.tables

@@ -95,6 +95,8 @@ pub(crate) struct Tables {
     pub job_summaries: OrdMap<JobKey, Arc<JobSummary>>,
     /// Periodic and dispatched children by their parent.
     pub jobs_by_parent: SecondaryIndex<JobKey, JobId>,
+    /// Dispatched children by (namespace, parent, idempotency token).
+    pub dispatch_tokens: OrdMap<(Namespace, JobId, String), JobId>,
     pub periodic_launches: OrdMap<JobKey, Arc<PeriodicLaunch>>,
     pub nodes: OrdMap<NodeId, Arc<Node>>,
     pub evals: OrdMap<EvalId, Arc<Evaluation>>,
@@ -176,6 +178,11 @@ impl Tables {
             );
         }
         self.jobs_by_parent = jobs_by_parent;
+        self.dispatch_tokens = self
+            .jobs
+            .values()
+            .filter_map(|j| token_key(j).map(|k| (k, j.id.clone())))
+            .collect();
         let mut evals_by_job = SecondaryIndex::default();
         for eval in self.evals.values() {
             evals_by_job.insert(
@@ -192,6 +199,17 @@ impl Tables {
             self.index_alloc(alloc);
         }
     }
+}
+
+/// The key of a dispatched child in [`Tables::dispatch_tokens`] (`None` without a token).
+pub(crate) fn token_key(job: &Job) -> Option<(Namespace, JobId, String)> {
+    (job.dispatched && !job.dispatch_idempotency_token.is_empty()).then(|| {
+        (
+            job.namespace.clone(),
+            job.parent_id.clone(),
+            job.dispatch_idempotency_token.clone(),
+        )
+    })
 }
 
 /// A secondary index: each secondary key maps to the ordered set of primary keys of the rows

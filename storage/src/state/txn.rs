@@ -27,7 +27,7 @@ use crate::model::{
     SchedulingEligibility, TaskGroupSummary, TaskState, MAX_SCALING_EVENTS,
 };
 use crate::state::events::{NodeCondition, StateChange};
-use crate::state::tables::{JobKey, Table, Tables};
+use crate::state::tables::{token_key, JobKey, Table, Tables};
 
 /// How many versions of a job are kept by default (Nomad's `JobTrackedVersions`). The
 /// leader's `job_max_versions` travels in each job command, so every server prunes alike.
@@ -210,13 +210,17 @@ impl WriteTxn {
         Ok(())
     }
 
-    /// The children of a periodic or parameterized parent.
-    pub fn children(&self, namespace: &Namespace, parent: &JobId) -> Vec<Arc<Job>> {
+    /// The dispatched child of `parent` created with idempotency `token`.
+    pub fn child_by_token(
+        &self,
+        namespace: &Namespace,
+        parent: &JobId,
+        token: &str,
+    ) -> Option<JobId> {
         self.t
-            .jobs_by_parent
-            .get(&(namespace.clone(), parent.clone()))
-            .filter_map(|id| self.t.jobs.get(&(namespace.clone(), id.clone())).cloned())
-            .collect()
+            .dispatch_tokens
+            .get(&(namespace.clone(), parent.clone(), token.to_owned()))
+            .cloned()
     }
 
     /// The last recorded launch of a periodic parent.
@@ -258,11 +262,19 @@ impl WriteTxn {
 
     fn put_job(&mut self, job: Arc<Job>) {
         let key = (job.namespace.clone(), job.id.clone());
-        let old_parent = self.t.jobs.get(&key).map(|j| j.parent_id.clone());
-        if let Some(old) = old_parent.filter(|p| !p.is_empty() && *p != job.parent_id) {
-            self.t
-                .jobs_by_parent
-                .remove(&(job.namespace.clone(), old), &job.id);
+        let old = self.t.jobs.get(&key).cloned();
+        if let Some(old) = old {
+            if !old.parent_id.is_empty() && old.parent_id != job.parent_id {
+                self.t
+                    .jobs_by_parent
+                    .remove(&(job.namespace.clone(), old.parent_id.clone()), &job.id);
+            }
+            if let Some(token) = token_key(&old) {
+                self.t.dispatch_tokens.remove(&token);
+            }
+        }
+        if let Some(token) = token_key(&job) {
+            self.t.dispatch_tokens.insert(token, job.id.clone());
         }
         if !job.parent_id.is_empty() {
             self.t.jobs_by_parent.insert(
@@ -356,6 +368,9 @@ impl WriteTxn {
             self.t
                 .jobs_by_parent
                 .remove(&(namespace.clone(), job.parent_id.clone()), &job.id);
+        }
+        if let Some(token) = token_key(&job) {
+            self.t.dispatch_tokens.remove(&token);
         }
         if self.t.periodic_launches.remove(&key).is_some() {
             self.touch(Table::PeriodicLaunches);
