@@ -100,6 +100,35 @@ fn a_periodic_parent_records_its_first_launch_and_runs_without_an_evaluation() {
             .launch,
         T0
     );
+    // A new schedule counts from its registration: nothing is made up for before it.
+    let launch_of = |store: &StateStore| {
+        store
+            .snapshot()
+            .periodic_launch("default", "cron")
+            .map(|l| l.launch)
+    };
+    let mut rescheduled = changed.clone();
+    rescheduled.submit_time = T0 + 600 * SEC;
+    rescheduled.periodic.as_mut().unwrap().spec = "* * * * *".into();
+    assert!(store
+        .apply(3, register(&rescheduled, None))
+        .rejection()
+        .is_none());
+    assert_eq!(launch_of(&store), Some(T0 + 600 * SEC));
+    // Stopped, then registered again: from the new registration too.
+    let stopping = Command::JobDeregister(JobDeregister {
+        namespace: "default".into(),
+        job_id: "cron".into(),
+        purge: false,
+        eval: None,
+        submit_time: 0,
+        tracked_versions: 0,
+    });
+    assert!(store.apply(4, stopping).rejection().is_none());
+    let mut again = rescheduled.clone();
+    again.submit_time = T0 + 900 * SEC;
+    assert!(store.apply(5, register(&again, None)).rejection().is_none());
+    assert_eq!(launch_of(&store), Some(T0 + 900 * SEC));
     // Stopped, it is dead; purged, its record goes with it.
     let stop = |purge| {
         Command::JobDeregister(JobDeregister {
@@ -111,7 +140,7 @@ fn a_periodic_parent_records_its_first_launch_and_runs_without_an_evaluation() {
             tracked_versions: 0,
         })
     };
-    assert!(store.apply(3, stop(false)).rejection().is_none());
+    assert!(store.apply(6, stop(false)).rejection().is_none());
     assert_eq!(
         store
             .snapshot()
@@ -120,12 +149,12 @@ fn a_periodic_parent_records_its_first_launch_and_runs_without_an_evaluation() {
             .status,
         JobStatus::Dead
     );
-    assert!(store.apply(4, stop(true)).rejection().is_none());
+    assert!(store.apply(7, stop(true)).rejection().is_none());
     assert!(store
         .snapshot()
         .periodic_launch("default", "cron")
         .is_none());
-    assert_eq!(store.snapshot().table_index(Table::PeriodicLaunches), 4);
+    assert_eq!(store.snapshot().table_index(Table::PeriodicLaunches), 7);
 }
 
 #[test]

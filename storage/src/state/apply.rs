@@ -119,12 +119,23 @@ fn register_job(txn: &mut WriteTxn, register: JobRegister) -> Result<CommandResp
             });
         }
     }
-    // A periodic parent's launches count from its first registration.
-    let first_launch = (job.periodic.is_some()
-        && txn.periodic_launch(&namespace, &job_id).is_none())
-    .then_some(job.submit_time);
+    // A periodic parent's launches count from its first registration, and again from the
+    // registration that changes its `periodic` block or makes it active again (a stopped
+    // or disabled parent): a launch is never made up for a time before the schedule that
+    // gives it was in force.
+    let recorded = txn.periodic_launch(&namespace, &job_id).map(|l| l.launch);
+    let restart = job.periodic.is_some()
+        && match txn.job(&namespace, &job_id) {
+            None => true,
+            Some(prev) => {
+                prev.periodic != job.periodic
+                    || (job.is_periodic_active() && !prev.is_periodic_active())
+            }
+        };
+    let launch_from = (job.periodic.is_some() && (restart || recorded.is_none()))
+        .then(|| recorded.map_or(job.submit_time, |r| r.max(job.submit_time)));
     let outcome = txn.upsert_job(job, tracked_versions);
-    if let Some(launch) = first_launch {
+    if let Some(launch) = launch_from.filter(|l| Some(*l) != recorded) {
         txn.set_periodic_launch(&namespace, &job_id, launch);
     }
     if let Some(mut eval) = eval {
