@@ -329,3 +329,28 @@ async fn a_parent_registered_later_wakes_the_dispatcher_and_a_stopped_one_stops_
     assert_eq!(launches(&writer, "late").len(), 1);
     duty.revoke().await;
 }
+
+#[tokio::test(start_paused = true)]
+async fn an_edited_schedule_starts_from_its_registration_and_makes_nothing_up() {
+    let clock = clock_at("2026-05-01T10:00:00Z");
+    let writer = StoreWriter::new();
+    register(
+        &writer,
+        periodic_job("edited", "0 3 * * *", "UTC", false),
+        clock.now_unix_nanos(),
+    );
+    let duty = duty(&writer, &clock);
+    duty.establish().await.unwrap();
+    tokio::time::sleep(Duration::from_secs(30 * 60 + 10)).await;
+    // At 10:30:10 the schedule becomes every five minutes: 10:05…10:30 are not made up.
+    register(
+        &writer,
+        periodic_job("edited", "*/5 * * * *", "UTC", false),
+        clock.now_unix_nanos(),
+    );
+    tokio::time::sleep(Duration::from_secs(60)).await;
+    assert!(launches(&writer, "edited").is_empty());
+    tokio::time::sleep(Duration::from_secs(4 * 60)).await;
+    assert_eq!(launches(&writer, "edited"), [unix("2026-05-01T10:35:00Z")]);
+    duty.revoke().await;
+}
