@@ -49,6 +49,7 @@ const SERVER_PARTS: &[(&str, u32)] = &[
     ("broker", 3),
     ("plan", 3),
     ("heartbeat", 3),
+    ("periodic", 3),
     ("blocked", 4),
     ("pipeline", 5),
     ("reapers", 6),

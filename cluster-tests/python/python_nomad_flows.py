@@ -6,6 +6,7 @@ Runs every flow of the compatibility issue against the agent at HOST:PORT and ex
 (with the failed assertion) when teamster answers differently from Nomad.
 """
 
+import base64
 import sys
 import time
 
@@ -236,6 +237,88 @@ def main():
     except exceptions.BadRequestNomadException as e:
         assert "unknown block" in e.nomad_resp.text, e.nomad_resp.text
 
+    # Periodic and parameterized jobs: periodic_job forces a launch of a periodic parent
+    # (which itself is never evaluated), dispatch_job launches a child of a parameterized one
+    # with a payload and meta, and the same idempotency token answers the same child.
+    def mock_batch(jid, **extra):
+        body = {
+            "ID": jid,
+            "Type": "batch",
+            "Datacenters": ["dc1"],
+            "TaskGroups": [
+                {
+                    "Name": "g",
+                    "Tasks": [
+                        {
+                            "Name": "t",
+                            "Driver": "mock",
+                            "Config": {"run_for": "100ms"},
+                            "Resources": {"CPU": 10, "MemoryMB": 10},
+                        }
+                    ],
+                }
+            ],
+        }
+        body.update(extra)
+        return {"Job": body}
+
+    def children_of(parent):
+        return [j for j in n.jobs.get_jobs(prefix=parent + "/") if j["ParentID"] == parent]
+
+    def completed(child_id):
+        return [
+            a
+            for a in n.allocations.get_allocations()
+            if a["JobID"] == child_id and a["ClientStatus"] == "complete"
+        ]
+
+    cron_id = job_id + "-cron"
+    cron = mock_batch(
+        cron_id, Periodic={"Spec": "0 0 1 1 *", "SpecType": "cron", "ProhibitOverlap": True}
+    )
+    assert n.jobs.register_job(cron)["EvalID"] == ""
+    assert n.job.get_job(cron_id)["Periodic"]["ProhibitOverlap"] is True
+    forced = n.job.periodic_job(cron_id)
+    assert forced["EvalID"] and forced["EvalCreateIndex"] > 0, forced
+    kids = children_of(cron_id)
+    assert len(kids) == 1 and kids[0]["ID"].startswith(cron_id + "/periodic-"), kids
+    wait_until("the forced child to complete", lambda: completed(kids[0]["ID"]))
+    plain_id = job_id + "-plain"
+    n.jobs.register_job(mock_batch(plain_id))
+    try:
+        n.job.periodic_job(plain_id)
+        raise AssertionError("forcing a non-periodic job must be refused")
+    except exceptions.BadRequestNomadException as e:
+        assert "non-periodic" in e.nomad_resp.text, e.nomad_resp.text
+
+    disp_id = job_id + "-dispatch"
+    disp = mock_batch(
+        disp_id,
+        ParameterizedJob={"Payload": "required", "MetaRequired": ["image"]},
+        Meta={"size": "small"},
+    )
+    assert n.jobs.register_job(disp)["EvalID"] == ""
+    payload = base64.b64encode(b"hello").decode()
+    d = n.job.dispatch_job(disp_id, payload=payload, meta={"image": "a.png"}, idempotency_token="tok-1")
+    assert d["DispatchedJobID"].startswith(disp_id + "/dispatch-") and d["EvalID"], d
+    assert d["JobCreateIndex"] > 0 and d["EvalCreateIndex"] > 0 and d["Index"] > 0, d
+    again = n.job.dispatch_job(disp_id, payload=payload, meta={"image": "b.png"}, idempotency_token="tok-1")
+    assert again["DispatchedJobID"] == d["DispatchedJobID"] and again["EvalID"] == "", again
+    try:
+        n.job.dispatch_job(disp_id, meta={"image": "a.png"})
+        raise AssertionError("a dispatch without the required payload must be refused")
+    except exceptions.BadRequestNomadException as e:
+        assert "Payload is not provided but required" in e.nomad_resp.text, e.nomad_resp.text
+    try:
+        n.job.dispatch_job(plain_id, payload=payload)
+        raise AssertionError("dispatching a job that is not parameterized must be refused")
+    except exceptions.BadRequestNomadException as e:
+        assert "not a parameterized job" in e.nomad_resp.text, e.nomad_resp.text
+    kids = children_of(disp_id)
+    assert [k["ID"] for k in kids] == [d["DispatchedJobID"]], kids
+    wait_until("the dispatched child to complete", lambda: completed(d["DispatchedJobID"]))
+    for parent in (cron_id, disp_id, plain_id):
+        n.job.deregister_job(parent, purge=True)
     # Metrics (JSON by default), the servers an agent knows, search by prefix and fuzzy.
     metrics = n.metrics.get_metrics()
     assert any(g["Name"] == "teamster_raft_is_leader" for g in metrics["Gauges"]), metrics

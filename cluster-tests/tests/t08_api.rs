@@ -217,9 +217,9 @@ async fn bad_input_is_refused_with_a_message_and_changes_nothing() -> anyhow::Re
         json!([])
     );
     // Nomad fields teamster does not act on are refused by name, never dropped silently: a
-    // cron job must not run once at once, a canary update must not replace everything.
+    // multiregion job must not run in one region, a canary update must not replace everything.
     let mut cron = small_job("cron");
-    cron["Periodic"] = json!({ "Spec": "*/5 * * * *", "Enabled": true });
+    cron["Multiregion"] = json!({ "Regions": [{ "Name": "west" }] });
     cron["TaskGroups"][0]["Update"] = json!({ "Canary": 1, "MaxParallel": 1 });
     cron["TaskGroups"][0]["Tasks"][0]["Services"] = json!([{ "Name": "web" }]);
     cron["Update"] = Value::Null;
@@ -231,7 +231,7 @@ async fn bad_input_is_refused_with_a_message_and_changes_nothing() -> anyhow::Re
     .await?;
     assert_eq!(s, StatusCode::BAD_REQUEST, "{msg}");
     assert!(msg.starts_with("3 error(s) occurred"), "{msg}");
-    assert!(msg.contains("job → Periodic"), "{msg}");
+    assert!(msg.contains("job → Multiregion"), "{msg}");
     assert!(msg.contains("job → group \"g\" → Update"), "{msg}");
     assert!(
         msg.contains("job → group \"g\" → task \"t\" → Services"),
@@ -244,7 +244,11 @@ async fn bad_input_is_refused_with_a_message_and_changes_nothing() -> anyhow::Re
     let file = file.to_str().expect("a UTF-8 path");
     let out = cli(&base, &["job", "run", "--detach", file]).await?;
     assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
-    assert!(stderr(&out).contains("job → Periodic"), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("job → Multiregion"),
+        "{}",
+        stderr(&out)
+    );
     // Validation lists them.
     let (s, body) = post_raw(&base, "/v1/validate/job", serde_json::to_vec(&cron)?).await?;
     assert_eq!(s, StatusCode::OK, "{body}");
@@ -255,7 +259,7 @@ async fn bad_input_is_refused_with_a_message_and_changes_nothing() -> anyhow::Re
         "{v}"
     );
     assert!(
-        v["Error"].as_str().unwrap_or("").contains("Periodic"),
+        v["Error"].as_str().unwrap_or("").contains("Multiregion"),
         "{v}"
     );
 
@@ -560,11 +564,11 @@ async fn the_cli_drives_jobs_and_reads_the_cluster() -> anyhow::Result<()> {
     let cron = dir.path().join("cron.nomad.hcl");
     std::fs::write(
         &cron,
-        "job \"cron\" {\n  type = \"batch\"\n  periodic {\n    crons = [\"*/5 * * * *\"]\n  }\n  group \"g\" {\n    task \"t\" {\n      driver = \"mock\"\n    }\n  }\n}\n",
+        "job \"cron\" {\n  type = \"batch\"\n  update {\n    max_parallel = 1\n  }\n  group \"g\" {\n    task \"t\" {\n      driver = \"mock\"\n    }\n  }\n}\n",
     )?;
     let out = cli(&follower, &["job", "run", cron.to_str().unwrap()]).await?;
     assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
-    assert!(stderr(&out).contains("job → Periodic"), "{}", stderr(&out));
+    assert!(stderr(&out).contains("job → Update"), "{}", stderr(&out));
     let out = cli(&follower, &["job", "status", "cron"]).await?;
     assert!(!out.status.success(), "{}", stdout(&out));
     let out = cli(&follower, &["eval", "list", "--json"]).await?;

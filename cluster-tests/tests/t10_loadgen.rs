@@ -148,3 +148,28 @@ async fn a_load_run_survives_its_leader_being_killed_half_way() -> anyhow::Resul
     assert!(c.servers[old_leader].is_running());
     check_against_cluster(&c.servers[leader].api(), &report, "fo").await
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dispatch_run_launches_one_child_per_dispatch_and_places_them_all() -> anyhow::Result<()>
+{
+    let (mut c, mut cfg) = small_load("disp").await?;
+    cfg.shape = Shape::Dispatch;
+    cfg.jobs = 40;
+    cfg.count = 5;
+    let api = ApiClient::new(&cfg.http[0]);
+    let report = loadgen::run(cfg, Some(&mut c)).await?;
+    assert_eq!(report.placed, 200);
+    assert!(report.job_registration_seconds > 0.0);
+    let children: Vec<Value> = api.get("/v1/jobs?prefix=disp-parent%2F").await?;
+    assert_eq!(children.len(), 40, "one child per dispatch");
+    assert!(children.iter().all(
+        |j| j["ParentID"] == "disp-parent" && j["ID"].as_str().unwrap().contains("/dispatch-")
+    ));
+    let parent: Value = api.get("/v1/job/disp-parent/allocations").await?;
+    assert_eq!(
+        parent,
+        serde_json::json!([]),
+        "the parent itself is never placed"
+    );
+    check_against_cluster(&api, &report, "disp").await
+}

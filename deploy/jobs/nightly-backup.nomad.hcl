@@ -1,5 +1,5 @@
 # A cron job: periodic launches, an artifact fetched before the task starts and a task-level
-# restart policy. teamster refuses all three by name: a periodic job must not run once now.
+# restart policy. teamster acts on the periodic block and refuses the other two by name.
 job "nightly-backup" {
   type        = "batch"
   datacenters = ["dc1"]

@@ -1,6 +1,6 @@
 # A parameterized (dispatch) job: each dispatch carries a payload written to a file and
-# meta values; job meta gives the optional ones their defaults. teamster refuses
-# `parameterized` and `dispatch_payload` by name.
+# meta values; job meta gives the optional ones their defaults. The payload is written to
+# local/input.json in the task's (working) directory.
 job "thumbnail" {
   type        = "batch"
   datacenters = ["dc1"]
@@ -28,7 +28,7 @@ job "thumbnail" {
         command = "/bin/sh"
         args = [
           "-c",
-          "cat ${NOMAD_TASK_DIR}/input.json; echo ${NOMAD_META_image_id} ${NOMAD_META_width}x${NOMAD_META_height}",
+          "cat local/input.json; echo ${NOMAD_META_image_id} ${NOMAD_META_width}x${NOMAD_META_height}",
         ]
       }
 

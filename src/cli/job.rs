@@ -1,5 +1,6 @@
 //! `teamster job …`: run, plan, status, stop, inspect, validate, history, revert and scale,
-//! like `nomad job …` (`plan` is in `job_plan`).
+//! like `nomad job …` (`plan` is in `job_plan`, `periodic force` and `dispatch` in
+//! `job_dispatch`).
 //!
 //! `job run FILE` takes an HCL2 job file (`.hcl`, `.nomad`: Nomad's jobspec, with `--var`,
 //! `--var-file` and `NOMAD_VAR_*` for its variables) or Nomad's JSON job (`{"Job": {...}}` or
@@ -46,6 +47,11 @@ pub enum JobCommand {
     Scale(ScaleArgs),
     /// List a job's allocations.
     Allocs(InspectArgs),
+    /// Periodic jobs: force a launch.
+    #[command(subcommand)]
+    Periodic(super::job_dispatch::PeriodicCommand),
+    /// Launch a child of a parameterized job, with a payload and meta.
+    Dispatch(super::job_dispatch::DispatchArgs),
 }
 
 /// `job scale`.
@@ -183,6 +189,12 @@ pub async fn run(cmd: JobCommand) -> anyhow::Result<ExitCode> {
         JobCommand::Plan(a) => Ok(super::job_plan::plan(a).await),
         JobCommand::Scale(a) => scale(a).await.map(|()| ExitCode::SUCCESS),
         JobCommand::Allocs(a) => allocs(a).await.map(|()| ExitCode::SUCCESS),
+        JobCommand::Periodic(c) => super::job_dispatch::periodic(c)
+            .await
+            .map(|()| ExitCode::SUCCESS),
+        JobCommand::Dispatch(a) => super::job_dispatch::dispatch(a)
+            .await
+            .map(|()| ExitCode::SUCCESS),
     }
 }
 
@@ -285,6 +297,12 @@ async fn run_job(args: RunArgs) -> anyhow::Result<ExitCode> {
         println!("Job registration successful");
         if !eval_id.is_empty() {
             println!("Evaluation ID: {eval_id}");
+        }
+        if !job["Periodic"].is_null() {
+            let now = crate::util::Clock::now_unix_nanos(&crate::util::SystemClock);
+            if let Some(next) = super::job_dispatch::next_launch(&job["Periodic"], now) {
+                println!("Approximate next launch time: {next}");
+            }
         }
         return Ok(ExitCode::SUCCESS);
     }
@@ -485,6 +503,9 @@ async fn status(args: StatusArgs) -> anyhow::Result<()> {
         vec!["Version".into(), "=".into(), text(&job["Version"])],
     ];
     print!("{}", table(&rows));
+    if !job["Periodic"].is_null() || !job["ParameterizedJob"].is_null() {
+        return super::job_dispatch::print_parent_status(&api, &job).await;
+    }
     println!("\nSummary");
     let mut rows = vec![vec![
         "Task Group".to_string(),

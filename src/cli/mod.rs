@@ -11,6 +11,7 @@ mod agent;
 mod alloc_logs;
 mod eval;
 mod job;
+mod job_dispatch;
 mod job_plan;
 mod node;
 mod operator;

@@ -161,6 +161,12 @@ pub fn spawn(shared: &Arc<Shared>, local: &LocalAlloc) -> CancellationToken {
     };
     let batch = matches!(local.job.job_type, JobType::Batch | JobType::SysBatch);
     let policy = group.restart_policy.clone().unwrap_or_default();
+    // A dispatched child's payload, for the tasks with a `dispatch_payload` block.
+    let payload = if local.job.payload.is_empty() {
+        Ok(Vec::new())
+    } else {
+        local.job.payload.decompress().map_err(|e| e.to_string())
+    };
     let alloc_dir = shared.alloc_root.join(&alloc_id).join(ALLOC_SHARED_DIR);
     for task in &group.tasks {
         let state = local.task_states.get(&task.name);
@@ -185,6 +191,7 @@ pub fn spawn(shared: &Arc<Shared>, local: &LocalAlloc) -> CancellationToken {
             alloc_id: alloc_id.clone(),
             // As it is started: config interpolated, Nomad's variables in its environment.
             task: env.apply(task),
+            payload: task.dispatch_payload.as_ref().map(|_| payload.clone()),
             setup_dirs: vec![alloc_dir.clone(), secrets],
             tracker: RestartTracker::new(&policy, batch),
             reattach: local.handles.get(&task.name).cloned(),
@@ -201,6 +208,9 @@ struct TaskRunner {
     shared: Arc<Shared>,
     alloc_id: String,
     task: Task,
+    /// The dispatch payload to write before the task starts (tasks with a
+    /// `dispatch_payload` block), or why it could not be read.
+    payload: Option<Result<Vec<u8>, String>>,
     /// Directories made before the task starts (the allocation's shared one, its secrets).
     setup_dirs: Vec<PathBuf>,
     tracker: RestartTracker,
@@ -220,6 +230,21 @@ impl TaskRunner {
             let state = local.task_states.entry(self.task.name.clone()).or_default();
             f(state, &mut local.handles);
         });
+    }
+
+    /// Writes the dispatch payload to `local/<file>` in the task directory (Nomad's
+    /// `dispatch_payload` hook); nothing for tasks without the block.
+    fn write_payload(&self, dir: &std::path::Path) -> Result<(), String> {
+        let (Some(block), Some(payload)) = (&self.task.dispatch_payload, &self.payload) else {
+            return Ok(());
+        };
+        let payload = payload.as_ref().map_err(Clone::clone)?;
+        let path = dir.join("local").join(&block.file);
+        if let Some(parent) = path.parent() {
+            std::fs::create_dir_all(parent)
+                .map_err(|e| format!("creating {}: {e}", parent.display()))?;
+        }
+        std::fs::write(&path, payload).map_err(|e| format!("writing {}: {e}", path.display()))
     }
 
     fn kill_timeout(&self) -> Duration {
@@ -270,10 +295,14 @@ impl TaskRunner {
                             event(now, "Task Setup", "Building Task Directory".into()),
                         )
                     });
-                    let setup = self.setup_dirs.iter().try_for_each(|d| {
-                        std::fs::create_dir_all(d)
-                            .map_err(|e| format!("cannot create {}: {e}", d.display()))
-                    });
+                    let setup = self
+                        .setup_dirs
+                        .iter()
+                        .try_for_each(|d| {
+                            std::fs::create_dir_all(d)
+                                .map_err(|e| format!("cannot create {}: {e}", d.display()))
+                        })
+                        .and_then(|()| self.write_payload(&dir));
                     if let Err(e) = setup {
                         warn!(error = %e, "task directories could not be built");
                         let mut ev = event(now, "Setup Failure", e.clone());

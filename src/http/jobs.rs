@@ -10,7 +10,7 @@ use axum::extract::{Path, Query, State};
 use axum::response::{IntoResponse, Response};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
-use teamster_storage::model::{Job, JobSummary, ModelError};
+use teamster_storage::model::{Job, JobStatus, JobSummary, ModelError};
 use teamster_storage::state::Table;
 
 use super::error::ApiError;
@@ -55,7 +55,12 @@ fn register_answer(done: &service::job::JobRegisterResponse) -> Response {
     json_write(
         JobRegisterResponse {
             eval_id: done.eval_id.to_string(),
-            eval_create_index: done.index,
+            // No evaluation for a periodic or parameterized parent: 0, as Nomad answers.
+            eval_create_index: if done.eval_id.is_empty() {
+                0
+            } else {
+                done.index
+            },
             job_modify_index: done.job_modify_index,
             warnings: String::new(),
             index: done.index,
@@ -198,7 +203,7 @@ pub async fn get(
 fn job_stub(job: &Job, summary: Option<&std::sync::Arc<JobSummary>>) -> Value {
     serde_json::json!({
         "ID": job.id,
-        "ParentID": "",
+        "ParentID": job.parent_id,
         "Name": job.name,
         "Namespace": job.namespace,
         "Datacenters": job.datacenters,
@@ -206,8 +211,8 @@ fn job_stub(job: &Job, summary: Option<&std::sync::Arc<JobSummary>>) -> Value {
         "Multiregion": null,
         "Type": job.job_type,
         "Priority": job.priority,
-        "Periodic": false,
-        "ParameterizedJob": false,
+        "Periodic": job.periodic.is_some(),
+        "ParameterizedJob": job.parameterized_job.is_some(),
         "Stop": job.stop,
         "Status": job.status,
         "StatusDescription": job.status_description,
@@ -282,11 +287,21 @@ pub async fn summary(
     Query(q): Query<HashMap<String, String>>,
 ) -> Result<Response, ApiError> {
     let opts = QueryOptions::parse(&q)?;
-    let (snap, meta) = ctx.read(&opts, &[Table::JobSummaries]).await?;
+    let (snap, meta) = ctx.read(&opts, &[Table::JobSummaries, Table::Jobs]).await?;
     let summary = snap
         .job_summary(&opts.namespace, &id)
         .ok_or_else(|| ApiError::not_found("job not found"))?;
-    Ok(json_read(summary.as_ref(), meta))
+    let mut summary = summary.as_ref().clone();
+    // A periodic or parameterized parent's children, by status (Nomad's `Children`).
+    for child in snap.job_children(&opts.namespace, &id) {
+        let bin = match child.status {
+            JobStatus::Pending => &mut summary.children.pending,
+            JobStatus::Running => &mut summary.children.running,
+            JobStatus::Dead => &mut summary.children.dead,
+        };
+        *bin += 1;
+    }
+    Ok(json_read(summary, meta))
 }
 
 /// `GET /v1/job/:id/versions`: every kept version, newest first.

@@ -12,6 +12,7 @@
 mod agent;
 mod allocs;
 pub mod client_fs;
+mod dispatch;
 pub mod error;
 pub mod evals;
 pub mod events;
@@ -205,6 +206,7 @@ pub fn router(ctx: HttpContext) -> Router {
             axum::routing::put(search::fuzzy).post(search::fuzzy),
         )
         .merge(scaling::routes())
+        .merge(dispatch::routes())
         .merge(schedulers::routes())
         .merge(snapshot::routes())
         .merge(evals::routes())

@@ -1,7 +1,7 @@
 //! The Nomad job fields teamster stores nothing for and does not act on. A job that sets one
 //! is refused (`POST /v1/jobs` answers 400 naming every such field; `/v1/validate/job` lists
-//! them): a cron job that silently ran once, or a canary update that silently replaced every
-//! allocation, would look like success while doing something else.
+//! them): a canary update that silently replaced every allocation would look like success
+//! while doing something else.
 //!
 //! "Sets" means: an object (a block) that is present, even empty (`"Update": {}` turns
 //! rolling updates on in Nomad); a scalar that is not its zero value (`false`, `0`, `""`); a
@@ -15,14 +15,8 @@ use serde_json::Value;
 pub(super) const JOB: &[&str] = &[
     "Update",
     "Multiregion",
-    "Periodic",
-    "ParameterizedJob",
     "Reschedule",
     "Migrate",
-    "Payload",
-    "ParentID",
-    "Dispatched",
-    "DispatchIdempotencyToken",
     "ConsulToken",
     "ConsulNamespace",
     "VaultToken",
@@ -62,7 +56,6 @@ pub(super) const TASK: &[&str] = &[
     "Artifacts",
     "Vault",
     "Templates",
-    "DispatchPayload",
     "VolumeMounts",
     "CSIPluginConfig",
     "ShutdownDelay",
@@ -194,8 +187,8 @@ mod tests {
     fn every_level_is_checked_and_named() {
         let job = json!({
             "ID": "web",
-            "Periodic": { "Spec": "*/5 * * * *" },
-            "ParameterizedJob": {},
+            "Multiregion": { "Regions": [] },
+            "UI": {},
             "TaskGroups": [{
                 "Name": "api",
                 "Update": { "Canary": 1 },
@@ -210,8 +203,8 @@ mod tests {
         assert_eq!(
             fields(job),
             [
-                "job: Periodic",
-                "job: ParameterizedJob",
+                "job: Multiregion",
+                "job: UI",
                 "job → group \"api\": Update",
                 "job → group \"api\": Networks",
                 "job → group \"api\" → task \"server\": Services",
@@ -225,10 +218,9 @@ mod tests {
     fn nulls_zero_values_and_empty_lists_are_unset_but_an_empty_block_is_set() {
         let job = json!({
             "ID": "quiet",
-            "Periodic": null,
+            "Multiregion": null,
             "Update": null,
-            "Dispatched": false,
-            "ParentID": "",
+            "VaultToken": "",
             "TaskGroups": [{
                 "Name": "g",
                 "Networks": [],
@@ -240,7 +232,7 @@ mod tests {
         });
         assert!(fields(job).is_empty());
         assert_eq!(fields(json!({ "Update": {} })), ["job: Update"]);
-        assert_eq!(fields(json!({ "Dispatched": true })), ["job: Dispatched"]);
+        assert_eq!(fields(json!({ "AllAtOnce": true, "UI": {} })), ["job: UI"]);
         let restart = json!({ "TaskGroups": [{ "Name": "g", "MaxRunDuration": 60,
             "RestartPolicy": { "Attempts": 1, "RenderTemplates": true } }] });
         assert_eq!(
@@ -271,6 +263,8 @@ mod tests {
             "Constraints": [{ "LTarget": "${attr.kernel.name}", "RTarget": "linux", "Operand": "=" }],
             "Spreads": [{ "Attribute": "${node.datacenter}", "Weight": 50 }],
             "SomethingFromTheFuture": { "x": 1 },
+            "Periodic": { "Spec": "*/5 * * * *" },
+            "ParameterizedJob": { "Payload": "optional" },
             "TaskGroups": [{
                 "Name": "g",
                 "Count": 3,

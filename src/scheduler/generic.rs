@@ -200,7 +200,7 @@ impl<'a> Family<'a> for GenericScheduler<'a> {
                 ctx.plan_update(&old, updated);
             }
         }
-        if let Some(job) = job.as_ref().filter(|j| !j.stopped()) {
+        if let Some(job) = job.as_ref().filter(|j| !j.stopped() && !j.is_parent()) {
             self.place(run, ctx, job, recon.inplace, recon.place);
         }
         Ok(recon.followup_evals)

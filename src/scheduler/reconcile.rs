@@ -138,9 +138,10 @@ impl Reconciler<'_> {
             by_group.entry(&alloc.task_group).or_default().push(alloc);
         }
         let job = match self.job {
-            Some(job) if !job.stopped() => job,
+            Some(job) if !job.stopped() && !job.is_parent() => job,
             _ => {
-                // Stopped or purged: stop everything still meant to run.
+                // Stopped or purged (or a periodic or parameterized parent, which only its
+                // children run for): stop everything still meant to run.
                 for alloc in allocs {
                     self.stop_all(&mut out, alloc);
                 }

@@ -282,7 +282,11 @@ impl<'a> Family<'a> for SystemScheduler<'a> {
         run: &mut Run,
         attempt: &mut Attempt,
     ) -> Result<Vec<Evaluation>, SchedulerError> {
-        match attempt.job.as_ref().filter(|j| !j.stopped()) {
+        match attempt
+            .job
+            .as_ref()
+            .filter(|j| !j.stopped() && !j.is_parent())
+        {
             None => self.stop_all(&mut attempt.ctx, &attempt.allocs),
             Some(job) => self.diff_and_place(run, &mut attempt.ctx, job, &attempt.allocs)?,
         }

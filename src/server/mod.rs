@@ -19,6 +19,8 @@
 //! - [`pipeline`]: the broker and blocked evals switched by leadership and fed by the state.
 //! - [`plan`]: the plan queue and the plan applier.
 //! - [`reapers`]: failed, cancelable and duplicate blocked evals written back by the leader.
+//! - [`periodic`]: the leader's periodic dispatcher (children of periodic jobs at their
+//!   cron times).
 //! - [`heartbeat`]: the leader's heartbeat timers (nodes that go silent are marked down).
 //! - [`endpoints`]: the service calls' server side (served here, or forwarded to the
 //!   leader), and the handler of every RPC request.
@@ -34,6 +36,7 @@ pub mod heartbeat;
 pub mod leader;
 pub mod leader_service;
 pub mod lease;
+pub mod periodic;
 pub mod pipeline;
 pub mod plan;
 pub mod raft;
@@ -235,6 +238,11 @@ impl Server {
                 clock.clone(),
                 rng.child(),
                 config.workers.core_gc_interval,
+            )),
+            Arc::new(periodic::PeriodicDuty::new(
+                node.clone(),
+                clock.clone(),
+                rng.child(),
             )),
             Arc::new(heartbeats),
         ];

@@ -70,6 +70,31 @@ pub enum Command {
     JobScale(JobScale),
     /// Mark a kept job version stable or not.
     JobStability(JobStability),
+    /// A periodic parent's launch: its child (with the child's evaluation) and, for a
+    /// scheduled launch, the parent's new last launch time, atomically.
+    PeriodicLaunch(PeriodicLaunchCommand),
+}
+
+/// Payload of [`Command::PeriodicLaunch`].
+///
+/// A scheduled launch is applied only if its time is after the parent's recorded last
+/// launch, and moves that record: two leaders (or one leader retrying) can never launch the
+/// same time twice, and a new leader knows where the previous one stopped. A scheduled
+/// launch without a child records a launch skipped by `prohibit_overlap`. A forced launch
+/// (`job periodic force`) leaves the record alone.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PeriodicLaunchCommand {
+    /// The parent's namespace.
+    pub namespace: Namespace,
+    /// The periodic parent.
+    pub job_id: JobId,
+    /// The launch time, Unix nanoseconds (whole seconds for scheduled launches).
+    pub launch: i64,
+    /// `job periodic force`: not checked against, and not recorded as, the last launch.
+    pub forced: bool,
+    /// The child `<parent>/periodic-<unix seconds>` with its evaluation; `None`: the launch
+    /// was skipped (`prohibit_overlap`) and is only recorded.
+    pub child: Option<JobRegister>,
 }
 
 /// Payload of [`Command::JobScale`].
@@ -389,6 +414,24 @@ pub enum ApplyError {
     InvalidCommand {
         /// What is wrong.
         reason: String,
+    },
+    /// A scheduled periodic launch at or before the parent's recorded last launch.
+    #[error(
+        "periodic job {job_id:?}: launch {launch} is not after the recorded launch {recorded}"
+    )]
+    PeriodicLaunchRecorded {
+        /// The parent.
+        job_id: String,
+        /// The launch refused, Unix nanoseconds.
+        launch: i64,
+        /// The recorded last launch, Unix nanoseconds.
+        recorded: i64,
+    },
+    /// A dispatch's idempotency token is already used by another child of the parent.
+    #[error("idempotency token already used by dispatched job {existing:?}")]
+    IdempotencyTokenUsed {
+        /// The child created with the token.
+        existing: String,
     },
 }
 

@@ -8,6 +8,7 @@
 //! cargo build --release -p teamster -p teamster-cluster-tests
 //! target/release/teamster-loadgen --nodes 5000 --jobs 100 --count 1000 --out c1m.json
 //! target/release/teamster-loadgen --failover-at 0.5 --name failover   # the leader dies mid-run
+//! target/release/teamster-loadgen --shape dispatch --jobs 10000 --count 1 --run-for 2s
 //! ```
 
 use std::time::Duration;
@@ -22,6 +23,8 @@ enum ShapeArg {
     Service,
     Batch,
     System,
+    /// `--jobs` dispatches of one parameterized batch job of `--count`.
+    Dispatch,
 }
 
 /// Load generator for teamster clusters.
@@ -172,6 +175,7 @@ fn load_config(args: &Args, http: Vec<String>, rpc: Vec<String>) -> LoadConfig {
             ShapeArg::Service => Shape::Service,
             ShapeArg::Batch => Shape::Batch,
             ShapeArg::System => Shape::System,
+            ShapeArg::Dispatch => Shape::Dispatch,
         },
         concurrency: args.concurrency,
         timeout: args.timeout,
@@ -185,6 +189,17 @@ fn load_config(args: &Args, http: Vec<String>, rpc: Vec<String>) -> LoadConfig {
 fn print_report(report: &loadgen::Report) {
     let ms =
         |m: &std::collections::BTreeMap<String, f64>, k: &str| m.get(k).copied().unwrap_or(0.0);
+    let what = if report.config.shape == Shape::Dispatch {
+        "dispatched"
+    } else {
+        "registered"
+    };
+    println!(
+        "{what} {} jobs in {:.2}s: {:.0}/s",
+        report.config.jobs,
+        report.job_registration_seconds,
+        report.config.jobs as f64 / report.job_registration_seconds.max(1e-9),
+    );
     println!(
         "placed {} allocations in {:.2}s: {:.0} placements/s; {} evals ({:.1}/s)",
         report.placed,

@@ -46,6 +46,9 @@ pub enum Shape {
     Batch,
     /// `jobs` system jobs: one allocation per node each.
     System,
+    /// One parameterized batch job of `count`, dispatched `jobs` times (each child a job of
+    /// `count` allocations): dispatch as a queue.
+    Dispatch,
 }
 
 /// What to run.
@@ -241,10 +244,10 @@ pub struct Failover {
 pub fn job(cfg: &LoadConfig, i: usize) -> Value {
     let (job_type, count) = match cfg.shape {
         Shape::Service => ("service", cfg.count),
-        Shape::Batch => ("batch", cfg.count),
+        Shape::Batch | Shape::Dispatch => ("batch", cfg.count),
         Shape::System => ("system", 1),
     };
-    json!({
+    let mut job = json!({
         "ID": format!("{}-{i}", cfg.job_prefix),
         "Type": job_type,
         "Datacenters": ["dc1"],
@@ -258,7 +261,19 @@ pub fn job(cfg: &LoadConfig, i: usize) -> Value {
                 "Resources": { "CPU": cfg.alloc_cpu, "MemoryMB": cfg.alloc_memory_mb }
             }]
         }]
-    })
+    });
+    if cfg.shape == Shape::Dispatch {
+        job["ParameterizedJob"] = json!({ "Payload": "optional", "MetaOptional": ["n"] });
+    }
+    job
+}
+
+/// The parameterized parent of a dispatch run: its children `<prefix>-parent/dispatch-…`
+/// fall under the run's job prefix.
+pub fn dispatch_parent(cfg: &LoadConfig) -> Value {
+    let mut parent = job(cfg, 0);
+    parent["ID"] = Value::from(format!("{}-parent", cfg.job_prefix));
+    parent
 }
 
 /// Allocations placed and allocations running (or finished) for the run's jobs, from the
@@ -315,7 +330,8 @@ pub fn scheduler_only(cfg: &LoadConfig) -> anyhow::Result<SchedulerOnly> {
         let id = format!("{}-{i}", cfg.job_prefix);
         let mut job = match cfg.shape {
             Shape::Service => mock_job(&id, cfg.count),
-            Shape::Batch => mock_batch_job(&id, cfg.count),
+            // A dispatched child is a plain batch job.
+            Shape::Batch | Shape::Dispatch => mock_batch_job(&id, cfg.count),
             Shape::System => mock_system_job(&id),
         };
         for group in &mut job.task_groups {
@@ -695,10 +711,29 @@ async fn read_all(servers: &[Measured]) -> Vec<ServerCounters> {
 /// Register the run's jobs, `concurrency` at a time; a call that fails is retried on the
 /// next server (through a failover) for up to a minute.
 async fn register_jobs(cfg: LoadConfig, apis: Vec<ApiClient>) -> anyhow::Result<()> {
+    let dispatch_path = if cfg.shape == Shape::Dispatch {
+        let parent = dispatch_parent(&cfg);
+        let path = format!(
+            "/v1/job/{}/dispatch",
+            parent["ID"].as_str().unwrap_or_default()
+        );
+        apis[0]
+            .request::<_, Value>(
+                reqwest::Method::POST,
+                "/v1/jobs",
+                Some(&json!({ "Job": parent })),
+            )
+            .await
+            .context("registering the parameterized parent")?;
+        Some(path)
+    } else {
+        None
+    };
     let next = Arc::new(AtomicU64::new(0));
     let mut tasks = Vec::new();
     for w in 0..cfg.concurrency.min(cfg.jobs) {
         let (cfg, next, apis) = (cfg.clone(), next.clone(), apis.clone());
+        let dispatch_path = dispatch_path.clone();
         tasks.push(tokio::spawn(async move {
             let mut api = w % apis.len();
             loop {
@@ -706,11 +741,19 @@ async fn register_jobs(cfg: LoadConfig, apis: Vec<ApiClient>) -> anyhow::Result<
                 if i >= cfg.jobs {
                     return anyhow::Ok(());
                 }
-                let body = json!({ "Job": job(&cfg, i) });
+                // A dispatch carries its number as meta and as its idempotency token, so a
+                // retried call does not launch a second child.
+                let (path, body) = match &dispatch_path {
+                    Some(path) => (
+                        path.as_str(),
+                        json!({ "Meta": { "n": i.to_string() }, "IdempotencyToken": format!("n-{i}") }),
+                    ),
+                    None => ("/v1/jobs", json!({ "Job": job(&cfg, i) })),
+                };
                 let mut tries = 0;
                 loop {
                     match apis[api]
-                        .request::<_, Value>(reqwest::Method::POST, "/v1/jobs", Some(&body))
+                        .request::<_, Value>(reqwest::Method::POST, path, Some(&body))
                         .await
                     {
                         Ok(_) => break,

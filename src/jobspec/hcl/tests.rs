@@ -281,7 +281,6 @@ fn blocks_teamster_does_not_act_on_are_kept_so_that_they_are_refused_by_name() {
     assert_eq!(
         refused,
         [
-            "job: Periodic",
             "job → group \"g\": Update",
             "job → group \"g\": Networks",
             "job → group \"g\" → task \"t\": Services",

@@ -169,3 +169,59 @@ pub struct JobStabilityRequest {
     /// Stable or not.
     pub stable: bool,
 }
+
+/// `Job.PeriodicForce`: launch a periodic job's child now (Nomad's `Periodic.Force`),
+/// whatever `prohibit_overlap` says.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct JobPeriodicForceRequest {
+    /// The job's namespace.
+    pub namespace: Namespace,
+    /// The periodic parent.
+    pub job_id: JobId,
+}
+
+/// The answer to `Job.PeriodicForce`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct JobPeriodicForceResponse {
+    /// The child launched.
+    pub child_id: JobId,
+    /// The child's evaluation.
+    pub eval_id: EvalId,
+    /// The raft index of the write (the evaluation's create index).
+    pub index: u64,
+}
+
+/// `Job.Dispatch`: launch a child of a parameterized job with a payload and meta (Nomad's
+/// `Job.Dispatch`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct JobDispatchRequest {
+    /// The job's namespace.
+    pub namespace: Namespace,
+    /// The parameterized parent.
+    pub job_id: JobId,
+    /// The payload as given (at most 16 KiB; compressed by the service).
+    pub payload: Vec<u8>,
+    /// Meta values, merged over the parent's meta.
+    pub meta: BTreeMap<String, String>,
+    /// A dispatch with the token of an existing child answers that child.
+    pub idempotency_token: String,
+    /// Put into the child's ID: `<parent>/dispatch-<template>-<unix>-<8 hex>`.
+    pub id_prefix_template: String,
+    /// The child's priority (0: the parent's).
+    pub priority: u32,
+}
+
+/// The answer to `Job.Dispatch` (Nomad's `JobDispatchResponse`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct JobDispatchResponse {
+    /// The child.
+    pub dispatched_job_id: JobId,
+    /// Its evaluation (none when the idempotency token found an existing child).
+    pub eval_id: Option<EvalId>,
+    /// The evaluation's create index (0 without one).
+    pub eval_create_index: u64,
+    /// The child's create index.
+    pub job_create_index: u64,
+    /// The raft index of the write (or of the state read, for an existing child).
+    pub index: u64,
+}

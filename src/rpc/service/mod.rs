@@ -35,9 +35,10 @@ use teamster_storage::model::{Plan, PlanResult};
 pub use error::ServiceError;
 use eval::{DequeuedEval, EvalAckRequest, EvalDequeueRequest, EvalReapRequest, EvalWriteRequest};
 use job::{
-    JobBatchDeregisterRequest, JobDeregisterRequest, JobDeregisterResponse, JobEvaluateRequest,
-    JobEvaluateResponse, JobPlanRequest, JobPlanResponse, JobRegisterRequest, JobRegisterResponse,
-    JobRevertRequest, JobScaleRequest, JobScaleResponse, JobStabilityRequest,
+    JobBatchDeregisterRequest, JobDeregisterRequest, JobDeregisterResponse, JobDispatchRequest,
+    JobDispatchResponse, JobEvaluateRequest, JobEvaluateResponse, JobPeriodicForceRequest,
+    JobPeriodicForceResponse, JobPlanRequest, JobPlanResponse, JobRegisterRequest,
+    JobRegisterResponse, JobRevertRequest, JobScaleRequest, JobScaleResponse, JobStabilityRequest,
 };
 use node::{
     NodeClientAllocsResponse, NodeDeregisterRequest, NodeEvalsResponse, NodeGetClientAllocsRequest,
@@ -303,6 +304,15 @@ service_calls! {
     /// Mark a job version stable or not: the raft index.
     JobStable(JobStabilityRequest) -> u64 {
         name: "Job.Stable", route: Leader, timeout: |_| WRITE_TIMEOUT, helper: job_stable,
+    }
+    /// Launch a periodic job's child now.
+    JobPeriodicForce(JobPeriodicForceRequest) -> JobPeriodicForceResponse {
+        name: "Job.PeriodicForce", route: Leader, timeout: |_| WRITE_TIMEOUT,
+        helper: job_periodic_force,
+    }
+    /// Launch a child of a parameterized job.
+    JobDispatch(Box<JobDispatchRequest>) -> JobDispatchResponse {
+        name: "Job.Dispatch", route: Leader, timeout: |_| WRITE_TIMEOUT, helper: job_dispatch,
     }
 }
 

@@ -1,19 +1,24 @@
 //! `Job.Register`, `Job.Deregister`, `Job.Evaluate`, `Job.Revert`, `Job.Plan`, `Job.Scale`,
-//! `Job.Stable` and `Job.BatchDeregister` on the leader:
+//! `Job.Stable`, `Job.BatchDeregister`, `Job.PeriodicForce` and `Job.Dispatch` on the leader:
 //! the job is canonicalized and validated here (whoever sent it), stamped with its submit
 //! time, and written through raft together with the evaluation that schedules it.
 
 use teamster_storage::fsm::{
     ApplyError, Command, CommandResponse, EvalUpsert, JobDeregister, JobRegister, JobScale,
-    JobStability,
+    JobStability, PeriodicLaunchCommand,
 };
-use teamster_storage::model::{EvalTrigger, Job, JobStatus, JobType, ModelError, ScalingEvent};
+use teamster_storage::model::periodic::dispatch_child_id;
+use teamster_storage::model::{
+    DispatchPayload, EvalTrigger, Job, JobId, JobStatus, JobType, ModelError, ScalingEvent,
+    MAX_JOB_PRIORITY, MIN_JOB_PRIORITY,
+};
 
 use super::Endpoints;
 use crate::rpc::service::job::{
-    JobBatchDeregisterRequest, JobDeregisterRequest, JobDeregisterResponse, JobEvaluateRequest,
-    JobEvaluateResponse, JobPlanRequest, JobPlanResponse, JobRegisterRequest, JobRegisterResponse,
-    JobRevertRequest, JobScaleRequest, JobScaleResponse, JobStabilityRequest,
+    JobBatchDeregisterRequest, JobDeregisterRequest, JobDeregisterResponse, JobDispatchRequest,
+    JobDispatchResponse, JobEvaluateRequest, JobEvaluateResponse, JobPeriodicForceRequest,
+    JobPeriodicForceResponse, JobPlanRequest, JobPlanResponse, JobRegisterRequest,
+    JobRegisterResponse, JobRevertRequest, JobScaleRequest, JobScaleResponse, JobStabilityRequest,
 };
 use crate::rpc::ServiceError;
 use crate::server::evals::job_eval;
@@ -42,14 +47,17 @@ pub async fn register(
         let current = snapshot.job_by_id(job.namespace.as_str(), job.id.as_str());
         assign_scaling_ids(&mut job, current.map(|j| &**j), &mut ep.rng().fork());
     }
+    refuse_server_set_fields(&job)?;
     let now = ep.now();
     job.submit_time = now;
-    let eval = job_eval(&job, EvalTrigger::JobRegister, now, &mut ep.rng().fork());
-    let eval_id = eval.id.clone();
+    // A periodic or parameterized parent is never evaluated: only its children are.
+    let eval = (!job.is_parent())
+        .then(|| job_eval(&job, EvalTrigger::JobRegister, now, &mut ep.rng().fork()));
+    let eval_id = eval.as_ref().map(|e| e.id.clone()).unwrap_or_default();
     let (index, response) = ep
         .write(Command::JobRegister(teamster_storage::fsm::JobRegister {
             job,
-            eval: Some(eval),
+            eval,
             enforce_index: req.enforce_index,
             tracked_versions: ep.job_max_versions(),
         }))
@@ -67,6 +75,17 @@ pub async fn register(
         index,
         job_modify_index,
     })
+}
+
+/// 400 for the fields only `job dispatch` sets: a registered job is never a dispatched child.
+fn refuse_server_set_fields(job: &Job) -> Result<(), ServiceError> {
+    if job.dispatched || !job.payload.is_empty() || !job.dispatch_idempotency_token.is_empty() {
+        return Err(ServiceError::invalid(
+            "Job.Dispatched",
+            "Dispatched, Payload and DispatchIdempotencyToken are set by job dispatch only",
+        ));
+    }
+    Ok(())
 }
 
 /// Gives each group's scaling policy its ID: the one the registered version's policy of
@@ -230,10 +249,12 @@ pub async fn scale(ep: &Endpoints, req: JobScaleRequest) -> Result<JobScaleRespo
             }
             job.validate().map_err(invalid_job)?;
             job.submit_time = now;
-            let eval = job_eval(&job, EvalTrigger::JobScaling, now, &mut ep.rng().fork());
+            // A periodic or parameterized parent's new count is for its next children.
+            let eval = (!job.is_parent())
+                .then(|| job_eval(&job, EvalTrigger::JobScaling, now, &mut ep.rng().fork()));
             Some(JobRegister {
                 job,
-                eval: Some(eval),
+                eval,
                 enforce_index: Some(current.job_modify_index),
                 tracked_versions: ep.job_max_versions(),
             })
@@ -333,6 +354,7 @@ pub async fn deregister(
     let now = ep.now();
     let eval = snapshot
         .job_by_id(req.namespace.as_str(), req.job_id.as_str())
+        .filter(|job| !job.is_parent())
         .map(|job| job_eval(job, EvalTrigger::JobDeregister, now, &mut ep.rng().fork()));
     drop(snapshot);
     let eval_id = eval.as_ref().map(|e| e.id.clone());
@@ -387,6 +409,18 @@ pub async fn evaluate(
     let job = snapshot
         .job_by_id(req.namespace.as_str(), req.job_id.as_str())
         .ok_or_else(|| ServiceError::not_found("job", req.job_id.as_str()))?;
+    if job.periodic.is_some() {
+        return Err(ServiceError::invalid(
+            "JobID",
+            "can't evaluate periodic job",
+        ));
+    }
+    if job.parameterized_job.is_some() {
+        return Err(ServiceError::invalid(
+            "JobID",
+            "can't evaluate parameterized job",
+        ));
+    }
     let eval = job_eval(
         job,
         EvalTrigger::JobRegister,
@@ -461,4 +495,190 @@ pub async fn batch_deregister(
         }
     }
     Ok(applied.index)
+}
+
+/// `Job.PeriodicForce`: a periodic job's child launched now, whatever `prohibit_overlap`
+/// says; the recorded last launch does not move, so the next scheduled launch still runs.
+pub async fn periodic_force(
+    ep: &Endpoints,
+    req: JobPeriodicForceRequest,
+) -> Result<JobPeriodicForceResponse, ServiceError> {
+    let snapshot = ep.node().state().snapshot();
+    let (ns, id) = (req.namespace.as_str(), req.job_id.as_str());
+    let parent = snapshot
+        .job_by_id(ns, id)
+        .cloned()
+        .ok_or_else(|| ServiceError::not_found("job", id))?;
+    drop(snapshot);
+    if parent.periodic.is_none() {
+        return Err(ServiceError::invalid(
+            "JobID",
+            format!("can't force launch non-periodic job {id:?}"),
+        ));
+    }
+    if !parent.is_periodic_active() {
+        return Err(ServiceError::invalid(
+            "JobID",
+            format!("can't force launch periodic job {id:?}: it is stopped or not enabled"),
+        ));
+    }
+    let now = ep.now();
+    let launch_secs = now.div_euclid(1_000_000_000);
+    let child = crate::server::periodic::periodic_child(&parent, launch_secs, now);
+    let child_id = child.id.clone();
+    let eval = job_eval(&child, EvalTrigger::PeriodicJob, now, &mut ep.rng().fork());
+    let eval_id = eval.id.clone();
+    let (index, _) = ep
+        .write(Command::PeriodicLaunch(PeriodicLaunchCommand {
+            namespace: req.namespace,
+            job_id: req.job_id,
+            launch: now,
+            forced: true,
+            child: Some(JobRegister {
+                job: child,
+                eval: Some(eval),
+                enforce_index: None,
+                tracked_versions: ep.job_max_versions(),
+            }),
+        }))
+        .await?;
+    metrics::counter!("teamster_periodic_launches_total", "result" => "forced").increment(1);
+    tracing::info!(job_id = %parent.id, %child_id, "periodic job force-launched");
+    Ok(JobPeriodicForceResponse {
+        child_id,
+        eval_id,
+        index,
+    })
+}
+
+/// `Job.Dispatch`: a child of a parameterized job, `<parent>/dispatch-<unix>-<8 hex>`, with
+/// the payload (compressed) and the meta merged over the parent's, registered with its
+/// evaluation. A dispatch whose idempotency token an existing child of the parent carries
+/// answers that child and writes nothing.
+pub async fn dispatch(
+    ep: &Endpoints,
+    req: JobDispatchRequest,
+) -> Result<JobDispatchResponse, ServiceError> {
+    let snapshot = ep.node().state().snapshot();
+    let (ns, id) = (req.namespace.as_str(), req.job_id.as_str());
+    let parent = snapshot
+        .job_by_id(ns, id)
+        .cloned()
+        .ok_or_else(|| ServiceError::not_found("parameterized job", id))?;
+    let Some(block) = parent.parameterized_job.clone() else {
+        return Err(ServiceError::invalid(
+            "JobID",
+            format!("Specified job {id:?} is not a parameterized job"),
+        ));
+    };
+    if parent.stop {
+        return Err(ServiceError::invalid(
+            "JobID",
+            format!("Specified job {id:?} is stopped"),
+        ));
+    }
+    if req.priority != 0 && !(MIN_JOB_PRIORITY..=MAX_JOB_PRIORITY).contains(&req.priority) {
+        return Err(ServiceError::invalid(
+            "Priority",
+            format!(
+                "job priority must be between [{MIN_JOB_PRIORITY}, {MAX_JOB_PRIORITY}], not {}",
+                req.priority
+            ),
+        ));
+    }
+    block
+        .check_dispatch(req.payload.len(), &req.meta)
+        .map_err(|errors| ServiceError::invalid("Dispatch", errors.join("; ")))?;
+    if !req.idempotency_token.is_empty() {
+        if let Some(existing) = snapshot.dispatched_child_by_token(ns, id, &req.idempotency_token) {
+            return Ok(existing_child(existing, snapshot.latest_index()));
+        }
+    }
+    drop(snapshot);
+    let payload = DispatchPayload::compress(&req.payload)
+        .map_err(|e| ServiceError::invalid("Payload", e.to_string()))?;
+    let now = ep.now();
+    let mut rng = ep.rng().fork();
+    let secs = now.div_euclid(1_000_000_000);
+    let suffix = rand::RngCore::next_u32(&mut rng);
+    let child_id = if req.id_prefix_template.is_empty() {
+        dispatch_child_id(id, secs, suffix)
+    } else {
+        format!(
+            "{id}/dispatch-{}-{secs}-{suffix:08x}",
+            req.id_prefix_template
+        )
+    };
+    let mut meta = parent.meta.clone();
+    meta.extend(req.meta);
+    let child = Job {
+        id: JobId::new(&child_id),
+        name: child_id.clone(),
+        parent_id: parent.id.clone(),
+        parameterized_job: None,
+        dispatched: true,
+        dispatch_idempotency_token: req.idempotency_token,
+        payload,
+        meta,
+        priority: if req.priority == 0 {
+            parent.priority
+        } else {
+            req.priority
+        },
+        stop: false,
+        status: JobStatus::Pending,
+        status_description: String::new(),
+        stable: false,
+        version: 0,
+        submit_time: now,
+        create_index: 0,
+        modify_index: 0,
+        job_modify_index: 0,
+        ..(*parent).clone()
+    };
+    child.validate().map_err(invalid_job)?;
+    let eval = job_eval(&child, EvalTrigger::JobRegister, now, &mut rng);
+    let eval_id = eval.id.clone();
+    let applied = ep
+        .node()
+        .write_local(Command::JobRegister(JobRegister {
+            job: child,
+            eval: Some(eval),
+            enforce_index: None,
+            tracked_versions: ep.job_max_versions(),
+        }))
+        .await
+        .map_err(super::write_error)?;
+    match &applied.response {
+        CommandResponse::Rejected(ApplyError::IdempotencyTokenUsed { existing }) => {
+            // A dispatch with the same token won the race: answer its child.
+            let snapshot = ep.node().state().snapshot();
+            let child = snapshot
+                .job_by_id(ns, existing)
+                .ok_or_else(|| ServiceError::not_found("job", existing.as_str()))?;
+            Ok(existing_child(child, snapshot.latest_index()))
+        }
+        CommandResponse::Rejected(e) => Err(super::apply_error(e)),
+        _ => {
+            metrics::counter!("teamster_dispatches_total").increment(1);
+            Ok(JobDispatchResponse {
+                dispatched_job_id: JobId::new(&child_id),
+                eval_id: Some(eval_id),
+                eval_create_index: applied.index,
+                job_create_index: applied.index,
+                index: applied.index,
+            })
+        }
+    }
+}
+
+/// The answer for a dispatch whose idempotency token an existing child carries.
+fn existing_child(child: &Job, index: u64) -> JobDispatchResponse {
+    JobDispatchResponse {
+        dispatched_job_id: child.id.clone(),
+        eval_id: None,
+        eval_create_index: 0,
+        job_create_index: child.create_index,
+        index,
+    }
 }

@@ -203,6 +203,8 @@ impl Endpoints {
             Q::JobPlan(r) => A::JobPlan(Box::new(job::plan(self, *r).await?)),
             Q::JobScale(r) => A::JobScale(job::scale(self, *r).await?),
             Q::JobStable(r) => A::JobStable(job::stable(self, r).await?),
+            Q::JobPeriodicForce(r) => A::JobPeriodicForce(job::periodic_force(self, r).await?),
+            Q::JobDispatch(r) => A::JobDispatch(job::dispatch(self, *r).await?),
             Q::EvalDequeue(r) => A::EvalDequeue(eval::dequeue(self, r).await?),
             Q::EvalAck(r) => A::EvalAck(eval::ack(self, r)?),
             Q::EvalNack(r) => A::EvalNack(eval::nack(self, r)?),

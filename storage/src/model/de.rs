@@ -67,3 +67,9 @@ nullable_or!(
     u64,
     crate::model::DEFAULT_MEMORY_MB
 );
+nullable_or!(
+    /// A periodic block's `Enabled`: `null` is Nomad's default, true.
+    enabled,
+    bool,
+    true
+);

@@ -13,6 +13,9 @@ use serde::{Deserialize, Serialize};
 
 use crate::model::de;
 use crate::model::ids::{JobId, Namespace};
+use crate::model::periodic::{
+    DispatchPayload, DispatchPayloadConfig, ParameterizedJobConfig, PeriodicConfig,
+};
 use crate::model::value::{ConfigValue, MAX_CONFIG_DEPTH};
 use crate::model::ModelError;
 
@@ -452,6 +455,8 @@ pub struct Task {
     /// Whether this task's exit stops its siblings.
     #[serde(deserialize_with = "de::nullable")]
     pub leader: bool,
+    /// Where a dispatched child's payload is written (parameterized jobs only).
+    pub dispatch_payload: Option<DispatchPayloadConfig>,
 }
 
 /// A set of tasks placed together, `Count` times.
@@ -614,6 +619,21 @@ pub struct Job {
     /// Raft index of the last spec change (server-set); the register CAS compares it.
     #[serde(deserialize_with = "de::nullable")]
     pub job_modify_index: u64,
+    /// The `periodic` block: the job is a parent the leader launches children of.
+    pub periodic: Option<PeriodicConfig>,
+    /// The `parameterized` block: the job is a parent that `job dispatch` launches.
+    pub parameterized_job: Option<ParameterizedJobConfig>,
+    /// The parent of a periodic or dispatched child.
+    #[serde(rename = "ParentID", deserialize_with = "de::nullable")]
+    pub parent_id: JobId,
+    /// Set on a dispatched child (server-set).
+    #[serde(deserialize_with = "de::nullable")]
+    pub dispatched: bool,
+    /// The idempotency token a dispatched child was created with (server-set).
+    #[serde(deserialize_with = "de::nullable")]
+    pub dispatch_idempotency_token: String,
+    /// A dispatched child's payload, compressed (server-set).
+    pub payload: DispatchPayload,
 }
 
 impl Default for Job {
@@ -642,6 +662,12 @@ impl Default for Job {
             create_index: 0,
             modify_index: 0,
             job_modify_index: 0,
+            periodic: None,
+            parameterized_job: None,
+            parent_id: JobId::default(),
+            dispatched: false,
+            dispatch_idempotency_token: String::new(),
+            payload: DispatchPayload::default(),
         }
     }
 }
@@ -669,6 +695,12 @@ impl Job {
         }
         if self.datacenters.is_empty() {
             self.datacenters = vec!["*".to_owned()];
+        }
+        if let Some(periodic) = &mut self.periodic {
+            periodic.canonicalize();
+        }
+        if let Some(parameterized) = &mut self.parameterized_job {
+            parameterized.canonicalize();
         }
         canonicalize_placement(
             &mut self.constraints,
@@ -762,6 +794,7 @@ impl Job {
         if self.task_groups.is_empty() {
             errors.push("missing job task groups".to_owned());
         }
+        self.validate_parent(&mut errors);
         let mut group_names = BTreeSet::new();
         for (i, group) in self.task_groups.iter().enumerate() {
             let at = if group.name.is_empty() {
@@ -831,6 +864,14 @@ impl Job {
                     ));
                 }
                 validate_placement(&at, &task.constraints, &task.affinities, &[], &mut errors);
+                if let Some(dispatch_payload) = &task.dispatch_payload {
+                    if self.parameterized_job.is_none() && !self.dispatched {
+                        errors.push(format!(
+                            "{at}: dispatch_payload is only for parameterized jobs"
+                        ));
+                    }
+                    dispatch_payload.validate(&at, &mut errors);
+                }
             }
         }
         if errors.is_empty() {
@@ -838,6 +879,45 @@ impl Job {
         } else {
             Err(ModelError::Invalid { errors })
         }
+    }
+
+    /// The checks of the `periodic` and `parameterized` blocks.
+    fn validate_parent(&self, errors: &mut Vec<String>) {
+        let batch = matches!(self.job_type, JobType::Batch | JobType::SysBatch);
+        if let Some(periodic) = &self.periodic {
+            if !batch {
+                errors
+                    .push("periodic can only be used with the batch or sysbatch scheduler".into());
+            }
+            if self.parameterized_job.is_some() {
+                errors.push("a job cannot be both periodic and parameterized".into());
+            }
+            if let Err(e) = periodic.schedule() {
+                errors.push(format!("periodic: {e}"));
+            }
+        }
+        if let Some(parameterized) = &self.parameterized_job {
+            if !batch {
+                errors.push(
+                    "parameterized job can only be used with the batch or sysbatch scheduler"
+                        .into(),
+                );
+            }
+            parameterized.validate(errors);
+        }
+        if self.is_parent() && (self.dispatched || !self.parent_id.is_empty()) {
+            errors.push("a periodic or parameterized job cannot itself be a child".into());
+        }
+    }
+
+    /// True for a periodic or parameterized parent: it is never placed, only its children.
+    pub fn is_parent(&self) -> bool {
+        self.periodic.is_some() || self.parameterized_job.is_some()
+    }
+
+    /// True for a periodic parent the dispatcher launches children of (enabled, running).
+    pub fn is_periodic_active(&self) -> bool {
+        self.periodic.as_ref().is_some_and(|p| p.enabled) && !self.stop
     }
 
     /// The task group named `name`.

@@ -32,6 +32,7 @@ pub mod eval;
 pub mod ids;
 pub mod job;
 pub mod node;
+pub mod periodic;
 pub mod plan;
 pub mod time;
 pub mod value;
@@ -55,6 +56,10 @@ pub use node::{
     DrainStrategy, DriverInfo, Node, NodeCpuResources, NodeDiskResources, NodeMemoryResources,
     NodeReservedCpuResources, NodeReservedResources, NodeResources, NodeStatus,
     SchedulingEligibility,
+};
+pub use periodic::{
+    CronSchedule, DispatchPayload, DispatchPayloadConfig, ParameterizedJobConfig, PeriodicConfig,
+    PeriodicError, PeriodicLaunch, DISPATCH_PAYLOAD_LIMIT,
 };
 pub use plan::{DesiredUpdates, Plan, PlanAnnotations, PlanResult};
 pub use time::Timestamp;

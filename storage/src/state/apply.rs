@@ -5,7 +5,8 @@
 
 use crate::fsm::{
     AllocClientUpdate, ApplyError, Command, CommandResponse, EvalDelete, EvalUpsert, JobDeregister,
-    JobRegister, JobScale, JobStability, NodeDeregister, NodeRegister, SnapshotRestore,
+    JobRegister, JobScale, JobStability, NodeDeregister, NodeRegister, PeriodicLaunchCommand,
+    SnapshotRestore,
 };
 use crate::model::{Evaluation, JobId, Namespace, SchedulingEligibility};
 use crate::state::events::StateChange;
@@ -108,7 +109,35 @@ fn register_job(txn: &mut WriteTxn, register: JobRegister) -> Result<CommandResp
     if let Some(eval) = &eval {
         check_eval_for_job(eval, &namespace, &job_id)?;
     }
+    if job.dispatched && !job.dispatch_idempotency_token.is_empty() {
+        let used = txn
+            .child_by_token(&namespace, &job.parent_id, &job.dispatch_idempotency_token)
+            .filter(|existing| *existing != job_id);
+        if let Some(existing) = used {
+            return Err(ApplyError::IdempotencyTokenUsed {
+                existing: existing.to_string(),
+            });
+        }
+    }
+    // A periodic parent's launches count from its first registration, and again from the
+    // registration that changes its `periodic` block or makes it active again (a stopped
+    // or disabled parent): a launch is never made up for a time before the schedule that
+    // gives it was in force.
+    let recorded = txn.periodic_launch(&namespace, &job_id).map(|l| l.launch);
+    let restart = job.periodic.is_some()
+        && match txn.job(&namespace, &job_id) {
+            None => true,
+            Some(prev) => {
+                prev.periodic != job.periodic
+                    || (job.is_periodic_active() && !prev.is_periodic_active())
+            }
+        };
+    let launch_from = (job.periodic.is_some() && (restart || recorded.is_none()))
+        .then(|| recorded.map_or(job.submit_time, |r| r.max(job.submit_time)));
     let outcome = txn.upsert_job(job, tracked_versions);
+    if let Some(launch) = launch_from.filter(|l| Some(*l) != recorded) {
+        txn.set_periodic_launch(&namespace, &job_id, launch);
+    }
     if let Some(mut eval) = eval {
         eval.job_modify_index = outcome.job_modify_index;
         txn.upsert_eval(eval)?;
@@ -118,6 +147,63 @@ fn register_job(txn: &mut WriteTxn, register: JobRegister) -> Result<CommandResp
         job_modify_index: outcome.job_modify_index,
         spec_changed: outcome.spec_changed,
     })
+}
+
+/// A periodic parent's launch (see [`PeriodicLaunchCommand`]).
+fn periodic_launch(
+    txn: &mut WriteTxn,
+    cmd: PeriodicLaunchCommand,
+) -> Result<CommandResponse, ApplyError> {
+    let PeriodicLaunchCommand {
+        namespace,
+        job_id,
+        launch,
+        forced,
+        child,
+    } = cmd;
+    let Some(parent) = txn.job(&namespace, &job_id) else {
+        return Err(ApplyError::JobNotFound {
+            namespace: namespace.to_string(),
+            job_id: job_id.to_string(),
+        });
+    };
+    if parent.periodic.is_none() {
+        return Err(ApplyError::invalid(format!(
+            "job {job_id:?} is not periodic"
+        )));
+    }
+    if !forced {
+        let recorded = txn
+            .periodic_launch(&namespace, &job_id)
+            .map_or(i64::MIN, |l| l.launch);
+        if launch <= recorded {
+            return Err(ApplyError::PeriodicLaunchRecorded {
+                job_id: job_id.to_string(),
+                launch,
+                recorded,
+            });
+        }
+    }
+    let response = match child {
+        Some(register) => {
+            let child = &register.job;
+            if child.parent_id != job_id || child.namespace != namespace {
+                return Err(ApplyError::invalid("periodic child of another parent"));
+            }
+            if txn.job(&child.namespace, &child.id).is_some() {
+                return Err(ApplyError::invalid(format!(
+                    "periodic child {:?} already exists",
+                    child.id
+                )));
+            }
+            register_job(txn, register)?
+        }
+        None => CommandResponse::Applied,
+    };
+    if !forced {
+        txn.set_periodic_launch(&namespace, &job_id, launch);
+    }
+    Ok(response)
 }
 
 fn execute(txn: &mut WriteTxn, command: Command) -> Result<CommandResponse, ApplyError> {
@@ -167,6 +253,7 @@ fn execute(txn: &mut WriteTxn, command: Command) -> Result<CommandResponse, Appl
             txn.record_scaling_event(&namespace, &job_id, group, event);
             Ok(response)
         }
+        Command::PeriodicLaunch(launch) => periodic_launch(txn, launch),
         Command::JobStability(JobStability {
             namespace,
             job_id,

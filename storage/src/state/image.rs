@@ -2,10 +2,10 @@
 //!
 //! ```text
 //! "TMSTIMG\0" (8 bytes) | format version (u32, little-endian) | bincode body
-//! body v1 = ( index, table indexes,
+//! body = ( index, table indexes,
 //!             job versions (every kept Job), jobs (namespace, ID, version) → a kept version,
 //!             job summaries, nodes, evaluations, allocations,
-//!             scheduler configuration, cluster metadata )
+//!             scheduler configuration, cluster metadata, periodic launches )
 //! ```
 //!
 //! The current job of each ID is stored as a reference to its version, so no job is
@@ -24,7 +24,7 @@ use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
 use crate::codec::{self, DecodeFailure};
 use crate::model::{
-    Allocation, ClusterMeta, Evaluation, Job, JobId, JobSummary, Namespace, Node,
+    Allocation, ClusterMeta, Evaluation, Job, JobId, JobSummary, Namespace, Node, PeriodicLaunch,
     SchedulerConfiguration,
 };
 use crate::state::tables::{JobKey, Table, Tables};
@@ -32,10 +32,10 @@ use crate::state::StateError;
 
 const MAGIC: &[u8; 8] = b"TMSTIMG\0";
 /// The image format this build writes (and the only one it reads).
-pub const IMAGE_FORMAT_VERSION: u32 = 2;
+pub const IMAGE_FORMAT_VERSION: u32 = 3;
 const HEADER_LEN: usize = MAGIC.len() + 4;
-/// Fields of the v1 body tuple.
-const BODY_FIELDS: usize = 10;
+/// Fields of the body tuple.
+const BODY_FIELDS: usize = 11;
 
 /// Encodes every table.
 pub(crate) fn encode(tables: &Tables) -> Result<Vec<u8>, StateError> {
@@ -104,6 +104,7 @@ impl Serialize for BodyRef<'_> {
         tuple.serialize_element(&Values(&t.allocs))?;
         tuple.serialize_element(&*t.scheduler_config)?;
         tuple.serialize_element(&t.cluster_meta.as_deref())?;
+        tuple.serialize_element(&Values(&t.periodic_launches))?;
         tuple.end()
     }
 }
@@ -235,6 +236,11 @@ impl<'de> Visitor<'de> for BodyVisitor {
         )?);
         t.cluster_meta =
             field::<Option<ClusterMeta>, _>(&mut seq, "the cluster metadata")?.map(Arc::new);
+        t.periodic_launches = seeded(
+            &mut seq,
+            ArcMapSeed::new(|l: &mut PeriodicLaunch| (l.namespace.clone(), l.id.clone())),
+            "the periodic launches",
+        )?;
         Ok(DecodedBody(t))
     }
 }

@@ -9,9 +9,11 @@
 //!   events (broadcast)    ──▶ subscribe()                                   wait_tables
 //! ```
 //!
-//! - **Tables** (see [`Table`]): jobs with their kept versions, job summaries, nodes,
-//!   evaluations (indexed by job), allocations (indexed by job, node and eval), the scheduler
-//!   configuration and the cluster metadata, each with the raft index of its last change.
+//! - **Tables** (see [`Table`]): jobs with their kept versions (periodic and dispatched
+//!   children indexed by parent, dispatched ones also by idempotency token), job summaries,
+//!   nodes, evaluations (indexed by job), allocations (indexed by job, node and eval), the
+//!   scheduler configuration, the cluster metadata and the periodic parents' last launches,
+//!   each with the raft index of its last change.
 //! - **Snapshots** ([`Snapshot`]) are one `Arc` clone and never see later writes.
 //! - **Waiting**: the latest applied index and per-table indexes are published through a
 //!   `tokio::sync::watch`. [`StateStore::snapshot_min_index`] and the blocking-query

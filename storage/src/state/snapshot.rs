@@ -9,7 +9,7 @@ use std::ops::Bound;
 use std::sync::Arc;
 
 use crate::model::{
-    Allocation, ClusterMeta, Evaluation, Job, JobId, JobSummary, Namespace, Node,
+    Allocation, ClusterMeta, Evaluation, Job, JobId, JobSummary, Namespace, Node, PeriodicLaunch,
     SchedulerConfiguration,
 };
 use crate::state::tables::{Table, Tables};
@@ -79,6 +79,46 @@ impl Snapshot {
         self.tables
             .jobs
             .get(&(Namespace::new(namespace), JobId::new(id)))
+    }
+
+    /// The children of a periodic or parameterized parent, ordered by ID.
+    pub fn job_children<'a>(
+        &'a self,
+        namespace: &str,
+        parent: &str,
+    ) -> impl Iterator<Item = &'a Arc<Job>> + 'a {
+        let ns = Namespace::new(namespace);
+        self.tables
+            .jobs_by_parent
+            .get(&(ns.clone(), JobId::new(parent)))
+            .filter_map(move |id| self.tables.jobs.get(&(ns.clone(), id.clone())))
+    }
+
+    /// The dispatched child of `parent` created with idempotency `token`.
+    pub fn dispatched_child_by_token(
+        &self,
+        namespace: &str,
+        parent: &str,
+        token: &str,
+    ) -> Option<&Arc<Job>> {
+        let ns = Namespace::new(namespace);
+        let id =
+            self.tables
+                .dispatch_tokens
+                .get(&(ns.clone(), JobId::new(parent), token.to_owned()))?;
+        self.tables.jobs.get(&(ns, id.clone()))
+    }
+
+    /// The recorded last launch of a periodic parent.
+    pub fn periodic_launch(&self, namespace: &str, id: &str) -> Option<&Arc<PeriodicLaunch>> {
+        self.tables
+            .periodic_launches
+            .get(&(Namespace::new(namespace), JobId::new(id)))
+    }
+
+    /// Every recorded periodic launch.
+    pub fn periodic_launches(&self) -> impl Iterator<Item = &Arc<PeriodicLaunch>> + '_ {
+        self.tables.periodic_launches.values()
     }
 
     /// Every job, ordered by (namespace, ID).

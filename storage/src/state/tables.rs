@@ -14,7 +14,7 @@ use imbl::{OrdMap, OrdSet};
 
 use crate::model::{
     AllocId, Allocation, ClusterMeta, EvalId, Evaluation, Job, JobId, JobSummary, Namespace, Node,
-    NodeId, SchedulerConfiguration,
+    NodeId, PeriodicLaunch, SchedulerConfiguration,
 };
 
 /// Primary key of a job and of its summary.
@@ -41,11 +41,13 @@ pub enum Table {
     SchedulerConfig,
     /// The cluster's identity.
     ClusterMeta,
+    /// The last launch of each periodic parent.
+    PeriodicLaunches,
 }
 
 impl Table {
     /// How many tables there are.
-    pub const COUNT: usize = 8;
+    pub const COUNT: usize = 9;
 
     /// Every table, in index order.
     pub const ALL: [Table; Table::COUNT] = [
@@ -57,6 +59,7 @@ impl Table {
         Table::Allocs,
         Table::SchedulerConfig,
         Table::ClusterMeta,
+        Table::PeriodicLaunches,
     ];
 
     /// Position in per-table index arrays.
@@ -75,6 +78,7 @@ impl Table {
             Table::Allocs => "allocs",
             Table::SchedulerConfig => "scheduler_config",
             Table::ClusterMeta => "cluster_meta",
+            Table::PeriodicLaunches => "periodic_launch",
         }
     }
 }
@@ -89,6 +93,11 @@ pub(crate) struct Tables {
     pub jobs: OrdMap<JobKey, Arc<Job>>,
     pub job_versions: OrdMap<JobVersionKey, Arc<Job>>,
     pub job_summaries: OrdMap<JobKey, Arc<JobSummary>>,
+    /// Periodic and dispatched children by their parent.
+    pub jobs_by_parent: SecondaryIndex<JobKey, JobId>,
+    /// Dispatched children by (namespace, parent, idempotency token).
+    pub dispatch_tokens: OrdMap<(Namespace, JobId, String), JobId>,
+    pub periodic_launches: OrdMap<JobKey, Arc<PeriodicLaunch>>,
     pub nodes: OrdMap<NodeId, Arc<Node>>,
     pub evals: OrdMap<EvalId, Arc<Evaluation>>,
     pub evals_by_job: SecondaryIndex<JobKey, EvalId>,
@@ -161,6 +170,19 @@ impl Tables {
 
     /// Rebuilds every secondary index from the primary tables (after a restore).
     pub fn rebuild_indexes(&mut self) {
+        let mut jobs_by_parent = SecondaryIndex::default();
+        for job in self.jobs.values().filter(|j| !j.parent_id.is_empty()) {
+            jobs_by_parent.insert(
+                (job.namespace.clone(), job.parent_id.clone()),
+                job.id.clone(),
+            );
+        }
+        self.jobs_by_parent = jobs_by_parent;
+        self.dispatch_tokens = self
+            .jobs
+            .values()
+            .filter_map(|j| token_key(j).map(|k| (k, j.id.clone())))
+            .collect();
         let mut evals_by_job = SecondaryIndex::default();
         for eval in self.evals.values() {
             evals_by_job.insert(
@@ -177,6 +199,17 @@ impl Tables {
             self.index_alloc(alloc);
         }
     }
+}
+
+/// The key of a dispatched child in [`Tables::dispatch_tokens`] (`None` without a token).
+pub(crate) fn token_key(job: &Job) -> Option<(Namespace, JobId, String)> {
+    (job.dispatched && !job.dispatch_idempotency_token.is_empty()).then(|| {
+        (
+            job.namespace.clone(),
+            job.parent_id.clone(),
+            job.dispatch_idempotency_token.clone(),
+        )
+    })
 }
 
 /// A secondary index: each secondary key maps to the ordered set of primary keys of the rows

@@ -23,11 +23,11 @@ use crate::fsm::ApplyError;
 use crate::model::{
     AllocId, AllocStop, Allocation, ClientStatus, ClusterMeta, DesiredStatus, DrainStrategy,
     EvalId, EvalStatus, Evaluation, Job, JobId, JobStatus, JobSummary, JobType, Namespace, Node,
-    NodeId, NodeStatus, ScalingEvent, SchedulerConfiguration, SchedulingEligibility,
-    TaskGroupSummary, TaskState, MAX_SCALING_EVENTS,
+    NodeId, NodeStatus, PeriodicLaunch, ScalingEvent, SchedulerConfiguration,
+    SchedulingEligibility, TaskGroupSummary, TaskState, MAX_SCALING_EVENTS,
 };
 use crate::state::events::{NodeCondition, StateChange};
-use crate::state::tables::{JobKey, Table, Tables};
+use crate::state::tables::{token_key, JobKey, Table, Tables};
 
 /// How many versions of a job are kept by default (Nomad's `JobTrackedVersions`). The
 /// leader's `job_max_versions` travels in each job command, so every server prunes alike.
@@ -218,11 +218,78 @@ impl WriteTxn {
         Ok(())
     }
 
+    /// The dispatched child of `parent` created with idempotency `token`.
+    pub fn child_by_token(
+        &self,
+        namespace: &Namespace,
+        parent: &JobId,
+        token: &str,
+    ) -> Option<JobId> {
+        self.t
+            .dispatch_tokens
+            .get(&(namespace.clone(), parent.clone(), token.to_owned()))
+            .cloned()
+    }
+
+    /// The last recorded launch of a periodic parent.
+    pub fn periodic_launch(
+        &self,
+        namespace: &Namespace,
+        id: &JobId,
+    ) -> Option<Arc<PeriodicLaunch>> {
+        self.t
+            .periodic_launches
+            .get(&(namespace.clone(), id.clone()))
+            .cloned()
+    }
+
+    /// Records a periodic parent's launch time (Unix nanoseconds).
+    pub fn set_periodic_launch(&mut self, namespace: &Namespace, id: &JobId, launch: i64) {
+        let key = (namespace.clone(), id.clone());
+        let create_index = self
+            .t
+            .periodic_launches
+            .get(&key)
+            .map_or(self.index, |l| l.create_index);
+        self.t.periodic_launches.insert(
+            key,
+            Arc::new(PeriodicLaunch {
+                id: id.clone(),
+                namespace: namespace.clone(),
+                launch,
+                create_index,
+                modify_index: self.index,
+            }),
+        );
+        self.touch(Table::PeriodicLaunches);
+    }
+
     pub fn job(&self, namespace: &Namespace, id: &JobId) -> Option<Arc<Job>> {
         self.t.jobs.get(&(namespace.clone(), id.clone())).cloned()
     }
 
     fn put_job(&mut self, job: Arc<Job>) {
+        let key = (job.namespace.clone(), job.id.clone());
+        let old = self.t.jobs.get(&key).cloned();
+        if let Some(old) = old {
+            if !old.parent_id.is_empty() && old.parent_id != job.parent_id {
+                self.t
+                    .jobs_by_parent
+                    .remove(&(job.namespace.clone(), old.parent_id.clone()), &job.id);
+            }
+            if let Some(token) = token_key(&old) {
+                self.t.dispatch_tokens.remove(&token);
+            }
+        }
+        if let Some(token) = token_key(&job) {
+            self.t.dispatch_tokens.insert(token, job.id.clone());
+        }
+        if !job.parent_id.is_empty() {
+            self.t.jobs_by_parent.insert(
+                (job.namespace.clone(), job.parent_id.clone()),
+                job.id.clone(),
+            );
+        }
         self.t
             .jobs
             .insert((job.namespace.clone(), job.id.clone()), job.clone());
@@ -305,6 +372,17 @@ impl WriteTxn {
             });
         };
         self.touch(Table::Jobs);
+        if !job.parent_id.is_empty() {
+            self.t
+                .jobs_by_parent
+                .remove(&(namespace.clone(), job.parent_id.clone()), &job.id);
+        }
+        if let Some(token) = token_key(&job) {
+            self.t.dispatch_tokens.remove(&token);
+        }
+        if self.t.periodic_launches.remove(&key).is_some() {
+            self.touch(Table::PeriodicLaunches);
+        }
         let versions: Vec<_> = self
             .t
             .job_versions
@@ -462,7 +540,8 @@ impl WriteTxn {
     }
 
     fn compute_job_status(&self, job: &Job) -> JobStatus {
-        if job.job_type == JobType::System {
+        // A periodic or parameterized parent is never placed: it runs until stopped.
+        if job.job_type == JobType::System || job.is_parent() {
             return if job.stop {
                 JobStatus::Dead
             } else {
