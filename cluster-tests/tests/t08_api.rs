@@ -113,6 +113,23 @@ async fn bad_input_is_refused_with_a_message_and_changes_nothing() -> anyhow::Re
     .await?;
     assert_eq!(s, StatusCode::BAD_REQUEST, "{msg}");
     assert!(msg.contains("TaskGroups[0].Count: invalid type"), "{msg}");
+    // Another region: a job for it is refused, a request for it is not answered with this
+    // region's data.
+    let mut foreign = small_job("elsewhere");
+    foreign["Region"] = json!("eu-west");
+    let (s, msg) = post_raw(
+        &base,
+        "/v1/jobs",
+        serde_json::to_vec(&json!({ "Job": foreign }))?,
+    )
+    .await?;
+    assert_eq!(s, StatusCode::BAD_REQUEST, "{msg}");
+    assert!(msg.contains("job region \"eu-west\""), "{msg}");
+    let resp = reqwest::get(format!("{base}/v1/jobs?region=eu-west")).await?;
+    assert_eq!(resp.status(), StatusCode::INTERNAL_SERVER_ERROR);
+    assert!(resp.text().await?.contains("No path to region"));
+    let resp = reqwest::get(format!("{base}/v1/jobs?region=global")).await?;
+    assert_eq!(resp.status(), StatusCode::OK);
     // The same through job plan and a scale outside the bounds: refused, nothing written.
     let (s, msg) = post_raw(
         &base,

@@ -218,6 +218,7 @@ pub fn router(ctx: HttpContext) -> Router {
         .fallback(|| async { ApiError::not_found("Invalid URL") })
         .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
         .layer(axum::middleware::from_fn(refuse_oversized))
+        .layer(axum::middleware::from_fn(refuse_other_regions))
         .with_state(ctx)
 }
 
@@ -232,6 +233,31 @@ fn max_body(path: &str) -> usize {
         snapshot::MAX_SNAPSHOT_BYTES
     } else {
         MAX_BODY_BYTES
+    }
+}
+
+/// The one region this cluster is.
+pub const REGION: &str = "global";
+
+/// Answers a request for another region (`?region=eu`) as Nomad answers one it has no path
+/// to, `500 No path to region`, instead of this region's data.
+async fn refuse_other_regions(
+    req: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> axum::response::Response {
+    use axum::response::IntoResponse;
+    let other = req.uri().query().and_then(|q| {
+        q.split('&')
+            .filter_map(|pair| pair.strip_prefix("region="))
+            .find(|r| !r.is_empty() && *r != REGION)
+            .map(str::to_string)
+    });
+    match other {
+        None => next.run(req).await,
+        Some(region) => ApiError::internal(format!(
+            "No path to region: {region:?} (this cluster is the {REGION:?} region)"
+        ))
+        .into_response(),
     }
 }
 

@@ -769,6 +769,12 @@ impl Job {
         }
         if self.region.is_empty() {
             errors.push("missing job region".to_owned());
+        } else if self.region != DEFAULT_REGION {
+            errors.push(format!(
+                "job region {:?}: this cluster is the {DEFAULT_REGION:?} region and does not \
+                 reach others",
+                self.region
+            ));
         }
         if self.job_type == JobType::Core {
             errors.push("job type _core is reserved for the servers".to_owned());
