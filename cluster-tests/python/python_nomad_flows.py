@@ -363,16 +363,23 @@ def main():
     stream_exit.set()
     n.job.deregister_job(ev_id, purge=True)
 
-    # Deregister (the job stays, stopped), then purge.
+    # Deregister (the job stays, stopped); once its allocations are terminal, a forced
+    # garbage collection removes it.
     resp = n.job.deregister_job(job_id)
     assert resp["EvalID"], resp
     assert n.job.get_job(job_id)["Stop"] is True
-    n.job.deregister_job(job_id, purge=True)
-    try:
-        n.job.get_job(job_id)
-        raise AssertionError("a purged job must be gone")
-    except exceptions.URLNotFoundNomadException:
-        pass
+
+    def collected():
+        assert n.system.initiate_garbage_collection() is True
+        try:
+            n.job.get_job(job_id)
+            return False
+        except exceptions.URLNotFoundNomadException:
+            return True
+
+    wait_until("system gc to collect the stopped job", collected, timeout=60)
+    forced = [e for e in n.evaluations.get_evaluations() if e["JobID"] == "force-gc"]
+    assert forced, "a force-gc evaluation"
     print("python-nomad flows passed against %s:%d" % (host, port))
 
 

@@ -22,6 +22,7 @@ mod scheduler_workers;
 mod server;
 mod snapshot;
 mod status;
+mod system;
 
 use std::process::ExitCode;
 
@@ -61,6 +62,9 @@ enum Command {
     /// Allocations: status, task logs.
     #[command(subcommand)]
     Alloc(eval::AllocCommand),
+    /// The cluster's housekeeping: garbage collection.
+    #[command(subcommand)]
+    System(system::SystemCommand),
 }
 
 /// Flags shared by every command that talks to the HTTP API.
@@ -146,6 +150,7 @@ pub fn main() -> ExitCode {
         Command::Eval(cmd) => run_api(|| eval::run_eval(cmd)),
         Command::Alloc(cmd) => run_api(|| eval::run_alloc(cmd)),
         Command::Node(cmd) => run_api(|| node::run(cmd)),
+        Command::System(cmd) => run_api(|| system::run(cmd)),
     }
 }
 

@@ -215,3 +215,18 @@ pub async fn metrics(
         .unwrap_or_default();
     Ok(Json(super::metrics_json::from_prometheus(&text, &stamp)).into_response())
 }
+
+/// `PUT /v1/system/gc`: collect every terminal evaluation and every stopped job whose
+/// allocations are all terminal, whatever their age; answers once the `force-gc` evaluation
+/// is written (the `_core` scheduler then does the work), as Nomad does.
+pub async fn system_gc(State(ctx): State<HttpContext>) -> Result<Response, ApiError> {
+    use crate::rpc::Services;
+    let done = ctx
+        .endpoints()?
+        .system_gc(crate::rpc::service::operator::SystemGcRequest)
+        .await?;
+    Ok(super::read::json_write(
+        json!({ "EvalID": done.eval_id, "Index": done.index }),
+        done.index,
+    ))
+}

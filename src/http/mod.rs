@@ -193,6 +193,10 @@ pub fn router(ctx: HttpContext) -> Router {
         .route("/v1/agent/self", get(agent::agent_self))
         .route("/v1/agent/members", get(agent::members))
         .route("/v1/agent/servers", get(agent::servers))
+        .route(
+            "/v1/system/gc",
+            axum::routing::put(agent::system_gc).post(agent::system_gc),
+        )
         .route("/v1/agent/health", get(agent::health))
         .route("/v1/metrics", get(agent::metrics))
         .route("/v1/regions", get(agent::regions))

@@ -1,6 +1,7 @@
 //! Builders of the evaluations the servers create themselves: for a job that was registered,
 //! stopped or force-evaluated, for a node whose status, eligibility or drain changed (Nomad's
-//! `createNodeEvals`), and for a job whose allocation failed on its client. Pure functions of
+//! `createNodeEvals`), for a job whose allocation failed on its client, and the `_core`
+//! evaluations of garbage collection (periodic, or forced by `System.GarbageCollect`). Pure functions of
 //! a snapshot, the wall-clock time and an RNG (for the IDs), shared by the endpoints and the
 //! heartbeat timers.
 //!
@@ -10,7 +11,7 @@ use std::collections::BTreeSet;
 
 use rand::RngCore;
 use teamster_storage::model::{
-    EvalStatus, EvalTrigger, Evaluation, Job, JobType, Node, NodeStatus,
+    EvalId, EvalStatus, EvalTrigger, Evaluation, Job, JobId, JobType, Namespace, Node, NodeStatus,
 };
 use teamster_storage::state::Snapshot;
 
@@ -87,6 +88,31 @@ pub fn node_evals(
         push(job, rng);
     }
     evals
+}
+
+/// Core job: collect old terminal evaluations.
+pub const EVAL_GC: &str = "eval-gc";
+/// Core job: purge old stopped jobs.
+pub const JOB_GC: &str = "job-gc";
+/// Core job: both, ignoring the age thresholds.
+pub const FORCE_GC: &str = "force-gc";
+/// Priority of core evaluations (Nomad's `CoreJobPriority`).
+pub const CORE_JOB_PRIORITY: u32 = 200;
+
+/// A pending `_core` evaluation for `kind`.
+pub fn core_eval(kind: &str, now: i64, rng: &mut dyn rand::RngCore) -> Evaluation {
+    Evaluation {
+        id: EvalId::new(crate::util::new_uuid(rng)),
+        namespace: Namespace::new("default"),
+        priority: CORE_JOB_PRIORITY,
+        eval_type: JobType::Core,
+        triggered_by: EvalTrigger::Scheduled,
+        job_id: JobId::new(kind),
+        status: EvalStatus::Pending,
+        create_time: now,
+        modify_time: now,
+        ..Evaluation::default()
+    }
 }
 
 #[cfg(test)]

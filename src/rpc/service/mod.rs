@@ -47,7 +47,8 @@ use node::{
 };
 use operator::{
     BrokerStatsRequest, BrokerStatsResponse, RaftJoinRequest, RaftRemovePeerRequest,
-    SchedulerSetConfigRequest, SchedulerSetConfigResponse, SnapshotRestoreRequest,
+    SchedulerSetConfigRequest, SchedulerSetConfigResponse, SnapshotRestoreRequest, SystemGcRequest,
+    SystemGcResponse,
 };
 
 /// Where a call is served.
@@ -313,6 +314,11 @@ service_calls! {
     /// Launch a child of a parameterized job.
     JobDispatch(Box<JobDispatchRequest>) -> JobDispatchResponse {
         name: "Job.Dispatch", route: Leader, timeout: |_| WRITE_TIMEOUT, helper: job_dispatch,
+    }
+    /// Garbage-collect now, whatever the age thresholds: writes a `force-gc` evaluation.
+    SystemGc(SystemGcRequest) -> SystemGcResponse {
+        name: "System.GarbageCollect", route: Leader, timeout: |_| WRITE_TIMEOUT,
+        helper: system_gc,
     }
 }
 

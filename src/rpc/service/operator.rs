@@ -103,3 +103,17 @@ pub struct BrokerStatsResponse {
     /// Plans waiting in the plan queue.
     pub plan_queue_depth: usize,
 }
+
+/// `System.GarbageCollect`: collect every terminal evaluation and every stopped job whose
+/// allocations are all terminal now, whatever their age (Nomad's `/v1/system/gc`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SystemGcRequest;
+
+/// The answer to `System.GarbageCollect`: the `force-gc` evaluation that does the work.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SystemGcResponse {
+    /// The evaluation.
+    pub eval_id: String,
+    /// The raft index it was written at.
+    pub index: u64,
+}

@@ -205,6 +205,7 @@ impl Endpoints {
             Q::JobStable(r) => A::JobStable(job::stable(self, r).await?),
             Q::JobPeriodicForce(r) => A::JobPeriodicForce(job::periodic_force(self, r).await?),
             Q::JobDispatch(r) => A::JobDispatch(job::dispatch(self, *r).await?),
+            Q::SystemGc(_) => A::SystemGc(operator::system_gc(self).await?),
             Q::EvalDequeue(r) => A::EvalDequeue(eval::dequeue(self, r).await?),
             Q::EvalAck(r) => A::EvalAck(eval::ack(self, r)?),
             Q::EvalNack(r) => A::EvalNack(eval::nack(self, r)?),

@@ -4,7 +4,7 @@
 //! counts of the leader.
 
 use teamster_storage::fsm::{
-    ApplyError, Command, CommandResponse, SchedulerConfigUpdate, SnapshotRestore,
+    ApplyError, Command, CommandResponse, EvalUpsert, SchedulerConfigUpdate, SnapshotRestore,
 };
 use teamster_storage::state::StateStore;
 
@@ -12,6 +12,7 @@ use super::{node_error, Endpoints};
 use crate::rpc::service::operator::{
     BrokerStatsResponse, QueueCounts, RaftJoinRequest, RaftRemovePeerRequest,
     SchedulerSetConfigRequest, SchedulerSetConfigResponse, SnapshotRestoreRequest,
+    SystemGcResponse,
 };
 use crate::rpc::ServiceError;
 
@@ -95,6 +96,19 @@ pub async fn snapshot_restore(
         .write(Command::SnapshotRestore(SnapshotRestore { image }))
         .await?
         .0)
+}
+
+/// `System.GarbageCollect`: a `force-gc` evaluation, which the `_core` scheduler runs like
+/// the periodic ones but without their age thresholds.
+pub async fn system_gc(ep: &Endpoints) -> Result<SystemGcResponse, ServiceError> {
+    let now = ep.now();
+    let eval =
+        crate::server::evals::core_eval(crate::server::evals::FORCE_GC, now, &mut ep.rng().fork());
+    let eval_id = eval.id.to_string();
+    let (index, _) = ep
+        .write(Command::EvalUpsert(EvalUpsert { evals: vec![eval] }))
+        .await?;
+    Ok(SystemGcResponse { eval_id, index })
 }
 
 /// `Operator.BrokerStats`: this server's broker, blocked-evals and plan-queue counts.

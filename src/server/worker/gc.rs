@@ -24,7 +24,7 @@ use futures::future::BoxFuture;
 use rand::rngs::StdRng;
 use teamster_storage::fsm::{Command, EvalUpsert};
 use teamster_storage::model::{
-    AllocId, EvalId, EvalStatus, EvalTrigger, Evaluation, JobId, JobStatus, JobType, Namespace,
+    AllocId, EvalId, EvalStatus, Evaluation, JobId, JobStatus, JobType, Namespace,
 };
 use teamster_storage::state::Snapshot;
 use tokio_util::sync::CancellationToken;
@@ -38,14 +38,7 @@ use crate::server::leader_service::{run_every, LeaderService};
 use crate::server::raft::RaftNode;
 use crate::util::{RngSource, SharedClock};
 
-/// Core job: collect old terminal evaluations.
-pub const EVAL_GC: &str = "eval-gc";
-/// Core job: purge old stopped jobs.
-pub const JOB_GC: &str = "job-gc";
-/// Core job: both, ignoring the age thresholds.
-pub const FORCE_GC: &str = "force-gc";
-/// Priority of core evaluations (Nomad's `CoreJobPriority`).
-pub const CORE_JOB_PRIORITY: u32 = 200;
+pub use crate::server::evals::{core_eval, CORE_JOB_PRIORITY, EVAL_GC, FORCE_GC, JOB_GC};
 /// Most ids in one raft write.
 pub const GC_BATCH: usize = 1000;
 
@@ -180,22 +173,6 @@ pub(super) async fn process(
     done.modify_time = now;
     within(ctx.backend.update_eval(done, token.to_string())).await?;
     Ok(())
-}
-
-/// A pending `_core` evaluation for `kind`.
-pub fn core_eval(kind: &str, now: i64, rng: &mut dyn rand::RngCore) -> Evaluation {
-    Evaluation {
-        id: EvalId::new(crate::util::new_uuid(rng)),
-        namespace: Namespace::new("default"),
-        priority: CORE_JOB_PRIORITY,
-        eval_type: JobType::Core,
-        triggered_by: EvalTrigger::Scheduled,
-        job_id: JobId::new(kind),
-        status: EvalStatus::Pending,
-        create_time: now,
-        modify_time: now,
-        ..Evaluation::default()
-    }
 }
 
 /// The leader duty that writes an `eval-gc` and a `job-gc` evaluation every
