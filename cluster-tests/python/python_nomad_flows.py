@@ -319,6 +319,9 @@ def main():
     wait_until("the dispatched child to complete", lambda: completed(d["DispatchedJobID"]))
     for parent in (cron_id, disp_id, plain_id):
         n.job.deregister_job(parent, purge=True)
+    # Every namespace's jobs with `*`.
+    assert any(j["ID"] == job_id for j in n.jobs.get_jobs(namespace="*")), "namespace=*"
+
     # Metrics (JSON by default), the servers an agent knows, search by prefix and fuzzy.
     metrics = n.metrics.get_metrics()
     assert any(g["Name"] == "teamster_raft_is_leader" for g in metrics["Gauges"]), metrics

@@ -166,15 +166,22 @@ pub async fn register(
     Ok(register_answer(&done))
 }
 
-/// `GET /v1/jobs`: job stubs, `?prefix=` filtered.
+/// `GET /v1/jobs`: job stubs, `?prefix=` filtered, of the namespace (`*`: of every one).
 pub async fn list(
     State(ctx): State<HttpContext>,
     Query(q): Query<HashMap<String, String>>,
 ) -> Result<Response, ApiError> {
     let opts = QueryOptions::parse(&q)?;
     let (snap, meta) = ctx.read(&opts, &[Table::Jobs, Table::JobSummaries]).await?;
-    let stubs: Vec<Value> = snap
-        .jobs_by_prefix(&opts.namespace, &opts.prefix)
+    let jobs: Box<dyn Iterator<Item = &std::sync::Arc<Job>>> = if opts.namespace == "*" {
+        Box::new(
+            snap.jobs()
+                .filter(|j| j.id.as_str().starts_with(opts.prefix.as_str())),
+        )
+    } else {
+        Box::new(snap.jobs_by_prefix(&opts.namespace, &opts.prefix))
+    };
+    let stubs: Vec<Value> = jobs
         .map(|job| {
             job_stub(
                 job,
