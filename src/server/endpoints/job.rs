@@ -612,9 +612,6 @@ pub async fn dispatch(
     let mut meta = parent.meta.clone();
     meta.extend(req.meta);
     let child = Job {
-        id: JobId::new(&child_id),
-        name: child_id.clone(),
-        parent_id: parent.id.clone(),
         parameterized_job: None,
         dispatched: true,
         dispatch_idempotency_token: req.idempotency_token,
@@ -625,16 +622,7 @@ pub async fn dispatch(
         } else {
             req.priority
         },
-        stop: false,
-        status: JobStatus::Pending,
-        status_description: String::new(),
-        stable: false,
-        version: 0,
-        submit_time: now,
-        create_index: 0,
-        modify_index: 0,
-        job_modify_index: 0,
-        ..(*parent).clone()
+        ..parent.new_child(&child_id, now)
     };
     child.validate().map_err(invalid_job)?;
     let eval = job_eval(&child, EvalTrigger::JobRegister, now, &mut rng);

@@ -148,21 +148,8 @@ pub fn plan(parents: &[Parent], now: i64) -> Planned {
 /// The child a launch of `parent` at `launch_secs` registers: the parent's spec as a plain
 /// batch job `<parent>/periodic-<launch_secs>`, submitted at `now`.
 pub fn periodic_child(parent: &Job, launch_secs: i64, now: i64) -> Job {
-    let id = periodic_child_id(parent.id.as_str(), launch_secs);
     Job {
-        id: JobId::new(&id),
-        name: id,
-        parent_id: parent.id.clone(),
         periodic: None,
-        stop: false,
-        status: JobStatus::Pending,
-        status_description: String::new(),
-        stable: false,
-        version: 0,
-        submit_time: now,
-        create_index: 0,
-        modify_index: 0,
-        job_modify_index: 0,
-        ..parent.clone()
+        ..parent.new_child(&periodic_child_id(parent.id.as_str(), launch_secs), now)
     }
 }

@@ -673,6 +673,27 @@ impl Default for Job {
 }
 
 impl Job {
+    /// A new child of this job (a periodic launch or a dispatch) with the given ID, as its
+    /// name too: the parent's spec, with `ParentID` set and the status, version and indexes of
+    /// a job never registered.
+    pub fn new_child(&self, id: &str, now: i64) -> Job {
+        Job {
+            id: JobId::new(id),
+            name: id.to_string(),
+            parent_id: self.id.clone(),
+            stop: false,
+            status: JobStatus::Pending,
+            status_description: String::new(),
+            stable: false,
+            version: 0,
+            submit_time: now,
+            create_index: 0,
+            modify_index: 0,
+            job_modify_index: 0,
+            ..self.clone()
+        }
+    }
+
     /// Fills Nomad's defaults, as `api.Job.Canonicalize` does: Name ← ID, Namespace
     /// `default`, Region `global`, node pool `default`, Datacenters `["*"]`, Priority 50,
     /// restart/reschedule policies by job type (partial policies merged over the default),
