@@ -18,7 +18,7 @@
 use std::time::Duration;
 
 use axum::body::Body;
-use axum::extract::{RawQuery, State};
+use axum::extract::{Query, State};
 use axum::http::header;
 use axum::response::{IntoResponse, Response};
 use bytes::Bytes;
@@ -49,12 +49,13 @@ pub struct Filter {
 }
 
 impl Filter {
-    /// From the query string; an unknown topic or a bad index is an error.
-    pub fn parse(query: &str) -> Result<Filter, String> {
+    /// From the query's `key=value` pairs (decoded, repeated keys kept); an unknown topic or
+    /// a bad index is an error.
+    pub fn parse(query: Vec<(String, String)>) -> Result<Filter, String> {
         let mut topics = Vec::new();
         let mut namespace = "default".to_string();
         let mut index = 0;
-        for (k, v) in url_pairs(query) {
+        for (k, v) in query {
             match k.as_str() {
                 "topic" => {
                     let (topic, key) = v.split_once(':').unwrap_or((v.as_str(), "*"));
@@ -100,41 +101,6 @@ impl Filter {
             (t == "*" || t == topic) && (k == "*" || k == key || filter_keys.contains(&k.as_str()))
         })
     }
-}
-
-/// `k=v` pairs of a query string, percent-decoded.
-fn url_pairs(query: &str) -> Vec<(String, String)> {
-    fn decode(s: &str) -> String {
-        let bytes = s.as_bytes();
-        let mut out = Vec::with_capacity(bytes.len());
-        let mut i = 0;
-        while i < bytes.len() {
-            match bytes[i] {
-                b'+' => out.push(b' '),
-                b'%' if i + 2 < bytes.len() => {
-                    let hex = std::str::from_utf8(&bytes[i + 1..i + 3]).unwrap_or("");
-                    match u8::from_str_radix(hex, 16) {
-                        Ok(b) => {
-                            out.push(b);
-                            i += 2;
-                        }
-                        Err(_) => out.push(b'%'),
-                    }
-                }
-                b => out.push(b),
-            }
-            i += 1;
-        }
-        String::from_utf8_lossy(&out).into_owned()
-    }
-    query
-        .split('&')
-        .filter(|p| !p.is_empty())
-        .map(|p| {
-            let (k, v) = p.split_once('=').unwrap_or((p, ""));
-            (decode(k), decode(v))
-        })
-        .collect()
 }
 
 fn event(
@@ -320,10 +286,9 @@ fn line(v: &Value) -> Bytes {
 /// `GET /v1/event/stream`.
 pub async fn stream(
     State(ctx): State<HttpContext>,
-    RawQuery(query): RawQuery,
+    Query(query): Query<Vec<(String, String)>>,
 ) -> Result<Response, ApiError> {
-    let filter =
-        Filter::parse(query.as_deref().unwrap_or_default()).map_err(ApiError::bad_request)?;
+    let filter = Filter::parse(query).map_err(ApiError::bad_request)?;
     let state = ctx.node()?.state().clone();
     let (snap, mut sub) = state.subscribe_with_snapshot();
     let (tx, rx) = mpsc::channel::<Bytes>(SEND_BUFFER);
@@ -425,9 +390,16 @@ mod tests {
         )
     }
 
+    /// The filter of a query string, decoded as the handler's extractor decodes it.
+    fn filter(query: &str) -> Result<Filter, String> {
+        let uri: axum::http::Uri = format!("/v1/event/stream?{query}").parse().unwrap();
+        let Query(pairs) = Query::<Vec<(String, String)>>::try_from_uri(&uri).unwrap();
+        Filter::parse(pairs)
+    }
+
     #[test]
     fn topics_keys_and_namespaces_filter_events() {
-        let f = Filter::parse("topic=Job:web&topic=Allocation&index=7").unwrap();
+        let f = filter("topic=Job:web&topic=Allocation&index=7").unwrap();
         assert_eq!(f.index, 7);
         assert!(f.wants(&ev("Job", "web", "default", &[])));
         assert!(!f.wants(&ev("Job", "api", "default", &[])));
@@ -435,15 +407,13 @@ mod tests {
         assert!(!f.wants(&ev("Evaluation", "e1", "default", &["web"])));
         assert!(!f.wants(&ev("Allocation", "a1", "other", &["api"])));
         // An evaluation's or allocation's job is a key too; node events have no namespace.
-        let f = Filter::parse("topic=Evaluation%3Aweb&topic=Node&namespace=prod").unwrap();
+        let f = filter("topic=Evaluation%3Aweb&topic=Node&namespace=prod").unwrap();
         assert!(f.wants(&ev("Evaluation", "e1", "prod", &["web"])));
         assert!(f.wants(&ev("Node", "n1", "", &[])));
-        let all = Filter::parse("namespace=*").unwrap();
+        let all = filter("namespace=*").unwrap();
         assert!(all.wants(&ev("Job", "x", "anything", &[])));
-        assert!(Filter::parse("topic=Jobz")
-            .unwrap_err()
-            .contains("unknown topic"));
-        assert!(Filter::parse("index=x").unwrap_err().contains("index"));
+        assert!(filter("topic=Jobz").unwrap_err().contains("unknown topic"));
+        assert!(filter("index=x").unwrap_err().contains("index"));
     }
 
     #[test]

@@ -62,19 +62,24 @@ pub async fn register(
             tracked_versions: ep.job_max_versions(),
         }))
         .await?;
-    let CommandResponse::JobRegistered {
-        job_modify_index, ..
-    } = response
-    else {
-        return Err(ServiceError::internal(format!(
-            "unexpected answer {response:?}"
-        )));
-    };
+    let job_modify_index = registered_index(response)?;
     Ok(JobRegisterResponse {
         eval_id,
         index,
         job_modify_index,
     })
+}
+
+/// The `JobModifyIndex` a registration (or a scale, which registers) was written at.
+fn registered_index(response: CommandResponse) -> Result<u64, ServiceError> {
+    match response {
+        CommandResponse::JobRegistered {
+            job_modify_index, ..
+        } => Ok(job_modify_index),
+        other => Err(ServiceError::internal(format!(
+            "unexpected answer {other:?}"
+        ))),
+    }
 }
 
 /// 400 for the fields only `job dispatch` sets: a registered job is never a dispatched child.
@@ -272,14 +277,7 @@ pub async fn scale(ep: &Endpoints, req: JobScaleRequest) -> Result<JobScaleRespo
             event,
         }))
         .await?;
-    let CommandResponse::JobRegistered {
-        job_modify_index, ..
-    } = response
-    else {
-        return Err(ServiceError::internal(format!(
-            "unexpected answer {response:?}"
-        )));
-    };
+    let job_modify_index = registered_index(response)?;
     Ok(JobScaleResponse {
         eval_id,
         index,
