@@ -26,8 +26,8 @@ pub struct LogsArgs {
     /// Print only the end of the log: the last `-n` lines.
     #[arg(long)]
     tail: bool,
-    /// Lines printed by `-tail`.
-    #[arg(short = 'n', default_value_t = 10)]
+    /// Lines printed by `-tail` (refused without it: it would change nothing).
+    #[arg(short = 'n', default_value_t = 10, requires = "tail")]
     lines: usize,
     /// The allocation ID (or a unique prefix).
     id: String,
@@ -113,7 +113,18 @@ pub async fn logs(a: LogsArgs) -> anyhow::Result<()> {
 
 #[cfg(test)]
 mod tests {
+    use clap::Parser;
+
     use super::last_lines;
+    use crate::cli::Cli;
+
+    #[test]
+    fn a_line_count_without_tail_is_refused() {
+        let parse = |args: &[&str]| Cli::try_parse_from(args.iter().copied());
+        assert!(parse(&["teamster", "alloc", "logs", "-n", "5", "abc"]).is_err());
+        assert!(parse(&["teamster", "alloc", "logs", "--tail", "-n", "5", "abc"]).is_ok());
+        assert!(parse(&["teamster", "alloc", "logs", "--tail", "abc"]).is_ok());
+    }
 
     #[test]
     fn tail_keeps_the_last_lines() {
