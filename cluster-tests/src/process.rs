@@ -85,6 +85,8 @@ pub struct ClusterOptions {
     pub election_timeout: &'static str,
     /// Extra TOML lines for every server's `[server.raft]` table (e.g. snapshot thresholds).
     pub raft_toml: String,
+    /// Extra TOML lines for every server's `[server.workers]` table (e.g. `max_batch = 1`).
+    pub workers_toml: String,
 }
 
 impl Default for ClusterOptions {
@@ -94,6 +96,7 @@ impl Default for ClusterOptions {
             heartbeat: "50ms",
             election_timeout: "300ms",
             raft_toml: String::new(),
+            workers_toml: String::new(),
         }
     }
 }
@@ -219,12 +222,14 @@ impl ProcessCluster {
             "name = {name:?}\ndata_dir = {data:?}\nbind_addr = {ip:?}\nlog_level = \"info\"\n\
              [server]\nenabled = true\nbootstrap_expect = {expect}\njoin = [{join_list}]\n\
              join_retry_interval = \"200ms\"\n{extra}\n\
-             [server.raft]\nheartbeat_interval = {hb:?}\nelection_timeout = {et:?}\n{raft}\n",
+             [server.raft]\nheartbeat_interval = {hb:?}\nelection_timeout = {et:?}\n{raft}\n\
+             [server.workers]\n{workers}\n",
             data = data_dir.display().to_string(),
             extra = o.server_toml,
             hb = o.heartbeat,
             et = o.election_timeout,
             raft = o.raft_toml,
+            workers = o.workers_toml,
         );
         let config_path = self.dir.path().join(format!("{name}.toml"));
         std::fs::write(&config_path, config)?;

@@ -130,6 +130,7 @@ async fn a_follower_restarted_behind_20000_writes_never_schedules_on_stale_state
         election_timeout: "3s",
         // The restarted follower catches up from a snapshot, then the log.
         raft_toml: "snapshot_threshold = 2000\ntrailing_logs = 200\n".into(),
+        ..ClusterOptions::default()
     };
     let mut c = ProcessCluster::start(3, options)?;
     let leader = c.wait_leader(FORMATION).await?;
@@ -319,6 +320,117 @@ async fn jobs_registered_on_any_server_are_placed_on_a_client_and_run() -> anyho
         evals.iter().all(|e| e["Status"] == "complete"),
         "every evaluation complete: {evals:?}"
     );
+    Ok(())
+}
+
+/// A server's counter `name` with `label="value"`, summed over its other labels.
+async fn labelled(api: &ApiClient, name: &str, label: &str) -> anyhow::Result<u64> {
+    let text = metrics_text(api).await?;
+    Ok(text
+        .lines()
+        .filter(|l| l.starts_with(&format!("{name}{{")) && l.contains(label))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum::<f64>() as u64)
+}
+
+#[tokio::test]
+async fn evaluations_waiting_together_are_scheduled_in_one_round_and_all_placed(
+) -> anyhow::Result<()> {
+    use teamster_cluster_tests::client_process::{wait_node_status, ClientProcess};
+    // No workers anywhere while the jobs are registered: their evaluations wait together.
+    let options = ClusterOptions {
+        server_toml: "num_schedulers = 0\n".into(),
+        ..ClusterOptions::default()
+    };
+    let mut c = ProcessCluster::start(3, options)?;
+    let leader = c.wait_leader(FORMATION).await?;
+    let servers: Vec<String> = c.servers.iter().map(|s| s.rpc_addr()).collect();
+    let ip = {
+        let (block, _) = c.servers[0].ip.rsplit_once('.').expect("an IPv4 address");
+        format!("{block}.102")
+    };
+    // Room for 12 allocations of 100 MHz on the client (mock tasks, 1200 MHz).
+    let client = ClientProcess::start(
+        c.dir(),
+        "client-batch",
+        &ip,
+        &servers,
+        "cpu_total_compute = 1200\n",
+    )?;
+    let node_id = wait_for(Duration::from_secs(10), "the client's node id", || async {
+        client.node_id()
+    })
+    .await?;
+    let api = c.servers[leader].api();
+    wait_node_status(&api, &node_id, "ready", Duration::from_secs(15)).await?;
+    const JOBS: usize = 16;
+    for i in 0..JOBS {
+        let job = json!({
+            "ID": format!("many-{i:02}"),
+            "Type": "batch",
+            "Datacenters": ["dc1"],
+            "TaskGroups": [{
+                "Name": "g",
+                "Count": 1,
+                "Tasks": [{
+                    "Name": "t",
+                    "Driver": "mock",
+                    "Config": { "run_for": "10m" },
+                    "Resources": { "CPU": 100, "MemoryMB": 10 }
+                }]
+            }]
+        });
+        register(&c.servers[i % 3].api(), job).await?;
+    }
+    // One worker, on a follower: it takes the waiting evaluations in one batch.
+    let follower = (leader + 1) % 3;
+    let fapi = c.servers[follower].api();
+    let _: Value = fapi
+        .request(
+            reqwest::Method::PUT,
+            "/v1/agent/schedulers/config",
+            Some(&json!({
+                "num_schedulers": 1,
+                "enabled_schedulers": ["service", "batch", "system", "sysbatch", "_core"],
+            })),
+        )
+        .await?;
+    // 12 fit: each placed once, on the one client, never over its capacity; the other 4
+    // wait blocked for room.
+    let allocs = wait_for(Duration::from_secs(30), "12 allocations placed", || {
+        let api = api.clone();
+        async move {
+            let evals: Vec<Value> = api.get("/v1/evaluations").await.ok()?;
+            let pending = evals.iter().any(|e| e["Status"] == "pending");
+            let allocs: Vec<Value> = api.get("/v1/allocations").await.ok()?;
+            (!pending && allocs.len() >= 12).then_some(allocs)
+        }
+    })
+    .await?;
+    assert_eq!(allocs.len(), 12, "{allocs:?}");
+    let mut jobs: Vec<&str> = allocs.iter().filter_map(|a| a["JobID"].as_str()).collect();
+    jobs.sort();
+    jobs.dedup();
+    assert_eq!(jobs.len(), 12, "one allocation per placed job");
+    assert!(allocs.iter().all(|a| a["NodeID"] == node_id.as_str()));
+    let evals: Vec<Value> = api.get("/v1/evaluations").await?;
+    let blocked = evals.iter().filter(|e| e["Status"] == "blocked").count();
+    assert_eq!(blocked, 4, "the jobs without room wait blocked: {evals:?}");
+    // The batch: 12 evaluations committed from speculation, 4 scheduled alone (their
+    // schedulers create blocked evaluations).
+    let committed = wait_for(Duration::from_secs(10), "the batch counted", || {
+        let fapi = fapi.clone();
+        async move {
+            let n = labelled(&fapi, "teamster_worker_batch_evals_total", "committed")
+                .await
+                .ok()?;
+            (n >= 12).then_some(n)
+        }
+    })
+    .await?;
+    assert_eq!(committed, 12);
+    let alone = labelled(&fapi, "teamster_worker_batch_evals_total", "\"alone\"").await?;
+    assert_eq!(alone, 4);
     Ok(())
 }
 

@@ -333,6 +333,11 @@ pub struct WorkerConfig {
     /// How often the leader creates the periodic `_core` garbage-collection evaluations.
     #[serde(with = "duration_str")]
     pub core_gc_interval: Duration,
+    /// Most evaluations one worker takes from the broker at once (`service` and `batch`
+    /// evaluations already waiting join the first): they are scheduled on one snapshot,
+    /// each seeing the placements of those before it, and their plans are submitted
+    /// together. 1 turns batching off.
+    pub max_batch: usize,
 }
 
 impl Default for WorkerConfig {
@@ -352,6 +357,7 @@ impl Default for WorkerConfig {
             eval_gc_threshold: Duration::from_secs(3600),
             job_gc_threshold: Duration::from_secs(4 * 3600),
             core_gc_interval: Duration::from_secs(300),
+            max_batch: 32,
         }
     }
 }
@@ -388,6 +394,12 @@ impl WorkerConfig {
             return Err(InvalidSetting::new(
                 "server.workers.plan_backoff_limit",
                 "must be at least server.workers.plan_backoff_base",
+            ));
+        }
+        if !(1..=1024).contains(&self.max_batch) {
+            return Err(InvalidSetting::new(
+                "server.workers.max_batch",
+                format!("must be within 1..=1024, not {}", self.max_batch),
             ));
         }
         if !(1..=100).contains(&self.catch_up_factor) {
@@ -569,6 +581,13 @@ mod tests {
             c.validate().unwrap_err().key,
             "server.workers.catch_up_factor"
         );
+        c.workers = WorkerConfig {
+            max_batch: 0,
+            ..WorkerConfig::default()
+        };
+        let e = c.validate().unwrap_err();
+        assert_eq!(e.key, "server.workers.max_batch");
+        assert!(e.reason.contains("not 0"), "{e}");
         c.workers = WorkerConfig::default();
         c.raft.snapshot_threshold = 0;
         assert_eq!(

@@ -69,6 +69,10 @@ struct Args {
     /// `max_append_entries = 32`).
     #[arg(long, default_value = "", conflicts_with = "http")]
     raft_toml: String,
+    /// Extra TOML lines for the started servers' `[server.workers]` table (e.g.
+    /// `max_batch = 1` to schedule one evaluation per round).
+    #[arg(long, default_value = "", conflicts_with = "http")]
+    workers_toml: String,
     /// Give up after this long.
     #[arg(long, default_value = "30m", value_parser = humantime::parse_duration)]
     timeout: Duration,
@@ -132,6 +136,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
                 heartbeat: "100ms",
                 election_timeout: "1s",
                 raft_toml: args.raft_toml.replace("\\n", "\n"),
+                workers_toml: args.workers_toml.replace("\\n", "\n"),
             },
         )?;
         let leader = c.wait_leader(Duration::from_secs(30)).await?;

@@ -15,6 +15,21 @@ pub struct EvalDequeueRequest {
     pub scheduler_version: u32,
 }
 
+/// `Eval.DequeueBatch`: up to `max` evaluations at once, so a worker schedules evaluations
+/// that arrive together in one round (one snapshot, plans submitted together).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct EvalDequeueBatchRequest {
+    /// Scheduler types the worker serves.
+    pub schedulers: Vec<String>,
+    /// How long the broker may wait for the first evaluation (0: the default, 1 s).
+    pub timeout_ms: u64,
+    /// The worker's scheduler version; a mismatch is refused.
+    pub scheduler_version: u32,
+    /// Most evaluations to hand out (at least 1). Only the first may be of any type; the
+    /// others are `service` or `batch` evaluations already waiting.
+    pub max: u32,
+}
+
 /// An evaluation handed to a worker by `Eval.Dequeue`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct DequeuedEval {

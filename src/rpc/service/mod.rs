@@ -33,7 +33,10 @@ use serde::{Deserialize, Serialize};
 use teamster_storage::model::{Plan, PlanResult};
 
 pub use error::ServiceError;
-use eval::{DequeuedEval, EvalAckRequest, EvalDequeueRequest, EvalReapRequest, EvalWriteRequest};
+use eval::{
+    DequeuedEval, EvalAckRequest, EvalDequeueBatchRequest, EvalDequeueRequest, EvalReapRequest,
+    EvalWriteRequest,
+};
 use job::{
     JobBatchDeregisterRequest, JobDeregisterRequest, JobDeregisterResponse, JobDispatchRequest,
     JobDispatchResponse, JobEvaluateRequest, JobEvaluateResponse, JobPeriodicForceRequest,
@@ -319,6 +322,12 @@ service_calls! {
     SystemGc(SystemGcRequest) -> SystemGcResponse {
         name: "System.GarbageCollect", route: Leader, timeout: |_| WRITE_TIMEOUT,
         helper: system_gc,
+    }
+    /// Up to `max` evaluations for a worker, waiting for the first; empty when the wait
+    /// ended without work.
+    EvalDequeueBatch(EvalDequeueBatchRequest) -> Vec<DequeuedEval> {
+        name: "Eval.DequeueBatch", route: LeaderSubsystem,
+        timeout: |r| dequeue_wait(r.timeout_ms) + WAIT_MARGIN, helper: eval_dequeue_batch,
     }
 }
 

@@ -13,7 +13,8 @@ use teamster_storage::model::{EvalStatus, Evaluation};
 use super::{broker_error, Endpoints};
 use crate::rpc::service::dequeue_wait;
 use crate::rpc::service::eval::{
-    DequeuedEval, EvalAckRequest, EvalDequeueRequest, EvalReapRequest, EvalWriteRequest,
+    DequeuedEval, EvalAckRequest, EvalDequeueBatchRequest, EvalDequeueRequest, EvalReapRequest,
+    EvalWriteRequest,
 };
 use crate::rpc::ServiceError;
 use crate::scheduler::SCHEDULER_VERSION;
@@ -24,21 +25,70 @@ pub async fn dequeue(
     ep: &Endpoints,
     req: EvalDequeueRequest,
 ) -> Result<Option<Box<DequeuedEval>>, ServiceError> {
-    if req.scheduler_version != SCHEDULER_VERSION {
-        return Err(ServiceError::rejected(format!(
-            "dequeue disallowed: calling scheduler version is {}; leader version is {SCHEDULER_VERSION}",
-            req.scheduler_version
-        )));
-    }
+    check_scheduler_version(req.scheduler_version)?;
     let found = ep
         .broker()
         .dequeue(&req.schedulers, dequeue_wait(req.timeout_ms))
         .await
         .map_err(broker_error)?;
-    let Some((eval, token)) = found else {
-        return Ok(None);
+    Ok(found.map(|(eval, token)| Box::new(delivered(ep, eval, token.to_string()))))
+}
+
+/// The scheduler types whose evaluations may join a batch after the first: one job's
+/// placements each, planned in a few milliseconds, so many fit one round.
+const BATCHED_TYPES: [&str; 2] = ["service", "batch"];
+
+/// `Eval.DequeueBatch`: waits for one evaluation as `Eval.Dequeue` does, then takes up to
+/// `max - 1` more `service` or `batch` evaluations of the worker's types that are already
+/// ready (never waiting for them), in the broker's priority order. Each has its own token
+/// and nack timer. A first evaluation of another type comes alone.
+pub async fn dequeue_batch(
+    ep: &Endpoints,
+    req: EvalDequeueBatchRequest,
+) -> Result<Vec<DequeuedEval>, ServiceError> {
+    check_scheduler_version(req.scheduler_version)?;
+    let broker = ep.broker();
+    let Some((first, token)) = broker
+        .dequeue(&req.schedulers, dequeue_wait(req.timeout_ms))
+        .await
+        .map_err(broker_error)?
+    else {
+        return Ok(Vec::new());
     };
-    // The highest ModifyIndex among the job's evals: the worker's state must reach it.
+    let batched: Vec<&str> = req
+        .schedulers
+        .iter()
+        .map(String::as_str)
+        .filter(|s| BATCHED_TYPES.contains(s))
+        .collect();
+    let alone = batched.is_empty() || !BATCHED_TYPES.contains(&first.eval_type.as_str());
+    let mut found = vec![(first, token.to_string())];
+    while !alone && found.len() < req.max.max(1) as usize {
+        match broker.dequeue(&batched, std::time::Duration::ZERO).await {
+            Ok(Some((eval, token))) => found.push((eval, token.to_string())),
+            // What was already taken is handed out; the next dequeue sees the error.
+            Ok(None) | Err(_) => break,
+        }
+    }
+    metrics::histogram!("teamster_broker_dequeue_batch_size").record(found.len() as f64);
+    Ok(found
+        .into_iter()
+        .map(|(eval, token)| delivered(ep, eval, token))
+        .collect())
+}
+
+fn check_scheduler_version(version: u32) -> Result<(), ServiceError> {
+    if version != SCHEDULER_VERSION {
+        return Err(ServiceError::rejected(format!(
+            "dequeue disallowed: calling scheduler version is {version}; leader version is {SCHEDULER_VERSION}"
+        )));
+    }
+    Ok(())
+}
+
+/// A delivery with the index the worker's state must reach: the highest `ModifyIndex`
+/// among the job's evaluations.
+fn delivered(ep: &Endpoints, eval: Evaluation, token: String) -> DequeuedEval {
     let snapshot = ep.node().state().snapshot();
     let wait_index = snapshot
         .evals_by_job(&eval.namespace, &eval.job_id)
@@ -47,11 +97,11 @@ pub async fn dequeue(
         .unwrap_or(0)
         .max(eval.modify_index)
         .max(1);
-    Ok(Some(Box::new(DequeuedEval {
+    DequeuedEval {
         eval,
-        token: token.to_string(),
+        token,
         wait_index,
-    })))
+    }
 }
 
 /// `Eval.Ack`.

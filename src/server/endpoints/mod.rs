@@ -207,6 +207,7 @@ impl Endpoints {
             Q::JobDispatch(r) => A::JobDispatch(job::dispatch(self, *r).await?),
             Q::SystemGc(_) => A::SystemGc(operator::system_gc(self).await?),
             Q::EvalDequeue(r) => A::EvalDequeue(eval::dequeue(self, r).await?),
+            Q::EvalDequeueBatch(r) => A::EvalDequeueBatch(eval::dequeue_batch(self, r).await?),
             Q::EvalAck(r) => A::EvalAck(eval::ack(self, r)?),
             Q::EvalNack(r) => A::EvalNack(eval::nack(self, r)?),
             Q::EvalUpdate(r) => A::EvalUpdate(eval::update(self, *r).await?),

@@ -10,7 +10,7 @@ use teamster_storage::model::{EvalId, Evaluation, Plan, PlanResult};
 
 use super::WorkerBackend;
 use crate::rpc::service::eval::{
-    EvalAckRequest, EvalDequeueRequest, EvalReapRequest, EvalWriteRequest,
+    EvalAckRequest, EvalDequeueBatchRequest, EvalDequeueRequest, EvalReapRequest, EvalWriteRequest,
 };
 use crate::rpc::service::job::JobBatchDeregisterRequest;
 use crate::rpc::{DequeuedEval, ServiceCaller, ServiceError, Services};
@@ -32,6 +32,20 @@ impl<T: ServiceCaller + 'static> WorkerBackend for T {
                 .await?;
             Ok(found.map(|d| *d))
         })
+    }
+
+    fn dequeue_batch(
+        &self,
+        schedulers: Vec<String>,
+        timeout: Duration,
+        max: usize,
+    ) -> BoxFuture<'_, Result<Vec<DequeuedEval>, ServiceError>> {
+        Box::pin(self.eval_dequeue_batch(EvalDequeueBatchRequest {
+            schedulers,
+            timeout_ms: timeout.as_millis() as u64,
+            scheduler_version: SCHEDULER_VERSION,
+            max: max.min(u32::MAX as usize) as u32,
+        }))
     }
 
     fn ack(&self, eval_id: EvalId, token: String) -> BoxFuture<'_, Result<(), ServiceError>> {

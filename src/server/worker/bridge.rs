@@ -177,7 +177,7 @@ impl Runner {
 
     /// One planner call, retried on transient errors with backoff, at most
     /// `planner_attempts` times, given up at shutdown.
-    async fn retry<'a, T, F>(
+    pub(super) async fn retry<'a, T, F>(
         &self,
         operation: &'static str,
         backoff: &mut Backoff,

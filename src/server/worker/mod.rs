@@ -27,6 +27,10 @@
 //!   a warning. [`Worker::stop`] is gentler: the worker finishes its current evaluation first.
 //! - [`Worker`] (`runner.rs`): one worker's task and the handle that pauses, resumes and stops
 //!   it; `bridge.rs`: the scheduler on its thread and the planner bridge.
+//! - `batch.rs`: evaluations dequeued together (`Eval.DequeueBatch`, up to
+//!   [`WorkerConfig::max_batch`]) are scheduled in one round: speculated one after another on
+//!   one snapshot, their plans submitted together, the ones that need it scheduled again
+//!   alone.
 //! - [`pool`]: the pool of workers, resized in place, three quarters paused on the leader.
 //! - [`gc`]: the `_core` scheduler (evaluation and job garbage collection).
 //!
@@ -35,6 +39,7 @@
 //! (through [`WorkerBackend`]), which never imports them.
 
 pub mod backend;
+mod batch;
 mod bridge;
 pub mod gc;
 pub mod pool;
@@ -151,6 +156,23 @@ pub trait WorkerBackend: Send + Sync + 'static {
         schedulers: Vec<String>,
         timeout: Duration,
     ) -> BoxFuture<'_, Result<Option<DequeuedEval>, ServiceError>>;
+    /// `Eval.DequeueBatch`: up to `max` evaluations, waiting up to `timeout` for the first
+    /// (empty when none came). By default one `Eval.Dequeue`.
+    fn dequeue_batch(
+        &self,
+        schedulers: Vec<String>,
+        timeout: Duration,
+        max: usize,
+    ) -> BoxFuture<'_, Result<Vec<DequeuedEval>, ServiceError>> {
+        let _ = max;
+        Box::pin(async move {
+            Ok(self
+                .dequeue(schedulers, timeout)
+                .await?
+                .into_iter()
+                .collect())
+        })
+    }
     /// `Eval.Ack`.
     fn ack(&self, eval_id: EvalId, token: String) -> BoxFuture<'_, Result<(), ServiceError>>;
     /// `Eval.Nack`.

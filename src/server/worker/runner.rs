@@ -236,27 +236,43 @@ impl Runner {
             let enabled = self.shared.state.borrow().enabled.clone();
             let started = Instant::now();
             let deadline = self.ctx.config.dequeue_timeout + self.ctx.config.rpc_timeout;
+            let max = self.ctx.config.max_batch;
+            let backend = self.ctx.backend.clone();
+            let wait = self.ctx.config.dequeue_timeout;
+            let dequeue = async move {
+                if max > 1 {
+                    backend.dequeue_batch(enabled, wait, max).await
+                } else {
+                    let one = backend.dequeue(enabled, wait).await?;
+                    Ok(one.into_iter().collect())
+                }
+            };
             let result = tokio::select! {
                 biased;
                 _ = self.ctx.shutdown.cancelled() => break,
-                r = tokio::time::timeout(
-                    deadline,
-                    self.ctx.backend.dequeue(enabled, self.ctx.config.dequeue_timeout),
-                ) => r.unwrap_or_else(|_| Err(no_answer(deadline))),
+                r = tokio::time::timeout(deadline, dequeue) => {
+                    r.unwrap_or_else(|_| Err(no_answer(deadline)))
+                }
             };
             metrics::histogram!("teamster_worker_dequeue_seconds")
                 .record(started.elapsed().as_secs_f64());
             match result {
-                Ok(None) => backoff.reset(),
-                Ok(Some(dequeued)) => {
+                Ok(mut batch) if batch.len() <= 1 => {
                     backoff.reset();
-                    let span = tracing::info_span!(
-                        "eval",
-                        eval_id = %dequeued.eval.id,
-                        job_id = %dequeued.eval.job_id,
-                        eval_type = dequeued.eval.eval_type.as_str(),
-                    );
-                    self.process(dequeued).instrument(span).await;
+                    if let Some(dequeued) = batch.pop() {
+                        let span = tracing::info_span!(
+                            "eval",
+                            eval_id = %dequeued.eval.id,
+                            job_id = %dequeued.eval.job_id,
+                            eval_type = dequeued.eval.eval_type.as_str(),
+                        );
+                        self.process(dequeued).instrument(span).await;
+                    }
+                }
+                Ok(batch) => {
+                    backoff.reset();
+                    let span = tracing::info_span!("eval_batch", evals = batch.len());
+                    self.process_batch(batch).instrument(span).await;
                 }
                 Err(e) => {
                     if self.started_at.elapsed() < self.ctx.config.dequeue_error_grace

@@ -38,6 +38,8 @@ struct FakeLeader {
     queue: Mutex<VecDeque<DequeuedEval>>,
     script: Mutex<VecDeque<Step>>,
     plan_failures: Mutex<VecDeque<ServiceError>>,
+    /// Whether `dequeue_batch` hands out every queued evaluation (else one at a time).
+    batching: std::sync::atomic::AtomicBool,
     notify: Notify,
     events: mpsc::UnboundedSender<Event>,
 }
@@ -50,6 +52,7 @@ impl FakeLeader {
                 queue: Mutex::new(VecDeque::new()),
                 script: Mutex::new(VecDeque::new()),
                 plan_failures: Mutex::new(VecDeque::new()),
+                batching: std::sync::atomic::AtomicBool::new(false),
                 notify: Notify::new(),
                 events: tx,
             }),
@@ -94,6 +97,30 @@ impl WorkerBackend for FakeLeader {
                     return Ok(None);
                 }
             }
+        })
+    }
+
+    fn dequeue_batch(
+        &self,
+        schedulers: Vec<String>,
+        timeout: Duration,
+        max: usize,
+    ) -> BoxFuture<'_, Result<Vec<DequeuedEval>, ServiceError>> {
+        Box::pin(async move {
+            let Some(first) = self.dequeue(schedulers, timeout).await? else {
+                return Ok(Vec::new());
+            };
+            let mut batch = vec![first];
+            if self.batching.load(std::sync::atomic::Ordering::SeqCst) {
+                let mut queue = self.queue.lock().unwrap();
+                while batch.len() < max {
+                    match queue.pop_front() {
+                        Some(d) => batch.push(d),
+                        None => break,
+                    }
+                }
+            }
+            Ok(batch)
         })
     }
 
@@ -189,6 +216,28 @@ impl SchedulerFactory for PlanOnce {
             ..Plan::default()
         })?;
         planner.update_eval(eval.clone())
+    }
+}
+
+/// A scheduler that submits one plan and completes the evaluation, as a real one does.
+struct PlanAndComplete;
+
+impl SchedulerFactory for PlanAndComplete {
+    fn process<'a>(
+        &self,
+        eval: &Evaluation,
+        _: Snapshot,
+        planner: &'a mut dyn Planner,
+        _: SchedulerEnv<'a>,
+    ) -> Result<(), SchedulerError> {
+        planner.submit_plan(Plan {
+            eval_id: eval.id.clone(),
+            ..Plan::default()
+        })?;
+        planner.update_eval(Evaluation {
+            status: teamster_storage::model::EvalStatus::Complete,
+            ..eval.clone()
+        })
     }
 }
 
@@ -674,6 +723,51 @@ mod core_gc {
     }
 
     #[test]
+    fn job_gc_collects_finished_dispatched_children_never_running_ones_or_the_parent() {
+        use teamster_storage::model::ParameterizedJobConfig;
+        let mut h = Harness::new();
+        h.register_node(mock_node(1)).unwrap();
+        let mut parent = mock_batch_job("q", 1);
+        parent.parameterized_job = Some(ParameterizedJobConfig::default());
+        let (parent, _) = h.register_job(parent).unwrap();
+        let mut children = Vec::new();
+        for n in 0..2 {
+            let child = teamster_storage::model::Job {
+                parameterized_job: None,
+                dispatched: true,
+                ..parent.new_child(&format!("q/dispatch-1700000000-0000000{n}"), h.now)
+            };
+            let (child, eval) = h.register_job(child).unwrap();
+            h.process(&eval).unwrap();
+            children.push(child);
+        }
+        let allocs = |h: &Harness, id: &str| -> Vec<_> {
+            h.snapshot()
+                .allocs_by_job("default", id)
+                .map(|a| a.id.clone())
+                .collect()
+        };
+        let done = allocs(&h, children[0].id.as_str());
+        assert_eq!(done.len(), 1);
+        assert_eq!(allocs(&h, children[1].id.as_str()).len(), 1);
+        h.client_update(&done, ClientStatus::Complete, h.now)
+            .unwrap();
+        let config = WorkerConfig::default();
+        // Younger than job_gc_threshold: kept.
+        assert!(plan_gc(&h.snapshot(), JOB_GC, h.now + HOUR, &config)
+            .jobs
+            .is_empty());
+        for plan in [
+            plan_gc(&h.snapshot(), JOB_GC, h.now + 10 * HOUR, &config),
+            plan_gc(&h.snapshot(), FORCE_GC, h.now, &config),
+        ] {
+            let ids: Vec<&str> = plan.jobs.iter().map(|(_, id)| id.as_str()).collect();
+            assert_eq!(ids, [children[0].id.as_str()], "only the finished child");
+            assert_eq!(plan.allocs, done);
+        }
+    }
+
+    #[test]
     fn a_batch_jobs_results_outlive_eval_gc_and_job_gc_purges_it_when_dead() {
         let mut h = Harness::new();
         h.register_node(mock_node(1)).unwrap();
@@ -754,4 +848,104 @@ async fn pause_resume_pause_while_parked_stays_parked() {
     w.wait_status(|st, _| st == WorkerStatus::Started).await;
     s.ctx.shutdown.cancel();
     w.join().await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_batch_is_planned_on_one_snapshot_and_a_failed_plan_is_scheduled_again_alone() {
+    let mut s = setup_with(Some(Arc::new(PlanAndComplete)));
+    s.state.advance_index(9);
+    s.leader
+        .batching
+        .store(true, std::sync::atomic::Ordering::SeqCst);
+    // The first plan submitted is refused for good: its evaluation must go round again.
+    s.leader
+        .plan_failures
+        .lock()
+        .unwrap()
+        .push_back(ServiceError::rejected("plan refused"));
+    for (id, index) in [("e1", 3), ("e2", 9), ("e3", 5)] {
+        s.leader.push(id, index);
+    }
+    let w = Worker::start(s.ctx.clone(), all(), 13);
+    let mut plans = Vec::new();
+    let mut updates = Vec::new();
+    let mut acks = Vec::new();
+    while acks.len() < 3 {
+        match next_outcome(&mut s.events).await {
+            Event::Plan(token, index) => plans.push((token, index)),
+            Event::Update(u) => updates.push(u),
+            Event::Ack(id) => acks.push(id.to_string()),
+            other => panic!("unexpected {other:?}"),
+        }
+    }
+    acks.sort();
+    assert_eq!(acks, ["e1", "e2", "e3"]);
+    updates.sort();
+    assert_eq!(updates, ["e1:token-e1", "e2:token-e2", "e3:token-e3"]);
+    // Every accepted plan names its own delivery and the batch's one snapshot (index 9, the
+    // highest WaitIndex); the refused one was submitted once more, alone.
+    plans.sort();
+    assert_eq!(plans.len(), 3, "{plans:?}");
+    assert!(plans.iter().all(|(_, index)| *index == 9), "{plans:?}");
+    let tokens: Vec<&str> = plans.iter().map(|(t, _)| t.as_str()).collect();
+    assert_eq!(tokens, ["token-e1", "token-e2", "token-e3"]);
+    assert!(s.leader.plan_failures.lock().unwrap().is_empty());
+    s.ctx.shutdown.cancel();
+    w.join().await;
+}
+
+#[test]
+fn speculation_gives_each_evaluation_the_capacity_left_by_those_before_it() {
+    use super::batch::{speculate, Speculation};
+    use crate::scheduler::harness::{mock_batch_job, mock_node, Harness};
+    use rand::SeedableRng;
+
+    let mut h = Harness::new();
+    // Three nodes with room for one allocation each.
+    for n in 0..3 {
+        let mut node = mock_node(n);
+        node.node_resources.cpu.cpu_shares = 600;
+        node.canonicalize();
+        h.register_node(node).unwrap();
+    }
+    let mut evals = Vec::new();
+    for j in 0..4 {
+        let (_, eval) = h
+            .register_job(mock_batch_job(&format!("job-{j}"), 1))
+            .unwrap();
+        evals.push(eval);
+    }
+    let mut rng = rand::rngs::StdRng::seed_from_u64(3);
+    let out = speculate(
+        &PlacementSchedulers,
+        &evals,
+        h.snapshot(),
+        &SchedulerSettings::default(),
+        h.now,
+        &mut rng,
+    );
+    assert_eq!(out.len(), 4);
+    let mut nodes = Vec::new();
+    for s in &out[..3] {
+        let Speculation::Ready {
+            plan: Some(plan),
+            update,
+        } = s
+        else {
+            panic!("expected a plan: {s:?}");
+        };
+        assert_eq!(update.status, teamster_storage::model::EvalStatus::Complete);
+        assert_eq!(
+            plan.node_allocation.values().map(Vec::len).sum::<usize>(),
+            1
+        );
+        nodes.extend(plan.node_allocation.keys().cloned());
+    }
+    nodes.sort();
+    nodes.dedup();
+    assert_eq!(nodes.len(), 3, "each placement on its own node: {nodes:?}");
+    // The fourth finds no room: it would create a blocked evaluation, so it goes alone.
+    assert_eq!(out[3], Speculation::Alone);
+    // Nothing was written: the store still has no allocation.
+    assert_eq!(h.snapshot().alloc_count(), 0);
 }

@@ -1,0 +1,367 @@
+//! Evaluations scheduled together: a worker that dequeued several `service` or `batch`
+//! evaluations at once (`Eval.DequeueBatch`) schedules them in one round instead of one
+//! round each.
+//!
+//! ```text
+//!  wait for the highest WaitIndex ─▶ one snapshot
+//!  one scheduler thread: speculate(eval 1..n) on a private view, each eval planning on the
+//!      view with the plans of those before it applied (Snapshot::with_applied), through a
+//!      planner that records instead of calling the leader
+//!  then, for every eval at once:  Plan.Submit ─▶ Eval.Update ─▶ Eval.Ack
+//!      (concurrent plans share the plan applier's pipeline and raft entries)
+//!  the rest, one at a time, on the ordinary path:
+//!      evals that created or reblocked evaluations, planned twice or failed (speculation
+//!      keeps nothing of them), and evals whose real plan came back partial or failed (they
+//!      wait for the commit's index first, so they see what was placed)
+//! ```
+//!
+//! Speculation is sound because the applier re-checks every plan against the latest state
+//! and the plans still committing: a speculative plan that no longer fits is refused node by
+//! node like any other, and its evaluation is scheduled again on the ordinary path. Within
+//! a batch the jobs are distinct (the broker hands out one evaluation per job at a time).
+
+use futures::future::join_all;
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+use teamster_storage::fsm::Command;
+use teamster_storage::model::{Evaluation, JobType, Plan, PlanResult};
+use teamster_storage::state::{Snapshot, StateError};
+use tokio::sync::oneshot;
+use tokio::time::Instant;
+use tracing::{debug, warn, Instrument};
+
+use super::runner::Runner;
+use super::{Backoff, SchedulerFactory, WorkerError, WorkloadStatus};
+use crate::rpc::DequeuedEval;
+use crate::scheduler::verify::PlanEvaluation;
+use crate::scheduler::{Planner, SchedulerEnv, SchedulerError, SchedulerSettings};
+
+/// What scheduling one evaluation on the shared view produced.
+#[derive(Debug, Clone, PartialEq)]
+pub(super) enum Speculation {
+    /// One plan at most and a final status update: submit the plan, then write the update.
+    Ready {
+        /// The plan, if the evaluation changes anything.
+        plan: Option<Plan>,
+        /// The evaluation with its outcome (status, queued allocations).
+        update: Evaluation,
+    },
+    /// Scheduled again on its own: it created or reblocked evaluations, submitted more than
+    /// one plan, did not finish its evaluation, or failed.
+    Alone,
+}
+
+/// Whether an evaluation of this type may be scheduled in a batch.
+pub(super) fn batchable(eval_type: JobType) -> bool {
+    matches!(eval_type, JobType::Service | JobType::Batch)
+}
+
+/// The planner of speculation: records the calls and answers every plan as fully committed.
+#[derive(Default)]
+struct Recorder {
+    plan: Option<Plan>,
+    update: Option<Evaluation>,
+    /// A call the batch cannot replay (create, reblock, a second plan).
+    unbatchable: bool,
+}
+
+impl Planner for Recorder {
+    fn submit_plan(
+        &mut self,
+        plan: Plan,
+    ) -> Result<(PlanResult, Option<Snapshot>), SchedulerError> {
+        let result = PlanResult {
+            node_update: plan.node_update.clone(),
+            node_allocation: plan.node_allocation.clone(),
+            node_preemptions: plan.node_preemptions.clone(),
+            rejected_nodes: Vec::new(),
+            refresh_index: 0,
+            alloc_index: plan.snapshot_index,
+        };
+        if self.plan.is_some() {
+            self.unbatchable = true;
+        }
+        self.plan = Some(plan);
+        Ok((result, None))
+    }
+
+    fn update_eval(&mut self, eval: Evaluation) -> Result<(), SchedulerError> {
+        if self.update.is_some() {
+            self.unbatchable = true;
+        }
+        self.update = Some(eval);
+        Ok(())
+    }
+
+    fn create_eval(&mut self, _eval: Evaluation) -> Result<(), SchedulerError> {
+        self.unbatchable = true;
+        Ok(())
+    }
+
+    fn reblock_eval(&mut self, _eval: Evaluation) -> Result<(), SchedulerError> {
+        self.unbatchable = true;
+        Ok(())
+    }
+}
+
+/// Schedules `evals` in order on a private view of `snapshot`: each on the view with the
+/// plans of the `Ready` ones before it applied, so they do not count the same free capacity
+/// twice. Pure and synchronous (the scheduler thread runs it); nothing is written.
+pub(super) fn speculate(
+    factory: &dyn SchedulerFactory,
+    evals: &[Evaluation],
+    snapshot: Snapshot,
+    settings: &SchedulerSettings,
+    now: i64,
+    rng: &mut dyn rand::RngCore,
+) -> Vec<Speculation> {
+    let mut view = snapshot;
+    evals
+        .iter()
+        .map(|eval| {
+            if !batchable(eval.eval_type) {
+                return Speculation::Alone;
+            }
+            let mut recorder = Recorder::default();
+            let env = SchedulerEnv {
+                now,
+                rng: &mut *rng,
+                settings: settings.clone(),
+            };
+            let outcome = factory.process(eval, view.clone(), &mut recorder, env);
+            let Recorder {
+                plan,
+                update,
+                unbatchable,
+            } = recorder;
+            let update = match (outcome, update) {
+                (Ok(()), Some(update)) if !unbatchable && update.status.is_terminal() => update,
+                (Err(e), _) => {
+                    debug!(eval_id = %eval.id, error = %e, "speculation failed; scheduling alone");
+                    return Speculation::Alone;
+                }
+                _ => return Speculation::Alone,
+            };
+            if let Some(plan) = &plan {
+                let accepted = PlanEvaluation {
+                    eval_id: plan.eval_id.clone(),
+                    node_update: plan.node_update.clone(),
+                    node_allocation: plan.node_allocation.clone(),
+                    node_preemptions: plan.node_preemptions.clone(),
+                    preemption_evals: plan.preemption_evals.clone(),
+                    ..PlanEvaluation::default()
+                };
+                view = view
+                    .with_applied(Command::ApplyPlanResults(accepted.apply_command(now)))
+                    .0;
+            }
+            Speculation::Ready { plan, update }
+        })
+        .collect()
+}
+
+/// How committing one speculated evaluation ended.
+enum Committed {
+    /// Planned, updated and acked; the index its plan committed at (0 without a plan).
+    Done(u64),
+    /// To be scheduled again on its own, on a state at or after this index.
+    Again(u64),
+}
+
+impl Runner {
+    /// Schedules a batch of deliveries in one round (see the module docs).
+    pub(super) async fn process_batch(&mut self, batch: Vec<DequeuedEval>) {
+        metrics::histogram!("teamster_worker_batch_size").record(batch.len() as f64);
+        self.set_workload(WorkloadStatus::WaitingForRaft);
+        let wait_index = batch.iter().map(|d| d.wait_index).max().unwrap_or(1);
+        let waited = Instant::now();
+        let snapshot = match self
+            .snapshot_min_index(wait_index, self.ctx.raft_sync_limit)
+            .await
+        {
+            Ok(s) => s,
+            Err(WorkerError::State(StateError::MinIndexTimeout { .. })) => {
+                // The ordinary path knows how to wait and nack; each eval takes it.
+                return self
+                    .alone(batch.into_iter().map(|d| (d, 0)).collect())
+                    .await;
+            }
+            Err(e) => {
+                warn!(error = %e, evals = batch.len(), "nacking a batch of evaluations");
+                for d in batch {
+                    self.nack(d.eval.id, d.token).await;
+                }
+                return;
+            }
+        };
+        metrics::histogram!("teamster_worker_wait_for_index_seconds")
+            .record(waited.elapsed().as_secs_f64());
+        self.set_workload(WorkloadStatus::Scheduling);
+        let started = Instant::now();
+        let base_index = snapshot.latest_index();
+        let evals: Vec<Evaluation> = batch.iter().map(|d| d.eval.clone()).collect();
+        let speculations = match self.speculate_on_thread(evals, snapshot).await {
+            Ok(s) => s,
+            Err(e) => {
+                warn!(error = %e, "speculation failed; scheduling the batch one at a time");
+                vec![Speculation::Alone; batch.len()]
+            }
+        };
+        metrics::histogram!("teamster_worker_schedule_seconds", "type" => "batch_round")
+            .record(started.elapsed().as_secs_f64());
+
+        self.set_workload(WorkloadStatus::Submitting);
+        let mut alone = Vec::new();
+        let mut ready = Vec::new();
+        for (d, s) in batch.into_iter().zip(speculations) {
+            match s {
+                Speculation::Ready { plan, update } => ready.push((d, plan, update)),
+                Speculation::Alone => alone.push((d, 0)),
+            }
+        }
+        let speculated = ready.len();
+        let mut again = 0;
+        // Evaluations scheduled alone wait for the batch's commits, so they see them.
+        let mut committed_index = 0;
+        let this = &*self;
+        let commits = ready.into_iter().map(|(d, plan, update)| {
+            let span = tracing::info_span!(
+                "eval",
+                eval_id = %d.eval.id,
+                job_id = %d.eval.job_id,
+                eval_type = d.eval.eval_type.as_str(),
+                batched = true,
+            );
+            async move {
+                let outcome = this.commit(&d, plan, update, base_index).await;
+                (d, outcome)
+            }
+            .instrument(span)
+        });
+        for (d, outcome) in join_all(commits).await {
+            match outcome {
+                Committed::Done(index) => {
+                    committed_index = committed_index.max(index);
+                    metrics::counter!("teamster_worker_batch_evals_total", "outcome" => "committed")
+                        .increment(1);
+                }
+                Committed::Again(index) => {
+                    again += 1;
+                    metrics::counter!("teamster_worker_batch_evals_total", "outcome" => "again")
+                        .increment(1);
+                    alone.push((d, index));
+                }
+            }
+        }
+        metrics::counter!("teamster_worker_batch_evals_total", "outcome" => "alone")
+            .increment((alone.len() - again) as u64);
+        debug!(
+            speculated,
+            alone = alone.len(),
+            base_index,
+            "batch of evaluations scheduled"
+        );
+        let alone = alone
+            .into_iter()
+            .map(|(d, index)| (d, index.max(committed_index)))
+            .collect();
+        self.alone(alone).await;
+    }
+
+    /// The ordinary path, one evaluation at a time, each waiting for at least `index`.
+    async fn alone(&mut self, evals: Vec<(DequeuedEval, u64)>) {
+        for (mut d, index) in evals {
+            d.wait_index = d.wait_index.max(index);
+            let span = tracing::info_span!(
+                "eval",
+                eval_id = %d.eval.id,
+                job_id = %d.eval.job_id,
+                eval_type = d.eval.eval_type.as_str(),
+            );
+            self.process(d).instrument(span).await;
+        }
+    }
+
+    /// Runs [`speculate`] on a scheduler thread, off the async runtime.
+    async fn speculate_on_thread(
+        &mut self,
+        evals: Vec<Evaluation>,
+        snapshot: Snapshot,
+    ) -> Result<Vec<Speculation>, WorkerError> {
+        let (done_tx, done) = oneshot::channel();
+        let now = self.ctx.clock.now_unix_nanos();
+        let seed: u64 = self.rng.gen();
+        let settings = self.ctx.settings.clone();
+        let factory = self.ctx.schedulers.clone();
+        std::thread::Builder::new()
+            .name("scheduler".into())
+            .spawn(move || {
+                let mut rng = StdRng::seed_from_u64(seed);
+                let r = speculate(&*factory, &evals, snapshot, &settings, now, &mut rng);
+                let _ = done_tx.send(r);
+            })
+            .map_err(|e| WorkerError::Thread(e.to_string()))?;
+        done.await
+            .map_err(|_| WorkerError::Thread("the scheduler panicked".into()))
+    }
+
+    /// Submits one speculated evaluation's plan, writes its update and acks it; on a
+    /// partial or failed commit it is left to be scheduled again.
+    async fn commit(
+        &self,
+        d: &DequeuedEval,
+        plan: Option<Plan>,
+        mut update: Evaluation,
+        base_index: u64,
+    ) -> Committed {
+        let mut backoff = Backoff::new(
+            self.ctx.config.plan_backoff_base,
+            self.ctx.config.plan_backoff_limit,
+        );
+        let mut seen = 0;
+        if let Some(mut plan) = plan {
+            plan.eval_token = d.token.clone();
+            plan.snapshot_index = base_index;
+            let started = Instant::now();
+            let backend = self.ctx.backend.clone();
+            let r = self
+                .retry("submit plan", &mut backoff, || {
+                    backend.submit_plan(plan.clone())
+                })
+                .await;
+            metrics::histogram!("teamster_worker_submit_plan_seconds")
+                .record(started.elapsed().as_secs_f64());
+            match r {
+                Ok(result) if result.refresh_index == 0 => seen = result.alloc_index,
+                Ok(result) => {
+                    debug!(
+                        rejected = result.rejected_nodes.len(),
+                        refresh_index = result.refresh_index,
+                        "speculative plan partially committed; scheduling the evaluation again"
+                    );
+                    return Committed::Again(result.refresh_index.max(result.alloc_index));
+                }
+                Err(e) => {
+                    debug!(error = %e, "speculative plan failed; scheduling the evaluation again");
+                    return Committed::Again(0);
+                }
+            }
+        }
+        update.snapshot_index = base_index;
+        update.modify_time = self.ctx.clock.now_unix_nanos();
+        let backend = self.ctx.backend.clone();
+        let token = d.token.clone();
+        if let Err(e) = self
+            .retry("update eval", &mut backoff, || {
+                backend.update_eval(update.clone(), token.clone())
+            })
+            .await
+        {
+            debug!(error = %e, "updating a batched evaluation failed; scheduling it again");
+            return Committed::Again(seen);
+        }
+        metrics::counter!("teamster_worker_evals_scheduled_total").increment(1);
+        self.ack(d.eval.id.clone(), d.token.clone()).await;
+        Committed::Done(seen)
+    }
+}
