@@ -78,6 +78,7 @@ fn schedule(snapshot: &Snapshot, eval: &Evaluation, seed: u64) -> usize {
         now: 1_704_067_200_000_000_000,
         rng: &mut rng,
         settings: SchedulerSettings::default(),
+        ready_nodes: None,
     };
     let mut scheduler =
         new_scheduler(eval.eval_type, snapshot.clone(), &mut planner, env).expect("scheduler");

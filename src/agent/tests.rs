@@ -152,6 +152,7 @@ fn run_scheduler(
         now: 1_700_000_000_000_000_000,
         rng: &mut rng,
         settings: SchedulerSettings::default(),
+        ready_nodes: None,
     };
     let mut scheduler = new_scheduler(eval.eval_type, snapshot, &mut planner, env)?;
     scheduler.process(&eval)
@@ -819,4 +820,57 @@ async fn client_alloc_queries_wake_on_server_changes_not_on_the_clients_own_repo
         .changed
         .iter()
         .all(|c| c.alloc.desired_status == DesiredStatus::Stop));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_plan_accepted_in_full_writes_its_evaluation_state_in_the_same_commit() {
+    let s = TestServer::start().await;
+    s.register_node(1).await;
+    let n1 = mock_node(1).id;
+    for j in ["a", "b"] {
+        s.register_job(j, 1, 64).await;
+    }
+    let da = s.dequeue("service").await.unwrap();
+    let db = s.dequeue("service").await.unwrap();
+    let complete = |d: &DequeuedEval| Evaluation {
+        status: EvalStatus::Complete,
+        status_description: "batched".into(),
+        ..d.eval.clone()
+    };
+    // Two plans of 6000 MB for one 8192 MB node, each carrying its evaluation's final state.
+    let mut pa = plan_for(&da, vec![big_alloc(&s, &da, &n1, 1, 6000)], false);
+    pa.eval_update = Some(complete(&da));
+    let mut pb = plan_for(&db, vec![big_alloc(&s, &db, &n1, 2, 6000)], false);
+    pb.eval_update = Some(complete(&db));
+    let (ra, rb) = tokio::join!(submit(&s, pa), submit(&s, pb));
+    let ((won, dw), (lost, dl)) = if ra.rejected_nodes.is_empty() {
+        ((ra, &da), (rb, &db))
+    } else {
+        ((rb, &db), (ra, &da))
+    };
+    assert!(won.refresh_index == 0 && lost.refresh_index > 0);
+    let snapshot = s.state().snapshot();
+    // The winner's evaluation was written complete by its plan's own commit.
+    let w = snapshot.eval_by_id(&dw.eval.id).unwrap();
+    assert_eq!(w.status, EvalStatus::Complete);
+    assert_eq!(w.status_description, "batched");
+    assert_eq!(w.modify_index, won.alloc_index);
+    // The refused one's state was not written: its worker must schedule it again.
+    let l = snapshot.eval_by_id(&dl.eval.id).unwrap();
+    assert_eq!(l.status, EvalStatus::Pending);
+    let _ = lost;
+    // A plan with nothing to place still writes the state it carries.
+    s.register_job("c", 1, 64).await;
+    let dc = s.dequeue("service").await.unwrap();
+    let mut pc = plan_for(&dc, Vec::new(), false);
+    pc.eval_update = Some(complete(&dc));
+    let rc = submit(&s, pc).await;
+    assert!(rc.alloc_index > 0, "committed: {rc:?}");
+    let c = s
+        .state()
+        .snapshot()
+        .eval_by_id(&dc.eval.id)
+        .unwrap()
+        .clone();
+    assert_eq!(c.status, EvalStatus::Complete);
 }

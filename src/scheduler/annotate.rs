@@ -122,7 +122,12 @@ pub fn dry_run(
         .unwrap_or(eval);
     let mut recorder = Recorder::default();
     {
-        let env = SchedulerEnv { now, rng, settings };
+        let env = SchedulerEnv {
+            now,
+            rng,
+            settings,
+            ready_nodes: None,
+        };
         new_scheduler(job.job_type, what_if.clone(), &mut recorder, env)?.process(&eval)?;
     }
     let final_eval = recorder.updated.clone().unwrap_or(eval);

@@ -54,7 +54,7 @@ impl<'a> GenericScheduler<'a> {
         place: Vec<PlaceRequest>,
     ) {
         let now = self.session.env.now;
-        let (nodes, by_dc) = ready_nodes(&self.session.snapshot, job);
+        let (nodes, by_dc) = ready_nodes(&self.session.snapshot, job, self.session.env.ready_nodes);
         let (mut stack, mut placers) = self.session.stack(ctx, job, nodes, by_dc, self.batch);
 
         let mut requests = Vec::new();

@@ -256,6 +256,7 @@ impl Harness {
             now: self.now,
             rng: &mut rng,
             settings: self.settings.clone(),
+            ready_nodes: None,
         };
         let mut scheduler = new_scheduler(eval.eval_type, snapshot, self, env)?;
         scheduler.process(eval)

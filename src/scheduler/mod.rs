@@ -60,6 +60,7 @@ use teamster_storage::state::Snapshot;
 pub use generic::GenericScheduler;
 use placement::Session;
 pub use system::SystemScheduler;
+pub use util::ReadyNodesCache;
 
 /// The version of the schedulers' decisions. Workers announce it on `Eval.Dequeue` and the
 /// leader refuses a mismatch, so servers of different versions never schedule side by side
@@ -179,6 +180,9 @@ pub struct SchedulerEnv<'a> {
     pub rng: &'a mut dyn RngCore,
     /// Tunables.
     pub settings: SchedulerSettings,
+    /// Ready nodes remembered across evaluations scheduled one after another on views of one
+    /// snapshot (a worker's batch); `None` scans the nodes every time.
+    pub ready_nodes: Option<&'a ReadyNodesCache>,
 }
 
 impl std::fmt::Debug for SchedulerEnv<'_> {

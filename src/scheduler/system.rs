@@ -96,7 +96,7 @@ impl<'a> SystemScheduler<'a> {
         allocs: &[Arc<Allocation>],
     ) -> Result<(), SchedulerError> {
         let now = self.session.env.now;
-        let (nodes, by_dc) = ready_nodes(&self.session.snapshot, job);
+        let (nodes, by_dc) = ready_nodes(&self.session.snapshot, job, self.session.env.ready_nodes);
         let eligible: HashMap<NodeId, Arc<Node>> =
             nodes.iter().map(|n| (n.id.clone(), n.clone())).collect();
         // Every eligible node is visited explicitly (Nomad's static iterator); the stack

@@ -277,7 +277,31 @@ pub(crate) fn reschedule_tracker_for(
 pub(crate) fn ready_nodes(
     snapshot: &Snapshot,
     job: &Job,
+    cache: Option<&ReadyNodesCache>,
 ) -> (Vec<Arc<Node>>, BTreeMap<String, u64>) {
+    let Some(cache) = cache else {
+        return scan_ready_nodes(snapshot, job);
+    };
+    let mut last = cache.last.borrow_mut();
+    if let Some(hit) = last.as_ref().filter(|c| {
+        c.snapshot.same_nodes(snapshot)
+            && c.datacenters == job.datacenters
+            && c.node_pool == job.node_pool
+    }) {
+        return (hit.nodes.clone(), hit.by_dc.clone());
+    }
+    let (nodes, by_dc) = scan_ready_nodes(snapshot, job);
+    *last = Some(CachedScope {
+        snapshot: snapshot.clone(),
+        datacenters: job.datacenters.clone(),
+        node_pool: job.node_pool.clone(),
+        nodes: nodes.clone(),
+        by_dc: by_dc.clone(),
+    });
+    (nodes, by_dc)
+}
+
+fn scan_ready_nodes(snapshot: &Snapshot, job: &Job) -> (Vec<Arc<Node>>, BTreeMap<String, u64>) {
     let mut nodes = Vec::new();
     let mut by_dc = BTreeMap::new();
     for node in snapshot.nodes() {
@@ -287,6 +311,31 @@ pub(crate) fn ready_nodes(
         }
     }
     (nodes, by_dc)
+}
+
+/// The last scope's ready nodes, for evaluations scheduled one after another on views of one
+/// snapshot (a worker's batch): finding them walks every node, which dominates the cost of
+/// a small job's evaluation on a large cluster, and the views share their nodes table.
+/// Valid only while the nodes table is the very same ([`Snapshot::same_nodes`]). One
+/// scheduler thread uses it at a time.
+#[derive(Default)]
+pub struct ReadyNodesCache {
+    last: std::cell::RefCell<Option<CachedScope>>,
+}
+
+impl std::fmt::Debug for ReadyNodesCache {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ReadyNodesCache").finish_non_exhaustive()
+    }
+}
+
+struct CachedScope {
+    /// Holds the nodes table the entry was computed on.
+    snapshot: Snapshot,
+    datacenters: Vec<String>,
+    node_pool: String,
+    nodes: Vec<Arc<Node>>,
+    by_dc: BTreeMap<String, u64>,
 }
 
 /// The counts [`PlanResult::full_commit`](teamster_storage::model::PlanResult::full_commit)
@@ -373,6 +422,40 @@ pub(crate) const BLOCKED_FAILED_PLACEMENTS_DESC: &str = "created to place remain
 mod tests {
     use super::*;
     use teamster_storage::model::{Resources, Task, TaskState, Timestamp};
+
+    #[test]
+    fn ready_nodes_are_remembered_only_while_the_nodes_table_is_the_same() {
+        use crate::scheduler::harness::{mock_job, mock_node, Harness};
+        use crate::scheduler::verify::PlanEvaluation;
+        use teamster_storage::fsm::{Command, NodeRegister};
+
+        let mut h = Harness::new();
+        for n in 0..3 {
+            h.register_node(mock_node(n)).unwrap();
+        }
+        let job = mock_job("web", 1);
+        let cache = ReadyNodesCache::default();
+        let base = h.snapshot();
+        assert_eq!(ready_nodes(&base, &job, Some(&cache)).0.len(), 3);
+        // A view with allocations applied shares the nodes table: the cached answer holds.
+        let empty = PlanEvaluation::default().apply_command(h.now);
+        let (view, _) = base.with_applied(Command::ApplyPlanResults(empty));
+        assert!(view.same_nodes(&base));
+        assert_eq!(ready_nodes(&view, &job, Some(&cache)).0.len(), 3);
+        // A new node changes the table: the cache must not answer the old list.
+        let (grown, _) = base.with_applied(Command::NodeRegister(NodeRegister {
+            node: mock_node(7),
+            evals: Vec::new(),
+        }));
+        assert!(!grown.same_nodes(&base));
+        let (nodes, by_dc) = ready_nodes(&grown, &job, Some(&cache));
+        assert_eq!(nodes.len(), 4);
+        assert_eq!(by_dc.get("dc1"), Some(&4));
+        // Another scope on the same table is scanned, not served from the last one.
+        let mut elsewhere = job.clone();
+        elsewhere.datacenters = vec!["dc2".into()];
+        assert!(ready_nodes(&grown, &elsewhere, Some(&cache)).0.is_empty());
+    }
 
     #[test]
     fn name_index_fills_low_and_removes_high() {

@@ -219,6 +219,12 @@ fn print_report(report: &loadgen::Report) {
             report.sim.reports_accepted, report.sim.update_calls
         );
     }
+    if let Some(t) = report.completed_seconds {
+        println!(
+            "every allocation reported complete after {t:.2}s: {:.0} completions/s",
+            report.placed as f64 / t.max(1e-9)
+        );
+    }
     println!(
         "eval latency enqueue → ack ({} acks): p50 {:.0} ms, p95 {:.0} ms, p99 {:.0} ms, max {:.0} ms; create → complete p50 {:.0} ms, p99 {:.0} ms",
         report.evals_acked,

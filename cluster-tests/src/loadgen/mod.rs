@@ -113,6 +113,14 @@ impl Default for LoadConfig {
 }
 
 impl LoadConfig {
+    /// Whether the run follows the allocations to completion: batch and dispatch shapes whose
+    /// nodes run tasks that end within a minute.
+    pub fn waits_for_completion(&self) -> bool {
+        self.run_allocs
+            && matches!(self.shape, Shape::Batch | Shape::Dispatch)
+            && humantime::parse_duration(&self.run_for).is_ok_and(|d| d < Duration::from_secs(60))
+    }
+
     /// Check the configuration makes sense.
     pub fn validate(&self) -> anyhow::Result<()> {
         if self.http.is_empty() || self.rpc.is_empty() {
@@ -151,6 +159,8 @@ pub struct Sample {
     pub placed: u64,
     /// Allocations their nodes reported running (or already finished) so far.
     pub running: u64,
+    /// Allocations their nodes reported complete so far.
+    pub complete: u64,
 }
 
 /// A server process's resource use.
@@ -184,6 +194,9 @@ pub struct Report {
     /// Seconds from the first job registration until every allocation was reported running
     /// (or finished) by its node, when the nodes run their allocations.
     pub running_seconds: Option<f64>,
+    /// Seconds until every allocation was reported complete (batch and dispatch shapes
+    /// whose tasks run for less than a minute).
+    pub completed_seconds: Option<f64>,
     /// Completed evaluations of the run's jobs.
     pub evals_completed: u64,
     /// Evaluations completed per second.
@@ -278,20 +291,21 @@ pub fn dispatch_parent(cfg: &LoadConfig) -> Value {
 
 /// Allocations placed and allocations running (or finished) for the run's jobs, from the
 /// job stubs' summaries, with the index.
-async fn placed(api: &ApiClient, prefix: &str, index: u64) -> anyhow::Result<(u64, u64, u64)> {
+async fn placed(api: &ApiClient, prefix: &str, index: u64) -> anyhow::Result<(u64, u64, u64, u64)> {
     let path = format!("/v1/jobs?prefix={prefix}-&index={index}&wait=5s&stale=true");
     let (stubs, index): (Vec<Value>, u64) = api.get_with_index(&path).await?;
-    let (mut placed, mut running) = (0u64, 0u64);
+    let (mut placed, mut running, mut complete) = (0u64, 0u64, 0u64);
     for s in &stubs {
         if let Some(groups) = s["JobSummary"]["Summary"].as_object() {
             for g in groups.values() {
                 let n = |k: &str| g[k].as_u64().unwrap_or(0);
                 placed += n("Starting") + n("Running") + n("Complete") + n("Failed") + n("Lost");
                 running += n("Running") + n("Complete") + n("Failed");
+                complete += n("Complete");
             }
         }
     }
-    Ok((placed, running, index))
+    Ok((placed, running, complete, index))
 }
 
 /// The scheduler-only ceiling: the same placements computed in-process on a state store
@@ -494,6 +508,9 @@ pub async fn run(
     // asked (at most 250 ms later).
     let (mut index, mut follow) = (0, usize::from(servers.len() > 1));
     let (mut placed_at, mut running_at, mut failover) = (None, None, None);
+    // Short batch tasks finish within the run: follow them to completion too.
+    let wait_complete = cfg.waits_for_completion();
+    let mut completed_at = None;
     let mut phase_end = None;
     tokio::pin!(registrations);
     let mut registered = None;
@@ -505,21 +522,23 @@ pub async fn run(
             }
         }
         let asked = Instant::now();
-        let (n, running, i) = match placed(&servers[follow].api, &cfg.job_prefix, index).await {
-            Ok(v) => v,
-            Err(e) => {
-                tracing::debug!(error = %e, "following placement: moving to another server");
-                follow = (follow + 1) % servers.len();
-                index = 0;
-                tokio::time::sleep(Duration::from_millis(100)).await;
-                continue;
-            }
-        };
+        let (n, running, complete, i) =
+            match placed(&servers[follow].api, &cfg.job_prefix, index).await {
+                Ok(v) => v,
+                Err(e) => {
+                    tracing::debug!(error = %e, "following placement: moving to another server");
+                    follow = (follow + 1) % servers.len();
+                    index = 0;
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                    continue;
+                }
+            };
         index = i;
         samples.push(Sample {
             t: t0.elapsed().as_secs_f64(),
             placed: n,
             running,
+            complete,
         });
         let pause =
             ((asked.elapsed() * 4).min(Duration::from_millis(250))).saturating_sub(asked.elapsed());
@@ -527,10 +546,16 @@ pub async fn run(
             placed_at = Some(t0.elapsed());
             phase_end = Some(read_all(&servers).await);
         }
-        if placed_at.is_some() && (!cfg.run_allocs || running >= want) {
-            if cfg.run_allocs {
-                running_at = Some(t0.elapsed());
-            }
+        if placed_at.is_some() && cfg.run_allocs && running >= want && running_at.is_none() {
+            running_at = Some(t0.elapsed());
+        }
+        if wait_complete && complete >= want && completed_at.is_none() {
+            completed_at = Some(t0.elapsed());
+        }
+        if placed_at.is_some()
+            && (!cfg.run_allocs || running_at.is_some())
+            && (!wait_complete || completed_at.is_some())
+        {
             break;
         }
         if let (Some(frac), None, Some(c)) = (cfg.failover_at, &failover, cluster.as_deref_mut()) {
@@ -678,6 +703,7 @@ pub async fn run(
         placed: placed_n,
         placements_per_second: per_second(placed_n),
         running_seconds: running_at.map(|t| t.as_secs_f64()),
+        completed_seconds: completed_at.map(|t| t.as_secs_f64()),
         evals_completed: completion.len() as u64,
         evals_per_second: per_second(completion.len() as u64),
         eval_latency_ms,

@@ -221,6 +221,7 @@ fn run_case(nodes: &[(u64, u64)], jobs: &[JobSpec], seed: u64) -> Result<usize, 
                 now: HARNESS_EPOCH,
                 rng: &mut rng,
                 settings: SchedulerSettings::default(),
+                ready_nodes: None,
             };
             let outcome = new_scheduler(eval.eval_type, snapshot, &mut planner, env)
                 .and_then(|mut scheduler| scheduler.process(&eval));

@@ -133,7 +133,13 @@ impl PlanApplier {
                 info!(node_id = %r.node_id, eval_id = %pending.plan.eval_id, reason = %r.reason, "plan for node rejected");
             }
             let mut result = evaluation.plan_result();
-            if evaluation.is_no_op() {
+            // The evaluation's final state rides with a plan accepted in full.
+            let eval_update = pending
+                .plan
+                .eval_update
+                .clone()
+                .filter(|_| !evaluation.is_partial());
+            if evaluation.is_no_op() && eval_update.is_none() {
                 if evaluation.is_partial() {
                     result.refresh_index = evaluation.refresh_index_floor.max(seen).max(1);
                 }
@@ -142,8 +148,9 @@ impl PlanApplier {
                 continue;
             }
             let token = overlay.record(&evaluation);
-            let command =
-                Command::ApplyPlanResults(evaluation.apply_command(self.clock.now_unix_nanos()));
+            let mut apply = evaluation.apply_command(self.clock.now_unix_nanos());
+            apply.evals.extend(eval_update);
+            let command = Command::ApplyPlanResults(apply);
             let allocs = evaluation.accepted_allocs() as u64;
             let partial = evaluation.is_partial();
             let floor = evaluation.refresh_index_floor;

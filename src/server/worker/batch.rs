@@ -7,8 +7,10 @@
 //!  one scheduler thread: speculate(eval 1..n) on a private view, each eval planning on the
 //!      view with the plans of those before it applied (Snapshot::with_applied), through a
 //!      planner that records instead of calling the leader
-//!  then, for every eval at once:  Plan.Submit ─▶ Eval.Update ─▶ Eval.Ack
-//!      (concurrent plans share the plan applier's pipeline and raft entries)
+//!  then, for every eval at once:  Plan.Submit (carrying the eval's final state) ─▶ Eval.Ack
+//!      (concurrent plans share the plan applier's pipeline and raft entries; the applier
+//!      writes the eval's state in its plan's entry when it accepts every node; an eval
+//!      without a plan is written by Eval.Update)
 //!  the rest, one at a time, on the ordinary path:
 //!      evals that created or reblocked evaluations, planned twice or failed (speculation
 //!      keeps nothing of them), and evals whose real plan came back partial or failed (they
@@ -34,7 +36,7 @@ use super::runner::Runner;
 use super::{Backoff, SchedulerFactory, WorkerError, WorkloadStatus};
 use crate::rpc::DequeuedEval;
 use crate::scheduler::verify::PlanEvaluation;
-use crate::scheduler::{Planner, SchedulerEnv, SchedulerError, SchedulerSettings};
+use crate::scheduler::{Planner, ReadyNodesCache, SchedulerEnv, SchedulerError, SchedulerSettings};
 
 /// What scheduling one evaluation on the shared view produced.
 #[derive(Debug, Clone, PartialEq)]
@@ -116,6 +118,8 @@ pub(super) fn speculate(
     rng: &mut dyn rand::RngCore,
 ) -> Vec<Speculation> {
     let mut view = snapshot;
+    // The plans leave the nodes table alone, so every view shares the snapshot's ready nodes.
+    let cache = ReadyNodesCache::default();
     evals
         .iter()
         .map(|eval| {
@@ -127,6 +131,7 @@ pub(super) fn speculate(
                 now,
                 rng: &mut *rng,
                 settings: settings.clone(),
+                ready_nodes: Some(&cache),
             };
             let outcome = factory.process(eval, view.clone(), &mut recorder, env);
             let Recorder {
@@ -305,8 +310,9 @@ impl Runner {
             .map_err(|_| WorkerError::Thread("the scheduler panicked".into()))
     }
 
-    /// Submits one speculated evaluation's plan, writes its update and acks it; on a
-    /// partial or failed commit it is left to be scheduled again.
+    /// Submits one speculated evaluation's plan with its final state (or writes the state
+    /// alone when it has no plan) and acks it; on a partial or failed commit it is left to
+    /// be scheduled again.
     async fn commit(
         &self,
         d: &DequeuedEval,
@@ -318,10 +324,14 @@ impl Runner {
             self.ctx.config.plan_backoff_base,
             self.ctx.config.plan_backoff_limit,
         );
+        update.snapshot_index = base_index;
+        update.modify_time = self.ctx.clock.now_unix_nanos();
         let mut seen = 0;
         if let Some(mut plan) = plan {
             plan.eval_token = d.token.clone();
             plan.snapshot_index = base_index;
+            // Written with the plan's commit when every node is accepted.
+            plan.eval_update = Some(update);
             let started = Instant::now();
             let backend = self.ctx.backend.clone();
             let r = self
@@ -346,19 +356,18 @@ impl Runner {
                     return Committed::Again(0);
                 }
             }
-        }
-        update.snapshot_index = base_index;
-        update.modify_time = self.ctx.clock.now_unix_nanos();
-        let backend = self.ctx.backend.clone();
-        let token = d.token.clone();
-        if let Err(e) = self
-            .retry("update eval", &mut backoff, || {
-                backend.update_eval(update.clone(), token.clone())
-            })
-            .await
-        {
-            debug!(error = %e, "updating a batched evaluation failed; scheduling it again");
-            return Committed::Again(seen);
+        } else {
+            let backend = self.ctx.backend.clone();
+            let token = d.token.clone();
+            if let Err(e) = self
+                .retry("update eval", &mut backoff, || {
+                    backend.update_eval(update.clone(), token.clone())
+                })
+                .await
+            {
+                debug!(error = %e, "updating a batched evaluation failed; scheduling it again");
+                return Committed::Again(0);
+            }
         }
         metrics::counter!("teamster_worker_evals_scheduled_total").increment(1);
         self.ack(d.eval.id.clone(), d.token.clone()).await;

@@ -52,6 +52,7 @@ impl Runner {
                     now,
                     rng: &mut rng,
                     settings,
+                    ready_nodes: None,
                 };
                 let r = factory.process(&thread_eval, snapshot, &mut planner, env);
                 let _ = done_tx.send(r);

@@ -142,6 +142,12 @@ impl WorkerBackend for FakeLeader {
             let _ = self
                 .events
                 .send(Event::Plan(plan.eval_token.clone(), plan.snapshot_index));
+            // Accepted in full: the evaluation's state is written with the plan.
+            if let Some(eval) = &plan.eval_update {
+                let _ = self
+                    .events
+                    .send(Event::Update(format!("{}:{}", eval.id, plan.eval_token)));
+            }
             Ok(PlanResult::default())
         })
     }

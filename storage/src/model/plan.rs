@@ -50,6 +50,10 @@ pub struct Plan {
     /// The state index the scheduler planned against.
     #[serde(deserialize_with = "de::nullable")]
     pub snapshot_index: u64,
+    /// The evaluation's final state, written in the same raft entry as the plan when the
+    /// applier accepts every node (a result without `RefreshIndex`), instead of by a later
+    /// `Eval.Update`; not written when some node is refused. A worker's batch sets it.
+    pub eval_update: Option<Evaluation>,
 }
 
 impl Plan {

@@ -193,6 +193,12 @@ impl Snapshot {
         self.tables.nodes.values()
     }
 
+    /// Whether `other` holds this very nodes table (O(1)): views made from one snapshot by
+    /// [`Snapshot::with_applied`] share it until a command changes a node.
+    pub fn same_nodes(&self, other: &Snapshot) -> bool {
+        self.tables.nodes.ptr_eq(&other.tables.nodes)
+    }
+
     /// Nodes whose ID starts with `prefix`, ordered by ID.
     pub fn nodes_by_prefix<'a>(
         &'a self,
