@@ -26,6 +26,14 @@ def wait_until(what, check, timeout=30.0):
         time.sleep(0.2)
 
 
+def evaluation_or_none(n, eval_id):
+    """The evaluation, or None while the server asked has not applied it yet."""
+    try:
+        return n.evaluation.get_evaluation(eval_id)
+    except exceptions.URLNotFoundNomadException:
+        return None
+
+
 def main():
     host, port, job_id = sys.argv[1], int(sys.argv[2]), sys.argv[3]
     n = nomad.Nomad(host=host, port=port, timeout=10)
@@ -365,6 +373,28 @@ def main():
     assert all(e["Topic"] == "Job" for e in seen), seen
     stream_exit.set()
     n.job.deregister_job(ev_id, purge=True)
+
+    # Stop one allocation: it is marked to migrate, an alloc-stop evaluation stops it and
+    # places a replacement.
+    victim = [a for a in n.job.get_allocations(job_id) if a["DesiredStatus"] == "run"][0]
+    resp = n.allocation.stop_allocation(victim["ID"])
+    assert resp["EvalID"] and resp["Index"] > 0, resp
+    stop_eval = wait_until(
+        "the alloc-stop evaluation", lambda: evaluation_or_none(n, resp["EvalID"])
+    )
+    assert stop_eval["TriggeredBy"] == "alloc-stop", stop_eval
+    stopped = wait_until(
+        "the stopped allocation replaced",
+        lambda: (lambda a: a if a["DesiredStatus"] == "stop" and a["NextAllocation"] else None)(
+            n.allocation.get_allocation(victim["ID"])
+        ),
+    )
+    assert stopped["DesiredTransition"]["Migrate"] is True, stopped
+    try:
+        n.allocation.stop_allocation("00000000-0000-0000-0000-000000000000")
+        raise AssertionError("stopping an unknown allocation must raise URLNotFoundNomadException")
+    except exceptions.URLNotFoundNomadException:
+        pass
 
     # Deregister (the job stays, stopped); once its allocations are terminal, a forced
     # garbage collection removes it.

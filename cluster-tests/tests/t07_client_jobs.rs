@@ -2,7 +2,8 @@
 //! `teamster agent --dev` runs a raw_exec batch job to completion and `alloc logs` shows its
 //! output; a SIGKILLed client's service allocation is replaced on another node and, when
 //! the client returns, the old one is stopped rather than duplicated; a failing task is
-//! restarted per its RestartPolicy, then rescheduled per its ReschedulePolicy.
+//! restarted per its RestartPolicy, then rescheduled per its ReschedulePolicy; an operator
+//! stops an allocation (`alloc stop`) and the scheduler replaces it.
 
 use std::process::{Command, Stdio};
 use std::time::Duration;
@@ -50,11 +51,55 @@ async fn job_allocs(api: &ApiClient, job: &str) -> Vec<Value> {
 
 /// The same loopback block trick as the process cluster, for a lone dev agent.
 fn dev_ip() -> String {
+    dev_ip_at(9)
+}
+
+/// The dev agents' loopback block, at `host`.
+fn dev_ip_at(host: u8) -> String {
     let pid = std::process::id();
-    format!("127.{}.{}.9", 10 + (pid % 200), 251 - (pid / 200 % 5))
+    format!("127.{}.{}.{host}", 10 + (pid % 200), 251 - (pid / 200 % 5))
 }
 
 struct Killed(std::process::Child);
+
+/// A `teamster agent --dev` on `ip` (its log in `log`), once its node is ready.
+async fn dev_agent(ip: &str, log: &tempfile::NamedTempFile) -> anyhow::Result<(Killed, ApiClient)> {
+    let agent = Killed(
+        Command::new(teamster_bin())
+            .args(["agent", "--dev", "--bind", ip])
+            .stdin(Stdio::null())
+            .stdout(log.reopen()?)
+            .stderr(log.reopen()?)
+            .spawn()?,
+    );
+    let api = ApiClient::new(&format!("http://{ip}:4646"));
+    wait_for(Duration::from_secs(30), "the dev node ready", || async {
+        let nodes: Vec<Value> = api.get("/v1/nodes").await.ok()?;
+        nodes.iter().any(|n| n["Status"] == "ready").then_some(())
+    })
+    .await
+    .map_err(|e| {
+        anyhow::anyhow!(
+            "{e}\n{}",
+            std::fs::read_to_string(log.path()).unwrap_or_default()
+        )
+    })?;
+    Ok((agent, api))
+}
+
+/// The allocation `id` once `check` holds for it.
+async fn wait_alloc(
+    api: &ApiClient,
+    id: &str,
+    what: &str,
+    check: impl Fn(&Value) -> bool,
+) -> anyhow::Result<Value> {
+    wait_for(Duration::from_secs(30), what, || async {
+        let a: Value = api.get(&format!("/v1/allocation/{id}")).await.ok()?;
+        check(&a).then_some(a)
+    })
+    .await
+}
 
 impl Drop for Killed {
     fn drop(&mut self) {
@@ -463,5 +508,90 @@ async fn a_failing_task_is_restarted_then_rescheduled() -> anyhow::Result<()> {
             && shown.contains("Not Restarting"),
         "{shown}"
     );
+    Ok(())
+}
+
+#[tokio::test]
+async fn dev_agent_alloc_stop_replaces_the_allocation() -> anyhow::Result<()> {
+    teamster_cluster_tests::init_test_tracing();
+    // Not dev_ip(): the other dev-agent test of this binary runs at the same time.
+    let ip = dev_ip_at(8);
+    let log = tempfile::NamedTempFile::new()?;
+    let (_agent, api) = dev_agent(&ip, &log).await?;
+    let addr = format!("http://{ip}:4646");
+    register(
+        &api,
+        raw_exec_job("sleeper", "service", "sleep 600", json!({})),
+    )
+    .await?;
+    let first = wait_for(Duration::from_secs(30), "the sleeper running", || {
+        let api = api.clone();
+        async move {
+            let a = job_allocs(&api, "sleeper").await.into_iter().next()?;
+            (a["ClientStatus"] == "running").then_some(a)
+        }
+    })
+    .await?;
+    let first_id = first["ID"].as_str().expect("alloc id").to_string();
+
+    // `alloc stop` follows the alloc-stop evaluation to its end.
+    let out = Command::new(teamster_bin())
+        .args(["alloc", "stop", "-address", &addr, &first_id[..8]])
+        .output()?;
+    let shown = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{shown}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        shown.contains("==> Monitoring evaluation") && shown.contains("\"complete\""),
+        "{shown}"
+    );
+    let stopped = wait_alloc(&api, &first_id, "the first allocation stopped", |a| {
+        a["DesiredStatus"] == "stop" && a["ClientStatus"] == "complete"
+    })
+    .await?;
+    assert_eq!(stopped["DesiredTransition"]["Migrate"], true, "{stopped}");
+    assert_eq!(stopped["DesiredDescription"], "alloc is being migrated");
+    let next = stopped["NextAllocation"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
+    assert!(!next.is_empty(), "a replacement: {stopped}");
+    let replacement = wait_alloc(&api, &next, "the replacement running", |a| {
+        a["ClientStatus"] == "running"
+    })
+    .await?;
+    assert_eq!(replacement["PreviousAllocation"], first_id.as_str());
+    assert_eq!(replacement["Name"], stopped["Name"]);
+
+    // `-detach` prints the evaluation and returns; the evaluation says why it was made.
+    let out = Command::new(teamster_bin())
+        .args(["alloc", "stop", "-detach", "-address", &addr, &next])
+        .output()?;
+    let eval_id = String::from_utf8_lossy(&out.stdout).trim().to_string();
+    assert_eq!(eval_id.len(), 36, "{eval_id:?}");
+    let eval: Value = api.get(&format!("/v1/evaluation/{eval_id}")).await?;
+    assert_eq!(eval["TriggeredBy"], "alloc-stop");
+    assert_eq!(eval["JobID"], "sleeper");
+    wait_alloc(&api, &next, "the second allocation stopped", |a| {
+        a["DesiredStatus"] == "stop" && !a["NextAllocation"].as_str().unwrap_or("").is_empty()
+    })
+    .await?;
+
+    // An unknown allocation: the API answers 404, the CLI names it and exits 1.
+    let resp = reqwest::Client::new()
+        .post(format!("{addr}/v1/allocation/{}/stop", "0".repeat(36)))
+        .send()
+        .await?;
+    assert_eq!(resp.status(), reqwest::StatusCode::NOT_FOUND);
+    let out = Command::new(teamster_bin())
+        .args(["alloc", "stop", "-address", &addr, "ffffffff"])
+        .output()?;
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("ffffffff"));
+    api.request::<(), Value>(reqwest::Method::DELETE, "/v1/job/sleeper?purge=true", None)
+        .await?;
     Ok(())
 }

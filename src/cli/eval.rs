@@ -1,4 +1,7 @@
-//! `teamster eval list` and `teamster eval status ID`; `teamster alloc status ID`.
+//! `teamster eval list` and `teamster eval status ID`; `teamster alloc status ID` and the
+//! dispatch of the other `alloc` commands (`alloc_logs`, `alloc_ops`).
+
+use std::process::ExitCode;
 
 use anyhow::{bail, Context};
 use clap::{Args, Subcommand};
@@ -23,6 +26,8 @@ pub enum AllocCommand {
     Status(IdArgs),
     /// Print a task's log (stdout, or stderr with `--stderr`).
     Logs(super::alloc_logs::LogsArgs),
+    /// Stop an allocation and place a replacement; follows the evaluation unless `-detach`.
+    Stop(super::alloc_ops::StopArgs),
 }
 
 /// `eval list`.
@@ -55,12 +60,15 @@ pub async fn run_eval(cmd: EvalCommand) -> anyhow::Result<()> {
     }
 }
 
-/// Run an `alloc` command.
-pub async fn run_alloc(cmd: AllocCommand) -> anyhow::Result<()> {
-    match cmd {
+/// Run an `alloc` command; the exit code is 0, 1 (an error) or 2 (`alloc stop` whose
+/// replacement could not be placed).
+pub async fn run_alloc(cmd: AllocCommand) -> anyhow::Result<ExitCode> {
+    let done = match cmd {
         AllocCommand::Status(args) => alloc_status(args).await,
         AllocCommand::Logs(args) => super::alloc_logs::logs(args).await,
-    }
+        AllocCommand::Stop(args) => return super::alloc_ops::stop(args).await,
+    };
+    done.map(|()| ExitCode::SUCCESS)
 }
 
 async fn eval_list(args: EvalListArgs) -> anyhow::Result<()> {

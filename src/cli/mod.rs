@@ -9,6 +9,7 @@
 
 mod agent;
 mod alloc_logs;
+mod alloc_ops;
 mod eval;
 mod job;
 mod job_dispatch;
@@ -59,7 +60,7 @@ enum Command {
     /// Evaluations: list, status.
     #[command(subcommand)]
     Eval(eval::EvalCommand),
-    /// Allocations: status, task logs.
+    /// Allocations: status, task logs, stop.
     #[command(subcommand)]
     Alloc(eval::AllocCommand),
     /// The cluster's housekeeping: garbage collection.
@@ -148,7 +149,7 @@ pub fn main() -> ExitCode {
         Command::Operator(cmd) => run_api(|| operator::run(cmd)),
         Command::Status(args) => run_api_code(|| status::run(args)),
         Command::Eval(cmd) => run_api(|| eval::run_eval(cmd)),
-        Command::Alloc(cmd) => run_api(|| eval::run_alloc(cmd)),
+        Command::Alloc(cmd) => run_api_code(|| eval::run_alloc(cmd)),
         Command::Node(cmd) => run_api(|| node::run(cmd)),
         Command::System(cmd) => run_api(|| system::run(cmd)),
     }

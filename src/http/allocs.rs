@@ -1,5 +1,7 @@
 //! Allocations: `GET /v1/allocations` (`?prefix=`), `GET /v1/allocation/:id` (with the
-//! embedded job, as Nomad answers), `GET /v1/job/:id/allocations`.
+//! embedded job, as Nomad answers), `GET /v1/job/:id/allocations`, and
+//! `POST|PUT /v1/allocation/:id/stop` (`Alloc.Stop`: the allocation is stopped and replaced;
+//! answers `{EvalID, Index}`).
 
 use std::collections::HashMap;
 
@@ -21,6 +23,10 @@ pub fn routes() -> Router<HttpContext> {
     Router::new()
         .route("/v1/allocations", get(list))
         .route("/v1/allocation/{id}", get(get_one))
+        .route(
+            "/v1/allocation/{id}/stop",
+            axum::routing::post(stop).put(stop),
+        )
         .route("/v1/job/{id}/allocations", get(job_allocations))
 }
 
@@ -118,4 +124,21 @@ pub async fn job_allocations(
         snap.allocs_by_job(&opts.namespace, &id).map(|a| a.as_ref()),
     );
     Ok(json_read(stubs, meta))
+}
+
+/// `POST|PUT /v1/allocation/:id/stop` (the full ID, as Nomad): marks the allocation to
+/// migrate with an `alloc-stop` evaluation, which stops it and places a replacement.
+pub async fn stop(
+    State(ctx): State<HttpContext>,
+    Path(id): Path<String>,
+) -> Result<Response, ApiError> {
+    use crate::rpc::Services;
+    let done = ctx
+        .endpoints()?
+        .alloc_stop(crate::rpc::service::alloc::AllocStopRequest { alloc_id: id })
+        .await?;
+    Ok(super::read::json_write(
+        json!({ "EvalID": done.eval_id, "Index": done.index }),
+        done.index,
+    ))
 }

@@ -1,8 +1,8 @@
 //! The service calls: every request a server's service layer (`server::endpoints`) accepts —
-//! `Job.*`, `Node.*`, `Eval.*`, `Plan.Submit`, `Operator.*` — typed, with typed answers and a
-//! typed [`ServiceError`]. The HTTP API, the scheduler workers and client agents all speak
-//! them; a follower forwards the *request* to the leader unchanged and hands the leader's
-//! answer (or error) back unchanged.
+//! `Job.*`, `Node.*`, `Eval.*`, `Alloc.*`, `Plan.Submit`, `Operator.*` — typed, with typed
+//! answers and a typed [`ServiceError`]. The HTTP API, the scheduler workers and client
+//! agents all speak them; a follower forwards the *request* to the leader unchanged and hands
+//! the leader's answer (or error) back unchanged.
 //!
 //! Everything the code needs to know about a call is in ONE table, the `service_calls!`
 //! invocation below: its variant, payload, answer, Nomad-style name, where it is served
@@ -19,6 +19,7 @@
 //!
 //! May import: `rpc` (the transport), `util`, the storage crate's model.
 
+pub mod alloc;
 pub mod error;
 pub mod eval;
 pub mod job;
@@ -32,6 +33,7 @@ use futures::future::BoxFuture;
 use serde::{Deserialize, Serialize};
 use teamster_storage::model::{Plan, PlanResult};
 
+use alloc::{AllocStopRequest, AllocStopResponse};
 pub use error::ServiceError;
 use eval::{DequeuedEval, EvalAckRequest, EvalDequeueRequest, EvalReapRequest, EvalWriteRequest};
 use job::{
@@ -319,6 +321,10 @@ service_calls! {
     SystemGc(SystemGcRequest) -> SystemGcResponse {
         name: "System.GarbageCollect", route: Leader, timeout: |_| WRITE_TIMEOUT,
         helper: system_gc,
+    }
+    /// Stop an allocation and place a replacement: marks it to migrate, with an evaluation.
+    AllocStop(AllocStopRequest) -> AllocStopResponse {
+        name: "Alloc.Stop", route: Leader, timeout: |_| WRITE_TIMEOUT, helper: alloc_stop,
     }
 }
 

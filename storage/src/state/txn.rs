@@ -21,9 +21,9 @@ use std::sync::Arc;
 
 use crate::fsm::ApplyError;
 use crate::model::{
-    AllocId, AllocStop, Allocation, ClientStatus, ClusterMeta, DesiredStatus, DrainStrategy,
-    EvalId, EvalStatus, Evaluation, Job, JobId, JobStatus, JobSummary, JobType, Namespace, Node,
-    NodeId, NodeStatus, PeriodicLaunch, ScalingEvent, SchedulerConfiguration,
+    AllocId, AllocStop, Allocation, ClientStatus, ClusterMeta, DesiredStatus, DesiredTransition,
+    DrainStrategy, EvalId, EvalStatus, Evaluation, Job, JobId, JobStatus, JobSummary, JobType,
+    Namespace, Node, NodeId, NodeStatus, PeriodicLaunch, ScalingEvent, SchedulerConfiguration,
     SchedulingEligibility, TaskGroupSummary, TaskState, MAX_SCALING_EVENTS,
 };
 use crate::state::events::{NodeCondition, StateChange};
@@ -906,6 +906,27 @@ impl WriteTxn {
         self.status_jobs
             .entry((alloc.namespace.clone(), alloc.job_id.clone()))
             .or_insert(false);
+        self.put_alloc(alloc, Some(&existing));
+        Ok(())
+    }
+
+    /// Nomad's `nestedUpdateAllocDesiredTransition`: `transition` merged into the
+    /// allocation's, a server-side change (both modify indexes move). Nothing else changes:
+    /// the evaluation created with it makes the scheduler act on it.
+    pub fn update_alloc_desired_transition(
+        &mut self,
+        id: &AllocId,
+        transition: &DesiredTransition,
+    ) -> Result<(), ApplyError> {
+        let Some(existing) = self.t.allocs.get(id.as_str()).cloned() else {
+            return Err(ApplyError::AllocNotFound {
+                alloc_id: id.to_string(),
+            });
+        };
+        let mut alloc = (*existing).clone();
+        alloc.desired_transition.merge(transition);
+        alloc.modify_index = self.index;
+        alloc.alloc_modify_index = self.index;
         self.put_alloc(alloc, Some(&existing));
         Ok(())
     }
