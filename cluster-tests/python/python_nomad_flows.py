@@ -374,6 +374,39 @@ def main():
     stream_exit.set()
     n.job.deregister_job(ev_id, purge=True)
 
+    # Restart and signal a running allocation's task in place (a server forwards to the
+    # client that runs it): Restarts counts the restart, each signal is a Signaling event.
+    def running_alloc():
+        for a in n.job.get_allocations(job_id):
+            if a["DesiredStatus"] == "run" and a["ClientStatus"] == "running":
+                return a
+        return None
+
+    def task_state(alloc_id):
+        return n.allocation.get_allocation(alloc_id)["TaskStates"]["t"]
+
+    target = wait_until("a running allocation", running_alloc)["ID"]
+    restarts = task_state(target)["Restarts"]
+    assert isinstance(n.client.allocation.restart_allocation(target), dict)
+    wait_until(
+        "the task restarted in place",
+        lambda: (lambda s: s["Restarts"] == restarts + 1 and s["State"] == "running")(
+            task_state(target)
+        ),
+    )
+    assert isinstance(n.client.allocation.signal_allocation(target, "SIGUSR1"), dict)
+    n.client.allocation.signal_allocation(target, "SIGHUP", task="t")
+    wait_until(
+        "two Signaling events",
+        lambda: sum(e["Type"] == "Signaling" for e in task_state(target)["Events"]) >= 2,
+    )
+    for bad, args in (("SIGNOPE", ("SIGNOPE",)), ("nope", ("SIGHUP", "nope"))):
+        try:
+            n.client.allocation.signal_allocation(target, *args)
+            raise AssertionError("a bad signal request must be refused: %r" % (args,))
+        except exceptions.BadRequestNomadException as e:
+            assert bad in e.nomad_resp.text, e.nomad_resp.text
+
     # Stop one allocation: it is marked to migrate, an alloc-stop evaluation stops it and
     # places a replacement.
     victim = [a for a in n.job.get_allocations(job_id) if a["DesiredStatus"] == "run"][0]

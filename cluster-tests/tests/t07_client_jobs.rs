@@ -3,7 +3,8 @@
 //! output; a SIGKILLed client's service allocation is replaced on another node and, when
 //! the client returns, the old one is stopped rather than duplicated; a failing task is
 //! restarted per its RestartPolicy, then rescheduled per its ReschedulePolicy; an operator
-//! stops an allocation (`alloc stop`) and the scheduler replaces it.
+//! stops an allocation (`alloc stop`) and the scheduler replaces it, restarts its task in
+//! place (`alloc restart`) and sends it a signal (`alloc signal`).
 
 use std::process::{Command, Stdio};
 use std::time::Duration;
@@ -592,6 +593,170 @@ async fn dev_agent_alloc_stop_replaces_the_allocation() -> anyhow::Result<()> {
     assert_eq!(out.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&out.stderr).contains("ffffffff"));
     api.request::<(), Value>(reqwest::Method::DELETE, "/v1/job/sleeper?purge=true", None)
+        .await?;
+    Ok(())
+}
+
+/// A task's stdout as the agent serves it.
+async fn stdout_of(addr: &str, alloc_id: &str) -> String {
+    let url = format!("{addr}/v1/client/fs/logs/{alloc_id}?task=t&type=stdout&plain=true");
+    match reqwest::get(url).await {
+        Ok(r) => r.text().await.unwrap_or_default(),
+        Err(_) => String::new(),
+    }
+}
+
+#[tokio::test]
+async fn dev_agent_alloc_restart_and_signal_reach_the_task_in_place() -> anyhow::Result<()> {
+    teamster_cluster_tests::init_test_tracing();
+    let ip = dev_ip_at(7);
+    let log = tempfile::NamedTempFile::new()?;
+    let (_agent, api) = dev_agent(&ip, &log).await?;
+    let addr = format!("http://{ip}:4646");
+    // No restart allowed by the policy: an operator's restart must not be held against it.
+    register(
+        &api,
+        raw_exec_job(
+            "ops",
+            "service",
+            "echo start; trap 'echo got usr1' USR1; while :; do sleep 0.1; done",
+            json!({"RestartPolicy": {"Attempts": 0, "Interval": 60_000_000_000u64, "Delay": 1_000_000_000u64, "Mode": "fail"}}),
+        ),
+    )
+    .await?;
+    let alloc = wait_for(Duration::from_secs(30), "the ops task started", || {
+        let api = api.clone();
+        let addr = addr.clone();
+        async move {
+            let a = job_allocs(&api, "ops").await.into_iter().next()?;
+            let id = a["ID"].as_str()?.to_string();
+            (a["ClientStatus"] == "running" && stdout_of(&addr, &id).await == "start\n")
+                .then_some(a)
+        }
+    })
+    .await?;
+    let id = alloc["ID"].as_str().expect("alloc id").to_string();
+
+    // `alloc signal -s SIGUSR1`: the task's trap runs; the event says which signal.
+    let out = Command::new(teamster_bin())
+        .args([
+            "alloc",
+            "signal",
+            "-address",
+            &addr,
+            "-s",
+            "SIGUSR1",
+            &id[..8],
+            "t",
+        ])
+        .output()?;
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    wait_for(Duration::from_secs(10), "the trap's output", || async {
+        stdout_of(&addr, &id)
+            .await
+            .contains("got usr1")
+            .then_some(())
+    })
+    .await?;
+    let signaled = wait_alloc(&api, &id, "the Signaling event reported", |a| {
+        a["TaskStates"]["t"]["Events"]
+            .as_array()
+            .is_some_and(|e| e.iter().any(|e| e["Type"] == "Signaling"))
+    })
+    .await?;
+    assert_eq!(signaled["ClientStatus"], "running");
+
+    // An unknown signal or task is a 400 naming it; an unknown allocation a 404.
+    let post = |path: String, body: Value| {
+        let url = format!("{addr}{path}");
+        async move {
+            let r = reqwest::Client::new().post(url).json(&body).send().await?;
+            anyhow::Ok((r.status(), r.text().await?))
+        }
+    };
+    let (status, text) = post(
+        format!("/v1/client/allocation/{id}/signal"),
+        json!({"Signal": "SIGNOPE"}),
+    )
+    .await?;
+    assert_eq!(status, reqwest::StatusCode::BAD_REQUEST);
+    assert!(text.contains("SIGNOPE"), "{text}");
+    let (status, text) = post(
+        format!("/v1/client/allocation/{id}/restart"),
+        json!({"TaskName": "nope"}),
+    )
+    .await?;
+    assert_eq!(status, reqwest::StatusCode::BAD_REQUEST);
+    assert!(text.contains("nope"), "{text}");
+    let (status, _) = post(
+        format!("/v1/client/allocation/{}/restart", "0".repeat(36)),
+        json!({}),
+    )
+    .await?;
+    assert_eq!(status, reqwest::StatusCode::NOT_FOUND);
+    let out = Command::new(teamster_bin())
+        .args(["alloc", "signal", "-address", &addr, "-s", "SIGNOPE", &id])
+        .output()?;
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("SIGNOPE"));
+
+    // `alloc restart`: the same allocation, its task started again, counted in Restarts but
+    // not against the policy (which allows none).
+    let out = Command::new(teamster_bin())
+        .args(["alloc", "restart", "-address", &addr, &id[..8]])
+        .output()?;
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let restarted = wait_alloc(&api, &id, "the task restarted", |a| {
+        a["TaskStates"]["t"]["Restarts"] == 1 && a["TaskStates"]["t"]["State"] == "running"
+    })
+    .await?;
+    assert_eq!(restarted["ClientStatus"], "running");
+    assert_eq!(restarted["TaskStates"]["t"]["Failed"], false);
+    let types: Vec<String> = restarted["TaskStates"]["t"]["Events"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|e| e["Type"].as_str().map(str::to_string))
+        .collect();
+    let from = types
+        .iter()
+        .position(|t| t == "Restart Signaled")
+        .unwrap_or_else(|| panic!("{types:?}"));
+    assert_eq!(
+        types[from..from + 3],
+        ["Restart Signaled", "Terminated", "Restarting"],
+        "{types:?}"
+    );
+    wait_for(
+        Duration::from_secs(10),
+        "the second start's output",
+        || async { (stdout_of(&addr, &id).await.matches("start").count() == 2).then_some(()) },
+    )
+    .await?;
+    let allocs = job_allocs(&api, "ops").await;
+    assert_eq!(allocs.len(), 1, "restarted in place: {allocs:?}");
+    // A task name with -all-tasks is a usage error.
+    let out = Command::new(teamster_bin())
+        .args([
+            "alloc",
+            "restart",
+            "-address",
+            &addr,
+            "-all-tasks",
+            &id,
+            "t",
+        ])
+        .output()?;
+    assert_eq!(out.status.code(), Some(2));
+    api.request::<(), Value>(reqwest::Method::DELETE, "/v1/job/ops?purge=true", None)
         .await?;
     Ok(())
 }

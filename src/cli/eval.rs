@@ -28,6 +28,10 @@ pub enum AllocCommand {
     Logs(super::alloc_logs::LogsArgs),
     /// Stop an allocation and place a replacement; follows the evaluation unless `-detach`.
     Stop(super::alloc_ops::StopArgs),
+    /// Restart an allocation's tasks in place (every running one unless a task is named).
+    Restart(super::alloc_ops::RestartArgs),
+    /// Send a signal to an allocation's tasks (SIGKILL unless `-s` names one).
+    Signal(super::alloc_ops::SignalArgs),
 }
 
 /// `eval list`.
@@ -67,6 +71,8 @@ pub async fn run_alloc(cmd: AllocCommand) -> anyhow::Result<ExitCode> {
         AllocCommand::Status(args) => alloc_status(args).await,
         AllocCommand::Logs(args) => super::alloc_logs::logs(args).await,
         AllocCommand::Stop(args) => return super::alloc_ops::stop(args).await,
+        AllocCommand::Restart(args) => return super::alloc_ops::restart(args).await,
+        AllocCommand::Signal(args) => return super::alloc_ops::signal(args).await,
     };
     done.map(|()| ExitCode::SUCCESS)
 }

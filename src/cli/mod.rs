@@ -60,7 +60,7 @@ enum Command {
     /// Evaluations: list, status.
     #[command(subcommand)]
     Eval(eval::EvalCommand),
-    /// Allocations: status, task logs, stop.
+    /// Allocations: status, task logs, stop, restart, signal.
     #[command(subcommand)]
     Alloc(eval::AllocCommand),
     /// The cluster's housekeeping: garbage collection.
