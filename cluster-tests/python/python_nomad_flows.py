@@ -407,6 +407,20 @@ def main():
         except exceptions.BadRequestNomadException as e:
             assert bad in e.nomad_resp.text, e.nomad_resp.text
 
+    # Resource usage of the allocation (a mock task has no process: zero, nothing measured)
+    # and of its node, which a server-only agent needs named.
+    usage = n.client.allocation.read_allocation_stats(target)
+    assert usage["Tasks"]["t"]["ResourceUsage"]["MemoryStats"]["RSS"] == 0, usage
+    assert "CpuStats" in usage["ResourceUsage"] and usage["Timestamp"] > 0, usage
+    node_id = n.allocation.get_allocation(target)["NodeID"]
+    host = n.client.stats.read_stats(node_id=node_id)
+    assert host["Memory"]["Total"] > 0 and host["CPU"] and host["Uptime"] > 0, host
+    try:
+        n.client.stats.read_stats()
+        raise AssertionError("a server-only agent must be told which node")
+    except exceptions.BadRequestNomadException as e:
+        assert "node_id" in e.nomad_resp.text, e.nomad_resp.text
+
     # Stop one allocation: it is marked to migrate, an alloc-stop evaluation stops it and
     # places a replacement.
     victim = [a for a in n.job.get_allocations(job_id) if a["DesiredStatus"] == "run"][0]

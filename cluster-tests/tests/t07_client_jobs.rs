@@ -4,7 +4,8 @@
 //! the client returns, the old one is stopped rather than duplicated; a failing task is
 //! restarted per its RestartPolicy, then rescheduled per its ReschedulePolicy; an operator
 //! stops an allocation (`alloc stop`) and the scheduler replaces it, restarts its task in
-//! place (`alloc restart`) and sends it a signal (`alloc signal`).
+//! place (`alloc restart`), sends it a signal (`alloc signal`) and reads its and the host's
+//! resource usage.
 
 use std::process::{Command, Stdio};
 use std::time::Duration;
@@ -607,7 +608,7 @@ async fn stdout_of(addr: &str, alloc_id: &str) -> String {
 }
 
 #[tokio::test]
-async fn dev_agent_alloc_restart_and_signal_reach_the_task_in_place() -> anyhow::Result<()> {
+async fn dev_agent_alloc_restart_signal_and_stats_reach_the_task_in_place() -> anyhow::Result<()> {
     teamster_cluster_tests::init_test_tracing();
     let ip = dev_ip_at(7);
     let log = tempfile::NamedTempFile::new()?;
@@ -743,6 +744,41 @@ async fn dev_agent_alloc_restart_and_signal_reach_the_task_in_place() -> anyhow:
     .await?;
     let allocs = job_allocs(&api, "ops").await;
     assert_eq!(allocs.len(), 1, "restarted in place: {allocs:?}");
+    // Its usage, read from /proc for the task's process group, and the host's.
+    let usage: Value = api
+        .get(&format!("/v1/client/allocation/{id}/stats"))
+        .await?;
+    let task = &usage["Tasks"]["t"];
+    assert!(
+        task["ResourceUsage"]["MemoryStats"]["RSS"].as_u64() > Some(0),
+        "{usage}"
+    );
+    assert_eq!(
+        task["ResourceUsage"]["CpuStats"]["Measured"],
+        json!(["System Mode", "User Mode", "Percent"])
+    );
+    assert!(task["ResourceUsage"]["CpuStats"]["Percent"].as_f64() >= Some(0.0));
+    assert!(
+        !task["Pids"].as_object().is_none_or(|p| p.is_empty()),
+        "{usage}"
+    );
+    assert!(usage["Timestamp"].as_i64() > Some(0));
+    let host: Value = api.get("/v1/client/stats").await?;
+    assert!(host["Memory"]["Total"].as_u64() > Some(0), "{host}");
+    assert!(
+        host["CPU"].as_array().is_some_and(|c| !c.is_empty()),
+        "{host}"
+    );
+    assert!(host["Uptime"].as_u64() > Some(0), "{host}");
+    assert!(host["AllocDirStats"]["Size"].as_u64() > Some(0), "{host}");
+    let node_id = restarted["NodeID"].as_str().unwrap_or_default();
+    let same: Value = api
+        .get(&format!("/v1/client/stats?node_id={node_id}"))
+        .await?;
+    assert!(same["Memory"]["Total"].as_u64() > Some(0));
+    let other = reqwest::get(format!("{addr}/v1/client/stats?node_id=nope")).await?;
+    assert_eq!(other.status(), reqwest::StatusCode::NOT_FOUND);
+
     // A task name with -all-tasks is a usage error.
     let out = Command::new(teamster_bin())
         .args([

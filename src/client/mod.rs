@@ -17,7 +17,8 @@
 //! - [`restart`]: the RestartPolicy tracker.
 //! - [`alloc_runner`]: task runners, TaskStates and the allocation's ClientStatus.
 //! - [`ops`]: what an operator asks of the allocations here through the HTTP API (restart a
-//!   task, send it a [`signal`]), reached through a [`ops::ClientHandle`].
+//!   task, send it a [`signal`], read its and the host's resource usage from `/proc`,
+//!   [`stats`]), reached through a [`ops::ClientHandle`].
 //!
 //! The client's state (node identity and every allocation with its task handles) is kept in
 //! `<data_dir>/client/state.json`, written atomically after every task start and every
@@ -32,6 +33,7 @@ pub mod ops;
 pub mod restart;
 pub mod servers;
 pub mod signal;
+pub mod stats;
 pub mod taskenv;
 
 use std::collections::{BTreeMap, HashMap};
@@ -895,6 +897,64 @@ mod tests {
                 "t".into()
             )))
         );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn usage_is_reported_per_task_and_for_the_host() {
+        let dir = tempfile::tempdir().unwrap();
+        let sh = shared(dir.path());
+        std::fs::create_dir_all(&sh.alloc_root).unwrap();
+        start_alloc(&sh, &mock_alloc("1h", 0, 0, JobType::Service));
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        let handle = ops::ClientHandle::new(sh.clone());
+        // A mock task has no process: its usage is zero and says nothing was measured.
+        let usage = handle.alloc_stats("a1").unwrap();
+        let task = &usage["Tasks"]["t"];
+        assert_eq!(task["ResourceUsage"]["MemoryStats"]["RSS"], 0);
+        assert_eq!(
+            task["ResourceUsage"]["CpuStats"]["Measured"],
+            serde_json::json!([])
+        );
+        assert_eq!(task["Pids"], serde_json::json!({}));
+        assert_eq!(usage["ResourceUsage"]["CpuStats"]["Percent"], 0.0);
+        assert_eq!(
+            handle.alloc_stats("a2"),
+            Err(ops::AllocOpError::UnknownAlloc("a2".into()))
+        );
+        // This process's group stands in for a raw_exec task's.
+        // SAFETY: getpgrp has no effects.
+        let pgrp = unsafe { libc::getpgrp() };
+        sh.state().allocs.get_mut("a1").unwrap().handles.insert(
+            "t".into(),
+            TaskHandle::Process {
+                pid: pgrp,
+                start_ticks: 0,
+            },
+        );
+        let usage = handle.alloc_stats("a1").unwrap();
+        let measured = &usage["Tasks"]["t"];
+        assert!(
+            measured["ResourceUsage"]["MemoryStats"]["RSS"]
+                .as_u64()
+                .unwrap()
+                > 0
+        );
+        assert_eq!(
+            measured["ResourceUsage"]["MemoryStats"]["Measured"],
+            serde_json::json!(["RSS", "Swap"])
+        );
+        assert!(!measured["Pids"].as_object().unwrap().is_empty());
+        assert_eq!(
+            usage["ResourceUsage"]["MemoryStats"]["RSS"],
+            measured["ResourceUsage"]["MemoryStats"]["RSS"]
+        );
+
+        let host = handle.host_stats();
+        assert!(host["Memory"]["Total"].as_u64().unwrap() > 0);
+        assert!(!host["CPU"].as_array().unwrap().is_empty());
+        assert!(host["Uptime"].as_u64().unwrap() > 0);
+        assert!(host["AllocDirStats"]["Size"].as_u64().unwrap() > 0);
+        assert!(!host["DiskStats"].as_array().unwrap().is_empty());
     }
 
     #[tokio::test(start_paused = true)]

@@ -1,6 +1,7 @@
 //! What an operator asks of the allocations this client runs, through the HTTP API of its
 //! agent (a server forwards such requests to the node's agent): restart tasks in place
-//! (`alloc restart`) and send them a signal (`alloc signal`).
+//! (`alloc restart`), send them a signal (`alloc signal`), and read the resource usage of an
+//! allocation's tasks or of the host ([`crate::client::stats`]).
 //!
 //! ```text
 //!  HTTP handler ──▶ ClientHandle::restart / signal ──▶ the task runners' TaskControl queues
@@ -8,13 +9,16 @@
 //!               ◀── each runner's answer, or a timeout
 //! ```
 
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use serde_json::{json, Map, Value};
 use teamster_storage::model::TaskStateValue;
 use tokio::sync::{mpsc, oneshot};
 
 use crate::client::alloc_runner::{TaskControl, TaskOpError};
+use crate::client::driver::TaskHandle;
+use crate::client::stats::{self, Readings, Usage};
 use crate::client::{lock, Shared};
 
 /// How long a task may take to carry out a request, on top of its kill timeout.
@@ -60,6 +64,9 @@ pub enum AllocOpError {
 #[derive(Clone)]
 pub struct ClientHandle {
     shared: Arc<Shared>,
+    /// The previous CPU readings, so usage is a rate between two requests.
+    readings: Arc<Mutex<Readings>>,
+    machine: stats::Machine,
 }
 
 impl std::fmt::Debug for ClientHandle {
@@ -72,7 +79,11 @@ impl std::fmt::Debug for ClientHandle {
 
 impl ClientHandle {
     pub(crate) fn new(shared: Arc<Shared>) -> ClientHandle {
-        ClientHandle { shared }
+        ClientHandle {
+            shared,
+            readings: Arc::new(Mutex::new(Readings::default())),
+            machine: stats::Machine::detect(),
+        }
     }
 
     /// This node's ID.
@@ -212,5 +223,95 @@ impl ClientHandle {
             reply,
         })
         .await
+    }
+
+    /// The resource usage of an allocation's tasks (Nomad's `AllocResourceUsage`): each
+    /// task's process group from `/proc`, per process in `Pids`, and their sum. Reads files:
+    /// call it off the async runtime.
+    pub fn alloc_stats(&self, alloc_id: &str) -> Result<Value, AllocOpError> {
+        let (tasks, handles) = {
+            let st = self.shared.state();
+            let local = st
+                .allocs
+                .get(alloc_id)
+                .ok_or_else(|| AllocOpError::UnknownAlloc(alloc_id.to_string()))?;
+            let tasks: Vec<String> = local
+                .job
+                .task_groups
+                .iter()
+                .find(|g| g.name == local.alloc.task_group)
+                .map(|g| g.tasks.iter().map(|t| t.name.clone()).collect())
+                .unwrap_or_default();
+            (tasks, local.handles.clone())
+        };
+        let now = stats::uptime_seconds().unwrap_or(0.0);
+        let stamp = self.shared.clock.now_unix_nanos();
+        let mut readings = lock(&self.readings);
+        readings.retain_procs(stats::process_alive);
+        let mut total = Usage::default();
+        let mut by_task = Map::new();
+        for task in tasks {
+            let mut usage = Usage::default();
+            let mut pids = Map::new();
+            if let Some(TaskHandle::Process { pid, .. }) = handles.get(&task) {
+                for (p, stat, swap) in stats::group_processes(*pid) {
+                    let u = readings.process(&self.machine, p, &stat, swap, now);
+                    pids.insert(p.to_string(), u.to_json());
+                    usage = usage.add(&u);
+                }
+            }
+            total = total.add(&usage);
+            by_task.insert(
+                task,
+                json!({ "ResourceUsage": usage.to_json(), "Timestamp": stamp, "Pids": pids }),
+            );
+        }
+        Ok(json!({
+            "ResourceUsage": total.to_json(),
+            "Tasks": by_task,
+            "Timestamp": stamp,
+        }))
+    }
+
+    /// The host's usage (Nomad's `HostStats`): per-core CPU since the previous request (else
+    /// since boot), memory, the disk partitions and the allocation directory's filesystem,
+    /// uptime. Reads files: call it off the async runtime.
+    pub fn host_stats(&self) -> Value {
+        let read = |p: &str| std::fs::read_to_string(p).unwrap_or_default();
+        let (total, available, free) = stats::parse_meminfo(&read("/proc/meminfo"));
+        let cores = stats::parse_cpu_lines(&read("/proc/stat"));
+        let cpu = lock(&self.readings).cores(cores);
+        let busy: f64 = cpu.iter().filter_map(|c| c["Total"].as_f64()).sum();
+        let mounts = read("/proc/self/mounts");
+        let root = &self.shared.alloc_root;
+        let alloc_dir = stats::fs_usage(root).map(|u| {
+            let (device, point) = stats::mount_of(&mounts, root).unwrap_or_default();
+            stats::disk_stats(&device, &point, &u)
+        });
+        let mut disks: Vec<Value> = stats::partitions(&mounts)
+            .into_iter()
+            .filter_map(|(device, point)| {
+                let u = stats::fs_usage(std::path::Path::new(&point))?;
+                Some(stats::disk_stats(&device, &point, &u))
+            })
+            .collect();
+        if disks.is_empty() {
+            disks.extend(alloc_dir.clone());
+        }
+        json!({
+            "Memory": {
+                "Total": total,
+                "Available": available,
+                "Used": total.saturating_sub(available),
+                "Free": free,
+            },
+            "CPU": cpu,
+            "CPUTicksConsumed": busy / 100.0 * self.machine.mhz_per_core,
+            "DiskStats": disks,
+            "AllocDirStats": alloc_dir,
+            "DeviceStats": [],
+            "Uptime": stats::uptime_seconds().unwrap_or(0.0) as u64,
+            "Timestamp": self.shared.clock.now_unix_nanos(),
+        })
     }
 }

@@ -1,17 +1,19 @@
-//! What Nomad's client agents serve about their allocations: `POST|PUT
+//! What Nomad's client agents serve about their allocations and themselves: `POST|PUT
 //! /v1/client/allocation/:id/restart` (`{"TaskName", "AllTasks"}`, both optional: without a
 //! task every running task restarts in place) and `POST|PUT /v1/client/allocation/:id/signal`
-//! (`{"Task", "Signal": "SIGUSR1"}`, without a task every running task). Both answer
-//! `{"Index": 0}` as Nomad does; an unknown task or signal is a 400 naming it, an allocation
-//! this client does not hold a 404.
+//! (`{"Task", "Signal": "SIGUSR1"}`, without a task every running task), both answering
+//! `{"Index": 0}` as Nomad does (an unknown task or signal is a 400 naming it, an allocation
+//! this client does not hold a 404); `GET /v1/client/allocation/:id/stats` (Nomad's
+//! `AllocResourceUsage`) and `GET /v1/client/stats?node_id=` (Nomad's `HostStats`).
 //!
-//! Served by the agent whose client runs the allocation; a server forwards them once to the
-//! node's agent ([`client_route`]).
+//! Served by the agent whose client runs the allocation (or is the node); a server forwards
+//! them once to the node's agent ([`client_route`]).
 
+use axum::extract::Query;
 use axum::extract::{Path, State};
 use axum::http::{HeaderMap, Method, StatusCode};
 use axum::response::{IntoResponse, Response};
-use axum::routing::post;
+use axum::routing::{get, post};
 use axum::{Json, Router};
 use bytes::Bytes;
 use serde::Deserialize;
@@ -33,6 +35,8 @@ pub fn routes() -> Router<HttpContext> {
             "/v1/client/allocation/{alloc_id}/signal",
             post(signal).put(signal),
         )
+        .route("/v1/client/allocation/{alloc_id}/stats", get(alloc_stats))
+        .route("/v1/client/stats", get(host_stats))
 }
 
 /// `restart`'s body (Nomad's `AllocRestartRequest` fields the caller may set).
@@ -157,6 +161,57 @@ async fn signal(
         Err((addr, alloc_id)) => {
             let path = format!("/v1/client/allocation/{alloc_id}/signal");
             client_route::forward(&addr, Method::POST, &path, Some(body)).await
+        }
+    }
+}
+
+/// What reading usage from `/proc` gives, off the async runtime.
+async fn read_stats<T: Send + 'static>(
+    f: impl FnOnce() -> Result<T, AllocOpError> + Send + 'static,
+) -> Result<T, ApiError> {
+    tokio::task::spawn_blocking(f)
+        .await
+        .map_err(|e| ApiError::internal(format!("reading the usage failed: {e}")))?
+        .map_err(op_error)
+}
+
+/// `GET /v1/client/allocation/:id/stats`.
+async fn alloc_stats(
+    State(ctx): State<HttpContext>,
+    Path(alloc_id): Path<String>,
+    headers: HeaderMap,
+) -> Result<Response, ApiError> {
+    match route(&ctx, &alloc_id, &headers)? {
+        Ok(client) => {
+            let usage = read_stats(move || client.alloc_stats(&alloc_id)).await?;
+            Ok(Json(usage).into_response())
+        }
+        Err((addr, alloc_id)) => {
+            let path = format!("/v1/client/allocation/{alloc_id}/stats");
+            client_route::forward(&addr, Method::GET, &path, None).await
+        }
+    }
+}
+
+/// `GET /v1/client/stats?node_id=`: this agent's client when no node (or its own) is named.
+async fn host_stats(
+    State(ctx): State<HttpContext>,
+    Query(q): Query<std::collections::HashMap<String, String>>,
+    headers: HeaderMap,
+) -> Result<Response, ApiError> {
+    let node_id = q.get("node_id").map(String::as_str).unwrap_or_default();
+    match client_route::locate_node(&ctx, node_id, &headers)? {
+        Target::Here => {
+            let client = ctx
+                .client()
+                .cloned()
+                .ok_or_else(|| ApiError::not_found("this agent's client has not started"))?;
+            let usage = read_stats(move || Ok(client.host_stats())).await?;
+            Ok(Json(usage).into_response())
+        }
+        Target::Node { addr, .. } => {
+            let path = format!("/v1/client/stats?node_id={node_id}");
+            client_route::forward(&addr, Method::GET, &path, None).await
         }
     }
 }
