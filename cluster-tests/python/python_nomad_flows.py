@@ -329,6 +329,17 @@ def main():
         n.job.deregister_job(parent, purge=True)
     # Every namespace's jobs with `*`.
     assert any(j["ID"] == job_id for j in n.jobs.get_jobs(namespace="*")), "namespace=*"
+    everywhere = n.allocations.get_allocations(namespace="*")
+    assert any(a["JobID"] == job_id for a in everywhere), "allocations namespace=*"
+    assert not n.allocations.get_allocations(namespace="nowhere"), "another namespace's"
+    # Summaries recomputed from the allocations through raft; a right one stays right
+    # (tried again if an allocation moved meanwhile).
+    def reconcile_keeps_summary():
+        before = n.job.get_summary(job_id)["Summary"]
+        assert n.system.reconcile_summaries() is True
+        return n.job.get_summary(job_id)["Summary"] == before
+
+    wait_until("a reconcile that leaves the summary as it was", reconcile_keeps_summary)
 
     # Metrics (JSON by default), the servers an agent knows, search by prefix and fuzzy.
     metrics = n.metrics.get_metrics()

@@ -121,7 +121,8 @@ async fn eval_list(args: EvalListArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Resolve an ID prefix through a `?prefix=` listing.
+/// Resolve an ID prefix through a `?prefix=` listing of every namespace (IDs are unique
+/// across them).
 pub(super) async fn resolve(
     api: &ApiClient,
     list: &str,
@@ -129,7 +130,7 @@ pub(super) async fn resolve(
     id: &str,
 ) -> anyhow::Result<String> {
     let found: Vec<Value> = api
-        .get(&format!("{list}?prefix={id}"))
+        .get(&format!("{list}?prefix={id}&namespace=*"))
         .await
         .with_context(|| format!("looking up {what} {id}"))?;
     match found.as_slice() {

@@ -1,4 +1,4 @@
-//! Allocations: `GET /v1/allocations` (`?prefix=`), `GET /v1/allocation/:id` (with the
+//! Allocations: `GET /v1/allocations` (`?prefix=`, `?namespace=*`), `GET /v1/allocation/:id` (with the
 //! embedded job, as Nomad answers), `GET /v1/job/:id/allocations`, and
 //! `POST|PUT /v1/allocation/:id/stop` (`Alloc.Stop`: the allocation is stopped and replaced;
 //! answers `{EvalID, Index}`).
@@ -69,7 +69,8 @@ fn sorted_stubs<'a>(snap: &Snapshot, allocs: impl Iterator<Item = &'a Allocation
     allocs.into_iter().map(|a| alloc_stub(snap, a)).collect()
 }
 
-/// `GET /v1/allocations`: stubs, `?prefix=` (of the ID) filtered.
+/// `GET /v1/allocations`: stubs, `?prefix=` (of the ID) filtered, of the namespace (`*`:
+/// of every one).
 pub async fn list(
     State(ctx): State<HttpContext>,
     Query(q): Query<HashMap<String, String>>,
@@ -78,7 +79,9 @@ pub async fn list(
     let (snap, meta) = ctx.read(&opts, &[Table::Allocs]).await?;
     let stubs = sorted_stubs(
         &snap,
-        snap.allocs_by_prefix(&opts.prefix).map(|a| a.as_ref()),
+        snap.allocs_by_prefix(&opts.prefix)
+            .filter(|a| opts.in_namespace(a.namespace.as_str()))
+            .map(|a| a.as_ref()),
     );
     Ok(json_read(stubs, meta))
 }

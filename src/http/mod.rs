@@ -212,6 +212,10 @@ pub fn router(ctx: HttpContext) -> Router {
             "/v1/system/gc",
             axum::routing::put(agent::system_gc).post(agent::system_gc),
         )
+        .route(
+            "/v1/system/reconcile/summaries",
+            axum::routing::put(agent::reconcile_summaries).post(agent::reconcile_summaries),
+        )
         .route("/v1/agent/health", get(agent::health))
         .route("/v1/metrics", get(agent::metrics))
         .route("/v1/regions", get(agent::regions))

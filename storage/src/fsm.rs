@@ -76,6 +76,9 @@ pub enum Command {
     /// Change allocations' desired transitions (`alloc stop`: migrate), with the
     /// evaluations that carry them out, atomically.
     AllocUpdateDesiredTransition(AllocUpdateDesiredTransition),
+    /// Recompute every job's summary from its allocations (Nomad's
+    /// `ReconcileJobSummaries`, `PUT /v1/system/reconcile/summaries`).
+    ReconcileJobSummaries,
 }
 
 /// Payload of [`Command::AllocUpdateDesiredTransition`] (Nomad's

@@ -991,6 +991,65 @@ fn a_desired_transition_marks_the_allocation_with_its_evaluation_atomically() {
 }
 
 #[test]
+fn reconciling_summaries_recounts_allocations_and_keeps_what_they_cannot_tell() {
+    let (store, job) = seeded();
+    applied(store.apply(
+        4,
+        place(
+            &eval_id(1),
+            vec![
+                alloc(0, &job, &node_id(1), &eval_id(1), 0),
+                alloc(1, &job, &node_id(2), &eval_id(1), 1),
+            ],
+        ),
+    ));
+    applied(store.apply(5, client_update(&alloc_id(0), ClientStatus::Complete)));
+    // Collected: its count stays in `complete` (Nomad never takes finished ones out).
+    applied(store.apply(
+        6,
+        Command::EvalDelete(EvalDelete {
+            evals: vec![],
+            allocs: vec![alloc_id(0)],
+        }),
+    ));
+    let before = store
+        .snapshot()
+        .job_summary("default", "web")
+        .unwrap()
+        .clone();
+    let tg = before.summary["web"];
+    assert_eq!((tg.starting, tg.complete), (1, 1));
+
+    applied(store.apply(7, Command::ReconcileJobSummaries));
+    let after = store
+        .snapshot()
+        .job_summary("default", "web")
+        .unwrap()
+        .clone();
+    let tg = after.summary["web"];
+    assert_eq!((tg.starting, tg.complete, tg.running), (1, 0, 0));
+    assert_eq!(tg.queued, before.summary["web"].queued);
+    assert_eq!(
+        (after.create_index, after.modify_index),
+        (before.create_index, 7)
+    );
+    // Nothing to repair: nothing is written.
+    applied(store.apply(8, Command::ReconcileJobSummaries));
+    assert_eq!(
+        store
+            .snapshot()
+            .job_summary("default", "web")
+            .unwrap()
+            .modify_index,
+        7
+    );
+    let bytes =
+        bincode::serde::encode_to_vec(Command::ReconcileJobSummaries, bincode::config::standard())
+            .unwrap();
+    assert_eq!(bytes, [19]);
+}
+
+#[test]
 fn job_scale_registers_the_count_with_its_eval_and_records_the_event_atomically() {
     use teamster_storage::fsm::{JobScale, JobStability};
     use teamster_storage::model::{ScalingEvent, MAX_SCALING_EVENTS};

@@ -49,8 +49,8 @@ use node::{
 };
 use operator::{
     BrokerStatsRequest, BrokerStatsResponse, RaftJoinRequest, RaftRemovePeerRequest,
-    SchedulerSetConfigRequest, SchedulerSetConfigResponse, SnapshotRestoreRequest, SystemGcRequest,
-    SystemGcResponse,
+    ReconcileSummariesRequest, SchedulerSetConfigRequest, SchedulerSetConfigResponse,
+    SnapshotRestoreRequest, SystemGcRequest, SystemGcResponse,
 };
 
 /// Where a call is served.
@@ -325,6 +325,11 @@ service_calls! {
     /// Stop an allocation and place a replacement: marks it to migrate, with an evaluation.
     AllocStop(AllocStopRequest) -> AllocStopResponse {
         name: "Alloc.Stop", route: Leader, timeout: |_| WRITE_TIMEOUT, helper: alloc_stop,
+    }
+    /// Recompute every job's summary from its allocations: the raft index.
+    SystemReconcileSummaries(ReconcileSummariesRequest) -> u64 {
+        name: "System.ReconcileJobSummaries", route: Leader, timeout: |_| WRITE_TIMEOUT,
+        helper: system_reconcile_summaries,
     }
 }
 

@@ -209,6 +209,9 @@ impl Endpoints {
             Q::JobDispatch(r) => A::JobDispatch(job::dispatch(self, *r).await?),
             Q::SystemGc(_) => A::SystemGc(operator::system_gc(self).await?),
             Q::AllocStop(r) => A::AllocStop(alloc::stop(self, r).await?),
+            Q::SystemReconcileSummaries(_) => {
+                A::SystemReconcileSummaries(operator::reconcile_summaries(self).await?)
+            }
             Q::EvalDequeue(r) => A::EvalDequeue(eval::dequeue(self, r).await?),
             Q::EvalAck(r) => A::EvalAck(eval::ack(self, r)?),
             Q::EvalNack(r) => A::EvalNack(eval::nack(self, r)?),

@@ -400,6 +400,10 @@ fn execute(txn: &mut WriteTxn, command: Command) -> Result<CommandResponse, Appl
             }
             Ok(CommandResponse::Applied)
         }
+        Command::ReconcileJobSummaries => {
+            txn.reconcile_job_summaries();
+            Ok(CommandResponse::Applied)
+        }
         Command::NodeUpdateDrain(update) => {
             txn.update_node_drain(
                 &update.node_id,
