@@ -4,8 +4,8 @@
 //! the client returns, the old one is stopped rather than duplicated; a failing task is
 //! restarted per its RestartPolicy, then rescheduled per its ReschedulePolicy; an operator
 //! stops an allocation (`alloc stop`) and the scheduler replaces it, restarts its task in
-//! place (`alloc restart`), sends it a signal (`alloc signal`) and reads its and the host's
-//! resource usage.
+//! place (`alloc restart`), sends it a signal (`alloc signal`), reads its and the host's
+//! resource usage and runs commands in its place (`alloc exec`).
 
 use std::process::{Command, Stdio};
 use std::time::Duration;
@@ -608,7 +608,8 @@ async fn stdout_of(addr: &str, alloc_id: &str) -> String {
 }
 
 #[tokio::test]
-async fn dev_agent_alloc_restart_signal_and_stats_reach_the_task_in_place() -> anyhow::Result<()> {
+async fn dev_agent_alloc_restart_signal_stats_and_exec_reach_the_task_in_place(
+) -> anyhow::Result<()> {
     teamster_cluster_tests::init_test_tracing();
     let ip = dev_ip_at(7);
     let log = tempfile::NamedTempFile::new()?;
@@ -778,6 +779,57 @@ async fn dev_agent_alloc_restart_signal_and_stats_reach_the_task_in_place() -> a
     assert!(same["Memory"]["Total"].as_u64() > Some(0));
     let other = reqwest::get(format!("{addr}/v1/client/stats?node_id=nope")).await?;
     assert_eq!(other.status(), reqwest::StatusCode::NOT_FOUND);
+
+    // `alloc exec`: a command in the task's place, its output, its exit code, its stdin.
+    let exec = |args: &[&str], stdin: Option<&str>| {
+        let mut cmd = Command::new(teamster_bin());
+        cmd.args(["alloc", "exec", "-address", &addr]).args(args);
+        cmd.stdin(if stdin.is_some() {
+            Stdio::piped()
+        } else {
+            Stdio::null()
+        })
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+        let mut child = cmd.spawn().expect("teamster runs");
+        if let Some(text) = stdin {
+            use std::io::Write;
+            let mut input = child.stdin.take().expect("piped stdin");
+            input.write_all(text.as_bytes()).expect("stdin written");
+        }
+        child.wait_with_output().expect("teamster ends")
+    };
+    let out = exec(&[&id[..8], "echo", "hi"], None);
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "hi\n");
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let out = exec(&[&id, "sh", "-c", "echo oops >&2; exit 3"], None);
+    assert_eq!(out.status.code(), Some(3));
+    assert_eq!(String::from_utf8_lossy(&out.stderr), "oops\n");
+    let out = exec(&["-task", "t", &id, "cat"], Some("from stdin\n"));
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "from stdin\n");
+    let out = exec(
+        &[
+            &id,
+            "sh",
+            "-c",
+            "echo $NOMAD_TASK_NAME $NOMAD_ALLOC_ID; pwd",
+        ],
+        None,
+    );
+    let shown = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(shown.starts_with(&format!("t {id}\n")), "{shown}");
+    assert!(shown.trim_end().ends_with(&format!("{id}/t")), "{shown}");
+    let out = exec(&["-t", &id, "sh"], None);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("tty"));
+    let out = exec(&["-task", "nope", &id, "true"], None);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("nope"));
 
     // A task name with -all-tasks is a usage error.
     let out = Command::new(teamster_bin())

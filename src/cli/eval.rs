@@ -1,5 +1,5 @@
 //! `teamster eval list` and `teamster eval status ID`; `teamster alloc status ID` and the
-//! dispatch of the other `alloc` commands (`alloc_logs`, `alloc_ops`).
+//! dispatch of the other `alloc` commands (`alloc_logs`, `alloc_ops`, `alloc_exec`).
 
 use std::process::ExitCode;
 
@@ -32,6 +32,8 @@ pub enum AllocCommand {
     Restart(super::alloc_ops::RestartArgs),
     /// Send a signal to an allocation's tasks (SIGKILL unless `-s` names one).
     Signal(super::alloc_ops::SignalArgs),
+    /// Run a command in the place of a running task; exits with the command's code.
+    Exec(super::alloc_exec::ExecArgs),
 }
 
 /// `eval list`.
@@ -65,7 +67,7 @@ pub async fn run_eval(cmd: EvalCommand) -> anyhow::Result<()> {
 }
 
 /// Run an `alloc` command; the exit code is 0, 1 (an error) or 2 (`alloc stop` whose
-/// replacement could not be placed).
+/// replacement could not be placed), or the command's own for `alloc exec`.
 pub async fn run_alloc(cmd: AllocCommand) -> anyhow::Result<ExitCode> {
     let done = match cmd {
         AllocCommand::Status(args) => alloc_status(args).await,
@@ -73,6 +75,7 @@ pub async fn run_alloc(cmd: AllocCommand) -> anyhow::Result<ExitCode> {
         AllocCommand::Stop(args) => return super::alloc_ops::stop(args).await,
         AllocCommand::Restart(args) => return super::alloc_ops::restart(args).await,
         AllocCommand::Signal(args) => return super::alloc_ops::signal(args).await,
+        AllocCommand::Exec(args) => return super::alloc_exec::exec(args).await,
     };
     done.map(|()| ExitCode::SUCCESS)
 }

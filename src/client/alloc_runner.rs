@@ -212,6 +212,27 @@ pub fn task_dir(alloc_root: &std::path::Path, alloc_id: &str, task: &str) -> Pat
     alloc_root.join(alloc_id).join(task)
 }
 
+/// `task` of `local`'s allocation as its runner starts it (config interpolated, Nomad's
+/// variables in its environment), with its directory: what `alloc exec` runs in too.
+pub fn prepared_task(shared: &Shared, local: &LocalAlloc, task: &Task) -> (Task, PathBuf) {
+    let alloc_id = local.alloc.id.to_string();
+    let alloc_dir = shared.alloc_root.join(&alloc_id).join(ALLOC_SHARED_DIR);
+    let dir = task_dir(&shared.alloc_root, &alloc_id, &task.name);
+    let secrets = dir.join(SECRETS_DIR);
+    let env = TaskEnv::new(
+        shared.node_values.clone(),
+        &local.alloc,
+        &local.job,
+        task,
+        TaskDirs {
+            alloc: &alloc_dir,
+            task: &dir,
+            secrets: &secrets,
+        },
+    );
+    (env.apply(task), dir)
+}
+
 /// Start (or re-attach) every task of `local`'s allocation. Returns what stops them and
 /// reaches them.
 pub fn spawn(shared: &Arc<Shared>, local: &LocalAlloc) -> AllocRunner {
@@ -244,27 +265,15 @@ pub fn spawn(shared: &Arc<Shared>, local: &LocalAlloc) -> AllocRunner {
         if state.is_some_and(|s| s.state == TaskStateValue::Dead) {
             continue;
         }
-        let dir = task_dir(&shared.alloc_root, &alloc_id, &task.name);
+        let (prepared, dir) = prepared_task(shared, local, task);
         let secrets = dir.join(SECRETS_DIR);
-        let env = TaskEnv::new(
-            shared.node_values.clone(),
-            &local.alloc,
-            &local.job,
-            task,
-            TaskDirs {
-                alloc: &alloc_dir,
-                task: &dir,
-                secrets: &secrets,
-            },
-        );
         let (control_tx, control) = mpsc::channel(CONTROL_QUEUE);
         controls.insert(task.name.clone(), control_tx);
         let runner = TaskRunner {
             control,
             shared: shared.clone(),
             alloc_id: alloc_id.clone(),
-            // As it is started: config interpolated, Nomad's variables in its environment.
-            task: env.apply(task),
+            task: prepared,
             payload: task.dispatch_payload.as_ref().map(|_| payload.clone()),
             setup_dirs: vec![alloc_dir.clone(), secrets],
             tracker: RestartTracker::new(&policy, batch),

@@ -224,13 +224,8 @@ fn start_process(task: &Task, dir: &Path) -> Result<RunningTask, DriverError> {
     };
     let stdout = open(STDOUT_FILE)?;
     let stderr = open(STDERR_FILE)?;
-    let mut cmd = tokio::process::Command::new(&command);
-    cmd.args(&args)
-        .envs(&task.env)
-        .env("NOMAD_TASK_DIR", dir)
-        .env("NOMAD_TASK_NAME", &task.name)
-        .current_dir(dir)
-        .stdin(std::process::Stdio::null())
+    let mut cmd = task_command(task, dir, &command, &args);
+    cmd.stdin(std::process::Stdio::null())
         .stdout(stdout)
         .stderr(stderr)
         .process_group(0)
@@ -246,6 +241,23 @@ fn start_process(task: &Task, dir: &Path) -> Result<RunningTask, DriverError> {
         pid,
         start_ticks,
     })
+}
+
+/// `program` with `args` as a `raw_exec` process of `task` runs: in its directory, with its
+/// environment (also what `alloc exec` runs in the task's place).
+pub fn task_command(
+    task: &Task,
+    dir: &Path,
+    program: &str,
+    args: &[String],
+) -> tokio::process::Command {
+    let mut cmd = tokio::process::Command::new(program);
+    cmd.args(args)
+        .envs(&task.env)
+        .env("NOMAD_TASK_DIR", dir)
+        .env("NOMAD_TASK_NAME", &task.name)
+        .current_dir(dir);
+    cmd
 }
 
 /// The kernel start time of `pid`, if it is alive and not a zombie.

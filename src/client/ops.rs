@@ -1,7 +1,8 @@
 //! What an operator asks of the allocations this client runs, through the HTTP API of its
 //! agent (a server forwards such requests to the node's agent): restart tasks in place
-//! (`alloc restart`), send them a signal (`alloc signal`), and read the resource usage of an
-//! allocation's tasks or of the host ([`crate::client::stats`]).
+//! (`alloc restart`), send them a signal (`alloc signal`), read the resource usage of an
+//! allocation's tasks or of the host ([`crate::client::stats`]), and run a command in a
+//! task's place (`alloc exec`).
 //!
 //! ```text
 //!  HTTP handler ──▶ ClientHandle::restart / signal ──▶ the task runners' TaskControl queues
@@ -313,5 +314,60 @@ impl ClientHandle {
             "Uptime": stats::uptime_seconds().unwrap_or(0.0) as u64,
             "Timestamp": self.shared.clock.now_unix_nanos(),
         })
+    }
+
+    /// What `alloc exec` runs: `argv` in the place of a running task of the allocation (its
+    /// directory and environment, as its runner starts it), in a process group of its own,
+    /// killed when dropped; `task` may be left out when the group has one. Its standard
+    /// streams are the caller's to set.
+    pub fn exec_command(
+        &self,
+        alloc_id: &str,
+        task: Option<&str>,
+        argv: &[String],
+    ) -> Result<(String, tokio::process::Command), AllocOpError> {
+        let Some((program, args)) = argv.split_first() else {
+            return Err(AllocOpError::Invalid("command must not be empty".into()));
+        };
+        let st = self.shared.state();
+        let local = st
+            .allocs
+            .get(alloc_id)
+            .ok_or_else(|| AllocOpError::UnknownAlloc(alloc_id.to_string()))?;
+        let tasks: Vec<&teamster_storage::model::Task> = local
+            .job
+            .task_groups
+            .iter()
+            .find(|g| g.name == local.alloc.task_group)
+            .map(|g| g.tasks.iter().collect())
+            .unwrap_or_default();
+        let spec =
+            match (task, tasks.as_slice()) {
+                (Some(name), _) => tasks.iter().find(|t| t.name == name).ok_or_else(|| {
+                    AllocOpError::UnknownTask {
+                        task: name.to_string(),
+                        alloc_id: alloc_id.to_string(),
+                    }
+                })?,
+                (None, [one]) => one,
+                (None, many) => {
+                    let names: Vec<&str> = many.iter().map(|t| t.name.as_str()).collect();
+                    return Err(AllocOpError::Invalid(format!(
+                        "task is required: the allocation has tasks {}",
+                        names.join(", ")
+                    )));
+                }
+            };
+        let running = local
+            .task_states
+            .get(&spec.name)
+            .is_some_and(|s| s.state == TaskStateValue::Running);
+        if !running {
+            return Err(TaskOpError::NotRunning(spec.name.clone()).into());
+        }
+        let (prepared, dir) = crate::client::alloc_runner::prepared_task(&self.shared, local, spec);
+        let mut cmd = crate::client::driver::task_command(&prepared, &dir, program, args);
+        cmd.process_group(0).kill_on_drop(true);
+        Ok((spec.name.clone(), cmd))
     }
 }

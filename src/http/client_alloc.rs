@@ -68,7 +68,7 @@ fn optional_body<T: serde::de::DeserializeOwned + Default>(body: &Bytes) -> Resu
 }
 
 /// An operator request's failure with Nomad's status codes.
-fn op_error(e: AllocOpError) -> ApiError {
+pub(super) fn op_error(e: AllocOpError) -> ApiError {
     let status = if matches!(e, AllocOpError::UnknownAlloc(_)) {
         StatusCode::NOT_FOUND
     } else if is_failure(&e) {

@@ -12,6 +12,7 @@
 mod agent;
 mod allocs;
 mod client_alloc;
+mod client_exec;
 pub mod client_fs;
 pub mod client_route;
 mod dispatch;
@@ -238,6 +239,7 @@ pub fn router(ctx: HttpContext) -> Router {
         .merge(nodes::routes())
         .merge(client_fs::routes())
         .merge(client_alloc::routes())
+        .merge(client_exec::routes())
         .method_not_allowed_fallback(|| async { ApiError::method_not_allowed() })
         .fallback(|| async { ApiError::not_found("Invalid URL") })
         .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
