@@ -824,9 +824,23 @@ async fn dev_agent_alloc_restart_signal_stats_and_exec_reach_the_task_in_place(
     let shown = String::from_utf8_lossy(&out.stdout).into_owned();
     assert!(shown.starts_with(&format!("t {id}\n")), "{shown}");
     assert!(shown.trim_end().ends_with(&format!("{id}/t")), "{shown}");
-    let out = exec(&["-t", &id, "sh"], None);
-    assert_eq!(out.status.code(), Some(1));
-    assert!(String::from_utf8_lossy(&out.stderr).contains("tty"));
+    // With `-t` the command has a terminal of its own (output lines end in \r\n), and input
+    // reaches it through the terminal (echoed), its end as the end-of-file character.
+    let out = exec(&["-t", &id, "sh", "-c", "tty; test -t 1 && echo yes"], None);
+    let shown = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        shown.starts_with("/dev/pts/") && shown.ends_with("\r\nyes\r\n"),
+        "{shown:?} {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(out.status.code(), Some(0));
+    let out = exec(&["-t", &id, "cat"], Some("typed\n"));
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains("typed\r\n"),
+        "{:?}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    assert_eq!(out.status.code(), Some(0));
     let out = exec(&["-task", "nope", &id, "true"], None);
     assert_eq!(out.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&out.stderr).contains("nope"));

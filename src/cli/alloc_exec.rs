@@ -3,8 +3,9 @@
 //! `/v1/client/allocation/:id/exec` websocket (a server relays it to the client that runs the
 //! allocation). The command's stdout and stderr are printed as they come; this process's
 //! stdin is sent to it (`-i=false` to send none); the command's exit code is this command's.
-//! Everything after the allocation is the command, flags included. `-t` asks for a terminal,
-//! which teamster does not allocate: the agent refuses it.
+//! Everything after the allocation is the command, flags included. With `-t` (the default
+//! when stdin is a terminal, `-t=false` to refuse it) the command gets a terminal of its
+//! own, sized as this one, and this terminal is put in raw mode until the command ends.
 
 use std::io::{Read, Write};
 use std::process::ExitCode;
@@ -33,9 +34,15 @@ pub struct ExecArgs {
         action = clap::ArgAction::Set
     )]
     stdin: bool,
-    /// Ask for a terminal (refused: teamster allocates none).
-    #[arg(short = 't')]
-    tty: bool,
+    /// Give the command a terminal (the default when stdin is one; `-t=false` not to).
+    #[arg(
+        short = 't',
+        num_args = 0..=1,
+        require_equals = true,
+        default_missing_value = "true",
+        action = clap::ArgAction::Set
+    )]
+    tty: Option<bool>,
     /// The task to run in (optional when the allocation's group has one).
     #[arg(long)]
     task: Option<String>,
@@ -99,17 +106,64 @@ fn read_stdin() -> tokio::sync::mpsc::Receiver<Option<Vec<u8>>> {
     rx
 }
 
+/// Whether `fd` is a terminal.
+fn is_terminal(fd: i32) -> bool {
+    // SAFETY: isatty only inspects the descriptor.
+    unsafe { libc::isatty(fd) == 1 }
+}
+
+/// This terminal in raw mode (keys go to the remote command as typed) until dropped.
+struct RawMode(libc::termios);
+
+impl RawMode {
+    /// Raw mode on stdin, when it is a terminal.
+    fn enable() -> Option<RawMode> {
+        if !is_terminal(0) {
+            return None;
+        }
+        // SAFETY: tcgetattr/cfmakeraw/tcsetattr read and write the termios we own.
+        unsafe {
+            let mut saved: libc::termios = std::mem::zeroed();
+            if libc::tcgetattr(0, &mut saved) != 0 {
+                return None;
+            }
+            let mut raw = saved;
+            libc::cfmakeraw(&mut raw);
+            if libc::tcsetattr(0, libc::TCSANOW, &raw) != 0 {
+                return None;
+            }
+            Some(RawMode(saved))
+        }
+    }
+}
+
+impl Drop for RawMode {
+    fn drop(&mut self) {
+        // SAFETY: restores the settings read in `enable`.
+        unsafe {
+            libc::tcsetattr(0, libc::TCSANOW, &self.0);
+        }
+    }
+}
+
+/// This terminal's size as a `tty_size` frame, when stdout is one.
+fn size_frame() -> Option<Message> {
+    // SAFETY: TIOCGWINSZ writes into the winsize we own.
+    let mut size: libc::winsize = unsafe { std::mem::zeroed() };
+    // SAFETY: as above; fd 1 is only inspected.
+    if unsafe { libc::ioctl(1, libc::TIOCGWINSZ, &mut size) } != 0 || size.ws_row == 0 {
+        return None;
+    }
+    let frame = json!({ "tty_size": { "height": size.ws_row, "width": size.ws_col } });
+    Some(Message::Text(frame.to_string().into()))
+}
+
 /// Run the command; its exit code is the answer.
 pub async fn exec(a: ExecArgs) -> anyhow::Result<ExitCode> {
     let api = ApiClient::new(&a.api.address);
     let alloc_id = super::eval::resolve(&api, "/v1/allocations", "allocation", &a.id).await?;
-    let url = exec_url(
-        api.address(),
-        &alloc_id,
-        a.task.as_deref(),
-        &a.command,
-        a.tty,
-    );
+    let tty = a.tty.unwrap_or(a.stdin && is_terminal(0));
+    let url = exec_url(api.address(), &alloc_id, a.task.as_deref(), &a.command, tty);
     let (socket, _) = match tokio_tungstenite::connect_async(url.as_str()).await {
         Ok(s) => s,
         Err(tokio_tungstenite::tungstenite::Error::Http(resp)) => {
@@ -134,6 +188,14 @@ pub async fn exec(a: ExecArgs) -> anyhow::Result<ExitCode> {
         }
     };
     let (mut tx, mut rx) = socket.split();
+    let _raw = if tty {
+        if let Some(size) = size_frame() {
+            let _ = tx.send(size).await;
+        }
+        RawMode::enable()
+    } else {
+        None
+    };
     let mut input = if a.stdin {
         Some(read_stdin())
     } else {
@@ -148,6 +210,11 @@ pub async fn exec(a: ExecArgs) -> anyhow::Result<ExitCode> {
             chunk = async { input.as_mut()?.recv().await }, if input.is_some() => {
                 let frame = match chunk.flatten() {
                     Some(data) => stdin_frame(&data),
+                    // A terminal's input ends with its end-of-file character.
+                    None if tty => {
+                        input = None;
+                        stdin_frame(b"\x04")
+                    }
                     None => {
                         input = None;
                         Message::Text(r#"{"stdin":{"close":true}}"#.into())
@@ -237,7 +304,7 @@ mod tests {
     #[test]
     fn everything_after_the_allocation_is_the_command() {
         let a = parsed(&["teamster", "alloc", "exec", "abc", "sh", "-c", "exit 3"]).unwrap();
-        assert_eq!((a.id.as_str(), a.stdin, a.tty), ("abc", true, false));
+        assert_eq!((a.id.as_str(), a.stdin, a.tty), ("abc", true, None));
         assert_eq!(a.command, ["sh", "-c", "exit 3"]);
         let a = parsed(&[
             "teamster", "alloc", "exec", "-i=false", "-task", "web", "abc", "ls", "-json",
@@ -246,7 +313,9 @@ mod tests {
         assert_eq!((a.stdin, a.task.as_deref()), (false, Some("web")));
         assert_eq!(a.command, ["ls", "-json"]);
         let a = parsed(&["teamster", "alloc", "exec", "-i", "-t", "abc", "cat"]).unwrap();
-        assert!(a.stdin && a.tty);
+        assert!(a.stdin && a.tty == Some(true));
+        let a = parsed(&["teamster", "alloc", "exec", "-t=false", "abc", "cat"]).unwrap();
+        assert_eq!(a.tty, Some(false));
         assert!(
             parsed(&["teamster", "alloc", "exec", "abc"]).is_none(),
             "a command is needed"

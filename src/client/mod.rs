@@ -18,7 +18,8 @@
 //! - [`alloc_runner`]: task runners, TaskStates and the allocation's ClientStatus.
 //! - [`ops`]: what an operator asks of the allocations here through the HTTP API (restart a
 //!   task, send it a [`signal`], read its and the host's resource usage from `/proc`,
-//!   [`stats`]), reached through a [`ops::ClientHandle`].
+//!   [`stats`], run a command in a task's place, with a [`pty`] if asked), reached through
+//!   a [`ops::ClientHandle`].
 //!
 //! The client's state (node identity and every allocation with its task handles) is kept in
 //! `<data_dir>/client/state.json`, written atomically after every task start and every
@@ -30,6 +31,7 @@ pub mod config;
 pub mod driver;
 pub mod fingerprint;
 pub mod ops;
+pub mod pty;
 pub mod restart;
 pub mod servers;
 pub mod signal;

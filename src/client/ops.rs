@@ -61,6 +61,17 @@ pub enum AllocOpError {
     },
 }
 
+/// A command for `alloc exec`, ready to spawn.
+#[derive(Debug)]
+pub struct ExecProcess {
+    /// The task it runs in the place of.
+    pub task: String,
+    /// The command (leading its own process group, or session with a terminal).
+    pub cmd: tokio::process::Command,
+    /// The agent's end of its terminal, when it has one.
+    pub pty: Option<crate::client::pty::Master>,
+}
+
 /// The HTTP API's way into this client's allocations: cheap to clone.
 #[derive(Clone)]
 pub struct ClientHandle {
@@ -318,14 +329,16 @@ impl ClientHandle {
 
     /// What `alloc exec` runs: `argv` in the place of a running task of the allocation (its
     /// directory and environment, as its runner starts it), in a process group of its own,
-    /// killed when dropped; `task` may be left out when the group has one. Its standard
-    /// streams are the caller's to set.
+    /// killed when dropped; `task` may be left out when the group has one. With `tty` the
+    /// command gets a terminal (and a session of its own) for its standard streams;
+    /// without, they are the caller's to set.
     pub fn exec_command(
         &self,
         alloc_id: &str,
         task: Option<&str>,
         argv: &[String],
-    ) -> Result<(String, tokio::process::Command), AllocOpError> {
+        tty: bool,
+    ) -> Result<ExecProcess, AllocOpError> {
         let Some((program, args)) = argv.split_first() else {
             return Err(AllocOpError::Invalid("command must not be empty".into()));
         };
@@ -367,7 +380,19 @@ impl ClientHandle {
         }
         let (prepared, dir) = crate::client::alloc_runner::prepared_task(&self.shared, local, spec);
         let mut cmd = crate::client::driver::task_command(&prepared, &dir, program, args);
-        cmd.process_group(0).kill_on_drop(true);
-        Ok((spec.name.clone(), cmd))
+        cmd.kill_on_drop(true);
+        let pty = if tty {
+            let master = crate::client::pty::attach(&mut cmd)
+                .map_err(|e| AllocOpError::Invalid(format!("cannot open a terminal: {e}")))?;
+            Some(master)
+        } else {
+            cmd.process_group(0);
+            None
+        };
+        Ok(ExecProcess {
+            task: spec.name.clone(),
+            cmd,
+            pty,
+        })
     }
 }

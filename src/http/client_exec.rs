@@ -3,17 +3,19 @@
 //! environment) and carries Nomad's frames:
 //!
 //! ```text
-//!  caller ─▶ {"stdin": {"data": base64}} | {"stdin": {"close": true}} | {"tty_size": …}
+//!  caller ─▶ {"stdin": {"data": base64}} | {"stdin": {"close": true}}
+//!            | {"tty_size": {"height": H, "width": W}}
 //!  caller ◀─ {"stdout": {"data": base64}} | {"stderr": {"data": …}} | {"stdout": {"close": true}}
 //!            … then {"exited": true, "result": {"exit_code": N}} and a close frame
 //! ```
 //!
 //! A bad request (no command, an unknown or stopped task, an allocation the client does not
 //! hold) is answered with Nomad's HTTP status before any upgrade. The command runs in a
-//! process group of its own, killed when the caller goes away. `tty=true` is refused with 400:
-//! teamster allocates no terminal. Served by the agent whose client runs the allocation; a
-//! server connects to the node's agent first (so its refusal reaches the caller as is) and
-//! then relays the frames both ways ([`client_route`]).
+//! process group of its own, killed when the caller goes away. With `tty=true` it gets a
+//! terminal (its output, stderr included, comes as `stdout`; `tty_size` resizes it). Served
+//! by the agent whose client runs the allocation; a server connects to the node's agent first
+//! (so its refusal reaches the caller as is) and then relays the frames both ways
+//! ([`client_route`]).
 
 use std::collections::HashMap;
 use std::process::Stdio;
@@ -35,6 +37,7 @@ use super::client_alloc::op_error;
 use super::client_route::{self, Target, FORWARDED};
 use super::error::ApiError;
 use super::HttpContext;
+use crate::client::ops::ExecProcess;
 
 /// The exec route.
 pub fn routes() -> Router<HttpContext> {
@@ -53,6 +56,7 @@ const OUT_QUEUE: usize = 32;
 struct ExecParams {
     task: Option<String>,
     command: Vec<String>,
+    tty: bool,
 }
 
 impl ExecParams {
@@ -69,25 +73,15 @@ impl ExecParams {
         if command.is_empty() {
             return Err(ApiError::bad_request("command is empty"));
         }
-        match q.get("tty").map(String::as_str) {
-            None | Some("") => {}
-            Some(v) => {
-                match super::query::parse_go_bool(v) {
-                    Some(false) => {}
-                    Some(true) => return Err(ApiError::bad_request(
-                        "tty=true is not supported: teamster allocates no terminal (use tty=false)",
-                    )),
-                    None => {
-                        return Err(ApiError::bad_request(format!(
-                            "tty: {v:?} is not a boolean"
-                        )))
-                    }
-                }
-            }
-        }
+        let tty = match q.get("tty").map(String::as_str) {
+            None | Some("") => false,
+            Some(v) => super::query::parse_go_bool(v)
+                .ok_or_else(|| ApiError::bad_request(format!("tty: {v:?} is not a boolean")))?,
+        };
         Ok(ExecParams {
             task: q.get("task").filter(|t| !t.is_empty()).cloned(),
             command,
+            tty,
         })
     }
 }
@@ -107,12 +101,17 @@ async fn exec(
             let client = ctx
                 .client()
                 .ok_or_else(|| ApiError::not_found("this agent's client has not started"))?;
-            let (_, cmd) = client
-                .exec_command(&alloc_id, params.task.as_deref(), &params.command)
-                .map_err(op_error)?;
             let upgrade = upgrade
                 .map_err(|e| ApiError::bad_request(format!("exec is a websocket request: {e}")))?;
-            Ok(upgrade.on_upgrade(move |socket| run(socket, cmd)))
+            let process = client
+                .exec_command(
+                    &alloc_id,
+                    params.task.as_deref(),
+                    &params.command,
+                    params.tty,
+                )
+                .map_err(op_error)?;
+            Ok(upgrade.on_upgrade(move |socket| run(socket, process)))
         }
         Target::Node { addr, alloc_id } => {
             let upgrade = upgrade
@@ -229,7 +228,9 @@ enum Input {
     Stdin(Vec<u8>),
     /// The end of its stdin.
     StdinClose,
-    /// Anything else (a terminal size, a heartbeat `{}`).
+    /// Its terminal's new size (rows, columns).
+    Resize(u16, u16),
+    /// Anything else (a heartbeat `{}`).
     Ignored,
 }
 
@@ -239,6 +240,11 @@ fn parse_input(text: &str) -> Result<Input, String> {
     let stdin = &v["stdin"];
     if stdin["close"] == true {
         return Ok(Input::StdinClose);
+    }
+    let size = &v["tty_size"];
+    if let (Some(h), Some(w)) = (size["height"].as_u64(), size["width"].as_u64()) {
+        let clamp = |n: u64| n.min(u64::from(u16::MAX)) as u16;
+        return Ok(Input::Resize(clamp(h), clamp(w)));
     }
     match stdin["data"].as_str() {
         Some(data) => base64::engine::general_purpose::STANDARD
@@ -270,15 +276,40 @@ async fn pump<R: tokio::io::AsyncRead + Unpin>(
     let _ = out.send(ws::Message::Text(close.into())).await;
 }
 
-/// Runs `cmd` for the caller at `socket`: its stdin from the caller's frames, its output to
-/// them, its exit code last. The command is killed if the caller goes away first.
-async fn run(socket: WebSocket, mut cmd: tokio::process::Command) {
+/// Kills the command's process group (it leads one, or a session).
+fn kill_group(child: &tokio::process::Child) {
+    if let Some(pid) = child.id() {
+        // SAFETY: kill(2) has no memory effects; the negative pid names the group the
+        // command leads.
+        unsafe {
+            libc::kill(-(pid as i32), libc::SIGKILL);
+        }
+    }
+}
+
+type StdinSink = Box<dyn tokio::io::AsyncWrite + Unpin + Send>;
+
+/// Runs the command for the caller at `socket`: its stdin from the caller's frames, its
+/// output to them, its exit code last. The command is killed if the caller goes away first.
+async fn run(socket: WebSocket, process: ExecProcess) {
     let (mut sink, mut frames) = socket.split();
-    cmd.stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
-    let mut child = match cmd.spawn() {
-        Ok(child) => child,
+    let ExecProcess { mut cmd, pty, .. } = process;
+    if pty.is_none() {
+        cmd.stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+    }
+    let spawned = cmd.spawn().and_then(|child| {
+        // The terminal's far end must not stay open here, or its output would never end.
+        drop(cmd);
+        let ends = match &pty {
+            Some(m) => Some((m.reader()?, m.writer()?)),
+            None => None,
+        };
+        Ok((child, ends))
+    });
+    let (mut child, pty_ends) = match spawned {
+        Ok(spawned) => spawned,
         Err(e) => {
             let reason = format!("failed to start the command: {e}");
             tracing::info!(error = %e, "alloc exec could not start its command");
@@ -293,12 +324,21 @@ async fn run(socket: WebSocket, mut cmd: tokio::process::Command) {
     };
     let (out_tx, mut out_rx) = mpsc::channel::<ws::Message>(OUT_QUEUE);
     let mut pumps = Vec::new();
-    if let Some(stdout) = child.stdout.take() {
-        pumps.push(tokio::spawn(pump(stdout, "stdout", out_tx.clone())));
-    }
-    if let Some(stderr) = child.stderr.take() {
-        pumps.push(tokio::spawn(pump(stderr, "stderr", out_tx.clone())));
-    }
+    let mut stdin: Option<StdinSink> = match pty_ends {
+        Some((reader, writer)) => {
+            pumps.push(tokio::spawn(pump(reader, "stdout", out_tx.clone())));
+            Some(Box::new(writer))
+        }
+        None => {
+            if let Some(stdout) = child.stdout.take() {
+                pumps.push(tokio::spawn(pump(stdout, "stdout", out_tx.clone())));
+            }
+            if let Some(stderr) = child.stderr.take() {
+                pumps.push(tokio::spawn(pump(stderr, "stderr", out_tx.clone())));
+            }
+            child.stdin.take().map(|w| Box::new(w) as StdinSink)
+        }
+    };
     drop(out_tx);
     let writer = tokio::spawn(async move {
         while let Some(msg) = out_rx.recv().await {
@@ -308,7 +348,6 @@ async fn run(socket: WebSocket, mut cmd: tokio::process::Command) {
         }
         sink
     });
-    let mut stdin = child.stdin.take();
     let status = loop {
         tokio::select! {
             status = child.wait() => break status.ok(),
@@ -316,18 +355,28 @@ async fn run(socket: WebSocket, mut cmd: tokio::process::Command) {
                 Some(Ok(ws::Message::Text(text))) => match parse_input(text.as_str()) {
                     Ok(Input::Stdin(data)) => {
                         if let Some(w) = stdin.as_mut() {
-                            if w.write_all(&data).await.is_err() {
+                            let written = w.write_all(&data).await.and(w.flush().await);
+                            if written.is_err() {
                                 stdin = None;
                             }
                         }
                     }
-                    Ok(Input::StdinClose) => stdin = None,
+                    // A terminal's input ends with its end-of-file character, not a close.
+                    Ok(Input::StdinClose) if pty.is_none() => stdin = None,
+                    Ok(Input::StdinClose) => {}
+                    Ok(Input::Resize(rows, cols)) => {
+                        if let Some(m) = &pty {
+                            if let Err(e) = m.resize(rows, cols) {
+                                tracing::debug!(error = %e, "alloc exec: resize failed");
+                            }
+                        }
+                    }
                     Ok(Input::Ignored) => {}
                     Err(reason) => tracing::debug!(%reason, "alloc exec: frame ignored"),
                 },
                 Some(Ok(ws::Message::Close(_))) | Some(Err(_)) | None => {
                     // The caller left: nothing is to outlive it.
-                    let _ = child.start_kill();
+                    kill_group(&child);
                     let _ = child.wait().await;
                     return;
                 }
@@ -369,17 +418,17 @@ mod tests {
     }
 
     #[test]
-    fn the_query_names_a_command_and_no_terminal() {
+    fn the_query_names_a_command_and_maybe_a_terminal() {
         let p = ExecParams::parse(&q(&[("task", "web"), ("command", r#"["echo","hi"]"#)])).unwrap();
         assert_eq!(p.task.as_deref(), Some("web"));
         assert_eq!(p.command, ["echo", "hi"]);
-        let p = ExecParams::parse(&q(&[("command", r#"["sh"]"#), ("tty", "false")])).unwrap();
-        assert_eq!(p.task, None);
+        assert!(!p.tty);
+        let p = ExecParams::parse(&q(&[("command", r#"["sh"]"#), ("tty", "True")])).unwrap();
+        assert_eq!((p.task, p.tty), (None, true));
         for bad in [
             q(&[]),
             q(&[("command", "[]")]),
             q(&[("command", "echo hi")]),
-            q(&[("command", r#"["sh"]"#), ("tty", "true")]),
             q(&[("command", r#"["sh"]"#), ("tty", "maybe")]),
         ] {
             assert!(ExecParams::parse(&bad).is_err(), "{bad:?}");
@@ -398,7 +447,7 @@ mod tests {
         );
         assert_eq!(
             parse_input(r#"{"tty_size":{"height":24,"width":80}}"#),
-            Ok(Input::Ignored)
+            Ok(Input::Resize(24, 80))
         );
         assert_eq!(parse_input("{}"), Ok(Input::Ignored));
         assert!(parse_input(r#"{"stdin":{"data":"%%%"}}"#).is_err());
