@@ -26,6 +26,14 @@ def wait_until(what, check, timeout=30.0):
         time.sleep(0.2)
 
 
+def evaluation_or_none(n, eval_id):
+    """The evaluation, or None while the server asked has not applied it yet."""
+    try:
+        return n.evaluation.get_evaluation(eval_id)
+    except exceptions.URLNotFoundNomadException:
+        return None
+
+
 def main():
     host, port, job_id = sys.argv[1], int(sys.argv[2]), sys.argv[3]
     n = nomad.Nomad(host=host, port=port, timeout=10)
@@ -321,6 +329,17 @@ def main():
         n.job.deregister_job(parent, purge=True)
     # Every namespace's jobs with `*`.
     assert any(j["ID"] == job_id for j in n.jobs.get_jobs(namespace="*")), "namespace=*"
+    everywhere = n.allocations.get_allocations(namespace="*")
+    assert any(a["JobID"] == job_id for a in everywhere), "allocations namespace=*"
+    assert not n.allocations.get_allocations(namespace="nowhere"), "another namespace's"
+    # Summaries recomputed from the allocations through raft; a right one stays right
+    # (tried again if an allocation moved meanwhile).
+    def reconcile_keeps_summary():
+        before = n.job.get_summary(job_id)["Summary"]
+        assert n.system.reconcile_summaries() is True
+        return n.job.get_summary(job_id)["Summary"] == before
+
+    wait_until("a reconcile that leaves the summary as it was", reconcile_keeps_summary)
 
     # Metrics (JSON by default), the servers an agent knows, search by prefix and fuzzy.
     metrics = n.metrics.get_metrics()
@@ -365,6 +384,75 @@ def main():
     assert all(e["Topic"] == "Job" for e in seen), seen
     stream_exit.set()
     n.job.deregister_job(ev_id, purge=True)
+
+    # Restart and signal a running allocation's task in place (a server forwards to the
+    # client that runs it): Restarts counts the restart, each signal is a Signaling event.
+    def running_alloc():
+        for a in n.job.get_allocations(job_id):
+            if a["DesiredStatus"] == "run" and a["ClientStatus"] == "running":
+                return a
+        return None
+
+    def task_state(alloc_id):
+        return n.allocation.get_allocation(alloc_id)["TaskStates"]["t"]
+
+    target = wait_until("a running allocation", running_alloc)["ID"]
+    restarts = task_state(target)["Restarts"]
+    assert isinstance(n.client.allocation.restart_allocation(target), dict)
+    wait_until(
+        "the task restarted in place",
+        lambda: (lambda s: s["Restarts"] == restarts + 1 and s["State"] == "running")(
+            task_state(target)
+        ),
+    )
+    assert isinstance(n.client.allocation.signal_allocation(target, "SIGUSR1"), dict)
+    n.client.allocation.signal_allocation(target, "SIGHUP", task="t")
+    wait_until(
+        "two Signaling events",
+        lambda: sum(e["Type"] == "Signaling" for e in task_state(target)["Events"]) >= 2,
+    )
+    for bad, args in (("SIGNOPE", ("SIGNOPE",)), ("nope", ("SIGHUP", "nope"))):
+        try:
+            n.client.allocation.signal_allocation(target, *args)
+            raise AssertionError("a bad signal request must be refused: %r" % (args,))
+        except exceptions.BadRequestNomadException as e:
+            assert bad in e.nomad_resp.text, e.nomad_resp.text
+
+    # Resource usage of the allocation (a mock task has no process: zero, nothing measured)
+    # and of its node, which a server-only agent needs named.
+    usage = n.client.allocation.read_allocation_stats(target)
+    assert usage["Tasks"]["t"]["ResourceUsage"]["MemoryStats"]["RSS"] == 0, usage
+    assert "CpuStats" in usage["ResourceUsage"] and usage["Timestamp"] > 0, usage
+    node_id = n.allocation.get_allocation(target)["NodeID"]
+    host = n.client.stats.read_stats(node_id=node_id)
+    assert host["Memory"]["Total"] > 0 and host["CPU"] and host["Uptime"] > 0, host
+    try:
+        n.client.stats.read_stats()
+        raise AssertionError("a server-only agent must be told which node")
+    except exceptions.BadRequestNomadException as e:
+        assert "node_id" in e.nomad_resp.text, e.nomad_resp.text
+
+    # Stop one allocation: it is marked to migrate, an alloc-stop evaluation stops it and
+    # places a replacement.
+    victim = [a for a in n.job.get_allocations(job_id) if a["DesiredStatus"] == "run"][0]
+    resp = n.allocation.stop_allocation(victim["ID"])
+    assert resp["EvalID"] and resp["Index"] > 0, resp
+    stop_eval = wait_until(
+        "the alloc-stop evaluation", lambda: evaluation_or_none(n, resp["EvalID"])
+    )
+    assert stop_eval["TriggeredBy"] == "alloc-stop", stop_eval
+    stopped = wait_until(
+        "the stopped allocation replaced",
+        lambda: (lambda a: a if a["DesiredStatus"] == "stop" and a["NextAllocation"] else None)(
+            n.allocation.get_allocation(victim["ID"])
+        ),
+    )
+    assert stopped["DesiredTransition"]["Migrate"] is True, stopped
+    try:
+        n.allocation.stop_allocation("00000000-0000-0000-0000-000000000000")
+        raise AssertionError("stopping an unknown allocation must raise URLNotFoundNomadException")
+    except exceptions.URLNotFoundNomadException:
+        pass
 
     # Deregister (the job stays, stopped); once its allocations are terminal, a forced
     # garbage collection removes it.

@@ -190,7 +190,8 @@ pub async fn no_node_over_capacity(api: &ApiClient) -> anyhow::Result<Checked> {
 
 /// No task group has more running allocations than its count.
 pub async fn no_group_over_count(api: &ApiClient) -> anyhow::Result<Checked> {
-    let Some(allocs) = get_opt::<Vec<Value>>(api, "/v1/allocations").await? else {
+    // Every namespace's (the list holds the default one's otherwise).
+    let Some(allocs) = get_opt::<Vec<Value>>(api, "/v1/allocations?namespace=*").await? else {
         return Ok(Checked::NotServed("/v1/allocations".into()));
     };
     let mut running: BTreeMap<(String, String, String), usize> = BTreeMap::new();
@@ -236,7 +237,7 @@ pub async fn no_group_over_count(api: &ApiClient) -> anyhow::Result<Checked> {
 /// set, or another evaluation naming it as `PreviousEval`). `pending_ok` lets pending ones
 /// through (for a check taken while work is still in flight).
 pub async fn evals_settled(api: &ApiClient, pending_ok: bool) -> anyhow::Result<Checked> {
-    let Some(evals) = get_opt::<Vec<Evaluation>>(api, "/v1/evaluations").await? else {
+    let Some(evals) = get_opt::<Vec<Evaluation>>(api, "/v1/evaluations?namespace=*").await? else {
         return Ok(Checked::NotServed("/v1/evaluations".into()));
     };
     let followed: BTreeSet<String> = evals

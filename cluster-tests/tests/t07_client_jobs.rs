@@ -2,7 +2,10 @@
 //! `teamster agent --dev` runs a raw_exec batch job to completion and `alloc logs` shows its
 //! output; a SIGKILLed client's service allocation is replaced on another node and, when
 //! the client returns, the old one is stopped rather than duplicated; a failing task is
-//! restarted per its RestartPolicy, then rescheduled per its ReschedulePolicy.
+//! restarted per its RestartPolicy, then rescheduled per its ReschedulePolicy; an operator
+//! stops an allocation (`alloc stop`) and the scheduler replaces it, restarts its task in
+//! place (`alloc restart`), sends it a signal (`alloc signal`), reads its and the host's
+//! resource usage and runs commands in its place (`alloc exec`).
 
 use std::process::{Command, Stdio};
 use std::time::Duration;
@@ -50,11 +53,55 @@ async fn job_allocs(api: &ApiClient, job: &str) -> Vec<Value> {
 
 /// The same loopback block trick as the process cluster, for a lone dev agent.
 fn dev_ip() -> String {
+    dev_ip_at(9)
+}
+
+/// The dev agents' loopback block, at `host`.
+fn dev_ip_at(host: u8) -> String {
     let pid = std::process::id();
-    format!("127.{}.{}.9", 10 + (pid % 200), 251 - (pid / 200 % 5))
+    format!("127.{}.{}.{host}", 10 + (pid % 200), 251 - (pid / 200 % 5))
 }
 
 struct Killed(std::process::Child);
+
+/// A `teamster agent --dev` on `ip` (its log in `log`), once its node is ready.
+async fn dev_agent(ip: &str, log: &tempfile::NamedTempFile) -> anyhow::Result<(Killed, ApiClient)> {
+    let agent = Killed(
+        Command::new(teamster_bin())
+            .args(["agent", "--dev", "--bind", ip])
+            .stdin(Stdio::null())
+            .stdout(log.reopen()?)
+            .stderr(log.reopen()?)
+            .spawn()?,
+    );
+    let api = ApiClient::new(&format!("http://{ip}:4646"));
+    wait_for(Duration::from_secs(30), "the dev node ready", || async {
+        let nodes: Vec<Value> = api.get("/v1/nodes").await.ok()?;
+        nodes.iter().any(|n| n["Status"] == "ready").then_some(())
+    })
+    .await
+    .map_err(|e| {
+        anyhow::anyhow!(
+            "{e}\n{}",
+            std::fs::read_to_string(log.path()).unwrap_or_default()
+        )
+    })?;
+    Ok((agent, api))
+}
+
+/// The allocation `id` once `check` holds for it.
+async fn wait_alloc(
+    api: &ApiClient,
+    id: &str,
+    what: &str,
+    check: impl Fn(&Value) -> bool,
+) -> anyhow::Result<Value> {
+    wait_for(Duration::from_secs(30), what, || async {
+        let a: Value = api.get(&format!("/v1/allocation/{id}")).await.ok()?;
+        check(&a).then_some(a)
+    })
+    .await
+}
 
 impl Drop for Killed {
     fn drop(&mut self) {
@@ -463,5 +510,355 @@ async fn a_failing_task_is_restarted_then_rescheduled() -> anyhow::Result<()> {
             && shown.contains("Not Restarting"),
         "{shown}"
     );
+    Ok(())
+}
+
+#[tokio::test]
+async fn dev_agent_alloc_stop_replaces_the_allocation() -> anyhow::Result<()> {
+    teamster_cluster_tests::init_test_tracing();
+    // Not dev_ip(): the other dev-agent test of this binary runs at the same time.
+    let ip = dev_ip_at(8);
+    let log = tempfile::NamedTempFile::new()?;
+    let (_agent, api) = dev_agent(&ip, &log).await?;
+    let addr = format!("http://{ip}:4646");
+    register(
+        &api,
+        raw_exec_job("sleeper", "service", "sleep 600", json!({})),
+    )
+    .await?;
+    let first = wait_for(Duration::from_secs(30), "the sleeper running", || {
+        let api = api.clone();
+        async move {
+            let a = job_allocs(&api, "sleeper").await.into_iter().next()?;
+            (a["ClientStatus"] == "running").then_some(a)
+        }
+    })
+    .await?;
+    let first_id = first["ID"].as_str().expect("alloc id").to_string();
+
+    // `alloc stop` follows the alloc-stop evaluation to its end.
+    let out = Command::new(teamster_bin())
+        .args(["alloc", "stop", "-address", &addr, &first_id[..8]])
+        .output()?;
+    let shown = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{shown}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        shown.contains("==> Monitoring evaluation") && shown.contains("\"complete\""),
+        "{shown}"
+    );
+    let stopped = wait_alloc(&api, &first_id, "the first allocation stopped", |a| {
+        a["DesiredStatus"] == "stop" && a["ClientStatus"] == "complete"
+    })
+    .await?;
+    assert_eq!(stopped["DesiredTransition"]["Migrate"], true, "{stopped}");
+    assert_eq!(stopped["DesiredDescription"], "alloc is being migrated");
+    let next = stopped["NextAllocation"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
+    assert!(!next.is_empty(), "a replacement: {stopped}");
+    let replacement = wait_alloc(&api, &next, "the replacement running", |a| {
+        a["ClientStatus"] == "running"
+    })
+    .await?;
+    assert_eq!(replacement["PreviousAllocation"], first_id.as_str());
+    assert_eq!(replacement["Name"], stopped["Name"]);
+
+    // `-detach` prints the evaluation and returns; the evaluation says why it was made.
+    let out = Command::new(teamster_bin())
+        .args(["alloc", "stop", "-detach", "-address", &addr, &next])
+        .output()?;
+    let eval_id = String::from_utf8_lossy(&out.stdout).trim().to_string();
+    assert_eq!(eval_id.len(), 36, "{eval_id:?}");
+    let eval: Value = api.get(&format!("/v1/evaluation/{eval_id}")).await?;
+    assert_eq!(eval["TriggeredBy"], "alloc-stop");
+    assert_eq!(eval["JobID"], "sleeper");
+    wait_alloc(&api, &next, "the second allocation stopped", |a| {
+        a["DesiredStatus"] == "stop" && !a["NextAllocation"].as_str().unwrap_or("").is_empty()
+    })
+    .await?;
+
+    // An unknown allocation: the API answers 404, the CLI names it and exits 1.
+    let resp = reqwest::Client::new()
+        .post(format!("{addr}/v1/allocation/{}/stop", "0".repeat(36)))
+        .send()
+        .await?;
+    assert_eq!(resp.status(), reqwest::StatusCode::NOT_FOUND);
+    let out = Command::new(teamster_bin())
+        .args(["alloc", "stop", "-address", &addr, "ffffffff"])
+        .output()?;
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("ffffffff"));
+    api.request::<(), Value>(reqwest::Method::DELETE, "/v1/job/sleeper?purge=true", None)
+        .await?;
+    Ok(())
+}
+
+/// A task's stdout as the agent serves it.
+async fn stdout_of(addr: &str, alloc_id: &str) -> String {
+    let url = format!("{addr}/v1/client/fs/logs/{alloc_id}?task=t&type=stdout&plain=true");
+    match reqwest::get(url).await {
+        Ok(r) => r.text().await.unwrap_or_default(),
+        Err(_) => String::new(),
+    }
+}
+
+#[tokio::test]
+async fn dev_agent_alloc_restart_signal_stats_and_exec_reach_the_task_in_place(
+) -> anyhow::Result<()> {
+    teamster_cluster_tests::init_test_tracing();
+    let ip = dev_ip_at(7);
+    let log = tempfile::NamedTempFile::new()?;
+    let (_agent, api) = dev_agent(&ip, &log).await?;
+    let addr = format!("http://{ip}:4646");
+    // No restart allowed by the policy: an operator's restart must not be held against it.
+    register(
+        &api,
+        raw_exec_job(
+            "ops",
+            "service",
+            "echo start; trap 'echo got usr1' USR1; while :; do sleep 0.1; done",
+            json!({"RestartPolicy": {"Attempts": 0, "Interval": 60_000_000_000u64, "Delay": 1_000_000_000u64, "Mode": "fail"}}),
+        ),
+    )
+    .await?;
+    let alloc = wait_for(Duration::from_secs(30), "the ops task started", || {
+        let api = api.clone();
+        let addr = addr.clone();
+        async move {
+            let a = job_allocs(&api, "ops").await.into_iter().next()?;
+            let id = a["ID"].as_str()?.to_string();
+            (a["ClientStatus"] == "running" && stdout_of(&addr, &id).await == "start\n")
+                .then_some(a)
+        }
+    })
+    .await?;
+    let id = alloc["ID"].as_str().expect("alloc id").to_string();
+
+    // `alloc signal -s SIGUSR1`: the task's trap runs; the event says which signal.
+    let out = Command::new(teamster_bin())
+        .args([
+            "alloc",
+            "signal",
+            "-address",
+            &addr,
+            "-s",
+            "SIGUSR1",
+            &id[..8],
+            "t",
+        ])
+        .output()?;
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    wait_for(Duration::from_secs(10), "the trap's output", || async {
+        stdout_of(&addr, &id)
+            .await
+            .contains("got usr1")
+            .then_some(())
+    })
+    .await?;
+    let signaled = wait_alloc(&api, &id, "the Signaling event reported", |a| {
+        a["TaskStates"]["t"]["Events"]
+            .as_array()
+            .is_some_and(|e| e.iter().any(|e| e["Type"] == "Signaling"))
+    })
+    .await?;
+    assert_eq!(signaled["ClientStatus"], "running");
+
+    // An unknown signal or task is a 400 naming it; an unknown allocation a 404.
+    let post = |path: String, body: Value| {
+        let url = format!("{addr}{path}");
+        async move {
+            let r = reqwest::Client::new().post(url).json(&body).send().await?;
+            anyhow::Ok((r.status(), r.text().await?))
+        }
+    };
+    let (status, text) = post(
+        format!("/v1/client/allocation/{id}/signal"),
+        json!({"Signal": "SIGNOPE"}),
+    )
+    .await?;
+    assert_eq!(status, reqwest::StatusCode::BAD_REQUEST);
+    assert!(text.contains("SIGNOPE"), "{text}");
+    let (status, text) = post(
+        format!("/v1/client/allocation/{id}/restart"),
+        json!({"TaskName": "nope"}),
+    )
+    .await?;
+    assert_eq!(status, reqwest::StatusCode::BAD_REQUEST);
+    assert!(text.contains("nope"), "{text}");
+    let (status, _) = post(
+        format!("/v1/client/allocation/{}/restart", "0".repeat(36)),
+        json!({}),
+    )
+    .await?;
+    assert_eq!(status, reqwest::StatusCode::NOT_FOUND);
+    let out = Command::new(teamster_bin())
+        .args(["alloc", "signal", "-address", &addr, "-s", "SIGNOPE", &id])
+        .output()?;
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("SIGNOPE"));
+
+    // `alloc restart`: the same allocation, its task started again, counted in Restarts but
+    // not against the policy (which allows none).
+    let out = Command::new(teamster_bin())
+        .args(["alloc", "restart", "-address", &addr, &id[..8]])
+        .output()?;
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let restarted = wait_alloc(&api, &id, "the task restarted", |a| {
+        a["TaskStates"]["t"]["Restarts"] == 1 && a["TaskStates"]["t"]["State"] == "running"
+    })
+    .await?;
+    assert_eq!(restarted["ClientStatus"], "running");
+    assert_eq!(restarted["TaskStates"]["t"]["Failed"], false);
+    let types: Vec<String> = restarted["TaskStates"]["t"]["Events"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|e| e["Type"].as_str().map(str::to_string))
+        .collect();
+    let from = types
+        .iter()
+        .position(|t| t == "Restart Signaled")
+        .unwrap_or_else(|| panic!("{types:?}"));
+    assert_eq!(
+        types[from..from + 3],
+        ["Restart Signaled", "Terminated", "Restarting"],
+        "{types:?}"
+    );
+    wait_for(
+        Duration::from_secs(10),
+        "the second start's output",
+        || async { (stdout_of(&addr, &id).await.matches("start").count() == 2).then_some(()) },
+    )
+    .await?;
+    let allocs = job_allocs(&api, "ops").await;
+    assert_eq!(allocs.len(), 1, "restarted in place: {allocs:?}");
+    // Its usage, read from /proc for the task's process group, and the host's.
+    let usage: Value = api
+        .get(&format!("/v1/client/allocation/{id}/stats"))
+        .await?;
+    let task = &usage["Tasks"]["t"];
+    assert!(
+        task["ResourceUsage"]["MemoryStats"]["RSS"].as_u64() > Some(0),
+        "{usage}"
+    );
+    assert_eq!(
+        task["ResourceUsage"]["CpuStats"]["Measured"],
+        json!(["System Mode", "User Mode", "Percent"])
+    );
+    assert!(task["ResourceUsage"]["CpuStats"]["Percent"].as_f64() >= Some(0.0));
+    assert!(
+        !task["Pids"].as_object().is_none_or(|p| p.is_empty()),
+        "{usage}"
+    );
+    assert!(usage["Timestamp"].as_i64() > Some(0));
+    let host: Value = api.get("/v1/client/stats").await?;
+    assert!(host["Memory"]["Total"].as_u64() > Some(0), "{host}");
+    assert!(
+        host["CPU"].as_array().is_some_and(|c| !c.is_empty()),
+        "{host}"
+    );
+    assert!(host["Uptime"].as_u64() > Some(0), "{host}");
+    assert!(host["AllocDirStats"]["Size"].as_u64() > Some(0), "{host}");
+    let node_id = restarted["NodeID"].as_str().unwrap_or_default();
+    let same: Value = api
+        .get(&format!("/v1/client/stats?node_id={node_id}"))
+        .await?;
+    assert!(same["Memory"]["Total"].as_u64() > Some(0));
+    let other = reqwest::get(format!("{addr}/v1/client/stats?node_id=nope")).await?;
+    assert_eq!(other.status(), reqwest::StatusCode::NOT_FOUND);
+
+    // `alloc exec`: a command in the task's place, its output, its exit code, its stdin.
+    let exec = |args: &[&str], stdin: Option<&str>| {
+        let mut cmd = Command::new(teamster_bin());
+        cmd.args(["alloc", "exec", "-address", &addr]).args(args);
+        cmd.stdin(if stdin.is_some() {
+            Stdio::piped()
+        } else {
+            Stdio::null()
+        })
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+        let mut child = cmd.spawn().expect("teamster runs");
+        if let Some(text) = stdin {
+            use std::io::Write;
+            let mut input = child.stdin.take().expect("piped stdin");
+            input.write_all(text.as_bytes()).expect("stdin written");
+        }
+        child.wait_with_output().expect("teamster ends")
+    };
+    let out = exec(&[&id[..8], "echo", "hi"], None);
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "hi\n");
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let out = exec(&[&id, "sh", "-c", "echo oops >&2; exit 3"], None);
+    assert_eq!(out.status.code(), Some(3));
+    assert_eq!(String::from_utf8_lossy(&out.stderr), "oops\n");
+    let out = exec(&["-task", "t", &id, "cat"], Some("from stdin\n"));
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "from stdin\n");
+    let out = exec(
+        &[
+            &id,
+            "sh",
+            "-c",
+            "echo $NOMAD_TASK_NAME $NOMAD_ALLOC_ID; pwd",
+        ],
+        None,
+    );
+    let shown = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(shown.starts_with(&format!("t {id}\n")), "{shown}");
+    assert!(shown.trim_end().ends_with(&format!("{id}/t")), "{shown}");
+    // With `-t` the command has a terminal of its own (output lines end in \r\n), and input
+    // reaches it through the terminal (echoed), its end as the end-of-file character.
+    let out = exec(&["-t", &id, "sh", "-c", "tty; test -t 1 && echo yes"], None);
+    let shown = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        shown.starts_with("/dev/pts/") && shown.ends_with("\r\nyes\r\n"),
+        "{shown:?} {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(out.status.code(), Some(0));
+    let out = exec(&["-t", &id, "cat"], Some("typed\n"));
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains("typed\r\n"),
+        "{:?}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    assert_eq!(out.status.code(), Some(0));
+    let out = exec(&["-task", "nope", &id, "true"], None);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("nope"));
+
+    // A task name with -all-tasks is a usage error.
+    let out = Command::new(teamster_bin())
+        .args([
+            "alloc",
+            "restart",
+            "-address",
+            &addr,
+            "-all-tasks",
+            &id,
+            "t",
+        ])
+        .output()?;
+    assert_eq!(out.status.code(), Some(2));
+    api.request::<(), Value>(reqwest::Method::DELETE, "/v1/job/ops?purge=true", None)
+        .await?;
     Ok(())
 }

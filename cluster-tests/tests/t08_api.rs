@@ -1,6 +1,7 @@
 //! The Nomad-compatible HTTP API and the CLI against a live 3-server cluster of real
 //! processes: bad input is refused with a message and changes nothing, blocking queries
-//! return on a change or after `wait`, and the `job`, `server`, `status` and `operator raft`
+//! return on a change or after `wait`, lists take `namespace=*`, job summaries are
+//! reconciled through raft, and the `job`, `server`, `status`, `system` and `operator raft`
 //! commands work (and fail) as a script expects.
 
 use std::path::PathBuf;
@@ -341,6 +342,81 @@ async fn blocking_queries_return_on_a_change_and_after_the_wait() -> anyhow::Res
     assert_eq!(resp.status(), StatusCode::BAD_REQUEST);
     let resp = reqwest::get(format!("{base}/v1/jobs?index=1&wait=forever")).await?;
     assert_eq!(resp.status(), StatusCode::BAD_REQUEST);
+    Ok(())
+}
+
+#[tokio::test]
+async fn lists_take_every_namespace_and_summaries_are_reconciled_through_raft() -> anyhow::Result<()>
+{
+    let mut c = ProcessCluster::start(3, ClusterOptions::default())?;
+    let leader = c.wait_leader(FORMATION).await?;
+    let base = c.servers[(leader + 1) % 3].http_addr();
+    let api = c.servers[leader].api();
+    register(&api, small_job("ns-default")).await?;
+    let mut other = small_job("ns-other");
+    other["Namespace"] = json!("other");
+    register(&api, other).await?;
+    settled(&base).await?;
+    let eval_jobs = |query: &'static str| {
+        let base = base.clone();
+        async move {
+            let evals: Vec<Value> = reqwest::get(format!("{base}/v1/evaluations{query}"))
+                .await?
+                .json()
+                .await?;
+            let mut jobs: Vec<String> = evals
+                .iter()
+                .filter_map(|e| e["JobID"].as_str().map(str::to_string))
+                .collect();
+            // With no client, each job has its evaluation and a blocked one.
+            jobs.sort();
+            jobs.dedup();
+            anyhow::Ok(jobs)
+        }
+    };
+    assert_eq!(eval_jobs("").await?, ["ns-default"]);
+    assert_eq!(eval_jobs("?namespace=other").await?, ["ns-other"]);
+    assert_eq!(eval_jobs("?namespace=*").await?, ["ns-default", "ns-other"]);
+    let resp = reqwest::get(format!("{base}/v1/allocations?namespace=*")).await?;
+    assert_eq!(resp.status(), StatusCode::OK);
+    assert_eq!(resp.json::<Vec<Value>>().await?, Vec::<Value>::new());
+    let regions: Vec<String> = reqwest::get(format!("{base}/v1/regions"))
+        .await?
+        .json()
+        .await?;
+    assert_eq!(regions, ["global"]);
+
+    // Reconciling the summaries is a raft write (through a follower): 200 with its index,
+    // and a summary that was right stays as it was.
+    let summary = |base: String| async move {
+        let s: Value = reqwest::get(format!("{base}/v1/job/ns-default/summary"))
+            .await?
+            .json()
+            .await?;
+        anyhow::Ok(s)
+    };
+    let before = summary(base.clone()).await?;
+    let resp = reqwest::Client::new()
+        .put(format!("{base}/v1/system/reconcile/summaries"))
+        .send()
+        .await?;
+    assert_eq!(resp.status(), StatusCode::OK);
+    let index: u64 = resp.headers()["X-Nomad-Index"].to_str()?.parse()?;
+    assert!(index > 0);
+    assert_eq!(summary(base.clone()).await?, before);
+    let resp = reqwest::get(format!("{base}/v1/system/reconcile/summaries")).await?;
+    assert_eq!(resp.status(), StatusCode::METHOD_NOT_ALLOWED);
+    let out = cli(&base, &["system", "reconcile", "summaries"]).await?;
+    assert!(out.status.success(), "{}", stderr(&out));
+    // `eval status` finds an evaluation of another namespace by its prefix.
+    let evals: Vec<Value> = reqwest::get(format!("{base}/v1/evaluations?namespace=other"))
+        .await?
+        .json()
+        .await?;
+    let other_eval = evals[0]["ID"].as_str().unwrap_or_default().to_string();
+    let out = cli(&base, &["eval", "status", &other_eval[..8]]).await?;
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(stdout(&out).contains("ns-other"), "{}", stdout(&out));
     Ok(())
 }
 

@@ -1,7 +1,9 @@
 //! Nomad compatibility with a real third-party client: the unmodified `python-nomad` 2.1.0
 //! package, installed into a virtual environment this test creates, drives a live 3-server
 //! cluster with one client agent — once through the leader and once through a follower
-//! (`cluster-tests/python/python_nomad_flows.py` holds the flows and their assertions).
+//! (`cluster-tests/python/python_nomad_flows.py` holds the flows and their assertions); then
+//! `teamster alloc exec` through a follower, whose server relays the websocket (python-nomad
+//! has no exec).
 //!
 //! Without `python3` the test is skipped loudly; under `CI=true` that is a failure.
 
@@ -121,6 +123,38 @@ async fn python_nomad_2_1_0_drives_the_cluster_through_leader_and_follower() -> 
     run_flows(&python, &c.servers[leader].ip, "py-leader").await?;
     let follower = (leader + 1) % 3;
     run_flows(&python, &c.servers[follower].ip, "py-follower").await?;
+
+    // `alloc exec` through a follower: the server relays the websocket to the client.
+    let mut job = teamster_cluster_tests::api::small_job("exec-me");
+    job["Type"] = serde_json::json!("service");
+    job["TaskGroups"][0]["Tasks"][0]["Config"]["run_for"] = serde_json::json!("10m");
+    teamster_cluster_tests::api::register(&api, job).await?;
+    let alloc_id = teamster_cluster_tests::wait_for(
+        Duration::from_secs(30),
+        "the exec-me allocation running",
+        || async {
+            let allocs: Vec<serde_json::Value> =
+                api.get("/v1/job/exec-me/allocations").await.ok()?;
+            let a = allocs
+                .into_iter()
+                .find(|a| a["ClientStatus"] == "running")?;
+            Some(a["ID"].as_str()?.to_string())
+        },
+    )
+    .await?;
+    let follower_addr = c.servers[follower].http_addr();
+    let mut cmd = Command::new(teamster_cluster_tests::process::teamster_bin());
+    cmd.args(["alloc", "exec", "-address", &follower_addr, &alloc_id])
+        .args(["sh", "-c", "echo hi from $NOMAD_TASK_NAME; exit 4"])
+        .stdin(std::process::Stdio::null());
+    let out = tokio::task::spawn_blocking(move || cmd.output()).await??;
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "hi from t\n");
+    assert_eq!(
+        out.status.code(),
+        Some(4),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     client.kill();
     Ok(())
 }

@@ -162,13 +162,14 @@ impl Agent {
             rpc_hold_timeout: config.server.rpc_hold_timeout,
             config: serde_json::to_value(&config).unwrap_or(serde_json::Value::Null),
         };
-        let router = crate::http::router(crate::http::HttpContext::new(
+        let http = crate::http::HttpContext::new(
             info,
             handles,
             metrics_handle(),
             clock.clone(),
             rng.child(),
-        ));
+        );
+        let router = crate::http::router(http.clone());
         let token = shutdown.clone();
         let http_task = tokio::spawn(async move {
             let serve = axum::serve(http_listener, router)
@@ -206,6 +207,9 @@ impl Agent {
         } else {
             None
         };
+        if let Some(c) = &client {
+            http.set_client(c.handle());
+        }
         info!(name = %config.name, http = %http_addr, "agent started");
         Ok(Agent {
             config,

@@ -1,4 +1,7 @@
-//! `teamster eval list` and `teamster eval status ID`; `teamster alloc status ID`.
+//! `teamster eval list` and `teamster eval status ID`; `teamster alloc status ID` and the
+//! dispatch of the other `alloc` commands (`alloc_logs`, `alloc_ops`, `alloc_exec`).
+
+use std::process::ExitCode;
 
 use anyhow::{bail, Context};
 use clap::{Args, Subcommand};
@@ -23,6 +26,14 @@ pub enum AllocCommand {
     Status(IdArgs),
     /// Print a task's log (stdout, or stderr with `--stderr`).
     Logs(super::alloc_logs::LogsArgs),
+    /// Stop an allocation and place a replacement; follows the evaluation unless `-detach`.
+    Stop(super::alloc_ops::StopArgs),
+    /// Restart an allocation's tasks in place (every running one unless a task is named).
+    Restart(super::alloc_ops::RestartArgs),
+    /// Send a signal to an allocation's tasks (SIGKILL unless `-s` names one).
+    Signal(super::alloc_ops::SignalArgs),
+    /// Run a command in the place of a running task; exits with the command's code.
+    Exec(super::alloc_exec::ExecArgs),
 }
 
 /// `eval list`.
@@ -55,12 +66,18 @@ pub async fn run_eval(cmd: EvalCommand) -> anyhow::Result<()> {
     }
 }
 
-/// Run an `alloc` command.
-pub async fn run_alloc(cmd: AllocCommand) -> anyhow::Result<()> {
-    match cmd {
+/// Run an `alloc` command; the exit code is 0, 1 (an error) or 2 (`alloc stop` whose
+/// replacement could not be placed), or the command's own for `alloc exec`.
+pub async fn run_alloc(cmd: AllocCommand) -> anyhow::Result<ExitCode> {
+    let done = match cmd {
         AllocCommand::Status(args) => alloc_status(args).await,
         AllocCommand::Logs(args) => super::alloc_logs::logs(args).await,
-    }
+        AllocCommand::Stop(args) => return super::alloc_ops::stop(args).await,
+        AllocCommand::Restart(args) => return super::alloc_ops::restart(args).await,
+        AllocCommand::Signal(args) => return super::alloc_ops::signal(args).await,
+        AllocCommand::Exec(args) => return super::alloc_exec::exec(args).await,
+    };
+    done.map(|()| ExitCode::SUCCESS)
 }
 
 async fn eval_list(args: EvalListArgs) -> anyhow::Result<()> {
@@ -107,7 +124,8 @@ async fn eval_list(args: EvalListArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Resolve an ID prefix through a `?prefix=` listing.
+/// Resolve an ID prefix through a `?prefix=` listing of every namespace (IDs are unique
+/// across them).
 pub(super) async fn resolve(
     api: &ApiClient,
     list: &str,
@@ -115,7 +133,7 @@ pub(super) async fn resolve(
     id: &str,
 ) -> anyhow::Result<String> {
     let found: Vec<Value> = api
-        .get(&format!("{list}?prefix={id}"))
+        .get(&format!("{list}?prefix={id}&namespace=*"))
         .await
         .with_context(|| format!("looking up {what} {id}"))?;
     match found.as_slice() {

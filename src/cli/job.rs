@@ -351,7 +351,7 @@ async fn stop(args: StopArgs) -> anyhow::Result<ExitCode> {
 
 /// Follow an evaluation (and the blocked evaluation it may leave) with blocking queries until
 /// the scheduler is done with it; print what was placed and what failed.
-async fn monitor(
+pub(super) async fn monitor(
     api: &ApiClient,
     job_id: &str,
     eval_id: &str,

@@ -8,7 +8,9 @@
 //! Exit codes: 0 success, 1 an error (printed as one line, no backtrace), 2 bad usage.
 
 mod agent;
+mod alloc_exec;
 mod alloc_logs;
+mod alloc_ops;
 mod eval;
 mod job;
 mod job_dispatch;
@@ -59,7 +61,7 @@ enum Command {
     /// Evaluations: list, status.
     #[command(subcommand)]
     Eval(eval::EvalCommand),
-    /// Allocations: status, task logs.
+    /// Allocations: status, task logs, stop, restart, signal, exec.
     #[command(subcommand)]
     Alloc(eval::AllocCommand),
     /// The cluster's housekeeping: garbage collection.
@@ -104,18 +106,52 @@ fn long_flags(cmd: &clap::Command, into: &mut std::collections::BTreeSet<String>
     }
 }
 
+/// Where the command of `alloc exec` starts in `args` (after its allocation argument): what
+/// follows is the remote command's, not ours to rewrite.
+fn exec_command_start(args: &[std::ffi::OsString]) -> Option<usize> {
+    use clap::CommandFactory;
+    let words: Vec<&str> = args.iter().map(|a| a.to_str().unwrap_or("")).collect();
+    let exec_at = words
+        .windows(2)
+        .position(|w| w == ["alloc", "exec"])
+        .map(|i| i + 2)?;
+    let cli = Cli::command();
+    let exec = cli
+        .find_subcommand("alloc")
+        .and_then(|a| a.find_subcommand("exec"))?;
+    let takes_value: std::collections::BTreeSet<&str> = exec
+        .get_arguments()
+        .filter(|a| a.get_action().takes_values() && !a.is_require_equals_set())
+        .filter_map(|a| a.get_long())
+        .collect();
+    let mut i = exec_at;
+    while let Some(word) = words.get(i) {
+        if *word == "--" {
+            return None;
+        }
+        match word.trim_start_matches('-') {
+            _ if !word.starts_with('-') => return Some(i + 1),
+            name if takes_value.contains(name) => i += 2,
+            _ => i += 1,
+        }
+    }
+    None
+}
+
 /// `args` with Nomad's single-dash long flags (`-purge`, `-address=URL`, `-json`) spelled
-/// as clap's (`--purge`, …) wherever the name is one of ours; anything else, and everything
-/// after `--`, is left as it is (`-` for stdin, `-5`, values).
+/// as clap's (`--purge`, …) wherever the name is one of ours; anything else, everything
+/// after `--` and the command of `alloc exec` are left as they are (`-` for stdin, `-5`,
+/// values).
 pub fn nomad_flags(args: Vec<std::ffi::OsString>) -> Vec<std::ffi::OsString> {
     use clap::CommandFactory;
     let mut known = std::collections::BTreeSet::new();
     long_flags(&Cli::command(), &mut known);
+    let literal_from = exec_command_start(&args).unwrap_or(usize::MAX);
     let mut rest_literal = false;
     args.into_iter()
         .enumerate()
         .map(|(i, arg)| {
-            if i == 0 || rest_literal {
+            if i == 0 || rest_literal || i >= literal_from {
                 return arg;
             }
             let Some(text) = arg.to_str() else {
@@ -148,7 +184,7 @@ pub fn main() -> ExitCode {
         Command::Operator(cmd) => run_api(|| operator::run(cmd)),
         Command::Status(args) => run_api_code(|| status::run(args)),
         Command::Eval(cmd) => run_api(|| eval::run_eval(cmd)),
-        Command::Alloc(cmd) => run_api(|| eval::run_alloc(cmd)),
+        Command::Alloc(cmd) => run_api_code(|| eval::run_alloc(cmd)),
         Command::Node(cmd) => run_api(|| node::run(cmd)),
         Command::System(cmd) => run_api(|| system::run(cmd)),
     }
@@ -256,6 +292,35 @@ mod tests {
         assert_eq!(
             rewritten(&["teamster", "job", "scale", "-v", "-nope", "-5", "--", "-json"]),
             ["teamster", "job", "scale", "-v", "-nope", "-5", "--", "-json"]
+        );
+        // The command of `alloc exec` is the remote command's, whatever it looks like.
+        assert_eq!(
+            rewritten(&[
+                "teamster",
+                "alloc",
+                "exec",
+                "-task",
+                "web",
+                "-address",
+                "http://h:1",
+                "abc",
+                "ls",
+                "-json",
+                "-task"
+            ]),
+            [
+                "teamster",
+                "alloc",
+                "exec",
+                "--task",
+                "web",
+                "--address",
+                "http://h:1",
+                "abc",
+                "ls",
+                "-json",
+                "-task"
+            ]
         );
         // And clap takes the result.
         let cli = Cli::try_parse_from(super::nomad_flags(

@@ -90,7 +90,7 @@ async fn show(api: &ApiArgs, cmd: &str, id: Option<&String>) -> anyhow::Result<E
     let cli = Cli::try_parse_from(argv).context("building the status command")?;
     match cli.command {
         Command::Job(c) => Box::pin(super::job::run(c)).await,
-        Command::Alloc(c) => super::eval::run_alloc(c).await.map(|()| ExitCode::SUCCESS),
+        Command::Alloc(c) => super::eval::run_alloc(c).await,
         Command::Eval(c) => super::eval::run_eval(c).await.map(|()| ExitCode::SUCCESS),
         Command::Node(c) => super::node::run(c).await.map(|()| ExitCode::SUCCESS),
         _ => bail!("no status command for {cmd}"),

@@ -1,5 +1,7 @@
 //! `teamster system gc`: garbage-collect now (terminal evaluations, stopped jobs whose
-//! allocations are all terminal), whatever the age thresholds, as `nomad system gc`.
+//! allocations are all terminal), whatever the age thresholds, as `nomad system gc`; and
+//! `teamster system reconcile summaries`: recompute every job's summary from its
+//! allocations, as `nomad system reconcile summaries`.
 
 use anyhow::Context;
 use clap::{Args, Subcommand};
@@ -12,9 +14,19 @@ use super::{ApiArgs, ApiClient};
 pub enum SystemCommand {
     /// Garbage-collect terminal evaluations and stopped jobs now.
     Gc(GcArgs),
+    /// Reconcile what the cluster keeps with what it knows.
+    #[command(subcommand)]
+    Reconcile(ReconcileCommand),
 }
 
-/// `system gc`.
+/// `system reconcile …`.
+#[derive(Debug, Subcommand)]
+pub enum ReconcileCommand {
+    /// Recompute every job's summary from its allocations.
+    Summaries(GcArgs),
+}
+
+/// `system gc`, `system reconcile summaries`.
 #[derive(Debug, Args)]
 pub struct GcArgs {
     #[command(flatten)]
@@ -33,6 +45,13 @@ pub async fn run(cmd: SystemCommand) -> anyhow::Result<()> {
             if a.api.json {
                 println!("{}", serde_json::to_string_pretty(&done)?);
             }
+            Ok(())
+        }
+        SystemCommand::Reconcile(ReconcileCommand::Summaries(a)) => {
+            let api = ApiClient::new(&a.api.address);
+            api.request_text::<()>(reqwest::Method::PUT, "/v1/system/reconcile/summaries", None)
+                .await
+                .context("reconciling the job summaries")?;
             Ok(())
         }
     }

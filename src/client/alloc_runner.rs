@@ -5,11 +5,14 @@
 //!  alloc watcher ──new alloc──▶ spawn one task runner per task ──▶ driver start / re-attach
 //!                 ──stop──────▶ cancel the alloc's token ──▶ Killing → SIGTERM … → Killed
 //!  task exit ──▶ RestartTracker ──▶ Restarting (delay) | Not Restarting (dead, failed)
+//!  TaskControl ─▶ restart: Restart Signaled → kill → Restarting (no delay, not counted)
+//!              ─▶ signal: Signaling → the signal to the task's process group
 //!  every change ──▶ LocalAlloc (status recomputed, marked dirty) ──▶ updater batches it
 //! ```
 //!
 //! A failed task kills its siblings (the allocation failed). Killed tasks are dead, not
-//! failed.
+//! failed. An operator's restart (`alloc restart`) is not held against the restart policy,
+//! as in Nomad, but counts in the task's `Restarts`.
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -20,6 +23,7 @@ use serde::{Deserialize, Serialize};
 use teamster_storage::model::{
     Allocation, ClientStatus, Job, JobType, Task, TaskEvent, TaskState, TaskStateValue, Timestamp,
 };
+use tokio::sync::{mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn, Instrument};
 
@@ -140,15 +144,100 @@ pub const ALLOC_SHARED_DIR: &str = "alloc";
 /// A task's secrets directory (`NOMAD_SECRETS_DIR`), under its task directory.
 pub const SECRETS_DIR: &str = "secrets";
 
+/// Why an operator's request to a task was not carried out.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum TaskOpError {
+    /// The task is not running (dead, or waiting to restart).
+    #[error("task {0:?} is not running")]
+    NotRunning(String),
+    /// The signal could not be delivered.
+    #[error("cannot send {signal} to task {task:?}: {reason}")]
+    Signal {
+        /// The task.
+        task: String,
+        /// The signal's name.
+        signal: String,
+        /// Why.
+        reason: String,
+    },
+}
+
+/// The answer a [`TaskControl`] gets once carried out.
+pub type TaskReply = oneshot::Sender<Result<(), TaskOpError>>;
+
+/// What an operator asks of a running task.
+#[derive(Debug)]
+pub enum TaskControl {
+    /// Stop it and start it again at once (`alloc restart`); answered once it is stopped.
+    Restart {
+        /// Where the answer goes.
+        reply: TaskReply,
+    },
+    /// Send it a signal (`alloc signal`).
+    Signal {
+        /// The signal's name (`SIGUSR1`).
+        name: &'static str,
+        /// Its number.
+        signal: i32,
+        /// Where the answer goes.
+        reply: TaskReply,
+    },
+}
+
+/// Requests a task runner queues at most; more wait for room.
+const CONTROL_QUEUE: usize = 4;
+
+/// What the client keeps of a running allocation: the token that stops it and a way to
+/// reach each of its task runners.
+#[derive(Debug)]
+pub struct AllocRunner {
+    stop: CancellationToken,
+    tasks: BTreeMap<String, mpsc::Sender<TaskControl>>,
+}
+
+impl AllocRunner {
+    /// Stop every task of the allocation.
+    pub fn cancel(&self) {
+        self.stop.cancel();
+    }
+
+    /// Where to send requests to `task`, while its runner lives.
+    pub fn task(&self, task: &str) -> Option<&mpsc::Sender<TaskControl>> {
+        self.tasks.get(task).filter(|tx| !tx.is_closed())
+    }
+}
+
 /// The directory of `task` of `alloc_id`.
 pub fn task_dir(alloc_root: &std::path::Path, alloc_id: &str, task: &str) -> PathBuf {
     alloc_root.join(alloc_id).join(task)
 }
 
-/// Start (or re-attach) every task of `local`'s allocation. Returns the token that stops
-/// them.
-pub fn spawn(shared: &Arc<Shared>, local: &LocalAlloc) -> CancellationToken {
+/// `task` of `local`'s allocation as its runner starts it (config interpolated, Nomad's
+/// variables in its environment), with its directory: what `alloc exec` runs in too.
+pub fn prepared_task(shared: &Shared, local: &LocalAlloc, task: &Task) -> (Task, PathBuf) {
+    let alloc_id = local.alloc.id.to_string();
+    let alloc_dir = shared.alloc_root.join(&alloc_id).join(ALLOC_SHARED_DIR);
+    let dir = task_dir(&shared.alloc_root, &alloc_id, &task.name);
+    let secrets = dir.join(SECRETS_DIR);
+    let env = TaskEnv::new(
+        shared.node_values.clone(),
+        &local.alloc,
+        &local.job,
+        task,
+        TaskDirs {
+            alloc: &alloc_dir,
+            task: &dir,
+            secrets: &secrets,
+        },
+    );
+    (env.apply(task), dir)
+}
+
+/// Start (or re-attach) every task of `local`'s allocation. Returns what stops them and
+/// reaches them.
+pub fn spawn(shared: &Arc<Shared>, local: &LocalAlloc) -> AllocRunner {
     let stop = CancellationToken::new();
+    let mut controls = BTreeMap::new();
     let alloc_id = local.alloc.id.to_string();
     let Some(group) = local
         .job
@@ -157,7 +246,10 @@ pub fn spawn(shared: &Arc<Shared>, local: &LocalAlloc) -> CancellationToken {
         .find(|g| g.name == local.alloc.task_group)
     else {
         warn!(alloc_id, group = %local.alloc.task_group, "task group not in the job");
-        return stop;
+        return AllocRunner {
+            stop,
+            tasks: controls,
+        };
     };
     let batch = matches!(local.job.job_type, JobType::Batch | JobType::SysBatch);
     let policy = group.restart_policy.clone().unwrap_or_default();
@@ -173,24 +265,15 @@ pub fn spawn(shared: &Arc<Shared>, local: &LocalAlloc) -> CancellationToken {
         if state.is_some_and(|s| s.state == TaskStateValue::Dead) {
             continue;
         }
-        let dir = task_dir(&shared.alloc_root, &alloc_id, &task.name);
+        let (prepared, dir) = prepared_task(shared, local, task);
         let secrets = dir.join(SECRETS_DIR);
-        let env = TaskEnv::new(
-            shared.node_values.clone(),
-            &local.alloc,
-            &local.job,
-            task,
-            TaskDirs {
-                alloc: &alloc_dir,
-                task: &dir,
-                secrets: &secrets,
-            },
-        );
+        let (control_tx, control) = mpsc::channel(CONTROL_QUEUE);
+        controls.insert(task.name.clone(), control_tx);
         let runner = TaskRunner {
+            control,
             shared: shared.clone(),
             alloc_id: alloc_id.clone(),
-            // As it is started: config interpolated, Nomad's variables in its environment.
-            task: env.apply(task),
+            task: prepared,
             payload: task.dispatch_payload.as_ref().map(|_| payload.clone()),
             setup_dirs: vec![alloc_dir.clone(), secrets],
             tracker: RestartTracker::new(&policy, batch),
@@ -201,10 +284,16 @@ pub fn spawn(shared: &Arc<Shared>, local: &LocalAlloc) -> CancellationToken {
         let span = tracing::info_span!("task", alloc_id = %alloc_id, task = %task.name);
         tokio::spawn(runner.run().instrument(span));
     }
-    stop
+    AllocRunner {
+        stop,
+        tasks: controls,
+    }
 }
 
 struct TaskRunner {
+    /// Operators' requests (`alloc restart`, `alloc signal`); `None` once every sender is
+    /// gone.
+    control: mpsc::Receiver<TaskControl>,
     shared: Arc<Shared>,
     alloc_id: String,
     task: Task,
@@ -339,28 +428,100 @@ impl TaskRunner {
                     }
                 }
             };
-            let exit = tokio::select! {
-                exit = running.wait() => exit,
-                _ = self.stop.cancelled() => {
-                    let timeout = self.kill_timeout();
-                    let now = self.now();
-                    self.update(|s, _| {
-                        let mut ev = event(now, "Killing", format!("Sent interrupt. Waiting {} before force killing", humantime::format_duration(timeout)));
-                        ev.kill_timeout = timeout.as_nanos() as u64;
-                        push_event(s, ev);
-                    });
-                    let exit = running.kill(timeout).await;
-                    let mut ev = event(self.now(), "Killed", "Task successfully killed".into());
-                    ev.exit_code = exit.exit_code;
-                    ev.signal = exit.signal;
-                    self.dead(false, ev);
-                    return;
+            let mut control_open = true;
+            let exit = loop {
+                tokio::select! {
+                    exit = running.wait() => break Some(exit),
+                    _ = self.stop.cancelled() => {
+                        let timeout = self.kill_timeout();
+                        let now = self.now();
+                        self.update(|s, _| {
+                            let mut ev = event(now, "Killing", format!("Sent interrupt. Waiting {} before force killing", humantime::format_duration(timeout)));
+                            ev.kill_timeout = timeout.as_nanos() as u64;
+                            push_event(s, ev);
+                        });
+                        let exit = running.kill(timeout).await;
+                        let mut ev = event(self.now(), "Killed", "Task successfully killed".into());
+                        ev.exit_code = exit.exit_code;
+                        ev.signal = exit.signal;
+                        self.dead(false, ev);
+                        return;
+                    }
+                    control = self.control.recv(), if control_open => match control {
+                        None => control_open = false,
+                        Some(TaskControl::Signal { name, signal, reply }) => {
+                            let _ = reply.send(self.signal(&mut running, name, signal));
+                        }
+                        Some(TaskControl::Restart { reply }) => {
+                            self.restart(&mut running).await;
+                            let _ = reply.send(Ok(()));
+                            break None;
+                        }
+                    },
                 }
+            };
+            // `None`: restarted by an operator, started again at once.
+            let Some(exit) = exit else {
+                continue;
             };
             if !self.after_exit(exit).await {
                 return;
             }
         }
+    }
+
+    /// `alloc signal`: a `Signaling` event, then the signal to the task's process group.
+    fn signal(
+        &self,
+        running: &mut driver::RunningTask,
+        name: &str,
+        signal: i32,
+    ) -> Result<(), TaskOpError> {
+        let now = self.now();
+        self.update(|s, _| {
+            let mut ev = event(now, "Signaling", format!("Task being sent signal {name}"));
+            ev.details.insert("signal".into(), name.to_string());
+            push_event(s, ev);
+        });
+        running.signal(signal).map_err(|e| TaskOpError::Signal {
+            task: self.task.name.clone(),
+            signal: name.to_string(),
+            reason: e.to_string(),
+        })
+    }
+
+    /// `alloc restart`: `Restart Signaled`, the task killed as a stop kills it, its exit
+    /// recorded, and `Restarting` without a delay. The restart policy is not consulted and
+    /// not charged (Nomad's `SetRestartTriggered`), but the task's `Restarts` counts it.
+    async fn restart(&mut self, running: &mut driver::RunningTask) {
+        const REASON: &str = "User requested restart";
+        let now = self.now();
+        self.update(|s, _| {
+            let mut ev = event(now, "Restart Signaled", REASON.into());
+            ev.restart_reason = REASON.into();
+            push_event(s, ev);
+        });
+        let exit = running.kill(self.kill_timeout()).await;
+        let now = self.now();
+        let mut terminated = event(
+            now,
+            "Terminated",
+            format!("Exit Code: {}, Signal: {}", exit.exit_code, exit.signal),
+        );
+        terminated.exit_code = exit.exit_code;
+        terminated.signal = exit.signal;
+        self.restarts += 1;
+        let restarts = self.restarts;
+        self.update(|s, handles| {
+            push_event(s, terminated);
+            handles.remove(&self.task.name);
+            s.state = TaskStateValue::Pending;
+            let mut ev = event(now, "Restarting", "Task restarting in 0s".into());
+            ev.restart_reason = REASON.into();
+            push_event(s, ev);
+            s.restarts = restarts;
+            s.last_restart = Timestamp::from_unix_nanos(now);
+        });
     }
 
     /// Record an exit and apply the restart policy: true to start the task again.
@@ -394,11 +555,19 @@ impl TaskRunner {
                     ev.restart_reason = reason;
                     push_event(s, ev);
                 });
-                tokio::select! {
-                    _ = tokio::time::sleep(delay) => {}
-                    _ = self.stop.cancelled() => {
-                        self.dead(false, event(self.now(), "Killed", "Task killed while waiting to restart".into()));
-                        return false;
+                let wake = tokio::time::sleep(delay);
+                tokio::pin!(wake);
+                loop {
+                    tokio::select! {
+                        _ = &mut wake => break,
+                        _ = self.stop.cancelled() => {
+                            self.dead(false, event(self.now(), "Killed", "Task killed while waiting to restart".into()));
+                            return false;
+                        }
+                        Some(control) = self.control.recv() => {
+                            let (TaskControl::Restart { reply } | TaskControl::Signal { reply, .. }) = control;
+                            let _ = reply.send(Err(TaskOpError::NotRunning(self.task.name.clone())));
+                        }
                     }
                 }
                 self.restarts += 1;

@@ -4,7 +4,7 @@
 //! - `raw_exec` runs `Config.command` with `Config.args` and the task's `Env` in the task
 //!   directory, in its own process group, with stdout and stderr appended to
 //!   `stdout.log` / `stderr.log` there. Stopping sends SIGTERM to the group, then SIGKILL
-//!   after the kill timeout. The process id and its kernel start time are kept in a
+//!   after the kill timeout; `alloc signal` sends its signal to the group. The process id and its kernel start time are kept in a
 //!   [`TaskHandle`], so a restarted client re-attaches to a task that is still running
 //!   (its exit code is then unknown: the task was another process's child).
 //! - `mock` runs for `Config.run_for` (`"5s"` or nanoseconds) and exits with
@@ -224,13 +224,8 @@ fn start_process(task: &Task, dir: &Path) -> Result<RunningTask, DriverError> {
     };
     let stdout = open(STDOUT_FILE)?;
     let stderr = open(STDERR_FILE)?;
-    let mut cmd = tokio::process::Command::new(&command);
-    cmd.args(&args)
-        .envs(&task.env)
-        .env("NOMAD_TASK_DIR", dir)
-        .env("NOMAD_TASK_NAME", &task.name)
-        .current_dir(dir)
-        .stdin(std::process::Stdio::null())
+    let mut cmd = task_command(task, dir, &command, &args);
+    cmd.stdin(std::process::Stdio::null())
         .stdout(stdout)
         .stderr(stderr)
         .process_group(0)
@@ -246,6 +241,23 @@ fn start_process(task: &Task, dir: &Path) -> Result<RunningTask, DriverError> {
         pid,
         start_ticks,
     })
+}
+
+/// `program` with `args` as a `raw_exec` process of `task` runs: in its directory, with its
+/// environment (also what `alloc exec` runs in the task's place).
+pub fn task_command(
+    task: &Task,
+    dir: &Path,
+    program: &str,
+    args: &[String],
+) -> tokio::process::Command {
+    let mut cmd = tokio::process::Command::new(program);
+    cmd.args(args)
+        .envs(&task.env)
+        .env("NOMAD_TASK_DIR", dir)
+        .env("NOMAD_TASK_NAME", &task.name)
+        .current_dir(dir);
+    cmd
 }
 
 /// The kernel start time of `pid`, if it is alive and not a zombie.
@@ -358,6 +370,26 @@ impl RunningTask {
         }
     }
 
+    /// Send `signal` to the task's process group (`alloc signal`); a mock task takes any
+    /// signal and ignores it.
+    pub fn signal(&self, signal: i32) -> std::io::Result<()> {
+        let pid = match self {
+            RunningTask::Child { pid, .. } | RunningTask::Reattached { pid, .. } => *pid,
+            RunningTask::Mock { .. } => return Ok(()),
+        };
+        if pid <= 0 {
+            return Err(std::io::Error::other("the task has no process id"));
+        }
+        // SAFETY: kill(2) has no memory effects; a negative pid addresses the task's own
+        // process group, which it leads (spawned with process_group(0)).
+        let done = unsafe { libc::kill(-pid, signal) };
+        if done == 0 {
+            Ok(())
+        } else {
+            Err(std::io::Error::last_os_error())
+        }
+    }
+
     /// Stop the task: SIGTERM to its process group, SIGKILL after `kill_timeout` if it has
     /// not exited. Returns how it ended.
     pub async fn kill(&mut self, kill_timeout: Duration) -> ExitResult {
@@ -429,6 +461,36 @@ mod tests {
         let out = std::fs::read_to_string(dir.path().join(STDOUT_FILE)).unwrap();
         let canon = dir.path().canonicalize().unwrap();
         assert_eq!(out, format!("hi\n{}\n", canon.display()));
+    }
+
+    #[tokio::test]
+    async fn a_signal_reaches_the_task_s_process_group() {
+        let dir = tempfile::tempdir().unwrap();
+        let t = raw(
+            "/bin/sh",
+            &[
+                "-c",
+                "trap 'echo got usr1; exit 0' USR1; echo ready; while :; do sleep 0.1; done",
+            ],
+        );
+        let mut task = start(&t, dir.path(), &drivers(), 0).unwrap();
+        let deadline = std::time::Instant::now() + Duration::from_secs(5);
+        while std::fs::read_to_string(dir.path().join(STDOUT_FILE)).unwrap_or_default() != "ready\n"
+        {
+            assert!(std::time::Instant::now() < deadline);
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        task.signal(libc::SIGUSR1).unwrap();
+        let exit = tokio::time::timeout(Duration::from_secs(5), task.wait())
+            .await
+            .expect("the task exits on USR1");
+        assert!(exit.successful(), "{exit:?}");
+        let out = std::fs::read_to_string(dir.path().join(STDOUT_FILE)).unwrap();
+        assert_eq!(out, "ready\ngot usr1\n");
+        assert!(
+            task.signal(libc::SIGUSR1).is_err(),
+            "no group left to signal"
+        );
     }
 
     #[tokio::test]

@@ -89,15 +89,7 @@ pub fn meminfo_total_mb(text: &str) -> Option<u64> {
 }
 
 fn disk_free_mb(dir: &Path) -> Option<u64> {
-    use std::os::unix::ffi::OsStrExt;
-    let c = std::ffi::CString::new(dir.as_os_str().as_bytes()).ok()?;
-    // SAFETY: statvfs writes into the zeroed struct we own; `c` is a valid C string.
-    let mut s: libc::statvfs = unsafe { std::mem::zeroed() };
-    let rc = unsafe { libc::statvfs(c.as_ptr(), &mut s) };
-    if rc != 0 {
-        return None;
-    }
-    Some((s.f_bavail as u64).saturating_mul(s.f_frsize as u64) / (1024 * 1024))
+    crate::client::stats::fs_usage(dir).map(|u| u.available / (1024 * 1024))
 }
 
 /// The node to register: identity from the client's state, everything else measured or

@@ -16,6 +16,10 @@
 //! - [`driver`]: `raw_exec` and `mock`.
 //! - [`restart`]: the RestartPolicy tracker.
 //! - [`alloc_runner`]: task runners, TaskStates and the allocation's ClientStatus.
+//! - [`ops`]: what an operator asks of the allocations here through the HTTP API (restart a
+//!   task, send it a [`signal`], read its and the host's resource usage from `/proc`,
+//!   [`stats`], run a command in a task's place, with a [`pty`] if asked), reached through
+//!   a [`ops::ClientHandle`].
 //!
 //! The client's state (node identity and every allocation with its task handles) is kept in
 //! `<data_dir>/client/state.json`, written atomically after every task start and every
@@ -26,8 +30,12 @@ pub mod alloc_runner;
 pub mod config;
 pub mod driver;
 pub mod fingerprint;
+pub mod ops;
+pub mod pty;
 pub mod restart;
 pub mod servers;
+pub mod signal;
+pub mod stats;
 pub mod taskenv;
 
 use std::collections::{BTreeMap, HashMap};
@@ -92,7 +100,7 @@ pub struct Shared {
     clock: SharedClock,
     state: Mutex<ClientState>,
     changed: Notify,
-    runners: Mutex<HashMap<String, CancellationToken>>,
+    runners: Mutex<HashMap<String, alloc_runner::AllocRunner>>,
     /// What `${node.*}`, `${attr.*}` and `${meta.*}` in a task's config read.
     node_values: BTreeMap<String, String>,
     /// Held while the state file is written ([`Shared::try_persist`]).
@@ -228,8 +236,8 @@ impl Client {
             .cloned()
             .collect();
         for local in &resumed {
-            let token = alloc_runner::spawn(&shared, local);
-            lock(&shared.runners).insert(local.alloc.id.to_string(), token);
+            let runner = alloc_runner::spawn(&shared, local);
+            lock(&shared.runners).insert(local.alloc.id.to_string(), runner);
         }
         if !resumed.is_empty() {
             info!(
@@ -282,6 +290,11 @@ impl Client {
         self.shared.state().node_id.clone()
     }
 
+    /// What the HTTP API uses to reach this client's allocations.
+    pub fn handle(&self) -> ops::ClientHandle {
+        ops::ClientHandle::new(self.shared.clone())
+    }
+
     /// Where allocation directories live.
     pub fn alloc_root(&self) -> &Path {
         &self.shared.alloc_root
@@ -291,10 +304,10 @@ impl Client {
     /// (at most `max_kill_timeout` and a second), then shut down. For dev mode, whose data
     /// directory goes away with the agent.
     pub async fn shutdown_and_stop_tasks(self) {
-        let tokens: Vec<CancellationToken> =
-            lock(&self.shared.runners).drain().map(|(_, t)| t).collect();
-        for t in &tokens {
-            t.cancel();
+        let runners: Vec<alloc_runner::AllocRunner> =
+            lock(&self.shared.runners).drain().map(|(_, r)| r).collect();
+        for r in &runners {
+            r.cancel();
         }
         let deadline = tokio::time::Instant::now() + self.shared.config.max_kill_timeout + RETRY;
         while tokio::time::Instant::now() < deadline
@@ -492,14 +505,14 @@ fn apply_allocs(shared: &Arc<Shared>, resp: NodeClientAllocsResponse) {
     }
     for local in to_start {
         info!(alloc_id = %local.alloc.id, job_id = %local.alloc.job_id, "starting allocation");
-        let token = alloc_runner::spawn(shared, &local);
-        lock(&shared.runners).insert(local.alloc.id.to_string(), token);
+        let runner = alloc_runner::spawn(shared, &local);
+        lock(&shared.runners).insert(local.alloc.id.to_string(), runner);
         shared.changed.notify_one();
     }
     for id in to_stop {
-        if let Some(token) = lock(&shared.runners).remove(&id) {
+        if let Some(runner) = lock(&shared.runners).remove(&id) {
             info!(alloc_id = %id, "stopping allocation");
-            token.cancel();
+            runner.cancel();
         }
     }
     shared.persist();
@@ -769,8 +782,8 @@ mod tests {
         let local = mock_alloc("1h", 0, 0, JobType::Service);
         let sh = client.shared.clone();
         sh.state().allocs.insert("a1".into(), local.clone());
-        let token = alloc_runner::spawn(&sh, &local);
-        lock(&sh.runners).insert("a1".into(), token);
+        let runner = alloc_runner::spawn(&sh, &local);
+        lock(&sh.runners).insert("a1".into(), runner);
         tokio::time::sleep(Duration::from_secs(1)).await;
         assert!(!sh.state().allocs["a1"].handles.is_empty());
         client.shutdown_and_stop_tasks().await;
@@ -784,6 +797,166 @@ mod tests {
             saved.allocs["a1"].handles.is_empty(),
             "saved after the stop"
         );
+    }
+
+    /// `local` started as the alloc watcher starts it: in the state and among the runners.
+    fn start_alloc(sh: &Arc<Shared>, local: &LocalAlloc) {
+        sh.state().allocs.insert("a1".into(), local.clone());
+        let runner = alloc_runner::spawn(sh, local);
+        lock(&sh.runners).insert("a1".into(), runner);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_operator_restart_is_in_place_and_not_held_against_the_policy() {
+        let dir = tempfile::tempdir().unwrap();
+        let sh = shared(dir.path());
+        // No restart allowed by the policy: an exit would fail the allocation.
+        start_alloc(&sh, &mock_alloc("1h", 0, 0, JobType::Service));
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        let handle = ops::ClientHandle::new(sh.clone());
+        handle.restart("a1", None, false).await.unwrap();
+        handle.restart("a1", Some("t"), false).await.unwrap();
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        let now = sh.state().allocs["a1"].clone();
+        assert_eq!(now.client_status, ClientStatus::Running);
+        let t = &now.task_states["t"];
+        assert_eq!(
+            (t.state, t.failed, t.restarts),
+            (TaskStateValue::Running, false, 2)
+        );
+        let types = event_types(&now);
+        let last: Vec<&str> = types
+            .iter()
+            .rev()
+            .take(5)
+            .rev()
+            .map(String::as_str)
+            .collect();
+        assert_eq!(
+            last,
+            [
+                "Restart Signaled",
+                "Terminated",
+                "Restarting",
+                "Task Setup",
+                "Started"
+            ],
+            "{types:?}"
+        );
+        let signaled = &t.events[t.events.len() - 5];
+        assert_eq!(signaled.restart_reason, "User requested restart");
+        // Every task of the allocation, by name or all at once.
+        handle.restart("a1", None, true).await.unwrap();
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        assert_eq!(sh.state().allocs["a1"].task_states["t"].restarts, 3);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn signals_reach_running_tasks_and_bad_requests_are_named() {
+        use ops::AllocOpError;
+        let dir = tempfile::tempdir().unwrap();
+        let sh = shared(dir.path());
+        start_alloc(&sh, &mock_alloc("1h", 0, 0, JobType::Service));
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        let handle = ops::ClientHandle::new(sh.clone());
+        handle.signal("a1", None, "sigusr1").await.unwrap();
+        let t = sh.state().allocs["a1"].task_states["t"].clone();
+        let ev = t.events.last().unwrap();
+        assert_eq!(ev.event_type, "Signaling");
+        assert_eq!(ev.details["signal"], "SIGUSR1");
+        assert_eq!(t.state, TaskStateValue::Running);
+
+        assert_eq!(
+            handle.signal("a1", None, "SIGNOPE").await,
+            Err(AllocOpError::UnknownSignal("SIGNOPE".into()))
+        );
+        assert_eq!(
+            handle.signal("a1", Some("web"), "SIGHUP").await,
+            Err(AllocOpError::UnknownTask {
+                task: "web".into(),
+                alloc_id: "a1".into()
+            })
+        );
+        assert_eq!(
+            handle.restart("a2", None, false).await,
+            Err(AllocOpError::UnknownAlloc("a2".into()))
+        );
+        assert!(matches!(
+            handle.restart("a1", Some("t"), true).await,
+            Err(AllocOpError::Invalid(_))
+        ));
+
+        // Once the allocation is stopped, nothing runs to restart or signal.
+        lock(&sh.runners).remove("a1").unwrap().cancel();
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        assert_eq!(
+            handle.restart("a1", None, false).await,
+            Err(AllocOpError::NothingRunning("a1".into()))
+        );
+        assert_eq!(
+            handle.signal("a1", Some("t"), "SIGHUP").await,
+            Err(AllocOpError::Task(alloc_runner::TaskOpError::NotRunning(
+                "t".into()
+            )))
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn usage_is_reported_per_task_and_for_the_host() {
+        let dir = tempfile::tempdir().unwrap();
+        let sh = shared(dir.path());
+        std::fs::create_dir_all(&sh.alloc_root).unwrap();
+        start_alloc(&sh, &mock_alloc("1h", 0, 0, JobType::Service));
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        let handle = ops::ClientHandle::new(sh.clone());
+        // A mock task has no process: its usage is zero and says nothing was measured.
+        let usage = handle.alloc_stats("a1").unwrap();
+        let task = &usage["Tasks"]["t"];
+        assert_eq!(task["ResourceUsage"]["MemoryStats"]["RSS"], 0);
+        assert_eq!(
+            task["ResourceUsage"]["CpuStats"]["Measured"],
+            serde_json::json!([])
+        );
+        assert_eq!(task["Pids"], serde_json::json!({}));
+        assert_eq!(usage["ResourceUsage"]["CpuStats"]["Percent"], 0.0);
+        assert_eq!(
+            handle.alloc_stats("a2"),
+            Err(ops::AllocOpError::UnknownAlloc("a2".into()))
+        );
+        // This process's group stands in for a raw_exec task's.
+        // SAFETY: getpgrp has no effects.
+        let pgrp = unsafe { libc::getpgrp() };
+        sh.state().allocs.get_mut("a1").unwrap().handles.insert(
+            "t".into(),
+            TaskHandle::Process {
+                pid: pgrp,
+                start_ticks: 0,
+            },
+        );
+        let usage = handle.alloc_stats("a1").unwrap();
+        let measured = &usage["Tasks"]["t"];
+        assert!(
+            measured["ResourceUsage"]["MemoryStats"]["RSS"]
+                .as_u64()
+                .unwrap()
+                > 0
+        );
+        assert_eq!(
+            measured["ResourceUsage"]["MemoryStats"]["Measured"],
+            serde_json::json!(["RSS", "Swap"])
+        );
+        assert!(!measured["Pids"].as_object().unwrap().is_empty());
+        assert_eq!(
+            usage["ResourceUsage"]["MemoryStats"]["RSS"],
+            measured["ResourceUsage"]["MemoryStats"]["RSS"]
+        );
+
+        let host = handle.host_stats();
+        assert!(host["Memory"]["Total"].as_u64().unwrap() > 0);
+        assert!(!host["CPU"].as_array().unwrap().is_empty());
+        assert!(host["Uptime"].as_u64().unwrap() > 0);
+        assert!(host["AllocDirStats"]["Size"].as_u64().unwrap() > 0);
+        assert!(!host["DiskStats"].as_array().unwrap().is_empty());
     }
 
     #[tokio::test(start_paused = true)]

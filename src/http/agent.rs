@@ -1,4 +1,5 @@
-//! `/v1/agent/self`, `/v1/agent/members`, `/v1/agent/health`, `/v1/regions` and `/v1/metrics`.
+//! `/v1/agent/self`, `/v1/agent/members`, `/v1/agent/health`, `/v1/regions` and `/v1/metrics`;
+//! `/v1/system/gc` and `/v1/system/reconcile/summaries`.
 
 use std::collections::HashMap;
 
@@ -229,4 +230,19 @@ pub async fn system_gc(State(ctx): State<HttpContext>) -> Result<Response, ApiEr
         json!({ "EvalID": done.eval_id, "Index": done.index }),
         done.index,
     ))
+}
+
+/// `PUT /v1/system/reconcile/summaries`: every job's summary recomputed from its allocations
+/// through raft (`System.ReconcileJobSummaries`); answers 200 with no body once committed,
+/// as Nomad does.
+pub async fn reconcile_summaries(State(ctx): State<HttpContext>) -> Result<Response, ApiError> {
+    use crate::rpc::Services;
+    let index = ctx
+        .endpoints()?
+        .system_reconcile_summaries(crate::rpc::service::operator::ReconcileSummariesRequest)
+        .await?;
+    let mut resp = StatusCode::OK.into_response();
+    resp.headers_mut()
+        .insert("X-Nomad-Index", axum::http::HeaderValue::from(index));
+    Ok(resp)
 }

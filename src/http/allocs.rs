@@ -1,5 +1,7 @@
-//! Allocations: `GET /v1/allocations` (`?prefix=`), `GET /v1/allocation/:id` (with the
-//! embedded job, as Nomad answers), `GET /v1/job/:id/allocations`.
+//! Allocations: `GET /v1/allocations` (`?prefix=`, `?namespace=*`), `GET /v1/allocation/:id` (with the
+//! embedded job, as Nomad answers), `GET /v1/job/:id/allocations`, and
+//! `POST|PUT /v1/allocation/:id/stop` (`Alloc.Stop`: the allocation is stopped and replaced;
+//! answers `{EvalID, Index}`).
 
 use std::collections::HashMap;
 
@@ -21,6 +23,10 @@ pub fn routes() -> Router<HttpContext> {
     Router::new()
         .route("/v1/allocations", get(list))
         .route("/v1/allocation/{id}", get(get_one))
+        .route(
+            "/v1/allocation/{id}/stop",
+            axum::routing::post(stop).put(stop),
+        )
         .route("/v1/job/{id}/allocations", get(job_allocations))
 }
 
@@ -63,7 +69,8 @@ fn sorted_stubs<'a>(snap: &Snapshot, allocs: impl Iterator<Item = &'a Allocation
     allocs.into_iter().map(|a| alloc_stub(snap, a)).collect()
 }
 
-/// `GET /v1/allocations`: stubs, `?prefix=` (of the ID) filtered.
+/// `GET /v1/allocations`: stubs, `?prefix=` (of the ID) filtered, of the namespace (`*`:
+/// of every one).
 pub async fn list(
     State(ctx): State<HttpContext>,
     Query(q): Query<HashMap<String, String>>,
@@ -72,7 +79,9 @@ pub async fn list(
     let (snap, meta) = ctx.read(&opts, &[Table::Allocs]).await?;
     let stubs = sorted_stubs(
         &snap,
-        snap.allocs_by_prefix(&opts.prefix).map(|a| a.as_ref()),
+        snap.allocs_by_prefix(&opts.prefix)
+            .filter(|a| opts.in_namespace(a.namespace.as_str()))
+            .map(|a| a.as_ref()),
     );
     Ok(json_read(stubs, meta))
 }
@@ -118,4 +127,21 @@ pub async fn job_allocations(
         snap.allocs_by_job(&opts.namespace, &id).map(|a| a.as_ref()),
     );
     Ok(json_read(stubs, meta))
+}
+
+/// `POST|PUT /v1/allocation/:id/stop` (the full ID, as Nomad): marks the allocation to
+/// migrate with an `alloc-stop` evaluation, which stops it and places a replacement.
+pub async fn stop(
+    State(ctx): State<HttpContext>,
+    Path(id): Path<String>,
+) -> Result<Response, ApiError> {
+    use crate::rpc::Services;
+    let done = ctx
+        .endpoints()?
+        .alloc_stop(crate::rpc::service::alloc::AllocStopRequest { alloc_id: id })
+        .await?;
+    Ok(super::read::json_write(
+        json!({ "EvalID": done.eval_id, "Index": done.index }),
+        done.index,
+    ))
 }

@@ -10,8 +10,8 @@
 //! Served by the agent whose client runs the allocation (the directory is
 //! `<data_dir>/alloc/<alloc id>/`, a task's logs `<task>/stdout.log` and `<task>/stderr.log`).
 //! A server that does not hold the directory looks the allocation up (by ID or unique prefix)
-//! and forwards the request once to its node's HTTP address, streaming the answer back;
-//! anything else is answered 404 with the reason.
+//! and forwards the request once to its node's HTTP address, streaming the answer back
+//! ([`client_route`]); anything else is answered 404 with the reason.
 
 use std::collections::HashMap;
 use std::io::SeekFrom;
@@ -28,11 +28,10 @@ use bytes::Bytes;
 use serde_json::{json, Value};
 use tokio::io::{AsyncReadExt, AsyncSeekExt};
 
+use super::client_route::{self, Target};
 use super::error::ApiError;
 use super::HttpContext;
 
-/// Header marking a request forwarded by a server, so it is never forwarded again.
-const FORWARDED: &str = "X-Teamster-Forwarded";
 /// The largest file served by `cat` (a cat, not a download), and the most `readat` reads.
 pub const MAX_CAT_BYTES: u64 = 16 << 20;
 /// The largest piece of a file one stream frame carries.
@@ -76,60 +75,14 @@ enum Place {
     Remote { addr: String, alloc_id: String },
 }
 
-/// This agent's directory for `alloc_id`, or the client to forward to.
+/// This agent's directory for `alloc_id`, or the client to forward to
+/// ([`client_route::locate_alloc`]).
 async fn locate(ctx: &HttpContext, alloc_id: &str, headers: &HeaderMap) -> Result<Place, ApiError> {
-    if alloc_id.is_empty()
-        || !alloc_id
-            .chars()
-            .all(|c| c.is_ascii_alphanumeric() || c == '-')
-    {
-        return Err(ApiError::bad_request("malformed allocation ID"));
-    }
     let root = ctx.agent().data_dir.join("alloc").join(alloc_id);
-    if ctx.agent().client_enabled && root.is_dir() {
-        return Ok(Place::Local(root));
+    match client_route::locate_alloc(ctx, alloc_id, headers, |_| root.is_dir())? {
+        Target::Here => Ok(Place::Local(root)),
+        Target::Node { addr, alloc_id } => Ok(Place::Remote { addr, alloc_id }),
     }
-    if headers.contains_key(FORWARDED) {
-        return Err(ApiError::not_found(format!(
-            "allocation {alloc_id} has no directory on this client"
-        )));
-    }
-    let server = ctx.server().map_err(|_| {
-        ApiError::not_found(format!("Unknown allocation {alloc_id:?} on this client"))
-    })?;
-    let snap = server.node.state().snapshot();
-    let alloc = match snap.alloc_by_id(alloc_id) {
-        Some(a) => a.clone(),
-        None => {
-            let found: Vec<_> = snap.allocs_by_prefix(alloc_id).take(2).collect();
-            match found.as_slice() {
-                [one] => (*one).clone(),
-                [] => {
-                    return Err(ApiError::not_found(format!(
-                        "Unknown allocation {alloc_id:?}"
-                    )))
-                }
-                _ => {
-                    return Err(ApiError::bad_request(format!(
-                        "allocation ID prefix {alloc_id:?} matches several allocations"
-                    )))
-                }
-            }
-        }
-    };
-    let node = snap
-        .node_by_id(alloc.node_id.as_str())
-        .ok_or_else(|| ApiError::not_found(format!("node {} not found", alloc.node_id)))?;
-    if node.http_addr.is_empty() {
-        return Err(ApiError::not_found(format!(
-            "node {} has no HTTP address",
-            node.id
-        )));
-    }
-    Ok(Place::Remote {
-        addr: node.http_addr.clone(),
-        alloc_id: alloc.id.to_string(),
-    })
 }
 
 /// The same request sent once to the client that holds the files, its answer streamed back.
@@ -140,29 +93,13 @@ async fn forward(
     uri: &OriginalUri,
 ) -> Result<Response, ApiError> {
     let query = uri.query().map(|q| format!("?{q}")).unwrap_or_default();
-    let url = format!("http://{addr}/v1/client/fs/{op}/{alloc_id}{query}");
-    let resp = reqwest::Client::new()
-        .get(&url)
-        .header(FORWARDED, "1")
-        .send()
-        .await
-        .map_err(|e| ApiError::internal(format!("cannot reach the client at {addr}: {e}")))?;
-    let status = resp.status();
-    if !status.is_success() {
-        let body = resp.text().await.unwrap_or_default();
-        return Err(ApiError {
-            status,
-            message: body,
-        });
-    }
-    let content_type = resp
-        .headers()
-        .get(header::CONTENT_TYPE)
-        .cloned()
-        .unwrap_or(HeaderValue::from_static("text/plain; charset=utf-8"));
-    let mut out = Body::from_stream(resp.bytes_stream()).into_response();
-    out.headers_mut().insert(header::CONTENT_TYPE, content_type);
-    Ok(out)
+    client_route::forward(
+        addr,
+        axum::http::Method::GET,
+        &format!("/v1/client/fs/{op}/{alloc_id}{query}"),
+        None,
+    )
+    .await
 }
 
 fn text(bytes: Vec<u8>) -> Response {

@@ -1,7 +1,8 @@
 //! Evaluations and the leader's broker: `GET /v1/evaluations` (`?prefix=`, `?job=`,
-//! `?status=`), `GET /v1/evaluation/:id`, `GET /v1/evaluation/:id/allocations`,
-//! `GET /v1/job/:id/evaluations`, and our own `GET /v1/operator/scheduler/broker` (broker,
-//! blocked-evals and plan-queue counts of the leader, JSON).
+//! `?status=`, `?namespace=*`), `GET /v1/evaluation/:id`,
+//! `GET /v1/evaluation/:id/allocations`, `GET /v1/job/:id/evaluations`, and our own
+//! `GET /v1/operator/scheduler/broker` (broker, blocked-evals and plan-queue counts of the
+//! leader, JSON).
 
 use std::collections::HashMap;
 
@@ -30,8 +31,8 @@ pub fn routes() -> Router<HttpContext> {
         .route("/v1/operator/scheduler/broker", get(broker_stats))
 }
 
-/// `GET /v1/evaluations`: every evaluation, filtered by `prefix` (of the ID), `job` and
-/// `status`; sorted by create index.
+/// `GET /v1/evaluations`: the namespace's evaluations (`*`: every one's), filtered by
+/// `prefix` (of the ID), `job` and `status`; sorted by create index.
 pub async fn list(
     State(ctx): State<HttpContext>,
     Query(q): Query<HashMap<String, String>>,
@@ -43,6 +44,7 @@ pub async fn list(
     let mut evals: Vec<&Evaluation> = snap
         .evals_by_prefix(&opts.prefix)
         .map(|e| e.as_ref())
+        .filter(|e| opts.in_namespace(e.namespace.as_str()))
         .filter(|e| job.is_empty() || e.job_id.as_str() == job)
         .filter(|e| status.is_empty() || e.status.as_str() == status)
         .collect();

@@ -11,7 +11,10 @@
 
 mod agent;
 mod allocs;
+mod client_alloc;
+mod client_exec;
 pub mod client_fs;
+pub mod client_route;
 mod dispatch;
 pub mod error;
 pub mod evals;
@@ -57,6 +60,8 @@ struct Inner {
     metrics: Option<PrometheusHandle>,
     clock: SharedClock,
     rng: RngSource,
+    /// The client role's handle, set once it has started (the API starts first).
+    client: std::sync::OnceLock<crate::client::ops::ClientHandle>,
 }
 
 /// What the API tells about the agent that serves it (the agent fills it in).
@@ -105,8 +110,19 @@ impl HttpContext {
                 metrics,
                 clock,
                 rng,
+                client: std::sync::OnceLock::new(),
             }),
         }
+    }
+
+    /// Give the API this agent's client role (once; later calls change nothing).
+    pub fn set_client(&self, client: crate::client::ops::ClientHandle) {
+        let _ = self.inner.client.set(client);
+    }
+
+    /// This agent's client role, once it has started.
+    pub fn client(&self) -> Option<&crate::client::ops::ClientHandle> {
+        self.inner.client.get()
     }
 
     /// The wall clock for timestamps.
@@ -197,6 +213,10 @@ pub fn router(ctx: HttpContext) -> Router {
             "/v1/system/gc",
             axum::routing::put(agent::system_gc).post(agent::system_gc),
         )
+        .route(
+            "/v1/system/reconcile/summaries",
+            axum::routing::put(agent::reconcile_summaries).post(agent::reconcile_summaries),
+        )
         .route("/v1/agent/health", get(agent::health))
         .route("/v1/metrics", get(agent::metrics))
         .route("/v1/regions", get(agent::regions))
@@ -218,6 +238,8 @@ pub fn router(ctx: HttpContext) -> Router {
         .merge(scheduler_config::routes())
         .merge(nodes::routes())
         .merge(client_fs::routes())
+        .merge(client_alloc::routes())
+        .merge(client_exec::routes())
         .method_not_allowed_fallback(|| async { ApiError::method_not_allowed() })
         .fallback(|| async { ApiError::not_found("Invalid URL") })
         .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))

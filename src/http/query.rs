@@ -67,6 +67,12 @@ impl QueryOptions {
         })
     }
 
+    /// Whether an object of `namespace` is listed: the request's namespace, or any with
+    /// Nomad's wildcard `*`.
+    pub fn in_namespace(&self, namespace: &str) -> bool {
+        self.namespace == "*" || self.namespace == namespace
+    }
+
     /// A query flag that must be a Go boolean when present (e.g. `purge`).
     pub fn flag(q: &HashMap<String, String>, name: &str) -> Result<bool, ApiError> {
         match q.get(name) {

@@ -8,6 +8,8 @@
 //!   draining nodes they are stopped (unless the drain ignores system jobs); on nodes outside
 //!   the job's datacenters or pool, of removed task groups, or of a stopped or purged job,
 //!   they are stopped; a second live allocation of the same group on one node is stopped;
+//!   one marked to migrate (`alloc stop`) is stopped, and replaced on its node like a
+//!   missing one;
 //! - on ready nodes that are merely ineligible, existing allocations are left alone;
 //! - on eligible nodes, an allocation of an older job version is updated in place (if only
 //!   non-task fields changed and the node still takes it) or replaced; a missing one is
@@ -33,7 +35,7 @@ use crate::scheduler::context::EvalContext;
 use crate::scheduler::feasible::node_in_job_scope;
 use crate::scheduler::placement::{self, inplace_update, Attempt, Blocking, Family, Run, Session};
 use crate::scheduler::reconcile::{
-    ALLOC_LOST, ALLOC_NODE_TAINTED, ALLOC_NOT_NEEDED, ALLOC_UPDATING,
+    ALLOC_LOST, ALLOC_MIGRATING, ALLOC_NODE_TAINTED, ALLOC_NOT_NEEDED, ALLOC_UPDATING,
 };
 use crate::scheduler::stack::Verdict;
 use crate::scheduler::util::{alloc_name, blocked_eval, ready_nodes, tasks_updated};
@@ -124,6 +126,12 @@ impl<'a> SystemScheduler<'a> {
             }
             if self.node_lost(&alloc.node_id) {
                 ctx.plan_stop(alloc, ALLOC_LOST, Some(ClientStatus::Lost), now);
+                continue;
+            }
+            if alloc.desired_transition.should_migrate() {
+                // `alloc stop`: stopped here; the node gets a new one below if it still
+                // takes the group.
+                ctx.plan_stop(alloc, ALLOC_MIGRATING, None, now);
                 continue;
             }
             if let Some(node) = self.session.snapshot.node_by_id(&alloc.node_id) {

@@ -25,9 +25,9 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 
 use crate::model::{
-    AllocId, AllocStop, Allocation, ClientStatus, ClusterMeta, DrainStrategy, EvalId, Evaluation,
-    Job, JobId, Namespace, Node, NodeId, NodeStatus, SchedulerConfiguration, SchedulingEligibility,
-    TaskState,
+    AllocId, AllocStop, Allocation, ClientStatus, ClusterMeta, DesiredTransition, DrainStrategy,
+    EvalId, Evaluation, Job, JobId, Namespace, Node, NodeId, NodeStatus, SchedulerConfiguration,
+    SchedulingEligibility, TaskState,
 };
 
 /// A replicated command: the payload of one raft log entry.
@@ -73,6 +73,23 @@ pub enum Command {
     /// A periodic parent's launch: its child (with the child's evaluation) and, for a
     /// scheduled launch, the parent's new last launch time, atomically.
     PeriodicLaunch(PeriodicLaunchCommand),
+    /// Change allocations' desired transitions (`alloc stop`: migrate), with the
+    /// evaluations that carry them out, atomically.
+    AllocUpdateDesiredTransition(AllocUpdateDesiredTransition),
+    /// Recompute every job's summary from its allocations (Nomad's
+    /// `ReconcileJobSummaries`, `PUT /v1/system/reconcile/summaries`).
+    ReconcileJobSummaries,
+}
+
+/// Payload of [`Command::AllocUpdateDesiredTransition`] (Nomad's
+/// `AllocUpdateDesiredTransitionRequest`). Every allocation must exist; the fields a
+/// transition sets are merged into the allocation's.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct AllocUpdateDesiredTransition {
+    /// The transitions, by allocation.
+    pub allocs: BTreeMap<AllocId, DesiredTransition>,
+    /// Evaluations to create with them.
+    pub evals: Vec<Evaluation>,
 }
 
 /// Payload of [`Command::PeriodicLaunch`].

@@ -915,6 +915,141 @@ fn command_variant_indexes_are_pinned() {
 }
 
 #[test]
+fn a_desired_transition_marks_the_allocation_with_its_evaluation_atomically() {
+    use teamster_storage::fsm::AllocUpdateDesiredTransition;
+    use teamster_storage::model::{DesiredTransition, EvalTrigger};
+    let (store, job) = seeded();
+    applied(store.apply(
+        4,
+        place(
+            &eval_id(1),
+            vec![alloc(0, &job, &node_id(1), &eval_id(1), 0)],
+        ),
+    ));
+    let migrate = DesiredTransition {
+        migrate: Some(true),
+    };
+    let mut eval = eval_for(&job, 2);
+    eval.triggered_by = EvalTrigger::AllocStop;
+    let cmd = |allocs: Vec<u64>, eval: &teamster_storage::model::Evaluation| {
+        Command::AllocUpdateDesiredTransition(AllocUpdateDesiredTransition {
+            allocs: allocs
+                .into_iter()
+                .map(|n| (alloc_id(n), migrate.clone()))
+                .collect(),
+            evals: vec![eval.clone()],
+        })
+    };
+    // An unknown allocation refuses the whole command: no mark, no evaluation.
+    let resp = store.apply(5, cmd(vec![0, 9], &eval));
+    assert_eq!(
+        resp.rejection(),
+        Some(&ApplyError::AllocNotFound {
+            alloc_id: alloc_id(9).to_string()
+        })
+    );
+    let snap = store.snapshot();
+    assert!(!snap
+        .alloc_by_id(&alloc_id(0))
+        .unwrap()
+        .desired_transition
+        .should_migrate());
+    assert!(snap.eval_by_id(&eval_id(2)).is_none());
+
+    applied(store.apply(6, cmd(vec![0], &eval)));
+    let snap = store.snapshot();
+    let marked = snap.alloc_by_id(&alloc_id(0)).unwrap();
+    assert!(marked.desired_transition.should_migrate());
+    assert_eq!(
+        marked.desired_status,
+        DesiredStatus::Run,
+        "the scheduler stops it"
+    );
+    assert_eq!((marked.modify_index, marked.alloc_modify_index), (6, 6));
+    assert_eq!(
+        snap.eval_by_id(&eval_id(2)).unwrap().triggered_by,
+        EvalTrigger::AllocStop
+    );
+    // The mark survives an image, and its JSON is Nomad's.
+    let restored = StateStore::new();
+    restored.restore_image(&image(&store)).unwrap();
+    assert!(restored
+        .snapshot()
+        .alloc_by_id(&alloc_id(0))
+        .unwrap()
+        .desired_transition
+        .should_migrate());
+    let json = serde_json::to_value(marked.as_ref()).unwrap();
+    assert_eq!(
+        json["DesiredTransition"],
+        serde_json::json!({"Migrate": true})
+    );
+    // Its variant index is appended after every earlier one.
+    let bytes =
+        bincode::serde::encode_to_vec(cmd(vec![0], &eval), bincode::config::standard()).unwrap();
+    assert_eq!(bytes[0], 18);
+}
+
+#[test]
+fn reconciling_summaries_recounts_allocations_and_keeps_what_they_cannot_tell() {
+    let (store, job) = seeded();
+    applied(store.apply(
+        4,
+        place(
+            &eval_id(1),
+            vec![
+                alloc(0, &job, &node_id(1), &eval_id(1), 0),
+                alloc(1, &job, &node_id(2), &eval_id(1), 1),
+            ],
+        ),
+    ));
+    applied(store.apply(5, client_update(&alloc_id(0), ClientStatus::Complete)));
+    // Collected: its count stays in `complete` (Nomad never takes finished ones out).
+    applied(store.apply(
+        6,
+        Command::EvalDelete(EvalDelete {
+            evals: vec![],
+            allocs: vec![alloc_id(0)],
+        }),
+    ));
+    let before = store
+        .snapshot()
+        .job_summary("default", "web")
+        .unwrap()
+        .clone();
+    let tg = before.summary["web"];
+    assert_eq!((tg.starting, tg.complete), (1, 1));
+
+    applied(store.apply(7, Command::ReconcileJobSummaries));
+    let after = store
+        .snapshot()
+        .job_summary("default", "web")
+        .unwrap()
+        .clone();
+    let tg = after.summary["web"];
+    assert_eq!((tg.starting, tg.complete, tg.running), (1, 0, 0));
+    assert_eq!(tg.queued, before.summary["web"].queued);
+    assert_eq!(
+        (after.create_index, after.modify_index),
+        (before.create_index, 7)
+    );
+    // Nothing to repair: nothing is written.
+    applied(store.apply(8, Command::ReconcileJobSummaries));
+    assert_eq!(
+        store
+            .snapshot()
+            .job_summary("default", "web")
+            .unwrap()
+            .modify_index,
+        7
+    );
+    let bytes =
+        bincode::serde::encode_to_vec(Command::ReconcileJobSummaries, bincode::config::standard())
+            .unwrap();
+    assert_eq!(bytes, [19]);
+}
+
+#[test]
 fn job_scale_registers_the_count_with_its_eval_and_records_the_event_atomically() {
     use teamster_storage::fsm::{JobScale, JobStability};
     use teamster_storage::model::{ScalingEvent, MAX_SCALING_EVENTS};

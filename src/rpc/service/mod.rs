@@ -1,8 +1,8 @@
 //! The service calls: every request a server's service layer (`server::endpoints`) accepts —
-//! `Job.*`, `Node.*`, `Eval.*`, `Plan.Submit`, `Operator.*` — typed, with typed answers and a
-//! typed [`ServiceError`]. The HTTP API, the scheduler workers and client agents all speak
-//! them; a follower forwards the *request* to the leader unchanged and hands the leader's
-//! answer (or error) back unchanged.
+//! `Job.*`, `Node.*`, `Eval.*`, `Alloc.*`, `Plan.Submit`, `Operator.*` — typed, with typed
+//! answers and a typed [`ServiceError`]. The HTTP API, the scheduler workers and client
+//! agents all speak them; a follower forwards the *request* to the leader unchanged and hands
+//! the leader's answer (or error) back unchanged.
 //!
 //! Everything the code needs to know about a call is in ONE table, the `service_calls!`
 //! invocation below: its variant, payload, answer, Nomad-style name, where it is served
@@ -19,6 +19,7 @@
 //!
 //! May import: `rpc` (the transport), `util`, the storage crate's model.
 
+pub mod alloc;
 pub mod error;
 pub mod eval;
 pub mod job;
@@ -32,6 +33,7 @@ use futures::future::BoxFuture;
 use serde::{Deserialize, Serialize};
 use teamster_storage::model::{Plan, PlanResult};
 
+use alloc::{AllocStopRequest, AllocStopResponse};
 pub use error::ServiceError;
 use eval::{
     DequeuedEval, EvalAckRequest, EvalDequeueBatchRequest, EvalDequeueRequest, EvalReapRequest,
@@ -50,8 +52,8 @@ use node::{
 };
 use operator::{
     BrokerStatsRequest, BrokerStatsResponse, RaftJoinRequest, RaftRemovePeerRequest,
-    SchedulerSetConfigRequest, SchedulerSetConfigResponse, SnapshotRestoreRequest, SystemGcRequest,
-    SystemGcResponse,
+    ReconcileSummariesRequest, SchedulerSetConfigRequest, SchedulerSetConfigResponse,
+    SnapshotRestoreRequest, SystemGcRequest, SystemGcResponse,
 };
 
 /// Where a call is served.
@@ -328,6 +330,15 @@ service_calls! {
     EvalDequeueBatch(EvalDequeueBatchRequest) -> Vec<DequeuedEval> {
         name: "Eval.DequeueBatch", route: LeaderSubsystem,
         timeout: |r| dequeue_wait(r.timeout_ms) + WAIT_MARGIN, helper: eval_dequeue_batch,
+    }
+    /// Stop an allocation and place a replacement: marks it to migrate, with an evaluation.
+    AllocStop(AllocStopRequest) -> AllocStopResponse {
+        name: "Alloc.Stop", route: Leader, timeout: |_| WRITE_TIMEOUT, helper: alloc_stop,
+    }
+    /// Recompute every job's summary from its allocations: the raft index.
+    SystemReconcileSummaries(ReconcileSummariesRequest) -> u64 {
+        name: "System.ReconcileJobSummaries", route: Leader, timeout: |_| WRITE_TIMEOUT,
+        helper: system_reconcile_summaries,
     }
 }
 

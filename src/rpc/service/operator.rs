@@ -117,3 +117,8 @@ pub struct SystemGcResponse {
     /// The raft index it was written at.
     pub index: u64,
 }
+
+/// `System.ReconcileJobSummaries`: recompute every job's summary from its allocations
+/// (Nomad's `/v1/system/reconcile/summaries`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ReconcileSummariesRequest;

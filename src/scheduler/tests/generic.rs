@@ -3,17 +3,19 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use teamster_storage::fsm::{
-    ApplyPlanResults, Command, JobDeregister, NodeUpdateStatus, SchedulerConfigUpdate,
+    AllocUpdateDesiredTransition, ApplyPlanResults, Command, JobDeregister, NodeUpdateStatus,
+    SchedulerConfigUpdate,
 };
 use teamster_storage::model::{
-    Affinity, ClientStatus, Constraint, DesiredStatus, EvalStatus, EvalTrigger, Evaluation, Job,
-    NodeId, NodeStatus, SchedulerAlgorithm, SchedulerConfiguration, Spread, SpreadTarget,
+    Affinity, ClientStatus, Constraint, DesiredStatus, DesiredTransition, EvalStatus, EvalTrigger,
+    Evaluation, Job, NodeId, NodeStatus, SchedulerAlgorithm, SchedulerConfiguration, Spread,
+    SpreadTarget,
 };
 
 use super::*;
 use crate::scheduler::harness::{mock_batch_job, mock_job, Harness};
 use crate::scheduler::reconcile::{
-    ALLOC_LOST, ALLOC_NOT_NEEDED, ALLOC_RESCHEDULED, ALLOC_UPDATING,
+    ALLOC_LOST, ALLOC_MIGRATING, ALLOC_NOT_NEEDED, ALLOC_RESCHEDULED, ALLOC_UPDATING,
 };
 use crate::scheduler::SchedulerError;
 
@@ -378,6 +380,70 @@ fn allocations_on_a_down_node_are_lost_and_replaced() {
     assert_eq!(replacement.previous_allocation, victim.id);
     assert_eq!(lost.next_allocation, replacement.id);
     assert_complete(&h, &eval);
+}
+
+/// What `Alloc.Stop` writes: the allocation marked to migrate (the evaluation is made by the
+/// test).
+pub(super) fn mark_migrate(h: &mut Harness, alloc: &Allocation) {
+    h.apply(Command::AllocUpdateDesiredTransition(
+        AllocUpdateDesiredTransition {
+            allocs: [(
+                alloc.id.clone(),
+                DesiredTransition {
+                    migrate: Some(true),
+                },
+            )]
+            .into(),
+            evals: Vec::new(),
+        },
+    ))
+    .unwrap();
+}
+
+#[test]
+fn an_allocation_marked_to_migrate_is_stopped_and_replaced() {
+    let (mut h, _) = harness_with_nodes(3);
+    let (job, eval) = h.register_job(mock_job("web", 3)).unwrap();
+    h.process(&eval).unwrap();
+    let victim = h
+        .running_allocs(&job)
+        .into_iter()
+        .find(|a| a.name == "web.web[1]")
+        .unwrap();
+    mark_migrate(&mut h, &victim);
+    assert!(h
+        .snapshot()
+        .alloc_by_id(&victim.id)
+        .unwrap()
+        .desired_transition
+        .should_migrate());
+    let eval = h
+        .create_pending_eval(&job, EvalTrigger::AllocStop, None)
+        .unwrap();
+    h.process(&eval).unwrap();
+
+    let snap = h.snapshot();
+    let stopped = snap.alloc_by_id(&victim.id).unwrap();
+    assert_eq!(stopped.desired_status, DesiredStatus::Stop);
+    assert_eq!(stopped.desired_description, ALLOC_MIGRATING);
+    assert_ne!(stopped.client_status, ClientStatus::Lost);
+    let running = h.running_allocs(&job);
+    assert_eq!(running.len(), 3);
+    let replacement = running.iter().find(|a| a.name == "web.web[1]").unwrap();
+    assert_ne!(replacement.id, victim.id);
+    assert_eq!(replacement.previous_allocation, victim.id);
+    assert!(!replacement.desired_transition.should_migrate());
+    assert_eq!(stopped.next_allocation, replacement.id);
+    assert_complete(&h, &eval);
+
+    // The stopped allocation is done with: evaluating again changes nothing.
+    let plans = h.plans.len();
+    let again = h
+        .create_pending_eval(&job, EvalTrigger::JobRegister, None)
+        .unwrap();
+    h.process(&again).unwrap();
+    assert_eq!(h.plans.len(), plans, "{:?}", h.plans.last());
+    assert_eq!(h.running_allocs(&job).len(), 3);
 }
 
 #[test]

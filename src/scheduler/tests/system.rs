@@ -10,7 +10,7 @@ use teamster_storage::model::{
 
 use super::*;
 use crate::scheduler::harness::{mock_node, mock_system_job, Harness};
-use crate::scheduler::reconcile::ALLOC_LOST;
+use crate::scheduler::reconcile::{ALLOC_LOST, ALLOC_MIGRATING};
 
 #[test]
 fn a_system_job_runs_once_on_every_eligible_node() {
@@ -222,5 +222,31 @@ fn system_allocations_leave_datacenters_the_job_no_longer_targets() {
     let (job, eval) = h.register_job(moved).unwrap();
     h.process(&eval).unwrap();
     assert!(h.running_allocs(&job).is_empty());
+    assert_complete(&h, &eval);
+}
+
+#[test]
+fn a_system_allocation_marked_to_migrate_is_replaced_on_its_node() {
+    let (mut h, _) = harness_with_nodes(2);
+    let (job, eval) = h.register_job(mock_system_job("agent")).unwrap();
+    h.process(&eval).unwrap();
+    let victim = h.running_allocs(&job)[0].clone();
+    super::generic::mark_migrate(&mut h, &victim);
+    let eval = h
+        .create_pending_eval(&job, EvalTrigger::AllocStop, None)
+        .unwrap();
+    h.process(&eval).unwrap();
+
+    let snap = h.snapshot();
+    let stopped = snap.alloc_by_id(&victim.id).unwrap();
+    assert!(stopped.server_terminal_status());
+    assert_eq!(stopped.desired_description, ALLOC_MIGRATING);
+    let running = h.running_allocs(&job);
+    assert_eq!(running.len(), 2);
+    let replacement = running
+        .iter()
+        .find(|a| a.node_id == victim.node_id)
+        .expect("a new allocation on the same node");
+    assert_ne!(replacement.id, victim.id);
     assert_complete(&h, &eval);
 }

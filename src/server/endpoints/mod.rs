@@ -1,8 +1,9 @@
 //! The service layer: every write the cluster accepts, and the calls of the scheduler
 //! workers and client agents — `Job.*` ([`job`]), `Node.*` ([`node`]), `Eval.*` ([`eval`]),
-//! `Plan.Submit` ([`plan`]), `Operator.*` ([`operator`]). The HTTP API, the workers (in
-//! process) and the RPC port (client agents, other servers) all call [`Endpoints`] with a
-//! typed [`ServiceRequest`]; only this layer builds raft `Command`s for them.
+//! `Alloc.Stop` ([`alloc`]), `Plan.Submit` ([`plan`]), `Operator.*` ([`operator`]). The HTTP
+//! API, the workers (in process) and the RPC port (client agents, other servers) all call
+//! [`Endpoints`] with a typed [`ServiceRequest`]; only this layer builds raft `Command`s for
+//! them.
 //!
 //! Routing follows each call's [`Route`] in the service table ([`crate::rpc::service`]):
 //!
@@ -23,6 +24,7 @@
 //!
 //! May import: every server part but `worker` and `tests`; `rpc`, `scheduler`, `util`.
 
+pub mod alloc;
 pub mod eval;
 pub mod forward;
 pub mod job;
@@ -206,6 +208,10 @@ impl Endpoints {
             Q::JobPeriodicForce(r) => A::JobPeriodicForce(job::periodic_force(self, r).await?),
             Q::JobDispatch(r) => A::JobDispatch(job::dispatch(self, *r).await?),
             Q::SystemGc(_) => A::SystemGc(operator::system_gc(self).await?),
+            Q::AllocStop(r) => A::AllocStop(alloc::stop(self, r).await?),
+            Q::SystemReconcileSummaries(_) => {
+                A::SystemReconcileSummaries(operator::reconcile_summaries(self).await?)
+            }
             Q::EvalDequeue(r) => A::EvalDequeue(eval::dequeue(self, r).await?),
             Q::EvalDequeueBatch(r) => A::EvalDequeueBatch(eval::dequeue_batch(self, r).await?),
             Q::EvalAck(r) => A::EvalAck(eval::ack(self, r)?),

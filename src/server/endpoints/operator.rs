@@ -111,6 +111,13 @@ pub async fn system_gc(ep: &Endpoints) -> Result<SystemGcResponse, ServiceError>
     Ok(SystemGcResponse { eval_id, index })
 }
 
+/// `System.ReconcileJobSummaries`: one raft entry in which every server recomputes every
+/// job's summary from its allocations; the raft index.
+pub async fn reconcile_summaries(ep: &Endpoints) -> Result<u64, ServiceError> {
+    let (index, _) = ep.write(Command::ReconcileJobSummaries).await?;
+    Ok(index)
+}
+
 /// `Operator.BrokerStats`: this server's broker, blocked-evals and plan-queue counts.
 pub fn broker_stats(ep: &Endpoints) -> BrokerStatsResponse {
     let b = ep.broker().stats();

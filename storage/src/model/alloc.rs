@@ -264,6 +264,35 @@ pub struct Allocation {
     /// Last change time, Unix nanoseconds (chosen by the proposer).
     #[serde(deserialize_with = "de::nullable")]
     pub modify_time: i64,
+    /// What the servers were asked to do with it besides its desired status
+    /// (`alloc stop` marks it to migrate).
+    #[serde(deserialize_with = "de::nullable")]
+    pub desired_transition: DesiredTransition,
+}
+
+/// Nomad's `DesiredTransition`: a change of an allocation asked for outside of its job
+/// (`alloc stop`), which the next evaluation of the job carries out. Unset fields are `null`
+/// in JSON, as Nomad's pointers are.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "PascalCase", default)]
+pub struct DesiredTransition {
+    /// Stop the allocation and place a replacement (Nomad's `Migrate`): the scheduler treats
+    /// it like an allocation on a draining node.
+    pub migrate: Option<bool>,
+}
+
+impl DesiredTransition {
+    /// Nomad's `ShouldMigrate`.
+    pub fn should_migrate(&self) -> bool {
+        self.migrate == Some(true)
+    }
+
+    /// Nomad's `Merge`: the fields `other` sets replace these.
+    pub fn merge(&mut self, other: &DesiredTransition) {
+        if other.migrate.is_some() {
+            self.migrate = other.migrate;
+        }
+    }
 }
 
 impl Allocation {

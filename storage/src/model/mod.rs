@@ -38,8 +38,8 @@ pub mod time;
 pub mod value;
 
 pub use alloc::{
-    AllocStop, Allocation, ClientStatus, DesiredStatus, RescheduleEvent, RescheduleTracker,
-    TaskEvent, TaskState, TaskStateValue,
+    AllocStop, Allocation, ClientStatus, DesiredStatus, DesiredTransition, RescheduleEvent,
+    RescheduleTracker, TaskEvent, TaskState, TaskStateValue,
 };
 pub use cluster::{ClusterMeta, PreemptionConfig, SchedulerAlgorithm, SchedulerConfiguration};
 pub use diff::{DiffType, FieldDiff, JobDiff, ObjectDiff, TaskDiff, TaskGroupDiff};

@@ -4,9 +4,9 @@
 //! of [`crate::fsm`].
 
 use crate::fsm::{
-    AllocClientUpdate, ApplyError, Command, CommandResponse, EvalDelete, EvalUpsert, JobDeregister,
-    JobRegister, JobScale, JobStability, NodeDeregister, NodeRegister, PeriodicLaunchCommand,
-    SnapshotRestore,
+    AllocClientUpdate, AllocUpdateDesiredTransition, ApplyError, Command, CommandResponse,
+    EvalDelete, EvalUpsert, JobDeregister, JobRegister, JobScale, JobStability, NodeDeregister,
+    NodeRegister, PeriodicLaunchCommand, SnapshotRestore,
 };
 use crate::model::{Evaluation, JobId, Namespace, SchedulingEligibility};
 use crate::state::events::StateChange;
@@ -390,6 +390,19 @@ fn execute(txn: &mut WriteTxn, command: Command) -> Result<CommandResponse, Appl
                 txn.upsert_eval(eval)?;
             }
             Ok(CommandResponse::AllocsUpdated { unknown })
+        }
+        Command::AllocUpdateDesiredTransition(AllocUpdateDesiredTransition { allocs, evals }) => {
+            for (id, transition) in &allocs {
+                txn.update_alloc_desired_transition(id, transition)?;
+            }
+            for eval in evals {
+                txn.upsert_eval(eval)?;
+            }
+            Ok(CommandResponse::Applied)
+        }
+        Command::ReconcileJobSummaries => {
+            txn.reconcile_job_summaries();
+            Ok(CommandResponse::Applied)
         }
         Command::NodeUpdateDrain(update) => {
             txn.update_node_drain(

@@ -21,9 +21,9 @@ use std::sync::Arc;
 
 use crate::fsm::ApplyError;
 use crate::model::{
-    AllocId, AllocStop, Allocation, ClientStatus, ClusterMeta, DesiredStatus, DrainStrategy,
-    EvalId, EvalStatus, Evaluation, Job, JobId, JobStatus, JobSummary, JobType, Namespace, Node,
-    NodeId, NodeStatus, PeriodicLaunch, ScalingEvent, SchedulerConfiguration,
+    AllocId, AllocStop, Allocation, ClientStatus, ClusterMeta, DesiredStatus, DesiredTransition,
+    DrainStrategy, EvalId, EvalStatus, Evaluation, Job, JobId, JobStatus, JobSummary, JobType,
+    Namespace, Node, NodeId, NodeStatus, PeriodicLaunch, ScalingEvent, SchedulerConfiguration,
     SchedulingEligibility, TaskGroupSummary, TaskState, MAX_SCALING_EVENTS,
 };
 use crate::state::events::{NodeCondition, StateChange};
@@ -479,6 +479,64 @@ impl WriteTxn {
         }
     }
 
+    /// Nomad's `ReconcileJobSummaries`: every job's allocation counts per task group
+    /// recomputed from its allocations (those of its current incarnation, bins by client
+    /// status), repairing counts that drifted. What allocations cannot tell is kept: each
+    /// group's `Queued`, the children counts and the scaling events. Only summaries that
+    /// change are written (their `ModifyIndex` moves).
+    pub fn reconcile_job_summaries(&mut self) {
+        let jobs: Vec<Arc<Job>> = self.t.jobs.values().cloned().collect();
+        for job in jobs {
+            let key = (job.namespace.clone(), job.id.clone());
+            let mut summary = self
+                .t
+                .job_summaries
+                .get(&key)
+                .map(|s| (**s).clone())
+                .unwrap_or_else(|| JobSummary {
+                    job_id: job.id.clone(),
+                    namespace: job.namespace.clone(),
+                    ..JobSummary::default()
+                });
+            summary.create_index = job.create_index;
+            summary.summary = job
+                .task_groups
+                .iter()
+                .map(|g| {
+                    let queued = summary.summary.get(&g.name).map_or(0, |tg| tg.queued);
+                    let counts = TaskGroupSummary {
+                        queued,
+                        ..TaskGroupSummary::default()
+                    };
+                    (g.name.clone(), counts)
+                })
+                .collect();
+            for alloc in self
+                .t
+                .allocs_by_job
+                .get(&key)
+                .filter_map(|id| self.t.allocs.get(id))
+            {
+                let incarnation = self
+                    .t
+                    .job_versions
+                    .get(&(
+                        alloc.namespace.clone(),
+                        alloc.job_id.clone(),
+                        alloc.job_version,
+                    ))
+                    .map(|j| j.create_index);
+                if incarnation != Some(job.create_index) {
+                    continue;
+                }
+                if let Some(tg) = summary.summary.get_mut(&alloc.task_group) {
+                    bin(tg, alloc.client_status, |n| *n += 1);
+                }
+            }
+            *self.summary_slot(&key) = Some(summary);
+        }
+    }
+
     /// Nomad's `updateSummaryWithAlloc`: counts move between client-status bins.
     fn summarize_alloc(&mut self, new: &Allocation, old: Option<&Allocation>) {
         let key = (new.namespace.clone(), new.job_id.clone());
@@ -906,6 +964,27 @@ impl WriteTxn {
         self.status_jobs
             .entry((alloc.namespace.clone(), alloc.job_id.clone()))
             .or_insert(false);
+        self.put_alloc(alloc, Some(&existing));
+        Ok(())
+    }
+
+    /// Nomad's `nestedUpdateAllocDesiredTransition`: `transition` merged into the
+    /// allocation's, a server-side change (both modify indexes move). Nothing else changes:
+    /// the evaluation created with it makes the scheduler act on it.
+    pub fn update_alloc_desired_transition(
+        &mut self,
+        id: &AllocId,
+        transition: &DesiredTransition,
+    ) -> Result<(), ApplyError> {
+        let Some(existing) = self.t.allocs.get(id.as_str()).cloned() else {
+            return Err(ApplyError::AllocNotFound {
+                alloc_id: id.to_string(),
+            });
+        };
+        let mut alloc = (*existing).clone();
+        alloc.desired_transition.merge(transition);
+        alloc.modify_index = self.index;
+        alloc.alloc_modify_index = self.index;
         self.put_alloc(alloc, Some(&existing));
         Ok(())
     }

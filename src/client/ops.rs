@@ -1,0 +1,398 @@
+//! What an operator asks of the allocations this client runs, through the HTTP API of its
+//! agent (a server forwards such requests to the node's agent): restart tasks in place
+//! (`alloc restart`), send them a signal (`alloc signal`), read the resource usage of an
+//! allocation's tasks or of the host ([`crate::client::stats`]), and run a command in a
+//! task's place (`alloc exec`).
+//!
+//! ```text
+//!  HTTP handler ──▶ ClientHandle::restart / signal ──▶ the task runners' TaskControl queues
+//!                   (which tasks: the one named, else every running one)
+//!               ◀── each runner's answer, or a timeout
+//! ```
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use serde_json::{json, Map, Value};
+use teamster_storage::model::TaskStateValue;
+use tokio::sync::{mpsc, oneshot};
+
+use crate::client::alloc_runner::{TaskControl, TaskOpError};
+use crate::client::driver::TaskHandle;
+use crate::client::stats::{self, Readings, Usage};
+use crate::client::{lock, Shared};
+
+/// How long a task may take to carry out a request, on top of its kill timeout.
+const ANSWER_MARGIN: Duration = Duration::from_secs(10);
+
+/// Why an operator's request was refused or failed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum AllocOpError {
+    /// This client does not run (or no longer knows) the allocation.
+    #[error("Unknown allocation {0:?} on this client")]
+    UnknownAlloc(String),
+    /// The allocation's group has no such task.
+    #[error("Unknown task {task:?} in allocation {alloc_id}")]
+    UnknownTask {
+        /// The task named.
+        task: String,
+        /// The allocation.
+        alloc_id: String,
+    },
+    /// Not a signal name.
+    #[error("Unknown signal {0:?}")]
+    UnknownSignal(String),
+    /// The request contradicts itself (a task name and "all tasks").
+    #[error("{0}")]
+    Invalid(String),
+    /// No task of the allocation is running.
+    #[error("allocation {0} has no running task")]
+    NothingRunning(String),
+    /// A task refused or failed the request.
+    #[error(transparent)]
+    Task(#[from] TaskOpError),
+    /// A task did not answer in time.
+    #[error("task {task:?} did not answer within {waited:?}")]
+    Timeout {
+        /// The task.
+        task: String,
+        /// How long it was waited for.
+        waited: Duration,
+    },
+}
+
+/// A command for `alloc exec`, ready to spawn.
+#[derive(Debug)]
+pub struct ExecProcess {
+    /// The task it runs in the place of.
+    pub task: String,
+    /// The command (leading its own process group, or session with a terminal).
+    pub cmd: tokio::process::Command,
+    /// The agent's end of its terminal, when it has one.
+    pub pty: Option<crate::client::pty::Master>,
+}
+
+/// The HTTP API's way into this client's allocations: cheap to clone.
+#[derive(Clone)]
+pub struct ClientHandle {
+    shared: Arc<Shared>,
+    /// The previous CPU readings, so usage is a rate between two requests.
+    readings: Arc<Mutex<Readings>>,
+    machine: stats::Machine,
+}
+
+impl std::fmt::Debug for ClientHandle {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ClientHandle")
+            .field("node_id", &self.node_id())
+            .finish()
+    }
+}
+
+impl ClientHandle {
+    pub(crate) fn new(shared: Arc<Shared>) -> ClientHandle {
+        ClientHandle {
+            shared,
+            readings: Arc::new(Mutex::new(Readings::default())),
+            machine: stats::Machine::detect(),
+        }
+    }
+
+    /// This node's ID.
+    pub fn node_id(&self) -> String {
+        self.shared.state().node_id.clone()
+    }
+
+    /// Whether this client runs or ran the allocation (and still keeps it).
+    pub fn has_alloc(&self, alloc_id: &str) -> bool {
+        self.shared.state().allocs.contains_key(alloc_id)
+    }
+
+    /// The tasks a request is for: `task`, else (`None`) every running task of the
+    /// allocation; each with where to send it.
+    fn targets(
+        &self,
+        alloc_id: &str,
+        task: Option<&str>,
+    ) -> Result<Vec<(String, mpsc::Sender<TaskControl>)>, AllocOpError> {
+        let (group_tasks, running): (Vec<String>, Vec<String>) = {
+            let st = self.shared.state();
+            let local = st
+                .allocs
+                .get(alloc_id)
+                .ok_or_else(|| AllocOpError::UnknownAlloc(alloc_id.to_string()))?;
+            let group_tasks = local
+                .job
+                .task_groups
+                .iter()
+                .find(|g| g.name == local.alloc.task_group)
+                .map(|g| g.tasks.iter().map(|t| t.name.clone()).collect())
+                .unwrap_or_default();
+            let running = local
+                .task_states
+                .iter()
+                .filter(|(_, s)| s.state == TaskStateValue::Running)
+                .map(|(name, _)| name.clone())
+                .collect();
+            (group_tasks, running)
+        };
+        let runners = lock(&self.shared.runners);
+        let runner = runners.get(alloc_id);
+        let sender = |name: &str| runner.and_then(|r| r.task(name)).cloned();
+        match task {
+            Some(name) => {
+                if !group_tasks.iter().any(|t| t == name) {
+                    return Err(AllocOpError::UnknownTask {
+                        task: name.to_string(),
+                        alloc_id: alloc_id.to_string(),
+                    });
+                }
+                let tx = sender(name)
+                    .filter(|_| running.iter().any(|t| t == name))
+                    .ok_or_else(|| TaskOpError::NotRunning(name.to_string()))?;
+                Ok(vec![(name.to_string(), tx)])
+            }
+            None => {
+                let all: Vec<_> = running
+                    .iter()
+                    .filter_map(|name| sender(name).map(|tx| (name.clone(), tx)))
+                    .collect();
+                if all.is_empty() {
+                    return Err(AllocOpError::NothingRunning(alloc_id.to_string()));
+                }
+                Ok(all)
+            }
+        }
+    }
+
+    /// How long a task may take to answer: its longest possible kill and a margin.
+    fn answer_within(&self) -> Duration {
+        self.shared.config.max_kill_timeout + ANSWER_MARGIN
+    }
+
+    /// Send one request to each target and wait for every answer (the first failure is
+    /// returned).
+    async fn ask(
+        &self,
+        targets: Vec<(String, mpsc::Sender<TaskControl>)>,
+        make: impl Fn(oneshot::Sender<Result<(), TaskOpError>>) -> TaskControl,
+    ) -> Result<(), AllocOpError> {
+        let waited = self.answer_within();
+        let mut answers = Vec::new();
+        for (task, tx) in targets {
+            let (reply, answer) = oneshot::channel();
+            // A runner that ended meanwhile dropped its queue: the task is not running.
+            if tx.send(make(reply)).await.is_err() {
+                return Err(TaskOpError::NotRunning(task).into());
+            }
+            answers.push((task, answer));
+        }
+        for (task, answer) in answers {
+            match tokio::time::timeout(waited, answer).await {
+                Err(_) => return Err(AllocOpError::Timeout { task, waited }),
+                // Dropped unanswered: the runner ended with the request queued.
+                Ok(Err(_)) => return Err(TaskOpError::NotRunning(task).into()),
+                Ok(Ok(result)) => result?,
+            }
+        }
+        Ok(())
+    }
+
+    /// Restart tasks in place (Nomad's `Allocations.Restart`): `task`, or with `None` every
+    /// running task. `all_tasks` asks for every task too (a dead task is not started again:
+    /// teamster runs no lifecycle tasks, which is what Nomad's `AllTasks` adds); it may not
+    /// be combined with a task name.
+    pub async fn restart(
+        &self,
+        alloc_id: &str,
+        task: Option<&str>,
+        all_tasks: bool,
+    ) -> Result<(), AllocOpError> {
+        if all_tasks && task.is_some() {
+            return Err(AllocOpError::Invalid(
+                "task name cannot be set when restarting all tasks".into(),
+            ));
+        }
+        let targets = self.targets(alloc_id, task)?;
+        self.ask(targets, |reply| TaskControl::Restart { reply })
+            .await
+    }
+
+    /// Send `signal` (a name such as `SIGUSR1`) to `task`, or with `None` to every running
+    /// task (Nomad's `Allocations.Signal`).
+    pub async fn signal(
+        &self,
+        alloc_id: &str,
+        task: Option<&str>,
+        signal: &str,
+    ) -> Result<(), AllocOpError> {
+        let (name, number) = crate::client::signal::parse(signal)
+            .ok_or_else(|| AllocOpError::UnknownSignal(signal.to_string()))?;
+        let targets = self.targets(alloc_id, task)?;
+        self.ask(targets, |reply| TaskControl::Signal {
+            name,
+            signal: number,
+            reply,
+        })
+        .await
+    }
+
+    /// The resource usage of an allocation's tasks (Nomad's `AllocResourceUsage`): each
+    /// task's process group from `/proc`, per process in `Pids`, and their sum. Reads files:
+    /// call it off the async runtime.
+    pub fn alloc_stats(&self, alloc_id: &str) -> Result<Value, AllocOpError> {
+        let (tasks, handles) = {
+            let st = self.shared.state();
+            let local = st
+                .allocs
+                .get(alloc_id)
+                .ok_or_else(|| AllocOpError::UnknownAlloc(alloc_id.to_string()))?;
+            let tasks: Vec<String> = local
+                .job
+                .task_groups
+                .iter()
+                .find(|g| g.name == local.alloc.task_group)
+                .map(|g| g.tasks.iter().map(|t| t.name.clone()).collect())
+                .unwrap_or_default();
+            (tasks, local.handles.clone())
+        };
+        let now = stats::uptime_seconds().unwrap_or(0.0);
+        let stamp = self.shared.clock.now_unix_nanos();
+        let mut readings = lock(&self.readings);
+        readings.retain_procs(stats::process_alive);
+        let mut total = Usage::default();
+        let mut by_task = Map::new();
+        for task in tasks {
+            let mut usage = Usage::default();
+            let mut pids = Map::new();
+            if let Some(TaskHandle::Process { pid, .. }) = handles.get(&task) {
+                for (p, stat, swap) in stats::group_processes(*pid) {
+                    let u = readings.process(&self.machine, p, &stat, swap, now);
+                    pids.insert(p.to_string(), u.to_json());
+                    usage = usage.add(&u);
+                }
+            }
+            total = total.add(&usage);
+            by_task.insert(
+                task,
+                json!({ "ResourceUsage": usage.to_json(), "Timestamp": stamp, "Pids": pids }),
+            );
+        }
+        Ok(json!({
+            "ResourceUsage": total.to_json(),
+            "Tasks": by_task,
+            "Timestamp": stamp,
+        }))
+    }
+
+    /// The host's usage (Nomad's `HostStats`): per-core CPU since the previous request (else
+    /// since boot), memory, the disk partitions and the allocation directory's filesystem,
+    /// uptime. Reads files: call it off the async runtime.
+    pub fn host_stats(&self) -> Value {
+        let read = |p: &str| std::fs::read_to_string(p).unwrap_or_default();
+        let (total, available, free) = stats::parse_meminfo(&read("/proc/meminfo"));
+        let cores = stats::parse_cpu_lines(&read("/proc/stat"));
+        let cpu = lock(&self.readings).cores(cores);
+        let busy: f64 = cpu.iter().filter_map(|c| c["Total"].as_f64()).sum();
+        let mounts = read("/proc/self/mounts");
+        let root = &self.shared.alloc_root;
+        let alloc_dir = stats::fs_usage(root).map(|u| {
+            let (device, point) = stats::mount_of(&mounts, root).unwrap_or_default();
+            stats::disk_stats(&device, &point, &u)
+        });
+        let mut disks: Vec<Value> = stats::partitions(&mounts)
+            .into_iter()
+            .filter_map(|(device, point)| {
+                let u = stats::fs_usage(std::path::Path::new(&point))?;
+                Some(stats::disk_stats(&device, &point, &u))
+            })
+            .collect();
+        if disks.is_empty() {
+            disks.extend(alloc_dir.clone());
+        }
+        json!({
+            "Memory": {
+                "Total": total,
+                "Available": available,
+                "Used": total.saturating_sub(available),
+                "Free": free,
+            },
+            "CPU": cpu,
+            "CPUTicksConsumed": busy / 100.0 * self.machine.mhz_per_core,
+            "DiskStats": disks,
+            "AllocDirStats": alloc_dir,
+            "DeviceStats": [],
+            "Uptime": stats::uptime_seconds().unwrap_or(0.0) as u64,
+            "Timestamp": self.shared.clock.now_unix_nanos(),
+        })
+    }
+
+    /// What `alloc exec` runs: `argv` in the place of a running task of the allocation (its
+    /// directory and environment, as its runner starts it), in a process group of its own,
+    /// killed when dropped; `task` may be left out when the group has one. With `tty` the
+    /// command gets a terminal (and a session of its own) for its standard streams;
+    /// without, they are the caller's to set.
+    pub fn exec_command(
+        &self,
+        alloc_id: &str,
+        task: Option<&str>,
+        argv: &[String],
+        tty: bool,
+    ) -> Result<ExecProcess, AllocOpError> {
+        let Some((program, args)) = argv.split_first() else {
+            return Err(AllocOpError::Invalid("command must not be empty".into()));
+        };
+        let st = self.shared.state();
+        let local = st
+            .allocs
+            .get(alloc_id)
+            .ok_or_else(|| AllocOpError::UnknownAlloc(alloc_id.to_string()))?;
+        let tasks: Vec<&teamster_storage::model::Task> = local
+            .job
+            .task_groups
+            .iter()
+            .find(|g| g.name == local.alloc.task_group)
+            .map(|g| g.tasks.iter().collect())
+            .unwrap_or_default();
+        let spec =
+            match (task, tasks.as_slice()) {
+                (Some(name), _) => tasks.iter().find(|t| t.name == name).ok_or_else(|| {
+                    AllocOpError::UnknownTask {
+                        task: name.to_string(),
+                        alloc_id: alloc_id.to_string(),
+                    }
+                })?,
+                (None, [one]) => one,
+                (None, many) => {
+                    let names: Vec<&str> = many.iter().map(|t| t.name.as_str()).collect();
+                    return Err(AllocOpError::Invalid(format!(
+                        "task is required: the allocation has tasks {}",
+                        names.join(", ")
+                    )));
+                }
+            };
+        let running = local
+            .task_states
+            .get(&spec.name)
+            .is_some_and(|s| s.state == TaskStateValue::Running);
+        if !running {
+            return Err(TaskOpError::NotRunning(spec.name.clone()).into());
+        }
+        let (prepared, dir) = crate::client::alloc_runner::prepared_task(&self.shared, local, spec);
+        let mut cmd = crate::client::driver::task_command(&prepared, &dir, program, args);
+        cmd.kill_on_drop(true);
+        let pty = if tty {
+            let master = crate::client::pty::attach(&mut cmd)
+                .map_err(|e| AllocOpError::Invalid(format!("cannot open a terminal: {e}")))?;
+            Some(master)
+        } else {
+            cmd.process_group(0);
+            None
+        };
+        Ok(ExecProcess {
+            task: spec.name.clone(),
+            cmd,
+            pty,
+        })
+    }
+}

@@ -1,0 +1,252 @@
+//! What Nomad's client agents serve about their allocations and themselves: `POST|PUT
+//! /v1/client/allocation/:id/restart` (`{"TaskName", "AllTasks"}`, both optional: without a
+//! task every running task restarts in place) and `POST|PUT /v1/client/allocation/:id/signal`
+//! (`{"Task", "Signal": "SIGUSR1"}`, without a task every running task), both answering
+//! `{"Index": 0}` as Nomad does (an unknown task or signal is a 400 naming it, an allocation
+//! this client does not hold a 404); `GET /v1/client/allocation/:id/stats` (Nomad's
+//! `AllocResourceUsage`) and `GET /v1/client/stats?node_id=` (Nomad's `HostStats`).
+//!
+//! Served by the agent whose client runs the allocation (or is the node); a server forwards
+//! them once to the node's agent ([`client_route`]).
+
+use axum::extract::Query;
+use axum::extract::{Path, State};
+use axum::http::{HeaderMap, Method, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use bytes::Bytes;
+use serde::Deserialize;
+use serde_json::json;
+
+use super::client_route::{self, Target};
+use super::error::ApiError;
+use super::HttpContext;
+use crate::client::ops::{AllocOpError, ClientHandle};
+
+/// The client allocation routes.
+pub fn routes() -> Router<HttpContext> {
+    Router::new()
+        .route(
+            "/v1/client/allocation/{alloc_id}/restart",
+            post(restart).put(restart),
+        )
+        .route(
+            "/v1/client/allocation/{alloc_id}/signal",
+            post(signal).put(signal),
+        )
+        .route("/v1/client/allocation/{alloc_id}/stats", get(alloc_stats))
+        .route("/v1/client/stats", get(host_stats))
+}
+
+/// `restart`'s body (Nomad's `AllocRestartRequest` fields the caller may set).
+#[derive(Debug, Default, Deserialize)]
+#[serde(default)]
+struct RestartBody {
+    #[serde(rename = "TaskName")]
+    task_name: Option<String>,
+    #[serde(rename = "AllTasks")]
+    all_tasks: Option<bool>,
+}
+
+/// `signal`'s body (Nomad's `AllocSignalRequest` fields the caller may set).
+#[derive(Debug, Default, Deserialize)]
+#[serde(default)]
+struct SignalBody {
+    #[serde(rename = "Task")]
+    task: Option<String>,
+    #[serde(rename = "Signal")]
+    signal: Option<String>,
+}
+
+/// A body that may be absent (Nomad reads an empty one as no fields set).
+fn optional_body<T: serde::de::DeserializeOwned + Default>(body: &Bytes) -> Result<T, ApiError> {
+    if body.iter().all(|b| b.is_ascii_whitespace()) {
+        return Ok(T::default());
+    }
+    super::jobs::decode_body(body)
+}
+
+/// An operator request's failure with Nomad's status codes.
+pub(super) fn op_error(e: AllocOpError) -> ApiError {
+    let status = if matches!(e, AllocOpError::UnknownAlloc(_)) {
+        StatusCode::NOT_FOUND
+    } else if is_failure(&e) {
+        StatusCode::INTERNAL_SERVER_ERROR
+    } else {
+        StatusCode::BAD_REQUEST
+    };
+    ApiError {
+        status,
+        message: e.to_string(),
+    }
+}
+
+/// Whether the request was right but carrying it out failed.
+fn is_failure(e: &AllocOpError) -> bool {
+    matches!(
+        e,
+        AllocOpError::Timeout { .. }
+            | AllocOpError::Task(crate::client::alloc_runner::TaskOpError::Signal { .. })
+    )
+}
+
+/// Where a request about `alloc_id` is served, and this agent's client when here.
+fn route(
+    ctx: &HttpContext,
+    alloc_id: &str,
+    headers: &HeaderMap,
+) -> Result<Result<ClientHandle, (String, String)>, ApiError> {
+    let held = |id: &str| ctx.client().is_some_and(|c| c.has_alloc(id));
+    match client_route::locate_alloc(ctx, alloc_id, headers, held)? {
+        Target::Here => ctx
+            .client()
+            .cloned()
+            .map(Ok)
+            .ok_or_else(|| ApiError::not_found("this agent's client has not started")),
+        Target::Node { addr, alloc_id } => Ok(Err((addr, alloc_id))),
+    }
+}
+
+/// The answer of a request carried out here.
+fn done() -> Response {
+    Json(json!({ "Index": 0 })).into_response()
+}
+
+async fn restart(
+    State(ctx): State<HttpContext>,
+    Path(alloc_id): Path<String>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Result<Response, ApiError> {
+    let req: RestartBody = optional_body(&body)?;
+    match route(&ctx, &alloc_id, &headers)? {
+        Ok(client) => {
+            let task = req.task_name.as_deref().filter(|t| !t.is_empty());
+            client
+                .restart(&alloc_id, task, req.all_tasks.unwrap_or(false))
+                .await
+                .map_err(op_error)?;
+            Ok(done())
+        }
+        Err((addr, alloc_id)) => {
+            let path = format!("/v1/client/allocation/{alloc_id}/restart");
+            client_route::forward(&addr, Method::POST, &path, Some(body)).await
+        }
+    }
+}
+
+async fn signal(
+    State(ctx): State<HttpContext>,
+    Path(alloc_id): Path<String>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Result<Response, ApiError> {
+    let req: SignalBody = optional_body(&body)?;
+    let Some(signal) = req.signal.filter(|s| !s.is_empty()) else {
+        return Err(ApiError::bad_request("Signal must be set (e.g. SIGUSR1)"));
+    };
+    if crate::client::signal::parse(&signal).is_none() {
+        return Err(op_error(AllocOpError::UnknownSignal(signal)));
+    }
+    match route(&ctx, &alloc_id, &headers)? {
+        Ok(client) => {
+            let task = req.task.as_deref().filter(|t| !t.is_empty());
+            client
+                .signal(&alloc_id, task, &signal)
+                .await
+                .map_err(op_error)?;
+            Ok(done())
+        }
+        Err((addr, alloc_id)) => {
+            let path = format!("/v1/client/allocation/{alloc_id}/signal");
+            client_route::forward(&addr, Method::POST, &path, Some(body)).await
+        }
+    }
+}
+
+/// What reading usage from `/proc` gives, off the async runtime.
+async fn read_stats<T: Send + 'static>(
+    f: impl FnOnce() -> Result<T, AllocOpError> + Send + 'static,
+) -> Result<T, ApiError> {
+    tokio::task::spawn_blocking(f)
+        .await
+        .map_err(|e| ApiError::internal(format!("reading the usage failed: {e}")))?
+        .map_err(op_error)
+}
+
+/// `GET /v1/client/allocation/:id/stats`.
+async fn alloc_stats(
+    State(ctx): State<HttpContext>,
+    Path(alloc_id): Path<String>,
+    headers: HeaderMap,
+) -> Result<Response, ApiError> {
+    match route(&ctx, &alloc_id, &headers)? {
+        Ok(client) => {
+            let usage = read_stats(move || client.alloc_stats(&alloc_id)).await?;
+            Ok(Json(usage).into_response())
+        }
+        Err((addr, alloc_id)) => {
+            let path = format!("/v1/client/allocation/{alloc_id}/stats");
+            client_route::forward(&addr, Method::GET, &path, None).await
+        }
+    }
+}
+
+/// `GET /v1/client/stats?node_id=`: this agent's client when no node (or its own) is named.
+async fn host_stats(
+    State(ctx): State<HttpContext>,
+    Query(q): Query<std::collections::HashMap<String, String>>,
+    headers: HeaderMap,
+) -> Result<Response, ApiError> {
+    let node_id = q.get("node_id").map(String::as_str).unwrap_or_default();
+    match client_route::locate_node(&ctx, node_id, &headers)? {
+        Target::Here => {
+            let client = ctx
+                .client()
+                .cloned()
+                .ok_or_else(|| ApiError::not_found("this agent's client has not started"))?;
+            let usage = read_stats(move || Ok(client.host_stats())).await?;
+            Ok(Json(usage).into_response())
+        }
+        Target::Node { addr, .. } => {
+            let path = format!("/v1/client/stats?node_id={node_id}");
+            client_route::forward(&addr, Method::GET, &path, None).await
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bodies_may_be_empty_or_null_and_errors_keep_nomads_codes() {
+        let r: RestartBody = optional_body(&Bytes::from_static(b"")).unwrap();
+        assert!(r.task_name.is_none() && r.all_tasks.is_none());
+        let s: SignalBody = optional_body(&Bytes::from_static(
+            br#"{"Signal": "SIGUSR1", "Task": null}"#,
+        ))
+        .unwrap();
+        assert_eq!(
+            (s.signal.as_deref(), s.task.as_deref()),
+            (Some("SIGUSR1"), None)
+        );
+        assert!(optional_body::<SignalBody>(&Bytes::from_static(b"{")).is_err());
+        assert_eq!(
+            op_error(AllocOpError::UnknownAlloc("a".into())).status,
+            StatusCode::NOT_FOUND
+        );
+        let unknown = op_error(AllocOpError::UnknownSignal("SIGNOPE".into()));
+        assert_eq!(unknown.status, StatusCode::BAD_REQUEST);
+        assert!(unknown.message.contains("SIGNOPE"));
+        assert_eq!(
+            op_error(AllocOpError::Timeout {
+                task: "t".into(),
+                waited: std::time::Duration::from_secs(1)
+            })
+            .status,
+            StatusCode::INTERNAL_SERVER_ERROR
+        );
+    }
+}

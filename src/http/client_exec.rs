@@ -1,0 +1,459 @@
+//! `alloc exec`: `GET /v1/client/allocation/:id/exec?task=&command=["echo","hi"]&tty=false`,
+//! a websocket that runs a command in the place of a running task (its directory and
+//! environment) and carries Nomad's frames:
+//!
+//! ```text
+//!  caller ─▶ {"stdin": {"data": base64}} | {"stdin": {"close": true}}
+//!            | {"tty_size": {"height": H, "width": W}}
+//!  caller ◀─ {"stdout": {"data": base64}} | {"stderr": {"data": …}} | {"stdout": {"close": true}}
+//!            … then {"exited": true, "result": {"exit_code": N}} and a close frame
+//! ```
+//!
+//! A bad request (no command, an unknown or stopped task, an allocation the client does not
+//! hold) is answered with Nomad's HTTP status before any upgrade. The command runs in a
+//! process group of its own, killed when the caller goes away. With `tty=true` it gets a
+//! terminal (its output, stderr included, comes as `stdout`; `tty_size` resizes it). Served
+//! by the agent whose client runs the allocation; a server connects to the node's agent first
+//! (so its refusal reaches the caller as is) and then relays the frames both ways
+//! ([`client_route`]).
+
+use std::collections::HashMap;
+use std::process::Stdio;
+
+use axum::extract::ws::{self, rejection::WebSocketUpgradeRejection, WebSocket, WebSocketUpgrade};
+use axum::extract::{OriginalUri, Path, Query, State};
+use axum::http::HeaderMap;
+use axum::response::Response;
+use axum::routing::get;
+use axum::Router;
+use base64::Engine;
+use futures::{SinkExt, StreamExt};
+use serde_json::{json, Value};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::sync::mpsc;
+use tokio_tungstenite::tungstenite;
+
+use super::client_alloc::op_error;
+use super::client_route::{self, Target, FORWARDED};
+use super::error::ApiError;
+use super::HttpContext;
+use crate::client::ops::ExecProcess;
+
+/// The exec route.
+pub fn routes() -> Router<HttpContext> {
+    Router::new().route("/v1/client/allocation/{alloc_id}/exec", get(exec))
+}
+
+/// The largest piece of output one frame carries.
+const CHUNK: usize = 16 << 10;
+/// How long the output of an exited command is still read (a background child may hold it).
+const DRAIN: std::time::Duration = std::time::Duration::from_secs(2);
+/// Frames waiting to be sent to the caller.
+const OUT_QUEUE: usize = 32;
+
+/// The query of an exec request.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct ExecParams {
+    task: Option<String>,
+    command: Vec<String>,
+    tty: bool,
+}
+
+impl ExecParams {
+    fn parse(q: &HashMap<String, String>) -> Result<ExecParams, ApiError> {
+        let raw = q.get("command").map(String::as_str).unwrap_or_default();
+        if raw.is_empty() {
+            return Err(ApiError::bad_request("command is not present"));
+        }
+        let command: Vec<String> = serde_json::from_str(raw).map_err(|e| {
+            ApiError::bad_request(format!(
+                "command {raw:?} is not a JSON array of strings: {e}"
+            ))
+        })?;
+        if command.is_empty() {
+            return Err(ApiError::bad_request("command is empty"));
+        }
+        let tty = match q.get("tty").map(String::as_str) {
+            None | Some("") => false,
+            Some(v) => super::query::parse_go_bool(v)
+                .ok_or_else(|| ApiError::bad_request(format!("tty: {v:?} is not a boolean")))?,
+        };
+        Ok(ExecParams {
+            task: q.get("task").filter(|t| !t.is_empty()).cloned(),
+            command,
+            tty,
+        })
+    }
+}
+
+async fn exec(
+    State(ctx): State<HttpContext>,
+    Path(alloc_id): Path<String>,
+    Query(q): Query<HashMap<String, String>>,
+    headers: HeaderMap,
+    uri: OriginalUri,
+    upgrade: Result<WebSocketUpgrade, WebSocketUpgradeRejection>,
+) -> Result<Response, ApiError> {
+    let params = ExecParams::parse(&q)?;
+    let held = |id: &str| ctx.client().is_some_and(|c| c.has_alloc(id));
+    match client_route::locate_alloc(&ctx, &alloc_id, &headers, held)? {
+        Target::Here => {
+            let client = ctx
+                .client()
+                .ok_or_else(|| ApiError::not_found("this agent's client has not started"))?;
+            let upgrade = upgrade
+                .map_err(|e| ApiError::bad_request(format!("exec is a websocket request: {e}")))?;
+            let process = client
+                .exec_command(
+                    &alloc_id,
+                    params.task.as_deref(),
+                    &params.command,
+                    params.tty,
+                )
+                .map_err(op_error)?;
+            Ok(upgrade.on_upgrade(move |socket| run(socket, process)))
+        }
+        Target::Node { addr, alloc_id } => {
+            let upgrade = upgrade
+                .map_err(|e| ApiError::bad_request(format!("exec is a websocket request: {e}")))?;
+            let query = uri.query().map(|q| format!("?{q}")).unwrap_or_default();
+            let url = format!("ws://{addr}/v1/client/allocation/{alloc_id}/exec{query}");
+            let upstream = connect(&url).await?;
+            Ok(upgrade.on_upgrade(move |socket| relay(socket, upstream)))
+        }
+    }
+}
+
+type Upstream =
+    tokio_tungstenite::WebSocketStream<tokio_tungstenite::MaybeTlsStream<tokio::net::TcpStream>>;
+
+/// The node agent's exec websocket, or its refusal with its status.
+async fn connect(url: &str) -> Result<Upstream, ApiError> {
+    use tungstenite::client::IntoClientRequest;
+    let mut req = url
+        .into_client_request()
+        .map_err(|e| ApiError::internal(format!("{url}: {e}")))?;
+    req.headers_mut()
+        .insert(FORWARDED, axum::http::HeaderValue::from_static("1"));
+    match tokio_tungstenite::connect_async(req).await {
+        Ok((stream, _)) => Ok(stream),
+        Err(tungstenite::Error::Http(resp)) => Err(ApiError {
+            status: resp.status(),
+            message: resp
+                .body()
+                .as_deref()
+                .map(|b| String::from_utf8_lossy(b).into_owned())
+                .unwrap_or_default(),
+        }),
+        Err(e) => Err(ApiError::internal(format!(
+            "cannot reach the client for {url}: {e}"
+        ))),
+    }
+}
+
+/// Relays frames between the caller and the node's agent until either side closes.
+async fn relay(socket: WebSocket, upstream: Upstream) {
+    let (mut down_tx, mut down_rx) = socket.split();
+    let (mut up_tx, mut up_rx) = upstream.split();
+    let to_node = async {
+        while let Some(Ok(msg)) = down_rx.next().await {
+            let Some(msg) = to_tungstenite(msg) else {
+                continue;
+            };
+            let closing = msg.is_close();
+            if up_tx.send(msg).await.is_err() || closing {
+                break;
+            }
+        }
+        let _ = up_tx.close().await;
+    };
+    let to_caller = async {
+        while let Some(Ok(msg)) = up_rx.next().await {
+            let Some(msg) = from_tungstenite(msg) else {
+                continue;
+            };
+            let closing = matches!(msg, ws::Message::Close(_));
+            if down_tx.send(msg).await.is_err() || closing {
+                break;
+            }
+        }
+        let _ = down_tx.close().await;
+    };
+    // Whichever side ends first ends the relay (and the other connection with it).
+    tokio::select! {
+        _ = to_node => {}
+        _ = to_caller => {}
+    }
+}
+
+fn to_tungstenite(msg: ws::Message) -> Option<tungstenite::Message> {
+    Some(match msg {
+        ws::Message::Text(t) => tungstenite::Message::Text(t.as_str().into()),
+        ws::Message::Binary(b) => tungstenite::Message::Binary(b),
+        ws::Message::Ping(b) => tungstenite::Message::Ping(b),
+        ws::Message::Pong(b) => tungstenite::Message::Pong(b),
+        ws::Message::Close(frame) => {
+            tungstenite::Message::Close(frame.map(|f| tungstenite::protocol::CloseFrame {
+                code: f.code.into(),
+                reason: f.reason.as_str().into(),
+            }))
+        }
+    })
+}
+
+fn from_tungstenite(msg: tungstenite::Message) -> Option<ws::Message> {
+    Some(match msg {
+        tungstenite::Message::Text(t) => ws::Message::Text(t.as_str().into()),
+        tungstenite::Message::Binary(b) => ws::Message::Binary(b),
+        tungstenite::Message::Ping(b) => ws::Message::Ping(b),
+        tungstenite::Message::Pong(b) => ws::Message::Pong(b),
+        tungstenite::Message::Close(frame) => ws::Message::Close(frame.map(|f| ws::CloseFrame {
+            code: f.code.into(),
+            reason: f.reason.as_str().into(),
+        })),
+        tungstenite::Message::Frame(_) => return None,
+    })
+}
+
+/// One of Nomad's output frames.
+fn output_frame(stream: &str, data: &[u8]) -> ws::Message {
+    let b64 = base64::engine::general_purpose::STANDARD.encode(data);
+    ws::Message::Text(json!({ stream: { "data": b64 } }).to_string().into())
+}
+
+/// What a caller's frame asks for.
+#[derive(Debug, PartialEq, Eq)]
+enum Input {
+    /// Bytes for the command's stdin.
+    Stdin(Vec<u8>),
+    /// The end of its stdin.
+    StdinClose,
+    /// Its terminal's new size (rows, columns).
+    Resize(u16, u16),
+    /// Anything else (a heartbeat `{}`).
+    Ignored,
+}
+
+/// Reads a caller's frame (Nomad's `ExecStreamingInput`).
+fn parse_input(text: &str) -> Result<Input, String> {
+    let v: Value = serde_json::from_str(text).map_err(|e| format!("bad frame: {e}"))?;
+    let stdin = &v["stdin"];
+    if stdin["close"] == true {
+        return Ok(Input::StdinClose);
+    }
+    let size = &v["tty_size"];
+    if let (Some(h), Some(w)) = (size["height"].as_u64(), size["width"].as_u64()) {
+        let clamp = |n: u64| n.min(u64::from(u16::MAX)) as u16;
+        return Ok(Input::Resize(clamp(h), clamp(w)));
+    }
+    match stdin["data"].as_str() {
+        Some(data) => base64::engine::general_purpose::STANDARD
+            .decode(data)
+            .map(Input::Stdin)
+            .map_err(|e| format!("bad stdin data: {e}")),
+        None => Ok(Input::Ignored),
+    }
+}
+
+/// Sends what `reader` gives as `stream` frames, then its close frame.
+async fn pump<R: tokio::io::AsyncRead + Unpin>(
+    mut reader: R,
+    stream: &'static str,
+    out: mpsc::Sender<ws::Message>,
+) {
+    let mut buf = vec![0u8; CHUNK];
+    loop {
+        match reader.read(&mut buf).await {
+            Ok(0) | Err(_) => break,
+            Ok(n) => {
+                if out.send(output_frame(stream, &buf[..n])).await.is_err() {
+                    return;
+                }
+            }
+        }
+    }
+    let close = json!({ stream: { "close": true } }).to_string();
+    let _ = out.send(ws::Message::Text(close.into())).await;
+}
+
+/// Kills the command's process group (it leads one, or a session).
+fn kill_group(child: &tokio::process::Child) {
+    if let Some(pid) = child.id() {
+        // SAFETY: kill(2) has no memory effects; the negative pid names the group the
+        // command leads.
+        unsafe {
+            libc::kill(-(pid as i32), libc::SIGKILL);
+        }
+    }
+}
+
+type StdinSink = Box<dyn tokio::io::AsyncWrite + Unpin + Send>;
+
+/// Runs the command for the caller at `socket`: its stdin from the caller's frames, its
+/// output to them, its exit code last. The command is killed if the caller goes away first.
+async fn run(socket: WebSocket, process: ExecProcess) {
+    let (mut sink, mut frames) = socket.split();
+    let ExecProcess { mut cmd, pty, .. } = process;
+    if pty.is_none() {
+        cmd.stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+    }
+    let spawned = cmd.spawn().and_then(|child| {
+        // The terminal's far end must not stay open here, or its output would never end.
+        drop(cmd);
+        let ends = match &pty {
+            Some(m) => Some((m.reader()?, m.writer()?)),
+            None => None,
+        };
+        Ok((child, ends))
+    });
+    let (mut child, pty_ends) = match spawned {
+        Ok(spawned) => spawned,
+        Err(e) => {
+            let reason = format!("failed to start the command: {e}");
+            tracing::info!(error = %e, "alloc exec could not start its command");
+            let _ = sink
+                .send(ws::Message::Close(Some(ws::CloseFrame {
+                    code: ws::close_code::ERROR,
+                    reason: reason.into(),
+                })))
+                .await;
+            return;
+        }
+    };
+    let (out_tx, mut out_rx) = mpsc::channel::<ws::Message>(OUT_QUEUE);
+    let mut pumps = Vec::new();
+    let mut stdin: Option<StdinSink> = match pty_ends {
+        Some((reader, writer)) => {
+            pumps.push(tokio::spawn(pump(reader, "stdout", out_tx.clone())));
+            Some(Box::new(writer))
+        }
+        None => {
+            if let Some(stdout) = child.stdout.take() {
+                pumps.push(tokio::spawn(pump(stdout, "stdout", out_tx.clone())));
+            }
+            if let Some(stderr) = child.stderr.take() {
+                pumps.push(tokio::spawn(pump(stderr, "stderr", out_tx.clone())));
+            }
+            child.stdin.take().map(|w| Box::new(w) as StdinSink)
+        }
+    };
+    drop(out_tx);
+    let writer = tokio::spawn(async move {
+        while let Some(msg) = out_rx.recv().await {
+            if sink.send(msg).await.is_err() {
+                break;
+            }
+        }
+        sink
+    });
+    let status = loop {
+        tokio::select! {
+            status = child.wait() => break status.ok(),
+            frame = frames.next() => match frame {
+                Some(Ok(ws::Message::Text(text))) => match parse_input(text.as_str()) {
+                    Ok(Input::Stdin(data)) => {
+                        if let Some(w) = stdin.as_mut() {
+                            let written = w.write_all(&data).await.and(w.flush().await);
+                            if written.is_err() {
+                                stdin = None;
+                            }
+                        }
+                    }
+                    // A terminal's input ends with its end-of-file character, not a close.
+                    Ok(Input::StdinClose) if pty.is_none() => stdin = None,
+                    Ok(Input::StdinClose) => {}
+                    Ok(Input::Resize(rows, cols)) => {
+                        if let Some(m) = &pty {
+                            if let Err(e) = m.resize(rows, cols) {
+                                tracing::debug!(error = %e, "alloc exec: resize failed");
+                            }
+                        }
+                    }
+                    Ok(Input::Ignored) => {}
+                    Err(reason) => tracing::debug!(%reason, "alloc exec: frame ignored"),
+                },
+                Some(Ok(ws::Message::Close(_))) | Some(Err(_)) | None => {
+                    // The caller left: nothing is to outlive it.
+                    kill_group(&child);
+                    let _ = child.wait().await;
+                    return;
+                }
+                Some(Ok(_)) => {}
+            },
+        }
+    };
+    drop(stdin);
+    // The output written before the exit goes out before the exit code.
+    for p in pumps {
+        let _ = tokio::time::timeout(DRAIN, p).await;
+    }
+    let Ok(mut sink) = writer.await else {
+        return;
+    };
+    let code = status.map_or(-1, |s| {
+        use std::os::unix::process::ExitStatusExt;
+        s.code().unwrap_or_else(|| 128 + s.signal().unwrap_or(0))
+    });
+    let exited = json!({ "exited": true, "result": { "exit_code": code } }).to_string();
+    let _ = sink.send(ws::Message::Text(exited.into())).await;
+    let _ = sink
+        .send(ws::Message::Close(Some(ws::CloseFrame {
+            code: ws::close_code::NORMAL,
+            reason: "".into(),
+        })))
+        .await;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn q(pairs: &[(&str, &str)]) -> HashMap<String, String> {
+        pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
+    }
+
+    #[test]
+    fn the_query_names_a_command_and_maybe_a_terminal() {
+        let p = ExecParams::parse(&q(&[("task", "web"), ("command", r#"["echo","hi"]"#)])).unwrap();
+        assert_eq!(p.task.as_deref(), Some("web"));
+        assert_eq!(p.command, ["echo", "hi"]);
+        assert!(!p.tty);
+        let p = ExecParams::parse(&q(&[("command", r#"["sh"]"#), ("tty", "True")])).unwrap();
+        assert_eq!((p.task, p.tty), (None, true));
+        for bad in [
+            q(&[]),
+            q(&[("command", "[]")]),
+            q(&[("command", "echo hi")]),
+            q(&[("command", r#"["sh"]"#), ("tty", "maybe")]),
+        ] {
+            assert!(ExecParams::parse(&bad).is_err(), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn frames_are_nomads() {
+        assert_eq!(
+            parse_input(r#"{"stdin":{"data":"aGkK"}}"#),
+            Ok(Input::Stdin(b"hi\n".to_vec()))
+        );
+        assert_eq!(
+            parse_input(r#"{"stdin":{"close":true}}"#),
+            Ok(Input::StdinClose)
+        );
+        assert_eq!(
+            parse_input(r#"{"tty_size":{"height":24,"width":80}}"#),
+            Ok(Input::Resize(24, 80))
+        );
+        assert_eq!(parse_input("{}"), Ok(Input::Ignored));
+        assert!(parse_input(r#"{"stdin":{"data":"%%%"}}"#).is_err());
+        let ws::Message::Text(t) = output_frame("stdout", b"hi\n") else {
+            panic!("a text frame");
+        };
+        assert_eq!(t.as_str(), r#"{"stdout":{"data":"aGkK"}}"#);
+    }
+}
