@@ -44,9 +44,9 @@ pub(super) enum Speculation {
     /// One plan at most and a final status update: submit the plan, then write the update.
     Ready {
         /// The plan, if the evaluation changes anything.
-        plan: Option<Plan>,
+        plan: Option<Box<Plan>>,
         /// The evaluation with its outcome (status, queued allocations).
-        update: Evaluation,
+        update: Box<Evaluation>,
     },
     /// Scheduled again on its own: it created or reblocked evaluations, submitted more than
     /// one plan, did not finish its evaluation, or failed.
@@ -160,7 +160,10 @@ pub(super) fn speculate(
                     .with_applied(Command::ApplyPlanResults(accepted.apply_command(now)))
                     .0;
             }
-            Speculation::Ready { plan, update }
+            Speculation::Ready {
+                plan: plan.map(Box::new),
+                update: Box::new(update),
+            }
         })
         .collect()
 }
@@ -316,8 +319,8 @@ impl Runner {
     async fn commit(
         &self,
         d: &DequeuedEval,
-        plan: Option<Plan>,
-        mut update: Evaluation,
+        plan: Option<Box<Plan>>,
+        mut update: Box<Evaluation>,
         base_index: u64,
     ) -> Committed {
         let mut backoff = Backoff::new(
@@ -331,12 +334,12 @@ impl Runner {
             plan.eval_token = d.token.clone();
             plan.snapshot_index = base_index;
             // Written with the plan's commit when every node is accepted.
-            plan.eval_update = Some(update);
+            plan.eval_update = Some(*update);
             let started = Instant::now();
             let backend = self.ctx.backend.clone();
             let r = self
                 .retry("submit plan", &mut backoff, || {
-                    backend.submit_plan(plan.clone())
+                    backend.submit_plan((*plan).clone())
                 })
                 .await;
             metrics::histogram!("teamster_worker_submit_plan_seconds")
@@ -361,7 +364,7 @@ impl Runner {
             let token = d.token.clone();
             if let Err(e) = self
                 .retry("update eval", &mut backoff, || {
-                    backend.update_eval(update.clone(), token.clone())
+                    backend.update_eval((*update).clone(), token.clone())
                 })
                 .await
             {
