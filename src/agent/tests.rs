@@ -874,3 +874,47 @@ async fn a_plan_accepted_in_full_writes_its_evaluation_state_in_the_same_commit(
         .clone();
     assert_eq!(c.status, EvalStatus::Complete);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_batch_of_plans_and_acks_is_answered_item_by_item() {
+    let s = TestServer::start().await;
+    s.register_node(1).await;
+    let n1 = mock_node(1).id;
+    for j in ["a", "b"] {
+        s.register_job(j, 1, 64).await;
+    }
+    let da = s.dequeue("service").await.unwrap();
+    let db = s.dequeue("service").await.unwrap();
+    let pa = plan_for(&da, vec![big_alloc(&s, &da, &n1, 1, 6000)], false);
+    let pb = plan_for(&db, vec![big_alloc(&s, &db, &n1, 2, 6000)], false);
+    let mut stale = pb.clone();
+    stale.eval_token = "not-the-token".into();
+    let answers = s
+        .ep()
+        .plan_submit_batch(vec![pa, pb, stale])
+        .await
+        .unwrap();
+    assert_eq!(answers.len(), 3);
+    // The first fits, the second finds the node full, the third is refused by its token.
+    let first = answers[0].as_ref().unwrap();
+    assert!(first.refresh_index == 0 && first.alloc_index > 0, "{first:?}");
+    let second = answers[1].as_ref().unwrap();
+    assert_eq!(second.rejected_nodes, vec![n1.clone()]);
+    assert!(answers[2].is_err(), "{:?}", answers[2]);
+    let acks = s
+        .ep()
+        .eval_ack_batch(vec![
+            EvalAckRequest {
+                eval_id: da.eval.id.clone(),
+                token: da.token.clone(),
+            },
+            EvalAckRequest {
+                eval_id: db.eval.id.clone(),
+                token: "not-the-token".into(),
+            },
+        ])
+        .await
+        .unwrap();
+    assert!(acks[0].is_ok());
+    assert!(acks[1].is_err());
+}

@@ -340,6 +340,17 @@ service_calls! {
         name: "System.ReconcileJobSummaries", route: Leader, timeout: |_| WRITE_TIMEOUT,
         helper: system_reconcile_summaries,
     }
+    /// A worker's batch of plans, one per evaluation, in one call: each plan's own result
+    /// or error, in order.
+    PlanSubmitBatch(Vec<Plan>) -> Vec<Result<PlanResult, ServiceError>> {
+        name: "Plan.SubmitBatch", route: LeaderSubsystem, timeout: |_| PLAN_TIMEOUT,
+        helper: plan_submit_batch,
+    }
+    /// A worker's batch of acknowledgements: each one's outcome, in order.
+    EvalAckBatch(Vec<EvalAckRequest>) -> Vec<Result<(), ServiceError>> {
+        name: "Eval.AckBatch", route: LeaderSubsystem, timeout: |_| WRITE_TIMEOUT,
+        helper: eval_ack_batch,
+    }
 }
 
 #[cfg(test)]

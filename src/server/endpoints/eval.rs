@@ -111,6 +111,14 @@ pub fn ack(ep: &Endpoints, req: EvalAckRequest) -> Result<(), ServiceError> {
         .map_err(broker_error)
 }
 
+/// `Eval.AckBatch`: each acknowledgement's own outcome, in order.
+pub fn ack_batch(
+    ep: &Endpoints,
+    acks: Vec<EvalAckRequest>,
+) -> Result<Vec<Result<(), ServiceError>>, ServiceError> {
+    Ok(acks.into_iter().map(|a| ack(ep, a)).collect())
+}
+
 /// `Eval.Nack`.
 pub fn nack(ep: &Endpoints, req: EvalAckRequest) -> Result<(), ServiceError> {
     ep.broker()

@@ -221,6 +221,8 @@ impl Endpoints {
             Q::EvalReblock(r) => A::EvalReblock(eval::reblock(self, *r)?),
             Q::EvalReap(r) => A::EvalReap(eval::reap(self, r).await?),
             Q::PlanSubmit(plan) => A::PlanSubmit(plan::submit(self, *plan).await?),
+            Q::PlanSubmitBatch(plans) => A::PlanSubmitBatch(plan::submit_batch(self, plans).await?),
+            Q::EvalAckBatch(acks) => A::EvalAckBatch(eval::ack_batch(self, acks)?),
             Q::NodeRegister(r) => A::NodeRegister(node::register(self, *r).await?),
             Q::NodeUpdateStatus(r) => A::NodeUpdateStatus(node::update_status(self, r).await?),
             Q::NodeUpdateAlloc(r) => A::NodeUpdateAlloc(node::update_alloc(self, r).await?),

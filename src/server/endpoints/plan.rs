@@ -27,3 +27,17 @@ pub async fn submit(ep: &Endpoints, plan: Plan) -> Result<Box<PlanResult>, Servi
     let _ = broker.resume_nack_timeout(&eval_id, &token);
     outcome.map(Box::new)
 }
+
+/// `Plan.SubmitBatch`: every plan queued at once (so the applier evaluates them back to back
+/// and their commits share raft entries), each answered on its own.
+pub async fn submit_batch(
+    ep: &Endpoints,
+    plans: Vec<Plan>,
+) -> Result<Vec<Result<PlanResult, ServiceError>>, ServiceError> {
+    // A disabled queue refuses the whole call, so the worker retries it elsewhere.
+    if !ep.plans().enabled() {
+        return Err(plan_error(PlanQueueError::Disabled));
+    }
+    let answers = futures::future::join_all(plans.into_iter().map(|plan| submit(ep, plan))).await;
+    Ok(answers.into_iter().map(|r| r.map(|b| *b)).collect())
+}

@@ -52,6 +52,24 @@ impl<T: ServiceCaller + 'static> WorkerBackend for T {
         Box::pin(self.eval_ack(EvalAckRequest { eval_id, token }))
     }
 
+    fn submit_plans(
+        &self,
+        plans: Vec<Plan>,
+    ) -> BoxFuture<'_, Result<Vec<Result<PlanResult, ServiceError>>, ServiceError>> {
+        Box::pin(self.plan_submit_batch(plans))
+    }
+
+    fn ack_batch(
+        &self,
+        acks: Vec<(EvalId, String)>,
+    ) -> BoxFuture<'_, Result<Vec<Result<(), ServiceError>>, ServiceError>> {
+        let acks = acks
+            .into_iter()
+            .map(|(eval_id, token)| EvalAckRequest { eval_id, token })
+            .collect();
+        Box::pin(self.eval_ack_batch(acks))
+    }
+
     fn nack(&self, eval_id: EvalId, token: String) -> BoxFuture<'_, Result<(), ServiceError>> {
         Box::pin(self.eval_nack(EvalAckRequest { eval_id, token }))
     }

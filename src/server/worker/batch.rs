@@ -7,10 +7,11 @@
 //!  one scheduler thread: speculate(eval 1..n) on a private view, each eval planning on the
 //!      view with the plans of those before it applied (Snapshot::with_applied), through a
 //!      planner that records instead of calling the leader
-//!  then, for every eval at once:  Plan.Submit (carrying the eval's final state) ─▶ Eval.Ack
-//!      (concurrent plans share the plan applier's pipeline and raft entries; the applier
-//!      writes the eval's state in its plan's entry when it accepts every node; an eval
-//!      without a plan is written by Eval.Update)
+//!  then, one call for the whole batch: Plan.SubmitBatch (each plan carrying its eval's
+//!      final state) ─▶ Eval.AckBatch
+//!      (the plans share the plan applier's pipeline and raft entries; the applier writes
+//!      an eval's state in its plan's entry when it accepts every node; an eval without a
+//!      plan is written by Eval.Update)
 //!  the rest, one at a time, on the ordinary path:
 //!      evals that created or reblocked evaluations, planned twice or failed (speculation
 //!      keeps nothing of them), and evals whose real plan came back partial or failed (they
@@ -26,7 +27,7 @@ use futures::future::join_all;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use teamster_storage::fsm::Command;
-use teamster_storage::model::{Evaluation, JobType, Plan, PlanResult};
+use teamster_storage::model::{EvalId, Evaluation, JobType, Plan, PlanResult};
 use teamster_storage::state::{Snapshot, StateError};
 use tokio::sync::oneshot;
 use tokio::time::Instant;
@@ -169,6 +170,7 @@ pub(super) fn speculate(
 }
 
 /// How committing one speculated evaluation ended.
+#[derive(Debug, Clone, Copy)]
 enum Committed {
     /// Planned, updated and acked; the index its plan committed at (0 without a plan).
     Done(u64),
@@ -231,22 +233,7 @@ impl Runner {
         let mut again = 0;
         // Evaluations scheduled alone wait for the batch's commits, so they see them.
         let mut committed_index = 0;
-        let this = &*self;
-        let commits = ready.into_iter().map(|(d, plan, update)| {
-            let span = tracing::info_span!(
-                "eval",
-                eval_id = %d.eval.id,
-                job_id = %d.eval.job_id,
-                eval_type = d.eval.eval_type.as_str(),
-                batched = true,
-            );
-            async move {
-                let outcome = this.commit(&d, plan, update, base_index).await;
-                (d, outcome)
-            }
-            .instrument(span)
-        });
-        for (d, outcome) in join_all(commits).await {
+        for (d, outcome) in self.commit_all(ready, base_index).await {
             match outcome {
                 Committed::Done(index) => {
                     committed_index = committed_index.max(index);
@@ -313,67 +300,132 @@ impl Runner {
             .map_err(|_| WorkerError::Thread("the scheduler panicked".into()))
     }
 
-    /// Submits one speculated evaluation's plan with its final state (or writes the state
-    /// alone when it has no plan) and acks it; on a partial or failed commit it is left to
-    /// be scheduled again.
-    async fn commit(
+    /// Commits the speculated evaluations: every plan in one `Plan.SubmitBatch`, each
+    /// carrying its evaluation's final state (written with the plan when every node is
+    /// accepted); an evaluation without a plan is written by `Eval.Update`; then one
+    /// `Eval.AckBatch` for those done. A partial or failed plan leaves its evaluation to be
+    /// scheduled again.
+    async fn commit_all(
         &self,
-        d: &DequeuedEval,
-        plan: Option<Box<Plan>>,
-        mut update: Box<Evaluation>,
+        ready: Vec<(DequeuedEval, Option<Box<Plan>>, Box<Evaluation>)>,
         base_index: u64,
-    ) -> Committed {
-        let mut backoff = Backoff::new(
-            self.ctx.config.plan_backoff_base,
-            self.ctx.config.plan_backoff_limit,
-        );
-        update.snapshot_index = base_index;
-        update.modify_time = self.ctx.clock.now_unix_nanos();
-        let mut seen = 0;
-        if let Some(mut plan) = plan {
-            plan.eval_token = d.token.clone();
-            plan.snapshot_index = base_index;
-            // Written with the plan's commit when every node is accepted.
-            plan.eval_update = Some(*update);
+    ) -> Vec<(DequeuedEval, Committed)> {
+        let now = self.ctx.clock.now_unix_nanos();
+        let mut outcomes = vec![Committed::Again(0); ready.len()];
+        let mut plans = Vec::new();
+        let mut planned = Vec::new();
+        let mut updates = Vec::new();
+        for (i, (d, plan, update)) in ready.iter().enumerate() {
+            let mut update = (**update).clone();
+            update.snapshot_index = base_index;
+            update.modify_time = now;
+            match plan {
+                Some(plan) => {
+                    let mut plan = (**plan).clone();
+                    plan.eval_token = d.token.clone();
+                    plan.snapshot_index = base_index;
+                    plan.eval_update = Some(update);
+                    plans.push(plan);
+                    planned.push(i);
+                }
+                None => updates.push((i, update)),
+            }
+        }
+        let backend = self.ctx.backend.clone();
+        if !plans.is_empty() {
+            let mut backoff = Backoff::new(
+                self.ctx.config.plan_backoff_base,
+                self.ctx.config.plan_backoff_limit,
+            );
             let started = Instant::now();
-            let backend = self.ctx.backend.clone();
             let r = self
-                .retry("submit plan", &mut backoff, || {
-                    backend.submit_plan((*plan).clone())
+                .retry("submit plans", &mut backoff, || {
+                    backend.submit_plans(plans.clone())
                 })
                 .await;
             metrics::histogram!("teamster_worker_submit_plan_seconds")
                 .record(started.elapsed().as_secs_f64());
             match r {
-                Ok(result) if result.refresh_index == 0 => seen = result.alloc_index,
-                Ok(result) => {
-                    debug!(
-                        rejected = result.rejected_nodes.len(),
-                        refresh_index = result.refresh_index,
-                        "speculative plan partially committed; scheduling the evaluation again"
-                    );
-                    return Committed::Again(result.refresh_index.max(result.alloc_index));
+                Ok(results) => {
+                    for (&i, result) in planned.iter().zip(results) {
+                        let eval_id = &ready[i].0.eval.id;
+                        outcomes[i] = match result {
+                            Ok(r) if r.refresh_index == 0 => Committed::Done(r.alloc_index),
+                            Ok(r) => {
+                                debug!(
+                                    %eval_id,
+                                    rejected = r.rejected_nodes.len(),
+                                    refresh_index = r.refresh_index,
+                                    "speculative plan partially committed; scheduling the evaluation again"
+                                );
+                                Committed::Again(r.refresh_index.max(r.alloc_index))
+                            }
+                            Err(e) => {
+                                debug!(%eval_id, error = %e, "speculative plan failed; scheduling the evaluation again");
+                                Committed::Again(0)
+                            }
+                        };
+                    }
                 }
                 Err(e) => {
-                    debug!(error = %e, "speculative plan failed; scheduling the evaluation again");
-                    return Committed::Again(0);
+                    debug!(error = %e, "submitting a batch of plans failed; scheduling them again")
                 }
             }
-        } else {
-            let backend = self.ctx.backend.clone();
-            let token = d.token.clone();
-            if let Err(e) = self
-                .retry("update eval", &mut backoff, || {
-                    backend.update_eval((*update).clone(), token.clone())
-                })
-                .await
-            {
-                debug!(error = %e, "updating a batched evaluation failed; scheduling it again");
-                return Committed::Again(0);
+        }
+        let written = join_all(updates.into_iter().map(|(i, update)| {
+            let backend = backend.clone();
+            let token = ready[i].0.token.clone();
+            async move {
+                let mut backoff = Backoff::new(
+                    self.ctx.config.plan_backoff_base,
+                    self.ctx.config.plan_backoff_limit,
+                );
+                let r = self
+                    .retry("update eval", &mut backoff, || {
+                        backend.update_eval(update.clone(), token.clone())
+                    })
+                    .await;
+                (i, r)
+            }
+        }))
+        .await;
+        for (i, r) in written {
+            match r {
+                Ok(_) => outcomes[i] = Committed::Done(0),
+                Err(e) => {
+                    debug!(error = %e, "updating a batched evaluation failed; scheduling it again")
+                }
             }
         }
-        metrics::counter!("teamster_worker_evals_scheduled_total").increment(1);
-        self.ack(d.eval.id.clone(), d.token.clone()).await;
-        Committed::Done(seen)
+        let acks: Vec<(EvalId, String)> = ready
+            .iter()
+            .zip(&outcomes)
+            .filter(|(_, o)| matches!(o, Committed::Done(_)))
+            .map(|((d, _, _), _)| (d.eval.id.clone(), d.token.clone()))
+            .collect();
+        if !acks.is_empty() {
+            let n = acks.len() as u64;
+            metrics::counter!("teamster_worker_evals_scheduled_total").increment(n);
+            let started = Instant::now();
+            let r =
+                tokio::time::timeout(self.ctx.config.rpc_timeout, backend.ack_batch(acks)).await;
+            metrics::histogram!("teamster_worker_ack_seconds")
+                .record(started.elapsed().as_secs_f64());
+            metrics::counter!("teamster_worker_evals_total", "outcome" => "ack").increment(n);
+            match r {
+                Ok(Ok(answers)) => {
+                    for e in answers.into_iter().filter_map(Result::err) {
+                        warn!(error = %e, "acking a batched evaluation failed");
+                    }
+                }
+                Ok(Err(e)) => warn!(error = %e, "acking a batch of evaluations failed"),
+                Err(_) => warn!("acking a batch of evaluations timed out"),
+            }
+        }
+        ready
+            .into_iter()
+            .zip(outcomes)
+            .map(|((d, _, _), o)| (d, o))
+            .collect()
     }
 }

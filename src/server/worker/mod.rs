@@ -175,6 +175,26 @@ pub trait WorkerBackend: Send + Sync + 'static {
     }
     /// `Eval.Ack`.
     fn ack(&self, eval_id: EvalId, token: String) -> BoxFuture<'_, Result<(), ServiceError>>;
+    /// `Plan.SubmitBatch`: each plan's result or error, in order. By default one
+    /// `Plan.Submit` per plan, concurrently.
+    fn submit_plans(
+        &self,
+        plans: Vec<Plan>,
+    ) -> BoxFuture<'_, Result<Vec<Result<PlanResult, ServiceError>>, ServiceError>> {
+        Box::pin(async move {
+            Ok(futures::future::join_all(plans.into_iter().map(|p| self.submit_plan(p))).await)
+        })
+    }
+    /// `Eval.AckBatch`: each acknowledgement's outcome, in order. By default one `Eval.Ack`
+    /// each, concurrently.
+    fn ack_batch(
+        &self,
+        acks: Vec<(EvalId, String)>,
+    ) -> BoxFuture<'_, Result<Vec<Result<(), ServiceError>>, ServiceError>> {
+        Box::pin(async move {
+            Ok(futures::future::join_all(acks.into_iter().map(|(id, t)| self.ack(id, t))).await)
+        })
+    }
     /// `Eval.Nack`.
     fn nack(&self, eval_id: EvalId, token: String) -> BoxFuture<'_, Result<(), ServiceError>>;
     /// `Plan.Submit`.
