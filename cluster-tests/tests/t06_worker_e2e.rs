@@ -9,7 +9,7 @@ use serde_json::{json, Value};
 use teamster::api::ApiClient;
 use teamster::rpc::service::operator::SchedulerSetConfigRequest;
 use teamster::rpc::{Pool, RpcConfig, ServiceRequest};
-use teamster_cluster_tests::api::{metrics_text, raft_stat, register};
+use teamster_cluster_tests::api::{metrics_text, raft_stat, register, small_job};
 use teamster_cluster_tests::loadgen::prom_sum;
 use teamster_cluster_tests::process::{ClusterOptions, ProcessCluster};
 use teamster_cluster_tests::wait_for;
@@ -249,27 +249,44 @@ async fn a_follower_restarted_behind_20000_writes_never_schedules_on_stale_state
     Ok(())
 }
 
+/// A client agent at `<the servers' block>.<octet>` with `extra` client TOML, once the leader
+/// (`api`) sees its node ready: the process and its node id.
+async fn start_client(
+    c: &ProcessCluster,
+    api: &ApiClient,
+    name: &str,
+    octet: u8,
+    extra: &str,
+) -> anyhow::Result<(
+    teamster_cluster_tests::client_process::ClientProcess,
+    String,
+    String,
+)> {
+    use teamster_cluster_tests::client_process::{wait_node_status, ClientProcess};
+    let servers: Vec<String> = c.servers.iter().map(|s| s.rpc_addr()).collect();
+    let ip = {
+        let (block, _) = c.servers[0].ip.rsplit_once('.').expect("an IPv4 address");
+        format!("{block}.{octet}")
+    };
+    let client = ClientProcess::start(c.dir(), name, &ip, &servers, extra)?;
+    let node_id = wait_for(Duration::from_secs(10), "the client's node id", || async {
+        client.node_id()
+    })
+    .await?;
+    wait_node_status(api, &node_id, "ready", Duration::from_secs(15)).await?;
+    Ok((client, node_id, ip))
+}
+
 #[tokio::test]
 async fn jobs_registered_on_any_server_are_placed_on_a_client_and_run() -> anyhow::Result<()> {
-    use teamster_cluster_tests::client_process::{wait_node_status, ClientProcess};
     let options = ClusterOptions {
         server_toml: "num_schedulers = 2\n".into(),
         ..ClusterOptions::default()
     };
     let mut c = ProcessCluster::start(3, options)?;
     let leader = c.wait_leader(FORMATION).await?;
-    let servers: Vec<String> = c.servers.iter().map(|s| s.rpc_addr()).collect();
-    let ip = {
-        let (block, _) = c.servers[0].ip.rsplit_once('.').expect("an IPv4 address");
-        format!("{block}.101")
-    };
-    let client = ClientProcess::start(c.dir(), "client-1", &ip, &servers, "")?;
-    let node_id = wait_for(Duration::from_secs(10), "the client's node id", || async {
-        client.node_id()
-    })
-    .await?;
     let api = c.servers[leader].api();
-    wait_node_status(&api, &node_id, "ready", Duration::from_secs(15)).await?;
+    let (_client, node_id, ip) = start_client(&c, &api, "client-1", 101, "").await?;
 
     // A client-only agent has no workers.
     let (status, text) = raw_get(&format!("http://{ip}:4646/v1/agent/schedulers")).await?;
@@ -336,7 +353,6 @@ async fn labelled(api: &ApiClient, name: &str, label: &str) -> anyhow::Result<u6
 #[tokio::test]
 async fn evaluations_waiting_together_are_scheduled_in_one_round_and_all_placed(
 ) -> anyhow::Result<()> {
-    use teamster_cluster_tests::client_process::{wait_node_status, ClientProcess};
     // No workers anywhere while the jobs are registered: their evaluations wait together.
     let options = ClusterOptions {
         server_toml: "num_schedulers = 0\n".into(),
@@ -344,42 +360,15 @@ async fn evaluations_waiting_together_are_scheduled_in_one_round_and_all_placed(
     };
     let mut c = ProcessCluster::start(3, options)?;
     let leader = c.wait_leader(FORMATION).await?;
-    let servers: Vec<String> = c.servers.iter().map(|s| s.rpc_addr()).collect();
-    let ip = {
-        let (block, _) = c.servers[0].ip.rsplit_once('.').expect("an IPv4 address");
-        format!("{block}.102")
-    };
-    // Room for 12 allocations of 100 MHz on the client (mock tasks, 1200 MHz).
-    let client = ClientProcess::start(
-        c.dir(),
-        "client-batch",
-        &ip,
-        &servers,
-        "cpu_total_compute = 1200\n",
-    )?;
-    let node_id = wait_for(Duration::from_secs(10), "the client's node id", || async {
-        client.node_id()
-    })
-    .await?;
     let api = c.servers[leader].api();
-    wait_node_status(&api, &node_id, "ready", Duration::from_secs(15)).await?;
+    // Room for 12 allocations of 100 MHz on the client (mock tasks, 1200 MHz).
+    let (_client, node_id, _) =
+        start_client(&c, &api, "client-batch", 102, "cpu_total_compute = 1200\n").await?;
     const JOBS: usize = 16;
     for i in 0..JOBS {
-        let job = json!({
-            "ID": format!("many-{i:02}"),
-            "Type": "batch",
-            "Datacenters": ["dc1"],
-            "TaskGroups": [{
-                "Name": "g",
-                "Count": 1,
-                "Tasks": [{
-                    "Name": "t",
-                    "Driver": "mock",
-                    "Config": { "run_for": "10m" },
-                    "Resources": { "CPU": 100, "MemoryMB": 10 }
-                }]
-            }]
-        });
+        let mut job = small_job(&format!("many-{i:02}"));
+        job["TaskGroups"][0]["Tasks"][0]["Config"]["run_for"] = "10m".into();
+        job["TaskGroups"][0]["Tasks"][0]["Resources"]["CPU"] = 100.into();
         register(&c.servers[i % 3].api(), job).await?;
     }
     // One worker, on a follower: it takes the waiting evaluations in one batch.

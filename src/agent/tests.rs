@@ -889,15 +889,14 @@ async fn a_batch_of_plans_and_acks_is_answered_item_by_item() {
     let pb = plan_for(&db, vec![big_alloc(&s, &db, &n1, 2, 6000)], false);
     let mut stale = pb.clone();
     stale.eval_token = "not-the-token".into();
-    let answers = s
-        .ep()
-        .plan_submit_batch(vec![pa, pb, stale])
-        .await
-        .unwrap();
+    let answers = s.ep().plan_submit_batch(vec![pa, pb, stale]).await.unwrap();
     assert_eq!(answers.len(), 3);
     // The first fits, the second finds the node full, the third is refused by its token.
     let first = answers[0].as_ref().unwrap();
-    assert!(first.refresh_index == 0 && first.alloc_index > 0, "{first:?}");
+    assert!(
+        first.refresh_index == 0 && first.alloc_index > 0,
+        "{first:?}"
+    );
     let second = answers[1].as_ref().unwrap();
     assert_eq!(second.rejected_nodes, vec![n1.clone()]);
     assert!(answers[2].is_err(), "{:?}", answers[2]);

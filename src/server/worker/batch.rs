@@ -73,14 +73,7 @@ impl Planner for Recorder {
         &mut self,
         plan: Plan,
     ) -> Result<(PlanResult, Option<Snapshot>), SchedulerError> {
-        let result = PlanResult {
-            node_update: plan.node_update.clone(),
-            node_allocation: plan.node_allocation.clone(),
-            node_preemptions: plan.node_preemptions.clone(),
-            rejected_nodes: Vec::new(),
-            refresh_index: 0,
-            alloc_index: plan.snapshot_index,
-        };
+        let result = PlanResult::all_committed(&plan);
         if self.plan.is_some() {
             self.unbatchable = true;
         }

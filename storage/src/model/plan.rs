@@ -90,6 +90,19 @@ pub struct PlanResult {
 }
 
 impl PlanResult {
+    /// `plan` committed in full at its snapshot index: what a planner that commits nothing
+    /// (a dry run, a speculation) answers.
+    pub fn all_committed(plan: &Plan) -> PlanResult {
+        PlanResult {
+            node_update: plan.node_update.clone(),
+            node_allocation: plan.node_allocation.clone(),
+            node_preemptions: plan.node_preemptions.clone(),
+            rejected_nodes: Vec::new(),
+            refresh_index: 0,
+            alloc_index: plan.snapshot_index,
+        }
+    }
+
     /// True when the result holds every change the plan asked for.
     pub fn full_commit(&self, plan: &Plan) -> bool {
         let planned =
