@@ -917,3 +917,53 @@ async fn a_batch_of_plans_and_acks_is_answered_item_by_item() {
     assert!(acks[0].is_ok());
     assert!(acks[1].is_err());
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_agent_servers_of_a_client_are_listed_and_replaced() {
+    use reqwest::Method;
+    // A server-only agent lists the raft members and has no client's list to replace.
+    let lone = TestServer::start().await;
+    let members: Vec<String> = lone.api().get("/v1/agent/servers").await.unwrap();
+    assert_eq!(members.len(), 1, "{members:?}");
+    let refused = lone
+        .api()
+        .request_text::<()>(Method::PUT, "/v1/agent/servers?address=10.1.1.1:4647", None)
+        .await
+        .unwrap_err();
+    assert!(
+        refused.to_string().contains("Client only endpoint"),
+        "{refused}"
+    );
+
+    // With a client: its servers, replaced by PUT (or POST, as python-nomad sends it).
+    let s = TestServer::start_with(|c| c.client.enabled = true).await;
+    let api = s.api();
+    let before: Vec<String> = api.get("/v1/agent/servers").await.unwrap();
+    assert_eq!(before.len(), 1, "the local server: {before:?}");
+    api.request_text::<()>(
+        Method::POST,
+        "/v1/agent/servers?address=10.1.1.1:4647&address=srv-2.example:4647",
+        None,
+    )
+    .await
+    .unwrap();
+    let after: Vec<String> = api.get("/v1/agent/servers").await.unwrap();
+    assert_eq!(after, ["10.1.1.1:4647", "srv-2.example:4647"]);
+    for bad in ["/v1/agent/servers", "/v1/agent/servers?address=10.1.1.1"] {
+        let e = api
+            .request_text::<()>(Method::PUT, bad, None)
+            .await
+            .unwrap_err();
+        assert!(e.to_string().contains("400"), "{bad}: {e}");
+    }
+    let unchanged: Vec<String> = api.get("/v1/agent/servers").await.unwrap();
+    assert_eq!(unchanged, after);
+    // Put the real server back before the agent shuts down.
+    api.request_text::<()>(
+        Method::PUT,
+        &format!("/v1/agent/servers?address={}", before[0]),
+        None,
+    )
+    .await
+    .unwrap();
+}

@@ -164,6 +164,7 @@ fn write_atomic(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
 /// A running client role.
 pub struct Client {
     shared: Arc<Shared>,
+    servers: Arc<Servers>,
     shutdown: CancellationToken,
     tasks: Vec<tokio::task::JoinHandle<()>>,
 }
@@ -275,11 +276,14 @@ impl Client {
                 )
                 .instrument(span.clone()),
             ),
-            tokio::spawn(report_loop(shared.clone(), servers, shutdown.clone()).instrument(span)),
+            tokio::spawn(
+                report_loop(shared.clone(), servers.clone(), shutdown.clone()).instrument(span),
+            ),
         ];
         info!(node_id = %node_id, cores = machine.cores, memory_mb = machine.memory_mb, "client started");
         Ok(Client {
             shared,
+            servers,
             shutdown,
             tasks,
         })
@@ -292,7 +296,7 @@ impl Client {
 
     /// What the HTTP API uses to reach this client's allocations.
     pub fn handle(&self) -> ops::ClientHandle {
-        ops::ClientHandle::new(self.shared.clone())
+        ops::ClientHandle::new(self.shared.clone(), self.servers.clone())
     }
 
     /// Where allocation directories live.
@@ -799,6 +803,35 @@ mod tests {
         );
     }
 
+    /// The HTTP API's handle on `sh`, with no servers known.
+    fn handle_of(sh: &Arc<Shared>) -> ops::ClientHandle {
+        let pool = Pool::new(0, RpcConfig::default()).unwrap();
+        ops::ClientHandle::new(sh.clone(), Arc::new(Servers::new(pool, Vec::new())))
+    }
+
+    #[test]
+    fn the_servers_are_replaced_only_by_a_list_of_host_ports() {
+        let dir = tempfile::tempdir().unwrap();
+        let handle = handle_of(&shared(dir.path()));
+        handle
+            .set_servers(vec!["10.0.0.1:4647".into(), "srv-2:4647".into()])
+            .unwrap();
+        assert_eq!(handle.servers(), ["10.0.0.1:4647", "srv-2:4647"]);
+        for bad in [
+            vec![],
+            vec!["10.0.0.9".to_string()],
+            vec!["a:0".into()],
+            vec![":4647".into()],
+        ] {
+            assert!(handle.set_servers(bad.clone()).is_err(), "{bad:?}");
+        }
+        assert_eq!(
+            handle.servers(),
+            ["10.0.0.1:4647", "srv-2:4647"],
+            "unchanged"
+        );
+    }
+
     /// `local` started as the alloc watcher starts it: in the state and among the runners.
     fn start_alloc(sh: &Arc<Shared>, local: &LocalAlloc) {
         sh.state().allocs.insert("a1".into(), local.clone());
@@ -813,7 +846,7 @@ mod tests {
         // No restart allowed by the policy: an exit would fail the allocation.
         start_alloc(&sh, &mock_alloc("1h", 0, 0, JobType::Service));
         tokio::time::sleep(Duration::from_secs(1)).await;
-        let handle = ops::ClientHandle::new(sh.clone());
+        let handle = handle_of(&sh);
         handle.restart("a1", None, false).await.unwrap();
         handle.restart("a1", Some("t"), false).await.unwrap();
         tokio::time::sleep(Duration::from_secs(1)).await;
@@ -858,7 +891,7 @@ mod tests {
         let sh = shared(dir.path());
         start_alloc(&sh, &mock_alloc("1h", 0, 0, JobType::Service));
         tokio::time::sleep(Duration::from_secs(1)).await;
-        let handle = ops::ClientHandle::new(sh.clone());
+        let handle = handle_of(&sh);
         handle.signal("a1", None, "sigusr1").await.unwrap();
         let t = sh.state().allocs["a1"].task_states["t"].clone();
         let ev = t.events.last().unwrap();
@@ -908,7 +941,7 @@ mod tests {
         std::fs::create_dir_all(&sh.alloc_root).unwrap();
         start_alloc(&sh, &mock_alloc("1h", 0, 0, JobType::Service));
         tokio::time::sleep(Duration::from_secs(1)).await;
-        let handle = ops::ClientHandle::new(sh.clone());
+        let handle = handle_of(&sh);
         // A mock task has no process: its usage is zero and says nothing was measured.
         let usage = handle.alloc_stats("a1").unwrap();
         let task = &usage["Tasks"]["t"];

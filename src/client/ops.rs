@@ -76,6 +76,8 @@ pub struct ExecProcess {
 #[derive(Clone)]
 pub struct ClientHandle {
     shared: Arc<Shared>,
+    /// The servers it calls (`/v1/agent/servers` reads and replaces them).
+    servers: Arc<super::servers::Servers>,
     /// The previous CPU readings, so usage is a rate between two requests.
     readings: Arc<Mutex<Readings>>,
     machine: stats::Machine,
@@ -90,9 +92,33 @@ impl std::fmt::Debug for ClientHandle {
 }
 
 impl ClientHandle {
-    pub(crate) fn new(shared: Arc<Shared>) -> ClientHandle {
+    /// The server RPC addresses this client calls.
+    pub fn servers(&self) -> Vec<String> {
+        self.servers.addrs()
+    }
+
+    /// Replace the server RPC addresses this client calls (Nomad's `SetServers`); each must
+    /// be `host:port`. Nothing changes when one is not.
+    pub fn set_servers(&self, addrs: Vec<String>) -> Result<(), String> {
+        if addrs.is_empty() {
+            return Err("missing server address".into());
+        }
+        for a in &addrs {
+            let port = a
+                .rsplit_once(':')
+                .map(|(host, port)| (host, port.parse::<u16>()));
+            if !matches!(port, Some((host, Ok(p))) if !host.is_empty() && p != 0) {
+                return Err(format!("invalid server address {a:?}: want host:port"));
+            }
+        }
+        self.servers.replace(addrs);
+        Ok(())
+    }
+
+    pub(crate) fn new(shared: Arc<Shared>, servers: Arc<super::servers::Servers>) -> ClientHandle {
         ClientHandle {
             shared,
+            servers,
             readings: Arc::new(Mutex::new(Readings::default())),
             machine: stats::Machine::detect(),
         }

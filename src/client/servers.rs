@@ -30,6 +30,14 @@ impl Servers {
         self.addrs.lock().unwrap_or_else(|p| p.into_inner()).clone()
     }
 
+    /// Replace every known address with `addrs` (an operator's `PUT /v1/agent/servers`); the
+    /// next call starts with the first.
+    pub fn replace(&self, addrs: Vec<String>) {
+        let mut known = self.addrs.lock().unwrap_or_else(|p| p.into_inner());
+        *known = addrs;
+        self.current.store(0, Ordering::Relaxed);
+    }
+
     /// Learn servers named by a server's answer.
     pub fn learn(&self, more: &[String]) {
         let mut addrs = self.addrs.lock().unwrap_or_else(|p| p.into_inner());

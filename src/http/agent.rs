@@ -72,9 +72,14 @@ pub async fn agent_self(State(ctx): State<HttpContext>) -> Result<Json<Value>, A
 /// How long `/v1/agent/members` waits for each server to answer a ping.
 const MEMBER_PING_TIMEOUT: std::time::Duration = std::time::Duration::from_millis(500);
 
-/// `GET /v1/agent/servers`: the RPC addresses of the servers this agent knows: the raft
-/// members on a server, the configured `client.servers` on a client-only agent.
+/// `GET /v1/agent/servers`: the RPC addresses of the servers this agent knows: on an agent
+/// that runs a client, the servers the client calls (as configured in `client.servers`,
+/// grown by what servers name, or as last set by `PUT`), as Nomad; on a server-only agent,
+/// the raft members.
 pub async fn servers(State(ctx): State<HttpContext>) -> Json<Vec<String>> {
+    if let Some(client) = ctx.client() {
+        return Json(client.servers());
+    }
     if let Ok(node) = ctx.node() {
         return Json(
             node.membership()
@@ -93,6 +98,30 @@ pub async fn servers(State(ctx): State<HttpContext>) -> Json<Vec<String>> {
         })
         .unwrap_or_default();
     Json(configured)
+}
+
+/// `PUT|POST /v1/agent/servers?address=host:port&address=…`: replace the servers this
+/// agent's client calls (Nomad's `SetServers`; python-nomad's `agent.update_servers`). 400
+/// when no address is given, one is not `host:port`, or the agent runs no client.
+pub async fn update_servers(
+    State(ctx): State<HttpContext>,
+    Query(params): Query<Vec<(String, String)>>,
+) -> Result<StatusCode, ApiError> {
+    let Some(client) = ctx.client() else {
+        return Err(ApiError::bad_request(
+            "Client only endpoint: this agent runs no client",
+        ));
+    };
+    let addrs: Vec<String> = params
+        .into_iter()
+        .filter(|(k, _)| k == "address")
+        .map(|(_, v)| v)
+        .collect();
+    client
+        .set_servers(addrs.clone())
+        .map_err(ApiError::bad_request)?;
+    tracing::info!(servers = ?addrs, "the client's servers were replaced");
+    Ok(StatusCode::OK)
 }
 
 /// `/v1/agent/members`: the servers of the raft configuration, each pinged over RPC

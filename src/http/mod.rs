@@ -208,7 +208,12 @@ pub fn router(ctx: HttpContext) -> Router {
         )
         .route("/v1/agent/self", get(agent::agent_self))
         .route("/v1/agent/members", get(agent::members))
-        .route("/v1/agent/servers", get(agent::servers))
+        .route(
+            "/v1/agent/servers",
+            get(agent::servers)
+                .put(agent::update_servers)
+                .post(agent::update_servers),
+        )
         .route(
             "/v1/system/gc",
             axum::routing::put(agent::system_gc).post(agent::system_gc),
