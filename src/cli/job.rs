@@ -481,7 +481,11 @@ async fn status(args: StatusArgs) -> anyhow::Result<()> {
         .await
         .context("reading the job summary")?;
     if args.api.structured() {
-        let v = json!({ "Job": job, "Summary": summary, "Allocations": allocs });
+        // `-t` renders the job itself, as Nomad's `job status -t` does.
+        let v = match args.api.template {
+            Some(_) => job,
+            None => json!({ "Job": job, "Summary": summary, "Allocations": allocs }),
+        };
         args.api.print(&v)?;
         return Ok(());
     }

@@ -117,7 +117,11 @@ async fn status(a: StatusArgs) -> anyhow::Result<()> {
         .await
         .context("reading the node's allocations")?;
     if a.api.structured() {
-        let v = json!({"Node": node, "Allocations": allocs});
+        // `-t` renders the node itself, as Nomad's `node status -t ID` does.
+        let v = match a.api.template {
+            Some(_) => node,
+            None => json!({"Node": node, "Allocations": allocs}),
+        };
         a.api.print(&v)?;
         return Ok(());
     }

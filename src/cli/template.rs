@@ -458,7 +458,8 @@ fn whole_pipeline(toks: &[Tok], action: &Action) -> Result<Pipeline, TemplateErr
 /// How a list of nodes ended.
 enum End {
     Eof,
-    End,
+    /// `{{end}}`.
+    Close,
     /// `else`, or `else if PIPE` (carrying the `if`'s pipeline).
     Else(Option<Pipeline>),
 }
@@ -481,7 +482,7 @@ fn parse_list(
             _ => "",
         };
         match keyword {
-            "end" if toks.len() == 1 => return Ok((nodes, End::End, action.at)),
+            "end" if toks.len() == 1 => return Ok((nodes, End::Close, action.at)),
             "else" => {
                 let rest = &toks[1..];
                 let chained = match rest.first() {
@@ -522,9 +523,9 @@ fn parse_block(
     let (body, end, end_at) = parse_list(items)?;
     let other = match end {
         End::Eof => return Err(parse_err(at, "unexpected EOF: missing {{end}}")),
-        End::End => Vec::new(),
+        End::Close => Vec::new(),
         End::Else(None) => match parse_list(items)? {
-            (other, End::End, _) => other,
+            (other, End::Close, _) => other,
             (_, End::Eof, _) => return Err(parse_err(at, "unexpected EOF: missing {{end}}")),
             (_, End::Else(_), at2) => return Err(parse_err(at2, "a second {{else}}")),
         },
@@ -549,7 +550,7 @@ impl Template {
         let mut items = split(src)?.into_iter().peekable();
         match parse_list(&mut items)? {
             (nodes, End::Eof, _) => Ok(Template { nodes }),
-            (_, End::End, at) => Err(parse_err(at, "unexpected {{end}}")),
+            (_, End::Close, at) => Err(parse_err(at, "unexpected {{end}}")),
             (_, End::Else(_), at) => Err(parse_err(at, "unexpected {{else}}")),
         }
     }
