@@ -239,3 +239,129 @@ fn an_hcl_job_file_with_a_typo_is_refused_with_its_place_and_exit_code_1() {
     assert_eq!(out.status.code(), Some(1), "{stderr}");
     assert!(stderr.contains("Unset variable"), "{stderr}");
 }
+
+/// Nomad's `-t` renders a command's value through a Go template: `job status -t` the job,
+/// `node status -t` with a range the node list; `-t` beside `-json` and a template that does
+/// not parse are errors (exit 1) before any output; `alloc exec -t` still means a tty.
+#[tokio::test]
+async fn templates_render_a_commands_value_and_bad_ones_are_refused() -> anyhow::Result<()> {
+    use std::process::Stdio;
+    use std::time::Duration;
+
+    struct Killed(std::process::Child);
+    impl Drop for Killed {
+        fn drop(&mut self) {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+
+    let pid = std::process::id();
+    let ip = format!("127.{}.{}.5", 10 + (pid % 200), 251 - (pid / 200 % 5));
+    let log = tempfile::NamedTempFile::new()?;
+    let _agent = Killed(
+        teamster()
+            .args(["agent", "--dev", "--bind", &ip])
+            .stdin(Stdio::null())
+            .stdout(log.reopen()?)
+            .stderr(log.reopen()?)
+            .spawn()?,
+    );
+    let addr = format!("http://{ip}:4646");
+    let api = teamster::api::ApiClient::new(&addr);
+    let node_id =
+        teamster_cluster_tests::wait_for(Duration::from_secs(30), "the dev node ready", || async {
+            let nodes: Vec<serde_json::Value> = api.get("/v1/nodes").await.ok()?;
+            nodes
+                .iter()
+                .find(|n| n["Status"] == "ready")
+                .map(|n| n["ID"].as_str().unwrap_or_default().to_string())
+        })
+        .await
+        .map_err(|e| {
+            anyhow::anyhow!(
+                "{e}\n{}",
+                std::fs::read_to_string(log.path()).unwrap_or_default()
+            )
+        })?;
+
+    let dir = tempfile::tempdir()?;
+    let job_file = dir.path().join("tmpl.json");
+    std::fs::write(
+        &job_file,
+        serde_json::json!({"Job": {
+            "ID": "tmpl", "Type": "service", "Datacenters": ["dc1"],
+            "Meta": {"owner": "ops", "zone": "b"},
+            "TaskGroups": [{"Name": "g", "Count": 1, "Tasks": [{
+                "Name": "t", "Driver": "raw_exec",
+                "Config": {"command": "/bin/sleep", "args": ["60"]},
+                "Resources": {"CPU": 10, "MemoryMB": 10}
+            }]}]
+        }})
+        .to_string(),
+    )?;
+    let run = |args: &[&str]| {
+        let out = teamster()
+            .args(args)
+            .env("TEAMSTER_ADDR", &addr)
+            .output()
+            .unwrap();
+        (
+            out.status.code(),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    let (code, _, err) = run(&["job", "run", "-detach", job_file.to_str().unwrap()]);
+    assert_eq!(code, Some(0), "{err}");
+
+    let (code, out, err) = run(&[
+        "job",
+        "status",
+        "-t",
+        "{{.ID}} {{.Type}} {{range $k, $v := .Meta}}{{$k}}={{$v}},{{end}} {{.Nope}}",
+        "tmpl",
+    ]);
+    assert_eq!(code, Some(0), "{err}");
+    assert_eq!(out, "tmpl service owner=ops,zone=b, <no value>\n");
+
+    let (code, out, err) = run(&[
+        "node",
+        "status",
+        "-t",
+        r#"{{range .}}{{.ID}} {{.Status}}{{"\n"}}{{end}}"#,
+    ]);
+    assert_eq!(code, Some(0), "{err}");
+    assert_eq!(out, format!("{node_id} ready\n\n"));
+    // Nomad's long spelling, single-dash, works too.
+    let (code, out, err) = run(&["node", "status", "-template={{len .}}"]);
+    assert_eq!((code, out.as_str()), (Some(0), "1\n"), "{err}");
+
+    let (code, out, err) = run(&["job", "status", "-json", "-t", "{{.ID}}", "tmpl"]);
+    assert_eq!(code, Some(1));
+    assert!(out.is_empty(), "{out}");
+    assert!(
+        err.contains("Both json and template formatting are not allowed"),
+        "{err}"
+    );
+    let (code, out, err) = run(&["job", "status", "-t", "{{if .ID}}", "tmpl"]);
+    assert_eq!(code, Some(1));
+    assert!(out.is_empty(), "{out}");
+    assert!(err.contains("missing {{end}}"), "{err}");
+
+    // `alloc exec -t` is still the tty flag: it parses as one (`-t=false`) and takes no
+    // template; the allocation is looked up, so a bad ID is the error.
+    let (code, _, err) = run(&[
+        "alloc",
+        "exec",
+        "-t=false",
+        "-i=false",
+        "nosuchalloc",
+        "echo",
+    ]);
+    assert_eq!(code, Some(1), "{err}");
+    assert!(!err.contains("template"), "{err}");
+    let (code, _, err) = run(&["alloc", "exec", "-json", "nosuchalloc", "echo"]);
+    assert_eq!(code, Some(2), "alloc exec takes no --json: {err}");
+    Ok(())
+}

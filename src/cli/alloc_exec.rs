@@ -17,13 +17,15 @@ use futures::{SinkExt, StreamExt};
 use serde_json::{json, Value};
 use tokio_tungstenite::tungstenite::Message;
 
-use super::{ApiArgs, ApiClient};
+use super::ApiClient;
 
 /// `alloc exec`.
 #[derive(Debug, Args)]
 pub struct ExecArgs {
-    #[command(flatten)]
-    api: ApiArgs,
+    /// The HTTP API of any server. `alloc exec` takes only the address of the shared API
+    /// flags: its output is the command's, so `--json` and `-t` (a tty here) do not apply.
+    #[arg(long, env = "TEAMSTER_ADDR", default_value_t = super::default_address())]
+    address: String,
     /// Send this process's stdin to the command (on unless `-i=false`).
     #[arg(
         short = 'i',
@@ -160,7 +162,7 @@ fn size_frame() -> Option<Message> {
 
 /// Run the command; its exit code is the answer.
 pub async fn exec(a: ExecArgs) -> anyhow::Result<ExitCode> {
-    let api = ApiClient::new(&a.api.address);
+    let api = ApiClient::new(&a.address);
     let alloc_id = super::eval::resolve(&api, "/v1/allocations", "allocation", &a.id).await?;
     let tty = a.tty.unwrap_or(a.stdin && is_terminal(0));
     let url = exec_url(api.address(), &alloc_id, a.task.as_deref(), &a.command, tty);

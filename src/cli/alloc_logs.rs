@@ -75,7 +75,7 @@ async fn task_of(api: &ApiClient, alloc_id: &str, named: Option<String>) -> anyh
 
 /// Print a task's log.
 pub async fn logs(a: LogsArgs) -> anyhow::Result<()> {
-    let api = ApiClient::new(&a.api.address);
+    let api = a.api.client()?;
     let alloc_id = super::eval::resolve(&api, "/v1/allocations", "allocation", &a.id).await?;
     let task = task_of(&api, &alloc_id, a.task).await?;
     let kind = if a.stderr { "stderr" } else { "stdout" };

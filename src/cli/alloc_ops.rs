@@ -19,7 +19,7 @@ use clap::Args;
 use reqwest::Method;
 use serde_json::{json, Value};
 
-use super::{ApiArgs, ApiClient};
+use super::ApiArgs;
 
 /// `alloc stop`.
 #[derive(Debug, Args)]
@@ -38,7 +38,7 @@ pub struct StopArgs {
 
 /// Stop an allocation, then follow its evaluation unless `-detach`.
 pub async fn stop(a: StopArgs) -> anyhow::Result<ExitCode> {
-    let api = ApiClient::new(&a.api.address);
+    let api = a.api.client()?;
     let alloc_id = super::eval::resolve(&api, "/v1/allocations", "allocation", &a.id).await?;
     let alloc: Value = api
         .get(&format!("/v1/allocation/{alloc_id}"))
@@ -54,18 +54,18 @@ pub async fn stop(a: StopArgs) -> anyhow::Result<ExitCode> {
         .with_context(|| format!("stopping allocation {alloc_id}"))?;
     let eval_id = resp["EvalID"].as_str().unwrap_or_default().to_string();
     if a.detach {
-        if a.api.json {
-            println!("{}", serde_json::to_string_pretty(&resp)?);
+        if a.api.structured() {
+            a.api.print(&resp)?;
         } else {
             println!("{eval_id}");
         }
         return Ok(ExitCode::SUCCESS);
     }
-    if !a.api.json {
+    if !a.api.structured() {
         println!("==> Monitoring evaluation \"{eval_id}\"");
     }
     let job_id = alloc["JobID"].as_str().unwrap_or_default();
-    super::job::monitor(&api, job_id, &eval_id, a.timeout, a.api.json).await
+    super::job::monitor(&api, job_id, &eval_id, a.timeout, &a.api).await
 }
 
 /// The task a command names: positionally or with `-task` (not both, unless equal).
@@ -97,7 +97,7 @@ pub struct RestartArgs {
 
 /// Restart an allocation's tasks in place.
 pub async fn restart(a: RestartArgs) -> anyhow::Result<ExitCode> {
-    let api = ApiClient::new(&a.api.address);
+    let api = a.api.client()?;
     let alloc_id = super::eval::resolve(&api, "/v1/allocations", "allocation", &a.id).await?;
     let task = task_named(a.task, a.task_flag)?;
     let body = json!({ "TaskName": task.clone().unwrap_or_default(), "AllTasks": a.all_tasks });
@@ -134,7 +134,7 @@ pub struct SignalArgs {
 
 /// Send a signal to an allocation's tasks.
 pub async fn signal(a: SignalArgs) -> anyhow::Result<ExitCode> {
-    let api = ApiClient::new(&a.api.address);
+    let api = a.api.client()?;
     let alloc_id = super::eval::resolve(&api, "/v1/allocations", "allocation", &a.id).await?;
     let task = task_named(a.task, a.task_flag)?;
     let body = json!({ "Task": task.clone().unwrap_or_default(), "Signal": a.signal });

@@ -81,7 +81,7 @@ pub async fn run_alloc(cmd: AllocCommand) -> anyhow::Result<ExitCode> {
 }
 
 async fn eval_list(args: EvalListArgs) -> anyhow::Result<()> {
-    let api = ApiClient::new(&args.api.address);
+    let api = args.api.client()?;
     let mut query = Vec::new();
     if let Some(job) = &args.job {
         query.push(format!("job={job}"));
@@ -91,8 +91,8 @@ async fn eval_list(args: EvalListArgs) -> anyhow::Result<()> {
     }
     let path = format!("/v1/evaluations?{}", query.join("&"));
     let evals: Vec<Value> = api.get(&path).await.context("listing evaluations")?;
-    if args.api.json {
-        println!("{}", serde_json::to_string_pretty(&evals)?);
+    if args.api.structured() {
+        args.api.print(&evals)?;
         return Ok(());
     }
     let mut rows = vec![[
@@ -150,14 +150,14 @@ pub(super) async fn resolve(
 }
 
 async fn eval_status(args: IdArgs) -> anyhow::Result<()> {
-    let api = ApiClient::new(&args.api.address);
+    let api = args.api.client()?;
     let id = resolve(&api, "/v1/evaluations", "evaluation", &args.id).await?;
     let e: Value = api
         .get(&format!("/v1/evaluation/{id}"))
         .await
         .context("reading the evaluation")?;
-    if args.api.json {
-        println!("{}", serde_json::to_string_pretty(&e)?);
+    if args.api.structured() {
+        args.api.print(&e)?;
         return Ok(());
     }
     let fields = [
@@ -188,14 +188,14 @@ async fn eval_status(args: IdArgs) -> anyhow::Result<()> {
 }
 
 async fn alloc_status(args: IdArgs) -> anyhow::Result<()> {
-    let api = ApiClient::new(&args.api.address);
+    let api = args.api.client()?;
     let id = resolve(&api, "/v1/allocations", "allocation", &args.id).await?;
     let a: Value = api
         .get(&format!("/v1/allocation/{id}"))
         .await
         .context("reading the allocation")?;
-    if args.api.json {
-        println!("{}", serde_json::to_string_pretty(&a)?);
+    if args.api.structured() {
+        args.api.print(&a)?;
         return Ok(());
     }
     let fields = [

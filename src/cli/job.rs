@@ -277,7 +277,7 @@ fn var_inputs(args: &JobFileArgs) -> anyhow::Result<jobspec::hcl::VarInputs> {
 }
 
 async fn run_job(args: RunArgs) -> anyhow::Result<ExitCode> {
-    let api = ApiClient::new(&args.api.address);
+    let api = args.api.client()?;
     let job = read_job_file(&args.job)?;
     let body = match args.check_index {
         Some(index) => json!({ "Job": job, "EnforceIndex": true, "JobModifyIndex": index }),
@@ -289,8 +289,8 @@ async fn run_job(args: RunArgs) -> anyhow::Result<ExitCode> {
         .context("registering the job")?;
     let eval_id = resp["EvalID"].as_str().unwrap_or_default().to_string();
     let job_id = job["ID"].as_str().unwrap_or_default().to_string();
-    if args.api.json && args.detach {
-        println!("{}", serde_json::to_string_pretty(&resp)?);
+    if args.api.structured() && args.detach {
+        args.api.print(&resp)?;
         return Ok(ExitCode::SUCCESS);
     }
     if args.detach || eval_id.is_empty() {
@@ -306,14 +306,14 @@ async fn run_job(args: RunArgs) -> anyhow::Result<ExitCode> {
         }
         return Ok(ExitCode::SUCCESS);
     }
-    if !args.api.json {
+    if !args.api.structured() {
         println!("==> Monitoring evaluation \"{eval_id}\"");
     }
-    monitor(&api, &job_id, &eval_id, args.timeout, args.api.json).await
+    monitor(&api, &job_id, &eval_id, args.timeout, &args.api).await
 }
 
 async fn stop(args: StopArgs) -> anyhow::Result<ExitCode> {
-    let api = ApiClient::new(&args.api.address);
+    let api = args.api.client()?;
     let path = format!(
         "/v1/job/{}?purge={}",
         urlencode(&args.id),
@@ -336,17 +336,17 @@ async fn stop(args: StopArgs) -> anyhow::Result<ExitCode> {
         .context("stopping the job")?;
     let eval_id = resp["EvalID"].as_str().unwrap_or_default().to_string();
     if args.detach || eval_id.is_empty() {
-        if args.api.json {
-            println!("{}", serde_json::to_string_pretty(&resp)?);
+        if args.api.structured() {
+            args.api.print(&resp)?;
         } else {
             println!("Evaluation ID: {eval_id}");
         }
         return Ok(ExitCode::SUCCESS);
     }
-    if !args.api.json {
+    if !args.api.structured() {
         println!("==> Monitoring evaluation \"{eval_id}\"");
     }
-    monitor(&api, &args.id, &eval_id, args.timeout, args.api.json).await
+    monitor(&api, &args.id, &eval_id, args.timeout, &args.api).await
 }
 
 /// Follow an evaluation (and the blocked evaluation it may leave) with blocking queries until
@@ -356,7 +356,7 @@ pub(super) async fn monitor(
     job_id: &str,
     eval_id: &str,
     timeout: Duration,
-    as_json: bool,
+    out: &ApiArgs,
 ) -> anyhow::Result<ExitCode> {
     let deadline = Instant::now() + timeout;
     let mut index = 0u64;
@@ -388,11 +388,8 @@ pub(super) async fn monitor(
         .as_object()
         .cloned()
         .unwrap_or_default();
-    if as_json {
-        println!(
-            "{}",
-            serde_json::to_string_pretty(&json!({ "Evaluation": eval, "Allocations": allocs }))?
-        );
+    if out.structured() {
+        out.print(&json!({ "Evaluation": eval, "Allocations": allocs }))?;
     } else {
         let status = eval["Status"].as_str().unwrap_or_default();
         println!("    Evaluation status is \"{status}\"");
@@ -440,11 +437,11 @@ pub(super) async fn monitor(
 }
 
 async fn status(args: StatusArgs) -> anyhow::Result<()> {
-    let api = ApiClient::new(&args.api.address);
+    let api = args.api.client()?;
     let Some(id) = args.id else {
         let jobs: Vec<Value> = api.get("/v1/jobs").await.context("listing the jobs")?;
-        if args.api.json {
-            println!("{}", serde_json::to_string_pretty(&jobs)?);
+        if args.api.structured() {
+            args.api.print(&jobs)?;
             return Ok(());
         }
         if jobs.is_empty() {
@@ -483,9 +480,13 @@ async fn status(args: StatusArgs) -> anyhow::Result<()> {
         .get(&format!("/v1/job/{path}/summary"))
         .await
         .context("reading the job summary")?;
-    if args.api.json {
-        let v = json!({ "Job": job, "Summary": summary, "Allocations": allocs });
-        println!("{}", serde_json::to_string_pretty(&v)?);
+    if args.api.structured() {
+        // `-t` renders the job itself, as Nomad's `job status -t` does.
+        let v = match args.api.template {
+            Some(_) => job,
+            None => json!({ "Job": job, "Summary": summary, "Allocations": allocs }),
+        };
+        args.api.print(&v)?;
         return Ok(());
     }
     let rows = vec![
@@ -574,19 +575,24 @@ fn alloc_table(allocs: &[Value], times: bool) -> String {
 }
 
 async fn inspect(args: InspectArgs) -> anyhow::Result<()> {
-    let api = ApiClient::new(&args.api.address);
+    let api = args.api.client()?;
     let job: Value = match api.get(&format!("/v1/job/{}", urlencode(&args.id))).await {
         Err(ApiError::Status { status, .. }) if status == StatusCode::NOT_FOUND => {
             bail!("No job with ID {:?} found", args.id)
         }
         r => r.context("reading the job")?,
     };
-    println!("{}", serde_json::to_string_pretty(&json!({ "Job": job }))?);
+    // As Nomad: `-t` renders the job itself, the plain output wraps it as `{"Job": …}`.
+    if args.api.template.is_some() {
+        args.api.print(&job)?;
+    } else {
+        println!("{}", serde_json::to_string_pretty(&json!({ "Job": job }))?);
+    }
     Ok(())
 }
 
 async fn allocs(args: InspectArgs) -> anyhow::Result<()> {
-    let api = ApiClient::new(&args.api.address);
+    let api = args.api.client()?;
     let path = format!("/v1/job/{}/allocations", urlencode(&args.id));
     let list: Vec<Value> = match api.get(&path).await {
         Err(ApiError::Status { status, .. }) if status == StatusCode::NOT_FOUND => {
@@ -594,8 +600,8 @@ async fn allocs(args: InspectArgs) -> anyhow::Result<()> {
         }
         r => r.context("listing the job's allocations")?,
     };
-    if args.api.json {
-        println!("{}", serde_json::to_string_pretty(&list)?);
+    if args.api.structured() {
+        args.api.print(&list)?;
         return Ok(());
     }
     if list.is_empty() {
@@ -607,7 +613,7 @@ async fn allocs(args: InspectArgs) -> anyhow::Result<()> {
 }
 
 async fn history(args: HistoryArgs) -> anyhow::Result<()> {
-    let api = ApiClient::new(&args.api.address);
+    let api = args.api.client()?;
     let path = format!(
         "/v1/job/{}/versions{}",
         urlencode(&args.id),
@@ -619,8 +625,8 @@ async fn history(args: HistoryArgs) -> anyhow::Result<()> {
         }
         r => r.context("reading the job's versions")?,
     };
-    if args.api.json {
-        println!("{}", serde_json::to_string_pretty(&resp)?);
+    if args.api.structured() {
+        args.api.print(&resp)?;
         return Ok(());
     }
     let mut rows = vec![vec![
@@ -657,7 +663,7 @@ async fn history(args: HistoryArgs) -> anyhow::Result<()> {
 }
 
 async fn scale(args: ScaleArgs) -> anyhow::Result<()> {
-    let api = ApiClient::new(&args.api.address);
+    let api = args.api.client()?;
     let (group, count) = match args.group_and_count.as_slice() {
         [group, count] => (Some(group.clone()), count),
         [count] => (None, count),
@@ -703,8 +709,8 @@ async fn scale(args: ScaleArgs) -> anyhow::Result<()> {
         )
         .await
         .with_context(|| format!("scaling {}/{group} to {count}", args.id))?;
-    if args.api.json {
-        println!("{}", serde_json::to_string_pretty(&resp)?);
+    if args.api.structured() {
+        args.api.print(&resp)?;
     } else {
         println!("Evaluation ID: {}", text(&resp["EvalID"]));
     }
@@ -712,7 +718,7 @@ async fn scale(args: ScaleArgs) -> anyhow::Result<()> {
 }
 
 async fn revert(args: RevertArgs) -> anyhow::Result<()> {
-    let api = ApiClient::new(&args.api.address);
+    let api = args.api.client()?;
     let body = json!({
         "JobID": args.id,
         "JobVersion": args.job_version,
@@ -723,8 +729,8 @@ async fn revert(args: RevertArgs) -> anyhow::Result<()> {
         .request(Method::POST, &path, Some(&body))
         .await
         .with_context(|| format!("reverting {} to version {}", args.id, args.job_version))?;
-    if args.api.json {
-        println!("{}", serde_json::to_string_pretty(&resp)?);
+    if args.api.structured() {
+        args.api.print(&resp)?;
     } else {
         println!("Evaluation ID: {}", text(&resp["EvalID"]));
     }
@@ -732,7 +738,7 @@ async fn revert(args: RevertArgs) -> anyhow::Result<()> {
 }
 
 async fn validate(args: ValidateArgs) -> anyhow::Result<ExitCode> {
-    let api = ApiClient::new(&args.api.address);
+    let api = args.api.client()?;
     let job = read_job_file(&args.job)?;
     let resp: Value = api
         .request(
@@ -742,20 +748,20 @@ async fn validate(args: ValidateArgs) -> anyhow::Result<ExitCode> {
         )
         .await
         .context("validating the job")?;
-    if args.api.json {
-        println!("{}", serde_json::to_string_pretty(&resp)?);
+    if args.api.structured() {
+        args.api.print(&resp)?;
     }
     let errors: Vec<String> = resp["ValidationErrors"]
         .as_array()
         .map(|a| a.iter().map(text).collect())
         .unwrap_or_default();
     if errors.is_empty() {
-        if !args.api.json {
+        if !args.api.structured() {
             println!("Job validation successful");
         }
         return Ok(ExitCode::SUCCESS);
     }
-    if !args.api.json {
+    if !args.api.structured() {
         eprintln!("Job validation errors:");
         for e in &errors {
             eprintln!("  * {e}");

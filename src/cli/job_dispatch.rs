@@ -57,7 +57,7 @@ pub struct DispatchArgs {
 pub async fn periodic(cmd: PeriodicCommand) -> anyhow::Result<()> {
     match cmd {
         PeriodicCommand::Force(args) => {
-            let api = ApiClient::new(&args.api.address);
+            let api = args.api.client()?;
             let resp: Value = api
                 .request::<(), Value>(
                     Method::POST,
@@ -66,8 +66,8 @@ pub async fn periodic(cmd: PeriodicCommand) -> anyhow::Result<()> {
                 )
                 .await
                 .context("force-launching the periodic job")?;
-            if args.api.json {
-                println!("{}", serde_json::to_string_pretty(&resp)?);
+            if args.api.structured() {
+                args.api.print(&resp)?;
             } else {
                 println!("Force launch of periodic job {:?} succeeded", args.id);
                 println!("Evaluation ID: {}", text(&resp["EvalID"]));
@@ -116,7 +116,7 @@ pub async fn dispatch(args: DispatchArgs) -> anyhow::Result<()> {
         "IdempotencyToken": args.idempotency_token.unwrap_or_default(),
         "IdPrefixTemplate": args.id_prefix_template.unwrap_or_default(),
     });
-    let api = ApiClient::new(&args.api.address);
+    let api = args.api.client()?;
     let resp: Value = api
         .request(
             Method::POST,
@@ -125,8 +125,8 @@ pub async fn dispatch(args: DispatchArgs) -> anyhow::Result<()> {
         )
         .await
         .context("dispatching the job")?;
-    if args.api.json {
-        println!("{}", serde_json::to_string_pretty(&resp)?);
+    if args.api.structured() {
+        args.api.print(&resp)?;
     } else {
         println!("Dispatched Job ID = {}", text(&resp["DispatchedJobID"]));
         let eval = text(&resp["EvalID"]);

@@ -13,7 +13,7 @@ use reqwest::Method;
 use serde_json::{json, Value};
 
 use super::job::{read_job_file, urlencode, JobFileArgs};
-use super::{ApiArgs, ApiClient};
+use super::ApiArgs;
 
 /// `job plan`.
 #[derive(Debug, Args)]
@@ -40,7 +40,7 @@ pub async fn plan(args: PlanArgs) -> ExitCode {
 }
 
 async fn plan_inner(args: &PlanArgs) -> anyhow::Result<ExitCode> {
-    let api = ApiClient::new(&args.api.address);
+    let api = args.api.client()?;
     let job = read_job_file(&args.job)?;
     let id = job["ID"]
         .as_str()
@@ -56,8 +56,8 @@ async fn plan_inner(args: &PlanArgs) -> anyhow::Result<ExitCode> {
         .await
         .context("planning the job")?;
     let changes = creates_or_destroys(&resp);
-    if args.api.json {
-        println!("{}", serde_json::to_string_pretty(&resp)?);
+    if args.api.structured() {
+        args.api.print(&resp)?;
     } else {
         print!(
             "{}",

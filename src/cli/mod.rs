@@ -25,6 +25,7 @@ mod server;
 mod snapshot;
 mod status;
 mod system;
+mod template;
 
 use std::process::ExitCode;
 
@@ -83,6 +84,46 @@ pub struct ApiArgs {
     /// Print machine-readable JSON instead of tables.
     #[arg(long, global = true)]
     pub json: bool,
+    /// Render the value `--json` would print through this Go template (Nomad's `-t`), e.g.
+    /// `-t '{{range .}}{{.ID}} {{.Status}}{{"\n"}}{{end}}'`.
+    #[arg(short = 't', long = "template", global = true, value_name = "TEMPLATE")]
+    pub template: Option<String>,
+}
+
+impl ApiArgs {
+    /// A client for `--address`, once the output flags are known to be usable: `--json` and
+    /// `-t` together, or a template that does not parse, are errors before any request.
+    pub fn client(&self) -> anyhow::Result<ApiClient> {
+        self.parsed_template()?;
+        Ok(ApiClient::new(&self.address))
+    }
+
+    /// Whether the command prints its JSON value (as JSON or through `-t`) instead of tables.
+    pub fn structured(&self) -> bool {
+        self.json || self.template.is_some()
+    }
+
+    /// Print `value` as `--json` or `-t` asks.
+    pub fn print(&self, value: &impl serde::Serialize) -> anyhow::Result<()> {
+        match self.parsed_template()? {
+            Some(t) => {
+                let v = serde_json::to_value(value)?;
+                println!("{}", t.render(&v)?);
+            }
+            None => println!("{}", serde_json::to_string_pretty(value)?),
+        }
+        Ok(())
+    }
+
+    fn parsed_template(&self) -> anyhow::Result<Option<template::Template>> {
+        let Some(src) = &self.template else {
+            return Ok(None);
+        };
+        if self.json {
+            anyhow::bail!("Both json and template formatting are not allowed");
+        }
+        Ok(Some(template::Template::parse(src)?))
+    }
 }
 
 /// The API address when neither `--address` nor `TEAMSTER_ADDR` gives one: Nomad's

@@ -6,7 +6,7 @@ use clap::{Args, Subcommand};
 use serde_json::{json, Value};
 
 use super::output::{short_id, table, text};
-use super::{ApiArgs, ApiClient};
+use super::ApiArgs;
 
 /// `node …`.
 #[derive(Debug, Subcommand)]
@@ -77,11 +77,11 @@ pub async fn run(cmd: NodeCommand) -> anyhow::Result<()> {
 }
 
 async fn status(a: StatusArgs) -> anyhow::Result<()> {
-    let api = ApiClient::new(&a.api.address);
+    let api = a.api.client()?;
     let Some(id) = a.id else {
         let nodes: Vec<Value> = api.get("/v1/nodes").await.context("listing nodes")?;
-        if a.api.json {
-            println!("{}", serde_json::to_string_pretty(&nodes)?);
+        if a.api.structured() {
+            a.api.print(&nodes)?;
             return Ok(());
         }
         let mut rows = vec![vec![
@@ -116,9 +116,13 @@ async fn status(a: StatusArgs) -> anyhow::Result<()> {
         .get(&format!("/v1/node/{full_id}/allocations"))
         .await
         .context("reading the node's allocations")?;
-    if a.api.json {
-        let v = json!({"Node": node, "Allocations": allocs});
-        println!("{}", serde_json::to_string_pretty(&v)?);
+    if a.api.structured() {
+        // `-t` renders the node itself, as Nomad's `node status -t ID` does.
+        let v = match a.api.template {
+            Some(_) => node,
+            None => json!({"Node": node, "Allocations": allocs}),
+        };
+        a.api.print(&v)?;
         return Ok(());
     }
     let r = &node["NodeResources"];
@@ -174,7 +178,7 @@ async fn eligibility(a: ToggleArgs) -> anyhow::Result<()> {
     if a.enable == a.disable {
         bail!("give exactly one of --enable or --disable");
     }
-    let api = ApiClient::new(&a.api.address);
+    let api = a.api.client()?;
     let value = if a.enable { "eligible" } else { "ineligible" };
     let r: Value = api
         .request(
@@ -196,7 +200,7 @@ async fn drain(a: DrainArgs) -> anyhow::Result<()> {
     if a.enable == a.disable {
         bail!("give exactly one of --enable or --disable");
     }
-    let api = ApiClient::new(&a.api.address);
+    let api = a.api.client()?;
     let body = if a.enable {
         let deadline: i64 = if a.deadline.trim() == "-1" {
             -1

@@ -6,7 +6,7 @@ use reqwest::Method;
 use serde::Deserialize;
 
 use super::output::table;
-use super::{ApiArgs, ApiClient};
+use super::ApiArgs;
 
 /// Operator command groups.
 #[derive(Debug, Subcommand)]
@@ -95,7 +95,7 @@ pub async fn run(cmd: OperatorCommand) -> anyhow::Result<()> {
 }
 
 async fn list_peers(args: ListPeersArgs) -> anyhow::Result<()> {
-    let api = ApiClient::new(&args.api.address);
+    let api = args.api.client()?;
     let path = if args.stale {
         "/v1/operator/raft/configuration?stale=true"
     } else {
@@ -105,8 +105,8 @@ async fn list_peers(args: ListPeersArgs) -> anyhow::Result<()> {
         .get(path)
         .await
         .context("reading the raft configuration")?;
-    if args.api.json {
-        println!("{}", serde_json::to_string_pretty(&conf)?);
+    if args.api.structured() {
+        args.api.print(&conf)?;
         return Ok(());
     }
     let mut rows = vec![vec![
@@ -132,7 +132,7 @@ async fn list_peers(args: ListPeersArgs) -> anyhow::Result<()> {
 }
 
 async fn remove_peer(args: RemovePeerArgs) -> anyhow::Result<()> {
-    let api = ApiClient::new(&args.api.address);
+    let api = args.api.client()?;
     let query = match (&args.peer_address, &args.peer_id) {
         (Some(a), _) => format!("address={a}"),
         (None, Some(id)) => format!("id={id}"),

@@ -5,7 +5,7 @@ use clap::Args;
 use reqwest::Method;
 use serde_json::Value;
 
-use super::{ApiArgs, ApiClient};
+use super::ApiArgs;
 
 /// `operator scheduler get-config`.
 #[derive(Debug, Args)]
@@ -38,14 +38,14 @@ pub struct SetConfigArgs {
 
 /// `operator scheduler get-config`.
 pub async fn get_config(args: GetConfigArgs) -> anyhow::Result<()> {
-    let api = ApiClient::new(&args.api.address);
+    let api = args.api.client()?;
     let conf: Value = api
         .get("/v1/operator/scheduler/configuration")
         .await
         .context("reading the scheduler configuration")?;
     let sc = &conf["SchedulerConfig"];
-    if args.api.json {
-        println!("{}", serde_json::to_string_pretty(sc)?);
+    if args.api.structured() {
+        args.api.print(sc)?;
         return Ok(());
     }
     println!(
@@ -67,7 +67,7 @@ pub async fn get_config(args: GetConfigArgs) -> anyhow::Result<()> {
 
 /// `operator scheduler set-config`.
 pub async fn set_config(args: SetConfigArgs) -> anyhow::Result<()> {
-    let api = ApiClient::new(&args.api.address);
+    let api = args.api.client()?;
     let conf: Value = api
         .get("/v1/operator/scheduler/configuration")
         .await

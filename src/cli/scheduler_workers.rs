@@ -6,7 +6,7 @@ use clap::Args;
 use reqwest::Method;
 
 use super::output::table;
-use super::{ApiArgs, ApiClient};
+use super::ApiArgs;
 use crate::http::schedulers::{SchedulersConfig, SchedulersInfo};
 
 /// `operator scheduler workers`.
@@ -35,13 +35,13 @@ pub struct SetWorkersArgs {
 
 /// List the workers.
 pub async fn workers(args: WorkersArgs) -> anyhow::Result<()> {
-    let api = ApiClient::new(&args.api.address);
+    let api = args.api.client()?;
     let info: SchedulersInfo = api
         .get("/v1/agent/schedulers")
         .await
         .context("reading the scheduler workers")?;
-    if args.api.json {
-        println!("{}", serde_json::to_string_pretty(&info)?);
+    if args.api.structured() {
+        args.api.print(&info)?;
         return Ok(());
     }
     println!("Server: {}", info.server_id);
@@ -70,7 +70,7 @@ pub async fn set_workers(args: SetWorkersArgs) -> anyhow::Result<()> {
     if args.num_schedulers.is_none() && args.enabled_schedulers.is_none() {
         anyhow::bail!("nothing to change: give --num-schedulers and/or --enabled-schedulers");
     }
-    let api = ApiClient::new(&args.api.address);
+    let api = args.api.client()?;
     let mut conf: SchedulersConfig = api
         .get("/v1/agent/schedulers/config")
         .await
@@ -85,8 +85,8 @@ pub async fn set_workers(args: SetWorkersArgs) -> anyhow::Result<()> {
         .request(Method::PUT, "/v1/agent/schedulers/config", Some(&conf))
         .await
         .context("changing the scheduler worker configuration")?;
-    if args.api.json {
-        println!("{}", serde_json::to_string_pretty(&applied)?);
+    if args.api.structured() {
+        args.api.print(&applied)?;
     } else {
         println!(
             "Server {}: {} scheduler workers for {}",

@@ -5,7 +5,7 @@ use clap::{Args, Subcommand};
 use serde_json::Value;
 
 use super::output::table;
-use super::{ApiArgs, ApiClient};
+use super::ApiArgs;
 
 /// `server …`.
 #[derive(Debug, Subcommand)]
@@ -29,13 +29,13 @@ pub async fn run(cmd: ServerCommand) -> anyhow::Result<()> {
 }
 
 async fn members(args: MembersArgs) -> anyhow::Result<()> {
-    let api = ApiClient::new(&args.api.address);
+    let api = args.api.client()?;
     let resp: Value = api
         .get("/v1/agent/members")
         .await
         .context("reading the members")?;
-    if args.api.json {
-        println!("{}", serde_json::to_string_pretty(&resp)?);
+    if args.api.structured() {
+        args.api.print(&resp)?;
         return Ok(());
     }
     let mut rows = vec![vec![

@@ -12,7 +12,7 @@ use anyhow::{bail, Context};
 use clap::{Args, Subcommand};
 use serde::Deserialize;
 
-use super::{ApiArgs, ApiClient};
+use super::ApiArgs;
 
 /// `operator snapshot …`.
 #[derive(Debug, Subcommand)]
@@ -74,7 +74,7 @@ async fn error_of(resp: reqwest::Response) -> anyhow::Error {
 }
 
 async fn save(args: SaveArgs) -> anyhow::Result<()> {
-    let api = ApiClient::new(&args.api.address);
+    let api = args.api.client()?;
     let url = format!(
         "{}/v1/operator/snapshot{}",
         api.address(),
@@ -96,12 +96,12 @@ async fn save(args: SaveArgs) -> anyhow::Result<()> {
         .to_string();
     let bytes = resp.bytes().await.context("reading the snapshot")?;
     write_atomically(&args.file, &bytes)?;
-    if args.api.json {
-        println!(
-            "{}",
-            serde_json::json!({ "Index": index.parse::<u64>().ok(), "Bytes": bytes.len(),
-                                "File": args.file.display().to_string() })
-        );
+    if args.api.structured() {
+        args.api.print(&serde_json::json!({
+            "Index": index.parse::<u64>().ok(),
+            "Bytes": bytes.len(),
+            "File": args.file.display().to_string()
+        }))?;
     } else {
         println!(
             "Saved snapshot of index {index} to {} ({} bytes)",
@@ -133,7 +133,7 @@ async fn restore(args: RestoreArgs) -> anyhow::Result<()> {
     if bytes.is_empty() {
         bail!("{} is empty", args.file.display());
     }
-    let api = ApiClient::new(&args.api.address);
+    let api = args.api.client()?;
     let url = format!("{}/v1/operator/snapshot", api.address());
     let resp = http()
         .put(&url)
@@ -146,11 +146,10 @@ async fn restore(args: RestoreArgs) -> anyhow::Result<()> {
         return Err(error_of(resp).await).context("restoring the snapshot");
     }
     let answer: RestoreAnswer = resp.json().await.context("reading the answer")?;
-    if args.api.json {
-        println!(
-            "{}",
-            serde_json::json!({ "Index": answer.index, "SnapshotIndex": answer.snapshot_index })
-        );
+    if args.api.structured() {
+        args.api.print(
+            &serde_json::json!({ "Index": answer.index, "SnapshotIndex": answer.snapshot_index }),
+        )?;
     } else {
         println!(
             "Restored the snapshot of index {} at index {}",

@@ -8,7 +8,7 @@ use anyhow::{bail, Context};
 use clap::{Args, Parser};
 use serde_json::{json, Value};
 
-use super::{ApiArgs, ApiClient, Cli, Command};
+use super::{ApiArgs, Cli, Command};
 
 /// `status`.
 #[derive(Debug, Args)]
@@ -32,7 +32,7 @@ fn command_for(context: &str) -> Option<&'static str> {
 
 /// Show what the prefix names (or the jobs).
 pub async fn run(args: StatusArgs) -> anyhow::Result<ExitCode> {
-    let api = ApiClient::new(&args.api.address);
+    let api = args.api.client()?;
     let Some(prefix) = args.prefix else {
         return show(&args.api, "job", None).await;
     };
@@ -85,6 +85,9 @@ async fn show(api: &ApiArgs, cmd: &str, id: Option<&String>) -> anyhow::Result<E
     ];
     if api.json {
         argv.push("--json".into());
+    }
+    if let Some(t) = &api.template {
+        argv.extend(["--template".to_string(), t.clone()]);
     }
     argv.extend(id.cloned());
     let cli = Cli::try_parse_from(argv).context("building the status command")?;

@@ -7,7 +7,7 @@ use anyhow::Context;
 use clap::{Args, Subcommand};
 use serde_json::Value;
 
-use super::{ApiArgs, ApiClient};
+use super::ApiArgs;
 
 /// `system …`.
 #[derive(Debug, Subcommand)]
@@ -37,18 +37,18 @@ pub struct GcArgs {
 pub async fn run(cmd: SystemCommand) -> anyhow::Result<()> {
     match cmd {
         SystemCommand::Gc(a) => {
-            let api = ApiClient::new(&a.api.address);
+            let api = a.api.client()?;
             let done: Value = api
                 .request::<(), Value>(reqwest::Method::PUT, "/v1/system/gc", None)
                 .await
                 .context("starting the garbage collection")?;
-            if a.api.json {
-                println!("{}", serde_json::to_string_pretty(&done)?);
+            if a.api.structured() {
+                a.api.print(&done)?;
             }
             Ok(())
         }
         SystemCommand::Reconcile(ReconcileCommand::Summaries(a)) => {
-            let api = ApiClient::new(&a.api.address);
+            let api = a.api.client()?;
             api.request_text::<()>(reqwest::Method::PUT, "/v1/system/reconcile/summaries", None)
                 .await
                 .context("reconciling the job summaries")?;

@@ -1,0 +1,1210 @@
+//! `-t TEMPLATE`: a small engine for Go's `text/template` language, rendering the JSON value a
+//! command's `--json` would print, as Nomad's `-t` does.
+//!
+//! - [`Template::parse`] turns the text into a tree of [`Node`]s; a template that does not
+//!   parse is a [`TemplateError::Parse`] naming the place and the problem.
+//! - [`Template::render`] walks the tree over a [`serde_json::Value`].
+//!
+//! ```text
+//! "{{range .}}{{.ID}}{{end}}" --lex/parse--> [Range(.) [Action(.ID)]] --render(json)--> text
+//! ```
+//!
+//! Supported: text, `{{/* comments */}}`, `{{-`/`-}}` trimming, `{{.}}`, `{{.A.B}}`, `$`,
+//! `$x := …` and `{{range $i, $e := …}}`, `if`/`else if`/`else`, `range` (arrays, and objects in
+//! key order as Go's maps) with `else`, `with`, pipelines `a | f`, parentheses, string,
+//! number, `true`/`false`/`nil` literals, and Go's functions `and or not len index print
+//! printf println eq ne lt le gt ge`. Values print as Go's `%v` of the decoded JSON: a missing
+//! field as `<no value>`, `null` as `<nil>`, arrays as `[a b]`, objects as `map[k:v]`.
+
+use std::fmt::Write as _;
+
+use serde_json::Value;
+
+/// Why a template cannot be used.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum TemplateError {
+    /// The text is not a template.
+    #[error("template: character {at}: {reason}")]
+    Parse {
+        /// The character offset of the action at fault.
+        at: usize,
+        /// What is wrong there.
+        reason: String,
+    },
+    /// The template parsed but cannot be applied to this value.
+    #[error("template: executing {action:?}: {reason}")]
+    Exec {
+        /// The action being executed, as written.
+        action: String,
+        /// What went wrong.
+        reason: String,
+    },
+}
+
+/// A parsed template.
+#[derive(Debug, Clone)]
+pub struct Template {
+    nodes: Vec<Node>,
+}
+
+/// One part of a template's tree.
+#[derive(Debug, Clone)]
+enum Node {
+    Text(String),
+    Action(Pipeline),
+    /// `if`, `range` and `with`: a pipeline, the body, and the `else` body.
+    Block {
+        kind: BlockKind,
+        pipe: Pipeline,
+        body: Vec<Node>,
+        other: Vec<Node>,
+    },
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum BlockKind {
+    If,
+    Range,
+    With,
+}
+
+/// Commands joined by `|`, with the variables they declare (`$i, $e :=`).
+#[derive(Debug, Clone)]
+struct Pipeline {
+    /// The action's text, for error messages.
+    source: String,
+    decl: Vec<String>,
+    cmds: Vec<Vec<Operand>>,
+}
+
+#[derive(Debug, Clone)]
+enum Operand {
+    /// `.A.B` (empty: `.`).
+    Field(Vec<String>),
+    /// `$x.A.B` (`$` is the root).
+    Var(String, Vec<String>),
+    Lit(Value),
+    Func(String),
+    Paren(Box<Pipeline>),
+}
+
+/// A value during rendering: `None` is Go's "no value" (a missing field).
+type Val = Option<Value>;
+
+#[derive(Debug, Clone, PartialEq)]
+enum Tok {
+    Field(Vec<String>),
+    Var(String, Vec<String>),
+    Ident(String),
+    Str(String),
+    Num(serde_json::Number),
+    Open,
+    Close,
+    Pipe,
+    Comma,
+    Declare,
+}
+
+fn parse_err(at: usize, reason: impl Into<String>) -> TemplateError {
+    TemplateError::Parse {
+        at,
+        reason: reason.into(),
+    }
+}
+
+/// The text of one action between its delimiters, with its offset.
+struct Action {
+    at: usize,
+    text: String,
+}
+
+enum Item {
+    Text(String),
+    Action(Action),
+}
+
+/// Split the template into text and actions, applying `{{-` and `-}}` trimming.
+fn split(src: &str) -> Result<Vec<Item>, TemplateError> {
+    let mut items = Vec::new();
+    let mut rest = src;
+    let mut offset = 0;
+    let mut trim_next = false;
+    while let Some(open) = rest.find("{{") {
+        let mut text = &rest[..open];
+        if trim_next {
+            text = text.trim_start();
+        }
+        let after = &rest[open + 2..];
+        let trim_left = after.starts_with("- ") || after.starts_with("-\t");
+        if trim_left {
+            text = text.trim_end();
+        }
+        if !text.is_empty() {
+            items.push(Item::Text(text.to_string()));
+        }
+        let body_start = if trim_left { 1 } else { 0 };
+        let close = find_close(&after[body_start..])
+            .ok_or_else(|| parse_err(offset + open, "unclosed action (no \"}}\")"))?;
+        let mut body = &after[body_start..body_start + close];
+        trim_next = body.ends_with(" -") || body.ends_with("\t-");
+        if trim_next {
+            body = &body[..body.len() - 1];
+        }
+        let body = body.trim();
+        if !(body.starts_with("/*") && body.ends_with("*/")) {
+            items.push(Item::Action(Action {
+                at: offset + open,
+                text: body.to_string(),
+            }));
+        }
+        let consumed = open + 2 + body_start + close + 2;
+        offset += consumed;
+        rest = &rest[consumed..];
+    }
+    let text = if trim_next { rest.trim_start() } else { rest };
+    if !text.is_empty() {
+        items.push(Item::Text(text.to_string()));
+    }
+    Ok(items)
+}
+
+/// Where `}}` ends an action, outside string literals.
+fn find_close(s: &str) -> Option<usize> {
+    let b = s.as_bytes();
+    let mut i = 0;
+    while i < b.len() {
+        match b[i] {
+            b'"' => {
+                i += 1;
+                while i < b.len() && b[i] != b'"' {
+                    i += if b[i] == b'\\' { 2 } else { 1 };
+                }
+            }
+            b'`' => {
+                i += 1;
+                while i < b.len() && b[i] != b'`' {
+                    i += 1;
+                }
+            }
+            b'}' if b.get(i + 1) == Some(&b'}') => return Some(i),
+            _ => {}
+        }
+        i += 1;
+    }
+    None
+}
+
+fn is_ident_char(c: char) -> bool {
+    c.is_alphanumeric() || c == '_'
+}
+
+/// Split `.A.B` style chains after a leading `.` or `$name`.
+fn field_chain(chars: &[char], i: &mut usize, at: usize) -> Result<Vec<String>, TemplateError> {
+    let mut fields = Vec::new();
+    while *i < chars.len() && chars[*i] == '.' {
+        *i += 1;
+        let start = *i;
+        while *i < chars.len() && is_ident_char(chars[*i]) {
+            *i += 1;
+        }
+        if start == *i {
+            if fields.is_empty() {
+                break;
+            }
+            return Err(parse_err(at, "a field name must follow \".\""));
+        }
+        fields.push(chars[start..*i].iter().collect());
+    }
+    Ok(fields)
+}
+
+fn lex(action: &Action) -> Result<Vec<Tok>, TemplateError> {
+    let at = action.at;
+    let chars: Vec<char> = action.text.chars().collect();
+    let mut toks = Vec::new();
+    let mut i = 0;
+    while i < chars.len() {
+        let c = chars[i];
+        match c {
+            _ if c.is_whitespace() => i += 1,
+            '(' => {
+                toks.push(Tok::Open);
+                i += 1;
+            }
+            ')' => {
+                toks.push(Tok::Close);
+                i += 1;
+            }
+            '|' => {
+                toks.push(Tok::Pipe);
+                i += 1;
+            }
+            ',' => {
+                toks.push(Tok::Comma);
+                i += 1;
+            }
+            ':' if chars.get(i + 1) == Some(&'=') => {
+                toks.push(Tok::Declare);
+                i += 2;
+            }
+            '.' => {
+                let fields = field_chain(&chars, &mut i, at)?;
+                if fields.is_empty() {
+                    i += 1;
+                }
+                toks.push(Tok::Field(fields));
+            }
+            '$' => {
+                let start = i;
+                i += 1;
+                while i < chars.len() && is_ident_char(chars[i]) {
+                    i += 1;
+                }
+                let name: String = chars[start..i].iter().collect();
+                let fields = field_chain(&chars, &mut i, at)?;
+                toks.push(Tok::Var(name, fields));
+            }
+            '"' => {
+                let mut s = String::new();
+                i += 1;
+                loop {
+                    match chars.get(i) {
+                        None => return Err(parse_err(at, "unterminated quoted string")),
+                        Some('"') => break,
+                        Some('\\') => {
+                            let esc = chars
+                                .get(i + 1)
+                                .ok_or_else(|| parse_err(at, "unterminated quoted string"))?;
+                            s.push(match esc {
+                                'n' => '\n',
+                                't' => '\t',
+                                'r' => '\r',
+                                '\\' => '\\',
+                                '"' => '"',
+                                '0' => '\0',
+                                other => {
+                                    return Err(parse_err(
+                                        at,
+                                        format!("unknown escape sequence \\{other}"),
+                                    ))
+                                }
+                            });
+                            i += 2;
+                        }
+                        Some(&ch) => {
+                            s.push(ch);
+                            i += 1;
+                        }
+                    }
+                }
+                i += 1;
+                toks.push(Tok::Str(s));
+            }
+            '`' => {
+                let start = i + 1;
+                let end = chars[start..]
+                    .iter()
+                    .position(|&ch| ch == '`')
+                    .ok_or_else(|| parse_err(at, "unterminated raw quoted string"))?;
+                toks.push(Tok::Str(chars[start..start + end].iter().collect()));
+                i = start + end + 1;
+            }
+            _ if c.is_ascii_digit()
+                || (c == '-' && chars.get(i + 1).is_some_and(char::is_ascii_digit)) =>
+            {
+                let start = i;
+                i += 1;
+                while i < chars.len() && (chars[i].is_ascii_alphanumeric() || chars[i] == '.') {
+                    i += 1;
+                }
+                let text: String = chars[start..i].iter().collect();
+                let num = serde_json::from_str::<serde_json::Number>(&text)
+                    .map_err(|_| parse_err(at, format!("bad number syntax: {text:?}")))?;
+                toks.push(Tok::Num(num));
+            }
+            _ if is_ident_char(c) => {
+                let start = i;
+                while i < chars.len() && is_ident_char(chars[i]) {
+                    i += 1;
+                }
+                toks.push(Tok::Ident(chars[start..i].iter().collect()));
+            }
+            other => {
+                return Err(parse_err(
+                    at,
+                    format!("unexpected {other:?} in {:?}", action.text),
+                ))
+            }
+        }
+    }
+    Ok(toks)
+}
+
+const FUNCS: &[&str] = &[
+    "and", "or", "not", "len", "index", "print", "printf", "println", "eq", "ne", "lt", "le", "gt",
+    "ge",
+];
+
+/// Parse a pipeline from `toks[*i..]` up to its end or a `)`.
+fn parse_pipeline(
+    toks: &[Tok],
+    i: &mut usize,
+    action: &Action,
+    allow_decl: bool,
+) -> Result<Pipeline, TemplateError> {
+    let at = action.at;
+    let mut decl = Vec::new();
+    // `$x :=` or `$i, $e :=`
+    let lookahead: Vec<&Tok> = toks[*i..].iter().take(4).collect();
+    let declares = match lookahead.as_slice() {
+        [Tok::Var(_, f), Tok::Declare, ..] if f.is_empty() => 1,
+        [Tok::Var(_, f), Tok::Comma, Tok::Var(_, g), Tok::Declare]
+            if f.is_empty() && g.is_empty() =>
+        {
+            2
+        }
+        _ => 0,
+    };
+    if declares > 0 {
+        if !allow_decl {
+            return Err(parse_err(at, "a variable cannot be declared here"));
+        }
+        for k in 0..declares {
+            if let Tok::Var(name, _) = &toks[*i + 2 * k] {
+                decl.push(name.clone());
+            }
+        }
+        *i += 2 * declares;
+    }
+    let mut cmds = Vec::new();
+    let mut cmd = Vec::new();
+    while let Some(tok) = toks.get(*i) {
+        *i += 1;
+        match tok {
+            Tok::Close => {
+                *i -= 1;
+                break;
+            }
+            Tok::Pipe => {
+                if cmd.is_empty() {
+                    return Err(parse_err(at, "missing command before \"|\""));
+                }
+                cmds.push(std::mem::take(&mut cmd));
+            }
+            Tok::Field(f) => cmd.push(Operand::Field(f.clone())),
+            Tok::Var(v, f) => cmd.push(Operand::Var(v.clone(), f.clone())),
+            Tok::Str(s) => cmd.push(Operand::Lit(Value::String(s.clone()))),
+            Tok::Num(n) => cmd.push(Operand::Lit(Value::Number(n.clone()))),
+            Tok::Ident(name) => cmd.push(match name.as_str() {
+                "true" => Operand::Lit(Value::Bool(true)),
+                "false" => Operand::Lit(Value::Bool(false)),
+                "nil" => Operand::Lit(Value::Null),
+                f if FUNCS.contains(&f) => Operand::Func(f.to_string()),
+                other => return Err(parse_err(at, format!("function {other:?} not defined"))),
+            }),
+            Tok::Open => {
+                let inner = parse_pipeline(toks, i, action, false)?;
+                if toks.get(*i) != Some(&Tok::Close) {
+                    return Err(parse_err(at, "unclosed left paren"));
+                }
+                *i += 1;
+                cmd.push(Operand::Paren(Box::new(inner)));
+            }
+            Tok::Comma | Tok::Declare => {
+                return Err(parse_err(
+                    at,
+                    format!("unexpected {tok:?} in {:?}", action.text),
+                ))
+            }
+        }
+    }
+    if cmd.is_empty() {
+        return Err(parse_err(at, format!("missing value in {:?}", action.text)));
+    }
+    cmds.push(cmd);
+    for (n, c) in cmds.iter().enumerate() {
+        if c.len() > 1 && !matches!(c[0], Operand::Func(_)) {
+            return Err(parse_err(
+                at,
+                format!("can't give argument to non-function in {:?}", action.text),
+            ));
+        }
+        if n > 0 && !matches!(c[0], Operand::Func(_)) {
+            return Err(parse_err(
+                at,
+                format!("non-function in pipeline stage of {:?}", action.text),
+            ));
+        }
+    }
+    Ok(Pipeline {
+        source: action.text.clone(),
+        decl,
+        cmds,
+    })
+}
+
+fn whole_pipeline(toks: &[Tok], action: &Action) -> Result<Pipeline, TemplateError> {
+    let mut i = 0;
+    let pipe = parse_pipeline(toks, &mut i, action, true)?;
+    if i != toks.len() {
+        return Err(parse_err(
+            action.at,
+            format!("unexpected \")\" in {:?}", action.text),
+        ));
+    }
+    Ok(pipe)
+}
+
+/// How a list of nodes ended.
+enum End {
+    Eof,
+    /// `{{end}}`.
+    Close,
+    /// `else`, or `else if PIPE` (carrying the `if`'s pipeline).
+    Else(Option<Pipeline>),
+}
+
+fn parse_list(
+    items: &mut std::iter::Peekable<std::vec::IntoIter<Item>>,
+) -> Result<(Vec<Node>, End, usize), TemplateError> {
+    let mut nodes = Vec::new();
+    while let Some(item) = items.next() {
+        let action = match item {
+            Item::Text(t) => {
+                nodes.push(Node::Text(t));
+                continue;
+            }
+            Item::Action(a) => a,
+        };
+        let toks = lex(&action)?;
+        let keyword = match toks.first() {
+            Some(Tok::Ident(k)) => k.as_str(),
+            _ => "",
+        };
+        match keyword {
+            "end" if toks.len() == 1 => return Ok((nodes, End::Close, action.at)),
+            "else" => {
+                let rest = &toks[1..];
+                let chained = match rest.first() {
+                    None => None,
+                    Some(Tok::Ident(k)) if k == "if" => Some(whole_pipeline(&rest[1..], &action)?),
+                    Some(_) => return Err(parse_err(action.at, "unexpected words after \"else\"")),
+                };
+                return Ok((nodes, End::Else(chained), action.at));
+            }
+            "if" | "range" | "with" => {
+                let kind = match keyword {
+                    "if" => BlockKind::If,
+                    "range" => BlockKind::Range,
+                    _ => BlockKind::With,
+                };
+                let pipe = whole_pipeline(&toks[1..], &action)?;
+                nodes.push(parse_block(kind, pipe, action.at, items)?);
+            }
+            "end" | "define" | "template" | "block" | "break" | "continue" => {
+                return Err(parse_err(
+                    action.at,
+                    format!("unexpected {keyword:?} (or not supported here)"),
+                ))
+            }
+            _ => nodes.push(Node::Action(whole_pipeline(&toks, &action)?)),
+        }
+    }
+    Ok((nodes, End::Eof, 0))
+}
+
+/// The body and `else` parts of a block whose opening action is at `at`.
+fn parse_block(
+    kind: BlockKind,
+    pipe: Pipeline,
+    at: usize,
+    items: &mut std::iter::Peekable<std::vec::IntoIter<Item>>,
+) -> Result<Node, TemplateError> {
+    let (body, end, end_at) = parse_list(items)?;
+    let other = match end {
+        End::Eof => return Err(parse_err(at, "unexpected EOF: missing {{end}}")),
+        End::Close => Vec::new(),
+        End::Else(None) => match parse_list(items)? {
+            (other, End::Close, _) => other,
+            (_, End::Eof, _) => return Err(parse_err(at, "unexpected EOF: missing {{end}}")),
+            (_, End::Else(_), at2) => return Err(parse_err(at2, "a second {{else}}")),
+        },
+        End::Else(Some(cond)) => {
+            if kind != BlockKind::If {
+                return Err(parse_err(end_at, "{{else if}} after a range or with"));
+            }
+            vec![parse_block(BlockKind::If, cond, end_at, items)?]
+        }
+    };
+    Ok(Node::Block {
+        kind,
+        pipe,
+        body,
+        other,
+    })
+}
+
+impl Template {
+    /// Parse `src`; the error names the character where the faulty action starts.
+    pub fn parse(src: &str) -> Result<Template, TemplateError> {
+        let mut items = split(src)?.into_iter().peekable();
+        match parse_list(&mut items)? {
+            (nodes, End::Eof, _) => Ok(Template { nodes }),
+            (_, End::Close, at) => Err(parse_err(at, "unexpected {{end}}")),
+            (_, End::Else(_), at) => Err(parse_err(at, "unexpected {{else}}")),
+        }
+    }
+
+    /// Render the template with `data` as `.` and `$`.
+    pub fn render(&self, data: &Value) -> Result<String, TemplateError> {
+        let mut exec = Exec {
+            vars: vec![("$".to_string(), Some(data.clone()))],
+            out: String::new(),
+        };
+        exec.walk(&self.nodes, &Some(data.clone()))?;
+        Ok(exec.out)
+    }
+}
+
+struct Exec {
+    vars: Vec<(String, Val)>,
+    out: String,
+}
+
+fn exec_err(pipe: &Pipeline, reason: impl Into<String>) -> TemplateError {
+    TemplateError::Exec {
+        action: pipe.source.clone(),
+        reason: reason.into(),
+    }
+}
+
+/// Go's truth: false, 0, nil, "" and empty collections are false, as is no value.
+fn truth(v: &Val) -> bool {
+    match v {
+        None | Some(Value::Null) => false,
+        Some(Value::Bool(b)) => *b,
+        Some(Value::Number(n)) => n.as_f64().is_some_and(|f| f != 0.0),
+        Some(Value::String(s)) => !s.is_empty(),
+        Some(Value::Array(a)) => !a.is_empty(),
+        Some(Value::Object(o)) => !o.is_empty(),
+    }
+}
+
+/// Go's `%v` of a decoded JSON value.
+fn go_text(v: &Val) -> String {
+    match v {
+        None => "<no value>".into(),
+        Some(v) => json_text(v),
+    }
+}
+
+fn json_text(v: &Value) -> String {
+    match v {
+        Value::Null => "<nil>".into(),
+        Value::String(s) => s.clone(),
+        Value::Bool(b) => b.to_string(),
+        Value::Number(n) => n.to_string(),
+        Value::Array(a) => format!(
+            "[{}]",
+            a.iter().map(json_text).collect::<Vec<_>>().join(" ")
+        ),
+        Value::Object(o) => {
+            let mut keys: Vec<&String> = o.keys().collect();
+            keys.sort();
+            let parts: Vec<String> = keys
+                .into_iter()
+                .map(|k| format!("{k}:{}", json_text(&o[k])))
+                .collect();
+            format!("map[{}]", parts.join(" "))
+        }
+    }
+}
+
+impl Exec {
+    fn walk(&mut self, nodes: &[Node], dot: &Val) -> Result<(), TemplateError> {
+        for node in nodes {
+            match node {
+                Node::Text(t) => self.out.push_str(t),
+                Node::Action(pipe) => {
+                    let v = self.pipeline(pipe, dot)?;
+                    if pipe.decl.is_empty() {
+                        self.out.push_str(&go_text(&v));
+                    }
+                }
+                Node::Block {
+                    kind,
+                    pipe,
+                    body,
+                    other,
+                } => {
+                    let depth = self.vars.len();
+                    self.block(*kind, pipe, body, other, dot)?;
+                    self.vars.truncate(depth);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn block(
+        &mut self,
+        kind: BlockKind,
+        pipe: &Pipeline,
+        body: &[Node],
+        other: &[Node],
+        dot: &Val,
+    ) -> Result<(), TemplateError> {
+        if kind != BlockKind::Range {
+            let v = self.pipeline(pipe, dot)?;
+            return match (truth(&v), kind) {
+                (true, BlockKind::With) => self.walk(body, &v),
+                (true, _) => self.walk(body, dot),
+                (false, _) => self.walk(other, dot),
+            };
+        }
+        let v = self.eval_pipeline(pipe, dot)?;
+        let items: Vec<(Value, Value)> = match v {
+            None | Some(Value::Null) => Vec::new(),
+            Some(Value::Array(a)) => a
+                .into_iter()
+                .enumerate()
+                .map(|(i, e)| (Value::from(i), e))
+                .collect(),
+            Some(Value::Object(o)) => {
+                let mut kv: Vec<(String, Value)> = o.into_iter().collect();
+                kv.sort_by(|a, b| a.0.cmp(&b.0));
+                kv.into_iter().map(|(k, e)| (Value::String(k), e)).collect()
+            }
+            Some(other) => {
+                return Err(exec_err(
+                    pipe,
+                    format!("range can't iterate over {}", json_text(&other)),
+                ))
+            }
+        };
+        if items.is_empty() {
+            return self.walk(other, dot);
+        }
+        let depth = self.vars.len();
+        for (key, elem) in items {
+            match pipe.decl.as_slice() {
+                [e] => self.vars.push((e.clone(), Some(elem.clone()))),
+                [k, e] => {
+                    self.vars.push((k.clone(), Some(key)));
+                    self.vars.push((e.clone(), Some(elem.clone())));
+                }
+                _ => {}
+            }
+            self.walk(body, &Some(elem))?;
+            self.vars.truncate(depth);
+        }
+        Ok(())
+    }
+
+    /// Evaluate a pipeline and bind what it declares (outside `range`).
+    fn pipeline(&mut self, pipe: &Pipeline, dot: &Val) -> Result<Val, TemplateError> {
+        let v = self.eval_pipeline(pipe, dot)?;
+        for name in &pipe.decl {
+            self.vars.push((name.clone(), v.clone()));
+        }
+        Ok(v)
+    }
+
+    fn eval_pipeline(&self, pipe: &Pipeline, dot: &Val) -> Result<Val, TemplateError> {
+        let mut last: Option<Val> = None;
+        for cmd in &pipe.cmds {
+            last = Some(self.command(pipe, cmd, dot, last)?);
+        }
+        Ok(last.flatten())
+    }
+
+    fn command(
+        &self,
+        pipe: &Pipeline,
+        cmd: &[Operand],
+        dot: &Val,
+        piped: Option<Val>,
+    ) -> Result<Val, TemplateError> {
+        match &cmd[0] {
+            Operand::Func(name) => {
+                let mut args = cmd[1..]
+                    .iter()
+                    .map(|op| self.operand(pipe, op, dot))
+                    .collect::<Result<Vec<_>, _>>()?;
+                args.extend(piped);
+                call(name, &args).map_err(|reason| exec_err(pipe, format!("{name}: {reason}")))
+            }
+            op => self.operand(pipe, op, dot),
+        }
+    }
+
+    fn operand(&self, pipe: &Pipeline, op: &Operand, dot: &Val) -> Result<Val, TemplateError> {
+        match op {
+            Operand::Field(fields) => fields_of(pipe, dot.clone(), fields),
+            Operand::Var(name, fields) => {
+                let v = self
+                    .vars
+                    .iter()
+                    .rev()
+                    .find(|(n, _)| n == name)
+                    .map(|(_, v)| v.clone())
+                    .ok_or_else(|| exec_err(pipe, format!("undefined variable: {name}")))?;
+                fields_of(pipe, v, fields)
+            }
+            Operand::Lit(v) => Ok(Some(v.clone())),
+            Operand::Paren(inner) => self.eval_pipeline(inner, dot),
+            Operand::Func(name) => {
+                call(name, &[]).map_err(|r| exec_err(pipe, format!("{name}: {r}")))
+            }
+        }
+    }
+}
+
+/// `.A.B` of `v`: a missing key is no value, a field of anything but an object an error.
+fn fields_of(pipe: &Pipeline, mut v: Val, fields: &[String]) -> Result<Val, TemplateError> {
+    for f in fields {
+        v = match v {
+            Some(Value::Object(mut o)) => o.remove(f),
+            None | Some(Value::Null) => {
+                return Err(exec_err(pipe, format!("nil pointer evaluating .{f}")))
+            }
+            Some(other) => {
+                return Err(exec_err(
+                    pipe,
+                    format!("can't evaluate field {f} in {}", kind_name(&other)),
+                ))
+            }
+        };
+    }
+    Ok(v)
+}
+
+fn kind_name(v: &Value) -> &'static str {
+    match v {
+        Value::Null => "nil",
+        Value::Bool(_) => "bool",
+        Value::Number(_) => "number",
+        Value::String(_) => "string",
+        Value::Array(_) => "array",
+        Value::Object(_) => "object",
+    }
+}
+
+fn arity(args: &[Val], n: usize) -> Result<(), String> {
+    if args.len() == n {
+        Ok(())
+    } else {
+        Err(format!("wrong number of args: want {n} got {}", args.len()))
+    }
+}
+
+/// Go's builtin functions.
+fn call(name: &str, args: &[Val]) -> Result<Val, String> {
+    let some = |v: Value| Ok(Some(v));
+    match name {
+        "and" | "or" => {
+            let stop = name != "and";
+            match args.iter().find(|a| truth(a) == stop) {
+                Some(a) => Ok(a.clone()),
+                None => args
+                    .last()
+                    .cloned()
+                    .ok_or_else(|| "needs an argument".into()),
+            }
+        }
+        "not" => {
+            arity(args, 1)?;
+            some(Value::Bool(!truth(&args[0])))
+        }
+        "len" => {
+            arity(args, 1)?;
+            let n = match &args[0] {
+                Some(Value::String(s)) => s.len(),
+                Some(Value::Array(a)) => a.len(),
+                Some(Value::Object(o)) => o.len(),
+                other => return Err(format!("len of {}", go_text(other))),
+            };
+            some(Value::from(n))
+        }
+        "index" => {
+            let (first, keys) = args.split_first().ok_or("needs a value to index")?;
+            let mut v = first.clone();
+            for key in keys {
+                v = match (v, key) {
+                    (Some(Value::Object(mut o)), Some(Value::String(k))) => o.remove(k),
+                    (Some(Value::Array(a)), Some(Value::Number(n))) => {
+                        let i = n.as_u64().ok_or_else(|| format!("bad index {n}"))?;
+                        let len = a.len();
+                        Some(
+                            a.into_iter()
+                                .nth(i as usize)
+                                .ok_or_else(|| format!("index out of range: {i} of {len}"))?,
+                        )
+                    }
+                    (None | Some(Value::Null), _) => return Err("index of nil".into()),
+                    (Some(other), k) => {
+                        return Err(format!(
+                            "can't index {} with {}",
+                            kind_name(&other),
+                            go_text(k)
+                        ))
+                    }
+                };
+            }
+            Ok(v)
+        }
+        "print" => {
+            let mut s = String::new();
+            for (i, a) in args.iter().enumerate() {
+                let is_str = |v: &Val| matches!(v, Some(Value::String(_)));
+                if i > 0 && !is_str(a) && !is_str(&args[i - 1]) {
+                    s.push(' ');
+                }
+                s.push_str(&go_text(a));
+            }
+            some(Value::String(s))
+        }
+        "println" => {
+            let parts: Vec<String> = args.iter().map(go_text).collect();
+            some(Value::String(format!("{}\n", parts.join(" "))))
+        }
+        "printf" => {
+            let (format, rest) = args.split_first().ok_or("needs a format")?;
+            let Some(Value::String(format)) = format else {
+                return Err("the format must be a string".into());
+            };
+            some(Value::String(printf(format, rest)))
+        }
+        "eq" => {
+            let (first, rest) = args.split_first().ok_or("needs two arguments")?;
+            if rest.is_empty() {
+                return Err("needs two arguments".into());
+            }
+            some(Value::Bool(rest.iter().any(|r| same(first, r))))
+        }
+        "ne" => {
+            arity(args, 2)?;
+            some(Value::Bool(!same(&args[0], &args[1])))
+        }
+        "lt" | "le" | "gt" | "ge" => {
+            arity(args, 2)?;
+            let ord = order(&args[0], &args[1])?;
+            some(Value::Bool(match name {
+                "lt" => ord.is_lt(),
+                "le" => ord.is_le(),
+                "gt" => ord.is_gt(),
+                _ => ord.is_ge(),
+            }))
+        }
+        other => Err(format!("function {other:?} not defined")),
+    }
+}
+
+fn same(a: &Val, b: &Val) -> bool {
+    match (a, b) {
+        (Some(Value::Number(x)), Some(Value::Number(y))) => x.as_f64() == y.as_f64(),
+        (None, Some(Value::Null)) | (Some(Value::Null), None) => true,
+        _ => a == b,
+    }
+}
+
+fn order(a: &Val, b: &Val) -> Result<std::cmp::Ordering, String> {
+    match (a, b) {
+        (Some(Value::Number(x)), Some(Value::Number(y))) => {
+            let (x, y) = (x.as_f64().unwrap_or(0.0), y.as_f64().unwrap_or(0.0));
+            x.partial_cmp(&y)
+                .ok_or_else(|| "incomparable numbers".into())
+        }
+        (Some(Value::String(x)), Some(Value::String(y))) => Ok(x.cmp(y)),
+        _ => Err(format!(
+            "incompatible types for comparison: {} and {}",
+            go_text(a),
+            go_text(b)
+        )),
+    }
+}
+
+/// Go's `fmt.Sprintf` for the verbs `%v %s %d %f %t %q %x %%`, with flags `-`/`0`, width and
+/// precision.
+fn printf(format: &str, args: &[Val]) -> String {
+    let mut out = String::new();
+    let mut args = args.iter();
+    let mut chars = format.chars().peekable();
+    while let Some(c) = chars.next() {
+        if c != '%' {
+            out.push(c);
+            continue;
+        }
+        let (mut left, mut zero, mut plus) = (false, false, false);
+        while let Some(&f) = chars.peek() {
+            match f {
+                '-' => left = true,
+                '0' => zero = true,
+                '+' => plus = true,
+                ' ' | '#' => {}
+                _ => break,
+            }
+            chars.next();
+        }
+        let mut width = String::new();
+        while let Some(&d) = chars.peek().filter(|d| d.is_ascii_digit()) {
+            width.push(d);
+            chars.next();
+        }
+        let mut precision: Option<usize> = None;
+        if chars.peek() == Some(&'.') {
+            chars.next();
+            let mut p = String::new();
+            while let Some(&d) = chars.peek().filter(|d| d.is_ascii_digit()) {
+                p.push(d);
+                chars.next();
+            }
+            precision = Some(p.parse().unwrap_or(0));
+        }
+        let Some(verb) = chars.next() else {
+            out.push_str("%!(NOVERB)");
+            break;
+        };
+        if verb == '%' {
+            out.push('%');
+            continue;
+        }
+        let Some(arg) = args.next() else {
+            let _ = write!(out, "%!{verb}(MISSING)");
+            continue;
+        };
+        let number = match arg {
+            Some(Value::Number(n)) => n.as_f64(),
+            _ => None,
+        };
+        let text = match (verb, arg) {
+            ('v' | 's', _) => {
+                let t = go_text(arg);
+                match precision {
+                    Some(p) if verb == 's' => t.chars().take(p).collect(),
+                    _ => t,
+                }
+            }
+            ('q', _) => serde_json::to_string(&go_text(arg)).unwrap_or_default(),
+            ('t', Some(Value::Bool(b))) => b.to_string(),
+            ('d', Some(Value::Number(n))) if n.is_i64() || n.is_u64() => {
+                let t = n.to_string();
+                if plus && !t.starts_with('-') {
+                    format!("+{t}")
+                } else {
+                    t
+                }
+            }
+            ('f' | 'F', _) if number.is_some() => {
+                format!("{:.*}", precision.unwrap_or(6), number.unwrap_or(0.0))
+            }
+            ('x', Some(Value::Number(n))) if n.is_u64() => format!("{:x}", n.as_u64().unwrap_or(0)),
+            ('x', Some(Value::String(s))) => s.bytes().map(|b| format!("{b:02x}")).collect(),
+            (verb, arg) => format!("%!{verb}({})", go_text(arg)),
+        };
+        let width: usize = width.parse().unwrap_or(0);
+        let pad = width.saturating_sub(text.chars().count());
+        if left {
+            out.push_str(&text);
+            out.extend(std::iter::repeat_n(' ', pad));
+        } else if zero && number.is_some() {
+            let (sign, digits) = match text.strip_prefix('-') {
+                Some(d) => ("-", d),
+                None => ("", text.as_str()),
+            };
+            out.push_str(sign);
+            out.extend(std::iter::repeat_n('0', pad));
+            out.push_str(digits);
+        } else {
+            out.extend(std::iter::repeat_n(' ', pad));
+            out.push_str(&text);
+        }
+    }
+    if args.len() > 0 {
+        let extra: Vec<String> = args.map(go_text).collect();
+        let _ = write!(out, "%!(EXTRA {})", extra.join(", "));
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::{Template, TemplateError};
+
+    fn render(src: &str, data: serde_json::Value) -> String {
+        Template::parse(src)
+            .unwrap_or_else(|e| panic!("{src:?}: {e}"))
+            .render(&data)
+            .unwrap_or_else(|e| panic!("{src:?}: {e}"))
+    }
+
+    fn job() -> serde_json::Value {
+        json!({
+            "ID": "web",
+            "Status": "running",
+            "Priority": 50,
+            "Stop": false,
+            "Meta": {"zone": "b", "owner": "ops"},
+            "TaskGroups": [
+                {"Name": "api", "Count": 2, "Tasks": [{"Name": "srv", "Driver": "raw_exec"}]},
+                {"Name": "db", "Count": 1, "Tasks": []}
+            ],
+            "Parent": null
+        })
+    }
+
+    #[test]
+    fn fields_nesting_and_dot() {
+        assert_eq!(render("{{.ID}} {{.Status}}", job()), "web running");
+        assert_eq!(render("{{.Meta.zone}}/{{ .Priority }}", job()), "b/50");
+        assert_eq!(render("{{.}}", json!("plain")), "plain");
+        assert_eq!(render("{{.Meta}}", job()), "map[owner:ops zone:b]");
+        assert_eq!(render("{{.Stop}} {{.Parent}}", job()), "false <nil>");
+        assert_eq!(render("{{$.ID}}", job()), "web");
+        assert_eq!(render("no actions", job()), "no actions");
+    }
+
+    #[test]
+    fn a_missing_field_is_no_value() {
+        assert_eq!(
+            render("{{.Nope}}|{{.Meta.nope}}", job()),
+            "<no value>|<no value>"
+        );
+        // A field of a missing value is an error, as in Go.
+        let err = Template::parse("{{.Nope.Deeper}}")
+            .unwrap()
+            .render(&job())
+            .unwrap_err();
+        assert!(
+            matches!(&err, TemplateError::Exec { reason, .. } if reason.contains("Deeper")),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn range_over_arrays_and_objects_in_key_order() {
+        assert_eq!(
+            render(
+                r#"{{range .TaskGroups}}{{.Name}}={{.Count}}{{"\n"}}{{end}}"#,
+                job()
+            ),
+            "api=2\ndb=1\n"
+        );
+        assert_eq!(
+            render("{{range $k, $v := .Meta}}{{$k}}:{{$v}};{{end}}", job()),
+            "owner:ops;zone:b;"
+        );
+        assert_eq!(
+            render(
+                "{{range $i, $g := .TaskGroups}}{{$i}}{{$g.Name}} {{end}}",
+                job()
+            ),
+            "0api 1db "
+        );
+        assert_eq!(
+            render(
+                "{{range .TaskGroups}}{{range .Tasks}}{{.Driver}}{{else}}none{{end}},{{end}}",
+                job()
+            ),
+            "raw_exec,none,"
+        );
+        assert_eq!(
+            render("{{range .Missing}}x{{else}}empty{{end}}", job()),
+            "empty"
+        );
+        assert_eq!(
+            render(
+                "{{- range . }}\n{{ .ID }}\n{{- end }}",
+                json!([{"ID": "a"}, {"ID": "b"}])
+            ),
+            "\na\nb"
+        );
+    }
+
+    #[test]
+    fn if_else_and_comparisons() {
+        let t = "{{if .Stop}}stopped{{else if eq .Status \"running\"}}up{{else}}other{{end}}";
+        assert_eq!(render(t, job()), "up");
+        assert_eq!(render(t, json!({"Stop": true})), "stopped");
+        assert_eq!(render(t, json!({"Status": "dead"})), "other");
+        assert_eq!(render("{{if .Nope}}y{{else}}n{{end}}", job()), "n");
+        assert_eq!(
+            render("{{if and .ID (gt .Priority 10)}}y{{end}}", job()),
+            "y"
+        );
+        assert_eq!(
+            render("{{if not .TaskGroups}}y{{else}}n{{end}}", job()),
+            "n"
+        );
+        assert_eq!(render("{{with .Meta}}{{.owner}}{{end}}", job()), "ops");
+    }
+
+    #[test]
+    fn functions_printf_len_index() {
+        assert_eq!(
+            render(
+                r#"{{printf "%s has %d groups" .ID (len .TaskGroups)}}"#,
+                job()
+            ),
+            "web has 2 groups"
+        );
+        assert_eq!(
+            render(r#"{{printf "%-5s|%4d|%05.1f" "ab" 7 3.14159}}"#, json!({})),
+            "ab   |   7|003.1"
+        );
+        assert_eq!(
+            render(r#"{{printf "%q %v %%" .ID .Stop}}"#, job()),
+            r#""web" false %"#
+        );
+        assert_eq!(render("{{len .Meta}} {{len .ID}}", job()), "2 3");
+        assert_eq!(
+            render(
+                r#"{{index .Meta "zone"}} {{index .TaskGroups 1 "Name"}}"#,
+                job()
+            ),
+            "b db"
+        );
+        assert_eq!(render(r#"{{index .Meta "nope"}}"#, job()), "<no value>");
+        assert_eq!(render(r#"{{.ID | printf "<%s>"}}"#, job()), "<web>");
+        assert_eq!(render(r#"{{print .ID 1 2 "x"}}"#, job()), "web1 2x");
+        assert_eq!(render("{{$n := len .TaskGroups}}{{$n}}", job()), "2");
+        assert_eq!(render("{{/* a comment */}}ok", job()), "ok");
+        assert_eq!(render("{{`raw\\n`}}", job()), "raw\\n");
+    }
+
+    #[test]
+    fn a_template_that_does_not_parse_names_the_problem() {
+        for (src, part) in [
+            ("{{.ID", "unclosed action"),
+            ("{{if .ID}}x", "missing {{end}}"),
+            ("x{{end}}", "unexpected {{end}}"),
+            ("{{nosuch .ID}}", "function \"nosuch\" not defined"),
+            ("{{\"open}}", "unclosed action"),
+            ("{{printf \"%s\" \"a\\q\"}}", "unknown escape"),
+            ("{{.ID .Status}}", "non-function"),
+            ("{{}}", "missing value"),
+            ("{{range .}}{{else if .X}}{{end}}", "else if"),
+        ] {
+            match Template::parse(src) {
+                Err(TemplateError::Parse { reason, .. }) => {
+                    assert!(reason.contains(part), "{src:?}: {reason:?} lacks {part:?}")
+                }
+                other => panic!("{src:?} parsed: {other:?}"),
+            }
+        }
+        let err = Template::parse("ab{{if}}").unwrap_err();
+        assert!(matches!(err, TemplateError::Parse { at: 2, .. }), "{err:?}");
+    }
+
+    #[test]
+    fn runtime_errors_are_errors() {
+        let t = Template::parse("{{range .ID}}{{end}}").unwrap();
+        assert!(t.render(&job()).is_err());
+        let t = Template::parse("{{len .Priority}}").unwrap();
+        assert!(t.render(&job()).is_err());
+        let t = Template::parse("{{$x}}").unwrap();
+        assert!(t.render(&job()).is_err());
+    }
+}
