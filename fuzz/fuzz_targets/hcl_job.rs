@@ -9,6 +9,11 @@ use teamster::jobspec::hcl::{parse_job, VarInputs};
 use teamster_storage::model::Job;
 
 fuzz_target!(|data: &[u8]| {
+    // libFuzzer's panic hook aborts before unwinding; `parse_job` catches the HCL library's
+    // own panics (and answers an error), so give it back the default hook. A panic that
+    // escapes `parse_job` still aborts: the harness catches it and calls abort.
+    static DEFAULT_HOOK: std::sync::Once = std::sync::Once::new();
+    DEFAULT_HOOK.call_once(|| drop(std::panic::take_hook()));
     let Ok(text) = std::str::from_utf8(data) else {
         return;
     };

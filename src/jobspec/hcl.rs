@@ -92,13 +92,53 @@ pub struct VarInputs {
 }
 
 /// Parse an HCL job file into Nomad's JSON job object (without the `{"Job": …}` wrapper).
+///
+/// The HCL library panics on some arithmetic (`8/0`, `1 % 0`: a non-finite or undefined
+/// number, found by the `hcl_job` fuzz target); such a panic is caught here and answered as
+/// an error naming the file, so a job file can never take a server's request down with it.
 pub fn parse_job(file: &str, text: &str, inputs: &VarInputs) -> Result<Value, JobspecError> {
+    std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        parse_job_unguarded(file, text, inputs)
+    }))
+    .unwrap_or_else(|payload| {
+        let raw = payload
+            .downcast_ref::<&str>()
+            .map(|s| s.to_string())
+            .or_else(|| payload.downcast_ref::<String>().cloned())
+            .unwrap_or_default();
+        let reason = if raw.contains("is_finite") || raw.contains("divisor of zero") {
+            "an arithmetic result is not a finite number (a division or modulo by zero?)".into()
+        } else if raw.contains("overflow") {
+            "an arithmetic result overflows".into()
+        } else {
+            format!("the HCL library failed: {raw}")
+        };
+        Err(JobspecError::File {
+            file: file.to_string(),
+            message: format!("cannot evaluate the job file: {reason}"),
+        })
+    })
+}
+
+fn parse_job_unguarded(file: &str, text: &str, inputs: &VarInputs) -> Result<Value, JobspecError> {
     if text.len() > MAX_SOURCE_BYTES {
         return Err(JobspecError::File {
             file: file.to_string(),
             message: format!(
                 "the job file is {} bytes; the limit is {MAX_SOURCE_BYTES}",
                 text.len()
+            ),
+        });
+    }
+    if let Some(at) = nesting::too_deep(text, nesting::MAX_NESTING) {
+        let (line, col) = line_col(text, at);
+        return Err(JobspecError::Syntax {
+            file: file.to_string(),
+            line,
+            col,
+            message: format!(
+                "nesting deeper than {} levels (brackets, blocks, strings, unary operators)",
+                nesting::MAX_NESTING
             ),
         });
     }
@@ -378,6 +418,7 @@ fn from_json(v: Value) -> hcl::Value {
 
 mod blocks;
 mod interpolate;
+mod nesting;
 mod variables;
 
 #[cfg(test)]

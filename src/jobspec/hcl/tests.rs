@@ -1212,3 +1212,68 @@ fn file_functions_read_local_files_in_the_cli_only() {
         .to_string();
     assert!(e.contains("file: \"/nonexistent/teamster\""), "{e}");
 }
+
+/// Regression for the `hcl_job` fuzz target's crash: nesting a few thousand levels deep
+/// overflowed the stack and aborted the agent (`/v1/jobs/parse`). It is refused with a
+/// syntax error naming where, and the deepest nesting allowed still parses on a thread with
+/// the 2 MiB stack of a tokio worker.
+#[test]
+fn nesting_past_the_limit_is_refused_and_the_limit_fits_a_small_stack() {
+    let deep = |open: &str, inner: &str, close: &str, n: usize| {
+        format!(
+            "locals {{\n  a = {}{inner}{}\n}}\njob \"x\" {{}}\n",
+            open.repeat(n),
+            close.repeat(n)
+        )
+    };
+    for text in [
+        deep("(", "1", ")", 50_000),
+        deep("[", "", "]", 50_000),
+        deep("{b = ", "1", "}", 20_000),
+        deep("-", "1", "", 50_000),
+        deep("\"${", "1", "}\"", 20_000),
+        format!(
+            "job \"x\" {{\n{}{}}}\n",
+            "a {\n".repeat(20_000),
+            "}\n".repeat(20_000)
+        ),
+    ] {
+        let e = parse(&text).unwrap_err().to_string();
+        assert!(e.contains("nesting deeper than 64 levels"), "{e}");
+        assert!(e.starts_with("job.hcl:"), "names the place: {e}");
+    }
+    let limit = nesting::MAX_NESTING - 2;
+    let texts = vec![
+        deep("(", "1", ")", limit),
+        deep("[", "", "]", limit),
+        deep("{b = ", "1", "}", limit),
+        deep("-", "1", "", limit),
+        deep("\"${", "1", "}\"", limit / 2),
+    ];
+    std::thread::Builder::new()
+        .stack_size(2 << 20)
+        .spawn(move || {
+            for text in texts {
+                // Parsed (or refused for another reason), never a stack overflow.
+                let _ = parse(&text);
+            }
+        })
+        .unwrap()
+        .join()
+        .unwrap();
+}
+
+/// Regression for the `hcl_job` fuzz target's second find: arithmetic the HCL library
+/// panics on (a division or modulo by zero) is an error naming the file, not a panic.
+#[test]
+fn arithmetic_the_hcl_library_panics_on_is_an_error() {
+    for expr in ["8/0", "1 % 0", "-8/0", "0/0"] {
+        let text = format!("job \"x\" {{\n  priority = {expr}\n}}\n");
+        let r = std::panic::catch_unwind(|| parse(&text));
+        let e = r.expect("no panic escapes").expect_err(expr).to_string();
+        assert!(
+            e.starts_with("job.hcl: cannot evaluate the job file"),
+            "{expr}: {e}"
+        );
+    }
+}

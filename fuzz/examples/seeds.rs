@@ -1,6 +1,6 @@
 //! Writes seed inputs for the fuzz targets into `corpus/<target>/`: the job files of
 //! `deploy/jobs/` for `hcl_job` and `job_json`, and encoded frames and bodies of real
-//! messages for `rpc_frame`. Run from `fuzz/`: `cargo run --bin seeds`.
+//! messages for `rpc_frame`. Run from `fuzz/`: `cargo run --example seeds`.
 
 use std::path::Path;
 
