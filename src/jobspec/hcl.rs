@@ -130,16 +130,23 @@ fn parse_job_unguarded(file: &str, text: &str, inputs: &VarInputs) -> Result<Val
             ),
         });
     }
-    if let Some(at) = nesting::too_deep(text, nesting::MAX_NESTING) {
+    if let Some(problem) = nesting::scan(text, nesting::MAX_NESTING) {
+        let (at, message) = match problem {
+            nesting::Problem::TooDeep(at) => (
+                at,
+                format!(
+                    "nesting deeper than {} levels (brackets, blocks, strings, unary operators)",
+                    nesting::MAX_NESTING
+                ),
+            ),
+            nesting::Problem::Unclosed(at, what) => (at, format!("invalid HCL: unclosed {what}")),
+        };
         let (line, col) = line_col(text, at);
         return Err(JobspecError::Syntax {
             file: file.to_string(),
             line,
             col,
-            message: format!(
-                "nesting deeper than {} levels (brackets, blocks, strings, unary operators)",
-                nesting::MAX_NESTING
-            ),
+            message,
         });
     }
     let body: Body = text.parse().map_err(|e: hcl::edit::parser::Error| {

@@ -25,8 +25,47 @@ enum Frame {
     Interpolation,
 }
 
+/// What the scan found wrong.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Problem {
+    /// Nesting deeper than the limit, first at this byte offset.
+    TooDeep(usize),
+    /// A bracket, string, heredoc or interpolation opened at this offset never closes.
+    Unclosed(usize, &'static str),
+}
+
+/// The first [`Problem`] of `text`, if any. An unclosed construct is reported here because
+/// the parser backtracks through every open bracket before it gives up, which takes
+/// exponential time on a few kilobytes of unclosed brackets (also found by `hcl_job`).
+pub fn scan(text: &str, limit: usize) -> Option<Problem> {
+    let mut opened: Vec<usize> = Vec::new();
+    let r = scan_with(text, limit, &mut opened);
+    if r.is_some() {
+        return r;
+    }
+    opened.last().map(|&at| {
+        let what = match text.as_bytes().get(at) {
+            Some(b'(') => "`(`",
+            Some(b'[') => "`[`",
+            Some(b'{') => "`{`",
+            Some(b'"') => "string",
+            Some(b'<') => "heredoc",
+            _ => "interpolation",
+        };
+        Problem::Unclosed(at, what)
+    })
+}
+
 /// The byte offset where `text` first nests deeper than `limit`, if it does.
+#[cfg(test)]
 pub fn too_deep(text: &str, limit: usize) -> Option<usize> {
+    match scan_with(text, limit, &mut Vec::new()) {
+        Some(Problem::TooDeep(at)) => Some(at),
+        _ => None,
+    }
+}
+
+fn scan_with(text: &str, limit: usize, opened: &mut Vec<usize>) -> Option<Problem> {
     let bytes = text.as_bytes();
     let mut stack: Vec<Frame> = Vec::new();
     let mut unary_run = 0usize;
@@ -50,17 +89,25 @@ pub fn too_deep(text: &str, limit: usize) -> Option<usize> {
                         .map_or(bytes.len(), |at| i + 2 + at + 2);
                     continue;
                 }
-                b'(' | b'[' | b'{' => stack.push(Frame::Bracket),
+                b'(' | b'[' | b'{' => {
+                    stack.push(Frame::Bracket);
+                    opened.push(i);
+                }
                 b')' | b']' | b'}' => {
                     stack.pop();
+                    opened.pop();
                 }
-                b'"' => stack.push(Frame::Quoted),
+                b'"' => {
+                    stack.push(Frame::Quoted);
+                    opened.push(i);
+                }
                 b'<' if next == Some(b'<') => {
                     if let Some((marker, body)) = heredoc_start(bytes, i) {
                         stack.push(Frame::Heredoc(marker));
+                        opened.push(i);
                         unary_run = 0;
                         if stack.len() > limit {
-                            return Some(i);
+                            return Some(Problem::TooDeep(i));
                         }
                         i = body;
                         continue;
@@ -69,7 +116,7 @@ pub fn too_deep(text: &str, limit: usize) -> Option<usize> {
                 b'-' | b'!' => {
                     unary_run += 1;
                     if stack.len() + unary_run > limit {
-                        return Some(i);
+                        return Some(Problem::TooDeep(i));
                     }
                 }
                 _ => {}
@@ -82,6 +129,7 @@ pub fn too_deep(text: &str, limit: usize) -> Option<usize> {
                 (Some(Frame::Quoted), b'\\') => i += 1,
                 (Some(Frame::Quoted), b'"') => {
                     stack.pop();
+                    opened.pop();
                 }
                 (_, b'$' | b'%') if next == Some(b) && bytes.get(i + 2) == Some(&b'{') => {
                     // `$${` and `%%{` are literal.
@@ -89,12 +137,14 @@ pub fn too_deep(text: &str, limit: usize) -> Option<usize> {
                 }
                 (_, b'$' | b'%') if next == Some(b'{') => {
                     stack.push(Frame::Interpolation);
+                    opened.push(i);
                     i += 1;
                 }
                 (Some(Frame::Heredoc(marker)), b'\n') => {
                     let end = line_end(bytes, i + 1);
                     if text[i + 1..end].trim() == marker {
                         stack.pop();
+                        opened.pop();
                         i = end;
                     }
                 }
@@ -102,7 +152,7 @@ pub fn too_deep(text: &str, limit: usize) -> Option<usize> {
             }
         }
         if stack.len() > limit {
-            return Some(i);
+            return Some(Problem::TooDeep(i));
         }
         i += 1;
     }
@@ -200,5 +250,24 @@ mod tests {
             }
         }
         assert!(seen >= 20, "{seen}");
+    }
+}
+
+#[cfg(test)]
+mod unclosed {
+    use super::*;
+
+    #[test]
+    fn an_unclosed_construct_is_found_where_it_opens() {
+        assert_eq!(scan("a = [1, [2]\n", 64), Some(Problem::Unclosed(4, "`[`")));
+        assert_eq!(
+            scan("a = \"x ${y}\n", 64),
+            Some(Problem::Unclosed(4, "string"))
+        );
+        assert_eq!(
+            scan("a = <<EOT\nx\n", 64),
+            Some(Problem::Unclosed(4, "heredoc"))
+        );
+        assert_eq!(scan("a = [1, [2]]\nb = \"${c}\"\n", 64), None);
     }
 }
