@@ -101,7 +101,8 @@ pub async fn servers(State(ctx): State<HttpContext>) -> Json<Vec<String>> {
 }
 
 /// `PUT|POST /v1/agent/servers?address=host:port&address=…`: replace the servers this
-/// agent's client calls (Nomad's `SetServers`; python-nomad's `agent.update_servers`). 400
+/// agent's client calls (Nomad's `SetServers`; python-nomad's `agent.update_servers`); the
+/// servers its later heartbeats name are learned after them, as before. 400
 /// when no address is given, one is not `host:port`, or the agent runs no client.
 pub async fn update_servers(
     State(ctx): State<HttpContext>,

@@ -38,6 +38,10 @@ pub async fn dequeue(
 /// placements each, planned in a few milliseconds, so many fit one round.
 const BATCHED_TYPES: [&str; 2] = ["service", "batch"];
 
+/// The most evaluations one `Eval.DequeueBatch` hands out, whatever it asks for (the
+/// workers' `max_batch` is validated to the same bound).
+const MAX_DEQUEUE_BATCH: usize = 1024;
+
 /// `Eval.DequeueBatch`: waits for one evaluation as `Eval.Dequeue` does, then takes up to
 /// `max - 1` more `service` or `batch` evaluations of the worker's types that are already
 /// ready (never waiting for them), in the broker's priority order. Each has its own token
@@ -63,7 +67,8 @@ pub async fn dequeue_batch(
         .collect();
     let alone = batched.is_empty() || !BATCHED_TYPES.contains(&first.eval_type.as_str());
     let mut found = vec![(first, token.to_string())];
-    while !alone && found.len() < req.max.max(1) as usize {
+    let max = (req.max as usize).clamp(1, MAX_DEQUEUE_BATCH);
+    while !alone && found.len() < max {
         match broker.dequeue(&batched, std::time::Duration::ZERO).await {
             Ok(Some((eval, token))) => found.push((eval, token.to_string())),
             // What was already taken is handed out; the next dequeue sees the error.

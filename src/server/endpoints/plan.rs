@@ -13,6 +13,19 @@ pub async fn submit(ep: &Endpoints, plan: Plan) -> Result<Box<PlanResult>, Servi
     let broker = ep.broker();
     let eval_id = plan.eval_id.clone();
     let token = plan.eval_token.clone();
+    // The token proves the delivery of `EvalID` only: the state written with the plan must
+    // be that evaluation's.
+    if let Some(update) = &plan.eval_update {
+        if update.id != eval_id {
+            return Err(ServiceError::invalid(
+                "Plan.EvalUpdate",
+                format!(
+                    "must be the plan's own evaluation {eval_id}, not {}",
+                    update.id
+                ),
+            ));
+        }
+    }
     broker
         .pause_nack_timeout(&eval_id, &token)
         .map_err(broker_error)?;
