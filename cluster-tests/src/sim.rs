@@ -562,6 +562,7 @@ fn report(id: &AllocId, states: BTreeMap<String, TaskState>) -> AllocClientRepor
         client_description: description.into(),
         task_states: states,
         modify_time: unix_nanos(),
+        deployment_status: None,
     }
 }
 

@@ -776,6 +776,7 @@ async fn client_alloc_queries_wake_on_server_changes_not_on_the_clients_own_repo
             client_description: "Tasks are running".into(),
             task_states: Default::default(),
             modify_time: 1,
+            deployment_status: None,
         })
         .collect();
     let reported_at = s

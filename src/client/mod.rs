@@ -553,6 +553,7 @@ async fn report_loop(shared: Arc<Shared>, servers: Arc<Servers>, shutdown: Cance
                                 client_description: l.client_description.clone(),
                                 task_states: l.task_states.clone(),
                                 modify_time: shared.clock.now_unix_nanos(),
+                                deployment_status: None,
                             },
                         )
                     })

@@ -9,7 +9,7 @@
 //!
 //! An argument or a block that the schema does not know is an error that names the file,
 //! the line and column, and the block path (`job "web" → group "api" → task "t": unknown
-//! argument "comand"`), as Nomad's parser does. Blocks teamster does not act on (`update`,
+//! argument "comand"`), as Nomad's parser does. Blocks teamster does not act on (`multiregion`,
 //! `network`, `service`, `template`, …) are converted to their JSON field all the same, so
 //! that [`super::unsupported_fields`] refuses them by name rather than losing them here.
 //!

@@ -1,7 +1,7 @@
 //! The Nomad job fields teamster stores nothing for and does not act on. A job that sets one
 //! is refused (`POST /v1/jobs` answers 400 naming every such field; `/v1/validate/job` lists
 //! them): a canary update that silently replaced every allocation would look like success
-//! while doing something else.
+//! while doing something else. (`Update` and `Migrate` are acted on: deployments and drains.)
 //!
 //! "Sets" means: an object (a block) that is present, even empty (`"Update": {}` turns
 //! rolling updates on in Nomad); a scalar that is not its zero value (`false`, `0`, `""`); a
@@ -13,10 +13,8 @@ use serde_json::Value;
 
 /// Fields of `Job` teamster does not implement.
 pub(super) const JOB: &[&str] = &[
-    "Update",
     "Multiregion",
     "Reschedule",
-    "Migrate",
     "ConsulToken",
     "ConsulNamespace",
     "VaultToken",
@@ -29,8 +27,6 @@ pub(super) const JOB: &[&str] = &[
 
 /// Fields of a `TaskGroup` teamster does not implement.
 pub(super) const GROUP: &[&str] = &[
-    "Update",
-    "Migrate",
     "Networks",
     "Services",
     "Volumes",
@@ -205,7 +201,6 @@ mod tests {
             [
                 "job: Multiregion",
                 "job: UI",
-                "job → group \"api\": Update",
                 "job → group \"api\": Networks",
                 "job → group \"api\" → task \"server\": Services",
                 "job → group \"api\" → task \"server\" → Resources: MemoryMaxMB",
@@ -231,7 +226,7 @@ mod tests {
             }]
         });
         assert!(fields(job).is_empty());
-        assert_eq!(fields(json!({ "Update": {} })), ["job: Update"]);
+        assert_eq!(fields(json!({ "UI": {} })), ["job: UI"]);
         assert_eq!(fields(json!({ "AllAtOnce": true, "UI": {} })), ["job: UI"]);
         let restart = json!({ "TaskGroups": [{ "Name": "g", "MaxRunDuration": 60,
             "RestartPolicy": { "Attempts": 1, "RenderTemplates": true } }] });

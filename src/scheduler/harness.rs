@@ -208,6 +208,8 @@ impl Harness {
             evals: Vec::new(),
             ineligible_nodes: Vec::new(),
             updated_at: self.now / 1_000_000_000,
+            deployment: None,
+            deployment_updates: Vec::new(),
         }))
         .map(|_| ())
     }
@@ -227,6 +229,7 @@ impl Harness {
                 client_description: String::new(),
                 task_states: Default::default(),
                 modify_time: at,
+                deployment_status: None,
             })
             .collect();
         self.apply(Command::AllocClientUpdate(AllocClientUpdate {
@@ -409,23 +412,13 @@ pub fn mock_job(id: &str, count: u32) -> Job {
 /// [`mock_job`] as a batch job.
 pub fn mock_batch_job(id: &str, count: u32) -> Job {
     let mut job = mock_job(id, count);
-    job.job_type = JobType::Batch;
-    for group in &mut job.task_groups {
-        group.restart_policy = None;
-        group.reschedule_policy = None;
-    }
-    job.canonicalize();
+    job.retype(JobType::Batch);
     job
 }
 
 /// [`mock_job`] as a system job (count 1).
 pub fn mock_system_job(id: &str) -> Job {
     let mut job = mock_job(id, 1);
-    job.job_type = JobType::System;
-    for group in &mut job.task_groups {
-        group.restart_policy = None;
-        group.reschedule_policy = None;
-    }
-    job.canonicalize();
+    job.retype(JobType::System);
     job
 }

@@ -41,8 +41,8 @@ use std::fmt;
 
 use teamster_storage::fsm::ApplyPlanResults;
 use teamster_storage::model::{
-    AllocId, AllocStop, Allocation, ClientStatus, EvalId, Evaluation, NodeId, NodeStatus, Plan,
-    PlanResult, Resources, SchedulingEligibility,
+    AllocId, AllocStop, Allocation, ClientStatus, Deployment, DeploymentStatusUpdate, EvalId,
+    Evaluation, NodeId, NodeStatus, Plan, PlanResult, Resources, SchedulingEligibility,
 };
 use teamster_storage::state::{Snapshot, Table};
 
@@ -121,6 +121,10 @@ pub struct PlanEvaluation {
     /// The least `RefreshIndex` a partial result may carry: the snapshot's index of the
     /// allocations and nodes tables (the state the rejection was judged on).
     pub refresh_index_floor: u64,
+    /// The plan's deployment, committed with whatever part is accepted.
+    pub deployment: Option<Deployment>,
+    /// The plan's deployment status changes.
+    pub deployment_updates: Vec<DeploymentStatusUpdate>,
 }
 
 impl PlanEvaluation {
@@ -134,6 +138,8 @@ impl PlanEvaluation {
         self.node_update.values().all(Vec::is_empty)
             && self.node_allocation.values().all(Vec::is_empty)
             && self.node_preemptions.values().all(Vec::is_empty)
+            && self.deployment.is_none()
+            && self.deployment_updates.is_empty()
     }
 
     /// How many placements and updates were accepted.
@@ -175,6 +181,8 @@ impl PlanEvaluation {
             evals: self.preemption_evals.clone(),
             ineligible_nodes: Vec::new(),
             updated_at: now.div_euclid(1_000_000_000),
+            deployment: self.deployment.clone(),
+            deployment_updates: self.deployment_updates.clone(),
         }
     }
 
@@ -188,6 +196,8 @@ impl PlanEvaluation {
             rejected_nodes: self.rejected.iter().map(|r| r.node_id.clone()).collect(),
             refresh_index: 0,
             alloc_index: 0,
+            deployment: self.deployment.clone(),
+            deployment_updates: self.deployment_updates.clone(),
         }
     }
 }
@@ -317,6 +327,8 @@ pub fn evaluate_plan(snapshot: &Snapshot, overlay: &PlanOverlay, plan: &Plan) ->
     let mut evaluation = PlanEvaluation {
         eval_id: plan.eval_id.clone(),
         refresh_index_floor: snapshot.max_index(&[Table::Allocs, Table::Nodes]),
+        deployment: plan.deployment.clone(),
+        deployment_updates: plan.deployment_updates.clone(),
         ..PlanEvaluation::default()
     };
     let nodes: BTreeSet<&NodeId> = plan
@@ -359,6 +371,8 @@ pub fn evaluate_plan(snapshot: &Snapshot, overlay: &PlanOverlay, plan: &Plan) ->
                     evaluation.node_update.clear();
                     evaluation.node_allocation.clear();
                     evaluation.node_preemptions.clear();
+                    evaluation.deployment = None;
+                    evaluation.deployment_updates.clear();
                     evaluation.all_at_once_failed = true;
                     break;
                 }

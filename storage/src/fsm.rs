@@ -16,18 +16,21 @@
 //!   [`Command::Batch`] every command stands alone: one rejected command does not undo its
 //!   neighbours, and all of them share the entry's raft index.
 //! - **Versioned.** Commands are bincode-encoded in the raft log, where the variant index is
-//!   the encoding. Variants are only ever appended; a payload never changes shape — a changed
-//!   shape is a new variant (`JobRegisterV2`) appended at the end, and the old one stays
-//!   decodable for logs and snapshots written by older servers. The tests pin the indexes.
+//!   the encoding. Variants are only ever appended, and the tests pin the indexes. The shapes
+//!   of payloads and of the model types inside them change together, with the snapshot
+//!   image's format version ([`crate::state::IMAGE_FORMAT_VERSION`]): a data directory is
+//!   read by the build that wrote it (there is no log compatibility across model changes
+//!   before 1.0).
 
 use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
 use crate::model::{
-    AllocId, AllocStop, Allocation, ClientStatus, ClusterMeta, DesiredTransition, DrainStrategy,
-    EvalId, Evaluation, Job, JobId, Namespace, Node, NodeId, NodeStatus, SchedulerConfiguration,
-    SchedulingEligibility, TaskState,
+    AllocDeploymentStatus, AllocId, AllocStop, Allocation, ClientStatus, ClusterMeta, Deployment,
+    DeploymentId, DeploymentStatusUpdate, DesiredTransition, DrainStrategy, EvalId, Evaluation,
+    Job, JobId, Namespace, Node, NodeId, NodeStatus, SchedulerConfiguration, SchedulingEligibility,
+    TaskState,
 };
 
 /// A replicated command: the payload of one raft log entry.
@@ -79,6 +82,74 @@ pub enum Command {
     /// Recompute every job's summary from its allocations (Nomad's
     /// `ReconcileJobSummaries`, `PUT /v1/system/reconcile/summaries`).
     ReconcileJobSummaries,
+    /// Appended: a deployment's status changes (an operator fails, pauses or resumes it; the
+    /// deployment watcher fails it), with the job version an auto-revert registers and the
+    /// evaluation that acts on it, in one entry.
+    DeploymentStatusUpdate(DeploymentStatusUpdateCommand),
+    /// Appended: a deployment's canaries are promoted (an operator or auto-promotion).
+    DeploymentPromote(DeploymentPromote),
+    /// Appended: allocations of a deployment are marked healthy or unhealthy by an operator
+    /// (`allocation-health`), possibly failing the deployment.
+    DeploymentAllocHealth(DeploymentAllocHealth),
+    /// Appended: a node's drain ended because nothing is left to migrate or stop (Nomad's
+    /// `NodeUpdateDrain` with `DrainStrategy` nil and `LastDrain.Status` complete).
+    NodeDrainComplete(NodeDrainComplete),
+}
+
+/// Payload of [`Command::DeploymentStatusUpdate`].
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct DeploymentStatusUpdateCommand {
+    /// The deployment and its new status; it must exist and be active.
+    pub update: DeploymentStatusUpdate,
+    /// An auto-revert: the stable version's spec, registered as a new version.
+    pub revert: Option<JobRegister>,
+    /// The evaluation that acts on the change (resume, failure, revert).
+    pub eval: Option<Evaluation>,
+    /// When, Unix nanoseconds.
+    pub modify_time: i64,
+}
+
+/// Payload of [`Command::DeploymentPromote`].
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct DeploymentPromote {
+    /// The deployment; it must be active and some group must have canaries.
+    pub deployment_id: DeploymentId,
+    /// Promote every group with canaries.
+    pub all: bool,
+    /// Or these groups.
+    pub groups: Vec<String>,
+    /// The evaluation that rolls the rest out.
+    pub eval: Option<Evaluation>,
+    /// When, Unix nanoseconds (restarts the progress deadline).
+    pub modify_time: i64,
+}
+
+/// Payload of [`Command::DeploymentAllocHealth`].
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct DeploymentAllocHealth {
+    /// The deployment; it must be active and every allocation must belong to it.
+    pub deployment_id: DeploymentId,
+    /// Allocations to mark healthy.
+    pub healthy: Vec<AllocId>,
+    /// Allocations to mark unhealthy.
+    pub unhealthy: Vec<AllocId>,
+    /// A status change made with it (failing the deployment).
+    pub update: Option<DeploymentStatusUpdate>,
+    /// An auto-revert made with it.
+    pub revert: Option<JobRegister>,
+    /// The evaluation that acts on it.
+    pub eval: Option<Evaluation>,
+    /// When, Unix nanoseconds.
+    pub timestamp: i64,
+}
+
+/// Payload of [`Command::NodeDrainComplete`].
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct NodeDrainComplete {
+    /// The node; its drain (if any) ends and its `LastDrain` becomes complete.
+    pub node_id: NodeId,
+    /// When, Unix seconds.
+    pub updated_at: i64,
 }
 
 /// Payload of [`Command::AllocUpdateDesiredTransition`] (Nomad's
@@ -277,6 +348,10 @@ pub struct ApplyPlanResults {
     pub ineligible_nodes: Vec<NodeId>,
     /// When, Unix seconds (for node status updates).
     pub updated_at: i64,
+    /// A deployment the plan creates or whose counts it moves (Nomad's `Deployment`).
+    pub deployment: Option<Deployment>,
+    /// Status changes of deployments (cancelled by a newer version, successful).
+    pub deployment_updates: Vec<DeploymentStatusUpdate>,
 }
 
 /// One client's report about one allocation.
@@ -292,6 +367,8 @@ pub struct AllocClientReport {
     pub task_states: BTreeMap<String, TaskState>,
     /// When, Unix nanoseconds.
     pub modify_time: i64,
+    /// Its health in its deployment or migration, once the client judged it.
+    pub deployment_status: Option<AllocDeploymentStatus>,
 }
 
 /// Payload of [`Command::AllocClientUpdate`].
@@ -449,6 +526,27 @@ pub enum ApplyError {
     IdempotencyTokenUsed {
         /// The child created with the token.
         existing: String,
+    },
+    /// The deployment does not exist.
+    #[error("deployment not found: {deployment_id:?}")]
+    DeploymentNotFound {
+        /// Deployment.
+        deployment_id: String,
+    },
+    /// The deployment is over (Nomad's "Deployment %q has terminal status %q").
+    #[error("Deployment {deployment_id:?} has terminal status {status:?}")]
+    DeploymentTerminal {
+        /// Deployment.
+        deployment_id: String,
+        /// Its status.
+        status: String,
+    },
+    /// The change cannot be made to this deployment (no canaries, unhealthy canaries, an
+    /// allocation of another deployment, …).
+    #[error("{reason}")]
+    DeploymentRefused {
+        /// Why.
+        reason: String,
     },
 }
 

@@ -213,6 +213,8 @@ fn bad_commands_are_rejected_with_typed_errors_and_change_nothing() {
                 evals: vec![],
                 ineligible_nodes: vec![],
                 updated_at: 0,
+                deployment: None,
+                deployment_updates: Vec::new(),
             }),
             |e| matches!(e, ApplyError::AllocNotFound { .. }),
         ),
@@ -399,6 +401,8 @@ fn stopping_allocations_and_links_between_them() {
         evals: vec![],
         ineligible_nodes: vec![],
         updated_at: 1,
+        deployment: None,
+        deployment_updates: Vec::new(),
     });
     applied(store.apply(5, cmd));
     let snap = store.snapshot();
@@ -928,6 +932,7 @@ fn a_desired_transition_marks_the_allocation_with_its_evaluation_atomically() {
     ));
     let migrate = DesiredTransition {
         migrate: Some(true),
+        ..DesiredTransition::default()
     };
     let mut eval = eval_for(&job, 2);
     eval.triggered_by = EvalTrigger::AllocStop;
@@ -982,7 +987,7 @@ fn a_desired_transition_marks_the_allocation_with_its_evaluation_atomically() {
     let json = serde_json::to_value(marked.as_ref()).unwrap();
     assert_eq!(
         json["DesiredTransition"],
-        serde_json::json!({"Migrate": true})
+        serde_json::json!({"Migrate": true, "Reschedule": null})
     );
     // Its variant index is appended after every earlier one.
     let bytes =

@@ -13,7 +13,7 @@ const REGISTER_BODY: &str = r#"{"Job": {"ID": "sleepy", "Name": "sleepy", "Type"
   "Datacenters": ["dc1"], "Namespace": "default", "Region": "global",
   "Constraints": [{"LTarget": "${attr.kernel.name}", "Operand": "=", "RTarget": "linux"}],
   "Affinities": null, "Spreads": null, "Meta": null, "Periodic": null, "ParameterizedJob": null,
-  "Update": {"MaxParallel": 1}, "Multiregion": null, "VaultNamespace": "", "UI": {"Description": "x"},
+  "Update": null, "Multiregion": null, "VaultNamespace": "", "UI": {"Description": "x"},
   "TaskGroups": [{"Name": "g", "Count": 2,
     "RestartPolicy": {"Attempts": 3, "Interval": 86400000000000, "Delay": 15000000000, "Mode": "fail"},
     "ReschedulePolicy": {"Attempts": 1, "Interval": 86400000000000, "Delay": 5000000000,
@@ -78,7 +78,6 @@ fn assert_subset(sample: &Value, out: &Value, path: &str, unmodeled: &[&str]) {
 const UNMODELED_JOB_KEYS: &[&str] = &[
     "Periodic",
     "ParameterizedJob",
-    "Update",
     "Multiregion",
     "VaultNamespace",
     "UI",

@@ -19,7 +19,7 @@ const T0: i64 = 1_780_000_000 * SEC;
 
 fn periodic_parent(id: &str) -> Job {
     let mut job = job(id, 1);
-    job.job_type = JobType::Batch;
+    job.retype(JobType::Batch);
     job.periodic = Some(PeriodicConfig {
         spec: "*/5 * * * *".into(),
         ..PeriodicConfig::default()
@@ -267,7 +267,7 @@ fn a_forced_launch_leaves_the_record_and_never_overwrites_a_child() {
 fn an_idempotency_token_names_one_child_per_parent() {
     let store = StateStore::new();
     let mut parent = job("thumbs", 1);
-    parent.job_type = JobType::Batch;
+    parent.retype(JobType::Batch);
     parent.parameterized_job = Some(ParameterizedJobConfig::default());
     parent.canonicalize();
     parent.validate().unwrap();

@@ -238,6 +238,8 @@ fn command(op: &Op) -> Command {
                 evals: vec![],
                 ineligible_nodes: vec![],
                 updated_at: 1_700_000_000,
+                deployment: None,
+                deployment_updates: vec![],
             })
         }
         Op::Client(a, status) => Command::AllocClientUpdate(AllocClientUpdate {
@@ -247,6 +249,7 @@ fn command(op: &Op) -> Command {
                 client_description: status.as_str().to_owned(),
                 task_states: Default::default(),
                 modify_time: 7,
+                deployment_status: None,
             }],
             evals: vec![],
         }),

@@ -282,13 +282,15 @@ fn blocks_teamster_does_not_act_on_are_kept_so_that_they_are_refused_by_name() {
     assert_eq!(
         refused,
         [
-            "job → group \"g\": Update",
             "job → group \"g\": Networks",
             "job → group \"g\" → task \"t\": Services",
             "job → group \"g\" → task \"t\" → Resources: MemoryMaxMB",
         ]
     );
     assert_eq!(job["Periodic"]["ProhibitOverlap"], json!(true));
+    // `update` is acted on (deployments), so it reaches the job: there, a batch job's is
+    // refused by validation.
+    assert_eq!(job["TaskGroups"][0]["Update"]["Canary"], json!(1));
 }
 
 #[test]

@@ -281,6 +281,8 @@ fn a_rejected_plan_is_refreshed_and_then_succeeds() {
             evals: Vec::new(),
             ineligible_nodes: Vec::new(),
             updated_at: 0,
+            deployment: None,
+            deployment_updates: Vec::new(),
         })]
     });
     h.process(&eval).unwrap();
@@ -391,6 +393,7 @@ pub(super) fn mark_migrate(h: &mut Harness, alloc: &Allocation) {
                 alloc.id.clone(),
                 DesiredTransition {
                     migrate: Some(true),
+                    reschedule: None,
                 },
             )]
             .into(),
@@ -654,6 +657,8 @@ fn plan_attempts_without_progress_fail_the_eval() {
                 evals: Vec::new(),
                 ineligible_nodes: Vec::new(),
                 updated_at: 0,
+                deployment: None,
+                deployment_updates: Vec::new(),
             })]
         });
     }

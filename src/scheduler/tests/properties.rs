@@ -37,6 +37,8 @@ const ROUND_TIMEOUT: Duration = Duration::from_secs(60);
 
 type PlanReply = Result<(PlanResult, Option<Snapshot>), SchedulerError>;
 
+// A test's channel message: moved once per call, its size does not matter.
+#[allow(clippy::large_enum_variant)]
 enum Request {
     Plan(Plan, mpsc::Sender<PlanReply>),
     Eval(Evaluation, mpsc::Sender<Result<(), SchedulerError>>),
@@ -177,10 +179,7 @@ fn run_case(nodes: &[(u64, u64)], jobs: &[JobSpec], seed: u64) -> Result<usize, 
     for (i, spec) in jobs.iter().enumerate() {
         let mut job = mock_job(&format!("job-{i}"), spec.count);
         if spec.batch {
-            job.job_type = JobType::Batch;
-            job.task_groups[0].reschedule_policy = None;
-            job.task_groups[0].restart_policy = None;
-            job.canonicalize();
+            job.retype(JobType::Batch);
         }
         job.task_groups[0].tasks[0].resources.cpu = spec.cpu;
         job.task_groups[0].tasks[0].resources.memory_mb = spec.memory_mb;

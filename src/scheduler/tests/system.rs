@@ -194,7 +194,7 @@ fn system_job_updates_replace_changed_tasks() {
 fn sysbatch_does_not_rerun_finished_allocations() {
     let (mut h, _) = harness_with_nodes(2);
     let mut job = mock_system_job("sweep");
-    job.job_type = JobType::SysBatch;
+    job.retype(JobType::SysBatch);
     let (job, eval) = h.register_job(job).unwrap();
     h.process(&eval).unwrap();
     let allocs = h.running_allocs(&job);

@@ -38,6 +38,7 @@ pub fn stop_command(
         alloc.id.clone(),
         DesiredTransition {
             migrate: Some(true),
+            reschedule: None,
         },
     );
     let cmd = Command::AllocUpdateDesiredTransition(AllocUpdateDesiredTransition {

@@ -518,6 +518,8 @@ mod tests {
             evals: vec![],
             ineligible_nodes: vec![],
             updated_at: 0,
+            deployment: None,
+            deployment_updates: Vec::new(),
         }));
         apply(Command::AllocClientUpdate(
             teamster_storage::fsm::AllocClientUpdate {
@@ -527,6 +529,7 @@ mod tests {
                     client_description: String::new(),
                     task_states: Default::default(),
                     modify_time: 0,
+                    deployment_status: None,
                 }],
                 evals: vec![],
             },

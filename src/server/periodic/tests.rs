@@ -79,7 +79,7 @@ fn periodic_job(
     prohibit_overlap: bool,
 ) -> teamster_storage::model::Job {
     let mut job = mock_batch_job(id, 1);
-    job.job_type = JobType::Batch;
+    job.retype(JobType::Batch);
     job.periodic = Some(PeriodicConfig {
         spec: spec.into(),
         time_zone: zone.into(),

@@ -80,7 +80,7 @@ impl Runner {
                 let backend = self.ctx.backend.clone();
                 let r = self
                     .retry("submit plan", &mut p.backoff, || {
-                        backend.submit_plan(plan.clone())
+                        backend.submit_plan((*plan).clone())
                     })
                     .await;
                 metrics::histogram!("teamster_worker_submit_plan_seconds")
@@ -233,7 +233,7 @@ pub(super) struct Planning {
 type Reply<T> = oneshot::Sender<Result<T, SchedulerError>>;
 
 enum PlannerCall {
-    SubmitPlan(Plan, Reply<(PlanResult, Option<Snapshot>)>),
+    SubmitPlan(Box<Plan>, Reply<(PlanResult, Option<Snapshot>)>),
     UpdateEval(Evaluation, Reply<()>),
     CreateEval(Evaluation, Reply<()>),
     ReblockEval(Evaluation, Reply<()>),
@@ -266,7 +266,9 @@ impl Planner for BridgePlanner {
         &mut self,
         plan: Plan,
     ) -> Result<(PlanResult, Option<Snapshot>), SchedulerError> {
-        self.call("submit plan", |r| PlannerCall::SubmitPlan(plan, r))
+        self.call("submit plan", |r| {
+            PlannerCall::SubmitPlan(Box::new(plan), r)
+        })
     }
 
     fn update_eval(&mut self, eval: Evaluation) -> Result<(), SchedulerError> {

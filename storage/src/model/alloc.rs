@@ -13,7 +13,8 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 
 use crate::model::de;
-use crate::model::ids::{AllocId, EvalId, JobId, Namespace, NodeId};
+use crate::model::deployment::AllocDeploymentStatus;
+use crate::model::ids::{AllocId, DeploymentId, EvalId, JobId, Namespace, NodeId};
 use crate::model::job::Resources;
 use crate::model::time::Timestamp;
 
@@ -268,6 +269,11 @@ pub struct Allocation {
     /// (`alloc stop` marks it to migrate).
     #[serde(deserialize_with = "de::nullable")]
     pub desired_transition: DesiredTransition,
+    /// The deployment that placed it (empty for none).
+    #[serde(rename = "DeploymentID", deserialize_with = "de::nullable")]
+    pub deployment_id: DeploymentId,
+    /// Its health in that deployment or in a migration, reported by the client.
+    pub deployment_status: Option<AllocDeploymentStatus>,
 }
 
 /// Nomad's `DesiredTransition`: a change of an allocation asked for outside of its job
@@ -279,6 +285,9 @@ pub struct DesiredTransition {
     /// Stop the allocation and place a replacement (Nomad's `Migrate`): the scheduler treats
     /// it like an allocation on a draining node.
     pub migrate: Option<bool>,
+    /// Replace the allocation although it has not failed (Nomad's `Reschedule`): the
+    /// deployment watcher sets it on unhealthy allocations a deployment can still replace.
+    pub reschedule: Option<bool>,
 }
 
 impl DesiredTransition {
@@ -287,10 +296,18 @@ impl DesiredTransition {
         self.migrate == Some(true)
     }
 
+    /// Nomad's `ShouldReschedule`.
+    pub fn should_reschedule(&self) -> bool {
+        self.reschedule == Some(true)
+    }
+
     /// Nomad's `Merge`: the fields `other` sets replace these.
     pub fn merge(&mut self, other: &DesiredTransition) {
         if other.migrate.is_some() {
             self.migrate = other.migrate;
+        }
+        if other.reschedule.is_some() {
+            self.reschedule = other.reschedule;
         }
     }
 }
@@ -312,6 +329,25 @@ impl Allocation {
     /// Client status complete, failed or lost.
     pub fn client_terminal_status(&self) -> bool {
         self.client_status.is_terminal()
+    }
+
+    /// Reported healthy in its deployment or migration.
+    pub fn is_healthy(&self) -> bool {
+        self.deployment_status
+            .as_ref()
+            .is_some_and(AllocDeploymentStatus::is_healthy)
+    }
+
+    /// Reported unhealthy in its deployment or migration.
+    pub fn is_unhealthy(&self) -> bool {
+        self.deployment_status
+            .as_ref()
+            .is_some_and(AllocDeploymentStatus::is_unhealthy)
+    }
+
+    /// Placed as a canary.
+    pub fn is_canary(&self) -> bool {
+        self.deployment_status.as_ref().is_some_and(|s| s.canary)
     }
 }
 

@@ -156,6 +156,10 @@ arc_id!(
     AllocId
 );
 arc_id!(
+    /// A deployment's ID (a UUID chosen by the scheduler that created it).
+    DeploymentId
+);
+arc_id!(
     /// A namespace name; jobs, evaluations and allocations live in one (`"default"` unless
     /// the job says otherwise).
     Namespace

@@ -12,6 +12,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use serde::{Deserialize, Serialize};
 
 use crate::model::de;
+use crate::model::deployment::{MigrateStrategy, UpdateStrategy};
 use crate::model::ids::{JobId, Namespace};
 use crate::model::periodic::{
     DispatchPayload, DispatchPayloadConfig, ParameterizedJobConfig, PeriodicConfig,
@@ -490,6 +491,10 @@ pub struct TaskGroup {
     pub meta: BTreeMap<String, String>,
     /// The bounds `job scale` (and an autoscaler) must keep `Count` within.
     pub scaling: Option<ScalingPolicy>,
+    /// How a new job version rolls out (service jobs; merged over the job's block).
+    pub update: Option<UpdateStrategy>,
+    /// How a node drain replaces the group's allocations (service jobs).
+    pub migrate: Option<MigrateStrategy>,
 }
 
 /// A task group's `scaling` block (Nomad's horizontal `ScalingPolicy`): `Count` stays within
@@ -533,6 +538,8 @@ impl Default for TaskGroup {
             tasks: Vec::new(),
             meta: BTreeMap::new(),
             scaling: None,
+            update: None,
+            migrate: None,
         }
     }
 }
@@ -634,6 +641,11 @@ pub struct Job {
     pub dispatch_idempotency_token: String,
     /// A dispatched child's payload, compressed (server-set).
     pub payload: DispatchPayload,
+    /// The job's `update` block, which groups inherit field by field (service jobs get
+    /// Nomad's default when they give none).
+    pub update: Option<UpdateStrategy>,
+    /// The job's `migrate` block, which groups inherit field by field.
+    pub migrate: Option<MigrateStrategy>,
 }
 
 impl Default for Job {
@@ -668,6 +680,8 @@ impl Default for Job {
             dispatched: false,
             dispatch_idempotency_token: String::new(),
             payload: DispatchPayload::default(),
+            update: None,
+            migrate: None,
         }
     }
 }
@@ -729,7 +743,33 @@ impl Job {
             &mut self.spreads,
         );
         let job_type = self.job_type;
+        // Nomad's API: a service job without an update block gets the default one; groups
+        // inherit the job's block field by field unless it sets nothing.
+        self.update = match self.update.take() {
+            Some(given) => Some(given.merged_over(&UpdateStrategy::nomad_default())),
+            None if job_type == JobType::Service => Some(UpdateStrategy::nomad_default()),
+            None => None,
+        };
+        let job_update = self.update.clone();
+        let job_migrate = self.migrate.clone();
         for group in &mut self.task_groups {
+            group.update = match (&job_update, group.update.take()) {
+                (Some(job), Some(given)) => Some(given.merged_over(job)),
+                (Some(job), None) if !job.is_unset() => Some(job.clone()),
+                (_, given) => given.map(|g| g.merged_over(&UpdateStrategy::nomad_default())),
+            };
+            let migrate = match (&job_migrate, group.migrate.take()) {
+                (Some(job), Some(given)) => Some(given.merged_over(job)),
+                (Some(job), None) => Some(job.clone()),
+                (None, given) => given,
+            };
+            group.migrate = match (job_type, migrate) {
+                (JobType::Service, m) => Some(
+                    m.unwrap_or_default()
+                        .merged_over(&MigrateStrategy::nomad_default()),
+                ),
+                (_, m) => m,
+            };
             let restart = RestartPolicy::default_for(job_type);
             group.restart_policy = Some(match group.restart_policy.take() {
                 Some(given) => given.merged_over(restart),
@@ -769,6 +809,22 @@ impl Job {
                 );
             }
         }
+    }
+
+    /// Makes the job one of another type: the policies its old type defaulted (restart,
+    /// reschedule, update, migrate) are dropped, and the job is canonicalized again.
+    /// Fixtures built as one type and used as another go through it.
+    pub fn retype(&mut self, job_type: JobType) {
+        self.job_type = job_type;
+        self.update = None;
+        self.migrate = None;
+        for group in &mut self.task_groups {
+            group.restart_policy = None;
+            group.reschedule_policy = None;
+            group.update = None;
+            group.migrate = None;
+        }
+        self.canonicalize();
     }
 
     /// Checks what Nomad's `Job.Validate` checks that this model can express, and reports
@@ -857,6 +913,29 @@ impl Job {
             }
             if let Some(scaling) = &group.scaling {
                 scaling.validate(&at, group.count, self.job_type, &mut errors);
+            }
+            if let Some(update) = &group.update {
+                match self.job_type {
+                    JobType::Service => update.validate(&at, group.count, &mut errors),
+                    other => errors.push(format!(
+                        "{at}: job type {} does not allow an update block{}",
+                        other.as_str(),
+                        if other == JobType::System {
+                            " (teamster does not roll system jobs out through deployments)"
+                        } else {
+                            ""
+                        }
+                    )),
+                }
+            }
+            if let Some(migrate) = &group.migrate {
+                match self.job_type {
+                    JobType::Service => migrate.validate(&at, &mut errors),
+                    other => errors.push(format!(
+                        "{at}: job type {} does not allow a migrate block",
+                        other.as_str()
+                    )),
+                }
             }
             let mut task_names = BTreeSet::new();
             for (j, task) in group.tasks.iter().enumerate() {

@@ -27,6 +27,7 @@
 pub mod alloc;
 pub mod cluster;
 pub(crate) mod de;
+pub mod deployment;
 pub mod diff;
 pub mod eval;
 pub mod ids;
@@ -42,9 +43,13 @@ pub use alloc::{
     RescheduleTracker, TaskEvent, TaskState, TaskStateValue,
 };
 pub use cluster::{ClusterMeta, PreemptionConfig, SchedulerAlgorithm, SchedulerConfiguration};
+pub use deployment::{
+    AllocDeploymentStatus, Deployment, DeploymentState, DeploymentStatus, DeploymentStatusUpdate,
+    MigrateStrategy, UpdateStrategy,
+};
 pub use diff::{DiffType, FieldDiff, JobDiff, ObjectDiff, TaskDiff, TaskGroupDiff};
 pub use eval::{AllocMetric, EvalStatus, EvalTrigger, Evaluation};
-pub use ids::{AllocId, EvalId, JobId, Namespace, NodeId};
+pub use ids::{AllocId, DeploymentId, EvalId, JobId, Namespace, NodeId};
 pub use job::{
     Affinity, Constraint, DelayFunction, Job, JobChildrenSummary, JobStatus, JobSummary, JobType,
     ReschedulePolicy, Resources, RestartMode, RestartPolicy, ScalingEvent, ScalingPolicy, Spread,
@@ -53,9 +58,9 @@ pub use job::{
     MIN_JOB_PRIORITY, SCALING_HORIZONTAL,
 };
 pub use node::{
-    DrainStrategy, DriverInfo, Node, NodeCpuResources, NodeDiskResources, NodeMemoryResources,
-    NodeReservedCpuResources, NodeReservedResources, NodeResources, NodeStatus,
-    SchedulingEligibility,
+    DrainMetadata, DrainStatus, DrainStrategy, DriverInfo, Node, NodeCpuResources,
+    NodeDiskResources, NodeMemoryResources, NodeReservedCpuResources, NodeReservedResources,
+    NodeResources, NodeStatus, SchedulingEligibility,
 };
 pub use periodic::{
     CronSchedule, DispatchPayload, DispatchPayloadConfig, ParameterizedJobConfig, PeriodicConfig,

@@ -160,6 +160,53 @@ pub struct DrainStrategy {
     pub started_at: Timestamp,
 }
 
+/// Where a node's last drain stands (Nomad's `DrainStatus`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub enum DrainStatus {
+    /// Allocations are being migrated.
+    #[default]
+    #[serde(rename = "draining")]
+    Draining,
+    /// Every allocation left the node.
+    #[serde(rename = "complete")]
+    Complete,
+    /// An operator cancelled it.
+    #[serde(rename = "canceled")]
+    Canceled,
+}
+
+impl DrainStatus {
+    /// Nomad's name for the status.
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            DrainStatus::Draining => "draining",
+            DrainStatus::Complete => "complete",
+            DrainStatus::Canceled => "canceled",
+        }
+    }
+}
+
+/// The record of a node's latest drain (Nomad's `DrainMetadata`), kept after it ends.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "PascalCase", default)]
+pub struct DrainMetadata {
+    /// When it began.
+    #[serde(deserialize_with = "de::nullable")]
+    pub started_at: Timestamp,
+    /// When it last changed.
+    #[serde(deserialize_with = "de::nullable")]
+    pub updated_at: Timestamp,
+    /// Where it stands.
+    #[serde(deserialize_with = "de::nullable")]
+    pub status: DrainStatus,
+    /// The token that started it (empty without ACLs).
+    #[serde(rename = "AccessorID", deserialize_with = "de::nullable")]
+    pub accessor_id: String,
+    /// Operator metadata given with it.
+    #[serde(deserialize_with = "de::nullable")]
+    pub meta: BTreeMap<String, String>,
+}
+
 /// A task driver as fingerprinted on a node.
 #[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
 #[serde(rename_all = "PascalCase", default)]
@@ -226,6 +273,8 @@ pub struct Node {
     pub computed_class: String,
     /// A drain in progress, if any.
     pub drain_strategy: Option<DrainStrategy>,
+    /// The latest drain, running or ended.
+    pub last_drain: Option<DrainMetadata>,
     /// Whether new placements are allowed.
     #[serde(deserialize_with = "de::nullable")]
     pub scheduling_eligibility: SchedulingEligibility,

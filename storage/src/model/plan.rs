@@ -13,6 +13,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::model::alloc::{AllocStop, Allocation};
 use crate::model::de;
+use crate::model::deployment::{Deployment, DeploymentStatusUpdate};
 use crate::model::eval::Evaluation;
 use crate::model::ids::{EvalId, NodeId};
 use crate::model::job::Job;
@@ -54,6 +55,11 @@ pub struct Plan {
     /// applier accepts every node (a result without `RefreshIndex`), instead of by a later
     /// `Eval.Update`; not written when some node is refused. A worker's batch sets it.
     pub eval_update: Option<Evaluation>,
+    /// A deployment created or updated with the plan.
+    pub deployment: Option<Deployment>,
+    /// Status changes of deployments (cancelled, successful).
+    #[serde(deserialize_with = "de::nullable")]
+    pub deployment_updates: Vec<DeploymentStatusUpdate>,
 }
 
 impl Plan {
@@ -62,6 +68,8 @@ impl Plan {
         self.node_update.values().all(Vec::is_empty)
             && self.node_allocation.values().all(Vec::is_empty)
             && self.node_preemptions.values().all(Vec::is_empty)
+            && self.deployment.is_none()
+            && self.deployment_updates.is_empty()
     }
 }
 
@@ -87,6 +95,11 @@ pub struct PlanResult {
     /// The raft index at which the result was committed.
     #[serde(deserialize_with = "de::nullable")]
     pub alloc_index: u64,
+    /// The deployment committed with the plan.
+    pub deployment: Option<Deployment>,
+    /// The deployment status changes committed with the plan.
+    #[serde(deserialize_with = "de::nullable")]
+    pub deployment_updates: Vec<DeploymentStatusUpdate>,
 }
 
 impl PlanResult {
@@ -100,6 +113,8 @@ impl PlanResult {
             rejected_nodes: Vec::new(),
             refresh_index: 0,
             alloc_index: plan.snapshot_index,
+            deployment: plan.deployment.clone(),
+            deployment_updates: plan.deployment_updates.clone(),
         }
     }
 
@@ -118,6 +133,8 @@ impl PlanResult {
         self.node_update.values().all(Vec::is_empty)
             && self.node_allocation.values().all(Vec::is_empty)
             && self.node_preemptions.values().all(Vec::is_empty)
+            && self.deployment.is_none()
+            && self.deployment_updates.is_empty()
     }
 }
 

@@ -149,6 +149,22 @@ fn register_job(txn: &mut WriteTxn, register: JobRegister) -> Result<CommandResp
     })
 }
 
+/// The auto-revert registration and the evaluation written with a deployment change.
+fn deployment_followups(
+    txn: &mut WriteTxn,
+    revert: Option<JobRegister>,
+    eval: Option<Evaluation>,
+) -> Result<CommandResponse, ApplyError> {
+    let response = match revert {
+        Some(register) => register_job(txn, register)?,
+        None => CommandResponse::Applied,
+    };
+    if let Some(eval) = eval {
+        txn.upsert_eval(eval)?;
+    }
+    Ok(response)
+}
+
 /// A periodic parent's launch (see [`PeriodicLaunchCommand`]).
 fn periodic_launch(
     txn: &mut WriteTxn,
@@ -352,6 +368,17 @@ fn execute(txn: &mut WriteTxn, command: Command) -> Result<CommandResponse, Appl
             if !results.eval_id.is_empty() {
                 txn.touch_eval(&results.eval_id)?;
             }
+            // The deployment first, so the placements below count in it.
+            if let Some(deployment) = results.deployment {
+                txn.upsert_deployment(deployment)?;
+            }
+            for update in &results.deployment_updates {
+                // A deployment another command ended meanwhile stays as it ended.
+                match txn.update_deployment_status(update, results.updated_at * 1_000_000_000) {
+                    Ok(()) | Err(ApplyError::DeploymentTerminal { .. }) => {}
+                    Err(e) => return Err(e),
+                }
+            }
             let mut skipped = Vec::new();
             for alloc in results.allocs_updated {
                 let id = alloc.id.clone();
@@ -381,6 +408,7 @@ fn execute(txn: &mut WriteTxn, command: Command) -> Result<CommandResponse, Appl
                     client_description: report.client_description,
                     task_states: report.task_states,
                     modify_time: report.modify_time,
+                    deployment_status: report.deployment_status,
                 });
                 if !applied {
                     unknown.push(id);
@@ -402,6 +430,35 @@ fn execute(txn: &mut WriteTxn, command: Command) -> Result<CommandResponse, Appl
         }
         Command::ReconcileJobSummaries => {
             txn.reconcile_job_summaries();
+            Ok(CommandResponse::Applied)
+        }
+        Command::DeploymentStatusUpdate(command) => {
+            txn.update_deployment_status(&command.update, command.modify_time)?;
+            deployment_followups(txn, command.revert, command.eval)
+        }
+        Command::DeploymentPromote(command) => {
+            txn.promote_deployment(
+                &command.deployment_id,
+                command.all,
+                &command.groups,
+                command.modify_time,
+            )?;
+            deployment_followups(txn, None, command.eval)
+        }
+        Command::DeploymentAllocHealth(command) => {
+            txn.set_deployment_alloc_health(
+                &command.deployment_id,
+                &command.healthy,
+                &command.unhealthy,
+                command.timestamp,
+            )?;
+            if let Some(update) = &command.update {
+                txn.update_deployment_status(update, command.timestamp)?;
+            }
+            deployment_followups(txn, command.revert, command.eval)
+        }
+        Command::NodeDrainComplete(command) => {
+            txn.complete_node_drain(&command.node_id, command.updated_at)?;
             Ok(CommandResponse::Applied)
         }
         Command::NodeUpdateDrain(update) => {

@@ -15,8 +15,8 @@ use std::sync::Arc;
 use tokio::sync::broadcast;
 
 use crate::model::{
-    AllocId, ClientStatus, ClusterMeta, EvalId, Evaluation, JobId, Namespace, Node, NodeId,
-    NodeStatus, SchedulerConfiguration, SchedulingEligibility,
+    AllocId, ClientStatus, ClusterMeta, Deployment, EvalId, Evaluation, JobId, Namespace, Node,
+    NodeId, NodeStatus, SchedulerConfiguration, SchedulingEligibility,
 };
 
 /// One applied change, in apply order.
@@ -143,6 +143,12 @@ pub enum StateChange {
     ClusterMetaSet {
         /// The identity.
         meta: Arc<ClusterMeta>,
+    },
+    /// A deployment was created or changed (status, counts, promotion): what the leader's
+    /// deployment watcher and the event stream's `Deployment` topic follow.
+    DeploymentUpserted {
+        /// The deployment now.
+        deployment: Arc<Deployment>,
     },
     /// The whole state was replaced from a snapshot image: rebuild from a fresh snapshot.
     Restored,

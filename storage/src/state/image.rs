@@ -5,7 +5,7 @@
 //! body = ( index, table indexes,
 //!             job versions (every kept Job), jobs (namespace, ID, version) → a kept version,
 //!             job summaries, nodes, evaluations, allocations,
-//!             scheduler configuration, cluster metadata, periodic launches )
+//!             scheduler configuration, cluster metadata, periodic launches, deployments )
 //! ```
 //!
 //! The current job of each ID is stored as a reference to its version, so no job is
@@ -24,18 +24,18 @@ use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
 use crate::codec::{self, DecodeFailure};
 use crate::model::{
-    Allocation, ClusterMeta, Evaluation, Job, JobId, JobSummary, Namespace, Node, PeriodicLaunch,
-    SchedulerConfiguration,
+    Allocation, ClusterMeta, Deployment, Evaluation, Job, JobId, JobSummary, Namespace, Node,
+    PeriodicLaunch, SchedulerConfiguration,
 };
 use crate::state::tables::{JobKey, Table, Tables};
 use crate::state::StateError;
 
 const MAGIC: &[u8; 8] = b"TMSTIMG\0";
 /// The image format this build writes (and the only one it reads).
-pub const IMAGE_FORMAT_VERSION: u32 = 4;
+pub const IMAGE_FORMAT_VERSION: u32 = 5;
 const HEADER_LEN: usize = MAGIC.len() + 4;
 /// Fields of the body tuple.
-const BODY_FIELDS: usize = 11;
+const BODY_FIELDS: usize = 12;
 
 /// Encodes every table.
 pub(crate) fn encode(tables: &Tables) -> Result<Vec<u8>, StateError> {
@@ -105,6 +105,7 @@ impl Serialize for BodyRef<'_> {
         tuple.serialize_element(&*t.scheduler_config)?;
         tuple.serialize_element(&t.cluster_meta.as_deref())?;
         tuple.serialize_element(&Values(&t.periodic_launches))?;
+        tuple.serialize_element(&Values(&t.deployments))?;
         tuple.end()
     }
 }
@@ -240,6 +241,11 @@ impl<'de> Visitor<'de> for BodyVisitor {
             &mut seq,
             ArcMapSeed::new(|l: &mut PeriodicLaunch| (l.namespace.clone(), l.id.clone())),
             "the periodic launches",
+        )?;
+        t.deployments = seeded(
+            &mut seq,
+            ArcMapSeed::new(|d: &mut Deployment| d.id.clone()),
+            "the deployments",
         )?;
         Ok(DecodedBody(t))
     }

@@ -9,8 +9,8 @@ use std::ops::Bound;
 use std::sync::Arc;
 
 use crate::model::{
-    Allocation, ClusterMeta, Evaluation, Job, JobId, JobSummary, Namespace, Node, PeriodicLaunch,
-    SchedulerConfiguration,
+    Allocation, ClusterMeta, Deployment, Evaluation, Job, JobId, JobSummary, Namespace, Node,
+    PeriodicLaunch, SchedulerConfiguration,
 };
 use crate::state::tables::{Table, Tables};
 
@@ -324,6 +324,62 @@ impl Snapshot {
     /// How many allocations exist.
     pub fn alloc_count(&self) -> usize {
         self.tables.allocs.len()
+    }
+
+    // ---- deployments -----------------------------------------------------------------------
+
+    /// The deployment with this ID.
+    pub fn deployment_by_id(&self, id: &str) -> Option<&Arc<Deployment>> {
+        self.tables.deployments.get(id)
+    }
+
+    /// Every deployment, ordered by ID.
+    pub fn deployments(&self) -> impl Iterator<Item = &Arc<Deployment>> + '_ {
+        self.tables.deployments.values()
+    }
+
+    /// The deployments whose ID starts with `prefix`, ordered by ID.
+    pub fn deployments_by_prefix<'a>(
+        &'a self,
+        prefix: &'a str,
+    ) -> impl Iterator<Item = &'a Arc<Deployment>> + 'a {
+        self.tables
+            .deployments
+            .range::<_, str>((Bound::Included(prefix), Bound::Unbounded))
+            .take_while(move |(id, _)| id.starts_with(prefix))
+            .map(|(_, d)| d)
+    }
+
+    /// A job's deployments, newest (highest create index) first.
+    pub fn deployments_by_job(&self, namespace: &str, job_id: &str) -> Vec<Arc<Deployment>> {
+        let key = (Namespace::new(namespace), JobId::new(job_id));
+        let mut found: Vec<Arc<Deployment>> = self
+            .tables
+            .deployments_by_job
+            .get(&key)
+            .filter_map(|id| self.tables.deployments.get(id).cloned())
+            .collect();
+        found.sort_by(|a, b| b.create_index.cmp(&a.create_index).then(a.id.cmp(&b.id)));
+        found
+    }
+
+    /// A job's newest deployment (Nomad's `LatestDeploymentByJobID`).
+    pub fn latest_deployment(&self, namespace: &str, job_id: &str) -> Option<Arc<Deployment>> {
+        self.deployments_by_job(namespace, job_id)
+            .into_iter()
+            .next()
+    }
+
+    /// The allocations a deployment placed (or took over in place), ordered by alloc ID.
+    pub fn allocs_by_deployment<'a>(
+        &'a self,
+        deployment_id: &str,
+    ) -> impl Iterator<Item = &'a Arc<Allocation>> + 'a {
+        let allocs = &self.tables.allocs;
+        self.tables
+            .allocs_by_deployment
+            .get(deployment_id)
+            .filter_map(move |id| allocs.get(id))
     }
 
     // ---- cluster ---------------------------------------------------------------------------

@@ -13,8 +13,8 @@ use std::sync::Arc;
 use imbl::{OrdMap, OrdSet};
 
 use crate::model::{
-    AllocId, Allocation, ClusterMeta, EvalId, Evaluation, Job, JobId, JobSummary, Namespace, Node,
-    NodeId, PeriodicLaunch, SchedulerConfiguration,
+    AllocId, Allocation, ClusterMeta, Deployment, DeploymentId, EvalId, Evaluation, Job, JobId,
+    JobSummary, Namespace, Node, NodeId, PeriodicLaunch, SchedulerConfiguration,
 };
 
 /// Primary key of a job and of its summary.
@@ -43,11 +43,13 @@ pub enum Table {
     ClusterMeta,
     /// The last launch of each periodic parent.
     PeriodicLaunches,
+    /// Deployments.
+    Deployments,
 }
 
 impl Table {
     /// How many tables there are.
-    pub const COUNT: usize = 9;
+    pub const COUNT: usize = 10;
 
     /// Every table, in index order.
     pub const ALL: [Table; Table::COUNT] = [
@@ -60,6 +62,7 @@ impl Table {
         Table::SchedulerConfig,
         Table::ClusterMeta,
         Table::PeriodicLaunches,
+        Table::Deployments,
     ];
 
     /// Position in per-table index arrays.
@@ -79,6 +82,7 @@ impl Table {
             Table::SchedulerConfig => "scheduler_config",
             Table::ClusterMeta => "cluster_meta",
             Table::PeriodicLaunches => "periodic_launch",
+            Table::Deployments => "deployment",
         }
     }
 }
@@ -107,6 +111,10 @@ pub(crate) struct Tables {
     pub allocs_by_eval: SecondaryIndex<EvalId, AllocId>,
     pub scheduler_config: Arc<SchedulerConfiguration>,
     pub cluster_meta: Option<Arc<ClusterMeta>>,
+    pub deployments: OrdMap<DeploymentId, Arc<Deployment>>,
+    pub deployments_by_job: SecondaryIndex<JobKey, DeploymentId>,
+    /// Allocations by the deployment that placed them.
+    pub allocs_by_deployment: SecondaryIndex<DeploymentId, AllocId>,
 }
 
 impl Tables {
@@ -125,6 +133,10 @@ impl Tables {
             .insert(alloc.node_id.clone(), alloc.id.clone());
         self.allocs_by_eval
             .insert(alloc.eval_id.clone(), alloc.id.clone());
+        if !alloc.deployment_id.is_empty() {
+            self.allocs_by_deployment
+                .insert(alloc.deployment_id.clone(), alloc.id.clone());
+        }
     }
 
     /// Removes an allocation's secondary index entries.
@@ -135,6 +147,10 @@ impl Tables {
             .remove(alloc.node_id.as_str(), &alloc.id);
         self.allocs_by_eval
             .remove(alloc.eval_id.as_str(), &alloc.id);
+        if !alloc.deployment_id.is_empty() {
+            self.allocs_by_deployment
+                .remove(alloc.deployment_id.as_str(), &alloc.id);
+        }
     }
 
     /// Makes the allocation's ids clones of the ids already stored for its job, node and
@@ -153,6 +169,9 @@ impl Tables {
         }
         if let Some((id, _)) = self.evals.get_key_value(alloc.followup_eval_id.as_str()) {
             alloc.followup_eval_id = id.clone();
+        }
+        if let Some((id, _)) = self.deployments.get_key_value(alloc.deployment_id.as_str()) {
+            alloc.deployment_id = id.clone();
         }
     }
 
@@ -194,6 +213,12 @@ impl Tables {
         self.allocs_by_job = SecondaryIndex::default();
         self.allocs_by_node = SecondaryIndex::default();
         self.allocs_by_eval = SecondaryIndex::default();
+        self.allocs_by_deployment = SecondaryIndex::default();
+        let mut deployments_by_job = SecondaryIndex::default();
+        for d in self.deployments.values() {
+            deployments_by_job.insert((d.namespace.clone(), d.job_id.clone()), d.id.clone());
+        }
+        self.deployments_by_job = deployments_by_job;
         let allocs = self.allocs.clone();
         for alloc in allocs.values() {
             self.index_alloc(alloc);

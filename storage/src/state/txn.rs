@@ -29,6 +29,8 @@ use crate::model::{
 use crate::state::events::{NodeCondition, StateChange};
 use crate::state::tables::{token_key, JobKey, Table, Tables};
 
+mod deployments;
+
 /// How many versions of a job are kept by default (Nomad's `JobTrackedVersions`). The
 /// leader's `job_max_versions` travels in each job command, so every server prunes alike.
 pub const JOB_TRACKED_VERSIONS: usize = 6;
@@ -49,6 +51,7 @@ pub(crate) struct ClientReport {
     pub client_description: String,
     pub task_states: BTreeMap<String, TaskState>,
     pub modify_time: i64,
+    pub deployment_status: Option<crate::model::AllocDeploymentStatus>,
 }
 
 /// A set of table mutations at one raft index, committed together or not at all.
@@ -810,12 +813,29 @@ impl WriteTxn {
     ) -> Result<(), ApplyError> {
         let existing = self.existing_node(id)?;
         let mut node = (*existing).clone();
+        let at = crate::model::Timestamp::from_unix_nanos(updated_at.saturating_mul(1_000_000_000));
         match drain {
             Some(strategy) => {
+                let mut last = match (&existing.drain_strategy, node.last_drain.take()) {
+                    (Some(_), Some(running)) => running,
+                    _ => crate::model::DrainMetadata {
+                        started_at: strategy.started_at,
+                        ..Default::default()
+                    },
+                };
+                last.status = crate::model::DrainStatus::Draining;
+                last.updated_at = at;
+                node.last_drain = Some(last);
                 node.drain_strategy = Some(strategy);
                 node.scheduling_eligibility = SchedulingEligibility::Ineligible;
             }
             None => {
+                if existing.drain_strategy.is_some() {
+                    let mut last = node.last_drain.take().unwrap_or_default();
+                    last.status = crate::model::DrainStatus::Canceled;
+                    last.updated_at = at;
+                    node.last_drain = Some(last);
+                }
                 node.drain_strategy = None;
                 if mark_eligible {
                     node.scheduling_eligibility = SchedulingEligibility::Eligible;
@@ -891,6 +911,11 @@ impl WriteTxn {
                     alloc.next_allocation = ex.next_allocation.clone();
                 }
                 alloc.task_states = ex.task_states.clone();
+                // Health is the client's (or an operator's) to report; a server-side
+                // update that keeps the deployment keeps it.
+                if alloc.deployment_id == ex.deployment_id && alloc.deployment_status.is_none() {
+                    alloc.deployment_status = ex.deployment_status.clone();
+                }
                 if !matches!(
                     alloc.client_status,
                     ClientStatus::Lost | ClientStatus::Unknown
@@ -905,6 +930,7 @@ impl WriteTxn {
         self.alloc_nodes.insert(alloc.node_id.clone());
         self.t.intern_alloc_ids(&mut alloc);
         self.summarize_alloc(&alloc, existing.as_deref());
+        self.count_in_deployment(&alloc, existing.as_deref());
         if !alloc.previous_allocation.is_empty() {
             if let Some(prev) = self
                 .t
@@ -1001,6 +1027,8 @@ impl WriteTxn {
         alloc.task_states = report.task_states;
         alloc.modify_time = report.modify_time;
         alloc.modify_index = self.index;
+        self.merge_client_health(&mut alloc, report.deployment_status);
+        self.count_in_deployment(&alloc, Some(&existing));
         self.summarize_alloc(&alloc, Some(&existing));
         let finished = matches!(
             alloc.client_status,

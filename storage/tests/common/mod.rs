@@ -151,6 +151,8 @@ pub fn place(eval: &EvalId, allocs: Vec<Allocation>) -> Command {
         evals: Vec::new(),
         ineligible_nodes: Vec::new(),
         updated_at: 1_700_000_000,
+        deployment: None,
+        deployment_updates: Vec::new(),
     })
 }
 
@@ -162,6 +164,7 @@ pub fn client_update(id: &AllocId, status: ClientStatus) -> Command {
             client_description: String::new(),
             task_states: Default::default(),
             modify_time: 1_700_000_001_000_000_000,
+            deployment_status: None,
         }],
         evals: Vec::new(),
     })
