@@ -24,7 +24,9 @@
 
 use std::sync::Arc;
 
-use teamster_storage::model::{Allocation, Evaluation, Job, NodeId};
+use teamster_storage::model::{
+    AllocDeploymentStatus, Allocation, DeploymentId, Evaluation, Job, NodeId,
+};
 
 use crate::scheduler::context::EvalContext;
 use crate::scheduler::placement::{self, inplace_update, Attempt, Blocking, Family, Run, Session};
@@ -52,6 +54,7 @@ impl<'a> GenericScheduler<'a> {
         job: &Arc<Job>,
         inplace: Vec<Arc<Allocation>>,
         place: Vec<PlaceRequest>,
+        deployment_id: &DeploymentId,
     ) {
         let now = self.session.env.now;
         let (nodes, by_dc) = ready_nodes(&self.session.snapshot, job, self.session.env.ready_nodes);
@@ -63,7 +66,16 @@ impl<'a> GenericScheduler<'a> {
                 continue;
             };
             let updated = match self.session.snapshot.node_by_id(&old.node_id).cloned() {
-                Some(node) => inplace_update(ctx, &mut stack, placer, job, &node, &old, now),
+                Some(node) => inplace_update(
+                    ctx,
+                    &mut stack,
+                    placer,
+                    job,
+                    &node,
+                    &old,
+                    deployment_id,
+                    now,
+                ),
                 None => false,
             };
             if !updated {
@@ -73,6 +85,7 @@ impl<'a> GenericScheduler<'a> {
                     previous: Some(old),
                     stop_previous: Some(ALLOC_UPDATING),
                     reschedule: false,
+                    canary: false,
                 });
             }
         }
@@ -117,6 +130,11 @@ impl<'a> GenericScheduler<'a> {
                             .map(|p| p.id.clone())
                             .unwrap_or_default(),
                         reschedule_tracker,
+                        deployment_id: deployment_id.clone(),
+                        deployment_status: request.canary.then(|| AllocDeploymentStatus {
+                            canary: true,
+                            ..AllocDeploymentStatus::default()
+                        }),
                         ..self.session.new_alloc(
                             job,
                             &run.eval,
@@ -200,8 +218,17 @@ impl<'a> Family<'a> for GenericScheduler<'a> {
                 ctx.plan_update(&old, updated);
             }
         }
+        ctx.plan.deployment = recon.deployment;
+        ctx.plan.deployment_updates = recon.deployment_updates;
         if let Some(job) = job.as_ref().filter(|j| !j.stopped() && !j.is_parent()) {
-            self.place(run, ctx, job, recon.inplace, recon.place);
+            self.place(
+                run,
+                ctx,
+                job,
+                recon.inplace,
+                recon.place,
+                &recon.deployment_id,
+            );
         }
         Ok(recon.followup_evals)
     }

@@ -214,6 +214,52 @@ impl Harness {
         .map(|_| ())
     }
 
+    /// Reports allocations healthy (or not) in their deployment, as client agents do once
+    /// their tasks ran for the group's `min_healthy_time`.
+    pub fn report_health(
+        &mut self,
+        ids: &[teamster_storage::model::AllocId],
+        healthy: bool,
+        at: i64,
+    ) -> Result<(), SchedulerError> {
+        let snapshot = self.snapshot();
+        let allocs = ids
+            .iter()
+            .filter_map(|id| snapshot.alloc_by_id(id))
+            .map(|a| AllocClientReport {
+                id: a.id.clone(),
+                client_status: a.client_status,
+                client_description: a.client_description.clone(),
+                task_states: a.task_states.clone(),
+                modify_time: at,
+                deployment_status: Some(teamster_storage::model::AllocDeploymentStatus {
+                    healthy: Some(healthy),
+                    timestamp: teamster_storage::model::Timestamp::from_unix_nanos(at),
+                    ..Default::default()
+                }),
+            })
+            .collect();
+        self.apply(Command::AllocClientUpdate(AllocClientUpdate {
+            allocs,
+            evals: Vec::new(),
+        }))
+        .map(|_| ())
+    }
+
+    /// Reports every running allocation of `job` healthy and evaluates the job, so its
+    /// deployment ends successful (what the deployment watcher's evaluation does).
+    pub fn settle_deployment(&mut self, job: &Job) -> Result<(), SchedulerError> {
+        let ids: Vec<_> = self
+            .running_allocs(job)
+            .iter()
+            .map(|a| a.id.clone())
+            .collect();
+        let now = self.now;
+        self.report_health(&ids, true, now)?;
+        let eval = self.create_pending_eval(job, EvalTrigger::DeploymentWatcher, None)?;
+        self.process(&eval)
+    }
+
     /// Reports a client status for allocations, as client agents do.
     pub fn client_update(
         &mut self,

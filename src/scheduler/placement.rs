@@ -26,8 +26,8 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
 use teamster_storage::model::{
-    AllocMetric, Allocation, ClientStatus, DesiredStatus, EvalStatus, Evaluation, Job, Node,
-    NodeId, Plan, Resources,
+    AllocMetric, Allocation, ClientStatus, DeploymentId, DesiredStatus, EvalStatus, Evaluation,
+    Job, Node, NodeId, Plan, Resources,
 };
 use teamster_storage::state::Snapshot;
 
@@ -359,6 +359,7 @@ impl<'a> Session<'a> {
 /// Nomad's `inplaceUpdate` for one allocation: moves `old` to `job`'s version on `node`
 /// where it runs, if the node still takes it (feasibility and fit with `old`'s own resources
 /// freed). False: the update must be destructive.
+#[allow(clippy::too_many_arguments)]
 pub(crate) fn inplace_update(
     ctx: &mut EvalContext,
     stack: &mut Stack,
@@ -366,6 +367,7 @@ pub(crate) fn inplace_update(
     job: &Job,
     node: &Node,
     old: &Arc<Allocation>,
+    deployment_id: &DeploymentId,
     now: i64,
 ) -> bool {
     ctx.plan_stop(old, ALLOC_IN_PLACE, None, now);
@@ -379,6 +381,11 @@ pub(crate) fn inplace_update(
     updated.eval_id = ctx.plan.eval_id.clone();
     updated.resources = placer.ask;
     updated.modify_time = now;
+    // It joins the version's deployment, whose health its client judges anew.
+    if !deployment_id.is_empty() && updated.deployment_id != *deployment_id {
+        updated.deployment_id = deployment_id.clone();
+        updated.deployment_status = None;
+    }
     ctx.plan_update(old, updated);
     true
 }

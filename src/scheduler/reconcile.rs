@@ -22,16 +22,38 @@
 //! otherwise; missing ones are placed under the lowest free name indexes. A stopped or purged
 //! job, or a task group removed from the job, stops everything.
 //!
-//! There are no deployments here (no canaries, `max_parallel` or `update` block): every
-//! destructive update happens in one plan, as Nomad does for jobs without an update strategy.
+//! # Deployments
+//!
+//! A service group whose `update` block rolls (`max_parallel > 0`) changes version through a
+//! [`Deployment`] (Nomad's `computeGroup` rules):
+//!
+//! - A deployment is created for the job's version when a group with such a block has a
+//!   count and either nothing of this version ran yet or an update is needed; an active
+//!   deployment of an older version is cancelled ("newer version"), a stopped job's one too.
+//!   A successful one of this version is done with; a failed or paused one holds the rollout.
+//! - Destructive updates go at most `max_parallel` at a time, less one for every allocation
+//!   of the deployment not yet healthy, none at all while one is unhealthy, paused, failed, or
+//!   waiting for canaries; the rest are left running (`Ignore`). In-place updates, migrations,
+//!   reschedules and lost replacements are not limited.
+//! - With `canary = N`, N allocations of the new version are placed beside the old ones
+//!   (under the names of the first old ones they will replace) and nothing old is touched
+//!   until the deployment is promoted; then the old allocations sharing the canaries' names
+//!   are stopped and the rest roll by `max_parallel`. Unpromoted canaries of an older or
+//!   failed deployment are stopped.
+//! - A failed allocation of an active deployment is replaced only once the deployment
+//!   watcher marks it (`DesiredTransition.Reschedule`).
+//! - The deployment is successful when no group has work left, every group has at least
+//!   `max(DesiredTotal, DesiredCanaries)` healthy allocations, and its canaries are promoted.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use rand::RngCore;
+use teamster_storage::model::deployment::{DESC_NEWER_JOB, DESC_STOPPED_JOB, DESC_SUCCESSFUL};
 use teamster_storage::model::{
-    Allocation, ClientStatus, DesiredStatus, EvalStatus, EvalTrigger, Evaluation, Job, NodeStatus,
-    Timestamp,
+    Allocation, ClientStatus, Deployment, DeploymentId, DeploymentState, DeploymentStatus,
+    DeploymentStatusUpdate, DesiredStatus, EvalStatus, EvalTrigger, Evaluation, Job, JobType,
+    NodeStatus, TaskGroup, Timestamp,
 };
 use teamster_storage::state::Snapshot;
 
@@ -53,6 +75,9 @@ pub(crate) const ALLOC_IN_PLACE: &str = "alloc updating in-place";
 pub(crate) const ALLOC_NODE_TAINTED: &str = "alloc not needed as node is tainted";
 /// Nomad's `allocRescheduled`.
 pub(crate) const ALLOC_RESCHEDULED: &str = "alloc was rescheduled because it failed";
+/// Nomad's `allocNotNeeded` for a canary of an older or failed deployment.
+pub(crate) const ALLOC_CANARY_NOT_NEEDED: &str =
+    "alloc not needed as it is an unpromoted canary of another deployment";
 /// Nomad's `reschedulingFollowupEvalDesc`.
 pub(crate) const FOLLOWUP_EVAL_DESC: &str = "created for delayed rescheduling";
 
@@ -85,6 +110,8 @@ pub(crate) struct PlaceRequest {
     pub stop_previous: Option<&'static str>,
     /// A reschedule of a failed allocation (penalises its node, extends its tracker).
     pub reschedule: bool,
+    /// A canary of the deployment.
+    pub canary: bool,
 }
 
 /// What the reconciler decided for a job.
@@ -100,6 +127,14 @@ pub(crate) struct Reconciliation {
     pub attribute_updates: Vec<Allocation>,
     /// Follow-up evaluations for delayed reschedules.
     pub followup_evals: Vec<Evaluation>,
+    /// A deployment this reconciliation creates.
+    pub deployment: Option<Deployment>,
+    /// Status changes of deployments (cancelled, successful).
+    pub deployment_updates: Vec<DeploymentStatusUpdate>,
+    /// The deployment placements and in-place updates join (empty: none).
+    pub deployment_id: DeploymentId,
+    /// Per group, destructive updates held back by the deployment (`Ignore`).
+    pub held_back: BTreeMap<String, u64>,
 }
 
 /// Inputs of one reconciliation.
@@ -110,6 +145,35 @@ pub(crate) struct Reconciler<'a> {
     pub eval: &'a Evaluation,
     pub batch: bool,
     pub now: i64,
+}
+
+/// The job's deployment as the reconciliation sees it (Nomad's `cancelUnneededDeployments`).
+#[derive(Default)]
+struct DeploymentView {
+    /// The deployment of the job's current version that is not successful, if any.
+    current: Option<Deployment>,
+    /// It is paused.
+    paused: bool,
+    /// It failed: nothing more is rolled out for this version.
+    failed: bool,
+    /// Whether a group created or changed its state (so the plan must carry it).
+    created: bool,
+}
+
+impl DeploymentView {
+    fn id(&self) -> Option<&DeploymentId> {
+        self.current.as_ref().map(|d| &d.id)
+    }
+
+    fn active_id(&self) -> Option<&DeploymentId> {
+        self.current.as_ref().filter(|d| d.active()).map(|d| &d.id)
+    }
+}
+
+/// What one group's reconciliation says about the deployment.
+struct GroupOutcome {
+    /// No work is left and the group's allocations of the deployment are healthy.
+    complete: bool,
 }
 
 enum Taint {
@@ -140,17 +204,41 @@ impl Reconciler<'_> {
         for alloc in allocs {
             by_group.entry(&alloc.task_group).or_default().push(alloc);
         }
+        let latest = self.eval_job_latest_deployment();
         let job = match self.job {
             Some(job) if !job.stopped() && !job.is_parent() => job,
             _ => {
                 // Stopped or purged (or a periodic or parameterized parent, which only its
                 // children run for): stop everything still meant to run.
+                if let Some(d) = latest.filter(|d| d.active()) {
+                    out.deployment_updates.push(DeploymentStatusUpdate {
+                        deployment_id: d.id.clone(),
+                        status: DeploymentStatus::Cancelled,
+                        status_description: DESC_STOPPED_JOB.to_owned(),
+                    });
+                }
                 for alloc in allocs {
                     self.stop_all(&mut out, alloc);
                 }
                 return out;
             }
         };
+        let mut view = DeploymentView::default();
+        if let Some(d) = latest {
+            let current = d.job_version == job.version && d.job_create_index == job.create_index;
+            if !current && d.active() {
+                out.deployment_updates.push(DeploymentStatusUpdate {
+                    deployment_id: d.id.clone(),
+                    status: DeploymentStatus::Cancelled,
+                    status_description: DESC_NEWER_JOB.to_owned(),
+                });
+            }
+            if current && d.status != DeploymentStatus::Successful {
+                view.paused = d.status == DeploymentStatus::Paused;
+                view.failed = d.status == DeploymentStatus::Failed;
+                view.current = Some((*d).clone());
+            }
+        }
         for (group, allocs) in &by_group {
             if job.task_group(group).is_none() {
                 for alloc in allocs {
@@ -159,12 +247,83 @@ impl Reconciler<'_> {
             }
         }
         let mut later: Vec<(i64, Arc<Allocation>)> = Vec::new();
+        let mut complete = true;
         for group in &job.task_groups {
             let allocs = by_group.remove(group.name.as_str()).unwrap_or_default();
-            self.compute_group(job, group, &allocs, &mut out, &mut later);
+            let outcome =
+                self.compute_group(job, group, &allocs, &mut out, &mut later, &mut view, rng);
+            complete &= outcome.complete;
         }
         self.followups(job, later, &mut out, rng);
+        if let Some(d) = &mut view.current {
+            d.status_description = d.running_description().to_owned();
+            if complete && d.active() && !view.created && d.status == DeploymentStatus::Running {
+                out.deployment_updates.push(DeploymentStatusUpdate {
+                    deployment_id: d.id.clone(),
+                    status: DeploymentStatus::Successful,
+                    status_description: DESC_SUCCESSFUL.to_owned(),
+                });
+            }
+        }
+        out.deployment_id = view.id().cloned().unwrap_or_default();
+        if view.created {
+            out.deployment = view.current.take();
+        }
         out
+    }
+
+    /// The job's newest deployment (service jobs only have them).
+    fn eval_job_latest_deployment(&self) -> Option<Arc<Deployment>> {
+        if self.batch {
+            return None;
+        }
+        self.snapshot
+            .latest_deployment(&self.eval.namespace, &self.eval.job_id)
+    }
+
+    /// The group's state in the current deployment, or a fresh one for a new deployment.
+    fn group_state(job: &Job, group: &TaskGroup, view: &DeploymentView) -> (DeploymentState, bool) {
+        if let Some(state) = view
+            .current
+            .as_ref()
+            .and_then(|d| d.task_groups.get(&group.name))
+        {
+            return (state.clone(), true);
+        }
+        let strategy = group.update.clone().unwrap_or_default();
+        let _ = job;
+        (
+            DeploymentState {
+                auto_revert: strategy.auto_revert(),
+                auto_promote: strategy.auto_promote(),
+                progress_deadline: strategy.progress_deadline(),
+                desired_total: group.count,
+                ..DeploymentState::default()
+            },
+            false,
+        )
+    }
+
+    /// A new deployment of `job`'s version.
+    fn new_deployment(&self, job: &Job, rng: &mut dyn RngCore) -> Deployment {
+        Deployment {
+            id: crate::util::new_uuid(rng).into(),
+            namespace: job.namespace.clone(),
+            job_id: job.id.clone(),
+            job_version: job.version,
+            job_modify_index: job.modify_index,
+            job_spec_modify_index: job.job_modify_index,
+            job_create_index: job.create_index,
+            is_multiregion: false,
+            eval_priority: self.eval.priority,
+            task_groups: BTreeMap::new(),
+            status: DeploymentStatus::Running,
+            status_description: String::new(),
+            create_index: 0,
+            modify_index: 0,
+            create_time: self.now,
+            modify_time: self.now,
+        }
     }
 
     fn stop_all(&self, out: &mut Reconciliation, alloc: &Arc<Allocation>) {
@@ -182,19 +341,41 @@ impl Reconciler<'_> {
         });
     }
 
+    #[allow(clippy::too_many_arguments)]
     fn compute_group(
         &self,
         job: &Arc<Job>,
-        group: &teamster_storage::model::TaskGroup,
+        group: &TaskGroup,
         allocs: &[&Arc<Allocation>],
         out: &mut Reconciliation,
         later: &mut Vec<(i64, Arc<Allocation>)>,
-    ) {
+        view: &mut DeploymentView,
+        rng: &mut dyn RngCore,
+    ) -> GroupOutcome {
+        let strategy = group
+            .update
+            .clone()
+            .filter(|u| u.rolls() && job.job_type == JobType::Service && !self.batch);
+        let active_deployment = view.active_id().cloned();
+        let (mut dstate, existing_state) = Self::group_state(job, group, view);
+        let placed_canaries: Vec<_> = if existing_state {
+            dstate.placed_canaries.clone()
+        } else {
+            Vec::new()
+        };
+
         let mut untainted: Vec<Arc<Allocation>> = Vec::new();
         let mut lost: Vec<Arc<Allocation>> = Vec::new();
         let mut migrate: Vec<Arc<Allocation>> = Vec::new();
         let mut reschedule_now: Vec<Arc<Allocation>> = Vec::new();
+        let mut canaries: Vec<Arc<Allocation>> = Vec::new();
+        let mut stale_canaries: Vec<Arc<Allocation>> = Vec::new();
+        let mut later_count = 0usize;
+        let mut had_current_version = false;
         for &alloc in allocs {
+            if alloc.job_version == job.version {
+                had_current_version = true;
+            }
             if alloc.terminal_status() {
                 if !alloc.next_allocation.is_empty() {
                     continue;
@@ -213,10 +394,21 @@ impl Reconciler<'_> {
                     }
                     continue;
                 }
+                // An active deployment decides when its failed allocations are replaced
+                // (the deployment watcher marks them); until then they hold their place.
+                if active_deployment
+                    .as_ref()
+                    .is_some_and(|d| *d == alloc.deployment_id)
+                    && !alloc.desired_transition.should_reschedule()
+                {
+                    untainted.push(alloc.clone());
+                    continue;
+                }
                 let policy = alloc_reschedule_policy(self.snapshot, alloc, job);
                 let (at, eligible) = next_reschedule_time(alloc, policy);
                 if eligible
                     && (alloc.followup_eval_id == self.eval.id
+                        || alloc.desired_transition.should_reschedule()
                         || at.saturating_sub(self.now) <= RESCHEDULE_WINDOW_NANOS)
                 {
                     reschedule_now.push(alloc.clone());
@@ -225,19 +417,46 @@ impl Reconciler<'_> {
                 untainted.push(alloc.clone());
                 if eligible && alloc.followup_eval_id.is_empty() {
                     later.push((at, alloc.clone()));
+                    later_count += 1;
                 }
                 continue;
             }
             match self.taint(alloc) {
                 Taint::Lost => lost.push(alloc.clone()),
                 Taint::Migrate => migrate.push(alloc.clone()),
-                Taint::Healthy => untainted.push(alloc.clone()),
+                Taint::Healthy => {
+                    let ours = alloc.job_version == job.version
+                        && view.id().is_some_and(|d| *d == alloc.deployment_id);
+                    let unpromoted_of_failed = view.failed && !dstate.promoted;
+                    if ours && placed_canaries.contains(&alloc.id) && !unpromoted_of_failed {
+                        canaries.push(alloc.clone());
+                    } else if (ours && placed_canaries.contains(&alloc.id))
+                        || (alloc.is_canary() && !ours)
+                    {
+                        stale_canaries.push(alloc.clone());
+                    } else {
+                        untainted.push(alloc.clone());
+                    }
+                }
             }
         }
         // Deterministic order: by name index, then id.
-        for set in [&mut untainted, &mut lost, &mut migrate, &mut reschedule_now] {
+        for set in [
+            &mut untainted,
+            &mut lost,
+            &mut migrate,
+            &mut reschedule_now,
+            &mut canaries,
+        ] {
             set.sort_by(|a, b| {
                 (alloc_name_index(&a.name), &a.id).cmp(&(alloc_name_index(&b.name), &b.id))
+            });
+        }
+        for alloc in stale_canaries {
+            out.stop.push(StopRequest {
+                alloc,
+                description: ALLOC_CANARY_NOT_NEEDED,
+                client_status: None,
             });
         }
 
@@ -259,10 +478,40 @@ impl Reconciler<'_> {
             });
         }
 
-        // Scale down: failed ones awaiting a reschedule first, then migrating, then the
-        // highest name indexes.
+        // Which old-version allocations need an update, and of which kind.
+        let mut destructive: Vec<Arc<Allocation>> = Vec::new();
+        let mut inplace: Vec<Arc<Allocation>> = Vec::new();
+        for alloc in &untainted {
+            if alloc.terminal_status() || alloc.job_version == job.version {
+                continue;
+            }
+            let is_destructive = match self.snapshot.alloc_job(alloc) {
+                Some(old) => tasks_updated(old, job, &group.name),
+                None => true,
+            };
+            if is_destructive {
+                destructive.push(alloc.clone());
+            } else {
+                inplace.push(alloc.clone());
+            }
+        }
+
+        let promoted = dstate.promoted;
+        let wanted_canaries = strategy.as_ref().map_or(0, |s| s.canary()) as usize;
+        let require_canary =
+            !destructive.is_empty() && wanted_canaries > canaries.len() && !promoted;
+        if require_canary {
+            dstate.desired_canaries = wanted_canaries as u32;
+        }
+        let canarying = dstate.desired_canaries > 0 && !promoted;
+
+        // Scale down: failed ones awaiting a reschedule first, then migrating, then (once
+        // promoted) the old allocations the canaries replace, then the highest name indexes.
+        // Canaries waiting for promotion do not count.
         let count = group.count as usize;
-        let mut existing = untainted.len() + migrate.len() + reschedule_now.len();
+        let counted_canaries = if canarying { 0 } else { canaries.len() };
+        let mut existing =
+            untainted.len() + migrate.len() + reschedule_now.len() + counted_canaries;
         if existing > count {
             let mut remove = existing - count;
             while remove > 0 {
@@ -289,6 +538,28 @@ impl Reconciler<'_> {
                 });
                 remove -= 1;
             }
+            if remove > 0 && !canarying && !canaries.is_empty() {
+                let canary_names: Vec<&str> = canaries.iter().map(|c| c.name.as_str()).collect();
+                let mut i = 0;
+                while remove > 0 && i < untainted.len() {
+                    let replaced = !untainted[i].terminal_status()
+                        && untainted[i].job_version != job.version
+                        && canary_names.contains(&untainted[i].name.as_str());
+                    if replaced {
+                        let alloc = untainted.remove(i);
+                        destructive.retain(|d| d.id != alloc.id);
+                        inplace.retain(|d| d.id != alloc.id);
+                        out.stop.push(StopRequest {
+                            alloc,
+                            description: ALLOC_NOT_NEEDED,
+                            client_status: None,
+                        });
+                        remove -= 1;
+                    } else {
+                        i += 1;
+                    }
+                }
+            }
             if remove > 0 {
                 let running: Vec<usize> = (0..untainted.len())
                     .filter(|i| !untainted[*i].terminal_status())
@@ -313,6 +584,8 @@ impl Reconciler<'_> {
                 for i in chosen {
                     let alloc = untainted.remove(i);
                     names.unset(&alloc.name);
+                    destructive.retain(|d| d.id != alloc.id);
+                    inplace.retain(|d| d.id != alloc.id);
                     out.stop.push(StopRequest {
                         alloc,
                         description: ALLOC_NOT_NEEDED,
@@ -320,31 +593,75 @@ impl Reconciler<'_> {
                     });
                 }
             }
-            existing = untainted.len() + migrate.len() + reschedule_now.len();
+            existing = untainted.len() + migrate.len() + reschedule_now.len() + counted_canaries;
         }
 
-        // Job changed: in place or destructive.
-        for alloc in &untainted {
-            if alloc.terminal_status() || alloc.job_version == job.version {
-                continue;
-            }
-            let destructive = match self.snapshot.alloc_job(alloc) {
-                Some(old) => tasks_updated(old, job, &group.name),
-                None => true,
-            };
-            if destructive {
+        // Canaries beside the old version, under the names of the first ones they replace.
+        if require_canary && !view.paused && !view.failed {
+            let taken: Vec<&str> = canaries.iter().map(|c| c.name.as_str()).collect();
+            let new_names: Vec<String> = destructive
+                .iter()
+                .map(|a| a.name.clone())
+                .filter(|n| !taken.contains(&n.as_str()))
+                .take(wanted_canaries - canaries.len())
+                .collect();
+            for name in new_names {
                 out.place.push(PlaceRequest {
                     group: group.name.clone(),
-                    name: alloc.name.clone(),
-                    previous: Some(alloc.clone()),
-                    stop_previous: Some(ALLOC_UPDATING),
+                    name,
+                    previous: None,
+                    stop_previous: None,
                     reschedule: false,
+                    canary: true,
                 });
-            } else {
-                out.inplace.push(alloc.clone());
             }
         }
 
+        // How many destructive updates may go now.
+        let limit = match &strategy {
+            None => usize::MAX,
+            Some(_) if view.paused || view.failed || canarying => 0,
+            Some(strategy) => {
+                let mut limit = strategy.max_parallel() as i64;
+                let mut unhealthy = false;
+                if let Some(id) = view.id() {
+                    for alloc in untainted.iter().chain(&canaries) {
+                        if alloc.deployment_id != *id || alloc.terminal_status() {
+                            continue;
+                        }
+                        if alloc.is_unhealthy() {
+                            unhealthy = true;
+                        } else if !alloc.is_healthy() {
+                            limit -= 1;
+                        }
+                    }
+                }
+                if unhealthy {
+                    0
+                } else {
+                    limit.max(0) as usize
+                }
+            }
+        };
+        let total_destructive = destructive.len();
+        for alloc in destructive.iter().take(limit) {
+            out.place.push(PlaceRequest {
+                group: group.name.clone(),
+                name: alloc.name.clone(),
+                previous: Some(alloc.clone()),
+                stop_previous: Some(ALLOC_UPDATING),
+                reschedule: false,
+                canary: false,
+            });
+        }
+        let held = total_destructive.saturating_sub(limit);
+        if held > 0 {
+            *out.held_back.entry(group.name.clone()).or_default() += held as u64;
+        }
+        let total_inplace = inplace.len();
+        out.inplace.extend(inplace);
+
+        let total_reschedule = reschedule_now.len();
         for alloc in reschedule_now {
             out.place.push(PlaceRequest {
                 group: group.name.clone(),
@@ -352,8 +669,10 @@ impl Reconciler<'_> {
                 previous: Some(alloc),
                 stop_previous: Some(ALLOC_RESCHEDULED),
                 reschedule: true,
+                canary: false,
             });
         }
+        let total_migrate = migrate.len();
         for alloc in migrate {
             out.place.push(PlaceRequest {
                 group: group.name.clone(),
@@ -361,32 +680,82 @@ impl Reconciler<'_> {
                 previous: Some(alloc),
                 stop_previous: Some(ALLOC_MIGRATING),
                 reschedule: false,
+                canary: false,
             });
         }
+        let mut missing = 0usize;
         for alloc in lost {
             if existing >= count {
                 break;
             }
             existing += 1;
+            missing += 1;
             out.place.push(PlaceRequest {
                 group: group.name.clone(),
                 name: alloc.name.clone(),
                 previous: Some(alloc),
                 stop_previous: None,
                 reschedule: false,
+                canary: false,
             });
         }
+        // New allocations wait while the deployment is paused, failed or canarying.
+        let place_ready = strategy.is_none() || !(view.paused || view.failed || canarying);
         if existing < count {
-            for name in names.next(count - existing) {
-                out.place.push(PlaceRequest {
-                    group: group.name.clone(),
-                    name,
-                    previous: None,
-                    stop_previous: None,
-                    reschedule: false,
-                });
+            missing += count - existing;
+            if place_ready {
+                for name in names.next(count - existing) {
+                    out.place.push(PlaceRequest {
+                        group: group.name.clone(),
+                        name,
+                        previous: None,
+                        stop_previous: None,
+                        reschedule: false,
+                        canary: false,
+                    });
+                }
             }
         }
+
+        let Some(_) = strategy else {
+            return GroupOutcome { complete: true };
+        };
+        // A deployment for this version, when there is something to roll out.
+        if !existing_state
+            && dstate.desired_total > 0
+            && (!had_current_version || total_destructive > 0 || total_inplace > 0)
+            && view.current.is_none()
+        {
+            view.current = Some(self.new_deployment(job, rng));
+            view.created = true;
+        }
+        let Some(d) = view.current.as_mut() else {
+            return GroupOutcome { complete: true };
+        };
+        if !existing_state && !view.created {
+            // An older deployment this group is not part of (it had no count then).
+            return GroupOutcome { complete: true };
+        }
+        if !existing_state || require_canary {
+            if existing_state {
+                // A canary count decided after the deployment began.
+                view.created = true;
+            }
+            d.task_groups.insert(group.name.clone(), dstate.clone());
+        }
+        let work_left = total_destructive
+            + total_inplace
+            + total_reschedule
+            + total_migrate
+            + missing
+            + later_count
+            > 0
+            || require_canary;
+        let complete = !work_left
+            && existing_state
+            && dstate.healthy_allocs >= dstate.desired_total.max(dstate.desired_canaries)
+            && (dstate.desired_canaries == 0 || dstate.promoted);
+        GroupOutcome { complete }
     }
 
     /// Batches delayed reschedules into follow-up evaluations (one per 5 s window) and

@@ -28,7 +28,8 @@ use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;
 
 use teamster_storage::model::{
-    Allocation, ClientStatus, DesiredStatus, EvalStatus, Evaluation, Job, Node, NodeId, NodeStatus,
+    Allocation, ClientStatus, DeploymentId, DesiredStatus, EvalStatus, Evaluation, Job, Node,
+    NodeId, NodeStatus,
 };
 
 use crate::scheduler::context::EvalContext;
@@ -179,7 +180,16 @@ impl<'a> SystemScheduler<'a> {
                             .get_mut(&group.name)
                             .expect("a placer exists for every group");
                         if destructive
-                            || !inplace_update(ctx, &mut stack, placer, job, node, alloc, now)
+                            || !inplace_update(
+                                ctx,
+                                &mut stack,
+                                placer,
+                                job,
+                                node,
+                                alloc,
+                                &DeploymentId::default(),
+                                now,
+                            )
                         {
                             placements.push(Placement {
                                 node: node.clone(),

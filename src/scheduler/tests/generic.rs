@@ -454,6 +454,9 @@ fn failed_allocations_are_rescheduled_after_their_delay() {
     let (mut h, _) = harness_with_nodes(3);
     let (job, eval) = h.register_job(mock_job("web", 1)).unwrap();
     h.process(&eval).unwrap();
+    // The first deployment ends (an active one decides itself when its failed allocations
+    // are replaced).
+    h.settle_deployment(&job).unwrap();
     let first = h.running_allocs(&job)[0].clone();
     h.client_update(std::slice::from_ref(&first.id), ClientStatus::Failed, h.now)
         .unwrap();
@@ -563,7 +566,10 @@ fn batch_reschedules_stop_when_attempts_are_used() {
 #[test]
 fn job_changes_update_in_place_or_destructively() {
     let (mut h, _) = harness_with_nodes(4);
-    let (job, eval) = h.register_job(mock_job("web", 3)).unwrap();
+    // Rolling four at a time: every update happens in one plan.
+    let mut web = mock_job("web", 3);
+    web.task_groups[0].update.as_mut().unwrap().max_parallel = Some(4);
+    let (job, eval) = h.register_job(web).unwrap();
     h.process(&eval).unwrap();
     let original: BTreeSet<String> = h
         .running_allocs(&job)

@@ -2,6 +2,7 @@
 //! scheduler, and the concurrency property (conflicting schedulers never over-commit).
 
 mod annotate;
+mod deployments;
 mod generic;
 mod properties;
 mod system;
