@@ -73,7 +73,12 @@ fn a_rolling_update_replaces_max_parallel_at_a_time_and_waits_for_health() {
     assert_eq!(first.task_groups["web"].placed_allocs, 6);
     h.settle_deployment(&v0).unwrap();
     assert_eq!(latest(&h, &v0).status, DeploymentStatus::Successful);
-    assert!(h.snapshot().job_by_version("default", "web", 0).unwrap().stable);
+    assert!(
+        h.snapshot()
+            .job_by_version("default", "web", 0)
+            .unwrap()
+            .stable
+    );
 
     let (v1, eval) = h.register_job(next_version(&v0, "1")).unwrap();
     h.process(&eval).unwrap();
@@ -102,7 +107,10 @@ fn a_rolling_update_replaces_max_parallel_at_a_time_and_waits_for_health() {
         report_new_healthy(&mut h, &v1);
         evaluate(&mut h, &v1);
         rounds += 1;
-        assert!(rounds <= 2, "the registration and two rounds of two replace six");
+        assert!(
+            rounds <= 2,
+            "the registration and two rounds of two replace six"
+        );
     }
     assert_eq!(rounds, 2);
     let stops: usize = h
@@ -117,7 +125,12 @@ fn a_rolling_update_replaces_max_parallel_at_a_time_and_waits_for_health() {
     let d = latest(&h, &v1);
     assert_eq!(d.status, DeploymentStatus::Successful, "{d:?}");
     assert_eq!(d.task_groups["web"].healthy_allocs, 6);
-    assert!(h.snapshot().job_by_version("default", "web", 1).unwrap().stable);
+    assert!(
+        h.snapshot()
+            .job_by_version("default", "web", 1)
+            .unwrap()
+            .stable
+    );
 }
 
 #[test]
@@ -153,12 +166,22 @@ fn canaries_run_beside_the_old_version_until_promoted() {
     h.process(&eval).unwrap();
     let d = latest(&h, &v1);
     assert_eq!(d.task_groups["web"].desired_canaries, 1);
-    assert_eq!(d.status_description, "Deployment is running but requires manual promotion");
+    assert_eq!(
+        d.status_description,
+        "Deployment is running but requires manual promotion"
+    );
     let canaries = running_of_version(&h, &v1, 1);
     assert_eq!(canaries.len(), 1);
     assert!(canaries[0].is_canary());
-    assert_eq!(canaries[0].name, "web.web[0]", "named after the first it replaces");
-    assert_eq!(running_of_version(&h, &v1, 0).len(), 3, "nothing old is stopped");
+    assert_eq!(
+        canaries[0].name, "web.web[0]",
+        "named after the first it replaces"
+    );
+    assert_eq!(
+        running_of_version(&h, &v1, 0).len(),
+        3,
+        "nothing old is stopped"
+    );
     // Healthy canaries still wait for promotion.
     report_new_healthy(&mut h, &v1);
     let plans = h.plans.len();
@@ -180,8 +203,12 @@ fn canaries_run_beside_the_old_version_until_promoted() {
     let last = h.plans.last().unwrap();
     let stops: Vec<_> = last.node_update.values().flatten().collect();
     assert_eq!(stops.len(), 2, "{stops:?}");
-    assert!(stops.iter().any(|s| s.desired_description == ALLOC_NOT_NEEDED));
-    assert!(stops.iter().any(|s| s.desired_description == ALLOC_UPDATING));
+    assert!(stops
+        .iter()
+        .any(|s| s.desired_description == ALLOC_NOT_NEEDED));
+    assert!(stops
+        .iter()
+        .any(|s| s.desired_description == ALLOC_UPDATING));
     for _ in 0..3 {
         report_new_healthy(&mut h, &v1);
         evaluate(&mut h, &v1);
@@ -207,7 +234,10 @@ fn a_newer_version_cancels_the_deployment_and_its_unpromoted_canaries() {
     let snap = h.snapshot();
     let old = snap.deployment_by_id(&d1.id).unwrap();
     assert_eq!(old.status, DeploymentStatus::Cancelled);
-    assert_eq!(old.status_description, "Cancelled due to newer version of job");
+    assert_eq!(
+        old.status_description,
+        "Cancelled due to newer version of job"
+    );
     let stopped = snap.alloc_by_id(&canary.id).unwrap();
     assert_eq!(stopped.desired_description, ALLOC_CANARY_NOT_NEEDED);
     assert_eq!(latest(&h, &v2).job_version, 2);
@@ -246,7 +276,10 @@ fn a_failed_allocation_of_an_active_deployment_waits_for_the_watcher() {
     let plans = h.plans.len();
     evaluate(&mut h, &v0);
     assert_eq!(h.plans.len(), plans, "held in place, not replaced");
-    assert!(h.created_evals.is_empty(), "and no delayed reschedule either");
+    assert!(
+        h.created_evals.is_empty(),
+        "and no delayed reschedule either"
+    );
 
     // The watcher marks it to be rescheduled: it is replaced at once.
     h.apply(Command::AllocUpdateDesiredTransition(
