@@ -40,7 +40,8 @@ use teamster::rpc::service::node::{
 use teamster::rpc::{Pool, RpcConfig, ServiceRequest, ServiceResponse};
 use teamster_storage::fsm::AllocClientReport;
 use teamster_storage::model::{
-    AllocId, ClientStatus, NodeId, NodeStatus, TaskState, TaskStateValue, Timestamp,
+    AllocDeploymentStatus, AllocId, ClientStatus, NodeId, NodeStatus, TaskState, TaskStateValue,
+    Timestamp,
 };
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
@@ -556,13 +557,21 @@ impl SimNode {
 /// The report of an allocation whose tasks are in `states`.
 fn report(id: &AllocId, states: BTreeMap<String, TaskState>) -> AllocClientReport {
     let (status, description) = client_status(&states);
+    let now = unix_nanos();
+    // A simulated task is healthy the moment it runs (no min_healthy_time to wait out), so
+    // service deployments complete as a real client would make them, only sooner.
+    let deployment_status = (status == ClientStatus::Running).then(|| AllocDeploymentStatus {
+        healthy: Some(true),
+        timestamp: Timestamp::from_unix_nanos(now),
+        ..AllocDeploymentStatus::default()
+    });
     AllocClientReport {
         id: id.clone(),
         client_status: status,
         client_description: description.into(),
         task_states: states,
-        modify_time: unix_nanos(),
-        deployment_status: None,
+        modify_time: now,
+        deployment_status,
     }
 }
 

@@ -178,6 +178,7 @@ fn desired_updates(
                 group.place += 1;
                 group.reschedule_now += 1;
             }
+            _ if alloc.is_canary() => group.canary += 1,
             _ => group.place += 1,
         }
         if !previous.is_empty() {

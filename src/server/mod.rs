@@ -21,6 +21,9 @@
 //! - [`reapers`]: failed, cancelable and duplicate blocked evals written back by the leader.
 //! - [`periodic`]: the leader's periodic dispatcher (children of periodic jobs at their
 //!   cron times).
+//! - [`deployments`]: the operations on deployments and the leader's deployment watcher
+//!   (evaluations as allocations turn healthy, progress deadlines, auto-promotion and
+//!   auto-revert).
 //! - [`heartbeat`]: the leader's heartbeat timers (nodes that go silent are marked down).
 //! - [`endpoints`]: the service calls' server side (served here, or forwarded to the
 //!   leader), and the handler of every RPC request.
@@ -29,6 +32,7 @@
 pub mod blocked;
 pub mod broker;
 pub mod config;
+pub mod deployments;
 pub mod endpoints;
 pub mod evals;
 pub mod formation;
@@ -243,6 +247,12 @@ impl Server {
                 node.clone(),
                 clock.clone(),
                 rng.child(),
+            )),
+            Arc::new(deployments::DeploymentWatcherDuty::new(
+                node.clone(),
+                clock.clone(),
+                rng.child(),
+                config.job_max_versions,
             )),
             Arc::new(heartbeats),
         ];

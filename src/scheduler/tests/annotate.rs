@@ -155,3 +155,20 @@ fn a_job_that_cannot_be_placed_reports_the_failed_group() {
         "the blocked eval it would create"
     );
 }
+
+#[test]
+fn a_canary_update_plans_canaries_and_leaves_the_old_version_running() {
+    let (h, mut job) = running(3);
+    job.task_groups[0].update.as_mut().unwrap().canary = Some(1);
+    let mut changed = job.clone();
+    changed.task_groups[0].tasks[0]
+        .env
+        .insert("MODE".into(), "canary".into());
+    let run = plan(&h, &changed);
+    let u = updates(&run, "web");
+    assert_eq!(
+        (u.canary, u.destructive_update, u.place, u.stop, u.ignore),
+        (1, 0, 0, 0, 3)
+    );
+    assert!(u.creates_or_destroys());
+}

@@ -1,0 +1,272 @@
+//! Deployments on a real 3-server cluster with real client agents running `raw_exec` tasks:
+//! a rolling update of count 6 by `max_parallel = 2` never has more than 2 allocations of
+//! the old version stopped ahead of healthy replacements and ends `successful`, also when
+//! the leader is killed in the middle; a bad version (tasks exit 1) fails its deployment and
+//! auto-reverts to the stable version.
+
+use std::time::Duration;
+
+use serde_json::{json, Value};
+use teamster::api::ApiClient;
+use teamster_cluster_tests::api::register;
+use teamster_cluster_tests::client_process::{wait_node_status, ClientProcess};
+use teamster_cluster_tests::process::{ClusterOptions, ProcessCluster};
+use teamster_cluster_tests::wait_for;
+
+const FORMATION: Duration = Duration::from_secs(30);
+const SEC: u64 = 1_000_000_000;
+
+fn client_ip(c: &ProcessCluster, n: u8) -> String {
+    let ip = &c.servers[0].ip;
+    let (block, _) = ip.rsplit_once('.').expect("an IPv4 address");
+    format!("{block}.{}", 100 + n)
+}
+
+/// A service job of `count` raw_exec tasks running `script`, rolled out by `update`.
+fn service(id: &str, count: u32, script: &str, update: Value) -> Value {
+    json!({
+        "ID": id,
+        "Type": "service",
+        "Datacenters": ["dc1"],
+        "TaskGroups": [{
+            "Name": "g",
+            "Count": count,
+            "Update": update,
+            "RestartPolicy": {"Attempts": 0, "Mode": "fail"},
+            "ReschedulePolicy": {"Delay": SEC, "DelayFunction": "constant", "Unlimited": true},
+            "Tasks": [{
+                "Name": "t",
+                "Driver": "raw_exec",
+                "Config": {"command": "/bin/sh", "args": ["-c", script]},
+                "KillTimeout": SEC,
+                "Resources": {"CPU": 10, "MemoryMB": 10}
+            }]
+        }]
+    })
+}
+
+/// A cluster of 3 servers and 2 ready clients.
+async fn cluster() -> anyhow::Result<(ProcessCluster, Vec<ClientProcess>)> {
+    let mut c = ProcessCluster::start(3, ClusterOptions::default())?;
+    let leader = c.wait_leader(FORMATION).await?;
+    let api = c.servers[leader].api();
+    let rpcs: Vec<String> = c.servers.iter().map(|s| s.rpc_addr()).collect();
+    let mut clients = Vec::new();
+    for n in 1..=2u8 {
+        let name = format!("client-{n}");
+        clients.push(ClientProcess::start(
+            c.dir(),
+            &name,
+            &client_ip(&c, n),
+            &rpcs,
+            "",
+        )?);
+    }
+    for cl in &clients {
+        let id = wait_for(Duration::from_secs(10), "node id", || async {
+            cl.node_id()
+        })
+        .await?;
+        wait_node_status(&api, &id, "ready", Duration::from_secs(20)).await?;
+    }
+    Ok((c, clients))
+}
+
+/// The job's latest deployment, read from `api` (any server).
+async fn deployment(api: &ApiClient, job: &str) -> Option<Value> {
+    let d: Value = api
+        .get(&format!("/v1/job/{job}/deployment?stale=true"))
+        .await
+        .ok()?;
+    (!d.is_null()).then_some(d)
+}
+
+async fn wait_deployment(
+    api: &ApiClient,
+    job: &str,
+    version: u64,
+    status: &str,
+    timeout: Duration,
+) -> anyhow::Result<Value> {
+    wait_for(
+        timeout,
+        &format!("{job} v{version} deployment {status}"),
+        || async {
+            deployment(api, job)
+                .await
+                .filter(|d| d["JobVersion"] == version && d["Status"] == status)
+        },
+    )
+    .await
+}
+
+async fn allocs(api: &ApiClient, job: &str) -> Vec<Value> {
+    api.get(&format!("/v1/job/{job}/allocations?stale=true"))
+        .await
+        .unwrap_or_default()
+}
+
+/// Samples the allocations until the version-`version` deployment ends `successful`,
+/// asserting at each sample that old allocations still meant to run plus healthy new ones
+/// are never fewer than `count - max_parallel`.
+async fn watch_rollout(
+    apis: &[ApiClient],
+    job: &str,
+    version: u64,
+    count: usize,
+    max_parallel: usize,
+    timeout: Duration,
+) -> anyhow::Result<usize> {
+    let deadline = tokio::time::Instant::now() + timeout;
+    let mut samples = 0;
+    loop {
+        for api in apis {
+            let all = allocs(api, job).await;
+            if all.is_empty() {
+                continue;
+            }
+            let old_running = all
+                .iter()
+                .filter(|a| a["JobVersion"].as_u64() < Some(version) && a["DesiredStatus"] == "run")
+                .count();
+            let new_healthy = all
+                .iter()
+                .filter(|a| {
+                    a["JobVersion"] == version
+                        && a["DesiredStatus"] == "run"
+                        && a["DeploymentStatus"]["Healthy"] == true
+                })
+                .count();
+            assert!(
+                old_running + new_healthy >= count - max_parallel,
+                "{old_running} old running + {new_healthy} new healthy < {count} - {max_parallel}"
+            );
+            samples += 1;
+            if let Some(d) = deployment(api, job).await {
+                if d["JobVersion"] == version && d["Status"] == "successful" {
+                    return Ok(samples);
+                }
+                assert_ne!(d["Status"], "failed", "{d}");
+            }
+            break;
+        }
+        anyhow::ensure!(
+            tokio::time::Instant::now() < deadline,
+            "the v{version} deployment of {job} did not end within {timeout:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+fn rolling(min_healthy: u64) -> Value {
+    json!({
+        "MaxParallel": 2,
+        "MinHealthyTime": min_healthy * SEC,
+        "HealthyDeadline": 30 * SEC,
+        "ProgressDeadline": 60 * SEC,
+    })
+}
+
+#[tokio::test]
+async fn a_rolling_update_keeps_count_minus_max_parallel_and_survives_a_leader_kill(
+) -> anyhow::Result<()> {
+    teamster_cluster_tests::init_test_tracing();
+    let (mut c, _clients) = cluster().await?;
+    let leader = c.wait_leader(FORMATION).await?;
+    let api = c.servers[leader].api();
+    register(&api, service("web", 6, "exec sleep 300", rolling(1))).await?;
+    wait_deployment(&api, "web", 0, "successful", Duration::from_secs(60)).await?;
+    let v0: Value = api.get("/v1/job/web").await?;
+    assert_eq!(
+        v0["Stable"], true,
+        "a successful deployment makes its version stable"
+    );
+
+    // Version 1: a new task command, rolled two at a time.
+    register(
+        &api,
+        service("web", 6, "echo v1; exec sleep 300", rolling(1)),
+    )
+    .await?;
+    let apis: Vec<ApiClient> = c.servers.iter().map(|s| s.api()).collect();
+    watch_rollout(&apis, "web", 1, 6, 2, Duration::from_secs(120)).await?;
+    let all = allocs(&api, "web").await;
+    let running_v1 = all
+        .iter()
+        .filter(|a| a["JobVersion"] == 1 && a["ClientStatus"] == "running")
+        .count();
+    assert_eq!(running_v1, 6);
+
+    // Version 2, with a leader kill once the rollout is under way.
+    register(
+        &api,
+        service("web", 6, "echo v2; exec sleep 300", rolling(2)),
+    )
+    .await?;
+    wait_for(Duration::from_secs(30), "v2 under way", || async {
+        allocs(&api, "web")
+            .await
+            .iter()
+            .any(|a| a["JobVersion"] == 2 && a["ClientStatus"] == "running")
+            .then_some(())
+    })
+    .await?;
+    c.kill(leader);
+    let new_leader = c.wait_leader(FORMATION).await?;
+    assert_ne!(new_leader, leader);
+    let apis: Vec<ApiClient> = c
+        .servers
+        .iter()
+        .enumerate()
+        .filter(|(i, _)| *i != leader)
+        .map(|(_, s)| s.api())
+        .collect();
+    watch_rollout(&apis, "web", 2, 6, 2, Duration::from_secs(120)).await?;
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_bad_version_fails_its_deployment_and_reverts_to_the_stable_one() -> anyhow::Result<()> {
+    teamster_cluster_tests::init_test_tracing();
+    let (mut c, _clients) = cluster().await?;
+    let leader = c.wait_leader(FORMATION).await?;
+    let api = c.servers[leader].api();
+    let update = json!({
+        "MaxParallel": 1,
+        "MinHealthyTime": SEC,
+        "HealthyDeadline": 20 * SEC,
+        "ProgressDeadline": 0,
+        "AutoRevert": true,
+    });
+    register(&api, service("api", 2, "exec sleep 300", update.clone())).await?;
+    wait_deployment(&api, "api", 0, "successful", Duration::from_secs(60)).await?;
+
+    register(
+        &api,
+        service("api", 2, "echo broken; exit 1", update.clone()),
+    )
+    .await?;
+    let failed = wait_deployment(&api, "api", 1, "failed", Duration::from_secs(60)).await?;
+    let description = failed["StatusDescription"].as_str().unwrap_or_default();
+    assert!(
+        description.starts_with("Failed due to unhealthy allocations")
+            && description.contains("rolling back to job version 0"),
+        "{failed}"
+    );
+    // The revert is version 2 with version 0's spec; its deployment succeeds.
+    wait_deployment(&api, "api", 2, "successful", Duration::from_secs(90)).await?;
+    let job: Value = api.get("/v1/job/api").await?;
+    assert_eq!(job["Version"], 2);
+    assert_eq!(
+        job["TaskGroups"][0]["Tasks"][0]["Config"]["args"][1],
+        "exec sleep 300"
+    );
+    let running = allocs(&api, "api")
+        .await
+        .into_iter()
+        .filter(|a| a["DesiredStatus"] == "run" && a["ClientStatus"] == "running")
+        .collect::<Vec<_>>();
+    assert_eq!(running.len(), 2, "{running:?}");
+    assert!(running.iter().all(|a| a["JobVersion"] == 2));
+    Ok(())
+}
