@@ -385,3 +385,23 @@ fn new_commands_are_appended_and_survive_an_image() {
     });
     assert_eq!(index(&complete), 23);
 }
+
+#[test]
+fn purging_the_job_deletes_its_deployments() {
+    let (store, job) = seeded(false);
+    applied(store.apply(
+        4,
+        Command::JobDeregister(teamster_storage::fsm::JobDeregister {
+            namespace: job.namespace.clone(),
+            job_id: job.id.clone(),
+            purge: true,
+            eval: None,
+            submit_time: 0,
+            tracked_versions: 0,
+        }),
+    ));
+    let snap = store.snapshot();
+    assert!(snap.deployment_by_id("dep-1").is_none());
+    assert!(snap.deployments_by_job("default", "web").is_empty());
+    assert_eq!(snap.table_index(Table::Deployments), 4);
+}

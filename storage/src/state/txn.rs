@@ -421,6 +421,14 @@ impl WriteTxn {
             }
             self.touch(Table::Allocs);
         }
+        let deployments: Vec<_> = self.t.deployments_by_job.get(&key).cloned().collect();
+        if !deployments.is_empty() {
+            for d in deployments {
+                self.t.deployments.remove(&d);
+                self.t.deployments_by_job.remove(&key, &d);
+            }
+            self.touch(Table::Deployments);
+        }
         self.status_jobs.remove(&key);
         self.changes.push(StateChange::JobDeleted {
             namespace: job.namespace.clone(),
