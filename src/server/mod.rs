@@ -21,6 +21,8 @@
 //! - [`reapers`]: failed, cancelable and duplicate blocked evals written back by the leader.
 //! - [`periodic`]: the leader's periodic dispatcher (children of periodic jobs at their
 //!   cron times).
+//! - [`deployments`]: the operations on a deployment (fail with auto-revert, promote, pause,
+//!   allocation health) as raft commands, for the endpoints and the deployment watcher.
 //! - [`heartbeat`]: the leader's heartbeat timers (nodes that go silent are marked down).
 //! - [`endpoints`]: the service calls' server side (served here, or forwarded to the
 //!   leader), and the handler of every RPC request.
@@ -29,6 +31,7 @@
 pub mod blocked;
 pub mod broker;
 pub mod config;
+pub mod deployments;
 pub mod endpoints;
 pub mod evals;
 pub mod formation;
