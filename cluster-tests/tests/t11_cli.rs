@@ -365,3 +365,105 @@ async fn templates_render_a_commands_value_and_bad_ones_are_refused() -> anyhow:
     assert_eq!(code, Some(2), "alloc exec takes no --json: {err}");
     Ok(())
 }
+
+/// `deployment list|status|promote|fail|pause|resume` against a dev agent where nothing has a
+/// deployment: an empty list, and every command naming a deployment that does not exist
+/// fails with Nomad's message and exit 1; `job run` of a batch job is not held by
+/// deployments, and `job status` of a job without one shows no "Latest Deployment".
+#[tokio::test]
+async fn deployment_commands_answer_for_deployments_that_do_not_exist() -> anyhow::Result<()> {
+    use std::process::Stdio;
+    use std::time::Duration;
+
+    struct Killed(std::process::Child);
+    impl Drop for Killed {
+        fn drop(&mut self) {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+
+    let pid = std::process::id();
+    let ip = format!("127.{}.{}.7", 10 + (pid % 200), 245 - (pid / 200 % 5));
+    let log = tempfile::NamedTempFile::new()?;
+    let _agent = Killed(
+        teamster()
+            .args(["agent", "--dev", "--bind", &ip])
+            .stdin(Stdio::null())
+            .stdout(log.reopen()?)
+            .stderr(log.reopen()?)
+            .spawn()?,
+    );
+    let addr = format!("http://{ip}:4646");
+    let api = teamster::api::ApiClient::new(&addr);
+    teamster_cluster_tests::wait_for(Duration::from_secs(30), "the dev node ready", || async {
+        let nodes: Vec<serde_json::Value> = api.get("/v1/nodes").await.ok()?;
+        nodes.iter().any(|n| n["Status"] == "ready").then_some(())
+    })
+    .await
+    .map_err(|e| {
+        anyhow::anyhow!(
+            "{e}\n{}",
+            std::fs::read_to_string(log.path()).unwrap_or_default()
+        )
+    })?;
+    let run = |args: &[&str]| {
+        let out = teamster()
+            .args(args)
+            .env("TEAMSTER_ADDR", &addr)
+            .output()
+            .unwrap();
+        (
+            out.status.code(),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+
+    let (code, out, err) = run(&["deployment", "list"]);
+    assert_eq!(
+        (code, out.as_str()),
+        (Some(0), "No deployments found\n"),
+        "{err}"
+    );
+    let (code, out, err) = run(&["deployment", "list", "-json"]);
+    assert_eq!((code, out.trim()), (Some(0), "[]"), "{err}");
+    for args in [
+        &["deployment", "status", "0123"][..],
+        &["deployment", "status", "-monitor", "0123"],
+        &["deployment", "promote", "-group", "web", "0123"],
+        &["deployment", "fail", "-detach", "0123"],
+        &["deployment", "pause", "0123"],
+        &["deployment", "resume", "0123"],
+    ] {
+        let (code, out, err) = run(args);
+        assert_eq!(code, Some(1), "{args:?}: {out}{err}");
+        assert!(
+            err.contains("No deployment(s) with prefix or id \"0123\" found"),
+            "{args:?}: {err}"
+        );
+    }
+
+    // A batch job's `job run` follows its evaluation only.
+    let dir = tempfile::tempdir()?;
+    let job_file = dir.path().join("once.json");
+    std::fs::write(
+        &job_file,
+        serde_json::json!({"Job": {
+            "ID": "once", "Type": "batch", "Datacenters": ["dc1"],
+            "TaskGroups": [{"Name": "g", "Count": 1, "Tasks": [{
+                "Name": "t", "Driver": "mock", "Config": {"run_for": "1s"},
+                "Resources": {"CPU": 10, "MemoryMB": 10}
+            }]}]
+        }})
+        .to_string(),
+    )?;
+    let (code, out, err) = run(&["job", "run", job_file.to_str().unwrap()]);
+    assert_eq!(code, Some(0), "{out}{err}");
+    assert!(!out.contains("Monitoring deployment"), "{out}");
+    let (code, out, err) = run(&["job", "status", "once"]);
+    assert_eq!(code, Some(0), "{err}");
+    assert!(out.contains("Summary"), "{out}");
+    assert!(!out.contains("Latest Deployment"), "{out}");
+    Ok(())
+}

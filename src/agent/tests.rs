@@ -23,6 +23,8 @@ use crate::scheduler::SCHEDULER_VERSION;
 use crate::scheduler::{new_scheduler, Planner, SchedulerEnv, SchedulerError, SchedulerSettings};
 use crate::server::endpoints::Endpoints;
 
+mod deployments;
+
 struct TestServer {
     agent: Agent,
     _dir: tempfile::TempDir,

@@ -7,7 +7,8 @@
 //! a bare job object); `-` reads the file from stdin (HCL unless it starts with `{`).
 //! Without `--detach` it follows the evaluation until the scheduler is done with it
 //! and prints the placements and failures; it exits 2 when some allocations could not be
-//! placed, like `nomad job run`.
+//! placed, like `nomad job run`. A service job's deployment is then followed to its end,
+//! and the command exits 1 when it does not succeed.
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -309,7 +310,61 @@ async fn run_job(args: RunArgs) -> anyhow::Result<ExitCode> {
     if !args.api.structured() {
         println!("==> Monitoring evaluation \"{eval_id}\"");
     }
-    monitor(&api, &job_id, &eval_id, args.timeout, &args.api).await
+    let code = monitor(&api, &job_id, &eval_id, args.timeout, &args.api).await?;
+    let service = matches!(job["Type"].as_str(), None | Some("" | "service"));
+    if code != ExitCode::SUCCESS || !service {
+        return Ok(code);
+    }
+    follow_deployment(&api, &job_id, &eval_id, &args.api).await
+}
+
+/// After a service job's evaluation: the deployment of the version registered, followed
+/// to its end as `nomad job run` does (exit 1 unless it succeeds). The evaluation names it
+/// when the scheduler made it; otherwise it is the job's latest deployment when that rolls
+/// out the job's current version. A job without one is done.
+async fn follow_deployment(
+    api: &ApiClient,
+    job_id: &str,
+    eval_id: &str,
+    out: &ApiArgs,
+) -> anyhow::Result<ExitCode> {
+    let path = urlencode(job_id);
+    let eval: Value = api
+        .get(&format!("/v1/evaluation/{eval_id}"))
+        .await
+        .context("reading the evaluation")?;
+    let mut id = text(&eval["DeploymentID"]);
+    if id.is_empty() {
+        let job: Value = api
+            .get(&format!("/v1/job/{path}"))
+            .await
+            .context("reading the job")?;
+        let latest: Value = api
+            .get(&format!("/v1/job/{path}/deployment"))
+            .await
+            .context("reading the job's latest deployment")?;
+        let created = latest["JobCreateIndex"].as_u64().unwrap_or(0);
+        let current = !latest.is_null()
+            && latest["JobVersion"] == job["Version"]
+            && (created == 0 || Some(created) == job["CreateIndex"].as_u64());
+        if !current {
+            return Ok(ExitCode::SUCCESS);
+        }
+        id = text(&latest["ID"]);
+    }
+    if !out.structured() {
+        println!(
+            "\n==> {}: Monitoring deployment \"{}\"",
+            super::deployment::now_text(),
+            short_id(&Value::from(id.as_str()))
+        );
+    }
+    let status = super::deployment::follow(api, &id, 8, out.structured()).await?;
+    Ok(if status == "successful" {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    })
 }
 
 async fn stop(args: StopArgs) -> anyhow::Result<ExitCode> {
@@ -480,11 +535,20 @@ async fn status(args: StatusArgs) -> anyhow::Result<()> {
         .get(&format!("/v1/job/{path}/summary"))
         .await
         .context("reading the job summary")?;
+    let latest: Value = api
+        .get(&format!("/v1/job/{path}/deployment"))
+        .await
+        .context("reading the job's latest deployment")?;
     if args.api.structured() {
         // `-t` renders the job itself, as Nomad's `job status -t` does.
         let v = match args.api.template {
             Some(_) => job,
-            None => json!({ "Job": job, "Summary": summary, "Allocations": allocs }),
+            None => json!({
+                "Job": job,
+                "Summary": summary,
+                "LatestDeployment": latest,
+                "Allocations": allocs,
+            }),
         };
         args.api.print(&v)?;
         return Ok(());
@@ -533,6 +597,10 @@ async fn status(args: StatusArgs) -> anyhow::Result<()> {
         ]);
     }
     print!("{}", table(&rows));
+    if !latest.is_null() {
+        println!("\nLatest Deployment");
+        print!("{}", super::deployment::latest_deployment_section(&latest));
+    }
     println!("\nAllocations");
     if allocs.is_empty() {
         println!("No allocations placed");

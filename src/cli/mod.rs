@@ -11,6 +11,7 @@ mod agent;
 mod alloc_exec;
 mod alloc_logs;
 mod alloc_ops;
+mod deployment;
 mod eval;
 mod job;
 mod job_dispatch;
@@ -48,6 +49,9 @@ enum Command {
     /// Jobs: run, status, stop, inspect, validate.
     #[command(subcommand)]
     Job(job::JobCommand),
+    /// Deployments: list, status, promote, fail, pause, resume.
+    #[command(subcommand)]
+    Deployment(deployment::DeploymentCommand),
     /// Client nodes: status, eligibility, drain.
     #[command(subcommand)]
     Node(node::NodeCommand),
@@ -226,6 +230,7 @@ pub fn main() -> ExitCode {
         Command::Status(args) => run_api_code(|| status::run(args)),
         Command::Eval(cmd) => run_api(|| eval::run_eval(cmd)),
         Command::Alloc(cmd) => run_api_code(|| eval::run_alloc(cmd)),
+        Command::Deployment(cmd) => run_api_code(|| deployment::run(cmd)),
         Command::Node(cmd) => run_api(|| node::run(cmd)),
         Command::System(cmd) => run_api(|| system::run(cmd)),
     }

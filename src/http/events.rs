@@ -3,10 +3,12 @@
 //!
 //! It is fed by this server's own state store (its [`Subscription`] to applied changes), so
 //! any server answers without forwarding. Topics: `Job` (`JobRegistered`, `JobDeregistered`),
-//! `Evaluation` (`EvaluationUpdated`), `Allocation` (`AllocationUpdated`) and `Node`
-//! (`NodeRegistration`, `NodeDeregistration`, `NodeEligibility`, `NodeDrain`, `NodeEvent`),
-//! each `Topic`, `Topic:*` or `Topic:<key>` (an object's ID, or for evaluations and
-//! allocations their job's ID), `*` for all; `namespace` (`*` for every one; node events
+//! `Evaluation` (`EvaluationUpdated`), `Allocation` (`AllocationUpdated`), `Deployment`
+//! (`PlanResult`, `DeploymentStatusUpdate`, `DeploymentPromotion`, `DeploymentAllocHealth`:
+//! what changed since the version the stream sent before) and `Node` (`NodeRegistration`,
+//! `NodeDeregistration`, `NodeEligibility`, `NodeDrain`, `NodeEvent`), each `Topic`,
+//! `Topic:*` or `Topic:<key>` (an object's ID, or for evaluations, allocations and
+//! deployments their job's ID), `*` for all; `namespace` (`*` for every one; node events
 //! have none); `index` to resume: the objects changed after that index are sent first, each
 //! once in its latest version (teamster keeps no event buffer), then the live events.
 //! Payloads are the objects as the state holds them when the event is sent.
@@ -15,6 +17,8 @@
 //! change stream outran gets an `{"Error": …}` frame naming the index to resume from, and the
 //! stream ends; the servers never wait for it.
 
+use std::collections::HashMap;
+use std::sync::Arc;
 use std::time::Duration;
 
 use axum::body::Body;
@@ -23,6 +27,7 @@ use axum::http::header;
 use axum::response::{IntoResponse, Response};
 use bytes::Bytes;
 use serde_json::{json, Value};
+use teamster_storage::model::{Deployment, DeploymentId};
 use teamster_storage::state::{Snapshot, StateChange, StateEvent, SubscriptionError};
 use tokio::sync::mpsc;
 
@@ -35,7 +40,7 @@ const SEND_BUFFER: usize = 256;
 const HEARTBEAT: Duration = Duration::from_secs(10);
 
 /// The topics an event can have.
-const TOPICS: &[&str] = &["Job", "Evaluation", "Allocation", "Node"];
+const TOPICS: &[&str] = &["Job", "Evaluation", "Allocation", "Deployment", "Node"];
 
 /// What a stream sends: topics (with their keys) and namespace.
 #[derive(Debug, Clone, PartialEq)]
@@ -123,9 +128,90 @@ fn event(
     })
 }
 
-/// The Nomad events of one applied change, read from `snap` (a snapshot at or after it).
-pub fn events_of(change: &StateChange, index: u64, snap: &Snapshot) -> Vec<Value> {
+/// The deployments a stream has sent: the raft index and the version of the last event of
+/// each, so that the next one is named by what changed, and one raft entry that changes a
+/// deployment several times (a plan's placements, health reports) sends it once.
+#[derive(Debug, Default)]
+pub struct SentDeployments(HashMap<DeploymentId, (u64, Arc<Deployment>)>);
+
+impl SentDeployments {
+    /// What a stream starting from `snap` knows: every deployment as it is there.
+    pub fn from_snapshot(snap: &Snapshot) -> SentDeployments {
+        SentDeployments(
+            snap.deployments()
+                .map(|d| (d.id.clone(), (0, d.clone())))
+                .collect(),
+        )
+    }
+}
+
+/// Nomad's event type of a deployment's change from `previous` (the version last sent) to
+/// `now` at `index`: created by a plan, canaries promoted, allocation health, or status.
+pub fn deployment_event_type(
+    previous: Option<&Deployment>,
+    now: &Deployment,
+    index: u64,
+) -> &'static str {
+    let Some(prev) = previous else {
+        return if now.create_index == index {
+            "PlanResult"
+        } else {
+            "DeploymentStatusUpdate"
+        };
+    };
+    let promoted = |d: &Deployment| d.task_groups.values().filter(|g| g.promoted).count();
+    let health = |d: &Deployment| {
+        d.task_groups
+            .values()
+            .map(|g| (g.healthy_allocs, g.unhealthy_allocs))
+            .fold((0, 0), |a, b| (a.0 + b.0, a.1 + b.1))
+    };
+    if promoted(now) > promoted(prev) {
+        "DeploymentPromotion"
+    } else if health(now) != health(prev) {
+        "DeploymentAllocHealth"
+    } else if now.status != prev.status || now.status_description != prev.status_description {
+        "DeploymentStatusUpdate"
+    } else {
+        "PlanResult"
+    }
+}
+
+fn deployment_event(kind: &str, d: &Deployment, index: u64) -> Value {
+    event(
+        "Deployment",
+        kind,
+        d.id.as_str(),
+        d.namespace.as_str(),
+        index,
+        vec![d.job_id.to_string()],
+        json!({ "Deployment": d }),
+    )
+}
+
+/// The Nomad events of one applied change, read from `snap` (a snapshot at or after it);
+/// `sent` remembers the deployments this stream sent.
+pub fn events_of(
+    change: &StateChange,
+    index: u64,
+    snap: &Snapshot,
+    sent: &mut SentDeployments,
+) -> Vec<Value> {
     match change {
+        StateChange::DeploymentUpserted { deployment } => {
+            let now = snap
+                .deployment_by_id(deployment.id.as_str())
+                .cloned()
+                .unwrap_or_else(|| deployment.clone());
+            let previous = sent.0.get(&now.id);
+            if previous.is_some_and(|(at, _)| *at == index) {
+                return Vec::new();
+            }
+            let kind = deployment_event_type(previous.map(|(_, d)| d.as_ref()), &now, index);
+            let e = deployment_event(kind, &now, index);
+            sent.0.insert(now.id.clone(), (index, now));
+            vec![e]
+        }
         StateChange::JobUpserted {
             namespace,
             job_id,
@@ -244,6 +330,10 @@ pub fn replay(snap: &Snapshot, after: u64) -> Vec<Value> {
     for a in snap.allocs().filter(|a| a.modify_index > after) {
         out.push((a.modify_index, alloc_event(a, a.modify_index)));
     }
+    for d in snap.deployments().filter(|d| d.modify_index > after) {
+        let kind = deployment_event_type(None, d, d.modify_index);
+        out.push((d.modify_index, deployment_event(kind, d, d.modify_index)));
+    }
     for n in snap.nodes().filter(|n| n.modify_index > after) {
         let e = event(
             "Node",
@@ -293,6 +383,7 @@ pub async fn stream(
     let (snap, mut sub) = state.subscribe_with_snapshot();
     let (tx, rx) = mpsc::channel::<Bytes>(SEND_BUFFER);
     let mut last_index = snap.latest_index();
+    let mut sent = SentDeployments::from_snapshot(&snap);
     let backlog: Vec<Value> = if filter.index > 0 {
         replay(&snap, filter.index)
             .into_iter()
@@ -342,7 +433,7 @@ pub async fn stream(
                             break;
                         }
                         let snap = state.snapshot();
-                        let events: Vec<Value> = events_of(&change, index, &snap)
+                        let events: Vec<Value> = events_of(&change, index, &snap, &mut sent)
                             .into_iter()
                             .filter(|e| filter.wants(e))
                             .collect();
@@ -414,6 +505,46 @@ mod tests {
         assert!(all.wants(&ev("Job", "x", "anything", &[])));
         assert!(filter("topic=Jobz").unwrap_err().contains("unknown topic"));
         assert!(filter("index=x").unwrap_err().contains("index"));
+    }
+
+    #[test]
+    fn deployment_events_are_named_by_what_changed() {
+        use teamster_storage::model::{DeploymentState, DeploymentStatus};
+        let mut d = Deployment {
+            id: DeploymentId::new("d1"),
+            create_index: 5,
+            task_groups: [("web".to_owned(), DeploymentState::default())].into(),
+            ..Deployment::default()
+        };
+        assert_eq!(deployment_event_type(None, &d, 5), "PlanResult");
+        assert_eq!(deployment_event_type(None, &d, 6), "DeploymentStatusUpdate");
+        let prev = d.clone();
+        d.task_groups.get_mut("web").unwrap().placed_allocs = 2;
+        assert_eq!(deployment_event_type(Some(&prev), &d, 6), "PlanResult");
+        d.task_groups.get_mut("web").unwrap().healthy_allocs = 1;
+        assert_eq!(
+            deployment_event_type(Some(&prev), &d, 6),
+            "DeploymentAllocHealth"
+        );
+        let prev = d.clone();
+        d.task_groups.get_mut("web").unwrap().promoted = true;
+        d.status_description = "Deployment is running".into();
+        assert_eq!(
+            deployment_event_type(Some(&prev), &d, 7),
+            "DeploymentPromotion"
+        );
+        let prev = d.clone();
+        d.status = DeploymentStatus::Failed;
+        assert_eq!(
+            deployment_event_type(Some(&prev), &d, 8),
+            "DeploymentStatusUpdate"
+        );
+        // Keyed by the deployment, filtered by its job too.
+        d.job_id = "web".into();
+        let e = deployment_event("DeploymentStatusUpdate", &d, 8);
+        assert!(filter("topic=Deployment:web").unwrap().wants(&e));
+        assert!(filter("topic=Deployment:d1").unwrap().wants(&e));
+        assert!(!filter("topic=Deployment:api").unwrap().wants(&e));
     }
 
     #[test]

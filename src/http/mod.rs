@@ -15,6 +15,7 @@ mod client_alloc;
 mod client_exec;
 pub mod client_fs;
 pub mod client_route;
+mod deployments;
 mod dispatch;
 pub mod error;
 pub mod evals;
@@ -239,6 +240,7 @@ pub fn router(ctx: HttpContext) -> Router {
         .merge(schedulers::routes())
         .merge(snapshot::routes())
         .merge(evals::routes())
+        .merge(deployments::routes())
         .merge(allocs::routes())
         .merge(scheduler_config::routes())
         .merge(nodes::routes())

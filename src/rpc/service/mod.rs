@@ -1,5 +1,5 @@
 //! The service calls: every request a server's service layer (`server::endpoints`) accepts —
-//! `Job.*`, `Node.*`, `Eval.*`, `Alloc.*`, `Plan.Submit`, `Operator.*` — typed, with typed
+//! `Job.*`, `Node.*`, `Eval.*`, `Alloc.*`, `Plan.Submit`, `Operator.*`, `Deployment.*` — typed, with typed
 //! answers and a typed [`ServiceError`]. The HTTP API, the scheduler workers and client
 //! agents all speak them; a follower forwards the *request* to the leader unchanged and hands
 //! the leader's answer (or error) back unchanged.
@@ -20,6 +20,7 @@
 //! May import: `rpc` (the transport), `util`, the storage crate's model.
 
 pub mod alloc;
+pub mod deployment;
 pub mod error;
 pub mod eval;
 pub mod job;
@@ -34,6 +35,10 @@ use serde::{Deserialize, Serialize};
 use teamster_storage::model::{Plan, PlanResult};
 
 use alloc::{AllocStopRequest, AllocStopResponse};
+use deployment::{
+    DeploymentAllocHealthRequest, DeploymentFailRequest, DeploymentPauseRequest,
+    DeploymentPromoteRequest, DeploymentUpdateResponse,
+};
 pub use error::ServiceError;
 use eval::{
     DequeuedEval, EvalAckRequest, EvalDequeueBatchRequest, EvalDequeueRequest, EvalReapRequest,
@@ -350,6 +355,26 @@ service_calls! {
     EvalAckBatch(Vec<EvalAckRequest>) -> Vec<Result<(), ServiceError>> {
         name: "Eval.AckBatch", route: LeaderSubsystem, timeout: |_| WRITE_TIMEOUT,
         helper: eval_ack_batch,
+    }
+    /// Mark a deployment failed (auto-reverting when a group asks), with an evaluation.
+    DeploymentFail(DeploymentFailRequest) -> DeploymentUpdateResponse {
+        name: "Deployment.Fail", route: Leader, timeout: |_| WRITE_TIMEOUT,
+        helper: deployment_fail,
+    }
+    /// Pause a deployment, or resume it with an evaluation.
+    DeploymentPause(DeploymentPauseRequest) -> DeploymentUpdateResponse {
+        name: "Deployment.Pause", route: Leader, timeout: |_| WRITE_TIMEOUT,
+        helper: deployment_pause,
+    }
+    /// Promote a deployment's canaries, with an evaluation.
+    DeploymentPromote(DeploymentPromoteRequest) -> DeploymentUpdateResponse {
+        name: "Deployment.Promote", route: Leader, timeout: |_| WRITE_TIMEOUT,
+        helper: deployment_promote,
+    }
+    /// Mark allocations of a deployment healthy or unhealthy, with an evaluation.
+    DeploymentSetAllocHealth(DeploymentAllocHealthRequest) -> DeploymentUpdateResponse {
+        name: "Deployment.SetAllocHealth", route: Leader, timeout: |_| WRITE_TIMEOUT,
+        helper: deployment_set_alloc_health,
     }
 }
 

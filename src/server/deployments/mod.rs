@@ -24,6 +24,9 @@
 
 pub mod ops;
 pub mod shell;
+#[cfg(test)]
+mod tests;
 pub mod watch;
 
+pub use ops::{fail, pause, promote, set_alloc_health, DeploymentOpError, DeploymentWrite};
 pub use shell::DeploymentWatcherDuty;

@@ -1,6 +1,7 @@
 //! The service layer: every write the cluster accepts, and the calls of the scheduler
 //! workers and client agents — `Job.*` ([`job`]), `Node.*` ([`node`]), `Eval.*` ([`eval`]),
-//! `Alloc.Stop` ([`alloc`]), `Plan.Submit` ([`plan`]), `Operator.*` ([`operator`]). The HTTP
+//! `Alloc.Stop` ([`alloc`]), `Plan.Submit` ([`plan`]), `Operator.*` ([`operator`]),
+//! `Deployment.*` ([`deployment`]). The HTTP
 //! API, the workers (in process) and the RPC port (client agents, other servers) all call
 //! [`Endpoints`] with a typed [`ServiceRequest`]; only this layer builds raft `Command`s for
 //! them.
@@ -25,6 +26,7 @@
 //! May import: every server part but `worker` and `tests`; `rpc`, `scheduler`, `util`.
 
 pub mod alloc;
+pub mod deployment;
 pub mod eval;
 pub mod forward;
 pub mod job;
@@ -245,6 +247,12 @@ impl Endpoints {
                 A::OperatorSnapshotRestore(operator::snapshot_restore(self, r).await?)
             }
             Q::OperatorBrokerStats(_) => A::OperatorBrokerStats(operator::broker_stats(self)),
+            Q::DeploymentFail(r) => A::DeploymentFail(deployment::fail(self, r).await?),
+            Q::DeploymentPause(r) => A::DeploymentPause(deployment::pause(self, r).await?),
+            Q::DeploymentPromote(r) => A::DeploymentPromote(deployment::promote(self, r).await?),
+            Q::DeploymentSetAllocHealth(r) => {
+                A::DeploymentSetAllocHealth(deployment::set_alloc_health(self, r).await?)
+            }
         })
     }
 
@@ -316,6 +324,9 @@ pub fn apply_error(e: &ApplyError) -> ServiceError {
         ApplyError::JobVersionNotFound {
             job_id, version, ..
         } => ServiceError::not_found("job version", format!("{job_id} version {version}")),
+        ApplyError::DeploymentNotFound { deployment_id } => {
+            ServiceError::not_found("deployment", deployment_id.as_str())
+        }
         ApplyError::InvalidCommand { .. } => ServiceError::invalid("", e.to_string()),
         other => ServiceError::rejected(other.to_string()),
     }
