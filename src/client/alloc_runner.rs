@@ -28,6 +28,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::{info, warn, Instrument};
 
 use crate::client::driver::{self, ExitResult, TaskHandle};
+use crate::client::health::JudgedHealth;
 use crate::client::restart::{RestartDecision, RestartTracker};
 use crate::client::taskenv::{TaskDirs, TaskEnv};
 use crate::client::Shared;
@@ -56,6 +57,10 @@ pub struct LocalAlloc {
     pub version: u64,
     /// The version last acknowledged by a server.
     pub reported: u64,
+    /// The health this client judged in the allocation's deployment or migration
+    /// ([`health`](crate::client::health)).
+    #[serde(default)]
+    pub health: Option<JudgedHealth>,
 }
 
 impl LocalAlloc {
@@ -87,6 +92,7 @@ impl LocalAlloc {
             handles: BTreeMap::new(),
             version: 1,
             reported: 0,
+            health: None,
         }
     }
 

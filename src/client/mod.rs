@@ -16,6 +16,8 @@
 //! - [`driver`]: `raw_exec` and `mock`.
 //! - [`restart`]: the RestartPolicy tracker.
 //! - [`alloc_runner`]: task runners, TaskStates and the allocation's ClientStatus.
+//! - [`health`]: whether an allocation became healthy in its deployment or migration, which
+//!   the next status report carries.
 //! - [`ops`]: what an operator asks of the allocations here through the HTTP API (restart a
 //!   task, send it a [`signal`], read its and the host's resource usage from `/proc`,
 //!   [`stats`], run a command in a task's place, with a [`pty`] if asked), reached through
@@ -30,6 +32,7 @@ pub mod alloc_runner;
 pub mod config;
 pub mod driver;
 pub mod fingerprint;
+pub mod health;
 pub mod ops;
 pub mod pty;
 pub mod restart;
