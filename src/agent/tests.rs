@@ -1004,3 +1004,63 @@ async fn a_plan_may_carry_only_its_own_evaluations_state() {
         .clone();
     assert_eq!(other.status, EvalStatus::Pending, "nothing written");
 }
+
+/// The client role judges a service allocation healthy by its group's `migrate` block (no
+/// deployment placed it) and its status sync carries the verdict to the state store.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_reports_a_running_service_allocation_healthy_to_the_servers() {
+    let s = TestServer::start_with(|c| c.client.enabled = true).await;
+    let node_id = s.agent.client().unwrap().node_id();
+    eventually("the client's node is registered", || {
+        s.state()
+            .snapshot()
+            .nodes()
+            .any(|n| n.id.as_str() == node_id)
+    })
+    .await;
+    let job = json!({
+        "ID": "web",
+        "Type": "service",
+        "Datacenters": ["dc1"],
+        "TaskGroups": [{
+            "Name": "web",
+            "Count": 1,
+            "Migrate": { "MinHealthyTime": 1_000_000_000u64, "HealthyDeadline": 30_000_000_000u64 },
+            "Tasks": [{
+                "Name": "web",
+                "Driver": "mock",
+                "Config": { "run_for": "1h" },
+                "Resources": { "CPU": 100, "MemoryMB": 64 }
+            }]
+        }]
+    });
+    let _: Value = s
+        .api()
+        .request(
+            reqwest::Method::POST,
+            "/v1/jobs",
+            Some(&json!({ "Job": job })),
+        )
+        .await
+        .unwrap();
+    s.process_one("service").await;
+    let alloc = || {
+        s.state()
+            .snapshot()
+            .allocs_by_job("default", "web")
+            .next()
+            .map(|a| (**a).clone())
+    };
+    eventually("the allocation is reported healthy", || {
+        alloc().is_some_and(|a| a.is_healthy())
+    })
+    .await;
+    let a = alloc().unwrap();
+    assert_eq!(a.node_id.as_str(), node_id);
+    assert!(a.deployment_id.is_empty(), "no deployment placed it");
+    assert_eq!(a.client_status, ClientStatus::Running);
+    let status = a.deployment_status.unwrap();
+    assert!(!status.timestamp.is_zero());
+    assert!(status.modify_index > 0, "written by the client's report");
+    s.agent.shutdown().await;
+}

@@ -13,6 +13,11 @@
 //! A failed task kills its siblings (the allocation failed). Killed tasks are dead, not
 //! failed. An operator's restart (`alloc restart`) is not held against the restart policy,
 //! as in Nomad, but counts in the task's `Restarts`.
+//!
+//! Beside the task runners of a service job's allocation runs its health watcher, the shell
+//! of [`health::HealthWatch`](crate::client::health::HealthWatch): it steps the watch on
+//! every change of the allocation and at the time the watch asks to look again, and records
+//! a verdict (with its `Alloc Unhealthy` task events) as a change the updater reports.
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -21,13 +26,15 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 use teamster_storage::model::{
-    Allocation, ClientStatus, Job, JobType, Task, TaskEvent, TaskState, TaskStateValue, Timestamp,
+    Allocation, ClientStatus, DeploymentId, Job, JobType, Task, TaskEvent, TaskState,
+    TaskStateValue, Timestamp,
 };
 use tokio::sync::{mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
-use tracing::{info, warn, Instrument};
+use tracing::{debug, info, warn, Instrument};
 
 use crate::client::driver::{self, ExitResult, TaskHandle};
+use crate::client::health::{HealthWatch, JudgedHealth, Step, Verdict, ALLOC_UNHEALTHY};
 use crate::client::restart::{RestartDecision, RestartTracker};
 use crate::client::taskenv::{TaskDirs, TaskEnv};
 use crate::client::Shared;
@@ -56,6 +63,10 @@ pub struct LocalAlloc {
     pub version: u64,
     /// The version last acknowledged by a server.
     pub reported: u64,
+    /// The health this client judged in the allocation's deployment or migration
+    /// ([`health`](crate::client::health)).
+    #[serde(default)]
+    pub health: Option<JudgedHealth>,
 }
 
 impl LocalAlloc {
@@ -87,6 +98,7 @@ impl LocalAlloc {
             handles: BTreeMap::new(),
             version: 1,
             reported: 0,
+            health: None,
         }
     }
 
@@ -284,9 +296,115 @@ pub fn spawn(shared: &Arc<Shared>, local: &LocalAlloc) -> AllocRunner {
         let span = tracing::info_span!("task", alloc_id = %alloc_id, task = %task.name);
         tokio::spawn(runner.run().instrument(span));
     }
+    // Neither deployments nor migrations judge other jobs' allocations.
+    if local.job.job_type == JobType::Service {
+        let span = tracing::info_span!("alloc_health", alloc_id = %alloc_id);
+        tokio::spawn(watch_health(shared.clone(), alloc_id, stop.clone()).instrument(span));
+    }
     AllocRunner {
         stop,
         tasks: controls,
+    }
+}
+
+/// The health watcher's shell: step the allocation's [`HealthWatch`] on every change of the
+/// allocation (and when it asks to look again), record its verdicts. Ends once the
+/// allocation is gone, stopped or finished.
+async fn watch_health(shared: Arc<Shared>, alloc_id: String, stop: CancellationToken) {
+    let mut changes = shared.alloc_changes.subscribe();
+    let mut watch = HealthWatch::new();
+    let mut watching: Option<DeploymentId> = None;
+    loop {
+        // Seen before looking, so a change made meanwhile wakes the wait below.
+        changes.borrow_and_update();
+        let now = shared.clock.now_unix_nanos();
+        let stopping = stop.is_cancelled();
+        let mut step = Step::Idle;
+        let mut over = false;
+        let mut deployment_id = DeploymentId::default();
+        let present = shared.update_alloc_if(&alloc_id, |local| {
+            step = watch.step(local, stopping, now);
+            over = local.finished() || local.alloc.server_terminal_status();
+            deployment_id = local.alloc.deployment_id.clone();
+            match &step {
+                Step::Judged(verdict) => {
+                    record_verdict(local, verdict);
+                    true
+                }
+                _ => false,
+            }
+        });
+        if !present {
+            return;
+        }
+        if watching.as_ref() != Some(&deployment_id) {
+            match watch.tracker() {
+                Some(t) => debug!(
+                    deployment_id = %deployment_id,
+                    deployment = t.policy().deployment,
+                    health_check = %t.policy().health_check,
+                    min_healthy_time_ns = t.policy().min_healthy_time,
+                    healthy_deadline_ns = t.policy().healthy_deadline,
+                    "tracking allocation health"
+                ),
+                None => debug!(deployment_id = %deployment_id, "allocation health not tracked"),
+            }
+            watching = Some(deployment_id.clone());
+        }
+        let wake_at = match step {
+            Step::Idle => None,
+            Step::Wait { wake_at } => Some(wake_at),
+            Step::Judged(verdict) => {
+                shared.persist();
+                let healthy = if verdict.healthy { "true" } else { "false" };
+                metrics::counter!("teamster_client_alloc_health_total", "healthy" => healthy)
+                    .increment(1);
+                info!(
+                    deployment_id = %deployment_id,
+                    healthy = verdict.healthy,
+                    reason = %verdict.reason,
+                    "allocation health set"
+                );
+                None
+            }
+            Step::Stopped => {
+                debug!(deployment_id = %deployment_id, "allocation stopped before its health was set");
+                return;
+            }
+        };
+        if stopping || over {
+            return;
+        }
+        let wait = wake_at.map(|at| Duration::from_nanos(at.saturating_sub(now).max(1) as u64));
+        tokio::select! {
+            _ = stop.cancelled() => {}
+            changed = changes.changed() => if changed.is_err() { return },
+            _ = sleep_for(wait) => {}
+        }
+    }
+}
+
+/// `verdict` on the allocation's current deployment, kept for the updater to report, with
+/// its `Alloc Unhealthy` events on the tasks it blames.
+fn record_verdict(local: &mut LocalAlloc, verdict: &Verdict) {
+    local.health = Some(JudgedHealth {
+        deployment_id: local.alloc.deployment_id.clone(),
+        healthy: verdict.healthy,
+        timestamp: Timestamp::from_unix_nanos(verdict.at),
+        reported: false,
+    });
+    for (task, message) in &verdict.task_events {
+        if let Some(state) = local.task_states.get_mut(task) {
+            push_event(state, event(verdict.at, ALLOC_UNHEALTHY, message.clone()));
+        }
+    }
+}
+
+/// Sleep for `wait`, or forever.
+async fn sleep_for(wait: Option<Duration>) {
+    match wait {
+        Some(d) => tokio::time::sleep(d).await,
+        None => std::future::pending().await,
     }
 }
 

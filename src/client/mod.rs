@@ -8,7 +8,7 @@
 //!      └──▶ alloc watcher: Node.GetClientAllocs(min_index) ──▶ new: alloc_runner::spawn
 //!                                                          ──▶ stop/evict/gone: cancel
 //!  task runners ──▶ LocalAlloc changes ──▶ updater: every update_interval, one
-//!                                          Node.UpdateAlloc with every changed alloc
+//!  health watcher ─▶ (verdict)        ──▶          Node.UpdateAlloc with every changed alloc
 //! ```
 //!
 //! - [`fingerprint`]: the node to register.
@@ -16,6 +16,8 @@
 //! - [`driver`]: `raw_exec` and `mock`.
 //! - [`restart`]: the RestartPolicy tracker.
 //! - [`alloc_runner`]: task runners, TaskStates and the allocation's ClientStatus.
+//! - [`health`]: whether an allocation became healthy in its deployment or migration, which
+//!   the next status report carries.
 //! - [`ops`]: what an operator asks of the allocations here through the HTTP API (restart a
 //!   task, send it a [`signal`], read its and the host's resource usage from `/proc`,
 //!   [`stats`], run a command in a task's place, with a [`pty`] if asked), reached through
@@ -30,6 +32,7 @@ pub mod alloc_runner;
 pub mod config;
 pub mod driver;
 pub mod fingerprint;
+pub mod health;
 pub mod ops;
 pub mod pty;
 pub mod restart;
@@ -100,6 +103,9 @@ pub struct Shared {
     clock: SharedClock,
     state: Mutex<ClientState>,
     changed: Notify,
+    /// Bumped on every change of an allocation, by its tasks or by the servers: what the
+    /// health watchers wait on.
+    alloc_changes: watch::Sender<()>,
     runners: Mutex<HashMap<String, alloc_runner::AllocRunner>>,
     /// What `${node.*}`, `${attr.*}` and `${meta.*}` in a task's config read.
     node_values: BTreeMap<String, String>,
@@ -114,16 +120,32 @@ impl Shared {
 
     /// Apply `f` to an allocation, recompute its status, mark it for reporting.
     fn update_alloc(&self, alloc_id: &str, f: impl FnOnce(&mut LocalAlloc)) {
-        {
+        self.update_alloc_if(alloc_id, |local| {
+            f(local);
+            true
+        });
+    }
+
+    /// Apply `f` to an allocation; when it says it changed something, recompute the
+    /// allocation's status and mark it for reporting. False when the allocation is gone.
+    fn update_alloc_if(&self, alloc_id: &str, f: impl FnOnce(&mut LocalAlloc) -> bool) -> bool {
+        let changed = {
             let mut st = self.state();
             let Some(local) = st.allocs.get_mut(alloc_id) else {
-                return;
+                return false;
             };
-            f(local);
-            local.recompute();
-            local.version += 1;
+            let changed = f(local);
+            if changed {
+                local.recompute();
+                local.version += 1;
+            }
+            changed
+        };
+        if changed {
+            self.changed.notify_one();
+            self.alloc_changes.send_replace(());
         }
-        self.changed.notify_one();
+        true
     }
 
     /// Write the state file (atomically: temp file, fsync, rename, fsync of the directory),
@@ -225,6 +247,7 @@ impl Client {
             clock,
             state: Mutex::new(state),
             changed: Notify::new(),
+            alloc_changes: watch::Sender::new(()),
             runners: Mutex::new(HashMap::new()),
         });
         shared.persist();
@@ -471,6 +494,11 @@ fn apply_allocs(shared: &Arc<Shared>, resp: NodeClientAllocsResponse) {
                     let stop = ca.alloc.server_terminal_status()
                         || ca.alloc.client_status == ClientStatus::Lost;
                     local.alloc = ca.alloc;
+                    // An in-place update brings the job's new version (its update block
+                    // judges the deployment the allocation joins).
+                    if let Some(job) = ca.job {
+                        local.job = std::sync::Arc::unwrap_or_clone(job);
+                    }
                     if stop {
                         to_stop.push(id);
                     }
@@ -507,6 +535,7 @@ fn apply_allocs(shared: &Arc<Shared>, resp: NodeClientAllocsResponse) {
             to_stop.push(id);
         }
     }
+    shared.alloc_changes.send_replace(());
     for local in to_start {
         info!(alloc_id = %local.alloc.id, job_id = %local.alloc.job_id, "starting allocation");
         let runner = alloc_runner::spawn(shared, &local);
@@ -553,7 +582,7 @@ async fn report_loop(shared: Arc<Shared>, servers: Arc<Servers>, shutdown: Cance
                                 client_description: l.client_description.clone(),
                                 task_states: l.task_states.clone(),
                                 modify_time: shared.clock.now_unix_nanos(),
-                                deployment_status: None,
+                                deployment_status: l.health_report(),
                             },
                         )
                     })
@@ -573,9 +602,16 @@ async fn report_loop(shared: Arc<Shared>, servers: Arc<Servers>, shutdown: Cance
                     metrics::counter!("teamster_client_alloc_updates_total")
                         .increment(batch.len() as u64);
                     let mut st = shared.state();
-                    for (id, version, _) in &batch {
+                    for (id, version, report) in &batch {
                         if let Some(l) = st.allocs.get_mut(id) {
                             l.reported = l.reported.max(*version);
+                            // The verdict reached the servers: it is not sent again.
+                            if let (Some(h), Some(sent)) =
+                                (l.health.as_mut(), &report.deployment_status)
+                            {
+                                h.reported |= sent.healthy == Some(h.healthy)
+                                    && sent.timestamp == h.timestamp;
+                            }
                         }
                     }
                     break;
@@ -618,6 +654,7 @@ mod tests {
             clock: Arc::new(TestClock(tokio::time::Instant::now())),
             state: Mutex::new(ClientState::default()),
             changed: Notify::new(),
+            alloc_changes: watch::Sender::new(()),
             runners: Mutex::new(HashMap::new()),
             node_values: BTreeMap::new(),
             persist_lock: Mutex::new(()),
@@ -1031,5 +1068,157 @@ mod tests {
             serde_json::from_slice(&std::fs::read(dir.path().join("state.json")).unwrap()).unwrap();
         assert_eq!(on_disk.node_id, "last");
         assert!(!dir.path().join("state.tmp").exists());
+    }
+
+    /// `local` in deployment `d1` of a group that rolls: healthy after 10 s, within 60 s.
+    fn in_deployment(mut local: LocalAlloc) -> LocalAlloc {
+        use teamster_storage::model::{MigrateStrategy, UpdateStrategy};
+        local.alloc.deployment_id = "d1".into();
+        let group = &mut local.job.task_groups[0];
+        group.update = Some(UpdateStrategy {
+            min_healthy_time: Some(10_000_000_000),
+            healthy_deadline: Some(60_000_000_000),
+            ..UpdateStrategy::nomad_default()
+        });
+        group.migrate = Some(MigrateStrategy::nomad_default());
+        local
+    }
+
+    fn alloc_unhealthy_messages(l: &LocalAlloc) -> Vec<String> {
+        l.task_states["t"]
+            .events
+            .iter()
+            .filter(|e| e.event_type == health::ALLOC_UNHEALTHY)
+            .map(|e| e.message.clone())
+            .collect()
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_running_service_alloc_is_judged_healthy_and_queued_for_the_next_sync() {
+        let dir = tempfile::tempdir().unwrap();
+        let sh = shared(dir.path());
+        let started = sh.clock.now_unix_nanos();
+        start_alloc(
+            &sh,
+            &in_deployment(mock_alloc("1h", 0, 0, JobType::Service)),
+        );
+        tokio::time::sleep(Duration::from_secs(9)).await;
+        assert_eq!(sh.state().allocs["a1"].health, None, "too early");
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        let local = sh.state().allocs["a1"].clone();
+        let judged = local.health.clone().expect("judged");
+        assert!(judged.healthy);
+        assert_eq!(judged.deployment_id.as_str(), "d1");
+        let at = judged.timestamp.unix_nanos().unwrap() - started;
+        assert!(
+            (10_000_000_000..10_100_000_000).contains(&at),
+            "{at} ns after the start"
+        );
+        let report = local.health_report().expect("the next report carries it");
+        assert_eq!(report.healthy, Some(true));
+        assert!(local.version > local.reported, "a sync is due");
+        assert!(alloc_unhealthy_messages(&local).is_empty());
+        // Judged once.
+        tokio::time::sleep(Duration::from_secs(60)).await;
+        assert_eq!(sh.state().allocs["a1"].health, Some(judged));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn batch_allocations_are_never_judged() {
+        let dir = tempfile::tempdir().unwrap();
+        let sh = shared(dir.path());
+        start_alloc(&sh, &in_deployment(mock_alloc("1h", 0, 0, JobType::Batch)));
+        tokio::time::sleep(Duration::from_secs(120)).await;
+        let local = sh.state().allocs["a1"].clone();
+        assert_eq!(local.client_status, ClientStatus::Running);
+        assert_eq!((local.health.clone(), local.health_report()), (None, None));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_failed_task_makes_its_deployment_alloc_unhealthy_with_an_event() {
+        let dir = tempfile::tempdir().unwrap();
+        let sh = shared(dir.path());
+        let (done, _) =
+            run_until_finished(&sh, in_deployment(mock_alloc("1s", 3, 0, JobType::Service))).await;
+        // The verdict follows the task's death within the same instant.
+        tokio::time::sleep(Duration::from_millis(10)).await;
+        let local = sh.state().allocs["a1"].clone();
+        assert_eq!(done.client_status, ClientStatus::Failed);
+        let judged = local.health.clone().expect("judged");
+        assert!(!judged.healthy);
+        assert_eq!(
+            alloc_unhealthy_messages(&local),
+            ["Unhealthy because of failed task"]
+        );
+        assert_eq!(local.health_report().unwrap().healthy, Some(false));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_task_restarting_too_often_is_unhealthy_at_the_healthy_deadline() {
+        let dir = tempfile::tempdir().unwrap();
+        let sh = shared(dir.path());
+        // Runs 5 s, waits 2 s, runs again: never 10 s in a row.
+        start_alloc(
+            &sh,
+            &in_deployment(mock_alloc("5s", 1, 100, JobType::Service)),
+        );
+        tokio::time::sleep(Duration::from_secs(59)).await;
+        assert_eq!(sh.state().allocs["a1"].health, None);
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        let local = sh.state().allocs["a1"].clone();
+        assert!(local.task_states["t"].restarts >= 8);
+        assert_eq!(local.health.as_ref().map(|h| h.healthy), Some(false));
+        let messages = alloc_unhealthy_messages(&local);
+        assert_eq!(messages.len(), 1, "{messages:?}");
+        assert!(
+            messages[0].starts_with("Task not running")
+                && messages[0].ends_with("by healthy_deadline of 1m0s"),
+            "{messages:?}"
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn joining_a_new_deployment_is_judged_again() {
+        use crate::rpc::service::node::ClientAlloc;
+        let dir = tempfile::tempdir().unwrap();
+        let sh = shared(dir.path());
+        let local = in_deployment(mock_alloc("1h", 0, 0, JobType::Service));
+        start_alloc(&sh, &local);
+        tokio::time::sleep(Duration::from_secs(11)).await;
+        {
+            // The status sync delivered it.
+            let mut st = sh.state();
+            let l = st.allocs.get_mut("a1").unwrap();
+            l.reported = l.version;
+            l.health.as_mut().unwrap().reported = true;
+            assert_eq!(l.health_report(), None);
+        }
+        // The servers update it in place into deployment d2.
+        let mut alloc = local.alloc.clone();
+        alloc.deployment_id = "d2".into();
+        apply_allocs(
+            &sh,
+            NodeClientAllocsResponse {
+                index: 10,
+                alloc_indexes: vec![("a1".into(), 10)],
+                changed: vec![ClientAlloc { alloc, job: None }],
+            },
+        );
+        tokio::time::sleep(Duration::from_secs(9)).await;
+        let waiting = sh.state().allocs["a1"].clone();
+        assert_eq!(
+            waiting.health.as_ref().unwrap().deployment_id.as_str(),
+            "d1"
+        );
+        assert_eq!(waiting.health_report(), None, "d1's verdict is not d2's");
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        let local = sh.state().allocs["a1"].clone();
+        let judged = local.health.clone().unwrap();
+        assert_eq!(
+            (judged.deployment_id.as_str(), judged.healthy),
+            ("d2", true)
+        );
+        assert_eq!(local.health_report().unwrap().healthy, Some(true));
+        assert!(local.version > local.reported);
     }
 }
