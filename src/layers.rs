@@ -50,6 +50,7 @@ const SERVER_PARTS: &[(&str, u32)] = &[
     ("plan", 3),
     ("heartbeat", 3),
     ("periodic", 3),
+    ("drainer", 3),
     ("blocked", 4),
     ("pipeline", 5),
     ("reapers", 6),

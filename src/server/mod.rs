@@ -22,6 +22,8 @@
 //! - [`periodic`]: the leader's periodic dispatcher (children of periodic jobs at their
 //!   cron times).
 //! - [`heartbeat`]: the leader's heartbeat timers (nodes that go silent are marked down).
+//! - [`drainer`]: the leader's node drainer (allocations leave draining nodes at the pace of
+//!   their `migrate` blocks; drains end at their deadline or when nothing is left).
 //! - [`endpoints`]: the service calls' server side (served here, or forwarded to the
 //!   leader), and the handler of every RPC request.
 //! - [`worker`]: the scheduler workers and their pool.
@@ -29,6 +31,7 @@
 pub mod blocked;
 pub mod broker;
 pub mod config;
+pub mod drainer;
 pub mod endpoints;
 pub mod evals;
 pub mod formation;
@@ -240,6 +243,11 @@ impl Server {
                 config.workers.core_gc_interval,
             )),
             Arc::new(periodic::PeriodicDuty::new(
+                node.clone(),
+                clock.clone(),
+                rng.child(),
+            )),
+            Arc::new(drainer::DrainerDuty::new(
                 node.clone(),
                 clock.clone(),
                 rng.child(),
