@@ -51,6 +51,7 @@ const SERVER_PARTS: &[(&str, u32)] = &[
     ("heartbeat", 3),
     ("periodic", 3),
     ("deployments", 4),
+    ("drainer", 3),
     ("blocked", 4),
     ("pipeline", 5),
     ("reapers", 6),

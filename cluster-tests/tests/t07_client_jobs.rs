@@ -409,9 +409,18 @@ async fn a_killed_client_s_allocation_is_replaced_and_not_duplicated_when_it_ret
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
+    // Without `-detach` the CLI follows the drain to its end (the node drainer marks the
+    // allocation, the scheduler replaces it, its client stops it).
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(stdout.contains("marked for migration"), "{stdout}");
+    assert!(
+        stdout.contains(&format!("Drain complete for node {other}")),
+        "{stdout}"
+    );
     let n: Value = api.get(&format!("/v1/node/{other}")).await?;
     assert_eq!(n["SchedulingEligibility"], "ineligible");
-    assert_eq!(n["Drain"], true);
+    assert_eq!(n["Drain"], false);
+    assert_eq!(n["LastDrain"]["Status"], "complete", "{n}");
     let back = &ids[victim];
     wait_for(
         Duration::from_secs(30),

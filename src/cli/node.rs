@@ -1,5 +1,9 @@
 //! `teamster node status [ID]`, `teamster node eligibility --enable|--disable ID`,
-//! `teamster node drain --enable|--disable ID`.
+//! `teamster node drain -enable|-disable|-monitor [-deadline D|-force|-no-deadline]
+//! [-ignore-system] [-keep-ineligible] [-detach] [-m k=v] [-yes] ID` (Nomad's flags; without
+//! `-detach` an enabled drain is followed until it ends).
+
+use std::collections::BTreeMap;
 
 use anyhow::{bail, Context};
 use clap::{Args, Subcommand};
@@ -43,26 +47,44 @@ pub struct ToggleArgs {
     id: String,
 }
 
-/// `node drain`.
+/// `node drain` (Nomad's flags).
 #[derive(Debug, Args)]
 pub struct DrainArgs {
     #[command(flatten)]
     api: ApiArgs,
-    /// Start draining.
-    #[arg(long, conflicts_with = "disable")]
+    /// Start draining (or update a running drain).
+    #[arg(long, conflicts_with_all = ["disable", "monitor"])]
     enable: bool,
     /// Cancel the drain.
-    #[arg(long)]
+    #[arg(long, conflicts_with = "monitor")]
     disable: bool,
-    /// How long the drain may take ("1h", "-1" for no deadline).
-    #[arg(long, default_value = "1h", allow_hyphen_values = true)]
-    deadline: String,
+    /// Follow a running drain until it ends, without changing it.
+    #[arg(long)]
+    monitor: bool,
+    /// How long the drain may take; what is left is stopped then (default 1h).
+    #[arg(long, conflicts_with_all = ["force", "no_deadline"])]
+    deadline: Option<String>,
+    /// Stop everything at once (a deadline of -1s).
+    #[arg(long, conflicts_with = "no_deadline")]
+    force: bool,
+    /// Let the drain take as long as it needs (a deadline of 0).
+    #[arg(long)]
+    no_deadline: bool,
     /// Leave system jobs running.
     #[arg(long)]
     ignore_system: bool,
-    /// When cancelling, make the node eligible again.
+    /// When cancelling, leave the node ineligible.
     #[arg(long)]
     keep_ineligible: bool,
+    /// Return once the drain is set, without following it.
+    #[arg(long)]
+    detach: bool,
+    /// Metadata for the drain, `key=value` (repeatable): the node's `LastDrain.Meta`.
+    #[arg(short = 'm', value_name = "KEY=VALUE")]
+    meta: Vec<String>,
+    /// Do not ask for confirmation when the ID is a prefix.
+    #[arg(long)]
+    yes: bool,
     /// A node ID or unique prefix.
     id: String,
 }
@@ -196,33 +218,199 @@ async fn eligibility(a: ToggleArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
-async fn drain(a: DrainArgs) -> anyhow::Result<()> {
-    if a.enable == a.disable {
-        bail!("give exactly one of --enable or --disable");
+const NANOS_PER_SEC: i64 = 1_000_000_000;
+
+/// The drain's `Deadline` in nanoseconds from the flags: `-force` −1 s, `-no-deadline` 0,
+/// else `-deadline` (default 1h).
+fn drain_deadline(a: &DrainArgs) -> anyhow::Result<i64> {
+    if a.force {
+        return Ok(-NANOS_PER_SEC);
     }
+    if a.no_deadline {
+        return Ok(0);
+    }
+    let text = a.deadline.as_deref().unwrap_or("1h");
+    let d = humantime::parse_duration(text.trim())
+        .with_context(|| format!("-deadline {text:?}: not a duration"))?;
+    if d.is_zero() {
+        bail!("-deadline must be positive (use -no-deadline for none)");
+    }
+    Ok(d.as_nanos().min(i64::MAX as u128) as i64)
+}
+
+fn drain_meta(pairs: &[String]) -> anyhow::Result<BTreeMap<String, String>> {
+    pairs
+        .iter()
+        .map(|p| match p.split_once('=') {
+            Some((k, v)) if !k.is_empty() => Ok((k.to_owned(), v.to_owned())),
+            _ => bail!("-m {p:?}: expected key=value"),
+        })
+        .collect()
+}
+
+async fn drain(a: DrainArgs) -> anyhow::Result<()> {
+    if !a.enable && !a.disable && !a.monitor {
+        bail!("give one of -enable, -disable or -monitor");
+    }
+    if a.disable && (a.deadline.is_some() || a.force || a.no_deadline || a.ignore_system) {
+        bail!("-disable can't be combined with flags configuring the drain strategy");
+    }
+    let meta = drain_meta(&a.meta)?;
     let api = a.api.client()?;
+    let node: Value = api
+        .get(&format!("/v1/node/{}", a.id))
+        .await
+        .with_context(|| format!("reading node {}", a.id))?;
+    let node_id = text(&node["ID"]);
+    if a.monitor {
+        return monitor_drain(&api, &node_id, 0, a.ignore_system).await;
+    }
+    if node_id != a.id && !a.yes {
+        let verb = if a.enable { "enable" } else { "disable" };
+        print!("Are you sure you want to {verb} drain mode for node {node_id:?}? [y/N] ");
+        std::io::Write::flush(&mut std::io::stdout())?;
+        let mut answer = String::new();
+        std::io::stdin().read_line(&mut answer)?;
+        if !matches!(answer.trim().to_lowercase().as_str(), "y" | "yes") {
+            println!("Canceling drain toggle");
+            return Ok(());
+        }
+    }
+    let meta = (!meta.is_empty()).then_some(meta);
     let body = if a.enable {
-        let deadline: i64 = if a.deadline.trim() == "-1" {
-            -1
-        } else {
-            humantime::parse_duration(&a.deadline)
-                .with_context(|| format!("--deadline {:?}", a.deadline))?
-                .as_nanos()
-                .min(i64::MAX as u128) as i64
-        };
-        json!({"DrainSpec": {"Deadline": deadline, "IgnoreSystemJobs": a.ignore_system}})
+        let deadline = drain_deadline(&a)?;
+        json!({
+            "NodeID": node_id,
+            "DrainSpec": {"Deadline": deadline, "IgnoreSystemJobs": a.ignore_system},
+            "Meta": meta,
+        })
     } else {
-        json!({"DrainSpec": null, "MarkEligible": !a.keep_ineligible})
+        json!({
+            "NodeID": node_id,
+            "DrainSpec": null,
+            "MarkEligible": !a.keep_ineligible,
+            "Meta": meta,
+        })
     };
     let r: Value = api
         .request(
-            reqwest::Method::POST,
-            &format!("/v1/node/{}/drain", a.id),
+            reqwest::Method::PUT,
+            &format!("/v1/node/{node_id}/drain"),
             Some(&body),
         )
         .await
-        .with_context(|| format!("updating node {}", a.id))?;
-    let what = if a.enable { "started" } else { "cancelled" };
-    println!("Node {:?} drain {what} (index {})", a.id, text(&r["Index"]));
+        .with_context(|| format!("updating node {node_id}"))?;
+    if a.enable && !a.detach {
+        let index = r["Index"].as_u64().unwrap_or(0);
+        println!(
+            "{}: Ctrl-C to stop monitoring: will not cancel the node drain",
+            now_rfc3339()
+        );
+        println!("{}: Node {node_id:?} drain strategy set", now_rfc3339());
+        return monitor_drain(&api, &node_id, index, a.ignore_system).await;
+    }
+    let what = if a.enable { "set" } else { "unset" };
+    println!("Node {node_id:?} drain strategy {what}");
     Ok(())
+}
+
+fn now_rfc3339() -> String {
+    humantime::format_rfc3339_seconds(std::time::SystemTime::now()).to_string()
+}
+
+/// Follows a node's drain as Nomad's `MonitorDrain` does: allocation migrations and stops as
+/// they happen, "Drain complete for node …" once the drain ends, then "All allocations on
+/// node … have stopped." once none is left running (system ones aside with
+/// `-ignore-system`).
+async fn monitor_drain(
+    api: &crate::api::ApiClient,
+    node_id: &str,
+    index: u64,
+    ignore_system: bool,
+) -> anyhow::Result<()> {
+    let say = |msg: String| println!("{}: {msg}", now_rfc3339());
+    let mut index = index;
+    let mut seen: BTreeMap<String, (bool, String, String)> = BTreeMap::new();
+    let mut first = true;
+    let mut drain_over = false;
+    let mut system_jobs: BTreeMap<String, bool> = BTreeMap::new();
+    loop {
+        let (allocs, new_index) = api
+            .get_with_index::<Vec<Value>>(&format!(
+                "/v1/node/{node_id}/allocations?index={index}&wait=10s"
+            ))
+            .await
+            .context("reading the node's allocations")?;
+        let node: Value = api
+            .get(&format!("/v1/node/{node_id}"))
+            .await
+            .context("reading the node")?;
+        let mut running = 0;
+        for al in &allocs {
+            let id = text(&al["ID"]);
+            let migrate = al["DesiredTransition"]["Migrate"] == true;
+            let desired = text(&al["DesiredStatus"]);
+            let client = text(&al["ClientStatus"]);
+            if let Some((was_migrate, was_desired, was_client)) = seen.get(&id) {
+                if migrate && !was_migrate {
+                    say(format!("Alloc {id:?} marked for migration"));
+                }
+                if desired == "stop" && was_desired != "stop" && migrate {
+                    say(format!("Alloc {id:?} draining"));
+                }
+                if &client != was_client {
+                    say(format!("Alloc {id:?} status {was_client} -> {client}"));
+                }
+            } else if migrate && client != "complete" && client != "failed" && client != "lost" {
+                say(format!("Alloc {id:?} marked for migration"));
+            }
+            let terminal = matches!(client.as_str(), "complete" | "failed" | "lost");
+            if !terminal {
+                let job = text(&al["JobID"]);
+                let system = match system_jobs.get(&job) {
+                    _ if !ignore_system => false,
+                    Some(s) => *s,
+                    None => {
+                        let j: Value = api
+                            .get(&format!(
+                                "/v1/job/{job}?namespace={}",
+                                text(&al["Namespace"])
+                            ))
+                            .await
+                            .unwrap_or(Value::Null);
+                        let s = j["Type"] == "system";
+                        system_jobs.insert(job, s);
+                        s
+                    }
+                };
+                if !system {
+                    running += 1;
+                }
+            }
+            seen.insert(id, (migrate, desired, client));
+        }
+        if node["Status"] == "down" {
+            say(format!("Node {node_id:?} down"));
+        }
+        if !drain_over && node["DrainStrategy"].is_null() {
+            drain_over = true;
+            match node["LastDrain"]["Status"].as_str() {
+                Some("canceled") => {
+                    say(format!("Drain canceled for node {node_id}"));
+                    return Ok(());
+                }
+                _ if first && index == 0 => {
+                    say(format!("No drain strategy set for node {node_id}"));
+                    return Ok(());
+                }
+                _ => say(format!("Drain complete for node {node_id}")),
+            }
+        }
+        if drain_over && running == 0 {
+            say(format!("All allocations on node {node_id:?} have stopped."));
+            return Ok(());
+        }
+        first = false;
+        index = new_index.max(1);
+    }
 }

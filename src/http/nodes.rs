@@ -1,5 +1,5 @@
 //! Nodes: `GET /v1/nodes`, `GET /v1/node/:id`, `GET /v1/node/:id/allocations`,
-//! `POST /v1/node/:id/eligibility`, `POST /v1/node/:id/drain`.
+//! `POST /v1/node/:id/eligibility`, `PUT /v1/node/:id/drain`.
 //!
 //! Reads honour `stale`, `index`/`wait` and `prefix` like every read; a node's `SecretID` is
 //! never shown. Writes call the service layer (`Node.UpdateEligibility`, `Node.UpdateDrain`)
@@ -161,6 +161,8 @@ struct DrainBody {
     drain_spec: Option<DrainSpec>,
     #[serde(default)]
     mark_eligible: Option<bool>,
+    #[serde(default)]
+    meta: Option<std::collections::BTreeMap<String, String>>,
 }
 
 /// The full ID of the node `id` names (a prefix is fine when it is unique), read
@@ -216,8 +218,11 @@ async fn eligibility(
     Ok(node_change(done))
 }
 
-/// `POST /v1/node/:id/drain` with `{"DrainSpec": {"Deadline": ns, "IgnoreSystemJobs": b}}`
-/// (or `"DrainSpec": null` and `"MarkEligible"` to cancel).
+/// `PUT /v1/node/:id/drain` with Nomad's body `{"DrainSpec": {"Deadline": ns,
+/// "IgnoreSystemJobs": b} | null, "MarkEligible": b, "Meta": {…}}`: a spec starts or updates
+/// the drain (`Deadline` < 0 stops everything at once, 0 or absent means no deadline, as
+/// Go's zero value does in Nomad), null cancels it; `Meta` goes to the node's
+/// `LastDrain.Meta`.
 async fn drain(
     State(ctx): State<HttpContext>,
     Path(id): Path<String>,
@@ -225,7 +230,7 @@ async fn drain(
 ) -> Result<Response, ApiError> {
     let b: DrainBody = decode_body(&body)?;
     let drain = b.drain_spec.map(|s| DrainStrategy {
-        deadline: s.deadline.unwrap_or(3_600_000_000_000),
+        deadline: s.deadline.unwrap_or(0),
         ignore_system_jobs: s.ignore_system_jobs.unwrap_or(false),
         ..DrainStrategy::default()
     });
@@ -237,6 +242,7 @@ async fn drain(
             node_id,
             drain,
             mark_eligible,
+            meta: b.meta,
         })
         .await?;
     Ok(node_change(done))

@@ -10,7 +10,7 @@
 //! | ignore | service: stopped, complete or lost; batch: stopped unfinished, evicted, or terminal of an older job version | ignored, not counted |
 //! | untainted | running on a healthy node; batch: finished successfully | counted; updated if the job changed |
 //! | lost | non-terminal on a missing, `down` or `disconnected` node | stopped as `lost`, replaced |
-//! | migrate | non-terminal on a draining node, or marked to migrate (`alloc stop`) | stopped and replaced |
+//! | migrate | non-terminal and marked to migrate (`alloc stop`, or the node drainer on a draining node) | stopped and replaced |
 //! | reschedule now | failed, policy allows it, due within 1 s (or this eval is its follow-up) | stopped, replaced with a reschedule penalty on its node |
 //! | reschedule later | failed, policy allows it later | counted; a follow-up eval (batched per 5 s window) is created and recorded on the allocation |
 //! | failed for good | failed, policy exhausted | counted, not replaced |
@@ -189,10 +189,9 @@ impl Reconciler<'_> {
             Some(node) if matches!(node.status, NodeStatus::Down | NodeStatus::Disconnected) => {
                 Taint::Lost
             }
-            // Marked by `alloc stop` (Nomad's `DesiredTransition.Migrate`), or on a draining
-            // node.
+            // Marked by `alloc stop` or the node drainer (Nomad's `DesiredTransition.Migrate`);
+            // an unmarked allocation on a draining node stays until the drainer marks it.
             Some(_) if alloc.desired_transition.should_migrate() => Taint::Migrate,
-            Some(node) if node.drain_strategy.is_some() => Taint::Migrate,
             Some(_) => Taint::Healthy,
         }
     }

@@ -4,13 +4,14 @@
 //!
 //! Per attempt, a per-node diff ([`SystemScheduler`]'s `diff`):
 //!
-//! - allocations on missing, `down` or `disconnected` nodes are stopped as `lost`; on
-//!   draining nodes they are stopped (unless the drain ignores system jobs); on nodes outside
-//!   the job's datacenters or pool, of removed task groups, or of a stopped or purged job,
-//!   they are stopped; a second live allocation of the same group on one node is stopped;
-//!   one marked to migrate (`alloc stop`) is stopped, and replaced on its node like a
-//!   missing one;
-//! - on ready nodes that are merely ineligible, existing allocations are left alone;
+//! - allocations on missing, `down` or `disconnected` nodes are stopped as `lost`; on nodes
+//!   outside the job's datacenters or pool, of removed task groups, or of a stopped or purged
+//!   job, they are stopped; a second live allocation of the same group on one node is
+//!   stopped; one marked to migrate (`alloc stop`, or the node drainer once everything else
+//!   left a draining node) is stopped, and replaced on its node like a missing one if the
+//!   node still takes it;
+//! - on ready nodes that are merely ineligible or draining, existing allocations are left
+//!   alone;
 //! - on eligible nodes, an allocation of an older job version is updated in place (if only
 //!   non-task fields changed and the node still takes it) or replaced; a missing one is
 //!   placed — sysbatch groups that already finished on the node for this job version are not
@@ -131,19 +132,23 @@ impl<'a> SystemScheduler<'a> {
             }
             if alloc.desired_transition.should_migrate() {
                 // `alloc stop`: stopped here; the node gets a new one below if it still
-                // takes the group.
-                ctx.plan_stop(alloc, ALLOC_MIGRATING, None, now);
+                // takes the group. Marked by the node drainer: stopped as Nomad's
+                // `allocNodeTainted` (the draining node takes no new one).
+                let draining = self
+                    .session
+                    .snapshot
+                    .node_by_id(&alloc.node_id)
+                    .is_some_and(|n| n.drain_strategy.is_some());
+                let description = if draining {
+                    ALLOC_NODE_TAINTED
+                } else {
+                    ALLOC_MIGRATING
+                };
+                ctx.plan_stop(alloc, description, None, now);
                 continue;
             }
             if let Some(node) = self.session.snapshot.node_by_id(&alloc.node_id) {
-                let ignores = node
-                    .drain_strategy
-                    .as_ref()
-                    .is_some_and(|d| d.ignore_system_jobs);
-                if node.drain_strategy.is_some() && !ignores {
-                    ctx.plan_stop(alloc, ALLOC_NODE_TAINTED, None, now);
-                    continue;
-                }
+                // On a draining node it stays until the node drainer marks it (last).
                 if !node_in_job_scope(job, node) {
                     // The job no longer targets the node's datacenter or pool.
                     ctx.plan_stop(alloc, ALLOC_NOT_NEEDED, None, now);

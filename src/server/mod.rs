@@ -25,6 +25,8 @@
 //!   (evaluations as allocations turn healthy, progress deadlines, auto-promotion and
 //!   auto-revert).
 //! - [`heartbeat`]: the leader's heartbeat timers (nodes that go silent are marked down).
+//! - [`drainer`]: the leader's node drainer (allocations leave draining nodes at the pace of
+//!   their `migrate` blocks; drains end at their deadline or when nothing is left).
 //! - [`endpoints`]: the service calls' server side (served here, or forwarded to the
 //!   leader), and the handler of every RPC request.
 //! - [`worker`]: the scheduler workers and their pool.
@@ -33,6 +35,7 @@ pub mod blocked;
 pub mod broker;
 pub mod config;
 pub mod deployments;
+pub mod drainer;
 pub mod endpoints;
 pub mod evals;
 pub mod formation;
@@ -253,6 +256,11 @@ impl Server {
                 clock.clone(),
                 rng.child(),
                 config.job_max_versions,
+            )),
+            Arc::new(drainer::DrainerDuty::new(
+                node.clone(),
+                clock.clone(),
+                rng.child(),
             )),
             Arc::new(heartbeats),
         ];

@@ -227,6 +227,8 @@ pub struct NodeUpdateDrain {
     pub updated_at: i64,
     /// Evaluations for the jobs with allocations on the node.
     pub evals: Vec<Evaluation>,
+    /// Operator metadata for the drain's `LastDrain.Meta` (`None`: keep what it holds).
+    pub meta: Option<BTreeMap<String, String>>,
 }
 
 /// Payload of [`Command::SchedulerConfig`].

@@ -321,12 +321,16 @@ fn a_drain_is_recorded_started_cancelled_and_completed() {
     let store = StateStore::new();
     applied(store.apply(1, register_node(&node(1))));
     let drain = |index: i64, strategy: Option<DrainStrategy>| {
+        let meta = strategy
+            .is_some()
+            .then(|| [("reason".to_owned(), "kernel".to_owned())].into());
         Command::NodeUpdateDrain(NodeUpdateDrain {
             node_id: node_id(1),
             drain_strategy: strategy,
             mark_eligible: false,
             updated_at: 1_700_000_000 + index,
             evals: Vec::new(),
+            meta,
         })
     };
     let strategy = DrainStrategy {
@@ -345,6 +349,7 @@ fn a_drain_is_recorded_started_cancelled_and_completed() {
     };
     assert_eq!(last(&store).status, DrainStatus::Draining);
     assert_eq!(last(&store).started_at, Timestamp::from_unix_nanos(T0));
+    assert_eq!(last(&store).meta["reason"], "kernel");
     applied(store.apply(3, drain(3, None)));
     assert_eq!(last(&store).status, DrainStatus::Canceled);
     applied(store.apply(4, drain(4, Some(strategy))));

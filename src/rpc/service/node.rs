@@ -126,10 +126,13 @@ pub struct NodeUpdateEligibilityRequest {
 pub struct NodeUpdateDrainRequest {
     /// The node.
     pub node_id: NodeId,
-    /// The drain to start (`None`: cancel the drain).
+    /// The drain to start or update (`None`: cancel the drain). Its `Deadline`: < 0 stops
+    /// everything at once, 0 means no deadline, > 0 is how long the drain may take.
     pub drain: Option<DrainStrategy>,
     /// When cancelling, make the node eligible again.
     pub mark_eligible: bool,
+    /// Operator metadata for the drain's `LastDrain.Meta` (`None`: keep what it holds).
+    pub meta: Option<std::collections::BTreeMap<String, String>>,
 }
 
 /// The answer to `Node.UpdateEligibility` and `Node.UpdateDrain`: the raft index and the

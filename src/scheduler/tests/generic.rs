@@ -3,8 +3,8 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use teamster_storage::fsm::{
-    AllocUpdateDesiredTransition, ApplyPlanResults, Command, JobDeregister, NodeUpdateStatus,
-    SchedulerConfigUpdate,
+    AllocUpdateDesiredTransition, ApplyPlanResults, Command, JobDeregister, NodeUpdateDrain,
+    NodeUpdateStatus, SchedulerConfigUpdate,
 };
 use teamster_storage::model::{
     Affinity, ClientStatus, Constraint, DesiredStatus, DesiredTransition, EvalStatus, EvalTrigger,
@@ -825,4 +825,51 @@ fn core_evaluations_have_no_placement_scheduler() {
         h.process(&eval),
         Err(SchedulerError::InvalidSettings(_))
     ));
+}
+
+/// Starts a drain of `node` (no deadline), as `Node.UpdateDrain` writes it.
+pub(super) fn start_drain(h: &mut Harness, node: &NodeId) {
+    h.apply(Command::NodeUpdateDrain(NodeUpdateDrain {
+        node_id: node.clone(),
+        drain_strategy: Some(teamster_storage::model::DrainStrategy::default()),
+        mark_eligible: false,
+        updated_at: 1,
+        evals: Vec::new(),
+        meta: None,
+    }))
+    .unwrap();
+}
+
+#[test]
+fn allocations_on_a_draining_node_stay_until_the_drainer_marks_them() {
+    let (mut h, _) = harness_with_nodes(3);
+    let (job, eval) = h.register_job(mock_job("web", 3)).unwrap();
+    h.process(&eval).unwrap();
+    let victim = h
+        .running_allocs(&job)
+        .into_iter()
+        .find(|a| a.name == "web.web[2]")
+        .unwrap();
+    start_drain(&mut h, &victim.node_id);
+    // Unmarked: untainted, left where it runs (Nomad's reconciler); nothing to plan.
+    let plans = h.plans.len();
+    let eval = h
+        .create_pending_eval(&job, EvalTrigger::NodeDrain, None)
+        .unwrap();
+    h.process(&eval).unwrap();
+    assert_eq!(h.plans.len(), plans, "{:?}", h.plans.last());
+    assert!(h.running_allocs(&job).iter().any(|a| a.id == victim.id));
+    // Marked: stopped and replaced on another node.
+    mark_migrate(&mut h, &victim);
+    let eval = h
+        .create_pending_eval(&job, EvalTrigger::NodeDrain, None)
+        .unwrap();
+    h.process(&eval).unwrap();
+    let stopped = h.snapshot().alloc_by_id(&victim.id).cloned().unwrap();
+    assert_eq!(stopped.desired_status, DesiredStatus::Stop);
+    assert_eq!(stopped.desired_description, ALLOC_MIGRATING);
+    let running = h.running_allocs(&job);
+    assert_eq!(running.len(), 3);
+    assert!(running.iter().all(|a| a.node_id != victim.node_id));
+    assert_complete(&h, &eval);
 }

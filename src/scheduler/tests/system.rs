@@ -10,7 +10,7 @@ use teamster_storage::model::{
 
 use super::*;
 use crate::scheduler::harness::{mock_node, mock_system_job, Harness};
-use crate::scheduler::reconcile::{ALLOC_LOST, ALLOC_MIGRATING};
+use crate::scheduler::reconcile::{ALLOC_LOST, ALLOC_MIGRATING, ALLOC_NODE_TAINTED};
 
 #[test]
 fn a_system_job_runs_once_on_every_eligible_node() {
@@ -248,5 +248,36 @@ fn a_system_allocation_marked_to_migrate_is_replaced_on_its_node() {
         .find(|a| a.node_id == victim.node_id)
         .expect("a new allocation on the same node");
     assert_ne!(replacement.id, victim.id);
+    assert_complete(&h, &eval);
+}
+
+#[test]
+fn a_system_allocation_on_a_draining_node_stays_until_marked() {
+    let (mut h, _) = harness_with_nodes(2);
+    let (job, eval) = h.register_job(mock_system_job("agent")).unwrap();
+    h.process(&eval).unwrap();
+    let victim = h.running_allocs(&job)[0].clone();
+    super::generic::start_drain(&mut h, &victim.node_id);
+    let eval = h
+        .create_pending_eval(&job, EvalTrigger::NodeDrain, None)
+        .unwrap();
+    h.process(&eval).unwrap();
+    assert_eq!(
+        h.running_allocs(&job).len(),
+        2,
+        "left running while others drain"
+    );
+    // The drainer marks it last: stopped as tainted, nothing new on the draining node.
+    super::generic::mark_migrate(&mut h, &victim);
+    let eval = h
+        .create_pending_eval(&job, EvalTrigger::NodeDrain, None)
+        .unwrap();
+    h.process(&eval).unwrap();
+    let stopped = h.snapshot().alloc_by_id(&victim.id).cloned().unwrap();
+    assert!(stopped.server_terminal_status());
+    assert_eq!(stopped.desired_description, ALLOC_NODE_TAINTED);
+    let running = h.running_allocs(&job);
+    assert_eq!(running.len(), 1);
+    assert!(running.iter().all(|a| a.node_id != victim.node_id));
     assert_complete(&h, &eval);
 }

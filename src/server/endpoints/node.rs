@@ -311,8 +311,10 @@ pub fn eligibility_command(
     }))
 }
 
-/// The raft command for `Node.UpdateDrain`: a started drain makes the node ineligible and
-/// creates `node-drain` evaluations that migrate its allocations; or why it is refused.
+/// The raft command for `Node.UpdateDrain` (Nomad's `Node.UpdateDrain`): a drain makes the
+/// node ineligible and the leader's node drainer migrates its allocations (no evaluation is
+/// created here); an update keeps the drain's start; cancelling with `MarkEligible` creates
+/// the node evaluations an eligible node gets. Or why it is refused.
 pub fn drain_command(
     snapshot: &Snapshot,
     req: NodeUpdateDrainRequest,
@@ -324,23 +326,26 @@ pub fn drain_command(
     };
     let mut drain = req.drain;
     let mut evals = Vec::new();
-    if let Some(d) = &mut drain {
-        if d.deadline < -1 {
-            return Err(ServiceError::invalid(
-                "DrainSpec.Deadline",
-                format!(
-                    "DrainSpec.Deadline: {} must be -1 (no deadline), 0 (force) or positive",
-                    d.deadline
-                ),
-            ));
+    match &mut drain {
+        Some(d) => {
+            d.started_at = node
+                .drain_strategy
+                .as_ref()
+                .map_or(Timestamp::from_unix_nanos(now), |running| {
+                    running.started_at
+                });
+            // Deadline < 0 forces at once, 0 has none (the drainer reads both from
+            // `Deadline`); only a positive one has a force deadline.
+            d.force_deadline = if d.deadline > 0 {
+                Timestamp::from_unix_nanos(now.saturating_add(d.deadline))
+            } else {
+                Timestamp::ZERO
+            };
         }
-        d.started_at = Timestamp::from_unix_nanos(now);
-        if d.deadline > 0 {
-            d.force_deadline = Timestamp::from_unix_nanos(now.saturating_add(d.deadline));
-        }
-        evals = node_evals(snapshot, &node, now, rng);
-        for e in &mut evals {
-            e.triggered_by = EvalTrigger::NodeDrain;
+        None => {
+            if req.mark_eligible && node.scheduling_eligibility != SchedulingEligibility::Eligible {
+                evals = node_evals(snapshot, &node, now, rng);
+            }
         }
     }
     Ok(Command::NodeUpdateDrain(NodeUpdateDrain {
@@ -349,6 +354,7 @@ pub fn drain_command(
         mark_eligible: req.mark_eligible,
         updated_at: now / 1_000_000_000,
         evals,
+        meta: req.meta,
     }))
 }
 
@@ -557,7 +563,7 @@ mod tests {
     }
 
     #[test]
-    fn a_drain_makes_the_node_ineligible_and_creates_drain_evals() {
+    fn a_drain_makes_the_node_ineligible_and_leaves_the_evals_to_the_drainer() {
         let (store, node) = state_with_allocs();
         let cmd = drain_command(
             &store.snapshot(),
@@ -568,6 +574,7 @@ mod tests {
                     ..Default::default()
                 }),
                 mark_eligible: false,
+                meta: Some([("reason".to_owned(), "reboot".to_owned())].into()),
             },
             1_000,
             &mut StdRng::seed_from_u64(9),
@@ -576,11 +583,8 @@ mod tests {
         let Command::NodeUpdateDrain(d) = &cmd else {
             panic!("{cmd:?}")
         };
-        assert_eq!(d.evals.len(), 3);
-        assert!(d
-            .evals
-            .iter()
-            .all(|e| e.triggered_by == EvalTrigger::NodeDrain));
+        // The node drainer creates the evaluations as it marks allocations.
+        assert!(d.evals.is_empty(), "{:?}", d.evals);
         store.apply(100, cmd);
         let after = store
             .snapshot()
@@ -596,6 +600,37 @@ mod tests {
             strategy.force_deadline.unix_nanos(),
             Some(1_000 + 60_000_000_000)
         );
+        assert_eq!(after.last_drain.as_ref().unwrap().meta["reason"], "reboot");
+        // An update keeps the start and moves the force deadline; a negative deadline forces
+        // at once (no force deadline), 0 has none.
+        for (deadline, force) in [(-1, None), (0, None), (5_000, Some(1_500 + 5_000))] {
+            let update = drain_command(
+                &store.snapshot(),
+                NodeUpdateDrainRequest {
+                    node_id: node.id.clone(),
+                    drain: Some(teamster_storage::model::DrainStrategy {
+                        deadline,
+                        ..Default::default()
+                    }),
+                    mark_eligible: false,
+                    meta: None,
+                },
+                1_500,
+                &mut StdRng::seed_from_u64(9),
+            )
+            .unwrap();
+            let Command::NodeUpdateDrain(d) = &update else {
+                panic!("{update:?}")
+            };
+            let s = d.drain_strategy.as_ref().unwrap();
+            assert_eq!(s.started_at.unix_nanos(), Some(1_000));
+            assert_eq!(
+                s.force_deadline
+                    .unix_nanos()
+                    .filter(|_| !s.force_deadline.is_zero()),
+                force
+            );
+        }
         // Eligible while draining is refused; cancelling with MarkEligible restores it.
         let refused = eligibility_command(
             &store.snapshot(),
@@ -616,11 +651,17 @@ mod tests {
                 node_id: node.id.clone(),
                 drain: None,
                 mark_eligible: true,
+                meta: None,
             },
             3_000,
             &mut StdRng::seed_from_u64(9),
         )
         .unwrap();
+        let Command::NodeUpdateDrain(d) = &cancel else {
+            panic!("{cancel:?}")
+        };
+        // Eligible again: the node evaluations (web, report, agent).
+        assert_eq!(d.evals.len(), 3);
         store.apply(101, cancel);
         let after = store
             .snapshot()

@@ -146,13 +146,14 @@ pub struct NodeReservedResources {
 #[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
 #[serde(rename_all = "PascalCase", default)]
 pub struct DrainStrategy {
-    /// How long the drain may take, in nanoseconds (−1: no deadline).
+    /// How long the drain may take, in nanoseconds (< 0: stop everything at once; 0: no
+    /// deadline).
     #[serde(deserialize_with = "de::nullable")]
     pub deadline: i64,
     /// Leave system jobs running.
     #[serde(deserialize_with = "de::nullable")]
     pub ignore_system_jobs: bool,
-    /// When remaining allocations are force-stopped.
+    /// When remaining allocations are force-stopped (set only for a positive deadline).
     #[serde(deserialize_with = "de::nullable")]
     pub force_deadline: Timestamp,
     /// When the drain began.

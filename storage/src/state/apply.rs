@@ -467,6 +467,7 @@ fn execute(txn: &mut WriteTxn, command: Command) -> Result<CommandResponse, Appl
                 update.drain_strategy,
                 update.mark_eligible,
                 update.updated_at,
+                update.meta,
             )?;
             for eval in update.evals {
                 txn.upsert_eval(eval)?;

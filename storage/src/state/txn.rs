@@ -810,14 +810,15 @@ impl WriteTxn {
         Ok(())
     }
 
-    /// Starts a drain (the node becomes ineligible) or cancels one (eligible again only if
-    /// asked).
+    /// Starts or updates a drain (the node becomes ineligible) or cancels one (eligible
+    /// again only if asked); `meta`, when given, becomes the drain's `LastDrain.Meta`.
     pub fn update_node_drain(
         &mut self,
         id: &NodeId,
         drain: Option<DrainStrategy>,
         mark_eligible: bool,
         updated_at: i64,
+        meta: Option<std::collections::BTreeMap<String, String>>,
     ) -> Result<(), ApplyError> {
         let existing = self.existing_node(id)?;
         let mut node = (*existing).clone();
@@ -833,6 +834,9 @@ impl WriteTxn {
                 };
                 last.status = crate::model::DrainStatus::Draining;
                 last.updated_at = at;
+                if let Some(meta) = meta {
+                    last.meta = meta;
+                }
                 node.last_drain = Some(last);
                 node.drain_strategy = Some(strategy);
                 node.scheduling_eligibility = SchedulingEligibility::Ineligible;
@@ -842,6 +846,9 @@ impl WriteTxn {
                     let mut last = node.last_drain.take().unwrap_or_default();
                     last.status = crate::model::DrainStatus::Canceled;
                     last.updated_at = at;
+                    if let Some(meta) = meta {
+                        last.meta = meta;
+                    }
                     node.last_drain = Some(last);
                 }
                 node.drain_strategy = None;
