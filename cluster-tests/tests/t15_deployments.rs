@@ -1,8 +1,9 @@
 //! Deployments on a real 3-server cluster with real client agents running `raw_exec` tasks:
 //! a rolling update of count 6 by `max_parallel = 2` never has more than 2 allocations of
 //! the old version stopped ahead of healthy replacements and ends `successful`, also when
-//! the leader is killed in the middle; a bad version (tasks exit 1) fails its deployment and
-//! auto-reverts to the stable version.
+//! the leader is killed in the middle; a canary waits beside the old version until it is
+//! promoted (with the CLI), then the rest roll; a bad version (tasks exit 1) fails its
+//! deployment and auto-reverts to the stable version.
 
 use std::time::Duration;
 
@@ -91,10 +92,14 @@ async fn wait_deployment(
     wait_for(
         timeout,
         &format!("{job} v{version} deployment {status}"),
+        // Any of the job's deployments: a failed one may be followed by its revert's at once.
         || async {
-            deployment(api, job)
+            let all: Vec<Value> = api
+                .get(&format!("/v1/job/{job}/deployments?stale=true"))
                 .await
-                .filter(|d| d["JobVersion"] == version && d["Status"] == status)
+                .ok()?;
+            all.into_iter()
+                .find(|d| d["JobVersion"] == version && d["Status"] == status)
         },
     )
     .await
@@ -268,5 +273,77 @@ async fn a_bad_version_fails_its_deployment_and_reverts_to_the_stable_one() -> a
         .collect::<Vec<_>>();
     assert_eq!(running.len(), 2, "{running:?}");
     assert!(running.iter().all(|a| a["JobVersion"] == 2));
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_canary_waits_for_promotion_then_the_rest_roll() -> anyhow::Result<()> {
+    teamster_cluster_tests::init_test_tracing();
+    let (mut c, _clients) = cluster().await?;
+    let leader = c.wait_leader(FORMATION).await?;
+    let api = c.servers[leader].api();
+    let update = json!({
+        "MaxParallel": 1,
+        "Canary": 1,
+        "MinHealthyTime": SEC,
+        "HealthyDeadline": 30 * SEC,
+        "ProgressDeadline": 60 * SEC,
+    });
+    register(&api, service("canary", 3, "exec sleep 300", update.clone())).await?;
+    wait_deployment(&api, "canary", 0, "successful", Duration::from_secs(60)).await?;
+    register(
+        &api,
+        service("canary", 3, "echo v1; exec sleep 300", update.clone()),
+    )
+    .await?;
+    // The canary turns healthy; the deployment then waits for an operator.
+    let waiting = wait_for(Duration::from_secs(60), "a healthy canary", || async {
+        let d = deployment(&api, "canary").await?;
+        (d["JobVersion"] == 1 && d["TaskGroups"]["g"]["HealthyAllocs"] == 1).then_some(d)
+    })
+    .await?;
+    assert_eq!(
+        waiting["StatusDescription"],
+        "Deployment is running but requires manual promotion"
+    );
+    let all = allocs(&api, "canary").await;
+    let old_running = all
+        .iter()
+        .filter(|a| a["JobVersion"] == 0 && a["DesiredStatus"] == "run")
+        .count();
+    assert_eq!(old_running, 3, "nothing old is stopped before promotion");
+    let canaries: Vec<&Value> = all
+        .iter()
+        .filter(|a| a["JobVersion"] == 1 && a["DesiredStatus"] == "run")
+        .collect();
+    assert_eq!(canaries.len(), 1);
+    assert_eq!(canaries[0]["DeploymentStatus"]["Canary"], true);
+
+    // Promoted with the CLI, the rest roll one at a time.
+    let id = waiting["ID"].as_str().unwrap_or_default().to_string();
+    let out = std::process::Command::new(teamster_cluster_tests::process::teamster_bin())
+        .args([
+            "deployment",
+            "promote",
+            "-detach",
+            "-address",
+            &c.servers[leader].http_addr(),
+            &id,
+        ])
+        .output()?;
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let apis = vec![api.clone()];
+    watch_rollout(&apis, "canary", 1, 3, 1, Duration::from_secs(90)).await?;
+    let running = allocs(&api, "canary")
+        .await
+        .into_iter()
+        .filter(|a| a["DesiredStatus"] == "run")
+        .collect::<Vec<_>>();
+    assert_eq!(running.len(), 3);
+    assert!(running.iter().all(|a| a["JobVersion"] == 1), "{running:?}");
     Ok(())
 }

@@ -1025,7 +1025,7 @@ async fn a_client_reports_a_running_service_allocation_healthy_to_the_servers() 
         "TaskGroups": [{
             "Name": "web",
             "Count": 1,
-            "Migrate": { "MinHealthyTime": 1_000_000_000u64, "HealthyDeadline": 30_000_000_000u64 },
+            "Update": { "MinHealthyTime": 1_000_000_000u64, "HealthyDeadline": 30_000_000_000u64 },
             "Tasks": [{
                 "Name": "web",
                 "Driver": "mock",
@@ -1057,7 +1057,12 @@ async fn a_client_reports_a_running_service_allocation_healthy_to_the_servers() 
     .await;
     let a = alloc().unwrap();
     assert_eq!(a.node_id.as_str(), node_id);
-    assert!(a.deployment_id.is_empty(), "no deployment placed it");
+    let deployment = s
+        .state()
+        .snapshot()
+        .latest_deployment("default", "web")
+        .expect("the first version rolls out through a deployment");
+    assert_eq!(a.deployment_id, deployment.id, "the deployment placed it");
     assert_eq!(a.client_status, ClientStatus::Running);
     let status = a.deployment_status.unwrap();
     assert!(!status.timestamp.is_zero());

@@ -625,12 +625,15 @@ impl Reconciler<'_> {
                 let mut unhealthy = false;
                 if let Some(id) = view.id() {
                     for alloc in untainted.iter().chain(&canaries) {
-                        if alloc.deployment_id != *id || alloc.terminal_status() {
+                        if alloc.deployment_id != *id {
                             continue;
                         }
-                        if alloc.is_unhealthy() {
+                        // A failed one held for the watcher counts as unhealthy too.
+                        let failed =
+                            alloc.client_status == ClientStatus::Failed && !alloc.is_healthy();
+                        if alloc.is_unhealthy() || failed {
                             unhealthy = true;
-                        } else if !alloc.is_healthy() {
+                        } else if !alloc.terminal_status() && !alloc.is_healthy() {
                             limit -= 1;
                         }
                     }

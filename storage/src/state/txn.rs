@@ -1076,6 +1076,7 @@ impl WriteTxn {
                 || prev.eval_id != alloc.eval_id
                 || prev.job_id != alloc.job_id
                 || prev.namespace != alloc.namespace
+                || prev.deployment_id != alloc.deployment_id
             {
                 self.t.unindex_alloc(prev);
                 self.t.index_alloc(&alloc);
