@@ -288,6 +288,10 @@ async fn run_job(args: RunArgs) -> anyhow::Result<ExitCode> {
         .request(Method::POST, "/v1/jobs", Some(&body))
         .await
         .context("registering the job")?;
+    // As Nomad's CLI: the server's warnings go to stderr before anything else.
+    if let Some(warnings) = resp["Warnings"].as_str().filter(|w| !w.is_empty()) {
+        eprintln!("Job Warnings:\n{warnings}\n");
+    }
     let eval_id = resp["EvalID"].as_str().unwrap_or_default().to_string();
     let job_id = job["ID"].as_str().unwrap_or_default().to_string();
     if args.api.structured() && args.detach {

@@ -51,7 +51,7 @@ struct JobRegisterResponse {
 }
 
 /// Nomad's `JobRegisterResponse` for a registration (or a revert) the service made.
-fn register_answer(done: &service::job::JobRegisterResponse) -> Response {
+fn register_answer(done: &service::job::JobRegisterResponse, warnings: String) -> Response {
     json_write(
         JobRegisterResponse {
             eval_id: done.eval_id.to_string(),
@@ -62,7 +62,7 @@ fn register_answer(done: &service::job::JobRegisterResponse) -> Response {
                 done.index
             },
             job_modify_index: done.job_modify_index,
-            warnings: String::new(),
+            warnings,
             index: done.index,
             last_contact: 0,
             known_leader: true,
@@ -146,6 +146,11 @@ pub async fn register(
     let endpoints = ctx.endpoints()?;
     let req: JobRegisterRequest = decode_body(&body)?;
     refuse_policy_override(req.policy_override)?;
+    let warnings = req
+        .job
+        .as_ref()
+        .map(|j| jobspec::job_warnings(j).join("\n"))
+        .unwrap_or_default();
     let job = body_job(req.job)?;
     if let Some(Path(id)) = path_id {
         if id != job.id.as_str() {
@@ -163,7 +168,7 @@ pub async fn register(
             enforce_index,
         }))
         .await?;
-    Ok(register_answer(&done))
+    Ok(register_answer(&done, warnings))
 }
 
 /// `GET /v1/jobs`: job stubs, `?prefix=` filtered, of the namespace (`*`: of every one).
@@ -471,7 +476,7 @@ pub async fn revert(
             enforce_prior_version: req.enforce_prior_version,
         })
         .await?;
-    Ok(register_answer(&done))
+    Ok(register_answer(&done, String::new()))
 }
 
 /// Nomad's `JobsParseRequest`.

@@ -19,7 +19,7 @@ pub mod unsupported;
 
 use serde_json::Value;
 
-pub use unsupported::{unsupported_fields, UnsupportedField};
+pub use unsupported::{job_warnings, unsupported_fields, UnsupportedField};
 
 /// The largest job file the CLI reads (the API's request body limit is the same 4 MiB).
 pub const MAX_JOB_FILE_BYTES: u64 = 4 << 20;

@@ -82,6 +82,35 @@ pub(super) const RESOURCES: &[&str] = &[
     "SecretsMB",
 ];
 
+/// The warnings for fields teamster accepts, as Nomad does, without acting on them: an
+/// `update` block's `Stagger` (Nomad validates it and paces nothing by it either). Nomad's
+/// `JobRegisterResponse.Warnings` carries them.
+pub fn job_warnings(job: &Value) -> Vec<String> {
+    let mut found = Vec::new();
+    let stagger = |v: &Value| {
+        v.get("Update")
+            .and_then(|u| u.get("Stagger"))
+            .is_some_and(is_set)
+    };
+    if stagger(job) {
+        found.push(STAGGER_WARNING.replace("{at}", "job → Update"));
+    }
+    let groups = job.get("TaskGroups").and_then(Value::as_array);
+    for (i, group) in groups.into_iter().flatten().enumerate() {
+        if stagger(group) {
+            let name = match group.get("Name").and_then(Value::as_str) {
+                Some(n) if !n.is_empty() => format!("{n:?}"),
+                _ => format!("#{i}"),
+            };
+            found.push(STAGGER_WARNING.replace("{at}", &format!("job → group {name} → Update")));
+        }
+    }
+    found
+}
+
+const STAGGER_WARNING: &str =
+    "{at}: Stagger is accepted as Nomad accepts it and paces nothing; max_parallel and health pace a deployment";
+
 /// One field a job sets that teamster does not act on.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct UnsupportedField {
@@ -272,5 +301,21 @@ mod tests {
             }]
         });
         assert!(fields(job).is_empty());
+    }
+
+    #[test]
+    fn an_update_stagger_is_accepted_with_a_warning() {
+        let job = json!({
+            "ID": "web",
+            "Update": { "MaxParallel": 2 },
+            "TaskGroups": [
+                { "Name": "api", "Update": { "Stagger": 30_000_000_000u64 } },
+                { "Name": "db", "Update": { "Stagger": null } }
+            ]
+        });
+        assert!(fields(job.clone()).is_empty(), "update is acted on");
+        let warnings = job_warnings(&job);
+        assert_eq!(warnings.len(), 1, "{warnings:?}");
+        assert!(warnings[0].starts_with("job → group \"api\" → Update: Stagger"));
     }
 }
