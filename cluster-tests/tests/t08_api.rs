@@ -238,7 +238,7 @@ async fn bad_input_is_refused_with_a_message_and_changes_nothing() -> anyhow::Re
     // multiregion job must not run in one region, a canary update must not replace everything.
     let mut cron = small_job("cron");
     cron["Multiregion"] = json!({ "Regions": [{ "Name": "west" }] });
-    cron["TaskGroups"][0]["Update"] = json!({ "Canary": 1, "MaxParallel": 1 });
+    cron["TaskGroups"][0]["Networks"] = json!([{ "DynamicPorts": [{ "Label": "http" }] }]);
     cron["TaskGroups"][0]["Tasks"][0]["Services"] = json!([{ "Name": "web" }]);
     cron["Update"] = Value::Null;
     let (s, msg) = post_raw(
@@ -250,11 +250,49 @@ async fn bad_input_is_refused_with_a_message_and_changes_nothing() -> anyhow::Re
     assert_eq!(s, StatusCode::BAD_REQUEST, "{msg}");
     assert!(msg.starts_with("3 error(s) occurred"), "{msg}");
     assert!(msg.contains("job → Multiregion"), "{msg}");
-    assert!(msg.contains("job → group \"g\" → Update"), "{msg}");
+    assert!(msg.contains("job → group \"g\" → Networks"), "{msg}");
     assert!(
         msg.contains("job → group \"g\" → task \"t\" → Services"),
         "{msg}"
     );
+    // An update block that could never roll out, or one on a batch job: 400 naming it.
+    for (job_type, update, expected) in [
+        (
+            "service",
+            json!({ "MaxParallel": 0 }),
+            "max_parallel = 0 would never replace",
+        ),
+        (
+            "service",
+            json!({ "MaxParallel": 1, "Canary": 5 }),
+            "canary (5) must not exceed the group's count (1)",
+        ),
+        (
+            "batch",
+            json!({ "MaxParallel": 1 }),
+            "job type batch does not allow an update block",
+        ),
+    ] {
+        let mut job = json!({
+            "ID": "rolling", "Type": job_type, "Datacenters": ["dc1"],
+            "TaskGroups": [{ "Name": "g", "Count": 1, "Update": update, "Tasks": [{
+                "Name": "t", "Driver": "mock", "Resources": { "CPU": 10, "MemoryMB": 10 }
+            }]}]
+        });
+        job["TaskGroups"][0]["Tasks"][0]["Config"] = json!({ "run_for": "1s" });
+        let (s, msg) = post_raw(
+            &base,
+            "/v1/jobs",
+            serde_json::to_vec(&json!({ "Job": job }))?,
+        )
+        .await?;
+        assert_eq!(s, StatusCode::BAD_REQUEST, "{msg}");
+        assert!(
+            msg.contains("task group \"g\", update") || msg.contains("task group \"g\": job type"),
+            "{msg}"
+        );
+        assert!(msg.contains(expected), "{msg}");
+    }
     // The CLI's file path says the same and exits 1.
     let dir = tempfile::tempdir()?;
     let file = dir.path().join("cron.json");
@@ -657,11 +695,15 @@ async fn the_cli_drives_jobs_and_reads_the_cluster() -> anyhow::Result<()> {
     let cron = dir.path().join("cron.nomad.hcl");
     std::fs::write(
         &cron,
-        "job \"cron\" {\n  type = \"batch\"\n  update {\n    max_parallel = 1\n  }\n  group \"g\" {\n    task \"t\" {\n      driver = \"mock\"\n    }\n  }\n}\n",
+        "job \"cron\" {\n  type = \"batch\"\n  multiregion {\n    strategy {\n      max_parallel = 1\n    }\n  }\n  group \"g\" {\n    task \"t\" {\n      driver = \"mock\"\n    }\n  }\n}\n",
     )?;
     let out = cli(&follower, &["job", "run", cron.to_str().unwrap()]).await?;
     assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
-    assert!(stderr(&out).contains("job → Update"), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("job → Multiregion"),
+        "{}",
+        stderr(&out)
+    );
     let out = cli(&follower, &["job", "status", "cron"]).await?;
     assert!(!out.status.success(), "{}", stdout(&out));
     let out = cli(&follower, &["eval", "list", "--json"]).await?;
