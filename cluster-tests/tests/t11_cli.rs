@@ -10,6 +10,90 @@ fn teamster() -> Command {
     Command::new(teamster_cluster_tests::process::teamster_bin())
 }
 
+/// A `teamster agent --dev` on its own loopback address, killed when dropped, with its ready
+/// node's ID; `run` runs the CLI against it.
+struct DevAgent {
+    child: std::process::Child,
+    addr: String,
+    node_id: String,
+    _log: tempfile::NamedTempFile,
+}
+
+impl Drop for DevAgent {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl DevAgent {
+    /// Start one on `127.X.Y.host` (X, Y from the test process's ID, so runs in parallel do
+    /// not share it) and wait for its node to be ready.
+    async fn start(host: u32, third: u32) -> anyhow::Result<DevAgent> {
+        use std::process::Stdio;
+        use std::time::Duration;
+        let pid = std::process::id();
+        let ip = format!(
+            "127.{}.{}.{host}",
+            10 + (pid % 200),
+            third - (pid / 200 % 5)
+        );
+        let log = tempfile::NamedTempFile::new()?;
+        let child = teamster()
+            .args(["agent", "--dev", "--bind", &ip])
+            .stdin(Stdio::null())
+            .stdout(log.reopen()?)
+            .stderr(log.reopen()?)
+            .spawn()?;
+        let mut agent = DevAgent {
+            child,
+            addr: format!("http://{ip}:4646"),
+            node_id: String::new(),
+            _log: log,
+        };
+        let api = teamster::api::ApiClient::new(&agent.addr);
+        agent.node_id = teamster_cluster_tests::wait_for(
+            Duration::from_secs(30),
+            "the dev node ready",
+            || async {
+                let nodes: Vec<serde_json::Value> = api.get("/v1/nodes").await.ok()?;
+                nodes
+                    .iter()
+                    .find(|n| n["Status"] == "ready")
+                    .map(|n| n["ID"].as_str().unwrap_or_default().to_string())
+            },
+        )
+        .await
+        .map_err(|e| {
+            anyhow::anyhow!(
+                "{e}\n{}",
+                std::fs::read_to_string(agent._log.path()).unwrap_or_default()
+            )
+        })?;
+        Ok(agent)
+    }
+
+    /// Run the CLI with `TEAMSTER_ADDR` set to this agent: exit code, stdout, stderr.
+    fn run(&self, args: &[&str]) -> (Option<i32>, String, String) {
+        self.run_env(args, &[])
+    }
+
+    /// [`DevAgent::run`] with more environment variables.
+    fn run_env(&self, args: &[&str], env: &[(&str, &str)]) -> (Option<i32>, String, String) {
+        let out = teamster()
+            .args(args)
+            .env("TEAMSTER_ADDR", &self.addr)
+            .envs(env.iter().copied())
+            .output()
+            .unwrap();
+        (
+            out.status.code(),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    }
+}
+
 fn write_config(text: &str) -> (tempfile::TempDir, std::path::PathBuf) {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("agent.toml");
@@ -245,45 +329,8 @@ fn an_hcl_job_file_with_a_typo_is_refused_with_its_place_and_exit_code_1() {
 /// not parse are errors (exit 1) before any output; `alloc exec -t` still means a tty.
 #[tokio::test]
 async fn templates_render_a_commands_value_and_bad_ones_are_refused() -> anyhow::Result<()> {
-    use std::process::Stdio;
-    use std::time::Duration;
-
-    struct Killed(std::process::Child);
-    impl Drop for Killed {
-        fn drop(&mut self) {
-            let _ = self.0.kill();
-            let _ = self.0.wait();
-        }
-    }
-
-    let pid = std::process::id();
-    let ip = format!("127.{}.{}.5", 10 + (pid % 200), 251 - (pid / 200 % 5));
-    let log = tempfile::NamedTempFile::new()?;
-    let _agent = Killed(
-        teamster()
-            .args(["agent", "--dev", "--bind", &ip])
-            .stdin(Stdio::null())
-            .stdout(log.reopen()?)
-            .stderr(log.reopen()?)
-            .spawn()?,
-    );
-    let addr = format!("http://{ip}:4646");
-    let api = teamster::api::ApiClient::new(&addr);
-    let node_id =
-        teamster_cluster_tests::wait_for(Duration::from_secs(30), "the dev node ready", || async {
-            let nodes: Vec<serde_json::Value> = api.get("/v1/nodes").await.ok()?;
-            nodes
-                .iter()
-                .find(|n| n["Status"] == "ready")
-                .map(|n| n["ID"].as_str().unwrap_or_default().to_string())
-        })
-        .await
-        .map_err(|e| {
-            anyhow::anyhow!(
-                "{e}\n{}",
-                std::fs::read_to_string(log.path()).unwrap_or_default()
-            )
-        })?;
+    let agent = DevAgent::start(5, 251).await?;
+    let node_id = agent.node_id.clone();
 
     let dir = tempfile::tempdir()?;
     let job_file = dir.path().join("tmpl.json");
@@ -300,18 +347,7 @@ async fn templates_render_a_commands_value_and_bad_ones_are_refused() -> anyhow:
         }})
         .to_string(),
     )?;
-    let run = |args: &[&str]| {
-        let out = teamster()
-            .args(args)
-            .env("TEAMSTER_ADDR", &addr)
-            .output()
-            .unwrap();
-        (
-            out.status.code(),
-            String::from_utf8_lossy(&out.stdout).into_owned(),
-            String::from_utf8_lossy(&out.stderr).into_owned(),
-        )
-    };
+    let run = |args: &[&str]| agent.run(args);
     let (code, _, err) = run(&["job", "run", "-detach", job_file.to_str().unwrap()]);
     assert_eq!(code, Some(0), "{err}");
 
@@ -372,53 +408,8 @@ async fn templates_render_a_commands_value_and_bad_ones_are_refused() -> anyhow:
 /// deployments, and `job status` of a job without one shows no "Latest Deployment".
 #[tokio::test]
 async fn deployment_commands_answer_for_deployments_that_do_not_exist() -> anyhow::Result<()> {
-    use std::process::Stdio;
-    use std::time::Duration;
-
-    struct Killed(std::process::Child);
-    impl Drop for Killed {
-        fn drop(&mut self) {
-            let _ = self.0.kill();
-            let _ = self.0.wait();
-        }
-    }
-
-    let pid = std::process::id();
-    let ip = format!("127.{}.{}.7", 10 + (pid % 200), 245 - (pid / 200 % 5));
-    let log = tempfile::NamedTempFile::new()?;
-    let _agent = Killed(
-        teamster()
-            .args(["agent", "--dev", "--bind", &ip])
-            .stdin(Stdio::null())
-            .stdout(log.reopen()?)
-            .stderr(log.reopen()?)
-            .spawn()?,
-    );
-    let addr = format!("http://{ip}:4646");
-    let api = teamster::api::ApiClient::new(&addr);
-    teamster_cluster_tests::wait_for(Duration::from_secs(30), "the dev node ready", || async {
-        let nodes: Vec<serde_json::Value> = api.get("/v1/nodes").await.ok()?;
-        nodes.iter().any(|n| n["Status"] == "ready").then_some(())
-    })
-    .await
-    .map_err(|e| {
-        anyhow::anyhow!(
-            "{e}\n{}",
-            std::fs::read_to_string(log.path()).unwrap_or_default()
-        )
-    })?;
-    let run = |args: &[&str]| {
-        let out = teamster()
-            .args(args)
-            .env("TEAMSTER_ADDR", &addr)
-            .output()
-            .unwrap();
-        (
-            out.status.code(),
-            String::from_utf8_lossy(&out.stdout).into_owned(),
-            String::from_utf8_lossy(&out.stderr).into_owned(),
-        )
-    };
+    let agent = DevAgent::start(7, 245).await?;
+    let run = |args: &[&str]| agent.run(args);
 
     let (code, out, err) = run(&["deployment", "list"]);
     assert_eq!(
@@ -465,5 +456,92 @@ async fn deployment_commands_answer_for_deployments_that_do_not_exist() -> anyho
     assert_eq!(code, Some(0), "{err}");
     assert!(out.contains("Summary"), "{out}");
     assert!(!out.contains("Latest Deployment"), "{out}");
+    Ok(())
+}
+
+/// Nomad's `-namespace`, `-region` and `-token` (and `NOMAD_NAMESPACE`, `NOMAD_REGION`,
+/// `NOMAD_TOKEN`) scope every request: a job file that names no namespace is registered in
+/// the flag's, found there and not in `default`; another region is refused by the server
+/// instead of answered with this one's data; a token is sent and, with no ACLs, accepted.
+/// `event stream` prints the job's events as JSON lines, from an index.
+#[tokio::test]
+async fn namespace_region_and_token_scope_every_request_and_events_stream() -> anyhow::Result<()> {
+    let agent = DevAgent::start(11, 233).await?;
+    let dir = tempfile::tempdir()?;
+    let job_file = dir.path().join("scoped.json");
+    std::fs::write(
+        &job_file,
+        serde_json::json!({"Job": {
+            "ID": "scoped", "Type": "batch", "Datacenters": ["dc1"],
+            "TaskGroups": [{"Name": "g", "Count": 1, "Tasks": [{
+                "Name": "t", "Driver": "mock", "Config": {"run_for": "1s"},
+                "Resources": {"CPU": 10, "MemoryMB": 10}
+            }]}]
+        }})
+        .to_string(),
+    )?;
+    let file = job_file.to_str().unwrap();
+    let (code, out, err) = agent.run(&[
+        "job",
+        "run",
+        "-detach",
+        "-namespace=ops",
+        "-token=s3cret",
+        file,
+    ]);
+    assert_eq!(code, Some(0), "{out}{err}");
+
+    let (code, out, err) = agent.run(&["job", "status", "-json", "-namespace", "ops", "scoped"]);
+    assert_eq!(code, Some(0), "{err}");
+    let job: serde_json::Value = serde_json::from_str(&out)?;
+    assert_eq!(job["Job"]["Namespace"], "ops", "{out}");
+    let (code, _, err) = agent.run_env(&["job", "status", "scoped"], &[("NOMAD_NAMESPACE", "ops")]);
+    assert_eq!(code, Some(0), "NOMAD_NAMESPACE: {err}");
+    let (code, _, err) = agent.run(&["job", "status", "scoped"]);
+    assert_eq!(code, Some(1), "the job is not in default");
+    assert!(err.contains("No job with ID \"scoped\" found"), "{err}");
+    // The flag wins over the environment.
+    let (code, _, err) = agent.run_env(
+        &["job", "status", "-namespace=ops", "scoped"],
+        &[("NOMAD_NAMESPACE", "elsewhere")],
+    );
+    assert_eq!(code, Some(0), "{err}");
+
+    let (code, _, err) = agent.run(&["job", "status", "-region=eu", "-namespace=ops", "scoped"]);
+    assert_eq!(code, Some(1));
+    assert!(err.contains("No path to region"), "{err}");
+    let (code, _, err) = agent.run_env(&["node", "status"], &[("NOMAD_REGION", "eu")]);
+    assert_eq!(code, Some(1), "NOMAD_REGION");
+    assert!(err.contains("No path to region"), "{err}");
+    let (code, _, err) = agent.run_env(
+        &["node", "status", "-region", "global"],
+        &[("NOMAD_TOKEN", "s3cret")],
+    );
+    assert_eq!(code, Some(0), "{err}");
+
+    // The job's registration, replayed from index 1, as a JSON line; other topics and
+    // namespaces are left out.
+    let (code, out, err) = agent.run(&[
+        "event",
+        "stream",
+        "-topic",
+        "Job:scoped",
+        "-namespace",
+        "ops",
+        "-index",
+        "1",
+        "-count",
+        "1",
+    ]);
+    assert_eq!(code, Some(0), "{err}");
+    let lines: Vec<&str> = out.lines().collect();
+    assert_eq!(lines.len(), 1, "{out}");
+    let event: serde_json::Value = serde_json::from_str(lines[0])?;
+    assert_eq!(event["Topic"], "Job", "{out}");
+    assert_eq!(event["Key"], "scoped", "{out}");
+    assert_eq!(event["Namespace"], "ops", "{out}");
+    let (code, _, err) = agent.run(&["event", "stream", "-topic", "Nope"]);
+    assert_eq!(code, Some(1));
+    assert!(err.contains("unknown topic"), "{err}");
     Ok(())
 }

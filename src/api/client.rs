@@ -1,5 +1,7 @@
 //! The HTTP client: one agent's address, JSON bodies, Nomad's plain-text error bodies turned
-//! into [`ApiError`], and `X-Nomad-Index` for blocking queries.
+//! into [`ApiError`], and `X-Nomad-Index` for blocking queries. A client may carry a
+//! [`RequestScope`] (Nomad's `-namespace`, `-region`, `-token`): the namespace and region go
+//! in every request's query unless its path names them already, the token in `X-Nomad-Token`.
 
 use std::time::Duration;
 
@@ -39,11 +41,61 @@ pub enum ApiError {
     },
 }
 
+/// What every request of a client is about, as Nomad's API client's query and write options:
+/// each field, when set, is sent with every request.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct RequestScope {
+    /// `?namespace=` (a name, or `*` for lists across namespaces).
+    pub namespace: Option<String>,
+    /// `?region=`.
+    pub region: Option<String>,
+    /// `X-Nomad-Token`.
+    pub token: Option<String>,
+}
+
+impl RequestScope {
+    /// `path` with the scope's namespace and region added to its query, each unless the path
+    /// names it already (`/v1/deployments?namespace=*` keeps its `*`).
+    pub fn apply(&self, path: &str) -> String {
+        let mut out = path.to_string();
+        let query = path.split_once('?').map(|(_, q)| q).unwrap_or("");
+        let has = |key: &str| query.split('&').any(|kv| kv.split('=').next() == Some(key));
+        for (key, value) in [("namespace", &self.namespace), ("region", &self.region)] {
+            let Some(value) = value.as_deref().filter(|v| !v.is_empty()) else {
+                continue;
+            };
+            if has(key) {
+                continue;
+            }
+            out.push(if out.contains('?') { '&' } else { '?' });
+            out.push_str(key);
+            out.push('=');
+            out.push_str(&urlencode(value));
+        }
+        out
+    }
+}
+
+/// Percent-encode a path segment or query value (job IDs may hold characters a URL cannot);
+/// only unreserved characters are kept.
+pub fn urlencode(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for b in s.bytes() {
+        if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.' | b'~') {
+            out.push(b as char);
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    out
+}
+
 /// A client of one agent's HTTP API.
 #[derive(Debug, Clone)]
 pub struct ApiClient {
     base: String,
     http: reqwest::Client,
+    scope: RequestScope,
 }
 
 impl ApiClient {
@@ -78,7 +130,35 @@ impl ApiClient {
             .connect_timeout(Duration::from_secs(5))
             .build()
             .expect("a reqwest client with only timeouts set always builds");
-        ApiClient { base, http }
+        ApiClient {
+            base,
+            http,
+            scope: RequestScope::default(),
+        }
+    }
+
+    /// This client with every request sent in `scope`.
+    pub fn with_scope(mut self, scope: RequestScope) -> ApiClient {
+        self.scope = scope;
+        self
+    }
+
+    /// The scope every request is sent in.
+    pub fn scope(&self) -> &RequestScope {
+        &self.scope
+    }
+
+    /// The URL of `path`, with the scope's query parameters.
+    fn url(&self, path: &str) -> String {
+        format!("{}{}", self.base, self.scope.apply(path))
+    }
+
+    /// `req` with the scope's token, if any.
+    fn authorized(&self, req: reqwest::RequestBuilder) -> reqwest::RequestBuilder {
+        match self.scope.token.as_deref().filter(|t| !t.is_empty()) {
+            Some(token) => req.header("X-Nomad-Token", token),
+            None => req,
+        }
     }
 
     /// The base address.
@@ -130,8 +210,8 @@ impl ApiClient {
             .connect_timeout(Duration::from_secs(5))
             .build()
             .map_err(|e| self.unreachable(&e))?;
-        let resp = http
-            .get(format!("{}{}", self.base, path))
+        let resp = self
+            .authorized(http.get(self.url(path)))
             .send()
             .await
             .map_err(|e| self.unreachable(&e))?;
@@ -164,8 +244,7 @@ impl ApiClient {
         path: &str,
         body: Option<&B>,
     ) -> Result<(String, u64), ApiError> {
-        let url = format!("{}{}", self.base, path);
-        let mut req = self.http.request(method, &url);
+        let mut req = self.authorized(self.http.request(method, self.url(path)));
         if let Some(b) = body {
             req = req.json(b);
         }
@@ -185,5 +264,37 @@ impl ApiClient {
             });
         }
         Ok((text, index))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_scope_adds_what_the_path_does_not_name() {
+        let scope = RequestScope {
+            namespace: Some("team a".into()),
+            region: Some("eu".into()),
+            token: Some("secret".into()),
+        };
+        assert_eq!(
+            scope.apply("/v1/jobs"),
+            "/v1/jobs?namespace=team%20a&region=eu"
+        );
+        assert_eq!(
+            scope.apply("/v1/deployments?namespace=*&prefix=ab"),
+            "/v1/deployments?namespace=*&prefix=ab&region=eu"
+        );
+        assert_eq!(
+            scope.apply("/v1/job/x?region=us"),
+            "/v1/job/x?region=us&namespace=team%20a"
+        );
+        // A key that only starts like ours is not ours.
+        assert_eq!(
+            scope.apply("/v1/x?namespaces=1"),
+            "/v1/x?namespaces=1&namespace=team%20a&region=eu"
+        );
+        assert_eq!(RequestScope::default().apply("/v1/jobs"), "/v1/jobs");
     }
 }

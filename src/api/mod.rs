@@ -7,4 +7,4 @@
 
 mod client;
 
-pub use client::{ApiClient, ApiError};
+pub use client::{urlencode, ApiClient, ApiError, RequestScope};

@@ -70,10 +70,10 @@ fn exec_url(
     let command = serde_json::to_string(command).unwrap_or_default();
     let mut url = format!(
         "{ws}/v1/client/allocation/{alloc_id}/exec?command={}&tty={tty}",
-        super::job::urlencode(&command)
+        crate::api::urlencode(&command)
     );
     if let Some(task) = task {
-        url.push_str(&format!("&task={}", super::job::urlencode(task)));
+        url.push_str(&format!("&task={}", crate::api::urlencode(task)));
     }
     url
 }

@@ -11,9 +11,9 @@ use clap::{Args, Subcommand};
 use reqwest::{Method, StatusCode};
 use serde_json::{json, Value};
 
-use super::job::urlencode;
 use super::output::{table, text};
 use super::{ApiArgs, ApiClient, ApiError};
+use crate::api::urlencode;
 
 /// `deployment …`.
 #[derive(Debug, Subcommand)]

@@ -22,6 +22,7 @@ use serde_json::{json, Value};
 
 use super::output::{short_id, table, text, unix_nanos};
 use super::{ApiArgs, ApiClient, ApiError};
+use crate::api::urlencode;
 use crate::jobspec;
 
 /// `job …`.
@@ -846,19 +847,6 @@ fn list_text(v: &Value) -> String {
     v.as_array()
         .map(|a| a.iter().map(text).collect::<Vec<_>>().join(","))
         .unwrap_or_default()
-}
-
-/// Percent-encode a path segment (job IDs may hold characters a URL path cannot).
-pub fn urlencode(s: &str) -> String {
-    let mut out = String::with_capacity(s.len());
-    for b in s.bytes() {
-        if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.' | b'~') {
-            out.push(b as char);
-        } else {
-            out.push_str(&format!("%{b:02X}"));
-        }
-    }
-    out
 }
 
 #[cfg(test)]

@@ -12,8 +12,9 @@ use clap::Args;
 use reqwest::Method;
 use serde_json::{json, Value};
 
-use super::job::{read_job_file, urlencode, JobFileArgs};
+use super::job::{read_job_file, JobFileArgs};
 use super::ApiArgs;
+use crate::api::urlencode;
 
 /// `job plan`.
 #[derive(Debug, Args)]

@@ -13,6 +13,7 @@ mod alloc_logs;
 mod alloc_ops;
 mod deployment;
 mod eval;
+mod event;
 mod job;
 mod job_dispatch;
 mod job_plan;
@@ -32,7 +33,7 @@ use std::process::ExitCode;
 
 use clap::{Args, Parser, Subcommand};
 
-use crate::api::{ApiClient, ApiError};
+use crate::api::{ApiClient, ApiError, RequestScope};
 
 /// teamster: a cluster workload scheduler.
 #[derive(Debug, Parser)]
@@ -72,6 +73,9 @@ enum Command {
     /// The cluster's housekeeping: garbage collection.
     #[command(subcommand)]
     System(system::SystemCommand),
+    /// The cluster's event stream.
+    #[command(subcommand)]
+    Event(event::EventCommand),
 }
 
 /// Flags shared by every command that talks to the HTTP API.
@@ -92,6 +96,19 @@ pub struct ApiArgs {
     /// `-t '{{range .}}{{.ID}} {{.Status}}{{"\n"}}{{end}}'`.
     #[arg(short = 't', long = "template", global = true, value_name = "TEMPLATE")]
     pub template: Option<String>,
+    /// The namespace of the request (`*` lists every namespace's objects); else
+    /// `TEAMSTER_NAMESPACE`, else `NOMAD_NAMESPACE`, else the server's `default`.
+    #[arg(long, env = "TEAMSTER_NAMESPACE", global = true)]
+    pub namespace: Option<String>,
+    /// The region to send the request to; else `TEAMSTER_REGION`, else `NOMAD_REGION`, else
+    /// the agent's own.
+    #[arg(long, env = "TEAMSTER_REGION", global = true)]
+    pub region: Option<String>,
+    /// The secret ID of an ACL token, sent as `X-Nomad-Token`; else `TEAMSTER_TOKEN`, else
+    /// `NOMAD_TOKEN`. (teamster has no ACLs yet: servers accept every request, as Nomad's do
+    /// with ACLs disabled.)
+    #[arg(long, env = "TEAMSTER_TOKEN", global = true, hide_env_values = true)]
+    pub token: Option<String>,
 }
 
 impl ApiArgs {
@@ -99,7 +116,22 @@ impl ApiArgs {
     /// `-t` together, or a template that does not parse, are errors before any request.
     pub fn client(&self) -> anyhow::Result<ApiClient> {
         self.parsed_template()?;
-        Ok(ApiClient::new(&self.address))
+        Ok(ApiClient::new(&self.address).with_scope(self.scope()))
+    }
+
+    /// The namespace, region and token of every request: the flags, else the environment
+    /// (`TEAMSTER_*` through clap, then Nomad's `NOMAD_*`).
+    pub fn scope(&self) -> RequestScope {
+        let pick = |flag: &Option<String>, nomad: &str| {
+            flag.clone()
+                .or_else(|| std::env::var(nomad).ok())
+                .filter(|v| !v.trim().is_empty())
+        };
+        RequestScope {
+            namespace: pick(&self.namespace, "NOMAD_NAMESPACE"),
+            region: pick(&self.region, "NOMAD_REGION"),
+            token: pick(&self.token, "NOMAD_TOKEN"),
+        }
     }
 
     /// Whether the command prints its JSON value (as JSON or through `-t`) instead of tables.
@@ -233,6 +265,7 @@ pub fn main() -> ExitCode {
         Command::Deployment(cmd) => run_api_code(|| deployment::run(cmd)),
         Command::Node(cmd) => run_api(|| node::run(cmd)),
         Command::System(cmd) => run_api(|| system::run(cmd)),
+        Command::Event(cmd) => run_api(|| event::run(cmd)),
     }
 }
 

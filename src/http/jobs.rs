@@ -90,11 +90,23 @@ pub(super) fn decode_job(job: Value) -> Result<Job, ApiError> {
 }
 
 /// The `Job` of a register or plan body: present, setting no field teamster refuses, well
-/// typed, with an ID.
-pub(super) fn body_job(job: Option<Value>) -> Result<Job, ApiError> {
-    let job = job
+/// typed, with an ID. A job that names no namespace is in the request's (`?namespace=`), as
+/// Nomad's API places it; without either it is in `default`.
+pub(super) fn body_job(
+    job: Option<Value>,
+    query: &HashMap<String, String>,
+) -> Result<Job, ApiError> {
+    let mut job = job
         .filter(|v| !v.is_null())
         .ok_or_else(|| ApiError::bad_request("Job must be specified"))?;
+    if let (Some(obj), Some(ns)) = (job.as_object_mut(), query.get("namespace")) {
+        let unnamed = obj
+            .get("Namespace")
+            .is_none_or(|v| v.is_null() || v.as_str() == Some(""));
+        if unnamed && !ns.is_empty() && ns != "*" {
+            obj.insert("Namespace".into(), Value::String(ns.clone()));
+        }
+    }
     refuse_unsupported(&job)?;
     let job = decode_job(job)?;
     if job.id.is_empty() {
@@ -141,6 +153,7 @@ fn refuse_unsupported(job: &Value) -> Result<(), ApiError> {
 pub async fn register(
     State(ctx): State<HttpContext>,
     path_id: Option<Path<String>>,
+    Query(q): Query<HashMap<String, String>>,
     body: Bytes,
 ) -> Result<Response, ApiError> {
     let endpoints = ctx.endpoints()?;
@@ -151,7 +164,7 @@ pub async fn register(
         .as_ref()
         .map(|j| jobspec::job_warnings(j).join("\n"))
         .unwrap_or_default();
-    let job = body_job(req.job)?;
+    let job = body_job(req.job, &q)?;
     if let Some(Path(id)) = path_id {
         if id != job.id.as_str() {
             return Err(ApiError::bad_request("Job ID does not match name"));

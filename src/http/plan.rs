@@ -2,8 +2,10 @@
 //! scheduler's decisions per task group, the placements it could not make, and the diff from
 //! the registered version, computed by the service layer without writing anything.
 
+use std::collections::HashMap;
+
 use axum::body::Bytes;
-use axum::extract::{Path, State};
+use axum::extract::{Path, Query, State};
 use axum::response::{IntoResponse, Response};
 use serde::Deserialize;
 use serde_json::{json, Value};
@@ -29,12 +31,13 @@ struct JobPlanBody {
 pub async fn plan(
     State(ctx): State<HttpContext>,
     Path(id): Path<String>,
+    Query(q): Query<HashMap<String, String>>,
     body: Bytes,
 ) -> Result<Response, ApiError> {
     let endpoints = ctx.endpoints()?;
     let req: JobPlanBody = decode_body(&body)?;
     refuse_policy_override(req.policy_override)?;
-    let job = body_job(req.job)?;
+    let job = body_job(req.job, &q)?;
     if job.id.as_str() != id {
         return Err(ApiError::bad_request("Job ID does not match"));
     }
