@@ -871,3 +871,108 @@ async fn dev_agent_alloc_restart_signal_stats_and_exec_reach_the_task_in_place(
         .await?;
     Ok(())
 }
+
+/// Ports end to end on one node: two allocations of a service whose group asks for a dynamic
+/// port get different host ports, each task listens on its own `NOMAD_PORT_http` and answers
+/// there (the ports the API reports); a second job wanting the first's static port cannot be
+/// placed on that node, and its evaluation says why.
+#[tokio::test]
+async fn dev_agent_gives_two_instances_their_own_dynamic_ports_and_refuses_a_taken_static_one(
+) -> anyhow::Result<()> {
+    teamster_cluster_tests::init_test_tracing();
+    let ip = dev_ip_at(6);
+    let log = tempfile::NamedTempFile::new()?;
+    let (_agent, api) = dev_agent(&ip, &log).await?;
+    // A tiny HTTP server in the task's place: it answers with its allocation's ID.
+    let server = "cd \"$NOMAD_TASK_DIR\" && echo \"$NOMAD_ALLOC_ID\" > index.html && \
+                  exec /usr/bin/python3 -m http.server \"$NOMAD_PORT_http\" --bind \"$NOMAD_IP_http\"";
+    let mut job = raw_exec_job(
+        "web",
+        "service",
+        server,
+        json!({"Count": 2, "Networks": [{"DynamicPorts": [{"Label": "http"}]}]}),
+    );
+    job["TaskGroups"][0]["Update"] = json!({"MaxParallel": 2});
+    register(&api, job).await?;
+    let allocs = wait_for(
+        Duration::from_secs(60),
+        "two web allocations running",
+        || {
+            let api = api.clone();
+            async move {
+                let allocs = job_allocs(&api, "web").await;
+                (allocs.len() == 2 && allocs.iter().all(|a| a["ClientStatus"] == "running"))
+                    .then_some(allocs)
+            }
+        },
+    )
+    .await
+    .map_err(|e| {
+        anyhow::anyhow!(
+            "{e}\n{}",
+            std::fs::read_to_string(log.path()).unwrap_or_default()
+        )
+    })?;
+    let mut seen = std::collections::BTreeSet::new();
+    for stub in &allocs {
+        let id = stub["ID"].as_str().unwrap_or_default();
+        let alloc: Value = api.get(&format!("/v1/allocation/{id}")).await?;
+        let ports = alloc["AllocatedResources"]["Shared"]["Ports"]
+            .as_array()
+            .cloned()
+            .unwrap_or_default();
+        let http = ports
+            .iter()
+            .find(|p| p["Label"] == "http")
+            .unwrap_or_else(|| panic!("no http port in {alloc}"));
+        assert_eq!(http["HostIP"], ip.as_str(), "{alloc}");
+        let port = http["Value"].as_u64().expect("a port");
+        assert!((20000..=32000).contains(&port), "{port}");
+        assert!(seen.insert(port), "port {port} given twice");
+        // The task answers on the port the API reports, with its own allocation's ID.
+        let url = format!("http://{ip}:{port}/index.html");
+        let body = wait_for(
+            Duration::from_secs(30),
+            "the task's server answering",
+            || {
+                let url = url.clone();
+                async move {
+                    let resp = reqwest::get(&url).await.ok()?;
+                    resp.text().await.ok()
+                }
+            },
+        )
+        .await?;
+        assert_eq!(body.trim(), id, "{url}");
+    }
+
+    // A job that wants one of those ports as its static port has no node to go to.
+    let taken = *seen.first().expect("two ports");
+    let clash = raw_exec_job(
+        "clash",
+        "batch",
+        "true",
+        json!({"Networks": [{"ReservedPorts": [{"Label": "http", "Value": taken}]}]}),
+    );
+    register(&api, clash).await?;
+    let reason = format!("network: reserved port collision http={taken}");
+    let failed = wait_for(
+        Duration::from_secs(30),
+        "the clash's failed placement",
+        || {
+            let api = api.clone();
+            async move {
+                let evals: Vec<Value> = api.get("/v1/job/clash/evaluations").await.ok()?;
+                evals
+                    .into_iter()
+                    .find(|e| e["Status"] == "complete" && !e["FailedTGAllocs"]["g"].is_null())
+            }
+        },
+    )
+    .await?;
+    let metric = &failed["FailedTGAllocs"]["g"];
+    assert_eq!(metric["DimensionExhausted"][&reason], 1, "{failed}");
+    assert_eq!(metric["NodesExhausted"], 1, "{failed}");
+    assert!(job_allocs(&api, "clash").await.is_empty());
+    Ok(())
+}

@@ -238,7 +238,8 @@ async fn bad_input_is_refused_with_a_message_and_changes_nothing() -> anyhow::Re
     // multiregion job must not run in one region, a canary update must not replace everything.
     let mut cron = small_job("cron");
     cron["Multiregion"] = json!({ "Regions": [{ "Name": "west" }] });
-    cron["TaskGroups"][0]["Networks"] = json!([{ "DynamicPorts": [{ "Label": "http" }] }]);
+    cron["TaskGroups"][0]["Networks"] =
+        json!([{ "Hostname": "web-1", "DynamicPorts": [{ "Label": "http" }] }]);
     cron["TaskGroups"][0]["Tasks"][0]["Services"] = json!([{ "Name": "web" }]);
     cron["Update"] = Value::Null;
     let (s, msg) = post_raw(
@@ -250,7 +251,10 @@ async fn bad_input_is_refused_with_a_message_and_changes_nothing() -> anyhow::Re
     assert_eq!(s, StatusCode::BAD_REQUEST, "{msg}");
     assert!(msg.starts_with("3 error(s) occurred"), "{msg}");
     assert!(msg.contains("job → Multiregion"), "{msg}");
-    assert!(msg.contains("job → group \"g\" → Networks"), "{msg}");
+    assert!(
+        msg.contains("job → group \"g\" → network #0 → Hostname"),
+        "{msg}"
+    );
     assert!(
         msg.contains("job → group \"g\" → task \"t\" → Services"),
         "{msg}"

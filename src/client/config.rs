@@ -1,12 +1,14 @@
 //! The client role's configuration: the `[client]` section of the agent's TOML file, with
 //! defaults and a `validate()` whose error names the dotted key.
 //!
-//! May import: `util` only.
+//! May import: `util`, and the storage model's port-list parser.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
+
+use teamster_storage::model::parse_port_ranges;
 
 use crate::util::net::parse_peer_addr;
 use crate::util::{duration_str, InvalidSetting};
@@ -42,6 +44,10 @@ pub struct ClientConfig {
     /// The longest kill timeout a task may ask for.
     #[serde(with = "duration_str")]
     pub max_kill_timeout: Duration,
+    /// The lowest host port the scheduler may give a dynamic port (Nomad's default 20000).
+    pub min_dynamic_port: u32,
+    /// The highest host port the scheduler may give a dynamic port (Nomad's default 32000).
+    pub max_dynamic_port: u32,
 }
 
 impl Default for ClientConfig {
@@ -58,6 +64,8 @@ impl Default for ClientConfig {
             memory_total_mb: 0,
             update_interval: Duration::from_millis(200),
             max_kill_timeout: Duration::from_secs(30),
+            min_dynamic_port: 20000,
+            max_dynamic_port: 32000,
         }
     }
 }
@@ -72,6 +80,8 @@ pub struct Reserved {
     pub memory_mb: u64,
     /// Disk in MiB.
     pub disk_mb: u64,
+    /// Host ports no allocation may have, Nomad's `reserved_ports`: `"22,80,8000-8100"`.
+    pub reserved_ports: String,
 }
 
 impl ClientConfig {
@@ -97,6 +107,21 @@ impl ClientConfig {
                 "client.max_kill_timeout",
                 "must be positive",
             ));
+        }
+        if !(1..=65535).contains(&self.min_dynamic_port)
+            || !(1..=65535).contains(&self.max_dynamic_port)
+            || self.min_dynamic_port > self.max_dynamic_port
+        {
+            return Err(InvalidSetting::new(
+                "client.min_dynamic_port",
+                format!(
+                    "the dynamic range {}-{} must lie in 1-65535 and not be empty",
+                    self.min_dynamic_port, self.max_dynamic_port
+                ),
+            ));
+        }
+        if let Err(e) = parse_port_ranges(&self.reserved.reserved_ports) {
+            return Err(InvalidSetting::new("client.reserved.reserved_ports", e));
         }
         for d in &self.drivers {
             if !KNOWN_DRIVERS.contains(&d.as_str()) {

@@ -11,7 +11,8 @@ use std::path::Path;
 
 use teamster_storage::model::{
     DriverInfo, Node, NodeCpuResources, NodeDiskResources, NodeMemoryResources,
-    NodeReservedCpuResources, NodeReservedResources, NodeResources, NodeStatus, Timestamp,
+    NodeNetworkResource, NodeReservedCpuResources, NodeReservedNetworkResources,
+    NodeReservedResources, NodeResources, NodeStatus, Timestamp,
 };
 
 use crate::client::config::ClientConfig;
@@ -134,6 +135,9 @@ pub fn node(
         machine.disk_free_mb.saturating_mul(1024 * 1024).to_string(),
     );
     attr("teamster.version", env!("CARGO_PKG_VERSION").to_string());
+    if let Some(ip) = network_ip(http_addr) {
+        attr("unique.network.ip-address", ip);
+    }
     let now = Timestamp::from_unix_nanos(now_unix_nanos);
     let mut drivers = BTreeMap::new();
     for d in &config.drivers {
@@ -166,8 +170,17 @@ pub fn node(
             disk: NodeDiskResources {
                 disk_mb: machine.disk_free_mb,
             },
-            min_dynamic_port: 20000,
-            max_dynamic_port: 32000,
+            min_dynamic_port: config.min_dynamic_port,
+            max_dynamic_port: config.max_dynamic_port,
+            networks: network_ip(http_addr)
+                .map(|ip| NodeNetworkResource {
+                    mode: "host".into(),
+                    device: String::new(),
+                    cidr: format!("{ip}/{}", if ip.contains(':') { 128 } else { 32 }),
+                    ip,
+                })
+                .into_iter()
+                .collect(),
         },
         reserved_resources: NodeReservedResources {
             cpu: NodeReservedCpuResources {
@@ -180,6 +193,9 @@ pub fn node(
             disk: NodeDiskResources {
                 disk_mb: config.reserved.disk_mb,
             },
+            networks: NodeReservedNetworkResources {
+                reserved_host_ports: config.reserved.reserved_ports.clone(),
+            },
         },
         meta: config.meta.clone(),
         node_class: config.node_class.clone(),
@@ -189,6 +205,18 @@ pub fn node(
     };
     node.canonicalize();
     node
+}
+
+/// The address allocations' ports are bound on: the IP the node advertises its HTTP API on
+/// (its advertise address; the loopback one for `agent --dev`), as Nomad fingerprints the
+/// address of its network interface.
+fn network_ip(http_addr: &str) -> Option<String> {
+    http_addr
+        .parse::<std::net::SocketAddr>()
+        .ok()
+        .map(|a| a.ip())
+        .filter(|ip| !ip.is_unspecified())
+        .map(|ip| ip.to_string())
 }
 
 /// Rust's name of a CPU architecture as Go's `GOARCH` spells it, which is what Nomad reports

@@ -4,6 +4,9 @@
 //! `${node.datacenter}`, `${node.class}`, `${node.pool}`,
 //! `${attr.<attribute>}` and `${meta.<node meta key>}`. The job parser leaves exactly these
 //! for the client; a reference to anything else stays as written, as Nomad leaves it.
+//! Each port of the group's network gives `NOMAD_PORT_<label>`, `NOMAD_HOST_PORT_<label>`,
+//! `NOMAD_IP_<label>`, `NOMAD_ADDR_<label>` (and Nomad's `ALLOC_`/`HOST_` variants), so
+//! `${NOMAD_PORT_http}` in a task's args is its port.
 //!
 //! Pure: [`TaskEnv::new`] takes the facts, [`TaskEnv::apply`] gives the task to start.
 
@@ -85,6 +88,24 @@ impl TaskEnv {
             "NOMAD_DC",
             node.get("node.datacenter").cloned().unwrap_or_default(),
         );
+        // Per port label (Nomad's client/taskenv): the port the task listens on (`to` when
+        // given, else the host port), the host port, the node address and both joined.
+        for port in &alloc.allocated_resources.shared.ports {
+            let label = port.label.replace(['.', '-'], "_");
+            let inside = if port.to > 0 {
+                port.to as u32
+            } else {
+                port.value
+            };
+            let addr = format!("{}:{}", port.host_ip, port.value);
+            set(&format!("NOMAD_PORT_{label}"), inside.to_string());
+            set(&format!("NOMAD_ALLOC_PORT_{label}"), inside.to_string());
+            set(&format!("NOMAD_HOST_PORT_{label}"), port.value.to_string());
+            set(&format!("NOMAD_IP_{label}"), port.host_ip.clone());
+            set(&format!("NOMAD_HOST_IP_{label}"), port.host_ip.clone());
+            set(&format!("NOMAD_ADDR_{label}"), addr.clone());
+            set(&format!("NOMAD_HOST_ADDR_{label}"), addr);
+        }
         set("NOMAD_CPU_LIMIT", task.resources.cpu.to_string());
         set("NOMAD_MEMORY_LIMIT", task.resources.memory_mb.to_string());
         // Meta: the job's, then the group's, then the task's, the innermost winning; each
@@ -275,5 +296,38 @@ mod tests {
         );
         assert_eq!(env.interpolate("${NOMAD_JOB_NAME"), "${NOMAD_JOB_NAME");
         assert_eq!(env.interpolate("a ${ NOMAD_JOB_NAME } b"), "a shop b");
+    }
+
+    #[test]
+    fn each_port_label_gives_nomads_port_variables() {
+        use teamster_storage::model::AllocatedPortMapping;
+        let (mut alloc, job, node) = fixture();
+        let port = |label: &str, value, to| AllocatedPortMapping {
+            label: label.into(),
+            value,
+            to,
+            host_ip: "10.0.0.5".into(),
+        };
+        alloc.allocated_resources.shared.ports =
+            vec![port("http", 23456, 0), port("admin-ui", 8081, 9000)];
+        let task = &job.task_groups[0].tasks[0];
+        let dir = PathBuf::from("/x");
+        let dirs = TaskDirs {
+            alloc: &dir,
+            task: &dir,
+            secrets: &dir,
+        };
+        let env = TaskEnv::new(node_values(&node), &alloc, &job, task, dirs);
+        let e = env.env();
+        assert_eq!(e["NOMAD_PORT_http"], "23456");
+        assert_eq!(e["NOMAD_HOST_PORT_http"], "23456");
+        assert_eq!(e["NOMAD_IP_http"], "10.0.0.5");
+        assert_eq!(e["NOMAD_ADDR_http"], "10.0.0.5:23456");
+        // `to` is where the task listens; the host side keeps the host port.
+        assert_eq!(e["NOMAD_PORT_admin_ui"], "9000");
+        assert_eq!(e["NOMAD_ALLOC_PORT_admin_ui"], "9000");
+        assert_eq!(e["NOMAD_HOST_PORT_admin_ui"], "8081");
+        assert_eq!(e["NOMAD_HOST_ADDR_admin_ui"], "10.0.0.5:8081");
+        assert_eq!(env.interpolate("--port=${NOMAD_PORT_http}"), "--port=23456");
     }
 }

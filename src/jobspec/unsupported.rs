@@ -27,7 +27,6 @@ pub(super) const JOB: &[&str] = &[
 
 /// Fields of a `TaskGroup` teamster does not implement.
 pub(super) const GROUP: &[&str] = &[
-    "Networks",
     "Services",
     "Volumes",
     "EphemeralDisk",
@@ -39,6 +38,15 @@ pub(super) const GROUP: &[&str] = &[
     "Disconnect",
     "MaxRunDuration",
 ];
+
+/// Fields of a group's network teamster does not implement (ports in host mode are acted
+/// on; the mode, labels and host networks are checked by the job's validation).
+pub(super) const NETWORK: &[&str] = &[
+    "Mode", "Device", "CIDR", "IP", "Hostname", "DNS", "CNI", "MBits",
+];
+
+/// Fields of a network's port teamster does not implement.
+pub(super) const PORT: &[&str] = &["HostNetwork", "IgnoreCollision"];
 
 /// Fields of a group's `RestartPolicy` teamster does not implement.
 pub(super) const GROUP_RESTART: &[&str] = &["RenderTemplates"];
@@ -69,8 +77,12 @@ pub(super) const TASK: &[&str] = &[
 ];
 
 /// Values that ask for what teamster does anyway, so they count as unset: raw tasks are
-/// stopped with SIGTERM.
-const SAME_AS_TEAMSTER: &[(&str, &str)] = &[("KillSignal", "SIGTERM")];
+/// stopped with SIGTERM, networks are the host's, ports are on the default host network.
+const SAME_AS_TEAMSTER: &[(&str, &str)] = &[
+    ("KillSignal", "SIGTERM"),
+    ("Mode", "host"),
+    ("HostNetwork", "default"),
+];
 
 /// Fields of a task's `Resources` teamster does not implement.
 pub(super) const RESOURCES: &[&str] = &[
@@ -144,6 +156,21 @@ pub fn unsupported_fields(job: &Value) -> Vec<UnsupportedField> {
     for (gi, group) in groups.into_iter().flatten().enumerate() {
         let gpath = format!("job → group {}", name(group, gi));
         check(group, GROUP, &gpath, &mut found);
+        let networks = group.get("Networks").and_then(Value::as_array);
+        for (ni, network) in networks.into_iter().flatten().enumerate() {
+            let npath = format!("{gpath} → network #{ni}");
+            check(network, NETWORK, &npath, &mut found);
+            for kind in ["ReservedPorts", "DynamicPorts"] {
+                let ports = network.get(kind).and_then(Value::as_array);
+                for (pi, port) in ports.into_iter().flatten().enumerate() {
+                    let label = match port.get("Label").and_then(Value::as_str) {
+                        Some(l) if !l.is_empty() => format!("{l:?}"),
+                        _ => format!("#{pi}"),
+                    };
+                    check(port, PORT, &format!("{npath} → port {label}"), &mut found);
+                }
+            }
+        }
         if let Some(restart) = group.get("RestartPolicy") {
             check(
                 restart,
@@ -217,7 +244,9 @@ mod tests {
             "TaskGroups": [{
                 "Name": "api",
                 "Update": { "Canary": 1 },
-                "Networks": [{ "DynamicPorts": [{ "Label": "http" }] }],
+                "Networks": [{ "MBits": 10, "DynamicPorts": [{ "Label": "http" }],
+                               "ReservedPorts": [{ "Label": "db", "Value": 5432,
+                                                   "IgnoreCollision": true }] }],
                 "Tasks": [
                     { "Name": "server", "Services": [{ "Name": "web" }],
                       "Resources": { "CPU": 100, "MemoryMB": 64, "MemoryMaxMB": 128 } },
@@ -230,7 +259,8 @@ mod tests {
             [
                 "job: Multiregion",
                 "job: UI",
-                "job → group \"api\": Networks",
+                "job → group \"api\" → network #0: MBits",
+                "job → group \"api\" → network #0 → port \"db\": IgnoreCollision",
                 "job → group \"api\" → task \"server\": Services",
                 "job → group \"api\" → task \"server\" → Resources: MemoryMaxMB",
                 "job → group \"api\" → task #1: Templates",

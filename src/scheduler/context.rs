@@ -14,14 +14,16 @@
 //! - **Property counts** (`distinct_property`, spreads): for a node attribute and a scope
 //!   (the job or one task group), how many of the job's proposed allocations run on nodes
 //!   with each value.
+//! - **Host ports per node**: the node's reserved ports and its non-terminal allocations'
+//!   (computed on first use) with the plan's placements and stops counted in.
 //!
 //! It also records which computed node classes were found eligible or not (for blocked
 //! evaluations) and the metrics of the placement being attempted.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use teamster_storage::model::{
-    AllocId, AllocMetric, AllocStop, Allocation, ClientStatus, DesiredStatus, Job, NodeId, Plan,
-    Resources,
+    AllocId, AllocMetric, AllocStop, Allocation, ClientStatus, DesiredStatus, Job, Node, NodeId,
+    Plan, Resources,
 };
 use teamster_storage::state::Snapshot;
 
@@ -115,6 +117,11 @@ pub(crate) struct EvalContext {
     job_counts: HashMap<NodeId, HashMap<String, u32>>,
     /// Property counters, registered by the stacks.
     properties: Vec<PropertyCounts>,
+    /// Host ports held per node in the snapshot (reserved by the node or by non-terminal
+    /// allocations), how many times each; filled on first use.
+    base_ports: HashMap<NodeId, HashMap<u32, i64>>,
+    /// Host ports the plan takes (+) and frees (−) per node.
+    port_delta: HashMap<NodeId, HashMap<u32, i64>>,
 }
 
 impl EvalContext {
@@ -143,7 +150,39 @@ impl EvalContext {
             removed: HashMap::new(),
             job_counts,
             properties: Vec::new(),
+            base_ports: HashMap::new(),
+            port_delta: HashMap::new(),
         }
+    }
+
+    /// The host ports in use on `node` with the plan so far: reserved by the node, or held
+    /// by one of its live allocations.
+    pub fn ports_in_use(&mut self, node: &Node) -> HashSet<u32> {
+        let snapshot = &self.snapshot;
+        let base = self.base_ports.entry(node.id.clone()).or_insert_with(|| {
+            let mut held: HashMap<u32, i64> = HashMap::new();
+            for port in crate::scheduler::ports::node_reserved_ports(node) {
+                *held.entry(port).or_default() += 1;
+            }
+            for alloc in snapshot
+                .allocs_by_node(&node.id)
+                .filter(|a| !a.terminal_status())
+            {
+                for port in alloc.host_ports() {
+                    *held.entry(port).or_default() += 1;
+                }
+            }
+            held
+        });
+        let mut counts = base.clone();
+        for (port, delta) in self.port_delta.get(&node.id).into_iter().flatten() {
+            *counts.entry(*port).or_default() += delta;
+        }
+        counts
+            .into_iter()
+            .filter(|(_, n)| *n > 0)
+            .map(|(p, _)| p)
+            .collect()
     }
 
     /// The resources the node's allocations would use with the plan so far.
@@ -328,6 +367,12 @@ impl EvalContext {
         };
         let entry = side.entry(alloc.node_id.clone()).or_insert(Resources::ZERO);
         *entry = entry.add(&alloc.resources);
+        if !alloc.allocated_resources.shared.ports.is_empty() {
+            let ports = self.port_delta.entry(alloc.node_id.clone()).or_default();
+            for port in alloc.host_ports() {
+                *ports.entry(port).or_default() += i64::from(direction);
+            }
+        }
         let count = self
             .job_counts
             .entry(alloc.node_id.clone())

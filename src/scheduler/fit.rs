@@ -28,6 +28,8 @@ pub enum Dimension {
     Memory,
     /// Disk, in MB.
     Disk,
+    /// Host ports (a static port taken, or the dynamic range used up).
+    Network,
 }
 
 impl Dimension {
@@ -37,6 +39,7 @@ impl Dimension {
             Dimension::Cpu => "cpu",
             Dimension::Memory => "memory",
             Dimension::Disk => "disk",
+            Dimension::Network => "network",
         }
     }
 }

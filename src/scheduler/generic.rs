@@ -113,8 +113,12 @@ impl<'a> GenericScheduler<'a> {
                 }
                 _ => Vec::new(),
             };
-            match stack.select(ctx, placer, &penalty) {
-                Some(node) => {
+            let chosen = stack.select(ctx, placer, &penalty).and_then(|node| {
+                let ports = self.session.alloc_ports(ctx, placer, &node)?;
+                Some((node, ports))
+            });
+            match chosen {
+                Some((node, ports)) => {
                     let reschedule_tracker = match &request.previous {
                         Some(prev) if request.reschedule => {
                             let policy = alloc_reschedule_policy(&self.session.snapshot, prev, job);
@@ -141,6 +145,7 @@ impl<'a> GenericScheduler<'a> {
                             &node.id,
                             request.group,
                             placer.ask,
+                            ports,
                         )
                     };
                     ctx.plan_place(alloc);

@@ -43,6 +43,7 @@ pub mod fit;
 pub mod generic;
 pub mod harness;
 pub(crate) mod placement;
+pub mod ports;
 pub(crate) mod reconcile;
 pub(crate) mod stack;
 pub mod system;

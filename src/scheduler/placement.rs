@@ -26,12 +26,13 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
 use teamster_storage::model::{
-    AllocMetric, Allocation, ClientStatus, DeploymentId, DesiredStatus, EvalStatus, Evaluation,
-    Job, Node, NodeId, Plan, Resources,
+    AllocMetric, AllocatedResources, AllocatedSharedResources, Allocation, ClientStatus,
+    DeploymentId, DesiredStatus, EvalStatus, Evaluation, Job, Node, NodeId, Plan, Resources,
 };
 use teamster_storage::state::Snapshot;
 
 use crate::scheduler::context::{Eligibility, EvalContext};
+use crate::scheduler::ports;
 use crate::scheduler::reconcile::ALLOC_IN_PLACE;
 use crate::scheduler::stack::{GroupPlacer, Stack, Verdict};
 use crate::scheduler::util::{blocked_eval, progress_made, PlanSize};
@@ -326,9 +327,33 @@ impl<'a> Session<'a> {
         (stack, placers)
     }
 
+    /// The host ports an allocation of `placer`'s group gets on `node` with the plan so far,
+    /// dynamic ones drawn with the RNG (nothing for a group without a network); `None` when
+    /// the node cannot give them (ranking already checked it does).
+    pub fn alloc_ports(
+        &mut self,
+        ctx: &mut EvalContext,
+        placer: &GroupPlacer,
+        node: &Node,
+    ) -> Option<AllocatedResources> {
+        let Some(network) = &placer.network else {
+            return Some(AllocatedResources::default());
+        };
+        let used = ctx.ports_in_use(node);
+        match ports::assign(network, node, &used, self.env.rng) {
+            Ok(ports) => Some(AllocatedResources {
+                shared: AllocatedSharedResources { ports },
+            }),
+            Err(reason) => {
+                tracing::warn!(node_id = %node.id, %reason, "ports ranked free could not be assigned");
+                None
+            }
+        }
+    }
+
     /// A new pending allocation of `job`'s `group` on `node_id` for `eval`, asking
-    /// `resources`, with an id drawn from the RNG; the caller names it and sets what it
-    /// replaces.
+    /// `resources` and holding `allocated` (its ports), with an id drawn from the RNG; the
+    /// caller names it and sets what it replaces.
     pub fn new_alloc(
         &mut self,
         job: &Job,
@@ -336,6 +361,7 @@ impl<'a> Session<'a> {
         node_id: &NodeId,
         group: String,
         resources: Resources,
+        allocated: AllocatedResources,
     ) -> Allocation {
         let now = self.env.now;
         Allocation {
@@ -347,6 +373,7 @@ impl<'a> Session<'a> {
             job_version: job.version,
             task_group: group,
             resources,
+            allocated_resources: allocated,
             desired_status: DesiredStatus::Run,
             client_status: ClientStatus::Pending,
             create_time: now,

@@ -2,8 +2,8 @@
 //!
 //! ```text
 //!  shuffled ready nodes ─▶ feasible? ─▶ fits? ─▶ scores ─▶ mean ─▶ limit ─▶ best
-//!  (resume where the       class cache   fit.rs   binpack|spread,            (first max)
-//!   last select stopped)   + per node             anti-affinity, penalty,
+//!  (resume where the       class cache   fit.rs,  binpack|spread,            (first max)
+//!   last select stopped)   + per node    ports.rs anti-affinity, penalty,
 //!                                                 affinities, spreads
 //! ```
 //!
@@ -25,7 +25,9 @@ use std::sync::Arc;
 
 use rand::seq::SliceRandom;
 use rand::RngCore;
-use teamster_storage::model::{AllocMetric, Job, Node, NodeId, Resources, SchedulerAlgorithm};
+use teamster_storage::model::{
+    AllocMetric, Job, NetworkResource, Node, NodeId, Resources, SchedulerAlgorithm,
+};
 
 use crate::scheduler::context::EvalContext;
 use crate::scheduler::feasible::{
@@ -33,6 +35,7 @@ use crate::scheduler::feasible::{
     GroupChecks,
 };
 use crate::scheduler::fit::{self, Dimension};
+use crate::scheduler::ports;
 
 /// Nomad's `skipScoreThreshold`: options scoring at most this are set aside.
 const SKIP_SCORE_THRESHOLD: f64 = 0.0;
@@ -60,6 +63,8 @@ pub(crate) struct GroupPlacer {
     pub checks: GroupChecks,
     /// What one allocation of the group takes.
     pub ask: Resources,
+    /// The host ports one allocation of the group takes (`None`: the group asks for none).
+    pub network: Option<NetworkResource>,
     /// Property-counter handles, parallel to `checks.distinct_properties`.
     distinct_handles: Vec<usize>,
     /// Spread state, one per spread.
@@ -123,6 +128,11 @@ impl GroupPlacer {
             .sum();
         GroupPlacer {
             ask: group.combined_resources(),
+            network: group
+                .networks
+                .first()
+                .filter(|n| n.ports().next().is_some())
+                .cloned(),
             checks,
             distinct_handles,
             spreads,
@@ -271,6 +281,21 @@ impl Stack {
                 .entry(dimension.as_str().to_owned())
                 .or_default() += 1;
             return Verdict::Exhausted(dimension);
+        }
+        if let Some(network) = &placer.network {
+            let used = ctx.ports_in_use(node);
+            if let Err(reason) = ports::check(network, node, &used) {
+                ctx.metrics.nodes_exhausted += 1;
+                *ctx.metrics
+                    .class_exhausted
+                    .entry(node.computed_class.clone())
+                    .or_default() += 1;
+                *ctx.metrics
+                    .dimension_exhausted
+                    .entry(format!("network: {reason}"))
+                    .or_default() += 1;
+                return Verdict::Exhausted(Dimension::Network);
+            }
         }
         Verdict::Feasible(self.score(ctx, placer, node, &capacity, &used, penalty))
     }

@@ -35,6 +35,7 @@ use teamster_storage::model::{
 
 use crate::scheduler::context::EvalContext;
 use crate::scheduler::feasible::node_in_job_scope;
+use crate::scheduler::fit::Dimension;
 use crate::scheduler::placement::{self, inplace_update, Attempt, Blocking, Family, Run, Session};
 use crate::scheduler::reconcile::{
     ALLOC_LOST, ALLOC_MIGRATING, ALLOC_NODE_TAINTED, ALLOC_NOT_NEEDED, ALLOC_UPDATING,
@@ -221,8 +222,17 @@ impl<'a> SystemScheduler<'a> {
                 ctx.plan_stop(old, ALLOC_UPDATING, None, now);
             }
             stack.reset_metrics(ctx);
-            match stack.evaluate(ctx, placer, &placement.node, &[]) {
-                Verdict::Feasible(_) => {
+            let verdict = match stack.evaluate(ctx, placer, &placement.node, &[]) {
+                Verdict::Feasible(score) => {
+                    match self.session.alloc_ports(ctx, placer, &placement.node) {
+                        Some(ports) => (Verdict::Feasible(score), ports),
+                        None => (Verdict::Exhausted(Dimension::Network), Default::default()),
+                    }
+                }
+                other => (other, Default::default()),
+            };
+            match verdict {
+                (Verdict::Feasible(_), ports) => {
                     let alloc = Allocation {
                         name: alloc_name(&job.id, &placement.group, 0),
                         previous_allocation: placement
@@ -236,14 +246,15 @@ impl<'a> SystemScheduler<'a> {
                             &placement.node.id,
                             placement.group.clone(),
                             placer.ask,
+                            ports,
                         )
                     };
                     ctx.plan_place(alloc);
                 }
                 // The node does not take the group (for an update: any more, so the old
                 // allocation's stop stands). Not a failure: the job does not want this node.
-                Verdict::Filtered => {}
-                Verdict::Exhausted(_) => {
+                (Verdict::Filtered, _) => {}
+                (Verdict::Exhausted(_), _) => {
                     if let Some(old) = &placement.replaces {
                         ctx.pop_stop(old);
                     }

@@ -92,7 +92,9 @@ pub(crate) fn tasks_updated(old_job: &Job, new_job: &Job, group: &str) -> bool {
     let (Some(a), Some(b)) = (old_job.task_group(group), new_job.task_group(group)) else {
         return true;
     };
-    if a.tasks.len() != b.tasks.len() {
+    // Nomad's networkUpdated: ports are bound when the tasks start, so a change of the
+    // group's network needs new allocations.
+    if a.tasks.len() != b.tasks.len() || a.networks != b.networks {
         return true;
     }
     for at in &a.tasks {

@@ -29,7 +29,9 @@
 //! 5. Ineligible or draining → rejected.
 //! 6. Proposed = the node's non-terminal allocations (snapshot, then the overlay's accepted
 //!    plans in order) − the plan's stops and evictions − updated ids + the planned allocations;
-//!    it must fit ([`crate::scheduler::fit`], the same arithmetic the scheduler ranks with).
+//!    it must fit ([`crate::scheduler::fit`], the same arithmetic the scheduler ranks with),
+//!    and when a planned allocation holds host ports, no port may be held twice among the
+//!    proposed allocations and the node's reserved ports ([`crate::scheduler::ports`]).
 //!
 //! A rejected node drops that node's whole part (stops included). With `AllAtOnce` any
 //! rejection drops everything. A partial result tells the worker to refresh: the caller sets
@@ -47,6 +49,7 @@ use teamster_storage::model::{
 use teamster_storage::state::{Snapshot, Table};
 
 use crate::scheduler::fit::{self, Dimension};
+use crate::scheduler::ports;
 
 /// Why the part of a plan for one node was refused.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -64,6 +67,11 @@ pub enum RejectReason {
     Exhausted {
         /// The first dimension over capacity.
         dimension: Dimension,
+    },
+    /// Two live allocations (or one and the node's reservation) would hold one host port.
+    PortCollision {
+        /// The port.
+        port: u32,
     },
     /// A planned allocation names a different node than the plan entry it is in.
     MisplacedAllocation {
@@ -85,6 +93,9 @@ impl fmt::Display for RejectReason {
             }
             RejectReason::NodeIneligible => f.write_str("node is not eligible"),
             RejectReason::Exhausted { dimension } => write!(f, "resources exhausted: {dimension}"),
+            RejectReason::PortCollision { port } => {
+                write!(f, "network: port collision on host port {port}")
+            }
             RejectReason::MisplacedAllocation { alloc_id } => {
                 write!(f, "allocation {alloc_id} names another node")
             }
@@ -206,11 +217,27 @@ impl PlanEvaluation {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct OverlayToken(u64);
 
+/// What a live allocation holds on its node: resources and host ports.
+#[derive(Debug, Clone, Default, PartialEq)]
+struct Held {
+    resources: Resources,
+    ports: Vec<u32>,
+}
+
+impl Held {
+    fn of(alloc: &Allocation) -> Held {
+        Held {
+            resources: alloc.resources,
+            ports: alloc.host_ports().collect(),
+        }
+    }
+}
+
 /// One accepted plan's effect on one node.
 #[derive(Debug, Clone, Default)]
 struct NodeDelta {
-    /// Upserted allocations: id, resources, still running.
-    upserts: Vec<(AllocId, Resources, bool)>,
+    /// Upserted allocations: id, what it holds, still running.
+    upserts: Vec<(AllocId, Held, bool)>,
     /// Stopped or evicted allocations.
     stops: Vec<AllocId>,
 }
@@ -245,7 +272,7 @@ impl PlanOverlay {
             for alloc in allocs {
                 delta
                     .upserts
-                    .push((alloc.id.clone(), alloc.resources, !alloc.terminal_status()));
+                    .push((alloc.id.clone(), Held::of(alloc), !alloc.terminal_status()));
             }
         }
         for stops in [&evaluation.node_update, &evaluation.node_preemptions] {
@@ -299,7 +326,7 @@ impl PlanOverlay {
     fn apply(
         &self,
         node: &NodeId,
-        running: &mut HashMap<AllocId, Resources>,
+        running: &mut HashMap<AllocId, Held>,
         known: &mut BTreeSet<AllocId>,
     ) {
         let Some(deltas) = self.nodes.get(node) else {
@@ -307,10 +334,10 @@ impl PlanOverlay {
         };
         for delta in deltas.values() {
             // The FSM applies a plan's upserts before its stops; so does the replay.
-            for (id, resources, live) in &delta.upserts {
+            for (id, held, live) in &delta.upserts {
                 known.insert(id.clone());
                 if *live {
-                    running.insert(id.clone(), *resources);
+                    running.insert(id.clone(), held.clone());
                 } else {
                     running.remove(id);
                 }
@@ -408,12 +435,12 @@ fn evaluate_node(
         return Err(RejectReason::NodeNotFound);
     };
 
-    let mut running: HashMap<AllocId, Resources> = HashMap::new();
+    let mut running: HashMap<AllocId, Held> = HashMap::new();
     let mut known: BTreeSet<AllocId> = BTreeSet::new();
     for alloc in snapshot.allocs_by_node(node_id) {
         known.insert(alloc.id.clone());
         if !alloc.terminal_status() {
-            running.insert(alloc.id.clone(), alloc.resources);
+            running.insert(alloc.id.clone(), Held::of(alloc));
         }
     }
     overlay.apply(node_id, &mut running, &mut known);
@@ -437,7 +464,7 @@ fn evaluate_node(
         }
     }
 
-    let before = sum(running.values());
+    let before = sum(running.values().map(|h| &h.resources));
     let empty = Vec::new();
     for stop in plan
         .node_update
@@ -451,10 +478,25 @@ fn evaluate_node(
     for alloc in allocs {
         running.remove(&alloc.id);
         if !alloc.terminal_status() {
-            running.insert(alloc.id.clone(), alloc.resources);
+            running.insert(alloc.id.clone(), Held::of(alloc));
         }
     }
-    let after = sum(running.values());
+    // No host port held twice: the plan's live allocations against each other, the rest of
+    // the node's and the ports the node reserves.
+    let asks_ports = allocs
+        .iter()
+        .any(|a| !a.terminal_status() && !a.allocated_resources.shared.ports.is_empty());
+    if asks_ports {
+        let reserved = ports::node_reserved_ports(node);
+        let held = running
+            .values()
+            .map(|h| h.ports.as_slice())
+            .chain(std::iter::once(reserved.as_slice()));
+        if let Some(port) = ports::first_collision(held) {
+            return Err(RejectReason::PortCollision { port });
+        }
+    }
+    let after = sum(running.values().map(|h| &h.resources));
     match fit::check_fit(&fit::node_capacity(node), &after) {
         Ok(()) => Ok(()),
         Err(_) if update_only && fit::within(&after, &before) => Ok(()),
@@ -632,6 +674,72 @@ mod tests {
         assert!(result.full_commit(&plan));
         w.commit(&ev);
         assert_eq!(w.store.snapshot().allocs_by_node("node-0").count(), 1);
+    }
+
+    /// `alloc` holding host `ports`.
+    fn with_ports(mut alloc: Allocation, ports: &[u32]) -> Allocation {
+        alloc.allocated_resources.shared.ports = ports
+            .iter()
+            .map(|p| teamster_storage::model::AllocatedPortMapping {
+                label: format!("p{p}"),
+                value: *p,
+                ..Default::default()
+            })
+            .collect();
+        alloc
+    }
+
+    #[test]
+    fn a_host_port_held_twice_on_a_node_is_rejected() {
+        let mut w = World::new(&[(1000, 1000), (1000, 1000)]);
+        let existing = with_ports(w.alloc(0, 10, 10), &[8080]);
+        let existing_id = existing.id.clone();
+        let ev = evaluate_plan(
+            &w.store.snapshot(),
+            &PlanOverlay::new(),
+            &w.plan(vec![existing], vec![]),
+        );
+        w.commit(&ev);
+        // The same port on the same node is refused, on another node it is fine.
+        let plan = w.plan(
+            vec![
+                with_ports(w.alloc(0, 10, 10), &[8080]),
+                with_ports(w.alloc(1, 10, 10), &[8080]),
+            ],
+            vec![],
+        );
+        let ev = evaluate_plan(&w.store.snapshot(), &PlanOverlay::new(), &plan);
+        assert_eq!(
+            ev.rejected,
+            vec![NodeRejection {
+                node_id: "node-0".into(),
+                reason: RejectReason::PortCollision { port: 8080 },
+            }]
+        );
+        // Two placements of one plan may not share a port either, even on a fresh node.
+        let plan = w.plan(
+            vec![
+                with_ports(w.alloc(1, 10, 10), &[9000, 9001]),
+                with_ports(w.alloc(1, 10, 10), &[9001]),
+            ],
+            vec![],
+        );
+        let ev = evaluate_plan(&w.store.snapshot(), &PlanOverlay::new(), &plan);
+        assert_eq!(ev.rejected.len(), 1, "{:?}", ev.rejected);
+        // A plan that stops the holder frees its port for the replacement.
+        let plan = w.plan(
+            vec![with_ports(w.alloc(0, 10, 10), &[8080])],
+            vec![(0, existing_id)],
+        );
+        let ev = evaluate_plan(&w.store.snapshot(), &PlanOverlay::new(), &plan);
+        assert!(ev.rejected.is_empty(), "{:?}", ev.rejected);
+        // An accepted plan not yet in the snapshot holds its port through the overlay.
+        let mut overlay = PlanOverlay::new();
+        let first = w.plan(vec![with_ports(w.alloc(1, 10, 10), &[7000])], vec![]);
+        overlay.record(&evaluate_plan(&w.store.snapshot(), &overlay, &first));
+        let second = w.plan(vec![with_ports(w.alloc(1, 10, 10), &[7000])], vec![]);
+        let ev = evaluate_plan(&w.store.snapshot(), &overlay, &second);
+        assert_eq!(ev.rejected.len(), 1, "{:?}", ev.rejected);
     }
 
     #[test]

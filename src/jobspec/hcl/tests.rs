@@ -282,10 +282,15 @@ fn blocks_teamster_does_not_act_on_are_kept_so_that_they_are_refused_by_name() {
     assert_eq!(
         refused,
         [
-            "job → group \"g\": Networks",
             "job → group \"g\" → task \"t\": Services",
             "job → group \"g\" → task \"t\" → Resources: MemoryMaxMB",
         ]
+    );
+    // Ports are acted on now: the network block is kept as Nomad's JSON, not refused.
+    let port = &job["TaskGroups"][0]["Networks"][0]["DynamicPorts"][0];
+    assert_eq!(
+        (&port["Label"], &port["To"]),
+        (&json!("http"), &json!(8080))
     );
     assert_eq!(job["Periodic"]["ProhibitOverlap"], json!(true));
     // `update` is acted on (deployments), so it reaches the job: there, a batch job's is

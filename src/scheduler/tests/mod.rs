@@ -4,6 +4,7 @@
 mod annotate;
 mod deployments;
 mod generic;
+mod ports;
 mod properties;
 mod system;
 

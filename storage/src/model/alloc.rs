@@ -274,6 +274,58 @@ pub struct Allocation {
     pub deployment_id: DeploymentId,
     /// Its health in that deployment or in a migration, reported by the client.
     pub deployment_status: Option<AllocDeploymentStatus>,
+    /// What it holds on its node besides CPU, memory and disk: its ports.
+    #[serde(deserialize_with = "de::nullable")]
+    pub allocated_resources: AllocatedResources,
+}
+
+/// What an allocation holds on its node that is not counted in [`Resources`] (Nomad's
+/// `AllocatedResources`, the part teamster keeps).
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "PascalCase", default)]
+pub struct AllocatedResources {
+    /// What the group's tasks share.
+    #[serde(deserialize_with = "de::nullable")]
+    pub shared: AllocatedSharedResources,
+}
+
+/// Nomad's `AllocatedSharedResources`: the group's ports.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "PascalCase", default)]
+pub struct AllocatedSharedResources {
+    /// One mapping per port label of the group's network.
+    #[serde(deserialize_with = "de::nullable")]
+    pub ports: Vec<AllocatedPortMapping>,
+}
+
+/// Nomad's `AllocatedPortMapping`: a port label, the host port it got and where the task
+/// listens.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "PascalCase", default)]
+pub struct AllocatedPortMapping {
+    /// The group's port label.
+    #[serde(deserialize_with = "de::nullable")]
+    pub label: String,
+    /// The host port.
+    #[serde(deserialize_with = "de::nullable")]
+    pub value: u32,
+    /// The port inside the task when it differs (0: the host port).
+    #[serde(deserialize_with = "de::nullable")]
+    pub to: i32,
+    /// The node address the port is on.
+    #[serde(rename = "HostIP", deserialize_with = "de::nullable")]
+    pub host_ip: String,
+}
+
+impl Allocation {
+    /// The host ports it holds on its node.
+    pub fn host_ports(&self) -> impl Iterator<Item = u32> + '_ {
+        self.allocated_resources
+            .shared
+            .ports
+            .iter()
+            .map(|p| p.value)
+    }
 }
 
 /// Nomad's `DesiredTransition`: a change of an allocation asked for outside of its job

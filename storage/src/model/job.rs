@@ -495,6 +495,115 @@ pub struct TaskGroup {
     pub update: Option<UpdateStrategy>,
     /// How a node drain replaces the group's allocations (service jobs).
     pub migrate: Option<MigrateStrategy>,
+    /// The group's network: the ports its allocations reserve on their node (host mode; at
+    /// most one, as Nomad).
+    #[serde(deserialize_with = "de::nullable")]
+    pub networks: Vec<NetworkResource>,
+}
+
+/// Nomad's checks of a group's networks that teamster can act on: one network, in host mode,
+/// on the default host network; labels unique and non-empty ("Port label %s already in use");
+/// static ports in 1..=65535 and not asked twice ("Static port %d already reserved by %s");
+/// `to` at least -1 and at most 65535.
+fn validate_networks(at: &str, networks: &[NetworkResource], errors: &mut Vec<String>) {
+    if networks.len() > 1 {
+        errors.push(format!(
+            "{at}: only one network block is allowed per group ({} given)",
+            networks.len()
+        ));
+    }
+    for network in networks {
+        match network.mode.as_str() {
+            "" | "host" => {}
+            other => errors.push(format!(
+                "{at}: network mode {other:?} is not supported (teamster runs groups in the \
+                 host network namespace: mode \"host\")"
+            )),
+        }
+        let mut labels = BTreeSet::new();
+        let mut statics: BTreeMap<u32, &str> = BTreeMap::new();
+        for port in network.ports() {
+            if port.label.is_empty() {
+                errors.push(format!("{at}: a port has no label"));
+            } else if !labels.insert(port.label.as_str()) {
+                errors.push(format!("{at}: Port label {} already in use", port.label));
+            }
+            if !matches!(port.host_network.as_str(), "" | "default") {
+                errors.push(format!(
+                    "{at}: port {:?}: host_network {:?} is not supported (only \"default\")",
+                    port.label, port.host_network
+                ));
+            }
+            if !(-1..=65535).contains(&port.to) {
+                errors.push(format!(
+                    "{at}: port {:?}: to {} is not a port",
+                    port.label, port.to
+                ));
+            }
+        }
+        for port in &network.reserved_ports {
+            if !(1..=65535).contains(&port.value) {
+                errors.push(format!(
+                    "{at}: port {:?}: static port {} is not in 1-65535",
+                    port.label, port.value
+                ));
+            } else if let Some(other) = statics.insert(port.value, &port.label) {
+                errors.push(format!(
+                    "{at}: Static port {} already reserved by {other}",
+                    port.value
+                ));
+            }
+        }
+        for port in &network.dynamic_ports {
+            if port.value != 0 {
+                errors.push(format!(
+                    "{at}: dynamic port {:?} must not set a value ({})",
+                    port.label, port.value
+                ));
+            }
+        }
+    }
+}
+
+/// A group's `network` block (Nomad's `NetworkResource`), in host mode: the ports every
+/// allocation of the group reserves on its node's address.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "PascalCase", default)]
+pub struct NetworkResource {
+    /// `host` (or empty, the same). Other modes are refused by validation.
+    #[serde(deserialize_with = "de::nullable")]
+    pub mode: String,
+    /// Ports with a fixed (`static`) host port.
+    #[serde(deserialize_with = "de::nullable")]
+    pub reserved_ports: Vec<Port>,
+    /// Ports whose host port the scheduler picks from the node's dynamic range.
+    #[serde(deserialize_with = "de::nullable")]
+    pub dynamic_ports: Vec<Port>,
+}
+
+impl NetworkResource {
+    /// Every port it asks for, static ones first.
+    pub fn ports(&self) -> impl Iterator<Item = &Port> {
+        self.reserved_ports.iter().chain(&self.dynamic_ports)
+    }
+}
+
+/// One `port "<label>"` of a network block.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "PascalCase", default)]
+pub struct Port {
+    /// The name tasks and services know it by (`NOMAD_PORT_<label>`).
+    #[serde(deserialize_with = "de::nullable")]
+    pub label: String,
+    /// The host port: fixed for a reserved port, 0 (picked at placement) for a dynamic one.
+    #[serde(deserialize_with = "de::nullable")]
+    pub value: u32,
+    /// The port the task listens on when it differs from the host port (`to`; 0: the same).
+    #[serde(deserialize_with = "de::nullable")]
+    pub to: i32,
+    /// The host network (only `default` is known).
+    #[serde(deserialize_with = "de::nullable")]
+    pub host_network: String,
 }
 
 /// A task group's `scaling` block (Nomad's horizontal `ScalingPolicy`): `Count` stays within
@@ -540,6 +649,7 @@ impl Default for TaskGroup {
             scaling: None,
             update: None,
             migrate: None,
+            networks: Vec::new(),
         }
     }
 }
@@ -928,6 +1038,7 @@ impl Job {
                     )),
                 }
             }
+            validate_networks(&at, &group.networks, &mut errors);
             if let Some(migrate) = &group.migrate {
                 match self.job_type {
                     JobType::Service => migrate.validate(&at, &mut errors),

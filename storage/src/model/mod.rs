@@ -39,8 +39,9 @@ pub mod time;
 pub mod value;
 
 pub use alloc::{
-    AllocStop, Allocation, ClientStatus, DesiredStatus, DesiredTransition, RescheduleEvent,
-    RescheduleTracker, TaskEvent, TaskState, TaskStateValue,
+    AllocStop, AllocatedPortMapping, AllocatedResources, AllocatedSharedResources, Allocation,
+    ClientStatus, DesiredStatus, DesiredTransition, RescheduleEvent, RescheduleTracker, TaskEvent,
+    TaskState, TaskStateValue,
 };
 pub use cluster::{ClusterMeta, PreemptionConfig, SchedulerAlgorithm, SchedulerConfiguration};
 pub use deployment::{
@@ -52,15 +53,16 @@ pub use eval::{AllocMetric, EvalStatus, EvalTrigger, Evaluation};
 pub use ids::{AllocId, DeploymentId, EvalId, JobId, Namespace, NodeId};
 pub use job::{
     Affinity, Constraint, DelayFunction, Job, JobChildrenSummary, JobStatus, JobSummary, JobType,
-    ReschedulePolicy, Resources, RestartMode, RestartPolicy, ScalingEvent, ScalingPolicy, Spread,
-    SpreadTarget, Task, TaskGroup, TaskGroupSummary, DEFAULT_CPU_MHZ, DEFAULT_JOB_PRIORITY,
-    DEFAULT_MEMORY_MB, DEFAULT_NODE_POOL, DEFAULT_REGION, MAX_JOB_PRIORITY, MAX_SCALING_EVENTS,
-    MIN_JOB_PRIORITY, SCALING_HORIZONTAL,
+    NetworkResource, Port, ReschedulePolicy, Resources, RestartMode, RestartPolicy, ScalingEvent,
+    ScalingPolicy, Spread, SpreadTarget, Task, TaskGroup, TaskGroupSummary, DEFAULT_CPU_MHZ,
+    DEFAULT_JOB_PRIORITY, DEFAULT_MEMORY_MB, DEFAULT_NODE_POOL, DEFAULT_REGION, MAX_JOB_PRIORITY,
+    MAX_SCALING_EVENTS, MIN_JOB_PRIORITY, SCALING_HORIZONTAL,
 };
 pub use node::{
-    DrainMetadata, DrainStatus, DrainStrategy, DriverInfo, Node, NodeCpuResources,
-    NodeDiskResources, NodeMemoryResources, NodeReservedCpuResources, NodeReservedResources,
-    NodeResources, NodeStatus, SchedulingEligibility,
+    parse_port_ranges, DrainMetadata, DrainStatus, DrainStrategy, DriverInfo, Node,
+    NodeCpuResources, NodeDiskResources, NodeMemoryResources, NodeNetworkResource,
+    NodeReservedCpuResources, NodeReservedNetworkResources, NodeReservedResources, NodeResources,
+    NodeStatus, SchedulingEligibility,
 };
 pub use periodic::{
     CronSchedule, DispatchPayload, DispatchPayloadConfig, ParameterizedJobConfig, PeriodicConfig,

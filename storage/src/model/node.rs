@@ -113,6 +113,62 @@ pub struct NodeResources {
     /// Highest dynamic port.
     #[serde(deserialize_with = "de::nullable")]
     pub max_dynamic_port: u32,
+    /// The node's addresses that ports are reserved on (the first is the default network).
+    #[serde(deserialize_with = "de::nullable")]
+    pub networks: Vec<NodeNetworkResource>,
+}
+
+/// A network a node offers (Nomad's `NetworkResource` in `NodeResources.Networks`).
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "PascalCase", default)]
+pub struct NodeNetworkResource {
+    /// `host`.
+    #[serde(deserialize_with = "de::nullable")]
+    pub mode: String,
+    /// The interface, when known.
+    #[serde(deserialize_with = "de::nullable")]
+    pub device: String,
+    /// The address allocations' ports are bound on.
+    #[serde(rename = "IP", deserialize_with = "de::nullable")]
+    pub ip: String,
+    /// The address as a CIDR (`10.0.0.5/32`).
+    #[serde(rename = "CIDR", deserialize_with = "de::nullable")]
+    pub cidr: String,
+}
+
+/// Host ports a node keeps from allocations (Nomad's `NodeReservedNetworkResources`).
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "PascalCase", default)]
+pub struct NodeReservedNetworkResources {
+    /// Ports and ranges, `22,80,8000-8100`.
+    #[serde(deserialize_with = "de::nullable")]
+    pub reserved_host_ports: String,
+}
+
+/// Parse a port list such as `22,80,8000-8100` (Nomad's `ParsePortRanges`): ports must be
+/// 1..=65535 and a range's start at most its end.
+pub fn parse_port_ranges(spec: &str) -> Result<Vec<u32>, String> {
+    let mut ports = Vec::new();
+    for part in spec.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+        let port = |s: &str| {
+            s.trim()
+                .parse::<u32>()
+                .ok()
+                .filter(|p| (1..=65535).contains(p))
+                .ok_or_else(|| format!("{s:?} is not a port (1-65535)"))
+        };
+        match part.split_once('-') {
+            Some((lo, hi)) => {
+                let (lo, hi) = (port(lo)?, port(hi)?);
+                if lo > hi {
+                    return Err(format!("range {part:?} ends before it starts"));
+                }
+                ports.extend(lo..=hi);
+            }
+            None => ports.push(port(part)?),
+        }
+    }
+    Ok(ports)
 }
 
 /// CPU held back from scheduling.
@@ -140,6 +196,9 @@ pub struct NodeReservedResources {
     /// Reserved disk.
     #[serde(deserialize_with = "de::nullable")]
     pub disk: NodeDiskResources,
+    /// Reserved host ports.
+    #[serde(deserialize_with = "de::nullable")]
+    pub networks: NodeReservedNetworkResources,
 }
 
 /// A drain in progress: the node is ineligible and its allocations migrate.
