@@ -976,3 +976,134 @@ async fn dev_agent_gives_two_instances_their_own_dynamic_ports_and_refuses_a_tak
     assert!(job_allocs(&api, "clash").await.is_empty());
     Ok(())
 }
+
+/// Native service discovery end to end: a group service on a dynamic port is registered by
+/// the client for each running allocation with the port the allocation got, listed by
+/// `/v1/services` and `teamster service list|info`, and gone when the job stops; a service
+/// naming an undefined port label, or no `nomad` provider, is refused at registration.
+#[tokio::test]
+async fn dev_agent_registers_a_services_instances_and_removes_them_when_the_job_stops(
+) -> anyhow::Result<()> {
+    teamster_cluster_tests::init_test_tracing();
+    let ip = dev_ip_at(5);
+    let addr = format!("http://{ip}:4646");
+    let log = tempfile::NamedTempFile::new()?;
+    let (_agent, api) = dev_agent(&ip, &log).await?;
+    let mut job = raw_exec_job(
+        "shop",
+        "service",
+        "sleep 600",
+        json!({
+            "Count": 2,
+            "Networks": [{"DynamicPorts": [{"Label": "http"}]}],
+            "Services": [{"Name": "shop-web", "PortLabel": "http", "Provider": "nomad",
+                          "Tags": ["v1", "${NOMAD_JOB_ID}"]}]
+        }),
+    );
+    job["TaskGroups"][0]["Update"] = json!({"MaxParallel": 2});
+    register(&api, job.clone()).await?;
+    let regs = wait_for(Duration::from_secs(60), "two registrations", || {
+        let api = api.clone();
+        async move {
+            let regs: Vec<Value> = api.get("/v1/service/shop-web").await.ok()?;
+            (regs.len() == 2).then_some(regs)
+        }
+    })
+    .await
+    .map_err(|e| {
+        anyhow::anyhow!(
+            "{e}\n{}",
+            std::fs::read_to_string(log.path()).unwrap_or_default()
+        )
+    })?;
+    for reg in &regs {
+        let alloc: Value = api
+            .get(&format!(
+                "/v1/allocation/{}",
+                reg["AllocID"].as_str().unwrap_or("")
+            ))
+            .await?;
+        let port = &alloc["AllocatedResources"]["Shared"]["Ports"][0];
+        assert_eq!(reg["Port"], port["Value"], "{reg} {alloc}");
+        assert_eq!(reg["Address"], ip.as_str(), "{reg}");
+        assert_eq!(reg["Tags"], json!(["v1", "shop"]), "{reg}");
+        assert_eq!(reg["JobID"], "shop");
+        assert_eq!(reg["NodeID"], alloc["NodeID"]);
+        let id = reg["ID"].as_str().unwrap_or("");
+        assert!(
+            id.starts_with("_nomad-task-") && id.ends_with("-group-g-shop-web-http"),
+            "{id}"
+        );
+    }
+    let listed: Value = api.get("/v1/services").await?;
+    assert_eq!(
+        listed,
+        json!([{"Namespace": "default",
+                "Services": [{"ServiceName": "shop-web", "Tags": ["shop", "v1"]}]}])
+    );
+    let cli = |args: &[&str]| {
+        Command::new(teamster_bin())
+            .args(args)
+            .env("TEAMSTER_ADDR", &addr)
+            .output()
+    };
+    let out = cli(&["service", "list"])?;
+    let shown = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success() && shown.contains("shop-web") && shown.contains("[shop,v1]"),
+        "{shown}"
+    );
+    let out = cli(&["service", "info", "shop-web"])?;
+    let shown = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{shown}");
+    assert_eq!(
+        shown.lines().count(),
+        3,
+        "a header and two instances: {shown}"
+    );
+    let out = cli(&["service", "delete", "shop-web", "_nomad-task-none"])?;
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("No service registration"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+
+    // Refused at registration, naming the problem.
+    for (service, expected) in [
+        (
+            json!({"Name": "x", "PortLabel": "nope", "Provider": "nomad"}),
+            "port label \"nope\" is not defined",
+        ),
+        (
+            json!({"Name": "x", "PortLabel": "http"}),
+            r#"set provider = "nomad""#,
+        ),
+    ] {
+        let mut bad = job.clone();
+        bad["ID"] = json!("bad");
+        bad["TaskGroups"][0]["Services"] = json!([service]);
+        let err = register(&api, bad).await.expect_err("refused");
+        let text = err.to_string();
+        assert!(text.contains("400") && text.contains(expected), "{text}");
+    }
+
+    // The job stops: every registration goes.
+    let out = cli(&["job", "stop", "-detach", "shop"])?;
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    wait_for(Duration::from_secs(60), "the registrations gone", || {
+        let api = api.clone();
+        async move {
+            let regs: Vec<Value> = api.get("/v1/service/shop-web").await.ok()?;
+            regs.is_empty().then_some(())
+        }
+    })
+    .await?;
+    let listed: Value = api.get("/v1/services").await?;
+    assert_eq!(listed, json!([]));
+    Ok(())
+}

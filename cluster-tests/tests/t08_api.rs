@@ -240,7 +240,8 @@ async fn bad_input_is_refused_with_a_message_and_changes_nothing() -> anyhow::Re
     cron["Multiregion"] = json!({ "Regions": [{ "Name": "west" }] });
     cron["TaskGroups"][0]["Networks"] =
         json!([{ "Hostname": "web-1", "DynamicPorts": [{ "Label": "http" }] }]);
-    cron["TaskGroups"][0]["Tasks"][0]["Services"] = json!([{ "Name": "web" }]);
+    cron["TaskGroups"][0]["Tasks"][0]["Services"] =
+        json!([{ "Name": "web", "Provider": "nomad", "Checks": [{ "Type": "tcp" }] }]);
     cron["Update"] = Value::Null;
     let (s, msg) = post_raw(
         &base,
@@ -256,7 +257,7 @@ async fn bad_input_is_refused_with_a_message_and_changes_nothing() -> anyhow::Re
         "{msg}"
     );
     assert!(
-        msg.contains("job → group \"g\" → task \"t\" → Services"),
+        msg.contains("job → group \"g\" → task \"t\" → service \"web\" → Checks"),
         "{msg}"
     );
     // An update block that could never roll out, or one on a batch job: 400 naming it.

@@ -24,6 +24,7 @@ mod scheduler;
 mod scheduler_config;
 mod scheduler_workers;
 mod server;
+mod service;
 mod snapshot;
 mod status;
 mod system;
@@ -76,6 +77,9 @@ enum Command {
     /// The cluster's event stream.
     #[command(subcommand)]
     Event(event::EventCommand),
+    /// Services registered by running allocations: list, info, delete.
+    #[command(subcommand)]
+    Service(service::ServiceCommand),
 }
 
 /// Flags shared by every command that talks to the HTTP API.
@@ -266,6 +270,7 @@ pub fn main() -> ExitCode {
         Command::Node(cmd) => run_api(|| node::run(cmd)),
         Command::System(cmd) => run_api(|| system::run(cmd)),
         Command::Event(cmd) => run_api(|| event::run(cmd)),
+        Command::Service(cmd) => run_api(|| service::run(cmd)),
     }
 }
 

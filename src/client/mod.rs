@@ -18,6 +18,8 @@
 //! - [`alloc_runner`]: task runners, TaskStates and the allocation's ClientStatus.
 //! - [`health`]: whether an allocation became healthy in its deployment or migration, which
 //!   the next status report carries.
+//! - [`services`]: the services of running allocations, registered with the servers and
+//!   removed when their tasks stop (native service discovery).
 //! - [`ops`]: what an operator asks of the allocations here through the HTTP API (restart a
 //!   task, send it a [`signal`], read its and the host's resource usage from `/proc`,
 //!   [`stats`], run a command in a task's place, with a [`pty`] if asked), reached through
@@ -37,6 +39,7 @@ pub mod ops;
 pub mod pty;
 pub mod restart;
 pub mod servers;
+pub mod services;
 pub mod signal;
 pub mod stats;
 pub mod taskenv;
@@ -300,7 +303,12 @@ impl Client {
                 .instrument(span.clone()),
             ),
             tokio::spawn(
-                report_loop(shared.clone(), servers.clone(), shutdown.clone()).instrument(span),
+                report_loop(shared.clone(), servers.clone(), shutdown.clone())
+                    .instrument(span.clone()),
+            ),
+            tokio::spawn(
+                services::service_loop(shared.clone(), servers.clone(), shutdown.clone())
+                    .instrument(span),
             ),
         ];
         info!(node_id = %node_id, cores = machine.cores, memory_mb = machine.memory_mb, "client started");

@@ -31,6 +31,7 @@ mod scaling;
 mod scheduler_config;
 pub mod schedulers;
 mod search;
+mod services;
 mod snapshot;
 mod status;
 
@@ -241,6 +242,7 @@ pub fn router(ctx: HttpContext) -> Router {
         .merge(snapshot::routes())
         .merge(evals::routes())
         .merge(deployments::routes())
+        .merge(services::routes())
         .merge(allocs::routes())
         .merge(scheduler_config::routes())
         .merge(nodes::routes())

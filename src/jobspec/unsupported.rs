@@ -27,7 +27,6 @@ pub(super) const JOB: &[&str] = &[
 
 /// Fields of a `TaskGroup` teamster does not implement.
 pub(super) const GROUP: &[&str] = &[
-    "Services",
     "Volumes",
     "EphemeralDisk",
     "Consul",
@@ -45,6 +44,22 @@ pub(super) const NETWORK: &[&str] = &[
     "Mode", "Device", "CIDR", "IP", "Hostname", "DNS", "CNI", "MBits",
 ];
 
+/// Fields of a `service` (group or task) teamster does not implement: it registers services
+/// itself (`provider = "nomad"`, checked by the job's validation) without checks yet.
+pub(super) const SERVICE: &[&str] = &[
+    "Checks",
+    "CheckRestart",
+    "CanaryTags",
+    "CanaryMeta",
+    "EnableTagOverride",
+    "TaggedAddresses",
+    "OnUpdate",
+    "Cluster",
+    "Connect",
+    "Identity",
+    "Weights",
+];
+
 /// Fields of a network's port teamster does not implement.
 pub(super) const PORT: &[&str] = &["HostNetwork", "IgnoreCollision"];
 
@@ -54,7 +69,6 @@ pub(super) const GROUP_RESTART: &[&str] = &["RenderTemplates"];
 /// Fields of a `Task` teamster does not implement.
 pub(super) const TASK: &[&str] = &[
     "Lifecycle",
-    "Services",
     "RestartPolicy",
     "LogConfig",
     "Artifacts",
@@ -156,6 +170,7 @@ pub fn unsupported_fields(job: &Value) -> Vec<UnsupportedField> {
     for (gi, group) in groups.into_iter().flatten().enumerate() {
         let gpath = format!("job → group {}", name(group, gi));
         check(group, GROUP, &gpath, &mut found);
+        check_services(group, &gpath, &mut found);
         let networks = group.get("Networks").and_then(Value::as_array);
         for (ni, network) in networks.into_iter().flatten().enumerate() {
             let npath = format!("{gpath} → network #{ni}");
@@ -183,6 +198,7 @@ pub fn unsupported_fields(job: &Value) -> Vec<UnsupportedField> {
         for (ti, task) in tasks.into_iter().flatten().enumerate() {
             let tpath = format!("{gpath} → task {}", name(task, ti));
             check(task, TASK, &tpath, &mut found);
+            check_services(task, &tpath, &mut found);
             if let Some(resources) = task.get("Resources") {
                 check(
                     resources,
@@ -194,6 +210,18 @@ pub fn unsupported_fields(job: &Value) -> Vec<UnsupportedField> {
         }
     }
     found
+}
+
+/// The fields each of `owner`'s `Services` sets that teamster does not act on.
+fn check_services(owner: &Value, path: &str, out: &mut Vec<UnsupportedField>) {
+    let services = owner.get("Services").and_then(Value::as_array);
+    for (i, service) in services.into_iter().flatten().enumerate() {
+        let name = match service.get("Name").and_then(Value::as_str) {
+            Some(n) if !n.is_empty() => format!("{n:?}"),
+            _ => format!("#{i}"),
+        };
+        check(service, SERVICE, &format!("{path} → service {name}"), out);
+    }
 }
 
 fn check(object: &Value, fields: &[&'static str], path: &str, out: &mut Vec<UnsupportedField>) {
@@ -248,7 +276,7 @@ mod tests {
                                "ReservedPorts": [{ "Label": "db", "Value": 5432,
                                                    "IgnoreCollision": true }] }],
                 "Tasks": [
-                    { "Name": "server", "Services": [{ "Name": "web" }],
+                    { "Name": "server", "Services": [{ "Name": "web", "Checks": [{ "Type": "tcp" }] }],
                       "Resources": { "CPU": 100, "MemoryMB": 64, "MemoryMaxMB": 128 } },
                     { "Templates": [{ "EmbeddedTmpl": "x" }] }
                 ]
@@ -261,7 +289,7 @@ mod tests {
                 "job: UI",
                 "job → group \"api\" → network #0: MBits",
                 "job → group \"api\" → network #0 → port \"db\": IgnoreCollision",
-                "job → group \"api\" → task \"server\": Services",
+                "job → group \"api\" → task \"server\" → service \"web\": Checks",
                 "job → group \"api\" → task \"server\" → Resources: MemoryMaxMB",
                 "job → group \"api\" → task #1: Templates",
             ]

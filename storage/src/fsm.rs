@@ -30,7 +30,7 @@ use crate::model::{
     AllocDeploymentStatus, AllocId, AllocStop, Allocation, ClientStatus, ClusterMeta, Deployment,
     DeploymentId, DeploymentStatusUpdate, DesiredTransition, DrainStrategy, EvalId, Evaluation,
     Job, JobId, Namespace, Node, NodeId, NodeStatus, SchedulerConfiguration, SchedulingEligibility,
-    TaskState,
+    ServiceRegistration, TaskState,
 };
 
 /// A replicated command: the payload of one raft log entry.
@@ -94,6 +94,32 @@ pub enum Command {
     /// Appended: a node's drain ended because nothing is left to migrate or stop (Nomad's
     /// `NodeUpdateDrain` with `DrainStrategy` nil and `LastDrain.Status` complete).
     NodeDrainComplete(NodeDrainComplete),
+    /// Appended: a client registers the services of its running allocations (Nomad's
+    /// `ServiceRegistration.Upsert`). Registrations of allocations that are unknown or have
+    /// stopped on their client are skipped.
+    ServiceRegistrationUpsert(ServiceRegistrationUpsert),
+    /// Appended: service registrations removed by ID (a client whose task stopped, or an
+    /// operator's `service delete`).
+    ServiceRegistrationDelete(ServiceRegistrationDelete),
+}
+
+/// Payload of [`Command::ServiceRegistrationUpsert`].
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ServiceRegistrationUpsert {
+    /// The registrations, with IDs set.
+    pub services: Vec<ServiceRegistration>,
+}
+
+/// Payload of [`Command::ServiceRegistrationDelete`].
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ServiceRegistrationDelete {
+    /// The namespace of the registrations.
+    pub namespace: Namespace,
+    /// Their service names and IDs.
+    pub ids: Vec<(String, String)>,
+    /// Refuse the command when one of them does not exist (an operator's delete); a client's
+    /// clean-up ignores registrations the servers already removed.
+    pub must_exist: bool,
 }
 
 /// Payload of [`Command::DeploymentStatusUpdate`].
@@ -549,6 +575,14 @@ pub enum ApplyError {
     DeploymentRefused {
         /// Why.
         reason: String,
+    },
+    /// The service registration does not exist (Nomad's "service registration not found").
+    #[error("service registration not found")]
+    ServiceRegistrationNotFound {
+        /// Namespace.
+        namespace: String,
+        /// The registration's ID.
+        id: String,
     },
 }
 

@@ -267,7 +267,10 @@ fn blocks_teamster_does_not_act_on_are_kept_so_that_they_are_refused_by_name() {
             }
             task "t" {
               driver = "raw_exec"
-              service { name = "web" }
+              service {
+                name = "web"
+                check { type = "tcp" }
+              }
               resources { memory_max = 128 }
             }
           }
@@ -282,7 +285,7 @@ fn blocks_teamster_does_not_act_on_are_kept_so_that_they_are_refused_by_name() {
     assert_eq!(
         refused,
         [
-            "job → group \"g\" → task \"t\": Services",
+            "job → group \"g\" → task \"t\" → service \"web\": Checks",
             "job → group \"g\" → task \"t\" → Resources: MemoryMaxMB",
         ]
     );

@@ -1,5 +1,6 @@
 //! The service calls: every request a server's service layer (`server::endpoints`) accepts —
-//! `Job.*`, `Node.*`, `Eval.*`, `Alloc.*`, `Plan.Submit`, `Operator.*`, `Deployment.*` — typed, with typed
+//! `Job.*`, `Node.*`, `Eval.*`, `Alloc.*`, `Plan.Submit`, `Operator.*`, `Deployment.*`,
+//! `ServiceRegistration.*` — typed, with typed
 //! answers and a typed [`ServiceError`]. The HTTP API, the scheduler workers and client
 //! agents all speak them; a follower forwards the *request* to the leader unchanged and hands
 //! the leader's answer (or error) back unchanged.
@@ -26,6 +27,7 @@ pub mod eval;
 pub mod job;
 pub mod node;
 pub mod operator;
+pub mod service_reg;
 
 use std::future::Future;
 use std::time::Duration;
@@ -60,6 +62,7 @@ use operator::{
     ReconcileSummariesRequest, SchedulerSetConfigRequest, SchedulerSetConfigResponse,
     SnapshotRestoreRequest, SystemGcRequest, SystemGcResponse,
 };
+use service_reg::{ServiceRegistrationDeleteRequest, ServiceRegistrationUpsertRequest};
 
 /// Where a call is served.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -375,6 +378,16 @@ service_calls! {
     DeploymentSetAllocHealth(DeploymentAllocHealthRequest) -> DeploymentUpdateResponse {
         name: "Deployment.SetAllocHealth", route: Leader, timeout: |_| WRITE_TIMEOUT,
         helper: deployment_set_alloc_health,
+    }
+    /// Register services of running allocations; the raft index.
+    ServiceRegistrationUpsert(ServiceRegistrationUpsertRequest) -> u64 {
+        name: "ServiceRegistration.Upsert", route: Leader, timeout: |_| NODE_TIMEOUT,
+        helper: service_registration_upsert,
+    }
+    /// Remove service registrations by name and ID; the raft index.
+    ServiceRegistrationDelete(ServiceRegistrationDeleteRequest) -> u64 {
+        name: "ServiceRegistration.DeleteByID", route: Leader, timeout: |_| WRITE_TIMEOUT,
+        helper: service_registration_delete,
     }
 }
 

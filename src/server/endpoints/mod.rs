@@ -1,7 +1,7 @@
 //! The service layer: every write the cluster accepts, and the calls of the scheduler
 //! workers and client agents — `Job.*` ([`job`]), `Node.*` ([`node`]), `Eval.*` ([`eval`]),
 //! `Alloc.Stop` ([`alloc`]), `Plan.Submit` ([`plan`]), `Operator.*` ([`operator`]),
-//! `Deployment.*` ([`deployment`]). The HTTP
+//! `Deployment.*` ([`deployment`]), `ServiceRegistration.*` ([`service_reg`]). The HTTP
 //! API, the workers (in process) and the RPC port (client agents, other servers) all call
 //! [`Endpoints`] with a typed [`ServiceRequest`]; only this layer builds raft `Command`s for
 //! them.
@@ -33,6 +33,7 @@ pub mod job;
 pub mod node;
 pub mod operator;
 pub mod plan;
+pub mod service_reg;
 
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
@@ -253,6 +254,12 @@ impl Endpoints {
             Q::DeploymentSetAllocHealth(r) => {
                 A::DeploymentSetAllocHealth(deployment::set_alloc_health(self, r).await?)
             }
+            Q::ServiceRegistrationUpsert(r) => {
+                A::ServiceRegistrationUpsert(service_reg::upsert(self, r).await?)
+            }
+            Q::ServiceRegistrationDelete(r) => {
+                A::ServiceRegistrationDelete(service_reg::delete(self, r).await?)
+            }
         })
     }
 
@@ -328,6 +335,9 @@ pub fn apply_error(e: &ApplyError) -> ServiceError {
             ServiceError::not_found("deployment", deployment_id.as_str())
         }
         ApplyError::InvalidCommand { .. } => ServiceError::invalid("", e.to_string()),
+        ApplyError::ServiceRegistrationNotFound { id, .. } => {
+            ServiceError::not_found("service registration", id.as_str())
+        }
         other => ServiceError::rejected(other.to_string()),
     }
 }

@@ -17,6 +17,7 @@ use crate::model::ids::{JobId, Namespace};
 use crate::model::periodic::{
     DispatchPayload, DispatchPayloadConfig, ParameterizedJobConfig, PeriodicConfig,
 };
+use crate::model::service::{valid_service_name, Service, PROVIDER_NOMAD};
 use crate::model::value::{ConfigValue, MAX_CONFIG_DEPTH};
 use crate::model::ModelError;
 
@@ -458,6 +459,9 @@ pub struct Task {
     pub leader: bool,
     /// Where a dispatched child's payload is written (parameterized jobs only).
     pub dispatch_payload: Option<DispatchPayloadConfig>,
+    /// Services registered while the task runs.
+    #[serde(deserialize_with = "de::nullable")]
+    pub services: Vec<Service>,
 }
 
 /// A set of tasks placed together, `Count` times.
@@ -499,6 +503,59 @@ pub struct TaskGroup {
     /// most one, as Nomad).
     #[serde(deserialize_with = "de::nullable")]
     pub networks: Vec<NetworkResource>,
+    /// Services registered while an allocation of the group runs.
+    #[serde(deserialize_with = "de::nullable")]
+    pub services: Vec<Service>,
+}
+
+/// Nomad's checks of a service that teamster can act on: the `nomad` provider, a valid name,
+/// a port label the group's network defines (or a port number), an address mode of `auto`
+/// or `host`, and no name and port given twice in one group or task.
+fn validate_service(
+    at: &str,
+    service: &Service,
+    port_labels: &BTreeSet<&str>,
+    seen: &mut BTreeSet<(String, String)>,
+    errors: &mut Vec<String>,
+) {
+    let name = &service.name;
+    if service.provider != PROVIDER_NOMAD {
+        let given = match service.provider.as_str() {
+            "" => "no provider (Nomad's default is consul)".to_string(),
+            other => format!("provider {other:?}"),
+        };
+        errors.push(format!(
+            "{at}: service {name:?}: {given} is not supported; teamster registers services \
+             itself: set provider = \"nomad\""
+        ));
+    }
+    if !valid_service_name(name) {
+        errors.push(format!(
+            "{at}: service name {name:?} must be 1-63 letters, digits and dashes, not starting \
+             or ending with a dash"
+        ));
+    }
+    let label = service.port_label.as_str();
+    if !label.is_empty()
+        && !port_labels.contains(label)
+        && !label.contains("${")
+        && label.parse::<u16>().map_or(true, |p| p == 0)
+    {
+        errors.push(format!(
+            "{at}: service {name:?}: port label {label:?} is not defined by the group's network"
+        ));
+    }
+    if !matches!(service.address_mode.as_str(), "" | "auto" | "host") {
+        errors.push(format!(
+            "{at}: service {name:?}: address_mode {:?} is not supported (auto or host)",
+            service.address_mode
+        ));
+    }
+    if !seen.insert((name.clone(), label.to_string())) {
+        errors.push(format!(
+            "{at}: service {name:?} with port {label:?} is defined twice"
+        ));
+    }
 }
 
 /// Nomad's checks of a group's networks that teamster can act on: one network, in host mode,
@@ -650,6 +707,7 @@ impl Default for TaskGroup {
             update: None,
             migrate: None,
             networks: Vec::new(),
+            services: Vec::new(),
         }
     }
 }
@@ -1039,6 +1097,30 @@ impl Job {
                 }
             }
             validate_networks(&at, &group.networks, &mut errors);
+            let port_labels: BTreeSet<&str> = group
+                .networks
+                .iter()
+                .flat_map(|n| n.ports().map(|p| p.label.as_str()))
+                .collect();
+            let task_names: BTreeSet<&str> = group.tasks.iter().map(|t| t.name.as_str()).collect();
+            let mut service_ids = BTreeSet::new();
+            for service in &group.services {
+                validate_service(&at, service, &port_labels, &mut service_ids, &mut errors);
+                if !service.task_name.is_empty() && !task_names.contains(service.task_name.as_str())
+                {
+                    errors.push(format!(
+                        "{at}: service {:?} names task {:?}, which the group does not have",
+                        service.name, service.task_name
+                    ));
+                }
+            }
+            for task in &group.tasks {
+                let mut task_ids = BTreeSet::new();
+                for service in &task.services {
+                    let at = format!("{at}, task {:?}", task.name);
+                    validate_service(&at, service, &port_labels, &mut task_ids, &mut errors);
+                }
+            }
             if let Some(migrate) = &group.migrate {
                 match self.job_type {
                     JobType::Service => migrate.validate(&at, &mut errors),

@@ -35,6 +35,7 @@ pub mod job;
 pub mod node;
 pub mod periodic;
 pub mod plan;
+pub mod service;
 pub mod time;
 pub mod value;
 
@@ -69,6 +70,7 @@ pub use periodic::{
     PeriodicError, PeriodicLaunch, DISPATCH_PAYLOAD_LIMIT,
 };
 pub use plan::{DesiredUpdates, Plan, PlanAnnotations, PlanResult};
+pub use service::{valid_service_name, Service, ServiceRegistration, PROVIDER_NOMAD};
 pub use time::Timestamp;
 pub use value::ConfigValue;
 

@@ -457,6 +457,14 @@ fn execute(txn: &mut WriteTxn, command: Command) -> Result<CommandResponse, Appl
             }
             deployment_followups(txn, command.revert, command.eval)
         }
+        Command::ServiceRegistrationUpsert(command) => {
+            txn.upsert_service_registrations(command.services);
+            Ok(CommandResponse::Applied)
+        }
+        Command::ServiceRegistrationDelete(command) => {
+            txn.delete_service_registrations(&command.namespace, &command.ids, command.must_exist)?;
+            Ok(CommandResponse::Applied)
+        }
         Command::NodeDrainComplete(command) => {
             txn.complete_node_drain(&command.node_id, command.updated_at)?;
             Ok(CommandResponse::Applied)

@@ -25,7 +25,7 @@ use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use crate::codec::{self, DecodeFailure};
 use crate::model::{
     Allocation, ClusterMeta, Deployment, Evaluation, Job, JobId, JobSummary, Namespace, Node,
-    PeriodicLaunch, SchedulerConfiguration,
+    PeriodicLaunch, SchedulerConfiguration, ServiceRegistration,
 };
 use crate::state::tables::{JobKey, Table, Tables};
 use crate::state::StateError;
@@ -35,7 +35,7 @@ const MAGIC: &[u8; 8] = b"TMSTIMG\0";
 pub const IMAGE_FORMAT_VERSION: u32 = 5;
 const HEADER_LEN: usize = MAGIC.len() + 4;
 /// Fields of the body tuple.
-const BODY_FIELDS: usize = 12;
+const BODY_FIELDS: usize = 13;
 
 /// Encodes every table.
 pub(crate) fn encode(tables: &Tables) -> Result<Vec<u8>, StateError> {
@@ -106,6 +106,7 @@ impl Serialize for BodyRef<'_> {
         tuple.serialize_element(&t.cluster_meta.as_deref())?;
         tuple.serialize_element(&Values(&t.periodic_launches))?;
         tuple.serialize_element(&Values(&t.deployments))?;
+        tuple.serialize_element(&Values(&t.services))?;
         tuple.end()
     }
 }
@@ -246,6 +247,13 @@ impl<'de> Visitor<'de> for BodyVisitor {
             &mut seq,
             ArcMapSeed::new(|d: &mut Deployment| d.id.clone()),
             "the deployments",
+        )?;
+        t.services = seeded(
+            &mut seq,
+            ArcMapSeed::new(|r: &mut ServiceRegistration| {
+                (r.namespace.clone(), r.service_name.clone(), r.id.clone())
+            }),
+            "the service registrations",
         )?;
         Ok(DecodedBody(t))
     }

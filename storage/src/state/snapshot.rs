@@ -10,7 +10,7 @@ use std::sync::Arc;
 
 use crate::model::{
     Allocation, ClusterMeta, Deployment, Evaluation, Job, JobId, JobSummary, Namespace, Node,
-    PeriodicLaunch, SchedulerConfiguration,
+    PeriodicLaunch, SchedulerConfiguration, ServiceRegistration,
 };
 use crate::state::tables::{Table, Tables};
 
@@ -348,6 +348,34 @@ impl Snapshot {
             .range::<_, str>((Bound::Included(prefix), Bound::Unbounded))
             .take_while(move |(id, _)| id.starts_with(prefix))
             .map(|(_, d)| d)
+    }
+
+    /// Every service registration, by namespace, service name and ID.
+    pub fn service_registrations(&self) -> impl Iterator<Item = &Arc<ServiceRegistration>> + '_ {
+        self.tables.services.values()
+    }
+
+    /// The registrations of the service `name` in `namespace`, by ID.
+    pub fn services_by_name<'a>(
+        &'a self,
+        namespace: &'a str,
+        name: &'a str,
+    ) -> impl Iterator<Item = &'a Arc<ServiceRegistration>> + 'a {
+        let start = (Namespace::new(namespace), name.to_string(), String::new());
+        self.tables
+            .services
+            .range(start..)
+            .take_while(move |((ns, n, _), _)| ns.as_str() == namespace && n == name)
+            .map(|(_, r)| r)
+    }
+
+    /// The registrations of an allocation.
+    pub fn services_by_alloc(&self, alloc_id: &str) -> Vec<Arc<ServiceRegistration>> {
+        self.tables
+            .services_by_alloc
+            .get(alloc_id)
+            .filter_map(|k| self.tables.services.get(k).cloned())
+            .collect()
     }
 
     /// A job's deployments, newest (highest create index) first.

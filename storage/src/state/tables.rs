@@ -15,12 +15,15 @@ use imbl::{OrdMap, OrdSet};
 use crate::model::{
     AllocId, Allocation, ClusterMeta, Deployment, DeploymentId, EvalId, Evaluation, Job, JobId,
     JobSummary, Namespace, Node, NodeId, PeriodicLaunch, SchedulerConfiguration,
+    ServiceRegistration,
 };
 
 /// Primary key of a job and of its summary.
 pub(crate) type JobKey = (Namespace, JobId);
 /// Primary key of a job version.
 pub(crate) type JobVersionKey = (Namespace, JobId, u64);
+/// Primary key of a service registration: namespace, service name, registration ID.
+pub(crate) type ServiceKey = (Namespace, String, String);
 
 /// The tables a blocking query can wait on, each with the raft index of its last change.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -45,11 +48,13 @@ pub enum Table {
     PeriodicLaunches,
     /// Deployments.
     Deployments,
+    /// Service registrations (native service discovery).
+    Services,
 }
 
 impl Table {
     /// How many tables there are.
-    pub const COUNT: usize = 10;
+    pub const COUNT: usize = 11;
 
     /// Every table, in index order.
     pub const ALL: [Table; Table::COUNT] = [
@@ -63,6 +68,7 @@ impl Table {
         Table::ClusterMeta,
         Table::PeriodicLaunches,
         Table::Deployments,
+        Table::Services,
     ];
 
     /// Position in per-table index arrays.
@@ -83,6 +89,7 @@ impl Table {
             Table::ClusterMeta => "cluster_meta",
             Table::PeriodicLaunches => "periodic_launch",
             Table::Deployments => "deployment",
+            Table::Services => "service_registrations",
         }
     }
 }
@@ -115,6 +122,12 @@ pub(crate) struct Tables {
     pub deployments_by_job: SecondaryIndex<JobKey, DeploymentId>,
     /// Allocations by the deployment that placed them.
     pub allocs_by_deployment: SecondaryIndex<DeploymentId, AllocId>,
+    /// Service registrations by namespace, name and ID.
+    pub services: OrdMap<ServiceKey, Arc<ServiceRegistration>>,
+    /// Registrations by the allocation they are for.
+    pub services_by_alloc: SecondaryIndex<AllocId, ServiceKey>,
+    /// Registrations by the node their allocation runs on.
+    pub services_by_node: SecondaryIndex<NodeId, ServiceKey>,
 }
 
 impl Tables {
@@ -222,6 +235,15 @@ impl Tables {
         let allocs = self.allocs.clone();
         for alloc in allocs.values() {
             self.index_alloc(alloc);
+        }
+        self.services_by_alloc = SecondaryIndex::default();
+        self.services_by_node = SecondaryIndex::default();
+        let services = self.services.clone();
+        for (key, reg) in services.iter() {
+            self.services_by_alloc
+                .insert(reg.alloc_id.clone(), key.clone());
+            self.services_by_node
+                .insert(reg.node_id.clone(), key.clone());
         }
     }
 }

@@ -30,6 +30,7 @@ use crate::state::events::{NodeCondition, StateChange};
 use crate::state::tables::{token_key, JobKey, Table, Tables};
 
 mod deployments;
+mod services;
 
 /// How many versions of a job are kept by default (Nomad's `JobTrackedVersions`). The
 /// leader's `job_max_versions` travels in each job command, so every server prunes alike.
@@ -416,6 +417,7 @@ impl WriteTxn {
             for alloc_id in allocs {
                 if let Some(alloc) = self.t.allocs.remove(&alloc_id) {
                     self.t.unindex_alloc(&alloc);
+                    self.remove_services_of_alloc(&alloc.id);
                     self.alloc_nodes.insert(alloc.node_id.clone());
                 }
             }
@@ -737,6 +739,7 @@ impl WriteTxn {
         for id in allocs {
             if let Some(alloc) = self.t.allocs.remove(id.as_str()) {
                 self.t.unindex_alloc(&alloc);
+                self.remove_services_of_alloc(&alloc.id);
                 self.alloc_nodes.insert(alloc.node_id.clone());
                 self.touch(Table::Allocs);
             }
@@ -787,6 +790,9 @@ impl WriteTxn {
         node.status_updated_at = updated_at;
         node.modify_index = self.index;
         self.put_node(node, Some(&existing));
+        if status == NodeStatus::Down {
+            self.remove_services_of_node(id);
+        }
         Ok(())
     }
 
@@ -881,6 +887,7 @@ impl WriteTxn {
         for id in ids {
             self.existing_node(id)?;
             self.t.nodes.remove(id.as_str());
+            self.remove_services_of_node(id);
             self.changes.push(StateChange::NodeDeregistered {
                 node_id: id.clone(),
             });
@@ -1083,6 +1090,9 @@ impl WriteTxn {
             }
         } else {
             self.t.index_alloc(&alloc);
+        }
+        if alloc.client_terminal_status() {
+            self.remove_services_of_alloc(&alloc.id);
         }
         self.alloc_ids.push(alloc.id.clone());
         self.t.allocs.insert(alloc.id.clone(), Arc::new(alloc));

@@ -1,0 +1,431 @@
+//! Native service discovery on the client: the registrations this node's allocations should
+//! have ([`desired`]: a group's services while the allocation runs, a task's while the task
+//! runs), kept in step with what was sent ([`Registrar`]), and the loop that sends the
+//! difference (`ServiceRegistration.Upsert` / `DeleteByID`) whenever an allocation changes.
+//!
+//! ```text
+//!  alloc changes ─▶ desired(every local allocation) ─▶ Registrar::plan ─▶ upsert, delete
+//!                                                    ◀─ Registrar::sent (on success)
+//! ```
+//!
+//! The servers remove the registrations of an allocation that stops on its client, whose
+//! node goes down or that is collected, so a client that dies leaves nothing behind for long;
+//! a restarted client sends what it should have again (the servers ignore an unchanged
+//! registration).
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::sync::Arc;
+
+use teamster_storage::model::{
+    Allocation, ClientStatus, Service, ServiceRegistration, Task, TaskStateValue,
+};
+use tokio_util::sync::CancellationToken;
+use tracing::{debug, warn};
+
+use crate::client::alloc_runner::LocalAlloc;
+use crate::client::servers::Servers;
+use crate::client::taskenv::{TaskDirs, TaskEnv};
+use crate::client::Shared;
+use crate::rpc::service::service_reg::{
+    ServiceRegistrationDeleteRequest, ServiceRegistrationUpsertRequest,
+};
+use crate::rpc::Services;
+
+/// What a node knows of itself when it registers services.
+#[derive(Debug, Clone)]
+pub struct NodeFacts<'a> {
+    /// The node's ID.
+    pub node_id: &'a str,
+    /// Its datacenter.
+    pub datacenter: &'a str,
+    /// Its address (for services without a port of the group's network).
+    pub ip: &'a str,
+    /// What `${node.*}`, `${attr.*}` and `${meta.*}` read.
+    pub node_values: &'a BTreeMap<String, String>,
+    /// Where allocation directories live (for the task environment).
+    pub alloc_root: &'a Path,
+}
+
+/// The registrations `local`'s allocation should have now.
+pub fn desired(local: &LocalAlloc, node: &NodeFacts) -> Vec<ServiceRegistration> {
+    let alloc = &local.alloc;
+    if alloc.server_terminal_status() || local.client_status != ClientStatus::Running {
+        return Vec::new();
+    }
+    let Some(group) = local
+        .job
+        .task_groups
+        .iter()
+        .find(|g| g.name == alloc.task_group)
+    else {
+        return Vec::new();
+    };
+    let mut out = Vec::new();
+    // A group service runs with its task (`task_name`), else with the allocation.
+    for service in &group.services {
+        let task = if service.task_name.is_empty() {
+            group.tasks.first()
+        } else {
+            group.tasks.iter().find(|t| t.name == service.task_name)
+        };
+        let running = service.task_name.is_empty() || task.is_some_and(|t| task_running(local, t));
+        if let (Some(task), true) = (task, running) {
+            out.push(registration(local, node, task, None, service));
+        }
+    }
+    for task in &group.tasks {
+        if !task_running(local, task) {
+            continue;
+        }
+        for service in &task.services {
+            out.push(registration(local, node, task, Some(&task.name), service));
+        }
+    }
+    out
+}
+
+fn task_running(local: &LocalAlloc, task: &Task) -> bool {
+    local
+        .task_states
+        .get(&task.name)
+        .is_some_and(|s| s.state == TaskStateValue::Running)
+}
+
+/// One registration: the name and tags interpolated in the task's environment, the address
+/// and port of the service's port label.
+fn registration(
+    local: &LocalAlloc,
+    node: &NodeFacts,
+    task: &Task,
+    owner: Option<&str>,
+    service: &Service,
+) -> ServiceRegistration {
+    let alloc = &local.alloc;
+    let alloc_id = alloc.id.to_string();
+    let alloc_dir = node.alloc_root.join(&alloc_id);
+    let task_dir = alloc_dir.join(&task.name);
+    let env = TaskEnv::new(
+        node.node_values.clone(),
+        alloc,
+        &local.job,
+        task,
+        TaskDirs {
+            alloc: &alloc_dir.join("alloc"),
+            task: &task_dir,
+            secrets: &task_dir.join("secrets"),
+        },
+    );
+    let mut service = service.clone();
+    service.name = env.interpolate(&service.name);
+    let (address, port) = address_of(alloc, &service, node.ip);
+    ServiceRegistration {
+        id: ServiceRegistration::make_id(&alloc_id, owner, &alloc.task_group, &service),
+        service_name: service.name.clone(),
+        namespace: alloc.namespace.clone(),
+        node_id: node.node_id.into(),
+        datacenter: node.datacenter.to_string(),
+        job_id: alloc.job_id.clone(),
+        alloc_id: alloc.id.clone(),
+        tags: service.tags.iter().map(|t| env.interpolate(t)).collect(),
+        address,
+        port,
+        create_index: 0,
+        modify_index: 0,
+    }
+}
+
+/// The address and port a service is reached on: its port label's host address and port,
+/// a literal port number on the node's address, or port 0; an `address` given in the job
+/// wins over the node's.
+fn address_of(alloc: &Allocation, service: &Service, node_ip: &str) -> (String, u32) {
+    let mapped = alloc
+        .allocated_resources
+        .shared
+        .ports
+        .iter()
+        .find(|p| p.label == service.port_label);
+    let (ip, port) = match mapped {
+        Some(p) => (p.host_ip.clone(), p.value),
+        None => (
+            node_ip.to_string(),
+            service.port_label.parse::<u32>().unwrap_or(0),
+        ),
+    };
+    let ip = if service.address.is_empty() {
+        ip
+    } else {
+        service.address.clone()
+    };
+    (ip, port)
+}
+
+/// What this client sent, and what to send next.
+#[derive(Debug, Default)]
+pub struct Registrar {
+    /// Registrations the servers acknowledged, by ID.
+    sent: BTreeMap<String, ServiceRegistration>,
+}
+
+/// One round's calls.
+#[derive(Debug, Default, PartialEq)]
+pub struct Round {
+    /// New or changed registrations.
+    pub upsert: Vec<ServiceRegistration>,
+    /// `(namespace, service name, ID)` of registrations no longer wanted.
+    pub delete: Vec<(String, String, String)>,
+}
+
+impl Registrar {
+    /// The calls that bring the servers from what was sent to `desired`.
+    pub fn plan(&self, desired: &[ServiceRegistration]) -> Round {
+        let wanted: BTreeMap<&str, &ServiceRegistration> =
+            desired.iter().map(|r| (r.id.as_str(), r)).collect();
+        let upsert = desired
+            .iter()
+            .filter(|r| self.sent.get(&r.id).is_none_or(|s| !s.same_as(r)))
+            .cloned()
+            .collect();
+        let delete = self
+            .sent
+            .values()
+            .filter(|s| !wanted.contains_key(s.id.as_str()))
+            .map(|s| {
+                (
+                    s.namespace.to_string(),
+                    s.service_name.clone(),
+                    s.id.clone(),
+                )
+            })
+            .collect();
+        Round { upsert, delete }
+    }
+
+    /// The servers took `upserted`.
+    pub fn upserted(&mut self, upserted: &[ServiceRegistration]) {
+        for r in upserted {
+            self.sent.insert(r.id.clone(), r.clone());
+        }
+    }
+
+    /// The servers removed `deleted`.
+    pub fn deleted(&mut self, deleted: &[(String, String, String)]) {
+        for (_, _, id) in deleted {
+            self.sent.remove(id);
+        }
+    }
+}
+
+/// Whenever an allocation changes, send the registrations that changed; retried after a
+/// failure.
+pub(crate) async fn service_loop(
+    shared: Arc<Shared>,
+    servers: Arc<Servers>,
+    shutdown: CancellationToken,
+) {
+    let mut changes = shared.alloc_changes.subscribe();
+    let mut registrar = Registrar::default();
+    let ip = shared
+        .node_values
+        .get("attr.unique.network.ip-address")
+        .cloned()
+        .unwrap_or_default();
+    loop {
+        let desired: Vec<ServiceRegistration> = {
+            let st = shared.state();
+            let node = NodeFacts {
+                node_id: &st.node_id,
+                datacenter: &shared.config.datacenter,
+                ip: &ip,
+                node_values: &shared.node_values,
+                alloc_root: &shared.alloc_root,
+            };
+            st.allocs.values().flat_map(|l| desired(l, &node)).collect()
+        };
+        let round = registrar.plan(&desired);
+        let mut failed = false;
+        if !round.upsert.is_empty() {
+            let sent = servers
+                .service_registration_upsert(ServiceRegistrationUpsertRequest {
+                    services: round.upsert.clone(),
+                })
+                .await;
+            match sent {
+                Ok(_) => {
+                    debug!(services = round.upsert.len(), "services registered");
+                    metrics::counter!("teamster_client_service_registrations_total")
+                        .increment(round.upsert.len() as u64);
+                    registrar.upserted(&round.upsert);
+                }
+                Err(e) => {
+                    warn!(error = %e, "registering services failed; retrying");
+                    failed = true;
+                }
+            }
+        }
+        let mut by_ns: BTreeMap<&str, Vec<(String, String, String)>> = BTreeMap::new();
+        for d in &round.delete {
+            by_ns.entry(d.0.as_str()).or_default().push(d.clone());
+        }
+        for (ns, ids) in by_ns {
+            let sent = servers
+                .service_registration_delete(ServiceRegistrationDeleteRequest {
+                    namespace: ns.to_string(),
+                    ids: ids.iter().map(|(_, n, i)| (n.clone(), i.clone())).collect(),
+                    must_exist: false,
+                })
+                .await;
+            match sent {
+                Ok(_) => registrar.deleted(&ids),
+                Err(e) => {
+                    warn!(error = %e, "removing services failed; retrying");
+                    failed = true;
+                }
+            }
+        }
+        tokio::select! {
+            _ = shutdown.cancelled() => return,
+            _ = tokio::time::sleep(super::RETRY), if failed => {}
+            r = changes.changed(), if !failed => {
+                if r.is_err() {
+                    return;
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use teamster_storage::model::{AllocatedPortMapping, Job, TaskGroup, PROVIDER_NOMAD};
+
+    use super::*;
+
+    fn service(name: &str, port: &str) -> Service {
+        Service {
+            name: name.into(),
+            port_label: port.into(),
+            provider: PROVIDER_NOMAD.into(),
+            tags: vec!["v${NOMAD_ALLOC_INDEX}".into()],
+            ..Service::default()
+        }
+    }
+
+    fn local(task_running: [bool; 2]) -> LocalAlloc {
+        let task = |name: &str, services| Task {
+            name: name.into(),
+            driver: "mock".into(),
+            services,
+            ..Task::default()
+        };
+        let group = TaskGroup {
+            name: "g".into(),
+            tasks: vec![
+                task("web", vec![service("api", "http")]),
+                task("side", vec![service("side-${NOMAD_JOB_ID}", "9100")]),
+            ],
+            services: vec![service("shop", "http")],
+            ..TaskGroup::default()
+        };
+        let mut job = Job {
+            task_groups: vec![group],
+            ..Job::default()
+        };
+        job.id = "shop".into();
+        job.namespace = "default".into();
+        let mut alloc = Allocation {
+            id: "a1".into(),
+            name: "shop.g[2]".into(),
+            job_id: "shop".into(),
+            namespace: "default".into(),
+            task_group: "g".into(),
+            ..Allocation::default()
+        };
+        alloc.allocated_resources.shared.ports = vec![AllocatedPortMapping {
+            label: "http".into(),
+            value: 23000,
+            to: 0,
+            host_ip: "10.0.0.5".into(),
+        }];
+        let mut l = LocalAlloc::received(alloc, job, 0);
+        for (name, running) in ["web", "side"].into_iter().zip(task_running) {
+            let state = l.task_states.entry(name.into()).or_default();
+            state.state = if running {
+                TaskStateValue::Running
+            } else {
+                TaskStateValue::Dead
+            };
+        }
+        l.recompute();
+        l
+    }
+
+    fn facts<'a>(values: &'a BTreeMap<String, String>) -> NodeFacts<'a> {
+        NodeFacts {
+            node_id: "n1",
+            datacenter: "dc1",
+            ip: "10.0.0.5",
+            node_values: values,
+            alloc_root: Path::new("/data/alloc"),
+        }
+    }
+
+    #[test]
+    fn running_allocations_register_group_and_task_services_on_their_ports() {
+        let values = BTreeMap::new();
+        let regs = desired(&local([true, true]), &facts(&values));
+        let by_name: BTreeMap<&str, &ServiceRegistration> =
+            regs.iter().map(|r| (r.service_name.as_str(), r)).collect();
+        assert_eq!(by_name.len(), 3, "{regs:?}");
+        let shop = by_name["shop"];
+        assert_eq!(shop.id, "_nomad-task-a1-group-g-shop-http");
+        assert_eq!((shop.address.as_str(), shop.port), ("10.0.0.5", 23000));
+        assert_eq!(shop.tags, ["v2"]);
+        assert_eq!(
+            (shop.node_id.as_str(), shop.datacenter.as_str()),
+            ("n1", "dc1")
+        );
+        assert_eq!(by_name["api"].id, "_nomad-task-a1-web-api-http");
+        // A port number instead of a label, and a name interpolated.
+        let side = by_name["side-shop"];
+        assert_eq!((side.address.as_str(), side.port), ("10.0.0.5", 9100));
+    }
+
+    #[test]
+    fn a_stopped_task_takes_its_services_and_a_stopped_allocation_all_of_them() {
+        let values = BTreeMap::new();
+        let regs = desired(&local([true, false]), &facts(&values));
+        let names: Vec<&str> = regs.iter().map(|r| r.service_name.as_str()).collect();
+        assert_eq!(names, ["shop", "api"]);
+        let mut stopping = local([true, true]);
+        stopping.alloc.desired_status = teamster_storage::model::DesiredStatus::Stop;
+        assert!(desired(&stopping, &facts(&values)).is_empty());
+        assert!(desired(&local([false, false]), &facts(&values)).is_empty());
+    }
+
+    #[test]
+    fn the_registrar_sends_only_changes_and_deletes_what_went() {
+        let values = BTreeMap::new();
+        let all = desired(&local([true, true]), &facts(&values));
+        let mut r = Registrar::default();
+        let round = r.plan(&all);
+        assert_eq!(round.upsert.len(), 3);
+        assert!(round.delete.is_empty());
+        r.upserted(&round.upsert);
+        assert_eq!(r.plan(&all), Round::default());
+        // The side task stopped: its service is deleted, nothing re-sent.
+        let fewer = desired(&local([true, false]), &facts(&values));
+        let round = r.plan(&fewer);
+        assert!(round.upsert.is_empty());
+        assert_eq!(
+            round.delete,
+            [(
+                "default".to_string(),
+                "side-shop".to_string(),
+                "_nomad-task-a1-side-side-shop-9100".to_string()
+            )]
+        );
+        r.deleted(&round.delete);
+        assert_eq!(r.plan(&fewer), Round::default());
+    }
+}

@@ -1,0 +1,160 @@
+//! Native service discovery (Nomad's `provider = "nomad"`): the `service` blocks of a job's
+//! groups and tasks, and the [`ServiceRegistration`]s that clients write while an
+//! allocation runs and that the servers remove when it stops, when its node goes down or
+//! when it is garbage-collected.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+use crate::model::de;
+use crate::model::ids::{AllocId, JobId, Namespace, NodeId};
+
+/// The only provider teamster registers services with (Nomad's default is Consul, which
+/// teamster does not talk to).
+pub const PROVIDER_NOMAD: &str = "nomad";
+
+/// A `service` block (Nomad's `Service`): a name for the allocation's address and port.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "PascalCase", default)]
+pub struct Service {
+    /// The service's name (RFC 1123: letters, digits and dashes; `${…}` interpolated by the
+    /// client).
+    #[serde(deserialize_with = "de::nullable")]
+    pub name: String,
+    /// Tags, listed with the service.
+    #[serde(deserialize_with = "de::nullable")]
+    pub tags: Vec<String>,
+    /// The group network's port label whose host port is registered (or a port number);
+    /// empty registers port 0.
+    #[serde(deserialize_with = "de::nullable")]
+    pub port_label: String,
+    /// How the address is chosen: `auto` or `host` (the node's address of the port).
+    #[serde(deserialize_with = "de::nullable")]
+    pub address_mode: String,
+    /// A fixed address instead of the node's.
+    #[serde(deserialize_with = "de::nullable")]
+    pub address: String,
+    /// `nomad`.
+    #[serde(deserialize_with = "de::nullable")]
+    pub provider: String,
+    /// Free-form metadata.
+    #[serde(deserialize_with = "de::nullable")]
+    pub meta: BTreeMap<String, String>,
+    /// For a group service, the task it belongs to (empty: the allocation's).
+    #[serde(deserialize_with = "de::nullable")]
+    pub task_name: String,
+}
+
+/// One registered instance of a service (Nomad's `ServiceRegistration`).
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "PascalCase", default)]
+pub struct ServiceRegistration {
+    /// `_nomad-task-<alloc>-<task | group-<group>>-<service>-<port label>`.
+    #[serde(rename = "ID", deserialize_with = "de::nullable")]
+    pub id: String,
+    /// The service's name.
+    #[serde(deserialize_with = "de::nullable")]
+    pub service_name: String,
+    /// The job's namespace.
+    #[serde(deserialize_with = "de::nullable")]
+    pub namespace: Namespace,
+    /// Where the allocation runs.
+    #[serde(rename = "NodeID", deserialize_with = "de::nullable")]
+    pub node_id: NodeId,
+    /// The node's datacenter.
+    #[serde(deserialize_with = "de::nullable")]
+    pub datacenter: String,
+    /// The job.
+    #[serde(rename = "JobID", deserialize_with = "de::nullable")]
+    pub job_id: JobId,
+    /// The allocation.
+    #[serde(rename = "AllocID", deserialize_with = "de::nullable")]
+    pub alloc_id: AllocId,
+    /// The service's tags.
+    #[serde(deserialize_with = "de::nullable")]
+    pub tags: Vec<String>,
+    /// The address to reach it on.
+    #[serde(deserialize_with = "de::nullable")]
+    pub address: String,
+    /// The port to reach it on.
+    #[serde(deserialize_with = "de::nullable")]
+    pub port: u32,
+    /// Raft index of creation (server-set).
+    #[serde(deserialize_with = "de::nullable")]
+    pub create_index: u64,
+    /// Raft index of the last change (server-set).
+    #[serde(deserialize_with = "de::nullable")]
+    pub modify_index: u64,
+}
+
+impl ServiceRegistration {
+    /// Nomad's registration ID for `service` of `alloc_id`, registered by `task` (a task
+    /// service) or by the group `group` (a group service).
+    pub fn make_id(alloc_id: &str, task: Option<&str>, group: &str, service: &Service) -> String {
+        let owner = match task {
+            Some(t) => t.to_string(),
+            None => format!("group-{group}"),
+        };
+        format!(
+            "_nomad-task-{alloc_id}-{owner}-{}-{}",
+            service.name, service.port_label
+        )
+    }
+
+    /// Whether the registration is the same but for its indexes.
+    pub fn same_as(&self, other: &ServiceRegistration) -> bool {
+        let strip = |r: &ServiceRegistration| ServiceRegistration {
+            create_index: 0,
+            modify_index: 0,
+            ..r.clone()
+        };
+        strip(self) == strip(other)
+    }
+}
+
+/// Nomad's rule for a service name: 1 to 63 letters, digits and dashes, not starting or
+/// ending with a dash (RFC 1123). Names still holding a `${…}` interpolation are checked
+/// once the client has filled them in.
+pub fn valid_service_name(name: &str) -> bool {
+    if name.contains("${") {
+        return true;
+    }
+    !name.is_empty()
+        && name.len() <= 63
+        && name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-')
+        && !name.starts_with('-')
+        && !name.ends_with('-')
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ids_follow_nomads_shape() {
+        let s = Service {
+            name: "web".into(),
+            port_label: "http".into(),
+            ..Service::default()
+        };
+        assert_eq!(
+            ServiceRegistration::make_id("a1", Some("server"), "g", &s),
+            "_nomad-task-a1-server-web-http"
+        );
+        assert_eq!(
+            ServiceRegistration::make_id("a1", None, "g", &s),
+            "_nomad-task-a1-group-g-web-http"
+        );
+    }
+
+    #[test]
+    fn service_names_are_rfc_1123_labels() {
+        for ok in ["web", "web-1", "A9", "${NOMAD_JOB_NAME}-api"] {
+            assert!(valid_service_name(ok), "{ok}");
+        }
+        for bad in ["", "-web", "web-", "web_1", "web.api", &"a".repeat(64)] {
+            assert!(!valid_service_name(bad), "{bad}");
+        }
+    }
+}
