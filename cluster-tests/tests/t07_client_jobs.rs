@@ -1107,3 +1107,225 @@ async fn dev_agent_registers_a_services_instances_and_removes_them_when_the_job_
     assert_eq!(listed, json!([]));
     Ok(())
 }
+
+/// Service checks end to end: an HTTP check on the task's own server turns `success` in the
+/// registration and in `/v1/client/allocation/:id/checks`; a TCP check on a port nothing
+/// listens on fails with the reason, and its `check_restart` restarts the task (the restart
+/// policy counting it) while the client keeps serving the other check; stopping the job
+/// removes the registrations.
+#[tokio::test]
+async fn dev_agent_runs_http_and_tcp_checks_and_restarts_a_task_whose_check_fails(
+) -> anyhow::Result<()> {
+    teamster_cluster_tests::init_test_tracing();
+    let ip = dev_ip_at(4);
+    let log = tempfile::NamedTempFile::new()?;
+    let (_agent, api) = dev_agent(&ip, &log).await?;
+    let server = "cd \"$NOMAD_TASK_DIR\" && echo ok > health && \
+                  exec /usr/bin/python3 -m http.server \"$NOMAD_PORT_http\" --bind \"$NOMAD_IP_http\"";
+    let second = 1_000_000_000u64;
+    let mut job = raw_exec_job(
+        "checked",
+        "service",
+        server,
+        json!({
+            "Networks": [{"DynamicPorts": [{"Label": "http"}, {"Label": "dead"}]}],
+            "RestartPolicy": {"Attempts": 10, "Interval": 600 * second, "Delay": second,
+                              "Mode": "fail"},
+            "Services": [
+                {"Name": "checked-web", "PortLabel": "http", "Provider": "nomad",
+                 "Checks": [{"Name": "alive", "Type": "http", "Path": "/health",
+                             "Interval": second, "Timeout": second}]},
+                {"Name": "checked-dead", "PortLabel": "dead", "Provider": "nomad",
+                 "Checks": [{"Name": "nobody", "Type": "tcp", "Interval": second,
+                             "Timeout": second,
+                             "CheckRestart": {"Limit": 2, "Grace": second}}]}
+            ]
+        }),
+    );
+    job["TaskGroups"][0]["Update"] = json!({"MaxParallel": 1, "HealthCheck": "task_states"});
+    register(&api, job).await?;
+    let reg = wait_for(Duration::from_secs(60), "the http check passing", || {
+        let api = api.clone();
+        async move {
+            let regs: Vec<Value> = api.get("/v1/service/checked-web").await.ok()?;
+            let reg = regs.into_iter().next()?;
+            (reg["Checks"] == json!([{"Name": "alive", "Status": "success"}])).then_some(reg)
+        }
+    })
+    .await
+    .map_err(|e| {
+        anyhow::anyhow!(
+            "{e}\n{}",
+            std::fs::read_to_string(log.path()).unwrap_or_default()
+        )
+    })?;
+    let alloc_id = reg["AllocID"].as_str().unwrap_or_default().to_string();
+    // The dead port's check fails, with why, in the client's results and the registration.
+    let results = wait_for(Duration::from_secs(30), "both check results", || {
+        let api = api.clone();
+        let path = format!("/v1/client/allocation/{alloc_id}/checks");
+        async move {
+            let results: serde_json::Map<String, Value> = api.get(&path).await.ok()?;
+            let failing = results
+                .values()
+                .any(|r| r["Check"] == "nobody" && r["Status"] == "failure");
+            (results.len() == 2 && failing).then_some(results)
+        }
+    })
+    .await?;
+    for r in results.values() {
+        match r["Check"].as_str() {
+            Some("alive") => {
+                assert_eq!(r["StatusCode"], 200, "{r}");
+                assert_eq!(r["Output"], "nomad: http ok", "{r}");
+                assert_eq!(
+                    (&r["Service"], &r["Group"], &r["Task"]),
+                    (&json!("checked-web"), &json!("g"), &json!("t"))
+                );
+            }
+            Some("nobody") => {
+                assert!(
+                    r["Output"].as_str().unwrap_or("").contains("dial tcp"),
+                    "{r}"
+                );
+            }
+            other => panic!("unexpected check {other:?}: {r}"),
+        }
+    }
+    // check_restart: the task is restarted for its failing check, with Nomad's reason.
+    let events = wait_for(
+        Duration::from_secs(60),
+        "a restart for the failing check",
+        || {
+            let api = api.clone();
+            let alloc_id = alloc_id.clone();
+            async move {
+                let a: Value = api.get(&format!("/v1/allocation/{alloc_id}")).await.ok()?;
+                let events = a["TaskStates"]["t"]["Events"].as_array()?.clone();
+                events
+                    .iter()
+                    .any(|e| {
+                        e["Type"] == "Restart Signaled"
+                            && e["RestartReason"].as_str().is_some_and(|r| {
+                                r.contains("healthcheck: check \"nobody\" unhealthy")
+                            })
+                    })
+                    .then_some(events)
+            }
+        },
+    )
+    .await?;
+    assert!(
+        events.iter().any(|e| e["Type"] == "Restarting"),
+        "the restart policy restarted it: {events:?}"
+    );
+
+    let out = Command::new(teamster_bin())
+        .args([
+            "job",
+            "stop",
+            "-detach",
+            "-address",
+            &format!("http://{ip}:4646"),
+            "checked",
+        ])
+        .output()?;
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    wait_for(Duration::from_secs(60), "the registrations gone", || {
+        let api = api.clone();
+        async move {
+            let listed: Value = api.get("/v1/services").await.ok()?;
+            (listed == json!([])).then_some(())
+        }
+    })
+    .await?;
+    Ok(())
+}
+
+/// `health_check = "checks"` gates a deployment on the service checks: an allocation whose
+/// HTTP check passes is healthy and the deployment succeeds; one whose check never passes
+/// is unhealthy at its healthy deadline, its task blamed with Nomad's "Services not healthy
+/// by deadline".
+#[tokio::test]
+async fn dev_agent_deployments_wait_for_service_checks() -> anyhow::Result<()> {
+    teamster_cluster_tests::init_test_tracing();
+    let ip = dev_ip_at(3);
+    let log = tempfile::NamedTempFile::new()?;
+    let (_agent, api) = dev_agent(&ip, &log).await?;
+    let second = 1_000_000_000u64;
+    let server = "cd \"$NOMAD_TASK_DIR\" && echo ok > health && \
+                  exec /usr/bin/python3 -m http.server \"$NOMAD_PORT_http\" --bind \"$NOMAD_IP_http\"";
+    let job = |id: &str, path: &str| {
+        let mut job = raw_exec_job(
+            id,
+            "service",
+            server,
+            json!({
+                "Networks": [{"DynamicPorts": [{"Label": "http"}]}],
+                "Services": [{"Name": id, "PortLabel": "http", "Provider": "nomad",
+                              "Checks": [{"Type": "http", "Path": path,
+                                          "Interval": second, "Timeout": second}]}]
+            }),
+        );
+        job["TaskGroups"][0]["Update"] = json!({
+            "MaxParallel": 1, "HealthCheck": "checks", "MinHealthyTime": second,
+            "HealthyDeadline": 4 * second, "ProgressDeadline": 0
+        });
+        job
+    };
+    register(&api, job("good", "/health")).await?;
+    register(&api, job("bad", "/missing")).await?;
+    let health = |job: &'static str| {
+        let api = api.clone();
+        async move {
+            wait_for(Duration::from_secs(60), &format!("{job} judged"), || {
+                let api = api.clone();
+                async move {
+                    let stub = job_allocs(&api, job).await.into_iter().next()?;
+                    let id = stub["ID"].as_str()?.to_string();
+                    let a: Value = api.get(&format!("/v1/allocation/{id}")).await.ok()?;
+                    a["DeploymentStatus"]["Healthy"].as_bool().map(|h| (h, a))
+                }
+            })
+            .await
+        }
+    };
+    let (good, _) = health("good").await?;
+    assert!(good, "the passing check makes it healthy");
+    let (bad, alloc) = health("bad").await?;
+    assert!(!bad, "a 404 check never passes");
+    let events = alloc["TaskStates"]["t"]["Events"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
+    assert!(
+        events.iter().any(|e| e["Type"] == "Alloc Unhealthy"
+            && e["DisplayMessage"]
+                .as_str()
+                .unwrap_or("")
+                .contains("Services not healthy by deadline")
+            || e["Message"]
+                .as_str()
+                .unwrap_or("")
+                .contains("Services not healthy by deadline")),
+        "{events:?}"
+    );
+    let deployment = wait_for(
+        Duration::from_secs(30),
+        "good's deployment successful",
+        || {
+            let api = api.clone();
+            async move {
+                let d: Value = api.get("/v1/job/good/deployment").await.ok()?;
+                (d["Status"] == "successful").then_some(d)
+            }
+        },
+    )
+    .await?;
+    assert_eq!(deployment["TaskGroups"]["g"]["HealthyAllocs"], 1);
+    Ok(())
+}

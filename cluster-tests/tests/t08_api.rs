@@ -240,8 +240,7 @@ async fn bad_input_is_refused_with_a_message_and_changes_nothing() -> anyhow::Re
     cron["Multiregion"] = json!({ "Regions": [{ "Name": "west" }] });
     cron["TaskGroups"][0]["Networks"] =
         json!([{ "Hostname": "web-1", "DynamicPorts": [{ "Label": "http" }] }]);
-    cron["TaskGroups"][0]["Tasks"][0]["Services"] =
-        json!([{ "Name": "web", "Provider": "nomad", "Checks": [{ "Type": "tcp" }] }]);
+    cron["TaskGroups"][0]["Tasks"][0]["Services"] = json!([{ "Name": "web", "Provider": "nomad", "Checks": [{ "Type": "script", "Command": "x" }] }]);
     cron["Update"] = Value::Null;
     let (s, msg) = post_raw(
         &base,
@@ -257,7 +256,7 @@ async fn bad_input_is_refused_with_a_message_and_changes_nothing() -> anyhow::Re
         "{msg}"
     );
     assert!(
-        msg.contains("job → group \"g\" → task \"t\" → service \"web\" → Checks"),
+        msg.contains("job → group \"g\" → task \"t\" → service \"web\" → check #0 → Command"),
         "{msg}"
     );
     // An update block that could never roll out, or one on a batch job: 400 naming it.

@@ -1,6 +1,6 @@
 //! `teamster service list|info|delete`, as `nomad service …`: the services registered by
-//! running allocations (native service discovery), one service's instances, and removing a
-//! stale registration.
+//! running allocations (native service discovery), one service's instances (with their
+//! checks' statuses, when they have checks), and removing a stale registration.
 
 use anyhow::Context;
 use clap::{Args, Subcommand};
@@ -125,6 +125,7 @@ async fn info(a: InfoArgs) -> anyhow::Result<()> {
                 ("Datacenter", text(&r["Datacenter"])),
                 ("Address", address(r)),
                 ("Tags", tags(&r["Tags"])),
+                ("Checks", checks(&r["Checks"])),
             ]
             .into_iter()
             .map(|(k, v)| vec![k.to_string(), "=".into(), v])
@@ -133,21 +134,32 @@ async fn info(a: InfoArgs) -> anyhow::Result<()> {
         }
         return Ok(());
     }
-    let mut rows = vec![vec![
+    let with_checks = regs
+        .iter()
+        .any(|r| r["Checks"].as_array().is_some_and(|c| !c.is_empty()));
+    let mut header = vec![
         "Job ID".to_string(),
         "Address".into(),
         "Tags".into(),
         "Node ID".into(),
         "Alloc ID".into(),
-    ]];
+    ];
+    if with_checks {
+        header.push("Checks".into());
+    }
+    let mut rows = vec![header];
     for r in &regs {
-        rows.push(vec![
+        let mut row = vec![
             text(&r["JobID"]),
             address(r),
             tags(&r["Tags"]),
             short_id(&r["NodeID"]),
             short_id(&r["AllocID"]),
-        ]);
+        ];
+        if with_checks {
+            row.push(checks(&r["Checks"]));
+        }
+        rows.push(row);
     }
     print!("{}", table(&rows));
     Ok(())
@@ -175,6 +187,17 @@ async fn delete(a: DeleteArgs) -> anyhow::Result<()> {
 /// `address:port`.
 fn address(r: &Value) -> String {
     format!("{}:{}", text(&r["Address"]), text(&r["Port"]))
+}
+
+/// Each check's name and status: `alive=success,db=pending`.
+fn checks(v: &Value) -> String {
+    let list: Vec<String> = v
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|c| format!("{}={}", text(&c["Name"]), text(&c["Status"])))
+        .collect();
+    list.join(",")
 }
 
 /// Tags as Nomad prints them: `[a,b]`.

@@ -185,6 +185,14 @@ pub enum TaskControl {
         /// Where the answer goes.
         reply: TaskReply,
     },
+    /// Its service check keeps failing (`check_restart`): kill it and let the restart
+    /// policy decide, as for a crash; answered once it is stopped.
+    CheckRestart {
+        /// The check's name.
+        check: String,
+        /// Where the answer goes.
+        reply: TaskReply,
+    },
     /// Send it a signal (`alloc signal`).
     Signal {
         /// The signal's name (`SIGUSR1`).
@@ -322,8 +330,14 @@ async fn watch_health(shared: Arc<Shared>, alloc_id: String, stop: CancellationT
         let mut step = Step::Idle;
         let mut over = false;
         let mut deployment_id = DeploymentId::default();
+        let checks = {
+            let st = shared.state();
+            st.allocs
+                .get(&alloc_id)
+                .and_then(|l| crate::client::checks::passing_since(&shared, &st.node_id, l))
+        };
         let present = shared.update_alloc_if(&alloc_id, |local| {
-            step = watch.step(local, stopping, now);
+            step = watch.step_with_checks(local, stopping, checks, now);
             over = local.finished() || local.alloc.server_terminal_status();
             deployment_id = local.alloc.deployment_id.clone();
             match &step {
@@ -575,6 +589,20 @@ impl TaskRunner {
                             let _ = reply.send(Ok(()));
                             break None;
                         }
+                        Some(TaskControl::CheckRestart { check, reply }) => {
+                            let reason = format!("healthcheck: check {check:?} unhealthy");
+                            let now = self.now();
+                            self.update(|s, _| {
+                                let mut ev = event(now, "Restart Signaled", reason.clone());
+                                ev.restart_reason = reason;
+                                push_event(s, ev);
+                            });
+                            let exit = running.kill(self.kill_timeout()).await;
+                            let _ = reply.send(Ok(()));
+                            // Counted against the restart policy, as Nomad's check watcher.
+                            let exit_code = if exit.successful() { 1 } else { exit.exit_code };
+                            break Some(ExitResult { exit_code, ..exit });
+                        }
                     },
                 }
             };
@@ -683,7 +711,9 @@ impl TaskRunner {
                             return false;
                         }
                         Some(control) = self.control.recv() => {
-                            let (TaskControl::Restart { reply } | TaskControl::Signal { reply, .. }) = control;
+                            let (TaskControl::Restart { reply }
+                            | TaskControl::CheckRestart { reply, .. }
+                            | TaskControl::Signal { reply, .. }) = control;
                             let _ = reply.send(Err(TaskOpError::NotRunning(self.task.name.clone())));
                         }
                     }

@@ -20,7 +20,11 @@
 //!  the servers move the allocation to another deployment ─▶ tracking starts over
 //! ```
 //!
-//! - `task_states` and `checks` judge alike: teamster has no service checks yet.
+//! - `checks` also waits for every service check of the allocation (its running services'
+//!   `http` and `tcp` checks) to pass, and to keep passing for `min_healthy_time`; an
+//!   allocation whose checks do not all pass by the deadline is unhealthy ("Services not
+//!   healthy by deadline"). `task_states`, or `checks` without service checks, judge by
+//!   the tasks alone.
 //! - A task has run continuously since its latest start (its `Started` event, its
 //!   `LastRestart`, its `StartedAt`, whichever is latest), so a restart resets the clock even
 //!   when the watcher did not see the task down. As in Nomad, the runs count from when
@@ -39,7 +43,7 @@
 use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
-use teamster_storage::model::deployment::HEALTH_CHECK_MANUAL;
+use teamster_storage::model::deployment::{HEALTH_CHECK_CHECKS, HEALTH_CHECK_MANUAL};
 use teamster_storage::model::{
     AllocDeploymentStatus, ClientStatus, DeploymentId, JobType, TaskState, TaskStateValue,
     Timestamp,
@@ -52,6 +56,9 @@ pub const ALLOC_UNHEALTHY: &str = "Alloc Unhealthy";
 
 /// Why a task made its allocation unhealthy when it failed.
 pub const FAILED_TASK: &str = "Unhealthy because of failed task";
+/// Why the tasks of an allocation whose service checks never all passed are blamed
+/// (Nomad's words).
+pub const CHECKS_UNHEALTHY: &str = "Services not healthy by deadline";
 /// Why a task made its allocation unhealthy when it died.
 pub const DEAD_TASK: &str = "Unhealthy because of dead task";
 
@@ -115,6 +122,9 @@ pub struct AllocView<'a> {
     pub server_terminal: bool,
     /// The client is stopping its tasks (the alloc runner's stop token).
     pub stopping: bool,
+    /// The allocation's service checks: `None` when it has none, else since when every one
+    /// has passed (`None` inside: not all of them pass now).
+    pub checks_passing_since: Option<Option<i64>>,
 }
 
 impl<'a> AllocView<'a> {
@@ -125,6 +135,7 @@ impl<'a> AllocView<'a> {
             client_status: local.client_status,
             server_terminal: local.alloc.server_terminal_status(),
             stopping,
+            checks_passing_since: None,
         }
     }
 }
@@ -205,12 +216,19 @@ impl HealthTracker {
         let deadline = self.deadline();
         let all_running =
             !tasks.is_empty() && tasks.values().all(|t| t.state == TaskStateValue::Running);
-        let healthy_at = all_running.then(|| {
+        // With `checks`, every service check must pass too, for min_healthy_time.
+        let checks = match view.checks_passing_since {
+            Some(since) if self.policy.health_check == HEALTH_CHECK_CHECKS => Some(since),
+            _ => None,
+        };
+        let checks_pass = checks.is_none_or(|since| since.is_some());
+        let healthy_at = (all_running && checks_pass).then(|| {
             tasks
                 .values()
                 .map(running_since)
                 .max()
                 .unwrap_or(i64::MIN)
+                .max(checks.flatten().unwrap_or(i64::MIN))
                 .max(self.since)
                 .saturating_add(nanos(self.policy.min_healthy_time))
         });
@@ -221,6 +239,22 @@ impl HealthTracker {
                 reason: "every task ran for min_healthy_time".into(),
                 task_events: BTreeMap::new(),
             }),
+            _ if now >= deadline && all_running && !checks_pass => {
+                // Nomad's "Services not healthy by deadline": the checks never all passed.
+                let mut v = self.unhealthy(
+                    now,
+                    "service checks not passing by healthy_deadline",
+                    false,
+                    tasks,
+                );
+                if self.policy.deployment {
+                    v.task_events = tasks
+                        .keys()
+                        .map(|t| (t.clone(), CHECKS_UNHEALTHY.to_string()))
+                        .collect();
+                }
+                Judgement::Judged(v)
+            }
             _ if now >= deadline => Judgement::Judged(self.unhealthy(
                 now,
                 "not healthy by healthy_deadline",
@@ -383,6 +417,18 @@ impl HealthWatch {
 
     /// Look at `local` at `now`; `stopping`: the alloc runner is stopping its tasks.
     pub fn step(&mut self, local: &LocalAlloc, stopping: bool, now: i64) -> Step {
+        self.step_with_checks(local, stopping, None, now)
+    }
+
+    /// [`HealthWatch::step`] with what the allocation's service checks say
+    /// ([`AllocView::checks_passing_since`]).
+    pub fn step_with_checks(
+        &mut self,
+        local: &LocalAlloc,
+        stopping: bool,
+        checks: Option<Option<i64>>,
+        now: i64,
+    ) -> Step {
         let deployment = &local.alloc.deployment_id;
         if self.deployment.as_ref() != Some(deployment) {
             self.deployment = Some(deployment.clone());
@@ -397,7 +443,11 @@ impl HealthWatch {
         let Some(tracker) = &self.tracker else {
             return Step::Idle;
         };
-        match tracker.judge(AllocView::of(local, stopping), now) {
+        let view = AllocView {
+            checks_passing_since: checks,
+            ..AllocView::of(local, stopping)
+        };
+        match tracker.judge(view, now) {
             Judgement::Pending { wake_at } => Step::Wait { wake_at },
             Judgement::Judged(v) => {
                 self.tracker = None;
@@ -590,6 +640,63 @@ mod tests {
             timestamp: Timestamp::from_unix_nanos(v.at),
             reported: false,
         });
+    }
+
+    #[test]
+    fn with_checks_every_check_must_pass_for_min_healthy_time_too() {
+        let mut local = deployed();
+        started(&mut local, "a", S);
+        started(&mut local, "b", S);
+        let mut watch = HealthWatch::new();
+        // Tasks run, a check does not pass yet: only the deadline is due.
+        assert_eq!(
+            watch.step_with_checks(&local, false, Some(None), 0),
+            Step::Wait { wake_at: 60 * S }
+        );
+        assert_eq!(
+            watch.step_with_checks(&local, false, Some(None), 20 * S),
+            Step::Wait { wake_at: 60 * S }
+        );
+        // Every check passes since 25 s: healthy 10 s later, not before.
+        assert_eq!(
+            watch.step_with_checks(&local, false, Some(Some(25 * S)), 26 * S),
+            Step::Wait { wake_at: 35 * S }
+        );
+        assert!(healthy(watch.step_with_checks(
+            &local,
+            false,
+            Some(Some(25 * S)),
+            35 * S
+        )));
+
+        // Checks that never all pass make it unhealthy at the deadline, blaming the tasks
+        // with Nomad's words.
+        let mut local = deployed();
+        started(&mut local, "a", S);
+        started(&mut local, "b", S);
+        let mut watch = HealthWatch::new();
+        watch.step_with_checks(&local, false, Some(None), 0);
+        let step = watch.step_with_checks(&local, false, Some(None), 60 * S);
+        let events = unhealthy_events(step);
+        assert_eq!(events.get("a").map(String::as_str), Some(CHECKS_UNHEALTHY));
+
+        // task_states ignores the checks.
+        let mut local = alloc_of(
+            JobType::Service,
+            Some(update(10, 60, "task_states")),
+            None,
+            "d1",
+        );
+        started(&mut local, "a", S);
+        started(&mut local, "b", S);
+        let mut watch = HealthWatch::new();
+        watch.step_with_checks(&local, false, Some(None), 0);
+        assert!(healthy(watch.step_with_checks(
+            &local,
+            false,
+            Some(None),
+            11 * S
+        )));
     }
 
     #[test]

@@ -19,7 +19,8 @@
 //! - [`health`]: whether an allocation became healthy in its deployment or migration, which
 //!   the next status report carries.
 //! - [`services`]: the services of running allocations, registered with the servers and
-//!   removed when their tasks stop (native service discovery).
+//!   removed when their tasks stop (native service discovery); [`checks`]: their `http`
+//!   and `tcp` health checks.
 //! - [`ops`]: what an operator asks of the allocations here through the HTTP API (restart a
 //!   task, send it a [`signal`], read its and the host's resource usage from `/proc`,
 //!   [`stats`], run a command in a task's place, with a [`pty`] if asked), reached through
@@ -31,6 +32,7 @@
 //! a second copy. Task directories are `<data_dir>/alloc/<alloc id>/<task>/`.
 
 pub mod alloc_runner;
+pub mod checks;
 pub mod config;
 pub mod driver;
 pub mod fingerprint;
@@ -114,6 +116,8 @@ pub struct Shared {
     node_values: BTreeMap<String, String>,
     /// Held while the state file is written ([`Shared::try_persist`]).
     persist_lock: Mutex<()>,
+    /// The latest result of each service check, by allocation and check ID ([`checks`]).
+    check_results: Mutex<BTreeMap<String, BTreeMap<String, checks::CheckResult>>>,
 }
 
 impl Shared {
@@ -244,6 +248,7 @@ impl Client {
         let shared = Arc::new(Shared {
             node_values: taskenv::node_values(&node),
             persist_lock: Mutex::new(()),
+            check_results: Mutex::new(BTreeMap::new()),
             config: config.clone(),
             state_path,
             alloc_root,
@@ -308,8 +313,9 @@ impl Client {
             ),
             tokio::spawn(
                 services::service_loop(shared.clone(), servers.clone(), shutdown.clone())
-                    .instrument(span),
+                    .instrument(span.clone()),
             ),
+            tokio::spawn(checks::check_loop(shared.clone(), shutdown.clone()).instrument(span)),
         ];
         info!(node_id = %node_id, cores = machine.cores, memory_mb = machine.memory_mb, "client started");
         Ok(Client {
@@ -666,6 +672,7 @@ mod tests {
             runners: Mutex::new(HashMap::new()),
             node_values: BTreeMap::new(),
             persist_lock: Mutex::new(()),
+            check_results: Mutex::new(BTreeMap::new()),
         })
     }
 

@@ -263,6 +263,18 @@ impl ClientHandle {
         .await
     }
 
+    /// The latest result of each service check of an allocation, by check ID.
+    pub fn alloc_checks(
+        &self,
+        alloc_id: &str,
+    ) -> Result<std::collections::BTreeMap<String, crate::client::checks::CheckResult>, AllocOpError>
+    {
+        if !self.shared.state().allocs.contains_key(alloc_id) {
+            return Err(AllocOpError::UnknownAlloc(alloc_id.to_string()));
+        }
+        Ok(crate::client::checks::results_of(&self.shared, alloc_id))
+    }
+
     /// The resource usage of an allocation's tasks (Nomad's `AllocResourceUsage`): each
     /// task's process group from `/proc`, per process in `Pids`, and their sum. Reads files:
     /// call it off the async runtime.

@@ -18,7 +18,8 @@ use std::path::Path;
 use std::sync::Arc;
 
 use teamster_storage::model::{
-    Allocation, ClientStatus, Service, ServiceRegistration, Task, TaskStateValue,
+    Allocation, CheckStatus, ClientStatus, Service, ServiceRegistration, Task, TaskStateValue,
+    CHECK_PENDING,
 };
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, warn};
@@ -47,8 +48,22 @@ pub struct NodeFacts<'a> {
     pub alloc_root: &'a Path,
 }
 
-/// The registrations `local`'s allocation should have now.
-pub fn desired(local: &LocalAlloc, node: &NodeFacts) -> Vec<ServiceRegistration> {
+/// A service of a running allocation: the task it runs with (whose environment fills its
+/// name and tags, and which a failing check restarts), and the task that registers it
+/// (`None`: the group).
+#[derive(Debug, Clone, Copy)]
+pub struct LiveService<'a> {
+    /// The task the service belongs to.
+    pub task: &'a Task,
+    /// The registering task, or `None` for a group service.
+    pub owner: Option<&'a str>,
+    /// The service.
+    pub service: &'a Service,
+}
+
+/// The services `local`'s allocation runs now: a group's while the allocation runs (with
+/// `task = "x"`, while that task runs), a task's while the task runs.
+pub fn live_services(local: &LocalAlloc) -> Vec<LiveService<'_>> {
     let alloc = &local.alloc;
     if alloc.server_terminal_status() || local.client_status != ClientStatus::Running {
         return Vec::new();
@@ -62,7 +77,6 @@ pub fn desired(local: &LocalAlloc, node: &NodeFacts) -> Vec<ServiceRegistration>
         return Vec::new();
     };
     let mut out = Vec::new();
-    // A group service runs with its task (`task_name`), else with the allocation.
     for service in &group.services {
         let task = if service.task_name.is_empty() {
             group.tasks.first()
@@ -71,7 +85,11 @@ pub fn desired(local: &LocalAlloc, node: &NodeFacts) -> Vec<ServiceRegistration>
         };
         let running = service.task_name.is_empty() || task.is_some_and(|t| task_running(local, t));
         if let (Some(task), true) = (task, running) {
-            out.push(registration(local, node, task, None, service));
+            out.push(LiveService {
+                task,
+                owner: None,
+                service,
+            });
         }
     }
     for task in &group.tasks {
@@ -79,10 +97,57 @@ pub fn desired(local: &LocalAlloc, node: &NodeFacts) -> Vec<ServiceRegistration>
             continue;
         }
         for service in &task.services {
-            out.push(registration(local, node, task, Some(&task.name), service));
+            out.push(LiveService {
+                task,
+                owner: Some(&task.name),
+                service,
+            });
         }
     }
     out
+}
+
+/// The registrations `local`'s allocation should have now, each with the statuses of its
+/// checks as `check_status` tells them (by check ID; `pending` until one ran).
+pub fn desired(
+    local: &LocalAlloc,
+    node: &NodeFacts,
+    check_status: &dyn Fn(&str) -> Option<String>,
+) -> Vec<ServiceRegistration> {
+    live_services(local)
+        .into_iter()
+        .map(|live| {
+            let mut reg = desired_one(local, node, live);
+            reg.checks = live
+                .service
+                .checks
+                .iter()
+                .map(|c| {
+                    let name = c.name_in(&reg.service_name);
+                    CheckStatus {
+                        status: check_status(&check_id(&reg.id, &name))
+                            .unwrap_or_else(|| CHECK_PENDING.to_string()),
+                        name,
+                    }
+                })
+                .collect();
+            reg
+        })
+        .collect()
+}
+
+/// The registration of one live service, without its checks' statuses.
+pub fn desired_one(
+    local: &LocalAlloc,
+    node: &NodeFacts,
+    live: LiveService<'_>,
+) -> ServiceRegistration {
+    registration(local, node, live.task, live.owner, live.service)
+}
+
+/// The ID of check `name` of registration `registration_id`.
+pub fn check_id(registration_id: &str, name: &str) -> String {
+    format!("{registration_id}/{name}")
 }
 
 fn task_running(local: &LocalAlloc, task: &Task) -> bool {
@@ -130,6 +195,7 @@ fn registration(
         tags: service.tags.iter().map(|t| env.interpolate(t)).collect(),
         address,
         port,
+        checks: Vec::new(),
         create_index: 0,
         modify_index: 0,
     }
@@ -139,25 +205,28 @@ fn registration(
 /// a literal port number on the node's address, or port 0; an `address` given in the job
 /// wins over the node's.
 fn address_of(alloc: &Allocation, service: &Service, node_ip: &str) -> (String, u32) {
-    let mapped = alloc
-        .allocated_resources
-        .shared
-        .ports
-        .iter()
-        .find(|p| p.label == service.port_label);
-    let (ip, port) = match mapped {
-        Some(p) => (p.host_ip.clone(), p.value),
-        None => (
-            node_ip.to_string(),
-            service.port_label.parse::<u32>().unwrap_or(0),
-        ),
-    };
+    let (ip, port) = port_address(alloc, &service.port_label, node_ip);
     let ip = if service.address.is_empty() {
         ip
     } else {
         service.address.clone()
     };
     (ip, port)
+}
+
+/// The host address and port of `label` (a port label of the allocation, or a number on
+/// the node's address; port 0 when it is neither).
+pub fn port_address(alloc: &Allocation, label: &str, node_ip: &str) -> (String, u32) {
+    let mapped = alloc
+        .allocated_resources
+        .shared
+        .ports
+        .iter()
+        .find(|p| p.label == label);
+    match mapped {
+        Some(p) => (p.host_ip.clone(), p.value),
+        None => (node_ip.to_string(), label.parse::<u32>().unwrap_or(0)),
+    }
 }
 
 /// What this client sent, and what to send next.
@@ -240,7 +309,16 @@ pub(crate) async fn service_loop(
                 node_values: &shared.node_values,
                 alloc_root: &shared.alloc_root,
             };
-            st.allocs.values().flat_map(|l| desired(l, &node)).collect()
+            let results = super::lock(&shared.check_results);
+            st.allocs
+                .values()
+                .flat_map(|l| {
+                    let of_alloc = results.get(l.alloc.id.as_str());
+                    let status =
+                        |id: &str| of_alloc.and_then(|r| r.get(id)).map(|r| r.status.clone());
+                    desired(l, &node, &status)
+                })
+                .collect()
         };
         let round = registrar.plan(&desired);
         let mut failed = false;
@@ -373,7 +451,7 @@ mod tests {
     #[test]
     fn running_allocations_register_group_and_task_services_on_their_ports() {
         let values = BTreeMap::new();
-        let regs = desired(&local([true, true]), &facts(&values));
+        let regs = desired(&local([true, true]), &facts(&values), &|_| None);
         let by_name: BTreeMap<&str, &ServiceRegistration> =
             regs.iter().map(|r| (r.service_name.as_str(), r)).collect();
         assert_eq!(by_name.len(), 3, "{regs:?}");
@@ -394,19 +472,19 @@ mod tests {
     #[test]
     fn a_stopped_task_takes_its_services_and_a_stopped_allocation_all_of_them() {
         let values = BTreeMap::new();
-        let regs = desired(&local([true, false]), &facts(&values));
+        let regs = desired(&local([true, false]), &facts(&values), &|_| None);
         let names: Vec<&str> = regs.iter().map(|r| r.service_name.as_str()).collect();
         assert_eq!(names, ["shop", "api"]);
         let mut stopping = local([true, true]);
         stopping.alloc.desired_status = teamster_storage::model::DesiredStatus::Stop;
-        assert!(desired(&stopping, &facts(&values)).is_empty());
-        assert!(desired(&local([false, false]), &facts(&values)).is_empty());
+        assert!(desired(&stopping, &facts(&values), &|_| None).is_empty());
+        assert!(desired(&local([false, false]), &facts(&values), &|_| None).is_empty());
     }
 
     #[test]
     fn the_registrar_sends_only_changes_and_deletes_what_went() {
         let values = BTreeMap::new();
-        let all = desired(&local([true, true]), &facts(&values));
+        let all = desired(&local([true, true]), &facts(&values), &|_| None);
         let mut r = Registrar::default();
         let round = r.plan(&all);
         assert_eq!(round.upsert.len(), 3);
@@ -414,7 +492,7 @@ mod tests {
         r.upserted(&round.upsert);
         assert_eq!(r.plan(&all), Round::default());
         // The side task stopped: its service is deleted, nothing re-sent.
-        let fewer = desired(&local([true, false]), &facts(&values));
+        let fewer = desired(&local([true, false]), &facts(&values), &|_| None);
         let round = r.plan(&fewer);
         assert!(round.upsert.is_empty());
         assert_eq!(

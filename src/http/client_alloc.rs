@@ -4,7 +4,8 @@
 //! (`{"Task", "Signal": "SIGUSR1"}`, without a task every running task), both answering
 //! `{"Index": 0}` as Nomad does (an unknown task or signal is a 400 naming it, an allocation
 //! this client does not hold a 404); `GET /v1/client/allocation/:id/stats` (Nomad's
-//! `AllocResourceUsage`) and `GET /v1/client/stats?node_id=` (Nomad's `HostStats`).
+//! `AllocResourceUsage`), `GET /v1/client/allocation/:id/checks` (the latest result of
+//! each service check) and `GET /v1/client/stats?node_id=` (Nomad's `HostStats`).
 //!
 //! Served by the agent whose client runs the allocation (or is the node); a server forwards
 //! them once to the node's agent ([`client_route`]).
@@ -36,6 +37,7 @@ pub fn routes() -> Router<HttpContext> {
             post(signal).put(signal),
         )
         .route("/v1/client/allocation/{alloc_id}/stats", get(alloc_stats))
+        .route("/v1/client/allocation/{alloc_id}/checks", get(alloc_checks))
         .route("/v1/client/stats", get(host_stats))
 }
 
@@ -188,6 +190,25 @@ async fn alloc_stats(
         }
         Err((addr, alloc_id)) => {
             let path = format!("/v1/client/allocation/{alloc_id}/stats");
+            client_route::forward(&addr, Method::GET, &path, None).await
+        }
+    }
+}
+
+/// `GET /v1/client/allocation/:id/checks`: the latest result of each of the allocation's
+/// service checks, by check ID (Nomad's `QueryResult`s; `{}` when it has none running).
+async fn alloc_checks(
+    State(ctx): State<HttpContext>,
+    Path(alloc_id): Path<String>,
+    headers: HeaderMap,
+) -> Result<Response, ApiError> {
+    match route(&ctx, &alloc_id, &headers)? {
+        Ok(client) => {
+            let results = client.alloc_checks(&alloc_id).map_err(op_error)?;
+            Ok(Json(results).into_response())
+        }
+        Err((addr, alloc_id)) => {
+            let path = format!("/v1/client/allocation/{alloc_id}/checks");
             client_route::forward(&addr, Method::GET, &path, None).await
         }
     }

@@ -45,10 +45,9 @@ pub(super) const NETWORK: &[&str] = &[
 ];
 
 /// Fields of a `service` (group or task) teamster does not implement: it registers services
-/// itself (`provider = "nomad"`, checked by the job's validation) without checks yet.
+/// itself (`provider = "nomad"`, checked by the job's validation) and runs `http` and `tcp`
+/// checks.
 pub(super) const SERVICE: &[&str] = &[
-    "Checks",
-    "CheckRestart",
     "CanaryTags",
     "CanaryMeta",
     "EnableTagOverride",
@@ -59,6 +58,33 @@ pub(super) const SERVICE: &[&str] = &[
     "Identity",
     "Weights",
 ];
+
+/// Why a service without `provider = "nomad"` is refused.
+const PROVIDER_REASON: &str = "only provider = \"nomad\" is supported (Nomad's default is consul, which teamster does not talk to; teamster registers services itself)";
+
+/// Fields of a service's `check` teamster does not implement (script and gRPC checks,
+/// Consul's thresholds and TLS options).
+pub(super) const CHECK: &[&str] = &[
+    "Command",
+    "Args",
+    "Expose",
+    "AddressMode",
+    "Advertise",
+    "InitialStatus",
+    "Notes",
+    "TLSServerName",
+    "TLSSkipVerify",
+    "GRPCService",
+    "GRPCUseTLS",
+    "TaskName",
+    "SuccessBeforePassing",
+    "FailuresBeforeCritical",
+    "FailuresBeforeWarning",
+    "OnUpdate",
+];
+
+/// Fields of a `check_restart` teamster does not implement (native checks never warn).
+pub(super) const CHECK_RESTART: &[&str] = &["IgnoreWarnings"];
 
 /// Fields of a network's port teamster does not implement.
 pub(super) const PORT: &[&str] = &["HostNetwork", "IgnoreCollision"];
@@ -145,15 +171,16 @@ pub struct UnsupportedField {
     pub path: String,
     /// Nomad's JSON name of the field.
     pub field: &'static str,
+    /// Why, when it is more than "not supported yet".
+    pub reason: Option<&'static str>,
 }
 
 impl std::fmt::Display for UnsupportedField {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(
-            f,
-            "{} → {}: teamster does not support this field yet; remove it",
-            self.path, self.field
-        )
+        let reason = self
+            .reason
+            .unwrap_or("teamster does not support this field yet; remove it");
+        write!(f, "{} → {}: {reason}", self.path, self.field)
     }
 }
 
@@ -220,7 +247,42 @@ fn check_services(owner: &Value, path: &str, out: &mut Vec<UnsupportedField>) {
             Some(n) if !n.is_empty() => format!("{n:?}"),
             _ => format!("#{i}"),
         };
-        check(service, SERVICE, &format!("{path} → service {name}"), out);
+        let spath = format!("{path} → service {name}");
+        // Nomad registers a service without a provider in Consul, which teamster does not
+        // talk to: only its own registry is acted on.
+        if service.get("Provider").and_then(Value::as_str) != Some("nomad") {
+            out.push(UnsupportedField {
+                path: spath.clone(),
+                field: "Provider",
+                reason: Some(PROVIDER_REASON),
+            });
+        }
+        check(service, SERVICE, &spath, out);
+        if let Some(restart) = service.get("CheckRestart") {
+            check(
+                restart,
+                CHECK_RESTART,
+                &format!("{spath} → CheckRestart"),
+                out,
+            );
+        }
+        let checks = service.get("Checks").and_then(Value::as_array);
+        for (j, c) in checks.into_iter().flatten().enumerate() {
+            let cname = match c.get("Name").and_then(Value::as_str) {
+                Some(n) if !n.is_empty() => format!("{n:?}"),
+                _ => format!("#{j}"),
+            };
+            let cpath = format!("{spath} → check {cname}");
+            check(c, CHECK, &cpath, out);
+            if let Some(restart) = c.get("CheckRestart") {
+                check(
+                    restart,
+                    CHECK_RESTART,
+                    &format!("{cpath} → CheckRestart"),
+                    out,
+                );
+            }
+        }
     }
 }
 
@@ -234,6 +296,7 @@ fn check(object: &Value, fields: &[&'static str], path: &str, out: &mut Vec<Unsu
             out.push(UnsupportedField {
                 path: path.to_string(),
                 field,
+                reason: None,
             });
         }
     }
@@ -276,7 +339,7 @@ mod tests {
                                "ReservedPorts": [{ "Label": "db", "Value": 5432,
                                                    "IgnoreCollision": true }] }],
                 "Tasks": [
-                    { "Name": "server", "Services": [{ "Name": "web", "Checks": [{ "Type": "tcp" }] }],
+                    { "Name": "server", "Services": [{ "Name": "web", "Checks": [{ "Type": "script", "Command": "x" }] }],
                       "Resources": { "CPU": 100, "MemoryMB": 64, "MemoryMaxMB": 128 } },
                     { "Templates": [{ "EmbeddedTmpl": "x" }] }
                 ]
@@ -289,7 +352,7 @@ mod tests {
                 "job: UI",
                 "job → group \"api\" → network #0: MBits",
                 "job → group \"api\" → network #0 → port \"db\": IgnoreCollision",
-                "job → group \"api\" → task \"server\" → service \"web\": Checks",
+                "job → group \"api\" → task \"server\" → service \"web\" → check #0: Command",
                 "job → group \"api\" → task \"server\" → Resources: MemoryMaxMB",
                 "job → group \"api\" → task #1: Templates",
             ]

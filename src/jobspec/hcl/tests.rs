@@ -269,7 +269,10 @@ fn blocks_teamster_does_not_act_on_are_kept_so_that_they_are_refused_by_name() {
               driver = "raw_exec"
               service {
                 name = "web"
-                check { type = "tcp" }
+                check {
+                  type    = "script"
+                  command = "true"
+                }
               }
               resources { memory_max = 128 }
             }
@@ -285,7 +288,7 @@ fn blocks_teamster_does_not_act_on_are_kept_so_that_they_are_refused_by_name() {
     assert_eq!(
         refused,
         [
-            "job → group \"g\" → task \"t\" → service \"web\": Checks",
+            "job → group \"g\" → task \"t\" → service \"web\" → check #0: Command",
             "job → group \"g\" → task \"t\" → Resources: MemoryMaxMB",
         ]
     );

@@ -23,8 +23,8 @@ use crate::model::time::Timestamp;
 
 const NANOS_PER_SEC: u64 = 1_000_000_000;
 
-/// Health is judged by the task states and the service checks (teamster has no checks yet,
-/// so this is the same as [`HEALTH_CHECK_TASK_STATES`]).
+/// Health is judged by the task states and the service checks (without service checks, the
+/// same as [`HEALTH_CHECK_TASK_STATES`]).
 pub const HEALTH_CHECK_CHECKS: &str = "checks";
 /// Health is judged by the task states only.
 pub const HEALTH_CHECK_TASK_STATES: &str = "task_states";

@@ -556,6 +556,63 @@ fn validate_service(
             "{at}: service {name:?} with port {label:?} is defined twice"
         ));
     }
+    let mut check_names = BTreeSet::new();
+    for check in &service.checks {
+        let cname = check.name_in(name);
+        let at = format!("{at}: service {name:?}, check {cname:?}");
+        if !check_names.insert(cname.clone()) {
+            errors.push(format!("{at}: defined twice"));
+        }
+        match check.r#type.as_str() {
+            "http" | "tcp" => {}
+            other => errors.push(format!(
+                "{at}: type {other:?} is not supported (native checks are http or tcp)"
+            )),
+        }
+        const SECOND: u64 = 1_000_000_000;
+        if check.interval < SECOND {
+            errors.push(format!("{at}: interval must be at least 1s"));
+        }
+        if check.timeout < SECOND {
+            errors.push(format!("{at}: timeout must be at least 1s"));
+        }
+        if check.r#type == "http" {
+            if check.path.is_empty() {
+                errors.push(format!("{at}: http type must have http path"));
+            } else if check.path.contains("://") || !check.path.starts_with('/') {
+                errors.push(format!(
+                    "{at}: path {:?} must be a path on the service (starting with /)",
+                    check.path
+                ));
+            }
+            if !matches!(check.protocol.as_str(), "" | "http") {
+                errors.push(format!(
+                    "{at}: protocol {:?} is not supported (http)",
+                    check.protocol
+                ));
+            }
+            if !check.method.bytes().all(|b| b.is_ascii_uppercase()) {
+                errors.push(format!(
+                    "{at}: method {:?} is not an HTTP method",
+                    check.method
+                ));
+            }
+        }
+        let port = if check.port_label.is_empty() {
+            label
+        } else {
+            check.port_label.as_str()
+        };
+        if port.is_empty() {
+            errors.push(format!(
+                "{at}: a check needs a port (its own or the service's)"
+            ));
+        } else if !port_labels.contains(port) && port.parse::<u16>().map_or(true, |p| p == 0) {
+            errors.push(format!(
+                "{at}: port label {port:?} is not defined by the group's network"
+            ));
+        }
+    }
 }
 
 /// Nomad's checks of a group's networks that teamster can act on: one network, in host mode,

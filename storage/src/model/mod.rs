@@ -70,7 +70,10 @@ pub use periodic::{
     PeriodicError, PeriodicLaunch, DISPATCH_PAYLOAD_LIMIT,
 };
 pub use plan::{DesiredUpdates, Plan, PlanAnnotations, PlanResult};
-pub use service::{valid_service_name, Service, ServiceRegistration, PROVIDER_NOMAD};
+pub use service::{
+    valid_service_name, CheckRestart, CheckStatus, Service, ServiceCheck, ServiceRegistration,
+    CHECK_FAILURE, CHECK_PENDING, CHECK_SUCCESS, PROVIDER_NOMAD,
+};
 pub use time::Timestamp;
 pub use value::ConfigValue;
 

@@ -44,7 +44,100 @@ pub struct Service {
     /// For a group service, the task it belongs to (empty: the allocation's).
     #[serde(deserialize_with = "de::nullable")]
     pub task_name: String,
+    /// Health checks the client runs against the service.
+    #[serde(deserialize_with = "de::nullable")]
+    pub checks: Vec<ServiceCheck>,
+    /// Restart the task when its checks keep failing (the default of each check).
+    pub check_restart: Option<CheckRestart>,
 }
+
+/// A `check` of a service (Nomad's `ServiceCheck`, the kinds native service discovery runs:
+/// `http` and `tcp`).
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "PascalCase", default)]
+pub struct ServiceCheck {
+    /// Its name (default `service: "<service>" check`).
+    #[serde(deserialize_with = "de::nullable")]
+    pub name: String,
+    /// `http` or `tcp`.
+    #[serde(deserialize_with = "de::nullable")]
+    pub r#type: String,
+    /// The HTTP path (`http`).
+    #[serde(deserialize_with = "de::nullable")]
+    pub path: String,
+    /// The HTTP method (default `GET`).
+    #[serde(deserialize_with = "de::nullable")]
+    pub method: String,
+    /// `http` (the default).
+    #[serde(deserialize_with = "de::nullable")]
+    pub protocol: String,
+    /// The port label to check (default: the service's).
+    #[serde(deserialize_with = "de::nullable")]
+    pub port_label: String,
+    /// How often, nanoseconds (at least 1 s).
+    #[serde(deserialize_with = "de::nullable")]
+    pub interval: u64,
+    /// How long one check may take, nanoseconds (at least 1 s).
+    #[serde(deserialize_with = "de::nullable")]
+    pub timeout: u64,
+    /// HTTP headers sent.
+    #[serde(deserialize_with = "de::nullable")]
+    pub header: BTreeMap<String, Vec<String>>,
+    /// An HTTP body sent.
+    #[serde(deserialize_with = "de::nullable")]
+    pub body: String,
+    /// For a group service, the task a restart applies to.
+    #[serde(deserialize_with = "de::nullable")]
+    pub task_name: String,
+    /// Restart the task when this check keeps failing.
+    pub check_restart: Option<CheckRestart>,
+}
+
+impl ServiceCheck {
+    /// Its name, or Nomad's default for `service`.
+    pub fn name_in(&self, service: &str) -> String {
+        if self.name.is_empty() {
+            format!("service: {service:?} check")
+        } else {
+            self.name.clone()
+        }
+    }
+}
+
+/// Nomad's `CheckRestart`: restart the task after `limit` failing checks in a row, not
+/// counting the first `grace` after it (re)started.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "PascalCase", default)]
+pub struct CheckRestart {
+    /// Failing checks in a row before a restart (0: never).
+    #[serde(deserialize_with = "de::nullable")]
+    pub limit: u32,
+    /// How long after a (re)start failures do not count, nanoseconds.
+    #[serde(deserialize_with = "de::nullable")]
+    pub grace: u64,
+    /// Count warnings as passing (Consul's; native checks have no warnings).
+    #[serde(deserialize_with = "de::nullable")]
+    pub ignore_warnings: bool,
+}
+
+/// The status of one check as a registration carries it.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "PascalCase", default)]
+pub struct CheckStatus {
+    /// The check's name.
+    #[serde(deserialize_with = "de::nullable")]
+    pub name: String,
+    /// `pending`, `success` or `failure` (Nomad's native check statuses).
+    #[serde(deserialize_with = "de::nullable")]
+    pub status: String,
+}
+
+/// A check that has not run yet.
+pub const CHECK_PENDING: &str = "pending";
+/// A check that passed.
+pub const CHECK_SUCCESS: &str = "success";
+/// A check that failed.
+pub const CHECK_FAILURE: &str = "failure";
 
 /// One registered instance of a service (Nomad's `ServiceRegistration`).
 #[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
@@ -80,6 +173,10 @@ pub struct ServiceRegistration {
     /// The port to reach it on.
     #[serde(deserialize_with = "de::nullable")]
     pub port: u32,
+    /// Its checks' latest statuses, as its client last sent them (teamster's addition to
+    /// Nomad's registration; empty for a service without checks).
+    #[serde(deserialize_with = "de::nullable")]
+    pub checks: Vec<CheckStatus>,
     /// Raft index of creation (server-set).
     #[serde(deserialize_with = "de::nullable")]
     pub create_index: u64,
