@@ -240,7 +240,9 @@ async fn bad_input_is_refused_with_a_message_and_changes_nothing() -> anyhow::Re
     cron["Multiregion"] = json!({ "Regions": [{ "Name": "west" }] });
     cron["TaskGroups"][0]["Networks"] =
         json!([{ "Hostname": "web-1", "DynamicPorts": [{ "Label": "http" }] }]);
-    cron["TaskGroups"][0]["Tasks"][0]["Services"] = json!([{ "Name": "web", "Provider": "nomad", "Checks": [{ "Type": "script", "Command": "x" }] }]);
+    cron["TaskGroups"][0]["Tasks"][0]["Services"] = json!([{ "Name": "web", "Provider": "nomad", "PortLabel": "8080", "Checks": [{
+            "Type": "http", "Path": "/", "Interval": 1_000_000_000u64,
+            "Timeout": 1_000_000_000u64, "Command": "x" }] }]);
     cron["Update"] = Value::Null;
     let (s, msg) = post_raw(
         &base,
