@@ -339,7 +339,11 @@ mod tests {
                                "ReservedPorts": [{ "Label": "db", "Value": 5432,
                                                    "IgnoreCollision": true }] }],
                 "Tasks": [
-                    { "Name": "server", "Services": [{ "Name": "web", "Checks": [{ "Type": "script", "Command": "x" }] }],
+                    { "Name": "server", "Services": [
+                        { "Name": "web", "Provider": "nomad",
+                          "Checks": [{ "Type": "script", "Command": "x" }] },
+                        { "Name": "legacy" }
+                      ],
                       "Resources": { "CPU": 100, "MemoryMB": 64, "MemoryMaxMB": 128 } },
                     { "Templates": [{ "EmbeddedTmpl": "x" }] }
                 ]
@@ -353,6 +357,7 @@ mod tests {
                 "job → group \"api\" → network #0: MBits",
                 "job → group \"api\" → network #0 → port \"db\": IgnoreCollision",
                 "job → group \"api\" → task \"server\" → service \"web\" → check #0: Command",
+                "job → group \"api\" → task \"server\" → service \"legacy\": Provider",
                 "job → group \"api\" → task \"server\" → Resources: MemoryMaxMB",
                 "job → group \"api\" → task #1: Templates",
             ]

@@ -268,7 +268,8 @@ fn blocks_teamster_does_not_act_on_are_kept_so_that_they_are_refused_by_name() {
             task "t" {
               driver = "raw_exec"
               service {
-                name = "web"
+                name     = "web"
+                provider = "nomad"
                 check {
                   type    = "script"
                   command = "true"
