@@ -13,7 +13,8 @@
 //!
 //! - [`fingerprint`]: the node to register.
 //! - [`servers`]: calls with failover between `client.servers`.
-//! - [`driver`]: `raw_exec` and `mock`.
+//! - [`driver`]: `raw_exec`, `mock`, and [`docker`] (containers through the engine API;
+//!   fingerprinted at start, orphaned containers of this node removed at start).
 //! - [`restart`]: the RestartPolicy tracker.
 //! - [`alloc_runner`]: task runners, TaskStates and the allocation's ClientStatus.
 //! - [`health`]: whether an allocation became healthy in its deployment or migration, which
@@ -30,6 +31,7 @@
 
 pub mod alloc_runner;
 pub mod config;
+pub mod docker;
 pub mod driver;
 pub mod fingerprint;
 pub mod health;
@@ -111,6 +113,8 @@ pub struct Shared {
     node_values: BTreeMap<String, String>,
     /// Held while the state file is written ([`Shared::try_persist`]).
     persist_lock: Mutex<()>,
+    /// The docker engine, connected on first use.
+    docker: docker::Connector,
 }
 
 impl Shared {
@@ -229,7 +233,7 @@ impl Client {
         }
         let node_id = state.node_id.clone();
         let machine = fingerprint::Machine::detect(data_dir);
-        let node = fingerprint::node(
+        let mut node = fingerprint::node(
             config,
             name,
             &node_id,
@@ -238,9 +242,34 @@ impl Client {
             &machine,
             clock.now_unix_nanos(),
         );
+        let docker = docker::Connector::default();
+        let docker_usable = if config.drivers.iter().any(|d| d == "docker") {
+            let probe = docker::probe(&docker).await;
+            match &probe {
+                docker::Probe::Healthy { version } => info!(version, "docker driver healthy"),
+                docker::Probe::Unavailable(why) => {
+                    info!(reason = %why, "docker driver not detected")
+                }
+            }
+            fingerprint::apply_docker_probe(&mut node, &probe, clock.now_unix_nanos());
+            matches!(probe, docker::Probe::Healthy { .. })
+        } else {
+            false
+        };
+        if docker_usable {
+            // Containers of allocations this client no longer knows: nothing would ever
+            // stop them. Before the alloc watcher starts, so no new allocation races this.
+            let known = state.allocs.keys().cloned().collect();
+            match docker::remove_orphans(&docker, &node_id, &known).await {
+                Ok(0) => {}
+                Ok(n) => info!(removed = n, "removed orphaned containers"),
+                Err(e) => warn!(error = %e, "cannot look for orphaned containers"),
+            }
+        }
         let shared = Arc::new(Shared {
             node_values: taskenv::node_values(&node),
             persist_lock: Mutex::new(()),
+            docker,
             config: config.clone(),
             state_path,
             alloc_root,
@@ -658,6 +687,7 @@ mod tests {
             runners: Mutex::new(HashMap::new()),
             node_values: BTreeMap::new(),
             persist_lock: Mutex::new(()),
+            docker: docker::Connector::default(),
         })
     }
 
