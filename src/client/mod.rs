@@ -285,11 +285,16 @@ impl Client {
             .state()
             .allocs
             .values()
-            .filter(|l| !l.finished() && !l.alloc.server_terminal_status())
+            .filter(|l| !l.finished())
             .cloned()
             .collect();
         for local in &resumed {
             let runner = alloc_runner::spawn(&shared, local);
+            if local.alloc.server_terminal_status() {
+                // Stopped by the servers but not dead yet (the client went away mid-kill):
+                // its runners find the tasks again and stop them, or nothing would.
+                runner.cancel();
+            }
             lock(&shared.runners).insert(local.alloc.id.to_string(), runner);
         }
         if !resumed.is_empty() {
@@ -835,6 +840,58 @@ mod tests {
             !event_types(&done).contains(&"Started".to_string()),
             "started twice"
         );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_client_restarted_mid_kill_stops_what_the_servers_stopped() {
+        let dir = tempfile::tempdir().unwrap();
+        let clock = Arc::new(TestClock(tokio::time::Instant::now()));
+        // As an earlier run left it: the servers had stopped the allocation, its task was
+        // being killed when the client went away.
+        let mut local = mock_alloc("1h", 0, 0, JobType::Service);
+        local.alloc.desired_status = teamster_storage::model::DesiredStatus::Stop;
+        local.handles.insert(
+            "t".into(),
+            TaskHandle::Mock {
+                started_at: crate::util::Clock::now_unix_nanos(&*clock) - 1_000_000_000,
+                run_for: 3_600_000_000_000,
+                exit_code: 0,
+            },
+        );
+        local.task_states.get_mut("t").unwrap().state = TaskStateValue::Running;
+        let state = ClientState {
+            node_id: "5b8f2c3e-1111-4222-8333-444455556666".into(),
+            secret_id: "s".into(),
+            allocs: BTreeMap::from([("a1".to_string(), local)]),
+        };
+        std::fs::create_dir_all(dir.path().join("client")).unwrap();
+        std::fs::write(
+            dir.path().join("client/state.json"),
+            serde_json::to_vec(&state).unwrap(),
+        )
+        .unwrap();
+        let config = ClientConfig {
+            drivers: vec!["mock".into()],
+            ..ClientConfig::default()
+        };
+        let client = Client::start(
+            &config,
+            "n",
+            dir.path(),
+            "127.0.0.1:4646".into(),
+            Vec::new(),
+            clock,
+            RngSource::seeded(1),
+        )
+        .await
+        .unwrap();
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        let done = client.shared.state().allocs["a1"].clone();
+        assert_eq!(done.client_status, ClientStatus::Complete);
+        assert!(done.handles.is_empty());
+        assert_eq!(done.task_states["t"].state, TaskStateValue::Dead);
+        assert!(event_types(&done).contains(&"Killed".to_string()));
+        client.shutdown().await;
     }
 
     #[tokio::test(start_paused = true)]
