@@ -1,11 +1,13 @@
 //! The `docker` task driver against a real engine and a real `teamster agent --dev`: the node
 //! fingerprints the engine (`driver.docker`, `driver.docker.version`); a job whose image is
 //! not on the node fails at once with a driver error saying teamster never pulls; an
-//! unknown config key is refused by name; a service task in the `teamster:dev` image (busybox)
-//! runs, its output reaches `alloc logs`, its port is published, `alloc signal` reaches its
-//! shell; a client killed and started again re-attaches to the running container instead of
-//! starting a second one; stopping the job stops the container within its kill timeout and
-//! leaves no container with the allocation's label.
+//! unknown config key is refused by name; a batch task's exit code is its container's and
+//! the container is removed; a service task in the `teamster:dev` image (busybox) runs, its
+//! output reaches `alloc logs`, its port is published, `alloc signal` reaches its shell; a
+//! client killed and started again re-attaches to the running container instead of starting
+//! a second one, and removes its node's containers of allocations it does not know (not
+//! another node's); stopping the job stops the container within its kill timeout and leaves
+//! no container with the allocation's label.
 //!
 //! Without Docker the scenario prints a `SKIP` line and passes; with `CI=true` it fails
 //! instead. The image comes from deploy/build-image.sh (incremental; the static build takes
@@ -261,6 +263,44 @@ async fn docker_tasks_run_log_signal_reattach_and_stop_without_pulling() -> anyh
         "{failure}"
     );
 
+    // A batch task's exit code is the container's; its container is removed.
+    register(
+        &api,
+        docker_job(
+            "exits",
+            "batch",
+            json!({
+                "image": IMAGE,
+                "entrypoint": ["/bin/busybox"],
+                "args": ["sh", "-c", "echo bye; exit 3"]
+            }),
+            json!([]),
+        ),
+    )
+    .await?;
+    let exited = wait_for(Duration::from_secs(30), "the exits task failed", || async {
+        let a = first_alloc(&api, "exits").await?;
+        (a["ClientStatus"] == "failed").then_some(a)
+    })
+    .await?;
+    let terminated: Vec<(String, String)> = events(&exited)
+        .into_iter()
+        .filter(|(t, _)| t == "Terminated")
+        .collect();
+    assert_eq!(
+        terminated.first().map(|(_, m)| m.as_str()),
+        Some("Exit Code: 3, Signal: 0"),
+        "{exited:#}"
+    );
+    let exited_id = exited["ID"].as_str().expect("alloc id").to_string();
+    assert!(log_of(&addr, &exited_id, "stdout").await.contains("bye"));
+    wait_for(
+        Duration::from_secs(10),
+        "the exited container removed",
+        || async { containers(ALLOC_LABEL, &exited_id).is_empty().then_some(()) },
+    )
+    .await?;
+
     // A service task in the busybox image, with a published port.
     register(
         &api,
@@ -357,9 +397,36 @@ async fn docker_tasks_run_log_signal_reattach_and_stop_without_pulling() -> anyh
     })
     .await?;
 
-    // The client dies and comes back: it re-attaches to the running container.
+    // The client dies and comes back: it re-attaches to the running container, and removes
+    // a container of this node whose allocation it does not know.
     drop(agent);
     assert_eq!(containers(ALLOC_LABEL, &alloc_id), [container.clone()]);
+    let orphan_alloc = "0badc0de-0000-4000-8000-000000000016";
+    let orphan = docker(&[
+        "create",
+        "--label",
+        &format!("{ALLOC_LABEL}={orphan_alloc}"),
+        "--label",
+        &format!("{NODE_LABEL}={node_id}"),
+        "--entrypoint",
+        "/bin/busybox",
+        IMAGE,
+        "sleep",
+        "300",
+    ])?;
+    // Another node's container is not this client's to remove.
+    let foreign = docker(&[
+        "create",
+        "--label",
+        &format!("{ALLOC_LABEL}={orphan_alloc}"),
+        "--label",
+        &format!("{NODE_LABEL}=another-node-{node_id}"),
+        "--entrypoint",
+        "/bin/busybox",
+        IMAGE,
+        "true",
+    ])?;
+    let _foreign_cleanup = RemoveNodeContainers(Some(format!("another-node-{node_id}")));
     let log = tempfile::NamedTempFile::new()?;
     let (agent, api, _) = dev_agent(&ip, data.path(), &log).await?;
     wait_for(
@@ -380,6 +447,14 @@ async fn docker_tasks_run_log_signal_reattach_and_stop_without_pulling() -> anyh
     );
     let running = docker(&["inspect", "--format", "{{.State.Running}}", &container])?;
     assert_eq!(running, "true");
+    assert!(
+        docker(&["inspect", &orphan]).is_err(),
+        "the orphan is removed"
+    );
+    assert!(
+        docker(&["inspect", &foreign]).is_ok(),
+        "another node's is kept"
+    );
 
     // Stopping the job stops the container within its kill timeout, and removes it.
     api.request::<(), Value>(reqwest::Method::DELETE, "/v1/job/web", None)
