@@ -400,7 +400,7 @@ async fn docker_tasks_run_log_signal_reattach_and_stop_without_pulling() -> anyh
     // The client dies and comes back: it re-attaches to the running container, and removes
     // a container of this node whose allocation it does not know.
     drop(agent);
-    assert_eq!(containers(ALLOC_LABEL, &alloc_id), [container.clone()]);
+    assert_eq!(containers(ALLOC_LABEL, &alloc_id), vec![container.clone()]);
     let orphan_alloc = "0badc0de-0000-4000-8000-000000000016";
     let orphan = docker(&[
         "create",
@@ -442,7 +442,7 @@ async fn docker_tasks_run_log_signal_reattach_and_stop_without_pulling() -> anyh
     .map_err(|e| anyhow::anyhow!("{e}\n{}", agent_log(&log)))?;
     assert_eq!(
         containers(ALLOC_LABEL, &alloc_id),
-        [container.clone()],
+        vec![container.clone()],
         "the same container, not a second one"
     );
     let running = docker(&["inspect", "--format", "{{.State.Running}}", &container])?;
