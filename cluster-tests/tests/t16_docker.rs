@@ -7,7 +7,8 @@
 //! client killed and started again re-attaches to the running container instead of starting
 //! a second one, and removes its node's containers of allocations it does not know (not
 //! another node's); stopping the job stops the container within its kill timeout and leaves
-//! no container with the allocation's label.
+//! no container with the allocation's label. `load` is checked on the driver's shell
+//! directly: an archive in the task directory is loaded, then run.
 //!
 //! Without Docker the scenario prints a `SKIP` line and passes; with `CI=true` it fails
 //! instead. The image comes from deploy/build-image.sh (incremental; the static build takes
@@ -483,5 +484,75 @@ async fn docker_tasks_run_log_signal_reattach_and_stop_without_pulling() -> anyh
     );
     assert!(containers(NODE_LABEL, &node_id).is_empty());
     drop(agent);
+    Ok(())
+}
+
+/// `load`: an image archive in the task directory is loaded into the engine before the
+/// image is looked up, and the container runs from it (the driver's shell, called directly:
+/// a task directory cannot be filled before its allocation exists).
+#[tokio::test]
+async fn an_image_archive_in_the_task_dir_is_loaded_then_run() -> anyhow::Result<()> {
+    use teamster::client::docker::{start, Connector, TaskPlace};
+    use teamster_storage::model::{ConfigValue, Task};
+    const TEST: &str = "an_image_archive_in_the_task_dir_is_loaded_then_run";
+    if skip(TEST) {
+        return Ok(());
+    }
+    teamster_cluster_tests::init_test_tracing();
+    build_image()?;
+    let tag = format!("teamster-t16-load:{}", std::process::id());
+    let alloc_id = format!("0adc0de0-0000-4000-8000-{:012}", std::process::id());
+    let node_id = format!("t16-load-{}", std::process::id());
+    let _cleanup = RemoveNodeContainers(Some(node_id.clone()));
+    let dir = tempfile::tempdir()?;
+    let task_dir = dir.path().join("t");
+    std::fs::create_dir_all(task_dir.join("local"))?;
+    let archive = task_dir.join("local/img.tar");
+    docker(&["tag", IMAGE, &tag])?;
+    let saved = docker(&["save", "-o", &archive.to_string_lossy(), &tag]);
+    docker(&["rmi", &tag])?;
+    saved?;
+    assert!(
+        docker(&["image", "inspect", &tag]).is_err(),
+        "only in the archive now"
+    );
+
+    let mut task = Task {
+        name: "t".into(),
+        driver: "docker".into(),
+        ..Task::default()
+    };
+    let list = |items: &[&str]| ConfigValue::List(items.iter().map(|i| (*i).into()).collect());
+    task.config.insert("image".into(), tag.as_str().into());
+    task.config.insert("load".into(), "local/img.tar".into());
+    task.config
+        .insert("entrypoint".into(), list(&["/bin/busybox"]));
+    task.config.insert(
+        "args".into(),
+        list(&["sh", "-c", "echo loaded; ls /local; echo $NOMAD_TASK_DIR"]),
+    );
+    task.resources.cpu = 50;
+    task.resources.memory_mb = 32;
+    let place = TaskPlace {
+        task_dir: &task_dir,
+        alloc_dir: &dir.path().join("alloc"),
+        alloc_id: &alloc_id,
+        job_name: "load",
+        node_id: &node_id,
+        ports: &[],
+    };
+    let started = start(&Connector::default(), &task, place).await;
+    let loaded = docker(&["image", "inspect", &tag]).is_ok();
+    let _ = docker(&["rmi", "-f", &tag]);
+    let mut running = started?;
+    assert!(loaded, "the archive was loaded");
+    let exit = tokio::time::timeout(Duration::from_secs(30), running.wait()).await?;
+    assert!(exit.successful() && !exit.unknown, "{exit:?}");
+    let out = std::fs::read_to_string(task_dir.join("stdout.log"))?;
+    assert_eq!(out, "loaded\nimg.tar\n/local\n");
+    assert!(
+        containers(ALLOC_LABEL, &alloc_id).is_empty(),
+        "removed after its exit"
+    );
     Ok(())
 }
