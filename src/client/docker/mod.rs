@@ -43,6 +43,8 @@ const PROBE_TIMEOUT: Duration = Duration::from_secs(3);
 const REQUEST_TIMEOUT_SECS: u64 = 120;
 /// How long an exited container's remaining logs may take to be written.
 const LOG_DRAIN: Duration = Duration::from_secs(5);
+/// Pause before asking again when a wait on a running container was cut short.
+const WAIT_RETRY: Duration = Duration::from_secs(1);
 /// How long image loads may take.
 const LOAD_TIMEOUT: Duration = Duration::from_secs(300);
 
@@ -471,43 +473,50 @@ pub async fn reattach(
 impl DockerTask {
     /// Wait for the container to exit, copy the rest of its output, remove it.
     pub async fn wait(&mut self) -> ExitResult {
-        let mut waits = self.docker.wait_container(
-            &self.container_id,
-            Some(WaitContainerOptions {
-                condition: "not-running".into(),
-            }),
-        );
-        let exit = match waits.next().await {
-            Some(Ok(r)) => ExitResult {
-                exit_code: r.status_code,
-                signal: 0,
-                unknown: false,
-            },
-            Some(Err(bollard::errors::Error::DockerContainerWaitError { code, .. })) => {
-                ExitResult {
-                    exit_code: code,
-                    signal: 0,
-                    unknown: false,
+        let ended = |exit_code: i64| ExitResult {
+            exit_code,
+            signal: 0,
+            unknown: false,
+        };
+        let exit = loop {
+            let mut waits = self.docker.wait_container(
+                &self.container_id,
+                Some(WaitContainerOptions {
+                    condition: "not-running".into(),
+                }),
+            );
+            let answer = waits.next().await;
+            drop(waits);
+            match answer {
+                Some(Ok(r)) => break ended(r.status_code),
+                Some(Err(bollard::errors::Error::DockerContainerWaitError { code, .. })) => {
+                    break ended(code)
                 }
-            }
-            other => {
-                warn!(container_id = %self.container_id, answer = ?other, "cannot wait for the container");
-                // Its state may still tell how it ended.
-                match self
-                    .docker
-                    .inspect_container(&self.container_id, None)
-                    .await
-                {
-                    Ok(c) => ExitResult {
-                        exit_code: c.state.and_then(|s| s.exit_code).unwrap_or(0),
-                        signal: 0,
-                        unknown: false,
-                    },
-                    Err(_) => ExitResult {
-                        exit_code: 0,
-                        signal: 0,
-                        unknown: true,
-                    },
+                other => {
+                    warn!(container_id = %self.container_id, answer = ?other, "cannot wait for the container");
+                    // Its state tells whether it ended, and how; a wait cut short (engine
+                    // busy, connection dropped) is asked again rather than taken as an exit.
+                    match self
+                        .docker
+                        .inspect_container(&self.container_id, None)
+                        .await
+                    {
+                        Ok(c) => {
+                            let state = c.state.unwrap_or_default();
+                            if state.running == Some(true) {
+                                tokio::time::sleep(WAIT_RETRY).await;
+                                continue;
+                            }
+                            break ended(state.exit_code.unwrap_or(0));
+                        }
+                        Err(_) => {
+                            break ExitResult {
+                                exit_code: 0,
+                                signal: 0,
+                                unknown: true,
+                            }
+                        }
+                    }
                 }
             }
         };
