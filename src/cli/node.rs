@@ -168,9 +168,17 @@ async fn status(a: StatusArgs) -> anyhow::Result<()> {
             ],
             vec![
                 "Drivers".into(),
+                // Only the detected ones, as Nomad lists them (docker without an engine is
+                // offered but not detected).
                 node["Drivers"]
                     .as_object()
-                    .map(|m| m.keys().cloned().collect::<Vec<_>>().join(","))
+                    .map(|m| {
+                        m.iter()
+                            .filter(|(_, d)| d["Detected"].as_bool().unwrap_or(true))
+                            .map(|(k, _)| k.clone())
+                            .collect::<Vec<_>>()
+                            .join(",")
+                    })
                     .unwrap_or_default()
             ],
         ])

@@ -6,7 +6,7 @@
 //!                 ──stop──────▶ cancel the alloc's token ──▶ Killing → SIGTERM … → Killed
 //!  task exit ──▶ RestartTracker ──▶ Restarting (delay) | Not Restarting (dead, failed)
 //!  TaskControl ─▶ restart: Restart Signaled → kill → Restarting (no delay, not counted)
-//!              ─▶ signal: Signaling → the signal to the task's process group
+//!              ─▶ signal: Signaling → the signal to the task's process group (or container)
 //!  every change ──▶ LocalAlloc (status recomputed, marked dirty) ──▶ updater batches it
 //! ```
 //!
@@ -296,6 +296,9 @@ pub fn spawn(shared: &Arc<Shared>, local: &LocalAlloc) -> AllocRunner {
             task: prepared,
             payload: task.dispatch_payload.as_ref().map(|_| payload.clone()),
             setup_dirs: vec![alloc_dir.clone(), secrets],
+            alloc_dir: alloc_dir.clone(),
+            job_name: local.job.name.clone(),
+            ports: local.alloc.allocated_resources.shared.ports.clone(),
             tracker: RestartTracker::new(&policy, batch),
             reattach: local.handles.get(&task.name).cloned(),
             stop: stop.clone(),
@@ -434,6 +437,12 @@ struct TaskRunner {
     payload: Option<Result<Vec<u8>, String>>,
     /// Directories made before the task starts (the allocation's shared one, its secrets).
     setup_dirs: Vec<PathBuf>,
+    /// The allocation's shared directory (a container mounts it at `/alloc`).
+    alloc_dir: PathBuf,
+    /// The job's name (a container's label).
+    job_name: String,
+    /// The group's allocated ports (a container publishes them).
+    ports: Vec<teamster_storage::model::AllocatedPortMapping>,
     tracker: RestartTracker,
     reattach: Option<TaskHandle>,
     stop: CancellationToken,
@@ -480,10 +489,13 @@ impl TaskRunner {
     async fn run(mut self) {
         let dir = task_dir(&self.shared.alloc_root, &self.alloc_id, &self.task.name);
         loop {
-            let reattached = self
-                .reattach
-                .take()
-                .map(|h| (driver::reattach(&h, self.now()), h));
+            let reattached = match self.reattach.take() {
+                Some(h) => Some((
+                    driver::find_again(&h, &self.task, &dir, &self.shared.docker, self.now()).await,
+                    h,
+                )),
+                None => None,
+            };
             let mut running = match reattached {
                 Some((Some(running), _)) => {
                     info!("re-attached to a running task");
@@ -531,7 +543,17 @@ impl TaskRunner {
                         self.dead(true, ev);
                         return;
                     }
-                    match driver::start(&self.task, &dir, &self.shared.config.drivers, now) {
+                    let node_id = self.shared.state().node_id.clone();
+                    let ctx = driver::LaunchContext {
+                        enabled: &self.shared.config.drivers,
+                        docker: &self.shared.docker,
+                        alloc_dir: &self.alloc_dir,
+                        alloc_id: &self.alloc_id,
+                        job_name: &self.job_name,
+                        node_id: &node_id,
+                        ports: &self.ports,
+                    };
+                    match driver::launch(&self.task, &dir, ctx, now).await {
                         Ok(running) => {
                             let handle = running.handle();
                             self.update(|s, handles| {
@@ -582,7 +604,7 @@ impl TaskRunner {
                     control = self.control.recv(), if control_open => match control {
                         None => control_open = false,
                         Some(TaskControl::Signal { name, signal, reply }) => {
-                            let _ = reply.send(self.signal(&mut running, name, signal));
+                            let _ = reply.send(self.signal(&mut running, name, signal).await);
                         }
                         Some(TaskControl::Restart { reply }) => {
                             self.restart(&mut running).await;
@@ -617,7 +639,7 @@ impl TaskRunner {
     }
 
     /// `alloc signal`: a `Signaling` event, then the signal to the task's process group.
-    fn signal(
+    async fn signal(
         &self,
         running: &mut driver::RunningTask,
         name: &str,
@@ -629,11 +651,14 @@ impl TaskRunner {
             ev.details.insert("signal".into(), name.to_string());
             push_event(s, ev);
         });
-        running.signal(signal).map_err(|e| TaskOpError::Signal {
-            task: self.task.name.clone(),
-            signal: name.to_string(),
-            reason: e.to_string(),
-        })
+        running
+            .signal(signal)
+            .await
+            .map_err(|e| TaskOpError::Signal {
+                task: self.task.name.clone(),
+                signal: name.to_string(),
+                reason: e.to_string(),
+            })
     }
 
     /// `alloc restart`: `Restart Signaled`, the task killed as a stop kills it, its exit

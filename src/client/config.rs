@@ -14,7 +14,7 @@ use crate::util::net::parse_peer_addr;
 use crate::util::{duration_str, InvalidSetting};
 
 /// The task drivers a client can offer.
-pub const KNOWN_DRIVERS: &[&str] = &["raw_exec", "mock"];
+pub const KNOWN_DRIVERS: &[&str] = &["raw_exec", "mock", "docker"];
 
 /// The `[client]` section.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -28,7 +28,9 @@ pub struct ClientConfig {
     pub datacenter: String,
     /// The node's class, used in constraints and to group nodes.
     pub node_class: String,
-    /// Task drivers this node offers.
+    /// Task drivers this node offers. `docker` is on by default, as in Nomad: it is
+    /// fingerprinted, so a node without a reachable engine reports it undetected and is
+    /// never given docker tasks.
     pub drivers: Vec<String>,
     /// Resources kept back from scheduling.
     pub reserved: Reserved,
@@ -57,7 +59,11 @@ impl Default for ClientConfig {
             servers: Vec::new(),
             datacenter: "dc1".to_string(),
             node_class: String::new(),
-            drivers: vec!["raw_exec".to_string(), "mock".to_string()],
+            drivers: vec![
+                "raw_exec".to_string(),
+                "mock".to_string(),
+                "docker".to_string(),
+            ],
             reserved: Reserved::default(),
             meta: BTreeMap::new(),
             cpu_total_compute: 0,

@@ -1,5 +1,6 @@
-//! Task drivers: `raw_exec` (a child process) and `mock` (a timer, for tests and for
-//! simulating many nodes in one process).
+//! Task drivers: `raw_exec` (a child process), `mock` (a timer, for tests and for
+//! simulating many nodes in one process) and `docker` (a container, in
+//! [`docker`](crate::client::docker)).
 //!
 //! - `raw_exec` runs `Config.command` with `Config.args` and the task's `Env` in the task
 //!   directory, in its own process group, with stdout and stderr appended to
@@ -9,6 +10,9 @@
 //!   (its exit code is then unknown: the task was another process's child).
 //! - `mock` runs for `Config.run_for` (`"5s"` or nanoseconds) and exits with
 //!   `Config.exit_code`; its handle holds its start time, so it re-attaches too.
+//! - `docker` runs a container of an image already on the node; its handle is the container
+//!   id. [`launch`] and [`find_again`] reach every driver; [`start`] and [`reattach`] the two
+//!   that need no engine.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -42,6 +46,9 @@ pub enum DriverError {
         /// Why.
         source: std::io::Error,
     },
+    /// The docker driver could not start the container.
+    #[error(transparent)]
+    Docker(#[from] crate::client::docker::DockerError),
 }
 
 /// How a task ended.
@@ -82,6 +89,11 @@ pub enum TaskHandle {
         /// Its exit code.
         exit_code: i64,
     },
+    /// A `docker` container (added last: handles are persisted).
+    Docker {
+        /// The container's id.
+        container_id: String,
+    },
 }
 
 /// A task a driver is running.
@@ -112,10 +124,12 @@ pub enum RunningTask {
         /// Its exit code.
         exit_code: i64,
     },
+    /// A container.
+    Docker(crate::client::docker::DockerTask),
 }
 
 /// The drivers a client knows.
-pub const DRIVERS: &[&str] = &["raw_exec", "mock"];
+pub const DRIVERS: &[&str] = &["raw_exec", "mock", "docker"];
 
 /// Where a task's stdout goes, relative to its task directory.
 pub const STDOUT_FILE: &str = "stdout.log";
@@ -138,6 +152,9 @@ pub fn start(
     })?;
     match task.driver.as_str() {
         "raw_exec" => start_process(task, dir),
+        "docker" => Err(DriverError::BadConfig(
+            "docker tasks are started with driver::launch".into(),
+        )),
         "mock" => {
             let (run_for, exit_code) = mock_config(&task.config)?;
             let handle = TaskHandle::Mock {
@@ -152,6 +169,81 @@ pub fn start(
             })
         }
         other => Err(DriverError::Unknown(other.to_string())),
+    }
+}
+
+/// What a driver needs besides the task and its directory: which drivers this client
+/// offers, the engine connection, and the allocation the task belongs to.
+#[derive(Debug, Clone, Copy)]
+pub struct LaunchContext<'a> {
+    /// The drivers this client offers (`client.drivers`).
+    pub enabled: &'a [String],
+    /// The docker engine.
+    pub docker: &'a crate::client::docker::Connector,
+    /// The allocation's shared directory.
+    pub alloc_dir: &'a Path,
+    /// The allocation's id.
+    pub alloc_id: &'a str,
+    /// The job's name.
+    pub job_name: &'a str,
+    /// This node's id.
+    pub node_id: &'a str,
+    /// The group's allocated ports.
+    pub ports: &'a [teamster_storage::model::AllocatedPortMapping],
+}
+
+/// Start `task` in `dir` with whichever driver it names.
+pub async fn launch(
+    task: &Task,
+    dir: &Path,
+    ctx: LaunchContext<'_>,
+    now_unix_nanos: i64,
+) -> Result<RunningTask, DriverError> {
+    if task.driver != "docker" {
+        return start(task, dir, ctx.enabled, now_unix_nanos);
+    }
+    if !ctx.enabled.contains(&task.driver) {
+        return Err(DriverError::Unknown(task.driver.clone()));
+    }
+    let place = crate::client::docker::TaskPlace {
+        task_dir: dir,
+        alloc_dir: ctx.alloc_dir,
+        alloc_id: ctx.alloc_id,
+        job_name: ctx.job_name,
+        node_id: ctx.node_id,
+        ports: ctx.ports,
+    };
+    let started = crate::client::docker::start(ctx.docker, task, place).await?;
+    Ok(RunningTask::Docker(started))
+}
+
+/// Find a task again after a client restart, whichever its driver: `None` when it is no
+/// longer there.
+pub async fn find_again(
+    handle: &TaskHandle,
+    task: &Task,
+    dir: &Path,
+    docker: &crate::client::docker::Connector,
+    now_unix_nanos: i64,
+) -> Option<RunningTask> {
+    match handle {
+        TaskHandle::Docker { container_id } => {
+            let kill_signal = if task.kill_signal.is_empty() {
+                "SIGTERM".to_string()
+            } else {
+                task.kill_signal.clone()
+            };
+            crate::client::docker::reattach(
+                docker,
+                container_id,
+                dir,
+                kill_signal,
+                now_unix_nanos / 1_000_000_000,
+            )
+            .await
+            .map(RunningTask::Docker)
+        }
+        other => reattach(other, now_unix_nanos),
     }
 }
 
@@ -296,6 +388,8 @@ pub fn reattach(handle: &TaskHandle, now_unix_nanos: i64) -> Option<RunningTask>
                 exit_code: *exit_code,
             })
         }
+        // Needs the engine: find_again.
+        TaskHandle::Docker { .. } => None,
     }
 }
 
@@ -324,6 +418,9 @@ impl RunningTask {
                 start_ticks: *start_ticks,
             },
             RunningTask::Mock { handle, .. } => handle.clone(),
+            RunningTask::Docker(d) => TaskHandle::Docker {
+                container_id: d.container_id.clone(),
+            },
         }
     }
 
@@ -367,15 +464,17 @@ impl RunningTask {
                     unknown: false,
                 }
             }
+            RunningTask::Docker(d) => d.wait().await,
         }
     }
 
-    /// Send `signal` to the task's process group (`alloc signal`); a mock task takes any
-    /// signal and ignores it.
-    pub fn signal(&self, signal: i32) -> std::io::Result<()> {
+    /// Send `signal` to the task's process group (`alloc signal`), or to a container's main
+    /// process; a mock task takes any signal and ignores it.
+    pub async fn signal(&self, signal: i32) -> std::io::Result<()> {
         let pid = match self {
             RunningTask::Child { pid, .. } | RunningTask::Reattached { pid, .. } => *pid,
             RunningTask::Mock { .. } => return Ok(()),
+            RunningTask::Docker(d) => return d.signal(signal).await,
         };
         if pid <= 0 {
             return Err(std::io::Error::other("the task has no process id"));
@@ -390,10 +489,11 @@ impl RunningTask {
         }
     }
 
-    /// Stop the task: SIGTERM to its process group, SIGKILL after `kill_timeout` if it has
-    /// not exited. Returns how it ended.
+    /// Stop the task: SIGTERM to its process group (a container: its kill signal), SIGKILL
+    /// after `kill_timeout` if it has not exited. Returns how it ended.
     pub async fn kill(&mut self, kill_timeout: Duration) -> ExitResult {
         let pid = match self {
+            RunningTask::Docker(d) => return d.kill(kill_timeout).await,
             RunningTask::Child { pid, .. } | RunningTask::Reattached { pid, .. } => *pid,
             RunningTask::Mock { .. } => {
                 return ExitResult {
@@ -480,7 +580,7 @@ mod tests {
             assert!(std::time::Instant::now() < deadline);
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
-        task.signal(libc::SIGUSR1).unwrap();
+        task.signal(libc::SIGUSR1).await.unwrap();
         let exit = tokio::time::timeout(Duration::from_secs(5), task.wait())
             .await
             .expect("the task exits on USR1");
@@ -488,7 +588,7 @@ mod tests {
         let out = std::fs::read_to_string(dir.path().join(STDOUT_FILE)).unwrap();
         assert_eq!(out, "ready\ngot usr1\n");
         assert!(
-            task.signal(libc::SIGUSR1).is_err(),
+            task.signal(libc::SIGUSR1).await.is_err(),
             "no group left to signal"
         );
     }
@@ -543,7 +643,7 @@ mod tests {
     async fn unknown_drivers_and_bad_configs_are_refused() {
         let dir = tempfile::tempdir().unwrap();
         let mut t = raw("/bin/true", &[]);
-        t.driver = "docker".into();
+        t.driver = "qemu".into();
         assert!(matches!(
             start(&t, dir.path(), &drivers(), 0),
             Err(DriverError::Unknown(_))

@@ -2,7 +2,9 @@
 //!
 //! CPU (cores, MHz per core from `/proc/cpuinfo`, total compute), memory
 //! (`/proc/meminfo`), free disk under the data dir (`statvfs`), OS, architecture, host name,
-//! kernel release, the enabled drivers, and the operator's `client.meta`. Values the kernel
+//! kernel release, the enabled drivers, and the operator's `client.meta`. Drivers that need
+//! something outside teamster (`docker`: a reachable engine) start undetected and are set by
+//! their probe ([`apply_docker_probe`]); the others are detected and healthy when enabled. Values the kernel
 //! does not give fall back to conservative defaults; `client.cpu_total_compute` and
 //! `client.memory_total_mb` override the measured ones.
 
@@ -141,6 +143,19 @@ pub fn node(
     let now = Timestamp::from_unix_nanos(now_unix_nanos);
     let mut drivers = BTreeMap::new();
     for d in &config.drivers {
+        if d == "docker" {
+            drivers.insert(
+                d.clone(),
+                DriverInfo {
+                    attributes: BTreeMap::new(),
+                    detected: false,
+                    healthy: false,
+                    health_description: "Docker not fingerprinted yet".into(),
+                    update_time: now,
+                },
+            );
+            continue;
+        }
         attributes.insert(format!("driver.{d}"), "1".into());
         drivers.insert(
             d.clone(),
@@ -207,6 +222,45 @@ pub fn node(
     node
 }
 
+/// Record what the docker probe found: `driver.docker = "1"` and `driver.docker.version`
+/// with a detected, healthy driver; or an undetected one with the reason and no attribute,
+/// so the scheduler treats the node as lacking the driver.
+pub fn apply_docker_probe(
+    node: &mut Node,
+    probe: &crate::client::docker::Probe,
+    now_unix_nanos: i64,
+) {
+    use crate::client::docker::Probe;
+    let now = Timestamp::from_unix_nanos(now_unix_nanos);
+    node.attributes.remove("driver.docker");
+    node.attributes.remove("driver.docker.version");
+    let info = match probe {
+        Probe::Healthy { version } => {
+            node.attributes.insert("driver.docker".into(), "1".into());
+            node.attributes
+                .insert("driver.docker.version".into(), version.clone());
+            DriverInfo {
+                attributes: BTreeMap::from([(
+                    "driver.docker.version".to_string(),
+                    version.clone(),
+                )]),
+                detected: true,
+                healthy: true,
+                health_description: "Healthy".into(),
+                update_time: now,
+            }
+        }
+        Probe::Unavailable(why) => DriverInfo {
+            attributes: BTreeMap::new(),
+            detected: false,
+            healthy: false,
+            health_description: why.clone(),
+            update_time: now,
+        },
+    };
+    node.drivers.insert("docker".into(), info);
+}
+
 /// The address allocations' ports are bound on: the IP the node advertises its HTTP API on
 /// (its advertise address; the loopback one for `agent --dev`), as Nomad fingerprints the
 /// address of its network interface.
@@ -268,6 +322,46 @@ mod tests {
         assert_eq!(n.attributes["kernel.name"], "linux");
         assert_eq!(n.meta["rack"], "r1");
         assert!(n.drivers["mock"].healthy);
+        // Docker is offered by default but undetected until its probe says otherwise.
+        assert!(!n.drivers["docker"].detected);
+        assert!(!n.attributes.contains_key("driver.docker"));
+    }
+
+    #[test]
+    fn the_docker_probe_sets_or_clears_the_driver() {
+        use crate::client::docker::Probe;
+        let dir = tempfile::tempdir().unwrap();
+        let machine = Machine::detect(dir.path());
+        let mut n = node(
+            &ClientConfig::default(),
+            "n1",
+            "id",
+            "s",
+            "127.0.0.1:4646",
+            &machine,
+            0,
+        );
+        apply_docker_probe(
+            &mut n,
+            &Probe::Healthy {
+                version: "20.10.24".into(),
+            },
+            5,
+        );
+        assert_eq!(n.attributes["driver.docker"], "1");
+        assert_eq!(n.attributes["driver.docker.version"], "20.10.24");
+        let d = &n.drivers["docker"];
+        assert!(d.detected && d.healthy);
+        apply_docker_probe(
+            &mut n,
+            &Probe::Unavailable("Failed to connect to docker daemon".into()),
+            6,
+        );
+        assert!(!n.attributes.contains_key("driver.docker"));
+        assert!(!n.attributes.contains_key("driver.docker.version"));
+        let d = &n.drivers["docker"];
+        assert!(!d.detected && !d.healthy);
+        assert_eq!(d.health_description, "Failed to connect to docker daemon");
     }
 
     #[test]

@@ -13,7 +13,8 @@
 //!
 //! - [`fingerprint`]: the node to register.
 //! - [`servers`]: calls with failover between `client.servers`.
-//! - [`driver`]: `raw_exec` and `mock`.
+//! - [`driver`]: `raw_exec`, `mock`, and [`docker`] (containers through the engine API;
+//!   fingerprinted at start, orphaned containers of this node removed at start).
 //! - [`restart`]: the RestartPolicy tracker.
 //! - [`alloc_runner`]: task runners, TaskStates and the allocation's ClientStatus.
 //! - [`health`]: whether an allocation became healthy in its deployment or migration, which
@@ -34,6 +35,7 @@
 pub mod alloc_runner;
 pub mod checks;
 pub mod config;
+pub mod docker;
 pub mod driver;
 pub mod fingerprint;
 pub mod health;
@@ -118,6 +120,8 @@ pub struct Shared {
     persist_lock: Mutex<()>,
     /// The latest result of each service check, by allocation and check ID ([`checks`]).
     check_results: Mutex<BTreeMap<String, BTreeMap<String, checks::CheckResult>>>,
+    /// The docker engine, connected on first use.
+    docker: docker::Connector,
 }
 
 impl Shared {
@@ -236,7 +240,7 @@ impl Client {
         }
         let node_id = state.node_id.clone();
         let machine = fingerprint::Machine::detect(data_dir);
-        let node = fingerprint::node(
+        let mut node = fingerprint::node(
             config,
             name,
             &node_id,
@@ -245,10 +249,35 @@ impl Client {
             &machine,
             clock.now_unix_nanos(),
         );
+        let docker = docker::Connector::default();
+        let docker_usable = if config.drivers.iter().any(|d| d == "docker") {
+            let probe = docker::probe(&docker).await;
+            match &probe {
+                docker::Probe::Healthy { version } => info!(version, "docker driver healthy"),
+                docker::Probe::Unavailable(why) => {
+                    info!(reason = %why, "docker driver not detected")
+                }
+            }
+            fingerprint::apply_docker_probe(&mut node, &probe, clock.now_unix_nanos());
+            matches!(probe, docker::Probe::Healthy { .. })
+        } else {
+            false
+        };
+        if docker_usable {
+            // Containers of allocations this client no longer knows: nothing would ever
+            // stop them. Before the alloc watcher starts, so no new allocation races this.
+            let known = state.allocs.keys().cloned().collect();
+            match docker::remove_orphans(&docker, &node_id, &known).await {
+                Ok(0) => {}
+                Ok(n) => info!(removed = n, "removed orphaned containers"),
+                Err(e) => warn!(error = %e, "cannot look for orphaned containers"),
+            }
+        }
         let shared = Arc::new(Shared {
             node_values: taskenv::node_values(&node),
             persist_lock: Mutex::new(()),
             check_results: Mutex::new(BTreeMap::new()),
+            docker,
             config: config.clone(),
             state_path,
             alloc_root,
@@ -264,11 +293,16 @@ impl Client {
             .state()
             .allocs
             .values()
-            .filter(|l| !l.finished() && !l.alloc.server_terminal_status())
+            .filter(|l| !l.finished())
             .cloned()
             .collect();
         for local in &resumed {
             let runner = alloc_runner::spawn(&shared, local);
+            if local.alloc.server_terminal_status() {
+                // Stopped by the servers but not dead yet (the client went away mid-kill):
+                // its runners find the tasks again and stop them, or nothing would.
+                runner.cancel();
+            }
             lock(&shared.runners).insert(local.alloc.id.to_string(), runner);
         }
         if !resumed.is_empty() {
@@ -673,6 +707,7 @@ mod tests {
             node_values: BTreeMap::new(),
             persist_lock: Mutex::new(()),
             check_results: Mutex::new(BTreeMap::new()),
+            docker: docker::Connector::default(),
         })
     }
 
@@ -820,6 +855,58 @@ mod tests {
             !event_types(&done).contains(&"Started".to_string()),
             "started twice"
         );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_client_restarted_mid_kill_stops_what_the_servers_stopped() {
+        let dir = tempfile::tempdir().unwrap();
+        let clock = Arc::new(TestClock(tokio::time::Instant::now()));
+        // As an earlier run left it: the servers had stopped the allocation, its task was
+        // being killed when the client went away.
+        let mut local = mock_alloc("1h", 0, 0, JobType::Service);
+        local.alloc.desired_status = teamster_storage::model::DesiredStatus::Stop;
+        local.handles.insert(
+            "t".into(),
+            TaskHandle::Mock {
+                started_at: crate::util::Clock::now_unix_nanos(&*clock) - 1_000_000_000,
+                run_for: 3_600_000_000_000,
+                exit_code: 0,
+            },
+        );
+        local.task_states.get_mut("t").unwrap().state = TaskStateValue::Running;
+        let state = ClientState {
+            node_id: "5b8f2c3e-1111-4222-8333-444455556666".into(),
+            secret_id: "s".into(),
+            allocs: BTreeMap::from([("a1".to_string(), local)]),
+        };
+        std::fs::create_dir_all(dir.path().join("client")).unwrap();
+        std::fs::write(
+            dir.path().join("client/state.json"),
+            serde_json::to_vec(&state).unwrap(),
+        )
+        .unwrap();
+        let config = ClientConfig {
+            drivers: vec!["mock".into()],
+            ..ClientConfig::default()
+        };
+        let client = Client::start(
+            &config,
+            "n",
+            dir.path(),
+            "127.0.0.1:4646".into(),
+            Vec::new(),
+            clock,
+            RngSource::seeded(1),
+        )
+        .await
+        .unwrap();
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        let done = client.shared.state().allocs["a1"].clone();
+        assert_eq!(done.client_status, ClientStatus::Complete);
+        assert!(done.handles.is_empty());
+        assert_eq!(done.task_states["t"].state, TaskStateValue::Dead);
+        assert!(event_types(&done).contains(&"Killed".to_string()));
+        client.shutdown().await;
     }
 
     #[tokio::test(start_paused = true)]

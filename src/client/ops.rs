@@ -416,6 +416,13 @@ impl ClientHandle {
         if !running {
             return Err(TaskOpError::NotRunning(spec.name.clone()).into());
         }
+        if spec.driver == "docker" {
+            // A host command in the task directory is not what exec into a container means.
+            return Err(AllocOpError::Invalid(format!(
+                "alloc exec is not supported for docker tasks yet (task {:?})",
+                spec.name
+            )));
+        }
         let (prepared, dir) = crate::client::alloc_runner::prepared_task(&self.shared, local, spec);
         let mut cmd = crate::client::driver::task_command(&prepared, &dir, program, args);
         cmd.kill_on_drop(true);

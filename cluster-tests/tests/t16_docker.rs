@@ -1,0 +1,558 @@
+//! The `docker` task driver against a real engine and a real `teamster agent --dev`: the node
+//! fingerprints the engine (`driver.docker`, `driver.docker.version`); a job whose image is
+//! not on the node fails at once with a driver error saying teamster never pulls; an
+//! unknown config key is refused by name; a batch task's exit code is its container's and
+//! the container is removed; a service task in the `teamster:dev` image (busybox) runs, its
+//! output reaches `alloc logs`, its port is published, `alloc signal` reaches its shell; a
+//! client killed and started again re-attaches to the running container instead of starting
+//! a second one, and removes its node's containers of allocations it does not know (not
+//! another node's); stopping the job stops the container within its kill timeout and leaves
+//! no container with the allocation's label. `load` is checked on the driver's shell
+//! directly: an archive in the task directory is loaded, then run.
+//!
+//! Without Docker the scenario prints a `SKIP` line and passes; with `CI=true` it fails
+//! instead. The image comes from deploy/build-image.sh (incremental; the static build takes
+//! minutes the first time).
+
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::{json, Value};
+use teamster::api::ApiClient;
+use teamster_cluster_tests::api::register;
+use teamster_cluster_tests::compose::{build_image, docker_unavailable, IMAGE};
+use teamster_cluster_tests::process::teamster_bin;
+use teamster_cluster_tests::wait_for;
+
+const ALLOC_LABEL: &str = "com.hashicorp.nomad.alloc_id";
+const NODE_LABEL: &str = "com.hashicorp.nomad.node_id";
+/// The task's kill timeout; its shell ignores SIGTERM (PID 1), so the stop takes this long.
+const KILL_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// True when the scenario must be skipped (no Docker, not CI). Panics under `CI=true`.
+fn skip(test: &str) -> bool {
+    let Some(why) = docker_unavailable() else {
+        return false;
+    };
+    if std::env::var("CI").is_ok_and(|v| v == "true") {
+        panic!("{test}: CI=true but {why}");
+    }
+    eprintln!("SKIP {test}: {why}");
+    true
+}
+
+/// A loopback address of its own for this test process's dev agent.
+fn dev_ip() -> String {
+    let pid = std::process::id();
+    format!("127.{}.{}.16", 10 + (pid % 200), 251 - (pid / 200 % 5))
+}
+
+/// `docker` with `args`; its stdout, trimmed.
+fn docker(args: &[&str]) -> anyhow::Result<String> {
+    let out = Command::new("docker").args(args).output()?;
+    anyhow::ensure!(
+        out.status.success(),
+        "docker {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    Ok(String::from_utf8_lossy(&out.stdout).trim().to_string())
+}
+
+/// Ids of the containers (running or not) labelled `label=value`.
+fn containers(label: &str, value: &str) -> Vec<String> {
+    docker(&[
+        "ps",
+        "-aq",
+        "--no-trunc",
+        "--filter",
+        &format!("label={label}={value}"),
+    ])
+    .map(|s| s.lines().map(str::to_string).collect())
+    .unwrap_or_default()
+}
+
+/// Removes whatever containers the node left, however the test ends.
+struct RemoveNodeContainers(Option<String>);
+
+impl Drop for RemoveNodeContainers {
+    fn drop(&mut self) {
+        if let Some(node) = &self.0 {
+            for id in containers(NODE_LABEL, node) {
+                let _ = docker(&["rm", "-f", &id]);
+            }
+        }
+    }
+}
+
+/// A dev agent process, SIGKILLed when dropped.
+struct Agent(std::process::Child);
+
+impl Drop for Agent {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// `teamster agent --dev` on `ip` keeping its data in `data` (so it can be restarted), once
+/// its node is ready.
+async fn dev_agent(
+    ip: &str,
+    data: &std::path::Path,
+    log: &tempfile::NamedTempFile,
+) -> anyhow::Result<(Agent, ApiClient, Value)> {
+    let agent = Agent(
+        Command::new(teamster_bin())
+            .args(["agent", "--dev", "--bind", ip, "--data-dir"])
+            .arg(data)
+            .stdin(Stdio::null())
+            .stdout(log.reopen()?)
+            .stderr(log.reopen()?)
+            .spawn()?,
+    );
+    let api = ApiClient::new(&format!("http://{ip}:4646"));
+    let node = wait_for(Duration::from_secs(60), "the dev node ready", || async {
+        let nodes: Vec<Value> = api.get("/v1/nodes").await.ok()?;
+        let id = nodes.iter().find(|n| n["Status"] == "ready")?["ID"]
+            .as_str()?
+            .to_string();
+        api.get::<Value>(&format!("/v1/node/{id}")).await.ok()
+    })
+    .await
+    .map_err(|e| anyhow::anyhow!("{e}\n{}", agent_log(log)))?;
+    Ok((agent, api, node))
+}
+
+fn agent_log(log: &tempfile::NamedTempFile) -> String {
+    std::fs::read_to_string(log.path()).unwrap_or_default()
+}
+
+fn docker_job(id: &str, job_type: &str, config: Value, network: Value) -> Value {
+    json!({
+        "ID": id,
+        "Type": job_type,
+        "Datacenters": ["dc1"],
+        "TaskGroups": [{
+            "Name": "g",
+            "Count": 1,
+            "Networks": network,
+            "RestartPolicy": {"Attempts": 0, "Interval": 60_000_000_000u64, "Delay": 1_000_000_000u64, "Mode": "fail"},
+            "Tasks": [{
+                "Name": "t",
+                "Driver": "docker",
+                "Config": config,
+                "Env": {"GREETING": "hi from ${NOMAD_TASK_NAME}"},
+                "KillTimeout": KILL_TIMEOUT.as_nanos() as u64,
+                "Resources": {"CPU": 100, "MemoryMB": 64}
+            }]
+        }]
+    })
+}
+
+async fn first_alloc(api: &ApiClient, job: &str) -> Option<Value> {
+    let allocs: Vec<Value> = api
+        .get(&format!("/v1/job/{job}/allocations?stale=true"))
+        .await
+        .ok()?;
+    let id = allocs.first()?["ID"].as_str()?.to_string();
+    api.get(&format!("/v1/allocation/{id}")).await.ok()
+}
+
+/// The task's events of `alloc` as `(type, message)`.
+fn events(alloc: &Value) -> Vec<(String, String)> {
+    alloc["TaskStates"]["t"]["Events"]
+        .as_array()
+        .map(|evs| {
+            evs.iter()
+                .map(|e| {
+                    (
+                        e["Type"].as_str().unwrap_or("").to_string(),
+                        e["DisplayMessage"].as_str().unwrap_or("").to_string(),
+                    )
+                })
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// The driver failure of `job`'s first allocation, once it failed.
+async fn driver_failure(api: &ApiClient, job: &str) -> anyhow::Result<String> {
+    let alloc = wait_for(Duration::from_secs(30), "the allocation failed", || async {
+        let a = first_alloc(api, job).await?;
+        (a["ClientStatus"] == "failed").then_some(a)
+    })
+    .await?;
+    let failure = events(&alloc)
+        .into_iter()
+        .find(|(t, _)| t == "Driver Failure")
+        .map(|(_, m)| m);
+    failure.ok_or_else(|| anyhow::anyhow!("no Driver Failure event in {alloc:#}"))
+}
+
+async fn log_of(addr: &str, alloc_id: &str, kind: &str) -> String {
+    let url = format!("{addr}/v1/client/fs/logs/{alloc_id}?task=t&type={kind}&plain=true");
+    match reqwest::get(url).await {
+        Ok(r) => r.text().await.unwrap_or_default(),
+        Err(_) => String::new(),
+    }
+}
+
+#[tokio::test]
+async fn docker_tasks_run_log_signal_reattach_and_stop_without_pulling() -> anyhow::Result<()> {
+    const TEST: &str = "docker_tasks_run_log_signal_reattach_and_stop_without_pulling";
+    if skip(TEST) {
+        return Ok(());
+    }
+    teamster_cluster_tests::init_test_tracing();
+    // The image with busybox in it, built offline (or already up to date).
+    build_image()?;
+    let busybox = docker(&["run", "--rm", "--entrypoint", "/bin/busybox", IMAGE, "true"]);
+    anyhow::ensure!(busybox.is_ok(), "{IMAGE} has no /bin/busybox: {busybox:?}");
+
+    let ip = dev_ip();
+    let data = tempfile::tempdir()?;
+    let log = tempfile::NamedTempFile::new()?;
+    let (agent, api, node) = dev_agent(&ip, data.path(), &log).await?;
+    let addr = format!("http://{ip}:4646");
+    let node_id = node["ID"].as_str().expect("node id").to_string();
+    let _cleanup = RemoveNodeContainers(Some(node_id.clone()));
+
+    // The fingerprint.
+    let engine_version = docker(&["version", "--format", "{{.Server.Version}}"])?;
+    assert_eq!(node["Attributes"]["driver.docker"], "1", "{node:#}");
+    assert_eq!(
+        node["Attributes"]["driver.docker.version"],
+        engine_version.as_str()
+    );
+    assert_eq!(node["Drivers"]["docker"]["Detected"], true);
+    assert_eq!(node["Drivers"]["docker"]["Healthy"], true);
+
+    // An image that is not on the node: failed at once, never pulled.
+    register(
+        &api,
+        docker_job(
+            "absent",
+            "batch",
+            json!({"image": "teamster-t16-no-such-image:never"}),
+            json!([]),
+        ),
+    )
+    .await?;
+    let started = Instant::now();
+    let failure = driver_failure(&api, "absent").await?;
+    assert_eq!(
+        failure,
+        "Failed to find docker image \"teamster-t16-no-such-image:never\": no such image (teamster never pulls)"
+    );
+    assert!(started.elapsed() < Duration::from_secs(20), "no hang");
+    assert!(docker(&["image", "inspect", "teamster-t16-no-such-image:never"]).is_err());
+
+    // A config key the driver does not act on is refused by name.
+    register(
+        &api,
+        docker_job(
+            "privileged",
+            "batch",
+            json!({"image": IMAGE, "privileged": true}),
+            json!([]),
+        ),
+    )
+    .await?;
+    let failure = driver_failure(&api, "privileged").await?;
+    assert!(
+        failure.contains("docker config key \"privileged\" is not supported"),
+        "{failure}"
+    );
+
+    // A batch task's exit code is the container's; its container is removed.
+    register(
+        &api,
+        docker_job(
+            "exits",
+            "batch",
+            json!({
+                "image": IMAGE,
+                "entrypoint": ["/bin/busybox"],
+                "args": ["sh", "-c", "echo bye; exit 3"]
+            }),
+            json!([]),
+        ),
+    )
+    .await?;
+    let exited = wait_for(Duration::from_secs(30), "the exits task failed", || async {
+        let a = first_alloc(&api, "exits").await?;
+        (a["ClientStatus"] == "failed").then_some(a)
+    })
+    .await?;
+    let terminated: Vec<(String, String)> = events(&exited)
+        .into_iter()
+        .filter(|(t, _)| t == "Terminated")
+        .collect();
+    assert_eq!(
+        terminated.first().map(|(_, m)| m.as_str()),
+        Some("Exit Code: 3, Signal: 0"),
+        "{exited:#}"
+    );
+    let exited_id = exited["ID"].as_str().expect("alloc id").to_string();
+    assert!(log_of(&addr, &exited_id, "stdout").await.contains("bye"));
+    wait_for(
+        Duration::from_secs(10),
+        "the exited container removed",
+        || async { containers(ALLOC_LABEL, &exited_id).is_empty().then_some(()) },
+    )
+    .await?;
+
+    // A service task in the busybox image, with a published port.
+    register(
+        &api,
+        docker_job(
+            "web",
+            "service",
+            json!({
+                "image": IMAGE,
+                "entrypoint": ["/bin/busybox"],
+                "args": ["sh", "-c", "trap 'echo got usr1' USR1; echo hello; echo \"$GREETING on $NOMAD_PORT_http\"; echo oops >&2; while :; do sleep 1; done"],
+                "ports": ["http"],
+                "labels": {"team": "t16"}
+            }),
+            json!([{"DynamicPorts": [{"Label": "http", "To": 8080}]}]),
+        ),
+    )
+    .await?;
+    let alloc = wait_for(Duration::from_secs(60), "the web task running", || async {
+        let a = first_alloc(&api, "web").await?;
+        (a["ClientStatus"] == "running").then_some(a)
+    })
+    .await
+    .map_err(|e| anyhow::anyhow!("{e}\n{}", agent_log(&log)))?;
+    let alloc_id = alloc["ID"].as_str().expect("alloc id").to_string();
+    let host_port = alloc["AllocatedResources"]["Shared"]["Ports"][0]["Value"]
+        .as_u64()
+        .expect("an allocated port");
+    wait_for(
+        Duration::from_secs(20),
+        "hello in the task's stdout",
+        || async {
+            let out = log_of(&addr, &alloc_id, "stdout").await;
+            (out.contains("hello\n") && out.contains("hi from t on 8080\n")).then_some(())
+        },
+    )
+    .await?;
+    let err = log_of(&addr, &alloc_id, "stderr").await;
+    assert!(err.contains("oops"), "{err:?}");
+    let out = Command::new(teamster_bin())
+        .args(["alloc", "logs", "-address", &addr, &alloc_id[..8], "t"])
+        .output()?;
+    assert!(String::from_utf8_lossy(&out.stdout).contains("hello\n"));
+
+    let ids = containers(ALLOC_LABEL, &alloc_id);
+    assert_eq!(ids.len(), 1, "one container for the allocation: {ids:?}");
+    let container = ids[0].clone();
+    let name = docker(&["inspect", "--format", "{{.Name}}", &container])?;
+    assert_eq!(name, format!("/t-{alloc_id}"));
+    let labels: Value = serde_json::from_str(&docker(&[
+        "inspect",
+        "--format",
+        "{{json .Config.Labels}}",
+        &container,
+    ])?)?;
+    assert_eq!(labels["com.hashicorp.nomad.task_name"], "t");
+    assert_eq!(labels["com.hashicorp.nomad.job_name"], "web");
+    assert_eq!(labels["team"], "t16");
+    let bindings: Value = serde_json::from_str(&docker(&[
+        "inspect",
+        "--format",
+        "{{json .HostConfig.PortBindings}}",
+        &container,
+    ])?)?;
+    assert_eq!(
+        bindings["8080/tcp"][0]["HostPort"],
+        host_port.to_string(),
+        "{bindings}"
+    );
+    assert_eq!(bindings["8080/tcp"][0]["HostIp"], ip.as_str(), "{bindings}");
+
+    // `alloc signal` reaches the container's shell.
+    let out = Command::new(teamster_bin())
+        .args([
+            "alloc",
+            "signal",
+            "-address",
+            &addr,
+            "-s",
+            "SIGUSR1",
+            &alloc_id[..8],
+            "t",
+        ])
+        .output()?;
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    wait_for(Duration::from_secs(10), "the trap's output", || async {
+        log_of(&addr, &alloc_id, "stdout")
+            .await
+            .contains("got usr1")
+            .then_some(())
+    })
+    .await?;
+
+    // The client dies and comes back: it re-attaches to the running container, and removes
+    // a container of this node whose allocation it does not know.
+    drop(agent);
+    assert_eq!(containers(ALLOC_LABEL, &alloc_id), vec![container.clone()]);
+    let orphan_alloc = "0badc0de-0000-4000-8000-000000000016";
+    let orphan = docker(&[
+        "create",
+        "--label",
+        &format!("{ALLOC_LABEL}={orphan_alloc}"),
+        "--label",
+        &format!("{NODE_LABEL}={node_id}"),
+        "--entrypoint",
+        "/bin/busybox",
+        IMAGE,
+        "sleep",
+        "300",
+    ])?;
+    // Another node's container is not this client's to remove.
+    let foreign = docker(&[
+        "create",
+        "--label",
+        &format!("{ALLOC_LABEL}={orphan_alloc}"),
+        "--label",
+        &format!("{NODE_LABEL}=another-node-{node_id}"),
+        "--entrypoint",
+        "/bin/busybox",
+        IMAGE,
+        "true",
+    ])?;
+    let _foreign_cleanup = RemoveNodeContainers(Some(format!("another-node-{node_id}")));
+    let log = tempfile::NamedTempFile::new()?;
+    let (agent, api, _) = dev_agent(&ip, data.path(), &log).await?;
+    wait_for(
+        Duration::from_secs(30),
+        "the re-attached task running",
+        || async {
+            let a = first_alloc(&api, "web").await?;
+            let attached = agent_log(&log).contains("re-attached to a running task");
+            (a["ClientStatus"] == "running" && attached).then_some(())
+        },
+    )
+    .await
+    .map_err(|e| anyhow::anyhow!("{e}\n{}", agent_log(&log)))?;
+    assert_eq!(
+        containers(ALLOC_LABEL, &alloc_id),
+        vec![container.clone()],
+        "the same container, not a second one"
+    );
+    let running = docker(&["inspect", "--format", "{{.State.Running}}", &container])?;
+    assert_eq!(running, "true");
+    assert!(
+        docker(&["inspect", &orphan]).is_err(),
+        "the orphan is removed"
+    );
+    assert!(
+        docker(&["inspect", &foreign]).is_ok(),
+        "another node's is kept"
+    );
+
+    // Stopping the job stops the container within its kill timeout, and removes it.
+    api.request::<(), Value>(reqwest::Method::DELETE, "/v1/job/web", None)
+        .await?;
+    let stopping = Instant::now();
+    wait_for(
+        KILL_TIMEOUT + Duration::from_secs(15),
+        "no container left for the allocation",
+        || async { containers(ALLOC_LABEL, &alloc_id).is_empty().then_some(()) },
+    )
+    .await?;
+    let took = stopping.elapsed();
+    assert!(
+        took < KILL_TIMEOUT + Duration::from_secs(10),
+        "stopped in {took:?}"
+    );
+    let alloc = wait_for(Duration::from_secs(20), "the web task killed", || async {
+        let a = first_alloc(&api, "web").await?;
+        (a["ClientStatus"] == "complete").then_some(a)
+    })
+    .await?;
+    let kinds: Vec<String> = events(&alloc).into_iter().map(|(t, _)| t).collect();
+    assert!(
+        kinds.contains(&"Killing".to_string()) && kinds.contains(&"Killed".to_string()),
+        "{kinds:?}"
+    );
+    assert!(containers(NODE_LABEL, &node_id).is_empty());
+    drop(agent);
+    Ok(())
+}
+
+/// `load`: an image archive in the task directory is loaded into the engine before the
+/// image is looked up, and the container runs from it (the driver's shell, called directly:
+/// a task directory cannot be filled before its allocation exists).
+#[tokio::test]
+async fn an_image_archive_in_the_task_dir_is_loaded_then_run() -> anyhow::Result<()> {
+    use teamster::client::docker::{start, Connector, TaskPlace};
+    use teamster_storage::model::{ConfigValue, Task};
+    const TEST: &str = "an_image_archive_in_the_task_dir_is_loaded_then_run";
+    if skip(TEST) {
+        return Ok(());
+    }
+    teamster_cluster_tests::init_test_tracing();
+    build_image()?;
+    let tag = format!("teamster-t16-load:{}", std::process::id());
+    let alloc_id = format!("0adc0de0-0000-4000-8000-{:012}", std::process::id());
+    let node_id = format!("t16-load-{}", std::process::id());
+    let _cleanup = RemoveNodeContainers(Some(node_id.clone()));
+    let dir = tempfile::tempdir()?;
+    let task_dir = dir.path().join("t");
+    std::fs::create_dir_all(task_dir.join("local"))?;
+    let archive = task_dir.join("local/img.tar");
+    docker(&["tag", IMAGE, &tag])?;
+    let saved = docker(&["save", "-o", &archive.to_string_lossy(), &tag]);
+    docker(&["rmi", &tag])?;
+    saved?;
+    assert!(
+        docker(&["image", "inspect", &tag]).is_err(),
+        "only in the archive now"
+    );
+
+    let mut task = Task {
+        name: "t".into(),
+        driver: "docker".into(),
+        ..Task::default()
+    };
+    let list = |items: &[&str]| ConfigValue::List(items.iter().map(|i| (*i).into()).collect());
+    task.config.insert("image".into(), tag.as_str().into());
+    task.config.insert("load".into(), "local/img.tar".into());
+    task.config
+        .insert("entrypoint".into(), list(&["/bin/busybox"]));
+    task.config.insert(
+        "args".into(),
+        list(&["sh", "-c", "echo loaded; ls /local; echo $NOMAD_TASK_DIR"]),
+    );
+    task.resources.cpu = 50;
+    task.resources.memory_mb = 32;
+    let place = TaskPlace {
+        task_dir: &task_dir,
+        alloc_dir: &dir.path().join("alloc"),
+        alloc_id: &alloc_id,
+        job_name: "load",
+        node_id: &node_id,
+        ports: &[],
+    };
+    let started = start(&Connector::default(), &task, place).await;
+    let loaded = docker(&["image", "inspect", &tag]).is_ok();
+    let _ = docker(&["rmi", "-f", &tag]);
+    let mut running = started?;
+    assert!(loaded, "the archive was loaded");
+    let exit = tokio::time::timeout(Duration::from_secs(30), running.wait()).await?;
+    assert!(exit.successful() && !exit.unknown, "{exit:?}");
+    let out = std::fs::read_to_string(task_dir.join("stdout.log"))?;
+    assert_eq!(out, "loaded\nimg.tar\n/local\n");
+    assert!(
+        containers(ALLOC_LABEL, &alloc_id).is_empty(),
+        "removed after its exit"
+    );
+    Ok(())
+}
