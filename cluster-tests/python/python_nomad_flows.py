@@ -332,6 +332,24 @@ def main():
     everywhere = n.allocations.get_allocations(namespace="*")
     assert any(a["JobID"] == job_id for a in everywhere), "allocations namespace=*"
     assert not n.allocations.get_allocations(namespace="nowhere"), "another namespace's"
+    # Namespaces as objects: created, read, updated, listed, deleted.
+    n.namespace.create_namespace({"Name": "pyns", "Description": "from python"})
+    wait_until("the namespace readable", lambda: "pyns" in n.namespace)
+    assert n.namespace.get_namespace("pyns")["Description"] == "from python"
+    n.namespace.update_namespace("pyns", {"Name": "pyns", "Description": "changed"})
+    wait_until(
+        "the namespace changed",
+        lambda: n.namespace.get_namespace("pyns")["Description"] == "changed",
+    )
+    names = {ns["Name"] for ns in n.namespaces.get_namespaces()}
+    assert {"default", "pyns"} <= names, names
+    try:
+        n.namespace.delete_namespace("default")
+        raise AssertionError("the default namespace must not be deletable")
+    except exceptions.BadRequestNomadException as e:
+        assert "can not be deleted" in e.nomad_resp.text, e.nomad_resp.text
+    n.namespace.delete_namespace("pyns")
+    wait_until("the namespace gone", lambda: "pyns" not in n.namespace)
     # Summaries recomputed from the allocations through raft; a right one stays right
     # (tried again if an allocation moved meanwhile).
     def reconcile_keeps_summary():

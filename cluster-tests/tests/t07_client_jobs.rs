@@ -1077,7 +1077,7 @@ async fn dev_agent_registers_a_services_instances_and_removes_them_when_the_job_
         ),
         (
             json!({"Name": "x", "PortLabel": "http"}),
-            r#"set provider = "nomad""#,
+            r#"only provider = "nomad" is supported"#,
         ),
     ] {
         let mut bad = job.clone();

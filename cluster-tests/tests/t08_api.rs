@@ -399,7 +399,53 @@ async fn lists_take_every_namespace_and_summaries_are_reconciled_through_raft() 
     register(&api, small_job("ns-default")).await?;
     let mut other = small_job("ns-other");
     other["Namespace"] = json!("other");
+    // A namespace must exist before a job goes in it (Nomad's "nonexistent namespace").
+    let refused = register(&api, other.clone())
+        .await
+        .expect_err("no namespace yet");
+    assert!(
+        refused
+            .to_string()
+            .contains("nonexistent namespace \"other\""),
+        "{refused}"
+    );
+    let http = reqwest::Client::new();
+    let resp = http
+        .put(format!("{base}/v1/namespace/other"))
+        .json(&json!({"Name": "other", "Description": "the others"}))
+        .send()
+        .await?;
+    assert_eq!(resp.status(), StatusCode::OK, "{}", resp.text().await?);
+    // Enterprise quotas are refused by name, not dropped.
+    let resp = http
+        .put(format!("{base}/v1/namespace/quota"))
+        .json(&json!({"Name": "quota", "Quota": "small"}))
+        .send()
+        .await?;
+    assert_eq!(resp.status(), StatusCode::BAD_REQUEST);
+    assert!(resp.text().await?.contains("Quota"));
     register(&api, other).await?;
+    let all: Vec<Value> = reqwest::get(format!("{base}/v1/namespaces?stale=true"))
+        .await?
+        .json()
+        .await?;
+    let names: Vec<&str> = all.iter().filter_map(|n| n["Name"].as_str()).collect();
+    assert_eq!(names, ["default", "other"]);
+    let one: Value = reqwest::get(format!("{base}/v1/namespace/other?stale=true"))
+        .await?
+        .json()
+        .await?;
+    assert_eq!(one["Description"], "the others");
+    let resp = reqwest::get(format!("{base}/v1/namespace/nowhere")).await?;
+    assert_eq!(resp.status(), StatusCode::NOT_FOUND);
+    // Neither default nor a namespace with a job can be deleted.
+    for name in ["default", "other"] {
+        let resp = http
+            .delete(format!("{base}/v1/namespace/{name}"))
+            .send()
+            .await?;
+        assert_eq!(resp.status(), StatusCode::BAD_REQUEST, "{name}");
+    }
     settled(&base).await?;
     let eval_jobs = |query: &'static str| {
         let base = base.clone();

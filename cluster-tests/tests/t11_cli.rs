@@ -481,6 +481,26 @@ async fn namespace_region_and_token_scope_every_request_and_events_stream() -> a
         .to_string(),
     )?;
     let file = job_file.to_str().unwrap();
+    // The namespace does not exist yet: the job is refused, naming it.
+    let (code, _, err) = agent.run(&["job", "run", "-detach", "-namespace=ops", file]);
+    assert_eq!(code, Some(1));
+    assert!(err.contains("nonexistent namespace \"ops\""), "{err}");
+    let (code, out, err) = agent.run(&[
+        "namespace",
+        "apply",
+        "-description",
+        "operations",
+        "-meta",
+        "team=sre",
+        "ops",
+    ]);
+    assert_eq!(code, Some(0), "{out}{err}");
+    let (code, out, err) = agent.run(&["namespace", "list"]);
+    assert_eq!(code, Some(0), "{err}");
+    assert!(
+        out.contains("default") && out.contains("ops") && out.contains("operations"),
+        "{out}"
+    );
     let (code, out, err) = agent.run(&[
         "job",
         "run",
@@ -540,6 +560,36 @@ async fn namespace_region_and_token_scope_every_request_and_events_stream() -> a
     assert_eq!(event["Topic"], "Job", "{out}");
     assert_eq!(event["Key"], "scoped", "{out}");
     assert_eq!(event["Namespace"], "ops", "{out}");
+    // A namespace with a job stays; `default` always does; status shows what apply set.
+    let (code, out, err) = agent.run(&["namespace", "status", "ops"]);
+    assert_eq!(code, Some(0), "{err}");
+    assert!(
+        out.contains("operations") && out.contains("Meta team") && out.contains("sre"),
+        "{out}"
+    );
+    let (code, _, err) = agent.run(&["namespace", "delete", "ops"]);
+    assert_eq!(code, Some(1));
+    assert!(err.contains("has 1 job(s)"), "{err}");
+    let (code, _, err) = agent.run(&["namespace", "delete", "default"]);
+    assert_eq!(code, Some(1));
+    assert!(
+        err.contains("default namespace can not be deleted"),
+        "{err}"
+    );
+    let (code, _, err) = agent.run(&[
+        "job",
+        "stop",
+        "-purge",
+        "-detach",
+        "-namespace=ops",
+        "scoped",
+    ]);
+    assert_eq!(code, Some(0), "{err}");
+    let (code, out, err) = agent.run(&["namespace", "delete", "ops"]);
+    assert_eq!(code, Some(0), "{out}{err}");
+    let (code, _, err) = agent.run(&["namespace", "status", "ops"]);
+    assert_eq!(code, Some(1));
+    assert!(err.contains("Namespace \"ops\" not found"), "{err}");
     let (code, _, err) = agent.run(&["event", "stream", "-topic", "Nope"]);
     assert_eq!(code, Some(1));
     assert!(err.contains("unknown topic"), "{err}");

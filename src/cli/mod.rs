@@ -17,6 +17,7 @@ mod event;
 mod job;
 mod job_dispatch;
 mod job_plan;
+mod namespace;
 mod node;
 mod operator;
 mod output;
@@ -80,6 +81,9 @@ enum Command {
     /// Services registered by running allocations: list, info, delete.
     #[command(subcommand)]
     Service(service::ServiceCommand),
+    /// Namespaces: apply, list, status, delete.
+    #[command(subcommand)]
+    Namespace(namespace::NamespaceCommand),
 }
 
 /// Flags shared by every command that talks to the HTTP API.
@@ -271,6 +275,7 @@ pub fn main() -> ExitCode {
         Command::System(cmd) => run_api(|| system::run(cmd)),
         Command::Event(cmd) => run_api(|| event::run(cmd)),
         Command::Service(cmd) => run_api(|| service::run(cmd)),
+        Command::Namespace(cmd) => run_api(|| namespace::run(cmd)),
     }
 }
 

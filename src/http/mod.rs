@@ -22,6 +22,7 @@ pub mod evals;
 pub mod events;
 mod jobs;
 mod metrics_json;
+mod namespaces;
 pub mod nodes;
 mod operator;
 mod plan;
@@ -243,6 +244,7 @@ pub fn router(ctx: HttpContext) -> Router {
         .merge(evals::routes())
         .merge(deployments::routes())
         .merge(services::routes())
+        .merge(namespaces::routes())
         .merge(allocs::routes())
         .merge(scheduler_config::routes())
         .merge(nodes::routes())

@@ -29,8 +29,8 @@ use serde::{Deserialize, Serialize};
 use crate::model::{
     AllocDeploymentStatus, AllocId, AllocStop, Allocation, ClientStatus, ClusterMeta, Deployment,
     DeploymentId, DeploymentStatusUpdate, DesiredTransition, DrainStrategy, EvalId, Evaluation,
-    Job, JobId, Namespace, Node, NodeId, NodeStatus, SchedulerConfiguration, SchedulingEligibility,
-    ServiceRegistration, TaskState,
+    Job, JobId, Namespace, NamespaceSpec, Node, NodeId, NodeStatus, SchedulerConfiguration,
+    SchedulingEligibility, ServiceRegistration, TaskState,
 };
 
 /// A replicated command: the payload of one raft log entry.
@@ -101,6 +101,24 @@ pub enum Command {
     /// Appended: service registrations removed by ID (a client whose task stopped, or an
     /// operator's `service delete`).
     ServiceRegistrationDelete(ServiceRegistrationDelete),
+    /// Appended: namespaces created or described (`namespace apply`).
+    NamespaceUpsert(NamespaceUpsert),
+    /// Appended: namespaces deleted; refused for `default` and for one that holds jobs.
+    NamespaceDelete(NamespaceDelete),
+}
+
+/// Payload of [`Command::NamespaceUpsert`].
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct NamespaceUpsert {
+    /// The namespaces, valid.
+    pub namespaces: Vec<NamespaceSpec>,
+}
+
+/// Payload of [`Command::NamespaceDelete`].
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct NamespaceDelete {
+    /// Their names.
+    pub names: Vec<String>,
 }
 
 /// Payload of [`Command::ServiceRegistrationUpsert`].
@@ -573,6 +591,18 @@ pub enum ApplyError {
     /// allocation of another deployment, …).
     #[error("{reason}")]
     DeploymentRefused {
+        /// Why.
+        reason: String,
+    },
+    /// The namespace does not exist (Nomad's "nonexistent namespace").
+    #[error("nonexistent namespace {namespace:?}")]
+    NamespaceNotFound {
+        /// Namespace.
+        namespace: String,
+    },
+    /// The namespace cannot be deleted (`default`, or jobs are left in it).
+    #[error("{reason}")]
+    NamespaceRefused {
         /// Why.
         reason: String,
     },

@@ -1,6 +1,6 @@
 //! The service calls: every request a server's service layer (`server::endpoints`) accepts —
 //! `Job.*`, `Node.*`, `Eval.*`, `Alloc.*`, `Plan.Submit`, `Operator.*`, `Deployment.*`,
-//! `ServiceRegistration.*` — typed, with typed
+//! `ServiceRegistration.*`, `Namespace.*` — typed, with typed
 //! answers and a typed [`ServiceError`]. The HTTP API, the scheduler workers and client
 //! agents all speak them; a follower forwards the *request* to the leader unchanged and hands
 //! the leader's answer (or error) back unchanged.
@@ -25,6 +25,7 @@ pub mod deployment;
 pub mod error;
 pub mod eval;
 pub mod job;
+pub mod namespace;
 pub mod node;
 pub mod operator;
 pub mod service_reg;
@@ -52,6 +53,7 @@ use job::{
     JobPeriodicForceResponse, JobPlanRequest, JobPlanResponse, JobRegisterRequest,
     JobRegisterResponse, JobRevertRequest, JobScaleRequest, JobScaleResponse, JobStabilityRequest,
 };
+use namespace::{NamespaceDeleteRequest, NamespaceUpsertRequest};
 use node::{
     NodeClientAllocsResponse, NodeDeregisterRequest, NodeEvalsResponse, NodeGetClientAllocsRequest,
     NodeHeartbeatResponse, NodeRegisterRequest, NodeUpdateAllocRequest, NodeUpdateDrainRequest,
@@ -388,6 +390,16 @@ service_calls! {
     ServiceRegistrationDelete(ServiceRegistrationDeleteRequest) -> u64 {
         name: "ServiceRegistration.DeleteByID", route: Leader, timeout: |_| WRITE_TIMEOUT,
         helper: service_registration_delete,
+    }
+    /// Create or describe namespaces; the raft index.
+    NamespaceUpsert(NamespaceUpsertRequest) -> u64 {
+        name: "Namespace.UpsertNamespaces", route: Leader, timeout: |_| WRITE_TIMEOUT,
+        helper: namespace_upsert,
+    }
+    /// Delete namespaces that hold no job; the raft index.
+    NamespaceDelete(NamespaceDeleteRequest) -> u64 {
+        name: "Namespace.DeleteNamespaces", route: Leader, timeout: |_| WRITE_TIMEOUT,
+        helper: namespace_delete,
     }
 }
 

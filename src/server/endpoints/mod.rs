@@ -1,7 +1,8 @@
 //! The service layer: every write the cluster accepts, and the calls of the scheduler
 //! workers and client agents — `Job.*` ([`job`]), `Node.*` ([`node`]), `Eval.*` ([`eval`]),
 //! `Alloc.Stop` ([`alloc`]), `Plan.Submit` ([`plan`]), `Operator.*` ([`operator`]),
-//! `Deployment.*` ([`deployment`]), `ServiceRegistration.*` ([`service_reg`]). The HTTP
+//! `Deployment.*` ([`deployment`]), `ServiceRegistration.*` ([`service_reg`]),
+//! `Namespace.*` ([`namespace`]). The HTTP
 //! API, the workers (in process) and the RPC port (client agents, other servers) all call
 //! [`Endpoints`] with a typed [`ServiceRequest`]; only this layer builds raft `Command`s for
 //! them.
@@ -30,6 +31,7 @@ pub mod deployment;
 pub mod eval;
 pub mod forward;
 pub mod job;
+pub mod namespace;
 pub mod node;
 pub mod operator;
 pub mod plan;
@@ -260,6 +262,8 @@ impl Endpoints {
             Q::ServiceRegistrationDelete(r) => {
                 A::ServiceRegistrationDelete(service_reg::delete(self, r).await?)
             }
+            Q::NamespaceUpsert(r) => A::NamespaceUpsert(namespace::upsert(self, r).await?),
+            Q::NamespaceDelete(r) => A::NamespaceDelete(namespace::delete(self, r).await?),
         })
     }
 
@@ -335,6 +339,7 @@ pub fn apply_error(e: &ApplyError) -> ServiceError {
             ServiceError::not_found("deployment", deployment_id.as_str())
         }
         ApplyError::InvalidCommand { .. } => ServiceError::invalid("", e.to_string()),
+        ApplyError::NamespaceNotFound { .. } => ServiceError::invalid("Namespace", e.to_string()),
         ApplyError::ServiceRegistrationNotFound { id, .. } => {
             ServiceError::not_found("service registration", id.as_str())
         }

@@ -32,6 +32,7 @@ pub mod diff;
 pub mod eval;
 pub mod ids;
 pub mod job;
+pub mod namespace;
 pub mod node;
 pub mod periodic;
 pub mod plan;
@@ -59,6 +60,7 @@ pub use job::{
     DEFAULT_JOB_PRIORITY, DEFAULT_MEMORY_MB, DEFAULT_NODE_POOL, DEFAULT_REGION, MAX_JOB_PRIORITY,
     MAX_SCALING_EVENTS, MIN_JOB_PRIORITY, SCALING_HORIZONTAL,
 };
+pub use namespace::{NamespaceSpec, DEFAULT_NAMESPACE};
 pub use node::{
     parse_port_ranges, DrainMetadata, DrainStatus, DrainStrategy, DriverInfo, Node,
     NodeCpuResources, NodeDiskResources, NodeMemoryResources, NodeNetworkResource,

@@ -94,6 +94,11 @@ fn register_job(txn: &mut WriteTxn, register: JobRegister) -> Result<CommandResp
         return Err(ApplyError::invalid("job without an ID or namespace"));
     }
     let (namespace, job_id) = (job.namespace.clone(), job.id.clone());
+    if !txn.namespace_exists(&namespace) {
+        return Err(ApplyError::NamespaceNotFound {
+            namespace: namespace.to_string(),
+        });
+    }
     if let Some(expected) = enforce_index {
         let actual = txn
             .job(&namespace, &job_id)
@@ -456,6 +461,18 @@ fn execute(txn: &mut WriteTxn, command: Command) -> Result<CommandResponse, Appl
                 txn.update_deployment_status(update, command.timestamp)?;
             }
             deployment_followups(txn, command.revert, command.eval)
+        }
+        Command::NamespaceUpsert(command) => {
+            for ns in command.namespaces {
+                txn.upsert_namespace(ns)?;
+            }
+            Ok(CommandResponse::Applied)
+        }
+        Command::NamespaceDelete(command) => {
+            for name in &command.names {
+                txn.delete_namespace(name)?;
+            }
+            Ok(CommandResponse::Applied)
         }
         Command::ServiceRegistrationUpsert(command) => {
             txn.upsert_service_registrations(command.services);

@@ -24,8 +24,8 @@ use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
 use crate::codec::{self, DecodeFailure};
 use crate::model::{
-    Allocation, ClusterMeta, Deployment, Evaluation, Job, JobId, JobSummary, Namespace, Node,
-    PeriodicLaunch, SchedulerConfiguration, ServiceRegistration,
+    Allocation, ClusterMeta, Deployment, Evaluation, Job, JobId, JobSummary, Namespace,
+    NamespaceSpec, Node, PeriodicLaunch, SchedulerConfiguration, ServiceRegistration,
 };
 use crate::state::tables::{JobKey, Table, Tables};
 use crate::state::StateError;
@@ -35,7 +35,7 @@ const MAGIC: &[u8; 8] = b"TMSTIMG\0";
 pub const IMAGE_FORMAT_VERSION: u32 = 5;
 const HEADER_LEN: usize = MAGIC.len() + 4;
 /// Fields of the body tuple.
-const BODY_FIELDS: usize = 13;
+const BODY_FIELDS: usize = 14;
 
 /// Encodes every table.
 pub(crate) fn encode(tables: &Tables) -> Result<Vec<u8>, StateError> {
@@ -107,6 +107,7 @@ impl Serialize for BodyRef<'_> {
         tuple.serialize_element(&Values(&t.periodic_launches))?;
         tuple.serialize_element(&Values(&t.deployments))?;
         tuple.serialize_element(&Values(&t.services))?;
+        tuple.serialize_element(&Values(&t.namespaces))?;
         tuple.end()
     }
 }
@@ -254,6 +255,11 @@ impl<'de> Visitor<'de> for BodyVisitor {
                 (r.namespace.clone(), r.service_name.clone(), r.id.clone())
             }),
             "the service registrations",
+        )?;
+        t.namespaces = seeded(
+            &mut seq,
+            ArcMapSeed::new(|n: &mut NamespaceSpec| Namespace::new(&n.name)),
+            "the namespaces",
         )?;
         Ok(DecodedBody(t))
     }

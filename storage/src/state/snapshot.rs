@@ -9,8 +9,9 @@ use std::ops::Bound;
 use std::sync::Arc;
 
 use crate::model::{
-    Allocation, ClusterMeta, Deployment, Evaluation, Job, JobId, JobSummary, Namespace, Node,
-    PeriodicLaunch, SchedulerConfiguration, ServiceRegistration,
+    Allocation, ClusterMeta, Deployment, Evaluation, Job, JobId, JobSummary, Namespace,
+    NamespaceSpec, Node, PeriodicLaunch, SchedulerConfiguration, ServiceRegistration,
+    DEFAULT_NAMESPACE,
 };
 use crate::state::tables::{Table, Tables};
 
@@ -348,6 +349,25 @@ impl Snapshot {
             .range::<_, str>((Bound::Included(prefix), Bound::Unbounded))
             .take_while(move |(id, _)| id.starts_with(prefix))
             .map(|(_, d)| d)
+    }
+
+    /// Every namespace, by name, `default` among them (as described, or as it is before).
+    pub fn namespaces(&self) -> Vec<Arc<NamespaceSpec>> {
+        let mut out: Vec<Arc<NamespaceSpec>> = self.tables.namespaces.values().cloned().collect();
+        if !out.iter().any(|n| n.name == DEFAULT_NAMESPACE) {
+            out.push(Arc::new(NamespaceSpec::default_namespace()));
+            out.sort_by(|a, b| a.name.cmp(&b.name));
+        }
+        out
+    }
+
+    /// The namespace `name`, if it exists (`default` always does).
+    pub fn namespace(&self, name: &str) -> Option<Arc<NamespaceSpec>> {
+        match self.tables.namespaces.get(name) {
+            Some(ns) => Some(ns.clone()),
+            None if name == DEFAULT_NAMESPACE => Some(Arc::new(NamespaceSpec::default_namespace())),
+            None => None,
+        }
     }
 
     /// Every service registration, by namespace, service name and ID.

@@ -14,7 +14,7 @@ use imbl::{OrdMap, OrdSet};
 
 use crate::model::{
     AllocId, Allocation, ClusterMeta, Deployment, DeploymentId, EvalId, Evaluation, Job, JobId,
-    JobSummary, Namespace, Node, NodeId, PeriodicLaunch, SchedulerConfiguration,
+    JobSummary, Namespace, NamespaceSpec, Node, NodeId, PeriodicLaunch, SchedulerConfiguration,
     ServiceRegistration,
 };
 
@@ -50,11 +50,13 @@ pub enum Table {
     Deployments,
     /// Service registrations (native service discovery).
     Services,
+    /// Namespaces.
+    Namespaces,
 }
 
 impl Table {
     /// How many tables there are.
-    pub const COUNT: usize = 11;
+    pub const COUNT: usize = 12;
 
     /// Every table, in index order.
     pub const ALL: [Table; Table::COUNT] = [
@@ -69,6 +71,7 @@ impl Table {
         Table::PeriodicLaunches,
         Table::Deployments,
         Table::Services,
+        Table::Namespaces,
     ];
 
     /// Position in per-table index arrays.
@@ -90,6 +93,7 @@ impl Table {
             Table::PeriodicLaunches => "periodic_launch",
             Table::Deployments => "deployment",
             Table::Services => "service_registrations",
+            Table::Namespaces => "namespaces",
         }
     }
 }
@@ -128,6 +132,8 @@ pub(crate) struct Tables {
     pub services_by_alloc: SecondaryIndex<AllocId, ServiceKey>,
     /// Registrations by the node their allocation runs on.
     pub services_by_node: SecondaryIndex<NodeId, ServiceKey>,
+    /// Namespaces by name (`default` is there once described; it exists either way).
+    pub namespaces: OrdMap<Namespace, Arc<NamespaceSpec>>,
 }
 
 impl Tables {

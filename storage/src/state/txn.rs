@@ -30,6 +30,7 @@ use crate::state::events::{NodeCondition, StateChange};
 use crate::state::tables::{token_key, JobKey, Table, Tables};
 
 mod deployments;
+mod namespaces;
 mod services;
 
 /// How many versions of a job are kept by default (Nomad's `JobTrackedVersions`). The
