@@ -50,6 +50,8 @@ const CHUNK: usize = 16 << 10;
 const DRAIN: std::time::Duration = std::time::Duration::from_secs(2);
 /// Frames waiting to be sent to the caller.
 const OUT_QUEUE: usize = 32;
+/// How long a relay still carries the node's frames once the caller's side has ended.
+const RELAY_DRAIN: std::time::Duration = std::time::Duration::from_secs(10);
 
 /// The query of an exec request.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -179,10 +181,17 @@ async fn relay(socket: WebSocket, upstream: Upstream) {
         }
         let _ = down_tx.close().await;
     };
-    // Whichever side ends first ends the relay (and the other connection with it).
+    // The node's side ends the relay: its exit frame and close are what the caller waits
+    // for. When the caller's side ends first (it closed, or the node stopped taking input
+    // because the command already exited), what the node said is still relayed, up to its
+    // own close (bounded, should the node never close).
+    tokio::pin!(to_node);
+    tokio::pin!(to_caller);
     tokio::select! {
-        _ = to_node => {}
-        _ = to_caller => {}
+        _ = &mut to_caller => {}
+        _ = &mut to_node => {
+            let _ = tokio::time::timeout(RELAY_DRAIN, &mut to_caller).await;
+        }
     }
 }
 
