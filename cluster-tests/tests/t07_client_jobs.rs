@@ -25,6 +25,12 @@ fn client_ip(c: &ProcessCluster, n: u8) -> String {
     format!("{block}.{}", 100 + n)
 }
 
+/// A raw_exec script serving the task directory over HTTP on the group's `http` port, with
+/// `index.html` holding the allocation's ID and `health` holding `ok`.
+const HTTP_SERVER: &str = "cd \"$NOMAD_TASK_DIR\" && echo \"$NOMAD_ALLOC_ID\" > index.html && \
+     echo ok > health && \
+     exec /usr/bin/python3 -m http.server \"$NOMAD_PORT_http\" --bind \"$NOMAD_IP_http\"";
+
 fn raw_exec_job(id: &str, job_type: &str, script: &str, group_extra: Value) -> Value {
     let mut group = json!({
         "Name": "g",
@@ -817,7 +823,12 @@ async fn dev_agent_alloc_restart_signal_stats_and_exec_reach_the_task_in_place(
         String::from_utf8_lossy(&out.stderr)
     );
     let out = exec(&[&id, "sh", "-c", "echo oops >&2; exit 3"], None);
-    assert_eq!(out.status.code(), Some(3));
+    assert_eq!(
+        out.status.code(),
+        Some(3),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     assert_eq!(String::from_utf8_lossy(&out.stderr), "oops\n");
     let out = exec(&["-task", "t", &id, "cat"], Some("from stdin\n"));
     assert_eq!(String::from_utf8_lossy(&out.stdout), "from stdin\n");
@@ -884,8 +895,7 @@ async fn dev_agent_gives_two_instances_their_own_dynamic_ports_and_refuses_a_tak
     let log = tempfile::NamedTempFile::new()?;
     let (_agent, api) = dev_agent(&ip, &log).await?;
     // A tiny HTTP server in the task's place: it answers with its allocation's ID.
-    let server = "cd \"$NOMAD_TASK_DIR\" && echo \"$NOMAD_ALLOC_ID\" > index.html && \
-                  exec /usr/bin/python3 -m http.server \"$NOMAD_PORT_http\" --bind \"$NOMAD_IP_http\"";
+    let server = HTTP_SERVER;
     let mut job = raw_exec_job(
         "web",
         "service",
@@ -1120,8 +1130,7 @@ async fn dev_agent_runs_http_and_tcp_checks_and_restarts_a_task_whose_check_fail
     let ip = dev_ip_at(4);
     let log = tempfile::NamedTempFile::new()?;
     let (_agent, api) = dev_agent(&ip, &log).await?;
-    let server = "cd \"$NOMAD_TASK_DIR\" && echo ok > health && \
-                  exec /usr/bin/python3 -m http.server \"$NOMAD_PORT_http\" --bind \"$NOMAD_IP_http\"";
+    let server = HTTP_SERVER;
     let second = 1_000_000_000u64;
     let mut job = raw_exec_job(
         "checked",
@@ -1257,8 +1266,7 @@ async fn dev_agent_deployments_wait_for_service_checks() -> anyhow::Result<()> {
     let log = tempfile::NamedTempFile::new()?;
     let (_agent, api) = dev_agent(&ip, &log).await?;
     let second = 1_000_000_000u64;
-    let server = "cd \"$NOMAD_TASK_DIR\" && echo ok > health && \
-                  exec /usr/bin/python3 -m http.server \"$NOMAD_PORT_http\" --bind \"$NOMAD_IP_http\"";
+    let server = HTTP_SERVER;
     let job = |id: &str, path: &str| {
         let mut job = raw_exec_job(
             id,

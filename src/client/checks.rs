@@ -248,21 +248,10 @@ pub(crate) async fn check_loop(shared: Arc<Shared>, shutdown: CancellationToken)
             return;
         }
     };
-    let ip = shared
-        .node_values
-        .get("attr.unique.network.ip-address")
-        .cloned()
-        .unwrap_or_default();
     loop {
         let desired: BTreeMap<String, CheckDef> = {
             let st = shared.state();
-            let node = NodeFacts {
-                node_id: &st.node_id,
-                datacenter: &shared.config.datacenter,
-                ip: &ip,
-                node_values: &shared.node_values,
-                alloc_root: &shared.alloc_root,
-            };
+            let node = NodeFacts::of(&shared, &st.node_id);
             st.allocs
                 .values()
                 .flat_map(|l| checks_of(l, &node))
@@ -482,21 +471,7 @@ pub fn results_of(shared: &Shared, alloc_id: &str) -> BTreeMap<String, CheckResu
 /// Called with the client's state locked (it locks the results after it, as every caller
 /// does).
 pub fn passing_since(shared: &Shared, node_id: &str, local: &LocalAlloc) -> Option<Option<i64>> {
-    let ip = shared
-        .node_values
-        .get("attr.unique.network.ip-address")
-        .cloned()
-        .unwrap_or_default();
-    let defs = {
-        let node = NodeFacts {
-            node_id,
-            datacenter: &shared.config.datacenter,
-            ip: &ip,
-            node_values: &shared.node_values,
-            alloc_root: &shared.alloc_root,
-        };
-        checks_of(local, &node)
-    };
+    let defs = checks_of(local, &NodeFacts::of(shared, node_id));
     if defs.is_empty() {
         return None;
     }

@@ -48,6 +48,22 @@ pub struct NodeFacts<'a> {
     pub alloc_root: &'a Path,
 }
 
+impl<'a> NodeFacts<'a> {
+    /// This client's facts, as node `node_id`.
+    pub(crate) fn of(shared: &'a Shared, node_id: &'a str) -> NodeFacts<'a> {
+        NodeFacts {
+            node_id,
+            datacenter: &shared.config.datacenter,
+            ip: shared
+                .node_values
+                .get("attr.unique.network.ip-address")
+                .map_or("", String::as_str),
+            node_values: &shared.node_values,
+            alloc_root: &shared.alloc_root,
+        }
+    }
+}
+
 /// A service of a running allocation: the task it runs with (whose environment fills its
 /// name and tags, and which a failing check restarts), and the task that registers it
 /// (`None`: the group).
@@ -294,21 +310,10 @@ pub(crate) async fn service_loop(
 ) {
     let mut changes = shared.alloc_changes.subscribe();
     let mut registrar = Registrar::default();
-    let ip = shared
-        .node_values
-        .get("attr.unique.network.ip-address")
-        .cloned()
-        .unwrap_or_default();
     loop {
         let desired: Vec<ServiceRegistration> = {
             let st = shared.state();
-            let node = NodeFacts {
-                node_id: &st.node_id,
-                datacenter: &shared.config.datacenter,
-                ip: &ip,
-                node_values: &shared.node_values,
-                alloc_root: &shared.alloc_root,
-            };
+            let node = NodeFacts::of(&shared, &st.node_id);
             let results = super::lock(&shared.check_results);
             st.allocs
                 .values()

@@ -50,6 +50,8 @@ const CHUNK: usize = 16 << 10;
 const DRAIN: std::time::Duration = std::time::Duration::from_secs(2);
 /// Frames waiting to be sent to the caller.
 const OUT_QUEUE: usize = 32;
+/// How long the caller has to answer the closing frame before the connection is dropped.
+const CLOSE_WAIT: std::time::Duration = std::time::Duration::from_secs(2);
 /// How long a relay still carries the node's frames once the caller's side has ended.
 const RELAY_DRAIN: std::time::Duration = std::time::Duration::from_secs(10);
 
@@ -188,7 +190,11 @@ async fn relay(socket: WebSocket, upstream: Upstream) {
     tokio::pin!(to_node);
     tokio::pin!(to_caller);
     tokio::select! {
-        _ = &mut to_caller => {}
+        _ = &mut to_caller => {
+            // The closing handshake with the caller (see `run`): its close, relayed, ends
+            // the relay.
+            let _ = tokio::time::timeout(CLOSE_WAIT, &mut to_node).await;
+        }
         _ = &mut to_node => {
             let _ = tokio::time::timeout(RELAY_DRAIN, &mut to_caller).await;
         }
@@ -413,6 +419,17 @@ async fn run(socket: WebSocket, process: ExecProcess) {
             reason: "".into(),
         })))
         .await;
+    // The closing handshake: the caller's own close ends the connection. Dropping it at
+    // once would reset it under a frame the caller still sends (a late stdin close), and a
+    // reset loses the frames the caller has not read yet, the exit frame among them.
+    let _ = tokio::time::timeout(CLOSE_WAIT, async {
+        while let Some(Ok(msg)) = frames.next().await {
+            if matches!(msg, ws::Message::Close(_)) {
+                break;
+            }
+        }
+    })
+    .await;
 }
 
 #[cfg(test)]
