@@ -9,9 +9,10 @@
 //! ```
 //!
 //! The servers remove the registrations of an allocation that stops on its client, whose
-//! node goes down or that is collected, so a client that dies leaves nothing behind for long;
-//! a restarted client sends what it should have again (the servers ignore an unchanged
-//! registration).
+//! node goes down or that is collected, so a client that dies leaves nothing behind for long.
+//! A restarted client first reads what the servers hold for its node
+//! (`ServiceRegistration.ListByNode`), so a service whose task stopped while it was down is
+//! removed, and what it should have is not sent again.
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -29,7 +30,8 @@ use crate::client::servers::Servers;
 use crate::client::taskenv::{TaskDirs, TaskEnv};
 use crate::client::Shared;
 use crate::rpc::service::service_reg::{
-    ServiceRegistrationDeleteRequest, ServiceRegistrationUpsertRequest,
+    ServiceRegistrationDeleteRequest, ServiceRegistrationListRequest,
+    ServiceRegistrationUpsertRequest,
 };
 use crate::rpc::Services;
 
@@ -286,6 +288,15 @@ impl Registrar {
         Round { upsert, delete }
     }
 
+    /// What the servers hold for this node when the client starts: registrations it no
+    /// longer wants (a task that stopped while the client was down) are deleted by the next
+    /// round, the others are not sent again.
+    pub fn seed(&mut self, held: Vec<ServiceRegistration>) {
+        for r in held {
+            self.sent.entry(r.id.clone()).or_insert(r);
+        }
+    }
+
     /// The servers took `upserted`.
     pub fn upserted(&mut self, upserted: &[ServiceRegistration]) {
         for r in upserted {
@@ -310,7 +321,21 @@ pub(crate) async fn service_loop(
 ) {
     let mut changes = shared.alloc_changes.subscribe();
     let mut registrar = Registrar::default();
+    let mut seeded = false;
     loop {
+        if !seeded {
+            let node_id = shared.state().node_id.clone();
+            match servers
+                .service_registration_list_by_node(ServiceRegistrationListRequest { node_id })
+                .await
+            {
+                Ok(held) => {
+                    registrar.seed(held);
+                    seeded = true;
+                }
+                Err(e) => debug!(error = %e, "reading this node's registrations failed"),
+            }
+        }
         let desired: Vec<ServiceRegistration> = {
             let st = shared.state();
             let node = NodeFacts::of(&shared, &st.node_id);
@@ -484,6 +509,20 @@ mod tests {
         stopping.alloc.desired_status = teamster_storage::model::DesiredStatus::Stop;
         assert!(desired(&stopping, &facts(&values), &|_| None).is_empty());
         assert!(desired(&local([false, false]), &facts(&values), &|_| None).is_empty());
+    }
+
+    #[test]
+    fn a_seeded_registrar_removes_what_stopped_while_the_client_was_away() {
+        let values = BTreeMap::new();
+        let held = desired(&local([true, true]), &facts(&values), &|_| None);
+        let mut r = Registrar::default();
+        // The servers held both tasks' services; only the first task still runs.
+        r.seed(held);
+        let now = desired(&local([true, false]), &facts(&values), &|_| None);
+        let round = r.plan(&now);
+        assert!(round.upsert.is_empty(), "nothing is sent again: {round:?}");
+        assert_eq!(round.delete.len(), 1);
+        assert_eq!(round.delete[0].1, "side-shop");
     }
 
     #[test]

@@ -64,7 +64,10 @@ use operator::{
     ReconcileSummariesRequest, SchedulerSetConfigRequest, SchedulerSetConfigResponse,
     SnapshotRestoreRequest, SystemGcRequest, SystemGcResponse,
 };
-use service_reg::{ServiceRegistrationDeleteRequest, ServiceRegistrationUpsertRequest};
+use service_reg::{
+    ServiceRegistrationDeleteRequest, ServiceRegistrationListRequest,
+    ServiceRegistrationUpsertRequest,
+};
 
 /// Where a call is served.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -400,6 +403,11 @@ service_calls! {
     NamespaceDelete(NamespaceDeleteRequest) -> u64 {
         name: "Namespace.DeleteNamespaces", route: Leader, timeout: |_| WRITE_TIMEOUT,
         helper: namespace_delete,
+    }
+    /// The service registrations of a node's allocations, from the answering server's state.
+    ServiceRegistrationListByNode(ServiceRegistrationListRequest) -> Vec<teamster_storage::model::ServiceRegistration> {
+        name: "ServiceRegistration.ListByNode", route: Local, timeout: |_| NODE_TIMEOUT,
+        helper: service_registration_list_by_node,
     }
 }
 

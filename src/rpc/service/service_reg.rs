@@ -1,6 +1,6 @@
 //! The payloads of the `ServiceRegistration.*` calls: clients register and remove the
-//! services of their running allocations (native service discovery); an operator removes a
-//! stale registration by name and ID.
+//! services of their running allocations (native service discovery) and read back what a
+//! node has when they start; an operator removes a stale registration by name and ID.
 
 use serde::{Deserialize, Serialize};
 use teamster_storage::model::ServiceRegistration;
@@ -22,4 +22,12 @@ pub struct ServiceRegistrationDeleteRequest {
     /// An operator's delete: an unknown registration is an error. A client's clean-up is not
     /// told about registrations the servers removed already.
     pub must_exist: bool,
+}
+
+/// `ServiceRegistration.ListByNode`: the registrations of a node's allocations, which its
+/// client reconciles with what it runs when it starts.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ServiceRegistrationListRequest {
+    /// The node.
+    pub node_id: String,
 }

@@ -262,6 +262,9 @@ impl Endpoints {
             Q::ServiceRegistrationDelete(r) => {
                 A::ServiceRegistrationDelete(service_reg::delete(self, r).await?)
             }
+            Q::ServiceRegistrationListByNode(r) => {
+                A::ServiceRegistrationListByNode(service_reg::list_by_node(self, r))
+            }
             Q::NamespaceUpsert(r) => A::NamespaceUpsert(namespace::upsert(self, r).await?),
             Q::NamespaceDelete(r) => A::NamespaceDelete(namespace::delete(self, r).await?),
         })

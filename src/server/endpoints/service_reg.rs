@@ -5,11 +5,12 @@
 //! a client cannot resurrect a stopped allocation's service.
 
 use teamster_storage::fsm::{Command, ServiceRegistrationDelete, ServiceRegistrationUpsert};
-use teamster_storage::model::{valid_service_name, Namespace};
+use teamster_storage::model::{valid_service_name, Namespace, ServiceRegistration};
 
 use super::Endpoints;
 use crate::rpc::service::service_reg::{
-    ServiceRegistrationDeleteRequest, ServiceRegistrationUpsertRequest,
+    ServiceRegistrationDeleteRequest, ServiceRegistrationListRequest,
+    ServiceRegistrationUpsertRequest,
 };
 use crate::rpc::ServiceError;
 
@@ -81,4 +82,18 @@ pub async fn delete(
         ))
         .await?;
     Ok(index)
+}
+
+/// `ServiceRegistration.ListByNode`: what this server's state holds for the node.
+pub fn list_by_node(
+    ep: &Endpoints,
+    req: ServiceRegistrationListRequest,
+) -> Vec<ServiceRegistration> {
+    ep.node()
+        .state()
+        .snapshot()
+        .services_by_node(&req.node_id)
+        .into_iter()
+        .map(|r| (*r).clone())
+        .collect()
 }

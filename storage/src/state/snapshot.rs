@@ -389,6 +389,15 @@ impl Snapshot {
             .map(|(_, r)| r)
     }
 
+    /// The registrations of the allocations on a node.
+    pub fn services_by_node(&self, node_id: &str) -> Vec<Arc<ServiceRegistration>> {
+        self.tables
+            .services_by_node
+            .get(node_id)
+            .filter_map(|k| self.tables.services.get(k).cloned())
+            .collect()
+    }
+
     /// The registrations of an allocation.
     pub fn services_by_alloc(&self, alloc_id: &str) -> Vec<Arc<ServiceRegistration>> {
         self.tables
