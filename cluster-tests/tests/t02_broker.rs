@@ -285,7 +285,7 @@ async fn two_hundred_jobs_registered_at_once_all_reach_their_full_count() -> any
         r?;
     }
     let api = c.servers[leader].api();
-    let allocs: Vec<Value> = wait_for(
+    let allocs: anyhow::Result<Vec<Value>> = wait_for(
         Duration::from_secs(45),
         "every job at its full count",
         || {
@@ -296,7 +296,47 @@ async fn two_hundred_jobs_registered_at_once_all_reach_their_full_count() -> any
             }
         },
     )
-    .await?;
+    .await;
+    // On a timeout, what was left and why, before failing.
+    let allocs = match allocs {
+        Ok(a) => a,
+        Err(e) => {
+            let all: Vec<Value> = api.get("/v1/allocations").await?;
+            let mut per: std::collections::BTreeMap<String, u64> = Default::default();
+            for a in &all {
+                *per.entry(a["JobID"].as_str().unwrap_or("").into())
+                    .or_default() += 1;
+            }
+            let short: Vec<_> = per.iter().filter(|(_, n)| **n < 3).collect();
+            eprintln!(
+                "at the timeout: {} allocations; jobs short of their count: {short:?}",
+                all.len()
+            );
+            eprintln!("broker: {}", broker(&c, leader).await?);
+            let evals: Vec<Value> = api.get("/v1/evaluations").await?;
+            for ev in evals.iter().filter(|e| e["Status"] != "complete") {
+                eprintln!(
+                    "unfinished evaluation of {}: {} {} {:?}",
+                    ev["JobID"], ev["Status"], ev["TriggeredBy"], ev["StatusDescription"]
+                );
+            }
+            for (job, _) in short.iter().take(3) {
+                let evs: Vec<Value> = api.get(&format!("/v1/job/{job}/evaluations")).await?;
+                for ev in evs {
+                    eprintln!(
+                        "{job}: evaluation {} {} queued {} failed {}",
+                        ev["Status"],
+                        ev["TriggeredBy"],
+                        ev["QueuedAllocations"],
+                        ev["FailedTGAllocs"]
+                    );
+                }
+                let d: Value = api.get(&format!("/v1/job/{job}/deployment")).await?;
+                eprintln!("{job}: deployment {d}");
+            }
+            return Err(e);
+        }
+    };
     let mut per_job = std::collections::BTreeMap::<String, u64>::new();
     let mut per_node = std::collections::BTreeMap::<String, u64>::new();
     for a in &allocs {

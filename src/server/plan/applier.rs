@@ -141,7 +141,26 @@ impl PlanApplier {
                 .filter(|_| !evaluation.is_partial());
             if evaluation.is_no_op() && eval_update.is_none() {
                 if evaluation.is_partial() {
-                    result.refresh_index = evaluation.refresh_index_floor.max(seen).max(1);
+                    // The refusal may come from accepted plans still committing (the
+                    // overlay), which the snapshot does not show: the worker must plan again
+                    // on a state that does, or it picks the same full node until it runs out
+                    // of attempts. So the commits in flight are awaited and their index
+                    // named (a conflict is rare; the pipeline waits only then).
+                    while in_flight > 0 {
+                        match done_rx.recv().await {
+                            Some(c) => {
+                                in_flight -= 1;
+                                on_done(c, &mut overlay, &mut committed);
+                            }
+                            None => break,
+                        }
+                    }
+                    let committing = committed.iter().map(|(_, i)| *i).max().unwrap_or(0);
+                    result.refresh_index = evaluation
+                        .refresh_index_floor
+                        .max(seen)
+                        .max(committing)
+                        .max(1);
                 }
                 metrics::counter!("teamster_plan_applied_total", "outcome" => "no_op").increment(1);
                 pending.respond(Ok(result));
