@@ -26,6 +26,9 @@ struct Committed {
     index: Option<u64>,
 }
 
+/// How long a plan refused outright waits for the commits in flight before it is answered.
+const IN_FLIGHT_WAIT: std::time::Duration = std::time::Duration::from_secs(2);
+
 /// The plan applier loop (one per leadership term).
 pub struct PlanApplier {
     node: Arc<RaftNode>,
@@ -146,13 +149,15 @@ impl PlanApplier {
                     // on a state that does, or it picks the same full node until it runs out
                     // of attempts. So the commits in flight are awaited and their index
                     // named (a conflict is rare; the pipeline waits only then).
+                    // Bounded: a commit that hangs must not stall every later plan.
+                    let until = tokio::time::Instant::now() + IN_FLIGHT_WAIT;
                     while in_flight > 0 {
-                        match done_rx.recv().await {
-                            Some(c) => {
+                        match tokio::time::timeout_at(until, done_rx.recv()).await {
+                            Ok(Some(c)) => {
                                 in_flight -= 1;
                                 on_done(c, &mut overlay, &mut committed);
                             }
-                            None => break,
+                            Ok(None) | Err(_) => break,
                         }
                     }
                     let committing = committed.iter().map(|(_, i)| *i).max().unwrap_or(0);
