@@ -48,6 +48,7 @@ pub(super) const NETWORK: &[&str] = &[
 /// itself (`provider = "nomad"`, checked by the job's validation) and runs `http` and `tcp`
 /// checks.
 pub(super) const SERVICE: &[&str] = &[
+    "Meta",
     "CanaryTags",
     "CanaryMeta",
     "EnableTagOverride",

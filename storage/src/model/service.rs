@@ -38,7 +38,7 @@ pub struct Service {
     /// `nomad`.
     #[serde(deserialize_with = "de::nullable")]
     pub provider: String,
-    /// Free-form metadata.
+    /// Free-form metadata (refused by the API: registrations carry none, as Nomad's).
     #[serde(deserialize_with = "de::nullable")]
     pub meta: BTreeMap<String, String>,
     /// For a group service, the task it belongs to (empty: the allocation's).
