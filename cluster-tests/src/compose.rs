@@ -113,6 +113,10 @@ pub struct ComposeOptions {
     pub raft_toml: String,
     /// Extra lines for the `[server]` table of every server.
     pub server_toml: String,
+    /// The TLS variant (deploy/docker-compose.tls.yml, deploy/config-tls): certificates made
+    /// by `teamster tls` into the mounted config directory, mutual TLS on RPC, HTTPS with
+    /// client certificates on the API.
+    pub tls: bool,
 }
 
 /// One service of the cluster.
@@ -124,12 +128,19 @@ pub struct Service {
     pub ip: String,
     /// Its container id.
     pub container: String,
+    /// How the harness speaks HTTPS to it (the TLS variant); `None`: HTTP.
+    pub api_tls: Option<teamster::util::tls::ApiTlsFiles>,
 }
 
 impl Service {
-    /// The HTTP API, `http://ip:4646`.
+    /// The HTTP API, `http://ip:4646` (`https://` in the TLS variant).
     pub fn http_addr(&self) -> String {
-        format!("http://{}:4646", self.ip)
+        let scheme = if self.api_tls.is_some() {
+            "https"
+        } else {
+            "http"
+        };
+        format!("{scheme}://{}:4646", self.ip)
     }
 
     /// The raft/RPC address other servers know it by, `ip:4647`.
@@ -139,7 +150,15 @@ impl Service {
 
     /// A client of its HTTP API.
     pub fn api(&self) -> ApiClient {
-        ApiClient::new(&self.http_addr())
+        match &self.api_tls {
+            None => ApiClient::new(&self.http_addr()),
+            Some(files) => ApiClient::with_tls(
+                &self.http_addr(),
+                files
+                    .client_config("global")
+                    .expect("the compose cluster's CLI certificate loads"),
+            ),
+        }
     }
 }
 
@@ -156,10 +175,34 @@ pub struct ComposeCluster {
     pub clients: Vec<Service>,
     paused: Vec<String>,
     down: bool,
+    tls: bool,
 }
 
 fn compose_file() -> PathBuf {
     repo_root().join("deploy/docker-compose.yml")
+}
+
+/// Make a CA and server, client and CLI certificates with `teamster tls` in `dir`.
+fn make_certs(dir: &Path) -> anyhow::Result<()> {
+    std::fs::create_dir_all(dir)?;
+    let mut steps: Vec<Vec<&str>> = vec![vec!["ca", "create"]];
+    for role in ["-server", "-client", "-cli"] {
+        steps.push(vec!["cert", "create", role]);
+    }
+    for args in steps {
+        let out = std::process::Command::new(crate::process::teamster_bin())
+            .arg("tls")
+            .args(&args)
+            .current_dir(dir)
+            .output()?;
+        if !out.status.success() {
+            bail!(
+                "teamster tls {args:?}: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+    }
+    Ok(())
 }
 
 /// The checked-in config with `extra` lines inserted at the top of `[table]`.
@@ -190,7 +233,23 @@ impl ComposeCluster {
         let config_dir = tempfile::Builder::new()
             .prefix("teamster-compose-")
             .tempdir()?;
-        let base = repo_root().join("deploy/config");
+        let base = repo_root().join(if options.tls {
+            "deploy/config-tls"
+        } else {
+            "deploy/config"
+        });
+        let api_tls = if options.tls {
+            let tls = config_dir.path().join("tls");
+            make_certs(&tls)?;
+            Some(teamster::util::tls::ApiTlsFiles {
+                ca_cert: Some(tls.join("nomad-agent-ca.pem")),
+                client_cert: Some(tls.join("global-cli-nomad.pem")),
+                client_key: Some(tls.join("global-cli-nomad-key.pem")),
+                skip_verify: false,
+            })
+        } else {
+            None
+        };
         let server = std::fs::read_to_string(base.join("server.toml"))?;
         let server = with_lines(&server, "server.raft", &options.raft_toml)?;
         let server = with_lines(&server, "server", &options.server_toml)?;
@@ -215,6 +274,7 @@ impl ComposeCluster {
             clients: Vec::new(),
             paused: Vec::new(),
             down: true,
+            tls: options.tls,
         };
         // A subnet may already be taken by another network: try a few.
         let mut attempt = 0;
@@ -254,6 +314,7 @@ impl ComposeCluster {
                     name: name.to_string(),
                     ip: format!("{}.{last}", c.subnet),
                     container: id,
+                    api_tls: api_tls.clone(),
                 };
                 if into_servers {
                     c.servers.push(s);
@@ -303,9 +364,12 @@ impl ComposeCluster {
             .arg("-p")
             .arg(&self.project)
             .arg("-f")
-            .arg(compose_file())
-            .args(args)
-            .envs(self.env());
+            .arg(compose_file());
+        if self.tls {
+            cmd.arg("-f")
+                .arg(repo_root().join("deploy/docker-compose.tls.yml"));
+        }
+        cmd.args(args).envs(self.env());
         cmd
     }
 

@@ -87,6 +87,10 @@ pub struct ClusterOptions {
     pub raft_toml: String,
     /// Extra TOML lines for every server's `[server.workers]` table (e.g. `max_batch = 1`).
     pub workers_toml: String,
+    /// Extra TOML at the end of every server's file: further tables (e.g. `[tls]`).
+    pub extra_toml: String,
+    /// How the harness reaches the servers' HTTPS API (their `tls.http`); `None`: HTTP.
+    pub api_tls: Option<teamster::util::tls::ApiTlsFiles>,
 }
 
 impl Default for ClusterOptions {
@@ -97,6 +101,8 @@ impl Default for ClusterOptions {
             election_timeout: "300ms",
             raft_toml: String::new(),
             workers_toml: String::new(),
+            extra_toml: String::new(),
+            api_tls: None,
         }
     }
 }
@@ -116,12 +122,18 @@ pub struct ServerProcess {
     config_path: PathBuf,
     log_path: PathBuf,
     child: Option<Child>,
+    api_tls: Option<teamster::util::tls::ApiTlsFiles>,
 }
 
 impl ServerProcess {
-    /// The HTTP API address, `http://ip:4646`.
+    /// The HTTP API address, `http://ip:4646` (`https://` with TLS).
     pub fn http_addr(&self) -> String {
-        format!("http://{}:4646", self.ip)
+        let scheme = if self.api_tls.is_some() {
+            "https"
+        } else {
+            "http"
+        };
+        format!("{scheme}://{}:4646", self.ip)
     }
 
     /// The RPC address, `ip:4647`.
@@ -131,7 +143,20 @@ impl ServerProcess {
 
     /// A client of its HTTP API.
     pub fn api(&self) -> ApiClient {
-        ApiClient::new(&self.http_addr())
+        match &self.api_tls {
+            None => ApiClient::new(&self.http_addr()),
+            Some(files) => ApiClient::with_tls(
+                &self.http_addr(),
+                files
+                    .client_config("global")
+                    .expect("the cluster's API TLS files load"),
+            ),
+        }
+    }
+
+    /// Its log file.
+    pub fn log_path(&self) -> &Path {
+        &self.log_path
     }
 
     /// Its process id, while it runs.
@@ -223,13 +248,14 @@ impl ProcessCluster {
              [server]\nenabled = true\nbootstrap_expect = {expect}\njoin = [{join_list}]\n\
              join_retry_interval = \"200ms\"\n{extra}\n\
              [server.raft]\nheartbeat_interval = {hb:?}\nelection_timeout = {et:?}\n{raft}\n\
-             [server.workers]\n{workers}\n",
+             [server.workers]\n{workers}\n{tail}\n",
             data = data_dir.display().to_string(),
             extra = o.server_toml,
             hb = o.heartbeat,
             et = o.election_timeout,
             raft = o.raft_toml,
             workers = o.workers_toml,
+            tail = o.extra_toml,
         );
         let config_path = self.dir.path().join(format!("{name}.toml"));
         std::fs::write(&config_path, config)?;
@@ -241,6 +267,7 @@ impl ProcessCluster {
             config_path,
             log_path,
             child: None,
+            api_tls: o.api_tls.clone(),
         });
         Ok(())
     }

@@ -818,3 +818,52 @@ async fn compose_client_stopped_past_its_ttl_goes_down_then_ready_without_duplic
     check_invariants(&api, &[], &leaders).await;
     Ok(())
 }
+
+/// The TLS variant (deploy/docker-compose.tls.yml with deploy/config-tls and certificates
+/// made by `teamster tls` at test time): three servers form over mutual TLS, both clients
+/// register over it, and a job is scheduled and runs; the API answers only HTTPS with a
+/// client certificate.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn compose_tls_cluster_forms_and_schedules_a_job() -> anyhow::Result<()> {
+    if skip("compose_tls_cluster_forms_and_schedules_a_job") {
+        return Ok(());
+    }
+    let c = ComposeCluster::up(ComposeOptions {
+        tls: true,
+        ..ComposeOptions::default()
+    })
+    .await?;
+    let leader = c.wait_leader(&[0, 1, 2], Duration::from_secs(30)).await?;
+    let api = c.servers[leader].api();
+    assert!(api.address().starts_with("https://"), "{}", api.address());
+    wait_for(
+        Duration::from_secs(60),
+        "two ready client nodes over TLS",
+        || {
+            let api = api.clone();
+            async move { (nodes_with_status(&api, "ready").await?.len() == 2).then_some(()) }
+        },
+    )
+    .await?;
+    api.request::<_, Value>(
+        reqwest::Method::POST,
+        "/v1/jobs",
+        Some(&serde_json::json!({ "Job": sleep_job("tls-sleepers", 2) })),
+    )
+    .await?;
+    wait_for(Duration::from_secs(60), "the job running over TLS", || {
+        let api = api.clone();
+        async move {
+            let by_node = running_by_node(&api, "tls-sleepers").await?;
+            (by_node.values().sum::<usize>() == 2).then_some(())
+        }
+    })
+    .await?;
+    // Plain HTTP gets no answer from the HTTPS port.
+    let plain = ApiClient::new(&format!("http://{}:4646", c.servers[leader].ip));
+    assert!(
+        plain.get::<Value>("/v1/status/leader").await.is_err(),
+        "plain HTTP was answered"
+    );
+    Ok(())
+}

@@ -229,3 +229,113 @@ async fn python_nomad_2_1_0_reads_and_drives_deployments() -> anyhow::Result<()>
     assert!(out.contains("deployments: all flows passed"), "{out}");
     Ok(())
 }
+
+#[tokio::test]
+async fn python_nomad_2_1_0_speaks_https_with_client_certificates() -> anyhow::Result<()> {
+    let Some(python) = tokio::task::spawn_blocking(python_with_nomad).await?? else {
+        return Ok(());
+    };
+    struct Killed(std::process::Child);
+    impl Drop for Killed {
+        fn drop(&mut self) {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+    let pid = std::process::id();
+    let ip = format!("127.{}.{}.19", 10 + (pid % 200), 240 - (pid / 200 % 5));
+    let dir = tempfile::tempdir()?;
+    let tls = |args: &[&str]| -> anyhow::Result<()> {
+        let out = Command::new(teamster_cluster_tests::process::teamster_bin())
+            .arg("tls")
+            .args(args)
+            .current_dir(dir.path())
+            .output()?;
+        anyhow::ensure!(
+            out.status.success(),
+            "teamster tls {args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        Ok(())
+    };
+    tls(&["ca", "create"])?;
+    // python's requests checks the address against the certificate: name the agent's IP.
+    tls(&["cert", "create", "-server", "-additional-ipaddress", &ip])?;
+    tls(&["cert", "create", "-cli"])?;
+    let path = |f: &str| dir.path().join(f).display().to_string();
+    let config = dir.path().join("agent.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[client]\ndrivers = [\"mock\"]\n[tls]\nhttp = true\nrpc = true\n\
+             ca_file = {:?}\ncert_file = {:?}\nkey_file = {:?}\n\
+             verify_server_hostname = true\nverify_https_client = true\n",
+            path("nomad-agent-ca.pem"),
+            path("global-server-nomad.pem"),
+            path("global-server-nomad-key.pem"),
+        ),
+    )?;
+    let log = tempfile::NamedTempFile::new()?;
+    let _agent = Killed(
+        Command::new(teamster_cluster_tests::process::teamster_bin())
+            .args(["agent", "--dev", "--bind", &ip, "--config"])
+            .arg(&config)
+            .stdin(std::process::Stdio::null())
+            .stdout(log.reopen()?)
+            .stderr(log.reopen()?)
+            .spawn()?,
+    );
+    let files = teamster::util::tls::ApiTlsFiles {
+        ca_cert: Some(dir.path().join("nomad-agent-ca.pem")),
+        client_cert: Some(dir.path().join("global-cli-nomad.pem")),
+        client_key: Some(dir.path().join("global-cli-nomad-key.pem")),
+        skip_verify: false,
+    };
+    let api = teamster::api::ApiClient::with_tls(
+        &format!("https://{ip}:4646"),
+        files.client_config("global")?,
+    );
+    teamster_cluster_tests::wait_for(Duration::from_secs(30), "the dev node ready", || async {
+        let nodes: Vec<serde_json::Value> = api.get("/v1/nodes").await.ok()?;
+        nodes.iter().any(|n| n["Status"] == "ready").then_some(())
+    })
+    .await
+    .map_err(|e| {
+        anyhow::anyhow!(
+            "{e}\nagent log:\n{}",
+            std::fs::read_to_string(log.path()).unwrap_or_default()
+        )
+    })?;
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("python/python_nomad_tls.py");
+    let mut cmd = Command::new(&python);
+    cmd.arg(script).args([
+        ip.as_str(),
+        "4646",
+        &path("nomad-agent-ca.pem"),
+        &path("global-cli-nomad.pem"),
+        &path("global-cli-nomad-key.pem"),
+        "py-tls",
+    ]);
+    for var in [
+        "NOMAD_ADDR",
+        "NOMAD_TOKEN",
+        "NOMAD_NAMESPACE",
+        "NOMAD_REGION",
+        "NOMAD_CACERT",
+        "NOMAD_CLIENT_CERT",
+        "NOMAD_CLIENT_KEY",
+        "REQUESTS_CA_BUNDLE",
+        "CURL_CA_BUNDLE",
+    ] {
+        cmd.env_remove(var);
+    }
+    let out = tokio::task::spawn_blocking(move || cmd.output()).await??;
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    anyhow::ensure!(
+        out.status.success() && stdout.contains("tls: all flows passed"),
+        "python-nomad over TLS failed:\n{stdout}\n{}\nagent log:\n{}",
+        String::from_utf8_lossy(&out.stderr),
+        std::fs::read_to_string(log.path()).unwrap_or_default()
+    );
+    Ok(())
+}

@@ -18,6 +18,15 @@
 //! enabled = true
 //! bootstrap_expect = 3
 //! join = ["10.0.0.6:4647", "10.0.0.7:4647"]
+//!
+//! [tls]
+//! http = true
+//! rpc = true
+//! ca_file = "/etc/teamster/tls/nomad-agent-ca.pem"
+//! cert_file = "/etc/teamster/tls/global-server-nomad.pem"
+//! key_file = "/etc/teamster/tls/global-server-nomad-key.pem"
+//! verify_server_hostname = true
+//! verify_https_client = false
 //! ```
 
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
@@ -83,6 +92,97 @@ pub struct AgentConfig {
     pub server: ServerConfig,
     /// The client role.
     pub client: ClientConfig,
+    /// TLS on the HTTP and RPC ports.
+    pub tls: TlsConfig,
+}
+
+/// The `[tls]` section: mutual TLS on the RPC port, HTTPS on the API port, with Nomad's
+/// certificate names (`server.<region>.nomad`, `client.<region>.nomad`). Nomad keys this
+/// agent does not implement (`rpc_upgrade_mode`, `tls_cipher_suites`, `tls_min_version`, …)
+/// are refused by name. The files are read again on SIGHUP.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct TlsConfig {
+    /// HTTPS on the HTTP API.
+    pub http: bool,
+    /// Mutual TLS on every RPC connection (servers and clients alike).
+    pub rpc: bool,
+    /// The CA certificate (PEM) every certificate of the cluster is signed by.
+    pub ca_file: Option<PathBuf>,
+    /// This agent's certificate (PEM): `server.<region>.nomad` for a server,
+    /// `client.<region>.nomad` for a client agent.
+    pub cert_file: Option<PathBuf>,
+    /// This agent's private key (PEM).
+    pub key_file: Option<PathBuf>,
+    /// Enforce the roles certificates name on the RPC port: servers must present
+    /// `server.<region>.nomad`, and only servers may send raft traffic and server-only calls.
+    pub verify_server_hostname: bool,
+    /// HTTPS clients must present a certificate signed by the CA.
+    pub verify_https_client: bool,
+}
+
+impl TlsConfig {
+    /// Check the section; errors name the key.
+    pub fn validate(&self) -> Result<(), crate::util::InvalidSetting> {
+        use crate::util::InvalidSetting;
+        let on = self.http || self.rpc;
+        let files = [
+            ("tls.ca_file", &self.ca_file),
+            ("tls.cert_file", &self.cert_file),
+            ("tls.key_file", &self.key_file),
+        ];
+        for (key, value) in files {
+            match value {
+                None if on => {
+                    return Err(InvalidSetting::new(
+                        key,
+                        "is required when tls.http or tls.rpc is on",
+                    ))
+                }
+                Some(path) if !on => {
+                    return Err(InvalidSetting::new(
+                        key,
+                        format!(
+                            "{} is set but neither tls.http nor tls.rpc is on",
+                            path.display()
+                        ),
+                    ))
+                }
+                Some(path) if path.as_os_str().is_empty() => {
+                    return Err(InvalidSetting::new(key, "must not be empty"))
+                }
+                _ => {}
+            }
+        }
+        if self.verify_server_hostname && !self.rpc {
+            return Err(InvalidSetting::new(
+                "tls.verify_server_hostname",
+                "has no effect without tls.rpc",
+            ));
+        }
+        if self.verify_https_client && !self.http {
+            return Err(InvalidSetting::new(
+                "tls.verify_https_client",
+                "has no effect without tls.http",
+            ));
+        }
+        Ok(())
+    }
+
+    /// What the TLS material is made of, when either port uses TLS.
+    pub fn settings(&self, region: &str) -> Option<crate::util::tls::TlsSettings> {
+        if !(self.http || self.rpc) {
+            return None;
+        }
+        Some(crate::util::tls::TlsSettings {
+            ca_file: self.ca_file.clone()?,
+            cert_file: self.cert_file.clone()?,
+            key_file: self.key_file.clone()?,
+            region: region.to_string(),
+            verify_server_hostname: self.verify_server_hostname,
+            verify_https_client: self.verify_https_client,
+        })
+    }
 }
 
 /// Listener ports.
@@ -116,6 +216,7 @@ impl Default for AgentConfig {
             ports: Ports::default(),
             server: ServerConfig::default(),
             client: ClientConfig::default(),
+            tls: TlsConfig::default(),
         }
     }
 }
@@ -217,6 +318,7 @@ impl AgentConfig {
         parse_level(&self.log_level).map_err(|reason| bad("log_level", reason))?;
         self.server.validate().map_err(|e| bad(e.key, e.reason))?;
         self.client.validate().map_err(|e| bad(e.key, e.reason))?;
+        self.tls.validate().map_err(|e| bad(e.key, e.reason))?;
         Ok(())
     }
 
@@ -372,6 +474,80 @@ meta = { rack = "r1" }
         c.server.enabled = true;
         let e = c.validate("agent.toml").unwrap_err().to_string();
         assert!(e.contains("data_dir"), "{e}");
+    }
+
+    #[test]
+    fn the_tls_section_parses_and_validates() {
+        let c = parse(
+            r#"
+data_dir = "/tmp/x"
+[server]
+enabled = true
+[tls]
+http = true
+rpc = true
+ca_file = "ca.pem"
+cert_file = "server.pem"
+key_file = "server-key.pem"
+verify_server_hostname = true
+verify_https_client = true
+"#,
+        )
+        .unwrap();
+        c.validate("agent.toml").unwrap();
+        let s = c.tls.settings("global").unwrap();
+        assert_eq!(s.ca_file, PathBuf::from("ca.pem"));
+        assert!(s.verify_server_hostname && s.verify_https_client);
+        assert_eq!(s.region, "global");
+        assert!(AgentConfig::dev().tls.settings("global").is_none());
+    }
+
+    #[test]
+    fn tls_keys_not_implemented_are_refused_by_name() {
+        for key in [
+            "rpc_upgrade_mode = true",
+            "tls_cipher_suites = \"x\"",
+            "tls_min_version = \"tls12\"",
+        ] {
+            let e = parse(&format!("[tls]\n{key}\n")).unwrap_err().to_string();
+            let name = key.split(' ').next().unwrap();
+            assert!(e.contains(name) && e.contains("agent.toml"), "{e}");
+        }
+    }
+
+    #[test]
+    fn tls_validation_names_the_key() {
+        let base = || {
+            let mut c = AgentConfig::dev();
+            c.data_dir = Some("/tmp/x".into());
+            c.tls = TlsConfig {
+                rpc: true,
+                ca_file: Some("ca.pem".into()),
+                cert_file: Some("c.pem".into()),
+                key_file: Some("k.pem".into()),
+                ..TlsConfig::default()
+            };
+            c
+        };
+        base().validate("f").unwrap();
+        let mut c = base();
+        c.tls.key_file = None;
+        let e = c.validate("f").unwrap_err().to_string();
+        assert!(e.contains("tls.key_file") && e.contains("required"), "{e}");
+        let mut c = base();
+        c.tls.rpc = false;
+        let e = c.validate("f").unwrap_err().to_string();
+        assert!(e.contains("tls.ca_file") && e.contains("neither"), "{e}");
+        let mut c = base();
+        c.tls.verify_https_client = true;
+        let e = c.validate("f").unwrap_err().to_string();
+        assert!(e.contains("tls.verify_https_client"), "{e}");
+        let mut c = base();
+        c.tls.rpc = false;
+        c.tls.http = true;
+        c.tls.verify_server_hostname = true;
+        let e = c.validate("f").unwrap_err().to_string();
+        assert!(e.contains("tls.verify_server_hostname"), "{e}");
     }
 
     #[test]

@@ -3,6 +3,11 @@
 //! [`Agent::start`] binds the listeners first (so port 0 works in tests and the advertised
 //! addresses are the real ones), then starts the server role, the HTTP API and the client
 //! role. [`Agent::shutdown`] stops them in reverse order and waits for every task.
+//!
+//! With a `[tls]` section the agent loads its certificates before binding anything (a bad
+//! file stops the start with the file named), serves HTTPS and/or mutual-TLS RPC, and reads
+//! the files again on SIGHUP: new connections use the new ones; a bad file keeps the old
+//! ones and logs an error.
 
 pub mod config;
 #[cfg(test)]
@@ -72,6 +77,9 @@ pub enum AgentError {
     /// Waiting for signals failed.
     #[error("cannot install signal handlers: {0}")]
     Signals(std::io::Error),
+    /// The TLS files could not be loaded.
+    #[error("tls: {0}")]
+    Tls(#[from] crate::util::tls::TlsError),
 }
 
 /// Re-reads the agent configuration on SIGHUP.
@@ -86,6 +94,7 @@ pub struct Agent {
     server: Option<Server>,
     reloader: Option<Reloader>,
     client: Option<Client>,
+    tls: Option<crate::util::tls::AgentTls>,
     _dev_dir: Option<tempfile::TempDir>,
 }
 
@@ -106,6 +115,16 @@ impl Agent {
         } else {
             None
         };
+        let tls = match config.tls.settings(crate::http::REGION) {
+            Some(settings) => Some(crate::util::tls::AgentTls::load(settings)?),
+            None => None,
+        };
+        let rpc_tls = tls.clone().filter(|_| config.tls.rpc);
+        let http_tls = tls.clone().filter(|_| config.tls.http);
+        config.client.rpc_tls = rpc_tls.clone();
+        if let Some(t) = &http_tls {
+            crate::http::client_route::set_outgoing_tls(t.clone());
+        }
         let http_bind = config.http_bind();
         let http_listener =
             TcpListener::bind(http_bind)
@@ -142,6 +161,7 @@ impl Agent {
                 http_addr,
                 clock: clock.clone(),
                 rng: rng.child(),
+                rpc_tls,
             };
             Some(Server::start(&config.server, setup).await?)
         } else {
@@ -171,13 +191,32 @@ impl Agent {
         );
         let router = crate::http::router(http.clone());
         let token = shutdown.clone();
-        let http_task = tokio::spawn(async move {
-            let serve = axum::serve(http_listener, router)
-                .with_graceful_shutdown(async move { token.cancelled().await });
-            if let Err(e) = serve.await {
-                tracing::error!(error = %e, "the HTTP server failed");
+        let http_task = match http_tls {
+            None => tokio::spawn(async move {
+                let serve = axum::serve(http_listener, router)
+                    .with_graceful_shutdown(async move { token.cancelled().await });
+                if let Err(e) = serve.await {
+                    tracing::error!(error = %e, "the HTTP server failed");
+                }
+            }),
+            Some(t) => {
+                let listener =
+                    crate::http::tls::TlsListener::new(http_listener, t).map_err(|source| {
+                        AgentError::Bind {
+                            what: "https",
+                            addr: http_bind,
+                            source,
+                        }
+                    })?;
+                tokio::spawn(async move {
+                    let serve = axum::serve(listener, router)
+                        .with_graceful_shutdown(async move { token.cancelled().await });
+                    if let Err(e) = serve.await {
+                        tracing::error!(error = %e, "the HTTPS server failed");
+                    }
+                })
             }
-        });
+        };
         let client = if config.client.enabled {
             let mut servers: Vec<String> = config
                 .client
@@ -210,7 +249,13 @@ impl Agent {
         if let Some(c) = &client {
             http.set_client(c.handle());
         }
-        info!(name = %config.name, http = %http_addr, "agent started");
+        info!(
+            name = %config.name,
+            http = %http_addr,
+            https = config.tls.http,
+            rpc_tls = config.tls.rpc,
+            "agent started"
+        );
         Ok(Agent {
             config,
             http_addr,
@@ -219,6 +264,7 @@ impl Agent {
             server,
             reloader: None,
             client,
+            tls,
             _dev_dir: dev_dir,
         })
     }
@@ -265,9 +311,19 @@ impl Agent {
         self.reloader = Some(reloader);
     }
 
-    /// Re-read the configuration and apply what can change at run time: the scheduler
-    /// workers' `num_schedulers` and `enabled_schedulers`. A bad file changes nothing.
+    /// Re-read the configuration and apply what can change at run time: the TLS
+    /// certificates (the files named at start, read again) and the scheduler workers'
+    /// `num_schedulers` and `enabled_schedulers`. A bad file changes nothing of its part.
     pub fn reload(&self) {
+        if let Some(tls) = &self.tls {
+            match tls.reload() {
+                Ok(()) => info!("tls certificates reloaded; new connections use them"),
+                Err(e) => tracing::error!(
+                    error = %e,
+                    "tls reload failed; keeping the certificates in use"
+                ),
+            }
+        }
         let Some(reloader) = &self.reloader else {
             info!("SIGHUP received; no configuration file to reload");
             return;

@@ -2,6 +2,9 @@
 //! into [`ApiError`], and `X-Nomad-Index` for blocking queries. A client may carry a
 //! [`RequestScope`] (Nomad's `-namespace`, `-region`, `-token`): the namespace and region go
 //! in every request's query unless its path names them already, the token in `X-Nomad-Token`.
+//! [`ApiClient::with_tls`] speaks HTTPS with a rustls configuration (see
+//! [`ApiTlsFiles`](crate::util::tls::ApiTlsFiles)): the CA to trust, the client certificate
+//! to present.
 
 use std::time::Duration;
 
@@ -119,17 +122,33 @@ impl ApiClient {
 
     /// A client for `address` (`http://host:port`; the scheme is added when missing).
     pub fn new(address: &str) -> ApiClient {
+        Self::build(address, None)
+    }
+
+    /// A client for `address` speaking HTTPS with `tls` (`https://` is added when the
+    /// address has no scheme).
+    pub fn with_tls(address: &str, tls: rustls::ClientConfig) -> ApiClient {
+        Self::build(address, Some(tls))
+    }
+
+    fn build(address: &str, tls: Option<rustls::ClientConfig>) -> ApiClient {
         let address = address.trim_end_matches('/');
         let base = if address.starts_with("http://") || address.starts_with("https://") {
             address.to_string()
+        } else if tls.is_some() {
+            format!("https://{address}")
         } else {
             format!("http://{address}")
         };
-        let http = reqwest::Client::builder()
+        let mut builder = reqwest::Client::builder()
             .timeout(Duration::from_secs(330))
-            .connect_timeout(Duration::from_secs(5))
+            .connect_timeout(Duration::from_secs(5));
+        if let Some(tls) = tls {
+            builder = builder.use_preconfigured_tls(tls);
+        }
+        let http = builder
             .build()
-            .expect("a reqwest client with only timeouts set always builds");
+            .expect("a reqwest client with timeouts and a rustls configuration always builds");
         ApiClient {
             base,
             http,

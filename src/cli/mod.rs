@@ -30,6 +30,7 @@ mod snapshot;
 mod status;
 mod system;
 mod template;
+mod tls;
 
 use std::process::ExitCode;
 
@@ -84,6 +85,9 @@ enum Command {
     /// Namespaces: apply, list, status, delete.
     #[command(subcommand)]
     Namespace(namespace::NamespaceCommand),
+    /// TLS certificates: a CA, and server, client and CLI certificates signed by it.
+    #[command(subcommand)]
+    Tls(tls::TlsCommand),
 }
 
 /// Flags shared by every command that talks to the HTTP API.
@@ -117,6 +121,22 @@ pub struct ApiArgs {
     /// with ACLs disabled.)
     #[arg(long, env = "TEAMSTER_TOKEN", global = true, hide_env_values = true)]
     pub token: Option<String>,
+    /// The CA certificate (PEM) to trust for an `https://` address; else `TEAMSTER_CACERT`,
+    /// else `NOMAD_CACERT`.
+    #[arg(long, env = "TEAMSTER_CACERT", global = true, value_name = "FILE")]
+    pub ca_cert: Option<std::path::PathBuf>,
+    /// The client certificate (PEM) to present (agents with `verify_https_client`); else
+    /// `TEAMSTER_CLIENT_CERT`, else `NOMAD_CLIENT_CERT`.
+    #[arg(long, env = "TEAMSTER_CLIENT_CERT", global = true, value_name = "FILE")]
+    pub client_cert: Option<std::path::PathBuf>,
+    /// The client certificate's key (PEM); else `TEAMSTER_CLIENT_KEY`, else
+    /// `NOMAD_CLIENT_KEY`.
+    #[arg(long, env = "TEAMSTER_CLIENT_KEY", global = true, value_name = "FILE")]
+    pub client_key: Option<std::path::PathBuf>,
+    /// Do not check the agent's certificate (testing only); else `TEAMSTER_SKIP_VERIFY`,
+    /// else `NOMAD_SKIP_VERIFY`.
+    #[arg(long, global = true)]
+    pub tls_skip_verify: bool,
 }
 
 impl ApiArgs {
@@ -124,7 +144,40 @@ impl ApiArgs {
     /// `-t` together, or a template that does not parse, are errors before any request.
     pub fn client(&self) -> anyhow::Result<ApiClient> {
         self.parsed_template()?;
-        Ok(ApiClient::new(&self.address).with_scope(self.scope()))
+        let tls = self.tls_files();
+        let client = if tls.is_set() || self.address.starts_with("https://") {
+            let region = self.scope().region.unwrap_or_else(|| "global".to_string());
+            ApiClient::with_tls(&self.address, tls.client_config(&region)?)
+        } else {
+            ApiClient::new(&self.address)
+        };
+        Ok(client.with_scope(self.scope()))
+    }
+
+    /// The TLS files of the API client: the flags, else the environment (`TEAMSTER_*`
+    /// through clap, then Nomad's `NOMAD_*`).
+    pub fn tls_files(&self) -> crate::util::tls::ApiTlsFiles {
+        let pick = |flag: &Option<std::path::PathBuf>, nomad: &str| {
+            flag.clone().or_else(|| {
+                std::env::var(nomad)
+                    .ok()
+                    .filter(|v| !v.trim().is_empty())
+                    .map(std::path::PathBuf::from)
+            })
+        };
+        let env_true = |name: &str| {
+            std::env::var(name)
+                .ok()
+                .is_some_and(|v| matches!(v.trim(), "1" | "true" | "True" | "TRUE"))
+        };
+        crate::util::tls::ApiTlsFiles {
+            ca_cert: pick(&self.ca_cert, "NOMAD_CACERT"),
+            client_cert: pick(&self.client_cert, "NOMAD_CLIENT_CERT"),
+            client_key: pick(&self.client_key, "NOMAD_CLIENT_KEY"),
+            skip_verify: self.tls_skip_verify
+                || env_true("TEAMSTER_SKIP_VERIFY")
+                || env_true("NOMAD_SKIP_VERIFY"),
+        }
     }
 
     /// The namespace, region and token of every request: the flags, else the environment
@@ -276,6 +329,13 @@ pub fn main() -> ExitCode {
         Command::Event(cmd) => run_api(|| event::run(cmd)),
         Command::Service(cmd) => run_api(|| service::run(cmd)),
         Command::Namespace(cmd) => run_api(|| namespace::run(cmd)),
+        Command::Tls(cmd) => match tls::run(cmd) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("Error: {e:#}");
+                ExitCode::FAILURE
+            }
+        },
     }
 }
 

@@ -50,6 +50,10 @@ pub struct ClientConfig {
     pub min_dynamic_port: u32,
     /// The highest host port the scheduler may give a dynamic port (Nomad's default 32000).
     pub max_dynamic_port: u32,
+    /// Mutual TLS to the servers' RPC port: set by the agent from its `[tls]` section when
+    /// `tls.rpc` is on; not a key of `[client]`.
+    #[serde(skip)]
+    pub rpc_tls: Option<crate::util::tls::AgentTls>,
 }
 
 impl Default for ClientConfig {
@@ -72,6 +76,7 @@ impl Default for ClientConfig {
             max_kill_timeout: Duration::from_secs(30),
             min_dynamic_port: 20000,
             max_dynamic_port: 32000,
+            rpc_tls: None,
         }
     }
 }

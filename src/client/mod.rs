@@ -321,7 +321,11 @@ impl Client {
             shared.changed.notify_one();
         }
 
-        let pool = Pool::new(0, RpcConfig::default())?;
+        let rpc = RpcConfig {
+            tls: config.rpc_tls.clone(),
+            ..RpcConfig::default()
+        };
+        let pool = Pool::new(0, rpc)?;
         let servers = Arc::new(Servers::new(pool, servers));
         let shutdown = CancellationToken::new();
         let (registered_tx, registered_rx) = watch::channel(false);

@@ -121,25 +121,26 @@ async fn exec(
             let upgrade = upgrade
                 .map_err(|e| ApiError::bad_request(format!("exec is a websocket request: {e}")))?;
             let query = uri.query().map(|q| format!("?{q}")).unwrap_or_default();
-            let url = format!("ws://{addr}/v1/client/allocation/{alloc_id}/exec{query}");
-            let upstream = connect(&url).await?;
+            let (tls, io) = client_route::dial(&addr).await?;
+            let scheme = if tls { "wss" } else { "ws" };
+            let url = format!("{scheme}://{addr}/v1/client/allocation/{alloc_id}/exec{query}");
+            let upstream = connect(&url, io).await?;
             Ok(upgrade.on_upgrade(move |socket| relay(socket, upstream)))
         }
     }
 }
 
-type Upstream =
-    tokio_tungstenite::WebSocketStream<tokio_tungstenite::MaybeTlsStream<tokio::net::TcpStream>>;
+type Upstream = tokio_tungstenite::WebSocketStream<Box<dyn client_route::NodeIo>>;
 
-/// The node agent's exec websocket, or its refusal with its status.
-async fn connect(url: &str) -> Result<Upstream, ApiError> {
+/// The node agent's exec websocket over `io`, or its refusal with its status.
+async fn connect(url: &str, io: Box<dyn client_route::NodeIo>) -> Result<Upstream, ApiError> {
     use tungstenite::client::IntoClientRequest;
     let mut req = url
         .into_client_request()
         .map_err(|e| ApiError::internal(format!("{url}: {e}")))?;
     req.headers_mut()
         .insert(FORWARDED, axum::http::HeaderValue::from_static("1"));
-    match tokio_tungstenite::connect_async(req).await {
+    match tokio_tungstenite::client_async(req, io).await {
         Ok((stream, _)) => Ok(stream),
         Err(tungstenite::Error::Http(resp)) => Err(ApiError {
             status: resp.status(),

@@ -3,7 +3,9 @@
 //! answered by the agent whose client runs the allocation (or is the node); any other agent
 //! that is a server looks the allocation (by ID or unique prefix) or the node up and
 //! forwards the request once to the node's HTTP address, streaming the answer back. A
-//! forwarded request carries [`FORWARDED`] and is never forwarded again.
+//! forwarded request carries [`FORWARDED`] and is never forwarded again. With the agent's
+//! `tls.http` on, forwarding speaks HTTPS with the agent's certificate
+//! ([`set_outgoing_tls`]).
 
 use axum::body::Body;
 use axum::http::{header, HeaderMap, HeaderValue, Method};
@@ -12,6 +14,66 @@ use bytes::Bytes;
 
 use super::error::ApiError;
 use super::HttpContext;
+
+/// The TLS of this process's agent for its calls to other agents' HTTPS API; set once at
+/// agent start when `tls.http` is on (one agent per process outside in-process tests, which
+/// run without TLS).
+static OUTGOING_TLS: std::sync::OnceLock<crate::util::tls::AgentTls> = std::sync::OnceLock::new();
+
+/// Make every later forward speak HTTPS with `tls` (once per process; later calls change
+/// nothing).
+pub fn set_outgoing_tls(tls: crate::util::tls::AgentTls) {
+    let _ = OUTGOING_TLS.set(tls);
+}
+
+/// The scheme of the other agents' HTTP API and a client for it.
+fn outgoing() -> Result<(&'static str, reqwest::Client), ApiError> {
+    match OUTGOING_TLS.get() {
+        None => Ok(("http", reqwest::Client::new())),
+        Some(tls) => reqwest::Client::builder()
+            .use_preconfigured_tls((*tls.configs().http_client).clone())
+            .build()
+            .map(|c| ("https", c))
+            .map_err(|e| ApiError::internal(format!("https client: {e}"))),
+    }
+}
+
+/// A connection to another agent's HTTP port, plain or TLS (for `alloc exec`'s websocket).
+pub trait NodeIo: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send {}
+
+impl<T: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send> NodeIo for T {}
+
+/// Connect to the agent HTTP port at `addr` (`ip:port`): TLS with this agent's certificate
+/// when its `tls.http` is on (`true`), plain TCP otherwise.
+pub async fn dial(addr: &str) -> Result<(bool, Box<dyn NodeIo>), ApiError> {
+    let unreachable =
+        |e: String| ApiError::internal(format!("cannot reach the client at {addr}: {e}"));
+    let tcp = tokio::time::timeout(
+        std::time::Duration::from_secs(5),
+        tokio::net::TcpStream::connect(addr),
+    )
+    .await
+    .map_err(|_| unreachable("connect timed out".into()))?
+    .map_err(|e| unreachable(e.to_string()))?;
+    let Some(tls) = OUTGOING_TLS.get() else {
+        return Ok((false, Box::new(tcp)));
+    };
+    let host = addr
+        .rsplit_once(':')
+        .map_or(addr, |(host, _)| host)
+        .trim_matches(['[', ']']);
+    let name = rustls::pki_types::ServerName::try_from(host.to_string())
+        .map_err(|e| unreachable(format!("{host}: {e}")))?;
+    let connector = tokio_rustls::TlsConnector::from(tls.configs().http_client.clone());
+    let stream = tokio::time::timeout(
+        crate::util::tls::HANDSHAKE_TIMEOUT,
+        connector.connect(name, tcp),
+    )
+    .await
+    .map_err(|_| unreachable("tls handshake timed out".into()))?
+    .map_err(|e| unreachable(format!("tls handshake failed: {e}")))?;
+    Ok((true, Box::new(stream)))
+}
 
 /// Header marking a request forwarded by a server, so it is never forwarded again.
 pub const FORWARDED: &str = "X-Teamster-Forwarded";
@@ -142,10 +204,9 @@ pub async fn forward(
     path_and_query: &str,
     body: Option<Bytes>,
 ) -> Result<Response, ApiError> {
-    let url = format!("http://{addr}{path_and_query}");
-    let mut req = reqwest::Client::new()
-        .request(method, &url)
-        .header(FORWARDED, "1");
+    let (scheme, client) = outgoing()?;
+    let url = format!("{scheme}://{addr}{path_and_query}");
+    let mut req = client.request(method, &url).header(FORWARDED, "1");
     if let Some(body) = body {
         req = req
             .header(header::CONTENT_TYPE, "application/json")

@@ -35,6 +35,7 @@ mod search;
 mod services;
 mod snapshot;
 mod status;
+pub mod tls;
 
 use std::sync::Arc;
 

@@ -21,6 +21,11 @@
 //! Every call has a deadline covering dial, queueing and answer; a call that gives up removes
 //! its entry, and a late answer is dropped.
 //!
+//! With [`RpcConfig::tls`] every dial is a TLS client handshake (within the connect
+//! timeout) presenting this agent's certificate; the server must present a certificate from
+//! the CA naming `server.<region>.nomad` (with `verify_server_hostname`). A failed handshake
+//! is a failed dial.
+//!
 //! Bounds: at most [`RpcConfig::max_in_flight_per_conn`] calls await answers per connection
 //! (more wait for a slot within their deadline), at most [`RpcConfig::max_peers`] slots, a
 //! bounded write queue, and the frame limit on both directions.
@@ -33,7 +38,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use futures::StreamExt;
 use teamster_storage::raft_types::ServerId;
-use tokio::net::tcp::OwnedReadHalf;
+use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::TcpStream;
 use tokio::sync::{mpsc, oneshot, Semaphore};
 use tokio::time::Instant;
@@ -449,6 +454,16 @@ impl ConnShared {
     }
 }
 
+/// What a connection being started knows of its peer.
+struct ConnContext<'a> {
+    addr: &'a str,
+    peer_addr: std::net::SocketAddr,
+    local_addr: std::net::SocketAddr,
+    my_id: ServerId,
+    expected_sender: ServerId,
+    lane: Lane,
+}
+
 /// One open TCP connection of the pool. Dropping the last handle closes it.
 struct Connection {
     shared: Arc<ConnShared>,
@@ -496,7 +511,53 @@ impl Connection {
         let local_addr = stream
             .local_addr()
             .map_err(|e| unreachable(format!("connection lost at once: {e}")))?;
-        let (read_half, write_half) = stream.into_split();
+        let context = ConnContext {
+            addr,
+            peer_addr,
+            local_addr,
+            my_id,
+            expected_sender,
+            lane,
+        };
+        let Some(tls) = &config.tls else {
+            let (read_half, write_half) = stream.into_split();
+            return Ok(Connection::start(read_half, write_half, context, config));
+        };
+        let connector = tokio_rustls::TlsConnector::from(tls.configs().rpc_client.clone());
+        let handshake = connector.connect(tls.server_name(), stream);
+        let stream = match tokio::time::timeout(config.connect_timeout, handshake).await {
+            Ok(Ok(stream)) => stream,
+            Ok(Err(e)) => return Err(unreachable(format!("tls handshake failed: {e}"))),
+            Err(_) => {
+                return Err(unreachable(format!(
+                    "tls handshake timed out after {:?}",
+                    config.connect_timeout
+                )))
+            }
+        };
+        let (read_half, write_half) = tokio::io::split(stream);
+        Ok(Connection::start(read_half, write_half, context, config))
+    }
+
+    /// Start the reader and writer of a connected stream's halves.
+    fn start<R, W>(
+        read_half: R,
+        write_half: W,
+        cx: ConnContext<'_>,
+        config: &RpcConfig,
+    ) -> Arc<Connection>
+    where
+        R: AsyncRead + Unpin + Send + 'static,
+        W: AsyncWrite + Unpin + Send + 'static,
+    {
+        let ConnContext {
+            addr,
+            peer_addr,
+            local_addr,
+            my_id,
+            expected_sender,
+            lane,
+        } = cx;
         let shared = Arc::new(ConnShared {
             peer: addr.to_string(),
             pending: Mutex::new(Pending {
@@ -533,13 +594,13 @@ impl Connection {
             .instrument(span),
         );
         tracing::debug!(%addr, %peer_addr, %local_addr, lane = lane.name(), "rpc connection opened");
-        Ok(Arc::new(Connection {
+        Arc::new(Connection {
             shared,
             writer: tx,
             next_id: AtomicU64::new(1),
             my_id,
             max_frame_len: config.max_frame_len,
-        }))
+        })
     }
 
     fn is_open(&self) -> bool {
@@ -610,8 +671,8 @@ impl Drop for PendingGuard<'_> {
 }
 
 /// Read responses and complete their callers until the connection ends; returns why.
-async fn read_loop(
-    mut frames: FramedRead<OwnedReadHalf, FrameCodec>,
+async fn read_loop<R: AsyncRead + Unpin>(
+    mut frames: FramedRead<R, FrameCodec>,
     shared: &ConnShared,
     my_id: ServerId,
     expected_sender: ServerId,

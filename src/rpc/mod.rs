@@ -26,6 +26,15 @@
 //! - [`client`]: [`Pool`], the per-peer connection pool every caller shares.
 //! - [`raft_network`]: openraft's `RaftNetworkFactory` / `RaftNetwork` on the pool.
 //!
+//! # TLS
+//!
+//! With [`RpcConfig::tls`] every connection is mutual TLS: the listener requires a
+//! certificate from the CA, reads the role it names (`server.<region>.nomad`, …) into
+//! [`RequestContext::role`], and — with `verify_server_hostname` — answers a request the role
+//! may not send (raft traffic, server-only calls: [`service::roles`]) with
+//! [`RpcError::PermissionDenied`]. The pool presents the agent's certificate and requires
+//! servers to be `server.<region>.nomad`. A failed handshake closes that connection only.
+//!
 //! # Adding a call
 //!
 //! A call of the service layer is a row appended to the table in [`service`]: its payload,
@@ -145,6 +154,15 @@ pub enum RpcError {
         /// What ended the connection.
         reason: String,
     },
+    /// The peer's certificate does not allow the request (a client certificate sending raft
+    /// traffic or a server-only call). Nothing was served.
+    #[error("permission denied: {kind} from a {role} certificate")]
+    PermissionDenied {
+        /// The request's kind.
+        kind: String,
+        /// The role the peer's certificate names (`client`, `cli`, or `no role`).
+        role: String,
+    },
 }
 
 impl RpcError {
@@ -166,6 +184,7 @@ impl RpcError {
             RpcError::Unreachable { .. }
                 | RpcError::Unsupported { .. }
                 | RpcError::TargetRequired { .. }
+                | RpcError::PermissionDenied { .. }
         )
     }
 }
@@ -222,6 +241,10 @@ pub struct RpcConfig {
     pub reconnect_backoff_max: Duration,
     /// Peer slots (target × lane) the pool keeps; idle dead ones are evicted when full.
     pub max_peers: usize,
+    /// Mutual TLS on every connection (the agent's `tls.rpc`): the listener requires a
+    /// certificate from the CA and hands its role to handlers; the pool presents this
+    /// agent's certificate and checks the server's. `None`: plain TCP.
+    pub tls: Option<crate::util::tls::AgentTls>,
 }
 
 impl Default for RpcConfig {
@@ -236,6 +259,7 @@ impl Default for RpcConfig {
             reconnect_backoff_min: Duration::from_millis(50),
             reconnect_backoff_max: Duration::from_secs(5),
             max_peers: 256,
+            tls: None,
         }
     }
 }

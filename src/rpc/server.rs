@@ -17,6 +17,13 @@
 //!
 //! [`RpcServer::shutdown`] (or dropping the server) stops accepting and closes every
 //! connection.
+//!
+//! With TLS ([`RpcConfig::tls`]) each connection first completes a handshake in its own task
+//! (bounded by [`HANDSHAKE_TIMEOUT`](crate::util::tls::HANDSHAKE_TIMEOUT)); a plain-TCP
+//! peer, garbage, an oversized handshake or a certificate from another CA closes that
+//! connection with a `warn!`. The role the peer's certificate names rides in every
+//! [`RequestContext`]; with `verify_server_hostname` a request the role may not send is
+//! answered [`RpcError::PermissionDenied`] without reaching the handler.
 
 use std::net::SocketAddr;
 use std::panic::AssertUnwindSafe;
@@ -28,6 +35,7 @@ use bytes::Bytes;
 use futures::future::BoxFuture;
 use futures::{FutureExt, StreamExt};
 use teamster_storage::raft_types::ServerId;
+use tokio::io::AsyncRead;
 use tokio::net::{TcpListener, TcpStream, ToSocketAddrs};
 use tokio::sync::{mpsc, Semaphore};
 use tokio::task::JoinSet;
@@ -35,12 +43,14 @@ use tokio_util::codec::FramedRead;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
-use crate::rpc::conn::{count_received, write_loop};
+use crate::rpc::conn::{accept_tls, count_received, write_loop};
 use crate::rpc::frame::{
     decode_body, encode_frame, Frame, FrameCodec, FrameError, FrameKind, Header,
 };
 use crate::rpc::message::{RpcRequest, RpcResponse};
+use crate::rpc::service::roles;
 use crate::rpc::{metric, RpcConfig, RpcError};
+use crate::util::tls::PeerRole;
 
 const SIDE: &str = "server";
 
@@ -55,6 +65,13 @@ pub struct RequestContext {
     pub request_id: u64,
     /// This server's sequence number of the connection (unique per server run).
     pub connection: u64,
+    /// Whether the connection is TLS (the agent's `tls.rpc`).
+    pub tls: bool,
+    /// The role the peer's certificate names (`server.<region>.nomad` → `Server`, …); `None`
+    /// on plain TCP, or for a CA-signed certificate naming no role (accepted only without
+    /// `verify_server_hostname`). With `verify_server_hostname` the transport has already
+    /// refused what the role may not send ([`roles`]).
+    pub role: Option<PeerRole>,
 }
 
 /// What the server role implements to answer requests. The transport has already checked the
@@ -264,13 +281,74 @@ async fn serve_connection(
     if let Err(e) = stream.set_nodelay(true) {
         tracing::debug!(error = %e, "set_nodelay failed");
     }
-    let (read_half, write_half) = stream.into_split();
+    let Some(tls) = shared.config.tls.clone() else {
+        let (read_half, write_half) = stream.into_split();
+        let peer = Peer {
+            addr: peer_addr,
+            connection,
+            tls: false,
+            role: None,
+        };
+        return serve_halves(read_half, write_half, peer, shared, token).await;
+    };
+    let accepted = tokio::select! {
+        _ = token.cancelled() => return,
+        accepted = accept_tls(&tls, stream) => accepted,
+    };
+    let (stream, role) = match accepted {
+        Ok(ok) => ok,
+        Err(why) => {
+            metrics::counter!(metric::ERRORS, "side" => SIDE, "reason" => "tls_handshake")
+                .increment(1);
+            tracing::warn!(%peer_addr, reason = %why, "closing rpc connection");
+            return;
+        }
+    };
+    if tls.enforce_roles() && role.is_none() {
+        metrics::counter!(metric::ERRORS, "side" => SIDE, "reason" => "tls_role").increment(1);
+        tracing::warn!(
+            %peer_addr,
+            "closing rpc connection: its certificate names no server, client or cli role of \
+             this region"
+        );
+        return;
+    }
+    tracing::debug!(role = role.map(PeerRole::name), "rpc tls connection");
+    let (read_half, write_half) = tokio::io::split(stream);
+    let peer = Peer {
+        addr: peer_addr,
+        connection,
+        tls: true,
+        role,
+    };
+    serve_halves(read_half, write_half, peer, shared, token).await
+}
+
+/// Who is at the other end of a connection.
+#[derive(Debug, Clone, Copy)]
+struct Peer {
+    addr: SocketAddr,
+    connection: u64,
+    tls: bool,
+    role: Option<PeerRole>,
+}
+
+async fn serve_halves<R, W>(
+    read_half: R,
+    write_half: W,
+    peer: Peer,
+    shared: Arc<Shared>,
+    token: CancellationToken,
+) where
+    R: AsyncRead + Unpin,
+    W: tokio::io::AsyncWrite + Unpin,
+{
+    let peer_addr = peer.addr;
     let (tx, rx) = mpsc::channel::<Bytes>(shared.config.write_queue);
     let reader = read_loop(
         FramedRead::new(read_half, FrameCodec::new(shared.config.max_frame_len)),
         tx,
-        peer_addr,
-        connection,
+        peer,
         &shared,
     );
     let closed = tokio::select! {
@@ -287,13 +365,17 @@ async fn serve_connection(
     }
 }
 
-async fn read_loop(
-    mut frames: FramedRead<tokio::net::tcp::OwnedReadHalf, FrameCodec>,
+async fn read_loop<R: AsyncRead + Unpin>(
+    mut frames: FramedRead<R, FrameCodec>,
     tx: mpsc::Sender<Bytes>,
-    peer_addr: SocketAddr,
-    connection: u64,
+    peer: Peer,
     shared: &Arc<Shared>,
 ) -> Closed {
+    let enforce = shared
+        .config
+        .tls
+        .as_ref()
+        .is_some_and(|tls| tls.enforce_roles());
     // Requests of this connection still running; dropped (aborted) with the connection.
     let mut in_flight = JoinSet::new();
     loop {
@@ -318,11 +400,29 @@ async fn read_loop(
         metrics::counter!(metric::REQUESTS, "side" => SIDE, "kind" => kind).increment(1);
         let ctx = RequestContext {
             from: header.sender,
-            peer_addr,
+            peer_addr: peer.addr,
             request_id: header.request_id,
-            connection,
+            connection: peer.connection,
+            tls: peer.tls,
+            role: peer.role,
         };
         let span = tracing::debug_span!("rpc_request", kind, request_id = header.request_id);
+        if enforce {
+            if let Err(denied) = roles::permit(&req, header.sender, peer.role) {
+                metrics::counter!(metric::ERRORS, "side" => SIDE, "reason" => "permission_denied")
+                    .increment(1);
+                tracing::warn!(
+                    peer_addr = %peer.addr,
+                    kind,
+                    role = peer.role.map_or("no role", PeerRole::name),
+                    "rpc request refused: the peer's certificate does not allow it"
+                );
+                in_flight.spawn(
+                    respond(header, kind, Err(denied), shared.clone(), tx.clone()).instrument(span),
+                );
+                continue;
+            }
+        }
         in_flight.spawn(answer(ctx, header, req, shared.clone(), tx.clone()).instrument(span));
     }
 }
@@ -370,6 +470,17 @@ async fn answer(
                 Err(RpcError::Remote(format!("the {kind} handler panicked")))
             }),
     };
+    respond(header, kind, result, shared, tx).await
+}
+
+/// Encode the answer to the request of `header` and queue it on the connection.
+async fn respond(
+    header: Header,
+    kind: &'static str,
+    result: Result<RpcResponse, RpcError>,
+    shared: Arc<Shared>,
+    tx: mpsc::Sender<Bytes>,
+) {
     let outcome = match &result {
         Ok(_) => "ok",
         Err(_) => "error",

@@ -128,6 +128,8 @@ pub struct ServerSetup {
     pub clock: SharedClock,
     /// The randomness seam: server id, tokens, eval ids, jitter.
     pub rng: RngSource,
+    /// Mutual TLS on the RPC port (the agent's `tls.rpc`): the listener's and the pool's.
+    pub rpc_tls: Option<crate::util::tls::AgentTls>,
 }
 
 impl Server {
@@ -142,6 +144,7 @@ impl Server {
             http_addr,
             clock,
             rng,
+            rpc_tls,
         } = setup;
         let dir = data_dir.join("server");
         std::fs::create_dir_all(&dir).map_err(|source| ServerError::Io {
@@ -151,19 +154,18 @@ impl Server {
         let id = load_or_create_server_id(&dir, &rng)?;
         let discovered = Discovered::default();
         let handler = endpoints::ServerRpc::new(discovered.clone());
-        let rpc = RpcServer::bind(
-            rpc_bind,
-            id,
-            Arc::new(handler.clone()),
-            RpcConfig::default(),
-        )
-        .await?;
+        let rpc_config = RpcConfig {
+            tls: rpc_tls,
+            ..RpcConfig::default()
+        };
+        let rpc =
+            RpcServer::bind(rpc_bind, id, Arc::new(handler.clone()), rpc_config.clone()).await?;
         let addr = ServerAddr {
             name,
             rpc_addr: SocketAddr::new(advertise, rpc.local_addr().port()).to_string(),
             http_addr: SocketAddr::new(advertise, http_addr.port()).to_string(),
         };
-        let pool = Pool::new(id, RpcConfig::default())?;
+        let pool = Pool::new(id, rpc_config)?;
         let node = RaftNode::start(id, addr, &dir, config, pool, rng.next_u64()).await?;
         handler.set_node(node.clone());
 

@@ -2,7 +2,7 @@
 //! injectable wall clock ([`clock`]), the seedable randomness seam ([`rng`]), UUIDs
 //! ([`ids`]), human durations in configuration files ([`duration_str`]), Go's booleans and
 //! durations ([`go`]), peer addresses
-//! ([`net`]) and the error a configuration section's `validate()` returns
+//! ([`net`]), the rustls configurations and certificate roles of both ports ([`tls`]) and the error a configuration section's `validate()` returns
 //! ([`InvalidSetting`]).
 //!
 //! Every timer is `tokio::time`; only wall-clock *stamps* (CreateTime, SubmitTime, events)
@@ -18,6 +18,7 @@ pub mod go;
 pub mod ids;
 pub mod net;
 pub mod rng;
+pub mod tls;
 
 pub use clock::{system_clock, Clock, SharedClock, SystemClock};
 pub use ids::new_uuid;

@@ -137,6 +137,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
                 election_timeout: "1s",
                 raft_toml: args.raft_toml.replace("\\n", "\n"),
                 workers_toml: args.workers_toml.replace("\\n", "\n"),
+                ..ClusterOptions::default()
             },
         )?;
         let leader = c.wait_leader(Duration::from_secs(30)).await?;

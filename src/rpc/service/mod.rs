@@ -28,6 +28,7 @@ pub mod job;
 pub mod namespace;
 pub mod node;
 pub mod operator;
+pub mod roles;
 pub mod service_reg;
 
 use std::future::Future;
