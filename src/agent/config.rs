@@ -25,6 +25,7 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
+use crate::acl::AclConfig;
 use crate::client::config::ClientConfig;
 use crate::server::config::ServerConfig;
 
@@ -83,6 +84,8 @@ pub struct AgentConfig {
     pub server: ServerConfig,
     /// The client role.
     pub client: ClientConfig,
+    /// ACL enforcement (every server and client of a cluster must agree).
+    pub acl: AclConfig,
 }
 
 /// Listener ports.
@@ -116,6 +119,7 @@ impl Default for AgentConfig {
             ports: Ports::default(),
             server: ServerConfig::default(),
             client: ClientConfig::default(),
+            acl: AclConfig::default(),
         }
     }
 }
@@ -217,6 +221,7 @@ impl AgentConfig {
         parse_level(&self.log_level).map_err(|reason| bad("log_level", reason))?;
         self.server.validate().map_err(|e| bad(e.key, e.reason))?;
         self.client.validate().map_err(|e| bad(e.key, e.reason))?;
+        self.acl.validate().map_err(|e| bad(e.key, e.reason))?;
         Ok(())
     }
 

@@ -7,6 +7,7 @@
 //!
 //! Exit codes: 0 success, 1 an error (printed as one line, no backtrace), 2 bad usage.
 
+mod acl;
 mod agent;
 mod alloc_exec;
 mod alloc_logs;
@@ -84,6 +85,9 @@ enum Command {
     /// Namespaces: apply, list, status, delete.
     #[command(subcommand)]
     Namespace(namespace::NamespaceCommand),
+    /// ACLs: bootstrap, policies and tokens.
+    #[command(subcommand)]
+    Acl(acl::AclCommand),
 }
 
 /// Flags shared by every command that talks to the HTTP API.
@@ -276,6 +280,7 @@ pub fn main() -> ExitCode {
         Command::Event(cmd) => run_api(|| event::run(cmd)),
         Command::Service(cmd) => run_api(|| service::run(cmd)),
         Command::Namespace(cmd) => run_api(|| namespace::run(cmd)),
+        Command::Acl(cmd) => run_api(|| acl::run(cmd)),
     }
 }
 

@@ -46,6 +46,7 @@ impl LoneServer {
             http_addr: SocketAddr::new(loopback, 0),
             clock: crate::util::system_clock(),
             rng: RngSource::seeded(7),
+            acl_enabled: false,
         };
         let server = Server::start(&config, setup)
             .await
