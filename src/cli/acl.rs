@@ -366,9 +366,13 @@ async fn token_list(a: PlainArgs) -> anyhow::Result<()> {
 
 /// Whether an `ExpirationTime` (RFC 3339, or null for never) has passed.
 fn expired(v: &Value) -> bool {
-    v.as_str()
-        .and_then(|s| chrono::DateTime::parse_from_rfc3339(s).ok())
-        .is_some_and(|t| t <= chrono::Utc::now())
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as i64);
+    serde_json::from_value::<teamster_storage::model::Timestamp>(v.clone())
+        .ok()
+        .and_then(|t| t.unix_nanos())
+        .is_some_and(|t| t <= now)
 }
 
 async fn show_token(api_args: &ApiArgs, path: &str) -> anyhow::Result<()> {

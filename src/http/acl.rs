@@ -120,14 +120,22 @@ pub async fn enforce(State(ctx): State<HttpContext>, mut req: Request, next: Nex
         return next.run(req).await;
     }
     let secret = request_token(req.headers());
-    let identity = match ctx.resolve_token(secret.as_deref()).await {
-        Ok(id) => id,
-        Err(e) => return e.into_response(),
-    };
     let matched = req
         .extensions()
         .get::<MatchedPath>()
         .map(|m| m.as_str().to_string());
+    let identity = match ctx.resolve_token(secret.as_deref()).await {
+        Ok(id) => id,
+        // A stale or unknown token does not stop what anyone may do (status, health, the
+        // bootstrap: Nomad's #16098); it is the anonymous caller there.
+        Err(_) if matched.as_deref().is_some_and(is_public) => {
+            match ctx.resolve_token(None).await {
+                Ok(anon) => anon,
+                Err(e) => return e.into_response(),
+            }
+        }
+        Err(e) => return e.into_response(),
+    };
     if let Some(pattern) = matched {
         let params = path_params(&pattern, req.uri().path());
         let query = query_pairs(req.uri().query().unwrap_or(""));
@@ -139,6 +147,20 @@ pub async fn enforce(State(ctx): State<HttpContext>, mut req: Request, next: Nex
     }
     req.extensions_mut().insert(identity);
     next.run(req).await
+}
+
+/// Routes anyone may ask, with any token or none.
+const PUBLIC: &[&str] = &[
+    "/v1/status/leader",
+    "/v1/status/peers",
+    "/v1/agent/health",
+    "/v1/metrics",
+    "/v1/regions",
+    "/v1/acl/bootstrap",
+];
+
+fn is_public(pattern: &str) -> bool {
+    PUBLIC.contains(&pattern)
 }
 
 /// The values of a route pattern's `{params}` in `path`, percent-decoded.
@@ -241,8 +263,7 @@ pub fn route_need(
     let alloc_ns = || alloc_namespace(ctx, &param("alloc_id"));
     match pattern {
         // Public.
-        "/v1/status/leader" | "/v1/status/peers" | "/v1/agent/health" | "/v1/metrics"
-        | "/v1/regions" => vec![Need::Nothing],
+        p if is_public(p) => vec![Need::Nothing],
         // The ACL routes check in their handlers (a token may read itself and its policies).
         p if p.starts_with("/v1/acl/") => vec![Need::Nothing],
         // Jobs.
