@@ -671,6 +671,81 @@ async fn every_route_answers_by_its_rule_and_the_client_works_with_acls_on() {
         .await;
     assert_eq!(s, StatusCode::FORBIDDEN);
 
+    // A token of another namespace: refused in `default`, allowed in its own, and a job
+    // body naming `default` cannot ride on a request for its own namespace.
+    agent
+        .json(
+            Method::PUT,
+            "/v1/namespace/team-a",
+            &root,
+            Some(&json!({"Name": "team-a"})),
+        )
+        .await;
+    agent
+        .json(
+            Method::PUT,
+            "/v1/acl/policy/team-a",
+            &root,
+            Some(&json!({"Rules": "namespace \"team-a\" {\n  policy = \"write\"\n}\n"})),
+        )
+        .await;
+    let team = agent
+        .json(
+            Method::PUT,
+            "/v1/acl/token",
+            &root,
+            Some(&json!({"Policies": ["team-a"]})),
+        )
+        .await;
+    let team = team["SecretID"].as_str().unwrap().to_string();
+    let (s, _) = agent.call(Method::GET, "/v1/jobs", Some(&team), None).await;
+    assert_eq!(s, StatusCode::FORBIDDEN);
+    let (s, _) = agent
+        .call(Method::GET, "/v1/jobs?namespace=team-a", Some(&team), None)
+        .await;
+    assert_eq!(s, StatusCode::OK);
+    let mut smuggled = job("acl-smuggled");
+    smuggled["Job"]["Namespace"] = json!("default");
+    let (s, text) = agent
+        .call(
+            Method::PUT,
+            "/v1/jobs?namespace=team-a",
+            Some(&team),
+            Some(&smuggled),
+        )
+        .await;
+    assert_eq!(
+        (s, text.as_str()),
+        (StatusCode::FORBIDDEN, "Permission denied")
+    );
+    let (s, _) = agent
+        .call(Method::GET, "/v1/job/acl-smuggled", Some(&root), None)
+        .await;
+    assert_eq!(
+        s,
+        StatusCode::NOT_FOUND,
+        "a refused registration wrote the job"
+    );
+    let mut own = job("acl-team");
+    own["Job"]["Namespace"] = json!("team-a");
+    let (s, text) = agent
+        .call(
+            Method::PUT,
+            "/v1/jobs?namespace=team-a",
+            Some(&team),
+            Some(&own),
+        )
+        .await;
+    assert_eq!(s, StatusCode::OK, "{text}");
+    let visible = agent.json(Method::GET, "/v1/namespaces", &team, None).await;
+    let names: Vec<&str> = visible
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|n| n["Name"].as_str())
+        .collect();
+    assert_eq!(names, ["team-a"]);
+
     // RPC from outside the servers: the scheduler's calls are refused, a node's calls need
     // that node's secret, the API's writes a management token.
     let pool = Pool::new(0, Default::default()).unwrap();
