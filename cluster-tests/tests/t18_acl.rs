@@ -17,7 +17,8 @@ use std::time::Duration;
 use reqwest::{Method, StatusCode};
 use serde_json::{json, Value};
 use teamster::rpc::service::eval::EvalDequeueRequest;
-use teamster::rpc::service::node::NodeUpdateStatusRequest;
+use teamster::rpc::service::node::{NodeGetClientAllocsRequest, NodeUpdateStatusRequest};
+use teamster::rpc::service::operator::BrokerStatsRequest;
 use teamster::rpc::{Pool, ServiceError, ServiceRequest};
 use teamster_cluster_tests::wait_for;
 
@@ -780,6 +781,34 @@ async fn every_route_answers_by_its_rule_and_the_client_works_with_acls_on() {
         .json(Method::GET, &format!("/v1/node/{node_id}"), &root, None)
         .await;
     assert_eq!(node["Status"], "ready", "a refused call changed the node");
+    // The API's calls over RPC need a management token.
+    let stats = ServiceRequest::OperatorBrokerStats(BrokerStatsRequest);
+    for token in [None, Some(read.as_str())] {
+        let r = pool
+            .service_as(0, &rpc, token, stats.clone(), timeout)
+            .await;
+        assert!(
+            matches!(r, Err(ServiceError::PermissionDenied { .. })),
+            "{r:?}"
+        );
+    }
+    let r = pool.service_as(0, &rpc, Some(&root), stats, timeout).await;
+    assert!(r.is_ok(), "{r:?}");
+    // A node's allocations are read with that node's secret only.
+    let allocs = ServiceRequest::NodeGetClientAllocs(NodeGetClientAllocsRequest {
+        node_id: node_id.as_str().into(),
+        min_index: 0,
+        wait_ms: 0,
+    });
+    for token in [None, Some(root.as_str())] {
+        let r = pool
+            .service_as(0, &rpc, token, allocs.clone(), timeout)
+            .await;
+        assert!(
+            matches!(r, Err(ServiceError::PermissionDenied { .. })),
+            "{r:?}"
+        );
+    }
 
     // The CLI with NOMAD_TOKEN.
     let (code, _, err) = agent.cli(&["job", "status"], None);
