@@ -4,10 +4,10 @@
 //! literals excluded — must name a module below the one it is written in:
 //!
 //! ```text
-//!  cli ─▶ agent ─▶ http ─▶ server │ client ─▶ scheduler, rpc, api, jobspec ─▶ util
+//!  cli ─▶ agent ─▶ http ─▶ server │ client ─▶ scheduler, rpc, api, jobspec, acl ─▶ util
 //! ```
 //!
-//! Peers of one layer (server and client; scheduler, rpc, api and jobspec) never import each
+//! Peers of one layer (server and client; scheduler, rpc, api, jobspec and acl) never import each
 //! other.
 //! Inside `server/` the same rule holds between its parts ([`SERVER_PARTS`]): the bottom
 //! (configuration, raft, evaluation builders) knows nothing of the leader's subsystems, the
@@ -28,6 +28,7 @@ const LAYERS: &[(&str, u32)] = &[
     ("rpc", 1),
     ("api", 1),
     ("jobspec", 1),
+    ("acl", 1),
     ("server", 2),
     ("client", 2),
     ("http", 3),
@@ -44,6 +45,7 @@ const SERVER_PARTS: &[(&str, u32)] = &[
     ("evals", 0),
     ("lease", 0),
     ("raft", 1),
+    ("acl", 2),
     ("formation", 2),
     ("leader", 2),
     ("broker", 3),

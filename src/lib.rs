@@ -8,7 +8,7 @@
 //! Imports run one way (checked by a unit test, `layers.rs`):
 //!
 //! ```text
-//!  cli ─▶ agent ─▶ http ─▶ server │ client ─▶ scheduler, rpc, api, jobspec ─▶ util
+//!  cli ─▶ agent ─▶ http ─▶ server │ client ─▶ scheduler, rpc, api, jobspec, acl ─▶ util
 //! ```
 //!
 //! - [`cli`]: one file per command group; `main` only parses and dispatches.
@@ -26,10 +26,12 @@
 //!   frames over TCP, pooled and multiplexed connections) and the typed service calls.
 //! - [`api`]: the HTTP API's client, for the CLI and the test harnesses.
 //! - [`jobspec`]: job specifications as users write them; the Nomad fields teamster refuses.
+//! - [`acl`]: ACL policies in Nomad's language and the checks of a compiled token, pure.
 //! - [`util`]: the one wall clock, the randomness seam, UUIDs, config helpers.
 //!
 //! The replicated state itself lives in the `teamster-storage` crate.
 
+pub mod acl;
 pub mod agent;
 pub mod api;
 pub mod cli;

@@ -4,7 +4,9 @@
 //! (`cluster-tests/python/python_nomad_flows.py` holds the flows and their assertions); then
 //! `teamster alloc exec` through a follower, whose server relays the websocket (python-nomad
 //! has no exec). A second test runs python-nomad's `deployments` and `deployment` calls
-//! (`cluster-tests/python/python_nomad_deployments.py`) against `agent --dev`.
+//! (`cluster-tests/python/python_nomad_deployments.py`) against `agent --dev`, and a third
+//! its `acl` calls and tokens against `agent --dev --acl-enabled`
+//! (`cluster-tests/python/python_nomad_acl.py`).
 //!
 //! Without `python3` the test is skipped loudly; under `CI=true` that is a failure.
 
@@ -78,7 +80,7 @@ fn python_with_nomad() -> anyhow::Result<Option<PathBuf>> {
 async fn run_flows(python: &Path, ip: &str, job_id: &str) -> anyhow::Result<()> {
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("python/python_nomad_flows.py");
     let mut cmd = Command::new(python);
-    cmd.arg(script).args([ip, "4646", job_id]);
+    cmd.arg(&script).args([ip, "4646", job_id]);
     // python-nomad reads these; none may leak in from the environment.
     for var in [
         "NOMAD_ADDR",
@@ -169,7 +171,7 @@ async fn run_script(python: &Path, script: &str, ip: &str, job_id: &str) -> anyh
         .join("python")
         .join(script);
     let mut cmd = Command::new(python);
-    cmd.arg(script).args([ip, "4646", job_id]);
+    cmd.arg(&script).args([ip, "4646", job_id]);
     for var in [
         "NOMAD_ADDR",
         "NOMAD_TOKEN",
@@ -182,10 +184,58 @@ async fn run_script(python: &Path, script: &str, ip: &str, job_id: &str) -> anyh
     let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
     anyhow::ensure!(
         out.status.success(),
-        "python-nomad deployment flows failed against {ip}:\n{stdout}\n{}",
+        "python-nomad flows of {} failed against {ip}:\n{stdout}\n{}",
+        script.display(),
         String::from_utf8_lossy(&out.stderr)
     );
     Ok(stdout)
+}
+
+/// A `teamster agent --dev` with `extra` flags, killed when dropped, and its log.
+struct DevAgent {
+    child: std::process::Child,
+    log: tempfile::NamedTempFile,
+}
+
+impl Drop for DevAgent {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl DevAgent {
+    fn log_text(&self) -> String {
+        std::fs::read_to_string(self.log.path()).unwrap_or_default()
+    }
+}
+
+/// Start a dev agent on `ip` and wait until it answers `/v1/status/leader` with a leader.
+async fn dev_agent(ip: &str, extra: &[&str]) -> anyhow::Result<DevAgent> {
+    let log = tempfile::NamedTempFile::new()?;
+    let agent = DevAgent {
+        child: Command::new(teamster_cluster_tests::process::teamster_bin())
+            .args(["agent", "--dev", "--bind", ip])
+            .args(extra)
+            .stdin(std::process::Stdio::null())
+            .stdout(log.reopen()?)
+            .stderr(log.reopen()?)
+            .spawn()?,
+        log,
+    };
+    let http = reqwest::Client::new();
+    let url = format!("http://{ip}:4646/v1/status/leader");
+    teamster_cluster_tests::wait_for(
+        Duration::from_secs(30),
+        "the dev agent's leader",
+        || async {
+            let text = http.get(&url).send().await.ok()?.text().await.ok()?;
+            (text.len() > 2).then_some(())
+        },
+    )
+    .await
+    .map_err(|e| anyhow::anyhow!("{e}\nagent log:\n{}", agent.log_text()))?;
+    Ok(agent)
 }
 
 #[tokio::test]
@@ -193,24 +243,9 @@ async fn python_nomad_2_1_0_reads_and_drives_deployments() -> anyhow::Result<()>
     let Some(python) = tokio::task::spawn_blocking(python_with_nomad).await?? else {
         return Ok(());
     };
-    struct Killed(std::process::Child);
-    impl Drop for Killed {
-        fn drop(&mut self) {
-            let _ = self.0.kill();
-            let _ = self.0.wait();
-        }
-    }
     let pid = std::process::id();
     let ip = format!("127.{}.{}.9", 10 + (pid % 200), 240 - (pid / 200 % 5));
-    let log = tempfile::NamedTempFile::new()?;
-    let _agent = Killed(
-        Command::new(teamster_cluster_tests::process::teamster_bin())
-            .args(["agent", "--dev", "--bind", &ip])
-            .stdin(std::process::Stdio::null())
-            .stdout(log.reopen()?)
-            .stderr(log.reopen()?)
-            .spawn()?,
-    );
+    let agent = dev_agent(&ip, &[]).await?;
     let api = teamster::api::ApiClient::new(&format!("http://{ip}:4646"));
     teamster_cluster_tests::wait_for(Duration::from_secs(30), "the dev node ready", || async {
         let nodes: Vec<serde_json::Value> = api.get("/v1/nodes").await.ok()?;
@@ -219,12 +254,7 @@ async fn python_nomad_2_1_0_reads_and_drives_deployments() -> anyhow::Result<()>
     .await?;
     let out = run_script(&python, "python_nomad_deployments.py", &ip, "py-deploy")
         .await
-        .map_err(|e| {
-            anyhow::anyhow!(
-                "{e}\nagent log:\n{}",
-                std::fs::read_to_string(log.path()).unwrap_or_default()
-            )
-        })?;
+        .map_err(|e| anyhow::anyhow!("{e}\nagent log:\n{}", agent.log_text()))?;
     eprintln!("{out}");
     assert!(out.contains("deployments: all flows passed"), "{out}");
     Ok(())
@@ -337,5 +367,23 @@ async fn python_nomad_2_1_0_speaks_https_with_client_certificates() -> anyhow::R
         String::from_utf8_lossy(&out.stderr),
         std::fs::read_to_string(log.path()).unwrap_or_default()
     );
+    Ok(())
+}
+
+/// python-nomad's `acl` calls and a token on every other call, against an agent with ACLs
+/// on (`cluster-tests/python/python_nomad_acl.py`).
+#[tokio::test]
+async fn python_nomad_2_1_0_bootstraps_and_uses_acl_tokens() -> anyhow::Result<()> {
+    let Some(python) = tokio::task::spawn_blocking(python_with_nomad).await?? else {
+        return Ok(());
+    };
+    let pid = std::process::id();
+    let ip = format!("127.{}.{}.10", 10 + (pid % 200), 240 - (pid / 200 % 5));
+    let agent = dev_agent(&ip, &["--acl-enabled"]).await?;
+    let out = run_script(&python, "python_nomad_acl.py", &ip, "")
+        .await
+        .map_err(|e| anyhow::anyhow!("{e}\nagent log:\n{}", agent.log_text()))?;
+    eprintln!("{out}");
+    assert!(out.contains("acl: all flows passed"), "{out}");
     Ok(())
 }

@@ -34,6 +34,7 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
+use crate::acl::AclConfig;
 use crate::client::config::ClientConfig;
 use crate::server::config::ServerConfig;
 
@@ -94,6 +95,8 @@ pub struct AgentConfig {
     pub client: ClientConfig,
     /// TLS on the HTTP and RPC ports.
     pub tls: TlsConfig,
+    /// ACL enforcement (every server and client of a cluster must agree).
+    pub acl: AclConfig,
 }
 
 /// The `[tls]` section: mutual TLS on the RPC port, HTTPS on the API port, with Nomad's
@@ -217,6 +220,7 @@ impl Default for AgentConfig {
             server: ServerConfig::default(),
             client: ClientConfig::default(),
             tls: TlsConfig::default(),
+            acl: AclConfig::default(),
         }
     }
 }
@@ -319,6 +323,7 @@ impl AgentConfig {
         self.server.validate().map_err(|e| bad(e.key, e.reason))?;
         self.client.validate().map_err(|e| bad(e.key, e.reason))?;
         self.tls.validate().map_err(|e| bad(e.key, e.reason))?;
+        self.acl.validate().map_err(|e| bad(e.key, e.reason))?;
         Ok(())
     }
 

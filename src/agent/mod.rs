@@ -162,6 +162,7 @@ impl Agent {
                 clock: clock.clone(),
                 rng: rng.child(),
                 rpc_tls,
+                acl_enabled: config.acl.enabled,
             };
             Some(Server::start(&config.server, setup).await?)
         } else {
@@ -181,6 +182,7 @@ impl Agent {
             client_enabled: config.client.enabled,
             rpc_hold_timeout: config.server.rpc_hold_timeout,
             config: serde_json::to_value(&config).unwrap_or(serde_json::Value::Null),
+            acl: config.acl.clone(),
         };
         let http = crate::http::HttpContext::new(
             info,

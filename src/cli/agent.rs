@@ -63,6 +63,9 @@ pub struct AgentArgs {
     /// Log lines as JSON.
     #[arg(long)]
     log_json: bool,
+    /// Check ACL tokens on every route and RPC (`acl.enabled`).
+    #[arg(long = "acl-enabled")]
+    acl_enabled: bool,
 }
 
 impl AgentArgs {
@@ -125,6 +128,9 @@ impl AgentArgs {
         }
         if self.log_json {
             c.log_json = true;
+        }
+        if self.acl_enabled {
+            c.acl.enabled = true;
         }
         Ok((c, origin))
     }

@@ -7,6 +7,7 @@
 //!
 //! Exit codes: 0 success, 1 an error (printed as one line, no backtrace), 2 bad usage.
 
+mod acl;
 mod agent;
 mod alloc_exec;
 mod alloc_logs;
@@ -88,6 +89,9 @@ enum Command {
     /// TLS certificates: a CA, and server, client and CLI certificates signed by it.
     #[command(subcommand)]
     Tls(tls::TlsCommand),
+    /// ACLs: bootstrap, policies and tokens.
+    #[command(subcommand)]
+    Acl(acl::AclCommand),
 }
 
 /// Flags shared by every command that talks to the HTTP API.
@@ -336,6 +340,7 @@ pub fn main() -> ExitCode {
                 ExitCode::FAILURE
             }
         },
+        Command::Acl(cmd) => run_api(|| acl::run(cmd)),
     }
 }
 

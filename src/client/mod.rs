@@ -327,6 +327,7 @@ impl Client {
         };
         let pool = Pool::new(0, rpc)?;
         let servers = Arc::new(Servers::new(pool, servers));
+        servers.set_token(node.secret_id.clone());
         let shutdown = CancellationToken::new();
         let (registered_tx, registered_rx) = watch::channel(false);
         let span = tracing::info_span!("client", node_id = %node_id);

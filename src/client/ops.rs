@@ -134,6 +134,28 @@ impl ClientHandle {
         self.shared.state().allocs.contains_key(alloc_id)
     }
 
+    /// The namespace of an allocation this client keeps.
+    pub fn alloc_namespace(&self, alloc_id: &str) -> Option<String> {
+        self.shared
+            .state()
+            .allocs
+            .get(alloc_id)
+            .map(|l| l.alloc.namespace.to_string())
+    }
+
+    /// What an ACL token's secret may do, asked of the servers (a client holds no state).
+    pub async fn resolve_token(
+        &self,
+        secret_id: &str,
+    ) -> Result<crate::rpc::service::acl::AclResolvedToken, crate::rpc::ServiceError> {
+        use crate::rpc::Services;
+        self.servers
+            .acl_resolve_token(crate::rpc::service::acl::AclResolveTokenRequest {
+                secret_id: secret_id.to_string(),
+            })
+            .await
+    }
+
     /// The tasks a request is for: `task`, else (`None`) every running task of the
     /// allocation; each with where to send it.
     fn targets(

@@ -11,6 +11,8 @@ use crate::rpc::{Pool, ServiceCaller, ServiceError, ServiceRequest, ServiceRespo
 /// The client's view of the servers.
 pub struct Servers {
     pool: Pool,
+    /// The credential every call carries: the node's secret.
+    token: Mutex<Option<String>>,
     addrs: Mutex<Vec<String>>,
     current: AtomicUsize,
 }
@@ -20,9 +22,16 @@ impl Servers {
     pub fn new(pool: Pool, addrs: Vec<String>) -> Servers {
         Servers {
             pool,
+            token: Mutex::new(None),
             addrs: Mutex::new(addrs),
             current: AtomicUsize::new(0),
         }
+    }
+
+    /// Send `token` (the node's secret) with every call from now on; servers with ACLs on
+    /// check it against the node a call is about.
+    pub fn set_token(&self, token: String) {
+        *self.token.lock().unwrap_or_else(|p| p.into_inner()) = Some(token);
     }
 
     /// The known server addresses.
@@ -58,13 +67,14 @@ impl Servers {
             });
         }
         let method = req.method();
+        let token = self.token.lock().unwrap_or_else(|p| p.into_inner()).clone();
         let start = self.current.load(Ordering::Relaxed);
         let mut last = None;
         for i in 0..addrs.len() {
             let at = (start + i) % addrs.len();
             match self
                 .pool
-                .service(0, &addrs[at], req.clone(), method.timeout)
+                .service_as(0, &addrs[at], token.as_deref(), req.clone(), method.timeout)
                 .await
             {
                 Err(e) if e.is_retryable() => {

@@ -53,6 +53,14 @@ impl ApiError {
         }
     }
 
+    /// 403 with one of Nomad's ACL messages ("Permission denied", "ACL token not found").
+    pub fn forbidden(message: impl Into<String>) -> ApiError {
+        ApiError {
+            status: StatusCode::FORBIDDEN,
+            message: message.into(),
+        }
+    }
+
     /// 400 "Server only endpoint", for server endpoints on a client-only agent.
     pub fn server_only() -> ApiError {
         ApiError::bad_request("Server only endpoint")
@@ -70,6 +78,7 @@ impl From<ServiceError> for ApiError {
                 ApiError::bad_request(e.to_string())
             }
             ServiceError::NotFound { .. } => ApiError::not_found(e.to_string()),
+            ServiceError::PermissionDenied { reason } => ApiError::forbidden(reason),
             ServiceError::Disabled { .. }
             | ServiceError::Unavailable { .. }
             | ServiceError::NoAnswer { .. }

@@ -95,6 +95,10 @@ pub(super) fn decode_job(job: Value) -> Result<Job, ApiError> {
 pub(super) fn body_job(
     job: Option<Value>,
     query: &HashMap<String, String>,
+    acl: Option<(
+        &crate::server::acl::Identity,
+        &'static [crate::acl::Capability],
+    )>,
 ) -> Result<Job, ApiError> {
     let mut job = job
         .filter(|v| !v.is_null())
@@ -111,6 +115,13 @@ pub(super) fn body_job(
     let job = decode_job(job)?;
     if job.id.is_empty() {
         return Err(ApiError::bad_request("Job ID hasn't been provided"));
+    }
+    // The route's check saw the request's namespace; the job's own may be another.
+    if let Some((identity, caps)) = acl {
+        let need = crate::acl::Need::Namespace(job.namespace.to_string(), caps);
+        if !identity.acl.allows(&need) {
+            return Err(ApiError::forbidden("Permission denied"));
+        }
     }
     Ok(job)
 }
@@ -152,6 +163,7 @@ fn refuse_unsupported(job: &Value) -> Result<(), ApiError> {
 /// (`Job.Register`).
 pub async fn register(
     State(ctx): State<HttpContext>,
+    axum::Extension(identity): axum::Extension<crate::server::acl::Identity>,
     path_id: Option<Path<String>>,
     Query(q): Query<HashMap<String, String>>,
     body: Bytes,
@@ -164,7 +176,17 @@ pub async fn register(
         .as_ref()
         .map(|j| jobspec::job_warnings(j).join("\n"))
         .unwrap_or_default();
-    let job = body_job(req.job, &q)?;
+    let job = body_job(
+        req.job,
+        &q,
+        Some((
+            &identity,
+            &[
+                crate::acl::Capability::SubmitJob,
+                crate::acl::Capability::RegisterJob,
+            ],
+        )),
+    )?;
     if let Some(Path(id)) = path_id {
         if id != job.id.as_str() {
             return Err(ApiError::bad_request("Job ID does not match name"));

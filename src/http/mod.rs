@@ -9,6 +9,8 @@
 //! - [`error`], [`query`]: the conventions.
 //! - `status`, `operator`, `agent`, [`schedulers`], `snapshot`: the routes, one file per group.
 
+pub mod acl;
+mod acl_routes;
 mod agent;
 mod allocs;
 mod client_alloc;
@@ -66,6 +68,8 @@ struct Inner {
     rng: RngSource,
     /// The client role's handle, set once it has started (the API starts first).
     client: std::sync::OnceLock<crate::client::ops::ClientHandle>,
+    /// Tokens resolved through the servers (a client-only agent with ACLs on).
+    remote_tokens: acl::RemoteTokens,
 }
 
 /// What the API tells about the agent that serves it (the agent fills it in).
@@ -83,6 +87,8 @@ pub struct AgentInfo {
     pub rpc_hold_timeout: std::time::Duration,
     /// The agent's whole configuration as `/v1/agent/self` shows it.
     pub config: serde_json::Value,
+    /// ACL enforcement.
+    pub acl: crate::acl::AclConfig,
 }
 
 /// The server role's parts the API uses.
@@ -115,6 +121,7 @@ impl HttpContext {
                 clock,
                 rng,
                 client: std::sync::OnceLock::new(),
+                remote_tokens: acl::RemoteTokens::default(),
             }),
         }
     }
@@ -127,6 +134,11 @@ impl HttpContext {
     /// This agent's client role, once it has started.
     pub fn client(&self) -> Option<&crate::client::ops::ClientHandle> {
         self.inner.client.get()
+    }
+
+    /// Tokens resolved through the servers.
+    pub(crate) fn remote_tokens(&self) -> &acl::RemoteTokens {
+        &self.inner.remote_tokens
     }
 
     /// The wall clock for timestamps.
@@ -252,8 +264,13 @@ pub fn router(ctx: HttpContext) -> Router {
         .merge(client_fs::routes())
         .merge(client_alloc::routes())
         .merge(client_exec::routes())
+        .merge(acl_routes::routes())
         .method_not_allowed_fallback(|| async { ApiError::method_not_allowed() })
         .fallback(|| async { ApiError::not_found("Invalid URL") })
+        .layer(axum::middleware::from_fn_with_state(
+            ctx.clone(),
+            acl::enforce,
+        ))
         .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
         .layer(axum::middleware::from_fn(refuse_oversized))
         .layer(axum::middleware::from_fn(refuse_other_regions))

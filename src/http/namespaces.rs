@@ -59,6 +59,7 @@ struct Body {
 /// `GET /v1/namespaces`: every namespace whose name starts with `prefix`, by name.
 pub async fn list(
     State(ctx): State<HttpContext>,
+    identity: Option<axum::Extension<crate::server::acl::Identity>>,
     Query(q): Query<HashMap<String, String>>,
 ) -> Result<Response, ApiError> {
     let opts = QueryOptions::parse(&q)?;
@@ -67,6 +68,12 @@ pub async fn list(
         .namespaces()
         .iter()
         .filter(|n| n.name.starts_with(opts.prefix.as_str()))
+        // With ACLs on, only the namespaces the token can see.
+        .filter(|n| {
+            identity
+                .as_ref()
+                .is_none_or(|id| id.acl.namespace_visible(&n.name))
+        })
         .map(|n| render(n))
         .collect();
     Ok(json_read(found, meta))

@@ -30,6 +30,7 @@ struct JobPlanBody {
 /// `PUT|POST /v1/job/:id/plan`.
 pub async fn plan(
     State(ctx): State<HttpContext>,
+    axum::Extension(identity): axum::Extension<crate::server::acl::Identity>,
     Path(id): Path<String>,
     Query(q): Query<HashMap<String, String>>,
     body: Bytes,
@@ -37,7 +38,17 @@ pub async fn plan(
     let endpoints = ctx.endpoints()?;
     let req: JobPlanBody = decode_body(&body)?;
     refuse_policy_override(req.policy_override)?;
-    let job = body_job(req.job, &q)?;
+    let job = body_job(
+        req.job,
+        &q,
+        Some((
+            &identity,
+            &[
+                crate::acl::Capability::SubmitJob,
+                crate::acl::Capability::PlanJob,
+            ],
+        )),
+    )?;
     if job.id.as_str() != id {
         return Err(ApiError::bad_request("Job ID does not match"));
     }

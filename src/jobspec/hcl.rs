@@ -425,7 +425,7 @@ fn from_json(v: Value) -> hcl::Value {
 
 mod blocks;
 mod interpolate;
-mod nesting;
+use crate::util::hcl_nesting as nesting;
 mod variables;
 
 #[cfg(test)]

@@ -217,11 +217,28 @@ impl Pool {
         req: ServiceRequest,
         timeout: Duration,
     ) -> Result<ServiceResponse, ServiceError> {
+        self.service_as(target, addr, None, req, timeout).await
+    }
+
+    /// [`Pool::service`] with the caller's credential (a node secret or an ACL token's
+    /// secret), which the server checks when ACLs are on.
+    pub async fn service_as(
+        &self,
+        target: ServerId,
+        addr: &str,
+        token: Option<&str>,
+        req: ServiceRequest,
+        timeout: Duration,
+    ) -> Result<ServiceResponse, ServiceError> {
         let name = req.method().name;
-        match self
-            .call(target, addr, RpcRequest::Service(req), timeout)
-            .await?
-        {
+        let request = match token {
+            Some(token) => RpcRequest::AuthService(crate::rpc::AuthedService {
+                token: token.to_string(),
+                call: req,
+            }),
+            None => RpcRequest::Service(req),
+        };
+        match self.call(target, addr, request, timeout).await? {
             RpcResponse::Service(result) => result,
             other => Err(ServiceError::unexpected(name, other.kind())),
         }

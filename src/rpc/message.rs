@@ -68,6 +68,27 @@ pub enum RpcRequest {
     /// A call of the service layer (`Job.*`, `Node.*`, `Eval.*`, `Plan.Submit`,
     /// `Operator.*`), served by the server asked or forwarded by it to the leader.
     Service(ServiceRequest),
+    /// Appended: a call of the service layer with the caller's credential (a client agent's
+    /// node secret, or an ACL token's secret), checked when ACLs are on.
+    AuthService(AuthedService),
+}
+
+/// A service call and the credential it is made with.
+#[derive(Clone, Serialize, Deserialize)]
+pub struct AuthedService {
+    /// The secret: never logged (the `Debug` form hides it).
+    pub token: String,
+    /// The call.
+    pub call: ServiceRequest,
+}
+
+impl std::fmt::Debug for AuthedService {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AuthedService")
+            .field("token", &"<redacted>")
+            .field("call", &self.call)
+            .finish()
+    }
 }
 
 impl RpcRequest {
@@ -81,6 +102,7 @@ impl RpcRequest {
             RpcRequest::ServerInfo => "Status.ServerInfo",
             RpcRequest::ReadIndex => "Status.ReadIndex",
             RpcRequest::Service(call) => call.method().name,
+            RpcRequest::AuthService(authed) => authed.call.method().name,
         }
     }
 
@@ -95,7 +117,10 @@ impl RpcRequest {
             | RpcRequest::Vote(_)
             | RpcRequest::InstallSnapshot(_)
             | RpcRequest::ReadIndex => true,
-            RpcRequest::Ping | RpcRequest::ServerInfo | RpcRequest::Service(_) => false,
+            RpcRequest::Ping
+            | RpcRequest::ServerInfo
+            | RpcRequest::Service(_)
+            | RpcRequest::AuthService(_) => false,
         }
     }
 
@@ -108,7 +133,8 @@ impl RpcRequest {
             | RpcRequest::Ping
             | RpcRequest::ServerInfo
             | RpcRequest::ReadIndex
-            | RpcRequest::Service(_) => Lane::Control,
+            | RpcRequest::Service(_)
+            | RpcRequest::AuthService(_) => Lane::Control,
         }
     }
 }

@@ -69,7 +69,7 @@ use serde::{Deserialize, Serialize};
 
 pub use client::Pool;
 pub use frame::FrameError;
-pub use message::{Lane, PeerInfo, RpcRequest, RpcResponse};
+pub use message::{AuthedService, Lane, PeerInfo, RpcRequest, RpcResponse};
 pub use raft_network::{NetworkFactory, PeerNetwork};
 pub use server::{RequestContext, RpcHandler, RpcServer};
 pub use service::eval::DequeuedEval;

@@ -153,6 +153,11 @@ impl Canned {
                 "call",
                 call.method().name,
             )))),
+            RpcRequest::AuthService(authed) => {
+                Ok(RpcResponse::Service(Err(ServiceError::PermissionDenied {
+                    reason: format!("{} with a token", authed.call.method().name),
+                })))
+            }
             RpcRequest::Ping => Err(RpcError::Remote("Ping reached the handler".into())),
             RpcRequest::ServerInfo | RpcRequest::ReadIndex => Err(RpcError::Unsupported {
                 kind: req_kind.into(),

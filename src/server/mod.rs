@@ -27,10 +27,12 @@
 //! - [`heartbeat`]: the leader's heartbeat timers (nodes that go silent are marked down).
 //! - [`drainer`]: the leader's node drainer (allocations leave draining nodes at the pace of
 //!   their `migrate` blocks; drains end at their deadline or when nothing is left).
+//! - [`acl`]: token resolution from the local state, cached (ACLs on).
 //! - [`endpoints`]: the service calls' server side (served here, or forwarded to the
 //!   leader), and the handler of every RPC request.
 //! - [`worker`]: the scheduler workers and their pool.
 
+pub mod acl;
 pub mod blocked;
 pub mod broker;
 pub mod config;
@@ -130,6 +132,8 @@ pub struct ServerSetup {
     pub rng: RngSource,
     /// Mutual TLS on the RPC port (the agent's `tls.rpc`): the listener's and the pool's.
     pub rpc_tls: Option<crate::util::tls::AgentTls>,
+    /// Whether ACLs are on (the agent's `acl.enabled`).
+    pub acl_enabled: bool,
 }
 
 impl Server {
@@ -145,6 +149,7 @@ impl Server {
             clock,
             rng,
             rpc_tls,
+            acl_enabled,
         } = setup;
         let dir = data_dir.join("server");
         std::fs::create_dir_all(&dir).map_err(|source| ServerError::Io {
@@ -201,6 +206,8 @@ impl Server {
             rng: rng.child(),
             hold: config.rpc_hold_timeout,
             job_max_versions: config.job_max_versions,
+            acl_enabled,
+            acl: Arc::new(acl::AclResolver::new(clock.clone())),
         });
         handler.set_endpoints(endpoints.clone());
         // Scheduler workers on every server call the service layer in process; on the leader

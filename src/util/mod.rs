@@ -2,7 +2,9 @@
 //! injectable wall clock ([`clock`]), the seedable randomness seam ([`rng`]), UUIDs
 //! ([`ids`]), human durations in configuration files ([`duration_str`]), Go's booleans and
 //! durations ([`go`]), peer addresses
-//! ([`net`]), the rustls configurations and certificate roles of both ports ([`tls`]) and the error a configuration section's `validate()` returns
+//! ([`net`]), the HCL nesting guard of every HCL parser ([`hcl_nesting`]), the rustls
+//! configurations and certificate roles of both ports ([`tls`]) and the error a configuration
+//! section's `validate()` returns
 //! ([`InvalidSetting`]).
 //!
 //! Every timer is `tokio::time`; only wall-clock *stamps* (CreateTime, SubmitTime, events)
@@ -15,6 +17,7 @@
 pub mod clock;
 pub mod duration_str;
 pub mod go;
+pub mod hcl_nesting;
 pub mod ids;
 pub mod net;
 pub mod rng;

@@ -27,10 +27,10 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 
 use crate::model::{
-    AllocDeploymentStatus, AllocId, AllocStop, Allocation, ClientStatus, ClusterMeta, Deployment,
-    DeploymentId, DeploymentStatusUpdate, DesiredTransition, DrainStrategy, EvalId, Evaluation,
-    Job, JobId, Namespace, NamespaceSpec, Node, NodeId, NodeStatus, SchedulerConfiguration,
-    SchedulingEligibility, ServiceRegistration, TaskState,
+    AclPolicy, AclToken, AllocDeploymentStatus, AllocId, AllocStop, Allocation, ClientStatus,
+    ClusterMeta, Deployment, DeploymentId, DeploymentStatusUpdate, DesiredTransition,
+    DrainStrategy, EvalId, Evaluation, Job, JobId, Namespace, NamespaceSpec, Node, NodeId,
+    NodeStatus, SchedulerConfiguration, SchedulingEligibility, ServiceRegistration, TaskState,
 };
 
 /// A replicated command: the payload of one raft log entry.
@@ -105,6 +105,54 @@ pub enum Command {
     NamespaceUpsert(NamespaceUpsert),
     /// Appended: namespaces deleted; refused for `default` and for one that holds jobs.
     NamespaceDelete(NamespaceDelete),
+    /// Appended: ACL policies created or changed (their rules already checked).
+    AclPolicyUpsert(AclPolicyUpsert),
+    /// Appended: ACL policies deleted by name; an unknown name is refused.
+    AclPolicyDelete(AclPolicyDelete),
+    /// Appended: ACL tokens created or changed; each names existing policies.
+    AclTokenUpsert(AclTokenUpsert),
+    /// Appended: ACL tokens deleted by accessor ID; an unknown one is refused.
+    AclTokenDelete(AclTokenDelete),
+    /// Appended: the one-time ACL bootstrap: a management token, refused once done unless
+    /// the operator gave the current reset index.
+    AclBootstrap(AclBootstrap),
+}
+
+/// Payload of [`Command::AclPolicyUpsert`].
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct AclPolicyUpsert {
+    /// The policies.
+    pub policies: Vec<AclPolicy>,
+}
+
+/// Payload of [`Command::AclPolicyDelete`].
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct AclPolicyDelete {
+    /// Their names.
+    pub names: Vec<String>,
+}
+
+/// Payload of [`Command::AclTokenUpsert`].
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct AclTokenUpsert {
+    /// The tokens, with accessor and secret chosen by the proposer.
+    pub tokens: Vec<AclToken>,
+}
+
+/// Payload of [`Command::AclTokenDelete`].
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct AclTokenDelete {
+    /// Their accessor IDs.
+    pub accessor_ids: Vec<String>,
+}
+
+/// Payload of [`Command::AclBootstrap`].
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct AclBootstrap {
+    /// The management token to create.
+    pub token: AclToken,
+    /// The reset index the operator wrote, when bootstrapping again (0: the first time).
+    pub reset_index: u64,
 }
 
 /// Payload of [`Command::NamespaceUpsert`].
@@ -605,6 +653,28 @@ pub enum ApplyError {
     NamespaceRefused {
         /// Why.
         reason: String,
+    },
+    /// An ACL write that cannot be applied (an unknown policy named by a token, a bad name).
+    #[error("{reason}")]
+    AclRefused {
+        /// Why.
+        reason: String,
+    },
+    /// The ACL object does not exist.
+    #[error("{kind} not found")]
+    AclNotFound {
+        /// `ACL policy` or `ACL token`.
+        kind: String,
+        /// Its name or accessor ID.
+        id: String,
+    },
+    /// The ACL bootstrap was done and the reset index given does not allow another.
+    #[error("ACL bootstrap already done (reset index: {reset_index})")]
+    AclBootstrapDone {
+        /// The index an operator must give to bootstrap again.
+        reset_index: u64,
+        /// The index they gave (0: none).
+        given: u64,
     },
     /// The service registration does not exist (Nomad's "service registration not found").
     #[error("service registration not found")]

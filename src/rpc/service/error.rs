@@ -69,6 +69,13 @@ pub enum ServiceError {
         /// What failed.
         reason: String,
     },
+    /// The caller's token (or node secret) does not allow the call: Nomad's "Permission
+    /// denied", "ACL token not found", "ACL token expired". Nothing was applied.
+    #[error("{reason}")]
+    PermissionDenied {
+        /// Which of Nomad's messages.
+        reason: String,
+    },
 }
 
 impl ServiceError {

@@ -20,6 +20,7 @@
 //!
 //! May import: `rpc` (the transport), `util`, the storage crate's model.
 
+pub mod acl;
 pub mod alloc;
 pub mod deployment;
 pub mod error;
@@ -38,6 +39,10 @@ use futures::future::BoxFuture;
 use serde::{Deserialize, Serialize};
 use teamster_storage::model::{Plan, PlanResult};
 
+use acl::{
+    AclBootstrapRequest, AclDeletePoliciesRequest, AclDeleteTokensRequest, AclResolveTokenRequest,
+    AclResolvedToken, AclUpsertPoliciesRequest, AclUpsertTokensRequest,
+};
 use alloc::{AllocStopRequest, AllocStopResponse};
 use deployment::{
     DeploymentAllocHealthRequest, DeploymentFailRequest, DeploymentPauseRequest,
@@ -409,6 +414,35 @@ service_calls! {
     ServiceRegistrationListByNode(ServiceRegistrationListRequest) -> Vec<teamster_storage::model::ServiceRegistration> {
         name: "ServiceRegistration.ListByNode", route: Local, timeout: |_| NODE_TIMEOUT,
         helper: service_registration_list_by_node,
+    }
+    /// The one-time ACL bootstrap: the management token made.
+    AclBootstrap(AclBootstrapRequest) -> teamster_storage::model::AclToken {
+        name: "ACL.Bootstrap", route: Leader, timeout: |_| WRITE_TIMEOUT, helper: acl_bootstrap,
+    }
+    /// Create or change ACL policies; the raft index.
+    AclUpsertPolicies(AclUpsertPoliciesRequest) -> u64 {
+        name: "ACL.UpsertPolicies", route: Leader, timeout: |_| WRITE_TIMEOUT,
+        helper: acl_upsert_policies,
+    }
+    /// Delete ACL policies; the raft index.
+    AclDeletePolicies(AclDeletePoliciesRequest) -> u64 {
+        name: "ACL.DeletePolicies", route: Leader, timeout: |_| WRITE_TIMEOUT,
+        helper: acl_delete_policies,
+    }
+    /// Create or change ACL tokens: the tokens as written, secrets included.
+    AclUpsertTokens(AclUpsertTokensRequest) -> Vec<teamster_storage::model::AclToken> {
+        name: "ACL.UpsertTokens", route: Leader, timeout: |_| WRITE_TIMEOUT,
+        helper: acl_upsert_tokens,
+    }
+    /// Delete ACL tokens; the raft index.
+    AclDeleteTokens(AclDeleteTokensRequest) -> u64 {
+        name: "ACL.DeleteTokens", route: Leader, timeout: |_| WRITE_TIMEOUT,
+        helper: acl_delete_tokens,
+    }
+    /// What a secret may do, from the answering server's state (for client agents).
+    AclResolveToken(AclResolveTokenRequest) -> AclResolvedToken {
+        name: "ACL.ResolveToken", route: Local, timeout: |_| NODE_TIMEOUT,
+        helper: acl_resolve_token,
     }
 }
 

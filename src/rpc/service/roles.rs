@@ -4,7 +4,8 @@
 //! Raft traffic, cluster formation and every call that only servers make (scheduler workers'
 //! `Eval.*` and `Plan.*`, `Operator.*`, the writes the HTTP API forwards to the leader) need a
 //! server certificate; the calls a client agent makes (`Node.Register`, heartbeats, its
-//! allocation query and updates, its service registrations, `Status.Ping`) are allowed to
+//! allocation query and updates, its service registrations, resolving an ACL token,
+//! `Status.Ping`; with or without an ACL credential) are allowed to
 //! clients and servers. A peer that is not a server must also send as raft id 0: a client
 //! cannot pass itself off as a server in the frame header.
 //!
@@ -37,6 +38,7 @@ pub fn allowed(req: &RpcRequest) -> Allowed {
         | RpcRequest::ReadIndex => Allowed::Servers,
         RpcRequest::Ping => Allowed::ClientsAndServers,
         RpcRequest::Service(call) => service_allowed(call),
+        RpcRequest::AuthService(authed) => service_allowed(&authed.call),
     }
 }
 
@@ -51,7 +53,9 @@ pub fn service_allowed(call: &ServiceRequest) -> Allowed {
         | S::NodeGetClientAllocs(_)
         | S::ServiceRegistrationUpsert(_)
         | S::ServiceRegistrationDelete(_)
-        | S::ServiceRegistrationListByNode(_) => Allowed::ClientsAndServers,
+        | S::ServiceRegistrationListByNode(_)
+        // A client agent resolves the tokens its own HTTP API is called with.
+        | S::AclResolveToken(_) => Allowed::ClientsAndServers,
         // Scheduler workers, the leader's subsystems, operators and the HTTP API's writes
         // forwarded by a server.
         S::JobRegister(_)
@@ -91,7 +95,12 @@ pub fn service_allowed(call: &ServiceRequest) -> Allowed {
         | S::DeploymentPromote(_)
         | S::DeploymentSetAllocHealth(_)
         | S::NamespaceUpsert(_)
-        | S::NamespaceDelete(_) => Allowed::Servers,
+        | S::NamespaceDelete(_)
+        | S::AclBootstrap(_)
+        | S::AclUpsertPolicies(_)
+        | S::AclDeletePolicies(_)
+        | S::AclUpsertTokens(_)
+        | S::AclDeleteTokens(_) => Allowed::Servers,
     }
 }
 

@@ -26,7 +26,9 @@
 //!
 //! May import: every server part but `worker` and `tests`; `rpc`, `scheduler`, `util`.
 
+pub mod acl;
 pub mod alloc;
+pub mod authz;
 pub mod deployment;
 pub mod eval;
 pub mod forward;
@@ -49,6 +51,7 @@ use crate::rpc::{
     RequestContext, RpcError, RpcHandler, RpcRequest, RpcResponse, ServiceCaller, ServiceError,
     ServiceRequest, ServiceResponse,
 };
+use crate::server::acl::{AclError, AclResolver, Identity};
 use crate::server::blocked::BlockedEvals;
 use crate::server::broker::{BrokerError, EvalBroker};
 use crate::server::formation::{my_info, Discovered};
@@ -105,6 +108,11 @@ pub struct EndpointParts {
     /// How many versions of a job the job commands tell the state store to keep
     /// (`server.job_max_versions`).
     pub job_max_versions: u32,
+    /// Whether ACLs are on: calls from outside the cluster's servers carry a token or a
+    /// node secret, checked by [`authz`].
+    pub acl_enabled: bool,
+    /// Resolves tokens from this server's state.
+    pub acl: Arc<AclResolver>,
 }
 
 impl Endpoints {
@@ -159,6 +167,22 @@ impl Endpoints {
 
     pub(crate) fn hold(&self) -> Duration {
         self.inner.hold
+    }
+
+    /// Whether ACLs are on.
+    pub fn acl_enabled(&self) -> bool {
+        self.inner.acl_enabled
+    }
+
+    /// Who `secret` (none: anonymous) is, from this server's state; everyone is
+    /// unrestricted when ACLs are off.
+    pub fn resolve_token(&self, secret: Option<&str>) -> Result<Identity, AclError> {
+        if !self.inner.acl_enabled {
+            return Ok(Identity::unrestricted());
+        }
+        self.inner
+            .acl
+            .resolve(&self.inner.node.state().snapshot(), secret)
     }
 
     /// Whether this server serves the leader's subsystems right now.
@@ -267,6 +291,12 @@ impl Endpoints {
             }
             Q::NamespaceUpsert(r) => A::NamespaceUpsert(namespace::upsert(self, r).await?),
             Q::NamespaceDelete(r) => A::NamespaceDelete(namespace::delete(self, r).await?),
+            Q::AclBootstrap(r) => A::AclBootstrap(acl::bootstrap(self, r).await?),
+            Q::AclUpsertPolicies(r) => A::AclUpsertPolicies(acl::upsert_policies(self, r).await?),
+            Q::AclDeletePolicies(r) => A::AclDeletePolicies(acl::delete_policies(self, r).await?),
+            Q::AclUpsertTokens(r) => A::AclUpsertTokens(acl::upsert_tokens(self, r).await?),
+            Q::AclDeleteTokens(r) => A::AclDeleteTokens(acl::delete_tokens(self, r).await?),
+            Q::AclResolveToken(r) => A::AclResolveToken(acl::resolve_token(self, r)?),
         })
     }
 
@@ -346,6 +376,17 @@ pub fn apply_error(e: &ApplyError) -> ServiceError {
         ApplyError::ServiceRegistrationNotFound { id, .. } => {
             ServiceError::not_found("service registration", id.as_str())
         }
+        ApplyError::AclRefused { .. } => ServiceError::invalid("", e.to_string()),
+        ApplyError::AclNotFound { kind, id } => ServiceError::not_found(kind, id.as_str()),
+        ApplyError::AclBootstrapDone { reset_index, given } if *given != 0 => {
+            ServiceError::invalid(
+                "",
+                format!(
+                    "Invalid bootstrap reset index (specified {given}, reset index: {reset_index})"
+                ),
+            )
+        }
+        ApplyError::AclBootstrapDone { .. } => ServiceError::invalid("", e.to_string()),
         other => ServiceError::rejected(other.to_string()),
     }
 }
@@ -422,6 +463,12 @@ impl RpcHandler for ServerRpc {
         let endpoints = self.endpoints.get().cloned();
         let discovered = self.discovered.clone();
         Box::pin(async move {
+            let (token, req) = match req {
+                RpcRequest::AuthService(authed) => {
+                    (Some(authed.token), RpcRequest::Service(authed.call))
+                }
+                other => (None, other),
+            };
             if let RpcRequest::Service(call) = req {
                 let Some(endpoints) = endpoints else {
                     return Ok(RpcResponse::Service(Err(ServiceError::Unavailable {
@@ -436,6 +483,12 @@ impl RpcHandler for ServerRpc {
                     }
                     _ => origin_of(endpoints.node(), ctx.from),
                 };
+                if origin == Origin::Outside && endpoints.acl_enabled() {
+                    if let Err(e) = authz::authorize_outside(&endpoints, token.as_deref(), &call) {
+                        tracing::debug!(method = call.method().name, peer = %ctx.peer_addr, error = %e, "call refused by ACL");
+                        return Ok(RpcResponse::Service(Err(e)));
+                    }
+                }
                 return Ok(RpcResponse::Service(endpoints.call(origin, call).await));
             }
             let Some(node) = node else {
@@ -461,9 +514,9 @@ impl RpcHandler for ServerRpc {
                     RpcResponse::ReadIndex(node.leader_read_index().await.map_err(node_error))
                 }
                 // Answered above; kept here so the match stays exhaustive.
-                RpcRequest::Service(call) => {
+                other @ (RpcRequest::Service(_) | RpcRequest::AuthService(_)) => {
                     return Err(RpcError::Unsupported {
-                        kind: call.method().name.to_string(),
+                        kind: other.kind().to_string(),
                     })
                 }
             })

@@ -24,6 +24,7 @@
 //! Ids are `Arc<str>` newtypes ([`ids`]); allocations refer to their job by
 //! `(Namespace, JobID, JobVersion)` and never embed it.
 
+pub mod acl;
 pub mod alloc;
 pub mod cluster;
 pub(crate) mod de;
@@ -40,6 +41,9 @@ pub mod service;
 pub mod time;
 pub mod value;
 
+pub use acl::{
+    is_uuid, AclPolicy, AclToken, ANONYMOUS_POLICY, TOKEN_TYPE_CLIENT, TOKEN_TYPE_MANAGEMENT,
+};
 pub use alloc::{
     AllocStop, AllocatedPortMapping, AllocatedResources, AllocatedSharedResources, Allocation,
     ClientStatus, DesiredStatus, DesiredTransition, RescheduleEvent, RescheduleTracker, TaskEvent,

@@ -468,6 +468,34 @@ fn execute(txn: &mut WriteTxn, command: Command) -> Result<CommandResponse, Appl
             }
             Ok(CommandResponse::Applied)
         }
+        Command::AclPolicyUpsert(command) => {
+            for policy in command.policies {
+                txn.upsert_acl_policy(policy)?;
+            }
+            Ok(CommandResponse::Applied)
+        }
+        Command::AclPolicyDelete(command) => {
+            for name in &command.names {
+                txn.delete_acl_policy(name)?;
+            }
+            Ok(CommandResponse::Applied)
+        }
+        Command::AclTokenUpsert(command) => {
+            for token in command.tokens {
+                txn.upsert_acl_token(token)?;
+            }
+            Ok(CommandResponse::Applied)
+        }
+        Command::AclTokenDelete(command) => {
+            for id in &command.accessor_ids {
+                txn.delete_acl_token(id)?;
+            }
+            Ok(CommandResponse::Applied)
+        }
+        Command::AclBootstrap(command) => {
+            txn.acl_bootstrap(command.token, command.reset_index)?;
+            Ok(CommandResponse::Applied)
+        }
         Command::NamespaceDelete(command) => {
             for name in &command.names {
                 txn.delete_namespace(name)?;

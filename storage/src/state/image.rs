@@ -24,18 +24,18 @@ use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
 use crate::codec::{self, DecodeFailure};
 use crate::model::{
-    Allocation, ClusterMeta, Deployment, Evaluation, Job, JobId, JobSummary, Namespace,
-    NamespaceSpec, Node, PeriodicLaunch, SchedulerConfiguration, ServiceRegistration,
+    AclPolicy, AclToken, Allocation, ClusterMeta, Deployment, Evaluation, Job, JobId, JobSummary,
+    Namespace, NamespaceSpec, Node, PeriodicLaunch, SchedulerConfiguration, ServiceRegistration,
 };
 use crate::state::tables::{JobKey, Table, Tables};
 use crate::state::StateError;
 
 const MAGIC: &[u8; 8] = b"TMSTIMG\0";
 /// The image format this build writes (and the only one it reads).
-pub const IMAGE_FORMAT_VERSION: u32 = 5;
+pub const IMAGE_FORMAT_VERSION: u32 = 6;
 const HEADER_LEN: usize = MAGIC.len() + 4;
 /// Fields of the body tuple.
-const BODY_FIELDS: usize = 14;
+const BODY_FIELDS: usize = 17;
 
 /// Encodes every table.
 pub(crate) fn encode(tables: &Tables) -> Result<Vec<u8>, StateError> {
@@ -108,6 +108,9 @@ impl Serialize for BodyRef<'_> {
         tuple.serialize_element(&Values(&t.deployments))?;
         tuple.serialize_element(&Values(&t.services))?;
         tuple.serialize_element(&Values(&t.namespaces))?;
+        tuple.serialize_element(&Values(&t.acl_policies))?;
+        tuple.serialize_element(&Values(&t.acl_tokens))?;
+        tuple.serialize_element(&t.acl_bootstrap_index)?;
         tuple.end()
     }
 }
@@ -261,6 +264,22 @@ impl<'de> Visitor<'de> for BodyVisitor {
             ArcMapSeed::new(|n: &mut NamespaceSpec| Namespace::new(&n.name)),
             "the namespaces",
         )?;
+        t.acl_policies = seeded(
+            &mut seq,
+            ArcMapSeed::new(|p: &mut AclPolicy| p.name.clone()),
+            "the ACL policies",
+        )?;
+        t.acl_tokens = seeded(
+            &mut seq,
+            ArcMapSeed::new(|t: &mut AclToken| t.accessor_id.clone()),
+            "the ACL tokens",
+        )?;
+        t.acl_secrets = t
+            .acl_tokens
+            .values()
+            .map(|token| (token.secret_id.clone(), token.accessor_id.clone()))
+            .collect();
+        t.acl_bootstrap_index = field(&mut seq, "the ACL bootstrap index")?;
         Ok(DecodedBody(t))
     }
 }

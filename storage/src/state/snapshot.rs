@@ -9,8 +9,8 @@ use std::ops::Bound;
 use std::sync::Arc;
 
 use crate::model::{
-    Allocation, ClusterMeta, Deployment, Evaluation, Job, JobId, JobSummary, Namespace,
-    NamespaceSpec, Node, PeriodicLaunch, SchedulerConfiguration, ServiceRegistration,
+    AclPolicy, AclToken, Allocation, ClusterMeta, Deployment, Evaluation, Job, JobId, JobSummary,
+    Namespace, NamespaceSpec, Node, PeriodicLaunch, SchedulerConfiguration, ServiceRegistration,
     DEFAULT_NAMESPACE,
 };
 use crate::state::tables::{Table, Tables};
@@ -368,6 +368,37 @@ impl Snapshot {
             None if name == DEFAULT_NAMESPACE => Some(Arc::new(NamespaceSpec::default_namespace())),
             None => None,
         }
+    }
+
+    /// Every ACL policy, by name.
+    pub fn acl_policies(&self) -> impl Iterator<Item = &Arc<AclPolicy>> + '_ {
+        self.tables.acl_policies.values()
+    }
+
+    /// The ACL policy `name`.
+    pub fn acl_policy(&self, name: &str) -> Option<&Arc<AclPolicy>> {
+        self.tables.acl_policies.get(name)
+    }
+
+    /// Every ACL token, by accessor ID.
+    pub fn acl_tokens(&self) -> impl Iterator<Item = &Arc<AclToken>> + '_ {
+        self.tables.acl_tokens.values()
+    }
+
+    /// The ACL token with this accessor ID.
+    pub fn acl_token_by_accessor(&self, accessor_id: &str) -> Option<&Arc<AclToken>> {
+        self.tables.acl_tokens.get(accessor_id)
+    }
+
+    /// The ACL token with this secret ID.
+    pub fn acl_token_by_secret(&self, secret_id: &str) -> Option<&Arc<AclToken>> {
+        let accessor = self.tables.acl_secrets.get(secret_id)?;
+        self.tables.acl_tokens.get(accessor)
+    }
+
+    /// The raft index of the ACL bootstrap (Nomad's reset index), 0 before it.
+    pub fn acl_bootstrap_index(&self) -> u64 {
+        self.tables.acl_bootstrap_index
     }
 
     /// Every service registration, by namespace, service name and ID.

@@ -13,9 +13,9 @@ use std::sync::Arc;
 use imbl::{OrdMap, OrdSet};
 
 use crate::model::{
-    AllocId, Allocation, ClusterMeta, Deployment, DeploymentId, EvalId, Evaluation, Job, JobId,
-    JobSummary, Namespace, NamespaceSpec, Node, NodeId, PeriodicLaunch, SchedulerConfiguration,
-    ServiceRegistration,
+    AclPolicy, AclToken, AllocId, Allocation, ClusterMeta, Deployment, DeploymentId, EvalId,
+    Evaluation, Job, JobId, JobSummary, Namespace, NamespaceSpec, Node, NodeId, PeriodicLaunch,
+    SchedulerConfiguration, ServiceRegistration,
 };
 
 /// Primary key of a job and of its summary.
@@ -52,11 +52,15 @@ pub enum Table {
     Services,
     /// Namespaces.
     Namespaces,
+    /// ACL policies.
+    AclPolicies,
+    /// ACL tokens (and the bootstrap record).
+    AclTokens,
 }
 
 impl Table {
     /// How many tables there are.
-    pub const COUNT: usize = 12;
+    pub const COUNT: usize = 14;
 
     /// Every table, in index order.
     pub const ALL: [Table; Table::COUNT] = [
@@ -72,6 +76,8 @@ impl Table {
         Table::Deployments,
         Table::Services,
         Table::Namespaces,
+        Table::AclPolicies,
+        Table::AclTokens,
     ];
 
     /// Position in per-table index arrays.
@@ -94,6 +100,8 @@ impl Table {
             Table::Deployments => "deployment",
             Table::Services => "service_registrations",
             Table::Namespaces => "namespaces",
+            Table::AclPolicies => "acl_policy",
+            Table::AclTokens => "acl_token",
         }
     }
 }
@@ -134,6 +142,14 @@ pub(crate) struct Tables {
     pub services_by_node: SecondaryIndex<NodeId, ServiceKey>,
     /// Namespaces by name (`default` is there once described; it exists either way).
     pub namespaces: OrdMap<Namespace, Arc<NamespaceSpec>>,
+    /// ACL policies by name.
+    pub acl_policies: OrdMap<String, Arc<AclPolicy>>,
+    /// ACL tokens by accessor ID.
+    pub acl_tokens: OrdMap<String, Arc<AclToken>>,
+    /// Accessor IDs by secret ID (rebuilt from `acl_tokens`, never encoded).
+    pub acl_secrets: OrdMap<String, String>,
+    /// The raft index of the ACL bootstrap, 0 before it (Nomad's reset index).
+    pub acl_bootstrap_index: u64,
 }
 
 impl Tables {

@@ -29,6 +29,7 @@ use crate::model::{
 use crate::state::events::{NodeCondition, StateChange};
 use crate::state::tables::{token_key, JobKey, Table, Tables};
 
+mod acl;
 mod deployments;
 mod namespaces;
 mod services;

@@ -9,7 +9,7 @@
 //! hold code again); comments (`#`, `//`, `/* */`) and escapes are skipped; runs of the
 //! unary operators `-` and `!` count as one level each.
 
-/// The deepest nesting a job file may have. Real job files stay under 15.
+/// The deepest nesting a job file or ACL policy may have. Real job files stay under 15.
 pub const MAX_NESTING: usize = 64;
 
 /// What an open construct returns to when it closes.

@@ -1,0 +1,881 @@
+//! ACLs end to end on a real agent (`teamster agent --dev --acl-enabled`, a server and a
+//! client in one process, real RPC between them):
+//!
+//! - every public route of the HTTP API is asked with no token, an unknown token, a
+//!   read-only client token and the management token, and answers as its rule says (403 or
+//!   not), with nothing changed by a refused write;
+//! - the bootstrap happens once, and again only with the reset index;
+//! - an expired token and a deleted token are refused;
+//! - the client's own calls work (it runs a job with ACLs on) while RPC calls from outside
+//!   without the right node secret or token are refused;
+//! - the CLI bootstraps, writes policies and tokens, and acts with `NOMAD_TOKEN`;
+//! - no secret appears in the agent's log.
+
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use reqwest::{Method, StatusCode};
+use serde_json::{json, Value};
+use teamster::rpc::service::eval::EvalDequeueRequest;
+use teamster::rpc::service::node::{NodeGetClientAllocsRequest, NodeUpdateStatusRequest};
+use teamster::rpc::service::operator::BrokerStatsRequest;
+use teamster::rpc::{Pool, ServiceError, ServiceRequest};
+use teamster_cluster_tests::wait_for;
+
+fn teamster() -> Command {
+    Command::new(teamster_cluster_tests::process::teamster_bin())
+}
+
+/// A dev agent with ACLs on, killed when dropped.
+struct Agent {
+    child: std::process::Child,
+    ip: String,
+    http: reqwest::Client,
+    data_dir: tempfile::TempDir,
+    log: tempfile::NamedTempFile,
+}
+
+impl Drop for Agent {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Agent {
+    fn start(host: u32) -> anyhow::Result<Agent> {
+        let pid = std::process::id();
+        let ip = format!("127.{}.{}.{host}", 30 + (pid % 200), 3 + (pid / 200 % 50));
+        let data_dir = tempfile::tempdir()?;
+        let log = tempfile::NamedTempFile::new()?;
+        let child = teamster()
+            .args([
+                "agent",
+                "--dev",
+                "--acl-enabled",
+                "--bind",
+                &ip,
+                "--data-dir",
+            ])
+            .arg(data_dir.path())
+            .stdin(Stdio::null())
+            .stdout(log.reopen()?)
+            .stderr(log.reopen()?)
+            .spawn()?;
+        Ok(Agent {
+            child,
+            ip,
+            http: reqwest::Client::builder()
+                .timeout(Duration::from_secs(20))
+                .build()?,
+            data_dir,
+            log,
+        })
+    }
+
+    fn url(&self, path: &str) -> String {
+        format!("http://{}:4646{path}", self.ip)
+    }
+
+    fn log_text(&self) -> String {
+        std::fs::read_to_string(self.log.path()).unwrap_or_default()
+    }
+
+    /// One request: its status and body (the body is not read for streams).
+    async fn call(
+        &self,
+        method: Method,
+        path: &str,
+        token: Option<&str>,
+        body: Option<&Value>,
+    ) -> (StatusCode, String) {
+        let mut req = self.http.request(method, self.url(path));
+        if let Some(t) = token {
+            req = req.header("X-Nomad-Token", t);
+        }
+        if let Some(b) = body {
+            req = req.json(b);
+        }
+        let resp = req
+            .send()
+            .await
+            .unwrap_or_else(|e| panic!("{path}: {e}\n{}", self.log_text()));
+        let status = resp.status();
+        if path.starts_with("/v1/event/stream") && status == StatusCode::OK {
+            return (status, String::new());
+        }
+        (status, resp.text().await.unwrap_or_default())
+    }
+
+    async fn json(&self, method: Method, path: &str, token: &str, body: Option<&Value>) -> Value {
+        let (status, text) = self.call(method, path, Some(token), body).await;
+        assert!(status.is_success(), "{path}: {status} {text}");
+        serde_json::from_str(&text).unwrap_or(Value::Null)
+    }
+
+    fn cli(&self, args: &[&str], token: Option<&str>) -> (Option<i32>, String, String) {
+        let mut cmd = teamster();
+        cmd.args(args)
+            .env("TEAMSTER_ADDR", self.url(""))
+            .env_remove("NOMAD_TOKEN")
+            .env_remove("TEAMSTER_TOKEN");
+        if let Some(t) = token {
+            cmd.env("NOMAD_TOKEN", t);
+        }
+        let out = cmd.output().unwrap();
+        (
+            out.status.code(),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    }
+}
+
+/// What a route needs, for the matrix.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Rule {
+    /// Anyone.
+    Public,
+    /// The read-only policy below grants it.
+    Read,
+    /// Write or node/agent/operator write: not the read-only token.
+    Write,
+    /// A management token only.
+    Management,
+    /// Anyone with a valid token or none (the answer shows what the caller may see).
+    Filtered,
+}
+
+const READONLY: &str = r#"
+namespace "default" {
+  policy = "read"
+}
+node {
+  policy = "read"
+}
+agent {
+  policy = "read"
+}
+operator {
+  policy = "read"
+}
+"#;
+
+fn job(id: &str) -> Value {
+    json!({"Job": {
+        "ID": id, "Name": id, "Type": "batch", "Datacenters": ["dc1"],
+        "TaskGroups": [{"Name": "g", "Count": 1, "Tasks": [{
+            "Name": "t", "Driver": "raw_exec",
+            "Config": {"command": "/bin/sh", "args": ["-c", "echo acl-hello; sleep 30"]},
+            "Resources": {"CPU": 20, "MemoryMB": 16}
+        }]}]
+    }})
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_route_answers_by_its_rule_and_the_client_works_with_acls_on() {
+    let agent = Agent::start(1).expect("the agent starts");
+    // Tokenless: the public routes answer, the rest are refused.
+    wait_for(Duration::from_secs(30), "the agent's API", || async {
+        let resp = agent
+            .http
+            .get(agent.url("/v1/status/leader"))
+            .send()
+            .await
+            .ok()?;
+        (resp.status() == StatusCode::OK).then_some(())
+    })
+    .await
+    .unwrap_or_else(|e| panic!("{e}\n{}", agent.log_text()));
+    let (s, text) = agent.call(Method::GET, "/v1/jobs", None, None).await;
+    assert_eq!(
+        (s, text.as_str()),
+        (StatusCode::FORBIDDEN, "Permission denied")
+    );
+
+    // The bootstrap: once; again only with the reset index.
+    let boot = agent.json(Method::PUT, "/v1/acl/bootstrap", "", None).await;
+    let root = boot["SecretID"].as_str().unwrap().to_string();
+    assert_eq!(boot["Type"], "management");
+    let (s, text) = agent
+        .call(Method::PUT, "/v1/acl/bootstrap", None, None)
+        .await;
+    assert_eq!(s, StatusCode::BAD_REQUEST, "{text}");
+    let reset: u64 = text
+        .rsplit("reset index: ")
+        .next()
+        .and_then(|t| t.trim_end_matches(')').parse().ok())
+        .unwrap_or_else(|| panic!("no reset index in {text:?}"));
+    let reset_file = agent.data_dir.path().join("server/acl-bootstrap-reset");
+    std::fs::write(&reset_file, format!("{}", reset + 1000)).unwrap();
+    let (s, text) = agent
+        .call(Method::PUT, "/v1/acl/bootstrap", None, None)
+        .await;
+    assert!(
+        s == StatusCode::BAD_REQUEST && text.contains("Invalid bootstrap reset index"),
+        "{s} {text}"
+    );
+    std::fs::write(&reset_file, format!("{reset}")).unwrap();
+    let second = agent.json(Method::PUT, "/v1/acl/bootstrap", "", None).await;
+    let root2 = second["SecretID"].as_str().unwrap().to_string();
+    std::fs::remove_file(&reset_file).unwrap();
+    // Both bootstrap tokens work (a reset revokes nothing, as Nomad's).
+    for t in [&root, &root2] {
+        let (s, _) = agent
+            .call(Method::GET, "/v1/acl/tokens", Some(t), None)
+            .await;
+        assert_eq!(s, StatusCode::OK);
+    }
+
+    // A read-only policy and its token; an expiring token; a token then deleted.
+    agent
+        .json(
+            Method::PUT,
+            "/v1/acl/policy/readonly",
+            &root,
+            Some(&json!({"Name": "readonly", "Rules": READONLY})),
+        )
+        .await;
+    let (s, text) = agent
+        .call(
+            Method::PUT,
+            "/v1/acl/policy/bad",
+            Some(&root),
+            Some(&json!({"Rules": "quota { policy = \"read\" }"})),
+        )
+        .await;
+    assert!(
+        s == StatusCode::BAD_REQUEST && text.contains("quota"),
+        "{s} {text}"
+    );
+    let reader = agent
+        .json(
+            Method::PUT,
+            "/v1/acl/token",
+            &root,
+            Some(&json!({"Name": "reader", "Type": "client", "Policies": ["readonly"]})),
+        )
+        .await;
+    let read = reader["SecretID"].as_str().unwrap().to_string();
+    let short = agent
+        .json(
+            Method::PUT,
+            "/v1/acl/token",
+            &root,
+            Some(&json!({"Name": "short", "Policies": ["readonly"], "ExpirationTTL": "1s"})),
+        )
+        .await;
+    let deleted = agent
+        .json(
+            Method::PUT,
+            "/v1/acl/token",
+            &root,
+            Some(&json!({"Name": "gone", "Policies": ["readonly"]})),
+        )
+        .await;
+    let (s, _) = agent
+        .call(
+            Method::DELETE,
+            &format!("/v1/acl/token/{}", deleted["AccessorID"].as_str().unwrap()),
+            Some(&root),
+            None,
+        )
+        .await;
+    assert_eq!(s, StatusCode::OK);
+    let (s, text) = agent
+        .call(Method::GET, "/v1/jobs", deleted["SecretID"].as_str(), None)
+        .await;
+    assert_eq!(
+        (s, text.as_str()),
+        (StatusCode::FORBIDDEN, "ACL token not found")
+    );
+
+    // A job placed and run by the client with ACLs on: the client's RPC carries its node
+    // secret.
+    agent
+        .json(Method::PUT, "/v1/jobs", &root, Some(&job("acl-web")))
+        .await;
+    let alloc: Value = wait_for(
+        Duration::from_secs(60),
+        "the job's allocation running",
+        || async {
+            let (_, text) = agent
+                .call(
+                    Method::GET,
+                    "/v1/job/acl-web/allocations",
+                    Some(&root),
+                    None,
+                )
+                .await;
+            let allocs: Vec<Value> = serde_json::from_str(&text).ok()?;
+            allocs.into_iter().find(|a| a["ClientStatus"] == "running")
+        },
+    )
+    .await
+    .unwrap_or_else(|e| panic!("{e}\n{}", agent.log_text()));
+    let alloc_id = alloc["ID"].as_str().unwrap().to_string();
+    let eval_id = alloc["EvalID"].as_str().unwrap().to_string();
+    let node_id = alloc["NodeID"].as_str().unwrap().to_string();
+
+    // The expiring token has expired by now (the job took longer than a second to run,
+    // or we wait until it has).
+    wait_for(
+        Duration::from_secs(10),
+        "the short token expiring",
+        || async {
+            let (s, text) = agent
+                .call(Method::GET, "/v1/jobs", short["SecretID"].as_str(), None)
+                .await;
+            (s == StatusCode::FORBIDDEN && text == "ACL token expired").then_some(())
+        },
+    )
+    .await
+    .unwrap();
+
+    // The matrix.
+    let alloc_path = |p: &str| p.replace("{alloc}", &alloc_id);
+    let routes: Vec<(Method, String, Option<Value>, Rule)> = vec![
+        (Method::GET, "/v1/status/leader".into(), None, Rule::Public),
+        (Method::GET, "/v1/status/peers".into(), None, Rule::Public),
+        (Method::GET, "/v1/agent/health".into(), None, Rule::Public),
+        (Method::GET, "/v1/metrics".into(), None, Rule::Public),
+        (Method::GET, "/v1/regions".into(), None, Rule::Public),
+        (Method::GET, "/v1/jobs".into(), None, Rule::Read),
+        (Method::GET, "/v1/job/acl-web".into(), None, Rule::Read),
+        (
+            Method::GET,
+            "/v1/job/acl-web/summary".into(),
+            None,
+            Rule::Read,
+        ),
+        (
+            Method::GET,
+            "/v1/job/acl-web/versions".into(),
+            None,
+            Rule::Read,
+        ),
+        (
+            Method::GET,
+            "/v1/job/acl-web/allocations".into(),
+            None,
+            Rule::Read,
+        ),
+        (
+            Method::GET,
+            "/v1/job/acl-web/evaluations".into(),
+            None,
+            Rule::Read,
+        ),
+        (
+            Method::GET,
+            "/v1/job/acl-web/deployments".into(),
+            None,
+            Rule::Read,
+        ),
+        (
+            Method::GET,
+            "/v1/job/acl-web/deployment".into(),
+            None,
+            Rule::Read,
+        ),
+        (
+            Method::GET,
+            "/v1/job/acl-web/scale".into(),
+            None,
+            Rule::Read,
+        ),
+        (
+            Method::PUT,
+            "/v1/jobs/parse".into(),
+            Some(json!({"JobHCL": "job \"x\" {}"})),
+            Rule::Read,
+        ),
+        (
+            Method::PUT,
+            "/v1/validate/job".into(),
+            Some(job("acl-v")),
+            Rule::Read,
+        ),
+        (Method::GET, "/v1/allocations".into(), None, Rule::Read),
+        (
+            Method::GET,
+            format!("/v1/allocation/{alloc_id}"),
+            None,
+            Rule::Read,
+        ),
+        (Method::GET, "/v1/evaluations".into(), None, Rule::Read),
+        (
+            Method::GET,
+            format!("/v1/evaluation/{eval_id}"),
+            None,
+            Rule::Read,
+        ),
+        (
+            Method::GET,
+            format!("/v1/evaluation/{eval_id}/allocations"),
+            None,
+            Rule::Read,
+        ),
+        (Method::GET, "/v1/deployments".into(), None, Rule::Read),
+        (Method::GET, "/v1/nodes".into(), None, Rule::Read),
+        (Method::GET, format!("/v1/node/{node_id}"), None, Rule::Read),
+        (
+            Method::GET,
+            format!("/v1/node/{node_id}/allocations"),
+            None,
+            Rule::Read,
+        ),
+        (Method::GET, "/v1/agent/members".into(), None, Rule::Read),
+        (Method::GET, "/v1/agent/self".into(), None, Rule::Read),
+        (Method::GET, "/v1/agent/servers".into(), None, Rule::Read),
+        (Method::GET, "/v1/agent/schedulers".into(), None, Rule::Read),
+        (
+            Method::GET,
+            "/v1/agent/schedulers/config".into(),
+            None,
+            Rule::Read,
+        ),
+        (
+            Method::GET,
+            "/v1/operator/raft/configuration".into(),
+            None,
+            Rule::Read,
+        ),
+        (
+            Method::GET,
+            "/v1/operator/scheduler/configuration".into(),
+            None,
+            Rule::Read,
+        ),
+        (
+            Method::GET,
+            "/v1/operator/scheduler/broker".into(),
+            None,
+            Rule::Read,
+        ),
+        (Method::GET, "/v1/namespaces".into(), None, Rule::Filtered),
+        (
+            Method::GET,
+            "/v1/namespace/default".into(),
+            None,
+            Rule::Read,
+        ),
+        (Method::GET, "/v1/services".into(), None, Rule::Read),
+        (Method::GET, "/v1/service/none".into(), None, Rule::Read),
+        (Method::GET, "/v1/scaling/policies".into(), None, Rule::Read),
+        (Method::GET, "/v1/client/stats".into(), None, Rule::Read),
+        (
+            Method::GET,
+            alloc_path("/v1/client/allocation/{alloc}/stats"),
+            None,
+            Rule::Read,
+        ),
+        (
+            Method::GET,
+            alloc_path("/v1/client/allocation/{alloc}/checks"),
+            None,
+            Rule::Read,
+        ),
+        (
+            Method::PUT,
+            "/v1/search".into(),
+            Some(json!({"Prefix": "acl", "Context": "jobs"})),
+            Rule::Read,
+        ),
+        (
+            Method::GET,
+            "/v1/event/stream?topic=Job".into(),
+            None,
+            Rule::Read,
+        ),
+        (
+            Method::GET,
+            "/v1/acl/policy/readonly".into(),
+            None,
+            Rule::Read,
+        ),
+        (
+            Method::GET,
+            alloc_path("/v1/client/fs/logs/{alloc}?task=t&type=stdout"),
+            None,
+            Rule::Write,
+        ),
+        (
+            Method::GET,
+            alloc_path("/v1/client/fs/ls/{alloc}"),
+            None,
+            Rule::Write,
+        ),
+        (
+            Method::GET,
+            alloc_path("/v1/client/fs/cat/{alloc}?path=alloc"),
+            None,
+            Rule::Write,
+        ),
+        (
+            Method::PUT,
+            "/v1/jobs".into(),
+            Some(job("acl-other")),
+            Rule::Write,
+        ),
+        (
+            Method::PUT,
+            "/v1/job/acl-web/evaluate".into(),
+            Some(json!({})),
+            Rule::Write,
+        ),
+        (
+            Method::PUT,
+            "/v1/job/acl-web/plan".into(),
+            Some(job("acl-web")),
+            Rule::Write,
+        ),
+        (
+            Method::PUT,
+            "/v1/job/acl-web/periodic/force".into(),
+            None,
+            Rule::Write,
+        ),
+        (
+            Method::PUT,
+            "/v1/job/acl-web/dispatch".into(),
+            Some(json!({})),
+            Rule::Write,
+        ),
+        (
+            Method::PUT,
+            "/v1/job/acl-web/scale".into(),
+            Some(json!({"Count": 1, "Target": {"Group": "g"}})),
+            Rule::Write,
+        ),
+        (
+            Method::PUT,
+            format!("/v1/node/{node_id}/eligibility"),
+            Some(json!({"Eligibility": "eligible"})),
+            Rule::Write,
+        ),
+        (
+            Method::PUT,
+            "/v1/agent/schedulers/config".into(),
+            Some(json!({"NumSchedulers": 2})),
+            Rule::Write,
+        ),
+        (
+            Method::DELETE,
+            "/v1/service/none/none".into(),
+            None,
+            Rule::Write,
+        ),
+        (
+            Method::PUT,
+            "/v1/system/reconcile/summaries".into(),
+            None,
+            Rule::Management,
+        ),
+        (Method::PUT, "/v1/system/gc".into(), None, Rule::Management),
+        (
+            Method::PUT,
+            "/v1/namespace/acl-ns".into(),
+            Some(json!({"Name": "acl-ns"})),
+            Rule::Management,
+        ),
+        (Method::GET, "/v1/acl/tokens".into(), None, Rule::Management),
+        (Method::GET, "/v1/acl/policies".into(), None, Rule::Filtered),
+        (
+            Method::PUT,
+            "/v1/acl/policy/other".into(),
+            Some(json!({"Rules": READONLY})),
+            Rule::Management,
+        ),
+        (
+            Method::GET,
+            "/v1/event/stream".into(),
+            None,
+            Rule::Management,
+        ),
+        (
+            Method::GET,
+            "/v1/operator/snapshot".into(),
+            None,
+            Rule::Management,
+        ),
+    ];
+    let mut failures = Vec::new();
+    for (method, path, body, rule) in &routes {
+        let cases: [(&str, Option<&str>, bool); 4] = [
+            (
+                "no token",
+                None,
+                matches!(rule, Rule::Public | Rule::Filtered),
+            ),
+            (
+                "unknown token",
+                Some("6f1c3a2e-0b7d-4c1e-9a8f-2d3e4f5a6b7c"),
+                *rule == Rule::Public,
+            ),
+            (
+                "read-only token",
+                Some(read.as_str()),
+                matches!(rule, Rule::Public | Rule::Read | Rule::Filtered),
+            ),
+            ("management token", Some(root.as_str()), true),
+        ];
+        for (who, token, allowed) in cases {
+            // Refused writes first: the management token's writes come last.
+            let jobs_before = agent.json(Method::GET, "/v1/jobs", &root, None).await;
+            let (status, text) = agent.call(method.clone(), path, token, body.as_ref()).await;
+            let refused = status == StatusCode::FORBIDDEN;
+            if refused == allowed {
+                failures.push(format!("{method} {path} with {who}: {status} {text:.120}"));
+            }
+            if refused {
+                let ok = text == "Permission denied" || text == "ACL token not found";
+                if !ok {
+                    failures.push(format!("{method} {path} with {who}: 403 says {text:?}"));
+                }
+            }
+            if who == "read-only token" && !allowed {
+                // Nothing a refused write asked for happened.
+                let jobs = agent.json(Method::GET, "/v1/jobs", &root, None).await;
+                assert_eq!(
+                    jobs.as_array().map(|a| a.len()),
+                    jobs_before.as_array().map(|a| a.len()),
+                    "{method} {path} refused but changed the jobs"
+                );
+            }
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+
+    // The read-only token sees only its own policy and itself.
+    let policies = agent
+        .json(Method::GET, "/v1/acl/policies", &read, None)
+        .await;
+    let names: Vec<&str> = policies
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|p| p["Name"].as_str())
+        .collect();
+    assert_eq!(names, ["readonly"]);
+    let me = agent
+        .json(Method::GET, "/v1/acl/token/self", &read, None)
+        .await;
+    assert_eq!(me["AccessorID"], reader["AccessorID"]);
+    let (s, _) = agent
+        .call(
+            Method::GET,
+            &format!("/v1/acl/token/{}", boot["AccessorID"].as_str().unwrap()),
+            Some(&read),
+            None,
+        )
+        .await;
+    assert_eq!(s, StatusCode::FORBIDDEN);
+
+    // A token of another namespace: refused in `default`, allowed in its own, and a job
+    // body naming `default` cannot ride on a request for its own namespace.
+    agent
+        .json(
+            Method::PUT,
+            "/v1/namespace/team-a",
+            &root,
+            Some(&json!({"Name": "team-a"})),
+        )
+        .await;
+    agent
+        .json(
+            Method::PUT,
+            "/v1/acl/policy/team-a",
+            &root,
+            Some(&json!({"Rules": "namespace \"team-a\" {\n  policy = \"write\"\n}\n"})),
+        )
+        .await;
+    let team = agent
+        .json(
+            Method::PUT,
+            "/v1/acl/token",
+            &root,
+            Some(&json!({"Policies": ["team-a"]})),
+        )
+        .await;
+    let team = team["SecretID"].as_str().unwrap().to_string();
+    let (s, _) = agent.call(Method::GET, "/v1/jobs", Some(&team), None).await;
+    assert_eq!(s, StatusCode::FORBIDDEN);
+    let (s, _) = agent
+        .call(Method::GET, "/v1/jobs?namespace=team-a", Some(&team), None)
+        .await;
+    assert_eq!(s, StatusCode::OK);
+    let mut smuggled = job("acl-smuggled");
+    smuggled["Job"]["Namespace"] = json!("default");
+    let (s, text) = agent
+        .call(
+            Method::PUT,
+            "/v1/jobs?namespace=team-a",
+            Some(&team),
+            Some(&smuggled),
+        )
+        .await;
+    assert_eq!(
+        (s, text.as_str()),
+        (StatusCode::FORBIDDEN, "Permission denied")
+    );
+    let (s, _) = agent
+        .call(Method::GET, "/v1/job/acl-smuggled", Some(&root), None)
+        .await;
+    assert_eq!(
+        s,
+        StatusCode::NOT_FOUND,
+        "a refused registration wrote the job"
+    );
+    let mut own = job("acl-team");
+    own["Job"]["Namespace"] = json!("team-a");
+    let (s, text) = agent
+        .call(
+            Method::PUT,
+            "/v1/jobs?namespace=team-a",
+            Some(&team),
+            Some(&own),
+        )
+        .await;
+    assert_eq!(s, StatusCode::OK, "{text}");
+    let visible = agent.json(Method::GET, "/v1/namespaces", &team, None).await;
+    let names: Vec<&str> = visible
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|n| n["Name"].as_str())
+        .collect();
+    assert_eq!(names, ["team-a"]);
+
+    // RPC from outside the servers: the scheduler's calls are refused, a node's calls need
+    // that node's secret, the API's writes a management token.
+    let pool = Pool::new(0, Default::default()).unwrap();
+    let rpc = format!("{}:4647", agent.ip);
+    let timeout = Duration::from_secs(10);
+    let dequeue = ServiceRequest::EvalDequeue(EvalDequeueRequest {
+        schedulers: vec!["batch".into()],
+        timeout_ms: 10,
+        scheduler_version: 1,
+    });
+    let r = pool.service(0, &rpc, dequeue, timeout).await;
+    assert!(
+        matches!(r, Err(ServiceError::PermissionDenied { .. })),
+        "{r:?}"
+    );
+    let down = ServiceRequest::NodeUpdateStatus(NodeUpdateStatusRequest {
+        node_id: node_id.as_str().into(),
+        status: teamster_storage::model::NodeStatus::Down,
+    });
+    for token in [
+        None,
+        Some(read.as_str()),
+        Some("00000000-0000-4000-8000-000000000000"),
+    ] {
+        let r = pool.service_as(0, &rpc, token, down.clone(), timeout).await;
+        assert!(
+            matches!(r, Err(ServiceError::PermissionDenied { .. })),
+            "{r:?}"
+        );
+    }
+    let node = agent
+        .json(Method::GET, &format!("/v1/node/{node_id}"), &root, None)
+        .await;
+    assert_eq!(node["Status"], "ready", "a refused call changed the node");
+    // The API's calls over RPC need a management token.
+    let stats = ServiceRequest::OperatorBrokerStats(BrokerStatsRequest);
+    for token in [None, Some(read.as_str())] {
+        let r = pool
+            .service_as(0, &rpc, token, stats.clone(), timeout)
+            .await;
+        assert!(
+            matches!(r, Err(ServiceError::PermissionDenied { .. })),
+            "{r:?}"
+        );
+    }
+    let r = pool.service_as(0, &rpc, Some(&root), stats, timeout).await;
+    assert!(r.is_ok(), "{r:?}");
+    // A node's allocations are read with that node's secret only.
+    let allocs = ServiceRequest::NodeGetClientAllocs(NodeGetClientAllocsRequest {
+        node_id: node_id.as_str().into(),
+        min_index: 0,
+        wait_ms: 0,
+    });
+    for token in [None, Some(root.as_str())] {
+        let r = pool
+            .service_as(0, &rpc, token, allocs.clone(), timeout)
+            .await;
+        assert!(
+            matches!(r, Err(ServiceError::PermissionDenied { .. })),
+            "{r:?}"
+        );
+    }
+
+    // The CLI with NOMAD_TOKEN.
+    let (code, _, err) = agent.cli(&["job", "status"], None);
+    assert_eq!(code, Some(1));
+    assert!(err.contains("Permission denied"), "{err}");
+    let (code, out, err) = agent.cli(&["job", "status"], Some(&read));
+    assert_eq!(code, Some(0), "{err}");
+    assert!(out.contains("acl-web"), "{out}");
+    let dir = tempfile::tempdir().unwrap();
+    let rules = dir.path().join("ops.hcl");
+    std::fs::write(&rules, "node {\n  policy = \"write\"\n}\n").unwrap();
+    let (code, out, err) = agent.cli(
+        &[
+            "acl",
+            "policy",
+            "apply",
+            "--description",
+            "ops",
+            "ops",
+            rules.to_str().unwrap(),
+        ],
+        Some(&root),
+    );
+    assert_eq!(code, Some(0), "{out}{err}");
+    let (code, _, err) = agent.cli(
+        &["acl", "policy", "apply", "ops2", rules.to_str().unwrap()],
+        Some(&read),
+    );
+    assert_eq!(code, Some(1));
+    assert!(err.contains("Permission denied"), "{err}");
+    let (code, out, err) = agent.cli(
+        &[
+            "acl", "token", "create", "--name", "ops", "--policy", "ops", "--json",
+        ],
+        Some(&root),
+    );
+    assert_eq!(code, Some(0), "{err}");
+    let ops: Value = serde_json::from_str(&out).expect("token JSON");
+    let ops_secret = ops["SecretID"].as_str().unwrap();
+    let (code, out, err) = agent.cli(&["acl", "token", "self"], Some(ops_secret));
+    assert_eq!(code, Some(0), "{err}");
+    assert!(out.contains("ops") && out.contains("client"), "{out}");
+    let (code, out, _) = agent.cli(&["acl", "policy", "list"], Some(&root));
+    assert_eq!(code, Some(0));
+    assert!(out.contains("readonly") && out.contains("ops"), "{out}");
+    let (code, out, _) = agent.cli(&["acl", "token", "list"], Some(&root));
+    assert_eq!(code, Some(0));
+    assert!(out.contains("reader") && !out.contains(&read), "{out}");
+    let (code, _, err) = agent.cli(
+        &[
+            "acl",
+            "token",
+            "delete",
+            ops["AccessorID"].as_str().unwrap(),
+        ],
+        Some(&root),
+    );
+    assert_eq!(code, Some(0), "{err}");
+    let (code, _, _) = agent.cli(&["acl", "token", "self"], Some(ops_secret));
+    assert_eq!(code, Some(1));
+
+    // No secret in the log.
+    let log = agent.log_text();
+    for secret in [&root, &root2, &read] {
+        assert!(
+            !log.contains(secret.as_str()),
+            "a secret is in the agent's log"
+        );
+    }
+}

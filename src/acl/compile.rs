@@ -1,0 +1,221 @@
+//! A token's policies compiled into one [`Acl`], and what a request needs of it ([`Need`]).
+//!
+//! Policies merge as Nomad's: for each namespace rule the capabilities add up and a deny
+//! wipes them; for `node`, `agent` and `operator` deny wins, then the higher grant. A
+//! namespace is matched exactly first, else by the closest glob (the one whose literal part
+//! is longest). A management token is allowed everything.
+
+use std::collections::HashMap;
+
+use crate::acl::policy::{CapSet, Capability, Level, Policy};
+
+/// What a request needs.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Need {
+    /// Nothing: public (status, health, metrics).
+    Nothing,
+    /// Any of these capabilities in this namespace.
+    Namespace(String, &'static [Capability]),
+    /// Any capability at all in this namespace (it is visible).
+    NamespaceVisible(String),
+    /// `node` read.
+    NodeRead,
+    /// `node` write.
+    NodeWrite,
+    /// `agent` read.
+    AgentRead,
+    /// `agent` write.
+    AgentWrite,
+    /// `operator` read.
+    OperatorRead,
+    /// `operator` write.
+    OperatorWrite,
+    /// A management token.
+    Management,
+}
+
+/// What one caller may do.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Acl {
+    management: bool,
+    exact: HashMap<String, CapSet>,
+    globs: Vec<(String, CapSet)>,
+    node: Level,
+    agent: Level,
+    operator: Level,
+}
+
+impl Acl {
+    /// A management token's: everything.
+    pub fn management() -> Acl {
+        Acl {
+            management: true,
+            ..Acl::default()
+        }
+    }
+
+    /// The union of `policies` (none: nothing is allowed).
+    pub fn from_policies<'a>(policies: impl IntoIterator<Item = &'a Policy>) -> Acl {
+        let mut acl = Acl::default();
+        let mut namespaces: HashMap<String, CapSet> = HashMap::new();
+        for p in policies {
+            for (name, caps) in &p.namespaces {
+                let merged = namespaces
+                    .get(name)
+                    .copied()
+                    .unwrap_or_default()
+                    .merge(*caps);
+                namespaces.insert(name.clone(), merged);
+            }
+            acl.node = acl.node.merge(p.node);
+            acl.agent = acl.agent.merge(p.agent);
+            acl.operator = acl.operator.merge(p.operator);
+        }
+        for (name, caps) in namespaces {
+            if name.contains('*') {
+                acl.globs.push((name, caps));
+            } else {
+                acl.exact.insert(name, caps);
+            }
+        }
+        acl.globs.sort();
+        acl
+    }
+
+    /// Whether it is a management token's.
+    pub fn is_management(&self) -> bool {
+        self.management
+    }
+
+    /// The capabilities it has in `namespace`.
+    pub fn namespace_caps(&self, namespace: &str) -> CapSet {
+        if let Some(caps) = self.exact.get(namespace) {
+            return *caps;
+        }
+        self.globs
+            .iter()
+            .filter(|(glob, _)| glob_match(glob, namespace))
+            .min_by_key(|(glob, _)| namespace.len() - glob.replace('*', "").len())
+            .map(|(_, caps)| *caps)
+            .unwrap_or_default()
+    }
+
+    /// Whether it has any of `caps` in `namespace`.
+    pub fn allows_namespace(&self, namespace: &str, caps: &[Capability]) -> bool {
+        if self.management {
+            return true;
+        }
+        let have = self.namespace_caps(namespace);
+        !have.is_deny() && caps.iter().any(|c| have.has(*c))
+    }
+
+    /// Whether it can see `namespace` at all.
+    pub fn namespace_visible(&self, namespace: &str) -> bool {
+        self.management || self.namespace_caps(namespace).grants_any()
+    }
+
+    /// Whether it meets `need`.
+    pub fn allows(&self, need: &Need) -> bool {
+        if self.management {
+            return true;
+        }
+        match need {
+            Need::Nothing => true,
+            Need::Namespace(ns, caps) => self.allows_namespace(ns, caps),
+            Need::NamespaceVisible(ns) => self.namespace_visible(ns),
+            Need::NodeRead => self.node.can_read(),
+            Need::NodeWrite => self.node.can_write(),
+            Need::AgentRead => self.agent.can_read(),
+            Need::AgentWrite => self.agent.can_write(),
+            Need::OperatorRead => self.operator.can_read(),
+            Need::OperatorWrite => self.operator.can_write(),
+            Need::Management => false,
+        }
+    }
+}
+
+/// Whether `name` matches `glob`, where `*` stands for any run of characters.
+fn glob_match(glob: &str, name: &str) -> bool {
+    let parts: Vec<&str> = glob.split('*').collect();
+    let (first, last) = (parts[0], parts[parts.len() - 1]);
+    if parts.len() == 1 {
+        return glob == name;
+    }
+    if !name.starts_with(first) || !name.ends_with(last) || name.len() < first.len() + last.len() {
+        return false;
+    }
+    let mut rest = &name[first.len()..name.len() - last.len()];
+    for middle in &parts[1..parts.len() - 1] {
+        match rest.find(middle) {
+            Some(at) => rest = &rest[at + middle.len()..],
+            None => return false,
+        }
+    }
+    true
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::acl::policy::parse_policy;
+
+    fn acl(rules: &[&str]) -> Acl {
+        let policies: Vec<Policy> = rules.iter().map(|r| parse_policy(r).unwrap()).collect();
+        Acl::from_policies(&policies)
+    }
+
+    #[test]
+    fn globs_match_and_the_closest_wins() {
+        assert!(glob_match("team-*", "team-a"));
+        assert!(glob_match("*", "anything"));
+        assert!(glob_match("a*b*c", "aXXbYYc"));
+        assert!(!glob_match("a*b*c", "aXXcYYb"));
+        assert!(!glob_match("team-*", "tea"));
+        assert!(glob_match("ab*ab", "abab"));
+        assert!(!glob_match("ab*ab", "aba"));
+        let a = acl(&[
+            r#"namespace "*" { policy = "write" }"#,
+            r#"namespace "prod-*" { policy = "read" }"#,
+            r#"namespace "prod-secret" { policy = "deny" }"#,
+        ]);
+        assert!(a.allows_namespace("dev", &[Capability::SubmitJob]));
+        assert!(a.allows_namespace("prod-web", &[Capability::ReadJob]));
+        assert!(!a.allows_namespace("prod-web", &[Capability::SubmitJob]));
+        assert!(!a.namespace_visible("prod-secret"));
+        assert!(a.namespace_visible("prod-web"));
+    }
+
+    #[test]
+    fn policies_merge_and_deny_wins() {
+        let a = acl(&[
+            r#"namespace "default" { policy = "read" }"#,
+            r#"namespace "default" { capabilities = ["submit-job"] }"#,
+            r#"node { policy = "read" }"#,
+            r#"node { policy = "write" }"#,
+            r#"agent { policy = "write" }"#,
+            r#"agent { policy = "deny" }"#,
+        ]);
+        assert!(a.allows(&Need::Namespace("default".into(), &[Capability::SubmitJob])));
+        assert!(a.allows(&Need::NodeWrite));
+        assert!(!a.allows(&Need::AgentRead));
+        assert!(!a.allows(&Need::OperatorRead));
+        assert!(!a.allows(&Need::Management));
+        assert!(!a.allows(&Need::NamespaceVisible("other".into())));
+        let denied = acl(&[
+            r#"namespace "default" { policy = "write" }"#,
+            r#"namespace "default" { policy = "deny" }"#,
+        ]);
+        assert!(!denied.allows(&Need::Namespace("default".into(), &[Capability::ReadJob])));
+    }
+
+    #[test]
+    fn nothing_is_allowed_without_policies_and_management_is_allowed_everything() {
+        let none = Acl::from_policies(&[]);
+        assert!(none.allows(&Need::Nothing));
+        assert!(!none.allows(&Need::NodeRead));
+        assert!(!none.allows(&Need::NamespaceVisible("default".into())));
+        let m = Acl::management();
+        assert!(m.allows(&Need::Management));
+        assert!(m.allows(&Need::Namespace("x".into(), &[Capability::PurgeJob])));
+    }
+}

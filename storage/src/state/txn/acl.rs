@@ -1,0 +1,116 @@
+//! ACL policies and tokens in the write transaction. A token's policies must exist when it
+//! is written (a policy deleted later is skipped by whoever resolves the token); a secret
+//! belongs to one token; the bootstrap happens once, or again only with the reset index.
+
+use std::sync::Arc;
+
+use crate::fsm::ApplyError;
+use crate::model::{AclPolicy, AclToken};
+use crate::state::tables::Table;
+use crate::state::txn::WriteTxn;
+
+impl WriteTxn {
+    /// Creates or changes a policy; the same one again writes nothing.
+    pub fn upsert_acl_policy(&mut self, mut policy: AclPolicy) -> Result<(), ApplyError> {
+        policy
+            .validate_name()
+            .map_err(|reason| ApplyError::AclRefused { reason })?;
+        match self.t.acl_policies.get(&policy.name) {
+            Some(existing) if existing.same_as(&policy) => return Ok(()),
+            Some(existing) => policy.create_index = existing.create_index,
+            None => policy.create_index = self.index(),
+        }
+        policy.modify_index = self.index();
+        self.t
+            .acl_policies
+            .insert(policy.name.clone(), Arc::new(policy));
+        self.touch(Table::AclPolicies);
+        Ok(())
+    }
+
+    /// Deletes a policy by name.
+    pub fn delete_acl_policy(&mut self, name: &str) -> Result<(), ApplyError> {
+        if self.t.acl_policies.remove(name).is_none() {
+            return Err(ApplyError::AclNotFound {
+                kind: "ACL policy".into(),
+                id: name.to_string(),
+            });
+        }
+        self.touch(Table::AclPolicies);
+        Ok(())
+    }
+
+    /// Creates or changes a token: valid, naming existing policies, its secret its own.
+    /// A change keeps the token's secret, creation time and create index.
+    pub fn upsert_acl_token(&mut self, mut token: AclToken) -> Result<(), ApplyError> {
+        token
+            .validate()
+            .map_err(|reason| ApplyError::AclRefused { reason })?;
+        if let Some(missing) = token
+            .policies
+            .iter()
+            .find(|p| !self.t.acl_policies.contains_key(p.as_str()))
+        {
+            return Err(ApplyError::AclRefused {
+                reason: format!("cannot find policy {missing}"),
+            });
+        }
+        match self.t.acl_tokens.get(&token.accessor_id) {
+            Some(existing) => {
+                token.secret_id = existing.secret_id.clone();
+                token.create_time = existing.create_time;
+                token.create_index = existing.create_index;
+            }
+            None => {
+                if self.t.acl_secrets.contains_key(&token.secret_id) {
+                    return Err(ApplyError::AclRefused {
+                        reason: "a token with this secret already exists".into(),
+                    });
+                }
+                token.create_index = self.index();
+            }
+        }
+        token.modify_index = self.index();
+        self.t
+            .acl_secrets
+            .insert(token.secret_id.clone(), token.accessor_id.clone());
+        self.t
+            .acl_tokens
+            .insert(token.accessor_id.clone(), Arc::new(token));
+        self.touch(Table::AclTokens);
+        Ok(())
+    }
+
+    /// Deletes a token by accessor ID.
+    pub fn delete_acl_token(&mut self, accessor_id: &str) -> Result<(), ApplyError> {
+        let Some(token) = self.t.acl_tokens.remove(accessor_id) else {
+            return Err(ApplyError::AclNotFound {
+                kind: "ACL token".into(),
+                id: accessor_id.to_string(),
+            });
+        };
+        self.t.acl_secrets.remove(&token.secret_id);
+        self.touch(Table::AclTokens);
+        Ok(())
+    }
+
+    /// The one-time bootstrap: refused once done unless `reset_index` is the index the
+    /// bootstrap was done at (Nomad's reset procedure). Earlier tokens stay (as Nomad's).
+    pub fn acl_bootstrap(&mut self, token: AclToken, reset_index: u64) -> Result<(), ApplyError> {
+        let done = self.t.acl_bootstrap_index;
+        if done != 0 && reset_index != done {
+            return Err(ApplyError::AclBootstrapDone {
+                reset_index: done,
+                given: reset_index,
+            });
+        }
+        if !token.is_management() {
+            return Err(ApplyError::AclRefused {
+                reason: "the bootstrap token must be a management token".into(),
+            });
+        }
+        self.upsert_acl_token(token)?;
+        self.t.acl_bootstrap_index = self.index();
+        Ok(())
+    }
+}
