@@ -4,7 +4,8 @@
 //! follower: the overview lists the 3 servers and names the leader; a job registered through
 //! the API appears in the jobs list without a reload; its allocation page shows the task's
 //! log line; stopping the job from its page stops it; the jobs list renders in under 1 s with
-//! 1 000 jobs.
+//! 1 000 jobs. Then, against an agent with ACLs on, the UI says that the API refused it
+//! without a token and works once the token is typed into its token field.
 //!
 //! With `TEAMSTER_UI_SCREENSHOTS=docs/ui` (a directory, relative to the workspace) it writes a
 //! screenshot of each page there (`docs/ui.md` shows them).
@@ -162,12 +163,87 @@ async fn the_web_ui_in_headless_chromium() -> anyhow::Result<()> {
     let ui = format!("{}/ui", c.servers[follower].http_addr());
     let b = Browser::start(&chromium, &driver, 1400, 1000).await?;
     let result = scenario(&c, leader, &api, &node_id, &ui, &b).await;
-    b.close().await;
     if result.is_err() {
         c.dump_logs(80);
         eprintln!("----- client-1 -----\n{}", client.log_tail(40));
+        b.close().await;
+        return result;
     }
+    drop(client);
+    drop(c);
+    let result = with_acls(&b, &format!("{block}.20")).await;
+    b.close().await;
     result
+}
+
+/// A dev agent killed when dropped.
+struct DevAgent(std::process::Child);
+
+impl Drop for DevAgent {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// With ACLs on: the UI loads without a token, says the API refused it, and works once the
+/// management token is typed into its token field.
+async fn with_acls(b: &Browser, ip: &str) -> anyhow::Result<()> {
+    let _agent = DevAgent(
+        std::process::Command::new(teamster_cluster_tests::process::teamster_bin())
+            .args(["agent", "--dev", "--acl-enabled", "--bind", ip])
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()?,
+    );
+    let base = format!("http://{ip}:4646");
+    let http = reqwest::Client::new();
+    let secret = wait_for(Duration::from_secs(30), "the ACL bootstrap", || async {
+        let r = http
+            .post(format!("{base}/v1/acl/bootstrap"))
+            .send()
+            .await
+            .ok()?;
+        let v: Value = r.json().await.ok()?;
+        v["SecretID"].as_str().map(str::to_string)
+    })
+    .await?;
+    let job = idle_job("acl-job");
+    let r = http
+        .post(format!("{base}/v1/jobs"))
+        .header("X-Nomad-Token", &secret)
+        .json(&json!({ "Job": job }))
+        .send()
+        .await?;
+    anyhow::ensure!(r.status().is_success(), "registering with the token: {r:?}");
+    b.goto(&format!("{base}/ui/jobs")).await?;
+    b.execute("localStorage.clear();", json!([])).await?;
+    b.goto(&format!("{base}/ui/jobs")).await?;
+    b.wait_script(
+        Duration::from_secs(30),
+        "the UI to say that the API wants a token",
+        "const el = document.getElementById('banner');
+         return !el.hidden && el.textContent.includes('Permission denied') &&
+           el.textContent.includes('enter an ACL token');",
+    )
+    .await?;
+    shot(b, "acl-denied").await?;
+    b.execute(
+        "document.getElementById('token').value = arguments[0];
+         document.getElementById('token-form').requestSubmit();",
+        json!([secret]),
+    )
+    .await?;
+    b.wait_script(
+        Duration::from_secs(30),
+        "the jobs list with the token",
+        "return !!document.querySelector('#jobs-table tr[data-job=\"acl-job\"]') &&
+           document.getElementById('banner').hidden &&
+           localStorage.getItem('teamster.token') !== null;",
+    )
+    .await?;
+    Ok(())
 }
 
 async fn scenario(
