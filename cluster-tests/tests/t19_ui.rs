@@ -3,7 +3,8 @@
 //! driven over WebDriver, against a 3-server cluster and one client agent, through a
 //! follower: the overview lists the 3 servers and names the leader; a job registered through
 //! the API appears in the jobs list without a reload; its allocation page shows the task's
-//! log line; stopping the job from its page stops it; the jobs list renders in under 1 s with
+//! log line; scaling, stopping the job, draining the node and its eligibility work from
+//! their pages; the jobs list renders in under 1 s with
 //! 1 000 jobs. Then, against an agent with ACLs on, the UI says that the API refused it
 //! without a token and works once the token is typed into its token field.
 //!
@@ -409,6 +410,42 @@ async fn scenario(
         "the job page to show the job stopped",
         "return document.getElementById('job-sub').textContent.includes('stopped') &&
            !document.getElementById('job-stop');",
+    )
+    .await?;
+
+    // Drain the node from its page (nothing runs there now, so the drain ends at once; the
+    // node stays ineligible), then make it eligible again.
+    b.goto(&format!("{ui}/nodes/{node_id}")).await?;
+    rendered(b, "node").await?;
+    click(b, "#node-drain").await?;
+    click(b, "#node-drain").await?;
+    wait_for(
+        Duration::from_secs(30),
+        "the drain to run and end",
+        || async {
+            let n: Value = api.get(&format!("/v1/node/{node_id}")).await.ok()?;
+            (n["LastDrain"].is_object()
+                && n["Drain"] == false
+                && n["SchedulingEligibility"] == "ineligible")
+                .then_some(())
+        },
+    )
+    .await?;
+    b.wait_script(
+        Duration::from_secs(30),
+        "the node page to offer to make the node eligible",
+        "const b = document.getElementById('node-elig');
+         return !!b && b.textContent === 'Mark eligible' && !b.disabled;",
+    )
+    .await?;
+    click(b, "#node-elig").await?;
+    wait_for(
+        Duration::from_secs(30),
+        "the node eligible again",
+        || async {
+            let n: Value = api.get(&format!("/v1/node/{node_id}")).await.ok()?;
+            (n["SchedulingEligibility"] == "eligible").then_some(())
+        },
     )
     .await?;
 

@@ -101,6 +101,7 @@ async function api(path, opts) {
     showBanner(`<b>${esc(msg)}</b> (403) for <code>${esc(path.split('?')[0])}</code>. ` +
       (t ? 'The saved ACL token does not allow this: enter another one above.'
         : 'ACLs are on: enter an ACL token (its secret ID) in the field above and press Save.'), true);
+    main.querySelectorAll('.loading').forEach((el) => { el.textContent = 'Not shown: the API refused this request (see above).'; });
     throw new ApiError(403, msg);
   }
   if (!r.ok) throw new ApiError(r.status, (await r.text()).trim() || r.statusText);
@@ -286,9 +287,9 @@ async function overview(signal) {
   const started = performance.now();
   main.innerHTML = `<h1>Cluster</h1>
     <div class="cards" id="ov-cards"></div>
-    <h2>Servers</h2><div id="ov-servers"><p class="muted">Loading…</p></div>
-    <h2>Clients</h2><div id="ov-clients"><p class="muted">Loading…</p></div>
-    <h2>Eval broker</h2><div id="ov-broker"><p class="muted">Loading…</p></div>`;
+    <h2>Servers</h2><div id="ov-servers"><p class="muted loading">Loading…</p></div>
+    <h2>Clients</h2><div id="ov-clients"><p class="muted loading">Loading…</p></div>
+    <h2>Eval broker</h2><div id="ov-broker"><p class="muted loading">Loading…</p></div>`;
   let first = true;
   const servers = async () => {
     const [raft, leader] = await Promise.all([
@@ -383,7 +384,7 @@ async function clientsTable(list, signal) {
 
 async function nodes(signal) {
   const started = performance.now();
-  main.innerHTML = '<h1>Clients</h1><div id="nodes-table"><p class="muted">Loading…</p></div>';
+  main.innerHTML = '<h1>Clients</h1><div id="nodes-table"><p class="muted loading">Loading…</p></div>';
   let first = true;
   watch('/v1/nodes', async (list) => {
     setSection('nodes-table', await clientsTable(list, signal));
@@ -426,7 +427,7 @@ async function jobs(signal, started, ns) {
   main.innerHTML = `<h1>Jobs <span class="sub" id="jobs-count"></span></h1>
     <div class="actions"><input class="filter" id="jobs-filter" placeholder="Filter by ID prefix or substring" spellcheck="false">
     <label>Namespace <select id="jobs-ns"></select></label></div>
-    <div id="jobs-table"><p class="muted">Loading…</p></div>`;
+    <div id="jobs-table"><p class="muted loading">Loading…</p></div>`;
   let all = [];
   let first = true;
   const filter = document.getElementById('jobs-filter');
@@ -575,7 +576,7 @@ async function evaluations(signal, ns) {
   main.innerHTML = `<h1>Evaluations <span class="sub" id="evals-count"></span></h1>
     <div class="actions"><label><input type="checkbox" id="evals-blocked"> only blocked or with placement failures</label>
     <label>Namespace <select id="evals-ns"></select></label></div>
-    <div id="evals-table" style="margin-top:8px"><p class="muted">Loading…</p></div>`;
+    <div id="evals-table" style="margin-top:8px"><p class="muted loading">Loading…</p></div>`;
   let all = [];
   let first = true;
   const only = document.getElementById('evals-blocked');
