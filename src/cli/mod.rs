@@ -175,7 +175,12 @@ impl ApiArgs {
         }
         let mut rows = vec![columns.iter().map(|(h, _)| h.to_string()).collect()];
         for item in &all {
-            rows.push(columns.iter().map(|(_, f)| output::text(&item[*f])).collect());
+            rows.push(
+                columns
+                    .iter()
+                    .map(|(_, f)| output::text(&item[*f]))
+                    .collect(),
+            );
         }
         print!("{}", output::table(&rows));
         Ok(())
