@@ -5,6 +5,7 @@
 //! - [`compose`]: docker-compose clusters of the `teamster:dev` image, with fault injection.
 //! - [`invariants`]: checks every scenario runs against the HTTP API.
 //! - [`loadgen`]: simulated nodes and bursts of jobs, measured (`teamster-loadgen`).
+//! - [`webdriver`]: a headless Chromium driven through `chromedriver` (the web UI test).
 //! - [`wait_for`]: wait on a condition with a deadline (tests never sleep a fixed time).
 
 pub mod client_process;
@@ -13,6 +14,7 @@ pub mod invariants;
 pub mod loadgen;
 pub mod process;
 pub mod sim;
+pub mod webdriver;
 
 use std::future::Future;
 use std::time::{Duration, Instant};

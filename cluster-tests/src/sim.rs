@@ -71,6 +71,22 @@ pub struct SimConfig {
     /// Whether the nodes watch for their allocations and run them (off: they only register
     /// and heartbeat, and placement alone is measured).
     pub run_allocs: bool,
+    /// Whether each node acts as a real client does with ACLs on: every call carries the
+    /// node's secret, and status reports go in one call per node (off: one call may carry
+    /// reports of many nodes, which servers with ACLs on refuse).
+    pub node_secrets: bool,
+}
+
+impl SimConfig {
+    /// The credential of node `id`'s calls, when the nodes send them.
+    fn token(&self, id: &str) -> Option<String> {
+        self.node_secrets.then(|| secret_of(id))
+    }
+}
+
+/// The secret a simulated node registers with.
+fn secret_of(id: &str) -> String {
+    format!("secret-{id}")
 }
 
 /// Counters of what the simulated nodes did.
@@ -159,6 +175,7 @@ impl SimNodes {
         let counters = Arc::new(SimCounters::default());
         let stop = CancellationToken::new();
         let mut tasks = vec![tokio::spawn(heartbeat_loop(
+            cfg.clone(),
             pool.clone(),
             rpc.clone(),
             ids.clone(),
@@ -168,6 +185,7 @@ impl SimNodes {
         if cfg.run_allocs {
             let (reports_tx, reports_rx) = mpsc::unbounded_channel();
             tasks.push(tokio::spawn(report_loop(
+                cfg.clone(),
                 pool.clone(),
                 rpc.clone(),
                 reports_rx,
@@ -181,6 +199,7 @@ impl SimNodes {
                 }
                 let node = SimNode {
                     id: id.as_str().into(),
+                    token: cfg.token(id),
                     hint: i,
                     pool: query_pool.clone(),
                     rpc: rpc.clone(),
@@ -245,7 +264,7 @@ async fn register(
                     &client_config,
                     &format!("sim-{i}"),
                     id,
-                    &format!("secret-{id}"),
+                    &secret_of(id),
                     "127.0.0.1:0",
                     &machine,
                     now,
@@ -269,6 +288,7 @@ async fn register(
 /// Walk the nodes so that each heartbeats about every TTL / 2 (the TTL the servers hand
 /// out), 32 heartbeats at a time.
 async fn heartbeat_loop(
+    cfg: SimConfig,
     pool: Pool,
     rpc: Arc<Vec<String>>,
     ids: Arc<Vec<String>>,
@@ -289,7 +309,11 @@ async fn heartbeat_loop(
                 node_id: id.as_str().into(),
                 status: NodeStatus::Ready,
             });
-            batch.push(call_any(&pool, &rpc, req, i, Duration::from_secs(10)));
+            let token = cfg.token(id);
+            let (pool, rpc) = (&pool, &rpc);
+            batch.push(async move {
+                call_any_as(pool, rpc, token.as_deref(), req, i, Duration::from_secs(10)).await
+            });
         }
         let batch_len = batch.len() as u32;
         for r in futures::future::join_all(batch).await {
@@ -312,9 +336,10 @@ async fn heartbeat_loop(
 
 /// Gather status reports and send them in batches until the servers take each batch.
 async fn report_loop(
+    cfg: SimConfig,
     pool: Pool,
     rpc: Arc<Vec<String>>,
-    mut rx: mpsc::UnboundedReceiver<AllocClientReport>,
+    mut rx: mpsc::UnboundedReceiver<(NodeId, AllocClientReport)>,
     counters: Arc<SimCounters>,
     stop: CancellationToken,
 ) {
@@ -332,27 +357,55 @@ async fn report_loop(
                 _ = tokio::time::sleep_until(deadline) => break,
             }
         }
-        loop {
-            hint += 1;
-            let req = ServiceRequest::NodeUpdateAlloc(NodeUpdateAllocRequest {
-                allocs: batch.clone(),
-            });
-            match call_any(&pool, &rpc, req, hint, Duration::from_secs(30)).await {
-                Ok(ServiceResponse::NodeUpdateAlloc(_)) => {
-                    counters
-                        .reports_accepted
-                        .fetch_add(batch.len() as u64, Ordering::Relaxed);
-                    counters.update_calls.fetch_add(1, Ordering::Relaxed);
-                    break;
-                }
-                other => {
-                    tracing::debug!(?other, "allocation updates not taken; retrying");
-                    tokio::select! {
-                        _ = stop.cancelled() => return,
-                        _ = tokio::time::sleep(RETRY) => {}
+        // One call for all, or one per node (each with its node's secret).
+        let calls: Vec<(Option<String>, Vec<AllocClientReport>)> = if cfg.node_secrets {
+            let mut by_node: HashMap<NodeId, Vec<AllocClientReport>> = HashMap::new();
+            for (node, r) in batch {
+                by_node.entry(node).or_default().push(r);
+            }
+            by_node
+                .into_iter()
+                .map(|(node, reports)| (cfg.token(node.as_str()), reports))
+                .collect()
+        } else {
+            vec![(None, batch.into_iter().map(|(_, r)| r).collect())]
+        };
+        hint += 1;
+        let sends = calls.into_iter().enumerate().map(|(k, (token, reports))| {
+            let (pool, rpc, counters, stop) = (&pool, &rpc, &counters, &stop);
+            async move {
+                let mut hint = hint + k;
+                loop {
+                    hint += 1;
+                    let req = ServiceRequest::NodeUpdateAlloc(NodeUpdateAllocRequest {
+                        allocs: reports.clone(),
+                    });
+                    let timeout = Duration::from_secs(30);
+                    match call_any_as(pool, rpc, token.as_deref(), req, hint, timeout).await {
+                        Ok(ServiceResponse::NodeUpdateAlloc(_)) => {
+                            counters
+                                .reports_accepted
+                                .fetch_add(reports.len() as u64, Ordering::Relaxed);
+                            counters.update_calls.fetch_add(1, Ordering::Relaxed);
+                            return true;
+                        }
+                        other => {
+                            tracing::debug!(?other, "allocation updates not taken; retrying");
+                            tokio::select! {
+                                _ = stop.cancelled() => return false,
+                                _ = tokio::time::sleep(RETRY) => {}
+                            }
+                        }
                     }
                 }
             }
+        });
+        if !futures::future::join_all(sends)
+            .await
+            .into_iter()
+            .all(|sent| sent)
+        {
+            return;
         }
     }
 }
@@ -360,10 +413,12 @@ async fn report_loop(
 /// One simulated node's allocation watcher.
 struct SimNode {
     id: NodeId,
+    /// The node's secret, sent with its calls when the servers check it.
+    token: Option<String>,
     hint: usize,
     pool: Pool,
     rpc: Arc<Vec<String>>,
-    reports: mpsc::UnboundedSender<AllocClientReport>,
+    reports: mpsc::UnboundedSender<(NodeId, AllocClientReport)>,
     counters: Arc<SimCounters>,
     stop: CancellationToken,
 }
@@ -388,7 +443,7 @@ impl SimNode {
             });
             let resp = tokio::select! {
                 _ = self.stop.cancelled() => break,
-                r = call_any(&self.pool, &self.rpc, req, self.hint, QUERY_WAIT + Duration::from_secs(30)) => r,
+                r = call_any_as(&self.pool, &self.rpc, self.token.as_deref(), req, self.hint, QUERY_WAIT + Duration::from_secs(30)) => r,
             };
             let resp = match resp {
                 Ok(ServiceResponse::NodeGetClientAllocs(r)) => r,
@@ -496,11 +551,12 @@ impl SimNode {
             // with it: a simplification that changes no status the servers act on).
             let longest = tasks.iter().map(|t| t.run_for).max().unwrap_or_default();
             let timer = (longest < Duration::from_secs(24 * 3600)).then(|| {
-                let (reports, counters, stop, id) = (
+                let (reports, counters, stop, id, node_id) = (
                     self.reports.clone(),
                     self.counters.clone(),
                     self.stop.clone(),
                     alloc.id.clone(),
+                    self.id.clone(),
                 );
                 tokio::spawn(async move {
                     tokio::select! {
@@ -527,7 +583,7 @@ impl SimNode {
                         })
                         .collect();
                     counters.allocs_finished.fetch_add(1, Ordering::Relaxed);
-                    let _ = reports.send(report(&id, states));
+                    let _ = reports.send((node_id, report(&id, states)));
                 })
                 .abort_handle()
             });
@@ -550,7 +606,7 @@ impl SimNode {
     }
 
     fn report(&self, id: &AllocId, states: BTreeMap<String, TaskState>) {
-        let _ = self.reports.send(report(id, states));
+        let _ = self.reports.send((self.id.clone(), report(id, states)));
     }
 }
 
@@ -620,10 +676,22 @@ pub async fn call_any(
     hint: usize,
     timeout: Duration,
 ) -> anyhow::Result<ServiceResponse> {
+    call_any_as(pool, rpc, None, req, hint, timeout).await
+}
+
+/// [`call_any`] with a credential (a node's secret).
+pub async fn call_any_as(
+    pool: &Pool,
+    rpc: &[String],
+    token: Option<&str>,
+    req: ServiceRequest,
+    hint: usize,
+    timeout: Duration,
+) -> anyhow::Result<ServiceResponse> {
     let mut last = None;
     for k in 0..rpc.len() * 3 {
         let addr = &rpc[(hint + k) % rpc.len()];
-        match pool.service(0, addr, req.clone(), timeout).await {
+        match pool.service_as(0, addr, token, req.clone(), timeout).await {
             Ok(r) => return Ok(r),
             Err(e) => last = Some(anyhow::anyhow!("{addr}: {e}")),
         }

@@ -264,6 +264,7 @@ async fn two_hundred_jobs_registered_at_once_all_reach_their_full_count() -> any
             memory_mb: 8192,
             concurrency: 4,
             run_allocs: false,
+            node_secrets: false,
         },
         &rpc,
     )

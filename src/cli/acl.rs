@@ -235,24 +235,14 @@ async fn policy_apply(a: PolicyApplyArgs) -> anyhow::Result<()> {
 }
 
 async fn policy_list(a: PlainArgs) -> anyhow::Result<()> {
-    let api = a.api.client()?;
-    let all: Vec<Value> = api
-        .get("/v1/acl/policies")
+    a.api
+        .print_list(
+            "/v1/acl/policies",
+            "policies",
+            &[("Name", "Name"), ("Description", "Description")],
+            Some("No policies found"),
+        )
         .await
-        .context("listing the policies")?;
-    if a.api.structured() {
-        return a.api.print(&all);
-    }
-    if all.is_empty() {
-        println!("No policies found");
-        return Ok(());
-    }
-    let mut rows = vec![vec!["Name".to_string(), "Description".into()]];
-    for p in &all {
-        rows.push(vec![text(&p["Name"]), text(&p["Description"])]);
-    }
-    print!("{}", table(&rows));
-    Ok(())
 }
 
 async fn policy_info(a: NameArgs) -> anyhow::Result<()> {

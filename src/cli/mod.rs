@@ -204,6 +204,41 @@ impl ApiArgs {
         self.json || self.template.is_some()
     }
 
+    /// GET the list at `path` and print it as `--json`/`-t` ask, else as a table of
+    /// `columns` (header, field of each item), or `empty` when there is nothing.
+    pub async fn print_list(
+        &self,
+        path: &str,
+        what: &str,
+        columns: &[(&str, &str)],
+        empty: Option<&str>,
+    ) -> anyhow::Result<()> {
+        use anyhow::Context;
+        let all: Vec<serde_json::Value> = self
+            .client()?
+            .get(path)
+            .await
+            .with_context(|| format!("listing the {what}"))?;
+        if self.structured() {
+            return self.print(&all);
+        }
+        if let (true, Some(message)) = (all.is_empty(), empty) {
+            println!("{message}");
+            return Ok(());
+        }
+        let mut rows = vec![columns.iter().map(|(h, _)| h.to_string()).collect()];
+        for item in &all {
+            rows.push(
+                columns
+                    .iter()
+                    .map(|(_, f)| output::text(&item[*f]))
+                    .collect(),
+            );
+        }
+        print!("{}", output::table(&rows));
+        Ok(())
+    }
+
     /// Print `value` as `--json` or `-t` asks.
     pub fn print(&self, value: &impl serde::Serialize) -> anyhow::Result<()> {
         match self.parsed_template()? {

@@ -103,20 +103,14 @@ async fn apply(a: ApplyArgs) -> anyhow::Result<()> {
 }
 
 async fn list(a: ListArgs) -> anyhow::Result<()> {
-    let api = a.api.client()?;
-    let all: Vec<Value> = api
-        .get("/v1/namespaces")
+    a.api
+        .print_list(
+            "/v1/namespaces",
+            "namespaces",
+            &[("Name", "Name"), ("Description", "Description")],
+            None,
+        )
         .await
-        .context("listing the namespaces")?;
-    if a.api.structured() {
-        return a.api.print(&all);
-    }
-    let mut rows = vec![vec!["Name".to_string(), "Description".into()]];
-    for ns in &all {
-        rows.push(vec![text(&ns["Name"]), text(&ns["Description"])]);
-    }
-    print!("{}", table(&rows));
-    Ok(())
 }
 
 async fn status(a: NameArgs) -> anyhow::Result<()> {

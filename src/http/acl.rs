@@ -159,8 +159,10 @@ const PUBLIC: &[&str] = &[
     "/v1/acl/bootstrap",
 ];
 
+/// The web UI's routes are public too: its page and assets hold no data, and its calls to the
+/// API (and the server-to-server `/ui/server/...` relay) carry the token typed into it.
 fn is_public(pattern: &str) -> bool {
-    PUBLIC.contains(&pattern)
+    PUBLIC.contains(&pattern) || pattern == "/ui" || pattern.starts_with("/ui/")
 }
 
 /// The values of a route pattern's `{params}` in `path`, percent-decoded.

@@ -8,6 +8,7 @@
 //!
 //! - [`error`], [`query`]: the conventions.
 //! - `status`, `operator`, `agent`, [`schedulers`], `snapshot`: the routes, one file per group.
+//! - `ui`: the web UI at `/ui/`.
 
 pub mod acl;
 mod acl_routes;
@@ -38,6 +39,7 @@ mod services;
 mod snapshot;
 mod status;
 pub mod tls;
+mod ui;
 
 use std::sync::Arc;
 
@@ -265,6 +267,7 @@ pub fn router(ctx: HttpContext) -> Router {
         .merge(client_alloc::routes())
         .merge(client_exec::routes())
         .merge(acl_routes::routes())
+        .merge(ui::routes())
         .method_not_allowed_fallback(|| async { ApiError::method_not_allowed() })
         .fallback(|| async { ApiError::not_found("Invalid URL") })
         .layer(axum::middleware::from_fn_with_state(

@@ -88,6 +88,17 @@ struct Args {
     /// A name for the run, used in plot titles and file names.
     #[arg(long, default_value = "run")]
     name: String,
+    /// Start the cluster with ACLs on, bootstrap it, and send the management token with
+    /// every API request (implies `--node-secrets`).
+    #[arg(long, conflicts_with = "http")]
+    acl: bool,
+    /// The simulated nodes send their secrets and report per node, as real clients do
+    /// (the baseline of an `--acl` run).
+    #[arg(long)]
+    node_secrets: bool,
+    /// The ACL token of an attached cluster (`--http`).
+    #[arg(long, env = "NOMAD_TOKEN", requires = "http")]
+    token: Option<String>,
 }
 
 fn main() -> anyhow::Result<()> {
@@ -129,6 +140,10 @@ async fn run(args: Args) -> anyhow::Result<()> {
         if let Some(n) = args.num_schedulers {
             server_toml.push_str(&format!("num_schedulers = {n}\n"));
         }
+        if args.acl {
+            // A table of its own after the [server] lines.
+            server_toml.push_str("[acl]\nenabled = true\n");
+        }
         let mut c = ProcessCluster::start(
             3,
             ClusterOptions {
@@ -152,7 +167,10 @@ async fn run(args: Args) -> anyhow::Result<()> {
     } else {
         (args.http.clone(), args.rpc.clone())
     };
-    let cfg = load_config(&args, http, rpc);
+    let mut cfg = load_config(&args, http, rpc);
+    if args.acl {
+        cfg.token = Some(bootstrap(&cfg.http[0]).await?);
+    }
     let mut report = loadgen::run(cfg.clone(), cluster.as_mut()).await?;
     drop(cluster);
     // The ceiling, measured in the same run on the same machine, now that the cluster is gone.
@@ -168,6 +186,23 @@ async fn run(args: Args) -> anyhow::Result<()> {
             .with_context(|| format!("writing {}", path.display()))?;
     }
     Ok(())
+}
+
+/// The management token of a cluster started with ACLs on.
+async fn bootstrap(http: &str) -> anyhow::Result<String> {
+    let api = teamster::api::ApiClient::new(http);
+    let token: serde_json::Value = api
+        .request(
+            reqwest::Method::PUT,
+            "/v1/acl/bootstrap",
+            Some(&serde_json::json!({})),
+        )
+        .await
+        .context("bootstrapping the ACLs")?;
+    token["SecretID"]
+        .as_str()
+        .map(str::to_string)
+        .context("the bootstrap answered no SecretID")
 }
 
 fn load_config(args: &Args, http: Vec<String>, rpc: Vec<String>) -> LoadConfig {
@@ -188,6 +223,8 @@ fn load_config(args: &Args, http: Vec<String>, rpc: Vec<String>) -> LoadConfig {
         run_allocs: !args.no_run_allocs,
         run_for: args.run_for.clone(),
         failover_at: args.failover_at,
+        token: args.token.clone(),
+        node_secrets: args.node_secrets || args.acl || args.token.is_some(),
         ..LoadConfig::default()
     }
 }

@@ -87,6 +87,11 @@ pub struct LoadConfig {
     /// Kill the leader once this fraction of the allocations is placed (needs a cluster of
     /// local processes), restart it at once and carry on.
     pub failover_at: Option<f64>,
+    /// The ACL token every API request carries (a cluster with ACLs on).
+    pub token: Option<String>,
+    /// The simulated nodes send their secrets and report per node, as real clients do (a
+    /// cluster with ACLs on refuses anything else).
+    pub node_secrets: bool,
 }
 
 impl Default for LoadConfig {
@@ -108,6 +113,8 @@ impl Default for LoadConfig {
             run_allocs: true,
             run_for: "1h".into(),
             failover_at: None,
+            token: None,
+            node_secrets: false,
         }
     }
 }
@@ -459,7 +466,10 @@ pub async fn run(
             (Some(p), Some(c)) => (c.servers[p].name.clone(), c.servers[p].pid()),
             _ => (format!("server-{i}"), None),
         };
-        let api = ApiClient::new(http);
+        let api = ApiClient::new(http).with_scope(teamster::api::RequestScope {
+            token: cfg.token.clone(),
+            ..Default::default()
+        });
         servers.push(Measured {
             start: read_counters(&api).await,
             api,
@@ -481,6 +491,7 @@ pub async fn run(
         memory_mb: cfg.node_memory_mb,
         concurrency: cfg.concurrency,
         run_allocs: cfg.run_allocs,
+        node_secrets: cfg.node_secrets,
     };
     let sim = SimNodes::start(&sim_config, &cfg.rpc)
         .await
