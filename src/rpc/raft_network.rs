@@ -11,10 +11,19 @@
 //!
 //! | transport outcome                               | openraft error                       |
 //! |-------------------------------------------------|--------------------------------------|
-//! | refused / reset / EOF / backing off / deadline  | `RPCError::Unreachable` (openraft backs off; no log storm) |
+//! | refused / reset / EOF / backing off             | `RPCError::Unreachable` (openraft backs off; no log storm) |
+//! | no answer within the deadline                   | `RPCError::Timeout` (openraft retries at once) |
 //! | the follower's `Err(RaftError)`                 | `RPCError::RemoteError` (with the target's `ServerAddr`)   |
 //! | AppendEntries of several entries too large for a frame | `RPCError::PayloadTooLarge` with an entries hint that fits |
 //! | anything else (handler failure, wrong response, a snapshot chunk or single entry too large) | `RPCError::Network` |
+//!
+//! A slow answer is a timeout, not an unreachable peer: openraft's `heartbeat_interval` is
+//! also its AppendEntries deadline, and an `Unreachable` makes it stop replicating to that
+//! follower for half a second. One append that took longer than a heartbeat (a disk stall on
+//! the follower) then cost the leader its last follower's acknowledgements for a whole
+//! backoff, twice in a row losing it its lease with one server down. A peer that keeps
+//! failing is still backed off: the pool itself refuses calls to it for a while, and that
+//! refusal is `Unreachable`.
 //!
 //! A single entry that cannot fit in a frame can never be replicated; that is logged as an
 //! error. Keep commands far below [`RpcConfig::max_frame_len`](crate::rpc::RpcConfig) (the
@@ -22,9 +31,10 @@
 //! [`RpcConfig::validate_for_raft`](crate::rpc::RpcConfig::validate_for_raft).
 
 use openraft::error::{
-    InstallSnapshotError, NetworkError, PayloadTooLarge, RPCError, RaftError, RemoteError,
+    InstallSnapshotError, NetworkError, PayloadTooLarge, RPCError, RaftError, RemoteError, Timeout,
     Unreachable,
 };
+use openraft::network::RPCTypes;
 use openraft::network::{RPCOption, RaftNetwork, RaftNetworkFactory};
 use openraft::raft::{
     AppendEntriesRequest, AppendEntriesResponse, InstallSnapshotRequest, InstallSnapshotResponse,
@@ -94,6 +104,19 @@ impl PeerNetwork {
 
     /// Map a transport failure (no raft answer) onto openraft's error.
     fn failed<E: std::error::Error>(&self, kind: &'static str, e: RpcError) -> RaftRpcError<E> {
+        if let RpcError::Timeout { after_ms, .. } = &e {
+            tracing::debug!(target_id = self.target, kind, error = %e, "raft peer slow to answer");
+            return RPCError::Timeout(Timeout {
+                action: match kind {
+                    "Raft.Vote" => RPCTypes::Vote,
+                    "Raft.InstallSnapshot" => RPCTypes::InstallSnapshot,
+                    _ => RPCTypes::AppendEntries,
+                },
+                id: self.pool.my_id(),
+                target: self.target,
+                timeout: std::time::Duration::from_millis(*after_ms),
+            });
+        }
         if e.is_transport() {
             tracing::debug!(target_id = self.target, kind, error = %e, "raft peer unreachable");
             RPCError::Unreachable(Unreachable::new(&e))
