@@ -8,6 +8,7 @@
 use serde::{Deserialize, Serialize};
 
 use crate::model::de;
+use crate::model::namespace::check_name_and_description;
 use crate::model::Timestamp;
 
 /// Nomad's token type that bypasses every check.
@@ -16,8 +17,6 @@ pub const TOKEN_TYPE_MANAGEMENT: &str = "management";
 pub const TOKEN_TYPE_CLIENT: &str = "client";
 /// The policy that tokenless requests get (whatever it grants, if an operator wrote it).
 pub const ANONYMOUS_POLICY: &str = "anonymous";
-/// The longest policy name (Nomad's).
-pub const MAX_POLICY_NAME_LEN: usize = 128;
 /// The longest token name (Nomad's).
 pub const MAX_TOKEN_NAME_LEN: usize = 256;
 
@@ -46,22 +45,7 @@ impl AclPolicy {
     /// Nomad's name rule (`^[a-zA-Z0-9-]{1,128}$`) and a description of at most 256
     /// characters. The rules are checked by the policy parser, not here.
     pub fn validate_name(&self) -> Result<(), String> {
-        let ok = !self.name.is_empty()
-            && self.name.len() <= MAX_POLICY_NAME_LEN
-            && self
-                .name
-                .bytes()
-                .all(|b| b.is_ascii_alphanumeric() || b == b'-');
-        if !ok {
-            return Err(format!(
-                "invalid name {:?}. Must match regex ^[a-zA-Z0-9-]{{1,128}}$",
-                self.name
-            ));
-        }
-        if self.description.chars().count() > 256 {
-            return Err("description longer than 256".into());
-        }
-        Ok(())
+        check_name_and_description(&self.name, &self.description)
     }
 
     /// Whether it is the same but for its indexes.

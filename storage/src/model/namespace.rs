@@ -47,28 +47,30 @@ impl NamespaceSpec {
     /// Nomad's checks: the name is 1-128 letters, digits and dashes; the description at
     /// most 256 characters.
     pub fn validate(&self) -> Result<(), String> {
-        let ok = !self.name.is_empty()
-            && self.name.len() <= 128
-            && self
-                .name
-                .bytes()
-                .all(|b| b.is_ascii_alphanumeric() || b == b'-');
-        if !ok {
-            return Err(format!(
-                "invalid name {:?}. Must match regex ^[a-zA-Z0-9-]{{1,128}}$",
-                self.name
-            ));
-        }
-        if self.description.chars().count() > 256 {
-            return Err("description longer than 256".into());
-        }
-        Ok(())
+        check_name_and_description(&self.name, &self.description)
     }
 
     /// Whether it is the same but for its indexes.
     pub fn same_as(&self, other: &NamespaceSpec) -> bool {
         self.name == other.name && self.description == other.description && self.meta == other.meta
     }
+}
+
+/// Nomad's rule for the names of namespaces and ACL policies (1-128 letters, digits and
+/// dashes) and their descriptions (at most 256 characters).
+pub(crate) fn check_name_and_description(name: &str, description: &str) -> Result<(), String> {
+    let ok = !name.is_empty()
+        && name.len() <= 128
+        && name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-');
+    if !ok {
+        return Err(format!(
+            "invalid name {name:?}. Must match regex ^[a-zA-Z0-9-]{{1,128}}$"
+        ));
+    }
+    if description.chars().count() > 256 {
+        return Err("description longer than 256".into());
+    }
+    Ok(())
 }
 
 #[cfg(test)]
