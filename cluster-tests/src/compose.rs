@@ -182,29 +182,6 @@ fn compose_file() -> PathBuf {
     repo_root().join("deploy/docker-compose.yml")
 }
 
-/// Make a CA and server, client and CLI certificates with `teamster tls` in `dir`.
-fn make_certs(dir: &Path) -> anyhow::Result<()> {
-    std::fs::create_dir_all(dir)?;
-    let mut steps: Vec<Vec<&str>> = vec![vec!["ca", "create"]];
-    for role in ["-server", "-client", "-cli"] {
-        steps.push(vec!["cert", "create", role]);
-    }
-    for args in steps {
-        let out = std::process::Command::new(crate::process::teamster_bin())
-            .arg("tls")
-            .args(&args)
-            .current_dir(dir)
-            .output()?;
-        if !out.status.success() {
-            bail!(
-                "teamster tls {args:?}: {}",
-                String::from_utf8_lossy(&out.stderr)
-            );
-        }
-    }
-    Ok(())
-}
-
 /// The checked-in config with `extra` lines inserted at the top of `[table]`.
 fn with_lines(text: &str, table: &str, extra: &str) -> anyhow::Result<String> {
     if extra.trim().is_empty() {
@@ -239,14 +216,8 @@ impl ComposeCluster {
             "deploy/config"
         });
         let api_tls = if options.tls {
-            let tls = config_dir.path().join("tls");
-            make_certs(&tls)?;
-            Some(teamster::util::tls::ApiTlsFiles {
-                ca_cert: Some(tls.join("nomad-agent-ca.pem")),
-                client_cert: Some(tls.join("global-cli-nomad.pem")),
-                client_key: Some(tls.join("global-cli-nomad-key.pem")),
-                skip_verify: false,
-            })
+            let certs = crate::tls::TestCerts::make(&config_dir.path().join("tls"))?;
+            Some(certs.cli_files())
         } else {
             None
         };

@@ -5,6 +5,7 @@
 //! - [`compose`]: docker-compose clusters of the `teamster:dev` image, with fault injection.
 //! - [`invariants`]: checks every scenario runs against the HTTP API.
 //! - [`loadgen`]: simulated nodes and bursts of jobs, measured (`teamster-loadgen`).
+//! - [`tls`]: test certificates made by `teamster tls`, and what presents them.
 //! - [`webdriver`]: a headless Chromium driven through `chromedriver` (the web UI test).
 //! - [`wait_for`]: wait on a condition with a deadline (tests never sleep a fixed time).
 
@@ -14,6 +15,7 @@ pub mod invariants;
 pub mod loadgen;
 pub mod process;
 pub mod sim;
+pub mod tls;
 pub mod webdriver;
 
 use std::future::Future;

@@ -15,10 +15,10 @@ use anyhow::{bail, ensure, Context};
 use serde_json::{json, Value};
 use teamster::rpc::service::operator::RaftJoinRequest;
 use teamster::rpc::{Pool, RpcConfig, RpcError, RpcRequest, ServiceRequest};
-use teamster::util::tls::{AgentTls, ApiTlsFiles, TlsSettings};
 use teamster_cluster_tests::api::register;
 use teamster_cluster_tests::client_process::{wait_node_status, ClientProcess};
 use teamster_cluster_tests::process::{teamster_bin, ClusterOptions, ProcessCluster};
+use teamster_cluster_tests::tls::TestCerts;
 use teamster_cluster_tests::wait_for;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
@@ -39,55 +39,12 @@ fn tls_cmd(dir: &Path, args: &[&str]) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// A CA with a server, a client and a CLI certificate, in `dir`.
-fn make_certs(dir: &Path) -> anyhow::Result<()> {
-    std::fs::create_dir_all(dir)?;
-    tls_cmd(dir, &["ca", "create"])?;
-    for role in ["-server", "-client", "-cli"] {
-        tls_cmd(dir, &["cert", "create", role])?;
-    }
-    Ok(())
-}
-
-fn tls_toml(dir: &Path, role: &str) -> String {
-    format!(
-        "[tls]\nhttp = true\nrpc = true\nca_file = {ca:?}\ncert_file = {cert:?}\n\
-         key_file = {key:?}\nverify_server_hostname = true\nverify_https_client = true\n",
-        ca = dir.join("nomad-agent-ca.pem").display().to_string(),
-        cert = dir
-            .join(format!("global-{role}-nomad.pem"))
-            .display()
-            .to_string(),
-        key = dir
-            .join(format!("global-{role}-nomad-key.pem"))
-            .display()
-            .to_string(),
-    )
-}
-
-fn cli_files(dir: &Path) -> ApiTlsFiles {
-    ApiTlsFiles {
-        ca_cert: Some(dir.join("nomad-agent-ca.pem")),
-        client_cert: Some(dir.join("global-cli-nomad.pem")),
-        client_key: Some(dir.join("global-cli-nomad-key.pem")),
-        skip_verify: false,
-    }
-}
-
-/// An RPC pool presenting `role`'s certificate of `dir`, trusting `dir`'s CA.
-fn pool_as(dir: &Path, role: &str) -> anyhow::Result<Pool> {
-    let tls = AgentTls::load(TlsSettings {
-        ca_file: dir.join("nomad-agent-ca.pem"),
-        cert_file: dir.join(format!("global-{role}-nomad.pem")),
-        key_file: dir.join(format!("global-{role}-nomad-key.pem")),
-        region: "global".into(),
-        verify_server_hostname: true,
-        verify_https_client: true,
-    })?;
+/// An RPC pool presenting `role`'s certificate of `certs`, trusting their CA.
+fn pool_as(certs: &TestCerts, role: &str) -> anyhow::Result<Pool> {
     Ok(Pool::new(
         0,
         RpcConfig {
-            tls: Some(tls),
+            tls: Some(certs.agent_tls(role)?),
             ..RpcConfig::for_tests()
         },
     )?)
@@ -140,8 +97,8 @@ async fn closes_on(addr: &str, bytes: &[u8]) -> anyhow::Result<()> {
 }
 
 /// The certificate the HTTPS API at `addr` presents now (a fresh handshake).
-async fn presented_cert(addr: &str, dir: &Path) -> anyhow::Result<Vec<u8>> {
-    let config = cli_files(dir).client_config("global")?;
+async fn presented_cert(addr: &str, certs: &TestCerts) -> anyhow::Result<Vec<u8>> {
+    let config = certs.cli_files().client_config("global")?;
     let connector = tokio_rustls::TlsConnector::from(Arc::new(config));
     let tcp = tokio::net::TcpStream::connect(addr).await?;
     let name = rustls::pki_types::ServerName::try_from("server.global.nomad")?;
@@ -182,16 +139,14 @@ fn cli(args: &[&str], envs: &[(&str, PathBuf)]) -> anyhow::Result<std::process::
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_mtls_cluster_refuses_what_its_certificates_do_not_allow() -> anyhow::Result<()> {
     let scratch = tempfile::tempdir()?;
-    let certs = scratch.path().join("certs");
-    make_certs(&certs)?;
-    let foreign = scratch.path().join("foreign");
-    make_certs(&foreign)?;
+    let certs = TestCerts::make(&scratch.path().join("certs"))?;
+    let foreign = TestCerts::make(&scratch.path().join("foreign"))?;
 
     let mut c = ProcessCluster::start(
         3,
         ClusterOptions {
-            extra_toml: tls_toml(&certs, "server"),
-            api_tls: Some(cli_files(&certs)),
+            extra_toml: certs.agent_toml("server"),
+            api_tls: Some(certs.cli_files()),
             ..ClusterOptions::default()
         },
     )?;
@@ -200,7 +155,7 @@ async fn an_mtls_cluster_refuses_what_its_certificates_do_not_allow() -> anyhow:
     let rpc_addrs: Vec<String> = c.servers.iter().map(|s| s.rpc_addr()).collect();
 
     // Two client agents over mutual TLS register and run a job.
-    let client_tls = tls_toml(&certs, "client");
+    let client_tls = certs.agent_toml("client");
     let clients = [
         ClientProcess::start(
             c.dir(),
@@ -330,9 +285,9 @@ async fn an_mtls_cluster_refuses_what_its_certificates_do_not_allow() -> anyhow:
 
     // The CLI: flags, Nomad's environment variables, and a refusal without a client cert.
     let address = c.servers[leader].http_addr();
-    let ca = certs.join("nomad-agent-ca.pem");
-    let cert = certs.join("global-cli-nomad.pem");
-    let key = certs.join("global-cli-nomad-key.pem");
+    let ca = certs.ca();
+    let cert = certs.cert("cli");
+    let key = certs.key("cli");
     let out = cli(
         &[
             "node",
@@ -382,12 +337,66 @@ async fn an_mtls_cluster_refuses_what_its_certificates_do_not_allow() -> anyhow:
         String::from_utf8_lossy(&out.stdout)
     );
 
+    // The CLI's own connections speak TLS too: `alloc exec`'s websocket (relayed by the
+    // server to the client over HTTPS), a followed log, and a snapshot download.
+    let mut sleeper = job("sleeper");
+    sleeper["Type"] = json!("service");
+    sleeper["TaskGroups"][0]["Count"] = json!(1);
+    sleeper["TaskGroups"][0]["Tasks"][0]["Config"]["args"] =
+        json!(["-c", "echo started; exec sleep 300"]);
+    register(&api, sleeper).await?;
+    let alloc_id = wait_for(Duration::from_secs(30), "the sleeper running", || async {
+        let allocs: Vec<Value> = api.get("/v1/job/sleeper/allocations").await.ok()?;
+        let a = allocs.iter().find(|a| a["ClientStatus"] == "running")?;
+        a["ID"].as_str().map(str::to_string)
+    })
+    .await?;
+    let tls_env = [
+        ("NOMAD_ADDR", PathBuf::from(&address)),
+        ("NOMAD_CACERT", ca.clone()),
+        ("NOMAD_CLIENT_CERT", cert.clone()),
+        ("NOMAD_CLIENT_KEY", key.clone()),
+    ];
+    let out = cli(
+        &["alloc", "exec", "-i=false", &alloc_id, "echo", "over-tls"],
+        &tls_env,
+    )?;
+    ensure!(
+        out.status.success() && String::from_utf8_lossy(&out.stdout) == "over-tls\n",
+        "alloc exec over TLS: {}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let out = cli(&["alloc", "logs", &alloc_id, "t"], &tls_env)?;
+    ensure!(
+        out.status.success() && String::from_utf8_lossy(&out.stdout).contains("started"),
+        "alloc logs over TLS: {}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let snapshot = scratch.path().join("state.snap");
+    let out = cli(
+        &[
+            "operator",
+            "snapshot",
+            "save",
+            snapshot.to_str().unwrap_or_default(),
+        ],
+        &tls_env,
+    )?;
+    ensure!(
+        out.status.success() && std::fs::metadata(&snapshot)?.len() > 0,
+        "operator snapshot save over TLS: {}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+
     // SIGHUP: a bad file keeps the old certificate; a good new one is used by new
     // connections.
     let s0 = 0;
     let s0_http = format!("{}:4646", c.servers[s0].ip);
-    let cert_file = certs.join("global-server-nomad.pem");
-    let key_file = certs.join("global-server-nomad-key.pem");
+    let cert_file = certs.cert("server");
+    let key_file = certs.key("server");
     let old = pem_der(&cert_file)?;
     ensure!(
         presented_cert(&s0_http, &certs).await? == old,
@@ -423,12 +432,10 @@ async fn an_mtls_cluster_refuses_what_its_certificates_do_not_allow() -> anyhow:
             "create",
             "-server",
             "-ca",
-            certs
-                .join("nomad-agent-ca.pem")
-                .to_str()
-                .unwrap_or_default(),
+            certs.ca().to_str().unwrap_or_default(),
             "-key",
             certs
+                .dir()
                 .join("nomad-agent-ca-key.pem")
                 .to_str()
                 .unwrap_or_default(),

@@ -98,6 +98,10 @@ pub fn urlencode(s: &str) -> String {
 pub struct ApiClient {
     base: String,
     http: reqwest::Client,
+    /// For answers read as they arrive: no overall timeout, only the connection's.
+    stream: reqwest::Client,
+    /// The TLS the clients speak (for connections made outside reqwest: websockets).
+    tls: Option<std::sync::Arc<rustls::ClientConfig>>,
     scope: RequestScope,
 }
 
@@ -140,18 +144,23 @@ impl ApiClient {
         } else {
             format!("http://{address}")
         };
-        let mut builder = reqwest::Client::builder()
-            .timeout(Duration::from_secs(330))
-            .connect_timeout(Duration::from_secs(5));
-        if let Some(tls) = tls {
-            builder = builder.use_preconfigured_tls(tls);
-        }
-        let http = builder
-            .build()
-            .expect("a reqwest client with timeouts and a rustls configuration always builds");
+        let client = |total: Option<Duration>| {
+            let mut builder = reqwest::Client::builder().connect_timeout(Duration::from_secs(5));
+            if let Some(total) = total {
+                builder = builder.timeout(total);
+            }
+            if let Some(tls) = &tls {
+                builder = builder.use_preconfigured_tls(tls.clone());
+            }
+            builder
+                .build()
+                .expect("a reqwest client with timeouts and a rustls configuration always builds")
+        };
         ApiClient {
             base,
-            http,
+            http: client(Some(Duration::from_secs(330))),
+            stream: client(None),
+            tls: tls.map(std::sync::Arc::new),
             scope: RequestScope::default(),
         }
     }
@@ -178,6 +187,18 @@ impl ApiClient {
             Some(token) => req.header("X-Nomad-Token", token),
             None => req,
         }
+    }
+
+    /// A request to build further (a body that is not JSON, a streamed answer), with the
+    /// scope's query parameters, its token and this client's TLS; no overall timeout unless
+    /// the caller sets one.
+    pub fn raw(&self, method: Method, path: &str) -> reqwest::RequestBuilder {
+        self.authorized(self.stream.request(method, self.url(path)))
+    }
+
+    /// The TLS configuration of an `https://` client, for connections made outside reqwest.
+    pub fn tls_config(&self) -> Option<std::sync::Arc<rustls::ClientConfig>> {
+        self.tls.clone()
     }
 
     /// The base address.
@@ -225,12 +246,8 @@ impl ApiClient {
     /// GET an answer to read as it arrives (a followed log): no overall timeout, only the
     /// connection's.
     pub async fn get_stream(&self, path: &str) -> Result<reqwest::Response, ApiError> {
-        let http = reqwest::Client::builder()
-            .connect_timeout(Duration::from_secs(5))
-            .build()
-            .map_err(|e| self.unreachable(&e))?;
         let resp = self
-            .authorized(http.get(self.url(path)))
+            .raw(Method::GET, path)
             .send()
             .await
             .map_err(|e| self.unreachable(&e))?;

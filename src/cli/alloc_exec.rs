@@ -15,17 +15,18 @@ use base64::Engine;
 use clap::Args;
 use futures::{SinkExt, StreamExt};
 use serde_json::{json, Value};
+use tokio_tungstenite::tungstenite::error::UrlError;
 use tokio_tungstenite::tungstenite::Message;
 
-use super::ApiClient;
+use super::{ApiClient, ConnArgs};
 
 /// `alloc exec`.
 #[derive(Debug, Args)]
 pub struct ExecArgs {
-    /// The HTTP API of any server. `alloc exec` takes only the address of the shared API
-    /// flags: its output is the command's, so `--json` and `-t` (a tty here) do not apply.
-    #[arg(long, env = "TEAMSTER_ADDR", default_value_t = super::default_address())]
-    address: String,
+    /// Address, token and TLS. `alloc exec` takes only these of the shared API flags: its
+    /// output is the command's, so `--json` and `-t` (a tty here) do not apply.
+    #[command(flatten)]
+    conn: ConnArgs,
     /// Send this process's stdin to the command (on unless `-i=false`).
     #[arg(
         short = 'i',
@@ -160,13 +161,65 @@ fn size_frame() -> Option<Message> {
     Some(Message::Text(frame.to_string().into()))
 }
 
+/// A connection to the agent: plain TCP, or TLS as the API client speaks it.
+trait AgentIo: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send {}
+
+impl<T: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send> AgentIo for T {}
+
+/// Open the exec websocket at `url` as `api` speaks: its token as `X-Nomad-Token`, and over
+/// TLS with its certificates for an `https://` agent.
+async fn connect(
+    api: &ApiClient,
+    url: &str,
+) -> Result<
+    (
+        tokio_tungstenite::WebSocketStream<Box<dyn AgentIo>>,
+        tokio_tungstenite::tungstenite::handshake::client::Response,
+    ),
+    tokio_tungstenite::tungstenite::Error,
+> {
+    use tokio_tungstenite::tungstenite::client::IntoClientRequest;
+    use tokio_tungstenite::tungstenite::Error as WsError;
+    let mut request = url.into_client_request()?;
+    if let Some(token) = api.scope().token.as_deref().filter(|t| !t.is_empty()) {
+        let value = token
+            .parse()
+            .map_err(|_| WsError::Url(UrlError::UnableToConnect("a malformed token".into())))?;
+        request.headers_mut().insert("X-Nomad-Token", value);
+    }
+    let host = request
+        .uri()
+        .host()
+        .ok_or(WsError::Url(UrlError::NoHostName))?
+        .trim_matches(['[', ']'])
+        .to_string();
+    let port = request.uri().port_u16().unwrap_or(match api.tls_config() {
+        Some(_) => 443,
+        None => 80,
+    });
+    let tcp = tokio::net::TcpStream::connect((host.as_str(), port)).await?;
+    let io: Box<dyn AgentIo> = match api.tls_config() {
+        None => Box::new(tcp),
+        Some(tls) => {
+            let name = rustls::pki_types::ServerName::try_from(host.clone())
+                .map_err(|_| WsError::Url(UrlError::NoHostName))?;
+            Box::new(
+                tokio_rustls::TlsConnector::from(tls)
+                    .connect(name, tcp)
+                    .await?,
+            )
+        }
+    };
+    tokio_tungstenite::client_async(request, io).await
+}
+
 /// Run the command; its exit code is the answer.
 pub async fn exec(a: ExecArgs) -> anyhow::Result<ExitCode> {
-    let api = ApiClient::new(&a.address);
+    let api = a.conn.client()?;
     let alloc_id = super::eval::resolve(&api, "/v1/allocations", "allocation", &a.id).await?;
     let tty = a.tty.unwrap_or(a.stdin && is_terminal(0));
     let url = exec_url(api.address(), &alloc_id, a.task.as_deref(), &a.command, tty);
-    let (socket, _) = match tokio_tungstenite::connect_async(url.as_str()).await {
+    let (socket, _) = match connect(&api, &url).await {
         Ok(s) => s,
         Err(tokio_tungstenite::tungstenite::Error::Http(resp)) => {
             let body = resp

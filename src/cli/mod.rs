@@ -94,9 +94,11 @@ enum Command {
     Acl(acl::AclCommand),
 }
 
-/// Flags shared by every command that talks to the HTTP API.
+/// Where and as whom a command reaches the HTTP API: the address, the request's namespace,
+/// region and token, and the TLS files. Every API command has these (`alloc exec` only
+/// these: its output is the command's).
 #[derive(Debug, Clone, Args)]
-pub struct ApiArgs {
+pub struct ConnArgs {
     /// The HTTP API of any server.
     #[arg(
         long,
@@ -105,13 +107,6 @@ pub struct ApiArgs {
         global = true
     )]
     pub address: String,
-    /// Print machine-readable JSON instead of tables.
-    #[arg(long, global = true)]
-    pub json: bool,
-    /// Render the value `--json` would print through this Go template (Nomad's `-t`), e.g.
-    /// `-t '{{range .}}{{.ID}} {{.Status}}{{"\n"}}{{end}}'`.
-    #[arg(short = 't', long = "template", global = true, value_name = "TEMPLATE")]
-    pub template: Option<String>,
     /// The namespace of the request (`*` lists every namespace's objects); else
     /// `TEAMSTER_NAMESPACE`, else `NOMAD_NAMESPACE`, else the server's `default`.
     #[arg(long, env = "TEAMSTER_NAMESPACE", global = true)]
@@ -121,8 +116,7 @@ pub struct ApiArgs {
     #[arg(long, env = "TEAMSTER_REGION", global = true)]
     pub region: Option<String>,
     /// The secret ID of an ACL token, sent as `X-Nomad-Token`; else `TEAMSTER_TOKEN`, else
-    /// `NOMAD_TOKEN`. (teamster has no ACLs yet: servers accept every request, as Nomad's do
-    /// with ACLs disabled.)
+    /// `NOMAD_TOKEN` (agents with ACLs on refuse what the token does not allow).
     #[arg(long, env = "TEAMSTER_TOKEN", global = true, hide_env_values = true)]
     pub token: Option<String>,
     /// The CA certificate (PEM) to trust for an `https://` address; else `TEAMSTER_CACERT`,
@@ -143,11 +137,9 @@ pub struct ApiArgs {
     pub tls_skip_verify: bool,
 }
 
-impl ApiArgs {
-    /// A client for `--address`, once the output flags are known to be usable: `--json` and
-    /// `-t` together, or a template that does not parse, are errors before any request.
+impl ConnArgs {
+    /// A client for `--address` with the request scope and TLS files.
     pub fn client(&self) -> anyhow::Result<ApiClient> {
-        self.parsed_template()?;
         let tls = self.tls_files();
         let client = if tls.is_set() || self.address.starts_with("https://") {
             let region = self.scope().region.unwrap_or_else(|| "global".to_string());
@@ -197,6 +189,39 @@ impl ApiArgs {
             region: pick(&self.region, "NOMAD_REGION"),
             token: pick(&self.token, "NOMAD_TOKEN"),
         }
+    }
+}
+
+/// Flags shared by every command that talks to the HTTP API: the connection, and how the
+/// answer is printed.
+#[derive(Debug, Clone, Args)]
+pub struct ApiArgs {
+    /// Address, namespace, region, token and TLS.
+    #[command(flatten)]
+    pub conn: ConnArgs,
+    /// Print machine-readable JSON instead of tables.
+    #[arg(long, global = true)]
+    pub json: bool,
+    /// Render the value `--json` would print through this Go template (Nomad's `-t`), e.g.
+    /// `-t '{{range .}}{{.ID}} {{.Status}}{{"\n"}}{{end}}'`.
+    #[arg(short = 't', long = "template", global = true, value_name = "TEMPLATE")]
+    pub template: Option<String>,
+}
+
+impl std::ops::Deref for ApiArgs {
+    type Target = ConnArgs;
+
+    fn deref(&self) -> &ConnArgs {
+        &self.conn
+    }
+}
+
+impl ApiArgs {
+    /// A client for `--address`, once the output flags are known to be usable: `--json` and
+    /// `-t` together, or a template that does not parse, are errors before any request.
+    pub fn client(&self) -> anyhow::Result<ApiClient> {
+        self.parsed_template()?;
+        self.conn.client()
     }
 
     /// Whether the command prints its JSON value (as JSON or through `-t`) instead of tables.

@@ -59,13 +59,8 @@ pub async fn run(cmd: SnapshotCommand) -> anyhow::Result<()> {
     }
 }
 
-fn http() -> reqwest::Client {
-    reqwest::Client::builder()
-        .timeout(Duration::from_secs(600))
-        .connect_timeout(Duration::from_secs(5))
-        .build()
-        .expect("a reqwest client with only timeouts set always builds")
-}
+/// How long a snapshot may take to arrive or to be restored.
+const SNAPSHOT_TIMEOUT: Duration = Duration::from_secs(600);
 
 async fn error_of(resp: reqwest::Response) -> anyhow::Error {
     let status = resp.status();
@@ -75,13 +70,14 @@ async fn error_of(resp: reqwest::Response) -> anyhow::Error {
 
 async fn save(args: SaveArgs) -> anyhow::Result<()> {
     let api = args.api.client()?;
-    let url = format!(
-        "{}/v1/operator/snapshot{}",
-        api.address(),
-        if args.stale { "?stale=true" } else { "" }
-    );
-    let resp = http()
-        .get(&url)
+    let path = if args.stale {
+        "/v1/operator/snapshot?stale=true"
+    } else {
+        "/v1/operator/snapshot"
+    };
+    let resp = api
+        .raw(reqwest::Method::GET, path)
+        .timeout(SNAPSHOT_TIMEOUT)
         .send()
         .await
         .with_context(|| format!("cannot reach {}", api.address()))?;
@@ -134,9 +130,9 @@ async fn restore(args: RestoreArgs) -> anyhow::Result<()> {
         bail!("{} is empty", args.file.display());
     }
     let api = args.api.client()?;
-    let url = format!("{}/v1/operator/snapshot", api.address());
-    let resp = http()
-        .put(&url)
+    let resp = api
+        .raw(reqwest::Method::PUT, "/v1/operator/snapshot")
+        .timeout(SNAPSHOT_TIMEOUT)
         .header(reqwest::header::CONTENT_TYPE, "application/octet-stream")
         .body(bytes)
         .send()

@@ -27,7 +27,7 @@ pub fn set_outgoing_tls(tls: crate::util::tls::AgentTls) {
 }
 
 /// The scheme of the other agents' HTTP API and a client for it.
-fn outgoing() -> Result<(&'static str, reqwest::Client), ApiError> {
+pub(super) fn outgoing() -> Result<(&'static str, reqwest::Client), ApiError> {
     match OUTGOING_TLS.get() {
         None => Ok(("http", reqwest::Client::new())),
         Some(tls) => reqwest::Client::builder()

@@ -157,8 +157,10 @@ async fn member(
         .map(|(_, a, _)| a)
         .find(|a| a.name == name)
         .ok_or_else(|| ApiError::not_found(format!("no server named {name:?}")))?;
-    let mut req = reqwest::Client::new()
-        .get(format!("http://{}{path}", addr.http_addr))
+    // HTTPS with this agent's certificate when its `tls.http` is on.
+    let (scheme, client) = super::client_route::outgoing()?;
+    let mut req = client
+        .get(format!("{scheme}://{}{path}", addr.http_addr))
         .timeout(MEMBER_TIMEOUT);
     if let Some(token) = super::acl::request_token(&headers) {
         req = req.header("X-Nomad-Token", token);
