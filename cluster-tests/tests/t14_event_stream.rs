@@ -22,7 +22,16 @@ struct Frames {
 
 impl Frames {
     async fn open(url: &str) -> anyhow::Result<Frames> {
-        let resp = reqwest::Client::new().get(url).send().await?;
+        Frames::open_as(url, None).await
+    }
+
+    /// Open a stream sending `token` as `X-Nomad-Token`.
+    async fn open_as(url: &str, token: Option<&str>) -> anyhow::Result<Frames> {
+        let mut req = reqwest::Client::new().get(url);
+        if let Some(token) = token {
+            req = req.header("X-Nomad-Token", token);
+        }
+        let resp = req.send().await?;
         anyhow::ensure!(resp.status().is_success(), "{url}: {}", resp.status());
         Ok(Frames {
             resp,
@@ -71,6 +80,121 @@ impl Frames {
         }
         Ok(events)
     }
+
+    /// Reads until an `{"Error": …}` frame, which must be the stream's last: its message.
+    async fn error_then_end(&mut self, within: Duration) -> anyhow::Result<String> {
+        let deadline = Instant::now() + within;
+        loop {
+            let Some(frame) = self.next(deadline).await? else {
+                anyhow::bail!("the stream ended or stalled without an error frame");
+            };
+            if let Some(e) = frame.get("Error") {
+                let message = e.as_str().unwrap_or_default().to_string();
+                let after = self.next(Instant::now() + Duration::from_secs(5)).await?;
+                anyhow::ensure!(after.is_none(), "a frame after the error: {after:?}");
+                return Ok(message);
+            }
+        }
+    }
+}
+
+/// A token of `policy` (expiring after `ttl`, if given): its secret and accessor.
+async fn client_token(
+    api: &teamster::api::ApiClient,
+    policy: &str,
+    ttl: Option<&str>,
+) -> anyhow::Result<(String, String)> {
+    let mut body = json!({ "Name": policy, "Type": "client", "Policies": [policy] });
+    if let Some(ttl) = ttl {
+        body["ExpirationTTL"] = json!(ttl);
+    }
+    let t: Value = api
+        .request(reqwest::Method::PUT, "/v1/acl/token", Some(&body))
+        .await?;
+    Ok((
+        t["SecretID"].as_str().unwrap_or_default().to_string(),
+        t["AccessorID"].as_str().unwrap_or_default().to_string(),
+    ))
+}
+
+/// With ACLs on, a stream ends with an error frame when its token is deleted, when its
+/// policy is deleted (it no longer allows the topic), and when the token expires; a stream
+/// of a token that keeps its rights goes on.
+#[tokio::test]
+async fn a_stream_ends_when_its_token_is_revoked_or_expires() -> anyhow::Result<()> {
+    teamster_cluster_tests::init_test_tracing();
+    let mut c = ProcessCluster::start(
+        1,
+        ClusterOptions {
+            extra_toml: "[acl]\nenabled = true\n".into(),
+            ..ClusterOptions::default()
+        },
+    )?;
+    let leader = c.wait_leader(FORMATION).await?;
+    let base = c.servers[leader].http_addr();
+    let anon = c.servers[leader].api();
+    let boot: Value = anon
+        .request(reqwest::Method::PUT, "/v1/acl/bootstrap", Some(&json!({})))
+        .await?;
+    let root = anon.clone().with_scope(teamster::api::RequestScope {
+        token: boot["SecretID"].as_str().map(str::to_string),
+        ..Default::default()
+    });
+    for name in ["reader", "keeper", "dropped"] {
+        let rules = r#"namespace "default" { policy = "read" }"#;
+        root.request::<_, Value>(
+            reqwest::Method::PUT,
+            &format!("/v1/acl/policy/{name}"),
+            Some(&json!({ "Name": name, "Rules": rules })),
+        )
+        .await?;
+    }
+    let (deleted, deleted_accessor) = client_token(&root, "reader", None).await?;
+    let (kept, _) = client_token(&root, "keeper", None).await?;
+    let (unpoliced, _) = client_token(&root, "dropped", None).await?;
+    let (expiring, _) = client_token(&root, "reader", Some("4s")).await?;
+    let url = format!("{base}/v1/event/stream?topic=Job");
+
+    // Without a token the stream is refused outright.
+    let none = reqwest::get(&url).await?;
+    assert_eq!(none.status(), reqwest::StatusCode::FORBIDDEN);
+
+    let mut s_deleted = Frames::open_as(&url, Some(&deleted)).await?;
+    let mut s_kept = Frames::open_as(&url, Some(&kept)).await?;
+    let mut s_unpoliced = Frames::open_as(&url, Some(&unpoliced)).await?;
+    let mut s_expiring = Frames::open_as(&url, Some(&expiring)).await?;
+    register(&root, teamster_cluster_tests::api::small_job("seen")).await?;
+    let seen = |events: &[Value]| events.iter().any(|e| e["Key"] == "seen");
+    for s in [&mut s_deleted, &mut s_kept, &mut s_unpoliced] {
+        s.events_until(Duration::from_secs(20), seen).await?;
+    }
+
+    root.request::<Value, Value>(
+        reqwest::Method::DELETE,
+        &format!("/v1/acl/token/{deleted_accessor}"),
+        None,
+    )
+    .await?;
+    let why = s_deleted.error_then_end(Duration::from_secs(20)).await?;
+    assert!(why.contains("ACL token"), "{why}");
+
+    root.request::<Value, Value>(reqwest::Method::DELETE, "/v1/acl/policy/dropped", None)
+        .await?;
+    let why = s_unpoliced.error_then_end(Duration::from_secs(20)).await?;
+    assert!(why.contains("ACL token"), "{why}");
+
+    // The expiring token's stream ends on its own once the TTL has passed.
+    let why = s_expiring.error_then_end(Duration::from_secs(30)).await?;
+    assert!(why.contains("ACL token"), "{why}");
+
+    // The stream of the token that kept its rights still delivers.
+    register(&root, teamster_cluster_tests::api::small_job("later")).await?;
+    s_kept
+        .events_until(Duration::from_secs(20), |events| {
+            events.iter().any(|e| e["Key"] == "later")
+        })
+        .await?;
+    Ok(())
 }
 
 fn alloc_complete(events: &[Value]) -> bool {

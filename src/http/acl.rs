@@ -229,6 +229,14 @@ fn query_value<'a>(query: &'a [(String, String)], key: &str) -> Option<&'a str> 
         .map(|(_, v)| v.as_str())
 }
 
+/// The namespace a request names (`default` when it names none; `*` for every one).
+fn request_namespace(query: &[(String, String)]) -> String {
+    query_value(query, "namespace")
+        .filter(|n| !n.is_empty())
+        .unwrap_or("default")
+        .to_string()
+}
+
 /// What the route `pattern` asked with `method` needs; every need must be met.
 pub fn route_need(
     ctx: &HttpContext,
@@ -238,10 +246,7 @@ pub fn route_need(
     query: &[(String, String)],
 ) -> Vec<Need> {
     let read = method == Method::GET || method == Method::HEAD;
-    let ns = query_value(query, "namespace")
-        .filter(|n| !n.is_empty())
-        .unwrap_or("default")
-        .to_string();
+    let ns = request_namespace(query);
     let param = |name: &str| params.get(name).cloned().unwrap_or_default();
     // A capability in the request's namespace (every namespace for `*`).
     let in_ns = |caps: &'static [C]| -> Vec<Need> {
@@ -379,7 +384,7 @@ pub fn route_need(
             needs.push(Need::NodeRead);
             needs
         }
-        "/v1/event/stream" => event_stream_needs(&ns, query, ctx),
+        "/v1/event/stream" => event_stream_needs(query, ctx),
         // Snapshots, garbage collection, namespace writes and everything not listed.
         _ => vec![Need::Management],
     }
@@ -387,7 +392,11 @@ pub fn route_need(
 
 /// The event stream: each topic asked for needs its read capability; no topic or `*`
 /// (every topic) needs a management token, as Nomad's.
-fn event_stream_needs(ns: &str, query: &[(String, String)], ctx: &HttpContext) -> Vec<Need> {
+/// What an event stream asking `query` needs: its topics in its namespace (every topic, `*`
+/// or none named, needs a management token). The stream checks it again whenever the ACLs
+/// change.
+pub fn event_stream_needs(query: &[(String, String)], ctx: &HttpContext) -> Vec<Need> {
+    let ns = request_namespace(query);
     let topics: Vec<&str> = query
         .iter()
         .filter(|(k, _)| k == "topic")
@@ -407,7 +416,7 @@ fn event_stream_needs(ns: &str, query: &[(String, String)], ctx: &HttpContext) -
                             .map(|n| Need::Namespace(n, &[C::ReadJob])),
                     );
                 } else {
-                    needs.push(Need::Namespace(ns.to_string(), &[C::ReadJob]));
+                    needs.push(Need::Namespace(ns.clone(), &[C::ReadJob]));
                 }
             }
             "Node" => needs.push(Need::NodeRead),

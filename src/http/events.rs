@@ -13,6 +13,10 @@
 //! once in its latest version (teamster keeps no event buffer), then the live events.
 //! Payloads are the objects as the state holds them when the event is sent.
 //!
+//! With ACLs on, the stream ends with an `{"Error": …}` frame when its token is deleted,
+//! expires, or its policies stop allowing what the stream sends (checked whenever an ACL
+//! policy or token changes).
+//!
 //! A consumer that reads too slowly (its frames fill the send buffer) or that the state's
 //! change stream outran gets an `{"Error": …}` frame naming the index to resume from, and the
 //! stream ends; the servers never wait for it.
@@ -23,7 +27,7 @@ use std::time::Duration;
 
 use axum::body::Body;
 use axum::extract::{Query, State};
-use axum::http::header;
+use axum::http::{header, HeaderMap};
 use axum::response::{IntoResponse, Response};
 use bytes::Bytes;
 use serde_json::{json, Value};
@@ -31,6 +35,7 @@ use teamster_storage::model::{Deployment, DeploymentId};
 use teamster_storage::state::{Snapshot, StateChange, StateEvent, SubscriptionError};
 use tokio::sync::mpsc;
 
+use super::acl::{event_stream_needs, request_token};
 use super::error::ApiError;
 use super::HttpContext;
 
@@ -373,11 +378,70 @@ fn line(v: &Value) -> Bytes {
     Bytes::from(b)
 }
 
+/// Why a stream ends when its token stops allowing it (Nomad closes the subscription too).
+const TOKEN_REVOKED: &str = "subscription closed by server: the ACL token was deleted, \
+                             expired or no longer allows this stream; start a new stream";
+
+/// The token a stream runs on behalf of, checked again when the ACLs change and when it
+/// expires (ACLs on).
+struct StreamToken {
+    ctx: HttpContext,
+    secret: Option<String>,
+    query: Vec<(String, String)>,
+    /// When the token expires, if it does.
+    expires: Option<tokio::time::Instant>,
+}
+
+impl StreamToken {
+    /// `None` when ACLs are off: nothing to check.
+    async fn of(
+        ctx: &HttpContext,
+        headers: &HeaderMap,
+        query: &[(String, String)],
+    ) -> Result<Option<StreamToken>, ApiError> {
+        if !ctx.agent().acl.enabled {
+            return Ok(None);
+        }
+        let secret = request_token(headers);
+        let identity = ctx.resolve_token(secret.as_deref()).await?;
+        let expires = identity
+            .token
+            .as_ref()
+            .and_then(|t| t.expiration_time)
+            .and_then(|t| t.unix_nanos())
+            .map(|exp| {
+                let now = std::time::SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .map_or(0, |d| d.as_nanos() as i64);
+                let left = Duration::from_nanos(exp.saturating_sub(now).max(0) as u64);
+                tokio::time::Instant::now() + left
+            });
+        Ok(Some(StreamToken {
+            ctx: ctx.clone(),
+            secret,
+            query: query.to_vec(),
+            expires,
+        }))
+    }
+
+    /// Whether the token still exists, is unexpired, and allows what the stream sends.
+    async fn still_allows(&self) -> bool {
+        match self.ctx.resolve_token(self.secret.as_deref()).await {
+            Ok(identity) => event_stream_needs(&self.query, &self.ctx)
+                .iter()
+                .all(|need| identity.acl.allows(need)),
+            Err(_) => false,
+        }
+    }
+}
+
 /// `GET /v1/event/stream`.
 pub async fn stream(
     State(ctx): State<HttpContext>,
+    headers: HeaderMap,
     Query(query): Query<Vec<(String, String)>>,
 ) -> Result<Response, ApiError> {
+    let token = StreamToken::of(&ctx, &headers, &query).await?;
     let filter = Filter::parse(query).map_err(ApiError::bad_request)?;
     let state = ctx.node()?.state().clone();
     let (snap, mut sub) = state.subscribe_with_snapshot();
@@ -415,9 +479,20 @@ pub async fn stream(
         }
         let mut heartbeat =
             tokio::time::interval_at(tokio::time::Instant::now() + HEARTBEAT, HEARTBEAT);
+        let expires = token.as_ref().and_then(|t| t.expires);
+        let revoked = |tx: &mpsc::Sender<Bytes>| {
+            metrics::counter!("teamster_event_streams_revoked_total").increment(1);
+            let _ = tx.try_send(line(&json!({ "Error": TOKEN_REVOKED })));
+        };
         while ok {
             tokio::select! {
                 _ = tx.closed() => break,
+                _ = tokio::time::sleep_until(expires.unwrap_or_else(tokio::time::Instant::now)),
+                    if expires.is_some() =>
+                {
+                    revoked(&tx);
+                    break;
+                }
                 _ = heartbeat.tick() => {
                     if !send(&tx, &json!({})) {
                         too_slow(&tx, last_index);
@@ -426,6 +501,14 @@ pub async fn stream(
                 }
                 got = sub.recv() => match got {
                     Ok(StateEvent { index, change, .. }) => {
+                        if matches!(change, StateChange::AclChanged) {
+                            if let Some(token) = &token {
+                                if !token.still_allows().await {
+                                    revoked(&tx);
+                                    break;
+                                }
+                            }
+                        }
                         if matches!(change, StateChange::Restored) {
                             let _ = tx.try_send(line(&json!({
                                 "Error": "the state was restored from a snapshot; start a new stream"

@@ -150,6 +150,9 @@ pub enum StateChange {
         /// The deployment now.
         deployment: Arc<Deployment>,
     },
+    /// ACL policies or tokens were written or deleted: whoever holds a long-lived request
+    /// on behalf of a token (the event stream) checks the token again.
+    AclChanged,
     /// The whole state was replaced from a snapshot image: rebuild from a fresh snapshot.
     Restored,
 }

@@ -8,6 +8,7 @@ use crate::fsm::ApplyError;
 use crate::model::{AclPolicy, AclToken};
 use crate::state::tables::Table;
 use crate::state::txn::WriteTxn;
+use crate::state::StateChange;
 
 impl WriteTxn {
     /// Creates or changes a policy; the same one again writes nothing.
@@ -25,6 +26,7 @@ impl WriteTxn {
             .acl_policies
             .insert(policy.name.clone(), Arc::new(policy));
         self.touch(Table::AclPolicies);
+        self.changes.push(StateChange::AclChanged);
         Ok(())
     }
 
@@ -37,6 +39,7 @@ impl WriteTxn {
             });
         }
         self.touch(Table::AclPolicies);
+        self.changes.push(StateChange::AclChanged);
         Ok(())
     }
 
@@ -78,6 +81,7 @@ impl WriteTxn {
             .acl_tokens
             .insert(token.accessor_id.clone(), Arc::new(token));
         self.touch(Table::AclTokens);
+        self.changes.push(StateChange::AclChanged);
         Ok(())
     }
 
@@ -91,6 +95,7 @@ impl WriteTxn {
         };
         self.t.acl_secrets.remove(&token.secret_id);
         self.touch(Table::AclTokens);
+        self.changes.push(StateChange::AclChanged);
         Ok(())
     }
 
