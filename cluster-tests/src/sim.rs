@@ -75,9 +75,20 @@ pub struct SimConfig {
     /// node's secret, and status reports go in one call per node (off: one call may carry
     /// reports of many nodes, which servers with ACLs on refuse).
     pub node_secrets: bool,
+    /// Mutual TLS with the servers (a client certificate), when they require it.
+    #[serde(skip)]
+    pub tls: Option<teamster::util::tls::AgentTls>,
 }
 
 impl SimConfig {
+    /// The RPC configuration of the nodes' connection pools.
+    fn rpc_config(&self) -> RpcConfig {
+        RpcConfig {
+            tls: self.tls.clone(),
+            ..RpcConfig::default()
+        }
+    }
+
     /// The credential of node `id`'s calls, when the nodes send them.
     fn token(&self, id: &str) -> Option<String> {
         self.node_secrets.then(|| secret_of(id))
@@ -170,7 +181,7 @@ impl SimNodes {
             bail!("simulated nodes need at least one node and one server");
         }
         let rpc: Arc<Vec<String>> = Arc::new(rpc.to_vec());
-        let pool = Pool::new(0, RpcConfig::default())?;
+        let pool = Pool::new(0, cfg.rpc_config())?;
         let ids = register(cfg, &pool, &rpc).await?;
         let counters = Arc::new(SimCounters::default());
         let stop = CancellationToken::new();
@@ -195,7 +206,7 @@ impl SimNodes {
             let mut query_pool = pool.clone();
             for (i, id) in ids.iter().enumerate() {
                 if i % NODES_PER_POOL == 0 && i > 0 {
-                    query_pool = Pool::new(0, RpcConfig::default())?;
+                    query_pool = Pool::new(0, cfg.rpc_config())?;
                 }
                 let node = SimNode {
                     id: id.as_str().into(),

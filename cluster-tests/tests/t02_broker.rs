@@ -265,6 +265,7 @@ async fn two_hundred_jobs_registered_at_once_all_reach_their_full_count() -> any
             concurrency: 4,
             run_allocs: false,
             node_secrets: false,
+            tls: None,
         },
         &rpc,
     )

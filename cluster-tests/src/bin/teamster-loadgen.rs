@@ -17,6 +17,7 @@ use anyhow::Context;
 use clap::{Parser, ValueEnum};
 use teamster_cluster_tests::loadgen::{self, LoadConfig, Shape};
 use teamster_cluster_tests::process::{ClusterOptions, ProcessCluster};
+use teamster_cluster_tests::tls::TestCerts;
 
 #[derive(Debug, Clone, Copy, ValueEnum)]
 enum ShapeArg {
@@ -92,6 +93,11 @@ struct Args {
     /// every API request (implies `--node-secrets`).
     #[arg(long, conflicts_with = "http")]
     acl: bool,
+    /// Start the cluster with TLS on every port (certificates made by `teamster tls` in a
+    /// temporary directory): the API over HTTPS with a CLI certificate, the simulated nodes
+    /// over mutual TLS with a client certificate.
+    #[arg(long, conflicts_with = "http")]
+    tls: bool,
     /// The simulated nodes send their secrets and report per node, as real clients do
     /// (the baseline of an `--acl` run).
     #[arg(long)]
@@ -135,6 +141,14 @@ async fn run(args: Args) -> anyhow::Result<()> {
         return Ok(());
     }
     let mut cluster = None;
+    let scratch = tempfile::Builder::new()
+        .prefix("teamster-loadgen-")
+        .tempdir()?;
+    let certs = if args.tls {
+        Some(TestCerts::make(&scratch.path().join("tls"))?)
+    } else {
+        None
+    };
     let (http, rpc) = if args.http.is_empty() {
         let mut server_toml = String::from("max_heartbeats_per_second = 50.0\n");
         if let Some(n) = args.num_schedulers {
@@ -152,7 +166,11 @@ async fn run(args: Args) -> anyhow::Result<()> {
                 election_timeout: "1s",
                 raft_toml: args.raft_toml.replace("\\n", "\n"),
                 workers_toml: args.workers_toml.replace("\\n", "\n"),
-                ..ClusterOptions::default()
+                extra_toml: certs
+                    .as_ref()
+                    .map(|c| c.agent_toml("server"))
+                    .unwrap_or_default(),
+                api_tls: certs.as_ref().map(TestCerts::cli_files),
             },
         )?;
         let leader = c.wait_leader(Duration::from_secs(30)).await?;
@@ -168,8 +186,9 @@ async fn run(args: Args) -> anyhow::Result<()> {
         (args.http.clone(), args.rpc.clone())
     };
     let mut cfg = load_config(&args, http, rpc);
+    cfg.tls = certs;
     if args.acl {
-        cfg.token = Some(bootstrap(&cfg.http[0]).await?);
+        cfg.token = Some(bootstrap(&cfg).await?);
     }
     let mut report = loadgen::run(cfg.clone(), cluster.as_mut()).await?;
     drop(cluster);
@@ -189,8 +208,8 @@ async fn run(args: Args) -> anyhow::Result<()> {
 }
 
 /// The management token of a cluster started with ACLs on.
-async fn bootstrap(http: &str) -> anyhow::Result<String> {
-    let api = teamster::api::ApiClient::new(http);
+async fn bootstrap(cfg: &LoadConfig) -> anyhow::Result<String> {
+    let api = cfg.api(&cfg.http[0])?;
     let token: serde_json::Value = api
         .request(
             reqwest::Method::PUT,
@@ -237,6 +256,19 @@ fn print_report(report: &loadgen::Report) {
     } else {
         "registered"
     };
+    println!(
+        "security: TLS {}, ACLs {}",
+        if report.config.tls.is_some() {
+            "on"
+        } else {
+            "off"
+        },
+        if report.config.token.is_some() {
+            "on"
+        } else {
+            "off"
+        },
+    );
     println!(
         "{what} {} jobs in {:.2}s: {:.0}/s",
         report.config.jobs,

@@ -28,6 +28,7 @@ use teamster::api::ApiClient;
 use crate::api::{metrics_text, raft_stat};
 use crate::process::ProcessCluster;
 use crate::sim::{SimConfig, SimNodes, SimTotals};
+use crate::tls::TestCerts;
 
 mod metrics;
 mod plot;
@@ -87,11 +88,21 @@ pub struct LoadConfig {
     /// Kill the leader once this fraction of the allocations is placed (needs a cluster of
     /// local processes), restart it at once and carry on.
     pub failover_at: Option<f64>,
-    /// The ACL token every API request carries (a cluster with ACLs on).
+    /// The ACL token every API request carries (a cluster with ACLs on); a report shows
+    /// that there was one, never the secret.
+    #[serde(serialize_with = "redacted")]
     pub token: Option<String>,
     /// The simulated nodes send their secrets and report per node, as real clients do (a
     /// cluster with ACLs on refuses anything else).
     pub node_secrets: bool,
+    /// The cluster's certificates when it speaks TLS: the API is reached over HTTPS with the
+    /// CLI certificate and the simulated nodes speak mutual TLS with the client certificate.
+    pub tls: Option<TestCerts>,
+}
+
+/// A secret in a report: whether there was one.
+fn redacted<S: serde::Serializer>(secret: &Option<String>, s: S) -> Result<S::Ok, S::Error> {
+    s.serialize_some(&secret.as_ref().map(|_| "<redacted>"))
 }
 
 impl Default for LoadConfig {
@@ -115,11 +126,30 @@ impl Default for LoadConfig {
             failover_at: None,
             token: None,
             node_secrets: false,
+            tls: None,
         }
     }
 }
 
 impl LoadConfig {
+    /// A client of the API at `http`, with the run's token and TLS.
+    pub fn api(&self, http: &str) -> anyhow::Result<ApiClient> {
+        let api = match &self.tls {
+            Some(certs) => ApiClient::with_tls(
+                http,
+                certs
+                    .cli_files()
+                    .client_config(crate::tls::REGION)
+                    .context("loading the CLI certificate")?,
+            ),
+            None => ApiClient::new(http),
+        };
+        Ok(api.with_scope(teamster::api::RequestScope {
+            token: self.token.clone(),
+            ..Default::default()
+        }))
+    }
+
     /// Whether the run follows the allocations to completion: batch and dispatch shapes whose
     /// nodes run tasks that end within a minute.
     pub fn waits_for_completion(&self) -> bool {
@@ -466,10 +496,7 @@ pub async fn run(
             (Some(p), Some(c)) => (c.servers[p].name.clone(), c.servers[p].pid()),
             _ => (format!("server-{i}"), None),
         };
-        let api = ApiClient::new(http).with_scope(teamster::api::RequestScope {
-            token: cfg.token.clone(),
-            ..Default::default()
-        });
+        let api = cfg.api(http)?;
         servers.push(Measured {
             start: read_counters(&api).await,
             api,
@@ -492,6 +519,10 @@ pub async fn run(
         concurrency: cfg.concurrency,
         run_allocs: cfg.run_allocs,
         node_secrets: cfg.node_secrets,
+        tls: match &cfg.tls {
+            Some(certs) => Some(certs.agent_tls("client")?),
+            None => None,
+        },
     };
     let sim = SimNodes::start(&sim_config, &cfg.rpc)
         .await
