@@ -879,3 +879,639 @@ async fn every_route_answers_by_its_rule_and_the_client_works_with_acls_on() {
         );
     }
 }
+
+/// Who may make an RPC call from outside the servers, for the RPC matrix (the rule of
+/// `needs()` in `src/server/endpoints/authz.rs`).
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Caller {
+    /// Anyone, with any token or none.
+    Open,
+    /// The secret of the node the call is about (of its allocations or registrations), and
+    /// nothing else: not even a management token.
+    NodeSecret,
+    /// The node's secret or a token with node write (the management token here).
+    NodeSecretOrWrite,
+    /// A management token.
+    Management,
+    /// A server only: refused from outside whatever the token.
+    ServerOnly,
+}
+
+/// Who holds a token, and the token, for the RPC matrix.
+type Holder<'a> = (&'a str, &'a str);
+
+/// A fake node registered over RPC with a known secret, for the RPC matrix.
+fn rpc_node(n: u64) -> teamster_storage::model::Node {
+    let mut node = teamster::scheduler::harness::mock_node(n);
+    node.secret_id = format!("5ec0e7a1-0000-4000-8000-{n:012x}");
+    node
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_rpc_refuses_callers_its_rule_does_not_allow() {
+    use std::collections::{BTreeMap, BTreeSet};
+
+    use teamster::rpc::service::acl::{
+        AclBootstrapRequest, AclDeletePoliciesRequest, AclDeleteTokensRequest,
+        AclResolveTokenRequest, AclUpsertPoliciesRequest, AclUpsertTokensRequest,
+    };
+    use teamster::rpc::service::alloc::AllocStopRequest;
+    use teamster::rpc::service::deployment::{
+        DeploymentAllocHealthRequest, DeploymentFailRequest, DeploymentPauseRequest,
+        DeploymentPromoteRequest,
+    };
+    use teamster::rpc::service::eval::{
+        EvalAckRequest, EvalDequeueBatchRequest, EvalReapRequest, EvalWriteRequest,
+    };
+    use teamster::rpc::service::job::{
+        JobBatchDeregisterRequest, JobDeregisterRequest, JobDispatchRequest, JobEvaluateRequest,
+        JobPeriodicForceRequest, JobPlanRequest, JobRegisterRequest, JobRevertRequest,
+        JobScaleRequest, JobStabilityRequest,
+    };
+    use teamster::rpc::service::namespace::{NamespaceDeleteRequest, NamespaceUpsertRequest};
+    use teamster::rpc::service::node::{
+        NodeDeregisterRequest, NodeRegisterRequest, NodeUpdateAllocRequest, NodeUpdateDrainRequest,
+        NodeUpdateEligibilityRequest,
+    };
+    use teamster::rpc::service::operator::{
+        RaftJoinRequest, RaftRemovePeerRequest, ReconcileSummariesRequest,
+        SchedulerSetConfigRequest, SnapshotRestoreRequest, SystemGcRequest,
+    };
+    use teamster::rpc::service::service_reg::{
+        ServiceRegistrationDeleteRequest, ServiceRegistrationListRequest,
+        ServiceRegistrationUpsertRequest,
+    };
+    use teamster::rpc::ServiceResponse;
+    use teamster_storage::fsm::AllocClientReport;
+    use teamster_storage::model::{
+        AclPolicy, AclToken, ClientStatus, Constraint, DeploymentId, EvalId, Evaluation, JobId,
+        Namespace, NamespaceSpec, NodeStatus, Plan, SchedulerConfiguration, SchedulingEligibility,
+        ServiceRegistration,
+    };
+    use teamster_storage::raft_types::ServerAddr;
+
+    let agent = Agent::start(2).expect("the agent starts");
+    wait_for(Duration::from_secs(30), "the agent's API", || async {
+        let resp = agent
+            .http
+            .get(agent.url("/v1/status/leader"))
+            .send()
+            .await
+            .ok()?;
+        (resp.status() == StatusCode::OK).then_some(())
+    })
+    .await
+    .unwrap_or_else(|e| panic!("{e}\n{}", agent.log_text()));
+
+    // The management token, and a read-only token that is denied every write.
+    let boot = agent.json(Method::PUT, "/v1/acl/bootstrap", "", None).await;
+    let root = boot["SecretID"].as_str().unwrap().to_string();
+    let rules = "namespace \"default\" {\n  policy = \"read\"\n}\nnode {\n  policy = \"read\"\n}\n";
+    agent
+        .json(
+            Method::PUT,
+            "/v1/acl/policy/rpc-readonly",
+            &root,
+            Some(&json!({"Name": "rpc-readonly", "Rules": rules})),
+        )
+        .await;
+    let reader = agent
+        .json(
+            Method::PUT,
+            "/v1/acl/token",
+            &root,
+            Some(&json!({"Name": "rpc-reader", "Type": "client", "Policies": ["rpc-readonly"]})),
+        )
+        .await;
+    let read = reader["SecretID"].as_str().unwrap().to_string();
+    let raft = agent
+        .json(Method::GET, "/v1/operator/raft/configuration", &root, None)
+        .await;
+    let me = &raft["Servers"][0];
+    let server_id: u64 = me["ID"].as_str().unwrap().parse().unwrap();
+    let server_addr = ServerAddr {
+        name: me["Node"].as_str().unwrap().to_string(),
+        rpc_addr: me["Address"].as_str().unwrap().to_string(),
+        http_addr: format!("{}:4646", agent.ip),
+    };
+
+    // Two nodes registered over RPC (open): `a` is the node the node calls are about, `b`'s
+    // secret is the denied one. Both heartbeat until the end.
+    let pool = Pool::new(0, Default::default()).unwrap();
+    let rpc = format!("{}:4647", agent.ip);
+    let timeout = Duration::from_secs(10);
+    let (node_a, node_b) = (rpc_node(1), rpc_node(2));
+    let (a, a_secret) = (node_a.id.clone(), node_a.secret_id.clone());
+    let b_secret = node_b.secret_id.clone();
+    for node in [&node_a, &node_b] {
+        let req =
+            ServiceRequest::NodeRegister(Box::new(NodeRegisterRequest { node: node.clone() }));
+        let r = pool.service_as(0, &rpc, None, req, timeout).await;
+        assert!(matches!(r, Ok(ServiceResponse::NodeRegister(_))), "{r:?}");
+    }
+    let heartbeats = {
+        let (pool, rpc) = (pool.clone(), rpc.clone());
+        let nodes = [
+            (node_a.id.clone(), a_secret.clone()),
+            (node_b.id.clone(), b_secret.clone()),
+        ];
+        tokio::spawn(async move {
+            loop {
+                for (id, secret) in &nodes {
+                    let beat = ServiceRequest::NodeUpdateStatus(NodeUpdateStatusRequest {
+                        node_id: id.clone(),
+                        status: NodeStatus::Ready,
+                    });
+                    let _ = pool.service_as(0, &rpc, Some(secret), beat, timeout).await;
+                }
+                tokio::time::sleep(Duration::from_secs(1)).await;
+            }
+        })
+    };
+
+    // A job whose allocation the scheduler places on node `a`, and a service registration of
+    // that allocation: the node calls about an allocation or a registration need them.
+    let mut web = teamster::scheduler::harness::mock_job("rpc-web", 1);
+    web.constraints.push(Constraint {
+        l_target: "${node.unique.id}".into(),
+        r_target: a.to_string(),
+        operand: "=".into(),
+    });
+    let register = ServiceRequest::JobRegister(Box::new(JobRegisterRequest {
+        job: web.clone(),
+        enforce_index: None,
+    }));
+    let r = pool
+        .service_as(0, &rpc, Some(&root), register.clone(), timeout)
+        .await;
+    assert!(matches!(r, Ok(ServiceResponse::JobRegister(_))), "{r:?}");
+    let alloc_id = wait_for(
+        Duration::from_secs(30),
+        "the job's allocation on node a",
+        || async {
+            let req = ServiceRequest::NodeGetClientAllocs(NodeGetClientAllocsRequest {
+                node_id: a.clone(),
+                min_index: 0,
+                wait_ms: 0,
+            });
+            match pool
+                .service_as(0, &rpc, Some(&a_secret), req, timeout)
+                .await
+            {
+                Ok(ServiceResponse::NodeGetClientAllocs(r)) => {
+                    r.alloc_indexes.first().map(|(id, _)| id.clone())
+                }
+                _ => None,
+            }
+        },
+    )
+    .await
+    .unwrap_or_else(|e| panic!("{e}\n{}", agent.log_text()));
+    let registration = ServiceRegistration {
+        id: format!("_nomad-task-{alloc_id}-web-rpc-svc-http"),
+        service_name: "rpc-svc".into(),
+        namespace: Namespace::new("default"),
+        node_id: a.clone(),
+        datacenter: "dc1".into(),
+        job_id: JobId::new("rpc-web"),
+        alloc_id: alloc_id.as_str().into(),
+        address: "127.0.0.1".into(),
+        port: 8080,
+        ..ServiceRegistration::default()
+    };
+    let upsert_service =
+        ServiceRequest::ServiceRegistrationUpsert(ServiceRegistrationUpsertRequest {
+            services: vec![registration.clone()],
+        });
+    let r = pool
+        .service_as(0, &rpc, Some(&a_secret), upsert_service.clone(), timeout)
+        .await;
+    assert!(r.is_ok(), "{r:?}");
+    let list_services =
+        ServiceRequest::ServiceRegistrationListByNode(ServiceRegistrationListRequest {
+            node_id: a.to_string(),
+        });
+    let r = pool
+        .service_as(0, &rpc, Some(&a_secret), list_services.clone(), timeout)
+        .await;
+    assert!(
+        matches!(&r, Ok(ServiceResponse::ServiceRegistrationListByNode(l)) if l.len() == 1),
+        "{r:?}"
+    );
+
+    // One row per call, in an order where no allowed call breaks a later row (node `a` is
+    // deregistered last).
+    let unknown = "0badc0de-0000-4000-8000-000000000000";
+    let ack = EvalAckRequest {
+        eval_id: EvalId::new(unknown),
+        token: unknown.into(),
+    };
+    let eval_write = || {
+        Box::new(EvalWriteRequest {
+            eval: Evaluation::default(),
+            token: unknown.into(),
+        })
+    };
+    let job_ref = |id: &str| (Namespace::new("default"), JobId::new(id));
+    let deployment = DeploymentId::new(unknown);
+    let rows: Vec<(ServiceRequest, Caller)> = vec![
+        // Open.
+        (
+            ServiceRequest::NodeRegister(Box::new(NodeRegisterRequest {
+                node: node_b.clone(),
+            })),
+            Caller::Open,
+        ),
+        (
+            ServiceRequest::AclResolveToken(AclResolveTokenRequest {
+                secret_id: read.clone(),
+            }),
+            Caller::Open,
+        ),
+        (
+            // The server itself, a voter already: nothing changes.
+            ServiceRequest::OperatorRaftJoin(RaftJoinRequest {
+                id: server_id,
+                addr: server_addr.clone(),
+            }),
+            Caller::Open,
+        ),
+        // The scheduler's calls.
+        (
+            ServiceRequest::EvalDequeue(EvalDequeueRequest {
+                schedulers: vec!["batch".into()],
+                timeout_ms: 10,
+                scheduler_version: 1,
+            }),
+            Caller::ServerOnly,
+        ),
+        (
+            ServiceRequest::EvalDequeueBatch(EvalDequeueBatchRequest {
+                schedulers: vec!["batch".into()],
+                timeout_ms: 10,
+                scheduler_version: 1,
+                max: 2,
+            }),
+            Caller::ServerOnly,
+        ),
+        (ServiceRequest::EvalAck(ack.clone()), Caller::ServerOnly),
+        (ServiceRequest::EvalNack(ack.clone()), Caller::ServerOnly),
+        (
+            ServiceRequest::EvalAckBatch(vec![ack.clone()]),
+            Caller::ServerOnly,
+        ),
+        (ServiceRequest::EvalUpdate(eval_write()), Caller::ServerOnly),
+        (ServiceRequest::EvalCreate(eval_write()), Caller::ServerOnly),
+        (
+            ServiceRequest::EvalReblock(eval_write()),
+            Caller::ServerOnly,
+        ),
+        (
+            ServiceRequest::EvalReap(EvalReapRequest {
+                evals: vec![EvalId::new(unknown)],
+                allocs: vec![],
+            }),
+            Caller::ServerOnly,
+        ),
+        (
+            ServiceRequest::PlanSubmit(Box::default()),
+            Caller::ServerOnly,
+        ),
+        (
+            ServiceRequest::PlanSubmitBatch(vec![Plan::default()]),
+            Caller::ServerOnly,
+        ),
+        // The API's calls: a management token.
+        (register, Caller::Management),
+        (
+            ServiceRequest::JobDeregister(JobDeregisterRequest {
+                namespace: Namespace::new("default"),
+                job_id: JobId::new("rpc-none"),
+                purge: true,
+            }),
+            Caller::Management,
+        ),
+        (
+            ServiceRequest::JobEvaluate(JobEvaluateRequest {
+                namespace: Namespace::new("default"),
+                job_id: JobId::new("rpc-web"),
+            }),
+            Caller::Management,
+        ),
+        (
+            ServiceRequest::JobBatchDeregister(JobBatchDeregisterRequest {
+                jobs: vec![job_ref("rpc-none")],
+            }),
+            Caller::Management,
+        ),
+        (
+            ServiceRequest::JobRevert(JobRevertRequest {
+                namespace: Namespace::new("default"),
+                job_id: JobId::new("rpc-web"),
+                job_version: 0,
+                enforce_prior_version: Some(0),
+            }),
+            Caller::Management,
+        ),
+        (
+            ServiceRequest::JobPlan(Box::new(JobPlanRequest {
+                job: web.clone(),
+                diff: true,
+            })),
+            Caller::Management,
+        ),
+        (
+            ServiceRequest::JobScale(Box::new(JobScaleRequest {
+                namespace: Namespace::new("default"),
+                job_id: JobId::new("rpc-web"),
+                group: "web".into(),
+                count: None,
+                message: "the RPC matrix".into(),
+                error: false,
+                meta: BTreeMap::new(),
+                job_modify_index: 0,
+            })),
+            Caller::Management,
+        ),
+        (
+            ServiceRequest::JobStable(JobStabilityRequest {
+                namespace: Namespace::new("default"),
+                job_id: JobId::new("rpc-web"),
+                version: 0,
+                stable: true,
+            }),
+            Caller::Management,
+        ),
+        (
+            ServiceRequest::JobPeriodicForce(JobPeriodicForceRequest {
+                namespace: Namespace::new("default"),
+                job_id: JobId::new("rpc-web"),
+            }),
+            Caller::Management,
+        ),
+        (
+            ServiceRequest::JobDispatch(Box::new(JobDispatchRequest {
+                namespace: Namespace::new("default"),
+                job_id: JobId::new("rpc-web"),
+                payload: vec![],
+                meta: BTreeMap::new(),
+                idempotency_token: String::new(),
+                id_prefix_template: String::new(),
+                priority: 0,
+            })),
+            Caller::Management,
+        ),
+        (
+            ServiceRequest::SystemGc(SystemGcRequest),
+            Caller::Management,
+        ),
+        (
+            ServiceRequest::SystemReconcileSummaries(ReconcileSummariesRequest),
+            Caller::Management,
+        ),
+        (
+            ServiceRequest::AllocStop(AllocStopRequest {
+                alloc_id: unknown.into(),
+            }),
+            Caller::Management,
+        ),
+        (
+            // Not a member: refused as such.
+            ServiceRequest::OperatorRaftRemovePeer(RaftRemovePeerRequest::Id(server_id + 1000)),
+            Caller::Management,
+        ),
+        (
+            // A check-and-set index that never matches: nothing is written.
+            ServiceRequest::OperatorSchedulerSetConfiguration(SchedulerSetConfigRequest {
+                config: SchedulerConfiguration::default(),
+                cas_index: Some(u64::MAX),
+            }),
+            Caller::Management,
+        ),
+        (
+            // Not an image: refused before it reaches the log.
+            ServiceRequest::OperatorSnapshotRestore(SnapshotRestoreRequest {
+                image: b"not a snapshot".to_vec(),
+            }),
+            Caller::Management,
+        ),
+        (
+            ServiceRequest::OperatorBrokerStats(BrokerStatsRequest),
+            Caller::Management,
+        ),
+        (
+            ServiceRequest::DeploymentFail(DeploymentFailRequest {
+                deployment_id: deployment.clone(),
+            }),
+            Caller::Management,
+        ),
+        (
+            ServiceRequest::DeploymentPause(DeploymentPauseRequest {
+                deployment_id: deployment.clone(),
+                pause: true,
+            }),
+            Caller::Management,
+        ),
+        (
+            ServiceRequest::DeploymentPromote(DeploymentPromoteRequest {
+                deployment_id: deployment.clone(),
+                all: true,
+                groups: vec![],
+            }),
+            Caller::Management,
+        ),
+        (
+            ServiceRequest::DeploymentSetAllocHealth(DeploymentAllocHealthRequest {
+                deployment_id: deployment.clone(),
+                healthy: vec![alloc_id.as_str().into()],
+                unhealthy: vec![],
+            }),
+            Caller::Management,
+        ),
+        (
+            ServiceRequest::NamespaceUpsert(NamespaceUpsertRequest {
+                namespaces: vec![NamespaceSpec {
+                    name: "rpc-ns".into(),
+                    description: "made by the RPC matrix".into(),
+                    ..NamespaceSpec::default()
+                }],
+            }),
+            Caller::Management,
+        ),
+        (
+            ServiceRequest::NamespaceDelete(NamespaceDeleteRequest {
+                names: vec!["rpc-ns".into()],
+            }),
+            Caller::Management,
+        ),
+        (
+            // Done already: refused as such.
+            ServiceRequest::AclBootstrap(AclBootstrapRequest {
+                secret_id: String::new(),
+                reset_index: 0,
+            }),
+            Caller::Management,
+        ),
+        (
+            ServiceRequest::AclUpsertPolicies(AclUpsertPoliciesRequest {
+                policies: vec![AclPolicy {
+                    name: "rpc-other".into(),
+                    rules: rules.into(),
+                    ..AclPolicy::default()
+                }],
+            }),
+            Caller::Management,
+        ),
+        (
+            ServiceRequest::AclDeletePolicies(AclDeletePoliciesRequest {
+                names: vec!["rpc-other".into()],
+            }),
+            Caller::Management,
+        ),
+        (
+            ServiceRequest::AclUpsertTokens(AclUpsertTokensRequest {
+                tokens: vec![AclToken {
+                    name: "rpc-made".into(),
+                    policies: vec!["rpc-readonly".into()],
+                    ..AclToken::default()
+                }],
+                expiration_ttl_ns: 0,
+            }),
+            Caller::Management,
+        ),
+        (
+            ServiceRequest::AclDeleteTokens(AclDeleteTokensRequest {
+                accessor_ids: vec![unknown.into()],
+            }),
+            Caller::Management,
+        ),
+        // A node's calls: its own secret.
+        (
+            ServiceRequest::NodeUpdateStatus(NodeUpdateStatusRequest {
+                node_id: a.clone(),
+                status: NodeStatus::Ready,
+            }),
+            Caller::NodeSecret,
+        ),
+        (
+            ServiceRequest::NodeGetClientAllocs(NodeGetClientAllocsRequest {
+                node_id: a.clone(),
+                min_index: 0,
+                wait_ms: 0,
+            }),
+            Caller::NodeSecret,
+        ),
+        (list_services, Caller::NodeSecret),
+        (upsert_service, Caller::NodeSecret),
+        (
+            ServiceRequest::NodeUpdateAlloc(NodeUpdateAllocRequest {
+                allocs: vec![AllocClientReport {
+                    id: alloc_id.as_str().into(),
+                    client_status: ClientStatus::Running,
+                    client_description: "running".into(),
+                    task_states: BTreeMap::new(),
+                    modify_time: 0,
+                    deployment_status: None,
+                }],
+            }),
+            Caller::NodeSecret,
+        ),
+        (
+            ServiceRequest::ServiceRegistrationDelete(ServiceRegistrationDeleteRequest {
+                namespace: "default".into(),
+                ids: vec![(registration.service_name.clone(), registration.id.clone())],
+                must_exist: false,
+            }),
+            Caller::NodeSecret,
+        ),
+        (
+            ServiceRequest::NodeUpdateEligibility(NodeUpdateEligibilityRequest {
+                node_id: a.clone(),
+                eligibility: SchedulingEligibility::Eligible,
+            }),
+            Caller::NodeSecretOrWrite,
+        ),
+        (
+            ServiceRequest::NodeUpdateDrain(NodeUpdateDrainRequest {
+                node_id: a.clone(),
+                drain: None,
+                mark_eligible: false,
+                meta: None,
+            }),
+            Caller::NodeSecretOrWrite,
+        ),
+        (
+            ServiceRequest::NodeDeregister(NodeDeregisterRequest { node_id: a.clone() }),
+            Caller::NodeSecretOrWrite,
+        ),
+    ];
+
+    let (read, root) = (read.as_str(), root.as_str());
+    let (a_secret, b_secret) = (a_secret.as_str(), b_secret.as_str());
+    let mut covered = BTreeSet::new();
+    let mut failures = Vec::new();
+    for (req, caller) in rows {
+        let name = req.method().name;
+        assert!(covered.insert(name), "{name} has two rows");
+        // Refused first: an allowed call may change what a later case sees.
+        let (refused, allowed): (Vec<Holder>, Vec<Holder>) = match caller {
+            Caller::Open => (
+                vec![],
+                vec![
+                    ("the read-only token", read),
+                    ("node b's secret", b_secret),
+                    ("the management token", root),
+                ],
+            ),
+            Caller::NodeSecret => (
+                vec![
+                    ("node b's secret", b_secret),
+                    ("the read-only token", read),
+                    ("the management token", root),
+                ],
+                vec![("node a's secret", a_secret)],
+            ),
+            Caller::NodeSecretOrWrite => (
+                vec![("node b's secret", b_secret), ("the read-only token", read)],
+                // The node's own secret first: `Node.Deregister` removes it.
+                vec![
+                    ("node a's secret", a_secret),
+                    ("the management token", root),
+                ],
+            ),
+            Caller::Management => (
+                vec![("the read-only token", read), ("node a's secret", a_secret)],
+                vec![("the management token", root)],
+            ),
+            Caller::ServerOnly => (
+                vec![
+                    ("the read-only token", read),
+                    ("node a's secret", a_secret),
+                    ("the management token", root),
+                ],
+                vec![],
+            ),
+        };
+        let cases = std::iter::once(("no token", None, caller == Caller::Open))
+            .chain(refused.into_iter().map(|(who, t)| (who, Some(t), false)))
+            .chain(allowed.into_iter().map(|(who, t)| (who, Some(t), true)));
+        for (who, token, allowed) in cases {
+            let r = pool
+                .service_as(0, &rpc, token, req.clone(), req.method().timeout)
+                .await;
+            let denied = matches!(r, Err(ServiceError::PermissionDenied { .. }));
+            if denied == allowed {
+                failures.push(format!("{name} ({caller:?}) with {who}: {r:?}"));
+            }
+        }
+    }
+    heartbeats.abort();
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+    let every: BTreeSet<&str> = ServiceRequest::NAMES.iter().copied().collect();
+    assert_eq!(
+        every.len(),
+        ServiceRequest::NAMES.len(),
+        "a name is used twice"
+    );
+    assert_eq!(covered, every, "every RPC has a row in the matrix");
+}

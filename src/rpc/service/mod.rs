@@ -156,6 +156,9 @@ macro_rules! service_calls {
         }
 
         impl ServiceRequest {
+            /// The name of every call in the table, in table (wire) order.
+            pub const NAMES: &'static [&'static str] = &[$($name),*];
+
             /// What this call is.
             pub fn method(&self) -> Method {
                 match self {
