@@ -1,7 +1,8 @@
 //! Scenarios on a docker-compose cluster of the `teamster:dev` image (three servers, two
 //! clients; deploy/docker-compose.yml): the leader killed under load, the leader isolated
 //! from the network, a server catching up by snapshot after 20 000 registrations, and a
-//! rolling restart under load. Each checks the shared invariants.
+//! rolling restart under load; and the TLS variant (deploy/docker-compose.tls.yml) forming
+//! and scheduling a job. Each checks the shared invariants.
 //!
 //! Without Docker the scenarios print a `SKIP` line and pass; with `CI=true` they fail
 //! instead. Measured times are printed as `MEASURE` lines (docs/benchmarks.md records them).
@@ -822,12 +823,8 @@ async fn compose_client_stopped_past_its_ttl_goes_down_then_ready_without_duplic
 /// The TLS variant (deploy/docker-compose.tls.yml with deploy/config-tls and certificates
 /// made by `teamster tls` at test time): three servers form over mutual TLS, both clients
 /// register over it, and a job is scheduled and runs; the API answers only HTTPS with a
-/// client certificate.
-///
-/// Not yet seen passing (its first runs failed in the image build, not in the test), so it
-/// runs with `--ignored` until it has been: see issue 20's stop note.
+/// client certificate. Every agent's health check is the CLI over HTTPS.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "the compose TLS variant has not been seen passing yet"]
 async fn compose_tls_cluster_forms_and_schedules_a_job() -> anyhow::Result<()> {
     if skip("compose_tls_cluster_forms_and_schedules_a_job") {
         return Ok(());

@@ -258,6 +258,19 @@ impl Agent {
             rpc_tls = config.tls.rpc,
             "agent started"
         );
+        if config.acl.enabled
+            && config.server.enabled
+            && !(config.tls.rpc && config.tls.verify_server_hostname)
+        {
+            // As Nomad's security model: without certificates naming the servers, a peer on
+            // the RPC port can claim to be one, and server-to-server calls are not checked
+            // against tokens.
+            tracing::warn!(
+                "ACLs are on but the RPC port does not verify server certificates \
+                 (tls.rpc and tls.verify_server_hostname): anyone who can reach it can pose \
+                 as a server and bypass the ACLs; enable mutual TLS in production"
+            );
+        }
         Ok(Agent {
             config,
             http_addr,

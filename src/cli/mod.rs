@@ -9,6 +9,7 @@
 
 mod acl;
 mod agent;
+mod agent_info;
 mod alloc_exec;
 mod alloc_logs;
 mod alloc_ops;
@@ -51,6 +52,8 @@ pub struct Cli {
 enum Command {
     /// Run an agent: a server, a client, or both (`--dev`).
     Agent(agent::AgentArgs),
+    /// What the agent at the address says of itself: its stats by section.
+    AgentInfo(agent_info::AgentInfoArgs),
     /// Jobs: run, status, stop, inspect, validate.
     #[command(subcommand)]
     Job(job::JobCommand),
@@ -381,6 +384,7 @@ pub fn main() -> ExitCode {
     let cli = Cli::parse_from(nomad_flags(std::env::args_os().collect()));
     match cli.command {
         Command::Agent(args) => agent::run(args),
+        Command::AgentInfo(args) => run_api(|| agent_info::run(args)),
         Command::Job(cmd) => run_api_code(|| job::run(cmd)),
         Command::Server(cmd) => run_api(|| server::run(cmd)),
         Command::Operator(cmd) => run_api(|| operator::run(cmd)),
