@@ -188,21 +188,31 @@ pub struct ProcessCluster {
     pub servers: Vec<ServerProcess>,
 }
 
+/// Whether `TEAMSTER_KEEP_CLUSTER_DIR` asks to keep the directories of a run.
+pub fn keep_dirs() -> bool {
+    std::env::var_os("TEAMSTER_KEEP_CLUSTER_DIR").is_some_and(|v| !v.is_empty())
+}
+
+/// Keep `dir` after the run (its path printed to stderr) when [`keep_dirs`] says so.
+pub fn keep_if_asked(dir: &mut tempfile::TempDir) {
+    if keep_dirs() {
+        dir.disable_cleanup(true);
+        eprintln!("keeping {}", dir.path().display());
+    }
+}
+
 impl ProcessCluster {
     /// Start `n` servers at once, each with `bootstrap_expect = n` and every other server in
     /// its join list.
     ///
     /// With `TEAMSTER_KEEP_CLUSTER_DIR` set (to anything but empty), the cluster's directory
     /// (configs, data, each server's log) stays after the cluster is dropped, and its path
-    /// is printed to stderr: for a run that must be looked at afterwards.
+    /// is printed to stderr: for a run that must be looked at afterwards ([`keep_dirs`]).
     pub fn start(n: usize, options: ClusterOptions) -> anyhow::Result<ProcessCluster> {
         let mut dir = tempfile::Builder::new()
             .prefix("teamster-cluster-")
             .tempdir()?;
-        if std::env::var_os("TEAMSTER_KEEP_CLUSTER_DIR").is_some_and(|v| !v.is_empty()) {
-            dir.disable_cleanup(true);
-            eprintln!("cluster: keeping {}", dir.path().display());
-        }
+        keep_if_asked(&mut dir);
         let turn = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
         let mut c = ProcessCluster {
             _turn: turn,

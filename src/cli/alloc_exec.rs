@@ -19,6 +19,7 @@ use tokio_tungstenite::tungstenite::error::UrlError;
 use tokio_tungstenite::tungstenite::Message;
 
 use super::{ApiClient, ConnArgs};
+use crate::util::net::HttpIo;
 
 /// `alloc exec`.
 #[derive(Debug, Args)]
@@ -161,11 +162,6 @@ fn size_frame() -> Option<Message> {
     Some(Message::Text(frame.to_string().into()))
 }
 
-/// A connection to the agent: plain TCP, or TLS as the API client speaks it.
-trait AgentIo: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send {}
-
-impl<T: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send> AgentIo for T {}
-
 /// Open the exec websocket at `url` as `api` speaks: its token as `X-Nomad-Token`, and over
 /// TLS with its certificates for an `https://` agent.
 async fn connect(
@@ -173,7 +169,7 @@ async fn connect(
     url: &str,
 ) -> Result<
     (
-        tokio_tungstenite::WebSocketStream<Box<dyn AgentIo>>,
+        tokio_tungstenite::WebSocketStream<Box<dyn HttpIo>>,
         tokio_tungstenite::tungstenite::handshake::client::Response,
     ),
     tokio_tungstenite::tungstenite::Error,
@@ -193,12 +189,13 @@ async fn connect(
         .ok_or(WsError::Url(UrlError::NoHostName))?
         .trim_matches(['[', ']'])
         .to_string();
-    let port = request.uri().port_u16().unwrap_or(match api.tls_config() {
-        Some(_) => 443,
-        None => 80,
-    });
+    let tls = api.tls_config();
+    let port = request
+        .uri()
+        .port_u16()
+        .unwrap_or(if tls.is_some() { 443 } else { 80 });
     let tcp = tokio::net::TcpStream::connect((host.as_str(), port)).await?;
-    let io: Box<dyn AgentIo> = match api.tls_config() {
+    let io: Box<dyn HttpIo> = match tls {
         None => Box::new(tcp),
         Some(tls) => {
             let name = rustls::pki_types::ServerName::try_from(host.clone())

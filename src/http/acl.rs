@@ -390,11 +390,9 @@ pub fn route_need(
     }
 }
 
-/// The event stream: each topic asked for needs its read capability; no topic or `*`
-/// (every topic) needs a management token, as Nomad's.
-/// What an event stream asking `query` needs: its topics in its namespace (every topic, `*`
-/// or none named, needs a management token). The stream checks it again whenever the ACLs
-/// change.
+/// What an event stream asking `query` needs: each topic asked for its read capability in
+/// the stream's namespace; no topic or `*` (every topic) a management token, as Nomad's.
+/// The stream checks it again whenever the ACLs change.
 pub fn event_stream_needs(query: &[(String, String)], ctx: &HttpContext) -> Vec<Need> {
     let ns = request_namespace(query);
     let topics: Vec<&str> = query

@@ -130,10 +130,10 @@ async fn exec(
     }
 }
 
-type Upstream = tokio_tungstenite::WebSocketStream<Box<dyn client_route::NodeIo>>;
+type Upstream = tokio_tungstenite::WebSocketStream<Box<dyn crate::util::net::HttpIo>>;
 
 /// The node agent's exec websocket over `io`, or its refusal with its status.
-async fn connect(url: &str, io: Box<dyn client_route::NodeIo>) -> Result<Upstream, ApiError> {
+async fn connect(url: &str, io: Box<dyn crate::util::net::HttpIo>) -> Result<Upstream, ApiError> {
     use tungstenite::client::IntoClientRequest;
     let mut req = url
         .into_client_request()

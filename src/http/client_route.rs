@@ -14,6 +14,7 @@ use bytes::Bytes;
 
 use super::error::ApiError;
 use super::HttpContext;
+use crate::util::net::HttpIo;
 
 /// The TLS of this process's agent for its calls to other agents' HTTPS API; set once at
 /// agent start when `tls.http` is on (one agent per process outside in-process tests, which
@@ -38,14 +39,9 @@ pub(super) fn outgoing() -> Result<(&'static str, reqwest::Client), ApiError> {
     }
 }
 
-/// A connection to another agent's HTTP port, plain or TLS (for `alloc exec`'s websocket).
-pub trait NodeIo: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send {}
-
-impl<T: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send> NodeIo for T {}
-
 /// Connect to the agent HTTP port at `addr` (`ip:port`): TLS with this agent's certificate
 /// when its `tls.http` is on (`true`), plain TCP otherwise.
-pub async fn dial(addr: &str) -> Result<(bool, Box<dyn NodeIo>), ApiError> {
+pub async fn dial(addr: &str) -> Result<(bool, Box<dyn HttpIo>), ApiError> {
     let unreachable =
         |e: String| ApiError::internal(format!("cannot reach the client at {addr}: {e}"));
     let tcp = tokio::time::timeout(

@@ -29,6 +29,7 @@ use axum::body::Body;
 use axum::extract::{Query, State};
 use axum::http::{header, HeaderMap};
 use axum::response::{IntoResponse, Response};
+use axum::Extension;
 use bytes::Bytes;
 use serde_json::{json, Value};
 use teamster_storage::model::{Deployment, DeploymentId};
@@ -38,6 +39,7 @@ use tokio::sync::mpsc;
 use super::acl::{event_stream_needs, request_token};
 use super::error::ApiError;
 use super::HttpContext;
+use crate::server::acl::Identity;
 
 /// Frames buffered for a consumer before it counts as too slow.
 const SEND_BUFFER: usize = 256;
@@ -393,17 +395,17 @@ struct StreamToken {
 }
 
 impl StreamToken {
-    /// `None` when ACLs are off: nothing to check.
-    async fn of(
+    /// The stream's token as the ACL middleware resolved it (`identity`); `None` when ACLs
+    /// are off: nothing to check.
+    fn of(
         ctx: &HttpContext,
+        identity: &Identity,
         headers: &HeaderMap,
         query: &[(String, String)],
-    ) -> Result<Option<StreamToken>, ApiError> {
+    ) -> Option<StreamToken> {
         if !ctx.agent().acl.enabled {
-            return Ok(None);
+            return None;
         }
-        let secret = request_token(headers);
-        let identity = ctx.resolve_token(secret.as_deref()).await?;
         let expires = identity
             .token
             .as_ref()
@@ -416,12 +418,12 @@ impl StreamToken {
                 let left = Duration::from_nanos(exp.saturating_sub(now).max(0) as u64);
                 tokio::time::Instant::now() + left
             });
-        Ok(Some(StreamToken {
+        Some(StreamToken {
             ctx: ctx.clone(),
-            secret,
+            secret: request_token(headers),
             query: query.to_vec(),
             expires,
-        }))
+        })
     }
 
     /// Whether the token still exists, is unexpired, and allows what the stream sends.
@@ -438,10 +440,11 @@ impl StreamToken {
 /// `GET /v1/event/stream`.
 pub async fn stream(
     State(ctx): State<HttpContext>,
+    Extension(identity): Extension<Identity>,
     headers: HeaderMap,
     Query(query): Query<Vec<(String, String)>>,
 ) -> Result<Response, ApiError> {
-    let token = StreamToken::of(&ctx, &headers, &query).await?;
+    let token = StreamToken::of(&ctx, &identity, &headers, &query);
     let filter = Filter::parse(query).map_err(ApiError::bad_request)?;
     let state = ctx.node()?.state().clone();
     let (snap, mut sub) = state.subscribe_with_snapshot();

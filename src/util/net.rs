@@ -1,6 +1,13 @@
-//! Peer addresses as configuration files and flags give them.
+//! Peer addresses as configuration files and flags give them, and the connection type of
+//! HTTP dialled by hand (plain TCP or TLS behind one box).
 
 use std::net::{IpAddr, SocketAddr};
+
+/// A connection dialled by hand to an agent's HTTP port, plain TCP or TLS alike (the
+/// `alloc exec` websockets of the CLI and of a server relaying one).
+pub trait HttpIo: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send {}
+
+impl<T: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send> HttpIo for T {}
 
 /// The RPC port a peer address without one gets.
 pub const DEFAULT_RPC_PORT: u16 = 4647;

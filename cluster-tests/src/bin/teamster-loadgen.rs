@@ -16,7 +16,7 @@ use std::time::Duration;
 use anyhow::Context;
 use clap::{Parser, ValueEnum};
 use teamster_cluster_tests::loadgen::{self, LoadConfig, Shape};
-use teamster_cluster_tests::process::{ClusterOptions, ProcessCluster};
+use teamster_cluster_tests::process::{keep_if_asked, ClusterOptions, ProcessCluster};
 use teamster_cluster_tests::tls::TestCerts;
 
 #[derive(Debug, Clone, Copy, ValueEnum)]
@@ -141,9 +141,11 @@ async fn run(args: Args) -> anyhow::Result<()> {
         return Ok(());
     }
     let mut cluster = None;
-    let scratch = tempfile::Builder::new()
+    let mut scratch = tempfile::Builder::new()
         .prefix("teamster-loadgen-")
         .tempdir()?;
+    // A kept cluster's configs name these certificates.
+    keep_if_asked(&mut scratch);
     let certs = if args.tls {
         Some(TestCerts::make(&scratch.path().join("tls"))?)
     } else {

@@ -11,6 +11,14 @@ use crate::state::txn::WriteTxn;
 use crate::state::StateChange;
 
 impl WriteTxn {
+    /// Publishes one [`StateChange::AclChanged`] for a run of ACL writes (a command writing
+    /// many tokens or policies makes each stream check its token once).
+    fn acl_changed(&mut self) {
+        if !matches!(self.changes.last(), Some(StateChange::AclChanged)) {
+            self.changes.push(StateChange::AclChanged);
+        }
+    }
+
     /// Creates or changes a policy; the same one again writes nothing.
     pub fn upsert_acl_policy(&mut self, mut policy: AclPolicy) -> Result<(), ApplyError> {
         policy
@@ -26,7 +34,7 @@ impl WriteTxn {
             .acl_policies
             .insert(policy.name.clone(), Arc::new(policy));
         self.touch(Table::AclPolicies);
-        self.changes.push(StateChange::AclChanged);
+        self.acl_changed();
         Ok(())
     }
 
@@ -39,7 +47,7 @@ impl WriteTxn {
             });
         }
         self.touch(Table::AclPolicies);
-        self.changes.push(StateChange::AclChanged);
+        self.acl_changed();
         Ok(())
     }
 
@@ -81,7 +89,7 @@ impl WriteTxn {
             .acl_tokens
             .insert(token.accessor_id.clone(), Arc::new(token));
         self.touch(Table::AclTokens);
-        self.changes.push(StateChange::AclChanged);
+        self.acl_changed();
         Ok(())
     }
 
@@ -95,7 +103,7 @@ impl WriteTxn {
         };
         self.t.acl_secrets.remove(&token.secret_id);
         self.touch(Table::AclTokens);
-        self.changes.push(StateChange::AclChanged);
+        self.acl_changed();
         Ok(())
     }
 
