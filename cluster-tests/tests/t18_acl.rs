@@ -781,17 +781,18 @@ async fn every_route_answers_by_its_rule_and_the_client_works_with_acls_on() {
         .json(Method::GET, &format!("/v1/node/{node_id}"), &root, None)
         .await;
     assert_eq!(node["Status"], "ready", "a refused call changed the node");
-    // The API's calls over RPC need a management token.
+    // The API's calls over RPC need what their HTTP route needs: `operator` read for the
+    // broker's statistics, which the read-only token has.
     let stats = ServiceRequest::OperatorBrokerStats(BrokerStatsRequest);
-    for token in [None, Some(read.as_str())] {
-        let r = pool
-            .service_as(0, &rpc, token, stats.clone(), timeout)
-            .await;
-        assert!(
-            matches!(r, Err(ServiceError::PermissionDenied { .. })),
-            "{r:?}"
-        );
-    }
+    let r = pool.service_as(0, &rpc, None, stats.clone(), timeout).await;
+    assert!(
+        matches!(r, Err(ServiceError::PermissionDenied { .. })),
+        "{r:?}"
+    );
+    let r = pool
+        .service_as(0, &rpc, Some(read.as_str()), stats.clone(), timeout)
+        .await;
+    assert!(r.is_ok(), "{r:?}");
     let r = pool.service_as(0, &rpc, Some(&root), stats, timeout).await;
     assert!(r.is_ok(), "{r:?}");
     // A node's allocations are read with that node's secret only.
@@ -891,7 +892,9 @@ enum Caller {
     NodeSecret,
     /// The node's secret or a token with node write (the management token here).
     NodeSecretOrWrite,
-    /// A management token.
+    /// What the call's HTTP route needs (a write, an operator or a management
+    /// capability): the management token has it, the read-only token and the node secrets
+    /// do not.
     Management,
     /// A server only: refused from outside whatever the token.
     ServerOnly,
@@ -1067,6 +1070,19 @@ async fn every_rpc_refuses_callers_its_rule_does_not_allow() {
     )
     .await
     .unwrap_or_else(|e| panic!("{e}\n{}", agent.log_text()));
+    // The job's deployment (a service job gets Nomad's default update strategy): the
+    // deployment calls need the capability in its namespace, so their rows name it.
+    let deployment = wait_for(Duration::from_secs(30), "the job's deployment", || async {
+        let (status, text) = agent
+            .call(Method::GET, "/v1/job/rpc-web/deployment", Some(&root), None)
+            .await;
+        let d: Value = serde_json::from_str(&text).ok()?;
+        (status == StatusCode::OK)
+            .then(|| d["ID"].as_str().map(DeploymentId::new))
+            .flatten()
+    })
+    .await
+    .unwrap_or_else(|e| panic!("{e}\n{}", agent.log_text()));
     let registration = ServiceRegistration {
         id: format!("_nomad-task-{alloc_id}-web-rpc-svc-http"),
         service_name: "rpc-svc".into(),
@@ -1113,7 +1129,6 @@ async fn every_rpc_refuses_callers_its_rule_does_not_allow() {
         })
     };
     let job_ref = |id: &str| (Namespace::new("default"), JobId::new(id));
-    let deployment = DeploymentId::new(unknown);
     let rows: Vec<(ServiceRequest, Caller)> = vec![
         // Open.
         (
@@ -1133,6 +1148,14 @@ async fn every_rpc_refuses_callers_its_rule_does_not_allow() {
             ServiceRequest::OperatorRaftJoin(RaftJoinRequest {
                 id: server_id,
                 addr: server_addr.clone(),
+            }),
+            Caller::Open,
+        ),
+        (
+            // Open, as Nomad's: done already, so refused as such.
+            ServiceRequest::AclBootstrap(AclBootstrapRequest {
+                secret_id: String::new(),
+                reset_index: 0,
             }),
             Caller::Open,
         ),
@@ -1181,7 +1204,8 @@ async fn every_rpc_refuses_callers_its_rule_does_not_allow() {
             ServiceRequest::PlanSubmitBatch(vec![Plan::default()]),
             Caller::ServerOnly,
         ),
-        // The API's calls: a management token.
+        // The API's calls: what their HTTP routes need, which the read-only token and the
+        // node secrets lack.
         (register, Caller::Management),
         (
             ServiceRequest::JobDeregister(JobDeregisterRequest {
@@ -1270,8 +1294,9 @@ async fn every_rpc_refuses_callers_its_rule_does_not_allow() {
             Caller::Management,
         ),
         (
+            // The allocation exists: `alloc-lifecycle` in its namespace.
             ServiceRequest::AllocStop(AllocStopRequest {
-                alloc_id: unknown.into(),
+                alloc_id: alloc_id.as_str().into(),
             }),
             Caller::Management,
         ),
@@ -1345,14 +1370,6 @@ async fn every_rpc_refuses_callers_its_rule_does_not_allow() {
             Caller::Management,
         ),
         (
-            // Done already: refused as such.
-            ServiceRequest::AclBootstrap(AclBootstrapRequest {
-                secret_id: String::new(),
-                reset_index: 0,
-            }),
-            Caller::Management,
-        ),
-        (
             ServiceRequest::AclUpsertPolicies(AclUpsertPoliciesRequest {
                 policies: vec![AclPolicy {
                     name: "rpc-other".into(),
@@ -1422,7 +1439,8 @@ async fn every_rpc_refuses_callers_its_rule_does_not_allow() {
                 ids: vec![(registration.service_name.clone(), registration.id.clone())],
                 must_exist: false,
             }),
-            Caller::NodeSecret,
+            // Or a token that may delete registrations (`DELETE /v1/service/:name/:id`).
+            Caller::NodeSecretOrWrite,
         ),
         (
             ServiceRequest::NodeUpdateEligibility(NodeUpdateEligibilityRequest {
@@ -1514,4 +1532,224 @@ async fn every_rpc_refuses_callers_its_rule_does_not_allow() {
         "a name is used twice"
     );
     assert_eq!(covered, every, "every RPC has a row in the matrix");
+}
+
+/// A call one server forwards to the leader carries its caller's token and is checked again
+/// there: on a three-server cluster with ACLs on (plain TCP), a token that may only submit
+/// jobs registers one through a follower's HTTP API, and the same call sent straight to the
+/// leader's RPC port claiming to come from the follower (its raft id in the frame) is
+/// refused without a token or with a read-only one. The scheduler's calls are still taken on
+/// a member's word.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn forwarded_calls_are_checked_against_the_callers_token() {
+    use teamster::rpc::service::job::JobRegisterRequest;
+    use teamster::rpc::ServiceResponse;
+    use teamster_cluster_tests::process::{ClusterOptions, ProcessCluster};
+
+    let mut cluster = ProcessCluster::start(
+        3,
+        ClusterOptions {
+            heartbeat: "100ms",
+            election_timeout: "1s",
+            extra_toml: "[acl]\nenabled = true\n".into(),
+            ..ClusterOptions::default()
+        },
+    )
+    .expect("the cluster starts");
+    let leader = cluster
+        .wait_leader(Duration::from_secs(60))
+        .await
+        .unwrap_or_else(|e| {
+            cluster.dump_logs(40);
+            panic!("{e}")
+        });
+    let follower = (leader + 1) % 3;
+    let http = reqwest::Client::builder()
+        .timeout(Duration::from_secs(20))
+        .build()
+        .unwrap();
+    let url = |i: usize, path: &str| format!("{}{path}", cluster.servers[i].http_addr());
+    let call = |method: Method, url: String, token: Option<String>, body: Option<Value>| {
+        let http = http.clone();
+        async move {
+            let mut req = http.request(method, url);
+            if let Some(t) = token {
+                req = req.header("X-Nomad-Token", t);
+            }
+            if let Some(b) = body {
+                req = req.json(&b);
+            }
+            let resp = req.send().await.expect("the server answers");
+            let status = resp.status();
+            let text = resp.text().await.unwrap_or_default();
+            (
+                status,
+                serde_json::from_str::<Value>(&text).unwrap_or(Value::String(text)),
+            )
+        }
+    };
+
+    // Bootstrap through the follower: `ACL.Bootstrap` is forwarded, open, and done once.
+    let (status, boot) = call(Method::PUT, url(follower, "/v1/acl/bootstrap"), None, None).await;
+    assert_eq!(status, StatusCode::OK, "{boot}");
+    let root = boot["SecretID"].as_str().unwrap().to_string();
+    // The follower checks HTTP requests against its own state: wait until it has a token.
+    let known_on_follower = |secret: String| {
+        let url = url(follower, "/v1/acl/token/self");
+        let call = &call;
+        async move {
+            wait_for(
+                Duration::from_secs(20),
+                "the follower knows the token",
+                || {
+                    let (url, secret) = (url.clone(), secret.clone());
+                    async move {
+                        let (status, _) = call(Method::GET, url, Some(secret), None).await;
+                        (status == StatusCode::OK).then_some(())
+                    }
+                },
+            )
+            .await
+            .unwrap();
+        }
+    };
+    known_on_follower(root.clone()).await;
+    let policy = |name: &str, rules: &str| json!({"Name": name, "Rules": rules});
+    let token =
+        |name: &str, policy: &str| json!({"Name": name, "Type": "client", "Policies": [policy]});
+    for (name, rules) in [
+        (
+            "submit-only",
+            "namespace \"default\" {\n  capabilities = [\"submit-job\"]\n}\n",
+        ),
+        (
+            "read-only",
+            "namespace \"default\" {\n  policy = \"read\"\n}\n",
+        ),
+    ] {
+        let (status, body) = call(
+            Method::PUT,
+            url(follower, &format!("/v1/acl/policy/{name}")),
+            Some(root.clone()),
+            Some(policy(name, rules)),
+        )
+        .await;
+        assert_eq!(status, StatusCode::OK, "policy {name}: {body}");
+    }
+    let mut secrets = Vec::new();
+    for name in ["submit-only", "read-only"] {
+        let (status, body) = call(
+            Method::PUT,
+            url(follower, "/v1/acl/token"),
+            Some(root.clone()),
+            Some(token(name, name)),
+        )
+        .await;
+        assert_eq!(status, StatusCode::OK, "token {name}: {body}");
+        secrets.push(body["SecretID"].as_str().unwrap().to_string());
+    }
+    let (submit, read) = (secrets[0].clone(), secrets[1].clone());
+    for secret in [&submit, &read] {
+        known_on_follower(secret.clone()).await;
+    }
+
+    // Through the follower's HTTP API: the submit-only token registers (the leader accepts
+    // the forwarded token), the read-only one is refused.
+    let (status, body) = call(
+        Method::PUT,
+        url(follower, "/v1/jobs"),
+        Some(submit.clone()),
+        Some(job("fwd-submit")),
+    )
+    .await;
+    assert_eq!(
+        status,
+        StatusCode::OK,
+        "a submit-job token through a follower: {body}"
+    );
+    let (status, body) = call(
+        Method::PUT,
+        url(follower, "/v1/jobs"),
+        Some(read.clone()),
+        Some(job("fwd-read")),
+    )
+    .await;
+    assert_eq!(status, StatusCode::FORBIDDEN, "{body}");
+
+    // Straight to the leader's RPC port, claiming the follower's raft id.
+    let (status, raft) = call(
+        Method::GET,
+        url(leader, "/v1/operator/raft/configuration"),
+        Some(root.clone()),
+        None,
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK, "{raft}");
+    let follower_rpc = cluster.servers[follower].rpc_addr();
+    let follower_id: u64 = raft["Servers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|s| s["Address"].as_str() == Some(follower_rpc.as_str()))
+        .and_then(|s| s["ID"].as_str())
+        .expect("the follower is in the raft configuration")
+        .parse()
+        .unwrap();
+    let posing = Pool::new(follower_id, Default::default()).unwrap();
+    let leader_rpc = cluster.servers[leader].rpc_addr();
+    let forged = teamster::scheduler::harness::mock_job("fwd-forged", 1);
+    let register = ServiceRequest::JobRegister(Box::new(JobRegisterRequest {
+        job: forged,
+        enforce_index: None,
+    }));
+    let timeout = Duration::from_secs(10);
+    for (who, token) in [
+        ("no token", None),
+        ("the read-only token", Some(read.as_str())),
+    ] {
+        let r = posing
+            .service_as(0, &leader_rpc, token, register.clone(), timeout)
+            .await;
+        assert!(
+            matches!(r, Err(ServiceError::PermissionDenied { .. })),
+            "a call posing as a member with {who} must be refused: {r:?}"
+        );
+    }
+    let r = posing
+        .service_as(0, &leader_rpc, Some(&submit), register.clone(), timeout)
+        .await;
+    assert!(matches!(r, Ok(ServiceResponse::JobRegister(_))), "{r:?}");
+    // The scheduler's calls: on a member's word (mutual TLS is what makes it worth anything).
+    let dequeue = ServiceRequest::EvalDequeue(EvalDequeueRequest {
+        schedulers: vec!["batch".into()],
+        timeout_ms: 10,
+        scheduler_version: 1,
+    });
+    let r = posing
+        .service_as(0, &leader_rpc, None, dequeue, timeout)
+        .await;
+    assert!(
+        !matches!(r, Err(ServiceError::PermissionDenied { .. })),
+        "{r:?}"
+    );
+    let (status, jobs) = call(
+        Method::GET,
+        url(leader, "/v1/jobs"),
+        Some(root.clone()),
+        None,
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK);
+    let mut ids: Vec<&str> = jobs
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|j| j["ID"].as_str())
+        .collect();
+    ids.sort_unstable();
+    assert_eq!(
+        ids,
+        ["fwd-forged", "fwd-submit"],
+        "nothing refused was written"
+    );
 }

@@ -263,12 +263,13 @@ impl Agent {
             && !(config.tls.rpc && config.tls.verify_server_hostname)
         {
             // As Nomad's security model: without certificates naming the servers, a peer on
-            // the RPC port can claim to be one, and server-to-server calls are not checked
-            // against tokens.
+            // the RPC port can claim to be one, and raft traffic and the servers' own calls
+            // (plans, evaluations) are taken on that claim.
             tracing::warn!(
                 "ACLs are on but the RPC port does not verify server certificates \
                  (tls.rpc and tls.verify_server_hostname): anyone who can reach it can pose \
-                 as a server and bypass the ACLs; enable mutual TLS in production"
+                 as a server, send raft messages and submit plans; enable mutual TLS in \
+                 production"
             );
         }
         Ok(Agent {

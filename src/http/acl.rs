@@ -26,6 +26,7 @@ use axum::response::{IntoResponse, Response};
 use crate::acl::{Acl, Capability as C, Need, Policy};
 use crate::http::error::ApiError;
 use crate::http::HttpContext;
+use crate::rpc::service::credential::with_caller_token;
 use crate::server::acl::{AclError, Identity};
 
 /// The secret a request carries, if any.
@@ -146,7 +147,9 @@ pub async fn enforce(State(ctx): State<HttpContext>, mut req: Request, next: Nex
         }
     }
     req.extensions_mut().insert(identity);
-    next.run(req).await
+    // A call the service layer forwards to the leader carries the same token: the leader
+    // checks it again.
+    with_caller_token(secret, next.run(req)).await
 }
 
 /// Routes anyone may ask, with any token or none.

@@ -10,7 +10,7 @@ use axum::extract::{Path, Query, State};
 use axum::response::{IntoResponse, Response};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
-use teamster_storage::model::{Job, JobStatus, JobSummary, ModelError};
+use teamster_storage::model::{Job, JobStatus, JobSummary, ModelError, Namespace};
 use teamster_storage::state::Table;
 
 use super::error::ApiError;
@@ -112,9 +112,13 @@ pub(super) fn body_job(
         }
     }
     refuse_unsupported(&job)?;
-    let job = decode_job(job)?;
+    let mut job = decode_job(job)?;
     if job.id.is_empty() {
         return Err(ApiError::bad_request("Job ID hasn't been provided"));
+    }
+    if job.namespace.is_empty() {
+        // Named neither in the job nor in the query: `default`, before the check below.
+        job.namespace = Namespace::default_namespace();
     }
     // The route's check saw the request's namespace; the job's own may be another.
     if let Some((identity, caps)) = acl {

@@ -285,6 +285,12 @@ fn print_report(report: &loadgen::Report) {
         report.evals_completed,
         report.evals_per_second,
     );
+    let lost = report.samples.last().map_or(0, |s| s.lost);
+    if lost > 0 {
+        println!(
+            "{lost} allocations were lost (their node went down) and replaced; both are counted"
+        );
+    }
     if let Some(t) = report.running_seconds {
         println!(
             "every allocation reported running by its node after {t:.2}s ({} reports in {} Node.UpdateAlloc calls)",

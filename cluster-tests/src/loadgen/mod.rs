@@ -198,6 +198,9 @@ pub struct Sample {
     pub running: u64,
     /// Allocations their nodes reported complete so far.
     pub complete: u64,
+    /// Allocations lost so far (their node went down); each is replaced, so `placed` counts
+    /// it and its replacement.
+    pub lost: u64,
 }
 
 /// A server process's resource use.
@@ -328,21 +331,31 @@ pub fn dispatch_parent(cfg: &LoadConfig) -> Value {
 
 /// Allocations placed and allocations running (or finished) for the run's jobs, from the
 /// job stubs' summaries, with the index.
-async fn placed(api: &ApiClient, prefix: &str, index: u64) -> anyhow::Result<(u64, u64, u64, u64)> {
+async fn placed(api: &ApiClient, prefix: &str, index: u64) -> anyhow::Result<(Counts, u64)> {
     let path = format!("/v1/jobs?prefix={prefix}-&index={index}&wait=5s&stale=true");
     let (stubs, index): (Vec<Value>, u64) = api.get_with_index(&path).await?;
-    let (mut placed, mut running, mut complete) = (0u64, 0u64, 0u64);
+    let mut c = Counts::default();
     for s in &stubs {
         if let Some(groups) = s["JobSummary"]["Summary"].as_object() {
             for g in groups.values() {
                 let n = |k: &str| g[k].as_u64().unwrap_or(0);
-                placed += n("Starting") + n("Running") + n("Complete") + n("Failed") + n("Lost");
-                running += n("Running") + n("Complete") + n("Failed");
-                complete += n("Complete");
+                c.placed += n("Starting") + n("Running") + n("Complete") + n("Failed") + n("Lost");
+                c.running += n("Running") + n("Complete") + n("Failed");
+                c.complete += n("Complete");
+                c.lost += n("Lost");
             }
         }
     }
-    Ok((placed, running, complete, index))
+    Ok((c, index))
+}
+
+/// What the job summaries count, summed over the run's jobs.
+#[derive(Debug, Clone, Copy, Default)]
+struct Counts {
+    placed: u64,
+    running: u64,
+    complete: u64,
+    lost: u64,
 }
 
 /// The scheduler-only ceiling: the same placements computed in-process on a state store
@@ -564,23 +577,29 @@ pub async fn run(
             }
         }
         let asked = Instant::now();
-        let (n, running, complete, i) =
-            match placed(&servers[follow].api, &cfg.job_prefix, index).await {
-                Ok(v) => v,
-                Err(e) => {
-                    tracing::debug!(error = %e, "following placement: moving to another server");
-                    follow = (follow + 1) % servers.len();
-                    index = 0;
-                    tokio::time::sleep(Duration::from_millis(100)).await;
-                    continue;
-                }
-            };
+        let (counts, i) = match placed(&servers[follow].api, &cfg.job_prefix, index).await {
+            Ok(v) => v,
+            Err(e) => {
+                tracing::debug!(error = %e, "following placement: moving to another server");
+                follow = (follow + 1) % servers.len();
+                index = 0;
+                tokio::time::sleep(Duration::from_millis(100)).await;
+                continue;
+            }
+        };
         index = i;
+        let Counts {
+            placed: n,
+            running,
+            complete,
+            lost,
+        } = counts;
         samples.push(Sample {
             t: t0.elapsed().as_secs_f64(),
             placed: n,
             running,
             complete,
+            lost,
         });
         let pause =
             ((asked.elapsed() * 4).min(Duration::from_millis(250))).saturating_sub(asked.elapsed());

@@ -22,6 +22,7 @@
 
 pub mod acl;
 pub mod alloc;
+pub mod credential;
 pub mod deployment;
 pub mod error;
 pub mod eval;

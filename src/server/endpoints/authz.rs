@@ -1,25 +1,36 @@
-//! Who may make a call on the RPC port from outside the cluster's servers when ACLs are on.
+//! Who may make a call on the RPC port when ACLs are on.
 //!
-//! Client agents send their node's secret with every call ([`crate::rpc::AuthedService`]);
-//! a call about a node must carry that node's secret, so one client cannot report for, read
-//! the allocations of, or deregister another. A node registers itself without a token (the
-//! registration itself checks the secret of a node that exists). The scheduler's calls
-//! (`Eval.*`, `Plan.*`) are for servers only. Every other call (the API's writes, which the
-//! CLI and tools make over HTTP) needs a management token when it arrives over RPC.
+//! Every call that arrives on the RPC port is checked here, whoever claims to send it: the
+//! raft id in a frame header is only a claim (mutual TLS with `verify_server_hostname` is what
+//! makes a server's claim trustworthy), so a call another server forwarded is checked against
+//! the credential it carries ([`credential`](crate::rpc::service::credential)) like any other.
+//! Only the calls that servers alone make (the scheduler's `Eval.*` and `Plan.*`) are taken on
+//! a raft member's word, as Nomad takes them.
 //!
-//! Calls forwarded by another server and calls made in process are not checked here: the
-//! server that took the request checked it (its HTTP API, or this on its RPC port), and
-//! mutual TLS is what makes a server's claim to be one trustworthy.
+//! - Client agents send their node's secret with every call ([`crate::rpc::AuthedService`]);
+//!   a call about a node must carry that node's secret, so one client cannot report for, read
+//!   the allocations of, or deregister another. A node registers itself without a token (the
+//!   registration itself checks the secret of a node that exists).
+//! - The API's calls need what their HTTP routes need (`http::acl::route_need`):
+//!   `submit-job` in the job's namespace to register it, `node` write to drain a node,
+//!   `operator` write to change the scheduler's configuration, a management token for the
+//!   ACL, namespace, snapshot and garbage-collection writes. A call about an object that does
+//!   not exist needs nothing more: it is answered "not found" and shows nothing.
+//! - `Node.Register`, `ACL.ResolveToken`, `ACL.Bootstrap` (once only, then refused) and
+//!   `Operator.RaftJoin` are open.
+//!
+//! Calls made in process (the HTTP API, which checked the route; the workers) are not checked
+//! here.
 
 use teamster_storage::state::Snapshot;
 
 use super::acl::denied;
-use super::Endpoints;
-use crate::acl::Need;
+use super::{Endpoints, Origin};
+use crate::acl::{Capability as C, Need};
 use crate::rpc::{ServiceError, ServiceRequest};
 use crate::server::acl::AclError;
 
-/// What a call from outside needs.
+/// What a call needs.
 enum Needs<'a> {
     /// Nothing more (the call checks what it must itself).
     Open,
@@ -29,18 +40,35 @@ enum Needs<'a> {
     NodeSecretOr(&'a str, Need),
     /// The secret of the node of every allocation named.
     AllocNodes(Vec<&'a str>),
-    /// The secret of the node of every registration named that exists.
+    /// The secret of the node of every registration named that exists, or a token that may
+    /// delete registrations in the namespace.
     ServiceRegs(&'a str, Vec<(&'a str, &'a str)>),
-    /// A server (refused from outside).
+    /// A server (refused from outside the raft members).
     ServerOnly,
-    /// A management token.
-    Management,
+    /// An ACL token meeting every need (none: anyone).
+    Token(Vec<Need>),
 }
 
-fn needs(call: &ServiceRequest) -> Needs<'_> {
+/// `caps` in namespace `ns`.
+fn in_ns(ns: &str, caps: &'static [C]) -> Vec<Need> {
+    vec![Need::Namespace(ns.to_string(), caps)]
+}
+
+/// `caps` in the namespace of an object (none when it does not exist: "not found").
+fn in_obj(ns: Option<&str>, caps: &'static [C]) -> Vec<Need> {
+    ns.map(|ns| in_ns(ns, caps)).unwrap_or_default()
+}
+
+fn needs<'a>(snap: &Snapshot, call: &'a ServiceRequest) -> Needs<'a> {
+    use Needs::Token;
     use ServiceRequest as Q;
+    let alloc_ns = |id: &str| snap.alloc_by_id(id).map(|a| a.namespace.to_string());
+    let deployment_ns = |id: &str| snap.deployment_by_id(id).map(|d| d.namespace.to_string());
     match call {
-        Q::NodeRegister(_) | Q::AclResolveToken(_) | Q::OperatorRaftJoin(_) => Needs::Open,
+        Q::NodeRegister(_)
+        | Q::AclResolveToken(_)
+        | Q::AclBootstrap(_)
+        | Q::OperatorRaftJoin(_) => Needs::Open,
         Q::NodeUpdateStatus(r) => Needs::NodeSecret(vec![r.node_id.as_str()]),
         Q::NodeGetClientAllocs(r) => Needs::NodeSecret(vec![r.node_id.as_str()]),
         Q::ServiceRegistrationListByNode(r) => Needs::NodeSecret(vec![r.node_id.as_str()]),
@@ -71,34 +99,62 @@ fn needs(call: &ServiceRequest) -> Needs<'_> {
                 .map(|(name, id)| (name.as_str(), id.as_str()))
                 .collect(),
         ),
-        Q::JobRegister(_)
-        | Q::JobDeregister(_)
-        | Q::JobEvaluate(_)
-        | Q::JobBatchDeregister(_)
-        | Q::JobRevert(_)
-        | Q::JobPlan(_)
-        | Q::JobScale(_)
-        | Q::JobStable(_)
-        | Q::JobPeriodicForce(_)
-        | Q::JobDispatch(_)
+        Q::JobRegister(r) => Token(in_ns(
+            r.job.namespace.as_str(),
+            &[C::SubmitJob, C::RegisterJob],
+        )),
+        Q::JobDeregister(r) if r.purge => {
+            Token(in_ns(r.namespace.as_str(), &[C::PurgeJob, C::SubmitJob]))
+        }
+        Q::JobDeregister(r) => Token(in_ns(
+            r.namespace.as_str(),
+            &[C::DeregisterJob, C::SubmitJob],
+        )),
+        Q::JobEvaluate(r) => Token(in_ns(r.namespace.as_str(), &[C::SubmitJob, C::EvaluateJob])),
+        Q::JobRevert(r) => Token(in_ns(r.namespace.as_str(), &[C::SubmitJob, C::RevertJob])),
+        Q::JobPlan(r) => Token(in_ns(r.job.namespace.as_str(), &[C::SubmitJob, C::PlanJob])),
+        Q::JobScale(r) => Token(in_ns(r.namespace.as_str(), &[C::ScaleJob, C::SubmitJob])),
+        Q::JobStable(r) => Token(in_ns(r.namespace.as_str(), &[C::SubmitJob, C::StableJob])),
+        Q::JobPeriodicForce(r) => Token(in_ns(
+            r.namespace.as_str(),
+            &[C::SubmitJob, C::ForcePeriodicJob],
+        )),
+        Q::JobDispatch(r) => Token(in_ns(r.namespace.as_str(), &[C::DispatchJob])),
+        Q::AllocStop(r) => Token(in_obj(
+            alloc_ns(r.alloc_id.as_str()).as_deref(),
+            &[C::AllocLifecycle],
+        )),
+        Q::DeploymentFail(r) => Token(in_obj(
+            deployment_ns(r.deployment_id.as_str()).as_deref(),
+            &[C::SubmitJob, C::FailDeployment],
+        )),
+        Q::DeploymentPause(r) => Token(in_obj(
+            deployment_ns(r.deployment_id.as_str()).as_deref(),
+            &[C::SubmitJob, C::PauseDeployment],
+        )),
+        Q::DeploymentPromote(r) => Token(in_obj(
+            deployment_ns(r.deployment_id.as_str()).as_deref(),
+            &[C::SubmitJob, C::PromoteDeployment],
+        )),
+        Q::DeploymentSetAllocHealth(r) => Token(in_obj(
+            deployment_ns(r.deployment_id.as_str()).as_deref(),
+            &[C::SubmitJob, C::SetAllocHealthDeployment],
+        )),
+        Q::OperatorBrokerStats(_) => Token(vec![Need::OperatorRead]),
+        Q::OperatorRaftRemovePeer(_) | Q::OperatorSchedulerSetConfiguration(_) => {
+            Token(vec![Need::OperatorWrite])
+        }
+        // The garbage collector's purge, snapshots, namespaces and the ACL writes.
+        Q::JobBatchDeregister(_)
         | Q::SystemGc(_)
         | Q::SystemReconcileSummaries(_)
-        | Q::AllocStop(_)
-        | Q::OperatorRaftRemovePeer(_)
-        | Q::OperatorSchedulerSetConfiguration(_)
         | Q::OperatorSnapshotRestore(_)
-        | Q::OperatorBrokerStats(_)
-        | Q::DeploymentFail(_)
-        | Q::DeploymentPause(_)
-        | Q::DeploymentPromote(_)
-        | Q::DeploymentSetAllocHealth(_)
         | Q::NamespaceUpsert(_)
         | Q::NamespaceDelete(_)
-        | Q::AclBootstrap(_)
         | Q::AclUpsertPolicies(_)
         | Q::AclDeletePolicies(_)
         | Q::AclUpsertTokens(_)
-        | Q::AclDeleteTokens(_) => Needs::Management,
+        | Q::AclDeleteTokens(_) => Token(vec![Need::Management]),
     }
 }
 
@@ -109,20 +165,30 @@ fn is_node_secret(snap: &Snapshot, node_id: &str, token: &str) -> bool {
         .is_some_and(|n| !n.secret_id.is_empty() && n.secret_id == token)
 }
 
-/// Refuses a call from outside the servers that `token` does not allow (ACLs on).
-pub fn authorize_outside(
+/// Whether `token` is the secret of some node (a linear scan: only for a report that names
+/// no allocation the server knows).
+fn is_any_node_secret(snap: &Snapshot, token: &str) -> bool {
+    snap.nodes()
+        .any(|n| !n.secret_id.is_empty() && n.secret_id == token)
+}
+
+/// Refuses a call on the RPC port, from a caller at `origin` with `token` (its own, or the
+/// one a forwarding server passed on), that the token does not allow (ACLs on).
+pub fn authorize(
     ep: &Endpoints,
+    origin: Origin,
     token: Option<&str>,
     call: &ServiceRequest,
 ) -> Result<(), ServiceError> {
     let permission_denied = || denied(AclError::PermissionDenied);
     let token = token.filter(|t| !t.is_empty());
-    match needs(call) {
+    let snap = ep.node().state().snapshot();
+    match needs(&snap, call) {
         Needs::Open => Ok(()),
-        Needs::ServerOnly => Err(permission_denied()),
+        Needs::ServerOnly if origin == Origin::Outside => Err(permission_denied()),
+        Needs::ServerOnly => Ok(()),
         Needs::NodeSecret(nodes) => {
             let token = token.ok_or_else(permission_denied)?;
-            let snap = ep.node().state().snapshot();
             if nodes.iter().all(|n| is_node_secret(&snap, n, token)) {
                 Ok(())
             } else {
@@ -131,7 +197,7 @@ pub fn authorize_outside(
         }
         Needs::NodeSecretOr(node, need) => {
             let token = token.ok_or_else(permission_denied)?;
-            if is_node_secret(&ep.node().state().snapshot(), node, token) {
+            if is_node_secret(&snap, node, token) {
                 return Ok(());
             }
             ep.resolve_token(Some(token))
@@ -141,12 +207,17 @@ pub fn authorize_outside(
         }
         Needs::AllocNodes(allocs) => {
             let token = token.ok_or_else(permission_denied)?;
-            let snap = ep.node().state().snapshot();
-            let ok = allocs.iter().all(|id| match snap.alloc_by_id(id) {
-                Some(alloc) => is_node_secret(&snap, alloc.node_id.as_str(), token),
-                // Unknown allocations are skipped by the update and reported back.
-                None => true,
-            });
+            let known: Vec<&str> = allocs
+                .iter()
+                .filter_map(|id| snap.alloc_by_id(id).map(|a| a.node_id.as_str()))
+                .collect();
+            // Unknown allocations are skipped by the update and reported back; a report of
+            // nothing but unknown ones still comes from a node.
+            let ok = if known.is_empty() {
+                is_any_node_secret(&snap, token)
+            } else {
+                known.iter().all(|node| is_node_secret(&snap, node, token))
+            };
             if ok {
                 Ok(())
             } else {
@@ -155,23 +226,30 @@ pub fn authorize_outside(
         }
         Needs::ServiceRegs(namespace, regs) => {
             let token = token.ok_or_else(permission_denied)?;
-            let snap = ep.node().state().snapshot();
-            let ok = regs.iter().all(|(name, id)| {
+            let by_node = regs.iter().all(|(name, id)| {
                 match snap.services_by_name(namespace, name).find(|r| r.id == *id) {
                     Some(reg) => is_node_secret(&snap, reg.node_id.as_str(), token),
                     None => true,
                 }
             });
-            if ok {
-                Ok(())
-            } else {
-                Err(permission_denied())
+            if by_node {
+                return Ok(());
             }
+            // An operator removing a registration (`DELETE /v1/service/:name/:id`).
+            ep.resolve_token(Some(token))
+                .map_err(|_| permission_denied())?
+                .require(&Need::Namespace(
+                    namespace.to_string(),
+                    &[C::SubmitJob, C::DeleteServiceRegistration],
+                ))
+                .map_err(denied)
         }
-        Needs::Management => ep
-            .resolve_token(token)
-            .map_err(denied)?
-            .require(&Need::Management)
-            .map_err(denied),
+        Needs::Token(needs) => {
+            let identity = ep.resolve_token(token).map_err(denied)?;
+            needs
+                .iter()
+                .try_for_each(|need| identity.require(need))
+                .map_err(denied)
+        }
     }
 }

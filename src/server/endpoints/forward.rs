@@ -13,15 +13,20 @@
 //! - [`once`], for [`Route::LeaderSubsystem`](crate::rpc::service::Route::LeaderSubsystem)
 //!   calls: one forward to the leader raft names, no waiting; the caller (a scheduler
 //!   worker) retries with its own backoff.
+//!
+//! A forwarded call carries the credential it was made with
+//! ([`caller_token`](crate::rpc::service::credential::caller_token)), and the leader checks it
+//! again ([`authz`](super::authz)): a server's word alone is not trusted without mutual TLS.
 
 use std::time::Duration;
 
 use tokio::time::Instant;
 
 use super::{disabled_reason, Endpoints};
+use crate::rpc::service::credential::caller_token;
 use crate::rpc::service::{Method, WRITE_TIMEOUT};
 use crate::rpc::{
-    RpcError, RpcRequest, RpcResponse, ServiceError, ServiceRequest, ServiceResponse,
+    AuthedService, RpcError, RpcRequest, RpcResponse, ServiceError, ServiceRequest, ServiceResponse,
 };
 
 /// Pause before a forward that found nobody listening is sent again.
@@ -123,10 +128,15 @@ async fn send(
     timeout: Duration,
 ) -> Result<Result<ServiceResponse, ServiceError>, RpcError> {
     let name = req.method().name;
+    // The caller's credential travels with the call: the leader checks it again.
+    let request = match caller_token() {
+        Some(token) => RpcRequest::AuthService(AuthedService { token, call: req }),
+        None => RpcRequest::Service(req),
+    };
     match ep
         .node()
         .pool()
-        .call(leader, addr, RpcRequest::Service(req), timeout)
+        .call(leader, addr, request, timeout)
         .await?
     {
         RpcResponse::Service(answer) => Ok(answer),

@@ -46,6 +46,7 @@ use futures::future::BoxFuture;
 use teamster_storage::fsm::{ApplyError, Command, CommandResponse};
 use teamster_storage::raft_types::ServerId;
 
+use crate::rpc::service::credential::with_caller_token;
 use crate::rpc::service::{Method, Route};
 use crate::rpc::{
     RequestContext, RpcError, RpcHandler, RpcRequest, RpcResponse, ServiceCaller, ServiceError,
@@ -483,13 +484,15 @@ impl RpcHandler for ServerRpc {
                     }
                     _ => origin_of(endpoints.node(), ctx.from),
                 };
-                if origin == Origin::Outside && endpoints.acl_enabled() {
-                    if let Err(e) = authz::authorize_outside(&endpoints, token.as_deref(), &call) {
-                        tracing::debug!(method = call.method().name, peer = %ctx.peer_addr, error = %e, "call refused by ACL");
+                if endpoints.acl_enabled() {
+                    if let Err(e) = authz::authorize(&endpoints, origin, token.as_deref(), &call) {
+                        tracing::debug!(method = call.method().name, peer = %ctx.peer_addr, ?origin, error = %e, "call refused by ACL");
                         return Ok(RpcResponse::Service(Err(e)));
                     }
                 }
-                return Ok(RpcResponse::Service(endpoints.call(origin, call).await));
+                // Forwarded again (to a new leader), the call keeps its credential.
+                let answer = with_caller_token(token, endpoints.call(origin, call)).await;
+                return Ok(RpcResponse::Service(answer));
             }
             let Some(node) = node else {
                 return Err(RpcError::Unsupported {
