@@ -285,6 +285,15 @@ fn print_report(report: &loadgen::Report) {
         report.evals_completed,
         report.evals_per_second,
     );
+    let over = report
+        .samples
+        .iter()
+        .map(|s| s.over_count)
+        .max()
+        .unwrap_or(0);
+    if over > 0 {
+        println!("OVER-PLACEMENT: {over} task groups had more live allocations than their count");
+    }
     let lost = report.samples.last().map_or(0, |s| s.lost);
     if lost > 0 {
         println!(

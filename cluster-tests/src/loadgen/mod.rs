@@ -201,6 +201,9 @@ pub struct Sample {
     /// Allocations lost so far (their node went down); each is replaced, so `placed` counts
     /// it and its replacement.
     pub lost: u64,
+    /// Task groups with more allocations starting or running than their count: an
+    /// over-placement, which must never happen.
+    pub over_count: u64,
 }
 
 /// A server process's resource use.
@@ -331,7 +334,12 @@ pub fn dispatch_parent(cfg: &LoadConfig) -> Value {
 
 /// Allocations placed and allocations running (or finished) for the run's jobs, from the
 /// job stubs' summaries, with the index.
-async fn placed(api: &ApiClient, prefix: &str, index: u64) -> anyhow::Result<(Counts, u64)> {
+async fn placed(
+    api: &ApiClient,
+    prefix: &str,
+    group_max: u64,
+    index: u64,
+) -> anyhow::Result<(Counts, u64)> {
     let path = format!("/v1/jobs?prefix={prefix}-&index={index}&wait=5s&stale=true");
     let (stubs, index): (Vec<Value>, u64) = api.get_with_index(&path).await?;
     let mut c = Counts::default();
@@ -343,6 +351,9 @@ async fn placed(api: &ApiClient, prefix: &str, index: u64) -> anyhow::Result<(Co
                 c.running += n("Running") + n("Complete") + n("Failed");
                 c.complete += n("Complete");
                 c.lost += n("Lost");
+                if n("Starting") + n("Running") > group_max {
+                    c.over_count += 1;
+                }
             }
         }
     }
@@ -356,6 +367,7 @@ struct Counts {
     running: u64,
     complete: u64,
     lost: u64,
+    over_count: u64,
 }
 
 /// The scheduler-only ceiling: the same placements computed in-process on a state store
@@ -556,6 +568,8 @@ pub async fn run(
 
     // Follow placement (and then the nodes' reports) while the registrations run.
     let want = cfg.expected_placements();
+    // The most allocations one task group may have live.
+    let group_max = want / cfg.jobs.max(1) as u64;
     let mut samples: Vec<Sample> = Vec::new();
     // Follow on a follower (the first server listed is the leader), so the leader does not
     // spend its CPU on the load generator's own queries; a query's answer lists every job
@@ -577,22 +591,24 @@ pub async fn run(
             }
         }
         let asked = Instant::now();
-        let (counts, i) = match placed(&servers[follow].api, &cfg.job_prefix, index).await {
-            Ok(v) => v,
-            Err(e) => {
-                tracing::debug!(error = %e, "following placement: moving to another server");
-                follow = (follow + 1) % servers.len();
-                index = 0;
-                tokio::time::sleep(Duration::from_millis(100)).await;
-                continue;
-            }
-        };
+        let (counts, i) =
+            match placed(&servers[follow].api, &cfg.job_prefix, group_max, index).await {
+                Ok(v) => v,
+                Err(e) => {
+                    tracing::debug!(error = %e, "following placement: moving to another server");
+                    follow = (follow + 1) % servers.len();
+                    index = 0;
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                    continue;
+                }
+            };
         index = i;
         let Counts {
             placed: n,
             running,
             complete,
             lost,
+            over_count,
         } = counts;
         samples.push(Sample {
             t: t0.elapsed().as_secs_f64(),
@@ -600,6 +616,7 @@ pub async fn run(
             running,
             complete,
             lost,
+            over_count,
         });
         let pause =
             ((asked.elapsed() * 4).min(Duration::from_millis(250))).saturating_sub(asked.elapsed());
