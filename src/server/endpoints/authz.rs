@@ -63,7 +63,11 @@ fn needs<'a>(snap: &Snapshot, call: &'a ServiceRequest) -> Needs<'a> {
     use Needs::Token;
     use ServiceRequest as Q;
     let alloc_ns = |id: &str| snap.alloc_by_id(id).map(|a| a.namespace.to_string());
-    let deployment_ns = |id: &str| snap.deployment_by_id(id).map(|d| d.namespace.to_string());
+    // A capability in the namespace of the deployment named (none when it does not exist).
+    let in_deployment = |id: &str, caps: &'static [C]| {
+        let ns = snap.deployment_by_id(id).map(|d| d.namespace.to_string());
+        Token(in_obj(ns.as_deref(), caps))
+    };
     match call {
         Q::NodeRegister(_)
         | Q::AclResolveToken(_)
@@ -124,22 +128,21 @@ fn needs<'a>(snap: &Snapshot, call: &'a ServiceRequest) -> Needs<'a> {
             alloc_ns(r.alloc_id.as_str()).as_deref(),
             &[C::AllocLifecycle],
         )),
-        Q::DeploymentFail(r) => Token(in_obj(
-            deployment_ns(r.deployment_id.as_str()).as_deref(),
-            &[C::SubmitJob, C::FailDeployment],
-        )),
-        Q::DeploymentPause(r) => Token(in_obj(
-            deployment_ns(r.deployment_id.as_str()).as_deref(),
+        Q::DeploymentFail(r) => {
+            in_deployment(r.deployment_id.as_str(), &[C::SubmitJob, C::FailDeployment])
+        }
+        Q::DeploymentPause(r) => in_deployment(
+            r.deployment_id.as_str(),
             &[C::SubmitJob, C::PauseDeployment],
-        )),
-        Q::DeploymentPromote(r) => Token(in_obj(
-            deployment_ns(r.deployment_id.as_str()).as_deref(),
+        ),
+        Q::DeploymentPromote(r) => in_deployment(
+            r.deployment_id.as_str(),
             &[C::SubmitJob, C::PromoteDeployment],
-        )),
-        Q::DeploymentSetAllocHealth(r) => Token(in_obj(
-            deployment_ns(r.deployment_id.as_str()).as_deref(),
+        ),
+        Q::DeploymentSetAllocHealth(r) => in_deployment(
+            r.deployment_id.as_str(),
             &[C::SubmitJob, C::SetAllocHealthDeployment],
-        )),
+        ),
         Q::OperatorBrokerStats(_) => Token(vec![Need::OperatorRead]),
         Q::OperatorRaftRemovePeer(_) | Q::OperatorSchedulerSetConfiguration(_) => {
             Token(vec![Need::OperatorWrite])
