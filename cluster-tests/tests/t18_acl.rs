@@ -1223,10 +1223,11 @@ async fn every_rpc_refuses_callers_its_rule_does_not_allow() {
             Caller::Management,
         ),
         (
+            // The job garbage collector's purge, from a server's `_core` worker.
             ServiceRequest::JobBatchDeregister(JobBatchDeregisterRequest {
                 jobs: vec![job_ref("rpc-none")],
             }),
-            Caller::Management,
+            Caller::ServerOnly,
         ),
         (
             ServiceRequest::JobRevert(JobRevertRequest {
@@ -1725,13 +1726,24 @@ async fn forwarded_calls_are_checked_against_the_callers_token() {
         timeout_ms: 10,
         scheduler_version: 1,
     });
-    let r = posing
-        .service_as(0, &leader_rpc, None, dequeue, timeout)
-        .await;
-    assert!(
-        !matches!(r, Err(ServiceError::PermissionDenied { .. })),
-        "{r:?}"
+    // The job garbage collector's purge: a follower's `_core` worker forwards it without a
+    // token (nothing here is garbage, so nothing is purged).
+    let purge = ServiceRequest::JobBatchDeregister(
+        teamster::rpc::service::job::JobBatchDeregisterRequest {
+            jobs: vec![(
+                teamster_storage::model::Namespace::new("default"),
+                teamster_storage::model::JobId::new("fwd-submit"),
+            )],
+        },
     );
+    for call in [dequeue, purge] {
+        let name = call.method().name;
+        let r = posing.service_as(0, &leader_rpc, None, call, timeout).await;
+        assert!(
+            !matches!(r, Err(ServiceError::PermissionDenied { .. })),
+            "{name} from a member: {r:?}"
+        );
+    }
     let (status, jobs) = call(
         Method::GET,
         url(leader, "/v1/jobs"),

@@ -225,11 +225,22 @@ fn percent_decode(s: &str) -> String {
     String::from_utf8_lossy(&out).into_owned()
 }
 
+/// The value of `key` as the handlers see it: they read the query into a map, where a key
+/// given twice keeps its last value, so the check must read that one too (`?namespace=a&
+/// namespace=b` acts on `b`).
 fn query_value<'a>(query: &'a [(String, String)], key: &str) -> Option<&'a str> {
     query
         .iter()
+        .rev()
         .find(|(k, _)| k == key)
         .map(|(_, v)| v.as_str())
+}
+
+/// Whether a `DELETE /v1/job/:id` purges, read as the handler reads `purge` (a Go boolean,
+/// a bare `?purge` is true); a value it refuses needs the purge capability too.
+fn purge_asked(query: &[(String, String)]) -> bool {
+    query_value(query, "purge")
+        .is_some_and(|v| v.is_empty() || crate::util::go::parse_go_bool(v) != Some(false))
 }
 
 /// The namespace a request names (`default` when it names none; `*` for every one).
@@ -281,9 +292,7 @@ pub fn route_need(
         "/v1/jobs" => in_ns(&[C::SubmitJob, C::RegisterJob]),
         "/v1/job/{id}" if read => in_ns(&[C::ReadJob]),
         "/v1/job/{id}" if method == Method::DELETE => {
-            if query_value(query, "purge")
-                .is_some_and(|v| v.eq_ignore_ascii_case("true") || v == "1")
-            {
+            if purge_asked(query) {
                 in_ns(&[C::PurgeJob, C::SubmitJob])
             } else {
                 in_ns(&[C::DeregisterJob, C::SubmitJob])
@@ -467,6 +476,32 @@ fn alloc_namespace(ctx: &HttpContext, id: &str) -> Option<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_check_reads_the_query_as_the_handlers_do() {
+        let q = query_pairs("namespace=a&namespace=b&purge=t");
+        assert_eq!(request_namespace(&q), "b", "a repeated key: the last value");
+        for purge in [
+            "purge",
+            "purge=",
+            "purge=t",
+            "purge=T",
+            "purge=1",
+            "purge=TRUE",
+            "purge=x",
+        ] {
+            assert!(purge_asked(&query_pairs(purge)), "{purge}");
+        }
+        for keep in [
+            "",
+            "purge=false",
+            "purge=0",
+            "purge=f",
+            "purge=t&purge=false",
+        ] {
+            assert!(!purge_asked(&query_pairs(keep)), "{keep}");
+        }
+    }
 
     #[test]
     fn tokens_come_from_either_header() {

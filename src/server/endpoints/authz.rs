@@ -4,8 +4,9 @@
 //! raft id in a frame header is only a claim (mutual TLS with `verify_server_hostname` is what
 //! makes a server's claim trustworthy), so a call another server forwarded is checked against
 //! the credential it carries ([`credential`](crate::rpc::service::credential)) like any other.
-//! Only the calls that servers alone make (the scheduler's `Eval.*` and `Plan.*`) are taken on
-//! a raft member's word, as Nomad takes them.
+//! Only the calls that servers alone make (the scheduler's `Eval.*`, `Plan.*` and the job
+//! garbage collector's `Job.BatchDeregister`) are taken on a raft member's word, as Nomad
+//! takes them.
 //!
 //! - Client agents send their node's secret with every call ([`crate::rpc::AuthedService`]);
 //!   a call about a node must carry that node's secret, so one client cannot report for, read
@@ -17,7 +18,8 @@
 //!   ACL, namespace, snapshot and garbage-collection writes. A call about an object that does
 //!   not exist needs nothing more: it is answered "not found" and shows nothing.
 //! - `Node.Register`, `ACL.ResolveToken`, `ACL.Bootstrap` (once only, then refused) and
-//!   `Operator.RaftJoin` are open.
+//!   `Operator.RaftJoin` are open. Without mutual TLS an open join lets anyone become a raft
+//!   member (and read the replicated state), as Nomad's serf join does without a gossip key.
 //!
 //! Calls made in process (the HTTP API, which checked the route; the workers) are not checked
 //! here.
@@ -95,7 +97,9 @@ fn needs<'a>(snap: &Snapshot, call: &'a ServiceRequest) -> Needs<'a> {
         | Q::EvalReblock(_)
         | Q::EvalReap(_)
         | Q::PlanSubmit(_)
-        | Q::PlanSubmitBatch(_) => Needs::ServerOnly,
+        | Q::PlanSubmitBatch(_)
+        // The `_core` scheduler's purge of dead jobs (job GC), from any server's worker.
+        | Q::JobBatchDeregister(_) => Needs::ServerOnly,
         Q::ServiceRegistrationDelete(r) => Needs::ServiceRegs(
             r.namespace.as_str(),
             r.ids
@@ -147,9 +151,8 @@ fn needs<'a>(snap: &Snapshot, call: &'a ServiceRequest) -> Needs<'a> {
         Q::OperatorRaftRemovePeer(_) | Q::OperatorSchedulerSetConfiguration(_) => {
             Token(vec![Need::OperatorWrite])
         }
-        // The garbage collector's purge, snapshots, namespaces and the ACL writes.
-        Q::JobBatchDeregister(_)
-        | Q::SystemGc(_)
+        // Garbage collection, snapshots, namespaces and the ACL writes.
+        Q::SystemGc(_)
         | Q::SystemReconcileSummaries(_)
         | Q::OperatorSnapshotRestore(_)
         | Q::NamespaceUpsert(_)
@@ -199,11 +202,11 @@ pub fn authorize(
             }
         }
         Needs::NodeSecretOr(node, need) => {
-            let token = token.ok_or_else(permission_denied)?;
-            if is_node_secret(&snap, node, token) {
+            if token.is_some_and(|t| is_node_secret(&snap, node, t)) {
                 return Ok(());
             }
-            ep.resolve_token(Some(token))
+            // A token, or none (the anonymous policy), that meets the need.
+            ep.resolve_token(token)
                 .map_err(denied)?
                 .require(&need)
                 .map_err(denied)
@@ -228,18 +231,20 @@ pub fn authorize(
             }
         }
         Needs::ServiceRegs(namespace, regs) => {
-            let token = token.ok_or_else(permission_denied)?;
-            let by_node = regs.iter().all(|(name, id)| {
-                match snap.services_by_name(namespace, name).find(|r| r.id == *id) {
-                    Some(reg) => is_node_secret(&snap, reg.node_id.as_str(), token),
-                    None => true,
-                }
+            let by_node = token.is_some_and(|token| {
+                regs.iter().all(|(name, id)| {
+                    match snap.services_by_name(namespace, name).find(|r| r.id == *id) {
+                        Some(reg) => is_node_secret(&snap, reg.node_id.as_str(), token),
+                        None => true,
+                    }
+                })
             });
             if by_node {
                 return Ok(());
             }
-            // An operator removing a registration (`DELETE /v1/service/:name/:id`).
-            ep.resolve_token(Some(token))
+            // An operator removing a registration (`DELETE /v1/service/:name/:id`), with a
+            // token or as the anonymous policy allows.
+            ep.resolve_token(token)
                 .map_err(|_| permission_denied())?
                 .require(&Need::Namespace(
                     namespace.to_string(),
