@@ -188,7 +188,7 @@ impl LoadConfig {
 }
 
 /// One sample of progress.
-#[derive(Debug, Clone, Copy, Serialize)]
+#[derive(Debug, Clone, Copy, Default, Serialize)]
 pub struct Sample {
     /// Seconds since the first job registration.
     pub t: f64,
@@ -332,17 +332,18 @@ pub fn dispatch_parent(cfg: &LoadConfig) -> Value {
     parent
 }
 
-/// Allocations placed and allocations running (or finished) for the run's jobs, from the
-/// job stubs' summaries, with the index.
+/// Allocations placed, running (or finished), complete and lost for the run's jobs, and the
+/// task groups over `group_max` live allocations, from the job stubs' summaries (the sample's
+/// `t` is left for the caller), with the index.
 async fn placed(
     api: &ApiClient,
     prefix: &str,
     group_max: u64,
     index: u64,
-) -> anyhow::Result<(Counts, u64)> {
+) -> anyhow::Result<(Sample, u64)> {
     let path = format!("/v1/jobs?prefix={prefix}-&index={index}&wait=5s&stale=true");
     let (stubs, index): (Vec<Value>, u64) = api.get_with_index(&path).await?;
-    let mut c = Counts::default();
+    let mut c = Sample::default();
     for s in &stubs {
         if let Some(groups) = s["JobSummary"]["Summary"].as_object() {
             for g in groups.values() {
@@ -358,16 +359,6 @@ async fn placed(
         }
     }
     Ok((c, index))
-}
-
-/// What the job summaries count, summed over the run's jobs.
-#[derive(Debug, Clone, Copy, Default)]
-struct Counts {
-    placed: u64,
-    running: u64,
-    complete: u64,
-    lost: u64,
-    over_count: u64,
 }
 
 /// The scheduler-only ceiling: the same placements computed in-process on a state store
@@ -591,7 +582,7 @@ pub async fn run(
             }
         }
         let asked = Instant::now();
-        let (counts, i) =
+        let (mut sample, i) =
             match placed(&servers[follow].api, &cfg.job_prefix, group_max, index).await {
                 Ok(v) => v,
                 Err(e) => {
@@ -603,21 +594,14 @@ pub async fn run(
                 }
             };
         index = i;
-        let Counts {
+        sample.t = t0.elapsed().as_secs_f64();
+        samples.push(sample);
+        let Sample {
             placed: n,
             running,
             complete,
-            lost,
-            over_count,
-        } = counts;
-        samples.push(Sample {
-            t: t0.elapsed().as_secs_f64(),
-            placed: n,
-            running,
-            complete,
-            lost,
-            over_count,
-        });
+            ..
+        } = sample;
         let pause =
             ((asked.elapsed() * 4).min(Duration::from_millis(250))).saturating_sub(asked.elapsed());
         if n >= want && placed_at.is_none() {
