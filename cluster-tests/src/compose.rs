@@ -501,6 +501,29 @@ impl ComposeCluster {
         }
     }
 
+    /// Every service's whole log into a directory that is kept (with
+    /// `TEAMSTER_KEEP_CLUSTER_DIR=1`), named on stderr.
+    fn save_logs(&self) {
+        let Ok(dir) = tempfile::Builder::new()
+            .prefix(&format!("{}-logs-", self.project))
+            .tempdir()
+        else {
+            return;
+        };
+        let dir = dir.keep();
+        for s in self.servers.iter().chain(&self.clients) {
+            if let Ok(out) = std::process::Command::new("docker")
+                .args(["logs", &s.container])
+                .output()
+            {
+                let mut text = out.stdout;
+                text.extend_from_slice(&out.stderr);
+                let _ = std::fs::write(dir.join(format!("{}.log", s.name)), text);
+            }
+        }
+        eprintln!("compose: every service's log kept in {}", dir.display());
+    }
+
     fn teardown(&mut self) {
         if self.down {
             return;
@@ -530,6 +553,9 @@ impl Drop for ComposeCluster {
     fn drop(&mut self) {
         if std::thread::panicking() {
             self.dump_logs(80);
+            if crate::process::keep_dirs() {
+                self.save_logs();
+            }
         }
         self.teardown();
     }

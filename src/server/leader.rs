@@ -5,8 +5,9 @@
 //! `revoke` never overlap, and after each one the loop re-reads the role, so a flap (win, lose,
 //! win) always ends with exactly one consistent set of duties — established iff leader.
 //!
-//! The barrier (`ensure_linearizable`) guarantees that everything committed by earlier
-//! leaders is applied to the local state before any duty reads it.
+//! The barrier (an empty entry written and applied, as Nomad's `raft.Barrier`) guarantees
+//! that everything in the log before it, earlier leaders' entries and this leader's own from
+//! before a restart, is committed and applied to the local state before any duty reads it.
 //!
 //! Establishing, in order (ARCHITECTURE.md §4): write the cluster metadata if the cluster has
 //! none yet; then every [`LeaderDuty`] in registration order. Revoking runs the duties'
@@ -140,7 +141,18 @@ async fn establish(
     rng: &RngSource,
 ) -> Result<(), String> {
     let started = tokio::time::Instant::now();
-    match tokio::time::timeout(BARRIER_TIMEOUT, node.raft().ensure_linearizable()).await {
+    // An entry of its own, committed and applied: every entry before it in the log is then
+    // committed and applied too. `ensure_linearizable` alone is not enough: a leader that
+    // restarts takes its leadership back in the same term (openraft restores it at once,
+    // without a new first entry), and entries it had appended before stopping are committed
+    // only later, after duties read the state (the broker would restore an evaluation whose
+    // plan, with its final state, is about to commit, and schedule it a second time).
+    match tokio::time::timeout(
+        BARRIER_TIMEOUT,
+        node.raft().client_write(Command::Batch(Vec::new())),
+    )
+    .await
+    {
         Ok(Ok(_)) => {}
         Ok(Err(e)) => return Err(format!("barrier: {e}")),
         Err(_) => return Err("barrier timed out".into()),
