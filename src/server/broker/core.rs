@@ -75,6 +75,10 @@ enum NackTimer {
     Running(TimerKey),
     /// Stopped while the eval's plan sits in the plan queue.
     Paused,
+    /// Paused, and the worker nacked meanwhile: the nack takes effect when the plan is back
+    /// ([`EvalBrokerCore::resume_nack_timeout`]), so the eval is not scheduled again while a plan
+    /// of its last delivery may still commit.
+    PausedNacked,
 }
 
 /// One outstanding delivery.
@@ -639,13 +643,30 @@ impl EvalBrokerCore {
 
     /// Negatively acknowledges a delivery: the worker could not process the eval. It keeps
     /// its job's slot and is re-enqueued after the nack delay, or moved to `_failed` if this
-    /// was its last allowed delivery. An eval parked under this token is dropped.
+    /// was its last allowed delivery. An eval parked under this token is dropped. While the
+    /// delivery's plan is in the plan queue (its timer paused) the nack waits for the plan.
     pub fn nack(&mut self, eval_id: &EvalId, token: &str, now: Instant) -> Result<(), BrokerError> {
         self.ensure_enabled()?;
+        self.advance(now);
+        if matches!(
+            self.outstanding_timer(eval_id, token),
+            Ok(NackTimer::Paused)
+        ) {
+            // Its plan is still in the plan queue (the worker gave up waiting for it, or is
+            // stopping): deliver the eval again only once that plan committed or failed.
+            if let Some(unack) = self.unacked_mut(eval_id) {
+                unack.timer = NackTimer::PausedNacked;
+            }
+            return Ok(());
+        }
+        self.nack_now(eval_id, token, now)
+    }
+
+    /// [`EvalBrokerCore::nack`] without waiting for a plan: timers are already advanced.
+    fn nack_now(&mut self, eval_id: &EvalId, token: &str, now: Instant) -> Result<(), BrokerError> {
         if !self.requeue.is_empty() {
             self.requeue.remove(token);
         }
-        self.advance(now);
         let (deliveries, unack) = self.take_delivery(eval_id, token, false, false)?;
         self.nack_delivery(unack, deliveries, now);
         Ok(())
@@ -721,6 +742,10 @@ impl EvalBrokerCore {
         token: &str,
         now: Instant,
     ) -> Result<(), BrokerError> {
+        if self.outstanding_timer(eval_id, token).ok() == Some(NackTimer::PausedNacked) {
+            self.advance(now);
+            return self.nack_now(eval_id, token, now);
+        }
         self.stop_nack_timer(eval_id, token, now)?;
         self.start_nack_timer(eval_id, now);
         Ok(())
@@ -741,7 +766,7 @@ impl EvalBrokerCore {
                 self.timers.remove(&key);
                 Ok(true)
             }
-            NackTimer::Paused => Ok(false),
+            NackTimer::Paused | NackTimer::PausedNacked => Ok(false),
         }
     }
 

@@ -635,6 +635,39 @@ fn outstanding_reset_pause_and_resume_move_the_nack_deadline() {
 }
 
 #[test]
+fn a_nack_while_the_plan_is_queued_waits_for_the_plan() {
+    // A worker that stops (or gives up) while its plan sits in the plan queue nacks; the
+    // eval must not go to another worker before that plan committed or failed, or the two
+    // could place the same allocations twice.
+    let mut core = core();
+    let t0 = Instant::now();
+    core.enqueue(eval("e", "web", 50, 1), t0, 0).unwrap();
+    let (e, token) = core.dequeue(SERVICE, t0).unwrap().unwrap();
+    core.pause_nack_timeout(&e.id, &token, t0).unwrap();
+    core.nack(&e.id, &token, t0).unwrap();
+    assert!(
+        core.dequeue(SERVICE, t0 + secs(100)).unwrap().is_none(),
+        "delivered again while its plan was queued"
+    );
+    assert_eq!(core.stats().total_unacked, 1);
+    // A second pause (a retried submission) keeps the nack.
+    core.pause_nack_timeout(&e.id, &token, t0 + secs(100))
+        .unwrap();
+    // The plan is back: the nack takes effect (with its re-enqueue delay).
+    core.resume_nack_timeout(&e.id, &token, t0 + secs(100))
+        .unwrap();
+    assert_eq!(core.stats().total_unacked, 0);
+    assert!(core.dequeue(SERVICE, t0 + secs(100)).unwrap().is_none());
+    core.advance(t0 + secs(101));
+    let (again, token2) = core.dequeue(SERVICE, t0 + secs(101)).unwrap().unwrap();
+    assert_eq!(again.id, e.id);
+    assert_ne!(token2, token);
+    // Without a plan in the queue a nack is at once.
+    core.nack(&again.id, &token2, t0 + secs(101)).unwrap();
+    assert_eq!(core.stats().total_unacked, 0);
+}
+
+#[test]
 fn effects_report_wake_ups_and_only_earlier_timers() {
     let mut core = core();
     let t0 = Instant::now();

@@ -1,6 +1,7 @@
 //! `Plan.Submit` on the leader: the eval's nack timer is paused while its plan waits in the
-//! plan queue (the token is checked by the pause), the plan is queued, and the applier's
-//! result comes back with `AllocIndex` (and `RefreshIndex` when nodes were rejected).
+//! plan queue (the token is checked by the pause; a nack meanwhile waits for the plan), the
+//! plan is queued, and the applier's result comes back with `AllocIndex` (and `RefreshIndex`
+//! when nodes were rejected).
 
 use teamster_storage::model::{Plan, PlanResult};
 
@@ -10,7 +11,7 @@ use crate::server::plan::PlanQueueError;
 
 /// Queues `plan` and waits for the applier's answer.
 pub async fn submit(ep: &Endpoints, plan: Plan) -> Result<Box<PlanResult>, ServiceError> {
-    let broker = ep.broker();
+    let broker = ep.broker().clone();
     let eval_id = plan.eval_id.clone();
     let token = plan.eval_token.clone();
     // The token proves the delivery of `EvalID` only: the state written with the plan must
@@ -29,16 +30,26 @@ pub async fn submit(ep: &Endpoints, plan: Plan) -> Result<Box<PlanResult>, Servi
     broker
         .pause_nack_timeout(&eval_id, &token)
         .map_err(broker_error)?;
-    let outcome = match ep.plans().enqueue(plan) {
-        Ok(rx) => match rx.await {
-            Ok(r) => r.map_err(plan_error),
-            Err(_) => Err(plan_error(PlanQueueError::Flushed)),
-        },
-        Err(e) => Err(plan_error(e)),
-    };
-    // The delivery may be gone (leadership lost): nothing to resume then.
-    let _ = broker.resume_nack_timeout(&eval_id, &token);
-    outcome.map(Box::new)
+    let queued = ep.plans().enqueue(plan);
+    // The timer resumes (and a nack sent meanwhile takes effect) when the plan is back, even
+    // if the caller is gone by then: a forwarded call whose connection closes is dropped,
+    // which would leave the delivery paused for good.
+    let waiting = tokio::spawn(async move {
+        let outcome = match queued {
+            Ok(rx) => match rx.await {
+                Ok(r) => r.map_err(plan_error),
+                Err(_) => Err(plan_error(PlanQueueError::Flushed)),
+            },
+            Err(e) => Err(plan_error(e)),
+        };
+        // The delivery may be gone (leadership lost): nothing to resume then.
+        let _ = broker.resume_nack_timeout(&eval_id, &token);
+        outcome
+    });
+    match waiting.await {
+        Ok(outcome) => outcome.map(Box::new),
+        Err(_) => Err(plan_error(PlanQueueError::Flushed)),
+    }
 }
 
 /// `Plan.SubmitBatch`: every plan queued at once (so the applier evaluates them back to back

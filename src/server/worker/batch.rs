@@ -14,8 +14,10 @@
 //!      plan is written by Eval.Update)
 //!  the rest, one at a time, on the ordinary path:
 //!      evals that created or reblocked evaluations, planned twice or failed (speculation
-//!      keeps nothing of them), and evals whose real plan came back partial or failed (they
-//!      wait for the commit's index first, so they see what was placed)
+//!      keeps nothing of them), and evals whose real plan came back partial (they wait for
+//!      the commit's index first, so they see what was placed)
+//!  evals whose plan's submission failed are nacked: the plan may still commit, and the
+//!      broker delivers the eval again only once it is back from the plan queue
 //! ```
 //!
 //! Speculation is sound because the applier re-checks every plan against the latest state
@@ -35,7 +37,7 @@ use tracing::{debug, warn, Instrument};
 
 use super::runner::Runner;
 use super::{Backoff, SchedulerFactory, WorkerError, WorkloadStatus};
-use crate::rpc::DequeuedEval;
+use crate::rpc::{DequeuedEval, ServiceError};
 use crate::scheduler::verify::PlanEvaluation;
 use crate::scheduler::{Planner, ReadyNodesCache, SchedulerEnv, SchedulerError, SchedulerSettings};
 
@@ -169,6 +171,10 @@ enum Committed {
     Done(u64),
     /// To be scheduled again on its own, on a state at or after this index.
     Again(u64),
+    /// Its plan's submission failed without an answer to trust: the plan may still commit.
+    /// Nacked, not scheduled again here: the broker delivers it again once that plan is back
+    /// from the plan queue, on a state that shows what it committed.
+    Unknown,
 }
 
 impl Runner {
@@ -238,6 +244,11 @@ impl Runner {
                     metrics::counter!("teamster_worker_batch_evals_total", "outcome" => "again")
                         .increment(1);
                     alone.push((d, index));
+                }
+                Committed::Unknown => {
+                    metrics::counter!("teamster_worker_batch_evals_total", "outcome" => "nack")
+                        .increment(1);
+                    self.nack(d.eval.id, d.token).await;
                 }
             }
         }
@@ -353,15 +364,27 @@ impl Runner {
                                 );
                                 Committed::Again(r.refresh_index.max(r.alloc_index))
                             }
-                            Err(e) => {
-                                debug!(%eval_id, error = %e, "speculative plan failed; scheduling the evaluation again");
+                            // Refused before the applier took it: nothing committed.
+                            Err(
+                                e @ (ServiceError::Rejected { .. }
+                                | ServiceError::Invalid { .. }
+                                | ServiceError::NotFound { .. }),
+                            ) => {
+                                debug!(%eval_id, error = %e, "speculative plan refused; scheduling the evaluation again");
                                 Committed::Again(0)
+                            }
+                            Err(e) => {
+                                debug!(%eval_id, error = %e, "speculative plan failed; nacking the evaluation");
+                                Committed::Unknown
                             }
                         };
                     }
                 }
                 Err(e) => {
-                    debug!(error = %e, "submitting a batch of plans failed; scheduling them again")
+                    debug!(error = %e, "submitting a batch of plans failed; nacking their evaluations");
+                    for &i in &planned {
+                        outcomes[i] = Committed::Unknown;
+                    }
                 }
             }
         }

@@ -900,6 +900,48 @@ async fn a_batch_is_planned_on_one_snapshot_and_a_failed_plan_is_scheduled_again
     w.join().await;
 }
 
+#[tokio::test(start_paused = true)]
+async fn a_batched_plan_without_a_trusted_answer_is_nacked_not_planned_again() {
+    // The leader failed while committing (its answer says nothing of the commit): planning
+    // again here on this worker's state could place the allocations twice, so the
+    // evaluation is nacked; the broker delivers it again once the plan is back.
+    let mut s = setup_with(Some(Arc::new(PlanAndComplete)));
+    s.state.advance_index(9);
+    s.leader
+        .batching
+        .store(true, std::sync::atomic::Ordering::SeqCst);
+    s.leader
+        .plan_failures
+        .lock()
+        .unwrap()
+        .push_back(ServiceError::Internal {
+            reason: "leadership lost while committing log".into(),
+        });
+    for (id, index) in [("e1", 3), ("e2", 9)] {
+        s.leader.push(id, index);
+    }
+    let w = Worker::start(s.ctx.clone(), all(), 13);
+    let mut plans = 0;
+    let mut acks = Vec::new();
+    let mut nacks = Vec::new();
+    while acks.len() + nacks.len() < 2 {
+        match next_outcome(&mut s.events).await {
+            Event::Plan(..) => plans += 1,
+            Event::Update(_) => {}
+            Event::Ack(id) => acks.push(id.to_string()),
+            Event::Nack(id) => nacks.push(id.to_string()),
+            other => panic!("unexpected {other:?}"),
+        }
+    }
+    // The fake leader logs accepted plans only: the failed one was not planned again.
+    assert_eq!(plans, 1, "a plan submitted again");
+    assert_eq!(acks.len(), 1, "{acks:?}");
+    assert_eq!(nacks.len(), 1, "{nacks:?}");
+    assert_ne!(acks, nacks);
+    s.ctx.shutdown.cancel();
+    w.join().await;
+}
+
 #[test]
 fn speculation_gives_each_evaluation_the_capacity_left_by_those_before_it() {
     use super::batch::{speculate, Speculation};
