@@ -345,6 +345,44 @@ impl ProcessCluster {
         }
     }
 
+    /// SIGTERM server `i` without waiting (see [`ProcessCluster::wait_stopped`]).
+    pub fn terminate(&mut self, i: usize) -> anyhow::Result<()> {
+        let c = self.servers[i]
+            .child
+            .as_ref()
+            .with_context(|| format!("{} is not running", self.servers[i].name))?;
+        signal(c, libc::SIGTERM)
+    }
+
+    /// Wait (without blocking the runtime) until server `i` has exited cleanly; fails if it
+    /// exits with an error or is still running after `timeout` (then it is killed).
+    pub async fn wait_stopped(&mut self, i: usize, timeout: Duration) -> anyhow::Result<()> {
+        let name = self.servers[i].name.clone();
+        let Some(mut c) = self.servers[i].child.take() else {
+            return Ok(());
+        };
+        let deadline = Instant::now() + timeout;
+        loop {
+            if let Some(status) = c.try_wait()? {
+                if !status.success() {
+                    bail!("{name} exited with {status}");
+                }
+                return Ok(());
+            }
+            if Instant::now() > deadline {
+                let _ = c.kill();
+                let _ = c.wait();
+                bail!("{name} did not stop within {timeout:?}");
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
+    /// Start server `i` again after [`ProcessCluster::wait_stopped`] (same config and data).
+    pub fn start_again(&mut self, i: usize) -> anyhow::Result<()> {
+        self.spawn(i)
+    }
+
     /// SIGSTOP (`pause = true`) or SIGCONT server `i`.
     pub fn pause(&mut self, i: usize, pause: bool) -> anyhow::Result<()> {
         let c = self.servers[i]

@@ -97,6 +97,12 @@ pub struct AgentConfig {
     pub tls: TlsConfig,
     /// ACL enforcement (every server and client of a cluster must agree).
     pub acl: AclConfig,
+    /// On SIGTERM, a server leaves the raft configuration after handing over any leadership
+    /// (Nomad's `leave_on_terminate`): the others stop counting it in their quorum. A client
+    /// agent has nothing to leave.
+    pub leave_on_terminate: bool,
+    /// The same on SIGINT (Nomad's `leave_on_interrupt`).
+    pub leave_on_interrupt: bool,
 }
 
 /// The `[tls]` section: mutual TLS on the RPC port, HTTPS on the API port, with Nomad's
@@ -221,6 +227,8 @@ impl Default for AgentConfig {
             client: ClientConfig::default(),
             tls: TlsConfig::default(),
             acl: AclConfig::default(),
+            leave_on_terminate: false,
+            leave_on_interrupt: false,
         }
     }
 }

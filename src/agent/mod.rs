@@ -311,15 +311,31 @@ impl Agent {
         let mut term = signal(SignalKind::terminate()).map_err(AgentError::Signals)?;
         let mut int = signal(SignalKind::interrupt()).map_err(AgentError::Signals)?;
         let mut hup = signal(SignalKind::hangup()).map_err(AgentError::Signals)?;
-        loop {
+        let leave = loop {
             tokio::select! {
-                _ = term.recv() => { info!("SIGTERM received, shutting down"); break }
-                _ = int.recv() => { info!("SIGINT received, shutting down"); break }
+                _ = term.recv() => {
+                    info!("SIGTERM received, shutting down");
+                    break self.config.leave_on_terminate;
+                }
+                _ = int.recv() => {
+                    info!("SIGINT received, shutting down");
+                    break self.config.leave_on_interrupt;
+                }
                 _ = hup.recv() => self.reload(),
             }
+        };
+        self.stop_gracefully(leave).await;
+        Ok(())
+    }
+
+    /// Stop as on a signal: a leading server first hands leadership over and, with `leave`,
+    /// the server leaves the raft configuration (while the HTTP API still forwards what
+    /// arrives); then everything stops ([`Agent::shutdown`]).
+    pub async fn stop_gracefully(self, leave: bool) {
+        if let Some(server) = &self.server {
+            server.prepare_stop(leave).await;
         }
         self.shutdown().await;
-        Ok(())
     }
 
     /// Set how SIGHUP re-reads the configuration.

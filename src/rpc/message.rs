@@ -71,6 +71,9 @@ pub enum RpcRequest {
     /// Appended: a call of the service layer with the caller's credential (a client agent's
     /// node secret, or an ACL token's secret), checked when ACLs are on.
     AuthService(AuthedService),
+    /// Appended: leadership transfer, leader → the follower it hands over to (Raft's
+    /// `TimeoutNow`): start an election at once, without waiting for the election timeout.
+    TimeoutNow,
 }
 
 /// A service call and the credential it is made with.
@@ -103,6 +106,7 @@ impl RpcRequest {
             RpcRequest::ReadIndex => "Status.ReadIndex",
             RpcRequest::Service(call) => call.method().name,
             RpcRequest::AuthService(authed) => authed.call.method().name,
+            RpcRequest::TimeoutNow => "Raft.TimeoutNow",
         }
     }
 
@@ -116,7 +120,8 @@ impl RpcRequest {
             RpcRequest::AppendEntries(_)
             | RpcRequest::Vote(_)
             | RpcRequest::InstallSnapshot(_)
-            | RpcRequest::ReadIndex => true,
+            | RpcRequest::ReadIndex
+            | RpcRequest::TimeoutNow => true,
             RpcRequest::Ping
             | RpcRequest::ServerInfo
             | RpcRequest::Service(_)
@@ -133,6 +138,7 @@ impl RpcRequest {
             | RpcRequest::Ping
             | RpcRequest::ServerInfo
             | RpcRequest::ReadIndex
+            | RpcRequest::TimeoutNow
             | RpcRequest::Service(_)
             | RpcRequest::AuthService(_) => Lane::Control,
         }
@@ -162,6 +168,8 @@ pub enum RpcResponse {
     ReadIndex(Result<u64, ServiceError>),
     /// The service call's answer, or why it was not served.
     Service(Result<ServiceResponse, ServiceError>),
+    /// Appended: whether the follower started an election, or why not.
+    TimeoutNow(Result<(), ServiceError>),
 }
 
 /// What a server says about itself when asked during formation.
@@ -190,6 +198,7 @@ impl RpcResponse {
             RpcResponse::ReadIndex(_) => "Status.ReadIndex",
             RpcResponse::Service(Ok(answer)) => answer.name(),
             RpcResponse::Service(Err(_)) => "Service",
+            RpcResponse::TimeoutNow(_) => "Raft.TimeoutNow",
         }
     }
 

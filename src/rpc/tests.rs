@@ -159,9 +159,11 @@ impl Canned {
                 })))
             }
             RpcRequest::Ping => Err(RpcError::Remote("Ping reached the handler".into())),
-            RpcRequest::ServerInfo | RpcRequest::ReadIndex => Err(RpcError::Unsupported {
-                kind: req_kind.into(),
-            }),
+            RpcRequest::ServerInfo | RpcRequest::ReadIndex | RpcRequest::TimeoutNow => {
+                Err(RpcError::Unsupported {
+                    kind: req_kind.into(),
+                })
+            }
         }
     }
 

@@ -189,6 +189,9 @@ pub struct RaftTiming {
     #[serde(with = "duration_str")]
     pub heartbeat_interval: Duration,
     /// The shortest election timeout; each election waits a random time in [min, 2 × min).
+    /// A follower that hears from no leader stands after 3× to 4× this (openraft adds the
+    /// old leader's lease, the upper bound, before the random wait): `400ms` puts a crashed
+    /// leader's successor at 1.2–1.6 s.
     #[serde(with = "duration_str")]
     pub election_timeout: Duration,
     /// Timeout for sending (and installing) the last snapshot chunk.
@@ -211,18 +214,24 @@ pub struct RaftTiming {
     /// quorum), so it may exceed the election timeout where followers answer slowly.
     #[serde(with = "duration_str")]
     pub leader_lease_timeout: Duration,
+    /// How long a leader that is stopping (SIGTERM, SIGINT) tries to hand leadership to an
+    /// up-to-date voter before it stops anyway (`5s`; `0s`: it does not try, the others
+    /// elect after their election timeout).
+    #[serde(with = "duration_str")]
+    pub leadership_transfer_timeout: Duration,
 }
 
 impl Default for RaftTiming {
     fn default() -> Self {
         RaftTiming {
-            heartbeat_interval: Duration::from_millis(200),
-            election_timeout: Duration::from_millis(1000),
+            heartbeat_interval: Duration::from_millis(150),
+            election_timeout: Duration::from_millis(400),
             install_snapshot_timeout: Duration::from_secs(30),
             snapshot_threshold: 8192,
             trailing_logs: 2048,
             max_append_entries: 64,
             leader_lease_timeout: Duration::from_secs(1),
+            leadership_transfer_timeout: Duration::from_secs(5),
         }
     }
 }
@@ -595,7 +604,7 @@ mod tests {
             "server.raft.snapshot_threshold"
         );
         c.raft = RaftTiming {
-            leader_lease_timeout: Duration::from_millis(200),
+            leader_lease_timeout: Duration::from_millis(100),
             ..RaftTiming::default()
         };
         assert_eq!(

@@ -11,6 +11,7 @@
 //! - [`raft`]: the raft node, local writes (batched; never forwarded), membership changes.
 //! - [`write_batcher`]: group commit of concurrent writes into one entry.
 //! - [`formation`]: `bootstrap_expect` and `join`.
+//! - [`handover`]: a stopping leader hands leadership to an up-to-date voter.
 //! - [`leader`]: the leadership monitor.
 //! - [`leader_service`]: the shell the leader-only subsystems share: the tasks each runs
 //!   while this server leads, the deadline loop of a sans-IO core, the periodic ticker.
@@ -41,6 +42,7 @@ pub mod drainer;
 pub mod endpoints;
 pub mod evals;
 pub mod formation;
+pub mod handover;
 pub mod heartbeat;
 pub mod leader;
 pub mod leader_service;
@@ -110,6 +112,8 @@ pub struct Server {
     endpoints: endpoints::Endpoints,
     shutdown: CancellationToken,
     tasks: Vec<tokio::task::JoinHandle<()>>,
+    /// `server.raft.leadership_transfer_timeout`.
+    transfer_timeout: std::time::Duration,
 }
 
 /// Where a server role runs: everything it needs from the agent besides its `[server]`
@@ -294,6 +298,7 @@ impl Server {
             endpoints,
             shutdown,
             tasks,
+            transfer_timeout: config.raft.leadership_transfer_timeout,
         })
     }
 
@@ -315,6 +320,32 @@ impl Server {
     /// The service layer: every call the server accepts (the HTTP API calls it in process).
     pub fn endpoints(&self) -> &endpoints::Endpoints {
         &self.endpoints
+    }
+
+    /// Before the agent stops on a signal, while its API still forwards: a leader hands
+    /// leadership to an up-to-date voter (within `server.raft.leadership_transfer_timeout`),
+    /// and with `leave` the server removes itself from the raft configuration (Nomad's
+    /// `leave_on_terminate`), so the others stop counting it in their quorum.
+    pub async fn prepare_stop(&self, leave: bool) {
+        if !self.transfer_timeout.is_zero() && self.node.is_leader() {
+            // Its outcome is logged; the server stops either way.
+            let _ = handover::hand_over(&self.node, self.transfer_timeout).await;
+        }
+        if leave {
+            let me = self.node.id();
+            info!(server_id = me, "leaving the raft configuration");
+            let call = crate::rpc::ServiceRequest::OperatorRaftRemovePeer(
+                crate::rpc::service::operator::RaftRemovePeerRequest::Id(me),
+            );
+            match self.endpoints.call(endpoints::Origin::Local, call).await {
+                Ok(_) => info!(server_id = me, "left the raft configuration"),
+                Err(e) => tracing::warn!(
+                    server_id = me,
+                    error = %e,
+                    "could not leave the raft configuration"
+                ),
+            }
+        }
     }
 
     /// Stop formation, revoke leadership, stop the workers (nacking what they hold), the RPC

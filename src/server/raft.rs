@@ -12,6 +12,7 @@
 
 use std::collections::BTreeSet;
 use std::path::Path;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -117,6 +118,27 @@ pub struct RaftNode {
     lease: watch::Receiver<Lease>,
     /// Stops the lease monitor.
     lease_stop: CancellationToken,
+    /// Set while leadership is handed over ([`crate::server::handover`]): writes are
+    /// refused as on a follower.
+    handing_over: AtomicBool,
+    /// Writes between the leadership check and their answer.
+    writes_in_flight: AtomicUsize,
+}
+
+/// One write counted in [`RaftNode::writes_in_flight`] until dropped.
+struct InFlight<'a>(&'a AtomicUsize);
+
+impl<'a> InFlight<'a> {
+    fn count(n: &'a AtomicUsize) -> InFlight<'a> {
+        n.fetch_add(1, Ordering::SeqCst);
+        InFlight(n)
+    }
+}
+
+impl Drop for InFlight<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::SeqCst);
+    }
 }
 
 struct RaftProposer {
@@ -197,6 +219,8 @@ impl RaftNode {
             hold: config.rpc_hold_timeout,
             log_stats,
             membership_lock: tokio::sync::Mutex::new(()),
+            handing_over: AtomicBool::new(false),
+            writes_in_flight: AtomicUsize::new(0),
         }))
     }
 
@@ -301,6 +325,11 @@ impl RaftNode {
     /// entry); never forwards: a call that must reach the leader is forwarded whole by the
     /// service layer.
     pub async fn write_local(&self, cmd: Command) -> Result<Applied, WriteError> {
+        let _counted = InFlight::count(&self.writes_in_flight);
+        if self.handing_over.load(Ordering::SeqCst) {
+            // Retried by the caller on the successor, like any write sent to a follower.
+            return Err(WriteError::NotLeader { leader: None });
+        }
         if !self.is_leader() {
             return Err(WriteError::NotLeader {
                 leader: self.leader(),
@@ -316,6 +345,16 @@ impl RaftNode {
             // rather than hang; it may still commit if the quorum comes back.
             _ = lease.wait_for(|l| *l == Lease::Lost) => Err(WriteError::LeadershipLost),
         }
+    }
+
+    /// Refuse (`true`) or take again (`false`) writes while leadership is handed over.
+    pub(crate) fn set_handing_over(&self, on: bool) {
+        self.handing_over.store(on, Ordering::SeqCst);
+    }
+
+    /// Writes that passed the leadership check and are not answered yet.
+    pub(crate) fn writes_in_flight(&self) -> usize {
+        self.writes_in_flight.load(Ordering::SeqCst)
     }
 
     /// On the leader: confirm leadership with a quorum and return the index every earlier

@@ -35,7 +35,8 @@ pub fn allowed(req: &RpcRequest) -> Allowed {
         | RpcRequest::Vote(_)
         | RpcRequest::InstallSnapshot(_)
         | RpcRequest::ServerInfo
-        | RpcRequest::ReadIndex => Allowed::Servers,
+        | RpcRequest::ReadIndex
+        | RpcRequest::TimeoutNow => Allowed::Servers,
         RpcRequest::Ping => Allowed::ClientsAndServers,
         RpcRequest::Service(call) => service_allowed(call),
         RpcRequest::AuthService(authed) => service_allowed(&authed.call),
@@ -153,6 +154,7 @@ mod tests {
         assert!(permit(&vote(), 0, client).is_err());
         assert!(permit(&RpcRequest::ServerInfo, 0, client).is_err());
         assert!(permit(&RpcRequest::ReadIndex, 0, client).is_err());
+        assert!(permit(&RpcRequest::TimeoutNow, 0, client).is_err());
         let join = RpcRequest::Service(ServiceRequest::OperatorRaftJoin(RaftJoinRequest {
             id: 9,
             addr: Default::default(),

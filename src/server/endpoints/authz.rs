@@ -20,6 +20,8 @@
 //! - `Node.Register`, `ACL.ResolveToken`, `ACL.Bootstrap` (once only, then refused) and
 //!   `Operator.RaftJoin` are open. Without mutual TLS an open join lets anyone become a raft
 //!   member (and read the replicated state), as Nomad's serf join does without a gossip key.
+//!   A member removing itself (`Operator.RaftRemovePeer` of its own id, sent by a server
+//!   with `leave_on_terminate`) is taken on its word in the same way.
 //!
 //! Calls made in process (the HTTP API, which checked the route; the workers) are not checked
 //! here.
@@ -29,6 +31,7 @@ use teamster_storage::state::Snapshot;
 use super::acl::denied;
 use super::{Endpoints, Origin};
 use crate::acl::{Capability as C, Need};
+use crate::rpc::service::operator::RaftRemovePeerRequest;
 use crate::rpc::{ServiceError, ServiceRequest};
 use crate::server::acl::AclError;
 
@@ -188,6 +191,17 @@ pub fn authorize(
 ) -> Result<(), ServiceError> {
     let permission_denied = || denied(AclError::PermissionDenied);
     let token = token.filter(|t| !t.is_empty());
+    // A server leaving (`leave_on_terminate`) removes itself on its member word, as it
+    // joined on it.
+    if let (
+        Origin::Server(from),
+        ServiceRequest::OperatorRaftRemovePeer(RaftRemovePeerRequest::Id(id)),
+    ) = (origin, call)
+    {
+        if from == *id {
+            return Ok(());
+        }
+    }
     let snap = ep.node().state().snapshot();
     match needs(&snap, call) {
         Needs::Open => Ok(()),

@@ -516,6 +516,9 @@ impl RpcHandler for ServerRpc {
                 RpcRequest::ReadIndex => {
                     RpcResponse::ReadIndex(node.leader_read_index().await.map_err(node_error))
                 }
+                RpcRequest::TimeoutNow => RpcResponse::TimeoutNow(
+                    crate::server::handover::on_timeout_now(&node, ctx.from).await,
+                ),
                 // Answered above; kept here so the match stays exhaustive.
                 other @ (RpcRequest::Service(_) | RpcRequest::AuthService(_)) => {
                     return Err(RpcError::Unsupported {
