@@ -182,16 +182,20 @@ fn compose_file() -> PathBuf {
     repo_root().join("deploy/docker-compose.yml")
 }
 
-/// The checked-in config with `extra` lines inserted at the top of `[table]`.
+/// The checked-in config with `extra` lines inserted at the top of `[table]` (a table the
+/// file does not have is added at its end).
 fn with_lines(text: &str, table: &str, extra: &str) -> anyhow::Result<String> {
     if extra.trim().is_empty() {
         return Ok(text.to_string());
     }
     let header = format!("[{table}]\n");
-    let at = text
-        .find(&header)
-        .with_context(|| format!("the config has no [{table}] table"))?
-        + header.len();
+    let Some(at) = text.find(&header).map(|at| at + header.len()) else {
+        return Ok(format!(
+            "{}\n\n{header}{}\n",
+            text.trim_end(),
+            extra.trim_end()
+        ));
+    };
     Ok(format!(
         "{}{}\n{}",
         &text[..at],
@@ -576,4 +580,24 @@ async fn run(mut cmd: tokio::process::Command) -> anyhow::Result<String> {
         );
     }
     Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::with_lines;
+
+    #[test]
+    fn extra_lines_go_at_the_top_of_their_table_or_in_a_new_one() {
+        let text = "a = 1\n\n[server]\nenabled = true\n";
+        assert_eq!(
+            with_lines(text, "server", "num_schedulers = 1").unwrap(),
+            "a = 1\n\n[server]\nnum_schedulers = 1\nenabled = true\n"
+        );
+        let added = with_lines(text, "server.raft", "snapshot_threshold = 200\n").unwrap();
+        assert_eq!(
+            added,
+            "a = 1\n\n[server]\nenabled = true\n\n[server.raft]\nsnapshot_threshold = 200\n"
+        );
+        assert_eq!(with_lines(text, "server", "  ").unwrap(), text);
+    }
 }

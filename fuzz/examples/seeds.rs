@@ -30,6 +30,7 @@ fn main() -> std::io::Result<()> {
         RpcRequest::Ping,
         RpcRequest::ServerInfo,
         RpcRequest::ReadIndex,
+        RpcRequest::TimeoutNow,
         RpcRequest::Service(ServiceRequest::EvalDequeue(EvalDequeueRequest {
             schedulers: vec!["service".into(), "batch".into()],
             timeout_ms: 500,

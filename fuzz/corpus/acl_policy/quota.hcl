@@ -1,0 +1,3 @@
+quota {
+  policy = "read"
+}
