@@ -585,41 +585,67 @@ async fn sigterm_hands_leadership_over_and_a_rolling_restart_fails_no_write() ->
 }
 
 /// With `leave_on_terminate`, a server stopped with SIGTERM removes itself from the raft
-/// configuration (a leader after handing over); the two left keep a quorum of two.
+/// configuration: the leader after handing leadership over (its removal forwarded to its
+/// successor), then a follower; the one server left commits writes on its own.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn leave_on_terminate_removes_the_server_from_the_raft_configuration() -> anyhow::Result<()> {
     let mut c = ProcessCluster::start(3, ClusterOptions::default())?;
     c.wait_leader(FORMATION).await?;
-    // Restarted with the flag (at the top of its file, before the first table), the server
-    // that led stops once more, leading again or not.
-    let leaving = c.wait_leader(FORMATION).await?;
-    let path = c.servers[leaving].config_path().to_path_buf();
-    let toml = std::fs::read_to_string(&path)?;
-    std::fs::write(&path, format!("leave_on_terminate = true\n{toml}"))?;
-    c.restart(leaving)?;
-    c.wait_leader(FORMATION).await?;
-    let stayed: Vec<usize> = (0..3).filter(|&k| k != leaving).collect();
-    c.terminate(leaving)?;
-    c.wait_stopped(leaving, Duration::from_secs(30)).await?;
-    let rpc = c.servers[leaving].rpc_addr();
-    wait_for(
-        Duration::from_secs(20),
-        "the raft configuration without it",
-        || {
-            let api = c.servers[stayed[0]].api();
-            let rpc = rpc.clone();
-            async move {
-                let v: Value = api.get("/v1/operator/raft/configuration").await.ok()?;
-                let servers = v["Servers"].as_array()?;
-                (servers.len() == 2 && servers.iter().all(|s| s["Address"] != rpc.as_str()))
-                    .then_some(())
-            }
-        },
-    )
-    .await?;
-    // The two left commit writes on their own.
-    let leader = agreed_leader(&c, &stayed, FORMATION).await?;
-    register(&c.servers[leader].api(), small_job("after-leave")).await?;
+    // Every server restarted with the flag (at the top of its file, before the first table).
+    for i in 0..3 {
+        let path = c.servers[i].config_path().to_path_buf();
+        let toml = std::fs::read_to_string(&path)?;
+        std::fs::write(&path, format!("leave_on_terminate = true\n{toml}"))?;
+        c.restart(i)?;
+        c.wait_leader(FORMATION).await?;
+    }
+    let mut left = vec![0, 1, 2];
+    for round in ["leader", "follower"] {
+        let leader = c.wait_leader(FORMATION).await?;
+        let leaving = if round == "leader" {
+            leader
+        } else {
+            *left.iter().find(|&&k| k != leader).unwrap()
+        };
+        left.retain(|&k| k != leaving);
+        c.terminate(leaving)?;
+        c.wait_stopped(leaving, Duration::from_secs(30)).await?;
+        let rpc = c.servers[leaving].rpc_addr();
+        let api = c.servers[left[0]].api();
+        let want = left.len();
+        wait_for(
+            Duration::from_secs(20),
+            &format!("the raft configuration without the {round}"),
+            || {
+                let api = api.clone();
+                let rpc = rpc.clone();
+                async move {
+                    let v: Value = api.get("/v1/operator/raft/configuration").await.ok()?;
+                    let servers = v["Servers"].as_array()?;
+                    (servers.len() == want && servers.iter().all(|s| s["Address"] != rpc.as_str()))
+                        .then_some(())
+                }
+            },
+        )
+        .await?;
+        let log = std::fs::read_to_string(c.servers[leaving].log_path())?;
+        assert!(
+            log.contains("left the raft configuration"),
+            "{round}: no leave logged"
+        );
+        if round == "leader" {
+            assert!(
+                log.contains("leadership handed over"),
+                "the leader did not hand over"
+            );
+        }
+        let leader = agreed_leader(&c, &left, FORMATION).await?;
+        register(
+            &c.servers[leader].api(),
+            small_job(&format!("after-{round}")),
+        )
+        .await?;
+    }
     Ok(())
 }
 

@@ -108,9 +108,12 @@ pub async fn hand_over(node: &RaftNode, timeout: Duration) -> Result<ServerId, H
 async fn transfer(node: &RaftNode, deadline: Instant) -> Result<ServerId, HandOverError> {
     let me = node.id();
     let mut tried = BTreeSet::new();
+    // First the own lease (nothing grows the log meanwhile but membership changes, refused
+    // too), then the successor: a voter picked before a long wait could be behind by then,
+    // and a candidate the old leader refuses still deposes it.
+    wait_own_lease(node, deadline).await?;
     loop {
         let target = ready_successor(node, deadline, &tried).await?;
-        wait_own_lease(node, deadline).await?;
         let Some(addr) = node
             .membership()
             .servers

@@ -103,6 +103,9 @@ pub enum ServerError {
     Broker(#[from] broker::BrokerError),
 }
 
+/// How long a server stopping with `leave_on_terminate` waits for its removal to commit.
+const LEAVE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
+
 /// A running server role.
 pub struct Server {
     node: Arc<RaftNode>,
@@ -337,12 +340,27 @@ impl Server {
             let call = crate::rpc::ServiceRequest::OperatorRaftRemovePeer(
                 crate::rpc::service::operator::RaftRemovePeerRequest::Id(me),
             );
-            match self.endpoints.call(endpoints::Origin::Local, call).await {
-                Ok(_) => info!(server_id = me, "left the raft configuration"),
-                Err(e) => tracing::warn!(
+            if self.node.lease_lost() {
+                // No quorum answers: the removal could never commit.
+                tracing::warn!(
+                    server_id = me,
+                    "no quorum: not leaving the raft configuration"
+                );
+                return;
+            }
+            // Bounded: with the other servers stopping too there may be no quorum to commit it.
+            let leave = self.endpoints.call(endpoints::Origin::Local, call);
+            match tokio::time::timeout(LEAVE_TIMEOUT, leave).await {
+                Ok(Ok(_)) => info!(server_id = me, "left the raft configuration"),
+                Ok(Err(e)) => tracing::warn!(
                     server_id = me,
                     error = %e,
                     "could not leave the raft configuration"
+                ),
+                Err(_) => tracing::warn!(
+                    server_id = me,
+                    timeout = ?LEAVE_TIMEOUT,
+                    "leaving the raft configuration timed out; stopping anyway"
                 ),
             }
         }

@@ -554,7 +554,7 @@ impl RaftNode {
     }
 
     fn require_leader(&self) -> Result<(), RaftNodeError> {
-        if self.is_leader() {
+        if self.is_leader() && !self.handing_over.load(Ordering::SeqCst) {
             Ok(())
         } else {
             match self.leader() {

@@ -73,12 +73,15 @@ enum TimerKind {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum NackTimer {
     Running(TimerKey),
-    /// Stopped while the eval's plan sits in the plan queue.
-    Paused,
-    /// Paused, and the worker nacked meanwhile: the nack takes effect when the plan is back
-    /// ([`EvalBrokerCore::resume_nack_timeout`]), so the eval is not scheduled again while a plan
-    /// of its last delivery may still commit.
-    PausedNacked,
+    /// Stopped while `plans` plans of the delivery sit in the plan queue (a worker that got
+    /// no answer may submit again while the first copy still waits). With `nacked`, the
+    /// worker nacked meanwhile: the nack takes effect when the last plan is back
+    /// ([`EvalBrokerCore::resume_nack_timeout`]), so the eval is not scheduled again while a
+    /// plan of its last delivery may still commit.
+    Paused {
+        plans: u32,
+        nacked: bool,
+    },
 }
 
 /// One outstanding delivery.
@@ -648,14 +651,14 @@ impl EvalBrokerCore {
     pub fn nack(&mut self, eval_id: &EvalId, token: &str, now: Instant) -> Result<(), BrokerError> {
         self.ensure_enabled()?;
         self.advance(now);
-        if matches!(
-            self.outstanding_timer(eval_id, token),
-            Ok(NackTimer::Paused)
-        ) {
+        if let Ok(NackTimer::Paused { plans, .. }) = self.outstanding_timer(eval_id, token) {
             // Its plan is still in the plan queue (the worker gave up waiting for it, or is
             // stopping): deliver the eval again only once that plan committed or failed.
             if let Some(unack) = self.unacked_mut(eval_id) {
-                unack.timer = NackTimer::PausedNacked;
+                unack.timer = NackTimer::Paused {
+                    plans,
+                    nacked: true,
+                };
             }
             return Ok(());
         }
@@ -712,7 +715,7 @@ impl EvalBrokerCore {
         token: &str,
         now: Instant,
     ) -> Result<(), BrokerError> {
-        if self.stop_nack_timer(eval_id, token, now)? {
+        if let NackTimer::Running(_) = self.stop_nack_timer(eval_id, token, now)? {
             self.start_nack_timer(eval_id, now);
         }
         Ok(())
@@ -726,10 +729,18 @@ impl EvalBrokerCore {
         token: &str,
         now: Instant,
     ) -> Result<(), BrokerError> {
-        if self.stop_nack_timer(eval_id, token, now)? {
-            if let Some(unack) = self.unacked_mut(eval_id) {
-                unack.timer = NackTimer::Paused;
-            }
+        let paused = match self.stop_nack_timer(eval_id, token, now)? {
+            NackTimer::Running(_) => NackTimer::Paused {
+                plans: 1,
+                nacked: false,
+            },
+            NackTimer::Paused { plans, nacked } => NackTimer::Paused {
+                plans: plans + 1,
+                nacked,
+            },
+        };
+        if let Some(unack) = self.unacked_mut(eval_id) {
+            unack.timer = paused;
         }
         Ok(())
     }
@@ -742,32 +753,40 @@ impl EvalBrokerCore {
         token: &str,
         now: Instant,
     ) -> Result<(), BrokerError> {
-        if self.outstanding_timer(eval_id, token).ok() == Some(NackTimer::PausedNacked) {
-            self.advance(now);
-            return self.nack_now(eval_id, token, now);
+        match self.stop_nack_timer(eval_id, token, now)? {
+            // Another plan of the delivery is still queued.
+            NackTimer::Paused { plans, nacked } if plans > 1 => {
+                if let Some(unack) = self.unacked_mut(eval_id) {
+                    unack.timer = NackTimer::Paused {
+                        plans: plans - 1,
+                        nacked,
+                    };
+                }
+                Ok(())
+            }
+            NackTimer::Paused { nacked: true, .. } => self.nack_now(eval_id, token, now),
+            NackTimer::Paused { .. } | NackTimer::Running(_) => {
+                self.start_nack_timer(eval_id, now);
+                Ok(())
+            }
         }
-        self.stop_nack_timer(eval_id, token, now)?;
-        self.start_nack_timer(eval_id, now);
-        Ok(())
     }
 
     /// Checks the delivery (enabled, outstanding with this token, not expired at `now`) and
-    /// removes its nack timer if one runs; returns whether one did (false: it was paused).
+    /// removes its nack timer if one runs; returns the timer as it was.
     fn stop_nack_timer(
         &mut self,
         eval_id: &EvalId,
         token: &str,
         now: Instant,
-    ) -> Result<bool, BrokerError> {
+    ) -> Result<NackTimer, BrokerError> {
         self.ensure_enabled()?;
         self.advance_checking(eval_id, token, now)?;
-        match self.outstanding_timer(eval_id, token)? {
-            NackTimer::Running(key) => {
-                self.timers.remove(&key);
-                Ok(true)
-            }
-            NackTimer::Paused | NackTimer::PausedNacked => Ok(false),
+        let timer = self.outstanding_timer(eval_id, token)?;
+        if let NackTimer::Running(key) = timer {
+            self.timers.remove(&key);
         }
+        Ok(timer)
     }
 
     fn outstanding_timer(&self, eval_id: &EvalId, token: &str) -> Result<NackTimer, BrokerError> {
@@ -851,7 +870,10 @@ impl EvalBrokerCore {
             return;
         };
         // The timer entry is already gone from the map.
-        unack.timer = NackTimer::Paused;
+        unack.timer = NackTimer::Paused {
+            plans: 0,
+            nacked: false,
+        };
         if !self.requeue.is_empty() {
             self.requeue.remove(&unack.token);
         }

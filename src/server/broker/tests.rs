@@ -650,10 +650,17 @@ fn a_nack_while_the_plan_is_queued_waits_for_the_plan() {
         "delivered again while its plan was queued"
     );
     assert_eq!(core.stats().total_unacked, 1);
-    // A second pause (a retried submission) keeps the nack.
+    // A second copy of the plan (a submission retried after no answer) is queued too, and a
+    // second nack changes nothing.
     core.pause_nack_timeout(&e.id, &token, t0 + secs(100))
         .unwrap();
-    // The plan is back: the nack takes effect (with its re-enqueue delay).
+    core.nack(&e.id, &token, t0 + secs(100)).unwrap();
+    // The first copy is back: the other may still commit.
+    core.resume_nack_timeout(&e.id, &token, t0 + secs(100))
+        .unwrap();
+    assert_eq!(core.stats().total_unacked, 1);
+    assert!(core.dequeue(SERVICE, t0 + secs(200)).unwrap().is_none());
+    // The last one is back: the nack takes effect (with its re-enqueue delay).
     core.resume_nack_timeout(&e.id, &token, t0 + secs(100))
         .unwrap();
     assert_eq!(core.stats().total_unacked, 0);
@@ -662,8 +669,25 @@ fn a_nack_while_the_plan_is_queued_waits_for_the_plan() {
     let (again, token2) = core.dequeue(SERVICE, t0 + secs(101)).unwrap().unwrap();
     assert_eq!(again.id, e.id);
     assert_ne!(token2, token);
+    // Two plans queued, no nack: the timer runs again only once both are back.
+    let t1 = t0 + secs(101);
+    core.pause_nack_timeout(&again.id, &token2, t1).unwrap();
+    core.pause_nack_timeout(&again.id, &token2, t1).unwrap();
+    core.resume_nack_timeout(&again.id, &token2, t1).unwrap();
+    core.advance(t1 + secs(1000));
+    assert_eq!(
+        core.stats().total_unacked,
+        1,
+        "timed out with a plan queued"
+    );
+    let t2 = t1 + secs(1000);
+    core.resume_nack_timeout(&again.id, &token2, t2).unwrap();
+    core.advance(t2 + secs(60));
+    assert_eq!(core.stats().total_unacked, 0, "the nack timer runs again");
     // Without a plan in the queue a nack is at once.
-    core.nack(&again.id, &token2, t0 + secs(101)).unwrap();
+    core.advance(t2 + secs(200));
+    let (third, token3) = core.dequeue(SERVICE, t2 + secs(200)).unwrap().unwrap();
+    core.nack(&third.id, &token3, t2 + secs(200)).unwrap();
     assert_eq!(core.stats().total_unacked, 0);
 }
 

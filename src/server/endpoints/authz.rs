@@ -21,7 +21,8 @@
 //!   `Operator.RaftJoin` are open. Without mutual TLS an open join lets anyone become a raft
 //!   member (and read the replicated state), as Nomad's serf join does without a gossip key.
 //!   A member removing itself (`Operator.RaftRemovePeer` of its own id, sent by a server
-//!   with `leave_on_terminate`) is taken on its word in the same way.
+//!   with `leave_on_terminate`) is taken on its word in the same way ([`is_own_leave`]):
+//!   with TLS only when its certificate names the server role.
 //!
 //! Calls made in process (the HTTP API, which checked the route; the workers) are not checked
 //! here.
@@ -34,6 +35,7 @@ use crate::acl::{Capability as C, Need};
 use crate::rpc::service::operator::RaftRemovePeerRequest;
 use crate::rpc::{ServiceError, ServiceRequest};
 use crate::server::acl::AclError;
+use crate::util::tls::PeerRole;
 
 /// What a call needs.
 enum Needs<'a> {
@@ -181,6 +183,25 @@ fn is_any_node_secret(snap: &Snapshot, token: &str) -> bool {
         .any(|n| !n.secret_id.is_empty() && n.secret_id == token)
 }
 
+/// Whether `call` is a raft member removing itself (`leave_on_terminate`), sent by a peer
+/// whose claim to be that member holds as far as the transport can tell: a certificate
+/// naming the server role, or plain TCP, where raft traffic is taken on the same word.
+pub fn is_own_leave(
+    origin: Origin,
+    call: &ServiceRequest,
+    tls: bool,
+    role: Option<PeerRole>,
+) -> bool {
+    let Origin::Server(from) = origin else {
+        return false;
+    };
+    let leaving_self = matches!(
+        call,
+        ServiceRequest::OperatorRaftRemovePeer(RaftRemovePeerRequest::Id(id)) if *id == from
+    );
+    leaving_self && (!tls || role == Some(PeerRole::Server))
+}
+
 /// Refuses a call on the RPC port, from a caller at `origin` with `token` (its own, or the
 /// one a forwarding server passed on), that the token does not allow (ACLs on).
 pub fn authorize(
@@ -191,17 +212,6 @@ pub fn authorize(
 ) -> Result<(), ServiceError> {
     let permission_denied = || denied(AclError::PermissionDenied);
     let token = token.filter(|t| !t.is_empty());
-    // A server leaving (`leave_on_terminate`) removes itself on its member word, as it
-    // joined on it.
-    if let (
-        Origin::Server(from),
-        ServiceRequest::OperatorRaftRemovePeer(RaftRemovePeerRequest::Id(id)),
-    ) = (origin, call)
-    {
-        if from == *id {
-            return Ok(());
-        }
-    }
     let snap = ep.node().state().snapshot();
     match needs(&snap, call) {
         Needs::Open => Ok(()),
@@ -273,5 +283,38 @@ pub fn authorize(
                 .try_for_each(|need| identity.require(need))
                 .map_err(denied)
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::rpc::service::operator::RaftRemovePeerRequest as Remove;
+
+    #[test]
+    fn only_a_member_removing_itself_is_a_leave() {
+        let own = ServiceRequest::OperatorRaftRemovePeer(Remove::Id(7));
+        let other = ServiceRequest::OperatorRaftRemovePeer(Remove::Id(8));
+        let by_addr = ServiceRequest::OperatorRaftRemovePeer(Remove::Address("a:1".into()));
+        // Plain TCP: a member's word, as for its raft traffic.
+        assert!(is_own_leave(Origin::Server(7), &own, false, None));
+        assert!(!is_own_leave(Origin::Server(7), &other, false, None));
+        assert!(!is_own_leave(Origin::Server(7), &by_addr, false, None));
+        assert!(!is_own_leave(Origin::Outside, &own, false, None));
+        assert!(!is_own_leave(Origin::Local, &own, false, None));
+        // TLS: only with a server certificate.
+        assert!(is_own_leave(
+            Origin::Server(7),
+            &own,
+            true,
+            Some(PeerRole::Server)
+        ));
+        assert!(!is_own_leave(
+            Origin::Server(7),
+            &own,
+            true,
+            Some(PeerRole::Client)
+        ));
+        assert!(!is_own_leave(Origin::Server(7), &own, true, None));
     }
 }

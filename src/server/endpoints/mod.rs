@@ -484,7 +484,8 @@ impl RpcHandler for ServerRpc {
                     }
                     _ => origin_of(endpoints.node(), ctx.from),
                 };
-                if endpoints.acl_enabled() {
+                if endpoints.acl_enabled() && !authz::is_own_leave(origin, &call, ctx.tls, ctx.role)
+                {
                     if let Err(e) = authz::authorize(&endpoints, origin, token.as_deref(), &call) {
                         tracing::debug!(method = call.method().name, peer = %ctx.peer_addr, ?origin, error = %e, "call refused by ACL");
                         return Ok(RpcResponse::Service(Err(e)));
