@@ -47,6 +47,7 @@ const SERVER_PARTS: &[(&str, u32)] = &[
     ("raft", 1),
     ("acl", 2),
     ("formation", 2),
+    ("handover", 2),
     ("leader", 2),
     ("broker", 3),
     ("plan", 3),
