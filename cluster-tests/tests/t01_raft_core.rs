@@ -458,6 +458,22 @@ async fn write_with_retries(apis: Vec<teamster::api::ApiClient>, stop: Arc<Atomi
     w
 }
 
+/// Wait until server `i`, just started again, has applied what the leader had applied.
+async fn wait_caught_up(c: &mut ProcessCluster, i: usize) -> anyhow::Result<()> {
+    let leader = c.wait_leader(FORMATION).await?;
+    let index = raft_stat(&c.servers[leader].api(), "applied_index").await?;
+    let api = c.servers[i].api();
+    wait_for(
+        Duration::from_secs(30),
+        "the restarted server caught up",
+        || {
+            let api = api.clone();
+            async move { (raft_stat(&api, "applied_index").await.ok()? >= index).then_some(()) }
+        },
+    )
+    .await
+}
+
 /// The leader the servers `among` agree on, one of them, waiting up to `timeout`.
 async fn agreed_leader(
     c: &ProcessCluster,
@@ -531,18 +547,7 @@ async fn sigterm_hands_leadership_over_and_a_rolling_restart_fails_no_write() ->
         }
         c.wait_stopped(i, Duration::from_secs(30)).await?;
         c.start_again(i)?;
-        let leader = c.wait_leader(FORMATION).await?;
-        let index = raft_stat(&c.servers[leader].api(), "applied_index").await?;
-        let api = c.servers[i].api();
-        wait_for(
-            Duration::from_secs(30),
-            "the restarted server caught up",
-            || {
-                let api = api.clone();
-                async move { (raft_stat(&api, "applied_index").await.ok()? >= index).then_some(()) }
-            },
-        )
-        .await?;
+        wait_caught_up(&mut c, i).await?;
     }
     stop.store(true, Ordering::Relaxed);
     let w = writer.await?;
@@ -680,18 +685,7 @@ async fn failover_with_the_default_timings_takes_under_two_seconds() -> anyhow::
         eprintln!("MEASURE failover {round} with the default timings: {t:?}");
         took.push(t);
         c.restart(leader)?;
-        let now = c.wait_leader(FORMATION).await?;
-        let index = raft_stat(&c.servers[now].api(), "applied_index").await?;
-        let api = c.servers[leader].api();
-        wait_for(
-            Duration::from_secs(30),
-            "the restarted server caught up",
-            || {
-                let api = api.clone();
-                async move { (raft_stat(&api, "applied_index").await.ok()? >= index).then_some(()) }
-            },
-        )
-        .await?;
+        wait_caught_up(&mut c, leader).await?;
     }
     for t in &took {
         assert!(*t < Duration::from_millis(2500), "failovers took {took:?}");

@@ -856,19 +856,21 @@ async fn pause_resume_pause_while_parked_stays_parked() {
     w.join().await;
 }
 
-#[tokio::test(start_paused = true)]
-async fn a_batch_is_planned_on_one_snapshot_and_a_failed_plan_is_scheduled_again_alone() {
-    let mut s = setup_with(Some(Arc::new(PlanAndComplete)));
+/// A worker setup that batches, at index 9, whose first submitted plan fails with `error`.
+fn batching_with_a_failed_plan(error: ServiceError) -> Setup {
+    let s = setup_with(Some(Arc::new(PlanAndComplete)));
     s.state.advance_index(9);
     s.leader
         .batching
         .store(true, std::sync::atomic::Ordering::SeqCst);
+    s.leader.plan_failures.lock().unwrap().push_back(error);
+    s
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_batch_is_planned_on_one_snapshot_and_a_failed_plan_is_scheduled_again_alone() {
     // The first plan submitted is refused for good: its evaluation must go round again.
-    s.leader
-        .plan_failures
-        .lock()
-        .unwrap()
-        .push_back(ServiceError::rejected("plan refused"));
+    let mut s = batching_with_a_failed_plan(ServiceError::rejected("plan refused"));
     for (id, index) in [("e1", 3), ("e2", 9), ("e3", 5)] {
         s.leader.push(id, index);
     }
@@ -905,18 +907,9 @@ async fn a_batched_plan_without_a_trusted_answer_is_nacked_not_planned_again() {
     // The leader failed while committing (its answer says nothing of the commit): planning
     // again here on this worker's state could place the allocations twice, so the
     // evaluation is nacked; the broker delivers it again once the plan is back.
-    let mut s = setup_with(Some(Arc::new(PlanAndComplete)));
-    s.state.advance_index(9);
-    s.leader
-        .batching
-        .store(true, std::sync::atomic::Ordering::SeqCst);
-    s.leader
-        .plan_failures
-        .lock()
-        .unwrap()
-        .push_back(ServiceError::Internal {
-            reason: "leadership lost while committing log".into(),
-        });
+    let mut s = batching_with_a_failed_plan(ServiceError::Internal {
+        reason: "leadership lost while committing log".into(),
+    });
     for (id, index) in [("e1", 3), ("e2", 9)] {
         s.leader.push(id, index);
     }
