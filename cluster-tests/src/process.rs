@@ -345,13 +345,18 @@ impl ProcessCluster {
         }
     }
 
-    /// SIGTERM server `i` without waiting (see [`ProcessCluster::wait_stopped`]).
-    pub fn terminate(&mut self, i: usize) -> anyhow::Result<()> {
+    /// Send `sig` to server `i`, which must be running.
+    fn signal_running(&self, i: usize, sig: libc::c_int) -> anyhow::Result<()> {
         let c = self.servers[i]
             .child
             .as_ref()
             .with_context(|| format!("{} is not running", self.servers[i].name))?;
-        signal(c, libc::SIGTERM)
+        signal(c, sig)
+    }
+
+    /// SIGTERM server `i` without waiting (see [`ProcessCluster::wait_stopped`]).
+    pub fn terminate(&mut self, i: usize) -> anyhow::Result<()> {
+        self.signal_running(i, libc::SIGTERM)
     }
 
     /// Wait (without blocking the runtime) until server `i` has exited cleanly; fails if it
@@ -385,20 +390,12 @@ impl ProcessCluster {
 
     /// SIGSTOP (`pause = true`) or SIGCONT server `i`.
     pub fn pause(&mut self, i: usize, pause: bool) -> anyhow::Result<()> {
-        let c = self.servers[i]
-            .child
-            .as_ref()
-            .with_context(|| format!("{} is not running", self.servers[i].name))?;
-        signal(c, if pause { libc::SIGSTOP } else { libc::SIGCONT })
+        self.signal_running(i, if pause { libc::SIGSTOP } else { libc::SIGCONT })
     }
 
     /// SIGHUP server `i`: it re-reads its config file (see [`ServerProcess::config_path`]).
     pub fn reload(&mut self, i: usize) -> anyhow::Result<()> {
-        let c = self.servers[i]
-            .child
-            .as_ref()
-            .with_context(|| format!("{} is not running", self.servers[i].name))?;
-        signal(c, libc::SIGHUP)
+        self.signal_running(i, libc::SIGHUP)
     }
 
     /// Start server `i` again with the same config and data.

@@ -138,9 +138,7 @@ async fn transfer(node: &RaftNode, deadline: Instant) -> Result<ServerId, HandOv
             Ok(RpcResponse::TimeoutNow(Ok(()))) => {
                 debug!(target, "successor asked to stand");
                 let until = (Instant::now() + WIN_WAIT).min(deadline);
-                if let Some(leader) = wait_other_leader(node, until).await {
-                    return Ok(leader);
-                }
+                node.wait_leader_change(Some(me), until).await;
             }
             Ok(RpcResponse::TimeoutNow(Err(e))) => {
                 debug!(target, error = %e, "successor refused to stand")
@@ -162,9 +160,7 @@ async fn transfer(node: &RaftNode, deadline: Instant) -> Result<ServerId, HandOv
 
 /// The leader another server than this one has become, if any.
 fn other_leader(node: &RaftNode, me: ServerId) -> Option<ServerId> {
-    let m = node.raft().metrics();
-    let m = m.borrow();
-    m.current_leader.filter(|l| *l != me)
+    node.leader().map(|(id, _)| id).filter(|l| *l != me)
 }
 
 /// Wait until writes have drained and a voter not in `tried` has every entry (tried ones
@@ -243,25 +239,6 @@ async fn wait_own_lease(node: &RaftNode, deadline: Instant) -> Result<(), HandOv
         tokio::time::sleep_until(ready).await;
     }
     Ok(())
-}
-
-/// Wait until another server leads (this one follows it), up to `until`.
-async fn wait_other_leader(node: &RaftNode, until: Instant) -> Option<ServerId> {
-    let me = node.id();
-    let mut rx = node.raft().metrics();
-    loop {
-        {
-            let m = rx.borrow_and_update();
-            if m.state != ServerState::Leader {
-                if let Some(l) = m.current_leader.filter(|l| *l != me) {
-                    return Some(l);
-                }
-            }
-        }
-        if tokio::time::timeout_at(until, rx.changed()).await.is_err() {
-            return None;
-        }
-    }
 }
 
 /// On a follower asked by its leader to stand (`Raft.TimeoutNow`): start an election now.
