@@ -26,6 +26,8 @@ pub struct ClientProcess {
     pub ip: String,
     /// Its data directory (kept across restarts).
     pub data_dir: PathBuf,
+    /// Environment variables of its next starts (a crash point, say).
+    pub env: Vec<(String, String)>,
     config_path: PathBuf,
     log_path: PathBuf,
     child: Option<Child>,
@@ -60,6 +62,7 @@ impl ClientProcess {
             name: name.to_string(),
             ip: ip.to_string(),
             data_dir,
+            env: Vec::new(),
             config_path,
             log_path: dir.join(format!("{name}.log")),
             child: None,
@@ -77,6 +80,7 @@ impl ClientProcess {
             .arg("agent")
             .arg("--config")
             .arg(&self.config_path)
+            .envs(self.env.iter().map(|(k, v)| (k, v)))
             .stdin(Stdio::null())
             .stdout(log.try_clone()?)
             .stderr(log)
@@ -94,6 +98,19 @@ impl ClientProcess {
         }
     }
 
+    /// Wait until the process has ended by itself (killed at a crash point, say): false if
+    /// it still runs after `timeout`.
+    pub async fn wait_exited(&mut self, timeout: Duration) -> bool {
+        let deadline = tokio::time::Instant::now() + timeout;
+        loop {
+            match self.child.as_mut().map(|c| c.try_wait()) {
+                None | Some(Ok(Some(_))) | Some(Err(_)) => return true,
+                Some(Ok(None)) if tokio::time::Instant::now() >= deadline => return false,
+                Some(Ok(None)) => tokio::time::sleep(Duration::from_millis(20)).await,
+            }
+        }
+    }
+
     /// Start it again with the same config and data dir.
     pub fn restart(&mut self) -> anyhow::Result<()> {
         self.kill();
@@ -105,11 +122,23 @@ impl ClientProcess {
         ApiClient::new(&format!("http://{}:4646", self.ip))
     }
 
-    /// The node id it persisted (once it has started).
-    pub fn node_id(&self) -> Option<String> {
-        let text = std::fs::read_to_string(self.data_dir.join("client/state.json")).ok()?;
-        let v: Value = serde_json::from_str(&text).ok()?;
-        v["node_id"].as_str().map(str::to_string)
+    /// Its node id, as its agent reports it (`stats.client.node_id` of `/v1/agent/self`),
+    /// once it is serving.
+    pub async fn node_id(&self) -> Option<String> {
+        let v: Value = self.api().get("/v1/agent/self").await.ok()?;
+        v["stats"]["client"]["node_id"].as_str().map(str::to_string)
+    }
+
+    /// Its node id as the servers behind `api` list it (by node name), once it registered:
+    /// for a client whose own HTTP API needs certificates.
+    pub async fn node_id_via(&self, api: &ApiClient) -> Option<String> {
+        let nodes: Value = api.get("/v1/nodes").await.ok()?;
+        nodes
+            .as_array()?
+            .iter()
+            .find(|n| n["Name"] == self.name.as_str())?["ID"]
+            .as_str()
+            .map(str::to_string)
     }
 
     /// The last lines of its log, for failure messages.

@@ -275,7 +275,7 @@ async fn start_client(
     };
     let client = ClientProcess::start(c.dir(), name, &ip, &servers, extra)?;
     let node_id = wait_for(Duration::from_secs(10), "the client's node id", || async {
-        client.node_id()
+        client.node_id().await
     })
     .await?;
     wait_node_status(api, &node_id, "ready", Duration::from_secs(15)).await?;

@@ -119,7 +119,7 @@ async fn a_client_runs_an_allocation_goes_down_when_killed_and_comes_back_withou
     let mut client =
         ClientProcess::start(c.dir(), "client-1", &ip, std::slice::from_ref(&rpc), "")?;
     let node_id = wait_for(Duration::from_secs(10), "the client's node id", || async {
-        client.node_id()
+        client.node_id().await
     })
     .await?;
     wait_node_status(&server, &node_id, "ready", Duration::from_secs(15)).await?;
@@ -267,7 +267,7 @@ async fn a_client_runs_an_allocation_goes_down_when_killed_and_comes_back_withou
     // Back: ready again, same node, the task found again rather than started twice.
     client.restart()?;
     wait_node_status(&server, &node_id, "ready", Duration::from_secs(15)).await?;
-    assert_eq!(client.node_id().as_deref(), Some(node_id.as_str()));
+    assert_eq!(client.node_id().await.as_deref(), Some(node_id.as_str()));
     let stdout = client.data_dir.join(format!("alloc/{a2}/t/stdout.log"));
     // Whatever the servers decided meanwhile (running on, or lost and stopped), the client
     // reports the allocation again and never starts a second copy.
@@ -303,7 +303,7 @@ async fn leader_failover_marks_no_live_node_down() -> anyhow::Result<()> {
     ordered.extend(servers.iter().filter(|s| **s != servers[leader]).cloned());
     let client = ClientProcess::start(c.dir(), "client-2", &ip, &ordered, "")?;
     let node_id = wait_for(Duration::from_secs(10), "the client's node id", || async {
-        client.node_id()
+        client.node_id().await
     })
     .await?;
     let api = c.servers[leader].api();
@@ -318,5 +318,196 @@ async fn leader_failover_marks_no_live_node_down() -> anyhow::Result<()> {
         assert_eq!(n["Status"], "ready", "a live node was marked down: {n}");
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
+    Ok(())
+}
+
+/// Kills every process whose environment carries `CRASH_TOKEN=<token>` when dropped: the
+/// tasks of the crash test outlive its clients by design.
+struct Reaper(String);
+
+impl Reaper {
+    fn pids(&self) -> Vec<i32> {
+        let wanted = format!("CRASH_TOKEN={}", self.0);
+        let Ok(entries) = std::fs::read_dir("/proc") else {
+            return Vec::new();
+        };
+        entries
+            .flatten()
+            .filter_map(|e| e.file_name().to_str()?.parse::<i32>().ok())
+            .filter(|pid| {
+                std::fs::read(format!("/proc/{pid}/environ"))
+                    .map(|env| env.split(|b| *b == 0).any(|v| v == wanted.as_bytes()))
+                    .unwrap_or(false)
+            })
+            .collect()
+    }
+}
+
+impl Drop for Reaper {
+    fn drop(&mut self) {
+        for pid in self.pids() {
+            // SAFETY: kill(2) has no memory effects.
+            unsafe {
+                libc::kill(pid, libc::SIGKILL);
+            }
+        }
+    }
+}
+
+/// A job of `count` raw_exec allocations on dc1 whose task appends its allocation ID to
+/// `starts` once, then sleeps.
+fn crash_job(id: &str, count: u32, starts: &std::path::Path, token: &str) -> Value {
+    json!({
+        "ID": id,
+        "Type": "service",
+        "Datacenters": ["dc1"],
+        "TaskGroups": [{
+            "Name": "g",
+            "Count": count,
+            "RestartPolicy": {"Attempts": 0, "Mode": "fail"},
+            "Tasks": [{
+                "Name": "t",
+                "Driver": "raw_exec",
+                "Config": {"command": "/bin/sh", "args": ["-c", format!(
+                    "echo $NOMAD_ALLOC_ID >> {}; exec sleep 600", starts.display()
+                )]},
+                "Env": {"CRASH_TOKEN": token},
+                "KillTimeout": 1_000_000_000u64,
+                "Resources": {"CPU": 10, "MemoryMB": 10}
+            }]
+        }]
+    })
+}
+
+/// The client is killed with SIGKILL at random moments while it starts tasks and records
+/// them, and at the two crash points around a launch (after recording it, before the
+/// process starts; after the process started, before its handle is recorded). It is
+/// restarted each time. In the end every allocation runs, each task started exactly once,
+/// and exactly one process per allocation is alive.
+#[tokio::test]
+async fn a_client_killed_at_random_points_of_its_writes_starts_no_task_twice() -> anyhow::Result<()>
+{
+    use rand::{Rng, SeedableRng};
+    teamster_cluster_tests::init_test_tracing();
+    let seed: u64 = std::env::var("CRASH_SEED")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(rand::random);
+    eprintln!("CRASH_SEED={seed}");
+    let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
+    let mut c = ProcessCluster::start(1, ClusterOptions::default())?;
+    let leader = c.wait_leader(FORMATION).await?;
+    let api = c.servers[leader].api();
+    let servers = vec![c.servers[leader].rpc_addr()];
+    let token = format!("{}-{seed}", std::process::id());
+    let reaper = Reaper(token.clone());
+    let starts = c.dir().join("starts.log");
+    let mut client = ClientProcess::start(c.dir(), "client-1", &client_ip(&c, 1), &servers, "")?;
+    let node_id = wait_for(Duration::from_secs(15), "the client's node id", || async {
+        client.node_id().await
+    })
+    .await?;
+    wait_node_status(&api, &node_id, "ready", Duration::from_secs(15)).await?;
+
+    const ROUNDS: u32 = 12;
+    const PER_JOB: u32 = 3;
+    let crash_rounds = [
+        (2, "client.task_started@2"),
+        (5, "client.launch_recorded@2"),
+        (8, "client.task_started@1"),
+    ];
+    let mut crashed_at_points = 0;
+    for round in 0..ROUNDS {
+        let crash = crash_rounds.iter().find(|(r, _)| *r == round);
+        if let Some((_, point)) = crash {
+            client.env = vec![("TEAMSTER_CRASH_AT".into(), point.to_string())];
+            client.restart()?;
+            wait_node_status(&api, &node_id, "ready", Duration::from_secs(15)).await?;
+        }
+        register(
+            &api,
+            crash_job(&format!("crash-{round}"), PER_JOB, &starts, &token),
+        )
+        .await?;
+        if let Some((_, point)) = crash {
+            anyhow::ensure!(
+                client.wait_exited(Duration::from_secs(30)).await,
+                "the client never reached {point}:\n{}",
+                client.log_tail(40)
+            );
+            crashed_at_points += 1;
+            client.env.clear();
+        } else {
+            // Somewhere in the launches and writes this registration causes.
+            tokio::time::sleep(Duration::from_millis(rng.gen_range(0..400))).await;
+        }
+        client.restart()?;
+    }
+    assert_eq!(crashed_at_points, crash_rounds.len());
+
+    // Everything runs, each task started once, one process each.
+    let total = (ROUNDS * PER_JOB) as usize;
+    let running = wait_for(
+        Duration::from_secs(60),
+        "every allocation running",
+        || async {
+            let allocs = node_allocs(&api, &node_id).await.ok()?;
+            let running: Vec<String> = allocs
+                .iter()
+                .filter(|a| a["DesiredStatus"] == "run" && a["ClientStatus"] == "running")
+                .filter_map(|a| a["ID"].as_str().map(str::to_string))
+                .collect();
+            (running.len() == total && allocs.len() == total).then_some(running)
+        },
+    )
+    .await;
+    let running = match running {
+        Ok(r) => r,
+        Err(e) => {
+            let allocs = node_allocs(&api, &node_id).await.unwrap_or_default();
+            let seen: Vec<String> = allocs
+                .iter()
+                .map(|a| {
+                    format!(
+                        "{} {} {}/{} {}",
+                        a["ID"],
+                        a["JobID"],
+                        a["DesiredStatus"],
+                        a["ClientStatus"],
+                        a["TaskStates"]["t"]["Events"]
+                    )
+                })
+                .collect();
+            let log = client.log_tail(1_000_000);
+            let about: Vec<&str> = log
+                .lines()
+                .filter(|l| {
+                    allocs.iter().any(|a| {
+                        a["ClientStatus"] != "running"
+                            && l.contains(a["ID"].as_str().unwrap_or("-"))
+                    })
+                })
+                .collect();
+            anyhow::bail!(
+                "{e} (seed {seed}); allocations:\n{}\nthe client's log of those not running:\n{}",
+                seen.join("\n"),
+                about.join("\n")
+            );
+        }
+    };
+    let log = std::fs::read_to_string(&starts)?;
+    let mut started: Vec<&str> = log.lines().collect();
+    started.sort_unstable();
+    let mut expected: Vec<&str> = running.iter().map(String::as_str).collect();
+    expected.sort_unstable();
+    assert_eq!(
+        started, expected,
+        "each allocation's task starts exactly once (seed {seed})"
+    );
+    assert_eq!(
+        reaper.pids().len(),
+        total,
+        "one live process per allocation (seed {seed})"
+    );
     Ok(())
 }

@@ -335,7 +335,7 @@ async fn a_killed_client_s_allocation_is_replaced_and_not_duplicated_when_it_ret
     let mut ids = Vec::new();
     for cl in &clients {
         let id = wait_for(Duration::from_secs(10), "node id", || async {
-            cl.node_id()
+            cl.node_id().await
         })
         .await?;
         wait_node_status(&api, &id, "ready", Duration::from_secs(15)).await?;
@@ -463,7 +463,7 @@ async fn a_failing_task_is_restarted_then_rescheduled() -> anyhow::Result<()> {
         "",
     )?;
     let id = wait_for(Duration::from_secs(10), "node id", || async {
-        client.node_id()
+        client.node_id().await
     })
     .await?;
     wait_node_status(&api, &id, "ready", Duration::from_secs(15)).await?;

@@ -120,8 +120,7 @@ async fn python_nomad_2_1_0_drives_the_cluster_through_leader_and_follower() -> 
     let api = c.servers[leader].api();
     let node_id =
         teamster_cluster_tests::wait_for(Duration::from_secs(30), "the client to register", || {
-            let id = client.node_id();
-            async move { id }
+            client.node_id()
         })
         .await?;
     wait_node_status(&api, &node_id, "ready", Duration::from_secs(30)).await?;

@@ -107,7 +107,7 @@ async fn force_dispatch_payload_meta_idempotency_and_refusals() -> anyhow::Resul
         "",
     )?;
     let node = wait_for(Duration::from_secs(10), "node id", || async {
-        client.node_id()
+        client.node_id().await
     })
     .await?;
     wait_node_status(&api, &node, "ready", Duration::from_secs(15)).await?;

@@ -219,7 +219,7 @@ async fn a_followers_stream_delivers_a_jobs_life_in_order_and_resumes_from_an_in
     };
     let client = ClientProcess::start(c.dir(), "client-1", &ip, &rpcs, "")?;
     let node_id = wait_for(Duration::from_secs(10), "node id", || async {
-        client.node_id()
+        client.node_id().await
     })
     .await?;
     wait_node_status(&api, &node_id, "ready", Duration::from_secs(15)).await?;

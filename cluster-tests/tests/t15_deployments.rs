@@ -65,7 +65,7 @@ async fn cluster() -> anyhow::Result<(ProcessCluster, Vec<ClientProcess>)> {
     }
     for cl in &clients {
         let id = wait_for(Duration::from_secs(10), "node id", || async {
-            cl.node_id()
+            cl.node_id().await
         })
         .await?;
         wait_node_status(&api, &id, "ready", Duration::from_secs(20)).await?;

@@ -97,7 +97,7 @@ async fn a_drain_migrates_by_max_parallel_stops_the_rest_at_the_deadline_and_com
     let mut ids = Vec::new();
     for cl in &clients {
         let id = wait_for(Duration::from_secs(10), "node id", || async {
-            cl.node_id()
+            cl.node_id().await
         })
         .await?;
         wait_node_status(&api, &id, "ready", Duration::from_secs(15)).await?;

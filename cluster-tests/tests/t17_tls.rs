@@ -174,7 +174,7 @@ async fn an_mtls_cluster_refuses_what_its_certificates_do_not_allow() -> anyhow:
     ];
     for cl in &clients {
         let id = wait_for(Duration::from_secs(15), "node id", || async {
-            cl.node_id()
+            cl.node_id_via(&api).await
         })
         .await?;
         wait_node_status(&api, &id, "ready", Duration::from_secs(20)).await?;

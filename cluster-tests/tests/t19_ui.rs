@@ -153,8 +153,7 @@ async fn the_web_ui_in_headless_chromium() -> anyhow::Result<()> {
     let client = ClientProcess::start(c.dir(), "client-1", &format!("{block}.101"), &servers, "")?;
     let api = c.servers[leader].api();
     let node_id = wait_for(Duration::from_secs(30), "the client to register", || {
-        let id = client.node_id();
-        async move { id }
+        client.node_id()
     })
     .await?;
     wait_node_status(&api, &node_id, "ready", Duration::from_secs(30)).await?;

@@ -490,18 +490,51 @@ impl TaskRunner {
         let dir = task_dir(&self.shared.alloc_root, &self.alloc_id, &self.task.name);
         loop {
             let reattached = match self.reattach.take() {
-                Some(h) => Some((
+                Some(TaskHandle::Launching { launch_id, at }) => {
+                    let found = driver::find_launch(
+                        &launch_id,
+                        at,
+                        &self.task,
+                        &dir,
+                        &self.alloc_id,
+                        &self.shared.docker,
+                        self.now(),
+                    )
+                    .await;
+                    info!(launch_id, outcome = ?found, "looked for a launch of an earlier run");
+                    match found {
+                        driver::Launched::NotStarted => None,
+                        driver::Launched::Found(running) => {
+                            // Started by that run, which did not get to record it.
+                            let handle = running.handle();
+                            self.update(|s, handles| {
+                                s.state = TaskStateValue::Running;
+                                if s.started_at.is_zero() {
+                                    s.started_at = Timestamp::from_unix_nanos(at);
+                                }
+                                push_event(
+                                    s,
+                                    event(at, "Started", "Task started by client".into()),
+                                );
+                                handles.insert(self.task.name.clone(), handle);
+                            });
+                            self.shared.persist();
+                            Some(Some(*running))
+                        }
+                        driver::Launched::Ended => Some(None),
+                    }
+                }
+                Some(h) => Some(
                     driver::find_again(&h, &self.task, &dir, &self.shared.docker, self.now()).await,
-                    h,
-                )),
+                ),
                 None => None,
             };
             let mut running = match reattached {
-                Some((Some(running), _)) => {
+                Some(Some(running)) => {
                     info!("re-attached to a running task");
                     running
                 }
-                Some((None, _)) => {
+                Some(None) => {
                     // It ended while the client was away; its exit status is unknown.
                     let exit = ExitResult {
                         exit_code: 0,
@@ -544,6 +577,31 @@ impl TaskRunner {
                         return;
                     }
                     let node_id = self.shared.state().node_id.clone();
+                    // Recorded before it happens: a client killed from here on finds out,
+                    // once restarted, whether the task started (`driver::find_launch`).
+                    let launch_id = crate::util::new_uuid(&mut rand::thread_rng());
+                    self.shared.update_alloc_if(&self.alloc_id, |local| {
+                        local.handles.insert(
+                            self.task.name.clone(),
+                            TaskHandle::Launching {
+                                launch_id: launch_id.clone(),
+                                at: now,
+                            },
+                        );
+                        false
+                    });
+                    if let Err(e) = self.shared.try_persist() {
+                        warn!(error = %e, "cannot record the launch; not starting the task");
+                        let mut ev = event(
+                            now,
+                            "Setup Failure",
+                            format!("cannot record the launch in the client state: {e}"),
+                        );
+                        ev.fails_task = true;
+                        self.dead(true, ev);
+                        return;
+                    }
+                    crate::util::crash::point("client.launch_recorded");
                     let ctx = driver::LaunchContext {
                         enabled: &self.shared.config.drivers,
                         docker: &self.shared.docker,
@@ -552,9 +610,11 @@ impl TaskRunner {
                         job_name: &self.job_name,
                         node_id: &node_id,
                         ports: &self.ports,
+                        launch_id: &launch_id,
                     };
                     match driver::launch(&self.task, &dir, ctx, now).await {
                         Ok(running) => {
+                            crate::util::crash::point("client.task_started");
                             let handle = running.handle();
                             self.update(|s, handles| {
                                 s.state = TaskStateValue::Running;

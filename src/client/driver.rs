@@ -13,6 +13,13 @@
 //! - `docker` runs a container of an image already on the node; its handle is the container
 //!   id. [`launch`] and [`find_again`] reach every driver; [`start`] and [`reattach`] the two
 //!   that need no engine.
+//!
+//! A launch is recorded before it happens ([`TaskHandle::Launching`], with a fresh launch
+//! id), so a client killed between starting a task and recording its handle can tell, once
+//! restarted, whether the task started ([`find_launch`]): a `raw_exec` process writes the
+//! launch id and its pid to `.teamster-launch` in its task directory before it `exec`s and
+//! carries the id in `TEAMSTER_LAUNCH_ID`; a container has a name of its allocation and
+//! task; a mock task started when its launch was recorded.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -94,6 +101,35 @@ pub enum TaskHandle {
         /// The container's id.
         container_id: String,
     },
+    /// A launch begun and not yet known to have happened: recorded before the driver is
+    /// called, replaced by the task's own handle once it has started.
+    Launching {
+        /// This launch's id (unique per task and attempt).
+        launch_id: String,
+        /// When the launch began, Unix nanoseconds.
+        at: i64,
+    },
+}
+
+/// The file in a task directory where a `raw_exec` process records its launch id and pid
+/// before it `exec`s.
+pub const LAUNCH_MARKER: &str = ".teamster-launch";
+/// The environment variable carrying a `raw_exec` process's launch id.
+pub const LAUNCH_ENV: &str = "TEAMSTER_LAUNCH_ID";
+/// How long a recorded process that does not (yet) carry its launch id is watched before it
+/// counts as another process that reused the pid.
+const EXEC_GRACE: Duration = Duration::from_secs(1);
+
+/// What became of a launch that an earlier run of this client recorded but did not see
+/// through ([`TaskHandle::Launching`]).
+#[derive(Debug)]
+pub enum Launched {
+    /// The task never started: launch it now.
+    NotStarted,
+    /// It started and is there still: re-attached.
+    Found(Box<RunningTask>),
+    /// It started and ended while the client was away; its exit status is unknown.
+    Ended,
 }
 
 /// A task a driver is running.
@@ -136,12 +172,14 @@ pub const STDOUT_FILE: &str = "stdout.log";
 /// Where a task's stderr goes, relative to its task directory.
 pub const STDERR_FILE: &str = "stderr.log";
 
-/// Start `task` in `dir` (created if missing). `now_unix_nanos` stamps mock handles.
+/// Start `task` in `dir` (created if missing). `now_unix_nanos` stamps mock handles;
+/// `launch_id`, when given, is recorded by the process for [`find_launch`].
 pub fn start(
     task: &Task,
     dir: &Path,
     enabled: &[String],
     now_unix_nanos: i64,
+    launch_id: Option<&str>,
 ) -> Result<RunningTask, DriverError> {
     if !enabled.contains(&task.driver) {
         return Err(DriverError::Unknown(task.driver.clone()));
@@ -151,7 +189,7 @@ pub fn start(
         source,
     })?;
     match task.driver.as_str() {
-        "raw_exec" => start_process(task, dir),
+        "raw_exec" => start_process(task, dir, launch_id),
         "docker" => Err(DriverError::BadConfig(
             "docker tasks are started with driver::launch".into(),
         )),
@@ -190,6 +228,8 @@ pub struct LaunchContext<'a> {
     pub node_id: &'a str,
     /// The group's allocated ports.
     pub ports: &'a [teamster_storage::model::AllocatedPortMapping],
+    /// The id of this launch, as recorded before it ([`TaskHandle::Launching`]).
+    pub launch_id: &'a str,
 }
 
 /// Start `task` in `dir` with whichever driver it names.
@@ -200,7 +240,7 @@ pub async fn launch(
     now_unix_nanos: i64,
 ) -> Result<RunningTask, DriverError> {
     if task.driver != "docker" {
-        return start(task, dir, ctx.enabled, now_unix_nanos);
+        return start(task, dir, ctx.enabled, now_unix_nanos, Some(ctx.launch_id));
     }
     if !ctx.enabled.contains(&task.driver) {
         return Err(DriverError::Unknown(task.driver.clone()));
@@ -247,6 +287,155 @@ pub async fn find_again(
     }
 }
 
+/// Whether the launch `launch_id`, begun at `at` by an earlier run of this client, started
+/// `task` (in `dir`, of allocation `alloc_id`), and if so where it is now.
+pub async fn find_launch(
+    launch_id: &str,
+    at: i64,
+    task: &Task,
+    dir: &Path,
+    alloc_id: &str,
+    docker: &crate::client::docker::Connector,
+    now_unix_nanos: i64,
+) -> Launched {
+    match task.driver.as_str() {
+        "raw_exec" => find_process_launch(launch_id, dir).await,
+        "docker" => {
+            let name = crate::client::docker::config::container_name(&task.name, alloc_id);
+            let kill_signal = if task.kill_signal.is_empty() {
+                "SIGTERM".to_string()
+            } else {
+                task.kill_signal.clone()
+            };
+            match crate::client::docker::find_launched(
+                docker,
+                &name,
+                dir,
+                kill_signal,
+                now_unix_nanos / 1_000_000_000,
+            )
+            .await
+            {
+                Some(found) => Launched::Found(Box::new(RunningTask::Docker(found))),
+                None => Launched::NotStarted,
+            }
+        }
+        "mock" => {
+            // A timer: it started when its launch was recorded.
+            let Ok((run_for, exit_code)) = mock_config(&task.config) else {
+                return Launched::NotStarted;
+            };
+            let handle = TaskHandle::Mock {
+                started_at: at,
+                run_for: run_for.as_nanos() as u64,
+                exit_code,
+            };
+            match reattach(&handle, now_unix_nanos) {
+                Some(running) => Launched::Found(Box::new(running)),
+                None => Launched::Ended,
+            }
+        }
+        _ => Launched::NotStarted,
+    }
+}
+
+/// The marker a `raw_exec` launch left: its launch id and pid.
+fn read_marker(dir: &Path) -> Option<(String, i32)> {
+    let text = std::fs::read_to_string(dir.join(LAUNCH_MARKER)).ok()?;
+    let (id, pid) = text.trim().split_once(' ')?;
+    Some((id.to_string(), pid.parse().ok()?))
+}
+
+/// Whether process `pid` carries `launch_id` in its environment.
+fn carries_launch(pid: i32, launch_id: &str) -> bool {
+    let Ok(environ) = std::fs::read(format!("/proc/{pid}/environ")) else {
+        return false;
+    };
+    let wanted = format!("{LAUNCH_ENV}={launch_id}");
+    environ.split(|b| *b == 0).any(|v| v == wanted.as_bytes())
+}
+
+async fn find_process_launch(launch_id: &str, dir: &Path) -> Launched {
+    let Some((id, pid)) = read_marker(dir) else {
+        return Launched::NotStarted;
+    };
+    if id != launch_id {
+        // The marker of an earlier launch: this one never reached its process.
+        return Launched::NotStarted;
+    }
+    // The process recorded itself just before `exec`: wait briefly for the exec that puts
+    // the launch id in its environment, so neither that moment nor a reused pid misleads.
+    let deadline = tokio::time::Instant::now() + EXEC_GRACE;
+    loop {
+        let Some(start_ticks) = proc_start_ticks(pid) else {
+            return Launched::Ended;
+        };
+        if carries_launch(pid, launch_id) {
+            return Launched::Found(Box::new(RunningTask::Reattached { pid, start_ticks }));
+        }
+        if tokio::time::Instant::now() >= deadline {
+            return Launched::Ended;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// Record the launch in the child between `fork` and `exec`: `<launch id> <pid>` in the
+/// task directory's marker file. Only async-signal-safe calls (open, write, close, getpid).
+fn write_marker(path: &std::ffi::CStr, launch_id: &[u8]) -> std::io::Result<()> {
+    // SAFETY: plain system calls on a path and buffers this closure owns; nothing allocates.
+    unsafe {
+        let fd = libc::open(
+            path.as_ptr(),
+            libc::O_WRONLY | libc::O_CREAT | libc::O_TRUNC | libc::O_CLOEXEC,
+            0o600,
+        );
+        if fd < 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        let mut line = [0u8; 24];
+        line[0] = b' ';
+        let mut digits = [0u8; 12];
+        let mut n = libc::getpid() as u32;
+        let mut len = 0;
+        loop {
+            digits[len] = b'0' + (n % 10) as u8;
+            len += 1;
+            n /= 10;
+            if n == 0 {
+                break;
+            }
+        }
+        for i in 0..len {
+            line[1 + i] = digits[len - 1 - i];
+        }
+        line[1 + len] = b'\n';
+        let ok = write_all(fd, launch_id) && write_all(fd, &line[..len + 2]);
+        let err = std::io::Error::last_os_error();
+        libc::close(fd);
+        if ok {
+            Ok(())
+        } else {
+            Err(err)
+        }
+    }
+}
+
+/// write(2) until all of `bytes` is written.
+///
+/// # Safety
+/// `fd` must be an open file descriptor.
+unsafe fn write_all(fd: i32, mut bytes: &[u8]) -> bool {
+    while !bytes.is_empty() {
+        let n = libc::write(fd, bytes.as_ptr().cast(), bytes.len());
+        if n <= 0 {
+            return false;
+        }
+        bytes = &bytes[n as usize..];
+    }
+    true
+}
+
 fn config_str(config: &BTreeMap<String, ConfigValue>, key: &str) -> Option<String> {
     match config.get(key)? {
         ConfigValue::String(s) => Some(s.clone()),
@@ -284,7 +473,11 @@ pub fn mock_config(config: &BTreeMap<String, ConfigValue>) -> Result<(Duration, 
     Ok((run_for, exit_code))
 }
 
-fn start_process(task: &Task, dir: &Path) -> Result<RunningTask, DriverError> {
+fn start_process(
+    task: &Task,
+    dir: &Path,
+    launch_id: Option<&str>,
+) -> Result<RunningTask, DriverError> {
     let command = config_str(&task.config, "command")
         .filter(|c| !c.is_empty())
         .ok_or_else(|| DriverError::BadConfig("raw_exec needs Config.command".into()))?;
@@ -322,6 +515,17 @@ fn start_process(task: &Task, dir: &Path) -> Result<RunningTask, DriverError> {
         .stderr(stderr)
         .process_group(0)
         .kill_on_drop(false);
+    if let Some(launch_id) = launch_id {
+        use std::os::unix::ffi::OsStrExt;
+        let marker = std::ffi::CString::new(dir.join(LAUNCH_MARKER).as_os_str().as_bytes())
+            .map_err(|_| DriverError::BadConfig("task directory path holds a NUL".into()))?;
+        let id = launch_id.as_bytes().to_vec();
+        cmd.env(LAUNCH_ENV, launch_id);
+        // SAFETY: the hook only makes async-signal-safe system calls (`write_marker`).
+        unsafe {
+            cmd.pre_exec(move || write_marker(&marker, &id));
+        }
+    }
     let child = cmd.spawn().map_err(|source| DriverError::Spawn {
         command: command.clone(),
         source,
@@ -390,6 +594,8 @@ pub fn reattach(handle: &TaskHandle, now_unix_nanos: i64) -> Option<RunningTask>
         }
         // Needs the engine: find_again.
         TaskHandle::Docker { .. } => None,
+        // Needs the task: find_launch.
+        TaskHandle::Launching { .. } => None,
     }
 }
 
@@ -541,7 +747,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let mut t = raw("/bin/sh", &["-c", "echo hello; echo oops >&2; exit 3"]);
         t.env.insert("GREETING".into(), "hi".into());
-        let mut task = start(&t, dir.path(), &drivers(), 0).unwrap();
+        let mut task = start(&t, dir.path(), &drivers(), 0, None).unwrap();
         let exit = task.wait().await;
         assert_eq!(exit.exit_code, 3);
         assert!(!exit.successful());
@@ -556,7 +762,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let mut t = raw("/bin/sh", &["-c", "echo $GREETING; pwd"]);
         t.env.insert("GREETING".into(), "hi".into());
-        let mut task = start(&t, dir.path(), &drivers(), 0).unwrap();
+        let mut task = start(&t, dir.path(), &drivers(), 0, None).unwrap();
         assert!(task.wait().await.successful());
         let out = std::fs::read_to_string(dir.path().join(STDOUT_FILE)).unwrap();
         let canon = dir.path().canonicalize().unwrap();
@@ -573,7 +779,7 @@ mod tests {
                 "trap 'echo got usr1; exit 0' USR1; echo ready; while :; do sleep 0.1; done",
             ],
         );
-        let mut task = start(&t, dir.path(), &drivers(), 0).unwrap();
+        let mut task = start(&t, dir.path(), &drivers(), 0, None).unwrap();
         let deadline = std::time::Instant::now() + Duration::from_secs(5);
         while std::fs::read_to_string(dir.path().join(STDOUT_FILE)).unwrap_or_default() != "ready\n"
         {
@@ -597,7 +803,7 @@ mod tests {
     async fn stop_sends_sigterm_first() {
         let dir = tempfile::tempdir().unwrap();
         let t = raw("/bin/sleep", &["30"]);
-        let mut task = start(&t, dir.path(), &drivers(), 0).unwrap();
+        let mut task = start(&t, dir.path(), &drivers(), 0, None).unwrap();
         let started = std::time::Instant::now();
         let exit = task.kill(Duration::from_secs(5)).await;
         assert_eq!(exit.signal, libc::SIGTERM as i64);
@@ -611,7 +817,7 @@ mod tests {
             "/bin/sh",
             &["-c", "trap '' TERM; echo ready; sleep 30 & wait"],
         );
-        let mut task = start(&t, dir.path(), &drivers(), 0).unwrap();
+        let mut task = start(&t, dir.path(), &drivers(), 0, None).unwrap();
         // Wait until the trap is installed.
         let deadline = std::time::Instant::now() + Duration::from_secs(5);
         while std::fs::read_to_string(dir.path().join(STDOUT_FILE)).unwrap_or_default() != "ready\n"
@@ -629,7 +835,7 @@ mod tests {
     async fn a_running_process_is_found_again_and_a_dead_one_is_not() {
         let dir = tempfile::tempdir().unwrap();
         let t = raw("/bin/sleep", &["30"]);
-        let mut task = start(&t, dir.path(), &drivers(), 0).unwrap();
+        let mut task = start(&t, dir.path(), &drivers(), 0, None).unwrap();
         let handle = task.handle();
         let mut again = reattach(&handle, 0).expect("still running");
         assert!(matches!(again, RunningTask::Reattached { .. }));
@@ -639,19 +845,96 @@ mod tests {
         assert!(reattach(&handle, 0).is_none());
     }
 
+    /// A recorded launch is told apart after a restart: never started, started and running
+    /// (found by its marker and its environment), started and ended.
+    #[tokio::test]
+    async fn a_recorded_launch_is_found_by_its_marker() {
+        let dir = tempfile::tempdir().unwrap();
+        let t = raw("/bin/sleep", &["30"]);
+        let connector = crate::client::docker::Connector::default();
+        let find = |id: &'static str| find_launch(id, 0, &t, dir.path(), "a1", &connector, 0);
+        assert!(
+            matches!(find("L1").await, Launched::NotStarted),
+            "no marker yet"
+        );
+        let mut task = start(&t, dir.path(), &drivers(), 0, Some("L1")).unwrap();
+        let RunningTask::Child { pid, .. } = task else {
+            panic!("a child")
+        };
+        let marker = std::fs::read_to_string(dir.path().join(LAUNCH_MARKER)).unwrap();
+        assert_eq!(marker, format!("L1 {pid}\n"));
+        assert!(carries_launch(pid, "L1"));
+        match find("L1").await {
+            Launched::Found(r) => match *r {
+                RunningTask::Reattached { pid: found, .. } => assert_eq!(found, pid),
+                other => panic!("{other:?}"),
+            },
+            other => panic!("{other:?}"),
+        }
+        assert!(
+            matches!(find("L0").await, Launched::NotStarted),
+            "the marker of another launch says nothing of this one"
+        );
+        task.kill(Duration::from_secs(5)).await;
+        assert!(matches!(find("L1").await, Launched::Ended));
+    }
+
+    /// A process whose pid matches a marker but does not carry its launch id (a reused pid)
+    /// is not taken for the task.
+    #[tokio::test]
+    async fn a_reused_pid_is_not_taken_for_the_launch() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut other =
+            start(&raw("/bin/sleep", &["30"]), dir.path(), &drivers(), 0, None).unwrap();
+        let RunningTask::Child { pid, .. } = other else {
+            panic!("a child")
+        };
+        std::fs::write(dir.path().join(LAUNCH_MARKER), format!("L1 {pid}\n")).unwrap();
+        let t = raw("/bin/sleep", &["30"]);
+        let connector = crate::client::docker::Connector::default();
+        let found = find_launch("L1", 0, &t, dir.path(), "a1", &connector, 0).await;
+        assert!(matches!(found, Launched::Ended), "{found:?}");
+        other.kill(Duration::from_secs(5)).await;
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_recorded_mock_launch_started_when_it_was_recorded() {
+        let mut t = Task {
+            name: "m".into(),
+            driver: "mock".into(),
+            ..Task::default()
+        };
+        t.config.insert("run_for".into(), "10s".into());
+        let connector = crate::client::docker::Connector::default();
+        let dir = Path::new("/nonexistent");
+        let at = 1_000_000_000;
+        match find_launch("L", at, &t, dir, "a1", &connector, at + 4_000_000_000).await {
+            Launched::Found(r) => match *r {
+                RunningTask::Mock { deadline, .. } => assert_eq!(
+                    deadline - tokio::time::Instant::now(),
+                    Duration::from_secs(6)
+                ),
+                other => panic!("{other:?}"),
+            },
+            other => panic!("{other:?}"),
+        }
+        let late = find_launch("L", at, &t, dir, "a1", &connector, at + 11_000_000_000).await;
+        assert!(matches!(late, Launched::Ended));
+    }
+
     #[tokio::test]
     async fn unknown_drivers_and_bad_configs_are_refused() {
         let dir = tempfile::tempdir().unwrap();
         let mut t = raw("/bin/true", &[]);
         t.driver = "qemu".into();
         assert!(matches!(
-            start(&t, dir.path(), &drivers(), 0),
+            start(&t, dir.path(), &drivers(), 0, None),
             Err(DriverError::Unknown(_))
         ));
         let mut t = raw("", &[]);
         t.config.remove("command");
         assert!(matches!(
-            start(&t, dir.path(), &drivers(), 0),
+            start(&t, dir.path(), &drivers(), 0, None),
             Err(DriverError::BadConfig(_))
         ));
     }
@@ -667,7 +950,7 @@ mod tests {
         t.config.insert("run_for".into(), "10s".into());
         t.config.insert("exit_code".into(), ConfigValue::Int(2));
         let start_at = tokio::time::Instant::now();
-        let mut task = start(&t, dir.path(), &drivers(), 1_000).unwrap();
+        let mut task = start(&t, dir.path(), &drivers(), 1_000, None).unwrap();
         let exit = task.wait().await;
         assert_eq!(exit.exit_code, 2);
         assert_eq!(start_at.elapsed(), Duration::from_secs(10));

@@ -28,9 +28,11 @@
 //!   a [`ops::ClientHandle`].
 //!
 //! The client's state (node identity and every allocation with its task handles) is kept in
-//! `<data_dir>/client/state.json`, written atomically after every task start and every
-//! batch of changes; a restarted client re-attaches to tasks still running and never starts
-//! a second copy. Task directories are `<data_dir>/alloc/<alloc id>/<task>/`.
+//! a sled database, `<data_dir>/client/state.db` ([`state`]), written atomically and flushed
+//! before every task launch, after it, and after every batch of changes. A launch is
+//! recorded before it happens, so a client killed at any point finds every task it started
+//! again when it restarts and never starts a second copy. Task directories are
+//! `<data_dir>/alloc/<alloc id>/<task>/`.
 
 pub mod alloc_runner;
 pub mod checks;
@@ -45,6 +47,7 @@ pub mod restart;
 pub mod servers;
 pub mod services;
 pub mod signal;
+pub mod state;
 pub mod stats;
 pub mod taskenv;
 
@@ -105,7 +108,7 @@ pub struct ClientState {
 /// What the loops and task runners share.
 pub struct Shared {
     config: ClientConfig,
-    state_path: PathBuf,
+    store: state::StateStore,
     alloc_root: PathBuf,
     clock: SharedClock,
     state: Mutex<ClientState>,
@@ -116,7 +119,7 @@ pub struct Shared {
     runners: Mutex<HashMap<String, alloc_runner::AllocRunner>>,
     /// What `${node.*}`, `${attr.*}` and `${meta.*}` in a task's config read.
     node_values: BTreeMap<String, String>,
-    /// Held while the state file is written ([`Shared::try_persist`]).
+    /// Held while the state is written ([`Shared::try_persist`]).
     persist_lock: Mutex<()>,
     /// The latest result of each service check, by allocation and check ID ([`checks`]).
     check_results: Mutex<BTreeMap<String, BTreeMap<String, checks::CheckResult>>>,
@@ -159,39 +162,21 @@ impl Shared {
         true
     }
 
-    /// Write the state file (atomically: temp file, fsync, rename, fsync of the directory),
-    /// logging a failure.
+    /// Write the state (atomically and durably, [`state::StateStore::write`]), logging a
+    /// failure.
     fn persist(&self) {
         if let Err(e) = self.try_persist() {
-            warn!(path = %self.state_path.display(), error = %e, "cannot write the client state");
+            warn!(path = %self.store.path().display(), error = %e, "cannot write the client state");
         }
     }
 
-    /// [`Shared::persist`], one writer at a time: the state is encoded and written under one
-    /// lock, so concurrent callers never share the temporary file and the last write holds
-    /// the newest state.
-    fn try_persist(&self) -> std::io::Result<()> {
+    /// [`Shared::persist`], one writer at a time: the state is read and written under one
+    /// lock, so the last write holds the newest state.
+    fn try_persist(&self) -> Result<(), state::StateError> {
         let _writer = lock(&self.persist_lock);
-        let bytes = serde_json::to_vec(&*self.state())
-            .map_err(|e| std::io::Error::other(format!("cannot encode the client state: {e}")))?;
-        write_atomic(&self.state_path, &bytes)
+        let snapshot = self.state().clone();
+        self.store.write(&snapshot)
     }
-}
-
-fn write_atomic(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
-    use std::io::Write;
-    let tmp = path.with_extension("tmp");
-    {
-        let mut f = std::fs::File::create(&tmp)?;
-        f.write_all(bytes)?;
-        f.sync_all()?;
-    }
-    std::fs::rename(&tmp, path)?;
-    // The rename itself is durable only once the directory is.
-    if let Some(dir) = path.parent() {
-        std::fs::File::open(dir)?.sync_all()?;
-    }
-    Ok(())
 }
 
 /// A running client role.
@@ -223,17 +208,10 @@ impl Client {
         std::fs::create_dir_all(&dir).map_err(|e| io(&dir, e))?;
         let alloc_root = data_dir.join("alloc");
         std::fs::create_dir_all(&alloc_root).map_err(|e| io(&alloc_root, e))?;
-        let state_path = dir.join("state.json");
-        let mut state = match std::fs::read(&state_path) {
-            Ok(bytes) => {
-                serde_json::from_slice::<ClientState>(&bytes).map_err(|e| ClientError::State {
-                    path: state_path.clone(),
-                    reason: format!("corrupt client state: {e}"),
-                })?
-            }
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => ClientState::default(),
-            Err(e) => return Err(io(&state_path, e)),
-        };
+        let (store, mut state) = state::StateStore::open(&dir).map_err(|e| ClientError::State {
+            path: dir.join(state::DB_DIR),
+            reason: e.to_string(),
+        })?;
         if state.node_id.is_empty() {
             state.node_id = rng.uuid();
             state.secret_id = rng.uuid();
@@ -279,7 +257,7 @@ impl Client {
             check_results: Mutex::new(BTreeMap::new()),
             docker,
             config: config.clone(),
-            state_path,
+            store,
             alloc_root,
             clock,
             state: Mutex::new(state),
@@ -687,7 +665,7 @@ mod tests {
     use crate::client::driver::TaskHandle;
     use teamster_storage::model::{
         Allocation, ConfigValue, Job, JobType, RestartMode, RestartPolicy, Task, TaskGroup,
-        TaskStateValue,
+        TaskStateValue, Timestamp,
     };
 
     /// Wall time that follows tokio's (paused) clock.
@@ -702,7 +680,7 @@ mod tests {
     fn shared(dir: &Path) -> Arc<Shared> {
         Arc::new(Shared {
             config: ClientConfig::default(),
-            state_path: dir.join("state.json"),
+            store: state::StateStore::open(dir).unwrap().0,
             alloc_root: dir.join("alloc"),
             clock: Arc::new(TestClock(tokio::time::Instant::now())),
             state: Mutex::new(ClientState::default()),
@@ -862,6 +840,39 @@ mod tests {
         );
     }
 
+    /// Killed between recording a launch and recording what it started: the restarted
+    /// client finds the task the launch started instead of starting another.
+    #[tokio::test(start_paused = true)]
+    async fn a_recorded_launch_is_resumed_not_repeated() {
+        let dir = tempfile::tempdir().unwrap();
+        let sh = shared(dir.path());
+        let mut local = mock_alloc("10s", 0, 2, JobType::Batch);
+        let now = sh.clock.now_unix_nanos();
+        local.handles.insert(
+            "t".into(),
+            TaskHandle::Launching {
+                launch_id: "L1".into(),
+                at: now - 4_000_000_000,
+            },
+        );
+        let (done, took) = run_until_finished(&sh, local).await;
+        assert_eq!(done.client_status, ClientStatus::Complete);
+        assert!(
+            took >= Duration::from_secs(6) && took < Duration::from_secs(7),
+            "{took:?}"
+        );
+        let types = event_types(&done);
+        assert_eq!(
+            types.iter().filter(|t| *t == "Started").count(),
+            1,
+            "the start the earlier run did not record, once: {types:?}"
+        );
+        assert_eq!(
+            done.task_states["t"].started_at,
+            Timestamp::from_unix_nanos(now - 4_000_000_000)
+        );
+    }
+
     #[tokio::test(start_paused = true)]
     async fn a_client_restarted_mid_kill_stops_what_the_servers_stopped() {
         let dir = tempfile::tempdir().unwrap();
@@ -884,12 +895,10 @@ mod tests {
             secret_id: "s".into(),
             allocs: BTreeMap::from([("a1".to_string(), local)]),
         };
-        std::fs::create_dir_all(dir.path().join("client")).unwrap();
-        std::fs::write(
-            dir.path().join("client/state.json"),
-            serde_json::to_vec(&state).unwrap(),
-        )
-        .unwrap();
+        {
+            let (store, _) = state::StateStore::open(&dir.path().join("client")).unwrap();
+            store.write(&state).unwrap();
+        }
         let config = ClientConfig {
             drivers: vec!["mock".into()],
             ..ClientConfig::default()
@@ -939,9 +948,7 @@ mod tests {
         let done = sh.state().allocs["a1"].clone();
         assert_eq!(done.client_status, ClientStatus::Complete);
         assert!(done.handles.is_empty());
-        let saved: ClientState =
-            serde_json::from_slice(&std::fs::read(dir.path().join("client/state.json")).unwrap())
-                .unwrap();
+        let saved = sh.store.read().unwrap();
         assert!(
             saved.allocs["a1"].handles.is_empty(),
             "saved after the stop"
@@ -1146,14 +1153,13 @@ mod tests {
             .allocs
             .insert("a1".into(), mock_alloc("1s", 0, 0, JobType::Batch));
         sh.persist();
-        let back: ClientState =
-            serde_json::from_slice(&std::fs::read(dir.path().join("state.json")).unwrap()).unwrap();
+        let back = sh.store.read().unwrap();
         assert_eq!(back.node_id, "n1");
         assert_eq!(back.allocs["a1"], sh.state().allocs["a1"]);
     }
 
     /// Many writers at once (task runners persisting as their tasks start) each succeed, and
-    /// the file ends up holding the newest state.
+    /// the store ends up holding the newest state.
     #[test]
     fn concurrent_persists_all_succeed_and_the_newest_state_wins() {
         let dir = tempfile::tempdir().unwrap();
@@ -1171,10 +1177,7 @@ mod tests {
         });
         sh.state().node_id = "last".into();
         sh.try_persist().unwrap();
-        let on_disk: ClientState =
-            serde_json::from_slice(&std::fs::read(dir.path().join("state.json")).unwrap()).unwrap();
-        assert_eq!(on_disk.node_id, "last");
-        assert!(!dir.path().join("state.tmp").exists());
+        assert_eq!(sh.store.read().unwrap().node_id, "last");
     }
 
     /// `local` in deployment `d1` of a group that rolls: healthy after 10 s, within 60 s.

@@ -129,6 +129,11 @@ impl ClientHandle {
         self.shared.state().node_id.clone()
     }
 
+    /// How many allocations this client keeps (running or not).
+    pub fn num_allocs(&self) -> usize {
+        self.shared.state().allocs.len()
+    }
+
     /// Whether this client runs or ran the allocation (and still keeps it).
     pub fn has_alloc(&self, alloc_id: &str) -> bool {
         self.shared.state().allocs.contains_key(alloc_id)

@@ -64,6 +64,15 @@ pub async fn agent_self(State(ctx): State<HttpContext>) -> Result<Json<Value>, A
         }
         Err(_) => Value::Null,
     };
+    if let Some(client) = ctx.client() {
+        stats.insert(
+            "client".into(),
+            json!({
+                "node_id": client.node_id(),
+                "num_allocations": client.num_allocs().to_string(),
+            }),
+        );
+    }
     Ok(Json(
         json!({ "config": config, "member": member, "stats": stats }),
     ))

@@ -2,7 +2,7 @@
 //! injectable wall clock ([`clock`]), the seedable randomness seam ([`rng`]), UUIDs
 //! ([`ids`]), human durations in configuration files ([`duration_str`]), Go's booleans and
 //! durations ([`go`]), peer addresses
-//! ([`net`]), the HCL nesting guard of every HCL parser ([`hcl_nesting`]), the rustls
+//! ([`net`]), the crash points of crash tests ([`crash`]), the HCL nesting guard of every HCL parser ([`hcl_nesting`]), the rustls
 //! configurations and certificate roles of both ports ([`tls`]) and the error a configuration
 //! section's `validate()` returns
 //! ([`InvalidSetting`]).
@@ -15,6 +15,7 @@
 //! for plain data types.
 
 pub mod clock;
+pub mod crash;
 pub mod duration_str;
 pub mod go;
 pub mod hcl_nesting;

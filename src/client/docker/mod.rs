@@ -425,6 +425,46 @@ fn spawn_log_pump(
     })
 }
 
+/// Find the container a launch of an earlier run of this client may have started, by its
+/// name: `None` when there is none, or when it was created but never started (that launch
+/// did not happen; launching again replaces it).
+pub async fn find_launched(
+    connector: &Connector,
+    name: &str,
+    task_dir: &Path,
+    kill_signal: String,
+    now_unix_secs: i64,
+) -> Option<DockerTask> {
+    let docker = match connector.get().await {
+        Ok(d) => d,
+        Err(e) => {
+            warn!(container = name, error = %e, "cannot reach docker to look for a launch");
+            return None;
+        }
+    };
+    let c = match docker.inspect_container(name, None).await {
+        Ok(c) => c,
+        Err(e) => {
+            if !is_not_found(&e) {
+                warn!(container = name, error = %e, "cannot inspect the container of a launch");
+            }
+            return None;
+        }
+    };
+    let status = c.state.as_ref().and_then(|s| s.status);
+    if status == Some(bollard::models::ContainerStateStatusEnum::CREATED) {
+        return None;
+    }
+    reattach(
+        connector,
+        c.id.as_deref()?,
+        task_dir,
+        kill_signal,
+        now_unix_secs,
+    )
+    .await
+}
+
 /// Find the container of a handle again after a client restart: `None` when it is gone.
 /// An exited container is returned too: its exit code is then read from the engine.
 pub async fn reattach(
