@@ -380,11 +380,23 @@ async fn a_killed_client_s_allocation_is_replaced_and_not_duplicated_when_it_ret
     let stdout = clients[victim]
         .data_dir
         .join(format!("alloc/{first_id}/t/stdout.log"));
-    let state = clients[victim].data_dir.join("client/state.json");
+    // The process its launch recorded (`<launch id> <pid>`) is gone.
+    let marker = clients[victim]
+        .data_dir
+        .join(format!("alloc/{first_id}/t/.teamster-launch"));
+    let marker = std::fs::read_to_string(&marker)?;
+    let pid: i32 = marker
+        .split_whitespace()
+        .nth(1)
+        .and_then(|p| p.parse().ok())
+        .ok_or_else(|| anyhow::anyhow!("no pid in the launch marker {marker:?}"))?;
     wait_for(Duration::from_secs(15), "the old task stopped", || async {
-        let s: Value = serde_json::from_str(&std::fs::read_to_string(&state).ok()?).ok()?;
-        let t = &s["allocs"][&first_id]["task_states"]["t"];
-        (t["State"] == "dead").then_some(())
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+        let state = stat
+            .rsplit(')')
+            .next()
+            .and_then(|r| r.split_whitespace().next());
+        matches!(state, None | Some("Z") | Some("X")).then_some(())
     })
     .await?;
     assert_eq!(
