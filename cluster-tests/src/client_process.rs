@@ -98,6 +98,17 @@ impl ClientProcess {
         }
     }
 
+    /// Sends `signal` to the agent process (its tasks run in their own process groups and
+    /// are not reached): SIGSTOP freezes its heartbeats, SIGCONT lets them go on.
+    pub fn signal(&self, signal: i32) {
+        if let Some(c) = &self.child {
+            // SAFETY: kill(2) has no memory effects.
+            unsafe {
+                libc::kill(c.id() as i32, signal);
+            }
+        }
+    }
+
     /// Wait until the process has ended by itself (killed at a crash point, say): false if
     /// it still runs after `timeout`.
     pub async fn wait_exited(&mut self, timeout: Duration) -> bool {

@@ -304,6 +304,125 @@ async fn dev_agent_runs_a_raw_exec_batch_job_and_alloc_logs_shows_its_output() -
     Ok(())
 }
 
+/// A client frozen with SIGSTOP stops heartbeating while its task runs on: its node is
+/// `disconnected`, its allocation `unknown` and replaced on the other client; thawed, it
+/// reports the allocation again and `keep_original` stops the replacement. The original
+/// task ran throughout, started once.
+#[tokio::test]
+async fn a_disconnected_client_s_allocation_is_unknown_replaced_and_kept_when_it_returns(
+) -> anyhow::Result<()> {
+    teamster_cluster_tests::init_test_tracing();
+    let options = ClusterOptions {
+        server_toml: "min_heartbeat_ttl = \"1s\"\nheartbeat_grace = \"1s\"\n".into(),
+        ..ClusterOptions::default()
+    };
+    let mut c = ProcessCluster::start(1, options)?;
+    let leader = c.wait_leader(FORMATION).await?;
+    let api = c.servers[leader].api();
+    let rpc = c.servers[leader].rpc_addr();
+    let clients = [
+        ClientProcess::start(
+            c.dir(),
+            "client-a",
+            &client_ip(&c, 1),
+            std::slice::from_ref(&rpc),
+            "",
+        )?,
+        ClientProcess::start(
+            c.dir(),
+            "client-b",
+            &client_ip(&c, 2),
+            std::slice::from_ref(&rpc),
+            "",
+        )?,
+    ];
+    let mut ids = Vec::new();
+    for cl in &clients {
+        let id = wait_for(Duration::from_secs(10), "node id", || async {
+            cl.node_id().await
+        })
+        .await?;
+        wait_node_status(&api, &id, "ready", Duration::from_secs(15)).await?;
+        ids.push(id);
+    }
+    let group = json!({
+        "Disconnect": {"LostAfter": 120_000_000_000u64, "Reconcile": "keep_original"}
+    });
+    register(
+        &api,
+        raw_exec_job("web", "service", "echo started; exec sleep 300", group),
+    )
+    .await?;
+    let first = wait_for(Duration::from_secs(30), "web running", || async {
+        job_allocs(&api, "web")
+            .await
+            .into_iter()
+            .find(|a| a["ClientStatus"] == "running")
+    })
+    .await?;
+    let victim = ids
+        .iter()
+        .position(|id| first["NodeID"] == id.as_str())
+        .expect("placed on one of the clients");
+    let other = &ids[1 - victim];
+    let first_id = first["ID"].as_str().unwrap_or_default().to_string();
+    let stdout = clients[victim]
+        .data_dir
+        .join(format!("alloc/{first_id}/t/stdout.log"));
+
+    clients[victim].signal(libc::SIGSTOP);
+    wait_node_status(&api, &ids[victim], "disconnected", Duration::from_secs(15)).await?;
+    let replacement = wait_for(
+        Duration::from_secs(30),
+        "the allocation unknown and a replacement running on the other client",
+        || async {
+            let allocs = job_allocs(&api, "web").await;
+            let original = allocs.iter().find(|a| a["ID"] == first_id.as_str())?;
+            if original["ClientStatus"] != "unknown" || original["DesiredStatus"] != "run" {
+                return None;
+            }
+            allocs.into_iter().find(|a| {
+                a["PreviousAllocation"] == first_id.as_str()
+                    && a["NodeID"] == other.as_str()
+                    && a["ClientStatus"] == "running"
+            })
+        },
+    )
+    .await?;
+    let replacement_id = replacement["ID"].as_str().unwrap_or_default().to_string();
+
+    clients[victim].signal(libc::SIGCONT);
+    wait_node_status(&api, &ids[victim], "ready", Duration::from_secs(15)).await?;
+    wait_for(
+        Duration::from_secs(30),
+        "the original kept and the replacement stopped",
+        || async {
+            let allocs = job_allocs(&api, "web").await;
+            let original = allocs.iter().find(|a| a["ID"] == first_id.as_str())?;
+            let replacement = allocs.iter().find(|a| a["ID"] == replacement_id.as_str())?;
+            (original["ClientStatus"] == "running"
+                && original["DesiredStatus"] == "run"
+                && replacement["DesiredStatus"] == "stop")
+                .then_some(())
+        },
+    )
+    .await?;
+    let original: Value = api.get(&format!("/v1/allocation/{first_id}")).await?;
+    let states: Vec<&str> = original["AllocStates"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|s| s["Value"].as_str())
+        .collect();
+    assert_eq!(states, ["unknown", "running"], "{original}");
+    assert_eq!(
+        std::fs::read_to_string(&stdout)?.matches("started").count(),
+        1,
+        "the original task ran on, never restarted"
+    );
+    Ok(())
+}
+
 #[tokio::test]
 async fn a_killed_client_s_allocation_is_replaced_and_not_duplicated_when_it_returns(
 ) -> anyhow::Result<()> {

@@ -221,6 +221,11 @@ impl AllocRunner {
         self.stop.cancel();
     }
 
+    /// Whether it was told to stop.
+    pub fn is_cancelled(&self) -> bool {
+        self.stop.is_cancelled()
+    }
+
     /// Where to send requests to `task`, while its runner lives.
     pub fn task(&self, task: &str) -> Option<&mpsc::Sender<TaskControl>> {
         self.tasks.get(task).filter(|tx| !tx.is_closed())

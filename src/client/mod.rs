@@ -311,8 +311,14 @@ impl Client {
         let span = tracing::info_span!("client", node_id = %node_id);
         let tasks = vec![
             tokio::spawn(
-                heartbeat_loop(servers.clone(), node, registered_tx, shutdown.clone())
-                    .instrument(span.clone()),
+                heartbeat_loop(
+                    shared.clone(),
+                    servers.clone(),
+                    node,
+                    registered_tx,
+                    shutdown.clone(),
+                )
+                .instrument(span.clone()),
             ),
             tokio::spawn(
                 watch_allocs(
@@ -400,6 +406,7 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 /// Register, then heartbeat at the TTL the servers hand back; register again when the
 /// servers no longer know the node.
 async fn heartbeat_loop(
+    shared: Arc<Shared>,
     servers: Arc<Servers>,
     node: teamster_storage::model::Node,
     registered: watch::Sender<bool>,
@@ -408,6 +415,7 @@ async fn heartbeat_loop(
     let node_id = node.id.clone();
     let mut need_register = true;
     let mut failures = 0u32;
+    let mut last_heard = tokio::time::Instant::now();
     loop {
         let outcome = if need_register {
             servers
@@ -424,6 +432,7 @@ async fn heartbeat_loop(
         let wait = match outcome {
             Ok(resp) => {
                 failures = 0;
+                last_heard = tokio::time::Instant::now();
                 if need_register {
                     info!(ttl_ms = resp.heartbeat_ttl_ms, "node registered");
                     need_register = false;
@@ -452,12 +461,40 @@ async fn heartbeat_loop(
                     debug!(error = %e, "heartbeat failed; retrying");
                 }
                 metrics::counter!("teamster_client_heartbeat_failures_total").increment(1);
+                stop_after_disconnect(&shared, last_heard.elapsed());
                 RETRY
             }
         };
         tokio::select! {
             _ = shutdown.cancelled() => return,
             _ = tokio::time::sleep(wait) => {}
+        }
+    }
+}
+
+/// Stops the allocations whose group's `disconnect.stop_on_client_after` is shorter than
+/// `silent`, the time since the servers last answered a heartbeat.
+fn stop_after_disconnect(shared: &Arc<Shared>, silent: Duration) {
+    let due: Vec<String> = shared
+        .state()
+        .allocs
+        .values()
+        .filter(|l| !l.finished())
+        .filter(|l| {
+            l.job
+                .task_group(&l.alloc.task_group)
+                .and_then(|g| g.disconnect.as_ref())
+                .and_then(|d| d.stop_on_client_after)
+                .is_some_and(|after| silent >= Duration::from_nanos(after))
+        })
+        .map(|l| l.alloc.id.to_string())
+        .collect();
+    for id in due {
+        if let Some(runner) = lock(&shared.runners).get(&id) {
+            if !runner.is_cancelled() {
+                warn!(alloc_id = %id, silent_ms = silent.as_millis() as u64, "no servers for longer than the group's stop_on_client_after; stopping the allocation");
+                runner.cancel();
+            }
         }
     }
 }
@@ -524,6 +561,14 @@ fn apply_allocs(shared: &Arc<Shared>, resp: NodeClientAllocsResponse) {
                 Some(local) => {
                     let stop = ca.alloc.server_terminal_status()
                         || ca.alloc.client_status == ClientStatus::Lost;
+                    // Marked unknown while this client was away: report it again, which
+                    // is how the servers learn it reconnected.
+                    if ca.alloc.client_status == ClientStatus::Unknown
+                        && local.alloc.client_status != ClientStatus::Unknown
+                    {
+                        local.version += 1;
+                        shared.changed.notify_one();
+                    }
                     local.alloc = ca.alloc;
                     // An in-place update brings the job's new version (its update block
                     // judges the deployment the allocation joins).
@@ -921,6 +966,36 @@ mod tests {
         assert_eq!(done.task_states["t"].state, TaskStateValue::Dead);
         assert!(event_types(&done).contains(&"Killed".to_string()));
         client.shutdown().await;
+    }
+
+    /// A group with `disconnect.stop_on_client_after` is stopped once the servers have been
+    /// silent that long, and not before; a group without it keeps running.
+    #[tokio::test(start_paused = true)]
+    async fn allocations_stop_after_the_servers_are_silent_for_stop_on_client_after() {
+        let dir = tempfile::tempdir().unwrap();
+        let sh = shared(dir.path());
+        let mut local = mock_alloc("1h", 0, 0, JobType::Service);
+        local.job.task_groups[0].disconnect = Some(teamster_storage::model::DisconnectStrategy {
+            stop_on_client_after: Some(5_000_000_000),
+            ..Default::default()
+        });
+        let mut other = mock_alloc("1h", 0, 0, JobType::Service);
+        other.alloc.id = "a2".into();
+        for l in [&local, &other] {
+            sh.state().allocs.insert(l.alloc.id.to_string(), l.clone());
+            let runner = alloc_runner::spawn(&sh, l);
+            lock(&sh.runners).insert(l.alloc.id.to_string(), runner);
+        }
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        stop_after_disconnect(&sh, Duration::from_secs(4));
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        assert_eq!(sh.state().allocs["a1"].client_status, ClientStatus::Running);
+        stop_after_disconnect(&sh, Duration::from_secs(5));
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        let st = sh.state();
+        assert_eq!(st.allocs["a1"].client_status, ClientStatus::Complete);
+        assert!(event_types(&st.allocs["a1"]).contains(&"Killed".to_string()));
+        assert_eq!(st.allocs["a2"].client_status, ClientStatus::Running);
     }
 
     #[tokio::test(start_paused = true)]

@@ -98,16 +98,10 @@ impl StateStore {
     /// an earlier teamster's `state.json` when the database is new.
     pub fn open(client_dir: &Path) -> Result<(StateStore, ClientState), StateError> {
         let path = client_dir.join(DB_DIR);
-        let db = sled::Config::new()
-            .path(&path)
-            .cache_capacity(CACHE_BYTES)
-            // Every write is flushed by `write` itself.
-            .flush_every_ms(None)
-            .open()
-            .map_err(|source| StateError::Open {
-                path: path.clone(),
-                source,
-            })?;
+        let db = open_db(&path).map_err(|source| StateError::Open {
+            path: path.clone(),
+            source,
+        })?;
         let store = StateStore {
             db,
             path,
@@ -207,6 +201,31 @@ impl StateStore {
         written.extend(changed);
         metrics::counter!("teamster_client_state_writes_total").increment(1);
         Ok(())
+    }
+}
+
+/// How long an open waits for the database's file lock (a store of this process that was
+/// just dropped releases it from sled's background threads, a moment later).
+const LOCK_WAIT: std::time::Duration = std::time::Duration::from_secs(2);
+
+fn open_db(path: &Path) -> Result<sled::Db, sled::Error> {
+    let deadline = std::time::Instant::now() + LOCK_WAIT;
+    loop {
+        let opened = sled::Config::new()
+            .path(path)
+            .cache_capacity(CACHE_BYTES)
+            // Every write is flushed by `write` itself.
+            .flush_every_ms(None)
+            .open();
+        match opened {
+            Err(sled::Error::Io(e))
+                if e.kind() == std::io::ErrorKind::WouldBlock
+                    && std::time::Instant::now() < deadline =>
+            {
+                std::thread::sleep(std::time::Duration::from_millis(20));
+            }
+            other => return other,
+        }
     }
 }
 

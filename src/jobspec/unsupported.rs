@@ -32,9 +32,7 @@ pub(super) const GROUP: &[&str] = &[
     "Consul",
     "ShutdownDelay",
     "StopAfterClientDisconnect",
-    "MaxClientDisconnect",
     "PreventRescheduleOnLost",
-    "Disconnect",
     "MaxRunDuration",
 ];
 
@@ -136,8 +134,9 @@ pub(super) const RESOURCES: &[&str] = &[
 ];
 
 /// The warnings for fields teamster accepts, as Nomad does, without acting on them: an
-/// `update` block's `Stagger` (Nomad validates it and paces nothing by it either). Nomad's
-/// `JobRegisterResponse.Warnings` carries them.
+/// `update` block's `Stagger` (Nomad validates it and paces nothing by it either); and for
+/// the deprecated group `max_client_disconnect`, which is acted on as `disconnect.lost_after`.
+/// Nomad's `JobRegisterResponse.Warnings` carries them.
 pub fn job_warnings(job: &Value) -> Vec<String> {
     let mut found = Vec::new();
     let stagger = |v: &Value| {
@@ -150,12 +149,22 @@ pub fn job_warnings(job: &Value) -> Vec<String> {
     }
     let groups = job.get("TaskGroups").and_then(Value::as_array);
     for (i, group) in groups.into_iter().flatten().enumerate() {
+        let name = match group.get("Name").and_then(Value::as_str) {
+            Some(n) if !n.is_empty() => format!("{n:?}"),
+            _ => format!("#{i}"),
+        };
         if stagger(group) {
-            let name = match group.get("Name").and_then(Value::as_str) {
-                Some(n) if !n.is_empty() => format!("{n:?}"),
-                _ => format!("#{i}"),
-            };
             found.push(STAGGER_WARNING.replace("{at}", &format!("job → group {name} → Update")));
+        }
+        if group.get("MaxClientDisconnect").is_some_and(is_set) {
+            let taken = if group.get("Disconnect").is_some_and(is_set) {
+                "the group's disconnect block is used instead"
+            } else {
+                "it is used as disconnect.lost_after"
+            };
+            found.push(format!(
+                "job → group {name}: max_client_disconnect is deprecated; {taken}"
+            ));
         }
     }
     found

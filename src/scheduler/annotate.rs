@@ -20,8 +20,8 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use teamster_storage::fsm::{Command, JobRegister};
 use teamster_storage::model::{
-    AllocMetric, DesiredUpdates, DiffType, EvalStatus, EvalTrigger, Evaluation, Job, JobDiff, Plan,
-    PlanAnnotations, PlanResult,
+    AllocMetric, ClientStatus, DesiredUpdates, DiffType, EvalStatus, EvalTrigger, Evaluation, Job,
+    JobDiff, Plan, PlanAnnotations, PlanResult,
 };
 use teamster_storage::state::Snapshot;
 
@@ -165,7 +165,15 @@ fn desired_updates(
             // A live one moves to the new version; a failed one only gets its follow-up
             // evaluation recorded.
             if !existing.terminal_status() {
-                group.in_place_update += 1;
+                if alloc.client_status == ClientStatus::Unknown
+                    && existing.client_status != ClientStatus::Unknown
+                {
+                    group.disconnect += 1;
+                } else if existing.unknown_since().is_some() && alloc.unknown_since().is_none() {
+                    group.reconnect += 1;
+                } else {
+                    group.in_place_update += 1;
+                }
                 touched.insert(alloc.id.to_string());
             }
             continue;

@@ -113,12 +113,14 @@ impl<'a> GenericScheduler<'a> {
                 }
                 _ => Vec::new(),
             };
-            let chosen = stack.select(ctx, placer, &penalty).and_then(|node| {
-                let ports = self.session.alloc_ports(ctx, placer, &node)?;
-                Some((node, ports))
-            });
+            let chosen = stack
+                .select(ctx, placer, &penalty)
+                .and_then(|(node, score)| {
+                    let ports = self.session.alloc_ports(ctx, placer, &node)?;
+                    Some((node, score, ports))
+                });
             match chosen {
-                Some((node, ports)) => {
+                Some((node, score, ports)) => {
                     let reschedule_tracker = match &request.previous {
                         Some(prev) if request.reschedule => {
                             let policy = alloc_reschedule_policy(&self.session.snapshot, prev, job);
@@ -134,6 +136,7 @@ impl<'a> GenericScheduler<'a> {
                             .map(|p| p.id.clone())
                             .unwrap_or_default(),
                         reschedule_tracker,
+                        placement_score: (score * 1e6).round() as i64,
                         deployment_id: deployment_id.clone(),
                         deployment_status: request.canary.then(|| AllocDeploymentStatus {
                             canary: true,

@@ -9,7 +9,9 @@
 //! | replaced | terminal with a `NextAllocation` | ignored |
 //! | ignore | service: stopped, complete or lost; batch: stopped unfinished, evicted, or terminal of an older job version | ignored, not counted |
 //! | untainted | running on a healthy node; batch: finished successfully | counted; updated if the job changed |
-//! | lost | non-terminal on a missing, `down` or `disconnected` node | stopped as `lost`, replaced |
+//! | lost | non-terminal on a missing or `down` node, or on a `disconnected` one past its group's `disconnect.lost_after` (or without one) | stopped as `lost`, replaced |
+//! | disconnecting | on a `disconnected` node within `lost_after` | marked `unknown` once, with a `max-disconnect-timeout` follow-up eval at the window's end; replaced (`replace`, default) or counted in place |
+//! | reconnecting | marked `unknown`, reported by its client again since | kept or stopped against its live replacement per `disconnect.reconcile`; the loser stopped ("alloc not needed due to disconnected client reconnect") |
 //! | migrate | non-terminal and marked to migrate (`alloc stop`, or the node drainer on a draining node) | stopped and replaced |
 //! | reschedule now | failed, policy allows it, due within 1 s (or this eval is its follow-up) | stopped, replaced with a reschedule penalty on its node |
 //! | reschedule later | failed, policy allows it later | counted; a follow-up eval (batched per 5 s window) is created and recorded on the allocation |
@@ -50,8 +52,11 @@ use std::sync::Arc;
 
 use rand::RngCore;
 use teamster_storage::model::deployment::{DESC_NEWER_JOB, DESC_STOPPED_JOB, DESC_SUCCESSFUL};
+use teamster_storage::model::disconnect::{
+    RECONCILE_KEEP_ORIGINAL, RECONCILE_KEEP_REPLACEMENT, RECONCILE_LONGEST_RUNNING,
+};
 use teamster_storage::model::{
-    Allocation, ClientStatus, Deployment, DeploymentId, DeploymentState, DeploymentStatus,
+    AllocId, Allocation, ClientStatus, Deployment, DeploymentId, DeploymentState, DeploymentStatus,
     DeploymentStatusUpdate, DesiredStatus, EvalStatus, EvalTrigger, Evaluation, Job, JobType,
     NodeStatus, TaskGroup, Timestamp,
 };
@@ -69,6 +74,10 @@ pub(crate) const ALLOC_MIGRATING: &str = "alloc is being migrated";
 pub(crate) const ALLOC_UPDATING: &str = "alloc is being updated due to job update";
 /// Nomad's `allocLost`.
 pub(crate) const ALLOC_LOST: &str = "alloc is lost since its node is down";
+/// Nomad's `allocReconnected`: the copy that lost when a disconnected node came back.
+pub(crate) const ALLOC_RECONNECTED: &str = "alloc not needed due to disconnected client reconnect";
+/// Nomad's `disconnectTimeoutFollowupEvalDesc`.
+pub(crate) const DISCONNECT_TIMEOUT_DESC: &str = "created for delayed disconnect timeout";
 /// Nomad's `allocInPlace`.
 pub(crate) const ALLOC_IN_PLACE: &str = "alloc updating in-place";
 /// Nomad's `allocNodeTainted`.
@@ -135,6 +144,10 @@ pub(crate) struct Reconciliation {
     pub deployment_id: DeploymentId,
     /// Per group, destructive updates held back by the deployment (`Ignore`).
     pub held_back: BTreeMap<String, u64>,
+    /// Allocations marked `unknown` on disconnected nodes.
+    pub disconnected: u64,
+    /// Reconnected allocations kept.
+    pub reconnected: u64,
 }
 
 /// Inputs of one reconciliation.
@@ -180,19 +193,78 @@ enum Taint {
     Healthy,
     Lost,
     Migrate,
+    /// On a disconnected node (or not heard of since), within its group's `lost_after`.
+    Disconnecting,
+    /// Marked `unknown` and reported again by its client since: one of it and its
+    /// replacement is kept.
+    Reconnecting,
 }
 
 impl Reconciler<'_> {
-    fn taint(&self, alloc: &Allocation) -> Taint {
+    fn taint(&self, alloc: &Allocation, group: Option<&TaskGroup>) -> Taint {
+        let lost_after = group.map_or(0, |g| g.lost_after()) as i64;
+        // Whether its disconnect window (from when it was marked unknown) is still open.
+        let window_open = || {
+            lost_after > 0
+                && alloc
+                    .unknown_since()
+                    .is_none_or(|since| self.now < since.saturating_add(lost_after))
+        };
         match self.snapshot.node_by_id(&alloc.node_id) {
             None => Taint::Lost,
-            Some(node) if matches!(node.status, NodeStatus::Down | NodeStatus::Disconnected) => {
-                Taint::Lost
+            Some(node) if node.status == NodeStatus::Down => Taint::Lost,
+            Some(node) if node.status == NodeStatus::Disconnected => {
+                if window_open() {
+                    Taint::Disconnecting
+                } else {
+                    Taint::Lost
+                }
+            }
+            Some(_) if alloc.unknown_since().is_some() => {
+                if alloc.client_status != ClientStatus::Unknown {
+                    Taint::Reconnecting
+                } else if window_open() {
+                    // Its node is back; its client has not reported it yet.
+                    Taint::Disconnecting
+                } else {
+                    Taint::Lost
+                }
             }
             // Marked by `alloc stop` or the node drainer (Nomad's `DesiredTransition.Migrate`);
             // an unmarked allocation on a draining node stays until the drainer marks it.
             Some(_) if alloc.desired_transition.should_migrate() => Taint::Migrate,
             Some(_) => Taint::Healthy,
+        }
+    }
+
+    /// Which of a reconnecting allocation and its live replacement stays (Nomad's
+    /// `reconnectingPicker`): true for the original.
+    fn keep_original(
+        &self,
+        original: &Allocation,
+        replacement: &Allocation,
+        strategy: &str,
+    ) -> bool {
+        // A replacement of a newer job version always wins.
+        if replacement.job_version > original.job_version {
+            return false;
+        }
+        let running = |a: &Allocation| a.client_status == ClientStatus::Running;
+        match strategy {
+            RECONCILE_KEEP_ORIGINAL => true,
+            RECONCILE_KEEP_REPLACEMENT => false,
+            RECONCILE_LONGEST_RUNNING => match (started_at(original), started_at(replacement)) {
+                (Some(o), Some(r)) => o <= r,
+                (Some(_), None) => true,
+                (None, Some(_)) => false,
+                (None, None) => original.placement_score >= replacement.placement_score,
+            },
+            // best_score: the replacement only if it scored higher and it runs (or the
+            // original does not).
+            _ => {
+                !(replacement.placement_score > original.placement_score
+                    && (running(replacement) || !running(original)))
+            }
         }
     }
 
@@ -329,7 +401,8 @@ impl Reconciler<'_> {
         if alloc.terminal_status() {
             return;
         }
-        let (description, client_status) = match self.taint(alloc) {
+        let group = self.job.and_then(|j| j.task_group(&alloc.task_group));
+        let (description, client_status) = match self.taint(alloc, group) {
             Taint::Lost => (ALLOC_LOST, Some(ClientStatus::Lost)),
             _ => (ALLOC_NOT_NEEDED, None),
         };
@@ -363,7 +436,47 @@ impl Reconciler<'_> {
             Vec::new()
         };
 
+        let disconnect = group.disconnect.clone().unwrap_or_default();
+        // Reconnects first: a reconnecting allocation against its live replacement; the
+        // loser is stopped, a kept original is marked reconnected.
+        let mut reconnect_losers: Vec<&AllocId> = Vec::new();
+        for &alloc in allocs {
+            if alloc.terminal_status()
+                || !matches!(self.taint(alloc, Some(group)), Taint::Reconnecting)
+            {
+                continue;
+            }
+            let replacement = allocs
+                .iter()
+                .find(|a| a.previous_allocation == alloc.id && !a.terminal_status());
+            let keep =
+                replacement.is_none_or(|r| self.keep_original(alloc, r, disconnect.reconcile()));
+            if keep {
+                if let Some(r) = replacement {
+                    reconnect_losers.push(&r.id);
+                    out.stop.push(StopRequest {
+                        alloc: (*r).clone(),
+                        description: ALLOC_RECONNECTED,
+                        client_status: None,
+                    });
+                }
+                let mut updated = (**alloc).clone();
+                updated.append_client_state(updated.client_status, self.now);
+                updated.modify_time = self.now;
+                out.attribute_updates.push(updated);
+                out.reconnected += 1;
+            } else {
+                reconnect_losers.push(&alloc.id);
+                out.stop.push(StopRequest {
+                    alloc: alloc.clone(),
+                    description: ALLOC_RECONNECTED,
+                    client_status: None,
+                });
+            }
+        }
+
         let mut untainted: Vec<Arc<Allocation>> = Vec::new();
+        let mut disconnecting: Vec<Arc<Allocation>> = Vec::new();
         let mut lost: Vec<Arc<Allocation>> = Vec::new();
         let mut migrate: Vec<Arc<Allocation>> = Vec::new();
         let mut reschedule_now: Vec<Arc<Allocation>> = Vec::new();
@@ -420,10 +533,16 @@ impl Reconciler<'_> {
                 }
                 continue;
             }
-            match self.taint(alloc) {
+            if reconnect_losers.contains(&&alloc.id) {
+                continue;
+            }
+            match self.taint(alloc, Some(group)) {
                 Taint::Lost => lost.push(alloc.clone()),
                 Taint::Migrate => migrate.push(alloc.clone()),
-                Taint::Healthy => {
+                // Without `replace` it holds its place until it is lost.
+                Taint::Disconnecting if !disconnect.replace() => untainted.push(alloc.clone()),
+                Taint::Disconnecting => disconnecting.push(alloc.clone()),
+                Taint::Healthy | Taint::Reconnecting => {
                     let ours = alloc.job_version == job.version
                         && view.id().is_some_and(|d| *d == alloc.deployment_id);
                     let unpromoted_of_failed = view.failed && !dstate.promoted;
@@ -467,8 +586,12 @@ impl Reconciler<'_> {
                 .chain(&migrate)
                 .chain(&reschedule_now)
                 .chain(&lost)
+                .chain(&disconnecting)
                 .map(|a| a.name.as_str()),
         );
+        // Allocations of a disconnected node within their window are marked `unknown` (once)
+        // with a follow-up evaluation at the window's end, when they are lost.
+        self.mark_disconnecting(job, group, allocs, out, rng);
         for alloc in &lost {
             out.stop.push(StopRequest {
                 alloc: alloc.clone(),
@@ -686,6 +809,25 @@ impl Reconciler<'_> {
             });
         }
         let mut missing = 0usize;
+        // Replacements of disconnected allocations (`replace`), unless one runs already.
+        for alloc in &disconnecting {
+            let replaced = allocs
+                .iter()
+                .any(|a| a.previous_allocation == alloc.id && !a.terminal_status());
+            if replaced || existing >= count {
+                continue;
+            }
+            existing += 1;
+            missing += 1;
+            out.place.push(PlaceRequest {
+                group: group.name.clone(),
+                name: alloc.name.clone(),
+                previous: Some(alloc.clone()),
+                stop_previous: None,
+                reschedule: false,
+                canary: false,
+            });
+        }
         for alloc in lost {
             if existing >= count {
                 break;
@@ -760,6 +902,59 @@ impl Reconciler<'_> {
         GroupOutcome { complete }
     }
 
+    /// Marks the group's allocations on disconnected nodes `unknown` (those not yet marked),
+    /// with one follow-up evaluation at the end of their `lost_after` window.
+    fn mark_disconnecting(
+        &self,
+        job: &Job,
+        group: &TaskGroup,
+        allocs: &[&Arc<Allocation>],
+        out: &mut Reconciliation,
+        rng: &mut dyn RngCore,
+    ) {
+        let lost_after = group.lost_after() as i64;
+        let mut marked = Vec::new();
+        for &alloc in allocs {
+            if alloc.terminal_status()
+                || alloc.client_status == ClientStatus::Unknown
+                || !matches!(self.taint(alloc, Some(group)), Taint::Disconnecting)
+            {
+                continue;
+            }
+            let mut updated = (**alloc).clone();
+            updated.client_status = ClientStatus::Unknown;
+            updated.client_description = "alloc is unknown since its node is disconnected".into();
+            updated.append_client_state(ClientStatus::Unknown, self.now);
+            updated.modify_time = self.now;
+            marked.push(updated);
+        }
+        if marked.is_empty() {
+            return;
+        }
+        let eval = Evaluation {
+            id: crate::util::new_uuid(rng).into(),
+            namespace: job.namespace.clone(),
+            priority: self.eval.priority,
+            eval_type: job.job_type,
+            triggered_by: EvalTrigger::MaxDisconnectTimeout,
+            job_id: job.id.clone(),
+            job_modify_index: job.job_modify_index,
+            status: EvalStatus::Pending,
+            status_description: DISCONNECT_TIMEOUT_DESC.to_owned(),
+            wait_until: Timestamp::from_unix_nanos(self.now.saturating_add(lost_after)),
+            previous_eval: self.eval.id.clone(),
+            create_time: self.now,
+            modify_time: self.now,
+            ..Evaluation::default()
+        };
+        for updated in &mut marked {
+            updated.followup_eval_id = eval.id.clone();
+        }
+        out.disconnected += marked.len() as u64;
+        out.followup_evals.push(eval);
+        out.attribute_updates.extend(marked);
+    }
+
     /// Batches delayed reschedules into follow-up evaluations (one per 5 s window) and
     /// records each evaluation on its allocations.
     fn followups(
@@ -805,4 +1000,14 @@ impl Reconciler<'_> {
             out.attribute_updates.push(updated);
         }
     }
+}
+
+/// When the allocation's first task started (Unix nanoseconds), if one did.
+fn started_at(alloc: &Allocation) -> Option<i64> {
+    alloc
+        .task_states
+        .values()
+        .filter_map(|t| t.started_at.unix_nanos())
+        .filter(|t| *t > 0)
+        .min()
 }

@@ -201,14 +201,14 @@ impl Stack {
         };
     }
 
-    /// Picks the best node for one allocation of `placer`'s group (`None`: nowhere).
-    /// `penalty` lists nodes a rescheduled allocation failed on.
+    /// Picks the best node for one allocation of `placer`'s group, with its normalized score
+    /// (`None`: nowhere). `penalty` lists nodes a rescheduled allocation failed on.
     pub fn select(
         &mut self,
         ctx: &mut EvalContext,
         placer: &mut GroupPlacer,
         penalty: &[NodeId],
-    ) -> Option<Arc<Node>> {
+    ) -> Option<(Arc<Node>, f64)> {
         self.reset_metrics(ctx);
         let n = self.nodes.len();
         if n == 0 {
@@ -247,7 +247,7 @@ impl Stack {
                 best = Some((node, score));
             }
         }
-        best.map(|(node, _)| node)
+        best
     }
 
     /// Feasibility, fit and score of one node, recording metrics and class eligibility.

@@ -45,6 +45,33 @@ pub fn should_create_evals(from: Option<NodeStatus>, to: NodeStatus) -> bool {
     }
 }
 
+/// The status of a node whose heartbeat ran out (Nomad's `disconnectState`): `disconnected`
+/// while an allocation there that should run has a group `disconnect.lost_after` window
+/// still open (not yet marked `unknown`, or marked less than `lost_after` ago), else `down`.
+pub fn expired_status(snapshot: &Snapshot, node: &Node, now: i64) -> NodeStatus {
+    let open = snapshot.allocs_by_node(node.id.as_str()).any(|alloc| {
+        if alloc.terminal_status() {
+            return false;
+        }
+        let Some(group) = snapshot
+            .alloc_job(alloc)
+            .and_then(|job| job.task_group(&alloc.task_group))
+        else {
+            return false;
+        };
+        let lost_after = group.lost_after() as i64;
+        lost_after > 0
+            && alloc
+                .unknown_since()
+                .is_none_or(|since| now < since.saturating_add(lost_after))
+    });
+    if open {
+        NodeStatus::Disconnected
+    } else {
+        NodeStatus::Down
+    }
+}
+
 /// Nomad's `createNodeEvals`: one `node-update` evaluation per job with an allocation on the
 /// node that may need rescheduling, plus one per non-stopped system job whose datacenters
 /// and node pool cover the node.
@@ -129,5 +156,43 @@ mod tests {
         assert!(!should_create_evals(Some(Down), Down));
         assert!(!should_create_evals(Some(Ready), Ready));
         assert!(!should_create_evals(None, Initializing));
+    }
+
+    /// A silent node is `disconnected` while one of its allocations may still wait for it,
+    /// then `down`.
+    #[test]
+    fn an_expired_node_is_disconnected_while_a_window_is_open() {
+        use crate::scheduler::harness::{mock_job, mock_node, Harness};
+        use teamster_storage::model::{ClientStatus, DisconnectStrategy};
+        const SECOND: i64 = 1_000_000_000;
+        let mut h = Harness::new();
+        let node = mock_node(0);
+        h.register_node(node.clone()).unwrap();
+        let (plain, eval) = h.register_job(mock_job("plain", 1)).unwrap();
+        h.process(&eval).unwrap();
+        let status = |h: &Harness, now: i64| {
+            let snap = h.snapshot();
+            let node = snap.node_by_id(node.id.as_str()).unwrap().clone();
+            expired_status(&snap, &node, now)
+        };
+        assert_eq!(status(&h, h.now), NodeStatus::Down, "no window: down");
+
+        let mut waiting = mock_job("waiting", 1);
+        waiting.task_groups[0].disconnect = Some(DisconnectStrategy {
+            lost_after: 60 * SECOND as u64,
+            ..DisconnectStrategy::default()
+        });
+        let (waiting, eval) = h.register_job(waiting).unwrap();
+        h.process(&eval).unwrap();
+        assert_eq!(status(&h, h.now), NodeStatus::Disconnected);
+
+        // Marked unknown now: the window is open for 60 s.
+        let mut marked = (*h.running_allocs(&waiting)[0]).clone();
+        marked.client_status = ClientStatus::Unknown;
+        marked.append_client_state(ClientStatus::Unknown, h.now);
+        h.upsert_allocs(vec![marked]).unwrap();
+        assert_eq!(status(&h, h.now + 30 * SECOND), NodeStatus::Disconnected);
+        assert_eq!(status(&h, h.now + 60 * SECOND), NodeStatus::Down);
+        assert_eq!(h.running_allocs(&plain).len(), 1);
     }
 }

@@ -371,3 +371,60 @@ fn wrong_types_are_clear_errors() {
     let err = serde_json::from_str::<Evaluation>(r#"{"WaitUntil": "yesterday"}"#).unwrap_err();
     assert!(err.to_string().contains("invalid RFC 3339 time"), "{err}");
 }
+
+/// A group's `disconnect` block in Nomad's JSON shape; the deprecated
+/// `MaxClientDisconnect` becomes its `LostAfter`; bad values and job types are named.
+#[test]
+fn the_disconnect_block_decodes_and_is_checked() {
+    let group = |extra: Value, job_type: &str| {
+        let mut g = json!({"Name": "g", "Tasks": [{"Name": "t", "Driver": "mock"}]});
+        for (k, v) in extra.as_object().unwrap() {
+            g[k] = v.clone();
+        }
+        let mut job: Job = serde_json::from_value(json!({
+            "ID": "j", "Type": job_type, "Datacenters": ["dc1"], "TaskGroups": [g]
+        }))
+        .unwrap();
+        job.canonicalize();
+        job
+    };
+    let job = group(
+        json!({"Disconnect": {"LostAfter": 60_000_000_000u64, "Replace": false,
+                              "Reconcile": "longest_running", "StopOnClientAfter": null}}),
+        "service",
+    );
+    job.validate().unwrap();
+    let d = job.task_groups[0].disconnect.clone().unwrap();
+    assert_eq!(
+        (d.lost_after, d.replace(), d.reconcile()),
+        (60_000_000_000, false, "longest_running")
+    );
+    assert_eq!(bincode_round_trip(&job), job);
+
+    let job = group(json!({"MaxClientDisconnect": 30_000_000_000u64}), "batch");
+    job.validate().unwrap();
+    assert_eq!(job.task_groups[0].lost_after(), 30_000_000_000);
+    assert_eq!(job.task_groups[0].max_client_disconnect, None, "folded in");
+
+    let refused = |job: Job| match job.validate() {
+        Err(ModelError::Invalid { errors }) => errors.join("\n"),
+        other => panic!("expected a refusal, got {other:?}"),
+    };
+    let text = refused(group(
+        json!({"Disconnect": {"Reconcile": "coin_flip", "LostAfter": 1,
+                              "StopOnClientAfter": 1}}),
+        "service",
+    ));
+    assert!(
+        text.contains("disconnect.reconcile \"coin_flip\""),
+        "{text}"
+    );
+    assert!(text.contains("cannot both be set"), "{text}");
+    let text = refused(group(json!({"Disconnect": {"LostAfter": 1}}), "system"));
+    assert!(
+        text.contains(
+            "disconnect: teamster supports the block for service and batch jobs, not system"
+        ),
+        "{text}"
+    );
+}

@@ -1306,3 +1306,33 @@ fn unclosed_brackets_are_refused_at_once() {
     let e = parse(&text).unwrap_err().to_string();
     assert!(e.contains("invalid HCL: unclosed `[`"), "{e}");
 }
+
+#[test]
+fn a_disconnect_block_and_max_client_disconnect_become_nomads_json() {
+    let job = parse(
+        r#"
+        job "web" {
+          group "g" {
+            max_client_disconnect = "2m"
+            disconnect {
+              lost_after = "1h"
+              replace    = false
+              reconcile  = "keep_original"
+            }
+            task "t" { driver = "raw_exec" }
+          }
+        }
+        "#,
+    )
+    .unwrap();
+    let g = &job["TaskGroups"][0];
+    assert_eq!(g["Disconnect"]["LostAfter"], json!(3_600_000_000_000u64));
+    assert_eq!(g["Disconnect"]["Replace"], json!(false));
+    assert_eq!(g["Disconnect"]["Reconcile"], json!("keep_original"));
+    assert_eq!(g["MaxClientDisconnect"], json!(120_000_000_000u64));
+    assert!(crate::jobspec::unsupported_fields(&job).is_empty());
+    assert_eq!(
+        crate::jobspec::job_warnings(&job),
+        ["job → group \"g\": max_client_disconnect is deprecated; the group's disconnect block is used instead"]
+    );
+}

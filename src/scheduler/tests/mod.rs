@@ -3,6 +3,7 @@
 
 mod annotate;
 mod deployments;
+mod disconnect;
 mod generic;
 mod ports;
 mod properties;

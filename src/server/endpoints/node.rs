@@ -144,7 +144,7 @@ pub async fn update_status(
 }
 
 /// `Node.UpdateAlloc`: the clients' reports, with an evaluation for each job one of whose
-/// allocations failed.
+/// allocations failed or reconnected.
 pub async fn update_alloc(
     ep: &Endpoints,
     req: NodeUpdateAllocRequest,
@@ -170,22 +170,29 @@ pub async fn update_alloc(
     let mut jobs = BTreeSet::new();
     let mut evals = Vec::new();
     for report in &req.allocs {
-        if report.client_status != ClientStatus::Failed {
-            continue;
-        }
         let Some(alloc) = snapshot.alloc_by_id(report.id.as_str()) else {
             continue;
         };
-        if alloc.client_status == ClientStatus::Failed {
+        // A failure to reschedule, or an allocation the servers marked unknown that its
+        // client reports again: the reconnect decides which copy stays.
+        let trigger = if report.client_status == ClientStatus::Failed
+            && alloc.client_status != ClientStatus::Failed
+        {
+            EvalTrigger::AllocFailure
+        } else if alloc.client_status == ClientStatus::Unknown
+            && report.client_status != ClientStatus::Unknown
+        {
+            EvalTrigger::Reconnect
+        } else {
             continue;
-        }
+        };
         let Some(job) = snapshot.job_by_id(alloc.namespace.as_str(), alloc.job_id.as_str()) else {
             continue;
         };
         if job.stopped() || !jobs.insert((job.namespace.clone(), job.id.clone())) {
             continue;
         }
-        evals.push(job_eval(job, EvalTrigger::AllocFailure, now, &mut rng));
+        evals.push(job_eval(job, trigger, now, &mut rng));
     }
     drop(snapshot);
     Ok(ep

@@ -120,8 +120,10 @@ impl Heartbeats {
         ControlFlow::Continue(())
     }
 
-    /// A node's TTL ran out: mark it down with its evaluations, unless leadership was lost
-    /// meanwhile or the node is gone or already down.
+    /// A node's TTL ran out: mark it `disconnected` while some allocation there has a
+    /// disconnect window open (its timer runs on, to mark it `down` once none has), else
+    /// `down`, with its evaluations; nothing when leadership was lost meanwhile, the node is
+    /// gone or already in that status.
     async fn invalidate(&self, id: &NodeId) {
         let snapshot = self.inner.node.state().snapshot();
         let Some(node) = snapshot.node_by_id(id.as_str()).cloned() else {
@@ -130,21 +132,29 @@ impl Heartbeats {
         if node.status == NodeStatus::Down || !self.table().is_enabled() {
             return;
         }
-        warn!(node_id = %id, "node TTL expired");
-        metrics::counter!("teamster_heartbeat_invalidate_total").increment(1);
         let now = self.inner.clock.now_unix_nanos();
+        let status = crate::server::evals::expired_status(&snapshot, &node, now);
+        if status == NodeStatus::Disconnected {
+            // Checked again at its next expiry: `down` once every window has closed.
+            let _ = self.reset(id);
+        }
+        if node.status == status {
+            return;
+        }
+        warn!(node_id = %id, status = status.as_str(), "node TTL expired");
+        metrics::counter!("teamster_heartbeat_invalidate_total").increment(1);
         let evals = {
             let mut rng = self.inner.rng.lock().unwrap_or_else(|p| p.into_inner());
             crate::server::evals::node_evals(&snapshot, &node, now, &mut *rng)
         };
         let cmd = Command::NodeUpdateStatus(NodeUpdateStatus {
             node_id: id.clone(),
-            status: NodeStatus::Down,
+            status,
             updated_at: now / 1_000_000_000,
             evals,
         });
         if let Err(e) = self.inner.node.write_local(cmd).await {
-            warn!(node_id = %id, error = %e, "could not mark the node down");
+            warn!(node_id = %id, status = status.as_str(), error = %e, "could not change the node's status");
         }
     }
 }

@@ -277,6 +277,14 @@ pub struct Allocation {
     /// What it holds on its node besides CPU, memory and disk: its ports.
     #[serde(deserialize_with = "de::nullable")]
     pub allocated_resources: AllocatedResources,
+    /// The normalized score its node got when the scheduler placed it, in millionths (the
+    /// top `NormScore` of Nomad's `Metrics.ScoreMetaData`): what a `best_score` reconnect
+    /// compares.
+    #[serde(deserialize_with = "de::nullable")]
+    pub placement_score: i64,
+    /// Its state history: when the servers marked it `unknown`, and when it reconnected.
+    #[serde(deserialize_with = "de::nullable")]
+    pub alloc_states: Vec<crate::model::AllocState>,
 }
 
 /// What an allocation holds on its node that is not counted in [`Resources`] (Nomad's
@@ -318,6 +326,26 @@ pub struct AllocatedPortMapping {
 }
 
 impl Allocation {
+    /// When the servers last marked it `unknown`, if that is its latest recorded state
+    /// (it has not reconnected since).
+    pub fn unknown_since(&self) -> Option<i64> {
+        let last = self
+            .alloc_states
+            .iter()
+            .rev()
+            .find(|s| s.field == crate::model::disconnect::ALLOC_STATE_CLIENT_STATUS)?;
+        (last.value == ClientStatus::Unknown.as_str()).then_some(last.time)
+    }
+
+    /// Appends a `ClientStatus` entry to its state history.
+    pub fn append_client_state(&mut self, status: ClientStatus, now: i64) {
+        self.alloc_states.push(crate::model::AllocState {
+            field: crate::model::disconnect::ALLOC_STATE_CLIENT_STATUS.to_string(),
+            value: status.as_str().to_string(),
+            time: now,
+        });
+    }
+
     /// The host ports it holds on its node.
     pub fn host_ports(&self) -> impl Iterator<Item = u32> + '_ {
         self.allocated_resources

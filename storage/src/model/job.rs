@@ -13,6 +13,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::model::de;
 use crate::model::deployment::{MigrateStrategy, UpdateStrategy};
+use crate::model::disconnect::DisconnectStrategy;
 use crate::model::ids::{JobId, Namespace};
 use crate::model::periodic::{
     DispatchPayload, DispatchPayloadConfig, ParameterizedJobConfig, PeriodicConfig,
@@ -506,6 +507,18 @@ pub struct TaskGroup {
     /// Services registered while an allocation of the group runs.
     #[serde(deserialize_with = "de::nullable")]
     pub services: Vec<Service>,
+    /// What happens to the group's allocations while their node is disconnected.
+    pub disconnect: Option<DisconnectStrategy>,
+    /// Nomad's deprecated form of `disconnect.lost_after` (nanoseconds), folded into
+    /// `disconnect` by [`Job::canonicalize`].
+    pub max_client_disconnect: Option<u64>,
+}
+
+impl TaskGroup {
+    /// How long the group's allocations may stay `unknown` on a disconnected node (0: none).
+    pub fn lost_after(&self) -> u64 {
+        self.disconnect.as_ref().map_or(0, |d| d.lost_after)
+    }
 }
 
 /// Nomad's checks of a service that teamster can act on: the `nomad` provider, a valid name,
@@ -765,6 +778,8 @@ impl Default for TaskGroup {
             migrate: None,
             networks: Vec::new(),
             services: Vec::new(),
+            disconnect: None,
+            max_client_disconnect: None,
         }
     }
 }
@@ -978,6 +993,15 @@ impl Job {
         let job_update = self.update.clone();
         let job_migrate = self.migrate.clone();
         for group in &mut self.task_groups {
+            // Nomad's deprecated field means `disconnect { lost_after = ... }`.
+            if let Some(window) = group.max_client_disconnect.take() {
+                if group.disconnect.is_none() {
+                    group.disconnect = Some(DisconnectStrategy {
+                        lost_after: window,
+                        ..DisconnectStrategy::default()
+                    });
+                }
+            }
             group.update = match (&job_update, group.update.take()) {
                 (Some(job), Some(given)) => Some(given.merged_over(job)),
                 (Some(job), None) if !job.is_unset() => Some(job.clone()),
@@ -1176,6 +1200,16 @@ impl Job {
                 for service in &task.services {
                     let at = format!("{at}, task {:?}", task.name);
                     validate_service(&at, service, &port_labels, &mut task_ids, &mut errors);
+                }
+            }
+            if let Some(disconnect) = &group.disconnect {
+                match self.job_type {
+                    JobType::Service | JobType::Batch => disconnect.validate(&at, &mut errors),
+                    other => errors.push(format!(
+                        "{at}: disconnect: teamster supports the block for service and batch \
+                         jobs, not {}",
+                        other.as_str()
+                    )),
                 }
             }
             if let Some(migrate) = &group.migrate {

@@ -30,6 +30,7 @@ pub mod cluster;
 pub(crate) mod de;
 pub mod deployment;
 pub mod diff;
+pub mod disconnect;
 pub mod eval;
 pub mod ids;
 pub mod job;
@@ -55,6 +56,7 @@ pub use deployment::{
     MigrateStrategy, UpdateStrategy,
 };
 pub use diff::{DiffType, FieldDiff, JobDiff, ObjectDiff, TaskDiff, TaskGroupDiff};
+pub use disconnect::{AllocState, DisconnectStrategy};
 pub use eval::{AllocMetric, EvalStatus, EvalTrigger, Evaluation};
 pub use ids::{AllocId, DeploymentId, EvalId, JobId, Namespace, NodeId};
 pub use job::{
