@@ -205,9 +205,20 @@ impl LogStore {
         self.stats.clone()
     }
 
-    /// Flushes every write so far to disk.
+    /// Flushes every write so far to disk, on tokio's blocking pool: sled's `flush_async`
+    /// holds one of sled's own IO threads while it waits for writes that need another, and
+    /// sled 0.34 stops adding IO threads after its first task (a counter underflow), so
+    /// enough concurrent `flush_async` calls in one process (several stores, as in tests)
+    /// wait on each other for ever.
     pub async fn flush(&self) -> Result<(), LogStoreError> {
-        self.db.flush_async().await?;
+        let db = self.db.clone();
+        tokio::task::spawn_blocking(move || db.flush())
+            .await
+            .map_err(|e| {
+                LogStoreError::Sled(sled::Error::Io(std::io::Error::other(format!(
+                    "the flush task failed: {e}"
+                ))))
+            })??;
         Ok(())
     }
 
