@@ -51,6 +51,41 @@ fn raw_exec_job(id: &str, job_type: &str, script: &str, group_extra: Value) -> V
     json!({"ID": id, "Type": job_type, "Datacenters": ["dc1"], "TaskGroups": [group]})
 }
 
+/// One server with fast heartbeats (1 s TTL, 1 s grace) and two client agents (`client-a`,
+/// `client-b`), both ready: the cluster, the server's API, the clients and their node IDs.
+async fn one_server_two_clients(
+) -> anyhow::Result<(ProcessCluster, ApiClient, Vec<ClientProcess>, Vec<String>)> {
+    let options = ClusterOptions {
+        server_toml: "min_heartbeat_ttl = \"1s\"\nheartbeat_grace = \"1s\"\n".into(),
+        ..ClusterOptions::default()
+    };
+    let mut c = ProcessCluster::start(1, options)?;
+    let leader = c.wait_leader(FORMATION).await?;
+    let api = c.servers[leader].api();
+    let rpc = c.servers[leader].rpc_addr();
+    let mut clients = Vec::new();
+    for (n, name) in [(1, "client-a"), (2, "client-b")] {
+        let ip = client_ip(&c, n);
+        clients.push(ClientProcess::start(
+            c.dir(),
+            name,
+            &ip,
+            std::slice::from_ref(&rpc),
+            "",
+        )?);
+    }
+    let mut ids = Vec::new();
+    for cl in &clients {
+        let id = wait_for(Duration::from_secs(10), "node id", || async {
+            cl.node_id().await
+        })
+        .await?;
+        wait_node_status(&api, &id, "ready", Duration::from_secs(15)).await?;
+        ids.push(id);
+    }
+    Ok((c, api, clients, ids))
+}
+
 async fn job_allocs(api: &ApiClient, job: &str) -> Vec<Value> {
     api.get(&format!("/v1/job/{job}/allocations?stale=true"))
         .await
@@ -312,39 +347,7 @@ async fn dev_agent_runs_a_raw_exec_batch_job_and_alloc_logs_shows_its_output() -
 async fn a_disconnected_client_s_allocation_is_unknown_replaced_and_kept_when_it_returns(
 ) -> anyhow::Result<()> {
     teamster_cluster_tests::init_test_tracing();
-    let options = ClusterOptions {
-        server_toml: "min_heartbeat_ttl = \"1s\"\nheartbeat_grace = \"1s\"\n".into(),
-        ..ClusterOptions::default()
-    };
-    let mut c = ProcessCluster::start(1, options)?;
-    let leader = c.wait_leader(FORMATION).await?;
-    let api = c.servers[leader].api();
-    let rpc = c.servers[leader].rpc_addr();
-    let clients = [
-        ClientProcess::start(
-            c.dir(),
-            "client-a",
-            &client_ip(&c, 1),
-            std::slice::from_ref(&rpc),
-            "",
-        )?,
-        ClientProcess::start(
-            c.dir(),
-            "client-b",
-            &client_ip(&c, 2),
-            std::slice::from_ref(&rpc),
-            "",
-        )?,
-    ];
-    let mut ids = Vec::new();
-    for cl in &clients {
-        let id = wait_for(Duration::from_secs(10), "node id", || async {
-            cl.node_id().await
-        })
-        .await?;
-        wait_node_status(&api, &id, "ready", Duration::from_secs(15)).await?;
-        ids.push(id);
-    }
+    let (_cluster, api, clients, ids) = one_server_two_clients().await?;
     let group = json!({
         "Disconnect": {"LostAfter": 120_000_000_000u64, "Reconcile": "keep_original"}
     });
@@ -427,39 +430,7 @@ async fn a_disconnected_client_s_allocation_is_unknown_replaced_and_kept_when_it
 async fn a_killed_client_s_allocation_is_replaced_and_not_duplicated_when_it_returns(
 ) -> anyhow::Result<()> {
     teamster_cluster_tests::init_test_tracing();
-    let options = ClusterOptions {
-        server_toml: "min_heartbeat_ttl = \"1s\"\nheartbeat_grace = \"1s\"\n".into(),
-        ..ClusterOptions::default()
-    };
-    let mut c = ProcessCluster::start(1, options)?;
-    let leader = c.wait_leader(FORMATION).await?;
-    let api = c.servers[leader].api();
-    let rpc = c.servers[leader].rpc_addr();
-    let mut clients = vec![
-        ClientProcess::start(
-            c.dir(),
-            "client-a",
-            &client_ip(&c, 1),
-            std::slice::from_ref(&rpc),
-            "",
-        )?,
-        ClientProcess::start(
-            c.dir(),
-            "client-b",
-            &client_ip(&c, 2),
-            std::slice::from_ref(&rpc),
-            "",
-        )?,
-    ];
-    let mut ids = Vec::new();
-    for cl in &clients {
-        let id = wait_for(Duration::from_secs(10), "node id", || async {
-            cl.node_id().await
-        })
-        .await?;
-        wait_node_status(&api, &id, "ready", Duration::from_secs(15)).await?;
-        ids.push(id);
-    }
+    let (c, api, mut clients, ids) = one_server_two_clients().await?;
     register(
         &api,
         raw_exec_job("web", "service", "echo started; exec sleep 60", json!({})),
@@ -537,7 +508,7 @@ async fn a_killed_client_s_allocation_is_replaced_and_not_duplicated_when_it_ret
             "drain",
             "--enable",
             "--address",
-            &c.servers[leader].http_addr(),
+            &c.servers[0].http_addr(),
             other,
         ])
         .output()?;

@@ -809,26 +809,14 @@ impl Reconciler<'_> {
             });
         }
         let mut missing = 0usize;
-        // Replacements of disconnected allocations (`replace`), unless one runs already.
-        for alloc in &disconnecting {
-            let replaced = allocs
+        // Replacements of disconnected allocations (`replace`) that have none running yet,
+        // then of lost ones.
+        let unreplaced = disconnecting.into_iter().filter(|alloc| {
+            !allocs
                 .iter()
-                .any(|a| a.previous_allocation == alloc.id && !a.terminal_status());
-            if replaced || existing >= count {
-                continue;
-            }
-            existing += 1;
-            missing += 1;
-            out.place.push(PlaceRequest {
-                group: group.name.clone(),
-                name: alloc.name.clone(),
-                previous: Some(alloc.clone()),
-                stop_previous: None,
-                reschedule: false,
-                canary: false,
-            });
-        }
-        for alloc in lost {
+                .any(|a| a.previous_allocation == alloc.id && !a.terminal_status())
+        });
+        for alloc in unreplaced.chain(lost) {
             if existing >= count {
                 break;
             }

@@ -425,6 +425,18 @@ fn spawn_log_pump(
     })
 }
 
+/// The engine, for finding `container` again after a client restart (`None`, logged, when
+/// it cannot be reached).
+async fn engine_after_restart(connector: &Connector, container: &str) -> Option<Docker> {
+    match connector.get().await {
+        Ok(d) => Some(d),
+        Err(e) => {
+            warn!(container, error = %e, "cannot reach docker to find a task again");
+            None
+        }
+    }
+}
+
 /// Find the container a launch of an earlier run of this client may have started, by its
 /// name: `None` when there is none, or when it was created but never started (that launch
 /// did not happen; launching again replaces it).
@@ -435,13 +447,7 @@ pub async fn find_launched(
     kill_signal: String,
     now_unix_secs: i64,
 ) -> Option<DockerTask> {
-    let docker = match connector.get().await {
-        Ok(d) => d,
-        Err(e) => {
-            warn!(container = name, error = %e, "cannot reach docker to look for a launch");
-            return None;
-        }
-    };
+    let docker = engine_after_restart(connector, name).await?;
     let c = match docker.inspect_container(name, None).await {
         Ok(c) => c,
         Err(e) => {
@@ -474,13 +480,7 @@ pub async fn reattach(
     kill_signal: String,
     now_unix_secs: i64,
 ) -> Option<DockerTask> {
-    let docker = match connector.get().await {
-        Ok(d) => d,
-        Err(e) => {
-            warn!(container_id, error = %e, "cannot reach docker to re-attach");
-            return None;
-        }
-    };
+    let docker = engine_after_restart(connector, container_id).await?;
     match docker.inspect_container(container_id, None).await {
         Ok(c) => {
             let running = c.state.as_ref().and_then(|s| s.running).unwrap_or(false);
