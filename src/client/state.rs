@@ -320,7 +320,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let (store, _) = StateStore::open(dir.path()).unwrap();
         store.db.insert(alloc_key("a9"), &b"not json"[..]).unwrap();
-        let err = store.read().err().expect("refused");
+        let err = store.read().expect_err("refused");
         assert!(err.to_string().contains("alloc/a9"), "{err}");
     }
 }
