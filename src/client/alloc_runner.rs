@@ -585,7 +585,7 @@ impl TaskRunner {
                     // Recorded before it happens: a client killed from here on finds out,
                     // once restarted, whether the task started (`driver::find_launch`).
                     let launch_id = crate::util::new_uuid(&mut rand::thread_rng());
-                    self.shared.update_alloc_if(&self.alloc_id, |local| {
+                    let recorded = self.shared.update_alloc_if(&self.alloc_id, |local| {
                         local.handles.insert(
                             self.task.name.clone(),
                             TaskHandle::Launching {
@@ -595,6 +595,14 @@ impl TaskRunner {
                         );
                         false
                     });
+                    if !recorded || self.stop.is_cancelled() {
+                        // Gone or stopped meanwhile: nothing may run unrecorded.
+                        self.dead(
+                            false,
+                            event(now, "Killed", "Task killed before it started".into()),
+                        );
+                        return;
+                    }
                     if let Err(e) = self.shared.try_persist() {
                         warn!(error = %e, "cannot record the launch; not starting the task");
                         let mut ev = event(

@@ -116,9 +116,6 @@ pub enum TaskHandle {
 pub const LAUNCH_MARKER: &str = ".teamster-launch";
 /// The environment variable carrying a `raw_exec` process's launch id.
 pub const LAUNCH_ENV: &str = "TEAMSTER_LAUNCH_ID";
-/// How long a recorded process that does not (yet) carry its launch id is watched before it
-/// counts as another process that reused the pid.
-const EXEC_GRACE: Duration = Duration::from_secs(1);
 
 /// What became of a launch that an earlier run of this client recorded but did not see
 /// through ([`TaskHandle::Launching`]).
@@ -363,21 +360,45 @@ async fn find_process_launch(launch_id: &str, dir: &Path) -> Launched {
         // The marker of an earlier launch: this one never reached its process.
         return Launched::NotStarted;
     }
-    // The process recorded itself just before `exec`: wait briefly for the exec that puts
-    // the launch id in its environment, so neither that moment nor a reused pid misleads.
-    let deadline = tokio::time::Instant::now() + EXEC_GRACE;
-    loop {
-        let Some(start_ticks) = proc_start_ticks(pid) else {
-            return Launched::Ended;
-        };
-        if carries_launch(pid, launch_id) {
-            return Launched::Found(Box::new(RunningTask::Reattached { pid, start_ticks }));
-        }
-        if tokio::time::Instant::now() >= deadline {
-            return Launched::Ended;
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
+    let Some(start_ticks) = proc_start_ticks(pid) else {
+        return Launched::Ended;
+    };
+    // The process at that pid is the task if it carries the launch id (a task that rewrites
+    // its environment area, as `setproctitle` does, or runs under `env -i`, may not), or
+    // if it started no later than the marker was written: the task forked before it wrote
+    // the marker, while another process reusing the pid started after the task ended.
+    // The boot time is in whole seconds, hence a second of slack.
+    let started_before_marker = || {
+        let marker_written = std::fs::metadata(dir.join(LAUNCH_MARKER))
+            .and_then(|m| m.modified())
+            .ok()?;
+        let started = proc_start_time(start_ticks)?;
+        Some(started <= marker_written + Duration::from_secs(1))
+    };
+    if carries_launch(pid, launch_id) || started_before_marker().unwrap_or(true) {
+        Launched::Found(Box::new(RunningTask::Reattached { pid, start_ticks }))
+    } else {
+        Launched::Ended
     }
+}
+
+/// The wall-clock time a process started, from its start in clock ticks since boot and the
+/// boot time in `/proc/stat` (whole seconds).
+fn proc_start_time(start_ticks: u64) -> Option<std::time::SystemTime> {
+    let stat = std::fs::read_to_string("/proc/stat").ok()?;
+    let btime: u64 = stat
+        .lines()
+        .find_map(|l| l.strip_prefix("btime "))?
+        .trim()
+        .parse()
+        .ok()?;
+    // SAFETY: sysconf has no memory effects.
+    let ticks_per_second = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
+    if ticks_per_second <= 0 {
+        return None;
+    }
+    let since_boot = Duration::from_secs_f64(start_ticks as f64 / ticks_per_second as f64);
+    Some(std::time::UNIX_EPOCH + Duration::from_secs(btime) + since_boot)
 }
 
 /// Record the launch in the child between `fork` and `exec`: `<launch id> <pid>` in the
@@ -517,6 +538,11 @@ fn start_process(
         .kill_on_drop(false);
     if let Some(launch_id) = launch_id {
         use std::os::unix::ffi::OsStrExt;
+        // Absolute: the child has changed into the task directory by the time it writes.
+        let dir = std::path::absolute(dir).map_err(|source| DriverError::Dir {
+            path: dir.to_path_buf(),
+            source,
+        })?;
         let marker = std::ffi::CString::new(dir.join(LAUNCH_MARKER).as_os_str().as_bytes())
             .map_err(|_| DriverError::BadConfig("task directory path holds a NUL".into()))?;
         let id = launch_id.as_bytes().to_vec();
@@ -879,8 +905,9 @@ mod tests {
         assert!(matches!(find("L1").await, Launched::Ended));
     }
 
-    /// A process whose pid matches a marker but does not carry its launch id (a reused pid)
-    /// is not taken for the task.
+    /// A process at the marker's pid that does not carry the launch id is the task only if
+    /// it started before the marker was written (a task that rewrote its environment);
+    /// one that started later reused the pid.
     #[tokio::test]
     async fn a_reused_pid_is_not_taken_for_the_launch() {
         let dir = tempfile::tempdir().unwrap();
@@ -889,11 +916,31 @@ mod tests {
         let RunningTask::Child { pid, .. } = other else {
             panic!("a child")
         };
-        std::fs::write(dir.path().join(LAUNCH_MARKER), format!("L1 {pid}\n")).unwrap();
+        let marker = dir.path().join(LAUNCH_MARKER);
+        std::fs::write(&marker, format!("L1 {pid}\n")).unwrap();
+        let set_written = |at: std::time::SystemTime| {
+            std::fs::File::options()
+                .write(true)
+                .open(&marker)
+                .unwrap()
+                .set_modified(at)
+                .unwrap();
+        };
         let t = raw("/bin/sleep", &["30"]);
         let connector = crate::client::docker::Connector::default();
+        let now = std::time::SystemTime::now();
+        set_written(now - Duration::from_secs(30));
         let found = find_launch("L1", 0, &t, dir.path(), "a1", &connector, 0).await;
-        assert!(matches!(found, Launched::Ended), "{found:?}");
+        assert!(
+            matches!(found, Launched::Ended),
+            "started after the marker: {found:?}"
+        );
+        set_written(now + Duration::from_secs(5));
+        let found = find_launch("L1", 0, &t, dir.path(), "a1", &connector, 0).await;
+        assert!(
+            matches!(found, Launched::Found(_)),
+            "started before the marker: {found:?}"
+        );
         other.kill(Duration::from_secs(5)).await;
     }
 

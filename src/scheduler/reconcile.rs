@@ -446,9 +446,7 @@ impl Reconciler<'_> {
             {
                 continue;
             }
-            let replacement = allocs
-                .iter()
-                .find(|a| a.previous_allocation == alloc.id && !a.terminal_status());
+            let replacement = live_replacement(allocs, alloc);
             let keep =
                 replacement.is_none_or(|r| self.keep_original(alloc, r, disconnect.reconcile()));
             if keep {
@@ -811,11 +809,9 @@ impl Reconciler<'_> {
         let mut missing = 0usize;
         // Replacements of disconnected allocations (`replace`) that have none running yet,
         // then of lost ones.
-        let unreplaced = disconnecting.into_iter().filter(|alloc| {
-            !allocs
-                .iter()
-                .any(|a| a.previous_allocation == alloc.id && !a.terminal_status())
-        });
+        let unreplaced = disconnecting
+            .into_iter()
+            .filter(|alloc| live_replacement(allocs, alloc).is_none());
         for alloc in unreplaced.chain(lost) {
             if existing >= count {
                 break;
@@ -903,8 +899,11 @@ impl Reconciler<'_> {
         let lost_after = group.lost_after() as i64;
         let mut marked = Vec::new();
         for &alloc in allocs {
+            // Marked once per disconnect: one its client reported again while the node is
+            // still disconnected is resolved as a reconnect once the node is ready.
             if alloc.terminal_status()
                 || alloc.client_status == ClientStatus::Unknown
+                || alloc.unknown_since().is_some()
                 || !matches!(self.taint(alloc, Some(group)), Taint::Disconnecting)
             {
                 continue;
@@ -998,4 +997,25 @@ fn started_at(alloc: &Allocation) -> Option<i64> {
         .filter_map(|t| t.started_at.unix_nanos())
         .filter(|t| *t > 0)
         .min()
+}
+
+/// The live allocation that took `original`'s place: its replacement, or that one's own
+/// replacement if it was replaced in turn (an update, a reschedule, a drain).
+fn live_replacement<'a>(
+    allocs: &[&'a Arc<Allocation>],
+    original: &Allocation,
+) -> Option<&'a Arc<Allocation>> {
+    let mut current = *allocs
+        .iter()
+        .find(|a| a.previous_allocation == original.id)?;
+    for _ in 0..allocs.len() {
+        if !current.terminal_status() {
+            return Some(current);
+        }
+        if current.next_allocation.is_empty() {
+            return None;
+        }
+        current = *allocs.iter().find(|a| a.id == current.next_allocation)?;
+    }
+    None
 }

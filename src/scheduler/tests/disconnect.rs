@@ -312,3 +312,59 @@ fn a_replacement_of_a_newer_job_version_always_wins() {
     });
     assert!(!kept(&original) && kept(&replacement));
 }
+
+#[test]
+fn a_report_while_the_node_is_still_disconnected_is_resolved_once_it_is_ready() {
+    let (mut h, _) = harness_with_nodes(3);
+    let (job, victim) =
+        place_then_disconnect(&mut h, disconnect_job(3, 60, true, RECONCILE_KEEP_ORIGINAL));
+    let replacement = replacement_of(&h, &job, &victim.id).expect("replaced");
+    // The client's report lands before its node is ready again.
+    h.client_update(std::slice::from_ref(&victim.id), ClientStatus::Running, h.now)
+        .unwrap();
+    let eval = h
+        .create_pending_eval(&job, EvalTrigger::Reconnect, None)
+        .unwrap();
+    h.process(&eval).unwrap();
+    let original = alloc(&h, &victim.id);
+    assert_eq!(original.alloc_states.len(), 1, "not marked unknown again");
+    assert!(kept(&original) && kept(&alloc(&h, &replacement.id)));
+    // Ready: the node's evaluation resolves the reconnect.
+    set_node_status(&mut h, &victim.node_id, NodeStatus::Ready);
+    let eval = h
+        .create_pending_eval(&job, EvalTrigger::NodeUpdate, Some(&victim.node_id))
+        .unwrap();
+    h.process(&eval).unwrap();
+    assert!(kept(&alloc(&h, &victim.id)));
+    assert!(!kept(&alloc(&h, &replacement.id)));
+    assert_eq!(h.running_allocs(&job).len(), 3);
+}
+
+#[test]
+fn a_replacement_replaced_in_turn_is_the_one_the_original_competes_with() {
+    let (mut h, _) = harness_with_nodes(3);
+    let (job, victim) =
+        place_then_disconnect(&mut h, disconnect_job(3, 60, true, RECONCILE_KEEP_ORIGINAL));
+    let first = replacement_of(&h, &job, &victim.id).expect("replaced");
+    // The replacement migrates away: its own replacement now holds the place.
+    super::generic::mark_migrate(&mut h, &first);
+    let eval = h
+        .create_pending_eval(&job, EvalTrigger::AllocStop, None)
+        .unwrap();
+    h.process(&eval).unwrap();
+    let second = replacement_of(&h, &job, &first.id).expect("replaced in turn");
+    h.client_update(std::slice::from_ref(&second.id), ClientStatus::Running, h.now)
+        .unwrap();
+    set_node_status(&mut h, &victim.node_id, NodeStatus::Ready);
+    h.client_update(std::slice::from_ref(&victim.id), ClientStatus::Running, h.now)
+        .unwrap();
+    let eval = h
+        .create_pending_eval(&job, EvalTrigger::Reconnect, None)
+        .unwrap();
+    h.process(&eval).unwrap();
+    assert!(kept(&alloc(&h, &victim.id)));
+    let second = alloc(&h, &second.id);
+    assert!(!kept(&second));
+    assert_eq!(second.desired_description, ALLOC_RECONNECTED);
+    assert_eq!(h.running_allocs(&job).len(), 3);
+}
