@@ -496,16 +496,25 @@ impl TaskRunner {
         loop {
             let reattached = match self.reattach.take() {
                 Some(TaskHandle::Launching { launch_id, at }) => {
-                    let found = driver::find_launch(
-                        &launch_id,
-                        at,
-                        &self.task,
-                        &dir,
-                        &self.alloc_id,
-                        &self.shared.docker,
-                        self.now(),
-                    )
-                    .await;
+                    // Never launched on a guess: while the engine cannot say, the task
+                    // waits (pending) until it can or the allocation is stopped.
+                    let found = loop {
+                        let found = driver::find_launch(
+                            &launch_id,
+                            at,
+                            &self.task,
+                            &dir,
+                            &self.alloc_id,
+                            &self.shared.docker,
+                            self.now(),
+                        )
+                        .await;
+                        if !matches!(found, driver::Launched::EngineUnknown)
+                            || self.stop.is_cancelled()
+                        {
+                            break found;
+                        }
+                    };
                     info!(launch_id, outcome = ?found, "looked for a launch of an earlier run");
                     match found {
                         driver::Launched::NotStarted => None,
@@ -527,6 +536,18 @@ impl TaskRunner {
                             Some(Some(*running))
                         }
                         driver::Launched::Ended => Some(None),
+                        driver::Launched::EngineUnknown => {
+                            // Stopped while the engine could not say.
+                            self.dead(
+                                false,
+                                event(
+                                    self.now(),
+                                    "Killed",
+                                    "Task stopped while the container engine could not tell whether it had started".into(),
+                                ),
+                            );
+                            return;
+                        }
                     }
                 }
                 Some(h) => Some(

@@ -28,6 +28,8 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 use teamster_storage::model::{ConfigValue, Task};
 
+use crate::client::docker::LaunchLookup;
+
 /// Why a driver could not start a task.
 #[derive(Debug, thiserror::Error)]
 pub enum DriverError {
@@ -127,7 +129,12 @@ pub enum Launched {
     Found(Box<RunningTask>),
     /// It started and ended while the client was away; its exit status is unknown.
     Ended,
+    /// The container engine could not say whether it started, for a minute (ask again).
+    EngineUnknown,
 }
+
+/// How many times (a second apart) the engine is asked about a launch before giving up.
+const ENGINE_LOOKUPS: u32 = 60;
 
 /// A task a driver is running.
 #[derive(Debug)]
@@ -304,18 +311,29 @@ pub async fn find_launch(
             } else {
                 task.kill_signal.clone()
             };
-            match crate::client::docker::find_launched(
-                docker,
-                &name,
-                dir,
-                kill_signal,
-                now_unix_nanos / 1_000_000_000,
-            )
-            .await
-            {
-                Some(found) => Launched::Found(Box::new(RunningTask::Docker(found))),
-                None => Launched::NotStarted,
+            // An engine that cannot say is asked again: launching on a guess could start a
+            // second container (or replace the running one).
+            for attempt in 1..=ENGINE_LOOKUPS {
+                let lookup = crate::client::docker::find_launched(
+                    docker,
+                    &name,
+                    dir,
+                    kill_signal.clone(),
+                    now_unix_nanos / 1_000_000_000,
+                )
+                .await;
+                match lookup {
+                    LaunchLookup::Found(found) => {
+                        return Launched::Found(Box::new(RunningTask::Docker(found)))
+                    }
+                    LaunchLookup::Absent => return Launched::NotStarted,
+                    LaunchLookup::Unknown(why) => {
+                        tracing::warn!(container = %name, attempt, error = %why, "cannot tell whether a launch started; asking the engine again");
+                        tokio::time::sleep(Duration::from_secs(1)).await;
+                    }
+                }
             }
+            Launched::EngineUnknown
         }
         "mock" => {
             // A timer: it started when its launch was recorded.

@@ -437,38 +437,48 @@ async fn engine_after_restart(connector: &Connector, container: &str) -> Option<
     }
 }
 
+/// What [`find_launched`] found of a launch.
+#[derive(Debug)]
+pub enum LaunchLookup {
+    /// The container is there (running or ended).
+    Found(DockerTask),
+    /// There is none, or it was created but never started: the launch did not happen
+    /// (launching again replaces it).
+    Absent,
+    /// The engine could not say (unreachable, or an error other than "no such container").
+    Unknown(String),
+}
+
 /// Find the container a launch of an earlier run of this client may have started, by its
-/// name: `None` when there is none, or when it was created but never started (that launch
-/// did not happen; launching again replaces it).
+/// name.
 pub async fn find_launched(
     connector: &Connector,
     name: &str,
     task_dir: &Path,
     kill_signal: String,
     now_unix_secs: i64,
-) -> Option<DockerTask> {
-    let docker = engine_after_restart(connector, name).await?;
+) -> LaunchLookup {
+    let docker = match connector.get().await {
+        Ok(d) => d,
+        Err(e) => return LaunchLookup::Unknown(e.to_string()),
+    };
     let c = match docker.inspect_container(name, None).await {
         Ok(c) => c,
-        Err(e) => {
-            if !is_not_found(&e) {
-                warn!(container = name, error = %e, "cannot inspect the container of a launch");
-            }
-            return None;
-        }
+        Err(e) if is_not_found(&e) => return LaunchLookup::Absent,
+        Err(e) => return LaunchLookup::Unknown(e.to_string()),
     };
     let status = c.state.as_ref().and_then(|s| s.status);
     if status == Some(bollard::models::ContainerStateStatusEnum::CREATED) {
-        return None;
+        return LaunchLookup::Absent;
     }
-    reattach(
-        connector,
-        c.id.as_deref()?,
-        task_dir,
-        kill_signal,
-        now_unix_secs,
-    )
-    .await
+    let Some(id) = c.id.as_deref() else {
+        return LaunchLookup::Unknown("the engine gave the container no id".into());
+    };
+    match reattach(connector, id, task_dir, kill_signal, now_unix_secs).await {
+        Some(task) => LaunchLookup::Found(task),
+        // Removed between the two calls: it ran and is gone.
+        None => LaunchLookup::Unknown("the container went away while being found".into()),
+    }
 }
 
 /// Find the container of a handle again after a client restart: `None` when it is gone.

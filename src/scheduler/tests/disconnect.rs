@@ -320,8 +320,12 @@ fn a_report_while_the_node_is_still_disconnected_is_resolved_once_it_is_ready() 
         place_then_disconnect(&mut h, disconnect_job(3, 60, true, RECONCILE_KEEP_ORIGINAL));
     let replacement = replacement_of(&h, &job, &victim.id).expect("replaced");
     // The client's report lands before its node is ready again.
-    h.client_update(std::slice::from_ref(&victim.id), ClientStatus::Running, h.now)
-        .unwrap();
+    h.client_update(
+        std::slice::from_ref(&victim.id),
+        ClientStatus::Running,
+        h.now,
+    )
+    .unwrap();
     let eval = h
         .create_pending_eval(&job, EvalTrigger::Reconnect, None)
         .unwrap();
@@ -353,11 +357,19 @@ fn a_replacement_replaced_in_turn_is_the_one_the_original_competes_with() {
         .unwrap();
     h.process(&eval).unwrap();
     let second = replacement_of(&h, &job, &first.id).expect("replaced in turn");
-    h.client_update(std::slice::from_ref(&second.id), ClientStatus::Running, h.now)
-        .unwrap();
+    h.client_update(
+        std::slice::from_ref(&second.id),
+        ClientStatus::Running,
+        h.now,
+    )
+    .unwrap();
     set_node_status(&mut h, &victim.node_id, NodeStatus::Ready);
-    h.client_update(std::slice::from_ref(&victim.id), ClientStatus::Running, h.now)
-        .unwrap();
+    h.client_update(
+        std::slice::from_ref(&victim.id),
+        ClientStatus::Running,
+        h.now,
+    )
+    .unwrap();
     let eval = h
         .create_pending_eval(&job, EvalTrigger::Reconnect, None)
         .unwrap();
