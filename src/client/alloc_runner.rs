@@ -467,6 +467,21 @@ impl TaskRunner {
         });
     }
 
+    /// The task runs (started at `at`, Unix nanoseconds) under `handle`: its state, a
+    /// `Started` event, and the handle, written at once so a restarted client finds this
+    /// task and never starts a twin.
+    fn record_started(&self, handle: TaskHandle, at: i64) {
+        self.update(|s, handles| {
+            s.state = TaskStateValue::Running;
+            if s.started_at.is_zero() {
+                s.started_at = Timestamp::from_unix_nanos(at);
+            }
+            push_event(s, event(at, "Started", "Task started by client".into()));
+            handles.insert(self.task.name.clone(), handle);
+        });
+        self.shared.persist();
+    }
+
     /// Writes the dispatch payload to `local/<file>` in the task directory (Nomad's
     /// `dispatch_payload` hook); nothing for tasks without the block.
     fn write_payload(&self, dir: &std::path::Path) -> Result<(), String> {
@@ -520,19 +535,7 @@ impl TaskRunner {
                         driver::Launched::NotStarted => None,
                         driver::Launched::Found(running) => {
                             // Started by that run, which did not get to record it.
-                            let handle = running.handle();
-                            self.update(|s, handles| {
-                                s.state = TaskStateValue::Running;
-                                if s.started_at.is_zero() {
-                                    s.started_at = Timestamp::from_unix_nanos(at);
-                                }
-                                push_event(
-                                    s,
-                                    event(at, "Started", "Task started by client".into()),
-                                );
-                                handles.insert(self.task.name.clone(), handle);
-                            });
-                            self.shared.persist();
+                            self.record_started(running.handle(), at);
                             Some(Some(*running))
                         }
                         driver::Launched::Ended => Some(None),
@@ -649,20 +652,7 @@ impl TaskRunner {
                     match driver::launch(&self.task, &dir, ctx, now).await {
                         Ok(running) => {
                             crate::util::crash::point("client.task_started");
-                            let handle = running.handle();
-                            self.update(|s, handles| {
-                                s.state = TaskStateValue::Running;
-                                if s.started_at.is_zero() {
-                                    s.started_at = Timestamp::from_unix_nanos(now);
-                                }
-                                push_event(
-                                    s,
-                                    event(now, "Started", "Task started by client".into()),
-                                );
-                                handles.insert(self.task.name.clone(), handle);
-                            });
-                            // A restarted client must find this task, never start a twin.
-                            self.shared.persist();
+                            self.record_started(running.handle(), now);
                             running
                         }
                         Err(e) => {

@@ -63,6 +63,13 @@ fn place_then_disconnect(h: &mut Harness, job: Job) -> (Arc<Job>, Arc<Allocation
     (job, victim)
 }
 
+/// What a client reports: `id` running.
+fn report_running(h: &mut Harness, id: &AllocId) {
+    let now = h.now;
+    h.client_update(std::slice::from_ref(id), ClientStatus::Running, now)
+        .unwrap();
+}
+
 fn alloc(h: &Harness, id: &AllocId) -> Arc<Allocation> {
     h.snapshot().alloc_by_id(id).unwrap().clone()
 }
@@ -182,20 +189,10 @@ fn reconnect(
     let (mut h, _) = harness_with_nodes(3);
     let (job, victim) = place_then_disconnect(&mut h, disconnect_job(3, 60, true, reconcile));
     let replacement = replacement_of(&h, &job, &victim.id).expect("replaced");
-    h.client_update(
-        std::slice::from_ref(&replacement.id),
-        ClientStatus::Running,
-        h.now,
-    )
-    .unwrap();
+    report_running(&mut h, &replacement.id);
     h.now += 10 * SECOND;
     set_node_status(&mut h, &victim.node_id, NodeStatus::Ready);
-    h.client_update(
-        std::slice::from_ref(&victim.id),
-        ClientStatus::Running,
-        h.now,
-    )
-    .unwrap();
+    report_running(&mut h, &victim.id);
     let (original, replacement) = (alloc(&h, &victim.id), alloc(&h, &replacement.id));
     prepare(&mut h, &original, &replacement);
     let eval = h
@@ -320,12 +317,7 @@ fn a_report_while_the_node_is_still_disconnected_is_resolved_once_it_is_ready() 
         place_then_disconnect(&mut h, disconnect_job(3, 60, true, RECONCILE_KEEP_ORIGINAL));
     let replacement = replacement_of(&h, &job, &victim.id).expect("replaced");
     // The client's report lands before its node is ready again.
-    h.client_update(
-        std::slice::from_ref(&victim.id),
-        ClientStatus::Running,
-        h.now,
-    )
-    .unwrap();
+    report_running(&mut h, &victim.id);
     let eval = h
         .create_pending_eval(&job, EvalTrigger::Reconnect, None)
         .unwrap();
@@ -357,19 +349,9 @@ fn a_replacement_replaced_in_turn_is_the_one_the_original_competes_with() {
         .unwrap();
     h.process(&eval).unwrap();
     let second = replacement_of(&h, &job, &first.id).expect("replaced in turn");
-    h.client_update(
-        std::slice::from_ref(&second.id),
-        ClientStatus::Running,
-        h.now,
-    )
-    .unwrap();
+    report_running(&mut h, &second.id);
     set_node_status(&mut h, &victim.node_id, NodeStatus::Ready);
-    h.client_update(
-        std::slice::from_ref(&victim.id),
-        ClientStatus::Running,
-        h.now,
-    )
-    .unwrap();
+    report_running(&mut h, &victim.id);
     let eval = h
         .create_pending_eval(&job, EvalTrigger::Reconnect, None)
         .unwrap();
