@@ -41,6 +41,8 @@ use crate::client::Shared;
 
 /// Events kept per task (oldest dropped first), as Nomad does.
 pub const MAX_TASK_EVENTS: usize = 10;
+/// How often the engine is asked again about a launch it could not account for.
+const RETRY_LAUNCH_LOOKUP: Duration = Duration::from_secs(1);
 /// Kill timeout when a task names none.
 pub const DEFAULT_KILL_TIMEOUT: Duration = Duration::from_secs(5);
 
@@ -512,7 +514,8 @@ impl TaskRunner {
             let reattached = match self.reattach.take() {
                 Some(TaskHandle::Launching { launch_id, at }) => {
                     // Never launched on a guess: while the engine cannot say, the task
-                    // waits (pending) until it can or the allocation is stopped.
+                    // waits (pending), asking every second, until it can or the
+                    // allocation is stopped.
                     let found = loop {
                         let found = driver::find_launch(
                             &launch_id,
@@ -524,10 +527,13 @@ impl TaskRunner {
                             self.now(),
                         )
                         .await;
-                        if !matches!(found, driver::Launched::EngineUnknown)
-                            || self.stop.is_cancelled()
-                        {
+                        let driver::Launched::EngineUnknown(why) = &found else {
                             break found;
+                        };
+                        warn!(launch_id, error = %why, "cannot tell whether a launch started; asking the engine again");
+                        tokio::select! {
+                            _ = self.stop.cancelled() => break found,
+                            _ = tokio::time::sleep(RETRY_LAUNCH_LOOKUP) => {}
                         }
                     };
                     info!(launch_id, outcome = ?found, "looked for a launch of an earlier run");
@@ -539,7 +545,7 @@ impl TaskRunner {
                             Some(Some(*running))
                         }
                         driver::Launched::Ended => Some(None),
-                        driver::Launched::EngineUnknown => {
+                        driver::Launched::EngineUnknown(_) => {
                             // Stopped while the engine could not say.
                             self.dead(
                                 false,

@@ -129,12 +129,9 @@ pub enum Launched {
     Found(Box<RunningTask>),
     /// It started and ended while the client was away; its exit status is unknown.
     Ended,
-    /// The container engine could not say whether it started, for a minute (ask again).
-    EngineUnknown,
+    /// The container engine could not say whether it started (why): ask again.
+    EngineUnknown(String),
 }
-
-/// How many times (a second apart) the engine is asked about a launch before giving up.
-const ENGINE_LOOKUPS: u32 = 60;
 
 /// A task a driver is running.
 #[derive(Debug)]
@@ -272,11 +269,7 @@ pub async fn find_again(
 ) -> Option<RunningTask> {
     match handle {
         TaskHandle::Docker { container_id } => {
-            let kill_signal = if task.kill_signal.is_empty() {
-                "SIGTERM".to_string()
-            } else {
-                task.kill_signal.clone()
-            };
+            let kill_signal = crate::client::docker::kill_signal(task);
             crate::client::docker::reattach(
                 docker,
                 container_id,
@@ -303,37 +296,23 @@ pub async fn find_launch(
     now_unix_nanos: i64,
 ) -> Launched {
     match task.driver.as_str() {
-        "raw_exec" => find_process_launch(launch_id, dir).await,
+        "raw_exec" => find_process_launch(launch_id, dir),
         "docker" => {
             let name = crate::client::docker::config::container_name(&task.name, alloc_id);
-            let kill_signal = if task.kill_signal.is_empty() {
-                "SIGTERM".to_string()
-            } else {
-                task.kill_signal.clone()
-            };
-            // An engine that cannot say is asked again: launching on a guess could start a
-            // second container (or replace the running one).
-            for attempt in 1..=ENGINE_LOOKUPS {
-                let lookup = crate::client::docker::find_launched(
-                    docker,
-                    &name,
-                    dir,
-                    kill_signal.clone(),
-                    now_unix_nanos / 1_000_000_000,
-                )
-                .await;
-                match lookup {
-                    LaunchLookup::Found(found) => {
-                        return Launched::Found(Box::new(RunningTask::Docker(found)))
-                    }
-                    LaunchLookup::Absent => return Launched::NotStarted,
-                    LaunchLookup::Unknown(why) => {
-                        tracing::warn!(container = %name, attempt, error = %why, "cannot tell whether a launch started; asking the engine again");
-                        tokio::time::sleep(Duration::from_secs(1)).await;
-                    }
-                }
+            let kill_signal = crate::client::docker::kill_signal(task);
+            let lookup = crate::client::docker::find_launched(
+                docker,
+                &name,
+                dir,
+                kill_signal,
+                now_unix_nanos / 1_000_000_000,
+            )
+            .await;
+            match lookup {
+                LaunchLookup::Found(found) => Launched::Found(Box::new(RunningTask::Docker(found))),
+                LaunchLookup::Absent => Launched::NotStarted,
+                LaunchLookup::Unknown(why) => Launched::EngineUnknown(why),
             }
-            Launched::EngineUnknown
         }
         "mock" => {
             // A timer: it started when its launch was recorded.
@@ -370,7 +349,7 @@ fn carries_launch(pid: i32, launch_id: &str) -> bool {
     environ.split(|b| *b == 0).any(|v| v == wanted.as_bytes())
 }
 
-async fn find_process_launch(launch_id: &str, dir: &Path) -> Launched {
+fn find_process_launch(launch_id: &str, dir: &Path) -> Launched {
     let Some((id, pid)) = read_marker(dir) else {
         return Launched::NotStarted;
     };

@@ -174,8 +174,9 @@ impl Shared {
     /// lock, so the last write holds the newest state.
     fn try_persist(&self) -> Result<(), state::StateError> {
         let _writer = lock(&self.persist_lock);
-        let snapshot = self.state().clone();
-        self.store.write(&snapshot)
+        // Encoded under the state's lock, written after it is released.
+        let encoded = state::StateStore::encode(&self.state())?;
+        self.store.write_encoded(encoded)
     }
 }
 

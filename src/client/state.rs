@@ -73,6 +73,9 @@ struct Identity {
     secret_id: String,
 }
 
+/// A whole state, encoded by key ([`StateStore::encode`]).
+pub struct Encoded(BTreeMap<Vec<u8>, Vec<u8>>);
+
 /// The client's database.
 pub struct StateStore {
     db: sled::Db,
@@ -157,6 +160,12 @@ impl StateStore {
     /// Write `state`: every key whose value changed, and the removal of every allocation no
     /// longer in it, in one atomic batch, flushed to disk before this returns.
     pub fn write(&self, state: &ClientState) -> Result<(), StateError> {
+        self.write_encoded(Self::encode(state)?)
+    }
+
+    /// `state` as the keys and values [`StateStore::write_encoded`] takes: what a caller
+    /// holding the state's lock does before it lets go and writes.
+    pub fn encode(state: &ClientState) -> Result<Encoded, StateError> {
         let mut values: BTreeMap<Vec<u8>, Vec<u8>> = BTreeMap::new();
         values.insert(
             NODE_KEY.to_vec(),
@@ -168,10 +177,11 @@ impl StateStore {
         for (id, local) in &state.allocs {
             values.insert(alloc_key(id), serde_json::to_vec(local)?);
         }
-        self.write_values(values)
+        Ok(Encoded(values))
     }
 
-    fn write_values(&self, values: BTreeMap<Vec<u8>, Vec<u8>>) -> Result<(), StateError> {
+    /// Writes an encoded state (see [`StateStore::write`]).
+    pub fn write_encoded(&self, Encoded(values): Encoded) -> Result<(), StateError> {
         let mut written = self.written.lock().unwrap_or_else(|p| p.into_inner());
         let mut batch = sled::Batch::default();
         let mut changed = Vec::new();

@@ -144,10 +144,6 @@ pub(crate) struct Reconciliation {
     pub deployment_id: DeploymentId,
     /// Per group, destructive updates held back by the deployment (`Ignore`).
     pub held_back: BTreeMap<String, u64>,
-    /// Allocations marked `unknown` on disconnected nodes.
-    pub disconnected: u64,
-    /// Reconnected allocations kept.
-    pub reconnected: u64,
 }
 
 /// Inputs of one reconciliation.
@@ -189,6 +185,7 @@ struct GroupOutcome {
     complete: bool,
 }
 
+#[derive(Clone, Copy, PartialEq, Eq)]
 enum Taint {
     Healthy,
     Lost,
@@ -439,11 +436,10 @@ impl Reconciler<'_> {
         let disconnect = group.disconnect.clone().unwrap_or_default();
         // Reconnects first: a reconnecting allocation against its live replacement; the
         // loser is stopped, a kept original is marked reconnected.
+        let taints: Vec<Taint> = allocs.iter().map(|a| self.taint(a, Some(group))).collect();
         let mut reconnect_losers: Vec<&AllocId> = Vec::new();
-        for &alloc in allocs {
-            if alloc.terminal_status()
-                || !matches!(self.taint(alloc, Some(group)), Taint::Reconnecting)
-            {
+        for (&alloc, taint) in allocs.iter().zip(&taints) {
+            if alloc.terminal_status() || *taint != Taint::Reconnecting {
                 continue;
             }
             let replacement = live_replacement(allocs, alloc);
@@ -462,7 +458,6 @@ impl Reconciler<'_> {
                 updated.append_client_state(updated.client_status, self.now);
                 updated.modify_time = self.now;
                 out.attribute_updates.push(updated);
-                out.reconnected += 1;
             } else {
                 reconnect_losers.push(&alloc.id);
                 out.stop.push(StopRequest {
@@ -482,7 +477,7 @@ impl Reconciler<'_> {
         let mut stale_canaries: Vec<Arc<Allocation>> = Vec::new();
         let mut later_count = 0usize;
         let mut had_current_version = false;
-        for &alloc in allocs {
+        for (&alloc, &taint) in allocs.iter().zip(&taints) {
             if alloc.job_version == job.version {
                 had_current_version = true;
             }
@@ -534,7 +529,7 @@ impl Reconciler<'_> {
             if reconnect_losers.contains(&&alloc.id) {
                 continue;
             }
-            match self.taint(alloc, Some(group)) {
+            match taint {
                 Taint::Lost => lost.push(alloc.clone()),
                 Taint::Migrate => migrate.push(alloc.clone()),
                 // Without `replace` it holds its place until it is lost.
@@ -589,7 +584,7 @@ impl Reconciler<'_> {
         );
         // Allocations of a disconnected node within their window are marked `unknown` (once)
         // with a follow-up evaluation at the window's end, when they are lost.
-        self.mark_disconnecting(job, group, allocs, out, rng);
+        self.mark_disconnecting(job, group, allocs, &taints, out, rng);
         for alloc in &lost {
             out.stop.push(StopRequest {
                 alloc: alloc.clone(),
@@ -886,6 +881,33 @@ impl Reconciler<'_> {
         GroupOutcome { complete }
     }
 
+    /// A pending evaluation of `job` that follows this one at `wait_until` (Unix nanoseconds).
+    fn followup_eval(
+        &self,
+        job: &Job,
+        trigger: EvalTrigger,
+        description: &str,
+        wait_until: i64,
+        rng: &mut dyn RngCore,
+    ) -> Evaluation {
+        Evaluation {
+            id: crate::util::new_uuid(rng).into(),
+            namespace: job.namespace.clone(),
+            priority: self.eval.priority,
+            eval_type: job.job_type,
+            triggered_by: trigger,
+            job_id: job.id.clone(),
+            job_modify_index: job.job_modify_index,
+            status: EvalStatus::Pending,
+            status_description: description.to_owned(),
+            wait_until: Timestamp::from_unix_nanos(wait_until),
+            previous_eval: self.eval.id.clone(),
+            create_time: self.now,
+            modify_time: self.now,
+            ..Evaluation::default()
+        }
+    }
+
     /// Marks the group's allocations on disconnected nodes `unknown` (those not yet marked),
     /// with one follow-up evaluation at the end of their `lost_after` window.
     fn mark_disconnecting(
@@ -893,18 +915,19 @@ impl Reconciler<'_> {
         job: &Job,
         group: &TaskGroup,
         allocs: &[&Arc<Allocation>],
+        taints: &[Taint],
         out: &mut Reconciliation,
         rng: &mut dyn RngCore,
     ) {
         let lost_after = group.lost_after() as i64;
         let mut marked = Vec::new();
-        for &alloc in allocs {
+        for (&alloc, taint) in allocs.iter().zip(taints) {
             // Marked once per disconnect: one its client reported again while the node is
             // still disconnected is resolved as a reconnect once the node is ready.
             if alloc.terminal_status()
                 || alloc.client_status == ClientStatus::Unknown
                 || alloc.unknown_since().is_some()
-                || !matches!(self.taint(alloc, Some(group)), Taint::Disconnecting)
+                || *taint != Taint::Disconnecting
             {
                 continue;
             }
@@ -918,26 +941,16 @@ impl Reconciler<'_> {
         if marked.is_empty() {
             return;
         }
-        let eval = Evaluation {
-            id: crate::util::new_uuid(rng).into(),
-            namespace: job.namespace.clone(),
-            priority: self.eval.priority,
-            eval_type: job.job_type,
-            triggered_by: EvalTrigger::MaxDisconnectTimeout,
-            job_id: job.id.clone(),
-            job_modify_index: job.job_modify_index,
-            status: EvalStatus::Pending,
-            status_description: DISCONNECT_TIMEOUT_DESC.to_owned(),
-            wait_until: Timestamp::from_unix_nanos(self.now.saturating_add(lost_after)),
-            previous_eval: self.eval.id.clone(),
-            create_time: self.now,
-            modify_time: self.now,
-            ..Evaluation::default()
-        };
+        let eval = self.followup_eval(
+            job,
+            EvalTrigger::MaxDisconnectTimeout,
+            DISCONNECT_TIMEOUT_DESC,
+            self.now.saturating_add(lost_after),
+            rng,
+        );
         for updated in &mut marked {
             updated.followup_eval_id = eval.id.clone();
         }
-        out.disconnected += marked.len() as u64;
         out.followup_evals.push(eval);
         out.attribute_updates.extend(marked);
     }
@@ -961,22 +974,9 @@ impl Reconciler<'_> {
                 || at.saturating_sub(batch_start) >= FOLLOWUP_BATCH_WINDOW_NANOS
             {
                 batch_start = at;
-                out.followup_evals.push(Evaluation {
-                    id: crate::util::new_uuid(rng).into(),
-                    namespace: job.namespace.clone(),
-                    priority: self.eval.priority,
-                    eval_type: job.job_type,
-                    triggered_by: EvalTrigger::AllocFailure,
-                    job_id: job.id.clone(),
-                    job_modify_index: job.job_modify_index,
-                    status: EvalStatus::Pending,
-                    status_description: FOLLOWUP_EVAL_DESC.to_owned(),
-                    wait_until: Timestamp::from_unix_nanos(at),
-                    previous_eval: self.eval.id.clone(),
-                    create_time: self.now,
-                    modify_time: self.now,
-                    ..Evaluation::default()
-                });
+                let eval =
+                    self.followup_eval(job, EvalTrigger::AllocFailure, FOLLOWUP_EVAL_DESC, at, rng);
+                out.followup_evals.push(eval);
             }
             let Some(eval) = out.followup_evals.last() else {
                 continue;

@@ -284,7 +284,8 @@ pub async fn start(
     })
 }
 
-fn kill_signal(task: &teamster_storage::model::Task) -> String {
+/// The signal that stops `task`'s container (`SIGTERM` unless the task names one).
+pub fn kill_signal(task: &teamster_storage::model::Task) -> String {
     if task.kill_signal.is_empty() {
         "SIGTERM".into()
     } else {
