@@ -77,6 +77,19 @@ pub fn docker_unavailable() -> Option<String> {
     }
 }
 
+/// True when a compose scenario must be skipped: Docker is missing and this is not CI
+/// (a loud `SKIP` line says so). Under `CI=true` a missing Docker is a failure: panics.
+pub fn skip_without_docker(test: &str) -> bool {
+    let Some(why) = docker_unavailable() else {
+        return false;
+    };
+    if std::env::var("CI").is_ok_and(|v| v == "true") {
+        panic!("{test}: CI=true but {why}");
+    }
+    eprintln!("SKIP {test}: {why}");
+    true
+}
+
 /// Build `teamster:dev` with deploy/build-image.sh, once per process. Returns how long it
 /// took (a few seconds when nothing changed).
 pub fn build_image() -> anyhow::Result<Duration> {
@@ -117,6 +130,10 @@ pub struct ComposeOptions {
     /// by `teamster tls` into the mounted config directory, mutual TLS on RPC, HTTPS with
     /// client certificates on the API.
     pub tls: bool,
+    /// The fault variant (deploy/docker-compose.faults.yml): server3's data on a small
+    /// tmpfs (`disk_size`, e.g. "256m") kept mounted by a sleeping `server3-disk`
+    /// container, and server3 restarted by docker when it exits non-zero.
+    pub small_disk: Option<String>,
 }
 
 /// One service of the cluster.
@@ -173,9 +190,12 @@ pub struct ComposeCluster {
     pub servers: Vec<Service>,
     /// `client1..2`.
     pub clients: Vec<Service>,
-    paused: Vec<String>,
+    paused: Mutex<Vec<String>>,
     down: bool,
     tls: bool,
+    small_disk: Option<String>,
+    /// The container keeping server3's small disk mounted (the fault variant).
+    disk_holder: Option<String>,
 }
 
 fn compose_file() -> PathBuf {
@@ -247,9 +267,11 @@ impl ComposeCluster {
             config_dir,
             servers: Vec::new(),
             clients: Vec::new(),
-            paused: Vec::new(),
+            paused: Mutex::new(Vec::new()),
             down: true,
             tls: options.tls,
+            small_disk: options.small_disk.clone(),
+            disk_holder: None,
         };
         // A subnet may already be taken by another network: try a few.
         let mut attempt = 0;
@@ -298,6 +320,10 @@ impl ComposeCluster {
                 }
             }
         }
+        if c.small_disk.is_some() {
+            let id = c.compose(&["ps", "-q", "server3-disk"]).await?;
+            c.disk_holder = Some(id.trim().to_string());
+        }
         let start = Instant::now();
         c.wait_leader(&[0, 1, 2], Duration::from_secs(60)).await?;
         eprintln!(
@@ -320,7 +346,7 @@ impl ComposeCluster {
     }
 
     fn env(&self) -> Vec<(&'static str, String)> {
-        vec![
+        let mut env = vec![
             ("TEAMSTER_IMAGE", IMAGE.to_string()),
             ("TEAMSTER_SUBNET", self.subnet.clone()),
             (
@@ -330,7 +356,11 @@ impl ComposeCluster {
             ("TEAMSTER_PUBLISH_1", "127.0.0.1:".into()),
             ("TEAMSTER_PUBLISH_2", "127.0.0.1:".into()),
             ("TEAMSTER_PUBLISH_3", "127.0.0.1:".into()),
-        ]
+        ];
+        if let Some(size) = &self.small_disk {
+            env.push(("TEAMSTER_DISK_SIZE", size.clone()));
+        }
+        env
     }
 
     fn compose_command(&self, args: &[&str]) -> std::process::Command {
@@ -343,6 +373,10 @@ impl ComposeCluster {
         if self.tls {
             cmd.arg("-f")
                 .arg(repo_root().join("deploy/docker-compose.tls.yml"));
+        }
+        if self.small_disk.is_some() {
+            cmd.arg("-f")
+                .arg(repo_root().join("deploy/docker-compose.faults.yml"));
         }
         cmd.args(args).envs(self.env());
         cmd
@@ -376,14 +410,15 @@ impl ComposeCluster {
     }
 
     /// SIGSTOP (`pause = true`) or SIGCONT a service's process: a stall.
-    pub async fn pause(&mut self, name: &str, pause: bool) -> anyhow::Result<()> {
+    pub async fn pause(&self, name: &str, pause: bool) -> anyhow::Result<()> {
         let id = self.service(name).container.clone();
         let sig = if pause { "STOP" } else { "CONT" };
         self.docker(&["kill", "-s", sig, &id]).await?;
+        let mut paused = self.paused.lock().unwrap_or_else(|p| p.into_inner());
         if pause {
-            self.paused.push(id);
+            paused.push(id);
         } else {
-            self.paused.retain(|p| *p != id);
+            paused.retain(|p| *p != id);
         }
         Ok(())
     }
@@ -427,6 +462,69 @@ impl ComposeCluster {
     pub async fn restart(&self, name: &str) -> anyhow::Result<()> {
         let id = self.service(name).container.clone();
         self.docker(&["restart", "-t", "20", &id]).await.map(drop)
+    }
+
+    /// Whether a service's container is running (a paused one is).
+    pub async fn is_running(&self, name: &str) -> anyhow::Result<bool> {
+        let id = self.service(name).container.clone();
+        let out = self
+            .docker(&["inspect", "-f", "{{.State.Running}}", &id])
+            .await?;
+        Ok(out.trim() == "true")
+    }
+
+    /// Fill server3's small disk (the fault variant) to the last byte with a ballast file.
+    /// Written from the container that holds the disk, so it works whatever state server3
+    /// is in.
+    pub async fn fill_disk(&self) -> anyhow::Result<()> {
+        let holder = self
+            .disk_holder
+            .as_deref()
+            .context("not the small-disk variant")?;
+        // dd ends with "No space left on device" (exit 1): that is the point.
+        let _ = self
+            .docker(&[
+                "exec",
+                holder,
+                "dd",
+                "if=/dev/zero",
+                "of=/var/lib/teamster/ballast",
+                "bs=64k",
+            ])
+            .await;
+        let free = self.disk_free_kb().await?;
+        if free > 64 {
+            bail!("the disk still has {free} KiB free after filling it");
+        }
+        Ok(())
+    }
+
+    /// Remove the ballast [`ComposeCluster::fill_disk`] wrote.
+    pub async fn free_disk(&self) -> anyhow::Result<()> {
+        let holder = self
+            .disk_holder
+            .as_deref()
+            .context("not the small-disk variant")?;
+        self.docker(&["exec", holder, "rm", "-f", "/var/lib/teamster/ballast"])
+            .await
+            .map(drop)
+    }
+
+    /// Free KiB on server3's small disk.
+    pub async fn disk_free_kb(&self) -> anyhow::Result<u64> {
+        let holder = self
+            .disk_holder
+            .as_deref()
+            .context("not the small-disk variant")?;
+        let out = self
+            .docker(&["exec", holder, "df", "-k", "/var/lib/teamster"])
+            .await?;
+        // "Filesystem 1K-blocks Used Available Use% Mounted on" then one line.
+        out.lines()
+            .nth(1)
+            .and_then(|l| l.split_whitespace().nth(3))
+            .and_then(|v| v.parse().ok())
+            .with_context(|| format!("unexpected df output: {out}"))
     }
 
     /// GET `path` on a service's API from inside its container (busybox `wget` on
@@ -532,7 +630,8 @@ impl ComposeCluster {
         if self.down {
             return;
         }
-        for id in std::mem::take(&mut self.paused) {
+        let paused = std::mem::take(self.paused.get_mut().unwrap_or_else(|p| p.into_inner()));
+        for id in paused {
             let _ = std::process::Command::new("docker")
                 .args(["kill", "-s", "CONT", &id])
                 .output();

@@ -16,21 +16,14 @@ use serde_json::Value;
 use teamster::api::ApiClient;
 use teamster_cluster_tests::api::{metrics_text, small_job};
 use teamster_cluster_tests::client_process::wait_node_status;
-use teamster_cluster_tests::compose::{docker_unavailable, ComposeCluster, ComposeOptions};
+use teamster_cluster_tests::compose::{skip_without_docker, ComposeCluster, ComposeOptions};
 use teamster_cluster_tests::invariants::{self, Checked, LeaderLog};
 use teamster_cluster_tests::loadgen::prom_sum;
 use teamster_cluster_tests::wait_for;
 
 /// True when the scenario must be skipped (no Docker, not CI). Panics under `CI=true`.
 fn skip(test: &str) -> bool {
-    let Some(why) = docker_unavailable() else {
-        return false;
-    };
-    if std::env::var("CI").is_ok_and(|v| v == "true") {
-        panic!("{test}: CI=true but {why}");
-    }
-    eprintln!("SKIP {test}: {why}");
-    true
+    skip_without_docker(test)
 }
 
 /// Job registrations acknowledged (HTTP 200) and refused, shared with a running load.
@@ -775,7 +768,7 @@ async fn compose_client_stopped_past_its_ttl_goes_down_then_ready_without_duplic
     if skip("compose_client_stopped_past_its_ttl_goes_down_then_ready_without_duplicates") {
         return Ok(());
     }
-    let (mut c, victim, victim_id) = cluster_with_sleepers(4).await?;
+    let (c, victim, victim_id) = cluster_with_sleepers(4).await?;
     let api = c.servers[c.wait_leader(&[0, 1, 2], Duration::from_secs(10)).await?].api();
     c.pause(&victim, true).await?;
     let stopped = Instant::now();

@@ -77,6 +77,10 @@ pub enum AgentError {
     /// Waiting for signals failed.
     #[error("cannot install signal handlers: {0}")]
     Signals(std::io::Error),
+    /// Raft stopped on a fatal error (a storage write failed: disk full or failing); the
+    /// agent stopped and exits non-zero so its supervisor restarts it.
+    #[error("raft stopped: {0}; restart the agent once its data directory can be written")]
+    RaftFailed(String),
     /// The TLS files could not be loaded.
     #[error("tls: {0}")]
     Tls(#[from] crate::util::tls::TlsError),
@@ -322,6 +326,16 @@ impl Agent {
                     break self.config.leave_on_interrupt;
                 }
                 _ = hup.recv() => self.reload(),
+                why = raft_fatal(self.server.as_ref()) => {
+                    tracing::error!(
+                        error = %why,
+                        "raft stopped on a fatal error; the agent stops and exits non-zero"
+                    );
+                    // In-flight requests got their error; let their answers go out.
+                    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+                    self.shutdown().await;
+                    return Err(AgentError::RaftFailed(why));
+                }
             }
         };
         self.stop_gracefully(leave).await;
@@ -401,5 +415,13 @@ impl Agent {
             server.shutdown().await;
         }
         info!("agent stopped");
+    }
+}
+
+/// Resolves when the server's raft stops on a fatal error (never without a server).
+async fn raft_fatal(server: Option<&Server>) -> String {
+    match server {
+        Some(server) => server.node().wait_fatal().await,
+        None => std::future::pending().await,
     }
 }

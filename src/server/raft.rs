@@ -576,6 +576,24 @@ impl RaftNode {
         }
     }
 
+    /// Wait until raft stops on a fatal error — a failed write to its storage (a full or
+    /// failing disk: sled refuses every write after the first failed one until the database
+    /// is opened again), or a panic in its core — and say why. Never returns while raft runs.
+    /// The agent exits on it so that a supervisor restarts the server on storage that
+    /// works again (as etcd does on a failed WAL write); what was acknowledged is on disk.
+    pub async fn wait_fatal(&self) -> String {
+        let mut metrics = self.raft.metrics();
+        loop {
+            if let Err(fatal) = &metrics.borrow_and_update().running_state {
+                return fatal.to_string();
+            }
+            if metrics.changed().await.is_err() {
+                // The core is gone without a word: only a shutdown does that.
+                std::future::pending::<()>().await;
+            }
+        }
+    }
+
     /// Stop raft (the storage is flushed on every append and vote, so nothing is lost).
     pub async fn shutdown(&self) {
         self.lease_stop.cancel();
