@@ -666,8 +666,23 @@ async fn run_schedule(test: &str, total: usize) -> anyhow::Result<()> {
         ..ComposeOptions::default()
     })
     .await?;
+    // An error panics while the cluster is up, so that its logs are printed (and kept with
+    // TEAMSTER_KEEP_CLUSTER_DIR=1).
+    if let Err(e) = run_on(&c, seed, total, &server_faults, &client_faults).await {
+        panic!("{e:#}");
+    }
+    Ok(())
+}
+
+async fn run_on(
+    c: &ComposeCluster,
+    seed: u64,
+    total: usize,
+    server_faults: &[Planned],
+    client_faults: &[Planned],
+) -> anyhow::Result<()> {
     for s in &c.clients {
-        client_ready(&c, &s.name).await?;
+        client_ready(c, &s.name).await?;
     }
     let began = Instant::now();
     let bases: Vec<String> = c.servers.iter().map(|s| s.http_addr()).collect();
@@ -684,8 +699,8 @@ async fn run_schedule(test: &str, total: usize) -> anyhow::Result<()> {
     ));
     let report = Mutex::new(Report::default());
     let (servers, clients) = tokio::join!(
-        server_lane(&c, &server_faults, &report),
-        client_lane(&c, &client_faults, &report)
+        server_lane(c, server_faults, &report),
+        client_lane(c, client_faults, &report)
     );
     let faults_took = began.elapsed();
     stop.cancel();
@@ -878,9 +893,16 @@ async fn compose_a_leader_on_a_full_disk_stops_and_recovers_when_space_returns(
         ..ComposeOptions::default()
     })
     .await?;
-    make_server3_leader(&c).await?;
+    if let Err(e) = full_disk_on(&c).await {
+        panic!("{e:#}");
+    }
+    Ok(())
+}
+
+async fn full_disk_on(c: &ComposeCluster) -> anyhow::Result<()> {
+    make_server3_leader(c).await?;
     let container = c.servers[2].container.clone();
-    let restarts = restart_count(&c, &container).await;
+    let restarts = restart_count(c, &container).await;
     let stop = CancellationToken::new();
     let load = Arc::new(Mutex::new(Load::default()));
     let bases: Vec<String> = c.servers.iter().map(|s| s.http_addr()).collect();
@@ -897,7 +919,7 @@ async fn compose_a_leader_on_a_full_disk_stops_and_recovers_when_space_returns(
         "server3 to stop on its full disk",
         || async {
             let running = c.is_running("server3").await.ok()?;
-            (!running || restart_count(&c, &container).await > restarts).then_some(())
+            (!running || restart_count(c, &container).await > restarts).then_some(())
         },
     )
     .await?;
@@ -913,7 +935,7 @@ async fn compose_a_leader_on_a_full_disk_stops_and_recovers_when_space_returns(
 
     c.free_disk().await?;
     let freed = Instant::now();
-    ensure_running(&c, "server3").await?;
+    ensure_running(c, "server3").await?;
     c.wait_leader(&[0, 1, 2], Duration::from_secs(60)).await?;
     let back_after = freed.elapsed();
     stop.cancel();

@@ -113,6 +113,8 @@ pub struct Server {
     leadership: LeadershipState,
     workers: Arc<worker::pool::WorkerPool>,
     endpoints: endpoints::Endpoints,
+    /// The broker (held while handing over).
+    pipeline: pipeline::EvalPipeline,
     shutdown: CancellationToken,
     tasks: Vec<tokio::task::JoinHandle<()>>,
     /// `server.raft.leadership_transfer_timeout`.
@@ -199,6 +201,7 @@ impl Server {
             &rng,
             clock.clone(),
         )?;
+        let held_pipeline = pipeline.clone();
         let plans = plan::PlanQueue::new();
         let heartbeats =
             heartbeat::Heartbeats::new(node.clone(), config.clone(), clock.clone(), rng.fork());
@@ -299,6 +302,7 @@ impl Server {
             leadership,
             workers,
             endpoints,
+            pipeline: held_pipeline,
             shutdown,
             tasks,
             transfer_timeout: config.raft.leadership_transfer_timeout,
@@ -331,8 +335,17 @@ impl Server {
     /// `leave_on_terminate`), so the others stop counting it in their quorum.
     pub async fn prepare_stop(&self, leave: bool) {
         if !self.transfer_timeout.is_zero() && self.node.is_leader() {
+            // No evaluation is handed out whose plan this leader would refuse while the
+            // hand-over runs (it refuses writes meanwhile).
+            let broker = self.pipeline.broker();
+            broker.hold_deliveries(true);
             // Its outcome is logged; the server stops either way.
             let _ = handover::hand_over(&self.node, self.transfer_timeout).await;
+            if self.node.is_leader() {
+                // The hand-over failed: deliver again until the server stops. (Stepping
+                // down disables the broker, which releases it too.)
+                broker.hold_deliveries(false);
+            }
         }
         if leave {
             let me = self.node.id();

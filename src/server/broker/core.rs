@@ -191,6 +191,8 @@ pub struct EvalBrokerCore {
     config: EvalBrokerConfig,
     rng: StdRng,
     enabled: Switch,
+    /// Deliveries held back (a leader handing over): dequeues find nothing until released.
+    held: bool,
     /// Every eval the broker holds, its delivery count and outstanding delivery.
     evals: HashMap<EvalId, EvalEntry>,
     /// Jobs with an eval in flight, and their pending evals.
@@ -218,6 +220,7 @@ impl EvalBrokerCore {
             config,
             rng,
             enabled: Switch::default(),
+            held: false,
             evals: HashMap::new(),
             jobs: HashMap::new(),
             cancelable: VecDeque::new(),
@@ -250,7 +253,24 @@ impl EvalBrokerCore {
         }
     }
 
+    /// Holds back deliveries (`true`: every dequeue finds nothing, waiting dequeuers keep
+    /// waiting) or releases them (waking every dequeuer). A leader handing over holds them,
+    /// so that no evaluation is delivered whose plan the stopping leader would refuse.
+    /// Disabling releases them too.
+    pub fn set_held(&mut self, held: bool) {
+        if self.held && !held {
+            self.effects.wake_all = true;
+        }
+        self.held = held;
+    }
+
+    /// True while deliveries are held back.
+    pub fn is_held(&self) -> bool {
+        self.held
+    }
+
     fn flush(&mut self) {
+        self.held = false;
         self.evals.clear();
         self.jobs.clear();
         self.cancelable.clear();
@@ -474,6 +494,9 @@ impl EvalBrokerCore {
     ) -> Result<Option<(Evaluation, Token)>, BrokerError> {
         self.ensure_enabled()?;
         self.advance(now);
+        if self.held {
+            return Ok(None);
+        }
 
         let mut best: Option<u32> = None;
         let mut tied = [SchedulerQueue::Service; 6];

@@ -230,6 +230,16 @@ impl EvalBroker {
         tracing::info!(enabled, "eval broker enabled status changed");
     }
 
+    /// Holds back deliveries or releases them ([`EvalBrokerCore::set_held`]): a leader
+    /// handing over holds them until it has stepped down or the hand-over failed.
+    pub fn hold_deliveries(&self, held: bool) {
+        let mut state = self.shared.lock();
+        state.core.set_held(held);
+        self.shared.apply_effects(&mut state);
+        drop(state);
+        tracing::info!(held, "eval broker deliveries held status changed");
+    }
+
     /// Enqueues a pending eval (FSM apply on the leader, and leadership restore). An eval the
     /// broker already holds is dropped.
     pub fn enqueue(&self, eval: Evaluation) -> Result<EnqueueOutcome, BrokerError> {

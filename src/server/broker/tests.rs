@@ -1119,3 +1119,39 @@ async fn the_cancelable_reaper_is_woken_by_an_ack() {
     assert_eq!(ids(&canceled), ["b"]);
     assert_eq!(Instant::now(), start);
 }
+
+#[tokio::test(start_paused = true)]
+async fn held_deliveries_wait_until_released_and_disabling_releases_them() {
+    let broker = broker();
+    broker.hold_deliveries(true);
+    broker.enqueue(eval("a", "a", 50, 1)).unwrap();
+    // Held: nothing is delivered, a dequeue waits out its timeout.
+    assert_eq!(broker.dequeue(&["service"], Duration::ZERO).await, Ok(None));
+    let waiter = {
+        let broker = broker.clone();
+        tokio::spawn(async move { broker.dequeue(&["service"], secs(600)).await })
+    };
+    until_waiting(&broker, 1).await;
+    tokio::time::sleep(secs(5)).await;
+    assert!(!waiter.is_finished());
+    let start = Instant::now();
+    broker.hold_deliveries(false);
+    let (e, _) = waiter
+        .await
+        .unwrap()
+        .unwrap()
+        .expect("delivered once released");
+    assert_eq!(e.id.as_str(), "a");
+    assert_eq!(Instant::now(), start);
+
+    // Disabling (stepping down) releases a hold: the next leadership starts delivering.
+    broker.hold_deliveries(true);
+    broker.set_enabled(false);
+    broker.set_enabled(true);
+    broker.enqueue(eval("b", "b", 50, 2)).unwrap();
+    assert!(broker
+        .dequeue(&["service"], Duration::ZERO)
+        .await
+        .unwrap()
+        .is_some());
+}
