@@ -222,12 +222,14 @@ const LOCK_WAIT: std::time::Duration = std::time::Duration::from_secs(10);
 fn open_db(path: &Path) -> Result<sled::Db, sled::Error> {
     let deadline = std::time::Instant::now() + LOCK_WAIT;
     loop {
-        let opened = sled::Config::new()
-            .path(path)
-            .cache_capacity(CACHE_BYTES)
-            // Every write is flushed by `write` itself.
-            .flush_every_ms(None)
-            .open();
+        let opened = teamster_storage::sled_repair::open_repairing(path, || {
+            sled::Config::new()
+                .path(path)
+                .cache_capacity(CACHE_BYTES)
+                // Every write is flushed by `write` itself.
+                .flush_every_ms(None)
+                .open()
+        });
         match opened {
             Err(sled::Error::Io(e))
                 if e.kind() == std::io::ErrorKind::WouldBlock

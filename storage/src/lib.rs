@@ -33,6 +33,7 @@ pub mod fsm;
 pub mod log_store;
 pub mod model;
 pub mod raft_types;
+pub mod sled_repair;
 pub mod state;
 pub mod state_machine;
 

@@ -176,11 +176,13 @@ impl LogStore {
     /// Opens (or creates) the sled database at `path`.
     pub fn open(path: &Path, config: &LogStoreConfig) -> Result<Self, LogStoreError> {
         config.validate()?;
-        let db = sled::Config::new()
-            .path(path)
-            .cache_capacity(config.cache_capacity_bytes)
-            .flush_every_ms(config.flush_every_ms)
-            .open()?;
+        let db = crate::sled_repair::open_repairing(path, || {
+            sled::Config::new()
+                .path(path)
+                .cache_capacity(config.cache_capacity_bytes)
+                .flush_every_ms(config.flush_every_ms)
+                .open()
+        })?;
         let mut store = Self::from_db(db)?;
         store.max_payload_bytes = config.max_payload_bytes;
         Ok(store)
