@@ -9,6 +9,8 @@
 //!                     ──▶ wait for a leader every server agrees on
 //!  faults: kill, pause (SIGSTOP) / resume (SIGCONT), disconnect / connect, restart,
 //!          stop / start                                        all by container id
+//!          fill_disk / free_disk      server3's small tmpfs (`small_disk`, the variant of
+//!                                     deploy/docker-compose.faults.yml)
 //!  Drop  ──▶ resume paused containers, print logs if panicking, down -v (always)
 //! ```
 //!

@@ -195,6 +195,27 @@ async fn ensure_running(c: &ComposeCluster, name: &str) -> anyhow::Result<()> {
     .await
 }
 
+/// How a kill, a stall or a cut lasts `hold` and is healed.
+async fn break_for(
+    c: &ComposeCluster,
+    name: &str,
+    fault: Fault,
+    hold: Duration,
+) -> anyhow::Result<()> {
+    match fault {
+        Fault::KillServer(_) | Fault::KillClient(_) => c.kill(name).await?,
+        Fault::PauseServer(_) | Fault::PauseClient(_) => c.pause(name, true).await?,
+        Fault::DisconnectServer(_) | Fault::DisconnectClient(_) => c.disconnect(name).await?,
+        other => unreachable!("{other:?} is not held"),
+    }
+    tokio::time::sleep(hold).await;
+    match fault {
+        Fault::KillServer(_) | Fault::KillClient(_) => ensure_running(c, name).await,
+        Fault::PauseServer(_) | Fault::PauseClient(_) => c.pause(name, false).await,
+        _ => c.connect(name).await,
+    }
+}
+
 async fn server_lane(
     c: &ComposeCluster,
     faults: &[Planned],
@@ -204,23 +225,8 @@ async fn server_lane(
         healed(c).await?;
         let started = Instant::now();
         match p.fault {
-            Fault::KillServer(i) => {
-                let name = c.servers[i].name.clone();
-                c.kill(&name).await?;
-                tokio::time::sleep(p.hold).await;
-                ensure_running(c, &name).await?;
-            }
-            Fault::PauseServer(i) => {
-                let name = c.servers[i].name.clone();
-                c.pause(&name, true).await?;
-                tokio::time::sleep(p.hold).await;
-                c.pause(&name, false).await?;
-            }
-            Fault::DisconnectServer(i) => {
-                let name = c.servers[i].name.clone();
-                c.disconnect(&name).await?;
-                tokio::time::sleep(p.hold).await;
-                c.connect(&name).await?;
+            Fault::KillServer(i) | Fault::PauseServer(i) | Fault::DisconnectServer(i) => {
+                break_for(c, &c.servers[i].name, p.fault, p.hold).await?;
             }
             Fault::RollingRestart => {
                 for i in 0..3 {
@@ -317,22 +323,8 @@ async fn client_lane(
         let name = c.clients[i].name.clone();
         client_ready(c, &name).await?;
         match p.fault {
-            Fault::KillClient(_) => {
-                c.kill(&name).await?;
-                tokio::time::sleep(p.hold).await;
-                ensure_running(c, &name).await?;
-            }
-            Fault::PauseClient(_) => {
-                c.pause(&name, true).await?;
-                tokio::time::sleep(p.hold).await;
-                c.pause(&name, false).await?;
-            }
-            Fault::DisconnectClient(_) => {
-                c.disconnect(&name).await?;
-                tokio::time::sleep(p.hold).await;
-                c.connect(&name).await?;
-            }
-            _ => c.restart(&name).await?,
+            Fault::RestartClient(_) => c.restart(&name).await?,
+            held => break_for(c, &name, held, p.hold).await?,
         }
         eprintln!(
             "fault: {:?} held {:?}, healed after {:.1?}",
@@ -623,28 +615,56 @@ async fn observe_leaders(apis: Vec<(String, ApiClient)>, stop: CancellationToken
     log
 }
 
-/// Every job runs exactly its count (none when stopped), every evaluation has ended.
-async fn converged(api: &ApiClient, jobs: &[Value]) -> Option<()> {
-    invariants::evals_settled(api, false).await.ok()?;
-    let allocs: Vec<Value> = api.get("/v1/allocations").await.ok()?;
-    let mut running: BTreeMap<&str, u64> = BTreeMap::new();
+/// Why the cluster has not converged yet: the evaluations that have not ended and the jobs
+/// not running exactly their count (none when stopped), with their allocations' statuses.
+/// `None` once every job runs its count and every evaluation has ended.
+async fn not_converged(api: &ApiClient, jobs: &[Value]) -> Option<String> {
+    let mut why = Vec::new();
+    if let Err(e) = invariants::evals_settled(api, false).await {
+        why.push(format!("{e:#}"));
+    }
+    let allocs: Vec<Value> = match api.get("/v1/allocations").await {
+        Ok(a) => a,
+        Err(e) => return Some(format!("listing allocations: {e}")),
+    };
+    let mut by_job: BTreeMap<&str, Vec<&Value>> = BTreeMap::new();
     for a in &allocs {
-        if a["ClientStatus"] == "running" {
-            *running.entry(a["JobID"].as_str()?).or_default() += 1;
-        }
+        by_job
+            .entry(a["JobID"].as_str().unwrap_or_default())
+            .or_default()
+            .push(a);
     }
     for j in jobs {
-        let id = j["ID"].as_str()?;
-        let want = if j["Stop"].as_bool()? {
+        let id = j["ID"].as_str().unwrap_or_default();
+        let want = if j["Stop"].as_bool().unwrap_or(false) {
             0
         } else {
-            j["TaskGroups"][0]["Count"].as_u64()?
+            j["TaskGroups"][0]["Count"].as_u64().unwrap_or(0)
         };
-        if running.get(id).copied().unwrap_or(0) != want {
-            return None;
+        let mine = by_job.get(id).cloned().unwrap_or_default();
+        let running = mine
+            .iter()
+            .filter(|a| a["ClientStatus"] == "running")
+            .count() as u64;
+        if running != want {
+            let statuses: Vec<String> = mine
+                .iter()
+                .filter(|a| a["ClientStatus"] != "complete" || a["DesiredStatus"] == "run")
+                .map(|a| {
+                    format!(
+                        "{}:{}/{} v{} on {}",
+                        &a["ID"].as_str().unwrap_or_default()[..8],
+                        a["DesiredStatus"].as_str().unwrap_or_default(),
+                        a["ClientStatus"].as_str().unwrap_or_default(),
+                        a["JobVersion"],
+                        &a["NodeName"].as_str().unwrap_or_default(),
+                    )
+                })
+                .collect();
+            why.push(format!("{id} runs {running}, wants {want}: {statuses:?}"));
         }
     }
-    Some(())
+    (!why.is_empty()).then(|| why.join("\n"))
 }
 
 async fn run_schedule(test: &str, total: usize) -> anyhow::Result<()> {
@@ -723,12 +743,16 @@ async fn run_on(
         full.push(api.get::<Value>(&format!("/v1/job/{id}")).await?);
     }
     let settle = Instant::now();
-    wait_for(
+    let converged = wait_for(
         Duration::from_secs(180),
         "every job running its count and every evaluation ended",
-        || converged(&api, &full),
+        || async { not_converged(&api, &full).await.is_none().then_some(()) },
     )
-    .await?;
+    .await;
+    if let Err(e) = converged {
+        let why = not_converged(&api, &full).await.unwrap_or_default();
+        anyhow::bail!("{e:#}:\n{why}");
+    }
     let settled_in = settle.elapsed();
     for s in &c.servers {
         leaders.observe(&s.name, &s.api()).await;

@@ -20,7 +20,7 @@ use std::time::{Duration, Instant};
 use serde_json::{json, Value};
 use teamster::api::ApiClient;
 use teamster_cluster_tests::api::register;
-use teamster_cluster_tests::compose::{build_image, docker_unavailable, IMAGE};
+use teamster_cluster_tests::compose::{build_image, IMAGE};
 use teamster_cluster_tests::process::teamster_bin;
 use teamster_cluster_tests::wait_for;
 
@@ -31,14 +31,7 @@ const KILL_TIMEOUT: Duration = Duration::from_secs(2);
 
 /// True when the scenario must be skipped (no Docker, not CI). Panics under `CI=true`.
 fn skip(test: &str) -> bool {
-    let Some(why) = docker_unavailable() else {
-        return false;
-    };
-    if std::env::var("CI").is_ok_and(|v| v == "true") {
-        panic!("{test}: CI=true but {why}");
-    }
-    eprintln!("SKIP {test}: {why}");
-    true
+    teamster_cluster_tests::compose::skip_without_docker(test)
 }
 
 /// A loopback address of its own for this test process's dev agent.
