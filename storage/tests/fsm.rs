@@ -376,6 +376,40 @@ fn client_updates_move_summary_bins_and_finish_the_job() {
 }
 
 #[test]
+fn a_lost_allocation_is_not_brought_back_by_a_late_running_report() {
+    let (store, job) = seeded();
+    store.apply(
+        4,
+        place(
+            &eval_id(1),
+            vec![alloc(0, &job, &node_id(1), &eval_id(1), 0)],
+        ),
+    );
+    applied(store.apply(5, client_update(&alloc_id(0), ClientStatus::Running)));
+    applied(store.apply(6, client_update(&alloc_id(0), ClientStatus::Lost)));
+    // A report the client sent before it heard the verdict arrives afterwards.
+    for (index, late) in [(7, ClientStatus::Running), (8, ClientStatus::Pending)] {
+        assert_eq!(
+            applied(store.apply(index, client_update(&alloc_id(0), late))),
+            CommandResponse::AllocsUpdated { unknown: vec![] }
+        );
+        let snap = store.snapshot();
+        let a = snap.alloc_by_id(&alloc_id(0)).unwrap();
+        assert_eq!(a.client_status, ClientStatus::Lost, "after {late:?}");
+        assert_eq!(a.modify_index, 6);
+        let tg = snap.job_summary("default", "web").unwrap().summary["web"];
+        assert_eq!((tg.running, tg.lost), (0, 1));
+    }
+    // The client's final word is taken.
+    applied(store.apply(9, client_update(&alloc_id(0), ClientStatus::Complete)));
+    let snap = store.snapshot();
+    assert_eq!(
+        snap.alloc_by_id(&alloc_id(0)).unwrap().client_status,
+        ClientStatus::Complete
+    );
+}
+
+#[test]
 fn stopping_allocations_and_links_between_them() {
     let (store, job) = seeded();
     store.apply(

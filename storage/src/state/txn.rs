@@ -1040,11 +1040,27 @@ impl WriteTxn {
     }
 
     /// Nomad's `nestedUpdateAllocFromClient`: the client's fields only. Unknown
-    /// allocations (garbage collected meanwhile) are skipped; returns whether it applied.
+    /// allocations (garbage collected meanwhile) are skipped; returns whether the allocation
+    /// is known.
+    ///
+    /// The servers' verdict on a lost allocation stands: a report that it is pending,
+    /// running or unknown changes nothing. Such a report was sent before the client heard
+    /// the verdict (its node went down while a report was in flight); applied, it would
+    /// make a stopped allocation read as running for good, since the client, told that the
+    /// allocation is lost, stops it without reporting again. A client's final `complete` or
+    /// `failed` is taken.
     pub fn update_alloc_from_client(&mut self, report: ClientReport) -> bool {
         let Some(existing) = self.t.allocs.get(report.id.as_str()).cloned() else {
             return false;
         };
+        if existing.client_status == ClientStatus::Lost
+            && !matches!(
+                report.client_status,
+                ClientStatus::Complete | ClientStatus::Failed | ClientStatus::Lost
+            )
+        {
+            return true;
+        }
         let mut alloc = (*existing).clone();
         alloc.client_status = report.client_status;
         alloc.client_description = report.client_description;
