@@ -152,8 +152,15 @@ struct Report {
 }
 
 impl Report {
-    fn count(&mut self, fault: Fault) {
-        *self.applied.entry(fault.kind()).or_default() += fault.faults();
+    /// Count a fault that was applied and healed, and say so.
+    fn healed(&mut self, p: &Planned, started: Instant) {
+        eprintln!(
+            "fault: {:?} held {:?}, healed after {:.1?}",
+            p.fault,
+            p.hold,
+            started.elapsed()
+        );
+        *self.applied.entry(p.fault.kind()).or_default() += p.fault.faults();
     }
 
     fn total(&self) -> usize {
@@ -258,13 +265,7 @@ async fn server_lane(
             }
             other => unreachable!("{other:?} is a client fault"),
         }
-        eprintln!(
-            "fault: {:?} held {:?}, healed after {:.1?}",
-            p.fault,
-            p.hold,
-            started.elapsed()
-        );
-        report.lock().unwrap().count(p.fault);
+        report.lock().unwrap().healed(p, started);
     }
     healed(c).await
 }
@@ -326,13 +327,7 @@ async fn client_lane(
             Fault::RestartClient(_) => c.restart(&name).await?,
             held => break_for(c, &name, held, p.hold).await?,
         }
-        eprintln!(
-            "fault: {:?} held {:?}, healed after {:.1?}",
-            p.fault,
-            p.hold,
-            started.elapsed()
-        );
-        report.lock().unwrap().count(p.fault);
+        report.lock().unwrap().healed(p, started);
         // Space the client faults out a little so the clients spend time up.
         tokio::time::sleep(Duration::from_secs(2)).await;
     }
