@@ -248,8 +248,13 @@ impl EvalBrokerCore {
     /// Enables or disables the broker. Disabling flushes everything (queues, deliveries,
     /// timers, cancelable list) and wakes every dequeuer; enabling starts empty.
     pub fn set_enabled(&mut self, enabled: bool) {
-        if self.enabled.set(enabled) && !enabled {
-            self.flush();
+        if self.enabled.set(enabled) {
+            if enabled {
+                // A hold set while disabled belongs to an earlier leadership.
+                self.held = false;
+            } else {
+                self.flush();
+            }
         }
     }
 

@@ -1154,4 +1154,14 @@ async fn held_deliveries_wait_until_released_and_disabling_releases_them() {
         .await
         .unwrap()
         .is_some());
+    // A hold set while disabled does not outlive the next enabling.
+    broker.set_enabled(false);
+    broker.hold_deliveries(true);
+    broker.set_enabled(true);
+    broker.enqueue(eval("c", "c", 50, 3)).unwrap();
+    assert!(broker
+        .dequeue(&["service"], Duration::ZERO)
+        .await
+        .unwrap()
+        .is_some());
 }
