@@ -513,7 +513,7 @@ impl ComposeCluster {
     }
 
     /// Free KiB on server3's small disk.
-    pub async fn disk_free_kb(&self) -> anyhow::Result<u64> {
+    async fn disk_free_kb(&self) -> anyhow::Result<u64> {
         let holder = self
             .disk_holder
             .as_deref()

@@ -184,6 +184,21 @@ async fn restart_count(c: &ComposeCluster, container: &str) -> u64 {
         .unwrap_or(0)
 }
 
+/// Wait up to `timeout` for server3 to stop on its full disk: not running, or restarted by
+/// docker since it had `restarts` restarts.
+async fn server3_stopped(
+    c: &ComposeCluster,
+    restarts: u64,
+    timeout: Duration,
+) -> anyhow::Result<()> {
+    let container = &c.servers[2].container;
+    wait_for(timeout, "server3 to stop on its full disk", || async {
+        let running = c.is_running("server3").await.ok()?;
+        (!running || restart_count(c, container).await > restarts).then_some(())
+    })
+    .await
+}
+
 /// Start `name` if it is not running (a kill, or an exit on a full disk that docker's
 /// restart policy has not restarted yet), until it runs.
 async fn ensure_running(c: &ComposeCluster, name: &str) -> anyhow::Result<()> {
@@ -247,12 +262,9 @@ async fn server_lane(
                 let restarts = restart_count(c, &container).await;
                 c.fill_disk().await?;
                 // The writers keep writing: server3's next raft append fails, and it stops.
-                let stopped = wait_for(Duration::from_secs(15), "server3 to stop", || async {
-                    let running = c.is_running("server3").await.ok()?;
-                    (!running || restart_count(c, &container).await > restarts).then_some(())
-                })
-                .await
-                .is_ok();
+                let stopped = server3_stopped(c, restarts, Duration::from_secs(15))
+                    .await
+                    .is_ok();
                 tokio::time::sleep(p.hold).await;
                 c.free_disk().await?;
                 ensure_running(c, "server3").await?;
@@ -933,19 +945,11 @@ async fn full_disk_on(c: &ComposeCluster) -> anyhow::Result<()> {
 
     c.fill_disk().await?;
     let filled = Instant::now();
-    wait_for(
-        Duration::from_secs(30),
-        "server3 to stop on its full disk",
-        || async {
-            let running = c.is_running("server3").await.ok()?;
-            (!running || restart_count(c, &container).await > restarts).then_some(())
-        },
-    )
-    .await?;
+    server3_stopped(c, restarts, Duration::from_secs(30)).await?;
     let stopped_after = filled.elapsed();
-    // Docker restarts it while the disk is still full: sled fails at open, which leaves an
-    // unfinished snapshot behind (sled 0.34 refused such a database for good until teamster
-    // removed the file; see teamster_storage::sled_repair).
+    // Docker restarts it while the disk is still full and each start fails; a failed open
+    // can leave an unfinished sled snapshot behind (sled 0.34 then refused the database for
+    // good until teamster removed the file; see teamster_storage::sled_repair).
     wait_for(
         Duration::from_secs(30),
         "server3 restarted on its full disk twice",

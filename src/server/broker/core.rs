@@ -269,11 +269,6 @@ impl EvalBrokerCore {
         self.held = held;
     }
 
-    /// True while deliveries are held back.
-    pub fn is_held(&self) -> bool {
-        self.held
-    }
-
     fn flush(&mut self) {
         self.held = false;
         self.evals.clear();
