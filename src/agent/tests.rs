@@ -327,6 +327,38 @@ async fn a_registered_job_is_placed_through_dequeue_plan_submit_and_ack() {
         .await
         .unwrap();
     assert_eq!(conf["SchedulerConfig"]["SchedulerAlgorithm"], "spread");
+    assert_eq!(conf["SchedulerConfig"]["SupervisorFraction"], 0.3);
+    assert_eq!(
+        conf["SchedulerConfig"]["PreemptionConfig"]["SystemSchedulerEnabled"],
+        true
+    );
+    // A preemption setting for an unknown scheduler or a supervisor fraction outside (0, 1]
+    // is a 400 naming the field, and changes nothing.
+    let index = conf["SchedulerConfig"]["ModifyIndex"].clone();
+    let mut unknown = conf["SchedulerConfig"].clone();
+    unknown["PreemptionConfig"]["GpuSchedulerEnabled"] = true.into();
+    let mut fraction = conf["SchedulerConfig"].clone();
+    fraction["SupervisorFraction"] = 1.5.into();
+    for (bad, field) in [
+        (unknown, "GpuSchedulerEnabled"),
+        (fraction, "SupervisorFraction"),
+    ] {
+        let e = api
+            .request::<Value, Value>(
+                reqwest::Method::PUT,
+                "/v1/operator/scheduler/configuration",
+                Some(&bad),
+            )
+            .await
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("400") && e.contains(field), "{e}");
+    }
+    let conf: Value = api
+        .get("/v1/operator/scheduler/configuration")
+        .await
+        .unwrap();
+    assert_eq!(conf["SchedulerConfig"]["ModifyIndex"], index);
     s.agent.shutdown().await;
 }
 

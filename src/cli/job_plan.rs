@@ -193,6 +193,49 @@ pub fn render_diff(diff: &Value, verbose: bool) -> String {
     out
 }
 
+/// The allocations the placements would evict, one line each (Nomad's `Preemptions:`
+/// table); empty when there are none.
+fn render_preemptions(preempted: &Value) -> String {
+    let Some(allocs) = preempted.as_array().filter(|a| !a.is_empty()) else {
+        return String::new();
+    };
+    let rows: Vec<[&str; 4]> = allocs
+        .iter()
+        .map(|a| {
+            [
+                a["ID"].as_str().unwrap_or_default(),
+                a["JobID"].as_str().unwrap_or_default(),
+                a["Namespace"].as_str().unwrap_or_default(),
+                a["TaskGroup"].as_str().unwrap_or_default(),
+            ]
+        })
+        .collect();
+    let header = ["Alloc ID", "Job ID", "Namespace", "Task Group"];
+    let widths: Vec<usize> = (0..4)
+        .map(|i| {
+            rows.iter()
+                .map(|r| r[i].len())
+                .chain([header[i].len()])
+                .max()
+                .unwrap_or(0)
+        })
+        .collect();
+    let line = |cells: [&str; 4]| -> String {
+        let padded: Vec<String> = cells
+            .iter()
+            .zip(&widths)
+            .map(|(c, w)| format!("{c:<w$}"))
+            .collect();
+        format!("{}\n", padded.join("  ").trim_end())
+    };
+    let mut out = String::from("\nPreemptions:\n\n");
+    out.push_str(&line(header));
+    for row in rows {
+        out.push_str(&line(row));
+    }
+    out
+}
+
 /// The whole `job plan` output.
 fn render(resp: &Value, verbose: bool, file: &str) -> String {
     let mut out = String::new();
@@ -240,6 +283,7 @@ fn render(resp: &Value, verbose: bool, file: &str) -> String {
             }
         }
     }
+    out.push_str(&render_preemptions(&resp["Annotations"]["PreemptedAllocs"]));
     let index = resp["JobModifyIndex"].as_u64().unwrap_or(0);
     out.push_str(&format!(
         "\nJob Modify Index: {index}\n\
@@ -256,6 +300,29 @@ fn render(resp: &Value, verbose: bool, file: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn preemptions_are_listed_after_the_dry_run() {
+        let resp = json!({
+            "Annotations": {
+                "DesiredTGUpdates": {"web": {"Place": 1, "Preemptions": 1}},
+                "PreemptedAllocs": [
+                    {"ID": "0b2a2f2e-0000-4000-8000-000000000001", "JobID": "batch-low",
+                     "Namespace": "default", "TaskGroup": "crunch"}
+                ]
+            },
+            "JobModifyIndex": 7,
+        });
+        let out = render(&resp, false, "high.hcl");
+        let at = out.find("Preemptions:").expect("a preemptions section");
+        assert!(out.find("Scheduler dry-run:").unwrap() < at);
+        assert!(out.contains(
+            "Alloc ID                              Job ID     Namespace  Task Group\n\
+             0b2a2f2e-0000-4000-8000-000000000001  batch-low  default    crunch\n"
+        ));
+        let none = render(&json!({"Annotations": {"PreemptedAllocs": []}}), false, "f");
+        assert!(!none.contains("Preemptions"));
+    }
 
     #[test]
     fn a_diff_renders_with_nomads_signs_and_annotations() {

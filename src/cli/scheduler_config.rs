@@ -31,6 +31,21 @@ pub struct SetConfigArgs {
     /// Keep the eval broker paused.
     #[arg(long = "pause-eval-broker")]
     pause_eval_broker: Option<bool>,
+    /// Let system jobs preempt lower-priority allocations.
+    #[arg(long = "preempt-system-scheduler")]
+    preempt_system: Option<bool>,
+    /// Let sysbatch jobs preempt lower-priority allocations.
+    #[arg(long = "preempt-sysbatch-scheduler")]
+    preempt_sysbatch: Option<bool>,
+    /// Let batch jobs preempt lower-priority allocations.
+    #[arg(long = "preempt-batch-scheduler")]
+    preempt_batch: Option<bool>,
+    /// Let service jobs preempt lower-priority allocations.
+    #[arg(long = "preempt-service-scheduler")]
+    preempt_service: Option<bool>,
+    /// The share of the cluster supervisor jobs may hold, in (0, 1] (a teamster extension).
+    #[arg(long = "supervisor-fraction")]
+    supervisor_fraction: Option<f64>,
     /// Apply only if the configuration was not changed meanwhile (compare-and-set).
     #[arg(long = "check-index")]
     check_index: Option<u64>,
@@ -61,6 +76,19 @@ pub async fn get_config(args: GetConfigArgs) -> anyhow::Result<()> {
         sc["RejectJobRegistration"]
     );
     println!("Pause Eval Broker             = {}", sc["PauseEvalBroker"]);
+    let preemption = &sc["PreemptionConfig"];
+    for (label, key) in [
+        ("Preemption System Scheduler  ", "SystemSchedulerEnabled"),
+        ("Preemption Service Scheduler ", "ServiceSchedulerEnabled"),
+        ("Preemption Batch Scheduler   ", "BatchSchedulerEnabled"),
+        ("Preemption SysBatch Scheduler", "SysBatchSchedulerEnabled"),
+    ] {
+        println!("{label} = {}", preemption[key]);
+    }
+    println!(
+        "Supervisor Fraction           = {}",
+        sc["SupervisorFraction"]
+    );
     println!("Modify Index                  = {}", sc["ModifyIndex"]);
     Ok(())
 }
@@ -87,6 +115,22 @@ pub async fn set_config(args: SetConfigArgs) -> anyhow::Result<()> {
     }
     if let Some(v) = args.pause_eval_broker {
         sc["PauseEvalBroker"] = v.into();
+    }
+    for (value, key) in [
+        (args.preempt_system, "SystemSchedulerEnabled"),
+        (args.preempt_sysbatch, "SysBatchSchedulerEnabled"),
+        (args.preempt_batch, "BatchSchedulerEnabled"),
+        (args.preempt_service, "ServiceSchedulerEnabled"),
+    ] {
+        if let Some(v) = value {
+            sc["PreemptionConfig"][key] = v.into();
+        }
+    }
+    if let Some(f) = args.supervisor_fraction {
+        if !(f > 0.0 && f <= 1.0) {
+            bail!("--supervisor-fraction must be in (0, 1], not {f}");
+        }
+        sc["SupervisorFraction"] = f.into();
     }
     let path = match args.check_index {
         Some(i) => format!("/v1/operator/scheduler/configuration?cas={i}"),

@@ -20,8 +20,8 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use teamster_storage::fsm::{Command, JobRegister};
 use teamster_storage::model::{
-    AllocMetric, ClientStatus, DesiredUpdates, DiffType, EvalStatus, EvalTrigger, Evaluation, Job,
-    JobDiff, Plan, PlanAnnotations, PlanResult,
+    AllocMetric, Allocation, ClientStatus, DesiredUpdates, DiffType, EvalStatus, EvalTrigger,
+    Evaluation, Job, JobDiff, Plan, PlanAnnotations, PlanResult,
 };
 use teamster_storage::state::Snapshot;
 
@@ -127,16 +127,27 @@ pub fn dry_run(
     Ok(DryRun {
         annotations: PlanAnnotations {
             desired_tg_updates: desired_updates(&what_if, job, &recorder.plans, &final_eval),
-            preempted_allocs: recorder
-                .plans
-                .iter()
-                .flat_map(|p| p.node_preemptions.values().flatten().cloned())
-                .collect(),
+            preempted_allocs: preempted(&what_if, &recorder.plans),
         },
         failed_tg_allocs: final_eval.failed_tg_allocs.clone(),
         created_evals: recorder.created,
         index: snapshot.latest_index(),
     })
+}
+
+/// The allocations the plans would evict, as they would read after the eviction.
+fn preempted(state: &Snapshot, plans: &[Plan]) -> Vec<Allocation> {
+    plans
+        .iter()
+        .flat_map(|p| p.node_preemptions.values().flatten())
+        .filter_map(|evict| {
+            let mut alloc = (**state.alloc_by_id(&evict.id)?).clone();
+            alloc.desired_status = evict.desired_status;
+            alloc.desired_description = evict.desired_description.clone();
+            alloc.preempted_by_allocation = evict.preempted_by_allocation.clone();
+            Some(alloc)
+        })
+        .collect()
 }
 
 /// Counts what the plans do per task group of `job`.
@@ -161,6 +172,7 @@ fn desired_updates(
         .flat_map(|p| p.node_allocation.values().flatten())
     {
         let group = out.entry(alloc.task_group.clone()).or_default();
+        group.preemptions += alloc.preempted_allocations.len() as u64;
         if let Some(existing) = state.alloc_by_id(&alloc.id) {
             // A live one moves to the new version; a failed one only gets its follow-up
             // evaluation recorded.

@@ -28,7 +28,7 @@ use teamster_storage::model::{
 use teamster_storage::state::Snapshot;
 
 use crate::scheduler::feasible::{resolve_target, OperandCache};
-use crate::scheduler::fit;
+use crate::scheduler::{fit, preempt};
 
 /// Counts of the job's proposed allocations per value of a node attribute.
 #[derive(Debug, Clone)]
@@ -306,6 +306,7 @@ impl EvalContext {
                 client_status,
                 followup_eval_id: Default::default(),
                 modify_time: now,
+                preempted_by_allocation: Default::default(),
             });
         if !alloc.terminal_status() {
             self.account(alloc, -1);
@@ -357,9 +358,58 @@ impl EvalContext {
             .push(new);
     }
 
-    /// Moves usage, job counts and property counts for one allocation entering (`+1`) or
-    /// leaving (`-1`) its node.
-    fn account(&mut self, alloc: &Allocation, direction: i8) {
+    /// The live allocations on `node_id` that an allocation of `job` at `priority` may evict:
+    /// other jobs' allocations, at least [`PRIORITY_DELTA`](preempt::PRIORITY_DELTA) lower,
+    /// that the plan neither stops nor already evicts.
+    pub fn preemption_candidates(
+        &self,
+        node_id: &NodeId,
+        job: &Job,
+        priority: u32,
+    ) -> Vec<preempt::Candidate> {
+        let planned = |stops: Option<&Vec<AllocStop>>, id: &AllocId| {
+            stops.is_some_and(|stops| stops.iter().any(|s| s.id == *id))
+        };
+        self.snapshot
+            .allocs_by_node(node_id)
+            .filter(|a| !a.terminal_status())
+            .filter(|a| !(a.namespace == job.namespace && a.job_id == job.id))
+            .filter(|a| {
+                !planned(self.plan.node_update.get(node_id), &a.id)
+                    && !planned(self.plan.node_preemptions.get(node_id), &a.id)
+            })
+            .filter_map(|a| {
+                let victim = self.snapshot.alloc_job(a)?.priority;
+                preempt::may_preempt(priority, victim).then(|| preempt::Candidate {
+                    alloc: a.clone(),
+                    priority: victim,
+                })
+            })
+            .collect()
+    }
+
+    /// Adds the eviction of `victim` (another job's allocation) to make room for the new
+    /// allocation `by`. Frees its resources and ports; the job's own counts do not move.
+    pub fn plan_preempt(&mut self, victim: &Allocation, by: &AllocId, now: i64) {
+        self.plan
+            .node_preemptions
+            .entry(victim.node_id.clone())
+            .or_default()
+            .push(AllocStop {
+                id: victim.id.clone(),
+                desired_status: DesiredStatus::Evict,
+                desired_description: format!("Preempted by alloc ID {by}"),
+                client_status: None,
+                followup_eval_id: Default::default(),
+                modify_time: now,
+                preempted_by_allocation: by.clone(),
+            });
+        self.account_resources(victim, -1);
+    }
+
+    /// Moves resources and host ports for one allocation entering (`+1`) or leaving (`-1`)
+    /// its node.
+    fn account_resources(&mut self, alloc: &Allocation, direction: i8) {
         let side = if direction > 0 {
             &mut self.added
         } else {
@@ -373,6 +423,12 @@ impl EvalContext {
                 *ports.entry(port).or_default() += i64::from(direction);
             }
         }
+    }
+
+    /// Moves usage, job counts and property counts for one of the job's allocations entering
+    /// (`+1`) or leaving (`-1`) its node.
+    fn account(&mut self, alloc: &Allocation, direction: i8) {
+        self.account_resources(alloc, direction);
         let count = self
             .job_counts
             .entry(alloc.node_id.clone())

@@ -11,7 +11,11 @@
 //!    placements. A destructive update, reschedule or migration stops the old allocation
 //!    first, so its node may take the replacement, and takes the stop back if nothing fits.
 //!    After a task group's first failure its further placements are coalesced into that
-//!    failure's metrics instead of searching again.
+//!    failure's metrics instead of searching again. A supervisor job over its share of the
+//!    cluster is not placed ([`crate::scheduler::supervisor`]); when no node takes an
+//!    allocation and the service (batch) scheduler may preempt, a second selection counts
+//!    nodes where evicting lower-priority allocations makes room
+//!    ([`crate::scheduler::preempt`]).
 //! 3. Failed placements: record `FailedTGAllocs` and create one blocked evaluation
 //!    (`queued-allocs`) — unless the evaluation itself is blocked (it is reblocked at the end)
 //!    or delayed reschedules will retry anyway.
@@ -29,8 +33,12 @@ use teamster_storage::model::{
 };
 
 use crate::scheduler::context::EvalContext;
-use crate::scheduler::placement::{self, inplace_update, Attempt, Blocking, Family, Run, Session};
+use crate::scheduler::placement::{
+    self, inplace_update, place_preempting, Attempt, Blocking, Family, Run, Session,
+};
 use crate::scheduler::reconcile::{PlaceRequest, Reconciler, ALLOC_UPDATING};
+use crate::scheduler::stack::Choice;
+use crate::scheduler::supervisor::SupervisorCap;
 use crate::scheduler::util::{alloc_reschedule_policy, ready_nodes, reschedule_tracker_for};
 use crate::scheduler::{Scheduler, SchedulerError};
 
@@ -59,6 +67,10 @@ impl<'a> GenericScheduler<'a> {
         let now = self.session.env.now;
         let (nodes, by_dc) = ready_nodes(&self.session.snapshot, job, self.session.env.ready_nodes);
         let (mut stack, mut placers) = self.session.stack(ctx, job, nodes, by_dc, self.batch);
+        let preempt = self.session.preemption_enabled(job.job_type);
+        let supervisor_cap = job
+            .is_supervisor()
+            .then(|| SupervisorCap::new(&self.session.snapshot, job));
 
         let mut requests = Vec::new();
         for old in inplace {
@@ -113,14 +125,40 @@ impl<'a> GenericScheduler<'a> {
                 }
                 _ => Vec::new(),
             };
-            let chosen = stack
-                .select(ctx, placer, &penalty)
-                .and_then(|(node, score)| {
-                    let ports = self.session.alloc_ports(ctx, placer, &node)?;
-                    Some((node, score, ports))
-                });
+            // A supervisor over its share of the cluster is not placed anywhere.
+            let capped = supervisor_cap
+                .as_ref()
+                .and_then(|cap| cap.admits(ctx, job, &placer.ask).err());
+            // Preemption only when no node takes the allocation as things are (Nomad
+            // selects a second time with `Preempt`); the first pass's metrics are kept if
+            // that fails too.
+            let mut choice = None;
+            if let Some(reason) = &capped {
+                stack.reset_metrics(ctx);
+                ctx.metrics.dimension_exhausted.insert(reason.clone(), 1);
+            } else {
+                choice = stack.select(ctx, placer, &penalty, false);
+            }
+            if choice.is_none() && preempt && capped.is_none() {
+                let first = ctx.metrics.clone();
+                choice = stack.select(ctx, placer, &penalty, true);
+                if choice.is_none() {
+                    ctx.metrics = first;
+                }
+            }
+            let chosen = choice.and_then(|choice| {
+                let ports = self.session.alloc_ports(ctx, placer, &choice.node)?;
+                Some((choice, ports))
+            });
             match chosen {
-                Some((node, score, ports)) => {
+                Some((
+                    Choice {
+                        node,
+                        score,
+                        victims,
+                    },
+                    ports,
+                )) => {
                     let reschedule_tracker = match &request.previous {
                         Some(prev) if request.reschedule => {
                             let policy = alloc_reschedule_policy(&self.session.snapshot, prev, job);
@@ -151,7 +189,7 @@ impl<'a> GenericScheduler<'a> {
                             ports,
                         )
                     };
-                    ctx.plan_place(alloc);
+                    place_preempting(ctx, alloc, &victims, now);
                 }
                 None => {
                     if let (Some(prev), Some(_)) = (&request.previous, request.stop_previous) {

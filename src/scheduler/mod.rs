@@ -33,8 +33,11 @@
 //!   that commits nothing, and its decisions counted per task group onto the job diff.
 //! - [`harness`]: a [`Planner`] over a real state store for tests and benchmarks.
 //!
-//! Not modelled (no counterpart in the model yet): deployments and canaries, preemption,
-//! networks, ports, devices, volumes, quotas and disconnect windows.
+//! - [`preempt`]: which lower-priority allocations to evict when a node lacks room (per
+//!   the scheduler configuration's `PreemptionConfig`); [`supervisor`]: the share of the
+//!   cluster supervisor jobs may hold.
+//!
+//! Not modelled: devices, volumes and quotas.
 
 pub mod annotate;
 pub(crate) mod context;
@@ -44,8 +47,10 @@ pub mod generic;
 pub mod harness;
 pub(crate) mod placement;
 pub mod ports;
+pub mod preempt;
 pub(crate) mod reconcile;
 pub(crate) mod stack;
+pub(crate) mod supervisor;
 pub mod system;
 pub(crate) mod util;
 pub mod verify;

@@ -27,12 +27,14 @@ use std::sync::Arc;
 
 use teamster_storage::model::{
     AllocMetric, AllocatedResources, AllocatedSharedResources, Allocation, ClientStatus,
-    DeploymentId, DesiredStatus, EvalStatus, Evaluation, Job, Node, NodeId, Plan, Resources,
+    DeploymentId, DesiredStatus, EvalStatus, EvalTrigger, Evaluation, Job, JobId, JobType,
+    Namespace, Node, NodeId, Plan, Resources,
 };
 use teamster_storage::state::Snapshot;
 
 use crate::scheduler::context::{Eligibility, EvalContext};
 use crate::scheduler::ports;
+use crate::scheduler::preempt::Candidate;
 use crate::scheduler::reconcile::ALLOC_IN_PLACE;
 use crate::scheduler::stack::{GroupPlacer, Stack, Verdict};
 use crate::scheduler::util::{blocked_eval, progress_made, PlanSize};
@@ -211,7 +213,8 @@ fn attempt<'a, F: Family<'a>>(
         .collect();
     let mut attempt = Attempt { job, allocs, ctx };
     let followups = family.compute_job_allocs(run, &mut attempt)?;
-    let ctx = attempt.ctx;
+    let mut ctx = attempt.ctx;
+    ctx.plan.preemption_evals = family.session().preemption_evals(&ctx, &run.eval);
     run.eligibility = ctx.eligibility.clone();
 
     let session = family.session();
@@ -304,7 +307,7 @@ impl<'a> Session<'a> {
     pub fn stack(
         &mut self,
         ctx: &mut EvalContext,
-        job: &Job,
+        job: &Arc<Job>,
         nodes: Vec<Arc<Node>>,
         nodes_available: BTreeMap<String, u64>,
         batch: bool,
@@ -325,6 +328,55 @@ impl<'a> Session<'a> {
             placers.insert(group.name.clone(), placer);
         }
         (stack, placers)
+    }
+
+    /// Whether the scheduler configuration lets `job_type`'s scheduler preempt.
+    pub fn preemption_enabled(&self, job_type: JobType) -> bool {
+        let config = self.snapshot.scheduler_config().preemption_config;
+        match job_type {
+            JobType::Service => config.service_scheduler_enabled,
+            JobType::Batch => config.batch_scheduler_enabled,
+            JobType::System => config.system_scheduler_enabled,
+            JobType::SysBatch => config.sys_batch_scheduler_enabled,
+            JobType::Core => false,
+        }
+    }
+
+    /// One pending evaluation (`TriggeredBy: preemption`) per job whose allocations the plan
+    /// evicts, so their schedulers replace them; committed with the plan only when some
+    /// eviction is accepted.
+    fn preemption_evals(&mut self, ctx: &EvalContext, eval: &Evaluation) -> Vec<Evaluation> {
+        let mut jobs: BTreeMap<(Namespace, JobId), Arc<Job>> = BTreeMap::new();
+        for stop in ctx.plan.node_preemptions.values().flatten() {
+            let Some(alloc) = self.snapshot.alloc_by_id(&stop.id) else {
+                continue;
+            };
+            let Some(job) = self
+                .snapshot
+                .job_by_id(&alloc.namespace, &alloc.job_id)
+                .cloned()
+            else {
+                continue;
+            };
+            jobs.insert((alloc.namespace.clone(), alloc.job_id.clone()), job);
+        }
+        let now = self.env.now;
+        jobs.into_values()
+            .map(|job| Evaluation {
+                id: crate::util::new_uuid(self.env.rng).into(),
+                namespace: job.namespace.clone(),
+                priority: job.priority,
+                eval_type: job.job_type,
+                triggered_by: EvalTrigger::Preemption,
+                job_id: job.id.clone(),
+                job_modify_index: job.job_modify_index,
+                status: EvalStatus::Pending,
+                previous_eval: eval.id.clone(),
+                create_time: now,
+                modify_time: now,
+                ..Evaluation::default()
+            })
+            .collect()
     }
 
     /// The host ports an allocation of `placer`'s group gets on `node` with the plan so far,
@@ -383,6 +435,21 @@ impl<'a> Session<'a> {
     }
 }
 
+/// Places `alloc` with the evictions it needs: each victim is evicted for it, and it lists
+/// them in `PreemptedAllocations`.
+pub(crate) fn place_preempting(
+    ctx: &mut EvalContext,
+    mut alloc: Allocation,
+    victims: &[Candidate],
+    now: i64,
+) {
+    for victim in victims {
+        ctx.plan_preempt(&victim.alloc, &alloc.id, now);
+    }
+    alloc.preempted_allocations = victims.iter().map(|v| v.alloc.id.clone()).collect();
+    ctx.plan_place(alloc);
+}
+
 /// Nomad's `inplaceUpdate` for one allocation: moves `old` to `job`'s version on `node`
 /// where it runs, if the node still takes it (feasibility and fit with `old`'s own resources
 /// freed). False: the update must be destructive.
@@ -398,7 +465,7 @@ pub(crate) fn inplace_update(
     now: i64,
 ) -> bool {
     ctx.plan_stop(old, ALLOC_IN_PLACE, None, now);
-    let verdict = stack.evaluate(ctx, placer, node, &[]);
+    let verdict = stack.evaluate(ctx, placer, node, &[], false);
     ctx.pop_stop(old);
     if !matches!(verdict, Verdict::Feasible(_)) {
         return false;

@@ -34,8 +34,9 @@ use crate::scheduler::feasible::{
     affinity_matches, constraint_holds, constraint_label, driver_available, resolve_target,
     GroupChecks,
 };
-use crate::scheduler::fit::{self, Dimension};
+use crate::scheduler::fit;
 use crate::scheduler::ports;
+use crate::scheduler::preempt::{self, Candidate};
 
 /// Nomad's `skipScoreThreshold`: options scoring at most this are set aside.
 const SKIP_SCORE_THRESHOLD: f64 = 0.0;
@@ -45,14 +46,28 @@ const MAX_SKIP: usize = 3;
 const CLASS_INELIGIBLE: &str = "computed class ineligible";
 
 /// What ranking one node found.
-#[derive(Debug, Clone, Copy, PartialEq)]
+#[derive(Debug, Clone)]
 pub(crate) enum Verdict {
     /// The group can run there; the final (mean) score.
     Feasible(f64),
+    /// The group can run there once these lower-priority allocations are evicted; the final
+    /// score (lowered by the evictions).
+    Preempt(f64, Vec<Candidate>),
     /// Constraints, drivers or distinct_* rule the node out.
     Filtered,
-    /// The node lacks room in this dimension.
-    Exhausted(Dimension),
+    /// The node lacks room (the dimension is in the metrics).
+    Exhausted,
+}
+
+/// The node a select chose: its score and the evictions it needs (none unless preempting).
+#[derive(Debug, Clone)]
+pub(crate) struct Choice {
+    /// The node.
+    pub node: Arc<Node>,
+    /// Its normalized score.
+    pub score: f64,
+    /// Allocations to evict for the placement to fit.
+    pub victims: Vec<Candidate>,
 }
 
 /// One task group's placement state for an attempt: its checks plus the counters and spread
@@ -61,6 +76,8 @@ pub(crate) enum Verdict {
 pub(crate) struct GroupPlacer {
     /// What the group requires of a node.
     pub checks: GroupChecks,
+    /// The job the group belongs to (preemption never evicts the job's own allocations).
+    job: Arc<Job>,
     /// What one allocation of the group takes.
     pub ask: Resources,
     /// The host ports one allocation of the group takes (`None`: the group asks for none).
@@ -90,7 +107,7 @@ impl GroupPlacer {
     /// Prepares `group` of `job`, registering the property counters it needs in `ctx`.
     pub fn new(
         ctx: &mut EvalContext,
-        job: &Job,
+        job: &Arc<Job>,
         group: &teamster_storage::model::TaskGroup,
     ) -> Self {
         let checks = GroupChecks::new(job, group);
@@ -134,6 +151,7 @@ impl GroupPlacer {
                 .filter(|n| n.ports().next().is_some())
                 .cloned(),
             checks,
+            job: job.clone(),
             distinct_handles,
             spreads,
             spread_weight_sum,
@@ -202,13 +220,16 @@ impl Stack {
     }
 
     /// Picks the best node for one allocation of `placer`'s group, with its normalized score
-    /// (`None`: nowhere). `penalty` lists nodes a rescheduled allocation failed on.
+    /// (`None`: nowhere). `penalty` lists nodes a rescheduled allocation failed on; with
+    /// `preempt`, a node that lacks room counts if evicting lower-priority allocations makes
+    /// it (see [`crate::scheduler::preempt`]).
     pub fn select(
         &mut self,
         ctx: &mut EvalContext,
         placer: &mut GroupPlacer,
         penalty: &[NodeId],
-    ) -> Option<(Arc<Node>, f64)> {
+        preempt: bool,
+    ) -> Option<Choice> {
         self.reset_metrics(ctx);
         let n = self.nodes.len();
         if n == 0 {
@@ -221,42 +242,53 @@ impl Stack {
         };
         let mut seen = 0;
         let mut taken = 0;
-        let mut skipped: Vec<(Arc<Node>, f64)> = Vec::new();
-        let mut best: Option<(Arc<Node>, f64)> = None;
+        let mut skipped: Vec<Choice> = Vec::new();
+        let mut best: Option<Choice> = None;
         while seen < n && taken < limit {
             let node = self.nodes[self.offset].clone();
             self.offset = (self.offset + 1) % n;
             seen += 1;
-            if let Verdict::Feasible(score) = self.evaluate(ctx, placer, &node, penalty) {
-                if score <= SKIP_SCORE_THRESHOLD && skipped.len() < MAX_SKIP {
-                    skipped.push((node, score));
-                    continue;
-                }
-                taken += 1;
-                if best.as_ref().is_none_or(|(_, b)| score > *b) {
-                    best = Some((node, score));
-                }
+            let (score, victims) = match self.evaluate(ctx, placer, &node, penalty, preempt) {
+                Verdict::Feasible(score) => (score, Vec::new()),
+                Verdict::Preempt(score, victims) => (score, victims),
+                Verdict::Filtered | Verdict::Exhausted => continue,
+            };
+            let choice = Choice {
+                node,
+                score,
+                victims,
+            };
+            if score <= SKIP_SCORE_THRESHOLD && skipped.len() < MAX_SKIP {
+                skipped.push(choice);
+                continue;
+            }
+            taken += 1;
+            if best.as_ref().is_none_or(|b| score > b.score) {
+                best = Some(choice);
             }
         }
-        for (node, score) in skipped {
+        for choice in skipped {
             if taken >= limit {
                 break;
             }
             taken += 1;
-            if best.as_ref().is_none_or(|(_, b)| score > *b) {
-                best = Some((node, score));
+            if best.as_ref().is_none_or(|b| choice.score > b.score) {
+                best = Some(choice);
             }
         }
         best
     }
 
     /// Feasibility, fit and score of one node, recording metrics and class eligibility.
+    /// With `preempt`, a node short of CPU, memory or disk is [`Verdict::Preempt`] when
+    /// evicting lower-priority allocations makes room.
     pub fn evaluate(
         &mut self,
         ctx: &mut EvalContext,
         placer: &mut GroupPlacer,
         node: &Node,
         penalty: &[NodeId],
+        preempt: bool,
     ) -> Verdict {
         ctx.metrics.nodes_evaluated += 1;
         if let Err(label) = self.feasible(ctx, placer, node) {
@@ -269,18 +301,31 @@ impl Stack {
             return Verdict::Filtered;
         }
         let capacity = fit::node_capacity(node);
-        let used = ctx.node_usage(&node.id).add(&placer.ask);
+        let mut used = ctx.node_usage(&node.id).add(&placer.ask);
+        let mut victims = Vec::new();
         if let Err(dimension) = fit::check_fit(&capacity, &used) {
-            ctx.metrics.nodes_exhausted += 1;
-            *ctx.metrics
-                .class_exhausted
-                .entry(node.computed_class.clone())
-                .or_default() += 1;
-            *ctx.metrics
-                .dimension_exhausted
-                .entry(dimension.as_str().to_owned())
-                .or_default() += 1;
-            return Verdict::Exhausted(dimension);
+            let chosen = if preempt {
+                self.preemption(ctx, placer, node, &capacity, &used)
+            } else {
+                None
+            };
+            let Some(chosen) = chosen else {
+                ctx.metrics.nodes_exhausted += 1;
+                *ctx.metrics
+                    .class_exhausted
+                    .entry(node.computed_class.clone())
+                    .or_default() += 1;
+                *ctx.metrics
+                    .dimension_exhausted
+                    .entry(dimension.as_str().to_owned())
+                    .or_default() += 1;
+                return Verdict::Exhausted;
+            };
+            let freed = chosen
+                .iter()
+                .fold(Resources::ZERO, |acc, c| acc.add(&c.alloc.resources));
+            used = fit::subtract(&used, &freed);
+            victims = chosen;
         }
         if let Some(network) = &placer.network {
             let used = ctx.ports_in_use(node);
@@ -294,10 +339,29 @@ impl Stack {
                     .dimension_exhausted
                     .entry(format!("network: {reason}"))
                     .or_default() += 1;
-                return Verdict::Exhausted(Dimension::Network);
+                return Verdict::Exhausted;
             }
         }
-        Verdict::Feasible(self.score(ctx, placer, node, &capacity, &used, penalty))
+        let score = self.score(ctx, placer, node, &capacity, &used, penalty, &victims);
+        if victims.is_empty() {
+            Verdict::Feasible(score)
+        } else {
+            Verdict::Preempt(score, victims)
+        }
+    }
+
+    /// The evictions that would make room for `placer`'s ask on `node`, if any do.
+    fn preemption(
+        &self,
+        ctx: &EvalContext,
+        placer: &GroupPlacer,
+        node: &Node,
+        capacity: &Resources,
+        used: &Resources,
+    ) -> Option<Vec<Candidate>> {
+        let need = preempt::shortfall(capacity, used);
+        let candidates = ctx.preemption_candidates(&node.id, &placer.job, placer.job.priority);
+        preempt::choose(&need, candidates)
     }
 
     /// Whether the group may run on the node at all; the filter label otherwise.
@@ -386,6 +450,7 @@ impl Stack {
         Ok(())
     }
 
+    #[allow(clippy::too_many_arguments)]
     fn score(
         &self,
         ctx: &mut EvalContext,
@@ -394,6 +459,7 @@ impl Stack {
         capacity: &Resources,
         used: &Resources,
         penalty: &[NodeId],
+        victims: &[Candidate],
     ) -> f64 {
         let mut sum = fit::fit_score(capacity, used, self.algorithm) / fit::MAX_FIT_SCORE;
         let mut n = 1.0;
@@ -426,6 +492,10 @@ impl Stack {
                 sum += boost;
                 n += 1.0;
             }
+        }
+        if !victims.is_empty() {
+            sum += preempt::score(victims);
+            n += 1.0;
         }
         sum / n
     }

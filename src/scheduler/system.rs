@@ -35,8 +35,9 @@ use teamster_storage::model::{
 
 use crate::scheduler::context::EvalContext;
 use crate::scheduler::feasible::node_in_job_scope;
-use crate::scheduler::fit::Dimension;
-use crate::scheduler::placement::{self, inplace_update, Attempt, Blocking, Family, Run, Session};
+use crate::scheduler::placement::{
+    self, inplace_update, place_preempting, Attempt, Blocking, Family, Run, Session,
+};
 use crate::scheduler::reconcile::{
     ALLOC_LOST, ALLOC_MIGRATING, ALLOC_NODE_TAINTED, ALLOC_NOT_NEEDED, ALLOC_UPDATING,
 };
@@ -107,6 +108,7 @@ impl<'a> SystemScheduler<'a> {
         // Every eligible node is visited explicitly (Nomad's static iterator); the stack
         // holds the job-wide class cache and the metrics' node counts.
         let (mut stack, mut placers) = self.session.stack(ctx, job, nodes, by_dc, false);
+        let preempt = self.session.preemption_enabled(job.job_type);
 
         // Live allocation per (node, group); finished sysbatch runs of this version.
         let mut live: HashMap<(NodeId, String), Arc<Allocation>> = HashMap::new();
@@ -222,17 +224,21 @@ impl<'a> SystemScheduler<'a> {
                 ctx.plan_stop(old, ALLOC_UPDATING, None, now);
             }
             stack.reset_metrics(ctx);
-            let verdict = match stack.evaluate(ctx, placer, &placement.node, &[]) {
-                Verdict::Feasible(score) => {
-                    match self.session.alloc_ports(ctx, placer, &placement.node) {
-                        Some(ports) => (Verdict::Feasible(score), ports),
-                        None => (Verdict::Exhausted(Dimension::Network), Default::default()),
-                    }
-                }
-                other => (other, Default::default()),
+            // System jobs preempt as part of ranking the node (when configured). A node that
+            // does not take the group (for an update: any more, so the old allocation's stop
+            // stands) is not a failure: the job does not want this node.
+            let victims = match stack.evaluate(ctx, placer, &placement.node, &[], preempt) {
+                Verdict::Filtered => continue,
+                Verdict::Exhausted => None,
+                Verdict::Feasible(_) => Some(Vec::new()),
+                Verdict::Preempt(_, victims) => Some(victims),
             };
-            match verdict {
-                (Verdict::Feasible(_), ports) => {
+            let placed = victims.and_then(|victims| {
+                let ports = self.session.alloc_ports(ctx, placer, &placement.node)?;
+                Some((victims, ports))
+            });
+            match placed {
+                Some((victims, ports)) => {
                     let alloc = Allocation {
                         name: alloc_name(&job.id, &placement.group, 0),
                         previous_allocation: placement
@@ -249,12 +255,9 @@ impl<'a> SystemScheduler<'a> {
                             ports,
                         )
                     };
-                    ctx.plan_place(alloc);
+                    place_preempting(ctx, alloc, &victims, now);
                 }
-                // The node does not take the group (for an update: any more, so the old
-                // allocation's stop stands). Not a failure: the job does not want this node.
-                (Verdict::Filtered, _) => {}
-                (Verdict::Exhausted(_), _) => {
+                None => {
                     if let Some(old) = &placement.replaces {
                         ctx.pop_stop(old);
                     }

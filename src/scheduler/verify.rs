@@ -18,16 +18,19 @@
 //!
 //! Per node (Nomad's `evaluateNodePlan`), in order:
 //!
-//! 1. Only stops or evictions for the node → it fits.
-//! 2. A placement naming another node than its key → rejected (malformed plan).
-//! 3. The node is missing → rejected. `down` → fits only if every allocation is being marked
+//! 1. Every eviction must name an allocation on the node whose job's priority is at least
+//!    ten below the plan's ([`crate::scheduler::preempt`]), else → rejected. (An eviction
+//!    of an allocation that has ended meanwhile is dropped from the accepted part.)
+//! 2. Only stops or evictions for the node → it fits.
+//! 3. A placement naming another node than its key → rejected (malformed plan).
+//! 4. The node is missing → rejected. `down` → fits only if every allocation is being marked
 //!    `lost`; `disconnected` → only if every one is marked `unknown`; any other status but
-//!    `ready` → rejected — unless (4) applies.
-//! 4. Every planned allocation updates an allocation already on the node (in-place or
+//!    `ready` → rejected — unless (5) applies.
+//! 5. Every planned allocation updates an allocation already on the node (in-place or
 //!    attribute updates) → readiness and eligibility do not matter, and the update fits if the
 //!    node stays within capacity or its usage does not grow.
-//! 5. Ineligible or draining → rejected.
-//! 6. Proposed = the node's non-terminal allocations (snapshot, then the overlay's accepted
+//! 6. Ineligible or draining → rejected.
+//! 7. Proposed = the node's non-terminal allocations (snapshot, then the overlay's accepted
 //!    plans in order) − the plan's stops and evictions − updated ids + the planned allocations;
 //!    it must fit ([`crate::scheduler::fit`], the same arithmetic the scheduler ranks with),
 //!    and when a planned allocation holds host ports, no port may be held twice among the
@@ -49,7 +52,7 @@ use teamster_storage::model::{
 use teamster_storage::state::{Snapshot, Table};
 
 use crate::scheduler::fit::{self, Dimension};
-use crate::scheduler::ports;
+use crate::scheduler::{ports, preempt};
 
 /// Why the part of a plan for one node was refused.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -78,6 +81,12 @@ pub enum RejectReason {
         /// The allocation.
         alloc_id: AllocId,
     },
+    /// An eviction the plan may not make: the allocation is unknown, on another node, or
+    /// its job's priority is not at least ten below the plan's.
+    PreemptionRefused {
+        /// The allocation.
+        alloc_id: AllocId,
+    },
 }
 
 impl fmt::Display for RejectReason {
@@ -98,6 +107,9 @@ impl fmt::Display for RejectReason {
             }
             RejectReason::MisplacedAllocation { alloc_id } => {
                 write!(f, "allocation {alloc_id} names another node")
+            }
+            RejectReason::PreemptionRefused { alloc_id } => {
+                write!(f, "allocation {alloc_id} may not be preempted by this plan")
             }
         }
     }
@@ -377,10 +389,21 @@ pub fn evaluate_plan(snapshot: &Snapshot, overlay: &PlanOverlay, plan: &Plan) ->
                         .node_allocation
                         .insert(node_id.clone(), allocs.clone());
                 }
-                if let Some(evicts) = plan.node_preemptions.get(node_id).filter(|p| !p.is_empty()) {
-                    evaluation
-                        .node_preemptions
-                        .insert(node_id.clone(), evicts.clone());
+                // An allocation that ended meanwhile needs no eviction (its status stays).
+                let evicts: Vec<AllocStop> = plan
+                    .node_preemptions
+                    .get(node_id)
+                    .into_iter()
+                    .flatten()
+                    .filter(|e| {
+                        snapshot
+                            .alloc_by_id(&e.id)
+                            .is_some_and(|a| !a.terminal_status())
+                    })
+                    .cloned()
+                    .collect();
+                if !evicts.is_empty() {
+                    evaluation.node_preemptions.insert(node_id.clone(), evicts);
                 }
             }
             Err(reason) => {
@@ -419,6 +442,21 @@ fn evaluate_node(
     plan: &Plan,
     node_id: &NodeId,
 ) -> Result<(), RejectReason> {
+    // Evictions: each of an allocation on this node whose job is at least ten priority
+    // points below the plan's (the scheduler's rule, checked against the newest state).
+    for evict in plan.node_preemptions.get(node_id).into_iter().flatten() {
+        let allowed = snapshot.alloc_by_id(&evict.id).is_some_and(|victim| {
+            victim.node_id == *node_id
+                && snapshot
+                    .alloc_job(victim)
+                    .is_some_and(|job| preempt::may_preempt(plan.priority, job.priority))
+        });
+        if !allowed {
+            return Err(RejectReason::PreemptionRefused {
+                alloc_id: evict.id.clone(),
+            });
+        }
+    }
     let allocs = plan
         .node_allocation
         .get(node_id)
@@ -921,6 +959,77 @@ mod tests {
             ev.rejected[0].reason,
             RejectReason::MisplacedAllocation { .. }
         ));
+    }
+
+    #[test]
+    fn evictions_are_rechecked_against_the_newest_state() {
+        let mut w = World::new(&[(1000, 1000), (1000, 1000)]);
+        // The job runs at priority 50; its 800 MHz allocation fills node 0.
+        let victim = w.alloc(0, 800, 100);
+        let ended = w.alloc(1, 100, 100);
+        let ev = evaluate_plan(
+            &w.store.snapshot(),
+            &PlanOverlay::new(),
+            &w.plan(vec![victim.clone(), ended.clone()], vec![]),
+        );
+        w.commit(&ev);
+        let evicting = |w: &World, priority: u32, node: u64, id: &AllocId| {
+            let newcomer = w.alloc(node, 800, 100);
+            let mut plan = w.plan(vec![newcomer.clone()], vec![]);
+            plan.priority = priority;
+            plan.node_preemptions
+                .entry(NodeId::new(format!("node-{node}")))
+                .or_default()
+                .push(AllocStop {
+                    id: id.clone(),
+                    desired_status: DesiredStatus::Evict,
+                    desired_description: format!("Preempted by alloc ID {}", newcomer.id),
+                    preempted_by_allocation: newcomer.id.clone(),
+                    ..AllocStop::default()
+                });
+            plan
+        };
+        let refused = |ev: &PlanEvaluation| {
+            matches!(
+                ev.rejected.as_slice(),
+                [NodeRejection {
+                    reason: RejectReason::PreemptionRefused { .. },
+                    ..
+                }]
+            ) && ev.is_no_op()
+        };
+        let snapshot = w.store.snapshot();
+        // Less than ten points above the victim's job, an unknown allocation, an allocation
+        // on another node: refused, nothing accepted.
+        for plan in [
+            evicting(&w, 59, 0, &victim.id),
+            evicting(&w, 50, 0, &victim.id),
+            evicting(&w, 90, 0, &AllocId::new("alloc-missing")),
+            evicting(&w, 90, 1, &victim.id),
+        ] {
+            let ev = evaluate_plan(&snapshot, &PlanOverlay::new(), &plan);
+            assert!(refused(&ev), "{ev:?}");
+        }
+        // Ten points above: the eviction makes room and commits with who it was for.
+        let plan = evicting(&w, 60, 0, &victim.id);
+        let ev = evaluate_plan(&snapshot, &PlanOverlay::new(), &plan);
+        assert!(!ev.is_partial(), "{ev:?}");
+        w.commit(&ev);
+        let evicted = w.store.snapshot().alloc_by_id(&victim.id).unwrap().clone();
+        assert_eq!(evicted.desired_status, DesiredStatus::Evict);
+        assert_eq!(
+            evicted.preempted_by_allocation,
+            plan.node_allocation[&NodeId::new("node-0")][0].id
+        );
+        // An allocation that ended meanwhile is not evicted: its stop stands as it was.
+        let stop = w.plan(vec![], vec![(1, ended.id.clone())]);
+        let ev = evaluate_plan(&w.store.snapshot(), &PlanOverlay::new(), &stop);
+        w.commit(&ev);
+        let plan = evicting(&w, 90, 1, &ended.id);
+        let ev = evaluate_plan(&w.store.snapshot(), &PlanOverlay::new(), &plan);
+        assert!(!ev.is_partial());
+        assert!(ev.node_preemptions.is_empty(), "{ev:?}");
+        assert_eq!(ev.accepted_allocs(), 1);
     }
 
     #[test]

@@ -232,6 +232,7 @@ fn command(op: &Op) -> Command {
                         client_status: None,
                         followup_eval_id: Default::default(),
                         modify_time: 5,
+                        preempted_by_allocation: Default::default(),
                     })
                     .collect(),
                 allocs_preempted: vec![],

@@ -6,7 +6,9 @@ mod deployments;
 mod disconnect;
 mod generic;
 mod ports;
+mod preemption;
 mod properties;
+mod supervisor;
 mod system;
 
 use std::collections::BTreeSet;

@@ -61,6 +61,9 @@ pub async fn set_scheduler_config(
     ep: &Endpoints,
     req: SchedulerSetConfigRequest,
 ) -> Result<SchedulerSetConfigResponse, ServiceError> {
+    req.config
+        .validate()
+        .map_err(|e| ServiceError::invalid("SupervisorFraction", e.to_string()))?;
     let applied = ep
         .node()
         .write_local(Command::SchedulerConfig(SchedulerConfigUpdate {

@@ -285,6 +285,12 @@ pub struct Allocation {
     /// Its state history: when the servers marked it `unknown`, and when it reconnected.
     #[serde(deserialize_with = "de::nullable")]
     pub alloc_states: Vec<crate::model::AllocState>,
+    /// The allocations evicted to make room for this one.
+    #[serde(deserialize_with = "de::nullable")]
+    pub preempted_allocations: Vec<AllocId>,
+    /// The allocation this one was evicted for (empty unless preempted).
+    #[serde(deserialize_with = "de::nullable")]
+    pub preempted_by_allocation: AllocId,
 }
 
 /// What an allocation holds on its node that is not counted in [`Resources`] (Nomad's
@@ -453,4 +459,7 @@ pub struct AllocStop {
     /// When, Unix nanoseconds (chosen by the proposer).
     #[serde(deserialize_with = "de::nullable")]
     pub modify_time: i64,
+    /// For an eviction: the allocation it makes room for.
+    #[serde(deserialize_with = "de::nullable")]
+    pub preempted_by_allocation: AllocId,
 }

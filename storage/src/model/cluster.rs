@@ -17,9 +17,10 @@ pub enum SchedulerAlgorithm {
     Spread,
 }
 
-/// Which schedulers may preempt lower-priority allocations.
+/// Which schedulers may preempt lower-priority allocations. An unknown scheduler name is
+/// refused, not ignored.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "PascalCase", default)]
+#[serde(rename_all = "PascalCase", default, deny_unknown_fields)]
 pub struct PreemptionConfig {
     /// System jobs may preempt (Nomad default: on).
     #[serde(deserialize_with = "de::nullable")]
@@ -46,8 +47,11 @@ impl Default for PreemptionConfig {
     }
 }
 
+/// The default [`SchedulerConfiguration::supervisor_fraction`] (Arvados' `SupervisorFraction`).
+pub const DEFAULT_SUPERVISOR_FRACTION: f64 = 0.3;
+
 /// The operator-tunable scheduler configuration (`/v1/operator/scheduler/configuration`).
-#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "PascalCase", default)]
 pub struct SchedulerConfiguration {
     /// Node ranking.
@@ -65,12 +69,45 @@ pub struct SchedulerConfiguration {
     /// Keep the eval broker disabled even on the leader.
     #[serde(deserialize_with = "de::nullable")]
     pub pause_eval_broker: bool,
+    /// A teamster extension: the share of the cluster's CPU and memory (ready, eligible
+    /// nodes) that allocations of supervisor jobs (jobs that launch jobs, marked with the
+    /// `teamster.supervisor` meta key) may hold together, in (0, 1]. Placements beyond it are
+    /// blocked, so supervisors cannot starve their own children.
+    pub supervisor_fraction: f64,
     /// Raft index of creation (server-set).
     #[serde(deserialize_with = "de::nullable")]
     pub create_index: u64,
     /// Raft index of the last change (server-set); the CAS update compares it.
     #[serde(deserialize_with = "de::nullable")]
     pub modify_index: u64,
+}
+
+impl Default for SchedulerConfiguration {
+    fn default() -> Self {
+        SchedulerConfiguration {
+            scheduler_algorithm: SchedulerAlgorithm::default(),
+            preemption_config: PreemptionConfig::default(),
+            memory_oversubscription_enabled: false,
+            reject_job_registration: false,
+            pause_eval_broker: false,
+            supervisor_fraction: DEFAULT_SUPERVISOR_FRACTION,
+            create_index: 0,
+            modify_index: 0,
+        }
+    }
+}
+
+impl SchedulerConfiguration {
+    /// Checks the values an operator may set; the error names the field.
+    pub fn validate(&self) -> Result<(), crate::model::ModelError> {
+        let f = self.supervisor_fraction;
+        if !(f > 0.0 && f <= 1.0) {
+            return Err(crate::model::ModelError::Invalid {
+                errors: vec![format!("SupervisorFraction must be in (0, 1], not {f}")],
+            });
+        }
+        Ok(())
+    }
 }
 
 /// The cluster's identity, written once by the first leader.

@@ -40,6 +40,10 @@ pub const DEFAULT_REGION: &str = "global";
 pub const DEFAULT_NODE_POOL: &str = "default";
 
 const NANOS_PER_SEC: u64 = 1_000_000_000;
+/// The job meta key that marks a supervisor: a job whose allocations launch other jobs
+/// (`"true"` or `"false"`). The scheduler keeps supervisors under the scheduler
+/// configuration's `SupervisorFraction` of the cluster.
+pub const SUPERVISOR_META: &str = "teamster.supervisor";
 
 /// Which scheduler handles a job (`Type`).
 #[derive(
@@ -1127,6 +1131,18 @@ impl Job {
             errors.push("missing job task groups".to_owned());
         }
         self.validate_parent(&mut errors);
+        match self.meta.get(SUPERVISOR_META).map(String::as_str) {
+            None | Some("false") => {}
+            Some("true") if matches!(self.job_type, JobType::Service | JobType::Batch) => {}
+            Some("true") => errors.push(format!(
+                "meta {SUPERVISOR_META:?}: only service and batch jobs may be supervisors, not \
+                 {} jobs",
+                self.job_type.as_str()
+            )),
+            Some(other) => errors.push(format!(
+                "meta {SUPERVISOR_META:?} must be \"true\" or \"false\", not {other:?}"
+            )),
+        }
         let mut group_names = BTreeSet::new();
         for (i, group) in self.task_groups.iter().enumerate() {
             let at = if group.name.is_empty() {
@@ -1298,6 +1314,11 @@ impl Job {
         if self.is_parent() && (self.dispatched || !self.parent_id.is_empty()) {
             errors.push("a periodic or parameterized job cannot itself be a child".into());
         }
+    }
+
+    /// True for a job marked as a supervisor ([`SUPERVISOR_META`]).
+    pub fn is_supervisor(&self) -> bool {
+        self.meta.get(SUPERVISOR_META).is_some_and(|v| v == "true")
     }
 
     /// True for a periodic or parameterized parent: it is never placed, only its children.

@@ -50,7 +50,10 @@ pub use alloc::{
     ClientStatus, DesiredStatus, DesiredTransition, RescheduleEvent, RescheduleTracker, TaskEvent,
     TaskState, TaskStateValue,
 };
-pub use cluster::{ClusterMeta, PreemptionConfig, SchedulerAlgorithm, SchedulerConfiguration};
+pub use cluster::{
+    ClusterMeta, PreemptionConfig, SchedulerAlgorithm, SchedulerConfiguration,
+    DEFAULT_SUPERVISOR_FRACTION,
+};
 pub use deployment::{
     AllocDeploymentStatus, Deployment, DeploymentState, DeploymentStatus, DeploymentStatusUpdate,
     MigrateStrategy, UpdateStrategy,
@@ -64,7 +67,7 @@ pub use job::{
     NetworkResource, Port, ReschedulePolicy, Resources, RestartMode, RestartPolicy, ScalingEvent,
     ScalingPolicy, Spread, SpreadTarget, Task, TaskGroup, TaskGroupSummary, DEFAULT_CPU_MHZ,
     DEFAULT_JOB_PRIORITY, DEFAULT_MEMORY_MB, DEFAULT_NODE_POOL, DEFAULT_REGION, MAX_JOB_PRIORITY,
-    MAX_SCALING_EVENTS, MIN_JOB_PRIORITY, SCALING_HORIZONTAL,
+    MAX_SCALING_EVENTS, MIN_JOB_PRIORITY, SCALING_HORIZONTAL, SUPERVISOR_META,
 };
 pub use namespace::{NamespaceSpec, DEFAULT_NAMESPACE};
 pub use node::{

@@ -183,6 +183,6 @@ pub struct PlanAnnotations {
     /// What would happen to each task group.
     #[serde(rename = "DesiredTGUpdates")]
     pub desired_tg_updates: BTreeMap<String, DesiredUpdates>,
-    /// Allocations that would be preempted.
-    pub preempted_allocs: Vec<AllocStop>,
+    /// Allocations that would be preempted, as they would read once evicted.
+    pub preempted_allocs: Vec<Allocation>,
 }

@@ -1005,6 +1005,9 @@ impl WriteTxn {
         if !stop.followup_eval_id.is_empty() {
             alloc.followup_eval_id = stop.followup_eval_id;
         }
+        if !stop.preempted_by_allocation.is_empty() {
+            alloc.preempted_by_allocation = stop.preempted_by_allocation;
+        }
         alloc.modify_time = stop.modify_time;
         alloc.modify_index = self.index;
         alloc.alloc_modify_index = self.index;
@@ -1124,6 +1127,9 @@ impl WriteTxn {
         mut config: SchedulerConfiguration,
         cas_index: Option<u64>,
     ) -> Result<(), ApplyError> {
+        config
+            .validate()
+            .map_err(|e| ApplyError::invalid(e.to_string()))?;
         let current = self.t.scheduler_config.clone();
         if let Some(expected) = cas_index {
             if expected != current.modify_index {
