@@ -234,6 +234,26 @@ pub(super) static DISCONNECT: Spec = Spec {
     fixup: None,
 };
 
+/// A group's `locality` (a teamster extension): `level` blocks in order.
+pub(super) static LOCALITY: Spec = Spec {
+    args: &[],
+    blocks: &[list("level", "Levels", Content::Spec(&LOCALITY_LEVEL))],
+    fixup: None,
+};
+
+/// One `level` of a group's `locality`: a constraint's `attribute`, `operator` and `value`,
+/// and the `wait` for a node that satisfies it.
+pub(super) static LOCALITY_LEVEL: Spec = Spec {
+    args: &[
+        ("attribute", "LTarget", Ty::Str),
+        ("operator", "Operand", Ty::Str),
+        ("value", "RTarget", Ty::Str),
+        ("wait", "Wait", Ty::Dur),
+    ],
+    blocks: &[],
+    fixup: Some(|m| default(m, "Operand", "=")),
+};
+
 /// A group's `ephemeral_disk`.
 pub(super) static EPHEMERAL_DISK: Spec = Spec {
     args: &[
@@ -680,6 +700,7 @@ pub(super) static GROUP: Spec = Spec {
         one("scaling", "Scaling", Content::Spec(&SCALING)),
         generic("consul", "Consul"),
         one("disconnect", "Disconnect", Content::Spec(&DISCONNECT)),
+        one("locality", "Locality", Content::Spec(&LOCALITY)),
     ],
     fixup: None,
 };

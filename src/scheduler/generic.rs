@@ -204,6 +204,9 @@ impl<'a> GenericScheduler<'a> {
                         "no node for allocation"
                     );
                     *run.queued.entry(request.group.clone()).or_default() += 1;
+                    if let Some(at) = placer.locality_widening() {
+                        run.widening = Some(run.widening.map_or(at, |w| w.min(at)));
+                    }
                     run.failed_tg_allocs
                         .insert(request.group, std::mem::take(&mut ctx.metrics));
                 }

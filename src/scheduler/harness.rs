@@ -134,7 +134,9 @@ impl Harness {
 
     /// Registers `job` with a pending `job-register` evaluation, as the Job.Register
     /// endpoint does; returns the stored job and evaluation.
-    pub fn register_job(&mut self, job: Job) -> Result<(Arc<Job>, Evaluation), SchedulerError> {
+    pub fn register_job(&mut self, mut job: Job) -> Result<(Arc<Job>, Evaluation), SchedulerError> {
+        // As the register endpoint does: the version is submitted now.
+        job.submit_time = self.now;
         let eval = Evaluation {
             id: self.next_eval_id().into(),
             namespace: job.namespace.clone(),

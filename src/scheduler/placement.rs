@@ -28,7 +28,7 @@ use std::sync::Arc;
 use teamster_storage::model::{
     AllocMetric, AllocatedResources, AllocatedSharedResources, Allocation, ClientStatus,
     DeploymentId, DesiredStatus, EvalStatus, EvalTrigger, Evaluation, Job, JobId, JobType,
-    Namespace, Node, NodeId, Plan, Resources,
+    Namespace, Node, NodeId, Plan, Resources, Timestamp,
 };
 use teamster_storage::state::Snapshot;
 
@@ -66,6 +66,10 @@ pub(crate) struct Run {
     pub queued: BTreeMap<String, u64>,
     /// The classes the last attempt found (in)eligible.
     pub eligibility: Eligibility,
+    /// When a locality level opens for a placement the last attempt made wait.
+    pub widening: Option<i64>,
+    /// Whether the evaluation for that widening was created.
+    pub widening_eval: bool,
 }
 
 /// One attempt: what it plans on, and the plan it builds.
@@ -131,6 +135,8 @@ pub(crate) fn process<'a, F: Family<'a>>(
         failed_tg_allocs: BTreeMap::new(),
         queued: BTreeMap::new(),
         eligibility: Eligibility::default(),
+        widening: None,
+        widening_eval: false,
     };
     let limit = family.max_attempts();
     let mut attempts = 0;
@@ -197,6 +203,7 @@ fn attempt<'a, F: Family<'a>>(
         .map(|g| (g.name.clone(), 0))
         .collect();
     run.failed_tg_allocs.clear();
+    run.widening = None;
     let plan = Plan {
         eval_id: run.eval.id.clone(),
         priority: run.eval.priority,
@@ -236,6 +243,21 @@ fn attempt<'a, F: Family<'a>>(
         );
         session.planner.create_eval(blocked.clone())?;
         run.blocked = Some(blocked);
+    }
+    // A placement waiting for a preferred node is tried again when its next locality
+    // level opens (a blocked evaluation already waits for capacity; it is not the one to
+    // schedule this, nor does a blocked evaluation make another).
+    if let Some(at) = run.widening {
+        if !run.widening_eval && run.eval.status != EvalStatus::Blocked {
+            let widening = widening_eval(
+                &run.eval,
+                crate::util::new_uuid(session.env.rng),
+                at,
+                session.env.now,
+            );
+            session.planner.create_eval(widening)?;
+            run.widening_eval = true;
+        }
     }
     if ctx.plan.is_no_op() {
         return Ok((true, false));
@@ -323,7 +345,7 @@ impl<'a> Session<'a> {
         );
         let mut placers = HashMap::new();
         for group in &job.task_groups {
-            let placer = GroupPlacer::new(ctx, job, group);
+            let placer = GroupPlacer::new(ctx, job, group, self.env.now);
             ctx.eligibility.set_escaped(placer.checks.escaped());
             placers.insert(group.name.clone(), placer);
         }
@@ -432,6 +454,26 @@ impl<'a> Session<'a> {
             modify_time: now,
             ..Allocation::default()
         }
+    }
+}
+
+/// A pending evaluation of `eval`'s job held back until `at` (Unix nanoseconds), when a
+/// locality level opens (`TriggeredBy: locality-wait`).
+fn widening_eval(eval: &Evaluation, id: String, at: i64, now: i64) -> Evaluation {
+    Evaluation {
+        id: id.into(),
+        namespace: eval.namespace.clone(),
+        priority: eval.priority,
+        eval_type: eval.eval_type,
+        triggered_by: EvalTrigger::LocalityWait,
+        job_id: eval.job_id.clone(),
+        job_modify_index: eval.job_modify_index,
+        status: EvalStatus::Pending,
+        previous_eval: eval.id.clone(),
+        wait_until: Timestamp::from_unix_nanos(at),
+        create_time: now,
+        modify_time: now,
+        ..Evaluation::default()
     }
 }
 

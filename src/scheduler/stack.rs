@@ -26,13 +26,14 @@ use std::sync::Arc;
 use rand::seq::SliceRandom;
 use rand::RngCore;
 use teamster_storage::model::{
-    AllocMetric, Job, NetworkResource, Node, NodeId, Resources, SchedulerAlgorithm,
+    AllocMetric, Constraint, Job, Locality, NetworkResource, Node, NodeId, Resources,
+    SchedulerAlgorithm,
 };
 
 use crate::scheduler::context::EvalContext;
 use crate::scheduler::feasible::{
     affinity_matches, constraint_holds, constraint_label, driver_available, resolve_target,
-    GroupChecks,
+    GroupChecks, OperandCache,
 };
 use crate::scheduler::fit;
 use crate::scheduler::ports;
@@ -92,6 +93,55 @@ pub(crate) struct GroupPlacer {
     lowest_spread_boost: f64,
     /// Sum of the absolute affinity weights.
     affinity_weight_sum: f64,
+    /// The group's locality levels as of this evaluation (`None`: the group has none).
+    locality: Option<LocalityState>,
+}
+
+/// A group's [`Locality`] as one evaluation sees it at its "now": which levels are open
+/// (the first always; each next one once the waits before it, counted from the job
+/// version's submission, have passed; after the last, any node) and when the next opens.
+#[derive(Debug, Clone)]
+pub(crate) struct LocalityState {
+    levels: Vec<Constraint>,
+    /// How many levels are open; `levels.len() + 1` means any node.
+    open: usize,
+    /// When the next level opens (`None`: every node is open).
+    next: Option<i64>,
+}
+
+impl LocalityState {
+    /// The state of `locality` for waits counted from `since`, at `now` (Unix nanoseconds).
+    pub fn new(locality: &Locality, since: i64, now: i64) -> LocalityState {
+        let mut open = 1;
+        let mut next = None;
+        let mut at = since;
+        for level in &locality.levels {
+            at = at.saturating_add(i64::try_from(level.wait).unwrap_or(i64::MAX));
+            if now >= at {
+                open += 1;
+            } else {
+                next = Some(at);
+                break;
+            }
+        }
+        LocalityState {
+            levels: locality.levels.iter().map(|l| l.constraint()).collect(),
+            open,
+            next,
+        }
+    }
+
+    /// When the next level opens, while some node is still closed to the group.
+    pub fn next_widening(&self) -> Option<i64> {
+        self.next
+    }
+
+    /// The first level `node` satisfies.
+    fn level_of(&self, operands: &mut OperandCache, node: &Node) -> Option<usize> {
+        self.levels
+            .iter()
+            .position(|c| constraint_holds(operands, c, node))
+    }
 }
 
 #[derive(Debug, Clone)]
@@ -104,11 +154,20 @@ struct SpreadState {
 }
 
 impl GroupPlacer {
-    /// Prepares `group` of `job`, registering the property counters it needs in `ctx`.
+    /// When the group's next locality level opens, if some node is still closed to it.
+    pub fn locality_widening(&self) -> Option<i64> {
+        self.locality
+            .as_ref()
+            .and_then(LocalityState::next_widening)
+    }
+
+    /// Prepares `group` of `job` for an evaluation at `now`, registering the property
+    /// counters it needs in `ctx`.
     pub fn new(
         ctx: &mut EvalContext,
         job: &Arc<Job>,
         group: &teamster_storage::model::TaskGroup,
+        now: i64,
     ) -> Self {
         let checks = GroupChecks::new(job, group);
         let distinct_handles = checks
@@ -157,6 +216,11 @@ impl GroupPlacer {
             spread_weight_sum,
             lowest_spread_boost: -1.0,
             affinity_weight_sum,
+            locality: group
+                .locality
+                .as_ref()
+                .filter(|l| !l.levels.is_empty())
+                .map(|l| LocalityState::new(l, job.submit_time, now)),
         }
     }
 }
@@ -235,7 +299,7 @@ impl Stack {
         if n == 0 {
             return None;
         }
-        let limit = if placer.checks.wants_wide_search() {
+        let limit = if placer.checks.wants_wide_search() || placer.locality.is_some() {
             (placer.checks.count as usize).max(self.wide_limit)
         } else {
             self.base_limit
@@ -423,6 +487,15 @@ impl Stack {
         if !checks.drivers.iter().all(|d| driver_available(node, d)) {
             return Err("missing drivers".to_owned());
         }
+        if let Some(locality) = placer.locality.as_ref().filter(|l| l.next.is_some()) {
+            let open = locality.open;
+            if locality
+                .level_of(&mut ctx.operands, node)
+                .is_none_or(|level| level >= open)
+            {
+                return Err(format!("locality: not of the first {open} level(s) yet"));
+            }
+        }
         if checks.distinct_hosts_job && ctx.job_count_on_node(&node.id) > 0 {
             return Err("distinct_hosts".to_owned());
         }
@@ -490,6 +563,14 @@ impl Stack {
             let boost = spread_boost(ctx, placer, node);
             if boost != 0.0 {
                 sum += boost;
+                n += 1.0;
+            }
+        }
+        if let Some(locality) = &placer.locality {
+            // Earlier levels are preferred even once later ones are open.
+            if let Some(level) = locality.level_of(&mut ctx.operands, node) {
+                let levels = locality.levels.len() as f64;
+                sum += (levels - level as f64) / levels;
                 n += 1.0;
             }
         }

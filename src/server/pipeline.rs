@@ -448,4 +448,53 @@ mod tests {
         assert_eq!(p.blocked().stats().total_blocked, 0);
         duty.revoke().await;
     }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_ready_node_whose_class_changes_releases_blocked_evals() {
+        use std::sync::Arc as StdArc;
+
+        use teamster_storage::model::{Node, NodeStatus};
+        use teamster_storage::state::NodeCondition;
+
+        let state = StateStore::new();
+        let p = pipeline();
+        let duty = BrokerDuty::new(p.clone(), state.clone());
+        duty.establish().await.unwrap();
+        let mut blocked = eval("b1", "j1", EvalStatus::Blocked);
+        blocked.snapshot_index = 10;
+        blocked.create_index = 10;
+        p.on_change(
+            11,
+            &StateChange::EvalUpserted {
+                eval: StdArc::new(blocked),
+            },
+        );
+        assert_eq!(p.blocked().stats().total_blocked, 1);
+        let node = |class: &str| Node {
+            status: NodeStatus::Ready,
+            computed_class: class.into(),
+            ..Node::default()
+        };
+        // Re-registered ready with the same attributes: nothing new to try.
+        let before = NodeCondition::of(&node("v1:old"));
+        p.on_change(
+            12,
+            &StateChange::NodeUpserted {
+                node: StdArc::new(node("v1:old")),
+                previous: Some(before),
+            },
+        );
+        assert_eq!(p.blocked().stats().total_blocked, 1);
+        // New metadata (a cache key arrived): its class changed, so the eval is tried again.
+        p.on_change(
+            13,
+            &StateChange::NodeUpserted {
+                node: StdArc::new(node("v1:new")),
+                previous: Some(before),
+            },
+        );
+        assert_eq!(p.blocked().stats().total_blocked, 0);
+        assert_eq!(p.broker().stats().total_ready, 1);
+        duty.revoke().await;
+    }
 }

@@ -1336,3 +1336,65 @@ fn a_disconnect_block_and_max_client_disconnect_become_nomads_json() {
         ["job → group \"g\": max_client_disconnect is deprecated; the group's disconnect block is used instead"]
     );
 }
+
+#[test]
+fn a_locality_block_becomes_levels_with_waits_in_nanoseconds() {
+    let job = parse(
+        r#"
+        job "build" {
+          datacenters = ["dc1"]
+          type        = "batch"
+          group "compile" {
+            locality {
+              level {
+                attribute = "${meta.cache}"
+                operator  = "set_contains"
+                value     = "src-4f2a"
+                wait      = "5s"
+              }
+              level {
+                attribute = "${meta.deps}"
+                value     = "toolchain-1"
+                wait      = "1m"
+              }
+            }
+            task "cc" {
+              driver = "raw_exec"
+              config { command = "/bin/true" }
+            }
+          }
+        }
+        "#,
+    )
+    .unwrap();
+    assert_eq!(
+        job["TaskGroups"][0]["Locality"],
+        json!({"Levels": [
+            {"LTarget": "${meta.cache}", "Operand": "set_contains", "RTarget": "src-4f2a",
+             "Wait": 5_000_000_000u64},
+            {"LTarget": "${meta.deps}", "Operand": "=", "RTarget": "toolchain-1",
+             "Wait": 60_000_000_000u64},
+        ]})
+    );
+    let mut model: teamster_storage::model::Job = serde_json::from_value(job).unwrap();
+    model.canonicalize();
+    let locality = model.task_groups[0].locality.as_ref().unwrap();
+    assert_eq!(locality.levels.len(), 2);
+    assert_eq!(locality.levels[1].wait, 60_000_000_000);
+    model.validate().unwrap();
+    let bad = err(r#"
+        job "build" {
+          group "g" {
+            locality {
+              level {
+                attribute = "${meta.cache}"
+                wait      = "5s"
+                weight    = 3
+              }
+            }
+            task "t" { driver = "raw_exec" }
+          }
+        }
+    "#);
+    assert!(bad.contains("weight"), "{bad}");
+}

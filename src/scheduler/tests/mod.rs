@@ -5,6 +5,7 @@ mod annotate;
 mod deployments;
 mod disconnect;
 mod generic;
+mod locality;
 mod ports;
 mod preemption;
 mod properties;

@@ -114,6 +114,9 @@ pub enum EvalTrigger {
     /// A delayed reschedule is due.
     #[serde(rename = "alloc-reschedule")]
     AllocReschedule,
+    /// A locality wait ends: placements that waited for a preferred node widen.
+    #[serde(rename = "locality-wait")]
+    LocalityWait,
 }
 
 /// Why placements failed, per task group (`FailedTGAllocs`): the scheduler's metrics.

@@ -516,6 +516,85 @@ pub struct TaskGroup {
     /// Nomad's deprecated form of `disconnect.lost_after` (nanoseconds), folded into
     /// `disconnect` by [`Job::canonicalize`].
     pub max_client_disconnect: Option<u64>,
+    /// A teamster extension: delay scheduling by locality (prefer nodes matching the first
+    /// level, wait for one up to its `wait`, then widen to the next level, then anyone).
+    pub locality: Option<Locality>,
+}
+
+/// The longest `wait` a [`LocalityLevel`] may have (1 hour).
+pub const MAX_LOCALITY_WAIT: u64 = 3_600 * NANOS_PER_SEC;
+
+/// Delay scheduling by locality (a teamster extension): levels of node requirements, each
+/// waited for a bounded time. An allocation goes to a node matching the first level; when
+/// none has room it waits up to that level's `wait` (counted from the job version's
+/// submission) for one to free up, then also takes nodes of the next level, and after the
+/// last level's wait any node. Nodes of earlier levels are always preferred.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "PascalCase", default, deny_unknown_fields)]
+pub struct Locality {
+    /// The levels, most preferred first.
+    #[serde(deserialize_with = "de::nullable")]
+    pub levels: Vec<LocalityLevel>,
+}
+
+/// One level of a [`Locality`]: a constraint on node attributes and how long to wait for a
+/// node that satisfies it.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "PascalCase", default, deny_unknown_fields)]
+pub struct LocalityLevel {
+    /// Left-hand side, e.g. `${meta.cache}`.
+    #[serde(rename = "LTarget", deserialize_with = "de::nullable")]
+    pub l_target: String,
+    /// Right-hand side, e.g. the job's input key.
+    #[serde(rename = "RTarget", deserialize_with = "de::nullable")]
+    pub r_target: String,
+    /// A constraint operator (`set_contains`, `=`, `regexp`, …).
+    #[serde(deserialize_with = "de::nullable")]
+    pub operand: String,
+    /// How long to wait for a node of this level, nanoseconds (at most
+    /// [`MAX_LOCALITY_WAIT`]).
+    #[serde(deserialize_with = "de::nullable")]
+    pub wait: u64,
+}
+
+impl LocalityLevel {
+    /// The level's requirement as a constraint.
+    pub fn constraint(&self) -> Constraint {
+        Constraint::new(&self.l_target, &self.operand, &self.r_target)
+    }
+}
+
+impl Locality {
+    fn validate(&self, at: &str, job_type: JobType, errors: &mut Vec<String>) {
+        let at = format!("{at}, locality");
+        if !matches!(job_type, JobType::Service | JobType::Batch) {
+            errors.push(format!(
+                "{at}: only service and batch jobs wait for locality, not {} jobs",
+                job_type.as_str()
+            ));
+        }
+        if self.levels.is_empty() {
+            errors.push(format!("{at}: needs at least one level"));
+        }
+        for (i, level) in self.levels.iter().enumerate() {
+            let at = format!("{at} level {}", i + 1);
+            if level.l_target.is_empty() {
+                errors.push(format!("{at}: missing LTarget (attribute)"));
+            }
+            let op = level.operand.as_str();
+            if op.starts_with("distinct_") {
+                errors.push(format!("{at}: operator {op:?} is not a node requirement"));
+            } else {
+                level.constraint().validate(&at, errors);
+            }
+            if level.wait == 0 || level.wait > MAX_LOCALITY_WAIT {
+                errors.push(format!(
+                    "{at}: wait must be more than 0 and at most 1h, not {}s",
+                    level.wait as f64 / NANOS_PER_SEC as f64
+                ));
+            }
+        }
+    }
 }
 
 impl TaskGroup {
@@ -784,6 +863,7 @@ impl Default for TaskGroup {
             services: Vec::new(),
             disconnect: None,
             max_client_disconnect: None,
+            locality: None,
         }
     }
 }
@@ -1194,6 +1274,9 @@ impl Job {
                 }
             }
             validate_networks(&at, &group.networks, &mut errors);
+            if let Some(locality) = &group.locality {
+                locality.validate(&at, self.job_type, &mut errors);
+            }
             let port_labels: BTreeSet<&str> = group
                 .networks
                 .iter()

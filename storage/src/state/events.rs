@@ -39,6 +39,8 @@ pub struct NodeCondition {
     pub eligibility: SchedulingEligibility,
     /// Whether a drain was in progress.
     pub draining: bool,
+    /// A hash of its computed class (its attributes and metadata changed when this did).
+    pub class: u64,
 }
 
 impl NodeCondition {
@@ -48,6 +50,12 @@ impl NodeCondition {
             status: node.status,
             eligibility: node.scheduling_eligibility,
             draining: node.drain_strategy.is_some(),
+            class: {
+                use std::hash::{Hash, Hasher};
+                let mut h = std::collections::hash_map::DefaultHasher::new();
+                node.computed_class.hash(&mut h);
+                h.finish()
+            },
         }
     }
 
@@ -159,12 +167,16 @@ pub enum StateChange {
 
 impl StateChange {
     /// True when a node became able to take placements with this change: registered ready,
-    /// turned ready, became eligible, or finished draining. Blocked evaluations of its
-    /// computed class should be reconsidered.
+    /// turned ready, became eligible, finished draining, or — schedulable — changed its
+    /// computed class (new attributes or metadata, which may now satisfy a job's
+    /// constraints or locality). Blocked evaluations of its computed class should be
+    /// reconsidered.
     pub fn node_became_schedulable(&self) -> bool {
         match self {
             StateChange::NodeUpserted { node, previous } => {
-                NodeCondition::of(node).schedulable() && previous.is_none_or(|p| !p.schedulable())
+                let now = NodeCondition::of(node);
+                now.schedulable()
+                    && previous.is_none_or(|p| !p.schedulable() || p.class != now.class)
             }
             _ => false,
         }
