@@ -1,9 +1,15 @@
-//! Preemption end to end on `teamster agent --dev` with real raw_exec processes: with the
-//! service scheduler's preemption turned on (`operator scheduler set-config`), a
-//! high-priority job on a node full of a low-priority job's allocations evicts one of them
-//! (`job plan` shows it first); the client stops the evicted task; the low-priority job's
-//! preemption evaluation blocks for lack of room; when the high-priority job stops, the
-//! low-priority job is whole again.
+//! Scheduling beyond placement, end to end on `teamster agent --dev` with real raw_exec
+//! processes:
+//!
+//! - Preemption: with the service scheduler's preemption turned on (`operator scheduler
+//!   set-config`), a high-priority job on a node full of a low-priority job's allocations
+//!   evicts one of them (`job plan` shows it first); the client stops the evicted task; the
+//!   low-priority job's preemption evaluation blocks for lack of room; when the
+//!   high-priority job stops, the low-priority job is whole again.
+//! - Delay scheduling by locality: a group whose first level no node satisfies waits, and
+//!   its allocation is created once that level's wait has passed (through the broker's
+//!   delayed `locality-wait` evaluation), not before; a group whose first level the node
+//!   satisfies is placed at once.
 
 use std::process::{Command, Stdio};
 use std::time::Duration;
@@ -26,9 +32,40 @@ impl Drop for Killed {
 }
 
 /// A loopback address of this test process's own.
-fn dev_ip() -> String {
+fn dev_ip(host: u8) -> String {
     let pid = std::process::id();
-    format!("127.{}.{}.21", 10 + (pid % 200), 251 - (pid / 200 % 5))
+    format!("127.{}.{}.{host}", 10 + (pid % 200), 251 - (pid / 200 % 5))
+}
+
+/// A `teamster agent --dev` on `ip` (its log in `log`) and its node, once ready.
+async fn dev_agent(
+    ip: &str,
+    log: &tempfile::NamedTempFile,
+) -> anyhow::Result<(Killed, ApiClient, Value)> {
+    let agent = Killed(
+        Command::new(teamster_bin())
+            .args(["agent", "--dev", "--bind", ip])
+            .stdin(Stdio::null())
+            .stdout(log.reopen()?)
+            .stderr(log.reopen()?)
+            .spawn()?,
+    );
+    let api = ApiClient::new(&format!("http://{ip}:4646"));
+    let node = wait_for(WAIT, "the dev node ready", || async {
+        let nodes: Vec<Value> = api.get("/v1/nodes").await.ok()?;
+        let id = nodes.iter().find(|n| n["Status"] == "ready")?["ID"].clone();
+        api.get::<Value>(&format!("/v1/node/{}", id.as_str()?))
+            .await
+            .ok()
+    })
+    .await
+    .map_err(|e| {
+        anyhow::anyhow!(
+            "{e}\n{}",
+            std::fs::read_to_string(log.path()).unwrap_or_default()
+        )
+    })?;
+    Ok((agent, api, node))
 }
 
 async fn allocs(api: &ApiClient, job: &str) -> Vec<Value> {
@@ -56,32 +93,10 @@ fn cli(addr: &str, args: &[&str]) -> anyhow::Result<(Option<i32>, String)> {
 async fn a_high_priority_job_evicts_a_low_priority_allocation_and_gives_the_room_back(
 ) -> anyhow::Result<()> {
     teamster_cluster_tests::init_test_tracing();
-    let ip = dev_ip();
+    let ip = dev_ip(21);
     let addr = format!("http://{ip}:4646");
     let log = tempfile::NamedTempFile::new()?;
-    let _agent = Killed(
-        Command::new(teamster_bin())
-            .args(["agent", "--dev", "--bind", &ip])
-            .stdin(Stdio::null())
-            .stdout(log.reopen()?)
-            .stderr(log.reopen()?)
-            .spawn()?,
-    );
-    let api = ApiClient::new(&addr);
-    let node = wait_for(WAIT, "the dev node ready", || async {
-        let nodes: Vec<Value> = api.get("/v1/nodes").await.ok()?;
-        let id = nodes.iter().find(|n| n["Status"] == "ready")?["ID"].clone();
-        api.get::<Value>(&format!("/v1/node/{}", id.as_str()?))
-            .await
-            .ok()
-    })
-    .await
-    .map_err(|e| {
-        anyhow::anyhow!(
-            "{e}\n{}",
-            std::fs::read_to_string(log.path()).unwrap_or_default()
-        )
-    })?;
+    let (_agent, api, node) = dev_agent(&ip, &log).await?;
     let capacity = node["NodeResources"]["Cpu"]["CpuShares"]
         .as_u64()
         .unwrap_or(0)
@@ -205,5 +220,112 @@ async fn a_high_priority_job_evicts_a_low_priority_allocation_and_gives_the_room
         (running_low(&allocs(&api, "low").await) == 2).then_some(())
     })
     .await?;
+    Ok(())
+}
+
+/// A batch sleeper whose group prefers nodes satisfying `level` for `wait_secs`.
+fn local_sleeper(id: &str, level: Value) -> Value {
+    json!({
+        "ID": id, "Type": "batch", "Datacenters": ["dc1"],
+        "TaskGroups": [{
+            "Name": "g", "Count": 1,
+            "Locality": {"Levels": [level]},
+            "Tasks": [{
+                "Name": "t", "Driver": "raw_exec",
+                "Config": {"command": "/bin/sh", "args": ["-c", "sleep 600"]},
+                "KillTimeout": 1_000_000_000u64,
+                "Resources": {"CPU": 10, "MemoryMB": 10}
+            }]
+        }]
+    })
+}
+
+#[tokio::test]
+async fn a_locality_wait_places_at_its_deadline_and_a_match_at_once() -> anyhow::Result<()> {
+    teamster_cluster_tests::init_test_tracing();
+    let ip = dev_ip(22);
+    let log = tempfile::NamedTempFile::new()?;
+    let (_agent, api, _node) = dev_agent(&ip, &log).await?;
+    let wait_ns: i64 = 3_000_000_000;
+
+    // No node has the input cached: the allocation waits out the first level's 3 s.
+    register(
+        &api,
+        local_sleeper(
+            "far",
+            json!({"LTarget": "${meta.cache}", "Operand": "set_contains",
+                   "RTarget": "input-1", "Wait": wait_ns}),
+        ),
+    )
+    .await?;
+    let job: Value = api.get("/v1/job/far").await?;
+    let submitted = job["SubmitTime"].as_i64().unwrap_or(0);
+    let alloc = wait_for(WAIT, "the waiting allocation placed", || async {
+        allocs(&api, "far").await.into_iter().next()
+    })
+    .await?;
+    let created = alloc["CreateTime"].as_i64().unwrap_or(0);
+    assert!(
+        created >= submitted + wait_ns,
+        "placed {} ms after submission, before its 3 s wait",
+        (created - submitted) / 1_000_000
+    );
+    let evals: Vec<Value> = api.get("/v1/job/far/evaluations").await?;
+    let widening = evals
+        .iter()
+        .find(|e| e["TriggeredBy"] == "locality-wait")
+        .unwrap_or_else(|| panic!("a locality-wait evaluation: {evals:?}"));
+    assert_eq!(widening["Status"], "complete", "{widening}");
+    let register_eval = evals
+        .iter()
+        .find(|e| e["TriggeredBy"] == "job-register")
+        .expect("the register evaluation");
+    assert_eq!(
+        register_eval["QueuedAllocations"]["g"], 1,
+        "{register_eval}"
+    );
+
+    // The node satisfies the first level: placed without waiting.
+    register(
+        &api,
+        local_sleeper(
+            "near",
+            json!({"LTarget": "${node.datacenter}", "Operand": "=", "RTarget": "dc1",
+                   "Wait": 60_000_000_000i64}),
+        ),
+    )
+    .await?;
+    let job: Value = api.get("/v1/job/near").await?;
+    let submitted = job["SubmitTime"].as_i64().unwrap_or(0);
+    let alloc = wait_for(WAIT, "the matching allocation placed", || async {
+        allocs(&api, "near").await.into_iter().next()
+    })
+    .await?;
+    let created = alloc["CreateTime"].as_i64().unwrap_or(0);
+    assert!(
+        created - submitted < 30_000_000_000,
+        "placed {} ms after submission",
+        (created - submitted) / 1_000_000
+    );
+    let evals: Vec<Value> = api.get("/v1/job/near/evaluations").await?;
+    assert!(evals.iter().all(|e| e["TriggeredBy"] != "locality-wait"));
+
+    // A wait over an hour is refused, naming it, and nothing is registered.
+    let e = register(
+        &api,
+        local_sleeper(
+            "slow",
+            json!({"LTarget": "${meta.cache}", "Operand": "=", "RTarget": "x",
+                   "Wait": 7_200_000_000_000i64}),
+        ),
+    )
+    .await
+    .unwrap_err()
+    .to_string();
+    assert!(
+        e.contains("400") && e.contains("locality level 1: wait"),
+        "{e}"
+    );
+    assert!(api.get::<Value>("/v1/job/slow").await.is_err());
     Ok(())
 }
