@@ -2,8 +2,10 @@
 //! deploy/docker-compose.autoscale.yml): three servers that reach the host's engine and ONE
 //! client. A job of more `raw_exec` sleepers than that client holds is registered; the
 //! leader's autoscaler starts client containers of `teamster:dev` on the cluster network up
-//! to its quota (two) and never beyond, the work is placed on them, and once the job is
-//! stopped the idle clients are stopped: containers gone, nodes purged.
+//! to its quota (two) and never beyond, and the work is placed on them. The leader is then
+//! stopped: the next leader adopts the two clients (same containers, no third one while
+//! work still waits), and once the jobs are stopped it stops the idle clients: containers
+//! gone, nodes purged.
 //!
 //! Every node advertises 1000 MHz and 1024 MB (`cpu_total_compute`, `memory_total_mb`);
 //! each sleeper asks for 450 MHz, so a node holds two and the six sleepers need three
@@ -138,7 +140,9 @@ async fn compose_docker_provider_adds_clients_up_to_the_quota_and_removes_idle_o
     let most = Arc::new(Mutex::new((0usize, 0usize)));
     let watching = tokio_util::sync::CancellationToken::new();
     let watcher = {
-        let (most, watching, api) = (most.clone(), watching.clone(), api.clone());
+        // A server that outlives the leader's stop below.
+        let api = c.servers[(leader + 1) % 3].api();
+        let (most, watching) = (most.clone(), watching.clone());
         let network = c.network();
         tokio::spawn(async move {
             while !watching.is_cancelled() {
@@ -251,6 +255,46 @@ async fn compose_docker_provider_adds_clients_up_to_the_quota_and_removes_idle_o
     .await;
     assert!(quota_held.is_err(), "the autoscaler went beyond its quota");
 
+    // The leader's metrics tell the same story.
+    let text = metrics_text(&api).await?;
+    for (name, want) in [
+        ("teamster_autoscaler_nodes_requested_total", QUOTA as f64),
+        ("teamster_autoscaler_nodes_created_total", QUOTA as f64),
+        ("teamster_autoscaler_nodes_failed_total", 0.0),
+    ] {
+        assert_eq!(counter(&text, name), want, "{name} on the first leader");
+    }
+
+    // The leader stops: the next one adopts the two clients (listed by their labels), and
+    // neither replaces them nor adds a third while "more" still waits.
+    let before: Vec<String> = c.autoscaled().await?.into_iter().map(|s| s.id).collect();
+    c.stop(&c.servers[leader].name).await?;
+    let others: Vec<usize> = (0..3).filter(|i| *i != leader).collect();
+    let leader = c.wait_leader(&others, Duration::from_secs(30)).await?;
+    let api = c.servers[leader].api();
+    let changed = wait_for(
+        Duration::from_secs(8),
+        "the autoscaled clients changed under the new leader",
+        || {
+            let (c, before) = (&c, &before);
+            async move {
+                let now: Vec<String> = c
+                    .autoscaled()
+                    .await
+                    .ok()?
+                    .into_iter()
+                    .map(|s| s.id)
+                    .collect();
+                (now != *before).then_some(now)
+            }
+        },
+    )
+    .await;
+    assert!(
+        changed.is_err(),
+        "the new leader changed the clients: {changed:?}"
+    );
+
     // The work ends: the autoscaled clients go idle, are cordoned, stopped and purged.
     let stopped_at = Instant::now();
     for job in ["wide", "more"] {
@@ -289,16 +333,14 @@ async fn compose_docker_provider_adds_clients_up_to_the_quota_and_removes_idle_o
         "{n:?}"
     );
 
-    // The leader's metrics tell the same story.
-    let leader = c.wait_leader(&[0, 1, 2], Duration::from_secs(10)).await?;
-    let text = metrics_text(&c.servers[leader].api()).await?;
+    // The new leader created nothing and stopped both, as idle.
+    let text = metrics_text(&api).await?;
     for (name, want) in [
-        ("teamster_autoscaler_nodes_requested_total", QUOTA as f64),
-        ("teamster_autoscaler_nodes_created_total", QUOTA as f64),
+        ("teamster_autoscaler_nodes_requested_total", 0.0),
         ("teamster_autoscaler_nodes_stopped_total", QUOTA as f64),
         ("teamster_autoscaler_nodes_failed_total", 0.0),
     ] {
-        assert_eq!(counter(&text, name), want, "{name}");
+        assert_eq!(counter(&text, name), want, "{name} on the new leader");
     }
     assert!(
         text.contains(
