@@ -6,7 +6,9 @@
 use std::sync::Arc;
 
 use futures::future::BoxFuture;
-use teamster_storage::model::{EvalStatus, JobType, NodeId, SchedulingEligibility};
+use teamster_storage::model::{
+    Allocation, EvalStatus, Evaluation, JobType, NodeId, SchedulingEligibility,
+};
 use teamster_storage::state::{Snapshot, StateStore};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
@@ -168,20 +170,14 @@ pub fn observe(snapshot: &Snapshot, node_class: &str) -> (Vec<NodeView>, Vec<Blo
             name: n.name.clone(),
             status: n.status,
             computed_class: n.computed_class.clone(),
-            busy: snapshot.allocs_by_node(n.id.as_str()).any(|a| {
-                !a.client_terminal_status()
-                    && snapshot.alloc_job(a).is_none_or(|job| {
-                        !matches!(job.job_type, JobType::System | JobType::SysBatch)
-                    })
-            }),
+            busy: snapshot
+                .allocs_by_node(n.id.as_str())
+                .any(|a| holds_node(a, snapshot.alloc_job(a).map(|job| job.job_type))),
         })
         .collect();
     let blocked = snapshot
         .evals()
-        .filter(|e| {
-            e.status == EvalStatus::Blocked
-                && !matches!(e.eval_type, JobType::System | JobType::SysBatch)
-        })
+        .filter(|e| is_demand(e))
         .map(|e| BlockedView {
             id: e.id.clone(),
             class_eligibility: e.class_eligibility.clone(),
@@ -189,6 +185,21 @@ pub fn observe(snapshot: &Snapshot, node_class: &str) -> (Vec<NodeView>, Vec<Blo
         })
         .collect();
     (nodes, blocked)
+}
+
+/// Whether `alloc` keeps its node from being idle: it runs, or is about to, and is not of a
+/// system or sysbatch job (those run on every node). An allocation whose job version is gone
+/// counts (`job_type` `None`).
+pub fn holds_node(alloc: &Allocation, job_type: Option<JobType>) -> bool {
+    !alloc.client_terminal_status()
+        && !matches!(job_type, Some(JobType::System | JobType::SysBatch))
+}
+
+/// Whether `eval` is demand for capacity: blocked, and not of a system or sysbatch job (a
+/// new node gets those jobs' allocations anyway).
+pub fn is_demand(eval: &Evaluation) -> bool {
+    eval.status == EvalStatus::Blocked
+        && !matches!(eval.eval_type, JobType::System | JobType::SysBatch)
 }
 
 struct Autoscaler {

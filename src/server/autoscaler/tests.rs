@@ -507,6 +507,60 @@ fn a_new_leader_adopts_listed_instances_and_notices_lost_ones_and_orphans() {
     assert_eq!(f.core.stats().owned, 1);
 }
 
+#[test]
+fn only_live_allocations_of_service_and_batch_jobs_keep_a_node_busy() {
+    use teamster_storage::model::{Allocation, ClientStatus, DesiredStatus, JobType};
+
+    use super::shell::holds_node;
+    let running = Allocation {
+        client_status: ClientStatus::Running,
+        ..Allocation::default()
+    };
+    assert!(holds_node(&running, Some(JobType::Service)));
+    assert!(holds_node(&running, Some(JobType::Batch)));
+    // Its job version was collected: it still counts.
+    assert!(holds_node(&running, None));
+    assert!(!holds_node(&running, Some(JobType::System)));
+    assert!(!holds_node(&running, Some(JobType::SysBatch)));
+    // Placed, not started yet: it counts; stopped by the servers but still running on the
+    // client: it counts until the client reports it done.
+    let pending = Allocation {
+        client_status: ClientStatus::Pending,
+        desired_status: DesiredStatus::Stop,
+        ..Allocation::default()
+    };
+    assert!(holds_node(&pending, Some(JobType::Service)));
+    for done in [
+        ClientStatus::Complete,
+        ClientStatus::Failed,
+        ClientStatus::Lost,
+    ] {
+        let a = Allocation {
+            client_status: done,
+            ..Allocation::default()
+        };
+        assert!(!holds_node(&a, Some(JobType::Service)), "{done:?}");
+    }
+}
+
+#[test]
+fn blocked_evaluations_of_system_jobs_are_no_demand() {
+    use teamster_storage::model::{EvalStatus, Evaluation, JobType};
+
+    use super::shell::is_demand;
+    let eval = |status, eval_type| Evaluation {
+        status,
+        eval_type,
+        ..Evaluation::default()
+    };
+    assert!(is_demand(&eval(EvalStatus::Blocked, JobType::Service)));
+    assert!(is_demand(&eval(EvalStatus::Blocked, JobType::Batch)));
+    assert!(!is_demand(&eval(EvalStatus::Blocked, JobType::System)));
+    assert!(!is_demand(&eval(EvalStatus::Blocked, JobType::SysBatch)));
+    assert!(!is_demand(&eval(EvalStatus::Pending, JobType::Service)));
+    assert!(!is_demand(&eval(EvalStatus::Canceled, JobType::Service)));
+}
+
 #[tokio::test(start_paused = true)]
 async fn the_shell_creates_on_demand_and_stops_idle_nodes_through_the_provider() {
     shell_tests::round_trip().await;
