@@ -172,7 +172,8 @@ impl Server {
             source,
         })?;
         let id = load_or_create_server_id(&dir, &rng)?;
-        // Checked before anything listens: a bad provider setting stops the start.
+        // Checked before the RPC listener and raft start: a bad provider setting (an
+        // unreadable client config) stops the start with the key named.
         let scaler_provider = autoscaler::build_provider(&config.autoscaler)?;
         let discovered = Discovered::default();
         let handler = endpoints::ServerRpc::new(discovered.clone());
