@@ -11,13 +11,20 @@
 //!          stop / start                                        all by container id
 //!          fill_disk / free_disk      server3's small tmpfs (`small_disk`, the variant of
 //!                                     deploy/docker-compose.faults.yml)
-//!  Drop  ──▶ resume paused containers, print logs if panicking, down -v (always)
+//!  autoscale variant (deploy/docker-compose.autoscale.yml): the servers reach the engine,
+//!          one client starts, the leader's docker provider adds and removes the others
+//!          ([`ComposeCluster::autoscaled`] lists them)
+//!  Drop  ──▶ resume paused containers, print logs if panicking, stop, remove the
+//!            autoscaled containers, down -v (always)
 //! ```
 //!
 //! The host reaches every container at its fixed address on the project's bridge network,
 //! so tests talk to `http://<ip>:4646` directly; a disconnected container is probed from
 //! inside with busybox `wget` ([`ComposeCluster::exec_get`]). Both `docker compose` (v2)
 //! and `docker-compose` (v1.29) work. One compose cluster runs at a time per test process.
+//!
+//! The image is `teamster:dev`, or `TEAMSTER_TEST_IMAGE` when set (so two worktrees on one
+//! engine do not run each other's builds).
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -29,8 +36,23 @@ use teamster::api::ApiClient;
 
 use crate::wait_for;
 
-/// The image every compose cluster runs.
+/// The image every compose cluster runs by default.
 pub const IMAGE: &str = "teamster:dev";
+
+/// The image compose clusters run and [`build_image`] builds: `TEAMSTER_TEST_IMAGE`, or
+/// [`IMAGE`].
+pub fn image() -> &'static str {
+    static IMAGE_NAME: OnceLock<String> = OnceLock::new();
+    IMAGE_NAME.get_or_init(|| {
+        std::env::var("TEAMSTER_TEST_IMAGE")
+            .ok()
+            .filter(|v| !v.trim().is_empty())
+            .unwrap_or_else(|| IMAGE.to_string())
+    })
+}
+
+/// The label every container the docker autoscaler creates carries (with the cluster id).
+pub const AUTOSCALED_LABEL: &str = "io.teamster.autoscaler.cluster";
 
 static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
 static NEXT: AtomicU32 = AtomicU32::new(0);
@@ -100,7 +122,7 @@ pub fn build_image() -> anyhow::Result<Duration> {
         .get_or_init(|| {
             let start = Instant::now();
             let out = std::process::Command::new(repo_root().join("deploy/build-image.sh"))
-                .env("IMAGE", IMAGE)
+                .env("IMAGE", image())
                 .output()
                 .map_err(|e| format!("running deploy/build-image.sh: {e}"))?;
             if !out.status.success() {
@@ -113,7 +135,7 @@ pub fn build_image() -> anyhow::Result<Duration> {
                 ));
             }
             let took = start.elapsed();
-            eprintln!("compose: image {IMAGE} ready in {took:.1?}");
+            eprintln!("compose: image {} ready in {took:.1?}", image());
             Ok(took)
         })
         .clone()
@@ -136,6 +158,33 @@ pub struct ComposeOptions {
     /// tmpfs (`disk_size`, e.g. "256m") kept mounted by a sleeping `server3-disk`
     /// container, and server3 restarted by docker when it exits non-zero.
     pub small_disk: Option<String>,
+    /// The autoscale variant (deploy/docker-compose.autoscale.yml): capacity on demand with
+    /// the docker provider, and one client (`client1`) to begin with.
+    pub autoscale: Option<AutoscaleOptions>,
+}
+
+/// The autoscale variant's settings.
+#[derive(Debug, Clone, Default)]
+pub struct AutoscaleOptions {
+    /// Lines for every server's `[server.autoscaler]` table (`node_class`, `max_nodes`,
+    /// timings). The harness adds `enabled = true` and the `[server.autoscaler.docker]`
+    /// table: the image, the project's network, and the client config below.
+    pub autoscaler_toml: String,
+    /// Lines for the `[client]` table of client1 and of the autoscaled clients (their
+    /// config is `/etc/teamster/autoscaled-client.toml`, deploy/config/client.toml with
+    /// these lines).
+    pub client_toml: String,
+}
+
+/// A container the docker autoscaler created.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Autoscaled {
+    /// The container id.
+    pub id: String,
+    /// Its name, which is its node's name.
+    pub name: String,
+    /// Its state (`running`, `exited`, …).
+    pub state: String,
 }
 
 /// One service of the cluster.
@@ -198,6 +247,7 @@ pub struct ComposeCluster {
     small_disk: Option<String>,
     /// The container keeping server3's small disk mounted (the fault variant).
     disk_holder: Option<String>,
+    autoscale: bool,
 }
 
 fn compose_file() -> PathBuf {
@@ -250,11 +300,17 @@ impl ComposeCluster {
         let server = std::fs::read_to_string(base.join("server.toml"))?;
         let server = with_lines(&server, "server.raft", &options.raft_toml)?;
         let server = with_lines(&server, "server", &options.server_toml)?;
-        std::fs::write(config_dir.path().join("server.toml"), server)?;
-        std::fs::copy(
-            base.join("client.toml"),
-            config_dir.path().join("client.toml"),
-        )?;
+        std::fs::write(config_dir.path().join("server.toml"), &server)?;
+        let client = std::fs::read_to_string(base.join("client.toml"))?;
+        let client_lines = options
+            .autoscale
+            .as_ref()
+            .map_or("", |a| a.client_toml.as_str());
+        let client = with_lines(&client, "client", client_lines)?;
+        std::fs::write(config_dir.path().join("client.toml"), &client)?;
+        if options.autoscale.is_some() {
+            std::fs::write(config_dir.path().join("autoscaled-client.toml"), &client)?;
+        }
         // The bind-mounted directory must be readable by the container's root.
         let _ = std::fs::set_permissions(
             config_dir.path(),
@@ -274,6 +330,7 @@ impl ComposeCluster {
             tls: options.tls,
             small_disk: options.small_disk.clone(),
             disk_holder: None,
+            autoscale: options.autoscale.is_some(),
         };
         // A subnet may already be taken by another network: try a few.
         let mut attempt = 0;
@@ -282,8 +339,17 @@ impl ComposeCluster {
             let pid = std::process::id();
             c.project = format!("teamster{pid}n{n}");
             c.subnet = format!("172.30.{}", (pid + n * 37) % 200 + 20);
+            if let Some(a) = &options.autoscale {
+                // The provider's network is the project's: known only now.
+                let text = autoscaler_config(&server, a, &c.network());
+                std::fs::write(c.config_dir.path().join("server.toml"), text)?;
+            }
             c.down = false;
-            match c.compose(&["up", "-d", "--no-build"]).await {
+            let mut up = vec!["up", "-d", "--no-build"];
+            if c.autoscale {
+                up.extend(["server1", "server2", "server3", "client1"]);
+            }
+            match c.compose(&up).await {
                 Ok(_) => break,
                 Err(e) if attempt < 3 && format!("{e:#}").contains("overlap") => {
                     c.teardown();
@@ -299,7 +365,11 @@ impl ComposeCluster {
                 true,
             ),
             (
-                ["client1", "client2"].as_slice(),
+                if c.autoscale {
+                    ["client1"].as_slice()
+                } else {
+                    ["client1", "client2"].as_slice()
+                },
                 [21, 22].as_slice(),
                 false,
             ),
@@ -349,7 +419,7 @@ impl ComposeCluster {
 
     fn env(&self) -> Vec<(&'static str, String)> {
         let mut env = vec![
-            ("TEAMSTER_IMAGE", IMAGE.to_string()),
+            ("TEAMSTER_IMAGE", image().to_string()),
             ("TEAMSTER_SUBNET", self.subnet.clone()),
             (
                 "TEAMSTER_CONFIG_DIR",
@@ -379,6 +449,10 @@ impl ComposeCluster {
         if self.small_disk.is_some() {
             cmd.arg("-f")
                 .arg(repo_root().join("deploy/docker-compose.faults.yml"));
+        }
+        if self.autoscale {
+            cmd.arg("-f")
+                .arg(repo_root().join("deploy/docker-compose.autoscale.yml"));
         }
         cmd.args(args).envs(self.env());
         cmd
@@ -591,6 +665,55 @@ impl ComposeCluster {
             .with_context(|| format!("the leader {leader} is not among the servers asked"))
     }
 
+    /// The containers the docker autoscaler created on this cluster's network, running or
+    /// not.
+    pub async fn autoscaled(&self) -> anyhow::Result<Vec<Autoscaled>> {
+        let out = self
+            .docker(&[
+                "ps",
+                "-a",
+                "--filter",
+                &format!("label={AUTOSCALED_LABEL}"),
+                "--filter",
+                &format!("network={}", self.network()),
+                "--format",
+                "{{.ID}} {{.Names}} {{.State}}",
+            ])
+            .await?;
+        Ok(out
+            .lines()
+            .filter_map(|l| {
+                let mut parts = l.split_whitespace();
+                Some(Autoscaled {
+                    id: parts.next()?.to_string(),
+                    name: parts.next()?.to_string(),
+                    state: parts.next().unwrap_or("").to_string(),
+                })
+            })
+            .collect())
+    }
+
+    /// The ids of the autoscaled containers, asked synchronously (for `Drop`).
+    fn autoscaled_ids_sync(&self) -> Vec<String> {
+        std::process::Command::new("docker")
+            .args([
+                "ps",
+                "-aq",
+                "--filter",
+                &format!("label={AUTOSCALED_LABEL}"),
+                "--filter",
+                &format!("network={}", self.network()),
+            ])
+            .output()
+            .map(|o| {
+                String::from_utf8_lossy(&o.stdout)
+                    .split_whitespace()
+                    .map(str::to_string)
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
+
     /// The last `lines` of every service's log, to stderr.
     pub fn dump_logs(&self, lines: usize) {
         for s in self.servers.iter().chain(&self.clients) {
@@ -601,6 +724,18 @@ impl ComposeCluster {
             if let Ok(out) = out {
                 eprint!("{}", String::from_utf8_lossy(&out.stdout));
                 eprint!("{}", String::from_utf8_lossy(&out.stderr));
+            }
+        }
+        if self.autoscale {
+            for id in self.autoscaled_ids_sync() {
+                let out = std::process::Command::new("docker")
+                    .args(["logs", "--tail", &lines.to_string(), &id])
+                    .output();
+                eprintln!("----- autoscaled {id} -----");
+                if let Ok(out) = out {
+                    eprint!("{}", String::from_utf8_lossy(&out.stdout));
+                    eprint!("{}", String::from_utf8_lossy(&out.stderr));
+                }
             }
         }
     }
@@ -638,6 +773,27 @@ impl ComposeCluster {
                 .args(["kill", "-s", "CONT", &id])
                 .output();
         }
+        if self.autoscale {
+            // The servers first, so no leader starts another client meanwhile; then the
+            // containers the autoscaler made (not compose's: `down` would leave them, and
+            // the network, behind).
+            let _ = self
+                .compose_command(&["stop", "-t", "2", "server1", "server2", "server3"])
+                .output();
+            let ids = self.autoscaled_ids_sync();
+            if !ids.is_empty() {
+                let out = std::process::Command::new("docker")
+                    .args(["rm", "-fv"])
+                    .args(&ids)
+                    .output();
+                if let Some(o) = out.ok().filter(|o| !o.status.success()) {
+                    eprintln!(
+                        "compose: removing autoscaled containers failed: {}",
+                        String::from_utf8_lossy(&o.stderr)
+                    );
+                }
+            }
+        }
         let out = self
             .compose_command(&["down", "-v", "--remove-orphans", "-t", "1"])
             .output();
@@ -664,6 +820,20 @@ impl Drop for ComposeCluster {
         }
         self.teardown();
     }
+}
+
+/// The server config of the autoscale variant: `server` with the autoscaler on, its
+/// `options`, and the docker provider on `network` with the harness's image and client
+/// config.
+fn autoscaler_config(server: &str, options: &AutoscaleOptions, network: &str) -> String {
+    format!(
+        "{}\n\n[server.autoscaler]\nenabled = true\n{}\n\n[server.autoscaler.docker]\n\
+         image = {:?}\nnetwork = {:?}\nclient_config = \"/etc/teamster/autoscaled-client.toml\"\n",
+        server.trim_end(),
+        options.autoscaler_toml.trim_end(),
+        image(),
+        network,
+    )
 }
 
 async fn run(mut cmd: tokio::process::Command) -> anyhow::Result<String> {

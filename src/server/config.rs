@@ -1,5 +1,6 @@
 //! The server role's configuration: the `[server]` section of the agent's TOML file and its
-//! sub-sections `[server.raft]`, `[server.workers]` and `[server.eval_broker]` — one struct
+//! sub-sections `[server.raft]`, `[server.workers]`, `[server.eval_broker]` and
+//! `[server.autoscaler]` (with its `[server.autoscaler.docker]`) — one struct
 //! per section, each with Nomad's defaults, a `for_tests()` profile where tests shrink
 //! timings (never logic), and a `validate()` whose error names the dotted key.
 //!
@@ -76,6 +77,9 @@ pub struct ServerConfig {
     pub workers: WorkerConfig,
     /// The leader's eval broker, reapers and plan applier (`[server.eval_broker]`).
     pub eval_broker: EvalBrokerConfig,
+    /// Capacity on demand: client nodes created and stopped by the leader
+    /// (`[server.autoscaler]`).
+    pub autoscaler: AutoscalerConfig,
 }
 
 impl Default for ServerConfig {
@@ -99,6 +103,7 @@ impl Default for ServerConfig {
             raft: RaftTiming::default(),
             workers: WorkerConfig::default(),
             eval_broker: EvalBrokerConfig::default(),
+            autoscaler: AutoscalerConfig::default(),
         }
     }
 }
@@ -151,6 +156,7 @@ impl ServerConfig {
         }
         self.workers.validate()?;
         self.eval_broker.validate()?;
+        self.autoscaler.validate()?;
         self.raft.validate()
     }
 }
@@ -566,6 +572,206 @@ impl EvalBrokerConfig {
     }
 }
 
+/// The providers `server.autoscaler.provider` may name.
+pub const KNOWN_PROVIDERS: &[&str] = &["docker"];
+
+/// The most nodes `server.autoscaler.max_nodes` may allow.
+pub const MAX_AUTOSCALED_NODES: u32 = 1000;
+
+/// Capacity on demand (`[server.autoscaler]`): while blocked evaluations that nodes of
+/// `node_class` could help persist, the leader has a provider create such nodes, up to
+/// `max_nodes`; nodes it created that stay idle for `idle_timeout` are stopped. Off by
+/// default. See `server::autoscaler` and docs/operations.md.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct AutoscalerConfig {
+    /// Run the autoscaler on the leader.
+    pub enabled: bool,
+    /// Who creates nodes: `docker` (client containers on the local engine).
+    pub provider: String,
+    /// The class the created nodes register with (their client config's `node_class`):
+    /// how the autoscaler tells its nodes from the others and which blocked evaluations
+    /// they could help.
+    pub node_class: String,
+    /// Nodes kept even with no work (created at once; idle ones are not stopped below it).
+    pub min_nodes: u32,
+    /// The quota: the most nodes the autoscaler has at any time, counting those still
+    /// starting and those being stopped.
+    pub max_nodes: u32,
+    /// How long a blocked evaluation must stay blocked (and how long since the last created
+    /// node became ready) before another node is created.
+    #[serde(with = "duration_str")]
+    pub blocked_for: Duration,
+    /// How long a created node must run no allocation (of a service or batch job; system
+    /// jobs run everywhere and do not count) before it is stopped.
+    #[serde(with = "duration_str")]
+    pub idle_timeout: Duration,
+    /// How long a created node may take to register and turn ready; one that does not is
+    /// shut down and counted as failed.
+    #[serde(with = "duration_str")]
+    pub register_timeout: Duration,
+    /// How often the autoscaler looks at the state and the provider.
+    #[serde(with = "duration_str")]
+    pub interval: Duration,
+    /// The first pause after a provider error or a failed node; it doubles with every
+    /// further failure in a row, up to `max_backoff`.
+    #[serde(with = "duration_str")]
+    pub backoff: Duration,
+    /// The longest pause after failures.
+    #[serde(with = "duration_str")]
+    pub max_backoff: Duration,
+    /// The docker provider (`[server.autoscaler.docker]`).
+    pub docker: DockerProviderConfig,
+}
+
+impl Default for AutoscalerConfig {
+    fn default() -> Self {
+        AutoscalerConfig {
+            enabled: false,
+            provider: "docker".to_string(),
+            node_class: String::new(),
+            min_nodes: 0,
+            max_nodes: 0,
+            blocked_for: Duration::from_secs(10),
+            idle_timeout: Duration::from_secs(300),
+            register_timeout: Duration::from_secs(120),
+            interval: Duration::from_secs(2),
+            backoff: Duration::from_secs(2),
+            max_backoff: Duration::from_secs(120),
+            docker: DockerProviderConfig::default(),
+        }
+    }
+}
+
+impl AutoscalerConfig {
+    /// Checks every value; the error names the key (`server.autoscaler.<key>`). The
+    /// provider's name is checked even while the autoscaler is off (a typo is an error); the
+    /// rest only when it is on.
+    pub fn validate(&self) -> Result<(), InvalidSetting> {
+        if !KNOWN_PROVIDERS.contains(&self.provider.as_str()) {
+            return Err(InvalidSetting::new(
+                "server.autoscaler.provider",
+                format!(
+                    "unknown provider {:?} (known: {})",
+                    self.provider,
+                    KNOWN_PROVIDERS.join(", ")
+                ),
+            ));
+        }
+        if !self.enabled {
+            return Ok(());
+        }
+        if self.node_class.trim().is_empty() {
+            return Err(InvalidSetting::new(
+                "server.autoscaler.node_class",
+                "is required when the autoscaler is enabled",
+            ));
+        }
+        if self.max_nodes > MAX_AUTOSCALED_NODES {
+            return Err(InvalidSetting::new(
+                "server.autoscaler.max_nodes",
+                format!(
+                    "must be between 0 and {MAX_AUTOSCALED_NODES}, got {}",
+                    self.max_nodes
+                ),
+            ));
+        }
+        if self.min_nodes > self.max_nodes {
+            return Err(InvalidSetting::new(
+                "server.autoscaler.min_nodes",
+                format!(
+                    "must not exceed server.autoscaler.max_nodes ({}), got {}",
+                    self.max_nodes, self.min_nodes
+                ),
+            ));
+        }
+        for (key, d) in [
+            ("server.autoscaler.idle_timeout", self.idle_timeout),
+            ("server.autoscaler.register_timeout", self.register_timeout),
+            ("server.autoscaler.interval", self.interval),
+            ("server.autoscaler.backoff", self.backoff),
+        ] {
+            if d.is_zero() {
+                return Err(InvalidSetting::new(key, "must be positive"));
+            }
+        }
+        if self.max_backoff < self.backoff {
+            return Err(InvalidSetting::new(
+                "server.autoscaler.max_backoff",
+                "must be at least server.autoscaler.backoff",
+            ));
+        }
+        match self.provider.as_str() {
+            "docker" => self.docker.validate(),
+            _ => Ok(()),
+        }
+    }
+}
+
+/// The docker provider (`[server.autoscaler.docker]`): each node is a container of `image`
+/// running `teamster agent` with `client_config`, on the engine at `socket`, attached to
+/// `network`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct DockerProviderConfig {
+    /// The engine's unix socket (a path, or `unix://path`).
+    pub socket: String,
+    /// The image the containers run; it must be on the engine already (never pulled).
+    pub image: String,
+    /// The docker network the containers join: one on which they reach the servers (in the
+    /// compose cluster, `<project>_cluster`).
+    pub network: String,
+    /// The client agent's TOML config, read by the server at start and copied into every
+    /// container as `/etc/teamster/agent.toml`. Its `client.servers` must be reachable from
+    /// `network`; its `client.node_class` is set to `server.autoscaler.node_class` (a
+    /// different one is refused). The container's name becomes the node's name.
+    pub client_config: String,
+    /// How long a stopped container gets to shut down (SIGTERM) before it is killed.
+    #[serde(with = "duration_str")]
+    pub stop_timeout: Duration,
+}
+
+impl Default for DockerProviderConfig {
+    fn default() -> Self {
+        DockerProviderConfig {
+            socket: "/var/run/docker.sock".to_string(),
+            image: "teamster:dev".to_string(),
+            network: String::new(),
+            client_config: String::new(),
+            stop_timeout: Duration::from_secs(10),
+        }
+    }
+}
+
+impl DockerProviderConfig {
+    /// Checks every value; the error names the key (`server.autoscaler.docker.<key>`).
+    pub fn validate(&self) -> Result<(), InvalidSetting> {
+        for (key, value) in [
+            ("server.autoscaler.docker.socket", &self.socket),
+            ("server.autoscaler.docker.image", &self.image),
+            ("server.autoscaler.docker.network", &self.network),
+            (
+                "server.autoscaler.docker.client_config",
+                &self.client_config,
+            ),
+        ] {
+            if value.trim().is_empty() {
+                return Err(InvalidSetting::new(
+                    key,
+                    "is required with provider = \"docker\"",
+                ));
+            }
+        }
+        if self.stop_timeout.is_zero() {
+            return Err(InvalidSetting::new(
+                "server.autoscaler.docker.stop_timeout",
+                "must be positive",
+            ));
+        }
+        Ok(())
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -623,5 +829,53 @@ mod tests {
         assert_eq!(c.nack_reenqueue_delay(1), Duration::from_secs(3));
         assert_eq!(c.plan_apply_pipeline, 4);
         assert_eq!(c.cancelable_batch_size, CANCELABLE_BATCH_SIZE);
+    }
+
+    #[test]
+    fn the_autoscaler_section_names_the_key_it_refuses() {
+        let on = |extra: &str| {
+            let text = format!(
+                "enabled = true\nnode_class = \"auto\"\nmax_nodes = 2\n{extra}\n\
+                 [docker]\nnetwork = \"net\"\nclient_config = \"/etc/c.toml\"\n"
+            );
+            toml::from_str::<AutoscalerConfig>(&text)
+        };
+        on("").unwrap().validate().unwrap();
+        let key = |extra: &str| on(extra).unwrap().validate().unwrap_err().key;
+        assert_eq!(key("provider = \"gce\""), "server.autoscaler.provider");
+        assert_eq!(key("min_nodes = 3"), "server.autoscaler.min_nodes");
+        assert_eq!(
+            key("idle_timeout = \"0s\""),
+            "server.autoscaler.idle_timeout"
+        );
+        assert_eq!(key("max_backoff = \"1s\""), "server.autoscaler.max_backoff");
+        // A negative quota is not a number of nodes: the parse error names the key.
+        let e = toml::from_str::<AutoscalerConfig>("enabled = true\nmax_nodes = -1\n")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("max_nodes"), "{e}");
+        // An unknown provider is refused even while the autoscaler is off.
+        let off = AutoscalerConfig {
+            provider: "gce".into(),
+            ..AutoscalerConfig::default()
+        };
+        assert_eq!(
+            off.validate().unwrap_err().key,
+            "server.autoscaler.provider"
+        );
+        AutoscalerConfig::default().validate().unwrap();
+        // The docker provider's required keys.
+        let mut c = on("").unwrap();
+        c.docker.network.clear();
+        assert_eq!(
+            c.validate().unwrap_err().key,
+            "server.autoscaler.docker.network"
+        );
+        c.docker.network = "net".into();
+        c.node_class.clear();
+        assert_eq!(
+            c.validate().unwrap_err().key,
+            "server.autoscaler.node_class"
+        );
     }
 }

@@ -28,12 +28,15 @@
 //! - [`heartbeat`]: the leader's heartbeat timers (nodes that go silent are marked down).
 //! - [`drainer`]: the leader's node drainer (allocations leave draining nodes at the pace of
 //!   their `migrate` blocks; drains end at their deadline or when nothing is left).
+//! - [`autoscaler`]: capacity on demand (the leader has a provider create client nodes of a
+//!   class while evaluations stay blocked, and stop them once idle).
 //! - [`acl`]: token resolution from the local state, cached (ACLs on).
 //! - [`endpoints`]: the service calls' server side (served here, or forwarded to the
 //!   leader), and the handler of every RPC request.
 //! - [`worker`]: the scheduler workers and their pool.
 
 pub mod acl;
+pub mod autoscaler;
 pub mod blocked;
 pub mod broker;
 pub mod config;
@@ -101,6 +104,9 @@ pub enum ServerError {
     /// The eval broker or blocked-evals settings are invalid.
     #[error(transparent)]
     Broker(#[from] broker::BrokerError),
+    /// The autoscaler's provider cannot run with its settings.
+    #[error(transparent)]
+    Autoscaler(#[from] autoscaler::AutoscalerError),
 }
 
 /// How long a server stopping with `leave_on_terminate` waits for its removal to commit.
@@ -166,6 +172,9 @@ impl Server {
             source,
         })?;
         let id = load_or_create_server_id(&dir, &rng)?;
+        // Checked before the RPC listener and raft start: a bad provider setting (an
+        // unreadable client config) stops the start with the key named.
+        let scaler_provider = autoscaler::build_provider(&config.autoscaler)?;
         let discovered = Discovered::default();
         let handler = endpoints::ServerRpc::new(discovered.clone());
         let rpc_config = RpcConfig {
@@ -241,7 +250,7 @@ impl Server {
         )?;
         // Leader duties in establishing order (ARCHITECTURE.md §4); revoked in reverse:
         // pausing workers first, heartbeat timers last.
-        let duties: Vec<Arc<dyn leader::LeaderDuty>> = vec![
+        let mut duties: Vec<Arc<dyn leader::LeaderDuty>> = vec![
             Arc::new(worker::pool::PauseWorkersDuty::new(workers.clone())),
             Arc::new(plan::PlanQueueDuty::new(
                 node.clone(),
@@ -281,8 +290,16 @@ impl Server {
                 clock.clone(),
                 rng.child(),
             )),
-            Arc::new(heartbeats),
         ];
+        if let Some(provider) = scaler_provider {
+            duties.push(Arc::new(autoscaler::AutoscalerDuty::new(
+                config.autoscaler.clone(),
+                provider,
+                Arc::new(endpoints.clone()),
+                rng.child(),
+            )));
+        }
+        duties.push(Arc::new(heartbeats));
         tasks.push(leader::spawn(
             node.clone(),
             duties,
