@@ -60,6 +60,7 @@ const SERVER_PARTS: &[(&str, u32)] = &[
     ("reapers", 6),
     ("endpoints", 7),
     ("worker", 8),
+    ("autoscaler", 8),
     ("tests", 11),
     ("server", 10),
 ];

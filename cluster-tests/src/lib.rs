@@ -3,6 +3,7 @@
 //! - [`process`]: clusters of real `teamster` processes on loopback addresses.
 //! - [`client_process`]: client agent processes, and allocations placed by hand.
 //! - [`compose`]: docker-compose clusters of the `teamster:dev` image, with fault injection.
+//! - [`dev`]: a lone `teamster agent --dev` for end-to-end tests with real tasks.
 //! - [`invariants`]: checks every scenario runs against the HTTP API.
 //! - [`loadgen`]: simulated nodes and bursts of jobs, measured (`teamster-loadgen`).
 //! - [`tls`]: test certificates made by `teamster tls`, and what presents them.
@@ -11,6 +12,7 @@
 
 pub mod client_process;
 pub mod compose;
+pub mod dev;
 pub mod invariants;
 pub mod loadgen;
 pub mod process;

@@ -14,6 +14,7 @@ use serde_json::{json, Value};
 use teamster::api::ApiClient;
 use teamster_cluster_tests::api::register;
 use teamster_cluster_tests::client_process::{wait_node_status, ClientProcess};
+use teamster_cluster_tests::dev::{dev_agent, dev_ip_at, Killed};
 use teamster_cluster_tests::process::{teamster_bin, ClusterOptions, ProcessCluster};
 use teamster_cluster_tests::wait_for;
 
@@ -92,42 +93,9 @@ async fn job_allocs(api: &ApiClient, job: &str) -> Vec<Value> {
         .unwrap_or_default()
 }
 
-/// The same loopback block trick as the process cluster, for a lone dev agent.
+/// The dev agent's address for the first test of this binary.
 fn dev_ip() -> String {
     dev_ip_at(9)
-}
-
-/// The dev agents' loopback block, at `host`.
-fn dev_ip_at(host: u8) -> String {
-    let pid = std::process::id();
-    format!("127.{}.{}.{host}", 10 + (pid % 200), 251 - (pid / 200 % 5))
-}
-
-struct Killed(std::process::Child);
-
-/// A `teamster agent --dev` on `ip` (its log in `log`), once its node is ready.
-async fn dev_agent(ip: &str, log: &tempfile::NamedTempFile) -> anyhow::Result<(Killed, ApiClient)> {
-    let agent = Killed(
-        Command::new(teamster_bin())
-            .args(["agent", "--dev", "--bind", ip])
-            .stdin(Stdio::null())
-            .stdout(log.reopen()?)
-            .stderr(log.reopen()?)
-            .spawn()?,
-    );
-    let api = ApiClient::new(&format!("http://{ip}:4646"));
-    wait_for(Duration::from_secs(30), "the dev node ready", || async {
-        let nodes: Vec<Value> = api.get("/v1/nodes").await.ok()?;
-        nodes.iter().any(|n| n["Status"] == "ready").then_some(())
-    })
-    .await
-    .map_err(|e| {
-        anyhow::anyhow!(
-            "{e}\n{}",
-            std::fs::read_to_string(log.path()).unwrap_or_default()
-        )
-    })?;
-    Ok((agent, api))
 }
 
 /// The allocation `id` once `check` holds for it.
@@ -142,13 +110,6 @@ async fn wait_alloc(
         check(&a).then_some(a)
     })
     .await
-}
-
-impl Drop for Killed {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
 }
 
 #[tokio::test]

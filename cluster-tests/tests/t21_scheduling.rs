@@ -11,60 +11,27 @@
 //!   delayed `locality-wait` evaluation), not before; a group whose first level the node
 //!   satisfies is placed at once.
 
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::time::Duration;
 
 use serde_json::{json, Value};
 use teamster::api::ApiClient;
 use teamster_cluster_tests::api::register;
+use teamster_cluster_tests::dev::{dev_ip_at, Killed};
 use teamster_cluster_tests::process::teamster_bin;
 use teamster_cluster_tests::wait_for;
 
 const WAIT: Duration = Duration::from_secs(30);
 
-struct Killed(std::process::Child);
-
-impl Drop for Killed {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-/// A loopback address of this test process's own.
-fn dev_ip(host: u8) -> String {
-    let pid = std::process::id();
-    format!("127.{}.{}.{host}", 10 + (pid % 200), 251 - (pid / 200 % 5))
-}
-
-/// A `teamster agent --dev` on `ip` (its log in `log`) and its node, once ready.
+/// The dev agent on `ip` and its node, once ready.
 async fn dev_agent(
     ip: &str,
     log: &tempfile::NamedTempFile,
 ) -> anyhow::Result<(Killed, ApiClient, Value)> {
-    let agent = Killed(
-        Command::new(teamster_bin())
-            .args(["agent", "--dev", "--bind", ip])
-            .stdin(Stdio::null())
-            .stdout(log.reopen()?)
-            .stderr(log.reopen()?)
-            .spawn()?,
-    );
-    let api = ApiClient::new(&format!("http://{ip}:4646"));
-    let node = wait_for(WAIT, "the dev node ready", || async {
-        let nodes: Vec<Value> = api.get("/v1/nodes").await.ok()?;
-        let id = nodes.iter().find(|n| n["Status"] == "ready")?["ID"].clone();
-        api.get::<Value>(&format!("/v1/node/{}", id.as_str()?))
-            .await
-            .ok()
-    })
-    .await
-    .map_err(|e| {
-        anyhow::anyhow!(
-            "{e}\n{}",
-            std::fs::read_to_string(log.path()).unwrap_or_default()
-        )
-    })?;
+    let (agent, api) = teamster_cluster_tests::dev::dev_agent(ip, log).await?;
+    let nodes: Vec<Value> = api.get("/v1/nodes").await?;
+    let id = nodes[0]["ID"].as_str().unwrap_or_default().to_string();
+    let node: Value = api.get(&format!("/v1/node/{id}")).await?;
     Ok((agent, api, node))
 }
 
@@ -93,7 +60,7 @@ fn cli(addr: &str, args: &[&str]) -> anyhow::Result<(Option<i32>, String)> {
 async fn a_high_priority_job_evicts_a_low_priority_allocation_and_gives_the_room_back(
 ) -> anyhow::Result<()> {
     teamster_cluster_tests::init_test_tracing();
-    let ip = dev_ip(21);
+    let ip = dev_ip_at(21);
     let addr = format!("http://{ip}:4646");
     let log = tempfile::NamedTempFile::new()?;
     let (_agent, api, node) = dev_agent(&ip, &log).await?;
@@ -243,7 +210,7 @@ fn local_sleeper(id: &str, level: Value) -> Value {
 #[tokio::test]
 async fn a_locality_wait_places_at_its_deadline_and_a_match_at_once() -> anyhow::Result<()> {
     teamster_cluster_tests::init_test_tracing();
-    let ip = dev_ip(22);
+    let ip = dev_ip_at(22);
     let log = tempfile::NamedTempFile::new()?;
     let (_agent, api, _node) = dev_agent(&ip, &log).await?;
     let wait_ns: i64 = 3_000_000_000;

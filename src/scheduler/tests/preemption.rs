@@ -52,6 +52,26 @@ fn running_alloc(job: &Job, node: &NodeId, n: u64, cpu: u64) -> Allocation {
     }
 }
 
+/// A job `id` at `priority` whose `count` running allocations of `cpu` MHz each fill
+/// `node` (the test adds them; the job itself asks for none).
+fn fill_node(
+    h: &mut Harness,
+    node: &NodeId,
+    id: &str,
+    priority: u32,
+    count: u64,
+    cpu: u64,
+) -> Arc<Job> {
+    let job = low_job(h, id, priority);
+    h.upsert_allocs(
+        (0..count)
+            .map(|n| running_alloc(&job, node, n, cpu))
+            .collect(),
+    )
+    .unwrap();
+    job
+}
+
 /// A job of `count` allocations asking `cpu` MHz each, at `priority`.
 fn big_job(id: &str, count: u32, cpu: u64, priority: u32) -> Job {
     let mut job = mock_job(id, count);
@@ -142,13 +162,7 @@ fn a_service_job_evicts_lower_priority_work_when_enabled() {
 fn nothing_is_preempted_when_the_scheduler_is_not_enabled() {
     // Nomad's defaults: only the system scheduler preempts.
     let (mut h, nodes) = harness_with_nodes(1);
-    let low = low_job(&mut h, "low", 20);
-    h.upsert_allocs(
-        (0..4)
-            .map(|n| running_alloc(&low, &nodes[0].id, n, 1000))
-            .collect(),
-    )
-    .unwrap();
+    fill_node(&mut h, &nodes[0].id, "low", 20, 4, 1000);
     for (job, eval_type) in [
         (big_job("service", 1, 1500, 90), JobType::Service),
         (
@@ -182,14 +196,8 @@ fn nothing_is_preempted_when_the_scheduler_is_not_enabled() {
 #[test]
 fn a_system_job_preempts_by_default() {
     let (mut h, nodes) = harness_with_nodes(2);
-    let low = low_job(&mut h, "low", 30);
     // Node 0 is full of low-priority work; node 1 has room.
-    h.upsert_allocs(
-        (0..4)
-            .map(|n| running_alloc(&low, &nodes[0].id, n, 1000))
-            .collect(),
-    )
-    .unwrap();
+    fill_node(&mut h, &nodes[0].id, "low", 30, 4, 1000);
     let mut job = mock_system_job("agent");
     job.priority = 80;
     let (job, eval) = h.register_job(job).unwrap();
@@ -211,13 +219,7 @@ fn equal_higher_and_near_priorities_are_never_preempted() {
     for victim_priority in [61, 65, 70, 90] {
         let (mut h, nodes) = harness_with_nodes(1);
         preemption(&mut h, true);
-        let other = low_job(&mut h, "other", victim_priority);
-        h.upsert_allocs(
-            (0..4)
-                .map(|n| running_alloc(&other, &nodes[0].id, n, 1000))
-                .collect(),
-        )
-        .unwrap();
+        fill_node(&mut h, &nodes[0].id, "other", victim_priority, 4, 1000);
         let (job, eval) = h.register_job(big_job("high", 1, 1000, 70)).unwrap();
         h.process(&eval).unwrap();
         assert!(
@@ -230,13 +232,7 @@ fn equal_higher_and_near_priorities_are_never_preempted() {
     // Exactly ten points below may be.
     let (mut h, nodes) = harness_with_nodes(1);
     preemption(&mut h, true);
-    let other = low_job(&mut h, "other", 60);
-    h.upsert_allocs(
-        (0..4)
-            .map(|n| running_alloc(&other, &nodes[0].id, n, 1000))
-            .collect(),
-    )
-    .unwrap();
+    fill_node(&mut h, &nodes[0].id, "other", 60, 4, 1000);
     let (job, eval) = h.register_job(big_job("high", 1, 1000, 70)).unwrap();
     h.process(&eval).unwrap();
     assert_eq!(h.running_allocs(&job).len(), 1);
@@ -292,13 +288,7 @@ fn the_lowest_priority_goes_first_then_the_fewest_evictions() {
 fn a_node_with_room_is_chosen_over_one_that_needs_evictions() {
     let (mut h, nodes) = harness_with_nodes(2);
     preemption(&mut h, true);
-    let low = low_job(&mut h, "low", 10);
-    h.upsert_allocs(
-        (0..4)
-            .map(|n| running_alloc(&low, &nodes[0].id, n, 1000))
-            .collect(),
-    )
-    .unwrap();
+    fill_node(&mut h, &nodes[0].id, "low", 10, 4, 1000);
     let (job, eval) = h.register_job(big_job("high", 1, 1000, 90)).unwrap();
     h.process(&eval).unwrap();
     assert_eq!(nodes_used(&h, &job), BTreeSet::from([nodes[1].id.clone()]));
@@ -319,13 +309,7 @@ fn batch_jobs_preempt_when_their_scheduler_is_enabled() {
         cas_index: None,
     }))
     .unwrap();
-    let low = low_job(&mut h, "low", 20);
-    h.upsert_allocs(
-        (0..8)
-            .map(|n| running_alloc(&low, &nodes[0].id, n, 500))
-            .collect(),
-    )
-    .unwrap();
+    fill_node(&mut h, &nodes[0].id, "low", 20, 8, 500);
     let mut batch = mock_batch_job("crunch", 1);
     batch.priority = 60;
     let (batch, eval) = h.register_job(batch).unwrap();
