@@ -118,27 +118,8 @@ async fn dev_agent_runs_a_raw_exec_batch_job_and_alloc_logs_shows_its_output() -
     teamster_cluster_tests::init_test_tracing();
     let ip = dev_ip();
     let log = tempfile::NamedTempFile::new()?;
-    let _agent = Killed(
-        Command::new(teamster_bin())
-            .args(["agent", "--dev", "--bind", &ip])
-            .stdin(Stdio::null())
-            .stdout(log.reopen()?)
-            .stderr(log.reopen()?)
-            .spawn()?,
-    );
+    let (_agent, api) = dev_agent(&ip, &log).await?;
     let addr = format!("http://{ip}:4646");
-    let api = ApiClient::new(&addr);
-    wait_for(Duration::from_secs(30), "the dev node ready", || async {
-        let nodes: Vec<Value> = api.get("/v1/nodes").await.ok()?;
-        nodes.iter().any(|n| n["Status"] == "ready").then_some(())
-    })
-    .await
-    .map_err(|e| {
-        anyhow::anyhow!(
-            "{e}\n{}",
-            std::fs::read_to_string(log.path()).unwrap_or_default()
-        )
-    })?;
     register(
         &api,
         raw_exec_job("hello", "batch", "echo hello; sleep 1", json!({})),

@@ -105,7 +105,7 @@ pub(crate) fn choose(need: &Resources, mut candidates: Vec<Candidate>) -> Option
 
 /// Drops victims the others already cover: the highest priority first, then the smallest.
 fn trim(need: &Resources, mut chosen: Vec<Candidate>) -> Vec<Candidate> {
-    let mut order: Vec<AllocId> = {
+    let order: Vec<AllocId> = {
         let mut by_cost: Vec<&Candidate> = chosen.iter().collect();
         by_cost.sort_by(|a, b| {
             b.priority
@@ -115,7 +115,7 @@ fn trim(need: &Resources, mut chosen: Vec<Candidate>) -> Vec<Candidate> {
         });
         by_cost.into_iter().map(|c| c.alloc.id.clone()).collect()
     };
-    for id in order.drain(..) {
+    for id in order {
         let without: Resources = chosen
             .iter()
             .filter(|c| c.alloc.id != id)
