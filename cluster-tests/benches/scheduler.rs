@@ -1,6 +1,8 @@
 //! Scheduler time alone: one evaluation of a job placing 1 000 allocations on a 5 000-node
-//! cluster, with a planner that accepts every plan without verifying or committing it (the
-//! plan applier has its own bench, `plan_apply`).
+//! cluster, and one evaluation of a small job (one allocation) on the same cluster with the
+//! ready nodes remembered across evaluations as a worker pool does, with a planner that
+//! accepts every plan without verifying or committing it (the plan applier has its own
+//! bench, `plan_apply`).
 //!
 //! Run: `cargo bench -p teamster-cluster-tests --bench scheduler`. Figures go to
 //! `docs/benchmarks.md`.
@@ -12,7 +14,7 @@ use rand::rngs::StdRng;
 use rand::SeedableRng;
 use teamster::scheduler::harness::{mock_batch_job, mock_job, mock_node, Harness};
 use teamster::scheduler::{
-    new_scheduler, Planner, SchedulerEnv, SchedulerError, SchedulerSettings,
+    new_scheduler, Planner, ReadyNodesCache, SchedulerEnv, SchedulerError, SchedulerSettings,
 };
 use teamster_storage::fsm::{Command, NodeRegister};
 use teamster_storage::model::{Evaluation, Job, Plan, PlanResult};
@@ -71,14 +73,19 @@ fn cluster(job: Job) -> (Snapshot, Evaluation) {
     (h.snapshot(), eval)
 }
 
-fn schedule(snapshot: &Snapshot, eval: &Evaluation, seed: u64) -> usize {
+fn schedule(
+    snapshot: &Snapshot,
+    eval: &Evaluation,
+    seed: u64,
+    cache: Option<&ReadyNodesCache>,
+) -> usize {
     let mut planner = AcceptAll::default();
     let mut rng = StdRng::seed_from_u64(seed);
     let env = SchedulerEnv {
         now: 1_704_067_200_000_000_000,
         rng: &mut rng,
         settings: SchedulerSettings::default(),
-        ready_nodes: None,
+        ready_nodes: cache,
     };
     let mut scheduler =
         new_scheduler(eval.eval_type, snapshot.clone(), &mut planner, env).expect("scheduler");
@@ -96,15 +103,29 @@ fn bench_scheduler(c: &mut Criterion) {
         ("batch_1000_on_5000_nodes", mock_batch_job("crunch", COUNT)),
     ] {
         let (snapshot, eval) = cluster(job);
-        assert_eq!(schedule(&snapshot, &eval, 1), COUNT as usize);
+        assert_eq!(schedule(&snapshot, &eval, 1, None), COUNT as usize);
         let mut seed = 0;
         group.bench_function(name, |b| {
             b.iter(|| {
                 seed += 1;
-                black_box(schedule(&snapshot, &eval, seed))
+                black_box(schedule(&snapshot, &eval, seed, None))
             })
         });
     }
+    group.finish();
+
+    let mut group = c.benchmark_group("scheduler_small_job");
+    group.throughput(Throughput::Elements(1));
+    let (snapshot, eval) = cluster(mock_batch_job("small", 1));
+    let cache = ReadyNodesCache::default();
+    assert_eq!(schedule(&snapshot, &eval, 1, Some(&cache)), 1);
+    let mut seed = 0;
+    group.bench_function("batch_1_on_5000_nodes", |b| {
+        b.iter(|| {
+            seed += 1;
+            black_box(schedule(&snapshot, &eval, seed, Some(&cache)))
+        })
+    });
     group.finish();
 }
 

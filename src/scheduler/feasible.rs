@@ -206,10 +206,10 @@ pub(crate) fn node_in_job_scope(job: &Job, node: &Node) -> bool {
 
 /// `*` matches any run of characters; everything else is literal.
 fn glob_match(pattern: &str, text: &str) -> bool {
-    let parts: Vec<&str> = pattern.split('*').collect();
-    if parts.len() == 1 {
+    if !pattern.contains('*') {
         return pattern == text;
     }
+    let parts: Vec<&str> = pattern.split('*').collect();
     let (first, last) = (parts[0], parts[parts.len() - 1]);
     if !text.starts_with(first) || text.len() < first.len() + last.len() || !text.ends_with(last) {
         return false;

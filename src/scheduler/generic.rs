@@ -65,8 +65,8 @@ impl<'a> GenericScheduler<'a> {
         deployment_id: &DeploymentId,
     ) {
         let now = self.session.env.now;
-        let (nodes, by_dc) = ready_nodes(&self.session.snapshot, job, self.session.env.ready_nodes);
-        let (mut stack, mut placers) = self.session.stack(ctx, job, nodes, by_dc, self.batch);
+        let scope = ready_nodes(&self.session.snapshot, job, self.session.env.ready_nodes);
+        let (mut stack, mut placers) = self.session.stack(ctx, job, scope, self.batch);
         let preempt = self.session.preemption_enabled(job.job_type);
         let supervisor_cap = job
             .is_supervisor()

@@ -28,7 +28,9 @@ use teamster_storage::model::{
 use teamster_storage::state::{Snapshot, StateStore};
 
 use crate::scheduler::verify::{evaluate_plan, PlanEvaluation, PlanOverlay};
-use crate::scheduler::{new_scheduler, Planner, SchedulerEnv, SchedulerError, SchedulerSettings};
+use crate::scheduler::{
+    new_scheduler, Planner, ReadyNodesCache, SchedulerEnv, SchedulerError, SchedulerSettings,
+};
 
 /// 2024-01-01T00:00:00Z in Unix nanoseconds: the harness's default "now".
 pub const HARNESS_EPOCH: i64 = 1_704_067_200_000_000_000;
@@ -56,6 +58,8 @@ pub struct Harness {
     /// Evaluations passed to `reblock_eval`.
     pub reblocked_evals: Vec<Evaluation>,
     interference: VecDeque<Interference>,
+    /// Ready nodes remembered across evaluations, as a worker pool remembers them.
+    ready_nodes: Arc<ReadyNodesCache>,
 }
 
 /// Commands to apply between planning and verification, computed from the plan and the
@@ -85,6 +89,7 @@ impl Harness {
             created_evals: Vec::new(),
             reblocked_evals: Vec::new(),
             interference: VecDeque::new(),
+            ready_nodes: Arc::default(),
         }
     }
 
@@ -303,11 +308,12 @@ impl Harness {
         let snapshot = self.snapshot();
         let mut rng = StdRng::seed_from_u64(self.seed);
         self.seed = self.seed.wrapping_add(1);
+        let cache = self.ready_nodes.clone();
         let env = SchedulerEnv {
             now: self.now,
             rng: &mut rng,
             settings: self.settings.clone(),
-            ready_nodes: None,
+            ready_nodes: Some(&cache),
         };
         let mut scheduler = new_scheduler(eval.eval_type, snapshot, self, env)?;
         scheduler.process(eval)

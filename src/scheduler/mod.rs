@@ -186,8 +186,8 @@ pub struct SchedulerEnv<'a> {
     pub rng: &'a mut dyn RngCore,
     /// Tunables.
     pub settings: SchedulerSettings,
-    /// Ready nodes remembered across evaluations scheduled one after another on views of one
-    /// snapshot (a worker's batch); `None` scans the nodes every time.
+    /// Ready nodes remembered across evaluations while the nodes table stays the same (a
+    /// worker pool shares one); `None` scans the nodes every time.
     pub ready_nodes: Option<&'a ReadyNodesCache>,
 }
 

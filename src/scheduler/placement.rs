@@ -37,7 +37,7 @@ use crate::scheduler::ports;
 use crate::scheduler::preempt::Candidate;
 use crate::scheduler::reconcile::ALLOC_IN_PLACE;
 use crate::scheduler::stack::{GroupPlacer, Stack, Verdict};
-use crate::scheduler::util::{blocked_eval, progress_made, PlanSize};
+use crate::scheduler::util::{blocked_eval, progress_made, PlanSize, ReadyScope};
 use crate::scheduler::{Planner, SchedulerEnv, SchedulerError};
 
 /// Hard cap on attempts in one `process`, progress or not (bounded retries).
@@ -330,14 +330,12 @@ impl<'a> Session<'a> {
         &mut self,
         ctx: &mut EvalContext,
         job: &Arc<Job>,
-        nodes: Vec<Arc<Node>>,
-        nodes_available: BTreeMap<String, u64>,
+        scope: Arc<ReadyScope>,
         batch: bool,
     ) -> (Stack, HashMap<String, GroupPlacer>) {
         let algorithm = self.snapshot.scheduler_config().scheduler_algorithm;
         let stack = Stack::new(
-            nodes,
-            nodes_available,
+            scope,
             batch,
             algorithm,
             self.env.settings.affinity_spread_node_limit,

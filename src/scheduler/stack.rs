@@ -7,8 +7,10 @@
 //!                                                 affinities, spreads
 //! ```
 //!
-//! - **Source**: the job's ready nodes, shuffled once per attempt with the injected RNG (so
-//!   concurrent workers pick different nodes). Each [`Stack::select`] continues where the
+//! - **Source**: the job's ready nodes in a random order drawn from the injected RNG (so
+//!   concurrent workers pick different nodes), drawn lazily as the walk goes: a
+//!   Fisher–Yates shuffle that stops where the walk stops, so an evaluation that looks at a
+//!   few nodes costs a few draws, not O(nodes). Each [`Stack::select`] continues where the
 //!   previous one stopped and visits each node at most once.
 //! - **Limit** (Nomad's `LimitIterator`): it stops after `limit` feasible, fitting nodes —
 //!   2 for batch jobs, `max(2, ceil(log2 n))` for services, `max(count, 100)` when the group
@@ -20,11 +22,11 @@
 //!   on; the normalised affinity weight sum when the job has affinities; the spread boost
 //!   when it has spreads.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 use std::sync::Arc;
 
-use rand::seq::SliceRandom;
-use rand::RngCore;
+use rand::rngs::StdRng;
+use rand::{Rng, RngCore, SeedableRng};
 use teamster_storage::model::{
     AllocMetric, Constraint, Job, Locality, NetworkResource, Node, NodeId, Resources,
     SchedulerAlgorithm,
@@ -38,6 +40,7 @@ use crate::scheduler::feasible::{
 use crate::scheduler::fit;
 use crate::scheduler::ports;
 use crate::scheduler::preempt::{self, Candidate};
+use crate::scheduler::util::ReadyScope;
 
 /// Nomad's `skipScoreThreshold`: options scoring at most this are set aside.
 const SKIP_SCORE_THRESHOLD: f64 = 0.0;
@@ -225,31 +228,108 @@ impl GroupPlacer {
     }
 }
 
+/// Position at which [`ShuffledNodes`] trades its sparse swap record for a full permutation.
+const DENSE_AFTER: usize = 64;
+
+/// A scope's nodes in a random order that is drawn as it is walked: position `i` of the
+/// order is fixed only when the walk first reaches it (one step of a Fisher–Yates shuffle).
+/// The first [`DENSE_AFTER`] draws record their swaps sparsely, so a walk of a few nodes on a
+/// large cluster touches a few entries; a longer walk switches to a full permutation. Once
+/// every node was drawn the walk repeats the drawn order.
+#[derive(Debug)]
+struct ShuffledNodes {
+    scope: Arc<ReadyScope>,
+    rng: StdRng,
+    /// Positions not yet drawn that hold another node than their own (sparse form).
+    swapped: HashMap<u32, u32>,
+    /// The whole permutation (dense form), once the walk is long.
+    permutation: Vec<u32>,
+    /// Node indexes in drawn order.
+    drawn: Vec<u32>,
+    /// Position of the next node in the order.
+    cursor: usize,
+}
+
+impl ShuffledNodes {
+    fn new(scope: Arc<ReadyScope>, rng: &mut dyn RngCore) -> ShuffledNodes {
+        ShuffledNodes {
+            scope,
+            rng: StdRng::seed_from_u64(rng.next_u64()),
+            swapped: HashMap::new(),
+            permutation: Vec::new(),
+            drawn: Vec::new(),
+            cursor: 0,
+        }
+    }
+
+    fn len(&self) -> usize {
+        self.scope.nodes.len()
+    }
+
+    /// The next node of the order; the scope must not be empty.
+    fn next(&mut self) -> &Arc<Node> {
+        let n = self.len();
+        let index = if self.cursor < self.drawn.len() {
+            self.drawn[self.cursor]
+        } else {
+            self.draw(n)
+        };
+        self.cursor = (self.cursor + 1) % n;
+        &self.scope.nodes[index as usize]
+    }
+
+    /// Fixes position `drawn.len()` of the order: swaps it with a uniformly chosen position
+    /// at or after it, as Fisher–Yates does.
+    fn draw(&mut self, n: usize) -> u32 {
+        let i = self.drawn.len();
+        let j = self.rng.gen_range(i..n);
+        if self.permutation.is_empty() && i >= DENSE_AFTER {
+            let mut permutation: Vec<u32> = (0..n as u32).collect();
+            for (&at, &node) in &self.swapped {
+                permutation[at as usize] = node;
+            }
+            self.swapped = HashMap::new();
+            self.permutation = permutation;
+        }
+        let picked = if self.permutation.is_empty() {
+            let (i32_, j32) = (i as u32, j as u32);
+            let at_i = self.swapped.remove(&i32_).unwrap_or(i32_);
+            if j == i {
+                at_i
+            } else {
+                self.swapped.insert(j32, at_i).unwrap_or(j32)
+            }
+        } else {
+            self.permutation.swap(i, j);
+            self.permutation[i]
+        };
+        self.drawn.push(picked);
+        picked
+    }
+}
+
 /// The candidate source and the job-wide feasibility cache of one attempt.
 #[derive(Debug)]
 pub(crate) struct Stack {
-    nodes: Vec<Arc<Node>>,
-    offset: usize,
+    nodes: ShuffledNodes,
     base_limit: usize,
     wide_limit: usize,
     algorithm: SchedulerAlgorithm,
-    nodes_available: BTreeMap<String, u64>,
     /// Per class: do the job's class-safe constraints hold?
     job_class_cache: HashMap<String, bool>,
 }
 
 impl Stack {
-    /// A stack over `nodes`, shuffled with `rng`; `batch` selects the two-choice limit.
+    /// A stack over `scope`'s nodes, in an order drawn from `rng`; `batch` selects the
+    /// two-choice limit.
     pub fn new(
-        mut nodes: Vec<Arc<Node>>,
-        nodes_available: BTreeMap<String, u64>,
+        scope: Arc<ReadyScope>,
         batch: bool,
         algorithm: SchedulerAlgorithm,
         wide_limit: usize,
         rng: &mut dyn RngCore,
     ) -> Stack {
-        nodes.shuffle(rng);
-        let n = nodes.len();
+        let n = scope.nodes.len();
         let base_limit = if batch || n == 0 {
             2
         } else {
@@ -258,12 +338,10 @@ impl Stack {
             (log as usize).max(2)
         };
         Stack {
-            nodes,
-            offset: 0,
+            nodes: ShuffledNodes::new(scope, rng),
             base_limit,
             wide_limit,
             algorithm,
-            nodes_available,
             job_class_cache: HashMap::new(),
         }
     }
@@ -277,7 +355,7 @@ impl Stack {
     /// Starts fresh metrics for one placement.
     pub fn reset_metrics(&self, ctx: &mut EvalContext) {
         ctx.metrics = AllocMetric {
-            nodes_available: self.nodes_available.clone(),
+            nodes_available: self.nodes.scope.by_dc.clone(),
             nodes_in_pool: self.nodes.len() as u64,
             ..AllocMetric::default()
         };
@@ -309,8 +387,7 @@ impl Stack {
         let mut skipped: Vec<Choice> = Vec::new();
         let mut best: Option<Choice> = None;
         while seen < n && taken < limit {
-            let node = self.nodes[self.offset].clone();
-            self.offset = (self.offset + 1) % n;
+            let node = self.nodes.next().clone();
             seen += 1;
             let (score, victims) = match self.evaluate(ctx, placer, &node, penalty, preempt) {
                 Verdict::Feasible(score) => (score, Vec::new()),
@@ -653,6 +730,7 @@ fn even_spread_boost(counts: &HashMap<String, u64>, value: &str) -> f64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::collections::BTreeMap;
 
     #[test]
     fn even_spread_favours_the_least_used_values() {
@@ -670,22 +748,71 @@ mod tests {
     }
 
     #[test]
+    fn the_lazy_order_is_a_uniform_permutation_that_repeats() {
+        let scope = |n: usize| {
+            Arc::new(ReadyScope {
+                nodes: (0..n)
+                    .map(|i| {
+                        Arc::new(Node {
+                            id: format!("n{i}").into(),
+                            ..Node::default()
+                        })
+                    })
+                    .collect(),
+                by_dc: BTreeMap::new(),
+            })
+        };
+        let mut rng = StdRng::seed_from_u64(7);
+        // Short and long walks (the long one crosses into the dense form): each node once per
+        // round, the second round the same order as the first.
+        for n in [1, 2, 5, DENSE_AFTER + 37, 1000] {
+            let mut order = ShuffledNodes::new(scope(n), &mut rng);
+            let first: Vec<String> = (0..n).map(|_| order.next().id.to_string()).collect();
+            let mut distinct = first.clone();
+            distinct.sort();
+            distinct.dedup();
+            assert_eq!(distinct.len(), n, "every node once in the first {n}");
+            let second: Vec<String> = (0..n).map(|_| order.next().id.to_string()).collect();
+            assert_eq!(first, second, "the walk repeats the drawn order");
+        }
+        // Uniform: over 20 000 walks of 100 nodes, each node is drawn at positions 0 and 70
+        // (past the sparse form) about 200 times.
+        let (n, walks) = (100, 20_000);
+        let mut at = [vec![0u32; n], vec![0u32; n]];
+        for _ in 0..walks {
+            let mut order = ShuffledNodes::new(scope(n), &mut rng);
+            for position in 0..=70 {
+                let id = order.next().id.to_string();
+                let node: usize = id[1..].parse().unwrap();
+                match position {
+                    0 => at[0][node] += 1,
+                    70 => at[1][node] += 1,
+                    _ => {}
+                }
+            }
+        }
+        for counts in &at {
+            let expected = f64::from(walks) / n as f64;
+            for &c in counts {
+                assert!(
+                    (f64::from(c) - expected).abs() < expected * 0.35,
+                    "count {c}, expected about {expected}"
+                );
+            }
+        }
+    }
+
+    #[test]
     fn limits_follow_nomad() {
         let mut rng = rand::rngs::mock::StepRng::new(0, 1);
         let nodes = |n: usize| {
-            (0..n)
-                .map(|_| Arc::new(Node::default()))
-                .collect::<Vec<_>>()
+            Arc::new(ReadyScope {
+                nodes: (0..n).map(|_| Arc::new(Node::default())).collect(),
+                by_dc: BTreeMap::new(),
+            })
         };
         let stack = |n, batch, rng: &mut dyn RngCore| {
-            Stack::new(
-                nodes(n),
-                BTreeMap::new(),
-                batch,
-                SchedulerAlgorithm::Binpack,
-                100,
-                rng,
-            )
+            Stack::new(nodes(n), batch, SchedulerAlgorithm::Binpack, 100, rng)
         };
         assert_eq!(stack(5000, true, &mut rng).base_limit(), 2);
         assert_eq!(stack(5000, false, &mut rng).base_limit(), 13);

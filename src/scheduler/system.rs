@@ -102,12 +102,15 @@ impl<'a> SystemScheduler<'a> {
         allocs: &[Arc<Allocation>],
     ) -> Result<(), SchedulerError> {
         let now = self.session.env.now;
-        let (nodes, by_dc) = ready_nodes(&self.session.snapshot, job, self.session.env.ready_nodes);
-        let eligible: HashMap<NodeId, Arc<Node>> =
-            nodes.iter().map(|n| (n.id.clone(), n.clone())).collect();
+        let scope = ready_nodes(&self.session.snapshot, job, self.session.env.ready_nodes);
+        let eligible: HashMap<NodeId, Arc<Node>> = scope
+            .nodes
+            .iter()
+            .map(|n| (n.id.clone(), n.clone()))
+            .collect();
         // Every eligible node is visited explicitly (Nomad's static iterator); the stack
         // holds the job-wide class cache and the metrics' node counts.
-        let (mut stack, mut placers) = self.session.stack(ctx, job, nodes, by_dc, false);
+        let (mut stack, mut placers) = self.session.stack(ctx, job, scope, false);
         let preempt = self.session.preemption_enabled(job.job_type);
 
         // Live allocation per (node, group); finished sysbatch runs of this version.

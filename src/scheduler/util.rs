@@ -274,55 +274,55 @@ pub(crate) fn reschedule_tracker_for(
     RescheduleTracker { events: kept }
 }
 
-/// The candidate nodes of a job: ready, eligible, not draining, in its datacenters and node
-/// pool. Also counts them per datacenter (`NodesAvailable`).
+/// The candidate nodes of a job's scope (ready, eligible, not draining, in its datacenters
+/// and node pool) and how many there are per datacenter (`NodesAvailable`). Shared: a cached
+/// scope is handed to every evaluation of that scope until the nodes table changes.
+#[derive(Debug, Default)]
+pub(crate) struct ReadyScope {
+    pub nodes: Vec<Arc<Node>>,
+    pub by_dc: BTreeMap<String, u64>,
+}
+
+/// The candidate nodes of `job`, from `cache` when it holds them for this nodes table.
 pub(crate) fn ready_nodes(
     snapshot: &Snapshot,
     job: &Job,
     cache: Option<&ReadyNodesCache>,
-) -> (Vec<Arc<Node>>, BTreeMap<String, u64>) {
-    let Some(cache) = cache else {
-        return scan_ready_nodes(snapshot, job);
-    };
-    let mut last = cache.last.borrow_mut();
-    if let Some(hit) = last.as_ref().filter(|c| {
-        c.snapshot.same_nodes(snapshot)
-            && c.datacenters == job.datacenters
-            && c.node_pool == job.node_pool
-    }) {
-        return (hit.nodes.clone(), hit.by_dc.clone());
+) -> Arc<ReadyScope> {
+    match cache {
+        Some(cache) => cache.scope(snapshot, job),
+        None => Arc::new(scan_ready_nodes(snapshot, job)),
     }
-    let (nodes, by_dc) = scan_ready_nodes(snapshot, job);
-    *last = Some(CachedScope {
-        snapshot: snapshot.clone(),
-        datacenters: job.datacenters.clone(),
-        node_pool: job.node_pool.clone(),
-        nodes: nodes.clone(),
-        by_dc: by_dc.clone(),
-    });
-    (nodes, by_dc)
 }
 
-fn scan_ready_nodes(snapshot: &Snapshot, job: &Job) -> (Vec<Arc<Node>>, BTreeMap<String, u64>) {
-    let mut nodes = Vec::new();
-    let mut by_dc = BTreeMap::new();
+fn scan_ready_nodes(snapshot: &Snapshot, job: &Job) -> ReadyScope {
+    let mut scope = ReadyScope::default();
     for node in snapshot.nodes() {
         if node.ready_for_placement() && node_in_job_scope(job, node) {
-            *by_dc.entry(node.datacenter.clone()).or_default() += 1;
-            nodes.push(node.clone());
+            match scope.by_dc.get_mut(&node.datacenter) {
+                Some(n) => *n += 1,
+                None => {
+                    scope.by_dc.insert(node.datacenter.clone(), 1);
+                }
+            }
+            scope.nodes.push(node.clone());
         }
     }
-    (nodes, by_dc)
+    scope
 }
 
-/// The last scope's ready nodes, for evaluations scheduled one after another on views of one
-/// snapshot (a worker's batch): finding them walks every node, which dominates the cost of
-/// a small job's evaluation on a large cluster, and the views share their nodes table.
-/// Valid only while the nodes table is the very same ([`Snapshot::same_nodes`]). One
-/// scheduler thread uses it at a time.
+/// How many scopes (datacenter set and node pool) the cache keeps for one nodes table.
+const CACHED_SCOPES: usize = 16;
+
+/// The ready nodes of recent scopes, remembered across evaluations for as long as the nodes
+/// table is the very same ([`Snapshot::same_nodes`]): finding them walks every node, which
+/// would otherwise dominate a small job's evaluation on a large cluster, and the nodes table
+/// changes only when a node does (registration, status, drain, eligibility), not when
+/// allocations, jobs or evaluations do. A worker pool shares one cache between its workers
+/// and batches; a miss (another nodes table) starts it afresh.
 #[derive(Default)]
 pub struct ReadyNodesCache {
-    last: std::cell::RefCell<Option<CachedScope>>,
+    entries: std::sync::Mutex<CachedTable>,
 }
 
 impl std::fmt::Debug for ReadyNodesCache {
@@ -331,13 +331,60 @@ impl std::fmt::Debug for ReadyNodesCache {
     }
 }
 
-struct CachedScope {
-    /// Holds the nodes table the entry was computed on.
-    snapshot: Snapshot,
-    datacenters: Vec<String>,
-    node_pool: String,
-    nodes: Vec<Arc<Node>>,
-    by_dc: BTreeMap<String, u64>,
+/// The scopes computed on one nodes table.
+#[derive(Default)]
+struct CachedTable {
+    /// Holds the nodes table the scopes were computed on.
+    snapshot: Option<Snapshot>,
+    /// Most recently used last.
+    scopes: Vec<(Vec<String>, String, Arc<ReadyScope>)>,
+}
+
+impl ReadyNodesCache {
+    fn scope(&self, snapshot: &Snapshot, job: &Job) -> Arc<ReadyScope> {
+        {
+            let mut table = self.entries.lock().unwrap_or_else(|p| p.into_inner());
+            if table
+                .snapshot
+                .as_ref()
+                .is_some_and(|s| s.same_nodes(snapshot))
+            {
+                let found = table
+                    .scopes
+                    .iter()
+                    .position(|(dcs, pool, _)| *dcs == job.datacenters && *pool == job.node_pool);
+                if let Some(at) = found {
+                    let entry = table.scopes.remove(at);
+                    let scope = entry.2.clone();
+                    table.scopes.push(entry);
+                    return scope;
+                }
+            }
+        }
+        // Scanned outside the lock: other workers' hits do not wait for it.
+        let scope = Arc::new(scan_ready_nodes(snapshot, job));
+        let mut table = self.entries.lock().unwrap_or_else(|p| p.into_inner());
+        if !table
+            .snapshot
+            .as_ref()
+            .is_some_and(|s| s.same_nodes(snapshot))
+        {
+            table.snapshot = Some(snapshot.clone());
+            table.scopes.clear();
+        }
+        table
+            .scopes
+            .retain(|(dcs, pool, _)| !(*dcs == job.datacenters && *pool == job.node_pool));
+        if table.scopes.len() >= CACHED_SCOPES {
+            table.scopes.remove(0);
+        }
+        table.scopes.push((
+            job.datacenters.clone(),
+            job.node_pool.clone(),
+            scope.clone(),
+        ));
+        scope
+    }
 }
 
 /// The counts [`PlanResult::full_commit`](teamster_storage::model::PlanResult::full_commit)
@@ -438,25 +485,37 @@ mod tests {
         let job = mock_job("web", 1);
         let cache = ReadyNodesCache::default();
         let base = h.snapshot();
-        assert_eq!(ready_nodes(&base, &job, Some(&cache)).0.len(), 3);
+        let first = ready_nodes(&base, &job, Some(&cache));
+        assert_eq!(first.nodes.len(), 3);
         // A view with allocations applied shares the nodes table: the cached answer holds.
         let empty = PlanEvaluation::default().apply_command(h.now);
         let (view, _) = base.with_applied(Command::ApplyPlanResults(empty));
         assert!(view.same_nodes(&base));
-        assert_eq!(ready_nodes(&view, &job, Some(&cache)).0.len(), 3);
+        let again = ready_nodes(&view, &job, Some(&cache));
+        assert!(
+            Arc::ptr_eq(&first, &again),
+            "served from the cache, not scanned again"
+        );
         // A new node changes the table: the cache must not answer the old list.
         let (grown, _) = base.with_applied(Command::NodeRegister(NodeRegister {
             node: mock_node(7),
             evals: Vec::new(),
         }));
         assert!(!grown.same_nodes(&base));
-        let (nodes, by_dc) = ready_nodes(&grown, &job, Some(&cache));
-        assert_eq!(nodes.len(), 4);
-        assert_eq!(by_dc.get("dc1"), Some(&4));
+        let scope = ready_nodes(&grown, &job, Some(&cache));
+        assert_eq!(scope.nodes.len(), 4);
+        assert_eq!(scope.by_dc.get("dc1"), Some(&4));
         // Another scope on the same table is scanned, not served from the last one.
         let mut elsewhere = job.clone();
         elsewhere.datacenters = vec!["dc2".into()];
-        assert!(ready_nodes(&grown, &elsewhere, Some(&cache)).0.is_empty());
+        assert!(ready_nodes(&grown, &elsewhere, Some(&cache))
+            .nodes
+            .is_empty());
+        // Both scopes stay cached for that table.
+        assert!(Arc::ptr_eq(
+            &scope,
+            &ready_nodes(&grown, &job, Some(&cache))
+        ));
     }
 
     #[test]

@@ -241,6 +241,7 @@ impl Server {
                 raft_sync_limit: config.raft_sync_limit,
                 settings: crate::scheduler::SchedulerSettings::default(),
                 schedulers: Arc::new(worker::PlacementSchedulers),
+                ready_nodes: Arc::default(),
                 shutdown: shutdown.clone(),
             }),
             worker::pool::PoolConfig {

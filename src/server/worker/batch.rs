@@ -112,10 +112,10 @@ pub(super) fn speculate(
     settings: &SchedulerSettings,
     now: i64,
     rng: &mut dyn rand::RngCore,
+    cache: &ReadyNodesCache,
 ) -> Vec<Speculation> {
     let mut view = snapshot;
     // The plans leave the nodes table alone, so every view shares the snapshot's ready nodes.
-    let cache = ReadyNodesCache::default();
     evals
         .iter()
         .map(|eval| {
@@ -127,7 +127,7 @@ pub(super) fn speculate(
                 now,
                 rng: &mut *rng,
                 settings: settings.clone(),
-                ready_nodes: Some(&cache),
+                ready_nodes: Some(cache),
             };
             let outcome = factory.process(eval, view.clone(), &mut recorder, env);
             let Recorder {
@@ -292,11 +292,14 @@ impl Runner {
         let seed: u64 = self.rng.gen();
         let settings = self.ctx.settings.clone();
         let factory = self.ctx.schedulers.clone();
+        let cache = self.ctx.ready_nodes.clone();
         std::thread::Builder::new()
             .name("scheduler".into())
             .spawn(move || {
                 let mut rng = StdRng::seed_from_u64(seed);
-                let r = speculate(&*factory, &evals, snapshot, &settings, now, &mut rng);
+                let r = speculate(
+                    &*factory, &evals, snapshot, &settings, now, &mut rng, &cache,
+                );
                 let _ = done_tx.send(r);
             })
             .map_err(|e| WorkerError::Thread(e.to_string()))?;

@@ -33,6 +33,7 @@ impl Runner {
         let seed: u64 = self.rng.gen();
         let settings = self.ctx.settings.clone();
         let factory = self.ctx.schedulers.clone();
+        let cache = self.ctx.ready_nodes.clone();
         let thread_eval = eval.clone();
         let mut planning = Planning {
             token: token.to_string(),
@@ -52,7 +53,7 @@ impl Runner {
                     now,
                     rng: &mut rng,
                     settings,
-                    ready_nodes: None,
+                    ready_nodes: Some(&cache),
                 };
                 let r = factory.process(&thread_eval, snapshot, &mut planner, env);
                 let _ = done_tx.send(r);

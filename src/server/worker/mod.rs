@@ -62,7 +62,9 @@ use tokio_util::sync::CancellationToken;
 use crate::rpc::service::eval::EvalReapRequest;
 use crate::rpc::service::job::JobBatchDeregisterRequest;
 use crate::rpc::{DequeuedEval, ServiceError};
-use crate::scheduler::{new_scheduler, Planner, SchedulerEnv, SchedulerError, SchedulerSettings};
+use crate::scheduler::{
+    new_scheduler, Planner, ReadyNodesCache, SchedulerEnv, SchedulerError, SchedulerSettings,
+};
 use crate::util::{RngSource, SharedClock};
 
 /// Errors of the workers and their pool.
@@ -273,6 +275,8 @@ pub struct WorkerContext {
     pub settings: SchedulerSettings,
     /// The placement schedulers.
     pub schedulers: Arc<dyn SchedulerFactory>,
+    /// The ready nodes of recent scopes, shared by the workers while the nodes table holds.
+    pub ready_nodes: Arc<ReadyNodesCache>,
     /// The server's shutdown: nack what is in hand and exit.
     pub shutdown: CancellationToken,
 }

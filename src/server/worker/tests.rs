@@ -276,6 +276,7 @@ fn setup_with(schedulers: Option<Arc<dyn SchedulerFactory>>) -> Setup {
         raft_sync_limit: Duration::from_secs(1),
         settings: SchedulerSettings::default(),
         schedulers,
+        ready_nodes: Default::default(),
         shutdown: CancellationToken::new(),
     });
     Setup {
@@ -964,6 +965,7 @@ fn speculation_gives_each_evaluation_the_capacity_left_by_those_before_it() {
         &SchedulerSettings::default(),
         h.now,
         &mut rng,
+        &Default::default(),
     );
     assert_eq!(out.len(), 4);
     let mut nodes = Vec::new();
