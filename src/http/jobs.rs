@@ -10,7 +10,7 @@ use axum::extract::{Path, Query, State};
 use axum::response::{IntoResponse, Response};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
-use teamster_storage::model::{Job, JobStatus, JobSummary, ModelError, Namespace};
+use teamster_storage::model::{Job, JobId, JobStatus, JobSummary, JobType, ModelError, Namespace};
 use teamster_storage::state::Table;
 
 use super::error::ApiError;
@@ -225,7 +225,7 @@ pub async fn list(
     } else {
         Box::new(snap.jobs_by_prefix(&opts.namespace, &opts.prefix))
     };
-    let stubs: Vec<Value> = jobs
+    let stubs: Vec<JobListStub<'_>> = jobs
         .map(|job| {
             job_stub(
                 job,
@@ -250,29 +250,57 @@ pub async fn get(
     Ok(json_read(job.as_ref(), meta))
 }
 
-/// Nomad's `JobListStub`.
-fn job_stub(job: &Job, summary: Option<&std::sync::Arc<JobSummary>>) -> Value {
-    serde_json::json!({
-        "ID": job.id,
-        "ParentID": job.parent_id,
-        "Name": job.name,
-        "Namespace": job.namespace,
-        "Datacenters": job.datacenters,
-        "NodePool": job.node_pool,
-        "Multiregion": null,
-        "Type": job.job_type,
-        "Priority": job.priority,
-        "Periodic": job.periodic.is_some(),
-        "ParameterizedJob": job.parameterized_job.is_some(),
-        "Stop": job.stop,
-        "Status": job.status,
-        "StatusDescription": job.status_description,
-        "JobSummary": summary.map(|s| s.as_ref()),
-        "CreateIndex": job.create_index,
-        "ModifyIndex": job.modify_index,
-        "JobModifyIndex": job.job_modify_index,
-        "SubmitTime": job.submit_time,
-    })
+/// Nomad's `JobListStub`, serialized straight from the job (a list of ten thousand jobs
+/// builds no JSON tree).
+#[derive(Serialize)]
+#[serde(rename_all = "PascalCase")]
+struct JobListStub<'a> {
+    #[serde(rename = "ID")]
+    id: &'a JobId,
+    #[serde(rename = "ParentID")]
+    parent_id: &'a JobId,
+    name: &'a str,
+    namespace: &'a Namespace,
+    datacenters: &'a [String],
+    node_pool: &'a str,
+    multiregion: Option<()>,
+    #[serde(rename = "Type")]
+    job_type: JobType,
+    priority: u32,
+    periodic: bool,
+    parameterized_job: bool,
+    stop: bool,
+    status: JobStatus,
+    status_description: &'a str,
+    job_summary: Option<&'a JobSummary>,
+    create_index: u64,
+    modify_index: u64,
+    job_modify_index: u64,
+    submit_time: i64,
+}
+
+fn job_stub<'a>(job: &'a Job, summary: Option<&'a std::sync::Arc<JobSummary>>) -> JobListStub<'a> {
+    JobListStub {
+        id: &job.id,
+        parent_id: &job.parent_id,
+        name: &job.name,
+        namespace: &job.namespace,
+        datacenters: &job.datacenters,
+        node_pool: &job.node_pool,
+        multiregion: None,
+        job_type: job.job_type,
+        priority: job.priority,
+        periodic: job.periodic.is_some(),
+        parameterized_job: job.parameterized_job.is_some(),
+        stop: job.stop,
+        status: job.status,
+        status_description: &job.status_description,
+        job_summary: summary.map(|s| s.as_ref()),
+        create_index: job.create_index,
+        modify_index: job.modify_index,
+        job_modify_index: job.job_modify_index,
+        submit_time: job.submit_time,
+    }
 }
 
 /// Nomad's `JobDeregisterResponse`.

@@ -170,6 +170,13 @@ impl PlanEvaluation {
         self.node_allocation.values().map(Vec::len).sum()
     }
 
+    /// Accepted placements, updates, stops and evictions together.
+    pub fn change_count(&self) -> usize {
+        self.accepted_allocs()
+            + self.node_update.values().map(Vec::len).sum::<usize>()
+            + self.node_preemptions.values().map(Vec::len).sum::<usize>()
+    }
+
     /// The raft command committing the accepted part. `now` (Unix nanoseconds) stamps the
     /// modify times (and the create time of allocations that have none).
     pub fn apply_command(&self, now: i64) -> ApplyPlanResults {

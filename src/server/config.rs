@@ -462,8 +462,9 @@ pub struct EvalBrokerConfig {
     /// Period of the cancelable reaper's straggler sweep; it also runs after every Ack (5 s).
     #[serde(with = "duration_str")]
     pub reap_cancelable_interval: Duration,
-    /// Accepted plans committing at once in the plan applier's pipeline (Nomad's
-    /// `plan_apply_pipeline`, settled at 6–8).
+    /// Accepted plans committing at once in the plan applier's pipeline, counted in units of
+    /// 1 000 changes (placements, stops, evictions): 8 lets eight C1M-sized plans commit at
+    /// once, or up to 1 024 small ones, which the write batcher folds into one raft entry.
     pub plan_apply_pipeline: usize,
     /// Most cancelable evals the reaper writes per raft entry (728). No TOML key.
     #[serde(skip)]

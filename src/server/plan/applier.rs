@@ -24,6 +24,46 @@ use crate::util::SharedClock;
 struct Committed {
     token: OverlayToken,
     index: Option<u64>,
+    /// The plan's weight in the pipeline ([`plan_weight`]).
+    weight: usize,
+}
+
+/// Changes (placements, stops, evictions) one unit of `plan_apply_pipeline` stands for.
+pub const PIPELINE_UNIT: usize = 1_000;
+
+/// Most plans committing at once however small they are (the write batcher's largest
+/// raft entry).
+pub const MAX_PLANS_IN_FLIGHT: usize = 1_024;
+
+/// What a plan weighs against the pipeline: the changes it commits, at least one.
+fn plan_weight(evaluation: &crate::scheduler::verify::PlanEvaluation) -> usize {
+    evaluation.change_count().max(1)
+}
+
+/// Commits in flight, bounded in changes (`plan_apply_pipeline` × [`PIPELINE_UNIT`]: eight
+/// C1M-sized plans of 1 000 placements, or hundreds of one-placement plans that the write
+/// batcher folds into one raft entry) and in plans ([`MAX_PLANS_IN_FLIGHT`]). A plan larger
+/// than the whole budget still goes, alone.
+#[derive(Debug, Default)]
+struct Pipeline {
+    plans: usize,
+    weight: usize,
+}
+
+impl Pipeline {
+    fn has_room(&self, budget: usize) -> bool {
+        self.plans == 0 || (self.plans < MAX_PLANS_IN_FLIGHT && self.weight < budget)
+    }
+
+    fn start(&mut self, weight: usize) {
+        self.plans += 1;
+        self.weight += weight;
+    }
+
+    fn finish(&mut self, weight: usize) {
+        self.plans -= 1;
+        self.weight -= weight;
+    }
 }
 
 /// How long a plan refused outright waits for the commits in flight before it is answered.
@@ -58,7 +98,8 @@ impl PlanApplier {
         let mut overlay = PlanOverlay::new();
         // Accepted plans whose commit is known, with the index they committed at.
         let mut committed: Vec<(OverlayToken, u64)> = Vec::new();
-        let mut in_flight = 0usize;
+        let mut in_flight = Pipeline::default();
+        let budget = self.config.plan_apply_pipeline * PIPELINE_UNIT;
         let (done_tx, mut done_rx) = mpsc::unbounded_channel::<Committed>();
         let on_done = |c: Committed,
                        overlay: &mut PlanOverlay,
@@ -77,20 +118,20 @@ impl PlanApplier {
                     Err(_) => break,
                 },
                 Some(c) = done_rx.recv() => {
-                    in_flight -= 1;
+                    in_flight.finish(c.weight);
                     on_done(c, &mut overlay, &mut committed);
                     continue;
                 }
             };
             while let Ok(c) = done_rx.try_recv() {
-                in_flight -= 1;
+                in_flight.finish(c.weight);
                 on_done(c, &mut overlay, &mut committed);
             }
-            // Back-pressure: at most `max_in_flight` commits outstanding.
-            while in_flight >= self.config.plan_apply_pipeline {
+            // Back-pressure: the pipeline's budget of commits outstanding.
+            while !in_flight.has_room(budget) {
                 match done_rx.recv().await {
                     Some(c) => {
-                        in_flight -= 1;
+                        in_flight.finish(c.weight);
                         on_done(c, &mut overlay, &mut committed);
                     }
                     None => break,
@@ -151,10 +192,10 @@ impl PlanApplier {
                     // named (a conflict is rare; the pipeline waits only then).
                     // Bounded: a commit that hangs must not stall every later plan.
                     let until = tokio::time::Instant::now() + IN_FLIGHT_WAIT;
-                    while in_flight > 0 {
+                    while in_flight.plans > 0 {
                         match tokio::time::timeout_at(until, done_rx.recv()).await {
                             Ok(Some(c)) => {
-                                in_flight -= 1;
+                                in_flight.finish(c.weight);
                                 on_done(c, &mut overlay, &mut committed);
                             }
                             Ok(None) | Err(_) => break,
@@ -178,9 +219,10 @@ impl PlanApplier {
             let allocs = evaluation.accepted_allocs() as u64;
             let partial = evaluation.is_partial();
             let floor = evaluation.refresh_index_floor;
+            let weight = plan_weight(&evaluation);
             let node = self.node.clone();
             let done = done_tx.clone();
-            in_flight += 1;
+            in_flight.start(weight);
             tokio::spawn(
                 async move {
                     let started = Instant::now();
@@ -212,7 +254,11 @@ impl PlanApplier {
                     metrics::counter!("teamster_plan_applied_total", "outcome" => outcome)
                         .increment(1);
                     pending.respond(answer);
-                    let _ = done.send(Committed { token, index });
+                    let _ = done.send(Committed {
+                        token,
+                        index,
+                        weight,
+                    });
                 }
                 .in_current_span(),
             );
@@ -280,5 +326,38 @@ impl LeaderDuty for PlanQueueDuty {
             self.queue.set_enabled(false);
             self.applier.stop().await;
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_pipeline_is_bounded_in_changes_and_in_plans() {
+        let budget = 8 * PIPELINE_UNIT;
+        // C1M-sized plans: eight at once, as `plan_apply_pipeline = 8` always meant.
+        let mut p = Pipeline::default();
+        for _ in 0..8 {
+            assert!(p.has_room(budget));
+            p.start(1_000);
+        }
+        assert!(!p.has_room(budget));
+        p.finish(1_000);
+        assert!(p.has_room(budget));
+        // One-placement plans: up to MAX_PLANS_IN_FLIGHT, far more than eight.
+        let mut p = Pipeline::default();
+        for _ in 0..MAX_PLANS_IN_FLIGHT {
+            assert!(p.has_room(budget));
+            p.start(1);
+        }
+        assert!(!p.has_room(budget), "the plan count bounds small plans");
+        // A plan over the whole budget goes when nothing else is in flight, and alone.
+        let mut p = Pipeline::default();
+        assert!(p.has_room(budget));
+        p.start(50_000);
+        assert!(!p.has_room(budget));
+        p.finish(50_000);
+        assert_eq!((p.plans, p.weight), (0, 0));
     }
 }
