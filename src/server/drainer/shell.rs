@@ -112,9 +112,16 @@ impl Drainer {
     async fn run(self, stop: CancellationToken) {
         loop {
             let snapshot = self.writer.state().snapshot();
-            let seen = snapshot.max_index(&WATCHED);
             let now = self.clock.now_unix_nanos();
             let planned = core::plan(&snapshot, now);
+            // Without a draining node only a node change can start work: allocation and job
+            // changes (every placement) do not wake the drainer to walk the nodes again.
+            let watched: &[Table] = if planned.draining > 0 {
+                &WATCHED
+            } else {
+                &[Table::Nodes]
+            };
+            let seen = snapshot.max_index(watched);
             metrics::gauge!("teamster_drainer_draining_nodes").set(planned.draining as f64);
             if !planned.is_idle() {
                 if stop.is_cancelled() {
@@ -137,7 +144,7 @@ impl Drainer {
             // (`wait_tables` answers at once for index 0: wait for anything after 1.)
             let waited = tokio::select! {
                 _ = stop.cancelled() => return,
-                waited = self.writer.state().wait_tables(&WATCHED, seen.max(1), sleep) => waited,
+                waited = self.writer.state().wait_tables(watched, seen.max(1), sleep) => waited,
             };
             match waited {
                 Err(_) => return, // the store is closed: the server is shutting down
