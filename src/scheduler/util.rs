@@ -10,7 +10,7 @@ use teamster_storage::model::{
     Evaluation, Job, Node, Plan, PlanResult, RescheduleEvent, ReschedulePolicy, RescheduleTracker,
     TaskGroup,
 };
-use teamster_storage::state::Snapshot;
+use teamster_storage::state::{NodesVersion, Snapshot};
 
 use crate::scheduler::context::Eligibility;
 use crate::scheduler::feasible::node_in_job_scope;
@@ -334,8 +334,9 @@ impl std::fmt::Debug for ReadyNodesCache {
 /// The scopes computed on one nodes table.
 #[derive(Default)]
 struct CachedTable {
-    /// Holds the nodes table the scopes were computed on.
-    snapshot: Option<Snapshot>,
+    /// The nodes table the scopes were computed on (that table only: a cache that lives as
+    /// long as the server must not keep old jobs, allocations and evaluations alive).
+    nodes: Option<NodesVersion>,
     /// Most recently used last.
     scopes: Vec<(Vec<String>, String, Arc<ReadyScope>)>,
 }
@@ -344,11 +345,7 @@ impl ReadyNodesCache {
     fn scope(&self, snapshot: &Snapshot, job: &Job) -> Arc<ReadyScope> {
         {
             let mut table = self.entries.lock().unwrap_or_else(|p| p.into_inner());
-            if table
-                .snapshot
-                .as_ref()
-                .is_some_and(|s| s.same_nodes(snapshot))
-            {
+            if table.nodes.as_ref().is_some_and(|v| v.is_of(snapshot)) {
                 let found = table
                     .scopes
                     .iter()
@@ -364,12 +361,8 @@ impl ReadyNodesCache {
         // Scanned outside the lock: other workers' hits do not wait for it.
         let scope = Arc::new(scan_ready_nodes(snapshot, job));
         let mut table = self.entries.lock().unwrap_or_else(|p| p.into_inner());
-        if !table
-            .snapshot
-            .as_ref()
-            .is_some_and(|s| s.same_nodes(snapshot))
-        {
-            table.snapshot = Some(snapshot.clone());
+        if !table.nodes.as_ref().is_some_and(|v| v.is_of(snapshot)) {
+            table.nodes = Some(snapshot.nodes_version());
             table.scopes.clear();
         }
         table
@@ -516,6 +509,28 @@ mod tests {
             &scope,
             &ready_nodes(&grown, &job, Some(&cache))
         ));
+    }
+
+    #[test]
+    fn the_cache_keeps_only_the_nodes_table_alive() {
+        use crate::scheduler::harness::{mock_job, mock_node, Harness};
+
+        let mut h = Harness::new();
+        h.register_node(mock_node(0)).unwrap();
+        let job = mock_job("web", 1);
+        h.register_job(job.clone()).unwrap();
+        let snapshot = h.snapshot();
+        let stored = snapshot
+            .job_by_id(&job.namespace, &job.id)
+            .expect("registered")
+            .clone();
+        let cache = ReadyNodesCache::default();
+        assert_eq!(ready_nodes(&snapshot, &job, Some(&cache)).nodes.len(), 1);
+        drop(snapshot);
+        drop(h);
+        // The cache lives as long as the server: it must not pin the jobs (or allocations
+        // and evaluations) of the state it last scanned.
+        assert_eq!(Arc::strong_count(&stored), 1);
     }
 
     #[test]

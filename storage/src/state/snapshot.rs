@@ -200,6 +200,12 @@ impl Snapshot {
         self.tables.nodes.ptr_eq(&other.tables.nodes)
     }
 
+    /// This snapshot's nodes table alone, to recognise it later
+    /// ([`NodesVersion::is_of`]) without keeping the rest of the state alive.
+    pub fn nodes_version(&self) -> NodesVersion {
+        NodesVersion(self.tables.nodes.clone())
+    }
+
     /// Nodes whose ID starts with `prefix`, ordered by ID.
     pub fn nodes_by_prefix<'a>(
         &'a self,
@@ -480,5 +486,25 @@ impl Snapshot {
     /// The cluster's identity, once the first leader wrote it.
     pub fn cluster_meta(&self) -> Option<&ClusterMeta> {
         self.tables.cluster_meta.as_deref()
+    }
+}
+
+/// One version of the nodes table (see [`Snapshot::nodes_version`]): holds that table only,
+/// so a long-lived cache keyed by it pins no jobs, allocations or evaluations.
+#[derive(Clone)]
+pub struct NodesVersion(imbl::OrdMap<crate::model::NodeId, Arc<Node>>);
+
+impl std::fmt::Debug for NodesVersion {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("NodesVersion")
+            .field("nodes", &self.0.len())
+            .finish()
+    }
+}
+
+impl NodesVersion {
+    /// Whether `snapshot` holds this very nodes table (O(1)).
+    pub fn is_of(&self, snapshot: &Snapshot) -> bool {
+        self.0.ptr_eq(&snapshot.tables.nodes)
     }
 }
