@@ -58,8 +58,22 @@ pub fn open_repairing(
 mod tests {
     use super::*;
 
+    /// Opens `path`, waiting (up to 10 s) while an earlier handle's background threads still
+    /// hold sled's file lock: a dropped `Db` releases it asynchronously, so an open right
+    /// after a drop can meet the lock instead of the state under test.
     fn open(path: &Path) -> sled::Result<sled::Db> {
-        sled::Config::new().path(path).flush_every_ms(None).open()
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        loop {
+            match sled::Config::new().path(path).flush_every_ms(None).open() {
+                Err(sled::Error::Io(e))
+                    if e.to_string().contains("could not acquire lock")
+                        && std::time::Instant::now() < deadline =>
+                {
+                    std::thread::sleep(std::time::Duration::from_millis(5));
+                }
+                other => return other,
+            }
+        }
     }
 
     #[test]
