@@ -315,7 +315,7 @@ fn scan_ready_nodes(snapshot: &Snapshot, job: &Job) -> ReadyScope {
 const CACHED_SCOPES: usize = 16;
 
 /// The ready nodes of recent scopes, remembered across evaluations for as long as the nodes
-/// table is the very same ([`Snapshot::same_nodes`]): finding them walks every node, which
+/// table is the very same ([`NodesVersion::is_of`]): finding them walks every node, which
 /// would otherwise dominate a small job's evaluation on a large cluster, and the nodes table
 /// changes only when a node does (registration, status, drain, eligibility), not when
 /// allocations, jobs or evaluations do. A worker pool shares one cache between its workers
@@ -483,7 +483,7 @@ mod tests {
         // A view with allocations applied shares the nodes table: the cached answer holds.
         let empty = PlanEvaluation::default().apply_command(h.now);
         let (view, _) = base.with_applied(Command::ApplyPlanResults(empty));
-        assert!(view.same_nodes(&base));
+        assert!(base.nodes_version().is_of(&view));
         let again = ready_nodes(&view, &job, Some(&cache));
         assert!(
             Arc::ptr_eq(&first, &again),
@@ -494,7 +494,7 @@ mod tests {
             node: mock_node(7),
             evals: Vec::new(),
         }));
-        assert!(!grown.same_nodes(&base));
+        assert!(!base.nodes_version().is_of(&grown));
         let scope = ready_nodes(&grown, &job, Some(&cache));
         assert_eq!(scope.nodes.len(), 4);
         assert_eq!(scope.by_dc.get("dc1"), Some(&4));

@@ -194,14 +194,9 @@ impl Snapshot {
         self.tables.nodes.values()
     }
 
-    /// Whether `other` holds this very nodes table (O(1)): views made from one snapshot by
-    /// [`Snapshot::with_applied`] share it until a command changes a node.
-    pub fn same_nodes(&self, other: &Snapshot) -> bool {
-        self.tables.nodes.ptr_eq(&other.tables.nodes)
-    }
-
-    /// This snapshot's nodes table alone, to recognise it later
-    /// ([`NodesVersion::is_of`]) without keeping the rest of the state alive.
+    /// This snapshot's nodes table alone, to recognise it later ([`NodesVersion::is_of`],
+    /// O(1)) without keeping the rest of the state alive. Views made from one snapshot by
+    /// [`Snapshot::with_applied`] share the table until a command changes a node.
     pub fn nodes_version(&self) -> NodesVersion {
         NodesVersion(self.tables.nodes.clone())
     }
