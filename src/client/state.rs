@@ -214,32 +214,17 @@ impl StateStore {
     }
 }
 
-/// How long an open waits for the database's file lock (a store of this process that was
-/// just dropped releases it once sled's background IO for it is done, which can take
-/// seconds on a busy machine).
-const LOCK_WAIT: std::time::Duration = std::time::Duration::from_secs(10);
-
+/// Opens the client's database; `open_repairing` also waits for a file lock that a store of
+/// this process, just dropped, is still releasing.
 fn open_db(path: &Path) -> Result<sled::Db, sled::Error> {
-    let deadline = std::time::Instant::now() + LOCK_WAIT;
-    loop {
-        let opened = teamster_storage::sled_repair::open_repairing(path, || {
-            sled::Config::new()
-                .path(path)
-                .cache_capacity(CACHE_BYTES)
-                // Every write is flushed by `write` itself.
-                .flush_every_ms(None)
-                .open()
-        });
-        match opened {
-            Err(sled::Error::Io(e))
-                if e.kind() == std::io::ErrorKind::WouldBlock
-                    && std::time::Instant::now() < deadline =>
-            {
-                std::thread::sleep(std::time::Duration::from_millis(20));
-            }
-            other => return other,
-        }
-    }
+    teamster_storage::sled_repair::open_repairing(path, || {
+        sled::Config::new()
+            .path(path)
+            .cache_capacity(CACHE_BYTES)
+            // Every write is flushed by `write` itself.
+            .flush_every_ms(None)
+            .open()
+    })
 }
 
 fn read_legacy(path: &Path) -> Result<ClientState, StateError> {
