@@ -72,7 +72,7 @@ pub fn open_repairing(
 
 /// Whether sled refused because another handle holds the database's file lock. sled wraps
 /// the `WouldBlock` of `flock` in an error of kind `Other`, so both are recognised.
-pub fn is_lock_held(error: &sled::Error) -> bool {
+fn is_lock_held(error: &sled::Error) -> bool {
     match error {
         sled::Error::Io(e) => {
             e.kind() == io::ErrorKind::WouldBlock
