@@ -305,7 +305,7 @@ pub fn spawn(shared: &Arc<Shared>, local: &LocalAlloc) -> AllocRunner {
             setup_dirs: vec![alloc_dir.clone(), secrets],
             alloc_dir: alloc_dir.clone(),
             job_name: local.job.name.clone(),
-            ports: local.alloc.allocated_resources.shared.ports.clone(),
+            ports: local.alloc.allocated_resources.shared.ports.to_vec(),
             tracker: RestartTracker::new(&policy, batch),
             reattach: local.handles.get(&task.name).cloned(),
             stop: stop.clone(),

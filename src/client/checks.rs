@@ -154,7 +154,7 @@ pub fn checks_of(local: &LocalAlloc, node: &NodeFacts) -> Vec<CheckDef> {
             out.push(CheckDef {
                 id: check_id(&reg.id, &name),
                 alloc_id: alloc.id.to_string(),
-                group: alloc.task_group.clone(),
+                group: alloc.task_group.to_string(),
                 task: live.task.name.clone(),
                 service: reg.service_name.clone(),
                 name,

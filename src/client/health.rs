@@ -982,10 +982,10 @@ mod tests {
         started(&mut local, "a", 0);
         started(&mut local, "b", 0);
         // A restarted client whose earlier verdict (or an operator's) reached the servers.
-        local.alloc.deployment_status = Some(AllocDeploymentStatus {
+        local.alloc.deployment_status = Some(Box::new(AllocDeploymentStatus {
             healthy: Some(false),
             ..AllocDeploymentStatus::default()
-        });
+        }));
         let mut watch = HealthWatch::new();
         assert_eq!(watch.step(&local, false, 30 * S), Step::Idle);
         local.health = Some(JudgedHealth {
@@ -998,10 +998,10 @@ mod tests {
 
         // Judged by this client before a restart, not yet acknowledged: reported, not
         // judged again.
-        local.alloc.deployment_status = Some(AllocDeploymentStatus {
+        local.alloc.deployment_status = Some(Box::new(AllocDeploymentStatus {
             canary: true,
             ..AllocDeploymentStatus::default()
-        });
+        }));
         let mut watch = HealthWatch::new();
         assert_eq!(watch.step(&local, false, 30 * S), Step::Idle);
         let report = local.health_report().unwrap();

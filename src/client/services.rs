@@ -454,7 +454,8 @@ mod tests {
             value: 23000,
             to: 0,
             host_ip: "10.0.0.5".into(),
-        }];
+        }]
+        .into();
         let mut l = LocalAlloc::received(alloc, job, 0);
         for (name, running) in ["web", "side"].into_iter().zip(task_running) {
             let state = l.task_states.entry(name.into()).or_default();

@@ -79,7 +79,7 @@ impl TaskEnv {
         set("NOMAD_ALLOC_NAME", alloc.name.clone());
         set("NOMAD_ALLOC_INDEX", alloc_index(&alloc.name).to_string());
         set("NOMAD_TASK_NAME", task.name.clone());
-        set("NOMAD_GROUP_NAME", alloc.task_group.clone());
+        set("NOMAD_GROUP_NAME", alloc.task_group.to_string());
         set("NOMAD_JOB_ID", job.id.to_string());
         set("NOMAD_JOB_NAME", job.name.clone());
         set("NOMAD_NAMESPACE", job.namespace.to_string());
@@ -309,7 +309,7 @@ mod tests {
             host_ip: "10.0.0.5".into(),
         };
         alloc.allocated_resources.shared.ports =
-            vec![port("http", 23456, 0), port("admin-ui", 8081, 9000)];
+            vec![port("http", 23456, 0), port("admin-ui", 8081, 9000)].into();
         let task = &job.task_groups[0].tasks[0];
         let dir = PathBuf::from("/x");
         let dirs = TaskDirs {

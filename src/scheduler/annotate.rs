@@ -143,7 +143,7 @@ fn preempted(state: &Snapshot, plans: &[Plan]) -> Vec<Allocation> {
         .filter_map(|evict| {
             let mut alloc = (**state.alloc_by_id(&evict.id)?).clone();
             alloc.desired_status = evict.desired_status;
-            alloc.desired_description = evict.desired_description.clone();
+            alloc.desired_description = evict.desired_description.clone().into();
             alloc.preempted_by_allocation = evict.preempted_by_allocation.clone();
             Some(alloc)
         })
@@ -171,7 +171,7 @@ fn desired_updates(
         .iter()
         .flat_map(|p| p.node_allocation.values().flatten())
     {
-        let group = out.entry(alloc.task_group.clone()).or_default();
+        let group = out.entry(alloc.task_group.to_string()).or_default();
         group.preemptions += alloc.preempted_allocations.len() as u64;
         if let Some(existing) = state.alloc_by_id(&alloc.id) {
             // A live one moves to the new version; a failed one only gets its follow-up
@@ -209,7 +209,7 @@ fn desired_updates(
     for id in stops.keys() {
         touched.insert(id.clone());
         if let Some(alloc) = state.alloc_by_id(id) {
-            out.entry(alloc.task_group.clone()).or_default().stop += 1;
+            out.entry(alloc.task_group.to_string()).or_default().stop += 1;
         }
     }
     // What could not be placed is still a placement the scheduler wants.
@@ -218,7 +218,7 @@ fn desired_updates(
     }
     for alloc in state.allocs_by_job(&job.namespace, &job.id) {
         if !alloc.terminal_status() && !touched.contains(alloc.id.as_ref()) {
-            out.entry(alloc.task_group.clone()).or_default().ignore += 1;
+            out.entry(alloc.task_group.to_string()).or_default().ignore += 1;
         }
     }
     out

@@ -134,7 +134,7 @@ impl EvalContext {
                     *job_counts
                         .entry(alloc.node_id.clone())
                         .or_default()
-                        .entry(alloc.task_group.clone())
+                        .entry(alloc.task_group.to_string())
                         .or_default() += 1;
                 }
             }
@@ -243,7 +243,7 @@ impl EvalContext {
             if !alloc.terminal_status() {
                 proposed.insert(
                     alloc.id.clone(),
-                    (alloc.node_id.clone(), alloc.task_group.clone()),
+                    (alloc.node_id.clone(), alloc.task_group.to_string()),
                 );
             }
         }
@@ -257,7 +257,7 @@ impl EvalContext {
                 if alloc.job_id == job.id && !alloc.terminal_status() {
                     proposed.insert(
                         alloc.id.clone(),
-                        (alloc.node_id.clone(), alloc.task_group.clone()),
+                        (alloc.node_id.clone(), alloc.task_group.to_string()),
                     );
                 }
             }
@@ -433,7 +433,7 @@ impl EvalContext {
             .job_counts
             .entry(alloc.node_id.clone())
             .or_default()
-            .entry(alloc.task_group.clone())
+            .entry(alloc.task_group.to_string())
             .or_default();
         *count = if direction > 0 {
             count.saturating_add(1)

@@ -74,7 +74,7 @@ impl<'a> GenericScheduler<'a> {
 
         let mut requests = Vec::new();
         for old in inplace {
-            let Some(placer) = placers.get_mut(&old.task_group) else {
+            let Some(placer) = placers.get_mut(old.task_group.as_str()) else {
                 continue;
             };
             let updated = match self.session.snapshot.node_by_id(&old.node_id).cloned() {
@@ -92,7 +92,7 @@ impl<'a> GenericScheduler<'a> {
             };
             if !updated {
                 requests.push(PlaceRequest {
-                    group: old.task_group.clone(),
+                    group: old.task_group.to_string(),
                     name: old.name.clone(),
                     previous: Some(old),
                     stop_previous: Some(ALLOC_UPDATING),
@@ -176,9 +176,11 @@ impl<'a> GenericScheduler<'a> {
                         reschedule_tracker,
                         placement_score: (score * 1e6).round() as i64,
                         deployment_id: deployment_id.clone(),
-                        deployment_status: request.canary.then(|| AllocDeploymentStatus {
-                            canary: true,
-                            ..AllocDeploymentStatus::default()
+                        deployment_status: request.canary.then(|| {
+                            Box::new(AllocDeploymentStatus {
+                                canary: true,
+                                ..AllocDeploymentStatus::default()
+                            })
                         }),
                         ..self.session.new_alloc(
                             job,

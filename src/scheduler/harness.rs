@@ -236,7 +236,7 @@ impl Harness {
             .map(|a| AllocClientReport {
                 id: a.id.clone(),
                 client_status: a.client_status,
-                client_description: a.client_description.clone(),
+                client_description: a.client_description.to_string(),
                 task_states: a.task_states.clone(),
                 modify_time: at,
                 deployment_status: Some(teamster_storage::model::AllocDeploymentStatus {

@@ -414,7 +414,9 @@ impl<'a> Session<'a> {
         let used = ctx.ports_in_use(node);
         match ports::assign(network, node, &used, self.env.rng) {
             Ok(ports) => Some(AllocatedResources {
-                shared: AllocatedSharedResources { ports },
+                shared: AllocatedSharedResources {
+                    ports: ports.into(),
+                },
             }),
             Err(reason) => {
                 tracing::warn!(node_id = %node.id, %reason, "ports ranked free could not be assigned");
@@ -443,7 +445,7 @@ impl<'a> Session<'a> {
             node_id: node_id.clone(),
             job_id: job.id.clone(),
             job_version: job.version,
-            task_group: group,
+            task_group: group.into(),
             resources,
             allocated_resources: allocated,
             desired_status: DesiredStatus::Run,

@@ -128,7 +128,7 @@ impl<'a> SystemScheduler<'a> {
                         ClientStatus::Complete | ClientStatus::Failed
                     )
                 {
-                    finished.insert((alloc.node_id.clone(), alloc.task_group.clone()));
+                    finished.insert((alloc.node_id.clone(), alloc.task_group.to_string()));
                 }
                 continue;
             }

@@ -271,7 +271,9 @@ pub(crate) fn reschedule_tracker_for(
         prev_node_id: prev.node_id.clone(),
         delay: policy.map_or(0, |p| next_delay(prev, p)),
     });
-    RescheduleTracker { events: kept }
+    RescheduleTracker {
+        events: kept.into(),
+    }
 }
 
 /// The candidate nodes of a job's scope (ready, eligible, not draining, in its datacenters

@@ -67,10 +67,10 @@ fn seeded(canary: bool) -> (StateStore, Job) {
         a.deployment_id = DeploymentId::new("dep-1");
     }
     if canary {
-        allocs[0].deployment_status = Some(AllocDeploymentStatus {
+        allocs[0].deployment_status = Some(Box::new(AllocDeploymentStatus {
             canary: true,
             ..AllocDeploymentStatus::default()
-        });
+        }));
     }
     let Command::ApplyPlanResults(mut results) = place(&eval_id(1), allocs) else {
         unreachable!()

@@ -310,6 +310,33 @@ fn plan_results_place_allocations_and_keep_indexes_and_summaries() {
     assert_eq!((tg.starting, tg.running), (3, 0));
     assert_eq!(snap.table_index(Table::Allocs), 4);
     assert_eq!(snap.table_index(Table::JobSummaries), 4);
+
+    // The group name is stored once: shared within a plan, with a later plan's
+    // allocations of the job, and again after a restore.
+    let names = |snap: &teamster_storage::state::Snapshot| {
+        snap.allocs_by_job("default", "web")
+            .map(|a| a.task_group.clone())
+            .collect::<Vec<_>>()
+    };
+    let first = &names(&snap)[0];
+    assert!(names(&snap).iter().all(|g| g.ptr_eq(first)));
+    applied(store.apply(
+        5,
+        place(
+            &eval_id(1),
+            vec![alloc(3, &job, &node_id(1), &eval_id(1), 3)],
+        ),
+    ));
+    let snap = store.snapshot();
+    assert_eq!(names(&snap).len(), 4);
+    let first = &names(&snap)[0];
+    assert!(names(&snap).iter().all(|g| g.ptr_eq(first)));
+    let other = StateStore::new();
+    other.restore_image(&snap.encode_image().unwrap()).unwrap();
+    let restored = other.snapshot();
+    let first = &names(&restored)[0];
+    assert_eq!(first.as_str(), "web");
+    assert!(names(&restored).iter().all(|g| g.ptr_eq(first)));
 }
 
 #[test]

@@ -4,14 +4,15 @@
 //! `cargo test --release -p teamster-storage --test memory -- --ignored --nocapture`.
 //! It measures the growth of the resident set (`/proc/self/statm`) while 1 000 jobs of
 //! 1 000 allocations each are placed through `ApplyPlanResults`, i.e. including every
-//! secondary index and the allocator's overhead, and fails above 1 KiB per allocation.
+//! secondary index and the allocator's overhead, and fails above 512 bytes per allocation
+//! (issue 21's aim; it was 812 before ids became one pointer wide).
 
 mod common;
 
 use common::*;
 #[test]
 #[ignore = "measures a million allocations; run in release with --ignored"]
-fn resident_memory_per_allocation_stays_under_one_kib() {
+fn resident_memory_per_allocation_stays_within_512_bytes() {
     let before = resident_bytes();
     let (store, _) = million_allocations();
     let after = resident_bytes();
@@ -22,7 +23,11 @@ fn resident_memory_per_allocation_stays_under_one_kib() {
         "resident growth {:.1} MiB for {total} allocations ({C1M_JOBS} jobs, {C1M_NODES} nodes): {per_alloc:.0} bytes per allocation",
         (after - before) as f64 / (1 << 20) as f64
     );
-    assert!(per_alloc < 1024.0, "{per_alloc:.0} bytes per allocation");
+    println!(
+        "size_of::<Allocation>() = {} bytes",
+        std::mem::size_of::<teamster_storage::model::Allocation>()
+    );
+    assert!(per_alloc <= 512.0, "{per_alloc:.0} bytes per allocation");
     // A snapshot image does not carry the job per allocation either.
     let image = store.snapshot().encode_image().unwrap();
     println!(

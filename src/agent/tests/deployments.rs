@@ -59,9 +59,11 @@ async fn deployed(s: &TestServer) -> (String, Vec<String>) {
     let allocs: Vec<Allocation> = (0..2)
         .map(|n| Allocation {
             deployment_id: dep.clone(),
-            deployment_status: (n == 0).then(|| AllocDeploymentStatus {
-                canary: true,
-                ..AllocDeploymentStatus::default()
+            deployment_status: (n == 0).then(|| {
+                Box::new(AllocDeploymentStatus {
+                    canary: true,
+                    ..AllocDeploymentStatus::default()
+                })
             }),
             ..big_alloc(s, &d1, &node, 100 + n, 64)
         })

@@ -306,7 +306,7 @@ pub fn set_alloc_health(
         reverting |= is_unhealthy
             && deployment
                 .task_groups
-                .get(&alloc.task_group)
+                .get(alloc.task_group.as_str())
                 .is_some_and(|g| g.auto_revert);
     }
     let eval = evaluation(snapshot, deployment, now, rng);

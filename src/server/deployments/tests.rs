@@ -144,9 +144,11 @@ fn fixture(shape: Shape) -> Fixture {
             create_time: NOW,
             modify_time: NOW,
             deployment_id: DeploymentId::new(DEP),
-            deployment_status: (n == 0 && shape.canaries > 0).then(|| AllocDeploymentStatus {
-                canary: true,
-                ..AllocDeploymentStatus::default()
+            deployment_status: (n == 0 && shape.canaries > 0).then(|| {
+                Box::new(AllocDeploymentStatus {
+                    canary: true,
+                    ..AllocDeploymentStatus::default()
+                })
             }),
             ..Allocation::default()
         })

@@ -116,7 +116,7 @@ fn decide_one(
         if !alloc.is_unhealthy() && !failed {
             continue;
         }
-        let Some(group) = d.task_groups.get(&alloc.task_group) else {
+        let Some(group) = d.task_groups.get(alloc.task_group.as_str()) else {
             continue;
         };
         if group.progress_deadline == 0 {
@@ -329,9 +329,11 @@ mod tests {
                     task_group: "web".into(),
                     name: format!("web.web[{id}]"),
                     deployment_id: "d1".into(),
-                    deployment_status: canary.then(|| AllocDeploymentStatus {
-                        canary: true,
-                        ..Default::default()
+                    deployment_status: canary.then(|| {
+                        Box::new(AllocDeploymentStatus {
+                            canary: true,
+                            ..Default::default()
+                        })
                     }),
                     modify_time: T0,
                     ..Allocation::default()

@@ -222,7 +222,7 @@ pub fn plan(snapshot: &Snapshot, now: i64) -> DrainPlan {
                     .entry((
                         alloc.namespace.clone(),
                         alloc.job_id.clone(),
-                        alloc.task_group.clone(),
+                        alloc.task_group.to_string(),
                     ))
                     .or_default()
                     .push((node.id.clone(), alloc.id.clone()));

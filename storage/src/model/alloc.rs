@@ -11,10 +11,11 @@
 use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
+use thin_vec::ThinVec;
 
 use crate::model::de;
 use crate::model::deployment::AllocDeploymentStatus;
-use crate::model::ids::{AllocId, DeploymentId, EvalId, JobId, Namespace, NodeId};
+use crate::model::ids::{AllocId, DeploymentId, EvalId, JobId, Namespace, NodeId, SharedStr};
 use crate::model::job::Resources;
 use crate::model::time::Timestamp;
 
@@ -190,7 +191,7 @@ pub struct RescheduleEvent {
 pub struct RescheduleTracker {
     /// Earlier reschedules, oldest first.
     #[serde(deserialize_with = "de::nullable")]
-    pub events: Vec<RescheduleEvent>,
+    pub events: ThinVec<RescheduleEvent>,
 }
 
 /// One placed copy of a task group.
@@ -218,9 +219,9 @@ pub struct Allocation {
     /// The job version it runs (resolve the spec through the state's job versions).
     #[serde(deserialize_with = "de::nullable")]
     pub job_version: u64,
-    /// The task group it is a copy of.
+    /// The task group it is a copy of (shared with the job's other allocations of the group).
     #[serde(deserialize_with = "de::nullable")]
-    pub task_group: String,
+    pub task_group: SharedStr,
     /// What it takes from its node (the sum of its tasks).
     #[serde(deserialize_with = "de::nullable")]
     pub resources: Resources,
@@ -229,13 +230,13 @@ pub struct Allocation {
     pub desired_status: DesiredStatus,
     /// Why the servers want it.
     #[serde(deserialize_with = "de::nullable")]
-    pub desired_description: String,
+    pub desired_description: SharedStr,
     /// What the client reports.
     #[serde(deserialize_with = "de::nullable")]
     pub client_status: ClientStatus,
     /// The client's explanation.
     #[serde(deserialize_with = "de::nullable")]
-    pub client_description: String,
+    pub client_description: SharedStr,
     /// Per task state, reported by the client.
     #[serde(deserialize_with = "de::nullable")]
     pub task_states: BTreeMap<String, TaskState>,
@@ -273,7 +274,8 @@ pub struct Allocation {
     #[serde(rename = "DeploymentID", deserialize_with = "de::nullable")]
     pub deployment_id: DeploymentId,
     /// Its health in that deployment or in a migration, reported by the client.
-    pub deployment_status: Option<AllocDeploymentStatus>,
+    /// Boxed: most allocations have none, and the box keeps the allocation small.
+    pub deployment_status: Option<Box<AllocDeploymentStatus>>,
     /// What it holds on its node besides CPU, memory and disk: its ports.
     #[serde(deserialize_with = "de::nullable")]
     pub allocated_resources: AllocatedResources,
@@ -284,10 +286,10 @@ pub struct Allocation {
     pub placement_score: i64,
     /// Its state history: when the servers marked it `unknown`, and when it reconnected.
     #[serde(deserialize_with = "de::nullable")]
-    pub alloc_states: Vec<crate::model::AllocState>,
+    pub alloc_states: ThinVec<crate::model::AllocState>,
     /// The allocations evicted to make room for this one.
     #[serde(deserialize_with = "de::nullable")]
-    pub preempted_allocations: Vec<AllocId>,
+    pub preempted_allocations: ThinVec<AllocId>,
     /// The allocation this one was evicted for (empty unless preempted).
     #[serde(deserialize_with = "de::nullable")]
     pub preempted_by_allocation: AllocId,
@@ -309,7 +311,7 @@ pub struct AllocatedResources {
 pub struct AllocatedSharedResources {
     /// One mapping per port label of the group's network.
     #[serde(deserialize_with = "de::nullable")]
-    pub ports: Vec<AllocatedPortMapping>,
+    pub ports: ThinVec<AllocatedPortMapping>,
 }
 
 /// Nomad's `AllocatedPortMapping`: a port label, the host port it got and where the task
@@ -421,14 +423,14 @@ impl Allocation {
     pub fn is_healthy(&self) -> bool {
         self.deployment_status
             .as_ref()
-            .is_some_and(AllocDeploymentStatus::is_healthy)
+            .is_some_and(|s| s.is_healthy())
     }
 
     /// Reported unhealthy in its deployment or migration.
     pub fn is_unhealthy(&self) -> bool {
         self.deployment_status
             .as_ref()
-            .is_some_and(AllocDeploymentStatus::is_unhealthy)
+            .is_some_and(|s| s.is_unhealthy())
     }
 
     /// Placed as a canary.

@@ -1,6 +1,8 @@
-//! Identifier newtypes backed by `Arc<str>`.
+//! Identifier newtypes backed by a thin shared string ([`arcstr::ArcStr`]).
 //!
-//! Every table and secondary index of the state store is keyed by these ids. Cloning one is a
+//! Every table and secondary index of the state store is keyed by these ids. An id is one
+//! pointer wide (8 bytes, where an `Arc<str>` is 16 and a `String` 24): the length and the
+//! reference count live in the shared allocation beside the bytes. Cloning one is a
 //! reference-count bump, so a composite index key such as `(NodeId, AllocId)` shares the id
 //! bytes with the record it points at instead of copying them; the state store also *interns*
 //! the ids of a new allocation (its job, node and eval ids become clones of the ids already in
@@ -14,57 +16,82 @@
 use std::borrow::Borrow;
 use std::fmt;
 use std::ops::Deref;
-use std::sync::{Arc, OnceLock};
+use std::sync::OnceLock;
 
+use arcstr::ArcStr;
+use serde::de::Visitor;
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
-/// The shared empty string, so `Default` ids do not allocate.
-fn empty() -> Arc<str> {
-    static EMPTY: OnceLock<Arc<str>> = OnceLock::new();
-    EMPTY.get_or_init(|| Arc::from("")).clone()
+/// Reads an id straight from the decoder's string, without an intermediate `String`.
+struct IdVisitor;
+
+impl Visitor<'_> for IdVisitor {
+    type Value = ArcStr;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("an id string")
+    }
+
+    fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<ArcStr, E> {
+        Ok(shared(v))
+    }
+
+    fn visit_bytes<E: serde::de::Error>(self, v: &[u8]) -> Result<ArcStr, E> {
+        std::str::from_utf8(v)
+            .map(shared)
+            .map_err(|_| E::custom("an id is not UTF-8"))
+    }
+}
+
+/// A shared copy of `s`; the empty string is a static one and allocates nothing.
+fn shared(s: &str) -> ArcStr {
+    if s.is_empty() {
+        ArcStr::new()
+    } else {
+        ArcStr::from(s)
+    }
 }
 
 macro_rules! arc_id {
     ($(#[$meta:meta])* $name:ident) => {
         $(#[$meta])*
         #[derive(Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
-        pub struct $name(Arc<str>);
+        pub struct $name(ArcStr);
 
         impl $name {
-            /// Wraps a string as this id (one allocation; clones are free afterwards).
+            /// Wraps a string as this id (one allocation, none for the empty id; clones are
+            /// free afterwards).
             pub fn new(id: impl AsRef<str>) -> Self {
-                let id = id.as_ref();
-                if id.is_empty() {
-                    Self(empty())
-                } else {
-                    Self(Arc::from(id))
-                }
+                Self(shared(id.as_ref()))
             }
 
             /// The id as a string slice.
+            #[inline]
             pub fn as_str(&self) -> &str {
                 &self.0
             }
 
             /// True for the empty id, which Nomad uses for "none".
+            #[inline]
             pub fn is_empty(&self) -> bool {
                 self.0.is_empty()
             }
 
             /// True when both ids share one allocation (used to check interning).
             pub fn ptr_eq(&self, other: &Self) -> bool {
-                Arc::ptr_eq(&self.0, &other.0)
+                ArcStr::ptr_eq(&self.0, &other.0)
             }
         }
 
         impl Default for $name {
             fn default() -> Self {
-                Self(empty())
+                Self(ArcStr::new())
             }
         }
 
         impl Deref for $name {
             type Target = str;
+            #[inline]
             fn deref(&self) -> &str {
                 &self.0
             }
@@ -124,6 +151,36 @@ macro_rules! arc_id {
             }
         }
 
+        impl PartialEq<String> for $name {
+            fn eq(&self, other: &String) -> bool {
+                &*self.0 == other.as_str()
+            }
+        }
+
+        impl PartialEq<$name> for str {
+            fn eq(&self, other: &$name) -> bool {
+                self == &*other.0
+            }
+        }
+
+        impl PartialEq<$name> for &str {
+            fn eq(&self, other: &$name) -> bool {
+                *self == &*other.0
+            }
+        }
+
+        impl PartialEq<$name> for String {
+            fn eq(&self, other: &$name) -> bool {
+                self.as_str() == &*other.0
+            }
+        }
+
+        impl From<$name> for String {
+            fn from(id: $name) -> String {
+                id.as_str().to_owned()
+            }
+        }
+
         impl Serialize for $name {
             fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
                 serializer.serialize_str(&self.0)
@@ -132,8 +189,7 @@ macro_rules! arc_id {
 
         impl<'de> Deserialize<'de> for $name {
             fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-                let id = String::deserialize(deserializer)?;
-                Ok(Self::new(id))
+                deserializer.deserialize_str(IdVisitor).map(Self)
             }
         }
     };
@@ -163,6 +219,13 @@ arc_id!(
     /// A namespace name; jobs, evaluations and allocations live in one (`"default"` unless
     /// the job says otherwise).
     Namespace
+);
+
+arc_id!(
+    /// A shared string for allocation fields whose values repeat across many allocations
+    /// (the task group's name, the status descriptions): one pointer wide, and the state store
+    /// lets equal values share one allocation.
+    SharedStr
 );
 
 impl Namespace {
@@ -203,5 +266,24 @@ mod tests {
         let bytes = bincode::serde::encode_to_vec(&id, cfg).unwrap();
         let (back, _): (NodeId, usize) = bincode::serde::decode_from_slice(&bytes, cfg).unwrap();
         assert_eq!(back, id);
+    }
+
+    #[test]
+    fn an_id_is_one_pointer_and_a_map_finds_it_by_str() {
+        assert_eq!(std::mem::size_of::<AllocId>(), 8);
+        assert_eq!(std::mem::size_of::<Option<NodeId>>(), 8);
+        let mut map = std::collections::HashMap::new();
+        map.insert(JobId::new("web"), 1);
+        assert_eq!(map.get("web"), Some(&1));
+        assert_eq!(map.get("db"), None);
+        assert!(
+            AllocId::new("").ptr_eq(&AllocId::default()),
+            "empty ids do not allocate"
+        );
+        assert_eq!(String::from(JobId::new("web")), "web");
+        let owned = String::from("web");
+        assert!(
+            "web" == JobId::new("web") && JobId::new("web") == owned && owned == JobId::new("web")
+        );
     }
 }

@@ -61,7 +61,7 @@ pub use deployment::{
 pub use diff::{DiffType, FieldDiff, JobDiff, ObjectDiff, TaskDiff, TaskGroupDiff};
 pub use disconnect::{AllocState, DisconnectStrategy};
 pub use eval::{AllocMetric, EvalStatus, EvalTrigger, Evaluation};
-pub use ids::{AllocId, DeploymentId, EvalId, JobId, Namespace, NodeId};
+pub use ids::{AllocId, DeploymentId, EvalId, JobId, Namespace, NodeId, SharedStr};
 pub use job::{
     Affinity, Constraint, DelayFunction, Job, JobChildrenSummary, JobStatus, JobSummary, JobType,
     Locality, LocalityLevel, NetworkResource, Port, ReschedulePolicy, Resources, RestartMode,
@@ -86,6 +86,7 @@ pub use service::{
     valid_service_name, CheckRestart, CheckStatus, Service, ServiceCheck, ServiceRegistration,
     CHECK_FAILURE, CHECK_PENDING, CHECK_SUCCESS, PROVIDER_NOMAD,
 };
+pub use thin_vec::{thin_vec, ThinVec};
 pub use time::Timestamp;
 pub use value::ConfigValue;
 

@@ -26,6 +26,7 @@ use crate::codec::{self, DecodeFailure};
 use crate::model::{
     AclPolicy, AclToken, Allocation, ClusterMeta, Deployment, Evaluation, Job, JobId, JobSummary,
     Namespace, NamespaceSpec, Node, PeriodicLaunch, SchedulerConfiguration, ServiceRegistration,
+    SharedStr,
 };
 use crate::state::tables::{JobKey, Table, Tables};
 use crate::state::StateError;
@@ -226,10 +227,26 @@ impl<'de> Visitor<'de> for BodyVisitor {
         t.evals = evals;
         let allocs = {
             let partial = &t;
+            // Task group names and descriptions repeat across allocations: one copy each.
+            let mut strings = std::collections::HashSet::<SharedStr>::new();
+            let mut share = move |s: &mut SharedStr| {
+                if s.is_empty() {
+                    return;
+                }
+                match strings.get(s.as_str()) {
+                    Some(seen) => *s = seen.clone(),
+                    None => {
+                        strings.insert(s.clone());
+                    }
+                }
+            };
             seeded(
                 &mut seq,
-                ArcMapSeed::new(|a: &mut Allocation| {
+                ArcMapSeed::new(move |a: &mut Allocation| {
                     partial.intern_alloc_ids(a);
+                    share(&mut a.task_group);
+                    share(&mut a.desired_description);
+                    share(&mut a.client_description);
                     a.id.clone()
                 }),
                 "the allocations",

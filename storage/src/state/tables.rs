@@ -15,7 +15,7 @@ use imbl::{OrdMap, OrdSet};
 use crate::model::{
     AclPolicy, AclToken, AllocId, Allocation, ClusterMeta, Deployment, DeploymentId, EvalId,
     Evaluation, Job, JobId, JobSummary, Namespace, NamespaceSpec, Node, NodeId, PeriodicLaunch,
-    SchedulerConfiguration, ServiceRegistration,
+    SchedulerConfiguration, ServiceRegistration, SharedStr,
 };
 
 /// Primary key of a job and of its summary.
@@ -208,6 +208,17 @@ impl Tables {
         if let Some((id, _)) = self.deployments.get_key_value(alloc.deployment_id.as_str()) {
             alloc.deployment_id = id.clone();
         }
+    }
+
+    /// A stored allocation of the job whose task group is named `group`, if one of the job's
+    /// first few allocations has it: its name, so a new allocation shares those bytes.
+    pub fn stored_task_group(&self, key: &JobKey, group: &str) -> Option<SharedStr> {
+        self.allocs_by_job
+            .get(key)
+            .take(4)
+            .filter_map(|id| self.allocs.get(id.as_str()))
+            .find(|a| a.task_group.as_str() == group)
+            .map(|a| a.task_group.clone())
     }
 
     /// Makes an evaluation's job and node ids clones of the stored ones.

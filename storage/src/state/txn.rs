@@ -24,7 +24,7 @@ use crate::model::{
     AllocId, AllocStop, Allocation, ClientStatus, ClusterMeta, DesiredStatus, DesiredTransition,
     DrainStrategy, EvalId, EvalStatus, Evaluation, Job, JobId, JobStatus, JobSummary, JobType,
     Namespace, Node, NodeId, NodeStatus, PeriodicLaunch, ScalingEvent, SchedulerConfiguration,
-    SchedulingEligibility, TaskGroupSummary, TaskState, MAX_SCALING_EVENTS,
+    SchedulingEligibility, SharedStr, TaskGroupSummary, TaskState, MAX_SCALING_EVENTS,
 };
 use crate::state::events::{NodeCondition, StateChange};
 use crate::state::tables::{token_key, JobKey, Table, Tables};
@@ -74,7 +74,13 @@ pub(crate) struct WriteTxn {
     alloc_nodes: BTreeSet<NodeId>,
     /// Allocations written, published as one [`StateChange::AllocsUpserted`].
     alloc_ids: Vec<AllocId>,
+    /// The task group names and descriptions written so far (at most
+    /// [`RECENT_STRINGS`]): equal strings of the allocations of one command share one copy.
+    recent_strings: Vec<SharedStr>,
 }
+
+/// How many distinct allocation strings a command shares ([`WriteTxn::share_str`]).
+const RECENT_STRINGS: usize = 16;
 
 impl WriteTxn {
     pub fn new(tables: Tables, index: u64) -> Self {
@@ -87,7 +93,44 @@ impl WriteTxn {
             eval_delete: false,
             alloc_nodes: BTreeSet::new(),
             alloc_ids: Vec::new(),
+            recent_strings: Vec::new(),
         }
+    }
+
+    /// Makes `s` a clone of an equal string written earlier in this command, or remembers it
+    /// for the next ones: a plan placing a thousand allocations of one group stores its name
+    /// once.
+    fn share_str(&mut self, s: &mut SharedStr) {
+        if s.is_empty() {
+            return;
+        }
+        if let Some(seen) = self
+            .recent_strings
+            .iter()
+            .find(|x| x.as_str() == s.as_str())
+        {
+            *s = seen.clone();
+        } else if self.recent_strings.len() < RECENT_STRINGS {
+            self.recent_strings.push(s.clone());
+        }
+    }
+
+    /// Shares the allocation's strings: its task group name with the job's stored
+    /// allocations (across commands), and its strings with those written in this command.
+    fn share_alloc_strings(&mut self, alloc: &mut Allocation) {
+        let known = self
+            .recent_strings
+            .iter()
+            .any(|x| x.as_str() == alloc.task_group.as_str());
+        if !known {
+            let key = (alloc.namespace.clone(), alloc.job_id.clone());
+            if let Some(stored) = self.t.stored_task_group(&key, alloc.task_group.as_str()) {
+                alloc.task_group = stored;
+            }
+        }
+        self.share_str(&mut alloc.task_group);
+        self.share_str(&mut alloc.desired_description);
+        self.share_str(&mut alloc.client_description);
     }
 
     /// The raft index this transaction writes at.
@@ -544,7 +587,7 @@ impl WriteTxn {
                 if incarnation != Some(job.create_index) {
                     continue;
                 }
-                if let Some(tg) = summary.summary.get_mut(&alloc.task_group) {
+                if let Some(tg) = summary.summary.get_mut(alloc.task_group.as_str()) {
                     bin(tg, alloc.client_status, |n| *n += 1);
                 }
             }
@@ -570,7 +613,7 @@ impl WriteTxn {
         if summary.create_index != create_index {
             return;
         }
-        let Some(tg) = summary.summary.get_mut(&new.task_group) else {
+        let Some(tg) = summary.summary.get_mut(new.task_group.as_str()) else {
             return;
         };
         match old {
@@ -953,6 +996,7 @@ impl WriteTxn {
         alloc.alloc_modify_index = self.index;
         self.alloc_nodes.insert(alloc.node_id.clone());
         self.t.intern_alloc_ids(&mut alloc);
+        self.share_alloc_strings(&mut alloc);
         self.summarize_alloc(&alloc, existing.as_deref());
         self.count_in_deployment(&alloc, existing.as_deref());
         if !alloc.previous_allocation.is_empty() {
@@ -988,7 +1032,7 @@ impl WriteTxn {
             DesiredStatus::Run => DesiredStatus::Stop,
             other => other,
         };
-        alloc.desired_description = stop.desired_description;
+        alloc.desired_description = stop.desired_description.into();
         match stop.client_status {
             None => {}
             Some(status @ (ClientStatus::Lost | ClientStatus::Unknown)) => {
@@ -1013,6 +1057,7 @@ impl WriteTxn {
         alloc.alloc_modify_index = self.index;
         self.alloc_nodes.insert(alloc.node_id.clone());
         self.t.intern_alloc_ids(&mut alloc);
+        self.share_alloc_strings(&mut alloc);
         self.summarize_alloc(&alloc, Some(&existing));
         self.status_jobs
             .entry((alloc.namespace.clone(), alloc.job_id.clone()))
@@ -1066,7 +1111,10 @@ impl WriteTxn {
         }
         let mut alloc = (*existing).clone();
         alloc.client_status = report.client_status;
-        alloc.client_description = report.client_description;
+        if alloc.client_description.as_str() != report.client_description {
+            alloc.client_description = report.client_description.into();
+            self.share_str(&mut alloc.client_description);
+        }
         alloc.task_states = report.task_states;
         alloc.modify_time = report.modify_time;
         alloc.modify_index = self.index;

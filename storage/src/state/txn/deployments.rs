@@ -266,7 +266,7 @@ impl WriteTxn {
         if !d.active() {
             return;
         }
-        let Some(group) = d.task_groups.get(&alloc.task_group) else {
+        let Some(group) = d.task_groups.get(alloc.task_group.as_str()) else {
             return;
         };
         let health = |a: &Allocation| a.deployment_status.as_ref().and_then(|s| s.healthy);
@@ -314,7 +314,7 @@ impl WriteTxn {
             }
         }
         let mut d = (*d).clone();
-        d.task_groups.insert(alloc.task_group.clone(), group);
+        d.task_groups.insert(alloc.task_group.to_string(), group);
         self.put_deployment(d);
     }
 
