@@ -190,11 +190,7 @@ impl EvalContext {
         let base = match self.base_usage.get(node_id) {
             Some(usage) => *usage,
             None => {
-                let usage = self
-                    .snapshot
-                    .allocs_by_node(node_id)
-                    .filter(|a| !a.terminal_status())
-                    .fold(Resources::ZERO, |acc, a| acc.add(&a.resources));
+                let usage = self.snapshot.node_usage(node_id);
                 self.base_usage.insert(node_id.clone(), usage);
                 usage
             }

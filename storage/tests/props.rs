@@ -283,6 +283,24 @@ fn drain(sub: &mut teamster_storage::state::Subscription) -> Vec<StateEvent> {
     events
 }
 
+/// Each node's usage as the state store keeps it equals the sum over its non-terminal
+/// allocations.
+fn usage_matches_the_allocations(store: &StateStore) -> Result<(), TestCaseError> {
+    use teamster_storage::model::Resources;
+    let snap = store.snapshot();
+    let mut nodes: std::collections::BTreeSet<String> =
+        snap.nodes().map(|n| n.id.to_string()).collect();
+    nodes.extend(snap.allocs().map(|a| a.node_id.to_string()));
+    for node in nodes {
+        let summed = snap
+            .allocs_by_node(&node)
+            .filter(|a| !a.terminal_status())
+            .fold(Resources::ZERO, |acc, a| acc.add(&a.resources));
+        prop_assert_eq!(snap.node_usage(&node), summed, "node {}", node);
+    }
+    Ok(())
+}
+
 fn image(store: &StateStore) -> Vec<u8> {
     store.snapshot().encode_image().unwrap()
 }
@@ -299,6 +317,7 @@ proptest! {
         prop_assert_eq!(ra, rb);
         prop_assert_eq!(image(&a), image(&b));
         prop_assert_eq!(drain(&mut sub_a), drain(&mut sub_b));
+        usage_matches_the_allocations(&a)?;
     }
 
     #[test]
@@ -324,6 +343,7 @@ proptest! {
         let rb = run(&restored, tail, next);
         prop_assert_eq!(ra, rb);
         prop_assert_eq!(image(&original), image(&restored));
+        usage_matches_the_allocations(&restored)?;
     }
 
     #[test]

@@ -10,8 +10,8 @@ use std::sync::Arc;
 
 use crate::model::{
     AclPolicy, AclToken, Allocation, ClusterMeta, Deployment, Evaluation, Job, JobId, JobSummary,
-    Namespace, NamespaceSpec, Node, PeriodicLaunch, SchedulerConfiguration, ServiceRegistration,
-    DEFAULT_NAMESPACE,
+    Namespace, NamespaceSpec, Node, PeriodicLaunch, Resources, SchedulerConfiguration,
+    ServiceRegistration, DEFAULT_NAMESPACE,
 };
 use crate::state::tables::{Table, Tables};
 
@@ -297,6 +297,15 @@ impl Snapshot {
             .allocs_by_job
             .get(&key)
             .filter_map(move |id| allocs.get(id))
+    }
+
+    /// What the node's non-terminal allocations take, summed (kept by the state store as
+    /// allocations change, so reading it does not walk them).
+    pub fn node_usage(&self, node_id: &str) -> Resources {
+        self.tables
+            .node_usage
+            .get(node_id)
+            .map_or(Resources::ZERO, |u| u.resources())
     }
 
     /// The allocations placed on a node, ordered by alloc ID.

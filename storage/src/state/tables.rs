@@ -15,7 +15,7 @@ use imbl::{OrdMap, OrdSet};
 use crate::model::{
     AclPolicy, AclToken, AllocId, Allocation, ClusterMeta, Deployment, DeploymentId, EvalId,
     Evaluation, Job, JobId, JobSummary, Namespace, NamespaceSpec, Node, NodeId, PeriodicLaunch,
-    SchedulerConfiguration, ServiceRegistration, SharedStr,
+    Resources, SchedulerConfiguration, ServiceRegistration, SharedStr,
 };
 
 /// Primary key of a job and of its summary.
@@ -106,6 +106,45 @@ impl Table {
     }
 }
 
+/// The summed resources of a node's non-terminal allocations. Kept in wide integers, so
+/// removing an allocation exactly undoes adding it; read as [`Resources`] it saturates, as
+/// summing the allocations with [`Resources::add`] does.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct NodeUsage {
+    cpu: u128,
+    memory_mb: u128,
+    disk_mb: u128,
+}
+
+impl NodeUsage {
+    fn apply(&mut self, r: &Resources, add: bool) {
+        let step = |sum: &mut u128, v: u64| {
+            if add {
+                *sum += u128::from(v);
+            } else {
+                *sum = sum.saturating_sub(u128::from(v));
+            }
+        };
+        step(&mut self.cpu, r.cpu);
+        step(&mut self.memory_mb, r.memory_mb);
+        step(&mut self.disk_mb, r.disk_mb);
+    }
+
+    fn is_zero(&self) -> bool {
+        *self == NodeUsage::default()
+    }
+
+    /// The usage as resources (each dimension saturating at `u64::MAX`).
+    pub fn resources(&self) -> Resources {
+        let narrow = |v: u128| u64::try_from(v).unwrap_or(u64::MAX);
+        Resources {
+            cpu: narrow(self.cpu),
+            memory_mb: narrow(self.memory_mb),
+            disk_mb: narrow(self.disk_mb),
+        }
+    }
+}
+
 /// Every table of the state at one raft index.
 #[derive(Clone, Default)]
 pub(crate) struct Tables {
@@ -127,6 +166,9 @@ pub(crate) struct Tables {
     pub allocs: OrdMap<AllocId, Arc<Allocation>>,
     pub allocs_by_job: SecondaryIndex<JobKey, AllocId>,
     pub allocs_by_node: SecondaryIndex<NodeId, AllocId>,
+    /// What each node's non-terminal allocations take, summed (nodes with none are absent):
+    /// the schedulers read a node's usage here instead of summing its allocations.
+    pub node_usage: OrdMap<NodeId, NodeUsage>,
     pub allocs_by_eval: SecondaryIndex<EvalId, AllocId>,
     pub scheduler_config: Arc<SchedulerConfiguration>,
     pub cluster_meta: Option<Arc<ClusterMeta>>,
@@ -166,6 +208,7 @@ impl Tables {
         );
         self.allocs_by_node
             .insert(alloc.node_id.clone(), alloc.id.clone());
+        self.account_usage(alloc, true);
         self.allocs_by_eval
             .insert(alloc.eval_id.clone(), alloc.id.clone());
         if !alloc.deployment_id.is_empty() {
@@ -180,11 +223,31 @@ impl Tables {
             .remove(&(alloc.namespace.clone(), alloc.job_id.clone()), &alloc.id);
         self.allocs_by_node
             .remove(alloc.node_id.as_str(), &alloc.id);
+        self.account_usage(alloc, false);
         self.allocs_by_eval
             .remove(alloc.eval_id.as_str(), &alloc.id);
         if !alloc.deployment_id.is_empty() {
             self.allocs_by_deployment
                 .remove(alloc.deployment_id.as_str(), &alloc.id);
+        }
+    }
+
+    /// Adds (or, with `add` false, removes) a non-terminal allocation's resources to its
+    /// node's usage; terminal allocations take nothing.
+    pub fn account_usage(&mut self, alloc: &Allocation, add: bool) {
+        if alloc.terminal_status() {
+            return;
+        }
+        let mut usage = self
+            .node_usage
+            .get(alloc.node_id.as_str())
+            .copied()
+            .unwrap_or_default();
+        usage.apply(&alloc.resources, add);
+        if usage.is_zero() {
+            self.node_usage.remove(alloc.node_id.as_str());
+        } else {
+            self.node_usage.insert(alloc.node_id.clone(), usage);
         }
     }
 
@@ -258,6 +321,7 @@ impl Tables {
         self.evals_by_job = evals_by_job;
         self.allocs_by_job = SecondaryIndex::default();
         self.allocs_by_node = SecondaryIndex::default();
+        self.node_usage = OrdMap::new();
         self.allocs_by_eval = SecondaryIndex::default();
         self.allocs_by_deployment = SecondaryIndex::default();
         let mut deployments_by_job = SecondaryIndex::default();

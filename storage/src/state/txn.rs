@@ -1156,6 +1156,11 @@ impl WriteTxn {
             {
                 self.t.unindex_alloc(prev);
                 self.t.index_alloc(&alloc);
+            } else if prev.terminal_status() != alloc.terminal_status()
+                || prev.resources != alloc.resources
+            {
+                self.t.account_usage(prev, false);
+                self.t.account_usage(&alloc, true);
             }
         } else {
             self.t.index_alloc(&alloc);
