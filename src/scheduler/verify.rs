@@ -342,29 +342,106 @@ impl PlanOverlay {
 
     /// Replays the recorded plans for `node` over its running allocations (and the set of
     /// every allocation id known on it).
-    fn apply(
-        &self,
-        node: &NodeId,
-        running: &mut HashMap<AllocId, Held>,
-        known: &mut BTreeSet<AllocId>,
-    ) {
+    fn apply(&self, node: &NodeId, running: &mut NodeAllocs<'_>) {
         let Some(deltas) = self.nodes.get(node) else {
             return;
         };
         for delta in deltas.values() {
             // The FSM applies a plan's upserts before its stops; so does the replay.
             for (id, held, live) in &delta.upserts {
-                known.insert(id.clone());
-                if *live {
-                    running.insert(id.clone(), held.clone());
-                } else {
-                    running.remove(id);
-                }
+                running.mark_known(id);
+                running.set(id, live.then(|| held.clone()));
             }
             for id in &delta.stops {
-                running.remove(id);
+                running.set(id, None);
             }
         }
+    }
+}
+
+/// A node's running allocations as the snapshot, the overlay and the plan leave them. The
+/// snapshot's are counted through the state store's node usage, and only the allocations
+/// the overlay or the plan touch are looked up, so a node holding many allocations is not
+/// walked (unless the plan asks for ports, which are checked against every allocation).
+struct NodeAllocs<'a> {
+    snapshot: &'a Snapshot,
+    node_id: &'a NodeId,
+    /// What the snapshot's running allocations on the node take.
+    base: Resources,
+    /// Touched allocations: what the snapshot runs for each on this node, and what runs now.
+    touched: HashMap<AllocId, (Option<Held>, Option<Held>)>,
+    /// Allocations the overlay placed on the node (known, whatever the snapshot says).
+    upserted: BTreeSet<AllocId>,
+}
+
+impl<'a> NodeAllocs<'a> {
+    fn new(snapshot: &'a Snapshot, node_id: &'a NodeId) -> Self {
+        NodeAllocs {
+            snapshot,
+            node_id,
+            base: snapshot.node_usage(node_id),
+            touched: HashMap::new(),
+            upserted: BTreeSet::new(),
+        }
+    }
+
+    /// The snapshot's allocation `id`, if it is on this node (in any status).
+    fn in_snapshot(&self, id: &AllocId) -> Option<&'a Allocation> {
+        let snapshot: &'a Snapshot = self.snapshot;
+        snapshot
+            .alloc_by_id(id)
+            .filter(|a| a.node_id == *self.node_id)
+            .map(|a| &**a)
+    }
+
+    /// Sets what `id` holds now (`None`: not running on the node).
+    fn set(&mut self, id: &AllocId, now: Option<Held>) {
+        if let Some(entry) = self.touched.get_mut(id) {
+            entry.1 = now;
+            return;
+        }
+        let was = self
+            .in_snapshot(id)
+            .filter(|a| !a.terminal_status())
+            .map(Held::of);
+        self.touched.insert(id.clone(), (was, now));
+    }
+
+    fn mark_known(&mut self, id: &AllocId) {
+        self.upserted.insert(id.clone());
+    }
+
+    /// True when the allocation is on the node in the snapshot or the overlay put it there.
+    fn is_known(&self, id: &AllocId) -> bool {
+        self.upserted.contains(id) || self.in_snapshot(id).is_some()
+    }
+
+    /// What the running allocations take.
+    fn total(&self) -> Resources {
+        self.touched.values().fold(self.base, |total, (was, now)| {
+            let total = match was {
+                Some(held) => fit::subtract(&total, &held.resources),
+                None => total,
+            };
+            match now {
+                Some(held) => total.add(&held.resources),
+                None => total,
+            }
+        })
+    }
+
+    /// The host ports each running allocation holds.
+    fn ports(&self) -> Vec<Vec<u32>> {
+        let untouched = self
+            .snapshot
+            .allocs_by_node(self.node_id)
+            .filter(|a| !a.terminal_status() && !self.touched.contains_key(&a.id))
+            .map(|a| a.host_ports().collect());
+        let touched = self
+            .touched
+            .values()
+            .filter_map(|(_, now)| now.as_ref().map(|h| h.ports.clone()));
+        untouched.chain(touched).collect()
     }
 }
 
@@ -480,16 +557,9 @@ fn evaluate_node(
         return Err(RejectReason::NodeNotFound);
     };
 
-    let mut running: HashMap<AllocId, Held> = HashMap::new();
-    let mut known: BTreeSet<AllocId> = BTreeSet::new();
-    for alloc in snapshot.allocs_by_node(node_id) {
-        known.insert(alloc.id.clone());
-        if !alloc.terminal_status() {
-            running.insert(alloc.id.clone(), Held::of(alloc));
-        }
-    }
-    overlay.apply(node_id, &mut running, &mut known);
-    let update_only = allocs.iter().all(|a| known.contains(&a.id));
+    let mut running = NodeAllocs::new(snapshot, node_id);
+    overlay.apply(node_id, &mut running);
+    let update_only = allocs.iter().all(|a| running.is_known(&a.id));
 
     if !update_only {
         match node.status {
@@ -509,7 +579,7 @@ fn evaluate_node(
         }
     }
 
-    let before = sum(running.values().map(|h| &h.resources));
+    let before = running.total();
     let empty = Vec::new();
     for stop in plan
         .node_update
@@ -518,13 +588,13 @@ fn evaluate_node(
         .iter()
         .chain(plan.node_preemptions.get(node_id).unwrap_or(&empty))
     {
-        running.remove(&stop.id);
+        running.set(&stop.id, None);
     }
     for alloc in allocs {
-        running.remove(&alloc.id);
-        if !alloc.terminal_status() {
-            running.insert(alloc.id.clone(), Held::of(alloc));
-        }
+        running.set(
+            &alloc.id,
+            (!alloc.terminal_status()).then(|| Held::of(alloc)),
+        );
     }
     // No host port held twice: the plan's live allocations against each other, the rest of
     // the node's and the ports the node reserves.
@@ -533,24 +603,21 @@ fn evaluate_node(
         .any(|a| !a.terminal_status() && !a.allocated_resources.shared.ports.is_empty());
     if asks_ports {
         let reserved = ports::node_reserved_ports(node);
-        let held = running
-            .values()
-            .map(|h| h.ports.as_slice())
+        let running_ports = running.ports();
+        let held = running_ports
+            .iter()
+            .map(Vec::as_slice)
             .chain(std::iter::once(reserved.as_slice()));
         if let Some(port) = ports::first_collision(held) {
             return Err(RejectReason::PortCollision { port });
         }
     }
-    let after = sum(running.values().map(|h| &h.resources));
+    let after = running.total();
     match fit::check_fit(&fit::node_capacity(node), &after) {
         Ok(()) => Ok(()),
         Err(_) if update_only && fit::within(&after, &before) => Ok(()),
         Err(dimension) => Err(RejectReason::Exhausted { dimension }),
     }
-}
-
-fn sum<'a>(resources: impl Iterator<Item = &'a Resources>) -> Resources {
-    resources.fold(Resources::ZERO, |acc, r| acc.add(r))
 }
 
 #[cfg(test)]
