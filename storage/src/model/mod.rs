@@ -21,7 +21,7 @@
 //!
 //! # Sharing
 //!
-//! Ids are `Arc<str>` newtypes ([`ids`]); allocations refer to their job by
+//! Ids are one-pointer shared-string newtypes ([`ids`]); allocations refer to their job by
 //! `(Namespace, JobID, JobVersion)` and never embed it.
 
 pub mod acl;

@@ -5,7 +5,7 @@
 //! copies only the tree paths it touches. Values are `Arc<T>` so path copies never deep-copy
 //! a job or an allocation. A secondary index maps a secondary key to the ordered set of
 //! primary keys ([`SecondaryIndex`]); the ids in it are clones of the record's own
-//! `Arc<str>` ids, so an index entry costs one 16-byte id in a shared tree node.
+//! shared ids (one pointer each), so an index entry costs one 8-byte id in a shared tree node.
 
 use std::borrow::Borrow;
 use std::sync::Arc;
