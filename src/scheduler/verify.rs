@@ -35,6 +35,9 @@
 //!    it must fit ([`crate::scheduler::fit`], the same arithmetic the scheduler ranks with),
 //!    and when a planned allocation holds host ports, no port may be held twice among the
 //!    proposed allocations and the node's reserved ports ([`crate::scheduler::ports`]).
+//!    The sum starts from the state store's usage of the node
+//!    ([`Snapshot::node_usage`]) and looks up only the allocations the overlay or the plan
+//!    touch; the node's allocations are walked only for the port check.
 //!
 //! A rejected node drops that node's whole part (stops included). With `AllAtOnce` any
 //! rejection drops everything. A partial result tells the worker to refresh: the caller sets
