@@ -745,9 +745,7 @@ impl Reconciler<'_> {
                             continue;
                         }
                         // A failed one held for the watcher counts as unhealthy too.
-                        let failed =
-                            alloc.client_status == ClientStatus::Failed && !alloc.is_healthy();
-                        if alloc.is_unhealthy() || failed {
+                        if alloc.counts_unhealthy() {
                             unhealthy = true;
                         } else if !alloc.terminal_status() && !alloc.is_healthy() {
                             limit -= 1;

@@ -11,7 +11,8 @@ use teamster_storage::fsm::{
     NodeUpdateStatus,
 };
 use teamster_storage::model::{
-    AllocStop, ClientStatus, DesiredStatus, EvalStatus, NodeStatus, SchedulingEligibility,
+    AllocDeploymentStatus, AllocStop, ClientStatus, DesiredStatus, EvalStatus, NodeStatus,
+    SchedulingEligibility,
 };
 use teamster_storage::state::{StateEvent, StateStore};
 
@@ -45,7 +46,8 @@ enum Op {
         allocs: Vec<(u64, u64)>,
         stops: Vec<u64>,
     },
-    Client(u64, ClientStatus),
+    /// A client report: the allocation, its status, and a health verdict if any.
+    Client(u64, ClientStatus, Option<bool>),
     Delete {
         evals: Vec<u64>,
         allocs: Vec<u64>,
@@ -103,7 +105,8 @@ fn simple_op() -> impl Strategy<Value = Op> {
             prop_oneof![3 => Just(vec![]), 1 => proptest::collection::vec(0..12u64, 1..2)]
         )
             .prop_map(|(eval, job, version, allocs, stops)| Op::Place { eval, job, version, allocs, stops }),
-        3 => (0..12u64, client_status()).prop_map(|(a, s)| Op::Client(a, s)),
+        3 => (0..12u64, client_status(), proptest::option::weighted(0.3, any::<bool>()))
+            .prop_map(|(a, s, h)| Op::Client(a, s, h)),
         1 => (proptest::collection::vec(0..6u64, 0..3), proptest::collection::vec(0..12u64, 0..3))
             .prop_map(|(evals, allocs)| Op::Delete { evals, allocs }),
     ]
@@ -221,7 +224,14 @@ fn command(op: &Op) -> Command {
                 eval_id: eval.clone(),
                 allocs_updated: allocs
                     .iter()
-                    .map(|(a, n)| alloc(*a, &job, &node_id(*n), &eval, *a as u32))
+                    .map(|(a, n)| {
+                        let mut alloc = alloc(*a, &job, &node_id(*n), &eval, *a as u32);
+                        // Half of them belong to the job's deployment.
+                        if a % 2 == 0 {
+                            alloc.deployment_id = format!("dep-{j}").as_str().into();
+                        }
+                        alloc
+                    })
                     .collect(),
                 allocs_stopped: stops
                     .iter()
@@ -243,14 +253,17 @@ fn command(op: &Op) -> Command {
                 deployment_updates: vec![],
             })
         }
-        Op::Client(a, status) => Command::AllocClientUpdate(AllocClientUpdate {
+        Op::Client(a, status, health) => Command::AllocClientUpdate(AllocClientUpdate {
             allocs: vec![AllocClientReport {
                 id: alloc_id(*a),
                 client_status: *status,
                 client_description: status.as_str().to_owned(),
                 task_states: Default::default(),
                 modify_time: 7,
-                deployment_status: None,
+                deployment_status: health.map(|healthy| AllocDeploymentStatus {
+                    healthy: Some(healthy),
+                    ..AllocDeploymentStatus::default()
+                }),
             }],
             evals: vec![],
         }),
@@ -301,6 +314,30 @@ fn usage_matches_the_allocations(store: &StateStore) -> Result<(), TestCaseError
     Ok(())
 }
 
+/// Each deployment's unhealthy allocations as the state store keeps them are exactly its
+/// allocations that count as unhealthy.
+fn unhealthy_matches_the_allocations(store: &StateStore) -> Result<(), TestCaseError> {
+    let snap = store.snapshot();
+    let deployments: std::collections::BTreeSet<String> = snap
+        .allocs()
+        .filter(|a| !a.deployment_id.is_empty())
+        .map(|a| a.deployment_id.to_string())
+        .collect();
+    for d in deployments {
+        let kept: Vec<String> = snap
+            .unhealthy_allocs_by_deployment(&d)
+            .map(|a| a.id.to_string())
+            .collect();
+        let walked: Vec<String> = snap
+            .allocs_by_deployment(&d)
+            .filter(|a| a.counts_unhealthy())
+            .map(|a| a.id.to_string())
+            .collect();
+        prop_assert_eq!(kept, walked, "deployment {}", d);
+    }
+    Ok(())
+}
+
 fn image(store: &StateStore) -> Vec<u8> {
     store.snapshot().encode_image().unwrap()
 }
@@ -318,6 +355,7 @@ proptest! {
         prop_assert_eq!(image(&a), image(&b));
         prop_assert_eq!(drain(&mut sub_a), drain(&mut sub_b));
         usage_matches_the_allocations(&a)?;
+        unhealthy_matches_the_allocations(&a)?;
     }
 
     #[test]
@@ -344,6 +382,7 @@ proptest! {
         prop_assert_eq!(ra, rb);
         prop_assert_eq!(image(&original), image(&restored));
         usage_matches_the_allocations(&restored)?;
+        unhealthy_matches_the_allocations(&restored)?;
     }
 
     #[test]

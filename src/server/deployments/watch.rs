@@ -110,12 +110,11 @@ fn decide_one(
     // Unhealthy allocations: replace failed ones, or fail the deployment when a group
     // allows no progress deadline.
     let mut reschedule = Vec::new();
-    for alloc in snapshot.allocs_by_deployment(&d.id) {
+    // The store keeps these apart: a pass costs the unhealthy allocations, not every one the
+    // deployment placed.
+    for alloc in snapshot.unhealthy_allocs_by_deployment(&d.id) {
         // A failed allocation is unhealthy whether or not its client said so yet.
         let failed = alloc.client_status == ClientStatus::Failed && !alloc.is_healthy();
-        if !alloc.is_unhealthy() && !failed {
-            continue;
-        }
         let Some(group) = d.task_groups.get(alloc.task_group.as_str()) else {
             continue;
         };

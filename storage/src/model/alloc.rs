@@ -433,6 +433,13 @@ impl Allocation {
             .is_some_and(|s| s.is_unhealthy())
     }
 
+    /// Counts against its deployment: reported unhealthy, or failed on its client before
+    /// any health verdict (a failed allocation is unhealthy whether or not its client said
+    /// so yet). The deployment watcher replaces these or fails the deployment.
+    pub fn counts_unhealthy(&self) -> bool {
+        self.is_unhealthy() || (self.client_status == ClientStatus::Failed && !self.is_healthy())
+    }
+
     /// Placed as a canary.
     pub fn is_canary(&self) -> bool {
         self.deployment_status.as_ref().is_some_and(|s| s.canary)

@@ -480,6 +480,20 @@ impl Snapshot {
             .filter_map(move |id| allocs.get(id))
     }
 
+    /// The allocations of a deployment that [`Allocation::counts_unhealthy`], ordered by
+    /// alloc ID: kept by the store, so reading them costs what they are, not what the
+    /// deployment placed.
+    pub fn unhealthy_allocs_by_deployment<'a>(
+        &'a self,
+        deployment_id: &str,
+    ) -> impl Iterator<Item = &'a Arc<Allocation>> + 'a {
+        let allocs = &self.tables.allocs;
+        self.tables
+            .unhealthy_by_deployment
+            .get(deployment_id)
+            .filter_map(move |id| allocs.get(id))
+    }
+
     // ---- cluster ---------------------------------------------------------------------------
 
     /// The scheduler configuration (Nomad's defaults until an operator sets one).

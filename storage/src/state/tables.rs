@@ -176,6 +176,9 @@ pub(crate) struct Tables {
     pub deployments_by_job: SecondaryIndex<JobKey, DeploymentId>,
     /// Allocations by the deployment that placed them.
     pub allocs_by_deployment: SecondaryIndex<DeploymentId, AllocId>,
+    /// The subset of `allocs_by_deployment` that [`Allocation::counts_unhealthy`]: what the
+    /// deployment watcher acts on, without walking every allocation of every deployment.
+    pub unhealthy_by_deployment: SecondaryIndex<DeploymentId, AllocId>,
     /// Service registrations by namespace, name and ID.
     pub services: OrdMap<ServiceKey, Arc<ServiceRegistration>>,
     /// Registrations by the allocation they are for.
@@ -215,6 +218,7 @@ impl Tables {
             self.allocs_by_deployment
                 .insert(alloc.deployment_id.clone(), alloc.id.clone());
         }
+        self.account_unhealthy(alloc, true);
     }
 
     /// Removes an allocation's secondary index entries.
@@ -228,6 +232,22 @@ impl Tables {
             .remove(alloc.eval_id.as_str(), &alloc.id);
         if !alloc.deployment_id.is_empty() {
             self.allocs_by_deployment
+                .remove(alloc.deployment_id.as_str(), &alloc.id);
+        }
+        self.account_unhealthy(alloc, false);
+    }
+
+    /// Adds (or, with `add` false, removes) an allocation to its deployment's unhealthy
+    /// set, if it has a deployment and [`Allocation::counts_unhealthy`].
+    pub fn account_unhealthy(&mut self, alloc: &Allocation, add: bool) {
+        if alloc.deployment_id.is_empty() || !alloc.counts_unhealthy() {
+            return;
+        }
+        if add {
+            self.unhealthy_by_deployment
+                .insert(alloc.deployment_id.clone(), alloc.id.clone());
+        } else {
+            self.unhealthy_by_deployment
                 .remove(alloc.deployment_id.as_str(), &alloc.id);
         }
     }
@@ -324,6 +344,7 @@ impl Tables {
         self.node_usage = OrdMap::new();
         self.allocs_by_eval = SecondaryIndex::default();
         self.allocs_by_deployment = SecondaryIndex::default();
+        self.unhealthy_by_deployment = SecondaryIndex::default();
         let mut deployments_by_job = SecondaryIndex::default();
         for d in self.deployments.values() {
             deployments_by_job.insert((d.namespace.clone(), d.job_id.clone()), d.id.clone());

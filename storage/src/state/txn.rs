@@ -1156,11 +1156,17 @@ impl WriteTxn {
             {
                 self.t.unindex_alloc(prev);
                 self.t.index_alloc(&alloc);
-            } else if prev.terminal_status() != alloc.terminal_status()
-                || prev.resources != alloc.resources
-            {
-                self.t.account_usage(prev, false);
-                self.t.account_usage(&alloc, true);
+            } else {
+                if prev.terminal_status() != alloc.terminal_status()
+                    || prev.resources != alloc.resources
+                {
+                    self.t.account_usage(prev, false);
+                    self.t.account_usage(&alloc, true);
+                }
+                if prev.counts_unhealthy() != alloc.counts_unhealthy() {
+                    self.t.account_unhealthy(prev, false);
+                    self.t.account_unhealthy(&alloc, true);
+                }
             }
         } else {
             self.t.index_alloc(&alloc);
