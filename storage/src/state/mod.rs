@@ -41,7 +41,7 @@ use tokio::sync::{broadcast, watch, Notify};
 
 pub use events::{NodeCondition, StateChange, StateEvent, Subscription, SubscriptionError};
 pub use image::IMAGE_FORMAT_VERSION;
-pub use snapshot::{NodesVersion, Snapshot};
+pub use snapshot::{NodeAllocIds, NodesVersion, Snapshot};
 pub use tables::Table;
 pub use txn::JOB_TRACKED_VERSIONS;
 

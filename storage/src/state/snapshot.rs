@@ -9,8 +9,8 @@ use std::ops::Bound;
 use std::sync::Arc;
 
 use crate::model::{
-    AclPolicy, AclToken, Allocation, ClusterMeta, Deployment, Evaluation, Job, JobId, JobSummary,
-    Namespace, NamespaceSpec, Node, PeriodicLaunch, Resources, SchedulerConfiguration,
+    AclPolicy, AclToken, AllocId, Allocation, ClusterMeta, Deployment, Evaluation, Job, JobId,
+    JobSummary, Namespace, NamespaceSpec, Node, PeriodicLaunch, Resources, SchedulerConfiguration,
     ServiceRegistration, DEFAULT_NAMESPACE,
 };
 use crate::state::tables::{Table, Tables};
@@ -320,6 +320,13 @@ impl Snapshot {
             .filter_map(move |id| allocs.get(id))
     }
 
+    /// The ids of the allocations on node `node_id` (in any status), to test membership
+    /// in: a search of the node's few allocations, where [`Snapshot::alloc_by_id`] searches
+    /// all of them.
+    pub fn alloc_ids_on_node(&self, node_id: &str) -> NodeAllocIds<'_> {
+        NodeAllocIds(self.tables.allocs_by_node.set(node_id))
+    }
+
     /// The allocations an evaluation placed or last updated, ordered by alloc ID.
     pub fn allocs_by_eval<'a>(
         &'a self,
@@ -524,5 +531,16 @@ impl NodesVersion {
     /// Whether `snapshot` holds this very nodes table (O(1)).
     pub fn is_of(&self, snapshot: &Snapshot) -> bool {
         self.0.ptr_eq(&snapshot.tables.nodes)
+    }
+}
+
+/// The ids of one node's allocations ([`Snapshot::alloc_ids_on_node`]).
+#[derive(Debug, Clone, Copy)]
+pub struct NodeAllocIds<'a>(Option<&'a imbl::OrdSet<AllocId>>);
+
+impl NodeAllocIds<'_> {
+    /// True when the node has allocation `id`.
+    pub fn contains(&self, id: &str) -> bool {
+        self.0.is_some_and(|set| set.contains(id))
     }
 }

@@ -421,6 +421,15 @@ impl<K: Ord + Clone, I: Ord + Clone> SecondaryIndex<K, I> {
         }
     }
 
+    /// The set of primary keys under `key`, if any.
+    pub fn set<Q>(&self, key: &Q) -> Option<&OrdSet<I>>
+    where
+        K: Borrow<Q>,
+        Q: Ord + ?Sized,
+    {
+        self.map.get(key)
+    }
+
     /// The primary keys under `key`, in order.
     pub fn get<Q>(&self, key: &Q) -> impl Iterator<Item = &I> + '_
     where
