@@ -13,7 +13,7 @@ use crate::model::{
     JobSummary, Namespace, NamespaceSpec, Node, PeriodicLaunch, Resources, SchedulerConfiguration,
     ServiceRegistration, DEFAULT_NAMESPACE,
 };
-use crate::state::tables::{Table, Tables};
+use crate::state::tables::{SecondaryIndex, Table, Tables};
 
 /// A read-only view of the whole state at one index.
 #[derive(Clone)]
@@ -313,11 +313,17 @@ impl Snapshot {
         &'a self,
         node_id: &str,
     ) -> impl Iterator<Item = &'a Arc<Allocation>> + 'a {
+        self.allocs_under(&self.tables.allocs_by_node, node_id)
+    }
+
+    /// The allocations a secondary index holds under `key`, in its order.
+    fn allocs_under<'a, K: Ord + Clone + std::borrow::Borrow<str>>(
+        &'a self,
+        index: &'a SecondaryIndex<K, AllocId>,
+        key: &str,
+    ) -> impl Iterator<Item = &'a Arc<Allocation>> + 'a {
         let allocs = &self.tables.allocs;
-        self.tables
-            .allocs_by_node
-            .get(node_id)
-            .filter_map(move |id| allocs.get(id))
+        index.get(key).filter_map(move |id| allocs.get(id))
     }
 
     /// The ids of the allocations on node `node_id` (in any status), to test membership
@@ -332,11 +338,7 @@ impl Snapshot {
         &'a self,
         eval_id: &str,
     ) -> impl Iterator<Item = &'a Arc<Allocation>> + 'a {
-        let allocs = &self.tables.allocs;
-        self.tables
-            .allocs_by_eval
-            .get(eval_id)
-            .filter_map(move |id| allocs.get(id))
+        self.allocs_under(&self.tables.allocs_by_eval, eval_id)
     }
 
     /// How many allocations exist.
@@ -480,11 +482,7 @@ impl Snapshot {
         &'a self,
         deployment_id: &str,
     ) -> impl Iterator<Item = &'a Arc<Allocation>> + 'a {
-        let allocs = &self.tables.allocs;
-        self.tables
-            .allocs_by_deployment
-            .get(deployment_id)
-            .filter_map(move |id| allocs.get(id))
+        self.allocs_under(&self.tables.allocs_by_deployment, deployment_id)
     }
 
     /// The allocations of a deployment that [`Allocation::counts_unhealthy`], ordered by
@@ -494,11 +492,7 @@ impl Snapshot {
         &'a self,
         deployment_id: &str,
     ) -> impl Iterator<Item = &'a Arc<Allocation>> + 'a {
-        let allocs = &self.tables.allocs;
-        self.tables
-            .unhealthy_by_deployment
-            .get(deployment_id)
-            .filter_map(move |id| allocs.get(id))
+        self.allocs_under(&self.tables.unhealthy_by_deployment, deployment_id)
     }
 
     // ---- cluster ---------------------------------------------------------------------------
