@@ -7,7 +7,6 @@
 //! backwards.
 
 use std::collections::BTreeSet;
-use std::sync::{Arc, PoisonError};
 use std::time::Duration;
 
 use rand::RngCore;
@@ -16,7 +15,7 @@ use teamster_storage::fsm::{
     NodeUpdateEligibility, NodeUpdateStatus,
 };
 use teamster_storage::model::{
-    Allocation, ClientStatus, EvalTrigger, Node, NodeStatus, SchedulingEligibility, Timestamp,
+    ClientStatus, EvalTrigger, Node, NodeStatus, SchedulingEligibility, Timestamp,
 };
 use teamster_storage::state::{Snapshot, Table};
 use tracing::{debug, info};
@@ -216,22 +215,15 @@ pub async fn get_client_allocs(
     if req.min_index == 0 {
         return Ok(client_allocs(&state.snapshot(), &req));
     }
-    // The readiness check builds the answer it found, so a ready node's allocations are
-    // walked once, not once to decide and again to answer.
-    let found = std::sync::Mutex::new(None);
     let waited = state
         .wait_node_allocs(&req.node_id, req.min_index, wait, |snapshot| {
-            let Some(answer) = changed_client_allocs(snapshot, &req) else {
-                return false;
-            };
-            *found.lock().unwrap_or_else(PoisonError::into_inner) = Some(answer);
-            true
+            snapshot
+                .allocs_by_node(req.node_id.as_str())
+                .any(|a| a.alloc_modify_index > req.min_index)
         })
         .await
         .map_err(|e| ServiceError::internal(e.to_string()))?;
-    // Set only by a check that returned true, which ends the wait on that very snapshot.
-    let found = found.into_inner().unwrap_or_else(PoisonError::into_inner);
-    Ok(found.unwrap_or_else(|| client_allocs(&waited.snapshot, &req)))
+    Ok(client_allocs(&waited.snapshot, &req))
 }
 
 /// `Node.Deregister`: the node goes, with evaluations for what ran on it.
@@ -377,31 +369,9 @@ fn client_allocs(
     snapshot: &Snapshot,
     req: &NodeGetClientAllocsRequest,
 ) -> NodeClientAllocsResponse {
-    let allocs: Vec<&Arc<Allocation>> = snapshot.allocs_by_node(req.node_id.as_str()).collect();
-    client_allocs_of(snapshot, req, &allocs)
-}
-
-/// [`client_allocs`] if the servers changed one of the node's allocations after the
-/// request's index, else `None` (the node's allocations looked up once either way).
-fn changed_client_allocs(
-    snapshot: &Snapshot,
-    req: &NodeGetClientAllocsRequest,
-) -> Option<NodeClientAllocsResponse> {
-    let allocs: Vec<&Arc<Allocation>> = snapshot.allocs_by_node(req.node_id.as_str()).collect();
-    allocs
-        .iter()
-        .any(|a| a.alloc_modify_index > req.min_index)
-        .then(|| client_allocs_of(snapshot, req, &allocs))
-}
-
-fn client_allocs_of(
-    snapshot: &Snapshot,
-    req: &NodeGetClientAllocsRequest,
-    allocs: &[&Arc<Allocation>],
-) -> NodeClientAllocsResponse {
-    let mut alloc_indexes = Vec::with_capacity(allocs.len());
+    let mut alloc_indexes = Vec::new();
     let mut changed = Vec::new();
-    for &alloc in allocs {
+    for alloc in snapshot.allocs_by_node(req.node_id.as_str()) {
         alloc_indexes.push((alloc.id.to_string(), alloc.alloc_modify_index));
         if alloc.alloc_modify_index > req.min_index {
             changed.push(ClientAlloc {
