@@ -15,6 +15,9 @@
 //! `save_committed` is not flushed itself: the next append or vote flush persists it, and a
 //! lost one only means openraft re-applies a little less on restart.
 //!
+//! The newest entries are also kept decoded in memory ([`recent`]), so applying them and
+//! replicating them to followers that keep up does not read and decode them from sled again.
+//!
 //! sled sits behind this type so it can be replaced. Open one [`LogStore`] per data
 //! directory: sled refuses a second open of the same path.
 
@@ -23,7 +26,7 @@ use std::io;
 use std::ops::{Bound, RangeBounds};
 use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, PoisonError};
 
 use openraft::storage::{LogFlushed, LogState, RaftLogReader, RaftLogStorage};
 use openraft::{OptionalSend, StorageIOError};
@@ -32,6 +35,9 @@ use serde::Serialize;
 
 use crate::codec;
 use crate::raft_types::{Entry, LogId, StorageError, TypeConfig, Vote};
+
+mod recent;
+use recent::RecentEntries;
 
 const LOG_TREE: &str = "log";
 const META_TREE: &str = "meta";
@@ -59,6 +65,9 @@ pub struct LogStoreConfig {
     /// a follower catching up on entries of hundreds of kB each (plans of 1 000 allocations)
     /// must get them in pieces it can persist within that time, or it never catches up.
     pub max_payload_bytes: usize,
+    /// The encoded bytes of the newest entries also kept decoded in memory, so the state
+    /// machine and replication read them without a sled read and a decode (0 keeps none).
+    pub recent_entries_bytes: usize,
 }
 
 impl Default for LogStoreConfig {
@@ -67,6 +76,7 @@ impl Default for LogStoreConfig {
             cache_capacity_bytes: 64 << 20,
             flush_every_ms: Some(1000),
             max_payload_bytes: 1 << 20,
+            recent_entries_bytes: 8 << 20,
         }
     }
 }
@@ -137,6 +147,8 @@ pub struct LogStore {
     meta: sled::Tree,
     stats: Arc<LogStats>,
     max_payload_bytes: usize,
+    /// Shared by every clone (openraft's log readers are clones).
+    recent: Arc<Mutex<RecentEntries>>,
 }
 
 /// What a [`LogStore`] has appended since it was opened (entries written again after a
@@ -185,6 +197,7 @@ impl LogStore {
         })?;
         let mut store = Self::from_db(db)?;
         store.max_payload_bytes = config.max_payload_bytes;
+        store.recent = Arc::new(Mutex::new(RecentEntries::new(config.recent_entries_bytes)));
         Ok(store)
     }
 
@@ -198,6 +211,9 @@ impl LogStore {
             meta,
             stats: Arc::default(),
             max_payload_bytes: LogStoreConfig::default().max_payload_bytes,
+            recent: Arc::new(Mutex::new(RecentEntries::new(
+                LogStoreConfig::default().recent_entries_bytes,
+            ))),
         })
     }
 
@@ -254,12 +270,21 @@ impl LogStore {
 
     /// The entries in `[start, end)`, stopping before the one that would take their encoded
     /// size past `max_bytes` (the first is always included).
+    fn recent(&self) -> std::sync::MutexGuard<'_, RecentEntries> {
+        self.recent.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
     fn read_entries_limited(
         &self,
         start: u64,
         end: Option<u64>,
         max_bytes: usize,
     ) -> Result<Vec<Entry>, LogStoreError> {
+        if let Some(end) = end {
+            if let Some(entries) = self.recent().read(start, end, max_bytes) {
+                return Ok(entries);
+            }
+        }
         let iter = match end {
             Some(end) if end <= start => return Ok(Vec::new()),
             Some(end) => self.log.range(start.to_be_bytes()..end.to_be_bytes()),
@@ -444,6 +469,7 @@ impl RaftLogStorage<TypeConfig> for LogStore {
         let written = (|| {
             let mut batch = sled::Batch::default();
             let (mut count, mut size) = (0u64, 0u64);
+            let mut kept = Vec::new();
             for entry in entries {
                 let bytes = codec::encode(&entry).map_err(|source| LogStoreError::Encode {
                     what: "log entry",
@@ -451,9 +477,20 @@ impl RaftLogStorage<TypeConfig> for LogStore {
                 })?;
                 count += 1;
                 size += bytes.len() as u64;
+                let len = bytes.len();
                 batch.insert(&entry.log_id.index.to_be_bytes(), bytes);
+                kept.push((entry, len));
             }
-            self.log.apply_batch(batch)?;
+            if let Err(e) = self.log.apply_batch(batch) {
+                // Whatever part of the batch sled kept, the copy no longer matches it.
+                self.recent().clear();
+                return Err(e.into());
+            }
+            let mut recent = self.recent();
+            for (entry, len) in kept {
+                recent.push(entry, len);
+            }
+            drop(recent);
             self.stats.record(count, size);
             Ok::<(), LogStoreError>(())
         })();
@@ -476,6 +513,7 @@ impl RaftLogStorage<TypeConfig> for LogStore {
 
     async fn truncate(&mut self, log_id: LogId) -> Result<(), StorageError> {
         tracing::debug!(%log_id, "truncating the raft log");
+        self.recent().truncate_from(log_id.index);
         self.remove_range(log_id.index, None)
             .map_err(write_logs_err)?;
         self.flush().await.map_err(write_logs_err)
@@ -486,6 +524,7 @@ impl RaftLogStorage<TypeConfig> for LogStore {
         self.write_meta(LAST_PURGED_KEY, &log_id)
             .map_err(write_logs_err)?;
         self.flush().await.map_err(write_logs_err)?;
+        self.recent().purge_up_to(log_id.index);
         self.remove_range(0, Some(log_id.index))
             .map_err(write_logs_err)
     }
