@@ -76,7 +76,7 @@ impl Default for LogStoreConfig {
             cache_capacity_bytes: 64 << 20,
             flush_every_ms: Some(1000),
             max_payload_bytes: 1 << 20,
-            recent_entries_bytes: 8 << 20,
+            recent_entries_bytes: 2 << 20,
         }
     }
 }

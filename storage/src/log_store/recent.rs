@@ -146,7 +146,10 @@ mod tests {
     #[test]
     fn reads_what_it_holds_and_nothing_else() {
         let recent = filled(1000, 5..=9);
-        assert_eq!(indexes(&recent.read(5, 10, usize::MAX).unwrap()), [5, 6, 7, 8, 9]);
+        assert_eq!(
+            indexes(&recent.read(5, 10, usize::MAX).unwrap()),
+            [5, 6, 7, 8, 9]
+        );
         assert_eq!(indexes(&recent.read(7, 9, usize::MAX).unwrap()), [7, 8]);
         assert_eq!(recent.read(4, 8, usize::MAX), None, "4 is not held");
         assert_eq!(recent.read(6, 11, usize::MAX), None, "10 is not held");
@@ -169,8 +172,16 @@ mod tests {
         assert_eq!(recent.read(2, 4, usize::MAX), None);
         let mut recent = filled(30, 1..=2);
         recent.push(entry(3), 31);
-        assert_eq!(recent.len_and_bytes(), (0, 0), "an entry over budget empties it");
-        assert_eq!(filled(0, 1..=3).len_and_bytes(), (0, 0), "a zero budget keeps none");
+        assert_eq!(
+            recent.len_and_bytes(),
+            (0, 0),
+            "an entry over budget empties it"
+        );
+        assert_eq!(
+            filled(0, 1..=3).len_and_bytes(),
+            (0, 0),
+            "a zero budget keeps none"
+        );
     }
 
     #[test]
@@ -178,7 +189,10 @@ mod tests {
         let mut recent = filled(1000, 1..=6);
         recent.truncate_from(5);
         assert_eq!(recent.read(1, 7, usize::MAX), None);
-        assert_eq!(indexes(&recent.read(1, 5, usize::MAX).unwrap()), [1, 2, 3, 4]);
+        assert_eq!(
+            indexes(&recent.read(1, 5, usize::MAX).unwrap()),
+            [1, 2, 3, 4]
+        );
         recent.purge_up_to(2);
         assert_eq!(recent.len_and_bytes(), (2, 20));
         assert_eq!(recent.read(2, 4, usize::MAX), None);
