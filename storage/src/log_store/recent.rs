@@ -97,11 +97,11 @@ impl RecentEntries {
         if start < first || end > last.checked_add(1)? {
             return None;
         }
-        let skip = usize::try_from(start - first).ok()?;
-        let count = usize::try_from(end - start).ok()?;
+        let from = usize::try_from(start - first).ok()?;
+        let to = usize::try_from(end - first).ok()?;
         let mut out = Vec::new();
         let mut bytes = 0usize;
-        for (entry, size) in self.entries.iter().skip(skip).take(count) {
+        for (entry, size) in self.entries.range(from..to) {
             bytes = bytes.saturating_add(*size);
             if bytes > max_bytes && !out.is_empty() {
                 break;
