@@ -149,7 +149,7 @@ impl Propose for RaftProposer {
     fn propose(&self, cmd: Command) -> ProposeFuture {
         let raft = self.raft.clone();
         Box::pin(async move {
-            match raft.client_write(cmd).await {
+            match raft.client_write(std::sync::Arc::new(cmd)).await {
                 Ok(resp) => Ok(Applied {
                     index: resp.log_id.index,
                     response: resp.data,

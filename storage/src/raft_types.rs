@@ -24,10 +24,12 @@ pub struct ServerAddr {
 }
 
 openraft::declare_raft_types!(
-    /// teamster's raft types: commands in, command responses out, servers addressed by
-    /// [`ServerAddr`], snapshots as in-memory byte buffers.
+    /// teamster's raft types: commands in (shared, so the log store's copy of its newest
+    /// entries hands them to replication without copying them; serde writes an `Arc<T>` as
+    /// the `T`, so the encoding is that of the command), command responses out, servers
+    /// addressed by [`ServerAddr`], snapshots as in-memory byte buffers.
     pub TypeConfig:
-        D = Command,
+        D = std::sync::Arc<Command>,
         R = CommandResponse,
         NodeId = ServerId,
         Node = ServerAddr,

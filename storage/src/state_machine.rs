@@ -398,7 +398,10 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
                     self.state.advance_index(index);
                     CommandResponse::Applied
                 }
-                EntryPayload::Normal(command) => self.state.apply(index, command),
+                EntryPayload::Normal(command) => {
+                    // Taken whole unless the log store's recent copy still shares it.
+                    self.state.apply(index, Arc::unwrap_or_clone(command))
+                }
                 EntryPayload::Membership(membership) => {
                     self.last_membership = StoredMembership::new(Some(log_id), membership);
                     self.state.advance_index(index);

@@ -55,7 +55,7 @@ fn entry(term: u64, index: u64, payload: EntryPayload<TypeConfig>) -> Entry {
 }
 
 fn command_entry(index: u64, command: Command) -> Entry {
-    entry(1, index, EntryPayload::Normal(command))
+    entry(1, index, EntryPayload::Normal(Arc::new(command)))
 }
 
 async fn append(log: &mut LogStore, entries: Vec<Entry>) {
@@ -106,7 +106,7 @@ async fn the_log_survives_a_reopen_with_vote_committed_and_purge() {
         vec![5, 6, 7, 8]
     );
     assert!(
-        matches!(&entries[0].payload, EntryPayload::Normal(Command::NodeRegister(r)) if r.node.id == node_id(5))
+        matches!(&entries[0].payload, EntryPayload::Normal(c) if matches!(&**c, Command::NodeRegister(r) if r.node.id == node_id(5)))
     );
 
     // Purging everything leaves the last purged id as the last log id.
@@ -479,7 +479,7 @@ async fn a_single_server_raft_recovers_its_state_after_a_restart() {
     ));
     let mut last = None;
     for command in commands {
-        let written = raft.client_write(command).await.unwrap();
+        let written = raft.client_write(Arc::new(command)).await.unwrap();
         assert!(written.data.rejection().is_none(), "{:?}", written.data);
         last = Some(written.log_id.index);
     }
@@ -491,10 +491,10 @@ async fn a_single_server_raft_recovers_its_state_after_a_restart() {
     let snapshot_index = last.unwrap();
     // After the snapshot: a batch whose second command is rejected.
     let written = raft
-        .client_write(Command::Batch(vec![
+        .client_write(Arc::new(Command::Batch(vec![
             client_update(&alloc_id(0), teamster_storage::model::ClientStatus::Running),
             register_node(&teamster_storage::model::Node::default()),
-        ]))
+        ])))
         .await
         .unwrap();
     let CommandResponse::Batch(responses) = written.data else {

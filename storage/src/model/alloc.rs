@@ -334,6 +334,78 @@ pub struct AllocatedPortMapping {
 }
 
 impl Allocation {
+    /// A copy whose task states are `task_states`. A client's report carries every task's
+    /// state, so the state store builds the updated allocation with this rather than copying
+    /// the old map only to drop it. Every field is named, so a new one cannot be left out.
+    pub fn with_task_states(&self, task_states: BTreeMap<String, TaskState>) -> Allocation {
+        let Allocation {
+            id,
+            namespace,
+            eval_id,
+            name,
+            node_id,
+            job_id,
+            job_version,
+            task_group,
+            resources,
+            desired_status,
+            desired_description,
+            client_status,
+            client_description,
+            task_states: _,
+            previous_allocation,
+            next_allocation,
+            followup_eval_id,
+            reschedule_tracker,
+            create_index,
+            modify_index,
+            alloc_modify_index,
+            create_time,
+            modify_time,
+            desired_transition,
+            deployment_id,
+            deployment_status,
+            allocated_resources,
+            placement_score,
+            alloc_states,
+            preempted_allocations,
+            preempted_by_allocation,
+        } = self;
+        Allocation {
+            id: id.clone(),
+            namespace: namespace.clone(),
+            eval_id: eval_id.clone(),
+            name: name.clone(),
+            node_id: node_id.clone(),
+            job_id: job_id.clone(),
+            job_version: *job_version,
+            task_group: task_group.clone(),
+            resources: resources.clone(),
+            desired_status: *desired_status,
+            desired_description: desired_description.clone(),
+            client_status: *client_status,
+            client_description: client_description.clone(),
+            task_states,
+            previous_allocation: previous_allocation.clone(),
+            next_allocation: next_allocation.clone(),
+            followup_eval_id: followup_eval_id.clone(),
+            reschedule_tracker: reschedule_tracker.clone(),
+            create_index: *create_index,
+            modify_index: *modify_index,
+            alloc_modify_index: *alloc_modify_index,
+            create_time: *create_time,
+            modify_time: *modify_time,
+            desired_transition: desired_transition.clone(),
+            deployment_id: deployment_id.clone(),
+            deployment_status: deployment_status.clone(),
+            allocated_resources: allocated_resources.clone(),
+            placement_score: *placement_score,
+            alloc_states: alloc_states.clone(),
+            preempted_allocations: preempted_allocations.clone(),
+            preempted_by_allocation: preempted_by_allocation.clone(),
+        }
+    }
+
     /// When the servers last marked it `unknown`, if that is its latest recorded state
     /// (it has not reconnected since).
     pub fn unknown_since(&self) -> Option<i64> {
@@ -471,4 +543,69 @@ pub struct AllocStop {
     /// For an eviction: the allocation it makes room for.
     #[serde(deserialize_with = "de::nullable")]
     pub preempted_by_allocation: AllocId,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::{AllocDeploymentStatus, AllocState};
+
+    #[test]
+    fn with_task_states_copies_every_other_field() {
+        let task = |restarts| TaskState {
+            restarts,
+            ..TaskState::default()
+        };
+        let alloc = Allocation {
+            id: "a1".into(),
+            namespace: Namespace::new("ns"),
+            eval_id: "e1".into(),
+            name: "web.web[0]".into(),
+            node_id: "n1".into(),
+            job_id: "web".into(),
+            job_version: 3,
+            task_group: "web".into(),
+            resources: Resources {
+                cpu: 100,
+                memory_mb: 64,
+                ..Resources::default()
+            },
+            desired_status: DesiredStatus::Stop,
+            desired_description: "stopping".into(),
+            client_status: ClientStatus::Running,
+            client_description: "running".into(),
+            task_states: BTreeMap::from([("old".to_string(), task(1))]),
+            previous_allocation: "a0".into(),
+            next_allocation: "a2".into(),
+            followup_eval_id: "e2".into(),
+            reschedule_tracker: Some(RescheduleTracker::default()),
+            create_index: 4,
+            modify_index: 5,
+            alloc_modify_index: 6,
+            create_time: 7,
+            modify_time: 8,
+            desired_transition: DesiredTransition {
+                migrate: Some(true),
+                reschedule: None,
+            },
+            deployment_id: "d1".into(),
+            deployment_status: Some(Box::new(AllocDeploymentStatus {
+                healthy: Some(true),
+                ..AllocDeploymentStatus::default()
+            })),
+            allocated_resources: AllocatedResources::default(),
+            placement_score: 9,
+            alloc_states: ThinVec::from(vec![AllocState {
+                field: "ClientStatus".into(),
+                value: "unknown".into(),
+                ..AllocState::default()
+            }]),
+            preempted_allocations: ThinVec::from(vec![AllocId::new("p1")]),
+            preempted_by_allocation: "p2".into(),
+        };
+        let states = BTreeMap::from([("new".to_string(), task(2))]);
+        let mut expected = alloc.clone();
+        expected.task_states = states.clone();
+        assert_eq!(alloc.with_task_states(states), expected);
+    }
 }

@@ -1109,13 +1109,12 @@ impl WriteTxn {
         {
             return true;
         }
-        let mut alloc = (*existing).clone();
+        let mut alloc = existing.with_task_states(report.task_states);
         alloc.client_status = report.client_status;
         if alloc.client_description.as_str() != report.client_description {
             alloc.client_description = report.client_description.into();
             self.share_str(&mut alloc.client_description);
         }
-        alloc.task_states = report.task_states;
         alloc.modify_time = report.modify_time;
         alloc.modify_index = self.index;
         self.merge_client_health(&mut alloc, report.deployment_status);
