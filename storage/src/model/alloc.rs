@@ -380,7 +380,7 @@ impl Allocation {
             job_id: job_id.clone(),
             job_version: *job_version,
             task_group: task_group.clone(),
-            resources: resources.clone(),
+            resources: *resources,
             desired_status: *desired_status,
             desired_description: desired_description.clone(),
             client_status: *client_status,
