@@ -23,7 +23,7 @@
 use std::collections::{BTreeMap, HashMap, HashSet};
 use teamster_storage::model::{
     AllocId, AllocMetric, AllocStop, Allocation, ClientStatus, DesiredStatus, Job, Node, NodeId,
-    Plan, Resources,
+    Plan, Resources, SharedStr,
 };
 use teamster_storage::state::Snapshot;
 
@@ -114,7 +114,7 @@ pub(crate) struct EvalContext {
     /// Resources the plan frees per node.
     removed: HashMap<NodeId, Resources>,
     /// The job's proposed allocations per node and task group.
-    job_counts: HashMap<NodeId, HashMap<String, u32>>,
+    job_counts: HashMap<NodeId, HashMap<SharedStr, u32>>,
     /// Property counters, registered by the stacks.
     properties: Vec<PropertyCounts>,
     /// Host ports held per node in the snapshot (reserved by the node or by non-terminal
@@ -127,14 +127,14 @@ pub(crate) struct EvalContext {
 impl EvalContext {
     /// A context over `snapshot` for `job`'s allocations, with an empty `plan`.
     pub fn new(snapshot: Snapshot, plan: Plan, job: Option<&Job>) -> EvalContext {
-        let mut job_counts: HashMap<NodeId, HashMap<String, u32>> = HashMap::new();
+        let mut job_counts: HashMap<NodeId, HashMap<SharedStr, u32>> = HashMap::new();
         if let Some(job) = job {
             for alloc in snapshot.allocs_by_job(&job.namespace, &job.id) {
                 if !alloc.terminal_status() {
                     *job_counts
                         .entry(alloc.node_id.clone())
                         .or_default()
-                        .entry(alloc.task_group.to_string())
+                        .entry(alloc.task_group.clone())
                         .or_default() += 1;
                 }
             }
@@ -429,7 +429,7 @@ impl EvalContext {
             .job_counts
             .entry(alloc.node_id.clone())
             .or_default()
-            .entry(alloc.task_group.to_string())
+            .entry(alloc.task_group.clone())
             .or_default();
         *count = if direction > 0 {
             count.saturating_add(1)
