@@ -51,17 +51,19 @@ fn docker(args: &[&str]) -> anyhow::Result<String> {
     Ok(String::from_utf8_lossy(&out.stdout).trim().to_string())
 }
 
-/// Ids of the containers (running or not) labelled `label=value`.
+/// Ids of the containers (running or not) labelled `label=value`. A failing `docker ps` is
+/// tried again and then fails the test: read as "no containers", it would let a wait for a
+/// container's removal pass while the container is still there.
 fn containers(label: &str, value: &str) -> Vec<String> {
-    docker(&[
-        "ps",
-        "-aq",
-        "--no-trunc",
-        "--filter",
-        &format!("label={label}={value}"),
-    ])
-    .map(|s| s.lines().map(str::to_string).collect())
-    .unwrap_or_default()
+    let filter = format!("label={label}={value}");
+    let mut last_error = None;
+    for _ in 0..3 {
+        match docker(&["ps", "-aq", "--no-trunc", "--filter", &filter]) {
+            Ok(s) => return s.lines().map(str::to_string).collect(),
+            Err(e) => last_error = Some(e),
+        }
+    }
+    panic!("docker ps --filter {filter} failed three times: {last_error:?}");
 }
 
 /// Removes whatever containers the node left, however the test ends.
@@ -475,7 +477,14 @@ async fn docker_tasks_run_log_signal_reattach_and_stop_without_pulling() -> anyh
         kinds.contains(&"Killing".to_string()) && kinds.contains(&"Killed".to_string()),
         "{kinds:?}"
     );
-    assert!(containers(NODE_LABEL, &node_id).is_empty());
+    // Nothing of this node's is left (the orphan was removed above, the task's container now).
+    wait_for(
+        Duration::from_secs(20),
+        "no container of the node left",
+        || async { containers(NODE_LABEL, &node_id).is_empty().then_some(()) },
+    )
+    .await
+    .map_err(|e| anyhow::anyhow!("{e}: {:?}", containers(NODE_LABEL, &node_id)))?;
     drop(agent);
     Ok(())
 }
