@@ -2,8 +2,9 @@
 //! returns. Random sequences of appends, truncations, purges (also past the last entry, as a
 //! follower does when it installs a snapshot), term changes and reopens run against two stores
 //! side by side: one keeping no entries in memory, one keeping a few entries
-//! (so the copy is filled, evicted, cut and emptied again and again). Every read, of every
-//! range and byte limit, and the log state must come out the same from both.
+//! (so the copy is filled, evicted, cut and emptied again and again). Every read of a range
+//! near the tail, byte-limited as replication reads and whole, and the log state must come
+//! out the same from both.
 
 mod common;
 
@@ -96,7 +97,7 @@ async fn run(ops: Vec<Op>) -> Result<(), TestCaseError> {
             }
             Op::Truncate { back } => {
                 let at = last.saturating_sub(back);
-                if at > purged && at <= last {
+                if at > purged {
                     let id = LogId::new(CommittedLeaderId::new(term, 1), at);
                     plain.truncate(id).await.unwrap();
                     cached.truncate(id).await.unwrap();
