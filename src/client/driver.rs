@@ -886,6 +886,12 @@ mod tests {
         };
         let marker = std::fs::read_to_string(dir.path().join(LAUNCH_MARKER)).unwrap();
         assert_eq!(marker, format!("L1 {pid}\n"));
+        // The spawn returns once the exec has closed the child's descriptors, a moment
+        // before the kernel sets up its environment: wait (bounded) until it shows.
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        while !carries_launch(pid, "L1") && std::time::Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
         assert!(carries_launch(pid, "L1"));
         match find("L1").await {
             Launched::Found(r) => match *r {
