@@ -383,11 +383,9 @@ impl StateStore {
                 return Err(StateError::Closed);
             }
             {
-                // Not held across the wait (it would pin old versions of the tables). A
-                // wake past `min_index` answers without asking `ready`, which may walk every
-                // allocation of the node.
+                // Not held across the wait (it would pin old versions of the tables).
                 let snapshot = self.snapshot();
-                if (woken && snapshot.latest_index() > min_index) || ready(&snapshot) {
+                if ready(&snapshot) || (woken && snapshot.latest_index() > min_index) {
                     return Ok(answer(snapshot, false));
                 }
             }
