@@ -398,10 +398,11 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
                     self.state.advance_index(index);
                     CommandResponse::Applied
                 }
-                EntryPayload::Normal(command) => {
-                    // Taken whole unless the log store's recent copy still shares it.
-                    self.state.apply(index, Arc::unwrap_or_clone(command))
-                }
+                EntryPayload::Normal(command) => match Arc::try_unwrap(command) {
+                    Ok(command) => self.state.apply(index, command),
+                    // The log store's recent copy still holds it: read it there.
+                    Err(shared) => self.state.apply_shared(index, &shared),
+                },
                 EntryPayload::Membership(membership) => {
                     self.last_membership = StoredMembership::new(Some(log_id), membership);
                     self.state.advance_index(index);

@@ -359,6 +359,38 @@ proptest! {
     }
 
     #[test]
+    fn a_batch_gives_what_its_commands_give_one_by_one(
+        ops in ops(),
+        cuts in proptest::collection::vec(1usize..12, 1..8),
+    ) {
+        // The same commands cut into batches (applied as one command, owned and shared, as
+        // the raft log hands them over) and applied one at a time at the batch's index.
+        let (batched, shared, single) = (StateStore::new(), StateStore::new(), StateStore::new());
+        let (mut sub_b, mut sub_s) = (batched.subscribe(), single.subscribe());
+        let mut rest: &[Op] = &ops;
+        let mut index = 1;
+        for cut in cuts.iter().cycle() {
+            if rest.is_empty() {
+                break;
+            }
+            let (chunk, tail) = rest.split_at((*cut).min(rest.len()));
+            rest = tail;
+            let commands: Vec<Command> = chunk.iter().map(command).collect();
+            let batch = Command::Batch(commands.clone());
+            let one_by_one: Vec<CommandResponse> =
+                commands.into_iter().map(|c| single.apply(index, c)).collect();
+            prop_assert_eq!(&shared.apply_shared(index, &batch), &CommandResponse::Batch(one_by_one.clone()));
+            prop_assert_eq!(batched.apply(index, batch), CommandResponse::Batch(one_by_one));
+            index += 1;
+        }
+        prop_assert_eq!(image(&batched), image(&single));
+        prop_assert_eq!(image(&shared), image(&single));
+        prop_assert_eq!(drain(&mut sub_b), drain(&mut sub_s));
+        usage_matches_the_allocations(&batched)?;
+        unhealthy_matches_the_allocations(&batched)?;
+    }
+
+    #[test]
     fn snapshot_then_restore_gives_the_same_state(
         ops in ops(),
         split in 0usize..46,

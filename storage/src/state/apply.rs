@@ -1,7 +1,15 @@
-//! How a [`Command`] changes the tables: each command in its own write transaction over a
-//! clone of the tables, committed only when it succeeds (a batch command by command), with
-//! the changes to publish. The rules (deterministic, all or nothing per command) are those
-//! of [`crate::fsm`].
+//! How a [`Command`] changes the tables: each command in its own write transaction,
+//! committed only when it succeeds (a batch command by command), with the changes to
+//! publish. The rules (deterministic, all or nothing per command) are those of
+//! [`crate::fsm`].
+//!
+//! A lone command runs on a clone of the tables, kept only if it succeeds. The commands of a
+//! batch run one after the other on the same working tables, with one clone taken at the
+//! start as the checkpoint: the persistent maps copy a path the first time a batch changes
+//! it and then change that copy in place, instead of copying it again for every command.
+//! When a command fails half way, the working tables go back to the checkpoint and the
+//! commands that succeeded since it are applied again (apply is deterministic, so they give
+//! what they gave), which is exactly the state before the failed command.
 
 use crate::fsm::{
     AllocClientUpdate, AllocUpdateDesiredTransition, ApplyError, Command, CommandResponse,
@@ -22,12 +30,7 @@ pub(crate) fn apply(
     changes: &mut Vec<StateChange>,
 ) -> CommandResponse {
     match command {
-        Command::Batch(commands) => CommandResponse::Batch(
-            commands
-                .into_iter()
-                .map(|c| apply(tables, index, c, changes))
-                .collect(),
-        ),
+        Command::Batch(commands) => apply_batch(tables, index, &commands, changes),
         Command::SnapshotRestore(SnapshotRestore { image }) => {
             match crate::state::image::decode(&image) {
                 Ok(mut restored) => {
@@ -66,6 +69,73 @@ pub(crate) fn apply(
             }
         }
     }
+}
+
+/// Applies a command shared with the raft log: a batch without copying it whole, its
+/// commands each cloned as they run; a lone command cloned once.
+pub(crate) fn apply_shared(
+    tables: &mut Tables,
+    index: u64,
+    command: &Command,
+    changes: &mut Vec<StateChange>,
+) -> CommandResponse {
+    match command {
+        Command::Batch(commands) => apply_batch(tables, index, commands, changes),
+        command => apply(tables, index, command.clone(), changes),
+    }
+}
+
+/// Applies a batch's commands in turn on one set of working tables (see the module doc):
+/// the same responses, tables and changes as applying each alone.
+fn apply_batch(
+    tables: &mut Tables,
+    index: u64,
+    commands: &[Command],
+    changes: &mut Vec<StateChange>,
+) -> CommandResponse {
+    let mut checkpoint = tables.clone();
+    // The first command applied on top of `checkpoint`.
+    let mut since = 0;
+    let mut responses = Vec::with_capacity(commands.len());
+    for (k, command) in commands.iter().enumerate() {
+        if matches!(command, Command::Batch(_) | Command::SnapshotRestore(_)) {
+            // Neither leaves a partial change behind: a nested batch commits command by
+            // command, a restore replaces the tables whole or not at all.
+            responses.push(apply(tables, index, command.clone(), changes));
+            continue;
+        }
+        // The working tables go into the transaction; the checkpoint's clone holds the
+        // place (cheap: it shares every node).
+        let working = std::mem::replace(tables, checkpoint.clone());
+        let mut txn = WriteTxn::new(working, index);
+        match execute(&mut txn, command.clone()) {
+            Ok(response) => {
+                let (committed, mut made) = txn.finish();
+                *tables = committed;
+                changes.append(&mut made);
+                responses.push(response);
+            }
+            Err(error) => {
+                drop(txn);
+                tracing::debug!(index, %error, "command rejected");
+                // `tables` is the checkpoint: apply again what committed since it. Their
+                // changes were collected the first time.
+                let mut again = Vec::new();
+                for earlier in &commands[since..k] {
+                    let replayed = apply(tables, index, earlier.clone(), &mut again);
+                    debug_assert!(
+                        matches!(earlier, Command::SnapshotRestore(_))
+                            || !matches!(replayed, CommandResponse::Rejected(_)),
+                        "a replayed command failed: {replayed:?}"
+                    );
+                }
+                checkpoint = tables.clone();
+                since = k + 1;
+                responses.push(CommandResponse::Rejected(error));
+            }
+        }
+    }
+    CommandResponse::Batch(responses)
 }
 
 fn check_eval_for_job(

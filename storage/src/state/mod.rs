@@ -216,6 +216,18 @@ impl StateStore {
         response
     }
 
+    /// [`StateStore::apply`] for a command the raft log still shares: a batch's commands
+    /// are cloned one at a time as they are applied, never the whole batch at once.
+    pub fn apply_shared(&self, index: u64, command: &Command) -> CommandResponse {
+        let _span = tracing::trace_span!("state_apply", index).entered();
+        let mut writer = self.lock_writer();
+        let mut changes = Vec::new();
+        let response = apply::apply_shared(&mut writer.tables, index, command, &mut changes);
+        writer.tables.index = index;
+        self.publish(&mut writer, index, changes);
+        response
+    }
+
     /// Moves the applied index without changing a table (blank and membership entries), so
     /// waiters on that index wake.
     pub fn advance_index(&self, index: u64) {
