@@ -368,8 +368,7 @@ proptest! {
         let (batched, shared, single) = (StateStore::new(), StateStore::new(), StateStore::new());
         let (mut sub_b, mut sub_s) = (batched.subscribe(), single.subscribe());
         let mut rest: &[Op] = &ops;
-        let mut index = 1;
-        for cut in cuts.iter().cycle() {
+        for (index, cut) in (1..).zip(cuts.iter().cycle()) {
             if rest.is_empty() {
                 break;
             }
@@ -381,7 +380,6 @@ proptest! {
                 commands.into_iter().map(|c| single.apply(index, c)).collect();
             prop_assert_eq!(&shared.apply_shared(index, &batch), &CommandResponse::Batch(one_by_one.clone()));
             prop_assert_eq!(batched.apply(index, batch), CommandResponse::Batch(one_by_one));
-            index += 1;
         }
         prop_assert_eq!(image(&batched), image(&single));
         prop_assert_eq!(image(&shared), image(&single));
