@@ -1386,7 +1386,7 @@ mod tests {
             &sh,
             NodeClientAllocsResponse {
                 index: 10,
-                alloc_indexes: vec![("a1".into(), 10)],
+                alloc_indexes: vec![(teamster_storage::model::AllocId::new("a1"), 10)],
                 changed: vec![ClientAlloc { alloc, job: None }],
             },
         );

@@ -98,7 +98,7 @@ pub struct NodeClientAllocsResponse {
     pub index: u64,
     /// Every allocation on the node with its `AllocModifyIndex` (the client drops what is
     /// not listed).
-    pub alloc_indexes: Vec<(String, u64)>,
+    pub alloc_indexes: Vec<(teamster_storage::model::AllocId, u64)>,
     /// The allocations the servers changed after the request's `min_index` (their
     /// `AllocModifyIndex`), in full. A client's own status reports do not bump that index,
     /// so they neither wake the query nor send the allocation back, as in Nomad.

@@ -372,7 +372,7 @@ fn client_allocs(
     let mut alloc_indexes = Vec::new();
     let mut changed = Vec::new();
     for alloc in snapshot.allocs_by_node(req.node_id.as_str()) {
-        alloc_indexes.push((alloc.id.to_string(), alloc.alloc_modify_index));
+        alloc_indexes.push((alloc.id.clone(), alloc.alloc_modify_index));
         if alloc.alloc_modify_index > req.min_index {
             changed.push(ClientAlloc {
                 alloc: (**alloc).clone(),

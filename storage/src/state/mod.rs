@@ -395,9 +395,11 @@ impl StateStore {
                 return Err(StateError::Closed);
             }
             {
-                // Not held across the wait (it would pin old versions of the tables).
+                // Not held across the wait (it would pin old versions of the tables). A
+                // wake past `min_index` answers without asking `ready`, which may walk every
+                // allocation of the node.
                 let snapshot = self.snapshot();
-                if ready(&snapshot) || (woken && snapshot.latest_index() > min_index) {
+                if (woken && snapshot.latest_index() > min_index) || ready(&snapshot) {
                     return Ok(answer(snapshot, false));
                 }
             }
