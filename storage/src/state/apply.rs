@@ -3,9 +3,10 @@
 //! publish. The rules (deterministic, all or nothing per command) are those of
 //! [`crate::fsm`].
 //!
-//! A lone command runs on a clone of the tables, kept only if it succeeds. The commands of a
-//! batch run one after the other on the same working tables, with one clone taken at the
-//! start as the checkpoint: the persistent maps copy a path the first time a batch changes
+//! A lone command runs on a clone of the tables, kept only if it succeeds, and so does each
+//! command of a batch the caller owns. The commands of a batch still shared with the raft
+//! log ([`apply_shared`]: they are cloned as they run anyway) run one after the other on
+//! the same working tables, with one clone taken at the start as the checkpoint: the persistent maps copy a path the first time a batch changes
 //! it and then change that copy in place, instead of copying it again for every command.
 //! When a command fails half way, the working tables go back to the checkpoint and the
 //! commands that succeeded since it are applied again (apply is deterministic, so they give
@@ -30,7 +31,14 @@ pub(crate) fn apply(
     changes: &mut Vec<StateChange>,
 ) -> CommandResponse {
     match command {
-        Command::Batch(commands) => apply_batch(tables, index, &commands, changes),
+        // Owned, each command moves into its own transaction; copying the commands to be
+        // able to replay them would cost more than the copies of the tables it saves.
+        Command::Batch(commands) => CommandResponse::Batch(
+            commands
+                .into_iter()
+                .map(|c| apply(tables, index, c, changes))
+                .collect(),
+        ),
         Command::SnapshotRestore(SnapshotRestore { image }) => {
             match crate::state::image::decode(&image) {
                 Ok(mut restored) => {
