@@ -205,24 +205,32 @@ impl StateStore {
     }
 
     /// Applies one normal raft entry's command at `index` (a [`Command::Batch`] in order)
-    /// and publishes the result. The single entry point of the state machine.
+    /// and publishes the result. The entry point of the state machine, with
+    /// [`StateStore::apply_shared`].
     pub fn apply(&self, index: u64, command: Command) -> CommandResponse {
-        let _span = tracing::trace_span!("state_apply", index).entered();
-        let mut writer = self.lock_writer();
-        let mut changes = Vec::new();
-        let response = apply::apply(&mut writer.tables, index, command, &mut changes);
-        writer.tables.index = index;
-        self.publish(&mut writer, index, changes);
-        response
+        self.apply_with(index, |tables, changes| {
+            apply::apply(tables, index, command, changes)
+        })
     }
 
     /// [`StateStore::apply`] for a command the raft log still shares: a batch's commands
     /// are cloned one at a time as they are applied, never the whole batch at once.
     pub fn apply_shared(&self, index: u64, command: &Command) -> CommandResponse {
+        self.apply_with(index, |tables, changes| {
+            apply::apply_shared(tables, index, command, changes)
+        })
+    }
+
+    /// Runs `apply` on the writer's tables at `index` and publishes what it changed.
+    fn apply_with(
+        &self,
+        index: u64,
+        apply: impl FnOnce(&mut Tables, &mut Vec<StateChange>) -> CommandResponse,
+    ) -> CommandResponse {
         let _span = tracing::trace_span!("state_apply", index).entered();
         let mut writer = self.lock_writer();
         let mut changes = Vec::new();
-        let response = apply::apply_shared(&mut writer.tables, index, command, &mut changes);
+        let response = apply(&mut writer.tables, &mut changes);
         writer.tables.index = index;
         self.publish(&mut writer, index, changes);
         response
