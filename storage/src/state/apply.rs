@@ -6,11 +6,12 @@
 //! A lone command runs on a clone of the tables, kept only if it succeeds, and so does each
 //! command of a batch the caller owns. The commands of a batch still shared with the raft
 //! log ([`apply_shared`]: they are cloned as they run anyway) run one after the other on
-//! the same working tables, with one clone taken at the start as the checkpoint: the persistent maps copy a path the first time a batch changes
-//! it and then change that copy in place, instead of copying it again for every command.
-//! When a command fails half way, the working tables go back to the checkpoint and the
-//! commands that succeeded since it are applied again (apply is deterministic, so they give
-//! what they gave), which is exactly the state before the failed command.
+//! the same working tables, with one clone taken at the start as the checkpoint: the
+//! persistent maps copy a path the first time a batch changes it and then change that copy
+//! in place, instead of copying it again for every command. When a command fails half way,
+//! the working tables go back to the checkpoint and the commands that succeeded since it
+//! are applied again (apply is deterministic, so they give what they gave), which is
+//! exactly the state before the failed command.
 
 use crate::fsm::{
     AllocClientUpdate, AllocUpdateDesiredTransition, ApplyError, Command, CommandResponse,
