@@ -852,6 +852,7 @@ impl TaskRunner {
     }
 
     fn dead(&self, failed: bool, ev: TaskEvent) {
+        debug!(alloc_id = %self.alloc_id, task = %self.task.name, failed, event = %ev.event_type, "task dead");
         let now = self.now();
         self.update(|s, handles| {
             s.state = TaskStateValue::Dead;

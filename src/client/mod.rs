@@ -558,6 +558,14 @@ fn apply_allocs(shared: &Arc<Shared>, resp: NodeClientAllocsResponse) {
         let mut st = shared.state();
         for ca in resp.changed {
             let id = ca.alloc.id.to_string();
+            debug!(
+                alloc_id = %id,
+                desired = ?ca.alloc.desired_status,
+                client_status = ca.alloc.client_status.as_str(),
+                alloc_modify_index = ca.alloc.alloc_modify_index,
+                known = st.allocs.contains_key(&id),
+                "allocation changed on the servers"
+            );
             match st.allocs.get_mut(&id) {
                 Some(local) => {
                     let stop = ca.alloc.server_terminal_status()
@@ -608,6 +616,7 @@ fn apply_allocs(shared: &Arc<Shared>, resp: NodeClientAllocsResponse) {
             .cloned()
             .collect();
         for id in gone {
+            debug!(alloc_id = %id, index = resp.index, "allocation no longer listed by the servers; forgotten");
             st.allocs.remove(&id);
             to_stop.push(id);
         }
@@ -668,6 +677,10 @@ async fn report_loop(shared: Arc<Shared>, servers: Arc<Servers>, shutdown: Cance
             if batch.is_empty() {
                 break;
             }
+            debug!(
+                reports = ?batch.iter().map(|(id, v, r)| format!("{id}@{v}:{}", r.client_status.as_str())).collect::<Vec<_>>(),
+                "reporting allocation changes"
+            );
             shared.persist();
             let sent = servers
                 .node_update_alloc(NodeUpdateAllocRequest {

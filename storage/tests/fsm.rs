@@ -437,6 +437,38 @@ fn a_lost_allocation_is_not_brought_back_by_a_late_running_report() {
 }
 
 #[test]
+fn a_finished_allocation_is_not_brought_back_by_an_older_report_arriving_last() {
+    let (store, job) = seeded();
+    store.apply(
+        4,
+        place(
+            &eval_id(1),
+            vec![alloc(0, &job, &node_id(1), &eval_id(1), 0)],
+        ),
+    );
+    applied(store.apply(5, client_update(&alloc_id(0), ClientStatus::Running)));
+    for (index, finished) in [(6, ClientStatus::Complete), (9, ClientStatus::Failed)] {
+        applied(store.apply(index, client_update(&alloc_id(0), finished)));
+        // Sent earlier to a server that stalled, carried out after the final report.
+        for (late_index, late) in [
+            (index + 1, ClientStatus::Running),
+            (index + 2, ClientStatus::Pending),
+        ] {
+            assert_eq!(
+                applied(store.apply(late_index, client_update(&alloc_id(0), late))),
+                CommandResponse::AllocsUpdated { unknown: vec![] }
+            );
+            let snap = store.snapshot();
+            let a = snap.alloc_by_id(&alloc_id(0)).unwrap();
+            assert_eq!(a.client_status, finished, "{late:?} after {finished:?}");
+            assert_eq!(a.modify_index, index, "{late:?} after {finished:?}");
+            let tg = snap.job_summary("default", "web").unwrap().summary["web"];
+            assert_eq!(tg.running, 0, "{late:?} after {finished:?}");
+        }
+    }
+}
+
+#[test]
 fn stopping_allocations_and_links_between_them() {
     let (store, job) = seeded();
     store.apply(

@@ -1091,22 +1091,36 @@ impl WriteTxn {
     /// allocations (garbage collected meanwhile) are skipped; returns whether the allocation
     /// is known.
     ///
-    /// The servers' verdict on a lost allocation stands: a report that it is pending,
-    /// running or unknown changes nothing. Such a report was sent before the client heard
-    /// the verdict (its node went down while a report was in flight); applied, it would
-    /// make a stopped allocation read as running for good, since the client, told that the
-    /// allocation is lost, stops it without reporting again. A client's final `complete` or
-    /// `failed` is taken.
+    /// Two verdicts stand against a report that the allocation is pending, running or
+    /// unknown, which changes nothing then:
+    /// - The servers' verdict that it is lost. Such a report was sent before the client
+    ///   heard the verdict (its node went down while a report was in flight); applied, it
+    ///   would make a stopped allocation read as running for good, since the client, told
+    ///   that the allocation is lost, stops it without reporting again. A client's final
+    ///   `complete` or `failed` is taken.
+    /// - The client's own final `complete` or `failed`: its tasks are dead and an
+    ///   allocation never runs again. Such a report is an older one arriving last: sent to a
+    ///   server that stalled (paused, cut off), sent again to the next when the client gave
+    ///   up waiting, and carried out by the first once it resumed, after the final one.
     pub fn update_alloc_from_client(&mut self, report: ClientReport) -> bool {
         let Some(existing) = self.t.allocs.get(report.id.as_str()).cloned() else {
             return false;
         };
-        if existing.client_status == ClientStatus::Lost
-            && !matches!(
-                report.client_status,
-                ClientStatus::Complete | ClientStatus::Failed | ClientStatus::Lost
-            )
-        {
+        let final_report = matches!(
+            report.client_status,
+            ClientStatus::Complete | ClientStatus::Failed | ClientStatus::Lost
+        );
+        let standing = matches!(
+            existing.client_status,
+            ClientStatus::Lost | ClientStatus::Complete | ClientStatus::Failed
+        );
+        if standing && !final_report {
+            tracing::debug!(
+                alloc_id = %report.id,
+                standing = existing.client_status.as_str(),
+                reported = report.client_status.as_str(),
+                "late report on a finished allocation ignored"
+            );
             return true;
         }
         let mut alloc = existing.with_task_states(report.task_states);
