@@ -410,3 +410,37 @@ fn purging_the_job_deletes_its_deployments() {
     assert!(snap.deployments_by_job("default", "web").is_empty());
     assert_eq!(snap.table_index(Table::Deployments), 4);
 }
+
+#[test]
+fn one_command_moving_many_counts_writes_the_deployment_once() {
+    let (store, _job) = seeded(false);
+    let mut sub = store.subscribe();
+    // Both allocations report healthy in one command.
+    let (Command::AllocClientUpdate(mut both), Command::AllocClientUpdate(second)) = (
+        health(0, true, T0 + 30 * SEC),
+        health(1, true, T0 + 40 * SEC),
+    ) else {
+        unreachable!()
+    };
+    both.allocs.extend(second.allocs);
+    applied(store.apply(4, Command::AllocClientUpdate(both)));
+    let g = group(&store);
+    assert_eq!((g.healthy_allocs, g.unhealthy_allocs), (2, 0));
+    assert_eq!(
+        g.require_progress_by.unix_nanos(),
+        Some(T0 + 640 * SEC),
+        "the later report pushes the deadline further"
+    );
+    let d = store.snapshot().deployment_by_id("dep-1").unwrap().clone();
+    assert_eq!(d.modify_index, 4);
+    let mut upserts = Vec::new();
+    while let Ok(Some(event)) = sub.try_recv() {
+        if let teamster_storage::state::StateChange::DeploymentUpserted { deployment } =
+            event.change
+        {
+            upserts.push(deployment);
+        }
+    }
+    assert_eq!(upserts.len(), 1, "one write of the deployment per command");
+    assert_eq!(upserts[0], d, "the change carries the final counts");
+}

@@ -77,6 +77,11 @@ pub(crate) struct WriteTxn {
     /// The task group names and descriptions written so far (at most
     /// [`RECENT_STRINGS`]): equal strings of the allocations of one command share one copy.
     recent_strings: Vec<SharedStr>,
+    /// Deployments whose counts allocations moved in this transaction, written back (one
+    /// write and one change each) before any other deployment is read or written and at the
+    /// end: a plan of a thousand placements copies its deployment once, not a thousand
+    /// times.
+    deployment_counts: BTreeMap<crate::model::DeploymentId, crate::model::Deployment>,
 }
 
 /// How many distinct allocation strings a command shares ([`WriteTxn::share_str`]).
@@ -94,6 +99,7 @@ impl WriteTxn {
             alloc_nodes: BTreeSet::new(),
             alloc_ids: Vec::new(),
             recent_strings: Vec::new(),
+            deployment_counts: BTreeMap::new(),
         }
     }
 
@@ -145,6 +151,7 @@ impl WriteTxn {
     /// Commits: job summaries and statuses are brought up to date, then the tables and the
     /// changes they publish are handed back.
     pub fn finish(mut self) -> (Tables, Vec<StateChange>) {
+        self.flush_deployment_counts();
         self.flush_summaries();
         self.update_job_statuses();
         if !self.alloc_ids.is_empty() {
@@ -468,6 +475,7 @@ impl WriteTxn {
             }
             self.touch(Table::Allocs);
         }
+        self.flush_deployment_counts();
         let deployments: Vec<_> = self.t.deployments_by_job.get(&key).cloned().collect();
         if !deployments.is_empty() {
             for d in deployments {

@@ -24,6 +24,9 @@ use crate::state::txn::WriteTxn;
 impl WriteTxn {
     /// The deployment, or `DeploymentNotFound`.
     pub fn deployment(&self, id: &DeploymentId) -> Result<Arc<Deployment>, ApplyError> {
+        if let Some(counted) = self.deployment_counts.get(id) {
+            return Ok(Arc::new(counted.clone()));
+        }
         self.t
             .deployments
             .get(id.as_str())
@@ -52,6 +55,7 @@ impl WriteTxn {
         if d.id.is_empty() || d.job_id.is_empty() {
             return Err(ApplyError::invalid("deployment without an ID or job"));
         }
+        self.flush_deployment_counts();
         match self.t.deployments.get(d.id.as_str()).cloned() {
             Some(existing) => {
                 d.create_index = existing.create_index;
@@ -87,6 +91,14 @@ impl WriteTxn {
         Ok(())
     }
 
+    /// Writes the deployments whose counts moved since the last write (see
+    /// `WriteTxn::deployment_counts`).
+    pub(super) fn flush_deployment_counts(&mut self) {
+        for (_, d) in std::mem::take(&mut self.deployment_counts) {
+            self.put_deployment(d);
+        }
+    }
+
     fn put_deployment(&mut self, mut d: Deployment) {
         d.modify_index = self.index;
         let key = (d.namespace.clone(), d.job_id.clone());
@@ -104,6 +116,7 @@ impl WriteTxn {
         update: &DeploymentStatusUpdate,
         modify_time: i64,
     ) -> Result<(), ApplyError> {
+        self.flush_deployment_counts();
         let existing = self.active_deployment(&update.deployment_id)?;
         let mut d = (*existing).clone();
         let resumed = existing.status == DeploymentStatus::Paused
@@ -135,6 +148,7 @@ impl WriteTxn {
         groups: &[String],
         modify_time: i64,
     ) -> Result<(), ApplyError> {
+        self.flush_deployment_counts();
         let existing = self.active_deployment(id)?;
         let mut d = (*existing).clone();
         let chosen: Vec<String> = if all {
@@ -255,12 +269,12 @@ impl WriteTxn {
         if alloc.deployment_id.is_empty() {
             return;
         }
-        let Some(d) = self
-            .t
-            .deployments
-            .get(alloc.deployment_id.as_str())
-            .cloned()
-        else {
+        let counted = self.deployment_counts.get(&alloc.deployment_id);
+        let stored = match counted {
+            Some(_) => None,
+            None => self.t.deployments.get(alloc.deployment_id.as_str()),
+        };
+        let Some(d) = counted.or(stored.map(|d| &**d)) else {
             return;
         };
         if !d.active() {
@@ -313,9 +327,16 @@ impl WriteTxn {
                 }
             }
         }
-        let mut d = (*d).clone();
+        let d = match self.deployment_counts.entry(alloc.deployment_id.clone()) {
+            std::collections::btree_map::Entry::Occupied(counted) => counted.into_mut(),
+            std::collections::btree_map::Entry::Vacant(slot) => {
+                let Some(stored) = self.t.deployments.get(alloc.deployment_id.as_str()) else {
+                    return;
+                };
+                slot.insert((**stored).clone())
+            }
+        };
         d.task_groups.insert(alloc.task_group.to_string(), group);
-        self.put_deployment(d);
     }
 
     /// Applies a client's health report to an allocation it already updated, keeping the
