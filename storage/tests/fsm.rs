@@ -35,6 +35,19 @@ fn seeded() -> (StateStore, teamster_storage::model::Job) {
     (store, job)
 }
 
+/// [`seeded`] with allocation 0 of `web` placed on node 1 at index 4.
+fn seeded_with_one_placed() -> (StateStore, teamster_storage::model::Job) {
+    let (store, job) = seeded();
+    applied(store.apply(
+        4,
+        place(
+            &eval_id(1),
+            vec![alloc(0, &job, &node_id(1), &eval_id(1), 0)],
+        ),
+    ));
+    (store, job)
+}
+
 #[test]
 fn job_register_sets_indexes_version_summary_and_eval_atomically() {
     let (store, job) = seeded();
@@ -341,14 +354,7 @@ fn plan_results_place_allocations_and_keep_indexes_and_summaries() {
 
 #[test]
 fn client_updates_move_summary_bins_and_finish_the_job() {
-    let (store, job) = seeded();
-    store.apply(
-        4,
-        place(
-            &eval_id(1),
-            vec![alloc(0, &job, &node_id(1), &eval_id(1), 0)],
-        ),
-    );
+    let (store, _) = seeded_with_one_placed();
     let mut sub = store.subscribe();
     applied(store.apply(5, client_update(&alloc_id(0), ClientStatus::Running)));
     let tg = store
@@ -404,14 +410,7 @@ fn client_updates_move_summary_bins_and_finish_the_job() {
 
 #[test]
 fn a_lost_allocation_is_not_brought_back_by_a_late_running_report() {
-    let (store, job) = seeded();
-    store.apply(
-        4,
-        place(
-            &eval_id(1),
-            vec![alloc(0, &job, &node_id(1), &eval_id(1), 0)],
-        ),
-    );
+    let (store, _) = seeded_with_one_placed();
     applied(store.apply(5, client_update(&alloc_id(0), ClientStatus::Running)));
     applied(store.apply(6, client_update(&alloc_id(0), ClientStatus::Lost)));
     // A report the client sent before it heard the verdict arrives afterwards.
@@ -438,14 +437,7 @@ fn a_lost_allocation_is_not_brought_back_by_a_late_running_report() {
 
 #[test]
 fn a_finished_allocation_is_not_brought_back_by_an_older_report_arriving_last() {
-    let (store, job) = seeded();
-    store.apply(
-        4,
-        place(
-            &eval_id(1),
-            vec![alloc(0, &job, &node_id(1), &eval_id(1), 0)],
-        ),
-    );
+    let (store, _) = seeded_with_one_placed();
     applied(store.apply(5, client_update(&alloc_id(0), ClientStatus::Running)));
     for (index, finished) in [(6, ClientStatus::Complete), (9, ClientStatus::Failed)] {
         applied(store.apply(index, client_update(&alloc_id(0), finished)));
@@ -470,14 +462,7 @@ fn a_finished_allocation_is_not_brought_back_by_an_older_report_arriving_last() 
 
 #[test]
 fn stopping_allocations_and_links_between_them() {
-    let (store, job) = seeded();
-    store.apply(
-        4,
-        place(
-            &eval_id(1),
-            vec![alloc(0, &job, &node_id(1), &eval_id(1), 0)],
-        ),
-    );
+    let (store, job) = seeded_with_one_placed();
     let mut replacement = alloc(1, &job, &node_id(2), &eval_id(1), 0);
     replacement.previous_allocation = alloc_id(0);
     let cmd = Command::ApplyPlanResults(ApplyPlanResults {
@@ -551,14 +536,7 @@ fn allocations_of_a_stopped_job_are_skipped_not_placed() {
 
 #[test]
 fn purge_removes_the_job_its_versions_summary_and_allocations() {
-    let (store, job) = seeded();
-    store.apply(
-        4,
-        place(
-            &eval_id(1),
-            vec![alloc(0, &job, &node_id(1), &eval_id(1), 0)],
-        ),
-    );
+    let (store, _) = seeded_with_one_placed();
     let purge = Command::JobDeregister(JobDeregister {
         namespace: "default".into(),
         job_id: "web".into(),
@@ -822,14 +800,7 @@ fn a_batch_applies_each_command_on_its_own() {
 
 #[test]
 fn evals_and_allocs_are_garbage_collected() {
-    let (store, job) = seeded();
-    store.apply(
-        4,
-        place(
-            &eval_id(1),
-            vec![alloc(0, &job, &node_id(1), &eval_id(1), 0)],
-        ),
-    );
+    let (store, _) = seeded_with_one_placed();
     applied(store.apply(5, client_update(&alloc_id(0), ClientStatus::Complete)));
     applied(store.apply(
         6,
@@ -932,14 +903,7 @@ fn a_held_snapshot_never_sees_later_writes() {
 
 #[test]
 fn images_restore_every_table_and_indexes() {
-    let (store, job) = seeded();
-    store.apply(
-        4,
-        place(
-            &eval_id(1),
-            vec![alloc(0, &job, &node_id(1), &eval_id(1), 0)],
-        ),
-    );
+    let (store, _) = seeded_with_one_placed();
     let bytes = store.snapshot().encode_image().unwrap();
     let other = StateStore::new();
     other.apply(1, register_node(&node(50)));
