@@ -463,6 +463,14 @@ fn a_finished_allocation_is_not_brought_back_by_an_older_report_arriving_last() 
 #[test]
 fn stopping_allocations_and_links_between_them() {
     let (store, job) = seeded_with_one_placed();
+    let node_index = |store: &StateStore| {
+        let snap = store.snapshot();
+        [1, 2].map(|n| snap.node_alloc_index(node_id(n).as_str()))
+    };
+    assert_eq!(node_index(&store), [4, 0]);
+    // A client's report moves no allocation index, so no node's.
+    applied(store.apply(5, client_update(&alloc_id(0), ClientStatus::Running)));
+    assert_eq!(node_index(&store), [4, 0]);
     let mut replacement = alloc(1, &job, &node_id(2), &eval_id(1), 0);
     replacement.previous_allocation = alloc_id(0);
     let cmd = Command::ApplyPlanResults(ApplyPlanResults {
@@ -482,15 +490,23 @@ fn stopping_allocations_and_links_between_them() {
         deployment: None,
         deployment_updates: Vec::new(),
     });
-    applied(store.apply(5, cmd));
+    applied(store.apply(6, cmd));
     let snap = store.snapshot();
     let old = snap.alloc_by_id(&alloc_id(0)).unwrap();
     assert_eq!(old.desired_status, DesiredStatus::Stop);
     assert_eq!(old.client_status, ClientStatus::Lost);
     assert_eq!(old.next_allocation, alloc_id(1));
-    assert_eq!((old.create_index, old.modify_index), (4, 5));
+    assert_eq!((old.create_index, old.modify_index), (4, 6));
     let tg = snap.job_summary("default", "web").unwrap().summary["web"];
     assert_eq!((tg.starting, tg.lost), (1, 1));
+    // The stop and the placement move both nodes' allocation index, which a restored
+    // image rebuilds.
+    assert_eq!(node_index(&store), [6, 6]);
+    let restored = StateStore::new();
+    restored
+        .restore_image(&store.snapshot().encode_image().unwrap())
+        .unwrap();
+    assert_eq!(node_index(&restored), [6, 6]);
 }
 
 #[test]

@@ -217,9 +217,7 @@ pub async fn get_client_allocs(
     }
     let waited = state
         .wait_node_allocs(&req.node_id, req.min_index, wait, |snapshot| {
-            snapshot
-                .allocs_by_node(req.node_id.as_str())
-                .any(|a| a.alloc_modify_index > req.min_index)
+            snapshot.node_alloc_index(req.node_id.as_str()) > req.min_index
         })
         .await
         .map_err(|e| ServiceError::internal(e.to_string()))?;

@@ -404,8 +404,7 @@ impl StateStore {
             }
             {
                 // Not held across the wait (it would pin old versions of the tables). A
-                // wake past `min_index` answers without asking `ready`, which may walk every
-                // allocation of the node.
+                // wake past `min_index` answers without asking `ready`.
                 let snapshot = self.snapshot();
                 if (woken && snapshot.latest_index() > min_index) || ready(&snapshot) {
                     return Ok(answer(snapshot, false));

@@ -308,6 +308,17 @@ impl Snapshot {
             .map_or(Resources::ZERO, |u| u.resources())
     }
 
+    /// The highest `alloc_modify_index` any allocation of the node has been written with,
+    /// 0 for none (an allocation removed since still counts): a node has an allocation
+    /// changed past `i` only if this is past `i`. O(1) in the node's allocations.
+    pub fn node_alloc_index(&self, node_id: &str) -> u64 {
+        self.tables
+            .node_alloc_index
+            .get(node_id)
+            .copied()
+            .unwrap_or(0)
+    }
+
     /// The allocations placed on a node, ordered by alloc ID.
     pub fn allocs_by_node<'a>(
         &'a self,

@@ -166,6 +166,10 @@ pub(crate) struct Tables {
     pub allocs: OrdMap<AllocId, Arc<Allocation>>,
     pub allocs_by_job: SecondaryIndex<JobKey, AllocId>,
     pub allocs_by_node: SecondaryIndex<NodeId, AllocId>,
+    /// The highest `alloc_modify_index` any allocation of each node has been written with
+    /// (never lowered: an allocation removed since still counts). A client's allocation
+    /// query checks it instead of walking the node's allocations.
+    pub node_alloc_index: OrdMap<NodeId, u64>,
     /// What each node's non-terminal allocations take, summed (nodes with none are absent):
     /// the schedulers read a node's usage here instead of summing its allocations.
     pub node_usage: OrdMap<NodeId, NodeUsage>,
@@ -219,6 +223,19 @@ impl Tables {
                 .insert(alloc.deployment_id.clone(), alloc.id.clone());
         }
         self.account_unhealthy(alloc, true);
+    }
+
+    /// Raises [`Tables::node_alloc_index`] for the allocation's node to its
+    /// `alloc_modify_index`.
+    pub fn note_node_alloc(&mut self, alloc: &Allocation) {
+        let index = alloc.alloc_modify_index;
+        if self
+            .node_alloc_index
+            .get(alloc.node_id.as_str())
+            .is_none_or(|&known| known < index)
+        {
+            self.node_alloc_index.insert(alloc.node_id.clone(), index);
+        }
     }
 
     /// Removes an allocation's secondary index entries.
@@ -341,6 +358,7 @@ impl Tables {
         self.evals_by_job = evals_by_job;
         self.allocs_by_job = SecondaryIndex::default();
         self.allocs_by_node = SecondaryIndex::default();
+        self.node_alloc_index = OrdMap::new();
         self.node_usage = OrdMap::new();
         self.allocs_by_eval = SecondaryIndex::default();
         self.allocs_by_deployment = SecondaryIndex::default();
@@ -353,6 +371,7 @@ impl Tables {
         let allocs = self.allocs.clone();
         for alloc in allocs.values() {
             self.index_alloc(alloc);
+            self.note_node_alloc(alloc);
         }
         self.services_by_alloc = SecondaryIndex::default();
         self.services_by_node = SecondaryIndex::default();

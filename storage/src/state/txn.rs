@@ -1168,6 +1168,11 @@ impl WriteTxn {
     }
 
     fn put_alloc(&mut self, alloc: Allocation, previous: Option<&Allocation>) {
+        if previous.is_none_or(|p| {
+            p.alloc_modify_index != alloc.alloc_modify_index || p.node_id != alloc.node_id
+        }) {
+            self.t.note_node_alloc(&alloc);
+        }
         if let Some(prev) = previous {
             if prev.node_id != alloc.node_id
                 || prev.eval_id != alloc.eval_id
