@@ -404,7 +404,8 @@ impl StateStore {
             }
             {
                 // Not held across the wait (it would pin old versions of the tables). A
-                // wake past `min_index` answers without asking `ready`.
+                // wake past `min_index` answers without asking `ready`: it may be a removal
+                // or a restore, which `ready` need not see.
                 let snapshot = self.snapshot();
                 if (woken && snapshot.latest_index() > min_index) || ready(&snapshot) {
                     return Ok(answer(snapshot, false));
