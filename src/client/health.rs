@@ -561,7 +561,8 @@ mod tests {
                 update,
                 migrate,
                 ..TaskGroup::default()
-            }],
+            }]
+            .into(),
             ..Job::default()
         };
         let alloc = Allocation {

@@ -776,7 +776,8 @@ mod tests {
                 }),
                 tasks: vec![task],
                 ..TaskGroup::default()
-            }],
+            }]
+            .into(),
             ..Job::default()
         };
         let alloc = Allocation {
@@ -989,10 +990,11 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let sh = shared(dir.path());
         let mut local = mock_alloc("1h", 0, 0, JobType::Service);
-        local.job.task_groups[0].disconnect = Some(teamster_storage::model::DisconnectStrategy {
-            stop_on_client_after: Some(5_000_000_000),
-            ..Default::default()
-        });
+        local.job.task_groups_mut()[0].disconnect =
+            Some(teamster_storage::model::DisconnectStrategy {
+                stop_on_client_after: Some(5_000_000_000),
+                ..Default::default()
+            });
         let mut other = mock_alloc("1h", 0, 0, JobType::Service);
         other.alloc.id = "a2".into();
         for l in [&local, &other] {
@@ -1273,7 +1275,7 @@ mod tests {
     fn in_deployment(mut local: LocalAlloc) -> LocalAlloc {
         use teamster_storage::model::{MigrateStrategy, UpdateStrategy};
         local.alloc.deployment_id = "d1".into();
-        let group = &mut local.job.task_groups[0];
+        let group = &mut local.job.task_groups_mut()[0];
         group.update = Some(UpdateStrategy {
             min_healthy_time: Some(10_000_000_000),
             healthy_deadline: Some(60_000_000_000),

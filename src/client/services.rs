@@ -436,7 +436,7 @@ mod tests {
             ..TaskGroup::default()
         };
         let mut job = Job {
-            task_groups: vec![group],
+            task_groups: vec![group].into(),
             ..Job::default()
         };
         job.id = "shop".into();

@@ -232,7 +232,7 @@ mod tests {
         let mut job = Job {
             name: "shop".into(),
             region: "global".into(),
-            task_groups: vec![group],
+            task_groups: vec![group].into(),
             ..Default::default()
         };
         job.id = "shop".into();

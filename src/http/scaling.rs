@@ -59,7 +59,7 @@ pub async fn status(
         }
     }
     let mut groups = serde_json::Map::new();
-    for group in &job.task_groups {
+    for group in job.task_groups.iter() {
         let (placed, running) = counts.get(group.name.as_str()).copied().unwrap_or_default();
         let events = summary
             .and_then(|s| s.scaling_events.get(&group.name))

@@ -456,7 +456,8 @@ pub fn mock_job(id: &str, count: u32) -> Job {
                 ..Task::default()
             }],
             ..TaskGroup::default()
-        }],
+        }]
+        .into(),
         ..Job::default()
     };
     job.canonicalize();

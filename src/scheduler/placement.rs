@@ -342,7 +342,7 @@ impl<'a> Session<'a> {
             self.env.rng,
         );
         let mut placers = HashMap::new();
-        for group in &job.task_groups {
+        for group in job.task_groups.iter() {
             let placer = GroupPlacer::new(ctx, job, group, self.env.now);
             ctx.eligibility.set_escaped(placer.checks.escaped());
             placers.insert(group.name.clone(), placer);

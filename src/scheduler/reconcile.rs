@@ -316,7 +316,7 @@ impl Reconciler<'_> {
         }
         let mut later: Vec<(i64, Arc<Allocation>)> = Vec::new();
         let mut complete = true;
-        for group in &job.task_groups {
+        for group in job.task_groups.iter() {
             let allocs = by_group.remove(group.name.as_str()).unwrap_or_default();
             let outcome =
                 self.compute_group(job, group, &allocs, &mut out, &mut later, &mut view, rng);

@@ -578,7 +578,7 @@ mod tests {
         }
         Job {
             id: "j".into(),
-            task_groups: vec![group],
+            task_groups: vec![group].into(),
             ..Job::default()
         }
     }
@@ -591,7 +591,7 @@ mod tests {
         assert!(tasks_updated(&base, &job_with(100, "b", false), "g"));
         assert!(!tasks_updated(&base, &job_with(100, "a", true), "g"));
         let mut scaled = base.clone();
-        scaled.task_groups[0].count = 10;
+        scaled.task_groups_mut()[0].count = 10;
         assert!(!tasks_updated(&base, &scaled, "g"));
         let mut meta = base.clone();
         meta.meta.insert("owner".into(), "x".into());

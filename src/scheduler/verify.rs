@@ -689,7 +689,8 @@ mod tests {
                         ..Task::default()
                     }],
                     ..TaskGroup::default()
-                }],
+                }]
+                .into(),
                 ..Job::default()
             };
             job.canonicalize();

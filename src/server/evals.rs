@@ -178,7 +178,7 @@ mod tests {
         assert_eq!(status(&h, h.now), NodeStatus::Down, "no window: down");
 
         let mut waiting = mock_job("waiting", 1);
-        waiting.task_groups[0].disconnect = Some(DisconnectStrategy {
+        waiting.task_groups_mut()[0].disconnect = Some(DisconnectStrategy {
             lost_after: 60 * SECOND as u64,
             ..DisconnectStrategy::default()
         });

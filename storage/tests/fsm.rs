@@ -108,7 +108,7 @@ fn unchanged_spec_keeps_the_version_and_a_changed_one_bumps_it() {
     ));
 
     let mut changed = job.clone();
-    changed.task_groups[0].count = 5;
+    changed.task_groups_mut()[0].count = 5;
     let resp = store.apply(5, register(&changed, None));
     assert_eq!(
         resp,
@@ -691,7 +691,7 @@ fn six_versions_are_kept_plus_any_a_live_allocation_runs() {
     );
     let mut index = 5;
     for count in 10..20 {
-        job.task_groups[0].count = count;
+        job.task_groups_mut()[0].count = count;
         applied(store.apply(index, register(&job, None)));
         index += 1;
     }
@@ -711,7 +711,7 @@ fn six_versions_are_kept_plus_any_a_live_allocation_runs() {
 
     // Once the allocation is terminal, the next registration prunes v0.
     applied(store.apply(index, client_update(&alloc_id(0), ClientStatus::Failed)));
-    job.task_groups[0].count = 99;
+    job.task_groups_mut()[0].count = 99;
     applied(store.apply(index + 1, register(&job, None)));
     let versions: Vec<u64> = store
         .snapshot()
@@ -1133,7 +1133,7 @@ fn job_scale_registers_the_count_with_its_eval_and_records_the_event_atomically(
     use teamster_storage::model::{ScalingEvent, MAX_SCALING_EVENTS};
     let (store, job) = seeded();
     let mut scaled = job.clone();
-    scaled.task_groups[0].count = 5;
+    scaled.task_groups_mut()[0].count = 5;
     let eval = eval_for(&scaled, 2);
     let event = |count: Option<i64>| ScalingEvent {
         time: 7,
@@ -1271,7 +1271,7 @@ fn a_job_command_keeps_as_many_versions_as_it_says() {
     let (store, job) = seeded();
     for (i, count) in (4..9).enumerate() {
         let mut next = job.clone();
-        next.task_groups[0].count = count;
+        next.task_groups_mut()[0].count = count;
         let mut cmd = register(&next, None);
         if let Command::JobRegister(r) = &mut cmd {
             r.tracked_versions = 2;
@@ -1289,7 +1289,7 @@ fn a_job_command_keeps_as_many_versions_as_it_says() {
     // 0 is the default, six.
     for (i, count) in (10..16).enumerate() {
         let mut next = job.clone();
-        next.task_groups[0].count = count;
+        next.task_groups_mut()[0].count = count;
         applied(store.apply(20 + i as u64, register(&next, None)));
     }
     assert_eq!(store.snapshot().job_versions("default", "web").len(), 6);

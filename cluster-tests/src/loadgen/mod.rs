@@ -430,7 +430,7 @@ pub fn scheduler_only(cfg: &LoadConfig) -> anyhow::Result<SchedulerOnly> {
             Shape::Batch | Shape::Dispatch => mock_batch_job(&id, cfg.count),
             Shape::System => mock_system_job(&id),
         };
-        for group in &mut job.task_groups {
+        for group in job.task_groups_mut() {
             for task in &mut group.tasks {
                 task.resources.cpu = cfg.alloc_cpu;
                 task.resources.memory_mb = cfg.alloc_memory_mb;

@@ -69,7 +69,7 @@ fn a_new_job_is_all_placements() {
 fn a_count_change_creates_the_difference_and_updates_the_rest_in_place() {
     let (h, job) = running(2);
     let mut bigger = job.clone();
-    bigger.task_groups[0].count = 5;
+    bigger.task_groups_mut()[0].count = 5;
     let run = plan(&h, &bigger);
     let u = updates(&run, "web");
     assert_eq!((u.place, u.in_place_update, u.stop), (3, 2, 0));
@@ -84,7 +84,7 @@ fn a_count_change_creates_the_difference_and_updates_the_rest_in_place() {
     assert_eq!(count.annotations, vec!["forces create".to_string()]);
 
     let mut smaller = job.clone();
-    smaller.task_groups[0].count = 1;
+    smaller.task_groups_mut()[0].count = 1;
     let u = updates(&plan(&h, &smaller), "web");
     assert_eq!((u.stop, u.place), (1, 0));
 }
@@ -110,7 +110,7 @@ fn an_unchanged_job_ignores_everything_and_creates_nothing() {
 fn a_task_change_is_a_destructive_update_and_a_priority_change_in_place() {
     let (h, job) = running(2);
     let mut changed = job.clone();
-    changed.task_groups[0].tasks[0]
+    changed.task_groups_mut()[0].tasks[0]
         .env
         .insert("MODE".into(), "fast".into());
     let run = plan(&h, &changed);
@@ -145,7 +145,7 @@ fn a_task_change_is_a_destructive_update_and_a_priority_change_in_place() {
 fn a_job_that_cannot_be_placed_reports_the_failed_group() {
     let (h, _) = harness_with_nodes(2);
     let mut job = mock_job("huge", 1);
-    job.task_groups[0].tasks[0].resources.memory_mb = 1 << 30;
+    job.task_groups_mut()[0].tasks[0].resources.memory_mb = 1 << 30;
     let run = plan(&h, &job);
     assert!(run.failed_tg_allocs.contains_key("web"), "{run:?}");
     assert_eq!(updates(&run, "web").place, 1);
@@ -159,9 +159,9 @@ fn a_job_that_cannot_be_placed_reports_the_failed_group() {
 #[test]
 fn a_canary_update_plans_canaries_and_leaves_the_old_version_running() {
     let (h, mut job) = running(3);
-    job.task_groups[0].update.as_mut().unwrap().canary = Some(1);
+    job.task_groups_mut()[0].update.as_mut().unwrap().canary = Some(1);
     let mut changed = job.clone();
-    changed.task_groups[0].tasks[0]
+    changed.task_groups_mut()[0].tasks[0]
         .env
         .insert("MODE".into(), "canary".into());
     let run = plan(&h, &changed);

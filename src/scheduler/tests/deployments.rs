@@ -16,7 +16,7 @@ use crate::scheduler::reconcile::{ALLOC_CANARY_NOT_NEEDED, ALLOC_NOT_NEEDED, ALL
 /// `mock_job` with an update block of `max_parallel` and `canary`.
 fn rolling_job(count: u32, max_parallel: i64, canary: i64) -> Job {
     let mut job = mock_job("web", count);
-    let update = job.task_groups[0].update.as_mut().unwrap();
+    let update = job.task_groups_mut()[0].update.as_mut().unwrap();
     update.max_parallel = Some(max_parallel);
     update.canary = Some(canary);
     job
@@ -25,7 +25,7 @@ fn rolling_job(count: u32, max_parallel: i64, canary: i64) -> Job {
 /// The job with a changed task environment: a destructive update.
 fn next_version(job: &Job, value: &str) -> Job {
     let mut job = job.clone();
-    job.task_groups[0].tasks[0]
+    job.task_groups_mut()[0].tasks[0]
         .env
         .insert("VERSION".into(), value.into());
     job

@@ -19,7 +19,7 @@ const SECOND: i64 = 1_000_000_000;
 /// A service job of `count` whose group waits `lost_after` seconds for a disconnected node.
 fn disconnect_job(count: u32, lost_after: u64, replace: bool, reconcile: &str) -> Job {
     let mut job = mock_job("web", count);
-    job.task_groups[0].disconnect = Some(DisconnectStrategy {
+    job.task_groups_mut()[0].disconnect = Some(DisconnectStrategy {
         lost_after: lost_after * SECOND as u64,
         replace: Some(replace),
         reconcile: reconcile.into(),

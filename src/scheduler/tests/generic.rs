@@ -188,7 +188,7 @@ fn distinct_hosts_puts_each_allocation_on_its_own_node() {
 
     // One more than there are hosts: the extra one is blocked.
     let mut bigger = (*job).clone();
-    bigger.task_groups[0].count = 6;
+    bigger.task_groups_mut()[0].count = 6;
     let (job, eval) = h.register_job(bigger).unwrap();
     h.process(&eval).unwrap();
     assert_eq!(h.running_allocs(&job).len(), 5);
@@ -315,7 +315,7 @@ fn scale_down_stops_the_highest_indexes_and_updates_the_rest_in_place() {
         .collect();
 
     let mut smaller = (*job).clone();
-    smaller.task_groups[0].count = 2;
+    smaller.task_groups_mut()[0].count = 2;
     let (job, eval) = h.register_job(smaller).unwrap();
     assert_eq!(job.version, 1);
     h.process(&eval).unwrap();
@@ -568,7 +568,11 @@ fn job_changes_update_in_place_or_destructively() {
     let (mut h, _) = harness_with_nodes(4);
     // Rolling four at a time: every update happens in one plan.
     let mut web = mock_job("web", 3);
-    web.task_groups[0].update.as_mut().unwrap().max_parallel = Some(4);
+    web.task_groups_mut()[0]
+        .update
+        .as_mut()
+        .unwrap()
+        .max_parallel = Some(4);
     let (job, eval) = h.register_job(web).unwrap();
     h.process(&eval).unwrap();
     let original: BTreeSet<String> = h
@@ -579,7 +583,7 @@ fn job_changes_update_in_place_or_destructively() {
 
     // Scaling up is not a task change: the three move to version 1 in place.
     let mut scaled = (*job).clone();
-    scaled.task_groups[0].count = 4;
+    scaled.task_groups_mut()[0].count = 4;
     let (job, eval) = h.register_job(scaled).unwrap();
     h.process(&eval).unwrap();
     let running = h.running_allocs(&job);
@@ -591,7 +595,7 @@ fn job_changes_update_in_place_or_destructively() {
 
     // A resource change is destructive: stop and replace each, keeping the names.
     let mut bigger = (*job).clone();
-    bigger.task_groups[0].tasks[0].resources.cpu = 600;
+    bigger.task_groups_mut()[0].tasks[0].resources.cpu = 600;
     let (job, eval) = h.register_job(bigger).unwrap();
     h.process(&eval).unwrap();
     let plan = h.plans.last().unwrap();
@@ -719,7 +723,7 @@ fn affinities_attract_and_spreads_balance() {
 
     let mut h = rack_nodes(4);
     let mut job = mock_job("web", 4);
-    job.task_groups[0].spreads.push(Spread {
+    job.task_groups_mut()[0].spreads.push(Spread {
         attribute: "${meta.rack}".into(),
         weight: 100,
         spread_target: vec![
@@ -742,7 +746,7 @@ fn affinities_attract_and_spreads_balance() {
 
     let mut h = rack_nodes(4);
     let mut job = mock_job("web", 4);
-    job.task_groups[0].spreads.push(Spread {
+    job.task_groups_mut()[0].spreads.push(Spread {
         attribute: "${meta.rack}".into(),
         weight: 50,
         spread_target: Vec::new(),
@@ -767,9 +771,11 @@ fn distinct_property_caps_allocations_per_value() {
         .unwrap();
     }
     let mut job = mock_job("web", 3);
-    job.task_groups[0]
-        .constraints
-        .push(Constraint::new("${meta.rack}", "distinct_property", ""));
+    job.task_groups_mut()[0].constraints.push(Constraint::new(
+        "${meta.rack}",
+        "distinct_property",
+        "",
+    ));
     let (job, eval) = h.register_job(job).unwrap();
     h.process(&eval).unwrap();
     let snap = h.snapshot();

@@ -43,7 +43,7 @@ fn level(attribute: &str, value: &str, wait_secs: u64) -> LocalityLevel {
 /// A batch job of one allocation preferring the cache (5 s), then the dependencies (10 s).
 fn build_job() -> Job {
     let mut job = mock_job("build", 1);
-    job.task_groups[0].locality = Some(Locality {
+    job.task_groups_mut()[0].locality = Some(Locality {
         levels: vec![
             level("${meta.cache}", "in-1", 5),
             level("${meta.deps}", "dep-a", 10),
@@ -163,7 +163,7 @@ fn cache_information_arriving_after_the_job_is_used() {
     let (mut h, nodes) = cluster();
     // No node has this input cached yet.
     let mut job = build_job();
-    job.task_groups[0].locality.as_mut().unwrap().levels[0].r_target = "in-9".into();
+    job.task_groups_mut()[0].locality.as_mut().unwrap().levels[0].r_target = "in-9".into();
     let t0 = h.now;
     let (job, eval) = h.register_job(job).unwrap();
     h.process(&eval).unwrap();
@@ -197,7 +197,7 @@ fn cache_information_arriving_after_the_job_is_used() {
 fn earlier_levels_are_preferred_once_every_level_is_open() {
     let (mut h, nodes) = cluster();
     let mut job = build_job();
-    job.task_groups[0].count = 2;
+    job.task_groups_mut()[0].count = 2;
     job.constraints
         .push(teamster_storage::model::Constraint::new(
             "",
@@ -223,28 +223,35 @@ fn bad_levels_are_refused_naming_the_field() {
     let cases: Vec<(Change, &str)> = vec![
         (
             Box::new(|j| {
-                j.task_groups[0].locality.as_mut().unwrap().levels[0].wait =
+                j.task_groups_mut()[0].locality.as_mut().unwrap().levels[0].wait =
                     2 * 3600 * SECOND as u64
             }),
             "locality level 1: wait must be more than 0 and at most 1h, not 7200s",
         ),
         (
-            Box::new(|j| j.task_groups[0].locality.as_mut().unwrap().levels[1].wait = 0),
+            Box::new(|j| j.task_groups_mut()[0].locality.as_mut().unwrap().levels[1].wait = 0),
             "locality level 2: wait must be more than 0",
         ),
         (
-            Box::new(|j| j.task_groups[0].locality.as_mut().unwrap().levels.clear()),
+            Box::new(|j| {
+                j.task_groups_mut()[0]
+                    .locality
+                    .as_mut()
+                    .unwrap()
+                    .levels
+                    .clear()
+            }),
             "locality: needs at least one level",
         ),
         (
             Box::new(|j| {
-                j.task_groups[0].locality.as_mut().unwrap().levels[0].operand = "near".into()
+                j.task_groups_mut()[0].locality.as_mut().unwrap().levels[0].operand = "near".into()
             }),
             "unknown constraint type \"near\"",
         ),
         (
             Box::new(|j| {
-                j.task_groups[0].locality.as_mut().unwrap().levels[0].operand =
+                j.task_groups_mut()[0].locality.as_mut().unwrap().levels[0].operand =
                     "distinct_hosts".into()
             }),
             "is not a node requirement",
@@ -257,7 +264,7 @@ fn bad_levels_are_refused_naming_the_field() {
         assert!(err.contains(want), "{want:?} in {err}");
     }
     let mut system = mock_system_job("agent");
-    system.task_groups[0].locality = build_job().task_groups[0].locality.clone();
+    system.task_groups_mut()[0].locality = build_job().task_groups[0].locality.clone();
     let err = system.validate().unwrap_err().to_string();
     assert!(
         err.contains("only service and batch jobs wait for locality"),

@@ -39,12 +39,16 @@ fn port_job(id: &str, count: u32, statics: &[(&str, u32)], dynamics: &[&str]) ->
         value,
         ..Default::default()
     };
-    job.task_groups[0].networks = vec![NetworkResource {
+    job.task_groups_mut()[0].networks = vec![NetworkResource {
         mode: "host".into(),
         reserved_ports: statics.iter().map(|(l, v)| port(l, *v)).collect(),
         dynamic_ports: dynamics.iter().map(|l| port(l, 0)).collect(),
     }];
-    job.task_groups[0].update.as_mut().unwrap().max_parallel = Some(10);
+    job.task_groups_mut()[0]
+        .update
+        .as_mut()
+        .unwrap()
+        .max_parallel = Some(10);
     job
 }
 
@@ -87,7 +91,7 @@ fn dynamic_ports_on_one_node_never_collide() {
     }
     // The range is used up: a fifth allocation cannot be placed, and says why.
     let mut more = (*job).clone();
-    more.task_groups[0].count = 5;
+    more.task_groups_mut()[0].count = 5;
     let (job, eval) = h.register_job(more).unwrap();
     h.process(&eval).unwrap();
     assert_eq!(h.running_allocs(&job).len(), 4);
@@ -167,7 +171,7 @@ fn a_network_change_replaces_allocations_and_other_changes_keep_their_ports() {
     // A count change is no task change: the two move in place with their ports, a third
     // gets ports of its own.
     let mut scaled = (*job).clone();
-    scaled.task_groups[0].count = 3;
+    scaled.task_groups_mut()[0].count = 3;
     let (job, eval) = h.register_job(scaled).unwrap();
     h.process(&eval).unwrap();
     let after: BTreeSet<(String, Vec<(String, u32)>)> = h
@@ -180,11 +184,13 @@ fn a_network_change_replaces_allocations_and_other_changes_keep_their_ports() {
 
     // A new port: destructive, each allocation replaced with both ports.
     let mut wider = (*job).clone();
-    wider.task_groups[0].networks[0].reserved_ports.push(Port {
-        label: "metrics".into(),
-        value: 9100,
-        ..Default::default()
-    });
+    wider.task_groups_mut()[0].networks[0]
+        .reserved_ports
+        .push(Port {
+            label: "metrics".into(),
+            value: 9100,
+            ..Default::default()
+        });
     let (job, eval) = h.register_job(wider).unwrap();
     h.process(&eval).unwrap();
     let plan = h.plans.last().unwrap();

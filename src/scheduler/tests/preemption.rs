@@ -76,7 +76,7 @@ fn fill_node(
 fn big_job(id: &str, count: u32, cpu: u64, priority: u32) -> Job {
     let mut job = mock_job(id, count);
     job.priority = priority;
-    job.task_groups[0].tasks[0].resources.cpu = cpu;
+    job.task_groups_mut()[0].tasks[0].resources.cpu = cpu;
     job.canonicalize();
     job
 }
@@ -186,7 +186,7 @@ fn nothing_is_preempted_when_the_scheduler_is_not_enabled() {
     preemption(&mut h, false);
     let mut system = mock_system_job("agent");
     system.priority = 90;
-    system.task_groups[0].tasks[0].resources.cpu = 1500;
+    system.task_groups_mut()[0].tasks[0].resources.cpu = 1500;
     let (system, eval) = h.register_job(system).unwrap();
     h.process(&eval).unwrap();
     assert!(h.running_allocs(&system).is_empty());

@@ -142,7 +142,7 @@ fn check_invariants(snapshot: &Snapshot) -> Result<(), TestCaseError> {
                 *running.entry(alloc.task_group.as_str()).or_default() += 1;
             }
         }
-        for group in &job.task_groups {
+        for group in job.task_groups.iter() {
             let n = running.get(group.name.as_str()).copied().unwrap_or(0);
             prop_assert!(
                 n <= group.count,
@@ -181,8 +181,8 @@ fn run_case(nodes: &[(u64, u64)], jobs: &[JobSpec], seed: u64) -> Result<usize, 
         if spec.batch {
             job.retype(JobType::Batch);
         }
-        job.task_groups[0].tasks[0].resources.cpu = spec.cpu;
-        job.task_groups[0].tasks[0].resources.memory_mb = spec.memory_mb;
+        job.task_groups_mut()[0].tasks[0].resources.cpu = spec.cpu;
+        job.task_groups_mut()[0].tasks[0].resources.memory_mb = spec.memory_mb;
         if spec.distinct_hosts {
             job.constraints
                 .push(Constraint::new("", "distinct_hosts", ""));

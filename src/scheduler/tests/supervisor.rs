@@ -100,7 +100,7 @@ fn the_fraction_is_the_operators_and_memory_counts_too() {
     let (mut h, _) = harness_with_nodes(2);
     set_fraction(&mut h, 0.1).unwrap();
     let mut job = supervisor("runner", 8);
-    job.task_groups[0].tasks[0].resources.cpu = 10;
+    job.task_groups_mut()[0].tasks[0].resources.cpu = 10;
     job.canonicalize();
     let (job, eval) = h.register_job(job).unwrap();
     h.process(&eval).unwrap();

@@ -160,7 +160,7 @@ fn system_job_updates_replace_changed_tasks() {
         .map(|a| a.id.to_string())
         .collect();
     let mut changed = (*job).clone();
-    changed.task_groups[0].tasks[0]
+    changed.task_groups_mut()[0].tasks[0]
         .env
         .insert("LEVEL".into(), "debug".into());
     let (job, eval) = h.register_job(changed).unwrap();
@@ -173,11 +173,9 @@ fn system_job_updates_replace_changed_tasks() {
     }
 
     let mut constrained = (*job).clone();
-    constrained.task_groups[0].constraints.push(Constraint::new(
-        "${attr.kernel.name}",
-        "=",
-        "linux",
-    ));
+    constrained.task_groups_mut()[0]
+        .constraints
+        .push(Constraint::new("${attr.kernel.name}", "=", "linux"));
     let (job, eval) = h.register_job(constrained).unwrap();
     let ids: BTreeSet<String> = running.iter().map(|a| a.id.to_string()).collect();
     h.process(&eval).unwrap();

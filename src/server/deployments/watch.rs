@@ -268,7 +268,8 @@ mod tests {
                         ..Task::default()
                     }],
                     ..TaskGroup::default()
-                }],
+                }]
+                .into(),
                 ..Job::default()
             };
             job.canonicalize();

@@ -78,7 +78,7 @@ impl World {
             job.retype(job_type);
         }
         if job_type == JobType::Service {
-            job.task_groups[0].migrate = Some(MigrateStrategy {
+            job.task_groups_mut()[0].migrate = Some(MigrateStrategy {
                 max_parallel: Some(max_parallel),
                 ..MigrateStrategy::nomad_default()
             });

@@ -96,7 +96,7 @@ fn refuse_server_set_fields(job: &Job) -> Result<(), ServiceError> {
 /// Gives each group's scaling policy its ID: the one the registered version's policy of
 /// that group has, else a new one, so a policy keeps its ID across versions.
 fn assign_scaling_ids(job: &mut Job, current: Option<&Job>, rng: &mut dyn rand::RngCore) {
-    for group in &mut job.task_groups {
+    for group in job.task_groups_mut() {
         let Some(policy) = &mut group.scaling else {
             continue;
         };
@@ -249,7 +249,11 @@ pub async fn scale(ep: &Endpoints, req: JobScaleRequest) -> Result<JobScaleRespo
                 ServiceError::invalid("Count", format!("count {count} is too large"))
             })?;
             let mut job = (*current).clone();
-            if let Some(g) = job.task_groups.iter_mut().find(|g| g.name == req.group) {
+            if let Some(g) = job
+                .task_groups_mut()
+                .iter_mut()
+                .find(|g| g.name == req.group)
+            {
                 g.count = count;
             }
             job.validate().map_err(invalid_job)?;

@@ -468,7 +468,8 @@ mod tests {
                     ..Default::default()
                 }],
                 ..Default::default()
-            }],
+            }]
+            .into(),
             ..Default::default()
         };
         job.canonicalize();

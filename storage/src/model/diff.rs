@@ -506,7 +506,8 @@ mod tests {
                     ..Task::default()
                 }],
                 ..TaskGroup::default()
-            }],
+            }]
+            .into(),
             ..Job::default()
         };
         job.canonicalize();
@@ -541,7 +542,7 @@ mod tests {
     fn count_meta_config_and_constraints_show_as_nomad_names_them() {
         let old = job();
         let mut new = job();
-        new.task_groups[0].count = 3;
+        new.task_groups_mut()[0].count = 3;
         new.meta.insert("owner".into(), "ops".into());
         new.datacenters.push("dc2".into());
         new.constraints.push(Constraint {
@@ -549,7 +550,7 @@ mod tests {
             r_target: "linux".into(),
             operand: "=".into(),
         });
-        new.task_groups[0].tasks[0].config = serde_json::from_value(serde_json::json!({
+        new.task_groups_mut()[0].tasks[0].config = serde_json::from_value(serde_json::json!({
             "command": "/bin/sleep", "args": ["61"]
         }))
         .unwrap();
@@ -601,7 +602,7 @@ mod tests {
     fn a_removed_group_is_deleted_and_a_nested_policy_edit_is_an_object() {
         let old = job();
         let mut new = job();
-        new.task_groups[0].name = "other".into();
+        new.task_groups_mut()[0].name = "other".into();
         let d = Job::diff_to(Some(&old), &new);
         let kinds: Vec<(&str, DiffType)> = d
             .task_groups
@@ -614,7 +615,11 @@ mod tests {
         );
 
         let mut new = job();
-        new.task_groups[0].restart_policy.as_mut().unwrap().attempts = Some(7);
+        new.task_groups_mut()[0]
+            .restart_policy
+            .as_mut()
+            .unwrap()
+            .attempts = Some(7);
         let d = Job::diff_to(Some(&old), &new);
         let rp = d.task_groups[0]
             .objects

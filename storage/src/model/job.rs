@@ -8,6 +8,7 @@
 //! by the state store when the job is registered.
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
@@ -919,7 +920,7 @@ pub struct Job {
     pub spreads: Vec<Spread>,
     /// The task groups; at least one.
     #[serde(deserialize_with = "de::nullable")]
-    pub task_groups: Vec<TaskGroup>,
+    pub task_groups: Arc<Vec<TaskGroup>>,
     /// Free-form metadata.
     #[serde(deserialize_with = "de::nullable")]
     pub meta: BTreeMap<String, String>,
@@ -987,7 +988,7 @@ impl Default for Job {
             constraints: Vec::new(),
             affinities: Vec::new(),
             spreads: Vec::new(),
-            task_groups: Vec::new(),
+            task_groups: Default::default(),
             meta: BTreeMap::new(),
             stop: false,
             status: JobStatus::Pending,
@@ -1076,7 +1077,7 @@ impl Job {
         };
         let job_update = self.update.clone();
         let job_migrate = self.migrate.clone();
-        for group in &mut self.task_groups {
+        for group in Arc::make_mut(&mut self.task_groups) {
             // Nomad's deprecated field means `disconnect { lost_after = ... }`.
             if let Some(window) = group.max_client_disconnect.take() {
                 if group.disconnect.is_none() {
@@ -1144,6 +1145,12 @@ impl Job {
         }
     }
 
+    /// The task groups to change: shared with the job's other copies until changed here
+    /// (copied on first write, as [`Arc::make_mut`] does).
+    pub fn task_groups_mut(&mut self) -> &mut Vec<TaskGroup> {
+        Arc::make_mut(&mut self.task_groups)
+    }
+
     /// Makes the job one of another type: the policies its old type defaulted (restart,
     /// reschedule, update, migrate) are dropped, and the job is canonicalized again.
     /// Fixtures built as one type and used as another go through it.
@@ -1151,7 +1158,7 @@ impl Job {
         self.job_type = job_type;
         self.update = None;
         self.migrate = None;
-        for group in &mut self.task_groups {
+        for group in Arc::make_mut(&mut self.task_groups) {
             group.restart_policy = None;
             group.reschedule_policy = None;
             group.update = None;

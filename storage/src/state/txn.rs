@@ -366,7 +366,7 @@ impl WriteTxn {
             create_index: index,
             ..JobSummary::default()
         });
-        for group in &job.task_groups {
+        for group in job.task_groups.iter() {
             summary.summary.entry(group.name.clone()).or_default();
         }
     }

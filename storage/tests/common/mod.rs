@@ -65,7 +65,8 @@ pub fn job(id: &str, count: u32) -> Job {
                 ..Task::default()
             }],
             ..TaskGroup::default()
-        }],
+        }]
+        .into(),
         ..Job::default()
     };
     job.canonicalize();
