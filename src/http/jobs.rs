@@ -15,7 +15,7 @@ use teamster_storage::state::Table;
 
 use super::error::ApiError;
 use super::query::QueryOptions;
-use super::read::{json_read, json_write};
+use super::read::{json_bytes_read, json_read, json_write};
 use super::HttpContext;
 use crate::jobspec;
 use crate::rpc::{service, Services};
@@ -225,15 +225,18 @@ pub async fn list(
     } else {
         Box::new(snap.jobs_by_prefix(&opts.namespace, &opts.prefix))
     };
-    let stubs: Vec<JobListStub<'_>> = jobs
-        .map(|job| {
-            job_stub(
-                job,
-                snap.job_summary(job.namespace.as_str(), job.id.as_str()),
-            )
-        })
-        .collect();
-    Ok(json_read(stubs, meta))
+    let json = ctx
+        .job_stubs()
+        .list(
+            jobs.map(|job| {
+                let summary = snap.job_summary(job.namespace.as_str(), job.id.as_str());
+                (job, summary)
+            }),
+            snap.job_count(),
+            job_stub,
+        )
+        .map_err(|e| ApiError::internal(format!("serializing the job list: {e}")))?;
+    Ok(json_bytes_read(json, meta))
 }
 
 /// `GET /v1/job/:id`.

@@ -38,6 +38,7 @@ mod search;
 mod services;
 mod snapshot;
 mod status;
+mod stub_cache;
 pub mod tls;
 mod ui;
 
@@ -72,6 +73,8 @@ struct Inner {
     client: std::sync::OnceLock<crate::client::ops::ClientHandle>,
     /// Tokens resolved through the servers (a client-only agent with ACLs on).
     remote_tokens: acl::RemoteTokens,
+    /// The job list's stubs, kept serialized.
+    job_stubs: stub_cache::StubCache,
 }
 
 /// What the API tells about the agent that serves it (the agent fills it in).
@@ -124,6 +127,7 @@ impl HttpContext {
                 rng,
                 client: std::sync::OnceLock::new(),
                 remote_tokens: acl::RemoteTokens::default(),
+                job_stubs: stub_cache::StubCache::default(),
             }),
         }
     }
@@ -141,6 +145,11 @@ impl HttpContext {
     /// Tokens resolved through the servers.
     pub(crate) fn remote_tokens(&self) -> &acl::RemoteTokens {
         &self.inner.remote_tokens
+    }
+
+    /// The job list's stubs, kept serialized.
+    pub(crate) fn job_stubs(&self) -> &stub_cache::StubCache {
+        &self.inner.job_stubs
     }
 
     /// The wall clock for timestamps.

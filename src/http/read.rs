@@ -79,7 +79,23 @@ pub fn node_error(e: RaftNodeError) -> ApiError {
 
 /// A JSON answer with the read's meta headers.
 pub fn json_read<T: Serialize>(value: T, meta: ReadMeta) -> Response {
-    let mut resp = Json(value).into_response();
+    with_read_meta(Json(value).into_response(), meta)
+}
+
+/// An answer already serialized as JSON, with the read's meta headers.
+pub fn json_bytes_read(json: Vec<u8>, meta: ReadMeta) -> Response {
+    let resp = (
+        [(
+            axum::http::header::CONTENT_TYPE,
+            HeaderValue::from_static("application/json"),
+        )],
+        json,
+    )
+        .into_response();
+    with_read_meta(resp, meta)
+}
+
+fn with_read_meta(mut resp: Response, meta: ReadMeta) -> Response {
     let h = resp.headers_mut();
     h.insert("X-Nomad-Index", HeaderValue::from(meta.index));
     h.insert(

@@ -122,6 +122,11 @@ impl Snapshot {
         self.tables.periodic_launches.values()
     }
 
+    /// How many jobs there are (O(1)).
+    pub fn job_count(&self) -> usize {
+        self.tables.jobs.len()
+    }
+
     /// Every job, ordered by (namespace, ID).
     pub fn jobs(&self) -> impl Iterator<Item = &Arc<Job>> + '_ {
         self.tables.jobs.values()

@@ -1,0 +1,223 @@
+//! The job list's stubs, kept serialized: `GET /v1/jobs` answers with each job's stub as
+//! JSON, and between two listings only the jobs that changed have a new stub. A listing
+//! joins the stubs kept for jobs whose stored job and summary are the very same `Arc`s as
+//! when their stub was made, and serializes only the others.
+//!
+//! Whether a stub is current is decided by identity, not by indexes: the state store
+//! writes every change of a job or of its summary as a new `Arc`, so a stub made from the
+//! same two `Arc`s says the same. The cache holds them as `Weak`s, which keep their
+//! allocations (not their contents) alive, so an address cannot be reused by a newer
+//! version while the cache still compares against it.
+//!
+//! The answer is byte for byte what serializing the list of stubs in one go gives (a test
+//! checks it).
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, PoisonError, Weak};
+
+use serde::Serialize;
+use teamster_storage::model::{Job, JobId, JobSummary, Namespace};
+
+/// Serialized stubs by job, shared by the listings of one agent.
+#[derive(Default)]
+pub(crate) struct StubCache {
+    stubs: Mutex<HashMap<(Namespace, JobId), Cached>>,
+}
+
+struct Cached {
+    job: Weak<Job>,
+    summary: Option<Weak<JobSummary>>,
+    json: Box<[u8]>,
+}
+
+impl Cached {
+    fn is_of(&self, job: &Arc<Job>, summary: Option<&Arc<JobSummary>>) -> bool {
+        std::ptr::eq(self.job.as_ptr(), Arc::as_ptr(job))
+            && match (&self.summary, summary) {
+                (None, None) => true,
+                (Some(kept), Some(now)) => std::ptr::eq(kept.as_ptr(), Arc::as_ptr(now)),
+                _ => false,
+            }
+    }
+}
+
+impl StubCache {
+    /// The JSON array of the stubs of `jobs` (each with its summary), in their order;
+    /// `stub` makes the stub of a job whose kept one is missing or out of date. `live_jobs`
+    /// is how many jobs the state holds: kept stubs of jobs gone are dropped once the cache
+    /// outgrows it.
+    pub fn list<'a, S: Serialize>(
+        &self,
+        jobs: impl Iterator<Item = (&'a Arc<Job>, Option<&'a Arc<JobSummary>>)>,
+        live_jobs: usize,
+        stub: impl Fn(&'a Job, Option<&'a Arc<JobSummary>>) -> S,
+    ) -> Result<Vec<u8>, serde_json::Error> {
+        let mut stubs = self.stubs.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut out = Vec::with_capacity(2 + stubs.len() * 256);
+        out.push(b'[');
+        let mut first = true;
+        let mut made = 0u64;
+        for (job, summary) in jobs {
+            if !first {
+                out.push(b',');
+            }
+            first = false;
+            let key = (job.namespace.clone(), job.id.clone());
+            match stubs.get(&key) {
+                Some(kept) if kept.is_of(job, summary) => out.extend_from_slice(&kept.json),
+                _ => {
+                    let json = serde_json::to_vec(&stub(job, summary))?;
+                    out.extend_from_slice(&json);
+                    made += 1;
+                    stubs.insert(
+                        key,
+                        Cached {
+                            job: Arc::downgrade(job),
+                            summary: summary.map(Arc::downgrade),
+                            json: json.into_boxed_slice(),
+                        },
+                    );
+                }
+            }
+        }
+        out.push(b']');
+        metrics::counter!("teamster_http_job_stubs_serialized_total").increment(made);
+        if stubs.len() > 2 * live_jobs + 64 {
+            // Jobs deregistered and collected since: their stored versions are gone.
+            stubs.retain(|_, kept| kept.job.strong_count() > 0);
+            if stubs.len() > 2 * live_jobs + 64 {
+                stubs.clear();
+            }
+        }
+        Ok(out)
+    }
+
+    /// How many stubs are kept.
+    #[cfg(test)]
+    fn len(&self) -> usize {
+        self.stubs
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .len()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::cell::Cell;
+    use teamster_storage::model::{JobStatus, TaskGroupSummary};
+
+    #[derive(Serialize)]
+    #[serde(rename_all = "PascalCase")]
+    struct Stub<'a> {
+        #[serde(rename = "ID")]
+        id: &'a JobId,
+        status: JobStatus,
+        job_summary: Option<&'a JobSummary>,
+    }
+
+    fn stub<'a>(job: &'a Job, summary: Option<&'a Arc<JobSummary>>) -> Stub<'a> {
+        Stub {
+            id: &job.id,
+            status: job.status,
+            job_summary: summary.map(|s| s.as_ref()),
+        }
+    }
+
+    fn job(id: &str) -> Arc<Job> {
+        Arc::new(Job {
+            id: JobId::new(id),
+            namespace: Namespace::new("default"),
+            ..Job::default()
+        })
+    }
+
+    /// What serializing the whole list at once gives.
+    fn direct(jobs: &[(Arc<Job>, Option<Arc<JobSummary>>)]) -> Vec<u8> {
+        let stubs: Vec<Stub<'_>> = jobs.iter().map(|(j, s)| stub(j, s.as_ref())).collect();
+        serde_json::to_vec(&stubs).unwrap()
+    }
+
+    fn listed(
+        cache: &StubCache,
+        jobs: &[(Arc<Job>, Option<Arc<JobSummary>>)],
+        made: &Cell<u32>,
+    ) -> Vec<u8> {
+        cache
+            .list(
+                jobs.iter().map(|(j, s)| (j, s.as_ref())),
+                jobs.len(),
+                |j, s| {
+                    made.set(made.get() + 1);
+                    stub(j, s)
+                },
+            )
+            .unwrap()
+    }
+
+    #[test]
+    fn a_listing_is_the_list_serialized_at_once_and_only_changed_jobs_are_serialized_again() {
+        let cache = StubCache::default();
+        let made = Cell::new(0);
+        assert_eq!(listed(&cache, &[], &made), b"[]");
+
+        let mut summary = JobSummary::default();
+        summary
+            .summary
+            .insert("web".into(), TaskGroupSummary::default());
+        let mut jobs: Vec<(Arc<Job>, Option<Arc<JobSummary>>)> = vec![
+            (job("a"), Some(Arc::new(summary.clone()))),
+            (job("b"), None),
+            (job("c"), Some(Arc::new(summary.clone()))),
+        ];
+        assert_eq!(listed(&cache, &jobs, &made), direct(&jobs));
+        assert_eq!(made.get(), 3, "every stub is made the first time");
+
+        // Nothing changed: every stub is the kept one.
+        assert_eq!(listed(&cache, &jobs, &made), direct(&jobs));
+        assert_eq!(made.get(), 3);
+
+        // A new version of one job (same contents, new Arc) and a new summary of another.
+        let mut running = (*jobs[1].0).clone();
+        running.status = JobStatus::Running;
+        jobs[1].0 = Arc::new(running);
+        summary.summary.get_mut("web").unwrap().running = 1;
+        jobs[2].1 = Some(Arc::new(summary.clone()));
+        let out = listed(&cache, &jobs, &made);
+        assert_eq!(out, direct(&jobs));
+        assert_eq!(
+            made.get(),
+            5,
+            "only the two changed jobs are serialized again"
+        );
+        let text = String::from_utf8(out).unwrap();
+        assert!(text.contains(r#""Status":"running""#), "{text}");
+        assert!(text.contains(r#""Running":1"#), "{text}");
+
+        // A summary that goes away counts as a change too.
+        jobs[0].1 = None;
+        assert_eq!(listed(&cache, &jobs, &made), direct(&jobs));
+        assert_eq!(made.get(), 6);
+
+        // A listing of a subset (a prefix) keeps the others' stubs.
+        assert_eq!(listed(&cache, &jobs[..1], &made), direct(&jobs[..1]));
+        assert_eq!(made.get(), 6);
+        assert_eq!(cache.len(), 3);
+    }
+
+    #[test]
+    fn stubs_of_jobs_gone_are_dropped_once_the_cache_outgrows_the_state() {
+        let cache = StubCache::default();
+        let made = Cell::new(0);
+        let many: Vec<(Arc<Job>, Option<Arc<JobSummary>>)> =
+            (0..100).map(|i| (job(&format!("old-{i}")), None)).collect();
+        listed(&cache, &many, &made);
+        assert_eq!(cache.len(), 100);
+        drop(many);
+        // The old jobs are gone from the state; a listing of the one job left prunes them.
+        let left = vec![(job("new"), None)];
+        assert_eq!(listed(&cache, &left, &made), direct(&left));
+        assert_eq!(cache.len(), 1);
+    }
+}
