@@ -27,7 +27,7 @@ pub(crate) struct StubCache {
 struct Cached {
     job: Weak<Job>,
     summary: Option<Weak<JobSummary>>,
-    json: Box<[u8]>,
+    json: Arc<[u8]>,
 }
 
 impl Cached {
@@ -45,43 +45,59 @@ impl StubCache {
     /// The JSON array of the stubs of `jobs` (each with its summary), in their order;
     /// `stub` makes the stub of a job whose kept one is missing or out of date. `live_jobs`
     /// is how many jobs the state holds: kept stubs of jobs gone are dropped once the cache
-    /// outgrows it.
+    /// outgrows it. The lock is held only to look stubs up and to store new ones, not
+    /// while serializing, so listings run side by side.
     pub fn list<'a, S: Serialize>(
         &self,
         jobs: impl Iterator<Item = (&'a Arc<Job>, Option<&'a Arc<JobSummary>>)>,
         live_jobs: usize,
         stub: impl Fn(&'a Job, Option<&'a Arc<JobSummary>>) -> S,
     ) -> Result<Vec<u8>, serde_json::Error> {
-        let mut stubs = self.stubs.lock().unwrap_or_else(PoisonError::into_inner);
-        let mut out = Vec::with_capacity(2 + stubs.len() * 256);
-        out.push(b'[');
-        let mut first = true;
-        let mut made = 0u64;
-        for (job, summary) in jobs {
-            if !first {
-                out.push(b',');
-            }
-            first = false;
-            let key = (job.namespace.clone(), job.id.clone());
-            match stubs.get(&key) {
-                Some(kept) if kept.is_of(job, summary) => out.extend_from_slice(&kept.json),
-                _ => {
-                    let json = serde_json::to_vec(&stub(job, summary))?;
-                    out.extend_from_slice(&json);
-                    made += 1;
-                    stubs.insert(
-                        key,
+        let jobs: Vec<_> = jobs.collect();
+        let kept: Vec<Option<Arc<[u8]>>> = {
+            let stubs = self.lock();
+            jobs.iter()
+                .map(|(job, summary)| {
+                    stubs
+                        .get(&(job.namespace.clone(), job.id.clone()))
+                        .filter(|kept| kept.is_of(job, *summary))
+                        .map(|kept| kept.json.clone())
+                })
+                .collect()
+        };
+        let mut made = Vec::new();
+        let mut parts = Vec::with_capacity(jobs.len());
+        for ((job, summary), kept) in jobs.iter().zip(kept) {
+            let json = match kept {
+                Some(json) => json,
+                None => {
+                    let json: Arc<[u8]> = serde_json::to_vec(&stub(job, *summary))?.into();
+                    made.push((
+                        (job.namespace.clone(), job.id.clone()),
                         Cached {
                             job: Arc::downgrade(job),
                             summary: summary.map(Arc::downgrade),
-                            json: json.into_boxed_slice(),
+                            json: json.clone(),
                         },
-                    );
+                    ));
+                    json
                 }
+            };
+            parts.push(json);
+        }
+        let size = 2 + parts.iter().map(|p| p.len() + 1).sum::<usize>();
+        let mut out = Vec::with_capacity(size);
+        out.push(b'[');
+        for (i, part) in parts.iter().enumerate() {
+            if i > 0 {
+                out.push(b',');
             }
+            out.extend_from_slice(part);
         }
         out.push(b']');
-        metrics::counter!("teamster_http_job_stubs_serialized_total").increment(made);
+        metrics::counter!("teamster_http_job_stubs_serialized_total").increment(made.len() as u64);
+        let mut stubs = self.lock();
+        stubs.extend(made);
         if stubs.len() > 2 * live_jobs + 64 {
             // Jobs deregistered and collected since: their stored versions are gone.
             stubs.retain(|_, kept| kept.job.strong_count() > 0);
@@ -92,13 +108,14 @@ impl StubCache {
         Ok(out)
     }
 
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<(Namespace, JobId), Cached>> {
+        self.stubs.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
     /// How many stubs are kept.
     #[cfg(test)]
     fn len(&self) -> usize {
-        self.stubs
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .len()
+        self.lock().len()
     }
 }
 
@@ -204,6 +221,32 @@ mod tests {
         assert_eq!(listed(&cache, &jobs[..1], &made), direct(&jobs[..1]));
         assert_eq!(made.get(), 6);
         assert_eq!(cache.len(), 3);
+    }
+
+    #[test]
+    fn a_new_version_allocated_where_a_freed_one_was_is_not_taken_for_it() {
+        // The kept stub holds the old version's allocation: a new version of the same size,
+        // allocated right after the old one is dropped, cannot get its address. (With plain
+        // pointers the allocator hands the freed block straight back, and the stale stub
+        // would be served: this test fails then.)
+        let cache = StubCache::default();
+        let made = Cell::new(0);
+        let mut previous: Option<Vec<(Arc<Job>, Option<Arc<JobSummary>>)>> = None;
+        for round in 0..20 {
+            let version = Job {
+                status: if round % 2 == 0 {
+                    JobStatus::Pending
+                } else {
+                    JobStatus::Running
+                },
+                ..(*job("a")).clone()
+            };
+            drop(previous.take());
+            let jobs = vec![(Arc::new(version), None)];
+            assert_eq!(listed(&cache, &jobs, &made), direct(&jobs), "round {round}");
+            previous = Some(jobs);
+        }
+        assert_eq!(made.get(), 20, "every version was serialized");
     }
 
     #[test]
