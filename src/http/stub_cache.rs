@@ -150,6 +150,9 @@ mod tests {
         })
     }
 
+    /// A listing's jobs with their summaries.
+    type Listing = Vec<(Arc<Job>, Option<Arc<JobSummary>>)>;
+
     /// What serializing the whole list at once gives.
     fn direct(jobs: &[(Arc<Job>, Option<Arc<JobSummary>>)]) -> Vec<u8> {
         let stubs: Vec<Stub<'_>> = jobs.iter().map(|(j, s)| stub(j, s.as_ref())).collect();
@@ -183,7 +186,7 @@ mod tests {
         summary
             .summary
             .insert("web".into(), TaskGroupSummary::default());
-        let mut jobs: Vec<(Arc<Job>, Option<Arc<JobSummary>>)> = vec![
+        let mut jobs: Listing = vec![
             (job("a"), Some(Arc::new(summary.clone()))),
             (job("b"), None),
             (job("c"), Some(Arc::new(summary.clone()))),
@@ -231,7 +234,7 @@ mod tests {
         // would be served: this test fails then.)
         let cache = StubCache::default();
         let made = Cell::new(0);
-        let mut previous: Option<Vec<(Arc<Job>, Option<Arc<JobSummary>>)>> = None;
+        let mut previous: Option<Listing> = None;
         for round in 0..20 {
             let version = Job {
                 status: if round % 2 == 0 {
@@ -253,8 +256,7 @@ mod tests {
     fn stubs_of_jobs_gone_are_dropped_once_the_cache_outgrows_the_state() {
         let cache = StubCache::default();
         let made = Cell::new(0);
-        let many: Vec<(Arc<Job>, Option<Arc<JobSummary>>)> =
-            (0..100).map(|i| (job(&format!("old-{i}")), None)).collect();
+        let many: Listing = (0..100).map(|i| (job(&format!("old-{i}")), None)).collect();
         listed(&cache, &many, &made);
         assert_eq!(cache.len(), 100);
         drop(many);
