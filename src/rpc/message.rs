@@ -375,7 +375,7 @@ mod tests {
                 },
                 Entry {
                     log_id: log_id(3, 12),
-                    payload: EntryPayload::Normal(std::sync::Arc::new(Command::Batch(vec![]))),
+                    payload: EntryPayload::Normal(Command::Batch(vec![]).into()),
                 },
             ],
             leader_commit: Some(log_id(3, 10)),

@@ -149,8 +149,7 @@ async fn establish(
     // plan, with its final state, is about to commit, and schedule it a second time).
     match tokio::time::timeout(
         BARRIER_TIMEOUT,
-        node.raft()
-            .client_write(std::sync::Arc::new(Command::Batch(Vec::new()))),
+        node.raft().client_write(Command::Batch(Vec::new()).into()),
     )
     .await
     {

@@ -20,7 +20,7 @@ use openraft::error::{ChangeMembershipError, ClientWriteError, RaftError};
 use openraft::{ChangeMembers, ServerState, SnapshotPolicy};
 use teamster_storage::fsm::Command;
 use teamster_storage::log_store::LogStats;
-use teamster_storage::raft_types::{Raft, ServerAddr, ServerId, TypeConfig};
+use teamster_storage::raft_types::{EntryCommand, Raft, ServerAddr, ServerId, TypeConfig};
 use teamster_storage::state::StateStore;
 use tokio::sync::watch;
 use tokio::time::Instant;
@@ -149,7 +149,7 @@ impl Propose for RaftProposer {
     fn propose(&self, cmd: Command) -> ProposeFuture {
         let raft = self.raft.clone();
         Box::pin(async move {
-            match raft.client_write(std::sync::Arc::new(cmd)).await {
+            match raft.client_write(EntryCommand::new(cmd)).await {
                 Ok(resp) => Ok(Applied {
                     index: resp.log_id.index,
                     response: resp.data,

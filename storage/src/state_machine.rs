@@ -398,7 +398,7 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
                     self.state.advance_index(index);
                     CommandResponse::Applied
                 }
-                EntryPayload::Normal(command) => match Arc::try_unwrap(command) {
+                EntryPayload::Normal(command) => match command.try_into_command() {
                     Ok(command) => self.state.apply(index, command),
                     // The log store's recent copy still holds it: read it there.
                     Err(shared) => self.state.apply_shared(index, &shared),

@@ -63,7 +63,7 @@ fn entry(term: u64, index: u64, size: usize) -> Entry {
         .collect();
     Entry {
         log_id: LogId::new(CommittedLeaderId::new(term, 1), index),
-        payload: EntryPayload::Normal(std::sync::Arc::new(Command::Batch(commands))),
+        payload: EntryPayload::Normal(Command::Batch(commands).into()),
     }
 }
 

@@ -55,7 +55,7 @@ fn entry(term: u64, index: u64, payload: EntryPayload<TypeConfig>) -> Entry {
 }
 
 fn command_entry(index: u64, command: Command) -> Entry {
-    entry(1, index, EntryPayload::Normal(Arc::new(command)))
+    entry(1, index, EntryPayload::Normal(command.into()))
 }
 
 async fn append(log: &mut LogStore, entries: Vec<Entry>) {
@@ -479,7 +479,7 @@ async fn a_single_server_raft_recovers_its_state_after_a_restart() {
     ));
     let mut last = None;
     for command in commands {
-        let written = raft.client_write(Arc::new(command)).await.unwrap();
+        let written = raft.client_write(command.into()).await.unwrap();
         assert!(written.data.rejection().is_none(), "{:?}", written.data);
         last = Some(written.log_id.index);
     }
@@ -491,10 +491,13 @@ async fn a_single_server_raft_recovers_its_state_after_a_restart() {
     let snapshot_index = last.unwrap();
     // After the snapshot: a batch whose second command is rejected.
     let written = raft
-        .client_write(Arc::new(Command::Batch(vec![
-            client_update(&alloc_id(0), teamster_storage::model::ClientStatus::Running),
-            register_node(&teamster_storage::model::Node::default()),
-        ])))
+        .client_write(
+            Command::Batch(vec![
+                client_update(&alloc_id(0), teamster_storage::model::ClientStatus::Running),
+                register_node(&teamster_storage::model::Node::default()),
+            ])
+            .into(),
+        )
         .await
         .unwrap();
     let CommandResponse::Batch(responses) = written.data else {

@@ -127,7 +127,7 @@ mod tests {
     fn entry(index: u64) -> Entry {
         Entry {
             log_id: LogId::new(CommittedLeaderId::new(1, 1), index),
-            payload: EntryPayload::Normal(std::sync::Arc::new(Command::Batch(Vec::new()))),
+            payload: EntryPayload::Normal(Command::Batch(Vec::new()).into()),
         }
     }
 
