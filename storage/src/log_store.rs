@@ -1,8 +1,10 @@
 //! The openraft log storage on sled.
 //!
 //! ```text
-//!  tree "log":  key = index as big-endian u64 (8 bytes, so keys sort by index)
-//!               value = bincode(Entry)
+//!  tree "log":  key = index as big-endian u64 ++ chunk number as big-endian u32 (12 bytes,
+//!               so keys sort by index, then by chunk)
+//!               value = the chunk's part of bincode(Entry), at most CHUNK_BYTES; chunk 0
+//!               starts with the whole encoding's length (big-endian u64)
 //!  tree "meta": "vote" → bincode(Vote), "committed" → bincode(LogId),
 //!               "last_purged" → bincode(LogId)
 //! ```
@@ -14,6 +16,15 @@
 //! between leaves harmless extra entries below it rather than a hole; `truncate` flushes too.
 //! `save_committed` is not flushed itself: the next append or vote flush persists it, and a
 //! lost one only means openraft re-applies a little less on restart.
+//!
+//! **Why entries are cut into chunks.** sled 0.34 writes an item larger than a quarter of a
+//! log segment (about 128 KiB by default: one large value, or a leaf page of values once it
+//! is consolidated) to a file of its own under `blobs/`, and never fsyncs that file or its
+//! directory; `flush` syncs the segment file only. A plan of a thousand allocations encodes
+//! to about 600 kB, so it would be acknowledged as durable and could vanish on a power loss.
+//! A leaf page holds at most about 20 values (sled splits past 16 and merges under 4), and
+//! 20 chunks of [`CHUNK_BYTES`] stay well under that size, so the log never makes sled write
+//! a blob (`storage/tests/log_blobs.rs`).
 //!
 //! The newest entries are also kept decoded in memory ([`recent`]), so applying them and
 //! replicating them to followers that keep up does not read and decode them from sled again.
@@ -44,6 +55,11 @@ const META_TREE: &str = "meta";
 const VOTE_KEY: &[u8] = b"vote";
 const COMMITTED_KEY: &[u8] = b"committed";
 const LAST_PURGED_KEY: &[u8] = b"last_purged";
+
+/// The most bytes of an entry's encoding in one sled value (see the module docs).
+const CHUNK_BYTES: usize = 4096;
+/// Bytes of the length at the start of an entry's first chunk.
+const LEN_PREFIX: usize = 8;
 
 /// Decode budget for one log entry (bincode charges in-memory sizes; entries are bounded by
 /// the raft payload limit long before this).
@@ -179,7 +195,7 @@ impl LogStats {
 impl Debug for LogStore {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("LogStore")
-            .field("entries", &self.log.len())
+            .field("values", &self.log.len())
             .finish()
     }
 }
@@ -287,52 +303,66 @@ impl LogStore {
         }
         let iter = match end {
             Some(end) if end <= start => return Ok(Vec::new()),
-            Some(end) => self.log.range(start.to_be_bytes()..end.to_be_bytes()),
-            None => self.log.range(start.to_be_bytes()..),
+            Some(end) => self.log.range(chunk_key(start, 0)..chunk_key(end, 0)),
+            None => self.log.range(chunk_key(start, 0)..),
         };
         let mut entries = Vec::new();
         let mut expected = None;
         let mut bytes = 0usize;
+        let mut pending: Option<Chunks> = None;
         for item in iter {
             let (key, value) = item?;
-            bytes = bytes.saturating_add(value.len());
+            let (index, chunk) = split_key(&key)?;
+            if chunk > 0 {
+                match pending.as_mut() {
+                    Some(p) => p.add(index, chunk, &value)?,
+                    // A read that starts inside an entry's chunks: none of ours do.
+                    None => return Err(torn(index, "a chunk without the entry's first")),
+                }
+                continue;
+            }
+            if let Some(done) = pending.take() {
+                entries.push(done.finish()?);
+            }
+            let len = first_chunk_len(index, &value)?;
+            bytes = bytes.saturating_add(len);
             if bytes > max_bytes && !entries.is_empty() {
                 break;
             }
-            let entry = decode_entry(&value)?;
-            let key_index = key_index(&key)?;
-            if entry.log_id.index != key_index {
-                return Err(LogStoreError::NotContiguous {
-                    expected: key_index,
-                    found: entry.log_id.index,
-                });
-            }
             if let Some(expected) = expected {
-                if key_index != expected {
+                if index != expected {
                     return Err(LogStoreError::NotContiguous {
                         expected,
-                        found: key_index,
+                        found: index,
                     });
                 }
             }
-            expected = Some(key_index + 1);
-            entries.push(entry);
+            expected = Some(index + 1);
+            pending = Some(Chunks::start(index, len, value));
+        }
+        if let Some(done) = pending.take() {
+            entries.push(done.finish()?);
         }
         Ok(entries)
     }
 
     fn last_log_id(&self) -> Result<Option<LogId>, LogStoreError> {
-        match self.log.last()? {
-            Some((_, value)) => Ok(Some(decode_entry(&value)?.log_id)),
-            None => Ok(None),
+        let Some((key, _)) = self.log.last()? else {
+            return Ok(None);
+        };
+        let (index, _) = split_key(&key)?;
+        let entries = self.read_entries(index, index.checked_add(1))?;
+        match entries.first() {
+            Some(entry) => Ok(Some(entry.log_id)),
+            None => Err(torn(index, "the last key has no entry")),
         }
     }
 
     fn remove_range(&self, start: u64, end_inclusive: Option<u64>) -> Result<(), LogStoreError> {
         let mut batch = sled::Batch::default();
-        let keys = match end_inclusive {
-            Some(end) => self.log.range(start.to_be_bytes()..=end.to_be_bytes()),
-            None => self.log.range(start.to_be_bytes()..),
+        let keys = match end_inclusive.and_then(|end| end.checked_add(1)) {
+            Some(end) => self.log.range(chunk_key(start, 0)..chunk_key(end, 0)),
+            None => self.log.range(chunk_key(start, 0)..),
         };
         for item in keys {
             let (key, _) = item?;
@@ -358,12 +388,126 @@ fn decode_entry(bytes: &[u8]) -> Result<Entry, LogStoreError> {
     })
 }
 
-fn key_index(key: &[u8]) -> Result<u64, LogStoreError> {
-    let bytes: [u8; 8] = key.try_into().map_err(|_| LogStoreError::Decode {
+/// The key of chunk `chunk` of the entry at `index`.
+fn chunk_key(index: u64, chunk: u32) -> [u8; 12] {
+    let mut key = [0u8; 12];
+    key[..8].copy_from_slice(&index.to_be_bytes());
+    key[8..].copy_from_slice(&chunk.to_be_bytes());
+    key
+}
+
+/// `(index, chunk)` of a log key.
+fn split_key(key: &[u8]) -> Result<(u64, u32), LogStoreError> {
+    let key: [u8; 12] = key.try_into().map_err(|_| LogStoreError::Decode {
         what: "log key",
-        reason: format!("{} bytes instead of 8", key.len()),
+        reason: format!("{} bytes instead of 12", key.len()),
     })?;
-    Ok(u64::from_be_bytes(bytes))
+    let (index, chunk) = key.split_at(8);
+    let index = u64::from_be_bytes(index.try_into().expect("8 bytes"));
+    let chunk = u32::from_be_bytes(chunk.try_into().expect("4 bytes"));
+    Ok((index, chunk))
+}
+
+/// The sled values of one encoded entry: its length, then at most [`CHUNK_BYTES`] of it
+/// per value.
+fn chunk_values(encoded: &[u8]) -> impl Iterator<Item = (u32, Vec<u8>)> + '_ {
+    let len = (encoded.len() as u64).to_be_bytes();
+    // An encoding is never empty; an empty one would still get its first chunk.
+    let parts = encoded.len().div_ceil(CHUNK_BYTES).max(1);
+    (0..parts).map(move |i| {
+        let part = &encoded
+            [(i * CHUNK_BYTES).min(encoded.len())..((i + 1) * CHUNK_BYTES).min(encoded.len())];
+        let value = if i == 0 {
+            [&len[..], part].concat()
+        } else {
+            part.to_vec()
+        };
+        (i as u32, value)
+    })
+}
+
+/// The encoding's length, from an entry's first chunk.
+fn first_chunk_len(index: u64, value: &[u8]) -> Result<usize, LogStoreError> {
+    let prefix: [u8; LEN_PREFIX] = value
+        .get(..LEN_PREFIX)
+        .and_then(|p| p.try_into().ok())
+        .ok_or_else(|| torn(index, "a first chunk shorter than its length"))?;
+    usize::try_from(u64::from_be_bytes(prefix)).map_err(|_| torn(index, "a length past memory"))
+}
+
+/// A stored entry whose chunks do not fit together.
+fn torn(index: u64, what: &str) -> LogStoreError {
+    LogStoreError::Decode {
+        what: "log entry",
+        reason: format!("entry {index}: {what}"),
+    }
+}
+
+/// An entry's chunks as a read meets them, in key order.
+struct Chunks {
+    index: u64,
+    /// The whole encoding's length.
+    len: usize,
+    /// The chunk due next.
+    next: u32,
+    /// The first chunk, with its length prefix.
+    first: sled::IVec,
+    /// The encoding so far, once a second chunk came (a lone first chunk is decoded where
+    /// it is).
+    joined: Option<Vec<u8>>,
+}
+
+impl Chunks {
+    fn start(index: u64, len: usize, first: sled::IVec) -> Self {
+        Self {
+            index,
+            len,
+            next: 1,
+            first,
+            joined: None,
+        }
+    }
+
+    fn add(&mut self, index: u64, chunk: u32, value: &[u8]) -> Result<(), LogStoreError> {
+        if index != self.index || chunk != self.next {
+            return Err(torn(
+                self.index,
+                &format!(
+                    "chunk {chunk} of entry {index} where chunk {} was due",
+                    self.next
+                ),
+            ));
+        }
+        let joined = self.joined.get_or_insert_with(|| {
+            let mut joined = Vec::with_capacity(self.len);
+            joined.extend_from_slice(&self.first[LEN_PREFIX..]);
+            joined
+        });
+        joined.extend_from_slice(value);
+        self.next += 1;
+        Ok(())
+    }
+
+    fn finish(self) -> Result<Entry, LogStoreError> {
+        let bytes = match &self.joined {
+            Some(joined) => &joined[..],
+            None => &self.first[LEN_PREFIX..],
+        };
+        if bytes.len() != self.len {
+            return Err(torn(
+                self.index,
+                &format!("{} bytes of its {}", bytes.len(), self.len),
+            ));
+        }
+        let entry = decode_entry(bytes)?;
+        if entry.log_id.index != self.index {
+            return Err(LogStoreError::NotContiguous {
+                expected: self.index,
+                found: entry.log_id.index,
+            });
+        }
+        Ok(entry)
+    }
 }
 
 /// `[start, end)` of a range of log indexes (`end` None: unbounded).
@@ -478,7 +622,9 @@ impl RaftLogStorage<TypeConfig> for LogStore {
                 count += 1;
                 size += bytes.len() as u64;
                 let len = bytes.len();
-                batch.insert(&entry.log_id.index.to_be_bytes(), bytes);
+                for (chunk, value) in chunk_values(&bytes) {
+                    batch.insert(&chunk_key(entry.log_id.index, chunk), value);
+                }
                 kept.push((entry, len));
             }
             if let Err(e) = self.log.apply_batch(batch) {
@@ -545,6 +691,67 @@ mod tests {
             index_bounds(&(Bound::Excluded(3), Bound::Excluded(5))),
             (4, Some(5))
         );
+    }
+
+    fn big_entry(index: u64) -> Entry {
+        let meta = crate::model::ClusterMeta {
+            cluster_id: "6b1f0e3c-3d1a-4c55-9a51-0a0a2f6c1d11".to_owned(),
+            create_time: 1,
+        };
+        Entry {
+            log_id: LogId::new(openraft::CommittedLeaderId::new(1, 1), index),
+            payload: openraft::EntryPayload::Normal(
+                crate::fsm::Command::Batch(vec![crate::fsm::Command::ClusterMeta(meta); 1000])
+                    .into(),
+            ),
+        }
+    }
+
+    #[test]
+    fn an_entry_is_cut_into_chunks_and_read_back_whole() {
+        let encoded = codec::encode(&big_entry(7)).unwrap();
+        let values: Vec<(u32, Vec<u8>)> = chunk_values(&encoded).collect();
+        assert!(values.len() > 5, "{} chunks", values.len());
+        assert!(values
+            .iter()
+            .all(|(_, v)| v.len() <= CHUNK_BYTES + LEN_PREFIX));
+        let joined: Vec<u8> = values
+            .iter()
+            .flat_map(|(i, v)| if *i == 0 { &v[LEN_PREFIX..] } else { &v[..] })
+            .copied()
+            .collect();
+        assert_eq!(joined, encoded);
+        assert_eq!(split_key(&chunk_key(7, 3)).unwrap(), (7, 3));
+        assert!(chunk_key(7, u32::MAX) < chunk_key(8, 0));
+    }
+
+    #[tokio::test]
+    async fn a_missing_or_short_chunk_is_an_error_not_an_entry() {
+        use openraft::storage::RaftLogStorageExt;
+        let dir = tempfile::tempdir().unwrap();
+        let config = LogStoreConfig {
+            recent_entries_bytes: 0,
+            ..LogStoreConfig::default()
+        };
+        let mut store = LogStore::open(dir.path(), &config).unwrap();
+        store
+            .blocking_append((1..=3).map(big_entry).collect::<Vec<_>>())
+            .await
+            .unwrap();
+        assert_eq!(store.read_entries(1, Some(4)).unwrap().len(), 3);
+        // A chunk gone from the middle of entry 2.
+        let gone = store.log.remove(chunk_key(2, 2)).unwrap().unwrap();
+        assert!(store.read_entries(1, Some(4)).is_err());
+        assert!(store.read_entries(2, Some(3)).is_err());
+        // Entry 1 still reads alone; entry 2 back whole reads again.
+        assert_eq!(store.read_entries(1, Some(2)).unwrap().len(), 1);
+        store.log.insert(chunk_key(2, 2), gone).unwrap();
+        assert_eq!(store.read_entries(1, Some(4)).unwrap().len(), 3);
+        // The last chunk of the last entry gone: the log state cannot be read either.
+        let last = store.log.last().unwrap().unwrap().0;
+        store.log.remove(last).unwrap();
+        assert!(store.read_entries(3, Some(4)).is_err());
+        assert!(store.last_log_id().is_err());
     }
 
     #[test]
