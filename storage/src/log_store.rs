@@ -10,8 +10,9 @@
 //! ```
 //!
 //! Durability follows openraft's contract: an append is readable when
-//! [`RaftLogStorage::append`] returns and durable (sled `flush_async`, an fsync of the whole
-//! database) before the flush callback fires; [`RaftLogStorage::save_vote`] flushes before it
+//! [`RaftLogStorage::append`] returns and durable before the flush callback fires
+//! ([`LogStore::flush`]: sled's flush, whose `sync_file_range` on Linux persists neither the
+//! file's size nor the disk's cache, then an `fdatasync` of sled's data file); [`RaftLogStorage::save_vote`] flushes before it
 //! returns. `purge` writes and flushes `last_purged` *before* deleting entries, so a crash in
 //! between leaves harmless extra entries below it rather than a hole; `truncate` flushes too.
 //! `save_committed` is not flushed itself: the next append or vote flush persists it, and a
@@ -20,7 +21,7 @@
 //! **Why entries are cut into chunks.** sled 0.34 writes an item larger than a quarter of a
 //! log segment (about 128 KiB by default: one large value, or a leaf page of values once it
 //! is consolidated) to a file of its own under `blobs/`, and never fsyncs that file or its
-//! directory; `flush` syncs the segment file only. A plan of a thousand allocations encodes
+//! directory. A plan of a thousand allocations encodes
 //! to about 600 kB, so it would be acknowledged as durable and could vanish on a power loss.
 //! A leaf page holds at most about 20 values (sled splits past 16 and merges under 4), and
 //! 20 chunks of [`CHUNK_BYTES`] stay well under that size, so the log never makes sled write
@@ -51,6 +52,8 @@ mod recent;
 use recent::RecentEntries;
 
 const LOG_TREE: &str = "log";
+/// sled 0.34's one data file, under the database's directory.
+const SLED_DATA_FILE: &str = "db";
 const META_TREE: &str = "meta";
 const VOTE_KEY: &[u8] = b"vote";
 const COMMITTED_KEY: &[u8] = b"committed";
@@ -159,6 +162,8 @@ pub enum LogStoreError {
 #[derive(Clone)]
 pub struct LogStore {
     db: sled::Db,
+    /// sled's data file, synced after every flush of sled (see the module docs).
+    data_file: Arc<std::fs::File>,
     log: sled::Tree,
     meta: sled::Tree,
     stats: Arc<LogStats>,
@@ -211,18 +216,22 @@ impl LogStore {
                 .flush_every_ms(config.flush_every_ms)
                 .open()
         })?;
-        let mut store = Self::from_db(db)?;
+        // sled's own flush is not an fsync (see the module docs): keep its data file to sync.
+        let data_file = std::fs::File::open(path.join(SLED_DATA_FILE)).map_err(sled::Error::Io)?;
+        let mut store = Self::from_db(db, Arc::new(data_file))?;
         store.max_payload_bytes = config.max_payload_bytes;
         store.recent = Arc::new(Mutex::new(RecentEntries::new(config.recent_entries_bytes)));
         Ok(store)
     }
 
-    /// Uses an already open sled database (its `log` and `meta` trees).
-    pub fn from_db(db: sled::Db) -> Result<Self, LogStoreError> {
+    /// Uses an already open sled database (its `log` and `meta` trees) whose data file is
+    /// `data_file`.
+    fn from_db(db: sled::Db, data_file: Arc<std::fs::File>) -> Result<Self, LogStoreError> {
         let log = db.open_tree(LOG_TREE)?;
         let meta = db.open_tree(META_TREE)?;
         Ok(Self {
             db,
+            data_file,
             log,
             meta,
             stats: Arc::default(),
@@ -243,16 +252,22 @@ impl LogStore {
     /// holds one of sled's own IO threads while it waits for writes that need another, and
     /// sled 0.34 stops adding IO threads after its first task (a counter underflow), so
     /// enough concurrent `flush_async` calls in one process (several stores, as in tests)
-    /// wait on each other for ever.
+    /// wait on each other for ever. sled's flush writes its buffers with `sync_file_range`
+    /// on Linux, which neither persists the file's size nor flushes the disk's cache, so
+    /// the data file is then `fdatasync`ed.
     pub async fn flush(&self) -> Result<(), LogStoreError> {
-        let db = self.db.clone();
-        tokio::task::spawn_blocking(move || db.flush())
-            .await
-            .map_err(|e| {
-                LogStoreError::Sled(sled::Error::Io(std::io::Error::other(format!(
-                    "the flush task failed: {e}"
-                ))))
-            })??;
+        let (db, file) = (self.db.clone(), self.data_file.clone());
+        tokio::task::spawn_blocking(move || -> Result<(), LogStoreError> {
+            db.flush()?;
+            file.sync_data().map_err(sled::Error::Io)?;
+            Ok(())
+        })
+        .await
+        .map_err(|e| {
+            LogStoreError::Sled(sled::Error::Io(std::io::Error::other(format!(
+                "the flush task failed: {e}"
+            ))))
+        })??;
         Ok(())
     }
 
@@ -400,7 +415,11 @@ fn chunk_key(index: u64, chunk: u32) -> [u8; 12] {
 fn split_key(key: &[u8]) -> Result<(u64, u32), LogStoreError> {
     let key: [u8; 12] = key.try_into().map_err(|_| LogStoreError::Decode {
         what: "log key",
-        reason: format!("{} bytes instead of 12", key.len()),
+        reason: format!(
+            "{} bytes instead of 12 (a log written by another version of teamster? data \
+             directories are not compatible across versions before 1.0)",
+            key.len()
+        ),
     })?;
     let (index, chunk) = key.split_at(8);
     let index = u64::from_be_bytes(index.try_into().expect("8 bytes"));
@@ -432,7 +451,10 @@ fn first_chunk_len(index: u64, value: &[u8]) -> Result<usize, LogStoreError> {
         .get(..LEN_PREFIX)
         .and_then(|p| p.try_into().ok())
         .ok_or_else(|| torn(index, "a first chunk shorter than its length"))?;
-    usize::try_from(u64::from_be_bytes(prefix)).map_err(|_| torn(index, "a length past memory"))
+    match usize::try_from(u64::from_be_bytes(prefix)) {
+        Ok(len) if len <= ENTRY_DECODE_LIMIT => Ok(len),
+        _ => Err(torn(index, "a length past the decode budget")),
+    }
 }
 
 /// A stored entry whose chunks do not fit together.
@@ -746,6 +768,14 @@ mod tests {
         // Entry 1 still reads alone; entry 2 back whole reads again.
         assert_eq!(store.read_entries(1, Some(2)).unwrap().len(), 1);
         store.log.insert(chunk_key(2, 2), gone).unwrap();
+        assert_eq!(store.read_entries(1, Some(4)).unwrap().len(), 3);
+        // A length past the decode budget is refused before anything is allocated for it.
+        let first = store.log.get(chunk_key(1, 0)).unwrap().unwrap();
+        let mut forged = first.to_vec();
+        forged[..LEN_PREFIX].copy_from_slice(&u64::MAX.to_be_bytes());
+        store.log.insert(chunk_key(1, 0), forged).unwrap();
+        assert!(store.read_entries(1, Some(2)).is_err());
+        store.log.insert(chunk_key(1, 0), first).unwrap();
         assert_eq!(store.read_entries(1, Some(4)).unwrap().len(), 3);
         // The last chunk of the last entry gone: the log state cannot be read either.
         let last = store.log.last().unwrap().unwrap().0;

@@ -40,9 +40,10 @@ pub struct ServerAddr {
     pub http_addr: String,
 }
 
-/// Decode budget for the command inside one entry: that of an RPC body
-/// (`teamster::rpc::frame::DECODE_LIMIT`, 4 × the largest frame). The entry's bytes have
-/// already passed the enclosing decode's budget and length checks.
+/// Decode budget for the command inside one entry: that of a whole RPC body
+/// (`teamster::rpc::frame::DECODE_LIMIT`, 4 × the largest frame). It is the entry's own,
+/// not drawn from the enclosing body's; the entry's bytes are bounded by the frame, and
+/// bincode charges what it allocates before it allocates it.
 const COMMAND_DECODE_LIMIT: usize = 256 << 20;
 
 /// The command of a raft log entry: shared, and encoded at most once (see the module docs).

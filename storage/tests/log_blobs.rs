@@ -1,7 +1,6 @@
 //! sled 0.34 writes any item larger than a quarter of a log segment (a large value, or a
-//! leaf page of up to 17 values once it is consolidated) to a file of its own under
-//! `blobs/`, and never fsyncs that file or its directory: `Tree::flush` syncs the segment
-//! file only. A log entry (or a page of entries) kept in a blob would be acknowledged as
+//! leaf page of up to about 20 values once it is consolidated) to a file of its own under
+//! `blobs/`, and never fsyncs that file or its directory. A log entry (or a page of entries) kept in a blob would be acknowledged as
 //! durable and could vanish on a power loss. The log store must therefore never make sled
 //! write a blob, whatever the size of the entries, through appends, truncations, purges and
 //! reopens, and must read back exactly what it wrote.
