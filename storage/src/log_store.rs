@@ -12,20 +12,21 @@
 //! Durability follows openraft's contract: an append is readable when
 //! [`RaftLogStorage::append`] returns and durable before the flush callback fires
 //! ([`LogStore::flush`]: sled's flush, whose `sync_file_range` on Linux persists neither the
-//! file's size nor the disk's cache, then an `fdatasync` of sled's data file); [`RaftLogStorage::save_vote`] flushes before it
-//! returns. `purge` writes and flushes `last_purged` *before* deleting entries, so a crash in
-//! between leaves harmless extra entries below it rather than a hole; `truncate` flushes too.
+//! file's size nor the disk's cache, then an `fdatasync` of sled's data file);
+//! [`RaftLogStorage::save_vote`] flushes before it returns. `purge` writes and flushes
+//! `last_purged` *before* deleting entries, so a crash in between leaves harmless extra
+//! entries below it rather than a hole; `truncate` flushes too.
 //! `save_committed` is not flushed itself: the next append or vote flush persists it, and a
 //! lost one only means openraft re-applies a little less on restart.
 //!
 //! **Why entries are cut into chunks.** sled 0.34 writes an item larger than a quarter of a
 //! log segment (about 128 KiB by default: one large value, or a leaf page of values once it
 //! is consolidated) to a file of its own under `blobs/`, and never fsyncs that file or its
-//! directory. A plan of a thousand allocations encodes
-//! to about 600 kB, so it would be acknowledged as durable and could vanish on a power loss.
-//! A leaf page holds at most about 20 values (sled splits past 16 and merges under 4), and
-//! 20 chunks of [`CHUNK_BYTES`] stay well under that size, so the log never makes sled write
-//! a blob (`storage/tests/log_blobs.rs`).
+//! directory. A plan of a thousand allocations encodes to about 600 kB, so it would be
+//! acknowledged as durable and could vanish on a power loss. A leaf page holds at most about
+//! 20 values (sled splits past 16 and merges under 4), and 20 chunks of `CHUNK_BYTES` (4 KiB)
+//! stay well under that size, so the log never makes sled write a blob
+//! (`storage/tests/log_blobs.rs`).
 //!
 //! The newest entries are also kept decoded in memory ([`recent`]), so applying them and
 //! replicating them to followers that keep up does not read and decode them from sled again.
