@@ -8,6 +8,9 @@ use teamster::rpc::frame::{encode_frame, Header};
 use teamster::rpc::message::{RpcRequest, RpcResponse};
 use teamster::rpc::service::eval::EvalDequeueRequest;
 use teamster::rpc::service::ServiceRequest;
+use teamster_storage::fsm::Command;
+use teamster_storage::model::ClusterMeta;
+use teamster_storage::raft_types::{Entry, LogId, Vote};
 
 fn main() -> std::io::Result<()> {
     let jobs = Path::new("../deploy/jobs");
@@ -36,6 +39,28 @@ fn main() -> std::io::Result<()> {
             timeout_ms: 500,
             scheduler_version: 1,
         })),
+        // Replication with a normal entry: its command travels as encoded bytes.
+        RpcRequest::AppendEntries(openraft::raft::AppendEntriesRequest {
+            vote: Vote::new_committed(3, 1),
+            prev_log_id: Some(LogId::new(openraft::CommittedLeaderId::new(2, 1), 9)),
+            entries: vec![
+                Entry {
+                    log_id: LogId::new(openraft::CommittedLeaderId::new(3, 1), 10),
+                    payload: openraft::EntryPayload::Blank,
+                },
+                Entry {
+                    log_id: LogId::new(openraft::CommittedLeaderId::new(3, 1), 11),
+                    payload: openraft::EntryPayload::Normal(
+                        Command::Batch(vec![Command::ClusterMeta(ClusterMeta {
+                            cluster_id: "6b1f0e3c-3d1a-4c55-9a51-0a0a2f6c1d11".into(),
+                            create_time: 1,
+                        })])
+                        .into(),
+                    ),
+                },
+            ],
+            leader_commit: Some(LogId::new(openraft::CommittedLeaderId::new(3, 1), 10)),
+        }),
     ];
     for (i, req) in requests.iter().enumerate() {
         let frame = encode_frame(&Header::request(i as u64 + 1, 1, 2), req, 1 << 20)
@@ -48,7 +73,8 @@ fn main() -> std::io::Result<()> {
         body.extend_from_slice(&frame[4 + 26..]);
         std::fs::write(format!("corpus/rpc_frame/request-body-{i}"), &body)?;
     }
-    let reply: Result<RpcResponse, teamster::rpc::RpcError> = Ok(RpcResponse::Ping { server_id: 3 });
+    let reply: Result<RpcResponse, teamster::rpc::RpcError> =
+        Ok(RpcResponse::Ping { server_id: 3 });
     let frame = encode_frame(&Header::request(9, 2, 1), &reply, 1 << 20).expect("a small frame");
     let mut stream = vec![1u8];
     stream.extend_from_slice(&frame);
