@@ -53,9 +53,9 @@ mod recent;
 use recent::RecentEntries;
 
 const LOG_TREE: &str = "log";
+const META_TREE: &str = "meta";
 /// sled 0.34's one data file, under the database's directory.
 const SLED_DATA_FILE: &str = "db";
-const META_TREE: &str = "meta";
 const VOTE_KEY: &[u8] = b"vote";
 const COMMITTED_KEY: &[u8] = b"committed";
 const LAST_PURGED_KEY: &[u8] = b"last_purged";
