@@ -23,7 +23,7 @@
 //! fewer and bigger.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -621,6 +621,9 @@ impl SimNode {
     }
 }
 
+/// The last sequence number a report of this process carried.
+static REPORT_SEQ: AtomicU32 = AtomicU32::new(0);
+
 /// The report of an allocation whose tasks are in `states`.
 fn report(id: &AllocId, states: BTreeMap<String, TaskState>) -> AllocClientReport {
     let (status, description) = client_status(&states);
@@ -639,6 +642,8 @@ fn report(id: &AllocId, states: BTreeMap<String, TaskState>) -> AllocClientRepor
         task_states: states,
         modify_time: now,
         deployment_status,
+        // A sequence number need only grow per allocation: one counter serves them all.
+        seq: REPORT_SEQ.fetch_add(1, Ordering::Relaxed) + 1,
     }
 }
 

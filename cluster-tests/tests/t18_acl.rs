@@ -1429,6 +1429,7 @@ async fn every_rpc_refuses_callers_its_rule_does_not_allow() {
                     client_description: "running".into(),
                     task_states: BTreeMap::new(),
                     modify_time: 0,
+                    seq: 0,
                     deployment_status: None,
                 }],
             }),

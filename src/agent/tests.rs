@@ -810,6 +810,7 @@ async fn client_alloc_queries_wake_on_server_changes_not_on_the_clients_own_repo
             client_description: "Tasks are running".into(),
             task_states: Default::default(),
             modify_time: 1,
+            seq: 0,
             deployment_status: None,
         })
         .collect();

@@ -637,6 +637,35 @@ fn apply_allocs(shared: &Arc<Shared>, resp: NodeClientAllocsResponse) {
     shared.persist();
 }
 
+/// The reports of the allocations changed since a server last took their report, each with
+/// the version it carries (the lost ones are left out: the servers' verdict stands).
+///
+/// A report's sequence number is the allocation's version: every change bumps it, and the
+/// state is persisted before a report is sent, so a version the servers have seen never
+/// comes back lower, and a resent older report loses to a newer one that overtook it.
+fn unreported(st: &ClientState, now: i64) -> Vec<(String, u64, AllocClientReport)> {
+    st.allocs
+        .values()
+        .filter(|l| l.version > l.reported)
+        .filter(|l| l.alloc.client_status != ClientStatus::Lost)
+        .map(|l| {
+            (
+                l.alloc.id.to_string(),
+                l.version,
+                AllocClientReport {
+                    id: l.alloc.id.clone(),
+                    client_status: l.client_status,
+                    client_description: l.client_description.clone(),
+                    task_states: l.task_states.clone(),
+                    modify_time: now,
+                    deployment_status: l.health_report(),
+                    seq: u32::try_from(l.version).unwrap_or(u32::MAX),
+                },
+            )
+        })
+        .collect()
+}
+
 /// Every `update_interval`, send the changed allocations in one `Node.UpdateAlloc`.
 async fn report_loop(shared: Arc<Shared>, servers: Arc<Servers>, shutdown: CancellationToken) {
     let interval = shared.config.update_interval;
@@ -651,29 +680,7 @@ async fn report_loop(shared: Arc<Shared>, servers: Arc<Servers>, shutdown: Cance
             _ = tokio::time::sleep(interval) => {}
         }
         loop {
-            let batch: Vec<(String, u64, AllocClientReport)> = {
-                let st = shared.state();
-                st.allocs
-                    .values()
-                    .filter(|l| l.version > l.reported)
-                    // The servers' verdict on a lost allocation stands.
-                    .filter(|l| l.alloc.client_status != ClientStatus::Lost)
-                    .map(|l| {
-                        (
-                            l.alloc.id.to_string(),
-                            l.version,
-                            AllocClientReport {
-                                id: l.alloc.id.clone(),
-                                client_status: l.client_status,
-                                client_description: l.client_description.clone(),
-                                task_states: l.task_states.clone(),
-                                modify_time: shared.clock.now_unix_nanos(),
-                                deployment_status: l.health_report(),
-                            },
-                        )
-                    })
-                    .collect()
-            };
+            let batch = unreported(&shared.state(), shared.clock.now_unix_nanos());
             if batch.is_empty() {
                 break;
             }
@@ -835,6 +842,43 @@ mod tests {
             "{took:?}"
         );
         assert!(done.version > done.reported, "changes wait for the updater");
+    }
+
+    #[test]
+    fn reports_carry_the_allocation_version_as_their_sequence_number() {
+        let dir = tempfile::tempdir().unwrap();
+        let sh = shared(dir.path());
+        let mut lost = mock_alloc("1s", 0, 0, JobType::Batch);
+        lost.alloc.id = "a2".into();
+        lost.alloc.client_status = ClientStatus::Lost;
+        lost.version = 5;
+        sh.state()
+            .allocs
+            .insert("a1".into(), mock_alloc("1s", 0, 0, JobType::Batch));
+        sh.state().allocs.insert("a2".into(), lost);
+        let sent = |sh: &Shared| {
+            unreported(&sh.state(), 7)
+                .into_iter()
+                .map(|(id, version, r)| (id, version, r.seq, r.client_status, r.modify_time))
+                .collect::<Vec<_>>()
+        };
+        // The lost allocation is not reported; the received one is, at version 1.
+        assert_eq!(
+            sent(&sh),
+            vec![("a1".to_string(), 1, 1, ClientStatus::Pending, 7)]
+        );
+        sh.update_alloc("a1", |l| {
+            l.task_states.get_mut("t").unwrap().state = TaskStateValue::Running
+        });
+        assert_eq!(
+            sent(&sh),
+            vec![("a1".to_string(), 2, 2, ClientStatus::Running, 7)]
+        );
+        // Taken by a server: nothing until the next change, which goes out at 3.
+        sh.state().allocs.get_mut("a1").unwrap().reported = 2;
+        assert!(sent(&sh).is_empty());
+        sh.update_alloc("a1", |l| l.client_description = "again".into());
+        assert_eq!(sent(&sh)[0].2, 3);
     }
 
     #[tokio::test(start_paused = true)]

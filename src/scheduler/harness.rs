@@ -239,6 +239,7 @@ impl Harness {
                 client_description: a.client_description.to_string(),
                 task_states: a.task_states.clone(),
                 modify_time: at,
+                seq: 0,
                 deployment_status: Some(teamster_storage::model::AllocDeploymentStatus {
                     healthy: Some(healthy),
                     timestamp: teamster_storage::model::Timestamp::from_unix_nanos(at),
@@ -282,6 +283,7 @@ impl Harness {
                 client_description: String::new(),
                 task_states: Default::default(),
                 modify_time: at,
+                seq: 0,
                 deployment_status: None,
             })
             .collect();

@@ -463,6 +463,13 @@ pub struct AllocClientReport {
     pub modify_time: i64,
     /// Its health in its deployment or migration, once the client judged it.
     pub deployment_status: Option<AllocDeploymentStatus>,
+    /// The client's sequence number for this allocation's state: it grows with every change
+    /// the client makes to the allocation, and a report older than the one applied is
+    /// ignored (a retried call that arrives after a newer report). 0 for a report that is
+    /// not a client's (always applied). Four bytes, so that the allocation keeping it does
+    /// not grow; a client past `u32::MAX` changes to one allocation sends `u32::MAX`, which
+    /// is always applied (equal numbers are), as before there were sequence numbers.
+    pub seq: u32,
 }
 
 /// Payload of [`Command::AllocClientUpdate`].

@@ -88,6 +88,7 @@ fn health(n: u64, healthy: bool, at: i64) -> Command {
             client_description: String::new(),
             task_states: Default::default(),
             modify_time: at,
+            seq: 0,
             deployment_status: Some(AllocDeploymentStatus {
                 healthy: Some(healthy),
                 timestamp: Timestamp::from_unix_nanos(at),

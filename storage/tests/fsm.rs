@@ -461,6 +461,47 @@ fn a_finished_allocation_is_not_brought_back_by_an_older_report_arriving_last() 
 }
 
 #[test]
+fn an_older_client_report_arriving_after_a_newer_one_is_ignored() {
+    let (store, _) = seeded_with_one_placed();
+    let status = |store: &StateStore| {
+        let snap = store.snapshot();
+        let a = snap.alloc_by_id(&alloc_id(0)).unwrap();
+        (a.client_status, a.modify_index, a.client_report_seq)
+    };
+    applied(store.apply(5, client_update_seq(&alloc_id(0), ClientStatus::Running, 3)));
+    assert_eq!(status(&store), (ClientStatus::Running, 5, 3));
+    // "pending" at 2, sent to a server that stalled and carried out after "running" at 3.
+    assert_eq!(
+        applied(store.apply(6, client_update_seq(&alloc_id(0), ClientStatus::Pending, 2))),
+        CommandResponse::AllocsUpdated { unknown: vec![] }
+    );
+    assert_eq!(status(&store), (ClientStatus::Running, 5, 3));
+    let summary = |store: &StateStore| {
+        let tg = store
+            .snapshot()
+            .job_summary("default", "web")
+            .unwrap()
+            .summary["web"];
+        (tg.starting, tg.running)
+    };
+    assert_eq!(summary(&store), (0, 1));
+    // The same report again (a resend at the same sequence number) is applied.
+    applied(store.apply(7, client_update_seq(&alloc_id(0), ClientStatus::Running, 3)));
+    assert_eq!(status(&store), (ClientStatus::Running, 7, 3));
+    // A newer report is, and a report that is not a client's (0) always is.
+    applied(store.apply(8, client_update_seq(&alloc_id(0), ClientStatus::Pending, 4)));
+    assert_eq!(status(&store), (ClientStatus::Pending, 8, 4));
+    assert_eq!(summary(&store), (1, 0));
+    applied(store.apply(9, client_update_seq(&alloc_id(0), ClientStatus::Running, 0)));
+    assert_eq!(status(&store), (ClientStatus::Running, 9, 4));
+    // The sequence number survives a snapshot image.
+    let image = store.snapshot().encode_image().unwrap();
+    let restored = StateStore::new();
+    assert_eq!(restored.restore_image(&image).unwrap(), 9);
+    assert_eq!(status(&restored), (ClientStatus::Running, 9, 4));
+}
+
+#[test]
 fn stopping_allocations_and_links_between_them() {
     let (store, job) = seeded_with_one_placed();
     let node_index = |store: &StateStore| {

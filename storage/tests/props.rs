@@ -260,6 +260,7 @@ fn command(op: &Op) -> Command {
                 client_description: status.as_str().to_owned(),
                 task_states: Default::default(),
                 modify_time: 7,
+                seq: 0,
                 deployment_status: health.map(|healthy| AllocDeploymentStatus {
                     healthy: Some(healthy),
                     ..AllocDeploymentStatus::default()

@@ -255,6 +255,7 @@ fn report_started(h: &mut Harness, a: &Allocation, at: i64) {
             client_description: String::new(),
             task_states,
             modify_time: at,
+            seq: 0,
             deployment_status: None,
         }],
         evals: Vec::new(),

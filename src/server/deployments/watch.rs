@@ -363,6 +363,7 @@ mod tests {
                             client_description: String::new(),
                             task_states: Default::default(),
                             modify_time: T0 + SEC,
+                            seq: 0,
                             deployment_status: healthy.map(|h| AllocDeploymentStatus {
                                 healthy: Some(h),
                                 timestamp: Timestamp::from_unix_nanos(T0 + SEC),

@@ -141,6 +141,7 @@ impl World {
                 client_description: String::new(),
                 task_states: Default::default(),
                 modify_time: T0,
+                seq: 0,
                 deployment_status: healthy.map(|h| AllocDeploymentStatus {
                     healthy: Some(h),
                     timestamp: Timestamp::from_unix_nanos(T0),

@@ -541,6 +541,7 @@ mod tests {
                     client_description: String::new(),
                     task_states: Default::default(),
                     modify_time: 0,
+                    seq: 0,
                     deployment_status: None,
                 }],
                 evals: vec![],

@@ -493,6 +493,7 @@ fn execute(txn: &mut WriteTxn, command: Command) -> Result<CommandResponse, Appl
                     task_states: report.task_states,
                     modify_time: report.modify_time,
                     deployment_status: report.deployment_status,
+                    seq: report.seq,
                 });
                 if !applied {
                     unknown.push(id);

@@ -55,6 +55,7 @@ pub(crate) struct ClientReport {
     pub task_states: BTreeMap<String, TaskState>,
     pub modify_time: i64,
     pub deployment_status: Option<crate::model::AllocDeploymentStatus>,
+    pub seq: u32,
 }
 
 /// A set of table mutations at one raft index, committed together or not at all.
@@ -1131,6 +1132,18 @@ impl WriteTxn {
             );
             return true;
         }
+        // A client's older report arriving after a newer one (a call retried on another
+        // server while the first still carried it out) says nothing new.
+        if report.seq != 0 && report.seq < existing.client_report_seq {
+            tracing::debug!(
+                alloc_id = %report.id,
+                applied_seq = existing.client_report_seq,
+                reported_seq = report.seq,
+                reported = report.client_status.as_str(),
+                "stale client report ignored"
+            );
+            return true;
+        }
         let mut alloc = existing.with_task_states(report.task_states);
         alloc.client_status = report.client_status;
         if alloc.client_description.as_str() != report.client_description {
@@ -1139,6 +1152,7 @@ impl WriteTxn {
         }
         alloc.modify_time = report.modify_time;
         alloc.modify_index = self.index;
+        alloc.client_report_seq = alloc.client_report_seq.max(report.seq);
         self.merge_client_health(&mut alloc, report.deployment_status);
         self.count_in_deployment(&alloc, Some(&existing));
         self.summarize_alloc(&alloc, Some(&existing));

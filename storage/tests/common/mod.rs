@@ -158,6 +158,11 @@ pub fn place(eval: &EvalId, allocs: Vec<Allocation>) -> Command {
 }
 
 pub fn client_update(id: &AllocId, status: ClientStatus) -> Command {
+    client_update_seq(id, status, 0)
+}
+
+/// A client's report carrying its sequence number `seq` for the allocation.
+pub fn client_update_seq(id: &AllocId, status: ClientStatus, seq: u32) -> Command {
     Command::AllocClientUpdate(AllocClientUpdate {
         allocs: vec![AllocClientReport {
             id: id.clone(),
@@ -165,6 +170,7 @@ pub fn client_update(id: &AllocId, status: ClientStatus) -> Command {
             client_description: String::new(),
             task_states: Default::default(),
             modify_time: 1_700_000_001_000_000_000,
+            seq,
             deployment_status: None,
         }],
         evals: Vec::new(),
