@@ -10,6 +10,10 @@
 mod common;
 
 use common::*;
+
+/// The allocator of the `teamster` binary, so that the test measures what a server holds.
+#[global_allocator]
+static GLOBAL: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 #[test]
 #[ignore = "measures a million allocations; run in release with --ignored"]
 fn resident_memory_per_allocation_stays_within_512_bytes() {

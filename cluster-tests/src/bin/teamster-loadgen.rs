@@ -19,6 +19,11 @@ use teamster_cluster_tests::loadgen::{self, LoadConfig, Shape};
 use teamster_cluster_tests::process::{keep_if_asked, ClusterOptions, ProcessCluster};
 use teamster_cluster_tests::tls::TestCerts;
 
+/// The servers' allocator, so that the scheduler-only ceiling measured here compares with
+/// them (and the simulated nodes cost the machine less).
+#[global_allocator]
+static GLOBAL: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
+
 #[derive(Debug, Clone, Copy, ValueEnum)]
 enum ShapeArg {
     Service,
