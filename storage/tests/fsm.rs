@@ -990,10 +990,11 @@ fn images_restore_every_table_and_indexes() {
         Err(StateError::ImageMagic)
     );
     let mut future = bytes.clone();
-    future[8] = 9;
+    let next = teamster_storage::state::IMAGE_FORMAT_VERSION + 1;
+    future[8..12].copy_from_slice(&next.to_le_bytes());
     assert!(matches!(
         other.restore_image(&future),
-        Err(StateError::ImageVersion { found: 9, .. })
+        Err(StateError::ImageVersion { found, .. }) if found == next
     ));
     for cut in [13, bytes.len() / 2, bytes.len() - 1] {
         assert!(matches!(
