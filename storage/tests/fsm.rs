@@ -494,11 +494,32 @@ fn an_older_client_report_arriving_after_a_newer_one_is_ignored() {
     assert_eq!(summary(&store), (1, 0));
     applied(store.apply(9, client_update_seq(&alloc_id(0), ClientStatus::Running, 0)));
     assert_eq!(status(&store), (ClientStatus::Running, 9, 4));
+    // An in-place update from a scheduler's older copy (sequence number 3) keeps the 4.
+    let snap = store.snapshot();
+    let mut copy = (**snap.alloc_by_id(&alloc_id(0)).unwrap()).clone();
+    copy.client_report_seq = 3;
+    copy.desired_description = "updated in place".into();
+    applied(store.apply(10, place(&eval_id(1), vec![copy])));
+    assert_eq!(
+        store
+            .snapshot()
+            .alloc_by_id(&alloc_id(0))
+            .unwrap()
+            .desired_description
+            .as_str(),
+        "updated in place"
+    );
+    assert_eq!(status(&store), (ClientStatus::Running, 10, 4));
+    applied(store.apply(
+        11,
+        client_update_seq(&alloc_id(0), ClientStatus::Pending, 3),
+    ));
+    assert_eq!(status(&store), (ClientStatus::Running, 10, 4));
     // The sequence number survives a snapshot image.
     let image = store.snapshot().encode_image().unwrap();
     let restored = StateStore::new();
-    assert_eq!(restored.restore_image(&image).unwrap(), 9);
-    assert_eq!(status(&restored), (ClientStatus::Running, 9, 4));
+    assert_eq!(restored.restore_image(&image).unwrap(), 11);
+    assert_eq!(status(&restored), (ClientStatus::Running, 10, 4));
 }
 
 #[test]

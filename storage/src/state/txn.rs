@@ -987,6 +987,9 @@ impl WriteTxn {
                     alloc.next_allocation = ex.next_allocation.clone();
                 }
                 alloc.task_states = ex.task_states.clone();
+                // The client's reports are ordered against what was applied here, not
+                // against the scheduler's (older) copy.
+                alloc.client_report_seq = ex.client_report_seq;
                 // Health is the client's (or an operator's) to report; a server-side
                 // update that keeps the deployment keeps it.
                 if alloc.deployment_id == ex.deployment_id && alloc.deployment_status.is_none() {
