@@ -643,7 +643,7 @@ fn report(id: &AllocId, states: BTreeMap<String, TaskState>) -> AllocClientRepor
         modify_time: now,
         deployment_status,
         // A sequence number need only grow per allocation: one counter serves them all.
-        seq: REPORT_SEQ.fetch_add(1, Ordering::Relaxed) + 1,
+        seq: REPORT_SEQ.fetch_add(1, Ordering::Relaxed).saturating_add(1),
     }
 }
 

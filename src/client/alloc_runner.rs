@@ -74,6 +74,9 @@ pub struct LocalAlloc {
 impl LocalAlloc {
     /// A freshly received allocation: every task pending with a `Received` event.
     pub fn received(alloc: Allocation, job: Job, now: i64) -> LocalAlloc {
+        // Above what the servers applied, in case this client reported on it before (and
+        // forgot it, or lost its state).
+        let version = u64::from(alloc.client_report_seq) + 1;
         let tasks = job
             .task_groups
             .iter()
@@ -98,7 +101,7 @@ impl LocalAlloc {
             client_description: "No tasks have started".into(),
             task_states,
             handles: BTreeMap::new(),
-            version: 1,
+            version,
             reported: 0,
             health: None,
         }

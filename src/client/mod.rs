@@ -578,6 +578,15 @@ fn apply_allocs(shared: &Arc<Shared>, resp: NodeClientAllocsResponse) {
                         local.version += 1;
                         shared.changed.notify_one();
                     }
+                    // The servers applied a report numbered above this client's version
+                    // (its state was lost or not written): go on above it, and report
+                    // again, or every report would be taken for a stale one.
+                    let applied = u64::from(ca.alloc.client_report_seq);
+                    if applied > local.version {
+                        warn!(alloc_id = %id, version = local.version, applied, "the servers applied a newer report than this client holds; reporting again above it");
+                        local.version = applied + 1;
+                        shared.changed.notify_one();
+                    }
                     local.alloc = ca.alloc;
                     // An in-place update brings the job's new version (its update block
                     // judges the deployment the allocation joins).
@@ -688,7 +697,16 @@ async fn report_loop(shared: Arc<Shared>, servers: Arc<Servers>, shutdown: Cance
                 reports = ?batch.iter().map(|(id, v, r)| format!("{id}@{v}:{}", r.client_status.as_str())).collect::<Vec<_>>(),
                 "reporting allocation changes"
             );
-            shared.persist();
+            // The versions sent must be on disk first: a client that restarted with an older
+            // version would have its newer reports taken for stale ones.
+            if let Err(e) = shared.try_persist() {
+                warn!(path = %shared.store.path().display(), error = %e, "cannot write the client state; allocation updates wait for it");
+                tokio::select! {
+                    _ = shutdown.cancelled() => return,
+                    _ = tokio::time::sleep(RETRY) => {}
+                }
+                continue;
+            }
             let sent = servers
                 .node_update_alloc(NodeUpdateAllocRequest {
                     allocs: batch.iter().map(|(_, _, r)| r.clone()).collect(),
@@ -879,6 +897,41 @@ mod tests {
         assert!(sent(&sh).is_empty());
         sh.update_alloc("a1", |l| l.client_description = "again".into());
         assert_eq!(sent(&sh)[0].2, 3);
+    }
+
+    #[test]
+    fn reports_go_on_above_the_number_the_servers_applied() {
+        use crate::rpc::service::node::ClientAlloc;
+        let dir = tempfile::tempdir().unwrap();
+        let sh = shared(dir.path());
+        let answer = |alloc: Allocation, job: Option<Job>| NodeClientAllocsResponse {
+            index: 10,
+            alloc_indexes: vec![(alloc.id.clone(), 10)],
+            changed: vec![ClientAlloc {
+                alloc,
+                job: job.map(Arc::new),
+            }],
+        };
+        // Received again after this client forgot it, with 6 applied: it starts at 7.
+        let template = mock_alloc("1h", 0, 0, JobType::Batch);
+        let mut alloc = template.alloc.clone();
+        alloc.client_report_seq = 6;
+        let local = LocalAlloc::received(alloc.clone(), template.job.clone(), 0);
+        assert_eq!(local.version, 7);
+        // A client whose state went back to version 2 while the servers hold 6 (its last
+        // write was lost): the next answer carrying the allocation moves it above 6, and
+        // the change is reported again.
+        let mut behind = template.clone();
+        behind.version = 2;
+        behind.reported = 2;
+        sh.state().allocs.insert("a1".into(), behind);
+        assert!(unreported(&sh.state(), 0).is_empty());
+        apply_allocs(&sh, answer(alloc.clone(), None));
+        assert_eq!(unreported(&sh.state(), 0)[0].2.seq, 7);
+        // An answer at or below the client's own version changes nothing.
+        sh.state().allocs.get_mut("a1").unwrap().reported = 7;
+        apply_allocs(&sh, answer(alloc, None));
+        assert!(unreported(&sh.state(), 0).is_empty());
     }
 
     #[tokio::test(start_paused = true)]

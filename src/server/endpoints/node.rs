@@ -11,11 +11,11 @@ use std::time::Duration;
 
 use rand::RngCore;
 use teamster_storage::fsm::{
-    AllocClientUpdate, Command, EvalUpsert, NodeDeregister, NodeRegister, NodeUpdateDrain,
-    NodeUpdateEligibility, NodeUpdateStatus,
+    AllocClientReport, AllocClientUpdate, Command, EvalUpsert, NodeDeregister, NodeRegister,
+    NodeUpdateDrain, NodeUpdateEligibility, NodeUpdateStatus,
 };
 use teamster_storage::model::{
-    ClientStatus, EvalTrigger, Node, NodeStatus, SchedulingEligibility, Timestamp,
+    Allocation, ClientStatus, EvalTrigger, Node, NodeStatus, SchedulingEligibility, Timestamp,
 };
 use teamster_storage::state::{Snapshot, Table};
 use tracing::{debug, info};
@@ -143,6 +143,25 @@ pub async fn update_status(
     })
 }
 
+/// The evaluation a client's report on `alloc` calls for: a failure to reschedule, or an
+/// allocation the servers marked unknown that its client reports again (the reconnect
+/// decides which copy stays). An older report overtaken by a newer one calls for none: the
+/// state machine ignores it too.
+fn report_trigger(alloc: &Allocation, report: &AllocClientReport) -> Option<EvalTrigger> {
+    if report.seq != 0 && report.seq < alloc.client_report_seq {
+        return None;
+    }
+    if report.client_status == ClientStatus::Failed && alloc.client_status != ClientStatus::Failed {
+        Some(EvalTrigger::AllocFailure)
+    } else if alloc.client_status == ClientStatus::Unknown
+        && report.client_status != ClientStatus::Unknown
+    {
+        Some(EvalTrigger::Reconnect)
+    } else {
+        None
+    }
+}
+
 /// `Node.UpdateAlloc`: the clients' reports, with an evaluation for each job one of whose
 /// allocations failed or reconnected.
 pub async fn update_alloc(
@@ -173,17 +192,7 @@ pub async fn update_alloc(
         let Some(alloc) = snapshot.alloc_by_id(report.id.as_str()) else {
             continue;
         };
-        // A failure to reschedule, or an allocation the servers marked unknown that its
-        // client reports again: the reconnect decides which copy stays.
-        let trigger = if report.client_status == ClientStatus::Failed
-            && alloc.client_status != ClientStatus::Failed
-        {
-            EvalTrigger::AllocFailure
-        } else if alloc.client_status == ClientStatus::Unknown
-            && report.client_status != ClientStatus::Unknown
-        {
-            EvalTrigger::Reconnect
-        } else {
+        let Some(trigger) = report_trigger(alloc, report) else {
             continue;
         };
         let Some(job) = snapshot.job_by_id(alloc.namespace.as_str(), alloc.job_id.as_str()) else {
@@ -549,6 +558,65 @@ mod tests {
         ));
         let node = (**store.snapshot().node_by_id(node.id.as_str()).unwrap()).clone();
         (store, node)
+    }
+
+    #[test]
+    fn reports_trigger_failure_and_reconnect_evaluations_unless_stale() {
+        let alloc = |status, seq| Allocation {
+            client_status: status,
+            client_report_seq: seq,
+            ..Allocation::default()
+        };
+        let report = |status, seq| AllocClientReport {
+            id: "a1".into(),
+            client_status: status,
+            client_description: String::new(),
+            task_states: Default::default(),
+            modify_time: 0,
+            deployment_status: None,
+            seq,
+        };
+        use ClientStatus::{Failed, Running, Unknown};
+        let cases = [
+            (
+                alloc(Running, 3),
+                report(Failed, 4),
+                Some(EvalTrigger::AllocFailure),
+            ),
+            (alloc(Failed, 3), report(Failed, 4), None),
+            (
+                alloc(Unknown, 3),
+                report(Running, 4),
+                Some(EvalTrigger::Reconnect),
+            ),
+            (
+                alloc(Unknown, 3),
+                report(Running, 3),
+                Some(EvalTrigger::Reconnect),
+            ),
+            (
+                alloc(Unknown, 3),
+                report(Running, 0),
+                Some(EvalTrigger::Reconnect),
+            ),
+            (alloc(Unknown, 3), report(Unknown, 4), None),
+            // Overtaken by a newer report: the state machine ignores it, so nothing is
+            // scheduled for it either.
+            (alloc(Unknown, 3), report(Running, 2), None),
+            (alloc(Running, 3), report(Failed, 2), None),
+            (alloc(Running, 0), report(Running, 1), None),
+        ];
+        for (a, r, want) in cases {
+            assert_eq!(
+                report_trigger(&a, &r),
+                want,
+                "{:?}@{} on {:?}@{}",
+                r.client_status,
+                r.seq,
+                a.client_status,
+                a.client_report_seq
+            );
+        }
     }
 
     #[test]
