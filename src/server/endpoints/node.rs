@@ -148,7 +148,7 @@ pub async fn update_status(
 /// decides which copy stays). An older report overtaken by a newer one calls for none: the
 /// state machine ignores it too.
 fn report_trigger(alloc: &Allocation, report: &AllocClientReport) -> Option<EvalTrigger> {
-    if report.seq != 0 && report.seq < alloc.client_report_seq {
+    if alloc.is_stale_client_report(report.seq) {
         return None;
     }
     if report.client_status == ClientStatus::Failed && alloc.client_status != ClientStatus::Failed {

@@ -412,6 +412,13 @@ impl Allocation {
         }
     }
 
+    /// Whether a client report numbered `seq` is older than one already applied (an older
+    /// report overtaken by a newer one). A report numbered 0 is not a client's and is never
+    /// stale.
+    pub fn is_stale_client_report(&self, seq: u32) -> bool {
+        seq != 0 && seq < self.client_report_seq
+    }
+
     /// When the servers last marked it `unknown`, if that is its latest recorded state
     /// (it has not reconnected since).
     pub fn unknown_since(&self) -> Option<i64> {

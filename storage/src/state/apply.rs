@@ -21,7 +21,7 @@ use crate::fsm::{
 use crate::model::{Evaluation, JobId, Namespace, SchedulingEligibility};
 use crate::state::events::StateChange;
 use crate::state::tables::Tables;
-use crate::state::txn::{ClientReport, WriteTxn};
+use crate::state::txn::WriteTxn;
 
 /// Applies one command (a batch recursively) at `index` to `tables`, collecting the changes
 /// to publish. Only committed commands change `tables` or add changes.
@@ -486,15 +486,7 @@ fn execute(txn: &mut WriteTxn, command: Command) -> Result<CommandResponse, Appl
             let mut unknown = Vec::new();
             for report in allocs {
                 let id = report.id.clone();
-                let applied = txn.update_alloc_from_client(ClientReport {
-                    id: report.id,
-                    client_status: report.client_status,
-                    client_description: report.client_description,
-                    task_states: report.task_states,
-                    modify_time: report.modify_time,
-                    deployment_status: report.deployment_status,
-                    seq: report.seq,
-                });
+                let applied = txn.update_alloc_from_client(report);
                 if !applied {
                     unknown.push(id);
                 }

@@ -19,12 +19,12 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
-use crate::fsm::ApplyError;
+use crate::fsm::{AllocClientReport, ApplyError};
 use crate::model::{
     AllocId, AllocStop, Allocation, ClientStatus, ClusterMeta, DesiredStatus, DesiredTransition,
     DrainStrategy, EvalId, EvalStatus, Evaluation, Job, JobId, JobStatus, JobSummary, JobType,
     Namespace, Node, NodeId, NodeStatus, PeriodicLaunch, ScalingEvent, SchedulerConfiguration,
-    SchedulingEligibility, SharedStr, TaskGroupSummary, TaskState, MAX_SCALING_EVENTS,
+    SchedulingEligibility, SharedStr, TaskGroupSummary, MAX_SCALING_EVENTS,
 };
 use crate::state::events::{NodeCondition, StateChange};
 use crate::state::tables::{token_key, JobKey, Table, Tables};
@@ -44,18 +44,6 @@ pub(crate) struct JobUpsert {
     pub version: u64,
     pub job_modify_index: u64,
     pub spec_changed: bool,
-}
-
-/// A client's report about one allocation.
-#[derive(Debug, Clone)]
-pub(crate) struct ClientReport {
-    pub id: AllocId,
-    pub client_status: ClientStatus,
-    pub client_description: String,
-    pub task_states: BTreeMap<String, TaskState>,
-    pub modify_time: i64,
-    pub deployment_status: Option<crate::model::AllocDeploymentStatus>,
-    pub seq: u32,
 }
 
 /// A set of table mutations at one raft index, committed together or not at all.
@@ -1114,7 +1102,7 @@ impl WriteTxn {
     ///   allocation never runs again. Such a report is an older one arriving last: sent to a
     ///   server that stalled (paused, cut off), sent again to the next when the client gave
     ///   up waiting, and carried out by the first once it resumed, after the final one.
-    pub fn update_alloc_from_client(&mut self, report: ClientReport) -> bool {
+    pub fn update_alloc_from_client(&mut self, report: AllocClientReport) -> bool {
         let Some(existing) = self.t.allocs.get(report.id.as_str()).cloned() else {
             return false;
         };
@@ -1137,7 +1125,7 @@ impl WriteTxn {
         }
         // A client's older report arriving after a newer one (a call retried on another
         // server while the first still carried it out) says nothing new.
-        if report.seq != 0 && report.seq < existing.client_report_seq {
+        if existing.is_stale_client_report(report.seq) {
             tracing::debug!(
                 alloc_id = %report.id,
                 applied_seq = existing.client_report_seq,
