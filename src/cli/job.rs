@@ -275,6 +275,7 @@ fn var_inputs(args: &JobFileArgs) -> anyhow::Result<jobspec::hcl::VarInputs> {
         flags,
         strict: true,
         allow_fs: true,
+        budget: Default::default(),
     })
 }
 

@@ -583,7 +583,8 @@ pub async fn parse(body: Bytes) -> Result<Response, ApiError> {
         allow_fs: false,
         ..Default::default()
     };
-    let mut job = jobspec::hcl::parse_job("input.hcl", &text, &inputs)
+    let mut job = parse_off_the_runtime(text, inputs)
+        .await?
         .map_err(|e| ApiError::bad_request(format!("Failed to parse job: {e}")))?;
     if req.canonicalize {
         let mut model = decode_job(job.clone())?;
@@ -595,6 +596,27 @@ pub async fn parse(body: Bytes) -> Result<Response, ApiError> {
         job = canonical;
     }
     Ok(axum::Json(job).into_response())
+}
+
+/// How many job files this agent evaluates at once; more wait their turn.
+const CONCURRENT_PARSES: usize = 2;
+
+/// Runs [`jobspec::hcl::parse_job`] on a blocking thread, at most [`CONCURRENT_PARSES`] at
+/// once: an evaluation may take its budget's wall time, which must not hold an async
+/// worker (or every core) while other requests wait.
+async fn parse_off_the_runtime(
+    text: String,
+    inputs: jobspec::hcl::VarInputs,
+) -> Result<Result<Value, jobspec::hcl::JobspecError>, ApiError> {
+    static PARSES: std::sync::OnceLock<tokio::sync::Semaphore> = std::sync::OnceLock::new();
+    let _permit = PARSES
+        .get_or_init(|| tokio::sync::Semaphore::new(CONCURRENT_PARSES))
+        .acquire()
+        .await
+        .map_err(|_| ApiError::internal("the parser is closed"))?;
+    tokio::task::spawn_blocking(move || jobspec::hcl::parse_job("input.hcl", &text, &inputs))
+        .await
+        .map_err(|e| ApiError::internal(format!("the parser failed: {e}")))
 }
 
 /// Nomad's `JobValidateResponse`.

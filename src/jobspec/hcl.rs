@@ -89,6 +89,8 @@ pub struct VarInputs {
     /// relative to the working directory): the CLI's parse, not the servers' (Nomad's
     /// `AllowFS`).
     pub allow_fs: bool,
+    /// What the evaluation may spend before it is stopped with an error naming the limit.
+    pub budget: super::budget::EvalBudget,
 }
 
 /// Parse an HCL job file into Nomad's JSON job object (without the `{"Job": …}` wrapper).
@@ -96,9 +98,11 @@ pub struct VarInputs {
 /// The HCL library panics on some arithmetic (`8/0`, `1 % 0`: a non-finite or undefined
 /// number, found by the `hcl_job` fuzz target); such a panic is caught here and answered as
 /// an error naming the file, so a job file can never take a server's request down with it.
+/// The evaluation runs under `inputs.budget` ([`super::budget`]); it is synchronous and may
+/// take up to the budget's wall time, so async callers run it on a blocking thread.
 pub fn parse_job(file: &str, text: &str, inputs: &VarInputs) -> Result<Value, JobspecError> {
     std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-        parse_job_unguarded(file, text, inputs)
+        super::budget::with_budget(inputs.budget, || parse_job_unguarded(file, text, inputs))
     }))
     .unwrap_or_else(|payload| {
         let raw = payload

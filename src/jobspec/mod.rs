@@ -2,6 +2,7 @@
 //!
 //! - [`hcl`]: HCL2 job files (Nomad's jobspec2) → Nomad's JSON job, with variables, locals
 //!   and [`funcs`], errors that name the file, line, column and block path.
+//! - [`budget`]: the steps, bytes and wall time one evaluation may spend.
 //! - `schema`: the blocks and arguments of a job file, for the parser.
 //! - [`unsupported`]: the Nomad job fields teamster does not act on, found in a job's JSON so
 //!   that the API refuses the job with a 400 that names them instead of dropping them
@@ -12,6 +13,7 @@
 //!
 //! [`Job`]: teamster_storage::model::Job
 
+pub mod budget;
 pub mod funcs;
 pub mod hcl;
 mod schema;

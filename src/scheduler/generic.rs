@@ -26,6 +26,7 @@
 //! 5. Update the evaluation: complete (or reblocked when it was a blocked one and still could
 //!    not place everything), with `QueuedAllocations`, class eligibility and the snapshot index.
 
+use std::collections::VecDeque;
 use std::sync::Arc;
 
 use teamster_storage::model::{
@@ -36,7 +37,7 @@ use crate::scheduler::context::EvalContext;
 use crate::scheduler::placement::{
     self, inplace_update, place_preempting, Attempt, Blocking, Family, Run, Session,
 };
-use crate::scheduler::reconcile::{PlaceRequest, Reconciler, ALLOC_UPDATING};
+use crate::scheduler::reconcile::{PlaceRequest, Placement, Reconciler, ALLOC_UPDATING};
 use crate::scheduler::stack::Choice;
 use crate::scheduler::supervisor::SupervisorCap;
 use crate::scheduler::util::{alloc_reschedule_policy, ready_nodes, reschedule_tracker_for};
@@ -61,7 +62,7 @@ impl<'a> GenericScheduler<'a> {
         ctx: &mut EvalContext,
         job: &Arc<Job>,
         inplace: Vec<Arc<Allocation>>,
-        place: Vec<PlaceRequest>,
+        place: Vec<Placement>,
         deployment_id: &DeploymentId,
     ) {
         let now = self.session.env.now;
@@ -101,9 +102,45 @@ impl<'a> GenericScheduler<'a> {
                 });
             }
         }
+        let mut requests: VecDeque<Placement> = requests.into_iter().map(Placement::One).collect();
         requests.extend(place);
 
-        for request in requests {
+        while let Some(next) = requests.pop_front() {
+            let request = match next {
+                Placement::One(request) => request,
+                Placement::Fresh {
+                    group,
+                    mut names,
+                    count,
+                } => {
+                    if count == 0 {
+                        continue;
+                    }
+                    // Once the group failed, the rest of the batch is counted, never named.
+                    if let Some(metric) = run.failed_tg_allocs.get_mut(&group) {
+                        metric.coalesced_failures += count as u64;
+                        *run.queued.entry(group).or_default() += count as u64;
+                        continue;
+                    }
+                    let Some(name) = names.take_lowest() else {
+                        continue;
+                    };
+                    let request = PlaceRequest {
+                        group: group.clone(),
+                        name,
+                        previous: None,
+                        stop_previous: None,
+                        reschedule: false,
+                        canary: false,
+                    };
+                    requests.push_front(Placement::Fresh {
+                        group,
+                        names,
+                        count: count - 1,
+                    });
+                    request
+                }
+            };
             let Some(placer) = placers.get_mut(&request.group) else {
                 continue;
             };
@@ -256,7 +293,7 @@ impl<'a> Family<'a> for GenericScheduler<'a> {
             eval_id = %eval.id,
             job_id = %eval.job_id,
             stop = recon.stop.len(),
-            place = recon.place.len(),
+            place = recon.place.iter().map(Placement::count).sum::<usize>(),
             inplace = recon.inplace.len(),
             followups = recon.followup_evals.len(),
             "reconciled"

@@ -97,6 +97,26 @@ pub enum SchedulerError {
     /// The settings are out of range.
     #[error("invalid scheduler settings: {0}")]
     InvalidSettings(String),
+    /// The scheduler panicked on this evaluation (caught by the worker, which fails the
+    /// evaluation with this reason and goes on).
+    #[error("scheduler panicked: {0}")]
+    Panicked(String),
+}
+
+/// Runs one scheduler call, turning a panic into [`SchedulerError::Panicked`] with the
+/// panic's message, so a poisoned evaluation fails alone and the server goes on.
+pub fn catch_panic<T>(f: impl FnOnce() -> Result<T, SchedulerError>) -> Result<T, SchedulerError> {
+    match std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)) {
+        Ok(r) => r,
+        Err(payload) => {
+            let reason = payload
+                .downcast_ref::<&str>()
+                .map(|s| s.to_string())
+                .or_else(|| payload.downcast_ref::<String>().cloned())
+                .unwrap_or_else(|| "a non-text panic payload".to_owned());
+            Err(SchedulerError::Panicked(reason))
+        }
+    }
 }
 
 /// How a scheduler submits its decisions. The worker implements it with RPCs to the leader

@@ -123,13 +123,37 @@ pub(crate) struct PlaceRequest {
     pub canary: bool,
 }
 
+/// Placements the reconciler asks for, in order.
+#[derive(Debug, Clone)]
+pub(crate) enum Placement {
+    /// One allocation.
+    One(PlaceRequest),
+    /// `count` new allocations of `group`, each under the lowest name `names` has free when
+    /// it is placed.
+    Fresh {
+        group: String,
+        names: NameIndex,
+        count: usize,
+    },
+}
+
+impl Placement {
+    /// How many allocations this asks for.
+    pub fn count(&self) -> usize {
+        match self {
+            Placement::One(_) => 1,
+            Placement::Fresh { count, .. } => *count,
+        }
+    }
+}
+
 /// What the reconciler decided for a job.
 #[derive(Debug, Default)]
 pub(crate) struct Reconciliation {
     /// Unconditional stops (lost, scale-down, job stopped, group removed).
     pub stop: Vec<StopRequest>,
     /// Placements, destructive updates first.
-    pub place: Vec<PlaceRequest>,
+    pub place: Vec<Placement>,
     /// Allocations to move to the new job version in place, if still feasible.
     pub inplace: Vec<Arc<Allocation>>,
     /// Failed allocations updated with the follow-up eval that will reschedule them.
@@ -721,14 +745,14 @@ impl Reconciler<'_> {
                 .take(wanted_canaries - canaries.len())
                 .collect();
             for name in new_names {
-                out.place.push(PlaceRequest {
+                out.place.push(Placement::One(PlaceRequest {
                     group: group.name.clone(),
                     name,
                     previous: None,
                     stop_previous: None,
                     reschedule: false,
                     canary: true,
-                });
+                }));
             }
         }
 
@@ -761,14 +785,14 @@ impl Reconciler<'_> {
         };
         let total_destructive = destructive.len();
         for alloc in destructive.iter().take(limit) {
-            out.place.push(PlaceRequest {
+            out.place.push(Placement::One(PlaceRequest {
                 group: group.name.clone(),
                 name: alloc.name.clone(),
                 previous: Some(alloc.clone()),
                 stop_previous: Some(ALLOC_UPDATING),
                 reschedule: false,
                 canary: false,
-            });
+            }));
         }
         let held = total_destructive.saturating_sub(limit);
         if held > 0 {
@@ -779,25 +803,25 @@ impl Reconciler<'_> {
 
         let total_reschedule = reschedule_now.len();
         for alloc in reschedule_now {
-            out.place.push(PlaceRequest {
+            out.place.push(Placement::One(PlaceRequest {
                 group: group.name.clone(),
                 name: alloc.name.clone(),
                 previous: Some(alloc),
                 stop_previous: Some(ALLOC_RESCHEDULED),
                 reschedule: true,
                 canary: false,
-            });
+            }));
         }
         let total_migrate = migrate.len();
         for alloc in migrate {
-            out.place.push(PlaceRequest {
+            out.place.push(Placement::One(PlaceRequest {
                 group: group.name.clone(),
                 name: alloc.name.clone(),
                 previous: Some(alloc),
                 stop_previous: Some(ALLOC_MIGRATING),
                 reschedule: false,
                 canary: false,
-            });
+            }));
         }
         let mut missing = 0usize;
         // Replacements of disconnected allocations (`replace`) that have none running yet,
@@ -811,30 +835,27 @@ impl Reconciler<'_> {
             }
             existing += 1;
             missing += 1;
-            out.place.push(PlaceRequest {
+            out.place.push(Placement::One(PlaceRequest {
                 group: group.name.clone(),
                 name: alloc.name.clone(),
                 previous: Some(alloc),
                 stop_previous: None,
                 reschedule: false,
                 canary: false,
-            });
+            }));
         }
         // New allocations wait while the deployment is paused, failed or canarying.
         let place_ready = strategy.is_none() || !(view.paused || view.failed || canarying);
         if existing < count {
             missing += count - existing;
             if place_ready {
-                for name in names.next(count - existing) {
-                    out.place.push(PlaceRequest {
-                        group: group.name.clone(),
-                        name,
-                        previous: None,
-                        stop_previous: None,
-                        reschedule: false,
-                        canary: false,
-                    });
-                }
+                // Named only as they are placed: a count far beyond what the cluster holds
+                // costs the scheduler the placements it makes, not the count asked for.
+                out.place.push(Placement::Fresh {
+                    group: group.name.clone(),
+                    names,
+                    count: count - existing,
+                });
             }
         }
 

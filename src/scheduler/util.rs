@@ -36,6 +36,8 @@ pub(crate) struct NameIndex {
     job_id: String,
     group: String,
     used: BTreeSet<u32>,
+    /// No index below this one is free.
+    lowest_free: u32,
 }
 
 impl NameIndex {
@@ -48,6 +50,7 @@ impl NameIndex {
             job_id: job_id.to_owned(),
             group: group.to_owned(),
             used: names.into_iter().filter_map(alloc_name_index).collect(),
+            lowest_free: 0,
         }
     }
 
@@ -55,6 +58,7 @@ impl NameIndex {
     pub fn unset(&mut self, name: &str) {
         if let Some(i) = alloc_name_index(name) {
             self.used.remove(&i);
+            self.lowest_free = self.lowest_free.min(i);
         }
     }
 
@@ -68,20 +72,24 @@ impl NameIndex {
             .collect()
     }
 
-    /// Takes the `n` lowest free indexes and returns their names.
-    pub fn next(&mut self, n: usize) -> Vec<String> {
-        let mut names = Vec::with_capacity(n);
-        let mut i = 0u32;
-        while names.len() < n {
+    /// Takes the lowest free index and returns its name; `None` once every `u32` is taken.
+    /// Successive calls walk up from where the last one stopped, so taking `n` names costs
+    /// O(n + taken), and nothing is allocated ahead of the names actually taken.
+    pub fn take_lowest(&mut self) -> Option<String> {
+        let mut i = self.lowest_free;
+        loop {
             if self.used.insert(i) {
-                names.push(alloc_name(&self.job_id, &self.group, i));
+                self.lowest_free = i.saturating_add(1);
+                return Some(alloc_name(&self.job_id, &self.group, i));
             }
-            match i.checked_add(1) {
-                Some(next) => i = next,
-                None => break,
-            }
+            i = i.checked_add(1)?;
         }
-        names
+    }
+
+    /// Takes the `n` lowest free indexes and returns their names.
+    #[cfg(test)]
+    pub fn next(&mut self, n: usize) -> Vec<String> {
+        std::iter::from_fn(|| self.take_lowest()).take(n).collect()
     }
 }
 

@@ -71,6 +71,9 @@ pub struct ServerConfig {
     /// How many versions of each job are kept for `job history` and `job revert` (Nomad's
     /// `job_tracked_versions`, default 6; a stable version is kept in place of the oldest).
     pub job_max_versions: u32,
+    /// The most allocations one job may ask for, summed over its groups (Nomad's
+    /// `job_max_count`, default 50 000; 0: no limit).
+    pub job_max_count: u32,
     /// Raft timing and log compaction (`[server.raft]`).
     pub raft: RaftTiming,
     /// Scheduler worker timings and garbage-collection thresholds (`[server.workers]`).
@@ -100,6 +103,7 @@ impl Default for ServerConfig {
             failover_heartbeat_ttl: Duration::from_secs(300),
             rpc_hold_timeout: Duration::from_secs(5),
             job_max_versions: teamster_storage::state::JOB_TRACKED_VERSIONS as u32,
+            job_max_count: DEFAULT_JOB_MAX_COUNT,
             raft: RaftTiming::default(),
             workers: WorkerConfig::default(),
             eval_broker: EvalBrokerConfig::default(),
@@ -160,6 +164,9 @@ impl ServerConfig {
         self.raft.validate()
     }
 }
+
+/// Nomad's default `job_max_count`.
+pub const DEFAULT_JOB_MAX_COUNT: u32 = 50_000;
 
 /// The most versions of a job `server.job_max_versions` may keep.
 pub const MAX_JOB_VERSIONS: u32 = 100;

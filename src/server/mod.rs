@@ -225,6 +225,7 @@ impl Server {
             rng: rng.child(),
             hold: config.rpc_hold_timeout,
             job_max_versions: config.job_max_versions,
+            job_max_count: config.job_max_count,
             acl_enabled,
             acl: Arc::new(acl::AclResolver::new(clock.clone())),
         });

@@ -261,6 +261,59 @@ fn canonicalize_fills_nomads_defaults_by_job_type() {
     );
 }
 
+/// IDs that read as paths or patterns and resources no node has are refused by name
+/// (issue 52); a child's `<parent>/periodic-<n>` shape stays valid.
+#[test]
+fn path_like_ids_and_impossible_resources_are_refused() {
+    let job_with = |id: &str, cpu: u64, memory: u64| -> Job {
+        let mut job: Job = serde_json::from_value(json!({
+            "ID": id, "Datacenters": ["dc1"],
+            "TaskGroups": [{"Name": "g", "Count": 1, "Tasks": [{"Name": "t", "Driver": "mock",
+                "Resources": {"CPU": cpu, "MemoryMB": memory}}]}]
+        }))
+        .unwrap();
+        job.canonicalize();
+        job
+    };
+    let refused = |job: Job| match job.validate() {
+        Err(ModelError::Invalid { errors }) => errors.join("\n"),
+        Ok(()) => panic!("{:?} was accepted", job.id),
+        Err(e) => panic!("{e}"),
+    };
+    for (id, why) in [
+        ("../../etc", "path segment"),
+        ("a/./b", "path segment"),
+        ("/abs", "empty path segment"),
+        ("a//b", "empty path segment"),
+        ("trailing/", "empty path segment"),
+        ("*", "wildcard"),
+        ("a\\b", "path separator"),
+        ("bell\u{7}", "control character"),
+    ] {
+        let text = refused(job_with(id, 100, 300));
+        assert!(text.contains(why), "{id:?}: {text}");
+    }
+    for id in [
+        "web",
+        "a/b",
+        "batch/periodic-1700000000",
+        "x.y-z_1",
+        "..dots..ok",
+    ] {
+        job_with(id, 100, 300).validate().unwrap();
+    }
+    let text = refused(job_with("big", 1 << 40, 300));
+    assert!(
+        text.contains("CPU 1099511627776 is more than any node offers"),
+        "{text}"
+    );
+    let text = refused(job_with("big", 100, 1 << 63));
+    assert!(
+        text.contains("MemoryMB 9223372036854775808 is more than any node"),
+        "{text}"
+    );
+}
+
 #[test]
 fn validation_reports_every_problem() {
     let mut job: Job = serde_json::from_str(

@@ -23,6 +23,11 @@ type Out = Result<Value, String>;
 /// the map was written in).
 pub const FOR_ORDER: &str = "teamster_for_order";
 
+/// The name of the function the parser wraps around every reference to a parse-time value
+/// and every function call: it returns its argument and charges it to the evaluation's
+/// budget ([`super::budget`]).
+pub const CHARGE: &str = "teamster_charge";
+
 /// A context that knows every function of this module (and no variables yet). `files`: whether
 /// `file`, `fileexists` and `templatefile` may read the local filesystem.
 pub fn context(files: bool) -> Context<'static> {
@@ -193,6 +198,10 @@ pub fn context(files: bool) -> Context<'static> {
     def("log", vec![Number, Number], None, more::log);
     def("signum", vec![Number], None, more::signum);
     def(FOR_ORDER, vec![Any], None, more::sorted_keys_object);
+    def(CHARGE, vec![Any], None, |a| {
+        super::budget::charge_value(&a[0])?;
+        Ok(a[0].clone())
+    });
     ctx
 }
 

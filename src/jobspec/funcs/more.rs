@@ -298,6 +298,13 @@ pub(super) fn signum(a: FuncArgs) -> Out {
 
 /// Keys of a map for a `for` expression, in the order cty iterates them.
 pub(super) fn sorted_keys_object(a: FuncArgs) -> Out {
+    // Every element of a `for` collection is an iteration of the evaluation's budget.
+    let elements = match &a[0] {
+        Value::Object(m) => m.len(),
+        Value::Array(items) => items.len(),
+        _ => 0,
+    };
+    crate::jobspec::budget::charge(1 + elements as u64, 0)?;
     match &a[0] {
         Value::Object(m) => {
             let mut entries: Vec<_> = m.iter().collect();

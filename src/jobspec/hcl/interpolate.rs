@@ -34,6 +34,12 @@ fn keep_runtime_interpolations(expr: &hcl::Expression, scope: &mut Scope) -> hcl
         };
     }
     let mut e = expr.clone();
+    // What an evaluation produces by reference or by a call is charged to its budget.
+    let charged = match expr {
+        E::Variable(_) | E::FuncCall(_) => true,
+        E::Traversal(t) => matches!(t.expr, E::Variable(_)),
+        _ => false,
+    };
     match &mut e {
         E::Array(items) => {
             for i in items {
@@ -115,7 +121,20 @@ fn keep_runtime_interpolations(expr: &hcl::Expression, scope: &mut Scope) -> hcl
         }
         _ => {}
     }
-    e
+    if charged {
+        charge(e)
+    } else {
+        e
+    }
+}
+
+/// `expr` wrapped in the call that charges its value to the evaluation's budget.
+fn charge(expr: hcl::Expression) -> hcl::Expression {
+    hcl::Expression::FuncCall(Box::new(
+        hcl::expr::FuncCall::builder(funcs::CHARGE)
+            .arg(expr)
+            .build(),
+    ))
 }
 
 /// A `for` collection iterated in key order when it is a map, as cty iterates maps (HCL's

@@ -150,6 +150,7 @@ fn variables_take_defaults_then_environment_then_files_then_flags() {
         ],
         strict: true,
         allow_fs: false,
+        budget: Default::default(),
     };
     let job = parse_job("job.hcl", text, &inputs).unwrap();
     assert_eq!(job["Datacenters"], json!(["dc9"]));
@@ -1397,4 +1398,87 @@ fn a_locality_block_becomes_levels_with_waits_in_nanoseconds() {
         }
     "#);
     assert!(bad.contains("weight"), "{bad}");
+}
+
+/// Three nested `for` expressions over `range(1024)`: a billion iterations from 300 bytes.
+const NESTED_FOR_BOMB: &str = r#"
+locals {
+  r = range(1024)
+  x = [for a in local.r : [for b in local.r : [for c in local.r : "${a}${b}${c}"]]]
+}
+job "bomb" {
+  group "g" {
+    task "t" { driver = "mock" }
+  }
+}
+"#;
+
+/// Twenty locals, each twice the one before: a gigabyte from under 2 KB.
+fn doubling_bomb() -> String {
+    let mut text = format!("locals {{\n  s0 = \"{}\"\n", "x".repeat(1024));
+    for i in 1..=20 {
+        text.push_str(&format!(
+            "  s{i} = \"${{local.s{}}}${{local.s{}}}\"\n",
+            i - 1,
+            i - 1
+        ));
+    }
+    text.push_str("}\njob \"bomb\" {\n  meta { s = local.s20 }\n  group \"g\" {\n    task \"t\" { driver = \"mock\" }\n  }\n}\n");
+    text
+}
+
+#[test]
+fn an_evaluation_past_its_step_budget_is_an_error_naming_the_limit() {
+    let e = err(NESTED_FOR_BOMB);
+    assert!(e.contains("budget of 1000000 steps"), "{e}");
+}
+
+#[test]
+fn an_evaluation_past_its_memory_budget_is_an_error_naming_the_limit() {
+    let text = doubling_bomb();
+    assert!(text.len() < 2048, "{}", text.len());
+    let e = err(&text);
+    assert!(e.contains("budget of 64 MiB"), "{e}");
+}
+
+#[test]
+fn an_evaluation_within_its_budget_gives_the_same_job_as_before() {
+    // Large but honest: 100 × 100 for-elements and a 32 KiB string.
+    let text = r#"
+        locals {
+          r = range(100)
+          grid = flatten([for a in local.r : [for b in local.r : a * b]])
+          s0 = "abcdefgh"
+          s1 = "${local.s0}${local.s0}${local.s0}${local.s0}"
+          s2 = "${local.s1}${local.s1}${local.s1}${local.s1}"
+          s3 = "${local.s2}${local.s2}${local.s2}${local.s2}"
+          s4 = "${local.s3}${local.s3}${local.s3}${local.s3}"
+          s5 = "${local.s4}${local.s4}${local.s4}${local.s4}"
+        }
+        job "ok" {
+          meta {
+            n    = length(local.grid)
+            last = local.grid[9999]
+            len  = length(local.s5)
+            port = "${NOMAD_PORT_http}"
+          }
+          group "g" {
+            task "t" { driver = "mock" }
+          }
+        }
+    "#;
+    let job = parse(text).unwrap();
+    assert_eq!(
+        job["Meta"],
+        json!({"n": "10000", "last": "9801", "len": "8192", "port": "${NOMAD_PORT_http}"})
+    );
+    let tight = VarInputs {
+        budget: crate::jobspec::budget::EvalBudget {
+            max_steps: 1000,
+            ..Default::default()
+        },
+        ..Default::default()
+    };
+    let e = parse_job("job.hcl", text, &tight).unwrap_err().to_string();
+    assert!(e.contains("budget of 1000 steps"), "{e}");
 }

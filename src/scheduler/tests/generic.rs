@@ -202,6 +202,27 @@ fn distinct_hosts_puts_each_allocation_on_its_own_node() {
     assert_eq!(h.created_evals.len(), 1);
 }
 
+/// A count far beyond the cluster (here 2³¹, which used to make the reconciler name every
+/// allocation up front: gigabytes before the first placement) costs the placements made.
+#[test]
+fn a_huge_count_costs_the_placements_made_not_the_count_asked() {
+    let (mut h, _) = harness_with_nodes(2);
+    let count = 1u32 << 31;
+    let (job, eval) = h.register_job(mock_job("web", count)).unwrap();
+    h.process(&eval).unwrap();
+    assert_eq!(h.running_allocs(&job).len(), 16);
+    let update = last_update(&h);
+    assert_eq!(update.status, EvalStatus::Complete);
+    assert_eq!(update.queued_allocations["web"], u64::from(count) - 16);
+    assert_eq!(
+        update.failed_tg_allocs["web"].coalesced_failures,
+        u64::from(count) - 17
+    );
+    let names = running_names(&h, &job);
+    let expected: BTreeSet<String> = (0..16).map(|i| format!("web.web[{i}]")).collect();
+    assert_eq!(names, expected);
+}
+
 #[test]
 fn a_job_too_big_for_the_cluster_leaves_a_blocked_eval() {
     let (mut h, _) = harness_with_nodes(2);

@@ -42,6 +42,7 @@ pub async fn register(
     }
     job.canonicalize();
     job.validate().map_err(invalid_job)?;
+    ep.check_job_count(&job)?;
     if job.task_groups.iter().any(|g| g.scaling.is_some()) {
         let snapshot = ep.node().state().snapshot();
         let current = snapshot.job_by_id(job.namespace.as_str(), job.id.as_str());
@@ -121,6 +122,7 @@ pub async fn plan(ep: &Endpoints, req: JobPlanRequest) -> Result<JobPlanResponse
     }
     job.canonicalize();
     job.validate().map_err(invalid_job)?;
+    ep.check_job_count(&job)?;
     let snapshot = ep.node().state().snapshot();
     let current = snapshot
         .job_by_id(job.namespace.as_str(), job.id.as_str())
@@ -257,6 +259,7 @@ pub async fn scale(ep: &Endpoints, req: JobScaleRequest) -> Result<JobScaleRespo
                 g.count = count;
             }
             job.validate().map_err(invalid_job)?;
+            ep.check_job_count(&job)?;
             job.submit_time = now;
             // A periodic or parameterized parent's new count is for its next children.
             let eval = (!job.is_parent())

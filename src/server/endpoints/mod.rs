@@ -109,6 +109,8 @@ pub struct EndpointParts {
     /// How many versions of a job the job commands tell the state store to keep
     /// (`server.job_max_versions`).
     pub job_max_versions: u32,
+    /// The most allocations one job may ask for (`server.job_max_count`; 0: no limit).
+    pub job_max_count: u32,
     /// Whether ACLs are on: calls from outside the cluster's servers carry a token or a
     /// node secret, checked by [`authz`].
     pub acl_enabled: bool,
@@ -156,6 +158,23 @@ impl Endpoints {
     /// `server.job_max_versions`, for the job commands.
     pub(crate) fn job_max_versions(&self) -> u32 {
         self.inner.job_max_versions
+    }
+
+    /// Refuses a job whose groups ask for more allocations than `server.job_max_count`, as
+    /// Nomad's job endpoint does.
+    pub(crate) fn check_job_count(
+        &self,
+        job: &teamster_storage::model::Job,
+    ) -> Result<(), ServiceError> {
+        let limit = self.inner.job_max_count;
+        let total: u64 = job.task_groups.iter().map(|g| u64::from(g.count)).sum();
+        if limit != 0 && total > u64::from(limit) {
+            return Err(ServiceError::invalid(
+                "Job",
+                format!("total count was greater than configured job_max_count: {total} > {limit}"),
+            ));
+        }
+        Ok(())
     }
 
     pub(crate) fn now(&self) -> i64 {

@@ -129,7 +129,10 @@ pub(super) fn speculate(
                 settings: settings.clone(),
                 ready_nodes: Some(cache),
             };
-            let outcome = factory.process(eval, view.clone(), &mut recorder, env);
+            // A panic here sends the evaluation down the ordinary path, which fails it.
+            let outcome = crate::scheduler::catch_panic(|| {
+                factory.process(eval, view.clone(), &mut recorder, env)
+            });
             let Recorder {
                 plan,
                 update,

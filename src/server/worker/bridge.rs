@@ -55,7 +55,9 @@ impl Runner {
                     settings,
                     ready_nodes: Some(&cache),
                 };
-                let r = factory.process(&thread_eval, snapshot, &mut planner, env);
+                let r = crate::scheduler::catch_panic(|| {
+                    factory.process(&thread_eval, snapshot, &mut planner, env)
+                });
                 let _ = done_tx.send(r);
             })
             .map_err(|e| WorkerError::Thread(e.to_string()))?;

@@ -8,18 +8,19 @@ use std::time::Duration;
 
 use rand::rngs::StdRng;
 use rand::SeedableRng;
-use teamster_storage::model::{EvalId, JobType, Timestamp};
+use teamster_storage::model::{EvalId, EvalStatus, Evaluation, JobType, Timestamp};
 use teamster_storage::state::{Snapshot, StateError};
 use tokio::sync::watch;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
-use tracing::{debug, info, warn, Instrument};
+use tracing::{debug, error, info, warn, Instrument};
 
 use super::{
     gc, is_transient, is_version_mismatch, no_answer, Backoff, WorkerContext, WorkerError,
     WorkerInfo, WorkerStatus, WorkloadStatus,
 };
 use crate::rpc::DequeuedEval;
+use crate::scheduler::SchedulerError;
 
 #[derive(Debug, Clone)]
 pub(super) struct WorkerState {
@@ -368,6 +369,31 @@ impl Runner {
         }
     }
 
+    /// Writes `eval` as failed with `reason` and acks it; nacks it if the write fails, so
+    /// the broker's delivery limit fails it instead.
+    async fn fail_eval(&self, eval: &Evaluation, token: &str, reason: String) {
+        let mut failed = eval.clone();
+        failed.status = EvalStatus::Failed;
+        failed.status_description = reason;
+        failed.modify_time = self.ctx.clock.now_unix_nanos();
+        let r = tokio::time::timeout(
+            self.ctx.config.rpc_timeout,
+            self.ctx.backend.update_eval(failed, token.to_owned()),
+        )
+        .await;
+        match r {
+            Ok(Ok(_)) => self.ack(eval.id.clone(), token.to_owned()).await,
+            Ok(Err(e)) => {
+                warn!(error = %e, "failing the evaluation failed; nacking it");
+                self.nack(eval.id.clone(), token.to_owned()).await;
+            }
+            Err(_) => {
+                warn!("failing the evaluation timed out; nacking it");
+                self.nack(eval.id.clone(), token.to_owned()).await;
+            }
+        }
+    }
+
     pub(super) async fn nack(&self, eval_id: EvalId, token: String) {
         let started = Instant::now();
         let r = tokio::time::timeout(
@@ -460,6 +486,13 @@ impl Runner {
             .record(started.elapsed().as_secs_f64());
         match result {
             Ok(()) => self.ack(eval.id.clone(), token).await,
+            Err(WorkerError::Scheduler(SchedulerError::Panicked(reason))) => {
+                // Deterministic: delivering it again would only panic again elsewhere.
+                error!(eval_id = %eval.id, %reason, "the scheduler panicked; failing the evaluation");
+                metrics::counter!("teamster_worker_scheduler_panics_total").increment(1);
+                self.fail_eval(&eval, &token, format!("scheduler panicked: {reason}"))
+                    .await;
+            }
             Err(e) if self.ctx.shutdown.is_cancelled() => {
                 warn!(error = %e, "nacking eval because the server is shutting down");
                 self.nack(eval.id.clone(), token).await;

@@ -42,6 +42,8 @@ struct FakeLeader {
     batching: std::sync::atomic::AtomicBool,
     notify: Notify,
     events: mpsc::UnboundedSender<Event>,
+    /// Every evaluation written through `update_eval`.
+    updates: Mutex<Vec<Evaluation>>,
 }
 
 impl FakeLeader {
@@ -55,6 +57,7 @@ impl FakeLeader {
                 batching: std::sync::atomic::AtomicBool::new(false),
                 notify: Notify::new(),
                 events: tx,
+                updates: Mutex::new(Vec::new()),
             }),
             rx,
         )
@@ -160,6 +163,7 @@ impl WorkerBackend for FakeLeader {
         let _ = self
             .events
             .send(Event::Update(format!("{}:{token}", eval.id)));
+        self.updates.lock().unwrap().push(eval);
         Box::pin(async { Ok(1) })
     }
 
@@ -244,6 +248,25 @@ impl SchedulerFactory for PlanAndComplete {
             status: teamster_storage::model::EvalStatus::Complete,
             ..eval.clone()
         })
+    }
+}
+
+/// A scheduler that panics on the evaluation `poison` and completes every other one.
+struct PanicsOnPoison;
+
+impl SchedulerFactory for PanicsOnPoison {
+    fn process<'a>(
+        &self,
+        eval: &Evaluation,
+        snapshot: Snapshot,
+        planner: &'a mut dyn Planner,
+        env: SchedulerEnv<'a>,
+    ) -> Result<(), SchedulerError> {
+        if eval.id.as_str() == "poison" {
+            let v: Vec<u32> = Vec::new();
+            let _ = v[eval.id.len()];
+        }
+        PlanAndComplete.process(eval, snapshot, planner, env)
     }
 }
 
@@ -566,6 +589,44 @@ async fn a_permanent_planner_error_nacks_the_eval() {
     assert_eq!(
         next_outcome(&mut s.events).await,
         Event::Nack(EvalId::new("e1"))
+    );
+    s.ctx.shutdown.cancel();
+    w.join().await;
+}
+
+/// A scheduler panic fails its evaluation with the panic's message, and the worker goes on
+/// with the next one (issue 52: a poisoned evaluation never takes a server down).
+#[tokio::test(start_paused = true)]
+async fn a_scheduler_panic_fails_the_evaluation_and_the_worker_goes_on() {
+    let mut s = setup_with(Some(Arc::new(PanicsOnPoison)));
+    s.leader.push("poison", 0);
+    s.leader.push("fine", 0);
+    let w = Worker::start(s.ctx.clone(), all(), 9);
+    assert_eq!(
+        next_outcome(&mut s.events).await,
+        Event::Update("poison:token-poison".into())
+    );
+    assert_eq!(
+        next_outcome(&mut s.events).await,
+        Event::Ack(EvalId::new("poison"))
+    );
+    let failed = s.leader.updates.lock().unwrap()[0].clone();
+    assert_eq!(failed.status, teamster_storage::model::EvalStatus::Failed);
+    assert!(
+        failed
+            .status_description
+            .starts_with("scheduler panicked: index out of bounds"),
+        "{}",
+        failed.status_description
+    );
+    assert!(matches!(next_outcome(&mut s.events).await, Event::Plan(..)));
+    assert_eq!(
+        next_outcome(&mut s.events).await,
+        Event::Update("fine:token-fine".into())
+    );
+    assert_eq!(
+        next_outcome(&mut s.events).await,
+        Event::Ack(EvalId::new("fine"))
     );
     s.ctx.shutdown.cancel();
     w.join().await;

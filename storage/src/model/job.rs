@@ -35,6 +35,13 @@ pub const DEFAULT_CPU_MHZ: u64 = 100;
 pub const DEFAULT_MEMORY_MB: u64 = 300;
 /// Nomad's smallest accepted task memory, in MB.
 pub const MIN_MEMORY_MB: u64 = 10;
+/// The most CPU a task may ask for, in MHz (16 777 216: about 4 000 cores at 4 GHz).
+/// No node offers more: a larger ask can never be placed and is a typo or an attack.
+pub const MAX_CPU_MHZ: u64 = 1 << 24;
+/// The most memory a task may ask for, in MB (64 TiB).
+pub const MAX_MEMORY_MB: u64 = 1 << 26;
+/// The most disk a task may ask for, in MB (1 PiB).
+pub const MAX_DISK_MB: u64 = 1 << 30;
 /// Nomad's default region.
 pub const DEFAULT_REGION: &str = "global";
 /// Nomad's default node pool.
@@ -603,6 +610,31 @@ impl TaskGroup {
     pub fn lost_after(&self) -> u64 {
         self.disconnect.as_ref().map_or(0, |d| d.lost_after)
     }
+}
+
+/// Why a job ID could be taken for a path or a pattern (it names directories on clients, keys
+/// under `nomad/jobs/<job>` and URL segments), if it could. Nomad refuses only spaces and NUL;
+/// teamster also refuses control characters, `.` and `..` segments, an empty segment (a
+/// leading, trailing or doubled `/`), `\\` and the wildcard `*`. A `/` between other
+/// characters stays allowed: periodic and dispatched children are named `<parent>/<kind>-…`.
+pub fn id_reads_as_path(id: &str) -> Option<&'static str> {
+    if id.chars().any(char::is_control) {
+        return Some("contains a control character");
+    }
+    if id.contains('*') {
+        return Some("contains \"*\", which reads as a wildcard");
+    }
+    if id.contains('\\') {
+        return Some("contains \"\\\\\", which reads as a path separator");
+    }
+    for segment in id.split('/') {
+        match segment {
+            "" => return Some("has an empty path segment (a leading, trailing or doubled \"/\")"),
+            "." | ".." => return Some("has a \".\" or \"..\" path segment"),
+            _ => {}
+        }
+    }
+    None
 }
 
 /// Nomad's checks of a service that teamster can act on: the `nomad` provider, a valid name,
@@ -1177,6 +1209,8 @@ impl Job {
             errors.push("job ID contains a space or a null character".to_owned());
         } else if self.id.len() > 128 {
             errors.push("job ID must be 128 characters or fewer".to_owned());
+        } else if let Some(why) = id_reads_as_path(&self.id) {
+            errors.push(format!("job ID {:?} {why}", self.id));
         }
         if self.name.is_empty() {
             errors.push("missing job name".to_owned());
@@ -1353,6 +1387,17 @@ impl Job {
                 }
                 if task.resources.memory_mb < MIN_MEMORY_MB {
                     errors.push(format!("{at}: minimum MemoryMB value is {MIN_MEMORY_MB}"));
+                }
+                for (field, value, max) in [
+                    ("CPU", task.resources.cpu, MAX_CPU_MHZ),
+                    ("MemoryMB", task.resources.memory_mb, MAX_MEMORY_MB),
+                    ("DiskMB", task.resources.disk_mb, MAX_DISK_MB),
+                ] {
+                    if value > max {
+                        errors.push(format!(
+                            "{at}: {field} {value} is more than any node offers (at most {max})"
+                        ));
+                    }
                 }
                 if task.config.values().any(|v| v.depth() > MAX_CONFIG_DEPTH) {
                     errors.push(format!(
