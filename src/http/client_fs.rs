@@ -12,6 +12,10 @@
 //! A server that does not hold the directory looks the allocation up (by ID or unique prefix)
 //! and forwards the request once to its node's HTTP address, streaming the answer back
 //! ([`client_route`]); anything else is answered 404 with the reason.
+//!
+//! Every open is confined to the allocation directory by the kernel ([`Beneath`]): a
+//! symlink a task made to `/` or to a parent reads nothing outside (400), a FIFO or a device
+//! node is refused without blocking, and `ls` lists symlinks without following them.
 
 use std::collections::HashMap;
 use std::io::SeekFrom;
@@ -31,6 +35,7 @@ use tokio::io::{AsyncReadExt, AsyncSeekExt};
 use super::client_route::{self, Target};
 use super::error::ApiError;
 use super::HttpContext;
+use crate::util::beneath::{Beneath, BeneathError};
 
 /// The largest file served by `cat` (a cat, not a download), and the most `readat` reads.
 pub const MAX_CAT_BYTES: u64 = 16 << 20;
@@ -50,12 +55,14 @@ pub fn routes() -> Router<HttpContext> {
         .route("/v1/client/fs/logs/{alloc_id}", get(logs))
 }
 
-/// `path` inside `root`, refusing absolute paths and `..`.
-pub fn resolve(root: &FsPath, path: &str) -> Result<PathBuf, ApiError> {
-    let rel = FsPath::new(path.trim_start_matches('/'));
+/// `path` as a path relative to the allocation directory, refusing `..` early with a clear
+/// message. The open itself is what confines it ([`Beneath`]): a symlink a task made that
+/// leads out of the directory is refused by the kernel, not by this check.
+pub fn relative(path: &str) -> Result<String, ApiError> {
     if path.is_empty() {
         return Err(ApiError::bad_request("must provide a file path"));
     }
+    let rel = FsPath::new(path.trim_start_matches('/'));
     if rel
         .components()
         .any(|c| !matches!(c, Component::Normal(_) | Component::CurDir))
@@ -64,7 +71,26 @@ pub fn resolve(root: &FsPath, path: &str) -> Result<PathBuf, ApiError> {
             "path {path:?} must stay inside the allocation directory"
         )));
     }
-    Ok(root.join(rel))
+    Ok(rel.to_string_lossy().into_owned())
+}
+
+/// Runs `f` on the allocation directory `root` opened for confined access, on a blocking
+/// thread; its errors as Nomad's status codes.
+async fn beneath<T: Send + 'static>(
+    root: PathBuf,
+    f: impl FnOnce(&Beneath) -> Result<T, BeneathError> + Send + 'static,
+) -> Result<T, ApiError> {
+    let r = tokio::task::spawn_blocking(move || f(&Beneath::open(&root)?))
+        .await
+        .map_err(|e| ApiError::internal(format!("the file system call failed: {e}")))?;
+    r.map_err(|e| match e {
+        BeneathError::NotFound(_) => ApiError::not_found(e.to_string()),
+        BeneathError::Escapes(path) => ApiError::bad_request(format!(
+            "path {path:?} leads outside the allocation directory"
+        )),
+        BeneathError::WrongKind { .. } => ApiError::bad_request(e.to_string()),
+        BeneathError::Io { .. } => ApiError::internal(e.to_string()),
+    })
 }
 
 /// Where an allocation's files are for this request.
@@ -121,7 +147,13 @@ fn file_info(name: &str, meta: &std::fs::Metadata) -> Value {
         .map(|d| teamster_storage::model::Timestamp::from_unix_nanos(d.as_nanos() as i64))
         .unwrap_or_default();
     let mode = meta.permissions().mode() & 0o777;
-    let kind = if meta.is_dir() { "d" } else { "-" };
+    let kind = if meta.file_type().is_symlink() {
+        "L"
+    } else if meta.is_dir() {
+        "d"
+    } else {
+        "-"
+    };
     let rwx: String = (0..9)
         .map(|i| {
             let bit = 1 << (8 - i);
@@ -182,23 +214,22 @@ async fn cat(
         Place::Local(root) => root,
         Place::Remote { addr, alloc_id } => return forward(&addr, "cat", &alloc_id, &uri).await,
     };
-    let path = param(&q, "path");
-    let file = resolve(&root, path)?;
-    let meta = tokio::fs::metadata(&file)
-        .await
-        .map_err(|e| ApiError::not_found(format!("{path}: {e}")))?;
-    if meta.is_dir() {
-        return Err(ApiError::bad_request(format!("{path} is a directory")));
-    }
-    if meta.len() > MAX_CAT_BYTES {
-        return Err(ApiError::bad_request(format!(
-            "{path} is {} bytes; cat serves at most {MAX_CAT_BYTES}",
-            meta.len()
-        )));
-    }
-    let bytes = tokio::fs::read(&file)
-        .await
-        .map_err(|e| ApiError::internal(format!("{path}: {e}")))?;
+    let path = relative(param(&q, "path"))?;
+    let bytes = beneath(root, move |b| {
+        let mut f = b.open_file(&path)?;
+        let len = f.metadata().map(|m| m.len()).unwrap_or(0);
+        if len > MAX_CAT_BYTES {
+            return Err(BeneathError::WrongKind {
+                path,
+                what: "is larger than cat serves (16 MiB); use readat or stream",
+            });
+        }
+        let mut buf = Vec::new();
+        std::io::Read::read_to_end(&mut std::io::Read::take(&mut f, MAX_CAT_BYTES), &mut buf)
+            .map_err(|source| BeneathError::Io { path, source })?;
+        Ok(buf)
+    })
+    .await?;
     Ok(text(bytes))
 }
 
@@ -213,21 +244,12 @@ async fn ls(
         "" | "/" => ".",
         p => p,
     };
-    let dir = resolve(&root, path)?;
-    let mut entries = tokio::fs::read_dir(&dir)
-        .await
-        .map_err(|e| ApiError::not_found(format!("{path}: {e}")))?;
-    let mut out = Vec::new();
-    while let Some(e) = entries
-        .next_entry()
-        .await
-        .map_err(|e| ApiError::internal(format!("{path}: {e}")))?
-    {
-        if let Ok(meta) = e.metadata().await {
-            out.push(file_info(&e.file_name().to_string_lossy(), &meta));
-        }
-    }
-    out.sort_by(|a, b| a["Name"].as_str().cmp(&b["Name"].as_str()));
+    let path = relative(path)?;
+    let entries = beneath(root, move |b| b.read_dir(&path)).await?;
+    let out: Vec<Value> = entries
+        .iter()
+        .map(|(name, meta)| file_info(name, meta))
+        .collect();
     Ok(axum::Json(out).into_response())
 }
 
@@ -238,15 +260,12 @@ async fn stat(
         Place::Local(root) => root,
         Place::Remote { addr, alloc_id } => return forward(&addr, "stat", &alloc_id, &uri).await,
     };
-    let path = param(&q, "path");
-    let file = resolve(&root, path)?;
-    let meta = tokio::fs::metadata(&file)
-        .await
-        .map_err(|e| ApiError::not_found(format!("{path}: {e}")))?;
-    let name = file
+    let path = relative(param(&q, "path"))?;
+    let name = FsPath::new(&path)
         .file_name()
         .map(|n| n.to_string_lossy().into_owned())
         .unwrap_or_default();
+    let meta = beneath(root, move |b| b.stat(&path)).await?;
     Ok(axum::Json(file_info(&name, &meta)).into_response())
 }
 
@@ -265,24 +284,28 @@ async fn readat(
             "limit must be between 1 and {MAX_CAT_BYTES}"
         )));
     }
-    let file = resolve(&root, path)?;
-    let mut f = tokio::fs::File::open(&file)
-        .await
-        .map_err(|e| ApiError::not_found(format!("{path}: {e}")))?;
-    f.seek(SeekFrom::Start(offset))
-        .await
-        .map_err(|e| ApiError::internal(format!("{path}: {e}")))?;
-    let mut buf = Vec::new();
-    f.take(limit)
-        .read_to_end(&mut buf)
-        .await
-        .map_err(|e| ApiError::internal(format!("{path}: {e}")))?;
+    let rel = relative(path)?;
+    let buf = beneath(root, move |b| {
+        let mut f = b.open_file(&rel)?;
+        let io = |source| BeneathError::Io {
+            path: rel.clone(),
+            source,
+        };
+        std::io::Seek::seek(&mut f, SeekFrom::Start(offset)).map_err(io)?;
+        let mut buf = Vec::new();
+        std::io::Read::read_to_end(&mut std::io::Read::take(f, limit), &mut buf).map_err(io)?;
+        Ok(buf)
+    })
+    .await?;
     Ok(text(buf))
 }
 
 /// What to stream and how.
 struct StreamSpec {
-    file: PathBuf,
+    /// The allocation directory.
+    root: PathBuf,
+    /// The file, relative to it.
+    file: String,
     /// The file's name in frames (relative to the allocation directory).
     name: String,
     offset: u64,
@@ -300,7 +323,8 @@ async fn stream(
     };
     let path = param(&q, "path");
     serve_stream(StreamSpec {
-        file: resolve(&root, path)?,
+        root,
+        file: relative(path)?,
         name: path.trim_start_matches('/').to_string(),
         offset: number(&q, "offset")?,
         from_end: origin_is_end(&q)?,
@@ -332,7 +356,8 @@ async fn logs(
     };
     let name = format!("{task}/{file}");
     serve_stream(StreamSpec {
-        file: resolve(&root, &name)?,
+        root,
+        file: relative(&name)?,
         name,
         offset: number(&q, "offset")?,
         from_end: origin_is_end(&q)?,
@@ -368,9 +393,9 @@ fn frame(data: &[u8], offset: u64, name: &str) -> Bytes {
 /// The file from its start offset (counted back from the end with `origin=end`), then, with
 /// `follow`, what is appended to it, until the caller hangs up.
 async fn serve_stream(spec: StreamSpec) -> Result<Response, ApiError> {
-    let mut f = tokio::fs::File::open(&spec.file)
-        .await
-        .map_err(|e| ApiError::not_found(format!("{}: {e}", spec.name)))?;
+    let rel = spec.file.clone();
+    let f = beneath(spec.root.clone(), move |b| b.open_file(&rel)).await?;
+    let mut f = tokio::fs::File::from_std(f);
     let len = f
         .metadata()
         .await
@@ -428,15 +453,11 @@ mod tests {
 
     #[test]
     fn paths_stay_inside_the_alloc_dir() {
-        let root = FsPath::new("/data/alloc/a1");
-        assert_eq!(
-            resolve(root, "web/stdout.log").unwrap(),
-            root.join("web/stdout.log")
-        );
-        assert_eq!(resolve(root, "/web/x").unwrap(), root.join("web/x"));
-        assert!(resolve(root, "../a2/web/stdout.log").is_err());
-        assert!(resolve(root, "web/../../etc/passwd").is_err());
-        assert!(resolve(root, "").is_err());
+        assert_eq!(relative("web/stdout.log").unwrap(), "web/stdout.log");
+        assert_eq!(relative("/web/x").unwrap(), "web/x");
+        assert!(relative("../a2/web/stdout.log").is_err());
+        assert!(relative("web/../../etc/passwd").is_err());
+        assert!(relative("").is_err());
     }
 
     #[test]

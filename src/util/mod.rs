@@ -2,7 +2,7 @@
 //! injectable wall clock ([`clock`]), the seedable randomness seam ([`rng`]), UUIDs
 //! ([`ids`]), human durations in configuration files ([`duration_str`]), Go's booleans and
 //! durations ([`go`]), peer addresses
-//! ([`net`]), the crash points of crash tests ([`crash`]), the HCL nesting guard of every HCL parser ([`hcl_nesting`]), the rustls
+//! ([`net`]), files opened confined beneath a directory ([`beneath`]), the crash points of crash tests ([`crash`]), the HCL nesting guard of every HCL parser ([`hcl_nesting`]), the rustls
 //! configurations and certificate roles of both ports ([`tls`]) and the error a configuration
 //! section's `validate()` returns
 //! ([`InvalidSetting`]).
@@ -14,6 +14,7 @@
 //! May import: nothing of this crate (it is the bottom layer), and `teamster-storage` only
 //! for plain data types.
 
+pub mod beneath;
 pub mod clock;
 pub mod crash;
 pub mod duration_str;
