@@ -746,6 +746,32 @@ async fn every_route_answers_by_its_rule_and_the_client_works_with_acls_on() {
         .filter_map(|n| n["Name"].as_str())
         .collect();
     assert_eq!(names, ["team-a"]);
+    // Search looks in the namespace it checks (issue 52: it checked `?namespace=` and
+    // searched the body's): a default-namespace reader naming team-a in the body sees
+    // nothing of it; a management token finds the job there.
+    for (path, body) in [
+        (
+            "/v1/search",
+            json!({"Prefix": "acl-t", "Context": "all", "Namespace": "team-a"}),
+        ),
+        (
+            "/v1/search/fuzzy",
+            json!({"Text": "acl-t", "Context": "all", "Namespace": "team-a"}),
+        ),
+    ] {
+        let (s, text) = agent
+            .call(Method::PUT, path, Some(&read), Some(&body))
+            .await;
+        assert!(!text.contains("acl-team"), "{path}: {s} {text}");
+        assert_eq!(s, StatusCode::FORBIDDEN, "{path}: {text}");
+        let (s, text) = agent
+            .call(Method::PUT, path, Some(&root), Some(&body))
+            .await;
+        assert!(
+            s == StatusCode::OK && text.contains("acl-team"),
+            "{path}: {s} {text}"
+        );
+    }
 
     // RPC from outside the servers: the scheduler's calls are refused, a node's calls need
     // that node's secret, the API's writes a management token.
@@ -1765,4 +1791,99 @@ async fn forwarded_calls_are_checked_against_the_callers_token() {
         ["fwd-forged", "fwd-submit"],
         "nothing refused was written"
     );
+
+    // A client agent of its own: its allocation's logs and files through a server, which
+    // forwards the caller's token (issue 52: it used to drop it, so even a management token
+    // got 403 through a server).
+    let client_ip = {
+        let (block, _) = cluster.servers[0].ip.rsplit_once('.').unwrap();
+        format!("{block}.101")
+    };
+    let servers: Vec<String> = cluster.servers.iter().map(|s| s.rpc_addr()).collect();
+    let client = teamster_cluster_tests::client_process::ClientProcess::start(
+        cluster.dir(),
+        "client-acl",
+        &client_ip,
+        &servers,
+        "\n[acl]\nenabled = true\n",
+    )
+    .unwrap();
+    let (status, body) = call(
+        Method::PUT,
+        url(follower, "/v1/jobs"),
+        Some(root.clone()),
+        Some(job("fwd-logs")),
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    let alloc_id = wait_for(
+        Duration::from_secs(60),
+        "the job running on the client",
+        || async {
+            let (_, allocs) = call(
+                Method::GET,
+                url(leader, "/v1/job/fwd-logs/allocations"),
+                Some(root.clone()),
+                None,
+            )
+            .await;
+            allocs
+                .as_array()?
+                .iter()
+                .find(|a| a["ClientStatus"] == "running")
+                .and_then(|a| a["ID"].as_str().map(String::from))
+        },
+    )
+    .await
+    .unwrap_or_else(|e| panic!("{e}\n{}", client.log_tail(40)));
+    for server in [leader, follower] {
+        for token in [root.clone()] {
+            let logs = wait_for(
+                Duration::from_secs(20),
+                "the task's output through a server",
+                || async {
+                    let (status, body) = call(
+                        Method::GET,
+                        url(
+                            server,
+                            &format!("/v1/client/fs/logs/{alloc_id}?task=t&type=stdout&plain=true"),
+                        ),
+                        Some(token.clone()),
+                        None,
+                    )
+                    .await;
+                    assert_ne!(
+                        status,
+                        StatusCode::FORBIDDEN,
+                        "server {server} (leader {leader}): {body}\n{}",
+                        client.log_tail(30)
+                    );
+                    let text = body.as_str().unwrap_or_default().to_string();
+                    (status == StatusCode::OK && text.contains("acl-hello")).then_some(text)
+                },
+            )
+            .await
+            .unwrap();
+            assert_eq!(logs.trim(), "acl-hello");
+            let (status, body) = call(
+                Method::GET,
+                url(server, &format!("/v1/client/fs/ls/{alloc_id}?path=/")),
+                Some(token.clone()),
+                None,
+            )
+            .await;
+            assert_eq!(status, StatusCode::OK, "{body}");
+        }
+        // No token, or one whose policy (Nomad's `read`) has no read-fs: refused.
+        for token in [None, Some(read.clone())] {
+            let (status, _) = call(
+                Method::GET,
+                url(server, &format!("/v1/client/fs/ls/{alloc_id}?path=/")),
+                token,
+                None,
+            )
+            .await;
+            assert_eq!(status, StatusCode::FORBIDDEN);
+        }
+    }
 }

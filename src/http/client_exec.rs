@@ -140,6 +140,11 @@ async fn connect(url: &str, io: Box<dyn crate::util::net::HttpIo>) -> Result<Ups
         .map_err(|e| ApiError::internal(format!("{url}: {e}")))?;
     req.headers_mut()
         .insert(FORWARDED, axum::http::HeaderValue::from_static("1"));
+    if let Some(token) = crate::rpc::service::credential::caller_token() {
+        let value = axum::http::HeaderValue::from_str(&token)
+            .map_err(|_| ApiError::bad_request("the ACL token is not a valid header value"))?;
+        req.headers_mut().insert(client_route::TOKEN_HEADER, value);
+    }
     match tokio_tungstenite::client_async(req, io).await {
         Ok((stream, _)) => Ok(stream),
         Err(tungstenite::Error::Http(resp)) => Err(ApiError {

@@ -3,7 +3,8 @@
 //! answered by the agent whose client runs the allocation (or is the node); any other agent
 //! that is a server looks the allocation (by ID or unique prefix) or the node up and
 //! forwards the request once to the node's HTTP address, streaming the answer back. A
-//! forwarded request carries [`FORWARDED`] and is never forwarded again. With the agent's
+//! forwarded request carries [`FORWARDED`] and is never forwarded again, and the caller's
+//! ACL token, which the client agent checks again. With the agent's
 //! `tls.http` on, forwarding speaks HTTPS with the agent's certificate
 //! ([`set_outgoing_tls`]).
 
@@ -14,6 +15,10 @@ use bytes::Bytes;
 
 use super::error::ApiError;
 use super::HttpContext;
+use crate::rpc::service::credential::caller_token;
+
+/// The header that carries the caller's ACL token to the client agent.
+pub const TOKEN_HEADER: &str = "X-Nomad-Token";
 use crate::util::net::HttpIo;
 
 /// The TLS of this process's agent for its calls to other agents' HTTPS API; set once at
@@ -203,6 +208,11 @@ pub async fn forward(
     let (scheme, client) = outgoing()?;
     let url = format!("{scheme}://{addr}{path_and_query}");
     let mut req = client.request(method, &url).header(FORWARDED, "1");
+    // The client agent checks the caller's token again; without it every forwarded call
+    // under ACLs was refused, even a management token's.
+    if let Some(token) = caller_token() {
+        req = req.header(TOKEN_HEADER, token);
+    }
     if let Some(body) = body {
         req = req
             .header(header::CONTENT_TYPE, "application/json")

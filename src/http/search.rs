@@ -6,11 +6,17 @@
 //! plugins or volumes, so those contexts are always empty. At most 20 matches per context,
 //! with `Truncations` saying where more were cut. Answered from this server's state with the
 //! usual read consistency (`?stale` for the local state).
+//!
+//! The namespace searched is the query's `?namespace=`, else the body's `Namespace`, else
+//! `default` (Nomad's precedence), and the caller's token must read jobs there: the ACL
+//! layer before the handler checked only the query's. `*` searches the namespaces the token
+//! may read.
 
 use std::collections::HashMap;
 
 use axum::extract::{Query, State};
 use axum::response::Response;
+use axum::Extension;
 use bytes::Bytes;
 use serde::Deserialize;
 use serde_json::{json, Map, Value};
@@ -21,6 +27,8 @@ use super::jobs::decode_body;
 use super::query::QueryOptions;
 use super::read::{json_read, ReadMeta};
 use super::HttpContext;
+use crate::acl::{Capability, Need};
+use crate::server::acl::Identity;
 
 /// Matches kept per context (Nomad's truncation limit).
 pub const MAX_MATCHES: usize = 20;
@@ -53,13 +61,39 @@ struct SearchRequest {
 }
 
 impl SearchRequest {
-    /// The namespace searched (`default` when the request names none).
-    fn namespace(&self) -> String {
-        if self.namespace.is_empty() {
-            "default".into()
-        } else {
-            self.namespace.clone()
+    /// The namespace searched, as Nomad reads it: the query's `?namespace=` when given,
+    /// else the body's `Namespace`, else `default`; and refused unless `identity` may read
+    /// jobs there (the ACL check before the handler saw only the query). With `*`, the
+    /// namespaces it may read.
+    fn namespaces(
+        &self,
+        q: &HashMap<String, String>,
+        identity: &Identity,
+        snap: &Snapshot,
+    ) -> Result<Vec<String>, ApiError> {
+        let ns = q
+            .get("namespace")
+            .filter(|n| !n.is_empty())
+            .cloned()
+            .or_else(|| Some(self.namespace.clone()).filter(|n| !n.is_empty()))
+            .unwrap_or_else(|| "default".into());
+        let readable = |n: &str| {
+            identity
+                .acl
+                .allows(&Need::Namespace(n.to_owned(), &[Capability::ReadJob]))
+        };
+        if ns == "*" {
+            return Ok(snap
+                .namespaces()
+                .iter()
+                .map(|n| n.name.clone())
+                .filter(|n| readable(n))
+                .collect());
         }
+        if !readable(&ns) {
+            return Err(ApiError::forbidden("Permission denied"));
+        }
+        Ok(vec![ns])
     }
 }
 
@@ -84,16 +118,20 @@ fn capped<T>(items: impl Iterator<Item = T>) -> (Vec<T>, bool) {
     (out, cut)
 }
 
-/// IDs in `context` that start with `prefix`, in the namespace (`*`: any).
-fn prefix_matches(snap: &Snapshot, context: &str, prefix: &str, ns: &str) -> (Vec<Value>, bool) {
-    let in_ns = |n: &str| ns == "*" || n == ns;
+/// IDs in `context` that start with `prefix`, in the namespaces `ns`.
+fn prefix_matches(
+    snap: &Snapshot,
+    context: &str,
+    prefix: &str,
+    ns: &[String],
+) -> (Vec<Value>, bool) {
+    let in_ns = |n: &str| ns.iter().any(|x| x == n);
     match context {
-        "jobs" if ns == "*" => capped(
-            snap.jobs()
-                .filter(|j| j.id.as_str().starts_with(prefix))
+        "jobs" => capped(
+            ns.iter()
+                .flat_map(|n| snap.jobs_by_prefix(n, prefix))
                 .map(|j| json!(j.id)),
         ),
-        "jobs" => capped(snap.jobs_by_prefix(ns, prefix).map(|j| json!(j.id))),
         "evals" => capped(
             snap.evals_by_prefix(prefix)
                 .filter(|e| in_ns(e.namespace.as_str()))
@@ -119,12 +157,12 @@ fn fuzzy_matches(
     snap: &Snapshot,
     context: &str,
     text: &str,
-    ns: &str,
+    ns: &[String],
     out: &mut Map<String, Value>,
     cut: &mut Map<String, Value>,
 ) {
     let hit = |s: &str| s.to_lowercase().contains(text);
-    let in_ns = |n: &str| ns == "*" || n == ns;
+    let in_ns = |n: &str| ns.iter().any(|x| x == n);
     let mut put = |key: &str, items: Vec<Value>| {
         let (items, more) = capped(items.into_iter());
         if !items.is_empty() {
@@ -205,14 +243,15 @@ fn answer(matches: Map<String, Value>, cut: Map<String, Value>, meta: ReadMeta) 
 /// `POST|PUT /v1/search`.
 pub async fn prefix(
     State(ctx): State<HttpContext>,
+    Extension(identity): Extension<Identity>,
     Query(q): Query<HashMap<String, String>>,
     body: Bytes,
 ) -> Result<Response, ApiError> {
     let opts = QueryOptions::parse(&q)?;
     let req: SearchRequest = decode_body(&body)?;
     let asked = contexts(&req.context, false)?;
-    let ns = req.namespace();
     let (snap, meta) = ctx.read(&opts, TABLES).await?;
+    let ns = req.namespaces(&q, &identity, &snap)?;
     let mut matches = Map::new();
     let mut cut = Map::new();
     for c in asked {
@@ -226,6 +265,7 @@ pub async fn prefix(
 /// `POST|PUT /v1/search/fuzzy`.
 pub async fn fuzzy(
     State(ctx): State<HttpContext>,
+    Extension(identity): Extension<Identity>,
     Query(q): Query<HashMap<String, String>>,
     body: Bytes,
 ) -> Result<Response, ApiError> {
@@ -238,8 +278,8 @@ pub async fn fuzzy(
             "fuzzy search query must be at least {MIN_FUZZY_TEXT} characters"
         )));
     }
-    let ns = req.namespace();
     let (snap, meta) = ctx.read(&opts, TABLES).await?;
+    let ns = req.namespaces(&q, &identity, &snap)?;
     let mut matches = Map::new();
     let mut cut = Map::new();
     for c in asked {
