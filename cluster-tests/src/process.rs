@@ -74,6 +74,12 @@ fn loopback_block() -> (u8, u8) {
     (a, b)
 }
 
+/// The `[limits]` of a cluster that simulated clients reach from this host's one address:
+/// no per-address connection limit (the default 100 counts every simulated node as one
+/// client).
+pub const SIMULATED_CLIENTS_LIMITS: &str =
+    "\n[limits]\nrpc_max_conns_per_client = 0\nhttp_max_conns_per_client = 0\n";
+
 /// Options for a process cluster.
 #[derive(Debug, Clone)]
 pub struct ClusterOptions {

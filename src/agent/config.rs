@@ -31,6 +31,7 @@
 
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::path::{Path, PathBuf};
+use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
@@ -103,6 +104,106 @@ pub struct AgentConfig {
     pub leave_on_terminate: bool,
     /// The same on SIGINT (Nomad's `leave_on_interrupt`).
     pub leave_on_interrupt: bool,
+    /// Bounds on what one client of the HTTP and RPC ports may hold (Nomad's `limits`).
+    pub limits: LimitsConfig,
+}
+
+/// The `[limits]` section: Nomad's `limits` block, plus the deadlines teamster adds for
+/// a frame sent in part and an idle RPC connection. Durations are strings such as "5s".
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct LimitsConfig {
+    /// HTTP connections one client address may hold open (0: no limit). Over it a new
+    /// connection is answered `429 Too Many Requests` and closed.
+    pub http_max_conns_per_client: usize,
+    /// RPC connections one client address may hold open (0: no limit; else more than 25,
+    /// as Nomad requires). Over it a new connection is closed.
+    pub rpc_max_conns_per_client: usize,
+    /// The TLS handshake of an HTTPS connection.
+    #[serde(with = "crate::util::duration_str")]
+    pub https_handshake_timeout: Duration,
+    /// The TLS handshake and first frame of an RPC connection.
+    #[serde(with = "crate::util::duration_str")]
+    pub rpc_handshake_timeout: Duration,
+    /// Reading a request's headers; also how long a kept-alive HTTP connection may wait
+    /// for its next request.
+    #[serde(with = "crate::util::duration_str")]
+    pub http_header_read_timeout: Duration,
+    /// From the first byte of an RPC frame to its last.
+    #[serde(with = "crate::util::duration_str")]
+    pub rpc_frame_timeout: Duration,
+    /// How long an RPC connection may stay with nothing received and no request running
+    /// ("0s": forever).
+    #[serde(with = "crate::util::duration_str")]
+    pub rpc_idle_timeout: Duration,
+}
+
+impl Default for LimitsConfig {
+    fn default() -> Self {
+        let rpc = crate::rpc::RpcLimits::default();
+        LimitsConfig {
+            http_max_conns_per_client: 100,
+            rpc_max_conns_per_client: rpc.max_conns_per_client,
+            https_handshake_timeout: Duration::from_secs(5),
+            rpc_handshake_timeout: rpc.handshake_timeout,
+            http_header_read_timeout: Duration::from_secs(30),
+            rpc_frame_timeout: rpc.frame_timeout,
+            rpc_idle_timeout: rpc.idle_timeout,
+        }
+    }
+}
+
+impl LimitsConfig {
+    /// Nomad's rules: `rpc_max_conns_per_client` 0 or more than 25; every timeout but the
+    /// idle one positive.
+    pub fn validate(&self) -> Result<(), crate::util::InvalidSetting> {
+        use crate::util::InvalidSetting;
+        if self.rpc_max_conns_per_client != 0 && self.rpc_max_conns_per_client <= 25 {
+            return Err(InvalidSetting::new(
+                "limits.rpc_max_conns_per_client",
+                format!(
+                    "must be > 25 (or 0 for no limit); found: {}",
+                    self.rpc_max_conns_per_client
+                ),
+            ));
+        }
+        for (key, d) in [
+            (
+                "limits.https_handshake_timeout",
+                self.https_handshake_timeout,
+            ),
+            ("limits.rpc_handshake_timeout", self.rpc_handshake_timeout),
+            (
+                "limits.http_header_read_timeout",
+                self.http_header_read_timeout,
+            ),
+            ("limits.rpc_frame_timeout", self.rpc_frame_timeout),
+        ] {
+            if d.is_zero() {
+                return Err(InvalidSetting::new(key, "must be positive"));
+            }
+        }
+        Ok(())
+    }
+
+    /// The RPC listener's part.
+    pub fn rpc(&self) -> crate::rpc::RpcLimits {
+        crate::rpc::RpcLimits {
+            max_conns_per_client: self.rpc_max_conns_per_client,
+            handshake_timeout: self.rpc_handshake_timeout,
+            frame_timeout: self.rpc_frame_timeout,
+            idle_timeout: self.rpc_idle_timeout,
+        }
+    }
+
+    /// The HTTP listener's part.
+    pub fn http(&self) -> crate::http::serve::HttpLimits {
+        crate::http::serve::HttpLimits {
+            max_conns_per_client: self.http_max_conns_per_client,
+            handshake_timeout: self.https_handshake_timeout,
+            header_read_timeout: self.http_header_read_timeout,
+        }
+    }
 }
 
 /// The `[tls]` section: mutual TLS on the RPC port, HTTPS on the API port, with Nomad's
@@ -229,6 +330,7 @@ impl Default for AgentConfig {
             acl: AclConfig::default(),
             leave_on_terminate: false,
             leave_on_interrupt: false,
+            limits: LimitsConfig::default(),
         }
     }
 }
@@ -332,6 +434,7 @@ impl AgentConfig {
         self.client.validate().map_err(|e| bad(e.key, e.reason))?;
         self.tls.validate().map_err(|e| bad(e.key, e.reason))?;
         self.acl.validate().map_err(|e| bad(e.key, e.reason))?;
+        self.limits.validate().map_err(|e| bad(e.key, e.reason))?;
         Ok(())
     }
 

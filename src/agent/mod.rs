@@ -166,6 +166,7 @@ impl Agent {
                 clock: clock.clone(),
                 rng: rng.child(),
                 rpc_tls,
+                rpc_limits: config.limits.rpc(),
                 acl_enabled: config.acl.enabled,
             };
             Some(Server::start(&config.server, setup).await?)
@@ -197,30 +198,31 @@ impl Agent {
         );
         let router = crate::http::router(http.clone());
         let token = shutdown.clone();
+        let http_limits = config.limits.http();
         let http_task = match http_tls {
-            None => tokio::spawn(async move {
-                let serve = axum::serve(http_listener, router)
-                    .with_graceful_shutdown(async move { token.cancelled().await });
-                if let Err(e) = serve.await {
-                    tracing::error!(error = %e, "the HTTP server failed");
-                }
-            }),
+            None => tokio::spawn(crate::http::serve::serve(
+                http_listener,
+                router,
+                http_limits,
+                token,
+            )),
             Some(t) => {
-                let listener =
-                    crate::http::tls::TlsListener::new(http_listener, t).map_err(|source| {
-                        AgentError::Bind {
-                            what: "https",
-                            addr: http_bind,
-                            source,
-                        }
-                    })?;
-                tokio::spawn(async move {
-                    let serve = axum::serve(listener, router)
-                        .with_graceful_shutdown(async move { token.cancelled().await });
-                    if let Err(e) = serve.await {
-                        tracing::error!(error = %e, "the HTTPS server failed");
-                    }
-                })
+                let listener = crate::http::tls::TlsListener::new(
+                    http_listener,
+                    t,
+                    http_limits.handshake_timeout,
+                )
+                .map_err(|source| AgentError::Bind {
+                    what: "https",
+                    addr: http_bind,
+                    source,
+                })?;
+                tokio::spawn(crate::http::serve::serve(
+                    listener,
+                    router,
+                    http_limits,
+                    token,
+                ))
             }
         };
         let client = if config.client.enabled {

@@ -665,11 +665,23 @@ impl TaskRunner {
                             running
                         }
                         Err(e) => {
-                            warn!(error = %e, "task could not start");
+                            warn!(error = %e, recoverable = e.recoverable(), "task could not start");
                             let mut ev = event(now, "Driver Failure", e.to_string());
                             ev.driver_error = e.to_string();
-                            ev.fails_task = true;
-                            self.dead(true, ev);
+                            if !e.recoverable() {
+                                ev.fails_task = true;
+                                self.dead(true, ev);
+                                return;
+                            }
+                            // Recoverable: one attempt of the restart policy, as an exit.
+                            self.update(|s, handles| {
+                                push_event(s, ev);
+                                handles.remove(&self.task.name);
+                            });
+                            let decision = self.tracker.on_start_error(tokio::time::Instant::now());
+                            if self.after_decision(decision).await {
+                                continue;
+                            }
                             return;
                         }
                     }
@@ -806,7 +818,15 @@ impl TaskRunner {
             push_event(s, ev);
             handles.remove(&self.task.name);
         });
-        match self.tracker.on_exit(tokio::time::Instant::now(), &exit) {
+        let decision = self.tracker.on_exit(tokio::time::Instant::now(), &exit);
+        self.after_decision(decision).await
+    }
+
+    /// Apply the restart policy's decision: true to start the task again (after waiting
+    /// out the delay), false when the task is dead.
+    async fn after_decision(&mut self, decision: RestartDecision) -> bool {
+        let now = self.now();
+        match decision {
             RestartDecision::Restart { delay, reason } => {
                 let now = self.now();
                 self.update(|s, _| {

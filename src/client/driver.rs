@@ -60,6 +60,23 @@ pub enum DriverError {
     Docker(#[from] crate::client::docker::DockerError),
 }
 
+impl DriverError {
+    /// Whether trying again may work, so the failure counts as one attempt of the restart
+    /// policy (Nomad's recoverable start errors: the container engine's failures, an image
+    /// not there yet, a directory that could not be made). A config the driver refuses, a
+    /// driver this node lacks and a command that cannot be executed fail the task at once
+    /// (Nomad's executor errors are unrecoverable).
+    pub fn recoverable(&self) -> bool {
+        match self {
+            DriverError::Unknown(_) | DriverError::BadConfig(_) | DriverError::Spawn { .. } => {
+                false
+            }
+            DriverError::Dir { .. } => true,
+            DriverError::Docker(e) => e.recoverable(),
+        }
+    }
+}
+
 /// How a task ended.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ExitResult {

@@ -64,6 +64,22 @@ impl RestartTracker {
         self.count
     }
 
+    /// The task could not start at `now` (a recoverable driver error): one failed attempt.
+    pub fn on_start_error(&mut self, now: Instant) -> RestartDecision {
+        let failed = ExitResult {
+            exit_code: 1,
+            signal: 0,
+            unknown: false,
+        };
+        match self.on_exit(now, &failed) {
+            RestartDecision::Restart { delay, .. } => RestartDecision::Restart {
+                delay,
+                reason: "restarting: the task failed to start".into(),
+            },
+            dead => dead,
+        }
+    }
+
     /// The task exited with `exit` at `now`.
     pub fn on_exit(&mut self, now: Instant, exit: &ExitResult) -> RestartDecision {
         if self.batch && exit.successful() {
@@ -190,6 +206,27 @@ mod tests {
         assert!(matches!(
             t.on_exit(now + Duration::from_secs(61), &exit(1)),
             RestartDecision::Restart { delay, .. } if delay == Duration::from_secs(1)
+        ));
+    }
+
+    /// Issue 52: a task that fails to start counts against the policy as an exit does,
+    /// instead of failing the allocation at once (which the scheduler then replaced).
+    #[test]
+    fn a_start_error_is_one_attempt_with_the_policys_delay() {
+        let mut t = RestartTracker::new(&policy(2, 1800, 15, RestartMode::Fail), false);
+        let now = Instant::now();
+        for _ in 0..2 {
+            assert_eq!(
+                t.on_start_error(now),
+                RestartDecision::Restart {
+                    delay: Duration::from_secs(15),
+                    reason: "restarting: the task failed to start".into(),
+                }
+            );
+        }
+        assert!(matches!(
+            t.on_start_error(now),
+            RestartDecision::Dead { failed: true, .. }
         ));
     }
 }

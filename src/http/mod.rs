@@ -35,6 +35,7 @@ mod scaling;
 mod scheduler_config;
 pub mod schedulers;
 mod search;
+pub mod serve;
 mod services;
 mod snapshot;
 mod status;

@@ -2,8 +2,8 @@
 //! completed.
 //!
 //! An accept task takes TCP connections and runs each handshake in its own task, at most
-//! [`MAX_HANDSHAKES`] at once and each within
-//! [`HANDSHAKE_TIMEOUT`](crate::util::tls::HANDSHAKE_TIMEOUT); a plain-HTTP request, garbage,
+//! [`MAX_HANDSHAKES`] at once and each within the agent's `limits.https_handshake_timeout`;
+//! a plain-HTTP request, garbage,
 //! an oversized handshake or a missing or foreign client certificate (with
 //! `verify_https_client`) closes that connection with a `warn!` and nothing else. Each
 //! handshake uses the configuration in force when it starts, so a certificate reloaded on
@@ -16,7 +16,7 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{mpsc, Semaphore};
 use tokio_rustls::server::TlsStream;
 
-use crate::util::tls::{AgentTls, HANDSHAKE_TIMEOUT};
+use crate::util::tls::AgentTls;
 
 /// Handshakes in progress at once; further connections wait in the kernel's backlog.
 pub const MAX_HANDSHAKES: usize = 256;
@@ -37,10 +37,15 @@ impl Drop for TlsListener {
 
 impl TlsListener {
     /// Serve HTTPS on `listener` with the HTTP configuration of `tls`.
-    pub fn new(listener: TcpListener, tls: AgentTls) -> std::io::Result<TlsListener> {
+    /// Each handshake must end within `handshake_timeout` (`limits.https_handshake_timeout`).
+    pub fn new(
+        listener: TcpListener,
+        tls: AgentTls,
+        handshake_timeout: std::time::Duration,
+    ) -> std::io::Result<TlsListener> {
         let local_addr = listener.local_addr()?;
         let (tx, ready) = mpsc::channel(64);
-        let accept_task = tokio::spawn(accept_loop(listener, tls, tx));
+        let accept_task = tokio::spawn(accept_loop(listener, tls, handshake_timeout, tx));
         Ok(TlsListener {
             local_addr,
             ready,
@@ -52,6 +57,7 @@ impl TlsListener {
 async fn accept_loop(
     listener: TcpListener,
     tls: AgentTls,
+    handshake_timeout: std::time::Duration,
     tx: mpsc::Sender<(TlsStream<TcpStream>, SocketAddr)>,
 ) {
     let slots = Arc::new(Semaphore::new(MAX_HANDSHAKES));
@@ -80,7 +86,7 @@ async fn accept_loop(
         let tx = tx.clone();
         tokio::spawn(async move {
             let _permit = permit;
-            match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(stream)).await {
+            match tokio::time::timeout(handshake_timeout, acceptor.accept(stream)).await {
                 Ok(Ok(stream)) => {
                     let _ = tx.send((stream, peer)).await;
                 }

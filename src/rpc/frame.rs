@@ -302,15 +302,32 @@ impl bincode::enc::write::Writer for CappedWriter {
 
 /// The decoding half of the wire format, for `FramedRead`: yields [`Frame`]s whose length
 /// and header (version, kind) are already checked.
+///
+/// The buffer grows with the bytes that arrive, never ahead of them to the length a prefix
+/// declares, and the codec remembers when the frame it holds in part began
+/// ([`FrameCodec::partial_since`]) so that the reader can close a connection whose frame
+/// never completes.
 #[derive(Debug, Clone)]
 pub struct FrameCodec {
     max_frame_len: usize,
+    partial_since: Option<tokio::time::Instant>,
 }
+
+/// The most buffer reserved ahead of the bytes received for a frame in progress.
+const RESERVE_AHEAD: usize = 64 << 10;
 
 impl FrameCodec {
     /// A decoder refusing frames longer than `max_frame_len` (header + body).
     pub fn new(max_frame_len: usize) -> Self {
-        Self { max_frame_len }
+        Self {
+            max_frame_len,
+            partial_since: None,
+        }
+    }
+
+    /// When the bytes of a frame not yet complete began to arrive, if some have.
+    pub fn partial_since(&self) -> Option<tokio::time::Instant> {
+        self.partial_since
     }
 }
 
@@ -319,6 +336,19 @@ impl Decoder for FrameCodec {
     type Error = FrameError;
 
     fn decode(&mut self, src: &mut BytesMut) -> Result<Option<Frame>, FrameError> {
+        let frame = self.decode_frame(src);
+        self.partial_since = match (&frame, src.is_empty()) {
+            (Ok(None), false) => Some(self.partial_since.unwrap_or_else(tokio::time::Instant::now)),
+            _ if src.is_empty() => None,
+            // A frame came out and the next one has begun: its clock starts now.
+            _ => Some(tokio::time::Instant::now()),
+        };
+        frame
+    }
+}
+
+impl FrameCodec {
+    fn decode_frame(&mut self, src: &mut BytesMut) -> Result<Option<Frame>, FrameError> {
         if src.len() < LENGTH_PREFIX_LEN {
             return Ok(None);
         }
@@ -345,7 +375,8 @@ impl Decoder for FrameCodec {
             if let Some(&kind) = src.get(LENGTH_PREFIX_LEN + 1) {
                 FrameKind::from_byte(kind)?;
             }
-            src.reserve(LENGTH_PREFIX_LEN + len - src.len());
+            // Room for what may come next, not for what the prefix claims will.
+            src.reserve((LENGTH_PREFIX_LEN + len - src.len()).min(RESERVE_AHEAD));
             return Ok(None);
         }
         src.advance(LENGTH_PREFIX_LEN);
@@ -368,6 +399,26 @@ mod tests {
     fn decode_all(bytes: &[u8]) -> Result<Option<Frame>, FrameError> {
         let mut buf = BytesMut::from(bytes);
         FrameCodec::new(MAX).decode(&mut buf)
+    }
+
+    /// Issue 52: a prefix declaring a large frame must not reserve its length up front.
+    #[test]
+    fn a_declared_length_reserves_nothing_ahead_of_the_bytes_received() {
+        let max = 64 << 20;
+        let mut codec = FrameCodec::new(max);
+        let mut buf = BytesMut::new();
+        buf.extend_from_slice(&((max - 8) as u32).to_be_bytes());
+        buf.extend_from_slice(&[PROTOCOL_VERSION, 0]);
+        buf.extend_from_slice(&[0u8; 100]);
+        assert!(codec.decode(&mut buf).unwrap().is_none());
+        assert!(buf.capacity() < 1 << 20, "reserved {}", buf.capacity());
+        assert!(codec.partial_since().is_some());
+        let header = Header::request(7, 3, 9);
+        let whole = encode_frame(&header, &1u8, MAX).unwrap();
+        let mut buf = BytesMut::from(&whole[..]);
+        let mut codec = FrameCodec::new(MAX);
+        assert!(codec.decode(&mut buf).unwrap().is_some());
+        assert!(codec.partial_since().is_none());
     }
 
     #[test]

@@ -245,6 +245,38 @@ pub struct RpcConfig {
     /// certificate from the CA and hands its role to handlers; the pool presents this
     /// agent's certificate and checks the server's. `None`: plain TCP.
     pub tls: Option<crate::util::tls::AgentTls>,
+    /// The listener's per-connection deadlines and per-client connection count (the
+    /// agent's `[limits]`).
+    pub limits: RpcLimits,
+}
+
+/// The RPC listener's bounds on one connection and on one client address, from the agent's
+/// `[limits]` block (Nomad's names where Nomad has them).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RpcLimits {
+    /// Connections one client IP address may hold open at once (`rpc_max_conns_per_client`,
+    /// Nomad's 100; 0: no limit). A connection over it is closed at once.
+    pub max_conns_per_client: usize,
+    /// From accept to the TLS handshake done and the first complete frame
+    /// (`rpc_handshake_timeout`, Nomad's 5 s).
+    pub handshake_timeout: Duration,
+    /// From a frame's first byte to its last (`rpc_frame_timeout`): a frame sent in part
+    /// and left there closes its connection, and no buffer waits on it.
+    pub frame_timeout: Duration,
+    /// How long a connection may stay with nothing received and no request running
+    /// (`rpc_idle_timeout`; 0: forever).
+    pub idle_timeout: Duration,
+}
+
+impl Default for RpcLimits {
+    fn default() -> Self {
+        RpcLimits {
+            max_conns_per_client: 100,
+            handshake_timeout: Duration::from_secs(5),
+            frame_timeout: Duration::from_secs(30),
+            idle_timeout: Duration::from_secs(300),
+        }
+    }
 }
 
 impl Default for RpcConfig {
@@ -260,6 +292,7 @@ impl Default for RpcConfig {
             reconnect_backoff_max: Duration::from_secs(5),
             max_peers: 256,
             tls: None,
+            limits: RpcLimits::default(),
         }
     }
 }
@@ -294,6 +327,9 @@ impl RpcConfig {
             if value == 0 {
                 return bad(format!("{name} must be at least 1"));
             }
+        }
+        if self.limits.handshake_timeout.is_zero() || self.limits.frame_timeout.is_zero() {
+            return bad("the handshake and frame timeouts must be positive".into());
         }
         // tokio's semaphore caps permits at usize::MAX >> 3.
         if self.max_in_flight_per_conn > 1 << 20 || self.max_connections > 1 << 20 {

@@ -25,7 +25,8 @@
 //! [`RequestContext`]; with `verify_server_hostname` a request the role may not send is
 //! answered [`RpcError::PermissionDenied`] without reaching the handler.
 
-use std::net::SocketAddr;
+use std::collections::HashMap;
+use std::net::{IpAddr, SocketAddr};
 use std::panic::AssertUnwindSafe;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -49,8 +50,9 @@ use crate::rpc::frame::{
 };
 use crate::rpc::message::{RpcRequest, RpcResponse};
 use crate::rpc::service::roles;
-use crate::rpc::{metric, RpcConfig, RpcError};
+use crate::rpc::{metric, RpcConfig, RpcError, RpcLimits};
 use crate::util::tls::PeerRole;
+use tokio::time::Instant;
 
 const SIDE: &str = "server";
 
@@ -190,8 +192,49 @@ impl Drop for RpcServer {
     }
 }
 
+/// Open connections per client IP address, for [`RpcLimits::max_conns_per_client`].
+#[derive(Debug, Default)]
+struct PerClient {
+    open: std::sync::Mutex<HashMap<IpAddr, usize>>,
+}
+
+/// One connection counted against its client address; uncounted when dropped.
+struct ClientSlot {
+    table: Arc<PerClient>,
+    ip: IpAddr,
+}
+
+impl PerClient {
+    /// A slot for a connection from `ip`, unless it already holds `limit` (0: no limit).
+    fn take(self: &Arc<Self>, ip: IpAddr, limit: usize) -> Option<ClientSlot> {
+        let mut open = self.open.lock().unwrap_or_else(|p| p.into_inner());
+        let n = open.entry(ip).or_default();
+        if limit != 0 && *n >= limit {
+            return None;
+        }
+        *n += 1;
+        Some(ClientSlot {
+            table: self.clone(),
+            ip,
+        })
+    }
+}
+
+impl Drop for ClientSlot {
+    fn drop(&mut self) {
+        let mut open = self.table.open.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(n) = open.get_mut(&self.ip) {
+            *n -= 1;
+            if *n == 0 {
+                open.remove(&self.ip);
+            }
+        }
+    }
+}
+
 async fn accept_loop(listener: TcpListener, shared: Arc<Shared>, token: CancellationToken) {
     let slots = Arc::new(Semaphore::new(shared.config.max_connections));
+    let per_client = Arc::new(PerClient::default());
     let mut connections = JoinSet::new();
     let next_conn = AtomicU64::new(1);
     let mut accept_errors: u32 = 0;
@@ -229,6 +272,19 @@ async fn accept_loop(listener: TcpListener, shared: Arc<Shared>, token: Cancella
                 }
             }
         };
+        let Some(client_slot) =
+            per_client.take(peer_addr.ip(), shared.config.limits.max_conns_per_client)
+        else {
+            metrics::counter!(metric::ERRORS, "side" => SIDE, "reason" => "conns_per_client")
+                .increment(1);
+            tracing::debug!(
+                %peer_addr,
+                limit = shared.config.limits.max_conns_per_client,
+                "closing rpc connection: its address holds rpc_max_conns_per_client already"
+            );
+            drop(stream);
+            continue;
+        };
         let connection = next_conn.fetch_add(1, Ordering::Relaxed);
         let span = tracing::info_span!("rpc_conn", side = SIDE, %peer_addr, connection);
         let shared = shared.clone();
@@ -236,6 +292,7 @@ async fn accept_loop(listener: TcpListener, shared: Arc<Shared>, token: Cancella
         connections.spawn(
             async move {
                 let _permit = permit;
+                let _client_slot = client_slot;
                 serve_connection(stream, peer_addr, connection, shared, token).await;
             }
             .instrument(span),
@@ -268,6 +325,8 @@ enum Closed {
     Normal(String),
     /// The peer broke the protocol; logged as a warning.
     Refused(FrameError),
+    /// A deadline of the agent's `[limits]` passed.
+    TimedOut(&'static str),
 }
 
 async fn serve_connection(
@@ -291,9 +350,12 @@ async fn serve_connection(
         };
         return serve_halves(read_half, write_half, peer, shared, token).await;
     };
+    let handshake = shared.config.limits.handshake_timeout;
     let accepted = tokio::select! {
         _ = token.cancelled() => return,
-        accepted = accept_tls(&tls, stream) => accepted,
+        accepted = tokio::time::timeout(handshake, accept_tls(&tls, stream)) => {
+            accepted.unwrap_or_else(|_| Err("tls handshake timed out".into()))
+        }
     };
     let (stream, role) = match accepted {
         Ok(ok) => ok,
@@ -362,6 +424,10 @@ async fn serve_halves<R, W>(
             metrics::counter!(metric::FRAMES_REFUSED, "reason" => e.reason()).increment(1);
             tracing::warn!(%peer_addr, reason = %e, "closing rpc connection: frame refused");
         }
+        Closed::TimedOut(which) => {
+            metrics::counter!(metric::ERRORS, "side" => SIDE, "reason" => which).increment(1);
+            tracing::info!(%peer_addr, deadline = which, "closing rpc connection: deadline passed");
+        }
     }
 }
 
@@ -378,14 +444,37 @@ async fn read_loop<R: AsyncRead + Unpin>(
         .is_some_and(|tls| tls.enforce_roles());
     // Requests of this connection still running; dropped (aborted) with the connection.
     let mut in_flight = JoinSet::new();
+    let mut clock = Deadlines::new(shared.config.limits);
     loop {
-        while in_flight.try_join_next().is_some() {}
+        while in_flight.try_join_next().is_some() {
+            clock.active();
+        }
         if in_flight.len() >= shared.config.max_in_flight_per_conn {
             // Full: stop reading (TCP pushes back on the caller) until one finishes.
             in_flight.join_next().await;
+            clock.active();
             continue;
         }
-        let frame = match frames.next().await {
+        let idle = in_flight.is_empty();
+        let wake_at = clock.wake_at(frames.decoder().partial_since(), idle);
+        let next = tokio::select! {
+            next = frames.next() => Some(next),
+            // A request finishing may start the idle clock.
+            Some(_) = in_flight.join_next(), if !idle => {
+                clock.active();
+                None
+            }
+            _ = tokio::time::sleep_until(wake_at) => None,
+        };
+        let Some(next) = next else {
+            // `next()` is cancel-safe: what was read stays in the codec's buffer.
+            match clock.passed(frames.decoder().partial_since(), in_flight.is_empty()) {
+                Some(which) => return Closed::TimedOut(which),
+                None => continue,
+            }
+        };
+        clock.received();
+        let frame = match next {
             None => return Closed::Normal("peer closed the connection".into()),
             Some(Err(FrameError::Io(e))) => return Closed::Normal(format!("read failed: {e}")),
             Some(Err(e)) => return Closed::Refused(e),
@@ -424,6 +513,72 @@ async fn read_loop<R: AsyncRead + Unpin>(
             }
         }
         in_flight.spawn(answer(ctx, header, req, shared.clone(), tx.clone()).instrument(span));
+    }
+}
+
+/// The deadlines of one connection's reader ([`RpcLimits`]): the first frame within the
+/// handshake timeout, every frame complete within the frame timeout of its first byte, and
+/// no connection idle (nothing received, no request running) past the idle timeout.
+struct Deadlines {
+    limits: RpcLimits,
+    opened: Instant,
+    first_frame: bool,
+    last_active: Instant,
+}
+
+impl Deadlines {
+    fn new(limits: RpcLimits) -> Deadlines {
+        let now = Instant::now();
+        Deadlines {
+            limits,
+            opened: now,
+            first_frame: false,
+            last_active: now,
+        }
+    }
+
+    /// A frame arrived.
+    fn received(&mut self) {
+        self.first_frame = true;
+        self.last_active = Instant::now();
+    }
+
+    /// A request of the connection finished.
+    fn active(&mut self) {
+        self.last_active = Instant::now();
+    }
+
+    /// The deadline in force, if one has passed: its `[limits]` name.
+    fn passed(&self, partial_since: Option<Instant>, idle: bool) -> Option<&'static str> {
+        let now = Instant::now();
+        let l = &self.limits;
+        if partial_since.is_some_and(|t| now >= t + l.frame_timeout) {
+            return Some("rpc_frame_timeout");
+        }
+        if !self.first_frame && now >= self.opened + l.handshake_timeout {
+            return Some("rpc_handshake_timeout");
+        }
+        if idle && !l.idle_timeout.is_zero() && now >= self.last_active + l.idle_timeout {
+            return Some("rpc_idle_timeout");
+        }
+        None
+    }
+
+    /// When to look again: the earliest deadline that can pass, and at least every frame
+    /// timeout (a frame may begin while the reader waits).
+    fn wake_at(&self, partial_since: Option<Instant>, idle: bool) -> Instant {
+        let l = &self.limits;
+        let mut at = Instant::now() + l.frame_timeout;
+        if let Some(t) = partial_since {
+            at = at.min(t + l.frame_timeout);
+        }
+        if !self.first_frame {
+            at = at.min(self.opened + l.handshake_timeout);
+        }
+        if idle && !l.idle_timeout.is_zero() {
+            at = at.min(self.last_active + l.idle_timeout);
+        }
+        at
     }
 }
 

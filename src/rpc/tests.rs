@@ -965,3 +965,147 @@ fn the_frame_limit_must_hold_a_snapshot_chunk() {
         Err(RpcError::InvalidConfig(_))
     ));
 }
+
+/// Reads one answer frame from a raw connection and checks it answers `id`.
+async fn read_answer(raw: &mut TcpStream, id: u64, max: usize) {
+    let mut prefix = [0u8; 4];
+    raw.read_exact(&mut prefix).await.expect("answer");
+    let mut rest = vec![0u8; u32::from_be_bytes(prefix) as usize];
+    raw.read_exact(&mut rest).await.expect("answer");
+    let mut frame = bytes::BytesMut::from(&prefix[..]);
+    frame.extend_from_slice(&rest);
+    let decoded = tokio_util::codec::Decoder::decode(&mut frame::FrameCodec::new(max), &mut frame)
+        .expect("valid")
+        .expect("complete");
+    assert_eq!(decoded.header.request_id, id);
+}
+
+fn ping(id: u64, max: usize) -> bytes::Bytes {
+    encode_frame(&Header::request(id, 0, 0), &RpcRequest::Ping, max).expect("enc")
+}
+
+/// A config whose deadlines a test can watch pass.
+fn short_limits(limits: RpcLimits) -> RpcConfig {
+    RpcConfig {
+        limits,
+        ..RpcConfig::for_tests()
+    }
+}
+
+/// Issue 52: a connection could declare a 64 MiB frame, send part of it and be held with
+/// its buffer forever. Now the frame must be complete within `frame_timeout` of its first
+/// byte, and the server keeps answering others meanwhile.
+#[tokio::test]
+async fn a_frame_sent_in_part_closes_its_connection_at_the_frame_deadline() {
+    let config = short_limits(RpcLimits {
+        frame_timeout: Duration::from_millis(300),
+        ..RpcLimits::default()
+    });
+    let max = config.max_frame_len;
+    let f = start_on("127.0.0.1:0", config, 0).await;
+    let mut raw = TcpStream::connect(&f.addr).await.expect("connect");
+    // A first frame answered, then the start of one declaring the largest length allowed.
+    raw.write_all(&ping(1, max)).await.expect("write");
+    read_answer(&mut raw, 1, max).await;
+    let mut partial = ((max - 8) as u32).to_be_bytes().to_vec();
+    partial.extend_from_slice(&[PROTOCOL_VERSION, 0]);
+    partial.extend_from_slice(&[0u8; 4096]);
+    raw.write_all(&partial).await.expect("write");
+    let started = Instant::now();
+    let pool = pool();
+    assert_eq!(
+        voted_term(pool.call(SERVER, &f.addr, vote(1), CALL).await),
+        1
+    );
+    expect_closed(&mut raw, "a frame left half sent").await;
+    assert!(started.elapsed() >= Duration::from_millis(250));
+    f.server.shutdown().await;
+}
+
+/// A connection that sends nothing is closed at the handshake deadline; one whose requests
+/// are done and that sends nothing more, at the idle deadline; a connection that keeps
+/// talking stays.
+#[tokio::test]
+async fn silent_and_idle_connections_are_closed_by_their_deadlines() {
+    let config = short_limits(RpcLimits {
+        handshake_timeout: Duration::from_millis(300),
+        idle_timeout: Duration::from_millis(1500),
+        ..RpcLimits::default()
+    });
+    let max = config.max_frame_len;
+    let f = start_on("127.0.0.1:0", config, 0).await;
+    let mut silent = TcpStream::connect(&f.addr).await.expect("connect");
+    let mut idle = TcpStream::connect(&f.addr).await.expect("connect");
+    idle.write_all(&ping(1, max)).await.expect("write");
+    read_answer(&mut idle, 1, max).await;
+    let mut busy = TcpStream::connect(&f.addr).await.expect("connect");
+    busy.write_all(&ping(9, max)).await.expect("busy write");
+    read_answer(&mut busy, 9, max).await;
+    expect_closed(&mut silent, "no frame within the handshake timeout").await;
+    let opened = Instant::now();
+    // `busy` talks every 200 ms, well inside the idle timeout, for two idle timeouts.
+    let mut id = 10;
+    while opened.elapsed() < Duration::from_millis(3200) {
+        busy.write_all(&ping(id, max)).await.expect("busy write");
+        read_answer(&mut busy, id, max).await;
+        id += 1;
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    expect_closed(&mut idle, "nothing received past the idle timeout").await;
+    busy.write_all(&ping(id, max)).await.expect("busy write");
+    read_answer(&mut busy, id, max).await;
+    f.server.shutdown().await;
+}
+
+/// Issue 52: 1 100 idle connections filled the 1 024 slots and new connections got no
+/// answer. One address may hold `max_conns_per_client`; another address is served.
+#[tokio::test]
+async fn one_address_holds_at_most_its_share_of_connections() {
+    let config = short_limits(RpcLimits {
+        max_conns_per_client: 3,
+        ..RpcLimits::default()
+    });
+    let max = config.max_frame_len;
+    let f = start_on("127.0.0.1:0", config, 0).await;
+    let from = |ip: &str| {
+        let ip: std::net::IpAddr = ip.parse().unwrap();
+        let addr = f.addr.clone();
+        async move {
+            let socket = tokio::net::TcpSocket::new_v4().expect("socket");
+            socket.bind(SocketAddr::new(ip, 0)).expect("bind");
+            socket
+                .connect(addr.parse().expect("addr"))
+                .await
+                .expect("connect")
+        }
+    };
+    let mut held = Vec::new();
+    for i in 0..3 {
+        let mut c = from("127.0.0.1").await;
+        c.write_all(&ping(i, max)).await.expect("write");
+        read_answer(&mut c, i, max).await;
+        held.push(c);
+    }
+    let mut over = from("127.0.0.1").await;
+    expect_closed(&mut over, "a fourth connection from one address").await;
+    let mut other = from("127.0.0.2").await;
+    other.write_all(&ping(9, max)).await.expect("write");
+    read_answer(&mut other, 9, max).await;
+    // A slot freed is a slot again.
+    drop(held.pop());
+    let mut again = eventually("a connection from the first address served again", || {
+        let from = &from;
+        async move {
+            let mut c = from("127.0.0.1").await;
+            c.write_all(&ping(20, max)).await.ok()?;
+            tokio::time::timeout(Duration::from_millis(500), read_answer(&mut c, 20, max))
+                .await
+                .ok()?;
+            Some(c)
+        }
+    })
+    .await;
+    again.write_all(&ping(21, max)).await.expect("write");
+    read_answer(&mut again, 21, max).await;
+    f.server.shutdown().await;
+}

@@ -533,11 +533,13 @@ impl Reconciler<'_> {
                     untainted.push(alloc.clone());
                     continue;
                 }
+                // Marked by the deployment watcher or not, a failed allocation is replaced
+                // when its policy's delay is over (Nomad's `updateByReschedulable`): the
+                // mark only lets a deployment's allocation be considered at all.
                 let policy = alloc_reschedule_policy(self.snapshot, alloc, job);
                 let (at, eligible) = next_reschedule_time(alloc, policy);
                 if eligible
                     && (alloc.followup_eval_id == self.eval.id
-                        || alloc.desired_transition.should_reschedule()
                         || at.saturating_sub(self.now) <= RESCHEDULE_WINDOW_NANOS)
                 {
                     reschedule_now.push(alloc.clone());

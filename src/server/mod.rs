@@ -147,6 +147,9 @@ pub struct ServerSetup {
     pub rng: RngSource,
     /// Mutual TLS on the RPC port (the agent's `tls.rpc`): the listener's and the pool's.
     pub rpc_tls: Option<crate::util::tls::AgentTls>,
+    /// The RPC listener's deadlines and per-client connection limit (the agent's
+    /// `[limits]`).
+    pub rpc_limits: crate::rpc::RpcLimits,
     /// Whether ACLs are on (the agent's `acl.enabled`).
     pub acl_enabled: bool,
 }
@@ -164,6 +167,7 @@ impl Server {
             clock,
             rng,
             rpc_tls,
+            rpc_limits,
             acl_enabled,
         } = setup;
         let dir = data_dir.join("server");
@@ -179,6 +183,7 @@ impl Server {
         let handler = endpoints::ServerRpc::new(discovered.clone());
         let rpc_config = RpcConfig {
             tls: rpc_tls,
+            limits: rpc_limits,
             ..RpcConfig::default()
         };
         let rpc =

@@ -83,6 +83,8 @@ async fn main() -> anyhow::Result<()> {
         ),
         heartbeat: "100ms",
         election_timeout: "1s",
+        // Thousands of simulated clients share this host's one address.
+        extra_toml: teamster_cluster_tests::process::SIMULATED_CLIENTS_LIMITS.into(),
         ..ClusterOptions::default()
     };
     let mut c = ProcessCluster::start(3, options)?;

@@ -16,7 +16,9 @@ use std::time::Duration;
 use anyhow::Context;
 use clap::{Parser, ValueEnum};
 use teamster_cluster_tests::loadgen::{self, LoadConfig, Shape};
-use teamster_cluster_tests::process::{keep_if_asked, ClusterOptions, ProcessCluster};
+use teamster_cluster_tests::process::{
+    keep_if_asked, ClusterOptions, ProcessCluster, SIMULATED_CLIENTS_LIMITS,
+};
 use teamster_cluster_tests::tls::TestCerts;
 
 /// The servers' allocator, so that the scheduler-only ceiling measured here compares with
@@ -173,10 +175,12 @@ async fn run(args: Args) -> anyhow::Result<()> {
                 election_timeout: "1s",
                 raft_toml: args.raft_toml.replace("\\n", "\n"),
                 workers_toml: args.workers_toml.replace("\\n", "\n"),
+                // Thousands of simulated clients share this host's one address.
                 extra_toml: certs
                     .as_ref()
                     .map(|c| c.agent_toml("server"))
-                    .unwrap_or_default(),
+                    .unwrap_or_default()
+                    + SIMULATED_CLIENTS_LIMITS,
                 api_tls: certs.as_ref().map(TestCerts::cli_files),
             },
         )?;

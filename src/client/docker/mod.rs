@@ -94,6 +94,15 @@ pub enum DockerError {
     },
 }
 
+impl DockerError {
+    /// Whether starting again may work: everything but a config the driver refuses (an
+    /// image missing now may be loaded later, an engine down may come back), as Nomad's
+    /// docker driver marks its start errors.
+    pub fn recoverable(&self) -> bool {
+        !matches!(self, DockerError::Config(_))
+    }
+}
+
 fn engine(call: &'static str) -> impl FnOnce(bollard::errors::Error) -> DockerError {
     move |source| DockerError::Engine { call, source }
 }

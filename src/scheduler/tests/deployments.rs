@@ -6,12 +6,15 @@ use teamster_storage::fsm::{
     AllocUpdateDesiredTransition, Command, DeploymentPromote, JobDeregister,
 };
 use teamster_storage::model::{
-    Allocation, ClientStatus, Deployment, DeploymentStatus, DesiredTransition, EvalTrigger, Job,
+    Allocation, ClientStatus, Deployment, DeploymentStatus, DesiredTransition, EvalTrigger,
+    Evaluation, Job,
 };
 
 use super::*;
 use crate::scheduler::harness::{mock_job, Harness};
 use crate::scheduler::reconcile::{ALLOC_CANARY_NOT_NEEDED, ALLOC_NOT_NEEDED, ALLOC_UPDATING};
+
+const SECOND: i64 = 1_000_000_000;
 
 /// `mock_job` with an update block of `max_parallel` and `canary`.
 fn rolling_job(count: u32, max_parallel: i64, canary: i64) -> Job {
@@ -281,7 +284,9 @@ fn a_failed_allocation_of_an_active_deployment_waits_for_the_watcher() {
         "and no delayed reschedule either"
     );
 
-    // The watcher marks it to be rescheduled: it is replaced at once.
+    // The watcher marks it to be rescheduled: it is replaced once its policy's delay is
+    // over (Nomad's reconciler; replacing it at once made a task that fails to start
+    // reschedule in a tight loop, issue 52).
     h.apply(Command::AllocUpdateDesiredTransition(
         AllocUpdateDesiredTransition {
             allocs: [(
@@ -297,6 +302,17 @@ fn a_failed_allocation_of_an_active_deployment_waits_for_the_watcher() {
     ))
     .unwrap();
     evaluate(&mut h, &v0);
+    assert_eq!(h.running_allocs(&v0).len(), 1, "not before the delay");
+    let followup = h
+        .created_evals
+        .iter()
+        .find(|e| e.triggered_by == EvalTrigger::AllocFailure)
+        .expect("a follow-up evaluation at the reschedule time")
+        .clone();
+    assert_eq!(followup.wait_until.unix_nanos(), Some(now + 30 * SECOND));
+    h.now += 31 * SECOND;
+    let followup: Evaluation = (**h.snapshot().eval_by_id(&followup.id).unwrap()).clone();
+    h.process(&followup).unwrap();
     assert_eq!(h.running_allocs(&v0).len(), 2);
     let replacement = h
         .running_allocs(&v0)

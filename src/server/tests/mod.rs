@@ -47,6 +47,7 @@ impl LoneServer {
             clock: crate::util::system_clock(),
             rng: RngSource::seeded(7),
             rpc_tls: None,
+            rpc_limits: Default::default(),
             acl_enabled: false,
         };
         let server = Server::start(&config, setup)
