@@ -558,3 +558,83 @@ async fn an_image_archive_in_the_task_dir_is_loaded_then_run() -> anyhow::Result
     );
     Ok(())
 }
+
+/// Issue 52: a docker service whose image is missing made 58 failed allocations and 148
+/// evaluations in 12 s, ignoring its restart and reschedule policies. Now a start failure
+/// is an attempt of the restart policy (restarted after its delay), and a failed
+/// allocation is replaced after its reschedule delay, no more often than the policy allows.
+#[tokio::test]
+async fn a_task_that_fails_to_start_is_retried_only_as_its_policies_allow() -> anyhow::Result<()> {
+    const TEST: &str = "a_task_that_fails_to_start_is_retried_only_as_its_policies_allow";
+    if skip(TEST) {
+        return Ok(());
+    }
+    let ip = {
+        let pid = std::process::id();
+        format!("127.{}.{}.17", 10 + (pid % 200), 251 - (pid / 200 % 5))
+    };
+    let data = tempfile::tempdir()?;
+    let log = tempfile::NamedTempFile::new()?;
+    let (_agent, api, node) = dev_agent(&ip, data.path(), &log).await?;
+    let _cleanup = RemoveNodeContainers(node["ID"].as_str().map(str::to_string));
+    let mut job = docker_job(
+        "never-starts",
+        "service",
+        json!({"image": "teamster-t16-no-such-image:never"}),
+        json!([]),
+    );
+    let group = &mut job["TaskGroups"][0];
+    group["RestartPolicy"] = json!({
+        "Attempts": 1, "Interval": 600_000_000_000u64, "Delay": 1_000_000_000u64, "Mode": "fail"
+    });
+    group["ReschedulePolicy"] = json!({
+        "Attempts": 1, "Interval": 3_600_000_000_000u64, "Delay": 5_000_000_000u64,
+        "DelayFunction": "constant", "Unlimited": false
+    });
+    group["Update"] = json!({"MaxParallel": 1, "HealthCheck": "task_states",
+        "MinHealthyTime": 1_000_000_000u64, "HealthyDeadline": 60_000_000_000u64,
+        "ProgressDeadline": 120_000_000_000u64});
+    register(&api, job).await?;
+    let allocs = |api: &ApiClient| {
+        let api = api.clone();
+        async move {
+            api.get::<Vec<Value>>("/v1/job/never-starts/allocations?stale=true")
+                .await
+                .unwrap_or_default()
+        }
+    };
+    // The first allocation: a failed start, a restart after the delay, a second failed
+    // start, then not restarted.
+    let first = wait_for(
+        Duration::from_secs(60),
+        "the first allocation failed",
+        || async {
+            let a = first_alloc(&api, "never-starts").await?;
+            (a["ClientStatus"] == "failed").then_some(a)
+        },
+    )
+    .await
+    .map_err(|e| anyhow::anyhow!("{e}\n{}", agent_log(&log)))?;
+    let kinds: Vec<String> = events(&first).into_iter().map(|(t, _)| t).collect();
+    let failures = kinds.iter().filter(|t| *t == "Driver Failure").count();
+    assert_eq!(failures, 2, "one start and one restart: {kinds:?}");
+    assert!(kinds.iter().any(|t| t == "Restarting"), "{kinds:?}");
+    assert!(kinds.iter().any(|t| t == "Not Restarting"), "{kinds:?}");
+    // Watched for 15 s more (the reschedule delay is 5 s): at most the one replacement the
+    // policy allows.
+    let watch_until = Instant::now() + Duration::from_secs(15);
+    let mut most = 0;
+    while Instant::now() < watch_until {
+        most = most.max(allocs(&api).await.len());
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    assert!(
+        (1..=2).contains(&most),
+        "{most} allocations for a policy of one reschedule"
+    );
+    let evals: Vec<Value> = api
+        .get("/v1/job/never-starts/evaluations?stale=true")
+        .await?;
+    assert!(evals.len() <= 8, "{} evaluations: {evals:#?}", evals.len());
+    Ok(())
+}
