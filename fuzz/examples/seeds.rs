@@ -65,8 +65,9 @@ fn main() -> std::io::Result<()> {
     for (i, req) in requests.iter().enumerate() {
         let frame = encode_frame(&Header::request(i as u64 + 1, 1, 2), req, 1 << 20)
             .expect("a small frame");
-        // Mode byte 1: a frame stream; 0: the body alone.
-        let mut stream = vec![1u8];
+        // Mode byte 1: a frame stream (then the piece size less one: 7-byte pieces); 0: the
+        // body alone.
+        let mut stream = vec![1u8, 6];
         stream.extend_from_slice(&frame);
         std::fs::write(format!("corpus/rpc_frame/request-{i}"), &stream)?;
         let mut body = vec![0u8];
@@ -76,7 +77,7 @@ fn main() -> std::io::Result<()> {
     let reply: Result<RpcResponse, teamster::rpc::RpcError> =
         Ok(RpcResponse::Ping { server_id: 3 });
     let frame = encode_frame(&Header::request(9, 2, 1), &reply, 1 << 20).expect("a small frame");
-    let mut stream = vec![1u8];
+    let mut stream = vec![1u8, 6];
     stream.extend_from_slice(&frame);
     std::fs::write("corpus/rpc_frame/reply-0", &stream)?;
     Ok(())

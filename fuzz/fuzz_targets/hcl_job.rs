@@ -1,10 +1,12 @@
 //! An HCL2 job file as `job run` and `/v1/jobs/parse` read it: variables, locals,
 //! functions, `dynamic` blocks and the job schema, then the JSON it yields decoded into the
-//! model. Any input must end in a job or an error naming the problem, never a panic or a
-//! hang.
+//! model, under an evaluation budget smaller than the servers' (so that the budget's own
+//! checks are reached often). Any input must end in a job or an error naming the problem,
+//! never a panic, a hang or an allocation past the budget.
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
+use teamster::jobspec::budget::EvalBudget;
 use teamster::jobspec::hcl::{parse_job, VarInputs};
 use teamster_storage::model::Job;
 
@@ -18,7 +20,15 @@ fuzz_target!(|data: &[u8]| {
         return;
     };
     // File functions stay off, as for `/v1/jobs/parse`.
-    let Ok(value) = parse_job("fuzz.nomad.hcl", text, &VarInputs::default()) else {
+    let inputs = VarInputs {
+        budget: EvalBudget {
+            max_steps: 100_000,
+            max_bytes: 8 << 20,
+            max_duration: std::time::Duration::from_secs(2),
+        },
+        ..VarInputs::default()
+    };
+    let Ok(value) = parse_job("fuzz.nomad.hcl", text, &inputs) else {
         return;
     };
     if let Ok(mut job) = serde_json::from_value::<Job>(value) {

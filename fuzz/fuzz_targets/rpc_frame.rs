@@ -1,7 +1,10 @@
 //! The RPC port's decoders on arbitrary bytes: the frame codec (length prefix, header,
 //! limits) over a byte stream, and every frame body decoded as a request (what a server
-//! reads) and as a reply (what a caller reads). Any input must end in a frame or an error,
-//! never a panic, a hang or an allocation beyond the decode budget.
+//! reads) and as a reply (what a caller reads). The stream arrives in pieces cut where the
+//! input says, as TCP delivers it, so frames are decoded from partial buffers: the buffer
+//! never grows far past the bytes received (whatever length a prefix declares), and the
+//! codec knows a frame is in progress exactly when bytes wait in it. Any input must end in a
+//! frame or an error, never a panic, a hang or an allocation beyond the decode budget.
 #![no_main]
 
 use bytes::BytesMut;
@@ -24,16 +27,35 @@ fuzz_target!(|data: &[u8]| {
         let _ = decode_body::<Result<RpcResponse, RpcError>>(rest);
         return;
     }
-    // A stream of frames.
+    // A stream of frames, delivered in pieces: the first byte of `rest` sets the piece
+    // size (1..=256 bytes).
+    let Some((&piece, stream)) = rest.split_first() else {
+        return;
+    };
+    let piece = usize::from(piece) + 1;
     let mut codec = FrameCodec::new(MAX_FRAME);
-    let mut buf = BytesMut::from(rest);
-    loop {
-        match codec.decode(&mut buf) {
-            Ok(Some(frame)) => {
-                let _ = decode_body::<RpcRequest>(&frame.body);
-                let _ = decode_body::<Result<RpcResponse, RpcError>>(&frame.body);
+    let mut buf = BytesMut::new();
+    let mut received = 0usize;
+    for chunk in stream.chunks(piece) {
+        buf.extend_from_slice(chunk);
+        received += chunk.len();
+        loop {
+            match codec.decode(&mut buf) {
+                Ok(Some(frame)) => {
+                    let _ = decode_body::<RpcRequest>(&frame.body);
+                    let _ = decode_body::<Result<RpcResponse, RpcError>>(&frame.body);
+                }
+                Ok(None) => {
+                    assert_eq!(codec.partial_since().is_some(), !buf.is_empty());
+                    assert!(
+                        buf.capacity() <= 2 * received + (128 << 10),
+                        "{} bytes reserved for {received} received",
+                        buf.capacity()
+                    );
+                    break;
+                }
+                Err(_) => return,
             }
-            Ok(None) | Err(_) => break,
         }
     }
 });
