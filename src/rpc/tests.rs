@@ -539,19 +539,8 @@ async fn refused_frames_close_only_their_own_connection() {
     // Control: a well-formed frame on a raw connection is answered, and the connection stays.
     let mut raw = TcpStream::connect(&f.addr).await.expect("connect");
     for id in [5u64, 6] {
-        let ping = encode_frame(&Header::request(id, 0, 0), &RpcRequest::Ping, max).expect("enc");
-        raw.write_all(&ping).await.expect("write");
-        let mut prefix = [0u8; 4];
-        raw.read_exact(&mut prefix).await.expect("answer");
-        let mut rest = vec![0u8; u32::from_be_bytes(prefix) as usize];
-        raw.read_exact(&mut rest).await.expect("answer");
-        let mut frame = bytes::BytesMut::from(&prefix[..]);
-        frame.extend_from_slice(&rest);
-        let decoded =
-            tokio_util::codec::Decoder::decode(&mut frame::FrameCodec::new(max), &mut frame)
-                .expect("valid")
-                .expect("complete");
-        assert_eq!(decoded.header.request_id, id);
+        raw.write_all(&ping(id, max)).await.expect("write");
+        let decoded = read_answer(&mut raw, id, max).await;
         assert_eq!(decoded.header.sender, SERVER);
         let body: Result<RpcResponse, RpcError> = frame::decode_body(&decoded.body).expect("body");
         assert!(matches!(body, Ok(RpcResponse::Ping { server_id: SERVER })));
@@ -966,8 +955,8 @@ fn the_frame_limit_must_hold_a_snapshot_chunk() {
     ));
 }
 
-/// Reads one answer frame from a raw connection and checks it answers `id`.
-async fn read_answer(raw: &mut TcpStream, id: u64, max: usize) {
+/// Reads one answer frame from a raw connection, checks it answers `id` and returns it.
+async fn read_answer(raw: &mut TcpStream, id: u64, max: usize) -> frame::Frame {
     let mut prefix = [0u8; 4];
     raw.read_exact(&mut prefix).await.expect("answer");
     let mut rest = vec![0u8; u32::from_be_bytes(prefix) as usize];
@@ -978,6 +967,7 @@ async fn read_answer(raw: &mut TcpStream, id: u64, max: usize) {
         .expect("valid")
         .expect("complete");
     assert_eq!(decoded.header.request_id, id);
+    decoded
 }
 
 fn ping(id: u64, max: usize) -> bytes::Bytes {
