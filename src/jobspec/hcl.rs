@@ -71,6 +71,51 @@ pub enum JobspecError {
     },
 }
 
+impl JobspecError {
+    /// The error without the names of the functions the parser wraps around expressions
+    /// ([`super::funcs::CHARGE`], [`super::funcs::FOR_ORDER`]): the HCL library names the
+    /// function a failure came from, and those are not the user's.
+    fn without_internal_names(self) -> JobspecError {
+        let clean = |m: String| {
+            [super::funcs::CHARGE, super::funcs::FOR_ORDER]
+                .iter()
+                .fold(m, |m, f| {
+                    m.replace(&format!("error calling function `{f}`: "), "")
+                })
+        };
+        match self {
+            JobspecError::Syntax {
+                file,
+                line,
+                col,
+                message,
+            } => JobspecError::Syntax {
+                file,
+                line,
+                col,
+                message: clean(message),
+            },
+            JobspecError::At {
+                file,
+                line,
+                col,
+                path,
+                message,
+            } => JobspecError::At {
+                file,
+                line,
+                col,
+                path,
+                message: clean(message),
+            },
+            JobspecError::File { file, message } => JobspecError::File {
+                file,
+                message: clean(message),
+            },
+        }
+    }
+}
+
 /// Values for the file's variables from outside it, in Nomad's order of precedence: the
 /// environment (`NOMAD_VAR_<name>`), then var files in order, then `-var` flags; the last one
 /// wins.
@@ -103,6 +148,7 @@ pub struct VarInputs {
 pub fn parse_job(file: &str, text: &str, inputs: &VarInputs) -> Result<Value, JobspecError> {
     std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
         super::budget::with_budget(inputs.budget, || parse_job_unguarded(file, text, inputs))
+            .map_err(JobspecError::without_internal_names)
     }))
     .unwrap_or_else(|payload| {
         let raw = payload

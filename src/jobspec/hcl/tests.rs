@@ -1431,6 +1431,10 @@ fn doubling_bomb() -> String {
 fn an_evaluation_past_its_step_budget_is_an_error_naming_the_limit() {
     let e = err(NESTED_FOR_BOMB);
     assert!(e.contains("budget of 1000000 steps"), "{e}");
+    assert!(
+        e.contains("locals: x: the evaluation took more than"),
+        "the parser's own function is not named: {e}"
+    );
 }
 
 #[test]
