@@ -141,12 +141,13 @@ pub struct LimitsConfig {
 impl Default for LimitsConfig {
     fn default() -> Self {
         let rpc = crate::rpc::RpcLimits::default();
+        let http = crate::http::serve::HttpLimits::default();
         LimitsConfig {
-            http_max_conns_per_client: 100,
+            http_max_conns_per_client: http.max_conns_per_client,
             rpc_max_conns_per_client: rpc.max_conns_per_client,
-            https_handshake_timeout: Duration::from_secs(5),
+            https_handshake_timeout: http.handshake_timeout,
             rpc_handshake_timeout: rpc.handshake_timeout,
-            http_header_read_timeout: Duration::from_secs(30),
+            http_header_read_timeout: http.header_read_timeout,
             rpc_frame_timeout: rpc.frame_timeout,
             rpc_idle_timeout: rpc.idle_timeout,
         }

@@ -8,9 +8,8 @@
 //! Connections are served by hyper's HTTP/1 connection with upgrades (the exec websocket);
 //! on shutdown each finishes the request it is serving, for at most [`DRAIN`].
 
-use std::collections::HashMap;
-use std::net::{IpAddr, SocketAddr};
-use std::sync::{Arc, Mutex};
+use std::net::SocketAddr;
+use std::sync::Arc;
 use std::time::Duration;
 
 use axum::serve::Listener;
@@ -20,6 +19,8 @@ use hyper_util::service::TowerToHyperService;
 use tokio::io::AsyncWriteExt;
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
+
+use crate::util::conn_limit::PerClient;
 
 /// How long connections may take to finish their requests once the agent stops.
 pub const DRAIN: Duration = Duration::from_secs(5);
@@ -48,37 +49,6 @@ impl Default for HttpLimits {
 /// What Nomad sends a connection over `http_max_conns_per_client`.
 const TOO_MANY: &[u8] =
     b"HTTP/1.1 429 Too Many Requests\r\nContent-Length: 0\r\nConnection: close\r\n\r\n";
-
-/// Open connections per client address.
-#[derive(Debug, Default)]
-struct PerClient(Mutex<HashMap<IpAddr, usize>>);
-
-/// A connection counted against its address until dropped.
-struct Slot(Arc<PerClient>, IpAddr);
-
-impl PerClient {
-    fn take(self: &Arc<Self>, ip: IpAddr, limit: usize) -> Option<Slot> {
-        let mut open = self.0.lock().unwrap_or_else(|p| p.into_inner());
-        let n = open.entry(ip).or_default();
-        if limit != 0 && *n >= limit {
-            return None;
-        }
-        *n += 1;
-        Some(Slot(self.clone(), ip))
-    }
-}
-
-impl Drop for Slot {
-    fn drop(&mut self) {
-        let mut open = self.0 .0.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some(n) = open.get_mut(&self.1) {
-            *n -= 1;
-            if *n == 0 {
-                open.remove(&self.1);
-            }
-        }
-    }
-}
 
 /// Serves `router` on `listener` until `shutdown`, within `limits`.
 pub async fn serve<L>(

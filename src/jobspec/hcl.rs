@@ -151,11 +151,7 @@ pub fn parse_job(file: &str, text: &str, inputs: &VarInputs) -> Result<Value, Jo
             .map_err(JobspecError::without_internal_names)
     }))
     .unwrap_or_else(|payload| {
-        let raw = payload
-            .downcast_ref::<&str>()
-            .map(|s| s.to_string())
-            .or_else(|| payload.downcast_ref::<String>().cloned())
-            .unwrap_or_default();
+        let raw = crate::util::panic_message(payload.as_ref()).unwrap_or_default();
         let reason = if raw.contains("is_finite") || raw.contains("divisor of zero") {
             "an arithmetic result is not a finite number (a division or modulo by zero?)".into()
         } else if raw.contains("overflow") {

@@ -60,13 +60,14 @@ pub(crate) fn count_received(side: &'static str, body_len: usize) {
     metrics::counter!(metric::BYTES_RECEIVED, "side" => side).increment(frame as u64);
 }
 
-/// The handshake of an accepted connection on a TLS port, within
-/// [`HANDSHAKE_TIMEOUT`](crate::util::tls::HANDSHAKE_TIMEOUT): the stream and the role the
+/// The handshake of an accepted connection on a TLS port, within `timeout` (the agent's
+/// `limits.rpc_handshake_timeout`): the stream and the role the
 /// peer's certificate names. Plain TCP, garbage, an oversized or a foreign-CA handshake all
 /// fail here with the reason, for the log.
 pub(crate) async fn accept_tls(
     tls: &crate::util::tls::AgentTls,
     stream: tokio::net::TcpStream,
+    timeout: std::time::Duration,
 ) -> Result<
     (
         tokio_rustls::server::TlsStream<tokio::net::TcpStream>,
@@ -75,14 +76,11 @@ pub(crate) async fn accept_tls(
     String,
 > {
     let acceptor = tokio_rustls::TlsAcceptor::from(tls.configs().rpc_server.clone());
-    let stream =
-        match tokio::time::timeout(crate::util::tls::HANDSHAKE_TIMEOUT, acceptor.accept(stream))
-            .await
-        {
-            Ok(Ok(s)) => s,
-            Ok(Err(e)) => return Err(format!("tls handshake failed: {e}")),
-            Err(_) => return Err("tls handshake timed out".into()),
-        };
+    let stream = match tokio::time::timeout(timeout, acceptor.accept(stream)).await {
+        Ok(Ok(s)) => s,
+        Ok(Err(e)) => return Err(format!("tls handshake failed: {e}")),
+        Err(_) => return Err("tls handshake timed out".into()),
+    };
     let role = stream
         .get_ref()
         .1

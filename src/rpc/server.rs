@@ -2,9 +2,13 @@
 //!
 //! [`RpcServer::bind`] starts an accept loop that serves at most
 //! [`RpcConfig::max_connections`] connections at once (further ones wait in the kernel's
-//! backlog until a slot frees). Per connection, one task reads frames and one loop writes
-//! them:
+//! backlog until a slot frees), at most [`RpcLimits::max_conns_per_client`] of them from one
+//! client address (more are closed at once). Per connection, one task reads frames and one
+//! loop writes them:
 //!
+//! - the reader closes the connection when a deadline of [`RpcLimits`] passes: no complete
+//!   first frame within the handshake timeout, a frame begun and not finished within the
+//!   frame timeout, nothing received and no request running for the idle timeout.
 //! - the reader checks each frame — length, version and kind (in the codec), then the target
 //!   id against this server's, then the body — and refuses anything wrong by closing **that**
 //!   connection with a `warn!` naming the peer and the reason. Nothing else is affected.
@@ -19,14 +23,13 @@
 //! connection.
 //!
 //! With TLS ([`RpcConfig::tls`]) each connection first completes a handshake in its own task
-//! (bounded by [`HANDSHAKE_TIMEOUT`](crate::util::tls::HANDSHAKE_TIMEOUT)); a plain-TCP
+//! (bounded by [`RpcLimits::handshake_timeout`]); a plain-TCP
 //! peer, garbage, an oversized handshake or a certificate from another CA closes that
 //! connection with a `warn!`. The role the peer's certificate names rides in every
 //! [`RequestContext`]; with `verify_server_hostname` a request the role may not send is
 //! answered [`RpcError::PermissionDenied`] without reaching the handler.
 
-use std::collections::HashMap;
-use std::net::{IpAddr, SocketAddr};
+use std::net::SocketAddr;
 use std::panic::AssertUnwindSafe;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -192,49 +195,9 @@ impl Drop for RpcServer {
     }
 }
 
-/// Open connections per client IP address, for [`RpcLimits::max_conns_per_client`].
-#[derive(Debug, Default)]
-struct PerClient {
-    open: std::sync::Mutex<HashMap<IpAddr, usize>>,
-}
-
-/// One connection counted against its client address; uncounted when dropped.
-struct ClientSlot {
-    table: Arc<PerClient>,
-    ip: IpAddr,
-}
-
-impl PerClient {
-    /// A slot for a connection from `ip`, unless it already holds `limit` (0: no limit).
-    fn take(self: &Arc<Self>, ip: IpAddr, limit: usize) -> Option<ClientSlot> {
-        let mut open = self.open.lock().unwrap_or_else(|p| p.into_inner());
-        let n = open.entry(ip).or_default();
-        if limit != 0 && *n >= limit {
-            return None;
-        }
-        *n += 1;
-        Some(ClientSlot {
-            table: self.clone(),
-            ip,
-        })
-    }
-}
-
-impl Drop for ClientSlot {
-    fn drop(&mut self) {
-        let mut open = self.table.open.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some(n) = open.get_mut(&self.ip) {
-            *n -= 1;
-            if *n == 0 {
-                open.remove(&self.ip);
-            }
-        }
-    }
-}
-
 async fn accept_loop(listener: TcpListener, shared: Arc<Shared>, token: CancellationToken) {
     let slots = Arc::new(Semaphore::new(shared.config.max_connections));
-    let per_client = Arc::new(PerClient::default());
+    let per_client = Arc::new(crate::util::conn_limit::PerClient::default());
     let mut connections = JoinSet::new();
     let next_conn = AtomicU64::new(1);
     let mut accept_errors: u32 = 0;
@@ -353,9 +316,7 @@ async fn serve_connection(
     let handshake = shared.config.limits.handshake_timeout;
     let accepted = tokio::select! {
         _ = token.cancelled() => return,
-        accepted = tokio::time::timeout(handshake, accept_tls(&tls, stream)) => {
-            accepted.unwrap_or_else(|_| Err("tls handshake timed out".into()))
-        }
+        accepted = accept_tls(&tls, stream, handshake) => accepted,
     };
     let (stream, role) = match accepted {
         Ok(ok) => ok,

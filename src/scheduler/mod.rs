@@ -108,14 +108,10 @@ pub enum SchedulerError {
 pub fn catch_panic<T>(f: impl FnOnce() -> Result<T, SchedulerError>) -> Result<T, SchedulerError> {
     match std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)) {
         Ok(r) => r,
-        Err(payload) => {
-            let reason = payload
-                .downcast_ref::<&str>()
-                .map(|s| s.to_string())
-                .or_else(|| payload.downcast_ref::<String>().cloned())
-                .unwrap_or_else(|| "a non-text panic payload".to_owned());
-            Err(SchedulerError::Panicked(reason))
-        }
+        Err(payload) => Err(SchedulerError::Panicked(
+            crate::util::panic_message(payload.as_ref())
+                .unwrap_or_else(|| "a non-text panic payload".to_owned()),
+        )),
     }
 }
 

@@ -2,7 +2,8 @@
 //! injectable wall clock ([`clock`]), the seedable randomness seam ([`rng`]), UUIDs
 //! ([`ids`]), human durations in configuration files ([`duration_str`]), Go's booleans and
 //! durations ([`go`]), peer addresses
-//! ([`net`]), files opened confined beneath a directory ([`beneath`]), the crash points of crash tests ([`crash`]), the HCL nesting guard of every HCL parser ([`hcl_nesting`]), the rustls
+//! ([`net`]), connections counted per client address ([`conn_limit`]), files opened
+//! confined beneath a directory ([`beneath`]), the crash points of crash tests ([`crash`]), the HCL nesting guard of every HCL parser ([`hcl_nesting`]), the rustls
 //! configurations and certificate roles of both ports ([`tls`]) and the error a configuration
 //! section's `validate()` returns
 //! ([`InvalidSetting`]).
@@ -16,6 +17,7 @@
 
 pub mod beneath;
 pub mod clock;
+pub mod conn_limit;
 pub mod crash;
 pub mod duration_str;
 pub mod go;
@@ -28,6 +30,14 @@ pub mod tls;
 pub use clock::{system_clock, Clock, SharedClock, SystemClock};
 pub use ids::new_uuid;
 pub use rng::RngSource;
+
+/// The message a panic carried (`panic!("…")` or a formatted one), if it is text.
+pub fn panic_message(payload: &(dyn std::any::Any + Send)) -> Option<String> {
+    payload
+        .downcast_ref::<&str>()
+        .map(|s| s.to_string())
+        .or_else(|| payload.downcast_ref::<String>().cloned())
+}
 
 /// A configuration value a section's `validate()` refused: the dotted key as written in the
 /// agent's TOML file (`server.raft.election_timeout`) and what is wrong with it. The agent
