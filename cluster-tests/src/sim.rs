@@ -29,10 +29,10 @@ use std::time::{Duration, Instant};
 
 use anyhow::bail;
 use serde::Serialize;
-use teamster::client::alloc_runner::{client_status, event};
 use teamster::client::config::ClientConfig;
 use teamster::client::driver::mock_config;
 use teamster::client::fingerprint::{self, Machine};
+use teamster::client::types::{client_status, event};
 use teamster::rpc::service::node::{
     NodeClientAllocsResponse, NodeGetClientAllocsRequest, NodeRegisterRequest,
     NodeUpdateAllocRequest, NodeUpdateStatusRequest,

@@ -242,7 +242,7 @@ async fn a_client_runs_an_allocation_goes_down_when_killed_and_comes_back_withou
     let log = server
         .request_text::<()>(
             reqwest::Method::GET,
-            &format!("/v1/client/fs/cat/{a1}?path=t/stdout.log"),
+            &format!("/v1/client/fs/cat/{a1}?path=alloc/logs/t.stdout.0"),
             None,
         )
         .await?;
@@ -268,7 +268,9 @@ async fn a_client_runs_an_allocation_goes_down_when_killed_and_comes_back_withou
     client.restart()?;
     wait_node_status(&server, &node_id, "ready", Duration::from_secs(15)).await?;
     assert_eq!(client.node_id().await.as_deref(), Some(node_id.as_str()));
-    let stdout = client.data_dir.join(format!("alloc/{a2}/t/stdout.log"));
+    let stdout = client
+        .data_dir
+        .join(format!("alloc/{a2}/alloc/logs/t.stdout.0"));
     // Whatever the servers decided meanwhile (running on, or lost and stopped), the client
     // reports the allocation again and never starts a second copy.
     wait_for(

@@ -188,10 +188,10 @@ async fn dev_agent_runs_a_raw_exec_batch_job_and_alloc_logs_shows_its_output() -
     let frame: Value = serde_json::from_str(framed.trim())?;
     assert_eq!(
         frame,
-        json!({"Offset": 6, "Data": "aGVsbG8K", "File": "t/stdout.log"})
+        json!({"Offset": 6, "Data": "aGVsbG8K", "File": "alloc/logs/t.stdout.0"})
     );
     let part = reqwest::get(format!(
-        "{addr}/v1/client/fs/readat/{id}?path=t/stdout.log&offset=1&limit=3"
+        "{addr}/v1/client/fs/readat/{id}?path=alloc/logs/t.stdout.0&offset=1&limit=3"
     ))
     .await?
     .text()
@@ -313,7 +313,7 @@ async fn a_disconnected_client_s_allocation_is_unknown_replaced_and_kept_when_it
     let first_id = first["ID"].as_str().unwrap_or_default().to_string();
     let stdout = clients[victim]
         .data_dir
-        .join(format!("alloc/{first_id}/t/stdout.log"));
+        .join(format!("alloc/{first_id}/alloc/logs/t.stdout.0"));
 
     clients[victim].signal(libc::SIGSTOP);
     wait_node_status(&api, &ids[victim], "disconnected", Duration::from_secs(15)).await?;
@@ -411,7 +411,7 @@ async fn a_killed_client_s_allocation_is_replaced_and_not_duplicated_when_it_ret
     assert_ne!(old["DesiredStatus"], "run", "{old}");
     let stdout = clients[victim]
         .data_dir
-        .join(format!("alloc/{first_id}/t/stdout.log"));
+        .join(format!("alloc/{first_id}/alloc/logs/t.stdout.0"));
     // The process its launch recorded (`<launch id> <pid>`) is gone.
     let marker = clients[victim]
         .data_dir

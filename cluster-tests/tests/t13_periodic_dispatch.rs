@@ -135,7 +135,7 @@ async fn force_dispatch_payload_meta_idempotency_and_refusals() -> anyhow::Resul
     assert_eq!(jobs[0]["ParentID"], "cron");
     let alloc = completed_alloc(&api, &child_id).await?;
     let out = client.data_dir.join(format!(
-        "alloc/{}/t/stdout.log",
+        "alloc/{}/alloc/logs/t.stdout.0",
         alloc["ID"].as_str().unwrap()
     ));
     assert_eq!(std::fs::read_to_string(out)?, "ran\n");
@@ -183,7 +183,7 @@ async fn force_dispatch_payload_meta_idempotency_and_refusals() -> anyhow::Resul
         r#"{"x":1}"#
     );
     assert_eq!(
-        std::fs::read_to_string(dir.join("stdout.log"))?,
+        std::fs::read_to_string(dir.join("../alloc/logs/resize.stdout.0"))?,
         "{\"x\":1} cat.png 320\n"
     );
     // The same token again: the same child, no new evaluation.
@@ -266,7 +266,7 @@ async fn force_dispatch_payload_meta_idempotency_and_refusals() -> anyhow::Resul
         .to_string();
     let alloc = completed_alloc(&api, &cli_child).await?;
     let log = client.data_dir.join(format!(
-        "alloc/{}/resize/stdout.log",
+        "alloc/{}/alloc/logs/resize.stdout.0",
         alloc["ID"].as_str().unwrap()
     ));
     assert_eq!(std::fs::read_to_string(log)?, "{\"y\":2} dog.png 64\n");

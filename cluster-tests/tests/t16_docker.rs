@@ -542,6 +542,10 @@ async fn an_image_archive_in_the_task_dir_is_loaded_then_run() -> anyhow::Result
         job_name: "load",
         node_id: &node_id,
         ports: &[],
+        logs: &teamster::client::logmon::LogSinks::Files {
+            stdout: task_dir.join("stdout.log"),
+            stderr: task_dir.join("stderr.log"),
+        },
     };
     let started = start(&Connector::default(), &task, place).await;
     let loaded = docker(&["image", "inspect", &tag]).is_ok();

@@ -1,8 +1,9 @@
-//! `teamster alloc logs [-f] [-tail] [-n N] [-stderr] ALLOC [TASK]`: a task's stdout (or
-//! stderr), read through any agent's `/v1/client/fs/logs` (a server forwards to the client
-//! that runs the allocation). The task may be left out when the allocation's group has one.
-//! `-tail` prints the last `-n` lines (10); `-f` then keeps printing what the task writes
-//! until interrupted.
+//! `teamster alloc logs [-f] [-tail] [-n N | -c BYTES] [-stderr] ALLOC [TASK]`: a task's
+//! stdout (or stderr), read through any agent's `/v1/client/fs/logs` (a server forwards to
+//! the client that runs the allocation) across its rotated files in `alloc/logs`. The task
+//! may be left out when the allocation's group has one. `-tail` prints the last `-n` lines
+//! (10), or the last `-c` bytes; `-f` then keeps printing what the task writes until
+//! interrupted.
 
 use std::io::Write;
 
@@ -29,6 +30,9 @@ pub struct LogsArgs {
     /// Lines printed by `-tail` (refused without it: it would change nothing).
     #[arg(short = 'n', default_value_t = 10, requires = "tail")]
     lines: usize,
+    /// Bytes printed by `-tail`, counted back from the end (instead of `-n` lines).
+    #[arg(short = 'c', requires = "tail", conflicts_with = "lines")]
+    bytes: Option<u64>,
     /// The allocation ID (or a unique prefix).
     id: String,
     /// The task (optional when the allocation's group has one).
@@ -80,11 +84,15 @@ pub async fn logs(a: LogsArgs) -> anyhow::Result<()> {
     let task = task_of(&api, &alloc_id, a.task).await?;
     let kind = if a.stderr { "stderr" } else { "stdout" };
     let base = format!("/v1/client/fs/logs/{alloc_id}?task={task}&type={kind}&plain=true");
+    let first = match (a.tail, a.bytes) {
+        (true, Some(c)) => format!("{base}&origin=end&offset={c}"),
+        _ => base.clone(),
+    };
     let text = api
-        .request_text::<()>(reqwest::Method::GET, &base, None)
+        .request_text::<()>(reqwest::Method::GET, &first, None)
         .await
         .with_context(|| format!("reading the {kind} of task {task} of allocation {alloc_id}"))?;
-    let shown = if a.tail {
+    let shown = if a.tail && a.bytes.is_none() {
         last_lines(&text, a.lines)
     } else {
         &text
@@ -96,8 +104,12 @@ pub async fn logs(a: LogsArgs) -> anyhow::Result<()> {
         return Ok(());
     }
     // Everything after what was printed, as it is written.
+    let follow = match (a.tail, a.bytes) {
+        (true, Some(_)) => format!("{base}&follow=true&origin=end&offset=0"),
+        _ => format!("{base}&follow=true&offset={}", text.len()),
+    };
     let mut resp = api
-        .get_stream(&format!("{base}&follow=true&offset={}", text.len()))
+        .get_stream(&follow)
         .await
         .with_context(|| format!("following the {kind} of task {task}"))?;
     while let Some(chunk) = resp
@@ -124,6 +136,8 @@ mod tests {
         assert!(parse(&["teamster", "alloc", "logs", "-n", "5", "abc"]).is_err());
         assert!(parse(&["teamster", "alloc", "logs", "--tail", "-n", "5", "abc"]).is_ok());
         assert!(parse(&["teamster", "alloc", "logs", "--tail", "abc"]).is_ok());
+        assert!(parse(&["teamster", "alloc", "logs", "--tail", "-c", "64", "abc"]).is_ok());
+        assert!(parse(&["teamster", "alloc", "logs", "-c", "64", "abc"]).is_err());
     }
 
     #[test]

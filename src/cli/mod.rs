@@ -95,6 +95,26 @@ enum Command {
     /// ACLs: bootstrap, policies and tokens.
     #[command(subcommand)]
     Acl(acl::AclCommand),
+    /// A task's log collector, started by the client (not for people).
+    #[command(hide = true)]
+    Logmon(LogmonArgs),
+}
+
+/// `teamster logmon`: copy a task's output FIFOs into its rotated log files.
+#[derive(Debug, Args)]
+pub struct LogmonArgs {
+    /// The allocation's `alloc/logs` directory.
+    #[arg(long)]
+    logs_dir: std::path::PathBuf,
+    /// The task.
+    #[arg(long)]
+    task: String,
+    /// Files kept per stream.
+    #[arg(long)]
+    max_files: u64,
+    /// Bytes per file.
+    #[arg(long)]
+    max_file_bytes: u64,
 }
 
 /// Where and as whom a command reaches the HTTP API: the address, the request's namespace,
@@ -405,6 +425,21 @@ pub fn main() -> ExitCode {
             }
         },
         Command::Acl(cmd) => run_api(|| acl::run(cmd)),
+        Command::Logmon(args) => {
+            let spec = crate::client::logmon::CollectorSpec {
+                logs_dir: args.logs_dir,
+                task: args.task,
+                max_files: args.max_files,
+                max_file_bytes: args.max_file_bytes,
+            };
+            match crate::client::logmon::run_collector(&spec) {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(e) => {
+                    eprintln!("Error: {e}");
+                    ExitCode::FAILURE
+                }
+            }
+        }
     }
 }
 

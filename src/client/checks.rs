@@ -22,8 +22,8 @@ use tokio::io::AsyncWriteExt;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn, Instrument};
 
-use crate::client::alloc_runner::{LocalAlloc, TaskControl};
 use crate::client::services::{check_id, live_services, port_address, NodeFacts};
+use crate::client::types::{LocalAlloc, TaskControl};
 use crate::client::{lock, Shared};
 
 /// The most of a failing HTTP answer's body kept as the check's output (Nomad's 3 KiB).

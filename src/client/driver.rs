@@ -25,10 +25,11 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use serde::{Deserialize, Serialize};
 use teamster_storage::model::{ConfigValue, Task};
 
 use crate::client::docker::LaunchLookup;
+use crate::client::logmon::LogSinks;
+use crate::client::types::{ExitResult, TaskHandle};
 
 /// Why a driver could not start a task.
 #[derive(Debug, thiserror::Error)]
@@ -55,6 +56,9 @@ pub enum DriverError {
         /// Why.
         source: std::io::Error,
     },
+    /// The task's output could not be connected to its log collector.
+    #[error("task logs: {0}")]
+    Logs(#[from] crate::client::logmon::LogmonError),
     /// The docker driver could not start the container.
     #[error(transparent)]
     Docker(#[from] crate::client::docker::DockerError),
@@ -71,63 +75,10 @@ impl DriverError {
             DriverError::Unknown(_) | DriverError::BadConfig(_) | DriverError::Spawn { .. } => {
                 false
             }
-            DriverError::Dir { .. } => true,
+            DriverError::Dir { .. } | DriverError::Logs(_) => true,
             DriverError::Docker(e) => e.recoverable(),
         }
     }
-}
-
-/// How a task ended.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct ExitResult {
-    /// The exit code (0 when killed by a signal).
-    pub exit_code: i64,
-    /// The signal that killed it (0: none).
-    pub signal: i64,
-    /// Set when the exit status could not be observed (re-attached task).
-    pub unknown: bool,
-}
-
-impl ExitResult {
-    /// Exit code 0 and no signal.
-    pub fn successful(&self) -> bool {
-        self.exit_code == 0 && self.signal == 0
-    }
-}
-
-/// What a restarted client needs to find a running task again.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub enum TaskHandle {
-    /// A `raw_exec` process.
-    Process {
-        /// Its pid (and process group id).
-        pid: i32,
-        /// Its start time in clock ticks since boot (`/proc/<pid>/stat` field 22), so a reused
-        /// pid is not mistaken for it.
-        start_ticks: u64,
-    },
-    /// A `mock` task.
-    Mock {
-        /// When it started, Unix nanoseconds.
-        started_at: i64,
-        /// How long it runs, nanoseconds.
-        run_for: u64,
-        /// Its exit code.
-        exit_code: i64,
-    },
-    /// A `docker` container (added last: handles are persisted).
-    Docker {
-        /// The container's id.
-        container_id: String,
-    },
-    /// A launch begun and not yet known to have happened: recorded before the driver is
-    /// called, replaced by the task's own handle once it has started.
-    Launching {
-        /// This launch's id (unique per task and attempt).
-        launch_id: String,
-        /// When the launch began, Unix nanoseconds.
-        at: i64,
-    },
 }
 
 /// The file in a task directory where a `raw_exec` process records its launch id and pid
@@ -185,17 +136,13 @@ pub enum RunningTask {
 /// The drivers a client knows.
 pub const DRIVERS: &[&str] = &["raw_exec", "mock", "docker"];
 
-/// Where a task's stdout goes, relative to its task directory.
-pub const STDOUT_FILE: &str = "stdout.log";
-/// Where a task's stderr goes, relative to its task directory.
-pub const STDERR_FILE: &str = "stderr.log";
-
 /// Start `task` in `dir` (created if missing). `now_unix_nanos` stamps mock handles;
 /// `launch_id`, when given, is recorded by the process for [`find_launch`].
 pub fn start(
     task: &Task,
     dir: &Path,
     enabled: &[String],
+    logs: &LogSinks,
     now_unix_nanos: i64,
     launch_id: Option<&str>,
 ) -> Result<RunningTask, DriverError> {
@@ -207,7 +154,7 @@ pub fn start(
         source,
     })?;
     match task.driver.as_str() {
-        "raw_exec" => start_process(task, dir, launch_id),
+        "raw_exec" => start_process(task, dir, logs, launch_id),
         "docker" => Err(DriverError::BadConfig(
             "docker tasks are started with driver::launch".into(),
         )),
@@ -248,6 +195,8 @@ pub struct LaunchContext<'a> {
     pub ports: &'a [teamster_storage::model::AllocatedPortMapping],
     /// The id of this launch, as recorded before it ([`TaskHandle::Launching`]).
     pub launch_id: &'a str,
+    /// Where the task's output goes.
+    pub logs: &'a LogSinks,
 }
 
 /// Start `task` in `dir` with whichever driver it names.
@@ -258,7 +207,14 @@ pub async fn launch(
     now_unix_nanos: i64,
 ) -> Result<RunningTask, DriverError> {
     if task.driver != "docker" {
-        return start(task, dir, ctx.enabled, now_unix_nanos, Some(ctx.launch_id));
+        return start(
+            task,
+            dir,
+            ctx.enabled,
+            ctx.logs,
+            now_unix_nanos,
+            Some(ctx.launch_id),
+        );
     }
     if !ctx.enabled.contains(&task.driver) {
         return Err(DriverError::Unknown(task.driver.clone()));
@@ -270,6 +226,7 @@ pub async fn launch(
         job_name: ctx.job_name,
         node_id: ctx.node_id,
         ports: ctx.ports,
+        logs: ctx.logs,
     };
     let started = crate::client::docker::start(ctx.docker, task, place).await?;
     Ok(RunningTask::Docker(started))
@@ -280,7 +237,7 @@ pub async fn launch(
 pub async fn find_again(
     handle: &TaskHandle,
     task: &Task,
-    dir: &Path,
+    logs: &LogSinks,
     docker: &crate::client::docker::Connector,
     now_unix_nanos: i64,
 ) -> Option<RunningTask> {
@@ -290,7 +247,7 @@ pub async fn find_again(
             crate::client::docker::reattach(
                 docker,
                 container_id,
-                dir,
+                logs,
                 kill_signal,
                 now_unix_nanos / 1_000_000_000,
             )
@@ -301,13 +258,14 @@ pub async fn find_again(
     }
 }
 
-/// Whether the launch `launch_id`, begun at `at` by an earlier run of this client, started
-/// `task` (in `dir`, of allocation `alloc_id`), and if so where it is now.
+/// Whether the launch `(launch_id, at)` (its id, and when it began) of an earlier run of
+/// this client started `task` (in `dir`, of allocation `alloc_id`), and if so where it is
+/// now.
 pub async fn find_launch(
-    launch_id: &str,
-    at: i64,
+    (launch_id, at): (&str, i64),
     task: &Task,
     dir: &Path,
+    logs: &LogSinks,
     alloc_id: &str,
     docker: &crate::client::docker::Connector,
     now_unix_nanos: i64,
@@ -320,7 +278,7 @@ pub async fn find_launch(
             let lookup = crate::client::docker::find_launched(
                 docker,
                 &name,
-                dir,
+                logs,
                 kill_signal,
                 now_unix_nanos / 1_000_000_000,
             )
@@ -374,7 +332,7 @@ fn find_process_launch(launch_id: &str, dir: &Path) -> Launched {
         // The marker of an earlier launch: this one never reached its process.
         return Launched::NotStarted;
     }
-    let Some(start_ticks) = proc_start_ticks(pid) else {
+    let Some(start_ticks) = crate::util::procfs::start_ticks(pid) else {
         return Launched::Ended;
     };
     // The process at that pid is the task if it carries the launch id (a task that rewrites
@@ -511,6 +469,7 @@ pub fn mock_config(config: &BTreeMap<String, ConfigValue>) -> Result<(Duration, 
 fn start_process(
     task: &Task,
     dir: &Path,
+    logs: &LogSinks,
     launch_id: Option<&str>,
 ) -> Result<RunningTask, DriverError> {
     let command = config_str(&task.config, "command")
@@ -534,16 +493,8 @@ fn start_process(
             )))
         }
     };
-    let open = |name: &str| {
-        let path = dir.join(name);
-        std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(&path)
-            .map_err(|source| DriverError::Dir { path, source })
-    };
-    let stdout = open(STDOUT_FILE)?;
-    let stderr = open(STDERR_FILE)?;
+    let stdout = logs.open("stdout")?;
+    let stderr = logs.open("stderr")?;
     let mut cmd = task_command(task, dir, &command, &args);
     cmd.stdin(std::process::Stdio::null())
         .stdout(stdout)
@@ -571,7 +522,7 @@ fn start_process(
         source,
     })?;
     let pid = child.id().map(|p| p as i32).unwrap_or(0);
-    let start_ticks = proc_start_ticks(pid).unwrap_or(0);
+    let start_ticks = crate::util::procfs::start_ticks(pid).unwrap_or(0);
     Ok(RunningTask::Child {
         child,
         pid,
@@ -590,30 +541,20 @@ pub fn task_command(
     let mut cmd = tokio::process::Command::new(program);
     cmd.args(args)
         .envs(&task.env)
-        .env("NOMAD_TASK_DIR", dir)
+        .env(
+            "NOMAD_TASK_DIR",
+            dir.join(crate::client::allocdir::LOCAL_DIR),
+        )
         .env("NOMAD_TASK_NAME", &task.name)
         .current_dir(dir);
     cmd
-}
-
-/// The kernel start time of `pid`, if it is alive and not a zombie.
-fn proc_start_ticks(pid: i32) -> Option<u64> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    // The command name (field 2) may hold spaces; fields after it follow the last ')'.
-    let rest = &stat[stat.rfind(')')? + 2..];
-    let fields: Vec<&str> = rest.split_whitespace().collect();
-    // rest[0] is field 3 (state); field 22 is rest[19].
-    if fields.first() == Some(&"Z") || fields.first() == Some(&"X") {
-        return None;
-    }
-    fields.get(19)?.parse().ok()
 }
 
 /// Find a task again after a client restart: `None` when it is no longer running.
 pub fn reattach(handle: &TaskHandle, now_unix_nanos: i64) -> Option<RunningTask> {
     match handle {
         TaskHandle::Process { pid, start_ticks } => {
-            let alive = *pid > 0 && proc_start_ticks(*pid) == Some(*start_ticks);
+            let alive = *pid > 0 && crate::util::procfs::start_ticks(*pid) == Some(*start_ticks);
             alive.then_some(RunningTask::Reattached {
                 pid: *pid,
                 start_ticks: *start_ticks,
@@ -689,7 +630,7 @@ impl RunningTask {
                 },
             },
             RunningTask::Reattached { pid, start_ticks } => {
-                while proc_start_ticks(*pid) == Some(*start_ticks) {
+                while crate::util::procfs::start_ticks(*pid) == Some(*start_ticks) {
                     tokio::time::sleep(REATTACHED_POLL).await;
                 }
                 ExitResult {
@@ -735,21 +676,21 @@ impl RunningTask {
         }
     }
 
-    /// Stop the task: SIGTERM to its process group (a container: its kill signal), SIGKILL
-    /// after `kill_timeout` if it has not exited. Returns how it ended.
-    pub async fn kill(&mut self, kill_timeout: Duration) -> ExitResult {
+    /// Stop the task: `kill_signal` to its process group (a container: its own kill
+    /// signal), SIGKILL after `kill_timeout` if it has not exited. Returns how it ended.
+    pub async fn kill(&mut self, kill_signal: i32, kill_timeout: Duration) -> ExitResult {
         let pid = match self {
             RunningTask::Docker(d) => return d.kill(kill_timeout).await,
             RunningTask::Child { pid, .. } | RunningTask::Reattached { pid, .. } => *pid,
             RunningTask::Mock { .. } => {
                 return ExitResult {
                     exit_code: 0,
-                    signal: libc::SIGTERM as i64,
+                    signal: i64::from(kill_signal),
                     unknown: false,
                 }
             }
         };
-        signal_group(pid, libc::SIGTERM);
+        signal_group(pid, kill_signal);
         match tokio::time::timeout(kill_timeout, self.wait()).await {
             Ok(exit) => exit,
             Err(_) => {
@@ -763,6 +704,16 @@ impl RunningTask {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    const STDOUT_FILE: &str = "stdout.log";
+    const STDERR_FILE: &str = "stderr.log";
+
+    fn sinks(dir: &Path) -> LogSinks {
+        LogSinks::Files {
+            stdout: dir.join(STDOUT_FILE),
+            stderr: dir.join(STDERR_FILE),
+        }
+    }
 
     fn raw(cmd: &str, args: &[&str]) -> Task {
         let mut t = Task {
@@ -787,7 +738,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let mut t = raw("/bin/sh", &["-c", "echo hello; echo oops >&2; exit 3"]);
         t.env.insert("GREETING".into(), "hi".into());
-        let mut task = start(&t, dir.path(), &drivers(), 0, None).unwrap();
+        let mut task = start(&t, dir.path(), &drivers(), &sinks(dir.path()), 0, None).unwrap();
         let exit = task.wait().await;
         assert_eq!(exit.exit_code, 3);
         assert!(!exit.successful());
@@ -802,7 +753,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let mut t = raw("/bin/sh", &["-c", "echo $GREETING; pwd"]);
         t.env.insert("GREETING".into(), "hi".into());
-        let mut task = start(&t, dir.path(), &drivers(), 0, None).unwrap();
+        let mut task = start(&t, dir.path(), &drivers(), &sinks(dir.path()), 0, None).unwrap();
         assert!(task.wait().await.successful());
         let out = std::fs::read_to_string(dir.path().join(STDOUT_FILE)).unwrap();
         let canon = dir.path().canonicalize().unwrap();
@@ -819,7 +770,7 @@ mod tests {
                 "trap 'echo got usr1; exit 0' USR1; echo ready; while :; do sleep 0.1; done",
             ],
         );
-        let mut task = start(&t, dir.path(), &drivers(), 0, None).unwrap();
+        let mut task = start(&t, dir.path(), &drivers(), &sinks(dir.path()), 0, None).unwrap();
         let deadline = std::time::Instant::now() + Duration::from_secs(5);
         while std::fs::read_to_string(dir.path().join(STDOUT_FILE)).unwrap_or_default() != "ready\n"
         {
@@ -843,9 +794,9 @@ mod tests {
     async fn stop_sends_sigterm_first() {
         let dir = tempfile::tempdir().unwrap();
         let t = raw("/bin/sleep", &["30"]);
-        let mut task = start(&t, dir.path(), &drivers(), 0, None).unwrap();
+        let mut task = start(&t, dir.path(), &drivers(), &sinks(dir.path()), 0, None).unwrap();
         let started = std::time::Instant::now();
-        let exit = task.kill(Duration::from_secs(5)).await;
+        let exit = task.kill(libc::SIGTERM, Duration::from_secs(5)).await;
         assert_eq!(exit.signal, libc::SIGTERM as i64);
         assert!(started.elapsed() < Duration::from_secs(3));
     }
@@ -857,7 +808,7 @@ mod tests {
             "/bin/sh",
             &["-c", "trap '' TERM; echo ready; sleep 30 & wait"],
         );
-        let mut task = start(&t, dir.path(), &drivers(), 0, None).unwrap();
+        let mut task = start(&t, dir.path(), &drivers(), &sinks(dir.path()), 0, None).unwrap();
         // Wait until the trap is installed.
         let deadline = std::time::Instant::now() + Duration::from_secs(5);
         while std::fs::read_to_string(dir.path().join(STDOUT_FILE)).unwrap_or_default() != "ready\n"
@@ -866,7 +817,7 @@ mod tests {
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
         let started = std::time::Instant::now();
-        let exit = task.kill(Duration::from_millis(300)).await;
+        let exit = task.kill(libc::SIGTERM, Duration::from_millis(300)).await;
         assert_eq!(exit.signal, libc::SIGKILL as i64);
         assert!(started.elapsed() >= Duration::from_millis(300));
     }
@@ -875,11 +826,11 @@ mod tests {
     async fn a_running_process_is_found_again_and_a_dead_one_is_not() {
         let dir = tempfile::tempdir().unwrap();
         let t = raw("/bin/sleep", &["30"]);
-        let mut task = start(&t, dir.path(), &drivers(), 0, None).unwrap();
+        let mut task = start(&t, dir.path(), &drivers(), &sinks(dir.path()), 0, None).unwrap();
         let handle = task.handle();
         let mut again = reattach(&handle, 0).expect("still running");
         assert!(matches!(again, RunningTask::Reattached { .. }));
-        let exit = again.kill(Duration::from_secs(5)).await;
+        let exit = again.kill(libc::SIGTERM, Duration::from_secs(5)).await;
         assert!(exit.unknown);
         let _ = task.wait().await;
         assert!(reattach(&handle, 0).is_none());
@@ -892,12 +843,30 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let t = raw("/bin/sleep", &["30"]);
         let connector = crate::client::docker::Connector::default();
-        let find = |id: &'static str| find_launch(id, 0, &t, dir.path(), "a1", &connector, 0);
+        let find = |id: &'static str| {
+            find_launch(
+                (id, 0),
+                &t,
+                dir.path(),
+                &LogSinks::Discard,
+                "a1",
+                &connector,
+                0,
+            )
+        };
         assert!(
             matches!(find("L1").await, Launched::NotStarted),
             "no marker yet"
         );
-        let mut task = start(&t, dir.path(), &drivers(), 0, Some("L1")).unwrap();
+        let mut task = start(
+            &t,
+            dir.path(),
+            &drivers(),
+            &sinks(dir.path()),
+            0,
+            Some("L1"),
+        )
+        .unwrap();
         let RunningTask::Child { pid, .. } = task else {
             panic!("a child")
         };
@@ -921,7 +890,7 @@ mod tests {
             matches!(find("L0").await, Launched::NotStarted),
             "the marker of another launch says nothing of this one"
         );
-        task.kill(Duration::from_secs(5)).await;
+        task.kill(libc::SIGTERM, Duration::from_secs(5)).await;
         assert!(matches!(find("L1").await, Launched::Ended));
     }
 
@@ -931,8 +900,15 @@ mod tests {
     #[tokio::test]
     async fn a_reused_pid_is_not_taken_for_the_launch() {
         let dir = tempfile::tempdir().unwrap();
-        let mut other =
-            start(&raw("/bin/sleep", &["30"]), dir.path(), &drivers(), 0, None).unwrap();
+        let mut other = start(
+            &raw("/bin/sleep", &["30"]),
+            dir.path(),
+            &drivers(),
+            &sinks(dir.path()),
+            0,
+            None,
+        )
+        .unwrap();
         let RunningTask::Child { pid, .. } = other else {
             panic!("a child")
         };
@@ -950,18 +926,36 @@ mod tests {
         let connector = crate::client::docker::Connector::default();
         let now = std::time::SystemTime::now();
         set_written(now - Duration::from_secs(30));
-        let found = find_launch("L1", 0, &t, dir.path(), "a1", &connector, 0).await;
+        let found = find_launch(
+            ("L1", 0),
+            &t,
+            dir.path(),
+            &LogSinks::Discard,
+            "a1",
+            &connector,
+            0,
+        )
+        .await;
         assert!(
             matches!(found, Launched::Ended),
             "started after the marker: {found:?}"
         );
         set_written(now + Duration::from_secs(5));
-        let found = find_launch("L1", 0, &t, dir.path(), "a1", &connector, 0).await;
+        let found = find_launch(
+            ("L1", 0),
+            &t,
+            dir.path(),
+            &LogSinks::Discard,
+            "a1",
+            &connector,
+            0,
+        )
+        .await;
         assert!(
             matches!(found, Launched::Found(_)),
             "started before the marker: {found:?}"
         );
-        other.kill(Duration::from_secs(5)).await;
+        other.kill(libc::SIGTERM, Duration::from_secs(5)).await;
     }
 
     #[tokio::test(start_paused = true)]
@@ -975,7 +969,17 @@ mod tests {
         let connector = crate::client::docker::Connector::default();
         let dir = Path::new("/nonexistent");
         let at = 1_000_000_000;
-        match find_launch("L", at, &t, dir, "a1", &connector, at + 4_000_000_000).await {
+        match find_launch(
+            ("L", at),
+            &t,
+            dir,
+            &LogSinks::Discard,
+            "a1",
+            &connector,
+            at + 4_000_000_000,
+        )
+        .await
+        {
             Launched::Found(r) => match *r {
                 RunningTask::Mock { deadline, .. } => assert_eq!(
                     deadline - tokio::time::Instant::now(),
@@ -985,7 +989,16 @@ mod tests {
             },
             other => panic!("{other:?}"),
         }
-        let late = find_launch("L", at, &t, dir, "a1", &connector, at + 11_000_000_000).await;
+        let late = find_launch(
+            ("L", at),
+            &t,
+            dir,
+            &LogSinks::Discard,
+            "a1",
+            &connector,
+            at + 11_000_000_000,
+        )
+        .await;
         assert!(matches!(late, Launched::Ended));
     }
 
@@ -995,13 +1008,13 @@ mod tests {
         let mut t = raw("/bin/true", &[]);
         t.driver = "qemu".into();
         assert!(matches!(
-            start(&t, dir.path(), &drivers(), 0, None),
+            start(&t, dir.path(), &drivers(), &sinks(dir.path()), 0, None),
             Err(DriverError::Unknown(_))
         ));
         let mut t = raw("", &[]);
         t.config.remove("command");
         assert!(matches!(
-            start(&t, dir.path(), &drivers(), 0, None),
+            start(&t, dir.path(), &drivers(), &sinks(dir.path()), 0, None),
             Err(DriverError::BadConfig(_))
         ));
     }
@@ -1017,7 +1030,7 @@ mod tests {
         t.config.insert("run_for".into(), "10s".into());
         t.config.insert("exit_code".into(), ConfigValue::Int(2));
         let start_at = tokio::time::Instant::now();
-        let mut task = start(&t, dir.path(), &drivers(), 1_000, None).unwrap();
+        let mut task = start(&t, dir.path(), &drivers(), &sinks(dir.path()), 1_000, None).unwrap();
         let exit = task.wait().await;
         assert_eq!(exit.exit_code, 2);
         assert_eq!(start_at.elapsed(), Duration::from_secs(10));

@@ -42,14 +42,12 @@
 
 use std::collections::BTreeMap;
 
-use serde::{Deserialize, Serialize};
 use teamster_storage::model::deployment::{HEALTH_CHECK_CHECKS, HEALTH_CHECK_MANUAL};
 use teamster_storage::model::{
     AllocDeploymentStatus, ClientStatus, DeploymentId, JobType, TaskState, TaskStateValue,
-    Timestamp,
 };
 
-use crate::client::alloc_runner::LocalAlloc;
+use crate::client::types::LocalAlloc;
 
 /// The task event an unhealthy verdict records (Nomad's `AllocHealthEventSource`).
 pub const ALLOC_UNHEALTHY: &str = "Alloc Unhealthy";
@@ -342,20 +340,6 @@ fn nanos(d: u64) -> i64 {
     i64::try_from(d).unwrap_or(i64::MAX)
 }
 
-/// The health this client judged, kept in [`LocalAlloc`] (and its state file) until a report
-/// carrying it is acknowledged.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct JudgedHealth {
-    /// The deployment it was judged in (empty: a migration).
-    pub deployment_id: DeploymentId,
-    /// Healthy or not.
-    pub healthy: bool,
-    /// When.
-    pub timestamp: Timestamp,
-    /// A server acknowledged a report carrying it.
-    pub reported: bool,
-}
-
 impl LocalAlloc {
     /// The `DeploymentStatus` the next status report carries: the verdict on the
     /// allocation's current deployment until a report carrying it is acknowledged, and never
@@ -515,6 +499,8 @@ fn decimal(v: u64, unit: u64) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::client::types::JudgedHealth;
+    use teamster_storage::model::Timestamp;
     use teamster_storage::model::{
         Allocation, DesiredStatus, Job, MigrateStrategy, Task, TaskEvent, TaskGroup, UpdateStrategy,
     };

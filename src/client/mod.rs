@@ -35,12 +35,14 @@
 //! `<data_dir>/alloc/<alloc id>/<task>/`.
 
 pub mod alloc_runner;
+pub mod allocdir;
 pub mod checks;
 pub mod config;
 pub mod docker;
 pub mod driver;
 pub mod fingerprint;
 pub mod health;
+pub mod logmon;
 pub mod ops;
 pub mod pty;
 pub mod restart;
@@ -49,7 +51,9 @@ pub mod services;
 pub mod signal;
 pub mod state;
 pub mod stats;
+pub mod task_runner;
 pub mod taskenv;
+pub mod types;
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
@@ -70,8 +74,8 @@ use crate::rpc::service::node::{
 };
 use crate::rpc::{Pool, RpcConfig, RpcError, ServiceError, Services};
 use crate::util::{RngSource, SharedClock};
-use alloc_runner::LocalAlloc;
 use servers::Servers;
+use types::LocalAlloc;
 
 /// How long the servers may hold an allocation query.
 const ALLOC_WAIT: Duration = Duration::from_secs(30);
@@ -746,7 +750,7 @@ async fn report_loop(shared: Arc<Shared>, servers: Arc<Servers>, shutdown: Cance
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::client::driver::TaskHandle;
+    use crate::client::types::TaskHandle;
     use teamster_storage::model::{
         Allocation, ConfigValue, Job, JobType, RestartMode, RestartPolicy, Task, TaskGroup,
         TaskStateValue, Timestamp,
@@ -1268,7 +1272,7 @@ mod tests {
         );
         assert_eq!(
             handle.signal("a1", Some("t"), "SIGHUP").await,
-            Err(AllocOpError::Task(alloc_runner::TaskOpError::NotRunning(
+            Err(AllocOpError::Task(types::TaskOpError::NotRunning(
                 "t".into()
             )))
         );

@@ -17,9 +17,9 @@ use serde_json::{json, Map, Value};
 use teamster_storage::model::TaskStateValue;
 use tokio::sync::{mpsc, oneshot};
 
-use crate::client::alloc_runner::{TaskControl, TaskOpError};
-use crate::client::driver::TaskHandle;
 use crate::client::stats::{self, Readings, Usage};
+use crate::client::types::TaskHandle;
+use crate::client::types::{TaskControl, TaskOpError};
 use crate::client::{lock, Shared};
 
 /// How long a task may take to carry out a request, on top of its kill timeout.
@@ -137,6 +137,19 @@ impl ClientHandle {
     /// Whether this client runs or ran the allocation (and still keeps it).
     pub fn has_alloc(&self, alloc_id: &str) -> bool {
         self.shared.state().allocs.contains_key(alloc_id)
+    }
+
+    /// Each task of an allocation this client keeps, with whether it has started (once).
+    pub fn alloc_tasks(&self, alloc_id: &str) -> Option<Vec<(String, bool)>> {
+        let st = self.shared.state();
+        let local = st.allocs.get(alloc_id)?;
+        Some(
+            local
+                .task_states
+                .iter()
+                .map(|(name, s)| (name.clone(), !s.started_at.is_zero()))
+                .collect(),
+        )
     }
 
     /// The namespace of an allocation this client keeps.

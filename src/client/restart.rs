@@ -11,7 +11,7 @@ use std::time::Duration;
 use teamster_storage::model::{RestartMode, RestartPolicy};
 use tokio::time::Instant;
 
-use crate::client::driver::ExitResult;
+use crate::client::types::ExitResult;
 
 /// What to do after an exit.
 #[derive(Debug, Clone, PartialEq, Eq)]

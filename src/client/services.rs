@@ -25,9 +25,10 @@ use teamster_storage::model::{
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, warn};
 
-use crate::client::alloc_runner::LocalAlloc;
+use crate::client::allocdir::AllocDir;
 use crate::client::servers::Servers;
 use crate::client::taskenv::{TaskDirs, TaskEnv};
+use crate::client::types::LocalAlloc;
 use crate::client::Shared;
 use crate::rpc::service::service_reg::{
     ServiceRegistrationDeleteRequest, ServiceRegistrationListRequest,
@@ -83,7 +84,10 @@ pub struct LiveService<'a> {
 /// `task = "x"`, while that task runs), a task's while the task runs.
 pub fn live_services(local: &LocalAlloc) -> Vec<LiveService<'_>> {
     let alloc = &local.alloc;
-    if alloc.server_terminal_status() || local.client_status != ClientStatus::Running {
+    if alloc.server_terminal_status()
+        || local.client_status != ClientStatus::Running
+        || local.shutting_down
+    {
         return Vec::new();
     }
     let Some(group) = local
@@ -186,17 +190,17 @@ fn registration(
 ) -> ServiceRegistration {
     let alloc = &local.alloc;
     let alloc_id = alloc.id.to_string();
-    let alloc_dir = node.alloc_root.join(&alloc_id);
-    let task_dir = alloc_dir.join(&task.name);
+    let alloc_dir = AllocDir::new(node.alloc_root, &alloc_id);
+    let task_dir = alloc_dir.task(&task.name);
     let env = TaskEnv::new(
         node.node_values.clone(),
         alloc,
         &local.job,
         task,
         TaskDirs {
-            alloc: &alloc_dir.join("alloc"),
-            task: &task_dir,
-            secrets: &task_dir.join("secrets"),
+            alloc: &alloc_dir.shared(),
+            task: &task_dir.local(),
+            secrets: &task_dir.secrets(),
         },
     );
     let mut service = service.clone();

@@ -17,7 +17,7 @@ use std::sync::Mutex;
 
 use serde::{Deserialize, Serialize};
 
-use crate::client::alloc_runner::LocalAlloc;
+use crate::client::types::LocalAlloc;
 use crate::client::ClientState;
 
 /// The key of the node's identity.

@@ -89,7 +89,7 @@ fn is_failure(e: &AllocOpError) -> bool {
     matches!(
         e,
         AllocOpError::Timeout { .. }
-            | AllocOpError::Task(crate::client::alloc_runner::TaskOpError::Signal { .. })
+            | AllocOpError::Task(crate::client::types::TaskOpError::Signal { .. })
     )
 }
 

@@ -40,9 +40,9 @@ use crate::util::beneath::{Beneath, BeneathError};
 /// The largest file served by `cat` (a cat, not a download), and the most `readat` reads.
 pub const MAX_CAT_BYTES: u64 = 16 << 20;
 /// The largest piece of a file one stream frame carries.
-const FRAME_BYTES: usize = 64 << 10;
+pub(super) const FRAME_BYTES: usize = 64 << 10;
 /// How often a followed file is checked for new bytes.
-const FOLLOW_POLL: Duration = Duration::from_millis(200);
+pub(super) const FOLLOW_POLL: Duration = Duration::from_millis(200);
 
 /// The client filesystem routes.
 pub fn routes() -> Router<HttpContext> {
@@ -52,7 +52,10 @@ pub fn routes() -> Router<HttpContext> {
         .route("/v1/client/fs/stat/{alloc_id}", get(stat))
         .route("/v1/client/fs/readat/{alloc_id}", get(readat))
         .route("/v1/client/fs/stream/{alloc_id}", get(stream))
-        .route("/v1/client/fs/logs/{alloc_id}", get(logs))
+        .route(
+            "/v1/client/fs/logs/{alloc_id}",
+            get(super::client_logs::logs),
+        )
 }
 
 /// `path` as a path relative to the allocation directory, refusing `..` early with a clear
@@ -75,26 +78,52 @@ pub fn relative(path: &str) -> Result<String, ApiError> {
 }
 
 /// Runs `f` on the allocation directory `root` opened for confined access, on a blocking
-/// thread; its errors as Nomad's status codes.
-async fn beneath<T: Send + 'static>(
+/// thread.
+pub(super) async fn beneath<T: Send + 'static>(
     root: PathBuf,
-    f: impl FnOnce(&Beneath) -> Result<T, BeneathError> + Send + 'static,
+    f: impl FnOnce(&Beneath) -> Result<T, ApiError> + Send + 'static,
 ) -> Result<T, ApiError> {
-    let r = tokio::task::spawn_blocking(move || f(&Beneath::open(&root)?))
+    tokio::task::spawn_blocking(move || f(&Beneath::open(&root).map_err(fs_error)?))
         .await
-        .map_err(|e| ApiError::internal(format!("the file system call failed: {e}")))?;
-    r.map_err(|e| match e {
+        .map_err(|e| ApiError::internal(format!("the file system call failed: {e}")))?
+}
+
+/// A confined file system error as Nomad's status codes (a missing path: 404).
+pub(super) fn fs_error(e: BeneathError) -> ApiError {
+    match e {
         BeneathError::NotFound(_) => ApiError::not_found(e.to_string()),
         BeneathError::Escapes(path) => ApiError::bad_request(format!(
             "path {path:?} leads outside the allocation directory"
         )),
         BeneathError::WrongKind { .. } => ApiError::bad_request(e.to_string()),
         BeneathError::Io { .. } => ApiError::internal(e.to_string()),
-    })
+    }
+}
+
+/// Opens the file at `rel` to read its contents: a missing file is a bad request (as
+/// Nomad's `cat`, `readat` and `stream` answer), and nothing in a task's `secrets/` or
+/// `private/` is read, however it is reached (a symlink to it is refused too).
+pub(super) fn open_readable(b: &Beneath, rel: &str) -> Result<std::fs::File, ApiError> {
+    let refuse =
+        |path: &str| ApiError::forbidden(format!("Reading secret file prohibited: {path}"));
+    if crate::client::allocdir::is_secret(rel) {
+        return Err(refuse(rel));
+    }
+    let file = b.open_file(rel).map_err(|e| match e {
+        BeneathError::NotFound(_) => ApiError::bad_request(e.to_string()),
+        other => fs_error(other),
+    })?;
+    match b.relative_of(&file) {
+        Some(real) if !crate::client::allocdir::is_secret(&real) => Ok(file),
+        Some(_) => Err(refuse(rel)),
+        None => Err(ApiError::internal(format!(
+            "{rel}: cannot tell where the file is"
+        ))),
+    }
 }
 
 /// Where an allocation's files are for this request.
-enum Place {
+pub(super) enum Place {
     /// Here, under this directory.
     Local(PathBuf),
     /// On the client at this HTTP address.
@@ -103,7 +132,11 @@ enum Place {
 
 /// This agent's directory for `alloc_id`, or the client to forward to
 /// ([`client_route::locate_alloc`]).
-async fn locate(ctx: &HttpContext, alloc_id: &str, headers: &HeaderMap) -> Result<Place, ApiError> {
+pub(super) async fn locate(
+    ctx: &HttpContext,
+    alloc_id: &str,
+    headers: &HeaderMap,
+) -> Result<Place, ApiError> {
     let root = ctx.agent().data_dir.join("alloc").join(alloc_id);
     match client_route::locate_alloc(ctx, alloc_id, headers, |_| root.is_dir())? {
         Target::Here => Ok(Place::Local(root)),
@@ -112,7 +145,7 @@ async fn locate(ctx: &HttpContext, alloc_id: &str, headers: &HeaderMap) -> Resul
 }
 
 /// The same request sent once to the client that holds the files, its answer streamed back.
-async fn forward(
+pub(super) async fn forward(
     addr: &str,
     op: &str,
     alloc_id: &str,
@@ -173,11 +206,11 @@ fn file_info(name: &str, meta: &std::fs::Metadata) -> Value {
     })
 }
 
-fn param<'a>(q: &'a HashMap<String, String>, key: &str) -> &'a str {
+pub(super) fn param<'a>(q: &'a HashMap<String, String>, key: &str) -> &'a str {
     q.get(key).map(String::as_str).unwrap_or_default()
 }
 
-fn number(q: &HashMap<String, String>, key: &str) -> Result<u64, ApiError> {
+pub(super) fn number(q: &HashMap<String, String>, key: &str) -> Result<u64, ApiError> {
     match q.get(key).map(String::as_str) {
         None | Some("") => Ok(0),
         Some(v) => v
@@ -188,7 +221,7 @@ fn number(q: &HashMap<String, String>, key: &str) -> Result<u64, ApiError> {
 
 /// A boolean parameter as Go's `strconv.ParseBool` reads it (`true`, `True`, `1`, `t`, …:
 /// python-nomad sends Python's `True`/`False`).
-fn flag(q: &HashMap<String, String>, key: &str) -> Result<bool, ApiError> {
+pub(super) fn flag(q: &HashMap<String, String>, key: &str) -> Result<bool, ApiError> {
     match q.get(key).map(String::as_str) {
         None | Some("") => Ok(false),
         Some("1" | "t" | "T" | "true" | "True" | "TRUE") => Ok(true),
@@ -199,7 +232,7 @@ fn flag(q: &HashMap<String, String>, key: &str) -> Result<bool, ApiError> {
     }
 }
 
-type Params = (
+pub(super) type Params = (
     State<HttpContext>,
     Path<String>,
     Query<HashMap<String, String>>,
@@ -216,17 +249,16 @@ async fn cat(
     };
     let path = relative(param(&q, "path"))?;
     let bytes = beneath(root, move |b| {
-        let mut f = b.open_file(&path)?;
+        let mut f = open_readable(b, &path)?;
         let len = f.metadata().map(|m| m.len()).unwrap_or(0);
         if len > MAX_CAT_BYTES {
-            return Err(BeneathError::WrongKind {
-                path,
-                what: "is larger than cat serves (16 MiB); use readat or stream",
-            });
+            return Err(ApiError::bad_request(format!(
+                "{path} is larger than cat serves (16 MiB); use readat or stream"
+            )));
         }
         let mut buf = Vec::new();
         std::io::Read::read_to_end(&mut std::io::Read::take(&mut f, MAX_CAT_BYTES), &mut buf)
-            .map_err(|source| BeneathError::Io { path, source })?;
+            .map_err(|e| ApiError::internal(format!("{path}: {e}")))?;
         Ok(buf)
     })
     .await?;
@@ -245,7 +277,7 @@ async fn ls(
         p => p,
     };
     let path = relative(path)?;
-    let entries = beneath(root, move |b| b.read_dir(&path)).await?;
+    let entries = beneath(root, move |b| b.read_dir(&path).map_err(fs_error)).await?;
     let out: Vec<Value> = entries
         .iter()
         .map(|(name, meta)| file_info(name, meta))
@@ -265,7 +297,7 @@ async fn stat(
         .file_name()
         .map(|n| n.to_string_lossy().into_owned())
         .unwrap_or_default();
-    let meta = beneath(root, move |b| b.stat(&path)).await?;
+    let meta = beneath(root, move |b| b.stat(&path).map_err(fs_error)).await?;
     Ok(axum::Json(file_info(&name, &meta)).into_response())
 }
 
@@ -286,11 +318,8 @@ async fn readat(
     }
     let rel = relative(path)?;
     let buf = beneath(root, move |b| {
-        let mut f = b.open_file(&rel)?;
-        let io = |source| BeneathError::Io {
-            path: rel.clone(),
-            source,
-        };
+        let mut f = open_readable(b, &rel)?;
+        let io = |e: std::io::Error| ApiError::internal(format!("{rel}: {e}"));
         std::io::Seek::seek(&mut f, SeekFrom::Start(offset)).map_err(io)?;
         let mut buf = Vec::new();
         std::io::Read::read_to_end(&mut std::io::Read::take(f, limit), &mut buf).map_err(io)?;
@@ -334,40 +363,7 @@ async fn stream(
     .await
 }
 
-async fn logs(
-    (State(ctx), Path(alloc_id), Query(q), headers, uri): Params,
-) -> Result<Response, ApiError> {
-    let root = match locate(&ctx, &alloc_id, &headers).await? {
-        Place::Local(root) => root,
-        Place::Remote { addr, alloc_id } => return forward(&addr, "logs", &alloc_id, &uri).await,
-    };
-    let task = param(&q, "task");
-    if task.is_empty() {
-        return Err(ApiError::bad_request("must provide task name"));
-    }
-    let file = match param(&q, "type") {
-        "stdout" => crate::client::driver::STDOUT_FILE,
-        "stderr" => crate::client::driver::STDERR_FILE,
-        other => {
-            return Err(ApiError::bad_request(format!(
-                "type must be stdout or stderr, not {other:?}"
-            )))
-        }
-    };
-    let name = format!("{task}/{file}");
-    serve_stream(StreamSpec {
-        root,
-        file: relative(&name)?,
-        name,
-        offset: number(&q, "offset")?,
-        from_end: origin_is_end(&q)?,
-        follow: flag(&q, "follow")?,
-        plain: flag(&q, "plain")?,
-    })
-    .await
-}
-
-fn origin_is_end(q: &HashMap<String, String>) -> Result<bool, ApiError> {
+pub(super) fn origin_is_end(q: &HashMap<String, String>) -> Result<bool, ApiError> {
     match param(q, "origin") {
         "" | "start" => Ok(false),
         "end" => Ok(true),
@@ -378,7 +374,7 @@ fn origin_is_end(q: &HashMap<String, String>) -> Result<bool, ApiError> {
 }
 
 /// One piece of a streamed file as Nomad frames it.
-fn frame(data: &[u8], offset: u64, name: &str) -> Bytes {
+pub(super) fn frame(data: &[u8], offset: u64, name: &str) -> Bytes {
     use base64::Engine;
     let v = json!({
         "Offset": offset,
@@ -394,7 +390,7 @@ fn frame(data: &[u8], offset: u64, name: &str) -> Bytes {
 /// `follow`, what is appended to it, until the caller hangs up.
 async fn serve_stream(spec: StreamSpec) -> Result<Response, ApiError> {
     let rel = spec.file.clone();
-    let f = beneath(spec.root.clone(), move |b| b.open_file(&rel)).await?;
+    let f = beneath(spec.root.clone(), move |b| open_readable(b, &rel)).await?;
     let mut f = tokio::fs::File::from_std(f);
     let len = f
         .metadata()

@@ -17,6 +17,7 @@ mod allocs;
 mod client_alloc;
 mod client_exec;
 pub mod client_fs;
+mod client_logs;
 pub mod client_route;
 mod deployments;
 mod dispatch;

@@ -28,9 +28,7 @@ pub(super) const JOB: &[&str] = &[
 /// Fields of a `TaskGroup` teamster does not implement.
 pub(super) const GROUP: &[&str] = &[
     "Volumes",
-    "EphemeralDisk",
     "Consul",
-    "ShutdownDelay",
     "StopAfterClientDisconnect",
     "PreventRescheduleOnLost",
     "MaxRunDuration",
@@ -94,14 +92,11 @@ pub(super) const GROUP_RESTART: &[&str] = &["RenderTemplates"];
 /// Fields of a `Task` teamster does not implement.
 pub(super) const TASK: &[&str] = &[
     "Lifecycle",
-    "RestartPolicy",
-    "LogConfig",
     "Artifacts",
     "Vault",
     "Templates",
     "VolumeMounts",
     "CSIPluginConfig",
-    "ShutdownDelay",
     "Kind",
     "ScalingPolicies",
     "Identity",
@@ -111,17 +106,18 @@ pub(super) const TASK: &[&str] = &[
     "Consul",
     "Secrets",
     "User",
-    "Leader",
-    "KillSignal",
 ];
 
-/// Values that ask for what teamster does anyway, so they count as unset: raw tasks are
-/// stopped with SIGTERM, networks are the host's, ports are on the default host network.
-const SAME_AS_TEAMSTER: &[(&str, &str)] = &[
-    ("KillSignal", "SIGTERM"),
-    ("Mode", "host"),
-    ("HostNetwork", "default"),
-];
+/// Fields of a group's `ephemeral_disk` teamster does not implement yet (the disk's size is
+/// reserved on the node).
+pub(super) const EPHEMERAL_DISK: &[&str] = &["Sticky", "Migrate"];
+
+/// Fields of a task's `logs` teamster does not implement: Nomad's deprecated `enabled`
+/// (`disabled` is acted on).
+pub(super) const LOGS: &[&str] = &["Enabled"];
+
+/// Values that ask for what teamster does anyway, so they count as unset: networks are the host's, ports are on the default host network.
+const SAME_AS_TEAMSTER: &[(&str, &str)] = &[("Mode", "host"), ("HostNetwork", "default")];
 
 /// Fields of a task's `Resources` teamster does not implement.
 pub(super) const RESOURCES: &[&str] = &[
@@ -231,11 +227,29 @@ pub fn unsupported_fields(job: &Value) -> Vec<UnsupportedField> {
                 &mut found,
             );
         }
+        if let Some(disk) = group.get("EphemeralDisk") {
+            check(
+                disk,
+                EPHEMERAL_DISK,
+                &format!("{gpath} → EphemeralDisk"),
+                &mut found,
+            );
+        }
         let tasks = group.get("Tasks").and_then(Value::as_array);
         for (ti, task) in tasks.into_iter().flatten().enumerate() {
             let tpath = format!("{gpath} → task {}", name(task, ti));
             check(task, TASK, &tpath, &mut found);
             check_services(task, &tpath, &mut found);
+            for (field, unsupported) in [("RestartPolicy", GROUP_RESTART), ("LogConfig", LOGS)] {
+                if let Some(block) = task.get(field) {
+                    check(
+                        block,
+                        unsupported,
+                        &format!("{tpath} → {field}"),
+                        &mut found,
+                    );
+                }
+            }
             if let Some(resources) = task.get("Resources") {
                 check(
                     resources,
@@ -402,13 +416,19 @@ mod tests {
                 "job → group \"g\" → RestartPolicy: RenderTemplates",
             ]
         );
-        let task = json!({ "TaskGroups": [{ "Name": "g", "Tasks": [
-            { "Name": "t", "KillSignal": "SIGINT", "Leader": true }] }] });
+        // The lifetime fields are acted on; sticky disks, the deprecated `enabled` and a
+        // task restart's templates are not yet.
+        let task = json!({ "TaskGroups": [{ "Name": "g", "ShutdownDelay": 5,
+            "EphemeralDisk": { "SizeMB": 300, "Sticky": true },
+            "Tasks": [{ "Name": "t", "KillSignal": "SIGINT", "Leader": true, "ShutdownDelay": 5,
+                "LogConfig": { "MaxFiles": 2, "Enabled": true },
+                "RestartPolicy": { "Attempts": 1, "RenderTemplates": true } }] }] });
         assert_eq!(
             fields(task),
             [
-                "job → group \"g\" → task \"t\": Leader",
-                "job → group \"g\" → task \"t\": KillSignal",
+                "job → group \"g\" → EphemeralDisk: Sticky",
+                "job → group \"g\" → task \"t\" → RestartPolicy: RenderTemplates",
+                "job → group \"g\" → task \"t\" → LogConfig: Enabled",
             ]
         );
     }

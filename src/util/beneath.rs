@@ -103,6 +103,17 @@ impl Beneath {
         Ok(file)
     }
 
+    /// Where `file` (opened beneath this directory) is, relative to the directory, as the
+    /// kernel names it: the path a symlink led to, not the one asked for.
+    pub fn relative_of(&self, file: &File) -> Option<String> {
+        let link = |fd: i32| std::fs::read_link(format!("/proc/self/fd/{fd}")).ok();
+        let root = link(self.root.as_raw_fd())?;
+        let at = link(file.as_raw_fd())?;
+        at.strip_prefix(&root)
+            .ok()
+            .map(|p| p.to_string_lossy().into_owned())
+    }
+
     /// The metadata of whatever is at `rel` (a symlink inside the directory is followed).
     pub fn stat(&self, rel: &str) -> Result<Metadata, BeneathError> {
         let fd = self.resolve(rel, libc::O_PATH | libc::O_CLOEXEC)?;

@@ -24,6 +24,7 @@ pub mod go;
 pub mod hcl_nesting;
 pub mod ids;
 pub mod net;
+pub mod procfs;
 pub mod rng;
 pub mod tls;
 

@@ -495,6 +495,12 @@ pub fn container_spec(
     };
     let mut binds = vec![
         bind(facts.dirs.alloc, ALLOC_MOUNT, None),
+        // The collector writes the logs; the task reads them.
+        bind(
+            &facts.dirs.alloc.join(crate::client::allocdir::LOGS_DIR),
+            &format!("{ALLOC_MOUNT}/{}", crate::client::allocdir::LOGS_DIR),
+            Some("ro"),
+        ),
         bind(facts.dirs.local, LOCAL_MOUNT, None),
         bind(facts.dirs.secrets, SECRETS_MOUNT, None),
     ];
@@ -700,6 +706,7 @@ mod tests {
             binds,
             [
                 "/data/alloc/a1/alloc:/alloc",
+                "/data/alloc/a1/alloc/logs:/alloc/logs:ro",
                 "/data/alloc/a1/web/local:/local",
                 "/data/alloc/a1/web/secrets:/secrets",
                 "/data/alloc/a1/web/local/conf:/etc/app",

@@ -4,7 +4,7 @@
 //! ```text
 //!  fingerprint: ping + version ──▶ driver.docker = "1", driver.docker.version (or undetected)
 //!  start: parse config ─▶ [load archive] ─▶ inspect image (never pull) ─▶ remove a stale
-//!         container of the same name ─▶ create ─▶ start ─▶ log pump (stdout.log / stderr.log)
+//!         container of the same name ─▶ create ─▶ start ─▶ log pump (the task's log FIFOs)
 //!  wait:  /containers/<id>/wait ─▶ exit code ─▶ drain the log pump ─▶ remove the container
 //!  kill:  kill signal (SIGTERM) ─▶ kill_timeout ─▶ SIGKILL ─▶ wait
 //!  re-attach: inspect the container of the handle; gone ─▶ exit unknown
@@ -32,7 +32,8 @@ use futures::StreamExt;
 use tokio::io::AsyncWriteExt;
 use tracing::{debug, info, warn};
 
-use crate::client::driver::{ExitResult, STDERR_FILE, STDOUT_FILE};
+use crate::client::logmon::LogSinks;
+use crate::client::types::ExitResult;
 pub use config::{DockerConfig, DockerConfigError};
 
 /// Where the engine listens.
@@ -209,6 +210,8 @@ pub struct TaskPlace<'a> {
     pub node_id: &'a str,
     /// The group's allocated ports.
     pub ports: &'a [teamster_storage::model::AllocatedPortMapping],
+    /// Where its output goes.
+    pub logs: &'a LogSinks,
 }
 
 /// A container this client runs.
@@ -242,8 +245,8 @@ pub async fn start(
     // Bind mounts need absolute host paths that exist.
     let task_dir = make_dir(place.task_dir)?;
     let alloc_dir = make_dir(place.alloc_dir)?;
-    let local = make_dir(&task_dir.join("local"))?;
-    let secrets = make_dir(&task_dir.join(crate::client::alloc_runner::SECRETS_DIR))?;
+    let local = make_dir(&task_dir.join(crate::client::allocdir::LOCAL_DIR))?;
+    let secrets = make_dir(&task_dir.join(crate::client::allocdir::SECRETS_DIR))?;
     for v in &cfg.volumes {
         make_dir(&task_dir.join(&v.source))?;
     }
@@ -284,7 +287,7 @@ pub async fn start(
         return Err(engine("start container")(e));
     }
     info!(container_id = %id, container = %name, image = %cfg.image, "container started");
-    let logs = spawn_log_pump(docker.clone(), id.clone(), &task_dir, 0);
+    let logs = spawn_log_pump(docker.clone(), id.clone(), place.logs, 0);
     Ok(DockerTask {
         docker,
         container_id: id,
@@ -378,26 +381,22 @@ async fn load_image(docker: &Docker, archive: &Path) -> Result<(), DockerError> 
     Ok(())
 }
 
-/// Follow the container's output into the task's log files, from `since` (Unix seconds;
+/// Follow the container's output into the task's log sinks, from `since` (Unix seconds;
 /// 0: from its start).
 fn spawn_log_pump(
     docker: Docker,
     id: String,
-    task_dir: &Path,
+    logs: &LogSinks,
     since: i32,
 ) -> tokio::task::JoinHandle<()> {
-    let out_path = task_dir.join(STDOUT_FILE);
-    let err_path = task_dir.join(STDERR_FILE);
+    let logs = logs.clone();
     tokio::spawn(async move {
-        let open = |p: PathBuf| async move {
-            tokio::fs::OpenOptions::new()
-                .create(true)
-                .append(true)
-                .open(&p)
-                .await
-                .map_err(|e| warn!(path = %p.display(), error = %e, "cannot open a log file"))
+        let open = |stream: &str| {
+            logs.open(stream)
+                .map(tokio::fs::File::from_std)
+                .map_err(|e| warn!(error = %e, "cannot open the task's log sink"))
         };
-        let (Ok(mut out), Ok(mut err)) = (open(out_path).await, open(err_path).await) else {
+        let (Ok(mut out), Ok(mut err)) = (open("stdout"), open("stderr")) else {
             return;
         };
         let mut stream = docker.logs(
@@ -464,7 +463,7 @@ pub enum LaunchLookup {
 pub async fn find_launched(
     connector: &Connector,
     name: &str,
-    task_dir: &Path,
+    logs: &LogSinks,
     kill_signal: String,
     now_unix_secs: i64,
 ) -> LaunchLookup {
@@ -484,7 +483,7 @@ pub async fn find_launched(
     let Some(id) = c.id.as_deref() else {
         return LaunchLookup::Unknown("the engine gave the container no id".into());
     };
-    match reattach(connector, id, task_dir, kill_signal, now_unix_secs).await {
+    match reattach(connector, id, logs, kill_signal, now_unix_secs).await {
         Some(task) => LaunchLookup::Found(task),
         // Removed between the two calls: it ran and is gone.
         None => LaunchLookup::Unknown("the container went away while being found".into()),
@@ -496,7 +495,7 @@ pub async fn find_launched(
 pub async fn reattach(
     connector: &Connector,
     container_id: &str,
-    task_dir: &Path,
+    logs: &LogSinks,
     kill_signal: String,
     now_unix_secs: i64,
 ) -> Option<DockerTask> {
@@ -510,7 +509,7 @@ pub async fn reattach(
                 spawn_log_pump(
                     docker.clone(),
                     container_id.to_string(),
-                    task_dir,
+                    logs,
                     now_unix_secs.clamp(0, i32::MAX as i64) as i32,
                 )
             });

@@ -20,6 +20,7 @@ use crate::model::periodic::{
     DispatchPayload, DispatchPayloadConfig, ParameterizedJobConfig, PeriodicConfig,
 };
 use crate::model::service::{valid_service_name, Service, PROVIDER_NOMAD};
+use crate::model::task_runtime::{self, EphemeralDisk, LogConfig};
 use crate::model::value::{ConfigValue, MAX_CONFIG_DEPTH};
 use crate::model::ModelError;
 
@@ -309,6 +310,12 @@ impl RestartPolicy {
         base.mode = self.mode.or(base.mode);
         base
     }
+
+    fn validate(&self, at: &str, errors: &mut Vec<String>) {
+        if self.mode == Some(RestartMode::Delay) && self.delay == Some(0) {
+            errors.push(format!("{at}: restart mode delay needs a non-zero delay"));
+        }
+    }
 }
 
 /// How the delay between reschedules grows.
@@ -470,6 +477,15 @@ pub struct Task {
     /// Whether this task's exit stops its siblings.
     #[serde(deserialize_with = "de::nullable")]
     pub leader: bool,
+    /// Wait between deregistering the task's services and sending the kill signal, in
+    /// nanoseconds.
+    #[serde(deserialize_with = "de::nullable")]
+    pub shutdown_delay: u64,
+    /// The task's own restart policy, merged field by field over its group's.
+    pub restart_policy: Option<RestartPolicy>,
+    /// How its stdout and stderr are kept (`logs`; Nomad's defaults when absent).
+    #[serde(rename = "LogConfig")]
+    pub log_config: Option<LogConfig>,
     /// Where a dispatched child's payload is written (parameterized jobs only).
     pub dispatch_payload: Option<DispatchPayloadConfig>,
     /// Services registered while the task runs.
@@ -527,6 +543,12 @@ pub struct TaskGroup {
     /// A teamster extension: delay scheduling by locality (prefer nodes matching the first
     /// level, wait for one up to its `wait`, then widen to the next level, then anyone).
     pub locality: Option<Locality>,
+    /// The disk an allocation reserves for its directory (`ephemeral_disk`).
+    pub ephemeral_disk: Option<EphemeralDisk>,
+    /// Wait between deregistering the group's services and stopping its tasks, in
+    /// nanoseconds.
+    #[serde(deserialize_with = "de::nullable")]
+    pub shutdown_delay: u64,
 }
 
 /// The longest `wait` a [`LocalityLevel`] may have (1 hour).
@@ -897,16 +919,32 @@ impl Default for TaskGroup {
             disconnect: None,
             max_client_disconnect: None,
             locality: None,
+            ephemeral_disk: None,
+            shutdown_delay: 0,
         }
     }
 }
 
 impl TaskGroup {
-    /// The sum of the group's task resources: what one allocation of it needs.
+    /// The sum of the group's task resources: what one allocation of it needs. Its disk is
+    /// the group's `ephemeral_disk` when it has one (as Nomad's), else its tasks' disk.
     pub fn combined_resources(&self) -> Resources {
-        self.tasks
+        let mut sum = self
+            .tasks
             .iter()
-            .fold(Resources::ZERO, |acc, t| acc.add(&t.resources))
+            .fold(Resources::ZERO, |acc, t| acc.add(&t.resources));
+        if let Some(disk) = &self.ephemeral_disk {
+            sum.disk_mb = disk.size_mb;
+        }
+        sum
+    }
+
+    /// The restart policy of `task`: its own block merged over the group's.
+    pub fn task_restart_policy(&self, task: &Task) -> Option<RestartPolicy> {
+        match (&task.restart_policy, &self.restart_policy) {
+            (Some(own), Some(group)) => Some(own.clone().merged_over(group.clone())),
+            (own, group) => own.clone().or_else(|| group.clone()),
+        }
     }
 }
 
@@ -1290,9 +1328,7 @@ impl Job {
                 &mut errors,
             );
             if let Some(policy) = &group.restart_policy {
-                if policy.mode == Some(RestartMode::Delay) && policy.delay == Some(0) {
-                    errors.push(format!("{at}: restart mode delay needs a non-zero delay"));
-                }
+                policy.validate(&at, &mut errors);
             }
             if group.tasks.is_empty() {
                 errors.push(format!("{at}: missing tasks"));
@@ -1315,6 +1351,12 @@ impl Job {
                 }
             }
             validate_networks(&at, &group.networks, &mut errors);
+            if let Some(disk) = &group.ephemeral_disk {
+                disk.validate(&at, &mut errors);
+            }
+            if group.tasks.iter().filter(|t| t.leader).count() > 1 {
+                errors.push(format!("{at}: only one task may be marked as leader"));
+            }
             if let Some(locality) = &group.locality {
                 locality.validate(&at, self.job_type, &mut errors);
             }
@@ -1405,6 +1447,26 @@ impl Job {
                     ));
                 }
                 validate_placement(&at, &task.constraints, &task.affinities, &[], &mut errors);
+                if let Some(logs) = &task.log_config {
+                    logs.validate(&at, &mut errors);
+                }
+                task_runtime::validate_log_storage(
+                    &at,
+                    group.ephemeral_disk.as_ref(),
+                    task.log_config.as_ref(),
+                    &mut errors,
+                );
+                if let Some(restart) = &task.restart_policy {
+                    restart.validate(&at, &mut errors);
+                }
+                if !task.kill_signal.is_empty()
+                    && task_runtime::signal_name(&task.kill_signal).is_none()
+                {
+                    errors.push(format!(
+                        "{at}: kill_signal {:?} is not a signal this system knows",
+                        task.kill_signal
+                    ));
+                }
                 if let Some(dispatch_payload) = &task.dispatch_payload {
                     if self.parameterized_job.is_none() && !self.dispatched {
                         errors.push(format!(

@@ -39,6 +39,7 @@ pub mod node;
 pub mod periodic;
 pub mod plan;
 pub mod service;
+pub mod task_runtime;
 pub mod time;
 pub mod value;
 
@@ -86,6 +87,7 @@ pub use service::{
     valid_service_name, CheckRestart, CheckStatus, Service, ServiceCheck, ServiceRegistration,
     CHECK_FAILURE, CHECK_PENDING, CHECK_SUCCESS, PROVIDER_NOMAD,
 };
+pub use task_runtime::{EphemeralDisk, LogConfig};
 pub use thin_vec::{thin_vec, ThinVec};
 pub use time::Timestamp;
 pub use value::ConfigValue;

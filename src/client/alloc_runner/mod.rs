@@ -1,0 +1,212 @@
+//! The allocation runner: builds the allocation's directory (its [`hooks`]), starts one
+//! [task runner](crate::client::task_runner) per task, and stops them together.
+//!
+//! ```text
+//!  alloc watcher ──new alloc──▶ alloc hooks (alloc_dir) ──▶ one task runner per task
+//!                 ──stop──────▶ stop asked ─┐
+//!  a task failed, or the leader died ───────┴▶ services withdrawn ─▶ group shutdown_delay
+//!                                              ─▶ every task killed (its own delay, signal)
+//!  every change ──▶ LocalAlloc (status recomputed, marked dirty) ──▶ updater batches it
+//! ```
+//!
+//! Beside the task runners of a service job's allocation runs its health watcher
+//! ([`health_watch`]).
+
+mod health_watch;
+pub mod hooks;
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use teamster_storage::model::{JobType, Task, TaskStateValue};
+use tokio::sync::mpsc;
+use tracing::{debug, warn, Instrument};
+
+use crate::client::allocdir::AllocDir;
+use crate::client::task_runner::core::{KillReason, TaskCore};
+use crate::client::task_runner::hooks::HookCtx;
+use crate::client::task_runner::{Siblings, TaskRunner, TaskRunnerParts};
+use crate::client::taskenv::{TaskDirs, TaskEnv};
+use crate::client::types::{LocalAlloc, TaskControl};
+use crate::client::Shared;
+
+/// Requests a task runner queues at most; more wait for room.
+const CONTROL_QUEUE: usize = 4;
+
+/// What the client keeps of a running allocation: what stops it and a way to reach each of
+/// its task runners.
+#[derive(Debug)]
+pub struct AllocRunner {
+    siblings: Arc<Siblings>,
+    tasks: BTreeMap<String, mpsc::Sender<TaskControl>>,
+}
+
+impl AllocRunner {
+    /// Stop every task of the allocation.
+    pub fn cancel(&self) {
+        self.siblings.stop(KillReason::Stopped);
+    }
+
+    /// Whether it was told to stop (or stopped itself: a task failed, the leader died).
+    pub fn is_cancelled(&self) -> bool {
+        self.siblings.stop_asked.is_cancelled()
+    }
+
+    /// Where to send requests to `task`, while its runner lives.
+    pub fn task(&self, task: &str) -> Option<&mpsc::Sender<TaskControl>> {
+        self.tasks.get(task).filter(|tx| !tx.is_closed())
+    }
+}
+
+/// `task` of `local`'s allocation as its runner starts it (config interpolated, Nomad's
+/// variables in its environment), with its directory: what `alloc exec` runs in too.
+pub fn prepared_task(shared: &Shared, local: &LocalAlloc, task: &Task) -> (Task, PathBuf) {
+    let dir = AllocDir::new(&shared.alloc_root, local.alloc.id.as_ref());
+    let task_dir = dir.task(&task.name);
+    let env = TaskEnv::new(
+        shared.node_values.clone(),
+        &local.alloc,
+        &local.job,
+        task,
+        TaskDirs {
+            alloc: &dir.shared(),
+            task: &task_dir.local(),
+            secrets: &task_dir.secrets(),
+        },
+    );
+    (env.apply(task), task_dir.dir().to_path_buf())
+}
+
+/// Start (or re-attach) every task of `local`'s allocation. Returns what stops them and
+/// reaches them.
+pub fn spawn(shared: &Arc<Shared>, local: &LocalAlloc) -> AllocRunner {
+    let siblings = Arc::new(Siblings::default());
+    let mut controls = BTreeMap::new();
+    let alloc_id = local.alloc.id.to_string();
+    let Some(group) = local
+        .job
+        .task_groups
+        .iter()
+        .find(|g| g.name == local.alloc.task_group)
+    else {
+        warn!(alloc_id, group = %local.alloc.task_group, "task group not in the job");
+        return AllocRunner {
+            siblings,
+            tasks: controls,
+        };
+    };
+    let alloc_dir = AllocDir::new(&shared.alloc_root, &alloc_id);
+    if let Err(e) = hooks::prerun(&alloc_dir) {
+        // The task_dir hook builds it again and fails each task's start with the reason.
+        warn!(alloc_id, error = %e, "allocation hook failed");
+    }
+    let batch = matches!(local.job.job_type, JobType::Batch | JobType::SysBatch);
+    // A dispatched child's payload, for the tasks with a `dispatch_payload` block.
+    let payload = if local.job.payload.is_empty() {
+        Ok(Vec::new())
+    } else {
+        local.job.payload.decompress().map_err(|e| e.to_string())
+    };
+    let program = std::env::current_exe().unwrap_or_else(|_| PathBuf::from("teamster"));
+    for task in &group.tasks {
+        let state = local.task_states.get(&task.name);
+        if state.is_some_and(|s| s.state == TaskStateValue::Dead) {
+            continue;
+        }
+        let (prepared, _) = prepared_task(shared, local, task);
+        let (control_tx, control) = mpsc::channel(CONTROL_QUEUE);
+        controls.insert(task.name.clone(), control_tx);
+        let policy = group.task_restart_policy(task).unwrap_or_default();
+        let core = TaskCore::new(
+            &prepared,
+            &policy,
+            batch,
+            shared.config.max_kill_timeout,
+            state.map_or(0, |s| s.restarts),
+        );
+        let ctx = HookCtx {
+            alloc_id: alloc_id.clone(),
+            task_dir: alloc_dir.task(&task.name),
+            alloc_dir: alloc_dir.clone(),
+            payload: task.dispatch_payload.as_ref().map(|_| payload.clone()),
+            program: program.clone(),
+            task: prepared,
+        };
+        let runner = TaskRunner::new(TaskRunnerParts {
+            control,
+            shared: shared.clone(),
+            ctx,
+            core,
+            reattach: local.handles.get(&task.name).cloned(),
+            siblings: siblings.clone(),
+            job_name: local.job.name.clone(),
+            ports: local.alloc.allocated_resources.shared.ports.to_vec(),
+            hook_state: local
+                .hook_state
+                .get(&task.name)
+                .cloned()
+                .unwrap_or_default(),
+        });
+        let span = tracing::info_span!("task", alloc_id = %alloc_id, task = %task.name);
+        tokio::spawn(runner.run().instrument(span));
+    }
+    let delay = Duration::from_nanos(group.shutdown_delay);
+    let span = tracing::info_span!("alloc_stop", alloc_id = %alloc_id);
+    tokio::spawn(
+        stop_when_asked(shared.clone(), alloc_id.clone(), siblings.clone(), delay).instrument(span),
+    );
+    // Neither deployments nor migrations judge other jobs' allocations.
+    if local.job.job_type == JobType::Service {
+        let span = tracing::info_span!("alloc_health", alloc_id = %alloc_id);
+        tokio::spawn(
+            health_watch::watch_health(shared.clone(), alloc_id, siblings.stop_asked.clone())
+                .instrument(span),
+        );
+    }
+    AllocRunner {
+        siblings,
+        tasks: controls,
+    }
+}
+
+/// Once a stop is asked: the allocation's services are withdrawn, the group's
+/// `shutdown_delay` waited out (while a task still runs), and every task killed.
+async fn stop_when_asked(
+    shared: Arc<Shared>,
+    alloc_id: String,
+    siblings: Arc<Siblings>,
+    delay: Duration,
+) {
+    let mut changes = shared.alloc_changes.subscribe();
+    loop {
+        changes.borrow_and_update();
+        let over = {
+            let st = shared.state();
+            st.allocs.get(&alloc_id).is_none_or(LocalAlloc::finished)
+        };
+        if over {
+            return;
+        }
+        tokio::select! {
+            _ = siblings.stop_asked.cancelled() => break,
+            changed = changes.changed() => if changed.is_err() { return },
+        }
+    }
+    let mut running = false;
+    shared.update_alloc_if(&alloc_id, |local| {
+        running = local
+            .task_states
+            .values()
+            .any(|s| s.state == TaskStateValue::Running);
+        let changed = !local.shutting_down;
+        local.shutting_down = true;
+        changed
+    });
+    if running && !delay.is_zero() {
+        debug!(delay = ?delay, reason = ?siblings.reason(), "waiting for the group's shutdown delay");
+        tokio::time::sleep(delay).await;
+    }
+    siblings.kill.cancel();
+}

@@ -1,0 +1,196 @@
+//! Nomad's allocation directory, the same for every driver:
+//!
+//! ```text
+//!  <data_dir>/alloc/<alloc id>/           0755
+//!    alloc/                               0777, shared by the group's tasks (NOMAD_ALLOC_DIR)
+//!      data/  logs/  tmp/                 0777 each; logs holds <task>.stdout.<n>, .stderr.<n>
+//!    <task>/                              0777, the task's working directory (raw_exec)
+//!      local/                             0777 (NOMAD_TASK_DIR)
+//!      secrets/                           0700 (NOMAD_SECRETS_DIR), never served by fs reads
+//!      tmp/                               1777
+//! ```
+//!
+//! A container sees `alloc/` at `/alloc` (with `alloc/logs` read-only), `local/` at `/local`
+//! and `secrets/` at `/secrets`. The file API lists and stats everything but reads nothing
+//! under a task's `secrets/` (or `private/`), as Nomad's ([`is_secret`]).
+
+use std::io;
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+
+/// The allocation's shared directory, under its own.
+pub const SHARED_DIR: &str = "alloc";
+/// The shared directory's parts, in Nomad's order.
+pub const SHARED_PARTS: [&str; 3] = ["logs", "tmp", "data"];
+/// The logs directory, under the shared one.
+pub const LOGS_DIR: &str = "logs";
+/// The data directory (kept by `ephemeral_disk { sticky }`), under the shared one.
+pub const DATA_DIR: &str = "data";
+/// A task's own files, under its directory (`NOMAD_TASK_DIR`).
+pub const LOCAL_DIR: &str = "local";
+/// A task's secrets, under its directory (`NOMAD_SECRETS_DIR`).
+pub const SECRETS_DIR: &str = "secrets";
+/// A task's private files (hidden like secrets).
+pub const PRIVATE_DIR: &str = "private";
+/// A task's scratch space, under its directory.
+pub const TMP_DIR: &str = "tmp";
+
+/// Why a directory could not be built.
+#[derive(Debug, thiserror::Error)]
+#[error("cannot create {path}: {source}")]
+pub struct AllocDirError {
+    /// The directory.
+    pub path: PathBuf,
+    /// Why.
+    pub source: io::Error,
+}
+
+/// An allocation's directory.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AllocDir {
+    root: PathBuf,
+}
+
+impl AllocDir {
+    /// The directory of `alloc_id` under the client's allocation root.
+    pub fn new(alloc_root: &Path, alloc_id: &str) -> AllocDir {
+        AllocDir {
+            root: alloc_root.join(alloc_id),
+        }
+    }
+
+    /// `<alloc id>/`.
+    pub fn root(&self) -> &Path {
+        &self.root
+    }
+
+    /// `alloc/`, shared by the group's tasks.
+    pub fn shared(&self) -> PathBuf {
+        self.root.join(SHARED_DIR)
+    }
+
+    /// `alloc/logs/`.
+    pub fn logs(&self) -> PathBuf {
+        self.shared().join(LOGS_DIR)
+    }
+
+    /// `alloc/data/`.
+    pub fn data(&self) -> PathBuf {
+        self.shared().join(DATA_DIR)
+    }
+
+    /// The directories of `task`.
+    pub fn task(&self, task: &str) -> TaskDir {
+        TaskDir {
+            dir: self.root.join(task),
+        }
+    }
+
+    /// Builds the allocation's own and shared directories (idempotent).
+    pub fn build(&self) -> Result<(), AllocDirError> {
+        make(&self.root, 0o755)?;
+        let shared = self.shared();
+        make(&shared, 0o777)?;
+        for part in SHARED_PARTS {
+            make(&shared.join(part), 0o777)?;
+        }
+        Ok(())
+    }
+}
+
+/// A task's directories.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TaskDir {
+    dir: PathBuf,
+}
+
+impl TaskDir {
+    /// `<task>/`: a `raw_exec` task's working directory.
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// `<task>/local/` (`NOMAD_TASK_DIR`).
+    pub fn local(&self) -> PathBuf {
+        self.dir.join(LOCAL_DIR)
+    }
+
+    /// `<task>/secrets/` (`NOMAD_SECRETS_DIR`).
+    pub fn secrets(&self) -> PathBuf {
+        self.dir.join(SECRETS_DIR)
+    }
+
+    /// `<task>/tmp/`.
+    pub fn tmp(&self) -> PathBuf {
+        self.dir.join(TMP_DIR)
+    }
+
+    /// Builds the task's directories (idempotent): `secrets/` readable by its owner only,
+    /// `tmp/` sticky and open to all.
+    pub fn build(&self) -> Result<(), AllocDirError> {
+        make(&self.dir, 0o777)?;
+        make(&self.local(), 0o777)?;
+        make(&self.secrets(), 0o700)?;
+        make(&self.tmp(), 0o1777)
+    }
+}
+
+/// Creates `path` (and its parents) and sets its mode.
+fn make(path: &Path, mode: u32) -> Result<(), AllocDirError> {
+    let err = |source| AllocDirError {
+        path: path.to_path_buf(),
+        source,
+    };
+    std::fs::create_dir_all(path).map_err(err)?;
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode)).map_err(err)
+}
+
+/// Whether `rel` (relative to the allocation directory) lies in a task's `secrets/` or
+/// `private/` directory, which the file API never reads (Nomad compares case-insensitively).
+pub fn is_secret(rel: &str) -> bool {
+    let mut parts = Path::new(rel.trim_start_matches('/'))
+        .components()
+        .filter(|c| !matches!(c, std::path::Component::CurDir));
+    let (Some(first), Some(second)) = (parts.next(), parts.next()) else {
+        return false;
+    };
+    let first = first.as_os_str().to_string_lossy();
+    let second = second.as_os_str().to_string_lossy().to_ascii_lowercase();
+    first != SHARED_DIR && (second == SECRETS_DIR || second == PRIVATE_DIR)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_layout_is_nomad_s_with_private_secrets() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = AllocDir::new(tmp.path(), "a1");
+        dir.build().unwrap();
+        let task = dir.task("web");
+        task.build().unwrap();
+        let mode = |p: PathBuf| std::fs::metadata(p).unwrap().permissions().mode() & 0o7777;
+        for part in ["alloc/data", "alloc/logs", "alloc/tmp", "web/local"] {
+            assert_eq!(mode(tmp.path().join("a1").join(part)), 0o777, "{part}");
+        }
+        assert_eq!(mode(task.secrets()), 0o700);
+        assert_eq!(mode(task.tmp()), 0o1777);
+        assert_eq!(dir.logs(), tmp.path().join("a1/alloc/logs"));
+        // Building again changes nothing.
+        dir.build().unwrap();
+        task.build().unwrap();
+    }
+
+    #[test]
+    fn secrets_and_private_files_are_recognised_in_any_case() {
+        assert!(is_secret("web/secrets/token"));
+        assert!(is_secret("/web/Secrets/token"));
+        assert!(is_secret("./web/private/x"));
+        assert!(is_secret("web/secrets"));
+        assert!(!is_secret("alloc/secrets/x"));
+        assert!(!is_secret("web/local/secrets"));
+        assert!(!is_secret("web"));
+        assert!(!is_secret("alloc/logs/web.stdout.0"));
+    }
+}

@@ -1,0 +1,149 @@
+//! Task hooks: the work around a task's start and stop, each in its own file, run by the
+//! task runner in Nomad's order.
+//!
+//! ```text
+//!  prestart (before every start, and when a restarted client finds the task again):
+//!    validate ─▶ task_dir ─▶ logmon ─▶ dispatch_payload
+//!  poststart (the task runs) · exited (after each exit) · stop (the task is dead for good)
+//! ```
+//!
+//! A hook keeps what it must find again after a client restart in its [`HookState`], which
+//! the runner persists with the allocation (`LocalAlloc::hook_state`). A prestart error
+//! fails the start: recoverable errors count as one attempt of the restart policy, others
+//! fail the task at once (Nomad's rule). A new runtime feature is a new hook here, added to
+//! [`task_hooks`]; the runner does not change.
+
+pub mod dispatch_payload;
+pub mod logmon;
+pub mod task_dir;
+pub mod validate;
+
+use std::path::PathBuf;
+
+use futures::future::BoxFuture;
+use teamster_storage::model::Task;
+
+use crate::client::allocdir::{AllocDir, TaskDir};
+use crate::client::logmon::LogSinks;
+
+/// Why a hook failed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{hook}: {message}")]
+pub struct HookError {
+    /// The hook.
+    pub hook: &'static str,
+    /// What went wrong.
+    pub message: String,
+    /// Whether trying again may work (one attempt of the restart policy).
+    pub recoverable: bool,
+}
+
+impl HookError {
+    /// A failure of `hook` that a later attempt may not have.
+    pub fn recoverable(hook: &'static str, message: impl Into<String>) -> HookError {
+        HookError {
+            hook,
+            message: message.into(),
+            recoverable: true,
+        }
+    }
+
+    /// A failure of `hook` that no attempt will get past.
+    pub fn fatal(hook: &'static str, message: impl Into<String>) -> HookError {
+        HookError {
+            hook,
+            message: message.into(),
+            recoverable: false,
+        }
+    }
+}
+
+/// What a hook persists between client restarts (JSON, its own shape).
+pub type HookState = Option<serde_json::Value>;
+
+/// What every hook of one task sees.
+#[derive(Debug, Clone)]
+pub struct HookCtx {
+    /// The allocation's ID.
+    pub alloc_id: String,
+    /// The task as it runs (interpolated).
+    pub task: Task,
+    /// The allocation's directory.
+    pub alloc_dir: AllocDir,
+    /// The task's directories.
+    pub task_dir: TaskDir,
+    /// The `teamster` program (what the log collector runs as).
+    pub program: PathBuf,
+    /// A dispatched child's payload (tasks with a `dispatch_payload` block), or why it could
+    /// not be read.
+    pub payload: Option<Result<Vec<u8>, String>>,
+}
+
+/// What prestart hooks hand the driver.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Prepared {
+    /// Where the task's output goes.
+    pub logs: LogSinks,
+}
+
+impl Default for Prepared {
+    fn default() -> Self {
+        Prepared {
+            logs: LogSinks::Discard,
+        }
+    }
+}
+
+/// One piece of work around a task. Every phase does nothing unless the hook says
+/// otherwise.
+pub trait TaskHook: Send + Sync {
+    /// Its name (the key of its state, and in errors).
+    fn name(&self) -> &'static str;
+
+    /// Before each start, and when a restarted client finds the task running again.
+    fn prestart<'a>(
+        &'a self,
+        _ctx: &'a HookCtx,
+        _state: &'a mut HookState,
+        _prepared: &'a mut Prepared,
+    ) -> BoxFuture<'a, Result<(), HookError>> {
+        Box::pin(async { Ok(()) })
+    }
+
+    /// The task is running.
+    fn poststart<'a>(
+        &'a self,
+        _ctx: &'a HookCtx,
+        _state: &'a mut HookState,
+    ) -> BoxFuture<'a, Result<(), HookError>> {
+        Box::pin(async { Ok(()) })
+    }
+
+    /// The task exited (it may be started again).
+    fn exited<'a>(
+        &'a self,
+        _ctx: &'a HookCtx,
+        _state: &'a mut HookState,
+    ) -> BoxFuture<'a, Result<(), HookError>> {
+        Box::pin(async { Ok(()) })
+    }
+
+    /// The task is dead for good: release what the hook holds.
+    fn stop<'a>(
+        &'a self,
+        _ctx: &'a HookCtx,
+        _state: &'a mut HookState,
+    ) -> BoxFuture<'a, Result<(), HookError>> {
+        Box::pin(async { Ok(()) })
+    }
+}
+
+/// The hooks of a task, in the order they run.
+pub fn task_hooks() -> Vec<Box<dyn TaskHook>> {
+    vec![
+        Box::new(validate::Validate),
+        Box::new(task_dir::TaskDirHook),
+        Box::new(logmon::LogmonHook),
+        Box::new(dispatch_payload::DispatchPayload),
+    ]
+}

@@ -1,0 +1,677 @@
+//! The task runner: one per task of a running allocation. Its decisions are in [`core`]
+//! (stop rules, the restart policy, task events); the work around the task's start and stop
+//! is in [`hooks`]; this shell runs both with the task's driver.
+//!
+//! ```text
+//!  restored handle ─▶ prestart hooks (restore) ─▶ find the task again ─┐
+//!  none ─▶ Task Setup ─▶ prestart hooks ─▶ launch recorded ─▶ driver ──┴▶ Started ─▶ poststart
+//!  running ─▶ exit ─▶ exited hooks ─▶ restart policy ─▶ Restarting (delay) | dead
+//!          ─▶ kill ─▶ [sibling / leader event] ─▶ shutdown_delay ─▶ Killing ─▶ signal … ─▶ Killed
+//!          ─▶ TaskControl: restart (not counted by the policy), check restart, signal
+//!  dead ─▶ stop hooks (the log collector drains) ─▶ Dead ─▶ the allocation runner hears it
+//! ```
+//!
+//! A failed task stops its siblings, and so does the death of the group's `leader` task
+//! ([`Siblings`]). Killed tasks are dead, not failed. An operator's restart (`alloc
+//! restart`) is not held against the restart policy, as in Nomad, but counts in the task's
+//! `Restarts`.
+
+pub mod core;
+pub mod hooks;
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use teamster_storage::model::{TaskEvent, TaskState, TaskStateValue, Timestamp};
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+use tracing::{debug, info, warn};
+
+use crate::client::driver::{self, RunningTask};
+use crate::client::restart::RestartDecision;
+use crate::client::types::{event, push_event, ExitResult, TaskControl, TaskHandle, TaskOpError};
+use crate::client::Shared;
+use core::{KillReason, TaskCore};
+use hooks::{HookCtx, HookError, HookState, Prepared, TaskHook};
+
+/// How often the engine is asked again about a launch it could not account for.
+const RETRY_LAUNCH_LOOKUP: Duration = Duration::from_secs(1);
+
+/// What the task runners of one allocation share with its allocation runner: the token
+/// that kills the tasks, why, and the way a task's death reaches the allocation runner.
+#[derive(Debug, Default)]
+pub struct Siblings {
+    /// Cancelled to ask the allocation runner to stop every task (it withdraws the
+    /// services, waits the group's shutdown delay, then kills).
+    pub stop_asked: CancellationToken,
+    /// Cancelled when the tasks are to be killed.
+    pub kill: CancellationToken,
+    reason: Mutex<Option<KillReason>>,
+}
+
+impl Siblings {
+    /// Why the tasks are killed (the first reason given; a stop if none was).
+    pub fn reason(&self) -> KillReason {
+        self.reason
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+            .unwrap_or(KillReason::Stopped)
+    }
+
+    /// Ask for every task to be stopped, for `reason` unless one was given before.
+    pub fn stop(&self, reason: KillReason) {
+        self.reason
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get_or_insert(reason);
+        self.stop_asked.cancel();
+    }
+
+    /// `task` is dead: a failure or a leader's death stops the others.
+    fn task_dead(&self, task: &str, failed: bool, leader: bool) {
+        if failed {
+            self.stop(KillReason::SiblingFailed(task.to_string()));
+        } else if leader {
+            self.stop(KillReason::LeaderDead);
+        }
+    }
+}
+
+/// Everything a task runner is made of.
+pub struct TaskRunnerParts {
+    /// Operators' requests.
+    pub control: mpsc::Receiver<TaskControl>,
+    /// The client.
+    pub shared: Arc<Shared>,
+    /// What the hooks see.
+    pub ctx: HookCtx,
+    /// The stop and restart rules.
+    pub core: TaskCore,
+    /// The handle an earlier run of the client recorded.
+    pub reattach: Option<TaskHandle>,
+    /// The allocation's other tasks.
+    pub siblings: Arc<Siblings>,
+    /// The job's name (a container's label).
+    pub job_name: String,
+    /// The group's allocated ports (a container publishes them).
+    pub ports: Vec<teamster_storage::model::AllocatedPortMapping>,
+    /// The hooks' states as persisted.
+    pub hook_state: BTreeMap<String, serde_json::Value>,
+}
+
+/// A task's runner.
+pub struct TaskRunner {
+    control: mpsc::Receiver<TaskControl>,
+    shared: Arc<Shared>,
+    ctx: HookCtx,
+    hooks: Vec<Box<dyn TaskHook>>,
+    states: BTreeMap<&'static str, HookState>,
+    prepared: Prepared,
+    core: TaskCore,
+    reattach: Option<TaskHandle>,
+    siblings: Arc<Siblings>,
+    job_name: String,
+    ports: Vec<teamster_storage::model::AllocatedPortMapping>,
+}
+
+/// The phases hooks run in after prestart.
+#[derive(Debug, Clone, Copy)]
+enum Phase {
+    Poststart,
+    Exited,
+    Stop,
+}
+
+impl TaskRunner {
+    /// A runner of `parts`' task with the standard hooks.
+    pub fn new(parts: TaskRunnerParts) -> TaskRunner {
+        let hooks = hooks::task_hooks();
+        let states = hooks
+            .iter()
+            .map(|h| (h.name(), parts.hook_state.get(h.name()).cloned()))
+            .collect();
+        TaskRunner {
+            control: parts.control,
+            shared: parts.shared,
+            ctx: parts.ctx,
+            hooks,
+            states,
+            prepared: Prepared::default(),
+            core: parts.core,
+            reattach: parts.reattach,
+            siblings: parts.siblings,
+            job_name: parts.job_name,
+            ports: parts.ports,
+        }
+    }
+
+    fn now(&self) -> i64 {
+        self.shared.clock.now_unix_nanos()
+    }
+
+    fn name(&self) -> &str {
+        &self.ctx.task.name
+    }
+
+    /// Change this task's state, recompute the allocation, and wake the updater.
+    fn update(&self, f: impl FnOnce(&mut TaskState, &mut BTreeMap<String, TaskHandle>)) {
+        let name = self.name().to_string();
+        self.shared.update_alloc(&self.ctx.alloc_id, |local| {
+            let state = local.task_states.entry(name.clone()).or_default();
+            f(state, &mut local.handles);
+        });
+    }
+
+    fn push(&self, ev: TaskEvent) {
+        self.update(|s, _| push_event(s, ev));
+    }
+
+    /// Keeps the hooks' states with the allocation and writes the client state.
+    fn save_hook_states(&self) {
+        let name = self.name().to_string();
+        let states: BTreeMap<String, serde_json::Value> = self
+            .states
+            .iter()
+            .filter_map(|(k, v)| v.clone().map(|v| (k.to_string(), v)))
+            .collect();
+        self.shared.update_alloc_if(&self.ctx.alloc_id, |local| {
+            if states.is_empty() {
+                local.hook_state.remove(&name);
+            } else {
+                local.hook_state.insert(name, states);
+            }
+            false
+        });
+        self.shared.persist();
+    }
+
+    /// Runs every prestart hook in order; the first error stops the run.
+    async fn prestart(&mut self) -> Result<(), HookError> {
+        let mut prepared = Prepared::default();
+        let mut result = Ok(());
+        for hook in &self.hooks {
+            let state = self.states.entry(hook.name()).or_default();
+            let before = state.clone();
+            let r = hook.prestart(&self.ctx, state, &mut prepared).await;
+            let changed = *state != before;
+            if changed {
+                self.save_hook_states();
+            }
+            if let Err(e) = r {
+                result = Err(e);
+                break;
+            }
+        }
+        self.prepared = prepared;
+        result
+    }
+
+    /// Runs every hook's `phase`; errors are logged (the task has run).
+    async fn run_phase(&mut self, phase: Phase) {
+        let mut changed = false;
+        for hook in &self.hooks {
+            let state = self.states.entry(hook.name()).or_default();
+            let before = state.clone();
+            let r = match phase {
+                Phase::Poststart => hook.poststart(&self.ctx, state).await,
+                Phase::Exited => hook.exited(&self.ctx, state).await,
+                Phase::Stop => hook.stop(&self.ctx, state).await,
+            };
+            changed |= *state != before;
+            if let Err(e) = r {
+                warn!(hook = hook.name(), ?phase, error = %e, "task hook failed");
+            }
+        }
+        if changed {
+            self.save_hook_states();
+        }
+    }
+
+    /// The task runs (started at `at`, Unix nanoseconds) under `handle`: its state, a
+    /// `Started` event, and the handle, written at once so a restarted client finds this
+    /// task and never starts a twin.
+    fn record_started(&self, handle: TaskHandle, at: i64) {
+        let name = self.name().to_string();
+        self.update(|s, handles| {
+            s.state = TaskStateValue::Running;
+            if s.started_at.is_zero() {
+                s.started_at = Timestamp::from_unix_nanos(at);
+            }
+            push_event(s, event(at, "Started", "Task started by client".into()));
+            handles.insert(name, handle);
+        });
+        self.shared.persist();
+    }
+
+    /// Runs the task until it is dead for good.
+    pub async fn run(mut self) {
+        loop {
+            let running = match self.reattach.take() {
+                Some(handle) => match self.find_again(handle).await {
+                    Found::Running(running) => Some(*running),
+                    Found::Ended => {
+                        // It ended while the client was away; its exit status is unknown.
+                        let exit = ExitResult {
+                            exit_code: 0,
+                            signal: 0,
+                            unknown: true,
+                        };
+                        if self.after_exit(exit).await {
+                            continue;
+                        }
+                        return;
+                    }
+                    Found::NotStarted => None,
+                    Found::Dead => return,
+                },
+                None => None,
+            };
+            let running = match running {
+                Some(running) => running,
+                None => match self.launch().await {
+                    Some(running) => running,
+                    // Dead, or started again after the restart policy's delay.
+                    None if self.is_dead() => return,
+                    None => continue,
+                },
+            };
+            if !self.watch(running).await {
+                return;
+            }
+        }
+    }
+
+    /// Whether this task has been recorded dead.
+    fn is_dead(&self) -> bool {
+        let st = self.shared.state();
+        st.allocs
+            .get(&self.ctx.alloc_id)
+            .and_then(|l| l.task_states.get(self.name()))
+            .is_none_or(|s| s.state == TaskStateValue::Dead)
+    }
+
+    /// After a client restart: the hooks restored, the task found again by its handle.
+    async fn find_again(&mut self, handle: TaskHandle) -> Found {
+        if let Err(e) = self.prestart().await {
+            warn!(error = %e, "a task hook could not be restored");
+        }
+        let found = match handle {
+            TaskHandle::Launching { launch_id, at } => {
+                // Never launched on a guess: while the engine cannot say, the task waits
+                // (pending), asking every second, until it can or the allocation is stopped.
+                let found = loop {
+                    let found = driver::find_launch(
+                        (&launch_id, at),
+                        &self.ctx.task,
+                        self.ctx.task_dir.dir(),
+                        &self.prepared.logs,
+                        &self.ctx.alloc_id,
+                        &self.shared.docker,
+                        self.now(),
+                    )
+                    .await;
+                    let driver::Launched::EngineUnknown(why) = &found else {
+                        break found;
+                    };
+                    warn!(launch_id, error = %why, "cannot tell whether a launch started; asking the engine again");
+                    tokio::select! {
+                        _ = self.siblings.kill.cancelled() => break found,
+                        _ = tokio::time::sleep(RETRY_LAUNCH_LOOKUP) => {}
+                    }
+                };
+                info!(launch_id, outcome = ?found, "looked for a launch of an earlier run");
+                match found {
+                    driver::Launched::NotStarted => return Found::NotStarted,
+                    driver::Launched::Found(running) => {
+                        // Started by that run, which did not get to record it.
+                        self.record_started(running.handle(), at);
+                        Some(*running)
+                    }
+                    driver::Launched::Ended => None,
+                    driver::Launched::EngineUnknown(_) => {
+                        // Stopped while the engine could not say.
+                        let ev = event(
+                            self.now(),
+                            "Killed",
+                            "Task stopped while the container engine could not tell whether it had started".into(),
+                        );
+                        self.dead(false, ev).await;
+                        return Found::Dead;
+                    }
+                }
+            }
+            h => {
+                driver::find_again(
+                    &h,
+                    &self.ctx.task,
+                    &self.prepared.logs,
+                    &self.shared.docker,
+                    self.now(),
+                )
+                .await
+            }
+        };
+        match found {
+            Some(running) => {
+                info!("re-attached to a running task");
+                Found::Running(Box::new(running))
+            }
+            None => Found::Ended,
+        }
+    }
+
+    /// Prestart hooks, then the driver: the running task, or `None` when it did not start
+    /// (dead, or to be started again after the restart policy's delay).
+    async fn launch(&mut self) -> Option<RunningTask> {
+        if self.siblings.kill.is_cancelled() {
+            let ev = event(self.now(), "Killed", "Task killed before it started".into());
+            self.dead(false, ev).await;
+            return None;
+        }
+        let now = self.now();
+        self.push(event(now, "Task Setup", "Building Task Directory".into()));
+        if let Err(e) = self.prestart().await {
+            warn!(error = %e, recoverable = e.recoverable, "a prestart hook failed");
+            let mut ev = event(now, "Setup Failure", e.to_string());
+            ev.setup_error = e.to_string();
+            if !e.recoverable {
+                ev.fails_task = true;
+                self.dead(true, ev).await;
+                return None;
+            }
+            self.push(ev);
+            let decision = self.core.on_start_error(tokio::time::Instant::now());
+            self.after_decision(decision).await;
+            return None;
+        }
+        let node_id = self.shared.state().node_id.clone();
+        // Recorded before it happens: a client killed from here on finds out, once
+        // restarted, whether the task started (`driver::find_launch`).
+        let launch_id = crate::util::new_uuid(&mut rand::thread_rng());
+        let name = self.name().to_string();
+        let recorded = self.shared.update_alloc_if(&self.ctx.alloc_id, |local| {
+            local.handles.insert(
+                name,
+                TaskHandle::Launching {
+                    launch_id: launch_id.clone(),
+                    at: now,
+                },
+            );
+            false
+        });
+        if !recorded || self.siblings.kill.is_cancelled() {
+            // Gone or stopped meanwhile: nothing may run unrecorded.
+            let ev = event(now, "Killed", "Task killed before it started".into());
+            self.dead(false, ev).await;
+            return None;
+        }
+        if let Err(e) = self.shared.try_persist() {
+            warn!(error = %e, "cannot record the launch; not starting the task");
+            let mut ev = event(
+                now,
+                "Setup Failure",
+                format!("cannot record the launch in the client state: {e}"),
+            );
+            ev.fails_task = true;
+            self.dead(true, ev).await;
+            return None;
+        }
+        crate::util::crash::point("client.launch_recorded");
+        let alloc_shared = self.ctx.alloc_dir.shared();
+        let ctx = driver::LaunchContext {
+            enabled: &self.shared.config.drivers,
+            docker: &self.shared.docker,
+            alloc_dir: &alloc_shared,
+            alloc_id: &self.ctx.alloc_id,
+            job_name: &self.job_name,
+            node_id: &node_id,
+            ports: &self.ports,
+            launch_id: &launch_id,
+            logs: &self.prepared.logs,
+        };
+        match driver::launch(&self.ctx.task, self.ctx.task_dir.dir(), ctx, now).await {
+            Ok(running) => {
+                crate::util::crash::point("client.task_started");
+                self.record_started(running.handle(), now);
+                self.run_phase(Phase::Poststart).await;
+                Some(running)
+            }
+            Err(e) => {
+                warn!(error = %e, recoverable = e.recoverable(), "task could not start");
+                let mut ev = event(now, "Driver Failure", e.to_string());
+                ev.driver_error = e.to_string();
+                if !e.recoverable() {
+                    ev.fails_task = true;
+                    self.dead(true, ev).await;
+                    return None;
+                }
+                // Recoverable: one attempt of the restart policy, as an exit.
+                let name = self.name().to_string();
+                self.update(|s, handles| {
+                    push_event(s, ev);
+                    handles.remove(&name);
+                });
+                let decision = self.core.on_start_error(tokio::time::Instant::now());
+                self.after_decision(decision).await;
+                None
+            }
+        }
+    }
+
+    /// Watches the running task until it exits or is killed: true to start it again.
+    async fn watch(&mut self, mut running: RunningTask) -> bool {
+        let mut control_open = true;
+        let exit = loop {
+            tokio::select! {
+                exit = running.wait() => break Some(exit),
+                _ = self.siblings.kill.cancelled() => {
+                    self.kill(&mut running).await;
+                    return false;
+                }
+                control = self.control.recv(), if control_open => match control {
+                    None => control_open = false,
+                    Some(TaskControl::Signal { name, signal, reply }) => {
+                        let _ = reply.send(self.signal(&mut running, name, signal).await);
+                    }
+                    Some(TaskControl::Restart { reply }) => {
+                        self.restart(&mut running).await;
+                        let _ = reply.send(Ok(()));
+                        break None;
+                    }
+                    Some(TaskControl::CheckRestart { check, reply }) => {
+                        let reason = format!("healthcheck: check {check:?} unhealthy");
+                        let mut ev = event(self.now(), "Restart Signaled", reason.clone());
+                        ev.restart_reason = reason;
+                        self.push(ev);
+                        let exit = running
+                            .kill(self.core.kill_signal(), self.core.kill_timeout())
+                            .await;
+                        let _ = reply.send(Ok(()));
+                        // Counted against the restart policy, as Nomad's check watcher.
+                        let exit_code = if exit.successful() { 1 } else { exit.exit_code };
+                        break Some(ExitResult { exit_code, ..exit });
+                    }
+                },
+            }
+        };
+        match exit {
+            // Restarted by an operator: started again at once.
+            None => true,
+            Some(exit) => self.after_exit(exit).await,
+        }
+    }
+
+    /// The allocation's tasks are being killed: the reason's event, the shutdown delay (the
+    /// allocation runner has withdrawn the services), `Killing`, the signal, `Killed`.
+    async fn kill(&mut self, running: &mut RunningTask) {
+        let (events, delay) = self.core.kill_plan(&self.siblings.reason(), self.now());
+        for ev in events {
+            self.push(ev);
+        }
+        if !delay.is_zero() {
+            tokio::select! {
+                _ = tokio::time::sleep(delay) => {}
+                exit = running.wait() => {
+                    debug!(?exit, "task exited during its shutdown delay");
+                }
+            }
+        }
+        self.push(self.core.killing(self.now()));
+        let exit = running
+            .kill(self.core.kill_signal(), self.core.kill_timeout())
+            .await;
+        let mut ev = event(self.now(), "Killed", "Task successfully killed".into());
+        ev.exit_code = exit.exit_code;
+        ev.signal = exit.signal;
+        self.dead(false, ev).await;
+    }
+
+    /// `alloc signal`: a `Signaling` event, then the signal to the task's process group.
+    async fn signal(
+        &self,
+        running: &mut RunningTask,
+        name: &str,
+        signal: i32,
+    ) -> Result<(), TaskOpError> {
+        let mut ev = event(
+            self.now(),
+            "Signaling",
+            format!("Task being sent signal {name}"),
+        );
+        ev.details.insert("signal".into(), name.to_string());
+        self.push(ev);
+        running
+            .signal(signal)
+            .await
+            .map_err(|e| TaskOpError::Signal {
+                task: self.name().to_string(),
+                signal: name.to_string(),
+                reason: e.to_string(),
+            })
+    }
+
+    /// `alloc restart`: `Restart Signaled`, the task killed as a stop kills it, its exit
+    /// recorded, and `Restarting` without a delay. The restart policy is not consulted and
+    /// not charged (Nomad's `SetRestartTriggered`), but the task's `Restarts` counts it.
+    async fn restart(&mut self, running: &mut RunningTask) {
+        const REASON: &str = "User requested restart";
+        let mut ev = event(self.now(), "Restart Signaled", REASON.into());
+        ev.restart_reason = REASON.into();
+        self.push(ev);
+        let exit = running
+            .kill(self.core.kill_signal(), self.core.kill_timeout())
+            .await;
+        let now = self.now();
+        let terminated = TaskCore::terminated(&exit, now);
+        self.run_phase(Phase::Exited).await;
+        let restarts = self.core.restarted();
+        let name = self.name().to_string();
+        self.update(|s, handles| {
+            push_event(s, terminated);
+            handles.remove(&name);
+            s.state = TaskStateValue::Pending;
+            let mut ev = event(now, "Restarting", "Task restarting in 0s".into());
+            ev.restart_reason = REASON.into();
+            push_event(s, ev);
+            s.restarts = restarts;
+            s.last_restart = Timestamp::from_unix_nanos(now);
+        });
+    }
+
+    /// Record an exit and apply the restart policy: true to start the task again.
+    async fn after_exit(&mut self, exit: ExitResult) -> bool {
+        let ev = TaskCore::terminated(&exit, self.now());
+        let name = self.name().to_string();
+        self.update(|s, handles| {
+            push_event(s, ev);
+            handles.remove(&name);
+        });
+        self.run_phase(Phase::Exited).await;
+        let decision = self.core.on_exit(tokio::time::Instant::now(), &exit);
+        self.after_decision(decision).await
+    }
+
+    /// Apply the restart policy's decision: true to start the task again (after waiting
+    /// out the delay), false when the task is dead.
+    async fn after_decision(&mut self, decision: RestartDecision) -> bool {
+        match decision {
+            RestartDecision::Restart { delay, reason } => {
+                let now = self.now();
+                self.update(|s, _| {
+                    s.state = TaskStateValue::Pending;
+                    let mut ev = event(
+                        now,
+                        "Restarting",
+                        format!("Task restarting in {}", humantime::format_duration(delay)),
+                    );
+                    ev.restart_reason = reason;
+                    push_event(s, ev);
+                });
+                let wake = tokio::time::sleep(delay);
+                tokio::pin!(wake);
+                loop {
+                    tokio::select! {
+                        _ = &mut wake => break,
+                        _ = self.siblings.kill.cancelled() => {
+                            let ev = event(self.now(), "Killed", "Task killed while waiting to restart".into());
+                            self.dead(false, ev).await;
+                            return false;
+                        }
+                        Some(control) = self.control.recv() => {
+                            let (TaskControl::Restart { reply }
+                            | TaskControl::CheckRestart { reply, .. }
+                            | TaskControl::Signal { reply, .. }) = control;
+                            let _ = reply.send(Err(TaskOpError::NotRunning(self.name().to_string())));
+                        }
+                    }
+                }
+                let restarts = self.core.restarted();
+                let now = self.now();
+                self.update(|s, _| {
+                    s.restarts = restarts;
+                    s.last_restart = Timestamp::from_unix_nanos(now);
+                });
+                true
+            }
+            RestartDecision::Dead { failed, reason } => {
+                let mut ev = event(self.now(), "Not Restarting", reason);
+                ev.fails_task = failed;
+                self.dead(failed, ev).await;
+                false
+            }
+        }
+    }
+
+    /// The task is dead for good: its stop hooks run (the log collector drains), then its
+    /// state is recorded and its siblings hear of it.
+    async fn dead(&mut self, failed: bool, ev: TaskEvent) {
+        debug!(alloc_id = %self.ctx.alloc_id, task = %self.name(), failed, event = %ev.event_type, "task dead");
+        self.run_phase(Phase::Stop).await;
+        let now = self.now();
+        let name = self.name().to_string();
+        self.update(|s, handles| {
+            s.state = TaskStateValue::Dead;
+            s.failed = failed;
+            s.finished_at = Timestamp::from_unix_nanos(now);
+            push_event(s, ev);
+            handles.remove(&name);
+        });
+        self.siblings
+            .task_dead(self.name(), failed, self.ctx.task.leader);
+        self.shared.persist();
+    }
+}
+
+/// What became of a task an earlier run of the client recorded.
+enum Found {
+    /// Running: watch it.
+    Running(Box<RunningTask>),
+    /// It ended while the client was away.
+    Ended,
+    /// Its launch never happened: launch it.
+    NotStarted,
+    /// It was recorded dead meanwhile.
+    Dead,
+}

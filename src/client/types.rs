@@ -1,0 +1,288 @@
+//! What the parts of the client share: an allocation as this client runs it
+//! ([`LocalAlloc`], persisted), the handles that find a task again after a restart
+//! ([`TaskHandle`]), how a task ended ([`ExitResult`]), task events, and what an operator
+//! asks of a running task ([`TaskControl`]). Nothing here imports another part of the
+//! client, so the runners, drivers, checks and health watchers all build on it without
+//! importing each other in a circle.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+use teamster_storage::model::{
+    Allocation, ClientStatus, DeploymentId, Job, TaskEvent, TaskState, TaskStateValue, Timestamp,
+};
+use tokio::sync::oneshot;
+
+/// Events kept per task (oldest dropped first), as Nomad does.
+pub const MAX_TASK_EVENTS: usize = 10;
+
+/// An allocation as this client runs it; persisted in the client's state file.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct LocalAlloc {
+    /// The servers' latest view of it.
+    pub alloc: Allocation,
+    /// Its job at its version.
+    pub job: Job,
+    /// What this client reports.
+    pub client_status: ClientStatus,
+    /// Why.
+    pub client_description: String,
+    /// Per task.
+    pub task_states: BTreeMap<String, TaskState>,
+    /// How to find each running task again after a restart.
+    pub handles: BTreeMap<String, TaskHandle>,
+    /// Bumped on every change the servers have not heard of yet.
+    pub version: u64,
+    /// The version last acknowledged by a server.
+    pub reported: u64,
+    /// The health this client judged in the allocation's deployment or migration
+    /// ([`health`](crate::client::health)).
+    #[serde(default)]
+    pub health: Option<JudgedHealth>,
+    /// What each task's hooks keep across client restarts, by task and hook.
+    #[serde(default)]
+    pub hook_state: BTreeMap<String, BTreeMap<String, serde_json::Value>>,
+    /// Its tasks are being stopped: its services are withdrawn before the tasks are killed.
+    #[serde(default)]
+    pub shutting_down: bool,
+}
+
+impl LocalAlloc {
+    /// A freshly received allocation: every task pending with a `Received` event.
+    pub fn received(alloc: Allocation, job: Job, now: i64) -> LocalAlloc {
+        // Above what the servers applied, in case this client reported on it before (and
+        // forgot it, or lost its state).
+        let version = u64::from(alloc.client_report_seq) + 1;
+        let tasks = job
+            .task_groups
+            .iter()
+            .find(|g| g.name == alloc.task_group)
+            .map(|g| g.tasks.clone())
+            .unwrap_or_default();
+        let task_states = tasks
+            .iter()
+            .map(|t| {
+                let mut s = TaskState::default();
+                push_event(
+                    &mut s,
+                    event(now, "Received", "Task received by client".into()),
+                );
+                (t.name.clone(), s)
+            })
+            .collect();
+        LocalAlloc {
+            alloc,
+            job,
+            client_status: ClientStatus::Pending,
+            client_description: "No tasks have started".into(),
+            task_states,
+            handles: BTreeMap::new(),
+            version,
+            reported: 0,
+            health: None,
+            hook_state: BTreeMap::new(),
+            shutting_down: false,
+        }
+    }
+
+    /// Recompute the allocation's status from its tasks.
+    pub fn recompute(&mut self) {
+        let (status, desc) = client_status(&self.task_states);
+        self.client_status = status;
+        self.client_description = desc.into();
+    }
+
+    /// Whether every task is dead.
+    pub fn finished(&self) -> bool {
+        self.task_states
+            .values()
+            .all(|s| s.state == TaskStateValue::Dead)
+    }
+}
+
+/// Nomad's `getClientStatus`: failed if a task failed; else running if one runs; else pending
+/// if one is pending; else complete.
+pub fn client_status(tasks: &BTreeMap<String, TaskState>) -> (ClientStatus, &'static str) {
+    if tasks.values().any(|t| t.failed) {
+        return (ClientStatus::Failed, "Failed tasks");
+    }
+    if tasks.values().any(|t| t.state == TaskStateValue::Running) {
+        return (ClientStatus::Running, "Tasks are running");
+    }
+    if tasks.values().any(|t| t.state == TaskStateValue::Pending) {
+        return (ClientStatus::Pending, "No tasks have started");
+    }
+    (ClientStatus::Complete, "All tasks have completed")
+}
+
+/// A task event of `kind` at `now`.
+pub fn event(now: i64, kind: &str, message: String) -> TaskEvent {
+    TaskEvent {
+        event_type: kind.to_string(),
+        time: now,
+        display_message: message.clone(),
+        message,
+        ..TaskEvent::default()
+    }
+}
+
+pub fn push_event(state: &mut TaskState, e: TaskEvent) {
+    state.events.push(e);
+    if state.events.len() > MAX_TASK_EVENTS {
+        let extra = state.events.len() - MAX_TASK_EVENTS;
+        state.events.drain(..extra);
+    }
+}
+
+/// Why an operator's request to a task was not carried out.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum TaskOpError {
+    /// The task is not running (dead, or waiting to restart).
+    #[error("task {0:?} is not running")]
+    NotRunning(String),
+    /// The signal could not be delivered.
+    #[error("cannot send {signal} to task {task:?}: {reason}")]
+    Signal {
+        /// The task.
+        task: String,
+        /// The signal's name.
+        signal: String,
+        /// Why.
+        reason: String,
+    },
+}
+
+/// The answer a [`TaskControl`] gets once carried out.
+pub type TaskReply = oneshot::Sender<Result<(), TaskOpError>>;
+
+/// What an operator asks of a running task.
+#[derive(Debug)]
+pub enum TaskControl {
+    /// Stop it and start it again at once (`alloc restart`); answered once it is stopped.
+    Restart {
+        /// Where the answer goes.
+        reply: TaskReply,
+    },
+    /// Its service check keeps failing (`check_restart`): kill it and let the restart
+    /// policy decide, as for a crash; answered once it is stopped.
+    CheckRestart {
+        /// The check's name.
+        check: String,
+        /// Where the answer goes.
+        reply: TaskReply,
+    },
+    /// Send it a signal (`alloc signal`).
+    Signal {
+        /// The signal's name (`SIGUSR1`).
+        name: &'static str,
+        /// Its number.
+        signal: i32,
+        /// Where the answer goes.
+        reply: TaskReply,
+    },
+}
+
+/// How a task ended.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ExitResult {
+    /// The exit code (0 when killed by a signal).
+    pub exit_code: i64,
+    /// The signal that killed it (0: none).
+    pub signal: i64,
+    /// Set when the exit status could not be observed (re-attached task).
+    pub unknown: bool,
+}
+
+impl ExitResult {
+    /// Exit code 0 and no signal.
+    pub fn successful(&self) -> bool {
+        self.exit_code == 0 && self.signal == 0
+    }
+}
+
+/// What a restarted client needs to find a running task again.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum TaskHandle {
+    /// A `raw_exec` process.
+    Process {
+        /// Its pid (and process group id).
+        pid: i32,
+        /// Its start time in clock ticks since boot (`/proc/<pid>/stat` field 22), so a reused
+        /// pid is not mistaken for it.
+        start_ticks: u64,
+    },
+    /// A `mock` task.
+    Mock {
+        /// When it started, Unix nanoseconds.
+        started_at: i64,
+        /// How long it runs, nanoseconds.
+        run_for: u64,
+        /// Its exit code.
+        exit_code: i64,
+    },
+    /// A `docker` container (added last: handles are persisted).
+    Docker {
+        /// The container's id.
+        container_id: String,
+    },
+    /// A launch begun and not yet known to have happened: recorded before the driver is
+    /// called, replaced by the task's own handle once it has started.
+    Launching {
+        /// This launch's id (unique per task and attempt).
+        launch_id: String,
+        /// When the launch began, Unix nanoseconds.
+        at: i64,
+    },
+}
+
+/// The health this client judged, kept in [`LocalAlloc`] (and its state file) until a report
+/// carrying it is acknowledged.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct JudgedHealth {
+    /// The deployment it was judged in (empty: a migration).
+    pub deployment_id: DeploymentId,
+    /// Healthy or not.
+    pub healthy: bool,
+    /// When.
+    pub timestamp: Timestamp,
+    /// A server acknowledged a report carrying it.
+    pub reported: bool,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn state(v: TaskStateValue, failed: bool) -> TaskState {
+        TaskState {
+            state: v,
+            failed,
+            ..TaskState::default()
+        }
+    }
+
+    #[test]
+    fn alloc_status_follows_its_tasks() {
+        use TaskStateValue::*;
+        let mut m = BTreeMap::new();
+        m.insert("a".to_string(), state(Pending, false));
+        assert_eq!(client_status(&m).0, ClientStatus::Pending);
+        m.insert("b".to_string(), state(Running, false));
+        assert_eq!(client_status(&m).0, ClientStatus::Running);
+        m.insert("a".to_string(), state(Dead, false));
+        m.insert("b".to_string(), state(Dead, false));
+        assert_eq!(client_status(&m).0, ClientStatus::Complete);
+        m.insert("b".to_string(), state(Dead, true));
+        assert_eq!(client_status(&m).0, ClientStatus::Failed);
+    }
+
+    #[test]
+    fn events_are_capped() {
+        let mut s = TaskState::default();
+        for i in 0..25 {
+            push_event(&mut s, event(i, "Restarting", String::new()));
+        }
+        assert_eq!(s.events.len(), MAX_TASK_EVENTS);
+        assert_eq!(s.events[0].time, 15);
+    }
+}

@@ -1,0 +1,208 @@
+//! The parts of a job that shape how a client runs a task rather than where it is placed:
+//! a task's `logs` block ([`LogConfig`]) and a group's `ephemeral_disk` ([`EphemeralDisk`]),
+//! with Nomad's defaults and checks.
+
+use serde::{Deserialize, Serialize};
+
+use crate::model::de;
+
+/// Nomad's default number of rotated files per stream.
+pub const DEFAULT_LOG_MAX_FILES: u32 = 10;
+/// Nomad's default size of one log file, in MB.
+pub const DEFAULT_LOG_MAX_FILE_SIZE_MB: u32 = 10;
+/// Nomad's default ephemeral disk, in MB.
+pub const DEFAULT_EPHEMERAL_DISK_MB: u64 = 300;
+/// The smallest ephemeral disk Nomad accepts, in MB.
+pub const MIN_EPHEMERAL_DISK_MB: u64 = 10;
+
+/// The signals a task may name as its `kill_signal` (any case, with or without `SIG`), as
+/// the client sends them.
+pub const SIGNAL_NAMES: &[&str] = &[
+    "SIGABRT",
+    "SIGALRM",
+    "SIGBUS",
+    "SIGCHLD",
+    "SIGCONT",
+    "SIGFPE",
+    "SIGHUP",
+    "SIGILL",
+    "SIGINT",
+    "SIGIO",
+    "SIGIOT",
+    "SIGKILL",
+    "SIGPIPE",
+    "SIGPROF",
+    "SIGQUIT",
+    "SIGSEGV",
+    "SIGSTOP",
+    "SIGSYS",
+    "SIGTERM",
+    "SIGTRAP",
+    "SIGTSTP",
+    "SIGTTIN",
+    "SIGTTOU",
+    "SIGURG",
+    "SIGUSR1",
+    "SIGUSR2",
+    "SIGVTALRM",
+    "SIGWINCH",
+    "SIGXCPU",
+    "SIGXFSZ",
+];
+
+/// `name` as the canonical name of a signal in [`SIGNAL_NAMES`] (`usr1` → `SIGUSR1`).
+pub fn signal_name(name: &str) -> Option<&'static str> {
+    let upper = name.trim().to_ascii_uppercase();
+    let full = if upper.starts_with("SIG") {
+        upper
+    } else {
+        format!("SIG{upper}")
+    };
+    SIGNAL_NAMES.iter().copied().find(|n| *n == full)
+}
+
+/// A task's `logs` block: how its stdout and stderr are kept in `alloc/logs`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "PascalCase", default)]
+pub struct LogConfig {
+    /// Files kept per stream (Nomad's default 10).
+    #[serde(deserialize_with = "de::nullable")]
+    pub max_files: u32,
+    /// The size at which a file is rotated, in MB (Nomad's default 10).
+    #[serde(rename = "MaxFileSizeMB", deserialize_with = "de::nullable")]
+    pub max_file_size_mb: u32,
+    /// The output is thrown away and nothing collects it.
+    #[serde(deserialize_with = "de::nullable")]
+    pub disabled: bool,
+}
+
+impl Default for LogConfig {
+    fn default() -> Self {
+        LogConfig {
+            max_files: DEFAULT_LOG_MAX_FILES,
+            max_file_size_mb: DEFAULT_LOG_MAX_FILE_SIZE_MB,
+            disabled: false,
+        }
+    }
+}
+
+impl LogConfig {
+    /// The most disk the logs of one task can take, in MB.
+    pub fn max_mb(&self) -> u64 {
+        u64::from(self.max_files) * u64::from(self.max_file_size_mb)
+    }
+
+    pub(crate) fn validate(&self, at: &str, errors: &mut Vec<String>) {
+        if self.max_files < 1 {
+            errors.push(format!(
+                "{at}: logs: minimum number of files is 1; got {}",
+                self.max_files
+            ));
+        }
+        if self.max_file_size_mb < 1 {
+            errors.push(format!(
+                "{at}: logs: minimum file size is 1MB; got {}",
+                self.max_file_size_mb
+            ));
+        }
+    }
+}
+
+/// A group's `ephemeral_disk`: the disk its allocations reserve on their node (the
+/// allocation directory lives there).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "PascalCase", default)]
+pub struct EphemeralDisk {
+    /// The disk reserved, in MB (Nomad's default 300).
+    #[serde(rename = "SizeMB", deserialize_with = "de::nullable")]
+    pub size_mb: u64,
+    /// Place a replacement on the same node and keep `alloc/data`.
+    #[serde(deserialize_with = "de::nullable")]
+    pub sticky: bool,
+    /// Copy `alloc/data` to a replacement on another node.
+    #[serde(deserialize_with = "de::nullable")]
+    pub migrate: bool,
+}
+
+impl Default for EphemeralDisk {
+    fn default() -> Self {
+        EphemeralDisk {
+            size_mb: DEFAULT_EPHEMERAL_DISK_MB,
+            sticky: false,
+            migrate: false,
+        }
+    }
+}
+
+impl EphemeralDisk {
+    pub(crate) fn validate(&self, at: &str, errors: &mut Vec<String>) {
+        if self.size_mb < MIN_EPHEMERAL_DISK_MB {
+            errors.push(format!(
+                "{at}: ephemeral_disk: minimum DiskMB value is {MIN_EPHEMERAL_DISK_MB}; got {}",
+                self.size_mb
+            ));
+        }
+        if self.size_mb > crate::model::job::MAX_DISK_MB {
+            errors.push(format!(
+                "{at}: ephemeral_disk: SizeMB {} is more than any node offers (at most {})",
+                self.size_mb,
+                crate::model::job::MAX_DISK_MB
+            ));
+        }
+    }
+}
+
+/// Nomad's check of a task's logs against its group's ephemeral disk (each default when
+/// absent): the logs must fit in less than the disk.
+pub(crate) fn validate_log_storage(
+    at: &str,
+    disk: Option<&EphemeralDisk>,
+    logs: Option<&LogConfig>,
+    errors: &mut Vec<String>,
+) {
+    let size = disk.map_or(DEFAULT_EPHEMERAL_DISK_MB, |d| d.size_mb);
+    let total = logs.cloned().unwrap_or_default().max_mb();
+    if total >= size {
+        errors.push(format!(
+            "{at}: log storage ({total} MB) must be less than requested disk capacity ({size} MB)"
+        ));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defaults_are_nomad_s_and_bad_values_are_named() {
+        let logs: LogConfig = serde_json::from_str(r#"{"MaxFileSizeMB": 20}"#).unwrap();
+        assert_eq!(logs.max_files, 10);
+        assert_eq!(logs.max_mb(), 200);
+        let mut errors = Vec::new();
+        LogConfig {
+            max_files: 0,
+            max_file_size_mb: 0,
+            disabled: false,
+        }
+        .validate("task", &mut errors);
+        assert_eq!(errors.len(), 2, "{errors:?}");
+        let disk: EphemeralDisk = serde_json::from_str(r#"{"Sticky": true}"#).unwrap();
+        assert_eq!(disk.size_mb, 300);
+        let mut errors = Vec::new();
+        EphemeralDisk { size_mb: 5, ..disk }.validate("group", &mut errors);
+        assert!(
+            errors[0].contains("minimum DiskMB value is 10"),
+            "{errors:?}"
+        );
+        let mut errors = Vec::new();
+        let big = LogConfig {
+            max_files: 30,
+            ..LogConfig::default()
+        };
+        validate_log_storage("task", None, Some(&big), &mut errors);
+        assert!(errors[0].contains("log storage (300 MB)"), "{errors:?}");
+        let mut errors = Vec::new();
+        validate_log_storage("task", None, None, &mut errors);
+        assert!(errors.is_empty(), "{errors:?}");
+    }
+}
