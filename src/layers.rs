@@ -12,8 +12,10 @@
 //! Inside `server/` the same rule holds between its parts ([`SERVER_PARTS`]): the bottom
 //! (configuration, raft, evaluation builders) knows nothing of the leader's subsystems, the
 //! subsystems know nothing of the service layer (`endpoints`), the service layer nothing of
-//! the workers that call it, and only `server/mod.rs` wires them all. A new top-level module
-//! or server part must be given its place here, or this test fails.
+//! the workers that call it, and only `server/mod.rs` wires them all. Inside `client/` too
+//! ([`CLIENT_PARTS`]): shared types and helpers, drivers, the shared state, the task runner,
+//! the allocation runner, the operator's handle, then `client/mod.rs`. A new top-level
+//! module or part must be given its place here, or this test fails.
 //!
 //! What it does not see: paths through `use` of a re-export (`pub use`) are checked where
 //! they are re-exported, not where they point; macros' expansions are not checked.
@@ -65,7 +67,43 @@ const SERVER_PARTS: &[(&str, u32)] = &[
     ("server", 10),
 ];
 
-/// Where a file or a path sits: the top-level module and, inside `server`, the part.
+/// The parts of `client/`, bottom first: the shared types and leaf helpers, the drivers, the
+/// state every runner shares, the task runner, the allocation runner, the operator's handle,
+/// and `client/mod.rs`, which wires them.
+const CLIENT_PARTS: &[(&str, u32)] = &[
+    ("types", 0),
+    ("config", 0),
+    ("allocdir", 0),
+    ("signal", 0),
+    ("pty", 0),
+    ("servers", 0),
+    ("taskenv", 0),
+    ("logmon", 0),
+    ("stats", 0),
+    ("restart", 1),
+    ("health", 1),
+    ("state", 1),
+    ("docker", 1),
+    ("fingerprint", 2),
+    ("driver", 2),
+    ("shared", 3),
+    ("task_runner", 4),
+    ("services", 4),
+    ("checks", 5),
+    ("alloc_runner", 6),
+    ("ops", 7),
+    ("client", 8),
+];
+
+/// The top-level modules whose parts are layered too, with their tables.
+const PARTED: &[(&str, &[(&str, u32)])] = &[("server", SERVER_PARTS), ("client", CLIENT_PARTS)];
+
+fn parts_of(module: &str) -> Option<&'static [(&'static str, u32)]> {
+    PARTED.iter().find(|(m, _)| *m == module).map(|(_, t)| *t)
+}
+
+/// Where a file or a path sits: the top-level module and, inside a parted module (`server`,
+/// `client`), the part.
 #[derive(Debug, Clone, PartialEq, Eq)]
 struct Place {
     module: String,
@@ -79,10 +117,10 @@ fn rank(table: &[(&str, u32)], name: &str) -> Option<u32> {
 /// The place of a module path given as its segments below `crate`.
 fn place(segments: &[&str]) -> Option<Place> {
     let module = (*segments.first()?).to_string();
-    let part = (module == "server").then(|| {
+    let part = parts_of(&module).map(|_| {
         segments
             .get(1)
-            .map_or_else(|| "server".to_string(), |s| s.to_string())
+            .map_or_else(|| module.clone(), |s| s.to_string())
     });
     Some(Place { module, part })
 }
@@ -128,12 +166,14 @@ fn violation(from: &Place, to: &Place) -> Option<String> {
     if fp == tp {
         return None;
     }
-    let (Some(f), Some(t)) = (rank(SERVER_PARTS, fp), rank(SERVER_PARTS, tp)) else {
+    let module = &from.module;
+    let table = parts_of(module)?;
+    let (Some(f), Some(t)) = (rank(table, fp), rank(table, tp)) else {
         return Some(format!(
-            "server part `{fp}` or `{tp}` has no place in src/layers.rs"
+            "{module} part `{fp}` or `{tp}` has no place in src/layers.rs"
         ));
     };
-    (t >= f).then(|| format!("server::{fp} (part {f}) must not import server::{tp} (part {t})"))
+    (t >= f).then(|| format!("{module}::{fp} (part {f}) must not import {module}::{tp} (part {t})"))
 }
 
 /// The code of a file with its comments removed and the contents of its string, byte-string,
@@ -412,14 +452,18 @@ fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
 fn violations(src: &Path) -> Vec<String> {
     let mut files = Vec::new();
     rust_files(src, &mut files);
-    // The modules directly under `server/`: any other name after `server::` is an item of
-    // `server/mod.rs` itself (its wiring).
-    let server_modules: Vec<String> = files
-        .iter()
-        .filter_map(|f| f.strip_prefix(src.join("server")).ok())
-        .filter_map(|rel| rel.iter().next())
-        .map(|first| first.to_string_lossy().trim_end_matches(".rs").to_string())
-        .collect();
+    // The modules directly under each parted module: any other name after `server::` (or
+    // `client::`) is an item of its `mod.rs` itself (its wiring).
+    let submodules = |module: &str| -> Vec<String> {
+        files
+            .iter()
+            .filter_map(|f| f.strip_prefix(src.join(module)).ok())
+            .filter_map(|rel| rel.iter().next())
+            .map(|first| first.to_string_lossy().trim_end_matches(".rs").to_string())
+            .collect()
+    };
+    let parted: Vec<(&str, Vec<String>)> =
+        PARTED.iter().map(|(m, _)| (*m, submodules(m))).collect();
     let mut found = Vec::new();
     for file in &files {
         let rel = file.strip_prefix(src).expect("below src");
@@ -434,11 +478,10 @@ fn violations(src: &Path) -> Vec<String> {
         let here = file_module(rel);
         for path in crate_paths(&strip_comments_and_literals(&text), &here) {
             let mut refs: Vec<&str> = path.iter().map(String::as_str).collect();
-            if refs.first() == Some(&"server")
-                && refs
-                    .get(1)
-                    .is_some_and(|m| !server_modules.iter().any(|s| s == m))
-            {
+            let items_of_mod_rs = parted.iter().any(|(m, subs)| {
+                refs.first() == Some(m) && refs.get(1).is_some_and(|x| !subs.iter().any(|s| s == x))
+            });
+            if items_of_mod_rs {
                 refs.truncate(1);
             }
             let Some(to) = place(&refs) else { continue };
@@ -479,6 +522,24 @@ fn the_check_sees_what_it_must_refuse() {
     assert!(violation(&p("server/heartbeat/shell.rs"), &to("server::endpoints")).is_some());
     assert!(violation(&p("server/endpoints/eval.rs"), &to("server::worker")).is_some());
     assert!(violation(&p("server/broker/core.rs"), &to("server::unheard_of")).is_some());
+    // Inside `client/`: a task runner reaching up to its allocation runner, the shared
+    // state reaching a runner, a driver reaching the shared state, peers importing each
+    // other, and the crate root's items (`client::Client`) from a part.
+    assert!(violation(&p("client/task_runner/mod.rs"), &to("client::alloc_runner")).is_some());
+    assert!(violation(
+        &p("client/shared.rs"),
+        &to("client::task_runner::TaskRunner")
+    )
+    .is_some());
+    assert!(violation(&p("client/driver.rs"), &to("client::shared::Shared")).is_some());
+    assert!(violation(&p("client/services.rs"), &to("client::task_runner")).is_some());
+    assert!(violation(&p("client/types.rs"), &to("client")).is_some());
+    assert!(violation(
+        &p("client/alloc_runner/mod.rs"),
+        &to("client::task_runner::hooks")
+    )
+    .is_none());
+    assert!(violation(&p("client/mod.rs"), &to("client::ops::ClientHandle")).is_none());
     // … downward and same-module paths are not.
     assert!(violation(&p("server/mod.rs"), &to("server::worker::pool")).is_none());
     assert!(violation(&p("server/worker/runner.rs"), &to("server::endpoints")).is_none());

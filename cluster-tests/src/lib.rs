@@ -92,6 +92,45 @@ pub mod api {
         Ok(r["JobModifyIndex"].as_u64().unwrap_or(0))
     }
 
+    /// `hcl` as Nomad's JSON job, parsed by the agent (`/v1/jobs/parse`, not canonicalized).
+    pub async fn parse_hcl(api: &ApiClient, hcl: &str) -> Result<Value, ApiError> {
+        api.request(
+            reqwest::Method::POST,
+            "/v1/jobs/parse",
+            Some(&json!({ "JobHCL": hcl, "Canonicalize": false })),
+        )
+        .await
+    }
+
+    /// The job of `nomad job init` as `fixtures/job-init-example.nomad.hcl` writes it.
+    pub fn job_init_example_hcl() -> String {
+        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("fixtures/job-init-example.nomad.hcl");
+        std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("reading {}: {e}", path.display()))
+    }
+
+    /// Nomad's `job init` example (parsed by `api`) with its docker task turned into a
+    /// `raw_exec` task running `script` (no image can be pulled here); every other block as
+    /// written, `logs` set to `max_files` × `max_file_size_mb`.
+    pub async fn job_init_example_raw_exec(
+        api: &ApiClient,
+        id: &str,
+        script: &str,
+        max_files: u32,
+        max_file_size_mb: u32,
+    ) -> Result<Value, ApiError> {
+        let mut job = parse_hcl(api, &job_init_example_hcl()).await?;
+        job["ID"] = json!(id);
+        job["Name"] = json!(id);
+        let task = &mut job["TaskGroups"][0]["Tasks"][0];
+        task["Driver"] = json!("raw_exec");
+        task["Config"] = json!({ "command": "/bin/sh", "args": ["-c", script] });
+        task["Resources"] = json!({ "CPU": 50, "MemoryMB": 32 });
+        task["KillTimeout"] = json!(2_000_000_000u64);
+        task["LogConfig"] = json!({ "MaxFiles": max_files, "MaxFileSizeMB": max_file_size_mb });
+        Ok(job)
+    }
+
     /// The IDs of every job, read from `api`'s local state.
     pub async fn job_ids_stale(api: &ApiClient) -> Result<Vec<String>, ApiError> {
         let jobs: Vec<Value> = api.get("/v1/jobs?stale=true").await?;

@@ -237,6 +237,71 @@ async fn dev_agent(ip: &str, extra: &[&str]) -> anyhow::Result<DevAgent> {
     Ok(agent)
 }
 
+/// Issue 47: the output of Nomad's `job init` example (its task run by raw_exec), read from
+/// `alloc/logs/redis.stdout.0` by python-nomad's file and log calls.
+#[tokio::test]
+async fn python_nomad_2_1_0_reads_a_task_s_output_from_alloc_logs() -> anyhow::Result<()> {
+    let Some(python) = tokio::task::spawn_blocking(python_with_nomad).await?? else {
+        return Ok(());
+    };
+    let pid = std::process::id();
+    let ip = format!("127.{}.{}.12", 10 + (pid % 200), 240 - (pid / 200 % 5));
+    let agent = dev_agent(&ip, &[]).await?;
+    let api = teamster::api::ApiClient::new(&format!("http://{ip}:4646"));
+    teamster_cluster_tests::wait_for(Duration::from_secs(30), "the dev node ready", || async {
+        let nodes: Vec<serde_json::Value> = api.get("/v1/nodes").await.ok()?;
+        nodes.iter().any(|n| n["Status"] == "ready").then_some(())
+    })
+    .await?;
+    let script = "printf 'hello from redis\\nready to serve\\nwaiting\\n'; exec sleep 600";
+    let job =
+        teamster_cluster_tests::api::job_init_example_raw_exec(&api, "py-logs", script, 10, 1)
+            .await?;
+    teamster_cluster_tests::api::register(&api, job).await?;
+    let alloc_id = teamster_cluster_tests::wait_for(
+        Duration::from_secs(30),
+        "the example's output",
+        || async {
+            let allocs: Vec<serde_json::Value> =
+                api.get("/v1/job/py-logs/allocations").await.ok()?;
+            let id = allocs.first()?["ID"].as_str()?.to_string();
+            let text = api
+                .request_text::<()>(
+                    reqwest::Method::GET,
+                    &format!("/v1/client/fs/cat/{id}?path=alloc/logs/redis.stdout.0"),
+                    None,
+                )
+                .await
+                .ok()?;
+            text.ends_with("waiting\n").then_some(id)
+        },
+    )
+    .await?;
+    let mut cmd = Command::new(&python);
+    cmd.arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("python/python_nomad_logs.py"))
+        .args([ip.as_str(), "4646", alloc_id.as_str(), "redis"]);
+    for var in [
+        "NOMAD_ADDR",
+        "NOMAD_TOKEN",
+        "NOMAD_NAMESPACE",
+        "NOMAD_REGION",
+    ] {
+        cmd.env_remove(var);
+    }
+    let out = tokio::task::spawn_blocking(move || cmd.output()).await??;
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    let _ = api
+        .request::<(), serde_json::Value>(reqwest::Method::DELETE, "/v1/job/py-logs", None)
+        .await;
+    anyhow::ensure!(
+        out.status.success() && stdout.contains("logs: all flows passed"),
+        "python-nomad logs flows failed:\n{stdout}\n{}\nagent log:\n{}",
+        String::from_utf8_lossy(&out.stderr),
+        agent.log_text()
+    );
+    Ok(())
+}
+
 #[tokio::test]
 async fn python_nomad_2_1_0_reads_and_drives_deployments() -> anyhow::Result<()> {
     let Some(python) = tokio::task::spawn_blocking(python_with_nomad).await?? else {

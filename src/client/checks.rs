@@ -16,15 +16,14 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 use std::time::Duration;
 
-use serde::Serialize;
 use teamster_storage::model::{CheckRestart, CHECK_FAILURE, CHECK_PENDING, CHECK_SUCCESS};
 use tokio::io::AsyncWriteExt;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn, Instrument};
 
 use crate::client::services::{check_id, live_services, port_address, NodeFacts};
-use crate::client::types::{LocalAlloc, TaskControl};
-use crate::client::{lock, Shared};
+use crate::client::shared::{lock, Shared};
+use crate::client::types::{CheckResult, LocalAlloc, TaskControl};
 
 /// The most of a failing HTTP answer's body kept as the check's output (Nomad's 3 KiB).
 const MAX_OUTPUT: usize = 3 * 1024;
@@ -73,37 +72,6 @@ pub enum Probe {
         /// Where.
         addr: String,
     },
-}
-
-/// The latest result of a check (Nomad's `QueryResult`).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "PascalCase")]
-pub struct CheckResult {
-    /// The check's ID.
-    #[serde(rename = "ID")]
-    pub id: String,
-    /// `healthiness` (readiness checks are Nomad's `on_update = "ignore"`, not supported).
-    pub mode: String,
-    /// `pending`, `success` or `failure`.
-    pub status: String,
-    /// The HTTP status (0 for tcp and for no answer).
-    pub status_code: u16,
-    /// What the probe found.
-    pub output: String,
-    /// When, Unix seconds.
-    pub timestamp: i64,
-    /// The allocation's group.
-    pub group: String,
-    /// The task.
-    pub task: String,
-    /// The service.
-    pub service: String,
-    /// The check's name.
-    pub check: String,
-    /// Since when it has passed without a failure, Unix nanoseconds (the health watcher's
-    /// `min_healthy_time` counts from here).
-    #[serde(skip)]
-    pub success_since: Option<i64>,
 }
 
 /// The checks `local`'s running services have.

@@ -47,7 +47,7 @@ impl Machine {
             .unwrap_or(1);
         let mhz_per_core = std::fs::read_to_string("/proc/cpuinfo")
             .ok()
-            .and_then(|t| cpuinfo_mhz(&t))
+            .and_then(|t| crate::client::stats::cpuinfo_mhz(&t))
             .unwrap_or(DEFAULT_MHZ_PER_CORE);
         let memory_mb = std::fs::read_to_string("/proc/meminfo")
             .ok()
@@ -68,20 +68,6 @@ impl Machine {
             kernel_version: read("/proc/sys/kernel/osrelease").unwrap_or_default(),
         }
     }
-}
-
-/// The average of the `cpu MHz` lines, rounded.
-pub fn cpuinfo_mhz(text: &str) -> Option<u64> {
-    let mhz: Vec<f64> = text
-        .lines()
-        .filter(|l| l.starts_with("cpu MHz"))
-        .filter_map(|l| l.split(':').nth(1)?.trim().parse().ok())
-        .collect();
-    if mhz.is_empty() {
-        return None;
-    }
-    let avg = mhz.iter().sum::<f64>() / mhz.len() as f64;
-    (avg >= 1.0).then_some(avg.round() as u64)
 }
 
 /// `MemTotal` in MB.
@@ -294,8 +280,8 @@ mod tests {
     #[test]
     fn proc_files_are_parsed() {
         let cpu = "processor : 0\ncpu MHz\t\t: 2400.000\nprocessor : 1\ncpu MHz\t\t: 2600.5\n";
-        assert_eq!(cpuinfo_mhz(cpu), Some(2500));
-        assert_eq!(cpuinfo_mhz("processor : 0\n"), None);
+        assert_eq!(crate::client::stats::cpuinfo_mhz(cpu), Some(2500));
+        assert_eq!(crate::client::stats::cpuinfo_mhz("processor : 0\n"), None);
         let mem = "MemTotal:       16303004 kB\nMemFree:         1234 kB\n";
         assert_eq!(meminfo_total_mb(mem), Some(15920));
     }

@@ -48,6 +48,7 @@ pub mod pty;
 pub mod restart;
 pub mod servers;
 pub mod services;
+pub mod shared;
 pub mod signal;
 pub mod state;
 pub mod stats;
@@ -57,10 +58,9 @@ pub mod types;
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use serde::{Deserialize, Serialize};
 use teamster_storage::fsm::AllocClientReport;
 use teamster_storage::model::{ClientStatus, NodeStatus};
 use tokio::sync::{watch, Notify};
@@ -75,7 +75,8 @@ use crate::rpc::service::node::{
 use crate::rpc::{Pool, RpcConfig, RpcError, ServiceError, Services};
 use crate::util::{RngSource, SharedClock};
 use servers::Servers;
-use types::LocalAlloc;
+use shared::{lock, Shared};
+use types::{ClientState, LocalAlloc};
 
 /// How long the servers may hold an allocation query.
 const ALLOC_WAIT: Duration = Duration::from_secs(30);
@@ -96,92 +97,6 @@ pub enum ClientError {
     /// The RPC pool could not be built.
     #[error(transparent)]
     Rpc(#[from] RpcError),
-}
-
-/// What the client keeps across restarts.
-#[derive(Debug, Clone, Default, Serialize, Deserialize)]
-pub struct ClientState {
-    /// This node's id.
-    pub node_id: String,
-    /// This node's secret.
-    pub secret_id: String,
-    /// Allocations this client runs or ran, by id.
-    pub allocs: BTreeMap<String, LocalAlloc>,
-}
-
-/// What the loops and task runners share.
-pub struct Shared {
-    config: ClientConfig,
-    store: state::StateStore,
-    alloc_root: PathBuf,
-    clock: SharedClock,
-    state: Mutex<ClientState>,
-    changed: Notify,
-    /// Bumped on every change of an allocation, by its tasks or by the servers: what the
-    /// health watchers wait on.
-    alloc_changes: watch::Sender<()>,
-    runners: Mutex<HashMap<String, alloc_runner::AllocRunner>>,
-    /// What `${node.*}`, `${attr.*}` and `${meta.*}` in a task's config read.
-    node_values: BTreeMap<String, String>,
-    /// Held while the state is written ([`Shared::try_persist`]).
-    persist_lock: Mutex<()>,
-    /// The latest result of each service check, by allocation and check ID ([`checks`]).
-    check_results: Mutex<BTreeMap<String, BTreeMap<String, checks::CheckResult>>>,
-    /// The docker engine, connected on first use.
-    docker: docker::Connector,
-}
-
-impl Shared {
-    fn state(&self) -> MutexGuard<'_, ClientState> {
-        self.state.lock().unwrap_or_else(|p| p.into_inner())
-    }
-
-    /// Apply `f` to an allocation, recompute its status, mark it for reporting.
-    fn update_alloc(&self, alloc_id: &str, f: impl FnOnce(&mut LocalAlloc)) {
-        self.update_alloc_if(alloc_id, |local| {
-            f(local);
-            true
-        });
-    }
-
-    /// Apply `f` to an allocation; when it says it changed something, recompute the
-    /// allocation's status and mark it for reporting. False when the allocation is gone.
-    fn update_alloc_if(&self, alloc_id: &str, f: impl FnOnce(&mut LocalAlloc) -> bool) -> bool {
-        let changed = {
-            let mut st = self.state();
-            let Some(local) = st.allocs.get_mut(alloc_id) else {
-                return false;
-            };
-            let changed = f(local);
-            if changed {
-                local.recompute();
-                local.version += 1;
-            }
-            changed
-        };
-        if changed {
-            self.changed.notify_one();
-            self.alloc_changes.send_replace(());
-        }
-        true
-    }
-
-    /// Write the state (atomically and durably, [`state::StateStore::write`]), logging a
-    /// failure.
-    fn persist(&self) {
-        if let Err(e) = self.try_persist() {
-            warn!(path = %self.store.path().display(), error = %e, "cannot write the client state");
-        }
-    }
-
-    /// [`Shared::persist`], one writer at a time: the state is read and written under one
-    /// lock, so the last write holds the newest state.
-    fn try_persist(&self) -> Result<(), state::StateError> {
-        let _writer = lock(&self.persist_lock);
-        // Encoded under the state's lock, written after it is released.
-        let encoded = state::StateStore::encode(&self.state())?;
-        self.store.write_encoded(encoded)
-    }
 }
 
 /// A running client role.
@@ -373,7 +288,7 @@ impl Client {
     /// (at most `max_kill_timeout` and a second), then shut down. For dev mode, whose data
     /// directory goes away with the agent.
     pub async fn shutdown_and_stop_tasks(self) {
-        let runners: Vec<alloc_runner::AllocRunner> =
+        let runners: Vec<types::AllocHandle> =
             lock(&self.shared.runners).drain().map(|(_, r)| r).collect();
         for r in &runners {
             r.cancel();
@@ -402,10 +317,6 @@ impl Client {
         self.shared.persist();
         info!("client stopped");
     }
-}
-
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 /// Register, then heartbeat at the TTL the servers hand back; register again when the

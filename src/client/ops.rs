@@ -17,10 +17,10 @@ use serde_json::{json, Map, Value};
 use teamster_storage::model::TaskStateValue;
 use tokio::sync::{mpsc, oneshot};
 
+use crate::client::shared::{lock, Shared};
 use crate::client::stats::{self, Readings, Usage};
 use crate::client::types::TaskHandle;
 use crate::client::types::{TaskControl, TaskOpError};
-use crate::client::{lock, Shared};
 
 /// How long a task may take to carry out a request, on top of its kill timeout.
 const ANSWER_MARGIN: Duration = Duration::from_secs(10);
@@ -307,7 +307,7 @@ impl ClientHandle {
     pub fn alloc_checks(
         &self,
         alloc_id: &str,
-    ) -> Result<std::collections::BTreeMap<String, crate::client::checks::CheckResult>, AllocOpError>
+    ) -> Result<std::collections::BTreeMap<String, crate::client::types::CheckResult>, AllocOpError>
     {
         if !self.shared.state().allocs.contains_key(alloc_id) {
             return Err(AllocOpError::UnknownAlloc(alloc_id.to_string()));

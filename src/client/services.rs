@@ -27,14 +27,17 @@ use tracing::{debug, warn};
 
 use crate::client::allocdir::AllocDir;
 use crate::client::servers::Servers;
+use crate::client::shared::Shared;
 use crate::client::taskenv::{TaskDirs, TaskEnv};
 use crate::client::types::LocalAlloc;
-use crate::client::Shared;
 use crate::rpc::service::service_reg::{
     ServiceRegistrationDeleteRequest, ServiceRegistrationListRequest,
     ServiceRegistrationUpsertRequest,
 };
 use crate::rpc::Services;
+
+/// Wait after a failed call to the servers before sending again.
+const RETRY: std::time::Duration = std::time::Duration::from_secs(1);
 
 /// What a node knows of itself when it registers services.
 #[derive(Debug, Clone)]
@@ -343,7 +346,7 @@ pub(crate) async fn service_loop(
         let desired: Vec<ServiceRegistration> = {
             let st = shared.state();
             let node = NodeFacts::of(&shared, &st.node_id);
-            let results = super::lock(&shared.check_results);
+            let results = crate::client::shared::lock(&shared.check_results);
             st.allocs
                 .values()
                 .flat_map(|l| {
@@ -397,7 +400,7 @@ pub(crate) async fn service_loop(
         }
         tokio::select! {
             _ = shutdown.cancelled() => return,
-            _ = tokio::time::sleep(super::RETRY), if failed => {}
+            _ = tokio::time::sleep(RETRY), if failed => {}
             r = changes.changed(), if !failed => {
                 if r.is_err() {
                     return;

@@ -17,8 +17,7 @@ use std::sync::Mutex;
 
 use serde::{Deserialize, Serialize};
 
-use crate::client::types::LocalAlloc;
-use crate::client::ClientState;
+use crate::client::types::{ClientState, LocalAlloc};
 
 /// The key of the node's identity.
 const NODE_KEY: &[u8] = b"node";

@@ -326,7 +326,7 @@ impl Machine {
         };
         let mhz = std::fs::read_to_string("/proc/cpuinfo")
             .ok()
-            .and_then(|t| crate::client::fingerprint::cpuinfo_mhz(&t))
+            .and_then(|t| cpuinfo_mhz(&t))
             .unwrap_or(1000);
         Machine {
             ticks_per_second: if tck > 0 { tck as f64 } else { 100.0 },
@@ -417,6 +417,20 @@ pub fn group_processes(pgrp: i32) -> Vec<(i32, ProcStat, u64)> {
             Some((pid, stat, swap))
         })
         .collect()
+}
+
+/// The average of the `cpu MHz` lines, rounded.
+pub fn cpuinfo_mhz(text: &str) -> Option<u64> {
+    let mhz: Vec<f64> = text
+        .lines()
+        .filter(|l| l.starts_with("cpu MHz"))
+        .filter_map(|l| l.split(':').nth(1)?.trim().parse().ok())
+        .collect();
+    if mhz.is_empty() {
+        return None;
+    }
+    let avg = mhz.iter().sum::<f64>() / mhz.len() as f64;
+    (avg >= 1.0).then_some(avg.round() as u64)
 }
 
 #[cfg(test)]

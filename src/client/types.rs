@@ -6,12 +6,14 @@
 //! importing each other in a circle.
 
 use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
 
 use serde::{Deserialize, Serialize};
 use teamster_storage::model::{
     Allocation, ClientStatus, DeploymentId, Job, TaskEvent, TaskState, TaskStateValue, Timestamp,
 };
-use tokio::sync::oneshot;
+use tokio::sync::{mpsc, oneshot};
+use tokio_util::sync::CancellationToken;
 
 /// Events kept per task (oldest dropped first), as Nomad does.
 pub const MAX_TASK_EVENTS: usize = 10;
@@ -247,6 +249,134 @@ pub struct JudgedHealth {
     pub timestamp: Timestamp,
     /// A server acknowledged a report carrying it.
     pub reported: bool,
+}
+
+/// What the client keeps across restarts.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct ClientState {
+    /// This node's id.
+    pub node_id: String,
+    /// This node's secret.
+    pub secret_id: String,
+    /// Allocations this client runs or ran, by id.
+    pub allocs: BTreeMap<String, LocalAlloc>,
+}
+
+/// Why the allocation's tasks are being killed, when it is more than a stop.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum KillReason {
+    /// The servers stopped the allocation (or the client is told to).
+    Stopped,
+    /// A sibling task failed.
+    SiblingFailed(String),
+    /// The group's leader task is dead.
+    LeaderDead,
+}
+
+/// What the task runners of one allocation share with its allocation runner: the token
+/// that kills the tasks, why, and the way a task's death reaches the allocation runner.
+#[derive(Debug, Default)]
+pub struct Siblings {
+    /// Cancelled to ask the allocation runner to stop every task (it withdraws the
+    /// services, waits the group's shutdown delay, then kills).
+    pub stop_asked: CancellationToken,
+    /// Cancelled when the tasks are to be killed.
+    pub kill: CancellationToken,
+    reason: Mutex<Option<KillReason>>,
+}
+
+impl Siblings {
+    /// Why the tasks are killed (the first reason given; a stop if none was).
+    pub fn reason(&self) -> KillReason {
+        self.reason
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+            .unwrap_or(KillReason::Stopped)
+    }
+
+    /// Ask for every task to be stopped, for `reason` unless one was given before.
+    pub fn stop(&self, reason: KillReason) {
+        self.reason
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get_or_insert(reason);
+        self.stop_asked.cancel();
+    }
+
+    /// `task` is dead: a failure or a leader's death stops the others.
+    pub fn task_dead(&self, task: &str, failed: bool, leader: bool) {
+        if failed {
+            self.stop(KillReason::SiblingFailed(task.to_string()));
+        } else if leader {
+            self.stop(KillReason::LeaderDead);
+        }
+    }
+}
+
+/// What the client keeps of a running allocation: what stops it and a way to reach each of
+/// its task runners.
+#[derive(Debug)]
+pub struct AllocHandle {
+    siblings: Arc<Siblings>,
+    tasks: BTreeMap<String, mpsc::Sender<TaskControl>>,
+}
+
+impl AllocHandle {
+    /// The handle of an allocation whose tasks share `siblings` and take requests on
+    /// `tasks`.
+    pub fn new(
+        siblings: Arc<Siblings>,
+        tasks: BTreeMap<String, mpsc::Sender<TaskControl>>,
+    ) -> AllocHandle {
+        AllocHandle { siblings, tasks }
+    }
+
+    /// Stop every task of the allocation.
+    pub fn cancel(&self) {
+        self.siblings.stop(KillReason::Stopped);
+    }
+
+    /// Whether it was told to stop (or stopped itself: a task failed, the leader died).
+    pub fn is_cancelled(&self) -> bool {
+        self.siblings.stop_asked.is_cancelled()
+    }
+
+    /// Where to send requests to `task`, while its runner lives.
+    pub fn task(&self, task: &str) -> Option<&mpsc::Sender<TaskControl>> {
+        self.tasks.get(task).filter(|tx| !tx.is_closed())
+    }
+}
+
+/// The latest result of a check (Nomad's `QueryResult`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "PascalCase")]
+pub struct CheckResult {
+    /// The check's ID.
+    #[serde(rename = "ID")]
+    pub id: String,
+    /// `healthiness` (readiness checks are Nomad's `on_update = "ignore"`, not supported).
+    pub mode: String,
+    /// `pending`, `success` or `failure`.
+    pub status: String,
+    /// The HTTP status (0 for tcp and for no answer).
+    pub status_code: u16,
+    /// What the probe found.
+    pub output: String,
+    /// When, Unix seconds.
+    pub timestamp: i64,
+    /// The allocation's group.
+    pub group: String,
+    /// The task.
+    pub task: String,
+    /// The service.
+    pub service: String,
+    /// The check's name.
+    pub check: String,
+    /// Since when it has passed without a failure, Unix nanoseconds (the health watcher's
+    /// `min_healthy_time` counts from here).
+    #[serde(skip)]
+    pub success_since: Option<i64>,
 }
 
 #[cfg(test)]

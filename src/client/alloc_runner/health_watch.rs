@@ -11,8 +11,8 @@ use tokio_util::sync::CancellationToken;
 use tracing::{debug, info};
 
 use crate::client::health::{HealthWatch, Step, Verdict, ALLOC_UNHEALTHY};
+use crate::client::shared::Shared;
 use crate::client::types::{event, push_event, JudgedHealth, LocalAlloc};
-use crate::client::Shared;
 
 /// The health watcher's shell: step the allocation's [`HealthWatch`] on every change of the
 /// allocation (and when it asks to look again), record its verdicts. Ends once the

@@ -25,40 +25,15 @@ use tokio::sync::mpsc;
 use tracing::{debug, warn, Instrument};
 
 use crate::client::allocdir::AllocDir;
-use crate::client::task_runner::core::{KillReason, TaskCore};
+use crate::client::shared::Shared;
+use crate::client::task_runner::core::TaskCore;
 use crate::client::task_runner::hooks::HookCtx;
-use crate::client::task_runner::{Siblings, TaskRunner, TaskRunnerParts};
+use crate::client::task_runner::{TaskRunner, TaskRunnerParts};
 use crate::client::taskenv::{TaskDirs, TaskEnv};
-use crate::client::types::{LocalAlloc, TaskControl};
-use crate::client::Shared;
+use crate::client::types::{AllocHandle, LocalAlloc, Siblings};
 
 /// Requests a task runner queues at most; more wait for room.
 const CONTROL_QUEUE: usize = 4;
-
-/// What the client keeps of a running allocation: what stops it and a way to reach each of
-/// its task runners.
-#[derive(Debug)]
-pub struct AllocRunner {
-    siblings: Arc<Siblings>,
-    tasks: BTreeMap<String, mpsc::Sender<TaskControl>>,
-}
-
-impl AllocRunner {
-    /// Stop every task of the allocation.
-    pub fn cancel(&self) {
-        self.siblings.stop(KillReason::Stopped);
-    }
-
-    /// Whether it was told to stop (or stopped itself: a task failed, the leader died).
-    pub fn is_cancelled(&self) -> bool {
-        self.siblings.stop_asked.is_cancelled()
-    }
-
-    /// Where to send requests to `task`, while its runner lives.
-    pub fn task(&self, task: &str) -> Option<&mpsc::Sender<TaskControl>> {
-        self.tasks.get(task).filter(|tx| !tx.is_closed())
-    }
-}
 
 /// `task` of `local`'s allocation as its runner starts it (config interpolated, Nomad's
 /// variables in its environment), with its directory: what `alloc exec` runs in too.
@@ -81,7 +56,7 @@ pub fn prepared_task(shared: &Shared, local: &LocalAlloc, task: &Task) -> (Task,
 
 /// Start (or re-attach) every task of `local`'s allocation. Returns what stops them and
 /// reaches them.
-pub fn spawn(shared: &Arc<Shared>, local: &LocalAlloc) -> AllocRunner {
+pub fn spawn(shared: &Arc<Shared>, local: &LocalAlloc) -> AllocHandle {
     let siblings = Arc::new(Siblings::default());
     let mut controls = BTreeMap::new();
     let alloc_id = local.alloc.id.to_string();
@@ -92,10 +67,7 @@ pub fn spawn(shared: &Arc<Shared>, local: &LocalAlloc) -> AllocRunner {
         .find(|g| g.name == local.alloc.task_group)
     else {
         warn!(alloc_id, group = %local.alloc.task_group, "task group not in the job");
-        return AllocRunner {
-            siblings,
-            tasks: controls,
-        };
+        return AllocHandle::new(siblings, controls);
     };
     let alloc_dir = AllocDir::new(&shared.alloc_root, &alloc_id);
     if let Err(e) = hooks::prerun(&alloc_dir) {
@@ -165,10 +137,7 @@ pub fn spawn(shared: &Arc<Shared>, local: &LocalAlloc) -> AllocRunner {
                 .instrument(span),
         );
     }
-    AllocRunner {
-        siblings,
-        tasks: controls,
-    }
+    AllocHandle::new(siblings, controls)
 }
 
 /// Once a stop is asked: the allocation's services are withdrawn, the group's

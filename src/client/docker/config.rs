@@ -8,9 +8,11 @@
 //! ```
 //!
 //! Keys teamster acts on: `image` (required), `load`, `command`, `args`, `entrypoint`,
-//! `ports`, `volumes`, `labels`, `network_mode`. Every other key is refused by name: an
-//! option silently ignored (`privileged`, `force_pull`, `auth`, …) would look like success
-//! while doing something else.
+//! `ports`, `volumes`, `labels`, `network_mode`. `auth_soft_fail` (in Nomad's `job init`
+//! example) is taken as a boolean: it only changes what happens when registry
+//! authentication fails, and teamster never pulls (and refuses `auth`). Every other key is
+//! refused by name: an option silently ignored (`privileged`, `force_pull`, `auth`, …)
+//! would look like success while doing something else.
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Component, Path, PathBuf};
@@ -29,6 +31,7 @@ pub const KNOWN_KEYS: &[&str] = &[
     "volumes",
     "labels",
     "network_mode",
+    "auth_soft_fail",
 ];
 
 /// Label carrying the allocation id on every container the driver makes (Nomad's name, so
@@ -361,6 +364,16 @@ pub fn parse(config: &BTreeMap<String, ConfigValue>) -> Result<DockerConfig, Doc
                     }
                 }
             }
+            "auth_soft_fail" => match value {
+                ConfigValue::Bool(_) | ConfigValue::Null => {}
+                other => {
+                    return Err(DockerConfigError::WrongType {
+                        key: "auth_soft_fail",
+                        expected: "true or false",
+                        got: describe(other),
+                    })
+                }
+            },
             "env" => return Err(DockerConfigError::EnvInConfig),
             other => {
                 return Err(DockerConfigError::UnknownKey {
@@ -630,6 +643,17 @@ mod tests {
         }
         let e = parse(&cfg(&[("image", "x".into()), ("env", list(&[]))])).unwrap_err();
         assert_eq!(e, DockerConfigError::EnvInConfig);
+        // Nomad's `job init` example sets it; it changes nothing where nothing is pulled.
+        assert!(parse(&cfg(&[
+            ("image", "x".into()),
+            ("auth_soft_fail", ConfigValue::Bool(true))
+        ]))
+        .is_ok());
+        assert!(parse(&cfg(&[
+            ("image", "x".into()),
+            ("auth_soft_fail", "yes".into())
+        ]))
+        .is_err());
     }
 
     #[test]

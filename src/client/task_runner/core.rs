@@ -8,21 +8,10 @@ use teamster_storage::model::{RestartPolicy, Task, TaskEvent};
 use tokio::time::Instant;
 
 use crate::client::restart::{RestartDecision, RestartTracker};
-use crate::client::types::{event, ExitResult};
+use crate::client::types::{event, ExitResult, KillReason};
 
 /// Kill timeout when a task names none.
 pub const DEFAULT_KILL_TIMEOUT: Duration = Duration::from_secs(5);
-
-/// Why the allocation's tasks are being killed, when it is more than a stop.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum KillReason {
-    /// The servers stopped the allocation (or the client is told to).
-    Stopped,
-    /// A sibling task failed.
-    SiblingFailed(String),
-    /// The group's leader task is dead.
-    LeaderDead,
-}
 
 /// The task's stop and restart rules, and its restart count.
 #[derive(Debug, Clone)]

@@ -20,64 +20,24 @@ pub mod core;
 pub mod hooks;
 
 use std::collections::BTreeMap;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use teamster_storage::model::{TaskEvent, TaskState, TaskStateValue, Timestamp};
 use tokio::sync::mpsc;
-use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
 use crate::client::driver::{self, RunningTask};
 use crate::client::restart::RestartDecision;
-use crate::client::types::{event, push_event, ExitResult, TaskControl, TaskHandle, TaskOpError};
-use crate::client::Shared;
-use core::{KillReason, TaskCore};
+use crate::client::shared::Shared;
+use crate::client::types::{
+    event, push_event, ExitResult, Siblings, TaskControl, TaskHandle, TaskOpError,
+};
+use core::TaskCore;
 use hooks::{HookCtx, HookError, HookState, Prepared, TaskHook};
 
 /// How often the engine is asked again about a launch it could not account for.
 const RETRY_LAUNCH_LOOKUP: Duration = Duration::from_secs(1);
-
-/// What the task runners of one allocation share with its allocation runner: the token
-/// that kills the tasks, why, and the way a task's death reaches the allocation runner.
-#[derive(Debug, Default)]
-pub struct Siblings {
-    /// Cancelled to ask the allocation runner to stop every task (it withdraws the
-    /// services, waits the group's shutdown delay, then kills).
-    pub stop_asked: CancellationToken,
-    /// Cancelled when the tasks are to be killed.
-    pub kill: CancellationToken,
-    reason: Mutex<Option<KillReason>>,
-}
-
-impl Siblings {
-    /// Why the tasks are killed (the first reason given; a stop if none was).
-    pub fn reason(&self) -> KillReason {
-        self.reason
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .clone()
-            .unwrap_or(KillReason::Stopped)
-    }
-
-    /// Ask for every task to be stopped, for `reason` unless one was given before.
-    pub fn stop(&self, reason: KillReason) {
-        self.reason
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .get_or_insert(reason);
-        self.stop_asked.cancel();
-    }
-
-    /// `task` is dead: a failure or a leader's death stops the others.
-    fn task_dead(&self, task: &str, failed: bool, leader: bool) {
-        if failed {
-            self.stop(KillReason::SiblingFailed(task.to_string()));
-        } else if leader {
-            self.stop(KillReason::LeaderDead);
-        }
-    }
-}
 
 /// Everything a task runner is made of.
 pub struct TaskRunnerParts {

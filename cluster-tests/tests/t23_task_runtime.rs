@@ -1,0 +1,621 @@
+//! The client's task runtime (issue 47) against real agents and real processes:
+//!
+//! - Nomad's `job init` example (ephemeral disk, logs, shutdown delay as written) validates;
+//!   run with a `raw_exec` task, its output lands in `alloc/logs/redis.stdout.<n>`, rotated
+//!   at `max_file_size` with `max_files` kept, and a stop withdraws its service, waits its
+//!   `shutdown_delay`, then signals it;
+//! - a client killed with SIGKILL while its task writes, then started again, loses no line
+//!   and repeats none (the log collector outlives it), and the collector ends with the task;
+//! - a dead `leader` stops its group (the others killed with their own `kill_signal`), and a
+//!   task's `restart` block overrides its group's;
+//! - a task's `secrets/` is listed but never read through the file API, a symlink to it
+//!   neither, and a missing file is a bad request.
+
+use std::collections::BTreeSet;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use serde_json::{json, Value};
+use teamster::api::ApiClient;
+use teamster_cluster_tests::api::{
+    job_init_example_hcl, job_init_example_raw_exec, parse_hcl, register,
+};
+use teamster_cluster_tests::client_process::{wait_node_status, ClientProcess};
+use teamster_cluster_tests::dev::{dev_agent, dev_ip_at};
+use teamster_cluster_tests::process::{ClusterOptions, ProcessCluster};
+use teamster_cluster_tests::wait_for;
+
+/// A numbered line of about 100 bytes.
+const WRITER: &str = "i=0; while [ $i -lt $N ]; do \
+     printf 'line %06d ........................................................................\\n' $i; \
+     i=$((i+1)); if [ $((i % 500)) -eq 0 ]; then sleep 0.05; fi; done; echo done; exec sleep 600";
+
+fn now_nanos() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_nanos() as i64)
+        .unwrap_or_default()
+}
+
+async fn job_allocs(api: &ApiClient, job: &str) -> Vec<Value> {
+    api.get(&format!("/v1/job/{job}/allocations"))
+        .await
+        .unwrap_or_default()
+}
+
+/// The only allocation of `job` once `check` holds for it.
+async fn wait_job_alloc(
+    api: &ApiClient,
+    job: &str,
+    what: &str,
+    timeout: Duration,
+    check: impl Fn(&Value) -> bool,
+) -> anyhow::Result<Value> {
+    wait_for(timeout, what, || async {
+        let stub = job_allocs(api, job).await.into_iter().next()?;
+        let id = stub["ID"].as_str()?;
+        let a: Value = api.get(&format!("/v1/allocation/{id}")).await.ok()?;
+        check(&a).then_some(a)
+    })
+    .await
+}
+
+fn events<'a>(alloc: &'a Value, task: &str) -> Vec<&'a Value> {
+    alloc["TaskStates"][task]["Events"]
+        .as_array()
+        .map(|e| e.iter().collect())
+        .unwrap_or_default()
+}
+
+fn event_types(alloc: &Value, task: &str) -> Vec<String> {
+    events(alloc, task)
+        .iter()
+        .filter_map(|e| e["Type"].as_str().map(str::to_string))
+        .collect()
+}
+
+fn event_time(alloc: &Value, task: &str, kind: &str) -> Option<i64> {
+    events(alloc, task)
+        .iter()
+        .find(|e| e["Type"] == kind)
+        .and_then(|e| e["Time"].as_i64())
+}
+
+/// The names in `path` of the allocation's directory.
+async fn ls(api: &ApiClient, alloc_id: &str, path: &str) -> anyhow::Result<Vec<Value>> {
+    Ok(api
+        .get(&format!("/v1/client/fs/ls/{alloc_id}?path={path}"))
+        .await?)
+}
+
+async fn cat(
+    api: &ApiClient,
+    alloc_id: &str,
+    path: &str,
+) -> Result<String, teamster::api::ApiError> {
+    api.request_text::<()>(
+        reqwest::Method::GET,
+        &format!("/v1/client/fs/cat/{alloc_id}?path={path}"),
+        None,
+    )
+    .await
+}
+
+/// The rotated files of `stream` in `alloc/logs`, oldest first: (index, size).
+async fn log_files(
+    api: &ApiClient,
+    alloc_id: &str,
+    stream: &str,
+) -> anyhow::Result<Vec<(u64, u64)>> {
+    let mut out: Vec<(u64, u64)> = ls(api, alloc_id, "alloc/logs")
+        .await?
+        .iter()
+        .filter_map(|f| {
+            let name = f["Name"].as_str()?;
+            let index = name.strip_prefix(stream)?.strip_prefix('.')?.parse().ok()?;
+            Some((index, f["Size"].as_u64()?))
+        })
+        .collect();
+    out.sort();
+    Ok(out)
+}
+
+/// Lines `first..` of the writer, then `done`: the expected contents.
+fn check_lines(text: &str, total: usize) -> Result<usize, String> {
+    let lines: Vec<&str> = text.lines().collect();
+    let Some((&last, numbered)) = lines.split_last() else {
+        return Err("no lines".into());
+    };
+    if last != "done" {
+        return Err(format!("the last line is {last:?}"));
+    }
+    let first = numbered
+        .first()
+        .and_then(|l| l.get(5..11))
+        .and_then(|n| n.parse::<usize>().ok())
+        .ok_or("the first line has no number")?;
+    for (k, line) in numbered.iter().enumerate() {
+        let want = format!("line {:06} ", first + k);
+        if !line.starts_with(&want) {
+            return Err(format!(
+                "line {k} after {first} is {line:?}, wanted {want:?}…"
+            ));
+        }
+    }
+    if first + numbered.len() != total {
+        return Err(format!(
+            "lines {first}..{} of {total}",
+            first + numbered.len()
+        ));
+    }
+    Ok(first)
+}
+
+#[tokio::test]
+async fn nomad_s_job_init_example_runs_its_logs_rotate_and_its_stop_waits_the_shutdown_delay(
+) -> anyhow::Result<()> {
+    teamster_cluster_tests::init_test_tracing();
+    let ip = dev_ip_at(31);
+    let log = tempfile::NamedTempFile::new()?;
+    let (_agent, api) = dev_agent(&ip, &log).await?;
+
+    // As written (a docker task), the example validates: nothing in it is refused.
+    let example = parse_hcl(&api, &job_init_example_hcl()).await?;
+    let checked: Value = api
+        .request(
+            reqwest::Method::POST,
+            "/v1/validate/job",
+            Some(&json!({ "Job": example })),
+        )
+        .await?;
+    assert_eq!(checked["ValidationErrors"], json!([]), "{checked}");
+    assert_eq!(checked["Error"], "", "{checked}");
+
+    // 25 000 lines of 100 bytes: 2.4 MiB in files of 1 MiB, two kept.
+    let script = format!("N=25000; {WRITER}");
+    let job = job_init_example_raw_exec(&api, "example", &script, 2, 1).await?;
+    register(&api, job).await?;
+    let alloc = wait_job_alloc(
+        &api,
+        "example",
+        "the example running",
+        Duration::from_secs(30),
+        |a| a["ClientStatus"] == "running",
+    )
+    .await?;
+    let id = alloc["ID"].as_str().unwrap_or_default().to_string();
+    let files = wait_for(
+        Duration::from_secs(60),
+        "the task to write everything",
+        || async {
+            let files = log_files(&api, &id, "redis.stdout").await.ok()?;
+            let (last, _) = *files.last()?;
+            let text = cat(&api, &id, &format!("alloc/logs/redis.stdout.{last}"))
+                .await
+                .ok()?;
+            text.ends_with("done\n").then_some(files)
+        },
+    )
+    .await?;
+    let indexes: Vec<u64> = files.iter().map(|f| f.0).collect();
+    assert_eq!(
+        indexes,
+        [1, 2],
+        "three files written, the oldest removed: {files:?}"
+    );
+    assert!(files.iter().all(|f| f.1 <= 1 << 20), "{files:?}");
+    let mut text = String::new();
+    for (index, _) in &files {
+        let part = cat(&api, &id, &format!("alloc/logs/redis.stdout.{index}")).await?;
+        assert!(part.ends_with('\n'), "file {index} ends inside a line");
+        text.push_str(&part);
+    }
+    let first = check_lines(&text, 25_000).map_err(anyhow::Error::msg)?;
+    assert!(first > 0, "the first file was removed");
+    // The logs endpoint reads across the kept files; `-tail`-like reads from the end.
+    let tail = api
+        .request_text::<()>(
+            reqwest::Method::GET,
+            &format!(
+                "/v1/client/fs/logs/{id}?task=redis&type=stdout&plain=true&origin=end&offset=5"
+            ),
+            None,
+        )
+        .await?;
+    assert_eq!(tail, "done\n");
+    let all = api
+        .request_text::<()>(
+            reqwest::Method::GET,
+            &format!("/v1/client/fs/logs/{id}?task=redis&type=stdout&plain=true"),
+            None,
+        )
+        .await?;
+    assert_eq!(all, text);
+
+    // The service is registered while the task runs.
+    let services: Vec<Value> = api.get("/v1/service/redis-cache").await?;
+    assert_eq!(services.len(), 1, "{services:?}");
+
+    // Stop: the service goes first, then the 5 s wait, then the signal.
+    api.request::<(), Value>(reqwest::Method::DELETE, "/v1/job/example", None)
+        .await?;
+    let gone_at = wait_for(Duration::from_secs(10), "the service withdrawn", || async {
+        let services: Vec<Value> = api.get("/v1/service/redis-cache").await.ok()?;
+        services.is_empty().then(now_nanos)
+    })
+    .await?;
+    let stopped = wait_job_alloc(
+        &api,
+        "example",
+        "the example stopped",
+        Duration::from_secs(30),
+        |a| a["ClientStatus"] == "complete",
+    )
+    .await?;
+    let kinds = event_types(&stopped, "redis");
+    let waiting = event_time(&stopped, "redis", "Waiting for shutdown delay")
+        .ok_or_else(|| anyhow::anyhow!("no shutdown delay event: {kinds:?}"))?;
+    let killing = event_time(&stopped, "redis", "Killing")
+        .ok_or_else(|| anyhow::anyhow!("no Killing event: {kinds:?}"))?;
+    assert!(
+        killing - waiting >= 4_900_000_000,
+        "the signal came {} ms after the wait began",
+        (killing - waiting) / 1_000_000
+    );
+    assert!(
+        gone_at < killing,
+        "the service was still registered when the task was signalled"
+    );
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_client_killed_while_its_task_writes_loses_no_line_and_repeats_none() -> anyhow::Result<()>
+{
+    teamster_cluster_tests::init_test_tracing();
+    let mut c = ProcessCluster::start(1, ClusterOptions::default())?;
+    let leader = c.wait_leader(Duration::from_secs(30)).await?;
+    let api = c.servers[leader].api();
+    let rpc = c.servers[leader].rpc_addr();
+    let ip = {
+        let (block, _) = c.servers[0].ip.rsplit_once('.').expect("an IPv4 address");
+        format!("{block}.101")
+    };
+    let mut client = ClientProcess::start(c.dir(), "writer", &ip, std::slice::from_ref(&rpc), "")?;
+    let node_id = wait_for(Duration::from_secs(15), "the node id", || client.node_id()).await?;
+    wait_node_status(&api, &node_id, "ready", Duration::from_secs(15)).await?;
+
+    // 40 000 lines (4 MB) at about 10 000 a second, into files of 1 MB.
+    let script = format!("N=40000; {WRITER}");
+    let job = json!({
+        "ID": "writer", "Type": "service", "Datacenters": ["dc1"],
+        "TaskGroups": [{
+            "Name": "g", "Count": 1,
+            "Tasks": [{
+                "Name": "t", "Driver": "raw_exec",
+                "Config": {"command": "/bin/sh", "args": ["-c", script]},
+                "KillTimeout": 1_000_000_000u64,
+                "LogConfig": {"MaxFiles": 10, "MaxFileSizeMB": 1},
+                "Resources": {"CPU": 10, "MemoryMB": 10}
+            }]
+        }]
+    });
+    register(&api, job).await?;
+    let alloc = wait_job_alloc(
+        &api,
+        "writer",
+        "the writer running",
+        Duration::from_secs(30),
+        |a| a["ClientStatus"] == "running",
+    )
+    .await?;
+    let id = alloc["ID"].as_str().unwrap_or_default().to_string();
+    let logs_dir = client.data_dir.join(format!("alloc/{id}/alloc/logs"));
+    let written = |dir: &std::path::Path| -> u64 {
+        std::fs::read_dir(dir)
+            .map(|entries| {
+                entries
+                    .flatten()
+                    .filter(|e| e.file_name().to_string_lossy().starts_with("t.stdout."))
+                    .filter_map(|e| e.metadata().ok())
+                    .map(|m| m.len())
+                    .sum()
+            })
+            .unwrap_or(0)
+    };
+    let dir = logs_dir.clone();
+    wait_for(Duration::from_secs(30), "the task to begin writing", || {
+        let dir = dir.clone();
+        async move { (written(&dir) > 100_000).then_some(()) }
+    })
+    .await?;
+    client.kill();
+    // The collector goes on without the client.
+    let before = written(&logs_dir);
+    let dir = logs_dir.clone();
+    wait_for(
+        Duration::from_secs(30),
+        "lines written while the client is down",
+        || {
+            let dir = dir.clone();
+            async move { (written(&dir) > before + 200_000).then_some(()) }
+        },
+    )
+    .await?;
+    client.restart()?;
+    wait_node_status(&api, &node_id, "ready", Duration::from_secs(30)).await?;
+    let dir = logs_dir.clone();
+    let text = wait_for(Duration::from_secs(60), "every line written", || {
+        let dir = dir.clone();
+        async move {
+            let mut files: Vec<(u64, std::path::PathBuf)> = std::fs::read_dir(&dir)
+                .ok()?
+                .flatten()
+                .filter_map(|e| {
+                    let name = e.file_name().to_string_lossy().into_owned();
+                    let index = name.strip_prefix("t.stdout.")?.parse().ok()?;
+                    Some((index, e.path()))
+                })
+                .collect();
+            files.sort();
+            let text: String = files
+                .iter()
+                .map(|(_, p)| std::fs::read_to_string(p).unwrap_or_default())
+                .collect();
+            text.ends_with("done\n").then_some(text)
+        }
+    })
+    .await?;
+    let first = check_lines(&text, 40_000).map_err(anyhow::Error::msg)?;
+    assert_eq!(
+        first, 0,
+        "no file was removed: every line from the first is there"
+    );
+
+    // Stopped, the task's collector ends with it.
+    api.request::<(), Value>(reqwest::Method::DELETE, "/v1/job/writer", None)
+        .await?;
+    wait_job_alloc(
+        &api,
+        "writer",
+        "the writer stopped",
+        Duration::from_secs(30),
+        |a| a["ClientStatus"] == "complete",
+    )
+    .await?;
+    let needle = logs_dir.display().to_string();
+    let collectors = wait_for(Duration::from_secs(10), "the collector to exit", || {
+        let needle = needle.clone();
+        async move {
+            let running: Vec<String> = std::fs::read_dir("/proc")
+                .ok()?
+                .flatten()
+                .filter_map(|e| std::fs::read(e.path().join("cmdline")).ok())
+                .map(|c| String::from_utf8_lossy(&c).replace('\0', " "))
+                .filter(|c| c.contains("logmon") && c.contains(&needle))
+                .collect();
+            running.is_empty().then_some(running)
+        }
+    })
+    .await?;
+    assert!(collectors.is_empty());
+    client.kill();
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_dead_leader_stops_its_group_and_a_task_s_restart_block_overrides_its_group_s(
+) -> anyhow::Result<()> {
+    teamster_cluster_tests::init_test_tracing();
+    let ip = dev_ip_at(32);
+    let log = tempfile::NamedTempFile::new()?;
+    let (_agent, api) = dev_agent(&ip, &log).await?;
+
+    // The leader exits after a second (a batch task that succeeded is dead); its sibling is
+    // stopped with its own signal, which it traps and reports.
+    let follower = "trap 'echo got-usr1; exit 0' USR1; echo ready; while true; do sleep 0.1; done";
+    let job = json!({
+        "ID": "led", "Type": "batch", "Datacenters": ["dc1"],
+        "TaskGroups": [{
+            "Name": "g", "Count": 1,
+            "Tasks": [
+                {"Name": "leader", "Driver": "raw_exec", "Leader": true,
+                 "Config": {"command": "/bin/sh", "args": ["-c", "sleep 1"]},
+                 "Resources": {"CPU": 10, "MemoryMB": 10}},
+                {"Name": "follower", "Driver": "raw_exec", "KillSignal": "SIGUSR1",
+                 "KillTimeout": 5_000_000_000u64,
+                 "Config": {"command": "/bin/sh", "args": ["-c", follower]},
+                 "Resources": {"CPU": 10, "MemoryMB": 10}}
+            ]
+        }]
+    });
+    register(&api, job).await?;
+    let done = wait_job_alloc(
+        &api,
+        "led",
+        "the group stopped by its leader",
+        Duration::from_secs(30),
+        |a| {
+            a["TaskStates"]["follower"]["State"] == "dead"
+                && a["TaskStates"]["leader"]["State"] == "dead"
+        },
+    )
+    .await?;
+    let kinds = event_types(&done, "follower");
+    assert!(kinds.contains(&"Leader Task Dead".to_string()), "{kinds:?}");
+    assert!(kinds.contains(&"Killed".to_string()), "{kinds:?}");
+    assert_eq!(done["TaskStates"]["follower"]["Failed"], false, "{done}");
+    let id = done["ID"].as_str().unwrap_or_default();
+    let out = api
+        .request_text::<()>(
+            reqwest::Method::GET,
+            &format!("/v1/client/fs/logs/{id}?task=follower&type=stdout&plain=true"),
+            None,
+        )
+        .await?;
+    assert_eq!(out, "ready\ngot-usr1\n", "the kill signal was SIGUSR1");
+
+    // The group allows three restarts; the task's own block allows none.
+    let job = json!({
+        "ID": "no-retry", "Type": "batch", "Datacenters": ["dc1"],
+        "TaskGroups": [{
+            "Name": "g", "Count": 1,
+            "RestartPolicy": {"Attempts": 3, "Interval": 600_000_000_000u64,
+                              "Delay": 1_000_000_000u64, "Mode": "fail"},
+            "ReschedulePolicy": {"Attempts": 0, "Unlimited": false},
+            "Tasks": [{"Name": "t", "Driver": "raw_exec",
+                       "RestartPolicy": {"Attempts": 0},
+                       "Config": {"command": "/bin/sh", "args": ["-c", "exit 3"]},
+                       "Resources": {"CPU": 10, "MemoryMB": 10}}]
+        }]
+    });
+    register(&api, job).await?;
+    let failed = wait_job_alloc(
+        &api,
+        "no-retry",
+        "the task failed",
+        Duration::from_secs(30),
+        |a| a["ClientStatus"] == "failed",
+    )
+    .await?;
+    assert_eq!(failed["TaskStates"]["t"]["Restarts"], 0, "{failed}");
+    let kinds = event_types(&failed, "t");
+    assert!(!kinds.contains(&"Restarting".to_string()), "{kinds:?}");
+    assert!(kinds.contains(&"Not Restarting".to_string()), "{kinds:?}");
+    Ok(())
+}
+
+#[tokio::test]
+async fn secrets_are_listed_but_never_read_and_a_missing_file_is_a_bad_request(
+) -> anyhow::Result<()> {
+    teamster_cluster_tests::init_test_tracing();
+    let ip = dev_ip_at(33);
+    let log = tempfile::NamedTempFile::new()?;
+    let (_agent, api) = dev_agent(&ip, &log).await?;
+    let script = "echo s3cret > \"$NOMAD_SECRETS_DIR/token\" && \
+                  ln -s ../secrets/token \"$NOMAD_TASK_DIR/link\" && \
+                  echo visible > \"$NOMAD_TASK_DIR/plain\" && \
+                  echo \"$NOMAD_ALLOC_DIR $NOMAD_TASK_DIR\" && exec sleep 600";
+    let job = json!({
+        "ID": "secretive", "Type": "service", "Datacenters": ["dc1"],
+        "TaskGroups": [{"Name": "g", "Count": 1, "Tasks": [{
+            "Name": "t", "Driver": "raw_exec", "KillTimeout": 1_000_000_000u64,
+            "Config": {"command": "/bin/sh", "args": ["-c", script]},
+            "Resources": {"CPU": 10, "MemoryMB": 10}}]}]
+    });
+    register(&api, job).await?;
+    let alloc = wait_job_alloc(
+        &api,
+        "secretive",
+        "the task running",
+        Duration::from_secs(30),
+        |a| a["ClientStatus"] == "running",
+    )
+    .await?;
+    let id = alloc["ID"].as_str().unwrap_or_default().to_string();
+    let plain = wait_for(Duration::from_secs(10), "the task's files", || async {
+        cat(&api, &id, "t/local/plain").await.ok()
+    })
+    .await?;
+    assert_eq!(plain, "visible\n");
+
+    // Nomad's layout, secrets readable by their owner only.
+    let names = |v: Vec<Value>| -> BTreeSet<String> {
+        v.iter()
+            .filter_map(|f| f["Name"].as_str().map(str::to_string))
+            .collect()
+    };
+    let root = names(ls(&api, &id, "/").await?);
+    assert!(root.contains("alloc") && root.contains("t"), "{root:?}");
+    let shared = names(ls(&api, &id, "alloc").await?);
+    for part in ["data", "logs", "tmp"] {
+        assert!(shared.contains(part), "{shared:?}");
+    }
+    let task = ls(&api, &id, "t").await?;
+    let secrets = task
+        .iter()
+        .find(|f| f["Name"] == "secrets")
+        .ok_or_else(|| anyhow::anyhow!("no secrets directory: {task:?}"))?;
+    assert_eq!(secrets["FileMode"], "drwx------", "{secrets}");
+    assert!(names(task.clone()).contains("local") && names(task).contains("tmp"));
+    let out = api
+        .request_text::<()>(
+            reqwest::Method::GET,
+            &format!("/v1/client/fs/logs/{id}?task=t&type=stdout&plain=true"),
+            None,
+        )
+        .await?;
+    assert!(
+        out.contains(&format!("{id}/alloc ")),
+        "NOMAD_ALLOC_DIR is alloc/: {out}"
+    );
+    assert!(
+        out.trim_end().ends_with(&format!("{id}/t/local")),
+        "NOMAD_TASK_DIR is local/: {out}"
+    );
+
+    // Listed, stat'ed, never read: not directly, not by offset, not through a link.
+    let listed = names(ls(&api, &id, "t/secrets").await?);
+    assert!(listed.contains("token"), "{listed:?}");
+    let stat: Value = api
+        .get(&format!("/v1/client/fs/stat/{id}?path=t/secrets/token"))
+        .await?;
+    assert_eq!(stat["Size"], 7, "{stat}");
+    for path in ["t/secrets/token", "t/local/link", "T/SECRETS/token"] {
+        let e = cat(&api, &id, path)
+            .await
+            .expect_err(&format!("{path} must not be read"));
+        let text = e.to_string();
+        assert!(
+            text.contains("403") || text.contains("prohibited"),
+            "{path}: {text}"
+        );
+        assert!(!text.contains("s3cret"), "{text}");
+    }
+    let e = api
+        .request_text::<()>(
+            reqwest::Method::GET,
+            &format!("/v1/client/fs/readat/{id}?path=t/secrets/token&offset=0&limit=7"),
+            None,
+        )
+        .await
+        .expect_err("readat of a secret");
+    assert!(!e.to_string().contains("s3cret"), "{e}");
+
+    // A missing file: 400 where Nomad answers 400, 404 where it answers 404.
+    let base = format!("http://{ip}:4646");
+    let status = |path: String| {
+        let url = format!("{base}{path}");
+        async move {
+            reqwest::get(url)
+                .await
+                .map(|r| r.status().as_u16())
+                .unwrap_or(0)
+        }
+    };
+    assert_eq!(
+        status(format!("/v1/client/fs/stream/{id}?path=t/nothing")).await,
+        400
+    );
+    assert_eq!(
+        status(format!("/v1/client/fs/cat/{id}?path=t/nothing")).await,
+        400
+    );
+    assert_eq!(
+        status(format!("/v1/client/fs/stat/{id}?path=t/nothing")).await,
+        404
+    );
+    assert_eq!(
+        status(format!("/v1/client/fs/logs/{id}?task=nope&type=stdout")).await,
+        400
+    );
+    assert_eq!(
+        status(format!(
+            "/v1/client/fs/logs/{id}?task=t&type=stdout&origin=middle"
+        ))
+        .await,
+        400
+    );
+    api.request::<(), Value>(reqwest::Method::DELETE, "/v1/job/secretive", None)
+        .await?;
+    Ok(())
+}

@@ -1,0 +1,100 @@
+//! What the client's loops, runners, checks and operator requests share: the client's
+//! configuration and state (kept durably in [`state`](crate::client::state)), the clock,
+//! the allocation runners' handles, the checks' latest results, and the docker engine.
+//! Changing an allocation goes through [`Shared::update_alloc`], which recomputes its
+//! status and wakes the status updater and the health watchers.
+
+use std::collections::{BTreeMap, HashMap};
+use std::path::PathBuf;
+use std::sync::{Mutex, MutexGuard};
+
+use tokio::sync::{watch, Notify};
+use tracing::warn;
+
+use crate::client::config::ClientConfig;
+use crate::client::types::{AllocHandle, CheckResult, ClientState, LocalAlloc};
+use crate::client::{docker, state};
+use crate::util::SharedClock;
+
+/// What the loops and task runners share.
+pub struct Shared {
+    pub(crate) config: ClientConfig,
+    pub(crate) store: state::StateStore,
+    pub(crate) alloc_root: PathBuf,
+    pub(crate) clock: SharedClock,
+    pub(crate) state: Mutex<ClientState>,
+    pub(crate) changed: Notify,
+    /// Bumped on every change of an allocation, by its tasks or by the servers: what the
+    /// health watchers wait on.
+    pub(crate) alloc_changes: watch::Sender<()>,
+    pub(crate) runners: Mutex<HashMap<String, AllocHandle>>,
+    /// What `${node.*}`, `${attr.*}` and `${meta.*}` in a task's config read.
+    pub(crate) node_values: BTreeMap<String, String>,
+    /// Held while the state is written ([`Shared::try_persist`]).
+    pub(crate) persist_lock: Mutex<()>,
+    /// The latest result of each service check, by allocation and check ID ([`checks`]).
+    pub(crate) check_results: Mutex<BTreeMap<String, BTreeMap<String, CheckResult>>>,
+    /// The docker engine, connected on first use.
+    pub(crate) docker: docker::Connector,
+}
+
+impl Shared {
+    pub(crate) fn state(&self) -> MutexGuard<'_, ClientState> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Apply `f` to an allocation, recompute its status, mark it for reporting.
+    pub(crate) fn update_alloc(&self, alloc_id: &str, f: impl FnOnce(&mut LocalAlloc)) {
+        self.update_alloc_if(alloc_id, |local| {
+            f(local);
+            true
+        });
+    }
+
+    /// Apply `f` to an allocation; when it says it changed something, recompute the
+    /// allocation's status and mark it for reporting. False when the allocation is gone.
+    pub(crate) fn update_alloc_if(
+        &self,
+        alloc_id: &str,
+        f: impl FnOnce(&mut LocalAlloc) -> bool,
+    ) -> bool {
+        let changed = {
+            let mut st = self.state();
+            let Some(local) = st.allocs.get_mut(alloc_id) else {
+                return false;
+            };
+            let changed = f(local);
+            if changed {
+                local.recompute();
+                local.version += 1;
+            }
+            changed
+        };
+        if changed {
+            self.changed.notify_one();
+            self.alloc_changes.send_replace(());
+        }
+        true
+    }
+
+    /// Write the state (atomically and durably, [`state::StateStore::write`]), logging a
+    /// failure.
+    pub(crate) fn persist(&self) {
+        if let Err(e) = self.try_persist() {
+            warn!(path = %self.store.path().display(), error = %e, "cannot write the client state");
+        }
+    }
+
+    /// [`Shared::persist`], one writer at a time: the state is read and written under one
+    /// lock, so the last write holds the newest state.
+    pub(crate) fn try_persist(&self) -> Result<(), state::StateError> {
+        let _writer = lock(&self.persist_lock);
+        // Encoded under the state's lock, written after it is released.
+        let encoded = state::StateStore::encode(&self.state())?;
+        self.store.write_encoded(encoded)
+    }
+}
+
+pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
