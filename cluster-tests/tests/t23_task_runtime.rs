@@ -615,6 +615,35 @@ async fn secrets_are_listed_but_never_read_and_a_missing_file_is_a_bad_request(
         .await,
         400
     );
+
+    // `alloc fs`, as Nomad's: a directory listed, a file printed, described, its end.
+    let fs = |args: &[&str]| -> anyhow::Result<String> {
+        let out = std::process::Command::new(teamster_cluster_tests::process::teamster_bin())
+            .args(["alloc", "fs", &format!("-address={base}")])
+            .args(args)
+            .output()?;
+        anyhow::ensure!(
+            out.status.success(),
+            "alloc fs {args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+    };
+    let short = &id[..8];
+    let listed = fs(&[short, "t"])?;
+    assert!(listed.starts_with("Mode") && listed.contains("secrets/"), "{listed}");
+    assert!(listed.contains("drwx------"), "{listed}");
+    assert_eq!(fs(&[short, "t/local/plain"])?, "visible\n");
+    let stat = fs(&["-stat", short, "t/local/plain"])?;
+    assert!(stat.contains("text/plain") && stat.contains("8 B"), "{stat}");
+    assert_eq!(fs(&["-tail", "-c", "8", short, "t/local/plain"])?, "visible\n");
+    assert_eq!(fs(&["-tail", "-c", "4", short, "t/local/plain"])?, "ble\n");
+    let refused = std::process::Command::new(teamster_cluster_tests::process::teamster_bin())
+        .args(["alloc", "fs", &format!("-address={base}"), short, "t/secrets/token"])
+        .output()?;
+    assert!(!refused.status.success());
+    assert!(!String::from_utf8_lossy(&refused.stdout).contains("s3cret"));
+
     api.request::<(), Value>(reqwest::Method::DELETE, "/v1/job/secretive", None)
         .await?;
     Ok(())

@@ -40,7 +40,7 @@ pub struct LogsArgs {
 }
 
 /// The last `n` lines of `text` (a final line without its newline counts).
-fn last_lines(text: &str, n: usize) -> &str {
+pub(super) fn last_lines(text: &str, n: usize) -> &str {
     let body = text.strip_suffix('\n').unwrap_or(text);
     match body.rmatch_indices('\n').nth(n.saturating_sub(1)) {
         Some((i, _)) if n > 0 => &text[i + 1..],

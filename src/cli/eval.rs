@@ -26,6 +26,8 @@ pub enum AllocCommand {
     Status(IdArgs),
     /// Print a task's log (stdout, or stderr with `--stderr`).
     Logs(super::alloc_logs::LogsArgs),
+    /// List, print, stat or follow a file of an allocation's directory.
+    Fs(super::alloc_fs::FsArgs),
     /// Stop an allocation and place a replacement; follows the evaluation unless `-detach`.
     Stop(super::alloc_ops::StopArgs),
     /// Restart an allocation's tasks in place (every running one unless a task is named).
@@ -72,6 +74,7 @@ pub async fn run_alloc(cmd: AllocCommand) -> anyhow::Result<ExitCode> {
     let done = match cmd {
         AllocCommand::Status(args) => alloc_status(args).await,
         AllocCommand::Logs(args) => super::alloc_logs::logs(args).await,
+        AllocCommand::Fs(args) => super::alloc_fs::fs(args).await,
         AllocCommand::Stop(args) => return super::alloc_ops::stop(args).await,
         AllocCommand::Restart(args) => return super::alloc_ops::restart(args).await,
         AllocCommand::Signal(args) => return super::alloc_ops::signal(args).await,

@@ -11,6 +11,7 @@ mod acl;
 mod agent;
 mod agent_info;
 mod alloc_exec;
+mod alloc_fs;
 mod alloc_logs;
 mod alloc_ops;
 mod deployment;

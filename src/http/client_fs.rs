@@ -170,6 +170,32 @@ fn text(bytes: Vec<u8>) -> Response {
     resp
 }
 
+/// What a file holds, from its name and its first 512 bytes (Nomad's `stat` answers it):
+/// JSON by its extension, text when the bytes are UTF-8, else bytes. A file that may not be
+/// read (a secret) is not looked into.
+fn content_type(b: &Beneath, rel: &str) -> String {
+    if rel.ends_with(".json") {
+        return "application/json".into();
+    }
+    let Ok(file) = open_readable(b, rel) else {
+        return "application/octet-stream".into();
+    };
+    let mut head = Vec::with_capacity(512);
+    if std::io::Read::read_to_end(&mut std::io::Read::take(file, 512), &mut head).is_err() {
+        return "application/octet-stream".into();
+    }
+    let text = match std::str::from_utf8(&head) {
+        Ok(_) => true,
+        // A character cut at the 512th byte is still text.
+        Err(e) => e.error_len().is_none(),
+    };
+    if text {
+        "text/plain; charset=utf-8".into()
+    } else {
+        "application/octet-stream".into()
+    }
+}
+
 /// Nomad's `AllocFileInfo` of a file or directory.
 fn file_info(name: &str, meta: &std::fs::Metadata) -> Value {
     use std::os::unix::fs::PermissionsExt;
@@ -297,8 +323,19 @@ async fn stat(
         .file_name()
         .map(|n| n.to_string_lossy().into_owned())
         .unwrap_or_default();
-    let meta = beneath(root, move |b| b.stat(&path).map_err(fs_error)).await?;
-    Ok(axum::Json(file_info(&name, &meta)).into_response())
+    let (meta, content_type) = beneath(root, move |b| {
+        let meta = b.stat(&path).map_err(fs_error)?;
+        let content_type = if meta.is_file() {
+            content_type(b, &path)
+        } else {
+            String::new()
+        };
+        Ok((meta, content_type))
+    })
+    .await?;
+    let mut info = file_info(&name, &meta);
+    info["ContentType"] = json!(content_type);
+    Ok(axum::Json(info).into_response())
 }
 
 async fn readat(
