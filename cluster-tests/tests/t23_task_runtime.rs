@@ -403,6 +403,71 @@ async fn a_client_killed_while_its_task_writes_loses_no_line_and_repeats_none() 
 }
 
 #[tokio::test]
+async fn a_stop_begun_before_a_client_restart_is_finished_after_it() -> anyhow::Result<()> {
+    teamster_cluster_tests::init_test_tracing();
+    let mut c = ProcessCluster::start(1, ClusterOptions::default())?;
+    let leader = c.wait_leader(Duration::from_secs(30)).await?;
+    let api = c.servers[leader].api();
+    let rpc = c.servers[leader].rpc_addr();
+    let ip = {
+        let (block, _) = c.servers[0].ip.rsplit_once('.').expect("an IPv4 address");
+        format!("{block}.102")
+    };
+    let mut client = ClientProcess::start(c.dir(), "stopper", &ip, std::slice::from_ref(&rpc), "")?;
+    let node_id = wait_for(Duration::from_secs(15), "the node id", || client.node_id()).await?;
+    wait_node_status(&api, &node_id, "ready", Duration::from_secs(15)).await?;
+    // One task fails at once; the group waits 20 s before killing its sibling.
+    let job = json!({
+        "ID": "half-failed", "Type": "batch", "Datacenters": ["dc1"],
+        "TaskGroups": [{
+            "Name": "g", "Count": 1, "ShutdownDelay": 20_000_000_000u64,
+            "RestartPolicy": {"Attempts": 0, "Mode": "fail"},
+            "ReschedulePolicy": {"Attempts": 0, "Unlimited": false},
+            "Tasks": [
+                {"Name": "fails", "Driver": "raw_exec",
+                 "Config": {"command": "/bin/sh", "args": ["-c", "sleep 1; exit 3"]},
+                 "Resources": {"CPU": 10, "MemoryMB": 10}},
+                {"Name": "sibling", "Driver": "raw_exec", "KillTimeout": 1_000_000_000u64,
+                 "Config": {"command": "/bin/sh", "args": ["-c", "exec sleep 600"]},
+                 "Resources": {"CPU": 10, "MemoryMB": 10}}
+            ]
+        }]
+    });
+    register(&api, job).await?;
+    wait_job_alloc(
+        &api,
+        "half-failed",
+        "the failed task reported",
+        Duration::from_secs(30),
+        |a| {
+            a["TaskStates"]["fails"]["Failed"] == true
+                && a["TaskStates"]["sibling"]["State"] == "running"
+        },
+    )
+    .await?;
+    // Killed during the group's shutdown delay, started again: the stop goes on.
+    client.kill();
+    client.restart()?;
+    let done = wait_job_alloc(
+        &api,
+        "half-failed",
+        "the sibling stopped",
+        Duration::from_secs(60),
+        |a| a["TaskStates"]["sibling"]["State"] == "dead",
+    )
+    .await?;
+    let kinds = event_types(&done, "sibling");
+    assert!(
+        kinds.contains(&"Sibling Task Failed".to_string()),
+        "{kinds:?}"
+    );
+    assert!(kinds.contains(&"Killed".to_string()), "{kinds:?}");
+    assert_eq!(done["ClientStatus"], "failed", "{done}");
+    client.kill();
+    Ok(())
+}
+
+#[tokio::test]
 async fn a_dead_leader_stops_its_group_and_a_task_s_restart_block_overrides_its_group_s(
 ) -> anyhow::Result<()> {
     teamster_cluster_tests::init_test_tracing();
@@ -631,15 +696,30 @@ async fn secrets_are_listed_but_never_read_and_a_missing_file_is_a_bad_request(
     };
     let short = &id[..8];
     let listed = fs(&[short, "t"])?;
-    assert!(listed.starts_with("Mode") && listed.contains("secrets/"), "{listed}");
+    assert!(
+        listed.starts_with("Mode") && listed.contains("secrets/"),
+        "{listed}"
+    );
     assert!(listed.contains("drwx------"), "{listed}");
     assert_eq!(fs(&[short, "t/local/plain"])?, "visible\n");
     let stat = fs(&["-stat", short, "t/local/plain"])?;
-    assert!(stat.contains("text/plain") && stat.contains("8 B"), "{stat}");
-    assert_eq!(fs(&["-tail", "-c", "8", short, "t/local/plain"])?, "visible\n");
+    assert!(
+        stat.contains("text/plain") && stat.contains("8 B"),
+        "{stat}"
+    );
+    assert_eq!(
+        fs(&["-tail", "-c", "8", short, "t/local/plain"])?,
+        "visible\n"
+    );
     assert_eq!(fs(&["-tail", "-c", "4", short, "t/local/plain"])?, "ble\n");
     let refused = std::process::Command::new(teamster_cluster_tests::process::teamster_bin())
-        .args(["alloc", "fs", &format!("-address={base}"), short, "t/secrets/token"])
+        .args([
+            "alloc",
+            "fs",
+            &format!("-address={base}"),
+            short,
+            "t/secrets/token",
+        ])
         .output()?;
     assert!(!refused.status.success());
     assert!(!String::from_utf8_lossy(&refused.stdout).contains("s3cret"));

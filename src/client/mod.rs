@@ -291,7 +291,7 @@ impl Client {
         let runners: Vec<types::AllocHandle> =
             lock(&self.shared.runners).drain().map(|(_, r)| r).collect();
         for r in &runners {
-            r.cancel();
+            r.cancel_now();
         }
         let deadline = tokio::time::Instant::now() + self.shared.config.max_kill_timeout + RETRY;
         while tokio::time::Instant::now() < deadline

@@ -271,6 +271,16 @@ pub enum KillReason {
     SiblingFailed(String),
     /// The group's leader task is dead.
     LeaderDead,
+    /// The agent is shutting down and takes its tasks with it (dev mode): no shutdown
+    /// delays.
+    AgentShutdown,
+}
+
+impl KillReason {
+    /// Whether the shutdown delays are waited out for this kill.
+    pub fn waits_shutdown_delay(&self) -> bool {
+        !matches!(self, KillReason::AgentShutdown)
+    }
 }
 
 /// What the task runners of one allocation share with its allocation runner: the token
@@ -335,6 +345,12 @@ impl AllocHandle {
     /// Stop every task of the allocation.
     pub fn cancel(&self) {
         self.siblings.stop(KillReason::Stopped);
+    }
+
+    /// Stop every task of the allocation now, skipping the shutdown delays (the agent is
+    /// going away with them).
+    pub fn cancel_now(&self) {
+        self.siblings.stop(KillReason::AgentShutdown);
     }
 
     /// Whether it was told to stop (or stopped itself: a task failed, the leader died).

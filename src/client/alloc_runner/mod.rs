@@ -20,7 +20,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use teamster_storage::model::{JobType, Task, TaskStateValue};
+use teamster_storage::model::{JobType, Task, TaskGroup, TaskStateValue};
 use tokio::sync::mpsc;
 use tracing::{debug, warn, Instrument};
 
@@ -30,7 +30,7 @@ use crate::client::task_runner::core::TaskCore;
 use crate::client::task_runner::hooks::HookCtx;
 use crate::client::task_runner::{TaskRunner, TaskRunnerParts};
 use crate::client::taskenv::{TaskDirs, TaskEnv};
-use crate::client::types::{AllocHandle, LocalAlloc, Siblings};
+use crate::client::types::{AllocHandle, KillReason, LocalAlloc, Siblings};
 
 /// Requests a task runner queues at most; more wait for room.
 const CONTROL_QUEUE: usize = 4;
@@ -69,6 +69,11 @@ pub fn spawn(shared: &Arc<Shared>, local: &LocalAlloc) -> AllocHandle {
         warn!(alloc_id, group = %local.alloc.task_group, "task group not in the job");
         return AllocHandle::new(siblings, controls);
     };
+    // A stop begun before a client restart goes on: the services stay withdrawn and the
+    // tasks left are killed.
+    if let Some(reason) = unfinished_stop(local, group) {
+        siblings.stop(reason);
+    }
     let alloc_dir = AllocDir::new(&shared.alloc_root, &alloc_id);
     if let Err(e) = hooks::prerun(&alloc_dir) {
         // The task_dir hook builds it again and fails each task's start with the reason.
@@ -140,6 +145,24 @@ pub fn spawn(shared: &Arc<Shared>, local: &LocalAlloc) -> AllocHandle {
     AllocHandle::new(siblings, controls)
 }
 
+/// Why `local`'s tasks were being stopped when an earlier run of the client ended, if they
+/// were: a failed task, a dead leader, or a stop in progress.
+fn unfinished_stop(local: &LocalAlloc, group: &TaskGroup) -> Option<KillReason> {
+    let dead = |name: &str| {
+        local
+            .task_states
+            .get(name)
+            .is_some_and(|s| s.state == TaskStateValue::Dead)
+    };
+    if let Some((name, _)) = local.task_states.iter().find(|(_, s)| s.failed) {
+        return Some(KillReason::SiblingFailed(name.clone()));
+    }
+    if group.tasks.iter().any(|t| t.leader && dead(&t.name)) {
+        return Some(KillReason::LeaderDead);
+    }
+    local.shutting_down.then_some(KillReason::Stopped)
+}
+
 /// Once a stop is asked: the allocation's services are withdrawn, the group's
 /// `shutdown_delay` waited out (while a task still runs), and every task killed.
 async fn stop_when_asked(
@@ -151,12 +174,19 @@ async fn stop_when_asked(
     let mut changes = shared.alloc_changes.subscribe();
     loop {
         changes.borrow_and_update();
-        let over = {
+        let finished = {
             let st = shared.state();
-            st.allocs.get(&alloc_id).is_none_or(LocalAlloc::finished)
+            st.allocs.get(&alloc_id).map(LocalAlloc::finished)
         };
-        if over {
-            return;
+        match finished {
+            // Every task is dead: nothing to stop.
+            Some(true) => return,
+            // Forgotten by the client: its tasks go now.
+            None => {
+                siblings.kill.cancel();
+                return;
+            }
+            Some(false) => {}
         }
         tokio::select! {
             _ = siblings.stop_asked.cancelled() => break,
@@ -173,7 +203,7 @@ async fn stop_when_asked(
         local.shutting_down = true;
         changed
     });
-    if running && !delay.is_zero() {
+    if running && !delay.is_zero() && siblings.reason().waits_shutdown_delay() {
         debug!(delay = ?delay, reason = ?siblings.reason(), "waiting for the group's shutdown delay");
         tokio::time::sleep(delay).await;
     }

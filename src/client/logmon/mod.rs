@@ -102,14 +102,10 @@ impl CollectorSpec {
     pub fn args(&self) -> Vec<String> {
         vec![
             "logmon".into(),
-            "--logs-dir".into(),
-            self.logs_dir.display().to_string(),
-            "--task".into(),
-            self.task.clone(),
-            "--max-files".into(),
-            self.max_files.to_string(),
-            "--max-file-bytes".into(),
-            self.max_file_bytes.to_string(),
+            format!("--logs-dir={}", self.logs_dir.display()),
+            format!("--task={}", self.task),
+            format!("--max-files={}", self.max_files),
+            format!("--max-file-bytes={}", self.max_file_bytes),
         ]
     }
 }
@@ -170,6 +166,7 @@ fn make_fifo(path: &Path) -> Result<(), LogmonError> {
 /// until it reads its FIFOs. The collector runs in its own session and is reaped by a task
 /// of this process while it lives.
 pub async fn start(program: &Path, spec: &CollectorSpec) -> Result<Collector, LogmonError> {
+    use std::os::unix::fs::OpenOptionsExt;
     std::fs::create_dir_all(&spec.logs_dir).map_err(io_err(&spec.logs_dir))?;
     for stream in STREAMS {
         make_fifo(&fifo_path(&spec.logs_dir, &spec.task, stream))?;
@@ -178,6 +175,7 @@ pub async fn start(program: &Path, spec: &CollectorSpec) -> Result<Collector, Lo
     let err_file = std::fs::OpenOptions::new()
         .create(true)
         .append(true)
+        .custom_flags(libc::O_NOFOLLOW)
         .open(&err_path)
         .map_err(io_err(&err_path))?;
     let mut cmd = tokio::process::Command::new(program);
@@ -408,7 +406,11 @@ fn pump(
             }
             return Err(io_err(path)(e));
         }
-        rotator.write(&buf[..n as usize]).map_err(io_err(path))?;
+        // A failed write (a full disk) loses this piece, not the stream: the task must never
+        // find its output without a reader.
+        if let Err(e) = rotator.write(&buf[..n as usize]) {
+            eprintln!("{}: dropped {n} bytes: {e}", path.display());
+        }
     }
 }
 
@@ -437,14 +439,10 @@ mod tests {
             spec.args(),
             [
                 "logmon",
-                "--logs-dir",
-                "/a/alloc/logs",
-                "--task",
-                "web",
-                "--max-files",
-                "10",
-                "--max-file-bytes",
-                "10485760"
+                "--logs-dir=/a/alloc/logs",
+                "--task=web",
+                "--max-files=10",
+                "--max-file-bytes=10485760"
             ]
         );
     }

@@ -144,6 +144,8 @@ fn open_at(dir: &Path, base: &str, index: u64) -> io::Result<(File, u64)> {
         .create(true)
         .append(true)
         .mode(0o644)
+        // Not through a link someone put in the file's place.
+        .custom_flags(libc::O_NOFOLLOW)
         .open(dir.join(format!("{base}.{index}")))?;
     let size = file.metadata()?.len();
     Ok((file, size))

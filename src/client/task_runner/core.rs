@@ -75,7 +75,7 @@ impl TaskCore {
     pub fn kill_plan(&self, reason: &KillReason, now: i64) -> (Vec<TaskEvent>, Duration) {
         let mut events = Vec::new();
         match reason {
-            KillReason::Stopped => {}
+            KillReason::Stopped | KillReason::AgentShutdown => {}
             KillReason::SiblingFailed(sibling) => {
                 let mut ev = event(
                     now,
@@ -90,6 +90,9 @@ impl TaskCore {
                 "Leader Task Dead",
                 "Leader Task in Group dead".into(),
             )),
+        }
+        if !reason.waits_shutdown_delay() {
+            return (events, Duration::ZERO);
         }
         if !self.shutdown_delay.is_zero() {
             events.push(event(
@@ -195,5 +198,17 @@ mod tests {
         assert_eq!(events[0].details["failed_sibling"], "db");
         let mut core = core;
         assert_eq!(core.restarted(), 3);
+        // An agent taking its tasks down waits no delay.
+        let delayed = TaskCore::new(
+            &task("", Duration::from_secs(9), Duration::ZERO),
+            &RestartPolicy::default(),
+            false,
+            Duration::from_secs(30),
+            0,
+        );
+        assert_eq!(
+            delayed.kill_plan(&KillReason::AgentShutdown, 1),
+            (vec![], Duration::ZERO)
+        );
     }
 }

@@ -147,8 +147,10 @@ impl TaskRunner {
         self.shared.persist();
     }
 
-    /// Runs every prestart hook in order; the first error stops the run.
-    async fn prestart(&mut self) -> Result<(), HookError> {
+    /// Runs every prestart hook in order; the first error stops the run, unless
+    /// `restoring` (the task runs already: each hook restores what it can, and every error
+    /// is logged).
+    async fn prestart(&mut self, restoring: bool) -> Result<(), HookError> {
         let mut prepared = Prepared::default();
         let mut result = Ok(());
         for hook in &self.hooks {
@@ -160,6 +162,10 @@ impl TaskRunner {
                 self.save_hook_states();
             }
             if let Err(e) = r {
+                if restoring {
+                    warn!(hook = hook.name(), error = %e, "a task hook could not be restored");
+                    continue;
+                }
                 result = Err(e);
                 break;
             }
@@ -254,9 +260,7 @@ impl TaskRunner {
 
     /// After a client restart: the hooks restored, the task found again by its handle.
     async fn find_again(&mut self, handle: TaskHandle) -> Found {
-        if let Err(e) = self.prestart().await {
-            warn!(error = %e, "a task hook could not be restored");
-        }
+        let _ = self.prestart(true).await;
         let found = match handle {
             TaskHandle::Launching { launch_id, at } => {
                 // Never launched on a guess: while the engine cannot say, the task waits
@@ -332,7 +336,7 @@ impl TaskRunner {
         }
         let now = self.now();
         self.push(event(now, "Task Setup", "Building Task Directory".into()));
-        if let Err(e) = self.prestart().await {
+        if let Err(e) = self.prestart(false).await {
             warn!(error = %e, recoverable = e.recoverable, "a prestart hook failed");
             let mut ev = event(now, "Setup Failure", e.to_string());
             ev.setup_error = e.to_string();
@@ -470,18 +474,26 @@ impl TaskRunner {
         for ev in events {
             self.push(ev);
         }
+        let mut exited = None;
         if !delay.is_zero() {
             tokio::select! {
                 _ = tokio::time::sleep(delay) => {}
                 exit = running.wait() => {
                     debug!(?exit, "task exited during its shutdown delay");
+                    exited = Some(exit);
                 }
             }
         }
-        self.push(self.core.killing(self.now()));
-        let exit = running
-            .kill(self.core.kill_signal(), self.core.kill_timeout())
-            .await;
+        let exit = match exited {
+            // Gone already: nothing to signal (its pid may be another process's by now).
+            Some(exit) => exit,
+            None => {
+                self.push(self.core.killing(self.now()));
+                running
+                    .kill(self.core.kill_signal(), self.core.kill_timeout())
+                    .await
+            }
+        };
         let mut ev = event(self.now(), "Killed", "Task successfully killed".into());
         ev.exit_code = exit.exit_code;
         ev.signal = exit.signal;
@@ -557,6 +569,16 @@ impl TaskRunner {
     /// out the delay), false when the task is dead.
     async fn after_decision(&mut self, decision: RestartDecision) -> bool {
         match decision {
+            RestartDecision::Restart { .. } if self.siblings.stop_asked.is_cancelled() => {
+                // The allocation is being stopped: no new start.
+                let ev = event(
+                    self.now(),
+                    "Killed",
+                    "Task not restarted: its allocation is stopping".into(),
+                );
+                self.dead(false, ev).await;
+                false
+            }
             RestartDecision::Restart { delay, reason } => {
                 let now = self.now();
                 self.update(|s, _| {

@@ -1412,6 +1412,11 @@ impl Job {
                 };
                 if task.name.is_empty() {
                     errors.push(format!("{at}: missing name"));
+                } else if task_runtime::task_name_is_not_a_directory(&task.name) {
+                    errors.push(format!(
+                        "{at}: a task's name names its directory: it may not be \"alloc\", \".\" \
+                         or \"..\", nor contain \"/\", \"\\\" or NUL"
+                    ));
                 } else if !task_names.insert(task.name.as_str()) {
                     errors.push(format!("{at}: redefines a task of the group"));
                 }

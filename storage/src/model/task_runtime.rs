@@ -61,6 +61,12 @@ pub fn signal_name(name: &str) -> Option<&'static str> {
     SIGNAL_NAMES.iter().copied().find(|n| *n == full)
 }
 
+/// Whether `name` cannot be a task's directory name in its allocation's directory (Nomad
+/// refuses `alloc`, `/` and NUL; `.`, `..` and `\\` would lead elsewhere too).
+pub fn task_name_is_not_a_directory(name: &str) -> bool {
+    matches!(name, "alloc" | "." | "..") || name.contains(['/', '\\', '\0'])
+}
+
 /// A task's `logs` block: how its stdout and stderr are kept in `alloc/logs`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "PascalCase", default)]
@@ -172,6 +178,16 @@ pub(crate) fn validate_log_storage(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn task_names_that_are_not_directory_names_are_refused() {
+        for bad in ["alloc", ".", "..", "a/b", "a\\b", "a\0b"] {
+            assert!(task_name_is_not_a_directory(bad), "{bad:?}");
+        }
+        for good in ["web", "alloc2", "my.task", "..x"] {
+            assert!(!task_name_is_not_a_directory(good), "{good:?}");
+        }
+    }
 
     #[test]
     fn defaults_are_nomad_s_and_bad_values_are_named() {

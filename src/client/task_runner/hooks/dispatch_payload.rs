@@ -1,5 +1,7 @@
 //! Writes a dispatched child's payload to `local/<file>` for a task with a
-//! `dispatch_payload` block (Nomad's `dispatch_payload` hook).
+//! `dispatch_payload` block (Nomad's `dispatch_payload` hook), once: its state records that
+//! it was written, so a restart of the task or of the client leaves the file as the task
+//! may have changed it.
 
 use futures::future::BoxFuture;
 
@@ -17,13 +19,16 @@ impl TaskHook for DispatchPayload {
     fn prestart<'a>(
         &'a self,
         ctx: &'a HookCtx,
-        _state: &'a mut HookState,
+        state: &'a mut HookState,
         _prepared: &'a mut Prepared,
     ) -> BoxFuture<'a, Result<(), HookError>> {
         Box::pin(async move {
             let (Some(block), Some(payload)) = (&ctx.task.dispatch_payload, &ctx.payload) else {
                 return Ok(());
             };
+            if state.is_some() {
+                return Ok(());
+            }
             let payload = payload
                 .as_ref()
                 .map_err(|e| HookError::fatal(self.name(), e.clone()))?;
@@ -36,7 +41,9 @@ impl TaskHook for DispatchPayload {
             };
             write().map_err(|e| {
                 HookError::recoverable(self.name(), format!("writing {}: {e}", path.display()))
-            })
+            })?;
+            *state = Some(serde_json::json!({ "written": true }));
+            Ok(())
         })
     }
 }
