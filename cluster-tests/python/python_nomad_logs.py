@@ -1,9 +1,10 @@
 """Read a task's output with the unmodified python-nomad 2.1.0 from Nomad's allocation
 directory: `alloc/logs/<task>.stdout.0`.
 
-Usage: python python_nomad_logs.py HOST PORT ALLOC_ID TASK
+Usage: python python_nomad_logs.py HOST PORT ALLOC_ID
 
-The task (Nomad's `job init` example, run by raw_exec) has written three lines and waits.
+The allocation's task `redis` (Nomad's `job init` example, run by raw_exec) has written
+three lines and waits.
 Checks `client.cat.read_file`, `client.stat.stat_file`, `client.read_at.read_file_offset`,
 `client.ls.list_files` and `client.stream_logs.stream` (plain and framed, from the start and
 from the end). Prints "logs: all flows passed" at the end and exits non-zero on any failed
@@ -35,7 +36,8 @@ def frames(text):
 
 
 def main():
-    host, port, alloc_id, task = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4]
+    host, port, alloc_id = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+    task = "redis"
     n = nomad.Nomad(host=host, port=port, timeout=10)
     path = "alloc/logs/%s.stdout.0" % task
 

@@ -102,16 +102,21 @@ pub mod api {
         .await
     }
 
-    /// The job of `nomad job init` as `fixtures/job-init-example.nomad.hcl` writes it.
+    /// Nomad's `nomad job init` example, unchanged: `deploy/jobs/example.nomad.hcl`.
     pub fn job_init_example_hcl() -> String {
         let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-            .join("fixtures/job-init-example.nomad.hcl");
+            .join("../deploy/jobs/example.nomad.hcl");
         std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("reading {}: {e}", path.display()))
     }
 
-    /// Nomad's `job init` example (parsed by `api`) with its docker task turned into a
-    /// `raw_exec` task running `script` (no image can be pulled here); every other block as
-    /// written, `logs` set to `max_files` × `max_file_size_mb`.
+    /// The blocks of Nomad's `job init` example that other issues build: the job's `ui`
+    /// and the task's workload `identity`.
+    pub const JOB_INIT_EXAMPLE_LEFT_OUT: [&str; 2] = ["UI", "Identity"];
+
+    /// Nomad's `job init` example (parsed by `api`) without the blocks of
+    /// [`JOB_INIT_EXAMPLE_LEFT_OUT`], its docker task turned into a `raw_exec` task running
+    /// `script` (no image can be pulled here), and its commented `logs` block set to
+    /// `max_files` × `max_file_size_mb`; every other block as written.
     pub async fn job_init_example_raw_exec(
         api: &ApiClient,
         id: &str,
@@ -122,7 +127,14 @@ pub mod api {
         let mut job = parse_hcl(api, &job_init_example_hcl()).await?;
         job["ID"] = json!(id);
         job["Name"] = json!(id);
+        if let Some(job) = job.as_object_mut() {
+            job.remove("UI");
+        }
         let task = &mut job["TaskGroups"][0]["Tasks"][0];
+        if let Some(task) = task.as_object_mut() {
+            task.remove("Identity");
+            task.remove("Identities");
+        }
         task["Driver"] = json!("raw_exec");
         task["Config"] = json!({ "command": "/bin/sh", "args": ["-c", script] });
         task["Resources"] = json!({ "CPU": 50, "MemoryMB": 32 });

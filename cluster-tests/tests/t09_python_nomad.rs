@@ -164,13 +164,14 @@ async fn python_nomad_2_1_0_drives_the_cluster_through_leader_and_follower() -> 
     Ok(())
 }
 
-/// Runs `script` with python-nomad against `ip`:4646; its output.
-async fn run_script(python: &Path, script: &str, ip: &str, job_id: &str) -> anyhow::Result<String> {
+/// Runs `script` with python-nomad against `ip`:4646 and `arg` (the job or allocation ID
+/// it works on); its output.
+async fn run_script(python: &Path, script: &str, ip: &str, arg: &str) -> anyhow::Result<String> {
     let script = Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("python")
         .join(script);
     let mut cmd = Command::new(python);
-    cmd.arg(&script).args([ip, "4646", job_id]);
+    cmd.arg(&script).args([ip, "4646", arg]);
     for var in [
         "NOMAD_ADDR",
         "NOMAD_TOKEN",
@@ -277,28 +278,12 @@ async fn python_nomad_2_1_0_reads_a_task_s_output_from_alloc_logs() -> anyhow::R
         },
     )
     .await?;
-    let mut cmd = Command::new(&python);
-    cmd.arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("python/python_nomad_logs.py"))
-        .args([ip.as_str(), "4646", alloc_id.as_str(), "redis"]);
-    for var in [
-        "NOMAD_ADDR",
-        "NOMAD_TOKEN",
-        "NOMAD_NAMESPACE",
-        "NOMAD_REGION",
-    ] {
-        cmd.env_remove(var);
-    }
-    let out = tokio::task::spawn_blocking(move || cmd.output()).await??;
-    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    let out = run_script(&python, "python_nomad_logs.py", &ip, &alloc_id).await;
     let _ = api
         .request::<(), serde_json::Value>(reqwest::Method::DELETE, "/v1/job/py-logs", None)
         .await;
-    anyhow::ensure!(
-        out.status.success() && stdout.contains("logs: all flows passed"),
-        "python-nomad logs flows failed:\n{stdout}\n{}\nagent log:\n{}",
-        String::from_utf8_lossy(&out.stderr),
-        agent.log_text()
-    );
+    let out = out.map_err(|e| anyhow::anyhow!("{e}\nagent log:\n{}", agent.log_text()))?;
+    assert!(out.contains("logs: all flows passed"), "{out}");
     Ok(())
 }
 

@@ -24,15 +24,8 @@ pub struct FsArgs {
     /// Keep printing what is appended to the file.
     #[arg(short = 'f', long)]
     follow: bool,
-    /// Print only the end of the file: the last `-n` lines (10), or `-c` bytes.
-    #[arg(long)]
-    tail: bool,
-    /// Lines printed by `-tail`.
-    #[arg(short = 'n', default_value_t = 10, requires = "tail")]
-    lines: usize,
-    /// Bytes printed by `-tail`, instead of lines.
-    #[arg(short = 'c', requires = "tail", conflicts_with = "lines")]
-    bytes: Option<u64>,
+    #[command(flatten)]
+    end: super::alloc_logs::TailArgs,
     /// Sizes in bytes rather than human units.
     #[arg(short = 'H')]
     machine: bool,
@@ -122,7 +115,7 @@ pub async fn fs(a: FsArgs) -> anyhow::Result<()> {
         return Ok(());
     }
     if info["IsDir"] == true {
-        if a.follow || a.tail {
+        if a.follow || a.end.tail {
             bail!("{path} is a directory: -f and -tail read files");
         }
         let entries: Vec<Value> = api
@@ -132,8 +125,8 @@ pub async fn fs(a: FsArgs) -> anyhow::Result<()> {
         return Ok(());
     }
     let len = info["Size"].as_u64().unwrap_or(0);
-    let text = if a.tail {
-        let from_end = a.bytes.unwrap_or(len);
+    let text = if a.end.tail {
+        let from_end = a.end.bytes.unwrap_or(len);
         let body: String = api
             .request_text::<()>(
                 reqwest::Method::GET,
@@ -144,9 +137,9 @@ pub async fn fs(a: FsArgs) -> anyhow::Result<()> {
                 None,
             )
             .await?;
-        match a.bytes {
+        match a.end.bytes {
             Some(_) => body,
-            None => super::alloc_logs::last_lines(&body, a.lines).to_string(),
+            None => super::alloc_logs::last_lines(&body, a.end.lines).to_string(),
         }
     } else {
         api.request_text::<()>(

@@ -24,19 +24,26 @@ pub struct LogsArgs {
     /// Keep printing what the task writes (Nomad's `-f`).
     #[arg(short = 'f', long)]
     follow: bool,
-    /// Print only the end of the log: the last `-n` lines.
-    #[arg(long)]
-    tail: bool,
-    /// Lines printed by `-tail` (refused without it: it would change nothing).
-    #[arg(short = 'n', default_value_t = 10, requires = "tail")]
-    lines: usize,
-    /// Bytes printed by `-tail`, counted back from the end (instead of `-n` lines).
-    #[arg(short = 'c', requires = "tail", conflicts_with = "lines")]
-    bytes: Option<u64>,
+    #[command(flatten)]
+    end: TailArgs,
     /// The allocation ID (or a unique prefix).
     id: String,
     /// The task (optional when the allocation's group has one).
     task: Option<String>,
+}
+
+/// `-tail [-n N | -c BYTES]`: the end of a log or a file (`alloc logs`, `alloc fs`).
+#[derive(Debug, Args)]
+pub(super) struct TailArgs {
+    /// Print only the end: the last `-n` lines.
+    #[arg(long)]
+    pub(super) tail: bool,
+    /// Lines printed by `-tail` (refused without it: it would change nothing).
+    #[arg(short = 'n', default_value_t = 10, requires = "tail")]
+    pub(super) lines: usize,
+    /// Bytes printed by `-tail`, counted back from the end (instead of `-n` lines).
+    #[arg(short = 'c', requires = "tail", conflicts_with = "lines")]
+    pub(super) bytes: Option<u64>,
 }
 
 /// The last `n` lines of `text` (a final line without its newline counts).
@@ -84,7 +91,7 @@ pub async fn logs(a: LogsArgs) -> anyhow::Result<()> {
     let task = task_of(&api, &alloc_id, a.task).await?;
     let kind = if a.stderr { "stderr" } else { "stdout" };
     let base = format!("/v1/client/fs/logs/{alloc_id}?task={task}&type={kind}&plain=true");
-    let first = match (a.tail, a.bytes) {
+    let first = match (a.end.tail, a.end.bytes) {
         (true, Some(c)) => format!("{base}&origin=end&offset={c}"),
         _ => base.clone(),
     };
@@ -92,8 +99,8 @@ pub async fn logs(a: LogsArgs) -> anyhow::Result<()> {
         .request_text::<()>(reqwest::Method::GET, &first, None)
         .await
         .with_context(|| format!("reading the {kind} of task {task} of allocation {alloc_id}"))?;
-    let shown = if a.tail && a.bytes.is_none() {
-        last_lines(&text, a.lines)
+    let shown = if a.end.tail && a.end.bytes.is_none() {
+        last_lines(&text, a.end.lines)
     } else {
         &text
     };
@@ -104,7 +111,7 @@ pub async fn logs(a: LogsArgs) -> anyhow::Result<()> {
         return Ok(());
     }
     // Everything after what was printed, as it is written.
-    let follow = match (a.tail, a.bytes) {
+    let follow = match (a.end.tail, a.end.bytes) {
         (true, Some(_)) => format!("{base}&follow=true&origin=end&offset=0"),
         _ => format!("{base}&follow=true&offset={}", text.len()),
     };

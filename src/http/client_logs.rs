@@ -186,6 +186,9 @@ async fn pump(mut cursor: Cursor, follow: bool, plain: bool, tx: tokio::sync::mp
         if file.seek(SeekFrom::Start(cursor.pos)).await.is_err() {
             return;
         }
+        // The next file, once the collector started one: this one is read to its end once
+        // more before the stream moves on (what was written just before the switch).
+        let mut next = None;
         loop {
             let n = match file.read(&mut buf).await {
                 Ok(n) => n,
@@ -203,25 +206,14 @@ async fn pump(mut cursor: Cursor, follow: bool, plain: bool, tx: tokio::sync::mp
                 }
                 continue;
             }
-            // The end of this file: the next one, if there is one, else wait or stop.
-            if let Some(next) = cursor.next().await {
-                // What was written to this file before the next began.
-                let more = file.read(&mut buf).await.unwrap_or(0);
-                if more > 0 {
-                    cursor.pos += more as u64;
-                    let chunk = if plain {
-                        Bytes::copy_from_slice(&buf[..more])
-                    } else {
-                        frame(&buf[..more], cursor.pos, &cursor.rel())
-                    };
-                    if tx.send(chunk).await.is_err() {
-                        return;
-                    }
-                    continue;
-                }
-                cursor.index = next;
+            if let Some(index) = next {
+                cursor.index = index;
                 cursor.pos = 0;
                 continue 'files;
+            }
+            next = cursor.next().await;
+            if next.is_some() {
+                continue;
             }
             if !follow {
                 return;

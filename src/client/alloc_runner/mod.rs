@@ -76,7 +76,7 @@ pub fn spawn(shared: &Arc<Shared>, local: &LocalAlloc) -> AllocHandle {
     }
     let alloc_dir = AllocDir::new(&shared.alloc_root, &alloc_id);
     if let Err(e) = hooks::prerun(&alloc_dir) {
-        // The task_dir hook builds it again and fails each task's start with the reason.
+        // Each task's task_dir hook tries again and fails the task's start with the reason.
         warn!(alloc_id, error = %e, "allocation hook failed");
     }
     let batch = matches!(local.job.job_type, JobType::Batch | JobType::SysBatch);
@@ -171,36 +171,18 @@ async fn stop_when_asked(
     siblings: Arc<Siblings>,
     delay: Duration,
 ) {
-    let mut changes = shared.alloc_changes.subscribe();
-    loop {
-        changes.borrow_and_update();
-        let finished = {
-            let st = shared.state();
-            st.allocs.get(&alloc_id).map(LocalAlloc::finished)
-        };
-        match finished {
-            // Every task is dead: nothing to stop.
-            Some(true) => return,
-            // Forgotten by the client: its tasks go now.
-            None => {
-                siblings.kill.cancel();
-                return;
-            }
-            Some(false) => {}
-        }
-        tokio::select! {
-            _ = siblings.stop_asked.cancelled() => break,
-            changed = changes.changed() => if changed.is_err() { return },
-        }
-    }
+    // The client asks it for every allocation it stops or forgets (an allocation it forgot
+    // is gone from the state: its tasks are killed at once).
+    siblings.stop_asked.cancelled().await;
     let mut running = false;
     shared.update_alloc_if(&alloc_id, |local| {
         running = local
             .task_states
             .values()
             .any(|s| s.state == TaskStateValue::Running);
-        let changed = !local.shutting_down;
-        local.shutting_down = true;
+        // Nothing to withdraw, nor to report, once every task is dead.
+        let changed = !local.shutting_down && !local.finished();
+        local.shutting_down |= changed;
         changed
     });
     if running && !delay.is_zero() && siblings.reason().waits_shutdown_delay() {

@@ -1,5 +1,6 @@
 //! Builds the task's directories (`local/`, `secrets/` readable by its owner only, `tmp/`)
-//! and the allocation's shared ones, before every start: building is idempotent, and a
+//! before every start; the allocation's shared ones are the allocation runner's `alloc_dir`
+//! hook's, built here only when that hook could not. Building is idempotent, and a
 //! restarted client finds what a reboot removed built again.
 
 use futures::future::BoxFuture;
@@ -22,8 +23,12 @@ impl TaskHook for TaskDirHook {
         _prepared: &'a mut Prepared,
     ) -> BoxFuture<'a, Result<(), HookError>> {
         Box::pin(async move {
-            ctx.alloc_dir
-                .build()
+            let shared = if ctx.alloc_dir.data().is_dir() {
+                Ok(())
+            } else {
+                ctx.alloc_dir.build()
+            };
+            shared
                 .and_then(|()| ctx.task_dir.build())
                 .map_err(|e| HookError::recoverable(self.name(), e.to_string()))
         })
