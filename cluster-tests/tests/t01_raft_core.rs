@@ -137,11 +137,11 @@ async fn a_server_down_while_the_log_is_purged_past_it_catches_up_by_snapshot() 
     let lagger_applied = raft_stat(&c.servers[lagger].api(), "applied_index").await?;
     c.kill(lagger);
 
-    // Commit at least 10 000 entries while it is down: small concurrent writers, so the
-    // batcher turns them into many entries.
+    // Commit at least 3 000 entries while it is down (three snapshots at a threshold of
+    // 1 000): small concurrent writers, so the batcher turns them into many entries.
     let start_index = raft_stat(&leader_api, "last_log_index").await?;
     let mut written = 0usize;
-    while raft_stat(&leader_api, "last_log_index").await? < start_index + 10_000 {
+    while raft_stat(&leader_api, "last_log_index").await? < start_index + 3_000 {
         let mut batch = Vec::new();
         for k in 0..16 {
             let api = leader_api.clone();
@@ -161,12 +161,28 @@ async fn a_server_down_while_the_log_is_purged_past_it_catches_up_by_snapshot() 
         "the leader purged up to {purged}, not past the lagger's {lagger_applied}"
     );
 
+    let leader_last = raft_stat(&leader_api, "last_log_index").await?;
     let restarted_at = Instant::now();
     c.restart(lagger)?;
+    // First the cheap condition (its applied index reaches the leader's last entry), then
+    // the whole job list once: listing every job while it installs the snapshot only
+    // competes with it.
+    let lagger_api = c.servers[lagger].api();
+    wait_for(
+        Duration::from_secs(180),
+        "the restarted server to apply the leader's last entry",
+        || {
+            let api = lagger_api.clone();
+            async move {
+                (raft_stat(&api, "applied_index").await.ok()? >= leader_last).then_some(())
+            }
+        },
+    )
+    .await?;
     let mut want: Vec<String> = (0..written).map(|k| format!("w-{k:06}")).collect();
     want.push("before".into());
     want.sort();
-    wait_jobs_everywhere(&c, &[lagger], &want, Duration::from_secs(120)).await?;
+    wait_jobs_everywhere(&c, &[lagger], &want, Duration::from_secs(60)).await?;
     eprintln!("caught up {written} jobs in {:?}", restarted_at.elapsed());
     let snapshot = raft_stat(&c.servers[lagger].api(), "snapshot_index").await?;
     assert!(
