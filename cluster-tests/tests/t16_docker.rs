@@ -3,7 +3,9 @@
 //! not on the node fails at once with a driver error saying teamster never pulls; an
 //! unknown config key is refused by name; a batch task's exit code is its container's and
 //! the container is removed; a service task in the `teamster:dev` image (busybox) runs, its
-//! output reaches `alloc logs`, its port is published, `alloc signal` reaches its shell; a
+//! output reaches `alloc logs`, its port is published, `alloc signal` reaches its shell,
+//! `alloc exec` runs in its container (output, exit code, stdin, terminal; a caller that goes
+//! away takes its command along), its usage is its container's (`alloc status -stats`); a
 //! client killed and started again re-attaches to the running container instead of starting
 //! a second one, and removes its node's containers of allocations it does not know (not
 //! another node's); stopping the job stops the container within its kill timeout and leaves
@@ -392,6 +394,167 @@ async fn docker_tasks_run_log_signal_reattach_and_stop_without_pulling() -> anyh
             .then_some(())
     })
     .await?;
+
+    // `alloc exec` runs inside the container through the engine: its output, its exit
+    // code, its stdin, its terminal.
+    let exec = |args: &[&str], stdin: Option<&str>| -> std::process::Output {
+        let mut cmd = Command::new(teamster_bin());
+        cmd.args(["alloc", "exec", "-address", &addr]).args(args);
+        cmd.stdin(if stdin.is_some() {
+            Stdio::piped()
+        } else {
+            Stdio::null()
+        })
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+        let mut child = cmd.spawn().expect("teamster runs");
+        if let Some(text) = stdin {
+            use std::io::Write;
+            let mut input = child.stdin.take().expect("piped stdin");
+            input.write_all(text.as_bytes()).expect("stdin written");
+        }
+        child.wait_with_output().expect("teamster ends")
+    };
+    let out = exec(
+        &[
+            &alloc_id[..8],
+            "/bin/busybox",
+            "sh",
+            "-c",
+            "test -d /alloc/logs && test -d /local && echo inside $NOMAD_TASK_NAME",
+        ],
+        None,
+    );
+    assert_eq!(
+        (
+            String::from_utf8_lossy(&out.stdout).as_ref(),
+            out.status.code()
+        ),
+        ("inside t\n", Some(0)),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let out = exec(
+        &[
+            &alloc_id,
+            "/bin/busybox",
+            "sh",
+            "-c",
+            "echo oops >&2; exit 3",
+        ],
+        None,
+    );
+    assert_eq!(out.status.code(), Some(3), "the command's exit code");
+    assert_eq!(String::from_utf8_lossy(&out.stderr), "oops\n");
+    let out = exec(
+        &["-task", "t", &alloc_id, "/bin/busybox", "cat"],
+        Some("from stdin\n"),
+    );
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "from stdin\n");
+    assert_eq!(out.status.code(), Some(0));
+    let out = exec(
+        &[
+            "-t",
+            &alloc_id,
+            "/bin/busybox",
+            "sh",
+            "-c",
+            "test -t 0 && test -t 1 && echo yes",
+        ],
+        None,
+    );
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "yes\r\n");
+    assert_eq!(out.status.code(), Some(0));
+    let out = exec(&[&alloc_id, "/no/such/program"], None);
+    assert_ne!(
+        out.status.code(),
+        Some(0),
+        "a command that cannot run fails"
+    );
+
+    // The container's usage: memory from its cgroup, and CPU as a rate (a busy loop run in
+    // it for a while shows).
+    let stats_path = format!("/v1/client/allocation/{alloc_id}/stats");
+    let usage: Value = api.get(&stats_path).await?;
+    let task_usage = &usage["Tasks"]["t"]["ResourceUsage"];
+    assert!(
+        task_usage["MemoryStats"]["Usage"].as_u64() > Some(0),
+        "{usage:#}"
+    );
+    assert_eq!(
+        task_usage["CpuStats"]["Measured"],
+        json!(["Throttled Periods", "Throttled Time", "Percent"]),
+        "{usage:#}"
+    );
+    assert!(
+        task_usage["MemoryStats"]["Measured"]
+            .as_array()
+            .is_some_and(|m| m.contains(&json!("Usage"))),
+        "{usage:#}"
+    );
+    assert_eq!(
+        usage["ResourceUsage"]["MemoryStats"]["Usage"],
+        task_usage["MemoryStats"]["Usage"]
+    );
+    let mut busy = Command::new(teamster_bin())
+        .args(["alloc", "exec", "-address", &addr, &alloc_id])
+        .args(["/bin/busybox", "sh", "-c", "busy=1; while :; do :; done"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()?;
+    let busy_usage = wait_for(
+        Duration::from_secs(30),
+        "the busy loop in the container's CPU",
+        || async {
+            let u: Value = api.get(&stats_path).await.ok()?;
+            let percent = u["Tasks"]["t"]["ResourceUsage"]["CpuStats"]["Percent"].as_f64()?;
+            (percent > 20.0).then_some(u)
+        },
+    )
+    .await?;
+    assert!(
+        busy_usage["Tasks"]["t"]["ResourceUsage"]["CpuStats"]["TotalTicks"].as_f64() > Some(0.0),
+        "{busy_usage:#}"
+    );
+    let out = Command::new(teamster_bin())
+        .args([
+            "alloc",
+            "status",
+            "-address",
+            &addr,
+            "-stats",
+            &alloc_id[..8],
+        ])
+        .output()?;
+    let shown = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    for part in [
+        "Task Resources:",
+        "Memory Stats",
+        "Max Usage",
+        "CPU Stats",
+        "Throttled Periods",
+    ] {
+        assert!(shown.contains(part), "{part:?} missing from {shown}");
+    }
+    // Killing the caller of `alloc exec` stops its command in the container.
+    let _ = busy.kill();
+    let _ = busy.wait();
+    wait_for(
+        Duration::from_secs(20),
+        "the busy loop gone with its caller",
+        || async {
+            let top = docker(&["exec", &container, "/bin/busybox", "ps", "-o", "args"]).ok()?;
+            (!top.contains("busy=1")).then_some(())
+        },
+    )
+    .await
+    .map_err(|e| anyhow::anyhow!("{e}\n{}", agent_log(&log)))?;
 
     // The client dies and comes back: it re-attaches to the running container, and removes
     // a container of this node whose allocation it does not know.

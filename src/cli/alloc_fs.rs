@@ -38,19 +38,9 @@ pub struct FsArgs {
 /// `bytes` as Nomad's CLI shows sizes (`4.0 KiB`), or plainly with `-H`.
 fn size(bytes: u64, machine: bool) -> String {
     if machine {
-        return bytes.to_string();
-    }
-    const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
-    let mut value = bytes as f64;
-    let mut unit = 0;
-    while value >= 1024.0 && unit + 1 < UNITS.len() {
-        value /= 1024.0;
-        unit += 1;
-    }
-    if unit == 0 {
-        format!("{bytes} B")
+        bytes.to_string()
     } else {
-        format!("{value:.1} {}", UNITS[unit])
+        super::output::human_bytes(bytes)
     }
 }
 

@@ -1,5 +1,5 @@
-//! `teamster eval list` and `teamster eval status ID`; `teamster alloc status ID` and the
-//! dispatch of the other `alloc` commands (`alloc_logs`, `alloc_ops`, `alloc_exec`).
+//! `teamster eval list` and `teamster eval status ID`, and the dispatch of the `alloc`
+//! commands (`alloc_status`, `alloc_logs`, `alloc_fs`, `alloc_ops`, `alloc_exec`).
 
 use std::process::ExitCode;
 
@@ -7,7 +7,7 @@ use anyhow::{bail, Context};
 use clap::{Args, Subcommand};
 use serde_json::Value;
 
-use super::output::{short_id, table, text, unix_nanos};
+use super::output::{short_id, table, text};
 use super::{ApiArgs, ApiClient};
 
 /// `eval …`.
@@ -23,7 +23,7 @@ pub enum EvalCommand {
 #[derive(Debug, Subcommand)]
 pub enum AllocCommand {
     /// Show one allocation (an ID or a unique ID prefix).
-    Status(IdArgs),
+    Status(super::alloc_status::StatusArgs),
     /// Print a task's log (stdout, or stderr with `--stderr`).
     Logs(super::alloc_logs::LogsArgs),
     /// List, print, stat or follow a file of an allocation's directory.
@@ -72,7 +72,7 @@ pub async fn run_eval(cmd: EvalCommand) -> anyhow::Result<()> {
 /// replacement could not be placed), or the command's own for `alloc exec`.
 pub async fn run_alloc(cmd: AllocCommand) -> anyhow::Result<ExitCode> {
     let done = match cmd {
-        AllocCommand::Status(args) => alloc_status(args).await,
+        AllocCommand::Status(args) => super::alloc_status::status(args).await,
         AllocCommand::Logs(args) => super::alloc_logs::logs(args).await,
         AllocCommand::Fs(args) => super::alloc_fs::fs(args).await,
         AllocCommand::Stop(args) => return super::alloc_ops::stop(args).await,
@@ -188,88 +188,4 @@ async fn eval_status(args: IdArgs) -> anyhow::Result<()> {
         }
     }
     Ok(())
-}
-
-async fn alloc_status(args: IdArgs) -> anyhow::Result<()> {
-    let api = args.api.client()?;
-    let id = resolve(&api, "/v1/allocations", "allocation", &args.id).await?;
-    let a: Value = api
-        .get(&format!("/v1/allocation/{id}"))
-        .await
-        .context("reading the allocation")?;
-    if args.api.structured() {
-        args.api.print(&a)?;
-        return Ok(());
-    }
-    let fields = [
-        ("ID", "ID"),
-        ("Eval ID", "EvalID"),
-        ("Name", "Name"),
-        ("Node ID", "NodeID"),
-        ("Node Name", "NodeName"),
-        ("Job ID", "JobID"),
-        ("Job Version", "JobVersion"),
-        ("Client Status", "ClientStatus"),
-        ("Client Description", "ClientDescription"),
-        ("Desired Status", "DesiredStatus"),
-        ("Desired Description", "DesiredDescription"),
-        ("Create Index", "CreateIndex"),
-        ("Modify Index", "ModifyIndex"),
-    ];
-    for (label, key) in fields {
-        println!("{label:<20}= {}", text(&a[key]));
-    }
-    if let Some(states) = a["TaskStates"].as_object().filter(|m| !m.is_empty()) {
-        let mut rows = vec![["Task", "State", "Failed", "Restarts"]
-            .map(String::from)
-            .to_vec()];
-        for (task, s) in states {
-            rows.push(vec![
-                task.clone(),
-                text(&s["State"]),
-                text(&s["Failed"]),
-                text(&s["Restarts"]),
-            ]);
-        }
-        println!();
-        print!("{}", table(&rows));
-        for (task, s) in states {
-            println!();
-            println!("Task {task:?} is {:?}", text(&s["State"]));
-            let events = s["Events"].as_array().cloned().unwrap_or_default();
-            if events.is_empty() {
-                continue;
-            }
-            println!("Recent Events:");
-            let mut rows = vec![["Time", "Type", "Description"].map(String::from).to_vec()];
-            for e in events.iter().rev() {
-                rows.push(vec![unix_nanos(&e["Time"]), text(&e["Type"]), describe(e)]);
-            }
-            print!("{}", table(&rows));
-        }
-    }
-    Ok(())
-}
-
-/// What an event says, as `nomad alloc status` describes it: the exit code and signal of a
-/// termination, the driver's error, the restart reason, else its message.
-fn describe(e: &Value) -> String {
-    let s = |k: &str| e[k].as_str().unwrap_or_default().to_string();
-    match e["Type"].as_str().unwrap_or_default() {
-        "Terminated" => {
-            let mut d = format!("Exit Code: {}", e["ExitCode"].as_i64().unwrap_or(0));
-            if let Some(sig) = e["Signal"].as_i64().filter(|s| *s != 0) {
-                d.push_str(&format!(", Signal: {sig}"));
-            }
-            if !s("Message").is_empty() {
-                d.push_str(&format!(", Exit Message: {:?}", s("Message")));
-            }
-            d
-        }
-        "Driver Failure" if !s("DriverError").is_empty() => s("DriverError"),
-        "Restarting" if !s("RestartReason").is_empty() => s("RestartReason"),
-        "Setup Failure" if !s("SetupError").is_empty() => s("SetupError"),
-        _ if !s("DisplayMessage").is_empty() => s("DisplayMessage"),
-        _ => s("Message"),
-    }
 }

@@ -14,6 +14,7 @@ mod alloc_exec;
 mod alloc_fs;
 mod alloc_logs;
 mod alloc_ops;
+mod alloc_status;
 mod deployment;
 mod eval;
 mod event;

@@ -43,6 +43,22 @@ pub fn table(rows: &[Vec<String>]) -> String {
     out
 }
 
+/// A size as Nomad's CLI shows one (`512 B`, `4.0 KiB`, `10.0 MiB`).
+pub fn human_bytes(bytes: u64) -> String {
+    const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
+    let mut value = bytes as f64;
+    let mut unit = 0;
+    while value >= 1024.0 && unit + 1 < UNITS.len() {
+        value /= 1024.0;
+        unit += 1;
+    }
+    if unit == 0 {
+        format!("{bytes} B")
+    } else {
+        format!("{value:.1} {}", UNITS[unit])
+    }
+}
+
 /// A Unix-nanosecond timestamp (`SubmitTime`) as RFC 3339 UTC to the second; other values
 /// as [`text`].
 pub fn unix_nanos(v: &Value) -> String {

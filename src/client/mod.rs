@@ -1198,7 +1198,7 @@ mod tests {
         tokio::time::sleep(Duration::from_secs(1)).await;
         let handle = handle_of(&sh);
         // A mock task has no process: its usage is zero and says nothing was measured.
-        let usage = handle.alloc_stats("a1").unwrap();
+        let usage = handle.alloc_stats("a1").await.unwrap();
         let task = &usage["Tasks"]["t"];
         assert_eq!(task["ResourceUsage"]["MemoryStats"]["RSS"], 0);
         assert_eq!(
@@ -1208,7 +1208,7 @@ mod tests {
         assert_eq!(task["Pids"], serde_json::json!({}));
         assert_eq!(usage["ResourceUsage"]["CpuStats"]["Percent"], 0.0);
         assert_eq!(
-            handle.alloc_stats("a2"),
+            handle.alloc_stats("a2").await,
             Err(ops::AllocOpError::UnknownAlloc("a2".into()))
         );
         // This process's group stands in for a raw_exec task's.
@@ -1221,7 +1221,7 @@ mod tests {
                 start_ticks: 0,
             },
         );
-        let usage = handle.alloc_stats("a1").unwrap();
+        let usage = handle.alloc_stats("a1").await.unwrap();
         let measured = &usage["Tasks"]["t"];
         assert!(
             measured["ResourceUsage"]["MemoryStats"]["RSS"]

@@ -22,6 +22,8 @@ use crate::client::stats::{self, Readings, Usage};
 use crate::client::types::TaskHandle;
 use crate::client::types::{TaskControl, TaskOpError};
 
+/// How long the engine may take to report a container's usage.
+const CONTAINER_STATS_WAIT: Duration = Duration::from_secs(5);
 /// How long a task may take to carry out a request, on top of its kill timeout.
 const ANSWER_MARGIN: Duration = Duration::from_secs(10);
 
@@ -51,6 +53,14 @@ pub enum AllocOpError {
     /// A task refused or failed the request.
     #[error(transparent)]
     Task(#[from] TaskOpError),
+    /// The driver could not run the command in the task's place.
+    #[error("cannot run the command in task {task:?}: {reason}")]
+    Exec {
+        /// The task.
+        task: String,
+        /// Why.
+        reason: String,
+    },
     /// A task did not answer in time.
     #[error("task {task:?} did not answer within {waited:?}")]
     Timeout {
@@ -61,15 +71,25 @@ pub enum AllocOpError {
     },
 }
 
-/// A command for `alloc exec`, ready to spawn.
+/// A command for `alloc exec`, ready to run.
 #[derive(Debug)]
-pub struct ExecProcess {
-    /// The task it runs in the place of.
-    pub task: String,
-    /// The command (leading its own process group, or session with a terminal).
-    pub cmd: tokio::process::Command,
-    /// The agent's end of its terminal, when it has one.
-    pub pty: Option<crate::client::pty::Master>,
+pub enum ExecProcess {
+    /// A host command in the place of a `raw_exec` or `mock` task, ready to spawn.
+    Host {
+        /// The task it runs in the place of.
+        task: String,
+        /// The command (leading its own process group, or session with a terminal).
+        cmd: tokio::process::Command,
+        /// The agent's end of its terminal, when it has one.
+        pty: Option<crate::client::pty::Master>,
+    },
+    /// A command created in a docker task's container, ready to start.
+    Container {
+        /// The task whose container it runs in.
+        task: String,
+        /// The engine's exec.
+        exec: crate::client::docker::exec::CreatedExec,
+    },
 }
 
 /// The HTTP API's way into this client's allocations: cheap to clone.
@@ -315,11 +335,11 @@ impl ClientHandle {
         Ok(crate::client::checks::results_of(&self.shared, alloc_id))
     }
 
-    /// The resource usage of an allocation's tasks (Nomad's `AllocResourceUsage`): each
-    /// task's process group from `/proc`, per process in `Pids`, and their sum. Reads files:
-    /// call it off the async runtime.
-    pub fn alloc_stats(&self, alloc_id: &str) -> Result<Value, AllocOpError> {
-        let (tasks, handles) = {
+    /// The resource usage of an allocation's tasks (Nomad's `AllocResourceUsage`): a
+    /// process task's process group from `/proc`, per process in `Pids`; a docker task's
+    /// container from the engine; and their sum.
+    pub async fn alloc_stats(&self, alloc_id: &str) -> Result<Value, AllocOpError> {
+        let (tasks, handles, all_containers) = {
             let st = self.shared.state();
             let local = st
                 .allocs
@@ -332,8 +352,59 @@ impl ClientHandle {
                 .find(|g| g.name == local.alloc.task_group)
                 .map(|g| g.tasks.iter().map(|t| t.name.clone()).collect())
                 .unwrap_or_default();
-            (tasks, local.handles.clone())
+            let all_containers: std::collections::BTreeSet<String> = st
+                .allocs
+                .values()
+                .flat_map(|l| l.handles.values())
+                .filter_map(|h| match h {
+                    TaskHandle::Docker { container_id } => Some(container_id.clone()),
+                    _ => None,
+                })
+                .collect();
+            (tasks, local.handles.clone(), all_containers)
         };
+        // The readings of containers gone are dropped; a container read before needs only
+        // the engine's current figures, a first one its earlier reading too.
+        let read_before = {
+            let mut readings = lock(&self.readings);
+            readings.retain_containers(&all_containers);
+            readings.containers_read()
+        };
+        // The containers' readings first (the engine's answers), then /proc off the runtime.
+        let mut containers = std::collections::BTreeMap::new();
+        for (task, handle) in &handles {
+            if let TaskHandle::Docker { container_id } = handle {
+                let one_shot = read_before.contains(container_id);
+                let read = tokio::time::timeout(
+                    CONTAINER_STATS_WAIT,
+                    crate::client::docker::sample(&self.shared.docker, container_id, one_shot),
+                )
+                .await;
+                match read {
+                    Ok(Ok(sample)) => {
+                        containers.insert(task.clone(), (container_id.clone(), sample));
+                    }
+                    Ok(Err(e)) => {
+                        tracing::debug!(task, error = %e, "no stats for the container")
+                    }
+                    Err(_) => tracing::debug!(task, "the engine's stats did not come in time"),
+                }
+            }
+        }
+        let this = self.clone();
+        tokio::task::spawn_blocking(move || this.usage_of(tasks, &handles, &containers))
+            .await
+            .map_err(|e| AllocOpError::Invalid(format!("reading the usage failed: {e}")))
+    }
+
+    /// The usage JSON of `tasks` from their handles and their containers' readings. Reads
+    /// files: call it off the async runtime.
+    fn usage_of(
+        &self,
+        tasks: Vec<String>,
+        handles: &std::collections::BTreeMap<String, TaskHandle>,
+        containers: &std::collections::BTreeMap<String, (String, stats::ContainerSample)>,
+    ) -> Value {
         let now = stats::uptime_seconds().unwrap_or(0.0);
         let stamp = self.shared.clock.now_unix_nanos();
         let mut readings = lock(&self.readings);
@@ -350,17 +421,20 @@ impl ClientHandle {
                     usage = usage.add(&u);
                 }
             }
+            if let Some((id, sample)) = containers.get(&task) {
+                usage = readings.container(&self.machine, id, sample, now);
+            }
             total = total.add(&usage);
             by_task.insert(
                 task,
                 json!({ "ResourceUsage": usage.to_json(), "Timestamp": stamp, "Pids": pids }),
             );
         }
-        Ok(json!({
+        json!({
             "ResourceUsage": total.to_json(),
             "Tasks": by_task,
             "Timestamp": stamp,
-        }))
+        })
     }
 
     /// The host's usage (Nomad's `HostStats`): per-core CPU since the previous request (else
@@ -405,12 +479,14 @@ impl ClientHandle {
         })
     }
 
-    /// What `alloc exec` runs: `argv` in the place of a running task of the allocation (its
-    /// directory and environment, as its runner starts it), in a process group of its own,
-    /// killed when dropped; `task` may be left out when the group has one. With `tty` the
-    /// command gets a terminal (and a session of its own) for its standard streams;
-    /// without, they are the caller's to set.
-    pub fn exec_command(
+    /// What `alloc exec` runs: `argv` in the place of a running task of the allocation;
+    /// `task` may be left out when the group has one. For a docker task, an exec in its
+    /// container (with `tty`, a terminal), created here so a refusal of the engine is the
+    /// answer. For the others, a host command in the task's directory and environment, as
+    /// its runner starts it, in a process group of its own, killed when dropped: with `tty`
+    /// it gets a terminal (and a session of its own) for its standard streams; without,
+    /// they are the caller's to set.
+    pub async fn exec_command(
         &self,
         alloc_id: &str,
         task: Option<&str>,
@@ -420,64 +496,87 @@ impl ClientHandle {
         let Some((program, args)) = argv.split_first() else {
             return Err(AllocOpError::Invalid("command must not be empty".into()));
         };
-        let st = self.shared.state();
-        let local = st
-            .allocs
-            .get(alloc_id)
-            .ok_or_else(|| AllocOpError::UnknownAlloc(alloc_id.to_string()))?;
-        let tasks: Vec<&teamster_storage::model::Task> = local
-            .job
-            .task_groups
-            .iter()
-            .find(|g| g.name == local.alloc.task_group)
-            .map(|g| g.tasks.iter().collect())
-            .unwrap_or_default();
-        let spec =
-            match (task, tasks.as_slice()) {
-                (Some(name), _) => tasks.iter().find(|t| t.name == name).ok_or_else(|| {
-                    AllocOpError::UnknownTask {
-                        task: name.to_string(),
-                        alloc_id: alloc_id.to_string(),
-                    }
-                })?,
-                (None, [one]) => one,
-                (None, many) => {
-                    let names: Vec<&str> = many.iter().map(|t| t.name.as_str()).collect();
-                    return Err(AllocOpError::Invalid(format!(
-                        "task is required: the allocation has tasks {}",
-                        names.join(", ")
-                    )));
+        let (name, container_id) = {
+            let st = self.shared.state();
+            let local = st
+                .allocs
+                .get(alloc_id)
+                .ok_or_else(|| AllocOpError::UnknownAlloc(alloc_id.to_string()))?;
+            let spec = exec_target(local, alloc_id, task)?;
+            let running = local
+                .task_states
+                .get(&spec.name)
+                .is_some_and(|s| s.state == TaskStateValue::Running);
+            if !running {
+                return Err(TaskOpError::NotRunning(spec.name.clone()).into());
+            }
+            if spec.driver != "docker" {
+                let (prepared, dir) =
+                    crate::client::alloc_runner::prepared_task(&self.shared, local, spec);
+                let mut cmd = crate::client::driver::task_command(&prepared, &dir, program, args);
+                cmd.kill_on_drop(true);
+                let pty = if tty {
+                    let master = crate::client::pty::attach(&mut cmd).map_err(|e| {
+                        AllocOpError::Invalid(format!("cannot open a terminal: {e}"))
+                    })?;
+                    Some(master)
+                } else {
+                    cmd.process_group(0);
+                    None
+                };
+                return Ok(ExecProcess::Host {
+                    task: spec.name.clone(),
+                    cmd,
+                    pty,
+                });
+            }
+            match local.handles.get(&spec.name) {
+                Some(TaskHandle::Docker { container_id }) => {
+                    (spec.name.clone(), container_id.clone())
                 }
-            };
-        let running = local
-            .task_states
-            .get(&spec.name)
-            .is_some_and(|s| s.state == TaskStateValue::Running);
-        if !running {
-            return Err(TaskOpError::NotRunning(spec.name.clone()).into());
-        }
-        if spec.driver == "docker" {
-            // A host command in the task directory is not what exec into a container means.
-            return Err(AllocOpError::Invalid(format!(
-                "alloc exec is not supported for docker tasks yet (task {:?})",
-                spec.name
-            )));
-        }
-        let (prepared, dir) = crate::client::alloc_runner::prepared_task(&self.shared, local, spec);
-        let mut cmd = crate::client::driver::task_command(&prepared, &dir, program, args);
-        cmd.kill_on_drop(true);
-        let pty = if tty {
-            let master = crate::client::pty::attach(&mut cmd)
-                .map_err(|e| AllocOpError::Invalid(format!("cannot open a terminal: {e}")))?;
-            Some(master)
-        } else {
-            cmd.process_group(0);
-            None
+                _ => return Err(TaskOpError::NotRunning(spec.name.clone()).into()),
+            }
         };
-        Ok(ExecProcess {
-            task: spec.name.clone(),
-            cmd,
-            pty,
-        })
+        let exec =
+            crate::client::docker::exec::create(&self.shared.docker, &container_id, argv, tty)
+                .await
+                .map_err(|e| AllocOpError::Exec {
+                    task: name.clone(),
+                    reason: e.to_string(),
+                })?;
+        Ok(ExecProcess::Container { task: name, exec })
+    }
+}
+
+/// The task of an allocation `alloc exec` is for: the one named, else the group's only one.
+fn exec_target<'a>(
+    local: &'a crate::client::types::LocalAlloc,
+    alloc_id: &str,
+    task: Option<&str>,
+) -> Result<&'a teamster_storage::model::Task, AllocOpError> {
+    let tasks: Vec<&teamster_storage::model::Task> = local
+        .job
+        .task_groups
+        .iter()
+        .find(|g| g.name == local.alloc.task_group)
+        .map(|g| g.tasks.iter().collect())
+        .unwrap_or_default();
+    match (task, tasks.as_slice()) {
+        (Some(name), _) => tasks
+            .iter()
+            .find(|t| t.name == name)
+            .copied()
+            .ok_or_else(|| AllocOpError::UnknownTask {
+                task: name.to_string(),
+                alloc_id: alloc_id.to_string(),
+            }),
+        (None, [one]) => Ok(one),
+        (None, many) => {
+            let names: Vec<&str> = many.iter().map(|t| t.name.as_str()).collect();
+            Err(AllocOpError::Invalid(format!(
+                "task is required: the allocation has tasks {}",
+                names.join(", ")
+            )))
+        }
     }
 }

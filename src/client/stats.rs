@@ -5,7 +5,9 @@
 //! CPU percentages are rates between two readings: each answer is measured from the previous
 //! reading of the same process or core ([`Readings`]), and the first one from the process's
 //! start or the machine's boot. A task's processes are those of its process group (a
-//! `raw_exec` task leads its own); a `mock` task has none and reads as zero.
+//! `raw_exec` task leads its own); a `mock` task has none and reads as zero. A docker
+//! task's usage is its container's cgroup, as the engine's stats call reports it
+//! ([`ContainerSample`]); each answer lists in `Measured` what its driver measured.
 //!
 //! The parsers are pure functions of the files' text; the readers around them do the I/O.
 
@@ -14,10 +16,58 @@ use std::path::Path;
 
 use serde_json::{json, Value};
 
-/// What Nomad's `raw_exec` measures of a process's CPU.
-pub const MEASURED_CPU: [&str; 3] = ["System Mode", "User Mode", "Percent"];
-/// What Nomad's `raw_exec` measures of a process's memory.
-pub const MEASURED_MEMORY: [&str; 2] = ["RSS", "Swap"];
+/// The memory figures a driver may measure, in the order Nomad lists them.
+const MEMORY_FIGURES: [&str; 5] = ["RSS", "Cache", "Swap", "Usage", "Max Usage"];
+/// The CPU figures a driver may measure, in the order Nomad lists them.
+const CPU_FIGURES: [&str; 5] = [
+    "System Mode",
+    "User Mode",
+    "Throttled Periods",
+    "Throttled Time",
+    "Percent",
+];
+
+/// Which of [`MEMORY_FIGURES`] and [`CPU_FIGURES`] a reading holds (bit `i`: figure `i`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Measured {
+    memory: u8,
+    cpu: u8,
+}
+
+impl Measured {
+    /// What `raw_exec` measures of its processes (as Nomad's): RSS and swap, system, user
+    /// and total percent.
+    pub const PROCESSES: Measured = Measured {
+        memory: 0b00101,
+        cpu: 0b10011,
+    };
+    /// What the docker driver measures of a container under cgroup v1 (as Nomad's): RSS,
+    /// cache, swap, usage and its peak; throttling and total percent.
+    pub const CONTAINER_V1: Measured = Measured {
+        memory: 0b11111,
+        cpu: 0b11100,
+    };
+    /// Under cgroup v2, which keeps no peak (and no separate swap in the engine's figures):
+    /// anonymous memory as RSS, file cache, usage; throttling and total percent.
+    pub const CONTAINER_V2: Measured = Measured {
+        memory: 0b01011,
+        cpu: 0b11100,
+    };
+
+    fn union(self, other: Measured) -> Measured {
+        Measured {
+            memory: self.memory | other.memory,
+            cpu: self.cpu | other.cpu,
+        }
+    }
+
+    fn names(mask: u8, figures: &[&'static str; 5]) -> Vec<&'static str> {
+        (0..figures.len())
+            .filter(|i| mask & (1 << i) != 0)
+            .map(|i| figures[i])
+            .collect()
+    }
+}
 
 /// One process as `/proc/<pid>/stat` (and `status`) tell it.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -233,64 +283,107 @@ pub fn disk_stats(device: &str, mountpoint: &str, u: &FsUsage) -> Value {
 /// Nomad's `ResourceUsage` with the given CPU and memory figures.
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
 pub struct Usage {
-    /// Resident bytes.
+    /// Resident (anonymous) bytes.
     pub rss: u64,
+    /// Page cache bytes.
+    pub cache: u64,
     /// Swapped-out bytes.
     pub swap: u64,
+    /// The memory cgroup's usage, bytes.
+    pub usage: u64,
+    /// The memory cgroup's peak usage, bytes.
+    pub max_usage: u64,
     /// User-mode CPU, percent of one core.
     pub user_percent: f64,
     /// Kernel-mode CPU, percent of one core.
     pub system_percent: f64,
+    /// All CPU, percent of one core.
+    pub percent: f64,
     /// MHz consumed (Nomad's `TotalTicks`).
     pub ticks: f64,
-    /// Whether anything was measured (a task with processes).
-    pub measured: bool,
+    /// CFS periods in which the CPU quota throttled it.
+    pub throttled_periods: u64,
+    /// Nanoseconds it was throttled for.
+    pub throttled_time: u64,
+    /// Which figures were measured (none: a task without processes).
+    pub measured: Measured,
 }
 
 impl Usage {
-    /// The sum of two usages.
+    /// The sum of two usages; measured is what either measured.
     pub fn add(&self, other: &Usage) -> Usage {
         Usage {
             rss: self.rss + other.rss,
+            cache: self.cache + other.cache,
             swap: self.swap + other.swap,
+            usage: self.usage + other.usage,
+            max_usage: self.max_usage + other.max_usage,
             user_percent: self.user_percent + other.user_percent,
             system_percent: self.system_percent + other.system_percent,
+            percent: self.percent + other.percent,
             ticks: self.ticks + other.ticks,
-            measured: self.measured || other.measured,
+            throttled_periods: self.throttled_periods + other.throttled_periods,
+            throttled_time: self.throttled_time + other.throttled_time,
+            measured: self.measured.union(other.measured),
         }
     }
 
     /// As Nomad's `ResourceUsage` JSON.
     pub fn to_json(&self) -> Value {
-        let (cpu, mem): (&[&str], &[&str]) = if self.measured {
-            (&MEASURED_CPU, &MEASURED_MEMORY)
-        } else {
-            (&[], &[])
-        };
         json!({
             "MemoryStats": {
                 "RSS": self.rss,
-                "Cache": 0,
+                "Cache": self.cache,
                 "Swap": self.swap,
                 "MappedFile": 0,
-                "Usage": 0,
-                "MaxUsage": 0,
+                "Usage": self.usage,
+                "MaxUsage": self.max_usage,
                 "KernelUsage": 0,
                 "KernelMaxUsage": 0,
-                "Measured": mem,
+                "Measured": Measured::names(self.measured.memory, &MEMORY_FIGURES),
             },
             "CpuStats": {
                 "SystemMode": self.system_percent,
                 "UserMode": self.user_percent,
                 "TotalTicks": self.ticks,
-                "ThrottledPeriods": 0,
-                "ThrottledTime": 0,
-                "Percent": self.user_percent + self.system_percent,
-                "Measured": cpu,
+                "ThrottledPeriods": self.throttled_periods,
+                "ThrottledTime": self.throttled_time,
+                "Percent": self.percent,
+                "Measured": Measured::names(self.measured.cpu, &CPU_FIGURES),
             },
             "DeviceStats": [],
         })
     }
+}
+
+/// One reading of a container's cgroup, as the engine's stats call reports it.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct ContainerSample {
+    /// CPU time used, all modes, nanoseconds.
+    pub cpu_total_ns: u64,
+    /// In user mode, nanoseconds.
+    pub cpu_user_ns: u64,
+    /// In kernel mode, nanoseconds.
+    pub cpu_system_ns: u64,
+    /// CFS periods throttled.
+    pub throttled_periods: u64,
+    /// Nanoseconds throttled.
+    pub throttled_time_ns: u64,
+    /// The memory cgroup's usage.
+    pub memory_usage: u64,
+    /// Its peak (cgroup v1).
+    pub memory_max_usage: u64,
+    /// Resident bytes (`rss` under v1, `anon` under v2).
+    pub rss: u64,
+    /// Page cache (`cache` under v1, `file` under v2).
+    pub cache: u64,
+    /// Swapped-out bytes (v1's `swap`, when accounted).
+    pub swap: u64,
+    /// Whether the figures are cgroup v2's.
+    pub cgroup_v2: bool,
+    /// The engine's own earlier reading, when it took one: total, user and system CPU
+    /// nanoseconds, and how many seconds before this one.
+    pub earlier: Option<(u64, u64, u64, f64)>,
 }
 
 /// The previous CPU reading of each process and core, so the next answer is a rate since
@@ -301,6 +394,8 @@ pub struct Readings {
     procs: HashMap<(i32, u64), (f64, u64, u64)>,
     /// By core name.
     cores: BTreeMap<String, CoreTimes>,
+    /// By container id: (seconds since boot, total, user and system CPU nanoseconds).
+    containers: HashMap<String, (f64, u64, u64, u64)>,
 }
 
 /// The machine's clock tick rate and page size, and its MHz per core.
@@ -370,9 +465,60 @@ impl Readings {
             swap,
             user_percent,
             system_percent,
+            percent: user_percent + system_percent,
             ticks: (user_percent + system_percent) / 100.0 * m.mhz_per_core,
-            measured: true,
+            measured: Measured::PROCESSES,
+            ..Usage::default()
         }
+    }
+
+    /// The usage of a container between its previous reading and `now` (seconds since
+    /// boot), recording this reading. The first is a rate since the engine's own earlier
+    /// reading, when the sample carries one; without either it has no rate yet (0 %).
+    pub fn container(&mut self, m: &Machine, id: &str, s: &ContainerSample, now: f64) -> Usage {
+        let this = (now, s.cpu_total_ns, s.cpu_user_ns, s.cpu_system_ns);
+        let engines = s
+            .earlier
+            .map(|(total, user, system, ago)| (now - ago, total, user, system));
+        let before = self.containers.insert(id.to_string(), this);
+        let (since, total0, user0, system0) = before.or(engines).unwrap_or(this);
+        let elapsed_ns = (now - since) * 1e9;
+        let rate = |ns: u64| {
+            if elapsed_ns <= 0.0 {
+                0.0
+            } else {
+                ns as f64 * 100.0 / elapsed_ns
+            }
+        };
+        let percent = rate(s.cpu_total_ns.saturating_sub(total0));
+        Usage {
+            rss: s.rss,
+            cache: s.cache,
+            swap: s.swap,
+            usage: s.memory_usage,
+            max_usage: s.memory_max_usage,
+            user_percent: rate(s.cpu_user_ns.saturating_sub(user0)),
+            system_percent: rate(s.cpu_system_ns.saturating_sub(system0)),
+            percent,
+            ticks: percent / 100.0 * m.mhz_per_core,
+            throttled_periods: s.throttled_periods,
+            throttled_time: s.throttled_time_ns,
+            measured: if s.cgroup_v2 {
+                Measured::CONTAINER_V2
+            } else {
+                Measured::CONTAINER_V1
+            },
+        }
+    }
+
+    /// The containers read before.
+    pub fn containers_read(&self) -> std::collections::BTreeSet<String> {
+        self.containers.keys().cloned().collect()
+    }
+
+    /// Forget the containers not in `running`.
+    pub fn retain_containers(&mut self, running: &std::collections::BTreeSet<String>) {
+        self.containers.retain(|id, _| running.contains(id));
     }
 
     /// Forget the processes `alive(pid, start ticks)` says are gone.
@@ -508,8 +654,84 @@ mod tests {
         assert_eq!(json["CpuStats"]["Percent"], 100.0);
         assert_eq!(json["MemoryStats"]["Measured"], json!(["RSS", "Swap"]));
         assert_eq!(
+            json["CpuStats"]["Measured"],
+            json!(["System Mode", "User Mode", "Percent"])
+        );
+        assert_eq!(
             Usage::default().to_json()["CpuStats"]["Measured"],
             json!([])
+        );
+
+        // A container: its first reading has no rate; the next is one over the time between.
+        let c = ContainerSample {
+            cpu_total_ns: 5_000_000_000,
+            cpu_user_ns: 4_000_000_000,
+            cpu_system_ns: 1_000_000_000,
+            throttled_periods: 2,
+            throttled_time_ns: 300,
+            memory_usage: 8 << 20,
+            memory_max_usage: 9 << 20,
+            rss: 6 << 20,
+            cache: 1 << 20,
+            swap: 0,
+            cgroup_v2: false,
+            earlier: None,
+        };
+        let first = r.container(&m, "c1", &c, 30.0);
+        assert_eq!(
+            (first.percent, first.rss, first.usage),
+            (0.0, 6 << 20, 8 << 20)
+        );
+        // The engine's earlier reading gives the first one a rate: half a core over 1 s.
+        let with_earlier = ContainerSample {
+            earlier: Some((4_500_000_000, 3_600_000_000, 900_000_000, 1.0)),
+            ..c
+        };
+        assert_eq!(r.container(&m, "c0", &with_earlier, 30.0).percent, 50.0);
+        let later = ContainerSample {
+            cpu_total_ns: 5_500_000_000,
+            cpu_user_ns: 4_400_000_000,
+            cpu_system_ns: 1_100_000_000,
+            earlier: Some((0, 0, 0, 1.0)),
+            ..c
+        };
+        let second = r.container(&m, "c1", &later, 32.0);
+        assert_eq!(second.percent, 25.0);
+        assert_eq!((second.user_percent, second.system_percent), (20.0, 5.0));
+        assert_eq!(second.ticks, 500.0);
+        let json = second.to_json();
+        assert_eq!(
+            json["MemoryStats"]["Measured"],
+            json!(["RSS", "Cache", "Swap", "Usage", "Max Usage"])
+        );
+        assert_eq!(
+            json["CpuStats"]["Measured"],
+            json!(["Throttled Periods", "Throttled Time", "Percent"])
+        );
+        assert_eq!(json["CpuStats"]["ThrottledPeriods"], 2);
+        // A group's sum lists what either of its tasks measured.
+        let sum = second
+            .add(&r.process(&m, 7, &later_proc(), 0, 22.0))
+            .to_json();
+        assert_eq!(
+            sum["CpuStats"]["Measured"],
+            json!([
+                "System Mode",
+                "User Mode",
+                "Throttled Periods",
+                "Throttled Time",
+                "Percent"
+            ])
+        );
+        r.retain_containers(&Default::default());
+        let no_earlier = ContainerSample {
+            earlier: None,
+            ..later
+        };
+        assert_eq!(
+            r.container(&m, "c1", &no_earlier, 40.0).percent,
+            0.0,
+            "forgotten"
         );
 
         let before = CoreTimes {
@@ -529,6 +751,16 @@ mod tests {
             core,
             json!({"CPU": "cpu0", "User": 30.0, "System": 10.0, "Idle": 60.0, "Total": 40.0})
         );
+    }
+
+    fn later_proc() -> ProcStat {
+        ProcStat {
+            pgrp: 7,
+            utime: 400,
+            stime: 100,
+            start_ticks: 1000,
+            rss_pages: 10,
+        }
     }
 
     #[test]

@@ -89,6 +89,7 @@ fn is_failure(e: &AllocOpError) -> bool {
     matches!(
         e,
         AllocOpError::Timeout { .. }
+            | AllocOpError::Exec { .. }
             | AllocOpError::Task(crate::client::types::TaskOpError::Signal { .. })
     )
 }
@@ -185,7 +186,7 @@ async fn alloc_stats(
 ) -> Result<Response, ApiError> {
     match route(&ctx, &alloc_id, &headers)? {
         Ok(client) => {
-            let usage = read_stats(move || client.alloc_stats(&alloc_id)).await?;
+            let usage = client.alloc_stats(&alloc_id).await.map_err(op_error)?;
             Ok(Json(usage).into_response())
         }
         Err((addr, alloc_id)) => {

@@ -12,7 +12,9 @@
 //! A bad request (no command, an unknown or stopped task, an allocation the client does not
 //! hold) is answered with Nomad's HTTP status before any upgrade. The command runs in a
 //! process group of its own, killed when the caller goes away. With `tty=true` it gets a
-//! terminal (its output, stderr included, comes as `stdout`; `tty_size` resizes it). Served
+//! terminal (its output, stderr included, comes as `stdout`; `tty_size` resizes it). In a
+//! docker task the command runs inside its container through the engine's exec API
+//! ([`crate::client::docker::exec`]), with the same frames. Served
 //! by the agent whose client runs the allocation; a server connects to the node's agent first
 //! (so its refusal reaches the caller as is) and then relays the frames both ways
 //! ([`client_route`]).
@@ -37,6 +39,7 @@ use super::client_alloc::op_error;
 use super::client_route::{self, Target, FORWARDED};
 use super::error::ApiError;
 use super::HttpContext;
+use crate::client::docker::exec::{ContainerExec, ExecOutput};
 use crate::client::ops::ExecProcess;
 
 /// The exec route.
@@ -114,6 +117,7 @@ async fn exec(
                     &params.command,
                     params.tty,
                 )
+                .await
                 .map_err(op_error)?;
             Ok(upgrade.on_upgrade(move |socket| run(socket, process)))
         }
@@ -310,27 +314,168 @@ fn kill_group(child: &tokio::process::Child) {
 
 type StdinSink = Box<dyn tokio::io::AsyncWrite + Unpin + Send>;
 
+/// The command a session runs: a host process, or an exec in a container.
+enum Proc {
+    Host {
+        child: tokio::process::Child,
+        pty: Option<crate::client::pty::Master>,
+    },
+    Container {
+        exec: ContainerExec,
+        /// Carries its output to the caller; ends when the command's output does.
+        output: tokio::task::JoinHandle<()>,
+    },
+}
+
+impl Proc {
+    fn has_terminal(&self, tty: bool) -> bool {
+        match self {
+            Proc::Host { pty, .. } => pty.is_some(),
+            Proc::Container { .. } => tty,
+        }
+    }
+
+    /// Resolves when the command has ended (cancel-safe: the select loop polls it again).
+    async fn ended(&mut self) {
+        match self {
+            Proc::Host { child, .. } => {
+                let _ = child.wait().await;
+            }
+            Proc::Container { output, .. } => {
+                let _ = output.await;
+            }
+        }
+    }
+
+    async fn resize(&self, rows: u16, cols: u16) {
+        let resized = match self {
+            Proc::Host { pty: Some(m), .. } => m.resize(rows, cols).map_err(|e| e.to_string()),
+            Proc::Host { pty: None, .. } => Ok(()),
+            Proc::Container { exec, .. } => {
+                exec.resize(rows, cols).await.map_err(|e| e.to_string())
+            }
+        };
+        if let Err(error) = resized {
+            tracing::debug!(%error, "alloc exec: resize failed");
+        }
+    }
+
+    /// Stops the command: its caller went away, and nothing is to outlive it.
+    async fn kill(&mut self) {
+        match self {
+            Proc::Host { child, .. } => {
+                kill_group(child);
+                let _ = child.wait().await;
+            }
+            Proc::Container { exec, output } => {
+                exec.kill().await;
+                output.abort();
+            }
+        }
+    }
+
+    /// How it ended, once [`Proc::ended`]: its exit code (128 + the signal that killed a
+    /// host process), or -1 when that cannot be told.
+    async fn exit_code(&mut self) -> i64 {
+        match self {
+            Proc::Host { child, .. } => child.wait().await.ok().map_or(-1, |s| {
+                use std::os::unix::process::ExitStatusExt;
+                i64::from(s.code().unwrap_or_else(|| 128 + s.signal().unwrap_or(0)))
+            }),
+            Proc::Container { exec, .. } => exec.exit_code().await.unwrap_or(-1),
+        }
+    }
+}
+
+/// Sends a container exec's output frames to the caller as Nomad's `stdout`/`stderr`
+/// frames (a terminal's output is `stdout`), then both streams' close frames.
+async fn pump_container(mut output: ExecOutput, out: mpsc::Sender<ws::Message>) {
+    use bollard::container::LogOutput;
+    while let Some(Ok(frame)) = output.next().await {
+        let (stream, message) = match frame {
+            LogOutput::StdOut { message } | LogOutput::Console { message } => ("stdout", message),
+            LogOutput::StdErr { message } => ("stderr", message),
+            LogOutput::StdIn { .. } => continue,
+        };
+        for piece in message.chunks(CHUNK) {
+            if out.send(output_frame(stream, piece)).await.is_err() {
+                return;
+            }
+        }
+    }
+    for stream in ["stdout", "stderr"] {
+        let close = json!({ stream: { "close": true } }).to_string();
+        let _ = out.send(ws::Message::Text(close.into())).await;
+    }
+}
+
+/// Starts what `process` runs, with its output going to `out`: the command and its stdin,
+/// and the pumps of a host command's output.
+#[allow(clippy::type_complexity)]
+async fn start(
+    process: ExecProcess,
+    out: &mpsc::Sender<ws::Message>,
+) -> Result<
+    (
+        Proc,
+        Option<StdinSink>,
+        Vec<tokio::task::JoinHandle<()>>,
+        bool,
+    ),
+    String,
+> {
+    match process {
+        ExecProcess::Host { mut cmd, pty, .. } => {
+            if pty.is_none() {
+                cmd.stdin(Stdio::piped())
+                    .stdout(Stdio::piped())
+                    .stderr(Stdio::piped());
+            }
+            let mut child = cmd.spawn().map_err(|e| e.to_string())?;
+            // The terminal's far end must not stay open here, or its output would never end.
+            drop(cmd);
+            let mut pumps = Vec::new();
+            let stdin: Option<StdinSink> = match &pty {
+                Some(m) => {
+                    let reader = m.reader().map_err(|e| e.to_string())?;
+                    let writer = m.writer().map_err(|e| e.to_string())?;
+                    pumps.push(tokio::spawn(pump(reader, "stdout", out.clone())));
+                    Some(Box::new(writer))
+                }
+                None => {
+                    if let Some(stdout) = child.stdout.take() {
+                        pumps.push(tokio::spawn(pump(stdout, "stdout", out.clone())));
+                    }
+                    if let Some(stderr) = child.stderr.take() {
+                        pumps.push(tokio::spawn(pump(stderr, "stderr", out.clone())));
+                    }
+                    child.stdin.take().map(|w| Box::new(w) as StdinSink)
+                }
+            };
+            let tty = pty.is_some();
+            Ok((Proc::Host { child, pty }, stdin, pumps, tty))
+        }
+        ExecProcess::Container { exec, .. } => {
+            let tty = exec.tty();
+            let (exec, output, input) = exec.start().await.map_err(|e| e.to_string())?;
+            let output = tokio::spawn(pump_container(output, out.clone()));
+            Ok((
+                Proc::Container { exec, output },
+                Some(Box::new(input) as StdinSink),
+                Vec::new(),
+                tty,
+            ))
+        }
+    }
+}
+
 /// Runs the command for the caller at `socket`: its stdin from the caller's frames, its
 /// output to them, its exit code last. The command is killed if the caller goes away first.
 async fn run(socket: WebSocket, process: ExecProcess) {
     let (mut sink, mut frames) = socket.split();
-    let ExecProcess { mut cmd, pty, .. } = process;
-    if pty.is_none() {
-        cmd.stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped());
-    }
-    let spawned = cmd.spawn().and_then(|child| {
-        // The terminal's far end must not stay open here, or its output would never end.
-        drop(cmd);
-        let ends = match &pty {
-            Some(m) => Some((m.reader()?, m.writer()?)),
-            None => None,
-        };
-        Ok((child, ends))
-    });
-    let (mut child, pty_ends) = match spawned {
-        Ok(spawned) => spawned,
+    let (out_tx, mut out_rx) = mpsc::channel::<ws::Message>(OUT_QUEUE);
+    let (mut proc, mut stdin, pumps, tty) = match start(process, &out_tx).await {
+        Ok(started) => started,
         Err(e) => {
             let reason = format!("failed to start the command: {e}");
             tracing::info!(error = %e, "alloc exec could not start its command");
@@ -343,23 +488,7 @@ async fn run(socket: WebSocket, process: ExecProcess) {
             return;
         }
     };
-    let (out_tx, mut out_rx) = mpsc::channel::<ws::Message>(OUT_QUEUE);
-    let mut pumps = Vec::new();
-    let mut stdin: Option<StdinSink> = match pty_ends {
-        Some((reader, writer)) => {
-            pumps.push(tokio::spawn(pump(reader, "stdout", out_tx.clone())));
-            Some(Box::new(writer))
-        }
-        None => {
-            if let Some(stdout) = child.stdout.take() {
-                pumps.push(tokio::spawn(pump(stdout, "stdout", out_tx.clone())));
-            }
-            if let Some(stderr) = child.stderr.take() {
-                pumps.push(tokio::spawn(pump(stderr, "stderr", out_tx.clone())));
-            }
-            child.stdin.take().map(|w| Box::new(w) as StdinSink)
-        }
-    };
+    let terminal = proc.has_terminal(tty);
     drop(out_tx);
     let writer = tokio::spawn(async move {
         while let Some(msg) = out_rx.recv().await {
@@ -369,9 +498,9 @@ async fn run(socket: WebSocket, process: ExecProcess) {
         }
         sink
     });
-    let status = loop {
+    loop {
         tokio::select! {
-            status = child.wait() => break status.ok(),
+            () = proc.ended() => break,
             frame = frames.next() => match frame {
                 Some(Ok(ws::Message::Text(text))) => match parse_input(text.as_str()) {
                     Ok(Input::Stdin(data)) => {
@@ -383,40 +512,36 @@ async fn run(socket: WebSocket, process: ExecProcess) {
                         }
                     }
                     // A terminal's input ends with its end-of-file character, not a close.
-                    Ok(Input::StdinClose) if pty.is_none() => stdin = None,
-                    Ok(Input::StdinClose) => {}
-                    Ok(Input::Resize(rows, cols)) => {
-                        if let Some(m) = &pty {
-                            if let Err(e) = m.resize(rows, cols) {
-                                tracing::debug!(error = %e, "alloc exec: resize failed");
-                            }
+                    Ok(Input::StdinClose) if !terminal => {
+                        if let Some(mut w) = stdin.take() {
+                            // A container's stdin ends with the write side's shutdown.
+                            let _ = w.shutdown().await;
                         }
                     }
+                    Ok(Input::StdinClose) => {}
+                    Ok(Input::Resize(rows, cols)) => proc.resize(rows, cols).await,
                     Ok(Input::Ignored) => {}
                     Err(reason) => tracing::debug!(%reason, "alloc exec: frame ignored"),
                 },
                 Some(Ok(ws::Message::Close(_))) | Some(Err(_)) | None => {
                     // The caller left: nothing is to outlive it.
-                    kill_group(&child);
-                    let _ = child.wait().await;
+                    tracing::info!("alloc exec: the caller went away; its command is killed");
+                    proc.kill().await;
                     return;
                 }
                 Some(Ok(_)) => {}
             },
         }
-    };
+    }
     drop(stdin);
     // The output written before the exit goes out before the exit code.
     for p in pumps {
         let _ = tokio::time::timeout(DRAIN, p).await;
     }
+    let code = proc.exit_code().await;
     let Ok(mut sink) = writer.await else {
         return;
     };
-    let code = status.map_or(-1, |s| {
-        use std::os::unix::process::ExitStatusExt;
-        s.code().unwrap_or_else(|| 128 + s.signal().unwrap_or(0))
-    });
     let exited = json!({ "exited": true, "result": { "exit_code": code } }).to_string();
     let _ = sink.send(ws::Message::Text(exited.into())).await;
     let _ = sink

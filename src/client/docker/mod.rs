@@ -17,6 +17,7 @@
 //! error naming it.
 
 pub mod config;
+pub mod exec;
 
 use std::collections::{BTreeSet, HashMap};
 use std::path::{Path, PathBuf};
@@ -630,6 +631,85 @@ impl DockerTask {
         }
         drop(waits);
         self.wait().await
+    }
+}
+
+/// One reading of a container's CPU and memory from the engine (`GET
+/// /containers/<id>/stats?stream=false`). With `one_shot` the engine answers at once;
+/// without, it takes a second reading a moment after the first and sends both, so a first
+/// answer can carry a CPU rate.
+pub async fn sample(
+    connector: &Connector,
+    container_id: &str,
+    one_shot: bool,
+) -> Result<crate::client::stats::ContainerSample, DockerError> {
+    let docker = connector.get().await?;
+    let options = bollard::query_parameters::StatsOptions {
+        stream: false,
+        one_shot,
+    };
+    let mut answers = docker.stats(container_id, Some(options));
+    let stats = match answers.next().await {
+        Some(Ok(s)) => s,
+        Some(Err(e)) => return Err(engine("container stats")(e)),
+        None => {
+            return Err(engine("container stats")(bollard::errors::Error::IOError {
+                err: std::io::Error::other("the engine sent no stats"),
+            }))
+        }
+    };
+    Ok(container_sample(&stats))
+}
+
+/// The figures of an engine's stats answer teamster reports.
+fn container_sample(
+    stats: &bollard::models::ContainerStatsResponse,
+) -> crate::client::stats::ContainerSample {
+    let cpu_times = |c: &Option<bollard::models::ContainerCpuStats>| {
+        let u = c
+            .as_ref()
+            .and_then(|c| c.cpu_usage.clone())
+            .unwrap_or_default();
+        (
+            u.total_usage.unwrap_or(0),
+            u.usage_in_usermode.unwrap_or(0),
+            u.usage_in_kernelmode.unwrap_or(0),
+        )
+    };
+    let when = |d: &Option<String>| {
+        d.as_deref()
+            .and_then(|d| humantime::parse_rfc3339_weak(d).ok())
+    };
+    // The engine's earlier reading, when it took one (a zero time when it did not).
+    let earlier = match (when(&stats.preread), when(&stats.read)) {
+        (Some(pre), Some(read)) if pre > std::time::UNIX_EPOCH => {
+            let ago = read.duration_since(pre).map_or(0.0, |d| d.as_secs_f64());
+            let (total, user, system) = cpu_times(&stats.precpu_stats);
+            (ago > 0.0 && total > 0).then_some((total, user, system, ago))
+        }
+        _ => None,
+    };
+    let cpu = stats.cpu_stats.clone().unwrap_or_default();
+    let usage = cpu.cpu_usage.unwrap_or_default();
+    let throttling = cpu.throttling_data.unwrap_or_default();
+    let memory = stats.memory_stats.clone().unwrap_or_default();
+    let figures = memory.stats.unwrap_or_default();
+    let figure = |k: &str| figures.get(k).copied().unwrap_or(0);
+    // cgroup v2 reports anonymous and file memory; v1 rss and cache.
+    let cgroup_v2 = figures.contains_key("anon");
+    crate::client::stats::ContainerSample {
+        cpu_total_ns: usage.total_usage.unwrap_or(0),
+        cpu_user_ns: usage.usage_in_usermode.unwrap_or(0),
+        cpu_system_ns: usage.usage_in_kernelmode.unwrap_or(0),
+        throttled_periods: throttling.throttled_periods.unwrap_or(0),
+        throttled_time_ns: throttling.throttled_time.unwrap_or(0),
+        memory_usage: memory.usage.unwrap_or(0),
+        memory_max_usage: memory.max_usage.unwrap_or(0),
+        rss: figure(if cgroup_v2 { "anon" } else { "rss" }),
+        cache: figure(if cgroup_v2 { "file" } else { "cache" }),
+        swap: if cgroup_v2 { 0 } else { figure("swap") },
+        cgroup_v2,
+        earlier,
     }
 }
 

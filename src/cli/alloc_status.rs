@@ -1,0 +1,270 @@
+//! `teamster alloc status ID [-stats]`: one allocation as `nomad alloc status` shows it: its
+//! fields, its tasks' states and recent events, and for each running task the resources it
+//! uses of what it was given (`Task Resources`), read from the client's
+//! `/v1/client/allocation/:id/stats`. With `-stats` the detailed memory and CPU figures
+//! follow, each table holding only what the task's driver measures.
+
+use anyhow::Context;
+use clap::Args;
+use serde_json::Value;
+
+use super::output::{human_bytes, table, text, unix_nanos};
+use super::ApiArgs;
+
+/// `alloc status`.
+#[derive(Debug, Args)]
+pub struct StatusArgs {
+    #[command(flatten)]
+    api: ApiArgs,
+    /// Show the detailed resource usage of each running task.
+    #[arg(long)]
+    stats: bool,
+    /// The ID or a unique prefix of it.
+    id: String,
+}
+
+/// Run `alloc status`.
+pub async fn status(args: StatusArgs) -> anyhow::Result<()> {
+    let api = args.api.client()?;
+    let id = super::eval::resolve(&api, "/v1/allocations", "allocation", &args.id).await?;
+    let a: Value = api
+        .get(&format!("/v1/allocation/{id}"))
+        .await
+        .context("reading the allocation")?;
+    if args.api.structured() {
+        args.api.print(&a)?;
+        return Ok(());
+    }
+    let fields = [
+        ("ID", "ID"),
+        ("Eval ID", "EvalID"),
+        ("Name", "Name"),
+        ("Node ID", "NodeID"),
+        ("Node Name", "NodeName"),
+        ("Job ID", "JobID"),
+        ("Job Version", "JobVersion"),
+        ("Client Status", "ClientStatus"),
+        ("Client Description", "ClientDescription"),
+        ("Desired Status", "DesiredStatus"),
+        ("Desired Description", "DesiredDescription"),
+        ("Create Index", "CreateIndex"),
+        ("Modify Index", "ModifyIndex"),
+    ];
+    for (label, key) in fields {
+        println!("{label:<20}= {}", text(&a[key]));
+    }
+    let Some(states) = a["TaskStates"].as_object().filter(|m| !m.is_empty()) else {
+        return Ok(());
+    };
+    let mut rows = vec![["Task", "State", "Failed", "Restarts"]
+        .map(String::from)
+        .to_vec()];
+    for (task, s) in states {
+        rows.push(vec![
+            task.clone(),
+            text(&s["State"]),
+            text(&s["Failed"]),
+            text(&s["Restarts"]),
+        ]);
+    }
+    println!();
+    print!("{}", table(&rows));
+    // The usage of a running allocation, from its client; without it the rest is shown.
+    let usage = if a["ClientStatus"] == "running" {
+        match api
+            .get::<Value>(&format!("/v1/client/allocation/{id}/stats"))
+            .await
+        {
+            Ok(u) => Some(u),
+            Err(e) if args.stats => {
+                println!();
+                println!("Couldn't retrieve stats: {e}");
+                None
+            }
+            Err(_) => None,
+        }
+    } else {
+        None
+    };
+    for (task, s) in states {
+        println!();
+        println!("Task {task:?} is {:?}", text(&s["State"]));
+        let task_usage = usage
+            .as_ref()
+            .map(|u| &u["Tasks"][task]["ResourceUsage"])
+            .filter(|u| u.is_object() && s["State"] == "running");
+        if let Some(u) = task_usage {
+            print!("{}", resources(&a, task, u));
+            if args.stats {
+                print!("{}", detailed(u));
+            }
+        }
+        let events = s["Events"].as_array().cloned().unwrap_or_default();
+        if events.is_empty() {
+            continue;
+        }
+        println!("Recent Events:");
+        let mut rows = vec![["Time", "Type", "Description"].map(String::from).to_vec()];
+        for e in events.iter().rev() {
+            rows.push(vec![unix_nanos(&e["Time"]), text(&e["Type"]), describe(e)]);
+        }
+        print!("{}", table(&rows));
+    }
+    Ok(())
+}
+
+/// `Task Resources`: CPU MHz used of those given, memory used of that given, the group's
+/// disk.
+fn resources(alloc: &Value, task: &str, usage: &Value) -> String {
+    let given = &alloc["AllocatedResources"]["Tasks"][task];
+    let cpu = &usage["CpuStats"];
+    let mem = &usage["MemoryStats"];
+    let mb = |v: &Value| v.as_u64().unwrap_or(0) << 20;
+    // What the driver measures: the resident set of processes, the cgroup's usage of a
+    // container.
+    let used = match mem["RSS"].as_u64().filter(|rss| *rss > 0) {
+        Some(rss) => rss,
+        None => mem["Usage"].as_u64().unwrap_or(0),
+    };
+    let rows = vec![
+        ["CPU", "Memory", "Disk"].map(String::from).to_vec(),
+        vec![
+            format!(
+                "{}/{} MHz",
+                cpu["TotalTicks"].as_f64().unwrap_or(0.0).round() as u64,
+                text(&given["Cpu"]["CpuShares"])
+            ),
+            format!(
+                "{}/{}",
+                human_bytes(used),
+                human_bytes(mb(&given["Memory"]["MemoryMB"]))
+            ),
+            human_bytes(mb(&alloc["AllocatedResources"]["Shared"]["DiskMB"])),
+        ],
+    ];
+    format!("Task Resources:\n{}", table(&rows))
+}
+
+/// The `Memory Stats` and `CPU Stats` tables of `-stats`: the figures the driver lists in
+/// `Measured`, in Nomad's order.
+fn detailed(usage: &Value) -> String {
+    let measured = |v: &Value| -> Vec<String> {
+        v["Measured"]
+            .as_array()
+            .map(|m| {
+                m.iter()
+                    .filter_map(|x| x.as_str().map(str::to_string))
+                    .collect()
+            })
+            .unwrap_or_default()
+    };
+    let mut out = String::new();
+    let mem = &usage["MemoryStats"];
+    let names = measured(mem);
+    if !names.is_empty() {
+        let value = |name: &str| {
+            let key = match name {
+                "Max Usage" => "MaxUsage",
+                "Kernel Usage" => "KernelUsage",
+                "Kernel Max Usage" => "KernelMaxUsage",
+                "Mapped File" => "MappedFile",
+                other => other,
+            };
+            human_bytes(mem[key].as_u64().unwrap_or(0))
+        };
+        out.push_str("\nMemory Stats\n");
+        out.push_str(&table(&[
+            names.clone(),
+            names.iter().map(|n| value(n)).collect(),
+        ]));
+    }
+    let cpu = &usage["CpuStats"];
+    let names = measured(cpu);
+    if !names.is_empty() {
+        let value = |name: &str| match name {
+            "Percent" => format!("{:.2}%", cpu["Percent"].as_f64().unwrap_or(0.0)),
+            "System Mode" => format!("{:.2}%", cpu["SystemMode"].as_f64().unwrap_or(0.0)),
+            "User Mode" => format!("{:.2}%", cpu["UserMode"].as_f64().unwrap_or(0.0)),
+            "Total Ticks" => format!("{:.0}", cpu["TotalTicks"].as_f64().unwrap_or(0.0)),
+            "Throttled Periods" => text(&cpu["ThrottledPeriods"]),
+            "Throttled Time" => text(&cpu["ThrottledTime"]),
+            other => text(&cpu[other]),
+        };
+        out.push_str("\nCPU Stats\n");
+        out.push_str(&table(&[
+            names.clone(),
+            names.iter().map(|n| value(n)).collect(),
+        ]));
+    }
+    out.push('\n');
+    out
+}
+
+/// What an event says, as `nomad alloc status` describes it: the exit code and signal of a
+/// termination, the driver's error, the restart reason, else its message.
+fn describe(e: &Value) -> String {
+    let s = |k: &str| e[k].as_str().unwrap_or_default().to_string();
+    match e["Type"].as_str().unwrap_or_default() {
+        "Terminated" => {
+            let mut d = format!("Exit Code: {}", e["ExitCode"].as_i64().unwrap_or(0));
+            if let Some(sig) = e["Signal"].as_i64().filter(|s| *s != 0) {
+                d.push_str(&format!(", Signal: {sig}"));
+            }
+            if !s("Message").is_empty() {
+                d.push_str(&format!(", Exit Message: {:?}", s("Message")));
+            }
+            d
+        }
+        "Driver Failure" if !s("DriverError").is_empty() => s("DriverError"),
+        "Restarting" if !s("RestartReason").is_empty() => s("RestartReason"),
+        "Setup Failure" if !s("SetupError").is_empty() => s("SetupError"),
+        _ if !s("DisplayMessage").is_empty() => s("DisplayMessage"),
+        _ => s("Message"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn task_resources_show_used_of_given() {
+        let alloc = json!({"AllocatedResources": {
+            "Tasks": {"web": {"Cpu": {"CpuShares": 500}, "Memory": {"MemoryMB": 256}}},
+            "Shared": {"DiskMB": 300}
+        }});
+        let usage = json!({
+            "CpuStats": {"TotalTicks": 12.4},
+            "MemoryStats": {"RSS": 0, "Usage": 6_500_000}
+        });
+        let shown = resources(&alloc, "web", &usage);
+        assert!(shown.starts_with("Task Resources:\n"), "{shown}");
+        assert!(shown.contains("12/500 MHz"), "{shown}");
+        assert!(shown.contains("6.2 MiB/256.0 MiB"), "{shown}");
+        assert!(shown.contains("300.0 MiB"), "{shown}");
+    }
+
+    #[test]
+    fn detailed_stats_list_only_what_is_measured() {
+        let usage = json!({
+            "MemoryStats": {"RSS": 2048, "Cache": 0, "Swap": 0, "Usage": 4096, "MaxUsage": 8192,
+                            "Measured": ["RSS", "Usage", "Max Usage"]},
+            "CpuStats": {"Percent": 1.5, "ThrottledPeriods": 3, "ThrottledTime": 40,
+                         "Measured": ["Throttled Periods", "Throttled Time", "Percent"]}
+        });
+        let shown = detailed(&usage);
+        assert!(
+            shown
+                .contains("Memory Stats\nRSS      Usage    Max Usage\n2.0 KiB  4.0 KiB  8.0 KiB\n"),
+            "{shown}"
+        );
+        assert!(shown.contains("CPU Stats\nThrottled Periods  Throttled Time  Percent\n3                  40              1.50%\n"), "{shown}");
+        assert!(!shown.contains("Swap"), "{shown}");
+        // Nothing measured, no tables.
+        assert_eq!(
+            detailed(&json!({"MemoryStats": {"Measured": []}, "CpuStats": {}})),
+            "\n"
+        );
+    }
+}
