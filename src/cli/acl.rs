@@ -6,8 +6,8 @@ use clap::{Args, Subcommand};
 use reqwest::Method;
 use serde_json::{json, Value};
 
+use super::args::ApiArgs;
 use super::output::{table, text};
-use super::ApiArgs;
 use crate::api::urlencode;
 
 /// `acl …`.

@@ -7,7 +7,7 @@ use anyhow::Context;
 use clap::Args;
 use serde_json::Value;
 
-use super::ApiArgs;
+use super::args::ApiArgs;
 
 /// `agent-info`.
 #[derive(Debug, Args)]

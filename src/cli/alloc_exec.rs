@@ -18,7 +18,8 @@ use serde_json::{json, Value};
 use tokio_tungstenite::tungstenite::error::UrlError;
 use tokio_tungstenite::tungstenite::Message;
 
-use super::{ApiClient, ConnArgs};
+use super::args::ConnArgs;
+use crate::api::ApiClient;
 use crate::util::net::HttpIo;
 
 /// `alloc exec`.
@@ -37,7 +38,7 @@ pub struct ExecArgs {
         default_missing_value = "true",
         action = clap::ArgAction::Set
     )]
-    stdin: bool,
+    pub(super) stdin: bool,
     /// Give the command a terminal (the default when stdin is one; `-t=false` not to).
     #[arg(
         short = 't',
@@ -46,15 +47,15 @@ pub struct ExecArgs {
         default_missing_value = "true",
         action = clap::ArgAction::Set
     )]
-    tty: Option<bool>,
+    pub(super) tty: Option<bool>,
     /// The task to run in (optional when the allocation's group has one).
     #[arg(long)]
-    task: Option<String>,
+    pub(super) task: Option<String>,
     /// The allocation ID (or a unique prefix).
-    id: String,
+    pub(super) id: String,
     /// The command and its arguments.
     #[arg(required = true, trailing_var_arg = true, allow_hyphen_values = true)]
-    command: Vec<String>,
+    pub(super) command: Vec<String>,
 }
 
 /// The exec websocket's URL on the agent at `base` (`http://host:port`).
@@ -213,7 +214,7 @@ async fn connect(
 /// Run the command; its exit code is the answer.
 pub async fn exec(a: ExecArgs) -> anyhow::Result<ExitCode> {
     let api = a.conn.client()?;
-    let alloc_id = super::eval::resolve(&api, "/v1/allocations", "allocation", &a.id).await?;
+    let alloc_id = super::args::resolve(&api, "/v1/allocations", "allocation", &a.id).await?;
     let tty = a.tty.unwrap_or(a.stdin && is_terminal(0));
     let url = exec_url(api.address(), &alloc_id, a.task.as_deref(), &a.command, tty);
     let (socket, _) = match connect(&api, &url).await {
@@ -339,38 +340,5 @@ mod tests {
              ?command=%5B%22sh%22%2C%22-c%22%2C%22echo%20a%20b%22%5D&tty=false&task=web"
         );
         assert!(exec_url("https://h", "a", None, &["x".into()], true).starts_with("wss://h/"));
-    }
-
-    fn parsed(args: &[&str]) -> Option<ExecArgs> {
-        use clap::Parser;
-        let cli = crate::cli::Cli::try_parse_from(crate::cli::nomad_flags(
-            args.iter().map(Into::into).collect(),
-        ))
-        .ok()?;
-        match cli.command {
-            crate::cli::Command::Alloc(crate::cli::eval::AllocCommand::Exec(a)) => Some(a),
-            _ => None,
-        }
-    }
-
-    #[test]
-    fn everything_after_the_allocation_is_the_command() {
-        let a = parsed(&["teamster", "alloc", "exec", "abc", "sh", "-c", "exit 3"]).unwrap();
-        assert_eq!((a.id.as_str(), a.stdin, a.tty), ("abc", true, None));
-        assert_eq!(a.command, ["sh", "-c", "exit 3"]);
-        let a = parsed(&[
-            "teamster", "alloc", "exec", "-i=false", "-task", "web", "abc", "ls", "-json",
-        ])
-        .unwrap();
-        assert_eq!((a.stdin, a.task.as_deref()), (false, Some("web")));
-        assert_eq!(a.command, ["ls", "-json"]);
-        let a = parsed(&["teamster", "alloc", "exec", "-i", "-t", "abc", "cat"]).unwrap();
-        assert!(a.stdin && a.tty == Some(true));
-        let a = parsed(&["teamster", "alloc", "exec", "-t=false", "abc", "cat"]).unwrap();
-        assert_eq!(a.tty, Some(false));
-        assert!(
-            parsed(&["teamster", "alloc", "exec", "abc"]).is_none(),
-            "a command is needed"
-        );
     }
 }

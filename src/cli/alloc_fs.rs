@@ -10,8 +10,8 @@ use anyhow::{bail, Context};
 use clap::Args;
 use serde_json::Value;
 
+use super::args::ApiArgs;
 use super::output::{table, text};
-use super::ApiArgs;
 
 /// `alloc fs`.
 #[derive(Debug, Args)]
@@ -72,7 +72,7 @@ fn listing(entries: &[Value], machine: bool) -> String {
 /// `alloc fs`.
 pub async fn fs(a: FsArgs) -> anyhow::Result<()> {
     let api = a.api.client()?;
-    let alloc_id = super::eval::resolve(&api, "/v1/allocations", "allocation", &a.id).await?;
+    let alloc_id = super::args::resolve(&api, "/v1/allocations", "allocation", &a.id).await?;
     let path = a.path.clone().unwrap_or_else(|| "/".to_string());
     let query = |extra: &str| {
         let mut q = url_path(&path);

@@ -11,7 +11,8 @@ use anyhow::{bail, Context};
 use clap::Args;
 use serde_json::Value;
 
-use super::{ApiArgs, ApiClient};
+use super::args::ApiArgs;
+use crate::api::ApiClient;
 
 /// `alloc logs`.
 #[derive(Debug, Args)]
@@ -87,7 +88,7 @@ async fn task_of(api: &ApiClient, alloc_id: &str, named: Option<String>) -> anyh
 /// Print a task's log.
 pub async fn logs(a: LogsArgs) -> anyhow::Result<()> {
     let api = a.api.client()?;
-    let alloc_id = super::eval::resolve(&api, "/v1/allocations", "allocation", &a.id).await?;
+    let alloc_id = super::args::resolve(&api, "/v1/allocations", "allocation", &a.id).await?;
     let task = task_of(&api, &alloc_id, a.task).await?;
     let kind = if a.stderr { "stderr" } else { "stdout" };
     let base = format!("/v1/client/fs/logs/{alloc_id}?task={task}&type={kind}&plain=true");
@@ -132,20 +133,7 @@ pub async fn logs(a: LogsArgs) -> anyhow::Result<()> {
 
 #[cfg(test)]
 mod tests {
-    use clap::Parser;
-
     use super::last_lines;
-    use crate::cli::Cli;
-
-    #[test]
-    fn a_line_count_without_tail_is_refused() {
-        let parse = |args: &[&str]| Cli::try_parse_from(args.iter().copied());
-        assert!(parse(&["teamster", "alloc", "logs", "-n", "5", "abc"]).is_err());
-        assert!(parse(&["teamster", "alloc", "logs", "--tail", "-n", "5", "abc"]).is_ok());
-        assert!(parse(&["teamster", "alloc", "logs", "--tail", "abc"]).is_ok());
-        assert!(parse(&["teamster", "alloc", "logs", "--tail", "-c", "64", "abc"]).is_ok());
-        assert!(parse(&["teamster", "alloc", "logs", "-c", "64", "abc"]).is_err());
-    }
 
     #[test]
     fn tail_keeps_the_last_lines() {

@@ -19,7 +19,7 @@ use clap::Args;
 use reqwest::Method;
 use serde_json::{json, Value};
 
-use super::ApiArgs;
+use super::args::ApiArgs;
 
 /// `alloc stop`.
 #[derive(Debug, Args)]
@@ -39,7 +39,7 @@ pub struct StopArgs {
 /// Stop an allocation, then follow its evaluation unless `-detach`.
 pub async fn stop(a: StopArgs) -> anyhow::Result<ExitCode> {
     let api = a.api.client()?;
-    let alloc_id = super::eval::resolve(&api, "/v1/allocations", "allocation", &a.id).await?;
+    let alloc_id = super::args::resolve(&api, "/v1/allocations", "allocation", &a.id).await?;
     let alloc: Value = api
         .get(&format!("/v1/allocation/{alloc_id}"))
         .await
@@ -65,7 +65,7 @@ pub async fn stop(a: StopArgs) -> anyhow::Result<ExitCode> {
         println!("==> Monitoring evaluation \"{eval_id}\"");
     }
     let job_id = alloc["JobID"].as_str().unwrap_or_default();
-    super::job::monitor(&api, job_id, &eval_id, a.timeout, &a.api).await
+    super::monitor::monitor(&api, job_id, &eval_id, a.timeout, &a.api).await
 }
 
 /// The task a command names: positionally or with `-task` (not both, unless equal).
@@ -98,7 +98,7 @@ pub struct RestartArgs {
 /// Restart an allocation's tasks in place.
 pub async fn restart(a: RestartArgs) -> anyhow::Result<ExitCode> {
     let api = a.api.client()?;
-    let alloc_id = super::eval::resolve(&api, "/v1/allocations", "allocation", &a.id).await?;
+    let alloc_id = super::args::resolve(&api, "/v1/allocations", "allocation", &a.id).await?;
     let task = task_named(a.task, a.task_flag)?;
     let body = json!({ "TaskName": task.clone().unwrap_or_default(), "AllTasks": a.all_tasks });
     let _: Value = api
@@ -135,7 +135,7 @@ pub struct SignalArgs {
 /// Send a signal to an allocation's tasks.
 pub async fn signal(a: SignalArgs) -> anyhow::Result<ExitCode> {
     let api = a.api.client()?;
-    let alloc_id = super::eval::resolve(&api, "/v1/allocations", "allocation", &a.id).await?;
+    let alloc_id = super::args::resolve(&api, "/v1/allocations", "allocation", &a.id).await?;
     let task = task_named(a.task, a.task_flag)?;
     let body = json!({ "Task": task.clone().unwrap_or_default(), "Signal": a.signal });
     let _: Value = api
@@ -151,46 +151,6 @@ pub async fn signal(a: SignalArgs) -> anyhow::Result<ExitCode> {
 
 #[cfg(test)]
 mod tests {
-    use clap::Parser;
-
-    use crate::cli::Cli;
-
-    fn parses(args: &[&str]) -> bool {
-        Cli::try_parse_from(crate::cli::nomad_flags(
-            args.iter().map(Into::into).collect(),
-        ))
-        .is_ok()
-    }
-
-    #[test]
-    fn nomads_alloc_command_forms_parse() {
-        assert!(parses(&["teamster", "alloc", "stop", "-detach", "abc"]));
-        assert!(parses(&["teamster", "alloc", "restart", "abc"]));
-        assert!(parses(&["teamster", "alloc", "restart", "abc", "web"]));
-        assert!(parses(&[
-            "teamster", "alloc", "restart", "-task", "web", "abc"
-        ]));
-        assert!(parses(&[
-            "teamster",
-            "alloc",
-            "restart",
-            "-all-tasks",
-            "abc"
-        ]));
-        assert!(!parses(&[
-            "teamster",
-            "alloc",
-            "restart",
-            "-all-tasks",
-            "abc",
-            "web"
-        ]));
-        assert!(parses(&[
-            "teamster", "alloc", "signal", "-s", "SIGUSR1", "abc", "web"
-        ]));
-        assert!(parses(&["teamster", "alloc", "signal", "abc"]));
-        assert!(!parses(&["teamster", "alloc", "signal"]));
-    }
 
     #[test]
     fn a_task_is_named_once() {

@@ -8,8 +8,8 @@ use anyhow::Context;
 use clap::Args;
 use serde_json::Value;
 
+use super::args::ApiArgs;
 use super::output::{human_bytes, table, text, unix_nanos};
-use super::ApiArgs;
 
 /// `alloc status`.
 #[derive(Debug, Args)]
@@ -26,7 +26,7 @@ pub struct StatusArgs {
 /// Run `alloc status`.
 pub async fn status(args: StatusArgs) -> anyhow::Result<()> {
     let api = args.api.client()?;
-    let id = super::eval::resolve(&api, "/v1/allocations", "allocation", &args.id).await?;
+    let id = super::args::resolve(&api, "/v1/allocations", "allocation", &args.id).await?;
     let a: Value = api
         .get(&format!("/v1/allocation/{id}"))
         .await

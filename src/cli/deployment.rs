@@ -11,9 +11,10 @@ use clap::{Args, Subcommand};
 use reqwest::{Method, StatusCode};
 use serde_json::{json, Value};
 
+use super::args::ApiArgs;
 use super::output::{table, text};
-use super::{ApiArgs, ApiClient, ApiError};
 use crate::api::urlencode;
+use crate::api::{ApiClient, ApiError};
 
 /// `deployment …`.
 #[derive(Debug, Subcommand)]
@@ -411,7 +412,7 @@ async fn after_write(
         return Ok(ExitCode::SUCCESS);
     }
     println!("==> Monitoring evaluation \"{eval_id}\"");
-    super::job::monitor(api, &text(&d["JobID"]), &eval_id, EVAL_TIMEOUT, out).await
+    super::monitor::monitor(api, &text(&d["JobID"]), &eval_id, EVAL_TIMEOUT, out).await
 }
 
 async fn promote(args: PromoteArgs) -> anyhow::Result<std::process::ExitCode> {

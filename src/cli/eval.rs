@@ -1,14 +1,11 @@
-//! `teamster eval list` and `teamster eval status ID`, and the dispatch of the `alloc`
-//! commands (`alloc_status`, `alloc_logs`, `alloc_fs`, `alloc_ops`, `alloc_exec`).
+//! `teamster eval list` and `teamster eval status ID`.
 
-use std::process::ExitCode;
-
-use anyhow::{bail, Context};
+use anyhow::Context;
 use clap::{Args, Subcommand};
 use serde_json::Value;
 
+use super::args::{resolve, ApiArgs};
 use super::output::{short_id, table, text};
-use super::{ApiArgs, ApiClient};
 
 /// `eval …`.
 #[derive(Debug, Subcommand)]
@@ -17,25 +14,6 @@ pub enum EvalCommand {
     List(EvalListArgs),
     /// Show one evaluation (an ID or a unique ID prefix).
     Status(IdArgs),
-}
-
-/// `alloc …`.
-#[derive(Debug, Subcommand)]
-pub enum AllocCommand {
-    /// Show one allocation (an ID or a unique ID prefix).
-    Status(super::alloc_status::StatusArgs),
-    /// Print a task's log (stdout, or stderr with `--stderr`).
-    Logs(super::alloc_logs::LogsArgs),
-    /// List, print, stat or follow a file of an allocation's directory.
-    Fs(super::alloc_fs::FsArgs),
-    /// Stop an allocation and place a replacement; follows the evaluation unless `-detach`.
-    Stop(super::alloc_ops::StopArgs),
-    /// Restart an allocation's tasks in place (every running one unless a task is named).
-    Restart(super::alloc_ops::RestartArgs),
-    /// Send a signal to an allocation's tasks (SIGKILL unless `-s` names one).
-    Signal(super::alloc_ops::SignalArgs),
-    /// Run a command in the place of a running task; exits with the command's code.
-    Exec(super::alloc_exec::ExecArgs),
 }
 
 /// `eval list`.
@@ -66,21 +44,6 @@ pub async fn run_eval(cmd: EvalCommand) -> anyhow::Result<()> {
         EvalCommand::List(args) => eval_list(args).await,
         EvalCommand::Status(args) => eval_status(args).await,
     }
-}
-
-/// Run an `alloc` command; the exit code is 0, 1 (an error) or 2 (`alloc stop` whose
-/// replacement could not be placed), or the command's own for `alloc exec`.
-pub async fn run_alloc(cmd: AllocCommand) -> anyhow::Result<ExitCode> {
-    let done = match cmd {
-        AllocCommand::Status(args) => super::alloc_status::status(args).await,
-        AllocCommand::Logs(args) => super::alloc_logs::logs(args).await,
-        AllocCommand::Fs(args) => super::alloc_fs::fs(args).await,
-        AllocCommand::Stop(args) => return super::alloc_ops::stop(args).await,
-        AllocCommand::Restart(args) => return super::alloc_ops::restart(args).await,
-        AllocCommand::Signal(args) => return super::alloc_ops::signal(args).await,
-        AllocCommand::Exec(args) => return super::alloc_exec::exec(args).await,
-    };
-    done.map(|()| ExitCode::SUCCESS)
 }
 
 async fn eval_list(args: EvalListArgs) -> anyhow::Result<()> {
@@ -125,31 +88,6 @@ async fn eval_list(args: EvalListArgs) -> anyhow::Result<()> {
     }
     print!("{}", table(&rows));
     Ok(())
-}
-
-/// Resolve an ID prefix through a `?prefix=` listing of every namespace (IDs are unique
-/// across them).
-pub(super) async fn resolve(
-    api: &ApiClient,
-    list: &str,
-    what: &str,
-    id: &str,
-) -> anyhow::Result<String> {
-    let found: Vec<Value> = api
-        .get(&format!("{list}?prefix={id}&namespace=*"))
-        .await
-        .with_context(|| format!("looking up {what} {id}"))?;
-    match found.as_slice() {
-        [] => bail!("No {what} with prefix or id {id:?} found"),
-        [one] => Ok(text(&one["ID"])),
-        many => bail!(
-            "Prefix matched multiple {what}s: {}",
-            many.iter()
-                .map(|v| text(&v["ID"]))
-                .collect::<Vec<_>>()
-                .join(", ")
-        ),
-    }
 }
 
 async fn eval_status(args: IdArgs) -> anyhow::Result<()> {

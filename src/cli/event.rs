@@ -12,7 +12,7 @@ use anyhow::{bail, Context};
 use clap::{Args, Subcommand};
 use serde_json::Value;
 
-use super::ApiArgs;
+use super::args::ApiArgs;
 
 /// `event …`.
 #[derive(Debug, Subcommand)]
@@ -39,7 +39,7 @@ pub struct StreamArgs {
 }
 
 /// The stream's path for these arguments.
-fn stream_path(a: &StreamArgs) -> String {
+pub(super) fn stream_path(a: &StreamArgs) -> String {
     let mut path = format!("/v1/event/stream?index={}", a.index);
     for topic in &a.topics {
         path.push_str("&topic=");
@@ -117,11 +117,9 @@ pub async fn run(cmd: EventCommand) -> anyhow::Result<()> {
 
 #[cfg(test)]
 mod tests {
-    use clap::Parser;
     use serde_json::json;
 
     use super::*;
-    use crate::cli::Cli;
 
     #[test]
     fn frames_are_told_apart() {
@@ -135,20 +133,5 @@ mod tests {
             Frame::Error("too slow; resume from 9".into())
         );
         assert!(frame("not json").is_err());
-    }
-
-    #[test]
-    fn the_path_carries_topics_and_index() {
-        let cli = Cli::try_parse_from([
-            "teamster", "event", "stream", "--topic", "Job:web", "--topic", "Node", "--index", "12",
-        ])
-        .unwrap();
-        let crate::cli::Command::Event(EventCommand::Stream(a)) = cli.command else {
-            panic!("not an event stream");
-        };
-        assert_eq!(
-            stream_path(&a),
-            "/v1/event/stream?index=12&topic=Job%3Aweb&topic=Node"
-        );
     }
 }

@@ -11,19 +11,20 @@
 //! and the command exits 1 when it does not succeed.
 
 use std::collections::BTreeMap;
-use std::path::PathBuf;
 use std::process::ExitCode;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use anyhow::{bail, Context};
 use clap::{Args, Subcommand};
 use reqwest::{Method, StatusCode};
 use serde_json::{json, Value};
 
+use super::args::ApiArgs;
+use super::job_file::{read_job_file, JobFileArgs};
+use super::monitor::monitor;
 use super::output::{short_id, table, text, unix_nanos};
-use super::{ApiArgs, ApiClient, ApiError};
 use crate::api::urlencode;
-use crate::jobspec;
+use crate::api::{ApiClient, ApiError};
 
 /// `job …`.
 #[derive(Debug, Subcommand)]
@@ -96,22 +97,6 @@ pub struct RevertArgs {
     /// Revert only if the job's current version is this one.
     #[arg(long)]
     enforce_prior_version: Option<u64>,
-}
-
-/// The job file and the values of its variables.
-#[derive(Debug, Clone, Args)]
-pub struct JobFileArgs {
-    /// The job file: HCL (`.hcl`, `.nomad`) or Nomad JSON (`{"Job": {...}}` or a bare job
-    /// object); `-` for stdin.
-    pub file: PathBuf,
-    /// A value for a variable of an HCL job file, `name=value` (repeatable; wins over var
-    /// files and `NOMAD_VAR_<name>`).
-    #[arg(long = "var", value_name = "NAME=VALUE")]
-    pub vars: Vec<String>,
-    /// A file of `name = value` lines for the job file's variables (repeatable, later files
-    /// win).
-    #[arg(long = "var-file", value_name = "FILE")]
-    pub var_files: Vec<PathBuf>,
 }
 
 /// `job run`.
@@ -198,85 +183,6 @@ pub async fn run(cmd: JobCommand) -> anyhow::Result<ExitCode> {
             .await
             .map(|()| ExitCode::SUCCESS),
     }
-}
-
-/// Read a job file: HCL, or JSON (`{"Job": {...}}` or a bare job object); returns the job
-/// object as Nomad's JSON. The file is JSON when its name ends in `.json`, or, for stdin and
-/// other names, when its first non-blank character is `{`.
-pub fn read_job_file(args: &JobFileArgs) -> anyhow::Result<Value> {
-    let path = &args.file;
-    let (name, text) = if path.as_os_str() == "-" {
-        let mut text = String::new();
-        std::io::Read::read_to_string(&mut std::io::stdin(), &mut text)
-            .context("reading the job from stdin")?;
-        ("<stdin>".to_string(), text)
-    } else {
-        let size = std::fs::metadata(path)
-            .with_context(|| format!("reading the job file {}", path.display()))?
-            .len();
-        if size > jobspec::MAX_JOB_FILE_BYTES {
-            bail!(
-                "{}: the job file is {size} bytes; the limit is {} bytes",
-                path.display(),
-                jobspec::MAX_JOB_FILE_BYTES
-            );
-        }
-        let text = std::fs::read_to_string(path)
-            .with_context(|| format!("reading the job file {}", path.display()))?;
-        (path.display().to_string(), text)
-    };
-    let is_json = match path.extension().and_then(|e| e.to_str()) {
-        Some("json") => true,
-        Some("hcl" | "nomad") => false,
-        _ => text.trim_start().starts_with('{'),
-    };
-    if !is_json {
-        let inputs = var_inputs(args)?;
-        return jobspec::hcl::parse_job(&name, &text, &inputs).map_err(anyhow::Error::from);
-    }
-    let value: Value =
-        serde_json::from_str(&text).with_context(|| format!("{name} is not valid JSON"))?;
-    let job = match value {
-        Value::Object(mut map) if map.contains_key("Job") => map.remove("Job").unwrap_or_default(),
-        other => other,
-    };
-    if !job.is_object() {
-        bail!("{name}: the job must be a JSON object");
-    }
-    Ok(job)
-}
-
-/// The values of an HCL job file's variables: `NOMAD_VAR_*`, `--var-file`s, `--var`s.
-fn var_inputs(args: &JobFileArgs) -> anyhow::Result<jobspec::hcl::VarInputs> {
-    let env = std::env::vars()
-        .filter_map(|(k, v)| k.strip_prefix("NOMAD_VAR_").map(|n| (n.to_string(), v)))
-        .collect();
-    let files = args
-        .var_files
-        .iter()
-        .map(|f| {
-            std::fs::read_to_string(f)
-                .map(|text| (f.display().to_string(), text))
-                .with_context(|| format!("reading the var file {}", f.display()))
-        })
-        .collect::<anyhow::Result<_>>()?;
-    let flags = args
-        .vars
-        .iter()
-        .map(|kv| {
-            kv.split_once('=')
-                .map(|(k, v)| (k.to_string(), v.to_string()))
-                .ok_or_else(|| anyhow::anyhow!("--var {kv:?}: expected NAME=VALUE"))
-        })
-        .collect::<anyhow::Result<_>>()?;
-    Ok(jobspec::hcl::VarInputs {
-        env,
-        files,
-        flags,
-        strict: true,
-        allow_fs: true,
-        budget: Default::default(),
-    })
 }
 
 async fn run_job(args: RunArgs) -> anyhow::Result<ExitCode> {
@@ -408,93 +314,6 @@ async fn stop(args: StopArgs) -> anyhow::Result<ExitCode> {
         println!("==> Monitoring evaluation \"{eval_id}\"");
     }
     monitor(&api, &args.id, &eval_id, args.timeout, &args.api).await
-}
-
-/// Follow an evaluation (and the blocked evaluation it may leave) with blocking queries until
-/// the scheduler is done with it; print what was placed and what failed.
-pub(super) async fn monitor(
-    api: &ApiClient,
-    job_id: &str,
-    eval_id: &str,
-    timeout: Duration,
-    out: &ApiArgs,
-) -> anyhow::Result<ExitCode> {
-    let deadline = Instant::now() + timeout;
-    let mut index = 0u64;
-    let eval = loop {
-        if Instant::now() >= deadline {
-            bail!("evaluation {eval_id} did not finish within {timeout:?}");
-        }
-        let path = format!("/v1/evaluation/{eval_id}?index={index}&wait=10s");
-        let (eval, new_index) = match api.get_with_index::<Value>(&path).await {
-            Ok(r) => r,
-            // Followers may not have applied the evaluation yet.
-            Err(ApiError::Status { status, .. }) if status == StatusCode::NOT_FOUND => {
-                tokio::time::sleep(Duration::from_millis(200)).await;
-                continue;
-            }
-            Err(e) => return Err(e).context("reading the evaluation"),
-        };
-        let status = eval["Status"].as_str().unwrap_or_default();
-        if matches!(status, "complete" | "failed" | "canceled" | "blocked") {
-            break eval;
-        }
-        index = new_index.max(index);
-    };
-    let allocs: Vec<Value> = api
-        .get(&format!("/v1/job/{}/allocations", urlencode(job_id)))
-        .await
-        .context("reading the job's allocations")?;
-    let failed = eval["FailedTGAllocs"]
-        .as_object()
-        .cloned()
-        .unwrap_or_default();
-    if out.structured() {
-        out.print(&json!({ "Evaluation": eval, "Allocations": allocs }))?;
-    } else {
-        let status = eval["Status"].as_str().unwrap_or_default();
-        println!("    Evaluation status is \"{status}\"");
-        for a in allocs
-            .iter()
-            .filter(|a| a["EvalID"].as_str() == Some(eval_id))
-        {
-            println!(
-                "    Allocation \"{}\" created: node \"{}\", group \"{}\"",
-                short_id(&a["ID"]),
-                short_id(&a["NodeID"]),
-                a["TaskGroup"].as_str().unwrap_or_default()
-            );
-        }
-        for (group, metric) in &failed {
-            println!("    Task group \"{group}\" failed to place all allocations:");
-            if let Some(by) = metric["DimensionExhausted"].as_object() {
-                for (dim, n) in by {
-                    println!("      * Resources exhausted on {n} nodes: {dim}");
-                }
-            }
-            if let Some(by) = metric["ConstraintFiltered"].as_object() {
-                for (c, n) in by {
-                    println!("      * Constraint \"{c}\": {n} nodes excluded by filter");
-                }
-            }
-            println!(
-                "      * Nodes evaluated: {}, nodes available: {}",
-                metric["NodesEvaluated"], metric["NodesAvailable"]
-            );
-        }
-        if let Some(desc) = eval["StatusDescription"].as_str().filter(|d| !d.is_empty()) {
-            println!("    {desc}");
-        }
-        println!(
-            "==> Evaluation \"{}\" finished with status \"{}\"",
-            short_id(&Value::from(eval_id)),
-            status
-        );
-    }
-    if !failed.is_empty() || eval["Status"].as_str() == Some("failed") {
-        return Ok(ExitCode::from(2));
-    }
-    Ok(ExitCode::SUCCESS)
 }
 
 async fn status(args: StatusArgs) -> anyhow::Result<()> {

@@ -11,9 +11,10 @@ use reqwest::Method;
 use serde_json::{json, Value};
 use teamster_storage::model::{PeriodicConfig, Timestamp, DISPATCH_PAYLOAD_LIMIT};
 
+use super::args::ApiArgs;
 use super::output::{table, text, unix_nanos};
-use super::{ApiArgs, ApiClient};
 use crate::api::urlencode;
+use crate::api::ApiClient;
 use crate::util::Clock;
 
 /// `job periodic …`.

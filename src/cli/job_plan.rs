@@ -12,8 +12,8 @@ use clap::Args;
 use reqwest::Method;
 use serde_json::{json, Value};
 
-use super::job::{read_job_file, JobFileArgs};
-use super::ApiArgs;
+use super::args::ApiArgs;
+use super::job_file::{read_job_file, JobFileArgs};
 use crate::api::urlencode;
 
 /// `job plan`.

@@ -10,17 +10,21 @@
 mod acl;
 mod agent;
 mod agent_info;
+mod alloc;
 mod alloc_exec;
 mod alloc_fs;
 mod alloc_logs;
 mod alloc_ops;
 mod alloc_status;
+mod args;
 mod deployment;
 mod eval;
 mod event;
 mod job;
 mod job_dispatch;
+mod job_file;
 mod job_plan;
+mod monitor;
 mod namespace;
 mod node;
 mod operator;
@@ -39,8 +43,6 @@ mod tls;
 use std::process::ExitCode;
 
 use clap::{Args, Parser, Subcommand};
-
-use crate::api::{ApiClient, ApiError, RequestScope};
 
 /// teamster: a cluster workload scheduler.
 #[derive(Debug, Parser)]
@@ -78,7 +80,7 @@ enum Command {
     Eval(eval::EvalCommand),
     /// Allocations: status, task logs, stop, restart, signal, exec.
     #[command(subcommand)]
-    Alloc(eval::AllocCommand),
+    Alloc(alloc::AllocCommand),
     /// The cluster's housekeeping: garbage collection.
     #[command(subcommand)]
     System(system::SystemCommand),
@@ -117,208 +119,6 @@ pub struct LogmonArgs {
     /// Bytes per file.
     #[arg(long)]
     max_file_bytes: u64,
-}
-
-/// Where and as whom a command reaches the HTTP API: the address, the request's namespace,
-/// region and token, and the TLS files. Every API command has these (`alloc exec` only
-/// these: its output is the command's).
-#[derive(Debug, Clone, Args)]
-pub struct ConnArgs {
-    /// The HTTP API of any server.
-    #[arg(
-        long,
-        env = "TEAMSTER_ADDR",
-        default_value_t = default_address(),
-        global = true
-    )]
-    pub address: String,
-    /// The namespace of the request (`*` lists every namespace's objects); else
-    /// `TEAMSTER_NAMESPACE`, else `NOMAD_NAMESPACE`, else the server's `default`.
-    #[arg(long, env = "TEAMSTER_NAMESPACE", global = true)]
-    pub namespace: Option<String>,
-    /// The region to send the request to; else `TEAMSTER_REGION`, else `NOMAD_REGION`, else
-    /// the agent's own.
-    #[arg(long, env = "TEAMSTER_REGION", global = true)]
-    pub region: Option<String>,
-    /// The secret ID of an ACL token, sent as `X-Nomad-Token`; else `TEAMSTER_TOKEN`, else
-    /// `NOMAD_TOKEN` (agents with ACLs on refuse what the token does not allow).
-    #[arg(long, env = "TEAMSTER_TOKEN", global = true, hide_env_values = true)]
-    pub token: Option<String>,
-    /// The CA certificate (PEM) to trust for an `https://` address; else `TEAMSTER_CACERT`,
-    /// else `NOMAD_CACERT`.
-    #[arg(long, env = "TEAMSTER_CACERT", global = true, value_name = "FILE")]
-    pub ca_cert: Option<std::path::PathBuf>,
-    /// The client certificate (PEM) to present (agents with `verify_https_client`); else
-    /// `TEAMSTER_CLIENT_CERT`, else `NOMAD_CLIENT_CERT`.
-    #[arg(long, env = "TEAMSTER_CLIENT_CERT", global = true, value_name = "FILE")]
-    pub client_cert: Option<std::path::PathBuf>,
-    /// The client certificate's key (PEM); else `TEAMSTER_CLIENT_KEY`, else
-    /// `NOMAD_CLIENT_KEY`.
-    #[arg(long, env = "TEAMSTER_CLIENT_KEY", global = true, value_name = "FILE")]
-    pub client_key: Option<std::path::PathBuf>,
-    /// Do not check the agent's certificate (testing only); else `TEAMSTER_SKIP_VERIFY`,
-    /// else `NOMAD_SKIP_VERIFY`.
-    #[arg(long, global = true)]
-    pub tls_skip_verify: bool,
-}
-
-impl ConnArgs {
-    /// A client for `--address` with the request scope and TLS files.
-    pub fn client(&self) -> anyhow::Result<ApiClient> {
-        let tls = self.tls_files();
-        let client = if tls.is_set() || self.address.starts_with("https://") {
-            let region = self.scope().region.unwrap_or_else(|| "global".to_string());
-            ApiClient::with_tls(&self.address, tls.client_config(&region)?)
-        } else {
-            ApiClient::new(&self.address)
-        };
-        Ok(client.with_scope(self.scope()))
-    }
-
-    /// The TLS files of the API client: the flags, else the environment (`TEAMSTER_*`
-    /// through clap, then Nomad's `NOMAD_*`).
-    pub fn tls_files(&self) -> crate::util::tls::ApiTlsFiles {
-        let pick = |flag: &Option<std::path::PathBuf>, nomad: &str| {
-            flag.clone().or_else(|| {
-                std::env::var(nomad)
-                    .ok()
-                    .filter(|v| !v.trim().is_empty())
-                    .map(std::path::PathBuf::from)
-            })
-        };
-        let env_true = |name: &str| {
-            std::env::var(name)
-                .ok()
-                .is_some_and(|v| matches!(v.trim(), "1" | "true" | "True" | "TRUE"))
-        };
-        crate::util::tls::ApiTlsFiles {
-            ca_cert: pick(&self.ca_cert, "NOMAD_CACERT"),
-            client_cert: pick(&self.client_cert, "NOMAD_CLIENT_CERT"),
-            client_key: pick(&self.client_key, "NOMAD_CLIENT_KEY"),
-            skip_verify: self.tls_skip_verify
-                || env_true("TEAMSTER_SKIP_VERIFY")
-                || env_true("NOMAD_SKIP_VERIFY"),
-        }
-    }
-
-    /// The namespace, region and token of every request: the flags, else the environment
-    /// (`TEAMSTER_*` through clap, then Nomad's `NOMAD_*`).
-    pub fn scope(&self) -> RequestScope {
-        let pick = |flag: &Option<String>, nomad: &str| {
-            flag.clone()
-                .or_else(|| std::env::var(nomad).ok())
-                .filter(|v| !v.trim().is_empty())
-        };
-        RequestScope {
-            namespace: pick(&self.namespace, "NOMAD_NAMESPACE"),
-            region: pick(&self.region, "NOMAD_REGION"),
-            token: pick(&self.token, "NOMAD_TOKEN"),
-        }
-    }
-}
-
-/// Flags shared by every command that talks to the HTTP API: the connection, and how the
-/// answer is printed.
-#[derive(Debug, Clone, Args)]
-pub struct ApiArgs {
-    /// Address, namespace, region, token and TLS.
-    #[command(flatten)]
-    pub conn: ConnArgs,
-    /// Print machine-readable JSON instead of tables.
-    #[arg(long, global = true)]
-    pub json: bool,
-    /// Render the value `--json` would print through this Go template (Nomad's `-t`), e.g.
-    /// `-t '{{range .}}{{.ID}} {{.Status}}{{"\n"}}{{end}}'`.
-    #[arg(short = 't', long = "template", global = true, value_name = "TEMPLATE")]
-    pub template: Option<String>,
-}
-
-impl std::ops::Deref for ApiArgs {
-    type Target = ConnArgs;
-
-    fn deref(&self) -> &ConnArgs {
-        &self.conn
-    }
-}
-
-impl ApiArgs {
-    /// A client for `--address`, once the output flags are known to be usable: `--json` and
-    /// `-t` together, or a template that does not parse, are errors before any request.
-    pub fn client(&self) -> anyhow::Result<ApiClient> {
-        self.parsed_template()?;
-        self.conn.client()
-    }
-
-    /// Whether the command prints its JSON value (as JSON or through `-t`) instead of tables.
-    pub fn structured(&self) -> bool {
-        self.json || self.template.is_some()
-    }
-
-    /// GET the list at `path` and print it as `--json`/`-t` ask, else as a table of
-    /// `columns` (header, field of each item), or `empty` when there is nothing.
-    pub async fn print_list(
-        &self,
-        path: &str,
-        what: &str,
-        columns: &[(&str, &str)],
-        empty: Option<&str>,
-    ) -> anyhow::Result<()> {
-        use anyhow::Context;
-        let all: Vec<serde_json::Value> = self
-            .client()?
-            .get(path)
-            .await
-            .with_context(|| format!("listing the {what}"))?;
-        if self.structured() {
-            return self.print(&all);
-        }
-        if let (true, Some(message)) = (all.is_empty(), empty) {
-            println!("{message}");
-            return Ok(());
-        }
-        let mut rows = vec![columns.iter().map(|(h, _)| h.to_string()).collect()];
-        for item in &all {
-            rows.push(
-                columns
-                    .iter()
-                    .map(|(_, f)| output::text(&item[*f]))
-                    .collect(),
-            );
-        }
-        print!("{}", output::table(&rows));
-        Ok(())
-    }
-
-    /// Print `value` as `--json` or `-t` asks.
-    pub fn print(&self, value: &impl serde::Serialize) -> anyhow::Result<()> {
-        match self.parsed_template()? {
-            Some(t) => {
-                let v = serde_json::to_value(value)?;
-                println!("{}", t.render(&v)?);
-            }
-            None => println!("{}", serde_json::to_string_pretty(value)?),
-        }
-        Ok(())
-    }
-
-    fn parsed_template(&self) -> anyhow::Result<Option<template::Template>> {
-        let Some(src) = &self.template else {
-            return Ok(None);
-        };
-        if self.json {
-            anyhow::bail!("Both json and template formatting are not allowed");
-        }
-        Ok(Some(template::Template::parse(src)?))
-    }
-}
-
-/// The API address when neither `--address` nor `TEAMSTER_ADDR` gives one: Nomad's
-/// `NOMAD_ADDR`, else the local agent.
-fn default_address() -> String {
-    std::env::var("NOMAD_ADDR")
-        .ok()
-        .filter(|a| !a.trim().is_empty())
-        .unwrap_or_else(|| "http://127.0.0.1:4646".into())
 }
 
 /// Every long flag name of `cmd` and its subcommands.
@@ -410,9 +210,14 @@ pub fn main() -> ExitCode {
         Command::Job(cmd) => run_api_code(|| job::run(cmd)),
         Command::Server(cmd) => run_api(|| server::run(cmd)),
         Command::Operator(cmd) => run_api(|| operator::run(cmd)),
-        Command::Status(args) => run_api_code(|| status::run(args)),
+        Command::Status(args) => run_api_code(|| async {
+            match status::run(args).await? {
+                status::Outcome::Done(code) => Ok(code),
+                status::Outcome::Show(argv) => show_status(argv).await,
+            }
+        }),
         Command::Eval(cmd) => run_api(|| eval::run_eval(cmd)),
-        Command::Alloc(cmd) => run_api_code(|| eval::run_alloc(cmd)),
+        Command::Alloc(cmd) => run_api_code(|| alloc::run_alloc(cmd)),
         Command::Deployment(cmd) => run_api_code(|| deployment::run(cmd)),
         Command::Node(cmd) => run_api(|| node::run(cmd)),
         Command::System(cmd) => run_api(|| system::run(cmd)),
@@ -442,6 +247,19 @@ pub fn main() -> ExitCode {
                 }
             }
         }
+    }
+}
+
+/// Run the `<job|alloc|eval|node> status [id]` command `teamster status` chose.
+async fn show_status(argv: Vec<String>) -> anyhow::Result<ExitCode> {
+    use anyhow::Context;
+    let cli = Cli::try_parse_from(argv).context("building the status command")?;
+    match cli.command {
+        Command::Job(c) => job::run(c).await,
+        Command::Alloc(c) => alloc::run_alloc(c).await,
+        Command::Eval(c) => eval::run_eval(c).await.map(|()| ExitCode::SUCCESS),
+        Command::Node(c) => node::run(c).await.map(|()| ExitCode::SUCCESS),
+        other => anyhow::bail!("no status command for {other:?}"),
     }
 }
 
@@ -593,5 +411,97 @@ mod tests {
             .collect(),
         ));
         assert!(cli.is_ok(), "{cli:?}");
+    }
+
+    // Command lines of the leaf commands, parsed whole.
+
+    #[test]
+    fn a_line_count_without_tail_is_refused() {
+        let parse = |args: &[&str]| Cli::try_parse_from(args.iter().copied());
+        assert!(parse(&["teamster", "alloc", "logs", "-n", "5", "abc"]).is_err());
+        assert!(parse(&["teamster", "alloc", "logs", "--tail", "-n", "5", "abc"]).is_ok());
+        assert!(parse(&["teamster", "alloc", "logs", "--tail", "abc"]).is_ok());
+        assert!(parse(&["teamster", "alloc", "logs", "--tail", "-c", "64", "abc"]).is_ok());
+        assert!(parse(&["teamster", "alloc", "logs", "-c", "64", "abc"]).is_err());
+    }
+
+    /// Whether a command line parses (Nomad's single-dash flags rewritten first).
+    fn parses(args: &[&str]) -> bool {
+        Cli::try_parse_from(super::nomad_flags(args.iter().map(Into::into).collect())).is_ok()
+    }
+
+    #[test]
+    fn nomads_alloc_command_forms_parse() {
+        assert!(parses(&["teamster", "alloc", "stop", "-detach", "abc"]));
+        assert!(parses(&["teamster", "alloc", "restart", "abc"]));
+        assert!(parses(&["teamster", "alloc", "restart", "abc", "web"]));
+        assert!(parses(&[
+            "teamster", "alloc", "restart", "-task", "web", "abc"
+        ]));
+        assert!(parses(&[
+            "teamster",
+            "alloc",
+            "restart",
+            "-all-tasks",
+            "abc"
+        ]));
+        assert!(!parses(&[
+            "teamster",
+            "alloc",
+            "restart",
+            "-all-tasks",
+            "abc",
+            "web"
+        ]));
+        assert!(parses(&[
+            "teamster", "alloc", "signal", "-s", "SIGUSR1", "abc", "web"
+        ]));
+        assert!(parses(&["teamster", "alloc", "signal", "abc"]));
+        assert!(!parses(&["teamster", "alloc", "signal"]));
+    }
+
+    fn parsed(args: &[&str]) -> Option<super::alloc_exec::ExecArgs> {
+        let cli =
+            Cli::try_parse_from(super::nomad_flags(args.iter().map(Into::into).collect())).ok()?;
+        match cli.command {
+            super::Command::Alloc(super::alloc::AllocCommand::Exec(a)) => Some(a),
+            _ => None,
+        }
+    }
+
+    #[test]
+    fn everything_after_the_allocation_is_the_command() {
+        let a = parsed(&["teamster", "alloc", "exec", "abc", "sh", "-c", "exit 3"]).unwrap();
+        assert_eq!((a.id.as_str(), a.stdin, a.tty), ("abc", true, None));
+        assert_eq!(a.command, ["sh", "-c", "exit 3"]);
+        let a = parsed(&[
+            "teamster", "alloc", "exec", "-i=false", "-task", "web", "abc", "ls", "-json",
+        ])
+        .unwrap();
+        assert_eq!((a.stdin, a.task.as_deref()), (false, Some("web")));
+        assert_eq!(a.command, ["ls", "-json"]);
+        let a = parsed(&["teamster", "alloc", "exec", "-i", "-t", "abc", "cat"]).unwrap();
+        assert!(a.stdin && a.tty == Some(true));
+        let a = parsed(&["teamster", "alloc", "exec", "-t=false", "abc", "cat"]).unwrap();
+        assert_eq!(a.tty, Some(false));
+        assert!(
+            parsed(&["teamster", "alloc", "exec", "abc"]).is_none(),
+            "a command is needed"
+        );
+    }
+
+    #[test]
+    fn the_path_carries_topics_and_index() {
+        let cli = Cli::try_parse_from([
+            "teamster", "event", "stream", "--topic", "Job:web", "--topic", "Node", "--index", "12",
+        ])
+        .unwrap();
+        let super::Command::Event(super::event::EventCommand::Stream(a)) = cli.command else {
+            panic!("not an event stream");
+        };
+        assert_eq!(
+            super::event::stream_path(&a),
+            "/v1/event/stream?index=12&topic=Job%3Aweb&topic=Node"
+        );
     }
 }

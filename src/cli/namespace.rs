@@ -6,9 +6,10 @@ use clap::{Args, Subcommand};
 use reqwest::{Method, StatusCode};
 use serde_json::{json, Value};
 
+use super::args::ApiArgs;
 use super::output::{table, text};
-use super::{ApiArgs, ApiError};
 use crate::api::urlencode;
+use crate::api::ApiError;
 
 /// `namespace …`.
 #[derive(Debug, Subcommand)]

@@ -9,8 +9,8 @@ use anyhow::{bail, Context};
 use clap::{Args, Subcommand};
 use serde_json::{json, Value};
 
+use super::args::ApiArgs;
 use super::output::{short_id, table, text};
-use super::ApiArgs;
 
 /// `node …`.
 #[derive(Debug, Subcommand)]

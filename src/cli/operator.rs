@@ -5,8 +5,8 @@ use clap::{Args, Subcommand};
 use reqwest::Method;
 use serde::Deserialize;
 
+use super::args::ApiArgs;
 use super::output::table;
-use super::ApiArgs;
 
 /// Operator command groups.
 #[derive(Debug, Subcommand)]

@@ -5,7 +5,7 @@ use clap::Args;
 use reqwest::Method;
 use serde_json::Value;
 
-use super::ApiArgs;
+use super::args::ApiArgs;
 
 /// `operator scheduler get-config`.
 #[derive(Debug, Args)]

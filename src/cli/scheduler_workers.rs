@@ -5,8 +5,8 @@ use anyhow::Context;
 use clap::Args;
 use reqwest::Method;
 
+use super::args::ApiArgs;
 use super::output::table;
-use super::ApiArgs;
 use crate::http::schedulers::{SchedulersConfig, SchedulersInfo};
 
 /// `operator scheduler workers`.

@@ -4,8 +4,8 @@ use anyhow::Context;
 use clap::{Args, Subcommand};
 use serde_json::Value;
 
+use super::args::ApiArgs;
 use super::output::table;
-use super::ApiArgs;
 
 /// `server …`.
 #[derive(Debug, Subcommand)]

@@ -7,9 +7,10 @@ use clap::{Args, Subcommand};
 use reqwest::{Method, StatusCode};
 use serde_json::Value;
 
+use super::args::ApiArgs;
 use super::output::{short_id, table, text};
-use super::{ApiArgs, ApiError};
 use crate::api::urlencode;
+use crate::api::ApiError;
 
 /// `service …`.
 #[derive(Debug, Subcommand)]

@@ -12,7 +12,7 @@ use anyhow::{bail, Context};
 use clap::{Args, Subcommand};
 use serde::Deserialize;
 
-use super::ApiArgs;
+use super::args::ApiArgs;
 
 /// `operator snapshot …`.
 #[derive(Debug, Subcommand)]

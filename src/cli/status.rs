@@ -5,10 +5,20 @@
 use std::process::ExitCode;
 
 use anyhow::{bail, Context};
-use clap::{Args, Parser};
+use clap::Args;
 use serde_json::{json, Value};
 
-use super::{ApiArgs, Cli, Command};
+use super::args::ApiArgs;
+
+/// What `status` did, or which command shows what the prefix named.
+#[derive(Debug)]
+pub enum Outcome {
+    /// Done, with this exit code.
+    Done(ExitCode),
+    /// Run this command line (`teamster <job|alloc|eval|node> status [id]` with the same
+    /// API flags).
+    Show(Vec<String>),
+}
 
 /// `status`.
 #[derive(Debug, Args)]
@@ -30,11 +40,11 @@ fn command_for(context: &str) -> Option<&'static str> {
     }
 }
 
-/// Show what the prefix names (or the jobs).
-pub async fn run(args: StatusArgs) -> anyhow::Result<ExitCode> {
+/// Find what the prefix names (or the jobs).
+pub async fn run(args: StatusArgs) -> anyhow::Result<Outcome> {
     let api = args.api.client()?;
     let Some(prefix) = args.prefix else {
-        return show(&args.api, "job", None).await;
+        return Ok(show(&args.api, "job", None));
     };
     let found: Value = api
         .request(
@@ -63,19 +73,19 @@ pub async fn run(args: StatusArgs) -> anyhow::Result<ExitCode> {
         [] => bail!(
             "No job(s), allocation(s), evaluation(s) or node(s) with prefix or ID {prefix:?} found"
         ),
-        [(cmd, id)] => show(&args.api, cmd, Some(id)).await,
+        [(cmd, id)] => Ok(show(&args.api, cmd, Some(id))),
         many => {
             println!("Prefix matched multiple objects:");
             for (cmd, id) in many {
                 println!("  {cmd:<5}  {id}");
             }
-            Ok(ExitCode::FAILURE)
+            Ok(Outcome::Done(ExitCode::FAILURE))
         }
     }
 }
 
-/// Run `<cmd> status [id]` with the same API flags.
-async fn show(api: &ApiArgs, cmd: &str, id: Option<&String>) -> anyhow::Result<ExitCode> {
+/// The command line of `<cmd> status [id]` with the same API flags.
+fn show(api: &ApiArgs, cmd: &str, id: Option<&String>) -> Outcome {
     let mut argv = vec![
         "teamster".to_string(),
         cmd.to_string(),
@@ -90,12 +100,5 @@ async fn show(api: &ApiArgs, cmd: &str, id: Option<&String>) -> anyhow::Result<E
         argv.extend(["--template".to_string(), t.clone()]);
     }
     argv.extend(id.cloned());
-    let cli = Cli::try_parse_from(argv).context("building the status command")?;
-    match cli.command {
-        Command::Job(c) => Box::pin(super::job::run(c)).await,
-        Command::Alloc(c) => super::eval::run_alloc(c).await,
-        Command::Eval(c) => super::eval::run_eval(c).await.map(|()| ExitCode::SUCCESS),
-        Command::Node(c) => super::node::run(c).await.map(|()| ExitCode::SUCCESS),
-        _ => bail!("no status command for {cmd}"),
-    }
+    Outcome::Show(argv)
 }

@@ -7,7 +7,7 @@ use anyhow::Context;
 use clap::{Args, Subcommand};
 use serde_json::Value;
 
-use super::ApiArgs;
+use super::args::ApiArgs;
 
 /// `system …`.
 #[derive(Debug, Subcommand)]

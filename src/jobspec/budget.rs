@@ -19,6 +19,10 @@ use std::time::{Duration, Instant};
 
 use hcl::Value;
 
+/// The largest job file read (Nomad's `job_max_source_size` is 1 MB), and the largest
+/// file `file()` reads.
+pub const MAX_SOURCE_BYTES: usize = 1 << 20;
+
 /// The limits of one evaluation.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct EvalBudget {

@@ -29,8 +29,7 @@ use super::funcs;
 use super::schema::{Ty, JOB};
 use interpolate::parse_time;
 
-/// The largest job file read (Nomad's `job_max_source_size` is 1 MB).
-pub const MAX_SOURCE_BYTES: usize = 1 << 20;
+pub use super::budget::MAX_SOURCE_BYTES;
 
 /// Why a job file could not be turned into a job.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

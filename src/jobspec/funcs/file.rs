@@ -9,7 +9,7 @@ use hcl::Value;
 use super::{obj, s, Out};
 
 /// The largest file these functions read (a job file's own limit).
-const MAX_BYTES: u64 = crate::jobspec::hcl::MAX_SOURCE_BYTES as u64;
+const MAX_BYTES: u64 = crate::jobspec::budget::MAX_SOURCE_BYTES as u64;
 
 fn read(fname: &str, path: &str) -> Result<String, String> {
     let meta = std::fs::metadata(path).map_err(|e| format!("{fname}: {path:?}: {e}"))?;

@@ -283,7 +283,7 @@ fn blocks_teamster_does_not_act_on_are_kept_so_that_they_are_refused_by_name() {
         "#,
     )
     .unwrap();
-    let refused: Vec<String> = crate::jobspec::unsupported_fields(&job)
+    let refused: Vec<String> = crate::jobspec::unsupported::unsupported_fields(&job)
         .iter()
         .map(|u| format!("{}: {}", u.path, u.field))
         .collect();
@@ -1331,9 +1331,9 @@ fn a_disconnect_block_and_max_client_disconnect_become_nomads_json() {
     assert_eq!(g["Disconnect"]["Replace"], json!(false));
     assert_eq!(g["Disconnect"]["Reconcile"], json!("keep_original"));
     assert_eq!(g["MaxClientDisconnect"], json!(120_000_000_000u64));
-    assert!(crate::jobspec::unsupported_fields(&job).is_empty());
+    assert!(crate::jobspec::unsupported::unsupported_fields(&job).is_empty());
     assert_eq!(
-        crate::jobspec::job_warnings(&job),
+        crate::jobspec::unsupported::job_warnings(&job),
         ["job → group \"g\": max_client_disconnect is deprecated; the group's disconnect block is used instead"]
     );
 }
