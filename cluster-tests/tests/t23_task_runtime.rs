@@ -736,3 +736,98 @@ async fn secrets_are_listed_but_never_read_and_a_missing_file_is_a_bad_request(
         .await?;
     Ok(())
 }
+
+/// A task that records its allocation in the shared `alloc/data/history` and its own
+/// `local/seen`, then runs.
+const RECORDER: &str = "echo $NOMAD_ALLOC_ID >> $NOMAD_ALLOC_DIR/data/history; \
+     echo $NOMAD_ALLOC_ID >> $NOMAD_TASK_DIR/seen; exec sleep 600";
+
+fn sticky_job(version: &str) -> Value {
+    let group = |name: &str, sticky: bool| {
+        json!({
+            "Name": name, "Count": 1,
+            "EphemeralDisk": {"SizeMB": 300, "Sticky": sticky},
+            "Tasks": [{"Name": "t", "Driver": "raw_exec",
+                       "Env": {"VERSION": version},
+                       "Config": {"command": "/bin/sh", "args": ["-c", RECORDER]},
+                       "Resources": {"CPU": 10, "MemoryMB": 10}}]
+        })
+    };
+    json!({
+        "ID": "sticky", "Type": "service", "Datacenters": ["dc1"],
+        "TaskGroups": [group("keep", true), group("fresh", false)]
+    })
+}
+
+/// The running allocation of `group` of the `sticky` job that is not `other`.
+async fn running_in(api: &ApiClient, group: &str, other: Option<&str>) -> anyhow::Result<Value> {
+    wait_for(
+        Duration::from_secs(40),
+        &format!("a running allocation of group {group}"),
+        || async {
+            job_allocs(api, "sticky").await.into_iter().find(|a| {
+                a["TaskGroup"] == group
+                    && a["ClientStatus"] == "running"
+                    && a["ID"].as_str() != other
+            })
+        },
+    )
+    .await
+}
+
+#[tokio::test]
+async fn a_sticky_disk_s_data_and_local_files_pass_to_its_replacement() -> anyhow::Result<()> {
+    teamster_cluster_tests::init_test_tracing();
+    let ip = dev_ip_at(34);
+    let log = tempfile::NamedTempFile::new()?;
+    let (_agent, api) = dev_agent(&ip, &log).await?;
+    register(&api, sticky_job("1")).await?;
+    let keep = running_in(&api, "keep", None).await?;
+    let fresh = running_in(&api, "fresh", None).await?;
+    let (keep1, fresh1) = (
+        keep["ID"].as_str().unwrap_or_default().to_string(),
+        fresh["ID"].as_str().unwrap_or_default().to_string(),
+    );
+    let history = |id: String| {
+        let api = api.clone();
+        async move { cat(&api, &id, "alloc/data/history").await.ok() }
+    };
+    wait_for(Duration::from_secs(10), "the first history", || {
+        let h = history(keep1.clone());
+        let want = format!("{keep1}\n");
+        async move { (h.await? == want).then_some(()) }
+    })
+    .await?;
+
+    // A destructive update: the sticky group's replacement starts with what its previous
+    // allocation wrote, in alloc/data and in its task's local/; the other group's starts
+    // empty.
+    register(&api, sticky_job("2")).await?;
+    let keep2 = running_in(&api, "keep", Some(&keep1)).await?;
+    let fresh2 = running_in(&api, "fresh", Some(&fresh1)).await?;
+    let keep2_id = keep2["ID"].as_str().unwrap_or_default().to_string();
+    let fresh2_id = fresh2["ID"].as_str().unwrap_or_default().to_string();
+    let full: Value = api.get(&format!("/v1/allocation/{keep2_id}")).await?;
+    assert_eq!(full["PreviousAllocation"], keep1.as_str());
+    let both = format!("{keep1}\n{keep2_id}\n");
+    let kept = wait_for(Duration::from_secs(20), "the kept history", || {
+        let h = history(keep2_id.clone());
+        let both = both.clone();
+        async move { (h.await? == both).then_some(()) }
+    })
+    .await;
+    anyhow::ensure!(
+        kept.is_ok(),
+        "history of {keep2_id}: {:?}",
+        history(keep2_id.clone()).await
+    );
+    assert_eq!(cat(&api, &keep2_id, "t/local/seen").await?, both);
+    let only_new = format!("{fresh2_id}\n");
+    wait_for(Duration::from_secs(20), "the fresh history", || {
+        let h = history(fresh2_id.clone());
+        let only_new = only_new.clone();
+        async move { (h.await? == only_new).then_some(()) }
+    })
+    .await?;
+    Ok(())
+}

@@ -10,6 +10,9 @@
 //!      tmp/                               1777
 //! ```
 //!
+//! A sticky `ephemeral_disk` hands `alloc/data/` and each task's `local/` from an
+//! allocation to its replacement on the same node ([`AllocDir::move_from`]).
+//!
 //! A container sees `alloc/` at `/alloc` (with `alloc/logs` read-only), `local/` at `/local`
 //! and `secrets/` at `/secrets`. The file API lists and stats everything but reads nothing
 //! under a task's `secrets/` (or `private/`), as Nomad's ([`is_secret`]).
@@ -41,6 +44,18 @@ pub const TMP_DIR: &str = "tmp";
 pub struct AllocDirError {
     /// The directory.
     pub path: PathBuf,
+    /// Why.
+    pub source: io::Error,
+}
+
+/// Why a previous allocation's directory could not be moved into its replacement's.
+#[derive(Debug, thiserror::Error)]
+#[error("cannot move {from} to {to}: {source}")]
+pub struct MoveError {
+    /// What was moved.
+    pub from: PathBuf,
+    /// Where to.
+    pub to: PathBuf,
     /// Why.
     pub source: io::Error,
 }
@@ -95,6 +110,46 @@ impl AllocDir {
             make(&shared.join(part), 0o777)?;
         }
         Ok(())
+    }
+
+    /// Takes over what a sticky disk keeps from `previous` (an allocation it replaces on
+    /// this node): `alloc/data/` and each of `tasks`' `local/`, moved (renamed) in place of
+    /// this allocation's own while those are still empty. What `previous` lacks, or what
+    /// this allocation already holds, is left. Returns the directories moved.
+    pub fn move_from(
+        &self,
+        previous: &AllocDir,
+        tasks: &[String],
+    ) -> Result<Vec<PathBuf>, MoveError> {
+        let mut pairs = vec![(previous.data(), self.data())];
+        for task in tasks {
+            pairs.push((previous.task(task).local(), self.task(task).local()));
+        }
+        let mut moved = Vec::new();
+        for (from, to) in pairs {
+            let err = |source| MoveError {
+                from: from.clone(),
+                to: to.clone(),
+                source,
+            };
+            if !from.is_dir() {
+                continue;
+            }
+            match std::fs::read_dir(&to).map(|mut entries| entries.next().is_some()) {
+                // Already holding something: kept (a move done before a restart).
+                Ok(true) => continue,
+                Ok(false) => std::fs::remove_dir(&to).map_err(err)?,
+                Err(e) if e.kind() == io::ErrorKind::NotFound => {
+                    if let Some(parent) = to.parent() {
+                        std::fs::create_dir_all(parent).map_err(err)?;
+                    }
+                }
+                Err(e) => return Err(err(e)),
+            }
+            std::fs::rename(&from, &to).map_err(err)?;
+            moved.push(to);
+        }
+        Ok(moved)
     }
 }
 
@@ -180,6 +235,45 @@ mod tests {
         // Building again changes nothing.
         dir.build().unwrap();
         task.build().unwrap();
+    }
+
+    #[test]
+    fn a_replacement_takes_the_data_and_local_dirs_of_its_previous_allocation() {
+        let tmp = tempfile::tempdir().unwrap();
+        let old = AllocDir::new(tmp.path(), "old");
+        old.build().unwrap();
+        old.task("web").build().unwrap();
+        std::fs::write(old.data().join("db"), "rows").unwrap();
+        std::fs::write(old.task("web").local().join("cache"), "warm").unwrap();
+        std::fs::write(old.logs().join("web.stdout.0"), "old output").unwrap();
+        let new = AllocDir::new(tmp.path(), "new");
+        new.build().unwrap();
+        let tasks = vec!["web".to_string(), "gone".to_string()];
+        let moved = new.move_from(&old, &tasks).unwrap();
+        assert_eq!(moved, vec![new.data(), new.task("web").local()]);
+        assert_eq!(
+            std::fs::read_to_string(new.data().join("db")).unwrap(),
+            "rows"
+        );
+        assert_eq!(
+            std::fs::read_to_string(new.task("web").local().join("cache")).unwrap(),
+            "warm"
+        );
+        // Logs stay with their allocation; what moved is gone from the old one.
+        assert!(!new.logs().join("web.stdout.0").exists());
+        assert!(!old.data().exists());
+        // Again (a client restarted mid-way): nothing left to move, nothing lost.
+        assert!(new.move_from(&old, &tasks).unwrap().is_empty());
+        assert!(new.data().join("db").exists());
+        // A replacement that already holds data keeps its own.
+        let third = AllocDir::new(tmp.path(), "third");
+        third.build().unwrap();
+        std::fs::write(third.data().join("mine"), "x").unwrap();
+        assert!(
+            third.move_from(&new, &tasks).unwrap().len() == 1,
+            "only web/local"
+        );
+        assert!(third.data().join("mine").exists() && !third.data().join("db").exists());
     }
 
     #[test]

@@ -108,9 +108,10 @@ pub(super) const TASK: &[&str] = &[
     "User",
 ];
 
-/// Fields of a group's `ephemeral_disk` teamster does not implement yet (the disk's size is
-/// reserved on the node).
-pub(super) const EPHEMERAL_DISK: &[&str] = &["Sticky", "Migrate"];
+/// Fields of a group's `ephemeral_disk` teamster does not implement yet: copying
+/// `alloc/data` to another node (the disk's size is reserved on the node, and `sticky`
+/// keeps it on the same one).
+pub(super) const EPHEMERAL_DISK: &[&str] = &["Migrate"];
 
 /// Fields of a task's `logs` teamster does not implement: Nomad's deprecated `enabled`
 /// (`disabled` is acted on).
@@ -416,17 +417,17 @@ mod tests {
                 "job → group \"g\" → RestartPolicy: RenderTemplates",
             ]
         );
-        // The lifetime fields are acted on; sticky disks, the deprecated `enabled` and a
-        // task restart's templates are not yet.
+        // The lifetime fields and sticky disks are acted on; migrating disks, the deprecated
+        // `enabled` and a task restart's templates are not yet.
         let task = json!({ "TaskGroups": [{ "Name": "g", "ShutdownDelay": 5,
-            "EphemeralDisk": { "SizeMB": 300, "Sticky": true },
+            "EphemeralDisk": { "SizeMB": 300, "Sticky": true, "Migrate": true },
             "Tasks": [{ "Name": "t", "KillSignal": "SIGINT", "Leader": true, "ShutdownDelay": 5,
                 "LogConfig": { "MaxFiles": 2, "Enabled": true },
                 "RestartPolicy": { "Attempts": 1, "RenderTemplates": true } }] }] });
         assert_eq!(
             fields(task),
             [
-                "job → group \"g\" → EphemeralDisk: Sticky",
+                "job → group \"g\" → EphemeralDisk: Migrate",
                 "job → group \"g\" → task \"t\" → RestartPolicy: RenderTemplates",
                 "job → group \"g\" → task \"t\" → LogConfig: Enabled",
             ]

@@ -169,12 +169,22 @@ impl<'a> GenericScheduler<'a> {
             // Preemption only when no node takes the allocation as things are (Nomad
             // selects a second time with `Preempt`); the first pass's metrics are kept if
             // that fails too.
+            // A sticky disk's replacement goes back to its previous node when that node
+            // takes it (Nomad's preferred node), else anywhere.
+            let sticky_node = request
+                .previous
+                .as_ref()
+                .filter(|_| group_is_sticky(job, &request.group))
+                .map(|prev| prev.node_id.clone());
             let mut choice = None;
             if let Some(reason) = &capped {
                 stack.reset_metrics(ctx);
                 ctx.metrics.dimension_exhausted.insert(reason.clone(), 1);
             } else {
-                choice = stack.select(ctx, placer, &penalty, false);
+                choice = sticky_node
+                    .as_ref()
+                    .and_then(|id| stack.select_preferred(ctx, placer, id, false))
+                    .or_else(|| stack.select(ctx, placer, &penalty, false));
             }
             if choice.is_none() && preempt && capped.is_none() {
                 let first = ctx.metrics.clone();
@@ -326,4 +336,12 @@ impl Scheduler for GenericScheduler<'_> {
     fn process(&mut self, eval: &Evaluation) -> Result<(), SchedulerError> {
         placement::process(self, eval)
     }
+}
+
+/// Whether `group` of `job` keeps its ephemeral disk across replacements (`sticky`).
+fn group_is_sticky(job: &Job, group: &str) -> bool {
+    job.task_groups
+        .iter()
+        .find(|g| g.name == group)
+        .is_some_and(|g| g.ephemeral_disk.as_ref().is_some_and(|d| d.sticky))
 }

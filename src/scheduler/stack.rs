@@ -420,6 +420,33 @@ impl Stack {
         best
     }
 
+    /// The node `id` when it takes the allocation, as Nomad's `SelectPreferringNodes` tries
+    /// a sticky disk's previous node before the others; `None` (not a candidate, filtered,
+    /// or full) sends the caller to [`Stack::select`].
+    pub fn select_preferred(
+        &mut self,
+        ctx: &mut EvalContext,
+        placer: &mut GroupPlacer,
+        id: &NodeId,
+        preempt: bool,
+    ) -> Option<Choice> {
+        let node = self.nodes.scope.nodes.iter().find(|n| &n.id == id)?.clone();
+        self.reset_metrics(ctx);
+        match self.evaluate(ctx, placer, &node, &[], preempt) {
+            Verdict::Feasible(score) => Some(Choice {
+                node,
+                score,
+                victims: Vec::new(),
+            }),
+            Verdict::Preempt(score, victims) => Some(Choice {
+                node,
+                score,
+                victims,
+            }),
+            Verdict::Filtered | Verdict::Exhausted => None,
+        }
+    }
+
     /// Feasibility, fit and score of one node, recording metrics and class eligibility.
     /// With `preempt`, a node short of CPU, memory or disk is [`Verdict::Preempt`] when
     /// evicting lower-priority allocations makes room.

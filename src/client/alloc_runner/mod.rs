@@ -2,7 +2,9 @@
 //! [task runner](crate::client::task_runner) per task, and stops them together.
 //!
 //! ```text
-//!  alloc watcher ──new alloc──▶ alloc hooks (alloc_dir) ──▶ one task runner per task
+//!  alloc watcher ──new alloc──▶ alloc hooks (alloc_dir; a sticky disk: wait for the
+//!                               previous allocation to stop, take its data) ──▶ one task
+//!                               runner per task
 //!                 ──stop──────▶ stop asked ─┐
 //!  a task failed, or the leader died ───────┴▶ services withdrawn ─▶ group shutdown_delay
 //!                                              ─▶ every task killed (its own delay, signal)
@@ -87,6 +89,7 @@ pub fn spawn(shared: &Arc<Shared>, local: &LocalAlloc) -> AllocHandle {
         local.job.payload.decompress().map_err(|e| e.to_string())
     };
     let program = std::env::current_exe().unwrap_or_else(|_| PathBuf::from("teamster"));
+    let mut runners = Vec::new();
     for task in &group.tasks {
         let state = local.task_states.get(&task.name);
         if state.is_some_and(|s| s.state == TaskStateValue::Dead) {
@@ -127,8 +130,26 @@ pub fn spawn(shared: &Arc<Shared>, local: &LocalAlloc) -> AllocHandle {
                 .unwrap_or_default(),
         });
         let span = tracing::info_span!("task", alloc_id = %alloc_id, task = %task.name);
-        tokio::spawn(runner.run().instrument(span));
+        runners.push((runner, span));
     }
+    // A sticky disk's replacement starts its tasks once it holds its previous allocation's
+    // data (only on its first start: a client restarted later finds it done).
+    let upstream = sticky_previous(local, group);
+    let tasks: Vec<String> = group.tasks.iter().map(|t| t.name.clone()).collect();
+    let start = {
+        let shared = shared.clone();
+        let stop = siblings.stop_asked.clone();
+        let alloc_dir = alloc_dir.clone();
+        async move {
+            if let Some(previous) = upstream {
+                hooks::take_previous_disk(&shared, &previous, &alloc_dir, &tasks, &stop).await;
+            }
+            for (runner, span) in runners {
+                tokio::spawn(runner.run().instrument(span));
+            }
+        }
+    };
+    tokio::spawn(start.instrument(tracing::info_span!("alloc_start", alloc_id = %alloc_id)));
     let delay = Duration::from_nanos(group.shutdown_delay);
     let span = tracing::info_span!("alloc_stop", alloc_id = %alloc_id);
     tokio::spawn(
@@ -143,6 +164,17 @@ pub fn spawn(shared: &Arc<Shared>, local: &LocalAlloc) -> AllocHandle {
         );
     }
     AllocHandle::new(siblings, controls)
+}
+
+/// The allocation whose sticky disk `local`'s takes before its tasks first start: its
+/// previous allocation, when the group's `ephemeral_disk` is sticky and no task of this one
+/// has started yet.
+fn sticky_previous(local: &LocalAlloc, group: &TaskGroup) -> Option<String> {
+    let sticky = group.ephemeral_disk.as_ref().is_some_and(|d| d.sticky);
+    let previous = local.alloc.previous_allocation.to_string();
+    let fresh =
+        local.handles.is_empty() && local.task_states.values().all(|s| s.started_at.is_zero());
+    (sticky && !previous.is_empty() && fresh).then_some(previous)
 }
 
 /// Why `local`'s tasks were being stopped when an earlier run of the client ended, if they

@@ -639,6 +639,38 @@ fn job_changes_update_in_place_or_destructively() {
 }
 
 #[test]
+fn a_sticky_disk_s_replacement_goes_back_to_its_node() {
+    let (mut h, _) = harness_with_nodes(20);
+    let mut web = mock_job("web", 3);
+    let group = &mut web.task_groups_mut()[0];
+    group.update.as_mut().unwrap().max_parallel = Some(3);
+    group.ephemeral_disk = Some(teamster_storage::model::EphemeralDisk {
+        sticky: true,
+        ..Default::default()
+    });
+    let (job, eval) = h.register_job(web).unwrap();
+    h.process(&eval).unwrap();
+    let before: BTreeMap<String, NodeId> = h
+        .running_allocs(&job)
+        .iter()
+        .map(|a| (a.id.to_string(), a.node_id.clone()))
+        .collect();
+    assert_eq!(before.len(), 3);
+    // A destructive update: each replacement lands where its previous allocation ran.
+    let mut bigger = (*job).clone();
+    bigger.task_groups_mut()[0].tasks[0].resources.cpu = 600;
+    let (job, eval) = h.register_job(bigger).unwrap();
+    h.process(&eval).unwrap();
+    let running = h.running_allocs(&job);
+    assert_eq!(running.len(), 3);
+    for alloc in &running {
+        assert_eq!(alloc.job_version, 1);
+        let previous_node = &before[alloc.previous_allocation.as_str()];
+        assert_eq!(&alloc.node_id, previous_node, "{}", alloc.name);
+    }
+}
+
+#[test]
 fn stopping_a_job_stops_everything() {
     let (mut h, _) = harness_with_nodes(3);
     let (job, eval) = h.register_job(mock_job("web", 3)).unwrap();
