@@ -234,6 +234,37 @@ async fn bad_input_is_refused_with_a_message_and_changes_nothing() -> anyhow::Re
         serde_json::from_str::<Value>(&body)?["ValidationErrors"],
         json!([])
     );
+    // A request without a job is Nomad's 400.
+    for empty in [json!({}), json!({ "Job": null })] {
+        let (s, body) = post_raw(&base, "/v1/validate/job", serde_json::to_vec(&empty)?).await?;
+        assert_eq!(s, StatusCode::BAD_REQUEST, "{empty}: {body}");
+        assert!(body.contains("Job must be specified"), "{body}");
+    }
+    // What /v1/jobs/parse canonicalizes (a service gets an empty Meta) validates clean.
+    let hcl = "job \"svc\" {\n  datacenters = [\"dc1\"]\n  group \"g\" {\n    \
+               service {\n      name = \"s\"\n      provider = \"nomad\"\n    }\n    \
+               task \"t\" {\n      driver = \"mock\"\n    }\n  }\n}\n";
+    let (s, parsed) = post_raw(
+        &base,
+        "/v1/jobs/parse",
+        serde_json::to_vec(&json!({ "JobHCL": hcl, "Canonicalize": true }))?,
+    )
+    .await?;
+    assert_eq!(s, StatusCode::OK, "{parsed}");
+    let parsed: Value = serde_json::from_str(&parsed)?;
+    assert_eq!(parsed["TaskGroups"][0]["Services"][0]["Meta"], json!({}));
+    let (s, body) = post_raw(
+        &base,
+        "/v1/validate/job",
+        serde_json::to_vec(&json!({ "Job": parsed }))?,
+    )
+    .await?;
+    assert_eq!(s, StatusCode::OK);
+    assert_eq!(
+        serde_json::from_str::<Value>(&body)?["ValidationErrors"],
+        json!([]),
+        "{body}"
+    );
     // Nomad fields teamster does not act on are refused by name, never dropped silently: a
     // multiregion job must not run in one region, a canary update must not replace everything.
     let mut cron = small_job("cron");

@@ -237,12 +237,12 @@ pub struct Policy {
 /// Blocks of Nomad's language that teamster has nothing to act on.
 const NOT_ACTED_ON: &[&str] = &["quota", "plugin", "host_volume", "node_pool"];
 
-/// Parses a policy's rules, HCL or JSON (text starting with `{`). Empty rules are refused,
-/// as Nomad refuses them.
+/// Parses a policy's rules, HCL or JSON (text starting with `{`). Empty rules are a policy
+/// that grants nothing, as Nomad reads them.
 pub fn parse_policy(rules: &str) -> Result<Policy, PolicyError> {
     let rules = rules.trim();
     if rules.is_empty() {
-        return Err(PolicyError::Invalid("the policy has no rules".into()));
+        return Ok(Policy::default());
     }
     let value = if rules.starts_with('{') {
         serde_json::from_str::<serde_json::Value>(rules)
@@ -562,12 +562,15 @@ mod tests {
             ),
             (r#"nodes { policy = "read" }"#, "nodes"),
             (r#"namespace "a b" { policy = "read" }"#, "a b"),
-            ("", "no rules"),
             ("node {", "Failed to parse"),
             ("{\"node\": 1}", "block"),
         ] {
             let err = parse_policy(rules).unwrap_err().to_string();
             assert!(err.contains(word), "{rules}: {err}");
+        }
+        // Empty rules are a policy that grants nothing, as Nomad reads them.
+        for empty in ["", "  \n"] {
+            assert_eq!(parse_policy(empty).unwrap(), Policy::default());
         }
     }
 }

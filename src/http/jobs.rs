@@ -637,6 +637,15 @@ pub async fn validate(body: Bytes) -> Result<Response, ApiError> {
         Some(job) => job.clone(),
         None => value,
     };
+    // Nomad's answer to a request without a job (`{}`, `{"Job": null}`).
+    let names_a_job = job_value.as_object().is_some_and(|o| {
+        ["ID", "Name", "TaskGroups"]
+            .iter()
+            .any(|k| o.contains_key(*k))
+    });
+    if !names_a_job {
+        return Err(ApiError::bad_request("Job must be specified"));
+    }
     let unsupported: Vec<String> = jobspec::unsupported_fields(&job_value)
         .iter()
         .map(ToString::to_string)

@@ -317,7 +317,12 @@ fn check(object: &Value, fields: &[&'static str], path: &str, out: &mut Vec<Unsu
         let what_teamster_does = SAME_AS_TEAMSTER
             .iter()
             .any(|(f, same)| *f == field && value.and_then(Value::as_str) == Some(*same));
-        if value.is_some_and(is_set) && !what_teamster_does {
+        // An empty map asks for nothing (teamster's own canonical services carry `Meta: {}`).
+        let empty_map = MAP_FIELDS.contains(&field)
+            && value
+                .and_then(Value::as_object)
+                .is_some_and(|m| m.is_empty());
+        if value.is_some_and(is_set) && !what_teamster_does && !empty_map {
             out.push(UnsupportedField {
                 path: path.to_string(),
                 field,
@@ -326,6 +331,9 @@ fn check(object: &Value, fields: &[&'static str], path: &str, out: &mut Vec<Unsu
         }
     }
 }
+
+/// Fields that are string maps: empty, they ask for nothing.
+const MAP_FIELDS: &[&str] = &["Meta", "CanaryMeta", "TaggedAddresses"];
 
 /// Whether a field's value asks for something (see the module's doc).
 fn is_set(v: &Value) -> bool {
@@ -431,6 +439,19 @@ mod tests {
                 "job → group \"g\" → task \"t\" → RestartPolicy: RenderTemplates",
                 "job → group \"g\" → task \"t\" → LogConfig: Enabled",
             ]
+        );
+    }
+
+    #[test]
+    fn an_empty_service_meta_asks_for_nothing() {
+        let job = |meta: Value| {
+            json!({ "TaskGroups": [{ "Name": "g", "Services": [{ "Name": "s", "Provider": "nomad", "Meta": meta,
+                "CanaryMeta": {}, "TaggedAddresses": {} }] }] })
+        };
+        assert!(fields(job(json!({}))).is_empty());
+        assert_eq!(
+            fields(job(json!({ "k": "v" }))),
+            ["job → group \"g\" → service \"s\": Meta"]
         );
     }
 

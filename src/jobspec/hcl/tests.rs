@@ -314,6 +314,20 @@ fn variable_blocks_take_only_what_is_acted_on_and_values_must_fit_their_type() {
     assert!(e.contains("unknown type \"strng\""), "{e}");
     let e = err("variable \"x\" {\n  type    = number\n  default = \"many\"\n}\njob \"j\" {}\n");
     assert!(e.contains("is not of type number"), "{e}");
+    // Primitives convert as HCL converts them: a number in a string is a number, a number
+    // where a string is wanted its text.
+    let job = parse(
+        "variable \"port\" {\n  type    = number\n  default = \"7511\"\n}\n\
+         variable \"on\" {\n  type    = bool\n  default = \"true\"\n}\n\
+         variable \"name\" {\n  type    = string\n  default = 42\n}\n\
+         job \"j\" {\n  meta {\n    next = var.port + 1\n    on = var.on\n    \
+         name = \"${var.name}x\"\n  }\n}\n",
+    )
+    .unwrap();
+    assert_eq!(
+        job["Meta"],
+        json!({ "next": "7512", "on": "true", "name": "42x" })
+    );
     let e = err("variables {\n  a = 1\n}\nvariables {\n  a = 2\n}\njob \"j\" {}\n");
     assert!(e.contains("duplicate name \"a\""), "{e}");
     // An `id` argument names the job; the label stays its Name.

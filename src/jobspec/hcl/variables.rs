@@ -169,13 +169,16 @@ impl Parser<'_> {
             values.insert(name.clone(), v);
         }
         for (block, name) in declared {
-            if let (Some(ty), Some(v)) = (types.get(name), values.get(name)) {
-                if !fits(ty, v) {
-                    return Err(self.at(
-                        block.span(),
-                        &format!("variable {name:?}"),
-                        format!("the value {v} is not of type {ty}"),
-                    ));
+            if let (Some(ty), Some(v)) = (types.get(name), values.get_mut(name)) {
+                match convert(ty, v) {
+                    Some(converted) => *v = converted,
+                    None => {
+                        return Err(self.at(
+                            block.span(),
+                            &format!("variable {name:?}"),
+                            format!("the value {v} is not of type {ty}"),
+                        ))
+                    }
                 }
             }
             if !values.contains_key(name) {
@@ -328,17 +331,35 @@ const KNOWN_TYPES: &[&str] = &[
     "string", "number", "bool", "list", "set", "tuple", "map", "object", "any",
 ];
 
-/// Whether a variable's value fits its declared `type` (checked by the type's kind:
-/// `string`, `number`, `bool`, `list(…)`/`set(…)`/`tuple(…)`, `map(…)`/`object(…)`, `any`).
-fn fits(ty: &str, v: &Value) -> bool {
+/// A variable's value as its declared `type` (checked by the type's kind: `string`,
+/// `number`, `bool`, `list(…)`/`set(…)`/`tuple(…)`, `map(…)`/`object(…)`, `any`), converted
+/// as HCL converts primitives: a number or bool where a string is wanted becomes its text,
+/// a string holding a number or `true`/`false` becomes that number or bool. `None` when it
+/// does not fit.
+fn convert(ty: &str, v: &Value) -> Option<Value> {
     let kind = ty.split('(').next().unwrap_or(ty).trim();
-    match kind {
-        // HCL converts numbers and bools to strings where a string is wanted.
-        "string" => v.is_string() || v.is_number() || v.is_boolean(),
-        "number" => v.is_number(),
-        "bool" => v.is_boolean(),
-        "list" | "set" | "tuple" => v.is_array(),
-        "map" | "object" => v.is_object(),
-        _ => true,
+    match (kind, v) {
+        ("string", Value::String(_)) => Some(v.clone()),
+        ("string", Value::Number(n)) => Some(Value::String(n.to_string())),
+        ("string", Value::Bool(b)) => Some(Value::String(b.to_string())),
+        ("number", Value::Number(_)) => Some(v.clone()),
+        ("number", Value::String(s)) => {
+            let s = s.trim();
+            let n = match s.parse::<i64>() {
+                Ok(i) => serde_json::Number::from(i),
+                Err(_) => serde_json::Number::from_f64(s.parse::<f64>().ok()?)?,
+            };
+            Some(Value::Number(n))
+        }
+        ("bool", Value::Bool(_)) => Some(v.clone()),
+        ("bool", Value::String(s)) => match s.as_str() {
+            "true" => Some(Value::Bool(true)),
+            "false" => Some(Value::Bool(false)),
+            _ => None,
+        },
+        ("list" | "set" | "tuple", Value::Array(_)) => Some(v.clone()),
+        ("map" | "object", Value::Object(_)) => Some(v.clone()),
+        ("string" | "number" | "bool" | "list" | "set" | "tuple" | "map" | "object", _) => None,
+        _ => Some(v.clone()),
     }
 }
