@@ -831,3 +831,142 @@ async fn a_sticky_disk_s_data_and_local_files_pass_to_its_replacement() -> anyho
     .await?;
     Ok(())
 }
+
+/// The `mover` job: one group with a sticky, migrating disk, placed on the node named
+/// `node`, its task recording its allocation as [`RECORDER`] does.
+fn mover_job(node: &str) -> Value {
+    json!({
+        "ID": "mover", "Type": "service", "Datacenters": ["dc1"],
+        "TaskGroups": [{
+            "Name": "g", "Count": 1,
+            "Constraints": [{"LTarget": "${node.unique.name}", "RTarget": node, "Operand": "="}],
+            "EphemeralDisk": {"SizeMB": 300, "Sticky": true, "Migrate": true},
+            "Tasks": [{"Name": "t", "Driver": "raw_exec",
+                       "Config": {"command": "/bin/sh", "args": ["-c", RECORDER]},
+                       "Resources": {"CPU": 10, "MemoryMB": 10}}]
+        }]
+    })
+}
+
+#[tokio::test]
+async fn a_migrating_disk_follows_its_allocation_to_another_node() -> anyhow::Result<()> {
+    teamster_cluster_tests::init_test_tracing();
+    // ACLs on everywhere: the data moves on the servers' migrate token, not an ACL token.
+    const ACL: &str = "\n[acl]\nenabled = true\n";
+    let mut c = ProcessCluster::start(
+        1,
+        ClusterOptions {
+            extra_toml: ACL.into(),
+            ..ClusterOptions::default()
+        },
+    )?;
+    let leader = c.wait_leader(Duration::from_secs(30)).await?;
+    let anonymous = c.servers[leader].api();
+    let root: Value = anonymous
+        .request::<Value, Value>(reqwest::Method::POST, "/v1/acl/bootstrap", Some(&json!({})))
+        .await?;
+    let api = anonymous.clone().with_scope(teamster::api::RequestScope {
+        token: root["SecretID"].as_str().map(str::to_string),
+        ..Default::default()
+    });
+    let rpc = c.servers[leader].rpc_addr();
+    let block = c.servers[0]
+        .ip
+        .rsplit_once('.')
+        .expect("an IPv4 address")
+        .0
+        .to_string();
+    let first = ClientProcess::start(
+        c.dir(),
+        "mig-a",
+        &format!("{block}.41"),
+        std::slice::from_ref(&rpc),
+        ACL,
+    )?;
+    let second = ClientProcess::start(
+        c.dir(),
+        "mig-b",
+        &format!("{block}.42"),
+        std::slice::from_ref(&rpc),
+        ACL,
+    )?;
+    // The client agents answer no anonymous call: their nodes are read from the servers.
+    let node_of = |name: &'static str| {
+        let api = api.clone();
+        async move {
+            wait_for(
+                Duration::from_secs(20),
+                &format!("node {name} ready"),
+                || async {
+                    let nodes: Vec<Value> = api.get("/v1/nodes").await.ok()?;
+                    let n = nodes
+                        .iter()
+                        .find(|n| n["Name"] == name && n["Status"] == "ready")?;
+                    n["ID"].as_str().map(str::to_string)
+                },
+            )
+            .await
+        }
+    };
+    let first_node = node_of("mig-a").await?;
+    let second_node = node_of("mig-b").await?;
+
+    register(&api, mover_job("mig-a")).await?;
+    let running = |other: Option<String>| {
+        let api = api.clone();
+        async move {
+            wait_for(
+                Duration::from_secs(40),
+                "a running mover allocation",
+                || async {
+                    job_allocs(&api, "mover").await.into_iter().find(|a| {
+                        a["ClientStatus"] == "running" && a["ID"].as_str() != other.as_deref()
+                    })
+                },
+            )
+            .await
+        }
+    };
+    let a1 = running(None).await?;
+    let a1_id = a1["ID"].as_str().unwrap_or_default().to_string();
+    assert_eq!(a1["NodeID"], first_node.as_str());
+    wait_for(Duration::from_secs(10), "the first history", || async {
+        (cat(&api, &a1_id, "alloc/data/history").await.ok()? == format!("{a1_id}\n")).then_some(())
+    })
+    .await?;
+
+    // Moved to the other node: the replacement starts with the data its predecessor wrote
+    // there, fetched from the first node's agent with the servers' migrate token.
+    register(&api, mover_job("mig-b")).await?;
+    let a2 = running(Some(a1_id.clone())).await?;
+    let a2_id = a2["ID"].as_str().unwrap_or_default().to_string();
+    assert_eq!(a2["NodeID"], second_node.as_str());
+    let both = format!("{a1_id}\n{a2_id}\n");
+    let moved = wait_for(Duration::from_secs(20), "the migrated history", || async {
+        (cat(&api, &a2_id, "alloc/data/history").await.ok()? == both).then_some(())
+    })
+    .await;
+    anyhow::ensure!(
+        moved.is_ok(),
+        "history of {a2_id}: {:?}\nsecond client:\n{}",
+        cat(&api, &a2_id, "alloc/data/history").await,
+        second.log_tail(40)
+    );
+    assert_eq!(cat(&api, &a2_id, "t/local/seen").await?, both);
+
+    // Without the token (or with another allocation's), the first node gives nothing.
+    let snapshot = format!(
+        "http://{}:4646/v1/client/allocation/{a1_id}/snapshot",
+        first.ip
+    );
+    let http = reqwest::Client::new();
+    let refused = http.get(&snapshot).send().await?;
+    assert_eq!(refused.status(), reqwest::StatusCode::FORBIDDEN);
+    let forged = http
+        .get(&snapshot)
+        .header("X-Nomad-Migrate-Token", "00".repeat(32))
+        .send()
+        .await?;
+    assert_eq!(forged.status(), reqwest::StatusCode::FORBIDDEN);
+    Ok(())
+}

@@ -127,7 +127,7 @@ impl Agent {
         let http_tls = tls.clone().filter(|_| config.tls.http);
         config.client.rpc_tls = rpc_tls.clone();
         if let Some(t) = &http_tls {
-            crate::http::client_route::set_outgoing_tls(t.clone());
+            crate::util::tls::set_outgoing_http(t.clone());
         }
         let http_bind = config.http_bind();
         let http_listener =

@@ -60,6 +60,20 @@ pub struct MoveError {
     pub source: io::Error,
 }
 
+/// Why a migrating disk's snapshot could not be unpacked.
+#[derive(Debug, thiserror::Error)]
+pub enum SnapshotError {
+    /// Reading the archive or writing a file failed.
+    #[error("unpacking the previous allocation's data: {0}")]
+    Io(#[from] io::Error),
+    /// The archive holds more than the allocation's disk.
+    #[error("the previous allocation's data is over {limit} bytes, the allocation's disk")]
+    TooLarge {
+        /// The disk's size.
+        limit: u64,
+    },
+}
+
 /// An allocation's directory.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct AllocDir {
@@ -110,6 +124,63 @@ impl AllocDir {
             make(&shared.join(part), 0o777)?;
         }
         Ok(())
+    }
+
+    /// What a migrating disk carries to another node, as a tar archive written to `out`:
+    /// `alloc/data/` and each of `tasks`' `local/`, paths relative to the allocation's
+    /// directory; symlinks archived as links, never followed.
+    pub fn write_snapshot(&self, tasks: &[String], out: impl io::Write) -> io::Result<()> {
+        let mut tar = tar::Builder::new(out);
+        tar.follow_symlinks(false);
+        let mut parts = vec![PathBuf::from(SHARED_DIR).join(DATA_DIR)];
+        parts.extend(tasks.iter().map(|t| PathBuf::from(t).join(LOCAL_DIR)));
+        for part in parts {
+            let dir = self.root.join(&part);
+            if dir.is_dir() {
+                tar.append_dir_all(&part, &dir)?;
+            }
+        }
+        tar.into_inner()?.flush()
+    }
+
+    /// Unpacks a snapshot of the previous allocation (see [`AllocDir::write_snapshot`])
+    /// into this one: only directories and regular files under `alloc/data/` and `tasks`'
+    /// `local/` (anything else is skipped), at most `limit` bytes of files. Returns the
+    /// files written.
+    pub fn unpack_snapshot(
+        &self,
+        tasks: &[String],
+        archive: impl io::Read,
+        limit: u64,
+    ) -> Result<u64, SnapshotError> {
+        let allowed: Vec<PathBuf> = std::iter::once(PathBuf::from(SHARED_DIR).join(DATA_DIR))
+            .chain(tasks.iter().map(|t| PathBuf::from(t).join(LOCAL_DIR)))
+            .collect();
+        let mut tar = tar::Archive::new(archive);
+        tar.set_preserve_permissions(true);
+        let (mut bytes, mut files) = (0u64, 0u64);
+        for entry in tar.entries()? {
+            let mut entry = entry?;
+            let path = entry.path()?.into_owned();
+            let plain = path
+                .components()
+                .all(|c| matches!(c, std::path::Component::Normal(_)));
+            let kind = entry.header().entry_type();
+            if !plain
+                || !allowed.iter().any(|a| path.starts_with(a))
+                || !(kind.is_file() || kind.is_dir())
+            {
+                tracing::debug!(path = %path.display(), "skipped in the previous allocation's data");
+                continue;
+            }
+            bytes = bytes.saturating_add(entry.size());
+            if bytes > limit {
+                return Err(SnapshotError::TooLarge { limit });
+            }
+            entry.unpack_in(&self.root)?;
+            files += u64::from(kind.is_file());
+        }
+        Ok(files)
     }
 
     /// Takes over what a sticky disk keeps from `previous` (an allocation it replaces on
@@ -274,6 +345,74 @@ mod tests {
             "only web/local"
         );
         assert!(third.data().join("mine").exists() && !third.data().join("db").exists());
+    }
+
+    #[test]
+    fn a_snapshot_carries_data_and_local_files_and_nothing_else() {
+        let tmp = tempfile::tempdir().unwrap();
+        let old = AllocDir::new(tmp.path(), "old");
+        old.build().unwrap();
+        old.task("web").build().unwrap();
+        std::fs::create_dir_all(old.data().join("db")).unwrap();
+        std::fs::write(old.data().join("db/rows"), "1\n2\n").unwrap();
+        std::fs::write(old.task("web").local().join("cache"), "warm").unwrap();
+        std::fs::write(old.task("web").secrets().join("token"), "s3cr3t").unwrap();
+        std::fs::write(old.logs().join("web.stdout.0"), "old output").unwrap();
+        std::os::unix::fs::symlink("/etc/passwd", old.data().join("link")).unwrap();
+        let tasks = vec!["web".to_string()];
+        let mut archive = Vec::new();
+        old.write_snapshot(&tasks, &mut archive).unwrap();
+
+        let new = AllocDir::new(tmp.path(), "new");
+        new.build().unwrap();
+        let files = new
+            .unpack_snapshot(&tasks, archive.as_slice(), 1 << 20)
+            .unwrap();
+        assert_eq!(files, 2);
+        assert_eq!(
+            std::fs::read_to_string(new.data().join("db/rows")).unwrap(),
+            "1\n2\n"
+        );
+        assert_eq!(
+            std::fs::read_to_string(new.task("web").local().join("cache")).unwrap(),
+            "warm"
+        );
+        // Secrets, logs and links stay behind.
+        assert!(!new.task("web").secrets().join("token").exists());
+        assert!(!new.logs().join("web.stdout.0").exists());
+        assert!(std::fs::symlink_metadata(new.data().join("link")).is_err());
+        // Over the disk's size: refused.
+        let other = AllocDir::new(tmp.path(), "other");
+        other.build().unwrap();
+        assert!(matches!(
+            other.unpack_snapshot(&tasks, archive.as_slice(), 4),
+            Err(SnapshotError::TooLarge { limit: 4 })
+        ));
+        // An archive naming a path outside is skipped, not written.
+        let mut evil = tar::Builder::new(Vec::new());
+        let mut header = tar::Header::new_gnu();
+        header.set_size(1);
+        header.set_mode(0o644);
+        header.set_entry_type(tar::EntryType::Regular);
+        evil.append_data(&mut header, "alloc/data/../../escape", &b"x"[..])
+            .unwrap_or_else(|_| {
+                // The builder refuses `..` itself; write the name raw.
+                let mut h = tar::Header::new_old();
+                h.as_old_mut().name[..24].copy_from_slice(b"alloc/data/../../escape\0");
+                h.set_size(1);
+                h.set_cksum();
+                evil.append(&h, &b"x"[..]).unwrap();
+            });
+        let evil = evil.into_inner().unwrap();
+        let third = AllocDir::new(tmp.path(), "third");
+        third.build().unwrap();
+        assert_eq!(
+            third
+                .unpack_snapshot(&tasks, evil.as_slice(), 1 << 20)
+                .unwrap(),
+            0
+        );
+        assert!(!tmp.path().join("escape").exists());
     }
 
     #[test]

@@ -503,6 +503,9 @@ fn apply_allocs(shared: &Arc<Shared>, resp: NodeClientAllocsResponse) {
                         shared.changed.notify_one();
                     }
                     local.alloc = ca.alloc;
+                    if ca.migrate.is_some() {
+                        local.migrate_from = ca.migrate;
+                    }
                     // An in-place update brings the job's new version (its update block
                     // judges the deployment the allocation joins).
                     if let Some(job) = ca.job {
@@ -519,7 +522,8 @@ fn apply_allocs(shared: &Arc<Shared>, resp: NodeClientAllocsResponse) {
                     match ca.job {
                         Some(job) => {
                             let job = std::sync::Arc::unwrap_or_clone(job);
-                            let local = LocalAlloc::received(ca.alloc, job, now);
+                            let mut local = LocalAlloc::received(ca.alloc, job, now);
+                            local.migrate_from = ca.migrate;
                             st.allocs.insert(id, local.clone());
                             to_start.push(local);
                         }
@@ -825,6 +829,7 @@ mod tests {
             changed: vec![ClientAlloc {
                 alloc,
                 job: job.map(Arc::new),
+                migrate: None,
             }],
         };
         // Received again after this client forgot it, with 6 applied: it starts at 7.
@@ -1414,7 +1419,11 @@ mod tests {
             NodeClientAllocsResponse {
                 index: 10,
                 alloc_indexes: vec![(teamster_storage::model::AllocId::new("a1"), 10)],
-                changed: vec![ClientAlloc { alloc, job: None }],
+                changed: vec![ClientAlloc {
+                    alloc,
+                    job: None,
+                    migrate: None,
+                }],
             },
         );
         tokio::time::sleep(Duration::from_secs(9)).await;

@@ -53,6 +53,12 @@ pub enum AllocOpError {
     /// A task refused or failed the request.
     #[error(transparent)]
     Task(#[from] TaskOpError),
+    /// The migrate token does not sign this allocation for this node.
+    #[error("invalid migrate token for allocation {0}")]
+    MigrateToken(String),
+    /// The allocation still runs: its data is taken once it has stopped.
+    #[error("allocation {0} is still running")]
+    StillRunning(String),
     /// The driver could not run the command in the task's place.
     #[error("cannot run the command in task {task:?}: {reason}")]
     Exec {
@@ -321,6 +327,37 @@ impl ClientHandle {
             reply,
         })
         .await
+    }
+
+    /// What a replacement on another node takes of a stopped allocation whose disk migrates
+    /// (`GET /v1/client/allocation/:id/snapshot`): the allocation's directory and its
+    /// tasks, once `token` is seen to be the servers' migrate token for it on this node
+    /// ([`crate::util::migrate`]) and every task of it has stopped.
+    pub fn snapshot_source(
+        &self,
+        alloc_id: &str,
+        token: &str,
+    ) -> Result<(crate::client::allocdir::AllocDir, Vec<String>), AllocOpError> {
+        let st = self.shared.state();
+        let local = st
+            .allocs
+            .get(alloc_id)
+            .ok_or_else(|| AllocOpError::UnknownAlloc(alloc_id.to_string()))?;
+        if !crate::util::migrate::verify(&st.secret_id, alloc_id, token) {
+            return Err(AllocOpError::MigrateToken(alloc_id.to_string()));
+        }
+        if !local.finished() {
+            return Err(AllocOpError::StillRunning(alloc_id.to_string()));
+        }
+        let tasks = local
+            .job
+            .task_groups
+            .iter()
+            .find(|g| g.name == local.alloc.task_group)
+            .map(|g| g.tasks.iter().map(|t| t.name.clone()).collect())
+            .unwrap_or_default();
+        let dir = crate::client::allocdir::AllocDir::new(&self.shared.alloc_root, alloc_id);
+        Ok((dir, tasks))
     }
 
     /// The latest result of each service check of an allocation, by check ID.

@@ -47,6 +47,10 @@ pub struct LocalAlloc {
     /// Its tasks are being stopped: its services are withdrawn before the tasks are killed.
     #[serde(default)]
     pub shutting_down: bool,
+    /// Where its migrating disk comes from (another node's allocation), as the servers
+    /// said.
+    #[serde(default)]
+    pub migrate_from: Option<crate::rpc::service::node::MigrateFrom>,
 }
 
 impl LocalAlloc {
@@ -84,6 +88,7 @@ impl LocalAlloc {
             health: None,
             hook_state: BTreeMap::new(),
             shutting_down: false,
+            migrate_from: None,
         }
     }
 

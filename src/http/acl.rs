@@ -360,6 +360,8 @@ pub fn route_need(
             in_obj(alloc_ns(), &[C::ReadJob])
         }
         "/v1/client/allocation/{alloc_id}/exec" => in_obj(alloc_ns(), &[C::AllocExec]),
+        // A migrating disk's data: the handler checks the servers' migrate token instead.
+        "/v1/client/allocation/{alloc_id}/snapshot" => vec![Need::Nothing],
         "/v1/client/fs/logs/{alloc_id}" => in_obj(alloc_ns(), &[C::ReadLogs]),
         "/v1/client/fs/cat/{alloc_id}"
         | "/v1/client/fs/ls/{alloc_id}"

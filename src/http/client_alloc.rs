@@ -37,6 +37,10 @@ pub fn routes() -> Router<HttpContext> {
             post(signal).put(signal),
         )
         .route("/v1/client/allocation/{alloc_id}/stats", get(alloc_stats))
+        .route(
+            "/v1/client/allocation/{alloc_id}/snapshot",
+            get(alloc_snapshot),
+        )
         .route("/v1/client/allocation/{alloc_id}/checks", get(alloc_checks))
         .route("/v1/client/stats", get(host_stats))
 }
@@ -73,6 +77,10 @@ fn optional_body<T: serde::de::DeserializeOwned + Default>(body: &Bytes) -> Resu
 pub(super) fn op_error(e: AllocOpError) -> ApiError {
     let status = if matches!(e, AllocOpError::UnknownAlloc(_)) {
         StatusCode::NOT_FOUND
+    } else if matches!(e, AllocOpError::MigrateToken(_)) {
+        StatusCode::FORBIDDEN
+    } else if matches!(e, AllocOpError::StillRunning(_)) {
+        StatusCode::CONFLICT
     } else if is_failure(&e) {
         StatusCode::INTERNAL_SERVER_ERROR
     } else {
@@ -194,6 +202,46 @@ async fn alloc_stats(
             client_route::forward(&addr, Method::GET, &path, None).await
         }
     }
+}
+
+/// `GET /v1/client/allocation/:id/snapshot`: a stopped allocation's `alloc/data/` and its
+/// tasks' `local/` as a tar stream, for its replacement on another node (a migrating
+/// `ephemeral_disk`). Served by the node's own agent only (the caller dials it), to a
+/// caller holding the servers' migrate token for it ([`crate::util::migrate::TOKEN_HEADER`]): 403
+/// without, 409 while the allocation still runs, 404 when this node does not hold it.
+async fn alloc_snapshot(
+    State(ctx): State<HttpContext>,
+    Path(alloc_id): Path<String>,
+    headers: HeaderMap,
+) -> Result<Response, ApiError> {
+    let client = ctx
+        .client()
+        .ok_or_else(|| ApiError::not_found("this agent runs no client"))?;
+    let token = headers
+        .get(crate::util::migrate::TOKEN_HEADER)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or_default();
+    let (dir, tasks) = client.snapshot_source(&alloc_id, token).map_err(op_error)?;
+    // The archive is written on a blocking thread into one end of a socket pair and
+    // streamed from the other.
+    let (writer, reader) = std::os::unix::net::UnixStream::pair()
+        .map_err(|e| ApiError::internal(format!("socket pair: {e}")))?;
+    reader
+        .set_nonblocking(true)
+        .map_err(|e| ApiError::internal(format!("socket pair: {e}")))?;
+    let reader = tokio::net::UnixStream::from_std(reader)
+        .map_err(|e| ApiError::internal(format!("socket pair: {e}")))?;
+    tokio::task::spawn_blocking(move || {
+        if let Err(e) = dir.write_snapshot(&tasks, writer) {
+            tracing::warn!(alloc_id, error = %e, "writing the allocation's snapshot failed");
+        }
+    });
+    let body = axum::body::Body::from_stream(tokio_util::io::ReaderStream::new(reader));
+    Ok((
+        [(axum::http::header::CONTENT_TYPE, "application/x-tar")],
+        body,
+    )
+        .into_response())
 }
 
 /// `GET /v1/client/allocation/:id/checks`: the latest result of each of the allocation's

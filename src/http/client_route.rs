@@ -6,7 +6,7 @@
 //! forwarded request carries [`FORWARDED`] and is never forwarded again, and the caller's
 //! ACL token, which the client agent checks again. With the agent's
 //! `tls.http` on, forwarding speaks HTTPS with the agent's certificate
-//! ([`set_outgoing_tls`]).
+//! ([`crate::util::tls::set_outgoing_http`]).
 
 use axum::body::Body;
 use axum::http::{header, HeaderMap, HeaderValue, Method};
@@ -21,27 +21,9 @@ use crate::rpc::service::credential::caller_token;
 pub const TOKEN_HEADER: &str = "X-Nomad-Token";
 use crate::util::net::HttpIo;
 
-/// The TLS of this process's agent for its calls to other agents' HTTPS API; set once at
-/// agent start when `tls.http` is on (one agent per process outside in-process tests, which
-/// run without TLS).
-static OUTGOING_TLS: std::sync::OnceLock<crate::util::tls::AgentTls> = std::sync::OnceLock::new();
-
-/// Make every later forward speak HTTPS with `tls` (once per process; later calls change
-/// nothing).
-pub fn set_outgoing_tls(tls: crate::util::tls::AgentTls) {
-    let _ = OUTGOING_TLS.set(tls);
-}
-
 /// The scheme of the other agents' HTTP API and a client for it.
 pub(super) fn outgoing() -> Result<(&'static str, reqwest::Client), ApiError> {
-    match OUTGOING_TLS.get() {
-        None => Ok(("http", reqwest::Client::new())),
-        Some(tls) => reqwest::Client::builder()
-            .use_preconfigured_tls((*tls.configs().http_client).clone())
-            .build()
-            .map(|c| ("https", c))
-            .map_err(|e| ApiError::internal(format!("https client: {e}"))),
-    }
+    crate::util::tls::outgoing_http_client().map_err(ApiError::internal)
 }
 
 /// Connect to the agent HTTP port at `addr` (`ip:port`): TLS with this agent's certificate
@@ -56,7 +38,7 @@ pub async fn dial(addr: &str) -> Result<(bool, Box<dyn HttpIo>), ApiError> {
     .await
     .map_err(|_| unreachable("connect timed out".into()))?
     .map_err(|e| unreachable(e.to_string()))?;
-    let Some(tls) = OUTGOING_TLS.get() else {
+    let Some(tls) = crate::util::tls::outgoing_http() else {
         return Ok((false, Box::new(tcp)));
     };
     let host = addr

@@ -108,11 +108,6 @@ pub(super) const TASK: &[&str] = &[
     "User",
 ];
 
-/// Fields of a group's `ephemeral_disk` teamster does not implement yet: copying
-/// `alloc/data` to another node (the disk's size is reserved on the node, and `sticky`
-/// keeps it on the same one).
-pub(super) const EPHEMERAL_DISK: &[&str] = &["Migrate"];
-
 /// Fields of a task's `logs` teamster does not implement: Nomad's deprecated `enabled`
 /// (`disabled` is acted on).
 pub(super) const LOGS: &[&str] = &["Enabled"];
@@ -225,14 +220,6 @@ pub fn unsupported_fields(job: &Value) -> Vec<UnsupportedField> {
                 restart,
                 GROUP_RESTART,
                 &format!("{gpath} → RestartPolicy"),
-                &mut found,
-            );
-        }
-        if let Some(disk) = group.get("EphemeralDisk") {
-            check(
-                disk,
-                EPHEMERAL_DISK,
-                &format!("{gpath} → EphemeralDisk"),
                 &mut found,
             );
         }
@@ -425,7 +412,7 @@ mod tests {
                 "job → group \"g\" → RestartPolicy: RenderTemplates",
             ]
         );
-        // The lifetime fields and sticky disks are acted on; migrating disks, the deprecated
+        // The lifetime fields and sticky and migrating disks are acted on; the deprecated
         // `enabled` and a task restart's templates are not yet.
         let task = json!({ "TaskGroups": [{ "Name": "g", "ShutdownDelay": 5,
             "EphemeralDisk": { "SizeMB": 300, "Sticky": true, "Migrate": true },
@@ -435,7 +422,6 @@ mod tests {
         assert_eq!(
             fields(task),
             [
-                "job → group \"g\" → EphemeralDisk: Migrate",
                 "job → group \"g\" → task \"t\" → RestartPolicy: RenderTemplates",
                 "job → group \"g\" → task \"t\" → LogConfig: Enabled",
             ]

@@ -23,6 +23,7 @@ pub mod duration_str;
 pub mod go;
 pub mod hcl_nesting;
 pub mod ids;
+pub mod migrate;
 pub mod net;
 pub mod procfs;
 pub mod rng;

@@ -595,6 +595,36 @@ impl ApiTlsFiles {
     }
 }
 
+/// The TLS of this process's agent for its calls to other agents' HTTPS API (a server
+/// forwarding to a client, a client fetching a migrating disk); set once at agent start
+/// when `tls.http` is on (one agent per process outside in-process tests, which run
+/// without TLS).
+static OUTGOING_HTTP: std::sync::OnceLock<AgentTls> = std::sync::OnceLock::new();
+
+/// Make every later call to another agent's HTTP API speak HTTPS with `tls` (once per
+/// process; later calls change nothing).
+pub fn set_outgoing_http(tls: AgentTls) {
+    let _ = OUTGOING_HTTP.set(tls);
+}
+
+/// This agent's TLS for calls to other agents' HTTP API, when `tls.http` is on.
+pub fn outgoing_http() -> Option<&'static AgentTls> {
+    OUTGOING_HTTP.get()
+}
+
+/// The scheme of the other agents' HTTP API and a client for it (HTTPS with this agent's
+/// certificate when `tls.http` is on).
+pub fn outgoing_http_client() -> Result<(&'static str, reqwest::Client), String> {
+    match outgoing_http() {
+        None => Ok(("http", reqwest::Client::new())),
+        Some(tls) => reqwest::Client::builder()
+            .use_preconfigured_tls((*tls.configs().http_client).clone())
+            .build()
+            .map(|c| ("https", c))
+            .map_err(|e| format!("https client: {e}")),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

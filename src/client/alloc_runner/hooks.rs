@@ -1,15 +1,27 @@
 //! Allocation hooks: the work around an allocation's run as a whole, before its tasks
 //! start. Nomad's order is directory, network namespace, upstream-allocation migration,
 //! group services and checks. teamster runs the directory hook ([`prerun`]) and, for a
-//! sticky `ephemeral_disk`, the upstream-allocation hook on this node
-//! ([`take_previous_disk`]); its group services and checks are kept by the client's service
-//! loop from the allocation's state, and the network hook comes with bridge networking.
+//! sticky or migrating `ephemeral_disk`, the upstream-allocation hook: on this node
+//! ([`take_previous_disk`]) or from another one ([`fetch_previous_disk`]). Its group
+//! services and checks are kept by the client's service loop from the allocation's state,
+//! and the network hook comes with bridge networking.
 
+use std::time::Duration;
+
+use tokio::io::AsyncWriteExt;
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
 use crate::client::allocdir::{AllocDir, AllocDirError};
 use crate::client::shared::Shared;
+use crate::rpc::service::node::MigrateFrom;
+
+/// How often the previous node is asked again while its allocation still runs.
+const STILL_RUNNING_RETRY: Duration = Duration::from_secs(1);
+/// How many times an unreachable previous node is tried before the data is given up.
+const UNREACHABLE_TRIES: u32 = 5;
+/// How long one request for the previous allocation's data may take.
+const FETCH_TIMEOUT: Duration = Duration::from_secs(600);
 
 /// Runs the allocation hooks before the tasks start: builds the allocation directory
 /// (`alloc/{data,logs,tmp}`).
@@ -56,4 +68,124 @@ pub async fn take_previous_disk(
         Ok(moved) => info!(previous, moved = ?moved, "took the previous allocation's sticky disk"),
         Err(e) => warn!(previous, error = %e, "cannot take the previous allocation's sticky disk"),
     }
+}
+
+/// The upstream-allocation hook of a migrating disk whose previous allocation ran on
+/// another node: once that allocation has stopped there, its `alloc/data/` and its tasks'
+/// `local/` are fetched from that node's agent (`/v1/client/allocation/:id/snapshot`, with
+/// the servers' migrate token) and unpacked here, at most `limit` bytes (the disk). A node
+/// that no longer holds it leaves nothing to take; one that cannot be reached is tried a
+/// few times, then the allocation starts without the data (as Nomad's). Returns early when
+/// this allocation is stopped first.
+pub async fn fetch_previous_disk(
+    from: &MigrateFrom,
+    dir: &AllocDir,
+    tasks: &[String],
+    limit: u64,
+    stop: &CancellationToken,
+) {
+    let previous = from.alloc_id.as_str();
+    let (scheme, client) = match crate::util::tls::outgoing_http_client() {
+        Ok(c) => c,
+        Err(e) => {
+            warn!(previous, error = %e, "cannot fetch the previous allocation's data");
+            return;
+        }
+    };
+    let url = format!(
+        "{scheme}://{}/v1/client/allocation/{previous}/snapshot",
+        from.http_addr
+    );
+    let archive = dir
+        .shared()
+        .join("tmp")
+        .join(format!(".migrate-{previous}.tar"));
+    let mut unreachable = 0;
+    loop {
+        let answer = client
+            .get(&url)
+            .header(crate::util::migrate::TOKEN_HEADER, &from.token)
+            .timeout(FETCH_TIMEOUT)
+            .send();
+        let answer = tokio::select! {
+            a = answer => a,
+            () = stop.cancelled() => return,
+        };
+        let wait = match answer {
+            Ok(r) if r.status() == reqwest::StatusCode::OK => {
+                match download(r, &archive, limit).await {
+                    Ok(()) => break,
+                    Err(e) => {
+                        warn!(previous, error = %e, "the previous allocation's data did not arrive");
+                        let _ = tokio::fs::remove_file(&archive).await;
+                        return;
+                    }
+                }
+            }
+            Ok(r) if r.status() == reqwest::StatusCode::CONFLICT => STILL_RUNNING_RETRY,
+            Ok(r) if r.status() == reqwest::StatusCode::NOT_FOUND => {
+                info!(
+                    previous,
+                    "the previous node no longer holds the allocation: no data to take"
+                );
+                return;
+            }
+            Ok(r) => {
+                let status = r.status();
+                let body = r.text().await.unwrap_or_default();
+                warn!(previous, %status, body, "the previous node refused the allocation's data");
+                return;
+            }
+            Err(e) => {
+                unreachable += 1;
+                if unreachable >= UNREACHABLE_TRIES {
+                    warn!(previous, error = %e, "the previous node cannot be reached: starting without its data");
+                    return;
+                }
+                STILL_RUNNING_RETRY * 2u32.pow(unreachable)
+            }
+        };
+        tokio::select! {
+            () = tokio::time::sleep(wait) => {}
+            () = stop.cancelled() => return,
+        }
+    }
+    let (target, owned_tasks, file) = (dir.clone(), tasks.to_vec(), archive.clone());
+    let unpacked = tokio::task::spawn_blocking(move || {
+        let archive = std::fs::File::open(&file)?;
+        target
+            .unpack_snapshot(&owned_tasks, std::io::BufReader::new(archive), limit)
+            .map_err(std::io::Error::other)
+    })
+    .await;
+    let _ = tokio::fs::remove_file(&archive).await;
+    match unpacked {
+        Ok(Ok(files)) => {
+            info!(previous, files, from = %from.http_addr, "took the previous allocation's migrated disk")
+        }
+        Ok(Err(e)) => warn!(previous, error = %e, "cannot unpack the previous allocation's data"),
+        Err(e) => warn!(previous, error = %e, "unpacking the previous allocation's data failed"),
+    }
+}
+
+/// Writes the answer's body to `path`, refusing more than the disk can hold (with room for
+/// the archive's headers).
+async fn download(
+    mut answer: reqwest::Response,
+    path: &std::path::Path,
+    limit: u64,
+) -> std::io::Result<()> {
+    let most = limit.saturating_add(limit / 8).saturating_add(1 << 20);
+    let mut file = tokio::fs::File::create(path).await?;
+    let mut written = 0u64;
+    while let Some(chunk) = answer.chunk().await.map_err(std::io::Error::other)? {
+        written += chunk.len() as u64;
+        if written > most {
+            return Err(std::io::Error::other(format!(
+                "over {most} bytes, more than the allocation's disk"
+            )));
+        }
+        file.write_all(&chunk).await?;
+    }
+    file.flush().await
 }

@@ -2,9 +2,9 @@
 //! [task runner](crate::client::task_runner) per task, and stops them together.
 //!
 //! ```text
-//!  alloc watcher ──new alloc──▶ alloc hooks (alloc_dir; a sticky disk: wait for the
-//!                               previous allocation to stop, take its data) ──▶ one task
-//!                               runner per task
+//!  alloc watcher ──new alloc──▶ alloc hooks (alloc_dir; a sticky or migrating disk: wait
+//!                               for the previous allocation to stop, take its data, here
+//!                               or from its node) ──▶ one task runner per task
 //!                 ──stop──────▶ stop asked ─┐
 //!  a task failed, or the leader died ───────┴▶ services withdrawn ─▶ group shutdown_delay
 //!                                              ─▶ every task killed (its own delay, signal)
@@ -134,15 +134,25 @@ pub fn spawn(shared: &Arc<Shared>, local: &LocalAlloc) -> AllocHandle {
     }
     // A sticky disk's replacement starts its tasks once it holds its previous allocation's
     // data (only on its first start: a client restarted later finds it done).
-    let upstream = sticky_previous(local, group);
+    let upstream = upstream_of(local, group);
     let tasks: Vec<String> = group.tasks.iter().map(|t| t.name.clone()).collect();
+    let disk_bytes = group
+        .ephemeral_disk
+        .as_ref()
+        .map_or(0, |d| d.size_mb.saturating_mul(1 << 20));
     let start = {
         let shared = shared.clone();
         let stop = siblings.stop_asked.clone();
         let alloc_dir = alloc_dir.clone();
         async move {
-            if let Some(previous) = upstream {
-                hooks::take_previous_disk(&shared, &previous, &alloc_dir, &tasks, &stop).await;
+            match upstream {
+                Some(Upstream::Here(previous)) => {
+                    hooks::take_previous_disk(&shared, &previous, &alloc_dir, &tasks, &stop).await
+                }
+                Some(Upstream::Elsewhere(from)) => {
+                    hooks::fetch_previous_disk(&from, &alloc_dir, &tasks, disk_bytes, &stop).await
+                }
+                None => {}
             }
             for (runner, span) in runners {
                 tokio::spawn(runner.run().instrument(span));
@@ -166,15 +176,31 @@ pub fn spawn(shared: &Arc<Shared>, local: &LocalAlloc) -> AllocHandle {
     AllocHandle::new(siblings, controls)
 }
 
-/// The allocation whose sticky disk `local`'s takes before its tasks first start: its
-/// previous allocation, when the group's `ephemeral_disk` is sticky and no task of this one
-/// has started yet.
-fn sticky_previous(local: &LocalAlloc, group: &TaskGroup) -> Option<String> {
-    let sticky = group.ephemeral_disk.as_ref().is_some_and(|d| d.sticky);
+/// Where an allocation's kept disk comes from.
+enum Upstream {
+    /// Its previous allocation on this node.
+    Here(String),
+    /// Its previous allocation on another node.
+    Elsewhere(crate::rpc::service::node::MigrateFrom),
+}
+
+/// The allocation whose disk `local`'s takes before its tasks first start (no task of it
+/// has started yet): its previous allocation, when the group's `ephemeral_disk` is sticky
+/// or migrates; from another node only when it migrates (the servers then said where).
+fn upstream_of(local: &LocalAlloc, group: &TaskGroup) -> Option<Upstream> {
+    let disk = group.ephemeral_disk.as_ref()?;
     let previous = local.alloc.previous_allocation.to_string();
     let fresh =
         local.handles.is_empty() && local.task_states.values().all(|s| s.started_at.is_zero());
-    (sticky && !previous.is_empty() && fresh).then_some(previous)
+    if !fresh || previous.is_empty() || !(disk.sticky || disk.migrate) {
+        return None;
+    }
+    match &local.migrate_from {
+        Some(from) if disk.migrate && from.alloc_id == previous => {
+            Some(Upstream::Elsewhere(from.clone()))
+        }
+        _ => Some(Upstream::Here(previous)),
+    }
 }
 
 /// Why `local`'s tasks were being stopped when an earlier run of the client ended, if they

@@ -89,6 +89,21 @@ pub struct ClientAlloc {
     /// Its job at the allocation's version (`None` if it was garbage-collected); shared
     /// with the state store, so answering costs no copy of the job.
     pub job: Option<Arc<Job>>,
+    /// Where its migrating `ephemeral_disk` comes from, when it replaces an allocation of
+    /// another node and its group's disk has `migrate` set.
+    pub migrate: Option<MigrateFrom>,
+}
+
+/// The previous allocation of a migrating disk: its node's HTTP address and the token that
+/// node accepts for its data ([`crate::util::migrate`]).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MigrateFrom {
+    /// The previous allocation.
+    pub alloc_id: String,
+    /// Its node's HTTP API (`ip:port`).
+    pub http_addr: String,
+    /// The token, signed with that node's secret.
+    pub token: String,
 }
 
 /// The answer to `Node.GetClientAllocs`.

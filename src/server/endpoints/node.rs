@@ -381,9 +381,11 @@ fn client_allocs(
     for alloc in snapshot.allocs_by_node(req.node_id.as_str()) {
         alloc_indexes.push((alloc.id.clone(), alloc.alloc_modify_index));
         if alloc.alloc_modify_index > req.min_index {
+            let job = snapshot.alloc_job(alloc).cloned();
             changed.push(ClientAlloc {
+                migrate: migrate_from(snapshot, alloc, job.as_deref()),
                 alloc: (**alloc).clone(),
-                job: snapshot.alloc_job(alloc).cloned(),
+                job,
             });
         }
     }
@@ -392,6 +394,36 @@ fn client_allocs(
         alloc_indexes,
         changed,
     }
+}
+
+/// Where `alloc`'s migrating disk comes from: its previous allocation, when that ran on
+/// another node (still known) and `alloc`'s group migrates its `ephemeral_disk`; with the
+/// token signed by that node's secret.
+fn migrate_from(
+    snapshot: &Snapshot,
+    alloc: &Allocation,
+    job: Option<&teamster_storage::model::Job>,
+) -> Option<crate::rpc::service::node::MigrateFrom> {
+    let migrates = job?
+        .task_groups
+        .iter()
+        .find(|g| g.name == alloc.task_group)?
+        .ephemeral_disk
+        .as_ref()
+        .is_some_and(|d| d.migrate);
+    if !migrates || alloc.previous_allocation.is_empty() {
+        return None;
+    }
+    let previous = snapshot.alloc_by_id(alloc.previous_allocation.as_str())?;
+    if previous.node_id == alloc.node_id {
+        return None;
+    }
+    let node = snapshot.node_by_id(previous.node_id.as_str())?;
+    Some(crate::rpc::service::node::MigrateFrom {
+        alloc_id: previous.id.to_string(),
+        http_addr: node.http_addr.clone(),
+        token: crate::util::migrate::token(&node.secret_id, previous.id.as_str()),
+    })
 }
 
 #[cfg(test)]
