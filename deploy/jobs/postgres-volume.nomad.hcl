@@ -1,6 +1,6 @@
 # A database on a host volume and a CSI volume, with a sticky ephemeral disk, a static port
-# and a task-level service with a script check. teamster refuses volumes, volume mounts,
-# the disk, the network and the service by name.
+# and a task-level service with a script check. teamster refuses volumes, volume mounts
+# and the script check by name (for now).
 job "postgres" {
   type        = "service"
   datacenters = ["dc1"]

@@ -1,6 +1,6 @@
 # A cache that keeps its data across updates and drains: job-wide update and reschedule
 # strategies, a group migrate strategy and a sticky, migrating ephemeral disk. teamster
-# refuses update, reschedule (at the job level), migrate and ephemeral_disk by name.
+# refuses the job-level reschedule by name (for now); the rest is acted on.
 job "stateful-cache" {
   datacenters = ["dc1"]
 
