@@ -135,9 +135,10 @@ impl AllocDir {
         let mut parts = vec![PathBuf::from(SHARED_DIR).join(DATA_DIR)];
         parts.extend(tasks.iter().map(|t| PathBuf::from(t).join(LOCAL_DIR)));
         for part in parts {
-            let dir = self.root.join(&part);
-            if dir.is_dir() {
-                tar.append_dir_all(&part, &dir)?;
+            // A task may have swapped a directory for a link (to the host's files): only a
+            // real directory, reached through real directories, is archived.
+            if real_dir(&self.root, &part) {
+                tar.append_dir_all(&part, self.root.join(&part))?;
             }
         }
         tar.into_inner()?.flush()
@@ -145,9 +146,31 @@ impl AllocDir {
 
     /// Unpacks a snapshot of the previous allocation (see [`AllocDir::write_snapshot`])
     /// into this one: only directories and regular files under `alloc/data/` and `tasks`'
-    /// `local/` (anything else is skipped), at most `limit` bytes of files. Returns the
-    /// files written.
+    /// `local/` (anything else is skipped), owned as they were and without set-id bits, at
+    /// most `limit` bytes of files. All or nothing: the archive is unpacked aside and moved
+    /// in once whole. Returns the files written.
     pub fn unpack_snapshot(
+        &self,
+        tasks: &[String],
+        archive: impl io::Read,
+        limit: u64,
+    ) -> Result<u64, SnapshotError> {
+        let staging = AllocDir {
+            root: self.root.join(".migrating"),
+        };
+        let _ = std::fs::remove_dir_all(staging.root());
+        std::fs::create_dir_all(staging.root())?;
+        let unpacked = staging.unpack_here(tasks, archive, limit);
+        let moved = unpacked.and_then(|files| {
+            self.move_from(&staging, tasks)
+                .map(|_| files)
+                .map_err(|e| SnapshotError::Io(e.source))
+        });
+        let _ = std::fs::remove_dir_all(staging.root());
+        moved
+    }
+
+    fn unpack_here(
         &self,
         tasks: &[String],
         archive: impl io::Read,
@@ -157,7 +180,9 @@ impl AllocDir {
             .chain(tasks.iter().map(|t| PathBuf::from(t).join(LOCAL_DIR)))
             .collect();
         let mut tar = tar::Archive::new(archive);
-        tar.set_preserve_permissions(true);
+        tar.set_preserve_permissions(false);
+        tar.set_preserve_ownerships(true);
+        tar.set_mask(0o7000);
         let (mut bytes, mut files) = (0u64, 0u64);
         for entry in tar.entries()? {
             let mut entry = entry?;
@@ -203,7 +228,10 @@ impl AllocDir {
                 to: to.clone(),
                 source,
             };
-            if !from.is_dir() {
+            // Only a real directory moves: a link a task put in its place would hand the
+            // replacement whatever it points at.
+            let rel = from.strip_prefix(&previous.root).unwrap_or(&from);
+            if !real_dir(&previous.root, rel) {
                 continue;
             }
             match std::fs::read_dir(&to).map(|mut entries| entries.next().is_some()) {
@@ -222,6 +250,16 @@ impl AllocDir {
         }
         Ok(moved)
     }
+}
+
+/// Whether `rel` below `root` is a directory reached through directories only (no
+/// component a symlink).
+fn real_dir(root: &Path, rel: &Path) -> bool {
+    let mut at = root.to_path_buf();
+    rel.components().all(|c| {
+        at.push(c);
+        std::fs::symlink_metadata(&at).is_ok_and(|m| m.file_type().is_dir())
+    })
 }
 
 /// A task's directories.
@@ -412,7 +450,43 @@ mod tests {
                 .unwrap(),
             0
         );
-        assert!(!tmp.path().join("escape").exists());
+        for place in [tmp.path().join("escape"), third.root().join("escape")] {
+            assert!(!place.exists(), "{}", place.display());
+        }
+        // A task that swapped its data directory for a link to the host's files hands on
+        // nothing through it, by snapshot or by move.
+        let host = tempfile::tempdir().unwrap();
+        std::fs::write(host.path().join("node-secret"), "x").unwrap();
+        let linked = AllocDir::new(tmp.path(), "linked");
+        linked.build().unwrap();
+        std::fs::remove_dir(linked.data()).unwrap();
+        std::os::unix::fs::symlink(host.path(), linked.data()).unwrap();
+        let mut archive = Vec::new();
+        linked.write_snapshot(&tasks, &mut archive).unwrap();
+        let fourth = AllocDir::new(tmp.path(), "fourth");
+        fourth.build().unwrap();
+        assert_eq!(
+            fourth
+                .unpack_snapshot(&tasks, archive.as_slice(), 1 << 20)
+                .unwrap(),
+            0
+        );
+        assert!(fourth.move_from(&linked, &tasks).unwrap().is_empty());
+        assert!(!fourth.data().join("node-secret").exists());
+        // Unpacking is all or nothing: an archive over the limit leaves nothing behind.
+        let mut big = Vec::new();
+        old_like(&tmp).write_snapshot(&tasks, &mut big).unwrap();
+        assert!(fourth.unpack_snapshot(&tasks, big.as_slice(), 4).is_err());
+        assert!(std::fs::read_dir(fourth.data()).unwrap().next().is_none());
+        assert!(!fourth.root().join(".migrating").exists());
+    }
+
+    /// An allocation with a file in its data directory.
+    fn old_like(tmp: &tempfile::TempDir) -> AllocDir {
+        let dir = AllocDir::new(tmp.path(), "old-like");
+        dir.build().unwrap();
+        std::fs::write(dir.data().join("rows"), "12345678").unwrap();
+        dir
     }
 
     #[test]

@@ -339,13 +339,14 @@ impl ClientHandle {
         token: &str,
     ) -> Result<(crate::client::allocdir::AllocDir, Vec<String>), AllocOpError> {
         let st = self.shared.state();
+        // The token first: without it, not even whether the allocation is here is told.
+        if !crate::util::migrate::verify(&st.secret_id, alloc_id, token) {
+            return Err(AllocOpError::MigrateToken(alloc_id.to_string()));
+        }
         let local = st
             .allocs
             .get(alloc_id)
             .ok_or_else(|| AllocOpError::UnknownAlloc(alloc_id.to_string()))?;
-        if !crate::util::migrate::verify(&st.secret_id, alloc_id, token) {
-            return Err(AllocOpError::MigrateToken(alloc_id.to_string()));
-        }
         if !local.finished() {
             return Err(AllocOpError::StillRunning(alloc_id.to_string()));
         }

@@ -204,6 +204,38 @@ async fn alloc_stats(
     }
 }
 
+/// Bytes per chunk of a snapshot's body.
+const SNAPSHOT_CHUNK: usize = 64 << 10;
+/// Chunks of a snapshot waiting to be sent.
+const SNAPSHOT_QUEUE: usize = 8;
+
+/// A writer that sends what it is given, in chunks, to a body's queue (from a blocking
+/// thread); fails once the receiver is gone.
+struct ChunkWriter {
+    tx: tokio::sync::mpsc::Sender<std::io::Result<Bytes>>,
+    buf: Vec<u8>,
+}
+
+impl std::io::Write for ChunkWriter {
+    fn write(&mut self, data: &[u8]) -> std::io::Result<usize> {
+        self.buf.extend_from_slice(data);
+        if self.buf.len() >= SNAPSHOT_CHUNK {
+            self.flush()?;
+        }
+        Ok(data.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        if self.buf.is_empty() {
+            return Ok(());
+        }
+        let chunk = Bytes::from(std::mem::take(&mut self.buf));
+        self.tx
+            .blocking_send(Ok(chunk))
+            .map_err(|_| std::io::Error::other("the caller went away"))
+    }
+}
+
 /// `GET /v1/client/allocation/:id/snapshot`: a stopped allocation's `alloc/data/` and its
 /// tasks' `local/` as a tar stream, for its replacement on another node (a migrating
 /// `ephemeral_disk`). Served by the node's own agent only (the caller dials it), to a
@@ -222,21 +254,27 @@ async fn alloc_snapshot(
         .and_then(|v| v.to_str().ok())
         .unwrap_or_default();
     let (dir, tasks) = client.snapshot_source(&alloc_id, token).map_err(op_error)?;
-    // The archive is written on a blocking thread into one end of a socket pair and
-    // streamed from the other.
-    let (writer, reader) = std::os::unix::net::UnixStream::pair()
-        .map_err(|e| ApiError::internal(format!("socket pair: {e}")))?;
-    reader
-        .set_nonblocking(true)
-        .map_err(|e| ApiError::internal(format!("socket pair: {e}")))?;
-    let reader = tokio::net::UnixStream::from_std(reader)
-        .map_err(|e| ApiError::internal(format!("socket pair: {e}")))?;
+    // The archive is written on a blocking thread, in chunks through a small queue; a
+    // failure mid-way ends the body with an error, so the caller sees a broken transfer,
+    // never a shorter archive.
+    let (tx, rx) = tokio::sync::mpsc::channel::<std::io::Result<Bytes>>(SNAPSHOT_QUEUE);
     tokio::task::spawn_blocking(move || {
-        if let Err(e) = dir.write_snapshot(&tasks, writer) {
+        let mut out = ChunkWriter {
+            tx: tx.clone(),
+            buf: Vec::with_capacity(SNAPSHOT_CHUNK),
+        };
+        let written = dir
+            .write_snapshot(&tasks, &mut out)
+            .and_then(|()| std::io::Write::flush(&mut out));
+        if let Err(e) = written {
             tracing::warn!(alloc_id, error = %e, "writing the allocation's snapshot failed");
+            let _ = tx.blocking_send(Err(e));
         }
     });
-    let body = axum::body::Body::from_stream(tokio_util::io::ReaderStream::new(reader));
+    let chunks = futures::stream::unfold(rx, |mut rx| async move {
+        rx.recv().await.map(|chunk| (chunk, rx))
+    });
+    let body = axum::body::Body::from_stream(chunks);
     Ok((
         [(axum::http::header::CONTENT_TYPE, "application/x-tar")],
         body,

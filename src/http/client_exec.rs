@@ -322,8 +322,9 @@ enum Proc {
     },
     Container {
         exec: ContainerExec,
-        /// Carries its output to the caller; ends when the command's output does.
-        output: tokio::task::JoinHandle<()>,
+        /// Carries its output to the caller; ends when the command's output does (true)
+        /// or the caller is gone (false).
+        output: tokio::task::JoinHandle<bool>,
     },
 }
 
@@ -335,15 +336,16 @@ impl Proc {
         }
     }
 
-    /// Resolves when the command has ended (cancel-safe: the select loop polls it again).
-    async fn ended(&mut self) {
+    /// Resolves when the command has ended, or (a container's) when its output could no
+    /// longer be sent because the caller is gone: false then (cancel-safe: the select
+    /// loop polls it again).
+    async fn ended(&mut self) -> bool {
         match self {
             Proc::Host { child, .. } => {
                 let _ = child.wait().await;
+                true
             }
-            Proc::Container { output, .. } => {
-                let _ = output.await;
-            }
+            Proc::Container { output, .. } => output.await.unwrap_or(true),
         }
     }
 
@@ -388,8 +390,9 @@ impl Proc {
 }
 
 /// Sends a container exec's output frames to the caller as Nomad's `stdout`/`stderr`
-/// frames (a terminal's output is `stdout`), then both streams' close frames.
-async fn pump_container(mut output: ExecOutput, out: mpsc::Sender<ws::Message>) {
+/// frames (a terminal's output is `stdout`), then both streams' close frames. False when
+/// the caller is gone before the output ended.
+async fn pump_container(mut output: ExecOutput, out: mpsc::Sender<ws::Message>) -> bool {
     use bollard::container::LogOutput;
     while let Some(Ok(frame)) = output.next().await {
         let (stream, message) = match frame {
@@ -399,7 +402,7 @@ async fn pump_container(mut output: ExecOutput, out: mpsc::Sender<ws::Message>) 
         };
         for piece in message.chunks(CHUNK) {
             if out.send(output_frame(stream, piece)).await.is_err() {
-                return;
+                return false;
             }
         }
     }
@@ -407,6 +410,7 @@ async fn pump_container(mut output: ExecOutput, out: mpsc::Sender<ws::Message>) 
         let close = json!({ stream: { "close": true } }).to_string();
         let _ = out.send(ws::Message::Text(close.into())).await;
     }
+    true
 }
 
 /// Starts what `process` runs, with its output going to `out`: the command and its stdin,
@@ -500,7 +504,15 @@ async fn run(socket: WebSocket, process: ExecProcess) {
     });
     loop {
         tokio::select! {
-            () = proc.ended() => break,
+            output_ended = proc.ended() => {
+                if output_ended {
+                    break;
+                }
+                // The caller is gone while the command still writes: it must not go on.
+                tracing::info!("alloc exec: the caller went away; its command is killed");
+                proc.kill().await;
+                return;
+            }
             frame = frames.next() => match frame {
                 Some(Ok(ws::Message::Text(text))) => match parse_input(text.as_str()) {
                     Ok(Input::Stdin(data)) => {

@@ -633,19 +633,23 @@ struct JobValidateResponse {
 /// bare job object.
 pub async fn validate(body: Bytes) -> Result<Response, ApiError> {
     let value: Value = decode_body(&body)?;
+    // Nomad's answer to a request without a job (`{}`, `{"Job": null}`); a bare job
+    // object (teamster also takes one) names its ID, Name or TaskGroups.
     let job_value = match value.get("Job") {
+        Some(Value::Null) => return Err(ApiError::bad_request("Job must be specified")),
         Some(job) => job.clone(),
-        None => value,
+        None => {
+            let bare_job = value.as_object().is_some_and(|o| {
+                ["ID", "Name", "TaskGroups"]
+                    .iter()
+                    .any(|k| o.contains_key(*k))
+            });
+            if !bare_job {
+                return Err(ApiError::bad_request("Job must be specified"));
+            }
+            value
+        }
     };
-    // Nomad's answer to a request without a job (`{}`, `{"Job": null}`).
-    let names_a_job = job_value.as_object().is_some_and(|o| {
-        ["ID", "Name", "TaskGroups"]
-            .iter()
-            .any(|k| o.contains_key(*k))
-    });
-    if !names_a_job {
-        return Err(ApiError::bad_request("Job must be specified"));
-    }
     let unsupported: Vec<String> = jobspec::unsupported_fields(&job_value)
         .iter()
         .map(ToString::to_string)

@@ -612,17 +612,24 @@ pub fn outgoing_http() -> Option<&'static AgentTls> {
     OUTGOING_HTTP.get()
 }
 
+/// How long connecting to another agent's HTTP API may take.
+pub const OUTGOING_CONNECT_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
+
 /// The scheme of the other agents' HTTP API and a client for it (HTTPS with this agent's
-/// certificate when `tls.http` is on).
+/// certificate when `tls.http` is on), connecting within [`OUTGOING_CONNECT_TIMEOUT`].
 pub fn outgoing_http_client() -> Result<(&'static str, reqwest::Client), String> {
-    match outgoing_http() {
-        None => Ok(("http", reqwest::Client::new())),
-        Some(tls) => reqwest::Client::builder()
-            .use_preconfigured_tls((*tls.configs().http_client).clone())
-            .build()
-            .map(|c| ("https", c))
-            .map_err(|e| format!("https client: {e}")),
-    }
+    let builder = reqwest::Client::builder().connect_timeout(OUTGOING_CONNECT_TIMEOUT);
+    let (scheme, builder) = match outgoing_http() {
+        None => ("http", builder),
+        Some(tls) => (
+            "https",
+            builder.use_preconfigured_tls((*tls.configs().http_client).clone()),
+        ),
+    };
+    builder
+        .build()
+        .map(|c| (scheme, c))
+        .map_err(|e| format!("{scheme} client: {e}"))
 }
 
 #[cfg(test)]

@@ -140,10 +140,12 @@ pub fn spawn(shared: &Arc<Shared>, local: &LocalAlloc) -> AllocHandle {
         .ephemeral_disk
         .as_ref()
         .map_or(0, |d| d.size_mb.saturating_mul(1 << 20));
+    let judged = local.job.job_type == JobType::Service;
     let start = {
         let shared = shared.clone();
         let stop = siblings.stop_asked.clone();
         let alloc_dir = alloc_dir.clone();
+        let health_id = alloc_id.clone();
         async move {
             match upstream {
                 Some(Upstream::Here(previous)) => {
@@ -157,6 +159,13 @@ pub fn spawn(shared: &Arc<Shared>, local: &LocalAlloc) -> AllocHandle {
             for (runner, span) in runners {
                 tokio::spawn(runner.run().instrument(span));
             }
+            // Its health is judged from when its tasks may start, not while it waited for
+            // its previous allocation's disk (as Nomad's health hook runs after migration).
+            // Neither deployments nor migrations judge other jobs' allocations.
+            if judged {
+                let span = tracing::info_span!("alloc_health", alloc_id = %health_id);
+                tokio::spawn(health_watch::watch_health(shared, health_id, stop).instrument(span));
+            }
         }
     };
     tokio::spawn(start.instrument(tracing::info_span!("alloc_start", alloc_id = %alloc_id)));
@@ -165,14 +174,6 @@ pub fn spawn(shared: &Arc<Shared>, local: &LocalAlloc) -> AllocHandle {
     tokio::spawn(
         stop_when_asked(shared.clone(), alloc_id.clone(), siblings.clone(), delay).instrument(span),
     );
-    // Neither deployments nor migrations judge other jobs' allocations.
-    if local.job.job_type == JobType::Service {
-        let span = tracing::info_span!("alloc_health", alloc_id = %alloc_id);
-        tokio::spawn(
-            health_watch::watch_health(shared.clone(), alloc_id, siblings.stop_asked.clone())
-                .instrument(span),
-        );
-    }
     AllocHandle::new(siblings, controls)
 }
 

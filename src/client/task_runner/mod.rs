@@ -329,7 +329,9 @@ impl TaskRunner {
     /// Prestart hooks, then the driver: the running task, or `None` when it did not start
     /// (dead, or to be started again after the restart policy's delay).
     async fn launch(&mut self) -> Option<RunningTask> {
-        if self.siblings.kill.is_cancelled() {
+        // A stop asked before the start (while the allocation waited for its previous
+        // allocation's disk, say) is a kill: nothing is started for it.
+        if self.siblings.kill.is_cancelled() || self.siblings.stop_asked.is_cancelled() {
             let ev = event(self.now(), "Killed", "Task killed before it started".into());
             self.dead(false, ev).await;
             return None;

@@ -397,8 +397,8 @@ fn client_allocs(
 }
 
 /// Where `alloc`'s migrating disk comes from: its previous allocation, when that ran on
-/// another node (still known) and `alloc`'s group migrates its `ephemeral_disk`; with the
-/// token signed by that node's secret.
+/// another node (still known, not down, the allocation not lost) and `alloc`'s group
+/// migrates its `ephemeral_disk`; with the token signed by that node's secret.
 fn migrate_from(
     snapshot: &Snapshot,
     alloc: &Allocation,
@@ -415,10 +415,15 @@ fn migrate_from(
         return None;
     }
     let previous = snapshot.alloc_by_id(alloc.previous_allocation.as_str())?;
-    if previous.node_id == alloc.node_id {
+    // Nothing to fetch from this node, nor from a node that is down or lost the allocation.
+    if previous.node_id == alloc.node_id
+        || previous.client_status == teamster_storage::model::ClientStatus::Lost
+    {
         return None;
     }
-    let node = snapshot.node_by_id(previous.node_id.as_str())?;
+    let node = snapshot
+        .node_by_id(previous.node_id.as_str())
+        .filter(|n| n.status != NodeStatus::Down)?;
     Some(crate::rpc::service::node::MigrateFrom {
         alloc_id: previous.id.to_string(),
         http_addr: node.http_addr.clone(),
