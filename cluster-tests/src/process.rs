@@ -18,6 +18,29 @@ use crate::wait_for;
 
 static NEXT_BLOCK: AtomicU32 = AtomicU32::new(0);
 
+/// `teamster alloc exec -address <address> <args…>` run to its end, with `stdin` written
+/// to it (else none): its output and exit status.
+pub fn alloc_exec(address: &str, args: &[&str], stdin: Option<&str>) -> std::process::Output {
+    use std::process::{Command, Stdio};
+    let mut cmd = Command::new(teamster_bin());
+    cmd.args(["alloc", "exec", "-address", address])
+        .args(args)
+        .stdin(if stdin.is_some() {
+            Stdio::piped()
+        } else {
+            Stdio::null()
+        })
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let mut child = cmd.spawn().expect("teamster runs");
+    if let Some(text) = stdin {
+        use std::io::Write;
+        let mut input = child.stdin.take().expect("piped stdin");
+        input.write_all(text.as_bytes()).expect("stdin written");
+    }
+    child.wait_with_output().expect("teamster ends")
+}
+
 /// The path of the `teamster` binary: `TEAMSTER_BIN`, or `target/<profile>/teamster` next to
 /// this test executable. Run under cargo (which sets `CARGO`), the first call in a process
 /// builds it with `cargo build -p teamster --bin teamster` in the same profile and target

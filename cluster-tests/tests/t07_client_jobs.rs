@@ -841,22 +841,7 @@ async fn dev_agent_alloc_restart_signal_stats_and_exec_reach_the_task_in_place(
 
     // `alloc exec`: a command in the task's place, its output, its exit code, its stdin.
     let exec = |args: &[&str], stdin: Option<&str>| {
-        let mut cmd = Command::new(teamster_bin());
-        cmd.args(["alloc", "exec", "-address", &addr]).args(args);
-        cmd.stdin(if stdin.is_some() {
-            Stdio::piped()
-        } else {
-            Stdio::null()
-        })
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
-        let mut child = cmd.spawn().expect("teamster runs");
-        if let Some(text) = stdin {
-            use std::io::Write;
-            let mut input = child.stdin.take().expect("piped stdin");
-            input.write_all(text.as_bytes()).expect("stdin written");
-        }
-        child.wait_with_output().expect("teamster ends")
+        teamster_cluster_tests::process::alloc_exec(&addr, args, stdin)
     };
     let out = exec(&[&id[..8], "echo", "hi"], None);
     assert_eq!(String::from_utf8_lossy(&out.stdout), "hi\n");

@@ -397,23 +397,8 @@ async fn docker_tasks_run_log_signal_reattach_and_stop_without_pulling() -> anyh
 
     // `alloc exec` runs inside the container through the engine: its output, its exit
     // code, its stdin, its terminal.
-    let exec = |args: &[&str], stdin: Option<&str>| -> std::process::Output {
-        let mut cmd = Command::new(teamster_bin());
-        cmd.args(["alloc", "exec", "-address", &addr]).args(args);
-        cmd.stdin(if stdin.is_some() {
-            Stdio::piped()
-        } else {
-            Stdio::null()
-        })
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
-        let mut child = cmd.spawn().expect("teamster runs");
-        if let Some(text) = stdin {
-            use std::io::Write;
-            let mut input = child.stdin.take().expect("piped stdin");
-            input.write_all(text.as_bytes()).expect("stdin written");
-        }
-        child.wait_with_output().expect("teamster ends")
+    let exec = |args: &[&str], stdin: Option<&str>| {
+        teamster_cluster_tests::process::alloc_exec(&addr, args, stdin)
     };
     let out = exec(
         &[

@@ -213,13 +213,7 @@ impl ClientHandle {
                 .allocs
                 .get(alloc_id)
                 .ok_or_else(|| AllocOpError::UnknownAlloc(alloc_id.to_string()))?;
-            let group_tasks = local
-                .job
-                .task_groups
-                .iter()
-                .find(|g| g.name == local.alloc.task_group)
-                .map(|g| g.tasks.iter().map(|t| t.name.clone()).collect())
-                .unwrap_or_default();
+            let group_tasks = local.task_names();
             let running = local
                 .task_states
                 .iter()
@@ -350,13 +344,7 @@ impl ClientHandle {
         if !local.finished() {
             return Err(AllocOpError::StillRunning(alloc_id.to_string()));
         }
-        let tasks = local
-            .job
-            .task_groups
-            .iter()
-            .find(|g| g.name == local.alloc.task_group)
-            .map(|g| g.tasks.iter().map(|t| t.name.clone()).collect())
-            .unwrap_or_default();
+        let tasks = local.task_names();
         let dir = crate::client::allocdir::AllocDir::new(&self.shared.alloc_root, alloc_id);
         Ok((dir, tasks))
     }
@@ -383,13 +371,7 @@ impl ClientHandle {
                 .allocs
                 .get(alloc_id)
                 .ok_or_else(|| AllocOpError::UnknownAlloc(alloc_id.to_string()))?;
-            let tasks: Vec<String> = local
-                .job
-                .task_groups
-                .iter()
-                .find(|g| g.name == local.alloc.task_group)
-                .map(|g| g.tasks.iter().map(|t| t.name.clone()).collect())
-                .unwrap_or_default();
+            let tasks: Vec<String> = local.task_names();
             let all_containers: std::collections::BTreeSet<String> = st
                 .allocs
                 .values()
@@ -593,10 +575,7 @@ fn exec_target<'a>(
     task: Option<&str>,
 ) -> Result<&'a teamster_storage::model::Task, AllocOpError> {
     let tasks: Vec<&teamster_storage::model::Task> = local
-        .job
-        .task_groups
-        .iter()
-        .find(|g| g.name == local.alloc.task_group)
+        .group()
         .map(|g| g.tasks.iter().collect())
         .unwrap_or_default();
     match (task, tasks.as_slice()) {

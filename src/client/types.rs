@@ -92,6 +92,21 @@ impl LocalAlloc {
         }
     }
 
+    /// Its task group in its job (`None` if the job lacks it).
+    pub fn group(&self) -> Option<&teamster_storage::model::TaskGroup> {
+        self.job
+            .task_groups
+            .iter()
+            .find(|g| g.name == self.alloc.task_group)
+    }
+
+    /// The names of its group's tasks.
+    pub fn task_names(&self) -> Vec<String> {
+        self.group()
+            .map(|g| g.tasks.iter().map(|t| t.name.clone()).collect())
+            .unwrap_or_default()
+    }
+
     /// Recompute the allocation's status from its tasks.
     pub fn recompute(&mut self) {
         let (status, desc) = client_status(&self.task_states);

@@ -263,10 +263,8 @@ async fn alloc_snapshot(
             tx: tx.clone(),
             buf: Vec::with_capacity(SNAPSHOT_CHUNK),
         };
-        let written = dir
-            .write_snapshot(&tasks, &mut out)
-            .and_then(|()| std::io::Write::flush(&mut out));
-        if let Err(e) = written {
+        // The archive's end flushes the last chunk.
+        if let Err(e) = dir.write_snapshot(&tasks, &mut out) {
             tracing::warn!(alloc_id, error = %e, "writing the allocation's snapshot failed");
             let _ = tx.blocking_send(Err(e));
         }

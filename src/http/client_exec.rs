@@ -329,13 +329,6 @@ enum Proc {
 }
 
 impl Proc {
-    fn has_terminal(&self, tty: bool) -> bool {
-        match self {
-            Proc::Host { pty, .. } => pty.is_some(),
-            Proc::Container { .. } => tty,
-        }
-    }
-
     /// Resolves when the command has ended, or (a container's) when its output could no
     /// longer be sent because the caller is gone: false then (cancel-safe: the select
     /// loop polls it again).
@@ -414,7 +407,7 @@ async fn pump_container(mut output: ExecOutput, out: mpsc::Sender<ws::Message>) 
 }
 
 /// Starts what `process` runs, with its output going to `out`: the command and its stdin,
-/// and the pumps of a host command's output.
+/// the pumps of a host command's output, and whether it has a terminal.
 #[allow(clippy::type_complexity)]
 async fn start(
     process: ExecProcess,
@@ -478,7 +471,7 @@ async fn start(
 async fn run(socket: WebSocket, process: ExecProcess) {
     let (mut sink, mut frames) = socket.split();
     let (out_tx, mut out_rx) = mpsc::channel::<ws::Message>(OUT_QUEUE);
-    let (mut proc, mut stdin, pumps, tty) = match start(process, &out_tx).await {
+    let (mut proc, mut stdin, pumps, terminal) = match start(process, &out_tx).await {
         Ok(started) => started,
         Err(e) => {
             let reason = format!("failed to start the command: {e}");
@@ -492,7 +485,6 @@ async fn run(socket: WebSocket, process: ExecProcess) {
             return;
         }
     };
-    let terminal = proc.has_terminal(tty);
     drop(out_tx);
     let writer = tokio::spawn(async move {
         while let Some(msg) = out_rx.recv().await {

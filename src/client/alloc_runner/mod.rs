@@ -62,12 +62,7 @@ pub fn spawn(shared: &Arc<Shared>, local: &LocalAlloc) -> AllocHandle {
     let siblings = Arc::new(Siblings::default());
     let mut controls = BTreeMap::new();
     let alloc_id = local.alloc.id.to_string();
-    let Some(group) = local
-        .job
-        .task_groups
-        .iter()
-        .find(|g| g.name == local.alloc.task_group)
-    else {
+    let Some(group) = local.group() else {
         warn!(alloc_id, group = %local.alloc.task_group, "task group not in the job");
         return AllocHandle::new(siblings, controls);
     };
