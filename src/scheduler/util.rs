@@ -105,6 +105,11 @@ pub(crate) fn tasks_updated(old_job: &Job, new_job: &Job, group: &str) -> bool {
     if a.tasks.len() != b.tasks.len() || a.networks != b.networks {
         return true;
     }
+    // The disk is reserved, and its data kept or moved, when an allocation is placed.
+    if a.ephemeral_disk.clone().unwrap_or_default() != b.ephemeral_disk.clone().unwrap_or_default()
+    {
+        return true;
+    }
     for at in &a.tasks {
         let Some(bt) = b.tasks.iter().find(|t| t.name == at.name) else {
             return true;
@@ -115,6 +120,13 @@ pub(crate) fn tasks_updated(old_job: &Job, new_job: &Job, group: &str) -> bool {
             || at.env != bt.env
             || at.resources != bt.resources
         {
+            return true;
+        }
+        // Turning log collection on or off changes where the task's output goes when it
+        // starts; the other `logs` fields are updated in place (the collector reloads them).
+        let disabled =
+            |t: &teamster_storage::model::Task| t.log_config.as_ref().is_some_and(|l| l.disabled);
+        if disabled(at) != disabled(bt) {
             return true;
         }
         if combined_meta(old_job, a, &at.meta) != combined_meta(new_job, b, &bt.meta) {
@@ -605,6 +617,47 @@ mod tests {
         meta.meta.insert("owner".into(), "x".into());
         assert!(tasks_updated(&base, &meta, "g"));
         assert!(tasks_updated(&base, &base, "missing"));
+    }
+
+    #[test]
+    fn a_changed_disk_or_log_collection_switched_off_is_destructive_other_log_limits_are_not() {
+        use teamster_storage::model::{EphemeralDisk, LogConfig};
+        let base = job_with(100, "a", false);
+        let with_disk = |disk: EphemeralDisk| {
+            let mut job = base.clone();
+            job.task_groups_mut()[0].ephemeral_disk = Some(disk);
+            job
+        };
+        assert!(!tasks_updated(
+            &base,
+            &with_disk(EphemeralDisk::default()),
+            "g"
+        ));
+        let sticky = EphemeralDisk {
+            sticky: true,
+            ..EphemeralDisk::default()
+        };
+        assert!(tasks_updated(&base, &with_disk(sticky), "g"));
+        let bigger = EphemeralDisk {
+            size_mb: 500,
+            ..EphemeralDisk::default()
+        };
+        assert!(tasks_updated(&base, &with_disk(bigger), "g"));
+        let with_logs = |logs: LogConfig| {
+            let mut job = base.clone();
+            job.task_groups_mut()[0].tasks[0].log_config = Some(logs);
+            job
+        };
+        let smaller = LogConfig {
+            max_files: 2,
+            ..LogConfig::default()
+        };
+        assert!(!tasks_updated(&base, &with_logs(smaller), "g"));
+        let off = LogConfig {
+            disabled: true,
+            ..LogConfig::default()
+        };
+        assert!(tasks_updated(&base, &with_logs(off), "g"));
     }
 
     fn failed_alloc(finished_at: i64, events: Vec<(i64, u64)>) -> Allocation {
