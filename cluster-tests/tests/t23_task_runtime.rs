@@ -9,7 +9,9 @@
 //! - a dead `leader` stops its group (the others killed with their own `kill_signal`), and a
 //!   task's `restart` block overrides its group's;
 //! - a task's `secrets/` is listed but never read through the file API, a symlink to it
-//!   neither, and a missing file is a bad request.
+//!   neither, and a missing file is a bad request;
+//! - an in-place update reaches the running allocation's hooks: its log collector keeps the
+//!   new `max_files` at once, and its group service carries the new tags.
 
 use std::collections::BTreeSet;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -554,6 +556,86 @@ async fn a_dead_leader_stops_its_group_and_a_task_s_restart_block_overrides_its_
     let kinds = event_types(&failed, "t");
     assert!(!kinds.contains(&"Restarting".to_string()), "{kinds:?}");
     assert!(kinds.contains(&"Not Restarting".to_string()), "{kinds:?}");
+    Ok(())
+}
+
+#[tokio::test]
+async fn an_in_place_update_reaches_the_running_log_collector_and_services() -> anyhow::Result<()> {
+    teamster_cluster_tests::init_test_tracing();
+    let ip = dev_ip_at(35);
+    let log = tempfile::NamedTempFile::new()?;
+    let (_agent, api) = dev_agent(&ip, &log).await?;
+    // 25 000 lines of 100 bytes: three files of at most 1 MiB, all kept at first.
+    let script = format!("N=25000; {WRITER}");
+    let job = |max_files: u32, tag: &str| {
+        json!({
+            "ID": "updated", "Type": "service", "Datacenters": ["dc1"],
+            "TaskGroups": [{"Name": "g", "Count": 1,
+                "Services": [{"Name": "updated-web", "Provider": "nomad", "Tags": [tag]}],
+                "Tasks": [{
+                    "Name": "t", "Driver": "raw_exec", "KillTimeout": 1_000_000_000u64,
+                    "Config": {"command": "/bin/sh", "args": ["-c", script]},
+                    "LogConfig": {"MaxFiles": max_files, "MaxFileSizeMB": 1},
+                    "Resources": {"CPU": 10, "MemoryMB": 10}}]}]
+        })
+    };
+    register(&api, job(10, "v1")).await?;
+    let alloc = wait_job_alloc(
+        &api,
+        "updated",
+        "the writer running",
+        Duration::from_secs(30),
+        |a| a["ClientStatus"] == "running",
+    )
+    .await?;
+    let id = alloc["ID"].as_str().unwrap_or_default().to_string();
+    let files = wait_for(Duration::from_secs(60), "everything written", || async {
+        let files = log_files(&api, &id, "t.stdout").await.ok()?;
+        let (last, _) = *files.last()?;
+        let text = cat(&api, &id, &format!("alloc/logs/t.stdout.{last}"))
+            .await
+            .ok()?;
+        text.ends_with("done\n").then_some(files)
+    })
+    .await?;
+    let indexes: Vec<u64> = files.iter().map(|f| f.0).collect();
+    assert_eq!(indexes, [0, 1, 2], "{files:?}");
+    let tags = |services: &[Value]| -> Vec<String> {
+        services
+            .iter()
+            .flat_map(|s| s["Tags"].as_array().cloned().unwrap_or_default())
+            .filter_map(|t| t.as_str().map(str::to_string))
+            .collect()
+    };
+    let services: Vec<Value> = api.get("/v1/service/updated-web").await?;
+    assert_eq!(tags(&services), ["v1"]);
+
+    // Only the `logs` limits and the tags change: updated in place, not replaced.
+    register(&api, job(1, "v2")).await?;
+    let kept = wait_for(Duration::from_secs(30), "one file kept", || async {
+        let files = log_files(&api, &id, "t.stdout").await.ok()?;
+        (files.len() == 1).then_some(files)
+    })
+    .await?;
+    assert_eq!(kept[0].0, 2, "the newest file is the one kept: {kept:?}");
+    let retagged = wait_for(Duration::from_secs(15), "the new tags", || async {
+        let services: Vec<Value> = api.get("/v1/service/updated-web").await.ok()?;
+        (tags(&services) == ["v2"]).then_some(services)
+    })
+    .await?;
+    assert_eq!(retagged.len(), 1);
+    let allocs = job_allocs(&api, "updated").await;
+    assert_eq!(allocs.len(), 1, "replaced instead of updated: {allocs:?}");
+    let now: Value = api.get(&format!("/v1/allocation/{id}")).await?;
+    assert_eq!(now["JobVersion"], 1);
+    assert_eq!(now["ClientStatus"], "running");
+    assert_eq!(
+        event_types(&now, "t")
+            .iter()
+            .filter(|t| *t == "Started")
+            .count(),
+        1
+    );
     Ok(())
 }
 

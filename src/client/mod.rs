@@ -469,6 +469,7 @@ fn apply_allocs(shared: &Arc<Shared>, resp: NodeClientAllocsResponse) {
     let now = shared.clock.now_unix_nanos();
     let mut to_start = Vec::new();
     let mut to_stop = Vec::new();
+    let mut to_update = Vec::new();
     {
         let mut st = shared.state();
         for ca in resp.changed {
@@ -506,9 +507,12 @@ fn apply_allocs(shared: &Arc<Shared>, resp: NodeClientAllocsResponse) {
                     if ca.migrate.is_some() {
                         local.migrate_from = ca.migrate;
                     }
-                    // An in-place update brings the job's new version (its update block
-                    // judges the deployment the allocation joins).
+                    // An in-place update brings the job's new version: its runners apply
+                    // it (its update block judges the deployment the allocation joins).
                     if let Some(job) = ca.job {
+                        if !stop && job.job_modify_index != local.job.job_modify_index {
+                            to_update.push((id.clone(), job.job_modify_index));
+                        }
                         local.job = std::sync::Arc::unwrap_or_clone(job);
                     }
                     if stop {
@@ -555,6 +559,12 @@ fn apply_allocs(shared: &Arc<Shared>, resp: NodeClientAllocsResponse) {
         let runner = alloc_runner::spawn(shared, &local);
         lock(&shared.runners).insert(local.alloc.id.to_string(), runner);
         shared.changed.notify_one();
+    }
+    for (id, job_modify_index) in to_update {
+        if let Some(runner) = lock(&shared.runners).get(&id) {
+            info!(alloc_id = %id, job_modify_index, "updating allocation in place");
+            runner.update(job_modify_index);
+        }
     }
     for id in to_stop {
         if let Some(runner) = lock(&shared.runners).remove(&id) {
@@ -1142,6 +1152,78 @@ mod tests {
         handle.restart("a1", None, true).await.unwrap();
         tokio::time::sleep(Duration::from_secs(1)).await;
         assert_eq!(sh.state().allocs["a1"].task_states["t"].restarts, 3);
+    }
+
+    /// `f` applied to the job of allocation `a1` as an in-place update brings it (a new
+    /// `JobModifyIndex`), handed to its runner.
+    fn update_in_place(sh: &Arc<Shared>, index: u64, f: impl FnOnce(&mut TaskGroup)) {
+        sh.update_alloc("a1", |local| {
+            local.job.job_modify_index = index;
+            f(&mut local.job.task_groups_mut()[0]);
+        });
+        lock(&sh.runners)["a1"].update(index);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_in_place_update_changes_how_the_running_task_is_stopped_and_restarted() {
+        let dir = tempfile::tempdir().unwrap();
+        let sh = shared(dir.path());
+        // It fails at its first exit (no restart allowed), 10 s in.
+        start_alloc(&sh, &mock_alloc("10s", 1, 0, JobType::Service));
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        update_in_place(&sh, 2, |g| {
+            if let Some(p) = g.restart_policy.as_mut() {
+                p.attempts = Some(2);
+            }
+            g.shutdown_delay = 3_000_000_000;
+            let t = &mut g.tasks[0];
+            t.kill_timeout = 2_000_000_000;
+            t.kill_signal = "SIGINT".into();
+            t.shutdown_delay = 1_000_000_000;
+        });
+        // The exit at 10 s is restarted under the new policy (after its 2 s delay).
+        tokio::time::sleep(Duration::from_secs(12)).await;
+        let now = sh.state().allocs["a1"].clone();
+        let t = &now.task_states["t"];
+        assert_eq!(
+            (t.state, t.failed, t.restarts),
+            (TaskStateValue::Running, false, 1)
+        );
+        assert!(now.registered.group && now.registered.tasks.contains("t"));
+
+        // Stopped: the group's services go at once, then its new 3 s delay, then the
+        // task's services, its new 1 s delay and its new kill timeout.
+        let stop_at = sh.clock.now_unix_nanos();
+        lock(&sh.runners)["a1"].cancel();
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        let during = sh.state().allocs["a1"].registered.clone();
+        assert!(!during.group && during.tasks.contains("t"), "{during:?}");
+        tokio::time::sleep(Duration::from_secs(3)).await;
+        assert!(sh.state().allocs["a1"].registered.tasks.is_empty());
+        for _ in 0..100 {
+            if sh.state().allocs["a1"].finished() {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        let done = sh.state().allocs["a1"].clone();
+        let events = &done.task_states["t"].events;
+        let waiting = events
+            .iter()
+            .find(|e| e.event_type == "Waiting for shutdown delay")
+            .expect("the task's shutdown delay");
+        assert!(waiting.display_message.contains("1s"), "{waiting:?}");
+        let killing = events
+            .iter()
+            .find(|e| e.event_type == "Killing")
+            .expect("a Killing event");
+        assert_eq!(killing.kill_timeout, 2_000_000_000);
+        assert!(
+            killing.time - stop_at >= 4_000_000_000,
+            "signalled {} ms after the stop",
+            (killing.time - stop_at) / 1_000_000
+        );
+        assert_eq!(done.registered, crate::client::types::Registered::default());
     }
 
     #[tokio::test(start_paused = true)]

@@ -531,8 +531,7 @@ impl ClientHandle {
                 return Err(TaskOpError::NotRunning(spec.name.clone()).into());
             }
             if spec.driver != "docker" {
-                let (prepared, dir) =
-                    crate::client::alloc_runner::prepared_task(&self.shared, local, spec);
+                let (prepared, dir) = self.shared.prepared_task(local, spec);
                 let mut cmd = crate::client::driver::task_command(&prepared, &dir, program, args);
                 cmd.kill_on_drop(true);
                 let pty = if tty {

@@ -48,15 +48,26 @@ impl RestartTracker {
     /// A tracker for `policy` (unset fields: Nomad's batch defaults); `batch` for batch and
     /// sysbatch jobs, whose successful exits are final.
     pub fn new(policy: &RestartPolicy, batch: bool) -> Self {
-        RestartTracker {
-            attempts: policy.attempts.unwrap_or(3),
-            interval: Duration::from_nanos(policy.interval.unwrap_or(86_400_000_000_000)),
-            delay: Duration::from_nanos(policy.delay.unwrap_or(15_000_000_000)),
-            mode: policy.mode.unwrap_or(RestartMode::Fail),
+        let mut tracker = RestartTracker {
+            attempts: 0,
+            interval: Duration::ZERO,
+            delay: Duration::ZERO,
+            mode: RestartMode::Fail,
             batch,
             count: 0,
             window_start: None,
-        }
+        };
+        tracker.set_policy(policy);
+        tracker
+    }
+
+    /// Follow `policy` from now on (an in-place update); the restarts of the current window
+    /// stay counted.
+    pub fn set_policy(&mut self, policy: &RestartPolicy) {
+        self.attempts = policy.attempts.unwrap_or(3);
+        self.interval = Duration::from_nanos(policy.interval.unwrap_or(86_400_000_000_000));
+        self.delay = Duration::from_nanos(policy.delay.unwrap_or(15_000_000_000));
+        self.mode = policy.mode.unwrap_or(RestartMode::Fail);
     }
 
     /// Restarts counted in the current window.

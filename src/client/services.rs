@@ -83,16 +83,15 @@ pub struct LiveService<'a> {
     pub service: &'a Service,
 }
 
-/// The services `local`'s allocation runs now: a group's while the allocation runs (with
-/// `task = "x"`, while that task runs), a task's while the task runs.
+/// The services `local`'s allocation runs now, as its hooks registered them: a group's
+/// while the allocation runs (with `task = "x"`, while that task runs), a task's while the
+/// task runs, neither once the servers stopped the allocation.
 pub fn live_services(local: &LocalAlloc) -> Vec<LiveService<'_>> {
     let alloc = &local.alloc;
-    if alloc.server_terminal_status()
-        || local.client_status != ClientStatus::Running
-        || local.shutting_down
-    {
+    if alloc.server_terminal_status() {
         return Vec::new();
     }
+    let group_live = local.registered.group && local.client_status == ClientStatus::Running;
     let Some(group) = local
         .job
         .task_groups
@@ -102,7 +101,7 @@ pub fn live_services(local: &LocalAlloc) -> Vec<LiveService<'_>> {
         return Vec::new();
     };
     let mut out = Vec::new();
-    for service in &group.services {
+    for service in group.services.iter().filter(|_| group_live) {
         let task = if service.task_name.is_empty() {
             group.tasks.first()
         } else {
@@ -118,7 +117,7 @@ pub fn live_services(local: &LocalAlloc) -> Vec<LiveService<'_>> {
         }
     }
     for task in &group.tasks {
-        if !task_running(local, task) {
+        if !local.registered.tasks.contains(&task.name) || !task_running(local, task) {
             continue;
         }
         for service in &task.services {
@@ -415,6 +414,7 @@ mod tests {
     use teamster_storage::model::{AllocatedPortMapping, Job, TaskGroup, PROVIDER_NOMAD};
 
     use super::*;
+    use crate::client::types::ServiceOwner;
 
     fn service(name: &str, port: &str) -> Service {
         Service {
@@ -464,9 +464,12 @@ mod tests {
         }]
         .into();
         let mut l = LocalAlloc::received(alloc, job, 0);
+        // Registered as the hooks do: the group's from the start, a task's while it runs.
+        l.registered.group = true;
         for (name, running) in ["web", "side"].into_iter().zip(task_running) {
             let state = l.task_states.entry(name.into()).or_default();
             state.state = if running {
+                l.registered.tasks.insert(name.into());
                 TaskStateValue::Running
             } else {
                 TaskStateValue::Dead
@@ -474,6 +477,28 @@ mod tests {
         }
         l.recompute();
         l
+    }
+
+    #[test]
+    fn only_what_the_hooks_registered_is_sent() {
+        let values = BTreeMap::new();
+        let names = |l: &LocalAlloc| -> Vec<String> {
+            desired(l, &facts(&values), &|_| None)
+                .into_iter()
+                .map(|r| r.service_name)
+                .collect()
+        };
+        // The group's hook withdrew its services (a stop was asked): the tasks' stay until
+        // their own hooks withdraw them, before their shutdown delay.
+        let mut l = local([true, true]);
+        l.registered.set(ServiceOwner::Group, false);
+        assert_eq!(names(&l), ["api", "side-shop"]);
+        l.registered.set(ServiceOwner::Task("web"), false);
+        assert_eq!(names(&l), ["side-shop"]);
+        // Registered, but nothing runs yet: nothing is sent.
+        let mut pending = local([false, false]);
+        pending.registered.set(ServiceOwner::Task("web"), true);
+        assert!(names(&pending).is_empty());
     }
 
     fn facts<'a>(values: &'a BTreeMap<String, String>) -> NodeFacts<'a> {

@@ -6,13 +6,17 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::PathBuf;
-use std::sync::{Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use teamster_storage::model::Task;
 
 use tokio::sync::{watch, Notify};
 use tracing::warn;
 
+use crate::client::allocdir::AllocDir;
 use crate::client::config::ClientConfig;
-use crate::client::types::{AllocHandle, CheckResult, ClientState, LocalAlloc};
+use crate::client::taskenv::{TaskDirs, TaskEnv};
+use crate::client::types::{AllocHandle, CheckResult, ClientState, LocalAlloc, ServiceOwner};
 use crate::client::{docker, state};
 use crate::util::SharedClock;
 
@@ -92,6 +96,70 @@ impl Shared {
         // Encoded under the state's lock, written after it is released.
         let encoded = state::StateStore::encode(&self.state())?;
         self.store.write_encoded(encoded)
+    }
+}
+
+impl Shared {
+    /// `task` of `local`'s allocation as its runner starts it (config interpolated, Nomad's
+    /// variables in its environment), with its directory: what `alloc exec` runs in too.
+    pub(crate) fn prepared_task(&self, local: &LocalAlloc, task: &Task) -> (Task, PathBuf) {
+        let dir = AllocDir::new(&self.alloc_root, local.alloc.id.as_ref());
+        let task_dir = dir.task(&task.name);
+        let env = TaskEnv::new(
+            self.node_values.clone(),
+            &local.alloc,
+            &local.job,
+            task,
+            TaskDirs {
+                alloc: &dir.shared(),
+                task: &task_dir.local(),
+                secrets: &task_dir.secrets(),
+            },
+        );
+        (env.apply(task), task_dir.dir().to_path_buf())
+    }
+}
+
+/// What a hook registers one allocation's services with: it marks them registered in the
+/// allocation's state ([`LocalAlloc::registered`], kept across client restarts), and the
+/// service loop sends what is marked.
+#[derive(Clone)]
+pub struct Registrations {
+    shared: Arc<Shared>,
+    alloc_id: String,
+}
+
+impl std::fmt::Debug for Registrations {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Registrations")
+            .field("alloc_id", &self.alloc_id)
+            .finish()
+    }
+}
+
+impl Registrations {
+    /// The registrations of allocation `alloc_id`.
+    pub fn new(shared: Arc<Shared>, alloc_id: String) -> Registrations {
+        Registrations { shared, alloc_id }
+    }
+
+    /// Registers (`on`) or withdraws `owner`'s services; a change wakes the service loop.
+    pub fn set(&self, owner: ServiceOwner<'_>, on: bool) {
+        let changed = {
+            let mut st = self.shared.state();
+            st.allocs
+                .get_mut(&self.alloc_id)
+                .is_some_and(|local| local.registered.set(owner, on))
+        };
+        if changed {
+            self.shared.alloc_changes.send_replace(());
+            self.shared.persist();
+        }
+    }
+
+    /// Nudges the service loop (the job changed in place: names, tags or ports may have).
+    pub fn refresh(&self) {
+        self.shared.alloc_changes.send_replace(());
     }
 }
 

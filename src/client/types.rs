@@ -12,7 +12,7 @@ use serde::{Deserialize, Serialize};
 use teamster_storage::model::{
     Allocation, ClientStatus, DeploymentId, Job, TaskEvent, TaskState, TaskStateValue, Timestamp,
 };
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::{mpsc, oneshot, watch};
 use tokio_util::sync::CancellationToken;
 
 /// Events kept per task (oldest dropped first), as Nomad does.
@@ -51,6 +51,39 @@ pub struct LocalAlloc {
     /// said.
     #[serde(default)]
     pub migrate_from: Option<crate::rpc::service::node::MigrateFrom>,
+    /// The services its hooks have registered (the service loop sends them).
+    #[serde(default)]
+    pub registered: Registered,
+}
+
+/// The services an allocation's hooks have registered: the group's (its `group_services`
+/// hook) and each task's (that task's `services` hook).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Registered {
+    /// The group's services.
+    pub group: bool,
+    /// The tasks whose services are registered.
+    pub tasks: std::collections::BTreeSet<String>,
+}
+
+/// Whose services a hook registers or withdraws.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ServiceOwner<'a> {
+    /// The group's.
+    Group,
+    /// A task's.
+    Task(&'a str),
+}
+
+impl Registered {
+    /// Registers (`on`) or withdraws `owner`'s services: true when that changed anything.
+    pub fn set(&mut self, owner: ServiceOwner<'_>, on: bool) -> bool {
+        match owner {
+            ServiceOwner::Group => std::mem::replace(&mut self.group, on) != on,
+            ServiceOwner::Task(task) if on => self.tasks.insert(task.to_string()),
+            ServiceOwner::Task(task) => self.tasks.remove(task),
+        }
+    }
 }
 
 impl LocalAlloc {
@@ -89,6 +122,7 @@ impl LocalAlloc {
             hook_state: BTreeMap::new(),
             shutting_down: false,
             migrate_from: None,
+            registered: Registered::default(),
         }
     }
 
@@ -350,16 +384,32 @@ impl Siblings {
 pub struct AllocHandle {
     siblings: Arc<Siblings>,
     tasks: BTreeMap<String, mpsc::Sender<TaskControl>>,
+    updates: watch::Sender<u64>,
 }
 
 impl AllocHandle {
-    /// The handle of an allocation whose tasks share `siblings` and take requests on
-    /// `tasks`.
+    /// The handle of an allocation whose tasks share `siblings`, take requests on `tasks`
+    /// and hear of in-place updates of the job on `updates` (its `JobModifyIndex`).
     pub fn new(
         siblings: Arc<Siblings>,
         tasks: BTreeMap<String, mpsc::Sender<TaskControl>>,
+        updates: watch::Sender<u64>,
     ) -> AllocHandle {
-        AllocHandle { siblings, tasks }
+        AllocHandle {
+            siblings,
+            tasks,
+            updates,
+        }
+    }
+
+    /// The allocation now holds its job at `job_modify_index` (an in-place update): its
+    /// runners apply it.
+    pub fn update(&self, job_modify_index: u64) {
+        self.updates.send_if_modified(|held| {
+            let changed = *held != job_modify_index;
+            *held = job_modify_index;
+            changed
+        });
     }
 
     /// Stop every task of the allocation.

@@ -1,20 +1,20 @@
-//! The allocation runner: builds the allocation's directory (its [`hooks`]), starts one
-//! [task runner](crate::client::task_runner) per task, and stops them together.
+//! The allocation runner: runs the allocation's [`hooks`] around one
+//! [task runner](crate::client::task_runner) per task, hands them in-place updates of the
+//! job, and stops them together.
 //!
 //! ```text
-//!  alloc watcher ──new alloc──▶ alloc hooks (alloc_dir; a sticky or migrating disk: wait
-//!                               for the previous allocation to stop, take its data, here
-//!                               or from its node) ──▶ one task runner per task
-//!                 ──stop──────▶ stop asked ─┐
-//!  a task failed, or the leader died ───────┴▶ services withdrawn ─▶ group shutdown_delay
-//!                                              ─▶ every task killed (its own delay, signal)
+//!  alloc watcher ──new alloc──▶ prerun hooks (alloc_dir, upstream_allocs: a sticky or
+//!                               migrating disk's data, alloc_health_watcher,
+//!                               group_services) ──▶ one task runner per task
+//!                ──job changed in place──▶ update hooks, and each task runner's
+//!                ──stop──────▶ stop asked ─┐
+//!  a task failed, or the leader died ───────┴▶ pre_kill hooks (group services withdrawn)
+//!                                              ─▶ group shutdown_delay ─▶ every task killed
+//!                                                 (its own services, delay, signal)
+//!  every task dead ──▶ postrun hooks
 //!  every change ──▶ LocalAlloc (status recomputed, marked dirty) ──▶ updater batches it
 //! ```
-//!
-//! Beside the task runners of a service job's allocation runs its health watcher
-//! ([`health_watch`]).
 
-mod health_watch;
 pub mod hooks;
 
 use std::collections::BTreeMap;
@@ -22,49 +22,41 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use teamster_storage::model::{JobType, Task, TaskGroup, TaskStateValue};
-use tokio::sync::mpsc;
+use teamster_storage::model::{JobType, TaskGroup, TaskStateValue};
+use tokio::sync::{mpsc, watch};
+use tokio::task::JoinSet;
 use tracing::{debug, warn, Instrument};
 
 use crate::client::allocdir::AllocDir;
-use crate::client::shared::Shared;
+use crate::client::shared::{Registrations, Shared};
 use crate::client::task_runner::core::TaskCore;
 use crate::client::task_runner::hooks::HookCtx;
 use crate::client::task_runner::{TaskRunner, TaskRunnerParts};
-use crate::client::taskenv::{TaskDirs, TaskEnv};
 use crate::client::types::{AllocHandle, KillReason, LocalAlloc, Siblings};
+use hooks::{AllocCtx, AllocHook};
 
 /// Requests a task runner queues at most; more wait for room.
 const CONTROL_QUEUE: usize = 4;
 
-/// `task` of `local`'s allocation as its runner starts it (config interpolated, Nomad's
-/// variables in its environment), with its directory: what `alloc exec` runs in too.
-pub fn prepared_task(shared: &Shared, local: &LocalAlloc, task: &Task) -> (Task, PathBuf) {
-    let dir = AllocDir::new(&shared.alloc_root, local.alloc.id.as_ref());
-    let task_dir = dir.task(&task.name);
-    let env = TaskEnv::new(
-        shared.node_values.clone(),
-        &local.alloc,
-        &local.job,
-        task,
-        TaskDirs {
-            alloc: &dir.shared(),
-            task: &task_dir.local(),
-            secrets: &task_dir.secrets(),
-        },
-    );
-    (env.apply(task), task_dir.dir().to_path_buf())
+/// The phases of the allocation hooks.
+#[derive(Debug, Clone, Copy)]
+enum Phase {
+    Prerun,
+    Update,
+    PreKill,
+    Postrun,
 }
 
-/// Start (or re-attach) every task of `local`'s allocation. Returns what stops them and
-/// reaches them.
+/// Start (or re-attach) every task of `local`'s allocation. Returns what stops them,
+/// reaches them, and hands them in-place updates.
 pub fn spawn(shared: &Arc<Shared>, local: &LocalAlloc) -> AllocHandle {
     let siblings = Arc::new(Siblings::default());
+    let (updates, _) = watch::channel(local.job.job_modify_index);
     let mut controls = BTreeMap::new();
     let alloc_id = local.alloc.id.to_string();
     let Some(group) = local.group() else {
         warn!(alloc_id, group = %local.alloc.task_group, "task group not in the job");
-        return AllocHandle::new(siblings, controls);
+        return AllocHandle::new(siblings, controls, updates);
     };
     // A stop begun before a client restart goes on: the services stay withdrawn and the
     // tasks left are killed.
@@ -72,10 +64,6 @@ pub fn spawn(shared: &Arc<Shared>, local: &LocalAlloc) -> AllocHandle {
         siblings.stop(reason);
     }
     let alloc_dir = AllocDir::new(&shared.alloc_root, &alloc_id);
-    if let Err(e) = hooks::prerun(&alloc_dir) {
-        // Each task's task_dir hook tries again and fails the task's start with the reason.
-        warn!(alloc_id, error = %e, "allocation hook failed");
-    }
     let batch = matches!(local.job.job_type, JobType::Batch | JobType::SysBatch);
     // A dispatched child's payload, for the tasks with a `dispatch_payload` block.
     let payload = if local.job.payload.is_empty() {
@@ -84,13 +72,14 @@ pub fn spawn(shared: &Arc<Shared>, local: &LocalAlloc) -> AllocHandle {
         local.job.payload.decompress().map_err(|e| e.to_string())
     };
     let program = std::env::current_exe().unwrap_or_else(|_| PathBuf::from("teamster"));
+    let services = Registrations::new(shared.clone(), alloc_id.clone());
     let mut runners = Vec::new();
     for task in &group.tasks {
         let state = local.task_states.get(&task.name);
         if state.is_some_and(|s| s.state == TaskStateValue::Dead) {
             continue;
         }
-        let (prepared, _) = prepared_task(shared, local, task);
+        let (prepared, _) = shared.prepared_task(local, task);
         let (control_tx, control) = mpsc::channel(CONTROL_QUEUE);
         controls.insert(task.name.clone(), control_tx);
         let policy = group.task_restart_policy(task).unwrap_or_default();
@@ -108,9 +97,11 @@ pub fn spawn(shared: &Arc<Shared>, local: &LocalAlloc) -> AllocHandle {
             payload: task.dispatch_payload.as_ref().map(|_| payload.clone()),
             program: program.clone(),
             task: prepared,
+            services: services.clone(),
         };
         let runner = TaskRunner::new(TaskRunnerParts {
             control,
+            updates: updates.subscribe(),
             shared: shared.clone(),
             ctx,
             core,
@@ -127,76 +118,69 @@ pub fn spawn(shared: &Arc<Shared>, local: &LocalAlloc) -> AllocHandle {
         let span = tracing::info_span!("task", alloc_id = %alloc_id, task = %task.name);
         runners.push((runner, span));
     }
-    // A sticky disk's replacement starts its tasks once it holds its previous allocation's
-    // data (only on its first start: a client restarted later finds it done).
-    let upstream = upstream_of(local, group);
-    let tasks: Vec<String> = group.tasks.iter().map(|t| t.name.clone()).collect();
-    let disk_bytes = group
-        .ephemeral_disk
-        .as_ref()
-        .map_or(0, |d| d.size_mb.saturating_mul(1 << 20));
-    let judged = local.job.job_type == JobType::Service;
-    let start = {
-        let shared = shared.clone();
-        let stop = siblings.stop_asked.clone();
-        let alloc_dir = alloc_dir.clone();
-        let health_id = alloc_id.clone();
-        async move {
-            match upstream {
-                Some(Upstream::Here(previous)) => {
-                    hooks::take_previous_disk(&shared, &previous, &alloc_dir, &tasks, &stop).await
-                }
-                Some(Upstream::Elsewhere(from)) => {
-                    hooks::fetch_previous_disk(&from, &alloc_dir, &tasks, disk_bytes, &stop).await
-                }
-                None => {}
-            }
-            for (runner, span) in runners {
-                tokio::spawn(runner.run().instrument(span));
-            }
-            // Its health is judged from when its tasks may start, not while it waited for
-            // its previous allocation's disk (as Nomad's health hook runs after migration).
-            // Neither deployments nor migrations judge other jobs' allocations.
-            if judged {
-                let span = tracing::info_span!("alloc_health", alloc_id = %health_id);
-                tokio::spawn(health_watch::watch_health(shared, health_id, stop).instrument(span));
-            }
-        }
-    };
-    tokio::spawn(start.instrument(tracing::info_span!("alloc_start", alloc_id = %alloc_id)));
-    let delay = Duration::from_nanos(group.shutdown_delay);
+    let ctx = Arc::new(AllocCtx {
+        shared: shared.clone(),
+        alloc_id: alloc_id.clone(),
+        alloc_dir,
+        siblings: siblings.clone(),
+        services,
+    });
+    let hooks: Arc<[Box<dyn AllocHook>]> = hooks::alloc_hooks().into();
+    let span = tracing::info_span!("alloc_run", alloc_id = %alloc_id);
+    tokio::spawn(run(ctx.clone(), hooks.clone(), runners, updates.subscribe()).instrument(span));
     let span = tracing::info_span!("alloc_stop", alloc_id = %alloc_id);
-    tokio::spawn(
-        stop_when_asked(shared.clone(), alloc_id.clone(), siblings.clone(), delay).instrument(span),
-    );
-    AllocHandle::new(siblings, controls)
+    tokio::spawn(stop_when_asked(ctx, hooks).instrument(span));
+    AllocHandle::new(siblings, controls, updates)
 }
 
-/// Where an allocation's kept disk comes from.
-enum Upstream {
-    /// Its previous allocation on this node.
-    Here(String),
-    /// Its previous allocation on another node.
-    Elsewhere(crate::rpc::service::node::MigrateFrom),
-}
-
-/// The allocation whose disk `local`'s takes before its tasks first start (no task of it
-/// has started yet): its previous allocation, when the group's `ephemeral_disk` is sticky
-/// or migrates; from another node only when it migrates (the servers then said where).
-fn upstream_of(local: &LocalAlloc, group: &TaskGroup) -> Option<Upstream> {
-    let disk = group.ephemeral_disk.as_ref()?;
-    let previous = local.alloc.previous_allocation.to_string();
-    let fresh =
-        local.handles.is_empty() && local.task_states.values().all(|s| s.started_at.is_zero());
-    if !fresh || previous.is_empty() || !(disk.sticky || disk.migrate) {
-        return None;
-    }
-    match &local.migrate_from {
-        Some(from) if disk.migrate && from.alloc_id == previous => {
-            Some(Upstream::Elsewhere(from.clone()))
+/// Runs every hook's `phase`; errors are logged.
+async fn run_hooks(ctx: &AllocCtx, hooks: &[Box<dyn AllocHook>], phase: Phase) {
+    for hook in hooks {
+        let r = match phase {
+            Phase::Prerun => hook.prerun(ctx).await,
+            Phase::Update => hook.update(ctx).await,
+            Phase::PreKill => hook.pre_kill(ctx).await,
+            Phase::Postrun => hook.postrun(ctx).await,
+        };
+        if let Err(e) = r {
+            warn!(hook = hook.name(), ?phase, error = %e, "allocation hook failed");
         }
-        _ => Some(Upstream::Here(previous)),
     }
+}
+
+/// The allocation's run: prerun hooks, then the task runners (each hands itself in-place
+/// updates; the update hooks run here too), then, once every task is dead, postrun hooks.
+async fn run(
+    ctx: Arc<AllocCtx>,
+    hooks: Arc<[Box<dyn AllocHook>]>,
+    runners: Vec<(TaskRunner, tracing::Span)>,
+    mut updates: watch::Receiver<u64>,
+) {
+    run_hooks(&ctx, &hooks, Phase::Prerun).await;
+    let mut tasks = JoinSet::new();
+    for (runner, span) in runners {
+        tasks.spawn(runner.run().instrument(span));
+    }
+    updates.borrow_and_update();
+    let mut handle_held = true;
+    loop {
+        tokio::select! {
+            done = tasks.join_next() => match done {
+                None => break,
+                Some(Err(e)) => warn!(error = %e, "a task runner ended abnormally"),
+                Some(Ok(())) => {}
+            },
+            changed = updates.changed(), if handle_held => match changed {
+                Ok(()) => {
+                    debug!(job_modify_index = *updates.borrow_and_update(), "job updated in place");
+                    run_hooks(&ctx, &hooks, Phase::Update).await;
+                }
+                // The client let the allocation go: its stop is under way.
+                Err(_) => handle_held = false,
+            },
+        }
+    }
+    run_hooks(&ctx, &hooks, Phase::Postrun).await;
 }
 
 /// Why `local`'s tasks were being stopped when an earlier run of the client ended, if they
@@ -217,28 +201,27 @@ fn unfinished_stop(local: &LocalAlloc, group: &TaskGroup) -> Option<KillReason> 
     local.shutting_down.then_some(KillReason::Stopped)
 }
 
-/// Once a stop is asked: the allocation's services are withdrawn, the group's
-/// `shutdown_delay` waited out (while a task still runs), and every task killed.
-async fn stop_when_asked(
-    shared: Arc<Shared>,
-    alloc_id: String,
-    siblings: Arc<Siblings>,
-    delay: Duration,
-) {
+/// Once a stop is asked: the pre_kill hooks (the group's services withdrawn), the group's
+/// `shutdown_delay` as the job says now (while a task still runs), and every task killed.
+async fn stop_when_asked(ctx: Arc<AllocCtx>, hooks: Arc<[Box<dyn AllocHook>]>) {
     // The client asks it for every allocation it stops or forgets (an allocation it forgot
     // is gone from the state: its tasks are killed at once).
+    let siblings = &ctx.siblings;
     siblings.stop_asked.cancelled().await;
     let mut running = false;
-    shared.update_alloc_if(&alloc_id, |local| {
+    let mut delay = Duration::ZERO;
+    ctx.shared.update_alloc_if(&ctx.alloc_id, |local| {
         running = local
             .task_states
             .values()
             .any(|s| s.state == TaskStateValue::Running);
+        delay = Duration::from_nanos(local.group().map_or(0, |g| g.shutdown_delay));
         // Nothing to withdraw, nor to report, once every task is dead.
         let changed = !local.shutting_down && !local.finished();
         local.shutting_down |= changed;
         changed
     });
+    run_hooks(&ctx, &hooks, Phase::PreKill).await;
     if running && !delay.is_zero() && siblings.reason().waits_shutdown_delay() {
         debug!(delay = ?delay, reason = ?siblings.reason(), "waiting for the group's shutdown delay");
         tokio::time::sleep(delay).await;

@@ -18,6 +18,9 @@
 //!   allocation's directory is removed.
 //! - Every read is written to the file before the next read, so what a task wrote is in
 //!   `alloc/logs` within a poll interval.
+//! - An in-place update of the task's `logs` limits reaches a running collector without a
+//!   gap: the client writes them to `.<task>.logmon.limits` and sends SIGHUP
+//!   ([`Collector::reload`]); the collector reads the file and applies them to both streams.
 
 pub mod rotator;
 
@@ -27,6 +30,7 @@ use std::os::unix::ffi::OsStrExt;
 use std::os::unix::io::AsRawFd;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Mutex;
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
@@ -69,6 +73,11 @@ fn io_err(path: &Path) -> impl FnOnce(io::Error) -> LogmonError + '_ {
     }
 }
 
+/// The file a collector reads its new limits from when it gets SIGHUP.
+pub fn limits_path(logs_dir: &Path, task: &str) -> PathBuf {
+    logs_dir.join(format!(".{task}.logmon.limits"))
+}
+
 /// The FIFO a task's `stream` is written to.
 pub fn fifo_path(logs_dir: &Path, task: &str, stream: &str) -> PathBuf {
     logs_dir.join(format!(".{task}.{stream}.fifo"))
@@ -98,6 +107,11 @@ impl CollectorSpec {
         }
     }
 
+    /// Its limits: files kept per stream, bytes per file.
+    pub fn limits(&self) -> (u64, u64) {
+        (self.max_files, self.max_file_bytes)
+    }
+
     /// The arguments of `teamster logmon` that run this collector.
     pub fn args(&self) -> Vec<String> {
         vec![
@@ -123,6 +137,24 @@ impl Collector {
     /// Whether it still runs.
     pub fn alive(&self) -> bool {
         crate::util::procfs::start_ticks(self.pid) == Some(self.start_ticks)
+    }
+
+    /// Hands it `spec`'s limits: written to its limits file (whole, through a rename), then
+    /// SIGHUP. Its next write follows them.
+    pub fn reload(&self, spec: &CollectorSpec) -> Result<(), LogmonError> {
+        if !self.alive() {
+            return Err(LogmonError::Collector("not running".into()));
+        }
+        let path = limits_path(&spec.logs_dir, &spec.task);
+        let staged = path.with_extension("limits.new");
+        let (files, bytes) = spec.limits();
+        std::fs::write(&staged, format!("{files} {bytes}\n")).map_err(io_err(&staged))?;
+        std::fs::rename(&staged, &path).map_err(io_err(&path))?;
+        // SAFETY: kill(2) on a pid checked just above to be the collector.
+        if unsafe { libc::kill(self.pid, libc::SIGHUP) } != 0 {
+            return Err(io_err(&path)(io::Error::last_os_error()));
+        }
+        Ok(())
     }
 
     /// Asks it to drain its FIFOs and exit, and waits (a few seconds at most) until it has.
@@ -289,9 +321,30 @@ impl LogSinks {
 
 /// Set by SIGTERM in the collector process.
 static STOP: AtomicBool = AtomicBool::new(false);
+/// Set by SIGHUP in the collector process: read the limits file.
+static RELOAD: AtomicBool = AtomicBool::new(false);
+/// The limits the pumps follow, and how many times they were changed.
+static LIMITS: Mutex<(u64, u64, u64)> = Mutex::new((0, 0, 0));
 
 extern "C" fn on_term(_: libc::c_int) {
     STOP.store(true, Ordering::SeqCst);
+}
+
+extern "C" fn on_hup(_: libc::c_int) {
+    RELOAD.store(true, Ordering::SeqCst);
+}
+
+/// `files bytes`, as [`Collector::reload`] writes them.
+fn parse_limits(text: &str) -> Option<(u64, u64)> {
+    let mut it = text.split_whitespace().map(str::parse::<u64>);
+    match (it.next(), it.next(), it.next()) {
+        (Some(Ok(files)), Some(Ok(bytes)), None) if files > 0 && bytes > 0 => Some((files, bytes)),
+        _ => None,
+    }
+}
+
+fn limits() -> std::sync::MutexGuard<'static, (u64, u64, u64)> {
+    LIMITS.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 /// The collector process (`teamster logmon`): opens both FIFOs, says it is ready on its
@@ -304,8 +357,12 @@ pub fn run_collector(spec: &CollectorSpec) -> Result<(), LogmonError> {
             on_term as extern "C" fn(libc::c_int) as libc::sighandler_t,
         );
         libc::signal(libc::SIGINT, libc::SIG_IGN);
-        libc::signal(libc::SIGHUP, libc::SIG_IGN);
+        libc::signal(
+            libc::SIGHUP,
+            on_hup as extern "C" fn(libc::c_int) as libc::sighandler_t,
+        );
     }
+    *limits() = (spec.max_files, spec.max_file_bytes, 0);
     let mut pumps = Vec::new();
     for stream in STREAMS {
         let path = fifo_path(&spec.logs_dir, &spec.task, stream);
@@ -334,10 +391,21 @@ pub fn run_collector(spec: &CollectorSpec) -> Result<(), LogmonError> {
         .into_iter()
         .map(|(fifo, rotator, path)| std::thread::spawn(move || pump(fifo, rotator, &path)))
         .collect();
+    let limits_file = limits_path(&spec.logs_dir, &spec.task);
     while !STOP.load(Ordering::SeqCst) {
         if !logs_dir.is_dir() {
             STOP.store(true, Ordering::SeqCst);
             break;
+        }
+        if RELOAD.swap(false, Ordering::SeqCst) {
+            let read = std::fs::read_to_string(&limits_file);
+            match read.as_deref().ok().and_then(parse_limits) {
+                Some((files, bytes)) => {
+                    let mut l = limits();
+                    *l = (files, bytes, l.2 + 1);
+                }
+                None => eprintln!("{}: no limits to reload", limits_file.display()),
+            }
         }
         std::thread::sleep(POLL);
     }
@@ -371,7 +439,15 @@ fn pump(
 ) -> Result<(), LogmonError> {
     let fd = fifo.as_raw_fd();
     let mut buf = vec![0u8; READ_BYTES];
+    let mut generation = 0;
     loop {
+        let (files, bytes, now) = *limits();
+        if now != generation {
+            generation = now;
+            if let Err(e) = rotator.set_limits(files, bytes) {
+                eprintln!("{}: new limits: {e}", path.display());
+            }
+        }
         let stopping = STOP.load(Ordering::SeqCst);
         let mut pfd = libc::pollfd {
             fd,
@@ -429,6 +505,14 @@ mod tests {
         assert!(std::fs::metadata(&p).unwrap().file_type().is_fifo());
         // Without a reader, a task's end cannot be opened: the launch fails, it does not hang.
         assert!(open_for_task(tmp.path(), "web", "stdout").is_err());
+    }
+
+    #[test]
+    fn limits_are_two_positive_numbers() {
+        assert_eq!(parse_limits("3 1048576\n"), Some((3, 1 << 20)));
+        for bad in ["", "3", "0 10", "3 0", "3 10 1", "x 10"] {
+            assert_eq!(parse_limits(bad), None, "{bad:?}");
+        }
     }
 
     #[test]

@@ -75,6 +75,15 @@ impl Rotator {
         Ok(r)
     }
 
+    /// Keep `max_files` of `max_bytes` from now on (an in-place update of the task's
+    /// `logs`): files beyond the newest `max_files` are removed at once, and the current file
+    /// rotates once it reaches `max_bytes`.
+    pub fn set_limits(&mut self, max_files: u64, max_bytes: u64) -> io::Result<()> {
+        self.max_files = max_files.max(1);
+        self.max_bytes = max_bytes.max(1);
+        self.purge()
+    }
+
     /// The index of the file being written.
     pub fn index(&self) -> u64 {
         self.index
@@ -178,6 +187,31 @@ mod tests {
                 (7, "line 7\n".to_string()),
                 (8, "line 8\n".to_string()),
                 (9, "line 9\n".to_string())
+            ]
+        );
+    }
+
+    #[test]
+    fn new_limits_remove_the_files_beyond_them_at_once_and_rotate_at_the_new_size() {
+        let tmp = tempfile::tempdir().unwrap();
+        let mut r = Rotator::open(tmp.path(), "web.stdout", 5, 7).unwrap();
+        for i in 0..5 {
+            r.write(format!("line {i}\n").as_bytes()).unwrap();
+        }
+        assert_eq!(contents(tmp.path(), "web.stdout").len(), 5);
+        r.set_limits(2, 14).unwrap();
+        let kept: Vec<u64> = contents(tmp.path(), "web.stdout")
+            .iter()
+            .map(|f| f.0)
+            .collect();
+        assert_eq!(kept, [3, 4]);
+        // Two lines a file now, the current one included.
+        r.write(b"line 5\nline 6\nline 7\n").unwrap();
+        assert_eq!(
+            contents(tmp.path(), "web.stdout"),
+            vec![
+                (4, "line 4\nline 5\n".to_string()),
+                (5, "line 6\nline 7\n".to_string())
             ]
         );
     }

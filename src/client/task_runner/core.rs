@@ -21,6 +21,7 @@ pub struct TaskCore {
     kill_timeout: Duration,
     kill_signal: (&'static str, i32),
     shutdown_delay: Duration,
+    max_kill_timeout: Duration,
 }
 
 impl TaskCore {
@@ -33,20 +34,36 @@ impl TaskCore {
         max_kill_timeout: Duration,
         restarts: u64,
     ) -> TaskCore {
+        let mut core = TaskCore {
+            tracker: RestartTracker::new(policy, batch),
+            restarts,
+            kill_timeout: DEFAULT_KILL_TIMEOUT,
+            kill_signal: ("SIGTERM", libc::SIGTERM),
+            shutdown_delay: Duration::ZERO,
+            max_kill_timeout,
+        };
+        core.set_stop_rules(task);
+        core
+    }
+
+    fn set_stop_rules(&mut self, task: &Task) {
         let asked = if task.kill_timeout == 0 {
             DEFAULT_KILL_TIMEOUT
         } else {
             Duration::from_nanos(task.kill_timeout)
         };
-        let kill_signal =
+        self.kill_timeout = asked.min(self.max_kill_timeout);
+        self.kill_signal =
             crate::client::signal::parse(&task.kill_signal).unwrap_or(("SIGTERM", libc::SIGTERM));
-        TaskCore {
-            tracker: RestartTracker::new(policy, batch),
-            restarts,
-            kill_timeout: asked.min(max_kill_timeout),
-            kill_signal,
-            shutdown_delay: Duration::from_nanos(task.shutdown_delay),
-        }
+        self.shutdown_delay = Duration::from_nanos(task.shutdown_delay);
+    }
+
+    /// An in-place update brought `task` under `policy`: the next stop uses its kill signal,
+    /// timeout and shutdown delay, the next exit its restart policy (the restarts counted in
+    /// the current window stay counted).
+    pub fn update(&mut self, task: &Task, policy: &RestartPolicy) {
+        self.set_stop_rules(task);
+        self.tracker.set_policy(policy);
     }
 
     /// The wait between the kill signal and SIGKILL.

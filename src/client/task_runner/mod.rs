@@ -6,8 +6,11 @@
 //!  restored handle ─▶ prestart hooks (restore) ─▶ find the task again ─┐
 //!  none ─▶ Task Setup ─▶ prestart hooks ─▶ launch recorded ─▶ driver ──┴▶ Started ─▶ poststart
 //!  running ─▶ exit ─▶ exited hooks ─▶ restart policy ─▶ Restarting (delay) | dead
-//!          ─▶ kill ─▶ [sibling / leader event] ─▶ shutdown_delay ─▶ Killing ─▶ signal … ─▶ Killed
+//!          ─▶ kill ─▶ [sibling / leader event] ─▶ pre_kill hooks ─▶ shutdown_delay
+//!                 ─▶ Killing ─▶ signal … ─▶ Killed
 //!          ─▶ TaskControl: restart (not counted by the policy), check restart, signal
+//!  job updated in place (running, or waiting to restart) ─▶ the new task version (its stop
+//!          rules and restart policy from now on) ─▶ update hooks
 //!  dead ─▶ stop hooks (the log collector drains) ─▶ Dead ─▶ the allocation runner hears it
 //! ```
 //!
@@ -24,7 +27,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use teamster_storage::model::{TaskEvent, TaskState, TaskStateValue, Timestamp};
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, watch};
 use tracing::{debug, info, warn};
 
 use crate::client::driver::{self, RunningTask};
@@ -43,6 +46,8 @@ const RETRY_LAUNCH_LOOKUP: Duration = Duration::from_secs(1);
 pub struct TaskRunnerParts {
     /// Operators' requests.
     pub control: mpsc::Receiver<TaskControl>,
+    /// In-place updates of the job (its `JobModifyIndex`).
+    pub updates: watch::Receiver<u64>,
     /// The client.
     pub shared: Arc<Shared>,
     /// What the hooks see.
@@ -64,6 +69,7 @@ pub struct TaskRunnerParts {
 /// A task's runner.
 pub struct TaskRunner {
     control: mpsc::Receiver<TaskControl>,
+    updates: watch::Receiver<u64>,
     shared: Arc<Shared>,
     ctx: HookCtx,
     hooks: Vec<Box<dyn TaskHook>>,
@@ -80,6 +86,8 @@ pub struct TaskRunner {
 #[derive(Debug, Clone, Copy)]
 enum Phase {
     Poststart,
+    Update,
+    PreKill,
     Exited,
     Stop,
 }
@@ -92,8 +100,11 @@ impl TaskRunner {
             .iter()
             .map(|h| (h.name(), parts.hook_state.get(h.name()).cloned()))
             .collect();
+        let mut updates = parts.updates;
+        updates.borrow_and_update();
         TaskRunner {
             control: parts.control,
+            updates,
             shared: parts.shared,
             ctx: parts.ctx,
             hooks,
@@ -182,6 +193,8 @@ impl TaskRunner {
             let before = state.clone();
             let r = match phase {
                 Phase::Poststart => hook.poststart(&self.ctx, state).await,
+                Phase::Update => hook.update(&self.ctx, state).await,
+                Phase::PreKill => hook.pre_kill(&self.ctx, state).await,
                 Phase::Exited => hook.exited(&self.ctx, state).await,
                 Phase::Stop => hook.stop(&self.ctx, state).await,
             };
@@ -193,6 +206,29 @@ impl TaskRunner {
         if changed {
             self.save_hook_states();
         }
+    }
+
+    /// An in-place update of the job: the task's new version (interpolated again) from the
+    /// allocation as the client holds it, its stop rules and restart policy from now on, and
+    /// the update hooks. A restart later starts the new version.
+    async fn apply_update(&mut self) {
+        let index = *self.updates.borrow_and_update();
+        let found = {
+            let st = self.shared.state();
+            st.allocs.get(&self.ctx.alloc_id).and_then(|local| {
+                let group = local.group()?;
+                let task = group.tasks.iter().find(|t| t.name == self.ctx.task.name)?;
+                let policy = group.task_restart_policy(task).unwrap_or_default();
+                Some((self.shared.prepared_task(local, task).0, policy))
+            })
+        };
+        let Some((task, policy)) = found else {
+            return;
+        };
+        debug!(job_modify_index = index, "task updated in place");
+        self.core.update(&task, &policy);
+        self.ctx.task = task;
+        self.run_phase(Phase::Update).await;
     }
 
     /// The task runs (started at `at`, Unix nanoseconds) under `handle`: its state, a
@@ -320,6 +356,10 @@ impl TaskRunner {
         match found {
             Some(running) => {
                 info!("re-attached to a running task");
+                // Its services again, unless a stop was under way when the client left.
+                if !self.siblings.stop_asked.is_cancelled() {
+                    self.run_phase(Phase::Poststart).await;
+                }
                 Found::Running(Box::new(running))
             }
             None => Found::Ended,
@@ -335,6 +375,9 @@ impl TaskRunner {
             let ev = event(self.now(), "Killed", "Task killed before it started".into());
             self.dead(false, ev).await;
             return None;
+        }
+        if self.updates.has_changed().unwrap_or(false) {
+            self.apply_update().await;
         }
         let now = self.now();
         self.push(event(now, "Task Setup", "Building Task Directory".into()));
@@ -436,6 +479,7 @@ impl TaskRunner {
                     self.kill(&mut running).await;
                     return false;
                 }
+                Ok(()) = self.updates.changed() => self.apply_update().await,
                 control = self.control.recv(), if control_open => match control {
                     None => control_open = false,
                     Some(TaskControl::Signal { name, signal, reply }) => {
@@ -469,9 +513,10 @@ impl TaskRunner {
         }
     }
 
-    /// The allocation's tasks are being killed: the reason's event, the shutdown delay (the
-    /// allocation runner has withdrawn the services), `Killing`, the signal, `Killed`.
+    /// The allocation's tasks are being killed: the pre_kill hooks (the task's services
+    /// withdrawn), the reason's event, the shutdown delay, `Killing`, the signal, `Killed`.
     async fn kill(&mut self, running: &mut RunningTask) {
+        self.run_phase(Phase::PreKill).await;
         let (events, delay) = self.core.kill_plan(&self.siblings.reason(), self.now());
         for ev in events {
             self.push(ev);
@@ -603,6 +648,7 @@ impl TaskRunner {
                             self.dead(false, ev).await;
                             return false;
                         }
+                        Ok(()) = self.updates.changed() => self.apply_update().await,
                         Some(control) = self.control.recv() => {
                             let (TaskControl::Restart { reply }
                             | TaskControl::CheckRestart { reply, .. }

@@ -1,23 +1,54 @@
-//! The health watcher's shell, beside the task runners of a service job's allocation: it
-//! steps the allocation's [`HealthWatch`] on every change of the allocation and at the time
-//! the watch asks to look again, and records a verdict (with its `Alloc Unhealthy` task
-//! events) as a change the updater reports.
+//! The `alloc_health_watcher` hook: beside the task runners of a service job's allocation
+//! (neither deployments nor migrations judge other jobs' allocations), from when its tasks
+//! may start (after the upstream-allocation hook, as Nomad's), it steps the allocation's
+//! [`HealthWatch`] on every change of the allocation and at the time the watch asks to look
+//! again, and records a verdict (with its `Alloc Unhealthy` task events) as a change the
+//! updater reports. Joining a new deployment (an in-place update) is judged again by the
+//! same watcher.
 
 use std::sync::Arc;
 use std::time::Duration;
 
-use teamster_storage::model::{DeploymentId, Timestamp};
+use futures::future::BoxFuture;
+use teamster_storage::model::{DeploymentId, JobType, Timestamp};
 use tokio_util::sync::CancellationToken;
-use tracing::{debug, info};
+use tracing::{debug, info, Instrument};
 
+use super::{AllocCtx, AllocHook, AllocHookError};
 use crate::client::health::{HealthWatch, Step, Verdict, ALLOC_UNHEALTHY};
 use crate::client::shared::Shared;
 use crate::client::types::{event, push_event, JudgedHealth, LocalAlloc};
 
+/// The `alloc_health_watcher` hook.
+#[derive(Debug)]
+pub struct HealthWatcher;
+
+impl AllocHook for HealthWatcher {
+    fn name(&self) -> &'static str {
+        "alloc_health_watcher"
+    }
+
+    fn prerun<'a>(&'a self, ctx: &'a AllocCtx) -> BoxFuture<'a, Result<(), AllocHookError>> {
+        let judged = ctx.with_local(|l| l.job.job_type == JobType::Service) == Some(true);
+        if judged {
+            let span = tracing::info_span!("alloc_health", alloc_id = %ctx.alloc_id);
+            tokio::spawn(
+                watch_health(
+                    ctx.shared.clone(),
+                    ctx.alloc_id.clone(),
+                    ctx.siblings.stop_asked.clone(),
+                )
+                .instrument(span),
+            );
+        }
+        Box::pin(async { Ok(()) })
+    }
+}
+
 /// The health watcher's shell: step the allocation's [`HealthWatch`] on every change of the
 /// allocation (and when it asks to look again), record its verdicts. Ends once the
 /// allocation is gone, stopped or finished.
-pub(super) async fn watch_health(shared: Arc<Shared>, alloc_id: String, stop: CancellationToken) {
+async fn watch_health(shared: Arc<Shared>, alloc_id: String, stop: CancellationToken) {
     let mut changes = shared.alloc_changes.subscribe();
     let mut watch = HealthWatch::new();
     let mut watching: Option<DeploymentId> = None;

@@ -1,10 +1,7 @@
-//! Allocation hooks: the work around an allocation's run as a whole, before its tasks
-//! start. Nomad's order is directory, network namespace, upstream-allocation migration,
-//! group services and checks. teamster runs the directory hook ([`prerun`]) and, for a
-//! sticky or migrating `ephemeral_disk`, the upstream-allocation hook: on this node
-//! ([`take_previous_disk`]) or from another one ([`fetch_previous_disk`]). Its group
-//! services and checks are kept by the client's service loop from the allocation's state,
-//! and the network hook comes with bridge networking.
+//! The upstream-allocation hook: before the tasks of a replacement with a sticky or
+//! migrating `ephemeral_disk` first start, it takes its previous allocation's `alloc/data`
+//! and tasks' `local/`: on this node ([`take_previous_disk`]) or from another one
+//! ([`fetch_previous_disk`]).
 
 use std::time::Duration;
 
@@ -12,8 +9,13 @@ use tokio::io::AsyncWriteExt;
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
-use crate::client::allocdir::{AllocDir, AllocDirError};
+use futures::future::BoxFuture;
+use teamster_storage::model::TaskGroup;
+
+use super::{AllocCtx, AllocHook, AllocHookError};
+use crate::client::allocdir::AllocDir;
 use crate::client::shared::Shared;
+use crate::client::types::LocalAlloc;
 use crate::rpc::service::node::MigrateFrom;
 
 /// How often the previous node is asked again while its allocation still runs.
@@ -23,10 +25,68 @@ const UNREACHABLE_TRIES: u32 = 5;
 /// How long one request for the previous allocation's data may take.
 const FETCH_TIMEOUT: Duration = Duration::from_secs(600);
 
-/// Runs the allocation hooks before the tasks start: builds the allocation directory
-/// (`alloc/{data,logs,tmp}`).
-pub fn prerun(dir: &AllocDir) -> Result<(), AllocDirError> {
-    dir.build()
+/// The `upstream_allocs` hook.
+#[derive(Debug)]
+pub struct UpstreamAllocs;
+
+impl AllocHook for UpstreamAllocs {
+    fn name(&self) -> &'static str {
+        "upstream_allocs"
+    }
+
+    fn prerun<'a>(&'a self, ctx: &'a AllocCtx) -> BoxFuture<'a, Result<(), AllocHookError>> {
+        Box::pin(async move {
+            let found = ctx.with_local(|local| {
+                let group = local.group()?;
+                let disk_bytes = group
+                    .ephemeral_disk
+                    .as_ref()
+                    .map_or(0, |d| d.size_mb.saturating_mul(1 << 20));
+                Some((upstream_of(local, group)?, local.task_names(), disk_bytes))
+            });
+            let Some((upstream, tasks, disk_bytes)) = found.flatten() else {
+                return Ok(());
+            };
+            let stop = &ctx.siblings.stop_asked;
+            match upstream {
+                Upstream::Here(previous) => {
+                    take_previous_disk(&ctx.shared, &previous, &ctx.alloc_dir, &tasks, stop).await
+                }
+                Upstream::Elsewhere(from) => {
+                    fetch_previous_disk(&from, &ctx.alloc_dir, &tasks, disk_bytes, stop).await
+                }
+            }
+            Ok(())
+        })
+    }
+}
+
+/// Where an allocation's kept disk comes from.
+enum Upstream {
+    /// Its previous allocation on this node.
+    Here(String),
+    /// Its previous allocation on another node.
+    Elsewhere(MigrateFrom),
+}
+
+/// The allocation whose disk `local`'s takes before its tasks first start (no task of it
+/// has started yet): its previous allocation, when the group's `ephemeral_disk` is sticky
+/// or migrates; from another node only when it migrates (the servers then said where).
+/// Only on its first start: a client restarted later finds it done.
+fn upstream_of(local: &LocalAlloc, group: &TaskGroup) -> Option<Upstream> {
+    let disk = group.ephemeral_disk.as_ref()?;
+    let previous = local.alloc.previous_allocation.to_string();
+    let fresh =
+        local.handles.is_empty() && local.task_states.values().all(|s| s.started_at.is_zero());
+    if !fresh || previous.is_empty() || !(disk.sticky || disk.migrate) {
+        return None;
+    }
+    match &local.migrate_from {
+        Some(from) if disk.migrate && from.alloc_id == previous => {
+            Some(Upstream::Elsewhere(from.clone()))
+        }
+        _ => Some(Upstream::Here(previous)),
+    }
 }
 
 /// The upstream-allocation hook of a sticky disk: once `previous` (the allocation this one

@@ -1,9 +1,11 @@
 //! Starts the task's log collector ([`crate::client::logmon`]) before the task starts, finds
 //! it again after a client restart (or starts a new one that continues the newest file), and
-//! stops it once the task is dead for good. A task with `logs { disabled = true }`, or whose
+//! stops it once the task is dead for good. An in-place update of the `logs` limits is
+//! handed to the running collector ([`Collector::reload`]). A task with `logs { disabled = true }`, or whose
 //! driver writes no output (`mock`), writes to nothing and has no collector.
 
 use futures::future::BoxFuture;
+use serde::{Deserialize, Serialize};
 use tracing::{info, warn};
 
 use super::{HookCtx, HookError, HookState, Prepared, TaskHook};
@@ -19,10 +21,25 @@ fn collects(ctx: &HookCtx) -> bool {
     !disabled && ctx.task.driver != "mock"
 }
 
-fn recorded(state: &HookState) -> Option<Collector> {
+/// What the hook keeps: the collector, and the limits it follows (`None`: as it was started,
+/// by an earlier version that did not record them).
+#[derive(Debug, Serialize, Deserialize)]
+struct Recorded {
+    #[serde(flatten)]
+    collector: Collector,
+    #[serde(default)]
+    limits: Option<(u64, u64)>,
+}
+
+fn recorded(state: &HookState) -> Option<Recorded> {
     state
         .as_ref()
         .and_then(|v| serde_json::from_value(v.clone()).ok())
+}
+
+fn spec_of(ctx: &HookCtx) -> CollectorSpec {
+    let config = ctx.task.log_config.clone().unwrap_or_default();
+    CollectorSpec::new(&ctx.alloc_dir.logs(), &ctx.task.name, &config)
 }
 
 impl TaskHook for LogmonHook {
@@ -46,18 +63,46 @@ impl TaskHook for LogmonHook {
                 logs_dir: logs_dir.clone(),
                 task: ctx.task.name.clone(),
             };
-            if recorded(state).is_some_and(|c| c.alive()) {
+            if recorded(state).is_some_and(|r| r.collector.alive()) {
                 prepared.logs = sinks;
-                return Ok(());
+                // The job may have changed in place while the client was away.
+                return self.update(ctx, state).await;
             }
-            let config = ctx.task.log_config.clone().unwrap_or_default();
-            let spec = CollectorSpec::new(&logs_dir, &ctx.task.name, &config);
+            let spec = spec_of(ctx);
             let collector = logmon::start(&ctx.program, &spec)
                 .await
                 .map_err(|e| HookError::recoverable(self.name(), e.to_string()))?;
             info!(pid = collector.pid, "log collector started");
-            *state = serde_json::to_value(collector).ok();
+            let kept = Recorded {
+                collector,
+                limits: Some(spec.limits()),
+            };
+            *state = serde_json::to_value(kept).ok();
             prepared.logs = sinks;
+            Ok(())
+        })
+    }
+
+    fn update<'a>(
+        &'a self,
+        ctx: &'a HookCtx,
+        state: &'a mut HookState,
+    ) -> BoxFuture<'a, Result<(), HookError>> {
+        Box::pin(async move {
+            let Some(mut kept) = recorded(state) else {
+                return Ok(());
+            };
+            let spec = spec_of(ctx);
+            if !collects(ctx) || kept.limits == Some(spec.limits()) || !kept.collector.alive() {
+                // A collector started later reads the task's new `logs` from its arguments.
+                return Ok(());
+            }
+            kept.collector
+                .reload(&spec)
+                .map_err(|e| HookError::recoverable(self.name(), e.to_string()))?;
+            info!(pid = kept.collector.pid, limits = ?spec.limits(), "log collector given new limits");
+            kept.limits = Some(spec.limits());
+            *state = serde_json::to_value(kept).ok();
             Ok(())
         })
     }
@@ -68,7 +113,7 @@ impl TaskHook for LogmonHook {
         state: &'a mut HookState,
     ) -> BoxFuture<'a, Result<(), HookError>> {
         Box::pin(async move {
-            if let Some(collector) = recorded(state) {
+            if let Some(Recorded { collector, .. }) = recorded(state) {
                 collector.stop().await;
                 if collector.alive() {
                     warn!(

@@ -3,8 +3,11 @@
 //!
 //! ```text
 //!  prestart (before every start, and when a restarted client finds the task again):
-//!    validate ─▶ task_dir ─▶ logmon ─▶ dispatch_payload
-//!  poststart (the task runs) · exited (after each exit) · stop (the task is dead for good)
+//!    validate ─▶ task_dir ─▶ logmon ─▶ dispatch_payload ─▶ services
+//!  poststart (the task runs, or was found running after a client restart)
+//!  update (an in-place update of the job: `ctx.task` is the new version)
+//!  pre_kill (the task is about to be killed, before its shutdown_delay)
+//!  exited (after each exit) · stop (the task is dead for good)
 //! ```
 //!
 //! A hook keeps what it must find again after a client restart in its [`HookState`], which
@@ -15,6 +18,7 @@
 
 pub mod dispatch_payload;
 pub mod logmon;
+pub mod services;
 pub mod task_dir;
 pub mod validate;
 
@@ -25,6 +29,7 @@ use teamster_storage::model::Task;
 
 use crate::client::allocdir::{AllocDir, TaskDir};
 use crate::client::logmon::LogSinks;
+use crate::client::shared::Registrations;
 
 /// Why a hook failed.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -77,6 +82,8 @@ pub struct HookCtx {
     /// A dispatched child's payload (tasks with a `dispatch_payload` block), or why it could
     /// not be read.
     pub payload: Option<Result<Vec<u8>, String>>,
+    /// Where the task's services are registered.
+    pub services: Registrations,
 }
 
 /// What prestart hooks hand the driver.
@@ -119,6 +126,25 @@ pub trait TaskHook: Send + Sync {
         Box::pin(async { Ok(()) })
     }
 
+    /// An in-place update of the job: `ctx.task` is the task's new version (the task keeps
+    /// running).
+    fn update<'a>(
+        &'a self,
+        _ctx: &'a HookCtx,
+        _state: &'a mut HookState,
+    ) -> BoxFuture<'a, Result<(), HookError>> {
+        Box::pin(async { Ok(()) })
+    }
+
+    /// The task is about to be killed: before its `shutdown_delay` and the signal.
+    fn pre_kill<'a>(
+        &'a self,
+        _ctx: &'a HookCtx,
+        _state: &'a mut HookState,
+    ) -> BoxFuture<'a, Result<(), HookError>> {
+        Box::pin(async { Ok(()) })
+    }
+
     /// The task exited (it may be started again).
     fn exited<'a>(
         &'a self,
@@ -145,5 +171,6 @@ pub fn task_hooks() -> Vec<Box<dyn TaskHook>> {
         Box::new(task_dir::TaskDirHook),
         Box::new(logmon::LogmonHook),
         Box::new(dispatch_payload::DispatchPayload),
+        Box::new(services::ServicesHook),
     ]
 }
