@@ -81,6 +81,7 @@ const CLIENT_PARTS: &[(&str, u32)] = &[
     ("pty", 0),
     ("servers", 0),
     ("taskenv", 0),
+    ("lifecycle", 0),
     ("logmon", 0),
     ("stats", 0),
     ("restart", 1),

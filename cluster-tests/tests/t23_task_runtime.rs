@@ -11,7 +11,10 @@
 //! - a task's `secrets/` is listed but never read through the file API, a symlink to it
 //!   neither, and a missing file is a bad request;
 //! - an in-place update reaches the running allocation's hooks: its log collector keeps the
-//!   new `max_files` at once, and its group service carries the new tags.
+//!   new `max_files` at once, and its group service carries the new tags;
+//! - `lifecycle`: a prestart task's file is read by the main task, which starts only after
+//!   it; a prestart sidecar outlives a restart of the main task and is stopped after it;
+//!   a poststop task runs once the others are dead.
 
 use std::collections::BTreeSet;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -636,6 +639,120 @@ async fn an_in_place_update_reaches_the_running_log_collector_and_services() -> 
             .count(),
         1
     );
+    Ok(())
+}
+
+fn count_events(alloc: &Value, task: &str, kind: &str) -> usize {
+    events(alloc, task)
+        .iter()
+        .filter(|e| e["Type"] == kind)
+        .count()
+}
+
+#[tokio::test]
+async fn lifecycle_tasks_run_in_nomad_s_order() -> anyhow::Result<()> {
+    teamster_cluster_tests::init_test_tracing();
+    let ip = dev_ip_at(36);
+    let log = tempfile::NamedTempFile::new()?;
+    let (_agent, api) = dev_agent(&ip, &log).await?;
+    let task = |name: &str, lifecycle: Value, script: &str| {
+        json!({
+            "Name": name, "Driver": "raw_exec", "KillTimeout": 1_000_000_000u64,
+            "Lifecycle": lifecycle,
+            "Config": {"command": "/bin/sh", "args": ["-c", script]},
+            "Resources": {"CPU": 10, "MemoryMB": 10}
+        })
+    };
+    let job = json!({
+        "ID": "ordered", "Type": "service", "Datacenters": ["dc1"],
+        "TaskGroups": [{"Name": "g", "Count": 1, "Tasks": [
+            task("init", json!({"Hook": "prestart"}),
+                 "sleep 1; echo ready > \"$NOMAD_ALLOC_DIR/data/ready\""),
+            task("proxy", json!({"Hook": "prestart", "Sidecar": true}), "exec sleep 600"),
+            task("main", Value::Null,
+                 "cat \"$NOMAD_ALLOC_DIR/data/ready\" && exec sleep 600"),
+            task("cleanup", json!({"Hook": "poststop"}),
+                 "echo cleaned > \"$NOMAD_ALLOC_DIR/data/cleaned\"")
+        ]}]
+    });
+    register(&api, job).await?;
+    let alloc = wait_job_alloc(
+        &api,
+        "ordered",
+        "the main task running",
+        Duration::from_secs(30),
+        |a| a["TaskStates"]["main"]["State"] == "running",
+    )
+    .await?;
+    let id = alloc["ID"].as_str().unwrap_or_default().to_string();
+    assert_eq!(alloc["TaskStates"]["init"]["State"], "dead");
+    assert_eq!(alloc["TaskStates"]["init"]["Failed"], false);
+    assert_eq!(alloc["TaskStates"]["proxy"]["State"], "running");
+    assert_eq!(alloc["TaskStates"]["cleanup"]["State"], "pending");
+    let init_done = event_time(&alloc, "init", "Terminated").unwrap_or(i64::MAX);
+    let main_started = event_time(&alloc, "main", "Started").unwrap_or(0);
+    assert!(
+        main_started >= init_done,
+        "the main task started before init ended"
+    );
+    let read = wait_for(
+        Duration::from_secs(10),
+        "the main task's output",
+        || async {
+            cat(&api, &id, "alloc/logs/main.stdout.0")
+                .await
+                .ok()
+                .filter(|t| !t.is_empty())
+        },
+    )
+    .await?;
+    assert_eq!(read, "ready\n");
+
+    // The main task restarted: the sidecar runs on, the prestart task does not run again.
+    api.request::<Value, Value>(
+        reqwest::Method::POST,
+        &format!("/v1/client/allocation/{id}/restart"),
+        Some(&json!({"TaskName": "main"})),
+    )
+    .await?;
+    let restarted = wait_job_alloc(
+        &api,
+        "ordered",
+        "the main task restarted",
+        Duration::from_secs(30),
+        |a| {
+            a["TaskStates"]["main"]["Restarts"] == 1
+                && a["TaskStates"]["main"]["State"] == "running"
+        },
+    )
+    .await?;
+    assert_eq!(count_events(&restarted, "proxy", "Started"), 1);
+    assert_eq!(count_events(&restarted, "init", "Started"), 1);
+
+    // Stopped: the main task, then the sidecar, then the poststop task.
+    api.request::<(), Value>(reqwest::Method::DELETE, "/v1/job/ordered", None)
+        .await?;
+    let stopped = wait_job_alloc(
+        &api,
+        "ordered",
+        "every task dead",
+        Duration::from_secs(30),
+        |a| {
+            ["init", "proxy", "main", "cleanup"]
+                .iter()
+                .all(|t| a["TaskStates"][t]["State"] == "dead")
+        },
+    )
+    .await?;
+    let at = |task: &str, kind: &str| {
+        event_time(&stopped, task, kind)
+            .ok_or_else(|| anyhow::anyhow!("{task}: no {kind}: {:?}", event_types(&stopped, task)))
+    };
+    assert!(at("proxy", "Killing")? >= at("main", "Killed")?);
+    assert!(at("cleanup", "Started")? >= at("proxy", "Killed")?);
+    assert_eq!(stopped["TaskStates"]["cleanup"]["Failed"], false);
+    let cleaned = cat(&api, &id, "alloc/data/cleaned").await?;
+    assert_eq!(cleaned, "cleaned\n");
     Ok(())
 }
 

@@ -4,6 +4,8 @@
 //! `/v1/client/allocation/:id/stats`. With `-stats` the detailed memory and CPU figures
 //! follow, each table holding only what the task's driver measures.
 
+use std::collections::BTreeMap;
+
 use anyhow::Context;
 use clap::Args;
 use serde_json::Value;
@@ -56,15 +58,18 @@ pub async fn status(args: StatusArgs) -> anyhow::Result<()> {
     let Some(states) = a["TaskStates"].as_object().filter(|m| !m.is_empty()) else {
         return Ok(());
     };
-    let mut rows = vec![["Task", "State", "Failed", "Restarts"]
+    let lifecycles = lifecycles(&a);
+    let states = in_lifecycle_order(states, &lifecycles);
+    let mut rows = vec![["Task", "State", "Failed", "Restarts", "Lifecycle"]
         .map(String::from)
         .to_vec()];
-    for (task, s) in states {
+    for &(task, s) in &states {
         rows.push(vec![
             task.clone(),
             text(&s["State"]),
             text(&s["Failed"]),
             text(&s["Restarts"]),
+            lifecycle_name(lifecycles.get(task)),
         ]);
     }
     println!();
@@ -86,9 +91,13 @@ pub async fn status(args: StatusArgs) -> anyhow::Result<()> {
     } else {
         None
     };
-    for (task, s) in states {
+    for &(task, s) in &states {
         println!();
-        println!("Task {task:?} is {:?}", text(&s["State"]));
+        let indicator = match lifecycles.get(task) {
+            Some(lc) => format!(" ({})", lifecycle_name(Some(lc))),
+            None => String::new(),
+        };
+        println!("Task {task:?}{indicator} is {:?}", text(&s["State"]));
         let task_usage = usage
             .as_ref()
             .map(|u| &u["Tasks"][task]["ResourceUsage"])
@@ -223,10 +232,86 @@ fn describe(e: &Value) -> String {
     }
 }
 
+/// The `Lifecycle` block of each task of the allocation's group that has one.
+fn lifecycles(alloc: &Value) -> BTreeMap<String, Value> {
+    let group = alloc["TaskGroup"].as_str().unwrap_or_default();
+    alloc["Job"]["TaskGroups"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|g| g["Name"] == group)
+        .flat_map(|g| g["Tasks"].as_array().cloned().unwrap_or_default())
+        .filter(|t| {
+            t["Lifecycle"]["Hook"]
+                .as_str()
+                .is_some_and(|h| !h.is_empty())
+        })
+        .filter_map(|t| Some((t["Name"].as_str()?.to_string(), t["Lifecycle"].clone())))
+        .collect()
+}
+
+/// Nomad's name of a lifecycle: `prestart`, `poststart sidecar`, `main` without one.
+fn lifecycle_name(lifecycle: Option<&Value>) -> String {
+    match lifecycle {
+        None => "main".into(),
+        Some(lc) => {
+            let hook = lc["Hook"].as_str().unwrap_or_default();
+            if lc["Sidecar"] == true {
+                format!("{hook} sidecar")
+            } else {
+                hook.to_string()
+            }
+        }
+    }
+}
+
+/// The tasks as Nomad lists them: lifecycle tasks first (those that complete before the
+/// sidecars), then the main tasks, each by name.
+fn in_lifecycle_order<'a>(
+    states: &'a serde_json::Map<String, Value>,
+    lifecycles: &BTreeMap<String, Value>,
+) -> Vec<(&'a String, &'a Value)> {
+    let mut out: Vec<(&String, &Value)> = states.iter().collect();
+    out.sort_by_key(|(task, _)| match lifecycles.get(*task) {
+        Some(lc) if lc["Sidecar"] != true => 0,
+        Some(_) => 1,
+        None => 2,
+    });
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn tasks_are_listed_and_named_by_lifecycle_as_nomad_lists_them() {
+        let alloc = json!({
+            "TaskGroup": "g",
+            "Job": {"TaskGroups": [{"Name": "g", "Tasks": [
+                {"Name": "a-web"},
+                {"Name": "b-proxy", "Lifecycle": {"Hook": "prestart", "Sidecar": true}},
+                {"Name": "c-init", "Lifecycle": {"Hook": "prestart", "Sidecar": false}},
+                {"Name": "d-plain", "Lifecycle": null}
+            ]}]}
+        });
+        let lifecycles = lifecycles(&alloc);
+        let states: serde_json::Map<String, Value> = ["a-web", "b-proxy", "c-init", "d-plain"]
+            .iter()
+            .map(|t| (t.to_string(), json!({})))
+            .collect();
+        let order: Vec<&str> = in_lifecycle_order(&states, &lifecycles)
+            .iter()
+            .map(|(t, _)| t.as_str())
+            .collect();
+        assert_eq!(order, ["c-init", "b-proxy", "a-web", "d-plain"]);
+        let names: Vec<String> = order
+            .iter()
+            .map(|t| lifecycle_name(lifecycles.get(*t)))
+            .collect();
+        assert_eq!(names, ["prestart", "prestart sidecar", "main", "main"]);
+    }
 
     #[test]
     fn task_resources_show_used_of_given() {

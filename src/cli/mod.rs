@@ -119,6 +119,9 @@ pub struct LogmonArgs {
     /// Bytes per file.
     #[arg(long)]
     max_file_bytes: u64,
+    /// Where new limits are read from on SIGHUP.
+    #[arg(long)]
+    limits_file: Option<std::path::PathBuf>,
 }
 
 /// Every long flag name of `cmd` and its subcommands.
@@ -238,6 +241,7 @@ pub fn main() -> ExitCode {
                 task: args.task,
                 max_files: args.max_files,
                 max_file_bytes: args.max_file_bytes,
+                limits_file: args.limits_file,
             };
             match crate::client::logmon::run_collector(&spec) {
                 Ok(()) => ExitCode::SUCCESS,

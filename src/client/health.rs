@@ -109,6 +109,28 @@ impl HealthPolicy {
     }
 }
 
+/// The states of the tasks that judge `local`'s health, as Nomad's tracker picks them:
+/// poststop tasks wait for the others to end and are left out, and so are prestart and
+/// poststart tasks (sidecars too) that completed successfully; a failed one makes the
+/// allocation unhealthy, and one still running counts like a main task.
+pub fn judged_tasks(local: &LocalAlloc) -> BTreeMap<String, TaskState> {
+    let Some(group) = local.group() else {
+        return local.task_states.clone();
+    };
+    local
+        .task_states
+        .iter()
+        .filter(|(name, state)| {
+            let Some(task) = group.tasks.iter().find(|t| &t.name == *name) else {
+                return true;
+            };
+            let completed = state.state == TaskStateValue::Dead && !state.failed;
+            !(task.is_poststop() || (!task.is_main() && completed))
+        })
+        .map(|(name, state)| (name.clone(), state.clone()))
+        .collect()
+}
+
 /// What the tracker sees of an allocation at one moment.
 #[derive(Debug, Clone, Copy)]
 pub struct AllocView<'a> {
@@ -427,7 +449,9 @@ impl HealthWatch {
         let Some(tracker) = &self.tracker else {
             return Step::Idle;
         };
+        let states = judged_tasks(local);
         let view = AllocView {
+            task_states: &states,
             checks_passing_since: checks,
             ..AllocView::of(local, stopping)
         };

@@ -42,6 +42,7 @@ pub mod docker;
 pub mod driver;
 pub mod fingerprint;
 pub mod health;
+pub mod lifecycle;
 pub mod logmon;
 pub mod ops;
 pub mod pty;
@@ -1152,6 +1153,202 @@ mod tests {
         handle.restart("a1", None, true).await.unwrap();
         tokio::time::sleep(Duration::from_secs(1)).await;
         assert_eq!(sh.state().allocs["a1"].task_states["t"].restarts, 3);
+    }
+
+    /// An allocation of `tasks` (name, lifecycle hook, sidecar, mock run time, exit code),
+    /// no restarts allowed.
+    fn lifecycle_alloc(job_type: JobType, tasks: &[(&str, &str, bool, &str, i64)]) -> LocalAlloc {
+        let template = mock_alloc("1h", 0, 0, job_type);
+        let mut job = template.job.clone();
+        job.task_groups_mut()[0].tasks = tasks
+            .iter()
+            .map(|(name, hook, sidecar, run_for, exit_code)| {
+                let mut task = Task {
+                    name: name.to_string(),
+                    driver: "mock".into(),
+                    lifecycle: (!hook.is_empty()).then(|| teamster_storage::model::TaskLifecycle {
+                        hook: hook.to_string(),
+                        sidecar: *sidecar,
+                    }),
+                    ..Task::default()
+                };
+                task.config.insert("run_for".into(), (*run_for).into());
+                task.config
+                    .insert("exit_code".into(), ConfigValue::Int(*exit_code));
+                task
+            })
+            .collect();
+        LocalAlloc::received(template.alloc, job, 0)
+    }
+
+    fn state_of(sh: &Arc<Shared>, task: &str) -> TaskStateValue {
+        sh.state().allocs["a1"].task_states[task].state
+    }
+
+    fn first_event(l: &LocalAlloc, task: &str, kind: &str) -> Option<i64> {
+        l.task_states[task]
+            .events
+            .iter()
+            .find(|e| e.event_type == kind)
+            .map(|e| e.time)
+    }
+
+    async fn wait_finished(sh: &Arc<Shared>) -> LocalAlloc {
+        for _ in 0..10_000 {
+            if sh.state().allocs["a1"].finished() {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        sh.state().allocs["a1"].clone()
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn prestart_tasks_complete_before_the_main_task_and_poststop_runs_after_the_stop() {
+        use TaskStateValue::{Dead, Pending, Running};
+        let dir = tempfile::tempdir().unwrap();
+        let sh = shared(dir.path());
+        start_alloc(
+            &sh,
+            &lifecycle_alloc(
+                JobType::Service,
+                &[
+                    ("init", "prestart", false, "3s", 0),
+                    ("proxy", "prestart", true, "1h", 0),
+                    ("web", "", false, "1h", 0),
+                    ("warm", "poststart", false, "2s", 0),
+                    ("cleanup", "poststop", false, "1s", 0),
+                ],
+            ),
+        );
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        let now: Vec<_> = ["init", "proxy", "web", "warm", "cleanup"]
+            .iter()
+            .map(|t| state_of(&sh, t))
+            .collect();
+        assert_eq!(now, [Running, Running, Pending, Pending, Pending]);
+        // The init task completed at 3 s: the main task runs, then the poststart task.
+        tokio::time::sleep(Duration::from_secs(3)).await;
+        assert_eq!(state_of(&sh, "init"), Dead);
+        assert_eq!(state_of(&sh, "web"), Running);
+        assert_eq!(state_of(&sh, "warm"), Running);
+        tokio::time::sleep(Duration::from_secs(3)).await;
+        let l = sh.state().allocs["a1"].clone();
+        assert_eq!(l.task_states["warm"].state, Dead);
+        assert!(!l.task_states["warm"].failed);
+        assert_eq!(l.client_status, ClientStatus::Running);
+        assert!(first_event(&l, "web", "Started") >= first_event(&l, "init", "Terminated"));
+        assert_eq!(state_of(&sh, "cleanup"), Pending);
+
+        // Stopped: the main task and the sidecar are killed, then the poststop task runs.
+        lock(&sh.runners)["a1"].cancel();
+        let done = wait_finished(&sh).await;
+        assert_eq!(done.client_status, ClientStatus::Complete, "{done:?}");
+        let cleanup_started = first_event(&done, "cleanup", "Started").expect("poststop ran");
+        for task in ["web", "proxy"] {
+            assert!(
+                first_event(&done, task, "Killed") <= Some(cleanup_started),
+                "{task}"
+            );
+        }
+        assert!(first_event(&done, "cleanup", "Terminated").is_some());
+        // The completed ephemeral tasks never ran twice.
+        for task in ["init", "warm"] {
+            let starts = done.task_states[task]
+                .events
+                .iter()
+                .filter(|e| e.event_type == "Started")
+                .count();
+            assert_eq!(starts, 1, "{task}");
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn sidecars_stop_once_the_main_tasks_are_done_and_a_failed_prestart_task_runs_nothing() {
+        let dir = tempfile::tempdir().unwrap();
+        let sh = shared(dir.path());
+        let done = run_until_finished(
+            &sh,
+            lifecycle_alloc(
+                JobType::Batch,
+                &[
+                    ("proxy", "prestart", true, "1h", 0),
+                    ("job", "", false, "2s", 0),
+                ],
+            ),
+        )
+        .await
+        .0;
+        assert_eq!(done.client_status, ClientStatus::Complete);
+        let proxy = &done.task_states["proxy"];
+        assert!(
+            proxy
+                .events
+                .iter()
+                .any(|e| e.event_type == "Main Tasks Dead"
+                    && e.display_message == "Main tasks in the group died"),
+            "{:?}",
+            proxy.events
+        );
+        assert!(!proxy.failed);
+
+        let dir = tempfile::tempdir().unwrap();
+        let sh = shared(dir.path());
+        let done = run_until_finished(
+            &sh,
+            lifecycle_alloc(
+                JobType::Batch,
+                &[
+                    ("init", "prestart", false, "1s", 1),
+                    ("job", "", false, "2s", 0),
+                    ("cleanup", "poststop", false, "1s", 0),
+                ],
+            ),
+        )
+        .await
+        .0;
+        assert_eq!(done.client_status, ClientStatus::Failed);
+        assert!(
+            first_event(&done, "job", "Started").is_none(),
+            "the main task started"
+        );
+        assert!(!done.task_states["job"].failed);
+        assert!(
+            first_event(&done, "cleanup", "Started").is_some(),
+            "no poststop"
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_stop_kills_the_leader_then_the_others_then_the_sidecars() {
+        let dir = tempfile::tempdir().unwrap();
+        let sh = shared(dir.path());
+        let mut local = lifecycle_alloc(
+            JobType::Service,
+            &[
+                ("proxy", "prestart", true, "1h", 0),
+                ("main", "", false, "1h", 0),
+                ("web", "", false, "1h", 0),
+            ],
+        );
+        {
+            let tasks = &mut local.job.task_groups_mut()[0].tasks;
+            tasks[1].leader = true;
+            // Each wave takes its time: the next one must wait for it.
+            tasks[1].shutdown_delay = 2_000_000_000;
+            tasks[2].shutdown_delay = 1_000_000_000;
+        }
+        start_alloc(&sh, &local);
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        assert_eq!(sh.state().allocs["a1"].client_status, ClientStatus::Running);
+        lock(&sh.runners)["a1"].cancel();
+        let done = wait_finished(&sh).await;
+        let killed = |t| first_event(&done, t, "Killed").unwrap();
+        let killing = |t| first_event(&done, t, "Killing").unwrap();
+        assert!(killed("main") <= killing("web"));
+        assert!(killed("web") <= killing("proxy"));
+        assert!(killing("web") - killing("main") >= 1_000_000_000);
+        assert_eq!(done.client_status, ClientStatus::Complete);
     }
 
     /// `f` applied to the job of allocation `a1` as an in-place update brings it (a new

@@ -286,8 +286,8 @@ impl ClientHandle {
 
     /// Restart tasks in place (Nomad's `Allocations.Restart`): `task`, or with `None` every
     /// running task. `all_tasks` asks for every task too (a dead task is not started again:
-    /// teamster runs no lifecycle tasks, which is what Nomad's `AllTasks` adds); it may not
-    /// be combined with a task name.
+    /// Nomad's `AllTasks` also runs completed lifecycle tasks again, which teamster does not
+    /// yet); it may not be combined with a task name.
     pub async fn restart(
         &self,
         alloc_id: &str,

@@ -145,11 +145,21 @@ impl Registrations {
 
     /// Registers (`on`) or withdraws `owner`'s services; a change wakes the service loop.
     pub fn set(&self, owner: ServiceOwner<'_>, on: bool) {
+        self.set_if(owner, on, |_| true);
+    }
+
+    /// Registers `owner`'s services unless the allocation is being stopped (decided under
+    /// the state's lock, so a stop's withdrawal cannot come in between and be undone).
+    pub fn register_unless_stopping(&self, owner: ServiceOwner<'_>) {
+        self.set_if(owner, true, |local| !local.shutting_down);
+    }
+
+    fn set_if(&self, owner: ServiceOwner<'_>, on: bool, allowed: impl Fn(&LocalAlloc) -> bool) {
         let changed = {
             let mut st = self.shared.state();
             st.allocs
                 .get_mut(&self.alloc_id)
-                .is_some_and(|local| local.registered.set(owner, on))
+                .is_some_and(|local| allowed(local) && local.registered.set(owner, on))
         };
         if changed {
             self.shared.alloc_changes.send_replace(());

@@ -10,7 +10,8 @@ use std::sync::{Arc, Mutex};
 
 use serde::{Deserialize, Serialize};
 use teamster_storage::model::{
-    Allocation, ClientStatus, DeploymentId, Job, TaskEvent, TaskState, TaskStateValue, Timestamp,
+    Allocation, ClientStatus, DeploymentId, Job, Task, TaskEvent, TaskState, TaskStateValue,
+    Timestamp,
 };
 use tokio::sync::{mpsc, oneshot, watch};
 use tokio_util::sync::CancellationToken;
@@ -325,6 +326,8 @@ pub enum KillReason {
     SiblingFailed(String),
     /// The group's leader task is dead.
     LeaderDead,
+    /// Every task but the sidecars (and poststop tasks) is dead: the sidecars go too.
+    MainDead,
     /// The agent is shutting down and takes its tasks with it (dev mode): no shutdown
     /// delays.
     AgentShutdown,
@@ -337,15 +340,49 @@ impl KillReason {
     }
 }
 
-/// What the task runners of one allocation share with its allocation runner: the token
-/// that kills the tasks, why, and the way a task's death reaches the allocation runner.
+/// The waves a stop kills an allocation's tasks in, Nomad's order: the leader first, then
+/// every other task but the sidecars and poststop tasks, then the sidecars. Poststop tasks
+/// are not killed by a stop (they run once the others are dead), only when the agent goes
+/// away with its tasks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum KillWave {
+    /// The `leader` task.
+    Leader,
+    /// Main tasks and ephemeral prestart and poststart tasks.
+    Main,
+    /// Prestart and poststart sidecars.
+    Sidecars,
+    /// Poststop tasks.
+    Poststop,
+}
+
+impl KillWave {
+    /// The waves a stop goes through, in order.
+    pub const STOP: [KillWave; 3] = [KillWave::Leader, KillWave::Main, KillWave::Sidecars];
+
+    /// `task`'s wave.
+    pub fn of(task: &Task) -> KillWave {
+        if task.leader {
+            KillWave::Leader
+        } else if task.is_poststop() {
+            KillWave::Poststop
+        } else if task.is_sidecar() {
+            KillWave::Sidecars
+        } else {
+            KillWave::Main
+        }
+    }
+}
+
+/// What the task runners of one allocation share with its allocation runner: the tokens
+/// that kill the tasks, wave by wave, why, and the way a task's death reaches the
+/// allocation runner.
 #[derive(Debug, Default)]
 pub struct Siblings {
     /// Cancelled to ask the allocation runner to stop every task (it withdraws the
-    /// services, waits the group's shutdown delay, then kills).
+    /// services, waits the group's shutdown delay, then kills them wave by wave).
     pub stop_asked: CancellationToken,
-    /// Cancelled when the tasks are to be killed.
-    pub kill: CancellationToken,
+    kills: [CancellationToken; 4],
     reason: Mutex<Option<KillReason>>,
 }
 
@@ -368,12 +405,33 @@ impl Siblings {
         self.stop_asked.cancel();
     }
 
-    /// `task` is dead: a failure or a leader's death stops the others.
-    pub fn task_dead(&self, task: &str, failed: bool, leader: bool) {
+    /// `task` is dead: a failure or a leader's death stops the others (a poststop task's
+    /// does not: the others are dead already).
+    pub fn task_dead(&self, task: &Task, failed: bool) {
+        if task.is_poststop() {
+            return;
+        }
         if failed {
-            self.stop(KillReason::SiblingFailed(task.to_string()));
-        } else if leader {
+            self.stop(KillReason::SiblingFailed(task.name.clone()));
+        } else if task.leader {
             self.stop(KillReason::LeaderDead);
+        }
+    }
+
+    /// What kills the tasks of `wave`.
+    pub fn kill_token(&self, wave: KillWave) -> &CancellationToken {
+        &self.kills[wave as usize]
+    }
+
+    /// Kills the tasks of `wave`.
+    pub fn kill(&self, wave: KillWave) {
+        self.kill_token(wave).cancel();
+    }
+
+    /// Kills every task, poststop tasks included.
+    pub fn kill_all(&self) {
+        for token in &self.kills {
+            token.cancel();
         }
     }
 }

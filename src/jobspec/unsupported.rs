@@ -91,7 +91,6 @@ pub(super) const GROUP_RESTART: &[&str] = &["RenderTemplates"];
 
 /// Fields of a `Task` teamster does not implement.
 pub(super) const TASK: &[&str] = &[
-    "Lifecycle",
     "Artifacts",
     "Vault",
     "Templates",

@@ -5,12 +5,17 @@
 //! ```text
 //!  alloc watcher ──new alloc──▶ prerun hooks (alloc_dir, upstream_allocs: a sticky or
 //!                               migrating disk's data, alloc_health_watcher,
-//!                               group_services) ──▶ one task runner per task
+//!                               group_services) ──▶ one task runner per task, each
+//!                               waiting for its turn in the lifecycle (prestart, main,
+//!                               poststart, poststop: [`crate::client::lifecycle`])
 //!                ──job changed in place──▶ update hooks, and each task runner's
 //!                ──stop──────▶ stop asked ─┐
-//!  a task failed, or the leader died ───────┴▶ pre_kill hooks (group services withdrawn)
-//!                                              ─▶ group shutdown_delay ─▶ every task killed
-//!                                                 (its own services, delay, signal)
+//!  a task failed, the leader died, ─────────┤
+//!  only sidecars are left ──────────────────┴▶ pre_kill hooks (group services withdrawn)
+//!                                              ─▶ group shutdown_delay ─▶ the tasks killed
+//!                                                 in waves: the leader, the others, the
+//!                                                 sidecars (each: its own services, delay,
+//!                                                 signal) ─▶ poststop tasks run
 //!  every task dead ──▶ postrun hooks
 //!  every change ──▶ LocalAlloc (status recomputed, marked dirty) ──▶ updater batches it
 //! ```
@@ -22,17 +27,18 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
+use futures::stream::{FuturesUnordered, StreamExt};
 use teamster_storage::model::{JobType, TaskGroup, TaskStateValue};
 use tokio::sync::{mpsc, watch};
-use tokio::task::JoinSet;
 use tracing::{debug, warn, Instrument};
 
 use crate::client::allocdir::AllocDir;
+use crate::client::lifecycle::{self, Allowed, Coordinator, Stage};
 use crate::client::shared::{Registrations, Shared};
 use crate::client::task_runner::core::TaskCore;
 use crate::client::task_runner::hooks::HookCtx;
 use crate::client::task_runner::{TaskRunner, TaskRunnerParts};
-use crate::client::types::{AllocHandle, KillReason, LocalAlloc, Siblings};
+use crate::client::types::{AllocHandle, KillReason, KillWave, LocalAlloc, Siblings};
 use hooks::{AllocCtx, AllocHook};
 
 /// Requests a task runner queues at most; more wait for room.
@@ -73,6 +79,19 @@ pub fn spawn(shared: &Arc<Shared>, local: &LocalAlloc) -> AllocHandle {
     };
     let program = std::env::current_exe().unwrap_or_else(|_| PathBuf::from("teamster"));
     let services = Registrations::new(shared.clone(), alloc_id.clone());
+    // A fresh allocation starts its lifecycle from the beginning; one an earlier run of the
+    // client started resumes where its tasks are.
+    let fresh = local.handles.is_empty()
+        && local
+            .task_states
+            .values()
+            .all(|s| s.state == TaskStateValue::Pending && s.started_at.is_zero());
+    let mut coordinator = if fresh {
+        Coordinator::new(&group.tasks)
+    } else {
+        Coordinator::restored(&group.tasks, &local.task_states)
+    };
+    let (gate, _) = watch::channel(coordinator.update(&local.task_states));
     let mut runners = Vec::new();
     for task in &group.tasks {
         let state = local.task_states.get(&task.name);
@@ -86,7 +105,7 @@ pub fn spawn(shared: &Arc<Shared>, local: &LocalAlloc) -> AllocHandle {
         let core = TaskCore::new(
             &prepared,
             &policy,
-            batch,
+            Stage::of(task).success_is_final(batch),
             shared.config.max_kill_timeout,
             state.map_or(0, |s| s.restarts),
         );
@@ -102,6 +121,7 @@ pub fn spawn(shared: &Arc<Shared>, local: &LocalAlloc) -> AllocHandle {
         let runner = TaskRunner::new(TaskRunnerParts {
             control,
             updates: updates.subscribe(),
+            gate: gate.subscribe(),
             shared: shared.clone(),
             ctx,
             core,
@@ -127,7 +147,21 @@ pub fn spawn(shared: &Arc<Shared>, local: &LocalAlloc) -> AllocHandle {
     });
     let hooks: Arc<[Box<dyn AllocHook>]> = hooks::alloc_hooks().into();
     let span = tracing::info_span!("alloc_run", alloc_id = %alloc_id);
-    tokio::spawn(run(ctx.clone(), hooks.clone(), runners, updates.subscribe()).instrument(span));
+    let lifecycle = Lifecycle {
+        coordinator,
+        gate,
+        tasks: group.tasks.clone(),
+    };
+    tokio::spawn(
+        run(
+            ctx.clone(),
+            hooks.clone(),
+            runners,
+            updates.subscribe(),
+            lifecycle,
+        )
+        .instrument(span),
+    );
     let span = tracing::info_span!("alloc_stop", alloc_id = %alloc_id);
     tokio::spawn(stop_when_asked(ctx, hooks).instrument(span));
     AllocHandle::new(siblings, controls, updates)
@@ -148,28 +182,63 @@ async fn run_hooks(ctx: &AllocCtx, hooks: &[Box<dyn AllocHook>], phase: Phase) {
     }
 }
 
+/// The order of the allocation's tasks ([`crate::client::lifecycle`]).
+struct Lifecycle {
+    coordinator: Coordinator,
+    /// What the task runners wait on before each start.
+    gate: watch::Sender<Allowed>,
+    tasks: Vec<teamster_storage::model::Task>,
+}
+
+impl Lifecycle {
+    /// Follows the tasks' states: opens the gates their lifecycle allows, and once only
+    /// sidecars are left alive, stops them ("Main Tasks Dead").
+    fn follow(&mut self, ctx: &AllocCtx) {
+        let Some(states) = ctx.with_local(|l| l.task_states.clone()) else {
+            return;
+        };
+        let allowed = self.coordinator.update(&states);
+        self.gate.send_if_modified(|held| {
+            let changed = *held != allowed;
+            if changed {
+                debug!(phase = ?self.coordinator.phase(), "lifecycle moved on");
+            }
+            *held = allowed;
+            changed
+        });
+        if lifecycle::only_sidecars_left(&self.tasks, &states) {
+            ctx.siblings.stop(KillReason::MainDead);
+        }
+    }
+}
+
 /// The allocation's run: prerun hooks, then the task runners (each hands itself in-place
-/// updates; the update hooks run here too), then, once every task is dead, postrun hooks.
+/// updates; the update hooks run here too) in their lifecycle's order, then, once every task
+/// is dead, postrun hooks.
 async fn run(
     ctx: Arc<AllocCtx>,
     hooks: Arc<[Box<dyn AllocHook>]>,
     runners: Vec<(TaskRunner, tracing::Span)>,
     mut updates: watch::Receiver<u64>,
+    mut lifecycle: Lifecycle,
 ) {
     run_hooks(&ctx, &hooks, Phase::Prerun).await;
-    let mut tasks = JoinSet::new();
-    for (runner, span) in runners {
-        tasks.spawn(runner.run().instrument(span));
-    }
-    updates.borrow_and_update();
+    let mut changes = ctx.shared.alloc_changes.subscribe();
+    lifecycle.follow(&ctx);
+    // Detached: a task runner outlives this loop if it ends abnormally.
+    let mut tasks: FuturesUnordered<_> = runners
+        .into_iter()
+        .map(|(runner, span)| tokio::spawn(runner.run().instrument(span)))
+        .collect();
     let mut handle_held = true;
     loop {
         tokio::select! {
-            done = tasks.join_next() => match done {
+            done = tasks.next() => match done {
                 None => break,
                 Some(Err(e)) => warn!(error = %e, "a task runner ended abnormally"),
                 Some(Ok(())) => {}
             },
+            Ok(()) = changes.changed() => lifecycle.follow(&ctx),
             changed = updates.changed(), if handle_held => match changed {
                 Ok(()) => {
                     debug!(job_modify_index = *updates.borrow_and_update(), "job updated in place");
@@ -192,8 +261,12 @@ fn unfinished_stop(local: &LocalAlloc, group: &TaskGroup) -> Option<KillReason> 
             .get(name)
             .is_some_and(|s| s.state == TaskStateValue::Dead)
     };
-    if let Some((name, _)) = local.task_states.iter().find(|(_, s)| s.failed) {
-        return Some(KillReason::SiblingFailed(name.clone()));
+    let failed = group
+        .tasks
+        .iter()
+        .find(|t| !t.is_poststop() && local.task_states.get(&t.name).is_some_and(|s| s.failed));
+    if let Some(task) = failed {
+        return Some(KillReason::SiblingFailed(task.name.clone()));
     }
     if group.tasks.iter().any(|t| t.leader && dead(&t.name)) {
         return Some(KillReason::LeaderDead);
@@ -226,5 +299,35 @@ async fn stop_when_asked(ctx: Arc<AllocCtx>, hooks: Arc<[Box<dyn AllocHook>]>) {
         debug!(delay = ?delay, reason = ?siblings.reason(), "waiting for the group's shutdown delay");
         tokio::time::sleep(delay).await;
     }
-    siblings.kill.cancel();
+    // An allocation the client forgot, or an agent going away with its tasks: everything at
+    // once, poststop tasks too.
+    let gone = ctx.with_local(|_| ()).is_none();
+    if gone || matches!(siblings.reason(), KillReason::AgentShutdown) {
+        siblings.kill_all();
+        return;
+    }
+    for wave in KillWave::STOP {
+        siblings.kill(wave);
+        wave_dead(&ctx, wave).await;
+    }
+}
+
+/// Waits until every task of `wave` is dead (or the allocation is forgotten).
+async fn wave_dead(ctx: &AllocCtx, wave: KillWave) {
+    let mut changes = ctx.shared.alloc_changes.subscribe();
+    loop {
+        changes.borrow_and_update();
+        let dead = ctx.with_local(|l| {
+            l.group().is_none_or(|g| {
+                g.tasks.iter().filter(|t| KillWave::of(t) == wave).all(|t| {
+                    l.task_states
+                        .get(&t.name)
+                        .is_none_or(|s| s.state == TaskStateValue::Dead)
+                })
+            })
+        });
+        if dead != Some(false) || changes.changed().await.is_err() {
+            return;
+        }
+    }
 }

@@ -19,8 +19,9 @@
 //! - Every read is written to the file before the next read, so what a task wrote is in
 //!   `alloc/logs` within a poll interval.
 //! - An in-place update of the task's `logs` limits reaches a running collector without a
-//!   gap: the client writes them to `.<task>.logmon.limits` and sends SIGHUP
-//!   ([`Collector::reload`]); the collector reads the file and applies them to both streams.
+//!   gap: the client writes them to its limits file (in the allocation directory's root,
+//!   which tasks cannot write, unlike `alloc/logs`) and sends SIGHUP ([`Collector::reload`]);
+//!   the collector reads the file and applies them to both streams.
 
 pub mod rotator;
 
@@ -73,10 +74,8 @@ fn io_err(path: &Path) -> impl FnOnce(io::Error) -> LogmonError + '_ {
     }
 }
 
-/// The file a collector reads its new limits from when it gets SIGHUP.
-pub fn limits_path(logs_dir: &Path, task: &str) -> PathBuf {
-    logs_dir.join(format!(".{task}.logmon.limits"))
-}
+/// The most a limits file holds.
+const LIMITS_BYTES: u64 = 64;
 
 /// The FIFO a task's `stream` is written to.
 pub fn fifo_path(logs_dir: &Path, task: &str, stream: &str) -> PathBuf {
@@ -94,16 +93,25 @@ pub struct CollectorSpec {
     pub max_files: u64,
     /// Bytes per file.
     pub max_file_bytes: u64,
+    /// Where new limits are read from on SIGHUP (`None`: they are not).
+    pub limits_file: Option<PathBuf>,
 }
 
 impl CollectorSpec {
-    /// The collector of `task`'s output in `logs_dir` as `logs` asks.
-    pub fn new(logs_dir: &Path, task: &str, logs: &LogConfig) -> CollectorSpec {
+    /// The collector of `task`'s output in `logs_dir` as `logs` asks, reading new limits
+    /// from `limits_file` when told to.
+    pub fn new(
+        logs_dir: &Path,
+        task: &str,
+        logs: &LogConfig,
+        limits_file: Option<PathBuf>,
+    ) -> CollectorSpec {
         CollectorSpec {
             logs_dir: logs_dir.to_path_buf(),
             task: task.to_string(),
             max_files: u64::from(logs.max_files.max(1)),
             max_file_bytes: u64::from(logs.max_file_size_mb.max(1)) << 20,
+            limits_file,
         }
     }
 
@@ -114,13 +122,17 @@ impl CollectorSpec {
 
     /// The arguments of `teamster logmon` that run this collector.
     pub fn args(&self) -> Vec<String> {
-        vec![
+        let mut args = vec![
             "logmon".into(),
             format!("--logs-dir={}", self.logs_dir.display()),
             format!("--task={}", self.task),
             format!("--max-files={}", self.max_files),
             format!("--max-file-bytes={}", self.max_file_bytes),
-        ]
+        ];
+        if let Some(file) = &self.limits_file {
+            args.push(format!("--limits-file={}", file.display()));
+        }
+        args
     }
 }
 
@@ -142,17 +154,29 @@ impl Collector {
     /// Hands it `spec`'s limits: written to its limits file (whole, through a rename), then
     /// SIGHUP. Its next write follows them.
     pub fn reload(&self, spec: &CollectorSpec) -> Result<(), LogmonError> {
+        use std::os::unix::fs::OpenOptionsExt;
         if !self.alive() {
             return Err(LogmonError::Collector("not running".into()));
         }
-        let path = limits_path(&spec.logs_dir, &spec.task);
-        let staged = path.with_extension("limits.new");
+        let Some(path) = &spec.limits_file else {
+            return Err(LogmonError::Collector("it reads no limits file".into()));
+        };
+        let staged = path.with_extension("new");
         let (files, bytes) = spec.limits();
-        std::fs::write(&staged, format!("{files} {bytes}\n")).map_err(io_err(&staged))?;
-        std::fs::rename(&staged, &path).map_err(io_err(&path))?;
+        let _ = std::fs::remove_file(&staged);
+        let mut file = std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .custom_flags(libc::O_NOFOLLOW)
+            .open(&staged)
+            .map_err(io_err(&staged))?;
+        writeln!(file, "{files} {bytes}").map_err(io_err(&staged))?;
+        drop(file);
+        std::fs::rename(&staged, path).map_err(io_err(path))?;
         // SAFETY: kill(2) on a pid checked just above to be the collector.
         if unsafe { libc::kill(self.pid, libc::SIGHUP) } != 0 {
-            return Err(io_err(&path)(io::Error::last_os_error()));
+            return Err(io_err(path)(io::Error::last_os_error()));
         }
         Ok(())
     }
@@ -334,6 +358,23 @@ extern "C" fn on_hup(_: libc::c_int) {
     RELOAD.store(true, Ordering::SeqCst);
 }
 
+/// The limits in `path`: a regular file (not followed through a link) of a few bytes.
+fn read_limits(path: &Path) -> Option<(u64, u64)> {
+    use std::io::Read;
+    use std::os::unix::fs::OpenOptionsExt;
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
+        .open(path)
+        .ok()?;
+    if !file.metadata().ok()?.is_file() {
+        return None;
+    }
+    let mut text = String::new();
+    file.take(LIMITS_BYTES).read_to_string(&mut text).ok()?;
+    parse_limits(&text)
+}
+
 /// `files bytes`, as [`Collector::reload`] writes them.
 fn parse_limits(text: &str) -> Option<(u64, u64)> {
     let mut it = text.split_whitespace().map(str::parse::<u64>);
@@ -391,20 +432,19 @@ pub fn run_collector(spec: &CollectorSpec) -> Result<(), LogmonError> {
         .into_iter()
         .map(|(fifo, rotator, path)| std::thread::spawn(move || pump(fifo, rotator, &path)))
         .collect();
-    let limits_file = limits_path(&spec.logs_dir, &spec.task);
     while !STOP.load(Ordering::SeqCst) {
         if !logs_dir.is_dir() {
             STOP.store(true, Ordering::SeqCst);
             break;
         }
         if RELOAD.swap(false, Ordering::SeqCst) {
-            let read = std::fs::read_to_string(&limits_file);
-            match read.as_deref().ok().and_then(parse_limits) {
-                Some((files, bytes)) => {
+            match spec.limits_file.as_deref().map(|f| (f, read_limits(f))) {
+                Some((_, Some((files, bytes)))) => {
                     let mut l = limits();
                     *l = (files, bytes, l.2 + 1);
                 }
-                None => eprintln!("{}: no limits to reload", limits_file.display()),
+                Some((file, None)) => eprintln!("{}: no limits to reload", file.display()),
+                None => eprintln!("SIGHUP without a limits file: ignored"),
             }
         }
         std::thread::sleep(POLL);
@@ -508,6 +548,23 @@ mod tests {
     }
 
     #[test]
+    fn a_limits_file_is_read_only_as_a_small_regular_file_never_through_a_link() {
+        let tmp = tempfile::tempdir().unwrap();
+        let file = tmp.path().join("limits");
+        std::fs::write(&file, "2 4096\n").unwrap();
+        assert_eq!(read_limits(&file), Some((2, 4096)));
+        let link = tmp.path().join("link");
+        std::os::unix::fs::symlink(&file, &link).unwrap();
+        assert_eq!(read_limits(&link), None);
+        let long = tmp.path().join("long");
+        std::fs::write(&long, format!("2 {}", "9".repeat(100))).unwrap();
+        assert_eq!(read_limits(&long), None);
+        let fifo = tmp.path().join("fifo");
+        make_fifo(&fifo).unwrap();
+        assert_eq!(read_limits(&fifo), None, "a FIFO is not waited on");
+    }
+
+    #[test]
     fn limits_are_two_positive_numbers() {
         assert_eq!(parse_limits("3 1048576\n"), Some((3, 1 << 20)));
         for bad in ["", "3", "0 10", "3 0", "3 10 1", "x 10"] {
@@ -517,7 +574,12 @@ mod tests {
 
     #[test]
     fn the_spec_becomes_the_collector_s_arguments() {
-        let spec = CollectorSpec::new(Path::new("/a/alloc/logs"), "web", &LogConfig::default());
+        let spec = CollectorSpec::new(
+            Path::new("/a/alloc/logs"),
+            "web",
+            &LogConfig::default(),
+            Some("/a/.web.logmon.limits".into()),
+        );
         assert_eq!(spec.max_file_bytes, 10 << 20);
         assert_eq!(
             spec.args(),
@@ -526,7 +588,8 @@ mod tests {
                 "--logs-dir=/a/alloc/logs",
                 "--task=web",
                 "--max-files=10",
-                "--max-file-bytes=10485760"
+                "--max-file-bytes=10485760",
+                "--limits-file=/a/.web.logmon.limits"
             ]
         );
     }

@@ -25,8 +25,10 @@ pub struct TaskCore {
 }
 
 impl TaskCore {
-    /// The rules of `task` under `policy` (its own block over its group's); `batch` for batch
-    /// and sysbatch jobs; a kill timeout capped at `max_kill_timeout`; `restarts` so far.
+    /// The rules of `task` under `policy` (its own block over its group's); `batch` when a
+    /// successful exit is final (batch and sysbatch jobs' tasks, ephemeral lifecycle and
+    /// poststop tasks: [`crate::client::lifecycle::Stage::success_is_final`]); a kill
+    /// timeout capped at `max_kill_timeout`; `restarts` so far.
     pub fn new(
         task: &Task,
         policy: &RestartPolicy,
@@ -106,6 +108,11 @@ impl TaskCore {
                 now,
                 "Leader Task Dead",
                 "Leader Task in Group dead".into(),
+            )),
+            KillReason::MainDead => events.push(event(
+                now,
+                "Main Tasks Dead",
+                "Main tasks in the group died".into(),
             )),
         }
         if !reason.waits_shutdown_delay() {

@@ -28,13 +28,15 @@ use std::time::Duration;
 
 use teamster_storage::model::{TaskEvent, TaskState, TaskStateValue, Timestamp};
 use tokio::sync::{mpsc, watch};
+use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
 use crate::client::driver::{self, RunningTask};
+use crate::client::lifecycle::{Allowed, Stage};
 use crate::client::restart::RestartDecision;
 use crate::client::shared::Shared;
 use crate::client::types::{
-    event, push_event, ExitResult, Siblings, TaskControl, TaskHandle, TaskOpError,
+    event, push_event, ExitResult, KillWave, Siblings, TaskControl, TaskHandle, TaskOpError,
 };
 use core::TaskCore;
 use hooks::{HookCtx, HookError, HookState, Prepared, TaskHook};
@@ -48,6 +50,8 @@ pub struct TaskRunnerParts {
     pub control: mpsc::Receiver<TaskControl>,
     /// In-place updates of the job (its `JobModifyIndex`).
     pub updates: watch::Receiver<u64>,
+    /// What the allocation's lifecycle lets start now.
+    pub gate: watch::Receiver<Allowed>,
     /// The client.
     pub shared: Arc<Shared>,
     /// What the hooks see.
@@ -70,6 +74,10 @@ pub struct TaskRunnerParts {
 pub struct TaskRunner {
     control: mpsc::Receiver<TaskControl>,
     updates: watch::Receiver<u64>,
+    gate: watch::Receiver<Allowed>,
+    stage: Stage,
+    /// What kills this task (its wave's token).
+    kill: CancellationToken,
     shared: Arc<Shared>,
     ctx: HookCtx,
     hooks: Vec<Box<dyn TaskHook>>,
@@ -102,9 +110,16 @@ impl TaskRunner {
             .collect();
         let mut updates = parts.updates;
         updates.borrow_and_update();
+        let kill = parts
+            .siblings
+            .kill_token(KillWave::of(&parts.ctx.task))
+            .clone();
         TaskRunner {
             control: parts.control,
             updates,
+            gate: parts.gate,
+            stage: Stage::of(&parts.ctx.task),
+            kill,
             shared: parts.shared,
             ctx: parts.ctx,
             hooks,
@@ -285,6 +300,51 @@ impl TaskRunner {
         }
     }
 
+    /// Whether this task is being stopped: its allocation is (a poststop task only when it
+    /// is killed itself: it runs once the others are dead).
+    fn stopping(&self) -> bool {
+        self.kill.is_cancelled()
+            || (self.stage != Stage::Poststop && self.siblings.stop_asked.is_cancelled())
+    }
+
+    /// Answers an operator's request that needs the task running.
+    fn not_running(&self, control: TaskControl) {
+        let (TaskControl::Restart { reply }
+        | TaskControl::CheckRestart { reply, .. }
+        | TaskControl::Signal { reply, .. }) = control;
+        let _ = reply.send(Err(TaskOpError::NotRunning(self.name().to_string())));
+    }
+
+    /// Waits until the allocation's lifecycle lets this task start (its prestart tasks
+    /// done, its main tasks running, or the others dead for a poststop task): false when it
+    /// is stopped first.
+    async fn wait_for_start(&mut self) -> bool {
+        let mut logged = false;
+        loop {
+            if self.gate.borrow_and_update().allows(self.stage) {
+                return true;
+            }
+            if !logged {
+                debug!(stage = ?self.stage, "waiting for the allocation's lifecycle to start this task");
+                logged = true;
+            }
+            let poststop = self.stage == Stage::Poststop;
+            tokio::select! {
+                _ = self.kill.cancelled() => return false,
+                _ = self.siblings.stop_asked.cancelled(), if !poststop => return false,
+                changed = self.gate.changed() => {
+                    if changed.is_err() {
+                        // The allocation runner is gone: only a kill ends the wait.
+                        self.kill.cancelled().await;
+                        return false;
+                    }
+                }
+                Ok(()) = self.updates.changed() => self.apply_update().await,
+                Some(control) = self.control.recv() => self.not_running(control),
+            }
+        }
+    }
+
     /// Whether this task has been recorded dead.
     fn is_dead(&self) -> bool {
         let st = self.shared.state();
@@ -317,7 +377,7 @@ impl TaskRunner {
                     };
                     warn!(launch_id, error = %why, "cannot tell whether a launch started; asking the engine again");
                     tokio::select! {
-                        _ = self.siblings.kill.cancelled() => break found,
+                        _ = self.kill.cancelled() => break found,
                         _ = tokio::time::sleep(RETRY_LAUNCH_LOOKUP) => {}
                     }
                 };
@@ -371,7 +431,7 @@ impl TaskRunner {
     async fn launch(&mut self) -> Option<RunningTask> {
         // A stop asked before the start (while the allocation waited for its previous
         // allocation's disk, say) is a kill: nothing is started for it.
-        if self.siblings.kill.is_cancelled() || self.siblings.stop_asked.is_cancelled() {
+        if self.stopping() || !self.wait_for_start().await {
             let ev = event(self.now(), "Killed", "Task killed before it started".into());
             self.dead(false, ev).await;
             return None;
@@ -410,7 +470,7 @@ impl TaskRunner {
             );
             false
         });
-        if !recorded || self.siblings.kill.is_cancelled() {
+        if !recorded || self.kill.is_cancelled() {
             // Gone or stopped meanwhile: nothing may run unrecorded.
             let ev = event(now, "Killed", "Task killed before it started".into());
             self.dead(false, ev).await;
@@ -475,7 +535,7 @@ impl TaskRunner {
         let exit = loop {
             tokio::select! {
                 exit = running.wait() => break Some(exit),
-                _ = self.siblings.kill.cancelled() => {
+                _ = self.kill.cancelled() => {
                     self.kill(&mut running).await;
                     return false;
                 }
@@ -495,6 +555,9 @@ impl TaskRunner {
                         let mut ev = event(self.now(), "Restart Signaled", reason.clone());
                         ev.restart_reason = reason;
                         self.push(ev);
+                        // Its services go first, as before any kill (Nomad waits no
+                        // shutdown_delay for a restart).
+                        self.run_phase(Phase::PreKill).await;
                         let exit = running
                             .kill(self.core.kill_signal(), self.core.kill_timeout())
                             .await;
@@ -579,6 +642,7 @@ impl TaskRunner {
         let mut ev = event(self.now(), "Restart Signaled", REASON.into());
         ev.restart_reason = REASON.into();
         self.push(ev);
+        self.run_phase(Phase::PreKill).await;
         let exit = running
             .kill(self.core.kill_signal(), self.core.kill_timeout())
             .await;
@@ -616,7 +680,7 @@ impl TaskRunner {
     /// out the delay), false when the task is dead.
     async fn after_decision(&mut self, decision: RestartDecision) -> bool {
         match decision {
-            RestartDecision::Restart { .. } if self.siblings.stop_asked.is_cancelled() => {
+            RestartDecision::Restart { .. } if self.stopping() => {
                 // The allocation is being stopped: no new start.
                 let ev = event(
                     self.now(),
@@ -643,18 +707,13 @@ impl TaskRunner {
                 loop {
                     tokio::select! {
                         _ = &mut wake => break,
-                        _ = self.siblings.kill.cancelled() => {
+                        _ = self.kill.cancelled() => {
                             let ev = event(self.now(), "Killed", "Task killed while waiting to restart".into());
                             self.dead(false, ev).await;
                             return false;
                         }
                         Ok(()) = self.updates.changed() => self.apply_update().await,
-                        Some(control) = self.control.recv() => {
-                            let (TaskControl::Restart { reply }
-                            | TaskControl::CheckRestart { reply, .. }
-                            | TaskControl::Signal { reply, .. }) = control;
-                            let _ = reply.send(Err(TaskOpError::NotRunning(self.name().to_string())));
-                        }
+                        Some(control) = self.control.recv() => self.not_running(control),
                     }
                 }
                 let restarts = self.core.restarted();
@@ -688,8 +747,7 @@ impl TaskRunner {
             push_event(s, ev);
             handles.remove(&name);
         });
-        self.siblings
-            .task_dead(self.name(), failed, self.ctx.task.leader);
+        self.siblings.task_dead(&self.ctx.task, failed);
         self.shared.persist();
     }
 }

@@ -20,7 +20,7 @@ use crate::model::periodic::{
     DispatchPayload, DispatchPayloadConfig, ParameterizedJobConfig, PeriodicConfig,
 };
 use crate::model::service::{valid_service_name, Service, PROVIDER_NOMAD};
-use crate::model::task_runtime::{self, EphemeralDisk, LogConfig};
+use crate::model::task_runtime::{self, EphemeralDisk, LogConfig, TaskLifecycle};
 use crate::model::value::{ConfigValue, MAX_CONFIG_DEPTH};
 use crate::model::ModelError;
 
@@ -420,6 +420,15 @@ impl Resources {
         disk_mb: 0,
     };
 
+    /// Component-wise maximum.
+    pub fn max(&self, other: &Resources) -> Resources {
+        Resources {
+            cpu: self.cpu.max(other.cpu),
+            memory_mb: self.memory_mb.max(other.memory_mb),
+            disk_mb: self.disk_mb.max(other.disk_mb),
+        }
+    }
+
     /// Component-wise sum (saturating).
     pub fn add(&self, other: &Resources) -> Resources {
         Resources {
@@ -491,6 +500,30 @@ pub struct Task {
     /// Services registered while the task runs.
     #[serde(deserialize_with = "de::nullable")]
     pub services: Vec<Service>,
+    /// When it runs relative to the group's main tasks (`None`: a main task).
+    pub lifecycle: Option<TaskLifecycle>,
+}
+
+impl Task {
+    /// Its `lifecycle` hook (`""` for a main task).
+    pub fn lifecycle_hook(&self) -> &str {
+        self.lifecycle.as_ref().map_or("", |l| l.hook.as_str())
+    }
+
+    /// A main task: no lifecycle hook.
+    pub fn is_main(&self) -> bool {
+        self.lifecycle_hook().is_empty()
+    }
+
+    /// A prestart or poststart task that runs for the allocation's life.
+    pub fn is_sidecar(&self) -> bool {
+        self.lifecycle.as_ref().is_some_and(|l| l.sidecar)
+    }
+
+    /// A poststop task.
+    pub fn is_poststop(&self) -> bool {
+        self.lifecycle_hook() == task_runtime::HOOK_POSTSTOP
+    }
 }
 
 /// A set of tasks placed together, `Count` times.
@@ -926,13 +959,29 @@ impl Default for TaskGroup {
 }
 
 impl TaskGroup {
-    /// The sum of the group's task resources: what one allocation of it needs. Its disk is
-    /// the group's `ephemeral_disk` when it has one (as Nomad's), else its tasks' disk.
+    /// What one allocation of the group needs: its tasks' resources as Nomad adds them by
+    /// lifecycle (the tasks that run at once summed, the largest of those sets taken: the
+    /// prestart tasks; the main tasks with the sidecars and poststart tasks; the poststop
+    /// tasks). Its disk is the group's `ephemeral_disk` when it has one (as Nomad's), else
+    /// its tasks' disk.
     pub fn combined_resources(&self) -> Resources {
-        let mut sum = self
-            .tasks
-            .iter()
-            .fold(Resources::ZERO, |acc, t| acc.add(&t.resources));
+        use task_runtime::{HOOK_POSTSTOP, HOOK_PRESTART};
+        let (mut prestart, mut main, mut poststop) =
+            (Resources::ZERO, Resources::ZERO, Resources::ZERO);
+        for t in &self.tasks {
+            match t.lifecycle_hook() {
+                HOOK_PRESTART => {
+                    prestart = prestart.add(&t.resources);
+                    if t.is_sidecar() {
+                        main = main.add(&t.resources);
+                    }
+                }
+                HOOK_POSTSTOP => poststop = poststop.add(&t.resources),
+                // Main and poststart tasks.
+                _ => main = main.add(&t.resources),
+            }
+        }
+        let mut sum = main.max(&prestart).max(&poststop);
         if let Some(disk) = &self.ephemeral_disk {
             sum.disk_mb = disk.size_mb;
         }
@@ -1357,6 +1406,13 @@ impl Job {
             if group.tasks.iter().filter(|t| t.leader).count() > 1 {
                 errors.push(format!("{at}: only one task may be marked as leader"));
             }
+            // Nomad: a group made only of lifecycle tasks has nothing to run.
+            if !group.tasks.is_empty() && !group.tasks.iter().any(Task::is_main) {
+                errors.push(format!(
+                    "{at}: Task group {} must have at least one main task",
+                    group.name
+                ));
+            }
             if let Some(locality) = &group.locality {
                 locality.validate(&at, self.job_type, &mut errors);
             }
@@ -1463,6 +1519,9 @@ impl Job {
                 );
                 if let Some(restart) = &task.restart_policy {
                     restart.validate(&at, &mut errors);
+                }
+                if let Some(lifecycle) = &task.lifecycle {
+                    lifecycle.validate(&at, &mut errors);
                 }
                 if !task.kill_signal.is_empty()
                     && task_runtime::signal_name(&task.kill_signal).is_none()

@@ -87,7 +87,7 @@ pub use service::{
     valid_service_name, CheckRestart, CheckStatus, Service, ServiceCheck, ServiceRegistration,
     CHECK_FAILURE, CHECK_PENDING, CHECK_SUCCESS, PROVIDER_NOMAD,
 };
-pub use task_runtime::{EphemeralDisk, LogConfig};
+pub use task_runtime::{EphemeralDisk, LogConfig, TaskLifecycle};
 pub use thin_vec::{thin_vec, ThinVec};
 pub use time::Timestamp;
 pub use value::ConfigValue;

@@ -1,6 +1,6 @@
 //! The parts of a job that shape how a client runs a task rather than where it is placed:
-//! a task's `logs` block ([`LogConfig`]) and a group's `ephemeral_disk` ([`EphemeralDisk`]),
-//! with Nomad's defaults and checks.
+//! a task's `logs` block ([`LogConfig`]) and `lifecycle` ([`TaskLifecycle`]), and a group's
+//! `ephemeral_disk` ([`EphemeralDisk`]), with Nomad's defaults and checks.
 
 use serde::{Deserialize, Serialize};
 
@@ -65,6 +65,43 @@ pub fn signal_name(name: &str) -> Option<&'static str> {
 /// refuses `alloc`, `/` and NUL; `.`, `..` and `\\` would lead elsewhere too).
 pub fn task_name_is_not_a_directory(name: &str) -> bool {
     matches!(name, "alloc" | "." | "..") || name.contains(['/', '\\', '\0'])
+}
+
+/// `lifecycle { hook = "prestart" }`: runs (and, unless a sidecar, completes) before the
+/// group's main tasks start.
+pub const HOOK_PRESTART: &str = "prestart";
+/// `lifecycle { hook = "poststart" }`: starts once the main tasks run.
+pub const HOOK_POSTSTART: &str = "poststart";
+/// `lifecycle { hook = "poststop" }`: runs once every other task is dead.
+pub const HOOK_POSTSTOP: &str = "poststop";
+
+/// A task's `lifecycle` block: when it runs relative to the group's main tasks (those
+/// without one).
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "PascalCase", default)]
+pub struct TaskLifecycle {
+    /// `prestart`, `poststart` or `poststop`.
+    #[serde(deserialize_with = "de::nullable")]
+    pub hook: String,
+    /// Runs for the allocation's whole life (prestart and poststart only) instead of
+    /// completing.
+    #[serde(deserialize_with = "de::nullable")]
+    pub sidecar: bool,
+}
+
+impl TaskLifecycle {
+    /// Nomad's checks: a known hook.
+    pub fn validate(&self, at: &str, errors: &mut Vec<String>) {
+        match self.hook.as_str() {
+            HOOK_PRESTART | HOOK_POSTSTART | HOOK_POSTSTOP => {}
+            "" => errors.push(format!(
+                "{at}: Lifecycle validation failed: no lifecycle hook provided"
+            )),
+            other => errors.push(format!(
+                "{at}: Lifecycle validation failed: invalid hook: {other}"
+            )),
+        }
+    }
 }
 
 /// A task's `logs` block: how its stdout and stderr are kept in `alloc/logs`.
@@ -178,6 +215,88 @@ pub(crate) fn validate_log_storage(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::model::{Job, Resources, Task, TaskGroup};
+
+    fn task(name: &str, hook: &str, sidecar: bool, cpu: u64, memory_mb: u64) -> Task {
+        Task {
+            name: name.into(),
+            driver: "mock".into(),
+            lifecycle: (!hook.is_empty()).then(|| TaskLifecycle {
+                hook: hook.into(),
+                sidecar,
+            }),
+            resources: Resources {
+                cpu,
+                memory_mb,
+                disk_mb: 0,
+            },
+            ..Task::default()
+        }
+    }
+
+    #[test]
+    fn lifecycle_tasks_are_summed_only_with_what_runs_beside_them() {
+        let group = TaskGroup {
+            name: "g".into(),
+            tasks: vec![
+                task("init", HOOK_PRESTART, false, 1000, 50),
+                task("proxy", HOOK_PRESTART, true, 100, 10),
+                task("web", "", false, 200, 100),
+                task("warm", HOOK_POSTSTART, false, 50, 20),
+                task("cleanup", HOOK_POSTSTOP, false, 300, 400),
+            ],
+            ephemeral_disk: Some(EphemeralDisk::default()),
+            ..TaskGroup::default()
+        };
+        // CPU: prestart 1100 beats main 350; memory: poststop 400 beats main 130.
+        let got = group.combined_resources();
+        assert_eq!((got.cpu, got.memory_mb, got.disk_mb), (1100, 400, 300));
+    }
+
+    #[test]
+    fn a_lifecycle_needs_a_known_hook_and_a_group_a_main_task() {
+        let mut errors = Vec::new();
+        for hook in ["prestart", "poststart", "poststop"] {
+            TaskLifecycle {
+                hook: hook.into(),
+                sidecar: false,
+            }
+            .validate("t", &mut errors);
+        }
+        assert!(errors.is_empty(), "{errors:?}");
+        for hook in ["", "prestop"] {
+            TaskLifecycle {
+                hook: hook.into(),
+                sidecar: false,
+            }
+            .validate("t", &mut errors);
+        }
+        assert_eq!(
+            errors,
+            [
+                "t: Lifecycle validation failed: no lifecycle hook provided",
+                "t: Lifecycle validation failed: invalid hook: prestop"
+            ]
+        );
+        let mut job = Job {
+            id: "j".into(),
+            datacenters: vec!["dc1".into()],
+            task_groups: vec![TaskGroup {
+                name: "g".into(),
+                count: 1,
+                tasks: vec![task("init", HOOK_PRESTART, false, 100, 10)],
+                ..TaskGroup::default()
+            }]
+            .into(),
+            ..Job::default()
+        };
+        job.canonicalize();
+        let why = job.validate().unwrap_err().to_string();
+        assert!(
+            why.contains("Task group g must have at least one main task"),
+            "{why}"
+        );
+    }
 
     #[test]
     fn task_names_that_are_not_directory_names_are_refused() {

@@ -26,9 +26,9 @@ impl AllocHook for GroupServices {
     }
 
     fn prerun<'a>(&'a self, ctx: &'a AllocCtx) -> BoxFuture<'a, Result<(), AllocHookError>> {
-        // A stop begun before a client restart goes on without them.
-        let on = !ctx.siblings.stop_asked.is_cancelled();
-        Self::set(ctx, on)
+        // A stop under way (begun before a client restart, say) goes on without them.
+        ctx.services.register_unless_stopping(ServiceOwner::Group);
+        Box::pin(async { Ok(()) })
     }
 
     fn update<'a>(&'a self, ctx: &'a AllocCtx) -> BoxFuture<'a, Result<(), AllocHookError>> {

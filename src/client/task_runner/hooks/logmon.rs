@@ -39,7 +39,36 @@ fn recorded(state: &HookState) -> Option<Recorded> {
 
 fn spec_of(ctx: &HookCtx) -> CollectorSpec {
     let config = ctx.task.log_config.clone().unwrap_or_default();
-    CollectorSpec::new(&ctx.alloc_dir.logs(), &ctx.task.name, &config)
+    // Beside the task directories, where tasks cannot write (alloc/logs is theirs too).
+    let limits = ctx
+        .alloc_dir
+        .root()
+        .join(format!(".{}.logmon.limits", ctx.task.name));
+    CollectorSpec::new(&ctx.alloc_dir.logs(), &ctx.task.name, &config, Some(limits))
+}
+
+/// Hands a running collector the task's `logs` limits when they changed; an error when it
+/// cannot take them (started by an earlier version, or the reload failed).
+fn reload(ctx: &HookCtx, state: &mut HookState) -> Result<(), String> {
+    let Some(mut kept) = recorded(state) else {
+        return Ok(());
+    };
+    let spec = spec_of(ctx);
+    if !collects(ctx) || kept.limits == Some(spec.limits()) || !kept.collector.alive() {
+        // A collector started later reads the task's new `logs` from its arguments.
+        return Ok(());
+    }
+    if kept.limits.is_none() {
+        return Err(
+            "the log collector predates reloads: the new logs limits apply once it is started again"
+                .into(),
+        );
+    }
+    kept.collector.reload(&spec).map_err(|e| e.to_string())?;
+    info!(pid = kept.collector.pid, limits = ?spec.limits(), "log collector given new limits");
+    kept.limits = Some(spec.limits());
+    *state = serde_json::to_value(kept).ok();
+    Ok(())
 }
 
 impl TaskHook for LogmonHook {
@@ -65,8 +94,12 @@ impl TaskHook for LogmonHook {
             };
             if recorded(state).is_some_and(|r| r.collector.alive()) {
                 prepared.logs = sinks;
-                // The job may have changed in place while the client was away.
-                return self.update(ctx, state).await;
+                // The job may have changed in place while the client was away; the task
+                // starts whatever becomes of that.
+                if let Err(e) = reload(ctx, state) {
+                    warn!(error = %e, "log collector kept its limits");
+                }
+                return Ok(());
             }
             let spec = spec_of(ctx);
             let collector = logmon::start(&ctx.program, &spec)
@@ -88,23 +121,8 @@ impl TaskHook for LogmonHook {
         ctx: &'a HookCtx,
         state: &'a mut HookState,
     ) -> BoxFuture<'a, Result<(), HookError>> {
-        Box::pin(async move {
-            let Some(mut kept) = recorded(state) else {
-                return Ok(());
-            };
-            let spec = spec_of(ctx);
-            if !collects(ctx) || kept.limits == Some(spec.limits()) || !kept.collector.alive() {
-                // A collector started later reads the task's new `logs` from its arguments.
-                return Ok(());
-            }
-            kept.collector
-                .reload(&spec)
-                .map_err(|e| HookError::recoverable(self.name(), e.to_string()))?;
-            info!(pid = kept.collector.pid, limits = ?spec.limits(), "log collector given new limits");
-            kept.limits = Some(spec.limits());
-            *state = serde_json::to_value(kept).ok();
-            Ok(())
-        })
+        let reloaded = reload(ctx, state).map_err(|e| HookError::recoverable(self.name(), e));
+        Box::pin(async move { reloaded })
     }
 
     fn stop<'a>(
