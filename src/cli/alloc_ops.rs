@@ -4,7 +4,8 @@
 //!   (`POST /v1/allocation/:id/stop`). Without `-detach` it follows the `alloc-stop`
 //!   evaluation like `job run` (exit code 2 when the replacement could not be placed).
 //! - `teamster alloc restart [-all-tasks] [-task T] ALLOC [TASK]`: restart its tasks in place
-//!   (`/v1/client/allocation/:id/restart`); without a task, every running one.
+//!   (`/v1/client/allocation/:id/restart`); without a task, every running one; with
+//!   `-all-tasks`, every task, prestart tasks again before the main tasks.
 //! - `teamster alloc signal [-s SIG] [-task T] ALLOC [TASK]`: send a signal (SIGKILL unless
 //!   `-s` names one) to its tasks (`/v1/client/allocation/:id/signal`).
 //!
@@ -83,7 +84,8 @@ fn task_named(positional: Option<String>, flag: Option<String>) -> anyhow::Resul
 pub struct RestartArgs {
     #[command(flatten)]
     api: ApiArgs,
-    /// Restart every task of the allocation (not with a task name).
+    /// Restart every task of the allocation, completed lifecycle tasks too, from the
+    /// lifecycle's beginning (not with a task name).
     #[arg(long, conflicts_with_all = ["task", "task_flag"])]
     all_tasks: bool,
     /// The task to restart (as the TASK argument).

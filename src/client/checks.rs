@@ -409,8 +409,7 @@ fn running_since(shared: &Shared, def: &CheckDef) -> i64 {
 async fn restart_task(shared: &Shared, def: &CheckDef) {
     let tx = lock(&shared.runners)
         .get(&def.alloc_id)
-        .and_then(|r| r.task(&def.task))
-        .cloned();
+        .and_then(|r| r.task(&def.task));
     let Some(tx) = tx else {
         return;
     };

@@ -1264,6 +1264,53 @@ mod tests {
     }
 
     #[tokio::test(start_paused = true)]
+    async fn restarting_every_task_runs_the_prestart_task_again_before_the_main_task() {
+        let dir = tempfile::tempdir().unwrap();
+        let sh = shared(dir.path());
+        start_alloc(
+            &sh,
+            &lifecycle_alloc(
+                JobType::Service,
+                &[
+                    ("init", "prestart", false, "2s", 0),
+                    ("web", "", false, "1h", 0),
+                ],
+            ),
+        );
+        tokio::time::sleep(Duration::from_secs(3)).await;
+        assert_eq!(state_of(&sh, "web"), TaskStateValue::Running);
+        let handle = handle_of(&sh);
+        // Only the running task: the completed prestart task stays done.
+        handle.restart("a1", None, false).await.unwrap();
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        let starts = |l: &LocalAlloc, t: &str| -> Vec<i64> {
+            l.task_states[t]
+                .events
+                .iter()
+                .filter(|e| e.event_type == "Started")
+                .map(|e| e.time)
+                .collect()
+        };
+        let l = sh.state().allocs["a1"].clone();
+        assert_eq!((starts(&l, "init").len(), starts(&l, "web").len()), (1, 2));
+        // Every task: the prestart task runs again, and the main task waits for it.
+        handle.restart("a1", None, true).await.unwrap();
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        assert_eq!(state_of(&sh, "init"), TaskStateValue::Running);
+        assert_eq!(state_of(&sh, "web"), TaskStateValue::Pending);
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        let l = sh.state().allocs["a1"].clone();
+        // (Ten events are kept per task: the main task's first start is gone.)
+        let (init, web) = (starts(&l, "init"), starts(&l, "web"));
+        assert_eq!(init.len(), 2, "{:?}", l.task_states);
+        let last_web = *web.last().unwrap();
+        assert!(last_web >= init[1] + 2_000_000_000, "{:?}", l.task_states);
+        assert_eq!(l.task_states["init"].restarts, 1);
+        assert_eq!(l.task_states["web"].restarts, 2);
+        assert_eq!(l.client_status, ClientStatus::Running);
+    }
+
+    #[tokio::test(start_paused = true)]
     async fn sidecars_stop_once_the_main_tasks_are_done_and_a_failed_prestart_task_runs_nothing() {
         let dir = tempfile::tempdir().unwrap();
         let sh = shared(dir.path());

@@ -224,7 +224,7 @@ impl ClientHandle {
         };
         let runners = lock(&self.shared.runners);
         let runner = runners.get(alloc_id);
-        let sender = |name: &str| runner.and_then(|r| r.task(name)).cloned();
+        let sender = |name: &str| runner.and_then(|r| r.task(name));
         match task {
             Some(name) => {
                 if !group_tasks.iter().any(|t| t == name) {
@@ -285,9 +285,9 @@ impl ClientHandle {
     }
 
     /// Restart tasks in place (Nomad's `Allocations.Restart`): `task`, or with `None` every
-    /// running task. `all_tasks` asks for every task too (a dead task is not started again:
-    /// Nomad's `AllTasks` also runs completed lifecycle tasks again, which teamster does not
-    /// yet); it may not be combined with a task name.
+    /// running task. `all_tasks` restarts every task, as Nomad's `AllTasks`: the completed
+    /// ones run again too, and the lifecycle from its beginning (prestart tasks before the
+    /// main tasks start again); it may not be combined with a task name.
     pub async fn restart(
         &self,
         alloc_id: &str,
@@ -300,6 +300,19 @@ impl ClientHandle {
             ));
         }
         let targets = self.targets(alloc_id, task)?;
+        if all_tasks {
+            // Something runs (or `targets` said not): the runner readies the rest first.
+            let prepared = lock(&self.shared.runners)
+                .get(alloc_id)
+                .filter(|r| !r.is_cancelled())
+                .and_then(|r| r.prepare_restart_all());
+            let answer =
+                prepared.ok_or_else(|| AllocOpError::NothingRunning(alloc_id.to_string()))?;
+            match tokio::time::timeout(self.answer_within(), answer).await {
+                Ok(Ok(result)) => result?,
+                _ => return Err(AllocOpError::NothingRunning(alloc_id.to_string())),
+            }
+        }
         self.ask(targets, |reply| TaskControl::Restart { reply })
             .await
     }

@@ -436,27 +436,64 @@ impl Siblings {
     }
 }
 
+/// Where each task runner of one allocation takes requests (a task restarted anew gets a
+/// new runner, and its new queue replaces the old one here).
+#[derive(Debug, Clone, Default)]
+pub struct TaskControls(Arc<Mutex<BTreeMap<String, mpsc::Sender<TaskControl>>>>);
+
+impl TaskControls {
+    /// `task`'s runner takes requests on `tx` from now on.
+    pub fn insert(&self, task: &str, tx: mpsc::Sender<TaskControl>) {
+        self.0
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(task.to_string(), tx);
+    }
+
+    /// Where to send requests to `task`, while its runner lives.
+    pub fn get(&self, task: &str) -> Option<mpsc::Sender<TaskControl>> {
+        self.0
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(task)
+            .filter(|tx| !tx.is_closed())
+            .cloned()
+    }
+}
+
+/// An operator's restart of every task of an allocation, asked of its runner before the
+/// running tasks are restarted; answered once it is ready for them.
+#[derive(Debug)]
+pub struct RestartAll {
+    /// Where the answer goes.
+    pub reply: oneshot::Sender<Result<(), TaskOpError>>,
+}
+
 /// What the client keeps of a running allocation: what stops it and a way to reach each of
 /// its task runners.
 #[derive(Debug)]
 pub struct AllocHandle {
     siblings: Arc<Siblings>,
-    tasks: BTreeMap<String, mpsc::Sender<TaskControl>>,
+    tasks: TaskControls,
     updates: watch::Sender<u64>,
+    restart_all: mpsc::Sender<RestartAll>,
 }
 
 impl AllocHandle {
     /// The handle of an allocation whose tasks share `siblings`, take requests on `tasks`
-    /// and hear of in-place updates of the job on `updates` (its `JobModifyIndex`).
+    /// and hear of in-place updates of the job on `updates` (its `JobModifyIndex`); its
+    /// runner takes restarts of every task on `restart_all`.
     pub fn new(
         siblings: Arc<Siblings>,
-        tasks: BTreeMap<String, mpsc::Sender<TaskControl>>,
+        tasks: TaskControls,
         updates: watch::Sender<u64>,
+        restart_all: mpsc::Sender<RestartAll>,
     ) -> AllocHandle {
         AllocHandle {
             siblings,
             tasks,
             updates,
+            restart_all,
         }
     }
 
@@ -487,8 +524,17 @@ impl AllocHandle {
     }
 
     /// Where to send requests to `task`, while its runner lives.
-    pub fn task(&self, task: &str) -> Option<&mpsc::Sender<TaskControl>> {
-        self.tasks.get(task).filter(|tx| !tx.is_closed())
+    pub fn task(&self, task: &str) -> Option<mpsc::Sender<TaskControl>> {
+        self.tasks.get(task)
+    }
+
+    /// Asks the allocation's runner to prepare a restart of every task (its completed tasks
+    /// pending again, its lifecycle from the beginning); the caller then restarts the
+    /// running ones. `None` when the runner is gone.
+    pub fn prepare_restart_all(&self) -> Option<oneshot::Receiver<Result<(), TaskOpError>>> {
+        let (reply, answer) = oneshot::channel();
+        self.restart_all.try_send(RestartAll { reply }).ok()?;
+        Some(answer)
     }
 }
 

@@ -22,15 +22,14 @@
 
 pub mod hooks;
 
-use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
 use futures::stream::{FuturesUnordered, StreamExt};
-use teamster_storage::model::{JobType, TaskGroup, TaskStateValue};
+use teamster_storage::model::{JobType, Task, TaskGroup, TaskStateValue, Timestamp};
 use tokio::sync::{mpsc, watch};
-use tracing::{debug, warn, Instrument};
+use tracing::{debug, info, warn, Instrument, Span};
 
 use crate::client::allocdir::AllocDir;
 use crate::client::lifecycle::{self, Allowed, Coordinator, Stage};
@@ -38,7 +37,10 @@ use crate::client::shared::{Registrations, Shared};
 use crate::client::task_runner::core::TaskCore;
 use crate::client::task_runner::hooks::HookCtx;
 use crate::client::task_runner::{TaskRunner, TaskRunnerParts};
-use crate::client::types::{AllocHandle, KillReason, KillWave, LocalAlloc, Siblings};
+use crate::client::types::{
+    event, push_event, AllocHandle, KillReason, KillWave, LocalAlloc, RestartAll, Siblings,
+    TaskControls,
+};
 use hooks::{AllocCtx, AllocHook};
 
 /// Requests a task runner queues at most; more wait for room.
@@ -53,32 +55,93 @@ enum Phase {
     Postrun,
 }
 
+/// Builds the task runners of one allocation: at its start, and again for a completed task
+/// an operator's restart of every task starts anew.
+struct RunnerFactory {
+    shared: Arc<Shared>,
+    siblings: Arc<Siblings>,
+    alloc_id: String,
+    alloc_dir: AllocDir,
+    /// A dispatched child's payload, for the tasks with a `dispatch_payload` block.
+    payload: Result<Vec<u8>, String>,
+    program: PathBuf,
+    services: Registrations,
+    batch: bool,
+    updates: watch::Receiver<u64>,
+    gate: watch::Receiver<Allowed>,
+    controls: TaskControls,
+}
+
+impl RunnerFactory {
+    /// The runner of `task` of `local`'s allocation (whose group is `group`), reachable
+    /// through the allocation's handle from now on.
+    fn build(&self, local: &LocalAlloc, group: &TaskGroup, task: &Task) -> (TaskRunner, Span) {
+        let state = local.task_states.get(&task.name);
+        let (prepared, _) = self.shared.prepared_task(local, task);
+        let (control_tx, control) = mpsc::channel(CONTROL_QUEUE);
+        self.controls.insert(&task.name, control_tx);
+        let policy = group.task_restart_policy(task).unwrap_or_default();
+        let core = TaskCore::new(
+            &prepared,
+            &policy,
+            Stage::of(task).success_is_final(self.batch),
+            self.shared.config.max_kill_timeout,
+            state.map_or(0, |s| s.restarts),
+        );
+        let ctx = HookCtx {
+            alloc_id: self.alloc_id.clone(),
+            task_dir: self.alloc_dir.task(&task.name),
+            alloc_dir: self.alloc_dir.clone(),
+            payload: task.dispatch_payload.as_ref().map(|_| self.payload.clone()),
+            program: self.program.clone(),
+            task: prepared,
+            services: self.services.clone(),
+        };
+        let runner = TaskRunner::new(TaskRunnerParts {
+            control,
+            updates: self.updates.clone(),
+            gate: self.gate.clone(),
+            shared: self.shared.clone(),
+            ctx,
+            core,
+            reattach: local.handles.get(&task.name).cloned(),
+            siblings: self.siblings.clone(),
+            job_name: local.job.name.clone(),
+            ports: local.alloc.allocated_resources.shared.ports.to_vec(),
+            hook_state: local
+                .hook_state
+                .get(&task.name)
+                .cloned()
+                .unwrap_or_default(),
+        });
+        let span = tracing::info_span!("task", alloc_id = %self.alloc_id, task = %task.name);
+        (runner, span)
+    }
+}
+
 /// Start (or re-attach) every task of `local`'s allocation. Returns what stops them,
 /// reaches them, and hands them in-place updates.
 pub fn spawn(shared: &Arc<Shared>, local: &LocalAlloc) -> AllocHandle {
     let siblings = Arc::new(Siblings::default());
     let (updates, _) = watch::channel(local.job.job_modify_index);
-    let mut controls = BTreeMap::new();
+    let (restart_all, restarts) = mpsc::channel(CONTROL_QUEUE);
+    let controls = TaskControls::default();
+    let handle = AllocHandle::new(
+        siblings.clone(),
+        controls.clone(),
+        updates.clone(),
+        restart_all,
+    );
     let alloc_id = local.alloc.id.to_string();
     let Some(group) = local.group() else {
         warn!(alloc_id, group = %local.alloc.task_group, "task group not in the job");
-        return AllocHandle::new(siblings, controls, updates);
+        return handle;
     };
     // A stop begun before a client restart goes on: the services stay withdrawn and the
     // tasks left are killed.
     if let Some(reason) = unfinished_stop(local, group) {
         siblings.stop(reason);
     }
-    let alloc_dir = AllocDir::new(&shared.alloc_root, &alloc_id);
-    let batch = matches!(local.job.job_type, JobType::Batch | JobType::SysBatch);
-    // A dispatched child's payload, for the tasks with a `dispatch_payload` block.
-    let payload = if local.job.payload.is_empty() {
-        Ok(Vec::new())
-    } else {
-        local.job.payload.decompress().map_err(|e| e.to_string())
-    };
-    let program = std::env::current_exe().unwrap_or_else(|_| PathBuf::from("teamster"));
-    let services = Registrations::new(shared.clone(), alloc_id.clone());
     // A fresh allocation starts its lifecycle from the beginning; one an earlier run of the
     // client started resumes where its tasks are.
     let fresh = local.handles.is_empty()
@@ -92,58 +155,40 @@ pub fn spawn(shared: &Arc<Shared>, local: &LocalAlloc) -> AllocHandle {
         Coordinator::restored(&group.tasks, &local.task_states)
     };
     let (gate, _) = watch::channel(coordinator.update(&local.task_states));
-    let mut runners = Vec::new();
-    for task in &group.tasks {
-        let state = local.task_states.get(&task.name);
-        if state.is_some_and(|s| s.state == TaskStateValue::Dead) {
-            continue;
-        }
-        let (prepared, _) = shared.prepared_task(local, task);
-        let (control_tx, control) = mpsc::channel(CONTROL_QUEUE);
-        controls.insert(task.name.clone(), control_tx);
-        let policy = group.task_restart_policy(task).unwrap_or_default();
-        let core = TaskCore::new(
-            &prepared,
-            &policy,
-            Stage::of(task).success_is_final(batch),
-            shared.config.max_kill_timeout,
-            state.map_or(0, |s| s.restarts),
-        );
-        let ctx = HookCtx {
-            alloc_id: alloc_id.clone(),
-            task_dir: alloc_dir.task(&task.name),
-            alloc_dir: alloc_dir.clone(),
-            payload: task.dispatch_payload.as_ref().map(|_| payload.clone()),
-            program: program.clone(),
-            task: prepared,
-            services: services.clone(),
-        };
-        let runner = TaskRunner::new(TaskRunnerParts {
-            control,
-            updates: updates.subscribe(),
-            gate: gate.subscribe(),
-            shared: shared.clone(),
-            ctx,
-            core,
-            reattach: local.handles.get(&task.name).cloned(),
-            siblings: siblings.clone(),
-            job_name: local.job.name.clone(),
-            ports: local.alloc.allocated_resources.shared.ports.to_vec(),
-            hook_state: local
-                .hook_state
-                .get(&task.name)
-                .cloned()
-                .unwrap_or_default(),
-        });
-        let span = tracing::info_span!("task", alloc_id = %alloc_id, task = %task.name);
-        runners.push((runner, span));
-    }
+    let factory = RunnerFactory {
+        shared: shared.clone(),
+        siblings: siblings.clone(),
+        alloc_id: alloc_id.clone(),
+        alloc_dir: AllocDir::new(&shared.alloc_root, &alloc_id),
+        payload: if local.job.payload.is_empty() {
+            Ok(Vec::new())
+        } else {
+            local.job.payload.decompress().map_err(|e| e.to_string())
+        },
+        program: std::env::current_exe().unwrap_or_else(|_| PathBuf::from("teamster")),
+        services: Registrations::new(shared.clone(), alloc_id.clone()),
+        batch: matches!(local.job.job_type, JobType::Batch | JobType::SysBatch),
+        updates: updates.subscribe(),
+        gate: gate.subscribe(),
+        controls,
+    };
+    let runners: Vec<_> = group
+        .tasks
+        .iter()
+        .filter(|t| {
+            local
+                .task_states
+                .get(&t.name)
+                .is_none_or(|s| s.state != TaskStateValue::Dead)
+        })
+        .map(|t| factory.build(local, group, t))
+        .collect();
     let ctx = Arc::new(AllocCtx {
         shared: shared.clone(),
         alloc_id: alloc_id.clone(),
-        alloc_dir,
+        alloc_dir: factory.alloc_dir.clone(),
         siblings: siblings.clone(),
-        services,
+        services: factory.services.clone(),
     });
     let hooks: Arc<[Box<dyn AllocHook>]> = hooks::alloc_hooks().into();
     let span = tracing::info_span!("alloc_run", alloc_id = %alloc_id);
@@ -152,19 +197,18 @@ pub fn spawn(shared: &Arc<Shared>, local: &LocalAlloc) -> AllocHandle {
         gate,
         tasks: group.tasks.clone(),
     };
-    tokio::spawn(
-        run(
-            ctx.clone(),
-            hooks.clone(),
-            runners,
-            updates.subscribe(),
-            lifecycle,
-        )
-        .instrument(span),
-    );
+    let run = Run {
+        ctx: ctx.clone(),
+        hooks: hooks.clone(),
+        updates: updates.subscribe(),
+        restarts,
+        lifecycle,
+        factory,
+    };
+    tokio::spawn(run.run(runners).instrument(span));
     let span = tracing::info_span!("alloc_stop", alloc_id = %alloc_id);
     tokio::spawn(stop_when_asked(ctx, hooks).instrument(span));
-    AllocHandle::new(siblings, controls, updates)
+    handle
 }
 
 /// Runs every hook's `phase`; errors are logged.
@@ -215,41 +259,98 @@ impl Lifecycle {
 /// The allocation's run: prerun hooks, then the task runners (each hands itself in-place
 /// updates; the update hooks run here too) in their lifecycle's order, then, once every task
 /// is dead, postrun hooks.
-async fn run(
+struct Run {
     ctx: Arc<AllocCtx>,
     hooks: Arc<[Box<dyn AllocHook>]>,
-    runners: Vec<(TaskRunner, tracing::Span)>,
-    mut updates: watch::Receiver<u64>,
-    mut lifecycle: Lifecycle,
-) {
-    run_hooks(&ctx, &hooks, Phase::Prerun).await;
-    let mut changes = ctx.shared.alloc_changes.subscribe();
-    lifecycle.follow(&ctx);
-    // Detached: a task runner outlives this loop if it ends abnormally.
-    let mut tasks: FuturesUnordered<_> = runners
-        .into_iter()
-        .map(|(runner, span)| tokio::spawn(runner.run().instrument(span)))
-        .collect();
-    let mut handle_held = true;
-    loop {
-        tokio::select! {
-            done = tasks.next() => match done {
-                None => break,
-                Some(Err(e)) => warn!(error = %e, "a task runner ended abnormally"),
-                Some(Ok(())) => {}
-            },
-            Ok(()) = changes.changed() => lifecycle.follow(&ctx),
-            changed = updates.changed(), if handle_held => match changed {
-                Ok(()) => {
-                    debug!(job_modify_index = *updates.borrow_and_update(), "job updated in place");
-                    run_hooks(&ctx, &hooks, Phase::Update).await;
+    updates: watch::Receiver<u64>,
+    /// An operator's restart of every task.
+    restarts: mpsc::Receiver<RestartAll>,
+    lifecycle: Lifecycle,
+    factory: RunnerFactory,
+}
+
+impl Run {
+    async fn run(mut self, runners: Vec<(TaskRunner, Span)>) {
+        let ctx = self.ctx.clone();
+        run_hooks(&ctx, &self.hooks, Phase::Prerun).await;
+        let mut changes = ctx.shared.alloc_changes.subscribe();
+        self.lifecycle.follow(&ctx);
+        // Detached: a task runner outlives this loop if it ends abnormally.
+        let mut tasks: FuturesUnordered<_> = runners
+            .into_iter()
+            .map(|(runner, span)| tokio::spawn(runner.run().instrument(span)))
+            .collect();
+        let mut handle_held = true;
+        loop {
+            tokio::select! {
+                done = tasks.next() => match done {
+                    None => break,
+                    Some(Err(e)) => warn!(error = %e, "a task runner ended abnormally"),
+                    Some(Ok(())) => {}
+                },
+                Ok(()) = changes.changed() => self.lifecycle.follow(&ctx),
+                Some(RestartAll { reply }) = self.restarts.recv() => {
+                    let again = self.restart_all();
+                    let _ = reply.send(Ok(()));
+                    tasks.extend(
+                        again
+                            .into_iter()
+                            .map(|(runner, span)| tokio::spawn(runner.run().instrument(span))),
+                    );
                 }
-                // The client let the allocation go: its stop is under way.
-                Err(_) => handle_held = false,
-            },
+                changed = self.updates.changed(), if handle_held => match changed {
+                    Ok(()) => {
+                        debug!(job_modify_index = *self.updates.borrow_and_update(), "job updated in place");
+                        run_hooks(&ctx, &self.hooks, Phase::Update).await;
+                    }
+                    // The client let the allocation go: its stop is under way.
+                    Err(_) => handle_held = false,
+                },
+            }
         }
+        run_hooks(&ctx, &self.hooks, Phase::Postrun).await;
     }
-    run_hooks(&ctx, &hooks, Phase::Postrun).await;
+
+    /// An operator's restart of every task (Nomad's `AllTasks`), before the running tasks
+    /// are restarted: the lifecycle starts again from the beginning (nothing starts until
+    /// every task is pending), and each completed task gets a new runner, pending, so the
+    /// prestart tasks run again before the main tasks start again. Returns those runners.
+    fn restart_all(&mut self) -> Vec<(TaskRunner, Span)> {
+        self.lifecycle.coordinator.restart();
+        self.lifecycle
+            .gate
+            .send_replace(self.lifecycle.coordinator.allowed());
+        let now = self.ctx.shared.clock.now_unix_nanos();
+        let mut completed = Vec::new();
+        self.ctx.shared.update_alloc(&self.ctx.alloc_id, |local| {
+            for (name, state) in local.task_states.iter_mut() {
+                if state.state != TaskStateValue::Dead || state.failed {
+                    continue;
+                }
+                state.state = TaskStateValue::Pending;
+                state.finished_at = Timestamp::default();
+                state.restarts += 1;
+                state.last_restart = Timestamp::from_unix_nanos(now);
+                let mut ev = event(now, "Restart Signaled", "User requested restart".into());
+                ev.restart_reason = "User requested restart".into();
+                push_event(state, ev);
+                completed.push(name.clone());
+            }
+        });
+        info!(tasks = ?completed, "every task restarted: the lifecycle starts again");
+        let Some(local) = self.ctx.with_local(Clone::clone) else {
+            return Vec::new();
+        };
+        let Some(group) = local.group() else {
+            return Vec::new();
+        };
+        group
+            .tasks
+            .iter()
+            .filter(|t| completed.contains(&t.name))
+            .map(|t| self.factory.build(&local, group, t))
+            .collect()
+    }
 }
 
 /// Why `local`'s tasks were being stopped when an earlier run of the client ended, if they
