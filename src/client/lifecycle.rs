@@ -256,19 +256,19 @@ impl Coordinator {
     }
 }
 
-/// Whether only sidecars are left alive, which Nomad then kills ("Main Tasks Dead"): every
-/// task that is neither a sidecar nor a poststop task is dead, and a sidecar still lives.
-pub fn only_sidecars_left(tasks: &[Task], states: &BTreeMap<String, TaskState>) -> bool {
-    let alive = |t: &Task| {
-        states
-            .get(&t.name)
-            .is_none_or(|s| s.state != TaskStateValue::Dead)
-    };
-    let live: Vec<&Task> = tasks
+/// Whether only sidecars are left alive, which Nomad then kills ("Main Tasks Dead"), from
+/// each task's stage and whether it is dead: every task that is neither a sidecar nor a
+/// poststop task is dead, and a sidecar still lives.
+pub fn only_sidecars_left(tasks: &[(Stage, bool)]) -> bool {
+    let live: Vec<Stage> = tasks
         .iter()
-        .filter(|t| !t.is_poststop() && alive(t))
+        .filter(|(stage, dead)| *stage != Stage::Poststop && !dead)
+        .map(|(stage, _)| *stage)
         .collect();
-    !live.is_empty() && live.iter().all(|t| t.is_sidecar())
+    !live.is_empty()
+        && live
+            .iter()
+            .all(|s| matches!(s, Stage::PrestartSidecar | Stage::PoststartSidecar))
 }
 
 #[cfg(test)]
@@ -426,20 +426,20 @@ mod tests {
 
     #[test]
     fn sidecars_are_killed_once_only_they_are_left() {
-        use TaskStateValue::{Dead, Running};
-        let tasks = group();
-        let mut s = states(&[
-            ("init", Dead, false),
-            ("proxy", Running, false),
-            ("web", Running, false),
-            ("warm", Dead, false),
-            ("log", Running, false),
-        ]);
-        assert!(!only_sidecars_left(&tasks, &s));
-        s.insert("web".into(), states(&[("web", Dead, false)])["web"].clone());
+        use Stage::*;
+        let mut tasks = vec![
+            (PrestartEphemeral, true),
+            (PrestartSidecar, false),
+            (Main, false),
+            (PoststartEphemeral, true),
+            (PoststartSidecar, false),
+            (Poststop, false),
+        ];
+        assert!(!only_sidecars_left(&tasks));
+        tasks[2].1 = true;
         // The pending poststop task does not count.
-        assert!(only_sidecars_left(&tasks, &s));
-        let plain = vec![task("a", "", false)];
-        assert!(!only_sidecars_left(&plain, &states(&[("a", Dead, false)])));
+        assert!(only_sidecars_left(&tasks));
+        assert!(!only_sidecars_left(&[(Main, true)]));
+        assert!(!only_sidecars_left(&[(Main, true), (Poststop, false)]));
     }
 }

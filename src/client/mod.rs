@@ -1246,10 +1246,8 @@ mod tests {
         assert_eq!(done.client_status, ClientStatus::Complete, "{done:?}");
         let cleanup_started = first_event(&done, "cleanup", "Started").expect("poststop ran");
         for task in ["web", "proxy"] {
-            assert!(
-                first_event(&done, task, "Killed") <= Some(cleanup_started),
-                "{task}"
-            );
+            let killed = first_event(&done, task, "Killed").expect("killed");
+            assert!(killed <= cleanup_started, "{task}");
         }
         assert!(first_event(&done, "cleanup", "Terminated").is_some());
         // The completed ephemeral tasks never ran twice.
@@ -1261,6 +1259,89 @@ mod tests {
                 .count();
             assert_eq!(starts, 1, "{task}");
         }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_stop_ends_after_an_in_place_update_moved_the_leader() {
+        let dir = tempfile::tempdir().unwrap();
+        let sh = shared(dir.path());
+        let mut local = lifecycle_alloc(
+            JobType::Service,
+            &[
+                ("a", "", false, "1h", 0),
+                ("b", "", false, "1h", 0),
+                ("proxy", "prestart", true, "1h", 0),
+            ],
+        );
+        local.job.task_groups_mut()[0].tasks[0].leader = true;
+        start_alloc(&sh, &local);
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        update_in_place(&sh, 2, |g| {
+            g.tasks[0].leader = false;
+            g.tasks[1].leader = true;
+            g.tasks[2].lifecycle = None;
+        });
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        lock(&sh.runners)["a1"].cancel();
+        let done = wait_finished(&sh).await;
+        assert!(done.finished(), "{:?}", done.task_states);
+        // The waves of the allocation as it started: the leader a, then b, then the sidecar.
+        let killed = |t| first_event(&done, t, "Killed").unwrap();
+        assert!(killed("proxy") >= killed("b"));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_allocation_forgotten_or_an_agent_leaving_mid_stop_runs_no_poststop_task() {
+        let tasks = [
+            ("web", "", false, "1h", 0),
+            ("cleanup", "poststop", false, "1h", 0),
+        ];
+        let delayed = || {
+            let mut local = lifecycle_alloc(JobType::Service, &tasks);
+            local.job.task_groups_mut()[0].tasks[0].shutdown_delay = 10_000_000_000;
+            local
+        };
+        // Forgotten by the client during the main task's shutdown delay.
+        let dir = tempfile::tempdir().unwrap();
+        let sh = shared(dir.path());
+        start_alloc(&sh, &delayed());
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        lock(&sh.runners)["a1"].cancel();
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        sh.state().allocs.remove("a1");
+        sh.alloc_changes.send_replace(());
+        tokio::time::sleep(Duration::from_secs(15)).await;
+        {
+            let runners = lock(&sh.runners);
+            assert!(
+                runners["a1"].task("web").is_none(),
+                "the main task's runner lives"
+            );
+            assert!(
+                runners["a1"].task("cleanup").is_none(),
+                "the poststop runner lives"
+            );
+        }
+
+        // The agent leaves while a stop waits out the main task's shutdown delay.
+        let dir = tempfile::tempdir().unwrap();
+        let sh = shared(dir.path());
+        start_alloc(&sh, &delayed());
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        let stop_at = sh.clock.now_unix_nanos();
+        lock(&sh.runners)["a1"].cancel();
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        lock(&sh.runners)["a1"].cancel_now();
+        let done = wait_finished(&sh).await;
+        let killing = first_event(&done, "web", "Killing").expect("web killed");
+        assert!(
+            killing - stop_at < 5_000_000_000,
+            "the delay was waited out"
+        );
+        assert!(
+            first_event(&done, "cleanup", "Started").is_none(),
+            "poststop ran"
+        );
     }
 
     #[tokio::test(start_paused = true)]

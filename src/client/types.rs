@@ -382,6 +382,8 @@ pub struct Siblings {
     /// Cancelled to ask the allocation runner to stop every task (it withdraws the
     /// services, waits the group's shutdown delay, then kills them wave by wave).
     pub stop_asked: CancellationToken,
+    /// Cancelled when the agent goes away with its tasks: shutdown delays are cut short.
+    pub hurry: CancellationToken,
     kills: [CancellationToken; 4],
     reason: Mutex<Option<KillReason>>,
 }
@@ -405,15 +407,15 @@ impl Siblings {
         self.stop_asked.cancel();
     }
 
-    /// `task` is dead: a failure or a leader's death stops the others (a poststop task's
-    /// does not: the others are dead already).
-    pub fn task_dead(&self, task: &Task, failed: bool) {
-        if task.is_poststop() {
+    /// `task`, of kill `wave`, is dead: a failure or a leader's death stops the others (a
+    /// poststop task's does not: the others are dead already).
+    pub fn task_dead(&self, task: &str, wave: KillWave, failed: bool) {
+        if wave == KillWave::Poststop {
             return;
         }
         if failed {
-            self.stop(KillReason::SiblingFailed(task.name.clone()));
-        } else if task.leader {
+            self.stop(KillReason::SiblingFailed(task.to_string()));
+        } else if wave == KillWave::Leader {
             self.stop(KillReason::LeaderDead);
         }
     }
@@ -513,9 +515,11 @@ impl AllocHandle {
     }
 
     /// Stop every task of the allocation now, skipping the shutdown delays (the agent is
-    /// going away with them).
+    /// going away with them), poststop tasks too, even when a stop was under way.
     pub fn cancel_now(&self) {
         self.siblings.stop(KillReason::AgentShutdown);
+        self.siblings.hurry.cancel();
+        self.siblings.kill_all();
     }
 
     /// Whether it was told to stop (or stopped itself: a task failed, the leader died).

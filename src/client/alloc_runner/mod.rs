@@ -22,6 +22,7 @@
 
 pub mod hooks;
 
+use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
@@ -55,9 +56,30 @@ enum Phase {
     Postrun,
 }
 
+/// A task's part in its allocation: its lifecycle stage and the wave a stop kills it in,
+/// fixed when the allocation runner starts (as Nomad builds its coordinator once): an
+/// in-place update that changes a task's `lifecycle` or `leader` applies to the next
+/// allocation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Role {
+    stage: Stage,
+    wave: KillWave,
+}
+
+/// Every task's [`Role`], by name.
+type Roles = Arc<BTreeMap<String, Role>>;
+
+fn role_of(roles: &Roles, task: &Task) -> Role {
+    roles.get(&task.name).copied().unwrap_or(Role {
+        stage: Stage::of(task),
+        wave: KillWave::of(task),
+    })
+}
+
 /// Builds the task runners of one allocation: at its start, and again for a completed task
 /// an operator's restart of every task starts anew.
 struct RunnerFactory {
+    roles: Roles,
     shared: Arc<Shared>,
     siblings: Arc<Siblings>,
     alloc_id: String,
@@ -81,10 +103,11 @@ impl RunnerFactory {
         let (control_tx, control) = mpsc::channel(CONTROL_QUEUE);
         self.controls.insert(&task.name, control_tx);
         let policy = group.task_restart_policy(task).unwrap_or_default();
+        let role = role_of(&self.roles, task);
         let core = TaskCore::new(
             &prepared,
             &policy,
-            Stage::of(task).success_is_final(self.batch),
+            role.stage.success_is_final(self.batch),
             self.shared.config.max_kill_timeout,
             state.map_or(0, |s| s.restarts),
         );
@@ -101,6 +124,8 @@ impl RunnerFactory {
             control,
             updates: self.updates.clone(),
             gate: self.gate.clone(),
+            stage: role.stage,
+            wave: role.wave,
             shared: self.shared.clone(),
             ctx,
             core,
@@ -155,7 +180,21 @@ pub fn spawn(shared: &Arc<Shared>, local: &LocalAlloc) -> AllocHandle {
         Coordinator::restored(&group.tasks, &local.task_states)
     };
     let (gate, _) = watch::channel(coordinator.update(&local.task_states));
+    let roles: Roles = Arc::new(
+        group
+            .tasks
+            .iter()
+            .map(|t| {
+                let role = Role {
+                    stage: Stage::of(t),
+                    wave: KillWave::of(t),
+                };
+                (t.name.clone(), role)
+            })
+            .collect(),
+    );
     let factory = RunnerFactory {
+        roles: roles.clone(),
         shared: shared.clone(),
         siblings: siblings.clone(),
         alloc_id: alloc_id.clone(),
@@ -195,7 +234,7 @@ pub fn spawn(shared: &Arc<Shared>, local: &LocalAlloc) -> AllocHandle {
     let lifecycle = Lifecycle {
         coordinator,
         gate,
-        tasks: group.tasks.clone(),
+        roles: roles.clone(),
     };
     let run = Run {
         ctx: ctx.clone(),
@@ -207,8 +246,18 @@ pub fn spawn(shared: &Arc<Shared>, local: &LocalAlloc) -> AllocHandle {
     };
     tokio::spawn(run.run(runners).instrument(span));
     let span = tracing::info_span!("alloc_stop", alloc_id = %alloc_id);
-    tokio::spawn(stop_when_asked(ctx, hooks).instrument(span));
+    tokio::spawn(stop_when_asked(ctx, hooks, roles).instrument(span));
     handle
+}
+
+/// `runner` on a task of its own (a panic in the allocation runner leaves it running);
+/// resolves to its task's name and how it ended.
+fn detached(
+    (runner, span): (TaskRunner, Span),
+) -> impl std::future::Future<Output = (String, Result<(), tokio::task::JoinError>)> {
+    let name = runner.task_name().to_string();
+    let handle = tokio::spawn(runner.run().instrument(span));
+    async move { (name, handle.await) }
 }
 
 /// Runs every hook's `phase`; errors are logged.
@@ -231,7 +280,7 @@ struct Lifecycle {
     coordinator: Coordinator,
     /// What the task runners wait on before each start.
     gate: watch::Sender<Allowed>,
-    tasks: Vec<teamster_storage::model::Task>,
+    roles: Roles,
 }
 
 impl Lifecycle {
@@ -250,7 +299,22 @@ impl Lifecycle {
             *held = allowed;
             changed
         });
-        if lifecycle::only_sidecars_left(&self.tasks, &states) {
+        // Nomad's Main Tasks Dead only when no task failed and the leader lives: those
+        // reasons come first (a dying task's runner gives its own right after its state).
+        let mut stages = Vec::new();
+        let mut other_reason = false;
+        for (name, role) in self.roles.iter() {
+            let state = states.get(name);
+            let dead = state.is_some_and(|s| s.state == TaskStateValue::Dead);
+            let failed = state.is_some_and(|s| s.failed);
+            if role.wave != KillWave::Poststop
+                && (failed || (dead && role.wave == KillWave::Leader))
+            {
+                other_reason = true;
+            }
+            stages.push((role.stage, dead));
+        }
+        if !other_reason && lifecycle::only_sidecars_left(&stages) {
             ctx.siblings.stop(KillReason::MainDead);
         }
     }
@@ -275,28 +339,20 @@ impl Run {
         run_hooks(&ctx, &self.hooks, Phase::Prerun).await;
         let mut changes = ctx.shared.alloc_changes.subscribe();
         self.lifecycle.follow(&ctx);
-        // Detached: a task runner outlives this loop if it ends abnormally.
-        let mut tasks: FuturesUnordered<_> = runners
-            .into_iter()
-            .map(|(runner, span)| tokio::spawn(runner.run().instrument(span)))
-            .collect();
+        let mut tasks: FuturesUnordered<_> = runners.into_iter().map(detached).collect();
         let mut handle_held = true;
         loop {
             tokio::select! {
                 done = tasks.next() => match done {
                     None => break,
-                    Some(Err(e)) => warn!(error = %e, "a task runner ended abnormally"),
-                    Some(Ok(())) => {}
+                    Some((task, Err(e))) => self.runner_lost(&task, &e),
+                    Some((_, Ok(()))) => {}
                 },
                 Ok(()) = changes.changed() => self.lifecycle.follow(&ctx),
                 Some(RestartAll { reply }) = self.restarts.recv() => {
                     let again = self.restart_all();
                     let _ = reply.send(Ok(()));
-                    tasks.extend(
-                        again
-                            .into_iter()
-                            .map(|(runner, span)| tokio::spawn(runner.run().instrument(span))),
-                    );
+                    tasks.extend(again.into_iter().map(detached));
                 }
                 changed = self.updates.changed(), if handle_held => match changed {
                     Ok(()) => {
@@ -309,6 +365,28 @@ impl Run {
             }
         }
         run_hooks(&ctx, &self.hooks, Phase::Postrun).await;
+    }
+
+    /// `task`'s runner ended abnormally (a panic): the task is recorded dead and failed, so
+    /// its siblings stop and a stop does not wait for it.
+    fn runner_lost(&self, task: &str, e: &tokio::task::JoinError) {
+        warn!(task, error = %e, "a task runner ended abnormally");
+        let now = self.ctx.shared.clock.now_unix_nanos();
+        self.ctx.shared.update_alloc(&self.ctx.alloc_id, |local| {
+            let state = local.task_states.entry(task.to_string()).or_default();
+            state.state = TaskStateValue::Dead;
+            state.failed = true;
+            state.finished_at = Timestamp::from_unix_nanos(now);
+            let mut ev = event(now, "Task hook failed", format!("task runner failed: {e}"));
+            ev.fails_task = true;
+            push_event(state, ev);
+        });
+        let wave = self
+            .lifecycle
+            .roles
+            .get(task)
+            .map_or(KillWave::Main, |r| r.wave);
+        self.ctx.siblings.task_dead(task, wave, true);
     }
 
     /// An operator's restart of every task (Nomad's `AllTasks`), before the running tasks
@@ -377,7 +455,7 @@ fn unfinished_stop(local: &LocalAlloc, group: &TaskGroup) -> Option<KillReason> 
 
 /// Once a stop is asked: the pre_kill hooks (the group's services withdrawn), the group's
 /// `shutdown_delay` as the job says now (while a task still runs), and every task killed.
-async fn stop_when_asked(ctx: Arc<AllocCtx>, hooks: Arc<[Box<dyn AllocHook>]>) {
+async fn stop_when_asked(ctx: Arc<AllocCtx>, hooks: Arc<[Box<dyn AllocHook>]>, roles: Roles) {
     // The client asks it for every allocation it stops or forgets (an allocation it forgot
     // is gone from the state: its tasks are killed at once).
     let siblings = &ctx.siblings;
@@ -385,10 +463,11 @@ async fn stop_when_asked(ctx: Arc<AllocCtx>, hooks: Arc<[Box<dyn AllocHook>]>) {
     let mut running = false;
     let mut delay = Duration::ZERO;
     ctx.shared.update_alloc_if(&ctx.alloc_id, |local| {
-        running = local
-            .task_states
-            .values()
-            .any(|s| s.state == TaskStateValue::Running);
+        // What the stop kills (poststop tasks run after it).
+        running = local.task_states.iter().any(|(name, s)| {
+            s.state == TaskStateValue::Running
+                && roles.get(name).is_none_or(|r| r.wave != KillWave::Poststop)
+        });
         delay = Duration::from_nanos(local.group().map_or(0, |g| g.shutdown_delay));
         // Nothing to withdraw, nor to report, once every task is dead.
         let changed = !local.shutting_down && !local.finished();
@@ -398,7 +477,10 @@ async fn stop_when_asked(ctx: Arc<AllocCtx>, hooks: Arc<[Box<dyn AllocHook>]>) {
     run_hooks(&ctx, &hooks, Phase::PreKill).await;
     if running && !delay.is_zero() && siblings.reason().waits_shutdown_delay() {
         debug!(delay = ?delay, reason = ?siblings.reason(), "waiting for the group's shutdown delay");
-        tokio::time::sleep(delay).await;
+        tokio::select! {
+            () = tokio::time::sleep(delay) => {}
+            () = siblings.hurry.cancelled() => {}
+        }
     }
     // An allocation the client forgot, or an agent going away with its tasks: everything at
     // once, poststop tasks too.
@@ -409,26 +491,36 @@ async fn stop_when_asked(ctx: Arc<AllocCtx>, hooks: Arc<[Box<dyn AllocHook>]>) {
     }
     for wave in KillWave::STOP {
         siblings.kill(wave);
-        wave_dead(&ctx, wave).await;
+        if !wave_dead(&ctx, &roles, wave).await {
+            // Forgotten meanwhile: nothing is left to run after the stop.
+            siblings.kill_all();
+            return;
+        }
     }
 }
 
-/// Waits until every task of `wave` is dead (or the allocation is forgotten).
-async fn wave_dead(ctx: &AllocCtx, wave: KillWave) {
+/// Waits until every task of `wave` is dead: false when the allocation is forgotten first.
+async fn wave_dead(ctx: &AllocCtx, roles: &Roles, wave: KillWave) -> bool {
     let mut changes = ctx.shared.alloc_changes.subscribe();
     loop {
         changes.borrow_and_update();
         let dead = ctx.with_local(|l| {
-            l.group().is_none_or(|g| {
-                g.tasks.iter().filter(|t| KillWave::of(t) == wave).all(|t| {
+            roles
+                .iter()
+                .filter(|(_, r)| r.wave == wave)
+                .all(|(name, _)| {
                     l.task_states
-                        .get(&t.name)
+                        .get(name)
                         .is_none_or(|s| s.state == TaskStateValue::Dead)
                 })
-            })
         });
-        if dead != Some(false) || changes.changed().await.is_err() {
-            return;
+        match dead {
+            None => return false,
+            Some(true) => return true,
+            Some(false) => {}
+        }
+        if changes.changed().await.is_err() {
+            return false;
         }
     }
 }

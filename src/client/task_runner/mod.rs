@@ -52,6 +52,10 @@ pub struct TaskRunnerParts {
     pub updates: watch::Receiver<u64>,
     /// What the allocation's lifecycle lets start now.
     pub gate: watch::Receiver<Allowed>,
+    /// Its lifecycle stage, as the allocation runner fixed it.
+    pub stage: Stage,
+    /// The wave a stop kills it in, as the allocation runner fixed it.
+    pub wave: KillWave,
     /// The client.
     pub shared: Arc<Shared>,
     /// What the hooks see.
@@ -76,6 +80,7 @@ pub struct TaskRunner {
     updates: watch::Receiver<u64>,
     gate: watch::Receiver<Allowed>,
     stage: Stage,
+    wave: KillWave,
     /// What kills this task (its wave's token).
     kill: CancellationToken,
     shared: Arc<Shared>,
@@ -110,15 +115,13 @@ impl TaskRunner {
             .collect();
         let mut updates = parts.updates;
         updates.borrow_and_update();
-        let kill = parts
-            .siblings
-            .kill_token(KillWave::of(&parts.ctx.task))
-            .clone();
+        let kill = parts.siblings.kill_token(parts.wave).clone();
         TaskRunner {
             control: parts.control,
             updates,
             gate: parts.gate,
-            stage: Stage::of(&parts.ctx.task),
+            stage: parts.stage,
+            wave: parts.wave,
             kill,
             shared: parts.shared,
             ctx: parts.ctx,
@@ -139,6 +142,11 @@ impl TaskRunner {
 
     fn name(&self) -> &str {
         &self.ctx.task.name
+    }
+
+    /// The name of the task it runs.
+    pub fn task_name(&self) -> &str {
+        self.name()
     }
 
     /// Change this task's state, recompute the allocation, and wake the updater.
@@ -588,6 +596,7 @@ impl TaskRunner {
         if !delay.is_zero() {
             tokio::select! {
                 _ = tokio::time::sleep(delay) => {}
+                _ = self.siblings.hurry.cancelled() => {}
                 exit = running.wait() => {
                     debug!(?exit, "task exited during its shutdown delay");
                     exited = Some(exit);
@@ -747,7 +756,7 @@ impl TaskRunner {
             push_event(s, ev);
             handles.remove(&name);
         });
-        self.siblings.task_dead(&self.ctx.task, failed);
+        self.siblings.task_dead(self.name(), self.wave, failed);
         self.shared.persist();
     }
 }
