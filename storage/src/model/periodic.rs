@@ -105,8 +105,93 @@ pub enum PeriodicError {
 /// A periodic block ready to compute launch times: its cron expressions and zone.
 #[derive(Debug, Clone)]
 pub struct CronSchedule {
-    crons: Vec<croner::Cron>,
+    crons: Vec<NomadCron>,
     zone: Tz,
+}
+
+/// The years cron's year field allows (Nomad's parser knows 1970 to 2099).
+const CRON_YEARS: std::ops::RangeInclusive<i32> = 1970..=2099;
+
+/// One cron expression as Nomad's parser (`hashicorp/cronexpr`) reads it: five fields
+/// (minute, hour, day of month, month, day of week), six (and a year), or seven (seconds
+/// first, a year last); or a name such as `@daily`.
+#[derive(Debug, Clone)]
+struct NomadCron {
+    cron: croner::Cron,
+    /// The years it runs in (`None`: every year).
+    years: Option<BTreeSet<i32>>,
+}
+
+impl NomadCron {
+    fn parse(spec: &str) -> Result<NomadCron, String> {
+        let fields: Vec<&str> = spec.split_whitespace().collect();
+        let (pattern, seconds, year) = match fields.as_slice() {
+            [name] if name.starts_with('@') => ((*name).to_string(), false, None),
+            [_, _, _, _, _] => (fields.join(" "), false, None),
+            [head @ .., year] if fields.len() == 6 => (head.join(" "), false, Some(*year)),
+            [head @ .., year] if fields.len() == 7 => (head.join(" "), true, Some(*year)),
+            _ => {
+                return Err(format!(
+                    "{} fields: a cron expression has 5, 6 (a year last) or 7 (seconds first, a year last)",
+                    fields.len()
+                ))
+            }
+        };
+        let mut cron = croner::Cron::new(&pattern);
+        if seconds {
+            cron.with_seconds_required();
+        }
+        let cron = cron.parse().map_err(|e| e.to_string())?;
+        let years = year.map(parse_years).transpose()?.flatten();
+        Ok(NomadCron { cron, years })
+    }
+}
+
+/// A cron year field: `*` (or `?`), a year, a range, a step (`2030/2`, `*/4`, `2030-2040/5`),
+/// or a list of them. `None` for every year.
+fn parse_years(field: &str) -> Result<Option<BTreeSet<i32>>, String> {
+    if field == "*" || field == "?" {
+        return Ok(None);
+    }
+    let year = |s: &str| -> Result<i32, String> {
+        let y: i32 = s
+            .parse()
+            .map_err(|_| format!("year {s:?} is not a number"))?;
+        if CRON_YEARS.contains(&y) {
+            Ok(y)
+        } else {
+            Err(format!("year {y} is outside 1970-2099"))
+        }
+    };
+    let mut years = BTreeSet::new();
+    for part in field.split(',') {
+        let (range, step) = match part.split_once('/') {
+            Some((range, step)) => {
+                let step: i32 = step
+                    .parse()
+                    .ok()
+                    .filter(|s| *s > 0)
+                    .ok_or_else(|| format!("step {step:?} in the year field"))?;
+                (range, Some(step))
+            }
+            None => (part, None),
+        };
+        let (from, to) = match range.split_once('-') {
+            _ if range == "*" => (*CRON_YEARS.start(), *CRON_YEARS.end()),
+            Some((a, b)) => (year(a)?, year(b)?),
+            // `2030/5`: from 2030 on.
+            None if step.is_some() => (year(range)?, *CRON_YEARS.end()),
+            None => {
+                let y = year(range)?;
+                (y, y)
+            }
+        };
+        if from > to {
+            return Err(format!("year range {range:?} goes backwards"));
+        }
+        years.extend((from..=to).step_by(step.unwrap_or(1) as usize));
+    }
+    Ok(Some(years))
 }
 
 impl PeriodicConfig {
@@ -152,12 +237,10 @@ impl PeriodicConfig {
         let crons = specs
             .iter()
             .map(|spec| {
-                croner::Cron::new(spec)
-                    .parse()
-                    .map_err(|e| PeriodicError::BadCron {
-                        spec: (*spec).to_owned(),
-                        reason: e.to_string(),
-                    })
+                NomadCron::parse(spec).map_err(|reason| PeriodicError::BadCron {
+                    spec: (*spec).to_owned(),
+                    reason,
+                })
             })
             .collect::<Result<Vec<_>, _>>()?;
         Ok(CronSchedule { crons, zone })
@@ -184,7 +267,36 @@ impl CronSchedule {
         )
     }
 
-    fn next_of(&self, cron: &croner::Cron, after_secs: i64) -> Option<i64> {
+    /// The first launch of `cron` after `after_secs` in an allowed year: a launch in a year
+    /// the expression leaves out moves the search to the start of its next year.
+    fn next_of(&self, cron: &NomadCron, after_secs: i64) -> Option<i64> {
+        use chrono::Datelike;
+        let mut from = after_secs;
+        // Each round moves to a later allowed year; there are at most 130 of them.
+        for _ in 0..=CRON_YEARS.clone().count() {
+            let next = self.next_in_any_year(&cron.cron, from)?;
+            let Some(years) = &cron.years else {
+                return Some(next);
+            };
+            let year = Utc
+                .timestamp_opt(next, 0)
+                .single()?
+                .with_timezone(&self.zone)
+                .year();
+            if years.contains(&year) {
+                return Some(next);
+            }
+            let later = *years.range(year + 1..).next()?;
+            let new_year = self
+                .zone
+                .with_ymd_and_hms(later, 1, 1, 0, 0, 0)
+                .earliest()?;
+            from = new_year.timestamp() - 1;
+        }
+        None
+    }
+
+    fn next_in_any_year(&self, cron: &croner::Cron, after_secs: i64) -> Option<i64> {
         let mut from = after_secs;
         // The search runs on local wall-clock time; in a repeated hour the wall clock goes
         // back, so a candidate can be at or before `after`: search again from later on.
@@ -511,6 +623,62 @@ mod tests {
         // From inside the repeated hour (after the first 01:30), still the next day.
         let inside = unix("2026-11-01T01:10:00-05:00") * NANOS_PER_SEC;
         assert_eq!(s.next_after(inside).unwrap(), second);
+    }
+
+    #[test]
+    fn five_six_and_seven_fields_are_read_as_nomad_reads_them() {
+        let next = |spec: &str, after: &str| {
+            cfg(spec, "UTC")
+                .schedule()
+                .unwrap_or_else(|e| panic!("{spec}: {e}"))
+                .next_after(unix(after) * NANOS_PER_SEC)
+        };
+        // Five: minute to day of week.
+        assert_eq!(
+            next("15 3 * * *", "2027-01-01T00:00:00Z"),
+            Some(unix("2027-01-01T03:15:00Z"))
+        );
+        // Six: a year last.
+        assert_eq!(
+            next("0 0 1 1 * 2030", "2027-06-01T00:00:00Z"),
+            Some(unix("2030-01-01T00:00:00Z"))
+        );
+        assert_eq!(next("0 12 * * * 2028-2029", "2029-12-31T13:00:00Z"), None);
+        assert_eq!(
+            next("0 12 29 2 * 2028/4", "2027-01-01T00:00:00Z"),
+            Some(unix("2028-02-29T12:00:00Z")),
+            "every fourth year from 2028"
+        );
+        // From 1970 every fourth year is 2 more than a leap year: never a 29 February.
+        assert_eq!(next("0 12 29 2 * */4", "2027-01-01T00:00:00Z"), None);
+        // Seven: seconds first, a year last (Nomad's own example).
+        assert_eq!(
+            next("0/3 * * * * * *", "2027-01-01T00:00:01Z"),
+            Some(unix("2027-01-01T00:00:03Z"))
+        );
+        assert_eq!(
+            next("30 0 0 1 1 * 2031", "2027-01-01T00:00:00Z"),
+            Some(unix("2031-01-01T00:00:30Z"))
+        );
+        assert_eq!(
+            next("@daily", "2027-01-01T10:00:00Z"),
+            Some(unix("2027-01-02T00:00:00Z"))
+        );
+        for bad in [
+            "* * * *",
+            "0 0 0 0 0 0 0 0",
+            "0 0 * * * 1969",
+            "0 0 * * * 2031-2030",
+            "0 0 * * * x",
+        ] {
+            assert!(
+                matches!(
+                    cfg(bad, "UTC").schedule(),
+                    Err(PeriodicError::BadCron { .. })
+                ),
+                "{bad}"
+            );
+        }
     }
 
     #[test]
