@@ -748,13 +748,7 @@ mod tests {
         let started = tokio::time::Instant::now();
         sh.state().allocs.insert("a1".into(), local.clone());
         let _stop = alloc_runner::spawn(sh, &local);
-        for _ in 0..10_000 {
-            if sh.state().allocs["a1"].finished() {
-                break;
-            }
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
-        (sh.state().allocs["a1"].clone(), started.elapsed())
+        (wait_finished(sh).await, started.elapsed())
     }
 
     fn event_types(l: &LocalAlloc) -> Vec<String> {

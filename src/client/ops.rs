@@ -308,9 +308,11 @@ impl ClientHandle {
                 .and_then(|r| r.prepare_restart_all());
             let answer =
                 prepared.ok_or_else(|| AllocOpError::NothingRunning(alloc_id.to_string()))?;
-            match tokio::time::timeout(self.answer_within(), answer).await {
-                Ok(Ok(result)) => result?,
-                _ => return Err(AllocOpError::NothingRunning(alloc_id.to_string())),
+            if !matches!(
+                tokio::time::timeout(self.answer_within(), answer).await,
+                Ok(Ok(()))
+            ) {
+                return Err(AllocOpError::NothingRunning(alloc_id.to_string()));
             }
         }
         self.ask(targets, |reply| TaskControl::Restart { reply })

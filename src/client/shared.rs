@@ -166,11 +166,6 @@ impl Registrations {
             self.shared.persist();
         }
     }
-
-    /// Nudges the service loop (the job changed in place: names, tags or ports may have).
-    pub fn refresh(&self) {
-        self.shared.alloc_changes.send_replace(());
-    }
 }
 
 pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {

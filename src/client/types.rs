@@ -467,8 +467,8 @@ impl TaskControls {
 /// running tasks are restarted; answered once it is ready for them.
 #[derive(Debug)]
 pub struct RestartAll {
-    /// Where the answer goes.
-    pub reply: oneshot::Sender<Result<(), TaskOpError>>,
+    /// Told once the runner is ready.
+    pub reply: oneshot::Sender<()>,
 }
 
 /// What the client keeps of a running allocation: what stops it and a way to reach each of
@@ -535,7 +535,7 @@ impl AllocHandle {
     /// Asks the allocation's runner to prepare a restart of every task (its completed tasks
     /// pending again, its lifecycle from the beginning); the caller then restarts the
     /// running ones. `None` when the runner is gone.
-    pub fn prepare_restart_all(&self) -> Option<oneshot::Receiver<Result<(), TaskOpError>>> {
+    pub fn prepare_restart_all(&self) -> Option<oneshot::Receiver<()>> {
         let (reply, answer) = oneshot::channel();
         self.restart_all.try_send(RestartAll { reply }).ok()?;
         Some(answer)

@@ -351,7 +351,7 @@ impl Run {
                 Ok(()) = changes.changed() => self.lifecycle.follow(&ctx),
                 Some(RestartAll { reply }) = self.restarts.recv() => {
                     let again = self.restart_all();
-                    let _ = reply.send(Ok(()));
+                    let _ = reply.send(());
                     tasks.extend(again.into_iter().map(detached));
                 }
                 changed = self.updates.changed(), if handle_held => match changed {

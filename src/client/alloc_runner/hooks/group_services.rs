@@ -1,8 +1,9 @@
 //! Registers the group's services (the group's `service` blocks) for the allocation's run,
 //! and withdraws them once a stop is asked, before the group's `shutdown_delay`, so traffic
-//! leaves before any task is signalled; and when every task is dead. An in-place update
-//! re-sends them. The client's service loop sends what is registered once the allocation
-//! runs (a group service naming a `task` once that task runs).
+//! leaves before any task is signalled; and when every task is dead. The client's service
+//! loop sends what is registered once the allocation runs (a group service naming a `task`
+//! once that task runs), built from the job as the client holds it, so an in-place update's
+//! new names, tags and ports go out with the update itself.
 
 use futures::future::BoxFuture;
 
@@ -28,11 +29,6 @@ impl AllocHook for GroupServices {
     fn prerun<'a>(&'a self, ctx: &'a AllocCtx) -> BoxFuture<'a, Result<(), AllocHookError>> {
         // A stop under way (begun before a client restart, say) goes on without them.
         ctx.services.register_unless_stopping(ServiceOwner::Group);
-        Box::pin(async { Ok(()) })
-    }
-
-    fn update<'a>(&'a self, ctx: &'a AllocCtx) -> BoxFuture<'a, Result<(), AllocHookError>> {
-        ctx.services.refresh();
         Box::pin(async { Ok(()) })
     }
 

@@ -1,7 +1,8 @@
 //! Registers the task's own services (its `service` blocks) once it runs, and withdraws
 //! them before it is killed (ahead of its `shutdown_delay`), when it exits and when it is
-//! dead for good. An in-place update re-sends them (names, tags and ports may have changed).
-//! The client's service loop sends what is registered to the servers.
+//! dead for good. The client's service loop sends what is registered to the servers, built
+//! from the allocation's job as the client holds it, so an in-place update's new names, tags
+//! and ports go out with the update itself.
 
 use futures::future::BoxFuture;
 
@@ -30,15 +31,6 @@ impl TaskHook for ServicesHook {
         _state: &'a mut HookState,
     ) -> BoxFuture<'a, Result<(), HookError>> {
         Self::set(ctx, true)
-    }
-
-    fn update<'a>(
-        &'a self,
-        ctx: &'a HookCtx,
-        _state: &'a mut HookState,
-    ) -> BoxFuture<'a, Result<(), HookError>> {
-        ctx.services.refresh();
-        Box::pin(async { Ok(()) })
     }
 
     fn pre_kill<'a>(
