@@ -178,7 +178,8 @@ async fn a_server_down_while_the_log_is_purged_past_it_catches_up_by_snapshot() 
             }
         },
     )
-    .await?;
+    .await
+    .inspect_err(|_| c.dump_logs(300))?;
     let mut want: Vec<String> = (0..written).map(|k| format!("w-{k:06}")).collect();
     want.push("before".into());
     want.sort();

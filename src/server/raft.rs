@@ -16,7 +16,8 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use openraft::error::{ChangeMembershipError, ClientWriteError, RaftError};
+use openraft::error::{ChangeMembershipError, ClientWriteError, InstallSnapshotError, RaftError};
+use openraft::raft::{AppendEntriesRequest, InstallSnapshotRequest, InstallSnapshotResponse};
 use openraft::{ChangeMembers, ServerState, SnapshotPolicy};
 use teamster_storage::fsm::Command;
 use teamster_storage::log_store::LogStats;
@@ -85,7 +86,9 @@ pub fn openraft_config(t: &RaftTiming) -> Result<openraft::Config, RaftNodeError
         max_in_snapshot_log_to_keep: t.trailing_logs,
         // A follower further behind than this is brought up to date with a snapshot.
         replication_lag_threshold: t.snapshot_threshold + t.trailing_logs,
-        snapshot_max_chunk_size: 4 << 20,
+        // Small enough that encoding, sending and decoding one chunk stays well within an
+        // election timeout (the receiver renews the leader's contact per chunk).
+        snapshot_max_chunk_size: 1 << 20,
         purge_batch_size: 256,
         ..openraft::Config::default()
     };
@@ -242,6 +245,41 @@ impl RaftNode {
     /// The openraft handle.
     pub fn raft(&self) -> &Raft {
         &self.raft
+    }
+
+    /// Take one snapshot chunk from the leader. A leader streaming a snapshot is in contact
+    /// with this server, as hashicorp/raft counts it: openraft 0.9 carries heartbeats on the
+    /// replication stream the snapshot occupies, and hands chunks to the state machine
+    /// without touching the election timer, so a transfer (or an install) longer than the
+    /// election timeout made the receiver stand, reject the finished snapshot as coming from
+    /// an older term, depose the leader and start over: a restarted server could cycle like
+    /// that for minutes. While a chunk is received and installed, an empty AppendEntries
+    /// under the chunk's vote is handed to raft every heartbeat interval: it matches any log
+    /// (no previous entry, nothing to append, nothing to commit) and only renews the
+    /// leader's contact; a vote older than this server's is refused by raft as any
+    /// AppendEntries is.
+    pub async fn install_snapshot_chunk(
+        &self,
+        req: InstallSnapshotRequest<TypeConfig>,
+    ) -> Result<InstallSnapshotResponse<ServerId>, RaftError<ServerId, InstallSnapshotError>> {
+        let contact = AppendEntriesRequest {
+            vote: req.vote,
+            prev_log_id: None,
+            entries: Vec::new(),
+            leader_commit: None,
+        };
+        let every = Duration::from_millis(self.raft.config().heartbeat_interval.max(1));
+        let install = self.raft.install_snapshot(req);
+        tokio::pin!(install);
+        loop {
+            if let Err(e) = self.raft.append_entries(contact.clone()).await {
+                tracing::debug!(error = %e, "renewing the leader's contact during a snapshot failed");
+            }
+            tokio::select! {
+                answer = &mut install => return answer,
+                () = tokio::time::sleep(every) => {}
+            }
+        }
     }
 
     /// The replicated state.
@@ -600,5 +638,113 @@ impl RaftNode {
         if let Err(e) = self.raft.shutdown().await {
             warn!(error = %e, "raft did not shut down cleanly");
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::{BTreeMap, BTreeSet};
+
+    use openraft::{CommittedLeaderId, LogId, Membership, SnapshotMeta, StoredMembership, Vote};
+
+    use super::*;
+    use crate::rpc::RpcConfig;
+
+    fn addr(name: &str, rpc: &str) -> ServerAddr {
+        ServerAddr {
+            name: name.into(),
+            rpc_addr: rpc.into(),
+            http_addr: "127.0.0.1:1".into(),
+        }
+    }
+
+    /// A follower that receives a snapshot for longer than its election timeout keeps
+    /// following the leader that streams it, and installs the snapshot: before, it stood
+    /// for election half-way, refused the finished snapshot as coming from an older term,
+    /// and a restarted server could go round that for minutes.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_snapshot_streamed_for_longer_than_an_election_timeout_keeps_the_leader_and_installs()
+    {
+        const LEADER: ServerId = 1;
+        const ME: ServerId = 2;
+        let dir = tempfile::tempdir().unwrap();
+        let config = ServerConfig {
+            enabled: true,
+            raft: RaftTiming::for_tests(),
+            ..ServerConfig::default()
+        };
+        let pool = Pool::new(ME, RpcConfig::for_tests()).unwrap();
+        let me = addr("me", "127.0.0.1:2");
+        let node = RaftNode::start(ME, me.clone(), dir.path(), &config, pool, 1)
+            .await
+            .unwrap();
+        // The leader is unreachable: only what this test sends reaches the node.
+        let nodes = BTreeMap::from([(LEADER, addr("leader", "127.0.0.1:1")), (ME, me)]);
+        let members = BTreeSet::from([LEADER, ME]);
+        node.raft().initialize(nodes.clone()).await.unwrap();
+
+        let vote = Vote::new_committed(100, LEADER);
+        let last = LogId::new(CommittedLeaderId::new(100, LEADER), 10);
+        // Contact first, as the leader's replication finds the follower behind its purge
+        // point with an AppendEntries before it streams a snapshot.
+        node.raft()
+            .append_entries(AppendEntriesRequest {
+                vote,
+                prev_log_id: None,
+                entries: Vec::new(),
+                leader_commit: None,
+            })
+            .await
+            .unwrap();
+        let image = StateStore::new().snapshot().encode_image().unwrap();
+        let meta = SnapshotMeta {
+            last_log_id: Some(last),
+            last_membership: StoredMembership::new(
+                Some(LogId::new(CommittedLeaderId::new(100, LEADER), 5)),
+                Membership::new(vec![members], nodes),
+            ),
+            snapshot_id: "100-10-test".into(),
+        };
+        // Six chunks 350 ms apart: about 2 s in all, past the 0.9-1.2 s a follower of a
+        // committed leader waits (lease plus election timeout at 300 ms), each gap well
+        // within it.
+        let parts = 6;
+        let step = image.len().div_ceil(parts).max(1);
+        let mut offset = 0;
+        let mut answer = None;
+        for (k, data) in image.chunks(step).enumerate() {
+            if k > 0 {
+                tokio::time::sleep(Duration::from_millis(350)).await;
+            }
+            let done = offset + data.len() == image.len();
+            let reply = node
+                .install_snapshot_chunk(InstallSnapshotRequest {
+                    vote,
+                    meta: meta.clone(),
+                    offset: offset as u64,
+                    data: data.to_vec(),
+                    done,
+                })
+                .await
+                .unwrap();
+            offset += data.len();
+            answer = Some(reply);
+        }
+        assert_eq!(
+            answer.unwrap().vote,
+            vote,
+            "the follower stood for election during the stream"
+        );
+        // Metrics are published after the install answers.
+        let metrics = node
+            .raft()
+            .wait(Some(Duration::from_secs(10)))
+            .applied_index(Some(10), "the snapshot installed")
+            .await
+            .unwrap();
+        assert_eq!(metrics.vote, vote);
+        assert_eq!(metrics.current_leader, Some(LEADER));
+        assert_eq!(metrics.snapshot, Some(last));
+        node.raft().shutdown().await.unwrap();
     }
 }

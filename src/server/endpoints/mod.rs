@@ -525,7 +525,7 @@ impl RpcHandler for ServerRpc {
                 }
                 RpcRequest::Vote(r) => RpcResponse::Vote(node.raft().vote(r).await),
                 RpcRequest::InstallSnapshot(r) => {
-                    RpcResponse::InstallSnapshot(node.raft().install_snapshot(r).await)
+                    RpcResponse::InstallSnapshot(node.install_snapshot_chunk(r).await)
                 }
                 RpcRequest::Ping => RpcResponse::Ping {
                     server_id: node.id(),
