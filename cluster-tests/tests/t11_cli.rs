@@ -595,3 +595,81 @@ async fn namespace_region_and_token_scope_every_request_and_events_stream() -> a
     assert!(err.contains("unknown topic"), "{err}");
     Ok(())
 }
+
+/// A job that needs what this cluster lacks is accepted as Nomad accepts it and stays
+/// pending with Nomad's reason: Consul services and Vault blocks get Nomad's implied
+/// constraints, a driver no node has is "missing drivers"; `job plan` and `job status` name
+/// it, and nothing is registered anywhere.
+#[tokio::test]
+async fn jobs_needing_vault_consul_or_a_missing_driver_stay_pending_with_nomad_s_reason(
+) -> anyhow::Result<()> {
+    use std::time::Duration;
+    let agent = DevAgent::start(13, 239).await?;
+    let jobs = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy/jobs");
+    let file = jobs.join("consul-vault-api.nomad.hcl");
+    let file = file.to_str().unwrap();
+    // Plan: both implied constraints on the group, the failure names the first that filters.
+    let (code, out, err) = agent.run(&["job", "plan", file]);
+    assert_eq!(
+        code,
+        Some(1),
+        "a plan that cannot place exits 1: {out}{err}"
+    );
+    for want in [
+        "LTarget: \"${attr.vault.version}\"",
+        "LTarget: \"${attr.consul.version}\"",
+        "RTarget: \">= 1.8.0\"",
+        "Provider: \"consul\"",
+        "Name: \"consul-vault-api-api\"",
+        "Constraint \"${attr.vault.version} semver >= 0.6.1\": 1 nodes excluded by filter",
+    ] {
+        assert!(out.contains(want), "{want} in {out}");
+    }
+    let (code, out, err) = agent.run(&["job", "run", "-detach", file]);
+    assert_eq!(code, Some(0), "{out}{err}");
+    let api = teamster::api::ApiClient::new(&agent.addr);
+    teamster_cluster_tests::wait_for(Duration::from_secs(30), "a blocked evaluation", || async {
+        let evals: Vec<serde_json::Value> =
+            api.get("/v1/job/consul-vault-api/evaluations").await.ok()?;
+        evals.iter().any(|e| e["Status"] == "blocked").then_some(())
+    })
+    .await?;
+    let (code, out, err) = agent.run(&["job", "status", "consul-vault-api"]);
+    assert_eq!(code, Some(0), "{err}");
+    assert!(out.contains("Status       =  pending"), "{out}");
+    assert!(
+        out.contains(
+            "Placement Failure\nTask Group \"api\":\n  * Constraint \"${attr.vault.version} semver >= 0.6.1\": 1 nodes excluded by filter"
+        ),
+        "{out}"
+    );
+    assert!(out.contains("No allocations placed"), "{out}");
+    // The task's own Consul service constrains the task too, and the tasks kept their vault.
+    let job: serde_json::Value = api.get("/v1/job/consul-vault-api").await?;
+    let metrics = &job["TaskGroups"][0]["Tasks"][1];
+    assert_eq!(
+        metrics["Constraints"][0]["LTarget"], "${attr.consul.version}",
+        "{metrics}"
+    );
+    assert_eq!(
+        job["TaskGroups"][0]["Tasks"][0]["Vault"]["Role"],
+        "api-read"
+    );
+    let services: Vec<serde_json::Value> = api.get("/v1/services").await?;
+    assert!(services.is_empty(), "nothing registered: {services:?}");
+
+    // A driver no node has: accepted, placed nowhere, "missing drivers".
+    let dir = tempfile::tempdir()?;
+    let podman = dir.path().join("podman.nomad.hcl");
+    std::fs::write(
+        &podman,
+        "job \"pod\" {\n  group \"g\" {\n    task \"t\" {\n      driver = \"podman\"\n      config {\n        image = \"busybox\"\n      }\n    }\n  }\n}\n",
+    )?;
+    let (code, out, err) = agent.run(&["job", "plan", podman.to_str().unwrap()]);
+    assert_eq!(code, Some(1), "{out}{err}");
+    assert!(
+        out.contains("Constraint \"missing drivers\": 1 nodes excluded by filter"),
+        "{out}"
+    );
+    Ok(())
+}

@@ -22,7 +22,7 @@ use serde_json::{json, Value};
 use super::args::ApiArgs;
 use super::job_file::{read_job_file, JobFileArgs};
 use super::monitor::monitor;
-use super::output::{short_id, table, text, unix_nanos};
+use super::output::{alloc_metrics, short_id, table, text, unix_nanos};
 use crate::api::urlencode;
 use crate::api::{ApiClient, ApiError};
 
@@ -364,6 +364,10 @@ async fn status(args: StatusArgs) -> anyhow::Result<()> {
         .get(&format!("/v1/job/{path}/deployment"))
         .await
         .context("reading the job's latest deployment")?;
+    let evals: Vec<Value> = api
+        .get(&format!("/v1/job/{path}/evaluations"))
+        .await
+        .context("reading the job's evaluations")?;
     if args.api.structured() {
         // `-t` renders the job itself, as Nomad's `job status -t` does.
         let v = match args.api.template {
@@ -422,6 +426,7 @@ async fn status(args: StatusArgs) -> anyhow::Result<()> {
         ]);
     }
     print!("{}", table(&rows));
+    print!("{}", placement_failure(&evals));
     if !latest.is_null() {
         println!("\nLatest Deployment");
         print!("{}", super::deployment::latest_deployment_section(&latest));
@@ -433,6 +438,33 @@ async fn status(args: StatusArgs) -> anyhow::Result<()> {
     }
     print!("{}", alloc_table(&allocs, false));
     Ok(())
+}
+
+/// Nomad's "Placement Failure" section of `job status`: while an evaluation of the job is
+/// blocked, why the latest evaluation that failed to place could not (empty otherwise).
+fn placement_failure(evals: &[Value]) -> String {
+    let blocked = evals.iter().any(|e| e["Status"] == "blocked");
+    let latest = evals
+        .iter()
+        .filter(|e| {
+            e["FailedTGAllocs"]
+                .as_object()
+                .is_some_and(|m| !m.is_empty())
+        })
+        .max_by_key(|e| e["CreateIndex"].as_u64().unwrap_or(0));
+    let (true, Some(eval)) = (blocked, latest) else {
+        return String::new();
+    };
+    let failed: BTreeMap<&String, &Value> = eval["FailedTGAllocs"]
+        .as_object()
+        .into_iter()
+        .flatten()
+        .collect();
+    let groups: Vec<String> = failed
+        .iter()
+        .map(|(group, metric)| format!("Task Group {group:?}:\n{}", alloc_metrics(metric, "  ")))
+        .collect();
+    format!("\nPlacement Failure\n{}", groups.join("\n"))
 }
 
 /// A job's allocations as `job status` and `job allocs` print them (with their times for

@@ -14,6 +14,7 @@ use serde_json::{json, Value};
 
 use super::args::ApiArgs;
 use super::job_file::{read_job_file, JobFileArgs};
+use super::output::alloc_metrics;
 use crate::api::urlencode;
 
 /// `job plan`.
@@ -261,26 +262,7 @@ fn render(resp: &Value, verbose: bool, file: &str) -> String {
                 unplaced.max(1),
                 if unplaced == 1 { "" } else { "s" }
             ));
-            for (dim, n) in metric["DimensionExhausted"]
-                .as_object()
-                .into_iter()
-                .flatten()
-            {
-                out.push_str(&format!("    * Dimension {dim:?} exhausted on {n} nodes\n"));
-            }
-            for (c, n) in metric["ConstraintFiltered"]
-                .as_object()
-                .into_iter()
-                .flatten()
-            {
-                out.push_str(&format!(
-                    "    * Constraint {c:?}: {n} nodes excluded by filter\n"
-                ));
-            }
-            let evaluated = metric["NodesEvaluated"].as_u64().unwrap_or(0);
-            if evaluated == 0 {
-                out.push_str("    * No nodes were eligible for evaluation\n");
-            }
+            out.push_str(&alloc_metrics(metric, "    "));
         }
     }
     out.push_str(&render_preemptions(&resp["Annotations"]["PreemptedAllocs"]));

@@ -10,7 +10,7 @@ use reqwest::StatusCode;
 use serde_json::{json, Value};
 
 use super::args::ApiArgs;
-use super::output::short_id;
+use super::output::{alloc_metrics, short_id};
 use crate::api::{urlencode, ApiClient, ApiError};
 
 /// Follow an evaluation (and the blocked evaluation it may leave) with blocking queries until
@@ -70,20 +70,7 @@ pub async fn monitor(
         }
         for (group, metric) in &failed {
             println!("    Task group \"{group}\" failed to place all allocations:");
-            if let Some(by) = metric["DimensionExhausted"].as_object() {
-                for (dim, n) in by {
-                    println!("      * Resources exhausted on {n} nodes: {dim}");
-                }
-            }
-            if let Some(by) = metric["ConstraintFiltered"].as_object() {
-                for (c, n) in by {
-                    println!("      * Constraint \"{c}\": {n} nodes excluded by filter");
-                }
-            }
-            println!(
-                "      * Nodes evaluated: {}, nodes available: {}",
-                metric["NodesEvaluated"], metric["NodesAvailable"]
-            );
+            print!("{}", alloc_metrics(metric, "      "));
         }
         if let Some(desc) = eval["StatusDescription"].as_str().filter(|d| !d.is_empty()) {
             println!("    {desc}");

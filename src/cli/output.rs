@@ -16,6 +16,53 @@ pub fn short_id(id: &Value) -> String {
     text(id).chars().take(8).collect()
 }
 
+/// Why an allocation could not be placed (an `AllocationMetric` of an evaluation's
+/// `FailedTGAllocs` or a plan's), one `* …` line each, as Nomad's CLI words them.
+pub fn alloc_metrics(metric: &Value, prefix: &str) -> String {
+    let mut out = String::new();
+    let mut line = |text: String| {
+        out.push_str(prefix);
+        out.push_str("* ");
+        out.push_str(&text);
+        out.push('\n');
+    };
+    let counts = |field: &str| -> Vec<(String, u64)> {
+        metric[field]
+            .as_object()
+            .into_iter()
+            .flatten()
+            .map(|(k, n)| (k.clone(), n.as_u64().unwrap_or(0)))
+            .collect()
+    };
+    if metric["NodesEvaluated"].as_u64().unwrap_or(0) == 0 {
+        line("No nodes were eligible for evaluation".into());
+    }
+    for (dc, available) in counts("NodesAvailable") {
+        if available == 0 {
+            line(format!("No nodes are available in datacenter {dc:?}"));
+        }
+    }
+    for (class, n) in counts("ClassFiltered") {
+        line(format!("Class {class:?}: {n} nodes excluded by filter"));
+    }
+    for (constraint, n) in counts("ConstraintFiltered") {
+        line(format!(
+            "Constraint {constraint:?}: {n} nodes excluded by filter"
+        ));
+    }
+    let exhausted = metric["NodesExhausted"].as_u64().unwrap_or(0);
+    if exhausted > 0 {
+        line(format!("Resources exhausted on {exhausted} nodes"));
+    }
+    for (class, n) in counts("ClassExhausted") {
+        line(format!("Class {class:?} exhausted on {n} nodes"));
+    }
+    for (dim, n) in counts("DimensionExhausted") {
+        line(format!("Dimension {dim:?} exhausted on {n} nodes"));
+    }
+    out
+}
+
 /// Format rows as left-aligned columns separated by two spaces; the first row is the header.
 pub fn table(rows: &[Vec<String>]) -> String {
     let cols = rows.iter().map(|r| r.len()).max().unwrap_or(0);

@@ -101,7 +101,9 @@ pub fn live_services(local: &LocalAlloc) -> Vec<LiveService<'_>> {
         return Vec::new();
     };
     let mut out = Vec::new();
-    for service in group.services.iter().filter(|_| group_live) {
+    // Only teamster's own services: a Consul service's job never reaches a node (it needs
+    // `${attr.consul.version}`), and if one did, nothing would be registered for it.
+    for service in group.services.iter().filter(|s| group_live && s.is_nomad()) {
         let task = if service.task_name.is_empty() {
             group.tasks.first()
         } else {
@@ -120,7 +122,7 @@ pub fn live_services(local: &LocalAlloc) -> Vec<LiveService<'_>> {
         if !local.registered.tasks.contains(&task.name) || !task_running(local, task) {
             continue;
         }
-        for service in &task.services {
+        for service in task.services.iter().filter(|s| s.is_nomad()) {
             out.push(LiveService {
                 task,
                 owner: Some(&task.name),

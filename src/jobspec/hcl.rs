@@ -317,6 +317,7 @@ impl Parser<'_> {
             }
             out.insert("TaskGroups".into(), Value::Array(groups));
         }
+        vault_to_tasks(&mut out);
         Ok(Value::Object(out))
     }
 
@@ -472,6 +473,30 @@ mod blocks;
 mod interpolate;
 use crate::util::hcl_nesting as nesting;
 mod variables;
+
+/// A job's or group's `vault` block is the default of its tasks, as in Nomad's parser: a task
+/// without its own gets its group's, else the job's, and neither stays in the job (Nomad's
+/// API has `Vault` on tasks only).
+fn vault_to_tasks(job: &mut Map<String, Value>) {
+    let job_vault = job.remove("Vault");
+    let Some(Value::Array(groups)) = job.get_mut("TaskGroups") else {
+        return;
+    };
+    for group in groups.iter_mut().filter_map(Value::as_object_mut) {
+        let group_vault = group.remove("Vault");
+        let Some(default) = group_vault.as_ref().or(job_vault.as_ref()) else {
+            continue;
+        };
+        let Some(Value::Array(tasks)) = group.get_mut("Tasks") else {
+            continue;
+        };
+        for task in tasks.iter_mut().filter_map(Value::as_object_mut) {
+            if task.get("Vault").is_none_or(Value::is_null) {
+                task.insert("Vault".into(), default.clone());
+            }
+        }
+    }
+}
 
 #[cfg(test)]
 mod tests;

@@ -699,6 +699,8 @@ pub(super) static GROUP: Spec = Spec {
         },
         one("scaling", "Scaling", Content::Spec(&SCALING)),
         generic("consul", "Consul"),
+        // Copied to the group's tasks that have none, then dropped (`hcl::vault_to_tasks`).
+        one("vault", "Vault", Content::Spec(&VAULT)),
         one("disconnect", "Disconnect", Content::Spec(&DISCONNECT)),
         one("locality", "Locality", Content::Spec(&LOCALITY)),
     ],

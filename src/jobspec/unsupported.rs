@@ -19,7 +19,6 @@ pub(super) const JOB: &[&str] = &[
     "ConsulNamespace",
     "VaultToken",
     "VaultNamespace",
-    "Vault",
     "UI",
     "VersionTag",
     "Secrets",
@@ -56,9 +55,6 @@ pub(super) const SERVICE: &[&str] = &[
     "Weights",
 ];
 
-/// Why a service without `provider = "nomad"` is refused.
-const PROVIDER_REASON: &str = "only provider = \"nomad\" is supported (Nomad's default is consul, which teamster does not talk to; teamster registers services itself)";
-
 /// Fields of a service's `check` teamster does not implement (script and gRPC checks,
 /// Consul's thresholds and TLS options).
 pub(super) const CHECK: &[&str] = &[
@@ -92,7 +88,6 @@ pub(super) const GROUP_RESTART: &[&str] = &["RenderTemplates"];
 /// Fields of a `Task` teamster does not implement.
 pub(super) const TASK: &[&str] = &[
     "Artifacts",
-    "Vault",
     "Templates",
     "VolumeMounts",
     "CSIPluginConfig",
@@ -111,8 +106,16 @@ pub(super) const TASK: &[&str] = &[
 /// (`disabled` is acted on).
 pub(super) const LOGS: &[&str] = &["Enabled"];
 
-/// Values that ask for what teamster does anyway, so they count as unset: networks are the host's, ports are on the default host network.
-const SAME_AS_TEAMSTER: &[(&str, &str)] = &[("Mode", "host"), ("HostNetwork", "default")];
+/// Values that ask for what teamster does anyway, so they count as unset: networks are the
+/// host's, ports are on the default host network, services are in the default (only)
+/// cluster, and a deployment waits for every check to pass (Nomad's `require_healthy`,
+/// which Nomad's API fills in for services and checks).
+const SAME_AS_TEAMSTER: &[(&str, &str)] = &[
+    ("Mode", "host"),
+    ("HostNetwork", "default"),
+    ("Cluster", "default"),
+    ("OnUpdate", "require_healthy"),
+];
 
 /// Fields of a task's `Resources` teamster does not implement.
 pub(super) const RESOURCES: &[&str] = &[
@@ -258,16 +261,10 @@ fn check_services(owner: &Value, path: &str, out: &mut Vec<UnsupportedField>) {
             Some(n) if !n.is_empty() => format!("{n:?}"),
             _ => format!("#{i}"),
         };
+        // A Consul service (Nomad's default provider) is accepted: it keeps its job pending
+        // on nodes without Consul (`model::integrations`); its fields are refused as a
+        // native service's are.
         let spath = format!("{path} → service {name}");
-        // Nomad registers a service without a provider in Consul, which teamster does not
-        // talk to: only its own registry is acted on.
-        if service.get("Provider").and_then(Value::as_str) != Some("nomad") {
-            out.push(UnsupportedField {
-                path: spath.clone(),
-                field: "Provider",
-                reason: Some(PROVIDER_REASON),
-            });
-        }
         check(service, SERVICE, &spath, out);
         if let Some(restart) = service.get("CheckRestart") {
             check(
@@ -361,7 +358,8 @@ mod tests {
                     { "Name": "server", "Services": [
                         { "Name": "web", "Provider": "nomad",
                           "Checks": [{ "Type": "script", "Command": "x" }] },
-                        { "Name": "legacy" }
+                        { "Name": "legacy", "Cluster": "default", "OnUpdate": "require_healthy" },
+                        { "Name": "elsewhere", "Cluster": "dc2-consul" }
                       ],
                       "Resources": { "CPU": 100, "MemoryMB": 64, "MemoryMaxMB": 128 } },
                     { "Templates": [{ "EmbeddedTmpl": "x" }] }
@@ -376,7 +374,7 @@ mod tests {
                 "job → group \"api\" → network #0: MBits",
                 "job → group \"api\" → network #0 → port \"db\": IgnoreCollision",
                 "job → group \"api\" → task \"server\" → service \"web\" → check #0: Command",
-                "job → group \"api\" → task \"server\" → service \"legacy\": Provider",
+                "job → group \"api\" → task \"server\" → service \"elsewhere\": Cluster",
                 "job → group \"api\" → task \"server\" → Resources: MemoryMaxMB",
                 "job → group \"api\" → task #1: Templates",
             ]

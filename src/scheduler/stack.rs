@@ -461,10 +461,13 @@ impl Stack {
         ctx.metrics.nodes_evaluated += 1;
         if let Err(label) = self.feasible(ctx, placer, node) {
             ctx.metrics.nodes_filtered += 1;
-            *ctx.metrics
-                .class_filtered
-                .entry(node.computed_class.clone())
-                .or_default() += 1;
+            // By the node's own class, as Nomad counts it (none: not counted by class).
+            if !node.node_class.is_empty() {
+                *ctx.metrics
+                    .class_filtered
+                    .entry(node.node_class.clone())
+                    .or_default() += 1;
+            }
             *ctx.metrics.constraint_filtered.entry(label).or_default() += 1;
             return Verdict::Filtered;
         }
@@ -479,10 +482,12 @@ impl Stack {
             };
             let Some(chosen) = chosen else {
                 ctx.metrics.nodes_exhausted += 1;
-                *ctx.metrics
-                    .class_exhausted
-                    .entry(node.computed_class.clone())
-                    .or_default() += 1;
+                if !node.node_class.is_empty() {
+                    *ctx.metrics
+                        .class_exhausted
+                        .entry(node.node_class.clone())
+                        .or_default() += 1;
+                }
                 *ctx.metrics
                     .dimension_exhausted
                     .entry(dimension.as_str().to_owned())
@@ -499,10 +504,12 @@ impl Stack {
             let used = ctx.ports_in_use(node);
             if let Err(reason) = ports::check(network, node, &used) {
                 ctx.metrics.nodes_exhausted += 1;
-                *ctx.metrics
-                    .class_exhausted
-                    .entry(node.computed_class.clone())
-                    .or_default() += 1;
+                if !node.node_class.is_empty() {
+                    *ctx.metrics
+                        .class_exhausted
+                        .entry(node.node_class.clone())
+                        .or_default() += 1;
+                }
                 *ctx.metrics
                     .dimension_exhausted
                     .entry(format!("network: {reason}"))

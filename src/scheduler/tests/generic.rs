@@ -150,6 +150,54 @@ fn constraints_filter_nodes_per_operand() {
     }
 }
 
+/// Nomad's way with a job that needs what no node has (Vault, Consul, a driver): it is
+/// placed nowhere, its evaluation is blocked, and the failure names what is missing per
+/// node; nodes are counted by their own class, and those without one are not.
+#[test]
+fn a_job_needing_vault_consul_or_a_missing_driver_is_blocked_naming_it() {
+    type Needs = fn(&mut Job);
+    let cases: [(&str, Needs); 3] = [
+        ("${attr.vault.version} semver >= 0.6.1", |job| {
+            job.task_groups_mut()[0].tasks[0].vault = Some(Default::default());
+        }),
+        ("${attr.consul.version} semver >= 1.8.0", |job| {
+            job.task_groups_mut()[0].services = vec![teamster_storage::model::Service {
+                name: "web".into(),
+                provider: "consul".into(),
+                ..Default::default()
+            }];
+        }),
+        ("missing drivers", |job| {
+            job.task_groups_mut()[0].tasks[0].driver = "podman".into();
+        }),
+    ];
+    for (reason, needs) in cases {
+        let mut h = Harness::new();
+        h.register_node(node_with(0, |n| n.node_class = "edge".into()))
+            .unwrap();
+        h.register_node(node_with(1, |_| {})).unwrap();
+        let mut job = mock_job("web", 2);
+        needs(&mut job);
+        teamster_storage::model::imply_integration_constraints(&mut job);
+        let (job, eval) = h.register_job(job).unwrap();
+        h.process(&eval).unwrap();
+        assert!(h.running_allocs(&job).is_empty(), "{reason}");
+        let failed = &last_update(&h).failed_tg_allocs["web"];
+        assert_eq!(
+            failed.constraint_filtered,
+            BTreeMap::from([(reason.to_owned(), 2)]),
+            "{reason}"
+        );
+        assert_eq!(
+            failed.class_filtered,
+            BTreeMap::from([("edge".to_owned(), 1)]),
+            "{reason}"
+        );
+        assert_eq!(h.created_evals.len(), 1, "{reason}: a blocked evaluation");
+        assert_eq!(h.created_evals[0].status, EvalStatus::Blocked, "{reason}");
+    }
+}
+
 #[test]
 fn binpack_fills_the_busy_node_and_spread_the_idle_one() {
     let choose = |algorithm: SchedulerAlgorithm| -> (NodeId, Vec<NodeId>) {

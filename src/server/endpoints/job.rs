@@ -9,8 +9,8 @@ use teamster_storage::fsm::{
 };
 use teamster_storage::model::periodic::dispatch_child_id;
 use teamster_storage::model::{
-    DispatchPayload, EvalTrigger, Job, JobId, JobStatus, JobType, ModelError, ScalingEvent,
-    MAX_JOB_PRIORITY, MIN_JOB_PRIORITY,
+    imply_integration_constraints, DispatchPayload, EvalTrigger, Job, JobId, JobStatus, JobType,
+    ModelError, ScalingEvent, MAX_JOB_PRIORITY, MIN_JOB_PRIORITY,
 };
 
 use super::Endpoints;
@@ -42,6 +42,8 @@ pub async fn register(
     }
     job.canonicalize();
     job.validate().map_err(invalid_job)?;
+    // Vault and Consul, which no teamster node has, keep the job pending as in Nomad.
+    imply_integration_constraints(&mut job);
     ep.check_job_count(&job)?;
     if job.task_groups.iter().any(|g| g.scaling.is_some()) {
         let snapshot = ep.node().state().snapshot();
@@ -122,6 +124,8 @@ pub async fn plan(ep: &Endpoints, req: JobPlanRequest) -> Result<JobPlanResponse
     }
     job.canonicalize();
     job.validate().map_err(invalid_job)?;
+    // Vault and Consul, which no teamster node has, keep the job pending as in Nomad.
+    imply_integration_constraints(&mut job);
     ep.check_job_count(&job)?;
     let snapshot = ep.node().state().snapshot();
     let current = snapshot

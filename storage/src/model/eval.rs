@@ -135,7 +135,7 @@ pub struct AllocMetric {
     /// Ready nodes per datacenter.
     #[serde(deserialize_with = "de::nullable")]
     pub nodes_available: BTreeMap<String, u64>,
-    /// Filtered nodes per computed class.
+    /// Filtered nodes per node class (`node_class`; nodes without one are not counted).
     #[serde(deserialize_with = "de::nullable")]
     pub class_filtered: BTreeMap<String, u64>,
     /// Filtered nodes per constraint.
@@ -144,7 +144,7 @@ pub struct AllocMetric {
     /// Nodes without room.
     #[serde(deserialize_with = "de::nullable")]
     pub nodes_exhausted: u64,
-    /// Exhausted nodes per computed class.
+    /// Exhausted nodes per node class (`node_class`; nodes without one are not counted).
     #[serde(deserialize_with = "de::nullable")]
     pub class_exhausted: BTreeMap<String, u64>,
     /// Exhausted nodes per resource dimension (`cpu`, `memory`, …).

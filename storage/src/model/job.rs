@@ -16,10 +16,11 @@ use crate::model::de;
 use crate::model::deployment::{MigrateStrategy, UpdateStrategy};
 use crate::model::disconnect::DisconnectStrategy;
 use crate::model::ids::{JobId, Namespace};
+use crate::model::integrations::Vault;
 use crate::model::periodic::{
     DispatchPayload, DispatchPayloadConfig, ParameterizedJobConfig, PeriodicConfig,
 };
-use crate::model::service::{valid_service_name, Service, PROVIDER_NOMAD};
+use crate::model::service::{valid_service_name, Service, PROVIDER_CONSUL, PROVIDER_NOMAD};
 use crate::model::task_runtime::{self, EphemeralDisk, LogConfig, TaskLifecycle};
 use crate::model::value::{ConfigValue, MAX_CONFIG_DEPTH};
 use crate::model::ModelError;
@@ -439,13 +440,6 @@ impl Resources {
     }
 }
 
-/// Task drivers a job may name: teamster's clients run `raw_exec` and `mock`; the others are
-/// Nomad's built-in drivers, accepted so Nomad job files validate (no teamster node
-/// fingerprints them, so their tasks stay unplaced until one does).
-pub const KNOWN_DRIVERS: &[&str] = &[
-    "raw_exec", "mock", "exec", "docker", "java", "qemu", "podman",
-];
-
 /// One process run by a driver, as part of a [`TaskGroup`].
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
 #[serde(rename_all = "PascalCase", default)]
@@ -502,6 +496,10 @@ pub struct Task {
     pub services: Vec<Service>,
     /// When it runs relative to the group's main tasks (`None`: a main task).
     pub lifecycle: Option<TaskLifecycle>,
+    /// The Vault token it asks for: accepted as Nomad accepts it and constrained to nodes
+    /// that reach Vault, which no teamster node does
+    /// ([`crate::model::integrations`]).
+    pub vault: Option<Vault>,
 }
 
 impl Task {
@@ -692,6 +690,17 @@ pub fn id_reads_as_path(id: &str) -> Option<&'static str> {
     None
 }
 
+/// Nomad's API defaults of a service: its name (`<job>-<group>` for a group's,
+/// `<job>-<group>-<task>` for a task's) and Nomad's default provider, Consul.
+fn canonicalize_service(service: &mut Service, default_name: impl FnOnce() -> String) {
+    if service.name.is_empty() {
+        service.name = default_name();
+    }
+    if service.provider.is_empty() {
+        service.provider = PROVIDER_CONSUL.to_owned();
+    }
+}
+
 /// Nomad's checks of a service that teamster can act on: the `nomad` provider, a valid name,
 /// a port label the group's network defines (or a port number), an address mode of `auto`
 /// or `host`, and no name and port given twice in one group or task.
@@ -703,14 +712,15 @@ fn validate_service(
     errors: &mut Vec<String>,
 ) {
     let name = &service.name;
-    if service.provider != PROVIDER_NOMAD {
-        let given = match service.provider.as_str() {
-            "" => "no provider (Nomad's default is consul)".to_string(),
-            other => format!("provider {other:?}"),
-        };
+    // A Consul service is accepted as Nomad accepts it: it constrains its group or task to
+    // nodes with Consul (`integrations`), so it is checked here and never registered.
+    if !matches!(
+        service.provider.as_str(),
+        "" | PROVIDER_NOMAD | PROVIDER_CONSUL
+    ) {
         errors.push(format!(
-            "{at}: service {name:?}: {given} is not supported; teamster registers services \
-             itself: set provider = \"nomad\""
+            "{at}: service {name:?}: Service provider must be \"consul\", or \"nomad\"; not {:?}",
+            service.provider
         ));
     }
     if !valid_service_name(name) {
@@ -1253,6 +1263,9 @@ impl Job {
                     ("Group".to_owned(), group.name.clone()),
                 ]);
             }
+            for service in &mut group.services {
+                canonicalize_service(service, || format!("{}-{}", self.name, group.name));
+            }
             for task in &mut group.tasks {
                 let mut no_spreads = Vec::new();
                 canonicalize_placement(
@@ -1260,6 +1273,14 @@ impl Job {
                     &mut task.affinities,
                     &mut no_spreads,
                 );
+                for service in &mut task.services {
+                    canonicalize_service(service, || {
+                        format!("{}-{}-{}", self.name, group.name, task.name)
+                    });
+                }
+                if let Some(vault) = &mut task.vault {
+                    vault.canonicalize();
+                }
             }
         }
     }
@@ -1476,14 +1497,10 @@ impl Job {
                 } else if !task_names.insert(task.name.as_str()) {
                     errors.push(format!("{at}: redefines a task of the group"));
                 }
+                // Any driver is accepted, as Nomad accepts a task driver plugin's name: a
+                // driver no node has leaves the task unplaced with "missing drivers".
                 if task.driver.is_empty() {
                     errors.push(format!("{at}: missing driver"));
-                } else if !KNOWN_DRIVERS.contains(&task.driver.as_str()) {
-                    errors.push(format!(
-                        "{at}: unknown driver {:?} (known: {})",
-                        task.driver,
-                        KNOWN_DRIVERS.join(", ")
-                    ));
                 }
                 if task.resources.cpu < 1 {
                     errors.push(format!("{at}: minimum CPU value is 1"));
@@ -1519,6 +1536,9 @@ impl Job {
                 );
                 if let Some(restart) = &task.restart_policy {
                     restart.validate(&at, &mut errors);
+                }
+                if let Some(vault) = &task.vault {
+                    vault.validate(&at, &mut errors);
                 }
                 if let Some(lifecycle) = &task.lifecycle {
                     lifecycle.validate(&at, &mut errors);

@@ -33,6 +33,7 @@ pub mod diff;
 pub mod disconnect;
 pub mod eval;
 pub mod ids;
+pub mod integrations;
 pub mod job;
 pub mod namespace;
 pub mod node;
@@ -63,6 +64,7 @@ pub use diff::{DiffType, FieldDiff, JobDiff, ObjectDiff, TaskDiff, TaskGroupDiff
 pub use disconnect::{AllocState, DisconnectStrategy};
 pub use eval::{AllocMetric, EvalStatus, EvalTrigger, Evaluation};
 pub use ids::{AllocId, DeploymentId, EvalId, JobId, Namespace, NodeId, SharedStr};
+pub use integrations::{imply_integration_constraints, Vault};
 pub use job::{
     Affinity, Constraint, DelayFunction, Job, JobChildrenSummary, JobStatus, JobSummary, JobType,
     Locality, LocalityLevel, NetworkResource, Port, ReschedulePolicy, Resources, RestartMode,
@@ -85,7 +87,7 @@ pub use periodic::{
 pub use plan::{DesiredUpdates, Plan, PlanAnnotations, PlanResult};
 pub use service::{
     valid_service_name, CheckRestart, CheckStatus, Service, ServiceCheck, ServiceRegistration,
-    CHECK_FAILURE, CHECK_PENDING, CHECK_SUCCESS, PROVIDER_NOMAD,
+    CHECK_FAILURE, CHECK_PENDING, CHECK_SUCCESS, PROVIDER_CONSUL, PROVIDER_NOMAD,
 };
 pub use task_runtime::{EphemeralDisk, LogConfig, TaskLifecycle};
 pub use thin_vec::{thin_vec, ThinVec};

@@ -14,6 +14,11 @@ use crate::model::ids::{AllocId, JobId, Namespace, NodeId};
 /// teamster does not talk to).
 pub const PROVIDER_NOMAD: &str = "nomad";
 
+/// Nomad's default provider. A job with a Consul service is accepted as Nomad accepts it and
+/// constrained to nodes that fingerprint Consul (`${attr.consul.version}`), which no teamster
+/// node does: it stays pending, and nothing is registered anywhere.
+pub const PROVIDER_CONSUL: &str = "consul";
+
 /// A `service` block (Nomad's `Service`): a name for the allocation's address and port.
 #[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
 #[serde(rename_all = "PascalCase", default)]
@@ -207,6 +212,19 @@ impl ServiceRegistration {
             ..r.clone()
         };
         strip(self) == strip(other)
+    }
+}
+
+impl Service {
+    /// Registered by teamster's clients (`provider = "nomad"`); any other service is never
+    /// registered.
+    pub fn is_nomad(&self) -> bool {
+        self.provider == PROVIDER_NOMAD
+    }
+
+    /// Registered in Consul (`provider = "consul"`, Nomad's default).
+    pub fn is_consul(&self) -> bool {
+        self.provider.is_empty() || self.provider == PROVIDER_CONSUL
     }
 }
 
