@@ -1018,8 +1018,10 @@ async fn dev_agent_gives_two_instances_their_own_dynamic_ports_and_refuses_a_tak
 
 /// Native service discovery end to end: a group service on a dynamic port is registered by
 /// the client for each running allocation with the port the allocation got, listed by
-/// `/v1/services` and `teamster service list|info`, and gone when the job stops; a service
-/// naming an undefined port label, or no `nomad` provider, is refused at registration.
+/// `/v1/services`, `/v1/allocation/:id/services` and `teamster service list|info`, and gone
+/// when the job stops; a service naming an undefined port label, or a provider Nomad does not
+/// know, is refused at registration. `POST /v1/node/:id/evaluate` evaluates the node's jobs
+/// again.
 #[tokio::test]
 async fn dev_agent_registers_a_services_instances_and_removes_them_when_the_job_stops(
 ) -> anyhow::Result<()> {
@@ -1074,6 +1076,40 @@ async fn dev_agent_registers_a_services_instances_and_removes_them_when_the_job_
             "{id}"
         );
     }
+    // An allocation's own registrations; 404 for an allocation that does not exist.
+    let alloc_id = regs[0]["AllocID"].as_str().unwrap_or("");
+    let own: Vec<Value> = api
+        .get(&format!("/v1/allocation/{alloc_id}/services"))
+        .await?;
+    assert_eq!(own, vec![regs[0].clone()]);
+    let missing = api
+        .get::<Value>("/v1/allocation/00000000-0000-4000-8000-000000000000/services")
+        .await
+        .expect_err("no such allocation");
+    assert!(missing.to_string().contains("404"), "{missing}");
+    // Evaluating the node again: one node-update evaluation for the job it runs.
+    let node_id = regs[0]["NodeID"].as_str().unwrap_or("");
+    let done: Value = api
+        .request(
+            reqwest::Method::POST,
+            &format!("/v1/node/{node_id}/evaluate"),
+            None::<&Value>,
+        )
+        .await?;
+    let eval_ids = done["EvalIDs"].as_array().cloned().unwrap_or_default();
+    assert_eq!(eval_ids.len(), 1, "{done}");
+    assert!(done["EvalCreateIndex"].as_u64() > Some(0), "{done}");
+    let eval: Value = api
+        .get(&format!(
+            "/v1/evaluation/{}",
+            eval_ids[0].as_str().unwrap_or("")
+        ))
+        .await?;
+    assert_eq!(
+        (eval["JobID"].clone(), eval["TriggeredBy"].clone()),
+        (json!("shop"), json!("node-update")),
+        "{eval}"
+    );
     let listed: Value = api.get("/v1/services").await?;
     assert_eq!(
         listed,
@@ -1115,8 +1151,8 @@ async fn dev_agent_registers_a_services_instances_and_removes_them_when_the_job_
             "port label \"nope\" is not defined",
         ),
         (
-            json!({"Name": "x", "PortLabel": "http"}),
-            r#"only provider = "nomad" is supported"#,
+            json!({"Name": "x", "PortLabel": "http", "Provider": "etcd"}),
+            r#"Service provider must be "consul", or "nomad"; not "etcd""#,
         ),
     ] {
         let mut bad = job.clone();
@@ -1144,6 +1180,31 @@ async fn dev_agent_registers_a_services_instances_and_removes_them_when_the_job_
     .await?;
     let listed: Value = api.get("/v1/services").await?;
     assert_eq!(listed, json!([]));
+
+    // Purging the node removes it; its client, still running, registers it again (a new
+    // node object, as with Nomad).
+    let done: Value = api
+        .request(
+            reqwest::Method::POST,
+            &format!("/v1/node/{node_id}/purge"),
+            None::<&Value>,
+        )
+        .await?;
+    let purged_at = done["Index"].as_u64().unwrap_or(0);
+    assert!(purged_at > 0, "{done}");
+    wait_for(
+        Duration::from_secs(60),
+        "the node registered again after the purge",
+        || {
+            let api = api.clone();
+            let node_id = node_id.to_string();
+            async move {
+                let n: Value = api.get(&format!("/v1/node/{node_id}")).await.ok()?;
+                (n["CreateIndex"].as_u64()? > purged_at).then_some(())
+            }
+        },
+    )
+    .await?;
     Ok(())
 }
 

@@ -644,6 +644,13 @@ async fn jobs_needing_vault_consul_or_a_missing_driver_stay_pending_with_nomad_s
         "{out}"
     );
     assert!(out.contains("No allocations placed"), "{out}");
+    // Its ui block.
+    assert!(
+        out.contains(
+            "Description\nThe shop's API, registered in Consul, with a Vault token.\n\nLinks\nLabel    URL\nRunbook  https://example.com/runbooks/consul-vault-api\n"
+        ),
+        "{out}"
+    );
     // The task's own Consul service constrains the task too, and the tasks kept their vault.
     let job: serde_json::Value = api.get("/v1/job/consul-vault-api").await?;
     let metrics = &job["TaskGroups"][0]["Tasks"][1];

@@ -472,6 +472,12 @@ async fn every_route_answers_by_its_rule_and_the_client_works_with_acls_on() {
         ),
         (
             Method::GET,
+            alloc_path("/v1/allocation/{alloc}/services"),
+            None,
+            Rule::Read,
+        ),
+        (
+            Method::GET,
             alloc_path("/v1/client/allocation/{alloc}/checks"),
             None,
             Rule::Read,
@@ -552,6 +558,12 @@ async fn every_route_answers_by_its_rule_and_the_client_works_with_acls_on() {
             Method::PUT,
             format!("/v1/node/{node_id}/eligibility"),
             Some(json!({"Eligibility": "eligible"})),
+            Rule::Write,
+        ),
+        (
+            Method::PUT,
+            format!("/v1/node/{node_id}/evaluate"),
+            None,
             Rule::Write,
         ),
         (
@@ -959,8 +971,8 @@ async fn every_rpc_refuses_callers_its_rule_does_not_allow() {
     };
     use teamster::rpc::service::namespace::{NamespaceDeleteRequest, NamespaceUpsertRequest};
     use teamster::rpc::service::node::{
-        NodeDeregisterRequest, NodeRegisterRequest, NodeUpdateAllocRequest, NodeUpdateDrainRequest,
-        NodeUpdateEligibilityRequest,
+        NodeDeregisterRequest, NodeEvaluateRequest, NodeRegisterRequest, NodeUpdateAllocRequest,
+        NodeUpdateDrainRequest, NodeUpdateEligibilityRequest,
     };
     use teamster::rpc::service::operator::{
         RaftJoinRequest, RaftRemovePeerRequest, ReconcileSummariesRequest,
@@ -1485,6 +1497,12 @@ async fn every_rpc_refuses_callers_its_rule_does_not_allow() {
                 meta: None,
             }),
             Caller::NodeSecretOrWrite,
+        ),
+        (
+            // An operator's call only (`POST /v1/node/:id/evaluate`): a node's secret is
+            // not enough.
+            ServiceRequest::NodeEvaluate(NodeEvaluateRequest { node_id: a.clone() }),
+            Caller::Management,
         ),
         (
             ServiceRequest::NodeDeregister(NodeDeregisterRequest { node_id: a.clone() }),

@@ -56,6 +56,13 @@ fn echo_job(id: &str) -> Value {
         "ID": id,
         "Type": "service",
         "Datacenters": ["dc1"],
+        "UI": {
+            "Description": "Echoes a line <b>then</b> sleeps.",
+            "Links": [
+                {"Label": "runbook", "URL": "https://example.com/runbook"},
+                {"Label": "trap", "URL": "javascript:alert(1)"}
+            ]
+        },
         "TaskGroups": [{
             "Name": "web",
             "Count": 1,
@@ -302,6 +309,18 @@ async fn scenario(
         "a running allocation on the job page",
         "return [...document.querySelectorAll('#job-allocs tr[data-alloc]')]
            .some((r) => r.textContent.includes('running'));",
+    )
+    .await?;
+    // The job's ui block: its description as text, an http(s) link as a link, any other
+    // URL as text only.
+    b.wait_script(
+        Duration::from_secs(30),
+        "the job's description and links",
+        "const d = document.querySelector('#job-ui .job-description');
+         const links = [...document.querySelectorAll('#job-ui a')];
+         return d && d.textContent === 'Echoes a line <b>then</b> sleeps.' && !d.querySelector('b') &&
+           links.length === 1 && links[0].href === 'https://example.com/runbook' &&
+           document.getElementById('job-ui').textContent.includes('trap');",
     )
     .await?;
     shot(b, "job").await?;

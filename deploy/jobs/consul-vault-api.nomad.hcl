@@ -8,6 +8,15 @@
 job "consul-vault-api" {
   datacenters = ["dc1"]
 
+  # Shown by `job status` and the web UI's job page.
+  ui {
+    description = "The shop's API, registered in Consul, with a Vault token."
+    link {
+      label = "Runbook"
+      url   = "https://example.com/runbooks/consul-vault-api"
+    }
+  }
+
   group "api" {
     count = 2
 

@@ -132,6 +132,8 @@ capabilities! {
     FailDeployment = "fail-deployment",
     PauseDeployment = "pause-deployment",
     PromoteDeployment = "promote-deployment",
+    UnblockDeployment = "unblock-deployment",
+    CancelDeployment = "cancel-deployment",
     SetAllocHealthDeployment = "set-alloc-health-deployment",
     GcAllocation = "gc-allocation",
     ForcePeriodicJob = "force-periodic-job",

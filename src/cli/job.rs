@@ -397,6 +397,7 @@ async fn status(args: StatusArgs) -> anyhow::Result<()> {
         vec!["Version".into(), "=".into(), text(&job["Version"])],
     ];
     print!("{}", table(&rows));
+    print!("{}", ui_section(&job["UI"]));
     if !job["Periodic"].is_null() || !job["ParameterizedJob"].is_null() {
         return super::job_dispatch::print_parent_status(&api, &job).await;
     }
@@ -438,6 +439,28 @@ async fn status(args: StatusArgs) -> anyhow::Result<()> {
     }
     print!("{}", alloc_table(&allocs, false));
     Ok(())
+}
+
+/// A job's `ui` block: its description and links (empty without one).
+fn ui_section(ui: &Value) -> String {
+    let mut out = String::new();
+    if let Some(description) = ui["Description"].as_str().filter(|d| !d.is_empty()) {
+        out.push_str(&format!("\nDescription\n{}\n", description.trim_end()));
+    }
+    let links = ui["Links"]
+        .as_array()
+        .map(Vec::as_slice)
+        .unwrap_or_default();
+    if !links.is_empty() {
+        let mut rows = vec![vec!["Label".to_string(), "URL".into()]];
+        rows.extend(
+            links
+                .iter()
+                .map(|l| vec![text(&l["Label"]), text(&l["URL"])]),
+        );
+        out.push_str(&format!("\nLinks\n{}", table(&rows)));
+    }
+    out
 }
 
 /// Nomad's "Placement Failure" section of `job status`: while an evaluation of the job is

@@ -320,7 +320,7 @@ pub fn route_need(
         }
         // Allocations, evaluations, deployments.
         "/v1/allocations" | "/v1/evaluations" | "/v1/deployments" => in_ns(&[C::ReadJob]),
-        "/v1/allocation/{id}" => in_obj(
+        "/v1/allocation/{id}" | "/v1/allocation/{id}/services" => in_obj(
             object_namespace(ctx, Object::Alloc, &param("id")),
             &[C::ReadJob],
         ),
@@ -343,6 +343,10 @@ pub fn route_need(
         "/v1/deployment/fail/{id}" => in_obj(
             object_namespace(ctx, Object::Deployment, &param("id")),
             &[C::SubmitJob, C::FailDeployment],
+        ),
+        "/v1/deployment/unblock/{id}" => in_obj(
+            object_namespace(ctx, Object::Deployment, &param("id")),
+            &[C::SubmitJob, C::UnblockDeployment],
         ),
         "/v1/deployment/pause/{id}" => in_obj(
             object_namespace(ctx, Object::Deployment, &param("id")),
@@ -371,7 +375,10 @@ pub fn route_need(
         "/v1/client/stats" => vec![Need::NodeRead],
         // Nodes.
         "/v1/nodes" | "/v1/node/{id}" | "/v1/node/{id}/allocations" => vec![Need::NodeRead],
-        "/v1/node/{id}/eligibility" | "/v1/node/{id}/drain" => vec![Need::NodeWrite],
+        "/v1/node/{id}/eligibility"
+        | "/v1/node/{id}/drain"
+        | "/v1/node/{id}/evaluate"
+        | "/v1/node/{id}/purge" => vec![Need::NodeWrite],
         "/v1/agent/members" => vec![Need::NodeRead],
         // Agent.
         "/v1/agent/self" | "/v1/agent/schedulers" => vec![Need::AgentRead],

@@ -1,5 +1,6 @@
 //! Allocations: `GET /v1/allocations` (`?prefix=`, `?namespace=*`), `GET /v1/allocation/:id` (with the
-//! embedded job, as Nomad answers), `GET /v1/job/:id/allocations`, and
+//! embedded job, as Nomad answers), `GET /v1/allocation/:id/services`, `GET
+//! /v1/job/:id/allocations`, and
 //! `POST|PUT /v1/allocation/:id/stop` (`Alloc.Stop`: the allocation is stopped and replaced;
 //! answers `{EvalID, Index}`).
 
@@ -23,6 +24,7 @@ pub fn routes() -> Router<HttpContext> {
     Router::new()
         .route("/v1/allocations", get(list))
         .route("/v1/allocation/{id}", get(get_one))
+        .route("/v1/allocation/{id}/services", get(services))
         .route(
             "/v1/allocation/{id}/stop",
             axum::routing::post(stop).put(stop),
@@ -115,6 +117,26 @@ pub async fn get_one(
         map.insert("NodeName".into(), Value::String(node_name));
     }
     Ok(json_read(value, meta))
+}
+
+/// `GET /v1/allocation/:id/services`: the service registrations of the allocation (an empty
+/// list while it has none; 404 for an allocation that does not exist, as Nomad answers).
+pub async fn services(
+    State(ctx): State<HttpContext>,
+    Path(id): Path<String>,
+    Query(q): Query<HashMap<String, String>>,
+) -> Result<Response, ApiError> {
+    let opts = QueryOptions::parse(&q)?;
+    let (snap, meta) = ctx.read(&opts, &[Table::Allocs, Table::Services]).await?;
+    let alloc = snap
+        .alloc_by_id(&id)
+        .ok_or_else(|| ApiError::not_found("alloc not found"))?;
+    let regs: Vec<_> = snap
+        .services_by_alloc(alloc.id.as_str())
+        .iter()
+        .map(|r| (**r).clone())
+        .collect();
+    Ok(json_read(regs, meta))
 }
 
 /// `GET /v1/job/:id/allocations`.

@@ -1,7 +1,7 @@
 //! Deployments: `GET /v1/deployments` (`?prefix=`, `?namespace=*`, `?reverse=`),
 //! `GET /v1/deployment/:id`, `GET /v1/deployment/allocations/:id`,
 //! `GET /v1/job/:id/deployments` (`?all=`), `GET /v1/job/:id/deployment`, and the writes
-//! `PUT|POST /v1/deployment/{promote,fail,pause,allocation-health}/:id`.
+//! `PUT|POST /v1/deployment/{promote,fail,pause,allocation-health,unblock}/:id`.
 //!
 //! Reads answer from the state store as blocking queries on the deployments table; writes
 //! decode Nomad's request body (whose `DeploymentID` must be the path's) and call the service
@@ -40,6 +40,7 @@ pub fn routes() -> Router<HttpContext> {
         .route("/v1/deployment/promote/{id}", put(promote).post(promote))
         .route("/v1/deployment/fail/{id}", put(fail).post(fail))
         .route("/v1/deployment/pause/{id}", put(pause).post(pause))
+        .route("/v1/deployment/unblock/{id}", put(unblock).post(unblock))
         .route(
             "/v1/deployment/allocation-health/{id}",
             put(allocation_health).post(allocation_health),
@@ -257,6 +258,42 @@ pub async fn pause(
         })
         .await?;
     Ok(answer(done))
+}
+
+/// `PUT|POST /v1/deployment/unblock/:id` `{"DeploymentID"}`: unblocking is for multiregion
+/// deployments, which wait blocked for the other regions; a single-region cluster's
+/// deployments are never blocked, so, as Nomad OSS answers, an active deployment has
+/// nothing to unblock (an empty update, index 0) and a finished one is refused.
+pub async fn unblock(
+    State(ctx): State<HttpContext>,
+    Path(id): Path<String>,
+    Query(q): Query<HashMap<String, String>>,
+    body: Bytes,
+) -> Result<Response, ApiError> {
+    let req: FailBody = if body.iter().all(|b| b.is_ascii_whitespace()) {
+        FailBody::default()
+    } else {
+        decode_body(&body)?
+    };
+    check_id(&id, req.deployment_id.as_deref(), false)?;
+    let mut opts = QueryOptions::parse(&q)?;
+    opts.stale = false;
+    let (snap, _) = ctx.read(&opts, &[Table::Deployments]).await?;
+    let deployment = snap
+        .deployment_by_id(&id)
+        .ok_or_else(|| ApiError::not_found("deployment not found"))?;
+    if deployment.status.is_terminal() {
+        return Err(ApiError::bad_request(
+            crate::server::deployments::ops::TERMINAL_NO_UNBLOCK,
+        ));
+    }
+    Ok(answer(DeploymentUpdateResponse {
+        eval_id: None,
+        eval_create_index: 0,
+        deployment_modify_index: 0,
+        reverted_job_version: None,
+        index: 0,
+    }))
 }
 
 /// Nomad's `DeploymentAllocHealthRequest` (Go decodes field names case-insensitively, and

@@ -1,9 +1,10 @@
 //! Nodes: `GET /v1/nodes`, `GET /v1/node/:id`, `GET /v1/node/:id/allocations`,
-//! `POST /v1/node/:id/eligibility`, `PUT /v1/node/:id/drain`.
+//! `POST /v1/node/:id/eligibility`, `PUT /v1/node/:id/drain`, `POST /v1/node/:id/evaluate`,
+//! `POST /v1/node/:id/purge`.
 //!
 //! Reads honour `stale`, `index`/`wait` and `prefix` like every read; a node's `SecretID` is
-//! never shown. Writes call the service layer (`Node.UpdateEligibility`, `Node.UpdateDrain`)
-//! with the node's full ID.
+//! never shown. Writes call the service layer (`Node.UpdateEligibility`, `Node.UpdateDrain`,
+//! `Node.Evaluate`, `Node.Deregister`) with the node's full ID.
 
 use std::collections::HashMap;
 
@@ -23,7 +24,8 @@ use super::query::QueryOptions;
 use super::read::{json_read, json_write};
 use super::HttpContext;
 use crate::rpc::service::node::{
-    NodeEvalsResponse, NodeUpdateDrainRequest, NodeUpdateEligibilityRequest,
+    NodeDeregisterRequest, NodeEvalsResponse, NodeEvaluateRequest, NodeUpdateDrainRequest,
+    NodeUpdateEligibilityRequest,
 };
 use crate::rpc::Services;
 
@@ -38,6 +40,8 @@ pub fn routes() -> Router<HttpContext> {
             post(eligibility).put(eligibility),
         )
         .route("/v1/node/{id}/drain", post(drain).put(drain))
+        .route("/v1/node/{id}/evaluate", post(evaluate).put(evaluate))
+        .route("/v1/node/{id}/purge", post(purge).put(purge))
 }
 
 fn stub(n: &Node) -> Value {
@@ -244,6 +248,35 @@ async fn drain(
             mark_eligible,
             meta: b.meta,
         })
+        .await?;
+    Ok(node_change(done))
+}
+
+/// `POST|PUT /v1/node/:id/evaluate`: evaluate again every job with allocations on the node
+/// and the system jobs in its scope (Nomad's `Node.Evaluate`); `EvalIDs` names them.
+async fn evaluate(
+    State(ctx): State<HttpContext>,
+    Path(id): Path<String>,
+) -> Result<Response, ApiError> {
+    let node_id = resolve(&ctx, &id).await?;
+    let done = ctx
+        .endpoints()?
+        .node_evaluate(NodeEvaluateRequest { node_id })
+        .await?;
+    Ok(node_change(done))
+}
+
+/// `POST|PUT /v1/node/:id/purge`: remove the node from the cluster (Nomad's
+/// `Node.Deregister`), with evaluations for what ran on it. A client that is still running
+/// registers again at its next heartbeat, as with Nomad.
+async fn purge(
+    State(ctx): State<HttpContext>,
+    Path(id): Path<String>,
+) -> Result<Response, ApiError> {
+    let node_id = resolve(&ctx, &id).await?;
+    let done = ctx
+        .endpoints()?
+        .node_deregister(NodeDeregisterRequest { node_id })
         .await?;
     Ok(node_change(done))
 }

@@ -19,7 +19,6 @@ pub(super) const JOB: &[&str] = &[
     "ConsulNamespace",
     "VaultToken",
     "VaultNamespace",
-    "UI",
     "VersionTag",
     "Secrets",
 ];
@@ -347,7 +346,7 @@ mod tests {
         let job = json!({
             "ID": "web",
             "Multiregion": { "Regions": [] },
-            "UI": {},
+            "VersionTag": { "Name": "v1" },
             "TaskGroups": [{
                 "Name": "api",
                 "Update": { "Canary": 1 },
@@ -370,7 +369,7 @@ mod tests {
             fields(job),
             [
                 "job: Multiregion",
-                "job: UI",
+                "job: VersionTag",
                 "job → group \"api\" → network #0: MBits",
                 "job → group \"api\" → network #0 → port \"db\": IgnoreCollision",
                 "job → group \"api\" → task \"server\" → service \"web\" → check #0: Command",
@@ -398,8 +397,11 @@ mod tests {
             }]
         });
         assert!(fields(job).is_empty());
-        assert_eq!(fields(json!({ "UI": {} })), ["job: UI"]);
-        assert_eq!(fields(json!({ "AllAtOnce": true, "UI": {} })), ["job: UI"]);
+        assert_eq!(fields(json!({ "Multiregion": {} })), ["job: Multiregion"]);
+        assert_eq!(
+            fields(json!({ "AllAtOnce": true, "Multiregion": {} })),
+            ["job: Multiregion"]
+        );
         let restart = json!({ "TaskGroups": [{ "Name": "g", "MaxRunDuration": 60,
             "RestartPolicy": { "Attempts": 1, "RenderTemplates": true } }] });
         assert_eq!(

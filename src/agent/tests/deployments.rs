@@ -265,6 +265,15 @@ async fn deployments_are_read_paused_promoted_and_failed_over_http() {
     assert_eq!(d["TaskGroups"]["web"]["Promoted"], true);
     assert_eq!(d["StatusDescription"], "Deployment is running");
 
+    // Unblocking a running single-region deployment has nothing to do, as in Nomad OSS.
+    let r = post(&api, &path("unblock"), json!({ "DeploymentID": dep })).await;
+    assert_eq!(
+        (r["EvalID"].clone(), r["Index"].clone()),
+        (json!(""), json!(0))
+    );
+    let d: Value = api.get(&format!("/v1/deployment/{dep}")).await.unwrap();
+    assert_eq!(d["Status"], "running");
+
     // Failing it reverts to the stable version 0, as a new version 2.
     let r = post(&api, &path("fail"), json!({})).await;
     assert_eq!(r["RevertedJobVersion"], 0);
@@ -278,18 +287,23 @@ async fn deployments_are_read_paused_promoted_and_failed_over_http() {
     assert_eq!(job["Version"], 2);
     assert_eq!(job["TaskGroups"][0]["Count"], 2);
     // A finished deployment refuses every change.
-    for (p, body) in [
-        (path("fail"), json!({ "DeploymentID": dep })),
-        (path("pause"), json!({ "DeploymentID": dep, "Pause": true })),
-        (path("promote"), json!({ "DeploymentID": dep, "All": true })),
+    for (p, body, want) in [
+        (path("fail"), json!({ "DeploymentID": dep }), "fail"),
+        (
+            path("pause"),
+            json!({ "DeploymentID": dep, "Pause": true }),
+            "pause",
+        ),
+        (
+            path("promote"),
+            json!({ "DeploymentID": dep, "All": true }),
+            "promote",
+        ),
+        (path("unblock"), json!({ "DeploymentID": dep }), "unblock"),
     ] {
         let (status, msg) = refused(&api, Method::PUT, &p, body).await;
         assert_eq!(status, StatusCode::BAD_REQUEST, "{p}: {msg}");
-        assert_eq!(
-            msg,
-            format!("Deployment {dep:?} has terminal status \"failed\""),
-            "{p}"
-        );
+        assert_eq!(msg, format!("can't {want} terminal deployment"), "{p}");
     }
 
     // The event stream's Deployment topic, resumed from the start: the deployment's last

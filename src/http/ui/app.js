@@ -457,6 +457,7 @@ async function job(id, ns, signal) {
   main.innerHTML = `<h1>${esc(id)} <span class="sub" id="job-sub"></span></h1>
     <div class="actions" id="job-actions"></div>
     <div id="job-info"></div>
+    <div id="job-ui"></div>
     <h2>Task groups</h2><div id="job-groups"></div>
     <h2>Allocations</h2><div id="job-allocs"></div>
     <div id="job-deployments"></div>
@@ -472,6 +473,7 @@ async function job(id, ns, signal) {
     const summary = await get(`${base}/summary${q}`, signal).catch(() => ({ Summary: {} }));
     document.getElementById('job-sub').innerHTML = `${esc(j.Type)} · version ${esc(j.Version)} · ${badge(j.Stop ? 'stopped' : j.Status)}`;
     if (!actions.dataset.ready || actions.dataset.stop !== String(j.Stop)) drawJobActions(j, base, q, actions);
+    setSection('job-ui', jobUi(j.UI));
     setSection('job-info', kv({ Namespace: j.Namespace, Priority: j.Priority, Datacenters: (j.Datacenters || []).join(', '), Submitted: when(j.SubmitTime), 'Modify index': j.JobModifyIndex }));
     const groups = (j.TaskGroups || []).map((g) => {
       const s = (summary.Summary || {})[g.Name] || {};
@@ -512,6 +514,20 @@ async function job(id, ns, signal) {
     if (first) { first = false; rendered('job', started); }
   };
   await follow([`Job:${id}`, `Evaluation:${id}`, `Allocation:${id}`, `Deployment:${id}`], reload, signal, ns);
+}
+
+// A job's `ui` block: its description as text and its links; only http(s) links are
+// links, anything else is shown as text.
+function jobUi(ui) {
+  if (!ui) return '';
+  const desc = ui.Description ? `<p class="job-description">${esc(ui.Description)}</p>` : '';
+  const links = (ui.Links || []).map((l) => {
+    const label = esc(l.Label || l.URL);
+    return /^https?:\/\//i.test(l.URL || '')
+      ? `<a href="${esc(l.URL)}" target="_blank" rel="noopener noreferrer">${label}</a>`
+      : `<span title="${esc(l.URL)}">${label}</span>`;
+  });
+  return desc + (links.length ? `<p class="job-links">${links.join(' · ')}</p>` : '');
 }
 
 function drawJobActions(j, base, q, actions) {

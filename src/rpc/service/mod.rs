@@ -62,9 +62,9 @@ use job::{
 };
 use namespace::{NamespaceDeleteRequest, NamespaceUpsertRequest};
 use node::{
-    NodeClientAllocsResponse, NodeDeregisterRequest, NodeEvalsResponse, NodeGetClientAllocsRequest,
-    NodeHeartbeatResponse, NodeRegisterRequest, NodeUpdateAllocRequest, NodeUpdateDrainRequest,
-    NodeUpdateEligibilityRequest, NodeUpdateStatusRequest,
+    NodeClientAllocsResponse, NodeDeregisterRequest, NodeEvalsResponse, NodeEvaluateRequest,
+    NodeGetClientAllocsRequest, NodeHeartbeatResponse, NodeRegisterRequest, NodeUpdateAllocRequest,
+    NodeUpdateDrainRequest, NodeUpdateEligibilityRequest, NodeUpdateStatusRequest,
 };
 use operator::{
     BrokerStatsRequest, BrokerStatsResponse, RaftJoinRequest, RaftRemovePeerRequest,
@@ -278,10 +278,15 @@ service_calls! {
         timeout: |r| Duration::from_millis(r.wait_ms).min(MAX_CLIENT_ALLOCS_WAIT) + WAIT_MARGIN,
         helper: node_get_client_allocs,
     }
-    /// Remove a node: the raft index.
-    NodeDeregister(NodeDeregisterRequest) -> u64 {
+    /// Remove a node, with evaluations for what ran on it.
+    NodeDeregister(NodeDeregisterRequest) -> NodeEvalsResponse {
         name: "Node.Deregister", route: Leader, timeout: |_| NODE_TIMEOUT,
         helper: node_deregister,
+    }
+    /// Evaluate again what runs or could run on a node.
+    NodeEvaluate(NodeEvaluateRequest) -> NodeEvalsResponse {
+        name: "Node.Evaluate", route: Leader, timeout: |_| NODE_TIMEOUT,
+        helper: node_evaluate,
     }
     /// Allow or forbid new placements on a node.
     NodeUpdateEligibility(NodeUpdateEligibilityRequest) -> NodeEvalsResponse {

@@ -127,6 +127,14 @@ pub struct NodeDeregisterRequest {
     pub node_id: NodeId,
 }
 
+/// `Node.Evaluate`: evaluate again every job with allocations on a node, and the system
+/// jobs that could run there (Nomad's `POST /v1/node/:id/evaluate`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NodeEvaluateRequest {
+    /// The node.
+    pub node_id: NodeId,
+}
+
 /// `Node.UpdateEligibility`: allow or forbid new placements on a node.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct NodeUpdateEligibilityRequest {
@@ -150,8 +158,8 @@ pub struct NodeUpdateDrainRequest {
     pub meta: Option<std::collections::BTreeMap<String, String>>,
 }
 
-/// The answer to `Node.UpdateEligibility` and `Node.UpdateDrain`: the raft index and the
-/// evaluations the change created.
+/// The answer to `Node.Deregister`, `Node.Evaluate`, `Node.UpdateEligibility` and
+/// `Node.UpdateDrain`: the raft index and the evaluations the change created.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct NodeEvalsResponse {
     /// The raft index of the write.

@@ -72,6 +72,7 @@ pub fn service_allowed(call: &ServiceRequest) -> Allowed {
         | S::EvalReap(_)
         | S::PlanSubmit(_)
         | S::NodeDeregister(_)
+        | S::NodeEvaluate(_)
         | S::NodeUpdateEligibility(_)
         | S::NodeUpdateDrain(_)
         | S::OperatorRaftJoin(_)

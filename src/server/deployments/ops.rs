@@ -44,14 +44,10 @@ pub struct DeploymentWrite {
 /// Why an operation on a deployment is refused (Nomad's messages where Nomad has them).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum DeploymentOpError {
-    /// The deployment is over.
-    #[error("Deployment {deployment_id:?} has terminal status {status:?}")]
-    Terminal {
-        /// The deployment.
-        deployment_id: String,
-        /// Its status.
-        status: String,
-    },
+    /// The deployment is over: Nomad's words for the operation refused ("can't pause
+    /// terminal deployment"), which its clients match.
+    #[error("{0}")]
+    Terminal(&'static str),
     /// Promotion of a deployment without canaries.
     #[error("no canaries to promote")]
     NoCanaries,
@@ -121,7 +117,7 @@ pub fn fail(
     rng: &mut dyn RngCore,
     job_max_versions: u32,
 ) -> Result<DeploymentWrite, DeploymentOpError> {
-    ensure_active(deployment)?;
+    ensure_active(deployment, TERMINAL_NO_FAIL)?;
     let failure = failure(
         snapshot,
         deployment,
@@ -161,7 +157,7 @@ pub fn promote(
     now: i64,
     rng: &mut dyn RngCore,
 ) -> Result<DeploymentWrite, DeploymentOpError> {
-    ensure_active(deployment)?;
+    ensure_active(deployment, TERMINAL_NO_PROMOTE)?;
     let chosen: Vec<&String> = if all {
         let with_canaries: Vec<&String> = deployment
             .task_groups
@@ -237,7 +233,14 @@ pub fn pause(
     now: i64,
     rng: &mut dyn RngCore,
 ) -> Result<DeploymentWrite, DeploymentOpError> {
-    ensure_active(deployment)?;
+    ensure_active(
+        deployment,
+        if pause {
+            TERMINAL_NO_PAUSE
+        } else {
+            TERMINAL_NO_RESUME
+        },
+    )?;
     let (status, description, eval) = if pause {
         (DeploymentStatus::Paused, DESC_PAUSED.to_owned(), None)
     } else {
@@ -276,7 +279,7 @@ pub fn set_alloc_health(
     rng: &mut dyn RngCore,
     job_max_versions: u32,
 ) -> Result<DeploymentWrite, DeploymentOpError> {
-    ensure_active(deployment)?;
+    ensure_active(deployment, TERMINAL_NO_SET_HEALTH)?;
     if healthy.is_empty() && unhealthy.is_empty() {
         return Err(DeploymentOpError::NoAllocations);
     }
@@ -346,12 +349,18 @@ pub fn set_alloc_health(
     })
 }
 
-fn ensure_active(deployment: &Deployment) -> Result<(), DeploymentOpError> {
+/// Nomad's refusals of an operation on a finished deployment.
+const TERMINAL_NO_FAIL: &str = "can't fail terminal deployment";
+const TERMINAL_NO_PAUSE: &str = "can't pause terminal deployment";
+const TERMINAL_NO_RESUME: &str = "can't resume terminal deployment";
+const TERMINAL_NO_PROMOTE: &str = "can't promote terminal deployment";
+const TERMINAL_NO_SET_HEALTH: &str = "can't set health of allocations for a terminal deployment";
+/// Refused by `Deployment.Unblock` (the only refusal of a single-region cluster's unblock).
+pub const TERMINAL_NO_UNBLOCK: &str = "can't unblock terminal deployment";
+
+fn ensure_active(deployment: &Deployment, refusal: &'static str) -> Result<(), DeploymentOpError> {
     if deployment.status.is_terminal() {
-        return Err(DeploymentOpError::Terminal {
-            deployment_id: deployment.id.to_string(),
-            status: deployment.status.as_str().to_owned(),
-        });
+        return Err(DeploymentOpError::Terminal(refusal));
     }
     Ok(())
 }

@@ -224,13 +224,12 @@ fn fail_without_auto_revert_fails_with_an_evaluation() {
     // A finished deployment is refused, with Nomad's message, and nothing is built.
     let snap = f.store.snapshot();
     let err = ops::fail(&snap, &d, DESC_FAILED_BY_USER, NOW, &mut f.rng, 0).unwrap_err();
-    assert_eq!(
-        err.to_string(),
-        "Deployment \"dep-1\" has terminal status \"failed\""
-    );
-    assert!(matches!(err, DeploymentOpError::Terminal { .. }));
+    assert_eq!(err.to_string(), "can't fail terminal deployment");
     let err = ops::pause(&snap, &d, true, NOW, &mut f.rng).unwrap_err();
-    assert!(matches!(err, DeploymentOpError::Terminal { .. }));
+    assert_eq!(err.to_string(), "can't pause terminal deployment");
+    let err = ops::pause(&snap, &d, false, NOW, &mut f.rng).unwrap_err();
+    assert_eq!(err.to_string(), "can't resume terminal deployment");
+    assert!(matches!(err, DeploymentOpError::Terminal(_)));
 }
 
 #[test]

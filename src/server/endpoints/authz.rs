@@ -90,6 +90,7 @@ fn needs<'a>(snap: &Snapshot, call: &'a ServiceRequest) -> Needs<'a> {
             Needs::AllocNodes(r.allocs.iter().map(|a| a.id.as_str()).collect())
         }
         Q::NodeDeregister(r) => Needs::NodeSecretOr(r.node_id.as_str(), Need::NodeWrite),
+        Q::NodeEvaluate(_) => Needs::Token(vec![Need::NodeWrite]),
         Q::NodeUpdateEligibility(r) => Needs::NodeSecretOr(r.node_id.as_str(), Need::NodeWrite),
         Q::NodeUpdateDrain(r) => Needs::NodeSecretOr(r.node_id.as_str(), Need::NodeWrite),
         Q::EvalDequeue(_)

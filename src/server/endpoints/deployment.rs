@@ -118,7 +118,7 @@ fn lookup(ep: &Endpoints, id: &DeploymentId) -> Result<(Snapshot, Arc<Deployment
 /// A refusal of the operation as a 400 naming the problem.
 fn op_error(e: DeploymentOpError) -> ServiceError {
     let field = match &e {
-        DeploymentOpError::Terminal { .. } => "DeploymentID",
+        DeploymentOpError::Terminal(_) => "DeploymentID",
         DeploymentOpError::NoCanaries
         | DeploymentOpError::NoGroups
         | DeploymentOpError::UnknownGroup { .. }

@@ -279,6 +279,7 @@ impl Endpoints {
                 A::NodeGetClientAllocs(Box::new(node::get_client_allocs(self, r).await?))
             }
             Q::NodeDeregister(r) => A::NodeDeregister(node::deregister(self, r).await?),
+            Q::NodeEvaluate(r) => A::NodeEvaluate(node::evaluate(self, r).await?),
             Q::NodeUpdateEligibility(r) => {
                 A::NodeUpdateEligibility(node::update_eligibility(self, r).await?)
             }

@@ -23,8 +23,9 @@ use tracing::{debug, info};
 use super::Endpoints;
 use crate::rpc::service::node::{
     validate_node, ClientAlloc, NodeClientAllocsResponse, NodeDeregisterRequest, NodeEvalsResponse,
-    NodeGetClientAllocsRequest, NodeHeartbeatResponse, NodeRegisterRequest, NodeUpdateAllocRequest,
-    NodeUpdateDrainRequest, NodeUpdateEligibilityRequest, NodeUpdateStatusRequest,
+    NodeEvaluateRequest, NodeGetClientAllocsRequest, NodeHeartbeatResponse, NodeRegisterRequest,
+    NodeUpdateAllocRequest, NodeUpdateDrainRequest, NodeUpdateEligibilityRequest,
+    NodeUpdateStatusRequest,
 };
 use crate::rpc::service::MAX_CLIENT_ALLOCS_WAIT;
 use crate::rpc::ServiceError;
@@ -233,14 +234,42 @@ pub async fn get_client_allocs(
     Ok(client_allocs(&waited.snapshot, &req))
 }
 
+/// `Node.Evaluate`: an evaluation for every job with allocations on the node and every
+/// system job in its scope, as Nomad's `createNodeEvals`; none is an answer too (index 0).
+pub async fn evaluate(
+    ep: &Endpoints,
+    req: NodeEvaluateRequest,
+) -> Result<NodeEvalsResponse, ServiceError> {
+    let evals = {
+        let snapshot = ep.node().state().snapshot();
+        let Some(node) = snapshot.node_by_id(req.node_id.as_str()) else {
+            return Err(node_not_found(req.node_id.as_str()));
+        };
+        node_evals(&snapshot, node, ep.now(), &mut ep.rng().fork())
+    };
+    if evals.is_empty() {
+        return Ok(NodeEvalsResponse {
+            index: 0,
+            eval_ids: Vec::new(),
+        });
+    }
+    let eval_ids = evals.iter().map(|e| e.id.clone()).collect();
+    let (index, _) = ep.write(Command::EvalUpsert(EvalUpsert { evals })).await?;
+    Ok(NodeEvalsResponse { index, eval_ids })
+}
+
 /// `Node.Deregister`: the node goes, with evaluations for what ran on it.
-pub async fn deregister(ep: &Endpoints, req: NodeDeregisterRequest) -> Result<u64, ServiceError> {
+pub async fn deregister(
+    ep: &Endpoints,
+    req: NodeDeregisterRequest,
+) -> Result<NodeEvalsResponse, ServiceError> {
     let snapshot = ep.node().state().snapshot();
     let Some(node) = snapshot.node_by_id(req.node_id.as_str()).cloned() else {
         return Err(node_not_found(req.node_id.as_str()));
     };
     let evals = node_evals(&snapshot, &node, ep.now(), &mut ep.rng().fork());
     drop(snapshot);
+    let eval_ids = evals.iter().map(|e| e.id.clone()).collect();
     // One entry: the node goes and its evaluations come together, or neither does.
     let deregister = Command::NodeDeregister(NodeDeregister {
         node_ids: vec![node.id.clone()],
@@ -253,7 +282,7 @@ pub async fn deregister(ep: &Endpoints, req: NodeDeregisterRequest) -> Result<u6
     let (index, _) = ep.write(cmd).await?;
     ep.heartbeats().remove(&node.id);
     info!(node_id = %node.id, "node deregistered");
-    Ok(index)
+    Ok(NodeEvalsResponse { index, eval_ids })
 }
 
 /// `Node.UpdateEligibility`.

@@ -1100,6 +1100,33 @@ pub struct Job {
     pub update: Option<UpdateStrategy>,
     /// The job's `migrate` block, which groups inherit field by field.
     pub migrate: Option<MigrateStrategy>,
+    /// The job's `ui` block: a description and links, shown by the web UI and `job status`.
+    #[serde(rename = "UI")]
+    pub ui: Option<JobUiConfig>,
+}
+
+/// A job's `ui` block (Nomad's `JobUIConfig`): what people looking at the job are told.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "PascalCase", default)]
+pub struct JobUiConfig {
+    /// Free text about the job (Nomad's web UI reads it as Markdown).
+    #[serde(deserialize_with = "de::nullable")]
+    pub description: String,
+    /// Links shown with the job.
+    #[serde(deserialize_with = "de::nullable")]
+    pub links: Vec<JobUiLink>,
+}
+
+/// One `link` of a job's `ui` block.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "PascalCase", default)]
+pub struct JobUiLink {
+    /// The text shown.
+    #[serde(deserialize_with = "de::nullable")]
+    pub label: String,
+    /// Where it leads (`Url` in Nomad's server structs, `URL` in its API's).
+    #[serde(rename = "URL", alias = "Url", deserialize_with = "de::nullable")]
+    pub url: String,
 }
 
 impl Default for Job {
@@ -1136,6 +1163,7 @@ impl Default for Job {
             payload: DispatchPayload::default(),
             update: None,
             migrate: None,
+            ui: None,
         }
     }
 }

@@ -67,11 +67,11 @@ pub use ids::{AllocId, DeploymentId, EvalId, JobId, Namespace, NodeId, SharedStr
 pub use integrations::{imply_integration_constraints, Vault};
 pub use job::{
     Affinity, Constraint, DelayFunction, Job, JobChildrenSummary, JobStatus, JobSummary, JobType,
-    Locality, LocalityLevel, NetworkResource, Port, ReschedulePolicy, Resources, RestartMode,
-    RestartPolicy, ScalingEvent, ScalingPolicy, Spread, SpreadTarget, Task, TaskGroup,
-    TaskGroupSummary, DEFAULT_CPU_MHZ, DEFAULT_JOB_PRIORITY, DEFAULT_MEMORY_MB, DEFAULT_NODE_POOL,
-    DEFAULT_REGION, MAX_JOB_PRIORITY, MAX_LOCALITY_WAIT, MAX_SCALING_EVENTS, MIN_JOB_PRIORITY,
-    SCALING_HORIZONTAL, SUPERVISOR_META,
+    JobUiConfig, JobUiLink, Locality, LocalityLevel, NetworkResource, Port, ReschedulePolicy,
+    Resources, RestartMode, RestartPolicy, ScalingEvent, ScalingPolicy, Spread, SpreadTarget, Task,
+    TaskGroup, TaskGroupSummary, DEFAULT_CPU_MHZ, DEFAULT_JOB_PRIORITY, DEFAULT_MEMORY_MB,
+    DEFAULT_NODE_POOL, DEFAULT_REGION, MAX_JOB_PRIORITY, MAX_LOCALITY_WAIT, MAX_SCALING_EVENTS,
+    MIN_JOB_PRIORITY, SCALING_HORIZONTAL, SUPERVISOR_META,
 };
 pub use namespace::{NamespaceSpec, DEFAULT_NAMESPACE};
 pub use node::{
