@@ -596,19 +596,20 @@ async fn namespace_region_and_token_scope_every_request_and_events_stream() -> a
     Ok(())
 }
 
-/// A job that needs what this cluster lacks is accepted as Nomad accepts it and stays
-/// pending with Nomad's reason: Consul services and Vault blocks get Nomad's implied
-/// constraints, a driver no node has is "missing drivers"; `job plan` and `job status` name
-/// it, and nothing is registered anywhere.
+/// A job that needs what this cluster lacks is treated as Nomad treats it: Consul services
+/// are accepted with Nomad's implied constraint and stay pending with its reason, a driver
+/// no node has is "missing drivers" (`job plan` and `job status` name them, and nothing is
+/// registered anywhere), and a `vault` block is refused with Nomad's message for servers
+/// without Vault.
 #[tokio::test]
-async fn jobs_needing_vault_consul_or_a_missing_driver_stay_pending_with_nomad_s_reason(
+async fn jobs_needing_consul_or_a_missing_driver_stay_pending_and_vault_is_refused_as_nomad_does(
 ) -> anyhow::Result<()> {
     use std::time::Duration;
     let agent = DevAgent::start(13, 239).await?;
     let jobs = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy/jobs");
-    let file = jobs.join("consul-vault-api.nomad.hcl");
+    let file = jobs.join("consul-api.nomad.hcl");
     let file = file.to_str().unwrap();
-    // Plan: both implied constraints on the group, the failure names the first that filters.
+    // Plan: the implied constraint on the group and on the task with a service.
     let (code, out, err) = agent.run(&["job", "plan", file]);
     assert_eq!(
         code,
@@ -616,12 +617,11 @@ async fn jobs_needing_vault_consul_or_a_missing_driver_stay_pending_with_nomad_s
         "a plan that cannot place exits 1: {out}{err}"
     );
     for want in [
-        "LTarget: \"${attr.vault.version}\"",
         "LTarget: \"${attr.consul.version}\"",
         "RTarget: \">= 1.8.0\"",
         "Provider: \"consul\"",
-        "Name: \"consul-vault-api-api\"",
-        "Constraint \"${attr.vault.version} semver >= 0.6.1\": 1 nodes excluded by filter",
+        "Name: \"consul-api-api\"",
+        "Constraint \"${attr.consul.version} semver >= 1.8.0\": 1 nodes excluded by filter",
     ] {
         assert!(out.contains(want), "{want} in {out}");
     }
@@ -629,17 +629,16 @@ async fn jobs_needing_vault_consul_or_a_missing_driver_stay_pending_with_nomad_s
     assert_eq!(code, Some(0), "{out}{err}");
     let api = teamster::api::ApiClient::new(&agent.addr);
     teamster_cluster_tests::wait_for(Duration::from_secs(30), "a blocked evaluation", || async {
-        let evals: Vec<serde_json::Value> =
-            api.get("/v1/job/consul-vault-api/evaluations").await.ok()?;
+        let evals: Vec<serde_json::Value> = api.get("/v1/job/consul-api/evaluations").await.ok()?;
         evals.iter().any(|e| e["Status"] == "blocked").then_some(())
     })
     .await?;
-    let (code, out, err) = agent.run(&["job", "status", "consul-vault-api"]);
+    let (code, out, err) = agent.run(&["job", "status", "consul-api"]);
     assert_eq!(code, Some(0), "{err}");
     assert!(out.contains("Status       =  pending"), "{out}");
     assert!(
         out.contains(
-            "Placement Failure\nTask Group \"api\":\n  * Constraint \"${attr.vault.version} semver >= 0.6.1\": 1 nodes excluded by filter"
+            "Placement Failure\nTask Group \"api\":\n  * Constraint \"${attr.consul.version} semver >= 1.8.0\": 1 nodes excluded by filter"
         ),
         "{out}"
     );
@@ -647,20 +646,20 @@ async fn jobs_needing_vault_consul_or_a_missing_driver_stay_pending_with_nomad_s
     // Its ui block.
     assert!(
         out.contains(
-            "Description\nThe shop's API, registered in Consul, with a Vault token.\n\nLinks\nLabel    URL\nRunbook  https://example.com/runbooks/consul-vault-api\n"
+            "Description\nThe shop's API, registered in Consul.\n\nLinks\nLabel    URL\nRunbook  https://example.com/runbooks/consul-api\n"
         ),
         "{out}"
     );
-    // The task's own Consul service constrains the task too, and the tasks kept their vault.
-    let job: serde_json::Value = api.get("/v1/job/consul-vault-api").await?;
+    // The task's own Consul service constrains the task too; nothing is registered.
+    let job: serde_json::Value = api.get("/v1/job/consul-api").await?;
     let metrics = &job["TaskGroups"][0]["Tasks"][1];
     assert_eq!(
         metrics["Constraints"][0]["LTarget"], "${attr.consul.version}",
         "{metrics}"
     );
     assert_eq!(
-        job["TaskGroups"][0]["Tasks"][0]["Vault"]["Role"],
-        "api-read"
+        job["UI"]["Links"][0]["Url"],
+        "https://example.com/runbooks/consul-api"
     );
     let services: Vec<serde_json::Value> = api.get("/v1/services").await?;
     assert!(services.is_empty(), "nothing registered: {services:?}");
@@ -677,6 +676,20 @@ async fn jobs_needing_vault_consul_or_a_missing_driver_stay_pending_with_nomad_s
     assert!(
         out.contains("Constraint \"missing drivers\": 1 nodes excluded by filter"),
         "{out}"
+    );
+
+    // Vault: refused, as Nomad's servers refuse it without Vault; a group's block is its
+    // tasks' default, as Nomad's parser makes it.
+    let vault = dir.path().join("vault.nomad.hcl");
+    std::fs::write(
+        &vault,
+        "job \"v\" {\n  group \"g\" {\n    vault {\n      role = \"r\"\n    }\n    task \"t\" {\n      driver = \"raw_exec\"\n      config {\n        command = \"true\"\n      }\n    }\n  }\n}\n",
+    )?;
+    let (code, out, err) = agent.run(&["job", "run", "-detach", vault.to_str().unwrap()]);
+    assert_eq!(code, Some(1), "{out}{err}");
+    assert!(
+        err.contains("task \"t\" → Vault: Vault \"default\" not enabled but used in the job"),
+        "{err}"
     );
     Ok(())
 }

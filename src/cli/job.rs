@@ -441,11 +441,21 @@ async fn status(args: StatusArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// A job's `ui` block: its description and links (empty without one).
+/// A job's `ui` block: its description and links (empty without one). Whoever may submit
+/// a job writes this text, so control characters (terminal escapes) are not printed; a
+/// description keeps its line breaks and tabs.
 fn ui_section(ui: &Value) -> String {
+    let printable = |s: &str, keep_lines: bool| -> String {
+        s.chars()
+            .filter(|c| !c.is_control() || (keep_lines && matches!(c, '\n' | '\t')))
+            .collect()
+    };
     let mut out = String::new();
     if let Some(description) = ui["Description"].as_str().filter(|d| !d.is_empty()) {
-        out.push_str(&format!("\nDescription\n{}\n", description.trim_end()));
+        out.push_str(&format!(
+            "\nDescription\n{}\n",
+            printable(description, true).trim_end()
+        ));
     }
     let links = ui["Links"]
         .as_array()
@@ -453,11 +463,18 @@ fn ui_section(ui: &Value) -> String {
         .unwrap_or_default();
     if !links.is_empty() {
         let mut rows = vec![vec!["Label".to_string(), "URL".into()]];
-        rows.extend(
-            links
-                .iter()
-                .map(|l| vec![text(&l["Label"]), text(&l["URL"])]),
-        );
+        rows.extend(links.iter().map(|l| {
+            // `Url` as Nomad's servers answer it, `URL` as its API spells it.
+            let url = if l["Url"].is_null() {
+                &l["URL"]
+            } else {
+                &l["Url"]
+            };
+            vec![
+                printable(&text(&l["Label"]), false),
+                printable(&text(url), false),
+            ]
+        }));
         out.push_str(&format!("\nLinks\n{}", table(&rows)));
     }
     out
@@ -483,11 +500,21 @@ fn placement_failure(evals: &[Value]) -> String {
         .into_iter()
         .flatten()
         .collect();
+    // Nomad shows five groups at most and tells where the rest are.
+    const MAX_FAILED_GROUPS: usize = 5;
     let groups: Vec<String> = failed
         .iter()
+        .take(MAX_FAILED_GROUPS)
         .map(|(group, metric)| format!("Task Group {group:?}:\n{}", alloc_metrics(metric, "  ")))
         .collect();
-    format!("\nPlacement Failure\n{}", groups.join("\n"))
+    let mut out = format!("\nPlacement Failure\n{}", groups.join("\n"));
+    if failed.len() > MAX_FAILED_GROUPS {
+        out.push_str(&format!(
+            "\nPlacement failures truncated. To see remainder run:\nteamster eval status {}\n",
+            text(&eval["ID"])
+        ));
+    }
+    out
 }
 
 /// A job's allocations as `job status` and `job allocs` print them (with their times for
@@ -727,6 +754,52 @@ fn list_text(v: &Value) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn placement_failure_shows_the_latest_failed_evaluation_while_one_is_blocked() {
+        let metric = json!({"NodesEvaluated": 2, "ConstraintFiltered": {"missing drivers": 2}});
+        let evals = vec![
+            json!({"ID": "old", "CreateIndex": 5, "Status": "complete",
+                   "FailedTGAllocs": {"web": {"NodesEvaluated": 0}}}),
+            json!({"ID": "new", "CreateIndex": 9, "Status": "complete",
+                   "FailedTGAllocs": {"web": metric}}),
+            json!({"ID": "b", "CreateIndex": 10, "Status": "blocked"}),
+        ];
+        assert_eq!(
+            placement_failure(&evals),
+            "\nPlacement Failure\nTask Group \"web\":\n  * Constraint \"missing drivers\": 2 nodes excluded by filter\n"
+        );
+        // Nothing blocked: nothing to show.
+        assert_eq!(placement_failure(&evals[..2]), "");
+        // Five groups at most, and where the rest are.
+        let many: serde_json::Map<String, Value> =
+            (0..7).map(|i| (format!("g{i}"), metric.clone())).collect();
+        let evals = vec![
+            json!({"ID": "e1", "CreateIndex": 1, "Status": "blocked", "FailedTGAllocs": many}),
+        ];
+        let out = placement_failure(&evals);
+        assert_eq!(out.matches("Task Group").count(), 5, "{out}");
+        assert!(
+            out.ends_with(
+                "Placement failures truncated. To see remainder run:\nteamster eval status e1\n"
+            ),
+            "{out}"
+        );
+    }
+
+    #[test]
+    fn a_ui_block_is_printed_without_control_characters() {
+        let ui = json!({
+            "Description": "line one\n\u{1b}[2Jline two\twith tab",
+            "Links": [{"Label": "run\u{1b}[31mbook", "Url": "https://x.example/\u{7}"},
+                      {"Label": "api", "URL": "https://api.example"}]
+        });
+        assert_eq!(
+            ui_section(&ui),
+            "\nDescription\nline one\n[2Jline two\twith tab\n\nLinks\nLabel        URL\nrun[31mbook  https://x.example/\napi          https://api.example\n"
+        );
+        assert_eq!(ui_section(&Value::Null), "");
+    }
 
     #[test]
     fn a_job_file_may_be_wrapped_or_bare() {

@@ -260,7 +260,7 @@ pub async fn pause(
     Ok(answer(done))
 }
 
-/// `PUT|POST /v1/deployment/unblock/:id` `{"DeploymentID"}`: unblocking is for multiregion
+/// `PUT|POST /v1/deployment/unblock/:id` `{"DeploymentID"}` (required, as Nomad's): unblocking is for multiregion
 /// deployments, which wait blocked for the other regions; a single-region cluster's
 /// deployments are never blocked, so, as Nomad OSS answers, an active deployment has
 /// nothing to unblock (an empty update, index 0) and a finished one is refused.
@@ -270,12 +270,8 @@ pub async fn unblock(
     Query(q): Query<HashMap<String, String>>,
     body: Bytes,
 ) -> Result<Response, ApiError> {
-    let req: FailBody = if body.iter().all(|b| b.is_ascii_whitespace()) {
-        FailBody::default()
-    } else {
-        decode_body(&body)?
-    };
-    check_id(&id, req.deployment_id.as_deref(), false)?;
+    let req: FailBody = decode_body(&body)?;
+    check_id(&id, req.deployment_id.as_deref(), true)?;
     let mut opts = QueryOptions::parse(&q)?;
     opts.stale = false;
     let (snap, _) = ctx.read(&opts, &[Table::Deployments]).await?;

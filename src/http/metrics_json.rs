@@ -2,7 +2,8 @@
 //! `{Timestamp, Gauges, Counters, Samples, Points}`), made from the Prometheus text the
 //! exporter renders, so both forms show the same figures. Gauges carry `Value`; counters
 //! (cumulative since the agent started, not per interval as go-metrics reports them) carry
-//! `Count` and `Sum`, both the total; summaries and histograms become samples with `Count`,
+//! `Count` (an integer, as go-metrics has it) and `Sum`, both the total; summaries and
+//! histograms become samples with an integer `Count`,
 //! `Sum` and `Mean`. Every entry has its `Labels`.
 
 use std::collections::BTreeMap;
@@ -52,6 +53,15 @@ fn labels(text: &str) -> Option<BTreeMap<String, String>> {
     Some(out)
 }
 
+/// A count as the integer go-metrics' `Count` is (Nomad's clients decode it into an `int`).
+fn whole(count: f64) -> u64 {
+    if count.is_finite() && count > 0.0 {
+        count.round() as u64
+    } else {
+        0
+    }
+}
+
 /// The JSON metrics for Prometheus `text`, stamped `timestamp`.
 pub fn from_prometheus(text: &str, timestamp: &str) -> Value {
     let mut kinds: BTreeMap<String, String> = BTreeMap::new();
@@ -92,7 +102,7 @@ pub fn from_prometheus(text: &str, timestamp: &str) -> Value {
                 }
             }
             (Some("counter"), None) => counters.push(json!({
-                "Name": name, "Count": value, "Sum": value, "Labels": labels,
+                "Name": name, "Count": whole(value), "Sum": value, "Labels": labels,
             })),
             (Some("summary" | "histogram"), None) => {} // quantiles: the mean is given
             _ => gauges.push(json!({ "Name": name, "Value": value, "Labels": labels })),
@@ -107,7 +117,7 @@ pub fn from_prometheus(text: &str, timestamp: &str) -> Value {
                 .map(|(k, v)| (k, Value::String(v)))
                 .collect();
             let mean = if count > 0.0 { sum / count } else { 0.0 };
-            json!({ "Name": name, "Count": count, "Sum": sum, "Mean": mean, "Labels": labels })
+            json!({ "Name": name, "Count": whole(count), "Sum": sum, "Mean": mean, "Labels": labels })
         })
         .collect();
     json!({
@@ -142,12 +152,12 @@ teamster_plan_seconds_count 6
         );
         assert_eq!(
             v["Counters"],
-            json!([{ "Name": "teamster_evals_total", "Count": 7.0, "Sum": 7.0,
+            json!([{ "Name": "teamster_evals_total", "Count": 7, "Sum": 7.0,
                      "Labels": { "kind": "batch", "note": "a \"q\"" } }])
         );
         assert_eq!(
             v["Samples"],
-            json!([{ "Name": "teamster_plan_seconds", "Count": 6.0, "Sum": 3.0, "Mean": 0.5,
+            json!([{ "Name": "teamster_plan_seconds", "Count": 6, "Sum": 3.0, "Mean": 0.5,
                      "Labels": {} }])
         );
         assert_eq!(v["Timestamp"], json!("t"));

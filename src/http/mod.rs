@@ -315,11 +315,11 @@ async fn refuse_other_regions(
     next: axum::middleware::Next,
 ) -> axum::response::Response {
     use axum::response::IntoResponse;
+    // Decoded as every query parameter is (`?region=glob%61l` is this region).
     let other = req.uri().query().and_then(|q| {
-        q.split('&')
-            .filter_map(|pair| pair.strip_prefix("region="))
-            .find(|r| !r.is_empty() && *r != REGION)
-            .map(str::to_string)
+        form_urlencoded::parse(q.as_bytes())
+            .find(|(k, r)| k == "region" && !r.is_empty() && r != REGION)
+            .map(|(_, r)| r.into_owned())
     });
     match other {
         None => next.run(req).await,

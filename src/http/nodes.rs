@@ -266,14 +266,20 @@ async fn evaluate(
     Ok(node_change(done))
 }
 
-/// `POST|PUT /v1/node/:id/purge`: remove the node from the cluster (Nomad's
+/// `POST|PUT /v1/node/:id/purge` (the node's full ID): remove the node from the cluster (Nomad's
 /// `Node.Deregister`), with evaluations for what ran on it. A client that is still running
 /// registers again at its next heartbeat, as with Nomad.
 async fn purge(
     State(ctx): State<HttpContext>,
     Path(id): Path<String>,
 ) -> Result<Response, ApiError> {
+    // The full ID only, as Nomad takes it: a prefix never removes a node.
     let node_id = resolve(&ctx, &id).await?;
+    if node_id.as_str() != id {
+        return Err(ApiError::not_found(format!(
+            "node {id:?} not found: purge takes a node's full ID"
+        )));
+    }
     let done = ctx
         .endpoints()?
         .node_deregister(NodeDeregisterRequest { node_id })

@@ -14,7 +14,6 @@ use serde_json::Value;
 /// Fields of `Job` teamster does not implement.
 pub(super) const JOB: &[&str] = &[
     "Multiregion",
-    "Reschedule",
     "ConsulToken",
     "ConsulNamespace",
     "VaultToken",
@@ -87,6 +86,7 @@ pub(super) const GROUP_RESTART: &[&str] = &["RenderTemplates"];
 /// Fields of a `Task` teamster does not implement.
 pub(super) const TASK: &[&str] = &[
     "Artifacts",
+    "Vault",
     "Templates",
     "VolumeMounts",
     "CSIPluginConfig",
@@ -175,15 +175,36 @@ pub struct UnsupportedField {
     /// Nomad's JSON name of the field.
     pub field: &'static str,
     /// Why, when it is more than "not supported yet".
-    pub reason: Option<&'static str>,
+    pub reason: Option<String>,
 }
 
 impl std::fmt::Display for UnsupportedField {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         let reason = self
             .reason
+            .as_deref()
             .unwrap_or("teamster does not support this field yet; remove it");
         write!(f, "{} → {}: {reason}", self.path, self.field)
+    }
+}
+
+/// Why `field`, set to `value`, is refused, when Nomad itself would refuse it on a cluster
+/// like this one: a task's `vault` block on servers without Vault (Nomad's admission check,
+/// word for word).
+fn reason_for(field: &str, value: &Value) -> Option<String> {
+    match field {
+        "Vault" => {
+            let cluster = value
+                .get("Cluster")
+                .and_then(Value::as_str)
+                .filter(|c| !c.is_empty())
+                .unwrap_or("default");
+            Some(format!(
+                "Vault {cluster:?} not enabled but used in the job (teamster's servers have no \
+                 Vault)"
+            ))
+        }
+        _ => None,
     }
 }
 
@@ -304,11 +325,11 @@ fn check(object: &Value, fields: &[&'static str], path: &str, out: &mut Vec<Unsu
             && value
                 .and_then(Value::as_object)
                 .is_some_and(|m| m.is_empty());
-        if value.is_some_and(is_set) && !what_teamster_does && !empty_map {
+        if let Some(value) = value.filter(|v| is_set(v) && !what_teamster_does && !empty_map) {
             out.push(UnsupportedField {
                 path: path.to_string(),
                 field,
-                reason: None,
+                reason: reason_for(field, value),
             });
         }
     }

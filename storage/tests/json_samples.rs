@@ -261,6 +261,54 @@ fn canonicalize_fills_nomads_defaults_by_job_type() {
     );
 }
 
+/// A job-level `reschedule` block is merged into every group's, under the group's own, and
+/// none is kept at the job level (Nomad's API); a system or sysbatch job with one, at either
+/// level, is refused as Nomad refuses it.
+#[test]
+fn a_job_level_reschedule_block_is_every_groups_default() {
+    let mut job: Job = serde_json::from_str(
+        r#"{"ID": "b", "Type": "batch", "Reschedule": {"Attempts": 5, "Delay": 60000000000},
+              "TaskGroups": [
+                {"Name": "own", "ReschedulePolicy": {"Attempts": 9},
+                 "Tasks": [{"Name": "t", "Driver": "mock"}]},
+                {"Name": "inherits", "Tasks": [{"Name": "t", "Driver": "mock"}]}]}"#,
+    )
+    .unwrap();
+    job.canonicalize();
+    assert_eq!(job.reschedule, None);
+    let batch = ReschedulePolicy::default_for(JobType::Batch).unwrap();
+    let own = job.task_groups[0].reschedule_policy.clone().unwrap();
+    assert_eq!(
+        (own.attempts, own.delay, own.interval),
+        (Some(9), Some(60_000_000_000), batch.interval)
+    );
+    let inherits = job.task_groups[1].reschedule_policy.clone().unwrap();
+    assert_eq!(
+        (inherits.attempts, inherits.delay, inherits.delay_function),
+        (Some(5), Some(60_000_000_000), batch.delay_function)
+    );
+    job.validate().unwrap();
+    let once = job.clone();
+    job.canonicalize();
+    assert_eq!(job, once, "canonicalize is idempotent");
+
+    for json in [
+        r#"{"ID": "s", "Type": "system", "Reschedule": {"Attempts": 1},
+            "TaskGroups": [{"Name": "g", "Tasks": [{"Name": "t", "Driver": "mock"}]}]}"#,
+        r#"{"ID": "s", "Type": "sysbatch",
+            "TaskGroups": [{"Name": "g", "ReschedulePolicy": {"Attempts": 1},
+                            "Tasks": [{"Name": "t", "Driver": "mock"}]}]}"#,
+    ] {
+        let mut system: Job = serde_json::from_str(json).unwrap();
+        system.canonicalize();
+        let err = system.validate().unwrap_err().to_string();
+        assert!(
+            err.contains("System or sysbatch jobs should not have a reschedule policy"),
+            "{err}"
+        );
+    }
+}
+
 /// IDs that read as paths or patterns and resources no node has are refused by name
 /// (issue 52); a child's `<parent>/periodic-<n>` shape stays valid.
 #[test]

@@ -522,10 +522,11 @@ function jobUi(ui) {
   if (!ui) return '';
   const desc = ui.Description ? `<p class="job-description">${esc(ui.Description)}</p>` : '';
   const links = (ui.Links || []).map((l) => {
-    const label = esc(l.Label || l.URL);
-    return /^https?:\/\//i.test(l.URL || '')
-      ? `<a href="${esc(l.URL)}" target="_blank" rel="noopener noreferrer">${label}</a>`
-      : `<span title="${esc(l.URL)}">${label}</span>`;
+    const url = l.Url || l.URL || '';
+    const label = esc(l.Label || url);
+    return /^https?:\/\//i.test(url)
+      ? `<a href="${esc(url)}" target="_blank" rel="noopener noreferrer">${label}</a>`
+      : `<span title="${esc(url)}">${label}</span>`;
   });
   return desc + (links.length ? `<p class="job-links">${links.join(' · ')}</p>` : '');
 }

@@ -150,16 +150,13 @@ fn constraints_filter_nodes_per_operand() {
     }
 }
 
-/// Nomad's way with a job that needs what no node has (Vault, Consul, a driver): it is
+/// Nomad's way with a job that needs what no node has (Consul, a driver): it is
 /// placed nowhere, its evaluation is blocked, and the failure names what is missing per
 /// node; nodes are counted by their own class, and those without one are not.
 #[test]
-fn a_job_needing_vault_consul_or_a_missing_driver_is_blocked_naming_it() {
+fn a_job_needing_consul_or_a_missing_driver_is_blocked_naming_it() {
     type Needs = fn(&mut Job);
-    let cases: [(&str, Needs); 3] = [
-        ("${attr.vault.version} semver >= 0.6.1", |job| {
-            job.task_groups_mut()[0].tasks[0].vault = Some(Default::default());
-        }),
+    let cases: [(&str, Needs); 2] = [
         ("${attr.consul.version} semver >= 1.8.0", |job| {
             job.task_groups_mut()[0].services = vec![teamster_storage::model::Service {
                 name: "web".into(),
@@ -662,6 +659,25 @@ fn job_changes_update_in_place_or_destructively() {
     assert!(original.is_subset(&kept));
     assert!(h.plans.last().unwrap().node_update.is_empty());
 
+    // The job's ui block neither: version 2 in place.
+    let mut described = (*job).clone();
+    described.ui = Some(teamster_storage::model::JobUiConfig {
+        description: "the shop".into(),
+        links: Vec::new(),
+    });
+    let (job, eval) = h.register_job(described).unwrap();
+    h.process(&eval).unwrap();
+    let running = h.running_allocs(&job);
+    assert!(running.iter().all(|a| a.job_version == 2));
+    assert_eq!(
+        running
+            .iter()
+            .map(|a| a.id.to_string())
+            .collect::<BTreeSet<_>>(),
+        kept
+    );
+    assert!(h.plans.last().unwrap().node_update.is_empty());
+
     // A resource change is destructive: stop and replace each, keeping the names.
     let mut bigger = (*job).clone();
     bigger.task_groups_mut()[0].tasks[0].resources.cpu = 600;
@@ -676,7 +692,7 @@ fn job_changes_update_in_place_or_destructively() {
     let running = h.running_allocs(&job);
     assert_eq!(running.len(), 4);
     for alloc in &running {
-        assert_eq!(alloc.job_version, 2);
+        assert_eq!(alloc.job_version, 3);
         assert_eq!(alloc.resources.cpu, 600);
         assert!(kept.contains(alloc.previous_allocation.as_str()));
     }

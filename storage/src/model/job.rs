@@ -16,7 +16,6 @@ use crate::model::de;
 use crate::model::deployment::{MigrateStrategy, UpdateStrategy};
 use crate::model::disconnect::DisconnectStrategy;
 use crate::model::ids::{JobId, Namespace};
-use crate::model::integrations::Vault;
 use crate::model::periodic::{
     DispatchPayload, DispatchPayloadConfig, ParameterizedJobConfig, PeriodicConfig,
 };
@@ -496,10 +495,6 @@ pub struct Task {
     pub services: Vec<Service>,
     /// When it runs relative to the group's main tasks (`None`: a main task).
     pub lifecycle: Option<TaskLifecycle>,
-    /// The Vault token it asks for: accepted as Nomad accepts it and constrained to nodes
-    /// that reach Vault, which no teamster node does
-    /// ([`crate::model::integrations`]).
-    pub vault: Option<Vault>,
 }
 
 impl Task {
@@ -1100,6 +1095,10 @@ pub struct Job {
     pub update: Option<UpdateStrategy>,
     /// The job's `migrate` block, which groups inherit field by field.
     pub migrate: Option<MigrateStrategy>,
+    /// The job's `reschedule` block: merged into each group's policy by `canonicalize`
+    /// (which leaves none here), as Nomad's API does.
+    #[serde(rename = "Reschedule")]
+    pub reschedule: Option<ReschedulePolicy>,
     /// The job's `ui` block: a description and links, shown by the web UI and `job status`.
     #[serde(rename = "UI")]
     pub ui: Option<JobUiConfig>,
@@ -1124,8 +1123,9 @@ pub struct JobUiLink {
     /// The text shown.
     #[serde(deserialize_with = "de::nullable")]
     pub label: String,
-    /// Where it leads (`Url` in Nomad's server structs, `URL` in its API's).
-    #[serde(rename = "URL", alias = "Url", deserialize_with = "de::nullable")]
+    /// Where it leads: `Url`, as Nomad's servers answer it (`URL`, its API's spelling, is
+    /// read too).
+    #[serde(rename = "Url", alias = "URL", deserialize_with = "de::nullable")]
     pub url: String,
 }
 
@@ -1163,6 +1163,7 @@ impl Default for Job {
             payload: DispatchPayload::default(),
             update: None,
             migrate: None,
+            reschedule: None,
             ui: None,
         }
     }
@@ -1234,6 +1235,7 @@ impl Job {
         };
         let job_update = self.update.clone();
         let job_migrate = self.migrate.clone();
+        let job_reschedule = self.reschedule.take();
         for group in Arc::make_mut(&mut self.task_groups) {
             // Nomad's deprecated field means `disconnect { lost_after = ... }`.
             if let Some(window) = group.max_client_disconnect.take() {
@@ -1266,11 +1268,15 @@ impl Job {
                 Some(given) => given.merged_over(restart),
                 None => restart,
             });
-            group.reschedule_policy = match (
-                ReschedulePolicy::default_for(job_type),
-                group.reschedule_policy.take(),
-            ) {
-                (None, _) => None,
+            // The job's `reschedule` block under the group's, field by field (Nomad's
+            // API merges it into the groups and keeps none at the job level); a system or
+            // sysbatch job keeps what it was given, for `validate` to refuse.
+            let given = match (job_reschedule.clone(), group.reschedule_policy.take()) {
+                (Some(job), Some(group)) => Some(group.merged_over(job)),
+                (job, group) => group.or(job),
+            };
+            group.reschedule_policy = match (ReschedulePolicy::default_for(job_type), given) {
+                (None, given) => given,
                 (Some(default), Some(given)) => Some(given.merged_over(default)),
                 (Some(default), None) => Some(default),
             };
@@ -1305,9 +1311,6 @@ impl Job {
                     canonicalize_service(service, || {
                         format!("{}-{}-{}", self.name, group.name, task.name)
                     });
-                }
-                if let Some(vault) = &mut task.vault {
-                    vault.canonicalize();
                 }
             }
         }
@@ -1412,6 +1415,13 @@ impl Job {
             } else if !group_names.insert(group.name.as_str()) {
                 errors.push(format!("{at}: redefines a task group of the job"));
             }
+            if matches!(self.job_type, JobType::System | JobType::SysBatch)
+                && group.reschedule_policy.is_some()
+            {
+                errors.push(format!(
+                    "{at}: System or sysbatch jobs should not have a reschedule policy"
+                ));
+            }
             if matches!(self.job_type, JobType::System | JobType::SysBatch) && group.count > 1 {
                 errors.push(format!(
                     "{at}: {} jobs place one allocation per node; count must be 0 or 1",
@@ -1489,6 +1499,19 @@ impl Job {
                     validate_service(&at, service, &port_labels, &mut task_ids, &mut errors);
                 }
             }
+            // As Nomad: one provider for every service of a group and of its tasks.
+            let providers: BTreeSet<bool> = group
+                .services
+                .iter()
+                .chain(group.tasks.iter().flat_map(|t| t.services.iter()))
+                .map(Service::is_consul)
+                .collect();
+            if providers.len() > 1 {
+                errors.push(format!(
+                    "{at}: Multiple service providers used: task group services must use the \
+                     same provider"
+                ));
+            }
             if let Some(disconnect) = &group.disconnect {
                 match self.job_type {
                     JobType::Service | JobType::Batch => disconnect.validate(&at, &mut errors),
@@ -1564,9 +1587,6 @@ impl Job {
                 );
                 if let Some(restart) = &task.restart_policy {
                     restart.validate(&at, &mut errors);
-                }
-                if let Some(vault) = &task.vault {
-                    vault.validate(&at, &mut errors);
                 }
                 if let Some(lifecycle) = &task.lifecycle {
                     lifecycle.validate(&at, &mut errors);

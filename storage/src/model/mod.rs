@@ -64,7 +64,7 @@ pub use diff::{DiffType, FieldDiff, JobDiff, ObjectDiff, TaskDiff, TaskGroupDiff
 pub use disconnect::{AllocState, DisconnectStrategy};
 pub use eval::{AllocMetric, EvalStatus, EvalTrigger, Evaluation};
 pub use ids::{AllocId, DeploymentId, EvalId, JobId, Namespace, NodeId, SharedStr};
-pub use integrations::{imply_integration_constraints, Vault};
+pub use integrations::imply_integration_constraints;
 pub use job::{
     Affinity, Constraint, DelayFunction, Job, JobChildrenSummary, JobStatus, JobSummary, JobType,
     JobUiConfig, JobUiLink, Locality, LocalityLevel, NetworkResource, Port, ReschedulePolicy,
