@@ -218,7 +218,15 @@ fn registration(
         datacenter: node.datacenter.to_string(),
         job_id: alloc.job_id.clone(),
         alloc_id: alloc.id.clone(),
-        tags: service.tags.iter().map(|t| env.interpolate(t)).collect(),
+        // A canary's `canary_tags`, once it has them, until its deployment promotes it.
+        tags: if alloc.is_canary() && !service.canary_tags.is_empty() {
+            &service.canary_tags
+        } else {
+            &service.tags
+        }
+        .iter()
+        .map(|t| env.interpolate(t))
+        .collect(),
         address,
         port,
         checks: Vec::new(),
@@ -413,7 +421,9 @@ pub(crate) async fn service_loop(
 
 #[cfg(test)]
 mod tests {
-    use teamster_storage::model::{AllocatedPortMapping, Job, TaskGroup, PROVIDER_NOMAD};
+    use teamster_storage::model::{
+        AllocatedPortMapping, Job, TaskGroup, PROVIDER_CONSUL, PROVIDER_NOMAD,
+    };
 
     use super::*;
     use crate::client::types::ServiceOwner;
@@ -532,6 +542,39 @@ mod tests {
         // A port number instead of a label, and a name interpolated.
         let side = by_name["side-shop"];
         assert_eq!((side.address.as_str(), side.port), ("10.0.0.5", 9100));
+    }
+
+    /// As Nomad's native service discovery: a canary registers its service's
+    /// `canary_tags` (when it has some) until its deployment promotes it; a consul-provider
+    /// service is never registered by the client.
+    #[test]
+    fn a_canary_registers_its_canary_tags_and_consul_services_are_never_registered() {
+        let values = BTreeMap::new();
+        let tags = |l: &LocalAlloc| -> BTreeMap<String, Vec<String>> {
+            desired(l, &facts(&values), &|_| None)
+                .into_iter()
+                .map(|r| (r.service_name, r.tags))
+                .collect()
+        };
+        let mut l = local([true, true]);
+        let group = &mut l.job.task_groups_mut()[0];
+        group.services[0].canary_tags = vec!["canary-${NOMAD_ALLOC_INDEX}".into()];
+        group.tasks[1].services[0].provider = PROVIDER_CONSUL.into();
+        let before = tags(&l);
+        assert_eq!(before["shop"], ["v2"]);
+        assert!(
+            !before.contains_key("side-shop"),
+            "a consul service: {before:?}"
+        );
+        l.alloc.deployment_status =
+            Some(Box::new(teamster_storage::model::AllocDeploymentStatus {
+                canary: true,
+                ..Default::default()
+            }));
+        let canary = tags(&l);
+        assert_eq!(canary["shop"], ["canary-2"]);
+        // No canary_tags: a canary keeps the service's tags.
+        assert_eq!(canary["api"], ["v2"]);
     }
 
     #[test]

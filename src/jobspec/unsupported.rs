@@ -40,18 +40,7 @@ pub(super) const NETWORK: &[&str] = &[
 /// Fields of a `service` (group or task) teamster does not implement: it registers services
 /// itself (`provider = "nomad"`, checked by the job's validation) and runs `http` and `tcp`
 /// checks.
-pub(super) const SERVICE: &[&str] = &[
-    "Meta",
-    "CanaryTags",
-    "CanaryMeta",
-    "EnableTagOverride",
-    "TaggedAddresses",
-    "OnUpdate",
-    "Cluster",
-    "Connect",
-    "Identity",
-    "Weights",
-];
+pub(super) const SERVICE: &[&str] = &["OnUpdate", "Cluster", "Connect", "Identity", "Weights"];
 
 /// Fields of a service's `check` teamster does not implement (script and gRPC checks,
 /// Consul's thresholds and TLS options).
@@ -320,12 +309,7 @@ fn check(object: &Value, fields: &[&'static str], path: &str, out: &mut Vec<Unsu
         let what_teamster_does = SAME_AS_TEAMSTER
             .iter()
             .any(|(f, same)| *f == field && value.and_then(Value::as_str) == Some(*same));
-        // An empty map asks for nothing (teamster's own canonical services carry `Meta: {}`).
-        let empty_map = MAP_FIELDS.contains(&field)
-            && value
-                .and_then(Value::as_object)
-                .is_some_and(|m| m.is_empty());
-        if let Some(value) = value.filter(|v| is_set(v) && !what_teamster_does && !empty_map) {
+        if let Some(value) = value.filter(|v| is_set(v) && !what_teamster_does) {
             out.push(UnsupportedField {
                 path: path.to_string(),
                 field,
@@ -334,9 +318,6 @@ fn check(object: &Value, fields: &[&'static str], path: &str, out: &mut Vec<Unsu
         }
     }
 }
-
-/// Fields that are string maps: empty, they ask for nothing.
-const MAP_FIELDS: &[&str] = &["Meta", "CanaryMeta", "TaggedAddresses"];
 
 /// Whether a field's value asks for something (see the module's doc).
 fn is_set(v: &Value) -> bool {
@@ -449,16 +430,12 @@ mod tests {
     }
 
     #[test]
-    fn an_empty_service_meta_asks_for_nothing() {
-        let job = |meta: Value| {
-            json!({ "TaskGroups": [{ "Name": "g", "Services": [{ "Name": "s", "Provider": "nomad", "Meta": meta,
-                "CanaryMeta": {}, "TaggedAddresses": {} }] }] })
-        };
-        assert!(fields(job(json!({}))).is_empty());
-        assert_eq!(
-            fields(job(json!({ "k": "v" }))),
-            ["job → group \"g\" → service \"s\": Meta"]
-        );
+    fn service_meta_and_canary_fields_are_kept() {
+        let job = json!({ "TaskGroups": [{ "Name": "g", "Services": [{ "Name": "s",
+            "Provider": "nomad", "Meta": { "k": "v" }, "CanaryMeta": { "c": "1" },
+            "CanaryTags": ["canary"], "TaggedAddresses": { "lan": "10.0.0.1" },
+            "EnableTagOverride": true }] }] });
+        assert!(fields(job).is_empty());
     }
 
     #[test]

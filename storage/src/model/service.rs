@@ -30,6 +30,10 @@ pub struct Service {
     /// Tags, listed with the service.
     #[serde(deserialize_with = "de::nullable")]
     pub tags: Vec<String>,
+    /// The tags a canary registers instead of `tags` until its deployment promotes it (as
+    /// Nomad's native service discovery; empty: `tags`).
+    #[serde(deserialize_with = "de::nullable")]
+    pub canary_tags: Vec<String>,
     /// The group network's port label whose host port is registered (or a port number);
     /// empty registers port 0.
     #[serde(deserialize_with = "de::nullable")]
@@ -43,9 +47,20 @@ pub struct Service {
     /// `nomad`.
     #[serde(deserialize_with = "de::nullable")]
     pub provider: String,
-    /// Free-form metadata (refused by the API: registrations carry none, as Nomad's).
+    /// Free-form metadata. Kept with the job; a native registration carries none, as in
+    /// Nomad, where it goes to Consul only — as do `canary_meta`, `tagged_addresses` and
+    /// `enable_tag_override` below.
     #[serde(deserialize_with = "de::nullable")]
     pub meta: BTreeMap<String, String>,
+    /// A canary's metadata (Consul's).
+    #[serde(deserialize_with = "de::nullable")]
+    pub canary_meta: BTreeMap<String, String>,
+    /// Named addresses (Consul's).
+    #[serde(deserialize_with = "de::nullable")]
+    pub tagged_addresses: BTreeMap<String, String>,
+    /// Let Consul's anti-entropy keep tags changed outside Nomad (Consul's).
+    #[serde(deserialize_with = "de::nullable")]
+    pub enable_tag_override: bool,
     /// For a group service, the task it belongs to (empty: the allocation's).
     #[serde(deserialize_with = "de::nullable")]
     pub task_name: String,
