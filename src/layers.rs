@@ -93,6 +93,7 @@ const CLIENT_PARTS: &[(&str, u32)] = &[
     ("shared", 3),
     ("task_runner", 4),
     ("services", 4),
+    ("gc", 4),
     ("checks", 5),
     ("alloc_runner", 6),
     ("ops", 7),

@@ -183,7 +183,7 @@ def main():
     assert failed["Status"] == "failed", failed
     assert failed["StatusDescription"].endswith("rolling back to job version 0"), failed
     resp = refused(exceptions.BadRequestNomadException, lambda: n.deployment.fail_deployment(dep))
-    assert "has terminal status" in resp.text, resp.text
+    assert "can't fail terminal deployment" in resp.text, resp.text
     assert n.job.get_job(job_id)["Version"] == 2
     print("deployments: all flows passed")
 

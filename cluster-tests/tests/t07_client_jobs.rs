@@ -1076,6 +1076,38 @@ async fn dev_agent_registers_a_services_instances_and_removes_them_when_the_job_
             "{id}"
         );
     }
+    // Nomad's list field selection: an allocation's resources (its ports here), no task
+    // states; a node's resources and OS.
+    let listed: Vec<Value> = api
+        .get("/v1/allocations?resources=true&task_states=false")
+        .await?;
+    let one = listed
+        .iter()
+        .find(|a| a["ID"] == regs[0]["AllocID"])
+        .expect("the allocation listed");
+    assert_eq!(
+        one["AllocatedResources"]["Shared"]["Ports"][0]["Value"], regs[0]["Port"],
+        "{one}"
+    );
+    assert!(one["TaskStates"].is_null(), "{one}");
+    let plain: Vec<Value> = api.get("/v1/allocations").await?;
+    assert!(plain
+        .iter()
+        .all(|a| a.get("AllocatedResources").is_none() && !a["TaskStates"].is_null()));
+    let nodes: Vec<Value> = api.get("/v1/nodes?resources=true&os=true").await?;
+    assert!(
+        nodes[0]["NodeResources"]["Memory"]["MemoryMB"].as_u64() > Some(0)
+            && nodes[0]["ReservedResources"].is_object()
+            && nodes[0]["Attributes"] == json!({"os.name": "linux"}),
+        "{}",
+        nodes[0]
+    );
+    let bad = api
+        .get::<Value>("/v1/nodes?os=maybe")
+        .await
+        .expect_err("not a boolean");
+    assert!(bad.to_string().contains("400"), "{bad}");
+
     // An allocation's own registrations; 404 for an allocation that does not exist.
     let alloc_id = regs[0]["AllocID"].as_str().unwrap_or("");
     let own: Vec<Value> = api
@@ -1180,6 +1212,39 @@ async fn dev_agent_registers_a_services_instances_and_removes_them_when_the_job_
     .await?;
     let listed: Value = api.get("/v1/services").await?;
     assert_eq!(listed, json!([]));
+
+    // Client garbage collection: a stopped allocation's directory goes once its end is
+    // reported; its files are then gone (404), and the whole client's GC answers null.
+    let stopped = alloc_id.to_string();
+    wait_for(
+        Duration::from_secs(60),
+        "the stopped allocation collected",
+        || {
+            let api = api.clone();
+            let stopped = stopped.clone();
+            async move {
+                let done: Value = api
+                    .request(
+                        reqwest::Method::PUT,
+                        &format!("/v1/client/allocation/{stopped}/gc"),
+                        None::<&Value>,
+                    )
+                    .await
+                    .ok()?;
+                done.is_null().then_some(())
+            }
+        },
+    )
+    .await?;
+    let gone = api
+        .get::<Value>(&format!("/v1/client/fs/ls/{stopped}?path=/"))
+        .await
+        .expect_err("collected");
+    assert!(gone.to_string().contains("404"), "{gone}");
+    let all: Value = api
+        .request(reqwest::Method::PUT, "/v1/client/gc", None::<&Value>)
+        .await?;
+    assert!(all.is_null(), "{all}");
 
     // Purging the node removes it; its client, still running, registers it again (a new
     // node object, as with Nomad).

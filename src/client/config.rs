@@ -50,6 +50,18 @@ pub struct ClientConfig {
     pub min_dynamic_port: u32,
     /// The highest host port the scheduler may give a dynamic port (Nomad's default 32000).
     pub max_dynamic_port: u32,
+    /// How often finished allocations are garbage-collected when the allocation
+    /// directory's filesystem is over a threshold ([`crate::client::gc`]; Nomad's 1m).
+    #[serde(with = "duration_str")]
+    pub gc_interval: Duration,
+    /// Collect finished allocations while the filesystem holding them is fuller than this,
+    /// percent of its space (Nomad's 80).
+    pub gc_disk_usage_threshold: f64,
+    /// The same for inodes (Nomad's 70).
+    pub gc_inode_usage_threshold: f64,
+    /// Collect the oldest finished allocations once the client keeps more than this many
+    /// (Nomad's 50).
+    pub gc_max_allocs: usize,
     /// Mutual TLS to the servers' RPC port: set by the agent from its `[tls]` section when
     /// `tls.rpc` is on; not a key of `[client]`.
     #[serde(skip)]
@@ -76,6 +88,10 @@ impl Default for ClientConfig {
             max_kill_timeout: Duration::from_secs(30),
             min_dynamic_port: 20000,
             max_dynamic_port: 32000,
+            gc_interval: Duration::from_secs(60),
+            gc_disk_usage_threshold: 80.0,
+            gc_inode_usage_threshold: 70.0,
+            gc_max_allocs: 50,
             rpc_tls: None,
         }
     }
@@ -130,6 +146,26 @@ impl ClientConfig {
                     self.min_dynamic_port, self.max_dynamic_port
                 ),
             ));
+        }
+        if self.gc_interval.is_zero() {
+            return Err(InvalidSetting::new(
+                "client.gc_interval",
+                "must be positive",
+            ));
+        }
+        for (key, value) in [
+            (
+                "client.gc_disk_usage_threshold",
+                self.gc_disk_usage_threshold,
+            ),
+            (
+                "client.gc_inode_usage_threshold",
+                self.gc_inode_usage_threshold,
+            ),
+        ] {
+            if !(0.0..=100.0).contains(&value) {
+                return Err(InvalidSetting::new(key, "must be a percentage, 0 to 100"));
+            }
         }
         if let Err(e) = parse_port_ranges(&self.reserved.reserved_ports) {
             return Err(InvalidSetting::new("client.reserved.reserved_ports", e));

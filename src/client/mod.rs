@@ -41,6 +41,7 @@ pub mod config;
 pub mod docker;
 pub mod driver;
 pub mod fingerprint;
+pub mod gc;
 pub mod health;
 pub mod lifecycle;
 pub mod logmon;
@@ -259,7 +260,10 @@ impl Client {
                 services::service_loop(shared.clone(), servers.clone(), shutdown.clone())
                     .instrument(span.clone()),
             ),
-            tokio::spawn(checks::check_loop(shared.clone(), shutdown.clone()).instrument(span)),
+            tokio::spawn(
+                checks::check_loop(shared.clone(), shutdown.clone()).instrument(span.clone()),
+            ),
+            tokio::spawn(gc::gc_loop(shared.clone(), shutdown.clone()).instrument(span)),
         ];
         info!(node_id = %node_id, cores = machine.cores, memory_mb = machine.memory_mb, "client started");
         Ok(Client {
@@ -471,6 +475,7 @@ fn apply_allocs(shared: &Arc<Shared>, resp: NodeClientAllocsResponse) {
     let mut to_start = Vec::new();
     let mut to_stop = Vec::new();
     let mut to_update = Vec::new();
+    let mut forgotten = Vec::new();
     {
         let mut st = shared.state();
         for ca in resp.changed {
@@ -551,6 +556,7 @@ fn apply_allocs(shared: &Arc<Shared>, resp: NodeClientAllocsResponse) {
         for id in gone {
             debug!(alloc_id = %id, index = resp.index, "allocation no longer listed by the servers; forgotten");
             st.allocs.remove(&id);
+            forgotten.push(id.clone());
             to_stop.push(id);
         }
     }
@@ -568,9 +574,20 @@ fn apply_allocs(shared: &Arc<Shared>, resp: NodeClientAllocsResponse) {
         }
     }
     for id in to_stop {
-        if let Some(runner) = lock(&shared.runners).remove(&id) {
+        let runner = lock(&shared.runners).remove(&id);
+        if let Some(runner) = &runner {
             info!(alloc_id = %id, "stopping allocation");
             runner.cancel();
+        }
+        // The servers collected it: its directory goes once its runner is done.
+        if forgotten.contains(&id) {
+            let shared = shared.clone();
+            tokio::spawn(async move {
+                if let Some(runner) = runner {
+                    runner.done().await;
+                }
+                gc::remove_alloc_dir(&shared.alloc_root, &id).await;
+            });
         }
     }
     shared.persist();
@@ -692,8 +709,12 @@ mod tests {
     }
 
     fn shared(dir: &Path) -> Arc<Shared> {
+        shared_with(dir, ClientConfig::default())
+    }
+
+    fn shared_with(dir: &Path, config: ClientConfig) -> Arc<Shared> {
         Arc::new(Shared {
-            config: ClientConfig::default(),
+            config,
             store: state::StateStore::open(dir).unwrap().0,
             alloc_root: dir.join("alloc"),
             clock: Arc::new(TestClock(tokio::time::Instant::now())),
@@ -1195,6 +1216,100 @@ mod tests {
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
         sh.state().allocs["a1"].clone()
+    }
+
+    /// A finished allocation is collected only once its runner is done and the servers have
+    /// its end; collecting removes its directory and forgets it. Over `gc_max_allocs`, the
+    /// oldest finished ones go first and running ones never.
+    #[tokio::test(start_paused = true)]
+    async fn finished_allocations_are_collected_once_reported_oldest_first() {
+        let dir = tempfile::tempdir().unwrap();
+        let sh = shared_with(
+            dir.path(),
+            ClientConfig {
+                gc_max_allocs: 1,
+                ..ClientConfig::default()
+            },
+        );
+        let local = mock_alloc("1s", 0, 0, JobType::Batch);
+        sh.state().allocs.insert("a1".into(), local.clone());
+        let runner = alloc_runner::spawn(&sh, &local);
+        lock(&sh.runners).insert("a1".into(), runner);
+        let done = wait_finished(&sh).await;
+        assert_eq!(done.client_status, ClientStatus::Complete);
+        let a1_dir = sh.alloc_root.join("a1");
+        assert!(a1_dir.join("alloc").is_dir(), "the allocation's directory");
+        for _ in 0..100 {
+            if lock(&sh.runners)["a1"].finished() {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        assert!(lock(&sh.runners)["a1"].finished());
+        // The servers have not heard of its end yet: kept.
+        assert!(!gc::collect(&sh, "a1", "requested").await);
+        assert!(a1_dir.is_dir());
+        {
+            let mut st = sh.state();
+            let a1 = st.allocs.get_mut("a1").unwrap();
+            a1.reported = a1.version;
+        }
+        assert!(gc::collect(&sh, "a1", "requested").await);
+        assert!(!a1_dir.exists(), "its directory is gone");
+        assert!(!sh.state().allocs.contains_key("a1"));
+        assert!(!lock(&sh.runners).contains_key("a1"));
+        assert!(!gc::collect(&sh, "a1", "requested").await, "nothing left");
+
+        // Three kept, one allowed: the two finished ones go, oldest first; the running one
+        // stays whatever its age.
+        let kept = |id: &str, modify_index: u64, dead: bool| {
+            let mut l = mock_alloc("1s", 0, 0, JobType::Batch);
+            l.alloc.id = id.into();
+            l.alloc.modify_index = modify_index;
+            let state = l.task_states.entry("t".into()).or_default();
+            state.state = if dead {
+                TaskStateValue::Dead
+            } else {
+                TaskStateValue::Running
+            };
+            l.recompute();
+            l.reported = l.version;
+            std::fs::create_dir_all(sh.alloc_root.join(id).join("alloc")).unwrap();
+            sh.state().allocs.insert(id.into(), l);
+        };
+        kept("running", 1, false);
+        kept("old", 5, true);
+        kept("new", 9, true);
+        gc::collect_round(&sh).await;
+        let left: Vec<String> = sh.state().allocs.keys().cloned().collect();
+        assert_eq!(left, ["running"]);
+        assert!(sh.alloc_root.join("running").is_dir());
+        assert!(!sh.alloc_root.join("old").exists() && !sh.alloc_root.join("new").exists());
+
+        // The servers no longer list it (they collected it): forgotten, stopped, and its
+        // directory removed once its runner is done.
+        let local = mock_alloc("1h", 0, 0, JobType::Service);
+        sh.state().allocs.insert("a1".into(), local.clone());
+        lock(&sh.runners).insert("a1".into(), alloc_runner::spawn(&sh, &local));
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        assert!(sh.alloc_root.join("a1").is_dir());
+        apply_allocs(
+            &sh,
+            NodeClientAllocsResponse {
+                index: 20,
+                alloc_indexes: vec![("running".into(), 1)],
+                changed: Vec::new(),
+            },
+        );
+        assert!(!sh.state().allocs.contains_key("a1"));
+        for _ in 0..600 {
+            if !sh.alloc_root.join("a1").exists() {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        assert!(!sh.alloc_root.join("a1").exists(), "its directory is gone");
+        assert!(sh.alloc_root.join("running").is_dir(), "a listed one stays");
     }
 
     #[tokio::test(start_paused = true)]

@@ -59,6 +59,10 @@ pub enum AllocOpError {
     /// The allocation still runs: its data is taken once it has stopped.
     #[error("allocation {0} is still running")]
     StillRunning(String),
+    /// Garbage collection asked of an allocation that still runs or whose end the servers
+    /// have not heard yet (Nomad's words).
+    #[error("No such allocation on client, or allocation not eligible for GC")]
+    NotCollectable(String),
     /// The driver could not run the command in the task's place.
     #[error("cannot run the command in task {task:?}: {reason}")]
     Exec {
@@ -158,6 +162,24 @@ impl ClientHandle {
     /// How many allocations this client keeps (running or not).
     pub fn num_allocs(&self) -> usize {
         self.shared.state().allocs.len()
+    }
+
+    /// Garbage-collects every finished allocation this client keeps (`/v1/client/gc`): how
+    /// many were.
+    pub async fn gc_all(&self) -> usize {
+        super::gc::collect_all(&self.shared).await
+    }
+
+    /// Garbage-collects one finished allocation (`/v1/client/allocation/:id/gc`).
+    pub async fn gc_alloc(&self, alloc_id: &str) -> Result<(), AllocOpError> {
+        if !self.has_alloc(alloc_id) {
+            return Err(AllocOpError::UnknownAlloc(alloc_id.to_string()));
+        }
+        if super::gc::collect(&self.shared, alloc_id, "requested").await {
+            Ok(())
+        } else {
+            Err(AllocOpError::NotCollectable(alloc_id.to_string()))
+        }
     }
 
     /// Whether this client runs or ran the allocation (and still keeps it).

@@ -244,6 +244,12 @@ pub struct FsUsage {
     pub inodes_used_percent: f64,
 }
 
+/// The share of a filesystem's space in use, percent (of what is usable: used plus
+/// available to unprivileged users, as `df` counts it).
+pub fn used_percent(u: &FsUsage) -> f64 {
+    percent(u.used, u.used + u.available)
+}
+
 /// `statvfs` of the filesystem holding `dir`.
 pub fn fs_usage(dir: &Path) -> Option<FsUsage> {
     use std::os::unix::ffi::OsStrExt;
@@ -275,7 +281,7 @@ pub fn disk_stats(device: &str, mountpoint: &str, u: &FsUsage) -> Value {
         "Size": u.size,
         "Used": u.used,
         "Available": u.available,
-        "UsedPercent": percent(u.used, u.used + u.available),
+        "UsedPercent": used_percent(u),
         "InodesUsedPercent": u.inodes_used_percent,
     })
 }

@@ -499,6 +499,16 @@ impl AllocHandle {
         }
     }
 
+    /// Whether its runner has finished (it takes no request any more).
+    pub fn finished(&self) -> bool {
+        self.restart_all.is_closed()
+    }
+
+    /// Waits until its runner has finished.
+    pub async fn done(&self) {
+        self.restart_all.closed().await;
+    }
+
     /// The allocation now holds its job at `job_modify_index` (an in-place update): its
     /// runners apply it.
     pub fn update(&self, job_modify_index: u64) {

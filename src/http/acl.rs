@@ -364,6 +364,10 @@ pub fn route_need(
             in_obj(alloc_ns(), &[C::ReadJob])
         }
         "/v1/client/allocation/{alloc_id}/exec" => in_obj(alloc_ns(), &[C::AllocExec]),
+        "/v1/client/allocation/{alloc_id}/gc" => {
+            in_obj(alloc_ns(), &[C::SubmitJob, C::GcAllocation])
+        }
+        "/v1/client/gc" => vec![Need::NodeWrite],
         // A migrating disk's data: the handler checks the servers' migrate token instead.
         "/v1/client/allocation/{alloc_id}/snapshot" => vec![Need::Nothing],
         "/v1/client/fs/logs/{alloc_id}" => in_obj(alloc_ns(), &[C::ReadLogs]),

@@ -75,19 +75,34 @@ fn sorted_stubs<'a>(snap: &Snapshot, allocs: impl Iterator<Item = &'a Allocation
 }
 
 /// `GET /v1/allocations`: stubs, `?prefix=` (of the ID) filtered, of the namespace (`*`:
-/// of every one).
+/// of every one); Nomad's field selection: `?resources=true` adds each allocation's
+/// `AllocatedResources`, `?task_states=false` leaves its `TaskStates` out (null).
 pub async fn list(
     State(ctx): State<HttpContext>,
     Query(q): Query<HashMap<String, String>>,
 ) -> Result<Response, ApiError> {
     let opts = QueryOptions::parse(&q)?;
+    let resources = QueryOptions::flag(&q, "resources")?;
+    let task_states = !q.contains_key("task_states") || QueryOptions::flag(&q, "task_states")?;
     let (snap, meta) = ctx.read(&opts, &[Table::Allocs]).await?;
-    let stubs = sorted_stubs(
-        &snap,
-        snap.allocs_by_prefix(&opts.prefix)
-            .filter(|a| opts.in_namespace(a.namespace.as_str()))
-            .map(|a| a.as_ref()),
-    );
+    let mut allocs: Vec<&Allocation> = snap
+        .allocs_by_prefix(&opts.prefix)
+        .filter(|a| opts.in_namespace(a.namespace.as_str()))
+        .map(|a| a.as_ref())
+        .collect();
+    allocs.sort_by_key(|a| (a.create_index, a.id.clone()));
+    let mut stubs = Vec::with_capacity(allocs.len());
+    for a in allocs {
+        let mut stub = alloc_stub(&snap, a);
+        if resources {
+            stub["AllocatedResources"] = serde_json::to_value(&a.allocated_resources)
+                .map_err(|e| ApiError::internal(e.to_string()))?;
+        }
+        if !task_states {
+            stub["TaskStates"] = Value::Null;
+        }
+        stubs.push(stub);
+    }
     Ok(json_read(stubs, meta))
 }
 

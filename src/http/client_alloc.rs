@@ -5,7 +5,9 @@
 //! `{"Index": 0}` as Nomad does (an unknown task or signal is a 400 naming it, an allocation
 //! this client does not hold a 404); `GET /v1/client/allocation/:id/stats` (Nomad's
 //! `AllocResourceUsage`), `GET /v1/client/allocation/:id/checks` (the latest result of
-//! each service check) and `GET /v1/client/stats?node_id=` (Nomad's `HostStats`).
+//! each service check), `/v1/client/allocation/:id/gc` and `/v1/client/gc?node_id=`
+//! (garbage-collect finished allocations now, [`crate::client::gc`]) and `GET
+//! /v1/client/stats?node_id=` (Nomad's `HostStats`).
 //!
 //! Served by the agent whose client runs the allocation (or is the node); a server forwards
 //! them once to the node's agent ([`client_route`]).
@@ -42,7 +44,15 @@ pub fn routes() -> Router<HttpContext> {
             get(alloc_snapshot),
         )
         .route("/v1/client/allocation/{alloc_id}/checks", get(alloc_checks))
+        .route(
+            "/v1/client/allocation/{alloc_id}/gc",
+            get(alloc_gc).put(alloc_gc).post(alloc_gc),
+        )
         .route("/v1/client/stats", get(host_stats))
+        .route(
+            "/v1/client/gc",
+            get(client_gc).put(client_gc).post(client_gc),
+        )
 }
 
 /// `restart`'s body (Nomad's `AllocRestartRequest` fields the caller may set).
@@ -116,6 +126,23 @@ fn route(
             .map(Ok)
             .ok_or_else(|| ApiError::not_found("this agent's client has not started")),
         Target::Node { addr, alloc_id } => Ok(Err((addr, alloc_id))),
+    }
+}
+
+/// Where a request about node `node_id` (this agent's client's when empty) is served: this
+/// agent's client, or the node's HTTP address.
+fn route_node(
+    ctx: &HttpContext,
+    node_id: &str,
+    headers: &HeaderMap,
+) -> Result<Result<ClientHandle, String>, ApiError> {
+    match client_route::locate_node(ctx, node_id, headers)? {
+        Target::Here => ctx
+            .client()
+            .cloned()
+            .map(Ok)
+            .ok_or_else(|| ApiError::not_found("this agent's client has not started")),
+        Target::Node { addr, .. } => Ok(Err(addr)),
     }
 }
 
@@ -280,6 +307,47 @@ async fn alloc_snapshot(
         .into_response())
 }
 
+/// `GET|PUT|POST /v1/client/allocation/:id/gc`: garbage-collect the finished allocation now
+/// (its directory removed, forgotten by its client; [`crate::client::gc`]). Answers `null`
+/// as Nomad does; 404 for an allocation the client does not keep, 400 for one that still
+/// runs or whose end the servers have not heard yet.
+async fn alloc_gc(
+    State(ctx): State<HttpContext>,
+    Path(alloc_id): Path<String>,
+    headers: HeaderMap,
+) -> Result<Response, ApiError> {
+    match route(&ctx, &alloc_id, &headers)? {
+        Ok(client) => {
+            client.gc_alloc(&alloc_id).await.map_err(op_error)?;
+            Ok(Json(serde_json::Value::Null).into_response())
+        }
+        Err((addr, alloc_id)) => {
+            let path = format!("/v1/client/allocation/{alloc_id}/gc");
+            client_route::forward(&addr, Method::PUT, &path, None).await
+        }
+    }
+}
+
+/// `GET|PUT|POST /v1/client/gc` (`?node_id=`): garbage-collect every finished allocation
+/// of this agent's client, or of the node named (a server forwards to it). Answers `null`.
+async fn client_gc(
+    State(ctx): State<HttpContext>,
+    Query(q): Query<std::collections::HashMap<String, String>>,
+    headers: HeaderMap,
+) -> Result<Response, ApiError> {
+    let node_id = q.get("node_id").map(String::as_str).unwrap_or_default();
+    match route_node(&ctx, node_id, &headers)? {
+        Ok(client) => {
+            client.gc_all().await;
+            Ok(Json(serde_json::Value::Null).into_response())
+        }
+        Err(addr) => {
+            let path = format!("/v1/client/gc?node_id={node_id}");
+            client_route::forward(&addr, Method::PUT, &path, None).await
+        }
+    }
+}
+
 /// `GET /v1/client/allocation/:id/checks`: the latest result of each of the allocation's
 /// service checks, by check ID (Nomad's `QueryResult`s; `{}` when it has none running).
 async fn alloc_checks(
@@ -306,16 +374,12 @@ async fn host_stats(
     headers: HeaderMap,
 ) -> Result<Response, ApiError> {
     let node_id = q.get("node_id").map(String::as_str).unwrap_or_default();
-    match client_route::locate_node(&ctx, node_id, &headers)? {
-        Target::Here => {
-            let client = ctx
-                .client()
-                .cloned()
-                .ok_or_else(|| ApiError::not_found("this agent's client has not started"))?;
+    match route_node(&ctx, node_id, &headers)? {
+        Ok(client) => {
             let usage = read_stats(move || Ok(client.host_stats())).await?;
             Ok(Json(usage).into_response())
         }
-        Target::Node { addr, .. } => {
+        Err(addr) => {
             let path = format!("/v1/client/stats?node_id={node_id}");
             client_route::forward(&addr, Method::GET, &path, None).await
         }

@@ -103,11 +103,27 @@ async fn list(
     Query(q): Query<HashMap<String, String>>,
 ) -> Result<Response, ApiError> {
     let opts = QueryOptions::parse(&q)?;
+    // Nomad's field selection: `resources` adds `NodeResources` and `ReservedResources`,
+    // `os` an `Attributes` map with `os.name`.
+    let resources = QueryOptions::flag(&q, "resources")?;
+    let os = QueryOptions::flag(&q, "os")?;
     let (snap, meta) = ctx.read(&opts, &[Table::Nodes]).await?;
-    let nodes: Vec<Value> = snap
-        .nodes_by_prefix(&opts.prefix)
-        .map(|n| stub(n))
-        .collect();
+    let mut nodes = Vec::new();
+    for n in snap.nodes_by_prefix(&opts.prefix) {
+        let mut v = stub(n);
+        if resources {
+            let to_value = |r: Result<Value, serde_json::Error>| {
+                r.map_err(|e| ApiError::internal(e.to_string()))
+            };
+            v["NodeResources"] = to_value(serde_json::to_value(&n.node_resources))?;
+            v["ReservedResources"] = to_value(serde_json::to_value(&n.reserved_resources))?;
+        }
+        if os {
+            let name = n.attributes.get("os.name").cloned().unwrap_or_default();
+            v["Attributes"] = json!({ "os.name": name });
+        }
+        nodes.push(v);
+    }
     Ok(json_read(nodes, meta))
 }
 
