@@ -207,6 +207,15 @@ async fn nomad_s_job_init_example_runs_its_logs_rotate_and_its_stop_waits_the_sh
     let script = format!("N=25000; {WRITER}");
     let job = job_init_example_raw_exec(&api, "example", &script, 2, 1).await?;
     register(&api, job).await?;
+    // Its ui block is kept with it.
+    let stored: Value = api.get("/v1/job/example").await?;
+    assert!(
+        stored["UI"]["Description"]
+            .as_str()
+            .is_some_and(|d| d.contains("Example")),
+        "{}",
+        stored["UI"]
+    );
     let alloc = wait_job_alloc(
         &api,
         "example",

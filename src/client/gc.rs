@@ -15,7 +15,10 @@
 //!   (that one).
 //!
 //! An allocation the servers no longer list is forgotten at once by the alloc watcher; its
-//! directory is removed here too.
+//! directory is removed once its runner is done. An allocation that a kept, unfinished one
+//! replaces is not collected: the replacement may still take its sticky or migrating disk.
+//! At start, directories of allocations the client does not keep are removed
+//! ([`sweep_orphans`]).
 //!
 //! [`oldest_first`] and [`over_max`] decide (pure); [`collect`] and [`gc_loop`] act.
 
@@ -77,17 +80,28 @@ fn running(shared: &Shared) -> std::collections::HashSet<String> {
         .collect()
 }
 
+/// The allocations a kept, unfinished allocation replaces: it may still take their disk
+/// (a sticky or migrating `ephemeral_disk`), so they are not collected yet.
+fn replaced_by_unfinished(allocs: &std::collections::BTreeMap<String, LocalAlloc>) -> Vec<String> {
+    allocs
+        .values()
+        .filter(|l| !l.finished())
+        .map(|l| l.alloc.previous_allocation.to_string())
+        .filter(|p| !p.is_empty())
+        .collect()
+}
+
 /// What the collector sees of the allocations `shared` keeps.
 fn kept(shared: &Shared) -> Vec<Kept> {
     let running = running(shared);
-    shared
-        .state()
-        .allocs
+    let st = shared.state();
+    let replaced = replaced_by_unfinished(&st.allocs);
+    st.allocs
         .values()
         .map(|l| {
             let id = l.alloc.id.to_string();
             Kept {
-                collectable: collectable(l, !running.contains(&id)),
+                collectable: collectable(l, !running.contains(&id)) && !replaced.contains(&id),
                 modify_index: l.alloc.modify_index,
                 id,
             }
@@ -120,7 +134,9 @@ pub async fn collect(shared: &Arc<Shared>, id: &str, why: &'static str) -> bool 
         let Some(local) = st.allocs.get(id) else {
             return false;
         };
-        if !collectable(local, runner_done) {
+        if !collectable(local, runner_done)
+            || replaced_by_unfinished(&st.allocs).iter().any(|p| p == id)
+        {
             return false;
         }
         st.allocs.remove(id);
@@ -137,6 +153,31 @@ pub async fn collect(shared: &Arc<Shared>, id: &str, why: &'static str) -> bool 
     metrics::counter!("teamster_client_allocs_garbage_collected_total", "reason" => why)
         .increment(1);
     true
+}
+
+/// Removes the directories under `alloc_root` of allocations the client does not keep: what
+/// a crash between forgetting an allocation and removing its directory left, or what an
+/// earlier version, which never removed one, did. Run at start, before any allocation
+/// starts.
+pub fn sweep_orphans(alloc_root: &Path, kept: &std::collections::HashSet<String>) -> usize {
+    let Ok(entries) = std::fs::read_dir(alloc_root) else {
+        return 0;
+    };
+    let mut removed = 0;
+    for entry in entries.flatten() {
+        let name = entry.file_name().to_string_lossy().into_owned();
+        let is_dir = entry.file_type().is_ok_and(|t| t.is_dir());
+        if !is_dir || kept.contains(&name) {
+            continue;
+        }
+        match std::fs::remove_dir_all(entry.path()) {
+            Ok(()) => removed += 1,
+            Err(e) => {
+                warn!(alloc_id = name, error = %e, "removing an orphaned allocation directory failed")
+            }
+        }
+    }
+    removed
 }
 
 /// Collects every collectable allocation: how many were.

@@ -188,6 +188,20 @@ impl Client {
             runners: Mutex::new(HashMap::new()),
         });
         shared.persist();
+        // Directories of allocations this client no longer keeps: nothing else would ever
+        // remove them.
+        let kept: std::collections::HashSet<String> =
+            shared.state().allocs.keys().cloned().collect();
+        let root = shared.alloc_root.clone();
+        let orphans = tokio::task::spawn_blocking(move || gc::sweep_orphans(&root, &kept))
+            .await
+            .unwrap_or(0);
+        if orphans > 0 {
+            info!(
+                removed = orphans,
+                "removed the directories of allocations no longer kept"
+            );
+        }
         // Re-attach to (or account for) what an earlier run left behind.
         let resumed: Vec<LocalAlloc> = shared
             .state()
@@ -574,13 +588,26 @@ fn apply_allocs(shared: &Arc<Shared>, resp: NodeClientAllocsResponse) {
         }
     }
     for id in to_stop {
-        let runner = lock(&shared.runners).remove(&id);
-        if let Some(runner) = &runner {
-            info!(alloc_id = %id, "stopping allocation");
-            runner.cancel();
-        }
+        // A stopped allocation's runner stays until the allocation is collected or
+        // forgotten: its tasks may take a while to die (kill timeouts, shutdown delays,
+        // poststop tasks), and nothing may remove its directory before they have.
+        let forgotten_now = forgotten.contains(&id);
+        let runner = {
+            let mut runners = lock(&shared.runners);
+            if let Some(runner) = runners.get(&id) {
+                if !runner.is_cancelled() {
+                    info!(alloc_id = %id, "stopping allocation");
+                    runner.cancel();
+                }
+            }
+            if forgotten_now {
+                runners.remove(&id)
+            } else {
+                None
+            }
+        };
         // The servers collected it: its directory goes once its runner is done.
-        if forgotten.contains(&id) {
+        if forgotten_now {
             let shared = shared.clone();
             tokio::spawn(async move {
                 if let Some(runner) = runner {
@@ -1260,8 +1287,8 @@ mod tests {
         assert!(!lock(&sh.runners).contains_key("a1"));
         assert!(!gc::collect(&sh, "a1", "requested").await, "nothing left");
 
-        // Three kept, one allowed: the two finished ones go, oldest first; the running one
-        // stays whatever its age.
+        // Four kept, one allowed: the finished ones go, oldest first; the running one stays
+        // whatever its age, and so does the finished one it replaces.
         let kept = |id: &str, modify_index: u64, dead: bool| {
             let mut l = mock_alloc("1s", 0, 0, JobType::Batch);
             l.alloc.id = id.into();
@@ -1280,28 +1307,64 @@ mod tests {
         kept("running", 1, false);
         kept("old", 5, true);
         kept("new", 9, true);
+        kept("replaced", 2, true);
+        // The running one replaces "replaced": it may still take its disk.
+        sh.state()
+            .allocs
+            .get_mut("running")
+            .unwrap()
+            .alloc
+            .previous_allocation = "replaced".into();
         gc::collect_round(&sh).await;
         let left: Vec<String> = sh.state().allocs.keys().cloned().collect();
-        assert_eq!(left, ["running"]);
+        assert_eq!(left, ["replaced", "running"]);
         assert!(sh.alloc_root.join("running").is_dir());
+        assert!(sh.alloc_root.join("replaced").is_dir());
         assert!(!sh.alloc_root.join("old").exists() && !sh.alloc_root.join("new").exists());
 
-        // The servers no longer list it (they collected it): forgotten, stopped, and its
-        // directory removed once its runner is done.
-        let local = mock_alloc("1h", 0, 0, JobType::Service);
+        // Stopped by the servers, then no longer listed (they collected it at once, as a
+        // forced GC may) while its task still waits out its 10 s shutdown delay: forgotten
+        // at once, but its directory stays until the task is dead.
+        let mut local = mock_alloc("1h", 0, 0, JobType::Service);
+        local.job.task_groups_mut()[0].tasks[0].shutdown_delay = 10_000_000_000;
         sh.state().allocs.insert("a1".into(), local.clone());
         lock(&sh.runners).insert("a1".into(), alloc_runner::spawn(&sh, &local));
         tokio::time::sleep(Duration::from_secs(1)).await;
         assert!(sh.alloc_root.join("a1").is_dir());
+        let mut stopped = local.alloc.clone();
+        stopped.desired_status = teamster_storage::model::DesiredStatus::Stop;
+        stopped.alloc_modify_index = 30;
+        let listing = |ids: Vec<(teamster_storage::model::AllocId, u64)>,
+                       changed: Vec<crate::rpc::service::node::ClientAlloc>| {
+            NodeClientAllocsResponse {
+                index: 30,
+                alloc_indexes: ids,
+                changed,
+            }
+        };
         apply_allocs(
             &sh,
-            NodeClientAllocsResponse {
-                index: 20,
-                alloc_indexes: vec![("running".into(), 1)],
-                changed: Vec::new(),
-            },
+            listing(
+                vec![("running".into(), 1), ("a1".into(), 30)],
+                vec![crate::rpc::service::node::ClientAlloc {
+                    alloc: stopped,
+                    job: None,
+                    migrate: None,
+                }],
+            ),
         );
+        assert!(
+            lock(&sh.runners).contains_key("a1"),
+            "a stopped runner is kept"
+        );
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        apply_allocs(&sh, listing(vec![("running".into(), 1)], Vec::new()));
         assert!(!sh.state().allocs.contains_key("a1"));
+        tokio::time::sleep(Duration::from_secs(5)).await;
+        assert!(
+            sh.alloc_root.join("a1").is_dir(),
+            "removed while the task waits out its shutdown delay"
+        );
         for _ in 0..600 {
             if !sh.alloc_root.join("a1").exists() {
                 break;
@@ -1310,6 +1373,13 @@ mod tests {
         }
         assert!(!sh.alloc_root.join("a1").exists(), "its directory is gone");
         assert!(sh.alloc_root.join("running").is_dir(), "a listed one stays");
+
+        // At start, the directories of allocations not kept are removed.
+        std::fs::create_dir_all(sh.alloc_root.join("orphan").join("alloc")).unwrap();
+        let kept: std::collections::HashSet<String> = ["running".to_string()].into();
+        assert_eq!(gc::sweep_orphans(&sh.alloc_root, &kept), 1);
+        assert!(!sh.alloc_root.join("orphan").exists());
+        assert!(sh.alloc_root.join("running").is_dir());
     }
 
     #[tokio::test(start_paused = true)]

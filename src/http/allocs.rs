@@ -82,8 +82,8 @@ pub async fn list(
     Query(q): Query<HashMap<String, String>>,
 ) -> Result<Response, ApiError> {
     let opts = QueryOptions::parse(&q)?;
-    let resources = QueryOptions::flag(&q, "resources")?;
-    let task_states = !q.contains_key("task_states") || QueryOptions::flag(&q, "task_states")?;
+    let resources = QueryOptions::opt_flag(&q, "resources")?.unwrap_or(false);
+    let task_states = QueryOptions::opt_flag(&q, "task_states")?.unwrap_or(true);
     let (snap, meta) = ctx.read(&opts, &[Table::Allocs]).await?;
     let mut allocs: Vec<&Allocation> = snap
         .allocs_by_prefix(&opts.prefix)

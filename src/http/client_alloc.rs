@@ -342,7 +342,7 @@ async fn client_gc(
             Ok(Json(serde_json::Value::Null).into_response())
         }
         Err(addr) => {
-            let path = format!("/v1/client/gc?node_id={node_id}");
+            let path = format!("/v1/client/gc?node_id={}", crate::api::urlencode(node_id));
             client_route::forward(&addr, Method::PUT, &path, None).await
         }
     }
@@ -380,7 +380,10 @@ async fn host_stats(
             Ok(Json(usage).into_response())
         }
         Err(addr) => {
-            let path = format!("/v1/client/stats?node_id={node_id}");
+            let path = format!(
+                "/v1/client/stats?node_id={}",
+                crate::api::urlencode(node_id)
+            );
             client_route::forward(&addr, Method::GET, &path, None).await
         }
     }

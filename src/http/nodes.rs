@@ -105,8 +105,8 @@ async fn list(
     let opts = QueryOptions::parse(&q)?;
     // Nomad's field selection: `resources` adds `NodeResources` and `ReservedResources`,
     // `os` an `Attributes` map with `os.name`.
-    let resources = QueryOptions::flag(&q, "resources")?;
-    let os = QueryOptions::flag(&q, "os")?;
+    let resources = QueryOptions::opt_flag(&q, "resources")?.unwrap_or(false);
+    let os = QueryOptions::opt_flag(&q, "os")?.unwrap_or(false);
     let (snap, meta) = ctx.read(&opts, &[Table::Nodes]).await?;
     let mut nodes = Vec::new();
     for n in snap.nodes_by_prefix(&opts.prefix) {

@@ -73,6 +73,19 @@ impl QueryOptions {
         self.namespace == "*" || self.namespace == namespace
     }
 
+    /// A field-selection flag, as Nomad's `parseBool` reads one: absent or empty is `None`
+    /// (the default applies), else a Go boolean (`?resources=true`).
+    pub fn opt_flag(q: &HashMap<String, String>, name: &str) -> Result<Option<bool>, ApiError> {
+        match q.get(name).map(String::as_str) {
+            None | Some("") => Ok(None),
+            Some(v) => parse_go_bool(v).map(Some).ok_or_else(|| {
+                ApiError::bad_request(format!(
+                    "Expect `true` or `false` for `{name}` query string parameter"
+                ))
+            }),
+        }
+    }
+
     /// A query flag that must be a Go boolean when present (e.g. `purge`).
     pub fn flag(q: &HashMap<String, String>, name: &str) -> Result<bool, ApiError> {
         match q.get(name) {
