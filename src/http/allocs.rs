@@ -68,10 +68,18 @@ pub fn alloc_stub(snap: &Snapshot, a: &Allocation) -> Value {
     })
 }
 
-fn sorted_stubs<'a>(snap: &Snapshot, allocs: impl Iterator<Item = &'a Allocation>) -> Vec<Value> {
+/// `allocs` in the order lists give them: by creation, then ID.
+fn by_creation<'a>(allocs: impl Iterator<Item = &'a Allocation>) -> Vec<&'a Allocation> {
     let mut allocs: Vec<&Allocation> = allocs.collect();
     allocs.sort_by_key(|a| (a.create_index, a.id.clone()));
-    allocs.into_iter().map(|a| alloc_stub(snap, a)).collect()
+    allocs
+}
+
+fn sorted_stubs<'a>(snap: &Snapshot, allocs: impl Iterator<Item = &'a Allocation>) -> Vec<Value> {
+    by_creation(allocs)
+        .into_iter()
+        .map(|a| alloc_stub(snap, a))
+        .collect()
 }
 
 /// `GET /v1/allocations`: stubs, `?prefix=` (of the ID) filtered, of the namespace (`*`:
@@ -85,12 +93,11 @@ pub async fn list(
     let resources = QueryOptions::opt_flag(&q, "resources")?.unwrap_or(false);
     let task_states = QueryOptions::opt_flag(&q, "task_states")?.unwrap_or(true);
     let (snap, meta) = ctx.read(&opts, &[Table::Allocs]).await?;
-    let mut allocs: Vec<&Allocation> = snap
-        .allocs_by_prefix(&opts.prefix)
-        .filter(|a| opts.in_namespace(a.namespace.as_str()))
-        .map(|a| a.as_ref())
-        .collect();
-    allocs.sort_by_key(|a| (a.create_index, a.id.clone()));
+    let allocs = by_creation(
+        snap.allocs_by_prefix(&opts.prefix)
+            .filter(|a| opts.in_namespace(a.namespace.as_str()))
+            .map(|a| a.as_ref()),
+    );
     let mut stubs = Vec::with_capacity(allocs.len());
     for a in allocs {
         let mut stub = alloc_stub(&snap, a);

@@ -202,11 +202,12 @@ pub async fn promote(
     Ok(answer(done))
 }
 
-/// Nomad's `DeploymentFailRequest` (Nomad reads no body; one that names another deployment
-/// is refused).
+/// A body that names only the deployment: Nomad's `DeploymentFailRequest` (Nomad reads no
+/// body for a fail; one that names another deployment is refused) and
+/// `DeploymentUnblockRequest`.
 #[derive(Debug, Default, Deserialize)]
 #[serde(rename_all = "PascalCase")]
-struct FailBody {
+struct DeploymentIdBody {
     #[serde(rename = "DeploymentID", default)]
     deployment_id: Option<String>,
 }
@@ -218,8 +219,8 @@ pub async fn fail(
     body: Bytes,
 ) -> Result<Response, ApiError> {
     let endpoints = ctx.endpoints()?;
-    let req: FailBody = if body.iter().all(|b| b.is_ascii_whitespace()) {
-        FailBody::default()
+    let req: DeploymentIdBody = if body.iter().all(|b| b.is_ascii_whitespace()) {
+        DeploymentIdBody::default()
     } else {
         decode_body(&body)?
     };
@@ -270,7 +271,7 @@ pub async fn unblock(
     Query(q): Query<HashMap<String, String>>,
     body: Bytes,
 ) -> Result<Response, ApiError> {
-    let req: FailBody = decode_body(&body)?;
+    let req: DeploymentIdBody = decode_body(&body)?;
     check_id(&id, req.deployment_id.as_deref(), true)?;
     let mut opts = QueryOptions::parse(&q)?;
     opts.stale = false;
