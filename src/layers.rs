@@ -4,10 +4,10 @@
 //! literals excluded — must name a module below the one it is written in:
 //!
 //! ```text
-//!  cli ─▶ agent ─▶ http ─▶ server │ client ─▶ scheduler, rpc, api, jobspec, acl ─▶ util
+//!  cli ─▶ agent ─▶ http ─▶ server │ client ─▶ scheduler, rpc, api, jobspec, acl, keyring ─▶ util
 //! ```
 //!
-//! Peers of one layer (server and client; scheduler, rpc, api, jobspec and acl) never import each
+//! Peers of one layer (server and client; scheduler, rpc, api, jobspec, acl and keyring) never import each
 //! other.
 //! Inside `server/` the same rule holds between its parts ([`SERVER_PARTS`]): the bottom
 //! (configuration, raft, evaluation builders) knows nothing of the leader's subsystems, the
@@ -34,6 +34,7 @@ const LAYERS: &[(&str, u32)] = &[
     ("api", 1),
     ("jobspec", 1),
     ("acl", 1),
+    ("keyring", 1),
     ("server", 2),
     ("client", 2),
     ("http", 3),
@@ -54,6 +55,7 @@ const SERVER_PARTS: &[(&str, u32)] = &[
     ("formation", 2),
     ("handover", 2),
     ("leader", 2),
+    ("keyring", 3),
     ("broker", 3),
     ("plan", 3),
     ("heartbeat", 3),

@@ -8,7 +8,7 @@
 //! Imports run one way (checked by a unit test, `layers.rs`):
 //!
 //! ```text
-//!  cli ─▶ agent ─▶ http ─▶ server │ client ─▶ scheduler, rpc, api, jobspec, acl ─▶ util
+//!  cli ─▶ agent ─▶ http ─▶ server │ client ─▶ scheduler, rpc, api, jobspec, acl, keyring ─▶ util
 //! ```
 //!
 //! - [`cli`]: one file per command group; `main` only parses and dispatches.
@@ -27,6 +27,7 @@
 //! - [`api`]: the HTTP API's client, for the CLI and the test harnesses.
 //! - [`jobspec`]: job specifications as users write them; the Nomad fields teamster refuses.
 //! - [`acl`]: ACL policies in Nomad's language and the checks of a compiled token, pure.
+//! - [`keyring`]: the root keys' cryptography and workload identity tokens (JWTs), pure.
 //! - [`util`]: the one wall clock, the randomness seam, UUIDs, config helpers.
 //!
 //! The replicated state itself lives in the `teamster-storage` crate.
@@ -38,6 +39,7 @@ pub mod cli;
 pub mod client;
 pub mod http;
 pub mod jobspec;
+pub mod keyring;
 pub mod rpc;
 pub mod scheduler;
 pub mod server;

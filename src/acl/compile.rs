@@ -30,6 +30,9 @@ pub enum Need {
     OperatorRead,
     /// `operator` write.
     OperatorWrite,
+    /// Reading service registrations in this namespace: `read-job` there, or any workload
+    /// identity (Nomad lets every workload look services up, for its templates).
+    ServiceRead(String),
     /// A management token.
     Management,
 }
@@ -38,6 +41,8 @@ pub enum Need {
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Acl {
     management: bool,
+    /// A workload identity's (no policy of its own yet).
+    workload: bool,
     exact: HashMap<String, CapSet>,
     globs: Vec<(String, CapSet)>,
     node: Level,
@@ -52,6 +57,19 @@ impl Acl {
             management: true,
             ..Acl::default()
         }
+    }
+
+    /// A workload identity's: service lookups, nothing else.
+    pub fn workload() -> Acl {
+        Acl {
+            workload: true,
+            ..Acl::default()
+        }
+    }
+
+    /// Whether it is a workload identity's.
+    pub fn is_workload(&self) -> bool {
+        self.workload
     }
 
     /// The union of `policies` (none: nothing is allowed).
@@ -129,6 +147,7 @@ impl Acl {
             Need::AgentWrite => self.agent.can_write(),
             Need::OperatorRead => self.operator.can_read(),
             Need::OperatorWrite => self.operator.can_write(),
+            Need::ServiceRead(ns) => self.workload || self.allows_namespace(ns, &[Capability::ReadJob]),
             Need::Management => false,
         }
     }

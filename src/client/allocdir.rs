@@ -309,6 +309,91 @@ fn make(path: &Path, mode: u32) -> Result<(), AllocDirError> {
     std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode)).map_err(err)
 }
 
+/// Writes `data` to `rel` under the task's directory (parents created) as the task's own
+/// file would be, without following any symlink the task may have put on the way: each
+/// directory is opened with `O_NOFOLLOW` from the one before, the data goes to a new file
+/// beside the target and is renamed over it (a rename replaces a symlink, never writes
+/// through it). `rel` must stay inside the task's directory.
+pub fn write_task_file(task: &TaskDir, rel: &str, data: &[u8], mode: u32) -> io::Result<()> {
+    use std::ffi::CString;
+    use std::io::Write as _;
+    use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+    use std::os::unix::ffi::OsStrExt;
+    let invalid = |why: &str| io::Error::new(io::ErrorKind::InvalidInput, format!("{rel:?}: {why}"));
+    let mut parts = Vec::new();
+    for c in Path::new(rel).components() {
+        match c {
+            std::path::Component::Normal(p) => parts.push(p.to_os_string()),
+            std::path::Component::CurDir => {}
+            _ => return Err(invalid("must be a relative path inside the task directory")),
+        }
+    }
+    let Some(name) = parts.pop() else {
+        return Err(invalid("names no file"));
+    };
+    let cstr = |b: &[u8]| CString::new(b).map_err(|_| invalid("contains NUL"));
+    let open_dir = |at: Option<&OwnedFd>, path: &[u8]| -> io::Result<OwnedFd> {
+        let c = cstr(path)?;
+        let flags = libc::O_RDONLY | libc::O_DIRECTORY | libc::O_CLOEXEC | libc::O_NOFOLLOW;
+        // SAFETY: `c` is NUL-terminated; the returned descriptor is checked and owned.
+        let fd = unsafe {
+            libc::openat(at.map_or(libc::AT_FDCWD, |d| d.as_raw_fd()), c.as_ptr(), flags)
+        };
+        if fd < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        // SAFETY: `fd` is a fresh descriptor nothing else owns.
+        Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+    };
+    let mut dir = open_dir(None, task.dir.as_os_str().as_bytes())?;
+    for part in &parts {
+        let c = cstr(part.as_bytes())?;
+        // SAFETY: `c` is NUL-terminated; an existing directory is fine.
+        let made = unsafe { libc::mkdirat(dir.as_raw_fd(), c.as_ptr(), 0o755) };
+        if made != 0 {
+            let e = io::Error::last_os_error();
+            if e.kind() != io::ErrorKind::AlreadyExists {
+                return Err(e);
+            }
+        }
+        dir = open_dir(Some(&dir), part.as_bytes())?;
+    }
+    let tmp_name = format!(".{}.{}.tmp", name.to_string_lossy(), std::process::id());
+    let tmp = cstr(tmp_name.as_bytes())?;
+    let target = cstr(name.as_bytes())?;
+    // SAFETY: `tmp` is NUL-terminated; a stale temporary file is removed first (never
+    // followed: unlinkat removes a symlink itself).
+    unsafe { libc::unlinkat(dir.as_raw_fd(), tmp.as_ptr(), 0) };
+    let flags = libc::O_WRONLY | libc::O_CREAT | libc::O_EXCL | libc::O_NOFOLLOW | libc::O_CLOEXEC;
+    // SAFETY: as above; the descriptor is checked and owned.
+    let fd = unsafe { libc::openat(dir.as_raw_fd(), tmp.as_ptr(), flags, mode as libc::c_uint) };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: `fd` is a fresh descriptor nothing else owns.
+    let mut file = std::fs::File::from(unsafe { OwnedFd::from_raw_fd(fd) });
+    let written = file
+        .write_all(data)
+        .and_then(|()| file.set_permissions(std::fs::Permissions::from_mode(mode)))
+        .and_then(|()| file.sync_all());
+    // SAFETY: both names are NUL-terminated and relative to the same open directory.
+    let renamed = written.and_then(|()| {
+        let r = unsafe {
+            libc::renameat(dir.as_raw_fd(), tmp.as_ptr(), dir.as_raw_fd(), target.as_ptr())
+        };
+        if r == 0 {
+            Ok(())
+        } else {
+            Err(io::Error::last_os_error())
+        }
+    });
+    if renamed.is_err() {
+        // SAFETY: as above.
+        unsafe { libc::unlinkat(dir.as_raw_fd(), tmp.as_ptr(), 0) };
+    }
+    renamed
+}
+
 /// Whether `rel` (relative to the allocation directory) lies in a task's `secrets/` or
 /// `private/` directory, which the file API never reads (Nomad compares case-insensitively).
 pub fn is_secret(rel: &str) -> bool {
@@ -326,6 +411,31 @@ pub fn is_secret(rel: &str) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_task_file_is_written_in_place_of_a_symlink_never_through_it() {
+        let tmp = tempfile::tempdir().unwrap();
+        let outside = tmp.path().join("outside");
+        std::fs::write(&outside, "keep").unwrap();
+        let alloc = AllocDir::new(tmp.path(), "a1");
+        let task = alloc.task("web");
+        task.build().unwrap();
+        // The task points its token file, and a directory on the way, outside.
+        std::os::unix::fs::symlink(&outside, task.secrets().join("nomad_token")).unwrap();
+        std::os::unix::fs::symlink(tmp.path(), task.dir().join("escape")).unwrap();
+        write_task_file(&task, "secrets/nomad_token", b"jwt", 0o644).unwrap();
+        assert_eq!(std::fs::read(&outside).unwrap(), b"keep");
+        assert_eq!(std::fs::read(task.secrets().join("nomad_token")).unwrap(), b"jwt");
+        let meta = std::fs::symlink_metadata(task.secrets().join("nomad_token")).unwrap();
+        assert!(meta.file_type().is_file());
+        assert!(write_task_file(&task, "escape/outside", b"x", 0o644).is_err());
+        assert!(write_task_file(&task, "../x", b"x", 0o644).is_err());
+        assert!(write_task_file(&task, "/etc/x", b"x", 0o644).is_err());
+        assert_eq!(std::fs::read(&outside).unwrap(), b"keep");
+        // Parents are made.
+        write_task_file(&task, "local/deep/er/t.jwt", b"y", 0o600).unwrap();
+        assert_eq!(std::fs::read(task.local().join("deep/er/t.jwt")).unwrap(), b"y");
+    }
 
     #[test]
     fn the_layout_is_nomad_s_with_private_secrets() {

@@ -173,7 +173,15 @@ impl Client {
                 Err(e) => warn!(error = %e, "cannot look for orphaned containers"),
             }
         }
+        let rpc = RpcConfig {
+            tls: config.rpc_tls.clone(),
+            ..RpcConfig::default()
+        };
+        let pool = Pool::new(0, rpc)?;
+        let servers = Arc::new(Servers::new(pool, servers));
+        servers.set_token(node.secret_id.clone());
         let shared = Arc::new(Shared {
+            servers: Some(servers.clone()),
             node_values: taskenv::node_values(&node),
             persist_lock: Mutex::new(()),
             check_results: Mutex::new(BTreeMap::new()),
@@ -235,13 +243,6 @@ impl Client {
             shared.changed.notify_one();
         }
 
-        let rpc = RpcConfig {
-            tls: config.rpc_tls.clone(),
-            ..RpcConfig::default()
-        };
-        let pool = Pool::new(0, rpc)?;
-        let servers = Arc::new(Servers::new(pool, servers));
-        servers.set_token(node.secret_id.clone());
         let shutdown = CancellationToken::new();
         let (registered_tx, registered_rx) = watch::channel(false);
         let span = tracing::info_span!("client", node_id = %node_id);
@@ -753,6 +754,7 @@ mod tests {
             persist_lock: Mutex::new(()),
             check_results: Mutex::new(BTreeMap::new()),
             docker: docker::Connector::default(),
+            servers: None,
         })
     }
 

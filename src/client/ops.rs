@@ -337,7 +337,10 @@ impl ClientHandle {
                 return Err(AllocOpError::NothingRunning(alloc_id.to_string()));
             }
         }
-        self.ask(targets, |reply| TaskControl::Restart { reply })
+        self.ask(targets, |reply| TaskControl::Restart {
+            reason: None,
+            reply,
+        })
             .await
     }
 

@@ -17,6 +17,14 @@ pub struct Servers {
     current: AtomicUsize,
 }
 
+impl std::fmt::Debug for Servers {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Servers")
+            .field("addrs", &*self.addrs.lock().unwrap_or_else(|p| p.into_inner()))
+            .finish_non_exhaustive()
+    }
+}
+
 impl Servers {
     /// Servers at `addrs` (`host:port`), called through `pool`.
     pub fn new(pool: Pool, addrs: Vec<String>) -> Servers {

@@ -40,6 +40,9 @@ pub struct Shared {
     pub(crate) check_results: Mutex<BTreeMap<String, BTreeMap<String, CheckResult>>>,
     /// The docker engine, connected on first use.
     pub(crate) docker: docker::Connector,
+    /// The servers, for the calls task hooks make (workload identities); `None` in unit
+    /// tests without servers.
+    pub(crate) servers: Option<Arc<crate::client::servers::Servers>>,
 }
 
 impl Shared {

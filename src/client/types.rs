@@ -215,8 +215,11 @@ pub type TaskReply = oneshot::Sender<Result<(), TaskOpError>>;
 /// What an operator asks of a running task.
 #[derive(Debug)]
 pub enum TaskControl {
-    /// Stop it and start it again at once (`alloc restart`); answered once it is stopped.
+    /// Stop it and start it again at once (`alloc restart`, or a renewed workload identity
+    /// with `change_mode = "restart"`); answered once it is stopped.
     Restart {
+        /// Why, for the task's events (`None`: the operator asked).
+        reason: Option<String>,
         /// Where the answer goes.
         reply: TaskReply,
     },

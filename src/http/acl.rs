@@ -88,14 +88,22 @@ impl HttpContext {
             }
         }
         let token = resolved.token.map(Arc::new);
+        let claims = resolved
+            .workload_claims
+            .as_deref()
+            .and_then(|c| serde_json::from_str(c).ok())
+            .map(Arc::new);
         let acl = if token.as_ref().is_some_and(|t| t.is_management()) {
             Acl::management()
+        } else if claims.is_some() {
+            Acl::workload()
         } else {
             Acl::from_policies(&policies)
         };
         let id = Identity {
             acl: Arc::new(acl),
             token,
+            claims,
         };
         let mut cache = self
             .remote_tokens()
@@ -393,6 +401,12 @@ pub fn route_need(
             vec![Need::OperatorRead]
         }
         "/v1/operator/scheduler/configuration" if read => vec![Need::OperatorRead],
+        "/v1/operator/keyring/keys" => vec![Need::OperatorRead],
+        "/v1/operator/keyring/rotate" | "/v1/operator/keyring/key/{id}" => {
+            vec![Need::OperatorWrite]
+        }
+        // The public keys that verify workload identities, for anyone (Nomad's).
+        "/.well-known/jwks.json" | "/.well-known/openid-configuration" => vec![Need::Nothing],
         "/v1/operator/scheduler/configuration" | "/v1/operator/raft/peer" => {
             vec![Need::OperatorWrite]
         }
@@ -400,8 +414,8 @@ pub fn route_need(
         "/v1/namespaces" => vec![Need::Nothing],
         "/v1/namespace/{name}" if read => vec![Need::NamespaceVisible(param("name"))],
         // Services.
-        "/v1/services" | "/v1/service/{name}" => in_ns(&[C::ReadJob]),
-        "/v1/service/{name}/{id}" if read => in_ns(&[C::ReadJob]),
+        "/v1/services" | "/v1/service/{name}" => vec![Need::ServiceRead(ns.to_string())],
+        "/v1/service/{name}/{id}" if read => vec![Need::ServiceRead(ns.to_string())],
         "/v1/service/{name}/{id}" => in_ns(&[C::SubmitJob, C::DeleteServiceRegistration]),
         // Search reads jobs, evaluations, allocations, deployments and nodes.
         "/v1/search" | "/v1/search/fuzzy" => {

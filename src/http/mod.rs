@@ -25,6 +25,7 @@ pub mod error;
 pub mod evals;
 pub mod events;
 mod jobs;
+mod keyring;
 mod metrics_json;
 mod namespaces;
 pub mod nodes;
@@ -278,6 +279,7 @@ pub fn router(ctx: HttpContext) -> Router {
         .merge(client_alloc::routes())
         .merge(client_exec::routes())
         .merge(acl_routes::routes())
+        .merge(keyring::routes())
         .merge(ui::routes())
         .method_not_allowed_fallback(|| async { ApiError::method_not_allowed() })
         .fallback(|| async { ApiError::not_found("Invalid URL") })

@@ -646,15 +646,53 @@ pub(super) static TASK: Spec = Spec {
         list("volume_mount", "VolumeMounts", Content::Spec(&VOLUME_MOUNT)),
         one("vault", "Vault", Content::Spec(&VAULT)),
         generic("consul", "Consul"),
-        generic("identity", "Identity"),
+        list("identity", "Identities", Content::Spec(&IDENTITY)),
         generic("csi_plugin", "CSIPluginConfig"),
         generic_list("action", "Actions"),
         generic_list("secret", "Secrets"),
         list("scaling", "ScalingPolicies", Content::VerticalScaling),
         generic("schedule", "Schedule"),
     ],
+    fixup: Some(default_identity_to_identity),
+};
+
+/// A task's `identity` block (Nomad's `WorkloadIdentity`).
+pub(super) static IDENTITY: Spec = Spec {
+    args: &[
+        ("name", "Name", Ty::Str),
+        ("aud", "Audience", Ty::StrList),
+        ("change_mode", "ChangeMode", Ty::Str),
+        ("change_signal", "ChangeSignal", Ty::Str),
+        ("env", "Env", Ty::Bool),
+        ("file", "File", Ty::Bool),
+        ("filepath", "Filepath", Ty::Str),
+        ("service_name", "ServiceName", Ty::Str),
+        ("ttl", "TTL", Ty::Dur),
+        ("extra_claims", "ExtraClaims", Ty::StrList),
+    ],
+    blocks: &[],
     fixup: None,
 };
+
+/// Nomad's parser moves the default identity (unnamed or named `default`) from the task's
+/// `identity` blocks to `Identity`.
+fn default_identity_to_identity(task: &mut Map<String, Value>) {
+    let Some(Value::Array(list)) = task.get_mut("Identities") else {
+        return;
+    };
+    let is_default = |v: &Value| match v.get("Name") {
+        None | Some(Value::Null) => true,
+        Some(Value::String(n)) => n.is_empty() || n == "default",
+        _ => false,
+    };
+    if let Some(at) = list.iter().position(is_default) {
+        let default = list.remove(at);
+        if list.is_empty() {
+            task.remove("Identities");
+        }
+        task.insert("Identity".into(), default);
+    }
+}
 
 pub(super) static GROUP: Spec = Spec {
     args: &[

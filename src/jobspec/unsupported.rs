@@ -81,14 +81,16 @@ pub(super) const TASK: &[&str] = &[
     "CSIPluginConfig",
     "Kind",
     "ScalingPolicies",
-    "Identity",
-    "Identities",
     "Actions",
     "Schedule",
     "Consul",
     "Secrets",
     "User",
 ];
+
+/// Fields of a task's `identity` teamster does not implement: identities for Consul
+/// services and extra claims.
+pub(super) const IDENTITY: &[&str] = &["ServiceName", "ExtraClaims"];
 
 /// Fields of a task's `logs` teamster does not implement: Nomad's deprecated `enabled`
 /// (`disabled` is acted on).
@@ -256,6 +258,14 @@ pub fn unsupported_fields(job: &Value) -> Vec<UnsupportedField> {
                     &format!("{tpath} → Resources"),
                     &mut found,
                 );
+            }
+            if let Some(identity) = task.get("Identity") {
+                check(identity, IDENTITY, &format!("{tpath} → Identity"), &mut found);
+            }
+            let identities = task.get("Identities").and_then(Value::as_array);
+            for (ii, identity) in identities.into_iter().flatten().enumerate() {
+                let ipath = format!("{tpath} → identity {}", name(identity, ii));
+                check(identity, IDENTITY, &ipath, &mut found);
             }
         }
     }

@@ -74,6 +74,10 @@ pub enum RpcRequest {
     /// Appended: leadership transfer, leader → the follower it hands over to (Raft's
     /// `TimeoutNow`): start an election at once, without waiting for the election timeout.
     TimeoutNow,
+    /// Appended: a server without the keyring's key-encryption key asks a peer member for
+    /// it by its fingerprint (servers only; the answer is the key's 32 bytes, or `None` if
+    /// the peer has none).
+    KeyringKek(String),
 }
 
 /// A service call and the credential it is made with.
@@ -107,6 +111,7 @@ impl RpcRequest {
             RpcRequest::Service(call) => call.method().name,
             RpcRequest::AuthService(authed) => authed.call.method().name,
             RpcRequest::TimeoutNow => "Raft.TimeoutNow",
+            RpcRequest::KeyringKek(_) => "Keyring.Kek",
         }
     }
 
@@ -124,6 +129,7 @@ impl RpcRequest {
             | RpcRequest::TimeoutNow => true,
             RpcRequest::Ping
             | RpcRequest::ServerInfo
+            | RpcRequest::KeyringKek(_)
             | RpcRequest::Service(_)
             | RpcRequest::AuthService(_) => false,
         }
@@ -139,6 +145,7 @@ impl RpcRequest {
             | RpcRequest::ServerInfo
             | RpcRequest::ReadIndex
             | RpcRequest::TimeoutNow
+            | RpcRequest::KeyringKek(_)
             | RpcRequest::Service(_)
             | RpcRequest::AuthService(_) => Lane::Control,
         }
@@ -170,6 +177,8 @@ pub enum RpcResponse {
     Service(Result<ServiceResponse, ServiceError>),
     /// Appended: whether the follower started an election, or why not.
     TimeoutNow(Result<(), ServiceError>),
+    /// Appended: the peer's key-encryption key, if it has one.
+    KeyringKek(Option<Vec<u8>>),
 }
 
 /// What a server says about itself when asked during formation.
@@ -199,6 +208,7 @@ impl RpcResponse {
             RpcResponse::Service(Ok(answer)) => answer.name(),
             RpcResponse::Service(Err(_)) => "Service",
             RpcResponse::TimeoutNow(_) => "Raft.TimeoutNow",
+            RpcResponse::KeyringKek(_) => "Keyring.Kek",
         }
     }
 

@@ -159,7 +159,10 @@ impl Canned {
                 })))
             }
             RpcRequest::Ping => Err(RpcError::Remote("Ping reached the handler".into())),
-            RpcRequest::ServerInfo | RpcRequest::ReadIndex | RpcRequest::TimeoutNow => {
+            RpcRequest::ServerInfo
+            | RpcRequest::ReadIndex
+            | RpcRequest::TimeoutNow
+            | RpcRequest::KeyringKek(_) => {
                 Err(RpcError::Unsupported {
                     kind: req_kind.into(),
                 })

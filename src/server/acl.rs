@@ -16,6 +16,7 @@ use teamster_storage::model::{AclPolicy, AclToken, ANONYMOUS_POLICY};
 use teamster_storage::state::{Snapshot, Table};
 
 use crate::acl::{parse_policy, Acl, Policy};
+use crate::keyring::IdentityClaims;
 use crate::util::SharedClock;
 
 /// Why a request's token was refused. The messages are Nomad's (the HTTP API answers 403).
@@ -30,6 +31,9 @@ pub enum AclError {
     /// The token does not allow the request.
     #[error("Permission denied")]
     PermissionDenied,
+    /// A workload identity that does not verify, or whose allocation is gone or terminal.
+    #[error("invalid workload identity: {0}")]
+    InvalidIdentity(String),
 }
 
 /// Who a request comes from.
@@ -37,8 +41,10 @@ pub enum AclError {
 pub struct Identity {
     /// What it may do.
     pub acl: Arc<Acl>,
-    /// Its token; `None` for the anonymous caller.
+    /// Its token; `None` for the anonymous caller and for a workload identity.
     pub token: Option<Arc<AclToken>>,
+    /// A workload identity's claims.
+    pub claims: Option<Arc<IdentityClaims>>,
 }
 
 impl Identity {
@@ -47,6 +53,7 @@ impl Identity {
         Identity {
             acl: Arc::new(Acl::management()),
             token: None,
+            claims: None,
         }
     }
 
@@ -106,6 +113,7 @@ impl AclResolver {
             let anon = Identity {
                 acl: Arc::new(acl),
                 token: None,
+                claims: None,
             };
             cache.anonymous = Some(anon.clone());
             return Ok(anon);
@@ -132,6 +140,7 @@ impl AclResolver {
         let identity = Identity {
             acl: Arc::new(acl),
             token: Some(token),
+            claims: None,
         };
         if cache.by_secret.len() >= MAX_CACHED {
             cache.by_secret.clear();
@@ -139,6 +148,27 @@ impl AclResolver {
         cache.by_secret.insert(secret.to_string(), identity.clone());
         Ok(identity)
     }
+}
+
+/// The identity of a workload identity token, from `snap`: its signature checked by
+/// `verify`, its allocation existing and not terminal (Nomad treats the claims of a terminal
+/// allocation as expired).
+pub fn workload_identity(
+    snap: &Snapshot,
+    claims: Result<IdentityClaims, crate::keyring::KeyringError>,
+) -> Result<Identity, AclError> {
+    let claims = claims.map_err(|e| AclError::InvalidIdentity(e.to_string()))?;
+    let alloc = snap
+        .alloc_by_id(&claims.nomad_allocation_id)
+        .ok_or_else(|| AclError::InvalidIdentity("allocation does not exist".into()))?;
+    if alloc.client_terminal_status() {
+        return Err(AclError::InvalidIdentity("allocation is terminal".into()));
+    }
+    Ok(Identity {
+        acl: Arc::new(Acl::workload()),
+        token: None,
+        claims: Some(Arc::new(claims)),
+    })
 }
 
 /// The ACL of the policies `names` that exist in `snap` (a deleted policy grants nothing; a

@@ -83,6 +83,14 @@ pub struct ServerConfig {
     /// Capacity on demand: client nodes created and stopped by the leader
     /// (`[server.autoscaler]`).
     pub autoscaler: AutoscalerConfig,
+    /// The `iss` claim of workload identities and the issuer the OIDC discovery document
+    /// (`/.well-known/openid-configuration`) names; empty: no issuer, discovery off (Nomad's
+    /// `oidc_issuer`).
+    pub oidc_issuer: String,
+    /// How old the active root key gets before the leader rotates it (Nomad's
+    /// `root_key_rotation_threshold`).
+    #[serde(with = "duration_str")]
+    pub root_key_rotation_threshold: Duration,
 }
 
 impl Default for ServerConfig {
@@ -108,6 +116,8 @@ impl Default for ServerConfig {
             workers: WorkerConfig::default(),
             eval_broker: EvalBrokerConfig::default(),
             autoscaler: AutoscalerConfig::default(),
+            oidc_issuer: String::new(),
+            root_key_rotation_threshold: Duration::from_secs(720 * 3600),
         }
     }
 }
@@ -135,10 +145,22 @@ impl ServerConfig {
             ("server.min_heartbeat_ttl", self.min_heartbeat_ttl),
             ("server.rpc_hold_timeout", self.rpc_hold_timeout),
             ("server.failover_heartbeat_ttl", self.failover_heartbeat_ttl),
+            (
+                "server.root_key_rotation_threshold",
+                self.root_key_rotation_threshold,
+            ),
         ] {
             if d.is_zero() {
                 return Err(InvalidSetting::new(key, "must be positive"));
             }
+        }
+        if !self.oidc_issuer.is_empty()
+            && !(self.oidc_issuer.starts_with("https://") || self.oidc_issuer.starts_with("http://"))
+        {
+            return Err(InvalidSetting::new(
+                "server.oidc_issuer",
+                format!("must be an http(s) URL, got {:?}", self.oidc_issuer),
+            ));
         }
         if !(self.max_heartbeats_per_second > 0.0 && self.max_heartbeats_per_second.is_finite()) {
             return Err(InvalidSetting::new(

@@ -47,6 +47,7 @@ pub mod evals;
 pub mod formation;
 pub mod handover;
 pub mod heartbeat;
+pub mod keyring;
 pub mod leader;
 pub mod leader_service;
 pub mod lease;
@@ -107,6 +108,9 @@ pub enum ServerError {
     /// The autoscaler's provider cannot run with its settings.
     #[error(transparent)]
     Autoscaler(#[from] autoscaler::AutoscalerError),
+    /// The keystore cannot be opened.
+    #[error(transparent)]
+    Keyring(#[from] keyring::ServerKeyringError),
 }
 
 /// How long a server stopping with `leave_on_terminate` waits for its removal to commit.
@@ -220,6 +224,16 @@ impl Server {
         let heartbeats =
             heartbeat::Heartbeats::new(node.clone(), config.clone(), clock.clone(), rng.fork());
         let (leadership, established) = leader::LeadershipState::new();
+        let keyring = keyring::Keyring::open(
+            &dir,
+            node.clone(),
+            clock.clone(),
+            rng.child(),
+            keyring::KeyringSettings {
+                oidc_issuer: config.oidc_issuer.clone(),
+                rotation_threshold: config.root_key_rotation_threshold,
+            },
+        )?;
         let endpoints = endpoints::Endpoints::new(endpoints::EndpointParts {
             node: node.clone(),
             pipeline: pipeline.clone(),
@@ -233,6 +247,7 @@ impl Server {
             job_max_count: config.job_max_count,
             acl_enabled,
             acl: Arc::new(acl::AclResolver::new(clock.clone())),
+            keyring: keyring.clone(),
         });
         handler.set_endpoints(endpoints.clone());
         // Scheduler workers on every server call the service layer in process; on the leader
@@ -306,6 +321,7 @@ impl Server {
                 rng.child(),
             )));
         }
+        duties.push(keyring::KeyringDuty::new(keyring));
         duties.push(Arc::new(heartbeats));
         tasks.push(leader::spawn(
             node.clone(),

@@ -30,7 +30,8 @@ use crate::model::{
     AclPolicy, AclToken, AllocDeploymentStatus, AllocId, AllocStop, Allocation, ClientStatus,
     ClusterMeta, Deployment, DeploymentId, DeploymentStatusUpdate, DesiredTransition,
     DrainStrategy, EvalId, Evaluation, Job, JobId, Namespace, NamespaceSpec, Node, NodeId,
-    NodeStatus, SchedulerConfiguration, SchedulingEligibility, ServiceRegistration, TaskState,
+    NodeStatus, RootKey, SchedulerConfiguration, SchedulingEligibility, ServiceRegistration,
+    TaskState,
 };
 
 /// A replicated command: the payload of one raft log entry.
@@ -116,6 +117,27 @@ pub enum Command {
     /// Appended: the one-time ACL bootstrap: a management token, refused once done unless
     /// the operator gave the current reset index.
     AclBootstrap(AclBootstrap),
+    /// Appended: a root key added to the keyring or changed (its state); `activate` makes it
+    /// the one active key and the former active key inactive.
+    RootKeyUpsert(RootKeyUpsert),
+    /// Appended: a root key removed; the active key is refused.
+    RootKeyDelete(RootKeyDelete),
+}
+
+/// Payload of [`Command::RootKeyUpsert`].
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RootKeyUpsert {
+    /// The key (its indexes are set by the state store).
+    pub key: RootKey,
+    /// Make it the active key.
+    pub activate: bool,
+}
+
+/// Payload of [`Command::RootKeyDelete`].
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RootKeyDelete {
+    /// Its key ID.
+    pub key_id: String,
 }
 
 /// Payload of [`Command::AclPolicyUpsert`].
@@ -682,6 +704,18 @@ pub enum ApplyError {
         reset_index: u64,
         /// The index they gave (0: none).
         given: u64,
+    },
+    /// A keyring change that cannot be applied (removing the active key).
+    #[error("{reason}")]
+    KeyringRefused {
+        /// Why.
+        reason: String,
+    },
+    /// The root key does not exist.
+    #[error("root key not found")]
+    RootKeyNotFound {
+        /// Its key ID.
+        key_id: String,
     },
     /// The service registration does not exist (Nomad's "service registration not found").
     #[error("service registration not found")]

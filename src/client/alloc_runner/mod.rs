@@ -101,6 +101,7 @@ impl RunnerFactory {
         let state = local.task_states.get(&task.name);
         let (prepared, _) = self.shared.prepared_task(local, task);
         let (control_tx, control) = mpsc::channel(CONTROL_QUEUE);
+        let control_weak = control_tx.downgrade();
         self.controls.insert(&task.name, control_tx);
         let policy = group.task_restart_policy(task).unwrap_or_default();
         let role = role_of(&self.roles, task);
@@ -119,6 +120,8 @@ impl RunnerFactory {
             program: self.program.clone(),
             task: prepared,
             services: self.services.clone(),
+            servers: self.shared.servers.clone(),
+            control: Some(control_weak),
         };
         let runner = TaskRunner::new(TaskRunnerParts {
             control,

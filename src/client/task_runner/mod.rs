@@ -204,6 +204,12 @@ impl TaskRunner {
                 break;
             }
         }
+        // What the hooks add to the environment (workload identity tokens) is the task's
+        // from now on.
+        self.ctx
+            .task
+            .env
+            .extend(prepared.env.iter().map(|(k, v)| (k.clone(), v.clone())));
         self.prepared = prepared;
         result
     }
@@ -251,6 +257,12 @@ impl TaskRunner {
         debug!(job_modify_index = index, "task updated in place");
         self.core.update(&task, &policy);
         self.ctx.task = task;
+        self.ctx.task.env.extend(
+            self.prepared
+                .env
+                .iter()
+                .map(|(k, v)| (k.clone(), v.clone())),
+        );
         self.run_phase(Phase::Update).await;
     }
 
@@ -317,7 +329,7 @@ impl TaskRunner {
 
     /// Answers an operator's request that needs the task running.
     fn not_running(&self, control: TaskControl) {
-        let (TaskControl::Restart { reply }
+        let (TaskControl::Restart { reply, .. }
         | TaskControl::CheckRestart { reply, .. }
         | TaskControl::Signal { reply, .. }) = control;
         let _ = reply.send(Err(TaskOpError::NotRunning(self.name().to_string())));
@@ -553,8 +565,8 @@ impl TaskRunner {
                     Some(TaskControl::Signal { name, signal, reply }) => {
                         let _ = reply.send(self.signal(&mut running, name, signal).await);
                     }
-                    Some(TaskControl::Restart { reply }) => {
-                        self.restart(&mut running).await;
+                    Some(TaskControl::Restart { reason, reply }) => {
+                        self.restart(&mut running, reason).await;
                         let _ = reply.send(Ok(()));
                         break None;
                     }
@@ -646,10 +658,10 @@ impl TaskRunner {
     /// `alloc restart`: `Restart Signaled`, the task killed as a stop kills it, its exit
     /// recorded, and `Restarting` without a delay. The restart policy is not consulted and
     /// not charged (Nomad's `SetRestartTriggered`), but the task's `Restarts` counts it.
-    async fn restart(&mut self, running: &mut RunningTask) {
-        const REASON: &str = "User requested restart";
-        let mut ev = event(self.now(), "Restart Signaled", REASON.into());
-        ev.restart_reason = REASON.into();
+    async fn restart(&mut self, running: &mut RunningTask, reason: Option<String>) {
+        let reason = reason.unwrap_or_else(|| "User requested restart".into());
+        let mut ev = event(self.now(), "Restart Signaled", reason.clone());
+        ev.restart_reason = reason.clone();
         self.push(ev);
         self.run_phase(Phase::PreKill).await;
         let exit = running
@@ -665,7 +677,7 @@ impl TaskRunner {
             handles.remove(&name);
             s.state = TaskStateValue::Pending;
             let mut ev = event(now, "Restarting", "Task restarting in 0s".into());
-            ev.restart_reason = REASON.into();
+            ev.restart_reason = reason;
             push_event(s, ev);
             s.restarts = restarts;
             s.last_restart = Timestamp::from_unix_nanos(now);

@@ -59,4 +59,6 @@ pub struct AclResolvedToken {
     pub token: Option<AclToken>,
     /// Its policies.
     pub policies: Vec<AclPolicy>,
+    /// For a workload identity: its claims, as JSON (the token and policies are empty).
+    pub workload_claims: Option<String>,
 }

@@ -44,7 +44,9 @@ use acl::{
     AclBootstrapRequest, AclDeletePoliciesRequest, AclDeleteTokensRequest, AclResolveTokenRequest,
     AclResolvedToken, AclUpsertPoliciesRequest, AclUpsertTokensRequest,
 };
-use alloc::{AllocStopRequest, AllocStopResponse};
+use alloc::{
+    AllocSignIdentitiesRequest, AllocSignIdentitiesResponse, AllocStopRequest, AllocStopResponse,
+};
 use deployment::{
     DeploymentAllocHealthRequest, DeploymentFailRequest, DeploymentPauseRequest,
     DeploymentPromoteRequest, DeploymentUpdateResponse,
@@ -67,7 +69,7 @@ use node::{
     NodeUpdateDrainRequest, NodeUpdateEligibilityRequest, NodeUpdateStatusRequest,
 };
 use operator::{
-    BrokerStatsRequest, BrokerStatsResponse, RaftJoinRequest, RaftRemovePeerRequest,
+    BrokerStatsRequest, KeyringDeleteRequest, KeyringRotateRequest, BrokerStatsResponse, RaftJoinRequest, RaftRemovePeerRequest,
     ReconcileSummariesRequest, SchedulerSetConfigRequest, SchedulerSetConfigResponse,
     SnapshotRestoreRequest, SystemGcRequest, SystemGcResponse,
 };
@@ -452,6 +454,21 @@ service_calls! {
     AclResolveToken(AclResolveTokenRequest) -> AclResolvedToken {
         name: "ACL.ResolveToken", route: Local, timeout: |_| NODE_TIMEOUT,
         helper: acl_resolve_token,
+    }
+    /// A client's tasks' workload identities, signed by the active root key.
+    AllocSignIdentities(AllocSignIdentitiesRequest) -> AllocSignIdentitiesResponse {
+        name: "Alloc.SignIdentities", route: Leader, timeout: |_| NODE_TIMEOUT,
+        helper: alloc_sign_identities,
+    }
+    /// A new root key: its metadata.
+    KeyringRotate(KeyringRotateRequest) -> teamster_storage::model::RootKeyMeta {
+        name: "Keyring.Rotate", route: Leader, timeout: |_| WRITE_TIMEOUT,
+        helper: keyring_rotate,
+    }
+    /// Remove a root key: the raft index.
+    KeyringDelete(KeyringDeleteRequest) -> u64 {
+        name: "Keyring.Delete", route: Leader, timeout: |_| WRITE_TIMEOUT,
+        helper: keyring_delete,
     }
 }
 

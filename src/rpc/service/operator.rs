@@ -122,3 +122,17 @@ pub struct SystemGcResponse {
 /// (Nomad's `/v1/system/reconcile/summaries`).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ReconcileSummariesRequest;
+
+/// `Keyring.Rotate`: a new root key, active at once or prepublished.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct KeyringRotateRequest {
+    /// When a prepublished key becomes active, Unix nanoseconds (`None`: at once).
+    pub publish_time: Option<i64>,
+}
+
+/// `Keyring.Delete`: remove a root key (never the active one).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct KeyringDeleteRequest {
+    /// The key's ID.
+    pub key_id: String,
+}

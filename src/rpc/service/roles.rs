@@ -36,6 +36,7 @@ pub fn allowed(req: &RpcRequest) -> Allowed {
         | RpcRequest::InstallSnapshot(_)
         | RpcRequest::ServerInfo
         | RpcRequest::ReadIndex
+        | RpcRequest::KeyringKek(_)
         | RpcRequest::TimeoutNow => Allowed::Servers,
         RpcRequest::Ping => Allowed::ClientsAndServers,
         RpcRequest::Service(call) => service_allowed(call),
@@ -55,6 +56,7 @@ pub fn service_allowed(call: &ServiceRequest) -> Allowed {
         | S::ServiceRegistrationUpsert(_)
         | S::ServiceRegistrationDelete(_)
         | S::ServiceRegistrationListByNode(_)
+        | S::AllocSignIdentities(_)
         // A client agent resolves the tokens its own HTTP API is called with.
         | S::AclResolveToken(_) => Allowed::ClientsAndServers,
         // Scheduler workers, the leader's subsystems, operators and the HTTP API's writes
@@ -89,6 +91,8 @@ pub fn service_allowed(call: &ServiceRequest) -> Allowed {
         | S::SystemGc(_)
         | S::EvalDequeueBatch(_)
         | S::AllocStop(_)
+        | S::KeyringRotate(_)
+        | S::KeyringDelete(_)
         | S::SystemReconcileSummaries(_)
         | S::PlanSubmitBatch(_)
         | S::EvalAckBatch(_)

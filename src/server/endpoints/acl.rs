@@ -199,8 +199,21 @@ pub fn resolve_token(
     req: AclResolveTokenRequest,
 ) -> Result<AclResolvedToken, ServiceError> {
     let snap = ep.node().state().snapshot();
+    if crate::keyring::looks_like_jwt(&req.secret_id) {
+        let claims = ep.keyring().verify(&snap, &req.secret_id);
+        let identity =
+            crate::server::acl::workload_identity(&snap, claims).map_err(denied)?;
+        return Ok(AclResolvedToken {
+            token: None,
+            policies: Vec::new(),
+            workload_claims: identity
+                .claims
+                .map(|c| serde_json::to_string(&*c).expect("claims encode")),
+        });
+    }
     if req.secret_id.is_empty() {
         return Ok(AclResolvedToken {
+            workload_claims: None,
             token: None,
             policies: snap
                 .acl_policy(ANONYMOUS_POLICY)
@@ -220,6 +233,7 @@ pub fn resolve_token(
         .filter_map(|name| snap.acl_policy(name).map(|p| (**p).clone()))
         .collect();
     Ok(AclResolvedToken {
+        workload_claims: None,
         token: Some(token.stub()),
         policies,
     })

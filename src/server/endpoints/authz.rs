@@ -134,6 +134,10 @@ fn needs<'a>(snap: &Snapshot, call: &'a ServiceRequest) -> Needs<'a> {
             &[C::SubmitJob, C::ForcePeriodicJob],
         )),
         Q::JobDispatch(r) => Token(in_ns(r.namespace.as_str(), &[C::DispatchJob])),
+        Q::AllocSignIdentities(r) => {
+            Needs::AllocNodes(r.identities.iter().map(|i| i.alloc_id.as_str()).collect())
+        }
+        Q::KeyringRotate(_) | Q::KeyringDelete(_) => Token(vec![Need::OperatorWrite]),
         Q::AllocStop(r) => Token(in_obj(
             alloc_ns(r.alloc_id.as_str()).as_deref(),
             &[C::AllocLifecycle],

@@ -33,6 +33,7 @@ pub mod deployment;
 pub mod eval;
 pub mod forward;
 pub mod job;
+pub mod keyring;
 pub mod namespace;
 pub mod node;
 pub mod operator;
@@ -57,6 +58,7 @@ use crate::server::blocked::BlockedEvals;
 use crate::server::broker::{BrokerError, EvalBroker};
 use crate::server::formation::{my_info, Discovered};
 use crate::server::heartbeat::Heartbeats;
+use crate::server::keyring::Keyring;
 use crate::server::leader::LeadershipState;
 use crate::server::pipeline::EvalPipeline;
 use crate::server::plan::{PlanQueue, PlanQueueError};
@@ -116,6 +118,8 @@ pub struct EndpointParts {
     pub acl_enabled: bool,
     /// Resolves tokens from this server's state.
     pub acl: Arc<AclResolver>,
+    /// The root keyring: signs and verifies workload identities.
+    pub keyring: Keyring,
 }
 
 impl Endpoints {
@@ -129,6 +133,11 @@ impl Endpoints {
     /// The raft node.
     pub fn node(&self) -> &Arc<RaftNode> {
         &self.inner.node
+    }
+
+    /// The root keyring.
+    pub fn keyring(&self) -> &Keyring {
+        &self.inner.keyring
     }
 
     /// The eval broker.
@@ -200,9 +209,12 @@ impl Endpoints {
         if !self.inner.acl_enabled {
             return Ok(Identity::unrestricted());
         }
-        self.inner
-            .acl
-            .resolve(&self.inner.node.state().snapshot(), secret)
+        let snap = self.inner.node.state().snapshot();
+        if let Some(jwt) = secret.filter(|s| crate::keyring::looks_like_jwt(s)) {
+            let claims = self.inner.keyring.verify(&snap, jwt);
+            return crate::server::acl::workload_identity(&snap, claims);
+        }
+        self.inner.acl.resolve(&snap, secret)
     }
 
     /// Whether this server serves the leader's subsystems right now.
@@ -258,6 +270,11 @@ impl Endpoints {
             Q::JobDispatch(r) => A::JobDispatch(job::dispatch(self, *r).await?),
             Q::SystemGc(_) => A::SystemGc(operator::system_gc(self).await?),
             Q::AllocStop(r) => A::AllocStop(alloc::stop(self, r).await?),
+            Q::AllocSignIdentities(r) => {
+                A::AllocSignIdentities(keyring::sign_identities(self, r).await?)
+            }
+            Q::KeyringRotate(r) => A::KeyringRotate(keyring::rotate(self, r).await?),
+            Q::KeyringDelete(r) => A::KeyringDelete(keyring::delete(self, r).await?),
             Q::SystemReconcileSummaries(_) => {
                 A::SystemReconcileSummaries(operator::reconcile_summaries(self).await?)
             }
@@ -540,6 +557,18 @@ impl RpcHandler for ServerRpc {
                 RpcRequest::TimeoutNow => RpcResponse::TimeoutNow(
                     crate::server::handover::on_timeout_now(&node, ctx.from).await,
                 ),
+                // Only to another raft member (the role check has made sure of a server
+                // certificate where TLS names roles).
+                RpcRequest::KeyringKek(kek_id) => {
+                    let member = matches!(origin_of(&node, ctx.from), Origin::Server(_));
+                    let kek = endpoints
+                        .filter(|_| member)
+                        .and_then(|ep| ep.keyring().local_kek(&kek_id));
+                    if !member {
+                        tracing::warn!(peer = %ctx.peer_addr, "Keyring.Kek refused: not a raft member");
+                    }
+                    RpcResponse::KeyringKek(kek.map(|k| k.as_bytes().to_vec()))
+                }
                 // Answered above; kept here so the match stays exhaustive.
                 other @ (RpcRequest::Service(_) | RpcRequest::AuthService(_)) => {
                     return Err(RpcError::Unsupported {

@@ -20,7 +20,7 @@ use crate::model::periodic::{
     DispatchPayload, DispatchPayloadConfig, ParameterizedJobConfig, PeriodicConfig,
 };
 use crate::model::service::{valid_service_name, Service, PROVIDER_CONSUL, PROVIDER_NOMAD};
-use crate::model::task_runtime::{self, EphemeralDisk, LogConfig, TaskLifecycle};
+use crate::model::task_runtime::{self, EphemeralDisk, LogConfig, TaskLifecycle, WorkloadIdentity};
 use crate::model::value::{ConfigValue, MAX_CONFIG_DEPTH};
 use crate::model::ModelError;
 
@@ -495,6 +495,12 @@ pub struct Task {
     pub services: Vec<Service>,
     /// When it runs relative to the group's main tasks (`None`: a main task).
     pub lifecycle: Option<TaskLifecycle>,
+    /// Its default workload identity (filled in by [`Job::canonicalize`]: every task has
+    /// one, given to it only where `env` or `file` ask).
+    pub identity: Option<WorkloadIdentity>,
+    /// Its alternate workload identities.
+    #[serde(deserialize_with = "de::nullable")]
+    pub identities: Vec<WorkloadIdentity>,
 }
 
 impl Task {
@@ -683,6 +689,21 @@ pub fn id_reads_as_path(id: &str) -> Option<&'static str> {
         }
     }
     None
+}
+
+/// Nomad's canonical identities: the default one (unnamed or named `default`) moved from
+/// `Identities` to `Identity`, and one made when there is none: every task has a default
+/// identity, given to it only where its `env` or `file` ask.
+fn canonicalize_identities(task: &mut Task) {
+    for identity in &mut task.identities {
+        identity.canonicalize();
+    }
+    if let Some(at) = task.identities.iter().position(WorkloadIdentity::is_default) {
+        let default = task.identities.remove(at);
+        task.identity = Some(default);
+    }
+    let default = task.identity.get_or_insert_with(WorkloadIdentity::default);
+    default.canonicalize();
 }
 
 /// Nomad's API defaults of a service: its name (`<job>-<group>` for a group's,
@@ -1312,8 +1333,23 @@ impl Job {
                         format!("{}-{}-{}", self.name, group.name, task.name)
                     });
                 }
+                canonicalize_identities(task);
             }
         }
+    }
+
+    /// Nomad's warnings about its tasks' workload identities.
+    pub fn identity_warnings(&self) -> Vec<String> {
+        let mut out = Vec::new();
+        for group in self.task_groups.iter() {
+            for task in &group.tasks {
+                let at = format!("group {:?} task {:?}", group.name, task.name);
+                for identity in &task.identities {
+                    out.extend(identity.warnings(&at));
+                }
+            }
+        }
+        out
     }
 
     /// The task groups to change: shared with the job's other copies until changed here
@@ -1590,6 +1626,21 @@ impl Job {
                 }
                 if let Some(lifecycle) = &task.lifecycle {
                     lifecycle.validate(&at, &mut errors);
+                }
+                if let Some(identity) = &task.identity {
+                    identity.validate(&at, &mut errors);
+                }
+                let mut names = std::collections::BTreeSet::new();
+                for identity in &task.identities {
+                    if identity.is_default() {
+                        errors.push(format!("{at}: Duplicate default identities found"));
+                    } else if !names.insert(identity.name.as_str()) {
+                        errors.push(format!(
+                            "{at}: Duplicate identity {:?} found",
+                            identity.name
+                        ));
+                    }
+                    identity.validate(&at, &mut errors);
                 }
                 if !task.kill_signal.is_empty()
                     && task_runtime::signal_name(&task.kill_signal).is_none()

@@ -35,6 +35,7 @@ pub mod eval;
 pub mod ids;
 pub mod integrations;
 pub mod job;
+pub mod keyring;
 pub mod namespace;
 pub mod node;
 pub mod periodic;
@@ -73,6 +74,7 @@ pub use job::{
     DEFAULT_NODE_POOL, DEFAULT_REGION, MAX_JOB_PRIORITY, MAX_LOCALITY_WAIT, MAX_SCALING_EVENTS,
     MIN_JOB_PRIORITY, SCALING_HORIZONTAL, SUPERVISOR_META,
 };
+pub use keyring::{RootKey, RootKeyMeta, RootKeyState, WrappedKey, ROOT_KEY_ALGORITHM};
 pub use namespace::{NamespaceSpec, DEFAULT_NAMESPACE};
 pub use node::{
     parse_port_ranges, DrainMetadata, DrainStatus, DrainStrategy, DriverInfo, Node,
@@ -89,7 +91,10 @@ pub use service::{
     valid_service_name, CheckRestart, CheckStatus, Service, ServiceCheck, ServiceRegistration,
     CHECK_FAILURE, CHECK_PENDING, CHECK_SUCCESS, PROVIDER_CONSUL, PROVIDER_NOMAD,
 };
-pub use task_runtime::{EphemeralDisk, LogConfig, TaskLifecycle};
+pub use task_runtime::{
+    EphemeralDisk, LogConfig, TaskLifecycle, WorkloadIdentity, DEFAULT_IDENTITY_AUDIENCE,
+    DEFAULT_IDENTITY_NAME,
+};
 pub use thin_vec::{thin_vec, ThinVec};
 pub use time::Timestamp;
 pub use value::ConfigValue;

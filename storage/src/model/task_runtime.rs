@@ -341,3 +341,150 @@ mod tests {
         assert!(errors.is_empty(), "{errors:?}");
     }
 }
+
+/// The name of a task's default workload identity.
+pub const DEFAULT_IDENTITY_NAME: &str = "default";
+/// The only audience of the default identity.
+pub const DEFAULT_IDENTITY_AUDIENCE: &str = "nomadproject.io";
+
+/// A task's `identity` block (Nomad's `WorkloadIdentity`): a JWT the servers sign for the
+/// task, given to it in its environment and/or a file in its secrets directory, and renewed
+/// before it expires when it has a `ttl`.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "PascalCase", default)]
+pub struct WorkloadIdentity {
+    /// `default` for the default identity, else the name of an alternate one.
+    #[serde(deserialize_with = "de::nullable")]
+    pub name: String,
+    /// The `aud` claim.
+    #[serde(deserialize_with = "de::nullable")]
+    pub audience: Vec<String>,
+    /// What the task gets when the token is renewed: `noop`, `restart` or `signal`.
+    #[serde(deserialize_with = "de::nullable")]
+    pub change_mode: String,
+    /// The signal of `change_mode = "signal"`.
+    #[serde(deserialize_with = "de::nullable")]
+    pub change_signal: String,
+    /// Put the token in the task's environment (`NOMAD_TOKEN`, `NOMAD_TOKEN_<name>`).
+    #[serde(deserialize_with = "de::nullable")]
+    pub env: bool,
+    /// Write the token to `secrets/nomad_token` (`secrets/nomad_<name>.jwt`).
+    #[serde(deserialize_with = "de::nullable")]
+    pub file: bool,
+    /// Where to write it instead, relative to the task directory.
+    #[serde(deserialize_with = "de::nullable")]
+    pub filepath: String,
+    /// How long a token lives, in nanoseconds (0: it does not expire).
+    #[serde(rename = "TTL", deserialize_with = "de::nullable")]
+    pub ttl: u64,
+}
+
+impl WorkloadIdentity {
+    /// Whether it is the default identity.
+    pub fn is_default(&self) -> bool {
+        self.name.is_empty() || self.name == DEFAULT_IDENTITY_NAME
+    }
+
+    /// Nomad's canonical form: the default identity named `default` with only Nomad's
+    /// audience, the change signal in upper case.
+    pub fn canonicalize(&mut self) {
+        if self.name.is_empty() {
+            self.name = DEFAULT_IDENTITY_NAME.to_string();
+        }
+        if self.is_default() {
+            self.audience = vec![DEFAULT_IDENTITY_AUDIENCE.to_string()];
+        }
+        self.change_signal = self.change_signal.to_uppercase();
+    }
+
+    /// Nomad's checks, as `Identity "<name>" is invalid: …` lines.
+    pub fn validate(&self, at: &str, errors: &mut Vec<String>) {
+        let mut bad = |reason: String| {
+            errors.push(format!("{at}: Identity {:?} is invalid: {reason}", self.name));
+        };
+        let name_ok = !self.name.is_empty()
+            && self.name.len() <= 128
+            && self
+                .name
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_');
+        if !name_ok {
+            bad(format!(
+                "invalid name {:?}. Must match regex ^[a-zA-Z0-9-_]{{1,128}}$",
+                self.name
+            ));
+        }
+        for (i, aud) in self.audience.iter().enumerate() {
+            if aud.is_empty() {
+                bad(format!("an empty string is an invalid audience ({})", i + 1));
+            }
+        }
+        match self.change_mode.as_str() {
+            "" | "noop" | "restart" => {
+                if !self.change_signal.is_empty() {
+                    bad(format!(
+                        "can only use change_signal={:?} with change_mode=\"signal\"",
+                        self.change_signal
+                    ));
+                }
+            }
+            "signal" => {
+                if self.change_signal.is_empty() {
+                    bad("change_signal must be specified when using change_mode=\"signal\"".into());
+                } else if signal_name(&self.change_signal).is_none() {
+                    bad(format!("unknown change_signal {:?}", self.change_signal));
+                }
+            }
+            other => bad(format!("invalid change_mode: {other}")),
+        }
+        if self.ttl > 0 && self.is_default() {
+            bad("ttl for default identity not yet supported".into());
+        }
+        if !self.filepath.is_empty() && !self.file {
+            bad("file parameter must be true in order to specify filepath".into());
+        }
+    }
+
+    /// Nomad's warnings (`Identity[<name>]: …`).
+    pub fn warnings(&self, at: &str) -> Vec<String> {
+        let mut out = Vec::new();
+        let prefix = format!("{at}: Identity[{}]", self.name);
+        if self.audience.is_empty() {
+            out.push(format!("{prefix}: identities without an audience are insecure"));
+        } else if self.audience.len() > 1 {
+            out.push(format!(
+                "{prefix}: while multiple audiences is allowed, it is more secure to use 1 audience per identity"
+            ));
+        }
+        if !self.is_default() && self.ttl == 0 {
+            out.push(format!("{prefix}: identities without an expiration are insecure"));
+        }
+        if self.env && self.change_mode != "restart" {
+            out.push(format!(
+                "{prefix}: using env=true without change_mode=\"restart\" may result in task not getting updated identity"
+            ));
+        }
+        out
+    }
+
+    /// The task's environment variable for it.
+    pub fn env_var(&self) -> String {
+        if self.is_default() {
+            "NOMAD_TOKEN".to_string()
+        } else {
+            format!("NOMAD_TOKEN_{}", self.name)
+        }
+    }
+
+    /// Where its file goes, relative to the task directory.
+    pub fn file_path(&self) -> String {
+        if !self.filepath.is_empty() {
+            self.filepath.clone()
+        } else if self.is_default() {
+            "secrets/nomad_token".to_string()
+        } else {
+            format!("secrets/nomad_{}.jwt", self.name)
+        }
+    }
+}
+

@@ -568,6 +568,14 @@ fn execute(txn: &mut WriteTxn, command: Command) -> Result<CommandResponse, Appl
             txn.acl_bootstrap(command.token, command.reset_index)?;
             Ok(CommandResponse::Applied)
         }
+        Command::RootKeyUpsert(command) => {
+            txn.upsert_root_key(command.key, command.activate)?;
+            Ok(CommandResponse::Applied)
+        }
+        Command::RootKeyDelete(command) => {
+            txn.delete_root_key(&command.key_id)?;
+            Ok(CommandResponse::Applied)
+        }
         Command::NamespaceDelete(command) => {
             for name in &command.names {
                 txn.delete_namespace(name)?;

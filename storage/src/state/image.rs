@@ -25,18 +25,18 @@ use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use crate::codec::{self, DecodeFailure};
 use crate::model::{
     AclPolicy, AclToken, Allocation, ClusterMeta, Deployment, Evaluation, Job, JobId, JobSummary,
-    Namespace, NamespaceSpec, Node, PeriodicLaunch, SchedulerConfiguration, ServiceRegistration,
-    SharedStr,
+    Namespace, NamespaceSpec, Node, PeriodicLaunch, RootKey, SchedulerConfiguration,
+    ServiceRegistration, SharedStr,
 };
 use crate::state::tables::{JobKey, Table, Tables};
 use crate::state::StateError;
 
 const MAGIC: &[u8; 8] = b"TMSTIMG\0";
 /// The image format this build writes (and the only one it reads).
-pub const IMAGE_FORMAT_VERSION: u32 = 12;
+pub const IMAGE_FORMAT_VERSION: u32 = 13;
 const HEADER_LEN: usize = MAGIC.len() + 4;
 /// Fields of the body tuple.
-const BODY_FIELDS: usize = 17;
+const BODY_FIELDS: usize = 18;
 
 /// Encodes every table.
 pub(crate) fn encode(tables: &Tables) -> Result<Vec<u8>, StateError> {
@@ -112,6 +112,7 @@ impl Serialize for BodyRef<'_> {
         tuple.serialize_element(&Values(&t.acl_policies))?;
         tuple.serialize_element(&Values(&t.acl_tokens))?;
         tuple.serialize_element(&t.acl_bootstrap_index)?;
+        tuple.serialize_element(&Values(&t.root_keys))?;
         tuple.end()
     }
 }
@@ -297,6 +298,11 @@ impl<'de> Visitor<'de> for BodyVisitor {
             .map(|token| (token.secret_id.clone(), token.accessor_id.clone()))
             .collect();
         t.acl_bootstrap_index = field(&mut seq, "the ACL bootstrap index")?;
+        t.root_keys = seeded(
+            &mut seq,
+            ArcMapSeed::new(|k: &mut RootKey| k.meta.key_id.clone()),
+            "the root keys",
+        )?;
         Ok(DecodedBody(t))
     }
 }

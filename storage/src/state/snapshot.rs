@@ -10,7 +10,8 @@ use std::sync::Arc;
 
 use crate::model::{
     AclPolicy, AclToken, AllocId, Allocation, ClusterMeta, Deployment, Evaluation, Job, JobId,
-    JobSummary, Namespace, NamespaceSpec, Node, PeriodicLaunch, Resources, SchedulerConfiguration,
+    JobSummary, Namespace, NamespaceSpec, Node, PeriodicLaunch, Resources, RootKey, RootKeyState,
+    SchedulerConfiguration,
     ServiceRegistration, DEFAULT_NAMESPACE,
 };
 use crate::state::tables::{SecondaryIndex, Table, Tables};
@@ -434,6 +435,24 @@ impl Snapshot {
     /// The raft index of the ACL bootstrap (Nomad's reset index), 0 before it.
     pub fn acl_bootstrap_index(&self) -> u64 {
         self.tables.acl_bootstrap_index
+    }
+
+    /// Every root key, by key ID.
+    pub fn root_keys(&self) -> impl Iterator<Item = &Arc<RootKey>> + '_ {
+        self.tables.root_keys.values()
+    }
+
+    /// The root key `key_id`.
+    pub fn root_key(&self, key_id: &str) -> Option<&Arc<RootKey>> {
+        self.tables.root_keys.get(key_id)
+    }
+
+    /// The active root key (the one that signs), if the keyring is initialized.
+    pub fn active_root_key(&self) -> Option<&Arc<RootKey>> {
+        self.tables
+            .root_keys
+            .values()
+            .find(|k| k.meta.state == RootKeyState::Active)
     }
 
     /// Every service registration, by namespace, service name and ID.

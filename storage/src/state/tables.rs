@@ -15,7 +15,7 @@ use imbl::{OrdMap, OrdSet};
 use crate::model::{
     AclPolicy, AclToken, AllocId, Allocation, ClusterMeta, Deployment, DeploymentId, EvalId,
     Evaluation, Job, JobId, JobSummary, Namespace, NamespaceSpec, Node, NodeId, PeriodicLaunch,
-    Resources, SchedulerConfiguration, ServiceRegistration, SharedStr,
+    Resources, RootKey, SchedulerConfiguration, ServiceRegistration, SharedStr,
 };
 
 /// Primary key of a job and of its summary.
@@ -56,11 +56,13 @@ pub enum Table {
     AclPolicies,
     /// ACL tokens (and the bootstrap record).
     AclTokens,
+    /// The root keyring.
+    RootKeys,
 }
 
 impl Table {
     /// How many tables there are.
-    pub const COUNT: usize = 14;
+    pub const COUNT: usize = 15;
 
     /// Every table, in index order.
     pub const ALL: [Table; Table::COUNT] = [
@@ -78,6 +80,7 @@ impl Table {
         Table::Namespaces,
         Table::AclPolicies,
         Table::AclTokens,
+        Table::RootKeys,
     ];
 
     /// Position in per-table index arrays.
@@ -102,6 +105,7 @@ impl Table {
             Table::Namespaces => "namespaces",
             Table::AclPolicies => "acl_policy",
             Table::AclTokens => "acl_token",
+            Table::RootKeys => "root_keys",
         }
     }
 }
@@ -199,6 +203,8 @@ pub(crate) struct Tables {
     pub acl_secrets: OrdMap<String, String>,
     /// The raft index of the ACL bootstrap, 0 before it (Nomad's reset index).
     pub acl_bootstrap_index: u64,
+    /// Root keys by key ID.
+    pub root_keys: OrdMap<String, Arc<RootKey>>,
 }
 
 impl Tables {

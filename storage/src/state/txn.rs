@@ -31,6 +31,7 @@ use crate::state::tables::{token_key, JobKey, Table, Tables};
 
 mod acl;
 mod deployments;
+mod keyring;
 mod namespaces;
 mod services;
 

@@ -3,7 +3,7 @@
 //!
 //! ```text
 //!  prestart (before every start, and when a restarted client finds the task again):
-//!    validate ─▶ task_dir ─▶ logmon ─▶ dispatch_payload ─▶ services
+//!    validate ─▶ task_dir ─▶ logmon ─▶ dispatch_payload ─▶ identity ─▶ services
 //!  poststart (the task runs, or was found running after a client restart)
 //!  update (an in-place update of the job: `ctx.task` is the new version)
 //!  pre_kill (the task is about to be killed, before its shutdown_delay)
@@ -17,18 +17,21 @@
 //! [`task_hooks`]; the runner does not change.
 
 pub mod dispatch_payload;
+pub mod identity;
 pub mod logmon;
 pub mod services;
 pub mod task_dir;
 pub mod validate;
 
 use std::path::PathBuf;
+use std::sync::Arc;
 
 use futures::future::BoxFuture;
 use teamster_storage::model::Task;
 
 use crate::client::allocdir::{AllocDir, TaskDir};
 use crate::client::logmon::LogSinks;
+use crate::client::servers::Servers;
 use crate::client::shared::Registrations;
 
 /// Why a hook failed.
@@ -84,6 +87,11 @@ pub struct HookCtx {
     pub payload: Option<Result<Vec<u8>, String>>,
     /// Where the task's services are registered.
     pub services: Registrations,
+    /// The servers (workload identities are signed there); `None` without servers.
+    pub servers: Option<Arc<Servers>>,
+    /// The task runner's control queue (a renewed identity restarts or signals the task);
+    /// weak, so it never keeps the queue open.
+    pub control: Option<tokio::sync::mpsc::WeakSender<crate::client::types::TaskControl>>,
 }
 
 /// What prestart hooks hand the driver.
@@ -91,12 +99,15 @@ pub struct HookCtx {
 pub struct Prepared {
     /// Where the task's output goes.
     pub logs: LogSinks,
+    /// Variables added to the task's environment (its workload identity tokens).
+    pub env: std::collections::BTreeMap<String, String>,
 }
 
 impl Default for Prepared {
     fn default() -> Self {
         Prepared {
             logs: LogSinks::Discard,
+            env: std::collections::BTreeMap::new(),
         }
     }
 }
@@ -171,6 +182,7 @@ pub fn task_hooks() -> Vec<Box<dyn TaskHook>> {
         Box::new(task_dir::TaskDirHook),
         Box::new(logmon::LogmonHook),
         Box::new(dispatch_payload::DispatchPayload),
+        Box::new(identity::IdentityHook::default()),
         Box::new(services::ServicesHook),
     ]
 }
