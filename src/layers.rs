@@ -121,6 +121,7 @@ const CLI_PARTS: &[(&str, u32)] = &[
     ("eval", 2),
     ("event", 2),
     ("job_dispatch", 2),
+    ("job_init", 2),
     ("monitor", 2),
     ("namespace", 2),
     ("node", 2),

@@ -109,12 +109,11 @@ pub mod api {
         std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("reading {}: {e}", path.display()))
     }
 
-    /// The blocks of Nomad's `job init` example that another issue builds: the task's
-    /// workload `identity` (its `ui` block is acted on).
-    pub const JOB_INIT_EXAMPLE_LEFT_OUT: [&str; 1] = ["Identity"];
+    /// The blocks of Nomad's `job init` example that another issue builds: none (its `ui`
+    /// and workload `identity` blocks are acted on).
+    pub const JOB_INIT_EXAMPLE_LEFT_OUT: [&str; 0] = [];
 
-    /// Nomad's `job init` example (parsed by `api`) without the blocks of
-    /// [`JOB_INIT_EXAMPLE_LEFT_OUT`], its docker task turned into a `raw_exec` task running
+    /// Nomad's `job init` example (parsed by `api`), its docker task turned into a `raw_exec` task running
     /// `script` (no image can be pulled here), and its commented `logs` block set to
     /// `max_files` × `max_file_size_mb`; every other block as written.
     pub async fn job_init_example_raw_exec(
@@ -128,10 +127,6 @@ pub mod api {
         job["ID"] = json!(id);
         job["Name"] = json!(id);
         let task = &mut job["TaskGroups"][0]["Tasks"][0];
-        if let Some(task) = task.as_object_mut() {
-            task.remove("Identity");
-            task.remove("Identities");
-        }
         task["Driver"] = json!("raw_exec");
         task["Config"] = json!({ "command": "/bin/sh", "args": ["-c", script] });
         task["Resources"] = json!({ "CPU": 50, "MemoryMB": 32 });

@@ -147,7 +147,9 @@ impl Acl {
             Need::AgentWrite => self.agent.can_write(),
             Need::OperatorRead => self.operator.can_read(),
             Need::OperatorWrite => self.operator.can_write(),
-            Need::ServiceRead(ns) => self.workload || self.allows_namespace(ns, &[Capability::ReadJob]),
+            Need::ServiceRead(ns) => {
+                self.workload || self.allows_namespace(ns, &[Capability::ReadJob])
+            }
             Need::Management => false,
         }
     }

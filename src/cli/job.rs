@@ -55,6 +55,8 @@ pub enum JobCommand {
     Periodic(super::job_dispatch::PeriodicCommand),
     /// Launch a child of a parameterized job, with a payload and meta.
     Dispatch(super::job_dispatch::DispatchArgs),
+    /// Write an example job file (`example.nomad.hcl`).
+    Init(super::job_init::InitArgs),
 }
 
 /// `job scale`.
@@ -182,6 +184,7 @@ pub async fn run(cmd: JobCommand) -> anyhow::Result<ExitCode> {
         JobCommand::Dispatch(a) => super::job_dispatch::dispatch(a)
             .await
             .map(|()| ExitCode::SUCCESS),
+        JobCommand::Init(a) => super::job_init::run(a).map(|()| ExitCode::SUCCESS),
     }
 }
 

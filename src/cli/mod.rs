@@ -23,6 +23,7 @@ mod event;
 mod job;
 mod job_dispatch;
 mod job_file;
+pub mod job_init;
 mod job_plan;
 mod monitor;
 mod namespace;

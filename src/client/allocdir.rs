@@ -319,7 +319,8 @@ pub fn write_task_file(task: &TaskDir, rel: &str, data: &[u8], mode: u32) -> io:
     use std::io::Write as _;
     use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
     use std::os::unix::ffi::OsStrExt;
-    let invalid = |why: &str| io::Error::new(io::ErrorKind::InvalidInput, format!("{rel:?}: {why}"));
+    let invalid =
+        |why: &str| io::Error::new(io::ErrorKind::InvalidInput, format!("{rel:?}: {why}"));
     let mut parts = Vec::new();
     for c in Path::new(rel).components() {
         match c {
@@ -337,7 +338,11 @@ pub fn write_task_file(task: &TaskDir, rel: &str, data: &[u8], mode: u32) -> io:
         let flags = libc::O_RDONLY | libc::O_DIRECTORY | libc::O_CLOEXEC | libc::O_NOFOLLOW;
         // SAFETY: `c` is NUL-terminated; the returned descriptor is checked and owned.
         let fd = unsafe {
-            libc::openat(at.map_or(libc::AT_FDCWD, |d| d.as_raw_fd()), c.as_ptr(), flags)
+            libc::openat(
+                at.map_or(libc::AT_FDCWD, |d| d.as_raw_fd()),
+                c.as_ptr(),
+                flags,
+            )
         };
         if fd < 0 {
             return Err(io::Error::last_os_error());
@@ -379,7 +384,12 @@ pub fn write_task_file(task: &TaskDir, rel: &str, data: &[u8], mode: u32) -> io:
     // SAFETY: both names are NUL-terminated and relative to the same open directory.
     let renamed = written.and_then(|()| {
         let r = unsafe {
-            libc::renameat(dir.as_raw_fd(), tmp.as_ptr(), dir.as_raw_fd(), target.as_ptr())
+            libc::renameat(
+                dir.as_raw_fd(),
+                tmp.as_ptr(),
+                dir.as_raw_fd(),
+                target.as_ptr(),
+            )
         };
         if r == 0 {
             Ok(())
@@ -425,7 +435,10 @@ mod tests {
         std::os::unix::fs::symlink(tmp.path(), task.dir().join("escape")).unwrap();
         write_task_file(&task, "secrets/nomad_token", b"jwt", 0o644).unwrap();
         assert_eq!(std::fs::read(&outside).unwrap(), b"keep");
-        assert_eq!(std::fs::read(task.secrets().join("nomad_token")).unwrap(), b"jwt");
+        assert_eq!(
+            std::fs::read(task.secrets().join("nomad_token")).unwrap(),
+            b"jwt"
+        );
         let meta = std::fs::symlink_metadata(task.secrets().join("nomad_token")).unwrap();
         assert!(meta.file_type().is_file());
         assert!(write_task_file(&task, "escape/outside", b"x", 0o644).is_err());
@@ -434,7 +447,10 @@ mod tests {
         assert_eq!(std::fs::read(&outside).unwrap(), b"keep");
         // Parents are made.
         write_task_file(&task, "local/deep/er/t.jwt", b"y", 0o600).unwrap();
-        assert_eq!(std::fs::read(task.local().join("deep/er/t.jwt")).unwrap(), b"y");
+        assert_eq!(
+            std::fs::read(task.local().join("deep/er/t.jwt")).unwrap(),
+            b"y"
+        );
     }
 
     #[test]

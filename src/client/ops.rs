@@ -341,7 +341,7 @@ impl ClientHandle {
             reason: None,
             reply,
         })
-            .await
+        .await
     }
 
     /// Send `signal` (a name such as `SIGUSR1`) to `task`, or with `None` to every running

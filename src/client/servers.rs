@@ -20,7 +20,10 @@ pub struct Servers {
 impl std::fmt::Debug for Servers {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Servers")
-            .field("addrs", &*self.addrs.lock().unwrap_or_else(|p| p.into_inner()))
+            .field(
+                "addrs",
+                &*self.addrs.lock().unwrap_or_else(|p| p.into_inner()),
+            )
             .finish_non_exhaustive()
     }
 }

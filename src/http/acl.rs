@@ -289,6 +289,17 @@ pub fn route_need(
             None => vec![],
         }
     };
+    // Reading services in the request's namespace (every namespace for `*`).
+    let service_read = || -> Vec<Need> {
+        if ns == "*" {
+            all_namespaces(ctx)
+                .into_iter()
+                .map(Need::ServiceRead)
+                .collect()
+        } else {
+            vec![Need::ServiceRead(ns.clone())]
+        }
+    };
     let alloc_ns = || alloc_namespace(ctx, &param("alloc_id"));
     match pattern {
         // Public.
@@ -414,8 +425,8 @@ pub fn route_need(
         "/v1/namespaces" => vec![Need::Nothing],
         "/v1/namespace/{name}" if read => vec![Need::NamespaceVisible(param("name"))],
         // Services.
-        "/v1/services" | "/v1/service/{name}" => vec![Need::ServiceRead(ns.to_string())],
-        "/v1/service/{name}/{id}" if read => vec![Need::ServiceRead(ns.to_string())],
+        "/v1/services" | "/v1/service/{name}" => service_read(),
+        "/v1/service/{name}/{id}" if read => service_read(),
         "/v1/service/{name}/{id}" => in_ns(&[C::SubmitJob, C::DeleteServiceRegistration]),
         // Search reads jobs, evaluations, allocations, deployments and nodes.
         "/v1/search" | "/v1/search/fuzzy" => {

@@ -175,10 +175,10 @@ pub async fn register(
     let endpoints = ctx.endpoints()?;
     let req: JobRegisterRequest = decode_body(&body)?;
     refuse_policy_override(req.policy_override)?;
-    let warnings = req
+    let mut warnings = req
         .job
         .as_ref()
-        .map(|j| jobspec::job_warnings(j).join("\n"))
+        .map(jobspec::job_warnings)
         .unwrap_or_default();
     let job = body_job(
         req.job,
@@ -196,6 +196,8 @@ pub async fn register(
             return Err(ApiError::bad_request("Job ID does not match name"));
         }
     }
+    warnings.extend(job.identity_warnings());
+    let warnings = warnings.join("\n");
     let enforce_index = if req.enforce_index.unwrap_or(false) {
         Some(req.job_modify_index.unwrap_or(0))
     } else {

@@ -260,7 +260,12 @@ pub fn unsupported_fields(job: &Value) -> Vec<UnsupportedField> {
                 );
             }
             if let Some(identity) = task.get("Identity") {
-                check(identity, IDENTITY, &format!("{tpath} → Identity"), &mut found);
+                check(
+                    identity,
+                    IDENTITY,
+                    &format!("{tpath} → Identity"),
+                    &mut found,
+                );
             }
             let identities = task.get("Identities").and_then(Value::as_array);
             for (ii, identity) in identities.into_iter().flatten().enumerate() {

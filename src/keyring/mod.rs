@@ -23,9 +23,7 @@ use ring::rand::{SecureRandom, SystemRandom};
 use ring::signature::{Ed25519KeyPair, KeyPair as _, UnparsedPublicKey, ED25519};
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
-use teamster_storage::model::{
-    RootKey, RootKeyMeta, RootKeyState, WrappedKey, ROOT_KEY_ALGORITHM,
-};
+use teamster_storage::model::{RootKey, RootKeyMeta, RootKeyState, WrappedKey, ROOT_KEY_ALGORITHM};
 
 /// Why a key or a token cannot be used.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -208,8 +206,7 @@ impl UnwrappedKey {
                 &mut sealed,
             )
             .map_err(|_| fail("decryption failed"))?;
-        let material: Material =
-            serde_json::from_slice(plain).map_err(|_| fail("bad material"))?;
+        let material: Material = serde_json::from_slice(plain).map_err(|_| fail("bad material"))?;
         let data_key: [u8; 32] = material
             .data_key
             .as_slice()
@@ -285,6 +282,10 @@ pub struct IdentityClaims {
     pub iss: String,
 }
 
+/// How far apart the signing and the verifying server's clocks may be (go-jose's default,
+/// which Nomad uses).
+pub const CLOCK_LEEWAY_SECS: i64 = 60;
+
 /// Decodes `token` and checks its signature against the root key its `kid` names (looked up
 /// by `key`), and its `nbf`/`exp` against `now_secs`.
 pub fn verify<'a>(
@@ -320,7 +321,11 @@ pub fn verify<'a>(
         .map_err(|_| KeyringError::InvalidToken("bad signature"))?;
     let claims: IdentityClaims = serde_json::from_slice(&decode(claims)?)
         .map_err(|_| KeyringError::InvalidToken("bad claims"))?;
-    if claims.nbf > now_secs || claims.exp.is_some_and(|exp| exp <= now_secs) {
+    if claims.nbf > now_secs + CLOCK_LEEWAY_SECS
+        || claims
+            .exp
+            .is_some_and(|exp| exp + CLOCK_LEEWAY_SECS <= now_secs)
+    {
         return Err(KeyringError::Expired);
     }
     Ok(claims)
@@ -387,8 +392,11 @@ mod tests {
         let token = key.sign(&claims(Some(200)));
         let lookup = |id: &str| (id == "k1").then_some(&root);
         assert_eq!(verify(&token, lookup, 150).unwrap(), claims(Some(200)));
-        assert_eq!(verify(&token, lookup, 200), Err(KeyringError::Expired));
-        assert_eq!(verify(&token, lookup, 99), Err(KeyringError::Expired));
+        // A minute of clock difference either way is allowed, no more.
+        assert!(verify(&token, lookup, 259).is_ok());
+        assert_eq!(verify(&token, lookup, 260), Err(KeyringError::Expired));
+        assert!(verify(&token, lookup, 40).is_ok());
+        assert_eq!(verify(&token, lookup, 39), Err(KeyringError::Expired));
         // A token changed after signing does not verify.
         let mut parts: Vec<String> = token.split('.').map(str::to_string).collect();
         let mut forged = claims(Some(200));
@@ -407,7 +415,12 @@ mod tests {
         // Unwrapped again with the KEK: the same signing key; another KEK is refused.
         let again = UnwrappedKey::unwrap(&kek, &root).unwrap();
         assert_eq!(again.data_key(), key.data_key());
-        assert_eq!(verify(&again.sign(&claims(None)), lookup, 10_000).unwrap().exp, None);
+        assert_eq!(
+            verify(&again.sign(&claims(None)), lookup, 10_000)
+                .unwrap()
+                .exp,
+            None
+        );
         let other = Kek::generate().unwrap();
         assert!(matches!(
             UnwrappedKey::unwrap(&other, &root),

@@ -162,11 +162,9 @@ impl Canned {
             RpcRequest::ServerInfo
             | RpcRequest::ReadIndex
             | RpcRequest::TimeoutNow
-            | RpcRequest::KeyringKek(_) => {
-                Err(RpcError::Unsupported {
-                    kind: req_kind.into(),
-                })
-            }
+            | RpcRequest::KeyringKek(_) => Err(RpcError::Unsupported {
+                kind: req_kind.into(),
+            }),
         }
     }
 

@@ -119,6 +119,9 @@ pub(crate) fn tasks_updated(old_job: &Job, new_job: &Job, group: &str) -> bool {
             || at.config != bt.config
             || at.env != bt.env
             || at.resources != bt.resources
+            // Nomad's: a changed workload identity is given to a new allocation.
+            || at.identity != bt.identity
+            || at.identities != bt.identities
         {
             return true;
         }

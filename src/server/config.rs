@@ -155,7 +155,8 @@ impl ServerConfig {
             }
         }
         if !self.oidc_issuer.is_empty()
-            && !(self.oidc_issuer.starts_with("https://") || self.oidc_issuer.starts_with("http://"))
+            && !(self.oidc_issuer.starts_with("https://")
+                || self.oidc_issuer.starts_with("http://"))
         {
             return Err(InvalidSetting::new(
                 "server.oidc_issuer",

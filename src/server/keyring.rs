@@ -78,6 +78,8 @@ pub struct KeyringSettings {
 
 /// How often the leader checks for a key to activate or rotate.
 const CHECK_INTERVAL: Duration = Duration::from_secs(60);
+/// How often every server looks for root keys whose KEK it lacks.
+const REPLICATE_INTERVAL: Duration = Duration::from_secs(2);
 /// How long a peer is given to answer for a KEK.
 const PEER_TIMEOUT: Duration = Duration::from_secs(2);
 
@@ -215,10 +217,18 @@ impl Keyring {
                         info!(kek_id, from = id, "key-encryption key fetched from a peer");
                         return Ok(kek);
                     }
-                    _ => warn!(kek_id, from = id, "a peer answered a KEK that does not match"),
+                    _ => warn!(
+                        kek_id,
+                        from = id,
+                        "a peer answered a KEK that does not match"
+                    ),
                 },
                 Ok(RpcResponse::KeyringKek(None)) => {}
-                Ok(other) => warn!(from = id, answer = other.kind(), "unexpected answer to Keyring.Kek"),
+                Ok(other) => warn!(
+                    from = id,
+                    answer = other.kind(),
+                    "unexpected answer to Keyring.Kek"
+                ),
                 Err(e) => debug!(from = id, error = %e, "peer did not answer for the KEK"),
             }
         }
@@ -290,7 +300,10 @@ impl Keyring {
 
     /// On the leader: a new root key, active at once, or prepublished until `publish_time`
     /// (Unix nanoseconds) when it is in the future. Its metadata as written.
-    pub async fn rotate(&self, publish_time: Option<i64>) -> Result<RootKeyMeta, ServerKeyringError> {
+    pub async fn rotate(
+        &self,
+        publish_time: Option<i64>,
+    ) -> Result<RootKeyMeta, ServerKeyringError> {
         let snap = self.inner.node.state().snapshot();
         let kek = self.kek_for_new_key(&snap)?;
         let now = self.inner.clock.now_unix_nanos();
@@ -327,15 +340,43 @@ impl Keyring {
         Ok(index)
     }
 
+    /// On every server, for as long as it runs: every root key's KEK fetched from a peer as
+    /// soon as the key is seen, so any server that becomes leader can sign (the server that
+    /// made a KEK may be gone by then).
+    pub async fn replicate(self, stop: tokio_util::sync::CancellationToken) {
+        let mut logged = std::collections::HashSet::new();
+        loop {
+            let snap = self.inner.node.state().snapshot();
+            let missing: Vec<(String, String)> = snap
+                .root_keys()
+                .filter(|k| self.local_kek(&k.wrapped.kek_id).is_none())
+                .map(|k| (k.wrapped.kek_id.clone(), k.meta.key_id.clone()))
+                .collect();
+            drop(snap);
+            for (kek_id, key_id) in missing {
+                if let Err(e) = self.kek(&kek_id, &key_id).await {
+                    if logged.insert(kek_id.clone()) {
+                        debug!(kek_id, error = %e, "key-encryption key not fetched yet");
+                    }
+                }
+            }
+            tokio::select! {
+                _ = stop.cancelled() => return,
+                _ = tokio::time::sleep(REPLICATE_INTERVAL) => {}
+            }
+        }
+    }
+
     /// The leader's periodic check: the first key when there is none; a prepublished key
-    /// whose time has come activated; the active key rotated when it is too old.
+    /// whose time has come activated; the active key rotated when it is too old, or when no
+    /// server has the KEK that wraps it any more (a key nobody can sign with).
     async fn leader_check(&self) -> Result<(), ServerKeyringError> {
         let snap = self.inner.node.state().snapshot();
         let now = self.inner.clock.now_unix_nanos();
         let due = snap
             .root_keys()
             .filter(|k| k.meta.state == RootKeyState::Prepublished && k.meta.publish_time <= now)
-            .max_by_key(|k| k.meta.publish_time)
+            .min_by_key(|k| k.meta.publish_time)
             .cloned();
         if let Some(key) = due {
             info!(key_id = %key.meta.key_id, "activating a prepublished root key");
@@ -351,9 +392,18 @@ impl Keyring {
                 info!("initializing the keyring");
                 self.rotate(None).await?;
             }
+            Some(active)
+                if matches!(
+                    self.unwrapped(active).await,
+                    Err(ServerKeyringError::NoKek { .. })
+                ) =>
+            {
+                warn!(key_id = %active.meta.key_id, kek_id = %active.wrapped.kek_id, "no server has the KEK of the active root key; rotating");
+                self.rotate(None).await?;
+            }
             Some(active) => {
-                let threshold =
-                    i64::try_from(self.inner.settings.rotation_threshold.as_nanos()).unwrap_or(i64::MAX);
+                let threshold = i64::try_from(self.inner.settings.rotation_threshold.as_nanos())
+                    .unwrap_or(i64::MAX);
                 let pending = snap
                     .root_keys()
                     .any(|k| k.meta.state == RootKeyState::Prepublished);

@@ -321,6 +321,7 @@ impl Server {
                 rng.child(),
             )));
         }
+        tasks.push(tokio::spawn(keyring.clone().replicate(shutdown.clone())));
         duties.push(keyring::KeyringDuty::new(keyring));
         duties.push(Arc::new(heartbeats));
         tasks.push(leader::spawn(

@@ -69,9 +69,9 @@ use node::{
     NodeUpdateDrainRequest, NodeUpdateEligibilityRequest, NodeUpdateStatusRequest,
 };
 use operator::{
-    BrokerStatsRequest, KeyringDeleteRequest, KeyringRotateRequest, BrokerStatsResponse, RaftJoinRequest, RaftRemovePeerRequest,
-    ReconcileSummariesRequest, SchedulerSetConfigRequest, SchedulerSetConfigResponse,
-    SnapshotRestoreRequest, SystemGcRequest, SystemGcResponse,
+    BrokerStatsRequest, BrokerStatsResponse, KeyringDeleteRequest, KeyringRotateRequest,
+    RaftJoinRequest, RaftRemovePeerRequest, ReconcileSummariesRequest, SchedulerSetConfigRequest,
+    SchedulerSetConfigResponse, SnapshotRestoreRequest, SystemGcRequest, SystemGcResponse,
 };
 use service_reg::{
     ServiceRegistrationDeleteRequest, ServiceRegistrationListRequest,

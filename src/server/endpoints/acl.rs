@@ -201,8 +201,7 @@ pub fn resolve_token(
     let snap = ep.node().state().snapshot();
     if crate::keyring::looks_like_jwt(&req.secret_id) {
         let claims = ep.keyring().verify(&snap, &req.secret_id);
-        let identity =
-            crate::server::acl::workload_identity(&snap, claims).map_err(denied)?;
+        let identity = crate::server::acl::workload_identity(&snap, claims).map_err(denied)?;
         return Ok(AclResolvedToken {
             token: None,
             policies: Vec::new(),

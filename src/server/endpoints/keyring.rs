@@ -44,10 +44,14 @@ fn claims_for(
     let alloc = snap
         .alloc_by_id(&req.alloc_id)
         .ok_or("allocation does not exist")?;
-    if alloc.client_terminal_status() || alloc.server_terminal_status() {
+    // A stopping allocation's tasks (poststop tasks, renewals during a shutdown delay)
+    // still get theirs, as in Nomad: only a finished allocation is refused.
+    if alloc.client_terminal_status() {
         return Err("allocation is terminal".into());
     }
-    let job = snap.alloc_job(alloc).ok_or("allocation's job does not exist")?;
+    let job = snap
+        .alloc_job(alloc)
+        .ok_or("allocation's job does not exist")?;
     let task = job
         .task_groups
         .iter()
@@ -65,7 +69,12 @@ fn claims_for(
             .cloned()
             .ok_or_else(|| format!("identity {:?} not found", req.identity))?
     };
-    let WorkloadIdentity { name, audience, ttl, .. } = identity;
+    let WorkloadIdentity {
+        name,
+        audience,
+        ttl,
+        ..
+    } = identity;
     let now_secs = now / NANOS;
     let ttl_nanos = i64::try_from(ttl).unwrap_or(i64::MAX);
     let expiration = (ttl > 0).then(|| now.saturating_add(ttl_nanos));
@@ -130,7 +139,10 @@ pub async fn sign_identities(
 }
 
 /// `Keyring.Rotate`.
-pub async fn rotate(ep: &Endpoints, req: KeyringRotateRequest) -> Result<RootKeyMeta, ServiceError> {
+pub async fn rotate(
+    ep: &Endpoints,
+    req: KeyringRotateRequest,
+) -> Result<RootKeyMeta, ServiceError> {
     ep.keyring()
         .rotate(req.publish_time)
         .await

@@ -521,7 +521,11 @@ impl RpcHandler for ServerRpc {
                     }
                     _ => origin_of(endpoints.node(), ctx.from),
                 };
-                if endpoints.acl_enabled() && !authz::is_own_leave(origin, &call, ctx.tls, ctx.role)
+                // A workload identity is trusted outside the cluster (the JWKS is public): it
+                // is signed only for the node running the allocation, ACLs on or off.
+                let always_checked = matches!(call, ServiceRequest::AllocSignIdentities(_));
+                if (endpoints.acl_enabled() || always_checked)
+                    && !authz::is_own_leave(origin, &call, ctx.tls, ctx.role)
                 {
                     if let Err(e) = authz::authorize(&endpoints, origin, token.as_deref(), &call) {
                         tracing::debug!(method = call.method().name, peer = %ctx.peer_addr, ?origin, error = %e, "call refused by ACL");
@@ -560,7 +564,7 @@ impl RpcHandler for ServerRpc {
                 // Only to another raft member (the role check has made sure of a server
                 // certificate where TLS names roles).
                 RpcRequest::KeyringKek(kek_id) => {
-                    let member = matches!(origin_of(&node, ctx.from), Origin::Server(_));
+                    let member = is_peer_server(&node, &ctx);
                     let kek = endpoints
                         .filter(|_| member)
                         .and_then(|ep| ep.keyring().local_kek(&kek_id));
@@ -578,6 +582,17 @@ impl RpcHandler for ServerRpc {
             })
         })
     }
+}
+
+/// Whether the sender of `ctx` is another server of the cluster: with TLS, by the server
+/// role of its certificate; without TLS only by the raft id in the frame header naming a
+/// member, a claim anyone who can reach the port can make (as without TLS in Nomad, whose
+/// keyring is then open to the same callers; docs/operations.md says to use mutual TLS).
+fn is_peer_server(node: &RaftNode, ctx: &RequestContext) -> bool {
+    if ctx.from == node.id() || ctx.from == 0 || !node.is_member(ctx.from) {
+        return false;
+    }
+    !ctx.tls || ctx.role == Some(crate::util::tls::PeerRole::Server)
 }
 
 /// Where a call on the RPC port comes from: the sender's raft id from the frame header.

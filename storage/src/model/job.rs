@@ -698,7 +698,11 @@ fn canonicalize_identities(task: &mut Task) {
     for identity in &mut task.identities {
         identity.canonicalize();
     }
-    if let Some(at) = task.identities.iter().position(WorkloadIdentity::is_default) {
+    if let Some(at) = task
+        .identities
+        .iter()
+        .position(WorkloadIdentity::is_default)
+    {
         let default = task.identities.remove(at);
         task.identity = Some(default);
     }

@@ -400,7 +400,10 @@ impl WorkloadIdentity {
     /// Nomad's checks, as `Identity "<name>" is invalid: …` lines.
     pub fn validate(&self, at: &str, errors: &mut Vec<String>) {
         let mut bad = |reason: String| {
-            errors.push(format!("{at}: Identity {:?} is invalid: {reason}", self.name));
+            errors.push(format!(
+                "{at}: Identity {:?} is invalid: {reason}",
+                self.name
+            ));
         };
         let name_ok = !self.name.is_empty()
             && self.name.len() <= 128
@@ -416,7 +419,10 @@ impl WorkloadIdentity {
         }
         for (i, aud) in self.audience.iter().enumerate() {
             if aud.is_empty() {
-                bad(format!("an empty string is an invalid audience ({})", i + 1));
+                bad(format!(
+                    "an empty string is an invalid audience ({})",
+                    i + 1
+                ));
             }
         }
         match self.change_mode.as_str() {
@@ -450,14 +456,18 @@ impl WorkloadIdentity {
         let mut out = Vec::new();
         let prefix = format!("{at}: Identity[{}]", self.name);
         if self.audience.is_empty() {
-            out.push(format!("{prefix}: identities without an audience are insecure"));
+            out.push(format!(
+                "{prefix}: identities without an audience are insecure"
+            ));
         } else if self.audience.len() > 1 {
             out.push(format!(
                 "{prefix}: while multiple audiences is allowed, it is more secure to use 1 audience per identity"
             ));
         }
         if !self.is_default() && self.ttl == 0 {
-            out.push(format!("{prefix}: identities without an expiration are insecure"));
+            out.push(format!(
+                "{prefix}: identities without an expiration are insecure"
+            ));
         }
         if self.env && self.change_mode != "restart" {
             out.push(format!(
@@ -487,4 +497,3 @@ impl WorkloadIdentity {
         }
     }
 }
-

@@ -11,8 +11,7 @@ use std::sync::Arc;
 use crate::model::{
     AclPolicy, AclToken, AllocId, Allocation, ClusterMeta, Deployment, Evaluation, Job, JobId,
     JobSummary, Namespace, NamespaceSpec, Node, PeriodicLaunch, Resources, RootKey, RootKeyState,
-    SchedulerConfiguration,
-    ServiceRegistration, DEFAULT_NAMESPACE,
+    SchedulerConfiguration, ServiceRegistration, DEFAULT_NAMESPACE,
 };
 use crate::state::tables::{SecondaryIndex, Table, Tables};
 

@@ -38,6 +38,8 @@ const RETRY: Duration = Duration::from_secs(2);
 pub struct IdentityHook {
     /// Stops the renewal loop of the current run.
     renewing: Mutex<Option<CancellationToken>>,
+    /// When each identity given at the last start expires (Unix nanoseconds), by name.
+    expires: Mutex<BTreeMap<String, i64>>,
 }
 
 impl std::fmt::Debug for IdentityHook {
@@ -64,12 +66,30 @@ pub fn renew_after(now: i64, expires: i64, jitter: f64) -> Duration {
     wait.max(MIN_RENEW_WAIT)
 }
 
+/// Why identities were not signed.
+#[derive(Debug)]
+enum SignError {
+    /// The servers could not be asked, or failed: asking again may work.
+    Unavailable(String),
+    /// The servers refused (the allocation is gone or finished, the identity unknown):
+    /// asking again will not help.
+    Refused(String),
+}
+
+impl std::fmt::Display for SignError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            SignError::Unavailable(e) | SignError::Refused(e) => f.write_str(e),
+        }
+    }
+}
+
 async fn sign(
     servers: &Servers,
     alloc_id: &str,
     task: &str,
     names: &[String],
-) -> Result<Vec<SignedWorkloadIdentity>, String> {
+) -> Result<Vec<SignedWorkloadIdentity>, SignError> {
     let answer = servers
         .alloc_sign_identities(AllocSignIdentitiesRequest {
             identities: names
@@ -82,9 +102,12 @@ async fn sign(
                 .collect(),
         })
         .await
-        .map_err(|e| e.to_string())?;
+        .map_err(|e| SignError::Unavailable(e.to_string()))?;
     if let Some((req, why)) = answer.rejections.first() {
-        return Err(format!("identity {:?} refused: {why}", req.identity));
+        return Err(SignError::Refused(format!(
+            "identity {:?} refused: {why}",
+            req.identity
+        )));
     }
     Ok(answer.signed)
 }
@@ -97,7 +120,7 @@ fn deliver(
     env: &mut BTreeMap<String, String>,
 ) -> Result<(), String> {
     if identity.file {
-        write_task_file(&ctx.task_dir, &identity.file_path(), jwt.as_bytes(), 0o644)
+        write_task_file(&ctx.task_dir, &identity.file_path(), jwt.as_bytes(), 0o600)
             .map_err(|e| format!("writing identity {:?}: {e}", identity.name))?;
     }
     if identity.env {
@@ -130,7 +153,9 @@ impl TaskHook for IdentityHook {
             let signed = loop {
                 match sign(servers, &ctx.alloc_id, &ctx.task.name, &names).await {
                     Ok(signed) => break signed,
-                    Err(e) if tokio::time::Instant::now() + RETRY < deadline => {
+                    Err(SignError::Unavailable(e))
+                        if tokio::time::Instant::now() + RETRY < deadline =>
+                    {
                         debug!(error = %e, "workload identities not signed yet; retrying");
                         tokio::time::sleep(RETRY).await;
                     }
@@ -142,6 +167,7 @@ impl TaskHook for IdentityHook {
                     }
                 }
             };
+            let mut expires = BTreeMap::new();
             for identity in identities {
                 let Some(token) = signed.iter().find(|s| s.identity == identity.name) else {
                     return Err(HookError::recoverable(
@@ -151,7 +177,11 @@ impl TaskHook for IdentityHook {
                 };
                 deliver(ctx, identity, &token.jwt, &mut prepared.env)
                     .map_err(|e| HookError::recoverable(self.name(), e))?;
+                if let Some(at) = token.expiration {
+                    expires.insert(identity.name.clone(), at);
+                }
             }
+            *self.expires.lock().unwrap_or_else(|p| p.into_inner()) = expires;
             Ok(())
         })
     }
@@ -179,11 +209,23 @@ impl TaskHook for IdentityHook {
             {
                 old.cancel();
             }
+            let expires = self
+                .expires
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .clone();
             for identity in renewable {
+                // Counted from when the token given at start was signed (before the start).
+                let ttl = i64::try_from(identity.ttl).unwrap_or(i64::MAX);
+                let first_expiry = expires
+                    .get(&identity.name)
+                    .copied()
+                    .unwrap_or_else(|| now_nanos().saturating_add(ttl));
                 tokio::spawn(renew_loop(
                     ctx.clone(),
                     servers.clone(),
                     identity,
+                    first_expiry,
                     stop.clone(),
                 ));
             }
@@ -224,19 +266,23 @@ impl IdentityHook {
 }
 
 /// Renews `identity` before it expires, for as long as the task runs this time.
+fn now_nanos() -> i64 {
+    crate::util::system_clock().now_unix_nanos()
+}
+
+/// Renews `identity` (whose current token expires at `expires`) before it expires, for as
+/// long as the task runs this time; a refusal (the allocation finished, the identity gone)
+/// ends it.
 async fn renew_loop(
     ctx: HookCtx,
     servers: std::sync::Arc<Servers>,
     identity: WorkloadIdentity,
+    mut expires: i64,
     stop: CancellationToken,
 ) {
-    let now = || crate::util::system_clock().now_unix_nanos();
-    let ttl = i64::try_from(identity.ttl).unwrap_or(i64::MAX);
-    // The token given at start was signed just before it; renewal is counted from then.
-    let mut expires = now().saturating_add(ttl);
     loop {
         let jitter = rand::thread_rng().gen_range(0.0..0.1);
-        let wait = renew_after(now(), expires, jitter);
+        let wait = renew_after(now_nanos(), expires, jitter);
         tokio::select! {
             _ = stop.cancelled() => return,
             _ = tokio::time::sleep(wait) => {}
@@ -246,7 +292,13 @@ async fn renew_loop(
             match sign(&servers, &ctx.alloc_id, &ctx.task.name, &names).await {
                 Ok(mut signed) if !signed.is_empty() => break signed.remove(0),
                 Ok(_) => warn!(identity = %identity.name, "identity renewal answered nothing"),
-                Err(e) => warn!(identity = %identity.name, error = %e, "identity renewal failed; retrying"),
+                Err(SignError::Refused(e)) => {
+                    info!(identity = %identity.name, reason = %e, "identity no longer renewed");
+                    return;
+                }
+                Err(e) => {
+                    warn!(identity = %identity.name, error = %e, "identity renewal failed; retrying")
+                }
             }
             tokio::select! {
                 _ = stop.cancelled() => return,
@@ -270,13 +322,15 @@ async fn renew_loop(
                 reason: Some(reason),
                 reply,
             }),
-            "signal" => crate::client::signal::parse(&identity.change_signal).map(
-                |(name, signal)| TaskControl::Signal {
-                    name,
-                    signal,
-                    reply,
-                },
-            ),
+            "signal" => {
+                crate::client::signal::parse(&identity.change_signal).map(|(name, signal)| {
+                    TaskControl::Signal {
+                        name,
+                        signal,
+                        reply,
+                    }
+                })
+            }
             _ => None,
         };
         if let Some(msg) = control_msg {

@@ -30,14 +30,18 @@ impl WriteTxn {
                 .t
                 .root_keys
                 .values()
-                .filter(|k| k.meta.state == RootKeyState::Active && k.meta.key_id != key.meta.key_id)
+                .filter(|k| {
+                    k.meta.state == RootKeyState::Active && k.meta.key_id != key.meta.key_id
+                })
                 .cloned()
                 .collect();
             for old in others {
                 let mut old = (*old).clone();
                 old.meta.state = RootKeyState::Inactive;
                 old.meta.modify_index = index;
-                self.t.root_keys.insert(old.meta.key_id.clone(), Arc::new(old));
+                self.t
+                    .root_keys
+                    .insert(old.meta.key_id.clone(), Arc::new(old));
             }
         } else if key.meta.state == RootKeyState::Active
             && self
