@@ -1,7 +1,8 @@
 //! The client's task runtime (issue 47) against real agents and real processes:
 //!
-//! - Nomad's `job init` example as written (ephemeral disk, shutdown delay) is refused only
-//!   for its `ui` and `identity` blocks (other issues'); run with a `raw_exec` task and logs, its output lands in `alloc/logs/redis.stdout.<n>`, rotated
+//! - Nomad's `job init` example as written (ephemeral disk, shutdown delay, `ui`, workload
+//!   `identity`) is accepted whole; run with a `raw_exec` task and logs, its output lands in
+//!   `alloc/logs/redis.stdout.<n>`, rotated
 //!   at `max_file_size` with `max_files` kept, and a stop withdraws its service, waits its
 //!   `shutdown_delay` (10 s as written), then signals it;
 //! - a client killed with SIGKILL while its task writes, then started again, loses no line
@@ -184,8 +185,7 @@ async fn nomad_s_job_init_example_runs_its_logs_rotate_and_its_stop_waits_the_sh
     let log = tempfile::NamedTempFile::new()?;
     let (_agent, api) = dev_agent(&ip, &log).await?;
 
-    // As written (a docker task), the example is refused only for the blocks other issues
-    // build: ephemeral_disk, shutdown_delay and the rest are accepted.
+    // As written (a docker task), the example is accepted whole.
     let example = parse_hcl(&api, &job_init_example_hcl()).await?;
     let checked: Value = api
         .request(

@@ -1,6 +1,6 @@
 # Nomad's own `nomad job init` example (hashicorp/nomad, command/asset/example.nomad.hcl),
-# reproduced unchanged below this comment. teamster refuses it by name for its `identity`
-# block, and acts on the rest.
+# reproduced unchanged below this comment. teamster acts on all of it (its `identity`
+# block gives the task its workload identity token).
 
 # There can only be a single job definition per file. This job is named
 # "example" so it will create a job with the ID and Name "example".
