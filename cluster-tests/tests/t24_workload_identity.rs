@@ -331,6 +331,53 @@ async fn tasks_get_verifiable_identities_that_the_api_takes_for_what_workloads_m
         "a token whose signature does not verify"
     );
 
+    // Its job's variables are its to read, without a policy; others' are not.
+    for (path, own) in [
+        ("nomad/jobs/wid", true),
+        ("nomad/jobs/other", false),
+        ("app/x", false),
+    ] {
+        let (s, body) = call(
+            Method::PUT,
+            &format!("{}/v1/var/{path}", base(&c, leader)),
+            Some(&root),
+            Some(json!({ "Items": { "k": "v" } })),
+        )
+        .await;
+        assert_eq!(s, StatusCode::OK, "{body}");
+        let (s, body) = call(
+            Method::GET,
+            &format!("{}/v1/var/{path}", base(&c, leader)),
+            Some(&env_token),
+            None,
+        )
+        .await;
+        let want = if own {
+            StatusCode::OK
+        } else {
+            StatusCode::FORBIDDEN
+        };
+        assert_eq!(s, want, "{path}: {body}");
+    }
+    let (s, _) = call(
+        Method::PUT,
+        &format!("{}/v1/var/nomad/jobs/wid", base(&c, leader)),
+        Some(&env_token),
+        Some(json!({ "Items": { "k": "w" } })),
+    )
+    .await;
+    assert_eq!(s, StatusCode::FORBIDDEN, "reading is not writing");
+    for path in ["nomad/jobs/wid", "nomad/jobs/other", "app/x"] {
+        let (s, _) = call(
+            Method::DELETE,
+            &format!("{}/v1/var/{path}", base(&c, leader)),
+            Some(&root),
+            None,
+        )
+        .await;
+        assert_eq!(s, StatusCode::NO_CONTENT);
+    }
+
     // The KEK never reaches the raft log or its snapshots on disk.
     let keystore = c.servers[leader].data_dir.join("server/keystore");
     let kek_files: Vec<_> = std::fs::read_dir(&keystore)?
@@ -504,5 +551,345 @@ async fn tasks_get_verifiable_identities_that_the_api_takes_for_what_workloads_m
     .await;
     assert_eq!(s, StatusCode::OK, "the new key's tokens still work");
     drop(client);
+    Ok(())
+}
+
+/// Every file under `dirs` whose bytes contain `needle`.
+fn files_containing(dirs: &[std::path::PathBuf], needle: &[u8]) -> Vec<std::path::PathBuf> {
+    let mut files = Vec::new();
+    for dir in dirs {
+        files_under(dir, &mut files);
+    }
+    files
+        .into_iter()
+        .filter(|f| contains(&std::fs::read(f).unwrap_or_default(), needle))
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn variables_are_encrypted_at_rest_checked_and_set_and_scoped_by_policy() -> anyhow::Result<()>
+{
+    teamster_cluster_tests::init_test_tracing();
+    let mut c = ProcessCluster::start(
+        3,
+        ClusterOptions {
+            extra_toml: "\n[acl]\nenabled = true\n".into(),
+            raft_toml: "snapshot_threshold = 20\ntrailing_logs = 5\n".into(),
+            ..ClusterOptions::default()
+        },
+    )?;
+    let leader = c.wait_leader(Duration::from_secs(30)).await?;
+    let url = |c: &ProcessCluster, i: usize, p: &str| format!("{}{p}", c.servers[i].http_addr());
+    let (s, boot) = call(
+        Method::PUT,
+        &url(&c, leader, "/v1/acl/bootstrap"),
+        None,
+        None,
+    )
+    .await;
+    assert_eq!(s, StatusCode::OK, "{boot}");
+    let root = boot["SecretID"].as_str().unwrap_or_default().to_string();
+    wait_for(Duration::from_secs(20), "the first root key", || async {
+        let (_, v) = call(
+            Method::GET,
+            &url(&c, leader, "/.well-known/jwks.json"),
+            None,
+            None,
+        )
+        .await;
+        v["keys"]
+            .as_array()
+            .is_some_and(|k| !k.is_empty())
+            .then_some(())
+    })
+    .await?;
+
+    // Written, read back (from a follower too), listed.
+    let secret = "hunter2-7f3a9c";
+    let (s, written) = call(
+        Method::PUT,
+        &url(&c, leader, "/v1/var/app/db"),
+        Some(&root),
+        Some(json!({ "Items": { "user": "app", "password": secret } })),
+    )
+    .await;
+    assert_eq!(s, StatusCode::OK, "{written}");
+    assert_eq!(written["Items"]["password"], secret);
+    assert_eq!(written["Path"], "app/db");
+    let first_index = written["ModifyIndex"].as_u64().unwrap_or_default();
+    assert!(first_index > 0);
+    let follower = (leader + 1) % 3;
+    let read = wait_for(
+        Duration::from_secs(10),
+        "the variable on a follower",
+        || async {
+            let (s, v) = call(
+                Method::GET,
+                &url(&c, follower, "/v1/var/app/db"),
+                Some(&root),
+                None,
+            )
+            .await;
+            (s == StatusCode::OK).then_some(v)
+        },
+    )
+    .await?;
+    assert_eq!(read["Items"]["user"], "app");
+    let (s, missing) = call(
+        Method::GET,
+        &url(&c, leader, "/v1/var/app/none"),
+        Some(&root),
+        None,
+    )
+    .await;
+    assert_eq!(s, StatusCode::NOT_FOUND, "{missing}");
+    let (s, bad) = call(
+        Method::PUT,
+        &url(&c, leader, "/v1/var/app/empty"),
+        Some(&root),
+        Some(json!({ "Items": {} })),
+    )
+    .await;
+    assert_eq!(s, StatusCode::BAD_REQUEST);
+    assert!(
+        bad.as_str()
+            .is_some_and(|t| t.contains("missing required Items")),
+        "{bad}"
+    );
+    let (s, _) = call(
+        Method::PUT,
+        &url(&c, leader, "/v1/var/nomad/other"),
+        Some(&root),
+        Some(json!({ "Items": { "a": "b" } })),
+    )
+    .await;
+    assert_eq!(s, StatusCode::BAD_REQUEST, "a reserved path");
+
+    // Check-and-set: a stale index is a 409 with the current variable; the right one writes.
+    let (s, conflict) = call(
+        Method::PUT,
+        &url(&c, leader, "/v1/var/app/db?cas=0"),
+        Some(&root),
+        Some(json!({ "Items": { "user": "other" } })),
+    )
+    .await;
+    assert_eq!(s, StatusCode::CONFLICT, "{conflict}");
+    assert_eq!(conflict["Items"]["user"], "app");
+    assert_eq!(conflict["ModifyIndex"].as_u64(), Some(first_index));
+    let (s, v2) = call(
+        Method::PUT,
+        &url(&c, leader, &format!("/v1/var/app/db?cas={first_index}")),
+        Some(&root),
+        Some(json!({ "Items": { "user": "app2", "password": secret } })),
+    )
+    .await;
+    assert_eq!(s, StatusCode::OK, "{v2}");
+    assert_eq!(
+        v2["CreateIndex"].as_u64(),
+        Some(first_index),
+        "created once"
+    );
+    let (s, _) = call(
+        Method::PUT,
+        &url(&c, leader, "/v1/var/app/cache?cas=0"),
+        Some(&root),
+        Some(json!({ "Items": { "ttl": "60" } })),
+    )
+    .await;
+    assert_eq!(s, StatusCode::OK, "cas=0 creates a new one");
+
+    // Nothing in the clear on disk: not in any server's raft log, snapshots or state.
+    let dirs: Vec<_> = c
+        .servers
+        .iter()
+        .map(|s| s.data_dir.join("server"))
+        .collect();
+    for i in 0..30 {
+        // Enough writes for a raft snapshot (threshold 20) to hold the variables.
+        let (s, _) = call(
+            Method::PUT,
+            &url(&c, leader, &format!("/v1/var/fill/{i}")),
+            Some(&root),
+            Some(json!({ "Items": { "n": i.to_string() } })),
+        )
+        .await;
+        assert_eq!(s, StatusCode::OK);
+    }
+    let leaked = files_containing(&dirs, secret.as_bytes());
+    assert!(leaked.is_empty(), "the secret is on disk in {leaked:?}");
+
+    // A policy: read under app/, nothing else.
+    let (s, _) = call(
+        Method::PUT,
+        &url(&c, leader, "/v1/acl/policy/app-read"),
+        Some(&root),
+        Some(json!({
+            "Name": "app-read",
+            "Rules": "namespace \"default\" {\n variables {\n path \"app/*\" { capabilities = [\"read\"] }\n }\n}"
+        })),
+    )
+    .await;
+    assert_eq!(s, StatusCode::OK);
+    let (_, token) = call(
+        Method::PUT,
+        &url(&c, leader, "/v1/acl/token"),
+        Some(&root),
+        Some(json!({ "Name": "reader", "Type": "client", "Policies": ["app-read"] })),
+    )
+    .await;
+    let reader = token["SecretID"].as_str().unwrap_or_default().to_string();
+    let (s, v) = call(
+        Method::GET,
+        &url(&c, leader, "/v1/var/app/db"),
+        Some(&reader),
+        None,
+    )
+    .await;
+    assert_eq!(s, StatusCode::OK, "{v}");
+    let (s, _) = call(
+        Method::PUT,
+        &url(&c, leader, "/v1/var/app/db"),
+        Some(&reader),
+        Some(json!({ "Items": { "user": "x" } })),
+    )
+    .await;
+    assert_eq!(s, StatusCode::FORBIDDEN, "read is not write");
+    let (s, _) = call(
+        Method::GET,
+        &url(&c, leader, "/v1/var/fill/1"),
+        Some(&reader),
+        None,
+    )
+    .await;
+    assert_eq!(s, StatusCode::FORBIDDEN);
+    let (s, listed) = call(
+        Method::GET,
+        &url(&c, leader, "/v1/vars"),
+        Some(&reader),
+        None,
+    )
+    .await;
+    assert_eq!(s, StatusCode::OK, "{listed}");
+    let paths: Vec<&str> = listed
+        .as_array()
+        .map(|l| l.iter().filter_map(|v| v["Path"].as_str()).collect())
+        .unwrap_or_default();
+    assert_eq!(
+        paths,
+        ["app/cache", "app/db"],
+        "only what the token may list"
+    );
+    assert!(listed[0].get("Items").is_none(), "lists carry no items");
+    let (s, _) = call(Method::GET, &url(&c, leader, "/v1/vars"), None, None).await;
+    assert_eq!(s, StatusCode::FORBIDDEN, "no variables rule at all");
+
+    // Rotation: the variables still decrypt; their key cannot be removed.
+    let (_, keys) = call(
+        Method::GET,
+        &url(&c, leader, "/v1/operator/keyring/keys"),
+        Some(&root),
+        None,
+    )
+    .await;
+    let old_key = keys[0]["KeyID"].as_str().unwrap_or_default().to_string();
+    let (s, _) = call(
+        Method::PUT,
+        &url(&c, leader, "/v1/operator/keyring/rotate"),
+        Some(&root),
+        None,
+    )
+    .await;
+    assert_eq!(s, StatusCode::OK);
+    let (s, v) = call(
+        Method::GET,
+        &url(&c, follower, "/v1/var/app/db?stale=true"),
+        Some(&root),
+        None,
+    )
+    .await;
+    assert_eq!(s, StatusCode::OK, "{v}");
+    assert_eq!(v["Items"]["user"], "app2");
+    let (s, refused) = call(
+        Method::DELETE,
+        &url(&c, leader, &format!("/v1/operator/keyring/key/{old_key}")),
+        Some(&root),
+        None,
+    )
+    .await;
+    assert_eq!(s, StatusCode::BAD_REQUEST, "{refused}");
+
+    // Deleted with check-and-set; gone.
+    let (s, _) = call(
+        Method::DELETE,
+        &url(&c, leader, "/v1/var/app/cache?cas=1"),
+        Some(&root),
+        None,
+    )
+    .await;
+    assert_eq!(s, StatusCode::CONFLICT);
+    let (s, _) = call(
+        Method::DELETE,
+        &url(&c, leader, "/v1/var/app/cache"),
+        Some(&root),
+        None,
+    )
+    .await;
+    assert_eq!(s, StatusCode::NO_CONTENT);
+    let (s, _) = call(
+        Method::GET,
+        &url(&c, leader, "/v1/var/app/cache"),
+        Some(&root),
+        None,
+    )
+    .await;
+    assert_eq!(s, StatusCode::NOT_FOUND);
+
+    // A new leader reads and writes them (every server has the KEK).
+    wait_for(
+        Duration::from_secs(20),
+        "the KEK on every server",
+        || async {
+            c.servers
+                .iter()
+                .all(|s| {
+                    std::fs::read_dir(s.data_dir.join("server/keystore"))
+                        .map(|d| {
+                            d.flatten()
+                                .filter(|e| e.path().extension().is_some_and(|x| x == "kek"))
+                                .count()
+                        })
+                        .unwrap_or(0)
+                        >= 1
+                })
+                .then_some(())
+        },
+    )
+    .await?;
+    c.kill(leader);
+    let leader = c.wait_leader(Duration::from_secs(30)).await?;
+    let v = wait_for(
+        Duration::from_secs(20),
+        "the variable on the new leader",
+        || async {
+            let (s, v) = call(
+                Method::GET,
+                &url(&c, leader, "/v1/var/app/db"),
+                Some(&root),
+                None,
+            )
+            .await;
+            (s == StatusCode::OK).then_some(v)
+        },
+    )
+    .await?;
+    assert_eq!(v["Items"]["password"], secret);
+    let (s, _) = call(
+        Method::PUT,
+        &url(&c, leader, "/v1/var/app/after"),
+        Some(&root),
+        Some(json!({ "Items": { "k": "v" } })),
+    )
+    .await;
+    assert_eq!(s, StatusCode::OK);
     Ok(())
 }

@@ -7,7 +7,7 @@
 
 use std::collections::HashMap;
 
-use crate::acl::policy::{CapSet, Capability, Level, Policy};
+use crate::acl::policy::{CapSet, Capability, Level, Policy, VarCap, VarCaps};
 
 /// What a request needs.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -33,6 +33,10 @@ pub enum Need {
     /// Reading service registrations in this namespace: `read-job` there, or any workload
     /// identity (Nomad lets every workload look services up, for its templates).
     ServiceRead(String),
+    /// A variables capability at a path of a namespace.
+    Variable(String, String, VarCap),
+    /// Any variables rule in this namespace (lists are then filtered path by path).
+    VariableSearch(String),
     /// A management token.
     Management,
 }
@@ -43,6 +47,11 @@ pub struct Acl {
     management: bool,
     /// A workload identity's (no policy of its own yet).
     workload: bool,
+    /// A workload's own place: namespace, job, group, task (its implicit variables).
+    claim: Option<WorkloadClaim>,
+    /// Variables rules by `<namespace>\0<path>`, exact ones and globs.
+    variables_exact: HashMap<String, VarCaps>,
+    variables_globs: Vec<(String, VarCaps)>,
     exact: HashMap<String, CapSet>,
     globs: Vec<(String, CapSet)>,
     node: Level,
@@ -59,10 +68,12 @@ impl Acl {
         }
     }
 
-    /// A workload identity's: service lookups, nothing else.
-    pub fn workload() -> Acl {
+    /// A workload identity's: service lookups, and reading the variables of its own job's
+    /// paths (`nomad/jobs`, `nomad/jobs/<job>[/<group>[/<task>]]`), nothing else.
+    pub fn workload(claim: WorkloadClaim) -> Acl {
         Acl {
             workload: true,
+            claim: Some(claim),
             ..Acl::default()
         }
     }
@@ -76,7 +87,17 @@ impl Acl {
     pub fn from_policies<'a>(policies: impl IntoIterator<Item = &'a Policy>) -> Acl {
         let mut acl = Acl::default();
         let mut namespaces: HashMap<String, CapSet> = HashMap::new();
+        let mut variables: HashMap<String, VarCaps> = HashMap::new();
         for p in policies {
+            for (ns, path, caps) in &p.variables {
+                let key = format!("{ns}\0{path}");
+                let merged = variables
+                    .get(&key)
+                    .copied()
+                    .unwrap_or_default()
+                    .merge(*caps);
+                variables.insert(key, merged);
+            }
             for (name, caps) in &p.namespaces {
                 let merged = namespaces
                     .get(name)
@@ -89,6 +110,14 @@ impl Acl {
             acl.agent = acl.agent.merge(p.agent);
             acl.operator = acl.operator.merge(p.operator);
         }
+        for (key, caps) in variables {
+            if key.contains('*') {
+                acl.variables_globs.push((key, caps));
+            } else {
+                acl.variables_exact.insert(key, caps);
+            }
+        }
+        acl.variables_globs.sort();
         for (name, caps) in namespaces {
             if name.contains('*') {
                 acl.globs.push((name, caps));
@@ -150,8 +179,90 @@ impl Acl {
             Need::ServiceRead(ns) => {
                 self.workload || self.allows_namespace(ns, &[Capability::ReadJob])
             }
+            Need::Variable(ns, path, cap) => {
+                self.variable_caps(ns, path).is_some_and(|c| c.has(*cap))
+            }
+            Need::VariableSearch(ns) => self.may_search_variables(ns),
             Need::Management => false,
         }
+    }
+}
+
+/// Where a workload identity's task runs: its implicit variables are its job's.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct WorkloadClaim {
+    /// The allocation's namespace.
+    pub namespace: String,
+    /// The job (the parent's ID for a child).
+    pub job: String,
+    /// The group.
+    pub group: String,
+    /// The task.
+    pub task: String,
+}
+
+impl WorkloadClaim {
+    /// Whether `path` in `namespace` is one of the paths a workload reads without a policy
+    /// (Nomad's: `nomad/jobs`, `nomad/jobs/<job>`, `…/<group>`, `…/<group>/<task>`,
+    /// exactly).
+    pub fn owns_variable(&self, namespace: &str, path: &str) -> bool {
+        namespace == self.namespace
+            && (path == "nomad/jobs"
+                || path == format!("nomad/jobs/{}", self.job)
+                || path == format!("nomad/jobs/{}/{}", self.job, self.group)
+                || path == format!("nomad/jobs/{}/{}/{}", self.job, self.group, self.task))
+    }
+}
+
+impl Acl {
+    /// What may be done with the variable at `path` in `namespace`: the exact rule, else a
+    /// workload's own paths (read and list), else the closest glob (Nomad's order).
+    pub fn variable_caps(&self, namespace: &str, path: &str) -> Option<VarCaps> {
+        if self.management {
+            return Some(VarCaps::of(&[
+                VarCap::Read,
+                VarCap::Write,
+                VarCap::List,
+                VarCap::Destroy,
+            ]));
+        }
+        let key = format!("{namespace}\0{path}");
+        if let Some(caps) = self.variables_exact.get(&key) {
+            return Some(*caps);
+        }
+        if self
+            .claim
+            .as_ref()
+            .is_some_and(|c| c.owns_variable(namespace, path))
+        {
+            return Some(VarCaps::of(&[VarCap::Read, VarCap::List]));
+        }
+        self.variables_globs
+            .iter()
+            .filter(|(glob, _)| glob_match(glob, &key))
+            .min_by_key(|(glob, _)| key.len() - glob.replace('*', "").len())
+            .map(|(_, caps)| *caps)
+    }
+
+    /// Whether it has any variables rule in `namespace` (every namespace for `*`): lists
+    /// are then filtered path by path.
+    pub fn may_search_variables(&self, namespace: &str) -> bool {
+        if self.management {
+            return true;
+        }
+        if self
+            .claim
+            .as_ref()
+            .is_some_and(|c| namespace == "*" || c.namespace == namespace)
+        {
+            return true;
+        }
+        let in_ns = |key: &str| {
+            let (ns, _) = key.split_once('\0').unwrap_or((key, ""));
+            namespace == "*" || ns == namespace || (ns.contains('*') && glob_match(ns, namespace))
+        };
+        self.variables_exact.keys().any(|k| in_ns(k))
+            || self.variables_globs.iter().any(|(k, _)| in_ns(k))
     }
 }
 

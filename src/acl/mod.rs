@@ -8,8 +8,8 @@
 pub mod compile;
 pub mod policy;
 
-pub use compile::{Acl, Need};
-pub use policy::{parse_policy, Capability, Level, Policy, PolicyError};
+pub use compile::{Acl, Need, WorkloadClaim};
+pub use policy::{parse_policy, Capability, Level, Policy, PolicyError, VarCap, VarCaps};
 
 use std::time::Duration;
 

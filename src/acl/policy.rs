@@ -10,10 +10,12 @@
 //!
 //! A namespace rule has a coarse `policy` (`deny`, `read`, `write`, `scale`) that expands to
 //! capabilities (Nomad's expansion), plus fine-grained `capabilities`; `deny` (as either)
-//! wipes every capability there. Namespace names may be globs with `*`. `node`, `agent` and
-//! `operator` take `deny`, `read` or `write`. Blocks for what teamster does not have
-//! (`quota`, `plugin`, `host_volume`, `node_pool`, namespace `variables`) and any unknown
-//! block, attribute or capability are refused by name, never ignored.
+//! wipes every capability there. Namespace names may be globs with `*`. A namespace's
+//! `variables { path "a/*" { capabilities = ["read", "write", "list", "destroy", "deny"] } }`
+//! rules say what may be done with the variables at those paths (`read` brings `list`,
+//! `deny` wipes the rest). `node`, `agent` and `operator` take `deny`, `read` or `write`.
+//! Blocks for what teamster does not have (`quota`, `plugin`, `host_volume`, `node_pool`)
+//! and any unknown block, attribute or capability are refused by name, never ignored.
 
 use std::collections::BTreeMap;
 
@@ -234,6 +236,77 @@ pub struct Policy {
     pub agent: Level,
     /// The `operator` rule.
     pub operator: Level,
+    /// Variables rules: namespace (name or glob), path (or glob), capabilities.
+    pub variables: Vec<(String, String, VarCaps)>,
+}
+
+/// A set of variables capabilities (`read`, `write`, `list`, `destroy`, `deny`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Default)]
+pub struct VarCaps(u8);
+
+/// One variables capability.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum VarCap {
+    /// `read` (implies `list`).
+    Read,
+    /// `write`.
+    Write,
+    /// `list`.
+    List,
+    /// `destroy`.
+    Destroy,
+    /// `deny`: nothing, whatever else grants.
+    Deny,
+}
+
+impl VarCap {
+    fn bit(self) -> u8 {
+        match self {
+            VarCap::Read => 1,
+            VarCap::Write => 2,
+            VarCap::List => 4,
+            VarCap::Destroy => 8,
+            VarCap::Deny => 16,
+        }
+    }
+
+    fn parse(word: &str) -> Option<VarCap> {
+        Some(match word {
+            "read" => VarCap::Read,
+            "write" => VarCap::Write,
+            "list" => VarCap::List,
+            "destroy" => VarCap::Destroy,
+            "deny" => VarCap::Deny,
+            _ => return None,
+        })
+    }
+}
+
+impl VarCaps {
+    /// The set of `caps`, expanded as Nomad's (`read` brings `list`; `deny` is alone).
+    pub fn of(caps: &[VarCap]) -> VarCaps {
+        let mut bits = caps.iter().fold(0, |acc, c| acc | c.bit());
+        if bits & VarCap::Deny.bit() != 0 {
+            bits = VarCap::Deny.bit();
+        } else if bits & VarCap::Read.bit() != 0 {
+            bits |= VarCap::List.bit();
+        }
+        VarCaps(bits)
+    }
+
+    /// Whether `cap` is granted (never under `deny`).
+    pub fn has(self, cap: VarCap) -> bool {
+        self.0 & VarCap::Deny.bit() == 0 && self.0 & cap.bit() != 0
+    }
+
+    /// Two rules for the same path together: a deny wipes the rest.
+    pub fn merge(self, other: VarCaps) -> VarCaps {
+        if (self.0 | other.0) & VarCap::Deny.bit() != 0 {
+            VarCaps(VarCap::Deny.bit())
+        } else {
+            VarCaps(self.0 | other.0)
+        }
+    }
 }
 
 /// Blocks of Nomad's language that teamster has nothing to act on.
@@ -327,7 +400,12 @@ fn from_json(value: &serde_json::Value) -> Result<Policy, PolicyError> {
         match key.as_str() {
             "namespace" => {
                 for (name, rule) in labelled(rule, "namespace")? {
-                    let caps = namespace_rule(&name, rule)?;
+                    let (caps, variables) = namespace_rule(&name, rule)?;
+                    policy.variables.extend(
+                        variables
+                            .into_iter()
+                            .map(|(path, caps)| (name.clone(), path, caps)),
+                    );
                     let merged = policy
                         .namespaces
                         .get(&name)
@@ -409,7 +487,10 @@ fn string_field(
     }
 }
 
-fn namespace_rule(name: &str, rule: &serde_json::Value) -> Result<CapSet, PolicyError> {
+/// A namespace rule's capabilities and its `variables` rules (path, capabilities).
+type NamespaceRule = (CapSet, Vec<(String, VarCaps)>);
+
+fn namespace_rule(name: &str, rule: &serde_json::Value) -> Result<NamespaceRule, PolicyError> {
     let what = format!("namespace {name:?}");
     if name.is_empty()
         || !name
@@ -422,14 +503,11 @@ fn namespace_rule(name: &str, rule: &serde_json::Value) -> Result<CapSet, Policy
     }
     let map = rule_object(rule, &what)?;
     let mut caps = CapSet::EMPTY;
+    let mut variables = Vec::new();
     for key in map.keys() {
         match key.as_str() {
             "policy" | "capabilities" => {}
-            "variables" => {
-                return Err(PolicyError::Invalid(format!(
-                "{what}: \"variables\" rules are not supported by teamster (it has no variables)"
-            )))
-            }
+            "variables" => variables = variables_rule(&map[key], &what)?,
             other => {
                 return Err(PolicyError::Invalid(format!(
                     "{what}: unknown attribute {other:?}"
@@ -459,7 +537,55 @@ fn namespace_rule(name: &str, rule: &serde_json::Value) -> Result<CapSet, Policy
             )))
         }
     }
-    Ok(caps)
+    Ok((caps, variables))
+}
+
+/// A namespace's `variables { path "a/*" { capabilities = [...] } }`.
+fn variables_rule(
+    rule: &serde_json::Value,
+    what: &str,
+) -> Result<Vec<(String, VarCaps)>, PolicyError> {
+    let what = format!("{what} variables");
+    let map = rule_object(rule, &what)?;
+    let mut out = Vec::new();
+    for (key, value) in map {
+        if key != "path" {
+            return Err(PolicyError::Invalid(format!(
+                "{what}: unknown attribute {key:?}"
+            )));
+        }
+        for (path, rule) in labelled(value, "path")? {
+            if path.starts_with('/') {
+                return Err(PolicyError::Invalid(format!(
+                    "{what}: path {path:?} must not start with \"/\""
+                )));
+            }
+            let what = format!("{what} path {path:?}");
+            let rule = rule_object(rule, &what)?;
+            if let Some(other) = rule.keys().find(|k| *k != "capabilities") {
+                return Err(PolicyError::Invalid(format!(
+                    "{what}: unknown attribute {other:?}"
+                )));
+            }
+            let words = match rule.get("capabilities") {
+                Some(serde_json::Value::Array(items)) => items,
+                _ => {
+                    return Err(PolicyError::Invalid(format!(
+                        "{what}: capabilities must be a list"
+                    )))
+                }
+            };
+            let mut caps = Vec::new();
+            for word in words {
+                let word = word.as_str().unwrap_or_default();
+                caps.push(VarCap::parse(word).ok_or_else(|| {
+                    PolicyError::Invalid(format!("{what}: unknown capability {word:?}"))
+                })?);
+            }
+            out.push((path, VarCaps::of(&caps)));
+        }
+    }
+    Ok(out)
 }
 
 fn coarse_rule(rule: &serde_json::Value, what: &str) -> Result<Level, PolicyError> {
@@ -547,10 +673,10 @@ mod tests {
             (
                 r#"namespace "x" {
                      variables {
-                       path "a/*" { capabilities = ["read"] }
+                       path "a/*" { capabilities = ["peek"] }
                      }
                    }"#,
-                "variables",
+                "peek",
             ),
             (r#"namespace "x" { policy = "admin" }"#, "admin"),
             (r#"namespace "x" { capabilities = ["fly"] }"#, "fly"),
@@ -570,6 +696,19 @@ mod tests {
             let err = parse_policy(rules).unwrap_err().to_string();
             assert!(err.contains(word), "{rules}: {err}");
         }
+        let vars = parse_policy(
+            r#"namespace "x" {
+                 variables {
+                   path "a/*" { capabilities = ["read", "write"] }
+                   path "a/secret" { capabilities = ["deny", "read"] }
+                 }
+               }"#,
+        )
+        .unwrap();
+        assert_eq!(vars.variables.len(), 2);
+        let (_, _, rw) = &vars.variables[0];
+        assert!(rw.has(VarCap::Read) && rw.has(VarCap::List) && !rw.has(VarCap::Destroy));
+        assert!(!vars.variables[1].2.has(VarCap::Read));
         // Empty rules are a policy that grants nothing, as Nomad reads them.
         for empty in ["", "  \n"] {
             assert_eq!(parse_policy(empty).unwrap(), Policy::default());

@@ -45,7 +45,7 @@ pub fn request_token(headers: &HeaderMap) -> Option<String> {
         .filter(|t| !t.is_empty())
 }
 
-/// Tokens a client-only agent resolved through the servers, with when they were resolved.
+/// Tokens a client-only agent resolved through the servers, with until when each is kept.
 #[derive(Default)]
 pub struct RemoteTokens {
     by_secret: Mutex<HashMap<String, (Instant, Identity)>>,
@@ -76,7 +76,7 @@ impl HttpContext {
             .unwrap_or_else(|p| p.into_inner())
             .get(&key)
         {
-            if at.elapsed() < ttl {
+            if Instant::now() < *at {
                 return Ok(id.clone());
             }
         }
@@ -88,15 +88,24 @@ impl HttpContext {
             }
         }
         let token = resolved.token.map(Arc::new);
-        let claims = resolved
+        let claims: Option<Arc<crate::keyring::IdentityClaims>> = resolved
             .workload_claims
             .as_deref()
             .and_then(|c| serde_json::from_str(c).ok())
             .map(Arc::new);
         let acl = if token.as_ref().is_some_and(|t| t.is_management()) {
             Acl::management()
-        } else if claims.is_some() {
-            Acl::workload()
+        } else if let Some(c) = &claims {
+            // `sub` is `<region>:<namespace>:<job>:<group>:<task>:<identity>`; the job may
+            // hold a colon, the group and task do not.
+            let mut parts = c.sub.rsplitn(4, ':');
+            let (_, _, group) = (parts.next(), parts.next(), parts.next());
+            Acl::workload(crate::acl::WorkloadClaim {
+                namespace: c.nomad_namespace.clone(),
+                job: c.nomad_job_id.clone(),
+                group: group.unwrap_or_default().to_string(),
+                task: c.nomad_task.clone(),
+            })
         } else {
             Acl::from_policies(&policies)
         };
@@ -113,7 +122,15 @@ impl HttpContext {
         if cache.len() >= MAX_REMOTE_TOKENS {
             cache.clear();
         }
-        cache.insert(key, (Instant::now(), id.clone()));
+        // A workload identity is kept no longer than it is valid.
+        let mut keep = ttl;
+        if let Some(exp) = id.claims.as_ref().and_then(|c| c.exp) {
+            let now = self.clock().now_unix_nanos() / 1_000_000_000;
+            keep = keep.min(std::time::Duration::from_secs(
+                u64::try_from(exp - now).unwrap_or(0),
+            ));
+        }
+        cache.insert(key, (Instant::now() + keep, id.clone()));
         Ok(id)
     }
 }
@@ -176,17 +193,26 @@ fn is_public(pattern: &str) -> bool {
     PUBLIC.contains(&pattern) || pattern == "/ui" || pattern.starts_with("/ui/")
 }
 
-/// The values of a route pattern's `{params}` in `path`, percent-decoded.
+/// The values of a route pattern's `{params}` in `path`, percent-decoded; a `{*name}`
+/// segment takes the rest of the path.
 fn path_params(pattern: &str, path: &str) -> HashMap<String, String> {
-    pattern
-        .split('/')
-        .zip(path.split('/'))
-        .filter_map(|(p, v)| {
-            p.strip_prefix('{')
-                .and_then(|p| p.strip_suffix('}'))
-                .map(|name| (name.to_string(), percent_decode(v)))
-        })
-        .collect()
+    let mut out = HashMap::new();
+    let mut values = path.split('/');
+    for p in pattern.split('/') {
+        let Some(v) = values.next() else {
+            break;
+        };
+        let Some(name) = p.strip_prefix('{').and_then(|p| p.strip_suffix('}')) else {
+            continue;
+        };
+        if let Some(rest) = name.strip_prefix('*') {
+            let tail: Vec<&str> = std::iter::once(v).chain(values.by_ref()).collect();
+            out.insert(rest.to_string(), percent_decode(&tail.join("/")));
+            break;
+        }
+        out.insert(name.to_string(), percent_decode(v));
+    }
+    out
 }
 
 /// The query's pairs, percent-decoded (a key given twice keeps every value).
@@ -413,6 +439,17 @@ pub fn route_need(
         }
         "/v1/operator/scheduler/configuration" if read => vec![Need::OperatorRead],
         "/v1/operator/keyring/keys" => vec![Need::OperatorRead],
+        // Variables: a list needs a variables rule in the namespace (then it is filtered
+        // path by path); one variable, its path's capability.
+        "/v1/vars" => vec![Need::VariableSearch(ns.clone())],
+        "/v1/var/{*path}" => {
+            let cap = match *method {
+                Method::GET | Method::HEAD => crate::acl::VarCap::Read,
+                Method::DELETE => crate::acl::VarCap::Destroy,
+                _ => crate::acl::VarCap::Write,
+            };
+            vec![Need::Variable(ns.clone(), param("path"), cap)]
+        }
         "/v1/operator/keyring/rotate" | "/v1/operator/keyring/key/{id}" => {
             vec![Need::OperatorWrite]
         }
@@ -553,6 +590,8 @@ mod tests {
 
     #[test]
     fn params_and_queries_are_decoded() {
+        let w = path_params("/v1/var/{*path}", "/v1/var/app/db%2Fx/y");
+        assert_eq!(w["path"], "app/db/x/y");
         let p = path_params("/v1/job/{id}/summary", "/v1/job/my%20job/summary");
         assert_eq!(p["id"], "my job");
         let q = query_pairs("namespace=team%2Da&topic=Job&topic=Node&x");

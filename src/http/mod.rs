@@ -44,6 +44,7 @@ mod status;
 mod stub_cache;
 pub mod tls;
 mod ui;
+mod variables;
 
 use std::sync::Arc;
 
@@ -280,6 +281,7 @@ pub fn router(ctx: HttpContext) -> Router {
         .merge(client_exec::routes())
         .merge(acl_routes::routes())
         .merge(keyring::routes())
+        .merge(variables::routes())
         .merge(ui::routes())
         .method_not_allowed_fallback(|| async { ApiError::method_not_allowed() })
         .fallback(|| async { ApiError::not_found("Invalid URL") })

@@ -48,6 +48,9 @@ pub enum KeyringError {
     /// The token's `exp` has passed or its `nbf` has not come.
     #[error("identity token expired")]
     Expired,
+    /// Data does not decrypt with the key it names.
+    #[error("decryption failed: {0}")]
+    Decrypt(&'static str),
 }
 
 /// The servers' key-encryption key: wraps every root key's material. Kept in the servers'
@@ -232,6 +235,52 @@ impl UnwrappedKey {
     /// The AES-256 data key (for encrypting Variables).
     pub fn data_key(&self) -> &[u8; 32] {
         &self.data_key
+    }
+
+    /// `plain` encrypted with the data key (AES-256-GCM, a random nonce), bound to `aad`:
+    /// the nonce and the ciphertext with its tag.
+    pub fn encrypt(&self, plain: &[u8], aad: &[u8]) -> Result<(Vec<u8>, Vec<u8>), KeyringError> {
+        let mut nonce = [0u8; NONCE_LEN];
+        SystemRandom::new()
+            .fill(&mut nonce)
+            .map_err(|_| KeyringError::Random)?;
+        let mut sealed = plain.to_vec();
+        self.data_aead()
+            .seal_in_place_append_tag(
+                Nonce::assume_unique_for_key(nonce),
+                Aad::from(aad),
+                &mut sealed,
+            )
+            .map_err(|_| KeyringError::Random)?;
+        Ok((nonce.to_vec(), sealed))
+    }
+
+    /// What [`UnwrappedKey::encrypt`] encrypted, if this key did, for the same `aad`.
+    pub fn decrypt(
+        &self,
+        nonce: &[u8],
+        sealed: &[u8],
+        aad: &[u8],
+    ) -> Result<Vec<u8>, KeyringError> {
+        let nonce: [u8; NONCE_LEN] = nonce
+            .try_into()
+            .map_err(|_| KeyringError::Decrypt("bad nonce"))?;
+        let mut buf = sealed.to_vec();
+        let plain = self
+            .data_aead()
+            .open_in_place(
+                Nonce::assume_unique_for_key(nonce),
+                Aad::from(aad),
+                &mut buf,
+            )
+            .map_err(|_| KeyringError::Decrypt("authentication failed"))?;
+        Ok(plain.to_vec())
+    }
+
+    fn data_aead(&self) -> LessSafeKey {
+        LessSafeKey::new(
+            UnboundKey::new(&AES_256_GCM, &self.data_key).expect("32-byte AES-256 key"),
+        )
     }
 
     /// `claims` signed as a compact JWT (`alg: EdDSA`, `kid`: this key's ID).
@@ -432,6 +481,23 @@ mod tests {
         assert!(UnwrappedKey::unwrap(&kek, &moved).is_err());
         assert_eq!(Kek::from_bytes(kek.as_bytes()).unwrap(), kek);
         assert_eq!(Kek::from_bytes(&[0; 31]), Err(KeyringError::KekLength(31)));
+    }
+
+    #[test]
+    fn data_decrypts_only_with_its_key_and_its_aad() {
+        let kek = Kek::generate().unwrap();
+        let (_, key) = UnwrappedKey::generate(&kek, "k", 1, RootKeyState::Active, 0).unwrap();
+        let (_, other) = UnwrappedKey::generate(&kek, "o", 1, RootKeyState::Active, 0).unwrap();
+        let (nonce, sealed) = key
+            .encrypt(b"{\"password\":\"hunter2\"}", b"default\0db")
+            .unwrap();
+        assert!(!sealed.windows(7).any(|w| w == b"hunter2"));
+        assert_eq!(
+            key.decrypt(&nonce, &sealed, b"default\0db").unwrap(),
+            b"{\"password\":\"hunter2\"}"
+        );
+        assert!(key.decrypt(&nonce, &sealed, b"default\0other").is_err());
+        assert!(other.decrypt(&nonce, &sealed, b"default\0db").is_err());
     }
 
     #[test]

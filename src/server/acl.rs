@@ -164,8 +164,14 @@ pub fn workload_identity(
     if alloc.client_terminal_status() {
         return Err(AclError::InvalidIdentity("allocation is terminal".into()));
     }
+    let claim = crate::acl::WorkloadClaim {
+        namespace: claims.nomad_namespace.clone(),
+        job: claims.nomad_job_id.clone(),
+        group: alloc.task_group.to_string(),
+        task: claims.nomad_task.clone(),
+    };
     Ok(Identity {
-        acl: Arc::new(Acl::workload()),
+        acl: Arc::new(Acl::workload(claim)),
         token: None,
         claims: Some(Arc::new(claims)),
     })

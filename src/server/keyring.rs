@@ -22,7 +22,9 @@ use std::time::Duration;
 
 use futures::future::BoxFuture;
 use teamster_storage::fsm::{Command, RootKeyDelete, RootKeyUpsert};
-use teamster_storage::model::{RootKey, RootKeyMeta, RootKeyState};
+use teamster_storage::model::{
+    variable_aad, RootKey, RootKeyMeta, RootKeyState, VariableData, VariableEncrypted,
+};
 use teamster_storage::state::Snapshot;
 use tracing::{debug, info, warn};
 
@@ -263,6 +265,50 @@ impl Keyring {
         claims.iss = self.inner.settings.oidc_issuer.clone();
         let unwrapped = self.unwrapped(&key).await?;
         Ok((unwrapped.sign(&claims), key.meta.key_id.clone()))
+    }
+
+    /// `items` encrypted for the variable at `path` in `namespace`, by the active key.
+    pub async fn encrypt_items(
+        &self,
+        snap: &Snapshot,
+        namespace: &str,
+        path: &str,
+        items: &std::collections::BTreeMap<String, String>,
+    ) -> Result<VariableData, ServerKeyringError> {
+        let key = snap
+            .active_root_key()
+            .cloned()
+            .ok_or(ServerKeyringError::NotInitialized)?;
+        let unwrapped = self.unwrapped(&key).await?;
+        let plain = serde_json::to_vec(items).expect("items encode");
+        let (nonce, ciphertext) = unwrapped.encrypt(&plain, &variable_aad(namespace, path))?;
+        Ok(VariableData {
+            key_id: key.meta.key_id.clone(),
+            nonce,
+            ciphertext,
+        })
+    }
+
+    /// The items of `var`, decrypted with the root key that encrypted them.
+    pub async fn decrypt_items(
+        &self,
+        snap: &Snapshot,
+        var: &VariableEncrypted,
+    ) -> Result<std::collections::BTreeMap<String, String>, ServerKeyringError> {
+        let key = snap.root_key(&var.data.key_id).cloned().ok_or_else(|| {
+            ServerKeyringError::Refused(format!(
+                "root key {} of variable {:?} not found",
+                var.data.key_id, var.meta.path
+            ))
+        })?;
+        let unwrapped = self.unwrapped(&key).await?;
+        let plain = unwrapped.decrypt(
+            &var.data.nonce,
+            &var.data.ciphertext,
+            &variable_aad(&var.meta.namespace, &var.meta.path),
+        )?;
+        serde_json::from_slice(&plain)
+            .map_err(|e| ServerKeyringError::Refused(format!("variable items do not decode: {e}")))
     }
 
     /// The claims of `token` if one of the keyring's keys signed it and it has not expired.

@@ -31,7 +31,7 @@ use crate::model::{
     ClusterMeta, Deployment, DeploymentId, DeploymentStatusUpdate, DesiredTransition,
     DrainStrategy, EvalId, Evaluation, Job, JobId, Namespace, NamespaceSpec, Node, NodeId,
     NodeStatus, RootKey, SchedulerConfiguration, SchedulingEligibility, ServiceRegistration,
-    TaskState,
+    TaskState, VariableEncrypted,
 };
 
 /// A replicated command: the payload of one raft log entry.
@@ -122,6 +122,33 @@ pub enum Command {
     RootKeyUpsert(RootKeyUpsert),
     /// Appended: a root key removed; the active key is refused.
     RootKeyDelete(RootKeyDelete),
+    /// Appended: a variable written (its items already encrypted), with an optional
+    /// check-and-set index.
+    VariableUpsert(VariableUpsert),
+    /// Appended: a variable deleted, with an optional check-and-set index.
+    VariableDelete(VariableDelete),
+}
+
+/// Payload of [`Command::VariableUpsert`].
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct VariableUpsert {
+    /// The variable (indexes and times set by the state store).
+    pub var: VariableEncrypted,
+    /// Write only if its modify index is this (0: only if it does not exist).
+    pub cas: Option<u64>,
+    /// When, Unix nanoseconds (the proposer's clock).
+    pub now: i64,
+}
+
+/// Payload of [`Command::VariableDelete`].
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct VariableDelete {
+    /// Its namespace.
+    pub namespace: String,
+    /// Its path.
+    pub path: String,
+    /// Delete only if its modify index is this (0: only if it does not exist).
+    pub cas: Option<u64>,
 }
 
 /// Payload of [`Command::RootKeyUpsert`].
@@ -708,6 +735,22 @@ pub enum ApplyError {
     /// A keyring change that cannot be applied (removing the active key).
     #[error("{reason}")]
     KeyringRefused {
+        /// Why.
+        reason: String,
+    },
+    /// A variable's check-and-set index is not its modify index.
+    #[error("cas error: variable {path:?} is at modify index {modify_index}")]
+    VariableConflict {
+        /// Its namespace.
+        namespace: String,
+        /// Its path.
+        path: String,
+        /// Its modify index (0: it does not exist).
+        modify_index: u64,
+    },
+    /// A variable that cannot be written (a bad path).
+    #[error("{reason}")]
+    VariableRefused {
         /// Why.
         reason: String,
     },

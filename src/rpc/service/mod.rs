@@ -32,6 +32,7 @@ pub mod node;
 pub mod operator;
 pub mod roles;
 pub mod service_reg;
+pub mod variables;
 
 use std::future::Future;
 use std::time::Duration;
@@ -469,6 +470,11 @@ service_calls! {
     KeyringDelete(KeyringDeleteRequest) -> u64 {
         name: "Keyring.Delete", route: Leader, timeout: |_| WRITE_TIMEOUT,
         helper: keyring_delete,
+    }
+    /// Write or delete a variable (encrypted by the leader).
+    VariablesApply(variables::VariablesApplyRequest) -> variables::VariablesApplyResponse {
+        name: "Variables.Apply", route: Leader, timeout: |_| WRITE_TIMEOUT,
+        helper: variables_apply,
     }
 }
 

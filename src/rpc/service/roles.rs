@@ -93,6 +93,7 @@ pub fn service_allowed(call: &ServiceRequest) -> Allowed {
         | S::AllocStop(_)
         | S::KeyringRotate(_)
         | S::KeyringDelete(_)
+        | S::VariablesApply(_)
         | S::SystemReconcileSummaries(_)
         | S::PlanSubmitBatch(_)
         | S::EvalAckBatch(_)

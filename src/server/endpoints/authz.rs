@@ -138,6 +138,16 @@ fn needs<'a>(snap: &Snapshot, call: &'a ServiceRequest) -> Needs<'a> {
             Needs::AllocNodes(r.identities.iter().map(|i| i.alloc_id.as_str()).collect())
         }
         Q::KeyringRotate(_) | Q::KeyringDelete(_) => Token(vec![Need::OperatorWrite]),
+        Q::VariablesApply(r) => Token(vec![Need::Variable(
+            r.namespace.clone(),
+            r.path.clone(),
+            match r.op {
+                crate::rpc::service::variables::VariableOp::Set(_) => crate::acl::VarCap::Write,
+                crate::rpc::service::variables::VariableOp::Delete => {
+                    crate::acl::VarCap::Destroy
+                }
+            },
+        )]),
         Q::AllocStop(r) => Token(in_obj(
             alloc_ns(r.alloc_id.as_str()).as_deref(),
             &[C::AllocLifecycle],

@@ -39,6 +39,7 @@ pub mod node;
 pub mod operator;
 pub mod plan;
 pub mod service_reg;
+pub mod variables;
 
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
@@ -275,6 +276,7 @@ impl Endpoints {
             }
             Q::KeyringRotate(r) => A::KeyringRotate(keyring::rotate(self, r).await?),
             Q::KeyringDelete(r) => A::KeyringDelete(keyring::delete(self, r).await?),
+            Q::VariablesApply(r) => A::VariablesApply(variables::apply(self, r).await?),
             Q::SystemReconcileSummaries(_) => {
                 A::SystemReconcileSummaries(operator::reconcile_summaries(self).await?)
             }
@@ -371,7 +373,7 @@ pub(crate) fn disabled_reason(method: Method) -> &'static str {
     }
 }
 
-fn first_rejection(resp: &CommandResponse) -> Option<&ApplyError> {
+pub(crate) fn first_rejection(resp: &CommandResponse) -> Option<&ApplyError> {
     match resp {
         CommandResponse::Rejected(e) => Some(e),
         CommandResponse::Batch(all) => all.iter().find_map(first_rejection),
@@ -414,7 +416,12 @@ pub fn apply_error(e: &ApplyError) -> ServiceError {
         ApplyError::ServiceRegistrationNotFound { id, .. } => {
             ServiceError::not_found("service registration", id.as_str())
         }
-        ApplyError::AclRefused { .. } => ServiceError::invalid("", e.to_string()),
+        ApplyError::AclRefused { .. }
+        | ApplyError::KeyringRefused { .. }
+        | ApplyError::VariableRefused { .. } => ServiceError::invalid("", e.to_string()),
+        ApplyError::RootKeyNotFound { key_id } => {
+            ServiceError::not_found("root key", key_id.as_str())
+        }
         ApplyError::AclNotFound { kind, id } => ServiceError::not_found(kind, id.as_str()),
         ApplyError::AclBootstrapDone { reset_index, given } if *given != 0 => {
             ServiceError::invalid(

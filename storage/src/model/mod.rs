@@ -44,6 +44,7 @@ pub mod service;
 pub mod task_runtime;
 pub mod time;
 pub mod value;
+pub mod variables;
 
 pub use acl::{
     is_uuid, AclPolicy, AclToken, ANONYMOUS_POLICY, TOKEN_TYPE_CLIENT, TOKEN_TYPE_MANAGEMENT,
@@ -98,6 +99,10 @@ pub use task_runtime::{
 pub use thin_vec::{thin_vec, ThinVec};
 pub use time::Timestamp;
 pub use value::ConfigValue;
+pub use variables::{
+    validate_items as validate_variable_items, validate_path as validate_variable_path,
+    variable_aad, VariableData, VariableEncrypted, VariableMetadata, MAX_VARIABLE_BYTES,
+};
 
 /// Why a model value was refused.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

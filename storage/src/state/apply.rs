@@ -576,6 +576,14 @@ fn execute(txn: &mut WriteTxn, command: Command) -> Result<CommandResponse, Appl
             txn.delete_root_key(&command.key_id)?;
             Ok(CommandResponse::Applied)
         }
+        Command::VariableUpsert(command) => {
+            txn.upsert_variable(command.var, command.cas, command.now)?;
+            Ok(CommandResponse::Applied)
+        }
+        Command::VariableDelete(command) => {
+            txn.delete_variable(&command.namespace, &command.path, command.cas)?;
+            Ok(CommandResponse::Applied)
+        }
         Command::NamespaceDelete(command) => {
             for name in &command.names {
                 txn.delete_namespace(name)?;

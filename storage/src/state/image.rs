@@ -26,7 +26,7 @@ use crate::codec::{self, DecodeFailure};
 use crate::model::{
     AclPolicy, AclToken, Allocation, ClusterMeta, Deployment, Evaluation, Job, JobId, JobSummary,
     Namespace, NamespaceSpec, Node, PeriodicLaunch, RootKey, SchedulerConfiguration,
-    ServiceRegistration, SharedStr,
+    ServiceRegistration, SharedStr, VariableEncrypted,
 };
 use crate::state::tables::{JobKey, Table, Tables};
 use crate::state::StateError;
@@ -36,7 +36,7 @@ const MAGIC: &[u8; 8] = b"TMSTIMG\0";
 pub const IMAGE_FORMAT_VERSION: u32 = 13;
 const HEADER_LEN: usize = MAGIC.len() + 4;
 /// Fields of the body tuple.
-const BODY_FIELDS: usize = 18;
+const BODY_FIELDS: usize = 19;
 
 /// Encodes every table.
 pub(crate) fn encode(tables: &Tables) -> Result<Vec<u8>, StateError> {
@@ -113,6 +113,7 @@ impl Serialize for BodyRef<'_> {
         tuple.serialize_element(&Values(&t.acl_tokens))?;
         tuple.serialize_element(&t.acl_bootstrap_index)?;
         tuple.serialize_element(&Values(&t.root_keys))?;
+        tuple.serialize_element(&Values(&t.variables))?;
         tuple.end()
     }
 }
@@ -302,6 +303,13 @@ impl<'de> Visitor<'de> for BodyVisitor {
             &mut seq,
             ArcMapSeed::new(|k: &mut RootKey| k.meta.key_id.clone()),
             "the root keys",
+        )?;
+        t.variables = seeded(
+            &mut seq,
+            ArcMapSeed::new(|v: &mut VariableEncrypted| {
+                (v.meta.namespace.clone(), v.meta.path.clone())
+            }),
+            "the variables",
         )?;
         Ok(DecodedBody(t))
     }

@@ -11,7 +11,7 @@ use std::sync::Arc;
 use crate::model::{
     AclPolicy, AclToken, AllocId, Allocation, ClusterMeta, Deployment, Evaluation, Job, JobId,
     JobSummary, Namespace, NamespaceSpec, Node, PeriodicLaunch, Resources, RootKey, RootKeyState,
-    SchedulerConfiguration, ServiceRegistration, DEFAULT_NAMESPACE,
+    SchedulerConfiguration, ServiceRegistration, VariableEncrypted, DEFAULT_NAMESPACE,
 };
 use crate::state::tables::{SecondaryIndex, Table, Tables};
 
@@ -444,6 +444,29 @@ impl Snapshot {
     /// The root key `key_id`.
     pub fn root_key(&self, key_id: &str) -> Option<&Arc<RootKey>> {
         self.tables.root_keys.get(key_id)
+    }
+
+    /// The variable at `path` in `namespace`.
+    pub fn variable(&self, namespace: &str, path: &str) -> Option<&Arc<VariableEncrypted>> {
+        self.tables
+            .variables
+            .get(&(namespace.to_string(), path.to_string()))
+    }
+
+    /// The variables of `namespace` (every namespace for `None`) whose path starts with
+    /// `prefix`, by namespace and path.
+    pub fn variables<'a>(
+        &'a self,
+        namespace: Option<&'a str>,
+        prefix: &'a str,
+    ) -> impl Iterator<Item = &'a Arc<VariableEncrypted>> + 'a {
+        let start = (namespace.unwrap_or("").to_string(), String::new());
+        self.tables
+            .variables
+            .range(start..)
+            .take_while(move |((ns, _), _)| namespace.is_none_or(|n| ns == n))
+            .filter(move |((_, path), _)| path.starts_with(prefix))
+            .map(|(_, v)| v)
     }
 
     /// The active root key (the one that signs), if the keyring is initialized.

@@ -15,7 +15,7 @@ use imbl::{OrdMap, OrdSet};
 use crate::model::{
     AclPolicy, AclToken, AllocId, Allocation, ClusterMeta, Deployment, DeploymentId, EvalId,
     Evaluation, Job, JobId, JobSummary, Namespace, NamespaceSpec, Node, NodeId, PeriodicLaunch,
-    Resources, RootKey, SchedulerConfiguration, ServiceRegistration, SharedStr,
+    Resources, RootKey, SchedulerConfiguration, ServiceRegistration, SharedStr, VariableEncrypted,
 };
 
 /// Primary key of a job and of its summary.
@@ -58,11 +58,13 @@ pub enum Table {
     AclTokens,
     /// The root keyring.
     RootKeys,
+    /// Variables.
+    Variables,
 }
 
 impl Table {
     /// How many tables there are.
-    pub const COUNT: usize = 15;
+    pub const COUNT: usize = 16;
 
     /// Every table, in index order.
     pub const ALL: [Table; Table::COUNT] = [
@@ -81,6 +83,7 @@ impl Table {
         Table::AclPolicies,
         Table::AclTokens,
         Table::RootKeys,
+        Table::Variables,
     ];
 
     /// Position in per-table index arrays.
@@ -106,6 +109,7 @@ impl Table {
             Table::AclPolicies => "acl_policy",
             Table::AclTokens => "acl_token",
             Table::RootKeys => "root_keys",
+            Table::Variables => "variables",
         }
     }
 }
@@ -205,6 +209,8 @@ pub(crate) struct Tables {
     pub acl_bootstrap_index: u64,
     /// Root keys by key ID.
     pub root_keys: OrdMap<String, Arc<RootKey>>,
+    /// Variables by namespace and path.
+    pub variables: OrdMap<(String, String), Arc<VariableEncrypted>>,
 }
 
 impl Tables {

@@ -34,6 +34,7 @@ mod deployments;
 mod keyring;
 mod namespaces;
 mod services;
+mod variables;
 
 /// How many versions of a job are kept by default (Nomad's `JobTrackedVersions`). The
 /// leader's `job_max_versions` travels in each job command, so every server prunes alike.

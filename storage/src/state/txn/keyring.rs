@@ -70,6 +70,11 @@ impl WriteTxn {
             Some(k) if k.meta.state == RootKeyState::Active => Err(ApplyError::KeyringRefused {
                 reason: "active root key cannot be deleted - call rotate first".into(),
             }),
+            Some(_) if self.t.variables.values().any(|v| v.data.key_id == key_id) => {
+                Err(ApplyError::KeyringRefused {
+                    reason: "root key in use by variables, cannot delete".into(),
+                })
+            }
             Some(_) => {
                 self.t.root_keys.remove(key_id);
                 self.touch(Table::RootKeys);
