@@ -489,6 +489,34 @@ def main():
     wait_until("system gc to collect the stopped job", collected, timeout=60)
     forced = [e for e in n.evaluations.get_evaluations() if e["JobID"] == "force-gc"]
     assert forced, "a force-gc evaluation"
+    # Variables: created (with cas=0: only if new), read, listed by prefix, a stale cas
+    # refused with VariableConflict, deleted.
+    first = "py/%s/first" % job_id
+    written = n.variable.create_variable(first, {"Items": {"user": "test", "password": "test123"}})
+    assert written["Items"]["user"] == "test", written
+    second = n.variable.create_variable(
+        "py/%s/second" % job_id, {"Items": {"user": "t2"}}, namespace="default", cas=0
+    )
+    assert second["ModifyIndex"] > 0, second
+    assert first in n.variables, "variables.__contains__"
+    assert n.variable.get_variable(first)["Items"]["password"] == "test123"
+    assert n.variable[first]["Path"] == first
+    assert len(n.variables.get_variables("py/%s/" % job_id)) == 2
+    assert len(n.variables.get_variables("no_exist_var")) == 0
+    try:
+        n.variable["py/%s/none" % job_id]
+        raise AssertionError("a missing variable must raise KeyError")
+    except KeyError:
+        pass
+    try:
+        n.variable.create_variable(first, {"Items": {"user": "x"}}, cas=0)
+        raise AssertionError("a stale cas must raise VariableConflict")
+    except exceptions.VariableConflict:
+        pass
+    n.variable.delete_variable(first, cas=written["ModifyIndex"])
+    n.variable.delete_variable("py/%s/second" % job_id)
+    assert first not in n.variables
+
     print("python-nomad flows passed against %s:%d" % (host, port))
 
 
