@@ -132,6 +132,7 @@ const CLI_PARTS: &[(&str, u32)] = &[
     ("snapshot", 2),
     ("status", 2),
     ("system", 2),
+    ("var", 2),
     ("alloc_fs", 3),
     ("alloc_ops", 3),
     ("deployment", 3),

@@ -35,8 +35,6 @@ pub enum Need {
     ServiceRead(String),
     /// A variables capability at a path of a namespace.
     Variable(String, String, VarCap),
-    /// Any variables rule in this namespace (lists are then filtered path by path).
-    VariableSearch(String),
     /// A management token.
     Management,
 }
@@ -182,7 +180,6 @@ impl Acl {
             Need::Variable(ns, path, cap) => {
                 self.variable_caps(ns, path).is_some_and(|c| c.has(*cap))
             }
-            Need::VariableSearch(ns) => self.may_search_variables(ns),
             Need::Management => false,
         }
     }
@@ -237,32 +234,13 @@ impl Acl {
         {
             return Some(VarCaps::of(&[VarCap::Read, VarCap::List]));
         }
+        // Among equally close globs the last (in order) wins, as in Nomad's stable sort.
         self.variables_globs
             .iter()
+            .rev()
             .filter(|(glob, _)| glob_match(glob, &key))
             .min_by_key(|(glob, _)| key.len() - glob.replace('*', "").len())
             .map(|(_, caps)| *caps)
-    }
-
-    /// Whether it has any variables rule in `namespace` (every namespace for `*`): lists
-    /// are then filtered path by path.
-    pub fn may_search_variables(&self, namespace: &str) -> bool {
-        if self.management {
-            return true;
-        }
-        if self
-            .claim
-            .as_ref()
-            .is_some_and(|c| namespace == "*" || c.namespace == namespace)
-        {
-            return true;
-        }
-        let in_ns = |key: &str| {
-            let (ns, _) = key.split_once('\0').unwrap_or((key, ""));
-            namespace == "*" || ns == namespace || (ns.contains('*') && glob_match(ns, namespace))
-        };
-        self.variables_exact.keys().any(|k| in_ns(k))
-            || self.variables_globs.iter().any(|(k, _)| in_ns(k))
     }
 }
 
@@ -288,6 +266,76 @@ fn glob_match(glob: &str, name: &str) -> bool {
 
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn variables_rules_match_exactly_then_the_workload_s_own_paths_then_the_closest_glob() {
+        use crate::acl::parse_policy;
+        let p = parse_policy(
+            r#"namespace "default" {
+                 variables {
+                   path "*" { capabilities = ["list"] }
+                   path "app/*" { capabilities = ["read", "write"] }
+                   path "app/secret" { capabilities = ["deny"] }
+                 }
+               }
+               namespace "team-*" {
+                 variables {
+                   path "shared/*" { capabilities = ["read"] }
+                 }
+               }"#,
+        )
+        .unwrap();
+        let acl = Acl::from_policies([&p]);
+        let can =
+            |ns: &str, path: &str, cap| acl.allows(&Need::Variable(ns.into(), path.into(), cap));
+        assert!(can("default", "app/db", VarCap::Read));
+        assert!(can("default", "app/db", VarCap::Write));
+        assert!(!can("default", "app/db", VarCap::Destroy));
+        assert!(
+            !can("default", "app/secret", VarCap::Read),
+            "deny wins on its path"
+        );
+        assert!(!can("default", "app/secret", VarCap::List));
+        assert!(can("default", "other", VarCap::List));
+        assert!(!can("default", "other", VarCap::Read));
+        assert!(can("team-a", "shared/x", VarCap::Read));
+        assert!(!can("team-a", "app/db", VarCap::Read));
+        assert!(!can("prod", "app/db", VarCap::List));
+
+        // A workload reads its own job's paths, exactly, in its namespace, and no more.
+        let w = Acl::workload(WorkloadClaim {
+            namespace: "default".into(),
+            job: "web".into(),
+            group: "g".into(),
+            task: "t".into(),
+        });
+        let wcan =
+            |ns: &str, path: &str, cap| w.allows(&Need::Variable(ns.into(), path.into(), cap));
+        for own in [
+            "nomad/jobs",
+            "nomad/jobs/web",
+            "nomad/jobs/web/g",
+            "nomad/jobs/web/g/t",
+        ] {
+            assert!(wcan("default", own, VarCap::Read), "{own}");
+            assert!(!wcan("default", own, VarCap::Write), "{own}");
+        }
+        for other in [
+            "nomad/jobs/web2",
+            "nomad/jobs/web/g/t/x",
+            "nomad/jobs/other",
+            "app/db",
+        ] {
+            assert!(!wcan("default", other, VarCap::Read), "{other}");
+        }
+        assert!(!wcan("prod", "nomad/jobs/web", VarCap::Read));
+        assert!(Acl::management().allows(&Need::Variable("x".into(), "y".into(), VarCap::Destroy)));
+        assert!(!Acl::default().allows(&Need::Variable(
+            "default".into(),
+            "a".into(),
+            VarCap::List
+        )));
+    }
     use super::*;
     use crate::acl::policy::parse_policy;
 

@@ -40,6 +40,7 @@ mod status;
 mod system;
 mod template;
 mod tls;
+mod var;
 
 use std::process::ExitCode;
 
@@ -100,6 +101,9 @@ enum Command {
     /// ACLs: bootstrap, policies and tokens.
     #[command(subcommand)]
     Acl(acl::AclCommand),
+    /// Variables: list, get, put, purge.
+    #[command(subcommand)]
+    Var(var::VarCommand),
     /// A task's log collector, started by the client (not for people).
     #[command(hide = true)]
     Logmon(LogmonArgs),
@@ -228,6 +232,7 @@ pub fn main() -> ExitCode {
         Command::Event(cmd) => run_api(|| event::run(cmd)),
         Command::Service(cmd) => run_api(|| service::run(cmd)),
         Command::Namespace(cmd) => run_api(|| namespace::run(cmd)),
+        Command::Var(cmd) => run_api(|| var::run(cmd)),
         Command::Tls(cmd) => match tls::run(cmd) {
             Ok(()) => ExitCode::SUCCESS,
             Err(e) => {

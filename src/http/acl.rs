@@ -96,14 +96,10 @@ impl HttpContext {
         let acl = if token.as_ref().is_some_and(|t| t.is_management()) {
             Acl::management()
         } else if let Some(c) = &claims {
-            // `sub` is `<region>:<namespace>:<job>:<group>:<task>:<identity>`; the job may
-            // hold a colon, the group and task do not.
-            let mut parts = c.sub.rsplitn(4, ':');
-            let (_, _, group) = (parts.next(), parts.next(), parts.next());
             Acl::workload(crate::acl::WorkloadClaim {
                 namespace: c.nomad_namespace.clone(),
                 job: c.nomad_job_id.clone(),
-                group: group.unwrap_or_default().to_string(),
+                group: resolved.workload_group.clone(),
                 task: c.nomad_task.clone(),
             })
         } else {
@@ -439,9 +435,9 @@ pub fn route_need(
         }
         "/v1/operator/scheduler/configuration" if read => vec![Need::OperatorRead],
         "/v1/operator/keyring/keys" => vec![Need::OperatorRead],
-        // Variables: a list needs a variables rule in the namespace (then it is filtered
-        // path by path); one variable, its path's capability.
-        "/v1/vars" => vec![Need::VariableSearch(ns.clone())],
+        // Variables: a list is filtered path by path (`list`), as Nomad's, so anyone may
+        // ask; one variable needs its path's capability.
+        "/v1/vars" => vec![Need::Nothing],
         "/v1/var/{*path}" => {
             let cap = match *method {
                 Method::GET | Method::HEAD => crate::acl::VarCap::Read,

@@ -231,7 +231,7 @@ async fn put_policy(
     let body: PolicyBody = decode_body(&body)?;
     if body.job_acl.as_ref().is_some_and(|v| !v.is_null()) {
         return Err(ApiError::bad_request(
-            "JobACL is not supported by teamster (workload identities are not implemented)",
+            "JobACL (policies attached to a job's workload identities) is not supported by teamster yet",
         ));
     }
     if let Some(n) = body.name.as_ref().filter(|n| !n.is_empty() && **n != name) {

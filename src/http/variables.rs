@@ -1,8 +1,9 @@
 //! Nomad Variables, Nomad's routes and shapes: `GET /v1/vars?prefix=` (metadata of the
 //! variables the token may list, `[]` for none; `namespace=*` across namespaces),
 //! `GET /v1/var/:path` (the variable with its `Items`, decrypted by this server; 404
-//! `variable not found`), `PUT|POST /v1/var/:path[?cas=N]` (`{"Items": {…}}` → the variable
-//! as written, or 409 with the current one when `cas` does not match), `DELETE
+//! `variable not found`), `PUT|POST /v1/var/:path[?cas=N]` (`{"Items": {…}}` → the written
+//! metadata with the caller's items, or 409 with the current one when `cas` does not
+//! match), `DELETE
 //! /v1/var/:path[?cas=N]` (204, or 409). Reads are blocking queries on the variables table.
 //! Locks (`?lock-acquire`, `?lock-renew`, `?lock-release`) are refused: not implemented yet.
 
@@ -143,7 +144,7 @@ fn cas(q: &HashMap<String, String>) -> Result<Option<u64>, ApiError> {
 }
 
 /// The 409 answer: the current variable (its items only if the caller may read them), or
-/// `null` when there is none.
+/// a zero-valued one at the path when there is none.
 async fn conflict(
     ctx: &HttpContext,
     identity: &Identity,
@@ -158,7 +159,16 @@ async fn conflict(
         .await
         .map_err(|e| ApiError::internal(e.to_string()))?;
     let body = match snap.variable(namespace, path).cloned() {
-        None => Value::Null,
+        // Nomad answers a zero-valued variable at the path (its clients read the index).
+        None => json!({
+            "Namespace": namespace,
+            "Path": path,
+            "CreateIndex": 0,
+            "CreateTime": 0,
+            "ModifyIndex": 0,
+            "ModifyTime": 0,
+            "Items": {},
+        }),
         Some(var) => {
             let readable = identity.acl.allows(&Need::Variable(
                 namespace.to_string(),
@@ -224,22 +234,37 @@ pub async fn write(
         .filter(|i| !i.is_empty())
         .ok_or_else(|| ApiError::bad_request("variable missing required Items object"))?;
     let cas = cas(&q)?;
-    match apply(&ctx, &opts.namespace, &path, VariableOp::Set(items), cas).await? {
+    match apply(
+        &ctx,
+        &opts.namespace,
+        &path,
+        VariableOp::Set(items.clone()),
+        cas,
+    )
+    .await?
+    {
         VariablesApplyResponse::Conflict(at) => {
             conflict(&ctx, &identity, &opts.namespace, &path, at).await
         }
         VariablesApplyResponse::Applied(index) => {
+            // The written metadata and the caller's own items, as Nomad answers (never what
+            // another writer put there since: this token may write without reading).
             let snap = ctx
                 .node()?
                 .state()
                 .snapshot_min_index(index, READ_BACK_WAIT)
                 .await
                 .map_err(|e| ApiError::internal(e.to_string()))?;
-            let var = snap
-                .variable(&opts.namespace, &path)
-                .cloned()
-                .ok_or_else(|| ApiError::internal("the variable written is gone"))?;
-            Ok(json_write(with_items(&ctx, &snap, &var).await?, index))
+            let mut out = match snap.variable(&opts.namespace, &path) {
+                Some(v) if v.meta.modify_index == index => metadata(v),
+                _ => json!({
+                    "Namespace": opts.namespace,
+                    "Path": path,
+                    "ModifyIndex": index,
+                }),
+            };
+            out["Items"] = json!(items);
+            Ok(json_write(out, index))
         }
     }
 }

@@ -366,7 +366,7 @@ pub fn verify<'a>(
     let root = key(&header.kid).ok_or(KeyringError::InvalidToken("unknown key"))?;
     let signed_len = token.len() - signature.len() - 1;
     UnparsedPublicKey::new(&ED25519, &root.wrapped.public_key)
-        .verify(token[..signed_len].as_bytes(), &decode(signature)?)
+        .verify(&token.as_bytes()[..signed_len], &decode(signature)?)
         .map_err(|_| KeyringError::InvalidToken("bad signature"))?;
     let claims: IdentityClaims = serde_json::from_slice(&decode(claims)?)
         .map_err(|_| KeyringError::InvalidToken("bad claims"))?;

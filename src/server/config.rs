@@ -154,10 +154,8 @@ impl ServerConfig {
                 return Err(InvalidSetting::new(key, "must be positive"));
             }
         }
-        if !self.oidc_issuer.is_empty()
-            && !(self.oidc_issuer.starts_with("https://")
-                || self.oidc_issuer.starts_with("http://"))
-        {
+        let issuer = &self.oidc_issuer;
+        if !(issuer.is_empty() || issuer.starts_with("https://") || issuer.starts_with("http://")) {
             return Err(InvalidSetting::new(
                 "server.oidc_issuer",
                 format!("must be an http(s) URL, got {:?}", self.oidc_issuer),

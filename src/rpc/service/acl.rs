@@ -61,4 +61,6 @@ pub struct AclResolvedToken {
     pub policies: Vec<AclPolicy>,
     /// For a workload identity: its claims, as JSON (the token and policies are empty).
     pub workload_claims: Option<String>,
+    /// For a workload identity: its allocation's task group (not among the claims).
+    pub workload_group: String,
 }

@@ -202,17 +202,25 @@ pub fn resolve_token(
     if crate::keyring::looks_like_jwt(&req.secret_id) {
         let claims = ep.keyring().verify(&snap, &req.secret_id);
         let identity = crate::server::acl::workload_identity(&snap, claims).map_err(denied)?;
+        let workload_group = identity
+            .claims
+            .as_ref()
+            .and_then(|c| snap.alloc_by_id(&c.nomad_allocation_id))
+            .map(|a| a.task_group.to_string())
+            .unwrap_or_default();
         return Ok(AclResolvedToken {
             token: None,
             policies: Vec::new(),
             workload_claims: identity
                 .claims
                 .map(|c| serde_json::to_string(&*c).expect("claims encode")),
+            workload_group,
         });
     }
     if req.secret_id.is_empty() {
         return Ok(AclResolvedToken {
             workload_claims: None,
+            workload_group: String::new(),
             token: None,
             policies: snap
                 .acl_policy(ANONYMOUS_POLICY)
@@ -233,6 +241,7 @@ pub fn resolve_token(
         .collect();
     Ok(AclResolvedToken {
         workload_claims: None,
+        workload_group: String::new(),
         token: Some(token.stub()),
         policies,
     })

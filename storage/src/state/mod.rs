@@ -580,6 +580,103 @@ pub struct BlockingResult {
 
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn variables_are_written_and_deleted_with_check_and_set() {
+        use crate::fsm::{ApplyError, VariableDelete, VariableUpsert};
+        use crate::model::{VariableEncrypted, VariableMetadata};
+        let store = StateStore::new();
+        let mut key = crate::model::RootKey::default();
+        key.meta.key_id = "k".into();
+        store.apply(
+            1,
+            Command::RootKeyUpsert(crate::fsm::RootKeyUpsert {
+                key,
+                activate: true,
+            }),
+        );
+        let var = |items: &[u8]| VariableEncrypted {
+            meta: VariableMetadata {
+                namespace: "default".into(),
+                path: "app/db".into(),
+                ..VariableMetadata::default()
+            },
+            data: crate::model::VariableData {
+                key_id: "k".into(),
+                nonce: vec![0; 12],
+                ciphertext: items.to_vec(),
+            },
+        };
+        let put = |index, cas, items: &[u8]| {
+            store
+                .apply(
+                    index,
+                    Command::VariableUpsert(VariableUpsert {
+                        var: var(items),
+                        cas,
+                        now: index as i64,
+                    }),
+                )
+                .rejection()
+                .cloned()
+        };
+        assert_eq!(put(5, Some(0), b"a"), None, "cas 0 creates");
+        assert!(matches!(
+            put(6, Some(0), b"b"),
+            Some(ApplyError::VariableConflict {
+                modify_index: 5,
+                ..
+            })
+        ));
+        assert_eq!(put(7, Some(5), b"c"), None);
+        let snap = store.snapshot();
+        let v = snap.variable("default", "app/db").unwrap();
+        assert_eq!((v.meta.create_index, v.meta.modify_index), (5, 7));
+        assert_eq!(v.data.ciphertext, b"c");
+        assert_eq!(snap.variables(Some("default"), "app/").count(), 1);
+        assert_eq!(snap.variables(Some("other"), "").count(), 0);
+        assert_eq!(snap.variables(None, "zzz").count(), 0);
+        let delete = |index, cas| {
+            store
+                .apply(
+                    index,
+                    Command::VariableDelete(VariableDelete {
+                        namespace: "default".into(),
+                        path: "app/db".into(),
+                        cas,
+                    }),
+                )
+                .rejection()
+                .cloned()
+        };
+        assert!(
+            delete(8, Some(5)).is_some(),
+            "a stale index deletes nothing"
+        );
+        assert!(store.snapshot().variable("default", "app/db").is_some());
+        assert_eq!(delete(9, Some(7)), None);
+        assert!(store.snapshot().variable("default", "app/db").is_none());
+        assert_eq!(delete(10, None), None, "deleting nothing is fine");
+        let bad = VariableEncrypted {
+            meta: VariableMetadata {
+                namespace: "default".into(),
+                path: "nomad/other".into(),
+                ..VariableMetadata::default()
+            },
+            ..VariableEncrypted::default()
+        };
+        assert!(store
+            .apply(
+                11,
+                Command::VariableUpsert(VariableUpsert {
+                    var: bad,
+                    cas: None,
+                    now: 0
+                })
+            )
+            .rejection()
+            .is_some());
+    }
     use super::*;
 
     fn shared_handle<T: Clone + Send + Sync + 'static>() {}

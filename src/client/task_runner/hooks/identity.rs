@@ -356,11 +356,13 @@ mod tests {
 
     #[test]
     fn only_identities_asking_for_env_or_file_are_given() {
-        let mut task = Task::default();
-        task.identity = Some(WorkloadIdentity {
-            name: "default".into(),
-            ..WorkloadIdentity::default()
-        });
+        let mut task = Task {
+            identity: Some(WorkloadIdentity {
+                name: "default".into(),
+                ..WorkloadIdentity::default()
+            }),
+            ..Task::default()
+        };
         task.identities = vec![
             WorkloadIdentity {
                 name: "vault".into(),

@@ -56,6 +56,19 @@ impl WriteTxn {
                 ),
             });
         }
+        let variables = self
+            .t
+            .variables
+            .keys()
+            .filter(|(ns, _)| ns.as_str() == name)
+            .count();
+        if variables > 0 {
+            return Err(ApplyError::NamespaceRefused {
+                reason: format!(
+                    "namespace {name:?} contains at least one variable ({variables}); delete them before deleting it"
+                ),
+            });
+        }
         self.t.namespaces.remove(&key);
         self.touch(Table::Namespaces);
         Ok(())

@@ -34,6 +34,15 @@ impl WriteTxn {
     ) -> Result<(), ApplyError> {
         crate::model::validate_variable_path(&var.meta.path)
             .map_err(|reason| ApplyError::VariableRefused { reason })?;
+        if !self.t.root_keys.contains_key(&var.data.key_id) {
+            // Removed between the leader's encryption and this entry: never decryptable.
+            return Err(ApplyError::VariableRefused {
+                reason: format!(
+                    "root key {} was removed; write the variable again",
+                    var.data.key_id
+                ),
+            });
+        }
         let key = (var.meta.namespace.clone(), var.meta.path.clone());
         self.check_cas(&key, cas)?;
         let index = self.index();
