@@ -936,6 +936,8 @@ enum Caller {
     Management,
     /// A server only: refused from outside whatever the token.
     ServerOnly,
+    /// The call checks the secret in its own arguments: every caller gets the same answer.
+    SameForAll,
 }
 
 /// Who holds a token, and the token, for the RPC matrix.
@@ -956,7 +958,9 @@ async fn every_rpc_refuses_callers_its_rule_does_not_allow() {
         AclBootstrapRequest, AclDeletePoliciesRequest, AclDeleteTokensRequest,
         AclResolveTokenRequest, AclUpsertPoliciesRequest, AclUpsertTokensRequest,
     };
+    use teamster::rpc::service::acl::{OneTimeTokenExchangeRequest, OneTimeTokenUpsertRequest};
     use teamster::rpc::service::alloc::AllocStopRequest;
+    use teamster::rpc::service::alloc::{AllocSignIdentitiesRequest, WorkloadIdentityRequest};
     use teamster::rpc::service::deployment::{
         DeploymentAllocHealthRequest, DeploymentFailRequest, DeploymentPauseRequest,
         DeploymentPromoteRequest,
@@ -975,13 +979,15 @@ async fn every_rpc_refuses_callers_its_rule_does_not_allow() {
         NodeUpdateDrainRequest, NodeUpdateEligibilityRequest,
     };
     use teamster::rpc::service::operator::{
-        RaftJoinRequest, RaftRemovePeerRequest, ReconcileSummariesRequest,
-        SchedulerSetConfigRequest, SnapshotRestoreRequest, SystemGcRequest,
+        KeyringDeleteRequest, KeyringRotateRequest, RaftJoinRequest, RaftRemovePeerRequest,
+        ReconcileSummariesRequest, SchedulerSetConfigRequest, SnapshotRestoreRequest,
+        SystemGcRequest,
     };
     use teamster::rpc::service::service_reg::{
         ServiceRegistrationDeleteRequest, ServiceRegistrationListRequest,
         ServiceRegistrationUpsertRequest,
     };
+    use teamster::rpc::service::variables::{VariableOp, VariablesApplyRequest};
     use teamster::rpc::ServiceResponse;
     use teamster_storage::fsm::AllocClientReport;
     use teamster_storage::model::{
@@ -1505,6 +1511,52 @@ async fn every_rpc_refuses_callers_its_rule_does_not_allow() {
             Caller::Management,
         ),
         (
+            // A workload identity for a task of node a's allocation: node a only.
+            ServiceRequest::AllocSignIdentities(AllocSignIdentitiesRequest {
+                identities: vec![WorkloadIdentityRequest {
+                    alloc_id: alloc_id.to_string(),
+                    task: "t".into(),
+                    identity: "default".into(),
+                }],
+            }),
+            Caller::NodeSecret,
+        ),
+        (
+            // Prepublished for the far future: it never signs.
+            ServiceRequest::KeyringRotate(KeyringRotateRequest {
+                publish_time: Some(i64::MAX),
+            }),
+            Caller::Management,
+        ),
+        (
+            ServiceRequest::KeyringDelete(KeyringDeleteRequest {
+                key_id: "00000000-0000-4000-8000-000000000000".into(),
+            }),
+            Caller::Management,
+        ),
+        (
+            ServiceRequest::VariablesApply(VariablesApplyRequest {
+                namespace: "default".into(),
+                path: "rpc/matrix".into(),
+                op: VariableOp::Delete,
+                cas: None,
+            }),
+            Caller::Management,
+        ),
+        (
+            // For the read-only token, whoever asks: it names its own secret.
+            ServiceRequest::AclUpsertOneTimeToken(OneTimeTokenUpsertRequest {
+                secret_id: read.clone(),
+            }),
+            Caller::SameForAll,
+        ),
+        (
+            ServiceRequest::AclExchangeOneTimeToken(OneTimeTokenExchangeRequest {
+                one_time_secret_id: "00000000-0000-4000-8000-00000000beef".into(),
+            }),
+            Caller::SameForAll,
+        ),
+        (
             ServiceRequest::NodeDeregister(NodeDeregisterRequest { node_id: a.clone() }),
             Caller::NodeSecretOrWrite,
         ),
@@ -1517,6 +1569,26 @@ async fn every_rpc_refuses_callers_its_rule_does_not_allow() {
     for (req, caller) in rows {
         let name = req.method().name;
         assert!(covered.insert(name), "{name} has two rows");
+        if caller == Caller::SameForAll {
+            let mut outcomes = Vec::new();
+            for (who, token) in [
+                ("no token", None),
+                ("the read-only token", Some(read)),
+                ("node b's secret", Some(b_secret)),
+                ("the management token", Some(root)),
+            ] {
+                let r = pool
+                    .service_as(0, &rpc, token, req.clone(), req.method().timeout)
+                    .await;
+                outcomes.push((who, matches!(r, Err(ServiceError::PermissionDenied { .. }))));
+            }
+            if outcomes.iter().any(|(_, d)| *d != outcomes[0].1) {
+                failures.push(format!(
+                    "{name}: answers depend on the caller: {outcomes:?}"
+                ));
+            }
+            continue;
+        }
         // Refused first: an allowed call may change what a later case sees.
         let (refused, allowed): (Vec<Holder>, Vec<Holder>) = match caller {
             Caller::Open => (
@@ -1555,6 +1627,7 @@ async fn every_rpc_refuses_callers_its_rule_does_not_allow() {
                 ],
                 vec![],
             ),
+            Caller::SameForAll => unreachable!("handled above"),
         };
         let cases = std::iter::once(("no token", None, caller == Caller::Open))
             .chain(refused.into_iter().map(|(who, t)| (who, Some(t), false)))

@@ -782,7 +782,53 @@ async fn variables_are_encrypted_at_rest_checked_and_set_and_scoped_by_policy() 
     assert!(listed[0].get("Items").is_none(), "lists carry no items");
     let (s, anonymous) = call(Method::GET, &url(&c, leader, "/v1/vars"), None, None).await;
     assert_eq!(s, StatusCode::OK, "{anonymous}");
-    assert_eq!(anonymous, json!([]), "no variables rule: nothing listed (Nomad's answer)");
+    assert_eq!(
+        anonymous,
+        json!([]),
+        "no variables rule: nothing listed (Nomad's answer)"
+    );
+
+    // A one-time token for the reader's token, exchanged once for it (Nomad's
+    // `ui -authenticate` flow); the anonymous caller gets none.
+    let (s, ott) = call(
+        Method::POST,
+        &url(&c, leader, "/v1/acl/token/onetime"),
+        Some(&reader),
+        None,
+    )
+    .await;
+    assert_eq!(s, StatusCode::OK, "{ott}");
+    let one_time = ott["OneTimeToken"]["OneTimeSecretID"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
+    assert_eq!(ott["OneTimeToken"]["AccessorID"], token["AccessorID"]);
+    let (s, _) = call(
+        Method::POST,
+        &url(&c, leader, "/v1/acl/token/onetime"),
+        None,
+        None,
+    )
+    .await;
+    assert_eq!(s, StatusCode::FORBIDDEN);
+    let exchange = json!({ "OneTimeSecretID": one_time });
+    let (s, got) = call(
+        Method::POST,
+        &url(&c, follower, "/v1/acl/token/onetime/exchange"),
+        None,
+        Some(exchange.clone()),
+    )
+    .await;
+    assert_eq!(s, StatusCode::OK, "{got}");
+    assert_eq!(got["Token"]["SecretID"].as_str(), Some(reader.as_str()));
+    let (s, _) = call(
+        Method::POST,
+        &url(&c, leader, "/v1/acl/token/onetime/exchange"),
+        None,
+        Some(exchange),
+    )
+    .await;
+    assert_eq!(s, StatusCode::FORBIDDEN, "a one-time token works once");
 
     // Rotation: the variables still decrypt; their key cannot be removed.
     let (_, keys) = call(

@@ -49,6 +49,14 @@ pub fn routes() -> Router<HttpContext> {
         .route("/v1/acl/token", put(create_token).post(create_token))
         .route("/v1/acl/token/self", get(token_self))
         .route(
+            "/v1/acl/token/onetime",
+            put(upsert_one_time_token).post(upsert_one_time_token),
+        )
+        .route(
+            "/v1/acl/token/onetime/exchange",
+            put(exchange_one_time_token).post(exchange_one_time_token),
+        )
+        .route(
             "/v1/acl/token/{accessor_id}",
             get(get_token)
                 .put(update_token)
@@ -481,4 +489,55 @@ async fn delete_token(
         })
         .await?;
     Ok(json_write(Value::Null, index))
+}
+
+/// `PUT|POST /v1/acl/token/onetime`: a one-time token for the caller's own token →
+/// `{"OneTimeToken": {OneTimeSecretID, AccessorID, ExpiresAt, CreateIndex, ModifyIndex},
+/// "Index"}`; 403 without a token of the cluster's.
+async fn upsert_one_time_token(
+    State(ctx): State<HttpContext>,
+    headers: axum::http::HeaderMap,
+) -> Result<Response, ApiError> {
+    require_enabled(&ctx)?;
+    let secret = super::acl::request_token(&headers)
+        .ok_or_else(|| ApiError::forbidden("Permission denied"))?;
+    let ott = ctx
+        .endpoints()?
+        .acl_upsert_one_time_token(crate::rpc::service::acl::OneTimeTokenUpsertRequest {
+            secret_id: secret,
+        })
+        .await?;
+    let index = ott.modify_index;
+    Ok(json_write(
+        serde_json::json!({ "OneTimeToken": ott, "Index": index }),
+        index,
+    ))
+}
+
+/// `PUT|POST /v1/acl/token/onetime/exchange`: `{"OneTimeSecretID"}` → `{"Token": the ACL
+/// token with its secret, "Index"}`, once; 403 for an unknown, used or expired secret.
+async fn exchange_one_time_token(
+    State(ctx): State<HttpContext>,
+    body: Bytes,
+) -> Result<Response, ApiError> {
+    require_enabled(&ctx)?;
+    #[derive(Deserialize)]
+    struct Body {
+        #[serde(rename = "OneTimeSecretID", default)]
+        one_time_secret_id: String,
+    }
+    let body: Body = decode_body(&body)?;
+    if body.one_time_secret_id.is_empty() {
+        return Err(ApiError::bad_request("OneTimeSecretID is required"));
+    }
+    let (token, index) = ctx
+        .endpoints()?
+        .acl_exchange_one_time_token(crate::rpc::service::acl::OneTimeTokenExchangeRequest {
+            one_time_secret_id: body.one_time_secret_id,
+        })
+        .await?;
+    Ok(json_write(
+        serde_json::json!({ "Token": render_token(&token, true), "Index": index }),
+        index,
+    ))
 }

@@ -72,9 +72,32 @@ fn register_answer(done: &service::job::JobRegisterResponse, warnings: String) -
     )
 }
 
+/// Nomad's API: a group that gives no `Count` but a `Scaling` block with `Min` starts with
+/// `Min` allocations (else 1, the model's default).
+fn count_from_scaling_min(job: &mut Value) {
+    let groups = job.get_mut("TaskGroups").and_then(Value::as_array_mut);
+    for group in groups.into_iter().flatten() {
+        let Some(g) = group.as_object_mut() else {
+            continue;
+        };
+        if g.get("Count").is_some_and(|c| !c.is_null()) {
+            continue;
+        }
+        if let Some(min) = g
+            .get("Scaling")
+            .and_then(|s| s.get("Min"))
+            .filter(|m| m.is_u64())
+            .cloned()
+        {
+            g.insert("Count".into(), min);
+        }
+    }
+}
+
 /// A job from its API JSON; a value of the wrong type is named by its path
 /// (`TaskGroups[0].Count: invalid type: …`).
-pub(super) fn decode_job(job: Value) -> Result<Job, ApiError> {
+pub(super) fn decode_job(mut job: Value) -> Result<Job, ApiError> {
+    count_from_scaling_min(&mut job);
     serde_path_to_error::deserialize(job).map_err(|e| {
         let path = e.path().to_string();
         ApiError::bad_request(format!(
@@ -679,4 +702,24 @@ pub async fn validate(body: Bytes) -> Result<Response, ApiError> {
         warnings: String::new(),
     })
     .into_response())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_group_without_a_count_starts_at_its_scaling_minimum() {
+        let mut job = serde_json::json!({"TaskGroups": [
+            {"Name": "a", "Scaling": {"Min": 3, "Max": 9}},
+            {"Name": "b", "Count": 2, "Scaling": {"Min": 1}},
+            {"Name": "c", "Count": null, "Scaling": {"Max": 4}},
+            {"Name": "d"}
+        ]});
+        count_from_scaling_min(&mut job);
+        assert_eq!(job["TaskGroups"][0]["Count"], 3);
+        assert_eq!(job["TaskGroups"][1]["Count"], 2);
+        assert!(job["TaskGroups"][2]["Count"].is_null());
+        assert!(job["TaskGroups"][3].get("Count").is_none());
+    }
 }

@@ -30,8 +30,8 @@ use crate::model::{
     AclPolicy, AclToken, AllocDeploymentStatus, AllocId, AllocStop, Allocation, ClientStatus,
     ClusterMeta, Deployment, DeploymentId, DeploymentStatusUpdate, DesiredTransition,
     DrainStrategy, EvalId, Evaluation, Job, JobId, Namespace, NamespaceSpec, Node, NodeId,
-    NodeStatus, RootKey, SchedulerConfiguration, SchedulingEligibility, ServiceRegistration,
-    TaskState, VariableEncrypted,
+    NodeStatus, OneTimeToken, RootKey, SchedulerConfiguration, SchedulingEligibility,
+    ServiceRegistration, TaskState, VariableEncrypted,
 };
 
 /// A replicated command: the payload of one raft log entry.
@@ -127,6 +127,26 @@ pub enum Command {
     VariableUpsert(VariableUpsert),
     /// Appended: a variable deleted, with an optional check-and-set index.
     VariableDelete(VariableDelete),
+    /// Appended: a one-time token made (expired ones dropped at the same time).
+    OneTimeTokenUpsert(OneTimeTokenUpsert),
+    /// Appended: the one-time tokens of these ACL tokens removed (exchanged).
+    OneTimeTokenDelete(OneTimeTokenDelete),
+}
+
+/// Payload of [`Command::OneTimeTokenUpsert`].
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct OneTimeTokenUpsert {
+    /// The token.
+    pub token: OneTimeToken,
+    /// The proposer's clock, Unix nanoseconds: one-time tokens expired by then are dropped.
+    pub now: i64,
+}
+
+/// Payload of [`Command::OneTimeTokenDelete`].
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct OneTimeTokenDelete {
+    /// The ACL tokens' accessor IDs.
+    pub accessor_ids: Vec<String>,
 }
 
 /// Payload of [`Command::VariableUpsert`].

@@ -64,3 +64,17 @@ pub struct AclResolvedToken {
     /// For a workload identity: its allocation's task group (not among the claims).
     pub workload_group: String,
 }
+
+/// `ACL.UpsertOneTimeToken`: a one-time token for the caller's own ACL token.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct OneTimeTokenUpsertRequest {
+    /// The caller's ACL token secret: the one-time token stands for it.
+    pub secret_id: String,
+}
+
+/// `ACL.ExchangeOneTimeToken`: the one-time secret given back for the ACL token.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct OneTimeTokenExchangeRequest {
+    /// The one-time secret.
+    pub one_time_secret_id: String,
+}

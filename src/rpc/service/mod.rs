@@ -471,6 +471,16 @@ service_calls! {
         name: "Keyring.Delete", route: Leader, timeout: |_| WRITE_TIMEOUT,
         helper: keyring_delete,
     }
+    /// A one-time token for the caller's ACL token.
+    AclUpsertOneTimeToken(acl::OneTimeTokenUpsertRequest) -> teamster_storage::model::OneTimeToken {
+        name: "ACL.UpsertOneTimeToken", route: Leader, timeout: |_| WRITE_TIMEOUT,
+        helper: acl_upsert_one_time_token,
+    }
+    /// A one-time token exchanged (once) for its ACL token.
+    AclExchangeOneTimeToken(acl::OneTimeTokenExchangeRequest) -> (teamster_storage::model::AclToken, u64) {
+        name: "ACL.ExchangeOneTimeToken", route: Leader, timeout: |_| WRITE_TIMEOUT,
+        helper: acl_exchange_one_time_token,
+    }
     /// Write or delete a variable (encrypted by the leader).
     VariablesApply(variables::VariablesApplyRequest) -> variables::VariablesApplyResponse {
         name: "Variables.Apply", route: Leader, timeout: |_| WRITE_TIMEOUT,

@@ -94,6 +94,8 @@ pub fn service_allowed(call: &ServiceRequest) -> Allowed {
         | S::KeyringRotate(_)
         | S::KeyringDelete(_)
         | S::VariablesApply(_)
+        | S::AclUpsertOneTimeToken(_)
+        | S::AclExchangeOneTimeToken(_)
         | S::SystemReconcileSummaries(_)
         | S::PlanSubmitBatch(_)
         | S::EvalAckBatch(_)

@@ -8,9 +8,11 @@
 
 use teamster_storage::fsm::{
     AclBootstrap, AclPolicyDelete, AclPolicyUpsert, AclTokenDelete, AclTokenUpsert, Command,
+    OneTimeTokenDelete, OneTimeTokenUpsert,
 };
 use teamster_storage::model::{
-    is_uuid, AclToken, Timestamp, ANONYMOUS_POLICY, TOKEN_TYPE_CLIENT, TOKEN_TYPE_MANAGEMENT,
+    is_uuid, AclToken, OneTimeToken, Timestamp, ANONYMOUS_POLICY, ONE_TIME_TOKEN_TTL_NANOS,
+    TOKEN_TYPE_CLIENT, TOKEN_TYPE_MANAGEMENT,
 };
 
 use super::Endpoints;
@@ -18,6 +20,7 @@ use crate::acl::parse_policy;
 use crate::rpc::service::acl::{
     AclBootstrapRequest, AclDeletePoliciesRequest, AclDeleteTokensRequest, AclResolveTokenRequest,
     AclResolvedToken, AclUpsertPoliciesRequest, AclUpsertTokensRequest,
+    OneTimeTokenExchangeRequest, OneTimeTokenUpsertRequest,
 };
 use crate::rpc::ServiceError;
 use crate::server::acl::AclError;
@@ -252,4 +255,67 @@ pub fn denied(e: AclError) -> ServiceError {
     ServiceError::PermissionDenied {
         reason: e.to_string(),
     }
+}
+
+/// `ACL.UpsertOneTimeToken`: a one-time token, valid ten minutes, for the ACL token whose
+/// secret the caller holds (Nomad's: permission denied for anything else).
+pub async fn upsert_one_time_token(
+    ep: &Endpoints,
+    req: OneTimeTokenUpsertRequest,
+) -> Result<OneTimeToken, ServiceError> {
+    if !ep.acl_enabled() {
+        return Err(disabled());
+    }
+    let snap = ep.node().state().snapshot();
+    let now = ep.now();
+    let token = snap
+        .acl_token_by_secret(&req.secret_id)
+        .filter(|t| !t.expired(now))
+        .ok_or_else(|| denied(AclError::PermissionDenied))?;
+    let ott = OneTimeToken {
+        one_time_secret_id: new_uuid(),
+        accessor_id: token.accessor_id.clone(),
+        expires_at: Timestamp::from_unix_nanos(now.saturating_add(ONE_TIME_TOKEN_TTL_NANOS)),
+        ..OneTimeToken::default()
+    };
+    let (index, _) = ep
+        .write(Command::OneTimeTokenUpsert(OneTimeTokenUpsert {
+            token: ott.clone(),
+            now,
+        }))
+        .await?;
+    Ok(OneTimeToken {
+        create_index: index,
+        modify_index: index,
+        ..ott
+    })
+}
+
+/// `ACL.ExchangeOneTimeToken`: the ACL token (secret included) a valid one-time secret
+/// stands for, and the raft index at which its one-time tokens were removed.
+pub async fn exchange_one_time_token(
+    ep: &Endpoints,
+    req: OneTimeTokenExchangeRequest,
+) -> Result<(AclToken, u64), ServiceError> {
+    if !ep.acl_enabled() {
+        return Err(disabled());
+    }
+    let snap = ep.node().state().snapshot();
+    let now = ep.now();
+    let ott = snap
+        .one_time_token(&req.one_time_secret_id)
+        .filter(|t| t.expires_at.unix_nanos().is_some_and(|at| at > now))
+        .cloned()
+        .ok_or_else(|| denied(AclError::PermissionDenied))?;
+    let token = snap
+        .acl_token_by_accessor(&ott.accessor_id)
+        .filter(|t| !t.expired(now))
+        .map(|t| (**t).clone())
+        .ok_or_else(|| denied(AclError::PermissionDenied))?;
+    let (index, _) = ep
+        .write(Command::OneTimeTokenDelete(OneTimeTokenDelete {
+            accessor_ids: vec![ott.accessor_id.clone()],
+        }))
+        .await?;
+    Ok((token, index))
 }

@@ -91,6 +91,30 @@ pub struct AclToken {
     pub modify_index: u64,
 }
 
+/// A one-time token (Nomad's `OneTimeToken`): a secret that can be exchanged once, within
+/// ten minutes, for the ACL token it was made for (`nomad ui -authenticate`).
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "PascalCase", default)]
+pub struct OneTimeToken {
+    /// The secret to exchange (a UUID).
+    #[serde(rename = "OneTimeSecretID", deserialize_with = "de::nullable")]
+    pub one_time_secret_id: String,
+    /// The ACL token it stands for.
+    #[serde(rename = "AccessorID", deserialize_with = "de::nullable")]
+    pub accessor_id: String,
+    /// When it stops working.
+    pub expires_at: Timestamp,
+    /// Raft index of creation (server-set).
+    #[serde(deserialize_with = "de::nullable")]
+    pub create_index: u64,
+    /// Raft index of the last change (server-set).
+    #[serde(deserialize_with = "de::nullable")]
+    pub modify_index: u64,
+}
+
+/// How long a one-time token lives (Nomad's ten minutes).
+pub const ONE_TIME_TOKEN_TTL_NANOS: i64 = 10 * 60 * 1_000_000_000;
+
 impl AclToken {
     /// Whether it is a management token.
     pub fn is_management(&self) -> bool {

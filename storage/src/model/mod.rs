@@ -47,7 +47,8 @@ pub mod value;
 pub mod variables;
 
 pub use acl::{
-    is_uuid, AclPolicy, AclToken, ANONYMOUS_POLICY, TOKEN_TYPE_CLIENT, TOKEN_TYPE_MANAGEMENT,
+    is_uuid, AclPolicy, AclToken, OneTimeToken, ANONYMOUS_POLICY, ONE_TIME_TOKEN_TTL_NANOS,
+    TOKEN_TYPE_CLIENT, TOKEN_TYPE_MANAGEMENT,
 };
 pub use alloc::{
     AllocStop, AllocatedPortMapping, AllocatedResources, AllocatedSharedResources, Allocation,

@@ -580,6 +580,14 @@ fn execute(txn: &mut WriteTxn, command: Command) -> Result<CommandResponse, Appl
             txn.upsert_variable(command.var, command.cas, command.now)?;
             Ok(CommandResponse::Applied)
         }
+        Command::OneTimeTokenUpsert(command) => {
+            txn.upsert_one_time_token(command.token, command.now)?;
+            Ok(CommandResponse::Applied)
+        }
+        Command::OneTimeTokenDelete(command) => {
+            txn.delete_one_time_tokens(&command.accessor_ids);
+            Ok(CommandResponse::Applied)
+        }
         Command::VariableDelete(command) => {
             txn.delete_variable(&command.namespace, &command.path, command.cas)?;
             Ok(CommandResponse::Applied)

@@ -25,7 +25,7 @@ use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use crate::codec::{self, DecodeFailure};
 use crate::model::{
     AclPolicy, AclToken, Allocation, ClusterMeta, Deployment, Evaluation, Job, JobId, JobSummary,
-    Namespace, NamespaceSpec, Node, PeriodicLaunch, RootKey, SchedulerConfiguration,
+    Namespace, NamespaceSpec, Node, OneTimeToken, PeriodicLaunch, RootKey, SchedulerConfiguration,
     ServiceRegistration, SharedStr, VariableEncrypted,
 };
 use crate::state::tables::{JobKey, Table, Tables};
@@ -36,7 +36,7 @@ const MAGIC: &[u8; 8] = b"TMSTIMG\0";
 pub const IMAGE_FORMAT_VERSION: u32 = 13;
 const HEADER_LEN: usize = MAGIC.len() + 4;
 /// Fields of the body tuple.
-const BODY_FIELDS: usize = 19;
+const BODY_FIELDS: usize = 20;
 
 /// Encodes every table.
 pub(crate) fn encode(tables: &Tables) -> Result<Vec<u8>, StateError> {
@@ -114,6 +114,7 @@ impl Serialize for BodyRef<'_> {
         tuple.serialize_element(&t.acl_bootstrap_index)?;
         tuple.serialize_element(&Values(&t.root_keys))?;
         tuple.serialize_element(&Values(&t.variables))?;
+        tuple.serialize_element(&Values(&t.one_time_tokens))?;
         tuple.end()
     }
 }
@@ -310,6 +311,11 @@ impl<'de> Visitor<'de> for BodyVisitor {
                 (v.meta.namespace.clone(), v.meta.path.clone())
             }),
             "the variables",
+        )?;
+        t.one_time_tokens = seeded(
+            &mut seq,
+            ArcMapSeed::new(|t: &mut OneTimeToken| t.one_time_secret_id.clone()),
+            "the one-time tokens",
         )?;
         Ok(DecodedBody(t))
     }

@@ -10,8 +10,9 @@ use std::sync::Arc;
 
 use crate::model::{
     AclPolicy, AclToken, AllocId, Allocation, ClusterMeta, Deployment, Evaluation, Job, JobId,
-    JobSummary, Namespace, NamespaceSpec, Node, PeriodicLaunch, Resources, RootKey, RootKeyState,
-    SchedulerConfiguration, ServiceRegistration, VariableEncrypted, DEFAULT_NAMESPACE,
+    JobSummary, Namespace, NamespaceSpec, Node, OneTimeToken, PeriodicLaunch, Resources, RootKey,
+    RootKeyState, SchedulerConfiguration, ServiceRegistration, VariableEncrypted,
+    DEFAULT_NAMESPACE,
 };
 use crate::state::tables::{SecondaryIndex, Table, Tables};
 
@@ -434,6 +435,11 @@ impl Snapshot {
     /// The raft index of the ACL bootstrap (Nomad's reset index), 0 before it.
     pub fn acl_bootstrap_index(&self) -> u64 {
         self.tables.acl_bootstrap_index
+    }
+
+    /// The one-time token with this secret.
+    pub fn one_time_token(&self, secret: &str) -> Option<&Arc<OneTimeToken>> {
+        self.tables.one_time_tokens.get(secret)
     }
 
     /// Every root key, by key ID.

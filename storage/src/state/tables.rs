@@ -14,8 +14,9 @@ use imbl::{OrdMap, OrdSet};
 
 use crate::model::{
     AclPolicy, AclToken, AllocId, Allocation, ClusterMeta, Deployment, DeploymentId, EvalId,
-    Evaluation, Job, JobId, JobSummary, Namespace, NamespaceSpec, Node, NodeId, PeriodicLaunch,
-    Resources, RootKey, SchedulerConfiguration, ServiceRegistration, SharedStr, VariableEncrypted,
+    Evaluation, Job, JobId, JobSummary, Namespace, NamespaceSpec, Node, NodeId, OneTimeToken,
+    PeriodicLaunch, Resources, RootKey, SchedulerConfiguration, ServiceRegistration, SharedStr,
+    VariableEncrypted,
 };
 
 /// Primary key of a job and of its summary.
@@ -211,6 +212,8 @@ pub(crate) struct Tables {
     pub root_keys: OrdMap<String, Arc<RootKey>>,
     /// Variables by namespace and path.
     pub variables: OrdMap<(String, String), Arc<VariableEncrypted>>,
+    /// One-time tokens by their secret (part of the ACL tokens table's index).
+    pub one_time_tokens: OrdMap<String, Arc<OneTimeToken>>,
 }
 
 impl Tables {

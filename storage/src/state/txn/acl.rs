@@ -5,7 +5,7 @@
 use std::sync::Arc;
 
 use crate::fsm::ApplyError;
-use crate::model::{AclPolicy, AclToken};
+use crate::model::{AclPolicy, AclToken, OneTimeToken};
 use crate::state::tables::Table;
 use crate::state::txn::WriteTxn;
 use crate::state::StateChange;
@@ -93,6 +93,54 @@ impl WriteTxn {
         Ok(())
     }
 
+    /// Writes a one-time token, dropping those expired at `now`.
+    pub fn upsert_one_time_token(
+        &mut self,
+        mut token: OneTimeToken,
+        now: i64,
+    ) -> Result<(), ApplyError> {
+        if !self.t.acl_tokens.contains_key(&token.accessor_id) {
+            return Err(ApplyError::AclNotFound {
+                kind: "ACL token".into(),
+                id: token.accessor_id.clone(),
+            });
+        }
+        let expired: Vec<String> = self
+            .t
+            .one_time_tokens
+            .iter()
+            .filter(|(_, t)| t.expires_at.unix_nanos().is_some_and(|at| at <= now))
+            .map(|(secret, _)| secret.clone())
+            .collect();
+        for secret in expired {
+            self.t.one_time_tokens.remove(&secret);
+        }
+        token.create_index = self.index();
+        token.modify_index = self.index();
+        self.t
+            .one_time_tokens
+            .insert(token.one_time_secret_id.clone(), Arc::new(token));
+        self.touch(Table::AclTokens);
+        Ok(())
+    }
+
+    /// Removes every one-time token of these ACL tokens.
+    pub fn delete_one_time_tokens(&mut self, accessor_ids: &[String]) {
+        let gone: Vec<String> = self
+            .t
+            .one_time_tokens
+            .iter()
+            .filter(|(_, t)| accessor_ids.contains(&t.accessor_id))
+            .map(|(secret, _)| secret.clone())
+            .collect();
+        for secret in &gone {
+            self.t.one_time_tokens.remove(secret);
+        }
+        if !gone.is_empty() {
+            self.touch(Table::AclTokens);
+        }
+    }
+
     /// Deletes a token by accessor ID.
     pub fn delete_acl_token(&mut self, accessor_id: &str) -> Result<(), ApplyError> {
         let Some(token) = self.t.acl_tokens.remove(accessor_id) else {
@@ -102,6 +150,7 @@ impl WriteTxn {
             });
         };
         self.t.acl_secrets.remove(&token.secret_id);
+        self.delete_one_time_tokens(&[accessor_id.to_string()]);
         self.touch(Table::AclTokens);
         self.acl_changed();
         Ok(())
