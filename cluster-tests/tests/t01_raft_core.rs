@@ -674,7 +674,9 @@ async fn leave_on_terminate_removes_the_server_from_the_raft_configuration() -> 
 /// Failover with the default raft timings (heartbeat 150 ms, election timeout 400 ms): the
 /// leader killed with SIGKILL three times in a row, the survivors agree on a successor within
 /// 1.2–1.6 s by design (openraft: the lease, 2×, then a random [1×, 2×)); asserted with a
-/// margin for a loaded machine (the old defaults could not go below 3 s).
+/// margin for a loaded machine (the old defaults could not go below 3 s): the median under
+/// 2 s, and each under 2.5 s but one, which a split vote (both survivors standing at once,
+/// one more randomized round of [1×, 2×)) may take to 3.5 s.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn failover_with_the_default_timings_takes_under_two_seconds() -> anyhow::Result<()> {
     let defaults = teamster::server::config::RaftTiming::default();
@@ -704,8 +706,20 @@ async fn failover_with_the_default_timings_takes_under_two_seconds() -> anyhow::
         c.restart(leader)?;
         wait_caught_up(&mut c, leader).await?;
     }
-    for t in &took {
-        assert!(*t < Duration::from_millis(2500), "failovers took {took:?}");
-    }
+    let mut sorted = took.clone();
+    sorted.sort();
+    assert!(
+        sorted[1] < Duration::from_secs(2),
+        "failovers took {took:?}"
+    );
+    let slow = took
+        .iter()
+        .filter(|t| **t >= Duration::from_millis(2500))
+        .count();
+    assert!(slow <= 1, "failovers took {took:?}");
+    assert!(
+        sorted[2] < Duration::from_millis(3500),
+        "failovers took {took:?}"
+    );
     Ok(())
 }

@@ -181,6 +181,11 @@ const PUBLIC: &[&str] = &[
     "/v1/metrics",
     "/v1/regions",
     "/v1/acl/bootstrap",
+    // A one-time secret is the credential here; a stale token sent along must not stop it
+    // (Nomad's UI re-authenticating sends the one it had).
+    "/v1/acl/token/onetime/exchange",
+    "/.well-known/jwks.json",
+    "/.well-known/openid-configuration",
 ];
 
 /// The web UI's routes are public too: its page and assets hold no data, and its calls to the

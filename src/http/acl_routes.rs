@@ -528,7 +528,7 @@ async fn exchange_one_time_token(
     }
     let body: Body = decode_body(&body)?;
     if body.one_time_secret_id.is_empty() {
-        return Err(ApiError::bad_request("OneTimeSecretID is required"));
+        return Err(ApiError::forbidden("Permission denied"));
     }
     let (token, index) = ctx
         .endpoints()?

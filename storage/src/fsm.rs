@@ -129,8 +129,9 @@ pub enum Command {
     VariableDelete(VariableDelete),
     /// Appended: a one-time token made (expired ones dropped at the same time).
     OneTimeTokenUpsert(OneTimeTokenUpsert),
-    /// Appended: the one-time tokens of these ACL tokens removed (exchanged).
-    OneTimeTokenDelete(OneTimeTokenDelete),
+    /// Appended: a one-time token exchanged: refused unless it exists and has not expired,
+    /// then every one-time token of its ACL token removed (so it works once).
+    OneTimeTokenExchange(OneTimeTokenExchange),
 }
 
 /// Payload of [`Command::OneTimeTokenUpsert`].
@@ -142,11 +143,13 @@ pub struct OneTimeTokenUpsert {
     pub now: i64,
 }
 
-/// Payload of [`Command::OneTimeTokenDelete`].
+/// Payload of [`Command::OneTimeTokenExchange`].
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct OneTimeTokenDelete {
-    /// The ACL tokens' accessor IDs.
-    pub accessor_ids: Vec<String>,
+pub struct OneTimeTokenExchange {
+    /// The one-time secret.
+    pub one_time_secret_id: String,
+    /// The proposer's clock, Unix nanoseconds.
+    pub now: i64,
 }
 
 /// Payload of [`Command::VariableUpsert`].

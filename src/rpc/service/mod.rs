@@ -471,6 +471,11 @@ service_calls! {
         name: "Keyring.Delete", route: Leader, timeout: |_| WRITE_TIMEOUT,
         helper: keyring_delete,
     }
+    /// Write or delete a variable (encrypted by the leader).
+    VariablesApply(variables::VariablesApplyRequest) -> variables::VariablesApplyResponse {
+        name: "Variables.Apply", route: Leader, timeout: |_| WRITE_TIMEOUT,
+        helper: variables_apply,
+    }
     /// A one-time token for the caller's ACL token.
     AclUpsertOneTimeToken(acl::OneTimeTokenUpsertRequest) -> teamster_storage::model::OneTimeToken {
         name: "ACL.UpsertOneTimeToken", route: Leader, timeout: |_| WRITE_TIMEOUT,
@@ -480,11 +485,6 @@ service_calls! {
     AclExchangeOneTimeToken(acl::OneTimeTokenExchangeRequest) -> (teamster_storage::model::AclToken, u64) {
         name: "ACL.ExchangeOneTimeToken", route: Leader, timeout: |_| WRITE_TIMEOUT,
         helper: acl_exchange_one_time_token,
-    }
-    /// Write or delete a variable (encrypted by the leader).
-    VariablesApply(variables::VariablesApplyRequest) -> variables::VariablesApplyResponse {
-        name: "Variables.Apply", route: Leader, timeout: |_| WRITE_TIMEOUT,
-        helper: variables_apply,
     }
 }
 

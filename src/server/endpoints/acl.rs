@@ -8,7 +8,7 @@
 
 use teamster_storage::fsm::{
     AclBootstrap, AclPolicyDelete, AclPolicyUpsert, AclTokenDelete, AclTokenUpsert, Command,
-    OneTimeTokenDelete, OneTimeTokenUpsert,
+    OneTimeTokenExchange, OneTimeTokenUpsert,
 };
 use teamster_storage::model::{
     is_uuid, AclToken, OneTimeToken, Timestamp, ANONYMOUS_POLICY, ONE_TIME_TOKEN_TTL_NANOS,
@@ -312,10 +312,17 @@ pub async fn exchange_one_time_token(
         .filter(|t| !t.expired(now))
         .map(|t| (**t).clone())
         .ok_or_else(|| denied(AclError::PermissionDenied))?;
-    let (index, _) = ep
-        .write(Command::OneTimeTokenDelete(OneTimeTokenDelete {
-            accessor_ids: vec![ott.accessor_id.clone()],
+    // The state machine decides: of two exchanges racing, only the first applies.
+    let applied = ep
+        .node()
+        .write_local(Command::OneTimeTokenExchange(OneTimeTokenExchange {
+            one_time_secret_id: req.one_time_secret_id,
+            now,
         }))
-        .await?;
-    Ok((token, index))
+        .await
+        .map_err(super::write_error)?;
+    if super::first_rejection(&applied.response).is_some() {
+        return Err(denied(AclError::PermissionDenied));
+    }
+    Ok((token, applied.index))
 }

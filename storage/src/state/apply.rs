@@ -584,8 +584,8 @@ fn execute(txn: &mut WriteTxn, command: Command) -> Result<CommandResponse, Appl
             txn.upsert_one_time_token(command.token, command.now)?;
             Ok(CommandResponse::Applied)
         }
-        Command::OneTimeTokenDelete(command) => {
-            txn.delete_one_time_tokens(&command.accessor_ids);
+        Command::OneTimeTokenExchange(command) => {
+            txn.exchange_one_time_token(&command.one_time_secret_id, command.now)?;
             Ok(CommandResponse::Applied)
         }
         Command::VariableDelete(command) => {

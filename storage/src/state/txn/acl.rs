@@ -124,6 +124,27 @@ impl WriteTxn {
         Ok(())
     }
 
+    /// Uses up a one-time token: refused unless it exists, has not expired at `now` and its
+    /// ACL token exists; then every one-time token of that ACL token is removed.
+    pub fn exchange_one_time_token(&mut self, secret: &str, now: i64) -> Result<(), ApplyError> {
+        let refused = || ApplyError::AclRefused {
+            reason: "Permission denied".into(),
+        };
+        let ott = self
+            .t
+            .one_time_tokens
+            .get(secret)
+            .cloned()
+            .ok_or_else(refused)?;
+        if ott.expires_at.unix_nanos().is_none_or(|at| at <= now)
+            || !self.t.acl_tokens.contains_key(&ott.accessor_id)
+        {
+            return Err(refused());
+        }
+        self.delete_one_time_tokens(std::slice::from_ref(&ott.accessor_id));
+        Ok(())
+    }
+
     /// Removes every one-time token of these ACL tokens.
     pub fn delete_one_time_tokens(&mut self, accessor_ids: &[String]) {
         let gone: Vec<String> = self
