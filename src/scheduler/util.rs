@@ -620,6 +620,24 @@ mod tests {
         meta.meta.insert("owner".into(), "x".into());
         assert!(tasks_updated(&base, &meta, "g"));
         assert!(tasks_updated(&base, &base, "missing"));
+        // A workload identity changed (given in a file now, or a named one added) is given
+        // to a new allocation, as Nomad's tasksUpdated decides.
+        let mut file = base.clone();
+        file.task_groups_mut()[0].tasks[0].identity =
+            Some(teamster_storage::model::WorkloadIdentity {
+                name: "default".into(),
+                file: true,
+                ..Default::default()
+            });
+        assert!(tasks_updated(&base, &file, "g"));
+        let mut named = base.clone();
+        named.task_groups_mut()[0].tasks[0].identities.push(
+            teamster_storage::model::WorkloadIdentity {
+                name: "vault".into(),
+                ..Default::default()
+            },
+        );
+        assert!(tasks_updated(&base, &named, "g"));
     }
 
     #[test]
