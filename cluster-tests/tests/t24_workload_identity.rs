@@ -100,6 +100,25 @@ fn verify_with_jwks(token: &str, jwks: &Value, aud: &str) -> Result<Value, Strin
     Ok(data.claims)
 }
 
+/// The ID of `job`'s running allocation, asked of the API at `base`, once there is one.
+async fn running_alloc(
+    base: &str,
+    token: &str,
+    job: &str,
+    timeout: Duration,
+) -> anyhow::Result<String> {
+    let url = format!("{base}/v1/job/{job}/allocations");
+    wait_for(timeout, &format!("{job} running"), || async {
+        let (_, allocs) = call(Method::GET, &url, Some(token), None).await;
+        allocs
+            .as_array()?
+            .iter()
+            .find(|a| a["ClientStatus"] == "running")
+            .and_then(|a| a["ID"].as_str().map(String::from))
+    })
+    .await
+}
+
 /// The servers' log lines about keys and leadership (for failures).
 fn keyring_logs(c: &ProcessCluster) -> String {
     c.servers
@@ -246,22 +265,9 @@ async fn tasks_get_verifiable_identities_that_the_api_takes_for_what_workloads_m
                 .filter(|t| !t.is_empty())
         }
     };
-    let alloc_id = wait_for(Duration::from_secs(60), "the task running", || async {
-        let (_, allocs) = call(
-            Method::GET,
-            &format!("{}/v1/job/wid/allocations", base(&c, leader)),
-            Some(&root),
-            None,
-        )
-        .await;
-        allocs
-            .as_array()?
-            .iter()
-            .find(|a| a["ClientStatus"] == "running")
-            .and_then(|a| a["ID"].as_str().map(String::from))
-    })
-    .await
-    .map_err(|e| anyhow::anyhow!("{e}\n{}", client.log_tail(60)))?;
+    let alloc_id = running_alloc(&base(&c, leader), &root, "wid", Duration::from_secs(60))
+        .await
+        .map_err(|e| anyhow::anyhow!("{e}\n{}", client.log_tail(60)))?;
     wait_for(Duration::from_secs(20), "the copied tokens", || {
         read(&c, leader, &alloc_id, "named_token")
     })
@@ -472,26 +478,9 @@ async fn tasks_get_verifiable_identities_that_the_api_takes_for_what_workloads_m
     )
     .await;
     assert_eq!(s, StatusCode::OK, "{body}");
-    let alloc2 = wait_for(
-        Duration::from_secs(90),
-        "the second job running",
-        || async {
-            let (_, allocs) = call(
-                Method::GET,
-                &format!("{}/v1/job/wid2/allocations", base(&c, leader)),
-                Some(&root),
-                None,
-            )
-            .await;
-            allocs
-                .as_array()?
-                .iter()
-                .find(|a| a["ClientStatus"] == "running")
-                .and_then(|a| a["ID"].as_str().map(String::from))
-        },
-    )
-    .await
-    .map_err(|e| anyhow::anyhow!("{e}\n{}", client.log_tail(60)))?;
+    let alloc2 = running_alloc(&base(&c, leader), &root, "wid2", Duration::from_secs(90))
+        .await
+        .map_err(|e| anyhow::anyhow!("{e}\n{}", client.log_tail(60)))?;
     let token2 = wait_for(Duration::from_secs(30), "the second job's token", || {
         read(&c, leader, &alloc2, "env_token")
     })

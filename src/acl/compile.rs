@@ -76,11 +76,6 @@ impl Acl {
         }
     }
 
-    /// Whether it is a workload identity's.
-    pub fn is_workload(&self) -> bool {
-        self.workload
-    }
-
     /// The union of `policies` (none: nothing is allowed).
     pub fn from_policies<'a>(policies: impl IntoIterator<Item = &'a Policy>) -> Acl {
         let mut acl = Acl::default();

@@ -78,9 +78,6 @@ pub struct KeyringRotateArgs {
 pub struct KeyringRemoveArgs {
     #[command(flatten)]
     api: ApiArgs,
-    /// Remove it even if it signed identities still in use.
-    #[arg(long)]
-    force: bool,
     /// The key's ID or a unique prefix of it.
     key_id: String,
 }
@@ -200,10 +197,9 @@ async fn keyring(cmd: KeyringCommand) -> anyhow::Result<()> {
                     ),
                 }
             }
-            let force = if args.force { "?force=true" } else { "" };
             api.request_text::<()>(
                 Method::DELETE,
-                &format!("/v1/operator/keyring/key/{key_id}{force}"),
+                &format!("/v1/operator/keyring/key/{key_id}"),
                 None,
             )
             .await

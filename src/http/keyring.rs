@@ -86,12 +86,20 @@ pub async fn remove(
     Path(id): Path<String>,
     Query(q): Query<HashMap<String, String>>,
 ) -> Result<Response, ApiError> {
-    if let Some(force) = q.get("force") {
-        if !force.is_empty() && force.parse::<bool>().is_err() {
+    match q.get("force").map(|f| f.parse::<bool>()) {
+        None | Some(Ok(false)) => {}
+        // Nomad's force removes a key that still encrypts variables; teamster never does
+        // (the variables would be lost), so the flag is refused rather than ignored.
+        Some(Ok(true)) => {
+            return Err(ApiError::bad_request(
+                "force is not supported: a root key still in use by variables is never removed",
+            ))
+        }
+        Some(Err(_)) => {
             return Err(ApiError {
                 status: axum::http::StatusCode::UNPROCESSABLE_ENTITY,
                 ..ApiError::bad_request("invalid force parameter")
-            });
+            })
         }
     }
     let index = ctx

@@ -111,12 +111,42 @@ pub async fn read(
     Ok(json_read(with_items(&ctx, &snap, &var).await?, meta))
 }
 
-/// A write's body: Nomad's `Variable` (only `Items` is read; the path and namespace come
-/// from the URL).
+/// A write's body: Nomad's `Variable`. The path and namespace come from the URL; a body
+/// that names others, or asks for a lock, is refused (never silently written elsewhere).
+/// Server-set fields (indexes, times) are ignored, as Nomad ignores them.
 #[derive(Debug, Default, Deserialize)]
 #[serde(rename_all = "PascalCase", default)]
 struct VariableBody {
     items: Option<BTreeMap<String, String>>,
+    namespace: Option<String>,
+    path: Option<String>,
+    lock: Option<Value>,
+}
+
+impl VariableBody {
+    /// 400 for a body that names another place than the URL, or a lock.
+    fn check(&self, namespace: &str, path: &str) -> Result<(), ApiError> {
+        if let Some(ns) = self
+            .namespace
+            .as_deref()
+            .filter(|n| !n.is_empty() && *n != namespace)
+        {
+            return Err(ApiError::bad_request(format!(
+                "the body's Namespace {ns:?} is not the request's {namespace:?}; give it as ?namespace="
+            )));
+        }
+        if let Some(p) = self.path.as_deref().filter(|p| !p.is_empty() && *p != path) {
+            return Err(ApiError::bad_request(format!(
+                "the body's Path {p:?} is not the URL's {path:?}"
+            )));
+        }
+        if self.lock.as_ref().is_some_and(|l| !l.is_null()) {
+            return Err(ApiError::bad_request(
+                "Lock: variable locks are not supported by teamster yet",
+            ));
+        }
+        Ok(())
+    }
 }
 
 /// The lock operation the query asks for, Nomad's checks first.
@@ -229,6 +259,7 @@ pub async fn write(
         ));
     }
     let body: VariableBody = decode_body(&body)?;
+    body.check(&opts.namespace, &path)?;
     let items = body
         .items
         .filter(|i| !i.is_empty())

@@ -92,11 +92,43 @@ impl Kek {
         let digest = Sha256::digest(self.0);
         digest[..8].iter().map(|b| format!("{b:02x}")).collect()
     }
+}
 
-    fn aead(&self) -> LessSafeKey {
-        // A 32-byte key is always a valid AES-256 key.
-        LessSafeKey::new(UnboundKey::new(&AES_256_GCM, &self.0).expect("32-byte AES-256 key"))
-    }
+/// `plain` encrypted with `key` (AES-256-GCM, a random nonce), bound to `aad`: the nonce and
+/// the ciphertext with its tag.
+fn seal(key: &[u8; 32], plain: &[u8], aad: &[u8]) -> Result<(Vec<u8>, Vec<u8>), KeyringError> {
+    let mut nonce = [0u8; NONCE_LEN];
+    SystemRandom::new()
+        .fill(&mut nonce)
+        .map_err(|_| KeyringError::Random)?;
+    let mut sealed = plain.to_vec();
+    aes(key)
+        .seal_in_place_append_tag(
+            Nonce::assume_unique_for_key(nonce),
+            Aad::from(aad),
+            &mut sealed,
+        )
+        .map_err(|_| KeyringError::Random)?;
+    Ok((nonce.to_vec(), sealed))
+}
+
+/// What [`seal`] encrypted with `key` for the same `aad`, or why not.
+fn open(key: &[u8; 32], nonce: &[u8], sealed: &[u8], aad: &[u8]) -> Result<Vec<u8>, &'static str> {
+    let nonce: [u8; NONCE_LEN] = nonce.try_into().map_err(|_| "bad nonce")?;
+    let mut buf = sealed.to_vec();
+    let plain = aes(key)
+        .open_in_place(
+            Nonce::assume_unique_for_key(nonce),
+            Aad::from(aad),
+            &mut buf,
+        )
+        .map_err(|_| "authentication failed")?;
+    Ok(plain.to_vec())
+}
+
+fn aes(key: &[u8; 32]) -> LessSafeKey {
+    // A 32-byte key is always a valid AES-256 key.
+    LessSafeKey::new(UnboundKey::new(&AES_256_GCM, key).expect("32-byte AES-256 key"))
 }
 
 /// The secret material of a root key, as wrapped: the AES-256 data key (for Variables) and
@@ -142,16 +174,8 @@ impl UnwrappedKey {
             data_key: data_key.to_vec(),
             signing_key_pkcs8: pkcs8.as_ref().to_vec(),
         };
-        let mut plain = serde_json::to_vec(&material).expect("material encodes");
-        let mut nonce = [0u8; NONCE_LEN];
-        rng.fill(&mut nonce).map_err(|_| KeyringError::Random)?;
-        kek.aead()
-            .seal_in_place_append_tag(
-                Nonce::assume_unique_for_key(nonce),
-                Aad::from(key_id.as_bytes()),
-                &mut plain,
-            )
-            .map_err(|_| KeyringError::Random)?;
+        let plain = serde_json::to_vec(&material).expect("material encodes");
+        let (nonce, ciphertext) = seal(&kek.0, &plain, key_id.as_bytes())?;
         let meta = RootKeyMeta {
             key_id: key_id.to_string(),
             algorithm: ROOT_KEY_ALGORITHM.to_string(),
@@ -165,8 +189,8 @@ impl UnwrappedKey {
             meta: meta.clone(),
             wrapped: WrappedKey {
                 kek_id: kek.id(),
-                nonce: nonce.to_vec(),
-                ciphertext: plain,
+                nonce,
+                ciphertext,
                 public_key: signer.public_key().as_ref().to_vec(),
             },
         };
@@ -194,22 +218,15 @@ impl UnwrappedKey {
                 kek.id()
             )));
         }
-        let nonce: [u8; NONCE_LEN] = key
-            .wrapped
-            .nonce
-            .as_slice()
-            .try_into()
-            .map_err(|_| fail("bad nonce"))?;
-        let mut sealed = key.wrapped.ciphertext.clone();
-        let plain = kek
-            .aead()
-            .open_in_place(
-                Nonce::assume_unique_for_key(nonce),
-                Aad::from(key_id.as_bytes()),
-                &mut sealed,
-            )
-            .map_err(|_| fail("decryption failed"))?;
-        let material: Material = serde_json::from_slice(plain).map_err(|_| fail("bad material"))?;
+        let plain = open(
+            &kek.0,
+            &key.wrapped.nonce,
+            &key.wrapped.ciphertext,
+            key_id.as_bytes(),
+        )
+        .map_err(|why| fail(&format!("decryption failed: {why}")))?;
+        let material: Material =
+            serde_json::from_slice(&plain).map_err(|_| fail("bad material"))?;
         let data_key: [u8; 32] = material
             .data_key
             .as_slice()
@@ -227,32 +244,10 @@ impl UnwrappedKey {
         })
     }
 
-    /// Its metadata.
-    pub fn meta(&self) -> &RootKeyMeta {
-        &self.meta
-    }
-
-    /// The AES-256 data key (for encrypting Variables).
-    pub fn data_key(&self) -> &[u8; 32] {
-        &self.data_key
-    }
-
     /// `plain` encrypted with the data key (AES-256-GCM, a random nonce), bound to `aad`:
     /// the nonce and the ciphertext with its tag.
     pub fn encrypt(&self, plain: &[u8], aad: &[u8]) -> Result<(Vec<u8>, Vec<u8>), KeyringError> {
-        let mut nonce = [0u8; NONCE_LEN];
-        SystemRandom::new()
-            .fill(&mut nonce)
-            .map_err(|_| KeyringError::Random)?;
-        let mut sealed = plain.to_vec();
-        self.data_aead()
-            .seal_in_place_append_tag(
-                Nonce::assume_unique_for_key(nonce),
-                Aad::from(aad),
-                &mut sealed,
-            )
-            .map_err(|_| KeyringError::Random)?;
-        Ok((nonce.to_vec(), sealed))
+        seal(&self.data_key, plain, aad)
     }
 
     /// What [`UnwrappedKey::encrypt`] encrypted, if this key did, for the same `aad`.
@@ -262,25 +257,7 @@ impl UnwrappedKey {
         sealed: &[u8],
         aad: &[u8],
     ) -> Result<Vec<u8>, KeyringError> {
-        let nonce: [u8; NONCE_LEN] = nonce
-            .try_into()
-            .map_err(|_| KeyringError::Decrypt("bad nonce"))?;
-        let mut buf = sealed.to_vec();
-        let plain = self
-            .data_aead()
-            .open_in_place(
-                Nonce::assume_unique_for_key(nonce),
-                Aad::from(aad),
-                &mut buf,
-            )
-            .map_err(|_| KeyringError::Decrypt("authentication failed"))?;
-        Ok(plain.to_vec())
-    }
-
-    fn data_aead(&self) -> LessSafeKey {
-        LessSafeKey::new(
-            UnboundKey::new(&AES_256_GCM, &self.data_key).expect("32-byte AES-256 key"),
-        )
+        open(&self.data_key, nonce, sealed, aad).map_err(KeyringError::Decrypt)
     }
 
     /// `claims` signed as a compact JWT (`alg: EdDSA`, `kid`: this key's ID).
@@ -431,13 +408,13 @@ mod tests {
     fn a_key_signs_what_its_public_half_verifies_and_unwraps_only_with_its_kek() {
         let kek = Kek::generate().unwrap();
         let (root, key) = UnwrappedKey::generate(&kek, "k1", 5, RootKeyState::Active, 0).unwrap();
-        // The wrapped material holds neither key in the clear.
-        let pkcs8_prefix = &key.data_key()[..8];
+        // The wrapped material does not hold the data key in the clear.
+        let data_key_prefix = &key.data_key[..8];
         assert!(!root
             .wrapped
             .ciphertext
             .windows(8)
-            .any(|w| w == pkcs8_prefix));
+            .any(|w| w == data_key_prefix));
         let token = key.sign(&claims(Some(200)));
         let lookup = |id: &str| (id == "k1").then_some(&root);
         assert_eq!(verify(&token, lookup, 150).unwrap(), claims(Some(200)));
@@ -463,7 +440,7 @@ mod tests {
 
         // Unwrapped again with the KEK: the same signing key; another KEK is refused.
         let again = UnwrappedKey::unwrap(&kek, &root).unwrap();
-        assert_eq!(again.data_key(), key.data_key());
+        assert_eq!(again.data_key, key.data_key);
         assert_eq!(
             verify(&again.sign(&claims(None)), lookup, 10_000)
                 .unwrap()

@@ -204,14 +204,20 @@ impl TaskRunner {
                 break;
             }
         }
-        // What the hooks add to the environment (workload identity tokens) is the task's
-        // from now on.
-        self.ctx
-            .task
-            .env
-            .extend(prepared.env.iter().map(|(k, v)| (k.clone(), v.clone())));
         self.prepared = prepared;
+        self.apply_prepared_env();
         result
+    }
+
+    /// What the prestart hooks add to the environment (workload identity tokens) is the
+    /// task's, on top of its own (also after an in-place update replaced the task).
+    fn apply_prepared_env(&mut self) {
+        let added = self
+            .prepared
+            .env
+            .iter()
+            .map(|(k, v)| (k.clone(), v.clone()));
+        self.ctx.task.env.extend(added);
     }
 
     /// Runs every hook's `phase`; errors are logged (the task has run).
@@ -257,12 +263,7 @@ impl TaskRunner {
         debug!(job_modify_index = index, "task updated in place");
         self.core.update(&task, &policy);
         self.ctx.task = task;
-        self.ctx.task.env.extend(
-            self.prepared
-                .env
-                .iter()
-                .map(|(k, v)| (k.clone(), v.clone())),
-        );
+        self.apply_prepared_env();
         self.run_phase(Phase::Update).await;
     }
 
