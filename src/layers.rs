@@ -4,7 +4,7 @@
 //! literals excluded — must name a module below the one it is written in:
 //!
 //! ```text
-//!  cli ─▶ agent ─▶ http ─▶ server │ client ─▶ scheduler, rpc, api, jobspec, acl, keyring ─▶ util
+//!  cli ─▶ agent ─▶ http ─▶ server │ client ─▶ scheduler, rpc, api, jobspec, acl, keyring ─▶ util, gotemplate
 //! ```
 //!
 //! Peers of one layer (server and client; scheduler, rpc, api, jobspec, acl and keyring) never import each
@@ -29,6 +29,7 @@ use std::path::{Path, PathBuf};
 /// lower layer only.
 const LAYERS: &[(&str, u32)] = &[
     ("util", 0),
+    ("gotemplate", 0),
     ("scheduler", 1),
     ("rpc", 1),
     ("api", 1),
@@ -102,13 +103,12 @@ const CLIENT_PARTS: &[(&str, u32)] = &[
     ("client", 8),
 ];
 
-/// The parts of `cli/`, bottom first: output and templates, the API flags every command
+/// The parts of `cli/`, bottom first: output, the API flags every command
 /// shares, the commands (those that follow an evaluation or read a job file on the helpers
 /// that do), the command groups that dispatch to them, and `cli/mod.rs`, which parses the
 /// command line (its tests parse whole command lines).
 const CLI_PARTS: &[(&str, u32)] = &[
     ("output", 0),
-    ("template", 0),
     ("args", 1),
     ("job_file", 1),
     ("agent", 2),

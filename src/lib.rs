@@ -37,6 +37,7 @@ pub mod agent;
 pub mod api;
 pub mod cli;
 pub mod client;
+pub mod gotemplate;
 pub mod http;
 pub mod jobspec;
 pub mod keyring;

@@ -7,8 +7,8 @@ use clap::Args;
 use serde_json::Value;
 
 use super::output::{self, text};
-use super::template;
 use crate::api::{ApiClient, RequestScope};
+use crate::gotemplate as template;
 
 /// Where and as whom a command reaches the HTTP API: the address, the request's namespace,
 /// region and token, and the TLS files. Every API command has these (`alloc exec` only

@@ -38,7 +38,7 @@ mod service;
 mod snapshot;
 mod status;
 mod system;
-mod template;
+
 mod tls;
 mod var;
 

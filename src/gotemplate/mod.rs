@@ -1,20 +1,33 @@
-//! `-t TEMPLATE`: a small engine for Go's `text/template` language, rendering the JSON value a
-//! command's `--json` would print, as Nomad's `-t` does.
+//! A Go `text/template` engine: one engine for the CLI's `-t` (Nomad's, rendering the JSON a
+//! command's `--json` would print) and for tasks' `template` blocks (consul-template's
+//! functions, in [`funcs`], and the client's dependency functions, supplied through
+//! [`Funcs`]).
 //!
-//! - [`Template::parse`] turns the text into a tree of [`Node`]s; a template that does not
-//!   parse is a [`TemplateError::Parse`] naming the place and the problem.
-//! - [`Template::render`] walks the tree over a [`serde_json::Value`].
+//! - [`Template::parse`] / [`Template::parse_with`] turn the text into a tree of [`Node`]s; a
+//!   template that does not parse — or calls a function the [`Syntax`] does not know — is a
+//!   [`TemplateError::Parse`] naming the place and the problem, as Go's parser reports.
+//! - [`Template::render`] / [`Template::render_with`] walk the tree over a
+//!   [`serde_json::Value`].
 //!
 //! ```text
 //! "{{range .}}{{.ID}}{{end}}" --lex/parse--> [Range(.) [Action(.ID)]] --render(json)--> text
 //! ```
 //!
-//! Supported: text, `{{/* comments */}}`, `{{-`/`-}}` trimming, `{{.}}`, `{{.A.B}}`, `$`,
-//! `$x := …` and `{{range $i, $e := …}}`, `if`/`else if`/`else`, `range` (arrays, and objects in
-//! key order as Go's maps) with `else`, `with`, pipelines `a | f`, parentheses, string,
-//! number, `true`/`false`/`nil` literals, and Go's functions `and or not len index print
-//! printf println eq ne lt le gt ge`. Values print as Go's `%v` of the decoded JSON: a missing
-//! field as `<no value>`, `null` as `<nil>`, arrays as `[a b]`, objects as `map[k:v]`.
+//! Supported: text, `{{/* comments */}}`, `{{-`/`-}}` trimming, other delimiters, `{{.}}`,
+//! `{{.A.B}}`, `$`, `$x := …`, `$x = …` and `{{range $i, $e := …}}`, `if`/`else if`/`else`,
+//! `range` (arrays, objects in key order as Go's maps, integers) with `else`, `with` and
+//! `else with`, pipelines `a | f`, parentheses, string, number, `true`/`false`/`nil`
+//! literals, and Go's functions `and or not len index slice print printf println eq ne lt le
+//! gt ge html js urlquery`. Values print as Go's `%v` of the decoded JSON: a missing field as
+//! `<no value>` (or an error, with `missingkey=error`), `null` as `<nil>`, arrays as `[a b]`,
+//! objects as `map[k:v]`.
+//!
+//! Go values with methods are JSON objects with hidden keys (starting with [`HIDDEN`]): a
+//! field `.Name` is looked up as the hidden `Name` first (a method wins over a map key, as
+//! in Go), and an object with the hidden key [`STRINGER`] prints as that string (Go's
+//! `String()`). Hidden keys are never ranged over, counted or printed.
+
+pub mod funcs;
 
 use std::fmt::Write as _;
 
@@ -74,6 +87,8 @@ struct Pipeline {
     /// The action's text, for error messages.
     source: String,
     decl: Vec<String>,
+    /// `$x = …`: `decl` names an existing variable to set, not a new one.
+    assign: bool,
     cmds: Vec<Vec<Operand>>,
 }
 
@@ -89,7 +104,89 @@ enum Operand {
 }
 
 /// A value during rendering: `None` is Go's "no value" (a missing field).
-type Val = Option<Value>;
+pub type Val = Option<Value>;
+
+/// The first character of a hidden key: a Go method or `String()` of a value.
+pub const HIDDEN: char = '\u{1}';
+/// The hidden key whose string an object prints as (Go's `String()` method).
+pub const STRINGER: &str = "\u{1}";
+
+/// The hidden key of method `name`.
+pub fn method_key(name: &str) -> String {
+    format!("{HIDDEN}{name}")
+}
+
+/// Whether `key` is a hidden key.
+fn is_hidden(key: &str) -> bool {
+    key.starts_with(HIDDEN)
+}
+
+/// The keys and values of an object a template sees (hidden ones left out), in key order.
+fn visible(o: &serde_json::Map<String, Value>) -> Vec<(&String, &Value)> {
+    let mut kv: Vec<(&String, &Value)> = o.iter().filter(|(k, _)| !is_hidden(k)).collect();
+    kv.sort_by(|a, b| a.0.cmp(b.0));
+    kv
+}
+
+/// `v` without its hidden keys, at every depth (what `toJSON` and friends encode).
+pub fn without_hidden(v: &Value) -> Value {
+    match v {
+        Value::Object(o) => Value::Object(
+            o.iter()
+                .filter(|(k, _)| !is_hidden(k))
+                .map(|(k, v)| (k.clone(), without_hidden(v)))
+                .collect(),
+        ),
+        Value::Array(a) => Value::Array(a.iter().map(without_hidden).collect()),
+        other => other.clone(),
+    }
+}
+
+/// Functions beyond Go's builtins, called while rendering.
+pub trait Funcs {
+    /// The result of `name` on `args` (a piped value comes last), or `None` when `name` is
+    /// not one of these functions.
+    fn call(&self, name: &str, args: &[Val]) -> Option<Result<Val, String>>;
+}
+
+/// No functions beyond Go's builtins.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct NoFuncs;
+
+impl Funcs for NoFuncs {
+    fn call(&self, _name: &str, _args: &[Val]) -> Option<Result<Val, String>> {
+        None
+    }
+}
+
+/// How a template is written: its delimiters and the functions it may call.
+pub struct Syntax<'a> {
+    /// The left delimiter (`{{`).
+    pub left: &'a str,
+    /// The right delimiter (`}}`).
+    pub right: &'a str,
+    /// Whether a function beyond Go's builtins is defined.
+    pub known: &'a dyn Fn(&str) -> bool,
+}
+
+impl Default for Syntax<'_> {
+    fn default() -> Self {
+        Syntax {
+            left: "{{",
+            right: "}}",
+            known: &|_| false,
+        }
+    }
+}
+
+/// How a template is rendered.
+#[derive(Clone, Copy)]
+pub struct RenderOptions<'a> {
+    /// The functions beyond Go's builtins.
+    pub funcs: &'a dyn Funcs,
+    /// A missing map key is an error (Go's `missingkey=error`) instead of `<no value>`.
+    pub missing_key_error: bool,
+}
 
 #[derive(Debug, Clone, PartialEq)]
 enum Tok {
@@ -103,6 +200,7 @@ enum Tok {
     Pipe,
     Comma,
     Declare,
+    Assign,
 }
 
 fn parse_err(at: usize, reason: impl Into<String>) -> TemplateError {
@@ -123,19 +221,26 @@ enum Item {
     Action(Action),
 }
 
-/// Split the template into text and actions, applying `{{-` and `-}}` trimming.
-fn split(src: &str) -> Result<Vec<Item>, TemplateError> {
+/// Split the template into text and actions between `left` and `right`, applying `{{-` and
+/// `-}}` trimming.
+fn split(src: &str, left: &str, right: &str) -> Result<Vec<Item>, TemplateError> {
+    if left.is_empty() || right.is_empty() {
+        return Err(parse_err(0, "empty delimiter"));
+    }
     let mut items = Vec::new();
     let mut rest = src;
     let mut offset = 0;
     let mut trim_next = false;
-    while let Some(open) = rest.find("{{") {
+    while let Some(open) = rest.find(left) {
         let mut text = &rest[..open];
         if trim_next {
             text = text.trim_start();
         }
-        let after = &rest[open + 2..];
-        let trim_left = after.starts_with("- ") || after.starts_with("-\t");
+        let after = &rest[open + left.len()..];
+        let trim_left = after.starts_with("- ")
+            || after.starts_with("-\t")
+            || after.starts_with("-\n")
+            || after.starts_with("-\r");
         if trim_left {
             text = text.trim_end();
         }
@@ -143,10 +248,13 @@ fn split(src: &str) -> Result<Vec<Item>, TemplateError> {
             items.push(Item::Text(text.to_string()));
         }
         let body_start = if trim_left { 1 } else { 0 };
-        let close = find_close(&after[body_start..])
-            .ok_or_else(|| parse_err(offset + open, "unclosed action (no \"}}\")"))?;
+        let close = find_close(&after[body_start..], right)
+            .ok_or_else(|| parse_err(offset + open, format!("unclosed action (no {right:?})")))?;
         let mut body = &after[body_start..body_start + close];
-        trim_next = body.ends_with(" -") || body.ends_with("\t-");
+        trim_next = body.ends_with(" -")
+            || body.ends_with("\t-")
+            || body.ends_with("\n-")
+            || body.ends_with("\r-");
         if trim_next {
             body = &body[..body.len() - 1];
         }
@@ -157,7 +265,7 @@ fn split(src: &str) -> Result<Vec<Item>, TemplateError> {
                 text: body.to_string(),
             }));
         }
-        let consumed = open + 2 + body_start + close + 2;
+        let consumed = open + left.len() + body_start + close + right.len();
         offset += consumed;
         rest = &rest[consumed..];
     }
@@ -168,15 +276,15 @@ fn split(src: &str) -> Result<Vec<Item>, TemplateError> {
     Ok(items)
 }
 
-/// Where `}}` ends an action, outside string literals.
-fn find_close(s: &str) -> Option<usize> {
+/// Where `right` ends an action, outside string and character literals.
+fn find_close(s: &str, right: &str) -> Option<usize> {
     let b = s.as_bytes();
     let mut i = 0;
     while i < b.len() {
         match b[i] {
-            b'"' => {
+            q @ (b'"' | b'\'') => {
                 i += 1;
-                while i < b.len() && b[i] != b'"' {
+                while i < b.len() && b[i] != q {
                     i += if b[i] == b'\\' { 2 } else { 1 };
                 }
             }
@@ -186,7 +294,7 @@ fn find_close(s: &str) -> Option<usize> {
                     i += 1;
                 }
             }
-            b'}' if b.get(i + 1) == Some(&b'}') => return Some(i),
+            _ if b[i..].starts_with(right.as_bytes()) => return Some(i),
             _ => {}
         }
         i += 1;
@@ -246,6 +354,29 @@ fn lex(action: &Action) -> Result<Vec<Tok>, TemplateError> {
             ':' if chars.get(i + 1) == Some(&'=') => {
                 toks.push(Tok::Declare);
                 i += 2;
+            }
+            '=' => {
+                toks.push(Tok::Assign);
+                i += 1;
+            }
+            '\'' => {
+                // A character constant is its code point, as in Go.
+                let (ch, len) = match (chars.get(i + 1), chars.get(i + 2), chars.get(i + 3)) {
+                    (Some('\\'), Some(e), Some('\'')) => {
+                        let ch = match e {
+                            'n' => '\n',
+                            't' => '\t',
+                            'r' => '\r',
+                            '0' => '\0',
+                            other => *other,
+                        };
+                        (ch, 4)
+                    }
+                    (Some(&c), Some('\''), _) if c != '\\' => (c, 3),
+                    _ => return Err(parse_err(at, "malformed character constant")),
+                };
+                toks.push(Tok::Num(serde_json::Number::from(u32::from(ch))));
+                i += len;
             }
             '.' => {
                 let fields = field_chain(&chars, &mut i, at)?;
@@ -340,10 +471,19 @@ fn lex(action: &Action) -> Result<Vec<Tok>, TemplateError> {
     Ok(toks)
 }
 
+/// Go's builtin functions.
 const FUNCS: &[&str] = &[
-    "and", "or", "not", "len", "index", "print", "printf", "println", "eq", "ne", "lt", "le", "gt",
-    "ge",
+    "and", "or", "not", "len", "index", "slice", "print", "printf", "println", "eq", "ne", "lt",
+    "le", "gt", "ge", "html", "js", "urlquery",
 ];
+
+/// Whether `name` is one of Go's builtin functions.
+pub fn is_builtin(name: &str) -> bool {
+    FUNCS.contains(&name)
+}
+
+/// What the parser needs to know: which functions exist.
+type Known<'a> = &'a dyn Fn(&str) -> bool;
 
 /// Parse a pipeline from `toks[*i..]` up to its end or a `)`.
 fn parse_pipeline(
@@ -351,20 +491,23 @@ fn parse_pipeline(
     i: &mut usize,
     action: &Action,
     allow_decl: bool,
+    known: Known<'_>,
 ) -> Result<Pipeline, TemplateError> {
     let at = action.at;
     let mut decl = Vec::new();
     // `$x :=` or `$i, $e :=`
     let lookahead: Vec<&Tok> = toks[*i..].iter().take(4).collect();
+    let is_decl = |t: &Tok| matches!(t, Tok::Declare | Tok::Assign);
     let declares = match lookahead.as_slice() {
-        [Tok::Var(_, f), Tok::Declare, ..] if f.is_empty() => 1,
-        [Tok::Var(_, f), Tok::Comma, Tok::Var(_, g), Tok::Declare]
-            if f.is_empty() && g.is_empty() =>
+        [Tok::Var(_, f), d, ..] if f.is_empty() && is_decl(d) => 1,
+        [Tok::Var(_, f), Tok::Comma, Tok::Var(_, g), d]
+            if f.is_empty() && g.is_empty() && is_decl(d) =>
         {
             2
         }
         _ => 0,
     };
+    let assign = declares > 0 && toks[*i + 2 * declares - 1] == Tok::Assign;
     if declares > 0 {
         if !allow_decl {
             return Err(parse_err(at, "a variable cannot be declared here"));
@@ -399,18 +542,18 @@ fn parse_pipeline(
                 "true" => Operand::Lit(Value::Bool(true)),
                 "false" => Operand::Lit(Value::Bool(false)),
                 "nil" => Operand::Lit(Value::Null),
-                f if FUNCS.contains(&f) => Operand::Func(f.to_string()),
+                f if FUNCS.contains(&f) || known(f) => Operand::Func(f.to_string()),
                 other => return Err(parse_err(at, format!("function {other:?} not defined"))),
             }),
             Tok::Open => {
-                let inner = parse_pipeline(toks, i, action, false)?;
+                let inner = parse_pipeline(toks, i, action, false, known)?;
                 if toks.get(*i) != Some(&Tok::Close) {
                     return Err(parse_err(at, "unclosed left paren"));
                 }
                 *i += 1;
                 cmd.push(Operand::Paren(Box::new(inner)));
             }
-            Tok::Comma | Tok::Declare => {
+            Tok::Comma | Tok::Declare | Tok::Assign => {
                 return Err(parse_err(
                     at,
                     format!("unexpected {tok:?} in {:?}", action.text),
@@ -439,13 +582,18 @@ fn parse_pipeline(
     Ok(Pipeline {
         source: action.text.clone(),
         decl,
+        assign,
         cmds,
     })
 }
 
-fn whole_pipeline(toks: &[Tok], action: &Action) -> Result<Pipeline, TemplateError> {
+fn whole_pipeline(
+    toks: &[Tok],
+    action: &Action,
+    known: Known<'_>,
+) -> Result<Pipeline, TemplateError> {
     let mut i = 0;
-    let pipe = parse_pipeline(toks, &mut i, action, true)?;
+    let pipe = parse_pipeline(toks, &mut i, action, true, known)?;
     if i != toks.len() {
         return Err(parse_err(
             action.at,
@@ -460,12 +608,13 @@ enum End {
     Eof,
     /// `{{end}}`.
     Close,
-    /// `else`, or `else if PIPE` (carrying the `if`'s pipeline).
-    Else(Option<Pipeline>),
+    /// `else`, or `else if PIPE` / `else with PIPE` (carrying the chained block).
+    Else(Option<(BlockKind, Pipeline)>),
 }
 
 fn parse_list(
     items: &mut std::iter::Peekable<std::vec::IntoIter<Item>>,
+    known: Known<'_>,
 ) -> Result<(Vec<Node>, End, usize), TemplateError> {
     let mut nodes = Vec::new();
     while let Some(item) = items.next() {
@@ -487,7 +636,12 @@ fn parse_list(
                 let rest = &toks[1..];
                 let chained = match rest.first() {
                     None => None,
-                    Some(Tok::Ident(k)) if k == "if" => Some(whole_pipeline(&rest[1..], &action)?),
+                    Some(Tok::Ident(k)) if k == "if" => {
+                        Some((BlockKind::If, whole_pipeline(&rest[1..], &action, known)?))
+                    }
+                    Some(Tok::Ident(k)) if k == "with" => {
+                        Some((BlockKind::With, whole_pipeline(&rest[1..], &action, known)?))
+                    }
                     Some(_) => return Err(parse_err(action.at, "unexpected words after \"else\"")),
                 };
                 return Ok((nodes, End::Else(chained), action.at));
@@ -498,8 +652,8 @@ fn parse_list(
                     "range" => BlockKind::Range,
                     _ => BlockKind::With,
                 };
-                let pipe = whole_pipeline(&toks[1..], &action)?;
-                nodes.push(parse_block(kind, pipe, action.at, items)?);
+                let pipe = whole_pipeline(&toks[1..], &action, known)?;
+                nodes.push(parse_block(kind, pipe, action.at, items, known)?);
             }
             "end" | "define" | "template" | "block" | "break" | "continue" => {
                 return Err(parse_err(
@@ -507,7 +661,7 @@ fn parse_list(
                     format!("unexpected {keyword:?} (or not supported here)"),
                 ))
             }
-            _ => nodes.push(Node::Action(whole_pipeline(&toks, &action)?)),
+            _ => nodes.push(Node::Action(whole_pipeline(&toks, &action, known)?)),
         }
     }
     Ok((nodes, End::Eof, 0))
@@ -519,21 +673,25 @@ fn parse_block(
     pipe: Pipeline,
     at: usize,
     items: &mut std::iter::Peekable<std::vec::IntoIter<Item>>,
+    known: Known<'_>,
 ) -> Result<Node, TemplateError> {
-    let (body, end, end_at) = parse_list(items)?;
+    let (body, end, end_at) = parse_list(items, known)?;
     let other = match end {
         End::Eof => return Err(parse_err(at, "unexpected EOF: missing {{end}}")),
         End::Close => Vec::new(),
-        End::Else(None) => match parse_list(items)? {
+        End::Else(None) => match parse_list(items, known)? {
             (other, End::Close, _) => other,
             (_, End::Eof, _) => return Err(parse_err(at, "unexpected EOF: missing {{end}}")),
             (_, End::Else(_), at2) => return Err(parse_err(at2, "a second {{else}}")),
         },
-        End::Else(Some(cond)) => {
-            if kind != BlockKind::If {
-                return Err(parse_err(end_at, "{{else if}} after a range or with"));
+        End::Else(Some((chained, cond))) => {
+            if kind != chained {
+                return Err(parse_err(
+                    end_at,
+                    "{{else if}} or {{else with}} after another kind of block",
+                ));
             }
-            vec![parse_block(BlockKind::If, cond, end_at, items)?]
+            vec![parse_block(chained, cond, end_at, items, known)?]
         }
     };
     Ok(Node::Block {
@@ -545,30 +703,55 @@ fn parse_block(
 }
 
 impl Template {
-    /// Parse `src`; the error names the character where the faulty action starts.
+    /// Parse `src` with Go's delimiters and builtin functions only; the error names the
+    /// character where the faulty action starts.
     pub fn parse(src: &str) -> Result<Template, TemplateError> {
-        let mut items = split(src)?.into_iter().peekable();
-        match parse_list(&mut items)? {
+        Template::parse_with(src, &Syntax::default())
+    }
+
+    /// Parse `src` as `syntax` says.
+    pub fn parse_with(src: &str, syntax: &Syntax<'_>) -> Result<Template, TemplateError> {
+        let mut items = split(src, syntax.left, syntax.right)?
+            .into_iter()
+            .peekable();
+        match parse_list(&mut items, syntax.known)? {
             (nodes, End::Eof, _) => Ok(Template { nodes }),
             (_, End::Close, at) => Err(parse_err(at, "unexpected {{end}}")),
             (_, End::Else(_), at) => Err(parse_err(at, "unexpected {{else}}")),
         }
     }
 
-    /// Render the template with `data` as `.` and `$`.
+    /// Render the template with `data` as `.` and `$`, with Go's builtin functions.
     pub fn render(&self, data: &Value) -> Result<String, TemplateError> {
+        self.render_with(
+            data,
+            RenderOptions {
+                funcs: &NoFuncs,
+                missing_key_error: false,
+            },
+        )
+    }
+
+    /// Render the template with `data` as `.` and `$`, as `options` say.
+    pub fn render_with(
+        &self,
+        data: &Value,
+        options: RenderOptions<'_>,
+    ) -> Result<String, TemplateError> {
         let mut exec = Exec {
             vars: vec![("$".to_string(), Some(data.clone()))],
             out: String::new(),
+            options,
         };
         exec.walk(&self.nodes, &Some(data.clone()))?;
         Ok(exec.out)
     }
 }
 
-struct Exec {
+struct Exec<'a> {
     vars: Vec<(String, Val)>,
     out: String,
+    options: RenderOptions<'a>,
 }
 
 fn exec_err(pipe: &Pipeline, reason: impl Into<String>) -> TemplateError {
@@ -586,7 +769,7 @@ fn truth(v: &Val) -> bool {
         Some(Value::Number(n)) => n.as_f64().is_some_and(|f| f != 0.0),
         Some(Value::String(s)) => !s.is_empty(),
         Some(Value::Array(a)) => !a.is_empty(),
-        Some(Value::Object(o)) => !o.is_empty(),
+        Some(Value::Object(o)) => o.contains_key(STRINGER) || o.keys().any(|k| !is_hidden(k)),
     }
 }
 
@@ -609,18 +792,19 @@ fn json_text(v: &Value) -> String {
             a.iter().map(json_text).collect::<Vec<_>>().join(" ")
         ),
         Value::Object(o) => {
-            let mut keys: Vec<&String> = o.keys().collect();
-            keys.sort();
-            let parts: Vec<String> = keys
+            if let Some(Value::String(s)) = o.get(STRINGER) {
+                return s.clone();
+            }
+            let parts: Vec<String> = visible(o)
                 .into_iter()
-                .map(|k| format!("{k}:{}", json_text(&o[k])))
+                .map(|(k, v)| format!("{k}:{}", json_text(v)))
                 .collect();
             format!("map[{}]", parts.join(" "))
         }
     }
 }
 
-impl Exec {
+impl Exec<'_> {
     fn walk(&mut self, nodes: &[Node], dot: &Val) -> Result<(), TemplateError> {
         for node in nodes {
             match node {
@@ -656,13 +840,23 @@ impl Exec {
     ) -> Result<(), TemplateError> {
         if kind != BlockKind::Range {
             let v = self.pipeline(pipe, dot)?;
-            return match (truth(&v), kind) {
-                (true, BlockKind::With) => self.walk(body, &v),
-                (true, _) => self.walk(body, dot),
-                (false, _) => self.walk(other, dot),
+            if kind == BlockKind::With && truth(&v) {
+                return self.walk(body, &v);
+            }
+            return if truth(&v) && kind == BlockKind::If {
+                self.walk(body, dot)
+            } else {
+                self.walk(other, dot)
             };
         }
         let v = self.eval_pipeline(pipe, dot)?;
+        let over_int = matches!(v, Some(Value::Number(_)));
+        if over_int && pipe.decl.len() == 2 {
+            return Err(exec_err(
+                pipe,
+                "can't use two variables ranging over an integer",
+            ));
+        }
         let items: Vec<(Value, Value)> = match v {
             None | Some(Value::Null) => Vec::new(),
             Some(Value::Array(a)) => a
@@ -670,11 +864,14 @@ impl Exec {
                 .enumerate()
                 .map(|(i, e)| (Value::from(i), e))
                 .collect(),
-            Some(Value::Object(o)) => {
-                let mut kv: Vec<(String, Value)> = o.into_iter().collect();
-                kv.sort_by(|a, b| a.0.cmp(&b.0));
-                kv.into_iter().map(|(k, e)| (Value::String(k), e)).collect()
-            }
+            Some(Value::Object(o)) => visible(&o)
+                .into_iter()
+                .map(|(k, e)| (Value::String(k.clone()), e.clone()))
+                .collect(),
+            // Go 1.22: `range 3` is 0, 1, 2.
+            Some(Value::Number(n)) if n.is_u64() || n.is_i64() => (0..n.as_i64().unwrap_or(0))
+                .map(|i| (Value::from(i), Value::from(i)))
+                .collect(),
             Some(other) => {
                 return Err(exec_err(
                     pipe,
@@ -701,11 +898,21 @@ impl Exec {
         Ok(())
     }
 
-    /// Evaluate a pipeline and bind what it declares (outside `range`).
+    /// Evaluate a pipeline and bind what it declares or assigns (outside `range`).
     fn pipeline(&mut self, pipe: &Pipeline, dot: &Val) -> Result<Val, TemplateError> {
         let v = self.eval_pipeline(pipe, dot)?;
         for name in &pipe.decl {
-            self.vars.push((name.clone(), v.clone()));
+            if pipe.assign {
+                let slot = self
+                    .vars
+                    .iter_mut()
+                    .rev()
+                    .find(|(n, _)| n == name)
+                    .ok_or_else(|| exec_err(pipe, format!("undefined variable: {name}")))?;
+                slot.1 = v.clone();
+            } else {
+                self.vars.push((name.clone(), v.clone()));
+            }
         }
         Ok(v)
     }
@@ -732,7 +939,8 @@ impl Exec {
                     .map(|op| self.operand(pipe, op, dot))
                     .collect::<Result<Vec<_>, _>>()?;
                 args.extend(piped);
-                call(name, &args).map_err(|reason| exec_err(pipe, format!("{name}: {reason}")))
+                self.call(name, &args)
+                    .map_err(|reason| exec_err(pipe, format!("error calling {name}: {reason}")))
             }
             op => self.operand(pipe, op, dot),
         }
@@ -740,7 +948,7 @@ impl Exec {
 
     fn operand(&self, pipe: &Pipeline, op: &Operand, dot: &Val) -> Result<Val, TemplateError> {
         match op {
-            Operand::Field(fields) => fields_of(pipe, dot.clone(), fields),
+            Operand::Field(fields) => self.fields_of(pipe, dot.clone(), fields),
             Operand::Var(name, fields) => {
                 let v = self
                     .vars
@@ -749,34 +957,58 @@ impl Exec {
                     .find(|(n, _)| n == name)
                     .map(|(_, v)| v.clone())
                     .ok_or_else(|| exec_err(pipe, format!("undefined variable: {name}")))?;
-                fields_of(pipe, v, fields)
+                self.fields_of(pipe, v, fields)
             }
             Operand::Lit(v) => Ok(Some(v.clone())),
             Operand::Paren(inner) => self.eval_pipeline(inner, dot),
-            Operand::Func(name) => {
-                call(name, &[]).map_err(|r| exec_err(pipe, format!("{name}: {r}")))
-            }
+            Operand::Func(name) => self
+                .call(name, &[])
+                .map_err(|r| exec_err(pipe, format!("error calling {name}: {r}"))),
         }
     }
-}
 
-/// `.A.B` of `v`: a missing key is no value, a field of anything but an object an error.
-fn fields_of(pipe: &Pipeline, mut v: Val, fields: &[String]) -> Result<Val, TemplateError> {
-    for f in fields {
-        v = match v {
-            Some(Value::Object(mut o)) => o.remove(f),
-            None | Some(Value::Null) => {
-                return Err(exec_err(pipe, format!("nil pointer evaluating .{f}")))
-            }
-            Some(other) => {
-                return Err(exec_err(
-                    pipe,
-                    format!("can't evaluate field {f} in {}", kind_name(&other)),
-                ))
-            }
-        };
+    /// A builtin, else one of the caller's functions.
+    fn call(&self, name: &str, args: &[Val]) -> Result<Val, String> {
+        if is_builtin(name) {
+            return call(name, args);
+        }
+        self.options
+            .funcs
+            .call(name, args)
+            .unwrap_or_else(|| Err(format!("function {name:?} not defined")))
     }
-    Ok(v)
+
+    /// `.A.B` of `v`: a method first, then a key; a missing key is no value (or an error
+    /// with `missingkey=error`), a field of anything but an object an error.
+    fn fields_of(
+        &self,
+        pipe: &Pipeline,
+        mut v: Val,
+        fields: &[String],
+    ) -> Result<Val, TemplateError> {
+        for f in fields {
+            v = match v {
+                Some(Value::Object(mut o)) => {
+                    match o.remove(&method_key(f)).or_else(|| o.remove(f)) {
+                        None if self.options.missing_key_error => {
+                            return Err(exec_err(pipe, format!("map has no entry for key {f:?}")))
+                        }
+                        found => found,
+                    }
+                }
+                None | Some(Value::Null) => {
+                    return Err(exec_err(pipe, format!("nil pointer evaluating .{f}")))
+                }
+                Some(other) => {
+                    return Err(exec_err(
+                        pipe,
+                        format!("can't evaluate field {f} in {}", kind_name(&other)),
+                    ))
+                }
+            };
+        }
+        Ok(v)
+    }
 }
 
 fn kind_name(v: &Value) -> &'static str {
@@ -821,7 +1053,7 @@ fn call(name: &str, args: &[Val]) -> Result<Val, String> {
             let n = match &args[0] {
                 Some(Value::String(s)) => s.len(),
                 Some(Value::Array(a)) => a.len(),
-                Some(Value::Object(o)) => o.len(),
+                Some(Value::Object(o)) => o.keys().filter(|k| !is_hidden(k)).count(),
                 other => return Err(format!("len of {}", go_text(other))),
             };
             some(Value::from(n))
@@ -852,6 +1084,50 @@ fn call(name: &str, args: &[Val]) -> Result<Val, String> {
                 };
             }
             Ok(v)
+        }
+        "slice" => {
+            let (first, idx) = args.split_first().ok_or("needs a value to slice")?;
+            let bounds = idx
+                .iter()
+                .map(|i| match i {
+                    Some(Value::Number(n)) => n
+                        .as_u64()
+                        .map(|n| n as usize)
+                        .ok_or_else(|| format!("bad index {n}")),
+                    other => Err(format!("cannot index slice with {}", go_text(other))),
+                })
+                .collect::<Result<Vec<usize>, String>>()?;
+            if bounds.len() > 2 {
+                return Err("too many slice indexes".into());
+            }
+            let cut = |len: usize| -> Result<(usize, usize), String> {
+                let lo = bounds.first().copied().unwrap_or(0);
+                let hi = bounds.get(1).copied().unwrap_or(len);
+                if lo > hi || hi > len {
+                    return Err(format!("index out of range: [{lo}:{hi}] with length {len}"));
+                }
+                Ok((lo, hi))
+            };
+            match first {
+                Some(Value::String(s)) => {
+                    let (lo, hi) = cut(s.len())?;
+                    let part = s.get(lo..hi).ok_or("slice splits a character")?;
+                    some(Value::String(part.to_string()))
+                }
+                Some(Value::Array(a)) => {
+                    let (lo, hi) = cut(a.len())?;
+                    some(Value::Array(a[lo..hi].to_vec()))
+                }
+                other => Err(format!("can't slice {}", go_text(other))),
+            }
+        }
+        "html" | "js" | "urlquery" => {
+            let text: String = args.iter().map(go_text).collect();
+            some(Value::String(match name {
+                "html" => escape_html(&text),
+                "js" => escape_js(&text),
+                _ => form_urlencoded::byte_serialize(text.as_bytes()).collect(),
+            }))
         }
         "print" => {
             let mut s = String::new();
@@ -898,6 +1174,45 @@ fn call(name: &str, args: &[Val]) -> Result<Val, String> {
         }
         other => Err(format!("function {other:?} not defined")),
     }
+}
+
+/// Go's `html`: `<>&'"` and NUL escaped.
+fn escape_html(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for c in s.chars() {
+        match c {
+            '<' => out.push_str("&lt;"),
+            '>' => out.push_str("&gt;"),
+            '&' => out.push_str("&amp;"),
+            '\'' => out.push_str("&#39;"),
+            '"' => out.push_str("&#34;"),
+            '\0' => out.push('\u{FFFD}'),
+            c => out.push(c),
+        }
+    }
+    out
+}
+
+/// Go's `js`: quotes, backslashes, markup characters and control characters escaped.
+fn escape_js(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for c in s.chars() {
+        match c {
+            '\\' => out.push_str("\\\\"),
+            '\'' => out.push_str("\\'"),
+            '"' => out.push_str("\\\""),
+            '<' => out.push_str("\\u003C"),
+            '>' => out.push_str("\\u003E"),
+            '&' => out.push_str("\\u0026"),
+            '=' => out.push_str("\\u003D"),
+            '\n' => out.push_str("\\n"),
+            '\r' => out.push_str("\\r"),
+            '\t' => out.push_str("\\t"),
+            c if (c as u32) < 0x20 => out.push_str(&format!("\\u{:04X}", c as u32)),
+            c => out.push(c),
+        }
+    }
+    out
 }
 
 fn same(a: &Val, b: &Val) -> bool {
