@@ -151,6 +151,7 @@ const JOBSPEC_PARTS: &[(&str, u32)] = &[
     ("budget", 0),
     ("schema", 0),
     ("unsupported", 0),
+    ("templates", 0),
     ("funcs", 1),
     ("hcl", 2),
     ("jobspec", 3),

@@ -778,6 +778,7 @@ mod tests {
                     interval: Some(3_600_000_000_000),
                     delay: Some(2_000_000_000),
                     mode: Some(RestartMode::Fail),
+                    render_templates: None,
                 }),
                 tasks: vec![task],
                 ..TaskGroup::default()

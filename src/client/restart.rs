@@ -148,6 +148,7 @@ mod tests {
             interval: Some(interval_s * 1_000_000_000),
             delay: Some(delay_s * 1_000_000_000),
             mode: Some(mode),
+            render_templates: None,
         }
     }
 

@@ -721,6 +721,42 @@ impl Template {
         }
     }
 
+    /// The names of the functions it calls, builtins included.
+    pub fn functions(&self) -> std::collections::BTreeSet<String> {
+        fn pipe(p: &Pipeline, out: &mut std::collections::BTreeSet<String>) {
+            for op in p.cmds.iter().flatten() {
+                match op {
+                    Operand::Func(name) => {
+                        out.insert(name.clone());
+                    }
+                    Operand::Paren(inner) => pipe(inner, out),
+                    _ => {}
+                }
+            }
+        }
+        fn walk(nodes: &[Node], out: &mut std::collections::BTreeSet<String>) {
+            for node in nodes {
+                match node {
+                    Node::Text(_) => {}
+                    Node::Action(p) => pipe(p, out),
+                    Node::Block {
+                        pipe: p,
+                        body,
+                        other,
+                        ..
+                    } => {
+                        pipe(p, out);
+                        walk(body, out);
+                        walk(other, out);
+                    }
+                }
+            }
+        }
+        let mut out = std::collections::BTreeSet::new();
+        walk(&self.nodes, &mut out);
+        out
+    }
+
     /// Render the template with `data` as `.` and `$`, with Go's builtin functions.
     pub fn render(&self, data: &Value) -> Result<String, TemplateError> {
         self.render_with(

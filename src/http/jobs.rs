@@ -219,7 +219,7 @@ pub async fn register(
             return Err(ApiError::bad_request("Job ID does not match name"));
         }
     }
-    warnings.extend(job.identity_warnings());
+    warnings.extend(job.task_warnings());
     let warnings = warnings.join("\n");
     let enforce_index = if req.enforce_index.unwrap_or(false) {
         Some(req.job_modify_index.unwrap_or(0))
@@ -686,7 +686,12 @@ pub async fn validate(body: Bytes) -> Result<Response, ApiError> {
         Err(ModelError::Invalid { errors }) => (errors, String::new()),
         Err(e) => (vec![e.to_string()], e.to_string()),
     };
-    let errors: Vec<String> = errors.into_iter().chain(unsupported).collect();
+    let templates = jobspec::templates::template_problems(&job);
+    let errors: Vec<String> = errors
+        .into_iter()
+        .chain(templates)
+        .chain(unsupported)
+        .collect();
     let error = if error.is_empty() && !errors.is_empty() {
         ModelError::Invalid {
             errors: errors.clone(),

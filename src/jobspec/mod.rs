@@ -17,6 +17,7 @@ pub mod budget;
 pub mod funcs;
 pub mod hcl;
 mod schema;
+pub mod templates;
 pub mod unsupported;
 
 use serde_json::Value;

@@ -421,6 +421,7 @@ pub(super) static CHANGE_SCRIPT: Spec = Spec {
         ("args", "Args", Ty::StrList),
         ("timeout", "Timeout", Ty::Dur),
         ("fail_on_error", "FailOnError", Ty::Bool),
+        ("run_on_first_render", "RunOnFirstRender", Ty::Bool),
     ],
     blocks: &[],
     fixup: None,

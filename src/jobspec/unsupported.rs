@@ -69,14 +69,10 @@ pub(super) const CHECK_RESTART: &[&str] = &["IgnoreWarnings"];
 /// Fields of a network's port teamster does not implement.
 pub(super) const PORT: &[&str] = &["HostNetwork", "IgnoreCollision"];
 
-/// Fields of a group's `RestartPolicy` teamster does not implement.
-pub(super) const GROUP_RESTART: &[&str] = &["RenderTemplates"];
-
 /// Fields of a `Task` teamster does not implement.
 pub(super) const TASK: &[&str] = &[
     "Artifacts",
     "Vault",
-    "Templates",
     "VolumeMounts",
     "CSIPluginConfig",
     "Kind",
@@ -228,28 +224,13 @@ pub fn unsupported_fields(job: &Value) -> Vec<UnsupportedField> {
                 }
             }
         }
-        if let Some(restart) = group.get("RestartPolicy") {
-            check(
-                restart,
-                GROUP_RESTART,
-                &format!("{gpath} → RestartPolicy"),
-                &mut found,
-            );
-        }
         let tasks = group.get("Tasks").and_then(Value::as_array);
         for (ti, task) in tasks.into_iter().flatten().enumerate() {
             let tpath = format!("{gpath} → task {}", name(task, ti));
             check(task, TASK, &tpath, &mut found);
             check_services(task, &tpath, &mut found);
-            for (field, unsupported) in [("RestartPolicy", GROUP_RESTART), ("LogConfig", LOGS)] {
-                if let Some(block) = task.get(field) {
-                    check(
-                        block,
-                        unsupported,
-                        &format!("{tpath} → {field}"),
-                        &mut found,
-                    );
-                }
+            if let Some(block) = task.get("LogConfig") {
+                check(block, LOGS, &format!("{tpath} → LogConfig"), &mut found);
             }
             if let Some(resources) = task.get("Resources") {
                 check(
@@ -378,7 +359,7 @@ mod tests {
                         { "Name": "elsewhere", "Cluster": "dc2-consul" }
                       ],
                       "Resources": { "CPU": 100, "MemoryMB": 64, "MemoryMaxMB": 128 } },
-                    { "Templates": [{ "EmbeddedTmpl": "x" }] }
+                    { "Artifacts": [{ "GetterSource": "x" }] }
                 ]
             }]
         });
@@ -392,7 +373,7 @@ mod tests {
                 "job → group \"api\" → task \"server\" → service \"web\" → check #0: Command",
                 "job → group \"api\" → task \"server\" → service \"elsewhere\": Cluster",
                 "job → group \"api\" → task \"server\" → Resources: MemoryMaxMB",
-                "job → group \"api\" → task #1: Templates",
+                "job → group \"api\" → task #1: Artifacts",
             ]
         );
     }
@@ -421,15 +402,9 @@ mod tests {
         );
         let restart = json!({ "TaskGroups": [{ "Name": "g", "MaxRunDuration": 60,
             "RestartPolicy": { "Attempts": 1, "RenderTemplates": true } }] });
-        assert_eq!(
-            fields(restart),
-            [
-                "job → group \"g\": MaxRunDuration",
-                "job → group \"g\" → RestartPolicy: RenderTemplates",
-            ]
-        );
-        // The lifetime fields and sticky and migrating disks are acted on; the deprecated
-        // `enabled` and a task restart's templates are not yet.
+        assert_eq!(fields(restart), ["job → group \"g\": MaxRunDuration"]);
+        // The lifetime fields, sticky and migrating disks and a restart's templates are
+        // acted on; the deprecated `enabled` is not.
         let task = json!({ "TaskGroups": [{ "Name": "g", "ShutdownDelay": 5,
             "EphemeralDisk": { "SizeMB": 300, "Sticky": true, "Migrate": true },
             "Tasks": [{ "Name": "t", "KillSignal": "SIGINT", "Leader": true, "ShutdownDelay": 5,
@@ -437,10 +412,7 @@ mod tests {
                 "RestartPolicy": { "Attempts": 1, "RenderTemplates": true } }] }] });
         assert_eq!(
             fields(task),
-            [
-                "job → group \"g\" → task \"t\" → RestartPolicy: RenderTemplates",
-                "job → group \"g\" → task \"t\" → LogConfig: Enabled",
-            ]
+            ["job → group \"g\" → task \"t\" → LogConfig: Enabled"]
         );
     }
 

@@ -122,6 +122,7 @@ pub(crate) fn tasks_updated(old_job: &Job, new_job: &Job, group: &str) -> bool {
             // Nomad's: a changed workload identity is given to a new allocation.
             || at.identity != bt.identity
             || at.identities != bt.identities
+            || at.templates != bt.templates
         {
             return true;
         }

@@ -345,7 +345,9 @@ fn every_field_the_schema_writes_is_stored_or_refused() {
     use teamster_storage::model;
 
     use crate::jobspec::schema::{Content, Spec, GROUP, JOB, RESCHEDULE, RESOURCES, RESTART};
-    use crate::jobspec::schema::{SPREAD, SPREAD_TARGET, TASK};
+    use crate::jobspec::schema::{
+        CHANGE_SCRIPT, SPREAD, SPREAD_TARGET, TASK, TEMPLATE, TEMPLATE_WAIT,
+    };
     use crate::jobspec::unsupported as refused;
 
     fn keys<T: serde::Serialize>(v: T) -> Vec<String> {
@@ -357,7 +359,7 @@ fn every_field_the_schema_writes_is_stored_or_refused() {
             .cloned()
             .collect()
     }
-    let cases: [(&str, &Spec, Vec<String>, &[&str]); 8] = [
+    let cases: [(&str, &Spec, Vec<String>, &[&str]); 11] = [
         ("job", &JOB, keys(model::Job::default()), refused::JOB),
         (
             "group",
@@ -376,7 +378,20 @@ fn every_field_the_schema_writes_is_stored_or_refused() {
             "restart",
             &RESTART,
             keys(model::RestartPolicy::default()),
-            refused::GROUP_RESTART,
+            &[],
+        ),
+        ("template", &TEMPLATE, keys(model::Template::default()), &[]),
+        (
+            "change_script",
+            &CHANGE_SCRIPT,
+            keys(model::ChangeScript::default()),
+            &[],
+        ),
+        (
+            "wait",
+            &TEMPLATE_WAIT,
+            keys(model::TemplateWait::default()),
+            &[],
         ),
         (
             "reschedule",

@@ -28,6 +28,22 @@ pub fn invalid_job(e: ModelError) -> ServiceError {
     ServiceError::invalid("Job", e.to_string())
 }
 
+/// Nomad's checks of a job, and teamster's parse of its templates (the job's problems are
+/// all listed together).
+pub fn validate_job(job: &teamster_storage::model::Job) -> Result<(), ServiceError> {
+    let mut errors = match job.validate() {
+        Ok(()) => Vec::new(),
+        Err(ModelError::Invalid { errors }) => errors,
+        Err(other) => return Err(invalid_job(other)),
+    };
+    errors.extend(crate::jobspec::templates::template_problems(job));
+    if errors.is_empty() {
+        Ok(())
+    } else {
+        Err(invalid_job(ModelError::Invalid { errors }))
+    }
+}
+
 /// `Job.Register`.
 pub async fn register(
     ep: &Endpoints,
@@ -41,7 +57,7 @@ pub async fn register(
         ));
     }
     job.canonicalize();
-    job.validate().map_err(invalid_job)?;
+    validate_job(&job)?;
     // Vault and Consul, which no teamster node has, keep the job pending as in Nomad.
     imply_integration_constraints(&mut job);
     ep.check_job_count(&job)?;
@@ -123,7 +139,7 @@ pub async fn plan(ep: &Endpoints, req: JobPlanRequest) -> Result<JobPlanResponse
         ));
     }
     job.canonicalize();
-    job.validate().map_err(invalid_job)?;
+    validate_job(&job)?;
     // Vault and Consul, which no teamster node has, keep the job pending as in Nomad.
     imply_integration_constraints(&mut job);
     ep.check_job_count(&job)?;
@@ -262,7 +278,7 @@ pub async fn scale(ep: &Endpoints, req: JobScaleRequest) -> Result<JobScaleRespo
             {
                 g.count = count;
             }
-            job.validate().map_err(invalid_job)?;
+            validate_job(&job)?;
             ep.check_job_count(&job)?;
             job.submit_time = now;
             // A periodic or parameterized parent's new count is for its next children.
@@ -633,7 +649,7 @@ pub async fn dispatch(
         },
         ..parent.new_child(&child_id, now)
     };
-    child.validate().map_err(invalid_job)?;
+    validate_job(&child)?;
     let eval = job_eval(&child, EvalTrigger::JobRegister, now, &mut rng);
     let eval_id = eval.id.clone();
     let applied = ep

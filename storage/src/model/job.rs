@@ -286,6 +286,8 @@ pub struct RestartPolicy {
     pub delay: Option<u64>,
     /// What happens once attempts are exhausted.
     pub mode: Option<RestartMode>,
+    /// Render the task's templates again before each restart.
+    pub render_templates: Option<bool>,
 }
 
 impl RestartPolicy {
@@ -300,6 +302,7 @@ impl RestartPolicy {
             interval: Some(interval),
             delay: Some(15 * NANOS_PER_SEC),
             mode: Some(RestartMode::Fail),
+            render_templates: Some(false),
         }
     }
 
@@ -308,6 +311,7 @@ impl RestartPolicy {
         base.interval = self.interval.or(base.interval);
         base.delay = self.delay.or(base.delay);
         base.mode = self.mode.or(base.mode);
+        base.render_templates = self.render_templates.or(base.render_templates);
         base
     }
 
@@ -501,6 +505,9 @@ pub struct Task {
     /// Its alternate workload identities.
     #[serde(deserialize_with = "de::nullable")]
     pub identities: Vec<WorkloadIdentity>,
+    /// Its templates, rendered before it starts.
+    #[serde(deserialize_with = "de::nullable")]
+    pub templates: Vec<task_runtime::Template>,
 }
 
 impl Task {
@@ -1338,18 +1345,31 @@ impl Job {
                     });
                 }
                 canonicalize_identities(task);
+                for template in &mut task.templates {
+                    template.canonicalize();
+                }
             }
         }
     }
 
-    /// Nomad's warnings about its tasks' workload identities.
-    pub fn identity_warnings(&self) -> Vec<String> {
+    /// Nomad's warnings about its tasks' workload identities and templates.
+    pub fn task_warnings(&self) -> Vec<String> {
         let mut out = Vec::new();
         for group in self.task_groups.iter() {
             for task in &group.tasks {
                 let at = format!("group {:?} task {:?}", group.name, task.name);
                 for identity in &task.identities {
                     out.extend(identity.warnings(&at));
+                }
+                for (i, template) in task.templates.iter().enumerate() {
+                    if template.vault_grace != 0 {
+                        out.push(format!(
+                            "{at}: Template {}: VaultGrace has been deprecated as of Nomad 0.11 \
+                             and ignored since Vault 0.5. Please remove VaultGrace / vault_grace \
+                             from template block.",
+                            i + 1
+                        ));
+                    }
                 }
             }
         }
@@ -1645,6 +1665,27 @@ impl Job {
                         ));
                     }
                     identity.validate(&at, &mut errors);
+                }
+                let mut destinations = BTreeMap::new();
+                for (i, template) in task.templates.iter().enumerate() {
+                    for problem in template.problems() {
+                        errors.push(format!(
+                            "{at}: Template {} validation failed: {problem}",
+                            i + 1
+                        ));
+                    }
+                    if let Some(other) = destinations.insert(template.dest_path.as_str(), i + 1) {
+                        errors.push(format!(
+                            "{at}: Template {} has same destination as {other}",
+                            i + 1
+                        ));
+                        destinations.insert(template.dest_path.as_str(), other);
+                    }
+                }
+                if task.templates.iter().any(|t| t.once) && !task.templates.iter().all(|t| t.once) {
+                    errors.push(format!(
+                        "{at}: all templates of a task must set the same once value"
+                    ));
                 }
                 if !task.kill_signal.is_empty()
                     && task_runtime::signal_name(&task.kill_signal).is_none()

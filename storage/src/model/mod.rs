@@ -94,8 +94,8 @@ pub use service::{
     CHECK_FAILURE, CHECK_PENDING, CHECK_SUCCESS, PROVIDER_CONSUL, PROVIDER_NOMAD,
 };
 pub use task_runtime::{
-    EphemeralDisk, LogConfig, TaskLifecycle, WorkloadIdentity, DEFAULT_IDENTITY_AUDIENCE,
-    DEFAULT_IDENTITY_NAME,
+    ChangeScript, EphemeralDisk, LogConfig, TaskLifecycle, Template, TemplateWait,
+    WorkloadIdentity, DEFAULT_IDENTITY_AUDIENCE, DEFAULT_IDENTITY_NAME,
 };
 pub use thin_vec::{thin_vec, ThinVec};
 pub use time::Timestamp;

@@ -497,3 +497,304 @@ impl WorkloadIdentity {
         }
     }
 }
+
+/// A `template`'s `change_script` (Nomad's `ChangeScript`): a command run inside the task
+/// when the template is rendered again.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "PascalCase", default)]
+pub struct ChangeScript {
+    /// The command.
+    #[serde(deserialize_with = "de::nullable")]
+    pub command: String,
+    /// Its arguments.
+    #[serde(deserialize_with = "de::nullable")]
+    pub args: Vec<String>,
+    /// How long it may run, in nanoseconds (Nomad's 5 s by default).
+    #[serde(deserialize_with = "de::nullable")]
+    pub timeout: u64,
+    /// A failure kills the task.
+    #[serde(deserialize_with = "de::nullable")]
+    pub fail_on_error: bool,
+    /// Also run it after the first render, once the task runs.
+    #[serde(deserialize_with = "de::nullable")]
+    pub run_on_first_render: bool,
+}
+
+/// A `template`'s `wait` (Nomad's `WaitConfig`): how long changes settle before a render,
+/// in nanoseconds; unset takes the client's.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "PascalCase", default)]
+pub struct TemplateWait {
+    /// The quiet period: render once nothing changed for this long.
+    pub min: Option<u64>,
+    /// Render at the latest this long after the first change.
+    pub max: Option<u64>,
+}
+
+/// The change modes of a template.
+pub const TEMPLATE_CHANGE_MODES: &[&str] = &["noop", "signal", "script", "restart"];
+
+/// A task's `template` block (Nomad's `Template`): a Go template rendered into the task
+/// directory before the task starts, rendered again when what it read changes.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "PascalCase", default)]
+pub struct Template {
+    /// A template file to render, relative to the task directory.
+    #[serde(deserialize_with = "de::nullable")]
+    pub source_path: String,
+    /// Where the result goes, relative to the task directory.
+    #[serde(deserialize_with = "de::nullable")]
+    pub dest_path: String,
+    /// The template itself (`data`).
+    #[serde(deserialize_with = "de::nullable")]
+    pub embedded_tmpl: String,
+    /// What a new render does to the running task: `noop`, `restart`, `signal`, `script`.
+    #[serde(deserialize_with = "de::nullable")]
+    pub change_mode: String,
+    /// The signal of `change_mode = "signal"`.
+    #[serde(deserialize_with = "de::nullable")]
+    pub change_signal: String,
+    /// The script of `change_mode = "script"`.
+    pub change_script: Option<ChangeScript>,
+    /// A random wait of up to this long before acting on a new render, in nanoseconds.
+    #[serde(deserialize_with = "de::nullable")]
+    pub splay: i64,
+    /// The rendered file's mode, in octal.
+    #[serde(deserialize_with = "de::nullable")]
+    pub perms: String,
+    /// The rendered file's owner (`None`: the agent's).
+    #[serde(deserialize_with = "de::nullable")]
+    pub uid: Option<i64>,
+    /// The rendered file's group (`None`: the agent's).
+    #[serde(deserialize_with = "de::nullable")]
+    pub gid: Option<i64>,
+    /// The left delimiter.
+    #[serde(deserialize_with = "de::nullable")]
+    pub left_delim: String,
+    /// The right delimiter.
+    #[serde(deserialize_with = "de::nullable")]
+    pub right_delim: String,
+    /// The rendered file is `KEY=value` lines added to the task's environment.
+    #[serde(deserialize_with = "de::nullable")]
+    pub envvars: bool,
+    /// Deprecated and ignored by Nomad since 0.11 (a warning).
+    #[serde(deserialize_with = "de::nullable")]
+    pub vault_grace: i64,
+    /// How long changes settle before a render.
+    pub wait: Option<TemplateWait>,
+    /// A missing map key is an error instead of `<no value>`.
+    #[serde(deserialize_with = "de::nullable")]
+    pub err_missing_key: bool,
+    /// Render once, never again.
+    #[serde(deserialize_with = "de::nullable")]
+    pub once: bool,
+}
+
+impl Default for Template {
+    fn default() -> Self {
+        Template {
+            source_path: String::new(),
+            dest_path: String::new(),
+            embedded_tmpl: String::new(),
+            change_mode: "restart".into(),
+            change_signal: String::new(),
+            change_script: None,
+            splay: 5_000_000_000,
+            perms: "0644".into(),
+            uid: None,
+            gid: None,
+            left_delim: "{{".into(),
+            right_delim: "}}".into(),
+            envvars: false,
+            vault_grace: 0,
+            wait: None,
+            err_missing_key: false,
+            once: false,
+        }
+    }
+}
+
+impl Template {
+    /// Nomad's API canonicalization: empty fields take their defaults, a `signal` mode
+    /// without a signal takes `SIGHUP`, the signal is upper-cased.
+    pub fn canonicalize(&mut self) {
+        let d = Template::default();
+        if self.change_mode.is_empty() {
+            self.change_mode = d.change_mode;
+        }
+        if self.change_signal.is_empty() && self.change_mode == "signal" {
+            self.change_signal = "SIGHUP".into();
+        }
+        self.change_signal = self.change_signal.to_uppercase();
+        if self.perms.is_empty() {
+            self.perms = d.perms;
+        }
+        if self.left_delim.is_empty() {
+            self.left_delim = d.left_delim;
+        }
+        if self.right_delim.is_empty() {
+            self.right_delim = d.right_delim;
+        }
+        if let Some(script) = &mut self.change_script {
+            if script.timeout == 0 {
+                script.timeout = 5_000_000_000;
+            }
+        }
+    }
+
+    /// Nomad's checks (`Template.Validate`), one message each.
+    pub fn problems(&self) -> Vec<String> {
+        let mut out = Vec::new();
+        if self.source_path.is_empty() && self.embedded_tmpl.is_empty() {
+            out.push("Must specify a source path or have an embedded template".into());
+        }
+        if self.dest_path.is_empty() {
+            out.push("Must specify a destination for the template".into());
+        }
+        if escapes_alloc_dir("task", &self.dest_path) {
+            out.push("destination escapes allocation directory".into());
+        }
+        match self.change_mode.as_str() {
+            "noop" | "restart" => {}
+            "signal" => {
+                if self.change_signal.is_empty() {
+                    out.push("Must specify signal value when change mode is signal".into());
+                } else if signal_name(&self.change_signal).is_none() {
+                    out.push(format!("unknown change_signal {:?}", self.change_signal));
+                }
+                if self.envvars {
+                    out.push("cannot use signals with env var templates".into());
+                }
+            }
+            "script" => match &self.change_script {
+                None => out.push(
+                    "must specify change script configuration value when change mode is script"
+                        .into(),
+                ),
+                Some(s) if s.command.is_empty() => {
+                    out.push("must specify script path value when change mode is script".into())
+                }
+                Some(_) => {}
+            },
+            _ => out.push(
+                "Invalid change mode. Must be one of the following: noop, signal, script, restart"
+                    .into(),
+            ),
+        }
+        if self.splay < 0 {
+            out.push("Must specify positive splay value".into());
+        }
+        if !self.perms.is_empty() && parse_perms(&self.perms).is_none() {
+            out.push(format!(
+                "Failed to parse {:?} as octal: strconv.ParseUint: parsing {:?}: invalid syntax",
+                self.perms, self.perms
+            ));
+        }
+        if let Some(TemplateWait {
+            min: Some(min),
+            max: Some(max),
+        }) = &self.wait
+        {
+            if min > max {
+                out.push(format!(
+                    "wait min {}s is greater than max {}s",
+                    *min as f64 / 1e9,
+                    *max as f64 / 1e9
+                ));
+            }
+        }
+        out
+    }
+}
+
+/// A template's `perms` as a mode (octal, at most 12 bits).
+pub fn parse_perms(perms: &str) -> Option<u32> {
+    u32::from_str_radix(perms, 8).ok().filter(|m| *m <= 0o7777)
+}
+
+/// Whether `path`, taken relative to the directory `base` inside an allocation directory,
+/// leads outside it (Nomad's `PathEscapesAllocViaRelative`: `..` past the root; an absolute
+/// path counts as relative to `base`).
+pub fn escapes_alloc_dir(base: &str, path: &str) -> bool {
+    let mut depth: i64 = 0;
+    for part in base.split('/').chain(path.split('/')) {
+        match part {
+            "" | "." => {}
+            ".." => {
+                depth -= 1;
+                if depth < 0 {
+                    return true;
+                }
+            }
+            _ => depth += 1,
+        }
+    }
+    false
+}
+
+#[cfg(test)]
+mod template_tests {
+    use super::*;
+
+    #[test]
+    fn canonical_form_and_nomads_checks() {
+        let mut t = Template {
+            dest_path: "local/x".into(),
+            embedded_tmpl: "x".into(),
+            change_mode: "signal".into(),
+            change_signal: String::new(),
+            ..Template::default()
+        };
+        t.canonicalize();
+        assert_eq!(t.change_signal, "SIGHUP");
+        assert!(t.problems().is_empty(), "{:?}", t.problems());
+        t.envvars = true;
+        assert_eq!(
+            t.problems(),
+            vec!["cannot use signals with env var templates"]
+        );
+
+        let bad = Template {
+            dest_path: "../../etc/passwd".into(),
+            change_mode: "explode".into(),
+            splay: -1,
+            perms: "999".into(),
+            wait: Some(TemplateWait {
+                min: Some(10_000_000_000),
+                max: Some(1_000_000_000),
+            }),
+            ..Template::default()
+        };
+        let p = bad.problems();
+        assert!(p[0].starts_with("Must specify a source path"), "{p:?}");
+        assert!(p
+            .iter()
+            .any(|m| m == "destination escapes allocation directory"));
+        assert!(p.iter().any(|m| m.starts_with("Invalid change mode")));
+        assert!(p.iter().any(|m| m == "Must specify positive splay value"));
+        assert!(p
+            .iter()
+            .any(|m| m.starts_with("Failed to parse \"999\" as octal")));
+        assert!(p.iter().any(|m| m == "wait min 10s is greater than max 1s"));
+
+        let script = Template {
+            dest_path: "x".into(),
+            embedded_tmpl: "x".into(),
+            change_mode: "script".into(),
+            ..Template::default()
+        };
+        assert_eq!(
+            script.problems(),
+            vec!["must specify change script configuration value when change mode is script"]
+        );
+    }
+
+    #[test]
+    fn escaping_the_allocation_directory() {
+        assert!(!escapes_alloc_dir("task", "local/a.conf"));
+        assert!(!escapes_alloc_dir("task", "/local/a.conf"));
+        assert!(!escapes_alloc_dir("task", "../alloc/shared.conf"));
+        assert!(escapes_alloc_dir("task", "../../x"));
+        assert!(escapes_alloc_dir("task", "local/../../../x"));
+    }
+}
