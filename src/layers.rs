@@ -84,6 +84,7 @@ const CLIENT_PARTS: &[(&str, u32)] = &[
     ("pty", 0),
     ("servers", 0),
     ("taskenv", 0),
+    ("templates", 0),
     ("lifecycle", 0),
     ("logmon", 0),
     ("stats", 0),

@@ -987,7 +987,9 @@ async fn every_rpc_refuses_callers_its_rule_does_not_allow() {
         ServiceRegistrationDeleteRequest, ServiceRegistrationListRequest,
         ServiceRegistrationUpsertRequest,
     };
-    use teamster::rpc::service::variables::{VariableOp, VariablesApplyRequest};
+    use teamster::rpc::service::variables::{
+        TemplateDep, TemplateReadRequest, VariableOp, VariablesApplyRequest,
+    };
     use teamster::rpc::ServiceResponse;
     use teamster_storage::fsm::AllocClientReport;
     use teamster_storage::model::{
@@ -1553,6 +1555,19 @@ async fn every_rpc_refuses_callers_its_rule_does_not_allow() {
         (
             ServiceRequest::AclExchangeOneTimeToken(OneTimeTokenExchangeRequest {
                 one_time_secret_id: "00000000-0000-4000-8000-00000000beef".into(),
+            }),
+            Caller::SameForAll,
+        ),
+        (
+            // Checked per variable and service by what the token may read: never refused
+            // as a call (a credential that is no token reads nothing).
+            ServiceRequest::TemplateRead(TemplateReadRequest {
+                deps: vec![TemplateDep::Var {
+                    namespace: "default".into(),
+                    path: "rpc/matrix".into(),
+                }],
+                min_index: 0,
+                wait_ms: 0,
             }),
             Caller::SameForAll,
         ),

@@ -56,6 +56,7 @@ pub mod state;
 pub mod stats;
 pub mod task_runner;
 pub mod taskenv;
+pub mod templates;
 pub mod types;
 
 use std::collections::{BTreeMap, HashMap};

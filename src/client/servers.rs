@@ -71,6 +71,31 @@ impl Servers {
     /// Call one server after another until one answers: a server that cannot be reached,
     /// has no leader to forward to, or is still starting makes way for the next.
     async fn call_any(&self, req: ServiceRequest) -> Result<ServiceResponse, ServiceError> {
+        let token = self.token.lock().unwrap_or_else(|p| p.into_inner()).clone();
+        self.call_with(req, token).await
+    }
+
+    /// What a task's templates read, asked with `token` (the task's workload identity)
+    /// rather than the node's secret: the servers answer what that task may read.
+    pub async fn template_read(
+        &self,
+        token: &str,
+        req: crate::rpc::service::variables::TemplateReadRequest,
+    ) -> Result<crate::rpc::service::variables::TemplateReadResponse, ServiceError> {
+        match self
+            .call_with(ServiceRequest::TemplateRead(req), Some(token.to_string()))
+            .await?
+        {
+            ServiceResponse::TemplateRead(answer) => Ok(answer),
+            other => Err(ServiceError::unexpected("Template.Read", other.name())),
+        }
+    }
+
+    async fn call_with(
+        &self,
+        req: ServiceRequest,
+        token: Option<String>,
+    ) -> Result<ServiceResponse, ServiceError> {
         let addrs = self.addrs();
         if addrs.is_empty() {
             return Err(ServiceError::Unavailable {
@@ -78,7 +103,6 @@ impl Servers {
             });
         }
         let method = req.method();
-        let token = self.token.lock().unwrap_or_else(|p| p.into_inner()).clone();
         let start = self.current.load(Ordering::Relaxed);
         let mut last = None;
         for i in 0..addrs.len() {

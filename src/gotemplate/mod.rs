@@ -101,6 +101,8 @@ enum Operand {
     Lit(Value),
     Func(String),
     Paren(Box<Pipeline>),
+    /// `(pipeline).A.B`.
+    Chain(Box<Pipeline>, Vec<String>),
 }
 
 /// A value during rendering: `None` is Go's "no value" (a missing field).
@@ -191,6 +193,8 @@ pub struct RenderOptions<'a> {
 #[derive(Debug, Clone, PartialEq)]
 enum Tok {
     Field(Vec<String>),
+    /// `.A.B` right after a `)`.
+    Chain(Vec<String>),
     Var(String, Vec<String>),
     Ident(String),
     Str(String),
@@ -379,11 +383,16 @@ fn lex(action: &Action) -> Result<Vec<Tok>, TemplateError> {
                 i += len;
             }
             '.' => {
+                let after_paren = i > 0 && chars[i - 1] == ')';
                 let fields = field_chain(&chars, &mut i, at)?;
                 if fields.is_empty() {
                     i += 1;
                 }
-                toks.push(Tok::Field(fields));
+                toks.push(if after_paren && !fields.is_empty() {
+                    Tok::Chain(fields)
+                } else {
+                    Tok::Field(fields)
+                });
             }
             '$' => {
                 let start = i;
@@ -551,7 +560,18 @@ fn parse_pipeline(
                     return Err(parse_err(at, "unclosed left paren"));
                 }
                 *i += 1;
-                cmd.push(Operand::Paren(Box::new(inner)));
+                if let Some(Tok::Chain(fields)) = toks.get(*i) {
+                    *i += 1;
+                    cmd.push(Operand::Chain(Box::new(inner), fields.clone()));
+                } else {
+                    cmd.push(Operand::Paren(Box::new(inner)));
+                }
+            }
+            Tok::Chain(_) => {
+                return Err(parse_err(
+                    at,
+                    format!("unexpected field chain in {:?}", action.text),
+                ))
             }
             Tok::Comma | Tok::Declare | Tok::Assign => {
                 return Err(parse_err(
@@ -729,7 +749,7 @@ impl Template {
                     Operand::Func(name) => {
                         out.insert(name.clone());
                     }
-                    Operand::Paren(inner) => pipe(inner, out),
+                    Operand::Paren(inner) | Operand::Chain(inner, _) => pipe(inner, out),
                     _ => {}
                 }
             }
@@ -997,6 +1017,10 @@ impl Exec<'_> {
             }
             Operand::Lit(v) => Ok(Some(v.clone())),
             Operand::Paren(inner) => self.eval_pipeline(inner, dot),
+            Operand::Chain(inner, fields) => {
+                let v = self.eval_pipeline(inner, dot)?;
+                self.fields_of(pipe, v, fields)
+            }
             Operand::Func(name) => self
                 .call(name, &[])
                 .map_err(|r| exec_err(pipe, format!("error calling {name}: {r}"))),

@@ -486,7 +486,17 @@ service_calls! {
         name: "ACL.ExchangeOneTimeToken", route: Leader, timeout: |_| WRITE_TIMEOUT,
         helper: acl_exchange_one_time_token,
     }
+    /// What a task's templates read (variables and services), made with its workload
+    /// identity; blocking.
+    TemplateRead(variables::TemplateReadRequest) -> variables::TemplateReadResponse {
+        name: "Template.Read", route: Local,
+        timeout: |r| Duration::from_millis(r.wait_ms).min(MAX_TEMPLATE_WAIT) + WAIT_MARGIN,
+        helper: template_read,
+    }
 }
+
+/// The longest a `Template.Read` blocks (Nomad's template `block_query_wait`, 5 minutes).
+pub const MAX_TEMPLATE_WAIT: Duration = Duration::from_secs(300);
 
 #[cfg(test)]
 mod tests {

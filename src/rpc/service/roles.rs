@@ -57,6 +57,8 @@ pub fn service_allowed(call: &ServiceRequest) -> Allowed {
         | S::ServiceRegistrationDelete(_)
         | S::ServiceRegistrationListByNode(_)
         | S::AllocSignIdentities(_)
+        // A task's templates, read with its workload identity.
+        | S::TemplateRead(_)
         // A client agent resolves the tokens its own HTTP API is called with.
         | S::AclResolveToken(_) => Allowed::ClientsAndServers,
         // Scheduler workers, the leader's subsystems, operators and the HTTP API's writes

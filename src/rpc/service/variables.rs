@@ -36,3 +36,80 @@ pub enum VariablesApplyResponse {
     /// exist), nothing written.
     Conflict(u64),
 }
+
+/// One thing a task's templates read (consul-template's Nomad dependencies).
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub enum TemplateDep {
+    /// A variable (`nomadVar`, `nomadVarExists`).
+    Var {
+        /// Its namespace.
+        namespace: String,
+        /// Its path.
+        path: String,
+    },
+    /// The variables under a prefix (`nomadVarList`, `nomadVarListSafe`); namespace `*`:
+    /// every namespace.
+    VarList {
+        /// The namespace, or `*`.
+        namespace: String,
+        /// The path prefix.
+        prefix: String,
+    },
+    /// The registrations of a service (`nomadService`).
+    Service {
+        /// Its namespace.
+        namespace: String,
+        /// Its name.
+        name: String,
+    },
+    /// The services of a namespace, by name with their tags (`nomadServices`).
+    Services {
+        /// The namespace.
+        namespace: String,
+    },
+}
+
+/// A variable as a template sees it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TemplateVar {
+    /// Its metadata.
+    pub meta: teamster_storage::model::VariableMetadata,
+    /// Its items, in the clear.
+    pub items: BTreeMap<String, String>,
+}
+
+/// What one [`TemplateDep`] holds now.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum TemplateData {
+    /// The variable, or `None` when there is none.
+    Var(Option<TemplateVar>),
+    /// The variables under the prefix (those the caller may list).
+    VarList(Vec<teamster_storage::model::VariableMetadata>),
+    /// The registrations of the service.
+    Service(Vec<teamster_storage::model::ServiceRegistration>),
+    /// Service names with their tags (every tag of every registration).
+    Services(Vec<(String, Vec<String>)>),
+    /// The caller may not read it (Nomad's 403 "Permission denied").
+    Denied,
+}
+
+/// `Template.Read`: what a task's templates read, made with the task's workload identity;
+/// a blocking query on the variables and services tables.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TemplateReadRequest {
+    /// What to read.
+    pub deps: Vec<TemplateDep>,
+    /// Answer once either table changed after this index (0: at once).
+    pub min_index: u64,
+    /// How long to wait for that, in milliseconds.
+    pub wait_ms: u64,
+}
+
+/// The answer to `Template.Read`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TemplateReadResponse {
+    /// The index of the state answered from (the next `min_index`).
+    pub index: u64,
+    /// What each dependency holds, in the request's order.
+    pub data: Vec<TemplateData>,
+}

@@ -277,6 +277,7 @@ impl Endpoints {
             Q::KeyringRotate(r) => A::KeyringRotate(keyring::rotate(self, r).await?),
             Q::KeyringDelete(r) => A::KeyringDelete(keyring::delete(self, r).await?),
             Q::VariablesApply(r) => A::VariablesApply(variables::apply(self, r).await?),
+            Q::TemplateRead(r) => A::TemplateRead(variables::template_read(self, r).await?),
             Q::AclUpsertOneTimeToken(r) => {
                 A::AclUpsertOneTimeToken(acl::upsert_one_time_token(self, r).await?)
             }
