@@ -315,6 +315,12 @@ fn make(path: &Path, mode: u32) -> Result<(), AllocDirError> {
 /// beside the target and is renamed over it (a rename replaces a symlink, never writes
 /// through it). `rel` must stay inside the task's directory.
 pub fn write_task_file(task: &TaskDir, rel: &str, data: &[u8], mode: u32) -> io::Result<()> {
+    write_file_under(&task.dir, rel, data, mode)
+}
+
+/// Writes `data` to `rel` under `root` as [`write_task_file`] does: through no symlink,
+/// replacing the file in one rename. `rel` must stay inside `root`.
+pub fn write_file_under(root: &Path, rel: &str, data: &[u8], mode: u32) -> io::Result<()> {
     use std::ffi::CString;
     use std::io::Write as _;
     use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
@@ -326,7 +332,7 @@ pub fn write_task_file(task: &TaskDir, rel: &str, data: &[u8], mode: u32) -> io:
         match c {
             std::path::Component::Normal(p) => parts.push(p.to_os_string()),
             std::path::Component::CurDir => {}
-            _ => return Err(invalid("must be a relative path inside the task directory")),
+            _ => return Err(invalid("must be a relative path inside its directory")),
         }
     }
     let Some(name) = parts.pop() else {
@@ -350,7 +356,7 @@ pub fn write_task_file(task: &TaskDir, rel: &str, data: &[u8], mode: u32) -> io:
         // SAFETY: `fd` is a fresh descriptor nothing else owns.
         Ok(unsafe { OwnedFd::from_raw_fd(fd) })
     };
-    let mut dir = open_dir(None, task.dir.as_os_str().as_bytes())?;
+    let mut dir = open_dir(None, root.as_os_str().as_bytes())?;
     for part in &parts {
         let c = cstr(part.as_bytes())?;
         // SAFETY: `c` is NUL-terminated; an existing directory is fine.

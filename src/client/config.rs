@@ -62,6 +62,8 @@ pub struct ClientConfig {
     /// Collect the oldest finished allocations once the client keeps more than this many
     /// (Nomad's 50).
     pub gc_max_allocs: usize,
+    /// How tasks' templates are rendered (`client.template`).
+    pub template: TemplateConfig,
     /// Mutual TLS to the servers' RPC port: set by the agent from its `[tls]` section when
     /// `tls.rpc` is on; not a key of `[client]`.
     #[serde(skip)]
@@ -92,7 +94,33 @@ impl Default for ClientConfig {
             gc_disk_usage_threshold: 80.0,
             gc_inode_usage_threshold: 70.0,
             gc_max_allocs: 50,
+            template: TemplateConfig::default(),
             rpc_tls: None,
+        }
+    }
+}
+
+/// How tasks' templates are rendered (`client.template`, Nomad's client `template` block).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct TemplateConfig {
+    /// Template functions tasks may not call (globs, e.g. `sprig_*`). Nomad's default
+    /// (`executeTemplate`, `plugin`, `writeToFile`) must stay: teamster does not implement
+    /// those three.
+    pub function_denylist: Vec<String>,
+    /// Let templates read and write outside the allocation directory (`source`,
+    /// `destination`, `file`).
+    pub disable_file_sandbox: bool,
+}
+
+impl Default for TemplateConfig {
+    fn default() -> Self {
+        TemplateConfig {
+            function_denylist: crate::gotemplate::funcs::DEFAULT_DENYLIST
+                .iter()
+                .map(|f| f.to_string())
+                .collect(),
+            disable_file_sandbox: false,
         }
     }
 }
@@ -114,6 +142,19 @@ pub struct Reserved {
 impl ClientConfig {
     /// Checks every value of the section.
     pub fn validate(&self) -> Result<(), InvalidSetting> {
+        for f in crate::gotemplate::funcs::DEFAULT_DENYLIST {
+            let denied = self
+                .template
+                .function_denylist
+                .iter()
+                .any(|p| p == f || p.strip_suffix('*').is_some_and(|head| f.starts_with(head)));
+            if !denied {
+                return Err(InvalidSetting::new(
+                    "client.template.function_denylist",
+                    format!("must keep {f:?}: teamster does not implement it"),
+                ));
+            }
+        }
         for addr in &self.servers {
             parse_peer_addr(addr).map_err(|r| InvalidSetting::new("client.servers", r))?;
         }

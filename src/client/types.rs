@@ -231,6 +231,14 @@ pub enum TaskControl {
         /// Where the answer goes.
         reply: TaskReply,
     },
+    /// Kill it for good, failed (a template's change script failed with `fail_on_error`);
+    /// answered once it is dead.
+    Fail {
+        /// Why, for its `Killing` event.
+        reason: String,
+        /// Where the answer goes.
+        reply: TaskReply,
+    },
     /// Send it a signal (`alloc signal`).
     Signal {
         /// The signal's name (`SIGUSR1`).

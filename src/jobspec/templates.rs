@@ -29,6 +29,19 @@ pub fn template_problems(job: &Job) -> Vec<String> {
                     out.push(format!("{at}: {problem}"));
                 }
             }
+            for (i, t) in task.templates.iter().enumerate() {
+                // A change script runs in the task's place: teamster runs it on the host,
+                // so not for a task in a container.
+                if t.change_mode == "script" && task.driver == "docker" {
+                    out.push(format!(
+                        "group {:?} task {:?}: Template {}: change_mode \"script\" is not \
+                         supported by teamster for docker tasks",
+                        group.name,
+                        task.name,
+                        i + 1
+                    ));
+                }
+            }
         }
     }
     out

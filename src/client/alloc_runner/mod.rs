@@ -36,7 +36,7 @@ use crate::client::allocdir::AllocDir;
 use crate::client::lifecycle::{self, Allowed, Coordinator, Stage};
 use crate::client::shared::{Registrations, Shared};
 use crate::client::task_runner::core::TaskCore;
-use crate::client::task_runner::hooks::HookCtx;
+use crate::client::task_runner::hooks::{EventSink, HookCtx};
 use crate::client::task_runner::{TaskRunner, TaskRunnerParts};
 use crate::client::types::{
     event, push_event, AllocHandle, KillReason, KillWave, LocalAlloc, RestartAll, Siblings,
@@ -99,11 +99,13 @@ impl RunnerFactory {
     /// through the allocation's handle from now on.
     fn build(&self, local: &LocalAlloc, group: &TaskGroup, task: &Task) -> (TaskRunner, Span) {
         let state = local.task_states.get(&task.name);
-        let (prepared, _) = self.shared.prepared_task(local, task);
+        let (mut prepared, _) = self.shared.prepared_task(local, task);
         let (control_tx, control) = mpsc::channel(CONTROL_QUEUE);
         let control_weak = control_tx.downgrade();
         self.controls.insert(&task.name, control_tx);
         let policy = group.task_restart_policy(task).unwrap_or_default();
+        // The hooks see the policy in force (the group's, merged under the task's own).
+        prepared.restart_policy = Some(policy.clone());
         let role = role_of(&self.roles, task);
         let core = TaskCore::new(
             &prepared,
@@ -122,6 +124,20 @@ impl RunnerFactory {
             services: self.services.clone(),
             servers: self.shared.servers.clone(),
             control: Some(control_weak),
+            events: {
+                let (shared, alloc_id, name) = (
+                    self.shared.clone(),
+                    self.alloc_id.clone(),
+                    task.name.clone(),
+                );
+                EventSink::new(move |ev| {
+                    shared.update_alloc(&alloc_id, |local| {
+                        push_event(local.task_states.entry(name.clone()).or_default(), ev);
+                    });
+                })
+            },
+            template_config: self.shared.config.template.clone(),
+            restoring: false,
         };
         let runner = TaskRunner::new(TaskRunnerParts {
             control,

@@ -186,6 +186,7 @@ impl TaskRunner {
     /// is logged).
     async fn prestart(&mut self, restoring: bool) -> Result<(), HookError> {
         let mut prepared = Prepared::default();
+        self.ctx.restoring = restoring;
         let mut result = Ok(());
         for hook in &self.hooks {
             let state = self.states.entry(hook.name()).or_default();
@@ -332,6 +333,7 @@ impl TaskRunner {
     fn not_running(&self, control: TaskControl) {
         let (TaskControl::Restart { reply, .. }
         | TaskControl::CheckRestart { reply, .. }
+        | TaskControl::Fail { reply, .. }
         | TaskControl::Signal { reply, .. }) = control;
         let _ = reply.send(Err(TaskOpError::NotRunning(self.name().to_string())));
     }
@@ -570,6 +572,19 @@ impl TaskRunner {
                         self.restart(&mut running, reason).await;
                         let _ = reply.send(Ok(()));
                         break None;
+                    }
+                    Some(TaskControl::Fail { reason, reply }) => {
+                        self.push(event(self.now(), "Killing", reason));
+                        self.run_phase(Phase::PreKill).await;
+                        let exit = running
+                            .kill(self.core.kill_signal(), self.core.kill_timeout())
+                            .await;
+                        let mut ev = event(self.now(), "Killed", "Task successfully killed".into());
+                        ev.exit_code = exit.exit_code;
+                        ev.signal = exit.signal;
+                        self.dead(true, ev).await;
+                        let _ = reply.send(Ok(()));
+                        return false;
                     }
                     Some(TaskControl::CheckRestart { check, reply }) => {
                         let reason = format!("healthcheck: check {check:?} unhealthy");

@@ -84,6 +84,20 @@ impl std::fmt::Display for SignError {
     }
 }
 
+/// The token of `task`'s default identity (what its templates read Nomad with).
+pub(super) async fn default_token(
+    servers: &Servers,
+    alloc_id: &str,
+    task: &str,
+) -> Result<String, String> {
+    let names = [teamster_storage::model::DEFAULT_IDENTITY_NAME.to_string()];
+    match sign(servers, alloc_id, task, &names).await {
+        Ok(mut signed) if !signed.is_empty() => Ok(signed.remove(0).jwt),
+        Ok(_) => Err("the default identity was not signed".into()),
+        Err(e) => Err(e.to_string()),
+    }
+}
+
 async fn sign(
     servers: &Servers,
     alloc_id: &str,

@@ -3,7 +3,7 @@
 //!
 //! ```text
 //!  prestart (before every start, and when a restarted client finds the task again):
-//!    validate ─▶ task_dir ─▶ logmon ─▶ dispatch_payload ─▶ identity ─▶ services
+//!    validate ─▶ task_dir ─▶ logmon ─▶ dispatch_payload ─▶ identity ─▶ template ─▶ services
 //!  poststart (the task runs, or was found running after a client restart)
 //!  update (an in-place update of the job: `ctx.task` is the new version)
 //!  pre_kill (the task is about to be killed, before its shutdown_delay)
@@ -21,6 +21,7 @@ pub mod identity;
 pub mod logmon;
 pub mod services;
 pub mod task_dir;
+pub mod template;
 pub mod validate;
 
 use std::path::PathBuf;
@@ -92,6 +93,36 @@ pub struct HookCtx {
     /// The task runner's control queue (a renewed identity restarts or signals the task);
     /// weak, so it never keeps the queue open.
     pub control: Option<tokio::sync::mpsc::WeakSender<crate::client::types::TaskControl>>,
+    /// Where the hooks' task events go.
+    pub events: EventSink,
+    /// How templates are rendered (the client's `template` configuration).
+    pub template_config: crate::client::config::TemplateConfig,
+    /// This prestart finds the task running (a client restart), rather than starting it.
+    pub restoring: bool,
+}
+
+/// Where a hook's task events go (the task's state, sent to the servers).
+#[derive(Clone, Default)]
+pub struct EventSink(Option<Arc<dyn Fn(teamster_storage::model::TaskEvent) + Send + Sync>>);
+
+impl EventSink {
+    /// Events go to `f`.
+    pub fn new(f: impl Fn(teamster_storage::model::TaskEvent) + Send + Sync + 'static) -> Self {
+        EventSink(Some(Arc::new(f)))
+    }
+
+    /// Record `event`.
+    pub fn emit(&self, event: teamster_storage::model::TaskEvent) {
+        if let Some(f) = &self.0 {
+            f(event);
+        }
+    }
+}
+
+impl std::fmt::Debug for EventSink {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("EventSink")
+    }
 }
 
 /// What prestart hooks hand the driver.
@@ -183,6 +214,7 @@ pub fn task_hooks() -> Vec<Box<dyn TaskHook>> {
         Box::new(logmon::LogmonHook),
         Box::new(dispatch_payload::DispatchPayload),
         Box::new(identity::IdentityHook::default()),
+        Box::new(template::TemplateHook::default()),
         Box::new(services::ServicesHook),
     ]
 }

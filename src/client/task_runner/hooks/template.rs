@@ -1,0 +1,735 @@
+//! Templates (Nomad's `template` hook): before the task starts, every template is rendered
+//! and written into the task's directory; the task starts only once all of them rendered
+//! with everything they read. While it waits, a `Template` event names what is missing
+//! (`Missing: nomad.var.block(…)`, at most every 3 s, when the set changes). Nomad data is
+//! read with the task's default workload identity (`Template.Read`, one blocking query for
+//! all of the task's templates), so a task reads only the variables its identity may.
+//!
+//! While the task runs, a watcher repeats that query: when what a template read changes, it
+//! waits for the changes to settle (`wait`, the client's 5 s / 4 m by default), renders
+//! again, writes what changed and, after a random `splay`, restarts the task once (any
+//! `restart` template), or sends each distinct signal, and runs each change script.
+//! A restart renders again only with `restart.render_templates`; the environment of
+//! `env = true` templates is kept across restarts. A client restart renders again and acts
+//! only on files whose contents changed.
+//!
+//! Refusals follow Nomad: a template that fails to render fails the task (`Template
+//! failed: …`); a dependency the identity may not read is retried 12 times with a backoff
+//! (250 ms to 1 min) while it is reported missing, then fails the task.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use futures::future::BoxFuture;
+use rand::Rng as _;
+use teamster_storage::model::task_runtime::parse_perms;
+use teamster_storage::model::Template as TemplateSpec;
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+use tracing::{debug, info, warn};
+
+use super::identity::default_token;
+use super::{HookCtx, HookError, HookState, Prepared, TaskHook};
+use crate::client::allocdir::write_file_under;
+use crate::client::servers::Servers;
+use crate::client::templates::{
+    missing_message, parse, parse_env_file, render, sandboxed, Brain, Outcome, RenderEnv,
+};
+use crate::client::types::{event, TaskControl};
+use crate::gotemplate::Template;
+use crate::rpc::service::variables::{TemplateDep, TemplateReadRequest, TemplateReadResponse};
+
+const HOOK: &str = "template";
+/// At most one `Missing` event this often (Nomad's 3 s).
+const MISSING_EVENT_EVERY: Duration = Duration::from_secs(3);
+/// The wait before asking unreachable servers again.
+const RETRY: Duration = Duration::from_secs(2);
+/// Nomad's `nomad_retry`: attempts and backoff for a refused read.
+const DENIED_ATTEMPTS: u32 = 12;
+const DENIED_BACKOFF: Duration = Duration::from_millis(250);
+const DENIED_MAX_BACKOFF: Duration = Duration::from_secs(60);
+/// How long one watch query blocks (Nomad's `block_query_wait`).
+const BLOCK_WAIT: Duration = Duration::from_secs(300);
+/// How often files a template reads (`file`) are looked at again.
+const FILE_POLL: Duration = Duration::from_secs(2);
+/// The client's `wait` (Nomad's 5 s / 4 m), for templates without their own.
+const WAIT_MIN: Duration = Duration::from_secs(5);
+const WAIT_MAX: Duration = Duration::from_secs(240);
+
+/// A template of the task, parsed.
+#[derive(Clone)]
+struct Loaded {
+    spec: TemplateSpec,
+    parsed: Arc<Template>,
+}
+
+/// What the hook keeps between phases and restarts.
+#[derive(Default)]
+struct Runtime {
+    /// The task's default identity token.
+    token: Option<String>,
+    /// What the servers answered.
+    brain: Brain,
+    /// The index of the last answer.
+    index: u64,
+    /// The last text written, per template.
+    written: Vec<Option<String>>,
+    /// What every template read at its last render.
+    deps: BTreeSet<TemplateDep>,
+    files: BTreeSet<PathBuf>,
+    /// The environment of `env = true` templates.
+    env: BTreeMap<String, String>,
+    /// Rendered once for this task runner.
+    rendered: bool,
+    /// Templates whose contents changed while the client was away (acted on at poststart).
+    changed_on_restore: Vec<usize>,
+}
+
+/// The `template` hook of one task.
+#[derive(Default)]
+pub struct TemplateHook {
+    rt: Arc<Mutex<Runtime>>,
+    watching: Mutex<Option<CancellationToken>>,
+}
+
+impl std::fmt::Debug for TemplateHook {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TemplateHook").finish_non_exhaustive()
+    }
+}
+
+fn lock(rt: &Mutex<Runtime>) -> std::sync::MutexGuard<'_, Runtime> {
+    rt.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+fn failed(message: impl std::fmt::Display) -> HookError {
+    HookError::fatal(HOOK, format!("Template failed: {message}"))
+}
+
+fn now_unix() -> i64 {
+    crate::util::system_clock().now_unix_nanos() / 1_000_000_000
+}
+
+/// The sandbox: the allocation directory, unless the client disabled it.
+fn sandbox(ctx: &HookCtx) -> Option<&Path> {
+    (!ctx.template_config.disable_file_sandbox).then(|| ctx.alloc_dir.root())
+}
+
+/// Parse every template of the task (`source` read from the task directory).
+fn load(ctx: &HookCtx) -> Result<Vec<Loaded>, HookError> {
+    ctx.task
+        .templates
+        .iter()
+        .map(|spec| {
+            let text = if spec.source_path.is_empty() {
+                spec.embedded_tmpl.clone()
+            } else {
+                let path = sandboxed(ctx.task_dir.dir(), sandbox(ctx), &spec.source_path)
+                    .map_err(failed)?;
+                std::fs::read_to_string(&path)
+                    .map_err(|e| failed(format!("reading source {:?}: {e}", spec.source_path)))?
+            };
+            let parsed = parse(&text, &spec.left_delim, &spec.right_delim).map_err(failed)?;
+            Ok(Loaded {
+                spec: spec.clone(),
+                parsed: Arc::new(parsed),
+            })
+        })
+        .collect()
+}
+
+fn render_all(ctx: &HookCtx, loaded: &[Loaded], brain: &Brain) -> Result<Vec<Outcome>, HookError> {
+    let env = RenderEnv {
+        env: &ctx.task.env,
+        namespace: ctx.namespace(),
+        task_dir: ctx.task_dir.dir(),
+        sandbox: sandbox(ctx),
+        denylist: &ctx.template_config.function_denylist,
+        now_unix: now_unix(),
+    };
+    loaded
+        .iter()
+        .map(|l| render(&l.parsed, brain, &env, l.spec.err_missing_key).map_err(failed))
+        .collect()
+}
+
+/// Writes `text` to the template's destination unless it holds it already: whether it
+/// changed.
+fn write(ctx: &HookCtx, spec: &TemplateSpec, text: &str) -> Result<bool, String> {
+    let path = sandboxed(ctx.task_dir.dir(), sandbox(ctx), &spec.dest_path)?;
+    if std::fs::read(&path).is_ok_and(|old| old == text.as_bytes()) {
+        return Ok(false);
+    }
+    let mode = parse_perms(&spec.perms).unwrap_or(0o644);
+    match sandbox(ctx) {
+        Some(root) => {
+            let rel = path
+                .strip_prefix(root)
+                .map_err(|_| format!("{:?} escapes the allocation directory", spec.dest_path))?;
+            write_file_under(root, &rel.to_string_lossy(), text.as_bytes(), mode)
+        }
+        None => {
+            if let Some(parent) = path.parent() {
+                std::fs::create_dir_all(parent).map_err(|e| e.to_string())?;
+            }
+            std::fs::write(&path, text).and_then(|()| {
+                use std::os::unix::fs::PermissionsExt as _;
+                std::fs::set_permissions(&path, std::fs::Permissions::from_mode(mode))
+            })
+        }
+    }
+    .map_err(|e| format!("writing {:?}: {e}", spec.dest_path))?;
+    if spec.uid.is_some() || spec.gid.is_some() {
+        let id = |v: Option<i64>| v.and_then(|v| u32::try_from(v).ok());
+        std::os::unix::fs::chown(&path, id(spec.uid), id(spec.gid))
+            .map_err(|e| format!("chown {:?}: {e}", spec.dest_path))?;
+    }
+    Ok(true)
+}
+
+/// The environment of the `env = true` templates, later ones winning.
+fn env_of(
+    loaded: &[Loaded],
+    texts: &[Option<String>],
+) -> Result<BTreeMap<String, String>, HookError> {
+    let mut env = BTreeMap::new();
+    for (l, text) in loaded.iter().zip(texts) {
+        if let (true, Some(text)) = (l.spec.envvars, text) {
+            let parsed = parse_env_file(text).map_err(|e| {
+                HookError::fatal(
+                    HOOK,
+                    format!("Template failed to read environment variables: {e}"),
+                )
+            })?;
+            env.extend(parsed);
+        }
+    }
+    Ok(env)
+}
+
+impl HookCtx {
+    /// The namespace of the task's job (its templates' default).
+    fn namespace(&self) -> &str {
+        self.task
+            .env
+            .get("NOMAD_NAMESPACE")
+            .map_or("default", String::as_str)
+    }
+}
+
+/// Asks the servers for `deps` as `token` may read them.
+async fn fetch(
+    servers: &Servers,
+    token: &str,
+    deps: &BTreeSet<TemplateDep>,
+    min_index: u64,
+    wait: Duration,
+) -> Result<TemplateReadResponse, String> {
+    servers
+        .template_read(
+            token,
+            TemplateReadRequest {
+                deps: deps.iter().cloned().collect(),
+                min_index,
+                wait_ms: u64::try_from(wait.as_millis()).unwrap_or(u64::MAX),
+            },
+        )
+        .await
+        .map_err(|e| e.to_string())
+}
+
+/// Put an answer into the brain: whether anything changed.
+fn learn(rt: &mut Runtime, deps: &BTreeSet<TemplateDep>, answer: TemplateReadResponse) -> bool {
+    rt.index = answer.index;
+    let mut changed = false;
+    for (dep, data) in deps.iter().zip(answer.data) {
+        if rt.brain.get(dep) != Some(&data) {
+            rt.brain.insert(dep.clone(), data);
+            changed = true;
+        }
+    }
+    changed
+}
+
+impl TemplateHook {
+    /// The task's token for Nomad reads, signed once per task runner.
+    async fn token(&self, ctx: &HookCtx, servers: &Servers) -> Result<String, HookError> {
+        if let Some(t) = lock(&self.rt).token.clone() {
+            return Ok(t);
+        }
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+        loop {
+            match default_token(servers, &ctx.alloc_id, &ctx.task.name).await {
+                Ok(t) => {
+                    lock(&self.rt).token = Some(t.clone());
+                    return Ok(t);
+                }
+                Err(e) if tokio::time::Instant::now() + RETRY < deadline => {
+                    debug!(error = %e, "template identity not signed yet; retrying");
+                    tokio::time::sleep(RETRY).await;
+                }
+                Err(e) => {
+                    return Err(HookError::recoverable(
+                        HOOK,
+                        format!("failed to sign the task's identity for its templates: {e}"),
+                    ))
+                }
+            }
+        }
+    }
+
+    /// Renders until every template has everything it reads: the texts.
+    async fn first_render(
+        &self,
+        ctx: &HookCtx,
+        loaded: &[Loaded],
+    ) -> Result<Vec<Option<String>>, HookError> {
+        let mut last_event: Option<(BTreeSet<String>, tokio::time::Instant)> = None;
+        let mut denied_attempts = 0u32;
+        loop {
+            let brain = lock(&self.rt).brain.clone();
+            let outcomes = render_all(ctx, loaded, &brain)?;
+            let missing: BTreeSet<String> = outcomes
+                .iter()
+                .flat_map(|o| o.missing.iter().cloned())
+                .collect();
+            let deps: BTreeSet<TemplateDep> = outcomes
+                .iter()
+                .flat_map(|o| o.deps.iter().cloned())
+                .collect();
+            {
+                let mut rt = lock(&self.rt);
+                rt.deps = deps.clone();
+                rt.files = outcomes
+                    .iter()
+                    .flat_map(|o| o.files.iter().cloned())
+                    .collect();
+            }
+            if missing.is_empty() {
+                return Ok(outcomes.into_iter().map(|o| o.text).collect());
+            }
+            let now = tokio::time::Instant::now();
+            let due = last_event.as_ref().is_none_or(|(set, at)| {
+                *set != missing && now.duration_since(*at) >= MISSING_EVENT_EVERY
+            });
+            if due {
+                ctx.events.emit(event(
+                    crate::util::system_clock().now_unix_nanos(),
+                    "Template",
+                    missing_message(&missing),
+                ));
+                last_event = Some((missing.clone(), now));
+            }
+            let denied: BTreeSet<String> = outcomes
+                .iter()
+                .flat_map(|o| o.denied.iter().cloned())
+                .collect();
+            let unfetched = deps.iter().any(|d| !brain.contains_key(d));
+            let wait = if !denied.is_empty() {
+                denied_attempts += 1;
+                if denied_attempts > DENIED_ATTEMPTS {
+                    let names: Vec<String> = denied.into_iter().collect();
+                    return Err(failed(format!(
+                        "{}: Unexpected response code: 403 (Permission denied)",
+                        names.join(", ")
+                    )));
+                }
+                let backoff = DENIED_BACKOFF * 2u32.saturating_pow(denied_attempts - 1);
+                tokio::time::sleep(backoff.min(DENIED_MAX_BACKOFF)).await;
+                Duration::ZERO
+            } else if !lock(&self.rt).files.is_empty() {
+                FILE_POLL
+            } else {
+                MISSING_EVENT_EVERY
+            };
+            if deps.is_empty() {
+                // Only files or Consul/Vault are missing: look again later.
+                tokio::time::sleep(wait.max(FILE_POLL)).await;
+                continue;
+            }
+            let Some(servers) = ctx.servers.as_ref() else {
+                return Err(HookError::recoverable(
+                    HOOK,
+                    "no servers to read templates' data from",
+                ));
+            };
+            let token = self.token(ctx, servers).await?;
+            let min_index = if unfetched || !denied.is_empty() {
+                0
+            } else {
+                lock(&self.rt).index
+            };
+            match fetch(servers, &token, &deps, min_index, wait).await {
+                Ok(answer) => {
+                    learn(&mut lock(&self.rt), &deps, answer);
+                }
+                Err(e) => {
+                    warn!(error = %e, "templates' data not read; retrying");
+                    tokio::time::sleep(RETRY).await;
+                }
+            }
+        }
+    }
+
+    fn stop_watching(&self) {
+        if let Some(stop) = self
+            .watching
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .take()
+        {
+            stop.cancel();
+        }
+    }
+}
+
+impl TaskHook for TemplateHook {
+    fn name(&self) -> &'static str {
+        HOOK
+    }
+
+    fn prestart<'a>(
+        &'a self,
+        ctx: &'a HookCtx,
+        _state: &'a mut HookState,
+        prepared: &'a mut Prepared,
+    ) -> BoxFuture<'a, Result<(), HookError>> {
+        Box::pin(async move {
+            if ctx.task.templates.is_empty() {
+                return Ok(());
+            }
+            let render_again = ctx
+                .task
+                .restart_policy
+                .as_ref()
+                .and_then(|p| p.render_templates)
+                .unwrap_or(false);
+            {
+                let rt = lock(&self.rt);
+                if rt.rendered && !render_again && !ctx.restoring {
+                    prepared.env.extend(rt.env.clone());
+                    return Ok(());
+                }
+            }
+            let loaded = load(ctx)?;
+            let texts = self.first_render(ctx, &loaded).await?;
+            let mut changed = Vec::new();
+            for (i, (l, text)) in loaded.iter().zip(&texts).enumerate() {
+                let text = text.as_deref().unwrap_or_default();
+                if write(ctx, &l.spec, text).map_err(failed)? {
+                    changed.push(i);
+                }
+            }
+            let env = env_of(&loaded, &texts)?;
+            prepared.env.extend(env.clone());
+            let mut rt = lock(&self.rt);
+            rt.written = texts;
+            rt.env = env;
+            rt.rendered = true;
+            if ctx.restoring && !changed.is_empty() {
+                rt.changed_on_restore = changed;
+            }
+            Ok(())
+        })
+    }
+
+    fn poststart<'a>(
+        &'a self,
+        ctx: &'a HookCtx,
+        _state: &'a mut HookState,
+    ) -> BoxFuture<'a, Result<(), HookError>> {
+        Box::pin(async move {
+            if ctx.task.templates.is_empty() {
+                return Ok(());
+            }
+            let loaded = load(ctx)?;
+            let pending = std::mem::take(&mut lock(&self.rt).changed_on_restore);
+            if !pending.is_empty() {
+                act(ctx, &loaded, &pending).await;
+            }
+            if loaded.iter().all(|l| l.spec.once) {
+                return Ok(());
+            }
+            let stop = CancellationToken::new();
+            if let Some(old) = self
+                .watching
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .replace(stop.clone())
+            {
+                old.cancel();
+            }
+            tokio::spawn(watch(ctx.clone(), loaded, self.rt.clone(), stop));
+            Ok(())
+        })
+    }
+
+    fn stop<'a>(
+        &'a self,
+        _ctx: &'a HookCtx,
+        _state: &'a mut HookState,
+    ) -> BoxFuture<'a, Result<(), HookError>> {
+        self.stop_watching();
+        Box::pin(async { Ok(()) })
+    }
+}
+
+/// The settle window of the task's templates: the shortest `wait.min` and longest
+/// `wait.max` they set, else the client's.
+fn settle_window(loaded: &[Loaded]) -> (Duration, Duration) {
+    let nanos = |f: fn(&teamster_storage::model::TemplateWait) -> Option<u64>| {
+        loaded
+            .iter()
+            .filter_map(|l| l.spec.wait.as_ref().and_then(f))
+            .map(Duration::from_nanos)
+            .collect::<Vec<_>>()
+    };
+    let min = nanos(|w| w.min).into_iter().min().unwrap_or(WAIT_MIN);
+    let max = nanos(|w| w.max)
+        .into_iter()
+        .max()
+        .unwrap_or(WAIT_MAX)
+        .max(min);
+    (min, max)
+}
+
+/// Watches what the templates read while the task runs, and acts on new renders.
+async fn watch(
+    ctx: HookCtx,
+    loaded: Vec<Loaded>,
+    rt: Arc<Mutex<Runtime>>,
+    stop: CancellationToken,
+) {
+    let Some(servers) = ctx.servers.clone() else {
+        return;
+    };
+    let (settle_min, settle_max) = settle_window(&loaded);
+    loop {
+        let (deps, has_files, token, index) = {
+            let r = lock(&rt);
+            (
+                r.deps.clone(),
+                !r.files.is_empty(),
+                r.token.clone(),
+                r.index,
+            )
+        };
+        if deps.is_empty() && !has_files {
+            return;
+        }
+        // Wait for a change: an answer that differs, or (for `file`) the poll interval.
+        let wait = if has_files { FILE_POLL } else { BLOCK_WAIT };
+        let mut changed = has_files;
+        if let (false, Some(token)) = (deps.is_empty(), token.as_deref()) {
+            let answer = tokio::select! {
+                _ = stop.cancelled() => return,
+                a = fetch(&servers, token, &deps, index, wait) => a,
+            };
+            match answer {
+                Ok(a) => changed |= learn(&mut lock(&rt), &deps, a),
+                Err(e) => {
+                    debug!(error = %e, "template watch failed; retrying");
+                    tokio::select! {
+                        _ = stop.cancelled() => return,
+                        _ = tokio::time::sleep(RETRY) => {}
+                    }
+                    continue;
+                }
+            }
+        } else {
+            tokio::select! {
+                _ = stop.cancelled() => return,
+                _ = tokio::time::sleep(wait) => {}
+            }
+        }
+        if !changed {
+            continue;
+        }
+        // Let a burst of changes settle: one render, one action.
+        let started = tokio::time::Instant::now();
+        if !deps.is_empty() {
+            let token = lock(&rt).token.clone();
+            if let Some(token) = token {
+                loop {
+                    tokio::select! {
+                        _ = stop.cancelled() => return,
+                        _ = tokio::time::sleep(settle_min) => {}
+                    }
+                    if started.elapsed() >= settle_max {
+                        break;
+                    }
+                    let more = match fetch(&servers, &token, &deps, 0, Duration::ZERO).await {
+                        Ok(a) => learn(&mut lock(&rt), &deps, a),
+                        Err(_) => false,
+                    };
+                    if !more {
+                        break;
+                    }
+                }
+            }
+        }
+        let brain = lock(&rt).brain.clone();
+        let outcomes = match render_all(&ctx, &loaded, &brain) {
+            Ok(o) => o,
+            Err(e) => {
+                warn!(error = %e, "template render failed");
+                continue;
+            }
+        };
+        let mut written_now = Vec::new();
+        {
+            let mut r = lock(&rt);
+            r.deps = outcomes
+                .iter()
+                .flat_map(|o| o.deps.iter().cloned())
+                .collect();
+            r.files = outcomes
+                .iter()
+                .flat_map(|o| o.files.iter().cloned())
+                .collect();
+        }
+        for (i, (l, o)) in loaded.iter().zip(&outcomes).enumerate() {
+            // A template missing something again keeps its last file, as consul-template.
+            let Some(text) = &o.text else { continue };
+            if l.spec.once || lock(&rt).written.get(i).cloned().flatten().as_ref() == Some(text) {
+                continue;
+            }
+            match write(&ctx, &l.spec, text) {
+                Ok(_) => {
+                    let mut r = lock(&rt);
+                    if r.written.len() <= i {
+                        r.written.resize(i + 1, None);
+                    }
+                    r.written[i] = Some(text.clone());
+                    written_now.push(i);
+                }
+                Err(e) => warn!(error = %e, "template not written"),
+            }
+        }
+        if written_now.is_empty() {
+            continue;
+        }
+        let texts = lock(&rt).written.clone();
+        if let Ok(env) = env_of(&loaded, &texts) {
+            lock(&rt).env = env;
+        }
+        info!(templates = ?written_now, "templates re-rendered");
+        let splay = written_now
+            .iter()
+            .map(|i| Duration::from_nanos(u64::try_from(loaded[*i].spec.splay).unwrap_or(0)))
+            .max()
+            .unwrap_or_default();
+        if !splay.is_zero() {
+            let pause = rand::thread_rng().gen_range(Duration::ZERO..splay);
+            tokio::select! {
+                _ = stop.cancelled() => return,
+                _ = tokio::time::sleep(pause) => {}
+            }
+        }
+        act(&ctx, &loaded, &written_now).await;
+    }
+}
+
+/// Apply the change modes of the templates `changed`: one restart if any asks for it,
+/// else each distinct signal and each script.
+async fn act(ctx: &HookCtx, loaded: &[Loaded], changed: &[usize]) {
+    let Some(control) = ctx.control.as_ref().and_then(mpsc::WeakSender::upgrade) else {
+        return;
+    };
+    let specs: Vec<&TemplateSpec> = changed.iter().map(|i| &loaded[*i].spec).collect();
+    if specs.iter().any(|s| s.change_mode == "restart") {
+        let (reply, _answer) = tokio::sync::oneshot::channel();
+        let _ = control
+            .send(TaskControl::Restart {
+                reason: Some("Template with change_mode restart re-rendered".into()),
+                reply,
+            })
+            .await;
+        return;
+    }
+    let signals: BTreeSet<&str> = specs
+        .iter()
+        .filter(|s| s.change_mode == "signal")
+        .map(|s| s.change_signal.as_str())
+        .collect();
+    for sig in signals {
+        let Some((name, signal)) = crate::client::signal::parse(sig) else {
+            continue;
+        };
+        let (reply, answer) = tokio::sync::oneshot::channel();
+        let _ = control
+            .send(TaskControl::Signal {
+                name,
+                signal,
+                reply,
+            })
+            .await;
+        if let Ok(Err(e)) = answer.await {
+            ctx.events.emit(event(
+                crate::util::system_clock().now_unix_nanos(),
+                "Task hook message",
+                format!("Template skipped signal {sig}: {e}"),
+            ));
+        }
+    }
+    for spec in specs.iter().filter(|s| s.change_mode == "script") {
+        let Some(script) = &spec.change_script else {
+            continue;
+        };
+        if let Err(e) = run_script(ctx, script).await {
+            ctx.events.emit(event(
+                crate::util::system_clock().now_unix_nanos(),
+                "Task hook failed",
+                format!(
+                    "Template failed to run script {} with arguments {:?} on change: {e}",
+                    script.command, script.args
+                ),
+            ));
+            if script.fail_on_error {
+                let (reply, _answer) = tokio::sync::oneshot::channel();
+                let _ = control
+                    .send(TaskControl::Fail {
+                        reason: "Template script failed, task is being killed".into(),
+                        reply,
+                    })
+                    .await;
+                return;
+            }
+        }
+    }
+}
+
+/// Runs a change script in the task's place (its directory and environment), within its
+/// timeout.
+async fn run_script(
+    ctx: &HookCtx,
+    script: &teamster_storage::model::ChangeScript,
+) -> Result<(), String> {
+    let mut cmd = crate::client::driver::task_command(
+        &ctx.task,
+        ctx.task_dir.dir(),
+        &script.command,
+        &script.args,
+    );
+    cmd.kill_on_drop(true)
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null());
+    let timeout = Duration::from_nanos(script.timeout.max(1));
+    let status = tokio::time::timeout(timeout, async {
+        cmd.spawn()
+            .map_err(|e| e.to_string())?
+            .wait()
+            .await
+            .map_err(|e| e.to_string())
+    })
+    .await
+    .map_err(|_| format!("script timed out after {timeout:?}"))??;
+    if status.success() {
+        Ok(())
+    } else {
+        Err(format!("exited with code: {}", status.code().unwrap_or(-1)))
+    }
+}
