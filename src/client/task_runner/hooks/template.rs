@@ -85,6 +85,8 @@ struct Runtime {
     rendered: bool,
     /// Templates whose contents changed while the client was away (acted on at poststart).
     changed_on_restore: Vec<usize>,
+    /// Rendered for a start: scripts with `run_on_first_render` run at poststart.
+    first_render: bool,
 }
 
 /// The `template` hook of one task.
@@ -428,6 +430,7 @@ impl TaskHook for TemplateHook {
             rt.written = texts;
             rt.env = env;
             rt.rendered = true;
+            rt.first_render = !ctx.restoring;
             if ctx.restoring && !changed.is_empty() {
                 rt.changed_on_restore = changed;
             }
@@ -445,9 +448,30 @@ impl TaskHook for TemplateHook {
                 return Ok(());
             }
             let loaded = load(ctx)?;
-            let pending = std::mem::take(&mut lock(&self.rt).changed_on_restore);
+            let (pending, first) = {
+                let mut rt = lock(&self.rt);
+                (
+                    std::mem::take(&mut rt.changed_on_restore),
+                    std::mem::take(&mut rt.first_render),
+                )
+            };
             if !pending.is_empty() {
                 act(ctx, &loaded, &pending).await;
+            }
+            if first {
+                let scripts: Vec<usize> = (0..loaded.len())
+                    .filter(|i| {
+                        let spec = &loaded[*i].spec;
+                        spec.change_mode == "script"
+                            && spec
+                                .change_script
+                                .as_ref()
+                                .is_some_and(|s| s.run_on_first_render)
+                    })
+                    .collect();
+                if !scripts.is_empty() {
+                    act(ctx, &loaded, &scripts).await;
+                }
             }
             if loaded.iter().all(|l| l.spec.once) {
                 return Ok(());
