@@ -204,29 +204,12 @@ fn string(s: impl Into<String>) -> Result<Val, String> {
     Ok(Some(Value::String(s.into())))
 }
 
+/// consul-template's `parseInt`: base 10, empty is 0.
 fn parse_int(s: &str) -> Result<i64, String> {
     if s.is_empty() {
         return Ok(0);
     }
-    let (neg, body) = match s.strip_prefix('-') {
-        Some(b) => (true, b),
-        None => (false, s.strip_prefix('+').unwrap_or(s)),
-    };
-    // Go's ParseInt with base 0: 0x, 0o, 0b and leading-0 octal prefixes.
-    let lower = body.to_ascii_lowercase();
-    let parsed = if let Some(h) = lower.strip_prefix("0x") {
-        i64::from_str_radix(h, 16)
-    } else if let Some(o) = lower.strip_prefix("0o") {
-        i64::from_str_radix(o, 8)
-    } else if let Some(b) = lower.strip_prefix("0b") {
-        i64::from_str_radix(b, 2)
-    } else if lower.len() > 1 && lower.starts_with('0') {
-        i64::from_str_radix(&lower[1..], 8)
-    } else {
-        lower.parse::<i64>()
-    };
-    parsed
-        .map(|n| if neg { -n } else { n })
+    s.parse::<i64>()
         .map_err(|e| format!("strconv.ParseInt: parsing {s:?}: {e}"))
 }
 
@@ -470,6 +453,11 @@ fn indent(spaces: i64, s: &str) -> Result<Val, String> {
     if spaces < 0 {
         return Err("indent value must be a positive integer".into());
     }
+    let lines = s.split('\n').count();
+    let size = (spaces as u128) * (lines as u128) + s.len() as u128;
+    if size > super::MAX_OUTPUT as u128 {
+        return Err(format!("indent: the result would be larger than {} bytes", super::MAX_OUTPUT));
+    }
     let prefix = " ".repeat(spaces as usize);
     let mut out = String::with_capacity(s.len());
     let mut at_line_start = true;
@@ -625,14 +613,15 @@ fn data(name: &str, args: &[Val]) -> Result<Val, String> {
             };
             Ok(Some(Value::Bool(b)))
         }
-        "parseInt" => Ok(Some(Value::from(parse_int(&one(args)?)?))),
-        "parseUint" => {
+        "parseInt" => Ok(Some(Value::from(parse_int(&one(args)?)?))),        "parseUint" => {
             let s = one(args)?;
-            let n = parse_int(&s)?;
-            if n < 0 {
-                return Err(format!("strconv.ParseUint: parsing {s:?}: invalid syntax"));
+            if s.is_empty() {
+                return Ok(Some(Value::from(0u64)));
             }
-            Ok(Some(Value::from(n as u64)))
+            let n = s
+                .parse::<u64>()
+                .map_err(|e| format!("strconv.ParseUint: parsing {s:?}: {e}"))?;
+            Ok(Some(Value::from(n)))
         }
         "parseFloat" => {
             let s = one(args)?;
@@ -652,24 +641,43 @@ fn data(name: &str, args: &[Val]) -> Result<Val, String> {
             serde_json::from_str(&s)
                 .map(Some)
                 .map_err(|e| format!("parseJSON: {e}"))
-        }
-        "regexReplaceAll" => {
+        }        "regexReplaceAll" => {
             want(args, 3)?;
             let re = regex::Regex::new(&text(&args[0])?).map_err(|e| e.to_string())?;
+            let (with, s) = (text(&args[1])?, text(&args[2])?);
+            // Each match's replacement is at most the replacement text with every group
+            // reference expanded to the whole input.
+            let matches = re.find_iter(&s).count() as u128;
+            let bound = s.len() as u128 + matches * (with.len() as u128) * (s.len() as u128 + 1);
+            if bound > super::MAX_OUTPUT as u128 {
+                return Err(format!(
+                    "regexReplaceAll: the result could be larger than {} bytes",
+                    super::MAX_OUTPUT
+                ));
+            }
             // Go's `$1` / `${name}` expansion is the regex crate's too.
-            string(
-                re.replace_all(&text(&args[2])?, text(&args[1])?.as_str())
-                    .into_owned(),
-            )
+            string(re.replace_all(&s, with.as_str()).into_owned())
         }
         "regexMatch" => {
             want(args, 2)?;
             let re = regex::Regex::new(&text(&args[0])?).map_err(|e| e.to_string())?;
             Ok(Some(Value::Bool(re.is_match(&text(&args[1])?))))
-        }
-        "replaceAll" => {
+        }        "replaceAll" => {
             want(args, 3)?;
-            string(text(&args[2])?.replace(&text(&args[0])?, &text(&args[1])?))
+            let (from, to, s) = (text(&args[0])?, text(&args[1])?, text(&args[2])?);
+            let hits = if from.is_empty() {
+                s.chars().count() + 1
+            } else {
+                s.matches(from.as_str()).count()
+            };
+            let size = s.len() as u128 + hits as u128 * to.len() as u128;
+            if size > super::MAX_OUTPUT as u128 {
+                return Err(format!(
+                    "replaceAll: the result would be larger than {} bytes",
+                    super::MAX_OUTPUT
+                ));
+            }
+            string(s.replace(&from, &to))
         }
         "split" => {
             want(args, 2)?;
@@ -875,7 +883,8 @@ mod tests {
     fn parsing_encoding_and_hashes() {
         let d = json!({});
         assert_eq!(render(r#"{{ "42" | parseInt | add 1 }}"#, d.clone()), "43");
-        assert_eq!(render(r#"{{ "0x10" | parseInt }}"#, d.clone()), "16");
+        // Base 10, as consul-template's.
+        assert_eq!(render(r#"{{ "010" | parseInt }}"#, d.clone()), "10");
         assert_eq!(render(r#"{{ "true" | parseBool }}"#, d.clone()), "true");
         assert_eq!(render(r#"{{ "2.5" | parseFloat }}"#, d.clone()), "2.5");
         assert_eq!(

@@ -250,9 +250,18 @@ fn split(src: &str, left: &str, right: &str) -> Result<Vec<Item>, TemplateError>
         }
         if !text.is_empty() {
             items.push(Item::Text(text.to_string()));
+        }        let body_start = if trim_left { 1 } else { 0 };
+        let inner = &after[body_start..];
+        // A comment ends at its `*/`: quotes inside it are text.
+        let comment_end = inner
+            .trim_start()
+            .starts_with("/*")
+            .then(|| inner.find("*/").map(|e| e + 2))
+            .flatten();
+        let close = match comment_end {
+            Some(end) => inner[end..].find(right).map(|c| end + c),
+            None => find_close(inner, right),
         }
-        let body_start = if trim_left { 1 } else { 0 };
-        let close = find_close(&after[body_start..], right)
             .ok_or_else(|| parse_err(offset + open, format!("unclosed action (no {right:?})")))?;
         let mut body = &after[body_start..body_start + close];
         trim_next = body.ends_with(" -")
@@ -383,11 +392,7 @@ fn lex(action: &Action) -> Result<Vec<Tok>, TemplateError> {
                 i += len;
             }
             '.' => {
-                let after_paren = i > 0 && chars[i - 1] == ')';
-                let fields = field_chain(&chars, &mut i, at)?;
-                if fields.is_empty() {
-                    i += 1;
-                }
+                let after_paren = i > 0 && chars[i - 1] == ')';                let fields = field_chain(&chars, &mut i, at)?;
                 toks.push(if after_paren && !fields.is_empty() {
                     Tok::Chain(fields)
                 } else {
@@ -480,6 +485,14 @@ fn lex(action: &Action) -> Result<Vec<Tok>, TemplateError> {
     Ok(toks)
 }
 
+/// The deepest nesting of blocks (`if`, `range`, `with`, `else if` chains) or parentheses a
+/// template may have: deeper ones are refused rather than risking the parser's stack.
+pub const MAX_NESTING: usize = 100;
+/// The most steps (actions, block bodies, iterations) one render may take.
+pub const MAX_STEPS: u64 = 10_000_000;
+/// The largest text one render may produce, and the largest string a function may return.
+pub const MAX_OUTPUT: usize = 16 << 20;
+
 /// Go's builtin functions.
 const FUNCS: &[&str] = &[
     "and", "or", "not", "len", "index", "slice", "print", "printf", "println", "eq", "ne", "lt",
@@ -501,8 +514,12 @@ fn parse_pipeline(
     action: &Action,
     allow_decl: bool,
     known: Known<'_>,
+    depth: usize,
 ) -> Result<Pipeline, TemplateError> {
     let at = action.at;
+    if depth > MAX_NESTING {
+        return Err(parse_err(at, format!("more than {MAX_NESTING} nested parentheses")));
+    }
     let mut decl = Vec::new();
     // `$x :=` or `$i, $e :=`
     let lookahead: Vec<&Tok> = toks[*i..].iter().take(4).collect();
@@ -555,7 +572,7 @@ fn parse_pipeline(
                 other => return Err(parse_err(at, format!("function {other:?} not defined"))),
             }),
             Tok::Open => {
-                let inner = parse_pipeline(toks, i, action, false, known)?;
+                let inner = parse_pipeline(toks, i, action, false, known, depth + 1)?;
                 if toks.get(*i) != Some(&Tok::Close) {
                     return Err(parse_err(at, "unclosed left paren"));
                 }
@@ -613,7 +630,7 @@ fn whole_pipeline(
     known: Known<'_>,
 ) -> Result<Pipeline, TemplateError> {
     let mut i = 0;
-    let pipe = parse_pipeline(toks, &mut i, action, true, known)?;
+    let pipe = parse_pipeline(toks, &mut i, action, true, known, 0)?;
     if i != toks.len() {
         return Err(parse_err(
             action.at,
@@ -635,6 +652,7 @@ enum End {
 fn parse_list(
     items: &mut std::iter::Peekable<std::vec::IntoIter<Item>>,
     known: Known<'_>,
+    depth: usize,
 ) -> Result<(Vec<Node>, End, usize), TemplateError> {
     let mut nodes = Vec::new();
     while let Some(item) = items.next() {
@@ -673,7 +691,7 @@ fn parse_list(
                     _ => BlockKind::With,
                 };
                 let pipe = whole_pipeline(&toks[1..], &action, known)?;
-                nodes.push(parse_block(kind, pipe, action.at, items, known)?);
+                nodes.push(parse_block(kind, pipe, action.at, items, known, depth + 1)?);
             }
             "end" | "define" | "template" | "block" | "break" | "continue" => {
                 return Err(parse_err(
@@ -691,15 +709,18 @@ fn parse_list(
 fn parse_block(
     kind: BlockKind,
     pipe: Pipeline,
-    at: usize,
-    items: &mut std::iter::Peekable<std::vec::IntoIter<Item>>,
+    at: usize,    items: &mut std::iter::Peekable<std::vec::IntoIter<Item>>,
     known: Known<'_>,
+    depth: usize,
 ) -> Result<Node, TemplateError> {
-    let (body, end, end_at) = parse_list(items, known)?;
+    if depth > MAX_NESTING {
+        return Err(parse_err(at, format!("more than {MAX_NESTING} nested blocks")));
+    }
+    let (body, end, end_at) = parse_list(items, known, depth)?;
     let other = match end {
         End::Eof => return Err(parse_err(at, "unexpected EOF: missing {{end}}")),
         End::Close => Vec::new(),
-        End::Else(None) => match parse_list(items, known)? {
+        End::Else(None) => match parse_list(items, known, depth)? {
             (other, End::Close, _) => other,
             (_, End::Eof, _) => return Err(parse_err(at, "unexpected EOF: missing {{end}}")),
             (_, End::Else(_), at2) => return Err(parse_err(at2, "a second {{else}}")),
@@ -711,7 +732,7 @@ fn parse_block(
                     "{{else if}} or {{else with}} after another kind of block",
                 ));
             }
-            vec![parse_block(chained, cond, end_at, items, known)?]
+            vec![parse_block(chained, cond, end_at, items, known, depth + 1)?]
         }
     };
     Ok(Node::Block {
@@ -734,7 +755,7 @@ impl Template {
         let mut items = split(src, syntax.left, syntax.right)?
             .into_iter()
             .peekable();
-        match parse_list(&mut items, syntax.known)? {
+        match parse_list(&mut items, syntax.known, 0)? {
             (nodes, End::Eof, _) => Ok(Template { nodes }),
             (_, End::Close, at) => Err(parse_err(at, "unexpected {{end}}")),
             (_, End::Else(_), at) => Err(parse_err(at, "unexpected {{else}}")),
@@ -793,11 +814,11 @@ impl Template {
         &self,
         data: &Value,
         options: RenderOptions<'_>,
-    ) -> Result<String, TemplateError> {
-        let mut exec = Exec {
+    ) -> Result<String, TemplateError> {        let mut exec = Exec {
             vars: vec![("$".to_string(), Some(data.clone()))],
             out: String::new(),
             options,
+            steps: std::cell::Cell::new(0),
         };
         exec.walk(&self.nodes, &Some(data.clone()))?;
         Ok(exec.out)
@@ -808,6 +829,8 @@ struct Exec<'a> {
     vars: Vec<(String, Val)>,
     out: String,
     options: RenderOptions<'a>,
+    /// Steps taken so far (at most [`MAX_STEPS`]).
+    steps: std::cell::Cell<u64>,
 }
 
 fn exec_err(pipe: &Pipeline, reason: impl Into<String>) -> TemplateError {
@@ -861,8 +884,28 @@ fn json_text(v: &Value) -> String {
 }
 
 impl Exec<'_> {
+    /// One more step, and the output still within bounds.
+    fn step(&self) -> Result<(), TemplateError> {
+        let n = self.steps.get() + 1;
+        self.steps.set(n);
+        if n > MAX_STEPS {
+            return Err(TemplateError::Exec {
+                action: String::new(),
+                reason: format!("the render took more than {MAX_STEPS} steps"),
+            });
+        }
+        if self.out.len() > MAX_OUTPUT {
+            return Err(TemplateError::Exec {
+                action: String::new(),
+                reason: format!("the output is larger than {MAX_OUTPUT} bytes"),
+            });
+        }
+        Ok(())
+    }
+
     fn walk(&mut self, nodes: &[Node], dot: &Val) -> Result<(), TemplateError> {
         for node in nodes {
+            self.step()?;
             match node {
                 Node::Text(t) => self.out.push_str(t),
                 Node::Action(pipe) => {
@@ -904,14 +947,29 @@ impl Exec<'_> {
             } else {
                 self.walk(other, dot)
             };
-        }
-        let v = self.eval_pipeline(pipe, dot)?;
-        let over_int = matches!(v, Some(Value::Number(_)));
-        if over_int && pipe.decl.len() == 2 {
-            return Err(exec_err(
-                pipe,
-                "can't use two variables ranging over an integer",
-            ));
+        }        let v = self.eval_pipeline(pipe, dot)?;
+        if let Some(Value::Number(n)) = &v {
+            // Go 1.22: `range 3` is 0, 1, 2 (one at a time: the count may be huge).
+            if pipe.decl.len() == 2 {
+                return Err(exec_err(pipe, "can't use two variables ranging over an integer"));
+            }
+            let Some(count) = n.as_i64() else {
+                return Err(exec_err(pipe, format!("range can't iterate over {n}")));
+            };
+            if count <= 0 {
+                return self.walk(other, dot);
+            }
+            let depth = self.vars.len();
+            for i in 0..count {
+                self.step()?;
+                let elem = Some(Value::from(i));
+                if let [e] = pipe.decl.as_slice() {
+                    self.vars.push((e.clone(), elem.clone()));
+                }
+                self.walk(body, &elem)?;
+                self.vars.truncate(depth);
+            }
+            return Ok(());
         }
         let items: Vec<(Value, Value)> = match v {
             None | Some(Value::Null) => Vec::new(),
@@ -924,10 +982,6 @@ impl Exec<'_> {
                 .into_iter()
                 .map(|(k, e)| (Value::String(k.clone()), e.clone()))
                 .collect(),
-            // Go 1.22: `range 3` is 0, 1, 2.
-            Some(Value::Number(n)) if n.is_u64() || n.is_i64() => (0..n.as_i64().unwrap_or(0))
-                .map(|i| (Value::from(i), Value::from(i)))
-                .collect(),
             Some(other) => {
                 return Err(exec_err(
                     pipe,
@@ -938,8 +992,8 @@ impl Exec<'_> {
         if items.is_empty() {
             return self.walk(other, dot);
         }
-        let depth = self.vars.len();
-        for (key, elem) in items {
+        let depth = self.vars.len();        for (key, elem) in items {
+            self.step()?;
             match pipe.decl.as_slice() {
                 [e] => self.vars.push((e.clone(), Some(elem.clone()))),
                 [k, e] => {
@@ -987,8 +1041,23 @@ impl Exec<'_> {
         cmd: &[Operand],
         dot: &Val,
         piped: Option<Val>,
-    ) -> Result<Val, TemplateError> {
-        match &cmd[0] {
+    ) -> Result<Val, TemplateError> {        match &cmd[0] {
+            // Go evaluates `and` and `or` only as far as their answer needs.
+            Operand::Func(name) if name == "and" || name == "or" => {
+                let stop = name == "or";
+                let mut last: Option<Val> = None;
+                for op in &cmd[1..] {
+                    let v = self.operand(pipe, op, dot)?;
+                    if truth(&v) == stop {
+                        return Ok(v);
+                    }
+                    last = Some(v);
+                }
+                if let Some(v) = piped {
+                    return Ok(v);
+                }
+                last.ok_or_else(|| exec_err(pipe, format!("error calling {name}: needs an argument")))
+            }
             Operand::Func(name) => {
                 let mut args = cmd[1..]
                     .iter()
@@ -1025,17 +1094,23 @@ impl Exec<'_> {
                 .call(name, &[])
                 .map_err(|r| exec_err(pipe, format!("error calling {name}: {r}"))),
         }
-    }
-
-    /// A builtin, else one of the caller's functions.
+    }    /// A builtin, else one of the caller's functions; a result string over
+    /// [`MAX_OUTPUT`] is an error.
     fn call(&self, name: &str, args: &[Val]) -> Result<Val, String> {
-        if is_builtin(name) {
-            return call(name, args);
+        let v = if is_builtin(name) {
+            call(name, args)?
+        } else {
+            self.options
+                .funcs
+                .call(name, args)
+                .unwrap_or_else(|| Err(format!("function {name:?} not defined")))?
+        };
+        if let Some(Value::String(s)) = &v {
+            if s.len() > MAX_OUTPUT {
+                return Err(format!("the result is larger than {MAX_OUTPUT} bytes"));
+            }
         }
-        self.options
-            .funcs
-            .call(name, args)
-            .unwrap_or_else(|| Err(format!("function {name:?} not defined")))
+        Ok(v)
     }
 
     /// `.A.B` of `v`: a method first, then a key; a missing key is no value (or an error
@@ -1320,11 +1395,16 @@ fn printf(format: &str, args: &[Val]) -> String {
                 _ => break,
             }
             chars.next();
-        }
-        let mut width = String::new();
+        }        let mut width = String::new();
         while let Some(&d) = chars.peek().filter(|d| d.is_ascii_digit()) {
             width.push(d);
             chars.next();
+        }
+        // Go refuses widths and precisions over a million.
+        const MAX_FMT: usize = 1_000_000;
+        if width.parse::<usize>().map_or(!width.is_empty(), |w| w > MAX_FMT) {
+            out.push_str("%!(BADWIDTH)");
+            width.clear();
         }
         let mut precision: Option<usize> = None;
         if chars.peek() == Some(&'.') {
@@ -1333,8 +1413,14 @@ fn printf(format: &str, args: &[Val]) -> String {
             while let Some(&d) = chars.peek().filter(|d| d.is_ascii_digit()) {
                 p.push(d);
                 chars.next();
-            }
-            precision = Some(p.parse().unwrap_or(0));
+            }            precision = match p.parse::<usize>() {
+                Ok(n) if n <= MAX_FMT => Some(n),
+                _ if p.is_empty() => Some(0),
+                _ => {
+                    out.push_str("%!(BADPREC)");
+                    None
+                }
+            };
         }
         let Some(verb) = chars.next() else {
             out.push_str("%!(NOVERB)");
@@ -1406,7 +1492,7 @@ fn printf(format: &str, args: &[Val]) -> String {
 mod tests {
     use serde_json::json;
 
-    use super::{Template, TemplateError};
+    use super::{Syntax, Template, TemplateError, MAX_NESTING};
 
     fn render(src: &str, data: serde_json::Value) -> String {
         Template::parse(src)
@@ -1571,6 +1657,70 @@ mod tests {
         }
         let err = Template::parse("ab{{if}}").unwrap_err();
         assert!(matches!(err, TemplateError::Parse { at: 2, .. }), "{err:?}");
+    }
+
+    #[test]
+    fn hostile_templates_are_refused_or_stopped_not_run_away() {
+        let deep = "{{if 1}}".repeat(MAX_NESTING + 5) + &"{{end}}".repeat(MAX_NESTING + 5);
+        let err = Template::parse(&deep).unwrap_err();
+        assert!(err.to_string().contains("nested blocks"), "{err}");
+        let chain = format!("{{{{if 0}}}}{}{{{{end}}}}", "{{else if 0}}".repeat(MAX_NESTING + 5));
+        assert!(Template::parse(&chain).is_err());
+        let parens = format!("{{{{{}1{}}}}}", "(".repeat(MAX_NESTING + 5), ")".repeat(MAX_NESTING + 5));
+        let err = Template::parse(&parens).unwrap_err();
+        assert!(err.to_string().contains("nested parentheses"), "{err}");
+        // Within the limits, nesting works.
+        let ok = "{{if 1}}".repeat(50) + "x" + &"{{end}}".repeat(50);
+        assert_eq!(render(&ok, json!({})), "x");
+        // A huge range stops at the step budget instead of allocating it.
+        let err = Template::parse("{{range 1000000000000}}{{end}}")
+            .unwrap()
+            .render(&json!({}))
+            .unwrap_err();
+        assert!(err.to_string().contains("steps"), "{err}");
+        assert_eq!(render("{{range 3}}{{.}}{{end}}", json!({})), "012");
+        // Go's refusal of enormous widths and precisions.
+        assert_eq!(
+            render(r#"{{printf "%99999999999d|%.99999999999f" 1 2.0}}"#, json!({})),
+            "%!(BADWIDTH)1|%!(BADPREC)2.000000"
+        );
+    }
+
+    #[test]
+    fn go_details_comments_dots_and_short_circuits() {
+        assert_eq!(render("a{{/* don't \"quote\" me */}}b", json!({})), "ab");
+        assert_eq!(render(r#"{{.|printf "<%v>"}}"#, json!("x")), "<x>");
+        assert_eq!(render("{{(.)}}", json!("y")), "y");
+        // `and` and `or` stop at their answer: the index is never evaluated.
+        assert_eq!(
+            render("{{if and .L (index .L 0)}}y{{else}}n{{end}}", json!({"L": []})),
+            "n"
+        );
+        assert_eq!(render("{{or 0 \"\" .X \"d\"}}", json!({"X": "x"})), "x");
+        assert_eq!(render("{{and 1 2}}", json!({})), "2");
+        assert_eq!(render("{{$x := 1}}{{$x = 2}}{{$x}}", json!({})), "2");
+        assert_eq!(
+            render("{{with .A}}a{{else with .B}}{{.}}{{end}}", json!({"B": "b"})),
+            "b"
+        );
+        assert_eq!(render("{{'a'}}", json!({})), "97");
+        assert_eq!(render(r#"{{slice "hello" 1 3}}"#, json!({})), "el");
+        assert_eq!(render(r#"{{html "<a&b>"}}"#, json!({})), "&lt;a&amp;b&gt;");
+        assert_eq!(render(r#"{{urlquery "a b&c"}}"#, json!({})), "a+b%26c");
+    }
+
+    #[test]
+    fn other_delimiters() {
+        let t = Template::parse_with(
+            "[[ .A ]] {{ .A }}",
+            &Syntax {
+                left: "[[",
+                right: "]]",
+                ..Syntax::default()
+            },
+        )
+        .unwrap();
+        assert_eq!(t.render(&json!({"A": 1})).unwrap(), "1 {{ .A }}");
     }
 
     #[test]

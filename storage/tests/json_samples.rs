@@ -226,6 +226,7 @@ fn canonicalize_fills_nomads_defaults_by_job_type() {
             interval: Some(30 * 60 * 1_000_000_000),
             delay: Some(15_000_000_000),
             mode: Some(RestartMode::Fail),
+            render_templates: Some(false),
         })
     );
     assert_eq!(
