@@ -259,8 +259,8 @@ async fn renders_waits_and_restarts_once(
     })
     .await
     .map_err(|e| anyhow::anyhow!("{e}\n{}", diag()))?;
-    let first = format!("start blue password=p1 backend=");
-    assert!(starts.starts_with(&first), "{starts}");
+    let first = "start blue password=p1 backend=";
+    assert!(starts.starts_with(first), "{starts}");
     assert!(
         starts.trim_end().ends_with(&format!(":{backend_port}")),
         "{starts}"
@@ -394,8 +394,34 @@ async fn templates_read_with_the_tasks_identity_on_three_servers() -> anyhow::Re
     )
     .await
     .map_err(|e| anyhow::anyhow!("{e}\n{}", client.log_tail(60)))?;
+    // The servers answered the read: denied (the client says so), and it stays pending.
+    wait_for(Duration::from_secs(30), "the denied read", || async {
+        client
+            .log_tail(400)
+            .contains("the task's identity may not read what its templates read")
+            .then_some(())
+    })
+    .await
+    .map_err(|e| anyhow::anyhow!("{e}\n{}", client.log_tail(60)))?;
     let a = api.alloc_by_id(&alloc_id).await.unwrap_or_default();
     assert_eq!(a["TaskStates"]["t"]["State"], "pending", "{a}");
     assert!(api.read(&alloc_id, "starts").await.is_none());
+    // Stopping it while it waits kills it before it started.
+    let (s, v) = api.call(Method::DELETE, "/v1/job/intruder", None).await;
+    assert_eq!(s, StatusCode::OK, "{v}");
+    wait_for(
+        Duration::from_secs(30),
+        "the waiting task killed",
+        || async {
+            let a = api.alloc_by_id(&alloc_id).await?;
+            (a["TaskStates"]["t"]["State"] == "dead"
+                && events(&a)
+                    .iter()
+                    .any(|e| e == "Task killed before it started"))
+            .then_some(())
+        },
+    )
+    .await
+    .map_err(|e| anyhow::anyhow!("{e}\n{}", client.log_tail(60)))?;
     Ok(())
 }

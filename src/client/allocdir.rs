@@ -315,12 +315,19 @@ fn make(path: &Path, mode: u32) -> Result<(), AllocDirError> {
 /// beside the target and is renamed over it (a rename replaces a symlink, never writes
 /// through it). `rel` must stay inside the task's directory.
 pub fn write_task_file(task: &TaskDir, rel: &str, data: &[u8], mode: u32) -> io::Result<()> {
-    write_file_under(&task.dir, rel, data, mode)
+    write_file_under(&task.dir, rel, data, mode, (None, None))
 }
 
 /// Writes `data` to `rel` under `root` as [`write_task_file`] does: through no symlink,
-/// replacing the file in one rename. `rel` must stay inside `root`.
-pub fn write_file_under(root: &Path, rel: &str, data: &[u8], mode: u32) -> io::Result<()> {
+/// replacing the file in one rename, owned by `owner` (uid, gid; `None` keeps the agent's),
+/// set on the new file before it takes the name. `rel` must stay inside `root`.
+pub fn write_file_under(
+    root: &Path,
+    rel: &str,
+    data: &[u8],
+    mode: u32,
+    owner: (Option<u32>, Option<u32>),
+) -> io::Result<()> {
     use std::ffi::CString;
     use std::io::Write as _;
     use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
@@ -386,6 +393,10 @@ pub fn write_file_under(root: &Path, rel: &str, data: &[u8], mode: u32) -> io::R
     let written = file
         .write_all(data)
         .and_then(|()| file.set_permissions(std::fs::Permissions::from_mode(mode)))
+        .and_then(|()| match owner {
+            (None, None) => Ok(()),
+            (uid, gid) => std::os::unix::fs::fchown(&file, uid, gid),
+        })
         .and_then(|()| file.sync_all());
     // SAFETY: both names are NUL-terminated and relative to the same open directory.
     let renamed = written.and_then(|()| {
@@ -408,6 +419,76 @@ pub fn write_file_under(root: &Path, rel: &str, data: &[u8], mode: u32) -> io::R
         unsafe { libc::unlinkat(dir.as_raw_fd(), tmp.as_ptr(), 0) };
     }
     renamed
+}
+
+/// Reads the regular file `rel` under `root` (at most `max` bytes) without following any
+/// symlink on the way or blocking on a FIFO a task put there: `Ok(None)` when it does not
+/// exist.
+pub fn read_file_under(root: &Path, rel: &str, max: u64) -> io::Result<Option<Vec<u8>>> {
+    use std::ffi::CString;
+    use std::io::Read as _;
+    use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+    use std::os::unix::ffi::OsStrExt;
+    let invalid =
+        |why: &str| io::Error::new(io::ErrorKind::InvalidInput, format!("{rel:?}: {why}"));
+    let mut parts = Vec::new();
+    for c in Path::new(rel).components() {
+        match c {
+            std::path::Component::Normal(p) => parts.push(p.to_os_string()),
+            std::path::Component::CurDir => {}
+            _ => return Err(invalid("must be a relative path inside its directory")),
+        }
+    }
+    let Some(name) = parts.pop() else {
+        return Err(invalid("names no file"));
+    };
+    let open_at = |at: Option<&OwnedFd>, path: &[u8], flags: i32| -> io::Result<OwnedFd> {
+        let c = CString::new(path).map_err(|_| invalid("contains NUL"))?;
+        // SAFETY: `c` is NUL-terminated; the returned descriptor is checked and owned.
+        let fd = unsafe {
+            libc::openat(
+                at.map_or(libc::AT_FDCWD, |d| d.as_raw_fd()),
+                c.as_ptr(),
+                flags | libc::O_CLOEXEC | libc::O_NOFOLLOW,
+            )
+        };
+        if fd < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        // SAFETY: `fd` is a fresh descriptor nothing else owns.
+        Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+    };
+    let dir_flags = libc::O_RDONLY | libc::O_DIRECTORY;
+    let found = (|| {
+        let mut dir = open_at(None, root.as_os_str().as_bytes(), dir_flags)?;
+        for part in &parts {
+            dir = open_at(Some(&dir), part.as_bytes(), dir_flags)?;
+        }
+        open_at(
+            Some(&dir),
+            name.as_bytes(),
+            libc::O_RDONLY | libc::O_NONBLOCK,
+        )
+    })();
+    let fd = match found {
+        Ok(fd) => fd,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(e),
+    };
+    let file = std::fs::File::from(fd);
+    let meta = file.metadata()?;
+    if !meta.is_file() {
+        return Err(invalid("is not a regular file"));
+    }
+    if meta.len() > max {
+        return Err(invalid(&format!("is larger than {max} bytes")));
+    }
+    let mut out = Vec::new();
+    file.take(max + 1).read_to_end(&mut out)?;
+    if out.len() as u64 > max {
+        return Err(invalid(&format!("is larger than {max} bytes")));
+    }
+    Ok(Some(out))
 }
 
 /// Whether `rel` (relative to the allocation directory) lies in a task's `secrets/` or

@@ -19,8 +19,11 @@ use std::path::{Component, Path, PathBuf};
 use serde_json::{json, Map, Value};
 use teamster_storage::model::{ServiceRegistration, VariableMetadata};
 
+use crate::client::allocdir::read_file_under;
 use crate::gotemplate::funcs::{call_data, kind, Kind};
-use crate::gotemplate::{method_key, Funcs, RenderOptions, Syntax, Template, Val, STRINGER};
+use crate::gotemplate::{
+    method_key, Funcs, RenderOptions, Syntax, Template, Val, MAX_OUTPUT, STRINGER,
+};
 use crate::rpc::service::variables::{TemplateData, TemplateDep, TemplateVar};
 
 /// The region consul-template names in dependency keys.
@@ -64,8 +67,9 @@ pub struct RenderEnv<'a> {
     pub namespace: &'a str,
     /// The task's directory (relative `file` paths start there).
     pub task_dir: &'a Path,
-    /// The allocation's directory (the sandbox), unless the client disabled the sandbox.
-    pub sandbox: Option<&'a Path>,
+    /// Whether `file` is confined to the task directory (unless the client disabled the
+    /// sandbox).
+    pub sandboxed: bool,
     /// Functions the client denies (globs allowed, as Nomad's `function_denylist`).
     pub denylist: &'a [String],
     /// Now, in Unix seconds (`timestamp`).
@@ -152,16 +156,44 @@ fn split_query(arg: &str, default_ns: &str) -> (String, String) {
     }
 }
 
-/// Resolve `path` against the task directory, refusing a way out of the sandbox
-/// (lexically and through symlinks that exist).
-pub fn sandboxed(task_dir: &Path, sandbox: Option<&Path>, path: &str) -> Result<PathBuf, String> {
-    let joined = if Path::new(path).is_absolute() && sandbox.is_none() {
-        PathBuf::from(path)
-    } else {
-        task_dir.join(path.trim_start_matches('/'))
-    };
-    let Some(root) = sandbox else {
-        return Ok(joined);
+/// `${NAME}` (and `${env.NAME}`) in `s` replaced by the task's environment, as Nomad
+/// interpolates a template's `source` and `destination`; unknown names are left as written.
+pub fn interpolate(s: &str, env: &BTreeMap<String, String>) -> String {
+    let mut out = String::with_capacity(s.len());
+    let mut rest = s;
+    while let Some(start) = rest.find("${") {
+        out.push_str(&rest[..start]);
+        let after = &rest[start + 2..];
+        match after.find('}') {
+            Some(end) => {
+                let name = &after[..end];
+                let key = name.strip_prefix("env.").unwrap_or(name);
+                match env.get(key) {
+                    Some(v) => out.push_str(v),
+                    None => out.push_str(&rest[start..start + 3 + end]),
+                }
+                rest = &after[end + 1..];
+            }
+            None => {
+                out.push_str(&rest[start..]);
+                rest = "";
+            }
+        }
+    }
+    out.push_str(rest);
+    out
+}
+
+/// Where `path` (interpolated) is: relative to `base`; an absolute path inside `sandbox`
+/// as written, any other absolute path relative to `base` (Nomad's rule) — or as written
+/// when there is no sandbox. `..` never leads out of the sandbox; symlinks are refused
+/// when the file is opened ([`read_in`], `write_file_under`).
+pub fn resolve(base: &Path, sandbox: Option<&Path>, path: &str) -> Result<PathBuf, String> {
+    let p = Path::new(path);
+    let joined = match sandbox {
+        None if p.is_absolute() => p.to_path_buf(),
+        Some(root) if p.is_absolute() && p.starts_with(root) => p.to_path_buf(),
+        _ => base.join(path.trim_start_matches('/')),
     };
     let mut clean = PathBuf::new();
     for c in joined.components() {
@@ -173,25 +205,34 @@ pub fn sandboxed(task_dir: &Path, sandbox: Option<&Path>, path: &str) -> Result<
             other => clean.push(other),
         }
     }
-    let escapes = |p: &Path| !p.starts_with(root);
-    if escapes(&clean) {
-        return Err(format!("path {path:?} escapes the allocation directory"));
-    }
-    // The deepest existing ancestor, with symlinks resolved, must stay inside too.
-    let real_root = root.canonicalize().unwrap_or_else(|_| root.to_path_buf());
-    let mut probe = clean.clone();
-    loop {
-        if let Ok(real) = probe.canonicalize() {
-            if !real.starts_with(&real_root) {
-                return Err(format!("path {path:?} escapes the allocation directory"));
-            }
-            break;
+    match sandbox {
+        Some(root) if !clean.starts_with(root) || clean == root => {
+            Err(format!("path {path:?} escapes the allocation directory"))
         }
-        if !probe.pop() {
-            break;
-        }
+        _ => Ok(clean),
     }
-    Ok(clean)
+}
+
+/// The text of the file at `path` (at most `max` bytes), read without following a symlink
+/// below `sandbox` (when there is one): `None` when it does not exist.
+pub fn read_in(sandbox: Option<&Path>, path: &Path, max: u64) -> Result<Option<String>, String> {
+    let bytes = match sandbox {
+        Some(root) => {
+            let rel = path
+                .strip_prefix(root)
+                .map_err(|_| format!("{} is outside {}", path.display(), root.display()))?;
+            read_file_under(root, &rel.to_string_lossy(), max)
+                .map_err(|e| format!("{}: {e}", path.display()))?
+        }
+        None => match std::fs::read(path) {
+            Ok(b) => Some(b),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
+            Err(e) => return Err(format!("{}: {e}", path.display())),
+        },
+    };
+    bytes
+        .map(|b| String::from_utf8(b).map_err(|_| format!("{} is not UTF-8", path.display())))
+        .transpose()
 }
 
 struct TaskFuncs<'a> {
@@ -417,14 +458,19 @@ impl TaskFuncs<'_> {
                     Some(TemplateData::Service(regs)) => regs,
                     _ => Vec::new(),
                 };
-                let mut out: Vec<Value> = regs
-                    .iter()
-                    .filter(|r| tag.as_ref().is_none_or(|t| r.tags.contains(t)))
-                    .map(service_value)
-                    .collect();
+                // The rendezvous choice is made over every registration, then the tag
+                // filters (Nomad chooses on the servers, consul-template filters after).
+                let mut out: Vec<Value> = regs.iter().map(service_value).collect();
                 if let Some(count) = count {
                     out = choose(out, count, &key);
                 }
+                out.retain(|s| {
+                    tag.as_ref().is_none_or(|t| {
+                        s["Tags"]
+                            .as_array()
+                            .is_some_and(|tags| tags.iter().any(|x| x == t.as_str()))
+                    })
+                });
                 Ok(Some(Value::Array(out)))
             }
             other => Err(format!("function {other:?} not defined")),
@@ -437,23 +483,25 @@ impl TaskFuncs<'_> {
         match (name, texts.as_slice()) {
             ("env", [k]) => Ok(Some(Value::String(env(k).unwrap_or_default()))),
             ("mustEnv", [k]) => env(k)
+                .filter(|v| !v.is_empty())
                 .map(|v| Some(Value::String(v)))
                 .ok_or_else(|| format!("mustEnv: environment variable {k:?} is not set")),
+            // A variable set to "" is set: its default is for unset ones only.
             ("envOrDefault", [k, default]) => Ok(Some(Value::String(
-                env(k)
-                    .filter(|v| !v.is_empty())
-                    .unwrap_or_else(|| default.clone()),
+                env(k).unwrap_or_else(|| default.clone()),
             ))),
             ("file", [path]) => {
-                let full = sandboxed(self.env.task_dir, self.env.sandbox, path)?;
+                // Nomad's sandbox for `file` is the task directory.
+                let root = self.env.sandboxed.then_some(self.env.task_dir);
+                let full = resolve(self.env.task_dir, root, path)?;
                 self.seen.borrow_mut().files.insert(full.clone());
-                match std::fs::read_to_string(&full) {
-                    Ok(text) => Ok(Some(Value::String(text))),
-                    Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                match read_in(root, &full, MAX_OUTPUT as u64) {
+                    Ok(Some(text)) => Ok(Some(Value::String(text))),
+                    Ok(None) => {
                         self.missing(format!("file({path})"));
                         Ok(Some(Value::String(String::new())))
                     }
-                    Err(e) => Err(format!("file: {path}: {e}")),
+                    Err(e) => Err(format!("file: {e}")),
                 }
             }
             ("timestamp", []) => Ok(Some(Value::String(format_time(self.env.now_unix, None)))),
@@ -685,7 +733,7 @@ mod tests {
             env: &e,
             namespace: "default",
             task_dir: &tmp,
-            sandbox: Some(&tmp),
+            sandboxed: true,
             denylist: &["writeToFile".to_string(), "sprig_*".to_string()],
             now_unix: 1_700_000_000,
         };
@@ -811,7 +859,7 @@ mod tests {
             env: &e,
             namespace: "default",
             task_dir: &tmp,
-            sandbox: Some(&tmp),
+            sandboxed: true,
             denylist: &["writeToFile".to_string()],
             now_unix: 0,
         };
@@ -842,16 +890,44 @@ mod tests {
     #[test]
     fn the_sandbox_keeps_paths_in_the_allocation() {
         let root = tempfile::tempdir().unwrap();
-        let task = root.path().join("web");
+        let alloc = root.path();
+        let task = alloc.join("web");
         std::fs::create_dir_all(task.join("local")).unwrap();
+        let inside = |p: &str| resolve(&task, Some(alloc), p);
+        assert_eq!(inside("local/a.conf").unwrap(), task.join("local/a.conf"));
+        assert_eq!(inside("/local/a.conf").unwrap(), task.join("local/a.conf"));
+        assert_eq!(inside("../alloc/x").unwrap(), alloc.join("alloc/x"));
+        let absolute = task.join("secrets/x");
+        assert_eq!(inside(absolute.to_str().unwrap()).unwrap(), absolute);
+        assert!(inside("../../etc/passwd").is_err());
+        assert!(inside("/etc/passwd").unwrap().starts_with(&task));
         assert_eq!(
-            sandboxed(&task, Some(root.path()), "local/a.conf").unwrap(),
-            task.join("local/a.conf")
+            resolve(&task, None, "/etc/hostname").unwrap(),
+            PathBuf::from("/etc/hostname")
         );
-        assert!(sandboxed(&task, Some(root.path()), "../alloc/x").is_ok());
-        assert!(sandboxed(&task, Some(root.path()), "../../etc/passwd").is_err());
-        std::os::unix::fs::symlink("/etc", task.join("local/out")).unwrap();
-        assert!(sandboxed(&task, Some(root.path()), "local/out/passwd").is_err());
-        assert!(sandboxed(&task, None, "/etc/hostname").is_ok());
+        // A symlink a task planted is never followed on read.
+        std::os::unix::fs::symlink("/etc/hostname", task.join("local/out")).unwrap();
+        assert!(read_in(Some(alloc), &task.join("local/out"), 1024).is_err());
+        std::fs::write(task.join("local/in"), "ok").unwrap();
+        assert_eq!(
+            read_in(Some(alloc), &task.join("local/in"), 1024)
+                .unwrap()
+                .as_deref(),
+            Some("ok")
+        );
+        assert_eq!(
+            read_in(Some(alloc), &task.join("local/none"), 1024).unwrap(),
+            None
+        );
+        assert!(read_in(Some(alloc), &task.join("local/in"), 1).is_err());
+        let env = BTreeMap::from([("NOMAD_SECRETS_DIR".to_string(), "/a/s".to_string())]);
+        assert_eq!(
+            interpolate("${NOMAD_SECRETS_DIR}/x.env", &env),
+            "/a/s/x.env"
+        );
+        assert_eq!(
+            interpolate("${env.NOMAD_SECRETS_DIR}/${NOPE}", &env),
+            "/a/s/${NOPE}"
+        );
     }
 }

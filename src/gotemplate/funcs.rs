@@ -456,7 +456,10 @@ fn indent(spaces: i64, s: &str) -> Result<Val, String> {
     let lines = s.split('\n').count();
     let size = (spaces as u128) * (lines as u128) + s.len() as u128;
     if size > super::MAX_OUTPUT as u128 {
-        return Err(format!("indent: the result would be larger than {} bytes", super::MAX_OUTPUT));
+        return Err(format!(
+            "indent: the result would be larger than {} bytes",
+            super::MAX_OUTPUT
+        ));
     }
     let prefix = " ".repeat(spaces as usize);
     let mut out = String::with_capacity(s.len());
@@ -613,7 +616,8 @@ fn data(name: &str, args: &[Val]) -> Result<Val, String> {
             };
             Ok(Some(Value::Bool(b)))
         }
-        "parseInt" => Ok(Some(Value::from(parse_int(&one(args)?)?))),        "parseUint" => {
+        "parseInt" => Ok(Some(Value::from(parse_int(&one(args)?)?))),
+        "parseUint" => {
             let s = one(args)?;
             if s.is_empty() {
                 return Ok(Some(Value::from(0u64)));
@@ -641,7 +645,8 @@ fn data(name: &str, args: &[Val]) -> Result<Val, String> {
             serde_json::from_str(&s)
                 .map(Some)
                 .map_err(|e| format!("parseJSON: {e}"))
-        }        "regexReplaceAll" => {
+        }
+        "regexReplaceAll" => {
             want(args, 3)?;
             let re = regex::Regex::new(&text(&args[0])?).map_err(|e| e.to_string())?;
             let (with, s) = (text(&args[1])?, text(&args[2])?);
@@ -662,7 +667,8 @@ fn data(name: &str, args: &[Val]) -> Result<Val, String> {
             want(args, 2)?;
             let re = regex::Regex::new(&text(&args[0])?).map_err(|e| e.to_string())?;
             Ok(Some(Value::Bool(re.is_match(&text(&args[1])?))))
-        }        "replaceAll" => {
+        }
+        "replaceAll" => {
             want(args, 3)?;
             let (from, to, s) = (text(&args[0])?, text(&args[1])?, text(&args[2])?);
             let hits = if from.is_empty() {

@@ -250,7 +250,8 @@ fn split(src: &str, left: &str, right: &str) -> Result<Vec<Item>, TemplateError>
         }
         if !text.is_empty() {
             items.push(Item::Text(text.to_string()));
-        }        let body_start = if trim_left { 1 } else { 0 };
+        }
+        let body_start = if trim_left { 1 } else { 0 };
         let inner = &after[body_start..];
         // A comment ends at its `*/`: quotes inside it are text.
         let comment_end = inner
@@ -262,7 +263,7 @@ fn split(src: &str, left: &str, right: &str) -> Result<Vec<Item>, TemplateError>
             Some(end) => inner[end..].find(right).map(|c| end + c),
             None => find_close(inner, right),
         }
-            .ok_or_else(|| parse_err(offset + open, format!("unclosed action (no {right:?})")))?;
+        .ok_or_else(|| parse_err(offset + open, format!("unclosed action (no {right:?})")))?;
         let mut body = &after[body_start..body_start + close];
         trim_next = body.ends_with(" -")
             || body.ends_with("\t-")
@@ -392,7 +393,8 @@ fn lex(action: &Action) -> Result<Vec<Tok>, TemplateError> {
                 i += len;
             }
             '.' => {
-                let after_paren = i > 0 && chars[i - 1] == ')';                let fields = field_chain(&chars, &mut i, at)?;
+                let after_paren = i > 0 && chars[i - 1] == ')';
+                let fields = field_chain(&chars, &mut i, at)?;
                 toks.push(if after_paren && !fields.is_empty() {
                     Tok::Chain(fields)
                 } else {
@@ -518,7 +520,10 @@ fn parse_pipeline(
 ) -> Result<Pipeline, TemplateError> {
     let at = action.at;
     if depth > MAX_NESTING {
-        return Err(parse_err(at, format!("more than {MAX_NESTING} nested parentheses")));
+        return Err(parse_err(
+            at,
+            format!("more than {MAX_NESTING} nested parentheses"),
+        ));
     }
     let mut decl = Vec::new();
     // `$x :=` or `$i, $e :=`
@@ -709,12 +714,16 @@ fn parse_list(
 fn parse_block(
     kind: BlockKind,
     pipe: Pipeline,
-    at: usize,    items: &mut std::iter::Peekable<std::vec::IntoIter<Item>>,
+    at: usize,
+    items: &mut std::iter::Peekable<std::vec::IntoIter<Item>>,
     known: Known<'_>,
     depth: usize,
 ) -> Result<Node, TemplateError> {
     if depth > MAX_NESTING {
-        return Err(parse_err(at, format!("more than {MAX_NESTING} nested blocks")));
+        return Err(parse_err(
+            at,
+            format!("more than {MAX_NESTING} nested blocks"),
+        ));
     }
     let (body, end, end_at) = parse_list(items, known, depth)?;
     let other = match end {
@@ -814,7 +823,8 @@ impl Template {
         &self,
         data: &Value,
         options: RenderOptions<'_>,
-    ) -> Result<String, TemplateError> {        let mut exec = Exec {
+    ) -> Result<String, TemplateError> {
+        let mut exec = Exec {
             vars: vec![("$".to_string(), Some(data.clone()))],
             out: String::new(),
             options,
@@ -947,11 +957,15 @@ impl Exec<'_> {
             } else {
                 self.walk(other, dot)
             };
-        }        let v = self.eval_pipeline(pipe, dot)?;
+        }
+        let v = self.eval_pipeline(pipe, dot)?;
         if let Some(Value::Number(n)) = &v {
             // Go 1.22: `range 3` is 0, 1, 2 (one at a time: the count may be huge).
             if pipe.decl.len() == 2 {
-                return Err(exec_err(pipe, "can't use two variables ranging over an integer"));
+                return Err(exec_err(
+                    pipe,
+                    "can't use two variables ranging over an integer",
+                ));
             }
             let Some(count) = n.as_i64() else {
                 return Err(exec_err(pipe, format!("range can't iterate over {n}")));
@@ -992,7 +1006,8 @@ impl Exec<'_> {
         if items.is_empty() {
             return self.walk(other, dot);
         }
-        let depth = self.vars.len();        for (key, elem) in items {
+        let depth = self.vars.len();
+        for (key, elem) in items {
             self.step()?;
             match pipe.decl.as_slice() {
                 [e] => self.vars.push((e.clone(), Some(elem.clone()))),
@@ -1041,7 +1056,8 @@ impl Exec<'_> {
         cmd: &[Operand],
         dot: &Val,
         piped: Option<Val>,
-    ) -> Result<Val, TemplateError> {        match &cmd[0] {
+    ) -> Result<Val, TemplateError> {
+        match &cmd[0] {
             // Go evaluates `and` and `or` only as far as their answer needs.
             Operand::Func(name) if name == "and" || name == "or" => {
                 let stop = name == "or";
@@ -1056,7 +1072,9 @@ impl Exec<'_> {
                 if let Some(v) = piped {
                     return Ok(v);
                 }
-                last.ok_or_else(|| exec_err(pipe, format!("error calling {name}: needs an argument")))
+                last.ok_or_else(|| {
+                    exec_err(pipe, format!("error calling {name}: needs an argument"))
+                })
             }
             Operand::Func(name) => {
                 let mut args = cmd[1..]
@@ -1094,7 +1112,8 @@ impl Exec<'_> {
                 .call(name, &[])
                 .map_err(|r| exec_err(pipe, format!("error calling {name}: {r}"))),
         }
-    }    /// A builtin, else one of the caller's functions; a result string over
+    }
+    /// A builtin, else one of the caller's functions; a result string over
     /// [`MAX_OUTPUT`] is an error.
     fn call(&self, name: &str, args: &[Val]) -> Result<Val, String> {
         let v = if is_builtin(name) {
@@ -1395,14 +1414,18 @@ fn printf(format: &str, args: &[Val]) -> String {
                 _ => break,
             }
             chars.next();
-        }        let mut width = String::new();
+        }
+        let mut width = String::new();
         while let Some(&d) = chars.peek().filter(|d| d.is_ascii_digit()) {
             width.push(d);
             chars.next();
         }
         // Go refuses widths and precisions over a million.
         const MAX_FMT: usize = 1_000_000;
-        if width.parse::<usize>().map_or(!width.is_empty(), |w| w > MAX_FMT) {
+        if width
+            .parse::<usize>()
+            .map_or(!width.is_empty(), |w| w > MAX_FMT)
+        {
             out.push_str("%!(BADWIDTH)");
             width.clear();
         }
@@ -1413,7 +1436,8 @@ fn printf(format: &str, args: &[Val]) -> String {
             while let Some(&d) = chars.peek().filter(|d| d.is_ascii_digit()) {
                 p.push(d);
                 chars.next();
-            }            precision = match p.parse::<usize>() {
+            }
+            precision = match p.parse::<usize>() {
                 Ok(n) if n <= MAX_FMT => Some(n),
                 _ if p.is_empty() => Some(0),
                 _ => {
@@ -1664,9 +1688,16 @@ mod tests {
         let deep = "{{if 1}}".repeat(MAX_NESTING + 5) + &"{{end}}".repeat(MAX_NESTING + 5);
         let err = Template::parse(&deep).unwrap_err();
         assert!(err.to_string().contains("nested blocks"), "{err}");
-        let chain = format!("{{{{if 0}}}}{}{{{{end}}}}", "{{else if 0}}".repeat(MAX_NESTING + 5));
+        let chain = format!(
+            "{{{{if 0}}}}{}{{{{end}}}}",
+            "{{else if 0}}".repeat(MAX_NESTING + 5)
+        );
         assert!(Template::parse(&chain).is_err());
-        let parens = format!("{{{{{}1{}}}}}", "(".repeat(MAX_NESTING + 5), ")".repeat(MAX_NESTING + 5));
+        let parens = format!(
+            "{{{{{}1{}}}}}",
+            "(".repeat(MAX_NESTING + 5),
+            ")".repeat(MAX_NESTING + 5)
+        );
         let err = Template::parse(&parens).unwrap_err();
         assert!(err.to_string().contains("nested parentheses"), "{err}");
         // Within the limits, nesting works.
@@ -1681,7 +1712,10 @@ mod tests {
         assert_eq!(render("{{range 3}}{{.}}{{end}}", json!({})), "012");
         // Go's refusal of enormous widths and precisions.
         assert_eq!(
-            render(r#"{{printf "%99999999999d|%.99999999999f" 1 2.0}}"#, json!({})),
+            render(
+                r#"{{printf "%99999999999d|%.99999999999f" 1 2.0}}"#,
+                json!({})
+            ),
             "%!(BADWIDTH)1|%!(BADPREC)2.000000"
         );
     }
@@ -1693,14 +1727,20 @@ mod tests {
         assert_eq!(render("{{(.)}}", json!("y")), "y");
         // `and` and `or` stop at their answer: the index is never evaluated.
         assert_eq!(
-            render("{{if and .L (index .L 0)}}y{{else}}n{{end}}", json!({"L": []})),
+            render(
+                "{{if and .L (index .L 0)}}y{{else}}n{{end}}",
+                json!({"L": []})
+            ),
             "n"
         );
         assert_eq!(render("{{or 0 \"\" .X \"d\"}}", json!({"X": "x"})), "x");
         assert_eq!(render("{{and 1 2}}", json!({})), "2");
         assert_eq!(render("{{$x := 1}}{{$x = 2}}{{$x}}", json!({})), "2");
         assert_eq!(
-            render("{{with .A}}a{{else with .B}}{{.}}{{end}}", json!({"B": "b"})),
+            render(
+                "{{with .A}}a{{else with .B}}{{.}}{{end}}",
+                json!({"B": "b"})
+            ),
             "b"
         );
         assert_eq!(render("{{'a'}}", json!({})), "97");

@@ -30,12 +30,13 @@ pub fn template_problems(job: &Job) -> Vec<String> {
                 }
             }
             for (i, t) in task.templates.iter().enumerate() {
-                // A change script runs in the task's place: teamster runs it on the host,
-                // so not for a task in a container.
-                if t.change_mode == "script" && task.driver == "docker" {
+                // A change script runs in the task's place: teamster runs it as a
+                // `raw_exec` task runs (on the host, as the agent's user), so only for
+                // `raw_exec` tasks, never for one a node confines (a container, mock).
+                if t.change_mode == "script" && task.driver != "raw_exec" {
                     out.push(format!(
-                        "group {:?} task {:?}: Template {}: change_mode \"script\" is not \
-                         supported by teamster for docker tasks",
+                        "group {:?} task {:?}: Template {}: change_mode \"script\" is \
+                         supported by teamster for raw_exec tasks only",
                         group.name,
                         task.name,
                         i + 1

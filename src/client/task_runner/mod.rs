@@ -188,10 +188,25 @@ impl TaskRunner {
         let mut prepared = Prepared::default();
         self.ctx.restoring = restoring;
         let mut result = Ok(());
+        // A hook that waits (templates waiting for a variable) gives way to a stop.
+        let kill = self.kill.clone();
+        let stop_asked = (self.stage != Stage::Poststop).then(|| self.siblings.stop_asked.clone());
         for hook in &self.hooks {
             let state = self.states.entry(hook.name()).or_default();
             let before = state.clone();
-            let r = hook.prestart(&self.ctx, state, &mut prepared).await;
+            let stopped = async {
+                match &stop_asked {
+                    Some(s) => tokio::select! {
+                        _ = kill.cancelled() => {}
+                        _ = s.cancelled() => {}
+                    },
+                    None => kill.cancelled().await,
+                }
+            };
+            let r = tokio::select! {
+                r = hook.prestart(&self.ctx, state, &mut prepared) => r,
+                _ = stopped => Err(HookError::recoverable(hook.name(), "the task was stopped")),
+            };
             let changed = *state != before;
             if changed {
                 self.save_hook_states();
@@ -264,6 +279,8 @@ impl TaskRunner {
         debug!(job_modify_index = index, "task updated in place");
         self.core.update(&task, &policy);
         self.ctx.task = task;
+        // The hooks see the policy in force, as when the runner was built.
+        self.ctx.task.restart_policy = Some(policy);
         self.apply_prepared_env();
         self.run_phase(Phase::Update).await;
     }
@@ -465,6 +482,11 @@ impl TaskRunner {
         let now = self.now();
         self.push(event(now, "Task Setup", "Building Task Directory".into()));
         if let Err(e) = self.prestart(false).await {
+            if self.stopping() {
+                let ev = event(self.now(), "Killed", "Task killed before it started".into());
+                self.dead(false, ev).await;
+                return None;
+            }
             warn!(error = %e, recoverable = e.recoverable, "a prestart hook failed");
             let mut ev = event(now, "Setup Failure", e.to_string());
             ev.setup_error = e.to_string();

@@ -35,7 +35,8 @@ use super::{HookCtx, HookError, HookState, Prepared, TaskHook};
 use crate::client::allocdir::write_file_under;
 use crate::client::servers::Servers;
 use crate::client::templates::{
-    missing_message, parse, parse_env_file, render, sandboxed, Brain, Outcome, RenderEnv,
+    interpolate, missing_message, parse, parse_env_file, read_in, render, resolve, Brain, Outcome,
+    RenderEnv,
 };
 use crate::client::types::{event, TaskControl};
 use crate::gotemplate::Template;
@@ -119,6 +120,18 @@ fn sandbox(ctx: &HookCtx) -> Option<&Path> {
     (!ctx.template_config.disable_file_sandbox).then(|| ctx.alloc_dir.root())
 }
 
+/// The largest template source a task may give.
+const MAX_SOURCE: u64 = crate::gotemplate::MAX_OUTPUT as u64;
+
+/// Where a template's `source` or `destination` is (interpolated, inside the sandbox).
+fn place(ctx: &HookCtx, path: &str) -> Result<PathBuf, String> {
+    resolve(
+        ctx.task_dir.dir(),
+        sandbox(ctx),
+        &interpolate(path, &ctx.task.env),
+    )
+}
+
 /// Parse every template of the task (`source` read from the task directory).
 fn load(ctx: &HookCtx) -> Result<Vec<Loaded>, HookError> {
     ctx.task
@@ -128,10 +141,12 @@ fn load(ctx: &HookCtx) -> Result<Vec<Loaded>, HookError> {
             let text = if spec.source_path.is_empty() {
                 spec.embedded_tmpl.clone()
             } else {
-                let path = sandboxed(ctx.task_dir.dir(), sandbox(ctx), &spec.source_path)
-                    .map_err(failed)?;
-                std::fs::read_to_string(&path)
-                    .map_err(|e| failed(format!("reading source {:?}: {e}", spec.source_path)))?
+                let path = place(ctx, &spec.source_path).map_err(failed)?;
+                read_in(sandbox(ctx), &path, MAX_SOURCE)
+                    .map_err(failed)?
+                    .ok_or_else(|| {
+                        failed(format!("source {:?} does not exist", spec.source_path))
+                    })?
             };
             let parsed = parse(&text, &spec.left_delim, &spec.right_delim).map_err(failed)?;
             Ok(Loaded {
@@ -147,7 +162,7 @@ fn render_all(ctx: &HookCtx, loaded: &[Loaded], brain: &Brain) -> Result<Vec<Out
         env: &ctx.task.env,
         namespace: ctx.namespace(),
         task_dir: ctx.task_dir.dir(),
-        sandbox: sandbox(ctx),
+        sandboxed: sandbox(ctx).is_some(),
         denylist: &ctx.template_config.function_denylist,
         now_unix: now_unix(),
     };
@@ -157,37 +172,40 @@ fn render_all(ctx: &HookCtx, loaded: &[Loaded], brain: &Brain) -> Result<Vec<Out
         .collect()
 }
 
-/// Writes `text` to the template's destination unless it holds it already: whether it
+/// Writes `text` to the template's destination unless it holds it already (as the task's
+/// file: through no symlink, owned by `uid`/`gid` before it takes its name): whether it
 /// changed.
 fn write(ctx: &HookCtx, spec: &TemplateSpec, text: &str) -> Result<bool, String> {
-    let path = sandboxed(ctx.task_dir.dir(), sandbox(ctx), &spec.dest_path)?;
-    if std::fs::read(&path).is_ok_and(|old| old == text.as_bytes()) {
-        return Ok(false);
+    let path = place(ctx, &spec.dest_path)?;
+    if let Ok(Some(old)) = read_in(sandbox(ctx), &path, MAX_SOURCE) {
+        if old == text {
+            return Ok(false);
+        }
     }
     let mode = parse_perms(&spec.perms).unwrap_or(0o644);
-    match sandbox(ctx) {
-        Some(root) => {
-            let rel = path
-                .strip_prefix(root)
-                .map_err(|_| format!("{:?} escapes the allocation directory", spec.dest_path))?;
-            write_file_under(root, &rel.to_string_lossy(), text.as_bytes(), mode)
-        }
+    let id = |v: Option<i64>| v.and_then(|v| u32::try_from(v).ok());
+    let owner = (id(spec.uid), id(spec.gid));
+    let (root, rel) = match sandbox(ctx) {
+        Some(root) => (
+            root.to_path_buf(),
+            path.strip_prefix(root)
+                .map_err(|_| format!("{:?} escapes the allocation directory", spec.dest_path))?
+                .to_string_lossy()
+                .into_owned(),
+        ),
         None => {
-            if let Some(parent) = path.parent() {
-                std::fs::create_dir_all(parent).map_err(|e| e.to_string())?;
-            }
-            std::fs::write(&path, text).and_then(|()| {
-                use std::os::unix::fs::PermissionsExt as _;
-                std::fs::set_permissions(&path, std::fs::Permissions::from_mode(mode))
-            })
+            let parent = path.parent().unwrap_or(Path::new("/"));
+            std::fs::create_dir_all(parent).map_err(|e| e.to_string())?;
+            let name = path
+                .file_name()
+                .unwrap_or_default()
+                .to_string_lossy()
+                .into_owned();
+            (parent.to_path_buf(), name)
         }
-    }
-    .map_err(|e| format!("writing {:?}: {e}", spec.dest_path))?;
-    if spec.uid.is_some() || spec.gid.is_some() {
-        let id = |v: Option<i64>| v.and_then(|v| u32::try_from(v).ok());
-        std::os::unix::fs::chown(&path, id(spec.uid), id(spec.gid))
-            .map_err(|e| format!("chown {:?}: {e}", spec.dest_path))?;
-    }
+    };
+    write_file_under(&root, &rel, text.as_bytes(), mode, owner)
+        .map_err(|e| format!("writing {:?}: {e}", spec.dest_path))?;
     Ok(true)
 }
 
@@ -282,15 +300,20 @@ impl TemplateHook {
         }
     }
 
-    /// Renders until every template has everything it reads: the texts.
+    /// Renders until every template has everything it reads: the texts. Not `patient`
+    /// (a client restart finding the task running), it asks the servers once and answers
+    /// `None` when something is still missing: the task runs on with its files.
     async fn first_render(
         &self,
         ctx: &HookCtx,
         loaded: &[Loaded],
-    ) -> Result<Vec<Option<String>>, HookError> {
+        patient: bool,
+    ) -> Result<Option<Vec<Option<String>>>, HookError> {
         let mut last_event: Option<(BTreeSet<String>, tokio::time::Instant)> = None;
         let mut denied_attempts = 0u32;
+        let mut rounds = 0u32;
         loop {
+            rounds += 1;
             let brain = lock(&self.rt).brain.clone();
             let outcomes = render_all(ctx, loaded, &brain)?;
             let missing: BTreeSet<String> = outcomes
@@ -310,7 +333,10 @@ impl TemplateHook {
                     .collect();
             }
             if missing.is_empty() {
-                return Ok(outcomes.into_iter().map(|o| o.text).collect());
+                return Ok(Some(outcomes.into_iter().map(|o| o.text).collect()));
+            }
+            if !patient && rounds > 1 {
+                return Ok(None);
             }
             let now = tokio::time::Instant::now();
             let due = last_event.as_ref().is_none_or(|(set, at)| {
@@ -330,6 +356,9 @@ impl TemplateHook {
                 .collect();
             let unfetched = deps.iter().any(|d| !brain.contains_key(d));
             let wait = if !denied.is_empty() {
+                if denied_attempts == 0 {
+                    warn!(denied = ?denied, "the task's identity may not read what its templates read");
+                }
                 denied_attempts += 1;
                 if denied_attempts > DENIED_ATTEMPTS {
                     let names: Vec<String> = denied.into_iter().collect();
@@ -347,6 +376,9 @@ impl TemplateHook {
                 MISSING_EVENT_EVERY
             };
             if deps.is_empty() {
+                if !patient {
+                    return Ok(None);
+                }
                 // Only files or Consul/Vault are missing: look again later.
                 tokio::time::sleep(wait.max(FILE_POLL)).await;
                 continue;
@@ -358,7 +390,8 @@ impl TemplateHook {
                 ));
             };
             let token = self.token(ctx, servers).await?;
-            let min_index = if unfetched || !denied.is_empty() {
+            let wait = if patient { wait } else { Duration::ZERO };
+            let min_index = if unfetched || !denied.is_empty() || !patient {
                 0
             } else {
                 lock(&self.rt).index
@@ -416,7 +449,24 @@ impl TaskHook for TemplateHook {
                 }
             }
             let loaded = load(ctx)?;
-            let texts = self.first_render(ctx, &loaded).await?;
+            let Some(texts) = self.first_render(ctx, &loaded, !ctx.restoring).await? else {
+                // Restored with something missing: the running task keeps its files, and
+                // its environment's values, read back from them; the watcher takes over.
+                let texts: Vec<Option<String>> = loaded
+                    .iter()
+                    .map(|l| {
+                        place(ctx, &l.spec.dest_path)
+                            .ok()
+                            .and_then(|p| read_in(sandbox(ctx), &p, MAX_SOURCE).ok().flatten())
+                    })
+                    .collect();
+                let env = env_of(&loaded, &texts).unwrap_or_default();
+                let mut rt = lock(&self.rt);
+                rt.written = texts;
+                rt.env = env;
+                rt.rendered = true;
+                return Ok(());
+            };
             let mut changed = Vec::new();
             for (i, (l, text)) in loaded.iter().zip(&texts).enumerate() {
                 let text = text.as_deref().unwrap_or_default();
@@ -455,8 +505,13 @@ impl TaskHook for TemplateHook {
                     std::mem::take(&mut rt.first_render),
                 )
             };
+            // Actions go through the runner's control queue, which it reads only once
+            // poststart is over: never waited for here.
             if !pending.is_empty() {
-                act(ctx, &loaded, &pending).await;
+                tokio::spawn({
+                    let (ctx, loaded) = (ctx.clone(), loaded.clone());
+                    async move { act(&ctx, &loaded, &pending).await }
+                });
             }
             if first {
                 let scripts: Vec<usize> = (0..loaded.len())
@@ -470,7 +525,10 @@ impl TaskHook for TemplateHook {
                     })
                     .collect();
                 if !scripts.is_empty() {
-                    act(ctx, &loaded, &scripts).await;
+                    tokio::spawn({
+                        let (ctx, loaded) = (ctx.clone(), loaded.clone());
+                        async move { act(&ctx, &loaded, &scripts).await }
+                    });
                 }
             }
             if loaded.iter().all(|l| l.spec.once) {
@@ -488,6 +546,18 @@ impl TaskHook for TemplateHook {
             tokio::spawn(watch(ctx.clone(), loaded, self.rt.clone(), stop));
             Ok(())
         })
+    }
+
+    /// The task exited: its watcher stops (the next start's poststart starts another, from
+    /// the index this one reached, so no change is lost), so nothing acts on a task that
+    /// is not running.
+    fn exited<'a>(
+        &'a self,
+        _ctx: &'a HookCtx,
+        _state: &'a mut HookState,
+    ) -> BoxFuture<'a, Result<(), HookError>> {
+        self.stop_watching();
+        Box::pin(async { Ok(()) })
     }
 
     fn stop<'a>(
@@ -530,7 +600,13 @@ async fn watch(
         return;
     };
     let (settle_min, settle_max) = settle_window(&loaded);
+    // First, what an earlier watcher learned but could not act on (it was stopped).
+    let mut check_now = true;
     loop {
+        if std::mem::take(&mut check_now) {
+            rerender(&ctx, &loaded, &rt, &stop).await;
+            continue;
+        }
         let (deps, has_files, token, index) = {
             let r = lock(&rt);
             (
@@ -594,66 +670,77 @@ async fn watch(
                 }
             }
         }
-        let brain = lock(&rt).brain.clone();
-        let outcomes = match render_all(&ctx, &loaded, &brain) {
-            Ok(o) => o,
-            Err(e) => {
-                warn!(error = %e, "template render failed");
-                continue;
-            }
-        };
-        let mut written_now = Vec::new();
-        {
-            let mut r = lock(&rt);
-            r.deps = outcomes
-                .iter()
-                .flat_map(|o| o.deps.iter().cloned())
-                .collect();
-            r.files = outcomes
-                .iter()
-                .flat_map(|o| o.files.iter().cloned())
-                .collect();
+        rerender(&ctx, &loaded, &rt, &stop).await;
+    }
+}
+
+/// Renders every template again from what the watcher learned, writes those whose text
+/// changed and, after the splay, acts on them.
+async fn rerender(
+    ctx: &HookCtx,
+    loaded: &[Loaded],
+    rt: &Arc<Mutex<Runtime>>,
+    stop: &CancellationToken,
+) {
+    let brain = lock(rt).brain.clone();
+    let outcomes = match render_all(ctx, loaded, &brain) {
+        Ok(o) => o,
+        Err(e) => {
+            warn!(error = %e, "template render failed");
+            return;
         }
-        for (i, (l, o)) in loaded.iter().zip(&outcomes).enumerate() {
-            // A template missing something again keeps its last file, as consul-template.
-            let Some(text) = &o.text else { continue };
-            if l.spec.once || lock(&rt).written.get(i).cloned().flatten().as_ref() == Some(text) {
-                continue;
-            }
-            match write(&ctx, &l.spec, text) {
-                Ok(_) => {
-                    let mut r = lock(&rt);
-                    if r.written.len() <= i {
-                        r.written.resize(i + 1, None);
-                    }
-                    r.written[i] = Some(text.clone());
-                    written_now.push(i);
-                }
-                Err(e) => warn!(error = %e, "template not written"),
-            }
-        }
-        if written_now.is_empty() {
+    };
+    let mut written_now = Vec::new();
+    {
+        let mut r = lock(rt);
+        r.deps = outcomes
+            .iter()
+            .flat_map(|o| o.deps.iter().cloned())
+            .collect();
+        r.files = outcomes
+            .iter()
+            .flat_map(|o| o.files.iter().cloned())
+            .collect();
+    }
+    for (i, (l, o)) in loaded.iter().zip(&outcomes).enumerate() {
+        // A template missing something again keeps its last file, as consul-template.
+        let Some(text) = &o.text else { continue };
+        if l.spec.once || lock(rt).written.get(i).cloned().flatten().as_ref() == Some(text) {
             continue;
         }
-        let texts = lock(&rt).written.clone();
-        if let Ok(env) = env_of(&loaded, &texts) {
-            lock(&rt).env = env;
-        }
-        info!(templates = ?written_now, "templates re-rendered");
-        let splay = written_now
-            .iter()
-            .map(|i| Duration::from_nanos(u64::try_from(loaded[*i].spec.splay).unwrap_or(0)))
-            .max()
-            .unwrap_or_default();
-        if !splay.is_zero() {
-            let pause = rand::thread_rng().gen_range(Duration::ZERO..splay);
-            tokio::select! {
-                _ = stop.cancelled() => return,
-                _ = tokio::time::sleep(pause) => {}
+        match write(ctx, &l.spec, text) {
+            Ok(_) => {
+                let mut r = lock(rt);
+                if r.written.len() <= i {
+                    r.written.resize(i + 1, None);
+                }
+                r.written[i] = Some(text.clone());
+                written_now.push(i);
             }
+            Err(e) => warn!(error = %e, "template not written"),
         }
-        act(&ctx, &loaded, &written_now).await;
     }
+    if written_now.is_empty() {
+        return;
+    }
+    let texts = lock(rt).written.clone();
+    if let Ok(env) = env_of(loaded, &texts) {
+        lock(rt).env = env;
+    }
+    info!(templates = ?written_now, "templates re-rendered");
+    let splay = written_now
+        .iter()
+        .map(|i| Duration::from_nanos(u64::try_from(loaded[*i].spec.splay).unwrap_or(0)))
+        .max()
+        .unwrap_or_default();
+    if !splay.is_zero() {
+        let pause = rand::thread_rng().gen_range(Duration::ZERO..splay);
+        tokio::select! {
+            _ = stop.cancelled() => return,
+            _ = tokio::time::sleep(pause) => {}
+        }
+    }
+    act(ctx, loaded, &written_now).await;
 }
 
 /// Apply the change modes of the templates `changed`: one restart if any asks for it,
