@@ -57,6 +57,7 @@ const SERVER_PARTS: &[(&str, u32)] = &[
     ("handover", 2),
     ("leader", 2),
     ("keyring", 3),
+    ("variable_locks", 3),
     ("broker", 3),
     ("plan", 3),
     ("heartbeat", 3),

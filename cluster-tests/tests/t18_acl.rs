@@ -989,6 +989,7 @@ async fn every_rpc_refuses_callers_its_rule_does_not_allow() {
     };
     use teamster::rpc::service::variables::{
         TemplateDep, TemplateReadRequest, VariableOp, VariablesApplyRequest,
+        VariablesRenewLockRequest,
     };
     use teamster::rpc::ServiceResponse;
     use teamster_storage::fsm::AllocClientReport;
@@ -1542,6 +1543,7 @@ async fn every_rpc_refuses_callers_its_rule_does_not_allow() {
                 path: "rpc/matrix".into(),
                 op: VariableOp::Delete,
                 cas: None,
+                lock_id: None,
             }),
             Caller::Management,
         ),
@@ -1557,6 +1559,14 @@ async fn every_rpc_refuses_callers_its_rule_does_not_allow() {
                 one_time_secret_id: "00000000-0000-4000-8000-00000000beef".into(),
             }),
             Caller::SameForAll,
+        ),
+        (
+            ServiceRequest::VariablesRenewLock(VariablesRenewLockRequest {
+                namespace: "default".into(),
+                path: "rpc/matrix".into(),
+                lock_id: "00000000-0000-4000-8000-000000000000".into(),
+            }),
+            Caller::Management,
         ),
         (
             // Checked per variable and service by what the token may read: never refused

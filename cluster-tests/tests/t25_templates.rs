@@ -425,3 +425,123 @@ async fn templates_read_with_the_tasks_identity_on_three_servers() -> anyhow::Re
     .map_err(|e| anyhow::anyhow!("{e}\n{}", client.log_tail(60)))?;
     Ok(())
 }
+
+/// Nomad 1.7's variable locks on a dev agent: acquire (the ID only to the holder), a second
+/// acquire and writes without the ID refused, the holder's write, renew, release, and a
+/// lock that is not renewed released by the leader two TTLs and its delay later.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn variable_locks_are_held_renewed_released_and_lapse() -> anyhow::Result<()> {
+    teamster_cluster_tests::init_test_tracing();
+    let ip = dev_ip_at(26);
+    let log = tempfile::NamedTempFile::new()?;
+    let (_agent, _) = dev_agent(&ip, &log).await?;
+    let api = Api {
+        base: format!("http://{ip}:4646"),
+        token: None,
+    };
+    let put = |q: &str, body: Value| {
+        let api = &api;
+        let path = format!("/v1/var/app/leader{q}");
+        async move { api.call(Method::PUT, &path, Some(body)).await }
+    };
+    // Nomad's refusals before anything is written.
+    let (s, v) = put("?lock-acquire&lock-release", json!({})).await;
+    assert_eq!(
+        (s, v.as_str()),
+        (StatusCode::BAD_REQUEST, Some("multiple lock operations"))
+    );
+    let (s, v) = put("?lock-acquire&cas=0", json!({})).await;
+    assert_eq!(
+        (s, v.as_str()),
+        (
+            StatusCode::BAD_REQUEST,
+            Some("CAS can't be used with lock operations")
+        )
+    );
+    let (s, v) = put("?lock-acquire", json!({ "Lock": { "TTL": "5s" } })).await;
+    assert_eq!(s, StatusCode::BAD_REQUEST, "{v}");
+    assert!(
+        v.to_string()
+            .contains("TTL must be between 10 seconds and 24 hours"),
+        "{v}"
+    );
+
+    // Acquired: the holder gets the ID.
+    let (s, v) = put(
+        "?lock-acquire",
+        json!({ "Items": { "who": "a" }, "Lock": { "TTL": "10s", "LockDelay": "1s" } }),
+    )
+    .await;
+    assert_eq!(s, StatusCode::OK, "{v}");
+    let id = v["Lock"]["ID"].as_str().unwrap_or_default().to_string();
+    assert!(!id.is_empty(), "{v}");
+    assert_eq!(
+        (v["Lock"]["TTL"].as_str(), v["Lock"]["LockDelay"].as_str()),
+        (Some("10s"), Some("1s"))
+    );
+    assert_eq!(v["Items"]["who"], "a");
+    let (s, v) = put("?lock-acquire", json!({ "Items": { "who": "b" } })).await;
+    assert_eq!(
+        (s, v.as_str()),
+        (StatusCode::CONFLICT, Some("variable already locked"))
+    );
+    let (s, v) = put("", json!({ "Items": { "who": "c" } })).await;
+    assert_eq!(
+        (s, v.as_str()),
+        (
+            StatusCode::CONFLICT,
+            Some("attempting to modify locked variable")
+        )
+    );
+    let (s, v) = api.call(Method::DELETE, "/v1/var/app/leader", None).await;
+    assert_eq!(s, StatusCode::CONFLICT, "{v}");
+    let (s, v) = put(
+        "",
+        json!({ "Items": { "who": "a2" }, "Lock": { "ID": id } }),
+    )
+    .await;
+    assert_eq!(s, StatusCode::OK, "the holder writes: {v}");
+    let (s, v) = put("?lock-renew", json!({ "Lock": { "ID": "someone-else" } })).await;
+    assert_eq!(s, StatusCode::CONFLICT, "{v}");
+    let (s, v) = put("?lock-renew", json!({ "Lock": { "ID": id } })).await;
+    assert_eq!(s, StatusCode::OK, "{v}");
+    assert_eq!(v["Lock"]["ID"], id.as_str());
+    let (s, v) = put("?lock-release", json!({ "Lock": { "ID": id } })).await;
+    assert_eq!(s, StatusCode::OK, "{v}");
+    assert!(v.get("Lock").is_none(), "{v}");
+    assert_eq!(v["Items"]["who"], "a2", "a release keeps the items");
+    let (s, v) = put("?lock-release", json!({ "Lock": { "ID": id } })).await;
+    assert_eq!(
+        (s, v.as_str()),
+        (StatusCode::CONFLICT, Some("variable doesn't hold a lock"))
+    );
+
+    // Not renewed: it lapses after two TTLs and, its delay later, the leader releases it.
+    let (s, v) = put(
+        "?lock-acquire",
+        json!({ "Items": { "who": "d" }, "Lock": { "TTL": "10s", "LockDelay": "1s" } }),
+    )
+    .await;
+    assert_eq!(s, StatusCode::OK, "{v}");
+    let id = v["Lock"]["ID"].as_str().unwrap_or_default().to_string();
+    let acquired = std::time::Instant::now();
+    wait_for(
+        Duration::from_secs(40),
+        "the lapsed lock released",
+        || async {
+            let (s, v) = api.call(Method::GET, "/v1/var/app/leader", None).await;
+            (s == StatusCode::OK && v.get("Lock").is_none()).then_some(())
+        },
+    )
+    .await?;
+    assert!(
+        acquired.elapsed() >= Duration::from_secs(20),
+        "released after {:?}, before two TTLs",
+        acquired.elapsed()
+    );
+    let (s, _) = put("?lock-renew", json!({ "Lock": { "ID": id } })).await;
+    assert_eq!(s, StatusCode::CONFLICT);
+    let (s, _) = api.call(Method::DELETE, "/v1/var/app/leader", None).await;
+    assert_eq!(s, StatusCode::NO_CONTENT);
+    Ok(())
+}

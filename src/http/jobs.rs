@@ -94,10 +94,24 @@ fn count_from_scaling_min(job: &mut Value) {
     }
 }
 
+/// A `ui` link's URL once: the model spells it `Url` (as Nomad's servers answer) and reads
+/// the API's `URL` too; a link that has both (a canonical `/v1/jobs/parse` answer overlays
+/// the parsed `URL` on the model's `Url`) keeps `Url`.
+fn one_link_url(job: &mut Value) {
+    if let Some(links) = job.pointer_mut("/UI/Links").and_then(Value::as_array_mut) {
+        for link in links.iter_mut().filter_map(Value::as_object_mut) {
+            if link.contains_key("Url") {
+                link.remove("URL");
+            }
+        }
+    }
+}
+
 /// A job from its API JSON; a value of the wrong type is named by its path
 /// (`TaskGroups[0].Count: invalid type: …`).
 pub(super) fn decode_job(mut job: Value) -> Result<Job, ApiError> {
     count_from_scaling_min(&mut job);
+    one_link_url(&mut job);
     serde_path_to_error::deserialize(job).map_err(|e| {
         let path = e.path().to_string();
         ApiError::bad_request(format!(
@@ -618,6 +632,7 @@ pub async fn parse(body: Bytes) -> Result<Response, ApiError> {
             .map_err(|e| ApiError::internal(format!("encoding the job: {e}")))?;
         // Fields the model does not hold (the ones teamster refuses) stay as parsed.
         jobspec::overlay_missing(&mut canonical, &job);
+        one_link_url(&mut canonical);
         job = canonical;
     }
     Ok(axum::Json(job).into_response())

@@ -5,7 +5,13 @@
 //! metadata with the caller's items, or 409 with the current one when `cas` does not
 //! match), `DELETE
 //! /v1/var/:path[?cas=N]` (204, or 409). Reads are blocking queries on the variables table.
-//! Locks (`?lock-acquire`, `?lock-renew`, `?lock-release`) are refused: not implemented yet.
+//!
+//! Locks (Nomad 1.7): `PUT /v1/var/:path?lock-acquire` (`{"Items"?, "Lock"?: {"TTL",
+//! "LockDelay"}}` → the variable with its `Lock`, ID included; 409 while another holds
+//! it), `?lock-renew` (`{"Lock": {"ID"}}` → its metadata; 409 once it lapsed),
+//! `?lock-release` (`{"Lock": {"ID"}}`). A locked variable is written only by its holder
+//! (the body's `Lock.ID`) and deleted by nobody; only the holder and management tokens see
+//! a lock's ID.
 
 use std::collections::{BTreeMap, HashMap};
 
@@ -17,7 +23,7 @@ use axum::routing::get;
 use axum::{Extension, Json, Router};
 use serde::Deserialize;
 use serde_json::{json, Value};
-use teamster_storage::model::VariableEncrypted;
+use teamster_storage::model::{VariableEncrypted, VariableLock};
 use teamster_storage::state::{Snapshot, Table};
 
 use super::error::ApiError;
@@ -26,7 +32,10 @@ use super::query::QueryOptions;
 use super::read::{json_read, json_write};
 use super::HttpContext;
 use crate::acl::{Need, VarCap};
-use crate::rpc::service::variables::{VariableOp, VariablesApplyRequest, VariablesApplyResponse};
+use crate::rpc::service::variables::{
+    VariableOp, VariablesApplyRequest, VariablesApplyResponse, VariablesRenewLockRequest,
+    VariablesRenewLockResponse,
+};
 use crate::rpc::Services;
 use crate::server::acl::Identity;
 
@@ -88,7 +97,7 @@ pub async fn list(
                 VarCap::List,
             ))
         })
-        .map(|v| metadata(v))
+        .map(|v| with_lock(metadata(v), v, &identity, None))
         .collect();
     Ok(json_read(out, meta))
 }
@@ -96,6 +105,7 @@ pub async fn list(
 /// `GET /v1/var/:path`.
 pub async fn read(
     State(ctx): State<HttpContext>,
+    Extension(identity): Extension<Identity>,
     Path(path): Path<String>,
     Query(q): Query<HashMap<String, String>>,
 ) -> Result<Response, ApiError> {
@@ -108,7 +118,8 @@ pub async fn read(
         .variable(&opts.namespace, &path)
         .cloned()
         .ok_or_else(|| ApiError::not_found("variable not found"))?;
-    Ok(json_read(with_items(&ctx, &snap, &var).await?, meta))
+    let out = with_items(&ctx, &snap, &var).await?;
+    Ok(json_read(with_lock(out, &var, &identity, None), meta))
 }
 
 /// A write's body: Nomad's `Variable`. The path and namespace come from the URL; a body
@@ -123,8 +134,79 @@ struct VariableBody {
     lock: Option<Value>,
 }
 
+/// A body's `Lock`: `ID`, and `TTL`/`LockDelay` as Go durations (`"15s"`) or nanoseconds.
+fn body_lock(v: &Value) -> Result<VariableLock, ApiError> {
+    let duration = |field: &str| -> Result<u64, ApiError> {
+        match v.get(field) {
+            None | Some(Value::Null) => Ok(0),
+            Some(Value::String(s)) if s.is_empty() => Ok(0),
+            Some(Value::String(s)) => crate::util::go::parse_go_duration(s)
+                .map(|d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX))
+                .ok_or_else(|| {
+                    ApiError::bad_request(format!("Lock.{field}: invalid duration {s:?}"))
+                }),
+            Some(Value::Number(n)) => n.as_u64().ok_or_else(|| {
+                ApiError::bad_request(format!("Lock.{field}: must not be negative"))
+            }),
+            Some(other) => Err(ApiError::bad_request(format!(
+                "Lock.{field}: expected a duration, got {other}"
+            ))),
+        }
+    };
+    let id = match v.get("ID") {
+        None | Some(Value::Null) => String::new(),
+        Some(Value::String(s)) => s.clone(),
+        Some(other) => {
+            return Err(ApiError::bad_request(format!(
+                "Lock.ID: expected a string, got {other}"
+            )))
+        }
+    };
+    Ok(VariableLock {
+        id,
+        ttl: duration("TTL")?,
+        lock_delay: duration("LockDelay")?,
+    })
+}
+
+/// A lock as Nomad's API shows it (durations as Go prints them).
+fn lock_json(lock: &VariableLock) -> Value {
+    let d = |ns: u64| {
+        if ns == 0 {
+            String::new()
+        } else {
+            crate::client::health::go_duration(ns)
+        }
+    };
+    json!({ "ID": lock.id, "TTL": d(lock.ttl), "LockDelay": d(lock.lock_delay) })
+}
+
+/// `out` (a variable's JSON) with its `Lock` when `var` holds one and the caller may see
+/// it: a management token, or the holder (`lock_id`).
+fn with_lock(
+    mut out: Value,
+    var: &VariableEncrypted,
+    identity: &Identity,
+    lock_id: Option<&str>,
+) -> Value {
+    if let Some(lock) = &var.meta.lock {
+        if identity.acl.is_management() || lock_id == Some(lock.id.as_str()) {
+            out["Lock"] = lock_json(lock);
+        }
+    }
+    out
+}
+
 impl VariableBody {
-    /// 400 for a body that names another place than the URL, or a lock.
+    /// The body's lock ID, if it names one.
+    fn lock_id(&self) -> Result<Option<String>, ApiError> {
+        match self.lock.as_ref().filter(|l| !l.is_null()) {
+            None => Ok(None),
+            Some(l) => Ok(Some(body_lock(l)?.id).filter(|id| !id.is_empty())),
+        }
+    }
+
+    /// 400 for a body that names another place than the URL.
     fn check(&self, namespace: &str, path: &str) -> Result<(), ApiError> {
         if let Some(ns) = self
             .namespace
@@ -139,11 +221,6 @@ impl VariableBody {
             return Err(ApiError::bad_request(format!(
                 "the body's Path {p:?} is not the URL's {path:?}"
             )));
-        }
-        if self.lock.as_ref().is_some_and(|l| !l.is_null()) {
-            return Err(ApiError::bad_request(
-                "Lock: variable locks are not supported by teamster yet",
-            ));
         }
         Ok(())
     }
@@ -224,6 +301,7 @@ async fn apply(
     path: &str,
     op: VariableOp,
     cas: Option<u64>,
+    lock_id: Option<String>,
 ) -> Result<VariablesApplyResponse, ApiError> {
     Ok(ctx
         .endpoints()?
@@ -232,8 +310,156 @@ async fn apply(
             path: path.to_string(),
             op,
             cas,
+            lock_id,
         })
         .await?)
+}
+
+/// A lock's refusal: 404 when there is no such variable, else 409, with Nomad's text.
+fn lock_refused(reason: String, missing: bool) -> ApiError {
+    if missing {
+        ApiError::not_found(reason)
+    } else {
+        ApiError {
+            status: StatusCode::CONFLICT,
+            message: reason,
+        }
+    }
+}
+
+/// The variable at `index` as a lock operation answers it: metadata, items (if the caller
+/// may read them) and the lock (to its holder and management).
+async fn lock_answer(
+    ctx: &HttpContext,
+    identity: &Identity,
+    namespace: &str,
+    path: &str,
+    index: u64,
+    lock_id: Option<&str>,
+) -> Result<Response, ApiError> {
+    let snap = ctx
+        .node()?
+        .state()
+        .snapshot_min_index(index, READ_BACK_WAIT)
+        .await
+        .map_err(|e| ApiError::internal(e.to_string()))?;
+    let var = snap
+        .variable(namespace, path)
+        .cloned()
+        .ok_or_else(|| ApiError::not_found("variable not found"))?;
+    let readable = identity.acl.allows(&Need::Variable(
+        namespace.to_string(),
+        path.to_string(),
+        VarCap::Read,
+    ));
+    let out = if readable {
+        with_items(ctx, &snap, &var).await?
+    } else {
+        metadata(&var)
+    };
+    Ok(json_write(with_lock(out, &var, identity, lock_id), index))
+}
+
+/// `PUT|POST /v1/var/:path?lock-acquire|lock-renew|lock-release`.
+async fn lock_op(
+    ctx: &HttpContext,
+    identity: &Identity,
+    namespace: &str,
+    path: &str,
+    op: &str,
+    body: VariableBody,
+) -> Result<Response, ApiError> {
+    let lock = match body.lock.as_ref().filter(|l| !l.is_null()) {
+        Some(l) => body_lock(l)?,
+        None => VariableLock::default(),
+    };
+    match op {
+        "lock-acquire" => {
+            let mut lock = lock;
+            if lock.id.is_empty() {
+                lock.id = crate::util::new_uuid(&mut rand::thread_rng());
+            }
+            let id = lock.id.clone();
+            let items = body.items.unwrap_or_default();
+            match apply(
+                ctx,
+                namespace,
+                path,
+                VariableOp::LockAcquire { items, lock },
+                None,
+                None,
+            )
+            .await?
+            {
+                VariablesApplyResponse::Applied(index) => {
+                    lock_answer(ctx, identity, namespace, path, index, Some(&id)).await
+                }
+                VariablesApplyResponse::LockRefused { reason, missing } => {
+                    Err(lock_refused(reason, missing))
+                }
+                VariablesApplyResponse::Conflict(at) => {
+                    conflict(ctx, identity, namespace, path, at).await
+                }
+            }
+        }
+        "lock-release" => {
+            if lock.id.is_empty() {
+                return Err(ApiError::bad_request("missing lock information"));
+            }
+            if body.items.is_some() {
+                return Err(ApiError::bad_request(
+                    "lock release operation doesn't take variable items",
+                ));
+            }
+            match apply(
+                ctx,
+                namespace,
+                path,
+                VariableOp::LockRelease,
+                None,
+                Some(lock.id),
+            )
+            .await?
+            {
+                VariablesApplyResponse::Applied(index) => {
+                    lock_answer(ctx, identity, namespace, path, index, None).await
+                }
+                VariablesApplyResponse::LockRefused { reason, missing } => {
+                    Err(lock_refused(reason, missing))
+                }
+                VariablesApplyResponse::Conflict(at) => {
+                    conflict(ctx, identity, namespace, path, at).await
+                }
+            }
+        }
+        _ => {
+            if lock.id.is_empty() {
+                return Err(ApiError::bad_request("missing lock ID"));
+            }
+            let answer = ctx
+                .endpoints()?
+                .variables_renew_lock(VariablesRenewLockRequest {
+                    namespace: namespace.to_string(),
+                    path: path.to_string(),
+                    lock_id: lock.id,
+                })
+                .await?;
+            match answer {
+                VariablesRenewLockResponse::Renewed(meta) => {
+                    let var = VariableEncrypted {
+                        meta,
+                        ..VariableEncrypted::default()
+                    };
+                    let out = metadata(&var);
+                    let id = var.meta.lock.as_ref().map(|l| l.id.clone());
+                    Ok(Json(with_lock(out, &var, identity, id.as_deref())).into_response())
+                }
+                VariablesRenewLockResponse::Refused { reason, missing } => {
+                    Err(lock_refused(reason, missing))
+                }
+            }
+        }
+    }
 }
 
 /// `PUT|POST /v1/var/:path`.
@@ -248,18 +474,27 @@ pub async fn write(
     if path.is_empty() {
         return Err(ApiError::bad_request("missing variable path"));
     }
-    if lock_operation(&q)?.is_some() {
-        if q.get("cas").is_some_and(|c| !c.is_empty()) {
-            return Err(ApiError::bad_request(
-                "CAS can't be used with lock operations",
-            ));
-        }
+    let lock_op_asked = lock_operation(&q)?;
+    if lock_op_asked.is_some() && q.contains_key("cas") {
         return Err(ApiError::bad_request(
-            "variable locks are not supported by teamster yet",
+            "CAS can't be used with lock operations",
         ));
     }
     let body: VariableBody = decode_body(&body)?;
     body.check(&opts.namespace, &path)?;
+    if let Some(op) = lock_op_asked {
+        return lock_op(&ctx, &identity, &opts.namespace, &path, op, body).await;
+    }
+    // A plain write names at most the holder's lock ID, never a new lock.
+    if let Some(l) = body.lock.as_ref().filter(|l| !l.is_null()) {
+        let lock = body_lock(l)?;
+        if lock.ttl != 0 || lock.lock_delay != 0 {
+            return Err(ApiError::bad_request(
+                "variable should not contain lock definition",
+            ));
+        }
+    }
+    let lock_id = body.lock_id()?;
     let items = body
         .items
         .filter(|i| !i.is_empty())
@@ -271,11 +506,15 @@ pub async fn write(
         &path,
         VariableOp::Set(items.clone()),
         cas,
+        lock_id.clone(),
     )
     .await?
     {
         VariablesApplyResponse::Conflict(at) => {
             conflict(&ctx, &identity, &opts.namespace, &path, at).await
+        }
+        VariablesApplyResponse::LockRefused { reason, missing } => {
+            Err(lock_refused(reason, missing))
         }
         VariablesApplyResponse::Applied(index) => {
             // The written metadata and the caller's own items, as Nomad answers (never what
@@ -287,7 +526,9 @@ pub async fn write(
                 .await
                 .map_err(|e| ApiError::internal(e.to_string()))?;
             let mut out = match snap.variable(&opts.namespace, &path) {
-                Some(v) if v.meta.modify_index == index => metadata(v),
+                Some(v) if v.meta.modify_index == index => {
+                    with_lock(metadata(v), v, &identity, lock_id.as_deref())
+                }
                 _ => json!({
                     "Namespace": opts.namespace,
                     "Path": path,
@@ -312,9 +553,12 @@ pub async fn remove(
         return Err(ApiError::bad_request("missing variable path"));
     }
     let cas = cas(&q)?;
-    match apply(&ctx, &opts.namespace, &path, VariableOp::Delete, cas).await? {
+    match apply(&ctx, &opts.namespace, &path, VariableOp::Delete, cas, None).await? {
         VariablesApplyResponse::Conflict(at) => {
             conflict(&ctx, &identity, &opts.namespace, &path, at).await
+        }
+        VariablesApplyResponse::LockRefused { reason, missing } => {
+            Err(lock_refused(reason, missing))
         }
         VariablesApplyResponse::Applied(index) => {
             let mut resp = StatusCode::NO_CONTENT.into_response();

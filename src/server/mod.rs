@@ -56,6 +56,7 @@ pub mod pipeline;
 pub mod plan;
 pub mod raft;
 pub mod reapers;
+pub mod variable_locks;
 pub mod worker;
 pub mod write_batcher;
 
@@ -234,6 +235,7 @@ impl Server {
                 rotation_threshold: config.root_key_rotation_threshold,
             },
         )?;
+        let lock_leases = Arc::new(variable_locks::LockLeases::default());
         let endpoints = endpoints::Endpoints::new(endpoints::EndpointParts {
             node: node.clone(),
             pipeline: pipeline.clone(),
@@ -248,6 +250,7 @@ impl Server {
             acl_enabled,
             acl: Arc::new(acl::AclResolver::new(clock.clone())),
             keyring: keyring.clone(),
+            lock_leases: lock_leases.clone(),
         });
         handler.set_endpoints(endpoints.clone());
         // Scheduler workers on every server call the service layer in process; on the leader
@@ -323,6 +326,10 @@ impl Server {
         }
         tasks.push(tokio::spawn(keyring.clone().replicate(shutdown.clone())));
         duties.push(keyring::KeyringDuty::new(keyring));
+        duties.push(variable_locks::VariableLockDuty::new(
+            lock_leases,
+            node.clone(),
+        ));
         duties.push(Arc::new(heartbeats));
         tasks.push(leader::spawn(
             node.clone(),

@@ -132,6 +132,9 @@ pub enum Command {
     /// Appended: a one-time token exchanged: refused unless it exists and has not expired,
     /// then every one-time token of its ACL token removed (so it works once).
     OneTimeTokenExchange(OneTimeTokenExchange),
+    /// Appended: a variable's lock released, by its holder or because it lapsed; refused
+    /// unless the variable holds that lock.
+    VariableLockRelease(VariableLockRelease),
 }
 
 /// Payload of [`Command::OneTimeTokenUpsert`].
@@ -161,6 +164,21 @@ pub struct VariableUpsert {
     pub cas: Option<u64>,
     /// When, Unix nanoseconds (the proposer's clock).
     pub now: i64,
+    /// The writer's lock ID: a locked variable is written only by its lock's holder.
+    pub lock_id: Option<String>,
+    /// Take this lock with the write (a lock acquire): refused while another holds it.
+    pub acquire: Option<crate::model::VariableLock>,
+}
+
+/// Payload of [`Command::VariableLockRelease`].
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct VariableLockRelease {
+    /// Its namespace.
+    pub namespace: String,
+    /// Its path.
+    pub path: String,
+    /// The lock's ID: released only if it is still this lock.
+    pub lock_id: String,
 }
 
 /// Payload of [`Command::VariableDelete`].
@@ -770,6 +788,15 @@ pub enum ApplyError {
         path: String,
         /// Its modify index (0: it does not exist).
         modify_index: u64,
+    },
+    /// A variable lock refuses the operation, in Nomad's words; `missing`: there is no such
+    /// variable.
+    #[error("{reason}")]
+    VariableLockRefused {
+        /// Why.
+        reason: String,
+        /// The variable does not exist.
+        missing: bool,
     },
     /// A variable that cannot be written (a bad path).
     #[error("{reason}")]

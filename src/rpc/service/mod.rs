@@ -493,6 +493,11 @@ service_calls! {
         timeout: |r| Duration::from_millis(r.wait_ms).min(MAX_TEMPLATE_WAIT) + WAIT_MARGIN,
         helper: template_read,
     }
+    /// Renew a variable's lock (its holder); the answer is the variable's metadata.
+    VariablesRenewLock(variables::VariablesRenewLockRequest) -> variables::VariablesRenewLockResponse {
+        name: "Variables.RenewLock", route: Leader, timeout: |_| WRITE_TIMEOUT,
+        helper: variables_renew_lock,
+    }
 }
 
 /// The longest a `Template.Read` blocks (Nomad's template `block_query_wait`, 5 minutes).

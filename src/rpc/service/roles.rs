@@ -96,6 +96,7 @@ pub fn service_allowed(call: &ServiceRequest) -> Allowed {
         | S::KeyringRotate(_)
         | S::KeyringDelete(_)
         | S::VariablesApply(_)
+        | S::VariablesRenewLock(_)
         | S::AclUpsertOneTimeToken(_)
         | S::AclExchangeOneTimeToken(_)
         | S::SystemReconcileSummaries(_)

@@ -12,6 +12,16 @@ pub enum VariableOp {
     Set(BTreeMap<String, String>),
     /// Delete it.
     Delete,
+    /// Take this lock (its ID made by the caller), writing these items (Nomad's
+    /// `lock-acquire`: they replace the variable's).
+    LockAcquire {
+        /// The items.
+        items: BTreeMap<String, String>,
+        /// The lock.
+        lock: teamster_storage::model::VariableLock,
+    },
+    /// Release the lock `lock_id` of the request names; the items stay.
+    LockRelease,
 }
 
 /// `Variables.Apply`.
@@ -25,6 +35,34 @@ pub struct VariablesApplyRequest {
     pub op: VariableOp,
     /// Only if its modify index is this (0: only if it does not exist).
     pub cas: Option<u64>,
+    /// The caller's lock ID (a lock's holder writing or releasing it).
+    pub lock_id: Option<String>,
+}
+
+/// The answer to `Variables.RenewLock`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum VariablesRenewLockResponse {
+    /// Renewed: the variable's metadata, its lock included.
+    Renewed(teamster_storage::model::VariableMetadata),
+    /// Refused (Nomad's text); `missing`: there is no such variable.
+    Refused {
+        /// Why.
+        reason: String,
+        /// The variable does not exist.
+        missing: bool,
+    },
+}
+
+/// `Variables.RenewLock`: the holder of a variable's lock renews it (on the leader, which
+/// keeps the leases).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct VariablesRenewLockRequest {
+    /// The variable's namespace.
+    pub namespace: String,
+    /// Its path.
+    pub path: String,
+    /// The lock's ID.
+    pub lock_id: String,
 }
 
 /// The answer to `Variables.Apply`.
@@ -35,6 +73,13 @@ pub enum VariablesApplyResponse {
     /// The check-and-set index did not match: the variable's modify index (0: it does not
     /// exist), nothing written.
     Conflict(u64),
+    /// A lock refused it (Nomad's text); `missing`: there is no such variable.
+    LockRefused {
+        /// Why.
+        reason: String,
+        /// The variable does not exist.
+        missing: bool,
+    },
 }
 
 /// One thing a task's templates read (consul-template's Nomad dependencies).

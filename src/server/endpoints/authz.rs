@@ -147,11 +147,17 @@ fn needs<'a>(snap: &Snapshot, call: &'a ServiceRequest) -> Needs<'a> {
             r.namespace.clone(),
             r.path.clone(),
             match r.op {
-                crate::rpc::service::variables::VariableOp::Set(_) => crate::acl::VarCap::Write,
                 crate::rpc::service::variables::VariableOp::Delete => {
                     crate::acl::VarCap::Destroy
                 }
+                // Writes, and lock acquires and releases (Nomad's `write`).
+                _ => crate::acl::VarCap::Write,
             },
+        )]),
+        Q::VariablesRenewLock(r) => Token(vec![Need::Variable(
+            r.namespace.clone(),
+            r.path.clone(),
+            crate::acl::VarCap::Write,
         )]),
         Q::AllocStop(r) => Token(in_obj(
             alloc_ns(r.alloc_id.as_str()).as_deref(),

@@ -121,6 +121,8 @@ pub struct EndpointParts {
     pub acl: Arc<AclResolver>,
     /// The root keyring: signs and verifies workload identities.
     pub keyring: Keyring,
+    /// The leases of variable locks (kept by the leader).
+    pub lock_leases: Arc<crate::server::variable_locks::LockLeases>,
 }
 
 impl Endpoints {
@@ -139,6 +141,11 @@ impl Endpoints {
     /// The root keyring.
     pub fn keyring(&self) -> &Keyring {
         &self.inner.keyring
+    }
+
+    /// The leases of variable locks.
+    pub fn lock_leases(&self) -> &crate::server::variable_locks::LockLeases {
+        &self.inner.lock_leases
     }
 
     /// The eval broker.
@@ -278,6 +285,7 @@ impl Endpoints {
             Q::KeyringDelete(r) => A::KeyringDelete(keyring::delete(self, r).await?),
             Q::VariablesApply(r) => A::VariablesApply(variables::apply(self, r).await?),
             Q::TemplateRead(r) => A::TemplateRead(variables::template_read(self, r).await?),
+            Q::VariablesRenewLock(r) => A::VariablesRenewLock(variables::renew_lock(self, r)),
             Q::AclUpsertOneTimeToken(r) => {
                 A::AclUpsertOneTimeToken(acl::upsert_one_time_token(self, r).await?)
             }

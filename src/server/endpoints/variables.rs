@@ -5,7 +5,9 @@
 //! `Template.Read` on any server: what a task's templates read (variables, decrypted here,
 //! and services), as its workload identity may read them; a blocking query.
 
-use teamster_storage::fsm::{ApplyError, Command, VariableDelete, VariableUpsert};
+use teamster_storage::fsm::{
+    ApplyError, Command, VariableDelete, VariableLockRelease, VariableUpsert,
+};
 use teamster_storage::model::{
     validate_variable_items, validate_variable_path, VariableEncrypted, VariableMetadata,
 };
@@ -21,7 +23,8 @@ use crate::acl::{Need, VarCap};
 use crate::rpc::service::credential::caller_token;
 use crate::rpc::service::variables::{
     TemplateData, TemplateDep, TemplateReadRequest, TemplateReadResponse, TemplateVar, VariableOp,
-    VariablesApplyRequest, VariablesApplyResponse,
+    VariablesApplyRequest, VariablesApplyResponse, VariablesRenewLockRequest,
+    VariablesRenewLockResponse,
 };
 use crate::rpc::service::MAX_TEMPLATE_WAIT;
 use crate::rpc::ServiceError;
@@ -50,28 +53,46 @@ pub async fn apply(
         ));
     }
     validate_variable_path(&req.path).map_err(|e| ServiceError::invalid("Path", e))?;
+    let now = ep.now();
+    let lock_id = req.lock_id.clone();
+    let mut acquired = None;
+    let released = matches!(req.op, VariableOp::LockRelease);
     let cmd = match req.op {
         VariableOp::Set(items) => {
-            validate_variable_items(&items).map_err(|e| ServiceError::invalid("Items", e))?;
-            let snap = ep.node().state().snapshot();
-            let data = ep
-                .keyring()
-                .encrypt_items(&snap, &req.namespace, &req.path, &items)
-                .await
-                .map_err(keyring_error)?;
+            let data = encrypt(ep, &req.namespace, &req.path, &items).await?;
             Command::VariableUpsert(VariableUpsert {
-                var: VariableEncrypted {
-                    meta: VariableMetadata {
-                        namespace: req.namespace,
-                        path: req.path,
-                        ..VariableMetadata::default()
-                    },
-                    data,
-                },
+                var: new_var(req.namespace, req.path, data),
                 cas: req.cas,
-                now: ep.now(),
+                now,
+                lock_id: req.lock_id,
+                acquire: None,
             })
         }
+        VariableOp::LockAcquire { items, mut lock } => {
+            lock.canonicalize();
+            lock.validate()
+                .map_err(|e| ServiceError::invalid("Lock", e))?;
+            if lock.id.is_empty() {
+                return Err(ServiceError::invalid("Lock", "missing lock ID"));
+            }
+            let data = encrypt(ep, &req.namespace, &req.path, &items).await?;
+            acquired = Some(lock.id.clone());
+            Command::VariableUpsert(VariableUpsert {
+                var: new_var(req.namespace, req.path, data),
+                cas: None,
+                now,
+                lock_id: Some(lock.id.clone()),
+                acquire: Some(lock),
+            })
+        }
+        VariableOp::LockRelease => Command::VariableLockRelease(VariableLockRelease {
+            namespace: req.namespace,
+            path: req.path,
+            lock_id: req
+                .lock_id
+                .filter(|id| !id.is_empty())
+                .ok_or_else(|| ServiceError::invalid("Lock", "missing lock information"))?,
+        }),
         VariableOp::Delete => Command::VariableDelete(VariableDelete {
             namespace: req.namespace,
             path: req.path,
@@ -88,8 +109,77 @@ pub async fn apply(
         Some(ApplyError::VariableConflict { modify_index, .. }) => {
             Ok(VariablesApplyResponse::Conflict(*modify_index))
         }
+        Some(ApplyError::VariableLockRefused { reason, missing }) => {
+            Ok(VariablesApplyResponse::LockRefused {
+                reason: reason.clone(),
+                missing: *missing,
+            })
+        }
         Some(e) => Err(super::apply_error(e)),
-        None => Ok(VariablesApplyResponse::Applied(applied.index)),
+        None => {
+            // The leader keeps the leases of the locks it gave.
+            if let Some(id) = acquired {
+                ep.lock_leases().acquired(&id, tokio::time::Instant::now());
+            }
+            if released {
+                if let Some(id) = lock_id {
+                    ep.lock_leases().released(&id);
+                }
+            }
+            Ok(VariablesApplyResponse::Applied(applied.index))
+        }
+    }
+}
+
+/// `items`, checked and encrypted for `namespace`/`path` with the active root key.
+async fn encrypt(
+    ep: &Endpoints,
+    namespace: &str,
+    path: &str,
+    items: &BTreeMap<String, String>,
+) -> Result<teamster_storage::model::VariableData, ServiceError> {
+    validate_variable_items(items).map_err(|e| ServiceError::invalid("Items", e))?;
+    let snap = ep.node().state().snapshot();
+    ep.keyring()
+        .encrypt_items(&snap, namespace, path, items)
+        .await
+        .map_err(keyring_error)
+}
+
+fn new_var(
+    namespace: String,
+    path: String,
+    data: teamster_storage::model::VariableData,
+) -> VariableEncrypted {
+    VariableEncrypted {
+        meta: VariableMetadata {
+            namespace,
+            path,
+            ..VariableMetadata::default()
+        },
+        data,
+    }
+}
+
+/// `Variables.RenewLock` on the leader: the lock's lease starts again (no raft write).
+pub fn renew_lock(ep: &Endpoints, req: VariablesRenewLockRequest) -> VariablesRenewLockResponse {
+    let refused = |reason: &str, missing: bool| VariablesRenewLockResponse::Refused {
+        reason: reason.into(),
+        missing,
+    };
+    let snap = ep.node().state().snapshot();
+    let Some(var) = snap.variable(&req.namespace, &req.path) else {
+        return refused("variable doesn't exist", true);
+    };
+    let Some(lock) = &var.meta.lock else {
+        return refused("variable doesn't hold a lock", false);
+    };
+    if lock.id != req.lock_id {
+        return refused("attempting to modify locked variable", false);
+    }
+    match ep.lock_leases().renew(lock, tokio::time::Instant::now()) {
+        Ok(()) => VariablesRenewLockResponse::Renewed(var.meta.clone()),
+        Err(reason) => refused(reason, false),
     }
 }
 

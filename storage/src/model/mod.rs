@@ -102,7 +102,8 @@ pub use time::Timestamp;
 pub use value::ConfigValue;
 pub use variables::{
     validate_items as validate_variable_items, validate_path as validate_variable_path,
-    variable_aad, VariableData, VariableEncrypted, VariableMetadata, MAX_VARIABLE_BYTES,
+    variable_aad, VariableData, VariableEncrypted, VariableLock, VariableMetadata,
+    DEFAULT_LOCK_DELAY, DEFAULT_LOCK_TTL, MAX_LOCK_TTL, MAX_VARIABLE_BYTES, MIN_LOCK_TTL,
 };
 
 /// Why a model value was refused.

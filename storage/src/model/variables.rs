@@ -38,6 +38,54 @@ pub struct VariableMetadata {
     /// Last change, Unix nanoseconds.
     #[serde(deserialize_with = "de::nullable")]
     pub modify_time: i64,
+    /// Its lock, while one is held (Nomad 1.7's variable locks).
+    #[serde(deserialize_with = "de::nullable")]
+    pub lock: Option<VariableLock>,
+}
+
+/// The shortest lock TTL (Nomad's 10 s).
+pub const MIN_LOCK_TTL: u64 = 10_000_000_000;
+/// The longest lock TTL (Nomad's 24 h).
+pub const MAX_LOCK_TTL: u64 = 24 * 3600 * 1_000_000_000;
+/// A lock's TTL when none is given (Nomad's 15 s).
+pub const DEFAULT_LOCK_TTL: u64 = 15_000_000_000;
+/// A lock's delay when none is given (Nomad's 15 s).
+pub const DEFAULT_LOCK_DELAY: u64 = 15_000_000_000;
+
+/// A variable's lock (Nomad's `VariableLock`): held by whoever knows its ID, for as long as
+/// they renew it within its TTL; once it lapses, nobody may take it for `lock_delay` more.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "PascalCase", default)]
+pub struct VariableLock {
+    /// Its ID: the holder's proof.
+    #[serde(rename = "ID", deserialize_with = "de::nullable")]
+    pub id: String,
+    /// How long it lives without a renewal, in nanoseconds.
+    #[serde(rename = "TTL", deserialize_with = "de::nullable")]
+    pub ttl: u64,
+    /// How long it stays taken after it lapsed, in nanoseconds.
+    #[serde(deserialize_with = "de::nullable")]
+    pub lock_delay: u64,
+}
+
+impl VariableLock {
+    /// Nomad's defaults for what is unset (a zero TTL or delay).
+    pub fn canonicalize(&mut self) {
+        if self.ttl == 0 {
+            self.ttl = DEFAULT_LOCK_TTL;
+        }
+        if self.lock_delay == 0 {
+            self.lock_delay = DEFAULT_LOCK_DELAY;
+        }
+    }
+
+    /// Nomad's check of the TTL.
+    pub fn validate(&self) -> Result<(), String> {
+        if !(MIN_LOCK_TTL..=MAX_LOCK_TTL).contains(&self.ttl) {
+            return Err("TTL must be between 10 seconds and 24 hours".into());
+        }
+        Ok(())
+    }
 }
 
 /// A variable's items, encrypted.

@@ -577,7 +577,17 @@ fn execute(txn: &mut WriteTxn, command: Command) -> Result<CommandResponse, Appl
             Ok(CommandResponse::Applied)
         }
         Command::VariableUpsert(command) => {
-            txn.upsert_variable(command.var, command.cas, command.now)?;
+            txn.upsert_variable(
+                command.var,
+                command.cas,
+                command.now,
+                command.lock_id.as_deref(),
+                command.acquire,
+            )?;
+            Ok(CommandResponse::Applied)
+        }
+        Command::VariableLockRelease(command) => {
+            txn.release_variable_lock(&command.namespace, &command.path, &command.lock_id)?;
             Ok(CommandResponse::Applied)
         }
         Command::OneTimeTokenUpsert(command) => {

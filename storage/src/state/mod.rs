@@ -615,6 +615,8 @@ mod tests {
                         var: var(items),
                         cas,
                         now: index as i64,
+                        lock_id: None,
+                        acquire: None,
                     }),
                 )
                 .rejection()
@@ -671,11 +673,105 @@ mod tests {
                 Command::VariableUpsert(VariableUpsert {
                     var: bad,
                     cas: None,
-                    now: 0
+                    now: 0,
+                    lock_id: None,
+                    acquire: None,
                 })
             )
             .rejection()
             .is_some());
+
+        // Locks: only the holder writes; nobody deletes; release by ID only.
+        use crate::fsm::VariableLockRelease;
+        let lock = crate::model::VariableLock {
+            id: "L1".into(),
+            ttl: crate::model::DEFAULT_LOCK_TTL,
+            lock_delay: crate::model::DEFAULT_LOCK_DELAY,
+        };
+        let write =
+            |index: u64, lock_id: Option<&str>, acquire: Option<&crate::model::VariableLock>| {
+                store
+                    .apply(
+                        index,
+                        Command::VariableUpsert(VariableUpsert {
+                            var: var(b"x"),
+                            cas: None,
+                            now: index as i64,
+                            lock_id: lock_id.map(String::from),
+                            acquire: acquire.cloned(),
+                        }),
+                    )
+                    .rejection()
+                    .cloned()
+            };
+        let refused = |r: Option<ApplyError>, text: &str| match r {
+            Some(ApplyError::VariableLockRefused { reason, .. }) => assert_eq!(reason, text),
+            other => panic!("expected {text:?}, got {other:?}"),
+        };
+        assert_eq!(write(20, Some("L1"), Some(&lock)), None, "acquire creates");
+        let held = store
+            .snapshot()
+            .variable("default", "app/db")
+            .unwrap()
+            .meta
+            .lock
+            .clone();
+        assert_eq!(held.as_ref().map(|l| l.id.as_str()), Some("L1"));
+        refused(
+            write(21, None, None),
+            "attempting to modify locked variable",
+        );
+        refused(
+            write(
+                22,
+                Some("L2"),
+                Some(&crate::model::VariableLock {
+                    id: "L2".into(),
+                    ..lock.clone()
+                }),
+            ),
+            "variable already locked",
+        );
+        assert_eq!(write(23, Some("L1"), None), None, "the holder writes");
+        assert!(store
+            .snapshot()
+            .variable("default", "app/db")
+            .unwrap()
+            .meta
+            .lock
+            .is_some());
+        refused(delete(24, None), "attempting to modify locked variable");
+        let release = |index, id: &str, path: &str| {
+            store
+                .apply(
+                    index,
+                    Command::VariableLockRelease(VariableLockRelease {
+                        namespace: "default".into(),
+                        path: path.into(),
+                        lock_id: id.into(),
+                    }),
+                )
+                .rejection()
+                .cloned()
+        };
+        refused(
+            release(25, "L2", "app/db"),
+            "attempting to modify locked variable",
+        );
+        refused(release(26, "L1", "app/none"), "variable doesn't exist");
+        assert_eq!(release(27, "L1", "app/db"), None);
+        let v = store
+            .snapshot()
+            .variable("default", "app/db")
+            .unwrap()
+            .clone();
+        assert!(v.meta.lock.is_none());
+        assert_eq!(
+            (v.meta.modify_index, v.data.ciphertext.as_slice()),
+            (27, &b"x"[..])
+        );
+        refused(release(28, "L1", "app/db"), "variable doesn't hold a lock");
+        assert_eq!(delete(29, None), None, "unlocked, it may go");
     }
     use super::*;
 

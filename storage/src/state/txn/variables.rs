@@ -31,6 +31,8 @@ impl WriteTxn {
         mut var: VariableEncrypted,
         cas: Option<u64>,
         now: i64,
+        lock_id: Option<&str>,
+        acquire: Option<crate::model::VariableLock>,
     ) -> Result<(), ApplyError> {
         crate::model::validate_variable_path(&var.meta.path)
             .map_err(|reason| ApplyError::VariableRefused { reason })?;
@@ -46,6 +48,22 @@ impl WriteTxn {
         let key = (var.meta.namespace.clone(), var.meta.path.clone());
         self.check_cas(&key, cas)?;
         let index = self.index();
+        let existing_lock = self.t.variables.get(&key).and_then(|v| v.meta.lock.clone());
+        if let Some(held) = &existing_lock {
+            // Only its holder writes a locked variable; a second acquire is a conflict.
+            if lock_id != Some(held.id.as_str()) {
+                return Err(ApplyError::VariableLockRefused {
+                    reason: if acquire.is_some() {
+                        "variable already locked".into()
+                    } else {
+                        "attempting to modify locked variable".into()
+                    },
+                    missing: false,
+                });
+            }
+        }
+        // An acquire takes its lock; the holder's write keeps the one it holds.
+        var.meta.lock = acquire.or(existing_lock);
         match self.t.variables.get(&key) {
             Some(existing) => {
                 var.meta.create_index = existing.meta.create_index;
@@ -72,9 +90,52 @@ impl WriteTxn {
     ) -> Result<(), ApplyError> {
         let key = (namespace.to_string(), path.to_string());
         self.check_cas(&key, cas)?;
+        if self
+            .t
+            .variables
+            .get(&key)
+            .is_some_and(|v| v.meta.lock.is_some())
+        {
+            // As Nomad: a locked variable is released before it can be deleted.
+            return Err(ApplyError::VariableLockRefused {
+                reason: "attempting to modify locked variable".into(),
+                missing: false,
+            });
+        }
         if self.t.variables.remove(&key).is_some() {
             self.touch(Table::Variables);
         }
+        Ok(())
+    }
+
+    /// Releases a variable's lock `lock_id` (its items stay): refused when the variable
+    /// does not exist, holds no lock, or holds another.
+    pub fn release_variable_lock(
+        &mut self,
+        namespace: &str,
+        path: &str,
+        lock_id: &str,
+    ) -> Result<(), ApplyError> {
+        let key = (namespace.to_string(), path.to_string());
+        let refuse = |reason: &str, missing: bool| ApplyError::VariableLockRefused {
+            reason: reason.into(),
+            missing,
+        };
+        let Some(existing) = self.t.variables.get(&key) else {
+            return Err(refuse("variable doesn't exist", true));
+        };
+        match &existing.meta.lock {
+            None => return Err(refuse("variable doesn't hold a lock", false)),
+            Some(held) if held.id != lock_id => {
+                return Err(refuse("attempting to modify locked variable", false))
+            }
+            Some(_) => {}
+        }
+        let mut var = (**existing).clone();
+        var.meta.lock = None;
+        var.meta.modify_index = self.index();
+        self.t.variables.insert(key, Arc::new(var));
+        self.touch(Table::Variables);
         Ok(())
     }
 }
