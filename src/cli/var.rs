@@ -6,6 +6,13 @@
 //! - `var put PATH [KEY=VALUE | KEY=@FILE]... [-check-index N]`, or `var put PATH -` / `@FILE`
 //!   for a JSON variable (`{"Items": {...}}`): the variable's items replaced.
 //! - `var purge PATH [-check-index N]`.
+//! - `var init [FILE] [-out hcl|json]`: an example specification (`spec.nv.hcl`).
+//! - `var lock [-ttl D] [-delay D] [-shell=false] [-early-return] [-backoff D] PATH [@SPEC]
+//!   CHILD...`: runs the child while holding the variable's lock, renewing it every
+//!   0.7 TTL, and releases it when the child exits (Nomad's lock leaser).
+//!
+//! Specification files (`@FILE`) are JSON (`{"Items": {...}}`) or, named `*.hcl`, HCL
+//! (`items { key = "value" }`), as Nomad's.
 //!
 //! A stale `-check-index` is Nomad's "Check-and-Set conflict", naming the server's index.
 
@@ -31,6 +38,52 @@ pub enum VarCommand {
     Put(PutArgs),
     /// Delete a variable.
     Purge(PurgeArgs),
+    /// Write an example variable specification.
+    Init(InitArgs),
+    /// Run a command while holding a variable's lock.
+    Lock(LockArgs),
+}
+
+/// `var init`.
+#[derive(Debug, Args)]
+pub struct InitArgs {
+    /// Where to write it (`spec.nv.hcl`, or `spec.nv.json` with `-out json`).
+    file: Option<String>,
+    /// `hcl` or `json`.
+    #[arg(long, default_value = "hcl", value_parser = ["hcl", "json"])]
+    out: String,
+    /// Print nothing.
+    #[arg(long)]
+    quiet: bool,
+}
+
+/// `var lock`.
+#[derive(Debug, Args)]
+pub struct LockArgs {
+    /// The lock's TTL (Nomad's 15s when unset).
+    #[arg(long)]
+    ttl: Option<String>,
+    /// The lock's delay (Nomad's 15s when unset).
+    #[arg(long)]
+    delay: Option<String>,
+    /// Run the child through `$SHELL -c` (`--shell=false`: run it directly).
+    #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
+    shell: bool,
+    /// Give up (exit 0, running nothing) when another holds the lock.
+    #[arg(long = "early-return")]
+    early_return: bool,
+    /// The wait between attempts to acquire (1.1 TTL when unset).
+    #[arg(long)]
+    backoff: Option<String>,
+    /// Say what happens, on stderr.
+    #[arg(long)]
+    verbose: bool,
+    /// The variable's path (or `@SPEC`), an optional `@SPEC` for its items, then the
+    /// command to run.
+    #[arg(required = true, num_args = 2.., trailing_var_arg = true, allow_hyphen_values = true)]
+    args: Vec<String>,
+    #[command(flatten)]
+    api: ApiArgs,
 }
 
 /// `var list`.
@@ -98,6 +151,8 @@ pub async fn run(cmd: VarCommand) -> anyhow::Result<()> {
         VarCommand::Get(a) => get(a).await,
         VarCommand::Put(a) => put(a).await,
         VarCommand::Purge(a) => purge(a).await,
+        VarCommand::Init(a) => init(a),
+        VarCommand::Lock(a) => lock(a).await,
     }
 }
 
@@ -195,11 +250,9 @@ fn items_of(args: &[String]) -> anyhow::Result<BTreeMap<String, String>> {
         } else {
             None
         };
-        if let Some(spec) = spec {
-            let v: Value = serde_json::from_str(&spec).context("the variable is not JSON")?;
-            let items = v.get("Items").cloned().unwrap_or(v);
-            return serde_json::from_value(items)
-                .context("a variable's Items are a map of strings");
+        if let Some(text) = spec {
+            let hcl = only.ends_with(".hcl");
+            return Ok(spec_items(&text, hcl)?.1);
         }
     }
     let mut items = BTreeMap::new();
@@ -221,7 +274,246 @@ fn items_of(args: &[String]) -> anyhow::Result<BTreeMap<String, String>> {
     Ok(items)
 }
 
-async fn put(a: PutArgs) -> anyhow::Result<()> {
+/// A specification's path (if it names one) and items: JSON (`{"Path", "Items"}`) or HCL
+/// (`path = …`, `items { … }`).
+fn spec_items(text: &str, hcl: bool) -> anyhow::Result<(Option<String>, BTreeMap<String, String>)> {
+    let v: Value = if hcl {
+        hcl::from_str(text).context("the specification is not HCL")?
+    } else {
+        serde_json::from_str(text).context("the variable is not JSON")?
+    };
+    let (path_key, items_key) = if hcl {
+        ("path", "items")
+    } else {
+        ("Path", "Items")
+    };
+    let path = v[path_key].as_str().map(str::to_string);
+    let items = v.get(items_key).cloned().unwrap_or(if hcl {
+        Value::Object(Default::default())
+    } else {
+        v
+    });
+    let items = serde_json::from_value(items).context("a variable's items are a map of strings")?;
+    Ok((path, items))
+}
+
+const INIT_HCL: &str = r#"# A variable path can be specified in the specification file
+# and will be used when writing the variable without specifying a
+# path in the command or when writing JSON directly to the `/var/`
+# HTTP API endpoint
+# path = "path/to/variable"
+
+# The Namespace to write the variable can be included in the specification. This
+# value can be overridden by specifying the "-namespace" flag on the "put"
+# command.
+# namespace = "default"
+
+# The items map is the only strictly required part of a variable
+# specification, since path and namespace can be set via other means.
+# It contains the sensitive material to encrypt and store as a Nomad
+# variable. The entire items map is encrypted and decrypted as a single
+# unit.
+
+# REMINDER: While keys in the items map can contain dots, using them in
+# templates is easier when they do not. As a best practice, avoid dotted
+# keys when possible.
+items {
+  key1 = "value 1"
+  key2 = "value 2"
+}
+"#;
+
+const INIT_JSON: &str = r#"{
+  "Namespace": "default",
+  "Path": "path/to/variable",
+  "Items": {
+    "key1": "value 1",
+    "key2": "value 2"
+  }
+}
+"#;
+
+fn init(a: InitArgs) -> anyhow::Result<()> {
+    let json = a.out == "json";
+    let file = a
+        .file
+        .unwrap_or_else(|| if json { "spec.nv.json" } else { "spec.nv.hcl" }.to_string());
+    if std::path::Path::new(&file).exists() {
+        bail!("File {file:?} already exists");
+    }
+    std::fs::write(&file, if json { INIT_JSON } else { INIT_HCL })
+        .with_context(|| format!("Failed to write {file:?}"))?;
+    if !a.quiet {
+        println!("Example variable specification written to {file}");
+    }
+    Ok(())
+}
+
+/// A Go duration flag, in nanoseconds.
+fn duration_flag(name: &str, v: &Option<String>) -> anyhow::Result<Option<std::time::Duration>> {
+    v.as_deref()
+        .map(|s| {
+            crate::util::go::parse_go_duration(s)
+                .ok_or_else(|| anyhow::anyhow!("Invalid {name}: {s:?} is not a duration"))
+        })
+        .transpose()
+}
+
+async fn lock(a: LockArgs) -> anyhow::Result<()> {
+    let say = |m: &str| {
+        if a.verbose {
+            eprintln!("{m}");
+        }
+    };
+    let mut args = a.args.clone();
+    let first = args.remove(0);
+    let read_spec = |arg: &str| -> anyhow::Result<(Option<String>, BTreeMap<String, String>)> {
+        let file = &arg[1..];
+        let text =
+            std::fs::read_to_string(file).with_context(|| format!("Error reading {file:?}"))?;
+        spec_items(&text, file.ends_with(".hcl"))
+    };
+    let (mut path, mut items) = match first.strip_prefix('@') {
+        Some(_) => read_spec(&first)?,
+        None => (Some(first.trim_matches('/').to_string()), BTreeMap::new()),
+    };
+    if args.first().is_some_and(|a| a.starts_with('@')) {
+        let spec = args.remove(0);
+        let (p, i) = read_spec(&spec)?;
+        path = path.or(p);
+        items = i;
+    }
+    let Some(path) = path.filter(|p| !p.is_empty()) else {
+        bail!("the variable's path is missing (give it, or a specification with a path)");
+    };
+    if args.is_empty() {
+        bail!("Not enough arguments: a command to run is missing");
+    }
+    let ttl = duration_flag("TTL", &a.ttl)?;
+    // Checked here, sent as written.
+    duration_flag("Lock Delay", &a.delay)?;
+    let ttl_or_default = ttl.unwrap_or(std::time::Duration::from_secs(15));
+    let backoff = duration_flag("backoff", &a.backoff)?.unwrap_or(ttl_or_default.mul_f64(1.1));
+    let mut lock = serde_json::Map::new();
+    if let Some(t) = &a.ttl {
+        lock.insert("TTL".into(), json!(t));
+    }
+    if let Some(d) = &a.delay {
+        lock.insert("LockDelay".into(), json!(d));
+    }
+    let api = a.api.client()?;
+    let url = var_path(&path);
+    tokio::time::sleep(std::time::Duration::from_millis(
+        rand::random::<u64>() % 100,
+    ))
+    .await;
+    say("Attempting to acquire lock");
+    let id = loop {
+        match api
+            .request::<_, Value>(
+                Method::PUT,
+                &format!("{url}?lock-acquire"),
+                Some(&json!({ "Items": items, "Lock": lock })),
+            )
+            .await
+        {
+            Ok(v) => break v["Lock"]["ID"].as_str().unwrap_or_default().to_string(),
+            Err(ApiError::Status { status, .. }) if status == StatusCode::CONFLICT => {
+                if a.early_return {
+                    say("The lock is held by another; returning early");
+                    return Ok(());
+                }
+                say("The lock is held by another; waiting");
+                tokio::time::sleep(backoff).await;
+            }
+            Err(e) => return Err(e).context("Lock error: acquiring the lock"),
+        }
+    };
+    if id.is_empty() {
+        bail!("Lock error: the servers answered no lock ID");
+    }
+    say(&format!(
+        "Variable locked, ready to execute: {}",
+        args.join(" ")
+    ));
+    let mut cmd = if a.shell {
+        let shell = std::env::var("SHELL").unwrap_or_else(|_| "/bin/sh".into());
+        let mut c = tokio::process::Command::new(shell);
+        c.arg("-c").arg(args.join(" "));
+        c
+    } else {
+        let mut c = tokio::process::Command::new(&args[0]);
+        c.args(&args[1..]);
+        c
+    };
+    cmd.kill_on_drop(true);
+    let release = |api: crate::api::ApiClient, url: String, id: String| async move {
+        api.request::<_, Value>(
+            Method::PUT,
+            &format!("{url}?lock-release"),
+            Some(&json!({ "Lock": { "ID": id } })),
+        )
+        .await
+    };
+    let mut child = match cmd.spawn() {
+        Ok(c) => c,
+        Err(e) => {
+            let _ = release(api.clone(), url.clone(), id.clone()).await;
+            bail!("Lock error: starting {:?}: {e}", args[0]);
+        }
+    };
+    let renew_every = ttl_or_default.mul_f64(0.7);
+    let mut sigint = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::interrupt())?;
+    let mut sigterm = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
+    let forward = |child: &tokio::process::Child, sig: i32| {
+        if let Some(pid) = child.id() {
+            // SAFETY: sending a signal to our own child process.
+            unsafe { libc::kill(pid as i32, sig) };
+        }
+    };
+    let outcome = loop {
+        tokio::select! {
+            status = child.wait() => break status.map_err(anyhow::Error::from),
+            _ = sigint.recv() => forward(&child, libc::SIGINT),
+            _ = sigterm.recv() => forward(&child, libc::SIGTERM),
+            _ = tokio::time::sleep(renew_every) => {
+                let renewed = api
+                    .request::<_, Value>(
+                        Method::PUT,
+                        &format!("{url}?lock-renew"),
+                        Some(&json!({ "Lock": { "ID": id } })),
+                    )
+                    .await;
+                if let Err(e) = renewed {
+                    let _ = child.kill().await;
+                    break Err(anyhow::anyhow!("error renewing the lease: {e}"));
+                }
+            }
+        }
+    };
+    say("Releasing the lock");
+    let released = release(api, url, id).await;
+    match outcome {
+        Ok(status) if status.success() => {
+            released.context("Lock error: releasing the lock")?;
+            Ok(())
+        }
+        Ok(status) => bail!("Lock error: error executing protected function {status}"),
+        Err(e) => bail!("Lock error: {e}"),
+    }
+}
+
+async fn put(mut a: PutArgs) -> anyhow::Result<()> {
+    // `var put @SPEC`: the path is the specification's.
+    if let Some(file) = a.path.strip_prefix('@') {
+        let text =
+            std::fs::read_to_string(file).with_context(|| format!("Error reading {file:?}"))?;
+        let (path, _) = spec_items(&text, file.ends_with(".hcl"))?;
+        let Some(path) = path.filter(|p| !p.is_empty()) else {
+            bail!("the specification {file:?} names no path: give it as the first argument");
+        };
+        a.items.insert(0, std::mem::replace(&mut a.path, path));
+    }
     let items = items_of(&a.items)?;
     if items.is_empty() {
         bail!("A variable needs at least one item: KEY=VALUE");
@@ -285,5 +577,18 @@ mod tests {
         assert!(items_of(&["novalue".into()]).is_err());
         assert!(items_of(&["=v".into()]).is_err());
         assert_eq!(var_path("/app/db x"), "/v1/var/app/db%20x");
+    }
+
+    #[test]
+    fn specifications_are_json_or_hcl_as_var_init_writes_them() {
+        let (path, items) = spec_items(INIT_HCL, true).unwrap();
+        assert_eq!(path, None, "the example's path is commented out");
+        assert_eq!(items["key1"], "value 1");
+        let (path, items) = spec_items(INIT_JSON, false).unwrap();
+        assert_eq!(path.as_deref(), Some("path/to/variable"));
+        assert_eq!(items["key2"], "value 2");
+        let (path, _) = spec_items("path = \"a/b\"\nitems { k = \"v\" }\n", true).unwrap();
+        assert_eq!(path.as_deref(), Some("a/b"));
+        assert!(spec_items("items { k = [1] }", true).is_err());
     }
 }

@@ -59,6 +59,7 @@ pub async fn apply(
     let released = matches!(req.op, VariableOp::LockRelease);
     let cmd = match req.op {
         VariableOp::Set(items) => {
+            validate_variable_items(&items).map_err(|e| ServiceError::invalid("Items", e))?;
             let data = encrypt(ep, &req.namespace, &req.path, &items).await?;
             Command::VariableUpsert(VariableUpsert {
                 var: new_var(req.namespace, req.path, data),
@@ -74,6 +75,10 @@ pub async fn apply(
                 .map_err(|e| ServiceError::invalid("Lock", e))?;
             if lock.id.is_empty() {
                 return Err(ServiceError::invalid("Lock", "missing lock ID"));
+            }
+            // A lock needs no items (Nomad's `ValidateForLock`), only the size limit.
+            if !items.is_empty() {
+                validate_variable_items(&items).map_err(|e| ServiceError::invalid("Items", e))?;
             }
             let data = encrypt(ep, &req.namespace, &req.path, &items).await?;
             acquired = Some(lock.id.clone());
@@ -131,14 +136,13 @@ pub async fn apply(
     }
 }
 
-/// `items`, checked and encrypted for `namespace`/`path` with the active root key.
+/// `items` encrypted for `namespace`/`path` with the active root key.
 async fn encrypt(
     ep: &Endpoints,
     namespace: &str,
     path: &str,
     items: &BTreeMap<String, String>,
 ) -> Result<teamster_storage::model::VariableData, ServiceError> {
-    validate_variable_items(items).map_err(|e| ServiceError::invalid("Items", e))?;
     let snap = ep.node().state().snapshot();
     ep.keyring()
         .encrypt_items(&snap, namespace, path, items)
