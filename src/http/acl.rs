@@ -506,6 +506,8 @@ pub fn event_stream_needs(query: &[(String, String)], ctx: &HttpContext) -> Vec<
                 }
             }
             "Node" => needs.push(Need::NodeRead),
+            // Filtered event by event: only paths the token may list.
+            "Variable" => {}
             _ => needs.push(Need::Management),
         }
     }

@@ -6,7 +6,9 @@
 //! `Evaluation` (`EvaluationUpdated`), `Allocation` (`AllocationUpdated`), `Deployment`
 //! (`PlanResult`, `DeploymentStatusUpdate`, `DeploymentPromotion`, `DeploymentAllocHealth`:
 //! what changed since the version the stream sent before) and `Node` (`NodeRegistration`,
-//! `NodeDeregistration`, `NodeEligibility`, `NodeDrain`, `NodeEvent`), each `Topic`,
+//! `NodeDeregistration`, `NodeEligibility`, `NodeDrain`, `NodeEvent`) and `Variable`
+//! (`VariableUpdated`, for writes, locks, releases and deletes, with `{Metadata, Deleted}`:
+//! never the items nor a lock's ID; only paths the token may list), each `Topic`,
 //! `Topic:*` or `Topic:<key>` (an object's ID, or for evaluations, allocations and
 //! deployments their job's ID), `*` for all; `namespace` (`*` for every one; node events
 //! have none); `index` to resume: the objects changed after that index are sent first, each
@@ -47,7 +49,14 @@ const SEND_BUFFER: usize = 256;
 const HEARTBEAT: Duration = Duration::from_secs(10);
 
 /// The topics an event can have.
-const TOPICS: &[&str] = &["Job", "Evaluation", "Allocation", "Deployment", "Node"];
+const TOPICS: &[&str] = &[
+    "Job",
+    "Evaluation",
+    "Allocation",
+    "Deployment",
+    "Node",
+    "Variable",
+];
 
 /// What a stream sends: topics (with their keys) and namespace.
 #[derive(Debug, Clone, PartialEq)]
@@ -273,6 +282,18 @@ pub fn events_of(
                 json!({ "Node": node }),
             )]
         }
+        StateChange::VariableChanged {
+            namespace,
+            path,
+            deleted,
+        } => {
+            let meta = snap
+                .variable(namespace, path)
+                .filter(|_| !*deleted)
+                .map(|v| variable_meta(&v.meta))
+                .unwrap_or_else(|| json!({ "Namespace": namespace, "Path": path }));
+            vec![variable_event(namespace, path, index, meta, *deleted)]
+        }
         StateChange::NodeDeregistered { node_id } => vec![event(
             "Node",
             "NodeDeregistration",
@@ -284,6 +305,42 @@ pub fn events_of(
         )],
         _ => Vec::new(),
     }
+}
+
+/// A variable's metadata as the `Variable` topic sends it (its lock's ID never).
+fn variable_meta(m: &teamster_storage::model::VariableMetadata) -> Value {
+    json!({
+        "Namespace": m.namespace,
+        "Path": m.path,
+        "CreateIndex": m.create_index,
+        "CreateTime": m.create_time,
+        "ModifyIndex": m.modify_index,
+        "ModifyTime": m.modify_time,
+    })
+}
+
+fn variable_event(namespace: &str, path: &str, index: u64, meta: Value, deleted: bool) -> Value {
+    event(
+        "Variable",
+        "VariableUpdated",
+        path,
+        namespace,
+        index,
+        vec![],
+        json!({ "Metadata": meta, "Deleted": deleted }),
+    )
+}
+
+/// Whether `identity` may see `e`: a `Variable` event only when it may list the path.
+fn visible(identity: &Identity, e: &Value) -> bool {
+    if e["Topic"] != "Variable" {
+        return true;
+    }
+    identity.acl.allows(&crate::acl::Need::Variable(
+        e["Namespace"].as_str().unwrap_or_default().to_string(),
+        e["Key"].as_str().unwrap_or_default().to_string(),
+        crate::acl::VarCap::List,
+    ))
 }
 
 fn eval_event(eval: &teamster_storage::model::Evaluation, index: u64) -> Value {
@@ -340,6 +397,19 @@ pub fn replay(snap: &Snapshot, after: u64) -> Vec<Value> {
     for d in snap.deployments().filter(|d| d.modify_index > after) {
         let kind = deployment_event_type(None, d, d.modify_index);
         out.push((d.modify_index, deployment_event(kind, d, d.modify_index)));
+    }
+    for v in snap
+        .variables(None, "")
+        .filter(|v| v.meta.modify_index > after)
+    {
+        let e = variable_event(
+            &v.meta.namespace,
+            &v.meta.path,
+            v.meta.modify_index,
+            variable_meta(&v.meta),
+            false,
+        );
+        out.push((v.meta.modify_index, e));
     }
     for n in snap.nodes().filter(|n| n.modify_index > after) {
         let e = event(
@@ -454,7 +524,7 @@ pub async fn stream(
     let backlog: Vec<Value> = if filter.index > 0 {
         replay(&snap, filter.index)
             .into_iter()
-            .filter(|e| filter.wants(e))
+            .filter(|e| filter.wants(e) && visible(&identity, e))
             .collect()
     } else {
         Vec::new()
@@ -521,7 +591,7 @@ pub async fn stream(
                         let snap = state.snapshot();
                         let events: Vec<Value> = events_of(&change, index, &snap, &mut sent)
                             .into_iter()
-                            .filter(|e| filter.wants(e))
+                            .filter(|e| filter.wants(e) && visible(&identity, e))
                             .collect();
                         drop(snap);
                         for f in frames(events) {
@@ -572,6 +642,42 @@ mod tests {
         let uri: axum::http::Uri = format!("/v1/event/stream?{query}").parse().unwrap();
         let Query(pairs) = Query::<Vec<(String, String)>>::try_from_uri(&uri).unwrap();
         Filter::parse(pairs)
+    }
+
+    #[test]
+    fn variable_events_go_only_to_tokens_that_may_list_the_path() {
+        let e = variable_event(
+            "default",
+            "app/db",
+            9,
+            json!({ "Namespace": "default", "Path": "app/db" }),
+            true,
+        );
+        assert_eq!(e["Topic"], "Variable");
+        assert_eq!(e["Type"], "VariableUpdated");
+        assert_eq!(e["Key"], "app/db");
+        assert_eq!(e["Payload"]["Deleted"], true);
+        assert!(visible(&Identity::unrestricted(), &e));
+        let nobody = Identity {
+            acl: std::sync::Arc::new(crate::acl::Acl::default()),
+            token: None,
+            claims: None,
+        };
+        assert!(!visible(&nobody, &e));
+        let other = event(
+            "Job",
+            "JobRegistered",
+            "web",
+            "default",
+            9,
+            vec![],
+            json!({}),
+        );
+        assert!(
+            visible(&nobody, &other),
+            "other topics are checked up front"
+        );
+        assert!(filter("topic=Variable:app/db").unwrap().wants(&e));
     }
 
     #[test]

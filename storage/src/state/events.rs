@@ -161,6 +161,16 @@ pub enum StateChange {
     /// ACL policies or tokens were written or deleted: whoever holds a long-lived request
     /// on behalf of a token (the event stream) checks the token again.
     AclChanged,
+    /// A variable was written, locked, released or deleted (the event stream's `Variable`
+    /// topic).
+    VariableChanged {
+        /// Its namespace.
+        namespace: String,
+        /// Its path.
+        path: String,
+        /// It was deleted.
+        deleted: bool,
+    },
     /// The whole state was replaced from a snapshot image: rebuild from a fresh snapshot.
     Restored,
 }

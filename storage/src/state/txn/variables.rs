@@ -76,9 +76,20 @@ impl WriteTxn {
         }
         var.meta.modify_index = index;
         var.meta.modify_time = now;
-        self.t.variables.insert(key, Arc::new(var));
+        self.t.variables.insert(key.clone(), Arc::new(var));
         self.touch(Table::Variables);
+        self.variable_changed(key, false);
         Ok(())
+    }
+
+    /// Publishes a variable's change for the event stream.
+    fn variable_changed(&mut self, (namespace, path): (String, String), deleted: bool) {
+        self.changes
+            .push(crate::state::StateChange::VariableChanged {
+                namespace,
+                path,
+                deleted,
+            });
     }
 
     /// Deletes a variable (none there: nothing to do, unless `cas` asks for one).
@@ -104,6 +115,7 @@ impl WriteTxn {
         }
         if self.t.variables.remove(&key).is_some() {
             self.touch(Table::Variables);
+            self.variable_changed(key, true);
         }
         Ok(())
     }
@@ -134,8 +146,9 @@ impl WriteTxn {
         let mut var = (**existing).clone();
         var.meta.lock = None;
         var.meta.modify_index = self.index();
-        self.t.variables.insert(key, Arc::new(var));
+        self.t.variables.insert(key.clone(), Arc::new(var));
         self.touch(Table::Variables);
+        self.variable_changed(key, false);
         Ok(())
     }
 }
