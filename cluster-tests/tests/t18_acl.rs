@@ -1528,6 +1528,7 @@ async fn every_rpc_refuses_callers_its_rule_does_not_allow() {
             // Prepublished for the far future: it never signs.
             ServiceRequest::KeyringRotate(KeyringRotateRequest {
                 publish_time: Some(i64::MAX),
+                full: false,
             }),
             Caller::Management,
         ),

@@ -854,6 +854,41 @@ async fn variables_are_encrypted_at_rest_checked_and_set_and_scoped_by_policy() 
     .await;
     assert_eq!(s, StatusCode::BAD_REQUEST, "{refused}");
 
+    // A full rotation re-encrypts every variable under a newer key in the background: the
+    // old key is then used by none and may go; the variables still read.
+    let (s, v) = call(
+        Method::PUT,
+        &url(&c, leader, "/v1/operator/keyring/rotate?full=true"),
+        Some(&root),
+        None,
+    )
+    .await;
+    assert_eq!(s, StatusCode::OK, "{v}");
+    wait_for(
+        Duration::from_secs(30),
+        "the old key unused and removed",
+        || async {
+            let (s, _) = call(
+                Method::DELETE,
+                &url(&c, leader, &format!("/v1/operator/keyring/key/{old_key}")),
+                Some(&root),
+                None,
+            )
+            .await;
+            (s == StatusCode::OK).then_some(())
+        },
+    )
+    .await?;
+    let (s, v) = call(
+        Method::GET,
+        &url(&c, leader, "/v1/var/app/db"),
+        Some(&root),
+        None,
+    )
+    .await;
+    assert_eq!(s, StatusCode::OK, "{v}");
+    assert_eq!(v["Items"]["user"], "app2");
+
     // Deleted with check-and-set; gone.
     let (s, _) = call(
         Method::DELETE,

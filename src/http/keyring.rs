@@ -58,13 +58,11 @@ pub async fn rotate(
             )));
         }
     }
-    if q.contains_key("full") {
-        // Nomad re-encrypts every variable under the new key; there are none to rekey yet,
-        // so a full rotation is refused rather than answered as done.
-        return Err(ApiError::bad_request(
-            "full rotation (re-encrypting variables) is not supported by teamster yet",
-        ));
-    }
+    // `?full` (`full=true`): every variable re-encrypted under the new key, in the
+    // background.
+    let full = q
+        .get("full")
+        .is_some_and(|v| v.is_empty() || v.parse::<bool>().unwrap_or(false));
     let publish_time = match q.get("publish_time").filter(|v| !v.is_empty()) {
         None => None,
         Some(v) => Some(
@@ -74,7 +72,7 @@ pub async fn rotate(
     };
     let meta = ctx
         .endpoints()?
-        .keyring_rotate(KeyringRotateRequest { publish_time })
+        .keyring_rotate(KeyringRotateRequest { publish_time, full })
         .await?;
     let index = meta.modify_index;
     Ok(json_write(json!({ "Key": meta, "Index": index }), index))

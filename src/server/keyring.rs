@@ -346,6 +346,48 @@ impl Keyring {
 
     /// On the leader: a new root key, active at once, or prepublished until `publish_time`
     /// (Unix nanoseconds) when it is in the future. Its metadata as written.
+    /// Re-encrypts every variable not under the active root key with the active key's data
+    /// key (a full rotation), on the leader: each is written back only if unchanged since
+    /// it was read (check-and-set), keeping its lock; one written meanwhile was written
+    /// under the active key already. Returns how many were re-encrypted.
+    pub async fn rekey(&self) -> Result<usize, ServerKeyringError> {
+        let snap = self.inner.node.state().snapshot();
+        let Some(active) = snap.active_root_key().map(|k| k.meta.key_id.clone()) else {
+            return Ok(0);
+        };
+        let stale: Vec<Arc<VariableEncrypted>> = snap
+            .variables(None, "")
+            .filter(|v| v.data.key_id != active)
+            .cloned()
+            .collect();
+        let mut done = 0;
+        for var in stale {
+            let items = self.decrypt_items(&snap, &var).await?;
+            let data = self
+                .encrypt_items(&snap, &var.meta.namespace, &var.meta.path, &items)
+                .await?;
+            let cmd = Command::VariableUpsert(teamster_storage::fsm::VariableUpsert {
+                var: VariableEncrypted {
+                    meta: teamster_storage::model::VariableMetadata {
+                        namespace: var.meta.namespace.clone(),
+                        path: var.meta.path.clone(),
+                        ..Default::default()
+                    },
+                    data,
+                },
+                cas: Some(var.meta.modify_index),
+                now: self.inner.clock.now_unix_nanos(),
+                lock_id: var.meta.lock.as_ref().map(|l| l.id.clone()),
+                acquire: None,
+            });
+            let applied = self.inner.node.write_local(cmd).await?;
+            if applied.response.rejection().is_none() {
+                done += 1;
+            }
+        }
+        Ok(done)
+    }
+
     pub async fn rotate(
         &self,
         publish_time: Option<i64>,

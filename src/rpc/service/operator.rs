@@ -128,6 +128,8 @@ pub struct ReconcileSummariesRequest;
 pub struct KeyringRotateRequest {
     /// When a prepublished key becomes active, Unix nanoseconds (`None`: at once).
     pub publish_time: Option<i64>,
+    /// Re-encrypt every variable under the new key, in the background (`-full`).
+    pub full: bool,
 }
 
 /// `Keyring.Delete`: remove a root key (never the active one).

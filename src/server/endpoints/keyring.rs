@@ -143,10 +143,30 @@ pub async fn rotate(
     ep: &Endpoints,
     req: KeyringRotateRequest,
 ) -> Result<RootKeyMeta, ServiceError> {
-    ep.keyring()
+    if req.full && req.publish_time.is_some() {
+        return Err(ServiceError::invalid(
+            "full",
+            "a full rotation re-encrypts under the new key at once: not with a publish time",
+        ));
+    }
+    let meta = ep
+        .keyring()
         .rotate(req.publish_time)
         .await
-        .map_err(keyring_error)
+        .map_err(keyring_error)?;
+    if req.full {
+        // In the background, as Nomad's: the rotation answers at once.
+        let keyring = ep.keyring().clone();
+        tokio::spawn(async move {
+            match keyring.rekey().await {
+                Ok(n) => tracing::info!(variables = n, "full rotation: variables re-encrypted"),
+                Err(e) => {
+                    tracing::warn!(error = %e, "full rotation stopped; rotate with -full again")
+                }
+            }
+        });
+    }
+    Ok(meta)
 }
 
 /// `Keyring.Delete`.
