@@ -515,6 +515,19 @@ async fn variable_locks_are_held_renewed_released_and_lapse() -> anyhow::Result<
         (s, v.as_str()),
         (StatusCode::CONFLICT, Some("variable doesn't hold a lock"))
     );
+    // An acquire without items keeps the variable's; every acquire gets a new ID.
+    let (s, v) = put("?lock-acquire", json!({ "Lock": { "ID": id } })).await;
+    assert_eq!(s, StatusCode::OK, "{v}");
+    assert_eq!(v["Items"]["who"], "a2", "{v}");
+    let again = v["Lock"]["ID"].as_str().unwrap_or_default().to_string();
+    assert!(!again.is_empty() && again != id, "{v}");
+    let (s, v) = put("?lock-acquire", json!({ "Lock": { "ID": again } })).await;
+    assert_eq!(
+        (s, v.as_str()),
+        (StatusCode::CONFLICT, Some("variable already locked"))
+    );
+    let (s, v) = put("?lock-release", json!({ "Lock": { "ID": again } })).await;
+    assert_eq!(s, StatusCode::OK, "{v}");
 
     // Not renewed: it lapses after two TTLs and, its delay later, the leader releases it.
     let (s, v) = put(

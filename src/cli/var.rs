@@ -165,6 +165,12 @@ fn var_path(path: &str) -> String {
 /// Nomad's words for a refused check-and-set.
 fn cas_conflict(e: ApiError, given: Option<u64>) -> anyhow::Error {
     match e {
+        // A conflict answers the current variable; a lock's refusal is a message.
+        ApiError::Status { status, message }
+            if status == StatusCode::CONFLICT && !message.trim_start().starts_with('{') =>
+        {
+            anyhow::anyhow!("{message}")
+        }
         ApiError::Status { status, message } if status == StatusCode::CONFLICT => {
             let current: Value = serde_json::from_str(&message).unwrap_or(Value::Null);
             let server = current["ModifyIndex"].as_u64().unwrap_or(0);
@@ -393,7 +399,10 @@ async fn lock(a: LockArgs) -> anyhow::Result<()> {
     // Checked here, sent as written.
     duration_flag("Lock Delay", &a.delay)?;
     let ttl_or_default = ttl.unwrap_or(std::time::Duration::from_secs(15));
-    let backoff = duration_flag("backoff", &a.backoff)?.unwrap_or(ttl_or_default.mul_f64(1.1));
+    let floor = std::time::Duration::from_secs(1);
+    let backoff = duration_flag("backoff", &a.backoff)?
+        .unwrap_or(ttl_or_default.mul_f64(1.1))
+        .max(floor);
     let mut lock = serde_json::Map::new();
     if let Some(t) = &a.ttl {
         lock.insert("TTL".into(), json!(t));
@@ -408,16 +417,26 @@ async fn lock(a: LockArgs) -> anyhow::Result<()> {
     ))
     .await;
     say("Attempting to acquire lock");
-    let id = loop {
+    // Items only from a specification: none keep the variable's.
+    let mut body = json!({ "Lock": lock });
+    if !items.is_empty() {
+        body["Items"] = json!(items);
+    }
+    let (id, held_ttl) = loop {
         match api
-            .request::<_, Value>(
-                Method::PUT,
-                &format!("{url}?lock-acquire"),
-                Some(&json!({ "Items": items, "Lock": lock })),
-            )
+            .request::<_, Value>(Method::PUT, &format!("{url}?lock-acquire"), Some(&body))
             .await
         {
-            Ok(v) => break v["Lock"]["ID"].as_str().unwrap_or_default().to_string(),
+            Ok(v) => {
+                let ttl = v["Lock"]["TTL"]
+                    .as_str()
+                    .and_then(crate::util::go::parse_go_duration)
+                    .unwrap_or(ttl_or_default);
+                break (
+                    v["Lock"]["ID"].as_str().unwrap_or_default().to_string(),
+                    ttl,
+                );
+            }
             Err(ApiError::Status { status, .. }) if status == StatusCode::CONFLICT => {
                 if a.early_return {
                     say("The lock is held by another; returning early");
@@ -462,7 +481,12 @@ async fn lock(a: LockArgs) -> anyhow::Result<()> {
             bail!("Lock error: starting {:?}: {e}", args[0]);
         }
     };
-    let renew_every = ttl_or_default.mul_f64(0.7);
+    // Renewed every 0.7 TTL (the TTL the servers answered), each renewal given at most
+    // the TTL to answer.
+    let mut renewals = tokio::time::interval_at(
+        tokio::time::Instant::now() + held_ttl.mul_f64(0.7).max(floor),
+        held_ttl.mul_f64(0.7).max(floor),
+    );
     let mut sigint = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::interrupt())?;
     let mut sigterm = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
     let forward = |child: &tokio::process::Child, sig: i32| {
@@ -476,15 +500,22 @@ async fn lock(a: LockArgs) -> anyhow::Result<()> {
             status = child.wait() => break status.map_err(anyhow::Error::from),
             _ = sigint.recv() => forward(&child, libc::SIGINT),
             _ = sigterm.recv() => forward(&child, libc::SIGTERM),
-            _ = tokio::time::sleep(renew_every) => {
-                let renewed = api
-                    .request::<_, Value>(
+            _ = renewals.tick() => {
+                let renewed = tokio::time::timeout(
+                    held_ttl,
+                    api.request::<_, Value>(
                         Method::PUT,
                         &format!("{url}?lock-renew"),
                         Some(&json!({ "Lock": { "ID": id } })),
-                    )
-                    .await;
-                if let Err(e) = renewed {
+                    ),
+                )
+                .await;
+                let failed = match renewed {
+                    Ok(Ok(_)) => None,
+                    Ok(Err(e)) => Some(e.to_string()),
+                    Err(_) => Some(format!("no answer within {held_ttl:?}")),
+                };
+                if let Some(e) = failed {
                     let _ = child.kill().await;
                     break Err(anyhow::anyhow!("error renewing the lease: {e}"));
                 }

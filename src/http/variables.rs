@@ -7,8 +7,8 @@
 //! /v1/var/:path[?cas=N]` (204, or 409). Reads are blocking queries on the variables table.
 //!
 //! Locks (Nomad 1.7): `PUT /v1/var/:path?lock-acquire` (`{"Items"?, "Lock"?: {"TTL",
-//! "LockDelay"}}` → the variable with its `Lock`, ID included; 409 while another holds
-//! it), `?lock-renew` (`{"Lock": {"ID"}}` → its metadata; 409 once it lapsed),
+//! "LockDelay"}}` → the variable with its `Lock`, a new ID included; no items keep the
+//! variable's; 409 while it is locked), `?lock-renew` (`{"Lock": {"ID"}}` → its metadata; 409 once it lapsed),
 //! `?lock-release` (`{"Lock": {"ID"}}`). A locked variable is written only by its holder
 //! (the body's `Lock.ID`) and deleted by nobody; only the holder and management tokens see
 //! a lock's ID.
@@ -375,12 +375,12 @@ async fn lock_op(
     };
     match op {
         "lock-acquire" => {
+            // Every lock gets a new ID from the server (one a client picked could be
+            // another's), and items only when some are given: none keep the variable's.
             let mut lock = lock;
-            if lock.id.is_empty() {
-                lock.id = crate::util::new_uuid(&mut rand::thread_rng());
-            }
+            lock.id = crate::util::new_uuid(&mut rand::thread_rng());
             let id = lock.id.clone();
-            let items = body.items.unwrap_or_default();
+            let items = body.items.filter(|i| !i.is_empty());
             match apply(
                 ctx,
                 namespace,

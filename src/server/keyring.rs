@@ -379,6 +379,7 @@ impl Keyring {
                 now: self.inner.clock.now_unix_nanos(),
                 lock_id: var.meta.lock.as_ref().map(|l| l.id.clone()),
                 acquire: None,
+                keep_items: false,
             });
             let applied = self.inner.node.write_local(cmd).await?;
             if applied.response.rejection().is_none() {

@@ -38,10 +38,21 @@ pub struct Lapsed {
     pub lock_id: String,
 }
 
-/// The leases of the locks the leader knows, by lock ID: when each was last renewed.
+/// Where a lock is and which it is: namespace, path, lock ID.
+type LeaseKey = (String, String, String);
+
+/// A variable's place: namespace and path.
+pub type Place<'a> = (&'a str, &'a str);
+
+fn key((namespace, path): Place<'_>, lock_id: &str) -> LeaseKey {
+    (namespace.to_string(), path.to_string(), lock_id.to_string())
+}
+
+/// The leases of the locks the leader knows, by variable and lock ID: when each was last
+/// renewed.
 #[derive(Debug, Default)]
 pub struct LockLeases {
-    renewed: Mutex<HashMap<String, Instant>>,
+    renewed: Mutex<HashMap<LeaseKey, Instant>>,
 }
 
 /// Two TTLs: how long a lease lasts after a renewal (Nomad's grace factor).
@@ -50,7 +61,7 @@ fn lease(lock: &VariableLock) -> Duration {
 }
 
 impl LockLeases {
-    fn map(&self) -> std::sync::MutexGuard<'_, HashMap<String, Instant>> {
+    fn map(&self) -> std::sync::MutexGuard<'_, HashMap<LeaseKey, Instant>> {
         self.renewed.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
@@ -60,20 +71,25 @@ impl LockLeases {
     }
 
     /// A lock was acquired at `now`.
-    pub fn acquired(&self, lock_id: &str, now: Instant) {
-        self.map().insert(lock_id.to_string(), now);
+    pub fn acquired(&self, at: Place<'_>, lock_id: &str, now: Instant) {
+        self.map().insert(key(at, lock_id), now);
     }
 
     /// A lock was released.
-    pub fn released(&self, lock_id: &str) {
-        self.map().remove(lock_id);
+    pub fn released(&self, at: Place<'_>, lock_id: &str) {
+        self.map().remove(&key(at, lock_id));
     }
 
     /// Renews `lock` at `now`: refused once its lease ran out (it is in its delay, about to
     /// be released). A lock without a lease yet (a new leader) gets one.
-    pub fn renew(&self, lock: &VariableLock, now: Instant) -> Result<(), &'static str> {
+    pub fn renew(
+        &self,
+        at: Place<'_>,
+        lock: &VariableLock,
+        now: Instant,
+    ) -> Result<(), &'static str> {
         let mut map = self.map();
-        let renewed = map.entry(lock.id.clone()).or_insert(now);
+        let renewed = map.entry(key(at, &lock.id)).or_insert(now);
         if now >= *renewed + lease(lock) {
             return Err("attempting to modify locked variable");
         }
@@ -93,8 +109,9 @@ impl LockLeases {
         let mut seen = Vec::new();
         let mut out = Vec::new();
         for (namespace, path, lock) in locked {
-            seen.push(lock.id.clone());
-            let renewed = *map.entry(lock.id.clone()).or_insert(now);
+            let k = key((namespace, path), &lock.id);
+            seen.push(k.clone());
+            let renewed = *map.entry(k).or_insert(now);
             let release_at = renewed + lease(lock) + Duration::from_nanos(lock.lock_delay);
             if now >= release_at {
                 out.push(Lapsed {
@@ -155,11 +172,14 @@ async fn check(leases: &LockLeases, node: &RaftNode) {
             path: l.path.clone(),
             lock_id: l.lock_id.clone(),
         });
+        let place = (l.namespace.as_str(), l.path.as_str());
         match node.write_local(cmd).await {
-            Ok(_) => {
+            Ok(applied) if applied.response.rejection().is_none() => {
                 info!(namespace = %l.namespace, path = %l.path, "variable lock lapsed and released");
-                leases.released(&l.lock_id);
+                leases.released(place, &l.lock_id);
             }
+            // Released or changed meanwhile: nothing to do.
+            Ok(_) => leases.released(place, &l.lock_id),
             Err(e) => {
                 warn!(path = %l.path, error = %e, "lapsed variable lock not released; retrying")
             }
@@ -217,17 +237,17 @@ mod tests {
         let leases = LockLeases::default();
         let l = lock("L1");
         let start = Instant::now();
-        leases.acquired("L1", start);
+        leases.acquired(("default", "app"), "L1", start);
         let at = |s: u64| start + Duration::from_secs(s);
         let held = [("default", "app", &l)];
         assert!(leases.lapsed(held.into_iter(), at(19)).is_empty());
         // Renewed at 15 s: its lease runs to 35 s.
         tokio::time::advance(Duration::from_secs(15)).await;
-        assert_eq!(leases.renew(&l, at(15)), Ok(()));
+        assert_eq!(leases.renew(("default", "app"), &l, at(15)), Ok(()));
         assert!(leases.lapsed(held.into_iter(), at(34)).is_empty());
         // Lapsed at 35 s: no renewal now, and released only after the delay (50 s).
         assert_eq!(
-            leases.renew(&l, at(35)),
+            leases.renew(("default", "app"), &l, at(35)),
             Err("attempting to modify locked variable")
         );
         assert!(leases.lapsed(held.into_iter(), at(49)).is_empty());
@@ -239,14 +259,14 @@ mod tests {
                 lock_id: "L1".into()
             }]
         );
-        leases.released("L1");
+        leases.released(("default", "app"), "L1");
         // A lock a new leader finds gets a fresh lease from when it first looks.
         let l2 = lock("L2");
         leases.clear();
         assert!(leases
             .lapsed([("default", "b", &l2)].into_iter(), at(100))
             .is_empty());
-        assert_eq!(leases.renew(&l2, at(119)), Ok(()));
+        assert_eq!(leases.renew(("default", "b"), &l2, at(119)), Ok(()));
         assert!(leases
             .lapsed([("default", "b", &l2)].into_iter(), at(150))
             .is_empty());

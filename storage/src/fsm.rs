@@ -166,8 +166,12 @@ pub struct VariableUpsert {
     pub now: i64,
     /// The writer's lock ID: a locked variable is written only by its lock's holder.
     pub lock_id: Option<String>,
-    /// Take this lock with the write (a lock acquire): refused while another holds it.
+    /// Take this lock with the write (a lock acquire): refused while the variable is
+    /// locked.
     pub acquire: Option<crate::model::VariableLock>,
+    /// Keep the variable's items when it exists (an acquire that gives none); `var`'s data
+    /// is used only for a new variable.
+    pub keep_items: bool,
 }
 
 /// Payload of [`Command::VariableLockRelease`].

@@ -15,8 +15,8 @@ pub enum VariableOp {
     /// Take this lock (its ID made by the caller), writing these items (Nomad's
     /// `lock-acquire`: they replace the variable's).
     LockAcquire {
-        /// The items.
-        items: BTreeMap<String, String>,
+        /// The items (`None`: the variable keeps its own).
+        items: Option<BTreeMap<String, String>>,
         /// The lock.
         lock: teamster_storage::model::VariableLock,
     },

@@ -285,7 +285,7 @@ impl Endpoints {
             Q::KeyringDelete(r) => A::KeyringDelete(keyring::delete(self, r).await?),
             Q::VariablesApply(r) => A::VariablesApply(variables::apply(self, r).await?),
             Q::TemplateRead(r) => A::TemplateRead(variables::template_read(self, r).await?),
-            Q::VariablesRenewLock(r) => A::VariablesRenewLock(variables::renew_lock(self, r)),
+            Q::VariablesRenewLock(r) => A::VariablesRenewLock(variables::renew_lock(self, r)?),
             Q::AclUpsertOneTimeToken(r) => {
                 A::AclUpsertOneTimeToken(acl::upsert_one_time_token(self, r).await?)
             }

@@ -55,6 +55,7 @@ pub async fn apply(
     validate_variable_path(&req.path).map_err(|e| ServiceError::invalid("Path", e))?;
     let now = ep.now();
     let lock_id = req.lock_id.clone();
+    let place = (req.namespace.clone(), req.path.clone());
     let mut acquired = None;
     let released = matches!(req.op, VariableOp::LockRelease);
     let cmd = match req.op {
@@ -67,9 +68,13 @@ pub async fn apply(
                 now,
                 lock_id: req.lock_id,
                 acquire: None,
+                keep_items: false,
             })
         }
         VariableOp::LockAcquire { items, mut lock } => {
+            // No items: the variable keeps its own (a new one has none).
+            let keep_items = items.is_none();
+            let items = items.unwrap_or_default();
             lock.canonicalize();
             lock.validate()
                 .map_err(|e| ServiceError::invalid("Lock", e))?;
@@ -88,6 +93,7 @@ pub async fn apply(
                 now,
                 lock_id: Some(lock.id.clone()),
                 acquire: Some(lock),
+                keep_items,
             })
         }
         VariableOp::LockRelease => Command::VariableLockRelease(VariableLockRelease {
@@ -124,11 +130,12 @@ pub async fn apply(
         None => {
             // The leader keeps the leases of the locks it gave.
             if let Some(id) = acquired {
-                ep.lock_leases().acquired(&id, tokio::time::Instant::now());
+                ep.lock_leases()
+                    .acquired((&place.0, &place.1), &id, tokio::time::Instant::now());
             }
             if released {
                 if let Some(id) = lock_id {
-                    ep.lock_leases().released(&id);
+                    ep.lock_leases().released((&place.0, &place.1), &id);
                 }
             }
             Ok(VariablesApplyResponse::Applied(applied.index))
@@ -166,25 +173,39 @@ fn new_var(
 }
 
 /// `Variables.RenewLock` on the leader: the lock's lease starts again (no raft write).
-pub fn renew_lock(ep: &Endpoints, req: VariablesRenewLockRequest) -> VariablesRenewLockResponse {
+pub fn renew_lock(
+    ep: &Endpoints,
+    req: VariablesRenewLockRequest,
+) -> Result<VariablesRenewLockResponse, ServiceError> {
     let refused = |reason: &str, missing: bool| VariablesRenewLockResponse::Refused {
         reason: reason.into(),
         missing,
     };
+    // Leases live on the leader that holds a quorum: a deposed or cut-off one must not
+    // keep a lock alive that the cluster's leader will release.
+    if !ep.established() || ep.node().lease_lost() {
+        return Err(ServiceError::NoLeader);
+    }
     let snap = ep.node().state().snapshot();
     let Some(var) = snap.variable(&req.namespace, &req.path) else {
-        return refused("variable doesn't exist", true);
+        return Ok(refused("variable doesn't exist", true));
     };
     let Some(lock) = &var.meta.lock else {
-        return refused("variable doesn't hold a lock", false);
+        return Ok(refused("variable doesn't hold a lock", false));
     };
     if lock.id != req.lock_id {
-        return refused("attempting to modify locked variable", false);
+        return Ok(refused("attempting to modify locked variable", false));
     }
-    match ep.lock_leases().renew(lock, tokio::time::Instant::now()) {
-        Ok(()) => VariablesRenewLockResponse::Renewed(var.meta.clone()),
-        Err(reason) => refused(reason, false),
-    }
+    let at = (var.meta.namespace.as_str(), var.meta.path.as_str());
+    Ok(
+        match ep
+            .lock_leases()
+            .renew(at, lock, tokio::time::Instant::now())
+        {
+            Ok(()) => VariablesRenewLockResponse::Renewed(var.meta.clone()),
+            Err(reason) => refused(reason, false),
+        },
+    )
 }
 
 /// `Template.Read`: what a task's templates read, as the caller's credential (the task's
@@ -221,10 +242,9 @@ pub async fn template_read(
                         .decrypt_items(snap, var)
                         .await
                         .map_err(keyring_error)?;
-                    TemplateData::Var(Some(TemplateVar {
-                        meta: var.meta.clone(),
-                        items,
-                    }))
+                    let mut meta = var.meta.clone();
+                    meta.lock = None;
+                    TemplateData::Var(Some(TemplateVar { meta, items }))
                 } else {
                     TemplateData::Var(None)
                 }
@@ -240,7 +260,10 @@ pub async fn template_read(
                                 VarCap::List,
                             ))
                         })
-                        .map(|v| v.meta.clone())
+                        .map(|v| VariableMetadata {
+                            lock: None,
+                            ..v.meta.clone()
+                        })
                         .collect(),
                 )
             }

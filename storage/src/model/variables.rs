@@ -84,6 +84,10 @@ impl VariableLock {
         if !(MIN_LOCK_TTL..=MAX_LOCK_TTL).contains(&self.ttl) {
             return Err("TTL must be between 10 seconds and 24 hours".into());
         }
+        // Nomad sets no bound; a lock that stays taken for centuries is refused here.
+        if self.lock_delay > MAX_LOCK_TTL {
+            return Err("LockDelay must be at most 24 hours".into());
+        }
         Ok(())
     }
 }

@@ -583,6 +583,7 @@ fn execute(txn: &mut WriteTxn, command: Command) -> Result<CommandResponse, Appl
                 command.now,
                 command.lock_id.as_deref(),
                 command.acquire,
+                command.keep_items,
             )?;
             Ok(CommandResponse::Applied)
         }

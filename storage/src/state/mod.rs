@@ -617,6 +617,7 @@ mod tests {
                         now: index as i64,
                         lock_id: None,
                         acquire: None,
+                        keep_items: false,
                     }),
                 )
                 .rejection()
@@ -676,6 +677,7 @@ mod tests {
                     now: 0,
                     lock_id: None,
                     acquire: None,
+                    keep_items: false,
                 })
             )
             .rejection()
@@ -699,6 +701,7 @@ mod tests {
                             now: index as i64,
                             lock_id: lock_id.map(String::from),
                             acquire: acquire.cloned(),
+                            keep_items: false,
                         }),
                     )
                     .rejection()
@@ -730,6 +733,11 @@ mod tests {
                     ..lock.clone()
                 }),
             ),
+            "variable already locked",
+        );
+        // Not even with its own ID: a held lock's parameters never change.
+        refused(
+            write(22, Some("L1"), Some(&lock)),
             "variable already locked",
         );
         assert_eq!(write(23, Some("L1"), None), None, "the holder writes");

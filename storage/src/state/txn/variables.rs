@@ -33,6 +33,7 @@ impl WriteTxn {
         now: i64,
         lock_id: Option<&str>,
         acquire: Option<crate::model::VariableLock>,
+        keep_items: bool,
     ) -> Result<(), ApplyError> {
         crate::model::validate_variable_path(&var.meta.path)
             .map_err(|reason| ApplyError::VariableRefused { reason })?;
@@ -50,16 +51,24 @@ impl WriteTxn {
         let index = self.index();
         let existing_lock = self.t.variables.get(&key).and_then(|v| v.meta.lock.clone());
         if let Some(held) = &existing_lock {
-            // Only its holder writes a locked variable; a second acquire is a conflict.
-            if lock_id != Some(held.id.as_str()) {
+            // Only its holder writes a locked variable; nobody acquires it again (its
+            // parameters never change while it is held).
+            if acquire.is_some() {
                 return Err(ApplyError::VariableLockRefused {
-                    reason: if acquire.is_some() {
-                        "variable already locked".into()
-                    } else {
-                        "attempting to modify locked variable".into()
-                    },
+                    reason: "variable already locked".into(),
                     missing: false,
                 });
+            }
+            if lock_id != Some(held.id.as_str()) {
+                return Err(ApplyError::VariableLockRefused {
+                    reason: "attempting to modify locked variable".into(),
+                    missing: false,
+                });
+            }
+        }
+        if keep_items {
+            if let Some(existing) = self.t.variables.get(&key) {
+                var.data = existing.data.clone();
             }
         }
         // An acquire takes its lock; the holder's write keeps the one it holds.
