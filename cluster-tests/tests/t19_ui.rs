@@ -467,6 +467,69 @@ async fn scenario(
     )
     .await?;
 
+    // Variables: listed, edited with check-and-set, a conflict shown, deleted.
+    let _: Value = api
+        .request(
+            reqwest::Method::PUT,
+            "/v1/var/app/ui",
+            Some(&json!({ "Items": { "color": "blue" } })),
+        )
+        .await?;
+    b.goto(&format!("{ui}/variables")).await?;
+    rendered(b, "variables").await?;
+    b.wait_script(
+        Duration::from_secs(30),
+        "the variable's row",
+        "return !!document.querySelector('#vars-table tr[data-var=\"app/ui\"] a');",
+    )
+    .await?;
+    shot(b, "variables").await?;
+    click(b, "#vars-table tr[data-var=\"app/ui\"] a").await?;
+    rendered(b, "variable").await?;
+    let set_and_save = |value: &'static str| {
+        format!(
+            "const i = document.querySelector('#var-items .var-value'); i.value = {value:?};
+             document.getElementById('var-save').click(); return true;"
+        )
+    };
+    b.execute(&set_and_save("green"), json!([])).await?;
+    b.wait_script(
+        Duration::from_secs(30),
+        "the save",
+        "return document.body.dataset.saved || null;",
+    )
+    .await?;
+    let saved: Value = api.get("/v1/var/app/ui").await?;
+    assert_eq!(saved["Items"]["color"], "green", "{saved}");
+    shot(b, "variable").await?;
+    // Changed behind the page: its next save is a conflict that shows the servers' value.
+    let _: Value = api
+        .request(
+            reqwest::Method::PUT,
+            "/v1/var/app/ui",
+            Some(&json!({ "Items": { "color": "red" } })),
+        )
+        .await?;
+    b.execute(&set_and_save("yellow"), json!([])).await?;
+    b.wait_script(
+        Duration::from_secs(30),
+        "the conflict shown",
+        "const n = document.getElementById('var-conflict-note');
+         return !!n && n.textContent.includes('red');",
+    )
+    .await?;
+    let kept: Value = api.get("/v1/var/app/ui").await?;
+    assert_eq!(kept["Items"]["color"], "red", "a conflict writes nothing: {kept}");
+    click(b, "#var-reload").await?;
+    rendered(b, "variable").await?;
+    click(b, "#var-delete").await?;
+    click(b, "#var-delete").await?;
+    rendered(b, "variables").await?;
+    wait_for(Duration::from_secs(30), "the variable deleted", || async {
+        api.get::<Value>("/v1/var/app/ui").await.is_err().then_some(())
+    })
+    .await?;
+
     // 1 000 jobs: the jobs list renders in under 1 s.
     let t0 = Instant::now();
     let ids: Vec<String> = (0..MANY_JOBS).map(|i| format!("bulk-{i:04}")).collect();

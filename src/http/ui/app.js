@@ -224,6 +224,8 @@ function navigate(href, push) {
   else if (parts[0] === 'nodes' && parts.length === 1) run = nodes(signal);
   else if (parts[0] === 'nodes') run = node(parts[1], signal);
   else if (parts[0] === 'evaluations') run = evaluations(signal, params.get('namespace') || 'default');
+  else if (parts[0] === 'variables' && parts.length === 1) run = variables(signal, params.get('namespace') || 'default');
+  else if (parts[0] === 'variables') run = variable(parts.slice(1).join('/'), params.get('namespace') || 'default', params.get('new') === '1', signal);
   else {
     main.innerHTML = `<h1>Not found</h1><p>No page at <code>${esc(url.pathname)}</code>. <a href="/ui/" data-nav>Overview</a></p>`;
     return;
@@ -609,6 +611,113 @@ async function evaluations(signal, ns) {
     draw();
     if (first) { first = false; rendered('evaluations', started); }
   }, signal);
+}
+
+// ---------- variables ----------
+
+function varHref(path, ns) {
+  return `/ui/variables/${String(path).split('/').map(enc).join('/')}?namespace=${enc(ns)}`;
+}
+
+async function variables(signal, ns) {
+  const started = performance.now();
+  main.innerHTML = `<h1>Variables <span class="sub" id="vars-count"></span></h1>
+    <div class="actions"><label>Namespace <select id="vars-ns"></select></label>
+    <form id="var-new" class="inline"><input id="var-new-path" placeholder="path/of/new/variable" spellcheck="false"> <button type="submit">New variable</button></form></div>
+    <div id="vars-table" style="margin-top:8px"><p class="muted loading">Loading…</p></div>`;
+  namespaceSelect('vars-ns', ns, signal);
+  document.getElementById('var-new').addEventListener('submit', (ev) => {
+    ev.preventDefault();
+    const path = document.getElementById('var-new-path').value.trim().replace(/^\/+|\/+$/g, '');
+    if (path) navigate(varHref(path, ns) + '&new=1', true);
+  });
+  let first = true;
+  watch(`/v1/vars?namespace=${enc(ns)}`, (list) => {
+    const rows = list.map((v) => `<tr data-var="${esc(v.Path)}"><td><a href="${varHref(v.Path, v.Namespace)}" data-nav>${esc(v.Path)}</a></td>` +
+      `<td>${esc(v.Namespace)}</td><td>${esc(when(v.ModifyTime))}</td><td class="mono">${esc(v.ModifyIndex)}</td></tr>`);
+    setSection('vars-table', table(['Path', 'Namespace', 'Last updated', 'Modify index'], rows, 'No variables.'));
+    document.getElementById('vars-count').textContent = `${list.length}`;
+    if (first) { first = false; rendered('variables', started, { count: list.length }); }
+  }, signal);
+}
+
+// One variable: its items edited in place, saved with check-and-set on the index the page
+// read (a conflict shows what the servers hold now), deleted the same way.
+async function variable(path, ns, isNew, signal) {
+  const started = performance.now();
+  main.innerHTML = `<h1>Variable <code>${esc(path)}</code> <span class="sub">${esc(ns)}</span></h1>
+    <div id="var-meta"><p class="muted loading">Loading…</p></div>
+    <div id="var-conflict"></div>
+    <h2>Items</h2>
+    <form id="var-form" autocomplete="off"><table class="items"><thead><tr><th>Key</th><th>Value</th><th></th></tr></thead><tbody id="var-items"></tbody></table>
+    <div class="actions"><button type="button" id="var-add">Add item</button> <button type="submit" id="var-save">Save</button>
+    <button type="button" class="danger" id="var-delete">Delete</button> <a href="/ui/variables?namespace=${enc(ns)}" data-nav>All variables</a></div></form>`;
+  const url = `/v1/var/${path.split('/').map(enc).join('/')}?namespace=${enc(ns)}`;
+  let index = 0;
+  const row = (k, v) => `<tr><td><input class="var-key mono" value="${esc(k)}" spellcheck="false"></td>` +
+    `<td><input class="var-value mono" value="${esc(v)}" spellcheck="false"></td><td><button type="button" class="var-remove">Remove</button></td></tr>`;
+  const draw = (v) => {
+    index = v ? v.ModifyIndex : 0;
+    setSection('var-meta', v ? kv({ 'Modify index': v.ModifyIndex, 'Last updated': when(v.ModifyTime), Created: when(v.CreateTime), Lock: v.Lock ? 'held' : 'none' }, true)
+      : '<p class="muted">A new variable: give it items and save.</p>');
+    const items = v ? v.Items || {} : { '': '' };
+    document.getElementById('var-items').innerHTML = Object.keys(items).sort().map((k) => row(k, items[k])).join('');
+    document.getElementById('var-delete').hidden = !v;
+  };
+  try {
+    draw(await get(url, signal));
+  } catch (e) {
+    if (e.status !== 404 || !isNew) throw e;
+    draw(null);
+  }
+  const form = document.getElementById('var-form');
+  form.addEventListener('click', (ev) => {
+    if (ev.target.classList.contains('var-remove')) ev.target.closest('tr').remove();
+  });
+  document.getElementById('var-add').addEventListener('click', () => {
+    document.getElementById('var-items').insertAdjacentHTML('beforeend', row('', ''));
+  });
+  const conflict = (e) => {
+    let now = null;
+    try { now = JSON.parse(e.message); } catch (_) { /* a message */ }
+    if (!now || typeof now !== 'object') return false;
+    setSection('var-conflict', `<div class="banner error" id="var-conflict-note"><b>Conflict:</b> the variable changed since this page read it (now at modify index ${esc(now.ModifyIndex)}). ` +
+      `Nothing was written. What the servers hold: ${kv(now.Items || {})}<button type="button" id="var-reload">Load it</button></div>`);
+    document.getElementById('var-reload').addEventListener('click', () => navigate(location.href, false));
+    return true;
+  };
+  form.addEventListener('submit', (ev) => {
+    ev.preventDefault();
+    const save = document.getElementById('var-save');
+    act(save, async () => {
+      const items = {};
+      document.querySelectorAll('#var-items tr').forEach((tr) => {
+        const k = tr.querySelector('.var-key').value.trim();
+        if (k) items[k] = tr.querySelector('.var-value').value;
+      });
+      if (!Object.keys(items).length) { showBanner('A variable needs at least one item.', true); return; }
+      try {
+        const r = await api(`${url}&cas=${index}`, { method: 'PUT', body: { Items: items } });
+        setSection('var-conflict', '');
+        draw(await get(url, signal));
+        showBanner(`Saved at modify index ${esc(r.data.ModifyIndex)}.`);
+        document.body.dataset.saved = String(r.data.ModifyIndex);
+      } catch (e) {
+        if (e.status === 409 && conflict(e)) return;
+        throw e;
+      }
+    });
+  });
+  armed(document.getElementById('var-delete'), 'Confirm delete', async () => {
+    try {
+      await api(`${url}&cas=${index}`, { method: 'DELETE' });
+      navigate(`/ui/variables?namespace=${enc(ns)}`, true);
+    } catch (e) {
+      if (e.status === 409 && conflict(e)) return;
+      throw e;
+    }
+  });
+  rendered('variable', started, { index });
 }
 
 // ---------- allocation ----------
