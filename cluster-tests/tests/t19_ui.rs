@@ -519,14 +519,20 @@ async fn scenario(
     )
     .await?;
     let kept: Value = api.get("/v1/var/app/ui").await?;
-    assert_eq!(kept["Items"]["color"], "red", "a conflict writes nothing: {kept}");
+    assert_eq!(
+        kept["Items"]["color"], "red",
+        "a conflict writes nothing: {kept}"
+    );
     click(b, "#var-reload").await?;
     rendered(b, "variable").await?;
     click(b, "#var-delete").await?;
     click(b, "#var-delete").await?;
     rendered(b, "variables").await?;
     wait_for(Duration::from_secs(30), "the variable deleted", || async {
-        api.get::<Value>("/v1/var/app/ui").await.is_err().then_some(())
+        api.get::<Value>("/v1/var/app/ui")
+            .await
+            .is_err()
+            .then_some(())
     })
     .await?;
 

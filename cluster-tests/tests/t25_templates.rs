@@ -340,7 +340,7 @@ async fn templates_read_with_the_tasks_identity_on_three_servers() -> anyhow::Re
         format!("{block}.78")
     };
     let rpcs: Vec<String> = c.servers.iter().map(|s| s.rpc_addr()).collect();
-    let client = ClientProcess::start(
+    let mut client = ClientProcess::start(
         c.dir(),
         "tpl-client",
         &client_ip,
@@ -366,6 +366,52 @@ async fn templates_read_with_the_tasks_identity_on_three_servers() -> anyhow::Re
     };
     let diag = || client.log_tail(60);
     renders_waits_and_restarts_once(&api, &diag).await?;
+
+    // A client restart finds the task running: its templates render to the same files, so
+    // nothing is restarted; the watcher takes over again and acts on the next change.
+    let alloc_id = api.alloc("tpl").await?["ID"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
+    client.restart()?;
+    wait_for(
+        Duration::from_secs(30),
+        "the restarted client's agent",
+        || client.node_id_via(&root_api),
+    )
+    .await?;
+    wait_node_status(&root_api, &node_id, "ready", Duration::from_secs(30)).await?;
+    // A quiet window longer than the settle window: no restart comes from the restart.
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    let starts = api.read(&alloc_id, "starts").await.unwrap_or_default();
+    assert_eq!(
+        starts.lines().count(),
+        2,
+        "a client restart re-triggered: {starts}"
+    );
+    api.put_var(
+        "nomad/jobs/tpl",
+        json!({ "password": "p4", "color": "purple" }),
+    )
+    .await;
+    let starts = wait_for(
+        Duration::from_secs(30),
+        "the restart after the client's",
+        || async {
+            let s = api.read(&alloc_id, "starts").await?;
+            (s.lines().count() >= 3).then_some(s)
+        },
+    )
+    .await
+    .map_err(|e| anyhow::anyhow!("{e}\n{}", client.log_tail(60)))?;
+    assert!(
+        starts
+            .lines()
+            .nth(2)
+            .unwrap_or_default()
+            .starts_with("start purple password=p4"),
+        "{starts}"
+    );
 
     // Another job's task may not read `nomad/jobs/tpl`: it waits, never starts.
     let (s, v) = api
