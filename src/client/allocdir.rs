@@ -309,6 +309,72 @@ fn make(path: &Path, mode: u32) -> Result<(), AllocDirError> {
     std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode)).map_err(err)
 }
 
+/// `openat(at, path, flags)` without following a symlink (`O_NOFOLLOW`, `O_CLOEXEC`).
+fn open_nofollow(
+    at: Option<&std::os::fd::OwnedFd>,
+    path: &[u8],
+    flags: i32,
+) -> io::Result<std::os::fd::OwnedFd> {
+    use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+    let c = std::ffi::CString::new(path)
+        .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "a path contains NUL"))?;
+    // SAFETY: `c` is NUL-terminated; the returned descriptor is checked and owned.
+    let fd = unsafe {
+        libc::openat(
+            at.map_or(libc::AT_FDCWD, |d| d.as_raw_fd()),
+            c.as_ptr(),
+            flags | libc::O_CLOEXEC | libc::O_NOFOLLOW,
+        )
+    };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: `fd` is a fresh descriptor nothing else owns.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
+/// The directory that holds `rel` under `root`, opened one level at a time through no
+/// symlink (each missing one made, mode 0755, when `create`), and the file's name in it.
+/// `rel` must be a relative path with no `..`.
+fn walk_to_parent(
+    root: &Path,
+    rel: &str,
+    create: bool,
+) -> io::Result<(std::os::fd::OwnedFd, std::ffi::OsString)> {
+    use std::os::fd::AsRawFd;
+    use std::os::unix::ffi::OsStrExt;
+    let invalid =
+        |why: &str| io::Error::new(io::ErrorKind::InvalidInput, format!("{rel:?}: {why}"));
+    let mut parts = Vec::new();
+    for c in Path::new(rel).components() {
+        match c {
+            std::path::Component::Normal(p) => parts.push(p.to_os_string()),
+            std::path::Component::CurDir => {}
+            _ => return Err(invalid("must be a relative path inside its directory")),
+        }
+    }
+    let Some(name) = parts.pop() else {
+        return Err(invalid("names no file"));
+    };
+    let dir_flags = libc::O_RDONLY | libc::O_DIRECTORY;
+    let mut dir = open_nofollow(None, root.as_os_str().as_bytes(), dir_flags)?;
+    for part in &parts {
+        if create {
+            let c = std::ffi::CString::new(part.as_bytes()).map_err(|_| invalid("contains NUL"))?;
+            // SAFETY: `c` is NUL-terminated; an existing directory is fine.
+            let made = unsafe { libc::mkdirat(dir.as_raw_fd(), c.as_ptr(), 0o755) };
+            if made != 0 {
+                let e = io::Error::last_os_error();
+                if e.kind() != io::ErrorKind::AlreadyExists {
+                    return Err(e);
+                }
+            }
+        }
+        dir = open_nofollow(Some(&dir), part.as_bytes(), dir_flags)?;
+    }
+    Ok((dir, name))
+}
+
 /// Writes `data` to `rel` under the task's directory (parents created) as the task's own
 /// file would be, without following any symlink the task may have put on the way: each
 /// directory is opened with `O_NOFOLLOW` from the one before, the data goes to a new file
@@ -334,48 +400,8 @@ pub fn write_file_under(
     use std::os::unix::ffi::OsStrExt;
     let invalid =
         |why: &str| io::Error::new(io::ErrorKind::InvalidInput, format!("{rel:?}: {why}"));
-    let mut parts = Vec::new();
-    for c in Path::new(rel).components() {
-        match c {
-            std::path::Component::Normal(p) => parts.push(p.to_os_string()),
-            std::path::Component::CurDir => {}
-            _ => return Err(invalid("must be a relative path inside its directory")),
-        }
-    }
-    let Some(name) = parts.pop() else {
-        return Err(invalid("names no file"));
-    };
+    let (dir, name) = walk_to_parent(root, rel, true)?;
     let cstr = |b: &[u8]| CString::new(b).map_err(|_| invalid("contains NUL"));
-    let open_dir = |at: Option<&OwnedFd>, path: &[u8]| -> io::Result<OwnedFd> {
-        let c = cstr(path)?;
-        let flags = libc::O_RDONLY | libc::O_DIRECTORY | libc::O_CLOEXEC | libc::O_NOFOLLOW;
-        // SAFETY: `c` is NUL-terminated; the returned descriptor is checked and owned.
-        let fd = unsafe {
-            libc::openat(
-                at.map_or(libc::AT_FDCWD, |d| d.as_raw_fd()),
-                c.as_ptr(),
-                flags,
-            )
-        };
-        if fd < 0 {
-            return Err(io::Error::last_os_error());
-        }
-        // SAFETY: `fd` is a fresh descriptor nothing else owns.
-        Ok(unsafe { OwnedFd::from_raw_fd(fd) })
-    };
-    let mut dir = open_dir(None, root.as_os_str().as_bytes())?;
-    for part in &parts {
-        let c = cstr(part.as_bytes())?;
-        // SAFETY: `c` is NUL-terminated; an existing directory is fine.
-        let made = unsafe { libc::mkdirat(dir.as_raw_fd(), c.as_ptr(), 0o755) };
-        if made != 0 {
-            let e = io::Error::last_os_error();
-            if e.kind() != io::ErrorKind::AlreadyExists {
-                return Err(e);
-            }
-        }
-        dir = open_dir(Some(&dir), part.as_bytes())?;
-    }
     let tmp_name = format!(".{}.{}.tmp", name.to_string_lossy(), std::process::id());
     let tmp = cstr(tmp_name.as_bytes())?;
     let target = cstr(name.as_bytes())?;
@@ -425,51 +451,17 @@ pub fn write_file_under(
 /// symlink on the way or blocking on a FIFO a task put there: `Ok(None)` when it does not
 /// exist.
 pub fn read_file_under(root: &Path, rel: &str, max: u64) -> io::Result<Option<Vec<u8>>> {
-    use std::ffi::CString;
     use std::io::Read as _;
-    use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
     use std::os::unix::ffi::OsStrExt;
     let invalid =
         |why: &str| io::Error::new(io::ErrorKind::InvalidInput, format!("{rel:?}: {why}"));
-    let mut parts = Vec::new();
-    for c in Path::new(rel).components() {
-        match c {
-            std::path::Component::Normal(p) => parts.push(p.to_os_string()),
-            std::path::Component::CurDir => {}
-            _ => return Err(invalid("must be a relative path inside its directory")),
-        }
-    }
-    let Some(name) = parts.pop() else {
-        return Err(invalid("names no file"));
-    };
-    let open_at = |at: Option<&OwnedFd>, path: &[u8], flags: i32| -> io::Result<OwnedFd> {
-        let c = CString::new(path).map_err(|_| invalid("contains NUL"))?;
-        // SAFETY: `c` is NUL-terminated; the returned descriptor is checked and owned.
-        let fd = unsafe {
-            libc::openat(
-                at.map_or(libc::AT_FDCWD, |d| d.as_raw_fd()),
-                c.as_ptr(),
-                flags | libc::O_CLOEXEC | libc::O_NOFOLLOW,
-            )
-        };
-        if fd < 0 {
-            return Err(io::Error::last_os_error());
-        }
-        // SAFETY: `fd` is a fresh descriptor nothing else owns.
-        Ok(unsafe { OwnedFd::from_raw_fd(fd) })
-    };
-    let dir_flags = libc::O_RDONLY | libc::O_DIRECTORY;
-    let found = (|| {
-        let mut dir = open_at(None, root.as_os_str().as_bytes(), dir_flags)?;
-        for part in &parts {
-            dir = open_at(Some(&dir), part.as_bytes(), dir_flags)?;
-        }
-        open_at(
+    let found = walk_to_parent(root, rel, false).and_then(|(dir, name)| {
+        open_nofollow(
             Some(&dir),
             name.as_bytes(),
             libc::O_RDONLY | libc::O_NONBLOCK,
         )
-    })();
+    });
     let fd = match found {
         Ok(fd) => fd,
         Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),

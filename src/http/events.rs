@@ -290,7 +290,7 @@ pub fn events_of(
             let meta = snap
                 .variable(namespace, path)
                 .filter(|_| !*deleted)
-                .map(|v| variable_meta(&v.meta))
+                .map(|v| super::variables::meta_json(&v.meta))
                 .unwrap_or_else(|| json!({ "Namespace": namespace, "Path": path }));
             vec![variable_event(namespace, path, index, meta, *deleted)]
         }
@@ -305,18 +305,6 @@ pub fn events_of(
         )],
         _ => Vec::new(),
     }
-}
-
-/// A variable's metadata as the `Variable` topic sends it (its lock's ID never).
-fn variable_meta(m: &teamster_storage::model::VariableMetadata) -> Value {
-    json!({
-        "Namespace": m.namespace,
-        "Path": m.path,
-        "CreateIndex": m.create_index,
-        "CreateTime": m.create_time,
-        "ModifyIndex": m.modify_index,
-        "ModifyTime": m.modify_time,
-    })
 }
 
 fn variable_event(namespace: &str, path: &str, index: u64, meta: Value, deleted: bool) -> Value {
@@ -406,7 +394,7 @@ pub fn replay(snap: &Snapshot, after: u64) -> Vec<Value> {
             &v.meta.namespace,
             &v.meta.path,
             v.meta.modify_index,
-            variable_meta(&v.meta),
+            super::variables::meta_json(&v.meta),
             false,
         );
         out.push((v.meta.modify_index, e));

@@ -51,7 +51,11 @@ pub fn routes() -> Router<HttpContext> {
 const READ_BACK_WAIT: std::time::Duration = std::time::Duration::from_secs(10);
 
 fn metadata(var: &VariableEncrypted) -> Value {
-    let m = &var.meta;
+    meta_json(&var.meta)
+}
+
+/// A variable's metadata as Nomad's API shows it (never its lock: see [`with_lock`]).
+pub(super) fn meta_json(m: &teamster_storage::model::VariableMetadata) -> Value {
     json!({
         "Namespace": m.namespace,
         "Path": m.path,
