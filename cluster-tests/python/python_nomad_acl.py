@@ -8,7 +8,9 @@ policies are created, read, listed, updated and deleted, tokens are created, rea
 updated and deleted, a client token reads jobs but cannot register one, the token's own
 `get_self_token` answers it, and a deleted token is refused.
 
-It prints "acl: all flows passed" at the end and exits non-zero on any failed assertion.
+Variables are written, read, listed and deleted with the management token and refused to
+the anonymous caller and the read-only token. It prints "acl: all flows passed" at the end
+and exits non-zero on any failed assertion.
 """
 
 import sys
@@ -101,6 +103,27 @@ def main():
     )
     refused(exceptions.URLNotAuthorizedNomadException, reader.acl.get_tokens)
     assert reader.acl.get_self_token()["AccessorID"] == token["AccessorID"]
+
+    # Variables with ACLs on: the management token writes, reads, lists and deletes them;
+    # the anonymous caller and a token whose policy has no variables rule are refused.
+    root.variable.create_variable("py/acl/db", {"Items": {"user": "app"}})
+    assert root.variable.get_variable("py/acl/db")["Items"]["user"] == "app"
+    assert "py/acl/db" in root.variables
+    assert len(root.variables.get_variables("py/acl/")) == 1
+    refused(
+        exceptions.URLNotAuthorizedNomadException,
+        lambda: anonymous.variable.get_variable("py/acl/db"),
+    )
+    refused(
+        exceptions.URLNotAuthorizedNomadException,
+        lambda: reader.variable.get_variable("py/acl/db"),
+    )
+    refused(
+        exceptions.URLNotAuthorizedNomadException,
+        lambda: reader.variable.create_variable("py/acl/db", {"Items": {"user": "x"}}),
+    )
+    root.variable.delete_variable("py/acl/db")
+    assert "py/acl/db" not in root.variables
 
     assert root.acl.delete_token(token["AccessorID"])
     refused(exceptions.URLNotAuthorizedNomadException, reader.jobs.get_jobs)
