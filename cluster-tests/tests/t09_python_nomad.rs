@@ -436,3 +436,145 @@ async fn python_nomad_2_1_0_bootstraps_and_uses_acl_tokens() -> anyhow::Result<(
     assert!(out.contains("acl: all flows passed"), "{out}");
     Ok(())
 }
+
+/// python-nomad 2.1.0's own test suite's Variables tests (`tests/test_variable.py` and
+/// `tests/test_variables.py`, from its source distribution on PyPI), unmodified, run with
+/// pytest (with its repository's two fixtures, which the distribution leaves out,
+/// recreated in `python/python_nomad_conftest.py`) against a dev agent without ACLs and
+/// against one with ACLs on and its management token (issue 49).
+#[tokio::test]
+async fn python_nomad_2_1_0_own_variable_tests_pass_with_and_without_acls() -> anyhow::Result<()> {
+    let Some(python) = tokio::task::spawn_blocking(python_with_nomad).await?? else {
+        return Ok(());
+    };
+    let suite = tokio::task::spawn_blocking({
+        let python = python.clone();
+        move || python_nomad_suite(&python)
+    })
+    .await??;
+    let pid = std::process::id();
+    for (host, acl) in [(11u8, false), (12u8, true)] {
+        let ip = format!("127.{}.{}.{host}", 10 + (pid % 200), 240 - (pid / 200 % 5));
+        let flags: &[&str] = if acl { &["--acl-enabled"] } else { &[] };
+        let agent = dev_agent(&ip, flags).await?;
+        let token = if acl {
+            let boot: serde_json::Value = reqwest::Client::new()
+                .post(format!("http://{ip}:4646/v1/acl/bootstrap"))
+                .send()
+                .await?
+                .json()
+                .await?;
+            boot["SecretID"].as_str().map(str::to_string)
+        } else {
+            None
+        };
+        let mut cmd = Command::new(&python);
+        cmd.current_dir(&suite)
+            .args(["-m", "pytest", "-q", "-p", "no:cacheprovider"])
+            .args(["tests/test_variable.py", "tests/test_variables.py"])
+            .env("NOMAD_IP", &ip)
+            .env("NOMAD_PORT", "4646")
+            .env("NOMAD_VERSION", "1.7.0");
+        for var in [
+            "NOMAD_ADDR",
+            "NOMAD_NAMESPACE",
+            "NOMAD_REGION",
+            "NOMAD_TOKEN",
+        ] {
+            cmd.env_remove(var);
+        }
+        if let Some(t) = &token {
+            cmd.env("NOMAD_TOKEN", t);
+        }
+        let out = tokio::task::spawn_blocking(move || cmd.output()).await??;
+        let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+        anyhow::ensure!(
+            out.status.success() && stdout.contains(" passed") && !stdout.contains("failed"),
+            "python-nomad's variable tests (ACLs {}) failed:\n{stdout}\n{}\nagent log:\n{}",
+            if acl { "on" } else { "off" },
+            String::from_utf8_lossy(&out.stderr),
+            agent.log_text()
+        );
+        eprintln!(
+            "python-nomad variable tests, ACLs {}: {}",
+            if acl { "on" } else { "off" },
+            stdout.lines().last().unwrap_or_default()
+        );
+    }
+    Ok(())
+}
+
+/// python-nomad 2.1.0's source distribution unpacked (its `tests/` folder), with pytest
+/// installed in the venv: the folder.
+fn python_nomad_suite(python: &Path) -> anyhow::Result<PathBuf> {
+    static SUITE: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    let _one_at_a_time = SUITE.lock().unwrap_or_else(|e| e.into_inner());
+    let root = Path::new(env!("CARGO_TARGET_TMPDIR")).join("python-nomad-2.1.0-sdist");
+    let suite = root.join("python_nomad-2.1.0");
+    let has_pytest = Command::new(python)
+        .args(["-c", "import pytest"])
+        .output()
+        .map(|o| o.status.success())
+        .unwrap_or(false);
+    if !has_pytest {
+        let out = Command::new(python)
+            .args([
+                "-m",
+                "pip",
+                "install",
+                "--quiet",
+                "--disable-pip-version-check",
+                "pytest",
+            ])
+            .output()?;
+        anyhow::ensure!(
+            out.status.success(),
+            "pip install pytest failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    if !suite.join("tests/test_variable.py").exists() {
+        std::fs::create_dir_all(&root)?;
+        let out = Command::new(python)
+            .args([
+                "-m",
+                "pip",
+                "download",
+                "--quiet",
+                "--disable-pip-version-check",
+            ])
+            .args(["--no-deps", "--no-binary", ":all:", PYTHON_NOMAD, "-d"])
+            .arg(&root)
+            .output()?;
+        anyhow::ensure!(
+            out.status.success(),
+            "pip download {PYTHON_NOMAD} failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let tarball = root.join("python_nomad-2.1.0.tar.gz");
+        let out = Command::new(python)
+            .args([
+                "-c",
+                "import sys, tarfile; tarfile.open(sys.argv[1]).extractall(sys.argv[2], filter='data')",
+            ])
+            .arg(&tarball)
+            .arg(&root)
+            .output()?;
+        anyhow::ensure!(
+            out.status.success(),
+            "unpacking {} failed: {}",
+            tarball.display(),
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    anyhow::ensure!(
+        suite.join("tests/test_variables.py").exists(),
+        "python-nomad's source distribution has no tests/test_variables.py"
+    );
+    // Its fixtures (the distribution leaves the repository's conftest.py out).
+    std::fs::copy(
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("python/python_nomad_conftest.py"),
+        suite.join("tests/conftest.py"),
+    )?;
+    Ok(suite)
+}
