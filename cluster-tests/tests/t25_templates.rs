@@ -9,7 +9,9 @@
 //!   the last values (the changes settle within the template's `wait`);
 //! - with ACLs, a task of another job, whose identity may not read that variable, stays
 //!   pending with the same `Missing` event;
-//! - a template that does not parse is refused at submit with a 400 naming the problem.
+//! - a template that does not parse is refused at submit with a 400 naming the problem;
+//! - Variables' locks (acquire, renew, release, a real lapse) on a dev agent, and a
+//!   workload identity with a `ttl` renewed before it expires.
 
 use std::time::Duration;
 
@@ -602,5 +604,71 @@ async fn variable_locks_are_held_renewed_released_and_lapse() -> anyhow::Result<
     assert_eq!(s, StatusCode::CONFLICT);
     let (s, _) = api.call(Method::DELETE, "/v1/var/app/leader", None).await;
     assert_eq!(s, StatusCode::NO_CONTENT);
+    Ok(())
+}
+
+/// A workload identity with a `ttl` is renewed before it expires (issue 49, part 2): a
+/// task's named identity lives 20 s; the file it is given holds a new token, expiring later,
+/// well before the first one expires, and the task was not restarted (`change_mode` noop).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_identity_with_a_ttl_is_renewed_before_it_expires() -> anyhow::Result<()> {
+    use base64::Engine as _;
+    teamster_cluster_tests::init_test_tracing();
+    let ip = dev_ip_at(27);
+    let log = tempfile::NamedTempFile::new()?;
+    let (_agent, _) = dev_agent(&ip, &log).await?;
+    let api = Api {
+        base: format!("http://{ip}:4646"),
+        token: None,
+    };
+    let mut body = job(
+        "renewed",
+        "while true; do cp secrets/nomad_short.jwt local/tok 2>/dev/null; sleep 1; done",
+        json!([]),
+        json!([]),
+    );
+    body["Job"]["TaskGroups"][0]["Tasks"][0]["Identities"] = json!([{
+        "Name": "short", "Audience": ["x.example"], "File": true, "TTL": 20_000_000_000u64
+    }]);
+    let (s, v) = api.call(Method::PUT, "/v1/jobs", Some(body)).await;
+    assert_eq!(s, StatusCode::OK, "{v}");
+    let alloc_id = api.alloc("renewed").await?["ID"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
+    let exp = |jwt: &str| -> Option<i64> {
+        let payload = jwt.trim().split('.').nth(1)?;
+        let bytes = base64::engine::general_purpose::URL_SAFE_NO_PAD
+            .decode(payload)
+            .ok()?;
+        serde_json::from_slice::<Value>(&bytes).ok()?["exp"].as_i64()
+    };
+    let first = wait_for(Duration::from_secs(30), "the first token", || async {
+        let t = api.read(&alloc_id, "tok").await?;
+        exp(&t).map(|e| (t, e))
+    })
+    .await?;
+    let now = || {
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_secs() as i64)
+            .unwrap_or_default()
+    };
+    let (second, second_exp) = wait_for(Duration::from_secs(30), "a renewed token", || async {
+        let t = api.read(&alloc_id, "tok").await?;
+        let e = exp(&t)?;
+        (t.trim() != first.0.trim()).then_some((t, e))
+    })
+    .await?;
+    assert!(
+        second_exp > first.1,
+        "the renewed token expires later: {second}"
+    );
+    assert!(
+        now() < first.1,
+        "renewed only after the first token expired"
+    );
+    let a = api.alloc_by_id(&alloc_id).await.unwrap_or_default();
+    assert_eq!(a["TaskStates"]["t"]["Restarts"], 0, "noop: no restart");
     Ok(())
 }
