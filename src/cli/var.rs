@@ -107,11 +107,73 @@ pub struct GetArgs {
     /// Print only this item's value.
     #[arg(long)]
     item: Option<String>,
-    /// `json` or `table`.
-    #[arg(long, default_value = "json", value_parser = ["json", "table"])]
+    /// `json`, `table`, `hcl` (a specification), `go-template` (with `-t`) or `none`.
+    #[arg(long, default_value = "json", value_parser = OUT_FORMATS)]
     out: String,
     #[command(flatten)]
     api: ApiArgs,
+}
+
+/// The `-out` formats of `var get` and `var put`.
+const OUT_FORMATS: [&str; 5] = ["json", "table", "hcl", "go-template", "none"];
+
+/// `var` as `-out` asks: JSON, a `Key  Value` table, an HCL specification (`path`,
+/// `namespace`, `items`), the global `-t` template (`go-template`), or nothing.
+fn print_var(api: &ApiArgs, out: &str, var: &Value) -> anyhow::Result<()> {
+    match out {
+        "none" => {}
+        "go-template" => {
+            if api.template.is_none() {
+                bail!("A template must be supplied using '-t' when using go-template formatting");
+            }
+            api.print(var)?;
+        }
+        "table" => {
+            let mut rows = vec![vec!["Key".to_string(), "Value".to_string()]];
+            if let Some(items) = var["Items"].as_object() {
+                for (k, v) in items {
+                    rows.push(vec![k.clone(), v.as_str().unwrap_or_default().to_string()]);
+                }
+            }
+            print!("{}", table(&rows));
+        }
+        "hcl" => print!("{}", var_hcl(var)),
+        _ if api.structured() => api.print(var)?,
+        _ => println!("{}", serde_json::to_string_pretty(var)?),
+    }
+    Ok(())
+}
+
+/// A variable as an HCL specification (`var put @FILE` reads it back): an `items` block,
+/// or an `items = {…}` object when a key is not an HCL identifier.
+fn var_hcl(var: &Value) -> String {
+    let quote =
+        |v: &Value| serde_json::to_string(v.as_str().unwrap_or_default()).unwrap_or_default();
+    let mut out = format!(
+        "namespace = {}\npath      = {}\n\n",
+        quote(&var["Namespace"]),
+        quote(&var["Path"])
+    );
+    let empty = serde_json::Map::new();
+    let items = var["Items"].as_object().unwrap_or(&empty);
+    let identifier = |k: &str| {
+        k.chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-')
+            && k.starts_with(|c: char| c.is_ascii_alphabetic() || c == '_')
+    };
+    let plain = items.keys().all(|k| identifier(k));
+    out.push_str(if plain { "items {\n" } else { "items = {\n" });
+    let width = items.keys().map(|k| k.len()).max().unwrap_or(0);
+    for (k, v) in items {
+        let key = if plain {
+            k.clone()
+        } else {
+            serde_json::to_string(k).unwrap_or_default()
+        };
+        out.push_str(&format!("  {key:width$} = {}\n", quote(v)));
+    }
+    out.push_str("}\n");
+    out
 }
 
 /// `var put`.
@@ -125,8 +187,9 @@ pub struct PutArgs {
     /// Write only if the variable's modify index is this (0: only if it does not exist).
     #[arg(long = "check-index")]
     check_index: Option<u64>,
-    /// `none` (a line saying what was written) or `json` (the variable).
-    #[arg(long, default_value = "none", value_parser = ["none", "json"])]
+    /// `none` (a line saying what was written), or the variable as `json`, `table`,
+    /// `hcl` or `go-template` (with `-t`).
+    #[arg(long, default_value = "none", value_parser = OUT_FORMATS)]
     out: String,
     #[command(flatten)]
     api: ApiArgs,
@@ -229,18 +292,7 @@ async fn get(a: GetArgs) -> anyhow::Result<()> {
         }
         return Ok(());
     }
-    if a.out == "table" {
-        let mut rows = vec![vec!["Key".to_string(), "Value".to_string()]];
-        if let Some(items) = var["Items"].as_object() {
-            for (k, v) in items {
-                rows.push(vec![k.clone(), v.as_str().unwrap_or_default().to_string()]);
-            }
-        }
-        print!("{}", table(&rows));
-        return Ok(());
-    }
-    println!("{}", serde_json::to_string_pretty(&var)?);
-    Ok(())
+    print_var(&a.api, &a.out, &var)
 }
 
 /// The items `args` give: `KEY=VALUE` pairs (`@FILE` values read), or one JSON variable
@@ -558,8 +610,13 @@ async fn put(mut a: PutArgs) -> anyhow::Result<()> {
         .request(Method::PUT, &path, Some(&json!({ "Items": items })))
         .await
         .map_err(|e| cas_conflict(e, a.check_index))?;
-    if a.out == "json" || a.api.structured() {
-        println!("{}", serde_json::to_string_pretty(&written)?);
+    if a.out != "none" || a.api.structured() {
+        let out = if a.out == "none" {
+            "json"
+        } else {
+            a.out.as_str()
+        };
+        print_var(&a.api, out, &written)?;
     } else {
         println!(
             "Created variable {:?} with modify index {}",
@@ -608,6 +665,18 @@ mod tests {
         assert!(items_of(&["novalue".into()]).is_err());
         assert!(items_of(&["=v".into()]).is_err());
         assert_eq!(var_path("/app/db x"), "/v1/var/app/db%20x");
+    }
+
+    #[test]
+    fn a_variable_printed_as_hcl_reads_back_as_a_specification() {
+        let var = json!({"Namespace": "default", "Path": "app/db",
+                         "Items": {"user": "app", "pass word": "a\"b"}});
+        let hcl = var_hcl(&var);
+        assert!(hcl.contains("path      = \"app/db\""), "{hcl}");
+        let (path, items) = spec_items(&hcl, true).unwrap();
+        assert_eq!(path.as_deref(), Some("app/db"));
+        assert_eq!(items["pass word"], "a\"b");
+        assert_eq!(items["user"], "app");
     }
 
     #[test]

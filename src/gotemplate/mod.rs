@@ -1683,6 +1683,37 @@ mod tests {
         assert!(matches!(err, TemplateError::Parse { at: 2, .. }), "{err:?}");
     }
 
+    /// The examples of Go's `text/template` documentation ("Examples" under Pipelines):
+    /// every one prints the quoted word `"output"`.
+    #[test]
+    fn the_go_documentation_examples_print_what_go_prints() {
+        for src in [
+            r#"{{"\"output\""}}"#,
+            r#"{{`"output"`}}"#,
+            r#"{{printf "%q" "output"}}"#,
+            r#"{{"output" | printf "%q"}}"#,
+            r#"{{printf "%q" (print "out" "put")}}"#,
+            r#"{{"put" | printf "%s%s" "out" | printf "%q"}}"#,
+            r#"{{"output" | printf "%s" | printf "%q"}}"#,
+            r#"{{with "output"}}{{printf "%q" .}}{{end}}"#,
+            r#"{{with $x := "output" | printf "%q"}}{{$x}}{{end}}"#,
+            r#"{{with $x := "output"}}{{printf "%q" $x}}{{end}}"#,
+            r#"{{with $x := "output"}}{{$x | printf "%q"}}{{end}}"#,
+        ] {
+            assert_eq!(render(src, json!({})), "\"output\"", "{src}");
+        }
+        // The documentation's text-and-spaces example: trim markers eat the spaces.
+        assert_eq!(render("{{23 -}} < {{- 45}}", json!({})), "23<45");
+        // Variables declared in a `range` are scoped to it; `$` is the data.
+        assert_eq!(
+            render(
+                "{{range $i, $e := .}}{{$i}}={{$e}} {{end}}{{$}}",
+                json!(["a", "b"])
+            ),
+            "0=a 1=b [a b]"
+        );
+    }
+
     #[test]
     fn hostile_templates_are_refused_or_stopped_not_run_away() {
         let deep = "{{if 1}}".repeat(MAX_NESTING + 5) + &"{{end}}".repeat(MAX_NESTING + 5);
