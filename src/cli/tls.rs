@@ -109,25 +109,11 @@ fn validity(params: &mut CertificateParams, days: u32) -> anyhow::Result<()> {
         bail!("-days must be at least 1");
     }
     let now_secs = crate::util::system_clock().now_unix_nanos() / 1_000_000_000;
-    let (y, m, d) = civil_from_days(now_secs.div_euclid(86_400));
+    let (y, m, d) = crate::util::clock::civil_from_days(now_secs.div_euclid(86_400));
     params.not_before = rcgen::date_time_ymd(y, m, d);
     params.not_after =
         params.not_before + std::time::Duration::from_secs(u64::from(days) * 86_400 + 86_400);
     Ok(())
-}
-
-/// The proleptic Gregorian date of a count of days since 1970-01-01.
-fn civil_from_days(days: i64) -> (i32, u8, u8) {
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z - era * 146_097;
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = doy - (153 * mp + 2) / 5 + 1;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 };
-    let y = yoe + era * 400 + i64::from(m <= 2);
-    (y as i32, m as u8, d as u8)
 }
 
 fn serial() -> SerialNumber {
@@ -281,13 +267,6 @@ fn write_new(path: &Path, bytes: &[u8], mode: u32) -> anyhow::Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn civil_dates() {
-        assert_eq!(civil_from_days(0), (1970, 1, 1));
-        assert_eq!(civil_from_days(19_723), (2024, 1, 1));
-        assert_eq!(civil_from_days(19_782), (2024, 2, 29));
-    }
 
     #[test]
     fn a_created_set_verifies_and_names_its_role() {

@@ -254,6 +254,35 @@ fn cas(q: &HashMap<String, String>) -> Result<Option<u64>, ApiError> {
     }
 }
 
+/// This server's state once it has applied `index` (a write it just made, or the one a
+/// conflict names).
+async fn read_back(ctx: &HttpContext, index: u64) -> Result<Snapshot, ApiError> {
+    ctx.node()?
+        .state()
+        .snapshot_min_index(index, READ_BACK_WAIT)
+        .await
+        .map_err(|e| ApiError::internal(e.to_string()))
+}
+
+/// `var` with its items if `identity` may read them, else its metadata alone.
+async fn as_readable(
+    ctx: &HttpContext,
+    identity: &Identity,
+    snap: &Snapshot,
+    var: &VariableEncrypted,
+) -> Result<Value, ApiError> {
+    let readable = identity.acl.allows(&Need::Variable(
+        var.meta.namespace.clone(),
+        var.meta.path.clone(),
+        VarCap::Read,
+    ));
+    if readable {
+        with_items(ctx, snap, var).await
+    } else {
+        Ok(metadata(var))
+    }
+}
+
 /// The 409 answer: the current variable (its items only if the caller may read them), or
 /// a zero-valued one at the path when there is none.
 async fn conflict(
@@ -263,12 +292,7 @@ async fn conflict(
     path: &str,
     modify_index: u64,
 ) -> Result<Response, ApiError> {
-    let node = ctx.node()?;
-    let snap = node
-        .state()
-        .snapshot_min_index(modify_index, READ_BACK_WAIT)
-        .await
-        .map_err(|e| ApiError::internal(e.to_string()))?;
+    let snap = read_back(ctx, modify_index).await?;
     let body = match snap.variable(namespace, path).cloned() {
         // Nomad answers a zero-valued variable at the path (its clients read the index).
         None => json!({
@@ -280,18 +304,7 @@ async fn conflict(
             "ModifyTime": 0,
             "Items": {},
         }),
-        Some(var) => {
-            let readable = identity.acl.allows(&Need::Variable(
-                namespace.to_string(),
-                path.to_string(),
-                VarCap::Read,
-            ));
-            if readable {
-                with_items(ctx, &snap, &var).await?
-            } else {
-                metadata(&var)
-            }
-        }
+        Some(var) => as_readable(ctx, identity, &snap, &var).await?,
     };
     let mut resp = (StatusCode::CONFLICT, Json(body)).into_response();
     resp.headers_mut()
@@ -341,26 +354,12 @@ async fn lock_answer(
     index: u64,
     lock_id: Option<&str>,
 ) -> Result<Response, ApiError> {
-    let snap = ctx
-        .node()?
-        .state()
-        .snapshot_min_index(index, READ_BACK_WAIT)
-        .await
-        .map_err(|e| ApiError::internal(e.to_string()))?;
+    let snap = read_back(ctx, index).await?;
     let var = snap
         .variable(namespace, path)
         .cloned()
         .ok_or_else(|| ApiError::not_found("variable not found"))?;
-    let readable = identity.acl.allows(&Need::Variable(
-        namespace.to_string(),
-        path.to_string(),
-        VarCap::Read,
-    ));
-    let out = if readable {
-        with_items(ctx, &snap, &var).await?
-    } else {
-        metadata(&var)
-    };
+    let out = as_readable(ctx, identity, &snap, &var).await?;
     Ok(json_write(with_lock(out, &var, identity, lock_id), index))
 }
 
@@ -523,12 +522,7 @@ pub async fn write(
         VariablesApplyResponse::Applied(index) => {
             // The written metadata and the caller's own items, as Nomad answers (never what
             // another writer put there since: this token may write without reading).
-            let snap = ctx
-                .node()?
-                .state()
-                .snapshot_min_index(index, READ_BACK_WAIT)
-                .await
-                .map_err(|e| ApiError::internal(e.to_string()))?;
+            let snap = read_back(&ctx, index).await?;
             let mut out = match snap.variable(&opts.namespace, &path) {
                 Some(v) if v.meta.modify_index == index => {
                     with_lock(metadata(v), v, &identity, lock_id.as_deref())

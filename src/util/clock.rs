@@ -63,8 +63,29 @@ impl Clock for ManualClock {
     }
 }
 
+/// The proleptic Gregorian date of a count of days since 1970-01-01.
+pub fn civil_from_days(days: i64) -> (i32, u8, u8) {
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    let y = yoe + era * 400 + i64::from(m <= 2);
+    (y as i32, m as u8, d as u8)
+}
+
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn civil_dates() {
+        assert_eq!(super::civil_from_days(0), (1970, 1, 1));
+        assert_eq!(super::civil_from_days(19_723), (2024, 1, 1));
+        assert_eq!(super::civil_from_days(19_782), (2024, 2, 29));
+    }
+
     use super::*;
 
     #[test]

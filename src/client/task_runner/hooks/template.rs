@@ -88,6 +88,9 @@ struct Runtime {
     changed_on_restore: Vec<usize>,
     /// Rendered for a start: scripts with `run_on_first_render` run at poststart.
     first_render: bool,
+    /// The task's templates, parsed at the last render (poststart and the watcher use
+    /// them, never reading a `source` again).
+    loaded: Vec<Loaded>,
 }
 
 /// The `template` hook of one task.
@@ -449,6 +452,7 @@ impl TaskHook for TemplateHook {
                 }
             }
             let loaded = load(ctx)?;
+            lock(&self.rt).loaded = loaded.clone();
             let Some(texts) = self.first_render(ctx, &loaded, !ctx.restoring).await? else {
                 // Restored with something missing: the running task keeps its files, and
                 // its environment's values, read back from them; the watcher takes over.
@@ -497,7 +501,10 @@ impl TaskHook for TemplateHook {
             if ctx.task.templates.is_empty() {
                 return Ok(());
             }
-            let loaded = load(ctx)?;
+            let loaded = lock(&self.rt).loaded.clone();
+            if loaded.is_empty() {
+                return Ok(());
+            }
             let (pending, first) = {
                 let mut rt = lock(&self.rt);
                 (
