@@ -979,16 +979,16 @@ async fn every_rpc_refuses_callers_its_rule_does_not_allow() {
         NodeUpdateDrainRequest, NodeUpdateEligibilityRequest,
     };
     use teamster::rpc::service::operator::{
-        KeyringDeleteRequest, KeyringRotateRequest, RaftJoinRequest, RaftRemovePeerRequest,
-        ReconcileSummariesRequest, SchedulerSetConfigRequest, SnapshotRestoreRequest,
-        SystemGcRequest,
+        KeyringDeleteRequest, KeyringListPublicRequest, KeyringRotateRequest, RaftJoinRequest,
+        RaftRemovePeerRequest, ReconcileSummariesRequest, SchedulerSetConfigRequest,
+        SnapshotRestoreRequest, SystemGcRequest,
     };
     use teamster::rpc::service::service_reg::{
         ServiceRegistrationDeleteRequest, ServiceRegistrationListRequest,
         ServiceRegistrationUpsertRequest,
     };
     use teamster::rpc::service::variables::{
-        TemplateDep, TemplateReadRequest, VariableOp, VariablesApplyRequest,
+        TemplateDep, TemplateReadRequest, TemplateReadSet, VariableOp, VariablesApplyRequest,
         VariablesRenewLockRequest,
     };
     use teamster::rpc::ServiceResponse;
@@ -1573,13 +1573,21 @@ async fn every_rpc_refuses_callers_its_rule_does_not_allow() {
             // Checked per variable and service by what the token may read: never refused
             // as a call (a credential that is no token reads nothing).
             ServiceRequest::TemplateRead(TemplateReadRequest {
-                deps: vec![TemplateDep::Var {
-                    namespace: "default".into(),
-                    path: "rpc/matrix".into(),
+                reads: vec![TemplateReadSet {
+                    token: String::new(),
+                    deps: vec![TemplateDep::Var {
+                        namespace: "default".into(),
+                        path: "rpc/matrix".into(),
+                    }],
                 }],
                 min_index: 0,
                 wait_ms: 0,
             }),
+            Caller::SameForAll,
+        ),
+        (
+            // The keys published at /.well-known/jwks.json: anyone's.
+            ServiceRequest::KeyringListPublic(KeyringListPublicRequest),
             Caller::SameForAll,
         ),
         (

@@ -2,7 +2,8 @@
 //! ACLs on and a real client running `raw_exec` tasks:
 //!
 //! - the leader creates the first root key; its public key is published at
-//!   `/.well-known/jwks.json` (no token needed), the keys are listed for operators only;
+//!   `/.well-known/jwks.json` (no token needed; a client-only agent publishes the same set,
+//!   from the servers), the keys are listed for operators only;
 //! - a task with `identity { env = true, file = true }` and a named identity gets signed
 //!   tokens in `NOMAD_TOKEN` and `secrets/nomad_token` (`secrets/nomad_<name>.jwt`), which a
 //!   standard JWT library verifies against the JWKS, with Nomad's claims;
@@ -282,6 +283,28 @@ async fn tasks_get_verifiable_identities_that_the_api_takes_for_what_workloads_m
         .await
         .expect("named token");
     assert_eq!(env_token, file_token, "NOMAD_TOKEN is secrets/nomad_token");
+
+    // The client-only agent publishes the same keys and discovery document (from the
+    // servers; it has no state of its own).
+    let client_base = format!("http://{client_ip}:4646");
+    let (s, client_jwks) = call(
+        Method::GET,
+        &format!("{client_base}/.well-known/jwks.json"),
+        None,
+        None,
+    )
+    .await;
+    assert_eq!(s, StatusCode::OK, "{client_jwks}");
+    assert_eq!(client_jwks, jwks);
+    let (s, client_oidc) = call(
+        Method::GET,
+        &format!("{client_base}/.well-known/openid-configuration"),
+        None,
+        None,
+    )
+    .await;
+    assert_eq!(s, StatusCode::OK, "{client_oidc}");
+    assert_eq!(client_oidc, oidc);
 
     // A standard JWT library verifies both against the published keys, with Nomad's claims.
     let claims = verify_with_jwks(&env_token, &jwks, "nomadproject.io")

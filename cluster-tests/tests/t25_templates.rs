@@ -10,6 +10,8 @@
 //! - with ACLs, a task of another job, whose identity may not read that variable, stays
 //!   pending with the same `Missing` event;
 //! - a template that does not parse is refused at submit with a 400 naming the problem;
+//! - an allocation's three templated tasks wait on one blocking query, and a change of one
+//!   task's variable restarts that task only;
 //! - Variables' locks (acquire, renew, release, a real lapse) on a dev agent, and a
 //!   workload identity with a `ttl` renewed before it expires.
 
@@ -304,6 +306,123 @@ async fn renders_waits_and_restarts_once(
     Ok(())
 }
 
+/// A gauge of the agent's Prometheus metrics.
+async fn gauge(api: &Api, name: &str) -> u64 {
+    let (_, text) = api
+        .call(Method::GET, "/v1/metrics?format=prometheus", None)
+        .await;
+    teamster_cluster_tests::loadgen::prom_sum(text.as_str().unwrap_or_default(), name)
+}
+
+/// An allocation of three tasks, each with a template reading its own variable, waits on
+/// one blocking query (one feed, three subscriptions); a change of one task's variable
+/// re-renders and restarts that task only.
+async fn one_query_per_allocation(api: &Api, diag: &dyn Fn() -> String) -> anyhow::Result<()> {
+    let feeds_before = gauge(api, "teamster_client_template_feeds").await;
+    let subs_before = gauge(api, "teamster_client_template_subscriptions").await;
+    let tasks: Vec<Value> = ["a", "b", "c"]
+        .iter()
+        .map(|t| {
+            json!({
+                "Name": t, "Driver": "raw_exec",
+                "Config": { "command": "/bin/sh", "args": ["-c",
+                    "echo \"start $(cat local/v)\" >> local/starts; exec sleep 600"] },
+                "Resources": { "CPU": 20, "MemoryMB": 16 },
+                "KillTimeout": 1_000_000_000u64,
+                "Templates": [{
+                    "EmbeddedTmpl": format!(
+                        "{{{{ with nomadVar \"nomad/jobs/multi/g/{t}\" }}}}{{{{ .v }}}}{{{{ end }}}}"
+                    ),
+                    "DestPath": "local/v",
+                    "ChangeMode": "restart",
+                    "Splay": 0,
+                    "Wait": { "Min": 200_000_000u64, "Max": 1_000_000_000u64 }
+                }]
+            })
+        })
+        .collect();
+    for t in ["a", "b", "c"] {
+        api.put_var(
+            &format!("nomad/jobs/multi/g/{t}"),
+            json!({ "v": format!("{t}1") }),
+        )
+        .await;
+    }
+    let (s, v) = api
+        .call(
+            Method::PUT,
+            "/v1/jobs",
+            Some(json!({ "Job": {
+                "ID": "multi", "Type": "service", "Datacenters": ["*"],
+                "TaskGroups": [{ "Name": "g", "Count": 1, "Tasks": tasks }]
+            }})),
+        )
+        .await;
+    assert_eq!(s, StatusCode::OK, "{v}");
+    let alloc = api.alloc("multi").await?;
+    let alloc_id = alloc["ID"].as_str().unwrap_or_default().to_string();
+    let cat = |task: &'static str| {
+        let alloc_id = alloc_id.clone();
+        async move {
+            let (s, v) = api
+                .call(
+                    Method::GET,
+                    &format!("/v1/client/fs/cat/{alloc_id}?path={task}/local/starts"),
+                    None,
+                )
+                .await;
+            (s == StatusCode::OK)
+                .then(|| v.as_str().map(str::to_string))
+                .flatten()
+        }
+    };
+    for t in ["a", "b", "c"] {
+        let starts = wait_for(Duration::from_secs(30), "every task started", || cat(t))
+            .await
+            .map_err(|e| anyhow::anyhow!("{e}\n{}", diag()))?;
+        assert_eq!(starts, format!("start {t}1\n"));
+    }
+    wait_for(
+        Duration::from_secs(30),
+        "three tasks waiting on one query",
+        || async {
+            let feeds = gauge(api, "teamster_client_template_feeds").await;
+            let subs = gauge(api, "teamster_client_template_subscriptions").await;
+            (feeds == feeds_before + 1 && subs == subs_before + 3).then_some(())
+        },
+    )
+    .await
+    .map_err(|e| anyhow::anyhow!("{e}\n{}", diag()))?;
+
+    api.put_var("nomad/jobs/multi/g/b", json!({ "v": "b2" }))
+        .await;
+    wait_for(Duration::from_secs(30), "b restarted", || async {
+        cat("b").await.filter(|s| s == "start b1\nstart b2\n")
+    })
+    .await
+    .map_err(|e| anyhow::anyhow!("{e}\n{}", diag()))?;
+    // Past the settle window: a and c neither re-rendered nor restarted.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert_eq!(cat("a").await.as_deref(), Some("start a1\n"));
+    assert_eq!(cat("c").await.as_deref(), Some("start c1\n"));
+    let a = api.alloc_by_id(&alloc_id).await.unwrap_or_default();
+    for (t, restarts) in [("a", 0), ("b", 1), ("c", 0)] {
+        assert_eq!(a["TaskStates"][t]["Restarts"], restarts, "{t}: {a}");
+    }
+
+    // Stopped: the query ends with the allocation.
+    let (s, v) = api.call(Method::DELETE, "/v1/job/multi", None).await;
+    assert_eq!(s, StatusCode::OK, "{v}");
+    wait_for(Duration::from_secs(30), "the feed ended", || async {
+        let feeds = gauge(api, "teamster_client_template_feeds").await;
+        let subs = gauge(api, "teamster_client_template_subscriptions").await;
+        (feeds == feeds_before && subs == subs_before).then_some(())
+    })
+    .await
+    .map_err(|e| anyhow::anyhow!("{e}\n{}", diag()))?;
+    Ok(())
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn templates_render_variables_and_services_on_a_dev_agent() -> anyhow::Result<()> {
     teamster_cluster_tests::init_test_tracing();
@@ -319,7 +438,8 @@ async fn templates_render_variables_and_services_on_a_dev_agent() -> anyhow::Res
         let lines: Vec<&str> = text.lines().collect();
         lines[lines.len().saturating_sub(60)..].join("\n")
     };
-    renders_waits_and_restarts_once(&api, &diag).await
+    renders_waits_and_restarts_once(&api, &diag).await?;
+    one_query_per_allocation(&api, &diag).await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -563,12 +683,26 @@ async fn variable_locks_are_held_renewed_released_and_lapse() -> anyhow::Result<
         (s, v.as_str()),
         (StatusCode::CONFLICT, Some("variable doesn't hold a lock"))
     );
-    // An acquire without items keeps the variable's; every acquire gets a new ID.
-    let (s, v) = put("?lock-acquire", json!({ "Lock": { "ID": id } })).await;
+    // An acquire without items keeps the variable's; one without an ID gets a new one,
+    // one with an ID holds the lock with it (as Nomad); a long ID is refused.
+    let (s, v) = put("?lock-acquire", json!({})).await;
     assert_eq!(s, StatusCode::OK, "{v}");
     assert_eq!(v["Items"]["who"], "a2", "{v}");
-    let again = v["Lock"]["ID"].as_str().unwrap_or_default().to_string();
-    assert!(!again.is_empty() && again != id, "{v}");
+    let fresh = v["Lock"]["ID"].as_str().unwrap_or_default().to_string();
+    assert!(!fresh.is_empty() && fresh != id, "{v}");
+    let (s, v) = put("?lock-release", json!({ "Lock": { "ID": fresh } })).await;
+    assert_eq!(s, StatusCode::OK, "{v}");
+    let (s, v) = put(
+        "?lock-acquire",
+        json!({ "Lock": { "ID": "x".repeat(129) } }),
+    )
+    .await;
+    assert_eq!(s, StatusCode::BAD_REQUEST, "{v}");
+    assert!(v.to_string().contains("Lock.ID"), "{v}");
+    let again = "chosen-by-the-caller";
+    let (s, v) = put("?lock-acquire", json!({ "Lock": { "ID": again } })).await;
+    assert_eq!(s, StatusCode::OK, "{v}");
+    assert_eq!(v["Lock"]["ID"], again, "{v}");
     let (s, v) = put("?lock-acquire", json!({ "Lock": { "ID": again } })).await;
     assert_eq!(
         (s, v.as_str()),

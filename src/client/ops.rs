@@ -222,6 +222,16 @@ impl ClientHandle {
             .await
     }
 
+    /// The public keys that verify workload identities, from the servers.
+    pub async fn public_keys(
+        &self,
+    ) -> Result<crate::rpc::service::operator::KeyringPublicKeys, crate::rpc::ServiceError> {
+        use crate::rpc::Services;
+        self.servers
+            .keyring_list_public(crate::rpc::service::operator::KeyringListPublicRequest)
+            .await
+    }
+
     /// The tasks a request is for: `task`, else (`None`) every running task of the
     /// allocation; each with where to send it.
     fn targets(

@@ -75,17 +75,13 @@ impl Servers {
         self.call_with(req, token).await
     }
 
-    /// What a task's templates read, asked with `token` (the task's workload identity)
-    /// rather than the node's secret: the servers answer what that task may read.
+    /// What an allocation's tasks' templates read: each set carries its task's workload
+    /// identity, and the servers answer what that identity may read.
     pub async fn template_read(
         &self,
-        token: &str,
         req: crate::rpc::service::variables::TemplateReadRequest,
     ) -> Result<crate::rpc::service::variables::TemplateReadResponse, ServiceError> {
-        match self
-            .call_with(ServiceRequest::TemplateRead(req), Some(token.to_string()))
-            .await?
-        {
+        match self.call_any(ServiceRequest::TemplateRead(req)).await? {
             ServiceResponse::TemplateRead(answer) => Ok(answer),
             other => Err(ServiceError::unexpected("Template.Read", other.name())),
         }

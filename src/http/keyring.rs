@@ -17,9 +17,11 @@ use teamster_storage::state::Table;
 
 use super::error::ApiError;
 use super::query::QueryOptions;
-use super::read::{json_read, json_write};
+use super::read::{json_read, json_write, ReadMeta};
 use super::HttpContext;
-use crate::rpc::service::operator::{KeyringDeleteRequest, KeyringRotateRequest};
+use crate::rpc::service::operator::{
+    KeyringDeleteRequest, KeyringPublicKeys, KeyringRotateRequest,
+};
 use crate::rpc::Services;
 
 /// The routes of this module.
@@ -107,20 +109,43 @@ pub async fn remove(
     Ok(json_write(json!({ "Index": index }), index))
 }
 
+/// The public keys, when the set was last changed (its index) and the settings that shape
+/// the answers: from this server's state, or on a client-only agent from the servers.
+async fn public_keys(
+    ctx: &HttpContext,
+    opts: &QueryOptions,
+) -> Result<(KeyringPublicKeys, Option<ReadMeta>), ApiError> {
+    if let Ok(endpoints) = ctx.endpoints() {
+        let (snap, meta) = ctx.read(opts, &[Table::RootKeys]).await?;
+        let keys = crate::server::endpoints::keyring::public_keys(endpoints, &snap);
+        return Ok((keys, Some(meta)));
+    }
+    let client = ctx
+        .client()
+        .ok_or_else(|| ApiError::internal("the agent is starting"))?;
+    Ok((client.public_keys().await?, None))
+}
+
 /// `GET /.well-known/jwks.json`: cached for half the time left until the newest key's
-/// rotation, at least 15 minutes.
+/// rotation, at least 15 minutes. A client-only agent asks the servers.
 pub async fn jwks(
     State(ctx): State<HttpContext>,
     Query(q): Query<HashMap<String, String>>,
 ) -> Result<Response, ApiError> {
     let opts = QueryOptions::parse(&q)?;
-    let (snap, meta) = ctx.read(&opts, &[Table::RootKeys]).await?;
-    let set = crate::keyring::jwks(snap.root_keys().map(|k| &**k));
-    let newest = snap.root_keys().map(|k| k.meta.create_time).max();
-    let mut response = json_read(set, meta);
-    if let (Some(newest), Ok(endpoints)) = (newest, ctx.endpoints()) {
-        let threshold = endpoints.keyring().settings().rotation_threshold;
-        let rotation = newest / 1_000_000_000 + i64::try_from(threshold.as_secs()).unwrap_or(0);
+    let (keys, meta) = public_keys(&ctx, &opts).await?;
+    let set = crate::keyring::jwks(
+        keys.keys
+            .iter()
+            .map(|k| (k.key_id.as_str(), k.public_key.as_slice())),
+    );
+    let mut response = match meta {
+        Some(meta) => json_read(set, meta),
+        None => json_write(set, keys.index),
+    };
+    if let Some(newest) = keys.keys.iter().map(|k| k.create_time).max() {
+        let threshold = i64::try_from(keys.rotation_threshold_secs).unwrap_or(i64::MAX);
+        let rotation = (newest / 1_000_000_000).saturating_add(threshold);
         let now = ctx.clock().now_unix_nanos() / 1_000_000_000;
         let max_age = ((rotation - now) / 2).max(JWKS_MIN_MAX_AGE_SECS);
         if let Ok(value) = format!("max-age={max_age}").parse() {
@@ -130,9 +155,19 @@ pub async fn jwks(
     Ok(response)
 }
 
-/// `GET /.well-known/openid-configuration`.
+/// `GET /.well-known/openid-configuration` (a client-only agent asks the servers for the
+/// issuer).
 pub async fn oidc_discovery(State(ctx): State<HttpContext>) -> Result<Response, ApiError> {
-    let issuer = ctx.endpoints()?.keyring().settings().oidc_issuer.clone();
+    let issuer = match ctx.endpoints() {
+        Ok(endpoints) => endpoints.keyring().settings().oidc_issuer.clone(),
+        Err(_) => {
+            ctx.client()
+                .ok_or_else(|| ApiError::internal("the agent is starting"))?
+                .public_keys()
+                .await?
+                .oidc_issuer
+        }
+    };
     if issuer.is_empty() {
         return Err(ApiError::not_found("OIDC Discovery endpoint disabled"));
     }

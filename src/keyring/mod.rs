@@ -365,19 +365,34 @@ pub fn looks_like_jwt(secret: &str) -> bool {
             .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'-' | b'_'))
 }
 
-/// The public keys of `keys` (every key but a deprecated one) as a JSON Web Key Set.
-pub fn jwks<'a>(keys: impl IntoIterator<Item = &'a RootKey>) -> serde_json::Value {
-    let keys: Vec<serde_json::Value> = keys
-        .into_iter()
+/// The keys of `keys` that verify identities (every key but a deprecated one): each key's
+/// ID, public key and creation time.
+pub fn public_keys<'a>(
+    keys: impl IntoIterator<Item = &'a RootKey>,
+) -> impl Iterator<Item = (&'a str, &'a [u8], i64)> {
+    keys.into_iter()
         .filter(|k| k.meta.state != RootKeyState::Deprecated && !k.wrapped.public_key.is_empty())
         .map(|k| {
+            (
+                k.meta.key_id.as_str(),
+                k.wrapped.public_key.as_slice(),
+                k.meta.create_time,
+            )
+        })
+}
+
+/// Public keys (ID, Ed25519 public key) as a JSON Web Key Set.
+pub fn jwks<'a>(keys: impl IntoIterator<Item = (&'a str, &'a [u8])>) -> serde_json::Value {
+    let keys: Vec<serde_json::Value> = keys
+        .into_iter()
+        .map(|(kid, public)| {
             serde_json::json!({
-                "kid": k.meta.key_id,
+                "kid": kid,
                 "alg": "EdDSA",
                 "use": "sig",
                 "kty": "OKP",
                 "crv": "Ed25519",
-                "x": URL_SAFE_NO_PAD.encode(&k.wrapped.public_key),
+                "x": URL_SAFE_NO_PAD.encode(public),
             })
         })
         .collect();
@@ -482,11 +497,11 @@ mod tests {
         let kek = Kek::generate().unwrap();
         let (a, _) = UnwrappedKey::generate(&kek, "a", 1, RootKeyState::Active, 0).unwrap();
         let (mut b, _) = UnwrappedKey::generate(&kek, "b", 1, RootKeyState::Inactive, 0).unwrap();
-        let set = jwks([&a, &b]);
+        let set = jwks(public_keys([&a, &b]).map(|(k, p, _)| (k, p)));
         assert_eq!(set["keys"].as_array().unwrap().len(), 2);
         assert_eq!(set["keys"][0]["kid"], "a");
         assert_eq!(set["keys"][0]["crv"], "Ed25519");
         b.meta.state = RootKeyState::Deprecated;
-        assert_eq!(jwks([&a, &b])["keys"].as_array().unwrap().len(), 1);
+        assert_eq!(public_keys([&a, &b]).count(), 1);
     }
 }

@@ -36,6 +36,7 @@ use crate::client::allocdir::AllocDir;
 use crate::client::lifecycle::{self, Allowed, Coordinator, Stage};
 use crate::client::shared::{Registrations, Shared};
 use crate::client::task_runner::core::TaskCore;
+use crate::client::task_runner::hooks::template_feed::TemplateFeed;
 use crate::client::task_runner::hooks::{EventSink, HookCtx};
 use crate::client::task_runner::{TaskRunner, TaskRunnerParts};
 use crate::client::types::{
@@ -92,6 +93,8 @@ struct RunnerFactory {
     updates: watch::Receiver<u64>,
     gate: watch::Receiver<Allowed>,
     controls: TaskControls,
+    /// What the tasks' templates read, one blocking query for all of them.
+    template_feed: Option<Arc<TemplateFeed>>,
 }
 
 impl RunnerFactory {
@@ -136,6 +139,7 @@ impl RunnerFactory {
                     });
                 })
             },
+            template_feed: self.template_feed.clone(),
             template_config: self.shared.config.template.clone(),
             restoring: false,
         };
@@ -229,6 +233,7 @@ pub fn spawn(shared: &Arc<Shared>, local: &LocalAlloc) -> AllocHandle {
         updates: updates.subscribe(),
         gate: gate.subscribe(),
         controls,
+        template_feed: shared.servers.clone().map(TemplateFeed::new),
     };
     let runners: Vec<_> = group
         .tasks

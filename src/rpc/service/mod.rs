@@ -70,9 +70,10 @@ use node::{
     NodeUpdateDrainRequest, NodeUpdateEligibilityRequest, NodeUpdateStatusRequest,
 };
 use operator::{
-    BrokerStatsRequest, BrokerStatsResponse, KeyringDeleteRequest, KeyringRotateRequest,
-    RaftJoinRequest, RaftRemovePeerRequest, ReconcileSummariesRequest, SchedulerSetConfigRequest,
-    SchedulerSetConfigResponse, SnapshotRestoreRequest, SystemGcRequest, SystemGcResponse,
+    BrokerStatsRequest, BrokerStatsResponse, KeyringDeleteRequest, KeyringListPublicRequest,
+    KeyringPublicKeys, KeyringRotateRequest, RaftJoinRequest, RaftRemovePeerRequest,
+    ReconcileSummariesRequest, SchedulerSetConfigRequest, SchedulerSetConfigResponse,
+    SnapshotRestoreRequest, SystemGcRequest, SystemGcResponse,
 };
 use service_reg::{
     ServiceRegistrationDeleteRequest, ServiceRegistrationListRequest,
@@ -497,6 +498,11 @@ service_calls! {
     VariablesRenewLock(variables::VariablesRenewLockRequest) -> variables::VariablesRenewLockResponse {
         name: "Variables.RenewLock", route: Leader, timeout: |_| WRITE_TIMEOUT,
         helper: variables_renew_lock,
+    }
+    /// The public keys that verify workload identities (for client agents' JWKS).
+    KeyringListPublic(KeyringListPublicRequest) -> KeyringPublicKeys {
+        name: "Keyring.ListPublic", route: Local, timeout: |_| NODE_TIMEOUT,
+        helper: keyring_list_public,
     }
 }
 

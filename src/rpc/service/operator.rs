@@ -132,6 +132,35 @@ pub struct KeyringRotateRequest {
     pub full: bool,
 }
 
+/// `Keyring.ListPublic`: the public keys that verify workload identities, from the
+/// answering server's state (client agents serve `/.well-known/jwks.json` with them).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct KeyringListPublicRequest;
+
+/// One public key of [`KeyringPublicKeys`].
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct KeyringPublicKey {
+    /// The root key's ID (the tokens' `kid`).
+    pub key_id: String,
+    /// The Ed25519 public key.
+    pub public_key: Vec<u8>,
+    /// When the root key was made, Unix nanoseconds.
+    pub create_time: i64,
+}
+
+/// The answer to `Keyring.ListPublic`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct KeyringPublicKeys {
+    /// Every key but deprecated ones.
+    pub keys: Vec<KeyringPublicKey>,
+    /// `server.root_key_rotation_threshold`, in seconds (how long the set is cached).
+    pub rotation_threshold_secs: u64,
+    /// `server.oidc_issuer` (empty: none).
+    pub oidc_issuer: String,
+    /// The index of the state answered from.
+    pub index: u64,
+}
+
 /// `Keyring.Delete`: remove a root key (never the active one).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct KeyringDeleteRequest {

@@ -60,7 +60,9 @@ pub fn service_allowed(call: &ServiceRequest) -> Allowed {
         // A task's templates, read with its workload identity.
         | S::TemplateRead(_)
         // A client agent resolves the tokens its own HTTP API is called with.
-        | S::AclResolveToken(_) => Allowed::ClientsAndServers,
+        | S::AclResolveToken(_)
+        // and serves the keys that verify workload identities.
+        | S::KeyringListPublic(_) => Allowed::ClientsAndServers,
         // Scheduler workers, the leader's subsystems, operators and the HTTP API's writes
         // forwarded by a server.
         S::JobRegister(_)

@@ -138,12 +138,23 @@ pub enum TemplateData {
     Denied,
 }
 
-/// `Template.Read`: what a task's templates read, made with the task's workload identity;
-/// a blocking query on the variables and services tables.
+/// What one task's templates read, with the task's workload identity (its default
+/// identity's token): the servers answer what that identity may read.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct TemplateReadRequest {
+pub struct TemplateReadSet {
+    /// The task's workload identity token.
+    pub token: String,
     /// What to read.
     pub deps: Vec<TemplateDep>,
+}
+
+/// `Template.Read`: what the templates of an allocation's tasks read, one [`TemplateReadSet`]
+/// per task; a blocking query on the variables and services tables (one per allocation,
+/// however many tasks and templates it has).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TemplateReadRequest {
+    /// What to read, per task.
+    pub reads: Vec<TemplateReadSet>,
     /// Answer once either table changed after this index (0: at once).
     pub min_index: u64,
     /// How long to wait for that, in milliseconds.
@@ -155,6 +166,6 @@ pub struct TemplateReadRequest {
 pub struct TemplateReadResponse {
     /// The index of the state answered from (the next `min_index`).
     pub index: u64,
-    /// What each dependency holds, in the request's order.
-    pub data: Vec<TemplateData>,
+    /// What each dependency holds: per set, in the request's order.
+    pub data: Vec<Vec<TemplateData>>,
 }

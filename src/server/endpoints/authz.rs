@@ -84,6 +84,8 @@ fn needs<'a>(snap: &Snapshot, call: &'a ServiceRequest) -> Needs<'a> {
         | Q::AclBootstrap(_)
         // Checked per variable and namespace by the endpoint, as the caller's token allows.
         | Q::TemplateRead(_)
+        // Public keys, published to anyone at /.well-known/jwks.json.
+        | Q::KeyringListPublic(_)
         | Q::OperatorRaftJoin(_) => Needs::Open,
         Q::NodeUpdateStatus(r) => Needs::NodeSecret(vec![r.node_id.as_str()]),
         Q::NodeGetClientAllocs(r) => Needs::NodeSecret(vec![r.node_id.as_str()]),

@@ -5,7 +5,7 @@
 //! of it and an identity that task has (`default` always); its claims are Nomad's.
 
 use teamster_storage::model::{RootKeyMeta, WorkloadIdentity, DEFAULT_IDENTITY_NAME};
-use teamster_storage::state::Snapshot;
+use teamster_storage::state::{Snapshot, Table};
 
 use super::Endpoints;
 use crate::keyring::IdentityClaims;
@@ -13,7 +13,9 @@ use crate::rpc::service::alloc::{
     AllocSignIdentitiesRequest, AllocSignIdentitiesResponse, SignedWorkloadIdentity,
     WorkloadIdentityRequest,
 };
-use crate::rpc::service::operator::{KeyringDeleteRequest, KeyringRotateRequest};
+use crate::rpc::service::operator::{
+    KeyringDeleteRequest, KeyringPublicKey, KeyringPublicKeys, KeyringRotateRequest,
+};
 use crate::rpc::ServiceError;
 use crate::server::keyring::ServerKeyringError;
 
@@ -175,4 +177,26 @@ pub async fn delete(ep: &Endpoints, req: KeyringDeleteRequest) -> Result<u64, Se
         .remove(&req.key_id)
         .await
         .map_err(keyring_error)
+}
+
+/// `Keyring.ListPublic`: from this server's state.
+pub fn list_public(ep: &Endpoints) -> KeyringPublicKeys {
+    public_keys(ep, &ep.node().state().snapshot())
+}
+
+/// The public keys of `snap`, with the settings that shape their publication.
+pub fn public_keys(ep: &Endpoints, snap: &Snapshot) -> KeyringPublicKeys {
+    let settings = ep.keyring().settings();
+    KeyringPublicKeys {
+        keys: crate::keyring::public_keys(snap.root_keys().map(|k| &**k))
+            .map(|(key_id, public_key, create_time)| KeyringPublicKey {
+                key_id: key_id.to_string(),
+                public_key: public_key.to_vec(),
+                create_time,
+            })
+            .collect(),
+        rotation_threshold_secs: settings.rotation_threshold.as_secs(),
+        oidc_issuer: settings.oidc_issuer.clone(),
+        index: snap.max_index(&[Table::RootKeys]),
+    }
 }

@@ -283,6 +283,7 @@ impl Endpoints {
             }
             Q::KeyringRotate(r) => A::KeyringRotate(keyring::rotate(self, r).await?),
             Q::KeyringDelete(r) => A::KeyringDelete(keyring::delete(self, r).await?),
+            Q::KeyringListPublic(_) => A::KeyringListPublic(keyring::list_public(self)),
             Q::VariablesApply(r) => A::VariablesApply(variables::apply(self, r).await?),
             Q::TemplateRead(r) => A::TemplateRead(variables::template_read(self, r).await?),
             Q::VariablesRenewLock(r) => A::VariablesRenewLock(variables::renew_lock(self, r)?),

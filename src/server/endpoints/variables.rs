@@ -2,7 +2,7 @@
 //! data key, then written (or the variable deleted) through raft with Nomad's check-and-set.
 //! The replicated state and the raft log only ever hold the ciphertext.
 //!
-//! `Template.Read` on any server: what a task's templates read (variables, decrypted here,
+//! `Template.Read` on any server: what an allocation's tasks' templates read (variables, decrypted here,
 //! and services), as its workload identity may read them; a blocking query.
 
 use teamster_storage::fsm::{
@@ -15,16 +15,15 @@ use teamster_storage::model::{
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
-use teamster_storage::state::Table;
+use teamster_storage::state::{Snapshot, Table};
 
 use super::keyring::keyring_error;
 use super::Endpoints;
 use crate::acl::{Need, VarCap};
-use crate::rpc::service::credential::caller_token;
 use crate::rpc::service::variables::{
-    TemplateData, TemplateDep, TemplateReadRequest, TemplateReadResponse, TemplateVar, VariableOp,
-    VariablesApplyRequest, VariablesApplyResponse, VariablesRenewLockRequest,
-    VariablesRenewLockResponse,
+    TemplateData, TemplateDep, TemplateReadRequest, TemplateReadResponse, TemplateReadSet,
+    TemplateVar, VariableOp, VariablesApplyRequest, VariablesApplyResponse,
+    VariablesRenewLockRequest, VariablesRenewLockResponse,
 };
 use crate::rpc::service::MAX_TEMPLATE_WAIT;
 use crate::rpc::ServiceError;
@@ -208,17 +207,15 @@ pub fn renew_lock(
     )
 }
 
-/// `Template.Read`: what a task's templates read, as the caller's credential (the task's
-/// workload identity) may read it: a variable it may not read, or services of a namespace
-/// it may not look up, answer [`TemplateData::Denied`]; variables it may not list are left
-/// out of a listing; a credential that is no token is denied everything. Blocks until the variables or services changed after `min_index`.
+/// `Template.Read`: what the templates of an allocation's tasks read, each set as its
+/// credential (the task's workload identity) may read it: a variable it may not read, or
+/// services of a namespace it may not look up, answer [`TemplateData::Denied`]; variables it
+/// may not list are left out of a listing; a credential that is no token is denied
+/// everything. Blocks until the variables or services changed after `min_index`.
 pub async fn template_read(
     ep: &Endpoints,
     req: TemplateReadRequest,
 ) -> Result<TemplateReadResponse, ServiceError> {
-    // A credential that is no token (unknown, expired, a workload's whose allocation is
-    // gone) may read nothing: every dependency is denied, as Nomad answers each read 403.
-    let identity = ep.resolve_token(caller_token().as_deref()).ok();
     let tables = [Table::Variables, Table::Services];
     let wait = Duration::from_millis(req.wait_ms).min(MAX_TEMPLATE_WAIT);
     let waited = ep
@@ -228,9 +225,28 @@ pub async fn template_read(
         .await
         .map_err(|e| ServiceError::internal(e.to_string()))?;
     let snap = &waited.snapshot;
+    let mut data = Vec::with_capacity(req.reads.len());
+    for set in &req.reads {
+        data.push(read_set(ep, snap, set).await?);
+    }
+    Ok(TemplateReadResponse {
+        index: waited.index.max(snap.max_index(&tables)),
+        data,
+    })
+}
+
+/// What one task's set of dependencies holds, as its token may read it.
+async fn read_set(
+    ep: &Endpoints,
+    snap: &Snapshot,
+    set: &TemplateReadSet,
+) -> Result<Vec<TemplateData>, ServiceError> {
+    // A credential that is no token (unknown, expired, a workload's whose allocation is
+    // gone) may read nothing: every dependency is denied, as Nomad answers each read 403.
+    let identity = ep.resolve_token(Some(set.token.as_str())).ok();
     let allows = |need: &Need| identity.as_ref().is_some_and(|i| i.acl.allows(need));
-    let mut data = Vec::with_capacity(req.deps.len());
-    for dep in &req.deps {
+    let mut data = Vec::with_capacity(set.deps.len());
+    for dep in &set.deps {
         data.push(match dep {
             TemplateDep::Var { namespace, path } => {
                 let need = Need::Variable(namespace.clone(), path.clone(), VarCap::Read);
@@ -302,8 +318,5 @@ pub async fn template_read(
             }
         });
     }
-    Ok(TemplateReadResponse {
-        index: waited.index.max(snap.max_index(&tables)),
-        data,
-    })
+    Ok(data)
 }

@@ -22,6 +22,7 @@ pub mod logmon;
 pub mod services;
 pub mod task_dir;
 pub mod template;
+pub mod template_feed;
 pub mod validate;
 
 use std::path::PathBuf;
@@ -95,6 +96,9 @@ pub struct HookCtx {
     pub control: Option<tokio::sync::mpsc::WeakSender<crate::client::types::TaskControl>>,
     /// Where the hooks' task events go.
     pub events: EventSink,
+    /// The allocation's template reads (one blocking query for all of its tasks); `None`
+    /// without servers.
+    pub template_feed: Option<Arc<template_feed::TemplateFeed>>,
     /// How templates are rendered (the client's `template` configuration).
     pub template_config: crate::client::config::TemplateConfig,
     /// This prestart finds the task running (a client restart), rather than starting it.

@@ -2,10 +2,11 @@
 //! and written into the task's directory; the task starts only once all of them rendered
 //! with everything they read. While it waits, a `Template` event names what is missing
 //! (`Missing: nomad.var.block(…)`, at most every 3 s, when the set changes). Nomad data is
-//! read with the task's default workload identity (`Template.Read`, one blocking query for
-//! all of the task's templates), so a task reads only the variables its identity may.
+//! read with the task's default workload identity, so a task reads only the variables its
+//! identity may.
 //!
-//! While the task runs, a watcher repeats that query: when what a template read changes, it
+//! While the task runs, a watcher waits for changes through the allocation's
+//! [`TemplateFeed`] (one blocking `Template.Read` for all of its tasks): when what a template read changes, it
 //! waits for the changes to settle (`wait`, the client's 5 s / 4 m by default), renders
 //! again, writes what changed and, after a random `splay`, restarts the task once (any
 //! `restart` template), or sends each distinct signal, and runs each change script.
@@ -31,6 +32,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
 use super::identity::default_token;
+use super::template_feed::{FeedSubscription, TemplateFeed};
 use super::{HookCtx, HookError, HookState, Prepared, TaskHook};
 use crate::client::allocdir::write_file_under;
 use crate::client::servers::Servers;
@@ -40,7 +42,9 @@ use crate::client::templates::{
 };
 use crate::client::types::{event, TaskControl};
 use crate::gotemplate::Template;
-use crate::rpc::service::variables::{TemplateDep, TemplateReadRequest, TemplateReadResponse};
+use crate::rpc::service::variables::{
+    TemplateData, TemplateDep, TemplateReadRequest, TemplateReadSet,
+};
 
 const HOOK: &str = "template";
 /// At most one `Missing` event this often (Nomad's 3 s).
@@ -51,8 +55,6 @@ const RETRY: Duration = Duration::from_secs(2);
 const DENIED_ATTEMPTS: u32 = 12;
 const DENIED_BACKOFF: Duration = Duration::from_millis(250);
 const DENIED_MAX_BACKOFF: Duration = Duration::from_secs(60);
-/// How long one watch query blocks (Nomad's `block_query_wait`).
-const BLOCK_WAIT: Duration = Duration::from_secs(300);
 /// How often files a template reads (`file`) are looked at again.
 const FILE_POLL: Duration = Duration::from_secs(2);
 /// The client's `wait` (Nomad's 5 s / 4 m), for templates without their own.
@@ -242,38 +244,47 @@ impl HookCtx {
     }
 }
 
-/// Asks the servers for `deps` as `token` may read them.
+/// Asks the servers once, at once, for `deps` as `token` may read them (the first render,
+/// and the retries of refused reads; waiting for changes goes through the allocation's
+/// [`TemplateFeed`]).
 async fn fetch(
     servers: &Servers,
     token: &str,
     deps: &BTreeSet<TemplateDep>,
-    min_index: u64,
-    wait: Duration,
-) -> Result<TemplateReadResponse, String> {
-    servers
-        .template_read(
-            token,
-            TemplateReadRequest {
+) -> Result<(u64, Vec<(TemplateDep, TemplateData)>), String> {
+    let answer = servers
+        .template_read(TemplateReadRequest {
+            reads: vec![TemplateReadSet {
+                token: token.to_string(),
                 deps: deps.iter().cloned().collect(),
-                min_index,
-                wait_ms: u64::try_from(wait.as_millis()).unwrap_or(u64::MAX),
-            },
-        )
+            }],
+            min_index: 0,
+            wait_ms: 0,
+        })
         .await
-        .map_err(|e| e.to_string())
+        .map_err(|e| e.to_string())?;
+    let data = answer.data.into_iter().next().unwrap_or_default();
+    Ok((answer.index, deps.iter().cloned().zip(data).collect()))
 }
 
 /// Put an answer into the brain: whether anything changed.
-fn learn(rt: &mut Runtime, deps: &BTreeSet<TemplateDep>, answer: TemplateReadResponse) -> bool {
-    rt.index = answer.index;
+fn learn(rt: &mut Runtime, (index, data): (u64, Vec<(TemplateDep, TemplateData)>)) -> bool {
+    rt.index = index;
     let mut changed = false;
-    for (dep, data) in deps.iter().zip(answer.data) {
-        if rt.brain.get(dep) != Some(&data) {
-            rt.brain.insert(dep.clone(), data);
+    for (dep, data) in data {
+        if rt.brain.get(&dep) != Some(&data) {
+            rt.brain.insert(dep, data);
             changed = true;
         }
     }
     changed
+}
+
+/// The allocation's feed, or (a task runner built without one) a feed of the task's own.
+fn feed_of(ctx: &HookCtx, servers: &Arc<Servers>) -> Arc<TemplateFeed> {
+    ctx.template_feed
+        .clone()
+        .unwrap_or_else(|| TemplateFeed::new(servers.clone()))
 }
 
 impl TemplateHook {
@@ -315,6 +326,7 @@ impl TemplateHook {
         let mut last_event: Option<(BTreeSet<String>, tokio::time::Instant)> = None;
         let mut denied_attempts = 0u32;
         let mut rounds = 0u32;
+        let mut subscription: Option<(BTreeSet<TemplateDep>, FeedSubscription)> = None;
         loop {
             rounds += 1;
             let brain = lock(&self.rt).brain.clone();
@@ -393,19 +405,34 @@ impl TemplateHook {
                 ));
             };
             let token = self.token(ctx, servers).await?;
-            let wait = if patient { wait } else { Duration::ZERO };
-            let min_index = if unfetched || !denied.is_empty() || !patient {
-                0
-            } else {
-                lock(&self.rt).index
-            };
-            match fetch(servers, &token, &deps, min_index, wait).await {
-                Ok(answer) => {
-                    learn(&mut lock(&self.rt), &deps, answer);
+            if unfetched || !denied.is_empty() || !patient {
+                match fetch(servers, &token, &deps).await {
+                    Ok(answer) => {
+                        learn(&mut lock(&self.rt), answer);
+                    }
+                    Err(e) => {
+                        warn!(error = %e, "templates' data not read; retrying");
+                        tokio::time::sleep(RETRY).await;
+                    }
                 }
-                Err(e) => {
-                    warn!(error = %e, "templates' data not read; retrying");
-                    tokio::time::sleep(RETRY).await;
+                continue;
+            }
+            // Wait for what is missing with the allocation's other tasks' reads.
+            let resubscribe = subscription.as_ref().is_none_or(|(d, _)| *d != deps);
+            if resubscribe {
+                let sub = feed_of(ctx, servers).subscribe(
+                    &ctx.task.name,
+                    &token,
+                    deps.iter().cloned().collect(),
+                );
+                subscription = Some((deps.clone(), sub));
+            }
+            let Some((_, sub)) = subscription.as_mut() else {
+                continue;
+            };
+            if let Ok(Ok(())) = tokio::time::timeout(wait, sub.answers.changed()).await {
+                if let Some(mine) = sub.mine() {
+                    learn(&mut lock(&self.rt), mine);
                 }
             }
         }
@@ -596,7 +623,8 @@ fn settle_window(loaded: &[Loaded]) -> (Duration, Duration) {
     (min, max)
 }
 
-/// Watches what the templates read while the task runs, and acts on new renders.
+/// Watches what the templates read while the task runs (through the allocation's feed),
+/// and acts on new renders.
 async fn watch(
     ctx: HookCtx,
     loaded: Vec<Loaded>,
@@ -606,7 +634,9 @@ async fn watch(
     let Some(servers) = ctx.servers.clone() else {
         return;
     };
+    let feed = feed_of(&ctx, &servers);
     let (settle_min, settle_max) = settle_window(&loaded);
+    let mut subscription: Option<(BTreeSet<TemplateDep>, FeedSubscription)> = None;
     // First, what an earlier watcher learned but could not act on (it was stopped).
     let mut check_now = true;
     loop {
@@ -614,65 +644,61 @@ async fn watch(
             rerender(&ctx, &loaded, &rt, &stop).await;
             continue;
         }
-        let (deps, has_files, token, index) = {
+        let (deps, has_files, token) = {
             let r = lock(&rt);
-            (
-                r.deps.clone(),
-                !r.files.is_empty(),
-                r.token.clone(),
-                r.index,
-            )
+            (r.deps.clone(), !r.files.is_empty(), r.token.clone())
         };
         if deps.is_empty() && !has_files {
             return;
         }
+        let token = token.filter(|_| !deps.is_empty());
+        if token.is_none() {
+            subscription = None;
+        } else if subscription.as_ref().is_none_or(|(d, _)| *d != deps) {
+            let token = token.as_deref().unwrap_or_default();
+            let sub = feed.subscribe(&ctx.task.name, token, deps.iter().cloned().collect());
+            subscription = Some((deps.clone(), sub));
+        }
         // Wait for a change: an answer that differs, or (for `file`) the poll interval.
-        let wait = if has_files { FILE_POLL } else { BLOCK_WAIT };
-        let mut changed = has_files;
-        if let (false, Some(token)) = (deps.is_empty(), token.as_deref()) {
-            let answer = tokio::select! {
-                _ = stop.cancelled() => return,
-                a = fetch(&servers, token, &deps, index, wait) => a,
-            };
-            match answer {
-                Ok(a) => changed |= learn(&mut lock(&rt), &deps, a),
-                Err(e) => {
-                    debug!(error = %e, "template watch failed; retrying");
-                    tokio::select! {
-                        _ = stop.cancelled() => return,
-                        _ = tokio::time::sleep(RETRY) => {}
+        let changed = match subscription.as_mut() {
+            Some((_, sub)) => {
+                tokio::select! {
+                    _ = stop.cancelled() => return,
+                    got = sub.answers.changed() => {
+                        if got.is_err() {
+                            return;
+                        }
+                        sub.mine().is_some_and(|m| learn(&mut lock(&rt), m))
                     }
-                    continue;
+                    _ = tokio::time::sleep(FILE_POLL), if has_files => true,
                 }
             }
-        } else {
-            tokio::select! {
-                _ = stop.cancelled() => return,
-                _ = tokio::time::sleep(wait) => {}
+            None => {
+                tokio::select! {
+                    _ = stop.cancelled() => return,
+                    _ = tokio::time::sleep(FILE_POLL) => true,
+                }
             }
-        }
+        };
         if !changed {
             continue;
         }
-        // Let a burst of changes settle: one render, one action.
-        let started = tokio::time::Instant::now();
-        if !deps.is_empty() {
-            let token = lock(&rt).token.clone();
-            if let Some(token) = token {
-                loop {
-                    tokio::select! {
-                        _ = stop.cancelled() => return,
-                        _ = tokio::time::sleep(settle_min) => {}
-                    }
-                    if started.elapsed() >= settle_max {
-                        break;
-                    }
-                    let more = match fetch(&servers, &token, &deps, 0, Duration::ZERO).await {
-                        Ok(a) => learn(&mut lock(&rt), &deps, a),
-                        Err(_) => false,
-                    };
-                    if !more {
-                        break;
+        // Let a burst of changes settle: quiet for the window's minimum, at most its
+        // maximum; then one render, one action.
+        if let Some((_, sub)) = subscription.as_mut() {
+            let until = tokio::time::Instant::now() + settle_max;
+            let mut quiet = (tokio::time::Instant::now() + settle_min).min(until);
+            loop {
+                tokio::select! {
+                    _ = stop.cancelled() => return,
+                    _ = tokio::time::sleep_until(quiet) => break,
+                    got = sub.answers.changed() => {
+                        if got.is_err() {
+                            return;
+                        }
+                        if sub.mine().is_some_and(|m| learn(&mut lock(&rt), m)) {
+                            quiet = (tokio::time::Instant::now() + settle_min).min(until);
+                        }
                     }
                 }
             }
