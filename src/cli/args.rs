@@ -184,7 +184,7 @@ impl ApiArgs {
         match self.parsed_template()? {
             Some(t) => {
                 let v = serde_json::to_value(value)?;
-                println!("{}", t.render(&v)?);
+                println!("{}", t.render_with_sprig(&v)?);
             }
             None => println!("{}", serde_json::to_string_pretty(value)?),
         }
@@ -198,7 +198,7 @@ impl ApiArgs {
         if self.json {
             anyhow::bail!("Both json and template formatting are not allowed");
         }
-        Ok(Some(template::Template::parse(src)?))
+        Ok(Some(template::Template::parse_with_sprig(src)?))
     }
 }
 

@@ -1,7 +1,7 @@
 //! consul-template's functions for tasks' `template` blocks (Nomad renders templates with
 //! consul-template): which names exist ([`kind`]), and the pure data functions
 //! ([`call_data`]): encodings, strings, lists and maps, parsing, JSON/YAML/TOML output,
-//! hashes, arithmetic. The functions that read the task's environment, files, Variables and
+//! hashes, arithmetic, and Sprig's (`sprig_*`, [`super::sprig`]). The functions that read the task's environment, files, Variables and
 //! services are the client's (they need the allocation); those that need Consul or Vault
 //! exist but never resolve on a teamster client, as on a Nomad client without them.
 //!
@@ -154,7 +154,17 @@ pub fn kind(name: &str) -> Option<Kind> {
         Kind::Vault
     } else if is(DEFAULT_DENYLIST) {
         Kind::Denied
-    } else if is(UNSUPPORTED) || name.starts_with("sprig_") {
+    } else if let Some(sprig) = name.strip_prefix("sprig_") {
+        if super::sprig::SPRIG.contains(&sprig) {
+            Kind::Data
+        } else if super::sprig::UNSUPPORTED.contains(&sprig) {
+            Kind::Unsupported
+        } else {
+            // Not among Sprig's hermetic functions (`sprig_env`, `sprig_now`, …):
+            // consul-template does not define it.
+            return None;
+        }
+    } else if is(UNSUPPORTED) {
         Kind::Unsupported
     } else {
         return None;
@@ -505,6 +515,9 @@ fn explode_map(src: &Map<String, Value>) -> Value {
 pub fn call_data(name: &str, args: &[Val]) -> Option<Result<Val, String>> {
     if kind(name) != Some(Kind::Data) {
         return None;
+    }
+    if let Some(sprig) = name.strip_prefix("sprig_") {
+        return super::sprig::call(sprig, args);
     }
     Some(data(name, args))
 }
@@ -1019,7 +1032,9 @@ mod tests {
         assert_eq!(kind("key"), Some(Kind::Consul));
         assert_eq!(kind("secret"), Some(Kind::Vault));
         assert_eq!(kind("writeToFile"), Some(Kind::Denied));
-        assert_eq!(kind("sprig_upper"), Some(Kind::Unsupported));
+        assert_eq!(kind("sprig_upper"), Some(Kind::Data));
+        assert_eq!(kind("sprig_semver"), Some(Kind::Unsupported));
+        assert_eq!(kind("sprig_env"), None);
         assert_eq!(kind("printf"), Some(Kind::Builtin));
         assert_eq!(kind("env"), Some(Kind::Task));
         assert_eq!(kind("nosuch"), None);

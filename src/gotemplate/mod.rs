@@ -28,6 +28,7 @@
 //! `String()`). Hidden keys are never ranged over, counted or printed.
 
 pub mod funcs;
+pub mod sprig;
 
 use std::fmt::Write as _;
 
@@ -158,6 +159,16 @@ pub struct NoFuncs;
 impl Funcs for NoFuncs {
     fn call(&self, _name: &str, _args: &[Val]) -> Option<Result<Val, String>> {
         None
+    }
+}
+
+/// Sprig's functions, `sprig_`-prefixed (Nomad's CLI `-t`).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct SprigFuncs;
+
+impl Funcs for SprigFuncs {
+    fn call(&self, name: &str, args: &[Val]) -> Option<Result<Val, String>> {
+        sprig::call(name.strip_prefix("sprig_")?, args)
     }
 }
 
@@ -807,6 +818,33 @@ impl Template {
         out
     }
 
+    /// Parse `src` with Go's builtins and Sprig's functions (`sprig_*`), as Nomad's CLI
+    /// formats its `-t` output.
+    pub fn parse_with_sprig(src: &str) -> Result<Template, TemplateError> {
+        let known = |name: &str| {
+            name.strip_prefix("sprig_")
+                .is_some_and(|n| sprig::SPRIG.contains(&n))
+        };
+        Template::parse_with(
+            src,
+            &Syntax {
+                known: &known,
+                ..Syntax::default()
+            },
+        )
+    }
+
+    /// Render a template of [`Template::parse_with_sprig`] with `data` as `.` and `$`.
+    pub fn render_with_sprig(&self, data: &Value) -> Result<String, TemplateError> {
+        self.render_with(
+            data,
+            RenderOptions {
+                funcs: &SprigFuncs,
+                missing_key_error: false,
+            },
+        )
+    }
+
     /// Render the template with `data` as `.` and `$`, with Go's builtin functions.
     pub fn render(&self, data: &Value) -> Result<String, TemplateError> {
         self.render_with(
@@ -870,11 +908,32 @@ fn go_text(v: &Val) -> String {
     }
 }
 
+/// A float64 as Go's `%v` prints it: the shortest digits that read back, in exponent form
+/// (`1.234567e+06`) when the exponent is below -4 or at least 6.
+fn go_float(f: f64) -> String {
+    if f.is_nan() {
+        return "NaN".into();
+    }
+    if f.is_infinite() {
+        return if f > 0.0 { "+Inf" } else { "-Inf" }.into();
+    }
+    let sci = format!("{f:e}");
+    let (mantissa, exp) = sci.split_once('e').unwrap_or((&sci, "0"));
+    let exp: i32 = exp.parse().unwrap_or(0);
+    if (-4..6).contains(&exp) {
+        format!("{f}")
+    } else {
+        let sign = if exp < 0 { '-' } else { '+' };
+        format!("{mantissa}e{sign}{:02}", exp.abs())
+    }
+}
+
 fn json_text(v: &Value) -> String {
     match v {
         Value::Null => "<nil>".into(),
         Value::String(s) => s.clone(),
         Value::Bool(b) => b.to_string(),
+        Value::Number(n) if n.is_f64() => go_float(n.as_f64().unwrap_or(0.0)),
         Value::Number(n) => n.to_string(),
         Value::Array(a) => format!(
             "[{}]",

@@ -98,17 +98,19 @@ mod tests {
         );
         let err = check("{{ nosuch 1 }}", "{{", "}}").unwrap_err();
         assert!(err.contains("function \"nosuch\" not defined"), "{err}");
+        let err = check("{{ sprig_env \"HOME\" }}", "{{", "}}").unwrap_err();
+        assert!(err.contains("function \"sprig_env\" not defined"), "{err}");
         let err = check("{{ if .x }}", "{{", "}}").unwrap_err();
         assert!(err.contains("missing {{end}}"), "{err}");
         let err = check(
-            r#"{{ sockaddr "GetPrivateIP" }}{{ sprig_upper "a" }}"#,
+            r#"{{ sockaddr "GetPrivateIP" }}{{ sprig_semver "1.0.0" }}{{ sprig_upper "a" }}"#,
             "{{",
             "}}",
         )
         .unwrap_err();
         assert_eq!(
             err,
-            "template functions \"sockaddr\", \"sprig_upper\" are not supported by teamster"
+            "template functions \"sockaddr\", \"sprig_semver\" are not supported by teamster"
         );
     }
 }
