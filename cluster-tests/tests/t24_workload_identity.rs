@@ -887,6 +887,25 @@ async fn variables_are_encrypted_at_rest_checked_and_set_and_scoped_by_policy() 
     )
     .await;
     assert_eq!(s, StatusCode::OK, "{v}");
+    // The old key was marked `rekeying`; once nothing is encrypted with it, it is inactive.
+    wait_for(
+        Duration::from_secs(30),
+        "the old key rekeyed and inactive",
+        || async {
+            let (_, keys) = call(
+                Method::GET,
+                &url(&c, leader, "/v1/operator/keyring/keys"),
+                Some(&root),
+                None,
+            )
+            .await;
+            keys.as_array()?
+                .iter()
+                .any(|k| k["KeyID"] == old_key.as_str() && k["State"] == "inactive")
+                .then_some(())
+        },
+    )
+    .await?;
     wait_for(
         Duration::from_secs(30),
         "the old key unused and removed",

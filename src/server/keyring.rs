@@ -14,7 +14,7 @@
 //!
 //! May import: `raft`, `write_batcher`, `leader_service`, `leader`, `util`, `rpc` and `keyring`.
 
-use std::collections::HashMap;
+use std::collections::{BTreeSet, HashMap};
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, PoisonError, Weak};
@@ -97,6 +97,8 @@ struct Inner {
     keks: Mutex<HashMap<String, Kek>>,
     /// One peer fetch at a time.
     fetching: tokio::sync::Mutex<()>,
+    /// One re-encryption pass at a time.
+    rekeying: tokio::sync::Mutex<()>,
     unwrapped: Mutex<HashMap<String, Arc<UnwrappedKey>>>,
     clock: SharedClock,
     rng: RngSource,
@@ -145,6 +147,7 @@ impl Keyring {
                 dir,
                 keks: Mutex::new(keks),
                 fetching: tokio::sync::Mutex::new(()),
+                rekeying: tokio::sync::Mutex::new(()),
                 unwrapped: Mutex::new(HashMap::new()),
                 clock,
                 rng,
@@ -344,20 +347,26 @@ impl Keyring {
         Ok(applied.index)
     }
 
-    /// On the leader: a new root key, active at once, or prepublished until `publish_time`
-    /// (Unix nanoseconds) when it is in the future. Its metadata as written.
-    /// Re-encrypts every variable not under the active root key with the active key's data
-    /// key (a full rotation), on the leader: each is written back only if unchanged since
-    /// it was read (check-and-set), keeping its lock; one written meanwhile was written
-    /// under the active key already. Returns how many were re-encrypted.
+    /// On the leader, a full rotation's second half: every variable under a `rekeying` key
+    /// is re-encrypted with the active key's data key, each written back only if unchanged
+    /// since it was read (check-and-set), keeping its lock (one written meanwhile was
+    /// written under the active key already); a `rekeying` key that encrypts nothing more
+    /// becomes inactive. Run by the rotation and by every keyring check, so a new leader
+    /// finishes what the last one started. Returns how many variables were re-encrypted.
     pub async fn rekey(&self) -> Result<usize, ServerKeyringError> {
+        let _one_at_a_time = self.inner.rekeying.lock().await;
         let snap = self.inner.node.state().snapshot();
-        let Some(active) = snap.active_root_key().map(|k| k.meta.key_id.clone()) else {
+        let rekeying: BTreeSet<String> = snap
+            .root_keys()
+            .filter(|k| k.meta.state == RootKeyState::Rekeying)
+            .map(|k| k.meta.key_id.clone())
+            .collect();
+        if rekeying.is_empty() || snap.active_root_key().is_none() {
             return Ok(0);
-        };
+        }
         let stale: Vec<Arc<VariableEncrypted>> = snap
             .variables(None, "")
-            .filter(|v| v.data.key_id != active)
+            .filter(|v| rekeying.contains(&v.data.key_id))
             .cloned()
             .collect();
         let mut done = 0;
@@ -386,9 +395,60 @@ impl Keyring {
                 done += 1;
             }
         }
+        // Keys that encrypt nothing more are done.
+        let snap = self.inner.node.state().snapshot();
+        for key_id in rekeying {
+            if snap.variables(None, "").any(|v| v.data.key_id == key_id) {
+                continue;
+            }
+            if let Some(key) = snap.root_key(&key_id) {
+                let mut key = (**key).clone();
+                key.meta.state = RootKeyState::Inactive;
+                self.write(Command::RootKeyUpsert(RootKeyUpsert {
+                    key,
+                    activate: false,
+                }))
+                .await?;
+                info!(key_id, "full rotation done: the root key is inactive");
+            }
+        }
         Ok(done)
     }
 
+    /// On the leader: a new root key, active at once, then every other key that encrypts
+    /// variables marked `rekeying` (a full rotation; [`Keyring::rekey`] re-encrypts them).
+    pub async fn rotate_full(&self) -> Result<RootKeyMeta, ServerKeyringError> {
+        let meta = self.rotate(None).await?;
+        let snap = self.inner.node.state().snapshot();
+        let used: BTreeSet<&str> = snap
+            .variables(None, "")
+            .map(|v| v.data.key_id.as_str())
+            .collect();
+        let marked: Vec<RootKey> = snap
+            .root_keys()
+            .filter(|k| {
+                k.meta.key_id != meta.key_id
+                    && matches!(k.meta.state, RootKeyState::Inactive | RootKeyState::Active)
+                    && used.contains(k.meta.key_id.as_str())
+            })
+            .map(|k| {
+                let mut k = (**k).clone();
+                k.meta.state = RootKeyState::Rekeying;
+                k
+            })
+            .collect();
+        for key in marked {
+            self.write(Command::RootKeyUpsert(RootKeyUpsert {
+                key,
+                activate: false,
+            }))
+            .await?;
+        }
+        Ok(meta)
+    }
+
+    /// On the leader: a new root key, active at once, or prepublished until `publish_time`
+    /// (Unix nanoseconds) when it is in the future. Its metadata as written.
     pub async fn rotate(
         &self,
         publish_time: Option<i64>,
@@ -456,10 +516,15 @@ impl Keyring {
         }
     }
 
-    /// The leader's periodic check: the first key when there is none; a prepublished key
+    /// The leader's periodic check: a full rotation's re-encryption carried on; the first
+    /// key when there is none; a prepublished key
     /// whose time has come activated; the active key rotated when it is too old, or when no
     /// server has the KEK that wraps it any more (a key nobody can sign with).
     async fn leader_check(&self) -> Result<(), ServerKeyringError> {
+        let rekeyed = self.rekey().await?;
+        if rekeyed > 0 {
+            info!(variables = rekeyed, "full rotation: variables re-encrypted");
+        }
         let snap = self.inner.node.state().snapshot();
         let now = self.inner.clock.now_unix_nanos();
         let due = snap

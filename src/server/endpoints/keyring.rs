@@ -151,19 +151,22 @@ pub async fn rotate(
             "a full rotation re-encrypts under the new key at once: not with a publish time",
         ));
     }
-    let meta = ep
-        .keyring()
-        .rotate(req.publish_time)
-        .await
-        .map_err(keyring_error)?;
+    let keyring = ep.keyring();
+    let meta = if req.full {
+        keyring.rotate_full().await
+    } else {
+        keyring.rotate(req.publish_time).await
+    }
+    .map_err(keyring_error)?;
     if req.full {
-        // In the background, as Nomad's: the rotation answers at once.
-        let keyring = ep.keyring().clone();
+        // In the background, as Nomad's: the rotation answers at once. Should this leader
+        // stop first, the next one's keyring check carries on.
+        let keyring = keyring.clone();
         tokio::spawn(async move {
             match keyring.rekey().await {
                 Ok(n) => tracing::info!(variables = n, "full rotation: variables re-encrypted"),
                 Err(e) => {
-                    tracing::warn!(error = %e, "full rotation stopped; rotate with -full again")
+                    tracing::warn!(error = %e, "full rotation paused; the keyring check carries on")
                 }
             }
         });

@@ -28,6 +28,11 @@ pub enum RootKeyState {
     /// Being removed.
     #[serde(rename = "deprecated")]
     Deprecated,
+    /// Was active; a full rotation (`rotate -full`) is re-encrypting the variables it
+    /// encrypted under the active key, then it becomes inactive. Still verifies what it
+    /// signed.
+    #[serde(rename = "rekeying")]
+    Rekeying,
 }
 
 impl RootKeyState {
@@ -38,6 +43,7 @@ impl RootKeyState {
             RootKeyState::Inactive => "inactive",
             RootKeyState::Prepublished => "prepublished",
             RootKeyState::Deprecated => "deprecated",
+            RootKeyState::Rekeying => "rekeying",
         }
     }
 }
