@@ -275,6 +275,15 @@ impl ProcessCluster {
         Ok(i - 1)
     }
 
+    /// Add a server that knows no other (no `server.join`, no bootstrap): it waits, in no
+    /// cluster, until one adds it (`/v1/agent/join`).
+    pub fn add_lone_server(&mut self) -> anyhow::Result<usize> {
+        let i = self.servers.len() + 1;
+        self.add(i, 0, &[])?;
+        self.spawn(i - 1)?;
+        Ok(i - 1)
+    }
+
     fn ip(&self, i: usize) -> String {
         format!("127.{}.{}.{}", self.block.0, self.block.1, i)
     }

@@ -227,7 +227,7 @@ async fn stopping_and_restarting_the_whole_cluster_keeps_every_committed_entry(
 }
 
 #[tokio::test]
-async fn a_fourth_server_joins_as_voter_and_dead_peers_are_removed_by_cli_and_api(
+async fn a_fourth_server_joins_as_voter_and_dead_peers_are_removed_by_cli_api_and_force_leave(
 ) -> anyhow::Result<()> {
     let mut c = ProcessCluster::start(3, ClusterOptions::default())?;
     let leader = c.wait_leader(FORMATION).await?;
@@ -307,6 +307,78 @@ async fn a_fourth_server_joins_as_voter_and_dead_peers_are_removed_by_cli_and_ap
     assert_eq!(conf["Servers"].as_array().unwrap().len(), 3, "{conf}");
     // The three keep committing.
     register(&api, small_job("after-removals")).await?;
+
+    // A sixth that knows nobody is brought in with /v1/agent/join, asked on a follower
+    // (Nomad's route; an address that does not answer joins nobody and says why).
+    let sixth = c.add_lone_server()?;
+    let follower_api = c.servers[follower].api();
+    let answer: Value = wait_for(Duration::from_secs(30), "the sixth answering", || {
+        let (api, addr) = (follower_api.clone(), c.servers[sixth].rpc_addr());
+        async move {
+            let v: Value = api
+                .request(
+                    reqwest::Method::PUT,
+                    &format!("/v1/agent/join?address=127.0.0.1:1&address={addr}"),
+                    None::<&()>,
+                )
+                .await
+                .ok()?;
+            (v["num_joined"] == 1).then_some(v)
+        }
+    })
+    .await?;
+    assert!(
+        answer["error"]
+            .as_str()
+            .is_some_and(|e| e.contains("127.0.0.1:1")),
+        "{answer}"
+    );
+    wait_for(Duration::from_secs(30), "the sixth as voter", || {
+        let api = api.clone();
+        async move {
+            let conf: Value = api.get("/v1/operator/raft/configuration").await.ok()?;
+            let s = conf["Servers"].as_array()?;
+            (s.len() == 4 && s.iter().all(|s| s["Voter"] == true)).then_some(())
+        }
+    })
+    .await?;
+    wait_jobs_everywhere(
+        &c,
+        &[sixth],
+        &["after-removals".into(), "before-join".into()],
+        Duration::from_secs(10),
+    )
+    .await?;
+
+    // force-leave leaves a server that answers alone, and removes one that does not.
+    let leave = |name: String| {
+        let api = api.clone();
+        async move {
+            api.request_text::<()>(
+                reqwest::Method::PUT,
+                &format!("/v1/agent/force-leave?node={name}"),
+                None,
+            )
+            .await
+        }
+    };
+    leave(format!("{}.global", c.servers[follower].name)).await?;
+    leave("nope".into()).await?;
+    let conf = raft_config(&c, leader).await?;
+    assert_eq!(conf["Servers"].as_array().unwrap().len(), 4, "{conf}");
+    c.kill(sixth);
+    let out = std::process::Command::new(teamster_bin())
+        .args(["server", "force-leave", "-prune", &c.servers[sixth].name])
+        .args(["--address", &c.servers[leader].http_addr()])
+        .output()?;
+    assert!(
+        out.status.success(),
+        "force-leave failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let conf = raft_config(&c, leader).await?;
+    assert_eq!(conf["Servers"].as_array().unwrap().len(), 3, "{conf}");
+    register(&api, small_job("after-force-leave")).await?;
     Ok(())
 }
 

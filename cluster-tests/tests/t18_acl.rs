@@ -580,6 +580,18 @@ async fn every_route_answers_by_its_rule_and_the_client_works_with_acls_on() {
         ),
         (
             Method::PUT,
+            "/v1/agent/join?address=127.0.0.1:1".into(),
+            None,
+            Rule::Write,
+        ),
+        (
+            Method::PUT,
+            "/v1/agent/force-leave?node=nope".into(),
+            None,
+            Rule::Write,
+        ),
+        (
+            Method::PUT,
             "/v1/system/reconcile/summaries".into(),
             None,
             Rule::Management,

@@ -330,8 +330,8 @@ impl TaskFuncs<'_> {
         self.seen.borrow_mut().missing.insert(key);
     }
 
-    /// What the brain holds for `dep` (recorded as read); `None`: not fetched yet, or
-    /// denied (recorded as missing under `key`).
+    /// What the brain holds for `dep` (recorded as read); `None`: not fetched yet, denied or
+    /// unavailable (recorded as missing under `key`).
     fn fetch(&self, dep: TemplateDep, key: &str) -> Option<TemplateData> {
         let mut seen = self.seen.borrow_mut();
         seen.deps.insert(dep.clone());
@@ -343,6 +343,10 @@ impl TaskFuncs<'_> {
             Some(TemplateData::Denied) => {
                 seen.missing.insert(key.to_string());
                 seen.denied.insert(key.to_string());
+                None
+            }
+            Some(TemplateData::Unavailable) => {
+                seen.missing.insert(key.to_string());
                 None
             }
             Some(data) => Some(data.clone()),

@@ -13,6 +13,7 @@ use std::collections::BTreeMap;
 use base64::Engine as _;
 use serde_json::{Map, Number, Value};
 
+use super::sprig::title;
 use super::{go_text, without_hidden, Val, STRINGER};
 
 /// What a template function is, on a teamster client.
@@ -442,21 +443,6 @@ fn yaml_scalar_text(s: &str) -> String {
     } else {
         s.to_string()
     }
-}
-
-/// Title case as consul-template's `toTitle` (each word's first letter upper-cased).
-fn title(s: &str) -> String {
-    let mut out = String::with_capacity(s.len());
-    let mut start = true;
-    for c in s.chars() {
-        if start && c.is_alphabetic() {
-            out.extend(c.to_uppercase());
-        } else {
-            out.push(c);
-        }
-        start = !(c.is_alphanumeric() || c == '\'' || c == '_');
-    }
-    out
 }
 
 fn indent(spaces: i64, s: &str) -> Result<Val, String> {

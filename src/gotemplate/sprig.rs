@@ -226,8 +226,11 @@ pub const UNSUPPORTED: &[&str] = &[
     "urlJoin",
 ];
 
-/// The longest list `until`, `untilStep` and `seq` make.
+/// The longest list a function makes (`until`, `seq`, `split`, …).
 const MAX_SEQ: i64 = 1_000_000;
+/// The deepest a value made by these functions may nest (JSON read by `parseJSON` nests
+/// 128 deep at most).
+const MAX_DEPTH: usize = 200;
 
 fn ok(v: Value) -> Result<Val, String> {
     Ok(Some(v))
@@ -282,8 +285,12 @@ fn parse_go_int(s: &str) -> Option<i64> {
     } else {
         (10, lower)
     };
-    let n = i64::from_str_radix(&body, radix).ok()?;
-    Some(if neg { -n } else { n })
+    if body.starts_with(['+', '-']) {
+        return None;
+    }
+    // Through i128 so that "-9223372036854775808" reads and nothing overflows.
+    let n = i128::from_str_radix(&body, radix).ok()?;
+    i64::try_from(if neg { -n } else { n }).ok()
 }
 
 /// cast's `ToFloat64`.
@@ -294,6 +301,15 @@ fn to_f64(v: &Val) -> f64 {
         Some(Value::String(s)) => s.parse().unwrap_or(0.0),
         _ => 0.0,
     }
+}
+
+/// `f` rounded to 15 significant digits (what a decimal sum or product of the inputs'
+/// shortest forms reads back as).
+fn decimal(f: f64) -> f64 {
+    if !f.is_finite() || f == 0.0 {
+        return f;
+    }
+    format!("{f:.14e}").parse().unwrap_or(f)
 }
 
 fn float(f: f64) -> Result<Val, String> {
@@ -503,6 +519,10 @@ fn go_quote(s: &str) -> String {
             '\n' => out.push_str("\\n"),
             '\t' => out.push_str("\\t"),
             '\r' => out.push_str("\\r"),
+            '\u{7}' => out.push_str("\\a"),
+            '\u{8}' => out.push_str("\\b"),
+            '\u{c}' => out.push_str("\\f"),
+            '\u{b}' => out.push_str("\\v"),
             c if c.is_control() => {
                 let n = c as u32;
                 if n < 0x80 {
@@ -552,18 +572,19 @@ fn until_step(start: i64, stop: i64, step: i64) -> Result<Val, String> {
 /// the numbers joined by spaces.
 fn seq(args: &[Val]) -> Result<Val, String> {
     let ints: Vec<i64> = args.iter().map(to_i64).collect();
-    let (start, step, end) = match ints.as_slice() {
-        [] => return string(""),
-        [end] => (1, if *end >= 1 { 1 } else { -1 }, *end),
-        [start, end] => (*start, if end >= start { 1 } else { -1 }, *end),
-        [start, step, end] => (*start, *step, *end),
-        _ => return Err("seq: too many arguments".into()),
+    let (start, end, step) = match ints.as_slice() {
+        [end] => (1, *end, if *end < 1 { -1 } else { 1 }),
+        [start, end] => (*start, *end, if end < start { -1 } else { 1 }),
+        [start, step, end] => {
+            if end < start && *step > 0 {
+                return string("");
+            }
+            (*start, *end, *step)
+        }
+        _ => return string(""),
     };
-    if (step > 0 && end < start) || (step < 0 && end > start) || step == 0 {
-        return string("");
-    }
-    let stop = end.saturating_add(step.signum());
-    let Some(Value::Array(nums)) = until_step(start, stop, step)? else {
+    let toward = if end < start { -1 } else { 1 };
+    let Some(Value::Array(nums)) = until_step(start, end.saturating_add(toward), step)? else {
         return string("");
     };
     string(
@@ -615,7 +636,7 @@ fn abbreviate(s: &str, offset: i64, width: i64) -> Result<String, String> {
     if n <= width {
         return Ok(s.to_string());
     }
-    let mut offset = offset.min(n);
+    let mut offset = offset.clamp(0, n);
     if n - offset < width - 3 {
         offset = n - (width - 3);
     }
@@ -636,8 +657,8 @@ fn abbreviate(s: &str, offset: i64, width: i64) -> Result<String, String> {
     Ok(format!("{dots}{tail}"))
 }
 
-/// strings.Title: the first letter of each word upper-cased.
-fn title(s: &str) -> String {
+/// Go's `strings.Title`: the first letter of each word upper-cased.
+pub(super) fn title(s: &str) -> String {
     let mut out = String::with_capacity(s.len());
     let mut prev_sep = true;
     for c in s.chars() {
@@ -646,9 +667,21 @@ fn title(s: &str) -> String {
         } else {
             out.push(c);
         }
-        prev_sep = !(c.is_alphanumeric() || c == '_' || c == '\'');
+        prev_sep = is_separator(c);
     }
     out
+}
+
+/// Go's `isSeparator` of `strings.Title`: ASCII letters, digits and `_` are not, other
+/// ASCII is; beyond ASCII, letters and digits are not, spaces are.
+fn is_separator(c: char) -> bool {
+    if c.is_ascii() {
+        return !(c.is_ascii_alphanumeric() || c == '_');
+    }
+    if c.is_alphanumeric() {
+        return false;
+    }
+    c.is_whitespace()
 }
 
 fn untitle(s: &str) -> String {
@@ -687,12 +720,47 @@ fn strslice(v: &Val) -> Vec<String> {
     }
 }
 
+/// Go's `strings.SplitN` (`n < 0`: all of them): an empty separator splits after each
+/// character; more than [`MAX_SEQ`] parts is an error.
+fn go_split(text: &str, sep: &str, n: i64) -> Result<Vec<String>, String> {
+    if n == 0 {
+        return Ok(Vec::new());
+    }
+    let parts: Vec<String> = if sep.is_empty() {
+        let chars: Vec<char> = text.chars().collect();
+        let limit = if n < 0 {
+            chars.len()
+        } else {
+            (n as usize).min(chars.len())
+        };
+        if limit == 0 {
+            Vec::new()
+        } else {
+            let mut out: Vec<String> = chars[..limit - 1].iter().map(char::to_string).collect();
+            out.push(chars[limit - 1..].iter().collect());
+            out
+        }
+    } else if n < 0 {
+        if text.matches(sep).count() as i64 >= MAX_SEQ {
+            return Err(format!("split: more than {MAX_SEQ} parts"));
+        }
+        text.split(sep).map(str::to_string).collect()
+    } else {
+        text.splitn(n as usize, sep).map(str::to_string).collect()
+    };
+    if parts.len() as i64 > MAX_SEQ {
+        return Err(format!("split: more than {MAX_SEQ} parts"));
+    }
+    Ok(parts)
+}
+
 /// Sprig's `split`-style map: `_0`, `_1`, … for each part.
-fn parts_map<'a>(parts: impl Iterator<Item = &'a str>) -> Value {
+fn parts_map(parts: Vec<String>) -> Value {
     Value::Object(
         parts
+            .into_iter()
             .enumerate()
-            .map(|(i, p)| (format!("_{i}"), Value::String(p.to_string())))
+            .map(|(i, p)| (format!("_{i}"), Value::String(p)))
             .collect(),
     )
 }
@@ -702,7 +770,43 @@ pub fn call(name: &str, args: &[Val]) -> Option<Result<Val, String>> {
     if !SPRIG.contains(&name) {
         return None;
     }
-    Some(sprig(name, args))
+    Some(sprig(name, args).and_then(|v| {
+        // Lists and maps of lists and maps, made in a loop, could nest without end (and
+        // every later clone or drop of them recurse as deep).
+        match &v {
+            Some(v @ (Value::Array(_) | Value::Object(_))) if depth(v, MAX_DEPTH) > MAX_DEPTH => {
+                Err(format!("sprig_{name}: values nest deeper than {MAX_DEPTH}"))
+            }
+            Some(Value::Array(a)) if a.len() as i64 > MAX_SEQ => {
+                Err(format!("sprig_{name}: more than {MAX_SEQ} elements"))
+            }
+            _ => Ok(v),
+        }
+    }))
+}
+
+/// How deep `v` nests, counted up to just past `limit`.
+fn depth(v: &Value, limit: usize) -> usize {
+    if limit == 0 {
+        return 1;
+    }
+    match v {
+        Value::Array(a) => 1 + a.iter().map(|e| depth(e, limit - 1)).max().unwrap_or(0),
+        Value::Object(o) => 1 + o.values().map(|e| depth(e, limit - 1)).max().unwrap_or(0),
+        _ => 0,
+    }
+}
+
+/// An error when a result of `len` bytes would be larger than a render may write.
+fn fits(len: usize) -> Result<(), String> {
+    if len > super::MAX_OUTPUT {
+        Err(format!(
+            "the result would be larger than {} bytes",
+            super::MAX_OUTPUT
+        ))
+    } else {
+        Ok(())
+    }
 }
 
 fn sprig(name: &str, args: &[Val]) -> Result<Val, String> {
@@ -711,13 +815,23 @@ fn sprig(name: &str, args: &[Val]) -> Result<Val, String> {
     let must = name.starts_with("must");
     match name {
         "hello" => string("Hello!"),
+        // goutils' errors come out as "" (Sprig drops them); its widths too small to
+        // abbreviate leave the string as it is.
         "abbrev" => {
             need(name, args, 2)?;
-            string(abbreviate(&s(1), 0, to_i64(&args[0]))?)
+            let width = to_i64(&args[0]);
+            if width < 4 {
+                return string(s(1));
+            }
+            string(abbreviate(&s(1), 0, width).unwrap_or_default())
         }
         "abbrevboth" => {
             need(name, args, 3)?;
-            string(abbreviate(&s(2), to_i64(&args[0]), to_i64(&args[1]))?)
+            let (left, right) = (to_i64(&args[0]), to_i64(&args[1]));
+            if right < 4 || (left > 0 && right < 7) {
+                return string(s(2));
+            }
+            string(abbreviate(&s(2), left, right).unwrap_or_default())
         }
         "trunc" => {
             need(name, args, 2)?;
@@ -827,7 +941,14 @@ fn sprig(name: &str, args: &[Val]) -> Result<Val, String> {
         }
         "replace" => {
             need(name, args, 3)?;
-            string(s(2).replace(&s(0), &s(1)))
+            let (old, new, text) = (s(0), s(1), s(2));
+            let times = if old.is_empty() {
+                text.chars().count() + 1
+            } else {
+                text.matches(old.as_str()).count()
+            };
+            fits(text.len().saturating_add(times.saturating_mul(new.len())))?;
+            string(text.replace(&old, &new))
         }
         "plural" => {
             need(name, args, 3)?;
@@ -855,7 +976,7 @@ fn sprig(name: &str, args: &[Val]) -> Result<Val, String> {
         }
         "atoi" => {
             need(name, args, 1)?;
-            ok(Value::from(s(0).trim().parse::<i64>().unwrap_or(0)))
+            ok(Value::from(s(0).parse::<i64>().unwrap_or(0)))
         }
         "int" | "int64" => {
             need(name, args, 1)?;
@@ -872,28 +993,20 @@ fn sprig(name: &str, args: &[Val]) -> Result<Val, String> {
         "seq" => seq(args),
         "split" => {
             need(name, args, 2)?;
-            let (sep, text) = (s(0), s(1));
-            ok(parts_map(text.split(sep.as_str())))
+            ok(parts_map(go_split(&s(1), &s(0), -1)?))
         }
         "splitList" => {
             need(name, args, 2)?;
-            let (sep, text) = (s(0), s(1));
             ok(Value::Array(
-                text.split(sep.as_str())
-                    .map(|p| Value::String(p.to_string()))
+                go_split(&s(1), &s(0), -1)?
+                    .into_iter()
+                    .map(Value::String)
                     .collect(),
             ))
         }
         "splitn" => {
             need(name, args, 3)?;
-            let (sep, n, text) = (s(0), to_i64(&args[1]), s(2));
-            if n == 0 {
-                return ok(Value::Object(Map::new()));
-            }
-            if n < 0 {
-                return ok(parts_map(text.split(sep.as_str())));
-            }
-            ok(parts_map(text.splitn(n as usize, sep.as_str())))
+            ok(parts_map(go_split(&s(2), &s(0), to_i64(&args[1]))?))
         }
         "toStrings" => {
             need(name, args, 1)?;
@@ -937,21 +1050,23 @@ fn sprig(name: &str, args: &[Val]) -> Result<Val, String> {
                 _ => a.wrapping_rem(b),
             }))
         }
+        // Sprig computes these in decimal: the binary result rounded to 15 significant
+        // digits (sums and products), a quotient to 16 decimal places, as its decimals.
         "add1f" => {
             need(name, args, 1)?;
-            float(to_f64(&args[0]) + 1.0)
+            float(decimal(to_f64(&args[0]) + 1.0))
         }
-        "addf" => float(args.iter().map(to_f64).sum()),
+        "addf" => float(decimal(args.iter().map(to_f64).sum())),
         "subf" | "mulf" | "divf" => {
             at_least(name, args, 1)?;
             let mut acc = to_f64(&args[0]);
             for b in &args[1..] {
                 let b = to_f64(b);
                 acc = match name {
-                    "subf" => acc - b,
-                    "mulf" => acc * b,
+                    "subf" => decimal(acc - b),
+                    "mulf" => decimal(acc * b),
                     _ if b == 0.0 => return Err("decimal division by 0".into()),
-                    _ => acc / b,
+                    _ => format!("{:.16}", acc / b).parse().unwrap_or(acc / b),
                 };
             }
             float(acc)
@@ -986,21 +1101,23 @@ fn sprig(name: &str, args: &[Val]) -> Result<Val, String> {
                     args.len()
                 ));
             }
-            let (value, places) = (to_f64(&args[0]), to_i64(&args[1]).clamp(0, 17));
+            let value = to_f64(&args[0]);
             let round_on = args.get(2).map_or(0.5, to_f64);
-            let pow = 10f64.powi(places as i32);
-            let digit = value * pow;
-            let (int, frac) = (digit.trunc(), digit.fract());
-            let rounded = if frac.abs() >= round_on {
-                int + digit.signum()
+            let pow = 10f64.powf(to_i64(&args[1]) as f64);
+            let digit = pow * value;
+            let rounded = if digit.fract() >= round_on {
+                digit.ceil()
             } else {
-                int
+                digit.floor()
             };
             float(rounded / pow)
         }
         "join" => {
             need(name, args, 2)?;
-            string(strslice(&args[1]).join(&s(0)))
+            let (sep, parts) = (s(0), strslice(&args[1]));
+            let len = parts.iter().map(String::len).sum::<usize>();
+            fits(len.saturating_add(sep.len().saturating_mul(parts.len())))?;
+            string(parts.join(&sep))
         }
         "sortAlpha" => {
             need(name, args, 1)?;
@@ -1166,9 +1283,10 @@ fn sprig(name: &str, args: &[Val]) -> Result<Val, String> {
         }
         "uniq" | "mustUniq" => {
             need(name, args, 1)?;
+            let mut seen = std::collections::HashSet::new();
             let mut out: Vec<Value> = Vec::new();
             for v in list(name, &args[0])? {
-                if !out.contains(&v) {
+                if seen.insert(v.to_string()) {
                     out.push(v);
                 }
             }
@@ -1306,21 +1424,28 @@ fn sprig(name: &str, args: &[Val]) -> Result<Val, String> {
         }
         "regexMatch" | "mustRegexMatch" => {
             need(name, args, 2)?;
-            ok(Value::Bool(regex(&s(0))?.is_match(&s(1))))
+            match regex(&s(0)) {
+                Ok(re) => ok(Value::Bool(re.is_match(&s(1)))),
+                Err(e) if must => Err(e),
+                Err(_) => ok(Value::Bool(false)),
+            }
         }
         "regexFindAll" | "mustRegexFindAll" => {
             need(name, args, 3)?;
             let re = regex(&s(0))?;
             let text = s(1);
             let n = to_i64(&args[2]);
-            let found = re
-                .find_iter(&text)
-                .map(|m| Value::String(m.as_str().into()));
-            ok(Value::Array(if n < 0 {
-                found.collect()
+            let most = if n < 0 {
+                MAX_SEQ + 1
             } else {
-                found.take(n as usize).collect()
-            }))
+                n.min(MAX_SEQ + 1)
+            };
+            ok(Value::Array(
+                re.find_iter(&text)
+                    .take(most as usize)
+                    .map(|m| Value::String(m.as_str().into()))
+                    .collect(),
+            ))
         }
         "regexFind" | "mustRegexFind" => {
             need(name, args, 2)?;
@@ -1332,37 +1457,71 @@ fn sprig(name: &str, args: &[Val]) -> Result<Val, String> {
                     .unwrap_or_default(),
             )
         }
-        "regexReplaceAll" | "mustRegexReplaceAll" => {
+        "regexReplaceAll"
+        | "mustRegexReplaceAll"
+        | "regexReplaceAllLiteral"
+        | "mustRegexReplaceAllLiteral" => {
             need(name, args, 3)?;
-            string(regex(&s(0))?.replace_all(&s(1), s(2).as_str()).into_owned())
-        }
-        "regexReplaceAllLiteral" | "mustRegexReplaceAllLiteral" => {
-            need(name, args, 3)?;
-            string(
-                regex(&s(0))?
-                    .replace_all(&s(1), regex::NoExpand(&s(2)))
-                    .into_owned(),
-            )
+            let (re, text, repl) = (regex(&s(0))?, s(1), s(2));
+            let literal = name.ends_with("Literal");
+            // Each replacement is made by hand, so the result stops growing at the bound.
+            let mut out = String::new();
+            let mut last = 0;
+            for caps in re.captures_iter(&text) {
+                let Some(m) = caps.get(0) else { continue };
+                out.push_str(&text[last..m.start()]);
+                if literal {
+                    out.push_str(&repl);
+                } else {
+                    caps.expand(&repl, &mut out);
+                }
+                last = m.end();
+                fits(out.len())?;
+            }
+            out.push_str(&text[last..]);
+            fits(out.len())?;
+            string(out)
         }
         "regexSplit" | "mustRegexSplit" => {
             need(name, args, 3)?;
             let re = regex(&s(0))?;
             let text = s(1);
             let n = to_i64(&args[2]);
-            let parts: Vec<Value> = if n == 0 {
-                Vec::new()
-            } else if n < 0 {
-                re.split(&text).map(|p| Value::String(p.into())).collect()
-            } else {
-                re.splitn(&text, n as usize)
-                    .map(|p| Value::String(p.into()))
-                    .collect()
-            };
+            // Go's `Regexp.Split`: an empty match at the start splits nothing off.
+            let mut parts: Vec<Value> = Vec::new();
+            if n == 0 {
+                return ok(Value::Array(parts));
+            }
+            if !re.as_str().is_empty() && text.is_empty() {
+                return ok(Value::Array(vec![Value::String(String::new())]));
+            }
+            let (mut beg, mut end) = (0, 0);
+            for m in re.find_iter(&text) {
+                if (n > 0 && parts.len() as i64 == n - 1) || parts.len() as i64 > MAX_SEQ {
+                    break;
+                }
+                end = m.start();
+                if m.end() != 0 {
+                    parts.push(Value::String(text[beg..end].to_string()));
+                }
+                beg = m.end();
+            }
+            if end != text.len() {
+                parts.push(Value::String(text[beg..].to_string()));
+            }
             ok(Value::Array(parts))
         }
         "regexQuoteMeta" => {
             need(name, args, 1)?;
-            string(regex::escape(&s(0)))
+            // Go's `regexp.QuoteMeta`: only `\.+*?()|[]{}^$`.
+            let mut out = String::new();
+            for c in s(0).chars() {
+                if "\\.+*?()|[]{}^$".contains(c) {
+                    out.push('\\');
+                }
+                out.push(c);
+            }
+            string(out)
         }
         other => Err(format!("function \"sprig_{other}\" not defined")),
     }
@@ -1536,6 +1695,83 @@ mod tests {
         }
     }
 
+    /// Sprig's behaviour where it is easy to get wrong: its forgiving edges and Go's
+    /// splitting, rounding and quoting.
+    #[test]
+    fn sprig_edges_as_sprig_v3_answers_them() {
+        let d = json!({});
+        for (tpl, want) in [
+            (r#"{{ sprig_abbrev 3 "hello world" }}"#, "hello world"),
+            (r#"{{ sprig_abbrevboth 0 3 "hello world" }}"#, "hello world"),
+            (r#"{{ sprig_abbrevboth 5 6 "hello world" }}"#, "hello world"),
+            (
+                r#"{{ sprig_abbrevboth -9223372036854775807 10 "1234 5678 9123" }}"#,
+                "1234 56...",
+            ),
+            (r#"{{ sprig_splitList "" "abc" }}"#, "[a b c]"),
+            (
+                r#"{{ $a := sprig_splitn "" 2 "abc" }}{{ $a._0 }}/{{ $a._1 }}"#,
+                "a/bc",
+            ),
+            (r#"{{ sprig_regexSplit "x*" "axbc" -1 }}"#, "[a b c]"),
+            (r#"{{ sprig_regexSplit "," "" -1 | len }}"#, "1"),
+            (r#"{{ sprig_round -1.2 0 }}"#, "-2"),
+            (r#"{{ sprig_round 2 0 0 }}"#, "2"),
+            (r#"{{ sprig_round 1234.5 -2 }}"#, "1200"),
+            (r#"{{ sprig_seq 5 -1 5 }}"#, ""),
+            (r#"{{ sprig_seq 5 2 }}"#, "5 4 3 2"),
+            (r#"{{ sprig_addf 0.1 0.2 }}"#, "0.3"),
+            (r#"{{ sprig_divf 1 3 }}"#, "0.3333333333333333"),
+            (r#"{{ sprig_regexMatch "(" "x" }}"#, "false"),
+            (r#"{{ sprig_regexQuoteMeta "a-b.c#~" }}"#, "a-b\\.c#~"),
+            (r#"{{ sprig_title "it's a_b-c" }}"#, "It'S A_b-C"),
+            (r#"{{ sprig_atoi " 12" }}"#, "0"),
+            (
+                r#"{{ sprig_int "-9223372036854775808" }}"#,
+                "-9223372036854775808",
+            ),
+            (r#"{{ sprig_int "--5" }}"#, "0"),
+            (r#"{{ sprig_int "0o17" }}"#, "15"),
+            (
+                r#"{{ sprig_uniq (sprig_list 1 "1" 1 "a" "a") }}"#,
+                "[1 1 a]",
+            ),
+        ] {
+            assert_eq!(r(tpl, d.clone()), want, "{tpl}");
+        }
+    }
+
+    /// A template is input from whoever submits a job: no function may build values that
+    /// exhaust the client's memory or stack.
+    #[test]
+    fn hostile_sprig_calls_are_errors_not_crashes() {
+        for (tpl, want) in [
+            (
+                r#"{{ sprig_replace "" (sprig_repeat 2000 "y") (sprig_repeat 10000 "x") }}"#,
+                "larger than",
+            ),
+            (
+                r#"{{ $x := sprig_list }}{{ range sprig_until 100000 }}{{ $x = sprig_list $x }}{{ end }}"#,
+                "nest deeper",
+            ),
+            (
+                r#"{{ $x := sprig_dict }}{{ range sprig_until 100000 }}{{ $x = sprig_dict "k" $x }}{{ end }}"#,
+                "nest deeper",
+            ),
+            (
+                r#"{{ sprig_join (sprig_repeat 1000000 "x") (sprig_until 100) }}"#,
+                "larger than",
+            ),
+            (
+                r#"{{ sprig_regexReplaceAll "" (sprig_repeat 20000 "a") "${0}bbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb" }}"#,
+                "larger than",
+            ),
+        ] {
+            let e = err(tpl);
+            assert!(e.contains(want), "{tpl:.60}: {e}");
+        }
+    }
+
     #[test]
     fn sprig_numbers_lists_and_maps_as_documented() {
         let d = json!({ "m": { "name1": "value1", "name2": "value2" }, "s": "7" });
@@ -1644,6 +1880,7 @@ mod tests {
             assert_eq!(r(tpl, d.clone()), want, "{tpl}");
         }
         assert!(err(r#"{{ sprig_fail "no way" }}"#).contains("no way"));
+        assert!(err(r#"{{ sprig_mustRegexMatch "(" "x" }}"#).contains("regexp"));
         assert!(err(r#"{{ sprig_mustFromJson "{" }}"#).contains("EOF"));
         assert!(err(r#"{{ sprig_div 1 0 }}"#).contains("divide by zero"));
         assert!(err(r#"{{ sprig_repeat 100000000 "xxxxxxxxxx" }}"#).contains("too large"));

@@ -432,6 +432,7 @@ pub fn route_need(
         "/v1/agent/members" => vec![Need::NodeRead],
         // Agent.
         "/v1/agent/self" | "/v1/agent/schedulers" => vec![Need::AgentRead],
+        "/v1/agent/join" | "/v1/agent/force-leave" => vec![Need::AgentWrite],
         "/v1/agent/servers" | "/v1/agent/schedulers/config" if read => vec![Need::AgentRead],
         "/v1/agent/servers" | "/v1/agent/schedulers/config" => vec![Need::AgentWrite],
         // Operator.

@@ -1,5 +1,6 @@
-//! `/v1/agent/self`, `/v1/agent/members`, `/v1/agent/health`, `/v1/regions` and `/v1/metrics`;
-//! `/v1/system/gc` and `/v1/system/reconcile/summaries`.
+//! `/v1/agent/self`, `/v1/agent/members`, `/v1/agent/join`, `/v1/agent/force-leave`,
+//! `/v1/agent/health`, `/v1/regions` and `/v1/metrics`; `/v1/system/gc` and
+//! `/v1/system/reconcile/summaries`.
 
 use std::collections::HashMap;
 
@@ -11,6 +12,63 @@ use serde_json::{json, Value};
 
 use super::error::ApiError;
 use super::HttpContext;
+
+/// 501 "Invalid method": a server route on a client-only agent (Nomad's answer for join
+/// and force-leave there).
+fn server_only_501() -> ApiError {
+    ApiError {
+        status: StatusCode::NOT_IMPLEMENTED,
+        message: "Invalid method".into(),
+    }
+}
+
+/// `PUT|POST /v1/agent/join?address=…[&address=…]`: `{"num_joined", "error"}` (see
+/// [`crate::server::endpoints::operator::agent_join`]); servers only.
+pub async fn join(
+    State(ctx): State<HttpContext>,
+    Query(q): Query<Vec<(String, String)>>,
+) -> Result<Json<Value>, ApiError> {
+    let endpoints = ctx.endpoints().map_err(|_| server_only_501())?;
+    let addrs: Vec<String> = q
+        .into_iter()
+        .filter(|(k, _)| k == "address")
+        .map(|(_, v)| v)
+        .filter(|v| !v.trim().is_empty())
+        .collect();
+    if addrs.is_empty() {
+        return Err(ApiError::bad_request("missing address to join"));
+    }
+    if addrs.len() > 64 {
+        return Err(ApiError::bad_request("at most 64 addresses per join"));
+    }
+    let (joined, errors) = crate::server::endpoints::operator::agent_join(endpoints, &addrs).await;
+    Ok(Json(
+        json!({ "num_joined": joined, "error": errors.join("; ") }),
+    ))
+}
+
+/// `PUT|POST /v1/agent/force-leave?node=NAME[&prune=true]`: a server that does not
+/// answer leaves the raft configuration; servers only.
+pub async fn force_leave(
+    State(ctx): State<HttpContext>,
+    Query(q): Query<HashMap<String, String>>,
+) -> Result<StatusCode, ApiError> {
+    let endpoints = ctx.endpoints().map_err(|_| server_only_501())?;
+    let name = q
+        .get("node")
+        .filter(|n| !n.trim().is_empty())
+        .ok_or_else(|| ApiError::bad_request("missing node to force leave"))?;
+    if let Some(p) = q.get("prune") {
+        if !p.is_empty() && p.parse::<bool>().is_err() {
+            return Err(ApiError::bad_request("invalid prune value"));
+        }
+    }
+    let removed = crate::server::endpoints::operator::force_leave(endpoints, name).await?;
+    if removed {
+        tracing::info!(server = %name, "force-leave: removed from the raft configuration");
+    }
+    Ok(StatusCode::OK)
+}
 
 /// The agent's configuration, member entry and stats (Nomad's lower-case top level).
 pub async fn agent_self(State(ctx): State<HttpContext>) -> Result<Json<Value>, ApiError> {

@@ -240,6 +240,14 @@ pub fn router(ctx: HttpContext) -> Router {
         .route("/v1/agent/self", get(agent::agent_self))
         .route("/v1/agent/members", get(agent::members))
         .route(
+            "/v1/agent/join",
+            axum::routing::put(agent::join).post(agent::join),
+        )
+        .route(
+            "/v1/agent/force-leave",
+            axum::routing::put(agent::force_leave).post(agent::force_leave),
+        )
+        .route(
             "/v1/agent/servers",
             get(agent::servers)
                 .put(agent::update_servers)

@@ -7,7 +7,8 @@
 //! /v1/var/:path[?cas=N]` (204, or 409). Reads are blocking queries on the variables table.
 //!
 //! Locks (Nomad 1.7): `PUT /v1/var/:path?lock-acquire` (`{"Items"?, "Lock"?: {"ID"?, "TTL",
-//! "LockDelay"}}` → the variable with its `Lock`, the caller's ID or a new one; no items keep the
+//! "LockDelay"}}` → the variable with its `Lock`, the caller's ID (at most 128 bytes) or a
+//! new one; no items keep the
 //! variable's; 409 while it is locked), `?lock-renew` (`{"Lock": {"ID"}}` → its metadata; 409 once it lapsed),
 //! `?lock-release` (`{"Lock": {"ID"}}`). A locked variable is written only by its holder
 //! (the body's `Lock.ID`) and deleted by nobody; only the holder and management tokens see
@@ -363,9 +364,6 @@ async fn lock_answer(
     Ok(json_write(with_lock(out, &var, identity, lock_id), index))
 }
 
-/// The longest lock ID a caller may choose.
-const MAX_LOCK_ID: usize = 128;
-
 /// `PUT|POST /v1/var/:path?lock-acquire|lock-renew|lock-release`.
 async fn lock_op(
     ctx: &HttpContext,
@@ -384,11 +382,6 @@ async fn lock_op(
             // The caller's lock ID when it gives one (as Nomad), else a new one; items only
             // when some are given: none keep the variable's.
             let mut lock = lock;
-            if lock.id.len() > MAX_LOCK_ID {
-                return Err(ApiError::bad_request(format!(
-                    "Lock.ID is longer than {MAX_LOCK_ID} bytes"
-                )));
-            }
             if lock.id.is_empty() {
                 lock.id = crate::util::new_uuid(&mut rand::thread_rng());
             }

@@ -169,7 +169,9 @@ pub async fn run(
                 }
             }
             Step::Initialize(_) => {}
-            Step::Join { via } => join_via(&node, &via, ask_timeout * 10).await,
+            Step::Join { via } => {
+                join_via(&node, &via, ask_timeout * 10).await;
+            }
             Step::Wait { known, expect } => {
                 debug!(known, expect, "waiting for more servers");
             }
@@ -181,7 +183,9 @@ pub async fn run(
     }
 }
 
-async fn join_via(node: &RaftNode, via: &str, timeout: Duration) {
+/// Ask the server at `via` to add this one to its cluster; whether it did (or is catching
+/// it up).
+pub async fn join_via(node: &RaftNode, via: &str, timeout: Duration) -> bool {
     info!(%via, "asking to join the cluster");
     let req = ServiceRequest::OperatorRaftJoin(RaftJoinRequest {
         id: node.id(),
@@ -193,14 +197,25 @@ async fn join_via(node: &RaftNode, via: &str, timeout: Duration) {
         .await
     {
         Ok(RpcResponse::Service(Ok(ServiceResponse::OperatorRaftJoin(())))) => {
-            info!(%via, "joined the cluster")
+            info!(%via, "joined the cluster");
+            true
         }
-        Ok(RpcResponse::Service(Err(e))) => warn!(%via, error = %e, "join refused"),
-        Ok(other) => warn!(%via, answer = other.kind(), "unexpected answer to Operator.RaftJoin"),
+        Ok(RpcResponse::Service(Err(e))) => {
+            warn!(%via, error = %e, "join refused");
+            false
+        }
+        Ok(other) => {
+            warn!(%via, answer = other.kind(), "unexpected answer to Operator.RaftJoin");
+            false
+        }
         Err(RpcError::Timeout { .. }) => {
-            info!(%via, "join still in progress (catching up)")
+            info!(%via, "join still in progress (catching up)");
+            true
         }
-        Err(e) => warn!(%via, error = %e, "join failed"),
+        Err(e) => {
+            warn!(%via, error = %e, "join failed");
+            false
+        }
     }
 }
 

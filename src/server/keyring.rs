@@ -371,7 +371,15 @@ impl Keyring {
             .collect();
         let mut done = 0;
         for var in stale {
-            let items = self.decrypt_items(&snap, &var).await?;
+            // One variable that cannot be re-encrypted now (its key's KEK not here yet)
+            // keeps its key rekeying; the others go on.
+            let items = match self.decrypt_items(&snap, &var).await {
+                Ok(items) => items,
+                Err(e) => {
+                    warn!(namespace = %var.meta.namespace, path = %var.meta.path, error = %e, "full rotation: a variable could not be decrypted; retrying later");
+                    continue;
+                }
+            };
             let data = self
                 .encrypt_items(&snap, &var.meta.namespace, &var.meta.path, &items)
                 .await?;
@@ -427,8 +435,10 @@ impl Keyring {
         let marked: Vec<RootKey> = snap
             .root_keys()
             .filter(|k| {
+                // The former active key is inactive now; the active key (this rotation's or
+                // one that came right after) is never marked.
                 k.meta.key_id != meta.key_id
-                    && matches!(k.meta.state, RootKeyState::Inactive | RootKeyState::Active)
+                    && k.meta.state == RootKeyState::Inactive
                     && used.contains(k.meta.key_id.as_str())
             })
             .map(|k| {
@@ -521,10 +531,19 @@ impl Keyring {
     /// whose time has come activated; the active key rotated when it is too old, or when no
     /// server has the KEK that wraps it any more (a key nobody can sign with).
     async fn leader_check(&self) -> Result<(), ServerKeyringError> {
-        let rekeyed = self.rekey().await?;
-        if rekeyed > 0 {
-            info!(variables = rekeyed, "full rotation: variables re-encrypted");
+        self.lifecycle_check().await?;
+        // Last, and never in the way of the key's lifecycle above.
+        match self.rekey().await {
+            Ok(0) => {}
+            Ok(n) => info!(variables = n, "full rotation: variables re-encrypted"),
+            Err(e) => warn!(error = %e, "full rotation: re-encryption paused; retrying"),
         }
+        Ok(())
+    }
+
+    /// The first key, a prepublished key's activation, a rotation of an old or unusable
+    /// active key.
+    async fn lifecycle_check(&self) -> Result<(), ServerKeyringError> {
         let snap = self.inner.node.state().snapshot();
         let now = self.inner.clock.now_unix_nanos();
         let due = snap

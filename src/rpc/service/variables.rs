@@ -136,6 +136,9 @@ pub enum TemplateData {
     Services(Vec<(String, Vec<String>)>),
     /// The caller may not read it (Nomad's 403 "Permission denied").
     Denied,
+    /// The answering server could not read it now (a variable under a root key whose
+    /// key-encryption key it has not fetched yet): missing, asked again shortly.
+    Unavailable,
 }
 
 /// What one task's templates read, with the task's workload identity (its default

@@ -24,6 +24,112 @@ pub async fn raft_join(ep: &Endpoints, req: RaftJoinRequest) -> Result<(), Servi
         .map_err(node_error)
 }
 
+/// How long a server asked by `/v1/agent/join` has to answer.
+const JOIN_ASK_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(2);
+/// How long the join itself may take (a learner catching up counts as joined).
+const JOIN_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(20);
+
+/// `/v1/agent/join` on a server (Nomad's, without gossip): each address (an RPC address,
+/// port 4647 when omitted) is asked who it is. A server of this cluster counts as joined;
+/// one in no cluster is added to this one (through the leader); when this server is in no
+/// cluster and the other is, the other's cluster adds this one. Two servers that are both
+/// in no cluster, or in different clusters, are refused. Returns how many joined and why
+/// the others did not.
+pub async fn agent_join(ep: &Endpoints, addrs: &[String]) -> (usize, Vec<String>) {
+    use crate::rpc::{RpcRequest, RpcResponse, Services as _};
+    let node = ep.node();
+    let mut joined = 0;
+    let mut errors = Vec::new();
+    for addr in addrs {
+        let addr = if addr
+            .rsplit_once(':')
+            .is_some_and(|(_, p)| p.parse::<u16>().is_ok())
+        {
+            addr.clone()
+        } else {
+            format!("{addr}:4647")
+        };
+        let info = match node
+            .pool()
+            .call_addr(&addr, RpcRequest::ServerInfo, JOIN_ASK_TIMEOUT)
+            .await
+        {
+            Ok(RpcResponse::ServerInfo(info)) => info,
+            Ok(other) => {
+                errors.push(format!("{addr}: unexpected answer {}", other.kind()));
+                continue;
+            }
+            Err(e) => {
+                errors.push(format!("{addr}: {e}"));
+                continue;
+            }
+        };
+        let members = node.membership().servers;
+        let in_ours = members.iter().any(|(id, _, _)| *id == info.id);
+        match (node.is_initialized().await, info.initialized) {
+            _ if info.id == node.id() || in_ours => joined += 1,
+            (true, true) => errors.push(format!(
+                "{addr}: server {} belongs to another cluster",
+                info.addr.name
+            )),
+            (true, false) => {
+                let req = RaftJoinRequest {
+                    id: info.id,
+                    addr: info.addr.clone(),
+                };
+                match tokio::time::timeout(JOIN_TIMEOUT, ep.operator_raft_join(req)).await {
+                    Ok(Ok(())) | Err(_) => joined += 1,
+                    Ok(Err(e)) => errors.push(format!("{addr}: {e}")),
+                }
+            }
+            (false, true) => {
+                if crate::server::formation::join_via(node, &addr, JOIN_TIMEOUT).await {
+                    joined += 1;
+                } else {
+                    errors.push(format!("{addr}: the join was refused (see the server's log)"));
+                }
+            }
+            (false, false) => errors.push(format!(
+                "{addr}: neither server is in a cluster yet; start them with server.join and bootstrap_expect"
+            )),
+        }
+    }
+    (joined, errors)
+}
+
+/// `/v1/agent/force-leave` (Nomad's `RemoveFailedNode`, without gossip): the server named
+/// `name` (`name` or `name.<region>`) leaves the raft configuration if it does not answer;
+/// one that answers, or no server of that name, is left alone, as Nomad leaves an alive
+/// or unknown member. Whether a server was removed.
+pub async fn force_leave(ep: &Endpoints, name: &str) -> Result<bool, ServiceError> {
+    use crate::rpc::{RpcRequest, RpcResponse, Services as _};
+    let node = ep.node();
+    let bare = name.strip_suffix(".global").unwrap_or(name);
+    let Some((id, addr, _)) = node
+        .membership()
+        .servers
+        .into_iter()
+        .find(|(_, a, _)| a.name == bare || a.name == name)
+    else {
+        return Ok(false);
+    };
+    if id == node.id() {
+        return Ok(false);
+    }
+    let alive = matches!(
+        node.pool()
+            .call_addr(&addr.rpc_addr, RpcRequest::ServerInfo, JOIN_ASK_TIMEOUT)
+            .await,
+        Ok(RpcResponse::ServerInfo(info)) if info.id == id
+    );
+    if alive {
+        return Ok(false);
+    }
+    ep.operator_raft_remove_peer(RaftRemovePeerRequest::Id(id))
+        .await?;
+    Ok(true)
+}
+
 /// `Operator.RaftRemovePeer`.
 pub async fn raft_remove_peer(
     ep: &Endpoints,

@@ -227,7 +227,7 @@ pub async fn template_read(
     let snap = &waited.snapshot;
     let mut data = Vec::with_capacity(req.reads.len());
     for set in &req.reads {
-        data.push(read_set(ep, snap, set).await?);
+        data.push(read_set(ep, snap, set).await);
     }
     Ok(TemplateReadResponse {
         index: waited.index.max(snap.max_index(&tables)),
@@ -236,11 +236,7 @@ pub async fn template_read(
 }
 
 /// What one task's set of dependencies holds, as its token may read it.
-async fn read_set(
-    ep: &Endpoints,
-    snap: &Snapshot,
-    set: &TemplateReadSet,
-) -> Result<Vec<TemplateData>, ServiceError> {
+async fn read_set(ep: &Endpoints, snap: &Snapshot, set: &TemplateReadSet) -> Vec<TemplateData> {
     // A credential that is no token (unknown, expired, a workload's whose allocation is
     // gone) may read nothing: every dependency is denied, as Nomad answers each read 403.
     let identity = ep.resolve_token(Some(set.token.as_str())).ok();
@@ -253,14 +249,19 @@ async fn read_set(
                 if !allows(&need) {
                     TemplateData::Denied
                 } else if let Some(var) = snap.variable(namespace, path) {
-                    let items = ep
-                        .keyring()
-                        .decrypt_items(snap, var)
-                        .await
-                        .map_err(keyring_error)?;
-                    let mut meta = var.meta.clone();
-                    meta.lock = None;
-                    TemplateData::Var(Some(TemplateVar { meta, items }))
+                    // One variable this server cannot decrypt now leaves the others' answers
+                    // alone.
+                    match ep.keyring().decrypt_items(snap, var).await {
+                        Ok(items) => {
+                            let mut meta = var.meta.clone();
+                            meta.lock = None;
+                            TemplateData::Var(Some(TemplateVar { meta, items }))
+                        }
+                        Err(e) => {
+                            tracing::warn!(namespace, path, error = %e, "a template's variable could not be decrypted");
+                            TemplateData::Unavailable
+                        }
+                    }
                 } else {
                     TemplateData::Var(None)
                 }
@@ -318,5 +319,5 @@ async fn read_set(
             }
         });
     }
-    Ok(data)
+    data
 }

@@ -68,6 +68,9 @@ pub struct VariableLock {
     pub lock_delay: u64,
 }
 
+/// The longest lock ID a caller may choose.
+pub const MAX_LOCK_ID: usize = 128;
+
 impl VariableLock {
     /// Nomad's defaults for what is unset (a zero TTL or delay).
     pub fn canonicalize(&mut self) {
@@ -87,6 +90,10 @@ impl VariableLock {
         // Nomad sets no bound; a lock that stays taken for centuries is refused here.
         if self.lock_delay > MAX_LOCK_TTL {
             return Err("LockDelay must be at most 24 hours".into());
+        }
+        // Nor on a caller's lock ID; a long one is refused here.
+        if self.id.len() > MAX_LOCK_ID {
+            return Err(format!("Lock.ID is longer than {MAX_LOCK_ID} bytes"));
         }
         Ok(())
     }

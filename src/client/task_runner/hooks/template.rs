@@ -370,6 +370,9 @@ impl TemplateHook {
                 .flat_map(|o| o.denied.iter().cloned())
                 .collect();
             let unfetched = deps.iter().any(|d| !brain.contains_key(d));
+            let unavailable = deps
+                .iter()
+                .any(|d| brain.get(d) == Some(&TemplateData::Unavailable));
             let wait = if !denied.is_empty() {
                 if denied_attempts == 0 {
                     warn!(denied = ?denied, "the task's identity may not read what its templates read");
@@ -405,7 +408,11 @@ impl TemplateHook {
                 ));
             };
             let token = self.token(ctx, servers).await?;
-            if unfetched || !denied.is_empty() || !patient {
+            if unavailable && patient {
+                // The servers could not read it now: ask again after a pause.
+                tokio::time::sleep(RETRY).await;
+            }
+            if unfetched || unavailable || !denied.is_empty() || !patient {
                 match fetch(servers, &token, &deps).await {
                     Ok(answer) => {
                         learn(&mut lock(&self.rt), answer);
@@ -420,11 +427,7 @@ impl TemplateHook {
             // Wait for what is missing with the allocation's other tasks' reads.
             let resubscribe = subscription.as_ref().is_none_or(|(d, _)| *d != deps);
             if resubscribe {
-                let sub = feed_of(ctx, servers).subscribe(
-                    &ctx.task.name,
-                    &token,
-                    deps.iter().cloned().collect(),
-                );
+                let sub = feed_of(ctx, servers).subscribe(&token, deps.iter().cloned().collect());
                 subscription = Some((deps.clone(), sub));
             }
             let Some((_, sub)) = subscription.as_mut() else {
@@ -652,11 +655,14 @@ async fn watch(
             return;
         }
         let token = token.filter(|_| !deps.is_empty());
+        if stop.is_cancelled() {
+            return;
+        }
         if token.is_none() {
             subscription = None;
         } else if subscription.as_ref().is_none_or(|(d, _)| *d != deps) {
             let token = token.as_deref().unwrap_or_default();
-            let sub = feed.subscribe(&ctx.task.name, token, deps.iter().cloned().collect());
+            let sub = feed.subscribe(token, deps.iter().cloned().collect());
             subscription = Some((deps.clone(), sub));
         }
         // Wait for a change: an answer that differs, or (for `file`) the poll interval.
@@ -673,10 +679,11 @@ async fn watch(
                     _ = tokio::time::sleep(FILE_POLL), if has_files => true,
                 }
             }
+            // Only files to look at again (without a token nothing else can be watched).
             None => {
                 tokio::select! {
                     _ = stop.cancelled() => return,
-                    _ = tokio::time::sleep(FILE_POLL) => true,
+                    _ = tokio::time::sleep(FILE_POLL), if has_files => true,
                 }
             }
         };

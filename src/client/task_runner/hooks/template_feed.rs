@@ -31,20 +31,20 @@ const RETRY: Duration = Duration::from_secs(2);
 const FEEDS: &str = "teamster_client_template_feeds";
 const SUBSCRIPTIONS: &str = "teamster_client_template_subscriptions";
 
-/// One answer of the feed: the index it was read at, and each subscribed task's data.
+/// One answer of the feed: the index it was read at, and each subscription's data.
 #[derive(Debug, Default)]
 pub struct FeedAnswer {
     /// The index of the state answered from.
     pub index: u64,
-    /// Per task: each dependency with what it holds.
-    pub by_task: BTreeMap<String, Vec<(TemplateDep, TemplateData)>>,
+    /// Per subscription: each dependency with what it holds.
+    pub by_subscription: BTreeMap<u64, Vec<(TemplateDep, TemplateData)>>,
 }
 
 #[derive(Default)]
 struct Subscriptions {
-    /// Per task: its token and dependencies, and the subscription's generation.
-    sets: BTreeMap<String, (u64, TemplateReadSet)>,
-    next_generation: u64,
+    /// Per subscription (its unique number): its token and dependencies.
+    sets: BTreeMap<u64, TemplateReadSet>,
+    next_id: u64,
     /// The query loop runs.
     running: bool,
 }
@@ -63,37 +63,33 @@ impl std::fmt::Debug for TemplateFeed {
     }
 }
 
-/// A task's subscription: its answers; dropping it unsubscribes.
+/// A task's subscription: its answers; dropping it unsubscribes. A task may hold more than
+/// one for a moment (a stopped watcher finishing while the next one starts): each is its
+/// own.
 pub struct FeedSubscription {
     feed: Arc<TemplateFeed>,
-    task: String,
-    generation: u64,
-    /// The feed's answers (every task's; [`FeedSubscription::mine`] picks this task's).
+    id: u64,
+    /// The feed's answers (every subscription's; [`FeedSubscription::mine`] picks this
+    /// one's).
     pub answers: watch::Receiver<Arc<FeedAnswer>>,
 }
 
 impl FeedSubscription {
-    /// This task's part of the latest answer: its index and data, if it was asked for.
+    /// This subscription's part of the latest answer: its index and data, if it was asked
+    /// for.
     pub fn mine(&mut self) -> Option<(u64, Vec<(TemplateDep, TemplateData)>)> {
         let answer = self.answers.borrow_and_update();
         answer
-            .by_task
-            .get(&self.task)
+            .by_subscription
+            .get(&self.id)
             .map(|d| (answer.index, d.clone()))
     }
 }
 
 impl Drop for FeedSubscription {
     fn drop(&mut self) {
-        let mut subs = self.feed.lock();
-        // A newer subscription of the same task replaced this one: leave it.
-        if subs
-            .sets
-            .get(&self.task)
-            .is_some_and(|(g, _)| *g == self.generation)
-        {
-            subs.sets.remove(&self.task);
-            drop(subs);
+        let removed = self.feed.lock().sets.remove(&self.id).is_some();
+        if removed {
             metrics::gauge!(SUBSCRIPTIONS).decrement(1.0);
             self.feed.changed.notify_one();
         }
@@ -115,34 +111,24 @@ impl TemplateFeed {
         self.subs.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Subscribe `task` (replacing its earlier subscription): `deps` read with `token`.
-    /// The first answer that includes them comes at once.
-    pub fn subscribe(
-        self: &Arc<Self>,
-        task: &str,
-        token: &str,
-        deps: Vec<TemplateDep>,
-    ) -> FeedSubscription {
+    /// Subscribe to `deps`, read with `token` (a task's identity). The first answer that
+    /// includes them comes at once.
+    pub fn subscribe(self: &Arc<Self>, token: &str, deps: Vec<TemplateDep>) -> FeedSubscription {
         let mut answers = self.answers.subscribe();
         answers.mark_unchanged();
-        let (generation, start) = {
+        let (id, start) = {
             let mut subs = self.lock();
-            subs.next_generation += 1;
-            let generation = subs.next_generation;
+            subs.next_id += 1;
+            let id = subs.next_id;
             let set = TemplateReadSet {
                 token: token.to_string(),
                 deps,
             };
-            if subs
-                .sets
-                .insert(task.to_string(), (generation, set))
-                .is_none()
-            {
-                metrics::gauge!(SUBSCRIPTIONS).increment(1.0);
-            }
+            subs.sets.insert(id, set);
             let start = !std::mem::replace(&mut subs.running, true);
-            (generation, start)
+            (id, start)
         };
+        metrics::gauge!(SUBSCRIPTIONS).increment(1.0);
         if start {
             tokio::spawn(self.clone().run());
         } else {
@@ -150,13 +136,12 @@ impl TemplateFeed {
         }
         FeedSubscription {
             feed: self.clone(),
-            task: task.to_string(),
-            generation,
+            id,
             answers,
         }
     }
 
-    /// The number of tasks subscribed.
+    /// The number of subscriptions.
     pub fn subscribed(&self) -> usize {
         self.lock().sets.len()
     }
@@ -170,7 +155,7 @@ impl TemplateFeed {
             let changed = self.changed.notified();
             tokio::pin!(changed);
             changed.as_mut().enable();
-            let (tasks, reads) = {
+            let (ids, reads) = {
                 let mut subs = self.lock();
                 if subs.sets.is_empty() {
                     subs.running = false;
@@ -179,8 +164,8 @@ impl TemplateFeed {
                 }
                 subs.sets
                     .iter()
-                    .map(|(task, (_, set))| (task.clone(), set.clone()))
-                    .unzip::<_, _, Vec<String>, Vec<TemplateReadSet>>()
+                    .map(|(id, set)| (*id, set.clone()))
+                    .unzip::<_, _, Vec<u64>, Vec<TemplateReadSet>>()
             };
             let request = TemplateReadRequest {
                 reads: reads.clone(),
@@ -194,19 +179,33 @@ impl TemplateFeed {
                 }
                 answer = self.servers.template_read(request) => match answer {
                     Ok(answer) => {
-                        index = answer.index;
-                        let by_task = tasks
+                        // Never 0: the tables of a cluster that never wrote a variable or a
+                        // service are at index 0, and a query from 0 answers at once.
+                        index = answer.index.max(1);
+                        let unavailable = answer
+                            .data
+                            .iter()
+                            .flatten()
+                            .any(|d| *d == TemplateData::Unavailable);
+                        let by_subscription = ids
                             .into_iter()
                             .zip(reads)
                             .zip(answer.data)
-                            .map(|((task, set), data)| {
-                                (task, set.deps.into_iter().zip(data).collect())
-                            })
+                            .map(|((id, set), data)| (id, set.deps.into_iter().zip(data).collect()))
                             .collect();
                         self.answers.send_replace(Arc::new(FeedAnswer {
                             index: answer.index,
-                            by_task,
+                            by_subscription,
                         }));
+                        if unavailable {
+                            // Something the servers could not read now: ask again soon
+                            // rather than wait for a change of the tables.
+                            index = 0;
+                            tokio::select! {
+                                _ = &mut changed => {}
+                                _ = tokio::time::sleep(RETRY) => {}
+                            }
+                        }
                     }
                     Err(e) => {
                         debug!(error = %e, "templates' data not read; retrying");
