@@ -795,3 +795,159 @@ async fn failover_with_the_default_timings_takes_under_two_seconds() -> anyhow::
     );
     Ok(())
 }
+
+/// `GET /v1/operator/autopilot/health` on any server, its status code and body.
+async fn autopilot_health(c: &ProcessCluster, i: usize) -> Option<(u16, Value)> {
+    let resp = reqwest::get(format!(
+        "{}/v1/operator/autopilot/health",
+        c.servers[i].http_addr()
+    ))
+    .await
+    .ok()?;
+    let status = resp.status().as_u16();
+    Some((status, resp.json().await.ok()?))
+}
+
+/// Autopilot (Nomad's routes): the configuration read and written with check-and-set; the
+/// servers' health with the failure tolerance; a killed server is failed at once, the
+/// cluster unhealthy (429), and after the stabilization time removed from the raft
+/// configuration, after which the rest are healthy again; started again, it rejoins.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn autopilot_reports_health_and_removes_a_dead_server() -> anyhow::Result<()> {
+    let mut c = ProcessCluster::start(3, ClusterOptions::default())?;
+    let leader = c.wait_leader(FORMATION).await?;
+    let follower = (leader + 1) % 3;
+    let api = c.servers[follower].api();
+    let conf: Value = api.get("/v1/operator/autopilot/configuration").await?;
+    assert_eq!(conf["CleanupDeadServers"], true, "{conf}");
+    assert_eq!(conf["LastContactThreshold"], "200ms", "{conf}");
+    assert_eq!(conf["ServerStabilizationTime"], "10s", "{conf}");
+    assert_eq!(conf["MaxTrailingLogs"], 250, "{conf}");
+    let put = |q: &'static str, body: Value| {
+        let api = api.clone();
+        async move {
+            api.request::<Value, Value>(
+                reqwest::Method::PUT,
+                &format!("/v1/operator/autopilot/configuration{q}"),
+                Some(&body),
+            )
+            .await
+        }
+    };
+    let stale = put(
+        "?cas=1",
+        serde_json::json!({ "ServerStabilizationTime": "2s" }),
+    )
+    .await?;
+    assert_eq!(stale, false);
+    let index = conf["ModifyIndex"].as_u64().unwrap_or(0);
+    let updated: Value = api
+        .request(
+            reqwest::Method::PUT,
+            &format!("/v1/operator/autopilot/configuration?cas={index}"),
+            Some(&serde_json::json!({ "ServerStabilizationTime": "2s" })),
+        )
+        .await?;
+    assert_eq!(updated, true);
+    let refused = put("", serde_json::json!({ "EnableRedundancyZones": true })).await;
+    assert!(
+        refused
+            .as_ref()
+            .is_err_and(|e| e.to_string().contains("EnableRedundancyZones")),
+        "{refused:?}"
+    );
+    let conf: Value = api.get("/v1/operator/autopilot/configuration").await?;
+    assert_eq!(conf["ServerStabilizationTime"], "2s", "{conf}");
+
+    // Three healthy servers: one may fail.
+    let h = wait_for(Duration::from_secs(30), "a healthy cluster", || async {
+        let (s, h) = autopilot_health(&c, follower).await?;
+        (s == 200 && h["Healthy"] == true).then_some(h)
+    })
+    .await?;
+    assert_eq!(h["FailureTolerance"], 1, "{h}");
+    assert_eq!(h["Servers"].as_array().map(Vec::len), Some(3), "{h}");
+    assert_eq!(h["Voters"].as_array().map(Vec::len), Some(3), "{h}");
+
+    // The same through the CLI, as Nomad's `operator autopilot` commands.
+    let cli = |args: &[&str]| {
+        std::process::Command::new(teamster_bin())
+            .args(["operator", "autopilot"])
+            .args(args)
+            .args(["--address", &c.servers[follower].http_addr()])
+            .output()
+    };
+    let out = cli(&["set-config", "-max-trailing-logs", "300"])?;
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(String::from_utf8_lossy(&out.stdout).contains("Configuration updated!"));
+    let out = cli(&["get-config"])?;
+    let text = String::from_utf8_lossy(&out.stdout).to_string();
+    assert!(text.contains("MaxTrailingLogs = 300"), "{text}");
+    assert!(text.contains("ServerStabilizationTime = 2s"), "{text}");
+    let out = cli(&["health"])?;
+    let text = String::from_utf8_lossy(&out.stdout).to_string();
+    assert_eq!(out.status.code(), Some(0), "{text}");
+    assert!(
+        text.contains("Healthy: true") && text.contains("FailureTolerance: 1"),
+        "{text}"
+    );
+
+    // A follower dies: failed and unhealthy (429), then removed; the two left are healthy.
+    let victim = (leader + 2) % 3;
+    let victim_name = format!("{}.global", c.servers[victim].name);
+    c.kill(victim);
+    wait_for(
+        Duration::from_secs(30),
+        "the dead server reported",
+        || async {
+            let (s, h) = autopilot_health(&c, follower).await?;
+            let dead = h["Servers"]
+                .as_array()?
+                .iter()
+                .find(|s| s["Name"] == victim_name.as_str())?
+                .clone();
+            (s == 429 && dead["SerfStatus"] == "failed" && dead["Healthy"] == false).then_some(())
+        },
+    )
+    .await?;
+    let h = wait_for(
+        Duration::from_secs(30),
+        "the dead server removed",
+        || async {
+            let (s, h) = autopilot_health(&c, follower).await?;
+            (s == 200 && h["Servers"].as_array()?.len() == 2).then_some(h)
+        },
+    )
+    .await?;
+    assert_eq!(h["FailureTolerance"], 0, "{h}");
+    let conf = raft_config(&c, leader).await?;
+    assert_eq!(conf["Servers"].as_array().map(Vec::len), Some(2), "{conf}");
+    register(&c.servers[leader].api(), small_job("after-autopilot")).await?;
+
+    // Started again, the removed server finds no leader in its old configuration and asks
+    // to be added back: three healthy voters again, with the write it missed.
+    c.start_again(victim)?;
+    let h = wait_for(
+        Duration::from_secs(60),
+        "the removed server back",
+        || async {
+            let (s, h) = autopilot_health(&c, follower).await?;
+            (s == 200 && h["Servers"].as_array()?.len() == 3 && h["FailureTolerance"] == 1)
+                .then_some(h)
+        },
+    )
+    .await?;
+    assert_eq!(h["Voters"].as_array().map(Vec::len), Some(3), "{h}");
+    wait_jobs_everywhere(
+        &c,
+        &[victim],
+        &["after-autopilot".into()],
+        Duration::from_secs(30),
+    )
+    .await?;
+    Ok(())
+}

@@ -449,6 +449,24 @@ async fn every_route_answers_by_its_rule_and_the_client_works_with_acls_on() {
         ),
         (
             Method::GET,
+            "/v1/operator/autopilot/configuration".into(),
+            None,
+            Rule::Read,
+        ),
+        (
+            Method::GET,
+            "/v1/operator/autopilot/health".into(),
+            None,
+            Rule::Read,
+        ),
+        (
+            Method::PUT,
+            "/v1/operator/autopilot/configuration?cas=999999999".into(),
+            Some(json!({})),
+            Rule::Write,
+        ),
+        (
+            Method::GET,
             "/v1/operator/scheduler/broker".into(),
             None,
             Rule::Read,
@@ -991,9 +1009,9 @@ async fn every_rpc_refuses_callers_its_rule_does_not_allow() {
         NodeUpdateDrainRequest, NodeUpdateEligibilityRequest,
     };
     use teamster::rpc::service::operator::{
-        KeyringDeleteRequest, KeyringListPublicRequest, KeyringRotateRequest, RaftJoinRequest,
-        RaftRemovePeerRequest, ReconcileSummariesRequest, SchedulerSetConfigRequest,
-        SnapshotRestoreRequest, SystemGcRequest,
+        AutopilotSetConfigRequest, KeyringDeleteRequest, KeyringListPublicRequest,
+        KeyringRotateRequest, RaftJoinRequest, RaftRemovePeerRequest, ReconcileSummariesRequest,
+        SchedulerSetConfigRequest, ServerHealthRequest, SnapshotRestoreRequest, SystemGcRequest,
     };
     use teamster::rpc::service::service_reg::{
         ServiceRegistrationDeleteRequest, ServiceRegistrationListRequest,
@@ -1378,6 +1396,18 @@ async fn every_rpc_refuses_callers_its_rule_does_not_allow() {
             ServiceRequest::OperatorSnapshotRestore(SnapshotRestoreRequest {
                 image: b"not a snapshot".to_vec(),
             }),
+            Caller::Management,
+        ),
+        (
+            // A check-and-set index that never matches: nothing is written.
+            ServiceRequest::OperatorAutopilotSetConfiguration(AutopilotSetConfigRequest {
+                config: teamster_storage::model::AutopilotConfig::default(),
+                cas_index: Some(u64::MAX),
+            }),
+            Caller::Management,
+        ),
+        (
+            ServiceRequest::OperatorServerHealth(ServerHealthRequest),
             Caller::Management,
         ),
         (

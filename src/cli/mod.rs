@@ -17,6 +17,7 @@ mod alloc_logs;
 mod alloc_ops;
 mod alloc_status;
 mod args;
+mod autopilot;
 mod deployment;
 mod eval;
 mod event;

@@ -23,6 +23,9 @@ pub enum OperatorCommand {
     /// The root keyring (the keys that sign workload identities).
     #[command(subcommand)]
     Root(RootCommand),
+    /// Autopilot: its configuration and the servers' health.
+    #[command(subcommand)]
+    Autopilot(super::autopilot::AutopilotCommand),
 }
 
 /// `operator root …`.
@@ -280,6 +283,7 @@ pub async fn run(cmd: OperatorCommand) -> anyhow::Result<()> {
         OperatorCommand::Snapshot(cmd) => super::snapshot::run(cmd).await,
         OperatorCommand::Scheduler(cmd) => super::scheduler::run(cmd).await,
         OperatorCommand::Root(RootCommand::Keyring(cmd)) => keyring(cmd).await,
+        OperatorCommand::Autopilot(cmd) => super::autopilot::run(cmd).await,
     }
 }
 

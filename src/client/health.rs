@@ -40,6 +40,7 @@
 //! deployment and reason, and counts verdicts in `teamster_client_alloc_health_total`
 //! (label `healthy`: `true` or `false`).
 
+use crate::util::go::go_duration;
 use std::collections::BTreeMap;
 
 use teamster_storage::model::deployment::{HEALTH_CHECK_CHECKS, HEALTH_CHECK_MANUAL};
@@ -481,43 +482,6 @@ fn judged(local: &LocalAlloc) -> bool {
             .health
             .as_ref()
             .is_some_and(|h| h.deployment_id == local.alloc.deployment_id)
-}
-
-/// `ns` as Go prints a `time.Duration` (`10s`, `5m0s`, `1h0m0s`, `1.5s`, `250ms`), as
-/// Nomad's messages show durations.
-pub fn go_duration(ns: u64) -> String {
-    const SEC: u64 = 1_000_000_000;
-    if ns == 0 {
-        return "0s".into();
-    }
-    if ns < 1_000 {
-        return format!("{ns}ns");
-    }
-    if ns < 1_000_000 {
-        return format!("{}µs", decimal(ns, 1_000));
-    }
-    if ns < SEC {
-        return format!("{}ms", decimal(ns, 1_000_000));
-    }
-    let total_secs = ns / SEC;
-    let (h, m) = (total_secs / 3600, total_secs % 3600 / 60);
-    let s = decimal(total_secs % 60 * SEC + ns % SEC, SEC);
-    match (h, m) {
-        (0, 0) => format!("{s}s"),
-        (0, m) => format!("{m}m{s}s"),
-        (h, m) => format!("{h}h{m}m{s}s"),
-    }
-}
-
-/// `v / unit` with the fraction's trailing zeros dropped.
-fn decimal(v: u64, unit: u64) -> String {
-    let (whole, rest) = (v / unit, v % unit);
-    if rest == 0 {
-        return whole.to_string();
-    }
-    let width = unit.ilog10() as usize;
-    let fraction = format!("{rest:0width$}");
-    format!("{whole}.{}", fraction.trim_end_matches('0'))
 }
 
 #[cfg(test)]

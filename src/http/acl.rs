@@ -440,6 +440,9 @@ pub fn route_need(
             vec![Need::OperatorRead]
         }
         "/v1/operator/scheduler/configuration" if read => vec![Need::OperatorRead],
+        "/v1/operator/autopilot/configuration" if read => vec![Need::OperatorRead],
+        "/v1/operator/autopilot/health" => vec![Need::OperatorRead],
+        "/v1/operator/autopilot/configuration" => vec![Need::OperatorWrite],
         "/v1/operator/keyring/keys" => vec![Need::OperatorRead],
         // Variables: a list is filtered path by path (`list`), as Nomad's, so anyone may
         // ask; one variable needs its path's capability.

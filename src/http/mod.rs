@@ -14,6 +14,7 @@ pub mod acl;
 mod acl_routes;
 mod agent;
 mod allocs;
+mod autopilot;
 mod client_alloc;
 mod client_exec;
 pub mod client_fs;
@@ -283,6 +284,7 @@ pub fn router(ctx: HttpContext) -> Router {
         .merge(namespaces::routes())
         .merge(allocs::routes())
         .merge(scheduler_config::routes())
+        .merge(autopilot::routes())
         .merge(nodes::routes())
         .merge(client_fs::routes())
         .merge(client_alloc::routes())

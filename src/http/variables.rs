@@ -180,7 +180,7 @@ fn lock_json(lock: &VariableLock) -> Value {
         if ns == 0 {
             String::new()
         } else {
-            crate::client::health::go_duration(ns)
+            crate::util::go::go_duration(ns)
         }
     };
     json!({ "ID": lock.id, "TTL": d(lock.ttl), "LockDelay": d(lock.lock_delay) })

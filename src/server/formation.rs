@@ -183,6 +183,56 @@ pub async fn run(
     }
 }
 
+/// How long a server in a cluster may go without a leader before it asks to be added
+/// back (it may have been removed while it was away).
+const LEADERLESS_BEFORE_REJOIN: Duration = Duration::from_secs(10);
+
+/// A server that was removed from the raft configuration while it was away (autopilot's
+/// dead-server cleanup, `force-leave`, `leave_on_terminate`) still holds the old
+/// configuration and hears from no leader: every `interval`, once it has known no leader
+/// for [`LEADERLESS_BEFORE_REJOIN`], it asks the other servers it knows (its configuration
+/// and `server.join`) to add it again, as Nomad's servers rejoin through gossip. For a
+/// member this is a no-op on the leader.
+pub async fn rejoin(
+    node: Arc<RaftNode>,
+    join: Vec<String>,
+    interval: Duration,
+    shutdown: CancellationToken,
+) {
+    let mut leaderless_since: Option<tokio::time::Instant> = None;
+    loop {
+        tokio::select! {
+            _ = shutdown.cancelled() => return,
+            _ = tokio::time::sleep(interval) => {}
+        }
+        if !node.is_initialized().await || node.leader().is_some() {
+            leaderless_since = None;
+            continue;
+        }
+        let since = *leaderless_since.get_or_insert_with(tokio::time::Instant::now);
+        if since.elapsed() < LEADERLESS_BEFORE_REJOIN {
+            continue;
+        }
+        let me = node.addr().rpc_addr.clone();
+        let mut peers: Vec<String> = node
+            .membership()
+            .servers
+            .into_iter()
+            .map(|(_, a, _)| a.rpc_addr)
+            .chain(join.iter().cloned())
+            .filter(|a| *a != me)
+            .collect();
+        peers.sort();
+        peers.dedup();
+        for via in peers {
+            if join_via(&node, &via, Duration::from_secs(10)).await {
+                leaderless_since = None;
+                break;
+            }
+        }
+    }
+}
+
 /// Ask the server at `via` to add this one to its cluster; whether it did (or is catching
 /// it up).
 pub async fn join_via(node: &RaftNode, via: &str, timeout: Duration) -> bool {

@@ -36,6 +36,7 @@
 //! - [`worker`]: the scheduler workers and their pool.
 
 pub mod acl;
+pub mod autopilot;
 pub mod autoscaler;
 pub mod blocked;
 pub mod broker;
@@ -212,6 +213,12 @@ impl Server {
             discovered,
             shutdown.clone(),
         )));
+        tasks.push(tokio::spawn(formation::rejoin(
+            node.clone(),
+            config.join.clone(),
+            std::time::Duration::from_secs(2),
+            shutdown.clone(),
+        )));
         // The leader's subsystems (enabled by the leadership monitor) and the service layer
         // that serves from them.
         let pipeline = pipeline::EvalPipeline::new(
@@ -236,6 +243,7 @@ impl Server {
             },
         )?;
         let lock_leases = Arc::new(variable_locks::LockLeases::default());
+        let autopilot = Arc::new(autopilot::Autopilot::default());
         let endpoints = endpoints::Endpoints::new(endpoints::EndpointParts {
             node: node.clone(),
             pipeline: pipeline.clone(),
@@ -251,6 +259,7 @@ impl Server {
             acl: Arc::new(acl::AclResolver::new(clock.clone())),
             keyring: keyring.clone(),
             lock_leases: lock_leases.clone(),
+            autopilot: autopilot.clone(),
         });
         handler.set_endpoints(endpoints.clone());
         // Scheduler workers on every server call the service layer in process; on the leader
@@ -329,6 +338,11 @@ impl Server {
         duties.push(variable_locks::VariableLockDuty::new(
             lock_leases,
             node.clone(),
+        ));
+        duties.push(autopilot::AutopilotDuty::new(
+            node.clone(),
+            autopilot,
+            clock.clone(),
         ));
         duties.push(Arc::new(heartbeats));
         tasks.push(leader::spawn(

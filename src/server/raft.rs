@@ -10,7 +10,7 @@
 //! Only the leader writes. Requests that must reach it are forwarded whole, typed, by the
 //! service layer (`server::endpoints`), never as raw commands.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -94,6 +94,17 @@ pub fn openraft_config(t: &RaftTiming) -> Result<openraft::Config, RaftNodeError
     };
     c.validate()
         .map_err(|e| RaftNodeError::Config(e.to_string()))
+}
+
+/// Where the leader's log stands ([`RaftNode::replication_status`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ReplicationStatus {
+    /// The leader's last log index.
+    pub last_index: u64,
+    /// The current term.
+    pub term: u64,
+    /// Per server: the last entry the leader knows it holds, as (index, term).
+    pub matched: BTreeMap<ServerId, (u64, u64)>,
 }
 
 /// The membership as the API shows it.
@@ -299,6 +310,38 @@ impl RaftNode {
         let id = m.current_leader?;
         let node = m.membership_config.membership().get_node(&id)?.clone();
         Some((id, node))
+    }
+
+    /// On the leader, where the log stands: its last index, the current term, and for each
+    /// server the last entry the leader knows it holds (index, term; its own last entry
+    /// for the leader). `None` elsewhere.
+    pub fn replication_status(&self) -> Option<ReplicationStatus> {
+        let m = self.raft.metrics();
+        let m = m.borrow();
+        if m.state != ServerState::Leader {
+            return None;
+        }
+        let last_index = m.last_log_index.unwrap_or(0);
+        let mut matched: BTreeMap<ServerId, (u64, u64)> = m
+            .replication
+            .as_ref()
+            .map(|r| {
+                r.iter()
+                    .map(|(id, log)| {
+                        (
+                            *id,
+                            log.as_ref().map_or((0, 0), |l| (l.index, l.leader_id.term)),
+                        )
+                    })
+                    .collect()
+            })
+            .unwrap_or_default();
+        matched.insert(self.id, (last_index, m.current_term));
+        Some(ReplicationStatus {
+            last_index,
+            term: m.current_term,
+            matched,
+        })
     }
 
     /// Whether this server is the leader right now (raft's view, without a quorum check).

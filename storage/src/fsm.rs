@@ -135,6 +135,8 @@ pub enum Command {
     /// Appended: a variable's lock released, by its holder or because it lapsed; refused
     /// unless the variable holds that lock.
     VariableLockRelease(VariableLockRelease),
+    /// Appended: autopilot's configuration set, with an optional check-and-set index.
+    AutopilotConfig(AutopilotConfigUpdate),
 }
 
 /// Payload of [`Command::OneTimeTokenUpsert`].
@@ -422,6 +424,15 @@ pub struct NodeUpdateDrain {
 pub struct SchedulerConfigUpdate {
     /// The new configuration (its indexes are set by the state store).
     pub config: SchedulerConfiguration,
+    /// Apply only if the current configuration's `ModifyIndex` equals this.
+    pub cas_index: Option<u64>,
+}
+
+/// Payload of [`Command::AutopilotConfig`].
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct AutopilotConfigUpdate {
+    /// The new configuration (its indexes are set by the state store).
+    pub config: crate::model::AutopilotConfig,
     /// Apply only if the current configuration's `ModifyIndex` equals this.
     pub cas_index: Option<u64>,
 }

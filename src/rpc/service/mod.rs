@@ -70,10 +70,11 @@ use node::{
     NodeUpdateDrainRequest, NodeUpdateEligibilityRequest, NodeUpdateStatusRequest,
 };
 use operator::{
-    BrokerStatsRequest, BrokerStatsResponse, KeyringDeleteRequest, KeyringListPublicRequest,
-    KeyringPublicKeys, KeyringRotateRequest, RaftJoinRequest, RaftRemovePeerRequest,
-    ReconcileSummariesRequest, SchedulerSetConfigRequest, SchedulerSetConfigResponse,
-    SnapshotRestoreRequest, SystemGcRequest, SystemGcResponse,
+    AutopilotSetConfigRequest, BrokerStatsRequest, BrokerStatsResponse, ClusterHealth,
+    KeyringDeleteRequest, KeyringListPublicRequest, KeyringPublicKeys, KeyringRotateRequest,
+    RaftJoinRequest, RaftRemovePeerRequest, ReconcileSummariesRequest, SchedulerSetConfigRequest,
+    SchedulerSetConfigResponse, ServerHealthRequest, SnapshotRestoreRequest, SystemGcRequest,
+    SystemGcResponse,
 };
 use service_reg::{
     ServiceRegistrationDeleteRequest, ServiceRegistrationListRequest,
@@ -503,6 +504,16 @@ service_calls! {
     KeyringListPublic(KeyringListPublicRequest) -> KeyringPublicKeys {
         name: "Keyring.ListPublic", route: Local, timeout: |_| NODE_TIMEOUT,
         helper: keyring_list_public,
+    }
+    /// Set autopilot's configuration (check-and-set optional): whether it was written.
+    OperatorAutopilotSetConfiguration(AutopilotSetConfigRequest) -> SchedulerSetConfigResponse {
+        name: "Operator.AutopilotSetConfiguration", route: Leader, timeout: |_| WRITE_TIMEOUT,
+        helper: operator_autopilot_set_configuration,
+    }
+    /// The servers' health as the leader's autopilot judged it.
+    OperatorServerHealth(ServerHealthRequest) -> ClusterHealth {
+        name: "Operator.ServerHealth", route: Leader, timeout: |_| NODE_TIMEOUT,
+        helper: operator_server_health,
     }
 }
 

@@ -45,6 +45,61 @@ pub struct SchedulerSetConfigResponse {
     pub index: u64,
 }
 
+/// `Operator.AutopilotSetConfiguration`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct AutopilotSetConfigRequest {
+    /// The new configuration.
+    pub config: teamster_storage::model::AutopilotConfig,
+    /// Check-and-set: write only if the configuration's modify index is this.
+    pub cas_index: Option<u64>,
+}
+
+/// `Operator.ServerHealth`: the servers' health, from the leader's autopilot.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ServerHealthRequest;
+
+/// One server's health (Nomad's `ServerHealth`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ServerHealth {
+    /// Its raft id.
+    pub id: teamster_storage::raft_types::ServerId,
+    /// Its name.
+    pub name: String,
+    /// Its RPC address.
+    pub address: String,
+    /// `alive` or `failed` (Nomad's serf status).
+    pub status: String,
+    /// The leader.
+    pub leader: bool,
+    /// A voter.
+    pub voter: bool,
+    /// Milliseconds since it last answered (0 for the leader).
+    pub last_contact_ms: u64,
+    /// The term of the last entry it holds.
+    pub last_term: u64,
+    /// The index of the last entry it holds.
+    pub last_index: u64,
+    /// Healthy by the configuration.
+    pub healthy: bool,
+    /// When its health last changed, Unix nanoseconds.
+    pub stable_since: i64,
+}
+
+/// The cluster's health (Nomad's `OperatorHealthReply`).
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct ClusterHealth {
+    /// Every server is healthy.
+    pub healthy: bool,
+    /// How many voters may fail with a quorum left.
+    pub failure_tolerance: u64,
+    /// The servers, by raft id.
+    pub servers: Vec<ServerHealth>,
+    /// The leader's raft id.
+    pub leader: teamster_storage::raft_types::ServerId,
+    /// The voters' raft ids.
+    pub voters: Vec<teamster_storage::raft_types::ServerId>,
+}
+
 /// `Operator.SnapshotRestore`: replace every server's state with an image that
 /// `operator snapshot save` wrote, through raft.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

@@ -84,6 +84,8 @@ pub fn service_allowed(call: &ServiceRequest) -> Allowed {
         | S::OperatorRaftJoin(_)
         | S::OperatorRaftRemovePeer(_)
         | S::OperatorSchedulerSetConfiguration(_)
+        | S::OperatorAutopilotSetConfiguration(_)
+        | S::OperatorServerHealth(_)
         | S::OperatorSnapshotRestore(_)
         | S::OperatorBrokerStats(_)
         | S::JobRevert(_)

@@ -180,10 +180,12 @@ fn needs<'a>(snap: &Snapshot, call: &'a ServiceRequest) -> Needs<'a> {
             r.deployment_id.as_str(),
             &[C::SubmitJob, C::SetAllocHealthDeployment],
         ),
-        Q::OperatorBrokerStats(_) => Token(vec![Need::OperatorRead]),
-        Q::OperatorRaftRemovePeer(_) | Q::OperatorSchedulerSetConfiguration(_) => {
-            Token(vec![Need::OperatorWrite])
+        Q::OperatorBrokerStats(_) | Q::OperatorServerHealth(_) => {
+            Token(vec![Need::OperatorRead])
         }
+        Q::OperatorRaftRemovePeer(_)
+        | Q::OperatorSchedulerSetConfiguration(_)
+        | Q::OperatorAutopilotSetConfiguration(_) => Token(vec![Need::OperatorWrite]),
         // Garbage collection, snapshots, namespaces and the ACL writes.
         Q::SystemGc(_)
         | Q::SystemReconcileSummaries(_)

@@ -123,6 +123,8 @@ pub struct EndpointParts {
     pub keyring: Keyring,
     /// The leases of variable locks (kept by the leader).
     pub lock_leases: Arc<crate::server::variable_locks::LockLeases>,
+    /// Autopilot's latest judgement of the servers (kept by the leader).
+    pub autopilot: Arc<crate::server::autopilot::Autopilot>,
 }
 
 impl Endpoints {
@@ -146,6 +148,11 @@ impl Endpoints {
     /// The leases of variable locks.
     pub fn lock_leases(&self) -> &crate::server::variable_locks::LockLeases {
         &self.inner.lock_leases
+    }
+
+    /// Autopilot's latest judgement of the servers.
+    pub fn autopilot(&self) -> &crate::server::autopilot::Autopilot {
+        &self.inner.autopilot
     }
 
     /// The eval broker.
@@ -284,6 +291,10 @@ impl Endpoints {
             Q::KeyringRotate(r) => A::KeyringRotate(keyring::rotate(self, r).await?),
             Q::KeyringDelete(r) => A::KeyringDelete(keyring::delete(self, r).await?),
             Q::KeyringListPublic(_) => A::KeyringListPublic(keyring::list_public(self)),
+            Q::OperatorAutopilotSetConfiguration(r) => {
+                A::OperatorAutopilotSetConfiguration(operator::set_autopilot_config(self, r).await?)
+            }
+            Q::OperatorServerHealth(_) => A::OperatorServerHealth(operator::server_health(self)?),
             Q::VariablesApply(r) => A::VariablesApply(variables::apply(self, r).await?),
             Q::TemplateRead(r) => A::TemplateRead(variables::template_read(self, r).await?),
             Q::VariablesRenewLock(r) => A::VariablesRenewLock(variables::renew_lock(self, r)?),

@@ -4,17 +4,19 @@
 //! counts of the leader.
 
 use teamster_storage::fsm::{
-    ApplyError, Command, CommandResponse, EvalUpsert, SchedulerConfigUpdate, SnapshotRestore,
+    ApplyError, AutopilotConfigUpdate, Command, CommandResponse, EvalUpsert, SchedulerConfigUpdate,
+    SnapshotRestore,
 };
 use teamster_storage::state::StateStore;
 
 use super::{node_error, Endpoints};
 use crate::rpc::service::operator::{
-    BrokerStatsResponse, QueueCounts, RaftJoinRequest, RaftRemovePeerRequest,
-    SchedulerSetConfigRequest, SchedulerSetConfigResponse, SnapshotRestoreRequest,
-    SystemGcResponse,
+    AutopilotSetConfigRequest, BrokerStatsResponse, QueueCounts, RaftJoinRequest,
+    RaftRemovePeerRequest, SchedulerSetConfigRequest, SchedulerSetConfigResponse,
+    SnapshotRestoreRequest, SystemGcResponse,
 };
 use crate::rpc::ServiceError;
+use crate::server::autopilot::ClusterHealth;
 
 /// `Operator.RaftJoin`.
 pub async fn raft_join(ep: &Endpoints, req: RaftJoinRequest) -> Result<(), ServiceError> {
@@ -187,6 +189,41 @@ pub async fn set_scheduler_config(
         updated,
         index: applied.index,
     })
+}
+
+/// `Operator.AutopilotSetConfiguration`: `updated` is false when the check-and-set index
+/// did not match.
+pub async fn set_autopilot_config(
+    ep: &Endpoints,
+    req: AutopilotSetConfigRequest,
+) -> Result<SchedulerSetConfigResponse, ServiceError> {
+    req.config
+        .validate()
+        .map_err(|e| ServiceError::invalid("AutopilotConfig", e.to_string()))?;
+    let applied = ep
+        .node()
+        .write_local(Command::AutopilotConfig(AutopilotConfigUpdate {
+            config: req.config,
+            cas_index: req.cas_index,
+        }))
+        .await
+        .map_err(super::write_error)?;
+    let updated = match &applied.response {
+        CommandResponse::Rejected(ApplyError::CasMismatch { .. }) => false,
+        CommandResponse::Rejected(e) => return Err(super::apply_error(e)),
+        _ => true,
+    };
+    Ok(SchedulerSetConfigResponse {
+        updated,
+        index: applied.index,
+    })
+}
+
+/// `Operator.ServerHealth`: the leader autopilot's latest judgement.
+pub fn server_health(ep: &Endpoints) -> Result<ClusterHealth, ServiceError> {
+    ep.autopilot()
+        .health()
+        .ok_or_else(|| ServiceError::internal("autopilot has not judged the servers yet"))
 }
 
 /// `Operator.SnapshotRestore`: the image is decoded once here, so a bad one is refused

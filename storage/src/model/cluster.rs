@@ -110,6 +110,61 @@ impl SchedulerConfiguration {
     }
 }
 
+/// Autopilot's configuration (Nomad's `AutopilotConfig`,
+/// `/v1/operator/autopilot/configuration`): how the leader judges the servers' health and
+/// whether it removes dead ones. Durations are nanoseconds.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AutopilotConfig {
+    /// Remove servers that stopped answering from the raft configuration.
+    pub cleanup_dead_servers: bool,
+    /// A follower not heard from for longer is unhealthy.
+    pub last_contact_threshold: u64,
+    /// A follower further behind the leader's log is unhealthy.
+    pub max_trailing_logs: u64,
+    /// Never remove a dead server when fewer voters than this would remain.
+    pub min_quorum: u64,
+    /// How long a server must stay healthy to count as stable (and a dead server stay
+    /// dead before it is removed).
+    pub server_stabilization_time: u64,
+    /// Raft index of creation (server-set).
+    pub create_index: u64,
+    /// Raft index of the last change (server-set); the CAS update compares it.
+    pub modify_index: u64,
+}
+
+impl Default for AutopilotConfig {
+    /// Nomad's defaults.
+    fn default() -> Self {
+        AutopilotConfig {
+            cleanup_dead_servers: true,
+            last_contact_threshold: 200_000_000,
+            max_trailing_logs: 250,
+            min_quorum: 0,
+            server_stabilization_time: 10_000_000_000,
+            create_index: 0,
+            modify_index: 0,
+        }
+    }
+}
+
+impl AutopilotConfig {
+    /// Checks the values an operator may set; the error names the field.
+    pub fn validate(&self) -> Result<(), crate::model::ModelError> {
+        let mut errors = Vec::new();
+        if self.last_contact_threshold == 0 {
+            errors.push("LastContactThreshold must be greater than 0".to_string());
+        }
+        if self.server_stabilization_time > 24 * 3600 * 1_000_000_000 {
+            errors.push("ServerStabilizationTime must be at most 24h".to_string());
+        }
+        if errors.is_empty() {
+            Ok(())
+        } else {
+            Err(crate::model::ModelError::Invalid { errors })
+        }
+    }
+}
+
 /// The cluster's identity, written once by the first leader.
 #[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
 #[serde(rename_all = "PascalCase", default)]

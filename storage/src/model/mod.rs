@@ -56,7 +56,7 @@ pub use alloc::{
     TaskState, TaskStateValue,
 };
 pub use cluster::{
-    ClusterMeta, PreemptionConfig, SchedulerAlgorithm, SchedulerConfiguration,
+    AutopilotConfig, ClusterMeta, PreemptionConfig, SchedulerAlgorithm, SchedulerConfiguration,
     DEFAULT_SUPERVISOR_FRACTION,
 };
 pub use deployment::{

@@ -316,6 +316,10 @@ fn execute(txn: &mut WriteTxn, command: Command) -> Result<CommandResponse, Appl
             txn.set_cluster_meta(meta)?;
             Ok(CommandResponse::Applied)
         }
+        Command::AutopilotConfig(update) => {
+            txn.set_autopilot_config(update.config, update.cas_index)?;
+            Ok(CommandResponse::Applied)
+        }
         Command::SchedulerConfig(update) => {
             txn.set_scheduler_config(update.config, update.cas_index)?;
             Ok(CommandResponse::Applied)

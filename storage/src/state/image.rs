@@ -24,9 +24,9 @@ use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
 use crate::codec::{self, DecodeFailure};
 use crate::model::{
-    AclPolicy, AclToken, Allocation, ClusterMeta, Deployment, Evaluation, Job, JobId, JobSummary,
-    Namespace, NamespaceSpec, Node, OneTimeToken, PeriodicLaunch, RootKey, SchedulerConfiguration,
-    ServiceRegistration, SharedStr, VariableEncrypted,
+    AclPolicy, AclToken, Allocation, AutopilotConfig, ClusterMeta, Deployment, Evaluation, Job,
+    JobId, JobSummary, Namespace, NamespaceSpec, Node, OneTimeToken, PeriodicLaunch, RootKey,
+    SchedulerConfiguration, ServiceRegistration, SharedStr, VariableEncrypted,
 };
 use crate::state::tables::{JobKey, Table, Tables};
 use crate::state::StateError;
@@ -36,7 +36,7 @@ const MAGIC: &[u8; 8] = b"TMSTIMG\0";
 pub const IMAGE_FORMAT_VERSION: u32 = 15;
 const HEADER_LEN: usize = MAGIC.len() + 4;
 /// Fields of the body tuple.
-const BODY_FIELDS: usize = 20;
+const BODY_FIELDS: usize = 21;
 
 /// Encodes every table.
 pub(crate) fn encode(tables: &Tables) -> Result<Vec<u8>, StateError> {
@@ -115,6 +115,7 @@ impl Serialize for BodyRef<'_> {
         tuple.serialize_element(&Values(&t.root_keys))?;
         tuple.serialize_element(&Values(&t.variables))?;
         tuple.serialize_element(&Values(&t.one_time_tokens))?;
+        tuple.serialize_element(&*t.autopilot_config)?;
         tuple.end()
     }
 }
@@ -317,6 +318,10 @@ impl<'de> Visitor<'de> for BodyVisitor {
             ArcMapSeed::new(|t: &mut OneTimeToken| t.one_time_secret_id.clone()),
             "the one-time tokens",
         )?;
+        t.autopilot_config = Arc::new(field::<AutopilotConfig, _>(
+            &mut seq,
+            "the autopilot configuration",
+        )?);
         Ok(DecodedBody(t))
     }
 }

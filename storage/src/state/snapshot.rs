@@ -565,6 +565,11 @@ impl Snapshot {
         &self.tables.scheduler_config
     }
 
+    /// Autopilot's configuration (Nomad's defaults until an operator sets one).
+    pub fn autopilot_config(&self) -> &crate::model::AutopilotConfig {
+        &self.tables.autopilot_config
+    }
+
     /// The cluster's identity, once the first leader wrote it.
     pub fn cluster_meta(&self) -> Option<&ClusterMeta> {
         self.tables.cluster_meta.as_deref()

@@ -13,10 +13,10 @@ use std::sync::Arc;
 use imbl::{OrdMap, OrdSet};
 
 use crate::model::{
-    AclPolicy, AclToken, AllocId, Allocation, ClusterMeta, Deployment, DeploymentId, EvalId,
-    Evaluation, Job, JobId, JobSummary, Namespace, NamespaceSpec, Node, NodeId, OneTimeToken,
-    PeriodicLaunch, Resources, RootKey, SchedulerConfiguration, ServiceRegistration, SharedStr,
-    VariableEncrypted,
+    AclPolicy, AclToken, AllocId, Allocation, AutopilotConfig, ClusterMeta, Deployment,
+    DeploymentId, EvalId, Evaluation, Job, JobId, JobSummary, Namespace, NamespaceSpec, Node,
+    NodeId, OneTimeToken, PeriodicLaunch, Resources, RootKey, SchedulerConfiguration,
+    ServiceRegistration, SharedStr, VariableEncrypted,
 };
 
 /// Primary key of a job and of its summary.
@@ -61,11 +61,13 @@ pub enum Table {
     RootKeys,
     /// Variables.
     Variables,
+    /// Autopilot's configuration.
+    AutopilotConfig,
 }
 
 impl Table {
     /// How many tables there are.
-    pub const COUNT: usize = 16;
+    pub const COUNT: usize = 17;
 
     /// Every table, in index order.
     pub const ALL: [Table; Table::COUNT] = [
@@ -85,6 +87,7 @@ impl Table {
         Table::AclTokens,
         Table::RootKeys,
         Table::Variables,
+        Table::AutopilotConfig,
     ];
 
     /// Position in per-table index arrays.
@@ -111,6 +114,7 @@ impl Table {
             Table::AclTokens => "acl_token",
             Table::RootKeys => "root_keys",
             Table::Variables => "variables",
+            Table::AutopilotConfig => "autopilot-config",
         }
     }
 }
@@ -184,6 +188,7 @@ pub(crate) struct Tables {
     pub node_usage: OrdMap<NodeId, NodeUsage>,
     pub allocs_by_eval: SecondaryIndex<EvalId, AllocId>,
     pub scheduler_config: Arc<SchedulerConfiguration>,
+    pub autopilot_config: Arc<AutopilotConfig>,
     pub cluster_meta: Option<Arc<ClusterMeta>>,
     pub deployments: OrdMap<DeploymentId, Arc<Deployment>>,
     pub deployments_by_job: SecondaryIndex<JobKey, DeploymentId>,

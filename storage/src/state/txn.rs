@@ -1245,6 +1245,35 @@ impl WriteTxn {
         Ok(())
     }
 
+    /// Sets autopilot's configuration, with an optional check-and-set index.
+    pub fn set_autopilot_config(
+        &mut self,
+        mut config: crate::model::AutopilotConfig,
+        cas_index: Option<u64>,
+    ) -> Result<(), ApplyError> {
+        config
+            .validate()
+            .map_err(|e| ApplyError::invalid(e.to_string()))?;
+        let current = self.t.autopilot_config.clone();
+        if let Some(expected) = cas_index {
+            if expected != current.modify_index {
+                return Err(ApplyError::CasMismatch {
+                    expected,
+                    actual: current.modify_index,
+                });
+            }
+        }
+        config.create_index = if current.create_index == 0 {
+            self.index
+        } else {
+            current.create_index
+        };
+        config.modify_index = self.index;
+        self.t.autopilot_config = Arc::new(config);
+        self.touch(Table::AutopilotConfig);
+        Ok(())
+    }
+
     /// Writes the cluster identity once; the same identity again is a no-op.
     pub fn set_cluster_meta(&mut self, meta: ClusterMeta) -> Result<(), ApplyError> {
         if meta.cluster_id.is_empty() {
