@@ -121,19 +121,22 @@ pub async fn set_config(
     let endpoints = ctx.endpoints()?;
     let value: Value = serde_json::from_slice(&body)
         .map_err(|e| ApiError::bad_request(format!("Error parsing autopilot config: {e}")))?;
-    let current = endpoints
-        .node()
-        .state()
-        .snapshot()
-        .autopilot_config()
-        .clone();
-    let config = apply_body(&current, &value)?;
     let cas_index = match q.get("cas") {
         None => None,
         Some(v) => Some(v.parse::<u64>().map_err(|_| {
             ApiError::bad_request(format!("Error parsing cas value: {v:?} is not a number"))
         })?),
     };
+    // The fields given go over the configuration as of a consistent read (not a lagging
+    // copy); with `cas`, over exactly the version named, or nothing is written.
+    let (snap, _) = ctx
+        .read(&QueryOptions::default(), &[Table::AutopilotConfig])
+        .await?;
+    let current = snap.autopilot_config().clone();
+    if cas_index.is_some_and(|i| i != current.modify_index) {
+        return Ok(Json(json!(false)).into_response());
+    }
+    let config = apply_body(&current, &value)?;
     let done = endpoints
         .operator_autopilot_set_configuration(AutopilotSetConfigRequest { config, cas_index })
         .await?;

@@ -9,8 +9,9 @@
 //!   server is; `FailureTolerance` is how many voters may fail with a quorum left (healthy
 //!   voters beyond a majority of the voters);
 //! - with `CleanupDeadServers`, a server that has not answered for `ServerStabilizationTime`
-//!   is removed from the raft configuration, never more voters than `(voters - 1) / 2` at
-//!   once and never below `MinQuorum` voters.
+//!   (6 s at least) is removed from the raft configuration, never more voters than
+//!   `(voters - 1) / 2` at once, never below `MinQuorum` voters, and only while a quorum of
+//!   the voters answers (the change must commit).
 //!
 //! Where Nomad's serf says whether a server is alive, teamster pings it over RPC; a server
 //! answers `alive` or `failed`. The judging is a pure function ([`judge`]) over what was
@@ -38,6 +39,12 @@ use crate::util::SharedClock;
 const INTERVAL: Duration = Duration::from_secs(2);
 /// How long a server has to answer.
 const PING_TIMEOUT: Duration = Duration::from_secs(1);
+/// The shortest a server must be silent before it is removed as dead, whatever
+/// `ServerStabilizationTime` says (three rounds: one lost ping is no death).
+const MIN_DEAD: Duration = Duration::from_secs(6);
+/// How long a removal may take before this round gives up (a membership change that
+/// cannot commit must not hold the leader's duties).
+const REMOVE_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// What the leader saw of one server this round.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -138,8 +145,14 @@ pub fn judge(
         servers,
     };
     let mut dead = Vec::new();
-    if config.cleanup_dead_servers {
-        let stabilization = Duration::from_nanos(config.server_stabilization_time);
+    // Removing a voter is a membership change the voters still answering must commit:
+    // without a quorum of them, nothing is removed (the change could never commit).
+    let answering_voters = seen
+        .iter()
+        .filter(|s| s.voter && (s.leader || s.answered_in.is_some()))
+        .count();
+    if config.cleanup_dead_servers && answering_voters > voters.len() / 2 {
+        let stabilization = Duration::from_nanos(config.server_stabilization_time).max(MIN_DEAD);
         let gone: Vec<&Observed> = seen
             .iter()
             .filter(|s| !s.leader && s.answered_in.is_none())
@@ -239,8 +252,12 @@ async fn round(
             server_id = id,
             "autopilot: removing a server that stopped answering"
         );
-        if let Err(e) = node.remove_server(id).await {
-            warn!(server_id = id, error = %e, "autopilot could not remove a dead server");
+        match tokio::time::timeout(REMOVE_TIMEOUT, node.remove_server(id)).await {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => {
+                warn!(server_id = id, error = %e, "autopilot could not remove a dead server")
+            }
+            Err(_) => warn!(server_id = id, "autopilot's removal did not commit in time"),
         }
     }
 }
@@ -370,6 +387,15 @@ mod tests {
         assert_eq!(h.servers[2].status, "failed");
         assert_eq!(h.servers[2].last_contact_ms, 5_000);
         assert!(dead.is_empty());
+        // A stabilization time below 6 s still waits 6 s.
+        let quick = AutopilotConfig {
+            server_stabilization_time: 0,
+            ..AutopilotConfig::default()
+        };
+        let soon = (t0 + Duration::from_secs(5), 3_000);
+        assert!(judge(&quick, &down, (1000, 3), soon, &mut memory)
+            .1
+            .is_empty());
         let later = t0 + Duration::from_secs(11);
         let (_, dead) = judge(&config, &down, (1000, 3), (later, 4_000), &mut memory);
         assert_eq!(dead, vec![3]);
@@ -399,6 +425,20 @@ mod tests {
         let mut fresh = BTreeMap::new();
         judge(&config, &two_down, (1000, 3), (t0, 0), &mut fresh);
         let (_, dead) = judge(&config, &two_down, (1000, 3), (later, 1), &mut fresh);
-        assert_eq!(dead.len(), 1, "one of three voters at most: {dead:?}");
+        assert!(
+            dead.is_empty(),
+            "no quorum answers, nothing can commit: {dead:?}"
+        );
+        let five = [
+            seen(1, true, true, 1000),
+            seen(2, true, true, 1000),
+            seen(3, true, true, 1000),
+            seen(4, true, false, 1000),
+            seen(5, true, false, 1000),
+        ];
+        let mut fresh = BTreeMap::new();
+        judge(&config, &five, (1000, 3), (t0, 0), &mut fresh);
+        let (_, dead) = judge(&config, &five, (1000, 3), (later, 1), &mut fresh);
+        assert_eq!(dead, vec![4, 5], "two of five voters at most");
     }
 }

@@ -191,8 +191,11 @@ const LEADERLESS_BEFORE_REJOIN: Duration = Duration::from_secs(10);
 /// dead-server cleanup, `force-leave`, `leave_on_terminate`) still holds the old
 /// configuration and hears from no leader: every `interval`, once it has known no leader
 /// for [`LEADERLESS_BEFORE_REJOIN`], it asks the other servers it knows (its configuration
-/// and `server.join`) to add it again, as Nomad's servers rejoin through gossip. For a
-/// member this is a no-op on the leader.
+/// and `server.join`) to add it again (every 10 s at most), as Nomad's servers rejoin
+/// through gossip. For a member this is a no-op on the leader. A server that knows a
+/// leader but is only a learner asks that leader to promote it. The rejoining server's
+/// term has grown meanwhile, so the leader steps down once as it takes it back (there is
+/// no pre-vote in openraft 0.9): one election per rejoin.
 pub async fn rejoin(
     node: Arc<RaftNode>,
     join: Vec<String>,
@@ -200,19 +203,30 @@ pub async fn rejoin(
     shutdown: CancellationToken,
 ) {
     let mut leaderless_since: Option<tokio::time::Instant> = None;
+    let mut last_attempt: Option<tokio::time::Instant> = None;
     loop {
         tokio::select! {
             _ = shutdown.cancelled() => return,
             _ = tokio::time::sleep(interval) => {}
         }
-        if !node.is_initialized().await || node.leader().is_some() {
+        if !node.is_initialized().await {
+            continue;
+        }
+        // Added back as a learner whose promotion was cut short (the leader changed as it
+        // rejoined): ask the leader to finish it.
+        if let Some((_, leader)) = node.leader() {
             leaderless_since = None;
+            if !node.is_voter() && leader.rpc_addr != node.addr().rpc_addr {
+                join_via(&node, &leader.rpc_addr, Duration::from_secs(10)).await;
+            }
             continue;
         }
         let since = *leaderless_since.get_or_insert_with(tokio::time::Instant::now);
-        if since.elapsed() < LEADERLESS_BEFORE_REJOIN {
+        let recently = last_attempt.is_some_and(|t| t.elapsed() < LEADERLESS_BEFORE_REJOIN);
+        if since.elapsed() < LEADERLESS_BEFORE_REJOIN || recently {
             continue;
         }
+        last_attempt = Some(tokio::time::Instant::now());
         let me = node.addr().rpc_addr.clone();
         let mut peers: Vec<String> = node
             .membership()
@@ -226,7 +240,6 @@ pub async fn rejoin(
         peers.dedup();
         for via in peers {
             if join_via(&node, &via, Duration::from_secs(10)).await {
-                leaderless_since = None;
                 break;
             }
         }

@@ -172,23 +172,14 @@ pub async fn set_scheduler_config(
     req.config
         .validate()
         .map_err(|e| ServiceError::invalid("SupervisorFraction", e.to_string()))?;
-    let applied = ep
-        .node()
-        .write_local(Command::SchedulerConfig(SchedulerConfigUpdate {
+    write_config(
+        ep,
+        Command::SchedulerConfig(SchedulerConfigUpdate {
             config: req.config,
             cas_index: req.cas_index,
-        }))
-        .await
-        .map_err(super::write_error)?;
-    let updated = match &applied.response {
-        CommandResponse::Rejected(ApplyError::CasMismatch { .. }) => false,
-        CommandResponse::Rejected(e) => return Err(super::apply_error(e)),
-        _ => true,
-    };
-    Ok(SchedulerSetConfigResponse {
-        updated,
-        index: applied.index,
-    })
+        }),
+    )
+    .await
 }
 
 /// `Operator.AutopilotSetConfiguration`: `updated` is false when the check-and-set index
@@ -200,12 +191,24 @@ pub async fn set_autopilot_config(
     req.config
         .validate()
         .map_err(|e| ServiceError::invalid("AutopilotConfig", e.to_string()))?;
-    let applied = ep
-        .node()
-        .write_local(Command::AutopilotConfig(AutopilotConfigUpdate {
+    write_config(
+        ep,
+        Command::AutopilotConfig(AutopilotConfigUpdate {
             config: req.config,
             cas_index: req.cas_index,
-        }))
+        }),
+    )
+    .await
+}
+
+/// A configuration written with its check-and-set: a mismatch is `updated: false`.
+async fn write_config(
+    ep: &Endpoints,
+    cmd: Command,
+) -> Result<SchedulerSetConfigResponse, ServiceError> {
+    let applied = ep
+        .node()
+        .write_local(cmd)
         .await
         .map_err(super::write_error)?;
     let updated = match &applied.response {

@@ -1223,26 +1223,34 @@ impl WriteTxn {
             .validate()
             .map_err(|e| ApplyError::invalid(e.to_string()))?;
         let current = self.t.scheduler_config.clone();
-        if let Some(expected) = cas_index {
-            if expected != current.modify_index {
-                return Err(ApplyError::CasMismatch {
-                    expected,
-                    actual: current.modify_index,
-                });
-            }
-        }
-        config.create_index = if current.create_index == 0 {
-            self.index
-        } else {
-            current.create_index
-        };
-        config.modify_index = self.index;
+        (config.create_index, config.modify_index) =
+            self.config_indexes(cas_index, current.create_index, current.modify_index)?;
         let config = Arc::new(config);
         self.t.scheduler_config = config.clone();
         self.touch(Table::SchedulerConfig);
         self.changes
             .push(StateChange::SchedulerConfigUpdated { config });
         Ok(())
+    }
+
+    /// The create and modify indexes of a configuration written now over one with
+    /// `create`/`modify`; a check-and-set index other than `modify` refuses the write.
+    fn config_indexes(
+        &self,
+        cas_index: Option<u64>,
+        create: u64,
+        modify: u64,
+    ) -> Result<(u64, u64), ApplyError> {
+        if let Some(expected) = cas_index {
+            if expected != modify {
+                return Err(ApplyError::CasMismatch {
+                    expected,
+                    actual: modify,
+                });
+            }
+        }
+        let create = if create == 0 { self.index } else { create };
+        Ok((create, self.index))
     }
 
     /// Sets autopilot's configuration, with an optional check-and-set index.
@@ -1255,20 +1263,8 @@ impl WriteTxn {
             .validate()
             .map_err(|e| ApplyError::invalid(e.to_string()))?;
         let current = self.t.autopilot_config.clone();
-        if let Some(expected) = cas_index {
-            if expected != current.modify_index {
-                return Err(ApplyError::CasMismatch {
-                    expected,
-                    actual: current.modify_index,
-                });
-            }
-        }
-        config.create_index = if current.create_index == 0 {
-            self.index
-        } else {
-            current.create_index
-        };
-        config.modify_index = self.index;
+        (config.create_index, config.modify_index) =
+            self.config_indexes(cas_index, current.create_index, current.modify_index)?;
         self.t.autopilot_config = Arc::new(config);
         self.touch(Table::AutopilotConfig);
         Ok(())
