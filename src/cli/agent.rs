@@ -21,8 +21,8 @@ pub struct AgentArgs {
     /// directory, listening on 127.0.0.1.
     #[arg(long)]
     dev: bool,
-    /// This agent's name.
-    #[arg(long, env = "TEAMSTER_NAME")]
+    /// This agent's name (its client's node name); Nomad's `-node`.
+    #[arg(long, visible_alias = "node", env = "TEAMSTER_NAME")]
     name: Option<String>,
     /// The data directory.
     #[arg(long, env = "TEAMSTER_DATA_DIR", value_name = "DIR")]

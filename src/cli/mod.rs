@@ -441,6 +441,28 @@ mod tests {
         Cli::try_parse_from(super::nomad_flags(args.iter().map(Into::into).collect())).is_ok()
     }
 
+    /// `nomad agent -dev -node NAME` (python-nomad's CI starts its agent so): the agent's,
+    /// and so its node's, name.
+    #[test]
+    fn nomads_agent_node_flag_names_the_agent() {
+        let args = [
+            "teamster",
+            "agent",
+            "--dev",
+            "-node",
+            "pynomad1",
+            "-acl-enabled",
+        ];
+        let cli = Cli::try_parse_from(super::nomad_flags(args.iter().map(Into::into).collect()))
+            .unwrap_or_else(|e| panic!("{e}"));
+        let super::Command::Agent(agent) = cli.command else {
+            panic!("not the agent command");
+        };
+        let (config, _) = agent.load().unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(config.name, "pynomad1");
+        assert!(config.acl.enabled);
+    }
+
     #[test]
     fn nomads_alloc_command_forms_parse() {
         assert!(parses(&["teamster", "alloc", "stop", "-detach", "abc"]));

@@ -301,4 +301,27 @@ mod tests {
         assert!(!id.acl.allows(&read));
         assert!(id.acl.allows(&Need::NodeRead));
     }
+
+    /// As Nomad's: a token may name a policy that does not exist yet; it grants nothing
+    /// until the policy is written, then what the policy says.
+    #[test]
+    fn a_token_naming_a_policy_not_written_yet_gains_it_when_it_is() {
+        let store = store_with(&[], vec![token(3, &["later"])]);
+        let r = AclResolver::new(clock_at(0));
+        let read = Need::Namespace("default".into(), &[Capability::ReadJob]);
+        let id = r.resolve(&store.snapshot(), Some(&uuid(103))).unwrap();
+        assert!(!id.acl.allows(&read));
+        store.apply(
+            3,
+            Command::AclPolicyUpsert(AclPolicyUpsert {
+                policies: vec![AclPolicy {
+                    name: "later".into(),
+                    rules: r#"namespace "default" { policy = "read" }"#.into(),
+                    ..AclPolicy::default()
+                }],
+            }),
+        );
+        let id = r.resolve(&store.snapshot(), Some(&uuid(103))).unwrap();
+        assert!(id.acl.allows(&read));
+    }
 }

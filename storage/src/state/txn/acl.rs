@@ -51,21 +51,13 @@ impl WriteTxn {
         Ok(())
     }
 
-    /// Creates or changes a token: valid, naming existing policies, its secret its own.
-    /// A change keeps the token's secret, creation time and create index.
+    /// Creates or changes a token: valid, its secret its own. A policy it names need not
+    /// exist yet (as Nomad's): it grants nothing until it is written. A change keeps the
+    /// token's secret, creation time and create index.
     pub fn upsert_acl_token(&mut self, mut token: AclToken) -> Result<(), ApplyError> {
         token
             .validate()
             .map_err(|reason| ApplyError::AclRefused { reason })?;
-        if let Some(missing) = token
-            .policies
-            .iter()
-            .find(|p| !self.t.acl_policies.contains_key(p.as_str()))
-        {
-            return Err(ApplyError::AclRefused {
-                reason: format!("cannot find policy {missing}"),
-            });
-        }
         match self.t.acl_tokens.get(&token.accessor_id) {
             Some(existing) => {
                 token.secret_id = existing.secret_id.clone();
