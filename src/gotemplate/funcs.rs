@@ -301,7 +301,7 @@ fn arith(name: &str, args: &[Val]) -> Result<Val, String> {
 }
 
 /// Deep merge of `src` into `dst`: keys `dst` lacks are added; with `over`, `src` wins.
-fn merge(dst: &mut Map<String, Value>, src: &Map<String, Value>, over: bool) {
+pub(super) fn merge(dst: &mut Map<String, Value>, src: &Map<String, Value>, over: bool) {
     for (k, v) in src {
         match (dst.get_mut(k), v) {
             (Some(Value::Object(d)), Value::Object(s)) => merge(d, s, over),
@@ -322,7 +322,7 @@ fn object(v: &Val) -> Result<Map<String, Value>, String> {
 }
 
 /// Go's JSON encoding: `<`, `>` and `&` escaped unless `unescaped`.
-fn json_out(v: &Val, pretty: bool, unescaped: bool) -> Result<Val, String> {
+pub(super) fn json_out(v: &Val, pretty: bool, unescaped: bool) -> Result<Val, String> {
     let v = without_hidden(v.as_ref().unwrap_or(&Value::Null));
     let mut s = if pretty {
         let mut buf = Vec::new();
@@ -470,7 +470,7 @@ fn indent(spaces: i64, s: &str) -> Result<Val, String> {
     string(out)
 }
 
-fn hex(bytes: &[u8]) -> String {
+pub(super) fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 

@@ -13,6 +13,7 @@ use base64::Engine as _;
 use serde_json::{Map, Number, Value};
 use sha1::Digest as _;
 
+use super::funcs::{hex, json_out, merge};
 use super::{go_text, truth, Val};
 
 /// The Sprig functions teamster implements (without the `sprig_` prefix).
@@ -375,24 +376,6 @@ fn at_least(name: &str, args: &[Val], n: usize) -> Result<(), String> {
     }
 }
 
-/// Go's `json.Marshal` (HTML characters escaped unless `raw`), indented with two spaces
-/// when `pretty`.
-fn to_json(v: &Val, pretty: bool, raw: bool) -> Result<String, String> {
-    let v = super::without_hidden(v.as_ref().unwrap_or(&Value::Null));
-    let mut s = if pretty {
-        serde_json::to_string_pretty(&v).map_err(|e| e.to_string())?
-    } else {
-        serde_json::to_string(&v).map_err(|e| e.to_string())?
-    };
-    if !raw {
-        s = s
-            .replace('<', "\\u003c")
-            .replace('>', "\\u003e")
-            .replace('&', "\\u0026");
-    }
-    Ok(s)
-}
-
 fn regex(pattern: &str) -> Result<regex::Regex, String> {
     regex::Regex::new(pattern).map_err(|e| format!("error parsing regexp: {e}"))
 }
@@ -503,10 +486,6 @@ fn adler32(data: &[u8]) -> u32 {
         b = (b + a) % 65_521;
     }
     (b << 16) | a
-}
-
-fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
 /// Go's `%q` of a string.
@@ -1189,8 +1168,8 @@ fn sprig(name: &str, args: &[Val]) -> Result<Val, String> {
             need(name, args, 1)?;
             let pretty = name.contains("Pretty");
             let raw = name.contains("Raw");
-            match to_json(&args[0], pretty, raw) {
-                Ok(text) => string(text),
+            match json_out(&args[0], pretty, raw) {
+                Ok(text) => Ok(text),
                 Err(e) if must => Err(e),
                 Err(_) => string(""),
             }
@@ -1405,7 +1384,7 @@ fn sprig(name: &str, args: &[Val]) -> Result<Val, String> {
             let over = name.contains("Overwrite");
             let mut dst = map(&args[0])?;
             for src in &args[1..] {
-                merge_into(&mut dst, &map(src)?, over);
+                merge(&mut dst, &map(src)?, over);
             }
             ok(Value::Object(dst))
         }
@@ -1524,20 +1503,6 @@ fn sprig(name: &str, args: &[Val]) -> Result<Val, String> {
             string(out)
         }
         other => Err(format!("function \"sprig_{other}\" not defined")),
-    }
-}
-
-/// Sprig's `merge`: keys `dst` lacks come from `src` (nested maps merged); with `over`,
-/// `src` wins.
-fn merge_into(dst: &mut Map<String, Value>, src: &Map<String, Value>, over: bool) {
-    for (k, v) in src {
-        match (dst.get_mut(k), v) {
-            (Some(Value::Object(d)), Value::Object(s)) => merge_into(d, s, over),
-            (Some(_), _) if !over => {}
-            _ => {
-                dst.insert(k.clone(), v.clone());
-            }
-        }
     }
 }
 
