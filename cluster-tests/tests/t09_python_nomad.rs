@@ -453,7 +453,7 @@ async fn python_nomad_2_1_0_own_variable_tests_pass_with_and_without_acls() -> a
     })
     .await??;
     let pid = std::process::id();
-    for (host, acl) in [(11u8, false), (12u8, true)] {
+    for (host, acl) in [(13u8, false), (14u8, true)] {
         let ip = format!("127.{}.{}.{host}", 10 + (pid % 200), 240 - (pid / 200 % 5));
         let flags: &[&str] = if acl { &["--acl-enabled"] } else { &[] };
         let agent = dev_agent(&ip, flags).await?;
