@@ -15,6 +15,7 @@ pub mod compose;
 pub mod dev;
 pub mod invariants;
 pub mod loadgen;
+pub mod packages;
 pub mod process;
 pub mod sim;
 pub mod tls;

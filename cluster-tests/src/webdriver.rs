@@ -31,47 +31,8 @@ pub struct Browser {
 /// The browser and driver binaries, installing Debian's `chromium` and `chromium-driver`
 /// when they are missing and this process may (root with `apt-get`). `Err` names why not.
 pub fn find_or_install() -> Result<(PathBuf, PathBuf), String> {
-    let present = || Path::new(CHROMIUM).exists() && Path::new(CHROMEDRIVER).exists();
-    if present() {
-        return Ok((CHROMIUM.into(), CHROMEDRIVER.into()));
-    }
-    // SAFETY: geteuid has no preconditions.
-    if unsafe { libc::geteuid() } != 0 {
-        return Err(format!(
-            "{CHROMIUM} or {CHROMEDRIVER} is missing and installing them needs root \
-             (apt-get install chromium chromium-driver)"
-        ));
-    }
-    let apt = |args: &[&str]| {
-        Command::new("apt-get")
-            .args(args)
-            .env("DEBIAN_FRONTEND", "noninteractive")
-            .stdin(Stdio::null())
-            .output()
-    };
-    for args in [
-        &["update", "-q"][..],
-        &["install", "-y", "-q", "chromium", "chromium-driver"][..],
-    ] {
-        match apt(args) {
-            Ok(o) if o.status.success() => {}
-            Ok(o) => {
-                return Err(format!(
-                    "apt-get {} failed: {}",
-                    args.join(" "),
-                    String::from_utf8_lossy(&o.stderr)
-                ))
-            }
-            Err(e) => return Err(format!("apt-get is not available ({e})")),
-        }
-    }
-    if present() {
-        Ok((CHROMIUM.into(), CHROMEDRIVER.into()))
-    } else {
-        Err(format!(
-            "apt-get installed chromium but {CHROMIUM} or {CHROMEDRIVER} is still missing"
-        ))
-    }
+    crate::packages::find_or_install(&[CHROMIUM, CHROMEDRIVER], &["chromium", "chromium-driver"])?;
+    Ok((CHROMIUM.into(), CHROMEDRIVER.into()))
 }
 
 fn free_port() -> anyhow::Result<u16> {

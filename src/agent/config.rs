@@ -106,6 +106,40 @@ pub struct AgentConfig {
     pub leave_on_interrupt: bool,
     /// Bounds on what one client of the HTTP and RPC ports may hold (Nomad's `limits`).
     pub limits: LimitsConfig,
+    /// What `/v1/metrics` publishes (Nomad's `telemetry`).
+    pub telemetry: TelemetryConfig,
+}
+
+/// The `[telemetry]` section: Nomad's `telemetry` block, the part that shapes what
+/// `/v1/metrics` answers (teamster has no statsd or other sinks to configure).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct TelemetryConfig {
+    /// Publish every metric under Nomad's name and unit too (`nomad_raft_commitTime` in
+    /// milliseconds beside `teamster_raft_commit_seconds`), and the families Nomad's
+    /// dashboards read that teamster has no name of its own for (job summaries, client
+    /// and host figures, runtime). On by default; `false` leaves only the `teamster_*`
+    /// names, which follow Prometheus's naming rules throughout.
+    pub nomad_names: bool,
+    /// Per-allocation CPU and memory figures (`nomad_client_allocs_*`), as Nomad's option
+    /// of that name; off by default, as there.
+    pub publish_allocation_metrics: bool,
+    /// The host's and the node's figures (`nomad_client_host_*`, `nomad_client_allocated_*`,
+    /// `nomad_client_allocations_*`, …), as Nomad's option of that name; off by default.
+    pub publish_node_metrics: bool,
+    /// Leave the `host` label off Nomad's names (Nomad's `disable_hostname`).
+    pub disable_hostname: bool,
+}
+
+impl Default for TelemetryConfig {
+    fn default() -> Self {
+        TelemetryConfig {
+            nomad_names: true,
+            publish_allocation_metrics: false,
+            publish_node_metrics: false,
+            disable_hostname: false,
+        }
+    }
 }
 
 /// The `[limits]` section: Nomad's `limits` block, plus the deadlines teamster adds for
@@ -332,6 +366,7 @@ impl Default for AgentConfig {
             leave_on_terminate: false,
             leave_on_interrupt: false,
             limits: LimitsConfig::default(),
+            telemetry: TelemetryConfig::default(),
         }
     }
 }

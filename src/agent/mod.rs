@@ -10,42 +10,22 @@
 //! ones and logs an error.
 
 pub mod config;
+pub mod telemetry;
 #[cfg(test)]
 mod tests;
 
 use std::net::SocketAddr;
-use std::sync::OnceLock;
 
-use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 use tracing::info;
 
 use crate::client::{Client, ClientError};
 use crate::http::{AgentInfo, ServerHandles};
-use crate::server::broker::{eval_latency_buckets, EVAL_LATENCY_METRIC};
 use crate::server::{Server, ServerError, ServerSetup};
 use crate::util::net::parse_peer_addr;
 use crate::util::RngSource;
 use config::AgentConfig;
-
-/// The process-wide Prometheus recorder (the `metrics` macros write to one global recorder;
-/// several in-process agents in a test share it).
-pub fn metrics_handle() -> Option<PrometheusHandle> {
-    static HANDLE: OnceLock<Option<PrometheusHandle>> = OnceLock::new();
-    HANDLE
-        .get_or_init(|| {
-            PrometheusBuilder::new()
-                .set_buckets_for_metric(
-                    Matcher::Full(EVAL_LATENCY_METRIC.into()),
-                    &eval_latency_buckets(),
-                )
-                .ok()?
-                .install_recorder()
-                .ok()
-        })
-        .clone()
-}
 
 /// Why the agent could not start or stopped with an error.
 #[derive(Debug, thiserror::Error)]
@@ -188,11 +168,24 @@ impl Agent {
             rpc_hold_timeout: config.server.rpc_hold_timeout,
             config: serde_json::to_value(&config).unwrap_or(serde_json::Value::Null),
             acl: config.acl.clone(),
+            nomad_metrics: crate::http::metrics_nomad::NomadMetrics {
+                enabled: config.telemetry.nomad_names,
+                host: if config.telemetry.disable_hostname {
+                    String::new()
+                } else {
+                    telemetry::hostname()
+                },
+                publish_allocation_metrics: config.telemetry.publish_allocation_metrics,
+                publish_node_metrics: config.telemetry.publish_node_metrics,
+            },
         };
         let http = crate::http::HttpContext::new(
             info,
             handles,
-            metrics_handle(),
+            {
+                telemetry::configure(&config.telemetry);
+                telemetry::metrics_handle()
+            },
             clock.clone(),
             rng.child(),
         );

@@ -14,13 +14,79 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use serde_json::{json, Map, Value};
-use teamster_storage::model::TaskStateValue;
+use teamster_storage::model::{ClientStatus, TaskStateValue};
 use tokio::sync::{mpsc, oneshot};
 
+use crate::client::alloc_runner::hooks::upstream::{upstream_of, Upstream};
 use crate::client::shared::{lock, Shared};
 use crate::client::stats::{self, Readings, Usage};
 use crate::client::types::TaskHandle;
 use crate::client::types::{TaskControl, TaskOpError};
+
+/// Where an allocation this client keeps stands, as Nomad's `nomad_client_allocations_*`
+/// gauges count them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AllocPhase {
+    /// Waiting for its previous allocation on this node to stop (a sticky disk).
+    Blocked,
+    /// Taking its previous allocation's disk from another node.
+    Migrating,
+    /// Placed here, not running yet.
+    Pending,
+    /// Running.
+    Running,
+    /// Finished.
+    Terminal,
+}
+
+/// One task of [`AllocFigures`].
+#[derive(Debug, Clone)]
+pub struct TaskFigures {
+    /// The task's name.
+    pub task: String,
+    /// Its state.
+    pub state: TaskStateValue,
+    /// The CPU it was given, in MHz.
+    pub cpu_mhz: u64,
+    /// The memory it was given, in MB.
+    pub memory_mb: u64,
+}
+
+/// One allocation of [`ClientFigures`].
+#[derive(Debug, Clone)]
+pub struct AllocFigures {
+    /// Its ID.
+    pub alloc_id: String,
+    /// Its job.
+    pub job: String,
+    /// Its group.
+    pub task_group: String,
+    /// Its namespace.
+    pub namespace: String,
+    /// Where it stands.
+    pub phase: AllocPhase,
+    /// What it takes from the node.
+    pub resources: teamster_storage::model::Resources,
+    /// Its tasks.
+    pub tasks: Vec<TaskFigures>,
+}
+
+/// What [`ClientHandle::figures`] reads.
+#[derive(Debug, Clone)]
+pub struct ClientFigures {
+    /// The node's ID.
+    pub node_id: String,
+    /// Its datacenter.
+    pub datacenter: String,
+    /// Its class.
+    pub node_class: String,
+    /// Its node pool.
+    pub node_pool: String,
+    /// What it offers to allocations: its resources less the reserved ones.
+    pub capacity: teamster_storage::model::Resources,
+    /// The allocations it keeps.
+    pub allocs: Vec<AllocFigures>,
+}
 
 /// How long the engine may take to report a container's usage.
 const CONTAINER_STATS_WAIT: Duration = Duration::from_secs(5);
@@ -505,6 +571,89 @@ impl ClientHandle {
             "Tasks": by_task,
             "Timestamp": stamp,
         })
+    }
+
+    /// What `/v1/metrics` publishes of this client under Nomad's `nomad_client_*` names: the
+    /// node's labels and capacity, and each allocation it keeps with its state and what its
+    /// tasks were given.
+    pub fn figures(&self) -> ClientFigures {
+        let value = |k: &str| {
+            self.shared
+                .node_values
+                .get(k)
+                .and_then(|v| v.parse::<u64>().ok())
+                .unwrap_or(0)
+        };
+        let reserved = &self.shared.config.reserved;
+        let capacity = teamster_storage::model::Resources {
+            cpu: value("attr.cpu.totalcompute").saturating_sub(reserved.cpu),
+            memory_mb: (value("attr.memory.totalbytes") >> 20).saturating_sub(reserved.memory_mb),
+            disk_mb: (value("attr.unique.storage.bytesfree") >> 20)
+                .saturating_sub(reserved.disk_mb),
+        };
+        let label = |k: &str| self.shared.node_values.get(k).cloned().unwrap_or_default();
+        let st = self.shared.state();
+        let allocs = st
+            .allocs
+            .iter()
+            .map(|(id, local)| {
+                let group = local.group();
+                let waiting = group
+                    .filter(|_| local.client_status == ClientStatus::Pending)
+                    .and_then(|g| upstream_of(local, g));
+                let phase = match waiting {
+                    _ if local.client_status.is_terminal() || local.finished() => {
+                        AllocPhase::Terminal
+                    }
+                    Some(Upstream::Elsewhere(_)) => AllocPhase::Migrating,
+                    Some(Upstream::Here(previous))
+                        if st.allocs.get(&previous).is_some_and(|p| !p.finished()) =>
+                    {
+                        AllocPhase::Blocked
+                    }
+                    _ if local.client_status == ClientStatus::Running => AllocPhase::Running,
+                    _ => AllocPhase::Pending,
+                };
+                let tasks = local
+                    .task_names()
+                    .into_iter()
+                    .map(|task| {
+                        let resources = group
+                            .and_then(|g| g.tasks.iter().find(|t| t.name == task))
+                            .map(|t| t.resources)
+                            .unwrap_or(teamster_storage::model::Resources::ZERO);
+                        let state = local
+                            .task_states
+                            .get(&task)
+                            .map(|s| s.state)
+                            .unwrap_or(TaskStateValue::Pending);
+                        TaskFigures {
+                            task,
+                            state,
+                            cpu_mhz: resources.cpu,
+                            memory_mb: resources.memory_mb,
+                        }
+                    })
+                    .collect();
+                AllocFigures {
+                    alloc_id: id.clone(),
+                    job: local.alloc.job_id.to_string(),
+                    task_group: local.alloc.task_group.to_string(),
+                    namespace: local.alloc.namespace.to_string(),
+                    phase,
+                    resources: local.alloc.resources,
+                    tasks,
+                }
+            })
+            .collect();
+        ClientFigures {
+            node_id: st.node_id.clone(),
+            datacenter: label("node.datacenter"),
+            node_class: label("node.class"),
+            node_pool: label("node.pool"),
+            capacity,
+            allocs,
+        }
     }
 
     /// The host's usage (Nomad's `HostStats`): per-core CPU since the previous request (else

@@ -302,7 +302,11 @@ pub async fn metrics(
         .metrics
         .as_ref()
         .ok_or_else(|| ApiError::internal("metrics are not enabled"))?;
-    let text = handle.render();
+    let mut text = handle.render();
+    if !text.is_empty() && !text.ends_with('\n') {
+        text.push('\n');
+    }
+    text.push_str(&super::metrics_nomad::render(&ctx).await);
     if prometheus {
         return Ok(([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], text).into_response());
     }

@@ -28,6 +28,7 @@ pub mod events;
 mod jobs;
 mod keyring;
 mod metrics_json;
+pub mod metrics_nomad;
 mod namespaces;
 pub mod nodes;
 mod operator;
@@ -99,6 +100,8 @@ pub struct AgentInfo {
     pub config: serde_json::Value,
     /// ACL enforcement.
     pub acl: crate::acl::AclConfig,
+    /// The Nomad-named families `/v1/metrics` computes when read.
+    pub nomad_metrics: metrics_nomad::NomadMetrics,
 }
 
 /// The server role's parts the API uses.

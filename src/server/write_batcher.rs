@@ -141,10 +141,20 @@ async fn run(config: BatcherConfig, proposer: Arc<dyn Propose>, mut rx: mpsc::Re
     }
 }
 
+/// Propose `cmd`, timing it from the proposal to its commit and apply.
+async fn timed(proposer: &dyn Propose, cmd: Command) -> Result<Applied, WriteError> {
+    let started = std::time::Instant::now();
+    let result = proposer.propose(cmd).await;
+    if result.is_ok() {
+        metrics::histogram!("teamster_raft_commit_seconds").record(started.elapsed().as_secs_f64());
+    }
+    result
+}
+
 async fn propose_batch(proposer: &dyn Propose, mut batch: Vec<Pending>) {
     if batch.len() == 1 {
         let p = batch.pop().expect("one element");
-        let result = proposer.propose(p.cmd).await;
+        let result = timed(proposer, p.cmd).await;
         let _ = p.reply.send(result);
         return;
     }
@@ -152,7 +162,7 @@ async fn propose_batch(proposer: &dyn Propose, mut batch: Vec<Pending>) {
         batch.into_iter().map(|p| (p.cmd, p.reply)).unzip();
     let n = cmds.len();
     debug!(commands = n, "proposing a batch");
-    match proposer.propose(Command::Batch(cmds)).await {
+    match timed(proposer, Command::Batch(cmds)).await {
         Ok(Applied {
             index,
             response: CommandResponse::Batch(responses),

@@ -398,11 +398,17 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
                     self.state.advance_index(index);
                     CommandResponse::Applied
                 }
-                EntryPayload::Normal(command) => match command.try_into_command() {
-                    Ok(command) => self.state.apply(index, command),
-                    // The log store's recent copy still holds it: read it there.
-                    Err(shared) => self.state.apply_shared(index, &shared),
-                },
+                EntryPayload::Normal(command) => {
+                    let started = std::time::Instant::now();
+                    let response = match command.try_into_command() {
+                        Ok(command) => self.state.apply(index, command),
+                        // The log store's recent copy still holds it: read it there.
+                        Err(shared) => self.state.apply_shared(index, &shared),
+                    };
+                    metrics::histogram!("teamster_raft_fsm_apply_seconds")
+                        .record(started.elapsed().as_secs_f64());
+                    response
+                }
                 EntryPayload::Membership(membership) => {
                     self.last_membership = StoredMembership::new(Some(log_id), membership);
                     self.state.advance_index(index);

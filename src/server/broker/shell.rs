@@ -85,7 +85,8 @@ impl BrokerShared {
             self.timer_kick.notify_one();
         }
         if effects.nack_timeouts > 0 {
-            metrics::counter!("teamster.broker.nack_timeouts").increment(effects.nack_timeouts);
+            metrics::counter!("teamster.broker.nack_timeouts_total")
+                .increment(effects.nack_timeouts);
         }
         if effects.cancelable_added > 0 {
             self.cancelable_ready.notify_one();

@@ -62,7 +62,7 @@ impl AllocHook for UpstreamAllocs {
 }
 
 /// Where an allocation's kept disk comes from.
-enum Upstream {
+pub(crate) enum Upstream {
     /// Its previous allocation on this node.
     Here(String),
     /// Its previous allocation on another node.
@@ -73,7 +73,7 @@ enum Upstream {
 /// has started yet): its previous allocation, when the group's `ephemeral_disk` is sticky
 /// or migrates; from another node only when it migrates (the servers then said where).
 /// Only on its first start: a client restarted later finds it done.
-fn upstream_of(local: &LocalAlloc, group: &TaskGroup) -> Option<Upstream> {
+pub(crate) fn upstream_of(local: &LocalAlloc, group: &TaskGroup) -> Option<Upstream> {
     let disk = group.ephemeral_disk.as_ref()?;
     let previous = local.alloc.previous_allocation.to_string();
     let fresh =
