@@ -158,6 +158,30 @@ fn api_commands_without_a_server_fail_with_one_line_and_exit_one() {
     );
 }
 
+/// `job run -output` prints the job as the API takes it and registers nothing: no server
+/// is reached (python-nomad's CI makes its `example.json` this way from `job init`'s file).
+#[test]
+fn job_run_output_prints_the_api_json_without_a_server() {
+    let dir = tempfile::tempdir().unwrap();
+    let init = teamster()
+        .current_dir(dir.path())
+        .args(["job", "init", "-short"])
+        .output()
+        .unwrap();
+    assert!(init.status.success(), "{init:?}");
+    let out = teamster()
+        .current_dir(dir.path())
+        .args(["job", "run", "-output", "-address=http://127.0.0.1:1", "example.nomad.hcl"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let body: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON on stdout");
+    assert_eq!(body["Job"]["ID"], "example");
+    assert_eq!(body["Job"]["TaskGroups"][0]["Name"], "cache");
+    assert_eq!(body["Job"]["TaskGroups"][0]["Tasks"][0]["Name"], "redis");
+    assert_eq!(body.as_object().map(|o| o.len()), Some(1), "{body}");
+}
+
 /// The address comes from `--address` (or Nomad's `-address=`), else `TEAMSTER_ADDR`, else
 /// `NOMAD_ADDR`; an unreachable one is named once, with the cause once and a hint.
 #[test]

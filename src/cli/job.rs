@@ -118,6 +118,10 @@ pub struct RunArgs {
     /// it; 0: only if the job does not exist yet).
     #[arg(long, value_name = "INDEX")]
     check_index: Option<u64>,
+    /// Print the job as the JSON the API takes (`{"Job": {...}}`) and exit without
+    /// registering it (Nomad's `-output`).
+    #[arg(long)]
+    output: bool,
 }
 
 /// `job status`.
@@ -189,8 +193,12 @@ pub async fn run(cmd: JobCommand) -> anyhow::Result<ExitCode> {
 }
 
 async fn run_job(args: RunArgs) -> anyhow::Result<ExitCode> {
-    let api = args.api.client()?;
     let job = read_job_file(&args.job)?;
+    if args.output {
+        println!("{}", serde_json::to_string_pretty(&json!({ "Job": job }))?);
+        return Ok(ExitCode::SUCCESS);
+    }
+    let api = args.api.client()?;
     let body = match args.check_index {
         Some(index) => json!({ "Job": job, "EnforceIndex": true, "JobModifyIndex": index }),
         None => json!({ "Job": job }),
