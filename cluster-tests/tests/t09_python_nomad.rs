@@ -22,38 +22,67 @@ const PYTHON_NOMAD: &str = "python-nomad==2.1.0";
 /// The venv's python with python-nomad installed, or `None` when python3 is unavailable.
 /// The tests of this file share the venv: one creates it while the others wait.
 fn python_with_nomad() -> anyhow::Result<Option<PathBuf>> {
+    python_venv("python-nomad-2.1.0-venv", &[PYTHON_NOMAD])
+}
+
+/// What python-nomad's own CI installs to run its whole suite (its requirements-dev.txt,
+/// less coverage and docs), in a venv of its own: `flaky` changes how pytest reports, and
+/// the other tests' venv stays as they expect it.
+const SUITE_PACKAGES: &[&str] = &[
+    PYTHON_NOMAD,
+    "pytest==7.2.0",
+    "mock==4.0.3",
+    "flaky==3.7.0",
+    "responses==0.22.0",
+];
+
+/// The python of the venv `name` under the target's temporary folder, with `packages`
+/// installed, or `None` when python3 is unavailable. One test creates it while the others
+/// wait.
+fn python_venv(name: &str, packages: &[&str]) -> anyhow::Result<Option<PathBuf>> {
     static VENV: std::sync::Mutex<()> = std::sync::Mutex::new(());
     let _one_at_a_time = VENV.lock().unwrap_or_else(|e| e.into_inner());
-    let venv = Path::new(env!("CARGO_TARGET_TMPDIR")).join("python-nomad-2.1.0-venv");
+    let venv = Path::new(env!("CARGO_TARGET_TMPDIR")).join(name);
     let python = venv.join("bin/python");
-    let has_nomad = |py: &Path| {
+    // Every package at its pinned version (`name==version`), or present at all.
+    let check = packages
+        .iter()
+        .map(|p| match p.split_once("==") {
+            Some((n, v)) => format!("assert m.version({n:?}) == {v:?}"),
+            None => format!("m.version({p:?})"),
+        })
+        .collect::<Vec<_>>()
+        .join("; ");
+    let installed = |py: &Path| {
         Command::new(py)
-            .args(["-c", "import nomad, importlib.metadata as m; assert m.version('python-nomad') == '2.1.0'"])
+            .args(["-c", &format!("import importlib.metadata as m; {check}")])
             .output()
             .map(|o| o.status.success())
             .unwrap_or(false)
     };
-    if python.exists() && has_nomad(&python) {
+    if python.exists() && installed(&python) {
         return Ok(Some(python));
     }
-    let created = Command::new("python3")
-        .args(["-m", "venv"])
-        .arg(&venv)
-        .output();
-    match created {
-        Err(e) => {
-            let msg = format!("SKIP t09_python_nomad: python3 is not available ({e})");
-            if std::env::var("CI").as_deref() == Ok("true") {
-                anyhow::bail!("{msg}; CI=true requires it");
+    if !python.exists() {
+        let created = Command::new("python3")
+            .args(["-m", "venv"])
+            .arg(&venv)
+            .output();
+        match created {
+            Err(e) => {
+                let msg = format!("SKIP t09_python_nomad: python3 is not available ({e})");
+                if std::env::var("CI").as_deref() == Ok("true") {
+                    anyhow::bail!("{msg}; CI=true requires it");
+                }
+                eprintln!("{msg}");
+                return Ok(None);
             }
-            eprintln!("{msg}");
-            return Ok(None);
+            Ok(o) if !o.status.success() => anyhow::bail!(
+                "python3 -m venv failed: {}",
+                String::from_utf8_lossy(&o.stderr)
+            ),
+            Ok(_) => {}
         }
-        Ok(o) if !o.status.success() => anyhow::bail!(
-            "python3 -m venv failed: {}",
-            String::from_utf8_lossy(&o.stderr)
-        ),
-        Ok(_) => {}
     }
     let out = Command::new(&python)
         .args([
@@ -62,17 +91,17 @@ fn python_with_nomad() -> anyhow::Result<Option<PathBuf>> {
             "install",
             "--quiet",
             "--disable-pip-version-check",
-            PYTHON_NOMAD,
         ])
+        .args(packages)
         .output()?;
     anyhow::ensure!(
         out.status.success(),
-        "pip install {PYTHON_NOMAD} failed: {}",
+        "pip install {packages:?} failed: {}",
         String::from_utf8_lossy(&out.stderr)
     );
     anyhow::ensure!(
-        has_nomad(&python),
-        "{PYTHON_NOMAD} is not importable after install"
+        installed(&python),
+        "{packages:?} are not all installed after pip install"
     );
     Ok(Some(python))
 }
@@ -571,10 +600,154 @@ fn python_nomad_suite(python: &Path) -> anyhow::Result<PathBuf> {
         suite.join("tests/test_variables.py").exists(),
         "python-nomad's source distribution has no tests/test_variables.py"
     );
-    // Its fixtures (the distribution leaves the repository's conftest.py out).
+    // Its fixtures and settings (the distribution leaves the repository's conftest.py and
+    // common.py out).
+    let ours = Path::new(env!("CARGO_MANIFEST_DIR")).join("python");
     std::fs::copy(
-        Path::new(env!("CARGO_MANIFEST_DIR")).join("python/python_nomad_conftest.py"),
+        ours.join("python_nomad_conftest.py"),
         suite.join("tests/conftest.py"),
     )?;
+    std::fs::copy(
+        ours.join("python_nomad_common.py"),
+        suite.join("tests/common.py"),
+    )?;
     Ok(suite)
+}
+
+/// The tests of python-nomad's whole suite that cannot pass here, and why (`docs/api.md`
+/// lists them too).
+const KNOWN_FAILURES: &[&str] = &[
+    // A docker `redis` allocation of the example job: no image registry here.
+    "tests/test_client.py::test_signal_allocation",
+    "tests/test_client.py::test_signal_allocation_task",
+    "tests/test_client.py::test_signal_allocation_invalid_signal",
+    // Expects 162.16.10.102 to refuse connections; this sandbox's network answers it.
+    "tests/test_base.py::test_base_get_connection_error",
+    // Fail against Nomad too. This one registers a job under another job's ID in the URL,
+    // which Nomad (and teamster) answer with 400 "Job ID does not match name".
+    "tests/test_job.py::test_dispatch_job_idempotency",
+    // This one expects `deregister_job(purge="True")` to raise InvalidParameters, which
+    // python-nomad 2.1.0's deregister_job never raises.
+    "tests/test_job.py::test_delete_job_with_invalid_purge_param_raises",
+];
+
+/// Issue 48: python-nomad 2.1.0's whole suite (287 tests), unmodified, as its own CI runs
+/// it: against `agent -dev -node pynomad1 --acl-enabled` (its ACL tests bootstrap the token
+/// the later ones use), with `example.json` made by `job init` and `job run -output`, and the
+/// two fixture files its repository has and its distribution lacks written here (our own
+/// `example_batch_parameterized.json`, a parameterized raw_exec job; `example.nomad`, the
+/// `job init` file). Every test passes but those [`KNOWN_FAILURES`] names.
+#[tokio::test]
+async fn python_nomad_2_1_0_whole_suite_passes_but_for_what_this_machine_lacks(
+) -> anyhow::Result<()> {
+    let Some(python) = tokio::task::spawn_blocking(|| {
+        python_venv("python-nomad-2.1.0-suite-venv", SUITE_PACKAGES)
+    })
+    .await??
+    else {
+        return Ok(());
+    };
+    let suite = tokio::task::spawn_blocking({
+        let python = python.clone();
+        move || python_nomad_suite(&python)
+    })
+    .await??;
+    // A folder of its own: the files the suite opens by relative path.
+    let work = tempfile::tempdir()?;
+    let copy = Command::new("cp")
+        .arg("-r")
+        .arg(suite.join("tests"))
+        .arg(suite.join("nomad"))
+        .arg(work.path())
+        .output()?;
+    anyhow::ensure!(copy.status.success(), "copying the suite: {copy:?}");
+    let bin = teamster_cluster_tests::process::teamster_bin();
+    let init = Command::new(&bin)
+        .current_dir(work.path())
+        .args(["job", "init"])
+        .output()?;
+    anyhow::ensure!(init.status.success(), "job init: {init:?}");
+    let output = Command::new(&bin)
+        .current_dir(work.path())
+        .args(["job", "run", "-output", "example.nomad.hcl"])
+        .output()?;
+    anyhow::ensure!(output.status.success(), "job run -output: {output:?}");
+    std::fs::write(work.path().join("example.json"), &output.stdout)?;
+    std::fs::copy(
+        work.path().join("example.nomad.hcl"),
+        work.path().join("example.nomad"),
+    )?;
+    std::fs::write(
+        work.path().join("example_batch_parameterized.json"),
+        serde_json::to_vec_pretty(&serde_json::json!({"Job": {
+            "ID": "example-batch", "Name": "example-batch", "Type": "batch",
+            "Datacenters": ["*"],
+            "ParameterizedJob": {"Payload": "optional", "MetaRequired": ["time"]},
+            "TaskGroups": [{"Name": "example-task-group", "Count": 1, "Tasks": [{
+                "Name": "example-task", "Driver": "raw_exec",
+                "Config": {"command": "/bin/sleep", "args": ["${NOMAD_META_TIME}"]},
+                "Resources": {"CPU": 100, "MemoryMB": 64}
+            }]}]
+        }}))?,
+    )?;
+
+    let pid = std::process::id();
+    let ip = format!("127.{}.{}.15", 10 + (pid % 200), 240 - (pid / 200 % 5));
+    let agent = dev_agent(&ip, &["-node", "pynomad1", "--acl-enabled"]).await?;
+    let mut cmd = Command::new(&python);
+    cmd.current_dir(work.path())
+        .args([
+            "-m",
+            "pytest",
+            "-q",
+            "-p",
+            "no:cacheprovider",
+            "--runxfail",
+            "-rf",
+        ])
+        .arg("tests/")
+        .env("NOMAD_IP", &ip)
+        .env("NOMAD_PORT", "4646")
+        .env("NOMAD_VERSION", "1.9.5");
+    for var in [
+        "NOMAD_ADDR",
+        "NOMAD_NAMESPACE",
+        "NOMAD_REGION",
+        "NOMAD_TOKEN",
+    ] {
+        cmd.env_remove(var);
+    }
+    let out = tokio::task::spawn_blocking(move || cmd.output()).await??;
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    let failed: Vec<&str> = stdout
+        .lines()
+        .filter_map(|l| l.strip_prefix("FAILED "))
+        .map(|l| l.split(" - ").next().unwrap_or(l).trim())
+        .collect();
+    let unexpected: Vec<&&str> = failed
+        .iter()
+        .filter(|f| !KNOWN_FAILURES.contains(f))
+        .collect();
+    let summary = stdout.lines().last().unwrap_or_default().to_string();
+    let passed: usize = summary
+        .split(", ")
+        .find_map(|part| part.trim().strip_suffix(" passed"))
+        .and_then(|n| n.trim().parse().ok())
+        .unwrap_or(0);
+    anyhow::ensure!(
+        unexpected.is_empty() && passed >= 280,
+        "python-nomad's suite: {summary}\nunexpected failures: {unexpected:?}\n{}\nagent log:\n{}",
+        stdout
+            .lines()
+            .rev()
+            .take(200)
+            .collect::<Vec<_>>()
+            .into_iter()
+            .rev()
+            .collect::<Vec<_>>()
+            .join("\n"),
+        agent.log_text()
+    );
+    eprintln!("python-nomad 2.1.0's whole suite: {summary}");
+    Ok(())
 }

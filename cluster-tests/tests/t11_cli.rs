@@ -171,7 +171,13 @@ fn job_run_output_prints_the_api_json_without_a_server() {
     assert!(init.status.success(), "{init:?}");
     let out = teamster()
         .current_dir(dir.path())
-        .args(["job", "run", "-output", "-address=http://127.0.0.1:1", "example.nomad.hcl"])
+        .args([
+            "job",
+            "run",
+            "-output",
+            "-address=http://127.0.0.1:1",
+            "example.nomad.hcl",
+        ])
         .output()
         .unwrap();
     assert!(out.status.success(), "{out:?}");
