@@ -117,7 +117,7 @@ async fn prometheus_scrapes_the_cluster_and_finds_nomad_s_metric_names() -> anyh
         "client-1",
         &format!("{block}.101"),
         &servers,
-        &format!("drivers = [\"raw_exec\"]\n{telemetry}"),
+        &format!("drivers = [\"raw_exec\"]\n{telemetry}disable_hostname = true\n"),
     )?;
     let api = c.servers[leader].api();
     let node_id = wait_for(Duration::from_secs(30), "the client to register", || {
@@ -293,6 +293,29 @@ async fn prometheus_scrapes_the_cluster_and_finds_nomad_s_metric_names() -> anyh
         assert!(ours.is_empty(), "promtool on {t}: {ours:?}");
         assert!(text.contains("# HELP teamster_rpc_requests_total "), "{t}");
     }
+    // Nomad's names carry the host label on the servers (the recorder's and the scrape's
+    // families alike) and none on the client, whose `disable_hostname` is set.
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname")?;
+    let label = format!("host=\"{}\"", host.trim());
+    let s_text = http
+        .get(format!(
+            "{}/v1/metrics?format=prometheus",
+            c.servers[leader].http_addr()
+        ))
+        .send()
+        .await?
+        .text()
+        .await?;
+    for name in [
+        "nomad_raft_commitTime_count",
+        "nomad_nomad_job_status_running",
+    ] {
+        let line = s_text
+            .lines()
+            .find(|l| l.starts_with(name))
+            .unwrap_or_else(|| panic!("{name} on the leader"));
+        assert!(line.contains(&label), "{line}");
+    }
     let c_text = http
         .get(format!(
             "http://{}:4646/v1/metrics?format=prometheus",
@@ -302,10 +325,14 @@ async fn prometheus_scrapes_the_cluster_and_finds_nomad_s_metric_names() -> anyh
         .await?
         .text()
         .await?;
-    let host = std::fs::read_to_string("/proc/sys/kernel/hostname")?;
+    let labelled: Vec<&str> = c_text
+        .lines()
+        .filter(|l| l.starts_with("nomad_") && l.contains("host="))
+        .collect();
+    assert!(labelled.is_empty(), "disable_hostname: {labelled:?}");
     assert!(
-        c_text.contains(&format!("host=\"{}\"", host.trim())),
-        "Nomad's names carry the host label"
+        c_text.contains("nomad_client_allocs_memory_rss{"),
+        "{c_text}"
     );
     drop(c);
     Ok(())

@@ -269,6 +269,11 @@ pub const HELP: &[(Kind, &str, &str)] = &[
         "teamster_drainer_write_errors_total",
         "Drainer writes that failed.",
     ),
+    (
+        Kind::Counter,
+        "teamster_raft_applies_total",
+        "Raft entries this leader proposed that committed (one per batch of commands).",
+    ),
     (Kind::Gauge, "teamster_event_streams", "Open event streams."),
     (
         Kind::Counter,
@@ -403,7 +408,7 @@ pub const HELP: &[(Kind, &str, &str)] = &[
     (
         Kind::Histogram,
         "teamster_raft_leader_last_contact_seconds",
-        "Seconds since the leader last heard from a follower, sampled every 2 s.",
+        "Seconds since a quorum of followers last acknowledged the leader, sampled every 2 s on the leader.",
     ),
     (
         Kind::Gauge,
@@ -603,6 +608,10 @@ pub enum Alias {
     SameByLabel(&'static str, &'static str, &'static str),
 }
 
+/// Label values with no Nomad name: teamster's batched scheduling rounds (Nomad schedules
+/// one evaluation at a time) stay under `teamster_worker_schedule_seconds` only.
+const TEAMSTER_ONLY: &[&str] = &["batch_round"];
+
 /// The Nomad counterpart of a teamster metric, if it has one (Nomad's key joined with `_`,
 /// as Nomad's Prometheus sink writes it).
 pub fn alias(name: &str) -> Option<Alias> {
@@ -622,7 +631,6 @@ pub fn alias(name: &str) -> Option<Alias> {
         "teamster_plan_node_rejected_total" => Same("nomad_nomad_plan_node_rejected"),
         "teamster_plan_evaluate_seconds" => Millis("nomad_nomad_plan_evaluate"),
         "teamster_plan_apply_seconds" => Millis("nomad_nomad_plan_apply"),
-        "teamster_plan_wait_seconds" => Millis("nomad_nomad_plan_wait_for_index"),
         "teamster_worker_dequeue_seconds" => Millis("nomad_nomad_worker_dequeue_eval"),
         "teamster_worker_ack_seconds" => Millis("nomad_nomad_worker_send_ack"),
         "teamster_worker_wait_for_index_seconds" => Millis("nomad_nomad_worker_wait_for_index"),
@@ -635,7 +643,7 @@ pub fn alias(name: &str) -> Option<Alias> {
         "teamster_raft_commit_seconds" => Millis("nomad_raft_commitTime"),
         "teamster_raft_fsm_apply_seconds" => Millis("nomad_raft_fsm_apply"),
         "teamster_raft_leader_last_contact_seconds" => Millis("nomad_raft_leader_lastContact"),
-        "teamster_raft_write_batch_size" => Count("nomad_raft_apply"),
+        "teamster_raft_applies_total" => Same("nomad_raft_apply"),
         _ => return None,
     })
 }
@@ -654,34 +662,69 @@ fn nomad_help(alias: Alias, teamster_help: &str) -> String {
     }
 }
 
-/// Whether Nomad's names are written (`telemetry.nomad_names`); the recorder is process-wide,
-/// so the last agent started in a process decides.
-static NOMAD_NAMES: AtomicBool = AtomicBool::new(true);
-/// The `host` label of Nomad's names, empty when `telemetry.disable_hostname`.
-static HOST: RwLock<String> = RwLock::new(String::new());
-/// Bumped by [`configure`]: the recorder's fanned-out handles made before are made again.
-static GENERATION: AtomicU64 = AtomicU64::new(0);
+/// What the recorder does with Nomad's names: whether it writes them, and their `host`
+/// label. The process's recorder reads [`SETTINGS`]; the last agent started in a process
+/// decides ([`configure`]).
+pub struct Settings {
+    /// `telemetry.nomad_names`.
+    enabled: AtomicBool,
+    /// The `host` label: `None` until configured (the host name then), `Some("")` when
+    /// `telemetry.disable_hostname`.
+    host: RwLock<Option<String>>,
+    /// Bumped by each change: the handles made before are made again.
+    generation: AtomicU64,
+}
+
+impl Settings {
+    /// Nomad's names on, with the host name as their `host` label.
+    pub const fn new() -> Settings {
+        Settings {
+            enabled: AtomicBool::new(true),
+            host: RwLock::new(None),
+            generation: AtomicU64::new(0),
+        }
+    }
+
+    /// Write Nomad's names or not, and with which `host` label (empty: none).
+    pub fn set(&self, enabled: bool, host: String) {
+        self.enabled.store(enabled, Ordering::Relaxed);
+        *self.host.write().unwrap_or_else(|e| e.into_inner()) = Some(host);
+        self.generation.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Whether Nomad's names are written.
+    pub fn enabled(&self) -> bool {
+        self.enabled.load(Ordering::Relaxed)
+    }
+
+    /// The `host` label's value now (empty: no label).
+    pub fn host(&self) -> String {
+        let host = self.host.read().unwrap_or_else(|e| e.into_inner()).clone();
+        host.unwrap_or_else(hostname)
+    }
+
+    fn generation(&self) -> u64 {
+        self.generation.load(Ordering::Relaxed)
+    }
+}
+
+impl Default for Settings {
+    fn default() -> Self {
+        Settings::new()
+    }
+}
+
+/// The process recorder's settings.
+pub static SETTINGS: Settings = Settings::new();
 
 /// Apply an agent's `[telemetry]` section to the process-wide recorder.
 pub fn configure(config: &super::config::TelemetryConfig) {
-    NOMAD_NAMES.store(config.nomad_names, Ordering::Relaxed);
     let host = if config.disable_hostname {
         String::new()
     } else {
         hostname()
     };
-    *HOST.write().unwrap_or_else(|e| e.into_inner()) = host;
-    GENERATION.fetch_add(1, Ordering::Relaxed);
-}
-
-/// The `host` label value Nomad's names carry now (empty: none).
-pub fn host_label() -> String {
-    HOST.read().unwrap_or_else(|e| e.into_inner()).clone()
-}
-
-/// Whether Nomad's names are published.
-pub fn nomad_names() -> bool {
-    NOMAD_NAMES.load(Ordering::Relaxed)
+    SETTINGS.set(config.nomad_names, host);
 }
 
 /// This machine's host name (what Nomad's `host` label holds).
@@ -705,10 +748,7 @@ pub fn metrics_handle() -> Option<PrometheusHandle> {
                 .ok()?
                 .build_recorder();
             let handle = recorder.handle();
-            if HOST.read().map(|h| h.is_empty()).unwrap_or(true) {
-                *HOST.write().unwrap_or_else(|e| e.into_inner()) = hostname();
-            }
-            let recorder = NomadNames::new(recorder);
+            let recorder = NomadNames::new(recorder, &SETTINGS);
             recorder.describe_all();
             metrics::set_global_recorder(recorder).ok()?;
             Some(handle)
@@ -727,16 +767,18 @@ enum Cached {
 /// The recorder: Prometheus's, with Nomad's names written beside teamster's.
 pub struct NomadNames<R> {
     inner: R,
+    settings: &'static Settings,
     /// The fanned-out handles, by teamster key (aliased metrics only), with the
-    /// [`GENERATION`] they were made in.
+    /// [`Settings`] generation they were made in.
     cache: RwLock<HashMap<Key, (u64, Cached)>>,
 }
 
 impl<R: Recorder> NomadNames<R> {
-    /// Wrap `inner`.
-    pub fn new(inner: R) -> Self {
+    /// Wrap `inner`, writing Nomad's names as `settings` say.
+    pub fn new(inner: R, settings: &'static Settings) -> Self {
         NomadNames {
             inner,
+            settings,
             cache: RwLock::new(HashMap::new()),
         }
     }
@@ -792,7 +834,8 @@ impl<R: Recorder> NomadNames<R> {
         Some(match alias {
             Alias::Same(n) | Alias::Millis(n) | Alias::Count(n) => (n.to_string(), None),
             Alias::MillisByLabel(prefix, l, suffix) | Alias::SameByLabel(prefix, l, suffix) => {
-                (format!("{prefix}{}{suffix}", label(l)?), Some(l))
+                let value = label(l).filter(|v| !TEAMSTER_ONLY.contains(&v.as_str()))?;
+                (format!("{prefix}{value}{suffix}"), Some(l))
             }
         })
     }
@@ -800,7 +843,7 @@ impl<R: Recorder> NomadNames<R> {
     fn cached(&self, key: &Key) -> Option<Cached> {
         let cache = self.cache.read().unwrap_or_else(|e| e.into_inner());
         let (generation, handle) = cache.get(key)?;
-        (*generation == GENERATION.load(Ordering::Relaxed)).then(|| handle.clone())
+        (*generation == self.settings.generation()).then(|| handle.clone())
     }
 
     fn remember(&self, key: &Key, generation: u64, handle: Cached) {
@@ -891,14 +934,14 @@ impl<R: Recorder> Recorder for NomadNames<R> {
     }
 
     fn register_counter(&self, key: &Key, metadata: &Metadata<'_>) -> Counter {
-        let Some(alias) = alias(key.name()).filter(|_| nomad_names()) else {
+        let Some(alias) = alias(key.name()).filter(|_| self.settings.enabled()) else {
             return self.inner.register_counter(key, metadata);
         };
         if let Some(Cached::Counter(c)) = self.cached(key) {
             return c;
         }
-        let generation = GENERATION.load(Ordering::Relaxed);
-        let host = host_label();
+        let generation = self.settings.generation();
+        let host = self.settings.host();
         let own = self.inner.register_counter(key, metadata);
         let Some((name, drop)) = Self::nomad_name(alias, key) else {
             return own;
@@ -912,14 +955,14 @@ impl<R: Recorder> Recorder for NomadNames<R> {
     }
 
     fn register_gauge(&self, key: &Key, metadata: &Metadata<'_>) -> Gauge {
-        let Some(alias) = alias(key.name()).filter(|_| nomad_names()) else {
+        let Some(alias) = alias(key.name()).filter(|_| self.settings.enabled()) else {
             return self.inner.register_gauge(key, metadata);
         };
         if let Some(Cached::Gauge(g)) = self.cached(key) {
             return g;
         }
-        let generation = GENERATION.load(Ordering::Relaxed);
-        let host = host_label();
+        let generation = self.settings.generation();
+        let host = self.settings.host();
         let own = self.inner.register_gauge(key, metadata);
         let Some((name, drop)) = Self::nomad_name(alias, key) else {
             return own;
@@ -936,14 +979,14 @@ impl<R: Recorder> Recorder for NomadNames<R> {
     }
 
     fn register_histogram(&self, key: &Key, metadata: &Metadata<'_>) -> Histogram {
-        let Some(alias) = alias(key.name()).filter(|_| nomad_names()) else {
+        let Some(alias) = alias(key.name()).filter(|_| self.settings.enabled()) else {
             return self.inner.register_histogram(key, metadata);
         };
         if let Some(Cached::Histogram(h)) = self.cached(key) {
             return h;
         }
-        let generation = GENERATION.load(Ordering::Relaxed);
-        let host = host_label();
+        let generation = self.settings.generation();
+        let host = self.settings.host();
         let own = self.inner.register_histogram(key, metadata);
         let Some((name, drop)) = Self::nomad_name(alias, key) else {
             return own;

@@ -29,7 +29,9 @@ use crate::client::types::{TaskControl, TaskOpError};
 pub enum AllocPhase {
     /// Waiting for its previous allocation on this node to stop (a sticky disk).
     Blocked,
-    /// Taking its previous allocation's disk from another node.
+    /// Its previous allocation ran on another node, and its disk is still to come from
+    /// there (waiting for that allocation to stop counts here too; the tasks have not
+    /// started yet).
     Migrating,
     /// Placed here, not running yet.
     Pending,
@@ -176,6 +178,9 @@ pub struct ClientHandle {
     servers: Arc<super::servers::Servers>,
     /// The previous CPU readings, so usage is a rate between two requests.
     readings: Arc<Mutex<Readings>>,
+    /// The previous readings of `/v1/metrics`, apart, so that a scrape and a user's
+    /// `-stats` do not cut each other's intervals short.
+    metric_readings: Arc<Mutex<Readings>>,
     machine: stats::Machine,
 }
 
@@ -216,6 +221,7 @@ impl ClientHandle {
             shared,
             servers,
             readings: Arc::new(Mutex::new(Readings::default())),
+            metric_readings: Arc::new(Mutex::new(Readings::default())),
             machine: stats::Machine::detect(),
         }
     }
@@ -571,6 +577,15 @@ impl ClientHandle {
             "Tasks": by_task,
             "Timestamp": stamp,
         })
+    }
+
+    /// This handle, reading usage against the previous `/v1/metrics` reading rather than the
+    /// previous `-stats` request's.
+    pub fn for_metrics(&self) -> ClientHandle {
+        ClientHandle {
+            readings: self.metric_readings.clone(),
+            ..self.clone()
+        }
     }
 
     /// What `/v1/metrics` publishes of this client under Nomad's `nomad_client_*` names: the

@@ -98,6 +98,7 @@ pub async fn render(ctx: &HttpContext) -> String {
         }
     }
     if let Some(client) = ctx.client() {
+        let client = client.for_metrics();
         let figures = client.figures();
         if opts.publish_node_metrics {
             let this = client.clone();
@@ -107,18 +108,46 @@ pub async fn render(ctx: &HttpContext) -> String {
             node(&mut exp, &figures, &host);
         }
         if opts.publish_allocation_metrics {
-            let mut usage = Vec::new();
-            for alloc in &figures.allocs {
-                if alloc.phase == AllocPhase::Running {
-                    if let Ok(u) = client.alloc_stats(&alloc.alloc_id).await {
-                        usage.push((alloc.alloc_id.clone(), u));
-                    }
-                }
-            }
+            let usage = usage_of_running(&client, &figures).await;
             allocations(&mut exp, &figures, &usage);
         }
     }
     exp.out
+}
+
+/// How many allocations' usage is read at once during a scrape.
+const USAGE_READS_AT_ONCE: usize = 8;
+/// How long a scrape waits for the allocations' usage: those not read by then are left out
+/// of this scrape (Prometheus's own scrape timeout is 10 s by default).
+const USAGE_DEADLINE: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// The usage of the running allocations, read a few at a time, as many as come in before
+/// [`USAGE_DEADLINE`].
+async fn usage_of_running(
+    client: &crate::client::ops::ClientHandle,
+    figures: &ClientFigures,
+) -> Vec<(String, Value)> {
+    use futures::StreamExt;
+    let running: Vec<String> = figures
+        .allocs
+        .iter()
+        .filter(|a| a.phase == AllocPhase::Running)
+        .map(|a| a.alloc_id.clone())
+        .collect();
+    let mut reads = futures::stream::iter(running)
+        .map(|id| async move {
+            let usage = client.alloc_stats(&id).await.ok();
+            (id, usage)
+        })
+        .buffer_unordered(USAGE_READS_AT_ONCE);
+    let mut out = Vec::new();
+    let deadline = tokio::time::Instant::now() + USAGE_DEADLINE;
+    while let Ok(Some((id, usage))) = tokio::time::timeout_at(deadline, reads.next()).await {
+        if let Some(u) = usage {
+            out.push((id, u));
+        }
+    }
+    out
 }
 
 /// `nomad_runtime_*`: the process's tasks and memory.
@@ -146,11 +175,11 @@ fn runtime(exp: &mut Exposition) {
             rss,
         );
     }
-    if let Some(size) = kib("VmSize:") {
+    if let Some(rss) = kib("VmRSS:") {
         exp.gauge(
             "nomad_runtime_sys_bytes",
-            "Bytes of address space the agent's process has from the system.",
-            size,
+            "Bytes of memory the agent's process has from the system (resident and swapped out).",
+            rss + kib("VmSwap:").unwrap_or(0.0),
         );
     }
 }
@@ -162,11 +191,14 @@ fn job_labels(job: &str, group: &str, namespace: &str) -> Vec<(&'static str, Str
         ("task_group", group.to_string()),
         ("namespace", namespace.to_string()),
     ];
-    for (marker, label) in [("/dispatch-", "dispatch_id"), ("/periodic-", "periodic_id")] {
-        if let Some((parent, child)) = job.split_once(marker) {
-            labels.push(("parent_id", parent.to_string()));
-            labels.push((label, child.to_string()));
-        }
+    // The first marker only: a label may not be written twice.
+    let child = [("/dispatch-", "dispatch_id"), ("/periodic-", "periodic_id")]
+        .into_iter()
+        .filter_map(|(marker, label)| Some((job.find(marker)?, marker, label)))
+        .min_by_key(|(at, _, _)| *at);
+    if let Some((at, marker, label)) = child {
+        labels.push(("parent_id", job[..at].to_string()));
+        labels.push((label, job[at + marker.len()..].to_string()));
     }
     labels
 }
@@ -560,5 +592,10 @@ mod tests {
         let labels = job_labels("cron/periodic-1700000000", "g", "default");
         assert!(labels.contains(&("periodic_id", "1700000000".into())));
         assert_eq!(job_labels("web", "g", "default").len(), 3);
+        // A dispatched child of a periodic child: its labels once each.
+        let labels = job_labels("cron/periodic-17/dispatch-18-ab", "g", "default");
+        assert_eq!(labels.len(), 5, "{labels:?}");
+        assert!(labels.contains(&("parent_id", "cron".into())));
+        assert!(labels.contains(&("periodic_id", "17/dispatch-18-ab".into())));
     }
 }

@@ -244,9 +244,9 @@ async fn round(
         (Instant::now(), clock.now_unix_nanos()),
         memory,
     );
-    for s in health.servers.iter().filter(|s| !s.leader) {
+    if let Some(since) = status.since_quorum_ack.filter(|_| seen.len() > 1) {
         metrics::histogram!("teamster_raft_leader_last_contact_seconds")
-            .record(s.last_contact_ms as f64 / 1000.0);
+            .record(since.as_secs_f64());
     }
     metrics::gauge!("teamster_autopilot_healthy").set(if health.healthy { 1.0 } else { 0.0 });
     metrics::gauge!("teamster_autopilot_failure_tolerance").set(health.failure_tolerance as f64);

@@ -105,6 +105,8 @@ pub struct ReplicationStatus {
     pub term: u64,
     /// Per server: the last entry the leader knows it holds, as (index, term).
     pub matched: BTreeMap<ServerId, (u64, u64)>,
+    /// How long ago a quorum last acknowledged this leader (`None`: not yet).
+    pub since_quorum_ack: Option<std::time::Duration>,
 }
 
 /// The membership as the API shows it.
@@ -341,6 +343,9 @@ impl RaftNode {
             last_index,
             term: m.current_term,
             matched,
+            since_quorum_ack: m
+                .millis_since_quorum_ack
+                .map(std::time::Duration::from_millis),
         })
     }
 

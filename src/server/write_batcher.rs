@@ -147,6 +147,7 @@ async fn timed(proposer: &dyn Propose, cmd: Command) -> Result<Applied, WriteErr
     let result = proposer.propose(cmd).await;
     if result.is_ok() {
         metrics::histogram!("teamster_raft_commit_seconds").record(started.elapsed().as_secs_f64());
+        metrics::counter!("teamster_raft_applies_total").increment(1);
     }
     result
 }

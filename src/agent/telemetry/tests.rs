@@ -108,9 +108,11 @@ fn sample(text: &str, line_start: &str) -> Option<f64> {
 
 #[test]
 fn nomad_names_carry_nomad_units_and_help_text_beside_teamster_s() {
+    static TEST: Settings = Settings::new();
+    TEST.set(true, "node-a".into());
     let prometheus = PrometheusBuilder::new().build_recorder();
     let handle = prometheus.handle();
-    let recorder = NomadNames::new(prometheus);
+    let recorder = NomadNames::new(prometheus, &TEST);
     recorder.describe_all();
     metrics::with_local_recorder(&recorder, || {
         metrics::histogram!("teamster_plan_apply_seconds").record(0.25);
@@ -118,17 +120,13 @@ fn nomad_names_carry_nomad_units_and_help_text_beside_teamster_s() {
         metrics::gauge!("teamster.broker.ready", "scheduler" => "batch").set(3.0);
         metrics::gauge!("teamster.broker.total_ready").set(4.0);
         metrics::counter!("teamster_plan_node_rejected_total").increment(2);
-        metrics::histogram!("teamster_raft_write_batch_size").record(7.0);
-        metrics::histogram!("teamster_raft_write_batch_size").record(9.0);
+        metrics::counter!("teamster_raft_applies_total").increment(2);
+        metrics::histogram!("teamster_worker_schedule_seconds", "type" => "batch_round")
+            .record(0.1);
         metrics::counter!("teamster_dispatches_total").increment(1);
     });
     let text = handle.render();
-    let host = host_label();
-    let h = if host.is_empty() {
-        String::new()
-    } else {
-        format!("host=\"{host}\"")
-    };
+    let h = "host=\"node-a\"".to_string();
     // Teamster's own, in seconds.
     assert_eq!(
         sample(&text, "teamster_plan_apply_seconds_sum "),
@@ -205,7 +203,12 @@ fn nomad_names_carry_nomad_units_and_help_text_beside_teamster_s() {
         Some(2.0),
         "{text}"
     );
-    // Each raft proposal counts once in nomad_raft_apply, whatever its size.
+    // A batched scheduling round has no Nomad name.
+    assert!(!text.contains("invoke_scheduler_batch_round"), "{text}");
+    assert!(
+        text.contains("teamster_worker_schedule_seconds_count{type=\"batch_round\"} 1"),
+        "{text}"
+    );
     assert_eq!(
         sample(&text, &format!("nomad_raft_apply{} ", with(""))),
         Some(2.0),
@@ -218,4 +221,40 @@ fn nomad_names_carry_nomad_units_and_help_text_beside_teamster_s() {
         text.contains("# HELP teamster_dispatches_total Parameterized jobs dispatched."),
         "{text}"
     );
+}
+
+#[test]
+fn disable_hostname_leaves_the_host_label_off_and_nomad_names_false_leaves_them_out() {
+    static TEST: Settings = Settings::new();
+    let prometheus = PrometheusBuilder::new().build_recorder();
+    let handle = prometheus.handle();
+    let recorder = NomadNames::new(prometheus, &TEST);
+    TEST.set(true, String::new());
+    metrics::with_local_recorder(&recorder, || {
+        metrics::gauge!("teamster_plan_queue_depth").set(5.0);
+    });
+    let text = handle.render();
+    assert_eq!(
+        sample(&text, "nomad_nomad_plan_queue_depth "),
+        Some(5.0),
+        "{text}"
+    );
+    assert!(!text.contains("host="), "{text}");
+    // Changed at run time: the handles made before are made again.
+    TEST.set(false, "node-b".into());
+    metrics::with_local_recorder(&recorder, || {
+        metrics::gauge!("teamster_plan_queue_depth").set(6.0);
+    });
+    let text = handle.render();
+    assert_eq!(
+        sample(&text, "teamster_plan_queue_depth "),
+        Some(6.0),
+        "{text}"
+    );
+    assert_eq!(
+        sample(&text, "nomad_nomad_plan_queue_depth "),
+        Some(5.0),
+        "{text}"
+    );
+    assert!(!text.contains("node-b"), "{text}");
 }
