@@ -164,6 +164,7 @@ pub async fn no_node_over_capacity(api: &ApiClient) -> anyhow::Result<Checked> {
             cpu: 0,
             memory_mb: 0,
             disk_mb: 0,
+            memory_max_mb: 0,
         };
         for a in allocs.iter().filter(|a| live(a)) {
             used.cpu += a.resources.cpu;

@@ -800,3 +800,126 @@ async fn a_task_that_fails_to_start_is_retried_only_as_its_policies_allow() -> a
     assert!(evals.len() <= 8, "{} evaluations: {evals:#?}", evals.len());
     Ok(())
 }
+
+/// Issue 48: `memory_max` is the container's hard limit and `memory` its reservation when
+/// memory oversubscription is on; with it off (Nomad's default) the job is accepted with
+/// Nomad's warning and the container's limit is `memory`.
+#[tokio::test]
+async fn memory_max_is_the_containers_limit_only_with_oversubscription_on() -> anyhow::Result<()> {
+    const TEST: &str = "memory_max_is_the_containers_limit_only_with_oversubscription_on";
+    if skip(TEST) {
+        return Ok(());
+    }
+    build_image()?;
+    let ip = {
+        let pid = std::process::id();
+        format!("127.{}.{}.18", 10 + (pid % 200), 251 - (pid / 200 % 5))
+    };
+    let data = tempfile::tempdir()?;
+    let log = tempfile::NamedTempFile::new()?;
+    let (_agent, api, node) = dev_agent(&ip, data.path(), &log).await?;
+    let _cleanup = RemoveNodeContainers(node["ID"].as_str().map(str::to_string));
+    let job = |id: &str| {
+        let mut job = docker_job(
+            id,
+            "service",
+            json!({
+                "image": IMAGE,
+                "entrypoint": ["/bin/busybox"],
+                "args": ["sh", "-c", "echo max=$NOMAD_MEMORY_MAX_LIMIT; exec sleep 600"]
+            }),
+            json!([]),
+        );
+        job["TaskGroups"][0]["Tasks"][0]["Resources"] =
+            json!({"CPU": 100, "MemoryMB": 32, "MemoryMaxMB": 96});
+        job
+    };
+    // The container of `id`'s allocation once it runs: (Memory, MemoryReservation).
+    let limits = |id: &'static str| {
+        let api = api.clone();
+        async move {
+            let alloc = wait_for(Duration::from_secs(60), "the task running", || async {
+                let a = first_alloc(&api, id).await?;
+                (a["ClientStatus"] == "running").then_some(a)
+            })
+            .await?;
+            let alloc_id = alloc["ID"].as_str().unwrap_or_default().to_string();
+            let container = containers(ALLOC_LABEL, &alloc_id)
+                .pop()
+                .ok_or_else(|| anyhow::anyhow!("no container for {alloc_id}"))?;
+            let out = docker(&[
+                "inspect",
+                "-f",
+                "{{.HostConfig.Memory}} {{.HostConfig.MemoryReservation}}",
+                &container,
+            ])?;
+            let (memory, reservation) = out.split_once(' ').unwrap_or_default();
+            anyhow::Ok((memory.parse::<u64>()?, reservation.parse::<u64>()?, alloc))
+        }
+    };
+    const MB: u64 = 1024 * 1024;
+
+    // Off (the default): accepted, with Nomad's warning; memory is the limit.
+    let r: Value = api
+        .request(
+            reqwest::Method::POST,
+            "/v1/jobs",
+            Some(&json!({"Job": job("mm-off")})),
+        )
+        .await?;
+    let warnings = r["Warnings"].as_str().unwrap_or_default();
+    assert!(
+        warnings.contains(
+            "Memory oversubscription is not enabled; Task \"g.t\" memory_max value will be ignored"
+        ),
+        "{r}"
+    );
+    let (memory, reservation, alloc) = limits("mm-off").await?;
+    assert_eq!((memory, reservation), (32 * MB, 0), "{alloc}");
+    assert_eq!(alloc["Resources"]["MemoryMaxMB"], 0);
+
+    // On: memory_max is the limit, memory the reservation, and the task is told.
+    let _: Value = api
+        .request(
+            reqwest::Method::PUT,
+            "/v1/operator/scheduler/configuration",
+            Some(&json!({"MemoryOversubscriptionEnabled": true})),
+        )
+        .await?;
+    let r: Value = api
+        .request(
+            reqwest::Method::POST,
+            "/v1/jobs",
+            Some(&json!({"Job": job("mm-on")})),
+        )
+        .await?;
+    assert_eq!(r["Warnings"], "", "{r}");
+    let (memory, reservation, alloc) = limits("mm-on").await?;
+    assert_eq!((memory, reservation), (96 * MB, 32 * MB), "{alloc}");
+    let alloc_id = alloc["ID"].as_str().unwrap_or_default().to_string();
+    let addr = format!("http://{ip}:4646");
+    let out = wait_for(Duration::from_secs(30), "the task's output", || async {
+        let out = log_of(&addr, &alloc_id, "stdout").await;
+        out.contains("max=").then_some(out)
+    })
+    .await?;
+    assert!(out.contains("max=96"), "{out}");
+    // A memory_max under memory is refused, as Nomad refuses it.
+    let mut bad = job("mm-bad");
+    bad["TaskGroups"][0]["Tasks"][0]["Resources"]["MemoryMaxMB"] = json!(16);
+    let refused = api
+        .request::<_, Value>(
+            reqwest::Method::POST,
+            "/v1/jobs",
+            Some(&json!({"Job": bad})),
+        )
+        .await
+        .expect_err("refused");
+    assert!(
+        refused
+            .to_string()
+            .contains("MemoryMaxMB value (16) should be larger than MemoryMB value (32)"),
+        "{refused}"
+    );
+    Ok(())
+}

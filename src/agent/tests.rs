@@ -592,6 +592,7 @@ fn big_alloc(
             cpu: 100,
             memory_mb,
             disk_mb: 0,
+            memory_max_mb: 0,
         },
         desired_status: DesiredStatus::Run,
         client_status: ClientStatus::Pending,

@@ -605,6 +605,7 @@ impl ClientHandle {
             memory_mb: (value("attr.memory.totalbytes") >> 20).saturating_sub(reserved.memory_mb),
             disk_mb: (value("attr.unique.storage.bytesfree") >> 20)
                 .saturating_sub(reserved.disk_mb),
+            memory_max_mb: 0,
         };
         let label = |k: &str| self.shared.node_values.get(k).cloned().unwrap_or_default();
         let st = self.shared.state();

@@ -119,7 +119,13 @@ impl Shared {
                 secrets: &task_dir.secrets(),
             },
         );
-        (env.apply(task), task_dir.dir().to_path_buf())
+        let mut prepared = env.apply(task);
+        // A task's memory_max applies only if the servers placed the allocation with memory
+        // oversubscription on (its own memory_max is then not 0).
+        if local.alloc.resources.memory_max_mb == 0 {
+            prepared.resources.memory_max_mb = 0;
+        }
+        (prepared, task_dir.dir().to_path_buf())
     }
 }
 

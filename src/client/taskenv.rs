@@ -108,6 +108,14 @@ impl TaskEnv {
         }
         set("NOMAD_CPU_LIMIT", task.resources.cpu.to_string());
         set("NOMAD_MEMORY_LIMIT", task.resources.memory_mb.to_string());
+        // Nomad's: only when the task's memory_max applies (oversubscription was on when the
+        // allocation was placed).
+        if task.resources.memory_max_mb > 0 && alloc.resources.memory_max_mb > 0 {
+            set(
+                "NOMAD_MEMORY_MAX_LIMIT",
+                task.resources.memory_max_mb.to_string(),
+            );
+        }
         // Meta: the job's, then the group's, then the task's, the innermost winning; each
         // key both as written and upper-cased, as Nomad sets them.
         let empty = BTreeMap::new();

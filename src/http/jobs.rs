@@ -200,6 +200,18 @@ fn refuse_unsupported(job: &Value) -> Result<(), ApiError> {
     ))
 }
 
+/// Nomad's warnings for `memory_max` while the scheduler configuration has memory
+/// oversubscription off (as this server's state has it).
+pub(super) fn memory_max_warnings(ctx: &HttpContext, job: &Job) -> Vec<String> {
+    let enabled = ctx.node().is_ok_and(|n| {
+        n.state()
+            .snapshot()
+            .scheduler_config()
+            .memory_oversubscription_enabled
+    });
+    job.memory_max_warnings(enabled)
+}
+
 /// `PUT|POST /v1/jobs` and `/v1/job/:id`: register a job and create its evaluation
 /// (`Job.Register`).
 pub async fn register(
@@ -234,6 +246,7 @@ pub async fn register(
         }
     }
     warnings.extend(job.task_warnings());
+    warnings.extend(memory_max_warnings(&ctx, &job));
     let warnings = warnings.join("\n");
     let enforce_index = if req.enforce_index.unwrap_or(false) {
         Some(req.job_modify_index.unwrap_or(0))

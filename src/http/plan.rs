@@ -38,6 +38,11 @@ pub async fn plan(
     let endpoints = ctx.endpoints()?;
     let req: JobPlanBody = decode_body(&body)?;
     refuse_policy_override(req.policy_override)?;
+    let mut warnings = req
+        .job
+        .as_ref()
+        .map(crate::jobspec::job_warnings)
+        .unwrap_or_default();
     let job = body_job(
         req.job,
         &q,
@@ -52,6 +57,8 @@ pub async fn plan(
     if job.id.as_str() != id {
         return Err(ApiError::bad_request("Job ID does not match"));
     }
+    warnings.extend(job.task_warnings());
+    warnings.extend(super::jobs::memory_max_warnings(&ctx, &job));
     let done = endpoints
         .job_plan(Box::new(service::job::JobPlanRequest {
             job,
@@ -65,7 +72,7 @@ pub async fn plan(
         "FailedTGAllocs": done.failed_tg_allocs,
         "CreatedEvals": done.created_evals,
         "Diff": done.diff,
-        "Warnings": "",
+        "Warnings": warnings.join("\n"),
         "NextPeriodicLaunch": "0001-01-01T00:00:00Z",
     });
     Ok(axum::Json(body).into_response())

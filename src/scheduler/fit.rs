@@ -64,6 +64,7 @@ pub fn node_capacity(node: &Node) -> Resources {
             .memory_mb
             .saturating_sub(reserved.memory.memory_mb),
         disk_mb: offered.disk.disk_mb.saturating_sub(reserved.disk.disk_mb),
+        memory_max_mb: 0,
     }
 }
 
@@ -108,6 +109,7 @@ pub fn subtract(a: &Resources, b: &Resources) -> Resources {
         cpu: a.cpu.saturating_sub(b.cpu),
         memory_mb: a.memory_mb.saturating_sub(b.memory_mb),
         disk_mb: a.disk_mb.saturating_sub(b.disk_mb),
+        memory_max_mb: 0,
     }
 }
 
@@ -125,6 +127,7 @@ mod tests {
             cpu,
             memory_mb,
             disk_mb,
+            memory_max_mb: 0,
         }
     }
 

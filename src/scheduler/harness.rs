@@ -454,6 +454,7 @@ pub fn mock_job(id: &str, count: u32) -> Job {
                     cpu: 500,
                     memory_mb: 256,
                     disk_mb: 0,
+                    memory_max_mb: 0,
                 },
                 ..Task::default()
             }],

@@ -51,6 +51,7 @@ pub(crate) fn shortfall(capacity: &Resources, used: &Resources) -> Resources {
         cpu: used.cpu.saturating_sub(capacity.cpu),
         memory_mb: used.memory_mb.saturating_sub(capacity.memory_mb),
         disk_mb: used.disk_mb.saturating_sub(capacity.disk_mb),
+        memory_max_mb: 0,
     }
 }
 
@@ -182,6 +183,7 @@ mod tests {
                     cpu,
                     memory_mb,
                     disk_mb: 0,
+                    memory_max_mb: 0,
                 },
                 ..Allocation::default()
             }),
@@ -202,6 +204,7 @@ mod tests {
             cpu,
             memory_mb: 0,
             disk_mb: 0,
+            memory_max_mb: 0,
         }
     }
 
@@ -260,6 +263,7 @@ mod tests {
             cpu: 100,
             memory_mb: 512,
             disk_mb: 0,
+            memory_max_mb: 0,
         };
         let candidates = vec![
             candidate("cpu-only", 20, 2000, 0),
@@ -298,18 +302,21 @@ mod tests {
             cpu: 1000,
             memory_mb: 1000,
             disk_mb: 1000,
+            memory_max_mb: 0,
         };
         let used = Resources {
             cpu: 1500,
             memory_mb: 900,
             disk_mb: 1001,
+            memory_max_mb: 0,
         };
         assert_eq!(
             shortfall(&capacity, &used),
             Resources {
                 cpu: 500,
                 memory_mb: 0,
-                disk_mb: 1
+                disk_mb: 1,
+                memory_max_mb: 0,
             }
         );
     }

@@ -205,8 +205,18 @@ impl GroupPlacer {
             .iter()
             .map(|a| f64::from(a.weight.unsigned_abs()))
             .sum();
+        // A task's memory_max applies only with memory oversubscription on; the
+        // allocation's memory_max (0 or not) tells its node which.
+        let mut ask = group.combined_resources();
+        if !ctx
+            .snapshot
+            .scheduler_config()
+            .memory_oversubscription_enabled
+        {
+            ask.memory_max_mb = 0;
+        }
         GroupPlacer {
-            ask: group.combined_resources(),
+            ask,
             network: group
                 .networks
                 .first()

@@ -740,6 +740,7 @@ mod tests {
                     cpu,
                     memory_mb: mem,
                     disk_mb: 0,
+                    memory_max_mb: 0,
                 },
                 ..Allocation::default()
             }

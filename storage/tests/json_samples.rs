@@ -141,7 +141,10 @@ fn the_register_sample_decodes_with_nulls_and_unknown_keys() {
         assert!(out.get(key).is_some(), "{key} missing");
     }
     let res = &out["TaskGroups"][0]["Tasks"][0]["Resources"];
-    assert_eq!(res, &json!({"CPU": 100, "MemoryMB": 64, "DiskMB": 10}));
+    assert_eq!(
+        res,
+        &json!({"CPU": 100, "MemoryMB": 64, "DiskMB": 10, "MemoryMaxMB": 0})
+    );
     assert_eq!(
         out["TaskGroups"][0]["ReschedulePolicy"]["MaxDelay"],
         json!(0),

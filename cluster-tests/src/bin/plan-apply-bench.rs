@@ -130,6 +130,7 @@ async fn main() -> anyhow::Result<()> {
                         cpu: 1,
                         memory_mb: 1,
                         disk_mb: 0,
+                        memory_max_mb: 0,
                     },
                     client_status: ClientStatus::Pending,
                     ..Allocation::default()

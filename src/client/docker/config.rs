@@ -431,6 +431,9 @@ pub struct ContainerFacts<'a> {
     pub cpu_mhz: u64,
     /// `resources.memory_mb`.
     pub memory_mb: u64,
+    /// `resources.memory_max` where it applies (memory oversubscription), else 0: the
+    /// container's hard limit, with `memory_mb` its reservation.
+    pub memory_max_mb: u64,
 }
 
 /// The labels teamster puts on a container.
@@ -526,6 +529,8 @@ pub fn container_spec(
     }
 
     let memory = facts.memory_mb.saturating_mul(1024 * 1024);
+    // With memory_max: the most it may use, and memory_mb what it is guaranteed.
+    let limit = facts.memory_max_mb.saturating_mul(1024 * 1024).max(memory);
     Ok(ContainerCreateBody {
         image: Some(cfg.image.clone()),
         cmd: (!cmd.is_empty()).then_some(cmd),
@@ -538,7 +543,8 @@ pub fn container_spec(
             port_bindings: publish.then_some(bindings),
             network_mode: Some(cfg.network_mode.as_docker().to_string()),
             cpu_shares: Some(facts.cpu_mhz.max(MIN_CPU_SHARES).min(i64::MAX as u64) as i64),
-            memory: (memory > 0).then(|| memory.min(i64::MAX as u64) as i64),
+            memory: (limit > 0).then(|| limit.min(i64::MAX as u64) as i64),
+            memory_reservation: (limit > memory).then(|| memory.min(i64::MAX as u64) as i64),
             ..HostConfig::default()
         }),
         ..ContainerCreateBody::default()
@@ -573,6 +579,14 @@ mod tests {
         c: &DockerConfig,
         ports: &[AllocatedPortMapping],
     ) -> Result<ContainerCreateBody, DockerConfigError> {
+        spec_with_max(c, ports, 0)
+    }
+
+    fn spec_with_max(
+        c: &DockerConfig,
+        ports: &[AllocatedPortMapping],
+        memory_max_mb: u64,
+    ) -> Result<ContainerCreateBody, DockerConfigError> {
         let env = BTreeMap::from([
             (
                 "NOMAD_TASK_DIR".to_string(),
@@ -595,6 +609,7 @@ mod tests {
             },
             cpu_mhz: 500,
             memory_mb: 256,
+            memory_max_mb,
         };
         container_spec(c, &facts)
     }
@@ -862,6 +877,19 @@ mod tests {
         let hc = s.host_config.unwrap();
         assert_eq!(hc.cpu_shares, Some(500));
         assert_eq!(hc.memory, Some(256 * 1024 * 1024));
+        assert_eq!(hc.memory_reservation, None);
+    }
+
+    #[test]
+    fn memory_max_is_the_hard_limit_and_memory_the_reservation() {
+        let c = parse(&cfg(&[("image", "busybox".into())])).unwrap();
+        let hc = spec_with_max(&c, &[], 1024).unwrap().host_config.unwrap();
+        assert_eq!(hc.memory, Some(1024 * 1024 * 1024));
+        assert_eq!(hc.memory_reservation, Some(256 * 1024 * 1024));
+        // A memory_max below memory (refused at submit) never lowers the limit.
+        let hc = spec_with_max(&c, &[], 100).unwrap().host_config.unwrap();
+        assert_eq!(hc.memory, Some(256 * 1024 * 1024));
+        assert_eq!(hc.memory_reservation, None);
     }
 
     #[test]

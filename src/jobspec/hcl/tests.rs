@@ -276,7 +276,10 @@ fn blocks_teamster_does_not_act_on_are_kept_so_that_they_are_refused_by_name() {
                   command = "true"
                 }
               }
-              resources { memory_max = 128 }
+              resources {
+                memory_max = 128
+                cores      = 2
+              }
             }
           }
         }
@@ -291,7 +294,7 @@ fn blocks_teamster_does_not_act_on_are_kept_so_that_they_are_refused_by_name() {
         refused,
         [
             "job → group \"g\" → task \"t\" → service \"web\" → check #0: Command",
-            "job → group \"g\" → task \"t\" → Resources: MemoryMaxMB",
+            "job → group \"g\" → task \"t\" → Resources: Cores",
         ]
     );
     // Ports are acted on now: the network block is kept as Nomad's JSON, not refused.

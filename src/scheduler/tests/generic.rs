@@ -996,3 +996,32 @@ fn allocations_on_a_draining_node_stay_until_the_drainer_marks_them() {
     assert!(running.iter().all(|a| a.node_id != victim.node_id));
     assert_complete(&h, &eval);
 }
+
+#[test]
+fn memory_max_applies_only_with_memory_oversubscription_on() {
+    let place = |enabled: bool| -> Resources {
+        let (mut h, _) = harness_with_nodes(1);
+        h.apply(Command::SchedulerConfig(SchedulerConfigUpdate {
+            config: SchedulerConfiguration {
+                memory_oversubscription_enabled: enabled,
+                ..SchedulerConfiguration::default()
+            },
+            cas_index: None,
+        }))
+        .unwrap();
+        let mut job = mock_job("web", 1);
+        job.task_groups_mut()[0].tasks[0].resources.memory_max_mb = 4096;
+        let (job, eval) = h.register_job(job).unwrap();
+        h.process(&eval).unwrap();
+        h.running_allocs(&job)[0].resources
+    };
+    let off = place(false);
+    assert_eq!(
+        off.memory_max_mb, 0,
+        "off: the node is told memory_max does not apply"
+    );
+    let on = place(true);
+    assert_eq!(on.memory_max_mb, 4096);
+    // Either way the node's fit counts the task's memory, not its memory_max.
+    assert_eq!(on.memory_mb, off.memory_mb);
+}

@@ -68,6 +68,7 @@ fn filler_alloc(job: &Job, node: &NodeId, n: u64, cpu: u64, memory_mb: u64) -> A
             cpu,
             memory_mb,
             disk_mb: 0,
+            memory_max_mb: 0,
         },
         client_status: ClientStatus::Running,
         ..Allocation::default()

@@ -264,6 +264,7 @@ mod tests {
                             cpu: 10,
                             memory_mb: 10,
                             disk_mb: 0,
+                            memory_max_mb: 0,
                         },
                         ..Task::default()
                     }],

@@ -564,13 +564,15 @@ mod tests {
     use crate::model::{AllocDeploymentStatus, AllocState};
 
     /// The memory aim (issue 21: at most 512 resident bytes per allocation at a million,
-    /// `storage/tests/memory.rs`) has a few bytes to spare: a field that grows the struct
-    /// past 280 bytes moves every allocation into a larger size class of the allocator.
+    /// `storage/tests/memory.rs`) has a few bytes to spare. `MemoryMaxMB` took the struct
+    /// from 280 to 288 bytes; the memory test measured 500 resident bytes per allocation at
+    /// both sizes, back to back (the same size class of the allocator with the `Arc`'s
+    /// counts). A field that grows it further may move every allocation into the next class.
     #[test]
     #[cfg(target_pointer_width = "64")]
-    fn an_allocation_fits_in_280_bytes() {
+    fn an_allocation_fits_in_288_bytes() {
         assert!(
-            std::mem::size_of::<Allocation>() <= 280,
+            std::mem::size_of::<Allocation>() <= 288,
             "{} bytes",
             std::mem::size_of::<Allocation>()
         );

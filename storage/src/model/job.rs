@@ -404,6 +404,13 @@ pub struct Resources {
     /// Disk in MB (deprecated on tasks in Nomad; kept for fit checks).
     #[serde(rename = "DiskMB", deserialize_with = "de::nullable")]
     pub disk_mb: u64,
+    /// The most memory a task may use, in MB, when memory oversubscription is on (Nomad's
+    /// `memory_max`; 0: `memory_mb` is the limit). Scheduling counts `memory_mb` only. On an
+    /// allocation: its tasks' `memory_max` summed when the servers placed it with
+    /// oversubscription on, else 0, so its node knows whether the tasks' `memory_max`
+    /// applies.
+    #[serde(rename = "MemoryMaxMB", deserialize_with = "de::nullable")]
+    pub memory_max_mb: u64,
 }
 
 impl Default for Resources {
@@ -412,6 +419,7 @@ impl Default for Resources {
             cpu: DEFAULT_CPU_MHZ,
             memory_mb: DEFAULT_MEMORY_MB,
             disk_mb: 0,
+            memory_max_mb: 0,
         }
     }
 }
@@ -422,6 +430,7 @@ impl Resources {
         cpu: 0,
         memory_mb: 0,
         disk_mb: 0,
+        memory_max_mb: 0,
     };
 
     /// Component-wise maximum.
@@ -430,6 +439,7 @@ impl Resources {
             cpu: self.cpu.max(other.cpu),
             memory_mb: self.memory_mb.max(other.memory_mb),
             disk_mb: self.disk_mb.max(other.disk_mb),
+            memory_max_mb: self.memory_max_mb.max(other.memory_max_mb),
         }
     }
 
@@ -439,6 +449,7 @@ impl Resources {
             cpu: self.cpu.saturating_add(other.cpu),
             memory_mb: self.memory_mb.saturating_add(other.memory_mb),
             disk_mb: self.disk_mb.saturating_add(other.disk_mb),
+            memory_max_mb: self.memory_max_mb.saturating_add(other.memory_max_mb),
         }
     }
 }
@@ -1352,6 +1363,28 @@ impl Job {
         }
     }
 
+    /// Nomad's warning for each task that sets `memory_max` while memory oversubscription
+    /// is off (the servers place it as if it did not).
+    pub fn memory_max_warnings(&self, oversubscription_enabled: bool) -> Vec<String> {
+        if oversubscription_enabled {
+            return Vec::new();
+        }
+        let mut out = Vec::new();
+        for group in self.task_groups.iter() {
+            for task in &group.tasks {
+                if task.resources.memory_max_mb != 0 {
+                    out.push(format!(
+                        "Memory oversubscription is not enabled; Task \"{}.{}\" memory_max \
+                         value will be ignored. Update the Scheduler Configuration to allow \
+                         oversubscription.",
+                        group.name, task.name
+                    ));
+                }
+            }
+        }
+        out
+    }
+
     /// Nomad's warnings about its tasks' workload identities and templates.
     pub fn task_warnings(&self) -> Vec<String> {
         let mut out = Vec::new();
@@ -1619,10 +1652,18 @@ impl Job {
                 if task.resources.memory_mb < MIN_MEMORY_MB {
                     errors.push(format!("{at}: minimum MemoryMB value is {MIN_MEMORY_MB}"));
                 }
+                let max = task.resources.memory_max_mb;
+                if max != 0 && max < task.resources.memory_mb {
+                    errors.push(format!(
+                        "{at}: MemoryMaxMB value ({max}) should be larger than MemoryMB value ({})",
+                        task.resources.memory_mb
+                    ));
+                }
                 for (field, value, max) in [
                     ("CPU", task.resources.cpu, MAX_CPU_MHZ),
                     ("MemoryMB", task.resources.memory_mb, MAX_MEMORY_MB),
                     ("DiskMB", task.resources.disk_mb, MAX_DISK_MB),
+                    ("MemoryMaxMB", task.resources.memory_max_mb, MAX_MEMORY_MB),
                 ] {
                     if value > max {
                         errors.push(format!(

@@ -229,6 +229,7 @@ mod tests {
                 cpu,
                 memory_mb,
                 disk_mb: 0,
+                memory_max_mb: 0,
             },
             ..Task::default()
         }

@@ -154,6 +154,7 @@ impl NodeUsage {
             cpu: narrow(self.cpu),
             memory_mb: narrow(self.memory_mb),
             disk_mb: narrow(self.disk_mb),
+            memory_max_mb: 0,
         }
     }
 }

@@ -61,6 +61,7 @@ pub fn job(id: &str, count: u32) -> Job {
                     cpu: 100,
                     memory_mb: 64,
                     disk_mb: 0,
+                    memory_max_mb: 0,
                 },
                 ..Task::default()
             }],
