@@ -1442,6 +1442,17 @@ async fn dev_agent_deployments_wait_for_service_checks() -> anyhow::Result<()> {
     };
     register(&api, job("good", "/health")).await?;
     register(&api, job("bad", "/missing")).await?;
+    // A readiness check (`on_update = "ignore"`) that never passes does not count: healthy.
+    let mut ready = job("ready", "/health");
+    ready["TaskGroups"][0]["Services"][0]["Checks"]
+        .as_array_mut()
+        .expect("checks")
+        .push(
+            json!({"Name": "warming", "Type": "http", "Path": "/missing",
+                     "OnUpdate": "ignore", "InitialStatus": "critical",
+                     "Interval": second, "Timeout": second}),
+        );
+    register(&api, ready).await?;
     let health = |job: &'static str| {
         let api = api.clone();
         async move {
@@ -1461,6 +1472,27 @@ async fn dev_agent_deployments_wait_for_service_checks() -> anyhow::Result<()> {
     assert!(good, "the passing check makes it healthy");
     let (bad, alloc) = health("bad").await?;
     assert!(!bad, "a 404 check never passes");
+    let (ready, ready_alloc) = health("ready").await?;
+    assert!(ready, "a failing readiness check does not count");
+    let ready_id = ready_alloc["ID"].as_str().unwrap_or_default();
+    let results: Value = api
+        .get(&format!("/v1/client/allocation/{ready_id}/checks"))
+        .await?;
+    let modes: Vec<(String, String)> = results
+        .as_object()
+        .into_iter()
+        .flatten()
+        .map(|(_, r)| {
+            (
+                r["Check"].as_str().unwrap_or("").to_string(),
+                r["Mode"].as_str().unwrap_or("").to_string(),
+            )
+        })
+        .collect();
+    assert!(
+        modes.contains(&("warming".to_string(), "readiness".to_string())),
+        "{results}"
+    );
     let events = alloc["TaskStates"]["t"]["Events"]
         .as_array()
         .cloned()

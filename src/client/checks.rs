@@ -51,6 +51,9 @@ pub struct CheckDef {
     pub timeout: Duration,
     /// When to restart the task.
     pub restart: Option<CheckRestart>,
+    /// A readiness check (`on_update = "ignore"`): shown, not counted in the
+    /// allocation's health.
+    pub readiness: bool,
 }
 
 /// What a check probes.
@@ -120,6 +123,7 @@ pub fn checks_of(local: &LocalAlloc, node: &NodeFacts) -> Vec<CheckDef> {
                 _ => Probe::Tcp { addr: host },
             };
             out.push(CheckDef {
+                readiness: check.is_readiness(),
                 id: check_id(&reg.id, &name),
                 alloc_id: alloc.id.to_string(),
                 group: alloc.task_group.to_string(),
@@ -333,7 +337,12 @@ fn result(
 ) -> CheckResult {
     CheckResult {
         id: def.id.clone(),
-        mode: "healthiness".into(),
+        mode: if def.readiness {
+            "readiness"
+        } else {
+            "healthiness"
+        }
+        .into(),
         status: status.into(),
         status_code,
         output,
@@ -438,7 +447,11 @@ pub fn results_of(shared: &Shared, alloc_id: &str) -> BTreeMap<String, CheckResu
 /// Called with the client's state locked (it locks the results after it, as every caller
 /// does).
 pub fn passing_since(shared: &Shared, node_id: &str, local: &LocalAlloc) -> Option<Option<i64>> {
-    let defs = checks_of(local, &NodeFacts::of(shared, node_id));
+    // Readiness checks (`on_update = "ignore"`) do not count, as in Nomad.
+    let defs: Vec<CheckDef> = checks_of(local, &NodeFacts::of(shared, node_id))
+        .into_iter()
+        .filter(|d| !d.readiness)
+        .collect();
     if defs.is_empty() {
         return None;
     }

@@ -570,7 +570,8 @@ pub struct CheckResult {
     /// The check's ID.
     #[serde(rename = "ID")]
     pub id: String,
-    /// `healthiness` (readiness checks are Nomad's `on_update = "ignore"`, not supported).
+    /// `healthiness`, or `readiness` for a check with `on_update = "ignore"` (not counted
+    /// in the allocation's health).
     pub mode: String,
     /// `pending`, `success` or `failure`.
     pub status: String,

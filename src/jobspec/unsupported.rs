@@ -40,7 +40,7 @@ pub(super) const NETWORK: &[&str] = &[
 /// Fields of a `service` (group or task) teamster does not implement: it registers services
 /// itself (`provider = "nomad"`, checked by the job's validation) and runs `http` and `tcp`
 /// checks.
-pub(super) const SERVICE: &[&str] = &["OnUpdate", "Cluster", "Connect", "Identity", "Weights"];
+pub(super) const SERVICE: &[&str] = &["Cluster", "Connect", "Identity", "Weights"];
 
 /// Fields of a service's `check` teamster does not implement (script and gRPC checks,
 /// Consul's thresholds and TLS options).
@@ -50,7 +50,6 @@ pub(super) const CHECK: &[&str] = &[
     "Expose",
     "AddressMode",
     "Advertise",
-    "InitialStatus",
     "Notes",
     "TLSServerName",
     "TLSSkipVerify",
@@ -60,7 +59,6 @@ pub(super) const CHECK: &[&str] = &[
     "SuccessBeforePassing",
     "FailuresBeforeCritical",
     "FailuresBeforeWarning",
-    "OnUpdate",
 ];
 
 /// Fields of a `check_restart` teamster does not implement (native checks never warn).
@@ -93,14 +91,12 @@ pub(super) const IDENTITY: &[&str] = &["ServiceName", "ExtraClaims"];
 pub(super) const LOGS: &[&str] = &["Enabled"];
 
 /// Values that ask for what teamster does anyway, so they count as unset: networks are the
-/// host's, ports are on the default host network, services are in the default (only)
-/// cluster, and a deployment waits for every check to pass (Nomad's `require_healthy`,
-/// which Nomad's API fills in for services and checks).
+/// host's, ports are on the default host network, and services are in the default (only)
+/// cluster.
 const SAME_AS_TEAMSTER: &[(&str, &str)] = &[
     ("Mode", "host"),
     ("HostNetwork", "default"),
     ("Cluster", "default"),
-    ("OnUpdate", "require_healthy"),
 ];
 
 /// Fields of a task's `Resources` teamster does not implement.

@@ -19,7 +19,10 @@ use crate::model::ids::{JobId, Namespace};
 use crate::model::periodic::{
     DispatchPayload, DispatchPayloadConfig, ParameterizedJobConfig, PeriodicConfig,
 };
-use crate::model::service::{valid_service_name, Service, PROVIDER_CONSUL, PROVIDER_NOMAD};
+use crate::model::service::{
+    valid_service_name, Service, ON_UPDATE_IGNORE, ON_UPDATE_IGNORE_WARNINGS,
+    ON_UPDATE_REQUIRE_HEALTHY, PROVIDER_CONSUL, PROVIDER_NOMAD,
+};
 use crate::model::task_runtime::{self, EphemeralDisk, LogConfig, TaskLifecycle, WorkloadIdentity};
 use crate::model::value::{ConfigValue, MAX_CONFIG_DEPTH};
 use crate::model::ModelError;
@@ -737,6 +740,16 @@ fn canonicalize_service(service: &mut Service, default_name: impl FnOnce() -> St
     if service.provider.is_empty() {
         service.provider = PROVIDER_CONSUL.to_owned();
     }
+    // Nomad's: `require_healthy` by default, and a check without its own takes the
+    // service's.
+    if service.on_update.is_empty() {
+        service.on_update = ON_UPDATE_REQUIRE_HEALTHY.to_owned();
+    }
+    for check in &mut service.checks {
+        if check.on_update.is_empty() {
+            check.on_update = service.on_update.clone();
+        }
+    }
 }
 
 /// Nomad's checks of a service that teamster can act on: the `nomad` provider, a valid name,
@@ -794,6 +807,34 @@ fn validate_service(
         let at = format!("{at}: service {name:?}, check {cname:?}");
         if !check_names.insert(cname.clone()) {
             errors.push(format!("{at}: defined twice"));
+        }
+        match check.initial_status.as_str() {
+            "" | "passing" | "warning" | "critical" => {}
+            other => errors.push(format!(
+                "{at}: invalid initial check state ({other}), must be one of \"passing\", \
+                 \"warning\", \"critical\" or empty"
+            )),
+        }
+        for on_update in [&service.on_update, &check.on_update] {
+            match on_update.as_str() {
+                "" | ON_UPDATE_REQUIRE_HEALTHY | ON_UPDATE_IGNORE => {}
+                ON_UPDATE_IGNORE_WARNINGS => errors.push(format!(
+                    "{at}: on_update may only be set to ignore_warnings for Consul service checks"
+                )),
+                other => errors.push(format!(
+                    "{at}: on_update must be \"require_healthy\", \"ignore_warnings\", or \
+                     \"ignore\"; got {other:?}"
+                )),
+            }
+        }
+        let restarts = check
+            .check_restart
+            .as_ref()
+            .or(service.check_restart.as_ref());
+        if check.is_readiness() && restarts.is_some_and(|r| r.limit > 0) {
+            errors.push(format!(
+                "{at}: on_update value \"ignore\" is not compatible with check_restart"
+            ));
         }
         match check.r#type.as_str() {
             "http" | "tcp" => {}

@@ -69,7 +69,18 @@ pub struct Service {
     pub checks: Vec<ServiceCheck>,
     /// Restart the task when its checks keep failing (the default of each check).
     pub check_restart: Option<CheckRestart>,
+    /// Nomad's `on_update`: [`ON_UPDATE_REQUIRE_HEALTHY`] (the default) or
+    /// [`ON_UPDATE_IGNORE`]; the default of each of its checks.
+    #[serde(deserialize_with = "de::nullable")]
+    pub on_update: String,
 }
+
+/// A check whose results decide whether an allocation is healthy (Nomad's default).
+pub const ON_UPDATE_REQUIRE_HEALTHY: &str = "require_healthy";
+/// A readiness check: run and shown, not counted in an allocation's health.
+pub const ON_UPDATE_IGNORE: &str = "ignore";
+/// Consul's: warnings count as healthy (refused for native checks, which never warn).
+pub const ON_UPDATE_IGNORE_WARNINGS: &str = "ignore_warnings";
 
 /// A `check` of a service (Nomad's `ServiceCheck`, the kinds native service discovery runs:
 /// `http` and `tcp`).
@@ -111,9 +122,23 @@ pub struct ServiceCheck {
     pub task_name: String,
     /// Restart the task when this check keeps failing.
     pub check_restart: Option<CheckRestart>,
+    /// Nomad's `on_update` (the service's when empty): a check set to
+    /// [`ON_UPDATE_IGNORE`] is a readiness check.
+    #[serde(deserialize_with = "de::nullable")]
+    pub on_update: String,
+    /// The status Consul gives the check before its first run (`passing`, `warning`,
+    /// `critical`); a native check starts `pending` whatever it says, as in Nomad.
+    #[serde(deserialize_with = "de::nullable")]
+    pub initial_status: String,
 }
 
 impl ServiceCheck {
+    /// Whether the check only tells readiness (`on_update = "ignore"`): its results do not
+    /// count in the allocation's health.
+    pub fn is_readiness(&self) -> bool {
+        self.on_update == ON_UPDATE_IGNORE
+    }
+
     /// Its name, or Nomad's default for `service`.
     pub fn name_in(&self, service: &str) -> String {
         if self.name.is_empty() {
