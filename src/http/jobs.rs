@@ -684,7 +684,7 @@ struct JobValidateResponse {
 
 /// `POST /v1/validate/job`: every problem of the job, none written. Accepts `{"Job": …}` or a
 /// bare job object.
-pub async fn validate(body: Bytes) -> Result<Response, ApiError> {
+pub async fn validate(State(ctx): State<HttpContext>, body: Bytes) -> Result<Response, ApiError> {
     let value: Value = decode_body(&body)?;
     // Nomad's answer to a request without a job (`{}`, `{"Job": null}`); a bare job
     // object (teamster also takes one) names its ID, Name or TaskGroups.
@@ -707,8 +707,11 @@ pub async fn validate(body: Bytes) -> Result<Response, ApiError> {
         .iter()
         .map(ToString::to_string)
         .collect();
+    let mut warnings = jobspec::job_warnings(&job_value);
     let mut job = decode_job(job_value)?;
     job.canonicalize();
+    warnings.extend(job.task_warnings());
+    warnings.extend(memory_max_warnings(&ctx, &job));
     let (errors, error) = match job.validate() {
         Ok(()) => (Vec::new(), String::new()),
         Err(ModelError::Invalid { errors }) => (errors, String::new()),
@@ -732,7 +735,7 @@ pub async fn validate(body: Bytes) -> Result<Response, ApiError> {
         driver_config_validated: errors.is_empty(),
         validation_errors: errors,
         error,
-        warnings: String::new(),
+        warnings: warnings.join("\n"),
     })
     .into_response())
 }

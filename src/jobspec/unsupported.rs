@@ -26,7 +26,6 @@ pub(super) const JOB: &[&str] = &[
 pub(super) const GROUP: &[&str] = &[
     "Volumes",
     "Consul",
-    "StopAfterClientDisconnect",
     "PreventRescheduleOnLost",
     "MaxRunDuration",
 ];
@@ -104,7 +103,8 @@ pub(super) const RESOURCES: &[&str] = &["Cores", "Networks", "Devices", "NUMA", 
 
 /// The warnings for fields teamster accepts, as Nomad does, without acting on them: an
 /// `update` block's `Stagger` (Nomad validates it and paces nothing by it either); and for
-/// the deprecated group `max_client_disconnect`, which is acted on as `disconnect.lost_after`.
+/// the deprecated group `max_client_disconnect` and `stop_after_client_disconnect`, which are
+/// acted on as `disconnect.lost_after` and `disconnect.stop_on_client_after`.
 /// Nomad's `JobRegisterResponse.Warnings` carries them.
 pub fn job_warnings(job: &Value) -> Vec<String> {
     let mut found = Vec::new();
@@ -133,6 +133,20 @@ pub fn job_warnings(job: &Value) -> Vec<String> {
             };
             found.push(format!(
                 "job → group {name}: max_client_disconnect is deprecated; {taken}"
+            ));
+        }
+        if group.get("StopAfterClientDisconnect").is_some_and(is_set) {
+            let own = group
+                .get("Disconnect")
+                .and_then(|d| d.get("StopOnClientAfter"))
+                .is_some_and(is_set);
+            let taken = if own {
+                "the group's disconnect.stop_on_client_after is used instead"
+            } else {
+                "it is used as disconnect.stop_on_client_after"
+            };
+            found.push(format!(
+                "job → group {name}: stop_after_client_disconnect is deprecated; {taken}"
             ));
         }
     }

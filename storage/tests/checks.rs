@@ -66,6 +66,31 @@ fn nomad_s_refusals_for_on_update_and_initial_status() {
     );
     let e = errors(&job(json!({}), json!({"OnUpdate": "sometimes"})));
     assert!(e.contains("on_update must be"), "{e}");
+    let e = errors(&job(json!({"OnUpdate": "bogus", "Checks": []}), json!({})));
+    assert!(
+        e.contains("Service on_update must be"),
+        "a service without checks too: {e}"
+    );
+    // Consul's value is Consul's: a Consul service may say it (and waits for Consul).
+    let consul = job(
+        json!({"Provider": "consul", "OnUpdate": "ignore_warnings"}),
+        json!({}),
+    );
+    assert_eq!(
+        consul.task_groups[0].services[0].checks[0].on_update,
+        "ignore_warnings"
+    );
+    assert!(
+        !errors(&consul).contains("on_update"),
+        "{}",
+        errors(&consul)
+    );
+    // A service's check_restart is its checks' too.
+    let e = errors(&job(
+        json!({"OnUpdate": "ignore", "CheckRestart": {"Limit": 0}}),
+        json!({}),
+    ));
+    assert!(e.contains("not compatible with check_restart"), "{e}");
     let e = errors(&job(
         json!({}),
         json!({"OnUpdate": "ignore", "CheckRestart": {"Limit": 3}}),

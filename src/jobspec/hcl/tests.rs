@@ -1373,6 +1373,39 @@ fn a_disconnect_block_and_max_client_disconnect_become_nomads_json() {
 }
 
 #[test]
+fn stop_after_client_disconnect_is_nomad_s_old_stop_on_client_after() {
+    let job = parse(
+        r#"
+        job "web" {
+          group "g" {
+            stop_after_client_disconnect = "90s"
+            task "t" { driver = "raw_exec" }
+          }
+        }
+        "#,
+    )
+    .unwrap();
+    assert_eq!(
+        job["TaskGroups"][0]["StopAfterClientDisconnect"],
+        json!(90_000_000_000u64)
+    );
+    assert!(crate::jobspec::unsupported::unsupported_fields(&job).is_empty());
+    assert_eq!(
+        crate::jobspec::unsupported::job_warnings(&job),
+        ["job → group \"g\": stop_after_client_disconnect is deprecated; it is used as disconnect.stop_on_client_after"]
+    );
+    let mut model: teamster_storage::model::Job =
+        serde_json::from_value(job).expect("the model reads it");
+    model.canonicalize();
+    let group = &model.task_groups[0];
+    assert_eq!(group.stop_after_client_disconnect, None, "folded");
+    let disconnect = group.disconnect.as_ref().expect("a disconnect block");
+    assert_eq!(disconnect.stop_on_client_after, Some(90_000_000_000));
+    assert_eq!(disconnect.lost_after, 0);
+    model.validate().expect("valid");
+}
+
+#[test]
 fn a_locality_block_becomes_levels_with_waits_in_nanoseconds() {
     let job = parse(
         r#"

@@ -1009,19 +1009,23 @@ fn memory_max_applies_only_with_memory_oversubscription_on() {
             cas_index: None,
         }))
         .unwrap();
+        // More than the node has: only `memory` counts in the fit.
         let mut job = mock_job("web", 1);
-        job.task_groups_mut()[0].tasks[0].resources.memory_max_mb = 4096;
+        let resources = &mut job.task_groups_mut()[0].tasks[0].resources;
+        resources.memory_mb = 256;
+        resources.memory_max_mb = 16384;
         let (job, eval) = h.register_job(job).unwrap();
         h.process(&eval).unwrap();
-        h.running_allocs(&job)[0].resources
+        let placed = h.running_allocs(&job);
+        assert_eq!(placed.len(), 1, "placed on memory, not memory_max");
+        placed[0].resources
     };
     let off = place(false);
     assert_eq!(
         off.memory_max_mb, 0,
         "off: the node is told memory_max does not apply"
     );
+    assert_eq!(off.memory_mb, 256);
     let on = place(true);
-    assert_eq!(on.memory_max_mb, 4096);
-    // Either way the node's fit counts the task's memory, not its memory_max.
-    assert_eq!(on.memory_mb, off.memory_mb);
+    assert_eq!(on.memory_max_mb, 16384);
 }

@@ -593,6 +593,9 @@ pub struct TaskGroup {
     /// Nomad's deprecated form of `disconnect.lost_after` (nanoseconds), folded into
     /// `disconnect` by [`Job::canonicalize`].
     pub max_client_disconnect: Option<u64>,
+    /// Nomad's deprecated form of `disconnect.stop_on_client_after` (nanoseconds), folded
+    /// into `disconnect` by [`Job::canonicalize`].
+    pub stop_after_client_disconnect: Option<u64>,
     /// A teamster extension: delay scheduling by locality (prefer nodes matching the first
     /// level, wait for one up to its `wait`, then widen to the next level, then anyone).
     pub locality: Option<Locality>,
@@ -801,6 +804,13 @@ fn validate_service(
             "{at}: service {name:?} with port {label:?} is defined twice"
         ));
     }
+    match service.on_update.as_str() {
+        "" | ON_UPDATE_REQUIRE_HEALTHY | ON_UPDATE_IGNORE | ON_UPDATE_IGNORE_WARNINGS => {}
+        other => errors.push(format!(
+            "{at}: service {name:?}: Service on_update must be \"require_healthy\", \
+             \"ignore_warnings\", or \"ignore\"; not {other:?}"
+        )),
+    }
     let mut check_names = BTreeSet::new();
     for check in &service.checks {
         let cname = check.name_in(name);
@@ -815,23 +825,23 @@ fn validate_service(
                  \"warning\", \"critical\" or empty"
             )),
         }
-        for on_update in [&service.on_update, &check.on_update] {
-            match on_update.as_str() {
-                "" | ON_UPDATE_REQUIRE_HEALTHY | ON_UPDATE_IGNORE => {}
-                ON_UPDATE_IGNORE_WARNINGS => errors.push(format!(
+        match check.on_update.as_str() {
+            "" | ON_UPDATE_REQUIRE_HEALTHY | ON_UPDATE_IGNORE => {}
+            // Consul's; native checks never warn.
+            ON_UPDATE_IGNORE_WARNINGS if service.provider != PROVIDER_CONSUL => {
+                errors.push(format!(
                     "{at}: on_update may only be set to ignore_warnings for Consul service checks"
-                )),
-                other => errors.push(format!(
-                    "{at}: on_update must be \"require_healthy\", \"ignore_warnings\", or \
-                     \"ignore\"; got {other:?}"
-                )),
+                ))
             }
+            ON_UPDATE_IGNORE_WARNINGS => {}
+            other => errors.push(format!(
+                "{at}: on_update must be \"require_healthy\", \"ignore_warnings\", or \
+                 \"ignore\"; got {other:?}"
+            )),
         }
-        let restarts = check
-            .check_restart
-            .as_ref()
-            .or(service.check_restart.as_ref());
-        if check.is_readiness() && restarts.is_some_and(|r| r.limit > 0) {
+        if check.is_readiness()
+            && (check.check_restart.is_some() || service.check_restart.is_some())
+        {
             errors.push(format!(
                 "{at}: on_update value \"ignore\" is not compatible with check_restart"
             ));
@@ -1040,6 +1050,7 @@ impl Default for TaskGroup {
             services: Vec::new(),
             disconnect: None,
             max_client_disconnect: None,
+            stop_after_client_disconnect: None,
             locality: None,
             ephemeral_disk: None,
             shutdown_delay: 0,
@@ -1328,6 +1339,14 @@ impl Job {
                         lost_after: window,
                         ..DisconnectStrategy::default()
                     });
+                }
+            }
+            // And this one `disconnect { stop_on_client_after = ... }`, unless the group's
+            // block says otherwise.
+            if let Some(after) = group.stop_after_client_disconnect.take() {
+                let disconnect = group.disconnect.get_or_insert_with(Default::default);
+                if disconnect.stop_on_client_after.is_none() {
+                    disconnect.stop_on_client_after = Some(after);
                 }
             }
             group.update = match (&job_update, group.update.take()) {
