@@ -497,24 +497,14 @@ async fn python_nomad_2_1_0_own_variable_tests_pass_with_and_without_acls() -> a
         } else {
             None
         };
-        let mut cmd = Command::new(&python);
-        cmd.current_dir(&suite)
-            .args(["-m", "pytest", "-q", "-p", "no:cacheprovider"])
-            .args(["tests/test_variable.py", "tests/test_variables.py"])
-            .env("NOMAD_IP", &ip)
-            .env("NOMAD_PORT", "4646")
-            .env("NOMAD_VERSION", "1.7.0");
-        for var in [
-            "NOMAD_ADDR",
-            "NOMAD_NAMESPACE",
-            "NOMAD_REGION",
-            "NOMAD_TOKEN",
-        ] {
-            cmd.env_remove(var);
-        }
-        if let Some(t) = &token {
-            cmd.env("NOMAD_TOKEN", t);
-        }
+        let mut cmd = pytest(
+            &python,
+            &suite,
+            &ip,
+            "1.7.0",
+            token.as_deref(),
+            &["tests/test_variable.py", "tests/test_variables.py"],
+        );
         let out = tokio::task::spawn_blocking(move || cmd.output()).await??;
         let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
         anyhow::ensure!(
@@ -531,6 +521,41 @@ async fn python_nomad_2_1_0_own_variable_tests_pass_with_and_without_acls() -> a
         );
     }
     Ok(())
+}
+
+/// pytest in `dir` with the venv's `python`, against the agent on `ip:4646` as python-nomad's
+/// tests find it (`NOMAD_IP`, `NOMAD_PORT`, `NOMAD_VERSION`, `NOMAD_TOKEN` when given; none
+/// of Nomad's other variables leak in from the environment), bounded to 10 minutes: a hung
+/// suite fails the test instead of holding the run.
+fn pytest(
+    python: &Path,
+    dir: &Path,
+    ip: &str,
+    nomad_version: &str,
+    token: Option<&str>,
+    args: &[&str],
+) -> Command {
+    let mut cmd = Command::new("timeout");
+    cmd.current_dir(dir)
+        .arg("600")
+        .arg(python)
+        .args(["-m", "pytest", "-q", "-p", "no:cacheprovider"])
+        .args(args)
+        .env("NOMAD_IP", ip)
+        .env("NOMAD_PORT", "4646")
+        .env("NOMAD_VERSION", nomad_version);
+    for var in [
+        "NOMAD_ADDR",
+        "NOMAD_NAMESPACE",
+        "NOMAD_REGION",
+        "NOMAD_TOKEN",
+    ] {
+        cmd.env_remove(var);
+    }
+    if let Some(t) = token {
+        cmd.env("NOMAD_TOKEN", t);
+    }
+    cmd
 }
 
 /// python-nomad 2.1.0's source distribution unpacked (its `tests/` folder), with pytest
@@ -694,32 +719,14 @@ async fn python_nomad_2_1_0_whole_suite_passes_but_for_what_this_machine_lacks(
     let pid = std::process::id();
     let ip = format!("127.{}.{}.15", 10 + (pid % 200), 240 - (pid / 200 % 5));
     let agent = dev_agent(&ip, &["-node", "pynomad1", "--acl-enabled"]).await?;
-    // Bounded: a hung suite fails the test instead of holding the run.
-    let mut cmd = Command::new("timeout");
-    cmd.current_dir(work.path())
-        .arg("600")
-        .arg(&python)
-        .args([
-            "-m",
-            "pytest",
-            "-q",
-            "-p",
-            "no:cacheprovider",
-            "--runxfail",
-            "-rfE",
-        ])
-        .arg("tests/")
-        .env("NOMAD_IP", &ip)
-        .env("NOMAD_PORT", "4646")
-        .env("NOMAD_VERSION", "1.9.5");
-    for var in [
-        "NOMAD_ADDR",
-        "NOMAD_NAMESPACE",
-        "NOMAD_REGION",
-        "NOMAD_TOKEN",
-    ] {
-        cmd.env_remove(var);
-    }
+    let mut cmd = pytest(
+        &python,
+        work.path(),
+        &ip,
+        "1.9.5",
+        None,
+        &["--runxfail", "-rfE", "tests/"],
+    );
     let out = tokio::task::spawn_blocking(move || cmd.output()).await??;
     let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
     // Failures and errors (setup or teardown) alike, from pytest's short summary.

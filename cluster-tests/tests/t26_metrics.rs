@@ -92,6 +92,21 @@ fn nomad_s_own(problem: &str) -> bool {
         .any(|rule| problem.contains(rule))
 }
 
+/// GET `url` (with `query`) as JSON.
+async fn get_json(
+    http: &reqwest::Client,
+    url: &str,
+    query: &[(&str, &str)],
+) -> anyhow::Result<Value> {
+    Ok(http.get(url).query(query).send().await?.json().await?)
+}
+
+/// The samples Prometheus answers `query` with now.
+async fn prom_query(http: &reqwest::Client, prom: &str, query: &str) -> anyhow::Result<Vec<Value>> {
+    let v = get_json(http, &format!("{prom}/api/v1/query"), &[("query", query)]).await?;
+    Ok(v["data"]["result"].as_array().cloned().unwrap_or_default())
+}
+
 #[tokio::test]
 async fn prometheus_scrapes_the_cluster_and_finds_nomad_s_metric_names() -> anyhow::Result<()> {
     let installed =
@@ -188,12 +203,7 @@ async fn prometheus_scrapes_the_cluster_and_finds_nomad_s_metric_names() -> anyh
 
     // Every target is scraped without error.
     let health = wait_for(Duration::from_secs(60), "every target up", || async {
-        let v: Value = http
-            .get(format!("{prom}/api/v1/targets"))
-            .send()
-            .await
-            .ok()?
-            .json()
+        let v = get_json(&http, &format!("{prom}/api/v1/targets"), &[])
             .await
             .ok()?;
         let active = v["data"]["activeTargets"].as_array()?.clone();
@@ -212,16 +222,7 @@ async fn prometheus_scrapes_the_cluster_and_finds_nomad_s_metric_names() -> anyh
     let waited = wait_for(Duration::from_secs(60), "every documented name", || async {
         let mut still = Vec::new();
         for name in &names {
-            let v: Value = http
-                .get(format!("{prom}/api/v1/query"))
-                .query(&[("query", name.as_str())])
-                .send()
-                .await
-                .ok()?
-                .json()
-                .await
-                .ok()?;
-            if v["data"]["result"].as_array().is_none_or(|r| r.is_empty()) {
+            if prom_query(&http, &prom, name).await.ok()?.is_empty() {
                 still.push(name.clone());
             }
         }
@@ -238,20 +239,7 @@ async fn prometheus_scrapes_the_cluster_and_finds_nomad_s_metric_names() -> anyh
     }
 
     // Values that must be right, through Prometheus.
-    let query = |q: &'static str| {
-        let http = http.clone();
-        let prom = prom.clone();
-        async move {
-            let v: Value = http
-                .get(format!("{prom}/api/v1/query"))
-                .query(&[("query", q)])
-                .send()
-                .await?
-                .json()
-                .await?;
-            anyhow::Ok(v["data"]["result"].as_array().cloned().unwrap_or_default())
-        }
-    };
+    let query = |q: &'static str| prom_query(&http, &prom, q);
     let running =
         query("nomad_nomad_job_summary_running{exported_job=\"metrics\",task_group=\"g\"}").await?;
     assert_eq!(
