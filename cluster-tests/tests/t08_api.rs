@@ -307,8 +307,8 @@ async fn bad_input_is_refused_with_a_message_and_changes_nothing() -> anyhow::Re
     for (job_type, update, expected) in [
         (
             "service",
-            json!({ "MaxParallel": 0 }),
-            "max_parallel = 0 would never replace",
+            json!({ "MaxParallel": 0, "Canary": 1 }),
+            "canary needs max_parallel of at least 1",
         ),
         (
             "service",
@@ -319,6 +319,11 @@ async fn bad_input_is_refused_with_a_message_and_changes_nothing() -> anyhow::Re
             "batch",
             json!({ "MaxParallel": 1 }),
             "job type batch does not allow an update block",
+        ),
+        (
+            "system",
+            json!({ "MaxParallel": 1, "Canary": 1 }),
+            "canary is not supported for system jobs",
         ),
     ] {
         let mut job = json!({

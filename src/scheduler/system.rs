@@ -13,7 +13,9 @@
 //! - on ready nodes that are merely ineligible or draining, existing allocations are left
 //!   alone;
 //! - on eligible nodes, an allocation of an older job version is updated in place (if only
-//!   non-task fields changed and the node still takes it) or replaced; a missing one is
+//!   non-task fields changed and the node still takes it) or replaced (with an `update`
+//!   block, at most `max_parallel` per evaluation, the rest by a `rolling-update`
+//!   evaluation `stagger` later, as Nomad's system scheduler); a missing one is
 //!   placed — sysbatch groups that already finished on the node for this job version are not
 //!   run again.
 //!
@@ -29,8 +31,8 @@ use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;
 
 use teamster_storage::model::{
-    Allocation, ClientStatus, DeploymentId, DesiredStatus, EvalStatus, Evaluation, Job, Node,
-    NodeId, NodeStatus,
+    Allocation, ClientStatus, DeploymentId, DesiredStatus, EvalStatus, EvalTrigger, Evaluation,
+    Job, Node, NodeId, NodeStatus, Timestamp,
 };
 
 use crate::scheduler::context::EvalContext;
@@ -100,7 +102,7 @@ impl<'a> SystemScheduler<'a> {
         ctx: &mut EvalContext,
         job: &Arc<Job>,
         allocs: &[Arc<Allocation>],
-    ) -> Result<(), SchedulerError> {
+    ) -> Result<Option<Evaluation>, SchedulerError> {
         let now = self.session.env.now;
         let scope = ready_nodes(&self.session.snapshot, job, self.session.env.ready_nodes);
         let eligible: HashMap<NodeId, Arc<Node>> = scope
@@ -176,6 +178,18 @@ impl<'a> SystemScheduler<'a> {
         let mut placements: Vec<Placement> = Vec::new();
         let mut node_ids: Vec<&NodeId> = eligible.keys().collect();
         node_ids.sort();
+        // A group with an update block replaces at most `max_parallel` allocations per
+        // evaluation (Nomad's system rolling update); the rest wait for the next one,
+        // `stagger` later.
+        let mut budget: HashMap<&str, u32> = job
+            .task_groups
+            .iter()
+            .filter_map(|g| {
+                let update = g.update.as_ref().filter(|u| u.max_parallel() > 0)?;
+                Some((g.name.as_str(), update.max_parallel()))
+            })
+            .collect();
+        let mut next_roll: Option<u64> = None;
         for node_id in node_ids {
             let node = &eligible[node_id];
             for group in job.task_groups.iter().filter(|g| g.count > 0) {
@@ -202,6 +216,14 @@ impl<'a> SystemScheduler<'a> {
                                 now,
                             )
                         {
+                            if let Some(left) = budget.get_mut(group.name.as_str()) {
+                                if *left == 0 {
+                                    let stagger = group.update.as_ref().map_or(0, |u| u.stagger());
+                                    next_roll = Some(next_roll.map_or(stagger, |n| n.min(stagger)));
+                                    continue;
+                                }
+                                *left -= 1;
+                            }
                             placements.push(Placement {
                                 node: node.clone(),
                                 group: group.name.clone(),
@@ -300,7 +322,24 @@ impl<'a> SystemScheduler<'a> {
                 }
             }
         }
-        Ok(())
+        // Nomad's `NextRollingEval`: the rest of the rolling update, `stagger` from now.
+        Ok(next_roll.map(|stagger| Evaluation {
+            id: crate::util::new_uuid(self.session.env.rng).into(),
+            namespace: job.namespace.clone(),
+            priority: run.eval.priority,
+            eval_type: job.job_type,
+            triggered_by: EvalTrigger::RollingUpdate,
+            job_id: job.id.clone(),
+            job_modify_index: job.job_modify_index,
+            status: EvalStatus::Pending,
+            wait_until: Timestamp::from_unix_nanos(
+                now.saturating_add(i64::try_from(stagger).unwrap_or(i64::MAX)),
+            ),
+            previous_eval: run.eval.id.clone(),
+            create_time: now,
+            modify_time: now,
+            ..Evaluation::default()
+        }))
     }
 }
 
@@ -327,10 +366,15 @@ impl<'a> Family<'a> for SystemScheduler<'a> {
             .as_ref()
             .filter(|j| !j.stopped() && !j.is_parent())
         {
-            None => self.stop_all(&mut attempt.ctx, &attempt.allocs),
-            Some(job) => self.diff_and_place(run, &mut attempt.ctx, job, &attempt.allocs)?,
+            None => {
+                self.stop_all(&mut attempt.ctx, &attempt.allocs);
+                Ok(Vec::new())
+            }
+            Some(job) => Ok(self
+                .diff_and_place(run, &mut attempt.ctx, job, &attempt.allocs)?
+                .into_iter()
+                .collect()),
         }
-        Ok(Vec::new())
     }
 }
 

@@ -321,3 +321,29 @@ fn a_failed_allocation_of_an_active_deployment_waits_for_the_watcher() {
         .expect("a replacement");
     assert_eq!(replacement.deployment_id, latest(&h, &v0).id);
 }
+
+#[test]
+fn max_parallel_zero_turns_deployments_off_and_replaces_every_allocation_at_once() {
+    let (mut h, _) = harness_with_nodes(4);
+    let (v0, eval) = h.register_job(rolling_job(4, 0, 0)).unwrap();
+    h.process(&eval).unwrap();
+    assert_eq!(running_of_version(&h, &v0, v0.version).len(), 4);
+    assert!(
+        h.snapshot()
+            .latest_deployment(&v0.namespace, &v0.id)
+            .is_none(),
+        "no deployment"
+    );
+    let (v1, eval) = h.register_job(next_version(&v0, "2")).unwrap();
+    h.process(&eval).unwrap();
+    assert_eq!(
+        running_of_version(&h, &v1, v1.version).len(),
+        4,
+        "all four replaced in one evaluation"
+    );
+    assert!(running_of_version(&h, &v1, v0.version).is_empty());
+    assert!(h
+        .snapshot()
+        .latest_deployment(&v1.namespace, &v1.id)
+        .is_none());
+}

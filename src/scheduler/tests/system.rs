@@ -189,6 +189,71 @@ fn system_job_updates_replace_changed_tasks() {
 }
 
 #[test]
+fn a_system_job_with_an_update_block_rolls_max_parallel_per_stagger() {
+    let (mut h, _) = harness_with_nodes(3);
+    let mut job = mock_system_job("agent");
+    job.task_groups_mut()[0].update = Some(teamster_storage::model::UpdateStrategy {
+        max_parallel: Some(1),
+        stagger: Some(30_000_000_000),
+        ..Default::default()
+    });
+    let (v0, eval) = h.register_job(job).unwrap();
+    h.process(&eval).unwrap();
+    assert_eq!(
+        h.running_allocs(&v0).len(),
+        3,
+        "first placements are not limited"
+    );
+    assert!(
+        !h.created_evals
+            .iter()
+            .any(|e| e.triggered_by == EvalTrigger::RollingUpdate),
+        "nothing to roll yet"
+    );
+
+    let mut changed = (*v0).clone();
+    changed.task_groups_mut()[0].tasks[0]
+        .env
+        .insert("LEVEL".into(), "debug".into());
+    let (v1, eval) = h.register_job(changed).unwrap();
+    let of_version = |h: &Harness, v: u64| {
+        h.running_allocs(&v1)
+            .iter()
+            .filter(|a| a.job_version == v)
+            .count()
+    };
+    let mut at = h.now;
+    for replaced in 1..=3 {
+        let eval = if replaced == 1 {
+            eval.clone()
+        } else {
+            h.created_evals
+                .iter()
+                .rev()
+                .find(|e| e.triggered_by == EvalTrigger::RollingUpdate)
+                .cloned()
+                .expect("the next step of the rolling update")
+        };
+        if replaced > 1 {
+            assert_eq!(
+                eval.wait_until.unix_nanos(),
+                Some(at + 30_000_000_000),
+                "stagger later"
+            );
+        }
+        let before = h.created_evals.len();
+        h.process(&eval).unwrap();
+        at = h.now;
+        assert_eq!(of_version(&h, v1.version), replaced, "one per evaluation");
+        assert_eq!(of_version(&h, v0.version), 3 - replaced);
+        let next = h.created_evals[before..]
+            .iter()
+            .any(|e| e.triggered_by == EvalTrigger::RollingUpdate);
+        assert_eq!(next, replaced < 3, "a next step only while some remain");
+    }
+}
+
+#[test]
 fn sysbatch_does_not_rerun_finished_allocations() {
     let (mut h, _) = harness_with_nodes(2);
     let mut job = mock_system_job("sweep");

@@ -138,16 +138,17 @@ impl UpdateStrategy {
         self.max_parallel() > 0
     }
 
-    /// Nomad's `UpdateStrategy.Validate`, plus teamster's refusal of a block that could
-    /// never replace anything (`max_parallel = 0` with a count) and of more canaries than the
-    /// count.
+    /// Nomad's `UpdateStrategy.Validate`, plus teamster's refusal of canaries a deployment
+    /// could not place (with `max_parallel = 0`, which turns deployments off, or more than
+    /// the count).
     pub(crate) fn validate(&self, at: &str, count: u32, errors: &mut Vec<String>) {
         let at = format!("{at}, update");
         match self.max_parallel {
             Some(n) if n < 0 => errors.push(format!("{at}: max_parallel must be at least 0")),
-            Some(0) if count > 0 => errors.push(format!(
-                "{at}: max_parallel = 0 would never replace an allocation of a group with \
-                 count {count}; set it to at least 1"
+            // Nomad's: 0 turns deployments off (updates go all at once); canaries need one.
+            Some(0) if self.canary() > 0 => errors.push(format!(
+                "{at}: canary needs max_parallel of at least 1 (max_parallel = 0 turns \
+                 deployments off)"
             )),
             _ => {}
         }
@@ -178,6 +179,39 @@ impl UpdateStrategy {
         }
         if self.stagger == Some(0) {
             errors.push(format!("{at}: stagger must be greater than zero"));
+        }
+    }
+}
+
+impl UpdateStrategy {
+    /// `Stagger`, nanoseconds (Nomad's default 30 s when unset).
+    pub fn stagger(&self) -> u64 {
+        self.stagger.unwrap_or(30 * NANOS_PER_SEC)
+    }
+
+    /// A system job's update block, as Nomad's system scheduler reads it: at most
+    /// `max_parallel` allocations replaced per evaluation, the next ones `stagger` later
+    /// (0: all at once). There is no deployment, so canaries, auto-revert and auto-promote
+    /// are refused rather than ignored.
+    pub(crate) fn validate_system(&self, at: &str, errors: &mut Vec<String>) {
+        let at = format!("{at}, update");
+        if self.max_parallel.is_some_and(|n| n < 0) {
+            errors.push(format!("{at}: max_parallel must be at least 0"));
+        }
+        if self.stagger == Some(0) {
+            errors.push(format!("{at}: stagger must be greater than zero"));
+        }
+        for (set, field) in [
+            (self.canary() > 0, "canary"),
+            (self.auto_revert(), "auto_revert"),
+            (self.auto_promote(), "auto_promote"),
+        ] {
+            if set {
+                errors.push(format!(
+                    "{at}: {field} is not supported for system jobs (they roll by \
+                     max_parallel and stagger, without a deployment)"
+                ));
+            }
         }
     }
 }

@@ -1600,14 +1600,10 @@ impl Job {
             if let Some(update) = &group.update {
                 match self.job_type {
                     JobType::Service => update.validate(&at, group.count, &mut errors),
+                    JobType::System => update.validate_system(&at, &mut errors),
                     other => errors.push(format!(
-                        "{at}: job type {} does not allow an update block{}",
+                        "{at}: job type {} does not allow an update block",
                         other.as_str(),
-                        if other == JobType::System {
-                            " (teamster does not roll system jobs out through deployments)"
-                        } else {
-                            ""
-                        }
                     )),
                 }
             }
