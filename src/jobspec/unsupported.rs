@@ -101,17 +101,21 @@ const SAME_AS_TEAMSTER: &[(&str, &str)] = &[
 /// Fields of a task's `Resources` teamster does not implement.
 pub(super) const RESOURCES: &[&str] = &["Cores", "Networks", "Devices", "NUMA", "SecretsMB"];
 
-/// The warnings for fields teamster accepts, as Nomad does, without acting on them: an
-/// `update` block's `Stagger` (Nomad validates it and paces nothing by it either); and for
+/// The warnings for fields teamster accepts, as Nomad does, without acting on them: a service
+/// job's `update` block's `Stagger` (Nomad validates it and paces nothing by it either; a
+/// system job's paces its rolling update); and for
 /// the deprecated group `max_client_disconnect` and `stop_after_client_disconnect`, which are
 /// acted on as `disconnect.lost_after` and `disconnect.stop_on_client_after`.
 /// Nomad's `JobRegisterResponse.Warnings` carries them.
 pub fn job_warnings(job: &Value) -> Vec<String> {
     let mut found = Vec::new();
+    // A system job's stagger paces its rolling update; a service job's paces nothing.
+    let system = job.get("Type").and_then(Value::as_str) == Some("system");
     let stagger = |v: &Value| {
-        v.get("Update")
-            .and_then(|u| u.get("Stagger"))
-            .is_some_and(is_set)
+        !system
+            && v.get("Update")
+                .and_then(|u| u.get("Stagger"))
+                .is_some_and(is_set)
     };
     if stagger(job) {
         found.push(STAGGER_WARNING.replace("{at}", "job → Update"));

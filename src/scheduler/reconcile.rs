@@ -449,7 +449,9 @@ impl Reconciler<'_> {
             .update
             .clone()
             .filter(|u| u.rolls() && job.job_type == JobType::Service && !self.batch);
-        let active_deployment = view.active_id().cloned();
+        // Only a group that rolls is in the deployment: a group with `max_parallel = 0`
+        // beside it replaces its failed allocations by its reschedule policy alone.
+        let active_deployment = view.active_id().cloned().filter(|_| strategy.is_some());
         let (mut dstate, existing_state) = Self::group_state(job, group, view);
         let placed_canaries: Vec<_> = if existing_state {
             dstate.placed_canaries.clone()

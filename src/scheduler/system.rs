@@ -53,6 +53,8 @@ pub struct SystemScheduler<'a> {
     session: Session<'a>,
     /// Nodes that already got a blocked evaluation in this `process`.
     blocked_nodes: BTreeSet<NodeId>,
+    /// Whether this evaluation made its rolling update's next step already.
+    rolling_step_made: bool,
 }
 
 /// One placement the diff asks for.
@@ -71,6 +73,7 @@ impl<'a> SystemScheduler<'a> {
             sysbatch,
             session,
             blocked_nodes: BTreeSet::new(),
+            rolling_step_made: false,
         }
     }
 
@@ -180,13 +183,23 @@ impl<'a> SystemScheduler<'a> {
         node_ids.sort();
         // A group with an update block replaces at most `max_parallel` allocations per
         // evaluation (Nomad's system rolling update); the rest wait for the next one,
-        // `stagger` later.
-        let mut budget: HashMap<&str, u32> = job
+        // `stagger` later. What an earlier attempt of this evaluation committed (a plan
+        // partly applied, then retried) counts against it.
+        let mut budget: HashMap<String, u32> = job
             .task_groups
             .iter()
             .filter_map(|g| {
                 let update = g.update.as_ref().filter(|u| u.max_parallel() > 0)?;
-                Some((g.name.as_str(), update.max_parallel()))
+                let done = allocs
+                    .iter()
+                    .filter(|a| {
+                        a.eval_id == run.eval.id
+                            && a.task_group.as_str() == g.name
+                            && !a.previous_allocation.is_empty()
+                    })
+                    .count();
+                let left = update.max_parallel().saturating_sub(done as u32);
+                Some((g.name.clone(), left))
             })
             .collect();
         let mut next_roll: Option<u64> = None;
@@ -216,14 +229,6 @@ impl<'a> SystemScheduler<'a> {
                                 now,
                             )
                         {
-                            if let Some(left) = budget.get_mut(group.name.as_str()) {
-                                if *left == 0 {
-                                    let stagger = group.update.as_ref().map_or(0, |u| u.stagger());
-                                    next_roll = Some(next_roll.map_or(stagger, |n| n.min(stagger)));
-                                    continue;
-                                }
-                                *left -= 1;
-                            }
                             placements.push(Placement {
                                 node: node.clone(),
                                 group: group.name.clone(),
@@ -245,6 +250,24 @@ impl<'a> SystemScheduler<'a> {
             let placer = placers
                 .get_mut(&placement.group)
                 .expect("a placer exists for every group");
+            // A replacement spends the group's budget only once it takes effect (placed, or
+            // the node no longer takes the group); none left: the next step does it.
+            let rolling = placement.replaces.is_some() && budget.contains_key(&placement.group);
+            if rolling && budget[&placement.group] == 0 {
+                let stagger = job
+                    .task_group(&placement.group)
+                    .and_then(|g| g.update.as_ref())
+                    .map_or(0, |u| u.stagger());
+                next_roll = Some(next_roll.map_or(stagger, |n| n.min(stagger)));
+                continue;
+            }
+            let mut spend = || {
+                if rolling {
+                    if let Some(left) = budget.get_mut(&placement.group) {
+                        *left = left.saturating_sub(1);
+                    }
+                }
+            };
             if let Some(old) = &placement.replaces {
                 ctx.plan_stop(old, ALLOC_UPDATING, None, now);
             }
@@ -253,7 +276,10 @@ impl<'a> SystemScheduler<'a> {
             // does not take the group (for an update: any more, so the old allocation's stop
             // stands) is not a failure: the job does not want this node.
             let victims = match stack.evaluate(ctx, placer, &placement.node, &[], preempt) {
-                Verdict::Filtered => continue,
+                Verdict::Filtered => {
+                    spend();
+                    continue;
+                }
                 Verdict::Exhausted => None,
                 Verdict::Feasible(_) => Some(Vec::new()),
                 Verdict::Preempt(_, victims) => Some(victims),
@@ -281,6 +307,7 @@ impl<'a> SystemScheduler<'a> {
                         )
                     };
                     place_preempting(ctx, alloc, &victims, now);
+                    spend();
                 }
                 None => {
                     if let Some(old) = &placement.replaces {
@@ -323,6 +350,21 @@ impl<'a> SystemScheduler<'a> {
             }
         }
         // Nomad's `NextRollingEval`: the rest of the rolling update, `stagger` from now.
+        // One per evaluation (not again when a plan is retried), and none while another
+        // step of this job's roll is pending (another evaluation started it).
+        let pending_step = self
+            .session
+            .snapshot
+            .evals_by_job(&job.namespace, &job.id)
+            .any(|e| {
+                e.triggered_by == EvalTrigger::RollingUpdate
+                    && e.status == EvalStatus::Pending
+                    && e.id != run.eval.id
+            });
+        if self.rolling_step_made || pending_step {
+            return Ok(None);
+        }
+        self.rolling_step_made = next_roll.is_some();
         Ok(next_roll.map(|stagger| Evaluation {
             id: crate::util::new_uuid(self.session.env.rng).into(),
             namespace: job.namespace.clone(),
@@ -381,6 +423,7 @@ impl<'a> Family<'a> for SystemScheduler<'a> {
 impl Scheduler for SystemScheduler<'_> {
     fn process(&mut self, eval: &Evaluation) -> Result<(), SchedulerError> {
         self.blocked_nodes.clear();
+        self.rolling_step_made = false;
         placement::process(self, eval)
     }
 }

@@ -253,6 +253,53 @@ fn a_system_job_with_an_update_block_rolls_max_parallel_per_stagger() {
     }
 }
 
+/// A node that cannot take the new version does not use up the step: the others roll, and
+/// one chain of steps runs however many evaluations see the roll.
+#[test]
+fn a_full_node_does_not_stall_a_system_roll_and_one_chain_runs() {
+    let (mut h, nodes) = harness_with_nodes(3);
+    let mut job = mock_system_job("agent");
+    job.task_groups_mut()[0].update = Some(teamster_storage::model::UpdateStrategy {
+        max_parallel: Some(1),
+        stagger: Some(30_000_000_000),
+        ..Default::default()
+    });
+    let (v0, eval) = h.register_job(job).unwrap();
+    h.process(&eval).unwrap();
+    assert_eq!(h.running_allocs(&v0).len(), 3);
+    // The node visited first has no room for the new, larger version.
+    let mut ids: Vec<NodeId> = nodes.iter().map(|n| n.id.clone()).collect();
+    ids.sort();
+    let filler = filler_job(&mut h);
+    h.upsert_allocs(vec![filler_alloc(&filler, &ids[0], 1, 100, 6000)])
+        .unwrap();
+    let mut bigger = (*v0).clone();
+    bigger.task_groups_mut()[0].tasks[0].resources.memory_mb = 4096;
+    let (v1, eval) = h.register_job(bigger).unwrap();
+    h.process(&eval).unwrap();
+    let new: Vec<NodeId> = h
+        .running_allocs(&v1)
+        .iter()
+        .filter(|a| a.job_version == v1.version)
+        .map(|a| a.node_id.clone())
+        .collect();
+    assert_eq!(new.len(), 1, "one replaced despite the full node");
+    assert_ne!(new[0], ids[0]);
+    let steps = |h: &Harness| {
+        h.created_evals
+            .iter()
+            .filter(|e| e.triggered_by == EvalTrigger::RollingUpdate)
+            .count()
+    };
+    assert_eq!(steps(&h), 1);
+    // Another evaluation mid-roll (a node update) does not start a second chain.
+    let other = h
+        .create_pending_eval(&v1, EvalTrigger::NodeUpdate, None)
+        .unwrap();
+    h.process(&other).unwrap();
+    assert_eq!(steps(&h), 1, "one chain of steps");
+}
+
 #[test]
 fn sysbatch_does_not_rerun_finished_allocations() {
     let (mut h, _) = harness_with_nodes(2);

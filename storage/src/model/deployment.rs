@@ -35,9 +35,10 @@ pub const HEALTH_CHECK_MANUAL: &str = "manual";
 #[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
 #[serde(rename_all = "PascalCase", default)]
 pub struct UpdateStrategy {
-    /// Validated and kept, as Nomad does; pacing comes from `MaxParallel` and health.
+    /// A system job's pause between the steps of its rolling update; a service job's is
+    /// validated and kept, as Nomad does (its pacing comes from `MaxParallel` and health).
     pub stagger: Option<u64>,
-    /// Allocations replaced at once; 0 turns deployments off (refused when count > 0).
+    /// Allocations replaced at once; 0 turns deployments off.
     pub max_parallel: Option<i64>,
     /// `checks`, `task_states` or `manual`.
     pub health_check: Option<String>,
