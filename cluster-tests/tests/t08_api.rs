@@ -325,6 +325,11 @@ async fn bad_input_is_refused_with_a_message_and_changes_nothing() -> anyhow::Re
             json!({ "MaxParallel": 1, "Canary": 1 }),
             "canary is not supported for system jobs",
         ),
+        (
+            "system",
+            json!({ "MaxParallel": 1, "HealthCheck": "task_states" }),
+            "health_check is not supported for system jobs",
+        ),
     ] {
         let mut job = json!({
             "ID": "rolling", "Type": job_type, "Datacenters": ["dc1"],

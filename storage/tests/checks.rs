@@ -1,7 +1,8 @@
 //! A native service check's `on_update` and `initial_status`, as Nomad reads them: a check
 //! takes its service's `on_update` (`require_healthy` by default); `ignore` makes it a
 //! readiness check, which cannot restart its task; `ignore_warnings` is Consul's and
-//! refused for native checks; `initial_status` takes Consul's three values.
+//! refused for native checks; `initial_status` takes Consul's three values. And a system
+//! job's `update` block (last test) refuses the health settings it would not act on.
 
 use serde_json::{json, Value};
 use teamster_storage::model::Job;
@@ -108,4 +109,32 @@ fn nomad_s_refusals_for_on_update_and_initial_status() {
     }
     let e = errors(&job(json!({}), json!({"InitialStatus": "green"})));
     assert!(e.contains("invalid initial check state (green)"), "{e}");
+}
+
+/// A system job's update block takes nothing it would not act on: its health settings other
+/// than Nomad's defaults are refused by name (nothing waits for health in a system roll).
+#[test]
+fn a_system_job_s_update_refuses_health_settings() {
+    let job = |update: Value| {
+        let mut job: Job = serde_json::from_value(json!({
+            "ID": "s", "Name": "s", "Type": "system", "Datacenters": ["dc1"],
+            "Update": update,
+            "TaskGroups": [{"Name": "g", "Count": 1,
+                "Tasks": [{"Name": "t", "Driver": "raw_exec", "Config": {"command": "true"}}]}]
+        }))
+        .unwrap();
+        job.canonicalize();
+        job
+    };
+    assert_eq!(
+        errors(&job(json!({"MaxParallel": 2, "Stagger": 5_000_000_000u64}))),
+        ""
+    );
+    let e = errors(&job(
+        json!({"MaxParallel": 1, "MinHealthyTime": 1_000_000_000u64}),
+    ));
+    assert!(
+        e.contains("min_healthy_time is not supported for system jobs"),
+        "{e}"
+    );
 }

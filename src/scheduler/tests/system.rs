@@ -188,15 +188,21 @@ fn system_job_updates_replace_changed_tasks() {
     assert!(h.running_allocs(&job).iter().all(|a| a.job_version == 2));
 }
 
-#[test]
-fn a_system_job_with_an_update_block_rolls_max_parallel_per_stagger() {
-    let (mut h, _) = harness_with_nodes(3);
+/// `mock_system_job` rolling one allocation per 30 s.
+fn rolling_system_job() -> teamster_storage::model::Job {
     let mut job = mock_system_job("agent");
     job.task_groups_mut()[0].update = Some(teamster_storage::model::UpdateStrategy {
         max_parallel: Some(1),
         stagger: Some(30_000_000_000),
         ..Default::default()
     });
+    job
+}
+
+#[test]
+fn a_system_job_with_an_update_block_rolls_max_parallel_per_stagger() {
+    let (mut h, _) = harness_with_nodes(3);
+    let job = rolling_system_job();
     let (v0, eval) = h.register_job(job).unwrap();
     h.process(&eval).unwrap();
     assert_eq!(
@@ -258,12 +264,7 @@ fn a_system_job_with_an_update_block_rolls_max_parallel_per_stagger() {
 #[test]
 fn a_full_node_does_not_stall_a_system_roll_and_one_chain_runs() {
     let (mut h, nodes) = harness_with_nodes(3);
-    let mut job = mock_system_job("agent");
-    job.task_groups_mut()[0].update = Some(teamster_storage::model::UpdateStrategy {
-        max_parallel: Some(1),
-        stagger: Some(30_000_000_000),
-        ..Default::default()
-    });
+    let job = rolling_system_job();
     let (v0, eval) = h.register_job(job).unwrap();
     h.process(&eval).unwrap();
     assert_eq!(h.running_allocs(&v0).len(), 3);

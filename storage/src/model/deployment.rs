@@ -202,10 +202,29 @@ impl UpdateStrategy {
         if self.stagger == Some(0) {
             errors.push(format!("{at}: stagger must be greater than zero"));
         }
+        // Health is not waited for: a health setting other than Nomad's default would be
+        // taken and ignored, so it is refused too.
+        let default = UpdateStrategy::nomad_default();
         for (set, field) in [
             (self.canary() > 0, "canary"),
             (self.auto_revert(), "auto_revert"),
             (self.auto_promote(), "auto_promote"),
+            (
+                self.health_check() != default.health_check(),
+                "health_check",
+            ),
+            (
+                self.min_healthy_time() != default.min_healthy_time(),
+                "min_healthy_time",
+            ),
+            (
+                self.healthy_deadline() != default.healthy_deadline(),
+                "healthy_deadline",
+            ),
+            (
+                self.progress_deadline() != default.progress_deadline(),
+                "progress_deadline",
+            ),
         ] {
             if set {
                 errors.push(format!(
