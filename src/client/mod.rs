@@ -722,7 +722,7 @@ async fn report_loop(shared: Arc<Shared>, servers: Arc<Servers>, shutdown: Cance
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::client::types::TaskHandle;
+    use crate::client::types::{TaskHandle, MAX_RUN_DURATION_EXCEEDED};
     use teamster_storage::model::{
         Allocation, ConfigValue, Job, JobType, RestartMode, RestartPolicy, Task, TaskGroup,
         TaskStateValue, Timestamp,
@@ -1664,6 +1664,63 @@ mod tests {
 
     /// `f` applied to the job of allocation `a1` as an in-place update brings it (a new
     /// `JobModifyIndex`), handed to its runner.
+    /// Nomad's `max_run_duration`: counted from the allocation's creation; an in-place
+    /// update moves the deadline; when it runs out the main task is killed (its `Killing`
+    /// event says why), a poststop task never starts, and the allocation is `complete`,
+    /// "allocation exceeded max_run_duration".
+    #[tokio::test(start_paused = true)]
+    async fn max_run_duration_kills_the_tasks_and_completes_the_allocation() {
+        let dir = tempfile::tempdir().unwrap();
+        let sh = shared(dir.path());
+        let mut local = lifecycle_alloc(
+            JobType::Batch,
+            &[
+                ("t", "", false, "1h", 0),
+                ("cleanup", "poststop", false, "1s", 0),
+            ],
+        );
+        // Created 10 s before now, with 30 s to run.
+        local.alloc.create_time = sh.clock.now_unix_nanos() - 10_000_000_000;
+        local.job.task_groups_mut()[0].max_run_duration = Some(30_000_000_000);
+        start_alloc(&sh, &local);
+        tokio::time::sleep(Duration::from_secs(15)).await;
+        // Raised to 60 s in place: the old deadline (20 s from the start) passes.
+        update_in_place(&sh, 2, |g| g.max_run_duration = Some(60_000_000_000));
+        tokio::time::sleep(Duration::from_secs(20)).await;
+        assert_eq!(sh.state().allocs["a1"].client_status, ClientStatus::Running);
+        assert!(!sh.state().allocs["a1"].max_run_exceeded);
+        // Due 50 s after the start.
+        tokio::time::sleep(Duration::from_secs(16)).await;
+        let done = wait_finished(&sh).await;
+        assert!(done.max_run_exceeded);
+        assert_eq!(done.client_status, ClientStatus::Complete);
+        assert_eq!(done.client_description, MAX_RUN_DURATION_EXCEEDED);
+        let killing = done.task_states["t"]
+            .events
+            .iter()
+            .find(|e| e.event_type == "Killing")
+            .expect("the main task is killed");
+        assert_eq!(killing.display_message, MAX_RUN_DURATION_EXCEEDED);
+        assert!(
+            first_event(&done, "cleanup", "Started").is_none(),
+            "the poststop task never starts"
+        );
+        assert!(!done.task_states["t"].failed);
+    }
+
+    /// A service job's group never has a deadline (Nomad's: batch and sysbatch only).
+    #[tokio::test(start_paused = true)]
+    async fn max_run_duration_applies_to_batch_jobs_only() {
+        let dir = tempfile::tempdir().unwrap();
+        let sh = shared(dir.path());
+        let mut local = mock_alloc("1h", 0, 0, JobType::Service);
+        local.alloc.create_time = sh.clock.now_unix_nanos();
+        local.job.task_groups_mut()[0].max_run_duration = Some(1_000_000_000);
+        start_alloc(&sh, &local);
+        tokio::time::sleep(Duration::from_secs(5)).await;
+        assert_eq!(sh.state().allocs["a1"].client_status, ClientStatus::Running);
+    }
+
     fn update_in_place(sh: &Arc<Shared>, index: u64, f: impl FnOnce(&mut TaskGroup)) {
         sh.update_alloc("a1", |local| {
             local.job.job_modify_index = index;

@@ -55,7 +55,14 @@ pub struct LocalAlloc {
     /// The services its hooks have registered (the service loop sends them).
     #[serde(default)]
     pub registered: Registered,
+    /// Its group's `max_run_duration` ran out: once its tasks are dead it is `complete`
+    /// with [`MAX_RUN_DURATION_EXCEEDED`] (kept across client restarts).
+    #[serde(default)]
+    pub max_run_exceeded: bool,
 }
+
+/// Nomad's description of an allocation its `max_run_duration` stopped.
+pub const MAX_RUN_DURATION_EXCEEDED: &str = "allocation exceeded max_run_duration";
 
 /// The services an allocation's hooks have registered: the group's (its `group_services`
 /// hook) and each task's (that task's `services` hook).
@@ -124,6 +131,7 @@ impl LocalAlloc {
             shutting_down: false,
             migrate_from: None,
             registered: Registered::default(),
+            max_run_exceeded: false,
         }
     }
 
@@ -144,6 +152,11 @@ impl LocalAlloc {
 
     /// Recompute the allocation's status from its tasks.
     pub fn recompute(&mut self) {
+        if self.max_run_exceeded && self.finished() {
+            self.client_status = ClientStatus::Complete;
+            self.client_description = MAX_RUN_DURATION_EXCEEDED.into();
+            return;
+        }
         let (status, desc) = client_status(&self.task_states);
         self.client_status = status;
         self.client_description = desc.into();
@@ -342,6 +355,9 @@ pub enum KillReason {
     /// The agent is shutting down and takes its tasks with it (dev mode): no shutdown
     /// delays.
     AgentShutdown,
+    /// The group's `max_run_duration` is over: every task is killed, poststop tasks that
+    /// have not started too, and the allocation completes.
+    MaxRunDuration,
 }
 
 impl KillReason {

@@ -23,12 +23,7 @@ pub(super) const JOB: &[&str] = &[
 ];
 
 /// Fields of a `TaskGroup` teamster does not implement.
-pub(super) const GROUP: &[&str] = &[
-    "Volumes",
-    "Consul",
-    "PreventRescheduleOnLost",
-    "MaxRunDuration",
-];
+pub(super) const GROUP: &[&str] = &["Volumes", "Consul"];
 
 /// Fields of a group's network teamster does not implement (ports in host mode are acted
 /// on; the mode, labels and host networks are checked by the job's validation).
@@ -41,27 +36,11 @@ pub(super) const NETWORK: &[&str] = &[
 /// checks.
 pub(super) const SERVICE: &[&str] = &["Cluster", "Connect", "Identity", "Weights"];
 
-/// Fields of a service's `check` teamster does not implement (script and gRPC checks,
-/// Consul's thresholds and TLS options).
-pub(super) const CHECK: &[&str] = &[
-    "Command",
-    "Args",
-    "Expose",
-    "AddressMode",
-    "Advertise",
-    "Notes",
-    "TLSServerName",
-    "TLSSkipVerify",
-    "GRPCService",
-    "GRPCUseTLS",
-    "TaskName",
-    "SuccessBeforePassing",
-    "FailuresBeforeCritical",
-    "FailuresBeforeWarning",
-];
-
-/// Fields of a `check_restart` teamster does not implement (native checks never warn).
-pub(super) const CHECK_RESTART: &[&str] = &["IgnoreWarnings"];
+/// Fields of a service's `check` teamster does not implement: Consul Connect's `expose` and
+/// the address modes other than the service's. (Script and gRPC checks and Consul's
+/// thresholds and TLS settings are kept with a Consul service, and refused by the job's
+/// validation for a native one, with Nomad's words.)
+pub(super) const CHECK: &[&str] = &["Expose", "AddressMode", "Advertise"];
 
 /// Fields of a network's port teamster does not implement.
 pub(super) const PORT: &[&str] = &["HostNetwork", "IgnoreCollision"];
@@ -104,8 +83,9 @@ pub(super) const RESOURCES: &[&str] = &["Cores", "Networks", "Devices", "NUMA", 
 /// The warnings for fields teamster accepts, as Nomad does, without acting on them: a service
 /// job's `update` block's `Stagger` (Nomad validates it and paces nothing by it either; a
 /// system job's paces its rolling update); and for
-/// the deprecated group `max_client_disconnect` and `stop_after_client_disconnect`, which are
-/// acted on as `disconnect.lost_after` and `disconnect.stop_on_client_after`.
+/// the deprecated group `max_client_disconnect`, `stop_after_client_disconnect` and
+/// `prevent_reschedule_on_lost`, which are acted on as `disconnect.lost_after`,
+/// `disconnect.stop_on_client_after` and `disconnect.replace = false`.
 /// Nomad's `JobRegisterResponse.Warnings` carries them.
 pub fn job_warnings(job: &Value) -> Vec<String> {
     let mut found = Vec::new();
@@ -151,6 +131,22 @@ pub fn job_warnings(job: &Value) -> Vec<String> {
             };
             found.push(format!(
                 "job → group {name}: stop_after_client_disconnect is deprecated; {taken}"
+            ));
+        }
+        if group.get("PreventRescheduleOnLost").is_some_and(is_set) {
+            let replace = group.get("Disconnect").and_then(|d| d.get("Replace"));
+            let taken = if replace.is_some_and(|r| !r.is_null()) {
+                "the group's disconnect.replace is used instead"
+            } else if matches!(
+                job.get("Type").and_then(Value::as_str),
+                Some("system" | "sysbatch")
+            ) {
+                "it changes nothing: a system or sysbatch job's allocations are never rescheduled"
+            } else {
+                "it is used as disconnect.replace = false"
+            };
+            found.push(format!(
+                "job → group {name}: prevent_reschedule_on_lost is deprecated; {taken}"
             ));
         }
     }
@@ -278,14 +274,6 @@ fn check_services(owner: &Value, path: &str, out: &mut Vec<UnsupportedField>) {
         // native service's are.
         let spath = format!("{path} → service {name}");
         check(service, SERVICE, &spath, out);
-        if let Some(restart) = service.get("CheckRestart") {
-            check(
-                restart,
-                CHECK_RESTART,
-                &format!("{spath} → CheckRestart"),
-                out,
-            );
-        }
         let checks = service.get("Checks").and_then(Value::as_array);
         for (j, c) in checks.into_iter().flatten().enumerate() {
             let cname = match c.get("Name").and_then(Value::as_str) {
@@ -294,14 +282,6 @@ fn check_services(owner: &Value, path: &str, out: &mut Vec<UnsupportedField>) {
             };
             let cpath = format!("{spath} → check {cname}");
             check(c, CHECK, &cpath, out);
-            if let Some(restart) = c.get("CheckRestart") {
-                check(
-                    restart,
-                    CHECK_RESTART,
-                    &format!("{cpath} → CheckRestart"),
-                    out,
-                );
-            }
         }
     }
 }
@@ -361,7 +341,7 @@ mod tests {
                 "Tasks": [
                     { "Name": "server", "Services": [
                         { "Name": "web", "Provider": "nomad",
-                          "Checks": [{ "Type": "script", "Command": "x" }] },
+                          "Checks": [{ "Type": "http", "Expose": true }] },
                         { "Name": "legacy", "Cluster": "default", "OnUpdate": "require_healthy" },
                         { "Name": "elsewhere", "Cluster": "dc2-consul" }
                       ],
@@ -377,7 +357,7 @@ mod tests {
                 "job: VersionTag",
                 "job → group \"api\" → network #0: MBits",
                 "job → group \"api\" → network #0 → port \"db\": IgnoreCollision",
-                "job → group \"api\" → task \"server\" → service \"web\" → check #0: Command",
+                "job → group \"api\" → task \"server\" → service \"web\" → check #0: Expose",
                 "job → group \"api\" → task \"server\" → service \"elsewhere\": Cluster",
                 "job → group \"api\" → task \"server\" → Resources: Cores",
                 "job → group \"api\" → task #1: Artifacts",
@@ -407,9 +387,9 @@ mod tests {
             fields(json!({ "AllAtOnce": true, "Multiregion": {} })),
             ["job: Multiregion"]
         );
-        let restart = json!({ "TaskGroups": [{ "Name": "g", "MaxRunDuration": 60,
+        let restart = json!({ "TaskGroups": [{ "Name": "g", "Consul": {},
             "RestartPolicy": { "Attempts": 1, "RenderTemplates": true } }] });
-        assert_eq!(fields(restart), ["job → group \"g\": MaxRunDuration"]);
+        assert_eq!(fields(restart), ["job → group \"g\": Consul"]);
         // The lifetime fields, sticky and migrating disks and a restart's templates are
         // acted on; the deprecated `enabled` is not.
         let task = json!({ "TaskGroups": [{ "Name": "g", "ShutdownDelay": 5,

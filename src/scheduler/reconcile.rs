@@ -231,11 +231,29 @@ impl Reconciler<'_> {
                     .unknown_since()
                     .is_none_or(|since| self.now < since.saturating_add(lost_after))
         };
+        // A group that does not replace (`disconnect.replace = false`) and has no window
+        // keeps its allocations `unknown` on a node that went away until the node is back
+        // (Nomad's "terminal node allocations that cannot be replaced"; what
+        // `prevent_reschedule_on_lost` asks). With a window, its end loses them, as it does
+        // Nomad's expired allocations. A node gone from the state loses them too.
+        let kept = !group.is_none_or(TaskGroup::replaces_lost);
+        let held = || window_open() || (kept && lost_after == 0);
         match self.snapshot.node_by_id(&alloc.node_id) {
             None => Taint::Lost,
-            Some(node) if node.status == NodeStatus::Down => Taint::Lost,
+            Some(node) if node.status == NodeStatus::Down => {
+                // One that never started is replaced all the same.
+                let started = matches!(
+                    alloc.client_status,
+                    ClientStatus::Running | ClientStatus::Unknown
+                );
+                if kept && started && held() {
+                    Taint::Disconnecting
+                } else {
+                    Taint::Lost
+                }
+            }
             Some(node) if node.status == NodeStatus::Disconnected => {
-                if window_open() {
+                if held() {
                     Taint::Disconnecting
                 } else {
                     Taint::Lost
@@ -244,7 +262,7 @@ impl Reconciler<'_> {
             Some(_) if alloc.unknown_since().is_some() => {
                 if alloc.client_status != ClientStatus::Unknown {
                     Taint::Reconnecting
-                } else if window_open() {
+                } else if held() {
                     // Its node is back; its client has not reported it yet.
                     Taint::Disconnecting
                 } else {
@@ -961,7 +979,9 @@ impl Reconciler<'_> {
             updated.modify_time = self.now;
             marked.push(updated);
         }
-        if marked.is_empty() {
+        // Kept for good (`replace = false`): nothing is due when the window ends.
+        if marked.is_empty() || !group.replaces_lost() {
+            out.attribute_updates.extend(marked);
             return;
         }
         let eval = self.followup_eval(

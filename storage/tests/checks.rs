@@ -1,7 +1,9 @@
 //! A native service check's `on_update` and `initial_status`, as Nomad reads them: a check
 //! takes its service's `on_update` (`require_healthy` by default); `ignore` makes it a
 //! readiness check, which cannot restart its task; `ignore_warnings` is Consul's and
-//! refused for native checks; `initial_status` takes Consul's three values. And a system
+//! refused for native checks; `initial_status` takes Consul's three values. A Consul
+//! service's checks may be `script` and `grpc` with Consul's thresholds; a native one's are
+//! refused with Nomad's words. And a system
 //! job's `update` block (last test) refuses the health settings it would not act on.
 
 use serde_json::{json, Value};
@@ -137,4 +139,132 @@ fn a_system_job_s_update_refuses_health_settings() {
         e.contains("min_healthy_time is not supported for system jobs"),
         "{e}"
     );
+}
+
+/// The same job with a group service in Consul (whose checks teamster keeps, never runs).
+fn consul_job(service: Value, check: Value) -> Job {
+    let mut s = json!({"Provider": "consul"});
+    for (k, v) in service.as_object().unwrap() {
+        s[k] = v.clone();
+    }
+    job(s, check)
+}
+
+#[test]
+fn a_consul_service_keeps_script_and_grpc_checks_and_consul_s_thresholds() {
+    let j = consul_job(
+        json!({}),
+        json!({"Type": "script", "Command": "/bin/check", "Args": ["-q"], "TaskName": "t",
+               "Path": "", "SuccessBeforePassing": 0, "FailuresBeforeCritical": 0,
+               "Notes": "runs in t"}),
+    );
+    assert_eq!(errors(&j), "");
+    let check = &j.task_groups[0].services[0].checks[0];
+    assert_eq!(
+        (check.command.as_str(), check.args.as_slice()),
+        ("/bin/check", ["-q".to_string()].as_slice())
+    );
+    let j = consul_job(
+        json!({"CheckRestart": {"Limit": 3, "IgnoreWarnings": true}}),
+        json!({"Type": "grpc", "GRPCService": "health", "GRPCUseTLS": true,
+               "TLSServerName": "api.internal", "TLSSkipVerify": true,
+               "SuccessBeforePassing": 2, "FailuresBeforeCritical": 3,
+               "FailuresBeforeWarning": 1, "OnUpdate": "ignore_warnings"}),
+    );
+    assert_eq!(errors(&j), "");
+    let check = &j.task_groups[0].services[0].checks[0];
+    assert_eq!(
+        (
+            check.grpc_service.as_str(),
+            check.grpc_use_tls,
+            check.success_before_passing
+        ),
+        ("health", true, 2)
+    );
+    let json = serde_json::to_value(check).unwrap();
+    assert_eq!(json["GRPCService"], "health");
+    assert_eq!(json["TLSServerName"], "api.internal");
+
+    // Consul's own rules.
+    let e = errors(&consul_job(
+        json!({}),
+        json!({"Type": "script", "Path": ""}),
+    ));
+    assert!(
+        e.contains("script type must have a valid script path"),
+        "{e}"
+    );
+    assert!(e.contains("must specify task parameter"), "{e}");
+    let e = errors(&consul_job(
+        json!({}),
+        json!({"Type": "script", "Command": "x", "TaskName": "t",
+               "SuccessBeforePassing": 1}),
+    ));
+    assert!(
+        e.contains("success_before_passing not supported for check of type \"script\""),
+        "{e}"
+    );
+    let e = errors(&consul_job(
+        json!({}),
+        json!({"Type": "script", "Command": "x", "TaskName": "nope"}),
+    ));
+    assert!(e.contains("refers to non-existent task nope"), "{e}");
+    let e = errors(&consul_job(json!({}), json!({"Notes": "n".repeat(256)})));
+    assert!(
+        e.contains("notes must not be longer than 255 characters"),
+        "{e}"
+    );
+    let e = errors(&consul_job(
+        json!({"CheckRestart": {"Limit": 3}}),
+        json!({"OnUpdate": "ignore_warnings"}),
+    ));
+    assert!(
+        e.contains("not supported with check_restart ignore_warnings"),
+        "{e}"
+    );
+    let e = errors(&consul_job(json!({}), json!({"Type": "docker"})));
+    assert!(
+        e.contains("invalid check type (\"docker\"), must be one of grpc, tcp, http, script"),
+        "{e}"
+    );
+}
+
+#[test]
+fn a_native_service_refuses_consul_s_check_kinds_and_thresholds_with_nomad_s_words() {
+    let e = errors(&job(json!({}), json!({"Type": "script", "Command": "x"})));
+    assert!(
+        e.contains("invalid check type (\"script\"), must be one of tcp, http"),
+        "{e}"
+    );
+    let e = errors(&job(json!({}), json!({"Type": "grpc"})));
+    assert!(e.contains("invalid check type (\"grpc\")"), "{e}");
+    for (field, name) in [
+        ("SuccessBeforePassing", "success_before_passing"),
+        ("FailuresBeforeCritical", "failures_before_critical"),
+        ("FailuresBeforeWarning", "failures_before_warning"),
+    ] {
+        let e = errors(&job(json!({}), json!({ field: 2 })));
+        assert!(
+            e.contains(&format!("{name} may only be set for Consul service checks")),
+            "{e}"
+        );
+    }
+    let e = errors(&job(json!({}), json!({"TLSServerName": "x"})));
+    assert!(
+        e.contains("tls_server_name may only be set for Consul service checks"),
+        "{e}"
+    );
+    let e = errors(&job(
+        json!({"CheckRestart": {"Limit": 1, "IgnoreWarnings": true}}),
+        json!({}),
+    ));
+    assert!(
+        e.contains("ignore_warnings on check_restart only supported for Consul service checks"),
+        "{e}"
+    );
+    // As in Nomad: accepted, and a plain-http check has no certificate to skip.
+    assert_eq!(errors(&job(json!({}), json!({"TLSSkipVerify": true}))), "");
+    // A task service's check may only name its own task.
+    let e = errors(&job(json!({}), json!({"TaskName": "nope"})));
+    assert!(e.contains("refers to non-existent task nope"), "{e}");
 }

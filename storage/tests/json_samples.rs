@@ -532,4 +532,55 @@ fn the_disconnect_block_decodes_and_is_checked() {
         ),
         "{text}"
     );
+
+    // Nomad's deprecated `prevent_reschedule_on_lost` is `replace = false`, unless the
+    // group's block says; a system job is never rescheduled, so it changes nothing there.
+    let job = group(json!({"PreventRescheduleOnLost": true}), "service");
+    job.validate().unwrap();
+    assert!(!job.task_groups[0].replaces_lost());
+    assert!(!job.task_groups[0].prevent_reschedule_on_lost, "folded in");
+    let job = group(
+        json!({"PreventRescheduleOnLost": true, "Disconnect": {"Replace": true}}),
+        "batch",
+    );
+    assert!(job.task_groups[0].replaces_lost());
+    let job = group(json!({"PreventRescheduleOnLost": true}), "system");
+    job.validate().unwrap();
+    assert!(job.task_groups[0].disconnect.is_none());
+    assert!(group(json!({}), "service").task_groups[0].replaces_lost());
+}
+
+/// Nomad's group `max_run_duration`: batch and sysbatch jobs only, more than zero.
+#[test]
+fn max_run_duration_is_for_batch_jobs() {
+    let job = |ty: &str, limit: u64| {
+        let mut job: Job = serde_json::from_value(json!({
+            "ID": "j", "Type": ty, "Datacenters": ["dc1"],
+            "TaskGroups": [{"Name": "g", "MaxRunDuration": limit,
+                            "Tasks": [{"Name": "t", "Driver": "mock"}]}]
+        }))
+        .unwrap();
+        job.canonicalize();
+        job
+    };
+    for ty in ["batch", "sysbatch"] {
+        let j = job(ty, 60_000_000_000);
+        j.validate().unwrap();
+        assert_eq!(j.task_groups[0].max_run_duration, Some(60_000_000_000));
+        assert_eq!(bincode_round_trip(&j), j);
+    }
+    for ty in ["service", "system"] {
+        let err = job(ty, 1).validate().unwrap_err().to_string();
+        assert!(
+            err.contains(&format!(
+                "Job type \"{ty}\" does not allow max_run_duration"
+            )),
+            "{err}"
+        );
+    }
+    let err = job("batch", 0).validate().unwrap_err().to_string();
+    assert!(
+        err.contains("MaxRunDuration must be greater than zero"),
+        "{err}"
+    );
 }

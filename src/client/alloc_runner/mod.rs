@@ -188,6 +188,9 @@ pub fn spawn(shared: &Arc<Shared>, local: &LocalAlloc) -> AllocHandle {
     // A stop begun before a client restart goes on: the services stay withdrawn and the
     // tasks left are killed.
     if let Some(reason) = unfinished_stop(local, group) {
+        if reason == KillReason::MaxRunDuration {
+            siblings.kill(KillWave::Poststop);
+        }
         siblings.stop(reason);
     }
     // A fresh allocation starts its lifecycle from the beginning; one an earlier run of the
@@ -269,6 +272,8 @@ pub fn spawn(shared: &Arc<Shared>, local: &LocalAlloc) -> AllocHandle {
         factory,
     };
     tokio::spawn(run.run(runners).instrument(span));
+    let span = tracing::info_span!("max_run_duration", alloc_id = %alloc_id);
+    tokio::spawn(enforce_max_run_duration(ctx.clone(), updates.subscribe()).instrument(span));
     let span = tracing::info_span!("alloc_stop", alloc_id = %alloc_id);
     tokio::spawn(stop_when_asked(ctx, hooks, roles).instrument(span));
     handle
@@ -455,6 +460,68 @@ impl Run {
     }
 }
 
+/// When `local`'s group's `max_run_duration` runs out (Unix nanoseconds): its creation plus
+/// the duration, for a batch or sysbatch job, as Nomad counts it (stable across restarts of
+/// its tasks and of the client).
+fn max_run_deadline(local: &LocalAlloc) -> Option<i64> {
+    if !matches!(local.job.job_type, JobType::Batch | JobType::SysBatch)
+        || local.alloc.create_time == 0
+    {
+        return None;
+    }
+    let limit = local.group()?.max_run_duration.filter(|d| *d > 0)?;
+    Some(
+        local
+            .alloc
+            .create_time
+            .saturating_add(i64::try_from(limit).unwrap_or(i64::MAX)),
+    )
+}
+
+/// Nomad's `max_run_duration`: once the group's limit is over, every task is killed (a
+/// poststop task that has not started never does) and the allocation ends `complete`,
+/// "allocation exceeded max_run_duration". An in-place update of the limit moves the
+/// deadline; a stop asked first ends the watch.
+async fn enforce_max_run_duration(ctx: Arc<AllocCtx>, mut updates: watch::Receiver<u64>) {
+    loop {
+        let Some(deadline) = ctx.with_local(max_run_deadline) else {
+            return;
+        };
+        let wait = deadline.map(|at| {
+            let now = ctx.shared.clock.now_unix_nanos();
+            Duration::from_nanos(u64::try_from(at.saturating_sub(now)).unwrap_or(0))
+        });
+        let due = async {
+            match wait {
+                Some(wait) => tokio::time::sleep(wait).await,
+                None => std::future::pending().await,
+            }
+        };
+        tokio::select! {
+            () = ctx.siblings.stop_asked.cancelled() => return,
+            changed = updates.changed() => match changed {
+                Ok(()) => continue,
+                Err(_) => return,
+            },
+            () = due => break,
+        }
+    }
+    let mut fired = false;
+    ctx.shared.update_alloc_if(&ctx.alloc_id, |local| {
+        fired = !local.finished()
+            && !local.max_run_exceeded
+            && !local.shutting_down
+            && !ctx.siblings.stop_asked.is_cancelled();
+        local.max_run_exceeded |= fired;
+        fired
+    });
+    if fired {
+        info!("the group's max_run_duration is over: killing every task");
+        ctx.siblings.stop(KillReason::MaxRunDuration);
+        ctx.siblings.kill(KillWave::Poststop);
+    }
+}
+
 /// Why `local`'s tasks were being stopped when an earlier run of the client ended, if they
 /// were: a failed task, a dead leader, or a stop in progress.
 fn unfinished_stop(local: &LocalAlloc, group: &TaskGroup) -> Option<KillReason> {
@@ -473,6 +540,9 @@ fn unfinished_stop(local: &LocalAlloc, group: &TaskGroup) -> Option<KillReason> 
     }
     if group.tasks.iter().any(|t| t.leader && dead(&t.name)) {
         return Some(KillReason::LeaderDead);
+    }
+    if local.max_run_exceeded {
+        return Some(KillReason::MaxRunDuration);
     }
     local.shutting_down.then_some(KillReason::Stopped)
 }

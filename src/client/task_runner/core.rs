@@ -94,7 +94,7 @@ impl TaskCore {
     pub fn kill_plan(&self, reason: &KillReason, now: i64) -> (Vec<TaskEvent>, Duration) {
         let mut events = Vec::new();
         match reason {
-            KillReason::Stopped | KillReason::AgentShutdown => {}
+            KillReason::Stopped | KillReason::AgentShutdown | KillReason::MaxRunDuration => {}
             KillReason::SiblingFailed(sibling) => {
                 let mut ev = event(
                     now,

@@ -36,7 +36,8 @@ use crate::client::lifecycle::{Allowed, Stage};
 use crate::client::restart::RestartDecision;
 use crate::client::shared::Shared;
 use crate::client::types::{
-    event, push_event, ExitResult, KillWave, Siblings, TaskControl, TaskHandle, TaskOpError,
+    event, push_event, ExitResult, KillReason, KillWave, Siblings, TaskControl, TaskHandle,
+    TaskOpError, MAX_RUN_DURATION_EXCEEDED,
 };
 use core::TaskCore;
 use hooks::{HookCtx, HookError, HookState, Prepared, TaskHook};
@@ -657,7 +658,11 @@ impl TaskRunner {
             // Gone already: nothing to signal (its pid may be another process's by now).
             Some(exit) => exit,
             None => {
-                self.push(self.core.killing(self.now()));
+                let mut killing = self.core.killing(self.now());
+                if self.siblings.reason() == KillReason::MaxRunDuration {
+                    killing.display_message = MAX_RUN_DURATION_EXCEEDED.into();
+                }
+                self.push(killing);
                 running
                     .kill(self.core.kill_signal(), self.core.kill_timeout())
                     .await

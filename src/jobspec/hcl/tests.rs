@@ -272,8 +272,9 @@ fn blocks_teamster_does_not_act_on_are_kept_so_that_they_are_refused_by_name() {
                 name     = "web"
                 provider = "nomad"
                 check {
-                  type    = "script"
-                  command = "true"
+                  type   = "http"
+                  path   = "/"
+                  expose = true
                 }
               }
               resources {
@@ -293,7 +294,7 @@ fn blocks_teamster_does_not_act_on_are_kept_so_that_they_are_refused_by_name() {
     assert_eq!(
         refused,
         [
-            "job → group \"g\" → task \"t\" → service \"web\" → check #0: Command",
+            "job → group \"g\" → task \"t\" → service \"web\" → check #0: Expose",
             "job → group \"g\" → task \"t\" → Resources: Cores",
         ]
     );

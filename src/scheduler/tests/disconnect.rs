@@ -180,6 +180,81 @@ fn a_group_without_a_disconnect_block_loses_its_allocations_at_once() {
     assert_eq!(h.running_allocs(&job).len(), 3);
 }
 
+#[test]
+fn without_replace_or_window_an_allocation_on_a_down_node_stays_unknown_until_it_is_back() {
+    // What `prevent_reschedule_on_lost = true` folds into.
+    let (mut h, _) = harness_with_nodes(3);
+    let (job, eval) = h.register_job(disconnect_job(3, 0, false, "")).unwrap();
+    h.process(&eval).unwrap();
+    let placed = h.running_allocs(&job);
+    let victim = placed
+        .iter()
+        .find(|a| a.name == "web.web[0]")
+        .unwrap()
+        .clone();
+    // The other allocation on the same node (if any) never started: it is replaced.
+    let ids: Vec<AllocId> = placed.iter().map(|a| a.id.clone()).collect();
+    h.client_update(&ids, ClientStatus::Running, h.now).unwrap();
+    let evals_before = h.created_evals.len();
+    set_node_status(&mut h, &victim.node_id, NodeStatus::Down);
+    let eval = h
+        .create_pending_eval(&job, EvalTrigger::NodeUpdate, Some(&victim.node_id))
+        .unwrap();
+    h.process(&eval).unwrap();
+    assert_complete(&h, &eval);
+    let marked = alloc(&h, &victim.id);
+    assert_eq!(marked.client_status, ClientStatus::Unknown);
+    assert_eq!(marked.desired_status, DesiredStatus::Run);
+    assert!(replacement_of(&h, &job, &victim.id).is_none());
+    assert_eq!(h.running_allocs(&job).len(), 3);
+    assert_eq!(
+        h.created_evals.len(),
+        evals_before,
+        "no follow-up: nothing is due"
+    );
+
+    // An hour later, evaluated again: still unknown, still not replaced, not marked twice.
+    h.now += 3_600 * SECOND;
+    let eval = h
+        .create_pending_eval(&job, EvalTrigger::NodeUpdate, Some(&victim.node_id))
+        .unwrap();
+    h.process(&eval).unwrap();
+    let held = alloc(&h, &victim.id);
+    assert_eq!(held.client_status, ClientStatus::Unknown);
+    assert_eq!(held.alloc_states.len(), 1);
+    assert!(replacement_of(&h, &job, &victim.id).is_none());
+
+    // The node is back, its client reports the allocation running: kept, nothing placed.
+    set_node_status(&mut h, &victim.node_id, NodeStatus::Ready);
+    report_running(&mut h, &victim.id);
+    let eval = h
+        .create_pending_eval(&job, EvalTrigger::NodeUpdate, Some(&victim.node_id))
+        .unwrap();
+    h.process(&eval).unwrap();
+    assert!(kept(&alloc(&h, &victim.id)));
+    assert_eq!(h.running_allocs(&job).len(), 3);
+    assert!(replacement_of(&h, &job, &victim.id).is_none());
+}
+
+#[test]
+fn without_replace_a_pending_allocation_on_a_down_node_is_replaced() {
+    let (mut h, _) = harness_with_nodes(3);
+    let (job, eval) = h.register_job(disconnect_job(3, 0, false, "")).unwrap();
+    h.process(&eval).unwrap();
+    let victim = h
+        .running_allocs(&job)
+        .into_iter()
+        .find(|a| a.name == "web.web[0]")
+        .unwrap();
+    set_node_status(&mut h, &victim.node_id, NodeStatus::Down);
+    let eval = h
+        .create_pending_eval(&job, EvalTrigger::NodeUpdate, Some(&victim.node_id))
+        .unwrap();
+    h.process(&eval).unwrap();
+    assert_eq!(alloc(&h, &victim.id).client_status, ClientStatus::Lost);
+    assert!(replacement_of(&h, &job, &victim.id).is_some());
+}
+
 /// Disconnects, replaces, brings the node back with the original reported running, and
 /// runs the reconnect evaluation: returns (original, replacement) as they ended.
 fn reconnect(

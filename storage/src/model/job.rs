@@ -20,7 +20,7 @@ use crate::model::periodic::{
     DispatchPayload, DispatchPayloadConfig, ParameterizedJobConfig, PeriodicConfig,
 };
 use crate::model::service::{
-    valid_service_name, Service, ON_UPDATE_IGNORE, ON_UPDATE_IGNORE_WARNINGS,
+    valid_service_name, Service, ServiceCheck, ON_UPDATE_IGNORE, ON_UPDATE_IGNORE_WARNINGS,
     ON_UPDATE_REQUIRE_HEALTHY, PROVIDER_CONSUL, PROVIDER_NOMAD,
 };
 use crate::model::task_runtime::{self, EphemeralDisk, LogConfig, TaskLifecycle, WorkloadIdentity};
@@ -596,6 +596,13 @@ pub struct TaskGroup {
     /// Nomad's deprecated form of `disconnect.stop_on_client_after` (nanoseconds), folded
     /// into `disconnect` by [`Job::canonicalize`].
     pub stop_after_client_disconnect: Option<u64>,
+    /// Nomad's deprecated form of `disconnect.replace = false`, folded into `disconnect` by
+    /// [`Job::canonicalize`].
+    #[serde(deserialize_with = "de::nullable")]
+    pub prevent_reschedule_on_lost: bool,
+    /// How long an allocation of a batch or sysbatch group may run, counted from its
+    /// creation, before its client stops it (nanoseconds; Nomad's `max_run_duration`).
+    pub max_run_duration: Option<u64>,
     /// A teamster extension: delay scheduling by locality (prefer nodes matching the first
     /// level, wait for one up to its `wait`, then widen to the next level, then anyone).
     pub locality: Option<Locality>,
@@ -688,6 +695,13 @@ impl TaskGroup {
     pub fn lost_after(&self) -> u64 {
         self.disconnect.as_ref().map_or(0, |d| d.lost_after)
     }
+
+    /// Whether the group's allocations on a node that went away are replaced
+    /// (`disconnect.replace`, true by default). Without it they stay `unknown` until their
+    /// node is back, however long that takes, as in Nomad.
+    pub fn replaces_lost(&self) -> bool {
+        self.disconnect.as_ref().is_none_or(|d| d.replace())
+    }
 }
 
 /// Why a job ID could be taken for a path or a pattern (it names directories on clients, keys
@@ -761,11 +775,13 @@ fn canonicalize_service(service: &mut Service, default_name: impl FnOnce() -> St
 fn validate_service(
     at: &str,
     service: &Service,
+    owner: ServiceOwner<'_>,
     port_labels: &BTreeSet<&str>,
     seen: &mut BTreeSet<(String, String)>,
     errors: &mut Vec<String>,
 ) {
     let name = &service.name;
+    let consul = service.is_consul();
     // A Consul service is accepted as Nomad accepts it: it constrains its group or task to
     // nodes with Consul (`integrations`), so it is checked here and never registered.
     if !matches!(
@@ -828,11 +844,9 @@ fn validate_service(
         match check.on_update.as_str() {
             "" | ON_UPDATE_REQUIRE_HEALTHY | ON_UPDATE_IGNORE => {}
             // Consul's; native checks never warn.
-            ON_UPDATE_IGNORE_WARNINGS if service.provider != PROVIDER_CONSUL => {
-                errors.push(format!(
-                    "{at}: on_update may only be set to ignore_warnings for Consul service checks"
-                ))
-            }
+            ON_UPDATE_IGNORE_WARNINGS if !consul => errors.push(format!(
+                "{at}: on_update may only be set to ignore_warnings for Consul service checks"
+            )),
             ON_UPDATE_IGNORE_WARNINGS => {}
             other => errors.push(format!(
                 "{at}: on_update must be \"require_healthy\", \"ignore_warnings\", or \
@@ -846,12 +860,7 @@ fn validate_service(
                 "{at}: on_update value \"ignore\" is not compatible with check_restart"
             ));
         }
-        match check.r#type.as_str() {
-            "http" | "tcp" => {}
-            other => errors.push(format!(
-                "{at}: type {other:?} is not supported (native checks are http or tcp)"
-            )),
-        }
+        validate_check_kind(&at, service, check, owner, errors);
         const SECOND: u64 = 1_000_000_000;
         if check.interval < SECOND {
             errors.push(format!("{at}: interval must be at least 1s"));
@@ -868,10 +877,17 @@ fn validate_service(
                     check.path
                 ));
             }
-            if !matches!(check.protocol.as_str(), "" | "http") {
+            // Consul runs https checks; teamster's native checks speak plain HTTP.
+            let protocols: &[&str] = if consul {
+                &["", "http", "https"]
+            } else {
+                &["", "http"]
+            };
+            if !protocols.contains(&check.protocol.as_str()) {
                 errors.push(format!(
-                    "{at}: protocol {:?} is not supported (http)",
-                    check.protocol
+                    "{at}: protocol {:?} is not supported ({})",
+                    check.protocol,
+                    protocols[1..].join(" or ")
                 ));
             }
             if !check.method.bytes().all(|b| b.is_ascii_uppercase()) {
@@ -880,6 +896,10 @@ fn validate_service(
                     check.method
                 ));
             }
+        }
+        // Nomad's `RequiresPort`: a script check runs inside its task.
+        if check.r#type == "script" {
+            continue;
         }
         let port = if check.port_label.is_empty() {
             label
@@ -894,6 +914,117 @@ fn validate_service(
             errors.push(format!(
                 "{at}: port label {port:?} is not defined by the group's network"
             ));
+        }
+    }
+}
+
+/// Where a service is defined: in a group (with the group's task names) or in a task.
+#[derive(Clone, Copy)]
+enum ServiceOwner<'a> {
+    Group(&'a BTreeSet<&'a str>),
+    Task(&'a str),
+}
+
+/// Nomad's provider rules for a check (`validateNomad` and `validateConsul`): native checks
+/// are `http` or `tcp` without Consul's thresholds and TLS server name; a Consul service's
+/// may be `grpc` or `script` too. And the task a check runs in: a task service's checks run
+/// in that task; a group service's `script` check names one.
+fn validate_check_kind(
+    at: &str,
+    service: &Service,
+    check: &ServiceCheck,
+    owner: ServiceOwner<'_>,
+    errors: &mut Vec<String>,
+) {
+    let consul = service.is_consul();
+    let kind = check.r#type.to_ascii_lowercase();
+    let allowed: &[&str] = if consul {
+        &["grpc", "tcp", "http", "script"]
+    } else {
+        &["tcp", "http"]
+    };
+    if !allowed.contains(&kind.as_str()) {
+        errors.push(format!(
+            "{at}: invalid check type ({kind:?}), must be one of {}",
+            allowed.join(", ")
+        ));
+    }
+    if kind == "script" && check.command.is_empty() {
+        errors.push(format!("{at}: script type must have a valid script path"));
+    }
+    let thresholds = [
+        ("success_before_passing", check.success_before_passing),
+        ("failures_before_critical", check.failures_before_critical),
+        ("failures_before_warning", check.failures_before_warning),
+    ];
+    let ignore_warnings = check
+        .check_restart
+        .as_ref()
+        .or(service.check_restart.as_ref())
+        .is_some_and(|r| r.ignore_warnings);
+    if consul {
+        for (name, value) in thresholds {
+            if value > 0 && !matches!(kind.as_str(), "tcp" | "http" | "grpc") {
+                errors.push(format!(
+                    "{at}: {name} not supported for check of type {kind:?}"
+                ));
+            }
+        }
+        if check.notes.chars().count() > 255 {
+            errors.push(format!(
+                "{at}: notes must not be longer than 255 characters"
+            ));
+        }
+    } else {
+        for (name, value) in thresholds {
+            if value > 0 {
+                errors.push(format!(
+                    "{at}: {name} may only be set for Consul service checks"
+                ));
+            }
+        }
+        if !check.tls_server_name.is_empty() {
+            errors.push(format!(
+                "{at}: tls_server_name may only be set for Consul service checks"
+            ));
+        }
+        if ignore_warnings {
+            errors.push(format!(
+                "{at}: ignore_warnings on check_restart only supported for Consul service checks"
+            ));
+        }
+    }
+    let has_restart = check.check_restart.is_some() || service.check_restart.is_some();
+    if has_restart && check.on_update == ON_UPDATE_IGNORE_WARNINGS && !ignore_warnings {
+        errors.push(format!(
+            "{at}: on_update value \"ignore_warnings\" not supported with check_restart \
+             ignore_warnings value \"false\""
+        ));
+    }
+    let name = check.name_in(&service.name);
+    match owner {
+        ServiceOwner::Task(task) => {
+            if !check.task_name.is_empty() && check.task_name != task {
+                errors.push(format!(
+                    "{at}: Check {name} is invalid: may only specify task the check belongs \
+                     to, got {:?}",
+                    check.task_name
+                ));
+            }
+        }
+        ServiceOwner::Group(tasks) => {
+            if !check.task_name.is_empty() && !tasks.contains(check.task_name.as_str()) {
+                errors.push(format!(
+                    "{at}: Check {name} invalid: refers to non-existent task {}",
+                    check.task_name
+                ));
+            }
+            if kind == "script" && check.task_name.is_empty() && service.task_name.is_empty() {
+                errors.push(format!(
+                    "{at}: Service {} or Check {name} must specify task parameter",
+                    service.name
+                ));
+            }
         }
     }
 }
@@ -1051,6 +1182,8 @@ impl Default for TaskGroup {
             disconnect: None,
             max_client_disconnect: None,
             stop_after_client_disconnect: None,
+            prevent_reschedule_on_lost: false,
+            max_run_duration: None,
             locality: None,
             ephemeral_disk: None,
             shutdown_delay: 0,
@@ -1349,6 +1482,15 @@ impl Job {
                     disconnect.stop_on_client_after = Some(after);
                 }
             }
+            // And this one `disconnect { replace = false }`, unless the group's block says.
+            // (System jobs are never rescheduled: there it changes nothing.)
+            let prevent = std::mem::take(&mut group.prevent_reschedule_on_lost);
+            if prevent && matches!(job_type, JobType::Service | JobType::Batch) {
+                let disconnect = group.disconnect.get_or_insert_with(Default::default);
+                if disconnect.replace.is_none() {
+                    disconnect.replace = Some(false);
+                }
+            }
             group.update = match (&job_update, group.update.take()) {
                 (Some(job), Some(given)) => Some(given.merged_over(job)),
                 (Some(job), None) if !job.is_unset() => Some(job.clone()),
@@ -1632,7 +1774,14 @@ impl Job {
             let task_names: BTreeSet<&str> = group.tasks.iter().map(|t| t.name.as_str()).collect();
             let mut service_ids = BTreeSet::new();
             for service in &group.services {
-                validate_service(&at, service, &port_labels, &mut service_ids, &mut errors);
+                validate_service(
+                    &at,
+                    service,
+                    ServiceOwner::Group(&task_names),
+                    &port_labels,
+                    &mut service_ids,
+                    &mut errors,
+                );
                 if !service.task_name.is_empty() && !task_names.contains(service.task_name.as_str())
                 {
                     errors.push(format!(
@@ -1645,7 +1794,14 @@ impl Job {
                 let mut task_ids = BTreeSet::new();
                 for service in &task.services {
                     let at = format!("{at}, task {:?}", task.name);
-                    validate_service(&at, service, &port_labels, &mut task_ids, &mut errors);
+                    validate_service(
+                        &at,
+                        service,
+                        ServiceOwner::Task(&task.name),
+                        &port_labels,
+                        &mut task_ids,
+                        &mut errors,
+                    );
                 }
             }
             // As Nomad: one provider for every service of a group and of its tasks.
@@ -1669,6 +1825,17 @@ impl Job {
                          jobs, not {}",
                         other.as_str()
                     )),
+                }
+            }
+            if let Some(limit) = group.max_run_duration {
+                if limit == 0 {
+                    errors.push(format!("{at}: MaxRunDuration must be greater than zero"));
+                }
+                if !matches!(self.job_type, JobType::Batch | JobType::SysBatch) {
+                    errors.push(format!(
+                        "{at}: Job type {:?} does not allow max_run_duration",
+                        self.job_type.as_str()
+                    ));
                 }
             }
             if let Some(migrate) = &group.migrate {

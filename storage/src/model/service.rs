@@ -82,8 +82,9 @@ pub const ON_UPDATE_IGNORE: &str = "ignore";
 /// Consul's: warnings count as healthy (refused for native checks, which never warn).
 pub const ON_UPDATE_IGNORE_WARNINGS: &str = "ignore_warnings";
 
-/// A `check` of a service (Nomad's `ServiceCheck`, the kinds native service discovery runs:
-/// `http` and `tcp`).
+/// A `check` of a service (Nomad's `ServiceCheck`): native service discovery runs `http` and
+/// `tcp` checks; a Consul service's may also be `grpc` or `script`, with Consul's thresholds
+/// (kept with the job: a Consul service is never registered by teamster).
 #[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
 #[serde(rename_all = "PascalCase", default)]
 pub struct ServiceCheck {
@@ -130,6 +131,37 @@ pub struct ServiceCheck {
     /// `critical`); a native check starts `pending` whatever it says, as in Nomad.
     #[serde(deserialize_with = "de::nullable")]
     pub initial_status: String,
+    /// A `script` check's command, run inside its task (Consul's).
+    #[serde(deserialize_with = "de::nullable")]
+    pub command: String,
+    /// The command's arguments.
+    #[serde(deserialize_with = "de::nullable")]
+    pub args: Vec<String>,
+    /// A `grpc` check's service (Consul's).
+    #[serde(rename = "GRPCService", deserialize_with = "de::nullable")]
+    pub grpc_service: String,
+    /// Whether a `grpc` check uses TLS (Consul's).
+    #[serde(rename = "GRPCUseTLS", deserialize_with = "de::nullable")]
+    pub grpc_use_tls: bool,
+    /// The server name TLS verifies (Consul's).
+    #[serde(rename = "TLSServerName", deserialize_with = "de::nullable")]
+    pub tls_server_name: String,
+    /// Skip verifying the certificate of an `https` check (a plain `http` native check has
+    /// none to verify, as in Nomad).
+    #[serde(rename = "TLSSkipVerify", deserialize_with = "de::nullable")]
+    pub tls_skip_verify: bool,
+    /// Consul's successes in a row before `passing`.
+    #[serde(deserialize_with = "de::nullable")]
+    pub success_before_passing: u32,
+    /// Consul's failures in a row before `critical`.
+    #[serde(deserialize_with = "de::nullable")]
+    pub failures_before_critical: u32,
+    /// Consul's failures in a row before `warning`.
+    #[serde(deserialize_with = "de::nullable")]
+    pub failures_before_warning: u32,
+    /// Consul's free-form notes (at most 255 characters).
+    #[serde(deserialize_with = "de::nullable")]
+    pub notes: String,
 }
 
 impl ServiceCheck {
