@@ -165,6 +165,7 @@ pub async fn no_node_over_capacity(api: &ApiClient) -> anyhow::Result<Checked> {
             memory_mb: 0,
             disk_mb: 0,
             memory_max_mb: 0,
+            cores: 0,
         };
         for a in allocs.iter().filter(|a| live(a)) {
             used.cpu += a.resources.cpu;

@@ -238,6 +238,7 @@ async fn register(
 ) -> anyhow::Result<Arc<Vec<String>>> {
     let machine = Machine {
         cores: 8,
+        core_ids: (0..8).collect(),
         mhz_per_core: cfg.cpu_mhz / 8,
         memory_mb: cfg.memory_mb,
         disk_free_mb: 100_000,

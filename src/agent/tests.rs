@@ -593,6 +593,7 @@ fn big_alloc(
             memory_mb,
             disk_mb: 0,
             memory_max_mb: 0,
+            cores: 0,
         },
         desired_status: DesiredStatus::Run,
         client_status: ClientStatus::Pending,

@@ -137,6 +137,8 @@ pub struct Reserved {
     pub disk_mb: u64,
     /// Host ports no allocation may have, Nomad's `reserved_ports`: `"22,80,8000-8100"`.
     pub reserved_ports: String,
+    /// Cores no task may reserve with `cores`, Nomad's `reserved.cores`: `"0-1,4"`.
+    pub cores: String,
 }
 
 impl ClientConfig {
@@ -207,6 +209,9 @@ impl ClientConfig {
             if !(0.0..=100.0).contains(&value) {
                 return Err(InvalidSetting::new(key, "must be a percentage, 0 to 100"));
             }
+        }
+        if let Err(e) = teamster_storage::model::parse_cpuset(&self.reserved.cores) {
+            return Err(InvalidSetting::new("client.reserved.cores", e));
         }
         if let Err(e) = parse_port_ranges(&self.reserved.reserved_ports) {
             return Err(InvalidSetting::new("client.reserved.reserved_ports", e));

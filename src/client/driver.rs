@@ -25,7 +25,7 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use teamster_storage::model::{ConfigValue, Task};
+use teamster_storage::model::{ConfigValue, Task, CPU_CORES_ENV};
 
 use crate::client::docker::LaunchLookup;
 use crate::client::logmon::LogSinks;
@@ -547,7 +547,38 @@ pub fn task_command(
         )
         .env("NOMAD_TASK_NAME", &task.name)
         .current_dir(dir);
+    // A task that reserves whole cores runs on them alone (its environment names them).
+    if let Some(cores) = task.env.get(CPU_CORES_ENV).and_then(|c| cpu_set_of(c)) {
+        // SAFETY: the hook makes one async-signal-safe system call on a set built before
+        // the fork.
+        unsafe {
+            cmd.pre_exec(move || {
+                if libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &cores) != 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                Ok(())
+            });
+        }
+    }
     cmd
+}
+
+/// `cpuset` (`"0-1,4"`) as the kernel's CPU set; `None` when it names no core this set can
+/// hold.
+fn cpu_set_of(cpuset: &str) -> Option<libc::cpu_set_t> {
+    let cores = teamster_storage::model::parse_cpuset(cpuset).ok()?;
+    // SAFETY: an all-zero cpu_set_t is the empty set.
+    let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+    let mut any = false;
+    for core in cores {
+        let core = core as usize;
+        if core < libc::CPU_SETSIZE as usize {
+            // SAFETY: `core` is within the set's size.
+            unsafe { libc::CPU_SET(core, &mut set) };
+            any = true;
+        }
+    }
+    any.then_some(set)
 }
 
 /// Find a task again after a client restart: `None` when it is no longer running.
@@ -758,6 +789,39 @@ mod tests {
         let out = std::fs::read_to_string(dir.path().join(STDOUT_FILE)).unwrap();
         let canon = dir.path().canonicalize().unwrap();
         assert_eq!(out, format!("hi\n{}\n", canon.display()));
+    }
+
+    /// A task that reserves cores runs on them alone: its affinity is the cpuset its
+    /// environment names (here the agent's last allowed core, so the test holds on any
+    /// machine).
+    #[tokio::test]
+    async fn raw_exec_pins_a_task_to_its_reserved_cores() {
+        let allowed = std::fs::read_to_string("/proc/self/status").unwrap();
+        let allowed = allowed
+            .lines()
+            .find_map(|l| l.strip_prefix("Cpus_allowed_list:"))
+            .unwrap();
+        let last = *teamster_storage::model::parse_cpuset(allowed)
+            .unwrap()
+            .last()
+            .unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        let mut t = raw(
+            "/bin/sh",
+            &["-c", "grep Cpus_allowed_list /proc/self/status"],
+        );
+        t.env.insert(CPU_CORES_ENV.into(), last.to_string());
+        let mut task = start(&t, dir.path(), &drivers(), &sinks(dir.path()), 0, None).unwrap();
+        assert!(task.wait().await.successful());
+        let out = std::fs::read_to_string(dir.path().join(STDOUT_FILE)).unwrap();
+        assert_eq!(
+            out.split_whitespace().last(),
+            Some(last.to_string().as_str())
+        );
+        assert_eq!(
+            teamster_storage::model::format_cpuset(&[0, 1, 2, 5, 7, 8]),
+            "0-2,5,7-8"
+        );
     }
 
     #[tokio::test]

@@ -12,7 +12,7 @@ use std::collections::BTreeMap;
 use std::path::Path;
 
 use teamster_storage::model::{
-    DriverInfo, Node, NodeCpuResources, NodeDiskResources, NodeMemoryResources,
+    parse_cpuset, DriverInfo, Node, NodeCpuResources, NodeDiskResources, NodeMemoryResources,
     NodeNetworkResource, NodeReservedCpuResources, NodeReservedNetworkResources,
     NodeReservedResources, NodeResources, NodeStatus, Timestamp,
 };
@@ -27,6 +27,8 @@ const DEFAULT_MHZ_PER_CORE: u64 = 1000;
 pub struct Machine {
     /// Logical cores.
     pub cores: u32,
+    /// The ids of the cores this agent may run on (its CPU affinity), ascending.
+    pub core_ids: Vec<u32>,
     /// Average MHz per core.
     pub mhz_per_core: u64,
     /// Total memory, MB.
@@ -45,6 +47,17 @@ impl Machine {
         let cores = std::thread::available_parallelism()
             .map(|n| n.get() as u32)
             .unwrap_or(1);
+        // The cores the agent may use (a container's cpuset, taskset): tasks reserving
+        // `cores` are pinned to these.
+        let core_ids = std::fs::read_to_string("/proc/self/status")
+            .ok()
+            .and_then(|t| {
+                t.lines()
+                    .find_map(|l| l.strip_prefix("Cpus_allowed_list:"))
+                    .and_then(|list| teamster_storage::model::parse_cpuset(list).ok())
+            })
+            .filter(|ids| !ids.is_empty())
+            .unwrap_or_else(|| (0..cores).collect());
         let mhz_per_core = std::fs::read_to_string("/proc/cpuinfo")
             .ok()
             .and_then(|t| crate::client::stats::cpuinfo_mhz(&t))
@@ -61,6 +74,7 @@ impl Machine {
         };
         Machine {
             cores,
+            core_ids,
             mhz_per_core,
             memory_mb,
             disk_free_mb: disk_free_mb(data_dir).unwrap_or(0),
@@ -111,6 +125,13 @@ pub fn node(
     attr("os.name", std::env::consts::OS.to_string());
     attr("cpu.arch", go_arch(std::env::consts::ARCH).to_string());
     attr("cpu.numcores", machine.cores.to_string());
+    let kept = parse_cpuset(&config.reserved.cores).unwrap_or_default();
+    let reservable = machine
+        .core_ids
+        .iter()
+        .filter(|c| !kept.contains(c))
+        .count();
+    attr("cpu.reservablecores", reservable.to_string());
     attr("cpu.frequency", machine.mhz_per_core.to_string());
     attr("cpu.totalcompute", cpu_total.to_string());
     attr(
@@ -165,7 +186,7 @@ pub fn node(
             cpu: NodeCpuResources {
                 cpu_shares: cpu_total,
                 total_cpu_cores: machine.cores,
-                reservable_cpu_cores: (0..machine.cores).collect(),
+                reservable_cpu_cores: machine.core_ids.clone(),
             },
             memory: NodeMemoryResources { memory_mb },
             disk: NodeDiskResources {
@@ -186,7 +207,7 @@ pub fn node(
         reserved_resources: NodeReservedResources {
             cpu: NodeReservedCpuResources {
                 cpu_shares: config.reserved.cpu,
-                reserved_cpu_cores: Vec::new(),
+                reserved_cpu_cores: parse_cpuset(&config.reserved.cores).unwrap_or_default(),
             },
             memory: NodeMemoryResources {
                 memory_mb: config.reserved.memory_mb,

@@ -606,6 +606,7 @@ impl ClientHandle {
             disk_mb: (value("attr.unique.storage.bytesfree") >> 20)
                 .saturating_sub(reserved.disk_mb),
             memory_max_mb: 0,
+            cores: 0,
         };
         let label = |k: &str| self.shared.node_values.get(k).cloned().unwrap_or_default();
         let st = self.shared.state();

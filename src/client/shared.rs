@@ -125,6 +125,16 @@ impl Shared {
         if local.alloc.resources.memory_max_mb == 0 {
             prepared.resources.memory_max_mb = 0;
         }
+        // A task reserving whole cores is given their MHz.
+        if let Some(held) = local
+            .alloc
+            .allocated_resources
+            .tasks
+            .as_deref()
+            .and_then(|t| t.get(&task.name))
+        {
+            prepared.resources.cpu = held.cpu.cpu_shares;
+        }
         (prepared, task_dir.dir().to_path_buf())
     }
 }

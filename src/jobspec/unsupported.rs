@@ -78,7 +78,7 @@ const SAME_AS_TEAMSTER: &[(&str, &str)] = &[
 ];
 
 /// Fields of a task's `Resources` teamster does not implement.
-pub(super) const RESOURCES: &[&str] = &["Cores", "Networks", "Devices", "NUMA", "SecretsMB"];
+pub(super) const RESOURCES: &[&str] = &["Networks", "Devices", "NUMA", "SecretsMB"];
 
 /// The warnings for fields teamster accepts, as Nomad does, without acting on them: a service
 /// job's `update` block's `Stagger` (Nomad validates it and paces nothing by it either; a
@@ -345,7 +345,8 @@ mod tests {
                         { "Name": "legacy", "Cluster": "default", "OnUpdate": "require_healthy" },
                         { "Name": "elsewhere", "Cluster": "dc2-consul" }
                       ],
-                      "Resources": { "CPU": 100, "MemoryMB": 64, "MemoryMaxMB": 128, "Cores": 2 } },
+                      "Resources": { "CPU": 100, "MemoryMB": 64, "MemoryMaxMB": 128, "Cores": 2,
+                                     "Devices": [{ "Name": "nvidia/gpu" }] } },
                     { "Artifacts": [{ "GetterSource": "x" }] }
                 ]
             }]
@@ -359,7 +360,7 @@ mod tests {
                 "job → group \"api\" → network #0 → port \"db\": IgnoreCollision",
                 "job → group \"api\" → task \"server\" → service \"web\" → check #0: Expose",
                 "job → group \"api\" → task \"server\" → service \"elsewhere\": Cluster",
-                "job → group \"api\" → task \"server\" → Resources: Cores",
+                "job → group \"api\" → task \"server\" → Resources: Devices",
                 "job → group \"api\" → task #1: Artifacts",
             ]
         );

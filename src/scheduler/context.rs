@@ -122,6 +122,11 @@ pub(crate) struct EvalContext {
     base_ports: HashMap<NodeId, HashMap<u32, i64>>,
     /// Host ports the plan takes (+) and frees (−) per node.
     port_delta: HashMap<NodeId, HashMap<u32, i64>>,
+    /// Cores held per node in the snapshot by non-terminal allocations, how many times
+    /// each; filled on first use.
+    base_cores: HashMap<NodeId, HashMap<u16, i64>>,
+    /// Cores the plan takes (+) and frees (−) per node.
+    core_delta: HashMap<NodeId, HashMap<u16, i64>>,
 }
 
 impl EvalContext {
@@ -152,7 +157,35 @@ impl EvalContext {
             properties: Vec::new(),
             base_ports: HashMap::new(),
             port_delta: HashMap::new(),
+            base_cores: HashMap::new(),
+            core_delta: HashMap::new(),
         }
+    }
+
+    /// The cores of `node` no live allocation holds with the plan so far, ascending.
+    pub fn free_cores(&mut self, node: &Node) -> Vec<u16> {
+        let snapshot = &self.snapshot;
+        let base = self.base_cores.entry(node.id.clone()).or_insert_with(|| {
+            let mut held: HashMap<u16, i64> = HashMap::new();
+            for alloc in snapshot
+                .allocs_by_node(&node.id)
+                .filter(|a| !a.terminal_status())
+            {
+                for core in alloc.allocated_resources.cores() {
+                    *held.entry(core).or_default() += 1;
+                }
+            }
+            held
+        });
+        let delta = self.core_delta.get(&node.id);
+        fit::reservable_cores(node)
+            .into_iter()
+            .filter(|core| {
+                let held = base.get(core).copied().unwrap_or(0)
+                    + delta.and_then(|d| d.get(core)).copied().unwrap_or(0);
+                held <= 0
+            })
+            .collect()
     }
 
     /// The host ports in use on `node` with the plan so far: reserved by the node, or held
@@ -417,6 +450,12 @@ impl EvalContext {
             let ports = self.port_delta.entry(alloc.node_id.clone()).or_default();
             for port in alloc.host_ports() {
                 *ports.entry(port).or_default() += i64::from(direction);
+            }
+        }
+        if alloc.allocated_resources.tasks.is_some() {
+            let cores = self.core_delta.entry(alloc.node_id.clone()).or_default();
+            for core in alloc.allocated_resources.cores() {
+                *cores.entry(core).or_default() += i64::from(direction);
             }
         }
     }

@@ -30,6 +30,8 @@ pub enum Dimension {
     Disk,
     /// Host ports (a static port taken, or the dynamic range used up).
     Network,
+    /// Whole CPU cores a task reserves (`cores`): too few left unreserved.
+    Cores,
 }
 
 impl Dimension {
@@ -40,6 +42,7 @@ impl Dimension {
             Dimension::Memory => "memory",
             Dimension::Disk => "disk",
             Dimension::Network => "network",
+            Dimension::Cores => "cores",
         }
     }
 }
@@ -65,7 +68,35 @@ pub fn node_capacity(node: &Node) -> Resources {
             .saturating_sub(reserved.memory.memory_mb),
         disk_mb: offered.disk.disk_mb.saturating_sub(reserved.disk.disk_mb),
         memory_max_mb: 0,
+        cores: 0,
     }
+}
+
+/// The cores of `node` tasks may reserve: its reservable cores but those it keeps for
+/// itself, in ascending order.
+pub fn reservable_cores(node: &Node) -> Vec<u16> {
+    let kept = &node.reserved_resources.cpu.reserved_cpu_cores;
+    let mut cores: Vec<u16> = node
+        .node_resources
+        .cpu
+        .reservable_cpu_cores
+        .iter()
+        .filter(|c| !kept.contains(c))
+        .filter_map(|c| u16::try_from(*c).ok())
+        .collect();
+    cores.sort_unstable();
+    cores.dedup();
+    cores
+}
+
+/// The MHz `cores` whole cores of `node` are worth (Nomad: the node's total compute divided
+/// evenly among its cores).
+pub fn cores_mhz(node: &Node, cores: u32) -> u64 {
+    let cpu = &node.node_resources.cpu;
+    if cpu.total_cpu_cores == 0 {
+        return 0;
+    }
+    cpu.cpu_shares / u64::from(cpu.total_cpu_cores) * u64::from(cores)
 }
 
 /// Checks that `used` — the sum of every allocation that would run on a node — fits in the
@@ -110,6 +141,7 @@ pub fn subtract(a: &Resources, b: &Resources) -> Resources {
         memory_mb: a.memory_mb.saturating_sub(b.memory_mb),
         disk_mb: a.disk_mb.saturating_sub(b.disk_mb),
         memory_max_mb: 0,
+        cores: 0,
     }
 }
 
@@ -128,6 +160,7 @@ mod tests {
             memory_mb,
             disk_mb,
             memory_max_mb: 0,
+            cores: 0,
         }
     }
 

@@ -194,7 +194,7 @@ impl<'a> GenericScheduler<'a> {
                 }
             }
             let chosen = choice.and_then(|choice| {
-                let ports = self.session.alloc_ports(ctx, placer, &choice.node)?;
+                let ports = self.session.alloc_holdings(ctx, placer, &choice.node)?;
                 Some((choice, ports))
             });
             match chosen {
@@ -234,7 +234,7 @@ impl<'a> GenericScheduler<'a> {
                             &run.eval,
                             &node.id,
                             request.group,
-                            placer.ask,
+                            placer.ask_on(&node),
                             ports,
                         )
                     };

@@ -455,6 +455,7 @@ pub fn mock_job(id: &str, count: u32) -> Job {
                     memory_mb: 256,
                     disk_mb: 0,
                     memory_max_mb: 0,
+                    cores: 0,
                 },
                 ..Task::default()
             }],

@@ -26,18 +26,19 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
 use teamster_storage::model::{
-    AllocMetric, AllocatedResources, AllocatedSharedResources, Allocation, ClientStatus,
-    DeploymentId, DesiredStatus, EvalStatus, EvalTrigger, Evaluation, Job, JobId, JobType,
-    Namespace, Node, NodeId, Plan, Resources, Timestamp,
+    AllocMetric, AllocatedCpuResources, AllocatedResources, AllocatedSharedResources,
+    AllocatedTaskResources, Allocation, ClientStatus, DeploymentId, DesiredStatus, EvalStatus,
+    EvalTrigger, Evaluation, Job, JobId, JobType, Namespace, Node, NodeId, Plan, Resources,
+    Timestamp,
 };
 use teamster_storage::state::Snapshot;
 
 use crate::scheduler::context::{Eligibility, EvalContext};
-use crate::scheduler::ports;
 use crate::scheduler::preempt::Candidate;
 use crate::scheduler::reconcile::ALLOC_IN_PLACE;
 use crate::scheduler::stack::{GroupPlacer, Stack, Verdict};
 use crate::scheduler::util::{blocked_eval, progress_made, PlanSize, ReadyScope};
+use crate::scheduler::{fit, ports};
 use crate::scheduler::{Planner, SchedulerEnv, SchedulerError};
 
 /// Hard cap on attempts in one `process`, progress or not (bounded retries).
@@ -399,30 +400,49 @@ impl<'a> Session<'a> {
             .collect()
     }
 
-    /// The host ports an allocation of `placer`'s group gets on `node` with the plan so far,
-    /// dynamic ones drawn with the RNG (nothing for a group without a network); `None` when
-    /// the node cannot give them (ranking already checked it does).
-    pub fn alloc_ports(
+    /// What an allocation of `placer`'s group holds on `node` with the plan so far: its host
+    /// ports, dynamic ones drawn with the RNG (none for a group without a network), and the
+    /// cores of each task that reserves some, the lowest free ones first. `None` when the
+    /// node cannot give them (ranking already checked it does).
+    pub fn alloc_holdings(
         &mut self,
         ctx: &mut EvalContext,
         placer: &GroupPlacer,
         node: &Node,
     ) -> Option<AllocatedResources> {
-        let Some(network) = &placer.network else {
-            return Some(AllocatedResources::default());
-        };
-        let used = ctx.ports_in_use(node);
-        match ports::assign(network, node, &used, self.env.rng) {
-            Ok(ports) => Some(AllocatedResources {
-                shared: AllocatedSharedResources {
-                    ports: ports.into(),
-                },
-            }),
-            Err(reason) => {
-                tracing::warn!(node_id = %node.id, %reason, "ports ranked free could not be assigned");
-                None
+        let mut held = AllocatedResources::default();
+        if let Some(network) = &placer.network {
+            let used = ctx.ports_in_use(node);
+            match ports::assign(network, node, &used, self.env.rng) {
+                Ok(ports) => {
+                    held.shared = AllocatedSharedResources {
+                        ports: ports.into(),
+                    }
+                }
+                Err(reason) => {
+                    tracing::warn!(node_id = %node.id, %reason, "ports ranked free could not be assigned");
+                    return None;
+                }
             }
         }
+        if !placer.cores.is_empty() {
+            let mut free = ctx.free_cores(node).into_iter();
+            let mut tasks = BTreeMap::new();
+            for (task, wanted) in &placer.cores {
+                let reserved: Vec<u16> = free.by_ref().take(*wanted as usize).collect();
+                if reserved.len() < *wanted as usize {
+                    tracing::warn!(node_id = %node.id, task, "cores ranked free could not be reserved");
+                    return None;
+                }
+                let cpu = AllocatedCpuResources {
+                    cpu_shares: fit::cores_mhz(node, *wanted),
+                    reserved_cores: reserved,
+                };
+                tasks.insert(task.clone(), AllocatedTaskResources { cpu });
+            }
+            held.tasks = Some(Box::new(tasks));
+        }
+        Some(held)
     }
 
     /// A new pending allocation of `job`'s `group` on `node_id` for `eval`, asking
@@ -515,7 +535,7 @@ pub(crate) fn inplace_update(
     let mut updated = (**old).clone();
     updated.job_version = job.version;
     updated.eval_id = ctx.plan.eval_id.clone();
-    updated.resources = placer.ask;
+    updated.resources = placer.ask_on(node);
     updated.modify_time = now;
     // It joins the version's deployment, whose health its client judges anew.
     if !deployment_id.is_empty() && updated.deployment_id != *deployment_id {

@@ -52,6 +52,7 @@ pub(crate) fn shortfall(capacity: &Resources, used: &Resources) -> Resources {
         memory_mb: used.memory_mb.saturating_sub(capacity.memory_mb),
         disk_mb: used.disk_mb.saturating_sub(capacity.disk_mb),
         memory_max_mb: 0,
+        cores: 0,
     }
 }
 
@@ -184,6 +185,7 @@ mod tests {
                     memory_mb,
                     disk_mb: 0,
                     memory_max_mb: 0,
+                    cores: 0,
                 },
                 ..Allocation::default()
             }),
@@ -205,6 +207,7 @@ mod tests {
             memory_mb: 0,
             disk_mb: 0,
             memory_max_mb: 0,
+            cores: 0,
         }
     }
 
@@ -264,6 +267,7 @@ mod tests {
             memory_mb: 512,
             disk_mb: 0,
             memory_max_mb: 0,
+            cores: 0,
         };
         let candidates = vec![
             candidate("cpu-only", 20, 2000, 0),
@@ -303,12 +307,14 @@ mod tests {
             memory_mb: 1000,
             disk_mb: 1000,
             memory_max_mb: 0,
+            cores: 0,
         };
         let used = Resources {
             cpu: 1500,
             memory_mb: 900,
             disk_mb: 1001,
             memory_max_mb: 0,
+            cores: 0,
         };
         assert_eq!(
             shortfall(&capacity, &used),
@@ -317,6 +323,7 @@ mod tests {
                 memory_mb: 0,
                 disk_mb: 1,
                 memory_max_mb: 0,
+                cores: 0,
             }
         );
     }

@@ -37,7 +37,7 @@ use crate::scheduler::feasible::{
     affinity_matches, constraint_holds, constraint_label, driver_available, resolve_target,
     GroupChecks, OperandCache,
 };
-use crate::scheduler::fit;
+use crate::scheduler::fit::{self, Dimension};
 use crate::scheduler::ports;
 use crate::scheduler::preempt::{self, Candidate};
 use crate::scheduler::util::ReadyScope;
@@ -82,8 +82,11 @@ pub(crate) struct GroupPlacer {
     pub checks: GroupChecks,
     /// The job the group belongs to (preemption never evicts the job's own allocations).
     job: Arc<Job>,
-    /// What one allocation of the group takes.
+    /// What one allocation of the group takes (without the MHz of its `cores`, which
+    /// depend on the node: [`GroupPlacer::ask_on`]).
     pub ask: Resources,
+    /// The tasks that reserve whole cores, with how many, in the group's order.
+    pub cores: Vec<(String, u32)>,
     /// The host ports one allocation of the group takes (`None`: the group asks for none).
     pub network: Option<NetworkResource>,
     /// Property-counter handles, parallel to `checks.distinct_properties`.
@@ -98,6 +101,16 @@ pub(crate) struct GroupPlacer {
     affinity_weight_sum: f64,
     /// The group's locality levels as of this evaluation (`None`: the group has none).
     locality: Option<LocalityState>,
+}
+
+impl GroupPlacer {
+    /// What one allocation of the group takes on `node`: its ask, with the MHz of the cores
+    /// its tasks reserve there.
+    pub fn ask_on(&self, node: &Node) -> Resources {
+        let mut ask = self.ask;
+        ask.cpu = ask.cpu.saturating_add(fit::cores_mhz(node, self.ask.cores));
+        ask
+    }
 }
 
 /// A group's [`Locality`] as one evaluation sees it at its "now": which levels are open
@@ -215,8 +228,18 @@ impl GroupPlacer {
         {
             ask.memory_max_mb = 0;
         }
+        // Every task's cores are its own, whatever its lifecycle (Nomad's: reserved cores are
+        // never shared between an allocation's tasks).
+        let cores: Vec<(String, u32)> = group
+            .tasks
+            .iter()
+            .filter(|t| t.resources.cores > 0)
+            .map(|t| (t.name.clone(), t.resources.cores))
+            .collect();
+        ask.cores = cores.iter().map(|(_, n)| n).sum();
         GroupPlacer {
             ask,
+            cores,
             network: group
                 .networks
                 .first()
@@ -482,9 +505,18 @@ impl Stack {
             return Verdict::Filtered;
         }
         let capacity = fit::node_capacity(node);
-        let mut used = ctx.node_usage(&node.id).add(&placer.ask);
+        let mut used = ctx.node_usage(&node.id).add(&placer.ask_on(node));
         let mut victims = Vec::new();
-        if let Err(dimension) = fit::check_fit(&capacity, &used) {
+        // Whole cores first: not made by preemption (as in Nomad).
+        let cores_short =
+            placer.ask.cores > 0 && ctx.free_cores(node).len() < placer.ask.cores as usize;
+        let fit = if cores_short {
+            Err(Dimension::Cores)
+        } else {
+            fit::check_fit(&capacity, &used)
+        };
+        if let Err(dimension) = fit {
+            let preempt = preempt && !cores_short;
             let chosen = if preempt {
                 self.preemption(ctx, placer, node, &capacity, &used)
             } else {

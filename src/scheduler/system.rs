@@ -285,7 +285,7 @@ impl<'a> SystemScheduler<'a> {
                 Verdict::Preempt(_, victims) => Some(victims),
             };
             let placed = victims.and_then(|victims| {
-                let ports = self.session.alloc_ports(ctx, placer, &placement.node)?;
+                let ports = self.session.alloc_holdings(ctx, placer, &placement.node)?;
                 Some((victims, ports))
             });
             match placed {
@@ -302,7 +302,7 @@ impl<'a> SystemScheduler<'a> {
                             &run.eval,
                             &placement.node.id,
                             placement.group.clone(),
-                            placer.ask,
+                            placer.ask_on(&placement.node),
                             ports,
                         )
                     };

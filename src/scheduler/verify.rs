@@ -79,6 +79,12 @@ pub enum RejectReason {
         /// The port.
         port: u32,
     },
+    /// Two live tasks would hold one core, or a task a core the node does not let tasks
+    /// reserve.
+    CoreUnavailable {
+        /// The core.
+        core: u16,
+    },
     /// A planned allocation names a different node than the plan entry it is in.
     MisplacedAllocation {
         /// The allocation.
@@ -105,6 +111,9 @@ impl fmt::Display for RejectReason {
             }
             RejectReason::NodeIneligible => f.write_str("node is not eligible"),
             RejectReason::Exhausted { dimension } => write!(f, "resources exhausted: {dimension}"),
+            RejectReason::CoreUnavailable { core } => {
+                write!(f, "core {core} is not free on the node")
+            }
             RejectReason::PortCollision { port } => {
                 write!(f, "network: port collision on host port {port}")
             }
@@ -244,6 +253,7 @@ pub struct OverlayToken(u64);
 struct Held {
     resources: Resources,
     ports: Vec<u32>,
+    cores: Vec<u16>,
 }
 
 impl Held {
@@ -251,6 +261,7 @@ impl Held {
         Held {
             resources: alloc.resources,
             ports: alloc.host_ports().collect(),
+            cores: alloc.allocated_resources.cores().collect(),
         }
     }
 }
@@ -453,6 +464,21 @@ impl<'a> NodeAllocs<'a> {
             .filter_map(|(_, now)| now.as_ref().map(|h| h.ports.clone()));
         untouched.chain(touched).collect()
     }
+
+    /// Every core a running allocation holds, as many times as it is held.
+    fn cores(&self) -> Vec<u16> {
+        let untouched = self
+            .snapshot
+            .allocs_by_node(self.node_id)
+            .filter(|a| !a.terminal_status() && !self.touched.contains_key(&a.id))
+            .flat_map(|a| a.allocated_resources.cores().collect::<Vec<_>>());
+        let touched = self
+            .touched
+            .values()
+            .filter_map(|(_, now)| now.as_ref().map(|h| h.cores.clone()))
+            .flatten();
+        untouched.chain(touched).collect()
+    }
 }
 
 /// Verifies `plan` against `snapshot` plus `overlay`, node by node (see the module docs).
@@ -622,6 +648,19 @@ fn evaluate_node(
             return Err(RejectReason::PortCollision { port });
         }
     }
+    // No core held twice, and only cores the node lets tasks reserve.
+    let asks_cores = allocs
+        .iter()
+        .any(|a| !a.terminal_status() && a.allocated_resources.tasks.is_some());
+    if asks_cores {
+        let reservable = fit::reservable_cores(node);
+        let mut seen = BTreeSet::new();
+        for core in running.cores() {
+            if !seen.insert(core) || reservable.binary_search(&core).is_err() {
+                return Err(RejectReason::CoreUnavailable { core });
+            }
+        }
+    }
     let after = running.total();
     match fit::check_fit(&fit::node_capacity(node), &after) {
         Ok(()) => Ok(()),
@@ -659,6 +698,7 @@ mod tests {
         };
         node.node_resources.cpu.cpu_shares = cpu;
         node.node_resources.memory.memory_mb = mem;
+        node.node_resources.cpu.reservable_cpu_cores = vec![0, 1];
         node.canonicalize();
         node
     }
@@ -741,6 +781,7 @@ mod tests {
                     memory_mb: mem,
                     disk_mb: 0,
                     memory_max_mb: 0,
+                    cores: 0,
                 },
                 ..Allocation::default()
             }
@@ -811,6 +852,56 @@ mod tests {
             })
             .collect();
         alloc
+    }
+
+    /// `alloc` whose task `t` holds `cores`.
+    fn with_cores(mut alloc: Allocation, cores: &[u16]) -> Allocation {
+        let task = teamster_storage::model::AllocatedTaskResources {
+            cpu: teamster_storage::model::AllocatedCpuResources {
+                cpu_shares: 0,
+                reserved_cores: cores.to_vec(),
+            },
+        };
+        alloc.allocated_resources.tasks = Some(Box::new(BTreeMap::from([("t".to_string(), task)])));
+        alloc
+    }
+
+    #[test]
+    fn a_core_held_twice_or_not_reservable_on_a_node_is_rejected() {
+        let mut w = World::new(&[(1000, 1000)]);
+        let first = with_cores(w.alloc(0, 10, 10), &[0]);
+        let ev = evaluate_plan(
+            &w.store.snapshot(),
+            &PlanOverlay::new(),
+            &w.plan(vec![first], vec![]),
+        );
+        assert!(!ev.is_partial());
+        w.commit(&ev);
+        for (cores, rejected) in [(&[0u16][..], Some(0)), (&[5], Some(5)), (&[1], None)] {
+            let plan = w.plan(vec![with_cores(w.alloc(0, 10, 10), cores)], vec![]);
+            let ev = evaluate_plan(&w.store.snapshot(), &PlanOverlay::new(), &plan);
+            match rejected {
+                Some(core) => assert!(
+                    matches!(
+                        ev.rejected[0].reason,
+                        RejectReason::CoreUnavailable { core: c } if c == core
+                    ),
+                    "{cores:?}: {:?}",
+                    ev.rejected
+                ),
+                None => assert!(!ev.is_partial(), "{cores:?}: {:?}", ev.rejected),
+            }
+        }
+        // Two in one plan asking for the same core: one of them is refused.
+        let plan = w.plan(
+            vec![
+                with_cores(w.alloc(0, 10, 10), &[1]),
+                with_cores(w.alloc(0, 10, 10), &[1]),
+            ],
+            vec![],
+        );
+        let ev = evaluate_plan(&w.store.snapshot(), &PlanOverlay::new(), &plan);
+        assert!(ev.is_partial());
     }
 
     #[test]

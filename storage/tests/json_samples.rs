@@ -143,7 +143,7 @@ fn the_register_sample_decodes_with_nulls_and_unknown_keys() {
     let res = &out["TaskGroups"][0]["Tasks"][0]["Resources"];
     assert_eq!(
         res,
-        &json!({"CPU": 100, "MemoryMB": 64, "DiskMB": 10, "MemoryMaxMB": 0})
+        &json!({"CPU": 100, "MemoryMB": 64, "DiskMB": 10, "MemoryMaxMB": 0, "Cores": 0})
     );
     assert_eq!(
         out["TaskGroups"][0]["ReschedulePolicy"]["MaxDelay"],
@@ -583,4 +583,35 @@ fn max_run_duration_is_for_batch_jobs() {
         err.contains("MaxRunDuration must be greater than zero"),
         "{err}"
     );
+}
+
+/// Nomad's `cores`: a task asks for whole cores or for MHz, not both; with `cores` the
+/// default `cpu` is not taken.
+#[test]
+fn a_task_asks_for_cores_or_cpu() {
+    let job = |resources: Value| {
+        let mut job: Job = serde_json::from_value(json!({
+            "ID": "j", "Type": "service", "Datacenters": ["dc1"],
+            "TaskGroups": [{"Name": "g",
+                            "Tasks": [{"Name": "t", "Driver": "mock", "Resources": resources}]}]
+        }))
+        .unwrap();
+        job.canonicalize();
+        job
+    };
+    let j = job(json!({"Cores": 2, "MemoryMB": 64}));
+    j.validate().unwrap();
+    let r = j.task_groups[0].tasks[0].resources;
+    assert_eq!((r.cpu, r.cores), (0, 2));
+    assert_eq!(bincode_round_trip(&j), j);
+    let err = job(json!({"Cores": 2, "CPU": 500}))
+        .validate()
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("Task can only ask for 'cpu' or 'cores' resource, not both."),
+        "{err}"
+    );
+    let err = job(json!({"CPU": 0})).validate().unwrap_err().to_string();
+    assert!(err.contains("minimum CPU value is 1"), "{err}");
 }

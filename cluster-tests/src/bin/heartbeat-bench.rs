@@ -94,6 +94,7 @@ async fn main() -> anyhow::Result<()> {
     let servers = Arc::new(Servers::new(Pool::new(0, RpcConfig::default())?, addrs));
     let machine = Machine {
         cores: 4,
+        core_ids: (0..4).collect(),
         mhz_per_core: 2500,
         memory_mb: 8192,
         disk_free_mb: 100_000,

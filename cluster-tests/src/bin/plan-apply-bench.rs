@@ -131,6 +131,7 @@ async fn main() -> anyhow::Result<()> {
                         memory_mb: 1,
                         disk_mb: 0,
                         memory_max_mb: 0,
+                        cores: 0,
                     },
                     client_status: ClientStatus::Pending,
                     ..Allocation::default()

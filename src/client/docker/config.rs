@@ -543,6 +543,11 @@ pub fn container_spec(
             port_bindings: publish.then_some(bindings),
             network_mode: Some(cfg.network_mode.as_docker().to_string()),
             cpu_shares: Some(facts.cpu_mhz.max(MIN_CPU_SHARES).min(i64::MAX as u64) as i64),
+            // A task that reserves whole cores runs on them alone.
+            cpuset_cpus: facts
+                .env
+                .get(teamster_storage::model::CPU_CORES_ENV)
+                .cloned(),
             memory: (limit > 0).then(|| limit.min(i64::MAX as u64) as i64),
             memory_reservation: (limit > memory).then(|| memory.min(i64::MAX as u64) as i64),
             ..HostConfig::default()

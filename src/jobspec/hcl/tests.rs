@@ -280,6 +280,7 @@ fn blocks_teamster_does_not_act_on_are_kept_so_that_they_are_refused_by_name() {
               resources {
                 memory_max = 128
                 cores      = 2
+                device "nvidia/gpu" {}
               }
             }
           }
@@ -295,7 +296,7 @@ fn blocks_teamster_does_not_act_on_are_kept_so_that_they_are_refused_by_name() {
         refused,
         [
             "job → group \"g\" → task \"t\" → service \"web\" → check #0: Expose",
-            "job → group \"g\" → task \"t\" → Resources: Cores",
+            "job → group \"g\" → task \"t\" → Resources: Devices",
         ]
     );
     // Ports are acted on now: the network block is kept as Nomad's JSON, not refused.

@@ -2,6 +2,7 @@
 //! scheduler, and the concurrency property (conflicting schedulers never over-commit).
 
 mod annotate;
+mod cores;
 mod deployments;
 mod disconnect;
 mod generic;
@@ -69,6 +70,7 @@ fn filler_alloc(job: &Job, node: &NodeId, n: u64, cpu: u64, memory_mb: u64) -> A
             memory_mb,
             disk_mb: 0,
             memory_max_mb: 0,
+            cores: 0,
         },
         client_status: ClientStatus::Running,
         ..Allocation::default()

@@ -265,6 +265,7 @@ mod tests {
                             memory_mb: 10,
                             disk_mb: 0,
                             memory_max_mb: 0,
+                            cores: 0,
                         },
                         ..Task::default()
                     }],

@@ -414,6 +414,11 @@ pub struct Resources {
     /// applies.
     #[serde(rename = "MemoryMaxMB", deserialize_with = "de::nullable")]
     pub memory_max_mb: u64,
+    /// Whole CPU cores reserved for the task alone (Nomad's `cores`; instead of `cpu`). On an
+    /// allocation: its tasks' cores summed; which cores each task got is in its
+    /// `AllocatedResources`, and their MHz are counted in `cpu`.
+    #[serde(deserialize_with = "de::nullable")]
+    pub cores: u32,
 }
 
 impl Default for Resources {
@@ -423,6 +428,7 @@ impl Default for Resources {
             memory_mb: DEFAULT_MEMORY_MB,
             disk_mb: 0,
             memory_max_mb: 0,
+            cores: 0,
         }
     }
 }
@@ -434,6 +440,7 @@ impl Resources {
         memory_mb: 0,
         disk_mb: 0,
         memory_max_mb: 0,
+        cores: 0,
     };
 
     /// Component-wise maximum.
@@ -443,6 +450,7 @@ impl Resources {
             memory_mb: self.memory_mb.max(other.memory_mb),
             disk_mb: self.disk_mb.max(other.disk_mb),
             memory_max_mb: self.memory_max_mb.max(other.memory_max_mb),
+            cores: self.cores.max(other.cores),
         }
     }
 
@@ -453,6 +461,7 @@ impl Resources {
             memory_mb: self.memory_mb.saturating_add(other.memory_mb),
             disk_mb: self.disk_mb.saturating_add(other.disk_mb),
             memory_max_mb: self.memory_max_mb.saturating_add(other.memory_max_mb),
+            cores: self.cores.saturating_add(other.cores),
         }
     }
 }
@@ -1558,6 +1567,11 @@ impl Job {
                     });
                 }
                 canonicalize_identities(task);
+                // Nomad's: `cpu` takes its default only when no `cores` are asked for (a
+                // task asks for one or the other).
+                if task.resources.cores > 0 && task.resources.cpu == DEFAULT_CPU_MHZ {
+                    task.resources.cpu = 0;
+                }
                 for template in &mut task.templates {
                     template.canonicalize();
                 }
@@ -1869,7 +1883,11 @@ impl Job {
                 if task.driver.is_empty() {
                     errors.push(format!("{at}: missing driver"));
                 }
-                if task.resources.cpu < 1 {
+                if task.resources.cores > 0 && task.resources.cpu > 0 {
+                    errors.push(format!(
+                        "{at}: Task can only ask for 'cpu' or 'cores' resource, not both."
+                    ));
+                } else if task.resources.cpu < 1 && task.resources.cores == 0 {
                     errors.push(format!("{at}: minimum CPU value is 1"));
                 }
                 if task.resources.memory_mb < MIN_MEMORY_MB {

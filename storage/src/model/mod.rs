@@ -51,9 +51,9 @@ pub use acl::{
     TOKEN_TYPE_CLIENT, TOKEN_TYPE_MANAGEMENT,
 };
 pub use alloc::{
-    AllocStop, AllocatedPortMapping, AllocatedResources, AllocatedSharedResources, Allocation,
-    ClientStatus, DesiredStatus, DesiredTransition, RescheduleEvent, RescheduleTracker, TaskEvent,
-    TaskState, TaskStateValue,
+    AllocStop, AllocatedCpuResources, AllocatedPortMapping, AllocatedResources,
+    AllocatedSharedResources, AllocatedTaskResources, Allocation, ClientStatus, DesiredStatus,
+    DesiredTransition, RescheduleEvent, RescheduleTracker, TaskEvent, TaskState, TaskStateValue,
 };
 pub use cluster::{
     AutopilotConfig, ClusterMeta, PreemptionConfig, SchedulerAlgorithm, SchedulerConfiguration,
@@ -79,10 +79,10 @@ pub use job::{
 pub use keyring::{RootKey, RootKeyMeta, RootKeyState, WrappedKey, ROOT_KEY_ALGORITHM};
 pub use namespace::{NamespaceSpec, DEFAULT_NAMESPACE};
 pub use node::{
-    parse_port_ranges, DrainMetadata, DrainStatus, DrainStrategy, DriverInfo, Node,
-    NodeCpuResources, NodeDiskResources, NodeMemoryResources, NodeNetworkResource,
-    NodeReservedCpuResources, NodeReservedNetworkResources, NodeReservedResources, NodeResources,
-    NodeStatus, SchedulingEligibility,
+    format_cpuset, parse_cpuset, parse_port_ranges, DrainMetadata, DrainStatus, DrainStrategy,
+    DriverInfo, Node, NodeCpuResources, NodeDiskResources, NodeMemoryResources,
+    NodeNetworkResource, NodeReservedCpuResources, NodeReservedNetworkResources,
+    NodeReservedResources, NodeResources, NodeStatus, SchedulingEligibility, CPU_CORES_ENV,
 };
 pub use periodic::{
     CronSchedule, DispatchPayload, DispatchPayloadConfig, ParameterizedJobConfig, PeriodicConfig,

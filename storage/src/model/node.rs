@@ -171,6 +171,65 @@ pub fn parse_port_ranges(spec: &str) -> Result<Vec<u32>, String> {
     Ok(ports)
 }
 
+/// The most cores a cpuset names (Linux's default `NR_CPUS` ceiling).
+pub const MAX_CPU_CORE: u32 = 8191;
+
+/// Parses a Linux cpuset (`"0-3,8"`, as in `Cpus_allowed_list` and Nomad's
+/// `reserved.cores`) into ascending, distinct core ids.
+pub fn parse_cpuset(spec: &str) -> Result<Vec<u32>, String> {
+    let mut cores = Vec::new();
+    for part in spec.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+        let core = |s: &str| {
+            s.trim()
+                .parse::<u32>()
+                .ok()
+                .filter(|c| *c <= MAX_CPU_CORE)
+                .ok_or_else(|| format!("{s:?} is not a core id (0-{MAX_CPU_CORE})"))
+        };
+        match part.split_once('-') {
+            Some((lo, hi)) => {
+                let (lo, hi) = (core(lo)?, core(hi)?);
+                if lo > hi {
+                    return Err(format!("range {part:?} ends before it starts"));
+                }
+                cores.extend(lo..=hi);
+            }
+            None => cores.push(core(part)?),
+        }
+    }
+    cores.sort_unstable();
+    cores.dedup();
+    Ok(cores)
+}
+
+/// The task variable naming the cores reserved for a task (Nomad's `NOMAD_CPU_CORES`), as a
+/// cpuset: drivers pin the task to them.
+pub const CPU_CORES_ENV: &str = "NOMAD_CPU_CORES";
+
+/// Writes core ids as a Linux cpuset (`[0, 1, 2, 5]` → `"0-2,5"`).
+pub fn format_cpuset(cores: &[u16]) -> String {
+    let mut sorted = cores.to_vec();
+    sorted.sort_unstable();
+    sorted.dedup();
+    let mut parts: Vec<String> = Vec::new();
+    let mut i = 0;
+    while i < sorted.len() {
+        let start = sorted[i];
+        let mut end = start;
+        while i + 1 < sorted.len() && sorted[i + 1] == end + 1 {
+            i += 1;
+            end = sorted[i];
+        }
+        parts.push(if start == end {
+            start.to_string()
+        } else {
+            format!("{start}-{end}")
+        });
+        i += 1;
+    }
+    parts.join(",")
+}
+
 /// CPU held back from scheduling.
 #[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
 #[serde(rename_all = "PascalCase", default)]

@@ -230,6 +230,7 @@ mod tests {
                 memory_mb,
                 disk_mb: 0,
                 memory_max_mb: 0,
+                cores: 0,
             },
             ..Task::default()
         }

@@ -155,6 +155,7 @@ impl NodeUsage {
             memory_mb: narrow(self.memory_mb),
             disk_mb: narrow(self.disk_mb),
             memory_max_mb: 0,
+            cores: 0,
         }
     }
 }

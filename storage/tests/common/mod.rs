@@ -62,6 +62,7 @@ pub fn job(id: &str, count: u32) -> Job {
                     memory_mb: 64,
                     disk_mb: 0,
                     memory_max_mb: 0,
+                    cores: 0,
                 },
                 ..Task::default()
             }],
