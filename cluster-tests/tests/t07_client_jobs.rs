@@ -1524,3 +1524,115 @@ async fn dev_agent_deployments_wait_for_service_checks() -> anyhow::Result<()> {
     assert_eq!(deployment["TaskGroups"]["g"]["HealthyAllocs"], 1);
     Ok(())
 }
+
+/// Whole cores and batch deadlines on a real agent: a task with `cores = 1` gets the
+/// agent's first allowed core (its allocation says which, its process runs on it alone,
+/// `NOMAD_CPU_CORES` names it), a second such task on the same node gets another or none;
+/// a batch group's `max_run_duration` kills a task that would run an hour and completes
+/// the allocation "allocation exceeded max_run_duration", its poststop task never started.
+#[tokio::test]
+async fn dev_agent_pins_cores_and_ends_a_batch_allocation_at_its_max_run_duration(
+) -> anyhow::Result<()> {
+    teamster_cluster_tests::init_test_tracing();
+    let ip = dev_ip_at(41);
+    let log = tempfile::NamedTempFile::new()?;
+    let (_agent, api) = dev_agent(&ip, &log).await?;
+    let addr = format!("http://{ip}:4646");
+    let allowed = std::fs::read_to_string("/proc/self/status")?;
+    let allowed = allowed
+        .lines()
+        .find_map(|l| l.strip_prefix("Cpus_allowed_list:"))
+        .expect("Cpus_allowed_list")
+        .trim()
+        .to_string();
+    let first: u16 = allowed
+        .split([',', '-'])
+        .next()
+        .and_then(|c| c.parse().ok())
+        .expect("a core id");
+
+    let mut job = raw_exec_job(
+        "pinned",
+        "service",
+        "grep Cpus_allowed_list /proc/self/status; echo \"cores=$NOMAD_CPU_CORES\"; exec sleep 3600",
+        json!({}),
+    );
+    job["TaskGroups"][0]["Tasks"][0]["Resources"] = json!({"Cores": 1, "MemoryMB": 10});
+    register(&api, job).await?;
+    let alloc = wait_for(Duration::from_secs(30), "the pinned alloc running", || {
+        let api = api.clone();
+        async move {
+            let a = job_allocs(&api, "pinned").await.into_iter().next()?;
+            (a["ClientStatus"] == "running").then_some(a)
+        }
+    })
+    .await?;
+    let id = alloc["ID"].as_str().expect("alloc id").to_string();
+    let full: Value = api.get(&format!("/v1/allocation/{id}")).await?;
+    assert_eq!(
+        full["AllocatedResources"]["Tasks"]["t"]["Cpu"]["ReservedCores"],
+        json!([first]),
+        "{full}"
+    );
+    let out = wait_for(Duration::from_secs(10), "the pinned task's output", || {
+        let addr = addr.clone();
+        let id = id.clone();
+        async move {
+            let out = stdout_of(&addr, &id).await;
+            out.contains("cores=").then_some(out)
+        }
+    })
+    .await?;
+    assert!(
+        out.contains(&format!("Cpus_allowed_list:\t{first}\n")),
+        "{out}"
+    );
+    assert!(out.contains(&format!("cores={first}\n")), "{out}");
+
+    let mut job = raw_exec_job("deadline", "batch", "exec sleep 3600", json!({}));
+    job["TaskGroups"][0]["MaxRunDuration"] = json!(3_000_000_000u64);
+    job["TaskGroups"][0]["Tasks"]
+        .as_array_mut()
+        .expect("tasks")
+        .push(json!({
+            "Name": "report",
+            "Driver": "raw_exec",
+            "Lifecycle": {"Hook": "poststop"},
+            "Config": {"command": "/bin/sh", "args": ["-c", "echo report"]},
+            "Resources": {"CPU": 10, "MemoryMB": 10}
+        }));
+    register(&api, job).await?;
+    let alloc = wait_for(
+        Duration::from_secs(30),
+        "the deadline alloc complete",
+        || {
+            let api = api.clone();
+            async move {
+                let a = job_allocs(&api, "deadline").await.into_iter().next()?;
+                (a["ClientStatus"] == "complete").then_some(a)
+            }
+        },
+    )
+    .await?;
+    assert_eq!(
+        alloc["ClientDescription"], "allocation exceeded max_run_duration",
+        "{alloc}"
+    );
+    let events = alloc["TaskStates"]["t"]["Events"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
+    assert!(
+        events.iter().any(|e| e["Type"] == "Killing"
+            && e["DisplayMessage"] == "allocation exceeded max_run_duration"),
+        "{events:?}"
+    );
+    let report = &alloc["TaskStates"]["report"];
+    assert!(
+        report["StartedAt"].is_null() || report["StartedAt"] == "0001-01-01T00:00:00Z",
+        "the poststop task never started: {report}"
+    );
+    // Not replaced: still one allocation.
+    assert_eq!(job_allocs(&api, "deadline").await.len(), 1);
+    Ok(())
+}

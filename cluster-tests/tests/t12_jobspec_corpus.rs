@@ -297,6 +297,8 @@ const REQUIRED_FIELDS: &[&str] = &[
     "TaskGroups[].EphemeralDisk",
     "TaskGroups[].Disconnect",
     "TaskGroups[].ShutdownDelay",
+    "TaskGroups[].MaxRunDuration",
+    "TaskGroups[].Services[].Checks[].GRPCService",
     "TaskGroups[].Tasks[].Config",
     "TaskGroups[].Tasks[].Env",
     "TaskGroups[].Tasks[].Meta",
@@ -488,8 +490,18 @@ fn the_corpus_sets_every_jobspec_block_and_language_feature() {
 /// field it sets must be there with an equal value; lists must have the same length.
 /// The job as Nomad's servers keep it: a job-level `Reschedule` is merged into every
 /// group's `ReschedulePolicy` (the group's own fields first) and not kept at the job level,
-/// and a `ui` link's `URL` (its API's spelling) is answered as `Url`.
+/// a `ui` link's `URL` (its API's spelling) is answered as `Url`, and a group's deprecated
+/// `PreventRescheduleOnLost` is kept as `Disconnect.Replace = false`.
 fn as_nomad_stores(mut job: Value) -> Value {
+    let groups = job.pointer_mut("/TaskGroups").and_then(Value::as_array_mut);
+    for group in groups.into_iter().flatten() {
+        let Some(map) = group.as_object_mut() else {
+            continue;
+        };
+        if map.remove("PreventRescheduleOnLost") == Some(Value::Bool(true)) {
+            map.insert("Disconnect".into(), json!({ "Replace": false }));
+        }
+    }
     let links = job.pointer_mut("/UI/Links").and_then(Value::as_array_mut);
     for link in links.into_iter().flatten() {
         if let Some(url) = link.as_object_mut().and_then(|l| l.remove("URL")) {

@@ -2,7 +2,8 @@
 # written for a cluster with Consul are. teamster accepts it as Nomad accepts it on a cluster
 # whose clients have no Consul: the servers add Nomad's implied constraint
 # ${attr.consul.version} to the group and to the task with a service, no teamster node
-# fingerprints Consul, so the job stays pending and `job status` names what is missing:
+# fingerprints Consul, so the job stays pending and `job status` names what is missing
+# (its gRPC and script checks are Consul's, kept with the job):
 #   teamster job run deploy/jobs/consul-api.nomad.hcl
 #   teamster job status consul-api      # Placement Failure: Constraint "${attr.consul.version} ...
 job "consul-api" {
@@ -33,6 +34,31 @@ job "consul-api" {
         path     = "/health"
         interval = "10s"
         timeout  = "2s"
+      }
+
+      # Consul's check kinds and thresholds: kept with the job, run by Consul's agent
+      # (teamster has none; the job stays pending).
+      check {
+        name                     = "grpc-health"
+        type                     = "grpc"
+        grpc_service             = "shop.Health"
+        grpc_use_tls             = true
+        tls_server_name          = "api.shop.internal"
+        interval                 = "15s"
+        timeout                  = "3s"
+        success_before_passing   = 2
+        failures_before_critical = 3
+      }
+
+      check {
+        name     = "migrations-applied"
+        type     = "script"
+        task     = "api"
+        command  = "/bin/sh"
+        args     = ["-c", "test -f /local/migrated"]
+        interval = "30s"
+        timeout  = "5s"
+        notes    = "Runs inside the api task."
       }
     }
 

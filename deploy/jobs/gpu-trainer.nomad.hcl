@@ -1,5 +1,5 @@
 # A training run that needs a GPU, whole cores and burstable memory. teamster refuses the
-# device request, cores and memory_max by name (its nodes fingerprint none of them).
+# device request by name (its nodes fingerprint no devices); cores and memory_max it acts on.
 job "gpu-trainer" {
   type        = "batch"
   datacenters = ["dc1"]
