@@ -1628,6 +1628,7 @@ async fn dev_agent_pins_cores_and_ends_a_batch_allocation_at_its_max_run_duratio
         "{events:?}"
     );
     let report = &alloc["TaskStates"]["report"];
+    assert!(report.is_object(), "the poststop task has a state: {alloc}");
     assert!(
         report["StartedAt"].is_null() || report["StartedAt"] == "0001-01-01T00:00:00Z",
         "the poststop task never started: {report}"

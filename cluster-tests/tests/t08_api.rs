@@ -284,7 +284,7 @@ async fn bad_input_is_refused_with_a_message_and_changes_nothing() -> anyhow::Re
         json!([{ "Hostname": "web-1", "DynamicPorts": [{ "Label": "http" }] }]);
     cron["TaskGroups"][0]["Tasks"][0]["Services"] = json!([{ "Name": "web", "Provider": "nomad", "PortLabel": "8080", "Checks": [{
             "Type": "http", "Path": "/", "Interval": 1_000_000_000u64,
-            "Timeout": 1_000_000_000u64, "Command": "x" }] }]);
+            "Timeout": 1_000_000_000u64, "Expose": true }] }]);
     cron["Update"] = Value::Null;
     let (s, msg) = post_raw(
         &base,
@@ -300,7 +300,7 @@ async fn bad_input_is_refused_with_a_message_and_changes_nothing() -> anyhow::Re
         "{msg}"
     );
     assert!(
-        msg.contains("job → group \"g\" → task \"t\" → service \"web\" → check #0 → Command"),
+        msg.contains("job → group \"g\" → task \"t\" → service \"web\" → check #0 → Expose"),
         "{msg}"
     );
     // An update block that could never roll out, or one on a batch job: 400 naming it.

@@ -111,6 +111,12 @@ pub fn node(
     } else {
         machine.mhz_per_core * machine.cores as u64
     };
+    // As in Nomad, the cores the client keeps (`reserved.cores`) are not usable compute:
+    // their MHz are not offered to `cpu` tasks either.
+    let kept = parse_cpuset(&config.reserved.cores).unwrap_or_default();
+    let kept_count = machine.core_ids.iter().filter(|c| kept.contains(c)).count() as u64;
+    let cpu_total =
+        cpu_total.saturating_sub(cpu_total / u64::from(machine.cores.max(1)) * kept_count);
     let memory_mb = if config.memory_total_mb > 0 {
         config.memory_total_mb
     } else {
@@ -125,7 +131,6 @@ pub fn node(
     attr("os.name", std::env::consts::OS.to_string());
     attr("cpu.arch", go_arch(std::env::consts::ARCH).to_string());
     attr("cpu.numcores", machine.cores.to_string());
-    let kept = parse_cpuset(&config.reserved.cores).unwrap_or_default();
     let reservable = machine
         .core_ids
         .iter()
@@ -207,7 +212,7 @@ pub fn node(
         reserved_resources: NodeReservedResources {
             cpu: NodeReservedCpuResources {
                 cpu_shares: config.reserved.cpu,
-                reserved_cpu_cores: parse_cpuset(&config.reserved.cores).unwrap_or_default(),
+                reserved_cpu_cores: kept.clone(),
             },
             memory: NodeMemoryResources {
                 memory_mb: config.reserved.memory_mb,

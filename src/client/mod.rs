@@ -1662,8 +1662,6 @@ mod tests {
         assert_eq!(done.client_status, ClientStatus::Complete);
     }
 
-    /// `f` applied to the job of allocation `a1` as an in-place update brings it (a new
-    /// `JobModifyIndex`), handed to its runner.
     /// Nomad's `max_run_duration`: counted from the allocation's creation; an in-place
     /// update moves the deadline; when it runs out the main task is killed (its `Killing`
     /// event says why), a poststop task never starts, and the allocation is `complete`,
@@ -1721,6 +1719,8 @@ mod tests {
         assert_eq!(sh.state().allocs["a1"].client_status, ClientStatus::Running);
     }
 
+    /// `f` applied to the job of allocation `a1` as an in-place update brings it (a new
+    /// `JobModifyIndex`), handed to its runner.
     fn update_in_place(sh: &Arc<Shared>, index: u64, f: impl FnOnce(&mut TaskGroup)) {
         sh.update_alloc("a1", |local| {
             local.job.job_modify_index = index;

@@ -125,15 +125,27 @@ impl Shared {
         if local.alloc.resources.memory_max_mb == 0 {
             prepared.resources.memory_max_mb = 0;
         }
-        // A task reserving whole cores is given their MHz.
-        if let Some(held) = local
+        // A task reserving whole cores is given their MHz, and the drivers pin it to them
+        // by NOMAD_CPU_CORES, which says what the servers gave it whatever the task's own
+        // `env` sets (a task without cores has none).
+        let held = local
             .alloc
             .allocated_resources
             .tasks
             .as_deref()
             .and_then(|t| t.get(&task.name))
-        {
-            prepared.resources.cpu = held.cpu.cpu_shares;
+            .filter(|h| !h.cpu.reserved_cores.is_empty());
+        match held {
+            Some(held) => {
+                prepared.resources.cpu = held.cpu.cpu_shares;
+                prepared.env.insert(
+                    teamster_storage::model::CPU_CORES_ENV.into(),
+                    teamster_storage::model::format_cpuset(&held.cpu.reserved_cores),
+                );
+            }
+            None => {
+                prepared.env.remove(teamster_storage::model::CPU_CORES_ENV);
+            }
         }
         (prepared, task_dir.dir().to_path_buf())
     }

@@ -341,7 +341,7 @@ impl Parser<'_> {
         };
         result
             .map(to_json)
-            .map_err(|err| self.at(span, path, err.to_string()))
+            .map_err(|err| self.at(span, path, funcs::describe(&err)))
     }
 
     fn typed(

@@ -89,14 +89,16 @@ pub fn reservable_cores(node: &Node) -> Vec<u16> {
     cores
 }
 
-/// The MHz `cores` whole cores of `node` are worth (Nomad: the node's total compute divided
-/// evenly among its cores).
+/// The MHz `cores` whole cores of `node` are worth (Nomad: the node's usable compute divided
+/// evenly among its usable cores, those it does not keep for itself).
 pub fn cores_mhz(node: &Node, cores: u32) -> u64 {
     let cpu = &node.node_resources.cpu;
-    if cpu.total_cpu_cores == 0 {
+    let kept = node.reserved_resources.cpu.reserved_cpu_cores.len() as u64;
+    let usable = u64::from(cpu.total_cpu_cores).saturating_sub(kept);
+    if usable == 0 {
         return 0;
     }
-    cpu.cpu_shares / u64::from(cpu.total_cpu_cores) * u64::from(cores)
+    cpu.cpu_shares / usable * u64::from(cores)
 }
 
 /// Checks that `used` — the sum of every allocation that would run on a node — fits in the

@@ -252,8 +252,10 @@ impl Reconciler<'_> {
                     Taint::Lost
                 }
             }
+            // On a disconnected node only a window holds them (Nomad: one that never started,
+            // or without a window, is lost at once).
             Some(node) if node.status == NodeStatus::Disconnected => {
-                if held() {
+                if window_open() {
                     Taint::Disconnecting
                 } else {
                     Taint::Lost
@@ -979,8 +981,8 @@ impl Reconciler<'_> {
             updated.modify_time = self.now;
             marked.push(updated);
         }
-        // Kept for good (`replace = false`): nothing is due when the window ends.
-        if marked.is_empty() || !group.replaces_lost() {
+        // Kept for good (`replace = false` without a window): nothing is due later.
+        if marked.is_empty() || (!group.replaces_lost() && lost_after == 0) {
             out.attribute_updates.extend(marked);
             return;
         }

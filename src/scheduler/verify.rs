@@ -465,6 +465,14 @@ impl<'a> NodeAllocs<'a> {
         untouched.chain(touched).collect()
     }
 
+    /// Whether `core` was held, before the plan and the overlay, by an allocation they
+    /// update (an in-place update keeps its cores).
+    fn held_before(&self, core: u16) -> bool {
+        self.touched
+            .values()
+            .any(|(was, _)| was.as_ref().is_some_and(|h| h.cores.contains(&core)))
+    }
+
     /// Every core a running allocation holds, as many times as it is held.
     fn cores(&self) -> Vec<u16> {
         let untouched = self
@@ -653,10 +661,21 @@ fn evaluate_node(
         .iter()
         .any(|a| !a.terminal_status() && a.allocated_resources.tasks.is_some());
     if asks_cores {
+        // The plan's own cores must be ones the node lets tasks reserve now (an older
+        // allocation keeps what it was given when the node offered more).
         let reservable = fit::reservable_cores(node);
+        let asked = allocs
+            .iter()
+            .filter(|a| !a.terminal_status())
+            .flat_map(|a| a.allocated_resources.cores());
+        for core in asked {
+            if reservable.binary_search(&core).is_err() && !running.held_before(core) {
+                return Err(RejectReason::CoreUnavailable { core });
+            }
+        }
         let mut seen = BTreeSet::new();
         for core in running.cores() {
-            if !seen.insert(core) || reservable.binary_search(&core).is_err() {
+            if !seen.insert(core) {
                 return Err(RejectReason::CoreUnavailable { core });
             }
         }

@@ -194,7 +194,10 @@ fn a_consul_service_keeps_script_and_grpc_checks_and_consul_s_thresholds() {
         e.contains("script type must have a valid script path"),
         "{e}"
     );
-    assert!(e.contains("must specify task parameter"), "{e}");
+    assert!(
+        e.contains("Service [g]->web or Check service: \"web\" check must specify task parameter"),
+        "{e}"
+    );
     let e = errors(&consul_job(
         json!({}),
         json!({"Type": "script", "Command": "x", "TaskName": "t",
@@ -264,7 +267,7 @@ fn a_native_service_refuses_consul_s_check_kinds_and_thresholds_with_nomad_s_wor
     );
     // As in Nomad: accepted, and a plain-http check has no certificate to skip.
     assert_eq!(errors(&job(json!({}), json!({"TLSSkipVerify": true}))), "");
-    // A task service's check may only name its own task.
+    // A group service's check may only name a task of its group.
     let e = errors(&job(json!({}), json!({"TaskName": "nope"})));
     assert!(e.contains("refers to non-existent task nope"), "{e}");
 }

@@ -525,6 +525,10 @@ async fn enforce_max_run_duration(ctx: Arc<AllocCtx>, mut updates: watch::Receiv
 /// Why `local`'s tasks were being stopped when an earlier run of the client ended, if they
 /// were: a failed task, a dead leader, or a stop in progress.
 fn unfinished_stop(local: &LocalAlloc, group: &TaskGroup) -> Option<KillReason> {
+    // The deadline first: its stop kills the poststop tasks too.
+    if local.max_run_exceeded && !local.finished() {
+        return Some(KillReason::MaxRunDuration);
+    }
     let dead = |name: &str| {
         local
             .task_states
@@ -540,9 +544,6 @@ fn unfinished_stop(local: &LocalAlloc, group: &TaskGroup) -> Option<KillReason> 
     }
     if group.tasks.iter().any(|t| t.leader && dead(&t.name)) {
         return Some(KillReason::LeaderDead);
-    }
-    if local.max_run_exceeded {
-        return Some(KillReason::MaxRunDuration);
     }
     local.shutting_down.then_some(KillReason::Stopped)
 }

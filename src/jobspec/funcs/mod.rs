@@ -28,6 +28,18 @@ pub const FOR_ORDER: &str = "teamster_for_order";
 /// budget ([`super::budget`]).
 pub const CHARGE: &str = "teamster_charge";
 
+/// What an evaluation error says, without the parser's own wrappers ([`CHARGE`],
+/// [`FOR_ORDER`]) that the expression it quotes would show: then just what went wrong (the
+/// caller names the file, line and attribute).
+pub fn describe(err: &hcl::eval::Error) -> String {
+    let full = err.to_string();
+    if full.contains(CHARGE) || full.contains(FOR_ORDER) {
+        err.kind().to_string()
+    } else {
+        full
+    }
+}
+
 /// A context that knows every function of this module (and no variables yet). `files`: whether
 /// `file`, `fileexists` and `templatefile` may read the local filesystem.
 pub fn context(files: bool) -> Context<'static> {

@@ -1555,3 +1555,35 @@ fn an_evaluation_within_its_budget_gives_the_same_job_as_before() {
     let e = parse_job("job.hcl", text, &tight).unwrap_err().to_string();
     assert!(e.contains("budget of 1000 steps"), "{e}");
 }
+
+/// An evaluation error names what went wrong and where, not the parser's own wrappers
+/// around the expression (`pathexpand` is a CLI-only function, as Nomad's HTTP parse
+/// refuses it).
+#[test]
+fn evaluation_errors_do_not_show_the_parser_s_own_functions() {
+    for text in [
+        r#"
+        locals { key = pathexpand("~/.ssh/id") }
+        job "j" {
+          group "g" {
+            task "t" { driver = "raw_exec" }
+          }
+        }
+        "#,
+        r#"
+        job "j" {
+          meta { key = pathexpand("~/.ssh/id") }
+          group "g" {
+            task "t" { driver = "raw_exec" }
+          }
+        }
+        "#,
+    ] {
+        let e = parse(text).unwrap_err().to_string();
+        assert!(
+            e.contains("undefined function `pathexpand`") || e.contains("pathexpand"),
+            "{e}"
+        );
+        assert!(!e.contains("teamster_"), "{e}");
+    }
+}

@@ -310,8 +310,11 @@ impl Parser<'_> {
                         done.insert(name, v);
                     }
                     Err(err) => {
-                        last_error =
-                            Some(self.at(span.clone(), "locals", format!("{name}: {err}")));
+                        last_error = Some(self.at(
+                            span.clone(),
+                            "locals",
+                            format!("{name}: {}", funcs::describe(&err)),
+                        ));
                         still.push((name, expr, span));
                     }
                 }

@@ -135,6 +135,11 @@ fn without_replace_an_unknown_allocation_holds_its_place_until_it_is_lost() {
     assert_eq!(alloc(&h, &victim.id).client_status, ClientStatus::Unknown);
     assert!(replacement_of(&h, &job, &victim.id).is_none());
     assert_eq!(h.running_allocs(&job).len(), 3);
+    // The window's end is evaluated, as for a group that replaces.
+    assert!(h
+        .created_evals
+        .iter()
+        .any(|e| e.triggered_by == EvalTrigger::MaxDisconnectTimeout));
 
     // The window ends: lost, and now replaced.
     h.now += 61 * SECOND;

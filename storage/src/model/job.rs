@@ -930,7 +930,9 @@ fn validate_service(
 /// Where a service is defined: in a group (with the group's task names) or in a task.
 #[derive(Clone, Copy)]
 enum ServiceOwner<'a> {
-    Group(&'a BTreeSet<&'a str>),
+    /// A group's service: the group's name and its tasks' names.
+    Group(&'a str, &'a BTreeSet<&'a str>),
+    /// A task's service: the task's name.
     Task(&'a str),
 }
 
@@ -966,11 +968,11 @@ fn validate_check_kind(
         ("failures_before_critical", check.failures_before_critical),
         ("failures_before_warning", check.failures_before_warning),
     ];
-    let ignore_warnings = check
-        .check_restart
-        .as_ref()
-        .or(service.check_restart.as_ref())
-        .is_some_and(|r| r.ignore_warnings);
+    // Nomad merges the check's `check_restart` over the service's: either one's
+    // `ignore_warnings` holds.
+    let ignore_warnings = [&check.check_restart, &service.check_restart]
+        .iter()
+        .any(|r| r.as_ref().is_some_and(|r| r.ignore_warnings));
     if consul {
         for (name, value) in thresholds {
             if value > 0 && !matches!(kind.as_str(), "tcp" | "http" | "grpc") {
@@ -979,7 +981,7 @@ fn validate_check_kind(
                 ));
             }
         }
-        if check.notes.chars().count() > 255 {
+        if check.notes.len() > 255 {
             errors.push(format!(
                 "{at}: notes must not be longer than 255 characters"
             ));
@@ -1021,7 +1023,7 @@ fn validate_check_kind(
                 ));
             }
         }
-        ServiceOwner::Group(tasks) => {
+        ServiceOwner::Group(group, tasks) => {
             if !check.task_name.is_empty() && !tasks.contains(check.task_name.as_str()) {
                 errors.push(format!(
                     "{at}: Check {name} invalid: refers to non-existent task {}",
@@ -1030,7 +1032,7 @@ fn validate_check_kind(
             }
             if kind == "script" && check.task_name.is_empty() && service.task_name.is_empty() {
                 errors.push(format!(
-                    "{at}: Service {} or Check {name} must specify task parameter",
+                    "{at}: Service [{group}]->{} or Check {name} must specify task parameter",
                     service.name
                 ));
             }
@@ -1791,7 +1793,7 @@ impl Job {
                 validate_service(
                     &at,
                     service,
-                    ServiceOwner::Group(&task_names),
+                    ServiceOwner::Group(&group.name, &task_names),
                     &port_labels,
                     &mut service_ids,
                     &mut errors,

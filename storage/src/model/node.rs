@@ -148,27 +148,37 @@ pub struct NodeReservedNetworkResources {
 /// Parse a port list such as `22,80,8000-8100` (Nomad's `ParsePortRanges`): ports must be
 /// 1..=65535 and a range's start at most its end.
 pub fn parse_port_ranges(spec: &str) -> Result<Vec<u32>, String> {
-    let mut ports = Vec::new();
+    parse_ranges(spec, 1..=65535, "a port")
+}
+
+/// Parses a comma-separated list of numbers and `lo-hi` ranges, each number in `bounds`
+/// (`what` names one in errors), in the order given.
+fn parse_ranges(
+    spec: &str,
+    bounds: std::ops::RangeInclusive<u32>,
+    what: &str,
+) -> Result<Vec<u32>, String> {
+    let mut out = Vec::new();
     for part in spec.split(',').map(str::trim).filter(|p| !p.is_empty()) {
-        let port = |s: &str| {
+        let one = |s: &str| {
             s.trim()
                 .parse::<u32>()
                 .ok()
-                .filter(|p| (1..=65535).contains(p))
-                .ok_or_else(|| format!("{s:?} is not a port (1-65535)"))
+                .filter(|n| bounds.contains(n))
+                .ok_or_else(|| format!("{s:?} is not {what} ({}-{})", bounds.start(), bounds.end()))
         };
         match part.split_once('-') {
             Some((lo, hi)) => {
-                let (lo, hi) = (port(lo)?, port(hi)?);
+                let (lo, hi) = (one(lo)?, one(hi)?);
                 if lo > hi {
                     return Err(format!("range {part:?} ends before it starts"));
                 }
-                ports.extend(lo..=hi);
+                out.extend(lo..=hi);
             }
-            None => ports.push(port(part)?),
+            None => out.push(one(part)?),
         }
     }
-    Ok(ports)
+    Ok(out)
 }
 
 /// The most cores a cpuset names (Linux's default `NR_CPUS` ceiling).
@@ -177,26 +187,7 @@ pub const MAX_CPU_CORE: u32 = 8191;
 /// Parses a Linux cpuset (`"0-3,8"`, as in `Cpus_allowed_list` and Nomad's
 /// `reserved.cores`) into ascending, distinct core ids.
 pub fn parse_cpuset(spec: &str) -> Result<Vec<u32>, String> {
-    let mut cores = Vec::new();
-    for part in spec.split(',').map(str::trim).filter(|p| !p.is_empty()) {
-        let core = |s: &str| {
-            s.trim()
-                .parse::<u32>()
-                .ok()
-                .filter(|c| *c <= MAX_CPU_CORE)
-                .ok_or_else(|| format!("{s:?} is not a core id (0-{MAX_CPU_CORE})"))
-        };
-        match part.split_once('-') {
-            Some((lo, hi)) => {
-                let (lo, hi) = (core(lo)?, core(hi)?);
-                if lo > hi {
-                    return Err(format!("range {part:?} ends before it starts"));
-                }
-                cores.extend(lo..=hi);
-            }
-            None => cores.push(core(part)?),
-        }
-    }
+    let mut cores = parse_ranges(spec, 0..=MAX_CPU_CORE, "a core id")?;
     cores.sort_unstable();
     cores.dedup();
     Ok(cores)
