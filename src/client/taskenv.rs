@@ -127,9 +127,14 @@ impl TaskEnv {
         // Nomad's: only when the task's memory_max applies (oversubscription was on when the
         // allocation was placed).
         if task.resources.memory_max_mb > 0 && alloc.resources.memory_max_mb > 0 {
+            let max = task.resources.memory_max_mb;
             set(
                 "NOMAD_MEMORY_MAX_LIMIT",
-                task.resources.memory_max_mb.to_string(),
+                if max == teamster_storage::model::MEMORY_NO_LIMIT {
+                    "-1".to_string()
+                } else {
+                    max.to_string()
+                },
             );
         }
         // Meta: the job's, then the group's, then the task's, the innermost winning; each

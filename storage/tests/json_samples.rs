@@ -615,3 +615,34 @@ fn a_task_asks_for_cores_or_cpu() {
     let err = job(json!({"CPU": 0})).validate().unwrap_err().to_string();
     assert!(err.contains("minimum CPU value is 1"), "{err}");
 }
+
+/// Nomad's `memory_max = -1`: no hard limit; read and written back as -1, kept apart from
+/// the "larger than memory" rule; any other negative value is refused.
+#[test]
+fn memory_max_of_minus_one_is_no_limit() {
+    let job = |max: Value| {
+        serde_json::from_value::<Job>(json!({
+            "ID": "j", "Type": "service", "Datacenters": ["dc1"],
+            "TaskGroups": [{"Name": "g", "Tasks": [{"Name": "t", "Driver": "mock",
+                "Resources": {"CPU": 100, "MemoryMB": 256, "MemoryMaxMB": max}}]}]
+        }))
+    };
+    let mut j = job(json!(-1)).unwrap();
+    j.canonicalize();
+    j.validate().unwrap();
+    let r = j.task_groups[0].tasks[0].resources;
+    assert_eq!(r.memory_max_mb, teamster_storage::model::MEMORY_NO_LIMIT);
+    let out = serde_json::to_value(&j).unwrap();
+    assert_eq!(
+        out["TaskGroups"][0]["Tasks"][0]["Resources"]["MemoryMaxMB"],
+        -1
+    );
+    assert_eq!(bincode_round_trip(&j), j);
+    assert_eq!(
+        j.memory_max_warnings(false).len(),
+        1,
+        "ignored without oversubscription, with Nomad's warning"
+    );
+    let err = job(json!(-2)).unwrap_err().to_string();
+    assert!(err.contains("MemoryMaxMB -2"), "{err}");
+}

@@ -529,8 +529,19 @@ pub fn container_spec(
     }
 
     let memory = facts.memory_mb.saturating_mul(1024 * 1024);
-    // With memory_max: the most it may use, and memory_mb what it is guaranteed.
-    let limit = facts.memory_max_mb.saturating_mul(1024 * 1024).max(memory);
+    // With memory_max: the most it may use, and memory_mb what it is guaranteed; with
+    // Nomad's `-1`, no limit at all (Docker's 0) and memory_mb guaranteed.
+    let unlimited = facts.memory_max_mb == teamster_storage::model::MEMORY_NO_LIMIT;
+    let limit = if unlimited {
+        0
+    } else {
+        facts.memory_max_mb.saturating_mul(1024 * 1024).max(memory)
+    };
+    let reservation = if unlimited || limit > memory {
+        memory
+    } else {
+        0
+    };
     Ok(ContainerCreateBody {
         image: Some(cfg.image.clone()),
         cmd: (!cmd.is_empty()).then_some(cmd),
@@ -549,7 +560,7 @@ pub fn container_spec(
                 .get(teamster_storage::model::CPU_CORES_ENV)
                 .cloned(),
             memory: (limit > 0).then(|| limit.min(i64::MAX as u64) as i64),
-            memory_reservation: (limit > memory).then(|| memory.min(i64::MAX as u64) as i64),
+            memory_reservation: (reservation > 0).then(|| reservation.min(i64::MAX as u64) as i64),
             ..HostConfig::default()
         }),
         ..ContainerCreateBody::default()
@@ -895,6 +906,13 @@ mod tests {
         let hc = spec_with_max(&c, &[], 100).unwrap().host_config.unwrap();
         assert_eq!(hc.memory, Some(256 * 1024 * 1024));
         assert_eq!(hc.memory_reservation, None);
+        // Nomad's -1: no hard limit, memory guaranteed.
+        let hc = spec_with_max(&c, &[], teamster_storage::model::MEMORY_NO_LIMIT)
+            .unwrap()
+            .host_config
+            .unwrap();
+        assert_eq!(hc.memory, None);
+        assert_eq!(hc.memory_reservation, Some(256 * 1024 * 1024));
     }
 
     #[test]

@@ -25,6 +25,38 @@ where
     }
 }
 
+/// A task's `MemoryMaxMB`: `null` is 0, and Nomad's `-1` (no hard limit) is
+/// [`MEMORY_NO_LIMIT`](crate::model::MEMORY_NO_LIMIT); other negative values are refused.
+pub(crate) fn memory_max<'de, D>(deserializer: D) -> Result<u64, D::Error>
+where
+    D: Deserializer<'de>,
+{
+    if !deserializer.is_human_readable() {
+        return u64::deserialize(deserializer);
+    }
+    match Option::<i64>::deserialize(deserializer)? {
+        None => Ok(0),
+        Some(-1) => Ok(crate::model::MEMORY_NO_LIMIT),
+        Some(n) => u64::try_from(n).map_err(|_| {
+            serde::de::Error::custom(format!(
+                "MemoryMaxMB {n}: must be -1 (no limit), 0 or a number of MB"
+            ))
+        }),
+    }
+}
+
+/// Writes [`memory_max`]'s field back as Nomad's JSON has it (`-1` for no limit).
+pub(crate) fn write_memory_max<S>(value: &u64, serializer: S) -> Result<S::Ok, S::Error>
+where
+    S: serde::Serializer,
+{
+    if serializer.is_human_readable() && *value == crate::model::MEMORY_NO_LIMIT {
+        serializer.serialize_i64(-1)
+    } else {
+        serializer.serialize_u64(*value)
+    }
+}
+
 /// Declares a helper like [`nullable`] whose `null` maps to a given non-zero default, for the
 /// few fields where Nomad's default is not the zero value (Count 1, Priority 50, CPU 100, …).
 macro_rules! nullable_or {

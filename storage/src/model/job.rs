@@ -35,6 +35,10 @@ pub const MIN_JOB_PRIORITY: u32 = 1;
 pub const MAX_JOB_PRIORITY: u32 = 100;
 /// Nomad's default task CPU, in MHz.
 pub const DEFAULT_CPU_MHZ: u64 = 100;
+
+/// A task's `memory_max` of Nomad's `-1`: no hard memory limit at all (with memory
+/// oversubscription on), `memory` staying what it is guaranteed. Written back as `-1`.
+pub const MEMORY_NO_LIMIT: u64 = u64::MAX;
 /// Nomad's default task memory, in MB.
 pub const DEFAULT_MEMORY_MB: u64 = 300;
 /// Nomad's smallest accepted task memory, in MB.
@@ -412,7 +416,11 @@ pub struct Resources {
     /// allocation: its tasks' `memory_max` summed when the servers placed it with
     /// oversubscription on, else 0, so its node knows whether the tasks' `memory_max`
     /// applies.
-    #[serde(rename = "MemoryMaxMB", deserialize_with = "de::nullable")]
+    #[serde(
+        rename = "MemoryMaxMB",
+        deserialize_with = "de::memory_max",
+        serialize_with = "de::write_memory_max"
+    )]
     pub memory_max_mb: u64,
     /// Whole CPU cores reserved for the task alone (Nomad's `cores`; instead of `cpu`). On an
     /// allocation: its tasks' cores summed; which cores each task got is in its
@@ -1896,7 +1904,7 @@ impl Job {
                     errors.push(format!("{at}: minimum MemoryMB value is {MIN_MEMORY_MB}"));
                 }
                 let max = task.resources.memory_max_mb;
-                if max != 0 && max < task.resources.memory_mb {
+                if max != 0 && max != MEMORY_NO_LIMIT && max < task.resources.memory_mb {
                     errors.push(format!(
                         "{at}: MemoryMaxMB value ({max}) should be larger than MemoryMB value ({})",
                         task.resources.memory_mb
@@ -1908,7 +1916,7 @@ impl Job {
                     ("DiskMB", task.resources.disk_mb, MAX_DISK_MB),
                     ("MemoryMaxMB", task.resources.memory_max_mb, MAX_MEMORY_MB),
                 ] {
-                    if value > max {
+                    if value > max && !(field == "MemoryMaxMB" && value == MEMORY_NO_LIMIT) {
                         errors.push(format!(
                             "{at}: {field} {value} is more than any node offers (at most {max})"
                         ));
