@@ -723,3 +723,39 @@ async fn jobs_needing_consul_or_a_missing_driver_stay_pending_and_vault_is_refus
     );
     Ok(())
 }
+
+/// A command whose output goes to a pipe nobody reads any more (`teamster … | head -1`)
+/// ends quietly, exit code 0, as Unix tools do: no panic, no backtrace. The pipe's read end
+/// is closed before the command starts, so its first line already meets the closed pipe.
+#[test]
+fn output_into_a_closed_pipe_ends_quietly() {
+    let dir = tempfile::tempdir().unwrap();
+    let init = teamster()
+        .current_dir(dir.path())
+        .args(["job", "init", "-short"])
+        .output()
+        .unwrap();
+    assert!(init.status.success(), "{init:?}");
+    for args in [
+        &["job", "run", "-output", "example.nomad.hcl"][..],
+        &["job", "validate", "example.nomad.hcl"],
+        &["job", "inspect", "-address=http://127.0.0.1:1", "example"],
+    ] {
+        let (reader, writer) = std::io::pipe().unwrap();
+        drop(reader);
+        let out = teamster()
+            .current_dir(dir.path())
+            .args(args)
+            .stdout(writer)
+            .stderr(std::process::Stdio::piped())
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(!stderr.contains("panicked"), "{args:?}: {stderr}");
+        assert!(
+            matches!(out.status.code(), Some(0 | 1)),
+            "{args:?}: {:?} {stderr}",
+            out.status
+        );
+    }
+}

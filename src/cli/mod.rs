@@ -213,6 +213,9 @@ pub fn nomad_flags(args: Vec<std::ffi::OsString>) -> Vec<std::ffi::OsString> {
 /// Parse the command line and run one command.
 pub fn main() -> ExitCode {
     let cli = Cli::parse_from(nomad_flags(std::env::args_os().collect()));
+    if !matches!(cli.command, Command::Agent(_) | Command::Logmon(_)) {
+        quiet_on_closed_output();
+    }
     match cli.command {
         Command::Agent(args) => agent::run(args),
         Command::AgentInfo(args) => run_api(|| agent_info::run(args)),
@@ -259,6 +262,29 @@ pub fn main() -> ExitCode {
             }
         }
     }
+}
+
+/// A command whose reader went away (`teamster job status web | head -1`) ends quietly with
+/// exit code 0, as Unix tools end on a closed pipe, instead of panicking on its next line:
+/// Rust's `println!` panics when stdout is a closed pipe (the process ignores `SIGPIPE`,
+/// which the agent needs for its sockets). Any other panic is reported as before.
+fn quiet_on_closed_output() {
+    let report = std::panic::take_hook();
+    std::panic::set_hook(Box::new(move |info| {
+        let payload = info.payload();
+        let message = payload
+            .downcast_ref::<String>()
+            .map(String::as_str)
+            .or_else(|| payload.downcast_ref::<&str>().copied())
+            .unwrap_or_default();
+        // std's words: "failed printing to stdout: Broken pipe (os error 32)".
+        let closed = message.starts_with("failed printing to std")
+            && message.contains(&format!("(os error {})", libc::EPIPE));
+        if closed {
+            std::process::exit(0);
+        }
+        report(info);
+    }));
 }
 
 /// Run the `<job|alloc|eval|node> status [id]` command `teamster status` chose.
