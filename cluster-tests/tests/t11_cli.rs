@@ -665,7 +665,7 @@ async fn jobs_needing_consul_or_a_missing_driver_stay_pending_and_vault_is_refus
     .await?;
     let (code, out, err) = agent.run(&["job", "status", "consul-api"]);
     assert_eq!(code, Some(0), "{err}");
-    assert!(out.contains("Status       =  pending"), "{out}");
+    assert!(out.contains("Status      = pending"), "{out}");
     assert!(
         out.contains(
             "Placement Failure\nTask Group \"api\":\n  * Constraint \"${attr.consul.version} semver >= 1.8.0\": 1 nodes excluded by filter"

@@ -542,11 +542,11 @@ mod tests {
     fn status_is_formatted_as_nomad_formats_it() {
         let out = format_deployment(&deployment(1, true), 8);
         let expected = "\
-ID           =  0b23b149
-Job ID       =  web
-Job Version  =  3
-Status       =  running
-Description  =  Deployment is running but requires manual promotion
+ID          = 0b23b149
+Job ID      = web
+Job Version = 3
+Status      = running
+Description = Deployment is running but requires manual promotion
 
 Deployed
 Task Group  Auto Revert  Promoted  Desired  Canaries  Placed  Healthy  Unhealthy  Progress Deadline

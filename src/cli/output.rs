@@ -81,7 +81,11 @@ pub fn table(rows: &[Vec<String>]) -> String {
             if c + 1 == r.len() {
                 line.push_str(cell);
             } else {
-                line.push_str(&format!("{cell:<w$}  ", w = widths[c]));
+                // A `key = value` row is glued with single spaces, as Nomad's columnize
+                // writes it (`ID          = web`); other columns are two apart.
+                let around_eq = cell == "=" || r.get(c + 1).is_some_and(|n| n == "=");
+                let gap = if around_eq { " " } else { "  " };
+                line.push_str(&format!("{cell:<w$}{gap}", w = widths[c]));
             }
         }
         out.push_str(line.trim_end());
