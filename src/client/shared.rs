@@ -128,14 +128,7 @@ impl Shared {
         // A task reserving whole cores is given their MHz, and the drivers pin it to them
         // by NOMAD_CPU_CORES, which says what the servers gave it whatever the task's own
         // `env` sets (a task without cores has none).
-        let held = local
-            .alloc
-            .allocated_resources
-            .tasks
-            .as_deref()
-            .and_then(|t| t.get(&task.name))
-            .filter(|h| !h.cpu.reserved_cores.is_empty());
-        match held {
+        match local.alloc.allocated_resources.task(&task.name) {
             Some(held) => {
                 prepared.resources.cpu = held.cpu.cpu_shares;
                 prepared.env.insert(

@@ -107,21 +107,15 @@ impl TaskEnv {
             set(&format!("NOMAD_HOST_ADDR_{label}"), addr);
         }
         // A task reserving whole cores: their share of the node's MHz, and which they are.
-        let cores = alloc.allocated_resources.task_cores(&task.name);
-        if cores.is_empty() {
-            set("NOMAD_CPU_LIMIT", task.resources.cpu.to_string());
-        } else {
-            let shares = alloc
-                .allocated_resources
-                .tasks
-                .as_deref()
-                .and_then(|t| t.get(&task.name))
-                .map_or(0, |t| t.cpu.cpu_shares);
-            set("NOMAD_CPU_LIMIT", shares.to_string());
-            set(
-                teamster_storage::model::CPU_CORES_ENV,
-                teamster_storage::model::format_cpuset(cores),
-            );
+        match alloc.allocated_resources.task(&task.name) {
+            None => set("NOMAD_CPU_LIMIT", task.resources.cpu.to_string()),
+            Some(held) => {
+                set("NOMAD_CPU_LIMIT", held.cpu.cpu_shares.to_string());
+                set(
+                    teamster_storage::model::CPU_CORES_ENV,
+                    teamster_storage::model::format_cpuset(&held.cpu.reserved_cores),
+                );
+            }
         }
         set("NOMAD_MEMORY_LIMIT", task.resources.memory_mb.to_string());
         // Nomad's: only when the task's memory_max applies (oversubscription was on when the

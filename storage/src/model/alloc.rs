@@ -313,12 +313,12 @@ pub struct AllocatedResources {
 }
 
 impl AllocatedResources {
-    /// The cores reserved for `task`.
-    pub fn task_cores(&self, task: &str) -> &[u16] {
+    /// What `task` holds alone, if anything: the cores reserved for it.
+    pub fn task(&self, task: &str) -> Option<&AllocatedTaskResources> {
         self.tasks
             .as_deref()
             .and_then(|t| t.get(task))
-            .map_or(&[], |t| t.cpu.reserved_cores.as_slice())
+            .filter(|t| !t.cpu.reserved_cores.is_empty())
     }
 
     /// Every core its tasks hold.
