@@ -237,12 +237,16 @@ async fn a_locality_wait_places_at_its_deadline_and_a_match_at_once() -> anyhow:
         "placed {} ms after submission, before its 3 s wait",
         (created - submitted) / 1_000_000
     );
-    let evals: Vec<Value> = api.get("/v1/job/far/evaluations").await?;
-    let widening = evals
-        .iter()
-        .find(|e| e["TriggeredBy"] == "locality-wait")
-        .unwrap_or_else(|| panic!("a locality-wait evaluation: {evals:?}"));
-    assert_eq!(widening["Status"], "complete", "{widening}");
+    // The plan commits before the worker acks, so the widening evaluation
+    // reaches `complete` a moment after the allocation appears.
+    let evals = wait_for(WAIT, "the locality-wait evaluation complete", || async {
+        let evals: Vec<Value> = api.get("/v1/job/far/evaluations").await.ok()?;
+        let done = evals
+            .iter()
+            .any(|e| e["TriggeredBy"] == "locality-wait" && e["Status"] == "complete");
+        done.then_some(evals)
+    })
+    .await?;
     let register_eval = evals
         .iter()
         .find(|e| e["TriggeredBy"] == "job-register")
