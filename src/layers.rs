@@ -89,6 +89,7 @@ const CLIENT_PARTS: &[(&str, u32)] = &[
     ("lifecycle", 0),
     ("logmon", 0),
     ("stats", 0),
+    ("users", 0),
     ("restart", 1),
     ("templates", 1),
     ("health", 1),

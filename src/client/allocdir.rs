@@ -112,6 +112,7 @@ impl AllocDir {
     pub fn task(&self, task: &str) -> TaskDir {
         TaskDir {
             dir: self.root.join(task),
+            owner: None,
         }
     }
 
@@ -266,9 +267,18 @@ fn real_dir(root: &Path, rel: &Path) -> bool {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TaskDir {
     dir: PathBuf,
+    /// Who owns the directories and the files the client writes for the task (uid, gid):
+    /// the account a task with a `user` runs as; `None` keeps the agent's.
+    owner: Option<(u32, u32)>,
 }
 
 impl TaskDir {
+    /// The same directories, owned by `owner` (see [`crate::client::users::dir_owner`]).
+    pub fn owned_by(self, owner: Option<(u32, u32)>) -> TaskDir {
+        TaskDir { owner, ..self }
+    }
+
+
     /// `<task>/`: a `raw_exec` task's working directory.
     pub fn dir(&self) -> &Path {
         &self.dir
@@ -290,12 +300,22 @@ impl TaskDir {
     }
 
     /// Builds the task's directories (idempotent): `secrets/` readable by its owner only,
-    /// `tmp/` sticky and open to all.
+    /// `tmp/` sticky and open to all; all four given to the task's owner when it has one.
     pub fn build(&self) -> Result<(), AllocDirError> {
-        make(&self.dir, 0o777)?;
-        make(&self.local(), 0o777)?;
-        make(&self.secrets(), 0o700)?;
-        make(&self.tmp(), 0o1777)
+        let dirs = [
+            (self.dir.clone(), 0o777),
+            (self.local(), 0o777),
+            (self.secrets(), 0o700),
+            (self.tmp(), 0o1777),
+        ];
+        for (path, mode) in dirs {
+            make(&path, mode)?;
+            if let Some((uid, gid)) = self.owner {
+                std::os::unix::fs::chown(&path, Some(uid), Some(gid))
+                    .map_err(|source| AllocDirError { path, source })?;
+            }
+        }
+        Ok(())
     }
 }
 
@@ -381,7 +401,8 @@ fn walk_to_parent(
 /// beside the target and is renamed over it (a rename replaces a symlink, never writes
 /// through it). `rel` must stay inside the task's directory.
 pub fn write_task_file(task: &TaskDir, rel: &str, data: &[u8], mode: u32) -> io::Result<()> {
-    write_file_under(&task.dir, rel, data, mode, (None, None))
+    let owner = task.owner.unzip();
+    write_file_under(&task.dir, rel, data, mode, owner)
 }
 
 /// Writes `data` to `rel` under `root` as [`write_task_file`] does: through no symlink,
@@ -530,6 +551,33 @@ mod tests {
             std::fs::read(task.local().join("deep/er/t.jwt")).unwrap(),
             b"y"
         );
+    }
+
+    /// A task running as a user owns its directories and the files the client writes for
+    /// it (its private `secrets/` included), so it can read them.
+    #[test]
+    fn a_task_with_a_user_owns_its_directories_and_files() {
+        use std::os::unix::fs::MetadataExt;
+        if unsafe { libc::geteuid() } != 0 {
+            eprintln!("SKIPPED a_task_with_a_user_owns_its_directories_and_files: needs root");
+            return;
+        }
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = AllocDir::new(tmp.path(), "a1");
+        dir.build().unwrap();
+        let task = dir.task("web").owned_by(Some((4242, 4343)));
+        task.build().unwrap();
+        for p in [task.dir().to_path_buf(), task.local(), task.secrets(), task.tmp()] {
+            let m = std::fs::metadata(&p).unwrap();
+            assert_eq!((m.uid(), m.gid()), (4242, 4343), "{}", p.display());
+        }
+        write_task_file(&task, "secrets/nomad_token", b"jwt", 0o600).unwrap();
+        let m = std::fs::metadata(task.secrets().join("nomad_token")).unwrap();
+        assert_eq!((m.uid(), m.gid()), (4242, 4343));
+        // Without a user, the agent keeps them.
+        let plain = dir.task("db");
+        plain.build().unwrap();
+        assert_eq!(std::fs::metadata(plain.secrets()).unwrap().uid(), 0);
     }
 
     #[test]

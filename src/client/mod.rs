@@ -58,6 +58,7 @@ pub mod task_runner;
 pub mod taskenv;
 pub mod templates;
 pub mod types;
+pub mod users;
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};

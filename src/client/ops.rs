@@ -748,7 +748,8 @@ impl ClientHandle {
             }
             if spec.driver != "docker" {
                 let (prepared, dir) = self.shared.prepared_task(local, spec);
-                let mut cmd = crate::client::driver::task_command(&prepared, &dir, program, args);
+                let mut cmd = crate::client::driver::task_command(&prepared, &dir, program, args)
+                    .map_err(|e| AllocOpError::Invalid(e.to_string()))?;
                 cmd.kill_on_drop(true);
                 let pty = if tty {
                     let master = crate::client::pty::attach(&mut cmd).map_err(|e| {

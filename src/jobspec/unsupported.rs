@@ -57,7 +57,6 @@ pub(super) const TASK: &[&str] = &[
     "Schedule",
     "Consul",
     "Secrets",
-    "User",
 ];
 
 /// Fields of a task's `identity` teamster does not implement: identities for Consul

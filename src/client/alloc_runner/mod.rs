@@ -119,7 +119,10 @@ impl RunnerFactory {
         );
         let ctx = HookCtx {
             alloc_id: self.alloc_id.clone(),
-            task_dir: self.alloc_dir.task(&task.name),
+            task_dir: self
+                .alloc_dir
+                .task(&task.name)
+                .owned_by(crate::client::users::dir_owner(&prepared.driver, &prepared.user)),
             alloc_dir: self.alloc_dir.clone(),
             payload: task.dispatch_payload.as_ref().map(|_| self.payload.clone()),
             program: self.program.clone(),

@@ -434,6 +434,8 @@ pub struct ContainerFacts<'a> {
     /// `resources.memory_max` where it applies (memory oversubscription), else 0: the
     /// container's hard limit, with `memory_mb` its reservation.
     pub memory_max_mb: u64,
+    /// The task's `user` (the engine finds it in the image); empty for the image's own.
+    pub user: &'a str,
 }
 
 /// The labels teamster puts on a container.
@@ -547,6 +549,7 @@ pub fn container_spec(
         cmd: (!cmd.is_empty()).then_some(cmd),
         entrypoint: cfg.entrypoint.clone(),
         env: Some(env),
+        user: (!facts.user.is_empty()).then(|| facts.user.to_string()),
         labels: Some(labels),
         exposed_ports: publish.then_some(exposed),
         host_config: Some(HostConfig {
@@ -603,6 +606,15 @@ mod tests {
         ports: &[AllocatedPortMapping],
         memory_max_mb: u64,
     ) -> Result<ContainerCreateBody, DockerConfigError> {
+        spec_as(c, ports, memory_max_mb, "")
+    }
+
+    fn spec_as(
+        c: &DockerConfig,
+        ports: &[AllocatedPortMapping],
+        memory_max_mb: u64,
+        user: &str,
+    ) -> Result<ContainerCreateBody, DockerConfigError> {
         let env = BTreeMap::from([
             (
                 "NOMAD_TASK_DIR".to_string(),
@@ -626,8 +638,16 @@ mod tests {
             cpu_mhz: 500,
             memory_mb: 256,
             memory_max_mb,
+            user,
         };
         container_spec(c, &facts)
+    }
+
+    #[test]
+    fn the_task_user_is_the_containers() {
+        let c = parse(&cfg(&[("image", "teamster:dev".into())])).unwrap();
+        assert_eq!(spec_as(&c, &[], 0, "1000:50").unwrap().user.as_deref(), Some("1000:50"));
+        assert_eq!(spec_as(&c, &[], 0, "").unwrap().user, None);
     }
 
     #[test]

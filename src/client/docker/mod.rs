@@ -267,6 +267,7 @@ pub async fn start(
         cpu_mhz: task.resources.cpu,
         memory_mb: task.resources.memory_mb,
         memory_max_mb: task.resources.memory_max_mb,
+        user: &task.user,
     };
     let body = config::container_spec(&cfg, &facts)?;
     let docker = connector.get().await?;

@@ -863,7 +863,8 @@ async fn run_script(
         ctx.task_dir.dir(),
         &script.command,
         &script.args,
-    );
+    )
+    .map_err(|e| e.to_string())?;
     cmd.kill_on_drop(true)
         .stdin(std::process::Stdio::null())
         .stdout(std::process::Stdio::null())
