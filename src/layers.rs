@@ -90,6 +90,7 @@ const CLIENT_PARTS: &[(&str, u32)] = &[
     ("logmon", 0),
     ("stats", 0),
     ("users", 0),
+    ("volumes", 0),
     ("restart", 1),
     ("templates", 1),
     ("health", 1),

@@ -98,10 +98,21 @@ async fn dev_agent(
     data: &std::path::Path,
     log: &tempfile::NamedTempFile,
 ) -> anyhow::Result<(Agent, ApiClient, Value)> {
+    dev_agent_with(ip, data, log, &[]).await
+}
+
+/// [`dev_agent`] with more command-line arguments (`--config FILE`).
+async fn dev_agent_with(
+    ip: &str,
+    data: &std::path::Path,
+    log: &tempfile::NamedTempFile,
+    extra: &[&str],
+) -> anyhow::Result<(Agent, ApiClient, Value)> {
     let agent = Agent(
         Command::new(teamster_bin())
             .args(["agent", "--dev", "--bind", ip, "--data-dir"])
             .arg(data)
+            .args(extra)
             .stdin(Stdio::null())
             .stdout(log.reopen()?)
             .stderr(log.reopen()?)
@@ -704,6 +715,7 @@ async fn an_image_archive_in_the_task_dir_is_loaded_then_run() -> anyhow::Result
             stdout: task_dir.join("stdout.log"),
             stderr: task_dir.join("stderr.log"),
         },
+        mounts: &[],
     };
     let started = start(&Connector::default(), &task, place).await;
     let loaded = docker(&["image", "inspect", &tag]).is_ok();
@@ -921,5 +933,157 @@ async fn memory_max_is_the_containers_limit_only_with_oversubscription_on() -> a
             .contains("MemoryMaxMB value (16) should be larger than MemoryMB value (32)"),
         "{refused}"
     );
+    Ok(())
+}
+
+/// Issue 50: host volumes. The client's `host_volume`s are on its node; a docker task mounts
+/// one (as a numeric `user`, which owns its task directories), and the next allocation on
+/// the node reads what the first wrote, through a read-only mount it cannot write through.
+/// A job asking for a volume no node has, or a read-only one for writing, or a CSI volume,
+/// is accepted and stays pending with Nomad's reason; a mount naming no group volume is
+/// refused with Nomad's words.
+#[tokio::test]
+async fn host_volumes_carry_files_between_allocations_and_missing_ones_keep_jobs_pending(
+) -> anyhow::Result<()> {
+    const TEST: &str =
+        "host_volumes_carry_files_between_allocations_and_missing_ones_keep_jobs_pending";
+    if skip(TEST) {
+        return Ok(());
+    }
+    teamster_cluster_tests::init_test_tracing();
+    build_image()?;
+    let ip = {
+        let pid = std::process::id();
+        format!("127.{}.{}.19", 10 + (pid % 200), 251 - (pid / 200 % 5))
+    };
+    let shared = tempfile::tempdir()?;
+    let certs = tempfile::tempdir()?;
+    use std::os::unix::fs::PermissionsExt;
+    // The task runs as uid 1000: it must be able to write there.
+    std::fs::set_permissions(shared.path(), std::fs::Permissions::from_mode(0o777))?;
+    let config = tempfile::NamedTempFile::new()?;
+    std::fs::write(
+        config.path(),
+        format!(
+            "[client.host_volume.shared]\npath = {:?}\n\n\
+             [client.host_volume.certs]\npath = {:?}\nread_only = true\n",
+            shared.path(),
+            certs.path()
+        ),
+    )?;
+    let data = tempfile::tempdir()?;
+    let log = tempfile::NamedTempFile::new()?;
+    let config_path = config.path().to_string_lossy().to_string();
+    let (_agent, api, node) =
+        dev_agent_with(&ip, data.path(), &log, &["--config", &config_path]).await?;
+    let _cleanup = RemoveNodeContainers(node["ID"].as_str().map(str::to_string));
+    let addr = format!("http://{ip}:4646");
+    assert_eq!(
+        node["HostVolumes"]["shared"]["Path"],
+        shared.path().to_string_lossy().as_ref(),
+        "{node:#}"
+    );
+    assert_eq!(node["HostVolumes"]["certs"]["ReadOnly"], true);
+
+    let job = |id: &str, script: &str, volume: Value, mount_read_only: bool| {
+        let mut job = docker_job(
+            id,
+            "batch",
+            json!({"image": IMAGE, "entrypoint": ["/bin/busybox"], "args": ["sh", "-c", script]}),
+            json!([]),
+        );
+        job["TaskGroups"][0]["Volumes"] = json!({ "v": volume });
+        job["TaskGroups"][0]["Tasks"][0]["VolumeMounts"] =
+            json!([{"Volume": "v", "Destination": "/data", "ReadOnly": mount_read_only}]);
+        job["TaskGroups"][0]["Tasks"][0]["User"] = json!("1000");
+        job
+    };
+    let host = |source: &str| json!({"Type": "host", "Source": source});
+    let finished = |id: &'static str| {
+        let api = api.clone();
+        async move {
+            wait_for(Duration::from_secs(60), "the batch task finished", || async {
+                let a = first_alloc(&api, id).await?;
+                matches!(a["ClientStatus"].as_str(), Some("complete" | "failed")).then_some(a)
+            })
+            .await
+        }
+    };
+
+    // The writer: as uid 1000, which owns its secrets directory.
+    register(
+        &api,
+        job(
+            "writer",
+            "id -u > /data/uid; stat -c %u /secrets > /data/secrets-owner; echo hello > /data/msg",
+            host("shared"),
+            false,
+        ),
+    )
+    .await?;
+    let alloc = finished("writer").await?;
+    assert_eq!(alloc["ClientStatus"], "complete", "{alloc:#}");
+    let read = |name: &str| std::fs::read_to_string(shared.path().join(name)).unwrap_or_default();
+    assert_eq!(read("msg"), "hello\n");
+    assert_eq!(read("uid"), "1000\n");
+    assert_eq!(read("secrets-owner"), "1000\n");
+
+    // The reader, next on the node: sees the file, cannot write through its read-only mount.
+    register(
+        &api,
+        job(
+            "reader",
+            "cat /data/msg && ! touch /data/nope 2>/dev/null",
+            host("shared"),
+            true,
+        ),
+    )
+    .await?;
+    let alloc = finished("reader").await?;
+    assert_eq!(alloc["ClientStatus"], "complete", "{alloc:#}");
+    let alloc_id = alloc["ID"].as_str().unwrap_or_default().to_string();
+    assert_eq!(log_of(&addr, &alloc_id, "stdout").await, "hello\n");
+    assert!(!shared.path().join("nope").exists());
+
+    // Pending, with Nomad's reasons.
+    let pending = |id: &'static str| {
+        let api = api.clone();
+        async move {
+            wait_for(Duration::from_secs(30), "a blocked evaluation", || async {
+                let evals: Vec<Value> =
+                    api.get(&format!("/v1/job/{id}/evaluations")).await.ok()?;
+                let failed = evals
+                    .iter()
+                    .find(|e| e["FailedTGAllocs"]["g"].is_object())?;
+                Some(failed["FailedTGAllocs"]["g"]["ConstraintFiltered"].clone())
+            })
+            .await
+        }
+    };
+    register(&api, job("absent", "true", host("absent"), false)).await?;
+    let filtered = pending("absent").await?;
+    assert_eq!(filtered["missing compatible host volumes"], 1, "{filtered}");
+    register(&api, job("rw-certs", "true", host("certs"), false)).await?;
+    let filtered = pending("rw-certs").await?;
+    assert_eq!(filtered["missing compatible host volumes"], 1, "{filtered}");
+    let csi = json!({"Type": "csi", "Source": "db", "AccessMode": "single-node-writer",
+                     "AttachmentMode": "file-system"});
+    register(&api, job("csi", "true", csi, false)).await?;
+    let filtered = pending("csi").await?;
+    assert_eq!(filtered["missing CSI volume(s) db"], 1, "{filtered}");
+    for id in ["absent", "rw-certs", "csi"] {
+        let allocs: Vec<Value> = api.get(&format!("/v1/job/{id}/allocations")).await?;
+        assert!(allocs.is_empty(), "{id}: {allocs:?}");
+    }
+
+    // A mount of no group volume: refused with Nomad's words, nothing registered.
+    let mut bad = job("bad-mount", "true", host("shared"), false);
+    bad["TaskGroups"][0]["Tasks"][0]["VolumeMounts"][0]["Volume"] = json!("nope");
+    let e = register(&api, bad).await.unwrap_err().to_string();
+    assert!(
+        e.contains("400") && e.contains("Volume Mount (0) references undefined volume nope"),
+        "{e}"
+    );
+    assert!(api.get::<Value>("/v1/job/bad-mount").await.is_err());
     Ok(())
 }

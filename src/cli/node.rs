@@ -181,6 +181,14 @@ async fn status(a: StatusArgs) -> anyhow::Result<()> {
                     })
                     .unwrap_or_default()
             ],
+            vec![
+                "Host Volumes".into(),
+                node["HostVolumes"]
+                    .as_object()
+                    .filter(|m| !m.is_empty())
+                    .map(|m| m.keys().cloned().collect::<Vec<_>>().join(","))
+                    .unwrap_or_else(|| "<none>".into())
+            ],
         ])
     );
     println!("\nAllocations");

@@ -64,6 +64,9 @@ pub struct ClientConfig {
     pub gc_max_allocs: usize,
     /// How tasks' templates are rendered (`client.template`).
     pub template: TemplateConfig,
+    /// Host volumes this node offers, by name (`[client.host_volume.<name>]`, Nomad's
+    /// `host_volume "<name>"`): directories that must exist when the client starts.
+    pub host_volume: BTreeMap<String, HostVolumeConfig>,
     /// Mutual TLS to the servers' RPC port: set by the agent from its `[tls]` section when
     /// `tls.rpc` is on; not a key of `[client]`.
     #[serde(skip)]
@@ -95,6 +98,7 @@ impl Default for ClientConfig {
             gc_inode_usage_threshold: 70.0,
             gc_max_allocs: 50,
             template: TemplateConfig::default(),
+            host_volume: BTreeMap::new(),
             rpc_tls: None,
         }
     }
@@ -122,6 +126,35 @@ impl Default for TemplateConfig {
                 .collect(),
             disable_file_sandbox: false,
         }
+    }
+}
+
+/// A host volume (`[client.host_volume.<name>]`).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct HostVolumeConfig {
+    /// The directory on this host (absolute).
+    pub path: String,
+    /// Only jobs asking for it read-only may use it.
+    pub read_only: bool,
+}
+
+impl ClientConfig {
+    /// The host volumes as the node carries them.
+    pub fn host_volumes(
+        &self,
+    ) -> BTreeMap<String, teamster_storage::model::ClientHostVolumeConfig> {
+        self.host_volume
+            .iter()
+            .map(|(name, v)| {
+                let offered = teamster_storage::model::ClientHostVolumeConfig {
+                    name: name.clone(),
+                    path: v.path.clone(),
+                    read_only: v.read_only,
+                };
+                (name.clone(), offered)
+            })
+            .collect()
     }
 }
 
@@ -215,6 +248,14 @@ impl ClientConfig {
         }
         if let Err(e) = parse_port_ranges(&self.reserved.reserved_ports) {
             return Err(InvalidSetting::new("client.reserved.reserved_ports", e));
+        }
+        for (name, volume) in &self.host_volume {
+            if !std::path::Path::new(&volume.path).is_absolute() {
+                return Err(InvalidSetting::new(
+                    "client.host_volume",
+                    format!("{name}: path must be absolute, got {:?}", volume.path),
+                ));
+            }
         }
         for d in &self.drivers {
             if !KNOWN_DRIVERS.contains(&d.as_str()) {

@@ -201,6 +201,8 @@ pub struct LaunchContext<'a> {
     pub launch_id: &'a str,
     /// Where the task's output goes.
     pub logs: &'a LogSinks,
+    /// The host volumes it mounts (a container binds them).
+    pub mounts: &'a [crate::client::volumes::HostMount],
 }
 
 /// Start `task` in `dir` with whichever driver it names.
@@ -231,6 +233,7 @@ pub async fn launch(
         node_id: ctx.node_id,
         ports: ctx.ports,
         logs: ctx.logs,
+        mounts: ctx.mounts,
     };
     let started = crate::client::docker::start(ctx.docker, task, place).await?;
     Ok(RunningTask::Docker(started))

@@ -227,6 +227,7 @@ pub fn node(
         meta: config.meta.clone(),
         node_class: config.node_class.clone(),
         drivers,
+        host_volumes: config.host_volumes(),
         status: NodeStatus::Ready,
         ..Node::default()
     };

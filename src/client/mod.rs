@@ -59,6 +59,7 @@ pub mod taskenv;
 pub mod templates;
 pub mod types;
 pub mod users;
+pub mod volumes;
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
@@ -130,6 +131,24 @@ impl Client {
             reason: e.to_string(),
         };
         std::fs::create_dir_all(&dir).map_err(|e| io(&dir, e))?;
+        for (name, volume) in &config.host_volume {
+            let path = Path::new(&volume.path);
+            match std::fs::metadata(path) {
+                Ok(m) if m.is_dir() => {}
+                Ok(_) => {
+                    return Err(ClientError::State {
+                        path: path.to_path_buf(),
+                        reason: format!("host volume {name:?}: not a directory"),
+                    })
+                }
+                Err(e) => {
+                    return Err(ClientError::State {
+                        path: path.to_path_buf(),
+                        reason: format!("host volume {name:?}: {e}"),
+                    })
+                }
+            }
+        }
         let alloc_root = data_dir.join("alloc");
         std::fs::create_dir_all(&alloc_root).map_err(|e| io(&alloc_root, e))?;
         let (store, mut state) = state::StateStore::open(&dir).map_err(|e| ClientError::State {

@@ -23,7 +23,7 @@ pub(super) const JOB: &[&str] = &[
 ];
 
 /// Fields of a `TaskGroup` teamster does not implement.
-pub(super) const GROUP: &[&str] = &["Volumes", "Consul"];
+pub(super) const GROUP: &[&str] = &["Consul"];
 
 /// Fields of a group's network teamster does not implement (ports in host mode are acted
 /// on; the mode, labels and host networks are checked by the job's validation).
@@ -49,7 +49,6 @@ pub(super) const PORT: &[&str] = &["HostNetwork", "IgnoreCollision"];
 pub(super) const TASK: &[&str] = &[
     "Artifacts",
     "Vault",
-    "VolumeMounts",
     "CSIPluginConfig",
     "Kind",
     "ScalingPolicies",

@@ -24,7 +24,7 @@
 use std::collections::HashMap;
 
 use regex::{Regex, RegexBuilder};
-use teamster_storage::model::{Affinity, Constraint, Job, Node, Spread, TaskGroup};
+use teamster_storage::model::{Affinity, Constraint, Job, Node, Spread, TaskGroup, VolumeRequest};
 
 use crate::scheduler::version::{Version, VersionConstraints};
 
@@ -292,6 +292,24 @@ pub(crate) struct GroupChecks {
     pub spreads: Vec<Spread>,
     /// Per class: do the class-safe group constraints hold?
     pub class_cache: HashMap<String, bool>,
+    /// The group's host volume requests (checked per node: volumes are not part of the
+    /// computed class).
+    pub host_volumes: Vec<VolumeRequest>,
+    /// The sources of the group's CSI volume requests (teamster has no CSI volumes).
+    pub csi_volumes: Vec<String>,
+}
+
+/// Nomad's `HostVolumeChecker` for static host volumes: `node` offers every one of
+/// `requests` for the allocation named `alloc_name` (`per_alloc` sources carry its index),
+/// writable where the request writes. Sticky requests need dynamic host volumes, which
+/// teamster does not have.
+pub(crate) fn host_volumes_fit(node: &Node, requests: &[VolumeRequest], alloc_name: &str) -> bool {
+    requests.iter().all(|req| {
+        let source = req.source_for(alloc_name);
+        node.host_volumes
+            .get(&source)
+            .is_some_and(|offered| !req.sticky && (req.read_only || !offered.read_only))
+    })
 }
 
 impl GroupChecks {
@@ -311,6 +329,18 @@ impl GroupChecks {
             affinities: job.affinities.clone(),
             spreads: group.spreads.clone(),
             class_cache: HashMap::new(),
+            host_volumes: group
+                .volumes
+                .values()
+                .filter(|v| v.is_host())
+                .cloned()
+                .collect(),
+            csi_volumes: group
+                .volumes
+                .values()
+                .filter(|v| !v.is_host())
+                .map(|v| v.source.clone())
+                .collect(),
         };
         checks.spreads.extend(job.spreads.iter().cloned());
         checks.affinities.extend(group.affinities.iter().cloned());

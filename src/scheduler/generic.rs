@@ -149,6 +149,7 @@ impl<'a> GenericScheduler<'a> {
                 *run.queued.entry(request.group.clone()).or_default() += 1;
                 continue;
             }
+            placer.alloc_name.clone_from(&request.name);
             if let (Some(prev), Some(description)) = (&request.previous, request.stop_previous) {
                 ctx.plan_stop(prev, description, None, now);
             }

@@ -527,6 +527,7 @@ pub(crate) fn inplace_update(
     now: i64,
 ) -> bool {
     ctx.plan_stop(old, ALLOC_IN_PLACE, None, now);
+    placer.alloc_name.clone_from(&old.name);
     let verdict = stack.evaluate(ctx, placer, node, &[], false);
     ctx.pop_stop(old);
     if !matches!(verdict, Verdict::Feasible(_)) {

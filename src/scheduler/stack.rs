@@ -34,8 +34,8 @@ use teamster_storage::model::{
 
 use crate::scheduler::context::EvalContext;
 use crate::scheduler::feasible::{
-    affinity_matches, constraint_holds, constraint_label, driver_available, resolve_target,
-    GroupChecks, OperandCache,
+    affinity_matches, constraint_holds, constraint_label, driver_available, host_volumes_fit,
+    resolve_target, GroupChecks, OperandCache,
 };
 use crate::scheduler::fit::{self, Dimension};
 use crate::scheduler::ports;
@@ -101,6 +101,8 @@ pub(crate) struct GroupPlacer {
     affinity_weight_sum: f64,
     /// The group's locality levels as of this evaluation (`None`: the group has none).
     locality: Option<LocalityState>,
+    /// The name of the allocation being placed (its index picks `per_alloc` volumes).
+    pub alloc_name: String,
 }
 
 impl GroupPlacer {
@@ -257,6 +259,7 @@ impl GroupPlacer {
                 .as_ref()
                 .filter(|l| !l.levels.is_empty())
                 .map(|l| LocalityState::new(l, job.submit_time, now)),
+            alloc_name: String::new(),
         }
     }
 }
@@ -639,6 +642,13 @@ impl Stack {
         }
         if !checks.drivers.iter().all(|d| driver_available(node, d)) {
             return Err("missing drivers".to_owned());
+        }
+        if let Some(source) = checks.csi_volumes.first() {
+            // Nomad's words for a CSI volume its state does not have.
+            return Err(format!("missing CSI volume(s) {source}"));
+        }
+        if !host_volumes_fit(node, &checks.host_volumes, &placer.alloc_name) {
+            return Err(teamster_storage::model::FILTER_HOST_VOLUMES.to_owned());
         }
         if let Some(locality) = placer.locality.as_ref().filter(|l| l.next.is_some()) {
             let open = locality.open;

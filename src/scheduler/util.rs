@@ -105,6 +105,10 @@ pub(crate) fn tasks_updated(old_job: &Job, new_job: &Job, group: &str) -> bool {
     if a.tasks.len() != b.tasks.len() || a.networks != b.networks {
         return true;
     }
+    // Volumes are chosen with the node and mounted when the tasks start.
+    if a.volumes != b.volumes {
+        return true;
+    }
     // The disk is reserved, and its data kept or moved, when an allocation is placed.
     if a.ephemeral_disk.clone().unwrap_or_default() != b.ephemeral_disk.clone().unwrap_or_default()
     {
@@ -123,6 +127,7 @@ pub(crate) fn tasks_updated(old_job: &Job, new_job: &Job, group: &str) -> bool {
             || at.identity != bt.identity
             || at.identities != bt.identities
             || at.templates != bt.templates
+            || at.volume_mounts != bt.volume_mounts
         {
             return true;
         }

@@ -145,6 +145,15 @@ impl RunnerFactory {
             template_feed: self.template_feed.clone(),
             template_config: self.shared.config.template.clone(),
             restoring: false,
+            mounts: match local.job.task_group(&local.alloc.task_group) {
+                Some(group) => crate::client::volumes::task_mounts(
+                    group,
+                    task,
+                    &local.alloc.name,
+                    &self.shared.config.host_volumes(),
+                ),
+                None => Ok(Vec::new()),
+            },
         };
         let runner = TaskRunner::new(TaskRunnerParts {
             control,

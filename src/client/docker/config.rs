@@ -436,6 +436,8 @@ pub struct ContainerFacts<'a> {
     pub memory_max_mb: u64,
     /// The task's `user` (the engine finds it in the image); empty for the image's own.
     pub user: &'a str,
+    /// The host volumes it mounts.
+    pub mounts: &'a [crate::client::volumes::HostMount],
 }
 
 /// The labels teamster puts on a container.
@@ -527,6 +529,15 @@ pub fn container_spec(
             &facts.dirs.task.join(&v.source),
             &v.target,
             v.options.as_deref(),
+        ));
+    }
+
+    for m in facts.mounts {
+        binds.push(format!(
+            "{}:{}:{}",
+            m.host_path,
+            m.destination,
+            m.bind_options()
         ));
     }
 
@@ -639,6 +650,7 @@ mod tests {
             memory_mb: 256,
             memory_max_mb,
             user,
+            mounts: &[],
         };
         container_spec(c, &facts)
     }

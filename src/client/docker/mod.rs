@@ -213,6 +213,8 @@ pub struct TaskPlace<'a> {
     pub ports: &'a [teamster_storage::model::AllocatedPortMapping],
     /// Where its output goes.
     pub logs: &'a LogSinks,
+    /// The host volumes it mounts.
+    pub mounts: &'a [crate::client::volumes::HostMount],
 }
 
 /// A container this client runs.
@@ -268,6 +270,7 @@ pub async fn start(
         memory_mb: task.resources.memory_mb,
         memory_max_mb: task.resources.memory_max_mb,
         user: &task.user,
+        mounts: place.mounts,
     };
     let body = config::container_spec(&cfg, &facts)?;
     let docker = connector.get().await?;

@@ -545,6 +545,7 @@ impl TaskRunner {
             ports: &self.ports,
             launch_id: &launch_id,
             logs: &self.prepared.logs,
+            mounts: self.ctx.mounts.as_deref().unwrap_or_default(),
         };
         match driver::launch(&self.ctx.task, self.ctx.task_dir.dir(), ctx, now).await {
             Ok(running) => {

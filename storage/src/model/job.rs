@@ -24,6 +24,7 @@ use crate::model::service::{
     ON_UPDATE_REQUIRE_HEALTHY, PROVIDER_CONSUL, PROVIDER_NOMAD,
 };
 use crate::model::task_runtime::{self, EphemeralDisk, LogConfig, TaskLifecycle, WorkloadIdentity};
+use crate::model::volume::{VolumeMount, VolumeRequest};
 use crate::model::value::{ConfigValue, MAX_CONFIG_DEPTH};
 use crate::model::ModelError;
 
@@ -487,6 +488,9 @@ pub struct Task {
     /// User to run as (driver-specific).
     #[serde(deserialize_with = "de::nullable")]
     pub user: String,
+    /// Where the task sees its group's volumes (`volume_mount`).
+    #[serde(deserialize_with = "de::nullable")]
+    pub volume_mounts: Vec<VolumeMount>,
     /// Driver-specific configuration, free-form.
     #[serde(deserialize_with = "de::nullable")]
     pub config: BTreeMap<String, ConfigValue>,
@@ -629,6 +633,9 @@ pub struct TaskGroup {
     /// nanoseconds.
     #[serde(deserialize_with = "de::nullable")]
     pub shutdown_delay: u64,
+    /// The volumes its tasks mount, by name (`volume "<name>"`).
+    #[serde(deserialize_with = "de::nullable")]
+    pub volumes: BTreeMap<String, VolumeRequest>,
 }
 
 /// The longest `wait` a [`LocalityLevel`] may have (1 hour).
@@ -1206,6 +1213,7 @@ impl Default for TaskGroup {
             locality: None,
             ephemeral_disk: None,
             shutdown_delay: 0,
+            volumes: BTreeMap::new(),
         }
     }
 }
@@ -1549,6 +1557,16 @@ impl Job {
                 &mut group.affinities,
                 &mut group.spreads,
             );
+            for (name, volume) in &mut group.volumes {
+                if volume.name.is_empty() {
+                    volume.name.clone_from(name);
+                }
+            }
+            for task in &mut group.tasks {
+                task.volume_mounts
+                    .iter_mut()
+                    .for_each(VolumeMount::canonicalize);
+            }
             if let Some(scaling) = &mut group.scaling {
                 if scaling.r#type.is_empty() {
                     scaling.r#type = SCALING_HORIZONTAL.to_owned();
@@ -1851,6 +1869,15 @@ impl Job {
                     )),
                 }
             }
+            let canaries = group.update.as_ref().map_or(0, UpdateStrategy::canary);
+            let system = matches!(self.job_type, JobType::System | JobType::SysBatch);
+            for (name, volume) in &group.volumes {
+                for e in volume.validate(system, group.count, canaries) {
+                    errors.push(format!(
+                        "{at}: Task group volume validation for {name} failed: {e}"
+                    ));
+                }
+            }
             if let Some(limit) = group.max_run_duration {
                 if limit == 0 {
                     errors.push(format!("{at}: MaxRunDuration must be greater than zero"));
@@ -1942,6 +1969,17 @@ impl Job {
                 }
                 if let Some(lifecycle) = &task.lifecycle {
                     lifecycle.validate(&at, &mut errors);
+                }
+                for (j, mount) in task.volume_mounts.iter().enumerate() {
+                    if !group.volumes.contains_key(&mount.volume) {
+                        errors.push(format!(
+                            "{at}: Volume Mount ({j}) references undefined volume {}",
+                            mount.volume
+                        ));
+                    }
+                    for e in mount.validate() {
+                        errors.push(format!("{at}: Volume Mount ({j}) is invalid: \"{e}\""));
+                    }
                 }
                 if let Some(identity) = &task.identity {
                     identity.validate(&at, &mut errors);

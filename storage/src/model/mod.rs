@@ -45,6 +45,7 @@ pub mod task_runtime;
 pub mod time;
 pub mod value;
 pub mod variables;
+pub mod volume;
 
 pub use acl::{
     is_uuid, AclPolicy, AclToken, OneTimeToken, ANONYMOUS_POLICY, ONE_TIME_TOKEN_TTL_NANOS,
@@ -75,6 +76,10 @@ pub use job::{
     TaskGroup, TaskGroupSummary, DEFAULT_CPU_MHZ, DEFAULT_JOB_PRIORITY, DEFAULT_MEMORY_MB,
     DEFAULT_NODE_POOL, DEFAULT_REGION, MAX_JOB_PRIORITY, MAX_LOCALITY_WAIT, MAX_SCALING_EVENTS,
     MEMORY_NO_LIMIT, MIN_JOB_PRIORITY, SCALING_HORIZONTAL, SUPERVISOR_META,
+};
+pub use volume::{
+    ClientHostVolumeConfig, CsiMountOptions, VolumeMount, VolumeRequest, FILTER_HOST_VOLUMES,
+    VOLUME_TYPE_CSI, VOLUME_TYPE_HOST,
 };
 pub use keyring::{RootKey, RootKeyMeta, RootKeyState, WrappedKey, ROOT_KEY_ALGORITHM};
 pub use namespace::{NamespaceSpec, DEFAULT_NAMESPACE};

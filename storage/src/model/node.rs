@@ -400,6 +400,9 @@ pub struct Node {
     /// Task drivers by name.
     #[serde(deserialize_with = "de::nullable")]
     pub drivers: BTreeMap<String, DriverInfo>,
+    /// The host volumes it offers, by name (`client.host_volume`).
+    #[serde(deserialize_with = "de::nullable")]
+    pub host_volumes: BTreeMap<String, super::ClientHostVolumeConfig>,
     /// Raft index of the first registration (server-set).
     #[serde(deserialize_with = "de::nullable")]
     pub create_index: u64,

@@ -103,6 +103,8 @@ pub struct HookCtx {
     pub template_config: crate::client::config::TemplateConfig,
     /// This prestart finds the task running (a client restart), rather than starting it.
     pub restoring: bool,
+    /// The host volumes the task mounts, or why this node cannot give them.
+    pub mounts: Result<Vec<crate::client::volumes::HostMount>, String>,
 }
 
 /// Where a hook's task events go (the task's state, sent to the servers).

@@ -1,5 +1,5 @@
 //! The first prestart hook: what this client cannot run is refused before anything is
-//! built (a kill signal this system does not have).
+//! built (a kill signal this system does not have, a host volume this node lacks).
 
 use futures::future::BoxFuture;
 
@@ -27,6 +27,9 @@ impl TaskHook for Validate {
                     self.name(),
                     format!("kill_signal {signal:?} is not a signal of this system"),
                 ));
+            }
+            if let Err(e) = &ctx.mounts {
+                return Err(HookError::fatal(self.name(), e.clone()));
             }
             Ok(())
         })
