@@ -93,6 +93,7 @@ const CLIENT_PARTS: &[(&str, u32)] = &[
     ("volumes", 0),
     ("restart", 1),
     ("templates", 1),
+    ("artifacts", 1),
     ("health", 1),
     ("state", 1),
     ("docker", 1),

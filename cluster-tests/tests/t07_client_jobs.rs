@@ -1637,3 +1637,181 @@ async fn dev_agent_pins_cores_and_ends_a_batch_allocation_at_its_max_run_duratio
     assert_eq!(job_allocs(&api, "deadline").await.len(), 1);
     Ok(())
 }
+
+/// Serves `files` (path → body) over HTTP on loopback for the artifacts test; a request
+/// without the header `X-Token: s3cret` is answered 403. Returns the base URL.
+async fn serve_files(files: std::collections::BTreeMap<String, Vec<u8>>) -> anyhow::Result<String> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+    let base = format!("http://{}", listener.local_addr()?);
+    let files = std::sync::Arc::new(files);
+    tokio::spawn(async move {
+        while let Ok((mut conn, _)) = listener.accept().await {
+            let files = files.clone();
+            tokio::spawn(async move {
+                let mut request = Vec::new();
+                let mut buf = [0u8; 4096];
+                while !request.windows(4).any(|w| w == b"\r\n\r\n") {
+                    match conn.read(&mut buf).await {
+                        Ok(0) | Err(_) => return,
+                        Ok(n) => request.extend_from_slice(&buf[..n]),
+                    }
+                }
+                let text = String::from_utf8_lossy(&request).to_string();
+                let path = text.split_whitespace().nth(1).unwrap_or("/").to_string();
+                let authorized = text
+                    .lines()
+                    .any(|l| l.eq_ignore_ascii_case("x-token: s3cret"));
+                let (status, body) = match files.get(&path) {
+                    Some(_) if !authorized => ("403 Forbidden", Vec::new()),
+                    Some(body) => ("200 OK", body.clone()),
+                    None => ("404 Not Found", Vec::new()),
+                };
+                let head = format!(
+                    "HTTP/1.1 {status}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+                    body.len()
+                );
+                let _ = conn.write_all(head.as_bytes()).await;
+                let _ = conn.write_all(&body).await;
+            });
+        }
+    });
+    Ok(base)
+}
+
+/// Issue 50: a task's artifacts are fetched over HTTP before it starts (its headers sent,
+/// the source interpolated), a tarball checked against its checksum and unpacked into
+/// `local/`; a wrong checksum fails the task with Nomad's `Failed Artifact Download` event
+/// naming the reason, and the task never runs. A task with a `user` runs as that account.
+#[tokio::test]
+async fn dev_agent_fetches_checks_and_unpacks_artifacts_before_the_task_starts(
+) -> anyhow::Result<()> {
+    teamster_cluster_tests::init_test_tracing();
+    // The tarball, made with the system's tar, and its digest.
+    let src = tempfile::tempdir()?;
+    std::fs::create_dir_all(src.path().join("app"))?;
+    std::fs::write(
+        src.path().join("app/hello.txt"),
+        "hello from the artifact\n",
+    )?;
+    let tarball = src.path().join("app.tar.gz");
+    let made = Command::new("tar")
+        .arg("czf")
+        .arg(&tarball)
+        .arg("-C")
+        .arg(src.path())
+        .arg("app")
+        .status()?;
+    anyhow::ensure!(made.success(), "tar czf failed");
+    let out = Command::new("sha256sum").arg(&tarball).output()?;
+    let digest = String::from_utf8(out.stdout)?
+        .split_whitespace()
+        .next()
+        .unwrap_or_default()
+        .to_string();
+    anyhow::ensure!(digest.len() == 64, "sha256sum: {digest:?}");
+    let base = serve_files(std::collections::BTreeMap::from([
+        ("/app.tar.gz".to_string(), std::fs::read(&tarball)?),
+        ("/notes.txt".to_string(), b"plain notes\n".to_vec()),
+    ]))
+    .await?;
+
+    let ip = dev_ip_at(42);
+    let log = tempfile::NamedTempFile::new()?;
+    let (_agent, api) = dev_agent(&ip, &log).await?;
+    let addr = format!("http://{ip}:4646");
+    let restart_once = json!({"RestartPolicy": {"Attempts": 0, "Mode": "fail"},
+                              "ReschedulePolicy": {"Attempts": 0, "Unlimited": false}});
+    let artifacts = |checksum: &str| {
+        json!([
+            {"GetterSource": format!("{base}/app.tar.gz"),
+             "GetterOptions": {"checksum": format!("sha256:{checksum}")},
+             "GetterHeaders": {"X-Token": "s3cret"}},
+            {"GetterSource": format!("{base}/${{NOMAD_META_file}}"),
+             "GetterHeaders": {"X-Token": "s3cret"},
+             "RelativeDest": "local/docs"}
+        ])
+    };
+    let mut job = raw_exec_job(
+        "fetched",
+        "batch",
+        "cat local/app/hello.txt local/docs/notes.txt; id -un",
+        restart_once.clone(),
+    );
+    job["Meta"] = json!({"file": "notes.txt"});
+    job["TaskGroups"][0]["Tasks"][0]["Artifacts"] = artifacts(&digest);
+    job["TaskGroups"][0]["Tasks"][0]["User"] = json!("nobody");
+    register(&api, job).await?;
+    let alloc = wait_for(
+        Duration::from_secs(60),
+        "the fetching task finished",
+        || async {
+            let a = job_allocs(&api, "fetched").await.into_iter().next()?;
+            matches!(a["ClientStatus"].as_str(), Some("complete" | "failed")).then_some(a)
+        },
+    )
+    .await?;
+    let alloc_id = alloc["ID"].as_str().unwrap_or_default().to_string();
+    let full: Value = api.get(&format!("/v1/allocation/{alloc_id}")).await?;
+    assert_eq!(full["ClientStatus"], "complete", "{full:#}");
+    let stderr = reqwest::get(format!(
+        "{addr}/v1/client/fs/logs/{alloc_id}?task=t&type=stderr&plain=true"
+    ))
+    .await?
+    .text()
+    .await?;
+    assert_eq!(
+        stdout_of(&addr, &alloc_id).await,
+        "hello from the artifact\nplain notes\nnobody\n",
+        "stderr: {stderr}\n{full:#}"
+    );
+    let types: Vec<&str> = full["TaskStates"]["t"]["Events"]
+        .as_array()
+        .map(|e| e.iter().filter_map(|e| e["Type"].as_str()).collect())
+        .unwrap_or_default();
+    assert!(types.contains(&"Downloading Artifacts"), "{types:?}");
+
+    // A wrong checksum: the download fails with the reason, the task never starts.
+    let mut job = raw_exec_job("tampered", "batch", "echo ran", restart_once);
+    job["TaskGroups"][0]["Tasks"][0]["Artifacts"] = artifacts(&"0".repeat(64));
+    register(&api, job).await?;
+    let alloc = wait_for(
+        Duration::from_secs(60),
+        "the tampered task failed",
+        || async {
+            let a = job_allocs(&api, "tampered").await.into_iter().next()?;
+            (a["ClientStatus"] == "failed").then_some(a)
+        },
+    )
+    .await?;
+    let alloc_id = alloc["ID"].as_str().unwrap_or_default().to_string();
+    let full: Value = api.get(&format!("/v1/allocation/{alloc_id}")).await?;
+    let failure = full["TaskStates"]["t"]["Events"]
+        .as_array()
+        .and_then(|e| e.iter().find(|e| e["Type"] == "Failed Artifact Download"))
+        .cloned()
+        .unwrap_or_default();
+    let message = failure["DisplayMessage"].as_str().unwrap_or_default();
+    assert!(
+        message.contains("failed to download artifact")
+            && message.contains("checksums did not match"),
+        "{full:#}"
+    );
+    let started = full["TaskStates"]["t"]["Events"]
+        .as_array()
+        .is_some_and(|e| e.iter().any(|e| e["Type"] == "Started"));
+    assert!(!started, "{full:#}");
+    assert!(!stdout_of(&addr, &alloc_id).await.contains("ran"));
+
+    // Refused at submit with Nomad's words.
+    let mut bad = raw_exec_job("bad-artifact", "batch", "true", json!({}));
+    bad["TaskGroups"][0]["Tasks"][0]["Artifacts"] =
+        json!([{"GetterSource": "http://x/y", "RelativeDest": "../../etc"}]);
+    let e = register(&api, bad).await.unwrap_err().to_string();
+    assert!(
+        e.contains("400")
+            && e.contains("Artifact 1 validation failed: destination escapes allocation directory"),
+        "{e}"
+    );
+    Ok(())
+}

@@ -1002,10 +1002,14 @@ async fn host_volumes_carry_files_between_allocations_and_missing_ones_keep_jobs
     let finished = |id: &'static str| {
         let api = api.clone();
         async move {
-            wait_for(Duration::from_secs(60), "the batch task finished", || async {
-                let a = first_alloc(&api, id).await?;
-                matches!(a["ClientStatus"].as_str(), Some("complete" | "failed")).then_some(a)
-            })
+            wait_for(
+                Duration::from_secs(60),
+                "the batch task finished",
+                || async {
+                    let a = first_alloc(&api, id).await?;
+                    matches!(a["ClientStatus"].as_str(), Some("complete" | "failed")).then_some(a)
+                },
+            )
             .await
         }
     };
@@ -1050,8 +1054,7 @@ async fn host_volumes_carry_files_between_allocations_and_missing_ones_keep_jobs
         let api = api.clone();
         async move {
             wait_for(Duration::from_secs(30), "a blocked evaluation", || async {
-                let evals: Vec<Value> =
-                    api.get(&format!("/v1/job/{id}/evaluations")).await.ok()?;
+                let evals: Vec<Value> = api.get(&format!("/v1/job/{id}/evaluations")).await.ok()?;
                 let failed = evals
                     .iter()
                     .find(|e| e["FailedTGAllocs"]["g"].is_object())?;

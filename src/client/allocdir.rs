@@ -273,11 +273,15 @@ pub struct TaskDir {
 }
 
 impl TaskDir {
+    /// Who owns the directories (uid, gid), when not the agent.
+    pub fn owner(&self) -> Option<(u32, u32)> {
+        self.owner
+    }
+
     /// The same directories, owned by `owner` (see [`crate::client::users::dir_owner`]).
     pub fn owned_by(self, owner: Option<(u32, u32)>) -> TaskDir {
         TaskDir { owner, ..self }
     }
-
 
     /// `<task>/`: a `raw_exec` task's working directory.
     pub fn dir(&self) -> &Path {
@@ -567,7 +571,12 @@ mod tests {
         dir.build().unwrap();
         let task = dir.task("web").owned_by(Some((4242, 4343)));
         task.build().unwrap();
-        for p in [task.dir().to_path_buf(), task.local(), task.secrets(), task.tmp()] {
+        for p in [
+            task.dir().to_path_buf(),
+            task.local(),
+            task.secrets(),
+            task.tmp(),
+        ] {
             let m = std::fs::metadata(&p).unwrap();
             assert_eq!((m.uid(), m.gid()), (4242, 4343), "{}", p.display());
         }

@@ -64,6 +64,8 @@ pub struct ClientConfig {
     pub gc_max_allocs: usize,
     /// How tasks' templates are rendered (`client.template`).
     pub template: TemplateConfig,
+    /// Limits on tasks' artifacts (`client.artifact`).
+    pub artifact: ArtifactConfig,
     /// Host volumes this node offers, by name (`[client.host_volume.<name>]`, Nomad's
     /// `host_volume "<name>"`): directories that must exist when the client starts.
     pub host_volume: BTreeMap<String, HostVolumeConfig>,
@@ -98,6 +100,7 @@ impl Default for ClientConfig {
             gc_inode_usage_threshold: 70.0,
             gc_max_allocs: 50,
             template: TemplateConfig::default(),
+            artifact: ArtifactConfig::default(),
             host_volume: BTreeMap::new(),
             rpc_tls: None,
         }
@@ -127,6 +130,58 @@ impl Default for TemplateConfig {
             disable_file_sandbox: false,
         }
     }
+}
+
+/// Limits on tasks' artifacts (`client.artifact`, Nomad's names and defaults).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct ArtifactConfig {
+    /// The longest one download may take.
+    #[serde(with = "duration_str")]
+    pub http_read_timeout: Duration,
+    /// The largest download (`"100GB"`, `"512MiB"`, or bytes).
+    pub http_max_size: String,
+    /// The most an archive may unpack to.
+    pub decompression_size_limit: String,
+    /// The most files an archive may hold.
+    pub decompression_file_count_limit: u64,
+}
+
+impl Default for ArtifactConfig {
+    fn default() -> Self {
+        ArtifactConfig {
+            http_read_timeout: Duration::from_secs(30 * 60),
+            http_max_size: "100GB".to_owned(),
+            decompression_size_limit: "100GB".to_owned(),
+            decompression_file_count_limit: 4096,
+        }
+    }
+}
+
+/// A size as Nomad writes one: a number with an optional unit (`B`, `KB`/`MB`/`GB`/`TB`
+/// in powers of 1000, `KiB`/`MiB`/`GiB`/`TiB` in powers of 1024; case and spaces aside).
+pub fn parse_bytes(text: &str) -> Result<u64, String> {
+    let t = text.trim();
+    let split = t
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .unwrap_or(t.len());
+    let (number, unit) = t.split_at(split);
+    let number: f64 = number
+        .parse()
+        .map_err(|_| format!("{text:?} is not a size such as \"100GB\""))?;
+    let scale: f64 = match unit.trim().to_ascii_lowercase().as_str() {
+        "" | "b" => 1.0,
+        "k" | "kb" => 1e3,
+        "m" | "mb" => 1e6,
+        "g" | "gb" => 1e9,
+        "t" | "tb" => 1e12,
+        "kib" => 1024.0,
+        "mib" => 1024.0 * 1024.0,
+        "gib" => 1024.0 * 1024.0 * 1024.0,
+        "tib" => 1024.0 * 1024.0 * 1024.0 * 1024.0,
+        other => return Err(format!("{text:?}: unknown unit {other:?}")),
+    };
+    Ok((number * scale).min(u64::MAX as f64) as u64)
 }
 
 /// A host volume (`[client.host_volume.<name>]`).
@@ -248,6 +303,24 @@ impl ClientConfig {
         }
         if let Err(e) = parse_port_ranges(&self.reserved.reserved_ports) {
             return Err(InvalidSetting::new("client.reserved.reserved_ports", e));
+        }
+        for (key, value) in [
+            (
+                "client.artifact.http_max_size",
+                &self.artifact.http_max_size,
+            ),
+            (
+                "client.artifact.decompression_size_limit",
+                &self.artifact.decompression_size_limit,
+            ),
+        ] {
+            parse_bytes(value).map_err(|e| InvalidSetting::new(key, e))?;
+        }
+        if self.artifact.http_read_timeout.is_zero() {
+            return Err(InvalidSetting::new(
+                "client.artifact.http_read_timeout",
+                "must be positive",
+            ));
         }
         for (name, volume) in &self.host_volume {
             if !std::path::Path::new(&volume.path).is_absolute() {

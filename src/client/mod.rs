@@ -36,6 +36,7 @@
 
 pub mod alloc_runner;
 pub mod allocdir;
+pub mod artifacts;
 pub mod checks;
 pub mod config;
 pub mod docker;

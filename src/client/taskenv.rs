@@ -204,6 +204,17 @@ impl TaskEnv {
             .map(|(k, v)| (k.clone(), self.config_value(v)))
             .collect();
         out.env = self.env.clone();
+        // Artifacts are fetched where and as the task's environment says (Nomad interpolates
+        // every field of the block).
+        for artifact in &mut out.artifacts {
+            artifact.getter_source = self.interpolate(&artifact.getter_source);
+            artifact.relative_dest = self.interpolate(&artifact.relative_dest);
+            for map in [&mut artifact.getter_options, &mut artifact.getter_headers] {
+                for value in map.values_mut() {
+                    *value = self.interpolate(value);
+                }
+            }
+        }
         out
     }
 }

@@ -139,7 +139,11 @@ mod tests {
     fn a_task_mounts_the_node_s_directory_read_only_if_anyone_says_so() {
         let node = offered(&[("data", "/srv/data", false), ("certs", "/etc/certs", true)]);
         let g = group(&[("d", "data", false, false), ("c", "certs", false, false)]);
-        let t = mounting(&[("d", "/data", false), ("c", "/certs", false), ("d", "/ro", true)]);
+        let t = mounting(&[
+            ("d", "/data", false),
+            ("c", "/certs", false),
+            ("d", "/ro", true),
+        ]);
         let mounts = task_mounts(&g, &t, "web.api[0]", &node).unwrap();
         let seen: Vec<(&str, &str, bool)> = mounts
             .iter()
@@ -182,7 +186,9 @@ mod tests {
             },
         );
         let t = mounting(&[("db", "/db", false)]);
-        assert!(task_mounts(&g, &t, "a.b[0]", &offered(&[])).unwrap().is_empty());
+        assert!(task_mounts(&g, &t, "a.b[0]", &offered(&[]))
+            .unwrap()
+            .is_empty());
         let m = HostMount {
             host_path: "/x".into(),
             destination: "/y".into(),

@@ -47,7 +47,6 @@ pub(super) const PORT: &[&str] = &["HostNetwork", "IgnoreCollision"];
 
 /// Fields of a `Task` teamster does not implement.
 pub(super) const TASK: &[&str] = &[
-    "Artifacts",
     "Vault",
     "CSIPluginConfig",
     "Kind",
@@ -345,7 +344,7 @@ mod tests {
                       ],
                       "Resources": { "CPU": 100, "MemoryMB": 64, "MemoryMaxMB": 128, "Cores": 2,
                                      "Devices": [{ "Name": "nvidia/gpu" }] } },
-                    { "Artifacts": [{ "GetterSource": "x" }] }
+                    { "Vault": { "Policies": ["x"] } }
                 ]
             }]
         });
@@ -359,7 +358,7 @@ mod tests {
                 "job → group \"api\" → task \"server\" → service \"web\" → check #0: Expose",
                 "job → group \"api\" → task \"server\" → service \"elsewhere\": Cluster",
                 "job → group \"api\" → task \"server\" → Resources: Devices",
-                "job → group \"api\" → task #1: Artifacts",
+                "job → group \"api\" → task #1: Vault",
             ]
         );
     }

@@ -128,6 +128,7 @@ pub(crate) fn tasks_updated(old_job: &Job, new_job: &Job, group: &str) -> bool {
             || at.identities != bt.identities
             || at.templates != bt.templates
             || at.volume_mounts != bt.volume_mounts
+            || at.artifacts != bt.artifacts
         {
             return true;
         }

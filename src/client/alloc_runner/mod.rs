@@ -117,44 +117,45 @@ impl RunnerFactory {
             self.shared.config.max_kill_timeout,
             state.map_or(0, |s| s.restarts),
         );
-        let ctx = HookCtx {
-            alloc_id: self.alloc_id.clone(),
-            task_dir: self
-                .alloc_dir
-                .task(&task.name)
-                .owned_by(crate::client::users::dir_owner(&prepared.driver, &prepared.user)),
-            alloc_dir: self.alloc_dir.clone(),
-            payload: task.dispatch_payload.as_ref().map(|_| self.payload.clone()),
-            program: self.program.clone(),
-            task: prepared,
-            services: self.services.clone(),
-            servers: self.shared.servers.clone(),
-            control: Some(control_weak),
-            events: {
-                let (shared, alloc_id, name) = (
-                    self.shared.clone(),
-                    self.alloc_id.clone(),
-                    task.name.clone(),
-                );
-                EventSink::new(move |ev| {
-                    shared.update_alloc(&alloc_id, |local| {
-                        push_event(local.task_states.entry(name.clone()).or_default(), ev);
-                    });
-                })
-            },
-            template_feed: self.template_feed.clone(),
-            template_config: self.shared.config.template.clone(),
-            restoring: false,
-            mounts: match local.job.task_group(&local.alloc.task_group) {
-                Some(group) => crate::client::volumes::task_mounts(
-                    group,
-                    task,
-                    &local.alloc.name,
-                    &self.shared.config.host_volumes(),
+        let ctx =
+            HookCtx {
+                alloc_id: self.alloc_id.clone(),
+                task_dir: self.alloc_dir.task(&task.name).owned_by(
+                    crate::client::users::dir_owner(&prepared.driver, &prepared.user),
                 ),
-                None => Ok(Vec::new()),
-            },
-        };
+                alloc_dir: self.alloc_dir.clone(),
+                payload: task.dispatch_payload.as_ref().map(|_| self.payload.clone()),
+                program: self.program.clone(),
+                task: prepared,
+                services: self.services.clone(),
+                servers: self.shared.servers.clone(),
+                control: Some(control_weak),
+                events: {
+                    let (shared, alloc_id, name) = (
+                        self.shared.clone(),
+                        self.alloc_id.clone(),
+                        task.name.clone(),
+                    );
+                    EventSink::new(move |ev| {
+                        shared.update_alloc(&alloc_id, |local| {
+                            push_event(local.task_states.entry(name.clone()).or_default(), ev);
+                        });
+                    })
+                },
+                template_feed: self.template_feed.clone(),
+                template_config: self.shared.config.template.clone(),
+                restoring: false,
+                artifact_config: self.shared.config.artifact.clone(),
+                mounts: match local.job.task_group(&local.alloc.task_group) {
+                    Some(group) => crate::client::volumes::task_mounts(
+                        group,
+                        task,
+                        &local.alloc.name,
+                        &self.shared.config.host_volumes(),
+                    ),
+                    None => Ok(Vec::new()),
+                },
+            };
         let runner = TaskRunner::new(TaskRunnerParts {
             control,
             updates: self.updates.clone(),

@@ -658,7 +658,10 @@ mod tests {
     #[test]
     fn the_task_user_is_the_containers() {
         let c = parse(&cfg(&[("image", "teamster:dev".into())])).unwrap();
-        assert_eq!(spec_as(&c, &[], 0, "1000:50").unwrap().user.as_deref(), Some("1000:50"));
+        assert_eq!(
+            spec_as(&c, &[], 0, "1000:50").unwrap().user.as_deref(),
+            Some("1000:50")
+        );
         assert_eq!(spec_as(&c, &[], 0, "").unwrap().user, None);
     }
 

@@ -489,8 +489,7 @@ impl TaskRunner {
                 return None;
             }
             warn!(error = %e, recoverable = e.recoverable, "a prestart hook failed");
-            let mut ev = event(now, "Setup Failure", e.to_string());
-            ev.setup_error = e.to_string();
+            let mut ev = e.event(now);
             if !e.recoverable {
                 ev.fails_task = true;
                 self.dead(true, ev).await;

@@ -12,6 +12,7 @@ use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
+use crate::model::artifact::TaskArtifact;
 use crate::model::de;
 use crate::model::deployment::{MigrateStrategy, UpdateStrategy};
 use crate::model::disconnect::DisconnectStrategy;
@@ -24,8 +25,8 @@ use crate::model::service::{
     ON_UPDATE_REQUIRE_HEALTHY, PROVIDER_CONSUL, PROVIDER_NOMAD,
 };
 use crate::model::task_runtime::{self, EphemeralDisk, LogConfig, TaskLifecycle, WorkloadIdentity};
-use crate::model::volume::{VolumeMount, VolumeRequest};
 use crate::model::value::{ConfigValue, MAX_CONFIG_DEPTH};
+use crate::model::volume::{VolumeMount, VolumeRequest};
 use crate::model::ModelError;
 
 /// Nomad's default job priority.
@@ -491,6 +492,9 @@ pub struct Task {
     /// Where the task sees its group's volumes (`volume_mount`).
     #[serde(deserialize_with = "de::nullable")]
     pub volume_mounts: Vec<VolumeMount>,
+    /// Files fetched into its directory before it starts (`artifact`).
+    #[serde(deserialize_with = "de::nullable")]
+    pub artifacts: Vec<TaskArtifact>,
     /// Driver-specific configuration, free-form.
     #[serde(deserialize_with = "de::nullable")]
     pub config: BTreeMap<String, ConfigValue>,
@@ -1566,6 +1570,9 @@ impl Job {
                 task.volume_mounts
                     .iter_mut()
                     .for_each(VolumeMount::canonicalize);
+                task.artifacts
+                    .iter_mut()
+                    .for_each(TaskArtifact::canonicalize);
             }
             if let Some(scaling) = &mut group.scaling {
                 if scaling.r#type.is_empty() {
@@ -1969,6 +1976,11 @@ impl Job {
                 }
                 if let Some(lifecycle) = &task.lifecycle {
                     lifecycle.validate(&at, &mut errors);
+                }
+                for (j, artifact) in task.artifacts.iter().enumerate() {
+                    for e in artifact.validate() {
+                        errors.push(format!("{at}: Artifact {} validation failed: {e}", j + 1));
+                    }
                 }
                 for (j, mount) in task.volume_mounts.iter().enumerate() {
                     if !group.volumes.contains_key(&mount.volume) {

@@ -26,6 +26,7 @@
 
 pub mod acl;
 pub mod alloc;
+pub mod artifact;
 pub mod cluster;
 pub(crate) mod de;
 pub mod deployment;
@@ -56,6 +57,7 @@ pub use alloc::{
     AllocatedSharedResources, AllocatedTaskResources, Allocation, ClientStatus, DesiredStatus,
     DesiredTransition, RescheduleEvent, RescheduleTracker, TaskEvent, TaskState, TaskStateValue,
 };
+pub use artifact::{dest_escapes_alloc_dir, parse_checksum, TaskArtifact};
 pub use cluster::{
     AutopilotConfig, ClusterMeta, PreemptionConfig, SchedulerAlgorithm, SchedulerConfiguration,
     DEFAULT_SUPERVISOR_FRACTION,
@@ -76,10 +78,6 @@ pub use job::{
     TaskGroup, TaskGroupSummary, DEFAULT_CPU_MHZ, DEFAULT_JOB_PRIORITY, DEFAULT_MEMORY_MB,
     DEFAULT_NODE_POOL, DEFAULT_REGION, MAX_JOB_PRIORITY, MAX_LOCALITY_WAIT, MAX_SCALING_EVENTS,
     MEMORY_NO_LIMIT, MIN_JOB_PRIORITY, SCALING_HORIZONTAL, SUPERVISOR_META,
-};
-pub use volume::{
-    ClientHostVolumeConfig, CsiMountOptions, VolumeMount, VolumeRequest, FILTER_HOST_VOLUMES,
-    VOLUME_TYPE_CSI, VOLUME_TYPE_HOST,
 };
 pub use keyring::{RootKey, RootKeyMeta, RootKeyState, WrappedKey, ROOT_KEY_ALGORITHM};
 pub use namespace::{NamespaceSpec, DEFAULT_NAMESPACE};
@@ -109,6 +107,10 @@ pub use variables::{
     validate_items as validate_variable_items, validate_path as validate_variable_path,
     variable_aad, VariableData, VariableEncrypted, VariableLock, VariableMetadata,
     DEFAULT_LOCK_DELAY, DEFAULT_LOCK_TTL, MAX_LOCK_TTL, MAX_VARIABLE_BYTES, MIN_LOCK_TTL,
+};
+pub use volume::{
+    ClientHostVolumeConfig, CsiMountOptions, VolumeMount, VolumeRequest, FILTER_HOST_VOLUMES,
+    VOLUME_TYPE_CSI, VOLUME_TYPE_HOST,
 };
 
 /// Why a model value was refused.

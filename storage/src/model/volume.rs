@@ -153,7 +153,9 @@ impl VolumeRequest {
             }
             match mode {
                 "single-node-reader-only" => read_only_mode(&mut errors),
-                "" | "single-node-writer" | "single-node-single-writer"
+                ""
+                | "single-node-writer"
+                | "single-node-single-writer"
                 | "single-node-multi-writer" => {}
                 other => errors.push(format!(
                     "host volumes cannot be mounted with {other} access mode"
@@ -174,7 +176,9 @@ impl VolumeRequest {
             "single-node-reader-only" => {
                 read_only_mode(&mut errors);
                 if shared {
-                    errors.push(format!("volume with {mode} access mode allows only one reader"));
+                    errors.push(format!(
+                        "volume with {mode} access mode allows only one reader"
+                    ));
                 }
             }
             "single-node-writer" if shared => errors.push(format!(
@@ -256,7 +260,10 @@ mod tests {
             r#type: "nfs".into(),
             ..host("x")
         };
-        assert_eq!(odd.validate(false, 1, 0), vec!["volume has unrecognized type nfs"]);
+        assert_eq!(
+            odd.validate(false, 1, 0),
+            vec!["volume has unrecognized type nfs"]
+        );
         let per_alloc = VolumeRequest {
             per_alloc: true,
             sticky: true,

@@ -16,6 +16,7 @@
 //! fail the task at once (Nomad's rule). A new runtime feature is a new hook here, added to
 //! [`task_hooks`]; the runner does not change.
 
+pub mod artifacts;
 pub mod dispatch_payload;
 pub mod identity;
 pub mod logmon;
@@ -46,7 +47,13 @@ pub struct HookError {
     pub message: String,
     /// Whether trying again may work (one attempt of the restart policy).
     pub recoverable: bool,
+    /// The task event it is reported as (Nomad's `Setup Failure`, or the hook's own such
+    /// as `Failed Artifact Download`, whose message is then the error's alone).
+    pub event_type: &'static str,
 }
+
+/// The task event a failed prestart hook is reported as unless it names its own.
+pub const SETUP_FAILURE: &str = "Setup Failure";
 
 impl HookError {
     /// A failure of `hook` that a later attempt may not have.
@@ -55,6 +62,7 @@ impl HookError {
             hook,
             message: message.into(),
             recoverable: true,
+            event_type: SETUP_FAILURE,
         }
     }
 
@@ -64,7 +72,25 @@ impl HookError {
             hook,
             message: message.into(),
             recoverable: false,
+            event_type: SETUP_FAILURE,
         }
+    }
+
+    /// The same failure, reported as a task event of type `event_type`.
+    pub fn reported_as(self, event_type: &'static str) -> HookError {
+        HookError { event_type, ..self }
+    }
+
+    /// The failure's task event.
+    pub fn event(&self, now: i64) -> teamster_storage::model::TaskEvent {
+        let message = if self.event_type == SETUP_FAILURE {
+            self.to_string()
+        } else {
+            self.message.clone()
+        };
+        let mut ev = crate::client::types::event(now, self.event_type, message);
+        ev.setup_error = self.to_string();
+        ev
     }
 }
 
@@ -103,6 +129,8 @@ pub struct HookCtx {
     pub template_config: crate::client::config::TemplateConfig,
     /// This prestart finds the task running (a client restart), rather than starting it.
     pub restoring: bool,
+    /// Limits on the task's artifacts (the client's `artifact` configuration).
+    pub artifact_config: crate::client::config::ArtifactConfig,
     /// The host volumes the task mounts, or why this node cannot give them.
     pub mounts: Result<Vec<crate::client::volumes::HostMount>, String>,
 }
@@ -219,6 +247,7 @@ pub fn task_hooks() -> Vec<Box<dyn TaskHook>> {
         Box::new(task_dir::TaskDirHook),
         Box::new(logmon::LogmonHook),
         Box::new(dispatch_payload::DispatchPayload),
+        Box::new(artifacts::ArtifactsHook),
         Box::new(identity::IdentityHook::default()),
         Box::new(template::TemplateHook::default()),
         Box::new(services::ServicesHook),
