@@ -136,6 +136,7 @@ const CLI_PARTS: &[(&str, u32)] = &[
     ("scheduler_workers", 2),
     ("server", 2),
     ("service", 2),
+    ("volume", 2),
     ("snapshot", 2),
     ("status", 2),
     ("system", 2),

@@ -984,6 +984,23 @@ async fn host_volumes_carry_files_between_allocations_and_missing_ones_keep_jobs
         "{node:#}"
     );
     assert_eq!(node["HostVolumes"]["certs"]["ReadOnly"], true);
+    let out = Command::new(teamster_bin())
+        .args(["volume", "status", "-address", &addr])
+        .output()?;
+    let listed = String::from_utf8_lossy(&out.stdout).to_string();
+    let row = listed
+        .lines()
+        .find(|l| l.starts_with("shared "))
+        .unwrap_or_default()
+        .to_string();
+    assert!(
+        row.contains(&*shared.path().to_string_lossy()) && row.ends_with("false"),
+        "{listed}"
+    );
+    assert!(
+        listed.contains("Container Storage Interface\nNo CSI volumes"),
+        "{listed}"
+    );
 
     let job = |id: &str, script: &str, volume: Value, mount_read_only: bool| {
         let mut job = docker_job(

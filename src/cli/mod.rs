@@ -42,6 +42,7 @@ mod system;
 
 mod tls;
 mod var;
+mod volume;
 
 use std::process::ExitCode;
 
@@ -105,6 +106,9 @@ enum Command {
     /// Variables: list, get, put, purge.
     #[command(subcommand)]
     Var(var::VarCommand),
+    /// Volumes: status (the clients' host volumes; teamster has no CSI volumes).
+    #[command(subcommand)]
+    Volume(VolumeCommand),
     /// A task's log collector, started by the client (not for people).
     #[command(hide = true)]
     Logmon(LogmonArgs),
@@ -237,6 +241,7 @@ pub fn main() -> ExitCode {
         Command::Service(cmd) => run_api(|| service::run(cmd)),
         Command::Namespace(cmd) => run_api(|| namespace::run(cmd)),
         Command::Var(cmd) => run_api(|| var::run(cmd)),
+        Command::Volume(VolumeCommand::Status(a)) => run_api(|| volume::status(a)),
         Command::Tls(cmd) => match tls::run(cmd) {
             Ok(()) => ExitCode::SUCCESS,
             Err(e) => {
@@ -332,6 +337,13 @@ where
             ExitCode::FAILURE
         }
     }
+}
+
+/// `volume …`.
+#[derive(Debug, Subcommand)]
+pub enum VolumeCommand {
+    /// The volumes jobs can ask for: host volumes by node, and CSI volumes (none).
+    Status(volume::StatusArgs),
 }
 
 #[cfg(test)]
