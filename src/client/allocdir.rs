@@ -305,21 +305,85 @@ impl TaskDir {
 
     /// Builds the task's directories (idempotent): `secrets/` readable by its owner only,
     /// `tmp/` sticky and open to all; all four given to the task's owner when it has one.
+    /// Each is opened without following a symlink and changed through its descriptor: a
+    /// task that replaced `local/` with a link to a host directory between two starts
+    /// finds the link removed and a directory in its place, never the host's directory
+    /// changed.
     pub fn build(&self) -> Result<(), AllocDirError> {
-        let dirs = [
-            (self.dir.clone(), 0o777),
-            (self.local(), 0o777),
-            (self.secrets(), 0o700),
-            (self.tmp(), 0o1777),
-        ];
-        for (path, mode) in dirs {
-            make(&path, mode)?;
-            if let Some((uid, gid)) = self.owner {
-                std::os::unix::fs::chown(&path, Some(uid), Some(gid))
-                    .map_err(|source| AllocDirError { path, source })?;
-            }
+        let err = |path: &Path| {
+            let path = path.to_path_buf();
+            move |source| AllocDirError { path, source }
+        };
+        let parent = self.dir.parent().unwrap_or(Path::new("."));
+        let name = self.dir.file_name().unwrap_or_default();
+        std::fs::create_dir_all(parent).map_err(err(parent))?;
+        let parent_fd = open_nofollow(
+            None,
+            parent.as_os_str().as_encoded_bytes(),
+            libc::O_RDONLY | libc::O_DIRECTORY,
+        )
+        .or_else(|_| {
+            // The allocation's root may sit under a symlinked data directory: that is
+            // the operator's, and followed.
+            std::fs::File::open(parent).map(std::os::fd::OwnedFd::from)
+        })
+        .map_err(err(parent))?;
+        let task = secure_dir(&parent_fd, name.as_encoded_bytes(), 0o777, self.owner)
+            .map_err(err(&self.dir))?;
+        for (sub, mode) in [(LOCAL_DIR, 0o777), (SECRETS_DIR, 0o700), (TMP_DIR, 0o1777)] {
+            secure_dir(&task, sub.as_bytes(), mode, self.owner)
+                .map_err(err(&self.dir.join(sub)))?;
         }
         Ok(())
+    }
+}
+
+/// Makes the directory `name` in `parent` (if missing), opens it without following a
+/// symlink (one in its place is removed and the directory made), and sets its mode and
+/// owner through the descriptor.
+fn secure_dir(
+    parent: &std::os::fd::OwnedFd,
+    name: &[u8],
+    mode: u32,
+    owner: Option<(u32, u32)>,
+) -> io::Result<std::os::fd::OwnedFd> {
+    use std::os::fd::AsRawFd;
+    let c = std::ffi::CString::new(name)
+        .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "a path contains NUL"))?;
+    let mut replaced = false;
+    loop {
+        // SAFETY: `c` is NUL-terminated and `parent` an open directory.
+        let made = unsafe { libc::mkdirat(parent.as_raw_fd(), c.as_ptr(), 0o700) };
+        if made != 0 {
+            let e = io::Error::last_os_error();
+            if e.raw_os_error() != Some(libc::EEXIST) {
+                return Err(e);
+            }
+        }
+        match open_nofollow(Some(parent), name, libc::O_RDONLY | libc::O_DIRECTORY) {
+            Ok(dir) => {
+                // SAFETY: `dir` is an open descriptor this function owns.
+                if unsafe { libc::fchmod(dir.as_raw_fd(), mode as libc::mode_t) } != 0 {
+                    return Err(io::Error::last_os_error());
+                }
+                if let Some((uid, gid)) = owner {
+                    std::os::unix::fs::fchown(&dir, Some(uid), Some(gid))?;
+                }
+                return Ok(dir);
+            }
+            // A symlink or a file where the directory belongs: removed, once.
+            Err(e)
+                if !replaced
+                    && matches!(e.raw_os_error(), Some(libc::ELOOP) | Some(libc::ENOTDIR)) =>
+            {
+                replaced = true;
+                // SAFETY: as above; unlinkat removes the link itself, never its target.
+                if unsafe { libc::unlinkat(parent.as_raw_fd(), c.as_ptr(), 0) } != 0 {
+                    return Err(io::Error::last_os_error());
+                }
+            }
+            Err(e) => return Err(e),
+        }
     }
 }
 
@@ -583,6 +647,18 @@ mod tests {
         write_task_file(&task, "secrets/nomad_token", b"jwt", 0o600).unwrap();
         let m = std::fs::metadata(task.secrets().join("nomad_token")).unwrap();
         assert_eq!((m.uid(), m.gid()), (4242, 4343));
+        // A task that put a link to a host directory in place of `local/` (it owns the
+        // task directory) finds a directory there at its next start; the host's is
+        // untouched.
+        let host = tempfile::tempdir().unwrap();
+        std::fs::set_permissions(host.path(), std::fs::Permissions::from_mode(0o700)).unwrap();
+        std::fs::remove_dir(task.local()).unwrap();
+        std::os::unix::fs::symlink(host.path(), task.local()).unwrap();
+        task.build().unwrap();
+        let local = std::fs::symlink_metadata(task.local()).unwrap();
+        assert!(local.is_dir() && local.uid() == 4242);
+        let h = std::fs::metadata(host.path()).unwrap();
+        assert_eq!((h.uid(), h.permissions().mode() & 0o7777), (0, 0o700));
         // Without a user, the agent keeps them.
         let plain = dir.task("db");
         plain.build().unwrap();

@@ -163,15 +163,32 @@ pub async fn fetch(
             ));
         }
     }
-    let dest = place
+    // Lexically inside the allocation's directory (checked above); symlinks on the way
+    // are checked as the files are written.
+    let alloc_root = place
         .task_dir
-        .join(artifact.relative_dest.trim_start_matches('/'));
-    let mode = artifact.getter_mode.clone();
+        .parent()
+        .unwrap_or(&place.task_dir)
+        .to_path_buf();
+    let dest = lexical_join(&place.task_dir, &artifact.relative_dest);
+    let mode = match artifact.getter_mode.as_str() {
+        "" => "any".to_owned(),
+        m => m.to_owned(),
+    };
     let limits = *limits;
     let owner = place.owner.filter(|_| artifact.chown);
     let path = download.path().to_path_buf();
+    let scratch = place.scratch.clone();
     tokio::task::spawn_blocking(move || {
-        let placed = place_download(&path, &file_name, &dest, &mode, archive, &limits)?;
+        let root = alloc_root
+            .canonicalize()
+            .map_err(|e| format!("{}: {e}", alloc_root.display()))?;
+        let target = Target {
+            root: &root,
+            scratch: &scratch,
+            limits: &limits,
+        };
+        let placed = target.place(&path, &file_name, &dest, &mode, archive)?;
         if let Some((uid, gid)) = owner {
             chown_all(&placed, uid, gid).map_err(|e| format!("chown: {e}"))?;
         }
@@ -180,6 +197,22 @@ pub async fn fetch(
     })
     .await
     .map_err(|e| format!("unpacking: {e}"))?
+}
+
+/// `base` joined with `rel` (an absolute `rel` counts as relative), `.` and `..` resolved
+/// without looking at the filesystem.
+fn lexical_join(base: &Path, rel: &str) -> PathBuf {
+    let mut out = base.to_path_buf();
+    for part in rel.split('/') {
+        match part {
+            "" | "." => {}
+            ".." => {
+                out.pop();
+            }
+            p => out.push(p),
+        }
+    }
+    out
 }
 
 /// The URL of an `http`/`https` source; anything else is refused naming its scheme.
@@ -231,9 +264,13 @@ async fn download_to(
     if !response.status().is_success() {
         return Err(format!("bad response code: {}", response.status().as_u16()));
     }
+    use tokio::io::AsyncWriteExt as _;
     let mut hasher = Hasher::new(checksum_kind);
     let mut written: u64 = 0;
-    let mut out = std::io::BufWriter::new(file);
+    let file = file
+        .try_clone()
+        .map_err(|e| format!("writing the download: {e}"))?;
+    let mut out = tokio::io::BufWriter::new(tokio::fs::File::from_std(file));
     while let Some(chunk) = response
         .chunk()
         .await
@@ -248,9 +285,11 @@ async fn download_to(
         }
         hasher.update(&chunk);
         out.write_all(&chunk)
+            .await
             .map_err(|e| format!("writing the download: {e}"))?;
     }
     out.flush()
+        .await
         .map_err(|e| format!("writing the download: {e}"))?;
     Ok(hasher.finish())
 }
@@ -300,162 +339,337 @@ fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
-/// Puts the downloaded `file` (named `name` at its source) at `dest` as `mode` says:
-/// unpacked when it is an archive, else as a file (in `any` mode into the directory
-/// `dest`). Returns what it wrote (for `chown`).
-pub fn place_download(
-    file: &Path,
-    name: &str,
-    dest: &Path,
-    mode: &str,
-    archive: Option<Archive>,
-    limits: &ArtifactLimits,
-) -> Result<PathBuf, String> {
-    let io = |what: &Path| {
-        let what = what.display().to_string();
-        move |e: std::io::Error| format!("{what}: {e}")
-    };
-    let open = || std::fs::File::open(file).map_err(io(file));
-    match (archive, mode) {
-        (Some(kind), "any" | "dir") if !kind.single_file() => {
-            std::fs::create_dir_all(dest).map_err(io(dest))?;
-            let input = open()?;
-            match kind {
-                Archive::Zip => unzip(input, dest, limits)?,
-                Archive::Tar => untar(input, dest, limits)?,
-                Archive::TarGz => untar(flate2::read::GzDecoder::new(input), dest, limits)?,
-                Archive::TarBz2 => untar(bzip2::read::BzDecoder::new(input), dest, limits)?,
-                Archive::TarXz => untar(xz_reader(input)?, dest, limits)?,
-                _ => unreachable!("single-file archives are handled below"),
+/// Where fetched files may go: inside `root` (the allocation's directory, canonical),
+/// with `scratch` for an xz stream's decompressed bytes, within `limits`.
+pub struct Target<'a> {
+    /// The allocation's directory, canonical.
+    pub root: &'a Path,
+    /// Where intermediate files go.
+    pub scratch: &'a Path,
+    /// The client's limits.
+    pub limits: &'a ArtifactLimits,
+}
+
+impl Target<'_> {
+    /// Puts the downloaded `file` (named `name` at its source) at `dest` as `mode` says:
+    /// unpacked when it is an archive, else as a file (in `any` mode into the directory
+    /// `dest`). Nothing is written through a symlink that leads out of the allocation's
+    /// directory, no archive entry leaves `dest`, and no set-id bit survives. Returns what
+    /// it wrote (for `chown`).
+    pub fn place(
+        &self,
+        file: &Path,
+        name: &str,
+        dest: &Path,
+        mode: &str,
+        archive: Option<Archive>,
+    ) -> Result<PathBuf, String> {
+        let open = || std::fs::File::open(file).map_err(|e| format!("{}: {e}", file.display()));
+        match (archive, mode) {
+            (Some(kind), "any" | "dir") if !kind.single_file() => {
+                let dest = self.dir(dest)?;
+                let input = open()?;
+                match kind {
+                    Archive::Zip => self.unzip(input, &dest)?,
+                    Archive::Tar => self.untar(input, &dest)?,
+                    Archive::TarGz => self.untar(flate2::read::GzDecoder::new(input), &dest)?,
+                    Archive::TarBz2 => self.untar(bzip2::read::BzDecoder::new(input), &dest)?,
+                    _ => {
+                        let unpacked = self.unxz(input)?;
+                        self.untar(unpacked, &dest)?
+                    }
+                }
+                Ok(dest)
             }
-            Ok(dest.to_path_buf())
-        }
-        (Some(kind), "file") if !kind.single_file() => Err(format!(
-            "{name} is an archive of many files: it cannot be unpacked in file mode"
-        )),
-        (Some(kind), _) => {
-            // One compressed file: `any` puts it in `dest` without its extension.
-            let target = if mode == "file" {
-                dest.to_path_buf()
-            } else {
-                let stem = Archive::of_name(name).map_or(name, |(_, stem)| stem);
-                dest.join(stem)
-            };
-            let input = open()?;
-            let reader: Box<dyn Read> = match kind {
-                Archive::Gz => Box::new(flate2::read::GzDecoder::new(input)),
-                Archive::Bz2 => Box::new(bzip2::read::BzDecoder::new(input)),
-                _ => Box::new(xz_reader(input)?),
-            };
-            write_limited(reader, &target, limits.decompression_size_limit)?;
-            Ok(target)
-        }
-        (None, "dir") => Err(format!(
-            "{name} is not an archive: a single file cannot be fetched in dir mode"
-        )),
-        (None, _) => {
-            let target = if mode == "file" {
-                dest.to_path_buf()
-            } else {
-                dest.join(name)
-            };
-            // Copied as a new file (the download is private to the agent; the copy takes
-            // the usual mode, as go-getter's does).
-            write_limited(open()?, &target, u64::MAX - 1)?;
-            Ok(target)
+            (Some(kind), "file") if !kind.single_file() => Err(format!(
+                "{name} is an archive of many files: it cannot be unpacked in file mode"
+            )),
+            (Some(kind), _) => {
+                // One compressed file: `any` puts it in `dest` without its extension.
+                let target = if mode == "file" {
+                    dest.to_path_buf()
+                } else {
+                    dest.join(Archive::of_name(name).map_or(name, |(_, stem)| stem))
+                };
+                let input = open()?;
+                let reader: Box<dyn Read> = match kind {
+                    Archive::Gz => Box::new(flate2::read::GzDecoder::new(input)),
+                    Archive::Bz2 => Box::new(bzip2::read::BzDecoder::new(input)),
+                    _ => Box::new(self.unxz(input)?),
+                };
+                self.write_file(&target, reader, 0o644, self.limits.decompression_size_limit)
+            }
+            (None, "dir") => Err(format!(
+                "{name} is not an archive: a single file cannot be fetched in dir mode"
+            )),
+            (None, _) => {
+                let target = if mode == "file" {
+                    dest.to_path_buf()
+                } else {
+                    dest.join(name)
+                };
+                self.write_file(&target, open()?, 0o644, u64::MAX - 1)
+            }
         }
     }
-}
 
-/// An `.xz` stream, decompressed whole into memory within lzma-rs (it has no streaming
-/// reader); bounded by the download's own size limit times the usual ratio.
-fn xz_reader(mut input: std::fs::File) -> Result<std::io::Cursor<Vec<u8>>, String> {
-    let mut reader = std::io::BufReader::new(&mut input);
-    let mut out = Vec::new();
-    lzma_rs::xz_decompress(&mut reader, &mut out).map_err(|e| format!("xz: {e}"))?;
-    Ok(std::io::Cursor::new(out))
-}
-
-/// Copies `reader` to `target` (parents made), failing past `limit` bytes.
-fn write_limited(reader: impl Read, target: &Path, limit: u64) -> Result<u64, String> {
-    if let Some(parent) = target.parent() {
-        std::fs::create_dir_all(parent).map_err(|e| format!("{}: {e}", parent.display()))?;
-    }
-    let mut out =
-        std::fs::File::create(target).map_err(|e| format!("{}: {e}", target.display()))?;
-    let copied = std::io::copy(&mut reader.take(limit.saturating_add(1)), &mut out)
-        .map_err(|e| format!("{}: {e}", target.display()))?;
-    if copied > limit {
-        return Err(format!(
-            "the archive unpacks to more than client.artifact.decompression_size_limit ({limit} bytes)"
-        ));
-    }
-    Ok(copied)
-}
-
-/// Unpacks a tar stream into `dest`: entries that would leave it are refused (the tar
-/// crate's own check), and the limits hold.
-fn untar(reader: impl Read, dest: &Path, limits: &ArtifactLimits) -> Result<(), String> {
-    let mut archive = tar::Archive::new(reader);
-    archive.set_preserve_permissions(true);
-    let (mut files, mut bytes) = (0u64, 0u64);
-    for entry in archive.entries().map_err(|e| format!("tar: {e}"))? {
-        let mut entry = entry.map_err(|e| format!("tar: {e}"))?;
-        files += 1;
-        bytes = bytes.saturating_add(entry.size());
-        check_limits(files, bytes, limits)?;
-        let path = entry.path().map_err(|e| format!("tar: {e}"))?.into_owned();
-        let inside = entry
-            .unpack_in(dest)
-            .map_err(|e| format!("tar: {}: {e}", path.display()))?;
-        if !inside {
-            return Err(format!("tar: {} leaves the destination", path.display()));
-        }
-    }
-    Ok(())
-}
-
-/// Unpacks a zip file into `dest`, refusing entries that would leave it.
-fn unzip(input: std::fs::File, dest: &Path, limits: &ArtifactLimits) -> Result<(), String> {
-    let mut zip = zip::ZipArchive::new(input).map_err(|e| format!("zip: {e}"))?;
-    let mut bytes = 0u64;
-    check_limits(zip.len() as u64, 0, limits)?;
-    for i in 0..zip.len() {
-        let mut file = zip.by_index(i).map_err(|e| format!("zip: {e}"))?;
-        let Some(rel) = file.enclosed_name() else {
-            return Err(format!("zip: {} leaves the destination", file.name()));
+    /// The directory `dir` made (parents too) and checked: its real path, inside the
+    /// allocation's directory.
+    fn dir(&self, dir: &Path) -> Result<PathBuf, String> {
+        let io = |p: &Path| {
+            let p = p.display().to_string();
+            move |e: std::io::Error| format!("{p}: {e}")
         };
-        let target = dest.join(rel);
-        if file.is_dir() {
-            std::fs::create_dir_all(&target).map_err(|e| format!("{}: {e}", target.display()))?;
-            continue;
+        let mut existing = dir.to_path_buf();
+        let mut missing = Vec::new();
+        while std::fs::symlink_metadata(&existing).is_err() {
+            let Some(name) = existing.file_name() else {
+                break;
+            };
+            missing.push(name.to_os_string());
+            existing.pop();
         }
-        let left = limits.decompression_size_limit.saturating_sub(bytes);
-        bytes = bytes.saturating_add(write_limited(&mut file, &target, left)?);
-        if let Some(mode) = file.unix_mode() {
-            use std::os::unix::fs::PermissionsExt;
-            let perms = std::fs::Permissions::from_mode(mode & 0o7777);
-            std::fs::set_permissions(&target, perms)
-                .map_err(|e| format!("{}: {e}", target.display()))?;
+        let mut real = existing.canonicalize().map_err(io(&existing))?;
+        if !real.starts_with(self.root) {
+            return Err(format!(
+                "{} leads outside the allocation directory",
+                dir.display()
+            ));
         }
+        if !real.is_dir() {
+            return Err(format!("{} is not a directory", dir.display()));
+        }
+        for name in missing.iter().rev() {
+            real.push(name);
+            std::fs::create_dir(&real).map_err(io(&real))?;
+        }
+        Ok(real)
     }
-    Ok(())
+
+    /// Writes `reader` to the new file `target` (its directory made and checked), mode
+    /// `mode` without set-id bits, failing past `limit` bytes and on a symlink in its
+    /// place.
+    fn write_file(
+        &self,
+        target: &Path,
+        reader: impl Read,
+        mode: u32,
+        limit: u64,
+    ) -> Result<PathBuf, String> {
+        use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+        let name = target
+            .file_name()
+            .ok_or_else(|| format!("{}: not a file name", target.display()))?;
+        let dir = self.dir(target.parent().unwrap_or(Path::new("/")))?;
+        let target = dir.join(name);
+        let mut out = std::fs::OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .mode(0o600)
+            .custom_flags(libc::O_NOFOLLOW)
+            .open(&target)
+            .map_err(|e| format!("{}: {e}", target.display()))?;
+        let copied = std::io::copy(&mut reader.take(limit.saturating_add(1)), &mut out)
+            .map_err(|e| format!("{}: {e}", target.display()))?;
+        if copied > limit {
+            return Err(format!(
+                "the archive unpacks to more than client.artifact.decompression_size_limit \
+                 ({limit} bytes)"
+            ));
+        }
+        out.set_permissions(std::fs::Permissions::from_mode(mode & 0o777))
+            .map_err(|e| format!("{}: {e}", target.display()))?;
+        Ok(target)
+    }
+
+    /// A symlink at `rel` in `dest` to `to`, which must stay inside `dest`.
+    fn symlink(&self, dest: &Path, rel: &Path, to: &Path) -> Result<(), String> {
+        let mut depth = rel.components().count() as i64 - 1;
+        let inside = !to.is_absolute()
+            && to.components().all(|c| {
+                match c {
+                    std::path::Component::ParentDir => depth -= 1,
+                    std::path::Component::Normal(_) => depth += 1,
+                    _ => {}
+                }
+                depth >= 0
+            });
+        if !inside {
+            return Err(format!(
+                "{} links to {}, outside the destination",
+                rel.display(),
+                to.display()
+            ));
+        }
+        let link = dest.join(rel);
+        let dir = self.dir(link.parent().unwrap_or(dest))?;
+        let link = dir.join(link.file_name().unwrap_or_default());
+        std::os::unix::fs::symlink(to, &link).map_err(|e| format!("{}: {e}", link.display()))
+    }
+
+    /// An `.xz` stream decompressed into a scratch file (lzma-rs has no streaming reader),
+    /// bounded by the decompression limit as it is written.
+    fn unxz(&self, input: std::fs::File) -> Result<std::fs::File, String> {
+        let mut out = tempfile::tempfile_in(self.scratch)
+            .map_err(|e| format!("{}: {e}", self.scratch.display()))?;
+        let mut bounded = Bounded {
+            out: &mut out,
+            left: self.limits.decompression_size_limit,
+            over: false,
+        };
+        let result = lzma_rs::xz_decompress(&mut std::io::BufReader::new(input), &mut bounded);
+        if bounded.over {
+            return Err(format!(
+                "the archive unpacks to more than client.artifact.decompression_size_limit \
+                 ({} bytes)",
+                self.limits.decompression_size_limit
+            ));
+        }
+        result.map_err(|e| format!("xz: {e}"))?;
+        use std::io::Seek;
+        out.rewind().map_err(|e| format!("xz: {e}"))?;
+        Ok(out)
+    }
+
+    /// Unpacks a tar stream into `dest`, entry by entry.
+    fn untar(&self, reader: impl Read, dest: &Path) -> Result<(), String> {
+        use tar::EntryType;
+        let mut archive = tar::Archive::new(reader);
+        let (mut files, mut bytes) = (0u64, 0u64);
+        for entry in archive.entries().map_err(|e| format!("tar: {e}"))? {
+            let mut entry = entry.map_err(|e| format!("tar: {e}"))?;
+            let path = entry.path().map_err(|e| format!("tar: {e}"))?.into_owned();
+            let Some(rel) = enclosed(&path) else {
+                if path
+                    .components()
+                    .all(|c| matches!(c, std::path::Component::CurDir))
+                {
+                    continue;
+                }
+                return Err(format!("tar: {} leaves the destination", path.display()));
+            };
+            files += 1;
+            bytes = bytes.saturating_add(entry.size());
+            self.check_limits(files, bytes)?;
+            let mode = entry.header().mode().unwrap_or(0o644);
+            match entry.header().entry_type() {
+                EntryType::Directory => {
+                    use std::os::unix::fs::PermissionsExt;
+                    let dir = self.dir(&dest.join(&rel))?;
+                    let perms = std::fs::Permissions::from_mode((mode & 0o777) | 0o700);
+                    std::fs::set_permissions(&dir, perms)
+                        .map_err(|e| format!("{}: {e}", dir.display()))?;
+                }
+                EntryType::Regular | EntryType::Continuous => {
+                    let limit = self.limits.decompression_size_limit;
+                    self.write_file(&dest.join(&rel), &mut entry, mode, limit)?;
+                }
+                EntryType::Symlink => {
+                    let to = entry
+                        .link_name()
+                        .map_err(|e| format!("tar: {e}"))?
+                        .ok_or_else(|| format!("tar: {} links to nothing", rel.display()))?
+                        .into_owned();
+                    self.symlink(dest, &rel, &to)?;
+                }
+                EntryType::XGlobalHeader | EntryType::XHeader => {}
+                other => {
+                    return Err(format!(
+                        "tar: {} is a {other:?} entry, which artifacts may not hold",
+                        rel.display()
+                    ))
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Unpacks a zip file into `dest`, entry by entry.
+    fn unzip(&self, input: std::fs::File, dest: &Path) -> Result<(), String> {
+        let mut zip = zip::ZipArchive::new(input).map_err(|e| format!("zip: {e}"))?;
+        let mut bytes = 0u64;
+        self.check_limits(zip.len() as u64, 0)?;
+        for i in 0..zip.len() {
+            let mut file = zip.by_index(i).map_err(|e| format!("zip: {e}"))?;
+            let Some(rel) = file.enclosed_name() else {
+                return Err(format!("zip: {} leaves the destination", file.name()));
+            };
+            if file.is_dir() {
+                self.dir(&dest.join(rel))?;
+                continue;
+            }
+            let mode = file.unix_mode().unwrap_or(0o644);
+            if file.is_symlink() {
+                let mut to = String::new();
+                file.read_to_string(&mut to)
+                    .map_err(|e| format!("zip: {e}"))?;
+                self.symlink(dest, &rel, Path::new(&to))?;
+                continue;
+            }
+            let left = self.limits.decompression_size_limit.saturating_sub(bytes);
+            let written = self.write_file(&dest.join(&rel), &mut file, mode, left)?;
+            let size = std::fs::metadata(&written).map_or(0, |m| m.len());
+            bytes = bytes.saturating_add(size);
+        }
+        Ok(())
+    }
+
+    fn check_limits(&self, files: u64, bytes: u64) -> Result<(), String> {
+        let limits = self.limits;
+        if files > limits.decompression_file_count_limit {
+            return Err(format!(
+                "the archive holds more than client.artifact.decompression_file_count_limit \
+                 ({}) files",
+                limits.decompression_file_count_limit
+            ));
+        }
+        if bytes > limits.decompression_size_limit {
+            return Err(format!(
+                "the archive unpacks to more than client.artifact.decompression_size_limit \
+                 ({} bytes)",
+                limits.decompression_size_limit
+            ));
+        }
+        Ok(())
+    }
 }
 
-fn check_limits(files: u64, bytes: u64, limits: &ArtifactLimits) -> Result<(), String> {
-    if files > limits.decompression_file_count_limit {
-        return Err(format!(
-            "the archive holds more than client.artifact.decompression_file_count_limit ({}) files",
-            limits.decompression_file_count_limit
-        ));
+/// `path` as a relative path of plain names (a leading `/` or `./` dropped), or `None`
+/// when it climbs with `..` or names nothing.
+fn enclosed(path: &Path) -> Option<PathBuf> {
+    let mut out = PathBuf::new();
+    for c in path.components() {
+        match c {
+            std::path::Component::Normal(p) => out.push(p),
+            std::path::Component::CurDir | std::path::Component::RootDir => {}
+            _ => return None,
+        }
     }
-    if bytes > limits.decompression_size_limit {
-        return Err(format!(
-            "the archive unpacks to more than client.artifact.decompression_size_limit ({} bytes)",
-            limits.decompression_size_limit
-        ));
+    (!out.as_os_str().is_empty()).then_some(out)
+}
+
+/// A writer that refuses to go past `left` bytes (an xz bomb stops there).
+struct Bounded<'a, W: Write> {
+    out: &'a mut W,
+    left: u64,
+    over: bool,
+}
+
+impl<W: Write> Write for Bounded<'_, W> {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        if buf.len() as u64 > self.left {
+            self.over = true;
+            return Err(std::io::Error::other("decompression size limit"));
+        }
+        let n = self.out.write(buf)?;
+        self.left -= n as u64;
+        Ok(n)
     }
-    Ok(())
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        self.out.flush()
+    }
 }
 
 /// Gives `path` and everything under it (never following a symlink) to `uid:gid`.
@@ -471,6 +685,8 @@ fn chown_all(path: &Path, uid: u32, gid: u32) -> std::io::Result<()> {
 
 #[cfg(test)]
 mod tests {
+    use std::os::unix::fs::PermissionsExt;
+
     use super::*;
 
     const LIMITS: ArtifactLimits = ArtifactLimits {
@@ -480,17 +696,81 @@ mod tests {
         decompression_file_count_limit: 16,
     };
 
-    fn tar_gz(entries: &[(&str, &[u8])]) -> Vec<u8> {
+    /// A tar.gz of `entries`: (path, data, mode), or a symlink when the data starts with
+    /// `->`. Paths are written raw, so a test can name one with `..`.
+    fn tar_gz(entries: &[(&str, &[u8], u32)]) -> Vec<u8> {
         let gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
         let mut builder = tar::Builder::new(gz);
-        for (path, data) in entries {
+        for (path, data, mode) in entries {
             let mut header = tar::Header::new_gnu();
-            header.set_size(data.len() as u64);
-            header.set_mode(0o755);
-            header.set_cksum();
-            builder.append_data(&mut header, path, *data).unwrap();
+            header.as_gnu_mut().unwrap().name[..path.len()].copy_from_slice(path.as_bytes());
+            header.set_mode(*mode);
+            if let Some(to) = data.strip_prefix(b"->") {
+                header.set_entry_type(tar::EntryType::Symlink);
+                header
+                    .set_link_name(std::str::from_utf8(to).unwrap())
+                    .unwrap();
+                header.set_size(0);
+                header.set_cksum();
+                builder.append(&header, &[][..]).unwrap();
+            } else {
+                header.set_size(data.len() as u64);
+                header.set_cksum();
+                builder.append(&header, *data).unwrap();
+            }
         }
         builder.into_inner().unwrap().finish().unwrap()
+    }
+
+    /// An allocation directory with its task's `local/` and a download file.
+    struct Fixture {
+        dir: tempfile::TempDir,
+    }
+
+    impl Fixture {
+        fn new() -> Fixture {
+            let dir = tempfile::tempdir().unwrap();
+            std::fs::create_dir_all(dir.path().join("alloc/t/local")).unwrap();
+            std::fs::create_dir_all(dir.path().join("alloc/t/tmp")).unwrap();
+            Fixture { dir }
+        }
+        fn root(&self) -> PathBuf {
+            self.dir.path().join("alloc").canonicalize().unwrap()
+        }
+        fn local(&self) -> PathBuf {
+            self.root().join("t/local")
+        }
+        fn download(&self, bytes: &[u8]) -> PathBuf {
+            let path = self.dir.path().join("dl");
+            std::fs::write(&path, bytes).unwrap();
+            std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)).unwrap();
+            path
+        }
+        fn place(
+            &self,
+            bytes: &[u8],
+            name: &str,
+            dest: &Path,
+            mode: &str,
+            archive: Option<Archive>,
+        ) -> Result<PathBuf, String> {
+            let file = self.download(bytes);
+            let (root, scratch) = (self.root(), self.root().join("t/tmp"));
+            let target = Target {
+                root: &root,
+                scratch: &scratch,
+                limits: &LIMITS,
+            };
+            target.place(&file, name, dest, mode, archive)
+        }
+    }
+
+    fn mode_of(path: &Path) -> u32 {
+        std::fs::symlink_metadata(path)
+            .unwrap()
+            .permissions()
+            .mode()
+            & 0o7777
     }
 
     #[test]
@@ -526,124 +806,134 @@ mod tests {
 
     #[test]
     fn a_tarball_unpacks_into_its_destination_and_a_file_lands_by_mode() {
-        let dir = tempfile::tempdir().unwrap();
-        let download = dir.path().join("dl");
-        std::fs::write(
-            &download,
-            tar_gz(&[("bin/run.sh", b"echo hi\n"), ("README", b"r")]),
-        )
-        .unwrap();
-        let dest = dir.path().join("local");
-        place_download(
-            &download,
-            "app.tar.gz",
-            &dest,
-            "any",
-            Some(Archive::TarGz),
-            &LIMITS,
-        )
-        .unwrap();
+        let f = Fixture::new();
+        let tarball = tar_gz(&[
+            ("bin/run.sh", b"echo hi\n", 0o755),
+            ("bin/setuid", b"x", 0o4755),
+            ("bin/current", b"->run.sh", 0o777),
+            ("README", b"r", 0o644),
+        ]);
+        let local = f.local();
+        f.place(&tarball, "app.tar.gz", &local, "any", Some(Archive::TarGz))
+            .unwrap();
         assert_eq!(
-            std::fs::read(dest.join("bin/run.sh")).unwrap(),
+            std::fs::read(local.join("bin/run.sh")).unwrap(),
             b"echo hi\n"
         );
-        use std::os::unix::fs::PermissionsExt;
-        let mode = std::fs::metadata(dest.join("bin/run.sh"))
-            .unwrap()
-            .permissions()
-            .mode();
-        assert_eq!(mode & 0o777, 0o755);
+        assert_eq!(mode_of(&local.join("bin/run.sh")), 0o755);
+        // No set-id bit survives.
+        assert_eq!(mode_of(&local.join("bin/setuid")), 0o755);
+        // A link inside the archive's own tree is kept.
+        assert_eq!(
+            std::fs::read(local.join("bin/current")).unwrap(),
+            b"echo hi\n"
+        );
         // Not unpacked: the file itself, by name in `any` mode, at the path in `file` mode,
         // readable by others although the download is private to the agent.
-        std::fs::set_permissions(&download, std::fs::Permissions::from_mode(0o600)).unwrap();
-        place_download(&download, "app.tar.gz", &dest, "any", None, &LIMITS).unwrap();
-        let mode = std::fs::metadata(dest.join("app.tar.gz"))
-            .unwrap()
-            .permissions()
-            .mode();
-        assert_eq!(mode & 0o044, 0o044, "{mode:o}");
-        let file = dir.path().join("local/renamed.bin");
-        place_download(&download, "app.tar.gz", &file, "file", None, &LIMITS).unwrap();
+        f.place(&tarball, "app.tar.gz", &local, "any", None)
+            .unwrap();
+        assert_eq!(mode_of(&local.join("app.tar.gz")), 0o644);
+        let file = local.join("renamed.bin");
+        f.place(&tarball, "app.tar.gz", &file, "file", None)
+            .unwrap();
         assert!(file.is_file());
-        assert!(place_download(&download, "x", &dest, "dir", None, &LIMITS).is_err());
-        assert!(place_download(
-            &download,
-            "x.tgz",
-            &file,
-            "file",
-            Some(Archive::TarGz),
-            &LIMITS
-        )
-        .is_err());
+        assert!(f.place(&tarball, "x", &local, "dir", None).is_err());
+        let many = f.place(&tarball, "x.tgz", &file, "file", Some(Archive::TarGz));
+        assert!(many.unwrap_err().contains("file mode"));
     }
 
     #[test]
-    fn a_gz_file_is_decompressed_without_its_extension() {
-        let dir = tempfile::tempdir().unwrap();
+    fn single_compressed_files_lose_their_extension_and_xz_bombs_stop_at_the_limit() {
+        let f = Fixture::new();
         let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
         gz.write_all(b"hello").unwrap();
-        let download = dir.path().join("dl");
-        std::fs::write(&download, gz.finish().unwrap()).unwrap();
-        let dest = dir.path().join("local");
-        place_download(
-            &download,
+        let local = f.local();
+        f.place(
+            &gz.finish().unwrap(),
             "notes.txt.gz",
-            &dest,
+            &local,
             "any",
             Some(Archive::Gz),
-            &LIMITS,
         )
         .unwrap();
-        assert_eq!(std::fs::read(dest.join("notes.txt")).unwrap(), b"hello");
+        assert_eq!(std::fs::read(local.join("notes.txt")).unwrap(), b"hello");
+
+        let mut xz = Vec::new();
+        let text = b"small\n".to_vec();
+        lzma_rs::xz_compress(&mut &text[..], &mut xz).unwrap();
+        f.place(&xz, "small.txt.xz", &local, "any", Some(Archive::Xz))
+            .unwrap();
+        assert_eq!(std::fs::read(local.join("small.txt")).unwrap(), text);
+        let zeros = vec![0u8; (LIMITS.decompression_size_limit * 2) as usize];
+        let mut bomb = Vec::new();
+        lzma_rs::xz_compress(&mut &zeros[..], &mut bomb).unwrap();
+        let e = f
+            .place(&bomb, "big.xz", &local, "any", Some(Archive::Xz))
+            .unwrap_err();
+        assert!(e.contains("decompression_size_limit"), "{e}");
     }
 
     #[test]
     fn archives_past_the_limits_or_leaving_the_destination_are_refused() {
-        let dir = tempfile::tempdir().unwrap();
-        let download = dir.path().join("dl");
-        let dest = dir.path().join("local");
-        let many: Vec<(String, &[u8])> = (0..20).map(|i| (format!("f{i}"), &b"x"[..])).collect();
-        let refs: Vec<(&str, &[u8])> = many.iter().map(|(p, d)| (p.as_str(), *d)).collect();
-        std::fs::write(&download, tar_gz(&refs)).unwrap();
-        let e = place_download(
-            &download,
-            "a.tgz",
-            &dest,
-            "any",
-            Some(Archive::TarGz),
-            &LIMITS,
-        )
-        .unwrap_err();
+        let f = Fixture::new();
+        let local = f.local();
+        let refused = |bytes: Vec<u8>| {
+            f.place(&bytes, "a.tgz", &local, "any", Some(Archive::TarGz))
+                .unwrap_err()
+        };
+        let names: Vec<String> = (0..20).map(|i| format!("f{i}")).collect();
+        let many: Vec<(&str, &[u8], u32)> = names
+            .iter()
+            .map(|n| (n.as_str(), &b"x"[..], 0o644))
+            .collect();
+        let e = refused(tar_gz(&many));
         assert!(e.contains("decompression_file_count_limit"), "{e}");
         let big = vec![0u8; (LIMITS.decompression_size_limit + 1) as usize];
-        std::fs::write(&download, tar_gz(&[("big", &big)])).unwrap();
-        let e = place_download(
-            &download,
-            "a.tgz",
-            &dest,
-            "any",
-            Some(Archive::TarGz),
-            &LIMITS,
-        )
-        .unwrap_err();
+        let e = refused(tar_gz(&[("big", &big, 0o644)]));
         assert!(e.contains("decompression_size_limit"), "{e}");
+        let e = refused(tar_gz(&[("../../escape", b"x", 0o644)]));
+        assert!(e.contains("leaves the destination"), "{e}");
+        let e = refused(tar_gz(&[("out", b"->../../../etc", 0o777)]));
+        assert!(e.contains("outside the destination"), "{e}");
+        let e = refused(tar_gz(&[("abs", b"->/etc/passwd", 0o777)]));
+        assert!(e.contains("outside the destination"), "{e}");
+        assert!(!f.dir.path().join("escape").exists());
 
         // A zip entry naming a path outside.
         let mut zip = zip::ZipWriter::new(std::io::Cursor::new(Vec::new()));
         zip.start_file("../escape", zip::write::SimpleFileOptions::default())
             .unwrap();
         zip.write_all(b"x").unwrap();
-        std::fs::write(&download, zip.finish().unwrap().into_inner()).unwrap();
-        let e = place_download(
-            &download,
-            "a.zip",
-            &dest,
-            "any",
-            Some(Archive::Zip),
-            &LIMITS,
-        )
-        .unwrap_err();
+        let bytes = zip.finish().unwrap().into_inner();
+        let e = f
+            .place(&bytes, "a.zip", &local, "any", Some(Archive::Zip))
+            .unwrap_err();
         assert!(e.contains("leaves the destination"), "{e}");
-        assert!(!dir.path().join("escape").exists());
+    }
+
+    /// A task (or a container, whose links resolve on the host) that planted a symlink
+    /// to a host directory in a destination cannot make the client write there.
+    #[test]
+    fn a_symlink_planted_in_the_destination_leads_nowhere_outside() {
+        let f = Fixture::new();
+        let host = tempfile::tempdir().unwrap();
+        std::os::unix::fs::symlink(host.path(), f.local().join("planted")).unwrap();
+        let tarball = tar_gz(&[("file", b"x", 0o644)]);
+        let into = f.local().join("planted");
+        let e = f
+            .place(&tarball, "a.tgz", &into, "any", Some(Archive::TarGz))
+            .unwrap_err();
+        assert!(e.contains("outside the allocation directory"), "{e}");
+        let e = f.place(b"x", "notes.txt", &into, "any", None).unwrap_err();
+        assert!(e.contains("outside the allocation directory"), "{e}");
+        // A file-mode target that is itself a link is not written through.
+        let secret = host.path().join("secret");
+        std::fs::write(&secret, "keep").unwrap();
+        std::os::unix::fs::symlink(&secret, f.local().join("out.bin")).unwrap();
+        assert!(f
+            .place(b"x", "x", &f.local().join("out.bin"), "file", None)
+            .is_err());
+        assert_eq!(std::fs::read_to_string(&secret).unwrap(), "keep");
+        assert_eq!(std::fs::read_dir(host.path()).unwrap().count(), 1);
     }
 }

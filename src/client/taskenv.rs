@@ -204,6 +204,11 @@ impl TaskEnv {
             .map(|(k, v)| (k.clone(), self.config_value(v)))
             .collect();
         out.env = self.env.clone();
+        for mount in &mut out.volume_mounts {
+            mount.volume = self.interpolate(&mount.volume);
+            mount.destination = self.interpolate(&mount.destination);
+            mount.propagation_mode = self.interpolate(&mount.propagation_mode);
+        }
         // Artifacts are fetched where and as the task's environment says (Nomad interpolates
         // every field of the block).
         for artifact in &mut out.artifacts {

@@ -295,8 +295,8 @@ pub(crate) struct GroupChecks {
     /// The group's host volume requests (checked per node: volumes are not part of the
     /// computed class).
     pub host_volumes: Vec<VolumeRequest>,
-    /// The sources of the group's CSI volume requests (teamster has no CSI volumes).
-    pub csi_volumes: Vec<String>,
+    /// The group's CSI volume requests (teamster has no CSI volumes).
+    pub csi_volumes: Vec<VolumeRequest>,
 }
 
 /// Nomad's `HostVolumeChecker` for static host volumes: `node` offers every one of
@@ -339,7 +339,7 @@ impl GroupChecks {
                 .volumes
                 .values()
                 .filter(|v| !v.is_host())
-                .map(|v| v.source.clone())
+                .cloned()
                 .collect(),
         };
         checks.spreads.extend(job.spreads.iter().cloned());
@@ -417,6 +417,45 @@ impl GroupChecks {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Nomad's static host volume check: every source offered, writable for a writable
+    /// request, `per_alloc` sources by the allocation's index, `sticky` never (it needs
+    /// dynamic host volumes).
+    #[test]
+    fn host_volumes_must_be_offered_and_writable_when_written() {
+        use teamster_storage::model::{ClientHostVolumeConfig, VOLUME_TYPE_HOST};
+        let mut n = node();
+        for (name, read_only) in [("data", false), ("certs", true), ("disk[1]", false)] {
+            let config = ClientHostVolumeConfig {
+                name: name.into(),
+                path: format!("/srv/{name}"),
+                read_only,
+            };
+            n.host_volumes.insert(name.into(), config);
+        }
+        let req = |source: &str, read_only: bool| VolumeRequest {
+            r#type: VOLUME_TYPE_HOST.into(),
+            source: source.into(),
+            read_only,
+            ..VolumeRequest::default()
+        };
+        let fits = |reqs: &[VolumeRequest], name: &str| host_volumes_fit(&n, reqs, name);
+        assert!(fits(&[], "j.g[0]"));
+        assert!(fits(&[req("data", false), req("certs", true)], "j.g[0]"));
+        assert!(!fits(&[req("certs", false)], "j.g[0]"));
+        assert!(!fits(&[req("data", false), req("absent", true)], "j.g[0]"));
+        let per_alloc = VolumeRequest {
+            per_alloc: true,
+            ..req("disk", false)
+        };
+        assert!(fits(std::slice::from_ref(&per_alloc), "j.g[1]"));
+        assert!(!fits(std::slice::from_ref(&per_alloc), "j.g[0]"));
+        let sticky = VolumeRequest {
+            sticky: true,
+            ..req("data", false)
+        };
+        assert!(!fits(&[sticky], "j.g[0]"));
+    }
     use teamster_storage::model::DriverInfo;
 
     fn node() -> Node {

@@ -643,8 +643,9 @@ impl Stack {
         if !checks.drivers.iter().all(|d| driver_available(node, d)) {
             return Err("missing drivers".to_owned());
         }
-        if let Some(source) = checks.csi_volumes.first() {
+        if let Some(csi) = checks.csi_volumes.first() {
             // Nomad's words for a CSI volume its state does not have.
+            let source = csi.source_for(&placer.alloc_name);
             return Err(format!("missing CSI volume(s) {source}"));
         }
         if !host_volumes_fit(node, &checks.host_volumes, &placer.alloc_name) {

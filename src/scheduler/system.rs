@@ -272,6 +272,7 @@ impl<'a> SystemScheduler<'a> {
                 ctx.plan_stop(old, ALLOC_UPDATING, None, now);
             }
             stack.reset_metrics(ctx);
+            placer.alloc_name = alloc_name(&job.id, &placement.group, 0);
             // System jobs preempt as part of ranking the node (when configured). A node that
             // does not take the group (for an update: any more, so the old allocation's stop
             // stands) is not a failure: the job does not want this node.

@@ -117,6 +117,13 @@ impl RunnerFactory {
             self.shared.config.max_kill_timeout,
             state.map_or(0, |s| s.restarts),
         );
+        // Its mounts as interpolated (Nomad interpolates a `volume_mount`).
+        let mounts = crate::client::volumes::task_mounts(
+            group,
+            &prepared,
+            &local.alloc.name,
+            &self.shared.config.host_volumes(),
+        );
         let ctx =
             HookCtx {
                 alloc_id: self.alloc_id.clone(),
@@ -146,15 +153,7 @@ impl RunnerFactory {
                 template_config: self.shared.config.template.clone(),
                 restoring: false,
                 artifact_config: self.shared.config.artifact.clone(),
-                mounts: match local.job.task_group(&local.alloc.task_group) {
-                    Some(group) => crate::client::volumes::task_mounts(
-                        group,
-                        task,
-                        &local.alloc.name,
-                        &self.shared.config.host_volumes(),
-                    ),
-                    None => Ok(Vec::new()),
-                },
+                mounts,
             };
         let runner = TaskRunner::new(TaskRunnerParts {
             control,

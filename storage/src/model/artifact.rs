@@ -91,24 +91,9 @@ impl TaskArtifact {
 }
 
 /// Whether `dest`, relative to a task's directory (`<alloc>/<task>/`), leaves the
-/// allocation's directory (Nomad's `PathEscapesAllocViaRelative`): absolute paths are taken
-/// as relative ones, as Nomad joins them.
+/// allocation's directory (Nomad's `PathEscapesAllocViaRelative("task", dest)`).
 pub fn dest_escapes_alloc_dir(dest: &str) -> bool {
-    // Depth below the allocation directory: the task's directory is 1.
-    let mut depth: i64 = 1;
-    for part in dest.split('/') {
-        match part {
-            "" | "." => {}
-            ".." => {
-                depth -= 1;
-                if depth < 0 {
-                    return true;
-                }
-            }
-            _ => depth += 1,
-        }
-    }
-    false
+    super::task_runtime::escapes_alloc_dir("task", dest)
 }
 
 /// An artifact's `checksum` option (`type:hex`): the type and the digest it names, or

@@ -87,7 +87,7 @@ pub struct VolumeMount {
 }
 
 /// A host volume a client offers (`client.host_volume.<name>`), as the node carries it.
-#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
 #[serde(rename_all = "PascalCase", default)]
 pub struct ClientHostVolumeConfig {
     /// Its name (what a request's `source` names).

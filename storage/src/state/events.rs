@@ -39,7 +39,9 @@ pub struct NodeCondition {
     pub eligibility: SchedulingEligibility,
     /// Whether a drain was in progress.
     pub draining: bool,
-    /// A hash of its computed class (its attributes and metadata changed when this did).
+    /// A hash of its computed class (its attributes and metadata changed when this did)
+    /// and of its host volumes (checked per node, not by class: a node offering a new one
+    /// may take what was blocked for want of it).
     pub class: u64,
 }
 
@@ -54,6 +56,7 @@ impl NodeCondition {
                 use std::hash::{Hash, Hasher};
                 let mut h = std::collections::hash_map::DefaultHasher::new();
                 node.computed_class.hash(&mut h);
+                node.host_volumes.hash(&mut h);
                 h.finish()
             },
         }
