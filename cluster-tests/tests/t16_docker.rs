@@ -298,7 +298,7 @@ async fn docker_tasks_run_log_signal_reattach_and_stop_without_pulling() -> anyh
         .collect();
     assert_eq!(
         terminated.first().map(|(_, m)| m.as_str()),
-        Some("Exit Code: 3, Signal: 0"),
+        Some("Exit Code: 3"),
         "{exited:#}"
     );
     let exited_id = exited["ID"].as_str().expect("alloc id").to_string();

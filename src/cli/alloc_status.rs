@@ -210,7 +210,8 @@ fn detailed(usage: &Value) -> String {
 }
 
 /// What an event says, as `nomad alloc status` describes it: the exit code and signal of a
-/// termination, the driver's error, the restart reason, else its message.
+/// termination, the driver's error, else its display message (a restart's says its reason
+/// and delay).
 fn describe(e: &Value) -> String {
     let s = |k: &str| e[k].as_str().unwrap_or_default().to_string();
     match e["Type"].as_str().unwrap_or_default() {
@@ -225,7 +226,6 @@ fn describe(e: &Value) -> String {
             d
         }
         "Driver Failure" if !s("DriverError").is_empty() => s("DriverError"),
-        "Restarting" if !s("RestartReason").is_empty() => s("RestartReason"),
         "Setup Failure" if !s("SetupError").is_empty() => s("SetupError"),
         _ if !s("DisplayMessage").is_empty() => s("DisplayMessage"),
         _ => s("Message"),
@@ -284,6 +284,31 @@ fn in_lifecycle_order<'a>(
 mod tests {
     use super::*;
     use serde_json::json;
+
+    /// Issue 54: an exit says its code once (no `Exit Message` repeating it), a restart
+    /// says its delay.
+    #[test]
+    fn events_are_described_as_nomad_describes_them() {
+        use crate::client::types::ExitResult;
+        let exit = ExitResult {
+            exit_code: 3,
+            signal: 0,
+            unknown: false,
+        };
+        let terminated = crate::client::task_runner::core::TaskCore::terminated(&exit, 1);
+        let v = serde_json::to_value(&terminated).unwrap();
+        assert_eq!(describe(&v), "Exit Code: 3");
+        assert_eq!(v["DisplayMessage"], "Exit Code: 3");
+        let killed = ExitResult { signal: 9, ..exit };
+        let v = serde_json::to_value(crate::client::task_runner::core::TaskCore::terminated(
+            &killed, 1,
+        ))
+        .unwrap();
+        assert_eq!(describe(&v), "Exit Code: 3, Signal: 9");
+        let restarting = json!({"Type": "Restarting", "RestartReason": "Restart within policy",
+                                "DisplayMessage": "Task restarting in 5s"});
+        assert_eq!(describe(&restarting), "Task restarting in 5s");
+    }
 
     #[test]
     fn tasks_are_listed_and_named_by_lifecycle_as_nomad_lists_them() {

@@ -13,6 +13,9 @@ use tokio::time::Instant;
 
 use crate::client::types::ExitResult;
 
+/// Nomad's restart reason for a restart the policy allows (`ReasonWithinPolicy`).
+pub const WITHIN_POLICY: &str = "Restart within policy";
+
 /// What to do after an exit.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum RestartDecision {
@@ -109,11 +112,7 @@ impl RestartTracker {
         if self.count <= self.attempts {
             return RestartDecision::Restart {
                 delay: self.delay,
-                reason: if exit.successful() {
-                    "restarting: task exited".into()
-                } else {
-                    "restarting: task failed".into()
-                },
+                reason: WITHIN_POLICY.into(),
             };
         }
         match self.mode {
@@ -131,7 +130,11 @@ impl RestartTracker {
                 self.count = 0;
                 RestartDecision::Restart {
                     delay: window_end.saturating_duration_since(now).max(self.delay),
-                    reason: "exceeded allowed attempts, waiting for the next interval".into(),
+                    reason: format!(
+                        "Exceeded allowed attempts {} in interval {} and mode is \"delay\"",
+                        self.attempts,
+                        humantime::format_duration(self.interval)
+                    ),
                 }
             }
         }
@@ -178,7 +181,7 @@ mod tests {
                 t.on_exit(now, &exit(1)),
                 RestartDecision::Restart {
                     delay: Duration::from_secs(1),
-                    reason: "restarting: task failed".into()
+                    reason: WITHIN_POLICY.into()
                 }
             );
         }

@@ -147,12 +147,22 @@ impl TaskCore {
 
     /// The `Terminated` event of an exit.
     pub fn terminated(exit: &ExitResult, now: i64) -> TaskEvent {
-        let msg = if exit.unknown {
-            "Task exited while the client was not watching; exit code unknown".to_string()
+        // Nomad's display: the exit code, the signal when there was one, and the exit
+        // message when there is one (here: only an exit nobody saw).
+        let mut ev = if exit.unknown {
+            event(
+                now,
+                "Terminated",
+                "Task exited while the client was not watching; exit code unknown".to_string(),
+            )
         } else {
-            format!("Exit Code: {}, Signal: {}", exit.exit_code, exit.signal)
+            let mut ev = event(now, "Terminated", String::new());
+            ev.display_message = match exit.signal {
+                0 => format!("Exit Code: {}", exit.exit_code),
+                signal => format!("Exit Code: {}, Signal: {signal}", exit.exit_code),
+            };
+            ev
         };
-        let mut ev = event(now, "Terminated", msg);
         ev.exit_code = exit.exit_code;
         ev.signal = exit.signal;
         if exit.unknown {

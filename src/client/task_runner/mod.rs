@@ -33,7 +33,7 @@ use tracing::{debug, info, warn};
 
 use crate::client::driver::{self, RunningTask};
 use crate::client::lifecycle::{Allowed, Stage};
-use crate::client::restart::RestartDecision;
+use crate::client::restart::{RestartDecision, WITHIN_POLICY};
 use crate::client::shared::Shared;
 use crate::client::types::{
     event, push_event, ExitResult, KillReason, KillWave, Siblings, TaskControl, TaskHandle,
@@ -758,11 +758,16 @@ impl TaskRunner {
                 let now = self.now();
                 self.update(|s, _| {
                     s.state = TaskStateValue::Pending;
-                    let mut ev = event(
-                        now,
-                        "Restarting",
-                        format!("Task restarting in {}", humantime::format_duration(delay)),
-                    );
+                    // Nomad's display: the delay, after the reason unless it is the
+                    // ordinary one.
+                    let waiting =
+                        format!("Task restarting in {}", humantime::format_duration(delay));
+                    let shown = if reason.is_empty() || reason == WITHIN_POLICY {
+                        waiting
+                    } else {
+                        format!("{reason} - {waiting}")
+                    };
+                    let mut ev = event(now, "Restarting", shown);
                     ev.restart_reason = reason;
                     push_event(s, ev);
                 });
