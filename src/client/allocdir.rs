@@ -116,13 +116,20 @@ impl AllocDir {
         }
     }
 
-    /// Builds the allocation's own and shared directories (idempotent).
+    /// Builds the allocation's own and shared directories (idempotent), through
+    /// descriptors as [`TaskDir::build`] does: a task that replaced `alloc/data` with a
+    /// link to a host directory finds a directory there, and the host's is untouched.
     pub fn build(&self) -> Result<(), AllocDirError> {
-        make(&self.root, 0o755)?;
-        let shared = self.shared();
-        make(&shared, 0o777)?;
+        let err = |path: &Path| {
+            let path = path.to_path_buf();
+            move |source| AllocDirError { path, source }
+        };
+        let root = open_parent_then(&self.root, 0o755, None).map_err(err(&self.root))?;
+        let shared =
+            secure_dir(&root, SHARED_DIR.as_bytes(), 0o777, None).map_err(err(&self.shared()))?;
         for part in SHARED_PARTS {
-            make(&shared.join(part), 0o777)?;
+            secure_dir(&shared, part.as_bytes(), 0o777, None)
+                .map_err(err(&self.shared().join(part)))?;
         }
         Ok(())
     }
@@ -314,28 +321,28 @@ impl TaskDir {
             let path = path.to_path_buf();
             move |source| AllocDirError { path, source }
         };
-        let parent = self.dir.parent().unwrap_or(Path::new("."));
-        let name = self.dir.file_name().unwrap_or_default();
-        std::fs::create_dir_all(parent).map_err(err(parent))?;
-        let parent_fd = open_nofollow(
-            None,
-            parent.as_os_str().as_encoded_bytes(),
-            libc::O_RDONLY | libc::O_DIRECTORY,
-        )
-        .or_else(|_| {
-            // The allocation's root may sit under a symlinked data directory: that is
-            // the operator's, and followed.
-            std::fs::File::open(parent).map(std::os::fd::OwnedFd::from)
-        })
-        .map_err(err(parent))?;
-        let task = secure_dir(&parent_fd, name.as_encoded_bytes(), 0o777, self.owner)
-            .map_err(err(&self.dir))?;
+        let task = open_parent_then(&self.dir, 0o777, self.owner).map_err(err(&self.dir))?;
         for (sub, mode) in [(LOCAL_DIR, 0o777), (SECRETS_DIR, 0o700), (TMP_DIR, 0o1777)] {
             secure_dir(&task, sub.as_bytes(), mode, self.owner)
                 .map_err(err(&self.dir.join(sub)))?;
         }
         Ok(())
     }
+}
+
+/// The directory `path` through [`secure_dir`] in its parent, which is made if missing and
+/// opened by name (the allocation's root and the directories above it are the agent's
+/// and the operator's, never a task's).
+fn open_parent_then(
+    path: &Path,
+    mode: u32,
+    owner: Option<(u32, u32)>,
+) -> io::Result<std::os::fd::OwnedFd> {
+    let parent = path.parent().unwrap_or(Path::new("."));
+    std::fs::create_dir_all(parent)?;
+    let parent_fd = std::os::fd::OwnedFd::from(std::fs::File::open(parent)?);
+    let name = path.file_name().unwrap_or_default();
+    secure_dir(&parent_fd, name.as_encoded_bytes(), mode, owner)
 }
 
 /// Makes the directory `name` in `parent` (if missing), opens it without following a
@@ -385,16 +392,6 @@ fn secure_dir(
             Err(e) => return Err(e),
         }
     }
-}
-
-/// Creates `path` (and its parents) and sets its mode.
-fn make(path: &Path, mode: u32) -> Result<(), AllocDirError> {
-    let err = |source| AllocDirError {
-        path: path.to_path_buf(),
-        source,
-    };
-    std::fs::create_dir_all(path).map_err(err)?;
-    std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode)).map_err(err)
 }
 
 /// `openat(at, path, flags)` without following a symlink (`O_NOFOLLOW`, `O_CLOEXEC`).
@@ -663,6 +660,24 @@ mod tests {
         let plain = dir.task("db");
         plain.build().unwrap();
         assert_eq!(std::fs::metadata(plain.secrets()).unwrap().uid(), 0);
+    }
+
+    /// A task that replaced `alloc/data` (open to all) with a link to a host directory
+    /// finds a directory there when the allocation's directories are built again; the
+    /// host's keeps its mode.
+    #[test]
+    fn a_planted_link_in_the_shared_directory_is_replaced_not_followed() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = AllocDir::new(tmp.path(), "a1");
+        dir.build().unwrap();
+        let host = tempfile::tempdir().unwrap();
+        std::fs::set_permissions(host.path(), std::fs::Permissions::from_mode(0o700)).unwrap();
+        std::fs::remove_dir(dir.data()).unwrap();
+        std::os::unix::fs::symlink(host.path(), dir.data()).unwrap();
+        dir.build().unwrap();
+        assert!(std::fs::symlink_metadata(dir.data()).unwrap().is_dir());
+        let mode = std::fs::metadata(host.path()).unwrap().permissions().mode() & 0o7777;
+        assert_eq!(mode, 0o700);
     }
 
     #[test]

@@ -9,7 +9,10 @@
 //! archive entries that would leave it are refused, and the destination itself must stay
 //! inside the allocation's directory.
 
+use std::ffi::CString;
 use std::io::{Read, Write};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::unix::ffi::OsStringExt;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -109,8 +112,6 @@ impl Archive {
 pub struct FetchPlace {
     /// The task's directory (destinations are relative to it).
     pub task_dir: PathBuf,
-    /// Where the download is kept while it is checked (the task's `tmp/`).
-    pub scratch: PathBuf,
     /// Who the fetched files belong to with `chown` (the task's user).
     pub owner: Option<(u32, u32)>,
 }
@@ -142,14 +143,12 @@ pub async fn fetch(
         ),
         None => Archive::of_name(&file_name).map(|(kind, _)| kind),
     };
-    std::fs::create_dir_all(&place.scratch)
-        .map_err(|e| format!("{}: {e}", place.scratch.display()))?;
-    let download = tempfile::NamedTempFile::new_in(&place.scratch)
-        .map_err(|e| format!("{}: {e}", place.scratch.display()))?;
+    // An anonymous file of the agent's: nothing a task does can reach or replace it.
+    let mut download = tempfile::tempfile().map_err(|e| format!("scratch file: {e}"))?;
     let digest = download_to(
         artifact,
         url,
-        download.as_file(),
+        &download,
         checksum.as_ref().map(|c| c.0.as_str()),
         limits,
     )
@@ -163,45 +162,40 @@ pub async fn fetch(
             ));
         }
     }
-    // Lexically inside the allocation's directory (checked above); symlinks on the way
-    // are checked as the files are written.
+    {
+        use std::io::Seek;
+        download
+            .rewind()
+            .map_err(|e| format!("reading the download: {e}"))?;
+    }
+    // Lexically inside the allocation's directory (checked above), relative to it.
     let alloc_root = place
         .task_dir
         .parent()
         .unwrap_or(&place.task_dir)
         .to_path_buf();
-    let dest = lexical_join(&place.task_dir, &artifact.relative_dest);
+    let task_name = place.task_dir.file_name().unwrap_or_default();
+    let dest = lexical_rel(Path::new(task_name), &artifact.relative_dest);
     let mode = match artifact.getter_mode.as_str() {
         "" => "any".to_owned(),
         m => m.to_owned(),
     };
     let limits = *limits;
     let owner = place.owner.filter(|_| artifact.chown);
-    let path = download.path().to_path_buf();
-    let scratch = place.scratch.clone();
     tokio::task::spawn_blocking(move || {
-        let root = alloc_root
-            .canonicalize()
-            .map_err(|e| format!("{}: {e}", alloc_root.display()))?;
         let target = Target {
-            root: &root,
-            scratch: &scratch,
             limits: &limits,
+            owner,
         };
-        let placed = target.place(&path, &file_name, &dest, &mode, archive)?;
-        if let Some((uid, gid)) = owner {
-            chown_all(&placed, uid, gid).map_err(|e| format!("chown: {e}"))?;
-        }
-        drop(download);
-        Ok(())
+        target.place(download, &file_name, &alloc_root, &dest, &mode, archive)
     })
     .await
     .map_err(|e| format!("unpacking: {e}"))?
 }
 
 /// `base` joined with `rel` (an absolute `rel` counts as relative), `.` and `..` resolved
-/// without looking at the filesystem.
-fn lexical_join(base: &Path, rel: &str) -> PathBuf {
+/// without looking at the filesystem (never above `base`'s parent: the caller checked).
+fn lexical_rel(base: &Path, rel: &str) -> PathBuf {
     let mut out = base.to_path_buf();
     for part in rel.split('/') {
         match part {
@@ -339,47 +333,64 @@ fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
-/// Where fetched files may go: inside `root` (the allocation's directory, canonical),
-/// with `scratch` for an xz stream's decompressed bytes, within `limits`.
+/// Where fetched files go: every path is resolved through open directories, never by
+/// name from the root. The destination is reached from the allocation's directory one
+/// component at a time through no symlink; inside it, archive entries are resolved with
+/// `openat2(RESOLVE_IN_ROOT)`, so no symlink (planted by a task, or made by the archive
+/// itself) leads out of the destination, however the tree changes meanwhile. Files are
+/// made new (`O_EXCL`, whatever stood there removed first), set-id bits dropped, and
+/// given to `owner` through their descriptors.
 pub struct Target<'a> {
-    /// The allocation's directory, canonical.
-    pub root: &'a Path,
-    /// Where intermediate files go.
-    pub scratch: &'a Path,
     /// The client's limits.
     pub limits: &'a ArtifactLimits,
+    /// Who the files belong to (`chown = true` with a task `user`).
+    pub owner: Option<(u32, u32)>,
 }
 
+/// The most a tar's long name, long link or PAX header may hold.
+const MAX_EXTENSION: u64 = 64 * 1024;
+
 impl Target<'_> {
-    /// Puts the downloaded `file` (named `name` at its source) at `dest` as `mode` says:
+    /// Puts the downloaded `file` (named `name` at its source) at `dest` (relative to the
+    /// allocation's directory `root`, `.` and `..` already resolved) as `mode` says:
     /// unpacked when it is an archive, else as a file (in `any` mode into the directory
-    /// `dest`). Nothing is written through a symlink that leads out of the allocation's
-    /// directory, no archive entry leaves `dest`, and no set-id bit survives. Returns what
-    /// it wrote (for `chown`).
+    /// `dest`).
     pub fn place(
         &self,
-        file: &Path,
+        file: std::fs::File,
         name: &str,
+        root: &Path,
         dest: &Path,
         mode: &str,
         archive: Option<Archive>,
-    ) -> Result<PathBuf, String> {
-        let open = || std::fs::File::open(file).map_err(|e| format!("{}: {e}", file.display()));
+    ) -> Result<(), String> {
+        let root_fd = std::fs::File::open(root)
+            .map(OwnedFd::from)
+            .map_err(|e| format!("{}: {e}", root.display()))?;
+        // The tar stream itself, bounded: entries and their headers within the limit.
+        let bounded = |r: Box<dyn Read>| -> Box<dyn Read> {
+            let limit = self.limits.decompression_size_limit.saturating_add(1 << 20);
+            Box::new(r.take(limit))
+        };
         match (archive, mode) {
             (Some(kind), "any" | "dir") if !kind.single_file() => {
-                let dest = self.dir(dest)?;
-                let input = open()?;
+                let dest_fd = self.walk(&root_fd, dest)?;
                 match kind {
-                    Archive::Zip => self.unzip(input, &dest)?,
-                    Archive::Tar => self.untar(input, &dest)?,
-                    Archive::TarGz => self.untar(flate2::read::GzDecoder::new(input), &dest)?,
-                    Archive::TarBz2 => self.untar(bzip2::read::BzDecoder::new(input), &dest)?,
+                    Archive::Zip => self.unzip(file, &dest_fd),
+                    Archive::Tar => self.untar(bounded(Box::new(file)), &dest_fd),
+                    Archive::TarGz => self.untar(
+                        bounded(Box::new(flate2::read::GzDecoder::new(file))),
+                        &dest_fd,
+                    ),
+                    Archive::TarBz2 => self.untar(
+                        bounded(Box::new(bzip2::read::BzDecoder::new(file))),
+                        &dest_fd,
+                    ),
                     _ => {
-                        let unpacked = self.unxz(input)?;
-                        self.untar(unpacked, &dest)?
+                        let unpacked = self.unxz(file)?;
+                        self.untar(Box::new(unpacked), &dest_fd)
                     }
                 }
-                Ok(dest)
             }
             (Some(kind), "file") if !kind.single_file() => Err(format!(
                 "{name} is an archive of many files: it cannot be unpacked in file mode"
@@ -391,13 +402,14 @@ impl Target<'_> {
                 } else {
                     dest.join(Archive::of_name(name).map_or(name, |(_, stem)| stem))
                 };
-                let input = open()?;
                 let reader: Box<dyn Read> = match kind {
-                    Archive::Gz => Box::new(flate2::read::GzDecoder::new(input)),
-                    Archive::Bz2 => Box::new(bzip2::read::BzDecoder::new(input)),
-                    _ => Box::new(self.unxz(input)?),
+                    Archive::Gz => Box::new(flate2::read::GzDecoder::new(file)),
+                    Archive::Bz2 => Box::new(bzip2::read::BzDecoder::new(file)),
+                    _ => Box::new(self.unxz(file)?),
                 };
-                self.write_file(&target, reader, 0o644, self.limits.decompression_size_limit)
+                let (dir, leaf) = self.parent_of(&root_fd, &target)?;
+                let limit = self.limits.decompression_size_limit;
+                self.write_file(&dir, &leaf, reader, 0o644, limit).map(drop)
             }
             (None, "dir") => Err(format!(
                 "{name} is not an archive: a single file cannot be fetched in dir mode"
@@ -408,83 +420,129 @@ impl Target<'_> {
                 } else {
                     dest.join(name)
                 };
-                self.write_file(&target, open()?, 0o644, u64::MAX - 1)
+                let (dir, leaf) = self.parent_of(&root_fd, &target)?;
+                self.write_file(&dir, &leaf, file, 0o644, u64::MAX - 1)
+                    .map(drop)
             }
         }
     }
 
-    /// The directory `dir` made (parents too) and checked: its real path, inside the
-    /// allocation's directory.
-    fn dir(&self, dir: &Path) -> Result<PathBuf, String> {
-        let io = |p: &Path| {
-            let p = p.display().to_string();
-            move |e: std::io::Error| format!("{p}: {e}")
-        };
-        let mut existing = dir.to_path_buf();
-        let mut missing = Vec::new();
-        while std::fs::symlink_metadata(&existing).is_err() {
-            let Some(name) = existing.file_name() else {
-                break;
-            };
-            missing.push(name.to_os_string());
-            existing.pop();
-        }
-        let mut real = existing.canonicalize().map_err(io(&existing))?;
-        if !real.starts_with(self.root) {
-            return Err(format!(
-                "{} leads outside the allocation directory",
-                dir.display()
-            ));
-        }
-        if !real.is_dir() {
-            return Err(format!("{} is not a directory", dir.display()));
-        }
-        for name in missing.iter().rev() {
-            real.push(name);
-            std::fs::create_dir(&real).map_err(io(&real))?;
-        }
-        Ok(real)
+    /// The directory holding `path` (relative to `root`), walked to through no symlink,
+    /// and the last name.
+    fn parent_of(&self, root: &OwnedFd, path: &Path) -> Result<(OwnedFd, CString), String> {
+        let leaf = path
+            .file_name()
+            .ok_or_else(|| format!("{}: not a file name", path.display()))?;
+        let dir = self.walk(root, path.parent().unwrap_or(Path::new("")))?;
+        Ok((dir, cstring(leaf.as_encoded_bytes())?))
     }
 
-    /// Writes `reader` to the new file `target` (its directory made and checked), mode
-    /// `mode` without set-id bits, failing past `limit` bytes and on a symlink in its
-    /// place.
+    /// `rel` under `root`, one component at a time, each opened without following a
+    /// symlink and made (for the owner) when missing.
+    fn walk(&self, root: &OwnedFd, rel: &Path) -> Result<OwnedFd, String> {
+        let mut dir = dup(root)?;
+        for part in rel.components() {
+            let std::path::Component::Normal(name) = part else {
+                continue;
+            };
+            let c = cstring(name.as_encoded_bytes())?;
+            dir = self.subdir(&dir, &c).map_err(|e| {
+                if e.raw_os_error() == Some(libc::ELOOP) || e.raw_os_error() == Some(libc::ENOTDIR)
+                {
+                    format!(
+                        "{}: the destination passes a symlink or a file at {:?}",
+                        rel.display(),
+                        name
+                    )
+                } else {
+                    format!("{}: {e}", rel.display())
+                }
+            })?;
+        }
+        Ok(dir)
+    }
+
+    /// The directory `name` in `parent`, made when missing (owned by the owner).
+    fn subdir(&self, parent: &OwnedFd, name: &CString) -> std::io::Result<OwnedFd> {
+        // SAFETY: `name` is NUL-terminated and `parent` an open directory.
+        let made = unsafe { libc::mkdirat(parent.as_raw_fd(), name.as_ptr(), 0o755) } == 0;
+        if !made {
+            let e = std::io::Error::last_os_error();
+            if e.raw_os_error() != Some(libc::EEXIST) {
+                return Err(e);
+            }
+        }
+        let dir = openat(
+            parent,
+            name,
+            libc::O_RDONLY | libc::O_DIRECTORY | libc::O_NOFOLLOW,
+            0,
+        )?;
+        if made {
+            self.give(&dir)?;
+        }
+        Ok(dir)
+    }
+
+    /// `rel`'s directory inside `dest` (symlinks followed, but never out of `dest`), made
+    /// when missing.
+    fn dir_beneath(&self, dest: &OwnedFd, rel: &Path) -> Result<OwnedFd, String> {
+        if rel.as_os_str().is_empty() {
+            return dup(dest);
+        }
+        let c = cstring(rel.as_os_str().as_encoded_bytes())?;
+        match openat_beneath(dest, &c, libc::O_RDONLY | libc::O_DIRECTORY) {
+            Ok(fd) => Ok(fd),
+            Err(e) if e.raw_os_error() == Some(libc::ENOENT) => {
+                let parent = self.dir_beneath(dest, rel.parent().unwrap_or(Path::new("")))?;
+                let leaf = cstring(rel.file_name().unwrap_or_default().as_encoded_bytes())?;
+                self.subdir(&parent, &leaf)
+                    .map_err(|e| format!("{}: {e}", rel.display()))
+            }
+            Err(e) => Err(format!("{}: {e}", rel.display())),
+        }
+    }
+
+    /// Writes `reader` to a new file `name` in `dir` (what stood there removed first; a
+    /// directory stays and fails the write), mode `mode` without set-id bits, failing past
+    /// `limit` bytes.
     fn write_file(
         &self,
-        target: &Path,
+        dir: &OwnedFd,
+        name: &CString,
         reader: impl Read,
         mode: u32,
         limit: u64,
-    ) -> Result<PathBuf, String> {
-        use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
-        let name = target
-            .file_name()
-            .ok_or_else(|| format!("{}: not a file name", target.display()))?;
-        let dir = self.dir(target.parent().unwrap_or(Path::new("/")))?;
-        let target = dir.join(name);
-        let mut out = std::fs::OpenOptions::new()
-            .write(true)
-            .create(true)
-            .truncate(true)
-            .mode(0o600)
-            .custom_flags(libc::O_NOFOLLOW)
-            .open(&target)
-            .map_err(|e| format!("{}: {e}", target.display()))?;
+    ) -> Result<u64, String> {
+        let shown = name.to_string_lossy().to_string();
+        unlink(dir, name).map_err(|e| format!("{shown}: {e}"))?;
+        let fd = openat(
+            dir,
+            name,
+            libc::O_WRONLY | libc::O_CREAT | libc::O_EXCL | libc::O_NOFOLLOW,
+            0o600,
+        )
+        .map_err(|e| format!("{shown}: {e}"))?;
+        let mut out = std::fs::File::from(fd);
         let copied = std::io::copy(&mut reader.take(limit.saturating_add(1)), &mut out)
-            .map_err(|e| format!("{}: {e}", target.display()))?;
+            .map_err(|e| format!("{shown}: {e}"))?;
         if copied > limit {
             return Err(format!(
                 "the archive unpacks to more than client.artifact.decompression_size_limit \
                  ({limit} bytes)"
             ));
         }
-        out.set_permissions(std::fs::Permissions::from_mode(mode & 0o777))
-            .map_err(|e| format!("{}: {e}", target.display()))?;
-        Ok(target)
+        let out = OwnedFd::from(out);
+        // SAFETY: `out` is an open descriptor this function owns.
+        if unsafe { libc::fchmod(out.as_raw_fd(), (mode & 0o777) as libc::mode_t) } != 0 {
+            return Err(format!("{shown}: {}", std::io::Error::last_os_error()));
+        }
+        self.give(&out).map_err(|e| format!("{shown}: {e}"))?;
+        Ok(copied)
     }
 
-    /// A symlink at `rel` in `dest` to `to`, which must stay inside `dest`.
-    fn symlink(&self, dest: &Path, rel: &Path, to: &Path) -> Result<(), String> {
+    /// A symlink `rel` in `dest` to `to`, which must stay inside `dest` as written.
+    fn symlink(&self, dest: &OwnedFd, rel: &Path, to: &Path) -> Result<(), String> {
         let mut depth = rel.components().count() as i64 - 1;
         let inside = !to.is_absolute()
             && to.components().all(|c| {
@@ -502,17 +560,45 @@ impl Target<'_> {
                 to.display()
             ));
         }
-        let link = dest.join(rel);
-        let dir = self.dir(link.parent().unwrap_or(dest))?;
-        let link = dir.join(link.file_name().unwrap_or_default());
-        std::os::unix::fs::symlink(to, &link).map_err(|e| format!("{}: {e}", link.display()))
+        let dir = self.dir_beneath(dest, rel.parent().unwrap_or(Path::new("")))?;
+        let name = cstring(rel.file_name().unwrap_or_default().as_encoded_bytes())?;
+        let target = cstring(to.as_os_str().as_encoded_bytes())?;
+        let shown = rel.display();
+        unlink(&dir, &name).map_err(|e| format!("{shown}: {e}"))?;
+        // SAFETY: both strings are NUL-terminated and `dir` is an open directory.
+        if unsafe { libc::symlinkat(target.as_ptr(), dir.as_raw_fd(), name.as_ptr()) } != 0 {
+            return Err(format!("{shown}: {}", std::io::Error::last_os_error()));
+        }
+        if let Some((uid, gid)) = self.owner {
+            // SAFETY: as above; the link itself is changed, never its target.
+            let r = unsafe {
+                libc::fchownat(
+                    dir.as_raw_fd(),
+                    name.as_ptr(),
+                    uid,
+                    gid,
+                    libc::AT_SYMLINK_NOFOLLOW,
+                )
+            };
+            if r != 0 {
+                return Err(format!("{shown}: {}", std::io::Error::last_os_error()));
+            }
+        }
+        Ok(())
     }
 
-    /// An `.xz` stream decompressed into a scratch file (lzma-rs has no streaming reader),
-    /// bounded by the decompression limit as it is written.
+    /// Gives `fd` to the owner, if there is one.
+    fn give(&self, fd: &OwnedFd) -> std::io::Result<()> {
+        match self.owner {
+            Some((uid, gid)) => std::os::unix::fs::fchown(fd, Some(uid), Some(gid)),
+            None => Ok(()),
+        }
+    }
+
+    /// An `.xz` stream decompressed into an anonymous scratch file of the agent's (lzma-rs
+    /// has no streaming reader), bounded by the decompression limit as it is written.
     fn unxz(&self, input: std::fs::File) -> Result<std::fs::File, String> {
-        let mut out = tempfile::tempfile_in(self.scratch)
-            .map_err(|e| format!("{}: {e}", self.scratch.display()))?;
+        let mut out = tempfile::tempfile().map_err(|e| format!("scratch file: {e}"))?;
         let mut bounded = Bounded {
             out: &mut out,
             left: self.limits.decompression_size_limit,
@@ -532,14 +618,72 @@ impl Target<'_> {
         Ok(out)
     }
 
-    /// Unpacks a tar stream into `dest`, entry by entry.
-    fn untar(&self, reader: impl Read, dest: &Path) -> Result<(), String> {
+    /// Unpacks a tar stream into `dest`, entry by entry (raw entries: GNU long names and
+    /// PAX paths read here, each within [`MAX_EXTENSION`]).
+    fn untar(&self, reader: Box<dyn Read + '_>, dest: &OwnedFd) -> Result<(), String> {
         use tar::EntryType;
         let mut archive = tar::Archive::new(reader);
         let (mut files, mut bytes) = (0u64, 0u64);
-        for entry in archive.entries().map_err(|e| format!("tar: {e}"))? {
+        let (mut long_name, mut long_link): (Option<Vec<u8>>, Option<Vec<u8>>) = (None, None);
+        let entries = archive
+            .entries()
+            .map_err(|e| format!("tar: {e}"))?
+            .raw(true);
+        for entry in entries {
             let mut entry = entry.map_err(|e| format!("tar: {e}"))?;
-            let path = entry.path().map_err(|e| format!("tar: {e}"))?.into_owned();
+            let kind = entry.header().entry_type();
+            let extension = |entry: &mut tar::Entry<'_, _>| -> Result<Vec<u8>, String> {
+                if entry.size() > MAX_EXTENSION {
+                    return Err(format!("tar: a {kind:?} header over {MAX_EXTENSION} bytes"));
+                }
+                let mut data = Vec::new();
+                entry
+                    .take(MAX_EXTENSION)
+                    .read_to_end(&mut data)
+                    .map_err(|e| format!("tar: {e}"))?;
+                Ok(data)
+            };
+            match kind {
+                EntryType::GNULongName => {
+                    let mut name = extension(&mut entry)?;
+                    name.retain(|b| *b != 0);
+                    long_name = Some(name);
+                    continue;
+                }
+                EntryType::GNULongLink => {
+                    let mut link = extension(&mut entry)?;
+                    link.retain(|b| *b != 0);
+                    long_link = Some(link);
+                    continue;
+                }
+                EntryType::XHeader => {
+                    let data = extension(&mut entry)?;
+                    for (key, value) in pax_records(&data) {
+                        match key {
+                            b"path" => long_name = Some(value.to_vec()),
+                            b"linkpath" => long_link = Some(value.to_vec()),
+                            _ => {}
+                        }
+                    }
+                    continue;
+                }
+                EntryType::XGlobalHeader => {
+                    extension(&mut entry)?;
+                    continue;
+                }
+                _ => {}
+            }
+            let path = match long_name.take() {
+                Some(name) => PathBuf::from(std::ffi::OsString::from_vec(name)),
+                None => entry.path().map_err(|e| format!("tar: {e}"))?.into_owned(),
+            };
+            let link = match long_link.take() {
+                Some(link) => Some(PathBuf::from(std::ffi::OsString::from_vec(link))),
+                None => entry
+                    .link_name()
+                    .map_err(|e| format!("tar: {e}"))?
+                    .map(|l| l.into_owned()),
+            };
             let Some(rel) = enclosed(&path) else {
                 if path
                     .components()
@@ -553,27 +697,45 @@ impl Target<'_> {
             bytes = bytes.saturating_add(entry.size());
             self.check_limits(files, bytes)?;
             let mode = entry.header().mode().unwrap_or(0o644);
-            match entry.header().entry_type() {
+            let limit = self.limits.decompression_size_limit;
+            match kind {
                 EntryType::Directory => {
-                    use std::os::unix::fs::PermissionsExt;
-                    let dir = self.dir(&dest.join(&rel))?;
-                    let perms = std::fs::Permissions::from_mode((mode & 0o777) | 0o700);
-                    std::fs::set_permissions(&dir, perms)
-                        .map_err(|e| format!("{}: {e}", dir.display()))?;
+                    let dir = self.dir_beneath(dest, &rel)?;
+                    let mode = ((mode & 0o777) | 0o700) as libc::mode_t;
+                    // SAFETY: `dir` is an open descriptor.
+                    if unsafe { libc::fchmod(dir.as_raw_fd(), mode) } != 0 {
+                        let e = std::io::Error::last_os_error();
+                        return Err(format!("{}: {e}", rel.display()));
+                    }
+                    self.give(&dir)
+                        .map_err(|e| format!("{}: {e}", rel.display()))?;
                 }
                 EntryType::Regular | EntryType::Continuous => {
-                    let limit = self.limits.decompression_size_limit;
-                    self.write_file(&dest.join(&rel), &mut entry, mode, limit)?;
+                    let (dir, name) = self.beneath_parent(dest, &rel)?;
+                    self.write_file(&dir, &name, &mut entry, mode, limit)?;
                 }
                 EntryType::Symlink => {
-                    let to = entry
-                        .link_name()
-                        .map_err(|e| format!("tar: {e}"))?
-                        .ok_or_else(|| format!("tar: {} links to nothing", rel.display()))?
-                        .into_owned();
+                    let to =
+                        link.ok_or_else(|| format!("tar: {} links to nothing", rel.display()))?;
                     self.symlink(dest, &rel, &to)?;
                 }
-                EntryType::XGlobalHeader | EntryType::XHeader => {}
+                EntryType::Link => {
+                    // A hard link: a copy of the file it names, found inside the
+                    // destination.
+                    let to = link
+                        .and_then(|l| enclosed(&l))
+                        .ok_or_else(|| format!("tar: {} links outside", rel.display()))?;
+                    let c = cstring(to.as_os_str().as_encoded_bytes())?;
+                    let source = openat_beneath(dest, &c, libc::O_RDONLY)
+                        .map(std::fs::File::from)
+                        .map_err(|e| format!("tar: {}: {e}", to.display()))?;
+                    let regular = source.metadata().is_ok_and(|m| m.is_file());
+                    if !regular {
+                        return Err(format!("tar: {} links to a non-file", rel.display()));
+                    }
+                    let (dir, name) = self.beneath_parent(dest, &rel)?;
+                    self.write_file(&dir, &name, source, mode, limit)?;
+                }
                 other => {
                     return Err(format!(
                         "tar: {} is a {other:?} entry, which artifacts may not hold",
@@ -585,8 +747,15 @@ impl Target<'_> {
         Ok(())
     }
 
+    /// The directory (inside `dest`) holding `rel`, and its last name.
+    fn beneath_parent(&self, dest: &OwnedFd, rel: &Path) -> Result<(OwnedFd, CString), String> {
+        let dir = self.dir_beneath(dest, rel.parent().unwrap_or(Path::new("")))?;
+        let name = cstring(rel.file_name().unwrap_or_default().as_encoded_bytes())?;
+        Ok((dir, name))
+    }
+
     /// Unpacks a zip file into `dest`, entry by entry.
-    fn unzip(&self, input: std::fs::File, dest: &Path) -> Result<(), String> {
+    fn unzip(&self, input: std::fs::File, dest: &OwnedFd) -> Result<(), String> {
         let mut zip = zip::ZipArchive::new(input).map_err(|e| format!("zip: {e}"))?;
         let mut bytes = 0u64;
         self.check_limits(zip.len() as u64, 0)?;
@@ -596,21 +765,23 @@ impl Target<'_> {
                 return Err(format!("zip: {} leaves the destination", file.name()));
             };
             if file.is_dir() {
-                self.dir(&dest.join(rel))?;
+                self.dir_beneath(dest, &rel)?;
                 continue;
             }
             let mode = file.unix_mode().unwrap_or(0o644);
             if file.is_symlink() {
                 let mut to = String::new();
-                file.read_to_string(&mut to)
+                (&mut file)
+                    .take(4096)
+                    .read_to_string(&mut to)
                     .map_err(|e| format!("zip: {e}"))?;
                 self.symlink(dest, &rel, Path::new(&to))?;
                 continue;
             }
             let left = self.limits.decompression_size_limit.saturating_sub(bytes);
-            let written = self.write_file(&dest.join(&rel), &mut file, mode, left)?;
-            let size = std::fs::metadata(&written).map_or(0, |m| m.len());
-            bytes = bytes.saturating_add(size);
+            let (dir, name) = self.beneath_parent(dest, &rel)?;
+            let written = self.write_file(&dir, &name, &mut file, mode, left)?;
+            bytes = bytes.saturating_add(written);
         }
         Ok(())
     }
@@ -632,6 +803,95 @@ impl Target<'_> {
             ));
         }
         Ok(())
+    }
+}
+
+/// The `key=value` records of a PAX extended header (`"<len> key=value\n"` each).
+fn pax_records(mut data: &[u8]) -> Vec<(&[u8], &[u8])> {
+    let mut out = Vec::new();
+    while !data.is_empty() {
+        let Some(space) = data.iter().position(|b| *b == b' ') else {
+            break;
+        };
+        let Some(len) = std::str::from_utf8(&data[..space])
+            .ok()
+            .and_then(|l| l.parse::<usize>().ok())
+            .filter(|l| *l > space && *l <= data.len())
+        else {
+            break;
+        };
+        let record = &data[space + 1..len];
+        let record = record.strip_suffix(b"\n").unwrap_or(record);
+        if let Some(eq) = record.iter().position(|b| *b == b'=') {
+            out.push((&record[..eq], &record[eq + 1..]));
+        }
+        data = &data[len..];
+    }
+    out
+}
+
+fn cstring(bytes: &[u8]) -> Result<CString, String> {
+    CString::new(bytes).map_err(|_| "a path holds a NUL byte".to_owned())
+}
+
+fn dup(fd: &OwnedFd) -> Result<OwnedFd, String> {
+    fd.try_clone().map_err(|e| format!("dup: {e}"))
+}
+
+/// `openat(dir, name, flags | O_CLOEXEC, mode)`.
+fn openat(dir: &OwnedFd, name: &CString, flags: i32, mode: u32) -> std::io::Result<OwnedFd> {
+    // SAFETY: `name` is NUL-terminated, `dir` open; the result is checked and owned.
+    let fd = unsafe {
+        libc::openat(
+            dir.as_raw_fd(),
+            name.as_ptr(),
+            flags | libc::O_CLOEXEC,
+            mode as libc::c_uint,
+        )
+    };
+    if fd < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    // SAFETY: a fresh descriptor nothing else owns.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
+/// `path` opened beneath `root` with `openat2(RESOLVE_IN_ROOT)`: `..` and symlinks (even
+/// absolute ones) resolve as if `root` were `/`, so nothing outside it is reached.
+fn openat_beneath(root: &OwnedFd, path: &CString, flags: i32) -> std::io::Result<OwnedFd> {
+    // SAFETY: an all-zero `open_how` is valid; its fields are set below.
+    let mut how: libc::open_how = unsafe { std::mem::zeroed() };
+    how.flags = (flags | libc::O_CLOEXEC) as u64;
+    how.resolve = libc::RESOLVE_IN_ROOT | libc::RESOLVE_NO_MAGICLINKS;
+    // SAFETY: the arguments are a valid directory, a NUL-terminated path and a
+    // correctly sized `open_how`; the result is checked and owned.
+    let fd = unsafe {
+        libc::syscall(
+            libc::SYS_openat2,
+            root.as_raw_fd(),
+            path.as_ptr(),
+            &how as *const libc::open_how,
+            std::mem::size_of::<libc::open_how>(),
+        )
+    };
+    if fd < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    // SAFETY: a fresh descriptor nothing else owns.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd as i32) })
+}
+
+/// Removes `name` from `dir` if it is there and not a directory (a directory stays).
+fn unlink(dir: &OwnedFd, name: &CString) -> std::io::Result<()> {
+    // SAFETY: `name` is NUL-terminated and `dir` open; unlinkat removes a link itself.
+    if unsafe { libc::unlinkat(dir.as_raw_fd(), name.as_ptr(), 0) } == 0 {
+        return Ok(());
+    }
+    let e = std::io::Error::last_os_error();
+    match e.raw_os_error() {
+        Some(libc::ENOENT) => Ok(()),
+        Some(libc::EISDIR) => Err(std::io::Error::other("a directory is in the way")),
+        _ => Err(e),
     }
 }
 
@@ -672,17 +932,6 @@ impl<W: Write> Write for Bounded<'_, W> {
     }
 }
 
-/// Gives `path` and everything under it (never following a symlink) to `uid:gid`.
-fn chown_all(path: &Path, uid: u32, gid: u32) -> std::io::Result<()> {
-    std::os::unix::fs::lchown(path, Some(uid), Some(gid))?;
-    if std::fs::symlink_metadata(path)?.is_dir() {
-        for entry in std::fs::read_dir(path)? {
-            chown_all(&entry?.path(), uid, gid)?;
-        }
-    }
-    Ok(())
-}
-
 #[cfg(test)]
 mod tests {
     use std::os::unix::fs::PermissionsExt;
@@ -697,7 +946,7 @@ mod tests {
     };
 
     /// A tar.gz of `entries`: (path, data, mode), or a symlink when the data starts with
-    /// `->`. Paths are written raw, so a test can name one with `..`.
+    /// `->`. Paths are written raw into the header, so a test can name one with `..`.
     fn tar_gz(entries: &[(&str, &[u8], u32)]) -> Vec<u8> {
         let gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
         let mut builder = tar::Builder::new(gz);
@@ -722,7 +971,7 @@ mod tests {
         builder.into_inner().unwrap().finish().unwrap()
     }
 
-    /// An allocation directory with its task's `local/` and a download file.
+    /// An allocation directory `alloc/` with a task `t` (`local/`, `secrets/`).
     struct Fixture {
         dir: tempfile::TempDir,
     }
@@ -731,37 +980,33 @@ mod tests {
         fn new() -> Fixture {
             let dir = tempfile::tempdir().unwrap();
             std::fs::create_dir_all(dir.path().join("alloc/t/local")).unwrap();
-            std::fs::create_dir_all(dir.path().join("alloc/t/tmp")).unwrap();
+            std::fs::create_dir_all(dir.path().join("alloc/t/secrets")).unwrap();
             Fixture { dir }
         }
         fn root(&self) -> PathBuf {
-            self.dir.path().join("alloc").canonicalize().unwrap()
+            self.dir.path().join("alloc")
         }
-        fn local(&self) -> PathBuf {
-            self.root().join("t/local")
-        }
-        fn download(&self, bytes: &[u8]) -> PathBuf {
-            let path = self.dir.path().join("dl");
-            std::fs::write(&path, bytes).unwrap();
-            std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)).unwrap();
-            path
-        }
+        /// Places `bytes` (downloaded as `name`) at `dest`, relative to the allocation.
         fn place(
             &self,
             bytes: &[u8],
             name: &str,
-            dest: &Path,
+            dest: &str,
             mode: &str,
             archive: Option<Archive>,
-        ) -> Result<PathBuf, String> {
-            let file = self.download(bytes);
-            let (root, scratch) = (self.root(), self.root().join("t/tmp"));
+        ) -> Result<(), String> {
+            let mut file = tempfile::tempfile().unwrap();
+            file.write_all(bytes).unwrap();
+            use std::io::Seek;
+            file.rewind().unwrap();
             let target = Target {
-                root: &root,
-                scratch: &scratch,
                 limits: &LIMITS,
+                owner: None,
             };
-            target.place(&file, name, dest, mode, archive)
+            target.place(file, name, &self.root(), Path::new(dest), mode, archive)
+        }
+        fn read(&self, rel: &str) -> Vec<u8> {
+            std::fs::read(self.root().join(rel)).unwrap()
         }
     }
 
@@ -813,32 +1058,52 @@ mod tests {
             ("bin/current", b"->run.sh", 0o777),
             ("README", b"r", 0o644),
         ]);
-        let local = f.local();
-        f.place(&tarball, "app.tar.gz", &local, "any", Some(Archive::TarGz))
-            .unwrap();
-        assert_eq!(
-            std::fs::read(local.join("bin/run.sh")).unwrap(),
-            b"echo hi\n"
-        );
+        f.place(
+            &tarball,
+            "app.tar.gz",
+            "t/local",
+            "any",
+            Some(Archive::TarGz),
+        )
+        .unwrap();
+        let local = f.root().join("t/local");
+        assert_eq!(f.read("t/local/bin/run.sh"), b"echo hi\n");
         assert_eq!(mode_of(&local.join("bin/run.sh")), 0o755);
         // No set-id bit survives.
         assert_eq!(mode_of(&local.join("bin/setuid")), 0o755);
         // A link inside the archive's own tree is kept.
-        assert_eq!(
-            std::fs::read(local.join("bin/current")).unwrap(),
-            b"echo hi\n"
-        );
-        // Not unpacked: the file itself, by name in `any` mode, at the path in `file` mode,
-        // readable by others although the download is private to the agent.
-        f.place(&tarball, "app.tar.gz", &local, "any", None)
+        assert_eq!(f.read("t/local/bin/current"), b"echo hi\n");
+        // Unpacking again over the same tree works (a retried fetch).
+        f.place(
+            &tarball,
+            "app.tar.gz",
+            "t/local",
+            "any",
+            Some(Archive::TarGz),
+        )
+        .unwrap();
+        // A long name (a GNU long-name entry) is read.
+        let long = format!("deep/{}/file.txt", "d".repeat(150));
+        let mut builder = tar::Builder::new(Vec::new());
+        let mut header = tar::Header::new_gnu();
+        header.set_size(4);
+        header.set_mode(0o644);
+        builder
+            .append_data(&mut header, &long, &b"long"[..])
+            .unwrap();
+        let plain_tar = builder.into_inner().unwrap();
+        f.place(&plain_tar, "long.tar", "t/local", "any", Some(Archive::Tar))
+            .unwrap();
+        assert_eq!(f.read(&format!("t/local/{long}")), b"long");
+        // Not unpacked: the file itself, by name in `any` mode, at the path in `file` mode.
+        f.place(&tarball, "app.tar.gz", "t/local", "any", None)
             .unwrap();
         assert_eq!(mode_of(&local.join("app.tar.gz")), 0o644);
-        let file = local.join("renamed.bin");
-        f.place(&tarball, "app.tar.gz", &file, "file", None)
+        f.place(&tarball, "app.tar.gz", "t/local/renamed.bin", "file", None)
             .unwrap();
-        assert!(file.is_file());
-        assert!(f.place(&tarball, "x", &local, "dir", None).is_err());
-        let many = f.place(&tarball, "x.tgz", &file, "file", Some(Archive::TarGz));
+        assert!(local.join("renamed.bin").is_file());
+        assert!(f.place(&tarball, "x", "t/local", "dir", None).is_err());
+        let many = f.place(&tarball, "x.tgz", "t/local/f", "file", Some(Archive::TarGz));
         assert!(many.unwrap_err().contains("file mode"));
     }
 
@@ -847,28 +1112,35 @@ mod tests {
         let f = Fixture::new();
         let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
         gz.write_all(b"hello").unwrap();
-        let local = f.local();
-        f.place(
-            &gz.finish().unwrap(),
-            "notes.txt.gz",
-            &local,
-            "any",
-            Some(Archive::Gz),
-        )
-        .unwrap();
-        assert_eq!(std::fs::read(local.join("notes.txt")).unwrap(), b"hello");
+        let gz = gz.finish().unwrap();
+        f.place(&gz, "notes.txt.gz", "t/local", "any", Some(Archive::Gz))
+            .unwrap();
+        assert_eq!(f.read("t/local/notes.txt"), b"hello");
 
         let mut xz = Vec::new();
         let text = b"small\n".to_vec();
         lzma_rs::xz_compress(&mut &text[..], &mut xz).unwrap();
-        f.place(&xz, "small.txt.xz", &local, "any", Some(Archive::Xz))
+        f.place(&xz, "small.txt.xz", "t/local", "any", Some(Archive::Xz))
             .unwrap();
-        assert_eq!(std::fs::read(local.join("small.txt")).unwrap(), text);
+        assert_eq!(f.read("t/local/small.txt"), text);
         let zeros = vec![0u8; (LIMITS.decompression_size_limit * 2) as usize];
         let mut bomb = Vec::new();
         lzma_rs::xz_compress(&mut &zeros[..], &mut bomb).unwrap();
         let e = f
-            .place(&bomb, "big.xz", &local, "any", Some(Archive::Xz))
+            .place(&bomb, "big.xz", "t/local", "any", Some(Archive::Xz))
+            .unwrap_err();
+        assert!(e.contains("decompression_size_limit"), "{e}");
+        // A gz bomb of one file stops at the limit as well.
+        let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+        gz.write_all(&zeros).unwrap();
+        let e = f
+            .place(
+                &gz.finish().unwrap(),
+                "big.gz",
+                "t/local",
+                "any",
+                Some(Archive::Gz),
+            )
             .unwrap_err();
         assert!(e.contains("decompression_size_limit"), "{e}");
     }
@@ -876,9 +1148,8 @@ mod tests {
     #[test]
     fn archives_past_the_limits_or_leaving_the_destination_are_refused() {
         let f = Fixture::new();
-        let local = f.local();
         let refused = |bytes: Vec<u8>| {
-            f.place(&bytes, "a.tgz", &local, "any", Some(Archive::TarGz))
+            f.place(&bytes, "a.tgz", "t/local", "any", Some(Archive::TarGz))
                 .unwrap_err()
         };
         let names: Vec<String> = (0..20).map(|i| format!("f{i}")).collect();
@@ -906,34 +1177,59 @@ mod tests {
         zip.write_all(b"x").unwrap();
         let bytes = zip.finish().unwrap().into_inner();
         let e = f
-            .place(&bytes, "a.zip", &local, "any", Some(Archive::Zip))
+            .place(&bytes, "a.zip", "t/local", "any", Some(Archive::Zip))
             .unwrap_err();
         assert!(e.contains("leaves the destination"), "{e}");
     }
 
-    /// A task (or a container, whose links resolve on the host) that planted a symlink
-    /// to a host directory in a destination cannot make the client write there.
+    /// A chain of links the archive makes itself (`a -> .`, `a/b -> ..`, `a/b/c -> ..`)
+    /// resolves inside the destination: the task's `secrets/` beside it is not reached.
     #[test]
-    fn a_symlink_planted_in_the_destination_leads_nowhere_outside() {
+    fn links_an_archive_makes_never_lead_out_of_its_destination() {
+        let f = Fixture::new();
+        std::fs::write(f.root().join("t/secrets/token"), "keep").unwrap();
+        let chain = tar_gz(&[
+            ("a", b"->.", 0o777),
+            ("a/b", b"->..", 0o777),
+            ("a/b/c", b"->..", 0o777),
+            ("a/b/c/secrets/token", b"stolen", 0o644),
+        ]);
+        f.place(&chain, "a.tgz", "t/local", "any", Some(Archive::TarGz))
+            .unwrap();
+        assert_eq!(f.read("t/secrets/token"), b"keep");
+        assert_eq!(f.read("t/local/secrets/token"), b"stolen");
+    }
+
+    /// A task (or a container, whose links resolve on the host) that planted a symlink
+    /// to a host directory on a destination's path cannot make the client write there.
+    #[test]
+    fn a_symlink_planted_on_the_destination_leads_nowhere_outside() {
         let f = Fixture::new();
         let host = tempfile::tempdir().unwrap();
-        std::os::unix::fs::symlink(host.path(), f.local().join("planted")).unwrap();
+        std::os::unix::fs::symlink(host.path(), f.root().join("t/local/planted")).unwrap();
         let tarball = tar_gz(&[("file", b"x", 0o644)]);
-        let into = f.local().join("planted");
         let e = f
-            .place(&tarball, "a.tgz", &into, "any", Some(Archive::TarGz))
+            .place(
+                &tarball,
+                "a.tgz",
+                "t/local/planted",
+                "any",
+                Some(Archive::TarGz),
+            )
             .unwrap_err();
-        assert!(e.contains("outside the allocation directory"), "{e}");
-        let e = f.place(b"x", "notes.txt", &into, "any", None).unwrap_err();
-        assert!(e.contains("outside the allocation directory"), "{e}");
-        // A file-mode target that is itself a link is not written through.
+        assert!(e.contains("passes a symlink"), "{e}");
+        let e = f
+            .place(b"x", "notes.txt", "t/local/planted", "any", None)
+            .unwrap_err();
+        assert!(e.contains("passes a symlink"), "{e}");
+        // A file-mode target that is itself a link is replaced, never written through.
         let secret = host.path().join("secret");
         std::fs::write(&secret, "keep").unwrap();
-        std::os::unix::fs::symlink(&secret, f.local().join("out.bin")).unwrap();
-        assert!(f
-            .place(b"x", "x", &f.local().join("out.bin"), "file", None)
-            .is_err());
+        std::os::unix::fs::symlink(&secret, f.root().join("t/local/out.bin")).unwrap();
+        f.place(b"new", "x", "t/local/out.bin", "file", None)
+            .unwrap();
         assert_eq!(std::fs::read_to_string(&secret).unwrap(), "keep");
+        assert_eq!(f.read("t/local/out.bin"), b"new");
         assert_eq!(std::fs::read_dir(host.path()).unwrap().count(), 1);
     }
 }

@@ -52,7 +52,6 @@ impl TaskHook for ArtifactsHook {
             let limits = ArtifactLimits::of(&ctx.artifact_config);
             let place = FetchPlace {
                 task_dir: ctx.task_dir.dir().to_path_buf(),
-                scratch: ctx.task_dir.tmp(),
                 owner: ctx.task_dir.owner(),
             };
             for artifact in artifacts {
