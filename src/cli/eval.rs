@@ -61,6 +61,12 @@ async fn eval_list(args: EvalListArgs) -> anyhow::Result<()> {
         args.api.print(&evals)?;
         return Ok(());
     }
+    print!("{}", table(&list_rows(&evals)));
+    Ok(())
+}
+
+/// The `eval list` table: newest first, as Nomad lists them.
+fn list_rows(evals: &[Value]) -> Vec<Vec<String>> {
     let mut rows = vec![[
         "ID",
         "Priority",
@@ -72,7 +78,9 @@ async fn eval_list(args: EvalListArgs) -> anyhow::Result<()> {
     ]
     .map(String::from)
     .to_vec()];
-    for e in &evals {
+    let mut newest_first: Vec<&Value> = evals.iter().collect();
+    newest_first.sort_by_key(|e| std::cmp::Reverse(e["CreateIndex"].as_u64().unwrap_or(0)));
+    for e in newest_first {
         let failures = e["FailedTGAllocs"]
             .as_object()
             .is_some_and(|m| !m.is_empty());
@@ -86,8 +94,7 @@ async fn eval_list(args: EvalListArgs) -> anyhow::Result<()> {
             failures.to_string(),
         ]);
     }
-    print!("{}", table(&rows));
-    Ok(())
+    rows
 }
 
 async fn eval_status(args: IdArgs) -> anyhow::Result<()> {
@@ -126,4 +133,25 @@ async fn eval_status(args: IdArgs) -> anyhow::Result<()> {
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    /// Issue 54: `eval list` shows the newest evaluation first, as Nomad's does.
+    #[test]
+    fn evaluations_are_listed_newest_first() {
+        let evals = vec![
+            json!({"ID": "aaaaaaaa-1", "JobID": "old", "CreateIndex": 5}),
+            json!({"ID": "bbbbbbbb-2", "JobID": "new", "CreateIndex": 42}),
+            json!({"ID": "cccccccc-3", "JobID": "mid", "CreateIndex": 17}),
+        ];
+        let jobs: Vec<String> = list_rows(&evals)[1..]
+            .iter()
+            .map(|r| r[3].clone())
+            .collect();
+        assert_eq!(jobs, ["new", "mid", "old"]);
+    }
 }
