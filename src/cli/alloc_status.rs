@@ -55,6 +55,15 @@ pub async fn status(args: StatusArgs) -> anyhow::Result<()> {
     for (label, key) in fields {
         println!("{label:<20}= {}", text(&a[key]));
     }
+    let now = crate::util::system_clock().now_unix_nanos();
+    for (label, key) in [("Created", "CreateTime"), ("Modified", "ModifyTime")] {
+        let at = a[key].as_i64().unwrap_or(0);
+        println!("{label:<20}= {}", ago(now, at));
+    }
+    if let Some(addresses) = addresses(&a) {
+        println!("\nAllocation Addresses (mode = \"host\"):");
+        print!("{}", table(&addresses));
+    }
     let Some(states) = a["TaskStates"].as_object().filter(|m| !m.is_empty()) else {
         return Ok(());
     };
@@ -209,6 +218,56 @@ fn detailed(usage: &Value) -> String {
     out
 }
 
+/// How long before `now` the time `at` was (Unix nanoseconds), as Nomad's CLI says it: the
+/// two largest units (`3m40s ago`, `1h2m ago`, `10s ago`).
+fn ago(now: i64, at: i64) -> String {
+    if at <= 0 {
+        return "<none>".into();
+    }
+    let secs = (now.saturating_sub(at) / 1_000_000_000).max(0);
+    let (d, h, m, s) = (secs / 86_400, secs / 3600 % 24, secs / 60 % 60, secs % 60);
+    let text = match (d, h, m) {
+        (0, 0, 0) => format!("{s}s"),
+        (0, 0, _) => format!("{m}m{s}s"),
+        (0, _, _) => format!("{h}h{m}m"),
+        _ => format!("{d}d{h}h"),
+    };
+    format!("{text} ago")
+}
+
+/// The allocation's ports as Nomad's `Allocation Addresses` table lists them (label marked
+/// `*`, dynamic or not by the group's network, `address:port`, `-> to` when mapped);
+/// `None` without ports.
+fn addresses(alloc: &Value) -> Option<Vec<Vec<String>>> {
+    let ports = alloc["AllocatedResources"]["Shared"]["Ports"]
+        .as_array()
+        .filter(|p| !p.is_empty())?;
+    let group = alloc["Job"]["TaskGroups"]
+        .as_array()
+        .and_then(|gs| gs.iter().find(|g| g["Name"] == alloc["TaskGroup"]));
+    let reserved = |label: &str| {
+        group
+            .and_then(|g| g["Networks"].as_array())
+            .into_iter()
+            .flatten()
+            .filter_map(|n| n["ReservedPorts"].as_array())
+            .flatten()
+            .any(|p| p["Label"] == label)
+    };
+    let mut rows = vec![["Label", "Dynamic", "Address"].map(String::from).to_vec()];
+    for p in ports {
+        let label = text(&p["Label"]);
+        let to = match p["To"].as_i64() {
+            Some(to) if to > 0 => format!(" -> {to}"),
+            _ => String::new(),
+        };
+        let dynamic = if reserved(&label) { "no" } else { "yes" };
+        let address = format!("{}:{}{to}", text(&p["HostIP"]), text(&p["Value"]));
+        rows.push(vec![format!("*{label}"), dynamic.into(), address]);
+    }
+    Some(rows)
+}
+
 /// What an event says, as `nomad alloc status` describes it: the exit code and signal of a
 /// termination, the driver's error, else its display message (a restart's says its reason
 /// and delay).
@@ -284,6 +343,38 @@ fn in_lifecycle_order<'a>(
 mod tests {
     use super::*;
     use serde_json::json;
+
+    /// Issue 54: `alloc status` says when the allocation was made and changed, and where
+    /// its ports are, as Nomad's does.
+    #[test]
+    fn times_and_addresses_are_shown_as_nomad_shows_them() {
+        let s = 1_000_000_000i64;
+        let now = 100_000 * s;
+        assert_eq!(ago(now, now - 10 * s), "10s ago");
+        assert_eq!(ago(now, now - 220 * s), "3m40s ago");
+        assert_eq!(ago(now, now - 3720 * s), "1h2m ago");
+        assert_eq!(ago(now, now - 90_000 * s), "1d1h ago");
+        assert_eq!(ago(now, 0), "<none>");
+        let alloc = json!({
+            "TaskGroup": "web",
+            "Job": {"TaskGroups": [{"Name": "web", "Networks": [
+                {"ReservedPorts": [{"Label": "admin", "Value": 8081}],
+                 "DynamicPorts": [{"Label": "http", "To": 8080}]}]}]},
+            "AllocatedResources": {"Shared": {"Ports": [
+                {"Label": "http", "Value": 23456, "To": 8080, "HostIP": "10.0.0.5"},
+                {"Label": "admin", "Value": 8081, "To": 0, "HostIP": "10.0.0.5"}
+            ]}}
+        });
+        assert_eq!(
+            addresses(&alloc).unwrap(),
+            vec![
+                vec!["Label", "Dynamic", "Address"],
+                vec!["*http", "yes", "10.0.0.5:23456 -> 8080"],
+                vec!["*admin", "no", "10.0.0.5:8081"],
+            ]
+        );
+        assert!(addresses(&json!({})).is_none());
+    }
 
     /// Issue 54: an exit says its code once (no `Exit Message` repeating it), a restart
     /// says its delay.
