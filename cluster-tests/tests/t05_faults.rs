@@ -622,6 +622,17 @@ async fn observe_leaders(apis: Vec<(String, ApiClient)>, stop: CancellationToken
     log
 }
 
+/// Every job as the cluster holds it now.
+async fn current_jobs(api: &ApiClient) -> anyhow::Result<Vec<Value>> {
+    let jobs: Vec<Value> = api.get("/v1/jobs").await?;
+    let mut full = Vec::new();
+    for j in &jobs {
+        let id = j["ID"].as_str().unwrap_or_default();
+        full.push(api.get::<Value>(&format!("/v1/job/{id}")).await?);
+    }
+    Ok(full)
+}
+
 /// Why the cluster has not converged yet: the evaluations that have not ended and the jobs
 /// not running exactly their count (none when stopped), with their allocations' statuses.
 /// `None` once every job runs its count and every evaluation has ended.
@@ -750,14 +761,21 @@ async fn run_on(
         full.push(api.get::<Value>(&format!("/v1/job/{id}")).await?);
     }
     let settle = Instant::now();
+    // Converged against the jobs as they are now, read again each time: work the last
+    // writes set off (a deployment's auto-revert, say) may still change a job's count
+    // after the snapshot above, and the count invariant below reads the jobs anew.
     let converged = wait_for(
         Duration::from_secs(180),
         "every job running its count and every evaluation ended",
-        || async { not_converged(&api, &full).await.is_none().then_some(()) },
+        || async {
+            let now = current_jobs(&api).await.ok()?;
+            not_converged(&api, &now).await.is_none().then_some(())
+        },
     )
     .await;
     if let Err(e) = converged {
-        let why = not_converged(&api, &full).await.unwrap_or_default();
+        let now = current_jobs(&api).await.unwrap_or_default();
+        let why = not_converged(&api, &now).await.unwrap_or_default();
         anyhow::bail!("{e:#}:\n{why}");
     }
     let settled_in = settle.elapsed();
