@@ -190,7 +190,8 @@ pub async fn no_node_over_capacity(api: &ApiClient) -> anyhow::Result<Checked> {
     Ok(Checked::Held(nodes.len()))
 }
 
-/// No task group has more running allocations than its count.
+/// No task group has more running allocations than its count (among those the servers
+/// still want running).
 pub async fn no_group_over_count(api: &ApiClient) -> anyhow::Result<Checked> {
     // Every namespace's (the list holds the default one's otherwise).
     let Some(allocs) = get_opt::<Vec<Value>>(api, "/v1/allocations?namespace=*").await? else {
@@ -199,7 +200,10 @@ pub async fn no_group_over_count(api: &ApiClient) -> anyhow::Result<Checked> {
     let mut running: BTreeMap<(String, String, String), usize> = BTreeMap::new();
     for a in &allocs {
         let running_status = serde_json::from_value::<ClientStatus>(a["ClientStatus"].clone()).ok();
-        if running_status == Some(ClientStatus::Running) {
+        // An allocation the servers told to stop whose client has not stopped it yet (a
+        // paused or cut-off client that came back) is on its way out, not over the count.
+        let wanted = a["DesiredStatus"].as_str().is_none_or(|d| d == "run");
+        if running_status == Some(ClientStatus::Running) && wanted {
             let key = (
                 a["Namespace"].as_str().unwrap_or("default").to_string(),
                 a["JobID"].as_str().unwrap_or_default().to_string(),
