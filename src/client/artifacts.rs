@@ -122,7 +122,7 @@ pub async fn fetch(
     place: &FetchPlace,
     limits: &ArtifactLimits,
 ) -> Result<(), String> {
-    let url = http_url(&artifact.getter_source)?;
+    let url = with_options(http_url(&artifact.getter_source)?, &artifact.getter_options);
     if teamster_storage::model::dest_escapes_alloc_dir(&artifact.relative_dest) {
         return Err("destination escapes allocation directory".to_owned());
     }
@@ -207,6 +207,22 @@ fn lexical_rel(base: &Path, rel: &str) -> PathBuf {
         }
     }
     out
+}
+
+/// `url` with the artifact's options other than `checksum` and `archive` (which the
+/// client acts on) as query parameters, as Nomad's getter passes them to the server.
+fn with_options(
+    mut url: reqwest::Url,
+    options: &std::collections::BTreeMap<String, String>,
+) -> reqwest::Url {
+    let rest: Vec<_> = options
+        .iter()
+        .filter(|(k, _)| !matches!(k.as_str(), "checksum" | "archive"))
+        .collect();
+    if !rest.is_empty() {
+        url.query_pairs_mut().extend_pairs(rest);
+    }
+    url
 }
 
 /// The URL of an `http`/`https` source; anything else is refused naming its scheme.
@@ -1032,6 +1048,20 @@ mod tests {
         assert_eq!(Archive::of_name("a.zip"), Some((Archive::Zip, "a")));
         assert_eq!(Archive::of_name("plain.txt"), None);
         assert_eq!(Archive::of_name("tgz"), None);
+    }
+
+    #[test]
+    fn other_options_go_to_the_server_as_query_parameters() {
+        let options = std::collections::BTreeMap::from([
+            ("checksum".to_string(), "sha256:00".to_string()),
+            ("archive".to_string(), "false".to_string()),
+            ("token".to_string(), "a b".to_string()),
+        ]);
+        let url = http_url("https://example.com/a.tgz?v=1").unwrap();
+        assert_eq!(
+            with_options(url, &options).as_str(),
+            "https://example.com/a.tgz?v=1&token=a+b"
+        );
     }
 
     #[test]
