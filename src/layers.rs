@@ -94,6 +94,8 @@ const CLIENT_PARTS: &[(&str, u32)] = &[
     ("restart", 1),
     ("templates", 1),
     ("artifacts", 1),
+    ("cgroups", 1),
+    ("sandbox", 1),
     ("health", 1),
     ("state", 1),
     ("docker", 1),

@@ -385,6 +385,7 @@ mod tests {
             exit_code: 3,
             signal: 0,
             unknown: false,
+            oom_killed: false,
         };
         let terminated = crate::client::task_runner::core::TaskCore::terminated(&exit, 1);
         let v = serde_json::to_value(&terminated).unwrap();

@@ -14,7 +14,7 @@ use crate::util::net::parse_peer_addr;
 use crate::util::{duration_str, InvalidSetting};
 
 /// The task drivers a client can offer.
-pub const KNOWN_DRIVERS: &[&str] = &["raw_exec", "mock", "docker"];
+pub const KNOWN_DRIVERS: &[&str] = &["raw_exec", "exec", "mock", "docker"];
 
 /// The `[client]` section.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -69,6 +69,11 @@ pub struct ClientConfig {
     /// Host volumes this node offers, by name (`[client.host_volume.<name>]`, Nomad's
     /// `host_volume "<name>"`): directories that must exist when the client starts.
     pub host_volume: BTreeMap<String, HostVolumeConfig>,
+    /// Host paths an `exec` task sees, read-only, and where (`[client.chroot_env]`, Nomad's
+    /// `chroot_env`: replaces the whole default map; a missing host path is skipped).
+    pub chroot_env: BTreeMap<String, String>,
+    /// The `exec` driver's options (`client.exec`).
+    pub exec: ExecConfig,
     /// Mutual TLS to the servers' RPC port: set by the agent from its `[tls]` section when
     /// `tls.rpc` is on; not a key of `[client]`.
     #[serde(skip)]
@@ -84,6 +89,7 @@ impl Default for ClientConfig {
             node_class: String::new(),
             drivers: vec![
                 "raw_exec".to_string(),
+                "exec".to_string(),
                 "mock".to_string(),
                 "docker".to_string(),
             ],
@@ -102,6 +108,11 @@ impl Default for ClientConfig {
             template: TemplateConfig::default(),
             artifact: ArtifactConfig::default(),
             host_volume: BTreeMap::new(),
+            chroot_env: DEFAULT_CHROOT_ENV
+                .iter()
+                .map(|p| (p.to_string(), p.to_string()))
+                .collect(),
+            exec: ExecConfig::default(),
             rpc_tls: None,
         }
     }
@@ -129,6 +140,148 @@ impl Default for TemplateConfig {
                 .collect(),
             disable_file_sandbox: false,
         }
+    }
+}
+
+/// Nomad's default `chroot_env`: each host path at the same path in the task's root.
+pub const DEFAULT_CHROOT_ENV: &[&str] = &[
+    "/bin",
+    "/etc",
+    "/lib",
+    "/lib32",
+    "/lib64",
+    "/run/resolvconf",
+    "/run/systemd/resolve",
+    "/sbin",
+    "/usr",
+];
+
+/// The capabilities an `exec` task gets by default (Nomad's), within `allow_caps`.
+pub const DEFAULT_CAPS: &[&str] = &[
+    "audit_write",
+    "chown",
+    "dac_override",
+    "fowner",
+    "fsetid",
+    "kill",
+    "mknod",
+    "net_bind_service",
+    "setfcap",
+    "setgid",
+    "setpcap",
+    "setuid",
+    "sys_chroot",
+];
+
+/// Linux's capabilities, by number.
+pub const CAPABILITIES: [&str; 41] = [
+    "chown",
+    "dac_override",
+    "dac_read_search",
+    "fowner",
+    "fsetid",
+    "kill",
+    "setgid",
+    "setuid",
+    "setpcap",
+    "linux_immutable",
+    "net_bind_service",
+    "net_broadcast",
+    "net_admin",
+    "net_raw",
+    "ipc_lock",
+    "ipc_owner",
+    "sys_module",
+    "sys_rawio",
+    "sys_chroot",
+    "sys_ptrace",
+    "sys_pacct",
+    "sys_admin",
+    "sys_boot",
+    "sys_nice",
+    "sys_resource",
+    "sys_time",
+    "sys_tty_config",
+    "mknod",
+    "lease",
+    "audit_write",
+    "audit_control",
+    "setfcap",
+    "mac_override",
+    "mac_admin",
+    "syslog",
+    "wake_alarm",
+    "block_suspend",
+    "audit_read",
+    "perfmon",
+    "bpf",
+    "checkpoint_restore",
+];
+
+/// A capability's number: `net_raw`, `NET_RAW` and `CAP_NET_RAW` alike.
+pub fn capability(name: &str) -> Option<u32> {
+    let lower = name.to_ascii_lowercase();
+    let bare = lower.strip_prefix("cap_").unwrap_or(&lower);
+    CAPABILITIES
+        .iter()
+        .position(|c| *c == bare)
+        .map(|i| i as u32)
+}
+
+/// The `exec` driver's options (`client.exec`: Nomad's exec plugin config, and its client
+/// option `user.denylist`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct ExecConfig {
+    /// Enter the task's root with a move mount and `chroot` rather than `pivot_root` (for
+    /// roots on a ramdisk, where `pivot_root` fails).
+    pub no_pivot_root: bool,
+    /// A task's PID namespace when its config does not say: `private` or `host`.
+    pub default_pid_mode: String,
+    /// A task's IPC namespace when its config does not say: `private` or `host`.
+    pub default_ipc_mode: String,
+    /// The capabilities a task may have (`cap_add` beyond them is refused); `all` for
+    /// every one.
+    pub allow_caps: Vec<String>,
+    /// Accounts a task may not run as.
+    pub user_denylist: Vec<String>,
+}
+
+impl Default for ExecConfig {
+    fn default() -> Self {
+        ExecConfig {
+            no_pivot_root: false,
+            default_pid_mode: "private".to_owned(),
+            default_ipc_mode: "private".to_owned(),
+            allow_caps: DEFAULT_CAPS.iter().map(|c| c.to_string()).collect(),
+            user_denylist: vec!["root".to_owned(), "Administrator".to_owned()],
+        }
+    }
+}
+
+impl ExecConfig {
+    /// The modes are `private` or `host`, the capabilities Linux's.
+    pub fn validate(&self) -> Result<(), InvalidSetting> {
+        for (key, mode) in [
+            ("client.exec.default_pid_mode", &self.default_pid_mode),
+            ("client.exec.default_ipc_mode", &self.default_ipc_mode),
+        ] {
+            if mode != "private" && mode != "host" {
+                return Err(InvalidSetting::new(
+                    key,
+                    format!("must be \"private\" or \"host\", got {mode:?}"),
+                ));
+            }
+        }
+        for cap in &self.allow_caps {
+            if !cap.eq_ignore_ascii_case("all") && capability(cap).is_none() {
+                return Err(InvalidSetting::new(
+                    "client.exec.allow_caps",
+                    format!("unknown capability {cap:?}"),
+                ));
+            }
+        }
+        Ok(())
     }
 }
 
@@ -327,6 +480,22 @@ impl ClientConfig {
                 return Err(InvalidSetting::new(
                     "client.host_volume",
                     format!("{name}: path must be absolute, got {:?}", volume.path),
+                ));
+            }
+        }
+        self.exec.validate()?;
+        for (host, inside) in &self.chroot_env {
+            let bad = |p: &str| {
+                let path = std::path::Path::new(p);
+                !path.is_absolute()
+                    || path
+                        .components()
+                        .any(|c| c == std::path::Component::ParentDir)
+            };
+            if bad(host) || bad(inside) {
+                return Err(InvalidSetting::new(
+                    "client.chroot_env",
+                    format!("{host:?} = {inside:?}: both paths must be absolute, without \"..\""),
                 ));
             }
         }

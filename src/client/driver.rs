@@ -8,6 +8,14 @@
 //!   after the kill timeout; `alloc signal` sends its signal to the group. The process id and its kernel start time are kept in a
 //!   [`TaskHandle`], so a restarted client re-attaches to a task that is still running
 //!   (its exit code is then unknown: the task was another process's child).
+//! - `exec` runs `Config.command` isolated ([`crate::client::sandbox`]): its own mount,
+//!   PID, IPC and UTS namespaces, a root of read-only binds of the client's `chroot_env`
+//!   with the task's directories, the account `user` (default `nobody`) and a bounded set
+//!   of capabilities. Its handle is its supervisor's pid.
+//! - Every `raw_exec` and `exec` task runs in a cgroup of its own
+//!   ([`crate::client::cgroups`]; `exec`: with its CPU and memory limits) when the client
+//!   can make one: stopping it kills every process in the group, and its usage is read
+//!   from the group. An `exec` task killed by the OOM killer exits `oom_killed`.
 //! - `mock` runs for `Config.run_for` (`"5s"` or nanoseconds) and exits with
 //!   `Config.exit_code`; its handle holds its start time, so it re-attaches too.
 //! - `docker` runs a container of an image already on the node; its handle is the container
@@ -27,8 +35,11 @@ use std::time::Duration;
 
 use teamster_storage::model::{ConfigValue, Task, CPU_CORES_ENV};
 
+use crate::client::cgroups::{Hierarchy, Limits, TaskCgroup};
+use crate::client::config::{ClientConfig, ExecConfig};
 use crate::client::docker::LaunchLookup;
 use crate::client::logmon::LogSinks;
+use crate::client::sandbox::{ExecTaskConfig, NsMode, SandboxError, SandboxSpec};
 use crate::client::types::{ExitResult, TaskHandle};
 
 /// Why a driver could not start a task.
@@ -65,6 +76,12 @@ pub enum DriverError {
     /// The task's `user` is not an account of this host.
     #[error(transparent)]
     User(#[from] crate::client::users::UserError),
+    /// The `exec` driver cannot isolate the task as asked.
+    #[error(transparent)]
+    Sandbox(#[from] SandboxError),
+    /// The task's cgroup could not be made.
+    #[error(transparent)]
+    Cgroup(#[from] crate::client::cgroups::CgroupError),
 }
 
 impl DriverError {
@@ -78,8 +95,9 @@ impl DriverError {
             DriverError::Unknown(_)
             | DriverError::BadConfig(_)
             | DriverError::Spawn { .. }
-            | DriverError::User(_) => false,
-            DriverError::Dir { .. } | DriverError::Logs(_) => true,
+            | DriverError::User(_)
+            | DriverError::Sandbox(_) => false,
+            DriverError::Dir { .. } | DriverError::Logs(_) | DriverError::Cgroup(_) => true,
             DriverError::Docker(e) => e.recoverable(),
         }
     }
@@ -116,6 +134,8 @@ pub enum RunningTask {
         pid: i32,
         /// Its start time.
         start_ticks: u64,
+        /// Its cgroup.
+        cgroup: Option<TaskCgroup>,
     },
     /// A process started by an earlier run of this client.
     Reattached {
@@ -123,6 +143,8 @@ pub enum RunningTask {
         pid: i32,
         /// Its start time.
         start_ticks: u64,
+        /// Its cgroup.
+        cgroup: Option<TaskCgroup>,
     },
     /// A mock task ending at `deadline`.
     Mock {
@@ -138,7 +160,50 @@ pub enum RunningTask {
 }
 
 /// The drivers a client knows.
-pub const DRIVERS: &[&str] = &["raw_exec", "mock", "docker"];
+pub const DRIVERS: &[&str] = &["raw_exec", "exec", "mock", "docker"];
+
+/// What the client found, at start, that it can isolate tasks with.
+#[derive(Debug, Clone, Default)]
+pub struct Isolation {
+    /// The hierarchy tasks' cgroups are made in (`None`: no usable one).
+    pub cgroups: Option<Hierarchy>,
+    /// Why the `exec` driver cannot run here, if it cannot.
+    pub exec_problem: Option<String>,
+    /// The host directory each `exec` task's root is mounted on, inside the task's own
+    /// mount namespace (so one serves them all): `<data_dir>/exec-root`.
+    pub stage: PathBuf,
+    /// `client.chroot_env`.
+    pub chroot_env: BTreeMap<String, String>,
+    /// `client.exec`.
+    pub exec: ExecConfig,
+}
+
+impl Isolation {
+    /// Find the cgroup hierarchy and whether `exec` can run (root, namespaces, cgroups),
+    /// and make its stage directory under `data_dir`.
+    pub fn detect(config: &ClientConfig, data_dir: &Path) -> Isolation {
+        let cgroups = Hierarchy::detect();
+        let stage = data_dir.join("exec-root");
+        let exec_problem = crate::client::sandbox::host_problem()
+            .or_else(|| cgroups.as_ref().err().map(|e| e.to_string()))
+            .or_else(|| {
+                use std::os::unix::fs::DirBuilderExt;
+                std::fs::DirBuilder::new()
+                    .recursive(true)
+                    .mode(0o700)
+                    .create(&stage)
+                    .err()
+                    .map(|e| format!("{}: {e}", stage.display()))
+            });
+        Isolation {
+            cgroups: cgroups.ok(),
+            exec_problem,
+            stage,
+            chroot_env: config.chroot_env.clone(),
+            exec: config.exec.clone(),
+        }
+    }
+}
 
 /// Start `task` in `dir` (created if missing). `now_unix_nanos` stamps mock handles;
 /// `launch_id`, when given, is recorded by the process for [`find_launch`].
@@ -158,10 +223,11 @@ pub fn start(
         source,
     })?;
     match task.driver.as_str() {
-        "raw_exec" => start_process(task, dir, logs, launch_id),
-        "docker" => Err(DriverError::BadConfig(
-            "docker tasks are started with driver::launch".into(),
-        )),
+        "raw_exec" => start_process(task, dir, logs, launch_id, None),
+        "docker" | "exec" => Err(DriverError::BadConfig(format!(
+            "{} tasks are started with driver::launch",
+            task.driver
+        ))),
         "mock" => {
             let (run_for, exit_code) = mock_config(&task.config)?;
             let handle = TaskHandle::Mock {
@@ -203,6 +269,8 @@ pub struct LaunchContext<'a> {
     pub logs: &'a LogSinks,
     /// The host volumes it mounts (a container binds them).
     pub mounts: &'a [crate::client::volumes::HostMount],
+    /// How this client isolates tasks.
+    pub isolation: &'a Isolation,
 }
 
 /// Start `task` in `dir` with whichever driver it names.
@@ -212,18 +280,46 @@ pub async fn launch(
     ctx: LaunchContext<'_>,
     now_unix_nanos: i64,
 ) -> Result<RunningTask, DriverError> {
-    if task.driver != "docker" {
-        return start(
-            task,
-            dir,
-            ctx.enabled,
-            ctx.logs,
-            now_unix_nanos,
-            Some(ctx.launch_id),
-        );
-    }
     if !ctx.enabled.contains(&task.driver) {
         return Err(DriverError::Unknown(task.driver.clone()));
+    }
+    match task.driver.as_str() {
+        "exec" => return start_exec(task, dir, &ctx),
+        "raw_exec" => {
+            let cgroup = ctx
+                .isolation
+                .cgroups
+                .as_ref()
+                .map(|h| h.task_group(ctx.alloc_id, &task.name))
+                .and_then(|group| {
+                    // CPU shares only: raw_exec runs unconfined, as before it had a group.
+                    let limits = Limits::of(task.resources.cpu, 0, 0, None);
+                    let limits = Limits {
+                        memory_hard: None,
+                        memory_soft: None,
+                        ..limits
+                    };
+                    match group.create(&limits) {
+                        Ok(()) => Some(group),
+                        Err(e) => {
+                            tracing::warn!(error = %e, "raw_exec task runs without a cgroup");
+                            None
+                        }
+                    }
+                });
+            return start_process(task, dir, ctx.logs, Some(ctx.launch_id), cgroup);
+        }
+        "docker" => {}
+        _ => {
+            return start(
+                task,
+                dir,
+                ctx.enabled,
+                ctx.logs,
+                now_unix_nanos,
+                Some(ctx.launch_id),
+            )
+        }
     }
     let place = crate::client::docker::TaskPlace {
         task_dir: dir,
@@ -278,7 +374,7 @@ pub async fn find_launch(
     now_unix_nanos: i64,
 ) -> Launched {
     match task.driver.as_str() {
-        "raw_exec" => find_process_launch(launch_id, dir),
+        "raw_exec" | "exec" => find_process_launch(launch_id, dir, alloc_id, task),
         "docker" => {
             let name = crate::client::docker::config::container_name(&task.name, alloc_id);
             let kill_signal = crate::client::docker::kill_signal(task);
@@ -331,7 +427,7 @@ fn carries_launch(pid: i32, launch_id: &str) -> bool {
     environ.split(|b| *b == 0).any(|v| v == wanted.as_bytes())
 }
 
-fn find_process_launch(launch_id: &str, dir: &Path) -> Launched {
+fn find_process_launch(launch_id: &str, dir: &Path, alloc_id: &str, task: &Task) -> Launched {
     let Some((id, pid)) = read_marker(dir) else {
         return Launched::NotStarted;
     };
@@ -355,7 +451,16 @@ fn find_process_launch(launch_id: &str, dir: &Path) -> Launched {
         Some(started <= marker_written + Duration::from_secs(1))
     };
     if carries_launch(pid, launch_id) || started_before_marker().unwrap_or(true) {
-        Launched::Found(Box::new(RunningTask::Reattached { pid, start_ticks }))
+        // Its group, if the client made one (named after the allocation and the task).
+        let cgroup = Hierarchy::detect()
+            .ok()
+            .map(|h| h.task_group(alloc_id, &task.name))
+            .filter(|g| g.dirs.iter().all(|d| d.exists()));
+        Launched::Found(Box::new(RunningTask::Reattached {
+            pid,
+            start_ticks,
+            cgroup,
+        }))
     } else {
         Launched::Ended
     }
@@ -478,6 +583,7 @@ fn start_process(
     dir: &Path,
     logs: &LogSinks,
     launch_id: Option<&str>,
+    cgroup: Option<TaskCgroup>,
 ) -> Result<RunningTask, DriverError> {
     let command = config_str(&task.config, "command")
         .filter(|c| !c.is_empty())
@@ -502,43 +608,186 @@ fn start_process(
     };
     let stdout = logs.open("stdout")?;
     let stderr = logs.open("stderr")?;
-    let mut cmd = task_command(task, dir, &command, &args)?;
+    let mut cmd = task_command(task, dir, &command, &args, cgroup.as_ref())?;
     cmd.stdin(std::process::Stdio::null())
         .stdout(stdout)
         .stderr(stderr)
         .process_group(0)
         .kill_on_drop(false);
     if let Some(launch_id) = launch_id {
-        use std::os::unix::ffi::OsStrExt;
-        // Absolute: the child has changed into the task directory by the time it writes.
-        let dir = std::path::absolute(dir).map_err(|source| DriverError::Dir {
-            path: dir.to_path_buf(),
-            source,
-        })?;
-        let marker = std::ffi::CString::new(dir.join(LAUNCH_MARKER).as_os_str().as_bytes())
-            .map_err(|_| DriverError::BadConfig("task directory path holds a NUL".into()))?;
-        let id = launch_id.as_bytes().to_vec();
-        cmd.env(LAUNCH_ENV, launch_id);
-        // SAFETY: the hook only makes async-signal-safe system calls (`write_marker`).
-        unsafe {
-            cmd.pre_exec(move || write_marker(&marker, &id));
-        }
+        record_launch(&mut cmd, dir, launch_id)?;
     }
-    let child = cmd.spawn().map_err(|source| DriverError::Spawn {
-        command: command.clone(),
-        source,
-    })?;
+    spawn_task(cmd, &command, cgroup)
+}
+
+/// Spawn a task's prepared command: its handle, or the failure (its group removed).
+fn spawn_task(
+    mut cmd: tokio::process::Command,
+    command: &str,
+    cgroup: Option<TaskCgroup>,
+) -> Result<RunningTask, DriverError> {
+    let child = match cmd.spawn() {
+        Ok(child) => child,
+        Err(source) => {
+            if let Some(group) = &cgroup {
+                let _ = group.destroy();
+            }
+            return Err(DriverError::Spawn {
+                command: command.to_string(),
+                source,
+            });
+        }
+    };
     let pid = child.id().map(|p| p as i32).unwrap_or(0);
     let start_ticks = crate::util::procfs::start_ticks(pid).unwrap_or(0);
     Ok(RunningTask::Child {
         child,
         pid,
         start_ticks,
+        cgroup,
+    })
+}
+
+fn c_paths(paths: &[PathBuf]) -> Result<Vec<std::ffi::CString>, DriverError> {
+    use std::os::unix::ffi::OsStrExt;
+    paths
+        .iter()
+        .map(|p| {
+            std::ffi::CString::new(p.as_os_str().as_bytes())
+                .map_err(|_| DriverError::BadConfig(format!("{} holds a NUL", p.display())))
+        })
+        .collect()
+}
+
+/// The hook that records a launch: the marker written, absolute, by the process the client
+/// spawned, and the id in the task's environment.
+fn record_launch(
+    cmd: &mut tokio::process::Command,
+    dir: &Path,
+    launch_id: &str,
+) -> Result<(), DriverError> {
+    use std::os::unix::ffi::OsStrExt;
+    let dir = std::path::absolute(dir).map_err(|source| DriverError::Dir {
+        path: dir.to_path_buf(),
+        source,
+    })?;
+    let marker = std::ffi::CString::new(dir.join(LAUNCH_MARKER).as_os_str().as_bytes())
+        .map_err(|_| DriverError::BadConfig("task directory path holds a NUL".into()))?;
+    let id = launch_id.as_bytes().to_vec();
+    cmd.env(LAUNCH_ENV, launch_id);
+    // SAFETY: the hook only makes async-signal-safe system calls (`write_marker`).
+    unsafe {
+        cmd.pre_exec(move || write_marker(&marker, &id));
+    }
+    Ok(())
+}
+
+/// Start an `exec` task: its cgroup with its limits, then its sandbox, entered by the
+/// process the client spawns ([`crate::client::sandbox::Plan::enter`]).
+fn start_exec(
+    task: &Task,
+    dir: &Path,
+    ctx: &LaunchContext<'_>,
+) -> Result<RunningTask, DriverError> {
+    let iso = ctx.isolation;
+    if let Some(why) = &iso.exec_problem {
+        return Err(DriverError::BadConfig(format!(
+            "the exec driver cannot run here: {why}"
+        )));
+    }
+    let Some(hierarchy) = &iso.cgroups else {
+        return Err(DriverError::BadConfig(
+            "the exec driver cannot run here: no usable cgroup hierarchy".into(),
+        ));
+    };
+    let cfg = ExecTaskConfig::parse(&task.config)?;
+    let user = crate::client::sandbox::task_user(&task.user, &iso.exec)?;
+    let account = crate::client::users::lookup(user)?;
+    let caps =
+        crate::client::sandbox::task_caps(&iso.exec.allow_caps, &cfg.cap_add, &cfg.cap_drop)?;
+    let default_mode = |m: &str| {
+        if m == "host" {
+            NsMode::Host
+        } else {
+            NsMode::Private
+        }
+    };
+    let pid = NsMode::parse(
+        "pid_mode",
+        &cfg.pid_mode,
+        default_mode(&iso.exec.default_pid_mode),
+    )?;
+    let ipc = NsMode::parse(
+        "ipc_mode",
+        &cfg.ipc_mode,
+        default_mode(&iso.exec.default_ipc_mode),
+    )?;
+    let group = hierarchy.task_group(ctx.alloc_id, &task.name);
+    let limits = Limits::of(
+        task.resources.cpu,
+        task.resources.memory_mb,
+        task.resources.memory_max_mb,
+        task.env.get(CPU_CORES_ENV).map(String::as_str),
+    );
+    group.create(&limits)?;
+    let plan = crate::client::sandbox::plan(&SandboxSpec {
+        stage: &iso.stage,
+        chroot_env: &iso.chroot_env,
+        alloc_dir: ctx.alloc_dir,
+        task_dir: dir,
+        mounts: ctx.mounts,
+        pid,
+        ipc,
+        work_dir: &cfg.work_dir,
+        pivot_root: !iso.exec.no_pivot_root,
+        cgroup_procs: group.procs_files(),
+        caps,
+        account,
+    });
+    let plan = match plan {
+        Ok(plan) => plan,
+        Err(e) => {
+            let _ = group.destroy();
+            return Err(e.into());
+        }
+    };
+    let stdout = logs_or_cleanup(ctx.logs.open("stdout"), &group)?;
+    let stderr = logs_or_cleanup(ctx.logs.open("stderr"), &group)?;
+    let mut cmd = tokio::process::Command::new(&cfg.command);
+    cmd.args(&cfg.args)
+        .envs(&task.env)
+        .env("NOMAD_TASK_NAME", &task.name)
+        .current_dir(dir)
+        .stdin(std::process::Stdio::null())
+        .stdout(stdout)
+        .stderr(stderr)
+        .process_group(0)
+        .kill_on_drop(false);
+    if let Err(e) = record_launch(&mut cmd, dir, ctx.launch_id) {
+        let _ = group.destroy();
+        return Err(e);
+    }
+    // SAFETY: `enter` makes only system calls on data prepared before the fork; the
+    // process the client spawned stays behind as the task's supervisor.
+    unsafe {
+        cmd.pre_exec(move || plan.enter());
+    }
+    spawn_task(cmd, &cfg.command, Some(group))
+}
+
+fn logs_or_cleanup<T>(
+    opened: Result<T, crate::client::logmon::LogmonError>,
+    group: &TaskCgroup,
+) -> Result<T, DriverError> {
+    opened.map_err(|e| {
+        let _ = group.destroy();
+        DriverError::Logs(e)
     })
 }
 
 /// `program` with `args` as a `raw_exec` process of `task` runs: in its directory, with its
-/// environment (also what `alloc exec` runs in the task's place).
+/// environment, in its `cgroup` when it has one (also what `alloc exec` runs in the task's
+/// place).
 ///
 /// With a `user` (and a driver other than `docker`, whose user lives in its image), the
 /// process runs as that host account: its uid, primary gid and supplementary groups.
@@ -547,6 +796,7 @@ pub fn task_command(
     dir: &Path,
     program: &str,
     args: &[String],
+    cgroup: Option<&TaskCgroup>,
 ) -> Result<tokio::process::Command, DriverError> {
     let account = match task.user.as_str() {
         "" => None,
@@ -554,6 +804,15 @@ pub fn task_command(
         user => Some(crate::client::users::lookup(user)?),
     };
     let mut cmd = tokio::process::Command::new(program);
+    if let Some(group) = cgroup {
+        let files = c_paths(&group.procs_files())?;
+        // SAFETY: the hook only opens and writes files (`join_cgroup`). Hooks run in the
+        // order they are registered: this one first, while the child may still write the
+        // client's files, before it becomes the task's user.
+        unsafe {
+            cmd.pre_exec(move || crate::client::sandbox::join_cgroup(&files));
+        }
+    }
     cmd.args(args)
         .envs(&task.env)
         .env(
@@ -595,6 +854,49 @@ pub fn task_command(
     Ok(cmd)
 }
 
+/// `program` with `args` in the place of a running task (`alloc exec`): a `raw_exec` task's
+/// directory, environment and cgroup ([`task_command`]); an `exec` task's cgroup,
+/// namespaces, root, user and capabilities, entered through the task's pid 1
+/// ([`crate::client::sandbox::enter_plan`]).
+pub fn exec_command(
+    task: &Task,
+    dir: &Path,
+    program: &str,
+    args: &[String],
+    handle: Option<&TaskHandle>,
+    isolation: &Isolation,
+) -> Result<tokio::process::Command, DriverError> {
+    let (supervisor, cgroup) = match handle {
+        Some(TaskHandle::Process { pid, cgroup, .. }) => {
+            (Some(*pid), TaskCgroup::from_dirs(cgroup.clone()))
+        }
+        _ => (None, None),
+    };
+    if task.driver != "exec" {
+        return task_command(task, dir, program, args, cgroup.as_ref());
+    }
+    let task_pid = supervisor
+        .and_then(crate::client::sandbox::task_of)
+        .ok_or_else(|| DriverError::BadConfig("the task has no running process".into()))?;
+    let cfg = ExecTaskConfig::parse(&task.config)?;
+    let user = crate::client::sandbox::task_user(&task.user, &isolation.exec)?;
+    let account = crate::client::users::lookup(user)?;
+    let caps =
+        crate::client::sandbox::task_caps(&isolation.exec.allow_caps, &cfg.cap_add, &cfg.cap_drop)?;
+    let procs = cgroup.map(|g| g.procs_files()).unwrap_or_default();
+    let plan = crate::client::sandbox::enter_plan(task_pid, &procs, &cfg.work_dir, caps, &account)?;
+    let mut cmd = tokio::process::Command::new(program);
+    cmd.args(args)
+        .envs(&task.env)
+        .env("NOMAD_TASK_NAME", &task.name)
+        .current_dir(dir);
+    // SAFETY: `enter` makes only system calls on data prepared before the fork.
+    unsafe {
+        cmd.pre_exec(move || plan.enter());
+    }
+    Ok(cmd)
+}
+
 /// `cpuset` (`"0-1,4"`) as the kernel's CPU set; `None` when it names no core this set can
 /// hold.
 fn cpu_set_of(cpuset: &str) -> Option<libc::cpu_set_t> {
@@ -616,11 +918,16 @@ fn cpu_set_of(cpuset: &str) -> Option<libc::cpu_set_t> {
 /// Find a task again after a client restart: `None` when it is no longer running.
 pub fn reattach(handle: &TaskHandle, now_unix_nanos: i64) -> Option<RunningTask> {
     match handle {
-        TaskHandle::Process { pid, start_ticks } => {
+        TaskHandle::Process {
+            pid,
+            start_ticks,
+            cgroup,
+        } => {
             let alive = *pid > 0 && crate::util::procfs::start_ticks(*pid) == Some(*start_ticks);
-            alive.then_some(RunningTask::Reattached {
+            alive.then(|| RunningTask::Reattached {
                 pid: *pid,
                 start_ticks: *start_ticks,
+                cgroup: TaskCgroup::from_dirs(cgroup.clone()),
             })
         }
         TaskHandle::Mock {
@@ -661,11 +968,19 @@ impl RunningTask {
     pub fn handle(&self) -> TaskHandle {
         match self {
             RunningTask::Child {
-                pid, start_ticks, ..
+                pid,
+                start_ticks,
+                cgroup,
+                ..
             }
-            | RunningTask::Reattached { pid, start_ticks } => TaskHandle::Process {
+            | RunningTask::Reattached {
+                pid,
+                start_ticks,
+                cgroup,
+            } => TaskHandle::Process {
                 pid: *pid,
                 start_ticks: *start_ticks,
+                cgroup: cgroup.as_ref().map(|g| g.dirs.clone()).unwrap_or_default(),
             },
             RunningTask::Mock { handle, .. } => handle.clone(),
             RunningTask::Docker(d) => TaskHandle::Docker {
@@ -674,8 +989,37 @@ impl RunningTask {
         }
     }
 
-    /// Wait for the task to exit.
+    /// The task's cgroup, when it has one.
+    pub fn cgroup(&self) -> Option<&TaskCgroup> {
+        match self {
+            RunningTask::Child { cgroup, .. } | RunningTask::Reattached { cgroup, .. } => {
+                cgroup.as_ref()
+            }
+            RunningTask::Mock { .. } | RunningTask::Docker(_) => None,
+        }
+    }
+
+    /// Wait for the task to exit. A task with a cgroup leaves nothing behind: what its
+    /// processes left running is killed and the group removed, after its OOM kills are
+    /// counted.
     pub async fn wait(&mut self) -> ExitResult {
+        let exit = self.wait_main().await;
+        let Some(group) = self.cgroup().cloned() else {
+            return exit;
+        };
+        let oom_killed = tokio::task::spawn_blocking(move || {
+            let oom = group.oom_kills() > 0;
+            if let Err(e) = group.destroy() {
+                tracing::warn!(error = %e, "cannot remove the task's cgroup");
+            }
+            oom
+        })
+        .await
+        .unwrap_or(false);
+        ExitResult { oom_killed, ..exit }
+    }
+
+    async fn wait_main(&mut self) -> ExitResult {
         match self {
             RunningTask::Child { child, .. } => match child.wait().await {
                 Ok(status) => {
@@ -684,15 +1028,19 @@ impl RunningTask {
                         exit_code: status.code().unwrap_or(0) as i64,
                         signal: status.signal().unwrap_or(0) as i64,
                         unknown: false,
+                        oom_killed: false,
                     }
                 }
                 Err(_) => ExitResult {
                     exit_code: -1,
                     signal: 0,
                     unknown: true,
+                    oom_killed: false,
                 },
             },
-            RunningTask::Reattached { pid, start_ticks } => {
+            RunningTask::Reattached {
+                pid, start_ticks, ..
+            } => {
                 while crate::util::procfs::start_ticks(*pid) == Some(*start_ticks) {
                     tokio::time::sleep(REATTACHED_POLL).await;
                 }
@@ -700,6 +1048,7 @@ impl RunningTask {
                     exit_code: 0,
                     signal: 0,
                     unknown: true,
+                    oom_killed: false,
                 }
             }
             RunningTask::Mock {
@@ -712,6 +1061,7 @@ impl RunningTask {
                     exit_code: *exit_code,
                     signal: 0,
                     unknown: false,
+                    oom_killed: false,
                 }
             }
             RunningTask::Docker(d) => d.wait().await,
@@ -750,6 +1100,7 @@ impl RunningTask {
                     exit_code: 0,
                     signal: i64::from(kill_signal),
                     unknown: false,
+                    oom_killed: false,
                 }
             }
         };
@@ -1163,5 +1514,154 @@ mod tests {
         let h = task.handle();
         assert!(reattach(&h, 1_000 + 4_000_000_000).is_some());
         assert!(reattach(&h, 1_000 + 10_000_000_000).is_none());
+    }
+
+    /// A fresh allocation directory (shared `alloc/` with `logs/`, the task's `local`,
+    /// `secrets`, `tmp`) and this client's isolation, when the host can run exec tasks (the
+    /// test is skipped, loudly, otherwise; under CI that is a failure).
+    fn exec_host(test: &str, root: &Path) -> Option<Isolation> {
+        let iso = Isolation::detect(&ClientConfig::default(), root);
+        if let Some(why) = &iso.exec_problem {
+            assert!(
+                std::env::var("CI").is_err(),
+                "{test}: the exec driver must run under CI: {why}"
+            );
+            eprintln!("SKIPPED {test}: {why}");
+            return None;
+        }
+        for d in [
+            "alloc/alloc/logs",
+            "alloc/t/local",
+            "alloc/t/secrets",
+            "alloc/t/tmp",
+        ] {
+            std::fs::create_dir_all(root.join(d)).unwrap();
+        }
+        Some(iso)
+    }
+
+    fn exec_task(script: &str) -> Task {
+        let mut t = raw("/bin/sh", &["-c", script]);
+        t.driver = "exec".into();
+        t
+    }
+
+    async fn launch_exec(t: &Task, root: &Path, iso: &Isolation, alloc_id: &str) -> RunningTask {
+        let docker = crate::client::docker::Connector::default();
+        let enabled = drivers();
+        let logs = sinks(root);
+        let alloc_dir = root.join("alloc/alloc");
+        let ctx = LaunchContext {
+            enabled: &enabled,
+            docker: &docker,
+            alloc_dir: &alloc_dir,
+            alloc_id,
+            job_name: "j",
+            node_id: "n",
+            ports: &[],
+            launch_id: "l1",
+            logs: &logs,
+            mounts: &[],
+            isolation: iso,
+        };
+        match launch(t, &root.join("alloc/t"), ctx, 0).await {
+            Ok(task) => task,
+            Err(e) => panic!(
+                "{e}: {}",
+                std::fs::read_to_string(root.join(STDERR_FILE)).unwrap_or_default()
+            ),
+        }
+    }
+
+    /// An exec task sees only its own processes, none of the host's files outside its
+    /// root, runs as nobody by default, and finds its directories where Nomad puts them.
+    #[tokio::test]
+    async fn an_exec_task_is_isolated_in_its_namespaces_and_root() {
+        let root = tempfile::tempdir().unwrap();
+        let Some(iso) = exec_host(
+            "an_exec_task_is_isolated_in_its_namespaces_and_root",
+            root.path(),
+        ) else {
+            return;
+        };
+        let secret = root.path().join("host-only");
+        std::fs::write(&secret, "x").unwrap();
+        std::fs::write(root.path().join("alloc/t/local/mine"), "mine").unwrap();
+        let script = format!(
+            "echo pids $(ls /proc | grep -c '^[0-9]'); echo one $(head -c 7 /proc/1/cmdline); \
+             test -e {} && echo host visible; echo uid $(id -u); cat /local/mine; echo; \
+             ls -d /alloc /secrets /tmp /dev/null /usr/bin; echo pwd $(pwd); \
+             touch /usr/bin/x 2>/dev/null && echo usr writable; \
+             grep CapEff /proc/self/status",
+            secret.display()
+        );
+        let id = format!("unit-exec-{}", std::process::id());
+        let mut task = launch_exec(&exec_task(&script), root.path(), &iso, &id).await;
+        let group = task.cgroup().cloned().expect("an exec task has a cgroup");
+        let exit = task.wait().await;
+        let out = std::fs::read_to_string(root.path().join(STDOUT_FILE)).unwrap();
+        let err = std::fs::read_to_string(root.path().join(STDERR_FILE)).unwrap();
+        assert!(exit.successful(), "{exit:?}\n{out}\n{err}");
+        // sh (pid 1), the subshell, ls and grep: nothing of the host's.
+        let pids: usize = out
+            .lines()
+            .find_map(|l| l.strip_prefix("pids "))
+            .unwrap()
+            .parse()
+            .unwrap();
+        assert!(pids <= 4, "{out}");
+        assert!(out.contains("one /bin/sh\n"), "{out}");
+        assert!(!out.contains("host visible"), "{out}");
+        assert!(out.contains("uid 65534\n"), "{out}");
+        assert!(out.contains("mine\n"), "{out}");
+        assert!(
+            out.contains("/alloc\n/dev/null\n/secrets\n/tmp\n/usr/bin\n"),
+            "{out}"
+        );
+        assert!(out.contains("pwd /\n"), "{out}");
+        assert!(!out.contains("usr writable"), "{out}");
+        // nobody holds Nomad's default capabilities (ambient).
+        let caps = crate::client::sandbox::task_caps(&iso.exec.allow_caps, &[], &[]).unwrap();
+        assert!(out.contains(&format!("CapEff:\t{caps:016x}")), "{out}");
+        // Its group is gone with it.
+        assert!(group.dirs.iter().all(|d| !d.exists()));
+    }
+
+    /// Stopping an exec task kills every process it started, one in a session of its own
+    /// included; an exec task over its memory is OOM-killed and says so.
+    #[tokio::test]
+    async fn an_exec_task_dies_whole_and_its_oom_kill_is_reported() {
+        let root = tempfile::tempdir().unwrap();
+        let test = "an_exec_task_dies_whole_and_its_oom_kill_is_reported";
+        let Some(iso) = exec_host(test, root.path()) else {
+            return;
+        };
+        let id = format!("unit-exec-stop-{}", std::process::id());
+        let t = exec_task("(setsid sleep 1000 &) ; sleep 0.2; echo started; sleep 1000");
+        let mut task = launch_exec(&t, root.path(), &iso, &id).await;
+        let group = task.cgroup().cloned().unwrap();
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        let started = || {
+            std::fs::read_to_string(root.path().join(STDOUT_FILE))
+                .is_ok_and(|o| o.contains("started"))
+        };
+        while (!started() || group.pids().len() < 4) && std::time::Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        let pids = group.pids();
+        assert_eq!(pids.len(), 4, "the supervisor, sh and two sleeps: {pids:?}");
+        let exit = task.kill(libc::SIGTERM, Duration::from_millis(300)).await;
+        assert!(!exit.successful());
+        for p in pids {
+            assert_eq!(crate::util::procfs::start_ticks(p), None, "{p} survived");
+        }
+        assert!(group.dirs.iter().all(|d| !d.exists()));
+
+        let id = format!("unit-exec-oom-{}", std::process::id());
+        let mut t = exec_task("head -c 300000000 /dev/zero | tail; echo survived");
+        t.resources.memory_mb = 32;
+        let mut task = launch_exec(&t, root.path(), &iso, &id).await;
+        let exit = task.wait().await;
+        assert!(exit.oom_killed, "{exit:?}");
     }
 }

@@ -274,6 +274,34 @@ pub fn apply_docker_probe(
     node.drivers.insert("docker".into(), info);
 }
 
+/// Record whether the `exec` driver can run here (when the client offers it): detected and
+/// healthy, or undetected with `problem` as the reason and no `driver.exec` attribute, so
+/// the scheduler never gives this node an exec task.
+pub fn apply_exec_probe(
+    node: &mut Node,
+    config: &ClientConfig,
+    problem: Option<&str>,
+    now_unix_nanos: i64,
+) {
+    if !config.drivers.iter().any(|d| d == "exec") {
+        return;
+    }
+    let Some(why) = problem else {
+        return;
+    };
+    node.attributes.remove("driver.exec");
+    node.drivers.insert(
+        "exec".into(),
+        DriverInfo {
+            attributes: BTreeMap::new(),
+            detected: false,
+            healthy: false,
+            health_description: why.to_string(),
+            update_time: Timestamp::from_unix_nanos(now_unix_nanos),
+        },
+    );
+}
+
 /// The address allocations' ports are bound on: the IP the node advertises its HTTP API on
 /// (its advertise address; the loopback one for `agent --dev`), as Nomad fingerprints the
 /// address of its network interface.

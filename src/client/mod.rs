@@ -13,8 +13,10 @@
 //!
 //! - [`fingerprint`]: the node to register.
 //! - [`servers`]: calls with failover between `client.servers`.
-//! - [`driver`]: `raw_exec`, `mock`, and [`docker`] (containers through the engine API;
-//!   fingerprinted at start, orphaned containers of this node removed at start).
+//! - [`driver`]: `raw_exec`, `exec` (isolated by [`sandbox`]: namespaces, a chroot of bind
+//!   mounts, capabilities), `mock`, and [`docker`] (containers through the engine API;
+//!   fingerprinted at start, orphaned containers of this node removed at start). Every
+//!   process task runs in a cgroup of its own ([`cgroups`]), killed whole on stop.
 //! - [`restart`]: the RestartPolicy tracker.
 //! - [`alloc_runner`]: task runners, TaskStates and the allocation's ClientStatus.
 //! - [`health`]: whether an allocation became healthy in its deployment or migration, which
@@ -37,6 +39,7 @@
 pub mod alloc_runner;
 pub mod allocdir;
 pub mod artifacts;
+pub mod cgroups;
 pub mod checks;
 pub mod config;
 pub mod docker;
@@ -49,6 +52,7 @@ pub mod logmon;
 pub mod ops;
 pub mod pty;
 pub mod restart;
+pub mod sandbox;
 pub mod servers;
 pub mod services;
 pub mod shared;
@@ -171,6 +175,18 @@ impl Client {
             &machine,
             clock.now_unix_nanos(),
         );
+        let isolation = driver::Isolation::detect(config, data_dir);
+        fingerprint::apply_exec_probe(
+            &mut node,
+            config,
+            isolation.exec_problem.as_deref(),
+            clock.now_unix_nanos(),
+        );
+        match (&isolation.cgroups, &isolation.exec_problem) {
+            (Some(h), None) => info!(cgroup_version = h.version(), "exec driver healthy"),
+            (_, Some(why)) => info!(reason = %why, "exec driver not detected"),
+            (None, None) => {}
+        }
         let docker = docker::Connector::default();
         let docker_usable = if config.drivers.iter().any(|d| d == "docker") {
             let probe = docker::probe(&docker).await;
@@ -208,6 +224,7 @@ impl Client {
             persist_lock: Mutex::new(()),
             check_results: Mutex::new(BTreeMap::new()),
             docker,
+            isolation,
             config: config.clone(),
             store,
             alloc_root,
@@ -776,6 +793,7 @@ mod tests {
             persist_lock: Mutex::new(()),
             check_results: Mutex::new(BTreeMap::new()),
             docker: docker::Connector::default(),
+            isolation: driver::Isolation::default(),
             servers: None,
         })
     }
@@ -1892,6 +1910,7 @@ mod tests {
             TaskHandle::Process {
                 pid: pgrp,
                 start_ticks: 0,
+                cgroup: Vec::new(),
             },
         );
         let usage = handle.alloc_stats("a1").await.unwrap();

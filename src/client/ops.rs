@@ -500,6 +500,10 @@ impl ClientHandle {
                 .flat_map(|l| l.handles.values())
                 .filter_map(|h| match h {
                     TaskHandle::Docker { container_id } => Some(container_id.clone()),
+                    // A task's cgroup is read as a container's, by its first directory.
+                    TaskHandle::Process { cgroup, .. } => {
+                        cgroup.first().map(|d| d.display().to_string())
+                    }
                     _ => None,
                 })
                 .collect();
@@ -556,11 +560,20 @@ impl ClientHandle {
         for task in tasks {
             let mut usage = Usage::default();
             let mut pids = Map::new();
-            if let Some(TaskHandle::Process { pid, .. }) = handles.get(&task) {
+            if let Some(TaskHandle::Process { pid, cgroup, .. }) = handles.get(&task) {
                 for (p, stat, swap) in stats::group_processes(*pid) {
                     let u = readings.process(&self.machine, p, &stat, swap, now);
                     pids.insert(p.to_string(), u.to_json());
                     usage = usage.add(&u);
+                }
+                // With a cgroup, the task's usage is the group's: every process it
+                // started, in its process group or not.
+                if let Some(group) = crate::client::cgroups::TaskCgroup::from_dirs(cgroup.clone()) {
+                    let sample = group.sample(self.machine.ticks_per_second as u64);
+                    let key = group.dirs[0].display().to_string();
+                    usage = readings
+                        .container(&self.machine, &key, &sample, now)
+                        .of_task_cgroup(sample.cgroup_v2);
                 }
             }
             if let Some((id, sample)) = containers.get(&task) {
@@ -748,8 +761,15 @@ impl ClientHandle {
             }
             if spec.driver != "docker" {
                 let (prepared, dir) = self.shared.prepared_task(local, spec);
-                let mut cmd = crate::client::driver::task_command(&prepared, &dir, program, args)
-                    .map_err(|e| AllocOpError::Invalid(e.to_string()))?;
+                let mut cmd = crate::client::driver::exec_command(
+                    &prepared,
+                    &dir,
+                    program,
+                    args,
+                    local.handles.get(&spec.name),
+                    &self.shared.isolation,
+                )
+                .map_err(|e| AllocOpError::Invalid(e.to_string()))?;
                 cmd.kill_on_drop(true);
                 let pty = if tty {
                     let master = crate::client::pty::attach(&mut cmd).map_err(|e| {

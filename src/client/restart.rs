@@ -84,6 +84,7 @@ impl RestartTracker {
             exit_code: 1,
             signal: 0,
             unknown: false,
+            oom_killed: false,
         };
         match self.on_exit(now, &failed) {
             RestartDecision::Restart { delay, .. } => RestartDecision::Restart {
@@ -160,6 +161,7 @@ mod tests {
             exit_code: code,
             signal: 0,
             unknown: false,
+            oom_killed: false,
         }
     }
 

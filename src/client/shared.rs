@@ -40,6 +40,8 @@ pub struct Shared {
     pub(crate) check_results: Mutex<BTreeMap<String, BTreeMap<String, CheckResult>>>,
     /// The docker engine, connected on first use.
     pub(crate) docker: docker::Connector,
+    /// How this client isolates tasks (cgroups, the `exec` driver's host).
+    pub(crate) isolation: crate::client::driver::Isolation,
     /// The servers, for the calls task hooks make (workload identities); `None` in unit
     /// tests without servers.
     pub(crate) servers: Option<Arc<crate::client::servers::Servers>>,
@@ -108,15 +110,25 @@ impl Shared {
     pub(crate) fn prepared_task(&self, local: &LocalAlloc, task: &Task) -> (Task, PathBuf) {
         let dir = AllocDir::new(&self.alloc_root, local.alloc.id.as_ref());
         let task_dir = dir.task(&task.name);
+        // An exec task sees its directories where its root holds them.
+        let (alloc, local_dir, secrets) = if task.driver == "exec" {
+            (
+                PathBuf::from("/alloc"),
+                PathBuf::from("/local"),
+                PathBuf::from("/secrets"),
+            )
+        } else {
+            (dir.shared(), task_dir.local(), task_dir.secrets())
+        };
         let env = TaskEnv::new(
             self.node_values.clone(),
             &local.alloc,
             &local.job,
             task,
             TaskDirs {
-                alloc: &dir.shared(),
-                task: &task_dir.local(),
-                secrets: &task_dir.secrets(),
+                alloc: &alloc,
+                task: &local_dir,
+                secrets: &secrets,
             },
         );
         let mut prepared = env.apply(task);

@@ -54,6 +54,18 @@ impl Measured {
         cpu: 0b11100,
     };
 
+    /// What a task's own cgroup gives under v1 (as Nomad's executor): every memory and
+    /// CPU figure.
+    pub const TASK_CGROUP_V1: Measured = Measured {
+        memory: 0b11111,
+        cpu: 0b11111,
+    };
+    /// Under v2, which keeps no peak.
+    pub const TASK_CGROUP_V2: Measured = Measured {
+        memory: 0b01111,
+        cpu: 0b11111,
+    };
+
     fn union(self, other: Measured) -> Measured {
         Measured {
             memory: self.memory | other.memory,
@@ -316,6 +328,19 @@ pub struct Usage {
 }
 
 impl Usage {
+    /// A reading of a task's own cgroup (taken as a container's), with what such a group
+    /// measures.
+    pub fn of_task_cgroup(self, v2: bool) -> Usage {
+        Usage {
+            measured: if v2 {
+                Measured::TASK_CGROUP_V2
+            } else {
+                Measured::TASK_CGROUP_V1
+            },
+            ..self
+        }
+    }
+
     /// The sum of two usages; measured is what either measured.
     pub fn add(&self, other: &Usage) -> Usage {
         Usage {

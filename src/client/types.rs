@@ -272,6 +272,9 @@ pub struct ExitResult {
     pub signal: i64,
     /// Set when the exit status could not be observed (re-attached task).
     pub unknown: bool,
+    /// The kernel's OOM killer killed a process of the task.
+    #[serde(default)]
+    pub oom_killed: bool,
 }
 
 impl ExitResult {
@@ -284,13 +287,16 @@ impl ExitResult {
 /// What a restarted client needs to find a running task again.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub enum TaskHandle {
-    /// A `raw_exec` process.
+    /// A `raw_exec` process, or an `exec` task's supervisor.
     Process {
         /// Its pid (and process group id).
         pid: i32,
         /// Its start time in clock ticks since boot (`/proc/<pid>/stat` field 22), so a reused
         /// pid is not mistaken for it.
         start_ticks: u64,
+        /// The directories of its cgroup, when it has one.
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        cgroup: Vec<std::path::PathBuf>,
     },
     /// A `mock` task.
     Mock {

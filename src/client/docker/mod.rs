@@ -542,6 +542,7 @@ impl DockerTask {
             exit_code,
             signal: 0,
             unknown: false,
+            oom_killed: false,
         };
         let exit = loop {
             let mut waits = self.docker.wait_container(
@@ -579,6 +580,7 @@ impl DockerTask {
                                 exit_code: 0,
                                 signal: 0,
                                 unknown: true,
+                                oom_killed: false,
                             }
                         }
                     }

@@ -12,6 +12,8 @@ use crate::client::types::{event, ExitResult, KillReason};
 
 /// Kill timeout when a task names none.
 pub const DEFAULT_KILL_TIMEOUT: Duration = Duration::from_secs(5);
+/// The exit message of a task the kernel's OOM killer ended (Nomad's words).
+pub const OOM_KILLED: &str = "OOM Killed";
 
 /// The task's stop and restart rules, and its restart count.
 #[derive(Debug, Clone)]
@@ -156,17 +158,25 @@ impl TaskCore {
                 "Task exited while the client was not watching; exit code unknown".to_string(),
             )
         } else {
-            let mut ev = event(now, "Terminated", String::new());
+            // An OOM kill is the exit message, as Nomad's drivers report it.
+            let message = if exit.oom_killed { OOM_KILLED } else { "" };
+            let mut ev = event(now, "Terminated", message.to_string());
             ev.display_message = match exit.signal {
                 0 => format!("Exit Code: {}", exit.exit_code),
                 signal => format!("Exit Code: {}, Signal: {signal}", exit.exit_code),
             };
+            if exit.oom_killed {
+                ev.display_message += &format!(", Exit Message: {OOM_KILLED:?}");
+            }
             ev
         };
         ev.exit_code = exit.exit_code;
         ev.signal = exit.signal;
         if exit.unknown {
             ev.details.insert("exit_code_unknown".into(), "true".into());
+        }
+        if exit.oom_killed {
+            ev.details.insert("oom_killed".into(), "true".into());
         }
         ev
     }
@@ -194,6 +204,33 @@ mod tests {
             kill_timeout: kill_timeout.as_nanos() as u64,
             ..Task::default()
         }
+    }
+
+    /// An OOM kill is the termination's exit message and detail, as Nomad reports it.
+    #[test]
+    fn an_oom_kill_is_reported_in_the_terminated_event() {
+        let exit = ExitResult {
+            exit_code: 0,
+            signal: 9,
+            unknown: false,
+            oom_killed: true,
+        };
+        let ev = TaskCore::terminated(&exit, 1);
+        assert_eq!(
+            ev.display_message,
+            "Exit Code: 0, Signal: 9, Exit Message: \"OOM Killed\""
+        );
+        assert_eq!(ev.message, OOM_KILLED);
+        assert_eq!(ev.details["oom_killed"], "true");
+        let plain = TaskCore::terminated(
+            &ExitResult {
+                oom_killed: false,
+                ..exit
+            },
+            1,
+        );
+        assert_eq!(plain.display_message, "Exit Code: 0, Signal: 9");
+        assert!(!plain.details.contains_key("oom_killed"));
     }
 
     #[test]

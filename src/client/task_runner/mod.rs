@@ -314,6 +314,7 @@ impl TaskRunner {
                             exit_code: 0,
                             signal: 0,
                             unknown: true,
+                            oom_killed: false,
                         };
                         if self.after_exit(exit).await {
                             continue;
@@ -545,6 +546,7 @@ impl TaskRunner {
             launch_id: &launch_id,
             logs: &self.prepared.logs,
             mounts: self.ctx.mounts.as_deref().unwrap_or_default(),
+            isolation: &self.shared.isolation,
         };
         match driver::launch(&self.ctx.task, self.ctx.task_dir.dir(), ctx, now).await {
             Ok(running) => {

@@ -863,6 +863,7 @@ async fn run_script(
         ctx.task_dir.dir(),
         &script.command,
         &script.args,
+        None,
     )
     .map_err(|e| e.to_string())?;
     cmd.kill_on_drop(true)

@@ -1,0 +1,1144 @@
+//! The `exec` driver's isolation: a task in its own mount, PID, IPC and UTS namespaces,
+//! in a root of read-only bind mounts of the host's `chroot_env`, with the allocation
+//! directory at `/alloc` and the task's `local`, `secrets` and `tmp` at `/local`,
+//! `/secrets` and `/tmp`, with a bounded set of capabilities, as Nomad's executor builds it.
+//!
+//! ```text
+//!  client ──spawn──▶ supervisor (host pid ns, the task's cgroup)
+//!                        │ unshare(mnt pid ipc uts); fork
+//!                        ▼
+//!                    task, pid 1 of its namespace: tmpfs root ← bind mounts, /proc, /dev,
+//!                    pivot_root, user, capabilities, parent-death signal ──exec──▶ command
+//! ```
+//!
+//! Everything between `fork` and `exec` is a plain system call on data prepared before the
+//! fork ([`Plan`], built by [`plan`] from [`SandboxSpec`]): no allocation, no lock. The
+//! supervisor (the process the client spawned, so its pid is the task's handle) closes
+//! every descriptor but the standard three, blocks signals, waits for the task and exits as
+//! it did (re-raising its signal). The task gets SIGKILL if the supervisor dies. When the
+//! task, pid 1, ends, the kernel kills everything else in its PID namespace. Signals reach
+//! the task through the process group, which both share.
+//!
+//! `alloc exec` enters a running task the same way ([`enter_plan`]): it joins the task's
+//! cgroup, its namespaces (so its root) and runs as its user with its capabilities.
+//!
+//! The task config keys it reads are Nomad's: `command`, `args`, `pid_mode`, `ipc_mode`,
+//! `cap_add`, `cap_drop`, `work_dir` ([`ExecTaskConfig`]); any other is refused by name.
+
+use std::collections::BTreeMap;
+use std::ffi::CString;
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Component, Path, PathBuf};
+
+use teamster_storage::model::ConfigValue;
+
+use crate::client::config::{capability, ExecConfig, CAPABILITIES, DEFAULT_CAPS};
+use crate::client::users::Account;
+use crate::client::volumes::HostMount;
+
+/// The task config keys the `exec` driver knows.
+pub const EXEC_KEYS: &[&str] = &[
+    "command", "args", "pid_mode", "ipc_mode", "cap_add", "cap_drop", "work_dir",
+];
+
+/// Why a task cannot be sandboxed as asked.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum SandboxError {
+    /// A config key the driver does not act on.
+    #[error(
+        "exec config key {key:?} is not supported by teamster; remove it (supported: {known})",
+        key = .0,
+        known = EXEC_KEYS.join(", ")
+    )]
+    UnknownKey(String),
+    /// A value of the wrong shape or out of range.
+    #[error("exec config {key}: {reason}")]
+    BadValue {
+        /// The key.
+        key: &'static str,
+        /// What is wrong.
+        reason: String,
+    },
+    /// `cap_add` names capabilities outside the client's `allow_caps`.
+    #[error("driver does not allow the following capabilities: {0}")]
+    CapsNotAllowed(String),
+    /// The task's user is on the client's deny list.
+    #[error("running as user {0:?} is disallowed")]
+    UserDenied(String),
+    /// A path the sandbox needs is unusable.
+    #[error("{0}")]
+    Path(String),
+}
+
+/// `private` or `host`, for `pid_mode` and `ipc_mode`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NsMode {
+    /// A namespace of the task's own.
+    Private,
+    /// The host's.
+    Host,
+}
+
+impl NsMode {
+    /// `private`, `host`; empty is `default`.
+    pub fn parse(key: &'static str, text: &str, default: NsMode) -> Result<NsMode, SandboxError> {
+        match text {
+            "" => Ok(default),
+            "private" => Ok(NsMode::Private),
+            "host" => Ok(NsMode::Host),
+            other => Err(SandboxError::BadValue {
+                key,
+                reason: format!("must be \"private\" or \"host\", got {other:?}"),
+            }),
+        }
+    }
+}
+
+/// An `exec` task's `config` block.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct ExecTaskConfig {
+    /// The program (required).
+    pub command: String,
+    /// Its arguments.
+    pub args: Vec<String>,
+    /// `pid_mode` as written (empty: the client's default).
+    pub pid_mode: String,
+    /// `ipc_mode` as written.
+    pub ipc_mode: String,
+    /// Capabilities to add.
+    pub cap_add: Vec<String>,
+    /// Capabilities to drop.
+    pub cap_drop: Vec<String>,
+    /// The working directory in the task's root (default `/`).
+    pub work_dir: String,
+}
+
+fn strings(key: &'static str, v: &ConfigValue) -> Result<Vec<String>, SandboxError> {
+    match v {
+        ConfigValue::Null => Ok(Vec::new()),
+        ConfigValue::List(items) => items
+            .iter()
+            .map(|i| match i {
+                ConfigValue::String(s) => Ok(s.clone()),
+                ConfigValue::Int(n) => Ok(n.to_string()),
+                other => Err(SandboxError::BadValue {
+                    key,
+                    reason: format!("must be a list of strings, got {other:?}"),
+                }),
+            })
+            .collect(),
+        other => Err(SandboxError::BadValue {
+            key,
+            reason: format!("must be a list of strings, got {other:?}"),
+        }),
+    }
+}
+
+fn string(key: &'static str, v: &ConfigValue) -> Result<String, SandboxError> {
+    match v {
+        ConfigValue::Null => Ok(String::new()),
+        ConfigValue::String(s) => Ok(s.clone()),
+        other => Err(SandboxError::BadValue {
+            key,
+            reason: format!("must be a string, got {other:?}"),
+        }),
+    }
+}
+
+impl ExecTaskConfig {
+    /// Read a task's `config`: unknown keys refused by name, `command` required.
+    pub fn parse(config: &BTreeMap<String, ConfigValue>) -> Result<ExecTaskConfig, SandboxError> {
+        let mut c = ExecTaskConfig::default();
+        for (key, value) in config {
+            match key.as_str() {
+                "command" => c.command = string("command", value)?,
+                "args" => c.args = strings("args", value)?,
+                "pid_mode" => c.pid_mode = string("pid_mode", value)?,
+                "ipc_mode" => c.ipc_mode = string("ipc_mode", value)?,
+                "cap_add" => c.cap_add = strings("cap_add", value)?,
+                "cap_drop" => c.cap_drop = strings("cap_drop", value)?,
+                "work_dir" => c.work_dir = string("work_dir", value)?,
+                other => return Err(SandboxError::UnknownKey(other.to_string())),
+            }
+        }
+        if c.command.is_empty() {
+            return Err(SandboxError::BadValue {
+                key: "command",
+                reason: "is required".into(),
+            });
+        }
+        if !c.work_dir.is_empty() && !c.work_dir.starts_with('/') {
+            return Err(SandboxError::BadValue {
+                key: "work_dir",
+                reason: format!("must be an absolute path, got {:?}", c.work_dir),
+            });
+        }
+        Ok(c)
+    }
+}
+
+/// A set of capability names as a bit set; `all` is every capability.
+fn cap_set(key: &'static str, names: &[String]) -> Result<u64, SandboxError> {
+    let mut set = 0u64;
+    for name in names {
+        if name.eq_ignore_ascii_case("all") {
+            set |= (1u64 << CAPABILITIES.len()) - 1;
+            continue;
+        }
+        let bit = capability(name).ok_or_else(|| SandboxError::BadValue {
+            key,
+            reason: format!("unknown capability {name:?}"),
+        })?;
+        set |= 1 << bit;
+    }
+    Ok(set)
+}
+
+fn cap_names(set: u64) -> Vec<&'static str> {
+    CAPABILITIES
+        .iter()
+        .enumerate()
+        .filter(|(i, _)| set & (1 << i) != 0)
+        .map(|(_, c)| *c)
+        .collect()
+}
+
+/// The capabilities a task runs with (Nomad's rule): the defaults the client allows, less
+/// `cap_drop`, plus `cap_add`, which must lie within `allow_caps`.
+pub fn task_caps(
+    allow_caps: &[String],
+    cap_add: &[String],
+    cap_drop: &[String],
+) -> Result<u64, SandboxError> {
+    let allowed = cap_set("allow_caps", allow_caps)?;
+    let defaults = cap_set(
+        "allow_caps",
+        &DEFAULT_CAPS
+            .iter()
+            .map(|c| c.to_string())
+            .collect::<Vec<_>>(),
+    )?;
+    let add = cap_set("cap_add", cap_add)?;
+    let drop = cap_set("cap_drop", cap_drop)?;
+    let refused = add & !allowed;
+    if refused != 0 {
+        return Err(SandboxError::CapsNotAllowed(cap_names(refused).join(", ")));
+    }
+    Ok(((defaults & allowed) & !drop) | add)
+}
+
+/// What a task's sandbox is made of.
+#[derive(Debug, Clone)]
+pub struct SandboxSpec<'a> {
+    /// An empty, root-owned directory of the host: the task's root is a tmpfs mounted on it
+    /// inside the task's mount namespace (so one directory serves every task).
+    pub stage: &'a Path,
+    /// Host paths and where the task sees them, read-only (`client.chroot_env`).
+    pub chroot_env: &'a BTreeMap<String, String>,
+    /// The allocation's shared directory (`/alloc`).
+    pub alloc_dir: &'a Path,
+    /// The task's directory (`local`, `secrets`, `tmp` under it).
+    pub task_dir: &'a Path,
+    /// Host volumes.
+    pub mounts: &'a [HostMount],
+    /// The task's own PID namespace.
+    pub pid: NsMode,
+    /// The task's own IPC namespace.
+    pub ipc: NsMode,
+    /// The task's working directory in its root.
+    pub work_dir: &'a str,
+    /// `pivot_root` (else a move mount and `chroot`, Nomad's `no_pivot_root`).
+    pub pivot_root: bool,
+    /// The task's cgroup's `cgroup.procs` files.
+    pub cgroup_procs: Vec<PathBuf>,
+    /// Its capabilities.
+    pub caps: u64,
+    /// Its account.
+    pub account: Account,
+}
+
+/// One step of building a root, prepared before the fork.
+#[derive(Debug)]
+enum Step {
+    Mkdir(CString, libc::mode_t),
+    Touch(CString),
+    Symlink {
+        target: CString,
+        link: CString,
+    },
+    Mount {
+        source: Option<CString>,
+        target: CString,
+        fstype: Option<CString>,
+        flags: libc::c_ulong,
+        data: Option<CString>,
+        /// A target the kernel may not have (`/proc/sysrq-trigger`): skipped if missing.
+        optional: bool,
+    },
+}
+
+/// A sandbox ready to be entered between `fork` and `exec`.
+#[derive(Debug)]
+pub struct Plan {
+    cgroup_procs: Vec<CString>,
+    unshare: libc::c_int,
+    /// Namespaces to join (`alloc exec`): open descriptors and their types.
+    join: Vec<(std::os::fd::OwnedFd, libc::c_int)>,
+    stage: Option<CString>,
+    steps: Vec<Step>,
+    pivot_root: bool,
+    work_dir: CString,
+    caps: u64,
+    uid: libc::uid_t,
+    gid: libc::gid_t,
+    groups: Vec<libc::gid_t>,
+}
+
+fn cstr(path: &Path) -> Result<CString, SandboxError> {
+    CString::new(path.as_os_str().as_bytes())
+        .map_err(|_| SandboxError::Path(format!("{} holds a NUL byte", path.display())))
+}
+
+/// `path` (absolute, normalized) below `root`.
+fn under(root: &Path, path: &str) -> Result<PathBuf, SandboxError> {
+    let mut out = root.to_path_buf();
+    for c in Path::new(path).components() {
+        match c {
+            Component::RootDir | Component::CurDir => {}
+            Component::Normal(n) => out.push(n),
+            Component::ParentDir | Component::Prefix(_) => {
+                return Err(SandboxError::Path(format!(
+                    "{path:?} must not climb with \"..\""
+                )))
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// The builder of a root: the mount points it made in the tmpfs, and what is a bind of
+/// the host (under which nothing is made).
+struct RootBuilder {
+    stage: PathBuf,
+    made: Vec<PathBuf>,
+    binds: Vec<(PathBuf, PathBuf)>,
+    steps: Vec<Step>,
+    read_only: Vec<(CString, bool)>,
+}
+
+impl RootBuilder {
+    /// Make `rel` (a path in the root) as a directory or an empty file, its parents as
+    /// directories: in the tmpfs only. A point inside a host bind must exist there already,
+    /// as what it must be, with no symbolic link on the way (checked now, against the host
+    /// path the bind shows).
+    fn point(&mut self, rel: &str, dir: bool) -> Result<CString, SandboxError> {
+        let target = under(&self.stage, rel)?;
+        if let Some((host, inside)) = self
+            .binds
+            .iter()
+            .filter(|(inside, _)| target.starts_with(inside))
+            .max_by_key(|(inside, _)| inside.as_os_str().len())
+            .map(|(inside, host)| (host.clone(), inside.clone()))
+        {
+            let mut at = host.clone();
+            for c in target
+                .strip_prefix(&inside)
+                .unwrap_or(Path::new(""))
+                .components()
+            {
+                at.push(c);
+                let meta = std::fs::symlink_metadata(&at).map_err(|e| {
+                    SandboxError::Path(format!(
+                        "mount point {rel:?} is not in the task's root: {}: {e}",
+                        at.display()
+                    ))
+                })?;
+                if meta.file_type().is_symlink() {
+                    return Err(SandboxError::Path(format!(
+                        "mount point {rel:?} passes through the symbolic link {}",
+                        at.display()
+                    )));
+                }
+            }
+            let is_dir = std::fs::symlink_metadata(&at).is_ok_and(|m| m.is_dir());
+            if is_dir != dir {
+                return Err(SandboxError::Path(format!(
+                    "mount point {rel:?} must be a {}",
+                    if dir { "directory" } else { "file" }
+                )));
+            }
+            return cstr(&target);
+        }
+        let mut at = self.stage.clone();
+        let rest: Vec<_> = target
+            .strip_prefix(&self.stage)
+            .unwrap_or(Path::new(""))
+            .components()
+            .collect();
+        for (i, c) in rest.iter().enumerate() {
+            at.push(c);
+            if self.made.contains(&at) {
+                continue;
+            }
+            self.made.push(at.clone());
+            if i + 1 < rest.len() || dir {
+                self.steps.push(Step::Mkdir(cstr(&at)?, 0o755));
+            } else {
+                self.steps.push(Step::Touch(cstr(&at)?));
+            }
+        }
+        cstr(&target)
+    }
+
+    fn mount(
+        &mut self,
+        source: Option<&str>,
+        target: CString,
+        fstype: Option<&str>,
+        flags: libc::c_ulong,
+        data: Option<&str>,
+    ) {
+        let c = |s: &str| CString::new(s).expect("no NUL in a constant");
+        self.steps.push(Step::Mount {
+            source: source.map(c),
+            target,
+            fstype: fstype.map(c),
+            flags,
+            data: data.map(c),
+            optional: false,
+        });
+    }
+
+    /// Bind `host` at `rel`; `read_only` remounts it so once every bind is made.
+    fn bind(&mut self, host: &Path, rel: &str, read_only: bool) -> Result<(), SandboxError> {
+        let meta = std::fs::metadata(host)
+            .map_err(|e| SandboxError::Path(format!("{}: {e}", host.display())))?;
+        let target = self.point(rel, meta.is_dir())?;
+        self.steps.push(Step::Mount {
+            source: Some(cstr(host)?),
+            target: target.clone(),
+            fstype: None,
+            flags: libc::MS_BIND | libc::MS_REC,
+            data: None,
+            optional: false,
+        });
+        if read_only {
+            self.read_only.push((target, false));
+        }
+        self.binds
+            .push((under(&self.stage, rel)?, host.to_path_buf()));
+        Ok(())
+    }
+}
+
+/// The plan that builds `spec`'s root and enters it. Host paths are checked now: a missing
+/// `chroot_env` source is skipped, as Nomad skips it.
+pub fn plan(spec: &SandboxSpec<'_>) -> Result<Plan, SandboxError> {
+    let mut b = RootBuilder {
+        stage: spec.stage.to_path_buf(),
+        made: vec![spec.stage.to_path_buf()],
+        binds: Vec::new(),
+        steps: Vec::new(),
+        read_only: Vec::new(),
+    };
+    let nosuid_nodev = libc::MS_NOSUID | libc::MS_NODEV;
+    // The root itself: a small tmpfs holding the mount points.
+    let stage = cstr(spec.stage)?;
+    b.mount(
+        Some("tmpfs"),
+        stage.clone(),
+        Some("tmpfs"),
+        nosuid_nodev,
+        Some("mode=755,size=1m"),
+    );
+    // Parents before children, so a nested entry lands inside its parent's bind.
+    let mut env: Vec<(&String, &String)> = spec.chroot_env.iter().collect();
+    env.sort_by(|a, b| a.1.cmp(b.1));
+    for (host, inside) in env {
+        if std::fs::metadata(host).is_err() {
+            continue;
+        }
+        b.bind(Path::new(host), inside, true)?;
+    }
+    let local = spec.task_dir.join(crate::client::allocdir::LOCAL_DIR);
+    let secrets = spec.task_dir.join(crate::client::allocdir::SECRETS_DIR);
+    let tmp = spec.task_dir.join(crate::client::allocdir::TMP_DIR);
+    b.bind(spec.alloc_dir, "/alloc", false)?;
+    let logs = spec.alloc_dir.join(crate::client::allocdir::LOGS_DIR);
+    if logs.is_dir() {
+        b.bind(&logs, "/alloc/logs", true)?;
+    }
+    b.bind(&local, "/local", false)?;
+    b.bind(&secrets, "/secrets", false)?;
+    b.bind(&tmp, "/tmp", false)?;
+    for m in spec.mounts {
+        b.bind(Path::new(&m.host_path), &m.destination, m.read_only)?;
+    }
+    // /proc of the task's PID namespace, its sensitive parts hidden or read-only.
+    let proc_dir = b.point("/proc", true)?;
+    b.mount(
+        Some("proc"),
+        proc_dir,
+        Some("proc"),
+        nosuid_nodev | libc::MS_NOEXEC,
+        None,
+    );
+    for ro in ["/proc/sys", "/proc/sysrq-trigger", "/proc/irq", "/proc/bus"] {
+        let t = cstr(&under(spec.stage, ro)?)?;
+        b.steps.push(Step::Mount {
+            source: Some(t.clone()),
+            target: t.clone(),
+            fstype: None,
+            flags: libc::MS_BIND | libc::MS_REC,
+            data: None,
+            optional: true,
+        });
+        b.read_only.push((t, true));
+    }
+    // /dev: a tmpfs with the harmless devices bound from the host, a private devpts,
+    // shared memory.
+    let dev = b.point("/dev", true)?;
+    b.mount(
+        Some("tmpfs"),
+        dev,
+        Some("tmpfs"),
+        libc::MS_NOSUID | libc::MS_STRICTATIME,
+        Some("mode=755,size=65536k"),
+    );
+    // The devices are made in the new tmpfs, so the builder's record of what it made must
+    // not think them made already.
+    for d in ["null", "zero", "full", "random", "urandom", "tty"] {
+        let host = PathBuf::from("/dev").join(d);
+        if host.exists() {
+            let t = cstr(&under(spec.stage, &format!("/dev/{d}"))?)?;
+            b.steps.push(Step::Touch(t.clone()));
+            b.steps.push(Step::Mount {
+                source: Some(cstr(&host)?),
+                target: t,
+                fstype: None,
+                flags: libc::MS_BIND,
+                data: None,
+                optional: false,
+            });
+        }
+    }
+    let pts = cstr(&under(spec.stage, "/dev/pts")?)?;
+    b.steps.push(Step::Mkdir(pts.clone(), 0o755));
+    b.mount(
+        Some("devpts"),
+        pts,
+        Some("devpts"),
+        libc::MS_NOSUID | libc::MS_NOEXEC,
+        Some("newinstance,ptmxmode=0666,mode=0620,gid=5"),
+    );
+    let shm = cstr(&under(spec.stage, "/dev/shm")?)?;
+    b.steps.push(Step::Mkdir(shm.clone(), 0o1777));
+    b.mount(
+        Some("shm"),
+        shm,
+        Some("tmpfs"),
+        nosuid_nodev | libc::MS_NOEXEC,
+        Some("mode=1777,size=65536k"),
+    );
+    if spec.ipc == NsMode::Private {
+        let mq = cstr(&under(spec.stage, "/dev/mqueue")?)?;
+        b.steps.push(Step::Mkdir(mq.clone(), 0o755));
+        b.mount(
+            Some("mqueue"),
+            mq,
+            Some("mqueue"),
+            nosuid_nodev | libc::MS_NOEXEC,
+            None,
+        );
+    }
+    for (link, target) in [
+        ("/dev/ptmx", "pts/ptmx"),
+        ("/dev/fd", "/proc/self/fd"),
+        ("/dev/stdin", "/proc/self/fd/0"),
+        ("/dev/stdout", "/proc/self/fd/1"),
+        ("/dev/stderr", "/proc/self/fd/2"),
+    ] {
+        b.steps.push(Step::Symlink {
+            target: CString::new(target).expect("constant"),
+            link: cstr(&under(spec.stage, link)?)?,
+        });
+    }
+    // /sys, read-only.
+    let sys = b.point("/sys", true)?;
+    b.mount(
+        Some("sysfs"),
+        sys,
+        Some("sysfs"),
+        libc::MS_RDONLY | nosuid_nodev | libc::MS_NOEXEC,
+        None,
+    );
+    // Read-only remounts last, children first, so no later step writes under one.
+    let mut read_only = std::mem::take(&mut b.read_only);
+    read_only.reverse();
+    for (t, optional) in read_only {
+        b.steps.push(Step::Mount {
+            source: None,
+            target: t,
+            fstype: None,
+            flags: libc::MS_BIND | libc::MS_REMOUNT | libc::MS_RDONLY | libc::MS_REC,
+            data: None,
+            optional,
+        });
+    }
+    let mut unshare = libc::CLONE_NEWNS | libc::CLONE_NEWUTS;
+    if spec.pid == NsMode::Private {
+        unshare |= libc::CLONE_NEWPID;
+    }
+    if spec.ipc == NsMode::Private {
+        unshare |= libc::CLONE_NEWIPC;
+    }
+    Ok(Plan {
+        cgroup_procs: spec
+            .cgroup_procs
+            .iter()
+            .map(|p| cstr(p))
+            .collect::<Result<_, _>>()?,
+        unshare,
+        join: Vec::new(),
+        stage: Some(stage),
+        steps: b.steps,
+        pivot_root: spec.pivot_root,
+        work_dir: cstr(Path::new(if spec.work_dir.is_empty() {
+            "/"
+        } else {
+            spec.work_dir
+        }))?,
+        caps: spec.caps,
+        uid: spec.account.uid,
+        gid: spec.account.gid,
+        groups: spec.account.groups.clone(),
+    })
+}
+
+/// The plan that runs a command inside the running sandboxed task whose pid 1 is
+/// `task_pid` (as the host numbers it): its cgroup, namespaces, root, user and
+/// capabilities.
+pub fn enter_plan(
+    task_pid: i32,
+    cgroup_procs: &[PathBuf],
+    work_dir: &str,
+    caps: u64,
+    account: &Account,
+) -> Result<Plan, SandboxError> {
+    let mut join = Vec::new();
+    // The mount namespace last: after it, /proc is the task's.
+    for (name, kind) in [
+        ("ipc", libc::CLONE_NEWIPC),
+        ("uts", libc::CLONE_NEWUTS),
+        ("pid", libc::CLONE_NEWPID),
+        ("mnt", libc::CLONE_NEWNS),
+    ] {
+        let path = format!("/proc/{task_pid}/ns/{name}");
+        let file = std::fs::File::open(&path)
+            .map_err(|e| SandboxError::Path(format!("the task's namespace {path}: {e}")))?;
+        join.push((std::os::fd::OwnedFd::from(file), kind));
+    }
+    Ok(Plan {
+        cgroup_procs: cgroup_procs
+            .iter()
+            .map(|p| cstr(p))
+            .collect::<Result<_, _>>()?,
+        unshare: 0,
+        join,
+        stage: None,
+        steps: Vec::new(),
+        pivot_root: false,
+        work_dir: cstr(Path::new(if work_dir.is_empty() { "/" } else { work_dir }))?,
+        caps,
+        uid: account.uid,
+        gid: account.gid,
+        groups: account.groups.clone(),
+    })
+}
+
+/// The client's checks of a task's user: `nobody` when none is set, none on `denied`.
+pub fn task_user<'a>(user: &'a str, config: &ExecConfig) -> Result<&'a str, SandboxError> {
+    let user = if user.is_empty() { "nobody" } else { user };
+    if config.user_denylist.iter().any(|d| d == user) {
+        return Err(SandboxError::UserDenied(user.to_string()));
+    }
+    Ok(user)
+}
+
+/// Why the host cannot run sandboxed tasks, if it cannot: this client must be root, and
+/// the kernel must have the namespaces.
+pub fn host_problem() -> Option<String> {
+    // SAFETY: geteuid has no effects.
+    if unsafe { libc::geteuid() } != 0 {
+        return Some("the exec driver must run as root".into());
+    }
+    for ns in ["mnt", "pid", "ipc", "uts"] {
+        if !Path::new("/proc/self/ns").join(ns).exists() {
+            return Some(format!("the kernel has no {ns} namespaces"));
+        }
+    }
+    None
+}
+
+// ---- between fork and exec: system calls only ----
+
+/// Write the step that failed and its errno to the task's standard error, then give the
+/// error back.
+fn failed(step: &[u8]) -> std::io::Error {
+    let err = std::io::Error::last_os_error();
+    let code = err.raw_os_error().unwrap_or(0);
+    let mut digits = [0u8; 12];
+    let mut n = code.unsigned_abs();
+    let mut len = 0;
+    loop {
+        digits[len] = b'0' + (n % 10) as u8;
+        len += 1;
+        n /= 10;
+        if n == 0 || len == digits.len() {
+            break;
+        }
+    }
+    digits[..len].reverse();
+    // SAFETY: write(2) of buffers this function owns.
+    unsafe {
+        let prefix = b"teamster exec: ";
+        libc::write(2, prefix.as_ptr().cast(), prefix.len());
+        libc::write(2, step.as_ptr().cast(), step.len());
+        let errno = b" failed: errno ";
+        libc::write(2, errno.as_ptr().cast(), errno.len());
+        libc::write(2, digits.as_ptr().cast(), len);
+        libc::write(2, b"\n".as_ptr().cast(), 1);
+    }
+    err
+}
+
+/// Write `0` to each file: moves this process into the cgroup. For a `pre_exec` hook: only
+/// `open`, `write` and `close`.
+pub fn join_cgroup(files: &[CString]) -> std::io::Result<()> {
+    for f in files {
+        // SAFETY: open/write/close on a path built before the fork.
+        unsafe {
+            let fd = libc::open(f.as_ptr(), libc::O_WRONLY | libc::O_CLOEXEC);
+            if fd < 0 {
+                return Err(failed(b"joining the task's cgroup"));
+            }
+            let ok = libc::write(fd, b"0".as_ptr().cast(), 1) == 1;
+            libc::close(fd);
+            if !ok {
+                return Err(failed(b"joining the task's cgroup"));
+            }
+        }
+    }
+    Ok(())
+}
+
+impl Plan {
+    /// Enter the sandbox: called in the child the client spawned, between `fork` and
+    /// `exec`. This process stays behind as the supervisor and never returns; the task,
+    /// forked from it, returns `Ok` to `exec` its command.
+    ///
+    /// # Safety
+    /// Only in a child between `fork` and `exec` (a `pre_exec` hook): it forks, and the
+    /// supervisor leaves with `_exit`.
+    pub unsafe fn enter(&self) -> std::io::Result<()> {
+        join_cgroup(&self.cgroup_procs)?;
+        for (fd, kind) in &self.join {
+            use std::os::fd::AsRawFd;
+            if libc::setns(fd.as_raw_fd(), *kind) != 0 {
+                return Err(failed(b"joining the task's namespaces"));
+            }
+        }
+        if self.unshare != 0 && libc::unshare(self.unshare) != 0 {
+            return Err(failed(b"unshare"));
+        }
+        let pid = libc::fork();
+        if pid < 0 {
+            return Err(failed(b"fork"));
+        }
+        if pid > 0 {
+            supervise(pid);
+        }
+        self.build_root()?;
+        if libc::chdir(self.work_dir.as_ptr()) != 0 {
+            return Err(failed(b"changing to work_dir"));
+        }
+        self.become_user()?;
+        // Last: a change of credentials clears it.
+        if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong) != 0 {
+            return Err(failed(b"parent-death signal"));
+        }
+        Ok(())
+    }
+
+    unsafe fn build_root(&self) -> std::io::Result<()> {
+        let Some(stage) = &self.stage else {
+            return Ok(());
+        };
+        // Nothing mounted here reaches the host; the host's unmounts still reach here.
+        if libc::mount(
+            std::ptr::null(),
+            c"/".as_ptr(),
+            std::ptr::null(),
+            libc::MS_REC | libc::MS_SLAVE,
+            std::ptr::null(),
+        ) != 0
+        {
+            return Err(failed(b"making / a slave mount"));
+        }
+        let opt = |c: &Option<CString>| c.as_ref().map_or(std::ptr::null(), |c| c.as_ptr());
+        for step in &self.steps {
+            match step {
+                Step::Mkdir(path, mode) => {
+                    if libc::mkdir(path.as_ptr(), *mode) != 0
+                        && *libc::__errno_location() != libc::EEXIST
+                    {
+                        return Err(failed(path.as_bytes()));
+                    }
+                    // The umask must not narrow /dev/shm's sticky 1777.
+                    libc::chmod(path.as_ptr(), *mode);
+                }
+                Step::Touch(path) => {
+                    let fd = libc::open(
+                        path.as_ptr(),
+                        libc::O_CREAT | libc::O_WRONLY | libc::O_CLOEXEC | libc::O_NOFOLLOW,
+                        0o644,
+                    );
+                    if fd < 0 {
+                        return Err(failed(path.as_bytes()));
+                    }
+                    libc::close(fd);
+                }
+                Step::Symlink { target, link } => {
+                    if libc::symlink(target.as_ptr(), link.as_ptr()) != 0 {
+                        return Err(failed(link.as_bytes()));
+                    }
+                }
+                Step::Mount {
+                    source,
+                    target,
+                    fstype,
+                    flags,
+                    data,
+                    optional,
+                } => {
+                    if libc::mount(
+                        opt(source),
+                        target.as_ptr(),
+                        opt(fstype),
+                        *flags,
+                        opt(data).cast(),
+                    ) != 0
+                        && !(*optional && *libc::__errno_location() == libc::ENOENT)
+                    {
+                        return Err(failed(target.as_bytes()));
+                    }
+                }
+            }
+        }
+        if libc::chdir(stage.as_ptr()) != 0 {
+            return Err(failed(b"entering the root"));
+        }
+        if self.pivot_root {
+            // The old root is stacked under the new one, then detached.
+            if libc::syscall(libc::SYS_pivot_root, c".".as_ptr(), c".".as_ptr()) != 0 {
+                return Err(failed(b"pivot_root"));
+            }
+            if libc::umount2(c".".as_ptr(), libc::MNT_DETACH) != 0 {
+                return Err(failed(b"detaching the old root"));
+            }
+        } else {
+            if libc::mount(
+                c".".as_ptr(),
+                c"/".as_ptr(),
+                std::ptr::null(),
+                libc::MS_MOVE,
+                std::ptr::null(),
+            ) != 0
+            {
+                return Err(failed(b"moving the root"));
+            }
+            if libc::chroot(c".".as_ptr()) != 0 {
+                return Err(failed(b"chroot"));
+            }
+        }
+        if libc::chdir(c"/".as_ptr()) != 0 {
+            return Err(failed(b"chdir /"));
+        }
+        Ok(())
+    }
+
+    /// Bound the capabilities, switch to the account, and hold the task's capabilities
+    /// across the switch and the `exec` (ambient, for an account other than root).
+    unsafe fn become_user(&self) -> std::io::Result<()> {
+        let last = CAPABILITIES.len() as u32;
+        for cap in 0..64u32 {
+            if self.caps & (1 << cap) == 0 {
+                let r = libc::prctl(libc::PR_CAPBSET_DROP, cap as libc::c_ulong, 0, 0, 0);
+                // Numbers past the kernel's last capability are refused: done.
+                if r != 0 && (cap >= last || *libc::__errno_location() == libc::EINVAL) {
+                    break;
+                }
+                if r != 0 {
+                    return Err(failed(b"bounding the capabilities"));
+                }
+            }
+        }
+        if self.uid != 0 && libc::prctl(libc::PR_SET_KEEPCAPS, 1, 0, 0, 0) != 0 {
+            return Err(failed(b"keeping capabilities"));
+        }
+        if libc::setgroups(self.groups.len(), self.groups.as_ptr()) != 0
+            || libc::setgid(self.gid) != 0
+            || libc::setuid(self.uid) != 0
+        {
+            return Err(failed(b"switching to the task's user"));
+        }
+        let header = CapHeader {
+            version: 0x2008_0522,
+            pid: 0,
+        };
+        let low = self.caps as u32;
+        let high = (self.caps >> 32) as u32;
+        let data = [
+            CapData {
+                effective: low,
+                permitted: low,
+                inheritable: low,
+            },
+            CapData {
+                effective: high,
+                permitted: high,
+                inheritable: high,
+            },
+        ];
+        if libc::syscall(libc::SYS_capset, &header, data.as_ptr()) != 0 {
+            return Err(failed(b"setting the capabilities"));
+        }
+        if self.uid != 0 {
+            for cap in 0..last {
+                if self.caps & (1 << cap) != 0
+                    && libc::prctl(
+                        libc::PR_CAP_AMBIENT,
+                        libc::PR_CAP_AMBIENT_RAISE as libc::c_ulong,
+                        cap as libc::c_ulong,
+                        0,
+                        0,
+                    ) != 0
+                {
+                    return Err(failed(b"raising the ambient capabilities"));
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+#[repr(C)]
+struct CapHeader {
+    version: u32,
+    pid: libc::c_int,
+}
+
+#[repr(C)]
+struct CapData {
+    effective: u32,
+    permitted: u32,
+    inheritable: u32,
+}
+
+/// The supervisor: every descriptor but the standard three closed (the spawner's pipe
+/// among them, so the client's `spawn` returns once the task has `exec`ed), signals
+/// blocked (they reach the task through the process group), the task waited for, and its
+/// end repeated: its exit code, or its signal raised on itself.
+///
+/// # Safety
+/// Only in the child between `fork` and `exec`.
+unsafe fn supervise(task: libc::pid_t) -> ! {
+    if libc::syscall(libc::SYS_close_range, 3u32, u32::MAX, 0u32) != 0 {
+        for fd in 3..4096 {
+            libc::close(fd);
+        }
+    }
+    let mut all: libc::sigset_t = std::mem::zeroed();
+    libc::sigfillset(&mut all);
+    libc::sigprocmask(libc::SIG_BLOCK, &all, std::ptr::null_mut());
+    let mut status = 0;
+    loop {
+        let r = libc::waitpid(task, &mut status, 0);
+        if r == task {
+            break;
+        }
+        if r < 0 && *libc::__errno_location() != libc::EINTR {
+            libc::_exit(127);
+        }
+    }
+    if libc::WIFSIGNALED(status) {
+        let sig = libc::WTERMSIG(status);
+        libc::signal(sig, libc::SIG_DFL);
+        let mut one: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut one);
+        libc::sigaddset(&mut one, sig);
+        libc::sigprocmask(libc::SIG_UNBLOCK, &one, std::ptr::null_mut());
+        libc::kill(libc::getpid(), sig);
+        libc::_exit(128 + sig);
+    }
+    libc::_exit(libc::WEXITSTATUS(status))
+}
+
+/// The task of the supervisor `pid`: its child, as `/proc` tells.
+pub fn task_of(supervisor: i32) -> Option<i32> {
+    crate::util::procfs::tree_of(supervisor)
+        .into_iter()
+        .find(|p| crate::util::procfs::parent_of(*p) == Some(supervisor))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn config_keys_are_nomad_s_and_others_are_refused() {
+        let mut c = BTreeMap::new();
+        c.insert("command".to_string(), ConfigValue::from("/bin/sh"));
+        c.insert(
+            "args".to_string(),
+            ConfigValue::List(vec!["-c".into(), "true".into()]),
+        );
+        c.insert("pid_mode".to_string(), "host".into());
+        let parsed = ExecTaskConfig::parse(&c).unwrap();
+        assert_eq!(parsed.args, vec!["-c", "true"]);
+        assert_eq!(
+            NsMode::parse("pid_mode", &parsed.pid_mode, NsMode::Private),
+            Ok(NsMode::Host)
+        );
+        assert!(NsMode::parse("pid_mode", "shared", NsMode::Private).is_err());
+        c.insert("image".to_string(), "x".into());
+        assert_eq!(
+            ExecTaskConfig::parse(&c).unwrap_err(),
+            SandboxError::UnknownKey("image".into())
+        );
+        assert!(ExecTaskConfig::parse(&BTreeMap::new())
+            .unwrap_err()
+            .to_string()
+            .contains("command: is required"));
+    }
+
+    #[test]
+    fn capabilities_follow_nomad_s_rule() {
+        let allow: Vec<String> = DEFAULT_CAPS.iter().map(|c| c.to_string()).collect();
+        let defaults = task_caps(&allow, &[], &[]).unwrap();
+        assert_eq!(cap_names(defaults).len(), DEFAULT_CAPS.len());
+        let no_kill = task_caps(&allow, &[], &["KILL".into()]).unwrap();
+        assert_eq!(no_kill, defaults & !(1 << capability("kill").unwrap()));
+        assert_eq!(
+            task_caps(&allow, &["net_raw".into(), "sys_admin".into()], &[]).unwrap_err(),
+            SandboxError::CapsNotAllowed("net_raw, sys_admin".into())
+        );
+        let with_raw = [allow.clone(), vec!["net_raw".into()]].concat();
+        let raw = task_caps(&with_raw, &["CAP_NET_RAW".into()], &["all".into()]).unwrap();
+        assert_eq!(cap_names(raw), vec!["net_raw"]);
+        assert_eq!(capability("bpf"), Some(39));
+        assert!(task_caps(&allow, &["nope".into()], &[]).is_err());
+    }
+
+    #[test]
+    fn the_user_defaults_to_nobody_and_the_denylist_holds() {
+        let config = ExecConfig::default();
+        assert_eq!(task_user("", &config), Ok("nobody"));
+        assert_eq!(
+            task_user("root", &config).unwrap_err().to_string(),
+            "running as user \"root\" is disallowed"
+        );
+    }
+
+    #[test]
+    fn the_plan_binds_the_chroot_and_the_task_s_directories() {
+        let host = tempfile::tempdir().unwrap();
+        let stage = host.path().join("stage");
+        let alloc = host.path().join("alloc");
+        let task = host.path().join("task");
+        for d in [&stage, &alloc, &alloc.join("logs")] {
+            std::fs::create_dir_all(d).unwrap();
+        }
+        for d in ["local", "secrets", "tmp"] {
+            std::fs::create_dir_all(task.join(d)).unwrap();
+        }
+        let env = BTreeMap::from([
+            ("/bin".to_string(), "/bin".to_string()),
+            ("/no/such/dir".to_string(), "/nope".to_string()),
+        ]);
+        let spec = SandboxSpec {
+            stage: &stage,
+            chroot_env: &env,
+            alloc_dir: &alloc,
+            task_dir: &task,
+            mounts: &[],
+            pid: NsMode::Private,
+            ipc: NsMode::Host,
+            work_dir: "",
+            pivot_root: true,
+            cgroup_procs: Vec::new(),
+            caps: 0,
+            account: Account {
+                name: "nobody".into(),
+                uid: 65534,
+                gid: 65534,
+                groups: vec![65534],
+                home: PathBuf::new(),
+            },
+        };
+        let p = plan(&spec).unwrap();
+        let targets: Vec<String> = p
+            .steps
+            .iter()
+            .filter_map(|s| match s {
+                Step::Mount { target, flags, .. } if flags & libc::MS_REMOUNT == 0 => Some(
+                    target
+                        .to_str()
+                        .unwrap()
+                        .trim_start_matches(stage.to_str().unwrap())
+                        .to_string(),
+                ),
+                _ => None,
+            })
+            .collect();
+        for wanted in [
+            "",
+            "/bin",
+            "/alloc",
+            "/alloc/logs",
+            "/local",
+            "/secrets",
+            "/tmp",
+            "/proc",
+            "/dev",
+            "/sys",
+        ] {
+            assert!(
+                targets.contains(&wanted.to_string()),
+                "{wanted} in {targets:?}"
+            );
+        }
+        assert!(!targets.contains(&"/nope".to_string()));
+        // IPC shared with the host: no mqueue of its own.
+        assert!(!targets.contains(&"/dev/mqueue".to_string()));
+        assert_eq!(p.unshare & libc::CLONE_NEWIPC, 0);
+        assert_ne!(p.unshare & libc::CLONE_NEWPID, 0);
+        assert_eq!(p.work_dir.to_str().unwrap(), "/");
+
+        // A volume mounted inside a host bind must already be there, with no link on the way.
+        std::os::unix::fs::symlink("/etc", task.join("local/evil")).unwrap();
+        let mounts = [HostMount {
+            host_path: host.path().to_str().unwrap().to_string(),
+            destination: "/local/evil/x".into(),
+            read_only: false,
+            propagation_mode: "private".into(),
+            selinux_label: String::new(),
+        }];
+        let spec = SandboxSpec {
+            mounts: &mounts,
+            ..spec
+        };
+        let e = plan(&spec).unwrap_err().to_string();
+        assert!(e.contains("symbolic link"), "{e}");
+    }
+}
