@@ -1815,3 +1815,145 @@ async fn dev_agent_fetches_checks_and_unpacks_artifacts_before_the_task_starts(
     );
     Ok(())
 }
+
+/// The `exec` driver on a dev agent run as root: the task sees only its own processes and
+/// none of the host's files outside its root, runs as `nobody`; `alloc exec` runs inside its
+/// namespaces; `job stop` kills every process it started (one in a session of its own
+/// too); a task over its memory is OOM-killed and reported so. Skipped, loudly, where the
+/// exec driver is not detected (not root, no usable cgroups); under CI that fails.
+#[tokio::test]
+async fn dev_agent_isolates_exec_tasks_kills_them_whole_and_reports_oom_kills() -> anyhow::Result<()>
+{
+    teamster_cluster_tests::init_test_tracing();
+    let test = "dev_agent_isolates_exec_tasks_kills_them_whole_and_reports_oom_kills";
+    let ip = dev_ip_at(43);
+    let log = tempfile::NamedTempFile::new()?;
+    let (_agent, api) = dev_agent(&ip, &log).await?;
+    let addr = format!("http://{ip}:4646");
+    let nodes: Vec<Value> = api.get("/v1/nodes").await?;
+    let node_id = nodes[0]["ID"].as_str().unwrap_or_default().to_string();
+    let node: Value = api.get(&format!("/v1/node/{node_id}")).await?;
+    let exec = &node["Drivers"]["exec"];
+    if exec["Detected"] != true {
+        anyhow::ensure!(
+            std::env::var("CI").is_err(),
+            "{test}: the exec driver must be detected under CI: {exec}"
+        );
+        eprintln!("SKIPPED {test}: {}", exec["HealthDescription"]);
+        return Ok(());
+    }
+    assert_eq!(node["Attributes"]["driver.exec"], "1");
+
+    let host_file = tempfile::NamedTempFile::new()?;
+    let script = format!(
+        "echo pids $(ls /proc | grep -c '^[0-9]'); test -e {} && echo host visible; \
+         echo user $(id -un); (setsid sleep 1000 &); echo started; exec sleep 1000",
+        host_file.path().display()
+    );
+    let mut job = raw_exec_job("isolated", "service", &script, json!({}));
+    job["TaskGroups"][0]["Tasks"][0]["Driver"] = json!("exec");
+    register(&api, job).await?;
+    let alloc = wait_for(Duration::from_secs(60), "the exec task runs", || async {
+        let a = job_allocs(&api, "isolated").await.into_iter().next()?;
+        let id = a["ID"].as_str()?.to_string();
+        (a["ClientStatus"] == "running" && stdout_of(&addr, &id).await.contains("started"))
+            .then_some(a)
+    })
+    .await?;
+    let id = alloc["ID"].as_str().unwrap_or_default().to_string();
+    let out = stdout_of(&addr, &id).await;
+    assert!(out.starts_with("pids "), "{out}");
+    let pids: usize = out
+        .lines()
+        .next()
+        .and_then(|l| l.strip_prefix("pids "))
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(usize::MAX);
+    assert!(pids <= 4, "the task saw other processes: {out}");
+    assert!(!out.contains("host visible"), "{out}");
+    assert!(out.contains("user nobody\n"), "{out}");
+
+    // alloc exec runs inside the task: its pid 1 is the task, its root the task's.
+    let run = |args: &[&str]| teamster_cluster_tests::process::alloc_exec(&addr, args, None);
+    let inside = run(&[
+        &id,
+        "sh",
+        "-c",
+        "head -c 10 /proc/1/cmdline; echo; id -un; ls /local /alloc >/dev/null && echo dirs",
+    ]);
+    assert_eq!(
+        String::from_utf8_lossy(&inside.stdout),
+        "sleep\u{0}1000\nnobody\ndirs\n",
+        "{}",
+        String::from_utf8_lossy(&inside.stderr)
+    );
+
+    // Every process of the task, as its cgroup holds them (the supervisor, the task, the
+    // sleep that left for a session of its own).
+    let procs = format!("/sys/fs/cgroup/pids/teamster/{id}.t/cgroup.procs");
+    let procs = std::fs::read_to_string(&procs)
+        .or_else(|_| {
+            std::fs::read_to_string(format!(
+                "/sys/fs/cgroup/teamster.slice/{id}.t.scope/cgroup.procs"
+            ))
+        })
+        .unwrap_or_default();
+    let held: Vec<i32> = procs.lines().filter_map(|l| l.parse().ok()).collect();
+    assert!(held.len() >= 3, "{held:?}");
+    let stats: Value = api
+        .get(&format!("/v1/client/allocation/{id}/stats"))
+        .await?;
+    let measured = &stats["Tasks"]["t"]["ResourceUsage"]["MemoryStats"]["Measured"];
+    assert!(
+        measured
+            .as_array()
+            .is_some_and(|m| m.contains(&json!("Usage"))),
+        "{stats:#}"
+    );
+    api.request::<(), Value>(reqwest::Method::DELETE, "/v1/job/isolated", None)
+        .await?;
+    wait_for(Duration::from_secs(30), "the exec task stopped", || async {
+        let a: Value = api.get(&format!("/v1/allocation/{id}")).await.ok()?;
+        (a["ClientStatus"] == "complete").then_some(())
+    })
+    .await?;
+    for pid in &held {
+        assert!(
+            !std::path::Path::new(&format!("/proc/{pid}")).exists()
+                || std::fs::read_to_string(format!("/proc/{pid}/stat"))
+                    .is_ok_and(|s| s.contains(") Z ")),
+            "process {pid} of the stopped task is still running"
+        );
+    }
+
+    // Over its memory: OOM-killed, reported as Nomad reports it.
+    let mut job = raw_exec_job(
+        "hungry",
+        "batch",
+        "head -c 300000000 /dev/zero | tail",
+        json!({"RestartPolicy": {"Attempts": 0, "Mode": "fail"},
+               "ReschedulePolicy": {"Attempts": 0, "Unlimited": false}}),
+    );
+    job["TaskGroups"][0]["Tasks"][0]["Driver"] = json!("exec");
+    job["TaskGroups"][0]["Tasks"][0]["Resources"] = json!({"CPU": 100, "MemoryMB": 32});
+    register(&api, job).await?;
+    let alloc = wait_for(Duration::from_secs(60), "the hungry task ended", || async {
+        let a = job_allocs(&api, "hungry").await.into_iter().next()?;
+        matches!(a["ClientStatus"].as_str(), Some("failed" | "complete")).then_some(a)
+    })
+    .await?;
+    let id = alloc["ID"].as_str().unwrap_or_default().to_string();
+    let full: Value = api.get(&format!("/v1/allocation/{id}")).await?;
+    let terminated = full["TaskStates"]["t"]["Events"]
+        .as_array()
+        .and_then(|e| e.iter().find(|e| e["Type"] == "Terminated"))
+        .cloned()
+        .unwrap_or_default();
+    assert_eq!(terminated["Details"]["oom_killed"], "true", "{full:#}");
+    let shown = Command::new(teamster_bin())
+        .args(["alloc", "status", "-address", &addr, &id])
+        .output()?;
+    let shown = String::from_utf8_lossy(&shown.stdout);
+    assert!(shown.contains("Exit Message: \"OOM Killed\""), "{shown}");
+    Ok(())
+}
