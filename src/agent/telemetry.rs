@@ -196,6 +196,11 @@ pub const HELP: &[(Kind, &str, &str)] = &[
     ),
     (
         Kind::Counter,
+        "teamster_client_allocs_oom_killed_total",
+        "Tasks this client saw the kernel's OOM killer end (Nomad's client.allocs.oom_killed).",
+    ),
+    (
+        Kind::Counter,
         "teamster_client_check_transitions_total",
         "Health check status changes on this client.",
     ),

@@ -318,6 +318,14 @@ impl TaskCgroup {
         if self.dirs.iter().any(|d| d.exists()) {
             self.destroy()?;
         }
+        let made = self.make(limits);
+        if made.is_err() {
+            let _ = self.destroy();
+        }
+        made
+    }
+
+    fn make(&self, limits: &Limits) -> Result<(), CgroupError> {
         for dir in &self.dirs {
             std::fs::create_dir_all(dir).map_err(io_at(dir))?;
         }
@@ -398,39 +406,44 @@ impl TaskCgroup {
             return Ok(());
         }
         let kill_file = self.dirs[0].join("cgroup.kill");
-        if self.v2 && kill_file.exists() {
-            write(&kill_file, "1")?;
-        } else {
-            self.freeze(true)?;
-            for pid in self.pids() {
-                // SAFETY: kill(2) has no memory effects.
-                unsafe { libc::kill(pid, libc::SIGKILL) };
-            }
-            self.freeze(false)?;
-        }
+        let kernel_kills = self.v2 && kill_file.exists();
         for _ in 0..200 {
+            if kernel_kills {
+                write(&kill_file, "1")?;
+            } else {
+                // Frozen, none can fork while the others are killed; killed again on each
+                // round, in case one was forking as the group froze.
+                self.freeze(true)?;
+                for pid in self.pids() {
+                    // SAFETY: kill(2) has no memory effects.
+                    unsafe { libc::kill(pid, libc::SIGKILL) };
+                }
+                self.freeze(false)?;
+            }
+            std::thread::sleep(Duration::from_millis(10));
             if self.pids().is_empty() {
                 return Ok(());
             }
-            std::thread::sleep(Duration::from_millis(10));
         }
         Err(CgroupError::Survivors(self.dirs[0].clone()))
     }
 
     fn freeze(&self, frozen: bool) -> Result<(), CgroupError> {
-        let (file, value, done) = if self.v2 {
+        // The file to write, and the file and line that say the group is frozen.
+        let (file, value, state_file, done) = if self.v2 {
             let f = self.dirs[0].join("cgroup.freeze");
-            (f, if frozen { "1" } else { "0" }, None)
+            let events = self.dirs[0].join("cgroup.events");
+            (f, if frozen { "1" } else { "0" }, events, "frozen 1")
         } else {
             let f = self.dir_of("freezer").join("freezer.state");
             let v = if frozen { "FROZEN" } else { "THAWED" };
-            (f, v, Some(v))
+            (f.clone(), v, f, "FROZEN")
         };
         write(&file, value)?;
-        if let (true, Some(done)) = (frozen, done) {
-            for _ in 0..100 {
-                let state = std::fs::read_to_string(&file).unwrap_or_default();
-                if state.trim() == done {
+        if frozen {
+            for _ in 0..200 {
+                let state = std::fs::read_to_string(&state_file).unwrap_or_default();
+                if state.lines().any(|l| l.trim() == done) {
                     break;
                 }
                 std::thread::sleep(Duration::from_millis(5));
@@ -516,15 +529,23 @@ impl TaskCgroup {
     pub fn destroy(&self) -> Result<(), CgroupError> {
         let killed = self.kill_all();
         for dir in &self.dirs {
-            match std::fs::remove_dir(dir) {
-                Ok(()) => {}
-                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-                Err(source) => {
-                    killed?;
-                    return Err(CgroupError::Io {
-                        path: dir.clone(),
-                        source,
-                    });
+            // A killed process may take a moment to leave the group: busy until it has.
+            let mut tries = 0;
+            loop {
+                match std::fs::remove_dir(dir) {
+                    Ok(()) => break,
+                    Err(e) if e.kind() == std::io::ErrorKind::NotFound => break,
+                    Err(e) if e.raw_os_error() == Some(libc::EBUSY) && tries < 50 => {
+                        tries += 1;
+                        std::thread::sleep(Duration::from_millis(10));
+                    }
+                    Err(source) => {
+                        killed?;
+                        return Err(CgroupError::Io {
+                            path: dir.clone(),
+                            source,
+                        });
+                    }
                 }
             }
         }

@@ -307,7 +307,11 @@ pub async fn launch(
                         }
                     }
                 });
-            return start_process(task, dir, ctx.logs, Some(ctx.launch_id), cgroup);
+            let started = start_process(task, dir, ctx.logs, Some(ctx.launch_id), cgroup.clone());
+            if let (Err(_), Some(group)) = (&started, &cgroup) {
+                let _ = group.destroy();
+            }
+            return started;
         }
         "docker" => {}
         _ => {
@@ -435,8 +439,19 @@ fn find_process_launch(launch_id: &str, dir: &Path, alloc_id: &str, task: &Task)
         // The marker of an earlier launch: this one never reached its process.
         return Launched::NotStarted;
     }
+    // Its group, if the client made one (named after the allocation and the task).
+    let group = Hierarchy::detect()
+        .ok()
+        .map(|h| h.task_group(alloc_id, &task.name))
+        .filter(|g| g.dirs.iter().all(|d| d.exists()));
+    let ended = || {
+        if let Some(group) = &group {
+            let _ = group.destroy();
+        }
+        Launched::Ended
+    };
     let Some(start_ticks) = crate::util::procfs::start_ticks(pid) else {
-        return Launched::Ended;
+        return ended();
     };
     // The process at that pid is the task if it carries the launch id (a task that rewrites
     // its environment area, as `setproctitle` does, or runs under `env -i`, may not), or
@@ -451,18 +466,13 @@ fn find_process_launch(launch_id: &str, dir: &Path, alloc_id: &str, task: &Task)
         Some(started <= marker_written + Duration::from_secs(1))
     };
     if carries_launch(pid, launch_id) || started_before_marker().unwrap_or(true) {
-        // Its group, if the client made one (named after the allocation and the task).
-        let cgroup = Hierarchy::detect()
-            .ok()
-            .map(|h| h.task_group(alloc_id, &task.name))
-            .filter(|g| g.dirs.iter().all(|d| d.exists()));
         Launched::Found(Box::new(RunningTask::Reattached {
             pid,
             start_ticks,
-            cgroup,
+            cgroup: group,
         }))
     } else {
-        Launched::Ended
+        ended()
     }
 }
 
@@ -492,7 +502,8 @@ fn write_marker(path: &std::ffi::CStr, launch_id: &[u8]) -> std::io::Result<()> 
     unsafe {
         let fd = libc::open(
             path.as_ptr(),
-            libc::O_WRONLY | libc::O_CREAT | libc::O_TRUNC | libc::O_CLOEXEC,
+            // Never through a link a task planted in its directory.
+            libc::O_WRONLY | libc::O_CREAT | libc::O_TRUNC | libc::O_CLOEXEC | libc::O_NOFOLLOW,
             0o600,
         );
         if fd < 0 {
@@ -701,8 +712,7 @@ fn start_exec(
         ));
     };
     let cfg = ExecTaskConfig::parse(&task.config)?;
-    let user = crate::client::sandbox::task_user(&task.user, &iso.exec)?;
-    let account = crate::client::users::lookup(user)?;
+    let account = crate::client::sandbox::task_account(&task.user, &iso.exec)?;
     let caps =
         crate::client::sandbox::task_caps(&iso.exec.allow_caps, &cfg.cap_add, &cfg.cap_drop)?;
     let default_mode = |m: &str| {
@@ -879,8 +889,7 @@ pub fn exec_command(
         .and_then(crate::client::sandbox::task_of)
         .ok_or_else(|| DriverError::BadConfig("the task has no running process".into()))?;
     let cfg = ExecTaskConfig::parse(&task.config)?;
-    let user = crate::client::sandbox::task_user(&task.user, &isolation.exec)?;
-    let account = crate::client::users::lookup(user)?;
+    let account = crate::client::sandbox::task_account(&task.user, &isolation.exec)?;
     let caps =
         crate::client::sandbox::task_caps(&isolation.exec.allow_caps, &cfg.cap_add, &cfg.cap_drop)?;
     let procs = cgroup.map(|g| g.procs_files()).unwrap_or_default();
@@ -924,10 +933,18 @@ pub fn reattach(handle: &TaskHandle, now_unix_nanos: i64) -> Option<RunningTask>
             cgroup,
         } => {
             let alive = *pid > 0 && crate::util::procfs::start_ticks(*pid) == Some(*start_ticks);
-            alive.then(|| RunningTask::Reattached {
+            let group = TaskCgroup::from_dirs(cgroup.clone());
+            if !alive {
+                // Ended while the client was away: what it left running goes with it.
+                if let Some(group) = &group {
+                    let _ = group.destroy();
+                }
+                return None;
+            }
+            Some(RunningTask::Reattached {
                 pid: *pid,
                 start_ticks: *start_ticks,
-                cgroup: TaskCgroup::from_dirs(cgroup.clone()),
+                cgroup: group,
             })
         }
         TaskHandle::Mock {
@@ -1592,7 +1609,7 @@ mod tests {
              test -e {} && echo host visible; echo uid $(id -u); cat /local/mine; echo; \
              ls -d /alloc /secrets /tmp /dev/null /usr/bin; echo pwd $(pwd); \
              touch /usr/bin/x 2>/dev/null && echo usr writable; \
-             grep CapEff /proc/self/status",
+             grep CapEff /proc/self/status; grep -E ' /(local|usr) ' /proc/self/mounts",
             secret.display()
         );
         let id = format!("unit-exec-{}", std::process::id());
@@ -1623,6 +1640,18 @@ mod tests {
         // nobody holds Nomad's default capabilities (ambient).
         let caps = crate::client::sandbox::task_caps(&iso.exec.allow_caps, &[], &[]).unwrap();
         assert!(out.contains(&format!("CapEff:\t{caps:016x}")), "{out}");
+        // Its own directories take no device and no set-id program; the host's are read-only.
+        let mounts: Vec<&str> = out
+            .lines()
+            .filter(|l| l.contains(" /local ") || l.contains(" /usr "))
+            .collect();
+        let local = mounts.iter().find(|l| l.contains(" /local ")).unwrap();
+        assert!(
+            local.contains("nosuid") && local.contains("nodev") && local.contains(" rw"),
+            "{local}"
+        );
+        let usr = mounts.iter().find(|l| l.contains(" /usr ")).unwrap();
+        assert!(usr.contains(" ro,") && usr.contains("nodev"), "{usr}");
         // Its group is gone with it.
         assert!(group.dirs.iter().all(|d| !d.exists()));
     }

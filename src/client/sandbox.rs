@@ -59,12 +59,15 @@ pub enum SandboxError {
         /// What is wrong.
         reason: String,
     },
-    /// `cap_add` names capabilities outside the client's `allow_caps`.
-    #[error("driver does not allow the following capabilities: {0}")]
-    CapsNotAllowed(String),
     /// The task's user is on the client's deny list.
     #[error("running as user {0:?} is disallowed")]
     UserDenied(String),
+    /// The task's user is not an account of this host (Nomad's words).
+    #[error("{0}")]
+    UnknownUser(String),
+    /// `cap_add` names capabilities outside the client's `allow_caps`.
+    #[error("driver does not allow the following capabilities: {0}")]
+    CapsNotAllowed(String),
     /// A path the sandbox needs is unusable.
     #[error("{0}")]
     Path(String),
@@ -275,6 +278,35 @@ enum Step {
         /// A target the kernel may not have (`/proc/sysrq-trigger`): skipped if missing.
         optional: bool,
     },
+    /// Bind the directory `name` of `parent` at `target`, opened in the child without
+    /// following a link at `name` and mounted through its descriptor (`/proc/self/fd/N`).
+    BindChild {
+        parent: CString,
+        name: CString,
+        target: CString,
+    },
+    /// Set mount attributes (`MOUNT_ATTR_*`) on a mount and every mount under it; where
+    /// the kernel lacks `mount_setattr`, a remount of the top one with `fallback` flags.
+    Setattr {
+        target: CString,
+        attrs: u64,
+        fallback: libc::c_ulong,
+        optional: bool,
+    },
+}
+
+const MOUNT_ATTR_RDONLY: u64 = 0x1;
+const MOUNT_ATTR_NOSUID: u64 = 0x2;
+const MOUNT_ATTR_NODEV: u64 = 0x4;
+const AT_RECURSIVE: libc::c_int = 0x8000;
+
+/// `struct mount_attr` of `mount_setattr(2)`.
+#[repr(C)]
+struct MountAttr {
+    attr_set: u64,
+    attr_clr: u64,
+    propagation: u64,
+    userns_fd: u64,
 }
 
 /// A sandbox ready to be entered between `fork` and `exec`.
@@ -323,7 +355,9 @@ struct RootBuilder {
     made: Vec<PathBuf>,
     binds: Vec<(PathBuf, PathBuf)>,
     steps: Vec<Step>,
-    read_only: Vec<(CString, bool)>,
+    /// Attributes set once every mount is made, children first: (target, attributes,
+    /// optional).
+    finish: Vec<(CString, u64, bool)>,
 }
 
 impl RootBuilder {
@@ -409,22 +443,77 @@ impl RootBuilder {
         });
     }
 
-    /// Bind `host` at `rel`; `read_only` remounts it so once every bind is made.
+    /// Bind `host` at `rel`: read-only (and without devices) when `read_only`; else
+    /// without set-id programs and devices, so a node a task makes with `CAP_MKNOD` opens
+    /// nothing.
     fn bind(&mut self, host: &Path, rel: &str, read_only: bool) -> Result<(), SandboxError> {
         let meta = std::fs::metadata(host)
             .map_err(|e| SandboxError::Path(format!("{}: {e}", host.display())))?;
-        let target = self.point(rel, meta.is_dir())?;
+        self.bind_source(cstr(host)?, host, meta.is_dir(), rel, read_only)
+    }
+
+    /// Bind the directory `name` of `parent` (a directory the task can write in, so its
+    /// entries may be swapped for symbolic links): checked now, and opened again in the
+    /// child (a descriptor of the client's mount namespace cannot be bound in the task's)
+    /// without following a link, then mounted through its descriptor.
+    fn bind_child(
+        &mut self,
+        parent: &Path,
+        name: &str,
+        rel: &str,
+        read_only: bool,
+    ) -> Result<(), SandboxError> {
+        let path = parent.join(name);
+        let meta = std::fs::symlink_metadata(&path)
+            .map_err(|e| SandboxError::Path(format!("{}: {e}", path.display())))?;
+        if !meta.is_dir() {
+            return Err(SandboxError::Path(format!(
+                "{} is not a directory (a symbolic link?)",
+                path.display()
+            )));
+        }
+        let target = self.point(rel, true)?;
+        self.steps.push(Step::BindChild {
+            parent: cstr(parent)?,
+            name: CString::new(name).expect("a constant name"),
+            target: target.clone(),
+        });
+        self.finish_bind(target, &path, rel, read_only)
+    }
+
+    fn bind_source(
+        &mut self,
+        source: CString,
+        host: &Path,
+        is_dir: bool,
+        rel: &str,
+        read_only: bool,
+    ) -> Result<(), SandboxError> {
+        let target = self.point(rel, is_dir)?;
         self.steps.push(Step::Mount {
-            source: Some(cstr(host)?),
+            source: Some(source),
             target: target.clone(),
             fstype: None,
             flags: libc::MS_BIND | libc::MS_REC,
             data: None,
             optional: false,
         });
-        if read_only {
-            self.read_only.push((target, false));
-        }
+        self.finish_bind(target, host, rel, read_only)
+    }
+
+    fn finish_bind(
+        &mut self,
+        target: CString,
+        host: &Path,
+        rel: &str,
+        read_only: bool,
+    ) -> Result<(), SandboxError> {
+        let attrs = if read_only {
+            MOUNT_ATTR_RDONLY | MOUNT_ATTR_NODEV
+        } else {
+            MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV
+        };
+        self.finish.push((target, attrs, false));
         self.binds
             .push((under(&self.stage, rel)?, host.to_path_buf()));
         Ok(())
@@ -439,7 +528,7 @@ pub fn plan(spec: &SandboxSpec<'_>) -> Result<Plan, SandboxError> {
         made: vec![spec.stage.to_path_buf()],
         binds: Vec::new(),
         steps: Vec::new(),
-        read_only: Vec::new(),
+        finish: Vec::new(),
     };
     let nosuid_nodev = libc::MS_NOSUID | libc::MS_NODEV;
     // The root itself: a small tmpfs holding the mount points.
@@ -460,17 +549,14 @@ pub fn plan(spec: &SandboxSpec<'_>) -> Result<Plan, SandboxError> {
         }
         b.bind(Path::new(host), inside, true)?;
     }
-    let local = spec.task_dir.join(crate::client::allocdir::LOCAL_DIR);
-    let secrets = spec.task_dir.join(crate::client::allocdir::SECRETS_DIR);
-    let tmp = spec.task_dir.join(crate::client::allocdir::TMP_DIR);
+    // The allocation's and the task's directories are the client's (in a 0755 directory);
+    // what is in them, the task may have replaced.
+    use crate::client::allocdir::{LOCAL_DIR, LOGS_DIR, SECRETS_DIR, TMP_DIR};
     b.bind(spec.alloc_dir, "/alloc", false)?;
-    let logs = spec.alloc_dir.join(crate::client::allocdir::LOGS_DIR);
-    if logs.is_dir() {
-        b.bind(&logs, "/alloc/logs", true)?;
-    }
-    b.bind(&local, "/local", false)?;
-    b.bind(&secrets, "/secrets", false)?;
-    b.bind(&tmp, "/tmp", false)?;
+    b.bind_child(spec.alloc_dir, LOGS_DIR, "/alloc/logs", true)?;
+    b.bind_child(spec.task_dir, LOCAL_DIR, "/local", false)?;
+    b.bind_child(spec.task_dir, SECRETS_DIR, "/secrets", false)?;
+    b.bind_child(spec.task_dir, TMP_DIR, "/tmp", false)?;
     for m in spec.mounts {
         b.bind(Path::new(&m.host_path), &m.destination, m.read_only)?;
     }
@@ -493,7 +579,7 @@ pub fn plan(spec: &SandboxSpec<'_>) -> Result<Plan, SandboxError> {
             data: None,
             optional: true,
         });
-        b.read_only.push((t, true));
+        b.finish.push((t, MOUNT_ATTR_RDONLY, true));
     }
     // /dev: a tmpfs with the harmless devices bound from the host, a private devpts,
     // shared memory.
@@ -502,7 +588,8 @@ pub fn plan(spec: &SandboxSpec<'_>) -> Result<Plan, SandboxError> {
         Some("tmpfs"),
         dev,
         Some("tmpfs"),
-        libc::MS_NOSUID | libc::MS_STRICTATIME,
+        // No device works from the tmpfs itself: the harmless ones are binds of their own.
+        libc::MS_NOSUID | libc::MS_NODEV | libc::MS_STRICTATIME,
         Some("mode=755,size=65536k"),
     );
     // The devices are made in the new tmpfs, so the builder's record of what it made must
@@ -572,16 +659,24 @@ pub fn plan(spec: &SandboxSpec<'_>) -> Result<Plan, SandboxError> {
         libc::MS_RDONLY | nosuid_nodev | libc::MS_NOEXEC,
         None,
     );
-    // Read-only remounts last, children first, so no later step writes under one.
-    let mut read_only = std::mem::take(&mut b.read_only);
-    read_only.reverse();
-    for (t, optional) in read_only {
-        b.steps.push(Step::Mount {
-            source: None,
-            target: t,
-            fstype: None,
-            flags: libc::MS_BIND | libc::MS_REMOUNT | libc::MS_RDONLY | libc::MS_REC,
-            data: None,
+    // Attributes last, children first, so no later step writes under a read-only mount.
+    let mut finish = std::mem::take(&mut b.finish);
+    finish.reverse();
+    for (target, attrs, optional) in finish {
+        let mut fallback = libc::MS_BIND | libc::MS_REMOUNT;
+        for (attr, flag) in [
+            (MOUNT_ATTR_RDONLY, libc::MS_RDONLY),
+            (MOUNT_ATTR_NOSUID, libc::MS_NOSUID),
+            (MOUNT_ATTR_NODEV, libc::MS_NODEV),
+        ] {
+            if attrs & attr != 0 {
+                fallback |= flag;
+            }
+        }
+        b.steps.push(Step::Setattr {
+            target,
+            attrs,
+            fallback,
             optional,
         });
     }
@@ -608,7 +703,7 @@ pub fn plan(spec: &SandboxSpec<'_>) -> Result<Plan, SandboxError> {
         } else {
             spec.work_dir
         }))?,
-        caps: spec.caps,
+        caps: spec.caps & kernel_caps(),
         uid: spec.account.uid,
         gid: spec.account.gid,
         groups: spec.account.groups.clone(),
@@ -649,20 +744,44 @@ pub fn enter_plan(
         steps: Vec::new(),
         pivot_root: false,
         work_dir: cstr(Path::new(if work_dir.is_empty() { "/" } else { work_dir }))?,
-        caps,
+        caps: caps & kernel_caps(),
         uid: account.uid,
         gid: account.gid,
         groups: account.groups.clone(),
     })
 }
 
-/// The client's checks of a task's user: `nobody` when none is set, none on `denied`.
-pub fn task_user<'a>(user: &'a str, config: &ExecConfig) -> Result<&'a str, SandboxError> {
+/// The account a task runs as: its `user`, `nobody` when none is set; refused when it is
+/// on the client's deny list by name, or is the same uid as an account there (`"0"` is
+/// `root`).
+pub fn task_account(user: &str, config: &ExecConfig) -> Result<Account, SandboxError> {
     let user = if user.is_empty() { "nobody" } else { user };
-    if config.user_denylist.iter().any(|d| d == user) {
+    let account =
+        crate::client::users::lookup(user).map_err(|e| SandboxError::UnknownUser(e.to_string()))?;
+    let denied = config.user_denylist.iter().any(|d| {
+        d == user
+            || *d == account.name
+            || crate::client::users::lookup(d).is_ok_and(|a| a.uid == account.uid)
+    });
+    if denied {
         return Err(SandboxError::UserDenied(user.to_string()));
     }
-    Ok(user)
+    Ok(account)
+}
+
+/// The capabilities this kernel has, as a bit set (`/proc/sys/kernel/cap_last_cap`): a
+/// newer one (`bpf`, `perfmon`) asked of an older kernel is left out, as Nomad leaves it.
+pub fn kernel_caps() -> u64 {
+    let last: u32 = std::fs::read_to_string("/proc/sys/kernel/cap_last_cap")
+        .ok()
+        .and_then(|t| t.trim().parse().ok())
+        .unwrap_or(CAPABILITIES.len() as u32 - 1)
+        .min(63);
+    if last == 63 {
+        u64::MAX
+    } else {
+        (1u64 << (last + 1)) - 1
+    }
 }
 
 /// Why the host cannot run sandboxed tasks, if it cannot: this client must be root, and
@@ -712,6 +831,28 @@ fn failed(step: &[u8]) -> std::io::Error {
     err
 }
 
+/// `/proc/self/fd/<fd>` with its NUL, in a buffer on the stack.
+fn fd_path(fd: libc::c_int) -> [u8; 32] {
+    let mut buf = [0u8; 32];
+    let prefix = b"/proc/self/fd/";
+    buf[..prefix.len()].copy_from_slice(prefix);
+    let mut digits = [0u8; 12];
+    let mut n = fd.unsigned_abs();
+    let mut len = 0;
+    loop {
+        digits[len] = b'0' + (n % 10) as u8;
+        len += 1;
+        n /= 10;
+        if n == 0 {
+            break;
+        }
+    }
+    for i in 0..len {
+        buf[prefix.len() + i] = digits[len - 1 - i];
+    }
+    buf
+}
+
 /// Write `0` to each file: moves this process into the cgroup. For a `pre_exec` hook: only
 /// `open`, `write` and `close`.
 pub fn join_cgroup(files: &[CString]) -> std::io::Result<()> {
@@ -751,13 +892,28 @@ impl Plan {
         if self.unshare != 0 && libc::unshare(self.unshare) != 0 {
             return Err(failed(b"unshare"));
         }
-        let pid = libc::fork();
+        // Signals blocked across the fork: the supervisor keeps them blocked (the client's
+        // handlers, inherited, must never run in it), the task unblocks them.
+        let mut all: libc::sigset_t = std::mem::zeroed();
+        let mut before: libc::sigset_t = std::mem::zeroed();
+        libc::sigfillset(&mut all);
+        libc::sigprocmask(libc::SIG_BLOCK, &all, &mut before);
+        // A raw clone: glibc's fork handlers take locks a forked child may not hold.
+        let pid = libc::syscall(
+            libc::SYS_clone,
+            libc::SIGCHLD as libc::c_ulong,
+            0usize,
+            0usize,
+            0usize,
+            0usize,
+        ) as libc::pid_t;
         if pid < 0 {
             return Err(failed(b"fork"));
         }
         if pid > 0 {
             supervise(pid);
         }
+        libc::sigprocmask(libc::SIG_SETMASK, &before, std::ptr::null_mut());
         self.build_root()?;
         if libc::chdir(self.work_dir.as_ptr()) != 0 {
             return Err(failed(b"changing to work_dir"));
@@ -830,6 +986,73 @@ impl Plan {
                     ) != 0
                         && !(*optional && *libc::__errno_location() == libc::ENOENT)
                     {
+                        return Err(failed(target.as_bytes()));
+                    }
+                }
+                Step::BindChild {
+                    parent,
+                    name,
+                    target,
+                } => {
+                    let dir = libc::open(
+                        parent.as_ptr(),
+                        libc::O_PATH | libc::O_DIRECTORY | libc::O_CLOEXEC,
+                    );
+                    if dir < 0 {
+                        return Err(failed(parent.as_bytes()));
+                    }
+                    let fd = libc::openat(
+                        dir,
+                        name.as_ptr(),
+                        libc::O_PATH | libc::O_NOFOLLOW | libc::O_DIRECTORY | libc::O_CLOEXEC,
+                    );
+                    libc::close(dir);
+                    if fd < 0 {
+                        return Err(failed(name.as_bytes()));
+                    }
+                    let source = fd_path(fd);
+                    let r = libc::mount(
+                        source.as_ptr().cast(),
+                        target.as_ptr(),
+                        std::ptr::null(),
+                        libc::MS_BIND | libc::MS_REC,
+                        std::ptr::null(),
+                    );
+                    libc::close(fd);
+                    if r != 0 {
+                        return Err(failed(target.as_bytes()));
+                    }
+                }
+                Step::Setattr {
+                    target,
+                    attrs,
+                    fallback,
+                    optional,
+                } => {
+                    let attr = MountAttr {
+                        attr_set: *attrs,
+                        attr_clr: 0,
+                        propagation: 0,
+                        userns_fd: 0,
+                    };
+                    let mut r = libc::syscall(
+                        libc::SYS_mount_setattr,
+                        libc::AT_FDCWD,
+                        target.as_ptr(),
+                        AT_RECURSIVE,
+                        &attr as *const MountAttr,
+                        std::mem::size_of::<MountAttr>(),
+                    );
+                    if r != 0 && *libc::__errno_location() == libc::ENOSYS {
+                        r = libc::mount(
+                            std::ptr::null(),
+                            target.as_ptr(),
+                            std::ptr::null(),
+                            *fallback,
+                            std::ptr::null(),
+                        ) as libc::c_long;
+                    }
+                    if r != 0 && !(*optional && *libc::__errno_location() == libc::ENOENT) {
                         return Err(failed(target.as_bytes()));
                     }
                 }
@@ -947,8 +1170,9 @@ struct CapData {
 
 /// The supervisor: every descriptor but the standard three closed (the spawner's pipe
 /// among them, so the client's `spawn` returns once the task has `exec`ed), signals
-/// blocked (they reach the task through the process group), the task waited for, and its
-/// end repeated: its exit code, or its signal raised on itself.
+/// blocked (they reach the task through the process group), out of the OOM killer's reach
+/// and never dumped, the task waited for, and its end repeated: its exit code, or its
+/// signal raised on itself.
 ///
 /// # Safety
 /// Only in the child between `fork` and `exec`.
@@ -958,9 +1182,19 @@ unsafe fn supervise(task: libc::pid_t) -> ! {
             libc::close(fd);
         }
     }
-    let mut all: libc::sigset_t = std::mem::zeroed();
-    libc::sigfillset(&mut all);
-    libc::sigprocmask(libc::SIG_BLOCK, &all, std::ptr::null_mut());
+    // A fork of the client, holding its memory: never the OOM killer's pick in the task's
+    // group (its copy-on-write pages count as its size), never dumped to a core file.
+    let fd = libc::open(c"/proc/self/oom_score_adj".as_ptr(), libc::O_WRONLY);
+    if fd >= 0 {
+        libc::write(fd, b"-1000".as_ptr().cast(), 5);
+        libc::close(fd);
+    }
+    libc::prctl(libc::PR_SET_DUMPABLE, 0, 0, 0, 0);
+    let no_core = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    libc::setrlimit(libc::RLIMIT_CORE, &no_core);
     let mut status = 0;
     loop {
         let r = libc::waitpid(task, &mut status, 0);
@@ -1041,13 +1275,16 @@ mod tests {
     }
 
     #[test]
-    fn the_user_defaults_to_nobody_and_the_denylist_holds() {
+    fn the_user_defaults_to_nobody_and_the_denylist_holds_by_uid_too() {
         let config = ExecConfig::default();
-        assert_eq!(task_user("", &config), Ok("nobody"));
-        assert_eq!(
-            task_user("root", &config).unwrap_err().to_string(),
-            "running as user \"root\" is disallowed"
-        );
+        assert_eq!(task_account("", &config).unwrap().name, "nobody");
+        for root in ["root", "0"] {
+            assert_eq!(
+                task_account(root, &config).unwrap_err().to_string(),
+                format!("running as user {root:?} is disallowed")
+            );
+        }
+        assert!(kernel_caps() & 1 != 0);
     }
 
     #[test]
@@ -1091,7 +1328,7 @@ mod tests {
             .steps
             .iter()
             .filter_map(|s| match s {
-                Step::Mount { target, flags, .. } if flags & libc::MS_REMOUNT == 0 => Some(
+                Step::Mount { target, .. } | Step::BindChild { target, .. } => Some(
                     target
                         .to_str()
                         .unwrap()
@@ -1124,6 +1361,18 @@ mod tests {
         assert_eq!(p.unshare & libc::CLONE_NEWIPC, 0);
         assert_ne!(p.unshare & libc::CLONE_NEWPID, 0);
         assert_eq!(p.work_dir.to_str().unwrap(), "/");
+
+        // What the task may have swapped for a link is opened again in the child without
+        // following one; a link there now is refused before the fork.
+        assert!(p.steps.iter().any(|s| matches!(s,
+            Step::BindChild { name, .. } if name.to_str() == Ok("secrets"))));
+        assert_eq!(&fd_path(123)[..18], b"/proc/self/fd/123\0");
+        std::fs::remove_dir(task.join("tmp")).unwrap();
+        std::os::unix::fs::symlink("/", task.join("tmp")).unwrap();
+        let e = plan(&spec).unwrap_err().to_string();
+        assert!(e.contains("not a directory"), "{e}");
+        std::fs::remove_file(task.join("tmp")).unwrap();
+        std::fs::create_dir(task.join("tmp")).unwrap();
 
         // A volume mounted inside a host bind must already be there, with no link on the way.
         std::os::unix::fs::symlink("/etc", task.join("local/evil")).unwrap();

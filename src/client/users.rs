@@ -112,9 +112,14 @@ pub fn parse(user: &str, passwd: &str, group: &str) -> Result<Account, UserError
 }
 
 /// Who owns a task's directories when it runs as `user` under `driver`: the host account
-/// for `raw_exec`, a numeric `uid[:gid]` for `docker`, nobody else (`None` keeps the
+/// for `raw_exec` and `exec` (whose default is `nobody`), a numeric `uid[:gid]` for `docker`, nobody else (`None` keeps the
 /// agent's). A name the host lacks is `None` here; starting the task reports it.
 pub fn dir_owner(driver: &str, user: &str) -> Option<(u32, u32)> {
+    // An exec task runs as nobody when it names no one: its directories are nobody's.
+    if driver == "exec" {
+        let user = if user.is_empty() { "nobody" } else { user };
+        return lookup(user).ok().map(|a| (a.uid, a.gid));
+    }
     if user.is_empty() {
         return None;
     }

@@ -177,6 +177,7 @@ impl TaskCore {
         }
         if exit.oom_killed {
             ev.details.insert("oom_killed".into(), "true".into());
+            metrics::counter!("teamster_client_allocs_oom_killed_total").increment(1);
         }
         ev
     }
