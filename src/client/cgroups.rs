@@ -628,6 +628,68 @@ mod tests {
         );
     }
 
+    /// The v2 layout on a stand-in hierarchy (this project's hosts run v1, whose kernel
+    /// files the next test uses): the parent delegates the controllers, a task group gets
+    /// its weight, limits and cpuset, and its figures are read from v2's files.
+    #[test]
+    fn v2_groups_get_their_limits_and_are_read_from_v2_files() {
+        let root = tempfile::tempdir().unwrap();
+        let r = root.path();
+        std::fs::write(r.join("cgroup.controllers"), "cpuset cpu io memory pids\n").unwrap();
+        let h = Hierarchy::detect_at(r).unwrap();
+        assert_eq!(h.version(), 2);
+        for dir in [r.to_path_buf(), r.join(PARENT_V2)] {
+            let delegated = std::fs::read_to_string(dir.join("cgroup.subtree_control")).unwrap();
+            assert_eq!(delegated, "+cpu +memory +pids +cpuset");
+        }
+        let g = h.task_group("a1", "web");
+        g.create(&Limits::of(1024, 256, 512, Some("2-3"))).unwrap();
+        let read = |f: &str| std::fs::read_to_string(g.dirs[0].join(f)).unwrap();
+        assert_eq!(read("cpu.weight"), "100");
+        assert_eq!(read("memory.max"), (512u64 << 20).to_string());
+        assert_eq!(read("memory.low"), (256u64 << 20).to_string());
+        assert_eq!(read("cpuset.cpus"), "2-3");
+        let unlimited = h.task_group("a1", "db");
+        unlimited
+            .create(&Limits::of(
+                100,
+                64,
+                teamster_storage::model::MEMORY_NO_LIMIT,
+                None,
+            ))
+            .unwrap();
+        assert_eq!(
+            std::fs::read_to_string(unlimited.dirs[0].join("memory.max")).unwrap(),
+            "max"
+        );
+        std::fs::write(
+            g.dirs[0].join("cpu.stat"),
+            "usage_usec 3000\nuser_usec 2000\nsystem_usec 1000\nnr_throttled 4\nthrottled_usec 50\n",
+        )
+        .unwrap();
+        std::fs::write(g.dirs[0].join("memory.stat"), "anon 4096\nfile 8192\n").unwrap();
+        std::fs::write(g.dirs[0].join("memory.current"), "20480\n").unwrap();
+        std::fs::write(
+            g.dirs[0].join("memory.events"),
+            "low 0\noom 1\noom_kill 1\n",
+        )
+        .unwrap();
+        let s = g.sample(100);
+        assert!(s.cgroup_v2);
+        assert_eq!(
+            (s.cpu_total_ns, s.cpu_user_ns, s.cpu_system_ns),
+            (3_000_000, 2_000_000, 1_000_000)
+        );
+        assert_eq!((s.throttled_periods, s.throttled_time_ns), (4, 50_000));
+        assert_eq!((s.rss, s.cache, s.memory_usage), (4096, 8192, 20480));
+        assert_eq!(g.oom_kills(), 1);
+        // A host whose unified hierarchy lacks the controllers is not v2 (nor v1 here).
+        let bare = tempfile::tempdir().unwrap();
+        std::fs::write(bare.path().join("cgroup.controllers"), "").unwrap();
+        let e = Hierarchy::detect_at(bare.path()).unwrap_err().to_string();
+        assert!(e.contains("lacks the controllers cpu, memory, pids"), "{e}");
+    }
+
     /// On a host whose cgroups this test may use (root, v1 or v2): a group gets its limits,
     /// takes a process and its double-forked grandchild, and kills both.
     #[test]

@@ -1656,6 +1656,49 @@ mod tests {
         assert!(group.dirs.iter().all(|d| !d.exists()));
     }
 
+    /// A raw_exec task launched by a client that can make cgroups gets one: a process it
+    /// left in a session of its own dies with it.
+    #[tokio::test]
+    async fn a_raw_exec_task_s_escapee_dies_with_it() {
+        let root = tempfile::tempdir().unwrap();
+        let Some(iso) = exec_host("a_raw_exec_task_s_escapee_dies_with_it", root.path()) else {
+            return;
+        };
+        let id = format!("unit-raw-{}", std::process::id());
+        let t = raw(
+            "/bin/sh",
+            &["-c", "(setsid sleep 1000 &) ; sleep 0.2; echo started"],
+        );
+        let mut task = launch_exec(&t, root.path(), &iso, &id).await;
+        let group = task
+            .cgroup()
+            .cloned()
+            .expect("a raw_exec task has a cgroup as root");
+        let escapee = || {
+            group.pids().into_iter().find(|p| {
+                std::fs::read_to_string(format!("/proc/{p}/cmdline"))
+                    .is_ok_and(|c| c.starts_with("sleep"))
+            })
+        };
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        let mut left = escapee();
+        while left.is_none() && std::time::Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+            left = escapee();
+        }
+        let left = left.expect("the sleep it left behind");
+        let exit = task.wait().await;
+        assert!(exit.successful(), "{exit:?}");
+        assert_eq!(
+            crate::util::procfs::start_ticks(left),
+            None,
+            "{left} survived its task"
+        );
+        assert!(group.dirs.iter().all(|d| !d.exists()));
+        // Its handle names the group, so a restarted client finds it again.
+        assert!(matches!(task.handle(), TaskHandle::Process { cgroup, .. } if !cgroup.is_empty()));
+    }
+
     /// Stopping an exec task kills every process it started, one in a session of its own
     /// included; an exec task over its memory is OOM-killed and says so.
     #[tokio::test]

@@ -369,6 +369,22 @@ mod tests {
     }
 
     #[test]
+    fn an_exec_driver_that_cannot_run_is_undetected_with_its_reason() {
+        let config = ClientConfig::default();
+        let dir = tempfile::tempdir().unwrap();
+        let machine = Machine::detect(dir.path());
+        let mut n = node(&config, "n", "id", "s", "127.0.0.1:4646", &machine, 0);
+        assert_eq!(n.attributes["driver.exec"], "1");
+        apply_exec_probe(&mut n, &config, None, 0);
+        assert!(n.drivers["exec"].detected);
+        apply_exec_probe(&mut n, &config, Some("the exec driver must run as root"), 0);
+        assert!(!n.attributes.contains_key("driver.exec"));
+        let d = &n.drivers["exec"];
+        assert!(!d.detected && !d.healthy);
+        assert_eq!(d.health_description, "the exec driver must run as root");
+    }
+
+    #[test]
     fn the_docker_probe_sets_or_clears_the_driver() {
         use crate::client::docker::Probe;
         let dir = tempfile::tempdir().unwrap();
