@@ -511,20 +511,7 @@ fn write_marker(path: &std::ffi::CStr, launch_id: &[u8]) -> std::io::Result<()> 
         }
         let mut line = [0u8; 24];
         line[0] = b' ';
-        let mut digits = [0u8; 12];
-        let mut n = libc::getpid() as u32;
-        let mut len = 0;
-        loop {
-            digits[len] = b'0' + (n % 10) as u8;
-            len += 1;
-            n /= 10;
-            if n == 0 {
-                break;
-            }
-        }
-        for i in 0..len {
-            line[1 + i] = digits[len - 1 - i];
-        }
+        let len = crate::client::sandbox::decimal(libc::getpid() as u32, &mut line[1..]);
         line[1 + len] = b'\n';
         let ok = write_all(fd, launch_id) && write_all(fd, &line[..len + 2]);
         let err = std::io::Error::last_os_error();

@@ -807,17 +807,7 @@ fn failed(step: &[u8]) -> std::io::Error {
     let err = std::io::Error::last_os_error();
     let code = err.raw_os_error().unwrap_or(0);
     let mut digits = [0u8; 12];
-    let mut n = code.unsigned_abs();
-    let mut len = 0;
-    loop {
-        digits[len] = b'0' + (n % 10) as u8;
-        len += 1;
-        n /= 10;
-        if n == 0 || len == digits.len() {
-            break;
-        }
-    }
-    digits[..len].reverse();
+    let len = decimal(code.unsigned_abs(), &mut digits);
     // SAFETY: write(2) of buffers this function owns.
     unsafe {
         let prefix = b"teamster exec: ";
@@ -836,8 +826,14 @@ fn fd_path(fd: libc::c_int) -> [u8; 32] {
     let mut buf = [0u8; 32];
     let prefix = b"/proc/self/fd/";
     buf[..prefix.len()].copy_from_slice(prefix);
-    let mut digits = [0u8; 12];
-    let mut n = fd.unsigned_abs();
+    decimal(fd.unsigned_abs(), &mut buf[prefix.len()..]);
+    buf
+}
+
+/// `n` in decimal at the start of `out` (which must hold 10 bytes): how many bytes it
+/// took. For code between `fork` and `exec`, where nothing may allocate.
+pub fn decimal(mut n: u32, out: &mut [u8]) -> usize {
+    let mut digits = [0u8; 10];
     let mut len = 0;
     loop {
         digits[len] = b'0' + (n % 10) as u8;
@@ -848,9 +844,9 @@ fn fd_path(fd: libc::c_int) -> [u8; 32] {
         }
     }
     for i in 0..len {
-        buf[prefix.len() + i] = digits[len - 1 - i];
+        out[i] = digits[len - 1 - i];
     }
-    buf
+    len
 }
 
 /// Write `0` to each file: moves this process into the cgroup. For a `pre_exec` hook: only
