@@ -1908,6 +1908,15 @@ async fn dev_agent_isolates_exec_tasks_kills_them_whole_and_reports_oom_kills() 
         String::from_utf8_lossy(&inside.stderr)
     );
 
+    // With a terminal of its own too.
+    let tty = run(&["-t", &id, "sh", "-c", "test -t 1 && echo yes; id -un"]);
+    assert_eq!(
+        String::from_utf8_lossy(&tty.stdout),
+        "yes\r\nnobody\r\n",
+        "{}",
+        String::from_utf8_lossy(&tty.stderr)
+    );
+
     // Every process of the task, as its cgroup holds them (the supervisor, the task, the
     // sleep that left for a session of its own).
     let procs = format!("/sys/fs/cgroup/pids/teamster/{id}.t/cgroup.procs");
