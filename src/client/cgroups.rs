@@ -398,7 +398,7 @@ impl TaskCgroup {
         parse_pids(&std::fs::read_to_string(file).unwrap_or_default())
     }
 
-    /// Kill every process in the group, waiting until none is left (at most a few seconds):
+    /// Kill every process in the group, waiting until none is left (at most 3 seconds):
     /// frozen first, so none can fork while the others are killed (v2 with `cgroup.kill`:
     /// the kernel does it at once).
     pub fn kill_all(&self) -> Result<(), CgroupError> {
@@ -407,18 +407,20 @@ impl TaskCgroup {
         }
         let kill_file = self.dirs[0].join("cgroup.kill");
         let kernel_kills = self.v2 && kill_file.exists();
-        for _ in 0..200 {
+        // A few seconds in all, however the freezer answers: the caller may be waiting.
+        let deadline = std::time::Instant::now() + Duration::from_secs(3);
+        while std::time::Instant::now() < deadline {
             if kernel_kills {
                 write(&kill_file, "1")?;
             } else {
                 // Frozen, none can fork while the others are killed; killed again on each
                 // round, in case one was forking as the group froze.
-                self.freeze(true)?;
+                self.freeze(true, deadline)?;
                 for pid in self.pids() {
                     // SAFETY: kill(2) has no memory effects.
                     unsafe { libc::kill(pid, libc::SIGKILL) };
                 }
-                self.freeze(false)?;
+                self.freeze(false, deadline)?;
             }
             std::thread::sleep(Duration::from_millis(10));
             if self.pids().is_empty() {
@@ -428,7 +430,7 @@ impl TaskCgroup {
         Err(CgroupError::Survivors(self.dirs[0].clone()))
     }
 
-    fn freeze(&self, frozen: bool) -> Result<(), CgroupError> {
+    fn freeze(&self, frozen: bool, deadline: std::time::Instant) -> Result<(), CgroupError> {
         // The file to write, and the file and line that say the group is frozen.
         let (file, value, state_file, done) = if self.v2 {
             let f = self.dirs[0].join("cgroup.freeze");
@@ -441,7 +443,7 @@ impl TaskCgroup {
         };
         write(&file, value)?;
         if frozen {
-            for _ in 0..200 {
+            while std::time::Instant::now() < deadline {
                 let state = std::fs::read_to_string(&state_file).unwrap_or_default();
                 if state.lines().any(|l| l.trim() == done) {
                     break;

@@ -243,6 +243,10 @@ pub struct ExecConfig {
     /// The capabilities a task may have (`cap_add` beyond them is refused); `all` for
     /// every one.
     pub allow_caps: Vec<String>,
+    /// Let a task ask for `pid_mode = "host"` or `ipc_mode = "host"` (not Nomad's: its
+    /// exec driver always lets it; a task in the host's PID namespace reaches other
+    /// processes' roots through `/proc`). A default mode of `host` allows it too.
+    pub allow_host_namespaces: bool,
     /// Accounts a task may not run as.
     pub user_denylist: Vec<String>,
 }
@@ -254,6 +258,7 @@ impl Default for ExecConfig {
             default_pid_mode: "private".to_owned(),
             default_ipc_mode: "private".to_owned(),
             allow_caps: DEFAULT_CAPS.iter().map(|c| c.to_string()).collect(),
+            allow_host_namespaces: false,
             user_denylist: vec!["root".to_owned(), "Administrator".to_owned()],
         }
     }

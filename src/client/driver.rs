@@ -39,7 +39,7 @@ use crate::client::cgroups::{Hierarchy, Limits, TaskCgroup};
 use crate::client::config::{ClientConfig, ExecConfig};
 use crate::client::docker::LaunchLookup;
 use crate::client::logmon::LogSinks;
-use crate::client::sandbox::{ExecTaskConfig, NsMode, SandboxError, SandboxSpec};
+use crate::client::sandbox::{ExecTaskConfig, SandboxError, SandboxSpec};
 use crate::client::types::{ExitResult, TaskHandle};
 
 /// Why a driver could not start a task.
@@ -702,23 +702,7 @@ fn start_exec(
     let account = crate::client::sandbox::task_account(&task.user, &iso.exec)?;
     let caps =
         crate::client::sandbox::task_caps(&iso.exec.allow_caps, &cfg.cap_add, &cfg.cap_drop)?;
-    let default_mode = |m: &str| {
-        if m == "host" {
-            NsMode::Host
-        } else {
-            NsMode::Private
-        }
-    };
-    let pid = NsMode::parse(
-        "pid_mode",
-        &cfg.pid_mode,
-        default_mode(&iso.exec.default_pid_mode),
-    )?;
-    let ipc = NsMode::parse(
-        "ipc_mode",
-        &cfg.ipc_mode,
-        default_mode(&iso.exec.default_ipc_mode),
-    )?;
+    let (pid, ipc) = crate::client::sandbox::ns_modes(&cfg, &iso.exec)?;
     let group = hierarchy.task_group(ctx.alloc_id, &task.name);
     let limits = Limits::of(
         task.resources.cpu,
@@ -750,6 +734,7 @@ fn start_exec(
     };
     let stdout = logs_or_cleanup(ctx.logs.open("stdout"), &group)?;
     let stderr = logs_or_cleanup(ctx.logs.open("stderr"), &group)?;
+    // Its own session and process group: the supervisor calls setsid (Plan::enter).
     let mut cmd = tokio::process::Command::new(&cfg.command);
     cmd.args(&cfg.args)
         .envs(&task.env)
@@ -758,7 +743,6 @@ fn start_exec(
         .stdin(std::process::Stdio::null())
         .stdout(stdout)
         .stderr(stderr)
-        .process_group(0)
         .kill_on_drop(false);
     if let Err(e) = record_launch(&mut cmd, dir, ctx.launch_id) {
         let _ = group.destroy();

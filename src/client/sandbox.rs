@@ -97,6 +97,37 @@ impl NsMode {
     }
 }
 
+/// The PID and IPC modes of a task: what its config asks, else the client's defaults. A
+/// task may ask for the host's namespaces only where the client allows it
+/// (`client.exec.allow_host_namespaces`, or a default of `host`): a task in the host's PID
+/// namespace reaches other processes' roots through `/proc`.
+pub fn ns_modes(
+    cfg: &ExecTaskConfig,
+    config: &ExecConfig,
+) -> Result<(NsMode, NsMode), SandboxError> {
+    let mode = |key: &'static str, asked: &str, default: &str| {
+        let default = if default == "host" {
+            NsMode::Host
+        } else {
+            NsMode::Private
+        };
+        let mode = NsMode::parse(key, asked, default)?;
+        if mode == NsMode::Host && default != NsMode::Host && !config.allow_host_namespaces {
+            return Err(SandboxError::BadValue {
+                key,
+                reason: "\"host\" is not allowed by this client \
+                         (client.exec.allow_host_namespaces)"
+                    .into(),
+            });
+        }
+        Ok(mode)
+    };
+    Ok((
+        mode("pid_mode", &cfg.pid_mode, &config.default_pid_mode)?,
+        mode("ipc_mode", &cfg.ipc_mode, &config.default_ipc_mode)?,
+    ))
+}
+
 /// An `exec` task's `config` block.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct ExecTaskConfig {
@@ -285,11 +316,14 @@ enum Step {
         name: CString,
         target: CString,
     },
-    /// Set mount attributes (`MOUNT_ATTR_*`) on a mount and every mount under it; where
-    /// the kernel lacks `mount_setattr`, a remount of the top one with `fallback` flags.
+    /// Set and clear mount attributes (`MOUNT_ATTR_*`) and set the propagation
+    /// (`MS_PRIVATE` or `MS_SLAVE`) of a mount and every mount under it; where the kernel
+    /// lacks or refuses `mount_setattr`, a remount of the top one with `fallback` flags.
     Setattr {
         target: CString,
-        attrs: u64,
+        set: u64,
+        clear: u64,
+        propagation: u64,
         fallback: libc::c_ulong,
         optional: bool,
     },
@@ -299,6 +333,8 @@ const MOUNT_ATTR_RDONLY: u64 = 0x1;
 const MOUNT_ATTR_NOSUID: u64 = 0x2;
 const MOUNT_ATTR_NODEV: u64 = 0x4;
 const AT_RECURSIVE: libc::c_int = 0x8000;
+const PRIVATE: u64 = libc::MS_PRIVATE as u64;
+const SLAVE: u64 = libc::MS_SLAVE as u64;
 
 /// `struct mount_attr` of `mount_setattr(2)`.
 #[repr(C)]
@@ -312,6 +348,8 @@ struct MountAttr {
 /// A sandbox ready to be entered between `fork` and `exec`.
 #[derive(Debug)]
 pub struct Plan {
+    /// Start a session of its own (a launch: no terminal of the client's reaches the task).
+    new_session: bool,
     cgroup_procs: Vec<CString>,
     unshare: libc::c_int,
     /// Namespaces to join (`alloc exec`): open descriptors and their types.
@@ -355,9 +393,11 @@ struct RootBuilder {
     made: Vec<PathBuf>,
     binds: Vec<(PathBuf, PathBuf)>,
     steps: Vec<Step>,
-    /// Attributes set once every mount is made, children first: (target, attributes,
-    /// optional).
-    finish: Vec<(CString, u64, bool)>,
+    /// Attributes set once every mount is made, parents first: (target, attributes to
+    /// set, to clear, propagation, optional).
+    finish: Vec<(CString, u64, u64, u64, bool)>,
+    /// The next bind is a volume mounted `host-to-task` (slave propagation).
+    host_to_task: bool,
 }
 
 impl RootBuilder {
@@ -508,12 +548,19 @@ impl RootBuilder {
         rel: &str,
         read_only: bool,
     ) -> Result<(), SandboxError> {
-        let attrs = if read_only {
-            MOUNT_ATTR_RDONLY | MOUNT_ATTR_NODEV
+        // A writable mount nested in a read-only one is made writable again after it.
+        let (set, clear) = if read_only {
+            (MOUNT_ATTR_RDONLY | MOUNT_ATTR_NODEV, 0)
         } else {
-            MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV
+            (MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV, MOUNT_ATTR_RDONLY)
         };
-        self.finish.push((target, attrs, false));
+        // Private, but for a volume that asks to see the host's later mounts under it.
+        let propagation = if std::mem::take(&mut self.host_to_task) {
+            SLAVE
+        } else {
+            PRIVATE
+        };
+        self.finish.push((target, set, clear, propagation, false));
         self.binds
             .push((under(&self.stage, rel)?, host.to_path_buf()));
         Ok(())
@@ -529,6 +576,7 @@ pub fn plan(spec: &SandboxSpec<'_>) -> Result<Plan, SandboxError> {
         binds: Vec::new(),
         steps: Vec::new(),
         finish: Vec::new(),
+        host_to_task: false,
     };
     let nosuid_nodev = libc::MS_NOSUID | libc::MS_NODEV;
     // The root itself: a small tmpfs holding the mount points.
@@ -558,6 +606,9 @@ pub fn plan(spec: &SandboxSpec<'_>) -> Result<Plan, SandboxError> {
     b.bind_child(spec.task_dir, SECRETS_DIR, "/secrets", false)?;
     b.bind_child(spec.task_dir, TMP_DIR, "/tmp", false)?;
     for m in spec.mounts {
+        // `bidirectional` cannot reach the host from the task's private root: it sees the
+        // host's mounts as `host-to-task` does.
+        b.host_to_task = m.propagation_mode != "private";
         b.bind(Path::new(&m.host_path), &m.destination, m.read_only)?;
     }
     // /proc of the task's PID namespace, its sensitive parts hidden or read-only.
@@ -579,7 +630,7 @@ pub fn plan(spec: &SandboxSpec<'_>) -> Result<Plan, SandboxError> {
             data: None,
             optional: true,
         });
-        b.finish.push((t, MOUNT_ATTR_RDONLY, true));
+        b.finish.push((t, MOUNT_ATTR_RDONLY, 0, PRIVATE, true));
     }
     // /dev: a tmpfs with the harmless devices bound from the host, a private devpts,
     // shared memory.
@@ -659,23 +710,25 @@ pub fn plan(spec: &SandboxSpec<'_>) -> Result<Plan, SandboxError> {
         libc::MS_RDONLY | nosuid_nodev | libc::MS_NOEXEC,
         None,
     );
-    // Attributes last, children first, so no later step writes under a read-only mount.
-    let mut finish = std::mem::take(&mut b.finish);
-    finish.reverse();
-    for (target, attrs, optional) in finish {
+    // Attributes last, so no later step writes under a read-only mount; parents first, so
+    // a nested mount's own attributes win.
+    let finish = std::mem::take(&mut b.finish);
+    for (target, set, clear, propagation, optional) in finish {
         let mut fallback = libc::MS_BIND | libc::MS_REMOUNT;
         for (attr, flag) in [
             (MOUNT_ATTR_RDONLY, libc::MS_RDONLY),
             (MOUNT_ATTR_NOSUID, libc::MS_NOSUID),
             (MOUNT_ATTR_NODEV, libc::MS_NODEV),
         ] {
-            if attrs & attr != 0 {
+            if set & attr != 0 {
                 fallback |= flag;
             }
         }
         b.steps.push(Step::Setattr {
             target,
-            attrs,
+            set,
+            clear,
+            propagation,
             fallback,
             optional,
         });
@@ -688,6 +741,7 @@ pub fn plan(spec: &SandboxSpec<'_>) -> Result<Plan, SandboxError> {
         unshare |= libc::CLONE_NEWIPC;
     }
     Ok(Plan {
+        new_session: true,
         cgroup_procs: spec
             .cgroup_procs
             .iter()
@@ -734,6 +788,7 @@ pub fn enter_plan(
         join.push((std::os::fd::OwnedFd::from(file), kind));
     }
     Ok(Plan {
+        new_session: false,
         cgroup_procs: cgroup_procs
             .iter()
             .map(|p| cstr(p))
@@ -878,6 +933,10 @@ impl Plan {
     /// Only in a child between `fork` and `exec` (a `pre_exec` hook): it forks, and the
     /// supervisor leaves with `_exit`.
     pub unsafe fn enter(&self) -> std::io::Result<()> {
+        // Leader of its own session and process group (whose id, its pid, signals address).
+        if self.new_session && libc::setsid() < 0 {
+            return Err(failed(b"setsid"));
+        }
         join_cgroup(&self.cgroup_procs)?;
         for (fd, kind) in &self.join {
             use std::os::fd::AsRawFd;
@@ -910,6 +969,15 @@ impl Plan {
             supervise(pid);
         }
         libc::sigprocmask(libc::SIG_SETMASK, &before, std::ptr::null_mut());
+        // The task starts from the kernel's OOM score, not the supervisor's or the agent's.
+        let fd = libc::open(
+            c"/proc/self/oom_score_adj".as_ptr(),
+            libc::O_WRONLY | libc::O_CLOEXEC,
+        );
+        if fd >= 0 {
+            libc::write(fd, b"0".as_ptr().cast(), 1);
+            libc::close(fd);
+        }
         self.build_root()?;
         if libc::chdir(self.work_dir.as_ptr()) != 0 {
             return Err(failed(b"changing to work_dir"));
@@ -1021,25 +1089,28 @@ impl Plan {
                 }
                 Step::Setattr {
                     target,
-                    attrs,
+                    set,
+                    clear,
+                    propagation,
                     fallback,
                     optional,
                 } => {
                     let attr = MountAttr {
-                        attr_set: *attrs,
-                        attr_clr: 0,
-                        propagation: 0,
+                        attr_set: *set,
+                        attr_clr: *clear,
+                        propagation: *propagation,
                         userns_fd: 0,
                     };
                     let mut r = libc::syscall(
                         libc::SYS_mount_setattr,
                         libc::AT_FDCWD,
                         target.as_ptr(),
-                        AT_RECURSIVE,
+                        AT_RECURSIVE | libc::AT_SYMLINK_NOFOLLOW,
                         &attr as *const MountAttr,
                         std::mem::size_of::<MountAttr>(),
                     );
-                    if r != 0 && *libc::__errno_location() == libc::ENOSYS {
+                    let errno = *libc::__errno_location();
+                    if r != 0 && (errno == libc::ENOSYS || errno == libc::EPERM) {
                         r = libc::mount(
                             std::ptr::null(),
                             target.as_ptr(),
@@ -1047,6 +1118,15 @@ impl Plan {
                             *fallback,
                             std::ptr::null(),
                         ) as libc::c_long;
+                        if r == 0 {
+                            r = libc::mount(
+                                std::ptr::null(),
+                                target.as_ptr(),
+                                std::ptr::null(),
+                                libc::MS_REC | *propagation as libc::c_ulong,
+                                std::ptr::null(),
+                            ) as libc::c_long;
+                        }
                     }
                     if r != 0 && !(*optional && *libc::__errno_location() == libc::ENOENT) {
                         return Err(failed(target.as_bytes()));
@@ -1250,6 +1330,31 @@ mod tests {
             .unwrap_err()
             .to_string()
             .contains("command: is required"));
+    }
+
+    #[test]
+    fn host_namespaces_need_the_client_s_leave() {
+        let mut cfg = ExecTaskConfig {
+            command: "x".into(),
+            ..ExecTaskConfig::default()
+        };
+        let mut config = ExecConfig::default();
+        assert_eq!(
+            ns_modes(&cfg, &config),
+            Ok((NsMode::Private, NsMode::Private))
+        );
+        cfg.pid_mode = "host".into();
+        let e = ns_modes(&cfg, &config).unwrap_err().to_string();
+        assert!(
+            e.contains("pid_mode") && e.contains("allow_host_namespaces"),
+            "{e}"
+        );
+        config.allow_host_namespaces = true;
+        assert_eq!(ns_modes(&cfg, &config), Ok((NsMode::Host, NsMode::Private)));
+        config.allow_host_namespaces = false;
+        config.default_ipc_mode = "host".into();
+        cfg.pid_mode.clear();
+        assert_eq!(ns_modes(&cfg, &config), Ok((NsMode::Private, NsMode::Host)));
     }
 
     #[test]
