@@ -333,8 +333,8 @@ const MOUNT_ATTR_RDONLY: u64 = 0x1;
 const MOUNT_ATTR_NOSUID: u64 = 0x2;
 const MOUNT_ATTR_NODEV: u64 = 0x4;
 const AT_RECURSIVE: libc::c_int = 0x8000;
-const PRIVATE: u64 = libc::MS_PRIVATE as u64;
-const SLAVE: u64 = libc::MS_SLAVE as u64;
+const PRIVATE: u64 = libc::MS_PRIVATE;
+const SLAVE: u64 = libc::MS_SLAVE;
 
 /// `struct mount_attr` of `mount_setattr(2)`.
 #[repr(C)]
