@@ -660,34 +660,39 @@ pub fn plan(spec: &SandboxSpec<'_>) -> Result<Plan, SandboxError> {
             });
         }
     }
-    let pts = cstr(&under(spec.stage, "/dev/pts")?)?;
-    b.steps.push(Step::Mkdir(pts.clone(), 0o755));
-    b.mount(
-        Some("devpts"),
-        pts,
-        Some("devpts"),
-        libc::MS_NOSUID | libc::MS_NOEXEC,
-        Some("newinstance,ptmxmode=0666,mode=0620,gid=5"),
-    );
-    let shm = cstr(&under(spec.stage, "/dev/shm")?)?;
-    b.steps.push(Step::Mkdir(shm.clone(), 0o1777));
-    b.mount(
-        Some("shm"),
-        shm,
-        Some("tmpfs"),
-        nosuid_nodev | libc::MS_NOEXEC,
-        Some("mode=1777,size=65536k"),
-    );
+    // A private devpts, shared memory, and POSIX message queues of its own IPC namespace.
+    let mut dev_mounts = vec![
+        (
+            "/dev/pts",
+            0o755,
+            "devpts",
+            "devpts",
+            libc::MS_NOSUID | libc::MS_NOEXEC,
+            Some("newinstance,ptmxmode=0666,mode=0620,gid=5"),
+        ),
+        (
+            "/dev/shm",
+            0o1777,
+            "shm",
+            "tmpfs",
+            nosuid_nodev | libc::MS_NOEXEC,
+            Some("mode=1777,size=65536k"),
+        ),
+    ];
     if spec.ipc == NsMode::Private {
-        let mq = cstr(&under(spec.stage, "/dev/mqueue")?)?;
-        b.steps.push(Step::Mkdir(mq.clone(), 0o755));
-        b.mount(
-            Some("mqueue"),
-            mq,
-            Some("mqueue"),
+        dev_mounts.push((
+            "/dev/mqueue",
+            0o755,
+            "mqueue",
+            "mqueue",
             nosuid_nodev | libc::MS_NOEXEC,
             None,
-        );
+        ));
+    }
+    for (path, mode, source, fstype, flags, data) in dev_mounts {
+        let target = cstr(&under(spec.stage, path)?)?;
+        b.steps.push(Step::Mkdir(target.clone(), mode));
+        b.mount(Some(source), target, Some(fstype), flags, data);
     }
     for (link, target) in [
         ("/dev/ptmx", "pts/ptmx"),
