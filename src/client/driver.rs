@@ -1627,6 +1627,31 @@ mod tests {
         assert!(group.dirs.iter().all(|d| !d.exists()));
     }
 
+    /// With `no_pivot_root` the task's root is entered by a move mount and chroot: the host
+    /// is as hidden, and its own directories are there.
+    #[tokio::test]
+    async fn an_exec_task_without_pivot_root_is_as_confined() {
+        let root = tempfile::tempdir().unwrap();
+        let test = "an_exec_task_without_pivot_root_is_as_confined";
+        let Some(mut iso) = exec_host(test, root.path()) else {
+            return;
+        };
+        iso.exec.no_pivot_root = true;
+        let secret = root.path().join("host-only");
+        std::fs::write(&secret, "x").unwrap();
+        let script = format!(
+            "test -e {} && echo host visible; ls -d /local /alloc; echo pids $(ls /proc | grep -c '^[0-9]')",
+            secret.display()
+        );
+        let id = format!("unit-exec-chroot-{}", std::process::id());
+        let mut task = launch_exec(&exec_task(&script), root.path(), &iso, &id).await;
+        let exit = task.wait().await;
+        let out = std::fs::read_to_string(root.path().join(STDOUT_FILE)).unwrap();
+        assert!(exit.successful(), "{exit:?} {out}");
+        assert!(!out.contains("host visible"), "{out}");
+        assert!(out.starts_with("/alloc\n/local\npids "), "{out}");
+    }
+
     /// A raw_exec task launched by a client that can make cgroups gets one: a process it
     /// left in a session of its own dies with it.
     #[tokio::test]
