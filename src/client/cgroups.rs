@@ -245,7 +245,8 @@ impl Limits {
     /// (0: `memory_mb` is the limit; [`teamster_storage::model::MEMORY_NO_LIMIT`]: none) and
     /// its reserved cores.
     pub fn of(cpu: u64, memory_mb: u64, memory_max_mb: u64, cpuset: Option<&str>) -> Limits {
-        let (memory_hard, memory_soft) = memory_limits(memory_mb, memory_max_mb);
+        let (memory_hard, memory_soft) =
+            teamster_storage::model::memory_limits(memory_mb, memory_max_mb);
         Limits {
             cpu_shares: cpu.max(MIN_CPU_SHARES),
             memory_hard,
@@ -253,20 +254,6 @@ impl Limits {
             cpuset: cpuset.filter(|c| !c.is_empty()).map(str::to_string),
         }
     }
-}
-
-/// The hard and soft memory limits in bytes of a task with `memory_mb` and `memory_max_mb`
-/// (Nomad's rule, shared by every driver): without `memory_max`, `memory` is the hard limit
-/// and there is no soft one; with it, `memory_max` is the hard limit (never below `memory`)
-/// and `memory` the soft one; with `memory_max = -1`, no hard limit and `memory` the soft.
-pub fn memory_limits(memory_mb: u64, memory_max_mb: u64) -> (Option<u64>, Option<u64>) {
-    let memory = memory_mb.saturating_mul(1024 * 1024);
-    if memory_max_mb == teamster_storage::model::MEMORY_NO_LIMIT {
-        return (None, (memory > 0).then_some(memory));
-    }
-    let hard = memory_max_mb.saturating_mul(1024 * 1024).max(memory);
-    let soft = (hard > memory && memory > 0).then_some(memory);
-    ((hard > 0).then_some(hard), soft)
 }
 
 /// cgroup v2's `cpu.weight` for v1 `shares` (the map runc and Nomad use: 2 → 1,
@@ -382,14 +369,6 @@ impl TaskCgroup {
     /// moves the writing process (and its future children) into the group.
     pub fn procs_files(&self) -> Vec<PathBuf> {
         self.dirs.iter().map(|d| d.join("cgroup.procs")).collect()
-    }
-
-    /// Move process `pid` into the group.
-    pub fn join(&self, pid: i32) -> Result<(), CgroupError> {
-        for file in self.procs_files() {
-            write(&file, &pid.to_string())?;
-        }
-        Ok(())
     }
 
     /// The processes in the group now.
@@ -574,6 +553,7 @@ mod tests {
 
     #[test]
     fn memory_limits_follow_nomad() {
+        use teamster_storage::model::memory_limits;
         const MB: u64 = 1024 * 1024;
         assert_eq!(memory_limits(256, 0), (Some(256 * MB), None));
         assert_eq!(memory_limits(256, 512), (Some(512 * MB), Some(256 * MB)));

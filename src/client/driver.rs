@@ -294,11 +294,6 @@ pub async fn launch(
                 .and_then(|group| {
                     // CPU shares only: raw_exec runs unconfined, as before it had a group.
                     let limits = Limits::of(task.resources.cpu, 0, 0, None);
-                    let limits = Limits {
-                        memory_hard: None,
-                        memory_soft: None,
-                        ..limits
-                    };
                     match group.create(&limits) {
                         Ok(()) => Some(group),
                         Err(e) => {

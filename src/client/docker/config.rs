@@ -541,20 +541,10 @@ pub fn container_spec(
         ));
     }
 
-    let memory = facts.memory_mb.saturating_mul(1024 * 1024);
     // With memory_max: the most it may use, and memory_mb what it is guaranteed; with
     // Nomad's `-1`, no limit at all (Docker's 0) and memory_mb guaranteed.
-    let unlimited = facts.memory_max_mb == teamster_storage::model::MEMORY_NO_LIMIT;
-    let limit = if unlimited {
-        0
-    } else {
-        facts.memory_max_mb.saturating_mul(1024 * 1024).max(memory)
-    };
-    let reservation = if unlimited || limit > memory {
-        memory
-    } else {
-        0
-    };
+    let (limit, reservation) =
+        teamster_storage::model::memory_limits(facts.memory_mb, facts.memory_max_mb);
     Ok(ContainerCreateBody {
         image: Some(cfg.image.clone()),
         cmd: (!cmd.is_empty()).then_some(cmd),
@@ -573,8 +563,8 @@ pub fn container_spec(
                 .env
                 .get(teamster_storage::model::CPU_CORES_ENV)
                 .cloned(),
-            memory: (limit > 0).then(|| limit.min(i64::MAX as u64) as i64),
-            memory_reservation: (reservation > 0).then(|| reservation.min(i64::MAX as u64) as i64),
+            memory: limit.map(|l| l.min(i64::MAX as u64) as i64),
+            memory_reservation: reservation.map(|r| r.min(i64::MAX as u64) as i64),
             ..HostConfig::default()
         }),
         ..ContainerCreateBody::default()

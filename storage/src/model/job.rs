@@ -41,6 +41,21 @@ pub const DEFAULT_CPU_MHZ: u64 = 100;
 /// A task's `memory_max` of Nomad's `-1`: no hard memory limit at all (with memory
 /// oversubscription on), `memory` staying what it is guaranteed. Written back as `-1`.
 pub const MEMORY_NO_LIMIT: u64 = u64::MAX;
+
+/// The hard and soft memory limits in bytes of a task with `memory_mb` and `memory_max_mb`
+/// (Nomad's rule, the same for every driver): without `memory_max`, `memory` is the hard
+/// limit and there is no soft one; with it, `memory_max` is the hard limit (never below
+/// `memory`) and `memory` the soft one; with [`MEMORY_NO_LIMIT`], no hard limit and
+/// `memory` the soft one.
+pub fn memory_limits(memory_mb: u64, memory_max_mb: u64) -> (Option<u64>, Option<u64>) {
+    let memory = memory_mb.saturating_mul(1024 * 1024);
+    if memory_max_mb == MEMORY_NO_LIMIT {
+        return (None, (memory > 0).then_some(memory));
+    }
+    let hard = memory_max_mb.saturating_mul(1024 * 1024).max(memory);
+    let soft = (hard > memory && memory > 0).then_some(memory);
+    ((hard > 0).then_some(hard), soft)
+}
 /// Nomad's default task memory, in MB.
 pub const DEFAULT_MEMORY_MB: u64 = 300;
 /// Nomad's smallest accepted task memory, in MB.
