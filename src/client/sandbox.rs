@@ -606,6 +606,16 @@ pub fn plan(spec: &SandboxSpec<'_>) -> Result<Plan, SandboxError> {
     b.bind_child(spec.task_dir, SECRETS_DIR, "/secrets", false)?;
     b.bind_child(spec.task_dir, TMP_DIR, "/tmp", false)?;
     for m in spec.mounts {
+        // Nothing relabels a bind here: a label asked for is refused, not dropped.
+        if !m.selinux_label.is_empty() {
+            return Err(SandboxError::BadValue {
+                key: "volume_mount selinux_label",
+                reason: format!(
+                    "{:?} is not supported by the exec driver (only docker binds are labelled)",
+                    m.selinux_label
+                ),
+            });
+        }
         // `bidirectional` cannot reach the host from the task's private root: it sees the
         // host's mounts as `host-to-task` does.
         b.host_to_task = m.propagation_mode != "private";
@@ -1495,5 +1505,21 @@ mod tests {
         };
         let e = plan(&spec).unwrap_err().to_string();
         assert!(e.contains("symbolic link"), "{e}");
+        let labelled = [HostMount {
+            destination: "/data".into(),
+            selinux_label: "z".into(),
+            ..mounts[0].clone()
+        }];
+        let e = plan(&SandboxSpec {
+            mounts: &labelled,
+            ..spec
+        })
+        .unwrap_err()
+        .to_string();
+        assert_eq!(
+            e,
+            "exec config volume_mount selinux_label: \"z\" is not supported by the exec \
+             driver (only docker binds are labelled)"
+        );
     }
 }
