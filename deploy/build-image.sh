@@ -6,7 +6,8 @@
 #
 # Environment:
 #   IMAGE        image name and tag (default teamster:dev)
-#   PROFILE      cargo profile for the binary (default image; see [profile.image] in Cargo.toml)
+#   PROFILE      cargo profile for the binary (default release; the compose tests pass
+#                their own, dev, whose binary `cargo test` has already built)
 #   BUSYBOX      path of a statically linked busybox to use instead of Debian's busybox-static
 #   SKIP_CARGO=1 use the binary already built (CI: build once, image many times)
 #
@@ -17,17 +18,22 @@ set -eu
 
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 IMAGE=${IMAGE:-teamster:dev}
-PROFILE=${PROFILE:-image}
+PROFILE=${PROFILE:-release}
 TARGET=x86_64-unknown-linux-gnu
 TARGET_DIR=${CARGO_TARGET_DIR:-$ROOT/target}
 CACHE=$TARGET_DIR/image-cache
 STAGE=$TARGET_DIR/image-context
-BIN=$TARGET_DIR/$TARGET/$PROFILE/teamster
+# Cargo keeps the dev profile's artifacts under `debug`.
+PROFILE_DIR=$PROFILE
+[ "$PROFILE" = dev ] && PROFILE_DIR=debug
+BIN=$TARGET_DIR/$TARGET/$PROFILE_DIR/teamster
 
 log() { echo "build-image: $*" >&2; }
 
 # 1. The static binary. The explicit --target keeps RUSTFLAGS off build scripts and
-#    proc-macros (they must stay dynamic); only target artifacts get +crt-static.
+#    proc-macros (they must stay dynamic); only target artifacts get +crt-static. The same
+#    target and flags are every build's (.cargo/config.toml), so this shares the
+#    artifacts of `cargo build` and `cargo test`.
 if [ "${SKIP_CARGO:-0}" != 1 ]; then
     start=$(date +%s)
     CARGO_TARGET_X86_64_UNKNOWN_LINUX_GNU_RUSTFLAGS="-C target-feature=+crt-static" \
@@ -62,7 +68,13 @@ rm -rf "$STAGE"
 mkdir -p "$STAGE/etc"
 cp "$ROOT/deploy/Dockerfile" "$STAGE/Dockerfile"
 cp "$bb" "$STAGE/busybox"
-cp "$BIN" "$STAGE/teamster"
+# Without its debug information (a test build carries line tables): a smaller context and
+# image, the same program.
+if command -v strip >/dev/null 2>&1; then
+    strip --strip-debug -o "$STAGE/teamster" "$BIN"
+else
+    cp "$BIN" "$STAGE/teamster"
+fi
 printf 'root:x:0:0:root:/root:/bin/sh\nnobody:x:65534:65534:nobody:/:/bin/false\n' >"$STAGE/etc/passwd"
 printf 'root:x:0:\nnogroup:x:65534:\n' >"$STAGE/etc/group"
 

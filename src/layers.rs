@@ -96,6 +96,7 @@ const CLIENT_PARTS: &[(&str, u32)] = &[
     ("artifacts", 1),
     ("cgroups", 1),
     ("sandbox", 1),
+    ("network", 1),
     ("health", 1),
     ("state", 1),
     ("docker", 1),

@@ -41,7 +41,7 @@ pub fn alloc_exec(address: &str, args: &[&str], stdin: Option<&str>) -> std::pro
     child.wait_with_output().expect("teamster ends")
 }
 
-/// The path of the `teamster` binary: `TEAMSTER_BIN`, or `target/<profile>/teamster` next to
+/// The path of the `teamster` binary: `TEAMSTER_BIN`, or `target/…/<profile>/teamster` next to
 /// this test executable. Run under cargo (which sets `CARGO`), the first call in a process
 /// builds it with `cargo build -p teamster --bin teamster` in the same profile and target
 /// directory: `cargo test --workspace` does not build another package's binaries, and a
@@ -55,23 +55,45 @@ pub fn teamster_bin() -> PathBuf {
     BUILT.get_or_init(build_teamster).clone()
 }
 
-fn build_teamster() -> PathBuf {
+/// The directory of this test executable's profile: `target/[<triple>/]<profile>`.
+fn profile_dir() -> PathBuf {
     let exe = std::env::current_exe().expect("the test executable has a path");
-    let profile_dir = exe
-        .parent()
+    exe.parent()
         .and_then(|deps| deps.parent())
-        .expect("test executables live in target/<profile>/deps");
+        .expect("test executables live in target/<profile>/deps")
+        .to_path_buf()
+}
+
+/// The cargo profile this test executable was built with (`dev` for `target/…/debug`).
+pub fn test_profile() -> String {
+    match profile_dir().file_name().and_then(|n| n.to_str()) {
+        Some("debug") | None => "dev".to_string(),
+        Some(other) => other.to_string(),
+    }
+}
+
+/// The target directory holding `profile_dir`: its parent, or its grandparent when a build
+/// target (set in `.cargo/config.toml`) adds a `<triple>` level — the outer of the two that
+/// holds cargo's `CACHEDIR.TAG`.
+fn target_root(profile_dir: &Path) -> Option<PathBuf> {
+    profile_dir
+        .ancestors()
+        .skip(1)
+        .take(2)
+        .filter(|d| d.join("CACHEDIR.TAG").exists())
+        .last()
+        .map(Path::to_path_buf)
+}
+
+fn build_teamster() -> PathBuf {
+    let profile_dir = profile_dir();
     let bin = profile_dir.join("teamster");
-    if let (Ok(cargo), Some(target_dir), Some(profile)) = (
-        std::env::var("CARGO"),
-        profile_dir.parent(),
-        profile_dir.file_name().and_then(|n| n.to_str()),
-    ) {
-        let profile = if profile == "debug" { "dev" } else { profile };
+    if let (Ok(cargo), Some(target_dir)) = (std::env::var("CARGO"), target_root(&profile_dir)) {
+        let profile = test_profile();
         let status = Command::new(cargo)
             .args(["build", "--quiet", "-p", "teamster", "--bin", "teamster"])
             .arg("--profile")
-            .arg(profile)
+            .arg(&profile)
             .arg("--target-dir")
             .arg(target_dir)
             .current_dir(env!("CARGO_MANIFEST_DIR"))

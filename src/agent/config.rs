@@ -618,6 +618,24 @@ meta = { rack = "r1" }
         c.server.raft.election_timeout = c.server.raft.heartbeat_interval;
         let e = c.validate("f").unwrap_err().to_string();
         assert!(e.contains("server.raft.election_timeout"), "{e}");
+
+        // The client's bridge network.
+        let mut c = AgentConfig::dev();
+        c.data_dir = Some("/tmp/x".into());
+        c.client.bridge_network_subnet = "172.26.64.0/31".into();
+        let e = c.validate("f").unwrap_err().to_string();
+        assert!(e.contains("client.bridge_network_subnet"), "{e}");
+        c.client.bridge_network_subnet = "10.9.0.0/16".into();
+        c.client.bridge_network_name = "a bridge".into();
+        let e = c.validate("f").unwrap_err().to_string();
+        assert!(e.contains("client.bridge_network_name"), "{e}");
+        c.client.bridge_network_name = "br0".into();
+        c.client.cni_path = "/opt/cni/bin:relative/cni".into();
+        let e = c.validate("f").unwrap_err().to_string();
+        assert!(e.contains("client.cni_path"), "{e}");
+        c.client.cni_path = "/opt/cni/bin::/usr/lib/cni".into();
+        c.validate("f").unwrap();
+        assert_eq!(c.client.cni_path().len(), 2);
     }
 
     #[test]

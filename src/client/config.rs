@@ -4,6 +4,7 @@
 //! May import: `util`, and the storage model's port-list parser.
 
 use std::collections::BTreeMap;
+use std::path::PathBuf;
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
@@ -74,6 +75,16 @@ pub struct ClientConfig {
     pub chroot_env: BTreeMap<String, String>,
     /// The `exec` driver's options (`client.exec`).
     pub exec: ExecConfig,
+    /// The host bridge that groups in bridge network mode attach to (Nomad's
+    /// `bridge_network_name`; its default is `nomad`).
+    pub bridge_network_name: String,
+    /// The IPv4 subnet their allocations' addresses come from (Nomad's default).
+    pub bridge_network_subnet: String,
+    /// Let a task reach itself through its own published port.
+    pub bridge_network_hairpin_mode: bool,
+    /// Where the CNI plugins are looked for: directories separated by `:` (Nomad's default,
+    /// then Debian's `/usr/lib/cni`).
+    pub cni_path: String,
     /// Mutual TLS to the servers' RPC port: set by the agent from its `[tls]` section when
     /// `tls.rpc` is on; not a key of `[client]`.
     #[serde(skip)]
@@ -113,8 +124,50 @@ impl Default for ClientConfig {
                 .map(|p| (p.to_string(), p.to_string()))
                 .collect(),
             exec: ExecConfig::default(),
+            bridge_network_name: "teamster".to_string(),
+            bridge_network_subnet: "172.26.64.0/20".to_string(),
+            bridge_network_hairpin_mode: false,
+            cni_path: "/opt/cni/bin:/usr/libexec/cni:/usr/lib/cni".to_string(),
             rpc_tls: None,
         }
+    }
+}
+
+impl ClientConfig {
+    /// The directories of [`ClientConfig::cni_path`], in order.
+    pub fn cni_path(&self) -> Vec<PathBuf> {
+        self.cni_path
+            .split(':')
+            .filter(|d| !d.is_empty())
+            .map(PathBuf::from)
+            .collect()
+    }
+}
+
+/// Checks an interface name (1-15 letters, digits, `-`, `_`, `.`).
+fn check_interface_name(name: &str) -> Result<(), String> {
+    let ok = !name.is_empty()
+        && name.len() <= 15
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'));
+    if ok {
+        Ok(())
+    } else {
+        Err(format!(
+            "{name:?} is not an interface name (1-15 letters, digits, '-', '_', '.')"
+        ))
+    }
+}
+
+/// Checks an IPv4 subnet `a.b.c.d/n` with a prefix of 8 to 30.
+fn check_ipv4_subnet(cidr: &str) -> Result<(), String> {
+    let bad = || format!("{cidr:?} is not an IPv4 subnet (a.b.c.d/n)");
+    let (addr, prefix) = cidr.split_once('/').ok_or_else(bad)?;
+    addr.parse::<std::net::Ipv4Addr>().map_err(|_| bad())?;
+    match prefix.parse::<u8>() {
+        Ok(p) if (8..=30).contains(&p) => Ok(()),
+        _ => Err(format!("{cidr:?}: the prefix must be 8 to 30")),
     }
 }
 
@@ -434,6 +487,16 @@ impl ClientConfig {
                     "the dynamic range {}-{} must lie in 1-65535 and not be empty",
                     self.min_dynamic_port, self.max_dynamic_port
                 ),
+            ));
+        }
+        check_interface_name(&self.bridge_network_name)
+            .map_err(|e| InvalidSetting::new("client.bridge_network_name", e))?;
+        check_ipv4_subnet(&self.bridge_network_subnet)
+            .map_err(|e| InvalidSetting::new("client.bridge_network_subnet", e))?;
+        if self.cni_path().iter().any(|d| d.is_relative()) {
+            return Err(InvalidSetting::new(
+                "client.cni_path",
+                "every directory must be an absolute path",
             ));
         }
         if self.gc_interval.is_zero() {

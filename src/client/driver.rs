@@ -223,7 +223,7 @@ pub fn start(
         source,
     })?;
     match task.driver.as_str() {
-        "raw_exec" => start_process(task, dir, logs, launch_id, None),
+        "raw_exec" => start_process(task, dir, logs, launch_id, None, None),
         "docker" | "exec" => Err(DriverError::BadConfig(format!(
             "{} tasks are started with driver::launch",
             task.driver
@@ -271,6 +271,8 @@ pub struct LaunchContext<'a> {
     pub mounts: &'a [crate::client::volumes::HostMount],
     /// How this client isolates tasks.
     pub isolation: &'a Isolation,
+    /// The allocation's network namespace (bridge mode): the task joins it.
+    pub netns: Option<&'a Path>,
 }
 
 /// Start `task` in `dir` with whichever driver it names.
@@ -302,11 +304,25 @@ pub async fn launch(
                         }
                     }
                 });
-            let started = start_process(task, dir, ctx.logs, Some(ctx.launch_id), cgroup.clone());
+            let started = start_process(
+                task,
+                dir,
+                ctx.logs,
+                Some(ctx.launch_id),
+                cgroup.clone(),
+                ctx.netns,
+            );
             if let (Err(_), Some(group)) = (&started, &cgroup) {
                 let _ = group.destroy();
             }
             return started;
+        }
+        "docker" if ctx.netns.is_some() => {
+            // The servers refuse such a job: never run a container outside its group's
+            // namespace.
+            return Err(DriverError::BadConfig(
+                "the docker driver does not run tasks of a group in bridge network mode".into(),
+            ));
         }
         "docker" => {}
         _ => {
@@ -577,6 +593,7 @@ fn start_process(
     logs: &LogSinks,
     launch_id: Option<&str>,
     cgroup: Option<TaskCgroup>,
+    netns: Option<&Path>,
 ) -> Result<RunningTask, DriverError> {
     let command = config_str(&task.config, "command")
         .filter(|c| !c.is_empty())
@@ -601,7 +618,7 @@ fn start_process(
     };
     let stdout = logs.open("stdout")?;
     let stderr = logs.open("stderr")?;
-    let mut cmd = task_command(task, dir, &command, &args, cgroup.as_ref())?;
+    let mut cmd = task_command(task, dir, &command, &args, cgroup.as_ref(), netns)?;
     cmd.stdin(std::process::Stdio::null())
         .stdout(stdout)
         .stderr(stderr)
@@ -720,8 +737,22 @@ fn start_exec(
         caps,
         account,
     });
-    let plan = match plan {
-        Ok(plan) => plan,
+    let netns = ctx
+        .netns
+        .map(crate::client::network::netns::open)
+        .transpose()
+        .map_err(|e| {
+            crate::client::sandbox::SandboxError::Path(format!(
+                "the allocation's network namespace: {e}"
+            ))
+        });
+    let plan = match plan.and_then(|plan| Ok((plan, netns?))) {
+        Ok((mut plan, netns)) => {
+            if let Some(fd) = netns {
+                plan.join_network(fd);
+            }
+            plan
+        }
         Err(e) => {
             let _ = group.destroy();
             return Err(e.into());
@@ -773,6 +804,7 @@ pub fn task_command(
     program: &str,
     args: &[String],
     cgroup: Option<&TaskCgroup>,
+    netns: Option<&Path>,
 ) -> Result<tokio::process::Command, DriverError> {
     let account = match task.user.as_str() {
         "" => None,
@@ -787,6 +819,23 @@ pub fn task_command(
         // client's files, before it becomes the task's user.
         unsafe {
             cmd.pre_exec(move || crate::client::sandbox::join_cgroup(&files));
+        }
+    }
+    if let Some(path) = netns {
+        let ns = crate::client::network::netns::open(path).map_err(|e| {
+            DriverError::Sandbox(crate::client::sandbox::SandboxError::Path(format!(
+                "the allocation's network namespace: {e}"
+            )))
+        })?;
+        // SAFETY: one async-signal-safe system call on a descriptor opened before the fork,
+        // while the child still has the client's privileges.
+        unsafe {
+            cmd.pre_exec(move || {
+                if libc::setns(std::os::fd::AsRawFd::as_raw_fd(&ns), libc::CLONE_NEWNET) != 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                Ok(())
+            });
         }
     }
     cmd.args(args)
@@ -831,7 +880,7 @@ pub fn task_command(
 }
 
 /// `program` with `args` in the place of a running task (`alloc exec`): a `raw_exec` task's
-/// directory, environment and cgroup ([`task_command`]); an `exec` task's cgroup,
+/// directory, environment, cgroup and network namespace ([`task_command`]); an `exec` task's cgroup,
 /// namespaces, root, user and capabilities, entered through the task's pid 1
 /// ([`crate::client::sandbox::enter_plan`]).
 pub fn exec_command(
@@ -841,6 +890,7 @@ pub fn exec_command(
     args: &[String],
     handle: Option<&TaskHandle>,
     isolation: &Isolation,
+    netns: Option<&Path>,
 ) -> Result<tokio::process::Command, DriverError> {
     let (supervisor, cgroup) = match handle {
         Some(TaskHandle::Process { pid, cgroup, .. }) => {
@@ -849,7 +899,7 @@ pub fn exec_command(
         _ => (None, None),
     };
     if task.driver != "exec" {
-        return task_command(task, dir, program, args, cgroup.as_ref());
+        return task_command(task, dir, program, args, cgroup.as_ref(), netns);
     }
     let task_pid = supervisor
         .and_then(crate::client::sandbox::task_of)
@@ -1546,6 +1596,7 @@ mod tests {
             logs: &logs,
             mounts: &[],
             isolation: iso,
+            netns: None,
         };
         match launch(t, &root.join("alloc/t"), ctx, 0).await {
             Ok(task) => task,

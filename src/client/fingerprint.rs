@@ -302,6 +302,26 @@ pub fn apply_exec_probe(
     );
 }
 
+/// Record the CNI plugins found on the client's `cni_path` (`plugins.cni.version.<name>`,
+/// as Nomad's fingerprint) when the client can use them: bridge networking makes network
+/// namespaces and firewall rules, which needs root, so a client that is not root
+/// advertises none and is never given a bridge group (the servers constrain those on the
+/// plugins' attributes).
+pub fn apply_cni_plugins(node: &mut Node, versions: &BTreeMap<String, String>, can_use: bool) {
+    node.attributes
+        .retain(|k, _| !k.starts_with(CNI_ATTRIBUTE_PREFIX));
+    if !can_use {
+        return;
+    }
+    for (plugin, version) in versions {
+        node.attributes
+            .insert(format!("{CNI_ATTRIBUTE_PREFIX}{plugin}"), version.clone());
+    }
+}
+
+/// The prefix of the CNI plugins' node attributes.
+pub const CNI_ATTRIBUTE_PREFIX: &str = "plugins.cni.version.";
+
 /// The address allocations' ports are bound on: the IP the node advertises its HTTP API on
 /// (its advertise address; the loopback one for `agent --dev`), as Nomad fingerprints the
 /// address of its network interface.
@@ -331,6 +351,29 @@ fn go_arch(rust: &str) -> &str {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn cni_plugins_are_advertised_only_where_the_client_can_use_them() {
+        let mut node = Node::default();
+        node.attributes
+            .insert("plugins.cni.version.stale".into(), "v0.1.0".into());
+        let found = BTreeMap::from([
+            ("bridge".to_string(), "v1.1.1".to_string()),
+            ("portmap".to_string(), "1.0.0".to_string()),
+        ]);
+        apply_cni_plugins(&mut node, &found, false);
+        assert!(!node.attributes.keys().any(|k| k.starts_with("plugins.cni")));
+        apply_cni_plugins(&mut node, &found, true);
+        assert_eq!(node.attributes["plugins.cni.version.bridge"], "v1.1.1");
+        assert_eq!(node.attributes["plugins.cni.version.portmap"], "1.0.0");
+        assert_eq!(
+            node.attributes
+                .keys()
+                .filter(|k| k.starts_with("plugins.cni"))
+                .count(),
+            2
+        );
+    }
 
     #[test]
     fn proc_files_are_parsed() {

@@ -129,7 +129,7 @@ pub async fn remove_alloc_dir(alloc_root: &Path, id: &str) {
 /// False when this client does not keep it or it is not collectable.
 pub async fn collect(shared: &Arc<Shared>, id: &str, why: &'static str) -> bool {
     let runner_done = lock(&shared.runners).get(id).is_none_or(|r| r.finished());
-    {
+    let forgotten = {
         let mut st = shared.state();
         let Some(local) = st.allocs.get(id) else {
             return false;
@@ -139,7 +139,19 @@ pub async fn collect(shared: &Arc<Shared>, id: &str, why: &'static str) -> bool 
         {
             return false;
         }
-        st.allocs.remove(id);
+        st.allocs.remove(id)
+    };
+    // A network its postrun could not remove: the last chance, before it is forgotten.
+    if let Some(local) = forgotten.filter(|l| l.network.is_some()) {
+        let net = local.network.clone().unwrap_or_default();
+        if !net.netns.as_os_str().is_empty() {
+            let settings = crate::client::network::BridgeSettings::of(&shared.config);
+            if let Err(e) =
+                crate::client::network::teardown(&settings, &local.alloc, &local.job, &net).await
+            {
+                warn!(alloc_id = id, error = %e, "cannot remove the allocation's network");
+            }
+        }
     }
     lock(&shared.runners).remove(id);
     shared.persist();

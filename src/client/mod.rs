@@ -49,6 +49,7 @@ pub mod gc;
 pub mod health;
 pub mod lifecycle;
 pub mod logmon;
+pub mod network;
 pub mod ops;
 pub mod pty;
 pub mod restart;
@@ -187,6 +188,16 @@ impl Client {
             (_, Some(why)) => info!(reason = %why, "exec driver not detected"),
             (None, None) => {}
         }
+        let cni_path = config.cni_path();
+        let cni = tokio::task::spawn_blocking(move || network::cni::detect_versions(&cni_path))
+            .await
+            .unwrap_or_default();
+        // SAFETY: geteuid has no preconditions.
+        let root = unsafe { libc::geteuid() } == 0;
+        fingerprint::apply_cni_plugins(&mut node, &cni, root);
+        if !cni.is_empty() {
+            info!(plugins = cni.len(), usable = root, "CNI plugins found");
+        }
         let docker = docker::Connector::default();
         let docker_usable = if config.drivers.iter().any(|d| d == "docker") {
             let probe = docker::probe(&docker).await;
@@ -249,6 +260,8 @@ impl Client {
                 "removed the directories of allocations no longer kept"
             );
         }
+        // Networks of allocations whose tasks died while no client ran to remove them.
+        alloc_runner::hooks::network::release_finished(&shared).await;
         // Re-attach to (or account for) what an earlier run left behind.
         let resumed: Vec<LocalAlloc> = shared
             .state()

@@ -768,6 +768,10 @@ impl ClientHandle {
                     args,
                     local.handles.get(&spec.name),
                     &self.shared.isolation,
+                    crate::client::network::task_netns(local)
+                        .ok()
+                        .flatten()
+                        .as_deref(),
                 )
                 .map_err(|e| AllocOpError::Invalid(e.to_string()))?;
                 cmd.kill_on_drop(true);

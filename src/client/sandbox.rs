@@ -792,6 +792,7 @@ pub fn enter_plan(
     let mut join = Vec::new();
     // The mount namespace last: after it, /proc is the task's.
     for (name, kind) in [
+        ("net", libc::CLONE_NEWNET),
         ("ipc", libc::CLONE_NEWIPC),
         ("uts", libc::CLONE_NEWUTS),
         ("pid", libc::CLONE_NEWPID),
@@ -940,6 +941,12 @@ pub fn join_cgroup(files: &[CString]) -> std::io::Result<()> {
 }
 
 impl Plan {
+    /// The task joins the network namespace open at `fd` too (its allocation's, in bridge
+    /// mode), before it makes its own namespaces.
+    pub fn join_network(&mut self, fd: std::os::fd::OwnedFd) {
+        self.join.insert(0, (fd, libc::CLONE_NEWNET));
+    }
+
     /// Enter the sandbox: called in the child the client spawned, between `fork` and
     /// `exec`. This process stays behind as the supervisor and never returns; the task,
     /// forked from it, returns `Ok` to `exec` its command.

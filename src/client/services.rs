@@ -20,7 +20,7 @@ use std::sync::Arc;
 
 use teamster_storage::model::{
     Allocation, CheckStatus, ClientStatus, Service, ServiceRegistration, Task, TaskStateValue,
-    CHECK_PENDING,
+    ADDRESS_MODE_ALLOC, CHECK_PENDING,
 };
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, warn};
@@ -196,7 +196,7 @@ fn registration(
     let alloc_id = alloc.id.to_string();
     let alloc_dir = AllocDir::new(node.alloc_root, &alloc_id);
     let task_dir = alloc_dir.task(&task.name);
-    let env = TaskEnv::new(
+    let env = TaskEnv::in_network(
         node.node_values.clone(),
         alloc,
         &local.job,
@@ -206,10 +206,19 @@ fn registration(
             task: &task_dir.local(),
             secrets: &task_dir.secrets(),
         },
+        local
+            .network
+            .as_ref()
+            .filter(|n| !n.address.is_empty())
+            .map(|n| (n.interface.as_str(), n.address.as_str())),
     );
     let mut service = service.clone();
     service.name = env.interpolate(&service.name);
-    let (address, port) = address_of(alloc, &service, node.ip);
+    let (address, port) = if service.address_mode == ADDRESS_MODE_ALLOC {
+        alloc_address(local, &service.port_label)
+    } else {
+        address_of(alloc, &service, node.ip)
+    };
     ServiceRegistration {
         id: ServiceRegistration::make_id(&alloc_id, owner, &alloc.task_group, &service),
         service_name: service.name.clone(),
@@ -244,6 +253,29 @@ fn address_of(alloc: &Allocation, service: &Service, node_ip: &str) -> (String, 
         ip
     } else {
         service.address.clone()
+    };
+    (ip, port)
+}
+
+/// The allocation's own address (bridge mode) and the port inside its namespace of `label`
+/// (its `to`, else its host port; or a number).
+fn alloc_address(local: &LocalAlloc, label: &str) -> (String, u32) {
+    let ip = local
+        .network
+        .as_ref()
+        .map(|n| n.address.clone())
+        .unwrap_or_default();
+    let mapped = local
+        .alloc
+        .allocated_resources
+        .shared
+        .ports
+        .iter()
+        .find(|p| p.label == label);
+    let port = match mapped {
+        Some(p) if p.to > 0 => p.to as u32,
+        Some(p) => p.value,
+        None => label.parse::<u32>().unwrap_or(0),
     };
     (ip, port)
 }

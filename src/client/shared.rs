@@ -120,7 +120,7 @@ impl Shared {
         } else {
             (dir.shared(), task_dir.local(), task_dir.secrets())
         };
-        let env = TaskEnv::new(
+        let env = TaskEnv::in_network(
             self.node_values.clone(),
             &local.alloc,
             &local.job,
@@ -130,6 +130,11 @@ impl Shared {
                 task: &local_dir,
                 secrets: &secrets,
             },
+            local
+                .network
+                .as_ref()
+                .filter(|n| !n.address.is_empty())
+                .map(|n| (n.interface.as_str(), n.address.as_str())),
         );
         let mut prepared = env.apply(task);
         // A task's memory_max applies only if the servers placed the allocation with memory

@@ -5,8 +5,9 @@
 //! `${attr.<attribute>}` and `${meta.<node meta key>}`. The job parser leaves exactly these
 //! for the client; a reference to anything else stays as written, as Nomad leaves it.
 //! Each port of the group's network gives `NOMAD_PORT_<label>`, `NOMAD_HOST_PORT_<label>`,
-//! `NOMAD_IP_<label>`, `NOMAD_ADDR_<label>` (and Nomad's `ALLOC_`/`HOST_` variants), so
-//! `${NOMAD_PORT_http}` in a task's args is its port.
+//! `NOMAD_IP_<label>`, `NOMAD_ADDR_<label>` (and Nomad's `ALLOC_`/`HOST_` variants, with the
+//! allocation's own address in bridge mode), so `${NOMAD_PORT_http}` in a task's args is
+//! its port.
 //!
 //! Pure: [`TaskEnv::new`] takes the facts, [`TaskEnv::apply`] gives the task to start.
 
@@ -62,6 +63,21 @@ impl TaskEnv {
         task: &Task,
         dirs: TaskDirs,
     ) -> TaskEnv {
+        TaskEnv::in_network(node, alloc, job, task, dirs, None)
+    }
+
+    /// [`TaskEnv::new`] for an allocation with a network of its own (bridge mode):
+    /// `alloc_network` is its interface and address, which give each port's
+    /// `NOMAD_ALLOC_INTERFACE_<label>`, `NOMAD_ALLOC_IP_<label>` and
+    /// `NOMAD_ALLOC_ADDR_<label>` (the address and the port inside, as Nomad sets them).
+    pub fn in_network(
+        node: BTreeMap<String, String>,
+        alloc: &Allocation,
+        job: &Job,
+        task: &Task,
+        dirs: TaskDirs,
+        alloc_network: Option<(&str, &str)>,
+    ) -> TaskEnv {
         let group = job.task_groups.iter().find(|g| g.name == alloc.task_group);
         let alloc_id = alloc.id.to_string();
         let mut env = BTreeMap::new();
@@ -105,6 +121,17 @@ impl TaskEnv {
             set(&format!("NOMAD_HOST_IP_{label}"), port.host_ip.clone());
             set(&format!("NOMAD_ADDR_{label}"), addr.clone());
             set(&format!("NOMAD_HOST_ADDR_{label}"), addr);
+            if let Some((interface, ip)) = alloc_network {
+                set(
+                    &format!("NOMAD_ALLOC_INTERFACE_{label}"),
+                    interface.to_string(),
+                );
+                set(&format!("NOMAD_ALLOC_IP_{label}"), ip.to_string());
+                set(
+                    &format!("NOMAD_ALLOC_ADDR_{label}"),
+                    format!("{ip}:{inside}"),
+                );
+            }
         }
         // A task reserving whole cores: their share of the node's MHz, and which they are.
         match alloc.allocated_resources.task(&task.name) {
@@ -368,5 +395,22 @@ mod tests {
         assert_eq!(e["NOMAD_HOST_PORT_admin_ui"], "8081");
         assert_eq!(e["NOMAD_HOST_ADDR_admin_ui"], "10.0.0.5:8081");
         assert_eq!(env.interpolate("--port=${NOMAD_PORT_http}"), "--port=23456");
+        // Host mode: no address of the allocation's own.
+        assert!(!e.contains_key("NOMAD_ALLOC_IP_http"));
+        // Bridge mode: the allocation's interface and address, with the port inside.
+        let bridged = TaskEnv::in_network(
+            node_values(&node),
+            &alloc,
+            &job,
+            task,
+            dirs,
+            Some(("eth0", "172.26.64.9")),
+        );
+        let e = bridged.env();
+        assert_eq!(e["NOMAD_ALLOC_INTERFACE_admin_ui"], "eth0");
+        assert_eq!(e["NOMAD_ALLOC_IP_admin_ui"], "172.26.64.9");
+        assert_eq!(e["NOMAD_ALLOC_ADDR_admin_ui"], "172.26.64.9:9000");
+        assert_eq!(e["NOMAD_ALLOC_ADDR_http"], "172.26.64.9:23456");
+        assert_eq!(e["NOMAD_HOST_ADDR_admin_ui"], "10.0.0.5:8081");
     }
 }

@@ -59,6 +59,30 @@ pub struct LocalAlloc {
     /// with [`MAX_RUN_DURATION_EXCEEDED`] (kept across client restarts).
     #[serde(default)]
     pub max_run_exceeded: bool,
+    /// What the client made for its group's network in bridge mode
+    /// ([`crate::client::network`]), written before it is made.
+    #[serde(default)]
+    pub network: Option<AllocNetwork>,
+}
+
+/// What the client made for one allocation's network, kept in its state across restarts
+/// (Nomad's `AllocNetworkStatus` and its CNI result).
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+pub struct AllocNetwork {
+    /// The group's network mode (`bridge`).
+    pub mode: String,
+    /// The namespace's path.
+    pub netns: std::path::PathBuf,
+    /// The interface inside it.
+    pub interface: String,
+    /// Its address (empty until the plugins have run: the record is written first).
+    pub address: String,
+    /// What the plugins' `ADD` gave (handed to their `DEL`).
+    #[serde(default)]
+    pub result: serde_json::Value,
+    /// Why it could not be made (the tasks fail to start with it).
+    #[serde(default)]
+    pub error: String,
 }
 
 /// Nomad's description of an allocation its `max_run_duration` stopped.
@@ -132,6 +156,7 @@ impl LocalAlloc {
             migrate_from: None,
             registered: Registered::default(),
             max_run_exceeded: false,
+            network: None,
         }
     }
 

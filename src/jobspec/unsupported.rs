@@ -25,11 +25,9 @@ pub(super) const JOB: &[&str] = &[
 /// Fields of a `TaskGroup` teamster does not implement.
 pub(super) const GROUP: &[&str] = &["Consul"];
 
-/// Fields of a group's network teamster does not implement (ports in host mode are acted
-/// on; the mode, labels and host networks are checked by the job's validation).
-pub(super) const NETWORK: &[&str] = &[
-    "Mode", "Device", "CIDR", "IP", "Hostname", "DNS", "CNI", "MBits",
-];
+/// Fields of a group's network teamster does not implement (ports, in host and bridge mode,
+/// are acted on; the mode, labels and host networks are checked by the job's validation).
+pub(super) const NETWORK: &[&str] = &["Device", "CIDR", "IP", "Hostname", "DNS", "CNI", "MBits"];
 
 /// Fields of a `service` (group or task) teamster does not implement: it registers services
 /// itself (`provider = "nomad"`, checked by the job's validation) and runs `http` and `tcp`
@@ -65,14 +63,9 @@ pub(super) const IDENTITY: &[&str] = &["ServiceName", "ExtraClaims"];
 /// (`disabled` is acted on).
 pub(super) const LOGS: &[&str] = &["Enabled"];
 
-/// Values that ask for what teamster does anyway, so they count as unset: networks are the
-/// host's, ports are on the default host network, and services are in the default (only)
-/// cluster.
-const SAME_AS_TEAMSTER: &[(&str, &str)] = &[
-    ("Mode", "host"),
-    ("HostNetwork", "default"),
-    ("Cluster", "default"),
-];
+/// Values that ask for what teamster does anyway, so they count as unset: ports are on the
+/// default host network, and services are in the default (only) cluster.
+const SAME_AS_TEAMSTER: &[(&str, &str)] = &[("HostNetwork", "default"), ("Cluster", "default")];
 
 /// Fields of a task's `Resources` teamster does not implement.
 pub(super) const RESOURCES: &[&str] = &["Networks", "Devices", "NUMA", "SecretsMB"];

@@ -6,9 +6,9 @@
 //!
 //! ```text
 //! cargo build --release -p teamster -p teamster-cluster-tests
-//! target/release/teamster-loadgen --nodes 5000 --jobs 100 --count 1000 --out c1m.json
-//! target/release/teamster-loadgen --failover-at 0.5 --name failover   # the leader dies mid-run
-//! target/release/teamster-loadgen --shape dispatch --jobs 10000 --count 1 --run-for 2s
+//! target/x86_64-unknown-linux-gnu/release/teamster-loadgen --nodes 5000 --jobs 100 --count 1000 --out c1m.json
+//! target/x86_64-unknown-linux-gnu/release/teamster-loadgen --failover-at 0.5 --name failover   # the leader dies mid-run
+//! target/x86_64-unknown-linux-gnu/release/teamster-loadgen --shape dispatch --jobs 10000 --count 1 --run-for 2s
 //! ```
 
 use std::time::Duration;

@@ -263,18 +263,26 @@ impl TaskRunner {
     /// An in-place update of the job: the task's new version (interpolated again) from the
     /// allocation as the client holds it, its stop rules and restart policy from now on, and
     /// the update hooks. A restart later starts the new version.
+    /// The task as the client's state gives it now (interpolated, its environment
+    /// complete), with its restart policy.
+    fn prepared_now(
+        &self,
+    ) -> Option<(
+        teamster_storage::model::Task,
+        teamster_storage::model::RestartPolicy,
+    )> {
+        let st = self.shared.state();
+        st.allocs.get(&self.ctx.alloc_id).and_then(|local| {
+            let group = local.group()?;
+            let task = group.tasks.iter().find(|t| t.name == self.ctx.task.name)?;
+            let policy = group.task_restart_policy(task).unwrap_or_default();
+            Some((self.shared.prepared_task(local, task).0, policy))
+        })
+    }
+
     async fn apply_update(&mut self) {
         let index = *self.updates.borrow_and_update();
-        let found = {
-            let st = self.shared.state();
-            st.allocs.get(&self.ctx.alloc_id).and_then(|local| {
-                let group = local.group()?;
-                let task = group.tasks.iter().find(|t| t.name == self.ctx.task.name)?;
-                let policy = group.task_restart_policy(task).unwrap_or_default();
-                Some((self.shared.prepared_task(local, task).0, policy))
-            })
-        };
-        let Some((task, policy)) = found else {
+        let Some((task, policy)) = self.prepared_now() else {
             return;
         };
         debug!(job_modify_index = index, "task updated in place");
@@ -482,6 +490,31 @@ impl TaskRunner {
             self.apply_update().await;
         }
         let now = self.now();
+        // The allocation's network namespace (bridge mode), made by its network hook.
+        let netns = self
+            .shared
+            .state()
+            .allocs
+            .get(&self.ctx.alloc_id)
+            .map_or(Ok(None), crate::client::network::task_netns);
+        let netns = match netns {
+            Ok(netns) => netns,
+            Err(why) => {
+                let mut ev = event(now, "Setup Failure", why);
+                ev.fails_task = true;
+                self.dead(true, ev).await;
+                return None;
+            }
+        };
+        if netns.is_some() {
+            // Its address came after the runner was built: the variables that give it
+            // (`NOMAD_ALLOC_IP_<label>`, …) and what interpolates them, before the hooks run.
+            if let Some((task, policy)) = self.prepared_now() {
+                self.ctx.task = task;
+                self.ctx.task.restart_policy = Some(policy);
+                self.apply_prepared_env();
+            }
+        }
         self.push(event(now, "Task Setup", "Building Task Directory".into()));
         if let Err(e) = self.prestart(false).await {
             if self.stopping() {
@@ -547,6 +580,7 @@ impl TaskRunner {
             logs: &self.prepared.logs,
             mounts: self.ctx.mounts.as_deref().unwrap_or_default(),
             isolation: &self.shared.isolation,
+            netns: netns.as_deref(),
         };
         match driver::launch(&self.ctx.task, self.ctx.task_dir.dir(), ctx, now).await {
             Ok(running) => {

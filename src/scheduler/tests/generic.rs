@@ -150,13 +150,24 @@ fn constraints_filter_nodes_per_operand() {
     }
 }
 
-/// Nomad's way with a job that needs what no node has (Consul, a driver): it is
+/// Nomad's way with a job that needs what no node has (Consul, a driver, the CNI plugins): it is
 /// placed nowhere, its evaluation is blocked, and the failure names what is missing per
 /// node; nodes are counted by their own class, and those without one are not.
 #[test]
 fn a_job_needing_consul_or_a_missing_driver_is_blocked_naming_it() {
     type Needs = fn(&mut Job);
-    let cases: [(&str, Needs); 2] = [
+    let cases: [(&str, Needs); 3] = [
+        // A bridge group on nodes that advertise no CNI plugin (not root, none installed).
+        (
+            "${attr.plugins.cni.version.bridge} semver >= 0.4.0",
+            |job| {
+                job.task_groups_mut()[0].networks =
+                    vec![teamster_storage::model::NetworkResource {
+                        mode: "bridge".into(),
+                        ..Default::default()
+                    }];
+            },
+        ),
         ("${attr.consul.version} semver >= 1.8.0", |job| {
             job.task_groups_mut()[0].services = vec![teamster_storage::model::Service {
                 name: "web".into(),

@@ -1,4 +1,7 @@
-//! What a job asks of an integration a teamster cluster does not have: Consul services.
+//! What a job asks of an integration a teamster cluster does not have: Consul services; and
+//! what a bridge-mode group asks of its node: the CNI plugins (Nomad's implied constraints
+//! on `${attr.plugins.cni.version.<plugin>}`, which a client advertises only where it can
+//! use them).
 //! Nomad accepts a job with a Consul service (a service without `provider`, Nomad's default,
 //! or with `provider = "consul"`) and leaves it pending until a client fingerprints Consul:
 //! its servers add an implied constraint on `${attr.consul.version}`, and the scheduler
@@ -28,12 +31,28 @@ fn imply(constraints: &mut Vec<Constraint>, implied: Constraint) {
     }
 }
 
-/// Adds Nomad's implied constraints for Consul services, as its servers do when a job is
-/// registered or planned: a group's Consul services constrain the group, a task's
-/// constrain the task. Idempotent.
+/// The CNI plugins a node needs for a group in bridge mode (Nomad's list).
+const BRIDGE_PLUGINS: [&str; 5] = ["bridge", "firewall", "host-local", "loopback", "portmap"];
+
+/// The constraint Nomad adds for each plugin of a bridge group.
+fn cni_constraint(plugin: &str) -> Constraint {
+    Constraint::new(
+        &format!("${{attr.plugins.cni.version.{plugin}}}"),
+        "semver",
+        ">= 0.4.0",
+    )
+}
+
+/// Adds Nomad's implied constraints, as its servers do when a job is registered or planned:
+/// a group's Consul services constrain the group, a task's constrain the task; a group in
+/// bridge network mode needs the CNI plugins it runs. Idempotent.
 pub fn imply_integration_constraints(job: &mut Job) {
+    let bridge = |g: &crate::model::job::TaskGroup| {
+        g.network_mode() == crate::model::job::NETWORK_MODE_BRIDGE
+    };
     let needs = job.task_groups.iter().any(|g| {
-        g.services.iter().any(|s| s.is_consul())
+        bridge(g)
+            || g.services.iter().any(|s| s.is_consul())
             || g.tasks
                 .iter()
                 .any(|t| t.services.iter().any(|s| s.is_consul()))
@@ -42,6 +61,11 @@ pub fn imply_integration_constraints(job: &mut Job) {
         return;
     }
     for group in job.task_groups_mut() {
+        if bridge(group) {
+            for plugin in BRIDGE_PLUGINS {
+                imply(&mut group.constraints, cni_constraint(plugin));
+            }
+        }
         if group.services.iter().any(|s| s.is_consul()) {
             imply(&mut group.constraints, consul_constraint());
         }
@@ -70,6 +94,80 @@ mod tests {
             .iter()
             .map(|c| format!("{} {} {}", c.l_target, c.operand, c.r_target))
             .collect()
+    }
+
+    #[test]
+    fn a_bridge_group_needs_the_cni_plugins_as_in_nomad() {
+        let mut j = job(json!({
+            "ID": "app",
+            "TaskGroups": [
+                { "Name": "b", "Networks": [{ "Mode": "bridge" }],
+                  "Constraints": [{ "LTarget": "${attr.plugins.cni.version.bridge}",
+                                    "RTarget": ">= 1.0.0", "Operand": "semver" }],
+                  "Tasks": [{ "Name": "t", "Driver": "raw_exec" }] },
+                { "Name": "h", "Networks": [{ "Mode": "host" }],
+                  "Tasks": [{ "Name": "t", "Driver": "raw_exec" }] }
+            ]
+        }));
+        imply_integration_constraints(&mut j);
+        imply_integration_constraints(&mut j);
+        // The group's own constraint on one plugin wins; the others are added once.
+        assert_eq!(
+            targets(&j.task_groups[0].constraints),
+            [
+                "${attr.plugins.cni.version.bridge} semver >= 1.0.0",
+                "${attr.plugins.cni.version.firewall} semver >= 0.4.0",
+                "${attr.plugins.cni.version.host-local} semver >= 0.4.0",
+                "${attr.plugins.cni.version.loopback} semver >= 0.4.0",
+                "${attr.plugins.cni.version.portmap} semver >= 0.4.0",
+            ]
+        );
+        assert!(j.task_groups[1].constraints.is_empty());
+    }
+
+    #[test]
+    fn bridge_mode_is_checked_with_its_drivers_and_address_modes() {
+        let group = |mode: &str, driver: &str, address_mode: &str| {
+            json!({
+                "ID": "app",
+                "TaskGroups": [{
+                    "Name": "g",
+                    "Networks": [{ "Mode": mode, "DynamicPorts": [{ "Label": "http", "To": 80 }] }],
+                    "Services": [{ "Name": "web", "PortLabel": "http", "Provider": "nomad",
+                                   "AddressMode": address_mode }],
+                    "Tasks": [{ "Name": "t", "Driver": driver,
+                                "Config": { "image": "x", "command": "x" } }]
+                }]
+            })
+        };
+        job(group("bridge", "raw_exec", "alloc"))
+            .validate()
+            .unwrap();
+        job(group("bridge", "exec", "auto")).validate().unwrap();
+        let e = job(group("bridge", "docker", ""))
+            .validate()
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("task \"t\": the docker driver does not run tasks"),
+            "{e}"
+        );
+        let e = job(group("host", "raw_exec", "alloc"))
+            .validate()
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("address_mode \"alloc\" needs the group's network"),
+            "{e}"
+        );
+        let e = job(group("cni/mine", "raw_exec", ""))
+            .validate()
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("network mode \"cni/mine\" is not supported"),
+            "{e}"
+        );
     }
 
     #[test]

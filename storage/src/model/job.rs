@@ -812,14 +812,20 @@ fn canonicalize_service(service: &mut Service, default_name: impl FnOnce() -> St
     }
 }
 
+/// A service's address mode registering the allocation's own address and port (bridge
+/// mode).
+pub const ADDRESS_MODE_ALLOC: &str = "alloc";
+
 /// Nomad's checks of a service that teamster can act on: the `nomad` provider, a valid name,
 /// a port label the group's network defines (or a port number), an address mode of `auto`
-/// or `host`, and no name and port given twice in one group or task.
+/// or `host` (or `alloc` in bridge mode), and no name and port given twice in one group or
+/// task.
 fn validate_service(
     at: &str,
     service: &Service,
     owner: ServiceOwner<'_>,
     port_labels: &BTreeSet<&str>,
+    bridge: bool,
     seen: &mut BTreeSet<(String, String)>,
     errors: &mut Vec<String>,
 ) {
@@ -852,11 +858,17 @@ fn validate_service(
             "{at}: service {name:?}: port label {label:?} is not defined by the group's network"
         ));
     }
-    if !matches!(service.address_mode.as_str(), "" | "auto" | "host") {
-        errors.push(format!(
-            "{at}: service {name:?}: address_mode {:?} is not supported (auto or host)",
-            service.address_mode
-        ));
+    match service.address_mode.as_str() {
+        "" | "auto" | "host" => {}
+        ADDRESS_MODE_ALLOC if bridge => {}
+        ADDRESS_MODE_ALLOC => errors.push(format!(
+            "{at}: service {name:?}: address_mode \"alloc\" needs the group's network in \
+             mode \"bridge\" (the allocation has no address of its own)"
+        )),
+        other => errors.push(format!(
+            "{at}: service {name:?}: address_mode {other:?} is not supported (auto, host, or \
+             alloc in bridge mode)"
+        )),
     }
     if !seen.insert((name.clone(), label.to_string())) {
         errors.push(format!(
@@ -1074,8 +1086,11 @@ fn validate_check_kind(
     }
 }
 
-/// Nomad's checks of a group's networks that teamster can act on: one network, in host mode,
-/// on the default host network; labels unique and non-empty ("Port label %s already in use");
+/// The network mode giving each allocation its own namespace on the node's bridge.
+pub const NETWORK_MODE_BRIDGE: &str = "bridge";
+
+/// Nomad's checks of a group's networks that teamster can act on: one network, in host or
+/// bridge mode, on the default host network; labels unique and non-empty ("Port label %s already in use");
 /// static ports in 1..=65535 and not asked twice ("Static port %d already reserved by %s");
 /// `to` at least -1 and at most 65535.
 fn validate_networks(at: &str, networks: &[NetworkResource], errors: &mut Vec<String>) {
@@ -1087,10 +1102,10 @@ fn validate_networks(at: &str, networks: &[NetworkResource], errors: &mut Vec<St
     }
     for network in networks {
         match network.mode.as_str() {
-            "" | "host" => {}
+            "" | "host" | NETWORK_MODE_BRIDGE => {}
             other => errors.push(format!(
-                "{at}: network mode {other:?} is not supported (teamster runs groups in the \
-                 host network namespace: mode \"host\")"
+                "{at}: network mode {other:?} is not supported (\"host\", or \"bridge\": a \
+                 network namespace per allocation)"
             )),
         }
         let mut labels = BTreeSet::new();
@@ -1138,12 +1153,13 @@ fn validate_networks(at: &str, networks: &[NetworkResource], errors: &mut Vec<St
     }
 }
 
-/// A group's `network` block (Nomad's `NetworkResource`), in host mode: the ports every
-/// allocation of the group reserves on its node's address.
+/// A group's `network` block (Nomad's `NetworkResource`): the ports every allocation of the
+/// group reserves on its node's address, and in bridge mode where they lead inside the
+/// allocation's namespace (`to`).
 #[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
 #[serde(rename_all = "PascalCase", default)]
 pub struct NetworkResource {
-    /// `host` (or empty, the same). Other modes are refused by validation.
+    /// `host` (or empty, the same) or `bridge`. Other modes are refused by validation.
     #[serde(deserialize_with = "de::nullable")]
     pub mode: String,
     /// Ports with a fixed (`static`) host port.
@@ -1238,6 +1254,15 @@ impl Default for TaskGroup {
 }
 
 impl TaskGroup {
+    /// Its network's mode (`""` without a network; Nomad's default `host` is also `""`
+    /// or `"host"`).
+    pub fn network_mode(&self) -> &str {
+        self.networks
+            .first()
+            .map(|n| n.mode.as_str())
+            .unwrap_or_default()
+    }
+
     /// What one allocation of the group needs: its tasks' resources as Nomad adds them by
     /// lifecycle (the tasks that run at once summed, the largest of those sets taken: the
     /// prestart tasks; the main tasks with the sidecars and poststart tasks; the poststop
@@ -1814,6 +1839,16 @@ impl Job {
                 }
             }
             validate_networks(&at, &group.networks, &mut errors);
+            if group.network_mode() == NETWORK_MODE_BRIDGE {
+                for task in group.tasks.iter().filter(|t| t.driver == "docker") {
+                    errors.push(format!(
+                        "{at}: task {:?}: the docker driver does not run tasks of a group in \
+                         network mode \"bridge\" (exec and raw_exec tasks join the \
+                         allocation's namespace)",
+                        task.name
+                    ));
+                }
+            }
             if let Some(disk) = &group.ephemeral_disk {
                 disk.validate(&at, &mut errors);
             }
@@ -1836,6 +1871,7 @@ impl Job {
                 .flat_map(|n| n.ports().map(|p| p.label.as_str()))
                 .collect();
             let task_names: BTreeSet<&str> = group.tasks.iter().map(|t| t.name.as_str()).collect();
+            let bridge = group.network_mode() == NETWORK_MODE_BRIDGE;
             let mut service_ids = BTreeSet::new();
             for service in &group.services {
                 validate_service(
@@ -1843,6 +1879,7 @@ impl Job {
                     service,
                     ServiceOwner::Group(&group.name, &task_names),
                     &port_labels,
+                    bridge,
                     &mut service_ids,
                     &mut errors,
                 );
@@ -1863,6 +1900,7 @@ impl Job {
                         service,
                         ServiceOwner::Task(&task.name),
                         &port_labels,
+                        bridge,
                         &mut task_ids,
                         &mut errors,
                     );

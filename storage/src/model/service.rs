@@ -38,7 +38,8 @@ pub struct Service {
     /// empty registers port 0.
     #[serde(deserialize_with = "de::nullable")]
     pub port_label: String,
-    /// How the address is chosen: `auto` or `host` (the node's address of the port).
+    /// How the address is chosen: `auto` or `host` (the node's address and host port of its
+    /// port label), or `alloc` (the allocation's own address and port inside, bridge mode).
     #[serde(deserialize_with = "de::nullable")]
     pub address_mode: String,
     /// A fixed address instead of the node's.

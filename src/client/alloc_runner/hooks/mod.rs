@@ -3,12 +3,12 @@
 //!
 //! ```text
 //!  prerun (before the tasks start, and when a restarted client finds the allocation):
-//!    alloc_dir ─▶ upstream_allocs ─▶ alloc_health_watcher ─▶ group_services
+//!    alloc_dir ─▶ upstream_allocs ─▶ alloc_health_watcher ─▶ network ─▶ group_services
 //!  update (an in-place update of the job) · pre_kill (a stop was asked: before the group's
 //!  shutdown_delay) · postrun (every task is dead)
 //! ```
 //!
-//! The network namespace hook comes with bridge networking, after `alloc_health_watcher`.
+//! `network` makes the allocation's namespace in bridge mode (and removes it in postrun).
 //! Service checks follow the registrations: the client's check loop probes the checks of
 //! every service a hook has registered, and stops once it is withdrawn. A new runtime
 //! feature around the allocation is a new hook here, added to [`alloc_hooks`]; the runner
@@ -17,6 +17,7 @@
 mod alloc_dir;
 mod group_services;
 pub mod health;
+pub mod network;
 pub mod upstream;
 
 use std::sync::Arc;
@@ -91,6 +92,7 @@ pub fn alloc_hooks() -> Vec<Box<dyn AllocHook>> {
         Box::new(alloc_dir::AllocDirHook),
         Box::new(upstream::UpstreamAllocs),
         Box::new(health::HealthWatcher),
+        Box::new(network::Network),
         Box::new(group_services::GroupServices),
     ]
 }

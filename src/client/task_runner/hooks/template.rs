@@ -858,12 +858,16 @@ async fn run_script(
     ctx: &HookCtx,
     script: &teamster_storage::model::ChangeScript,
 ) -> Result<(), String> {
+    // In the allocation's network namespace when it has one (bridge mode), as the task.
+    let netns = std::path::Path::new(crate::client::network::netns::NETNS_DIR).join(&ctx.alloc_id);
+    let netns = crate::client::network::netns::is_netns(&netns).then_some(netns);
     let mut cmd = crate::client::driver::task_command(
         &ctx.task,
         ctx.task_dir.dir(),
         &script.command,
         &script.args,
         None,
+        netns.as_deref(),
     )
     .map_err(|e| e.to_string())?;
     cmd.kill_on_drop(true)

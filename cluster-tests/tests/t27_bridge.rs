@@ -1,0 +1,317 @@
+//! Group networking in bridge mode on a real client (root, Debian's CNI plugins, installed
+//! when missing): a two-task group whose `exec` task serves on port 8080 inside the
+//! allocation's network namespace and whose `raw_exec` task reaches it on `localhost`; the
+//! port published as a dynamic host port and answered from the host; two allocations on
+//! one node, each with its own address and its own port 8080; a client killed with
+//! SIGKILL and restarted keeps the running allocations reachable and makes nothing twice;
+//! `job stop` removes the namespaces and every iptables rule that names the allocations.
+//! Traffic goes only to loopback and to the namespaces the test made.
+//!
+//! Without root or the plugins the test prints a `SKIP` line and passes; with `CI=true` it
+//! fails instead.
+
+use std::time::Duration;
+
+use serde_json::{json, Value};
+use teamster::api::ApiClient;
+use teamster_cluster_tests::api::register;
+use teamster_cluster_tests::client_process::{wait_node_status, ClientProcess};
+use teamster_cluster_tests::packages::{find_or_install, skip_or_fail};
+use teamster_cluster_tests::process::{ClusterOptions, ProcessCluster};
+use teamster_cluster_tests::wait_for;
+
+const FORMATION: Duration = Duration::from_secs(30);
+
+/// The `exec` task: an HTTP server on port 8080 of the namespace (every address in it),
+/// answering with its allocation's ID.
+const SERVER: &str = "cd /local && echo \"$NOMAD_ALLOC_ID\" > index.html && \
+     exec /usr/bin/python3 -m http.server 8080";
+
+/// The `raw_exec` task: fetches `localhost:8080` every half second and prints what it got,
+/// after its allocation's address.
+const CLIENT: &str = "echo \"ip=$NOMAD_ALLOC_IP_http port=$NOMAD_PORT_http host=$NOMAD_HOST_PORT_http\"; \
+     while :; do /usr/bin/python3 -c \"import urllib.request as u; \
+     print('got=' + u.urlopen('http://localhost:8080/', timeout=2).read().decode().strip(), flush=True)\" \
+     2>/dev/null; sleep 0.5; done";
+
+fn bridge_job(id: &str, count: u32) -> Value {
+    json!({
+        "ID": id, "Type": "service", "Datacenters": ["dc1"],
+        "TaskGroups": [{
+            "Name": "web", "Count": count,
+            "Networks": [{ "Mode": "bridge",
+                           "DynamicPorts": [{ "Label": "http", "To": 8080 }] }],
+            "Services": [
+                { "Name": "bridged-inside", "PortLabel": "http", "Provider": "nomad",
+                  "AddressMode": "alloc" },
+                { "Name": "bridged-outside", "PortLabel": "http", "Provider": "nomad" }
+            ],
+            "Tasks": [
+                { "Name": "server", "Driver": "exec",
+                  "Config": { "command": "/bin/sh", "args": ["-c", SERVER] },
+                  "KillTimeout": 1_000_000_000u64,
+                  "Resources": { "CPU": 50, "MemoryMB": 64 } },
+                { "Name": "client", "Driver": "raw_exec",
+                  "Config": { "command": "/bin/sh", "args": ["-c", CLIENT] },
+                  "KillTimeout": 1_000_000_000u64,
+                  "Resources": { "CPU": 20, "MemoryMB": 32 } }
+            ]
+        }]
+    })
+}
+
+async fn job_allocs(api: &ApiClient, job: &str) -> Vec<Value> {
+    api.get(&format!("/v1/job/{job}/allocations?stale=true"))
+        .await
+        .unwrap_or_default()
+}
+
+async fn client_stdout(client: &ApiClient, alloc_id: &str) -> String {
+    client
+        .request_text::<()>(
+            reqwest::Method::GET,
+            &format!("/v1/client/fs/logs/{alloc_id}?task=client&type=stdout&plain=true"),
+            None,
+        )
+        .await
+        .unwrap_or_default()
+}
+
+/// What the allocation's client task printed: its address and port line, and whether it
+/// has reached the server task (which answers with the allocation's ID).
+fn parse_client(out: &str, alloc_id: &str) -> Option<(String, u32, bool)> {
+    let first = out.lines().next()?;
+    let mut ip = None;
+    let mut host = None;
+    for word in first.split_whitespace() {
+        if let Some(v) = word.strip_prefix("ip=") {
+            ip = Some(v.to_string());
+        }
+        if let Some(v) = word.strip_prefix("host=") {
+            host = v.parse().ok();
+        }
+    }
+    let reached = out.lines().any(|l| l == format!("got={alloc_id}"));
+    Some((ip?, host?, reached))
+}
+
+/// GET `url` (a published port on the host), with a short timeout.
+async fn fetch(url: &str) -> Option<String> {
+    let client = reqwest::Client::builder()
+        .timeout(Duration::from_secs(2))
+        .build()
+        .ok()?;
+    let r = client.get(url).send().await.ok()?;
+    r.status().is_success().then_some(())?;
+    Some(r.text().await.ok()?.trim().to_string())
+}
+
+/// The host's iptables rules (every table) that mention `needle`.
+fn rules_naming(needle: &str) -> Vec<String> {
+    let mut found = Vec::new();
+    for table in ["filter", "nat", "mangle"] {
+        let out = std::process::Command::new("iptables")
+            .args(["-w", "-t", table, "-S"])
+            .output();
+        if let Ok(o) = out {
+            for line in String::from_utf8_lossy(&o.stdout).lines() {
+                if line.contains(needle) {
+                    found.push(format!("{table}: {line}"));
+                }
+            }
+        }
+    }
+    found
+}
+
+#[tokio::test]
+async fn bridge_groups_share_a_namespace_publish_ports_survive_a_client_kill_and_leave_nothing(
+) -> anyhow::Result<()> {
+    teamster_cluster_tests::init_test_tracing();
+    let test =
+        "bridge_groups_share_a_namespace_publish_ports_survive_a_client_kill_and_leave_nothing";
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        return skip_or_fail(test, "bridge networking needs root");
+    }
+    // Debian's package, where the client's default cni_path finds it.
+    if let Err(why) = find_or_install(
+        &["/usr/lib/cni/bridge", "/usr/lib/cni/portmap"],
+        &["containernetworking-plugins"],
+    ) {
+        return skip_or_fail(test, &why);
+    }
+
+    let mut c = ProcessCluster::start(1, ClusterOptions::default())?;
+    let leader = c.wait_leader(FORMATION).await?;
+    let api = c.servers[leader].api();
+    let rpc = c.servers[leader].rpc_addr();
+    let (block, _) = c.servers[0].ip.rsplit_once('.').expect("IPv4");
+    let ip = format!("{block}.101");
+    let mut client = ClientProcess::start(c.dir(), "bridge-client", &ip, &[rpc], "")?;
+    let node_id = wait_for(Duration::from_secs(15), "the node id", || async {
+        client.node_id().await
+    })
+    .await?;
+    wait_node_status(&api, &node_id, "ready", Duration::from_secs(15)).await?;
+    let node: Value = api.get(&format!("/v1/node/{node_id}")).await?;
+    for plugin in ["bridge", "firewall", "host-local", "loopback", "portmap"] {
+        let attr = &node["Attributes"][format!("plugins.cni.version.{plugin}")];
+        assert!(
+            attr.is_string(),
+            "no {plugin} attribute: {:#}",
+            node["Attributes"]
+        );
+    }
+    if node["Drivers"]["exec"]["Detected"] != true {
+        return skip_or_fail(
+            test,
+            &format!(
+                "the exec driver is not detected: {}",
+                node["Drivers"]["exec"]
+            ),
+        );
+    }
+
+    register(&api, bridge_job("bridged", 2)).await?;
+    let client_api = client.api();
+    // Both allocations run, and in each the client task has reached its own server task.
+    let seen = wait_for(
+        Duration::from_secs(60),
+        "both allocations serving",
+        || async {
+            let allocs = job_allocs(&api, "bridged").await;
+            let mut seen = Vec::new();
+            for a in allocs.iter().filter(|a| a["ClientStatus"] == "running") {
+                let id = a["ID"].as_str()?.to_string();
+                let (addr, host_port, reached) =
+                    parse_client(&client_stdout(&client_api, &id).await, &id)?;
+                reached.then_some(())?;
+                seen.push((id, addr, host_port));
+            }
+            (seen.len() == 2).then_some(seen)
+        },
+    )
+    .await
+    .map_err(|e| anyhow::anyhow!("{e}\n{}", client.log_tail(40)))?;
+    // Each its own address, in the bridge's subnet.
+    assert_ne!(seen[0].1, seen[1].1, "{seen:?}");
+    for (_, addr, _) in &seen {
+        let a: std::net::Ipv4Addr = addr.parse()?;
+        let o = a.octets();
+        assert!(
+            o[0] == 172 && o[1] == 26 && (64..80).contains(&o[2]),
+            "{addr}"
+        );
+    }
+    // The published port answers from the host, each with its own allocation.
+    for (id, _, host_port) in &seen {
+        let url = format!("http://{ip}:{host_port}/");
+        let got = wait_for(Duration::from_secs(10), "the published port", || async {
+            fetch(&url).await
+        })
+        .await?;
+        assert_eq!(&got, id, "{url}");
+    }
+    // Services: `alloc` registers the allocation's address and the port inside; the default
+    // the node's address and the host port.
+    let inside: Vec<Value> = wait_for(
+        Duration::from_secs(15),
+        "the services registered",
+        || async {
+            let regs: Vec<Value> = api.get("/v1/service/bridged-inside").await.ok()?;
+            (regs.len() == 2).then_some(regs)
+        },
+    )
+    .await?;
+    for reg in &inside {
+        let alloc = reg["AllocID"].as_str().unwrap_or_default();
+        let own = seen
+            .iter()
+            .find(|(id, _, _)| id == alloc)
+            .expect("one of ours");
+        assert_eq!(reg["Address"], own.1.as_str(), "{reg}");
+        assert_eq!(reg["Port"], 8080, "{reg}");
+    }
+    let outside: Vec<Value> = api.get("/v1/service/bridged-outside").await?;
+    assert_eq!(outside.len(), 2);
+    for reg in &outside {
+        let alloc = reg["AllocID"].as_str().unwrap_or_default();
+        let own = seen
+            .iter()
+            .find(|(id, _, _)| id == alloc)
+            .expect("one of ours");
+        assert_eq!(reg["Address"], ip.as_str(), "{reg}");
+        assert_eq!(reg["Port"], own.2, "{reg}");
+    }
+    // The namespaces are where Nomad keeps them.
+    for (id, _, _) in &seen {
+        assert!(
+            std::path::Path::new(&format!("/var/run/netns/{id}")).exists(),
+            "no namespace for {id}"
+        );
+    }
+
+    // A client killed and restarted finds its namespaces again: the same addresses, still
+    // reachable, nothing made twice.
+    client.kill();
+    client.restart()?;
+    wait_for(
+        Duration::from_secs(15),
+        "the client serving again",
+        || async { client.node_id().await },
+    )
+    .await?;
+    for (id, addr, host_port) in &seen {
+        let url = format!("http://{ip}:{host_port}/");
+        let got = wait_for(
+            Duration::from_secs(20),
+            "the published port after the restart",
+            || async { fetch(&url).await },
+        )
+        .await?;
+        assert_eq!(&got, id);
+        let out = client_stdout(&client_api, id).await;
+        let (again, _, _) = parse_client(&out, id).expect("the first line");
+        assert_eq!(&again, addr);
+        let dnat: Vec<String> = rules_naming(&format!("--dport {host_port} "))
+            .into_iter()
+            .filter(|r| r.contains("DNAT"))
+            .collect();
+        assert_eq!(dnat.len(), 2, "one DNAT rule per protocol: {dnat:#?}");
+    }
+    let running: Vec<Value> = job_allocs(&api, "bridged")
+        .await
+        .into_iter()
+        .filter(|a| a["ClientStatus"] == "running")
+        .collect();
+    assert_eq!(running.len(), 2);
+
+    // job stop: no namespace, no rule naming an allocation or its address.
+    api.request::<(), Value>(reqwest::Method::DELETE, "/v1/job/bridged", None)
+        .await?;
+    wait_for(
+        Duration::from_secs(30),
+        "both allocations stopped",
+        || async {
+            let allocs = job_allocs(&api, "bridged").await;
+            allocs
+                .iter()
+                .all(|a| a["ClientStatus"] == "complete")
+                .then_some(())
+        },
+    )
+    .await?;
+    for (id, addr, _) in &seen {
+        let gone = wait_for(Duration::from_secs(15), "the namespace removed", || async {
+            (!std::path::Path::new(&format!("/var/run/netns/{id}")).exists()).then_some(())
+        })
+        .await;
+        assert!(gone.is_ok(), "the namespace of {id} is left");
+        let left = rules_naming(id);
+        assert!(left.is_empty(), "rules left for {id}: {left:#?}");
+        let left = rules_naming(&format!("{addr}/32"));
+        assert!(left.is_empty(), "rules left for {addr}: {left:#?}");
+    }
+    Ok(())
+}
