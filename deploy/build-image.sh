@@ -6,10 +6,10 @@
 #
 # Environment:
 #   IMAGE        image name and tag (default teamster:dev)
-#   PROFILE      cargo profile for the binary (default release; the compose tests pass
-#                their own, dev, whose binary `cargo test` has already built)
+#   PROFILE      cargo profile for the binary (default release)
 #   BUSYBOX      path of a statically linked busybox to use instead of Debian's busybox-static
-#   SKIP_CARGO=1 use the binary already built (CI: build once, image many times)
+#   SKIP_CARGO=1 use the binary already built (the compose tests: the one they run)
+#   BIN          that binary's path (default: the profile's, under target/)
 #
 # Incremental: the image carries a label with a hash of everything that goes into it
 # (Dockerfile, busybox, the binary, the /etc files); when the image already has that label
@@ -26,7 +26,7 @@ STAGE=$TARGET_DIR/image-context
 # Cargo keeps the dev profile's artifacts under `debug`.
 PROFILE_DIR=$PROFILE
 [ "$PROFILE" = dev ] && PROFILE_DIR=debug
-BIN=$TARGET_DIR/$TARGET/$PROFILE_DIR/teamster
+BIN=${BIN:-$TARGET_DIR/$TARGET/$PROFILE_DIR/teamster}
 
 log() { echo "build-image: $*" >&2; }
 

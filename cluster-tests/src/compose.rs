@@ -121,10 +121,11 @@ pub fn build_image() -> anyhow::Result<Duration> {
     BUILT
         .get_or_init(|| {
             let start = Instant::now();
-            // The binary of this test run's profile: `cargo test` has built it (a check).
+            // The (static) binary the process tests run too, built once by `teamster_bin`.
             let out = std::process::Command::new(repo_root().join("deploy/build-image.sh"))
                 .env("IMAGE", image())
-                .env("PROFILE", crate::process::test_profile())
+                .env("BIN", crate::process::teamster_bin())
+                .env("SKIP_CARGO", "1")
                 .output()
                 .map_err(|e| format!("running deploy/build-image.sh: {e}"))?;
             if !out.status.success() {

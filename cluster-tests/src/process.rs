@@ -65,7 +65,7 @@ fn profile_dir() -> PathBuf {
 }
 
 /// The cargo profile this test executable was built with (`dev` for `target/…/debug`).
-pub fn test_profile() -> String {
+fn test_profile() -> String {
     match profile_dir().file_name().and_then(|n| n.to_str()) {
         Some("debug") | None => "dev".to_string(),
         Some(other) => other.to_string(),
@@ -73,22 +73,25 @@ pub fn test_profile() -> String {
 }
 
 /// The target directory holding `profile_dir`: its parent, or its grandparent when a build
-/// target (set in `.cargo/config.toml`) adds a `<triple>` level — the outer of the two that
-/// holds cargo's `CACHEDIR.TAG`.
-fn target_root(profile_dir: &Path) -> Option<PathBuf> {
-    profile_dir
-        .ancestors()
-        .skip(1)
-        .take(2)
-        .filter(|d| d.join("CACHEDIR.TAG").exists())
-        .last()
-        .map(Path::to_path_buf)
+/// target (set in `.cargo/config.toml`) adds a `<triple>` level (a name like
+/// `x86_64-unknown-linux-gnu`).
+fn target_root(profile_dir: &Path) -> PathBuf {
+    let parent = profile_dir.parent().unwrap_or(profile_dir);
+    let triple = parent
+        .file_name()
+        .and_then(|n| n.to_str())
+        .is_some_and(|n| n.split('-').count() >= 3 && n.contains("linux"));
+    match parent.parent() {
+        Some(grand) if triple => grand.to_path_buf(),
+        _ => parent.to_path_buf(),
+    }
 }
 
 fn build_teamster() -> PathBuf {
     let profile_dir = profile_dir();
     let bin = profile_dir.join("teamster");
-    if let (Ok(cargo), Some(target_dir)) = (std::env::var("CARGO"), target_root(&profile_dir)) {
+    if let Ok(cargo) = std::env::var("CARGO") {
+        let target_dir = target_root(&profile_dir);
         let profile = test_profile();
         let status = Command::new(cargo)
             .args(["build", "--quiet", "-p", "teamster", "--bin", "teamster"])

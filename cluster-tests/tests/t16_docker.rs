@@ -716,6 +716,7 @@ async fn an_image_archive_in_the_task_dir_is_loaded_then_run() -> anyhow::Result
             stderr: task_dir.join("stderr.log"),
         },
         mounts: &[],
+        group_network: None,
     };
     let started = start(&Connector::default(), &task, place).await;
     let loaded = docker(&["image", "inspect", &tag]).is_ok();
@@ -789,9 +790,15 @@ async fn a_task_that_fails_to_start_is_retried_only_as_its_policies_allow() -> a
     )
     .await
     .map_err(|e| anyhow::anyhow!("{e}\n{}", agent_log(&log)))?;
-    let kinds: Vec<String> = events(&first).into_iter().map(|(t, _)| t).collect();
+    let all = events(&first);
+    let kinds: Vec<String> = all.iter().map(|(t, _)| t.clone()).collect();
     let failures = kinds.iter().filter(|t| *t == "Driver Failure").count();
-    assert_eq!(failures, 2, "one start and one restart: {kinds:?}");
+    assert_eq!(
+        failures,
+        2,
+        "one start and one restart: {all:#?}\n{}",
+        agent_log(&log)
+    );
     assert!(kinds.iter().any(|t| t == "Restarting"), "{kinds:?}");
     assert!(kinds.iter().any(|t| t == "Not Restarting"), "{kinds:?}");
     // Watched for 15 s more (the reschedule delay is 5 s): at most the one replacement the

@@ -51,7 +51,7 @@ fn bridge_job(id: &str, count: u32) -> Value {
                   "Config": { "command": "/bin/sh", "args": ["-c", SERVER] },
                   "KillTimeout": 1_000_000_000u64,
                   "Resources": { "CPU": 50, "MemoryMB": 64 } },
-                { "Name": "client", "Driver": "raw_exec",
+                { "Name": "client", "Driver": "raw_exec", "User": "nobody",
                   "Config": { "command": "/bin/sh", "args": ["-c", CLIENT] },
                   "KillTimeout": 1_000_000_000u64,
                   "Resources": { "CPU": 20, "MemoryMB": 32 } }
@@ -124,31 +124,34 @@ fn rules_naming(needle: &str) -> Vec<String> {
     found
 }
 
-#[tokio::test]
-async fn bridge_groups_share_a_namespace_publish_ports_survive_a_client_kill_and_leave_nothing(
-) -> anyhow::Result<()> {
-    teamster_cluster_tests::init_test_tracing();
-    let test =
-        "bridge_groups_share_a_namespace_publish_ports_survive_a_client_kill_and_leave_nothing";
+/// A server and a client (root, plugins installed) whose node offers bridge networking and
+/// the exec driver: the cluster, the server's API, the client and its address; `None` when
+/// the test is skipped.
+async fn bridge_cluster(
+    test: &str,
+    name: &str,
+    host: u8,
+) -> anyhow::Result<Option<(ProcessCluster, ApiClient, ClientProcess, String)>> {
     // SAFETY: geteuid has no preconditions.
     if unsafe { libc::geteuid() } != 0 {
-        return skip_or_fail(test, "bridge networking needs root");
+        skip_or_fail(test, "bridge networking needs root")?;
+        return Ok(None);
     }
     // Debian's package, where the client's default cni_path finds it.
     if let Err(why) = find_or_install(
         &["/usr/lib/cni/bridge", "/usr/lib/cni/portmap"],
         &["containernetworking-plugins"],
     ) {
-        return skip_or_fail(test, &why);
+        skip_or_fail(test, &why)?;
+        return Ok(None);
     }
-
     let mut c = ProcessCluster::start(1, ClusterOptions::default())?;
     let leader = c.wait_leader(FORMATION).await?;
     let api = c.servers[leader].api();
     let rpc = c.servers[leader].rpc_addr();
     let (block, _) = c.servers[0].ip.rsplit_once('.').expect("IPv4");
-    let ip = format!("{block}.101");
-    let mut client = ClientProcess::start(c.dir(), "bridge-client", &ip, &[rpc], "")?;
+    let ip = format!("{block}.{host}");
+    let client = ClientProcess::start(c.dir(), name, &ip, &[rpc], "")?;
     let node_id = wait_for(Duration::from_secs(15), "the node id", || async {
         client.node_id().await
     })
@@ -164,15 +167,27 @@ async fn bridge_groups_share_a_namespace_publish_ports_survive_a_client_kill_and
         );
     }
     if node["Drivers"]["exec"]["Detected"] != true {
-        return skip_or_fail(
+        skip_or_fail(
             test,
             &format!(
                 "the exec driver is not detected: {}",
                 node["Drivers"]["exec"]
             ),
-        );
+        )?;
+        return Ok(None);
     }
+    Ok(Some((c, api, client, ip)))
+}
 
+#[tokio::test]
+async fn bridge_groups_share_a_namespace_publish_ports_survive_a_client_kill_and_leave_nothing(
+) -> anyhow::Result<()> {
+    teamster_cluster_tests::init_test_tracing();
+    let test =
+        "bridge_groups_share_a_namespace_publish_ports_survive_a_client_kill_and_leave_nothing";
+    let Some((_c, api, mut client, ip)) = bridge_cluster(test, "bridge-client", 101).await? else {
+        return Ok(());
+    };
     register(&api, bridge_job("bridged", 2)).await?;
     let client_api = client.api();
     // Both allocations run, and in each the client task has reached its own server task.
@@ -252,17 +267,41 @@ async fn bridge_groups_share_a_namespace_publish_ports_survive_a_client_kill_and
         );
     }
 
-    // A client killed and restarted finds its namespaces again: the same addresses, still
-    // reachable, nothing made twice.
+    // A client killed and restarted finds its namespaces again: the same namespaces and
+    // addresses, still reachable, nothing made twice.
+    let inode = |id: &str| {
+        use std::os::unix::fs::MetadataExt;
+        std::fs::metadata(format!("/var/run/netns/{id}"))
+            .map(|m| m.ino())
+            .ok()
+    };
+    let leases = || {
+        std::fs::read_dir("/var/run/cni/teamster")
+            .map(|d| {
+                d.flatten()
+                    .filter(|e| e.file_name().to_string_lossy().starts_with("172."))
+                    .count()
+            })
+            .unwrap_or(0)
+    };
+    let before: Vec<Option<u64>> = seen.iter().map(|(id, _, _)| inode(id)).collect();
+    let leases_before = leases();
+    assert!(leases_before >= 2, "{leases_before} leases");
+    let found_again = |log: &str| log.matches("found the allocation's network again").count();
+    let found_before = found_again(&client.log_tail(100_000));
     client.kill();
     client.restart()?;
     wait_for(
-        Duration::from_secs(15),
-        "the client serving again",
-        || async { client.node_id().await },
+        Duration::from_secs(20),
+        "both networks found again",
+        || async { (found_again(&client.log_tail(100_000)) >= found_before + 2).then_some(()) },
     )
-    .await?;
-    for (id, addr, host_port) in &seen {
+    .await
+    .map_err(|e| anyhow::anyhow!("{e}\n{}", client.log_tail(40)))?;
+    let after: Vec<Option<u64>> = seen.iter().map(|(id, _, _)| inode(id)).collect();
+    assert_eq!(before, after, "the namespaces were made again");
+    assert_eq!(leases(), leases_before, "addresses were leased again");
+    for (id, _, host_port) in &seen {
         let url = format!("http://{ip}:{host_port}/");
         let got = wait_for(
             Duration::from_secs(20),
@@ -271,9 +310,6 @@ async fn bridge_groups_share_a_namespace_publish_ports_survive_a_client_kill_and
         )
         .await?;
         assert_eq!(&got, id);
-        let out = client_stdout(&client_api, id).await;
-        let (again, _, _) = parse_client(&out, id).expect("the first line");
-        assert_eq!(&again, addr);
         let dnat: Vec<String> = rules_naming(&format!("--dport {host_port} "))
             .into_iter()
             .filter(|r| r.contains("DNAT"))
@@ -295,9 +331,7 @@ async fn bridge_groups_share_a_namespace_publish_ports_survive_a_client_kill_and
         "both allocations stopped",
         || async {
             let allocs = job_allocs(&api, "bridged").await;
-            allocs
-                .iter()
-                .all(|a| a["ClientStatus"] == "complete")
+            (allocs.len() == 2 && allocs.iter().all(|a| a["ClientStatus"] == "complete"))
                 .then_some(())
         },
     )
@@ -313,5 +347,95 @@ async fn bridge_groups_share_a_namespace_publish_ports_survive_a_client_kill_and
         let left = rules_naming(&format!("{addr}/32"));
         assert!(left.is_empty(), "rules left for {addr}: {left:#?}");
     }
+    Ok(())
+}
+
+/// The docker task: busybox's HTTP server on port 8080 of the namespace, answering with its
+/// allocation's ID.
+const DOCKER_SERVER: &str = "mkdir -p /srv && echo \"$NOMAD_ALLOC_ID\" > /srv/index.html && \
+     exec httpd -f -p 8080 -h /srv";
+
+#[tokio::test]
+async fn a_docker_task_joins_the_namespace_through_a_pause_container_removed_with_it(
+) -> anyhow::Result<()> {
+    teamster_cluster_tests::init_test_tracing();
+    let test = "a_docker_task_joins_the_namespace_through_a_pause_container_removed_with_it";
+    if teamster_cluster_tests::compose::skip_without_docker(test) {
+        return Ok(());
+    }
+    teamster_cluster_tests::compose::build_image()?;
+    let Some((_c, api, client, ip)) = bridge_cluster(test, "bridge-docker", 102).await? else {
+        return Ok(());
+    };
+    let mut job = bridge_job("dockered", 1);
+    job["TaskGroups"][0]["Services"] = json!([]);
+    job["TaskGroups"][0]["Tasks"][0] = json!({
+        "Name": "server", "Driver": "docker",
+        "Config": { "image": teamster_cluster_tests::compose::image(),
+                    "entrypoint": ["/bin/sh", "-c", DOCKER_SERVER] },
+        "KillTimeout": 1_000_000_000u64,
+        "Resources": { "CPU": 50, "MemoryMB": 64 }
+    });
+    register(&api, job).await?;
+    let client_api = client.api();
+    let (id, addr, host_port) = wait_for(
+        Duration::from_secs(60),
+        "the docker task serving",
+        || async {
+            let a = job_allocs(&api, "dockered")
+                .await
+                .into_iter()
+                .find(|a| a["ClientStatus"] == "running")?;
+            let id = a["ID"].as_str()?.to_string();
+            let (addr, host_port, reached) =
+                parse_client(&client_stdout(&client_api, &id).await, &id)?;
+            reached.then_some((id, addr, host_port))
+        },
+    )
+    .await
+    .map_err(|e| anyhow::anyhow!("{e}\n{}", client.log_tail(40)))?;
+    assert!(addr.starts_with("172.26."), "{addr}");
+    // The container is in the pause container's namespace, which is the allocation's.
+    let pause = format!("teamster-pause-{id}");
+    let inspect = |what: &str, of: &str| -> anyhow::Result<String> {
+        let out = std::process::Command::new("docker")
+            .args(["inspect", "-f", what, of])
+            .output()?;
+        Ok(String::from_utf8_lossy(&out.stdout).trim().to_string())
+    };
+    let pause_id = inspect("{{.Id}}", &pause)?;
+    assert!(!pause_id.is_empty(), "no pause container {pause}");
+    let mode = inspect("{{.HostConfig.NetworkMode}}", &format!("server-{id}"))?;
+    // The engine keeps the name it was given, or the container's ID.
+    assert!(
+        mode == format!("container:{pause}") || mode == format!("container:{pause_id}"),
+        "{mode}"
+    );
+    let url = format!("http://{ip}:{host_port}/");
+    let got = wait_for(Duration::from_secs(10), "the published port", || async {
+        fetch(&url).await
+    })
+    .await?;
+    assert_eq!(got, id);
+
+    api.request::<(), Value>(reqwest::Method::DELETE, "/v1/job/dockered", None)
+        .await?;
+    let netns = format!("/var/run/netns/{id}");
+    wait_for(
+        Duration::from_secs(30),
+        "the pause container and namespace removed",
+        || async {
+            let listed = std::process::Command::new("docker")
+                .args(["ps", "-aq", "--filter", &format!("name={pause}")])
+                .output()
+                .ok()?;
+            (String::from_utf8_lossy(&listed.stdout).trim().is_empty()
+                && !std::path::Path::new(&netns).exists())
+            .then_some(())
+        },
+    )
+    .await?;
+    let left = rules_naming(&id);
+    assert!(left.is_empty(), "rules left for {id}: {left:#?}");
     Ok(())
 }

@@ -317,13 +317,6 @@ pub async fn launch(
             }
             return started;
         }
-        "docker" if ctx.netns.is_some() => {
-            // The servers refuse such a job: never run a container outside its group's
-            // namespace.
-            return Err(DriverError::BadConfig(
-                "the docker driver does not run tasks of a group in bridge network mode".into(),
-            ));
-        }
         "docker" => {}
         _ => {
             return start(
@@ -336,6 +329,9 @@ pub async fn launch(
             )
         }
     }
+    let group_network = ctx
+        .netns
+        .map(|_| crate::client::docker::pause::network_mode(ctx.alloc_id));
     let place = crate::client::docker::TaskPlace {
         task_dir: dir,
         alloc_dir: ctx.alloc_dir,
@@ -345,6 +341,8 @@ pub async fn launch(
         ports: ctx.ports,
         logs: ctx.logs,
         mounts: ctx.mounts,
+        // In bridge mode the container joins the allocation's pause container.
+        group_network: group_network.as_deref(),
     };
     let started = crate::client::docker::start(ctx.docker, task, place).await?;
     Ok(RunningTask::Docker(started))

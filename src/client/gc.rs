@@ -146,10 +146,18 @@ pub async fn collect(shared: &Arc<Shared>, id: &str, why: &'static str) -> bool 
         let net = local.network.clone().unwrap_or_default();
         if !net.netns.as_os_str().is_empty() {
             let settings = crate::client::network::BridgeSettings::of(&shared.config);
-            if let Err(e) =
+            if let (Err(e), _) =
                 crate::client::network::teardown(&settings, &local.alloc, &local.job, &net).await
             {
                 warn!(alloc_id = id, error = %e, "cannot remove the allocation's network");
+            }
+        }
+        // Its pause container, if it had one (absent is removed).
+        if local.job.task_groups.iter().any(|g| {
+            g.name == *local.alloc.task_group && g.tasks.iter().any(|t| t.driver == "docker")
+        }) {
+            if let Err(e) = crate::client::docker::pause::stop(&shared.docker, id).await {
+                warn!(alloc_id = id, error = %e, "cannot remove the allocation's pause container");
             }
         }
     }

@@ -760,6 +760,9 @@ impl ClientHandle {
                 return Err(TaskOpError::NotRunning(spec.name.clone()).into());
             }
             if spec.driver != "docker" {
+                // In the allocation's namespace (bridge mode), never the host's instead.
+                let netns =
+                    crate::client::network::task_netns(local).map_err(AllocOpError::Invalid)?;
                 let (prepared, dir) = self.shared.prepared_task(local, spec);
                 let mut cmd = crate::client::driver::exec_command(
                     &prepared,
@@ -768,10 +771,7 @@ impl ClientHandle {
                     args,
                     local.handles.get(&spec.name),
                     &self.shared.isolation,
-                    crate::client::network::task_netns(local)
-                        .ok()
-                        .flatten()
-                        .as_deref(),
+                    netns.as_deref(),
                 )
                 .map_err(|e| AllocOpError::Invalid(e.to_string()))?;
                 cmd.kill_on_drop(true);

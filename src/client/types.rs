@@ -83,6 +83,13 @@ pub struct AllocNetwork {
     /// Why it could not be made (the tasks fail to start with it).
     #[serde(default)]
     pub error: String,
+    /// The network configuration list `ADD` ran (its `DEL` runs the same, whatever the
+    /// client's configuration says by then).
+    #[serde(default)]
+    pub conflist: serde_json::Value,
+    /// The plugins' `DEL` succeeded (a retry only removes the namespace).
+    #[serde(default)]
+    pub deleted: bool,
 }
 
 /// Nomad's description of an allocation its `max_run_duration` stopped.

@@ -92,6 +92,15 @@ pub enum DockerConfigError {
     /// Ports asked for with no network to map them on.
     #[error("ports cannot be mapped with network_mode \"none\"")]
     PortsWithoutNetwork,
+    /// `ports` or `network_mode` in a group with a network of its own (bridge mode).
+    #[error(
+        "{key} cannot be set in a group in network mode \"bridge\": the task joins the \
+         allocation's network namespace, whose ports the group's network publishes"
+    )]
+    GroupNetwork {
+        /// The key.
+        key: &'static str,
+    },
     /// A volume naming a host path outside the task directory.
     #[error("volumes are not enabled; cannot mount host path: {source_path:?}")]
     VolumesNotEnabled {
@@ -175,6 +184,8 @@ pub struct DockerConfig {
     pub labels: BTreeMap<String, String>,
     /// The network mode.
     pub network_mode: NetworkMode,
+    /// Whether the task set `network_mode` (it may not in a bridge group).
+    pub network_mode_set: bool,
 }
 
 fn describe(v: &ConfigValue) -> String {
@@ -353,7 +364,9 @@ pub fn parse(config: &BTreeMap<String, ConfigValue>) -> Result<DockerConfig, Doc
                 }
             }
             "network_mode" => {
-                out.network_mode = match string("network_mode", value)?.as_deref() {
+                let mode = string("network_mode", value)?;
+                out.network_mode_set = mode.as_deref().is_some_and(|m| !m.is_empty());
+                out.network_mode = match mode.as_deref() {
                     None | Some("") | Some("bridge") | Some("default") => NetworkMode::Bridge,
                     Some("host") => NetworkMode::Host,
                     Some("none") => NetworkMode::None,
@@ -438,6 +451,8 @@ pub struct ContainerFacts<'a> {
     pub user: &'a str,
     /// The host volumes it mounts.
     pub mounts: &'a [crate::client::volumes::HostMount],
+    /// The network mode of its group's namespace (bridge mode: `container:<pause>`).
+    pub group_network: Option<&'a str>,
 }
 
 /// The labels teamster puts on a container.
@@ -477,6 +492,16 @@ pub fn container_spec(
         .collect();
     labels.extend(own_labels(facts));
 
+    if facts.group_network.is_some() {
+        if cfg.network_mode_set {
+            return Err(DockerConfigError::GroupNetwork {
+                key: "network_mode",
+            });
+        }
+        if !cfg.ports.is_empty() {
+            return Err(DockerConfigError::GroupNetwork { key: "ports" });
+        }
+    }
     let mut exposed = Vec::new();
     let mut bindings: HashMap<String, Option<Vec<PortBinding>>> = HashMap::new();
     for label in &cfg.ports {
@@ -556,7 +581,12 @@ pub fn container_spec(
         host_config: Some(HostConfig {
             binds: Some(binds),
             port_bindings: publish.then_some(bindings),
-            network_mode: Some(cfg.network_mode.as_docker().to_string()),
+            network_mode: Some(
+                facts
+                    .group_network
+                    .unwrap_or(cfg.network_mode.as_docker())
+                    .to_string(),
+            ),
             cpu_shares: Some(facts.cpu_mhz.max(MIN_CPU_SHARES).min(i64::MAX as u64) as i64),
             // A task that reserves whole cores runs on them alone.
             cpuset_cpus: facts
@@ -641,8 +671,58 @@ mod tests {
             memory_max_mb,
             user,
             mounts: &[],
+            group_network: None,
         };
         container_spec(c, &facts)
+    }
+
+    #[test]
+    fn in_a_bridge_group_the_container_joins_the_pause_container_and_publishes_nothing() {
+        let env = BTreeMap::new();
+        let facts = |group_network| ContainerFacts {
+            task_name: "web",
+            alloc_id: "a1",
+            job_name: "site",
+            node_id: "n1",
+            env: &env,
+            ports: &[],
+            dirs: MountDirs {
+                alloc: Path::new("/a"),
+                task: Path::new("/t"),
+                local: Path::new("/t/local"),
+                secrets: Path::new("/t/secrets"),
+            },
+            cpu_mhz: 100,
+            memory_mb: 64,
+            memory_max_mb: 0,
+            user: "",
+            mounts: &[],
+            group_network,
+        };
+        let c = parse(&cfg(&[("image", "teamster:dev".into())])).unwrap();
+        let body = container_spec(&c, &facts(Some("container:teamster-pause-a1"))).unwrap();
+        let host = body.host_config.unwrap();
+        assert_eq!(
+            host.network_mode.as_deref(),
+            Some("container:teamster-pause-a1")
+        );
+        assert!(host.port_bindings.is_none());
+        assert!(body.exposed_ports.is_none());
+        for (key, value) in [("ports", list(&["http"])), ("network_mode", "host".into())] {
+            let c = parse(&cfg(&[("image", "teamster:dev".into()), (key, value)])).unwrap();
+            let e = container_spec(&c, &facts(Some("container:x"))).unwrap_err();
+            assert!(
+                e.to_string().starts_with(&format!("{key} cannot be set")),
+                "{e}"
+            );
+        }
+        // An empty network_mode is no setting.
+        let c = parse(&cfg(&[
+            ("image", "teamster:dev".into()),
+            ("network_mode", "".into()),
+        ]))
+        .unwrap();
+        assert!(container_spec(&c, &facts(Some("container:x"))).is_ok());
     }
 
     #[test]

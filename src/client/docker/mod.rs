@@ -18,6 +18,7 @@
 
 pub mod config;
 pub mod exec;
+pub mod pause;
 
 use std::collections::{BTreeSet, HashMap};
 use std::path::{Path, PathBuf};
@@ -53,6 +54,9 @@ const LOAD_TIMEOUT: Duration = Duration::from_secs(300);
 /// Why the docker driver could not do what it was asked.
 #[derive(Debug, thiserror::Error)]
 pub enum DockerError {
+    /// An allocation's pause container (bridge mode) did not stay up.
+    #[error("pause container: {0}")]
+    Pause(String),
     /// The task's config is unusable.
     #[error(transparent)]
     Config(#[from] DockerConfigError),
@@ -105,11 +109,11 @@ impl DockerError {
     }
 }
 
-fn engine(call: &'static str) -> impl FnOnce(bollard::errors::Error) -> DockerError {
+pub(crate) fn engine(call: &'static str) -> impl FnOnce(bollard::errors::Error) -> DockerError {
     move |source| DockerError::Engine { call, source }
 }
 
-fn is_not_found(e: &bollard::errors::Error) -> bool {
+pub(crate) fn is_not_found(e: &bollard::errors::Error) -> bool {
     matches!(
         e,
         bollard::errors::Error::DockerResponseServerError {
@@ -215,6 +219,8 @@ pub struct TaskPlace<'a> {
     pub logs: &'a LogSinks,
     /// The host volumes it mounts.
     pub mounts: &'a [crate::client::volumes::HostMount],
+    /// The network mode of its group's namespace (bridge mode: `container:<pause>`).
+    pub group_network: Option<&'a str>,
 }
 
 /// A container this client runs.
@@ -271,6 +277,7 @@ pub async fn start(
         memory_max_mb: task.resources.memory_max_mb,
         user: &task.user,
         mounts: place.mounts,
+        group_network: place.group_network,
     };
     let body = config::container_spec(&cfg, &facts)?;
     let docker = connector.get().await?;
@@ -341,7 +348,7 @@ async fn create(
     }
 }
 
-async fn remove(docker: &Docker, id: &str) -> Result<(), DockerError> {
+pub(crate) async fn remove(docker: &Docker, id: &str) -> Result<(), DockerError> {
     let options = RemoveContainerOptions {
         force: true,
         v: true,

@@ -76,6 +76,9 @@ pub enum NetworkError {
     /// The admin chain could not be set up.
     #[error("iptables: {0}")]
     Iptables(String),
+    /// What was made could not be recorded (the allocation is gone): nothing more is made.
+    #[error("the allocation's network could not be recorded in the client state")]
+    NotRecorded,
 }
 
 /// The client's bridge network settings (Nomad's `bridge_network_*`, `cni_path`).
@@ -185,13 +188,19 @@ pub fn task_netns(local: &crate::client::types::LocalAlloc) -> Result<Option<Pat
 
 /// The CNI arguments Nomad passes (the plugins ignore those they do not know).
 pub fn cni_args(alloc: &Allocation, job: &Job) -> Vec<(String, String)> {
-    vec![
-        ("NOMAD_REGION".into(), job.region.clone()),
-        ("NOMAD_NAMESPACE".into(), job.namespace.to_string()),
-        ("NOMAD_JOB_ID".into(), job.id.to_string()),
-        ("NOMAD_GROUP_NAME".into(), alloc.task_group.to_string()),
-        ("NOMAD_ALLOC_ID".into(), alloc.id.to_string()),
+    [
+        ("NOMAD_REGION", job.region.clone()),
+        ("NOMAD_NAMESPACE", job.namespace.to_string()),
+        ("NOMAD_JOB_ID", job.id.to_string()),
+        ("NOMAD_GROUP_NAME", alloc.task_group.to_string()),
+        ("NOMAD_ALLOC_ID", alloc.id.to_string()),
     ]
+    .into_iter()
+    // `CNI_ARGS` is `k=v` pairs joined by `;`, with no escaping: a value holding either is
+    // left out (the plugins would refuse the whole list).
+    .filter(|(_, v)| !v.contains([';', '=']))
+    .map(|(k, v)| (k.to_string(), v))
+    .collect()
 }
 
 /// The published ports, as the `portmap` plugin takes them: each of the group's ports from
@@ -232,20 +241,60 @@ pub fn attachment(alloc: &Allocation, job: &Job, netns: &Path) -> cni::Attachmen
     }
 }
 
-/// One plugin run at a time in this client: the plugins check for their shared chains and
-/// jumps, then add them, so two at once would add them twice.
+/// One plugin run at a time on this host: the plugins check for their shared chains and
+/// jumps, then add them, so two at once (two allocations, or two clients on one host)
+/// would add them twice. A tokio lock orders this client's own runs; an `flock` on
+/// [`LOCK_FILE`] orders the clients.
 static PLUGINS: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
-/// Makes allocation `alloc`'s namespace and attaches it (CNI `ADD`), then lets the bridge's
-/// subnet in through the admin chain. `record` is called with the namespace's path before
-/// anything is made (the caller writes it durably). On failure what was made is undone.
+/// The host-wide lock of the plugin runs.
+pub const LOCK_FILE: &str = "/var/run/cni/teamster.lock";
+
+/// Holds the plugin lock while it lives.
+struct PluginLock {
+    _local: tokio::sync::MutexGuard<'static, ()>,
+    _host: Option<std::fs::File>,
+}
+
+async fn plugin_lock() -> PluginLock {
+    let local = PLUGINS.lock().await;
+    let host = tokio::task::spawn_blocking(|| {
+        use std::os::fd::AsRawFd;
+        let _ = std::fs::create_dir_all(IPAM_DATA_DIR);
+        let file = std::fs::OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(LOCK_FILE)
+            .ok()?;
+        // SAFETY: flock on a descriptor this function owns.
+        (unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX) } == 0).then_some(file)
+    })
+    .await
+    .ok()
+    .flatten();
+    PluginLock {
+        _local: local,
+        _host: host,
+    }
+}
+
+/// Makes allocation `alloc`'s namespace (a new one, or the one at `source`, a pause
+/// container's, named) and attaches it (CNI `ADD`), then lets the bridge's subnet in
+/// through the admin chain. `record` is handed what is made as it is made — the
+/// namespace's path and the configuration first, then ADD's result — and says whether it
+/// was written durably: when it was not (the allocation is gone), nothing more is made. On
+/// failure the error comes with the record of what may have been made, which
+/// [`teardown`] removes.
 pub async fn setup(
     settings: &BridgeSettings,
     alloc: &Allocation,
     job: &Job,
-    record: impl FnOnce(&AllocNetwork),
-) -> Result<AllocNetwork, NetworkError> {
+    source: Option<&Path>,
+    mut record: impl FnMut(&AllocNetwork) -> bool,
+) -> Result<AllocNetwork, (NetworkError, AllocNetwork)> {
     let path = settings.netns_dir.join(alloc.id.as_ref());
+    let list = settings.conflist();
     let mut network = AllocNetwork {
         mode: MODE_BRIDGE.into(),
         netns: path.clone(),
@@ -253,51 +302,74 @@ pub async fn setup(
         address: String::new(),
         result: Value::Null,
         error: String::new(),
+        conflist: list.to_json(),
+        deleted: false,
     };
-    record(&network);
+    if !record(&network) {
+        return Err((NetworkError::NotRecorded, network));
+    }
     let dir = settings.netns_dir.clone();
     let name = alloc.id.to_string();
-    let made = tokio::task::spawn_blocking(move || netns::create(&dir, &name))
-        .await
-        .map_err(|e| namespace_error(&path, e.to_string()))?;
-    made.map_err(|e| namespace_error(&path, e.to_string()))?;
-    let list = settings.conflist();
+    let source = source.map(Path::to_path_buf);
+    let made = tokio::task::spawn_blocking(move || match source {
+        Some(source) => netns::pin(&dir, &name, &source),
+        None => netns::create(&dir, &name),
+    })
+    .await
+    .map_err(|e| e.to_string())
+    .and_then(|r| r.map_err(|e| e.to_string()));
+    if let Err(e) = made {
+        return Err((namespace_error(&path, e), network));
+    }
     let attachment = attachment(alloc, job, &path);
-    let _one_at_a_time = PLUGINS.lock().await;
+    let _lock = plugin_lock().await;
     let result = match cni::run_add(&settings.cni_path, &list, &attachment).await {
         Ok(result) => result,
-        Err(e) => {
-            let _ = remove_netns(&path).await;
-            return Err(e);
-        }
+        Err(e) => return Err((e, network)),
     };
-    if let Err(e) = ensure_admin_rule(settings).await {
-        let _ = cni::run_del(&settings.cni_path, &list, &attachment, Some(&result)).await;
-        let _ = remove_netns(&path).await;
-        return Err(e);
-    }
     network.address = cni::parse_result(&result, IFNAME).unwrap_or_default();
     network.result = result;
+    // Written before anything else can fail: a later DEL needs ADD's result (the firewall
+    // plugin removes its rules by the addresses it holds).
+    if !record(&network) {
+        return Err((NetworkError::NotRecorded, network));
+    }
+    if let Err(e) = ensure_admin_rule(settings).await {
+        return Err((e, network));
+    }
     Ok(network)
 }
 
-/// Detaches allocation `alloc` (CNI `DEL`, with `ADD`'s result when it is known) and removes
-/// its namespace. The namespace goes even when a plugin fails (the error is returned).
+/// Detaches the allocation (CNI `DEL`, with the configuration and result `ADD` had, unless
+/// an earlier teardown did it) and removes its namespace. Returns the record of what is
+/// left (`deleted` once the plugins' DEL succeeded) with the first error; both steps are
+/// tried every time, so a retry does only what failed.
 pub async fn teardown(
     settings: &BridgeSettings,
     alloc: &Allocation,
     job: &Job,
     network: &AllocNetwork,
-) -> Result<(), NetworkError> {
-    let list = settings.conflist();
-    let attachment = attachment(alloc, job, &network.netns);
-    let result = (!network.result.is_null()).then_some(&network.result);
-    let deleted = {
-        let _one_at_a_time = PLUGINS.lock().await;
-        cni::run_del(&settings.cni_path, &list, &attachment, result).await
-    };
-    let removed = remove_netns(&network.netns).await;
-    deleted.and(removed)
+) -> (Result<(), NetworkError>, AllocNetwork) {
+    let mut left = network.clone();
+    let mut first = None;
+    if !left.deleted {
+        let list = cni::NetworkConfigList::from_json(&left.conflist)
+            .unwrap_or_else(|_| settings.conflist());
+        let attachment = attachment(alloc, job, &left.netns);
+        let result = (!left.result.is_null()).then_some(&left.result);
+        let deleted = {
+            let _lock = plugin_lock().await;
+            cni::run_del(&settings.cni_path, &list, &attachment, result).await
+        };
+        match deleted {
+            Ok(()) => left.deleted = true,
+            Err(e) => first = Some(e),
+        }
+    }
+    if let Err(e) = remove_netns(&left.netns).await {
+        first.get_or_insert(e);
+    }
+    (first.map_or(Ok(()), Err), left)
 }
 
 async fn remove_netns(path: &Path) -> Result<(), NetworkError> {
@@ -417,6 +489,11 @@ mod tests {
             maps[2],
             json!({"hostPort": 23001, "containerPort": 23001, "protocol": "tcp"})
         );
+        let mut odd = job.clone();
+        odd.id = teamster_storage::model::JobId::new("a;b=c");
+        assert!(!cni_args(&alloc, &odd)
+            .iter()
+            .any(|(k, _)| k == "NOMAD_JOB_ID"));
         let a = attachment(&alloc, &job, Path::new("/var/run/netns/a-1"));
         assert_eq!(a.container_id, "a-1");
         assert_eq!(a.ifname, "eth0");

@@ -30,6 +30,9 @@ fn check(rc: libc::c_int) -> io::Result<()> {
 
 /// Makes `dir` a shared mount point (binding it on itself first when it is none).
 fn share_dir(dir: &Path) -> io::Result<()> {
+    // Two allocations at once would bind the directory on itself twice.
+    static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    let _turn = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
     std::fs::create_dir_all(dir)?;
     let c = cpath(dir)?;
     let shared = |c: &CString| unsafe {
@@ -84,22 +87,10 @@ pub fn is_netns(path: &Path) -> bool {
 /// Creates the network namespace `name` in `dir` and returns its path. A namespace already
 /// there is kept (a client restarted finds its own again).
 pub fn create(dir: &Path, name: &str) -> io::Result<PathBuf> {
-    if name.is_empty() || name.contains('/') || name.starts_with('.') {
-        return Err(io::Error::new(
-            io::ErrorKind::InvalidInput,
-            format!("{name:?} cannot name a network namespace"),
-        ));
-    }
-    share_dir(dir)?;
-    let path = dir.join(name);
+    let path = named(dir, name)?;
     if is_netns(&path) {
         return Ok(path);
     }
-    std::fs::OpenOptions::new()
-        .write(true)
-        .create(true)
-        .truncate(false)
-        .open(&path)?;
     let target = cpath(&path)?;
     // unshare(CLONE_NEWNET) moves only the calling thread: a thread of its own makes the
     // namespace and pins it by the bind mount, then ends.
@@ -125,7 +116,51 @@ pub fn create(dir: &Path, name: &str) -> io::Result<PathBuf> {
     Ok(path)
 }
 
-/// Removes a namespace made by [`create`]: unmounted (lazily: a process still in it keeps
+/// Names the network namespace at `source` (another process's, `/proc/<pid>/ns/net`)
+/// `name` in `dir` and returns its path; one already there is kept.
+pub fn pin(dir: &Path, name: &str, source: &Path) -> io::Result<PathBuf> {
+    let path = named(dir, name)?;
+    if is_netns(&path) {
+        return Ok(path);
+    }
+    let (from, to) = (cpath(source)?, cpath(&path)?);
+    let bound = check(unsafe {
+        libc::mount(
+            from.as_ptr(),
+            to.as_ptr(),
+            std::ptr::null(),
+            libc::MS_BIND,
+            std::ptr::null(),
+        )
+    });
+    if let Err(e) = bound {
+        let _ = std::fs::remove_file(&path);
+        return Err(e);
+    }
+    Ok(path)
+}
+
+/// The path of namespace `name` in `dir`, the directory shared and the (empty) file made.
+fn named(dir: &Path, name: &str) -> io::Result<PathBuf> {
+    if name.is_empty() || name.contains('/') || name.starts_with('.') {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!("{name:?} cannot name a network namespace"),
+        ));
+    }
+    share_dir(dir)?;
+    let path = dir.join(name);
+    if !is_netns(&path) {
+        std::fs::OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .open(&path)?;
+    }
+    Ok(path)
+}
+
+/// Removes a namespace made by [`create`] or [`pin`]: unmounted (lazily: a process still in it keeps
 /// it alive until it leaves) and its file removed. Absent is removed.
 pub fn remove(path: &Path) -> io::Result<()> {
     let c = cpath(path)?;

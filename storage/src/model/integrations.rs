@@ -144,14 +144,17 @@ mod tests {
             .validate()
             .unwrap();
         job(group("bridge", "exec", "auto")).validate().unwrap();
-        let e = job(group("bridge", "docker", ""))
-            .validate()
-            .unwrap_err()
-            .to_string();
-        assert!(
-            e.contains("task \"t\": the docker driver does not run tasks"),
-            "{e}"
-        );
+        job(group("bridge", "docker", "")).validate().unwrap();
+        // A docker task joins the allocation's namespace: no ports or mode of its own.
+        for (key, value) in [("ports", json!(["http"])), ("network_mode", json!("host"))] {
+            let mut j = group("bridge", "docker", "");
+            j["TaskGroups"][0]["Tasks"][0]["Config"][key] = value;
+            let e = job(j).validate().unwrap_err().to_string();
+            assert!(
+                e.contains(&format!("task \"t\": {key} cannot be set")),
+                "{e}"
+            );
+        }
         let e = job(group("host", "raw_exec", "alloc"))
             .validate()
             .unwrap_err()

@@ -1840,13 +1840,23 @@ impl Job {
             }
             validate_networks(&at, &group.networks, &mut errors);
             if group.network_mode() == NETWORK_MODE_BRIDGE {
+                // A docker task joins the allocation's namespace: it publishes nothing of its
+                // own and has no network mode of its own (Nomad's docker driver refuses both).
                 for task in group.tasks.iter().filter(|t| t.driver == "docker") {
-                    errors.push(format!(
-                        "{at}: task {:?}: the docker driver does not run tasks of a group in \
-                         network mode \"bridge\" (exec and raw_exec tasks join the \
-                         allocation's namespace)",
-                        task.name
-                    ));
+                    for key in ["ports", "network_mode"] {
+                        if task
+                            .config
+                            .get(key)
+                            .is_some_and(crate::model::ConfigValue::is_set)
+                        {
+                            errors.push(format!(
+                                "{at}: task {:?}: {key} cannot be set in a group in network \
+                                 mode \"bridge\" (the task joins the allocation's namespace, \
+                                 whose ports the group's network publishes)",
+                                task.name
+                            ));
+                        }
+                    }
                 }
             }
             if let Some(disk) = &group.ephemeral_disk {

@@ -45,6 +45,17 @@ impl ConfigValue {
         }
     }
 
+    /// Whether it says anything: not `null`, an empty string, list or map.
+    pub fn is_set(&self) -> bool {
+        match self {
+            ConfigValue::Null => false,
+            ConfigValue::String(s) => !s.is_empty(),
+            ConfigValue::List(items) => !items.is_empty(),
+            ConfigValue::Map(items) => !items.is_empty(),
+            _ => true,
+        }
+    }
+
     /// The string, if this is one (drivers read `command` this way).
     pub fn as_str(&self) -> Option<&str> {
         match self {

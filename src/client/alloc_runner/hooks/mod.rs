@@ -92,7 +92,7 @@ pub fn alloc_hooks() -> Vec<Box<dyn AllocHook>> {
         Box::new(alloc_dir::AllocDirHook),
         Box::new(upstream::UpstreamAllocs),
         Box::new(health::HealthWatcher),
-        Box::new(network::Network),
+        Box::new(network::Network::default()),
         Box::new(group_services::GroupServices),
     ]
 }

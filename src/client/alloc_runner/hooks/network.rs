@@ -1,30 +1,76 @@
 //! The allocation's network namespace in bridge mode ([`crate::client::network`]): made and
 //! attached before the tasks start, found again after a client restart, detached and
 //! removed once every task is dead. What it made is recorded in the allocation's state
-//! (written before it is made), so a client killed midway neither leaks nor duplicates it.
-//! A failure is recorded too: the tasks then fail to start with it.
+//! (written before it is made, and again with the plugins' result), so a client killed
+//! midway neither leaks nor duplicates it; the hook keeps its own copy too, for an
+//! allocation the servers stopped listing (its state is gone before its tasks are). A
+//! failure is recorded with what may have been made: the tasks then fail to start with
+//! it, and postrun removes it. A group with docker tasks gets its namespace from a pause
+//! container ([`pause`]), removed with it.
+
+use std::sync::Mutex;
 
 use futures::future::BoxFuture;
+use teamster_storage::model::{Allocation, Job};
 use tracing::{info, warn};
 
 use super::{AllocCtx, AllocHook, AllocHookError};
-use crate::client::network::{self, AllocNetwork, MODE_BRIDGE};
-use crate::client::shared::Shared;
-use crate::client::types::LocalAlloc;
+use crate::client::docker::pause;
+use crate::client::network::{self, netns, AllocNetwork, MODE_BRIDGE};
+use crate::client::shared::{lock, Shared};
+use crate::client::types::{LocalAlloc, TaskHandle};
 
-/// The `network` hook.
-#[derive(Debug)]
-pub struct Network;
+/// The `network` hook of one allocation.
+#[derive(Debug, Default)]
+pub struct Network {
+    /// The allocation, its job and the latest record, as this hook last wrote them.
+    held: Mutex<Option<(Allocation, Job, AllocNetwork)>>,
+}
 
 const NAME: &str = "network";
 
-fn set_record(shared: &Shared, alloc_id: &str, record: Option<AllocNetwork>) {
+/// Writes `record` into allocation `alloc_id`'s state, durably: false when the allocation
+/// is gone or the state could not be written.
+fn set_record(shared: &Shared, alloc_id: &str, record: Option<AllocNetwork>) -> bool {
     // Not a change the servers hear of: the state is written, nothing reported.
-    shared.update_alloc_if(alloc_id, |local| {
+    let kept = shared.update_alloc_if(alloc_id, |local| {
         local.network = record;
         false
     });
-    shared.persist();
+    kept && match shared.try_persist() {
+        Ok(()) => true,
+        Err(e) => {
+            warn!(error = %e, "cannot record the allocation's network");
+            false
+        }
+    }
+}
+
+impl Network {
+    /// Writes `record` into the state and keeps a copy with the allocation.
+    fn record(&self, ctx: &AllocCtx, alloc: &Allocation, job: &Job, record: &AllocNetwork) -> bool {
+        *lock(&self.held) = Some((alloc.clone(), job.clone(), record.clone()));
+        set_record(&ctx.shared, &ctx.alloc_id, Some(record.clone()))
+    }
+
+    /// Records why the network could not be made (its tasks fail with it), with what may
+    /// have been made for postrun to remove.
+    fn failed(
+        &self,
+        ctx: &AllocCtx,
+        alloc: &Allocation,
+        job: &Job,
+        mut made: AllocNetwork,
+        message: String,
+    ) -> AllocHookError {
+        made.address.clear();
+        made.error = message.clone();
+        self.record(ctx, alloc, job, &made);
+        AllocHookError {
+            hook: NAME,
+            message,
+        }
+    }
 }
 
 impl AllocHook for Network {
@@ -34,90 +80,197 @@ impl AllocHook for Network {
 
     fn prerun<'a>(&'a self, ctx: &'a AllocCtx) -> BoxFuture<'a, Result<(), AllocHookError>> {
         Box::pin(async move {
-            let Some((alloc, job, existing)) = ctx
+            let Some((alloc, job, existing, pids)) = ctx
                 .with_local(|l| {
-                    (network::group_mode(&l.alloc, &l.job) == MODE_BRIDGE)
-                        .then(|| (l.alloc.clone(), l.job.clone(), l.network.clone()))
+                    (network::group_mode(&l.alloc, &l.job) == MODE_BRIDGE).then(|| {
+                        (
+                            l.alloc.clone(),
+                            l.job.clone(),
+                            l.network.clone(),
+                            task_pids(l),
+                        )
+                    })
                 })
                 .flatten()
             else {
                 return Ok(());
             };
             let settings = network::BridgeSettings::of(&ctx.shared.config);
+            let docker = has_docker_tasks(&alloc, &job);
             if let Some(found) = existing {
+                *lock(&self.held) = Some((alloc.clone(), job.clone(), found.clone()));
                 if network::is_complete(&found) {
                     info!(netns = %found.netns.display(), address = %found.address, "found the allocation's network again");
                     return Ok(());
                 }
-                // Made halfway by a client that was killed, or failed: undone, made anew.
-                let _ = network::teardown(&settings, &alloc, &job, &found).await;
+                // Attached, but its name is gone while a task still runs in it (unmounted
+                // behind the client's back): named again from that task, never made anew
+                // under it.
+                if !found.address.is_empty() && found.error.is_empty() {
+                    if let Some(source) = live_netns(&ctx.shared, &alloc, docker, &pids).await {
+                        let dir = settings.netns_dir.clone();
+                        let name = ctx.alloc_id.clone();
+                        let pinned =
+                            tokio::task::spawn_blocking(move || netns::pin(&dir, &name, &source))
+                                .await;
+                        if let Ok(Ok(path)) = pinned {
+                            info!(netns = %path.display(), "named the allocation's namespace again from its task");
+                            return Ok(());
+                        }
+                    }
+                }
+                // Made halfway by a client that was killed, failed, or lost with a reboot:
+                // undone, made anew.
+                let (done, left) = network::teardown(&settings, &alloc, &job, &found).await;
+                if let Err(e) = done {
+                    self.record(ctx, &alloc, &job, &left);
+                    return Err(AllocHookError {
+                        hook: NAME,
+                        message: format!("cannot remove what an earlier run made: {e}"),
+                    });
+                }
                 set_record(&ctx.shared, &ctx.alloc_id, None);
             }
-            let made = network::setup(&settings, &alloc, &job, |record| {
-                set_record(&ctx.shared, &ctx.alloc_id, Some(record.clone()))
+            // Docker tasks join a pause container's namespace: the allocation's is that one.
+            let source = if docker {
+                let node_id = ctx.shared.state().node_id.clone();
+                match pause::start(&ctx.shared.docker, &ctx.alloc_id, &job.name, &node_id).await {
+                    Ok(pid) => Some(std::path::PathBuf::from(format!("/proc/{pid}/ns/net"))),
+                    Err(e) => {
+                        let _ = pause::stop(&ctx.shared.docker, &ctx.alloc_id).await;
+                        return Err(AllocHookError {
+                            hook: NAME,
+                            message: e.to_string(),
+                        });
+                    }
+                }
+            } else {
+                None
+            };
+            let made = network::setup(&settings, &alloc, &job, source.as_deref(), |record| {
+                self.record(ctx, &alloc, &job, record)
             })
             .await;
             match made {
                 Ok(net) => {
                     info!(netns = %net.netns.display(), address = %net.address, "allocation network ready");
-                    set_record(&ctx.shared, &ctx.alloc_id, Some(net));
                     Ok(())
                 }
-                Err(e) => {
-                    let failed = AllocNetwork {
-                        mode: MODE_BRIDGE.into(),
-                        error: e.to_string(),
-                        ..AllocNetwork::default()
-                    };
-                    set_record(&ctx.shared, &ctx.alloc_id, Some(failed));
+                Err((network::NetworkError::NotRecorded, made)) => {
+                    // The allocation is gone: what was made goes at once.
+                    let _ = release(&ctx.shared, &alloc, &job, &made).await;
+                    *lock(&self.held) = None;
                     Err(AllocHookError {
                         hook: NAME,
-                        message: e.to_string(),
+                        message: network::NetworkError::NotRecorded.to_string(),
                     })
                 }
+                Err((e, made)) => Err(self.failed(ctx, &alloc, &job, made, e.to_string())),
             }
         })
     }
 
     fn postrun<'a>(&'a self, ctx: &'a AllocCtx) -> BoxFuture<'a, Result<(), AllocHookError>> {
         Box::pin(async move {
-            let Some(Some((alloc, job, net))) = ctx.with_local(|l| {
-                l.network
-                    .clone()
-                    .map(|n| (l.alloc.clone(), l.job.clone(), n))
-            }) else {
+            // The allocation's own record, or this hook's copy when the client has already
+            // forgotten the allocation.
+            let current = ctx
+                .with_local(|l| {
+                    (network::group_mode(&l.alloc, &l.job) == MODE_BRIDGE)
+                        .then(|| (l.alloc.clone(), l.job.clone(), l.network.clone()))
+                })
+                .unwrap_or_else(|| {
+                    lock(&self.held)
+                        .clone()
+                        .map(|(alloc, job, net)| (alloc, job, Some(net)))
+                });
+            let Some((alloc, job, net)) = current else {
                 return Ok(());
             };
-            release(&ctx.shared, &alloc.id, &alloc, &job, &net)
-                .await
-                .map_err(|message| AllocHookError {
-                    hook: NAME,
-                    message,
-                })
+            let left = release(&ctx.shared, &alloc, &job, &net.unwrap_or_default()).await;
+            let kept = left.as_ref().err().map(|(_, left)| left.clone());
+            *lock(&self.held) = kept.map(|left| (alloc.clone(), job.clone(), left));
+            left.map_err(|(message, _)| AllocHookError {
+                hook: NAME,
+                message,
+            })
         })
     }
 }
 
-/// Detaches and removes what the allocation's record says was made, then forgets the
-/// record (kept when the namespace could not be removed, so a later start tries again).
+/// Detaches and removes what `net` says was made (and the pause container), then forgets
+/// the record; when a step fails the record of what is left is kept, so a later try does
+/// only that.
 async fn release(
     shared: &Shared,
-    alloc_id: &str,
-    alloc: &teamster_storage::model::Allocation,
-    job: &teamster_storage::model::Job,
+    alloc: &Allocation,
+    job: &Job,
     net: &AllocNetwork,
-) -> Result<(), String> {
-    if net.netns.as_os_str().is_empty() {
+) -> Result<(), (String, AllocNetwork)> {
+    let alloc_id: &str = alloc.id.as_ref();
+    let mut outcome = Ok(());
+    if !net.netns.as_os_str().is_empty() {
+        let settings = network::BridgeSettings::of(&shared.config);
+        let (done, left) = network::teardown(&settings, alloc, job, net).await;
+        if let Err(e) = done {
+            set_record(shared, alloc_id, Some(left.clone()));
+            outcome = Err((e.to_string(), left));
+        }
+    }
+    // The pause container goes after the plugins' DEL, which needs its namespace.
+    if has_docker_tasks(alloc, job) {
+        if let Err(e) = pause::stop(&shared.docker, alloc_id).await {
+            warn!(alloc_id, error = %e, "cannot remove the allocation's pause container");
+        }
+    }
+    if outcome.is_ok() {
         set_record(shared, alloc_id, None);
-        return Ok(());
     }
-    let settings = network::BridgeSettings::of(&shared.config);
-    let done = network::teardown(&settings, alloc, job, net).await;
-    match &done {
-        Err(network::NetworkError::Namespace { .. }) => {}
-        _ => set_record(shared, alloc_id, None),
+    outcome
+}
+
+/// Whether allocation `alloc`'s group has a docker task (its namespace is then a pause
+/// container's).
+fn has_docker_tasks(alloc: &Allocation, job: &Job) -> bool {
+    job.task_groups
+        .iter()
+        .find(|g| g.name == *alloc.task_group)
+        .is_some_and(|g| g.tasks.iter().any(|t| t.driver == "docker"))
+}
+
+/// The process ids of the allocation's tasks, as its handles hold them.
+fn task_pids(local: &LocalAlloc) -> Vec<u32> {
+    local
+        .handles
+        .values()
+        .filter_map(|h| match h {
+            TaskHandle::Process { pid, .. } => u32::try_from(*pid).ok(),
+            _ => None,
+        })
+        .collect()
+}
+
+/// The network namespace a live task of the allocation is in (its pause container's, for
+/// a docker group), when it is not this client's own.
+async fn live_netns(
+    shared: &Shared,
+    alloc: &Allocation,
+    docker: bool,
+    pids: &[u32],
+) -> Option<std::path::PathBuf> {
+    use std::os::unix::fs::MetadataExt;
+    let own = std::fs::metadata("/proc/self/ns/net").ok()?.ino();
+    let mut candidates: Vec<u32> = pids.to_vec();
+    if docker {
+        if let Ok(Some(pid)) = pause::running(&shared.docker, alloc.id.as_ref()).await {
+            candidates.insert(0, pid);
+        }
     }
-    done.map_err(|e| e.to_string())
+    candidates.into_iter().find_map(|pid| {
+        let path = std::path::PathBuf::from(format!("/proc/{pid}/ns/net"));
+        let ino = std::fs::metadata(&path).ok()?.ino();
+        (ino != own).then_some(path)
+    })
 }
 
 /// At client start: the networks of finished allocations an earlier run did not get to
@@ -132,9 +285,9 @@ pub async fn release_finished(shared: &Shared) {
         .collect();
     for local in left {
         let net = local.network.clone().unwrap_or_default();
-        match release(shared, &local.alloc.id, &local.alloc, &local.job, &net).await {
+        match release(shared, &local.alloc, &local.job, &net).await {
             Ok(()) => info!(alloc_id = %local.alloc.id, "removed a finished allocation's network"),
-            Err(e) => {
+            Err((e, _)) => {
                 warn!(alloc_id = %local.alloc.id, error = %e, "cannot remove a finished allocation's network")
             }
         }
