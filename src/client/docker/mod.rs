@@ -373,25 +373,30 @@ async fn load_image(docker: &Docker, archive: &Path) -> Result<(), DockerError> 
     let bytes = tokio::fs::read(archive)
         .await
         .map_err(|e| load_err(e.to_string()))?;
+    import_archive(docker, bytes).await.map_err(load_err)?;
+    info!(archive = %archive.display(), "image archive loaded");
+    Ok(())
+}
+
+/// Loads a `docker save` archive into the engine, within [`LOAD_TIMEOUT`].
+pub(crate) async fn import_archive(docker: &Docker, archive: Vec<u8>) -> Result<(), String> {
     let mut answers = docker.import_image(
         ImportImageOptions {
             quiet: true,
             ..ImportImageOptions::default()
         },
-        bollard::body_full(bytes.into()),
+        bollard::body_full(archive.into()),
         None,
     );
     let loading = async {
         while let Some(answer) = answers.next().await {
-            answer.map_err(|e| load_err(e.to_string()))?;
+            answer.map_err(|e| e.to_string())?;
         }
-        Ok::<(), DockerError>(())
+        Ok::<(), String>(())
     };
     tokio::time::timeout(LOAD_TIMEOUT, loading)
         .await
-        .map_err(|_| load_err(format!("not loaded within {LOAD_TIMEOUT:?}")))??;
-    info!(archive = %archive.display(), "image archive loaded");
-    Ok(())
+        .map_err(|_| format!("not loaded within {LOAD_TIMEOUT:?}"))?
 }
 
 /// Follow the container's output into the task's log sinks, from `since` (Unix seconds;

@@ -10,9 +10,8 @@
 use std::collections::HashMap;
 
 use bollard::models::{ContainerCreateBody, HostConfig};
-use bollard::query_parameters::{CreateContainerOptions, ImportImageOptions};
+use bollard::query_parameters::CreateContainerOptions;
 use bollard::Docker;
-use futures::StreamExt;
 use sha2::Digest;
 use tracing::info;
 
@@ -132,20 +131,12 @@ async fn ensure_image(docker: &Docker) -> Result<(), DockerError> {
         path: PAUSE_IMAGE.into(),
         reason: e.to_string(),
     })?;
-    let mut answers = docker.import_image(
-        ImportImageOptions {
-            quiet: true,
-            ..ImportImageOptions::default()
-        },
-        bollard::body_full(archive.into()),
-        None,
-    );
-    while let Some(answer) = answers.next().await {
-        answer.map_err(|e| DockerError::Load {
+    super::import_archive(docker, archive)
+        .await
+        .map_err(|reason| DockerError::Load {
             path: PAUSE_IMAGE.into(),
-            reason: e.to_string(),
+            reason,
         })?;
-    }
     info!(image = PAUSE_IMAGE, "pause image made");
     Ok(())
 }
