@@ -8,6 +8,9 @@ use std::process::{Command, Stdio};
 /// Make sure every one of `files` exists, installing `packages` when one does not. `Err`
 /// names why they are not there.
 pub fn find_or_install(files: &[&str], packages: &[&str]) -> Result<(), String> {
+    // Tests of one binary run at once: one installs while the others wait, then find it.
+    static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    let _turn = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
     let present = || files.iter().all(|f| Path::new(f).exists());
     if present() {
         return Ok(());
@@ -27,9 +30,13 @@ pub fn find_or_install(files: &[&str], packages: &[&str]) -> Result<(), String> 
             .stdin(Stdio::null())
             .output()
     };
-    let mut install = vec!["install", "-y", "-q"];
+    // Another process's apt-get (or unattended upgrades) may hold dpkg's lock for a while.
+    let mut install = vec!["-o", "DPkg::Lock::Timeout=300", "install", "-y", "-q"];
     install.extend_from_slice(packages);
-    for args in [&["update", "-q"][..], &install[..]] {
+    for args in [
+        &["-o", "DPkg::Lock::Timeout=300", "update", "-q"][..],
+        &install[..],
+    ] {
         match apt(args) {
             Ok(o) if o.status.success() => {}
             Ok(o) => {
