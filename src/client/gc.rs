@@ -153,9 +153,7 @@ pub async fn collect(shared: &Arc<Shared>, id: &str, why: &'static str) -> bool 
             }
         }
         // Its pause container, if it had one (absent is removed).
-        if local.job.task_groups.iter().any(|g| {
-            g.name == *local.alloc.task_group && g.tasks.iter().any(|t| t.driver == "docker")
-        }) {
+        if crate::client::network::has_docker_tasks(&local.alloc, &local.job) {
             if let Err(e) = crate::client::docker::pause::stop(&shared.docker, id).await {
                 warn!(alloc_id = id, error = %e, "cannot remove the allocation's pause container");
             }

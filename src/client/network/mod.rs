@@ -170,6 +170,15 @@ pub fn group_mode<'a>(alloc: &Allocation, job: &'a Job) -> &'a str {
         .unwrap_or_default()
 }
 
+/// Whether allocation `alloc`'s group has a docker task: its namespace is then a pause
+/// container's, removed with it.
+pub fn has_docker_tasks(alloc: &Allocation, job: &Job) -> bool {
+    job.task_groups
+        .iter()
+        .find(|g| g.name == *alloc.task_group)
+        .is_some_and(|g| g.tasks.iter().any(|t| t.driver == "docker"))
+}
+
 /// The namespace allocation `local`'s tasks join: none in host mode; in bridge mode its
 /// namespace, or why there is none.
 pub fn task_netns(local: &crate::client::types::LocalAlloc) -> Result<Option<PathBuf>, String> {

@@ -96,7 +96,7 @@ impl AllocHook for Network {
                 return Ok(());
             };
             let settings = network::BridgeSettings::of(&ctx.shared.config);
-            let docker = has_docker_tasks(&alloc, &job);
+            let docker = network::has_docker_tasks(&alloc, &job);
             if let Some(found) = existing {
                 *lock(&self.held) = Some((alloc.clone(), job.clone(), found.clone()));
                 if network::is_complete(&found) {
@@ -218,7 +218,7 @@ async fn release(
         }
     }
     // The pause container goes after the plugins' DEL, which needs its namespace.
-    if has_docker_tasks(alloc, job) {
+    if network::has_docker_tasks(alloc, job) {
         if let Err(e) = pause::stop(&shared.docker, alloc_id).await {
             warn!(alloc_id, error = %e, "cannot remove the allocation's pause container");
         }
@@ -227,15 +227,6 @@ async fn release(
         set_record(shared, alloc_id, None);
     }
     outcome
-}
-
-/// Whether allocation `alloc`'s group has a docker task (its namespace is then a pause
-/// container's).
-fn has_docker_tasks(alloc: &Allocation, job: &Job) -> bool {
-    job.task_groups
-        .iter()
-        .find(|g| g.name == *alloc.task_group)
-        .is_some_and(|g| g.tasks.iter().any(|t| t.driver == "docker"))
 }
 
 /// The process ids of the allocation's tasks, as its handles hold them.
