@@ -5,6 +5,8 @@
 //! one node, each with its own address and its own port 8080; a client killed with
 //! SIGKILL and restarted keeps the running allocations reachable and makes nothing twice;
 //! `job stop` removes the namespaces and every iptables rule that names the allocations.
+//! The group's `hostname` and `dns` block reach its exec and docker tasks: their hostname,
+//! `/etc/resolv.conf` and an `/etc/hosts` naming the allocation's address.
 //! Traffic goes only to loopback and to the namespaces the test made.
 //!
 //! Without root or the plugins the test prints a `SKIP` line and passes; with `CI=true` it
@@ -21,6 +23,11 @@ use teamster_cluster_tests::process::{ClusterOptions, ProcessCluster};
 use teamster_cluster_tests::wait_for;
 
 const FORMATION: Duration = Duration::from_secs(30);
+
+/// What a server task prints first: its hostname, then its `/etc/resolv.conf` and
+/// `/etc/hosts`.
+const SHOW_NETWORK_FILES: &str =
+    "echo \"hostname=$(cat /proc/sys/kernel/hostname)\"; cat /etc/resolv.conf /etc/hosts; ";
 
 /// The `exec` task: an HTTP server on port 8080 of the namespace (every address in it),
 /// answering with its allocation's ID.
@@ -39,7 +46,11 @@ fn bridge_job(id: &str, count: u32) -> Value {
         "ID": id, "Type": "service", "Datacenters": ["dc1"],
         "TaskGroups": [{
             "Name": "web", "Count": count,
+            // The resolver named is the namespace's own loopback: nothing leaves it.
             "Networks": [{ "Mode": "bridge",
+                           "Hostname": "web-${NOMAD_ALLOC_INDEX}",
+                           "DNS": { "Servers": ["127.0.0.1"], "Searches": ["teamster.test"],
+                                    "Options": ["ndots:2"] },
                            "DynamicPorts": [{ "Label": "http", "To": 8080 }] }],
             "Services": [
                 { "Name": "bridged-inside", "PortLabel": "http", "Provider": "nomad",
@@ -48,7 +59,8 @@ fn bridge_job(id: &str, count: u32) -> Value {
             ],
             "Tasks": [
                 { "Name": "server", "Driver": "exec",
-                  "Config": { "command": "/bin/sh", "args": ["-c", SERVER] },
+                  "Config": { "command": "/bin/sh",
+                              "args": ["-c", format!("{SHOW_NETWORK_FILES}{SERVER}")] },
                   "KillTimeout": 1_000_000_000u64,
                   "Resources": { "CPU": 50, "MemoryMB": 64 } },
                 { "Name": "client", "Driver": "raw_exec", "User": "nobody",
@@ -67,14 +79,47 @@ async fn job_allocs(api: &ApiClient, job: &str) -> Vec<Value> {
 }
 
 async fn client_stdout(client: &ApiClient, alloc_id: &str) -> String {
+    task_stdout(client, alloc_id, "client").await
+}
+
+async fn task_stdout(client: &ApiClient, alloc_id: &str, task: &str) -> String {
     client
         .request_text::<()>(
             reqwest::Method::GET,
-            &format!("/v1/client/fs/logs/{alloc_id}?task=client&type=stdout&plain=true"),
+            &format!("/v1/client/fs/logs/{alloc_id}?task={task}&type=stdout&plain=true"),
             None,
         )
         .await
         .unwrap_or_default()
+}
+
+/// The server task of allocation `alloc_id` (index `index`, address `addr`) printed the
+/// group's hostname, the dns block's resolver configuration and a hosts file naming it.
+async fn assert_network_files(client: &ApiClient, alloc_id: &str, index: usize, addr: &str) {
+    let out = task_stdout(client, alloc_id, "server").await;
+    let lines: Vec<&str> = out.lines().map(str::trim).collect();
+    for wanted in [
+        format!("hostname=web-{index}"),
+        "search teamster.test".to_string(),
+        "nameserver 127.0.0.1".to_string(),
+        "options ndots:2".to_string(),
+        "127.0.0.1 localhost".to_string(),
+        format!("{addr} web-{index}"),
+    ] {
+        assert!(lines.contains(&wanted.as_str()), "{wanted:?} in {out}");
+    }
+    // The dns block's servers only: not the node's.
+    let servers = lines.iter().filter(|l| l.starts_with("nameserver")).count();
+    assert_eq!(servers, 1, "{out}");
+}
+
+/// The index in an allocation's name (`job.group[N]`).
+fn alloc_index(alloc: &Value) -> usize {
+    let name = alloc["Name"].as_str().unwrap_or_default();
+    name.rsplit('[')
+        .next()
+        .and_then(|n| n.trim_end_matches(']').parse().ok())
+        .unwrap_or(usize::MAX)
 }
 
 /// What the allocation's client task printed: its address and port line, and whether it
@@ -202,13 +247,21 @@ async fn bridge_groups_share_a_namespace_publish_ports_survive_a_client_kill_and
                 let (addr, host_port, reached) =
                     parse_client(&client_stdout(&client_api, &id).await, &id)?;
                 reached.then_some(())?;
-                seen.push((id, addr, host_port));
+                seen.push((id, addr, host_port, alloc_index(a)));
             }
             (seen.len() == 2).then_some(seen)
         },
     )
     .await
     .map_err(|e| anyhow::anyhow!("{e}\n{}", client.log_tail(40)))?;
+    // The exec task sees its group's hostname, its dns block and a hosts file naming it.
+    for (id, addr, _, index) in &seen {
+        assert_network_files(&client_api, id, *index, addr).await;
+    }
+    let seen: Vec<(String, String, u32)> = seen
+        .into_iter()
+        .map(|(id, addr, port, _)| (id, addr, port))
+        .collect();
     // Each its own address, in the bridge's subnet.
     assert_ne!(seen[0].1, seen[1].1, "{seen:?}");
     for (_, addr, _) in &seen {
@@ -372,7 +425,8 @@ async fn a_docker_task_joins_the_namespace_through_a_pause_container_removed_wit
     job["TaskGroups"][0]["Tasks"][0] = json!({
         "Name": "server", "Driver": "docker",
         "Config": { "image": teamster_cluster_tests::compose::image(),
-                    "entrypoint": ["/bin/sh", "-c", DOCKER_SERVER] },
+                    "entrypoint": ["/bin/sh", "-c",
+                                   format!("{SHOW_NETWORK_FILES}{DOCKER_SERVER}")] },
         "KillTimeout": 1_000_000_000u64,
         "Resources": { "CPU": 50, "MemoryMB": 64 }
     });
@@ -395,6 +449,9 @@ async fn a_docker_task_joins_the_namespace_through_a_pause_container_removed_wit
     .await
     .map_err(|e| anyhow::anyhow!("{e}\n{}", client.log_tail(40)))?;
     assert!(addr.starts_with("172.26."), "{addr}");
+    // The container shares the pause container's hostname, the group's; the dns block and
+    // the hosts file are bound over the engine's own.
+    assert_network_files(&client_api, &id, 0, &addr).await;
     // The container is in the pause container's namespace, which is the allocation's.
     let pause = format!("teamster-pause-{id}");
     let inspect = |what: &str, of: &str| -> anyhow::Result<String> {

@@ -39,7 +39,7 @@ use crate::client::cgroups::{Hierarchy, Limits, TaskCgroup};
 use crate::client::config::{ClientConfig, ExecConfig};
 use crate::client::docker::LaunchLookup;
 use crate::client::logmon::LogSinks;
-use crate::client::sandbox::{ExecTaskConfig, SandboxError, SandboxSpec};
+use crate::client::sandbox::{BoundFile, ExecTaskConfig, SandboxError, SandboxSpec};
 use crate::client::types::{ExitResult, TaskHandle};
 
 /// Why a driver could not start a task.
@@ -273,6 +273,8 @@ pub struct LaunchContext<'a> {
     pub isolation: &'a Isolation,
     /// The allocation's network namespace (bridge mode): the task joins it.
     pub netns: Option<&'a Path>,
+    /// Its network's `/etc/resolv.conf`, `/etc/hosts` and hostname (`exec`, `docker`).
+    pub net_files: &'a crate::client::network::files::NetworkFiles,
 }
 
 /// Start `task` in `dir` with whichever driver it names.
@@ -343,6 +345,7 @@ pub async fn launch(
         mounts: ctx.mounts,
         // In bridge mode the container joins the allocation's pause container.
         group_network: group_network.as_deref(),
+        net_files: ctx.net_files,
     };
     let started = crate::client::docker::start(ctx.docker, task, place).await?;
     Ok(RunningTask::Docker(started))
@@ -734,6 +737,8 @@ fn start_exec(
         cgroup_procs: group.procs_files(),
         caps,
         account,
+        files: &bound_files(ctx.net_files),
+        hostname: ctx.net_files.hostname.as_deref(),
     });
     let netns = ctx
         .netns
@@ -778,6 +783,25 @@ fn start_exec(
         cmd.pre_exec(move || plan.enter());
     }
     spawn_task(cmd, &cfg.command, Some(group))
+}
+
+/// The network's files as an `exec` task's root binds them.
+fn bound_files(files: &crate::client::network::files::NetworkFiles) -> Vec<BoundFile> {
+    [
+        (&files.resolv_conf, "/etc/resolv.conf", true),
+        (&files.hosts, "/etc/hosts", false),
+    ]
+    .into_iter()
+    .filter_map(|(path, inside, read_only)| {
+        let path = path.as_ref()?;
+        Some(BoundFile {
+            parent: path.parent()?.to_path_buf(),
+            name: path.file_name()?.to_string_lossy().into_owned(),
+            inside,
+            read_only,
+        })
+    })
+    .collect()
 }
 
 fn logs_or_cleanup<T>(
@@ -1595,6 +1619,7 @@ mod tests {
             mounts: &[],
             isolation: iso,
             netns: None,
+            net_files: &Default::default(),
         };
         match launch(t, &root.join("alloc/t"), ctx, 0).await {
             Ok(task) => task,

@@ -289,6 +289,24 @@ pub struct SandboxSpec<'a> {
     pub caps: u64,
     /// Its account.
     pub account: Account,
+    /// Files bound over the root's own (its network's `/etc/resolv.conf` and `/etc/hosts`).
+    pub files: &'a [BoundFile],
+    /// The hostname of its UTS namespace (else the host's).
+    pub hostname: Option<&'a str>,
+}
+
+/// A host file bound over one of the root's: `name` in the host directory `parent` (opened
+/// without following a link when the task starts), seen at `inside`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BoundFile {
+    /// The host directory holding it.
+    pub parent: PathBuf,
+    /// Its name there.
+    pub name: String,
+    /// Where the task sees it (a link there is followed inside the root).
+    pub inside: &'static str,
+    /// Bound read-only.
+    pub read_only: bool,
 }
 
 /// One step of building a root, prepared before the fork.
@@ -309,12 +327,14 @@ enum Step {
         /// A target the kernel may not have (`/proc/sysrq-trigger`): skipped if missing.
         optional: bool,
     },
-    /// Bind the directory `name` of `parent` at `target`, opened in the child without
-    /// following a link at `name` and mounted through its descriptor (`/proc/self/fd/N`).
+    /// Bind the directory (or, unless `dir`, the regular file) `name` of `parent` at
+    /// `target`, opened in the child without following a link at `name` and mounted
+    /// through its descriptor (`/proc/self/fd/N`).
     BindChild {
         parent: CString,
         name: CString,
         target: CString,
+        dir: bool,
     },
     /// Set and clear mount attributes (`MOUNT_ATTR_*`) and set the propagation
     /// (`MS_PRIVATE` or `MS_SLAVE`) of a mount and every mount under it; where the kernel
@@ -362,11 +382,28 @@ pub struct Plan {
     uid: libc::uid_t,
     gid: libc::gid_t,
     groups: Vec<libc::gid_t>,
+    /// The hostname set in its new UTS namespace.
+    hostname: Option<CString>,
 }
 
 fn cstr(path: &Path) -> Result<CString, SandboxError> {
     CString::new(path.as_os_str().as_bytes())
         .map_err(|_| SandboxError::Path(format!("{} holds a NUL byte", path.display())))
+}
+
+/// `path` made absolute, `.` and `..` resolved by name (`..` of `/` is `/`).
+fn normalize(path: &Path) -> PathBuf {
+    let mut out = PathBuf::from("/");
+    for c in path.components() {
+        match c {
+            Component::Normal(n) => out.push(n),
+            Component::ParentDir => {
+                out.pop();
+            }
+            Component::RootDir | Component::CurDir | Component::Prefix(_) => {}
+        }
+    }
+    out
 }
 
 /// `path` (absolute, normalized) below `root`.
@@ -517,8 +554,64 @@ impl RootBuilder {
             parent: cstr(parent)?,
             name: CString::new(name).expect("a constant name"),
             target: target.clone(),
+            dir: true,
         });
         self.finish_bind(target, &path, rel, read_only)
+    }
+
+    /// Bind `file`'s host file over the root's file at `file.inside`, following a link
+    /// there as the task would see it (`/etc/resolv.conf` is often one).
+    fn bind_file(&mut self, file: &BoundFile) -> Result<(), SandboxError> {
+        let path = file.parent.join(&file.name);
+        let meta = std::fs::symlink_metadata(&path)
+            .map_err(|e| SandboxError::Path(format!("{}: {e}", path.display())))?;
+        if !meta.is_file() {
+            return Err(SandboxError::Path(format!(
+                "{} is not a regular file",
+                path.display()
+            )));
+        }
+        let rel = self.resolve_in_root(file.inside)?;
+        let target = self.point(&rel, false)?;
+        self.steps.push(Step::BindChild {
+            parent: cstr(&file.parent)?,
+            name: CString::new(file.name.as_str())
+                .map_err(|_| SandboxError::Path(format!("{:?} holds a NUL byte", file.name)))?,
+            target: target.clone(),
+            dir: false,
+        });
+        self.finish_bind(target, &path, &rel, file.read_only)
+    }
+
+    /// `rel` with a symbolic link at its end followed as the root would follow it (what a
+    /// bind shows is the host's, looked at now), up to eight links.
+    fn resolve_in_root(&self, rel: &str) -> Result<String, SandboxError> {
+        let mut path = normalize(Path::new(rel));
+        for _ in 0..8 {
+            let target = under(&self.stage, &path.to_string_lossy())?;
+            let Some(host) = self
+                .binds
+                .iter()
+                .filter(|(inside, _)| target.starts_with(inside))
+                .max_by_key(|(inside, _)| inside.as_os_str().len())
+                .map(|(inside, host)| {
+                    host.join(target.strip_prefix(inside).unwrap_or(Path::new("")))
+                })
+            else {
+                // Made in the root's own tmpfs: no link there.
+                return Ok(path.to_string_lossy().into_owned());
+            };
+            match std::fs::read_link(&host) {
+                Ok(link) => {
+                    let base = path.parent().unwrap_or(Path::new("/")).to_path_buf();
+                    path = normalize(&base.join(link));
+                }
+                Err(_) => return Ok(path.to_string_lossy().into_owned()),
+            }
+        }
+        Err(SandboxError::Path(format!(
+            "{rel:?} passes through too many symbolic links"
+        )))
     }
 
     fn bind_source(
@@ -620,6 +713,9 @@ pub fn plan(spec: &SandboxSpec<'_>) -> Result<Plan, SandboxError> {
         // host's mounts as `host-to-task` does.
         b.host_to_task = m.propagation_mode != "private";
         b.bind(Path::new(&m.host_path), &m.destination, m.read_only)?;
+    }
+    for file in spec.files {
+        b.bind_file(file)?;
     }
     // /proc of the task's PID namespace, its sensitive parts hidden or read-only.
     let proc_dir = b.point("/proc", true)?;
@@ -776,6 +872,13 @@ pub fn plan(spec: &SandboxSpec<'_>) -> Result<Plan, SandboxError> {
         uid: spec.account.uid,
         gid: spec.account.gid,
         groups: spec.account.groups.clone(),
+        hostname: spec
+            .hostname
+            .map(|h| {
+                CString::new(h)
+                    .map_err(|_| SandboxError::Path(format!("hostname {h:?} holds a NUL byte")))
+            })
+            .transpose()?,
     })
 }
 
@@ -819,6 +922,7 @@ pub fn enter_plan(
         uid: account.uid,
         gid: account.gid,
         groups: account.groups.clone(),
+        hostname: None,
     })
 }
 
@@ -969,6 +1073,11 @@ impl Plan {
         if self.unshare != 0 && libc::unshare(self.unshare) != 0 {
             return Err(failed(b"unshare"));
         }
+        if let Some(name) = &self.hostname {
+            if libc::sethostname(name.as_ptr(), name.as_bytes().len()) != 0 {
+                return Err(failed(b"sethostname"));
+            }
+        }
         // Signals blocked across the fork: the supervisor keeps them blocked (the client's
         // handlers, inherited, must never run in it), the task unblocks them.
         let mut all: libc::sigset_t = std::mem::zeroed();
@@ -1079,6 +1188,7 @@ impl Plan {
                     parent,
                     name,
                     target,
+                    dir: is_dir,
                 } => {
                     let dir = libc::open(
                         parent.as_ptr(),
@@ -1087,14 +1197,25 @@ impl Plan {
                     if dir < 0 {
                         return Err(failed(parent.as_bytes()));
                     }
+                    let kind = if *is_dir { libc::O_DIRECTORY } else { 0 };
                     let fd = libc::openat(
                         dir,
                         name.as_ptr(),
-                        libc::O_PATH | libc::O_NOFOLLOW | libc::O_DIRECTORY | libc::O_CLOEXEC,
+                        libc::O_PATH | libc::O_NOFOLLOW | kind | libc::O_CLOEXEC,
                     );
                     libc::close(dir);
                     if fd < 0 {
                         return Err(failed(name.as_bytes()));
+                    }
+                    if !*is_dir {
+                        // A link in its place opens as the link: refused.
+                        let mut st: libc::stat = std::mem::zeroed();
+                        if libc::fstat(fd, &mut st) != 0
+                            || st.st_mode & libc::S_IFMT != libc::S_IFREG
+                        {
+                            libc::close(fd);
+                            return Err(failed(name.as_bytes()));
+                        }
                     }
                     let source = fd_path(fd);
                     let r = libc::mount(
@@ -1445,6 +1566,8 @@ mod tests {
                 groups: vec![65534],
                 home: PathBuf::new(),
             },
+            files: &[],
+            hostname: None,
         };
         let p = plan(&spec).unwrap();
         let targets: Vec<String> = p
@@ -1528,5 +1651,116 @@ mod tests {
             "exec config volume_mount selinux_label: \"z\" is not supported by the exec \
              driver (only docker binds are labelled)"
         );
+    }
+
+    #[test]
+    fn network_files_are_bound_where_the_root_s_links_lead_and_the_hostname_is_set() {
+        let host = tempfile::tempdir().unwrap();
+        let stage = host.path().join("stage");
+        let alloc = host.path().join("alloc");
+        let task = host.path().join("task");
+        let etc = host.path().join("etc");
+        let run = host.path().join("run");
+        for d in [
+            &stage,
+            &alloc,
+            &alloc.join("logs"),
+            &etc,
+            &run.join("resolve"),
+        ] {
+            std::fs::create_dir_all(d).unwrap();
+        }
+        for d in ["local", "secrets", "tmp"] {
+            std::fs::create_dir_all(task.join(d)).unwrap();
+        }
+        // The host's /etc/resolv.conf is a relative link into /run, /etc/hosts a file.
+        std::fs::write(run.join("resolve/stub.conf"), "nameserver 127.0.0.53\n").unwrap();
+        std::os::unix::fs::symlink("../run/resolve/stub.conf", etc.join("resolv.conf")).unwrap();
+        std::fs::write(etc.join("hosts"), "127.0.0.1 localhost\n").unwrap();
+        std::fs::write(task.join("resolv.conf"), "nameserver 192.0.2.1\n").unwrap();
+        std::fs::write(host.path().join("hosts"), "10.0.0.9 web-0\n").unwrap();
+        let env = BTreeMap::from([
+            (etc.to_str().unwrap().to_string(), "/etc".to_string()),
+            (run.to_str().unwrap().to_string(), "/run".to_string()),
+        ]);
+        let files = [
+            BoundFile {
+                parent: task.clone(),
+                name: "resolv.conf".into(),
+                inside: "/etc/resolv.conf",
+                read_only: true,
+            },
+            BoundFile {
+                parent: host.path().to_path_buf(),
+                name: "hosts".into(),
+                inside: "/etc/hosts",
+                read_only: false,
+            },
+        ];
+        let spec = SandboxSpec {
+            stage: &stage,
+            chroot_env: &env,
+            alloc_dir: &alloc,
+            task_dir: &task,
+            mounts: &[],
+            pid: NsMode::Private,
+            ipc: NsMode::Private,
+            work_dir: "",
+            pivot_root: true,
+            cgroup_procs: Vec::new(),
+            caps: 0,
+            account: Account {
+                name: "nobody".into(),
+                uid: 65534,
+                gid: 65534,
+                groups: vec![65534],
+                home: PathBuf::new(),
+            },
+            files: &files,
+            hostname: Some("web-0"),
+        };
+        let p = plan(&spec).unwrap();
+        let bound: Vec<(String, String, bool)> = p
+            .steps
+            .iter()
+            .filter_map(|s| match s {
+                Step::BindChild {
+                    name, target, dir, ..
+                } => Some((
+                    name.to_str().unwrap().to_string(),
+                    target
+                        .to_str()
+                        .unwrap()
+                        .trim_start_matches(stage.to_str().unwrap())
+                        .to_string(),
+                    *dir,
+                )),
+                _ => None,
+            })
+            .filter(|(_, _, dir)| !dir)
+            .collect();
+        assert_eq!(
+            bound,
+            [
+                ("resolv.conf".into(), "/run/resolve/stub.conf".into(), false),
+                ("hosts".into(), "/etc/hosts".into(), false),
+            ]
+        );
+        assert_eq!(
+            p.hostname.as_deref().and_then(|h| h.to_str().ok()),
+            Some("web-0")
+        );
+        // A link there now (a task swapped the file) is refused before the fork.
+        std::fs::remove_file(task.join("resolv.conf")).unwrap();
+        std::os::unix::fs::symlink("/etc/shadow", task.join("resolv.conf")).unwrap();
+        let e = plan(&spec).unwrap_err().to_string();
+        assert!(e.contains("not a regular file"), "{e}");
+        // A link loop is refused.
+        std::fs::remove_file(task.join("resolv.conf")).unwrap();
+        std::fs::write(task.join("resolv.conf"), "").unwrap();
+        std::fs::remove_file(etc.join("resolv.conf")).unwrap();
+        std::os::unix::fs::symlink("resolv.conf", etc.join("resolv.conf")).unwrap();
+        let e = plan(&spec).unwrap_err().to_string();
+        assert!(e.contains("too many symbolic links"), "{e}");
     }
 }

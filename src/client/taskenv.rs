@@ -53,6 +53,33 @@ pub struct TaskEnv {
     node: BTreeMap<String, String>,
 }
 
+/// `text` with every `${…}` that `env` (first) or the node's values know replaced by its
+/// value; unknown ones are left as written.
+pub fn interpolate_in(
+    env: &BTreeMap<String, String>,
+    node: &BTreeMap<String, String>,
+    text: &str,
+) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut rest = text;
+    while let Some(start) = rest.find("${") {
+        out.push_str(&rest[..start]);
+        let after = &rest[start + 2..];
+        let Some(end) = after.find('}') else {
+            out.push_str(&rest[start..]);
+            return out;
+        };
+        let key = after[..end].trim();
+        match env.get(key).or_else(|| node.get(key)) {
+            Some(v) => out.push_str(v),
+            None => out.push_str(&rest[start..start + 2 + end + 1]),
+        }
+        rest = &after[end + 1..];
+    }
+    out.push_str(rest);
+    out
+}
+
 impl TaskEnv {
     /// The environment of `task` of `alloc`'s group in `job`, on the node whose
     /// [`node_values`] are `node`.
@@ -187,24 +214,7 @@ impl TaskEnv {
 
     /// `text` with every `${…}` this environment or the node knows replaced by its value.
     pub fn interpolate(&self, text: &str) -> String {
-        let mut out = String::with_capacity(text.len());
-        let mut rest = text;
-        while let Some(start) = rest.find("${") {
-            out.push_str(&rest[..start]);
-            let after = &rest[start + 2..];
-            let Some(end) = after.find('}') else {
-                out.push_str(&rest[start..]);
-                return out;
-            };
-            let key = after[..end].trim();
-            match self.env.get(key).or_else(|| self.node.get(key)) {
-                Some(v) => out.push_str(v),
-                None => out.push_str(&rest[start..start + 2 + end + 1]),
-            }
-            rest = &after[end + 1..];
-        }
-        out.push_str(rest);
-        out
+        interpolate_in(&self.env, &self.node, text)
     }
 
     fn config_value(&self, v: &ConfigValue) -> ConfigValue {

@@ -90,6 +90,10 @@ pub struct AllocNetwork {
     /// The plugins' `DEL` succeeded (a retry only removes the namespace).
     #[serde(default)]
     pub deleted: bool,
+    /// The namespace's hostname (the group's `hostname`, interpolated, or a docker group's
+    /// pause container's): its hosts file names it; empty for none.
+    #[serde(default)]
+    pub hostname: String,
 }
 
 /// Nomad's description of an allocation its `max_run_duration` stopped.

@@ -152,6 +152,7 @@ mod tests {
             mode: "host".into(),
             reserved_ports: statics.iter().map(|(l, v)| port(l, *v)).collect(),
             dynamic_ports: dynamics.iter().map(|l| port(l, 0)).collect(),
+            ..Default::default()
         }
     }
 

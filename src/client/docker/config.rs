@@ -453,6 +453,8 @@ pub struct ContainerFacts<'a> {
     pub mounts: &'a [crate::client::volumes::HostMount],
     /// The network mode of its group's namespace (bridge mode: `container:<pause>`).
     pub group_network: Option<&'a str>,
+    /// Its network's `/etc/resolv.conf` and `/etc/hosts`.
+    pub net_files: &'a crate::client::network::files::NetworkFiles,
 }
 
 /// The labels teamster puts on a container.
@@ -565,6 +567,15 @@ pub fn container_spec(
             m.bind_options()
         ));
     }
+    // Bound over the engine's own (it writes neither where a mount is): the dns block's
+    // resolver read-only, the hosts file as Nomad binds it (the tasks may change it).
+    let files = facts.net_files;
+    if let Some(path) = &files.resolv_conf {
+        binds.push(bind(path, "/etc/resolv.conf", Some("ro")));
+    }
+    if let Some(path) = &files.hosts {
+        binds.push(bind(path, "/etc/hosts", None));
+    }
 
     // With memory_max: the most it may use, and memory_mb what it is guaranteed; with
     // Nomad's `-1`, no limit at all (Docker's 0) and memory_mb guaranteed.
@@ -672,6 +683,7 @@ mod tests {
             user,
             mounts: &[],
             group_network: None,
+            net_files: &Default::default(),
         };
         container_spec(c, &facts)
     }
@@ -679,6 +691,11 @@ mod tests {
     #[test]
     fn in_a_bridge_group_the_container_joins_the_pause_container_and_publishes_nothing() {
         let env = BTreeMap::new();
+        let files = crate::client::network::files::NetworkFiles {
+            resolv_conf: Some("/t/resolv.conf".into()),
+            hosts: Some("/a1/hosts".into()),
+            hostname: Some("web-0".into()),
+        };
         let facts = |group_network| ContainerFacts {
             task_name: "web",
             alloc_id: "a1",
@@ -698,6 +715,7 @@ mod tests {
             user: "",
             mounts: &[],
             group_network,
+            net_files: &files,
         };
         let c = parse(&cfg(&[("image", "teamster:dev".into())])).unwrap();
         let body = container_spec(&c, &facts(Some("container:teamster-pause-a1"))).unwrap();
@@ -708,6 +726,12 @@ mod tests {
         );
         assert!(host.port_bindings.is_none());
         assert!(body.exposed_ports.is_none());
+        // The network's files over the engine's; the hostname is the pause container's.
+        let binds = host.binds.unwrap_or_default();
+        for wanted in ["/t/resolv.conf:/etc/resolv.conf:ro", "/a1/hosts:/etc/hosts"] {
+            assert!(binds.iter().any(|b| b == wanted), "{wanted} in {binds:?}");
+        }
+        assert!(body.hostname.is_none());
         for (key, value) in [("ports", list(&["http"])), ("network_mode", "host".into())] {
             let c = parse(&cfg(&[("image", "teamster:dev".into()), (key, value)])).unwrap();
             let e = container_spec(&c, &facts(Some("container:x"))).unwrap_err();

@@ -221,6 +221,8 @@ pub struct TaskPlace<'a> {
     pub mounts: &'a [crate::client::volumes::HostMount],
     /// The network mode of its group's namespace (bridge mode: `container:<pause>`).
     pub group_network: Option<&'a str>,
+    /// Its network's `/etc/resolv.conf` and `/etc/hosts`.
+    pub net_files: &'a crate::client::network::files::NetworkFiles,
 }
 
 /// A container this client runs.
@@ -278,6 +280,7 @@ pub async fn start(
         user: &task.user,
         mounts: place.mounts,
         group_network: place.group_network,
+        net_files: place.net_files,
     };
     let body = config::container_spec(&cfg, &facts)?;
     let docker = connector.get().await?;

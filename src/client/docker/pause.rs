@@ -141,18 +141,29 @@ async fn ensure_image(docker: &Docker) -> Result<(), DockerError> {
     Ok(())
 }
 
-/// Starts allocation `alloc_id`'s pause container (finding a running one again) and returns
-/// its process id, whose `/proc/<pid>/ns/net` is the allocation's namespace.
+/// A running pause container.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Paused {
+    /// Its process id, whose `/proc/<pid>/ns/net` is the allocation's namespace.
+    pub pid: u32,
+    /// Its hostname, which the containers joining it share (the engine's default, its
+    /// short ID, unless one was asked for).
+    pub hostname: String,
+}
+
+/// Starts allocation `alloc_id`'s pause container (finding a running one again), named
+/// `hostname` when one is given.
 pub async fn start(
     connector: &Connector,
     alloc_id: &str,
     job_name: &str,
     node_id: &str,
-) -> Result<u32, DockerError> {
+    hostname: Option<&str>,
+) -> Result<Paused, DockerError> {
     let docker = connector.get().await?;
     let name = pause_name(alloc_id);
-    if let Some(pid) = running_pid(&docker, &name).await? {
-        return Ok(pid);
+    if let Some(found) = running_pid(&docker, &name).await? {
+        return Ok(found);
     }
     // A stopped one (the engine restarted) is replaced: its namespace is gone.
     remove(&docker, &name).await?;
@@ -165,6 +176,7 @@ pub async fn start(
     ]);
     let body = ContainerCreateBody {
         image: Some(PAUSE_IMAGE.to_string()),
+        hostname: hostname.map(str::to_string),
         labels: Some(labels),
         // `lo` only: the CNI plugins add the rest.
         host_config: Some(HostConfig {
@@ -189,9 +201,9 @@ pub async fn start(
         return Err(engine("start container")(e));
     }
     match running_pid(&docker, &id).await? {
-        Some(pid) => {
-            info!(container = %name, pid, "pause container started");
-            Ok(pid)
+        Some(paused) => {
+            info!(container = %name, pid = paused.pid, hostname = %paused.hostname, "pause container started");
+            Ok(paused)
         }
         None => {
             let _ = remove(&docker, &id).await;
@@ -200,13 +212,17 @@ pub async fn start(
     }
 }
 
-/// The process id of container `name` when it runs.
-async fn running_pid(docker: &Docker, name: &str) -> Result<Option<u32>, DockerError> {
+/// The process id and hostname of container `name` when it runs.
+async fn running_pid(docker: &Docker, name: &str) -> Result<Option<Paused>, DockerError> {
     match docker.inspect_container(name, None).await {
         Ok(c) => {
             let state = c.state.unwrap_or_default();
+            let hostname = c.config.and_then(|c| c.hostname).unwrap_or_default();
             Ok(match (state.running, state.pid) {
-                (Some(true), Some(pid)) if pid > 0 => Some(pid as u32),
+                (Some(true), Some(pid)) if pid > 0 => Some(Paused {
+                    pid: pid as u32,
+                    hostname,
+                }),
                 _ => None,
             })
         }
@@ -218,7 +234,9 @@ async fn running_pid(docker: &Docker, name: &str) -> Result<Option<u32>, DockerE
 /// The process id of allocation `alloc_id`'s pause container when it runs.
 pub async fn running(connector: &Connector, alloc_id: &str) -> Result<Option<u32>, DockerError> {
     let docker = connector.get().await?;
-    running_pid(&docker, &pause_name(alloc_id)).await
+    Ok(running_pid(&docker, &pause_name(alloc_id))
+        .await?
+        .map(|p| p.pid))
 }
 
 /// Removes allocation `alloc_id`'s pause container (absent is removed).

@@ -20,6 +20,7 @@
 //! incomplete one is torn down and made again.
 
 pub mod cni;
+pub mod files;
 pub mod netns;
 
 use std::path::{Path, PathBuf};
@@ -289,7 +290,7 @@ async fn plugin_lock() -> PluginLock {
 }
 
 /// Makes allocation `alloc`'s namespace (a new one, or the one at `source`, a pause
-/// container's, named) and attaches it (CNI `ADD`), then lets the bridge's subnet in
+/// container's, named; `hostname` is recorded with it) and attaches it (CNI `ADD`), then lets the bridge's subnet in
 /// through the admin chain. `record` is handed what is made as it is made — the
 /// namespace's path and the configuration first, then ADD's result — and says whether it
 /// was written durably: when it was not (the allocation is gone), nothing more is made. On
@@ -300,6 +301,7 @@ pub async fn setup(
     alloc: &Allocation,
     job: &Job,
     source: Option<&Path>,
+    hostname: &str,
     mut record: impl FnMut(&AllocNetwork) -> bool,
 ) -> Result<AllocNetwork, (NetworkError, AllocNetwork)> {
     let path = settings.netns_dir.join(alloc.id.as_ref());
@@ -313,6 +315,7 @@ pub async fn setup(
         error: String::new(),
         conflist: list.to_json(),
         deleted: false,
+        hostname: hostname.to_string(),
     };
     if !record(&network) {
         return Err((NetworkError::NotRecorded, network));

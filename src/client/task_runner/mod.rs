@@ -534,6 +534,32 @@ impl TaskRunner {
             self.after_decision(decision).await;
             return None;
         }
+        // Its network's resolver configuration, hosts file and hostname.
+        let local = self.shared.state().allocs.get(&self.ctx.alloc_id).cloned();
+        let net_files = local.as_ref().map_or(Ok(Default::default()), |local| {
+            crate::client::network::files::for_task(
+                local,
+                &self.ctx.task,
+                self.ctx.task_dir.dir(),
+                self.ctx.alloc_dir.root(),
+                |text| {
+                    crate::client::taskenv::interpolate_in(
+                        &self.ctx.task.env,
+                        &self.shared.node_values,
+                        text,
+                    )
+                },
+            )
+        });
+        let net_files = match net_files {
+            Ok(files) => files,
+            Err(why) => {
+                let mut ev = event(now, "Setup Failure", why);
+                ev.fails_task = true;
+                self.dead(true, ev).await;
+                return None;
+            }
+        };
         let node_id = self.shared.state().node_id.clone();
         // Recorded before it happens: a client killed from here on finds out, once
         // restarted, whether the task started (`driver::find_launch`).
@@ -581,6 +607,7 @@ impl TaskRunner {
             mounts: self.ctx.mounts.as_deref().unwrap_or_default(),
             isolation: &self.shared.isolation,
             netns: netns.as_deref(),
+            net_files: &net_files,
         };
         match driver::launch(&self.ctx.task, self.ctx.task_dir.dir(), ctx, now).await {
             Ok(running) => {

@@ -1004,9 +1004,15 @@ fn workload_blocks_get_nomads_names_defaults_and_port_split() {
           group "g" {
             ephemeral_disk { size = 300 }
             network {
-              mode = "bridge"
+              mode     = "bridge"
+              hostname = "web-${NOMAD_ALLOC_INDEX}"
               port "http" { to = 8080 }
               port "metrics" { static = 9102 }
+              dns {
+                servers  = ["10.0.0.2"]
+                searches = ["svc.test"]
+                options  = ["ndots:2"]
+              }
             }
             service {
               name = "web"
@@ -1062,8 +1068,10 @@ fn workload_blocks_get_nomads_names_defaults_and_port_split() {
         group["Networks"][0],
         json!({
             "Mode": "bridge",
+            "Hostname": "web-${NOMAD_ALLOC_INDEX}",
             "DynamicPorts": [{ "Label": "http", "To": 8080 }],
-            "ReservedPorts": [{ "Label": "metrics", "Value": 9102 }]
+            "ReservedPorts": [{ "Label": "metrics", "Value": 9102 }],
+            "DNS": { "Servers": ["10.0.0.2"], "Searches": ["svc.test"], "Options": ["ndots:2"] }
         })
     );
     assert_eq!(

@@ -43,6 +43,7 @@ fn port_job(id: &str, count: u32, statics: &[(&str, u32)], dynamics: &[&str]) ->
         mode: "host".into(),
         reserved_ports: statics.iter().map(|(l, v)| port(l, *v)).collect(),
         dynamic_ports: dynamics.iter().map(|l| port(l, 0)).collect(),
+        ..Default::default()
     }];
     job.task_groups_mut()[0]
         .update

@@ -1108,6 +1108,30 @@ fn validate_networks(at: &str, networks: &[NetworkResource], errors: &mut Vec<St
                  network namespace per allocation)"
             )),
         }
+        // Nomad's check: an interpolated hostname is checked by the client once resolved.
+        if !network.hostname.is_empty() {
+            if network.mode != NETWORK_MODE_BRIDGE {
+                errors.push(format!(
+                    "{at}: network hostname {:?} needs network mode \"bridge\" (it names \
+                     the allocation's own namespace)",
+                    network.hostname
+                ));
+            } else if !network.hostname.contains("${") && !is_dns_name(&network.hostname) {
+                errors.push(format!("{at}: Hostname is not a valid DNS name"));
+            } else if network.hostname.len() > 64 {
+                errors.push(format!(
+                    "{at}: network hostname is {} bytes long; a kernel takes at most 64",
+                    network.hostname.len()
+                ));
+            }
+        }
+        if let Some(dns) = &network.dns {
+            for server in &dns.servers {
+                if !server.contains("${") && server.parse::<std::net::IpAddr>().is_err() {
+                    errors.push(format!("{at}: dns server {server:?} is not an IP address"));
+                }
+            }
+        }
         let mut labels = BTreeSet::new();
         let mut statics: BTreeMap<u32, &str> = BTreeMap::new();
         for port in network.ports() {
@@ -1168,6 +1192,47 @@ pub struct NetworkResource {
     /// Ports whose host port the scheduler picks from the node's dynamic range.
     #[serde(deserialize_with = "de::nullable")]
     pub dynamic_ports: Vec<Port>,
+    /// The hostname of the allocation's namespace (bridge mode), interpolated by the client
+    /// (`${NOMAD_ALLOC_INDEX}`, …): its `exec` and `docker` tasks see it, with an
+    /// `/etc/hosts` that maps it to the allocation's address.
+    #[serde(deserialize_with = "de::nullable")]
+    pub hostname: String,
+    /// The `dns` block: the `/etc/resolv.conf` of the group's `exec` and `docker` tasks.
+    #[serde(rename = "DNS")]
+    pub dns: Option<DnsConfig>,
+}
+
+/// A group network's `dns` block (Nomad's `DNSConfig`): what it leaves empty comes from the
+/// node's own `/etc/resolv.conf`. Values may interpolate the task's environment.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "PascalCase", default)]
+pub struct DnsConfig {
+    /// Name servers (addresses).
+    #[serde(deserialize_with = "de::nullable")]
+    pub servers: Vec<String>,
+    /// Search domains.
+    #[serde(deserialize_with = "de::nullable")]
+    pub searches: Vec<String>,
+    /// Resolver options (`ndots:2`, …).
+    #[serde(deserialize_with = "de::nullable")]
+    pub options: Vec<String>,
+}
+
+/// Whether `name` is a DNS name as Nomad checks a network's hostname (`dns.IsDomainName`:
+/// at most 255 bytes, labels of 1 to 63 bytes separated by dots, one trailing dot allowed),
+/// its labels made of letters, digits, `-` and `_` (what a kernel and a container engine
+/// take as a hostname).
+pub fn is_dns_name(name: &str) -> bool {
+    let trimmed = name.strip_suffix('.').unwrap_or(name);
+    !trimmed.is_empty()
+        && name.len() <= 255
+        && trimmed.split('.').all(|label| {
+            !label.is_empty()
+                && label.len() <= 63
+                && label
+                    .bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+        })
 }
 
 impl NetworkResource {
@@ -1839,6 +1904,24 @@ impl Job {
                 }
             }
             validate_networks(&at, &group.networks, &mut errors);
+            // The namespace's hostname and the dns block reach `exec` and `docker` tasks;
+            // `raw_exec` tasks see the host's own files (Nomad's drivers alike): a group of
+            // only those would not act on them.
+            if let Some(network) = group.networks.first() {
+                let isolated = group.tasks.iter().any(|t| t.driver != "raw_exec");
+                for (field, set) in [
+                    ("hostname", !network.hostname.is_empty()),
+                    ("dns", network.dns.is_some()),
+                ] {
+                    if set && !isolated && !group.tasks.is_empty() {
+                        errors.push(format!(
+                            "{at}: network {field} applies to exec and docker tasks; every \
+                             task of this group is raw_exec, which sees the host's own \
+                             /etc/hosts, /etc/resolv.conf and hostname"
+                        ));
+                    }
+                }
+            }
             if group.network_mode() == NETWORK_MODE_BRIDGE {
                 // A docker task joins the allocation's namespace: it publishes nothing of its
                 // own and has no network mode of its own (Nomad's docker driver refuses both).

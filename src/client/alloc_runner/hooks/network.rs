@@ -11,13 +11,14 @@
 use std::sync::Mutex;
 
 use futures::future::BoxFuture;
-use teamster_storage::model::{Allocation, Job};
+use teamster_storage::model::{is_dns_name, Allocation, Job, Task};
 use tracing::{info, warn};
 
 use super::{AllocCtx, AllocHook, AllocHookError};
 use crate::client::docker::pause;
-use crate::client::network::{self, netns, AllocNetwork, MODE_BRIDGE};
+use crate::client::network::{self, files, netns, AllocNetwork, MODE_BRIDGE};
 use crate::client::shared::{lock, Shared};
+use crate::client::taskenv::{TaskDirs, TaskEnv};
 use crate::client::types::{LocalAlloc, TaskHandle};
 
 /// The `network` hook of one allocation.
@@ -101,7 +102,7 @@ impl AllocHook for Network {
                 *lock(&self.held) = Some((alloc.clone(), job.clone(), found.clone()));
                 if network::is_complete(&found) {
                     info!(netns = %found.netns.display(), address = %found.address, "found the allocation's network again");
-                    return Ok(());
+                    return write_hosts(ctx, &found);
                 }
                 // Attached, but its name is gone while a task still runs in it (unmounted
                 // behind the client's back): named again from that task, never made anew
@@ -115,7 +116,7 @@ impl AllocHook for Network {
                                 .await;
                         if let Ok(Ok(path)) = pinned {
                             info!(netns = %path.display(), "named the allocation's namespace again from its task");
-                            return Ok(());
+                            return write_hosts(ctx, &found);
                         }
                     }
                 }
@@ -131,11 +132,33 @@ impl AllocHook for Network {
                 }
                 set_record(&ctx.shared, &ctx.alloc_id, None);
             }
-            // Docker tasks join a pause container's namespace: the allocation's is that one.
+            // The group's hostname, interpolated and checked as Nomad's hook does.
+            let mut hostname =
+                group_hostname(&ctx.shared, &alloc, &job).map_err(|message| AllocHookError {
+                    hook: NAME,
+                    message,
+                })?;
+            // Docker tasks join a pause container's namespace: the allocation's is that one
+            // (its hostname theirs).
             let source = if docker {
                 let node_id = ctx.shared.state().node_id.clone();
-                match pause::start(&ctx.shared.docker, &ctx.alloc_id, &job.name, &node_id).await {
-                    Ok(pid) => Some(std::path::PathBuf::from(format!("/proc/{pid}/ns/net"))),
+                let asked = (!hostname.is_empty()).then_some(hostname.as_str());
+                match pause::start(
+                    &ctx.shared.docker,
+                    &ctx.alloc_id,
+                    &job.name,
+                    &node_id,
+                    asked,
+                )
+                .await
+                {
+                    Ok(paused) => {
+                        hostname = paused.hostname;
+                        Some(std::path::PathBuf::from(format!(
+                            "/proc/{}/ns/net",
+                            paused.pid
+                        )))
+                    }
                     Err(e) => {
                         let _ = pause::stop(&ctx.shared.docker, &ctx.alloc_id).await;
                         return Err(AllocHookError {
@@ -147,14 +170,20 @@ impl AllocHook for Network {
             } else {
                 None
             };
-            let made = network::setup(&settings, &alloc, &job, source.as_deref(), |record| {
-                self.record(ctx, &alloc, &job, record)
-            })
+            let made = network::setup(
+                &settings,
+                &alloc,
+                &job,
+                source.as_deref(),
+                &hostname,
+                |record| self.record(ctx, &alloc, &job, record),
+            )
             .await;
             match made {
                 Ok(net) => {
-                    info!(netns = %net.netns.display(), address = %net.address, "allocation network ready");
-                    Ok(())
+                    info!(netns = %net.netns.display(), address = %net.address, hostname = %net.hostname, "allocation network ready");
+                    write_hosts(ctx, &net)
+                        .map_err(|e| self.failed(ctx, &alloc, &job, net, e.message))
                 }
                 Err((network::NetworkError::NotRecorded, made)) => {
                     // The allocation is gone: what was made goes at once.
@@ -227,6 +256,54 @@ async fn release(
         set_record(shared, alloc_id, None);
     }
     outcome
+}
+
+/// The group network's `hostname` interpolated in the allocation's environment (empty
+/// when it has none); refused when that is not a DNS name or too long for a kernel.
+fn group_hostname(shared: &Shared, alloc: &Allocation, job: &Job) -> Result<String, String> {
+    let asked = job
+        .task_groups
+        .iter()
+        .find(|g| g.name == alloc.task_group)
+        .and_then(|g| g.networks.first())
+        .map(|n| n.hostname.as_str())
+        .unwrap_or_default();
+    if asked.is_empty() {
+        return Ok(String::new());
+    }
+    let none = std::path::Path::new("");
+    let env = TaskEnv::new(
+        shared.node_values.clone(),
+        alloc,
+        job,
+        &Task::default(),
+        TaskDirs {
+            alloc: none,
+            task: none,
+            secrets: none,
+        },
+    );
+    let name = env.interpolate(asked);
+    // The kernel's limit (HOST_NAME_MAX) is below a DNS name's.
+    if !is_dns_name(&name) || name.len() > 64 {
+        return Err(format!("network hostname {name:?} is not a valid DNS name"));
+    }
+    Ok(name)
+}
+
+/// Writes the allocation's hosts file (its tasks may have changed one already there) when
+/// its namespace has a hostname.
+fn write_hosts(ctx: &AllocCtx, net: &AllocNetwork) -> Result<(), AllocHookError> {
+    if net.hostname.is_empty() {
+        return Ok(());
+    }
+    let path = ctx.alloc_dir.root().join(files::HOSTS);
+    files::write_new(&path, &files::hosts_file(&net.address, &net.hostname)).map_err(|e| {
+        AllocHookError {
+            hook: NAME,
+            message: format!("cannot write {}: {e}", path.display()),
+        }
+    })
 }
 
 /// The process ids of the allocation's tasks, as its handles hold them.
