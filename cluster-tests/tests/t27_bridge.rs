@@ -177,6 +177,17 @@ async fn bridge_cluster(
     name: &str,
     host: u8,
 ) -> anyhow::Result<Option<(ProcessCluster, ApiClient, ClientProcess, String)>> {
+    cluster_with_networks(test, name, host, &[]).await
+}
+
+/// [`bridge_cluster`] whose client's CNI configuration directory holds `networks`
+/// (configuration lists).
+async fn cluster_with_networks(
+    test: &str,
+    name: &str,
+    host: u8,
+    networks: &[Value],
+) -> anyhow::Result<Option<(ProcessCluster, ApiClient, ClientProcess, String)>> {
     // SAFETY: geteuid has no preconditions.
     if unsafe { libc::geteuid() } != 0 {
         skip_or_fail(test, "bridge networking needs root")?;
@@ -196,7 +207,14 @@ async fn bridge_cluster(
     let rpc = c.servers[leader].rpc_addr();
     let (block, _) = c.servers[0].ip.rsplit_once('.').expect("IPv4");
     let ip = format!("{block}.{host}");
-    let client = ClientProcess::start(c.dir(), name, &ip, &[rpc], "")?;
+    let conf_dir = c.dir().join(format!("{name}-cni"));
+    std::fs::create_dir_all(&conf_dir)?;
+    for list in networks {
+        let file = format!("{}.conflist", list["name"].as_str().unwrap_or("unnamed"));
+        std::fs::write(conf_dir.join(file), serde_json::to_vec_pretty(list)?)?;
+    }
+    let extra = format!("cni_config_dir = {:?}", conf_dir.display().to_string());
+    let client = ClientProcess::start(c.dir(), name, &ip, &[rpc], &extra)?;
     let node_id = wait_for(Duration::from_secs(15), "the node id", || async {
         client.node_id().await
     })
@@ -495,4 +513,107 @@ async fn a_docker_task_joins_the_namespace_through_a_pause_container_removed_wit
     let left = rules_naming(&id);
     assert!(left.is_empty(), "rules left for {id}: {left:#?}");
     Ok(())
+}
+
+/// A network of the client's own configuration: its own bridge and subnet, published ports.
+fn lan_network() -> Value {
+    json!({
+        "cniVersion": "0.4.0", "name": "tstlan",
+        "plugins": [
+            { "type": "loopback" },
+            { "type": "bridge", "bridge": "tstlan0", "isGateway": true, "ipMasq": true,
+              "ipam": { "type": "host-local", "ranges": [[{ "subnet": "10.213.7.0/24" }]],
+                        "routes": [{ "dst": "0.0.0.0/0" }], "dataDir": "/var/run/cni" } },
+            { "type": "firewall", "backend": "iptables" },
+            { "type": "portmap", "capabilities": { "portMappings": true }, "snat": true }
+        ]
+    })
+}
+
+#[tokio::test]
+async fn a_cni_network_by_name_attaches_from_the_client_s_directory_and_is_placed_only_there(
+) -> anyhow::Result<()> {
+    teamster_cluster_tests::init_test_tracing();
+    let test =
+        "a_cni_network_by_name_attaches_from_the_client_s_directory_and_is_placed_only_there";
+    let Some((_c, api, client, ip)) =
+        cluster_with_networks(test, "cni-client", 103, &[lan_network()]).await?
+    else {
+        return Ok(());
+    };
+    let result = async {
+        // The node offers the network by its mode.
+        let node_id = client.node_id().await.unwrap_or_default();
+        let node: Value = api.get(&format!("/v1/node/{node_id}")).await?;
+        let modes: Vec<&str> = node["NodeResources"]["Networks"]
+            .as_array()
+            .map(|a| a.iter().filter_map(|n| n["Mode"].as_str()).collect())
+            .unwrap_or_default();
+        assert!(modes.contains(&"cni/tstlan"), "{modes:?}");
+
+        // A network no client has: the job is placed nowhere, and Nomad's reason says why.
+        let mut absent = bridge_job("absent", 1);
+        absent["TaskGroups"][0]["Networks"][0]["Mode"] = json!("cni/tstwan");
+        register(&api, absent).await?;
+        let reasons = wait_for(Duration::from_secs(20), "the placement failure", || async {
+            let evals: Vec<Value> = api.get("/v1/job/absent/evaluations").await.ok()?;
+            evals
+                .iter()
+                .find_map(|e| e["FailedTGAllocs"]["web"].as_object().cloned())
+        })
+        .await?;
+        assert_eq!(
+            reasons["ConstraintFiltered"]["missing network"], 1,
+            "{reasons:?}"
+        );
+        assert!(job_allocs(&api, "absent").await.is_empty());
+
+        let mut job = bridge_job("lan", 1);
+        job["TaskGroups"][0]["Networks"][0]["Mode"] = json!("cni/tstlan");
+        job["TaskGroups"][0]["Networks"][0]["CNI"] = json!({ "Args": { "IgnoreUnknown": "1" } });
+        register(&api, job).await?;
+        let client_api = client.api();
+        let (a, id, addr, host_port) = wait_for(
+            Duration::from_secs(60),
+            "the allocation serving",
+            || async {
+                let a = job_allocs(&api, "lan")
+                    .await
+                    .into_iter()
+                    .find(|a| a["ClientStatus"] == "running")?;
+                let id = a["ID"].as_str()?.to_string();
+                let (addr, host_port, reached) =
+                    parse_client(&client_stdout(&client_api, &id).await, &id)?;
+                reached.then_some((a, id, addr, host_port))
+            },
+        )
+        .await
+        .map_err(|e| anyhow::anyhow!("{e}\n{}", client.log_tail(40)))?;
+        // Its address is the named network's.
+        assert!(addr.starts_with("10.213.7."), "{addr}");
+        assert_network_files(&client_api, &id, alloc_index(&a), &addr).await;
+        let url = format!("http://{ip}:{host_port}/");
+        let got = wait_for(Duration::from_secs(10), "the published port", || async {
+            fetch(&url).await
+        })
+        .await?;
+        assert_eq!(got, id);
+
+        api.request::<(), Value>(reqwest::Method::DELETE, "/v1/job/lan", None)
+            .await?;
+        let netns = format!("/var/run/netns/{id}");
+        wait_for(Duration::from_secs(30), "the namespace removed", || async {
+            (!std::path::Path::new(&netns).exists()).then_some(())
+        })
+        .await?;
+        let left = rules_naming(&id);
+        assert!(left.is_empty(), "rules left for {id}: {left:#?}");
+        anyhow::Ok(())
+    }
+    .await;
+    // The bridge the plugin made stays on the host otherwise.
+    let _ = std::process::Command::new("ip")
+        .args(["link", "del", "tstlan0"])
+        .output();
+    result
 }

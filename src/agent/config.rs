@@ -636,6 +636,9 @@ meta = { rack = "r1" }
         c.client.cni_path = "/opt/cni/bin::/usr/lib/cni".into();
         c.validate("f").unwrap();
         assert_eq!(c.client.cni_path().len(), 2);
+        c.client.cni_config_dir = "cni/config".into();
+        let e = c.validate("f").unwrap_err().to_string();
+        assert!(e.contains("client.cni_config_dir"), "{e}");
     }
 
     #[test]

@@ -4,7 +4,7 @@
 //! May import: `util`, and the storage model's port-list parser.
 
 use std::collections::BTreeMap;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
@@ -85,6 +85,9 @@ pub struct ClientConfig {
     /// Where the CNI plugins are looked for: directories separated by `:` (Nomad's default,
     /// then Debian's `/usr/lib/cni`).
     pub cni_path: String,
+    /// Where the CNI network configurations of `cni/<name>` group networks are
+    /// (`.conflist`, `.conf`, `.json` files; Nomad's default).
+    pub cni_config_dir: String,
     /// Mutual TLS to the servers' RPC port: set by the agent from its `[tls]` section when
     /// `tls.rpc` is on; not a key of `[client]`.
     #[serde(skip)]
@@ -128,6 +131,7 @@ impl Default for ClientConfig {
             bridge_network_subnet: "172.26.64.0/20".to_string(),
             bridge_network_hairpin_mode: false,
             cni_path: "/opt/cni/bin:/usr/libexec/cni:/usr/lib/cni".to_string(),
+            cni_config_dir: "/opt/cni/config".to_string(),
             rpc_tls: None,
         }
     }
@@ -497,6 +501,12 @@ impl ClientConfig {
             return Err(InvalidSetting::new(
                 "client.cni_path",
                 "every directory must be an absolute path",
+            ));
+        }
+        if !Path::new(&self.cni_config_dir).is_absolute() {
+            return Err(InvalidSetting::new(
+                "client.cni_config_dir",
+                "must be an absolute path",
             ));
         }
         if self.gc_interval.is_zero() {

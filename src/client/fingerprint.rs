@@ -319,6 +319,28 @@ pub fn apply_cni_plugins(node: &mut Node, versions: &BTreeMap<String, String>, c
     }
 }
 
+/// Record the CNI networks of the client's `cni_config_dir` as the node's networks of mode
+/// `cni/<name>` (Nomad's fingerprint), where the servers look for a group's `cni/<name>`
+/// mode ("missing network" elsewhere); none when the client cannot use them (not root).
+pub fn apply_cni_networks<'a>(
+    node: &mut Node,
+    names: impl IntoIterator<Item = &'a String>,
+    can_use: bool,
+) {
+    use teamster_storage::model::NETWORK_MODE_CNI_PREFIX;
+    let networks = &mut node.node_resources.networks;
+    networks.retain(|n| !n.mode.starts_with(NETWORK_MODE_CNI_PREFIX));
+    if !can_use {
+        return;
+    }
+    for name in names {
+        networks.push(NodeNetworkResource {
+            mode: format!("{NETWORK_MODE_CNI_PREFIX}{name}"),
+            ..NodeNetworkResource::default()
+        });
+    }
+}
+
 /// The prefix of the CNI plugins' node attributes.
 pub const CNI_ATTRIBUTE_PREFIX: &str = "plugins.cni.version.";
 
@@ -373,6 +395,42 @@ mod tests {
                 .count(),
             2
         );
+    }
+
+    #[test]
+    fn cni_networks_become_node_networks_of_their_mode() {
+        let mut node = Node::default();
+        node.node_resources.networks = vec![
+            NodeNetworkResource {
+                mode: "host".into(),
+                ip: "10.0.0.5".into(),
+                ..NodeNetworkResource::default()
+            },
+            NodeNetworkResource {
+                mode: "cni/stale".into(),
+                ..NodeNetworkResource::default()
+            },
+        ];
+        let names = ["lan".to_string(), "overlay".to_string()];
+        apply_cni_networks(&mut node, &names, false);
+        let modes = |n: &Node| -> Vec<String> {
+            n.node_resources
+                .networks
+                .iter()
+                .map(|n| n.mode.clone())
+                .collect()
+        };
+        assert_eq!(modes(&node), ["host"]);
+        apply_cni_networks(&mut node, &names, true);
+        assert_eq!(modes(&node), ["host", "cni/lan", "cni/overlay"]);
+        // The host network keeps its address; the named ones have none.
+        let ips: Vec<&str> = node
+            .node_resources
+            .networks
+            .iter()
+            .map(|n| n.ip.as_str())
+            .collect();
+        assert_eq!(ips, ["10.0.0.5", "", ""]);
     }
 
     #[test]

@@ -198,6 +198,15 @@ impl Client {
         if !cni.is_empty() {
             info!(plugins = cni.len(), usable = root, "CNI plugins found");
         }
+        let (networks, problems) =
+            network::cni::load_config_dir(std::path::Path::new(&config.cni_config_dir));
+        for problem in &problems {
+            warn!(problem = %problem, "CNI network configuration left out");
+        }
+        fingerprint::apply_cni_networks(&mut node, networks.keys(), root);
+        if !networks.is_empty() {
+            info!(networks = ?networks.keys().collect::<Vec<_>>(), usable = root, "CNI networks found");
+        }
         let docker = docker::Connector::default();
         let docker_usable = if config.drivers.iter().any(|d| d == "docker") {
             let probe = docker::probe(&docker).await;

@@ -27,7 +27,7 @@ pub(super) const GROUP: &[&str] = &["Consul"];
 
 /// Fields of a group's network teamster does not implement (ports, in host and bridge mode,
 /// are acted on; the mode, labels and host networks are checked by the job's validation).
-pub(super) const NETWORK: &[&str] = &["Device", "CIDR", "IP", "CNI", "MBits"];
+pub(super) const NETWORK: &[&str] = &["Device", "CIDR", "IP", "MBits"];
 
 /// Fields of a `service` (group or task) teamster does not implement: it registers services
 /// itself (`provider = "nomad"`, checked by the job's validation) and runs `http` and `tcp`

@@ -297,6 +297,15 @@ pub(crate) struct GroupChecks {
     pub host_volumes: Vec<VolumeRequest>,
     /// The group's CSI volume requests (teamster has no CSI volumes).
     pub csi_volumes: Vec<VolumeRequest>,
+    /// The group's `cni/<name>` network mode: a node must have that network (Nomad's
+    /// `NetworkChecker`, "missing network").
+    pub cni_network: Option<String>,
+}
+
+/// Whether `node` has the network of mode `mode` (fingerprinted from its client's CNI
+/// configuration directory).
+pub(crate) fn has_network(node: &Node, mode: &str) -> bool {
+    node.node_resources.networks.iter().any(|n| n.mode == mode)
 }
 
 /// Nomad's `HostVolumeChecker` for static host volumes: `node` offers every one of
@@ -341,6 +350,9 @@ impl GroupChecks {
                 .filter(|v| !v.is_host())
                 .cloned()
                 .collect(),
+            cni_network: Some(group.network_mode())
+                .filter(|m| m.starts_with(teamster_storage::model::NETWORK_MODE_CNI_PREFIX))
+                .map(str::to_owned),
         };
         checks.spreads.extend(job.spreads.iter().cloned());
         checks.affinities.extend(group.affinities.iter().cloned());

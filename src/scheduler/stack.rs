@@ -643,6 +643,11 @@ impl Stack {
         if !checks.drivers.iter().all(|d| driver_available(node, d)) {
             return Err("missing drivers".to_owned());
         }
+        if let Some(mode) = &checks.cni_network {
+            if !super::feasible::has_network(node, mode) {
+                return Err("missing network".to_owned());
+            }
+        }
         if let Some(csi) = checks.csi_volumes.first() {
             // Nomad's words for a CSI volume its state does not have.
             let source = csi.source_for(&placer.alloc_name);

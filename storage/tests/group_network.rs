@@ -1,4 +1,5 @@
-//! A group network's `hostname` and `dns` block, as the servers check them: the hostname
+//! A group network's `hostname`, `dns` and `cni` blocks and its `cni/<name>` mode, as the
+//! servers check them: the hostname
 //! names a bridge-mode namespace and must be a DNS name unless it interpolates (the client
 //! checks it then); dns servers are addresses; both reach `exec` and `docker` tasks, so a
 //! group of only `raw_exec` tasks (which see the host's own files) is refused with them.
@@ -111,4 +112,35 @@ fn dns_names_are_labels_of_letters_digits_dashes_and_underscores() {
     for bad in ["", ".", "a..b", "we b", "a/b", long_label.as_str()] {
         assert!(!is_dns_name(bad), "{bad}");
     }
+}
+
+#[test]
+fn a_named_cni_network_is_a_namespaced_mode_and_cni_args_are_checked() {
+    let j = job(
+        json!({"Mode": "cni/lan", "Hostname": "web", "CNI": {"Args": {"IgnoreUnknown": "1"}}}),
+        &["exec"],
+    );
+    assert_eq!(errors(&j), "");
+    let net = &j.task_groups[0].networks[0];
+    assert_eq!(net.cni.as_ref().unwrap().args["IgnoreUnknown"], "1");
+    let e = errors(&job(json!({"Mode": "cni/"}), &["exec"]));
+    assert!(e.contains("network mode \"cni/\" is not supported"), "{e}");
+    let e = errors(&job(
+        json!({"Mode": "cni/lan", "CNI": {"Args": {"a;b": "c", "d": "e;f"}}}),
+        &["exec"],
+    ));
+    assert!(
+        e.contains("invalid ';' character in CNI arg key \"a;b\""),
+        "{e}"
+    );
+    assert!(
+        e.contains("invalid ';' character in CNI arg value \"e;f\""),
+        "{e}"
+    );
+    // No plugin runs in host mode: its args would not be acted on.
+    let e = errors(&job(
+        json!({"Mode": "host", "CNI": {"Args": {"a": "b"}}}),
+        &["exec"],
+    ));
+    assert!(e.contains("network cni args need network mode"), "{e}");
 }

@@ -147,6 +147,75 @@ impl NetworkConfigList {
     }
 }
 
+/// The file name endings of network configurations (libcni's).
+pub const CONFIG_EXTENSIONS: &[&str] = &["conflist", "conf", "json"];
+
+/// The network configurations of `dir` (Nomad's `cni_config_dir`) by name: each
+/// `.conflist`, `.conf` and `.json` file in name order, a single plugin's configuration (no
+/// `plugins`) taken as a list of one; the first file of a name wins. The second part says
+/// why each file left out was left out.
+pub fn load_config_dir(
+    dir: &Path,
+) -> (
+    std::collections::BTreeMap<String, NetworkConfigList>,
+    Vec<String>,
+) {
+    let mut found = std::collections::BTreeMap::new();
+    let mut problems = Vec::new();
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return (found, problems);
+    };
+    let mut files: Vec<PathBuf> = entries
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| {
+            p.extension()
+                .and_then(|e| e.to_str())
+                .is_some_and(|e| CONFIG_EXTENSIONS.contains(&e))
+        })
+        .collect();
+    files.sort();
+    for path in files {
+        let parsed = std::fs::read(&path)
+            .map_err(|e| e.to_string())
+            .and_then(|bytes| serde_json::from_slice::<Value>(&bytes).map_err(|e| e.to_string()))
+            .and_then(|value| config_list(&value));
+        match parsed {
+            Ok(list) if found.contains_key(&list.name) => problems.push(format!(
+                "{}: network {:?} is configured by an earlier file",
+                path.display(),
+                list.name
+            )),
+            Ok(list) => {
+                found.insert(list.name.clone(), list);
+            }
+            Err(e) => problems.push(format!("{}: {e}", path.display())),
+        }
+    }
+    (found, problems)
+}
+
+/// A configuration list, or a single plugin's configuration as a list of one.
+fn config_list(value: &Value) -> Result<NetworkConfigList, String> {
+    if value.get("plugins").is_some() {
+        return NetworkConfigList::from_json(value);
+    }
+    let field = |k: &str| {
+        value
+            .get(k)
+            .and_then(Value::as_str)
+            .filter(|s| !s.is_empty())
+            .map(str::to_string)
+            .ok_or_else(|| format!("no {k:?}"))
+    };
+    field("type")?;
+    Ok(NetworkConfigList {
+        name: field("name")?,
+        cni_version: field("cniVersion")?,
+        plugins: vec![value.clone()],
+    })
+}
+
 /// The address a result gives the container's interface: the first IP on an interface
 /// inside a sandbox (or, when the result names no interface, the first IP), without its
 /// prefix length.
@@ -524,6 +593,38 @@ mod tests {
         );
         assert_eq!(plugin_error("", "boom\n"), "boom");
         assert_eq!(plugin_error("", ""), "it failed and said nothing");
+    }
+
+    #[test]
+    fn a_configuration_directory_is_read_by_network_name_first_file_winning() {
+        let dir = tempfile::tempdir().unwrap();
+        let write = |name: &str, text: &str| std::fs::write(dir.path().join(name), text).unwrap();
+        write(
+            "10-lan.conflist",
+            r#"{"cniVersion": "1.0.0", "name": "lan", "plugins": [{"type": "bridge"}, {"type": "portmap"}]}"#,
+        );
+        write(
+            "20-lan.conflist",
+            r#"{"cniVersion": "0.4.0", "name": "lan", "plugins": [{"type": "macvlan"}]}"#,
+        );
+        // A single plugin's configuration is a list of one.
+        write(
+            "30-wan.conf",
+            r#"{"cniVersion": "0.4.0", "name": "wan", "type": "macvlan", "master": "eth0"}"#,
+        );
+        write("40-broken.json", "{not json");
+        write("50-notes.txt", "ignored");
+        let (found, problems) = load_config_dir(dir.path());
+        assert_eq!(found.keys().collect::<Vec<_>>(), ["lan", "wan"]);
+        assert_eq!(found["lan"].cni_version, "1.0.0");
+        assert_eq!(found["lan"].plugins.len(), 2);
+        assert_eq!(found["wan"].plugins[0]["master"], "eth0");
+        assert_eq!(problems.len(), 2, "{problems:?}");
+        assert!(problems[0].contains("20-lan.conflist"), "{problems:?}");
+        assert!(problems[1].contains("40-broken.json"), "{problems:?}");
+        // A missing directory has no networks.
+        let (none, problems) = load_config_dir(&dir.path().join("missing"));
+        assert!(none.is_empty() && problems.is_empty());
     }
 
     #[test]

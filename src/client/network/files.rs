@@ -2,8 +2,9 @@
 //! write them: `<task dir>/resolv.conf` from the network's `dns` block (what the block
 //! leaves empty comes from the node's own resolver configuration), bound at
 //! `/etc/resolv.conf`, and in bridge mode `<alloc dir>/hosts`, which maps the namespace's
-//! hostname to the allocation's address, bound at `/etc/hosts`. `raw_exec` tasks see the
-//! host's own files.
+//! hostname to the allocation's address, bound at `/etc/hosts`. A `cni/<name>` network's
+//! plugins may give DNS settings in their result: without a `dns` block those are used, as
+//! Nomad does. `raw_exec` tasks see the host's own files.
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -57,7 +58,12 @@ pub fn for_task(
         .iter()
         .find(|g| g.name == local.alloc.task_group)
         .and_then(|g| g.networks.first());
-    if let Some(dns) = network.and_then(|n| n.dns.as_ref()) {
+    // The group's block, else what the plugins' result gave (Nomad's order).
+    let from_result = local.network.as_ref().and_then(|n| result_dns(&n.result));
+    if let Some(dns) = network
+        .and_then(|n| n.dns.as_ref())
+        .or(from_result.as_ref())
+    {
         let each = |values: &[String]| values.iter().map(|v| interpolate(v)).collect::<Vec<_>>();
         let dns = DnsConfig {
             servers: each(&dns.servers),
@@ -88,6 +94,28 @@ pub fn for_task(
         }
     }
     Ok(files)
+}
+
+/// The DNS settings a CNI result gives (`dns { nameservers, search, options }`), when it
+/// names a server, a domain or an option.
+pub fn result_dns(result: &serde_json::Value) -> Option<DnsConfig> {
+    let dns = result.get("dns")?;
+    let list = |k: &str| -> Vec<String> {
+        dns.get(k)
+            .and_then(|v| v.as_array())
+            .map(|a| {
+                a.iter()
+                    .filter_map(|v| v.as_str().map(str::to_string))
+                    .collect()
+            })
+            .unwrap_or_default()
+    };
+    let out = DnsConfig {
+        servers: list("nameservers"),
+        searches: list("search"),
+        options: list("options"),
+    };
+    (!out.servers.is_empty() || !out.searches.is_empty() || !out.options.is_empty()).then_some(out)
 }
 
 /// The values of `key` lines (`nameserver`, `search`, `options`) of a resolver
@@ -245,6 +273,14 @@ mod tests {
             out.lines().skip(1).collect::<Vec<_>>(),
             ["nameserver 192.0.2.9"]
         );
+    }
+
+    #[test]
+    fn a_cni_result_s_dns_is_read_when_it_gives_any() {
+        let r = serde_json::json!({ "dns": { "nameservers": ["10.1.0.2"], "search": ["lan"] } });
+        assert_eq!(result_dns(&r), Some(dns(&["10.1.0.2"], &["lan"], &[])));
+        assert_eq!(result_dns(&serde_json::json!({ "dns": {} })), None);
+        assert_eq!(result_dns(&serde_json::json!({ "ips": [] })), None);
     }
 
     #[test]

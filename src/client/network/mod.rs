@@ -80,6 +80,14 @@ pub enum NetworkError {
     /// What was made could not be recorded (the allocation is gone): nothing more is made.
     #[error("the allocation's network could not be recorded in the client state")]
     NotRecorded,
+    /// A `cni/<name>` mode names no configuration of the client's directory.
+    #[error("no CNI network configuration named {name:?} in {dir}")]
+    UnknownNetwork {
+        /// The network's name.
+        name: String,
+        /// The configuration directory.
+        dir: String,
+    },
 }
 
 /// The client's bridge network settings (Nomad's `bridge_network_*`, `cni_path`).
@@ -96,6 +104,8 @@ pub struct BridgeSettings {
     pub cni_path: Vec<PathBuf>,
     /// Where namespaces are made.
     pub netns_dir: PathBuf,
+    /// Where `cni/<name>` networks are configured (`client.cni_config_dir`).
+    pub cni_config_dir: PathBuf,
 }
 
 impl BridgeSettings {
@@ -107,7 +117,23 @@ impl BridgeSettings {
             hairpin_mode: config.bridge_network_hairpin_mode,
             cni_path: config.cni_path(),
             netns_dir: PathBuf::from(netns::NETNS_DIR),
+            cni_config_dir: PathBuf::from(&config.cni_config_dir),
         }
+    }
+
+    /// The network configuration list of group network `mode`: Nomad's bridge list, or
+    /// the client's configuration of the `cni/<name>` network, read now.
+    pub fn conflist_for(&self, mode: &str) -> Result<cni::NetworkConfigList, NetworkError> {
+        let Some(name) = mode.strip_prefix(teamster_storage::model::NETWORK_MODE_CNI_PREFIX) else {
+            return Ok(self.conflist());
+        };
+        cni::load_config_dir(&self.cni_config_dir)
+            .0
+            .remove(name)
+            .ok_or_else(|| NetworkError::UnknownNetwork {
+                name: name.to_string(),
+                dir: self.cni_config_dir.display().to_string(),
+            })
     }
 
     /// Nomad's network configuration list for bridge mode: loopback, the bridge with
@@ -162,6 +188,9 @@ pub fn is_complete(network: &AllocNetwork) -> bool {
     !network.address.is_empty() && netns::is_netns(&network.netns)
 }
 
+/// Whether network `mode` gives each allocation a namespace of its own.
+pub use teamster_storage::model::is_namespaced_mode as is_namespaced;
+
 /// The group network's mode of an allocation (`""` for host).
 pub fn group_mode<'a>(alloc: &Allocation, job: &'a Job) -> &'a str {
     job.task_groups
@@ -180,10 +209,10 @@ pub fn has_docker_tasks(alloc: &Allocation, job: &Job) -> bool {
         .is_some_and(|g| g.tasks.iter().any(|t| t.driver == "docker"))
 }
 
-/// The namespace allocation `local`'s tasks join: none in host mode; in bridge mode its
-/// namespace, or why there is none.
+/// The namespace allocation `local`'s tasks join: none in host mode; in bridge or cni mode
+/// its namespace, or why there is none.
 pub fn task_netns(local: &crate::client::types::LocalAlloc) -> Result<Option<PathBuf>, String> {
-    if group_mode(&local.alloc, &local.job) != MODE_BRIDGE {
+    if !is_namespaced(group_mode(&local.alloc, &local.job)) {
         return Ok(None);
     }
     match &local.network {
@@ -196,8 +225,17 @@ pub fn task_netns(local: &crate::client::types::LocalAlloc) -> Result<Option<Pat
     }
 }
 
-/// The CNI arguments Nomad passes (the plugins ignore those they do not know).
+/// The CNI arguments Nomad passes (the plugins ignore those they do not know), then the
+/// group network's own (`cni { args { … } }`).
 pub fn cni_args(alloc: &Allocation, job: &Job) -> Vec<(String, String)> {
+    let own = job
+        .task_groups
+        .iter()
+        .find(|g| g.name == *alloc.task_group)
+        .and_then(|g| g.networks.first())
+        .and_then(|n| n.cni.as_ref())
+        .map(|c| c.args.clone())
+        .unwrap_or_default();
     [
         ("NOMAD_REGION", job.region.clone()),
         ("NOMAD_NAMESPACE", job.namespace.to_string()),
@@ -206,10 +244,11 @@ pub fn cni_args(alloc: &Allocation, job: &Job) -> Vec<(String, String)> {
         ("NOMAD_ALLOC_ID", alloc.id.to_string()),
     ]
     .into_iter()
-    // `CNI_ARGS` is `k=v` pairs joined by `;`, with no escaping: a value holding either is
-    // left out (the plugins would refuse the whole list).
-    .filter(|(_, v)| !v.contains([';', '=']))
     .map(|(k, v)| (k.to_string(), v))
+    .chain(own)
+    // `CNI_ARGS` is `k=v` pairs joined by `;`, with no escaping: a pair holding either is
+    // left out (the plugins would refuse the whole list).
+    .filter(|(k, v)| !k.is_empty() && !k.contains([';', '=']) && !v.contains([';', '=']))
     .collect()
 }
 
@@ -305,9 +344,13 @@ pub async fn setup(
     mut record: impl FnMut(&AllocNetwork) -> bool,
 ) -> Result<AllocNetwork, (NetworkError, AllocNetwork)> {
     let path = settings.netns_dir.join(alloc.id.as_ref());
-    let list = settings.conflist();
+    let mode = group_mode(alloc, job);
+    let list = match settings.conflist_for(mode) {
+        Ok(list) => list,
+        Err(e) => return Err((e, AllocNetwork::default())),
+    };
     let mut network = AllocNetwork {
-        mode: MODE_BRIDGE.into(),
+        mode: mode.to_string(),
         netns: path.clone(),
         interface: IFNAME.into(),
         address: String::new(),
@@ -346,8 +389,11 @@ pub async fn setup(
     if !record(&network) {
         return Err((NetworkError::NotRecorded, network));
     }
-    if let Err(e) = ensure_admin_rule(settings).await {
-        return Err((e, network));
+    // The admin chain is the bridge list's; a named network's firewall is its own.
+    if mode == MODE_BRIDGE {
+        if let Err(e) = ensure_admin_rule(settings).await {
+            return Err((e, network));
+        }
     }
     Ok(network)
 }
@@ -366,6 +412,7 @@ pub async fn teardown(
     let mut first = None;
     if !left.deleted {
         let list = cni::NetworkConfigList::from_json(&left.conflist)
+            .or_else(|_| settings.conflist_for(&left.mode))
             .unwrap_or_else(|_| settings.conflist());
         let attachment = attachment(alloc, job, &left.netns);
         let result = (!left.result.is_null()).then_some(&left.result);
@@ -442,6 +489,7 @@ mod tests {
             hairpin_mode: false,
             cni_path: vec![PathBuf::from("/opt/cni/bin")],
             netns_dir: PathBuf::from(netns::NETNS_DIR),
+            cni_config_dir: PathBuf::from("/opt/cni/config"),
         }
     }
 
@@ -514,5 +562,58 @@ mod tests {
             a.runtime_config["portMappings"].as_array().unwrap().len(),
             4
         );
+    }
+
+    #[test]
+    fn the_group_s_cni_args_follow_nomad_s_and_bad_pairs_are_left_out() {
+        let (alloc, mut job) = alloc();
+        job.task_groups_mut()[0].networks[0].cni = Some(teamster_storage::model::CniConfig {
+            args: [
+                ("IgnoreUnknown", "1"),
+                ("K8S_POD_NAME", "web"),
+                ("bad", "x=y"),
+            ]
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect(),
+        });
+        let args = cni_args(&alloc, &job);
+        let keys: Vec<&str> = args.iter().map(|(k, _)| k.as_str()).collect();
+        assert_eq!(
+            keys,
+            [
+                "NOMAD_REGION",
+                "NOMAD_NAMESPACE",
+                "NOMAD_JOB_ID",
+                "NOMAD_GROUP_NAME",
+                "NOMAD_ALLOC_ID",
+                "IgnoreUnknown",
+                "K8S_POD_NAME"
+            ]
+        );
+    }
+
+    #[test]
+    fn a_cni_mode_takes_its_list_from_the_configuration_directory() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut s = settings();
+        s.cni_config_dir = dir.path().to_path_buf();
+        std::fs::write(
+            dir.path().join("10-lan.conflist"),
+            r#"{"cniVersion": "0.4.0", "name": "lan", "plugins": [{"type": "bridge"}]}"#,
+        )
+        .unwrap();
+        assert_eq!(s.conflist_for("cni/lan").unwrap().plugins.len(), 1);
+        assert_eq!(s.conflist_for("bridge").unwrap(), s.conflist());
+        let e = s.conflist_for("cni/wan").unwrap_err().to_string();
+        assert_eq!(
+            e,
+            format!(
+                "no CNI network configuration named \"wan\" in {}",
+                dir.path().display()
+            )
+        );
+        assert!(is_namespaced("cni/lan") && is_namespaced("bridge"));
+        assert!(!is_namespaced("cni/") && !is_namespaced("host") && !is_namespaced(""));
     }
 }

@@ -156,7 +156,7 @@ fn constraints_filter_nodes_per_operand() {
 #[test]
 fn a_job_needing_consul_or_a_missing_driver_is_blocked_naming_it() {
     type Needs = fn(&mut Job);
-    let cases: [(&str, Needs); 3] = [
+    let cases: [(&str, Needs); 4] = [
         // A bridge group on nodes that advertise no CNI plugin (not root, none installed).
         (
             "${attr.plugins.cni.version.bridge} semver >= 0.4.0",
@@ -177,6 +177,13 @@ fn a_job_needing_consul_or_a_missing_driver_is_blocked_naming_it() {
         }),
         ("missing drivers", |job| {
             job.task_groups_mut()[0].tasks[0].driver = "podman".into();
+        }),
+        // A named CNI network no client has configured.
+        ("missing network", |job| {
+            job.task_groups_mut()[0].networks = vec![teamster_storage::model::NetworkResource {
+                mode: "cni/lan".into(),
+                ..Default::default()
+            }];
         }),
     ];
     for (reason, needs) in cases {
@@ -204,6 +211,33 @@ fn a_job_needing_consul_or_a_missing_driver_is_blocked_naming_it() {
         assert_eq!(h.created_evals.len(), 1, "{reason}: a blocked evaluation");
         assert_eq!(h.created_evals[0].status, EvalStatus::Blocked, "{reason}");
     }
+}
+
+/// A `cni/<name>` group goes only to the nodes whose clients configured that network.
+#[test]
+fn a_cni_group_is_placed_only_where_its_network_is() {
+    let mut h = Harness::new();
+    let with = node_with(0, |n| {
+        n.node_resources
+            .networks
+            .push(teamster_storage::model::NodeNetworkResource {
+                mode: "cni/lan".into(),
+                ..Default::default()
+            });
+    });
+    let with_id = with.id.clone();
+    h.register_node(with).unwrap();
+    h.register_node(node_with(1, |_| {})).unwrap();
+    let mut job = mock_job("web", 3);
+    job.task_groups_mut()[0].networks = vec![teamster_storage::model::NetworkResource {
+        mode: "cni/lan".into(),
+        ..Default::default()
+    }];
+    let (job, eval) = h.register_job(job).unwrap();
+    h.process(&eval).unwrap();
+    let placed = h.running_allocs(&job);
+    assert_eq!(placed.len(), 3);
+    assert!(placed.iter().all(|a| a.node_id == with_id), "{placed:?}");
 }
 
 #[test]

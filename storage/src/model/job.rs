@@ -863,11 +863,11 @@ fn validate_service(
         ADDRESS_MODE_ALLOC if bridge => {}
         ADDRESS_MODE_ALLOC => errors.push(format!(
             "{at}: service {name:?}: address_mode \"alloc\" needs the group's network in \
-             mode \"bridge\" (the allocation has no address of its own)"
+             mode \"bridge\" or \"cni/<name>\" (the allocation has no address of its own)"
         )),
         other => errors.push(format!(
             "{at}: service {name:?}: address_mode {other:?} is not supported (auto, host, or \
-             alloc in bridge mode)"
+             alloc in bridge or cni mode)"
         )),
     }
     if !seen.insert((name.clone(), label.to_string())) {
@@ -1089,6 +1089,19 @@ fn validate_check_kind(
 /// The network mode giving each allocation its own namespace on the node's bridge.
 pub const NETWORK_MODE_BRIDGE: &str = "bridge";
 
+/// The prefix of a network mode naming a CNI network of the client's configuration
+/// directory (`cni/<name>`): each allocation gets its own namespace attached by it.
+pub const NETWORK_MODE_CNI_PREFIX: &str = "cni/";
+
+/// Whether network `mode` gives each allocation a namespace of its own (`bridge`,
+/// `cni/<name>`).
+pub fn is_namespaced_mode(mode: &str) -> bool {
+    mode == NETWORK_MODE_BRIDGE
+        || mode
+            .strip_prefix(NETWORK_MODE_CNI_PREFIX)
+            .is_some_and(|name| !name.is_empty())
+}
+
 /// Nomad's checks of a group's networks that teamster can act on: one network, in host or
 /// bridge mode, on the default host network; labels unique and non-empty ("Port label %s already in use");
 /// static ports in 1..=65535 and not asked twice ("Static port %d already reserved by %s");
@@ -1101,19 +1114,41 @@ fn validate_networks(at: &str, networks: &[NetworkResource], errors: &mut Vec<St
         ));
     }
     for network in networks {
+        let namespaced = is_namespaced_mode(&network.mode);
         match network.mode.as_str() {
-            "" | "host" | NETWORK_MODE_BRIDGE => {}
+            "" | "host" => {}
+            _ if namespaced => {}
             other => errors.push(format!(
-                "{at}: network mode {other:?} is not supported (\"host\", or \"bridge\": a \
-                 network namespace per allocation)"
+                "{at}: network mode {other:?} is not supported (\"host\"; \"bridge\" or \
+                 \"cni/<network name>\": a network namespace per allocation)"
             )),
+        }
+        // Nomad's: CNI_ARGS is `k=v` pairs joined by `;`.
+        if let Some(cni) = &network.cni {
+            if !namespaced && !cni.args.is_empty() {
+                errors.push(format!(
+                    "{at}: network cni args need network mode \"bridge\" or \"cni/<name>\" \
+                     (no CNI plugin runs for mode {:?})",
+                    network.mode
+                ));
+            }
+            for (k, v) in &cni.args {
+                if k.contains(';') {
+                    errors.push(format!("{at}: invalid ';' character in CNI arg key {k:?}"));
+                }
+                if v.contains(';') {
+                    errors.push(format!(
+                        "{at}: invalid ';' character in CNI arg value {v:?}"
+                    ));
+                }
+            }
         }
         // Nomad's check: an interpolated hostname is checked by the client once resolved.
         if !network.hostname.is_empty() {
-            if network.mode != NETWORK_MODE_BRIDGE {
+            if !namespaced {
                 errors.push(format!(
-                    "{at}: network hostname {:?} needs network mode \"bridge\" (it names \
-                     the allocation's own namespace)",
+                    "{at}: network hostname {:?} needs network mode \"bridge\" or \
+                     \"cni/<name>\" (it names the allocation's own namespace)",
                     network.hostname
                 ));
             } else if !network.hostname.contains("${") && !is_dns_name(&network.hostname) {
@@ -1200,6 +1235,18 @@ pub struct NetworkResource {
     /// The `dns` block: the `/etc/resolv.conf` of the group's `exec` and `docker` tasks.
     #[serde(rename = "DNS")]
     pub dns: Option<DnsConfig>,
+    /// The `cni` block: arguments handed to the CNI plugins (`CNI_ARGS`).
+    #[serde(rename = "CNI")]
+    pub cni: Option<CniConfig>,
+}
+
+/// A group network's `cni` block (Nomad's `CNIConfig`).
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "PascalCase", default)]
+pub struct CniConfig {
+    /// Extra `CNI_ARGS` pairs, after Nomad's own.
+    #[serde(deserialize_with = "de::nullable")]
+    pub args: BTreeMap<String, String>,
 }
 
 /// A group network's `dns` block (Nomad's `DNSConfig`): what it leaves empty comes from the
@@ -1922,7 +1969,7 @@ impl Job {
                     }
                 }
             }
-            if group.network_mode() == NETWORK_MODE_BRIDGE {
+            if is_namespaced_mode(group.network_mode()) {
                 // A docker task joins the allocation's namespace: it publishes nothing of its
                 // own and has no network mode of its own (Nomad's docker driver refuses both).
                 for task in group.tasks.iter().filter(|t| t.driver == "docker") {
@@ -1934,9 +1981,10 @@ impl Job {
                         {
                             errors.push(format!(
                                 "{at}: task {:?}: {key} cannot be set in a group in network \
-                                 mode \"bridge\" (the task joins the allocation's namespace, \
+                                 mode {:?} (the task joins the allocation's namespace, \
                                  whose ports the group's network publishes)",
-                                task.name
+                                task.name,
+                                group.network_mode()
                             ));
                         }
                     }
@@ -1964,7 +2012,7 @@ impl Job {
                 .flat_map(|n| n.ports().map(|p| p.label.as_str()))
                 .collect();
             let task_names: BTreeSet<&str> = group.tasks.iter().map(|t| t.name.as_str()).collect();
-            let bridge = group.network_mode() == NETWORK_MODE_BRIDGE;
+            let bridge = is_namespaced_mode(group.network_mode());
             let mut service_ids = BTreeSet::new();
             for service in &group.services {
                 validate_service(

@@ -72,13 +72,14 @@ pub use eval::{AllocMetric, EvalStatus, EvalTrigger, Evaluation};
 pub use ids::{AllocId, DeploymentId, EvalId, JobId, Namespace, NodeId, SharedStr};
 pub use integrations::imply_integration_constraints;
 pub use job::{
-    is_dns_name, memory_limits, Affinity, Constraint, DelayFunction, DnsConfig, Job,
-    JobChildrenSummary, JobStatus, JobSummary, JobType, JobUiConfig, JobUiLink, Locality,
-    LocalityLevel, NetworkResource, Port, ReschedulePolicy, Resources, RestartMode, RestartPolicy,
-    ScalingEvent, ScalingPolicy, Spread, SpreadTarget, Task, TaskGroup, TaskGroupSummary,
-    ADDRESS_MODE_ALLOC, DEFAULT_CPU_MHZ, DEFAULT_JOB_PRIORITY, DEFAULT_MEMORY_MB,
+    is_dns_name, is_namespaced_mode, memory_limits, Affinity, CniConfig, Constraint, DelayFunction,
+    DnsConfig, Job, JobChildrenSummary, JobStatus, JobSummary, JobType, JobUiConfig, JobUiLink,
+    Locality, LocalityLevel, NetworkResource, Port, ReschedulePolicy, Resources, RestartMode,
+    RestartPolicy, ScalingEvent, ScalingPolicy, Spread, SpreadTarget, Task, TaskGroup,
+    TaskGroupSummary, ADDRESS_MODE_ALLOC, DEFAULT_CPU_MHZ, DEFAULT_JOB_PRIORITY, DEFAULT_MEMORY_MB,
     DEFAULT_NODE_POOL, DEFAULT_REGION, MAX_JOB_PRIORITY, MAX_LOCALITY_WAIT, MAX_SCALING_EVENTS,
-    MEMORY_NO_LIMIT, MIN_JOB_PRIORITY, NETWORK_MODE_BRIDGE, SCALING_HORIZONTAL, SUPERVISOR_META,
+    MEMORY_NO_LIMIT, MIN_JOB_PRIORITY, NETWORK_MODE_BRIDGE, NETWORK_MODE_CNI_PREFIX,
+    SCALING_HORIZONTAL, SUPERVISOR_META,
 };
 pub use keyring::{RootKey, RootKeyMeta, RootKeyState, WrappedKey, ROOT_KEY_ALGORITHM};
 pub use namespace::{NamespaceSpec, DEFAULT_NAMESPACE};

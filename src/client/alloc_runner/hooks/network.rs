@@ -16,7 +16,7 @@ use tracing::{info, warn};
 
 use super::{AllocCtx, AllocHook, AllocHookError};
 use crate::client::docker::pause;
-use crate::client::network::{self, files, netns, AllocNetwork, MODE_BRIDGE};
+use crate::client::network::{self, files, netns, AllocNetwork};
 use crate::client::shared::{lock, Shared};
 use crate::client::taskenv::{TaskDirs, TaskEnv};
 use crate::client::types::{LocalAlloc, TaskHandle};
@@ -83,7 +83,7 @@ impl AllocHook for Network {
         Box::pin(async move {
             let Some((alloc, job, existing, pids)) = ctx
                 .with_local(|l| {
-                    (network::group_mode(&l.alloc, &l.job) == MODE_BRIDGE).then(|| {
+                    network::is_namespaced(network::group_mode(&l.alloc, &l.job)).then(|| {
                         (
                             l.alloc.clone(),
                             l.job.clone(),
@@ -205,7 +205,7 @@ impl AllocHook for Network {
             // forgotten the allocation.
             let current = ctx
                 .with_local(|l| {
-                    (network::group_mode(&l.alloc, &l.job) == MODE_BRIDGE)
+                    network::is_namespaced(network::group_mode(&l.alloc, &l.job))
                         .then(|| (l.alloc.clone(), l.job.clone(), l.network.clone()))
                 })
                 .unwrap_or_else(|| {
