@@ -1,8 +1,8 @@
 //! A group network's `hostname`, `dns` and `cni` blocks and its `cni/<name>` mode, as the
-//! servers check them: the hostname
-//! names a bridge-mode namespace and must be a DNS name unless it interpolates (the client
-//! checks it then); dns servers are addresses; both reach `exec` and `docker` tasks, so a
-//! group of only `raw_exec` tasks (which see the host's own files) is refused with them.
+//! servers check them: the hostname names a namespaced allocation (bridge or cni mode) and
+//! must be a DNS name unless it interpolates (the client checks it then); dns servers are
+//! addresses; both reach `exec` and `docker` tasks, so a group of only `raw_exec` tasks
+//! (which see the host's own files) is refused with them; cni args hold no `;`.
 
 use serde_json::{json, Value};
 use teamster_storage::model::{is_dns_name, Job};
