@@ -717,7 +717,8 @@ async fn an_image_archive_in_the_task_dir_is_loaded_then_run() -> anyhow::Result
         },
         mounts: &[],
         group_network: None,
-        net_files: &Default::default(),
+        resolv_conf: None,
+        hosts: None,
     };
     let started = start(&Connector::default(), &task, place).await;
     let loaded = docker(&["image", "inspect", &tag]).is_ok();

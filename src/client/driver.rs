@@ -345,7 +345,8 @@ pub async fn launch(
         mounts: ctx.mounts,
         // In bridge mode the container joins the allocation's pause container.
         group_network: group_network.as_deref(),
-        net_files: ctx.net_files,
+        resolv_conf: ctx.net_files.resolv_conf.as_deref(),
+        hosts: ctx.net_files.hosts.as_deref(),
     };
     let started = crate::client::docker::start(ctx.docker, task, place).await?;
     Ok(RunningTask::Docker(started))

@@ -453,8 +453,10 @@ pub struct ContainerFacts<'a> {
     pub mounts: &'a [crate::client::volumes::HostMount],
     /// The network mode of its group's namespace (bridge mode: `container:<pause>`).
     pub group_network: Option<&'a str>,
-    /// Its network's `/etc/resolv.conf` and `/etc/hosts`.
-    pub net_files: &'a crate::client::network::files::NetworkFiles,
+    /// The file bound read-only at `/etc/resolv.conf` (its group network's `dns` block).
+    pub resolv_conf: Option<&'a Path>,
+    /// The file bound at `/etc/hosts` (its allocation's namespace's hosts file).
+    pub hosts: Option<&'a Path>,
 }
 
 /// The labels teamster puts on a container.
@@ -569,11 +571,10 @@ pub fn container_spec(
     }
     // Bound over the engine's own (it writes neither where a mount is): the dns block's
     // resolver read-only, the hosts file as Nomad binds it (the tasks may change it).
-    let files = facts.net_files;
-    if let Some(path) = &files.resolv_conf {
+    if let Some(path) = facts.resolv_conf {
         binds.push(bind(path, "/etc/resolv.conf", Some("ro")));
     }
-    if let Some(path) = &files.hosts {
+    if let Some(path) = facts.hosts {
         binds.push(bind(path, "/etc/hosts", None));
     }
 
@@ -683,7 +684,8 @@ mod tests {
             user,
             mounts: &[],
             group_network: None,
-            net_files: &Default::default(),
+            resolv_conf: None,
+            hosts: None,
         };
         container_spec(c, &facts)
     }
@@ -691,11 +693,6 @@ mod tests {
     #[test]
     fn in_a_bridge_group_the_container_joins_the_pause_container_and_publishes_nothing() {
         let env = BTreeMap::new();
-        let files = crate::client::network::files::NetworkFiles {
-            resolv_conf: Some("/t/resolv.conf".into()),
-            hosts: Some("/a1/hosts".into()),
-            hostname: Some("web-0".into()),
-        };
         let facts = |group_network| ContainerFacts {
             task_name: "web",
             alloc_id: "a1",
@@ -715,7 +712,8 @@ mod tests {
             user: "",
             mounts: &[],
             group_network,
-            net_files: &files,
+            resolv_conf: Some(Path::new("/t/resolv.conf")),
+            hosts: Some(Path::new("/a1/hosts")),
         };
         let c = parse(&cfg(&[("image", "teamster:dev".into())])).unwrap();
         let body = container_spec(&c, &facts(Some("container:teamster-pause-a1"))).unwrap();

@@ -221,8 +221,10 @@ pub struct TaskPlace<'a> {
     pub mounts: &'a [crate::client::volumes::HostMount],
     /// The network mode of its group's namespace (bridge mode: `container:<pause>`).
     pub group_network: Option<&'a str>,
-    /// Its network's `/etc/resolv.conf` and `/etc/hosts`.
-    pub net_files: &'a crate::client::network::files::NetworkFiles,
+    /// The file bound read-only at `/etc/resolv.conf` (its group network's `dns` block).
+    pub resolv_conf: Option<&'a Path>,
+    /// The file bound at `/etc/hosts` (its allocation's namespace's hosts file).
+    pub hosts: Option<&'a Path>,
 }
 
 /// A container this client runs.
@@ -280,7 +282,8 @@ pub async fn start(
         user: &task.user,
         mounts: place.mounts,
         group_network: place.group_network,
-        net_files: place.net_files,
+        resolv_conf: place.resolv_conf,
+        hosts: place.hosts,
     };
     let body = config::container_spec(&cfg, &facts)?;
     let docker = connector.get().await?;
