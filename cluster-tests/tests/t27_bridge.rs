@@ -113,6 +113,32 @@ async fn assert_network_files(client: &ApiClient, alloc_id: &str, index: usize, 
     assert_eq!(servers, 1, "{out}");
 }
 
+/// The running allocation of one-allocation job `job` once its client task has reached its
+/// server task: the allocation, its ID, its address and its published host port.
+async fn serving(
+    api: &ApiClient,
+    client: &ClientProcess,
+    job: &str,
+) -> anyhow::Result<(Value, String, String, u32)> {
+    let client_api = client.api();
+    wait_for(
+        Duration::from_secs(60),
+        "the allocation serving",
+        || async {
+            let a = job_allocs(api, job)
+                .await
+                .into_iter()
+                .find(|a| a["ClientStatus"] == "running")?;
+            let id = a["ID"].as_str()?.to_string();
+            let (addr, host_port, reached) =
+                parse_client(&client_stdout(&client_api, &id).await, &id)?;
+            reached.then_some((a, id, addr, host_port))
+        },
+    )
+    .await
+    .map_err(|e| anyhow::anyhow!("{e}\n{}", client.log_tail(40)))
+}
+
 /// The index in an allocation's name (`job.group[N]`).
 fn alloc_index(alloc: &Value) -> usize {
     let name = alloc["Name"].as_str().unwrap_or_default();
@@ -450,22 +476,7 @@ async fn a_docker_task_joins_the_namespace_through_a_pause_container_removed_wit
     });
     register(&api, job).await?;
     let client_api = client.api();
-    let (id, addr, host_port) = wait_for(
-        Duration::from_secs(60),
-        "the docker task serving",
-        || async {
-            let a = job_allocs(&api, "dockered")
-                .await
-                .into_iter()
-                .find(|a| a["ClientStatus"] == "running")?;
-            let id = a["ID"].as_str()?.to_string();
-            let (addr, host_port, reached) =
-                parse_client(&client_stdout(&client_api, &id).await, &id)?;
-            reached.then_some((id, addr, host_port))
-        },
-    )
-    .await
-    .map_err(|e| anyhow::anyhow!("{e}\n{}", client.log_tail(40)))?;
+    let (_, id, addr, host_port) = serving(&api, &client, "dockered").await?;
     assert!(addr.starts_with("172.26."), "{addr}");
     // The container shares the pause container's hostname, the group's; the dns block and
     // the hosts file are bound over the engine's own.
@@ -573,22 +584,7 @@ async fn a_cni_network_by_name_attaches_from_the_client_s_directory_and_is_place
         job["TaskGroups"][0]["Networks"][0]["CNI"] = json!({ "Args": { "IgnoreUnknown": "1" } });
         register(&api, job).await?;
         let client_api = client.api();
-        let (a, id, addr, host_port) = wait_for(
-            Duration::from_secs(60),
-            "the allocation serving",
-            || async {
-                let a = job_allocs(&api, "lan")
-                    .await
-                    .into_iter()
-                    .find(|a| a["ClientStatus"] == "running")?;
-                let id = a["ID"].as_str()?.to_string();
-                let (addr, host_port, reached) =
-                    parse_client(&client_stdout(&client_api, &id).await, &id)?;
-                reached.then_some((a, id, addr, host_port))
-            },
-        )
-        .await
-        .map_err(|e| anyhow::anyhow!("{e}\n{}", client.log_tail(40)))?;
+        let (a, id, addr, host_port) = serving(&api, &client, "lan").await?;
         // Its address is the named network's.
         assert!(addr.starts_with("10.213.7."), "{addr}");
         assert_network_files(&client_api, &id, alloc_index(&a), &addr).await;

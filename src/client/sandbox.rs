@@ -1531,6 +1531,16 @@ mod tests {
         assert!(kernel_caps() & 1 != 0);
     }
 
+    fn nobody() -> Account {
+        Account {
+            name: "nobody".into(),
+            uid: 65534,
+            gid: 65534,
+            groups: vec![65534],
+            home: PathBuf::new(),
+        }
+    }
+
     #[test]
     fn the_plan_binds_the_chroot_and_the_task_s_directories() {
         let host = tempfile::tempdir().unwrap();
@@ -1559,13 +1569,7 @@ mod tests {
             pivot_root: true,
             cgroup_procs: Vec::new(),
             caps: 0,
-            account: Account {
-                name: "nobody".into(),
-                uid: 65534,
-                gid: 65534,
-                groups: vec![65534],
-                home: PathBuf::new(),
-            },
+            account: nobody(),
             files: &[],
             hostname: None,
         };
@@ -1709,13 +1713,7 @@ mod tests {
             pivot_root: true,
             cgroup_procs: Vec::new(),
             caps: 0,
-            account: Account {
-                name: "nobody".into(),
-                uid: 65534,
-                gid: 65534,
-                groups: vec![65534],
-                home: PathBuf::new(),
-            },
+            account: nobody(),
             files: &files,
             hostname: Some("web-0"),
         };

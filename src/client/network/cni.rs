@@ -120,14 +120,7 @@ impl NetworkConfigList {
     /// A conflist file's list (`cni/<name>` networks): `name`, `cniVersion` and `plugins`
     /// must be there.
     pub fn from_json(value: &Value) -> Result<NetworkConfigList, String> {
-        let field = |k: &str| {
-            value
-                .get(k)
-                .and_then(Value::as_str)
-                .filter(|s| !s.is_empty())
-                .map(str::to_string)
-                .ok_or_else(|| format!("no {k:?}"))
-        };
+        let field = |k: &str| text_field(value, k);
         let plugins = value
             .get("plugins")
             .and_then(Value::as_array)
@@ -195,19 +188,22 @@ pub fn load_config_dir(
     (found, problems)
 }
 
+/// The non-empty string `k` of a configuration.
+fn text_field(value: &Value, k: &str) -> Result<String, String> {
+    value
+        .get(k)
+        .and_then(Value::as_str)
+        .filter(|s| !s.is_empty())
+        .map(str::to_string)
+        .ok_or_else(|| format!("no {k:?}"))
+}
+
 /// A configuration list, or a single plugin's configuration as a list of one.
 fn config_list(value: &Value) -> Result<NetworkConfigList, String> {
     if value.get("plugins").is_some() {
         return NetworkConfigList::from_json(value);
     }
-    let field = |k: &str| {
-        value
-            .get(k)
-            .and_then(Value::as_str)
-            .filter(|s| !s.is_empty())
-            .map(str::to_string)
-            .ok_or_else(|| format!("no {k:?}"))
-    };
+    let field = |k: &str| text_field(value, k);
     field("type")?;
     Ok(NetworkConfigList {
         name: field("name")?,
