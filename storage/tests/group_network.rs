@@ -126,11 +126,15 @@ fn a_named_cni_network_is_a_namespaced_mode_and_cni_args_are_checked() {
     let e = errors(&job(json!({"Mode": "cni/"}), &["exec"]));
     assert!(e.contains("network mode \"cni/\" is not supported"), "{e}");
     let e = errors(&job(
-        json!({"Mode": "cni/lan", "CNI": {"Args": {"a;b": "c", "d": "e;f"}}}),
+        json!({"Mode": "cni/lan", "CNI": {"Args": {"a;b": "c", "d": "e;f", "g": "h=i"}}}),
         &["exec"],
     ));
     assert!(
         e.contains("invalid ';' character in CNI arg key \"a;b\""),
+        "{e}"
+    );
+    assert!(
+        e.contains("invalid '=' character in CNI arg value \"h=i\""),
         "{e}"
     );
     assert!(

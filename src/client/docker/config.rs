@@ -92,10 +92,10 @@ pub enum DockerConfigError {
     /// Ports asked for with no network to map them on.
     #[error("ports cannot be mapped with network_mode \"none\"")]
     PortsWithoutNetwork,
-    /// `ports` or `network_mode` in a group with a network of its own (bridge mode).
+    /// `network_mode` in a group with a network of its own (bridge or cni mode).
     #[error(
-        "{key} cannot be set in a group in network mode \"bridge\": the task joins the \
-         allocation's network namespace, whose ports the group's network publishes"
+        "{key} cannot be set in a group with a network namespace of its own (bridge or cni \
+         mode): the task joins the allocation's namespace"
     )]
     GroupNetwork {
         /// The key.
@@ -496,15 +496,10 @@ pub fn container_spec(
         .collect();
     labels.extend(own_labels(facts));
 
-    if facts.group_network.is_some() {
-        if cfg.network_mode_set {
-            return Err(DockerConfigError::GroupNetwork {
-                key: "network_mode",
-            });
-        }
-        if !cfg.ports.is_empty() {
-            return Err(DockerConfigError::GroupNetwork { key: "ports" });
-        }
+    if facts.group_network.is_some() && cfg.network_mode_set {
+        return Err(DockerConfigError::GroupNetwork {
+            key: "network_mode",
+        });
     }
     let mut exposed = Vec::new();
     let mut bindings: HashMap<String, Option<Vec<PortBinding>>> = HashMap::new();
@@ -535,8 +530,11 @@ pub fn container_spec(
                 .push(binding);
         }
     }
-    // The host network has no mapping: the task binds the host ports itself.
-    let publish = cfg.network_mode == NetworkMode::Bridge && !exposed.is_empty();
+    // The host network has no mapping: the task binds the host ports itself. In a group's
+    // own namespace the group's network publishes every port (Nomad's driver maps none).
+    let publish = cfg.network_mode == NetworkMode::Bridge
+        && facts.group_network.is_none()
+        && !exposed.is_empty();
 
     let bind = |host: &Path, target: &str, opts: Option<&str>| match opts {
         Some(o) => format!("{}:{target}:{o}", host.display()),
@@ -730,14 +728,37 @@ mod tests {
             assert!(binds.iter().any(|b| b == wanted), "{wanted} in {binds:?}");
         }
         assert!(body.hostname.is_none());
-        for (key, value) in [("ports", list(&["http"])), ("network_mode", "host".into())] {
-            let c = parse(&cfg(&[("image", "teamster:dev".into()), (key, value)])).unwrap();
-            let e = container_spec(&c, &facts(Some("container:x"))).unwrap_err();
-            assert!(
-                e.to_string().starts_with(&format!("{key} cannot be set")),
-                "{e}"
-            );
-        }
+        let c = parse(&cfg(&[
+            ("image", "teamster:dev".into()),
+            ("network_mode", "host".into()),
+        ]))
+        .unwrap();
+        let e = container_spec(&c, &facts(Some("container:x"))).unwrap_err();
+        assert!(
+            e.to_string().starts_with("network_mode cannot be set"),
+            "{e}"
+        );
+        // `ports` names group ports, which the group's network publishes already: nothing
+        // is mapped by the engine (as Nomad's driver), an unknown label is still refused.
+        let c = parse(&cfg(&[
+            ("image", "teamster:dev".into()),
+            ("ports", list(&["http"])),
+        ]))
+        .unwrap();
+        let e = container_spec(&c, &facts(Some("container:x"))).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "Port \"http\" not found, check network block"
+        );
+        let ports = [port("http", 23000, 8080)];
+        let with_port = ContainerFacts {
+            ports: &ports,
+            ..facts(Some("container:x"))
+        };
+        let body = container_spec(&c, &with_port).unwrap();
+        let host = body.host_config.unwrap();
+        assert!(host.port_bindings.is_none());
+        assert!(body.exposed_ports.is_none());
         // An empty network_mode is no setting.
         let c = parse(&cfg(&[
             ("image", "teamster:dev".into()),

@@ -1,8 +1,10 @@
 //! The files a group's network gives its `exec` and `docker` tasks, as Nomad's drivers
-//! write them: `<task dir>/resolv.conf` from the network's `dns` block (what the block
-//! leaves empty comes from the node's own resolver configuration), bound at
-//! `/etc/resolv.conf`, and in bridge mode `<alloc dir>/hosts`, which maps the namespace's
-//! hostname to the allocation's address, bound at `/etc/hosts`. A `cni/<name>` network's
+//! write them: a resolver configuration from the network's `dns` block (what the block
+//! leaves empty comes from the node's own), bound at `/etc/resolv.conf`, and in bridge and
+//! cni modes `<alloc dir>/hosts`, which maps the namespace's hostname to the allocation's
+//! address, bound at `/etc/hosts`. Both live in the allocation's own directory, which only
+//! the client writes (Nomad keeps `resolv.conf` in the task's directory, where anyone on
+//! the node may swap it for a link before a container binds it). A `cni/<name>` network's
 //! plugins may give DNS settings in their result: without a `dns` block those are used, as
 //! Nomad does. `raw_exec` tasks see the host's own files.
 
@@ -13,7 +15,8 @@ use teamster_storage::model::{DnsConfig, Task};
 
 use crate::client::types::LocalAlloc;
 
-/// The generated resolver configuration, in the task's directory.
+/// The ending of a task's generated resolver configuration, `<task>.resolv.conf` in the
+/// allocation's directory.
 pub const RESOLV_CONF: &str = "resolv.conf";
 /// The generated hosts file, in the allocation's directory (its tasks share it).
 pub const HOSTS: &str = "hosts";
@@ -37,17 +40,33 @@ pub struct NetworkFiles {
     pub hostname: Option<String>,
 }
 
+/// Why a task's network files could not be made.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum FilesError {
+    /// The `dns` block, interpolated, names something that is not an address.
+    #[error("dns server {0:?} is not an IP address")]
+    BadServer(String),
+    /// The file could not be written (a start may be tried again).
+    #[error("cannot write {path}: {message}")]
+    Write {
+        /// The file.
+        path: String,
+        /// Why.
+        message: String,
+    },
+}
+
 /// The network files of `task` (as its runner starts it) of `local`'s allocation: its
-/// resolver configuration written into `task_dir` when the group's network has a `dns`
-/// block (each value interpolated by `interpolate`, the task's environment), and the
-/// allocation's hosts file and hostname in bridge mode. `raw_exec` tasks get none.
+/// resolver configuration, written into the allocation's directory `alloc_root` when the
+/// group's network has a `dns` block (each value interpolated by `interpolate`, the task's
+/// environment) or a plugin's result gave name servers, and the allocation's hosts file
+/// and hostname in bridge and cni modes. `raw_exec` tasks get none.
 pub fn for_task(
     local: &LocalAlloc,
     task: &Task,
-    task_dir: &Path,
     alloc_root: &Path,
     interpolate: impl Fn(&str) -> String,
-) -> Result<NetworkFiles, String> {
+) -> Result<NetworkFiles, FilesError> {
     let mut files = NetworkFiles::default();
     if task.driver == "raw_exec" {
         return Ok(files);
@@ -75,13 +94,15 @@ pub fn for_task(
             .iter()
             .find(|s| s.parse::<std::net::IpAddr>().is_err())
         {
-            return Err(format!("dns server {bad:?} is not an IP address"));
+            return Err(FilesError::BadServer(bad.clone()));
         }
         // A node without a resolver configuration has nothing to fill the gaps with.
         let host = host_resolv_conf().unwrap_or_default();
-        let path = task_dir.join(RESOLV_CONF);
-        write_fresh(&path, &resolv_conf(&host, &dns))
-            .map_err(|e| format!("cannot write {}: {e}", path.display()))?;
+        let path = alloc_root.join(format!("{}.{RESOLV_CONF}", task.name));
+        write_fresh(&path, &resolv_conf(&host, &dns)).map_err(|e| FilesError::Write {
+            path: path.display().to_string(),
+            message: e.to_string(),
+        })?;
         files.resolv_conf = Some(path);
     }
     if let Some(net) = &local.network {
@@ -97,7 +118,7 @@ pub fn for_task(
 }
 
 /// The DNS settings a CNI result gives (`dns { nameservers, search, options }`), when it
-/// names a server, a domain or an option.
+/// names a server (Nomad's rule).
 pub fn result_dns(result: &serde_json::Value) -> Option<DnsConfig> {
     let dns = result.get("dns")?;
     let list = |k: &str| -> Vec<String> {
@@ -115,7 +136,7 @@ pub fn result_dns(result: &serde_json::Value) -> Option<DnsConfig> {
         searches: list("search"),
         options: list("options"),
     };
-    (!out.servers.is_empty() || !out.searches.is_empty() || !out.options.is_empty()).then_some(out)
+    (!out.servers.is_empty()).then_some(out)
 }
 
 /// The values of `key` lines (`nameserver`, `search`, `options`) of a resolver
@@ -280,6 +301,8 @@ mod tests {
         let r = serde_json::json!({ "dns": { "nameservers": ["10.1.0.2"], "search": ["lan"] } });
         assert_eq!(result_dns(&r), Some(dns(&["10.1.0.2"], &["lan"], &[])));
         assert_eq!(result_dns(&serde_json::json!({ "dns": {} })), None);
+        let searches_only = serde_json::json!({ "dns": { "search": ["lan"] } });
+        assert_eq!(result_dns(&searches_only), None);
         assert_eq!(result_dns(&serde_json::json!({ "ips": [] })), None);
     }
 
@@ -301,6 +324,9 @@ mod tests {
         std::fs::write(&outside, "kept").unwrap();
         let link = dir.path().join("resolv.conf");
         std::os::unix::fs::symlink(&outside, &link).unwrap();
+        // Kept, and nothing written through it.
+        write_new(&link, "through").unwrap();
+        assert_eq!(std::fs::read_to_string(&outside).unwrap(), "kept");
         write_fresh(&link, "fresh").unwrap();
         assert_eq!(std::fs::read_to_string(&link).unwrap(), "fresh");
         assert_eq!(std::fs::read_to_string(&outside).unwrap(), "kept");

@@ -80,6 +80,9 @@ pub enum NetworkError {
     /// What was made could not be recorded (the allocation is gone): nothing more is made.
     #[error("the allocation's network could not be recorded in the client state")]
     NotRecorded,
+    /// The plugins' result gives the allocation's interface no address (Nomad's words).
+    #[error("network {0:?}: no interface with an address")]
+    NoAddress(String),
     /// A `cni/<name>` mode names no configuration of the client's directory.
     #[error("no CNI network configuration named {name:?} in {dir}")]
     UnknownNetwork {
@@ -225,8 +228,8 @@ pub fn task_netns(local: &crate::client::types::LocalAlloc) -> Result<Option<Pat
     }
 }
 
-/// The CNI arguments Nomad passes (the plugins ignore those they do not know), then the
-/// group network's own (`cni { args { … } }`).
+/// The group network's own CNI arguments (`cni { args { … } }`), then Nomad's (the plugins
+/// ignore those they do not know).
 pub fn cni_args(alloc: &Allocation, job: &Job) -> Vec<(String, String)> {
     let own = job
         .task_groups
@@ -236,20 +239,20 @@ pub fn cni_args(alloc: &Allocation, job: &Job) -> Vec<(String, String)> {
         .and_then(|n| n.cni.as_ref())
         .map(|c| c.args.clone())
         .unwrap_or_default();
-    [
+    let nomad = [
         ("NOMAD_REGION", job.region.clone()),
         ("NOMAD_NAMESPACE", job.namespace.to_string()),
         ("NOMAD_JOB_ID", job.id.to_string()),
         ("NOMAD_GROUP_NAME", alloc.task_group.to_string()),
         ("NOMAD_ALLOC_ID", alloc.id.to_string()),
-    ]
-    .into_iter()
-    .map(|(k, v)| (k.to_string(), v))
-    .chain(own)
-    // `CNI_ARGS` is `k=v` pairs joined by `;`, with no escaping: a pair holding either is
-    // left out (the plugins would refuse the whole list).
-    .filter(|(k, v)| !k.is_empty() && !k.contains([';', '=']) && !v.contains([';', '=']))
-    .collect()
+    ];
+    // The job's own first: plugins take the last of a key, so Nomad's cannot be faked.
+    own.into_iter()
+        .chain(nomad.into_iter().map(|(k, v)| (k.to_string(), v)))
+        // `CNI_ARGS` is `k=v` pairs joined by `;`, with no escaping: a pair holding either is
+        // left out (the plugins would refuse the whole list).
+        .filter(|(k, v)| !k.is_empty() && !k.contains([';', '=']) && !v.contains([';', '=']))
+        .collect()
 }
 
 /// The published ports, as the `portmap` plugin takes them: each of the group's ports from
@@ -382,12 +385,16 @@ pub async fn setup(
         Ok(result) => result,
         Err(e) => return Err((e, network)),
     };
-    network.address = cni::parse_result(&result, IFNAME).unwrap_or_default();
+    let address = cni::parse_result(&result, IFNAME);
+    network.address = address.clone().unwrap_or_default();
     network.result = result;
     // Written before anything else can fail: a later DEL needs ADD's result (the firewall
     // plugin removes its rules by the addresses it holds).
     if !record(&network) {
         return Err((NetworkError::NotRecorded, network));
+    }
+    if address.is_none() {
+        return Err((NetworkError::NoAddress(list.name.clone()), network));
     }
     // The admin chain is the bridge list's; a named network's firewall is its own.
     if mode == MODE_BRIDGE {
@@ -412,13 +419,16 @@ pub async fn teardown(
     let mut first = None;
     if !left.deleted {
         let list = cni::NetworkConfigList::from_json(&left.conflist)
-            .or_else(|_| settings.conflist_for(&left.mode))
-            .unwrap_or_else(|_| settings.conflist());
+            // A named network's own list, never the bridge's in its place.
+            .or_else(|_| settings.conflist_for(&left.mode));
         let attachment = attachment(alloc, job, &left.netns);
         let result = (!left.result.is_null()).then_some(&left.result);
-        let deleted = {
-            let _lock = plugin_lock().await;
-            cni::run_del(&settings.cni_path, &list, &attachment, result).await
+        let deleted = match list {
+            Ok(list) => {
+                let _lock = plugin_lock().await;
+                cni::run_del(&settings.cni_path, &list, &attachment, result).await
+            }
+            Err(e) => Err(e),
         };
         match deleted {
             Ok(()) => left.deleted = true,
@@ -582,13 +592,13 @@ mod tests {
         assert_eq!(
             keys,
             [
+                "IgnoreUnknown",
+                "K8S_POD_NAME",
                 "NOMAD_REGION",
                 "NOMAD_NAMESPACE",
                 "NOMAD_JOB_ID",
                 "NOMAD_GROUP_NAME",
-                "NOMAD_ALLOC_ID",
-                "IgnoreUnknown",
-                "K8S_POD_NAME"
+                "NOMAD_ALLOC_ID"
             ]
         );
     }

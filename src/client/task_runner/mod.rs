@@ -540,7 +540,6 @@ impl TaskRunner {
             crate::client::network::files::for_task(
                 local,
                 &self.ctx.task,
-                self.ctx.task_dir.dir(),
                 self.ctx.alloc_dir.root(),
                 |text| {
                     crate::client::taskenv::interpolate_in(
@@ -553,10 +552,20 @@ impl TaskRunner {
         });
         let net_files = match net_files {
             Ok(files) => files,
-            Err(why) => {
-                let mut ev = event(now, "Setup Failure", why);
-                ev.fails_task = true;
-                self.dead(true, ev).await;
+            Err(e) => {
+                use crate::client::network::files::FilesError;
+                let recoverable = matches!(e, FilesError::Write { .. });
+                warn!(error = %e, recoverable, "the task's network files could not be made");
+                let mut ev = event(now, "Setup Failure", e.to_string());
+                if !recoverable {
+                    ev.fails_task = true;
+                    self.dead(true, ev).await;
+                    return None;
+                }
+                // A write may work on a later start: the restart policy decides.
+                self.push(ev);
+                let decision = self.core.on_start_error(tokio::time::Instant::now());
+                self.after_decision(decision).await;
                 return None;
             }
         };

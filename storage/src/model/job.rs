@@ -1132,14 +1132,23 @@ fn validate_networks(at: &str, networks: &[NetworkResource], errors: &mut Vec<St
                     network.mode
                 ));
             }
+            // Nomad refuses `;`; a plugin refuses a pair with a second `=` too, so both are
+            // refused here rather than at the client.
             for (k, v) in &cni.args {
-                if k.contains(';') {
-                    errors.push(format!("{at}: invalid ';' character in CNI arg key {k:?}"));
+                for c in [';', '='] {
+                    if k.contains(c) {
+                        errors.push(format!(
+                            "{at}: invalid '{c}' character in CNI arg key {k:?}"
+                        ));
+                    }
+                    if v.contains(c) {
+                        errors.push(format!(
+                            "{at}: invalid '{c}' character in CNI arg value {v:?}"
+                        ));
+                    }
                 }
-                if v.contains(';') {
-                    errors.push(format!(
-                        "{at}: invalid ';' character in CNI arg value {v:?}"
-                    ));
+                if k.is_empty() {
+                    errors.push(format!("{at}: a CNI arg has an empty key"));
                 }
             }
         }
@@ -1970,10 +1979,11 @@ impl Job {
                 }
             }
             if is_namespaced_mode(group.network_mode()) {
-                // A docker task joins the allocation's namespace: it publishes nothing of its
-                // own and has no network mode of its own (Nomad's docker driver refuses both).
+                // A docker task joins the allocation's namespace: it has no network mode of
+                // its own. (Its `ports` name group ports, which the group's network
+                // publishes: the engine maps none, as Nomad's driver.)
                 for task in group.tasks.iter().filter(|t| t.driver == "docker") {
-                    for key in ["ports", "network_mode"] {
+                    for key in ["network_mode"] {
                         if task
                             .config
                             .get(key)
@@ -1981,8 +1991,7 @@ impl Job {
                         {
                             errors.push(format!(
                                 "{at}: task {:?}: {key} cannot be set in a group in network \
-                                 mode {:?} (the task joins the allocation's namespace, \
-                                 whose ports the group's network publishes)",
+                                 mode {:?} (the task joins the allocation's namespace)",
                                 task.name,
                                 group.network_mode()
                             ));

@@ -102,7 +102,7 @@ impl AllocHook for Network {
                 *lock(&self.held) = Some((alloc.clone(), job.clone(), found.clone()));
                 if network::is_complete(&found) {
                     info!(netns = %found.netns.display(), address = %found.address, "found the allocation's network again");
-                    return write_hosts(ctx, &found);
+                    return write_hosts(ctx, &found, false);
                 }
                 // Attached, but its name is gone while a task still runs in it (unmounted
                 // behind the client's back): named again from that task, never made anew
@@ -116,7 +116,7 @@ impl AllocHook for Network {
                                 .await;
                         if let Ok(Ok(path)) = pinned {
                             info!(netns = %path.display(), "named the allocation's namespace again from its task");
-                            return write_hosts(ctx, &found);
+                            return write_hosts(ctx, &found, false);
                         }
                     }
                 }
@@ -182,7 +182,8 @@ impl AllocHook for Network {
             match made {
                 Ok(net) => {
                     info!(netns = %net.netns.display(), address = %net.address, hostname = %net.hostname, "allocation network ready");
-                    write_hosts(ctx, &net)
+                    // Made anew: an earlier file names an earlier address or pause container.
+                    write_hosts(ctx, &net, true)
                         .map_err(|e| self.failed(ctx, &alloc, &job, net, e.message))
                 }
                 Err((network::NetworkError::NotRecorded, made)) => {
@@ -291,18 +292,22 @@ fn group_hostname(shared: &Shared, alloc: &Allocation, job: &Job) -> Result<Stri
     Ok(name)
 }
 
-/// Writes the allocation's hosts file (its tasks may have changed one already there) when
-/// its namespace has a hostname.
-fn write_hosts(ctx: &AllocCtx, net: &AllocNetwork) -> Result<(), AllocHookError> {
+/// Writes the allocation's hosts file when its namespace has a hostname: anew for a
+/// network just made, else only when missing (its tasks may have changed it).
+fn write_hosts(ctx: &AllocCtx, net: &AllocNetwork, fresh: bool) -> Result<(), AllocHookError> {
     if net.hostname.is_empty() {
         return Ok(());
     }
     let path = ctx.alloc_dir.root().join(files::HOSTS);
-    files::write_new(&path, &files::hosts_file(&net.address, &net.hostname)).map_err(|e| {
-        AllocHookError {
-            hook: NAME,
-            message: format!("cannot write {}: {e}", path.display()),
-        }
+    let text = files::hosts_file(&net.address, &net.hostname);
+    let written = if fresh {
+        files::write_fresh(&path, &text)
+    } else {
+        files::write_new(&path, &text)
+    };
+    written.map_err(|e| AllocHookError {
+        hook: NAME,
+        message: format!("cannot write {}: {e}", path.display()),
     })
 }
 
