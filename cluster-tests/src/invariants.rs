@@ -54,13 +54,29 @@ async fn get_opt<T: serde::de::DeserializeOwned>(
     }
 }
 
+/// How long a consistent read may keep waiting for a server still applying the leader's
+/// index (one just back from a stop, under load, answers "timed out … waiting for index").
+const CATCH_UP_READ: std::time::Duration = std::time::Duration::from_secs(30);
+
 /// Every acknowledged job ID is present in `api`'s state (read consistently). Fails naming
 /// up to ten missing IDs and how many are missing.
 pub async fn acknowledged_present(api: &ApiClient, acked: &[String]) -> anyhow::Result<Checked> {
-    let jobs: Vec<Value> = api
-        .get("/v1/jobs")
-        .await
-        .context("listing jobs for the acknowledged-writes check")?;
+    let deadline = tokio::time::Instant::now() + CATCH_UP_READ;
+    let jobs: Vec<Value> = loop {
+        match api.get("/v1/jobs").await {
+            Ok(jobs) => break jobs,
+            // Still catching up: its read waits for an index it has not applied yet.
+            Err(e)
+                if e.to_string().contains("waiting for index")
+                    && tokio::time::Instant::now() < deadline =>
+            {
+                tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+            }
+            Err(e) => {
+                return Err(e).context("listing jobs for the acknowledged-writes check");
+            }
+        }
+    };
     let present: BTreeSet<&str> = jobs.iter().filter_map(|j| j["ID"].as_str()).collect();
     let missing: Vec<&String> = acked
         .iter()
