@@ -281,7 +281,7 @@ async fn bad_input_is_refused_with_a_message_and_changes_nothing() -> anyhow::Re
     let mut cron = small_job("cron");
     cron["Multiregion"] = json!({ "Regions": [{ "Name": "west" }] });
     cron["TaskGroups"][0]["Networks"] =
-        json!([{ "Hostname": "web-1", "DynamicPorts": [{ "Label": "http" }] }]);
+        json!([{ "MBits": 10, "DynamicPorts": [{ "Label": "http" }] }]);
     cron["TaskGroups"][0]["Tasks"][0]["Services"] = json!([{ "Name": "web", "Provider": "nomad", "PortLabel": "8080", "Checks": [{
             "Type": "http", "Path": "/", "Interval": 1_000_000_000u64,
             "Timeout": 1_000_000_000u64, "Expose": true }] }]);
@@ -296,7 +296,7 @@ async fn bad_input_is_refused_with_a_message_and_changes_nothing() -> anyhow::Re
     assert!(msg.starts_with("3 error(s) occurred"), "{msg}");
     assert!(msg.contains("job → Multiregion"), "{msg}");
     assert!(
-        msg.contains("job → group \"g\" → network #0 → Hostname"),
+        msg.contains("job → group \"g\" → network #0 → MBits"),
         "{msg}"
     );
     assert!(
