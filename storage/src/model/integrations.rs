@@ -145,16 +145,15 @@ mod tests {
             .unwrap();
         job(group("bridge", "exec", "auto")).validate().unwrap();
         job(group("bridge", "docker", "")).validate().unwrap();
-        // A docker task joins the allocation's namespace: no ports or mode of its own.
-        for (key, value) in [("ports", json!(["http"])), ("network_mode", json!("host"))] {
-            let mut j = group("bridge", "docker", "");
-            j["TaskGroups"][0]["Tasks"][0]["Config"][key] = value;
-            let e = job(j).validate().unwrap_err().to_string();
-            assert!(
-                e.contains(&format!("task \"t\": {key} cannot be set")),
-                "{e}"
-            );
-        }
+        // A docker task joins the allocation's namespace: no network mode of its own; its
+        // `ports` name group ports (the group's network publishes them).
+        let mut j = group("bridge", "docker", "");
+        j["TaskGroups"][0]["Tasks"][0]["Config"]["network_mode"] = json!("host");
+        let e = job(j).validate().unwrap_err().to_string();
+        assert!(e.contains("task \"t\": network_mode cannot be set"), "{e}");
+        let mut j = group("cni/mine", "docker", "alloc");
+        j["TaskGroups"][0]["Tasks"][0]["Config"]["ports"] = json!(["http"]);
+        job(j).validate().unwrap();
         let e = job(group("host", "raw_exec", "alloc"))
             .validate()
             .unwrap_err()
@@ -163,14 +162,15 @@ mod tests {
             e.contains("address_mode \"alloc\" needs the group's network"),
             "{e}"
         );
-        let e = job(group("cni/mine", "raw_exec", ""))
+        let e = job(group("cni/", "raw_exec", ""))
             .validate()
             .unwrap_err()
             .to_string();
-        assert!(
-            e.contains("network mode \"cni/mine\" is not supported"),
-            "{e}"
-        );
+        assert!(e.contains("network mode \"cni/\" is not supported"), "{e}");
+        // Only bridge mode needs the bridge plugins.
+        let mut j = job(group("cni/mine", "exec", ""));
+        imply_integration_constraints(&mut j);
+        assert!(j.task_groups[0].constraints.is_empty());
     }
 
     #[test]
