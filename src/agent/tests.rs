@@ -377,8 +377,8 @@ async fn stale_tokens_and_wrong_versions_are_refused() {
         })
         .await
     {
-        Err(ServiceError::Rejected { reason }) => {
-            assert!(reason.contains("scheduler version"), "{reason}")
+        Err(ServiceError::SchedulerVersion { caller, leader }) => {
+            assert_eq!((caller, leader), (SCHEDULER_VERSION + 1, SCHEDULER_VERSION));
         }
         other => panic!("{other:?}"),
     }

@@ -74,9 +74,9 @@ impl From<ServiceError> for ApiError {
     fn from(e: ServiceError) -> ApiError {
         match e {
             ServiceError::NotLeader { .. } | ServiceError::NoLeader => ApiError::no_leader(),
-            ServiceError::Invalid { .. } | ServiceError::Rejected { .. } => {
-                ApiError::bad_request(e.to_string())
-            }
+            ServiceError::Invalid { .. }
+            | ServiceError::Rejected { .. }
+            | ServiceError::SchedulerVersion { .. } => ApiError::bad_request(e.to_string()),
             ServiceError::NotFound { .. } => ApiError::not_found(e.to_string()),
             ServiceError::PermissionDenied { reason } => ApiError::forbidden(reason),
             ServiceError::Disabled { .. }

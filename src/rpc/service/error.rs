@@ -76,6 +76,17 @@ pub enum ServiceError {
         /// Which of Nomad's messages.
         reason: String,
     },
+    /// A worker's scheduler version is not the leader's (Nomad's "dequeue disallowed"):
+    /// servers of two versions during an upgrade. The worker waits for the cluster to agree.
+    #[error(
+        "dequeue disallowed: calling scheduler version is {caller}; leader version is {leader}"
+    )]
+    SchedulerVersion {
+        /// The worker's version.
+        caller: u32,
+        /// The leader's.
+        leader: u32,
+    },
 }
 
 impl ServiceError {

@@ -84,9 +84,10 @@ pub async fn dequeue_batch(
 
 fn check_scheduler_version(version: u32) -> Result<(), ServiceError> {
     if version != SCHEDULER_VERSION {
-        return Err(ServiceError::rejected(format!(
-            "dequeue disallowed: calling scheduler version is {version}; leader version is {SCHEDULER_VERSION}"
-        )));
+        return Err(ServiceError::SchedulerVersion {
+            caller: version,
+            leader: SCHEDULER_VERSION,
+        });
     }
     Ok(())
 }

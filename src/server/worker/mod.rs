@@ -330,7 +330,7 @@ pub fn is_transient(e: &ServiceError) -> bool {
 
 /// Whether the leader refused our scheduler version.
 pub fn is_version_mismatch(e: &ServiceError) -> bool {
-    e.to_string().contains("scheduler version")
+    matches!(e, ServiceError::SchedulerVersion { .. })
 }
 
 /// The error of a call to the leader that did not answer within `after`.

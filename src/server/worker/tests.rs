@@ -722,9 +722,10 @@ async fn a_version_mismatch_backs_off_long_but_a_pause_ends_the_backoff() {
         .script
         .lock()
         .unwrap()
-        .push_back(Step::Fail(ServiceError::rejected(
-            "dequeue refused: calling scheduler version 2, leader runs 1",
-        )));
+        .push_back(Step::Fail(ServiceError::SchedulerVersion {
+            caller: 2,
+            leader: 1,
+        }));
     let w = Worker::start(s.ctx.clone(), all(), 11);
     w.wait_status(|_, wl| wl == WorkloadStatus::Backoff).await;
     let t0 = Instant::now();
