@@ -476,6 +476,19 @@ impl TaskRunner {
         }
     }
 
+    /// A start that failed before the driver ran, with event `ev`: the task is dead and
+    /// failed unless the failure is `recoverable`, when the restart policy decides.
+    async fn start_failed(&mut self, mut ev: TaskEvent, recoverable: bool) {
+        if !recoverable {
+            ev.fails_task = true;
+            self.dead(true, ev).await;
+            return;
+        }
+        self.push(ev);
+        let decision = self.core.on_start_error(tokio::time::Instant::now());
+        self.after_decision(decision).await;
+    }
+
     /// Prestart hooks, then the driver: the running task, or `None` when it did not start
     /// (dead, or to be started again after the restart policy's delay).
     async fn launch(&mut self) -> Option<RunningTask> {
@@ -523,15 +536,7 @@ impl TaskRunner {
                 return None;
             }
             warn!(error = %e, recoverable = e.recoverable, "a prestart hook failed");
-            let mut ev = e.event(now);
-            if !e.recoverable {
-                ev.fails_task = true;
-                self.dead(true, ev).await;
-                return None;
-            }
-            self.push(ev);
-            let decision = self.core.on_start_error(tokio::time::Instant::now());
-            self.after_decision(decision).await;
+            self.start_failed(e.event(now), e.recoverable).await;
             return None;
         }
         // Its network's resolver configuration, hosts file and hostname.
@@ -554,18 +559,11 @@ impl TaskRunner {
             Ok(files) => files,
             Err(e) => {
                 use crate::client::network::files::FilesError;
+                // A write may work on a later start: the restart policy decides.
                 let recoverable = matches!(e, FilesError::Write { .. });
                 warn!(error = %e, recoverable, "the task's network files could not be made");
-                let mut ev = event(now, "Setup Failure", e.to_string());
-                if !recoverable {
-                    ev.fails_task = true;
-                    self.dead(true, ev).await;
-                    return None;
-                }
-                // A write may work on a later start: the restart policy decides.
-                self.push(ev);
-                let decision = self.core.on_start_error(tokio::time::Instant::now());
-                self.after_decision(decision).await;
+                let ev = event(now, "Setup Failure", e.to_string());
+                self.start_failed(ev, recoverable).await;
                 return None;
             }
         };
