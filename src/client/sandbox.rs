@@ -438,20 +438,24 @@ struct RootBuilder {
 }
 
 impl RootBuilder {
+    /// The innermost host bind `target` (a path under the stage) lies in: where it is
+    /// seen, and the host path it shows.
+    fn bind_of(&self, target: &Path) -> Option<(PathBuf, PathBuf)> {
+        self.binds
+            .iter()
+            .filter(|(inside, _)| target.starts_with(inside))
+            .max_by_key(|(inside, _)| inside.as_os_str().len())
+            .cloned()
+    }
+
     /// Make `rel` (a path in the root) as a directory or an empty file, its parents as
     /// directories: in the tmpfs only. A point inside a host bind must exist there already,
     /// as what it must be, with no symbolic link on the way (checked now, against the host
     /// path the bind shows).
     fn point(&mut self, rel: &str, dir: bool) -> Result<CString, SandboxError> {
         let target = under(&self.stage, rel)?;
-        if let Some((host, inside)) = self
-            .binds
-            .iter()
-            .filter(|(inside, _)| target.starts_with(inside))
-            .max_by_key(|(inside, _)| inside.as_os_str().len())
-            .map(|(inside, host)| (host.clone(), inside.clone()))
-        {
-            let mut at = host.clone();
+        if let Some((inside, host)) = self.bind_of(&target) {
+            let mut at = host;
             for c in target
                 .strip_prefix(&inside)
                 .unwrap_or(Path::new(""))
@@ -589,15 +593,9 @@ impl RootBuilder {
         let mut path = normalize(Path::new(rel));
         for _ in 0..8 {
             let target = under(&self.stage, &path.to_string_lossy())?;
-            let Some(host) = self
-                .binds
-                .iter()
-                .filter(|(inside, _)| target.starts_with(inside))
-                .max_by_key(|(inside, _)| inside.as_os_str().len())
-                .map(|(inside, host)| {
-                    host.join(target.strip_prefix(inside).unwrap_or(Path::new("")))
-                })
-            else {
+            let Some(host) = self.bind_of(&target).map(|(inside, host)| {
+                host.join(target.strip_prefix(inside).unwrap_or(Path::new("")))
+            }) else {
                 // Made in the root's own tmpfs: no link there.
                 return Ok(path.to_string_lossy().into_owned());
             };
@@ -1541,30 +1539,35 @@ mod tests {
         }
     }
 
-    #[test]
-    fn the_plan_binds_the_chroot_and_the_task_s_directories() {
-        let host = tempfile::tempdir().unwrap();
-        let stage = host.path().join("stage");
-        let alloc = host.path().join("alloc");
-        let task = host.path().join("task");
+    /// A stage, an allocation directory (with `logs`) and a task directory (with `local`,
+    /// `secrets` and `tmp`) under `host`.
+    fn dirs(host: &Path) -> (PathBuf, PathBuf, PathBuf) {
+        let stage = host.join("stage");
+        let alloc = host.join("alloc");
+        let task = host.join("task");
         for d in [&stage, &alloc, &alloc.join("logs")] {
             std::fs::create_dir_all(d).unwrap();
         }
         for d in ["local", "secrets", "tmp"] {
             std::fs::create_dir_all(task.join(d)).unwrap();
         }
-        let env = BTreeMap::from([
-            ("/bin".to_string(), "/bin".to_string()),
-            ("/no/such/dir".to_string(), "/nope".to_string()),
-        ]);
-        let spec = SandboxSpec {
-            stage: &stage,
-            chroot_env: &env,
-            alloc_dir: &alloc,
-            task_dir: &task,
+        (stage, alloc, task)
+    }
+
+    /// A spec of those directories for `nobody`, in private PID and IPC namespaces, with no
+    /// volume, network file or hostname.
+    fn spec<'a>(
+        (stage, alloc, task): &'a (PathBuf, PathBuf, PathBuf),
+        env: &'a BTreeMap<String, String>,
+    ) -> SandboxSpec<'a> {
+        SandboxSpec {
+            stage,
+            chroot_env: env,
+            alloc_dir: alloc,
+            task_dir: task,
             mounts: &[],
             pid: NsMode::Private,
-            ipc: NsMode::Host,
+            ipc: NsMode::Private,
             work_dir: "",
             pivot_root: true,
             cgroup_procs: Vec::new(),
@@ -1572,6 +1575,21 @@ mod tests {
             account: nobody(),
             files: &[],
             hostname: None,
+        }
+    }
+
+    #[test]
+    fn the_plan_binds_the_chroot_and_the_task_s_directories() {
+        let host = tempfile::tempdir().unwrap();
+        let tree = dirs(host.path());
+        let (stage, _, task) = &tree;
+        let env = BTreeMap::from([
+            ("/bin".to_string(), "/bin".to_string()),
+            ("/no/such/dir".to_string(), "/nope".to_string()),
+        ]);
+        let spec = SandboxSpec {
+            ipc: NsMode::Host,
+            ..spec(&tree, &env)
         };
         let p = plan(&spec).unwrap();
         let targets: Vec<String> = p
@@ -1660,22 +1678,12 @@ mod tests {
     #[test]
     fn network_files_are_bound_where_the_root_s_links_lead_and_the_hostname_is_set() {
         let host = tempfile::tempdir().unwrap();
-        let stage = host.path().join("stage");
-        let alloc = host.path().join("alloc");
-        let task = host.path().join("task");
+        let tree = dirs(host.path());
+        let (stage, _, task) = &tree;
         let etc = host.path().join("etc");
         let run = host.path().join("run");
-        for d in [
-            &stage,
-            &alloc,
-            &alloc.join("logs"),
-            &etc,
-            &run.join("resolve"),
-        ] {
+        for d in [&etc, &run.join("resolve")] {
             std::fs::create_dir_all(d).unwrap();
-        }
-        for d in ["local", "secrets", "tmp"] {
-            std::fs::create_dir_all(task.join(d)).unwrap();
         }
         // The host's /etc/resolv.conf is a relative link into /run, /etc/hosts a file.
         std::fs::write(run.join("resolve/stub.conf"), "nameserver 127.0.0.53\n").unwrap();
@@ -1702,20 +1710,9 @@ mod tests {
             },
         ];
         let spec = SandboxSpec {
-            stage: &stage,
-            chroot_env: &env,
-            alloc_dir: &alloc,
-            task_dir: &task,
-            mounts: &[],
-            pid: NsMode::Private,
-            ipc: NsMode::Private,
-            work_dir: "",
-            pivot_root: true,
-            cgroup_procs: Vec::new(),
-            caps: 0,
-            account: nobody(),
             files: &files,
             hostname: Some("web-0"),
+            ..spec(&tree, &env)
         };
         let p = plan(&spec).unwrap();
         let bound: Vec<(String, String, bool)> = p

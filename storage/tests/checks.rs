@@ -6,6 +6,10 @@
 //! refused with Nomad's words. And a system
 //! job's `update` block (last test) refuses the health settings it would not act on.
 
+mod common;
+
+use common::validation_errors as errors;
+
 use serde_json::{json, Value};
 use teamster_storage::model::Job;
 
@@ -21,22 +25,13 @@ fn job(service: Value, check: Value) -> Job {
     for (k, v) in service.as_object().unwrap() {
         s[k] = v.clone();
     }
-    let mut job: Job = serde_json::from_value(json!({
+    common::job_json(json!({
         "ID": "j", "Name": "j", "Type": "service", "Datacenters": ["dc1"],
         "TaskGroups": [{"Name": "g", "Count": 1,
             "Networks": [{"DynamicPorts": [{"Label": "http"}]}],
             "Services": [s],
             "Tasks": [{"Name": "t", "Driver": "raw_exec", "Config": {"command": "true"}}]}]
     }))
-    .unwrap();
-    job.canonicalize();
-    job
-}
-
-fn errors(job: &Job) -> String {
-    job.validate()
-        .map(|()| String::new())
-        .unwrap_or_else(|e| e.to_string())
 }
 
 #[test]

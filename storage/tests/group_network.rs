@@ -4,6 +4,10 @@
 //! addresses; both reach `exec` and `docker` tasks, so a group of only `raw_exec` tasks
 //! (which see the host's own files) is refused with them; cni args hold no `;`.
 
+mod common;
+
+use common::validation_errors as errors;
+
 use serde_json::{json, Value};
 use teamster_storage::model::{is_dns_name, Job};
 
@@ -19,19 +23,10 @@ fn job(network: Value, drivers: &[&str]) -> Job {
         .enumerate()
         .map(|(i, d)| json!({"Name": format!("t{i}"), "Driver": d, "Config": {"command": "true"}}))
         .collect();
-    let mut job: Job = serde_json::from_value(json!({
+    common::job_json(json!({
         "ID": "j", "Name": "j", "Type": "service", "Datacenters": ["dc1"],
         "TaskGroups": [{"Name": "g", "Count": 1, "Networks": [n], "Tasks": tasks}]
     }))
-    .unwrap();
-    job.canonicalize();
-    job
-}
-
-fn errors(job: &Job) -> String {
-    job.validate()
-        .map(|()| String::new())
-        .unwrap_or_else(|e| e.to_string())
 }
 
 #[test]

@@ -94,13 +94,10 @@ pub enum DockerConfigError {
     PortsWithoutNetwork,
     /// `network_mode` in a group with a network of its own (bridge or cni mode).
     #[error(
-        "{key} cannot be set in a group with a network namespace of its own (bridge or cni \
-         mode): the task joins the allocation's namespace"
+        "network_mode cannot be set in a group with a network namespace of its own (bridge \
+         or cni mode): the task joins the allocation's namespace"
     )]
-    GroupNetwork {
-        /// The key.
-        key: &'static str,
-    },
+    GroupNetworkMode,
     /// A volume naming a host path outside the task directory.
     #[error("volumes are not enabled; cannot mount host path: {source_path:?}")]
     VolumesNotEnabled {
@@ -497,9 +494,7 @@ pub fn container_spec(
     labels.extend(own_labels(facts));
 
     if facts.group_network.is_some() && cfg.network_mode_set {
-        return Err(DockerConfigError::GroupNetwork {
-            key: "network_mode",
-        });
+        return Err(DockerConfigError::GroupNetworkMode);
     }
     let mut exposed = Vec::new();
     let mut bindings: HashMap<String, Option<Vec<PortBinding>>> = HashMap::new();

@@ -71,12 +71,7 @@ pub fn for_task(
     if task.driver == "raw_exec" {
         return Ok(files);
     }
-    let network = local
-        .job
-        .task_groups
-        .iter()
-        .find(|g| g.name == local.alloc.task_group)
-        .and_then(|g| g.networks.first());
+    let network = local.group().and_then(|g| g.networks.first());
     // The group's block, else what the plugins' result gave (Nomad's order).
     let from_result = local.network.as_ref().and_then(|n| result_dns(&n.result));
     if let Some(dns) = network

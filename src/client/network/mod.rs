@@ -26,7 +26,7 @@ pub mod netns;
 use std::path::{Path, PathBuf};
 
 use serde_json::{json, Map, Value};
-use teamster_storage::model::{Allocation, Job};
+use teamster_storage::model::{Allocation, Job, NetworkResource};
 
 use crate::client::config::ClientConfig;
 pub use crate::client::types::AllocNetwork;
@@ -194,21 +194,23 @@ pub fn is_complete(network: &AllocNetwork) -> bool {
 /// Whether network `mode` gives each allocation a namespace of its own.
 pub use teamster_storage::model::is_namespaced_mode as is_namespaced;
 
+/// The group network of an allocation (its group's first network block).
+pub fn group_network<'a>(alloc: &Allocation, job: &'a Job) -> Option<&'a NetworkResource> {
+    job.task_group(&alloc.task_group)
+        .and_then(|g| g.networks.first())
+}
+
 /// The group network's mode of an allocation (`""` for host).
 pub fn group_mode<'a>(alloc: &Allocation, job: &'a Job) -> &'a str {
-    job.task_groups
-        .iter()
-        .find(|g| g.name == *alloc.task_group)
-        .map(|g| g.network_mode())
+    group_network(alloc, job)
+        .map(|n| n.mode.as_str())
         .unwrap_or_default()
 }
 
 /// Whether allocation `alloc`'s group has a docker task: its namespace is then a pause
 /// container's, removed with it.
 pub fn has_docker_tasks(alloc: &Allocation, job: &Job) -> bool {
-    job.task_groups
-        .iter()
-        .find(|g| g.name == *alloc.task_group)
+    job.task_group(&alloc.task_group)
         .is_some_and(|g| g.tasks.iter().any(|t| t.driver == "docker"))
 }
 
@@ -231,11 +233,7 @@ pub fn task_netns(local: &crate::client::types::LocalAlloc) -> Result<Option<Pat
 /// The group network's own CNI arguments (`cni { args { … } }`), then Nomad's (the plugins
 /// ignore those they do not know).
 pub fn cni_args(alloc: &Allocation, job: &Job) -> Vec<(String, String)> {
-    let own = job
-        .task_groups
-        .iter()
-        .find(|g| g.name == *alloc.task_group)
-        .and_then(|g| g.networks.first())
+    let own = group_network(alloc, job)
         .and_then(|n| n.cni.as_ref())
         .map(|c| c.args.clone())
         .unwrap_or_default();

@@ -1983,19 +1983,17 @@ impl Job {
                 // its own. (Its `ports` name group ports, which the group's network
                 // publishes: the engine maps none, as Nomad's driver.)
                 for task in group.tasks.iter().filter(|t| t.driver == "docker") {
-                    for key in ["network_mode"] {
-                        if task
-                            .config
-                            .get(key)
-                            .is_some_and(crate::model::ConfigValue::is_set)
-                        {
-                            errors.push(format!(
-                                "{at}: task {:?}: {key} cannot be set in a group in network \
-                                 mode {:?} (the task joins the allocation's namespace)",
-                                task.name,
-                                group.network_mode()
-                            ));
-                        }
+                    if task
+                        .config
+                        .get("network_mode")
+                        .is_some_and(crate::model::ConfigValue::is_set)
+                    {
+                        errors.push(format!(
+                            "{at}: task {:?}: network_mode cannot be set in a group in network \
+                             mode {:?} (the task joins the allocation's namespace)",
+                            task.name,
+                            group.network_mode()
+                        ));
                     }
                 }
             }

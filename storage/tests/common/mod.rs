@@ -223,3 +223,17 @@ pub fn resident_bytes() -> u64 {
         .expect("statm resident field");
     pages * 4096
 }
+
+/// A job read from Nomad's JSON and canonicalized, as registration reads it.
+pub fn job_json(value: serde_json::Value) -> Job {
+    let mut job: Job = serde_json::from_value(value).expect("a job");
+    job.canonicalize();
+    job
+}
+
+/// What validation says of `job`: its errors, or nothing when it passes.
+pub fn validation_errors(job: &Job) -> String {
+    job.validate()
+        .map(|()| String::new())
+        .unwrap_or_else(|e| e.to_string())
+}

@@ -262,11 +262,7 @@ async fn release(
 /// The group network's `hostname` interpolated in the allocation's environment (empty
 /// when it has none); refused when that is not a DNS name or too long for a kernel.
 fn group_hostname(shared: &Shared, alloc: &Allocation, job: &Job) -> Result<String, String> {
-    let asked = job
-        .task_groups
-        .iter()
-        .find(|g| g.name == alloc.task_group)
-        .and_then(|g| g.networks.first())
+    let asked = network::group_network(alloc, job)
         .map(|n| n.hostname.as_str())
         .unwrap_or_default();
     if asked.is_empty() {
