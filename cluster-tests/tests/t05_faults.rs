@@ -869,8 +869,9 @@ async fn run_on(
 struct Load {
     acked: Vec<String>,
     errors: usize,
-    /// Requests that got no answer within the client's timeout (a hang).
-    timeouts: usize,
+    /// Requests that got no answer within the client's timeout (a hang): the server asked
+    /// and when the request was sent, from the load's start.
+    timeouts: Vec<(String, Duration)>,
 }
 
 /// Register unplaceable jobs (no client needed) through every server in turn,
@@ -886,6 +887,7 @@ async fn register_until(
         .connect_timeout(Duration::from_secs(2))
         .build()
         .expect("http client");
+    let began = Instant::now();
     let next = Arc::new(std::sync::atomic::AtomicUsize::new(0));
     let lanes = (0..concurrency).map(|_| {
         let (http, bases, stop, load, next) = (
@@ -901,8 +903,10 @@ async fn register_until(
                 let id = format!("disk-{i:06}");
                 let mut job = small_job(&id);
                 job["Datacenters"] = json!(["dc-none"]);
+                let base = &bases[i % bases.len()];
+                let at = began.elapsed();
                 let sent = http
-                    .post(format!("{}/v1/jobs", bases[i % bases.len()]))
+                    .post(format!("{base}/v1/jobs"))
                     .json(&json!({ "Job": job }))
                     .send()
                     .await;
@@ -911,7 +915,9 @@ async fn register_until(
                     match sent {
                         Ok(r) if r.status().is_success() => load.acked.push(id),
                         // Connecting to a stopped server's address is not a hang.
-                        Err(e) if e.is_timeout() && !e.is_connect() => load.timeouts += 1,
+                        Err(e) if e.is_timeout() && !e.is_connect() => {
+                            load.timeouts.push((base.clone(), at))
+                        }
                         _ => load.errors += 1,
                     }
                 }
@@ -967,6 +973,7 @@ async fn full_disk_on(c: &ComposeCluster) -> anyhow::Result<()> {
     let stop = CancellationToken::new();
     let load = Arc::new(Mutex::new(Load::default()));
     let bases: Vec<String> = c.servers.iter().map(|s| s.http_addr()).collect();
+    let load_began = Instant::now();
     let writer = tokio::spawn(register_until(bases, 4, stop.clone(), load.clone()));
     wait_for(Duration::from_secs(30), "writes acknowledged", || async {
         (load.lock().unwrap().acked.len() >= 20).then_some(())
@@ -1014,9 +1021,15 @@ async fn full_disk_on(c: &ComposeCluster) -> anyhow::Result<()> {
         restart_count(c, &container).await - restarts,
         load.acked.len(),
         load.errors,
+        load.timeouts.len()
+    );
+    assert!(
+        load.timeouts.is_empty(),
+        "writes hung instead of being answered (server, sent after the load began; the \
+         disk filled at {:?}): {:?}",
+        filled - load_began,
         load.timeouts
     );
-    assert_eq!(load.timeouts, 0, "a write hung instead of being answered");
     let api = c.servers[new_leader].api();
     invariants::acknowledged_present(&api, &load.acked).await?;
     // server3's own state catches up with every acknowledged write.

@@ -181,6 +181,16 @@ impl Propose for RaftProposer {
     }
 }
 
+/// Whether a leader that proposed a write as `term` no longer leads that term: it is not
+/// the leader now, or it leads under another vote.
+fn left_the_term(
+    term: &openraft::Vote<ServerId>,
+    state: ServerState,
+    vote: &openraft::Vote<ServerId>,
+) -> bool {
+    state != ServerState::Leader || vote != term
+}
+
 impl RaftNode {
     /// Open the storage under `dir` and start raft as `id`, reachable at `addr`; `instance`
     /// (a random number drawn at each start) tells this start's snapshots apart.
@@ -416,11 +426,16 @@ impl RaftNode {
             // Retried by the caller on the successor, like any write sent to a follower.
             return Err(WriteError::NotLeader { leader: None });
         }
-        if !self.is_leader() {
-            return Err(WriteError::NotLeader {
-                leader: self.leader(),
-            });
-        }
+        let mut server = self.raft.server_metrics();
+        let term = {
+            let m = server.borrow_and_update();
+            if m.state != ServerState::Leader {
+                return Err(WriteError::NotLeader {
+                    leader: self.leader(),
+                });
+            }
+            m.vote
+        };
         let mut lease = self.lease.clone();
         if self.lease_lost() {
             return Err(WriteError::NoLeader);
@@ -430,6 +445,12 @@ impl RaftNode {
             // Proposed, but the quorum that would commit it has gone silent: answer now
             // rather than hang; it may still commit if the quorum comes back.
             _ = lease.wait_for(|l| *l == Lease::Lost) => Err(WriteError::LeadershipLost),
+            // Proposed, then this server stopped leading this term (it heard of a higher
+            // one). openraft answers the proposal only once the new leader reaches this
+            // server, to commit or to truncate it, which may take any time: answer now.
+            _ = server.wait_for(|m| left_the_term(&term, m.state, &m.vote)) => {
+                Err(WriteError::LeadershipLost)
+            }
         }
     }
 
@@ -794,5 +815,104 @@ mod tests {
         assert_eq!(metrics.current_leader, Some(LEADER));
         assert_eq!(metrics.snapshot, Some(last));
         node.raft().shutdown().await.unwrap();
+    }
+
+    /// A write proposed on a leader that then hears of a higher term is answered at once
+    /// ("leadership lost", its outcome unknown), long before the lease would run out:
+    /// openraft itself answers it only when a new leader reaches this server, and here none
+    /// ever does. Before, the write waited for that.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_write_pending_when_the_leader_steps_down_is_answered_at_once() {
+        const ME: ServerId = 1;
+        const OTHER: ServerId = 2;
+        let dir = tempfile::tempdir().unwrap();
+        let config = ServerConfig {
+            enabled: true,
+            raft: RaftTiming {
+                leader_lease_timeout: Duration::from_secs(60),
+                ..RaftTiming::for_tests()
+            },
+            ..ServerConfig::default()
+        };
+        let pool = Pool::new(ME, RpcConfig::for_tests()).unwrap();
+        let me = addr("me", "127.0.0.1:2");
+        let node = RaftNode::start(ME, me.clone(), dir.path(), &config, pool, 1)
+            .await
+            .unwrap();
+        node.raft()
+            .initialize(BTreeMap::from([(ME, me)]))
+            .await
+            .unwrap();
+        node.raft()
+            .wait(Some(Duration::from_secs(10)))
+            .state(ServerState::Leader, "a leader of one")
+            .await
+            .unwrap();
+        // The other voter never answers: from here on nothing commits.
+        node.raft()
+            .add_learner(OTHER, addr("other", "127.0.0.1:1"), false)
+            .await
+            .unwrap();
+        let raft = node.raft().clone();
+        let change = tokio::spawn(async move {
+            let _ = raft
+                .change_membership(BTreeSet::from([ME, OTHER]), false)
+                .await;
+        });
+        node.raft()
+            .wait(Some(Duration::from_secs(10)))
+            .metrics(
+                |m| m.membership_config.membership().voter_ids().count() == 2,
+                "two voters",
+            )
+            .await
+            .unwrap();
+        let write = {
+            let node = node.clone();
+            tokio::spawn(async move {
+                node.write_local(Command::EvalDelete(teamster_storage::fsm::EvalDelete {
+                    evals: Vec::new(),
+                    allocs: Vec::new(),
+                }))
+                .await
+            })
+        };
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        assert!(!write.is_finished(), "a write without its quorum committed");
+        let term = node.raft().metrics().borrow().current_term;
+        let higher = Vote::new_committed(term + 5, OTHER);
+        node.raft()
+            .append_entries(AppendEntriesRequest {
+                vote: higher,
+                prev_log_id: None,
+                entries: Vec::new(),
+                leader_commit: None,
+            })
+            .await
+            .unwrap();
+        let answered = tokio::time::timeout(Duration::from_secs(10), write)
+            .await
+            .expect("the write was not answered after the step-down")
+            .unwrap();
+        assert_eq!(answered, Err(WriteError::LeadershipLost));
+        change.abort();
+        node.raft().shutdown().await.unwrap();
+    }
+
+    #[test]
+    fn a_leader_leaves_its_term_when_it_follows_or_votes_anew() {
+        let term = Vote::new_committed(4, 1);
+        assert!(!left_the_term(&term, ServerState::Leader, &term));
+        assert!(left_the_term(&term, ServerState::Follower, &term));
+        assert!(left_the_term(
+            &term,
+            ServerState::Leader,
+            &Vote::new_committed(5, 1)
+        ));
+        assert!(left_the_term(
+            &term,
+            ServerState::Candidate,
+            &Vote::new(5, 1)
+        ));
     }
 }

@@ -51,7 +51,8 @@ pub enum WriteError {
     /// The batcher is shutting down.
     #[error("the server is shutting down")]
     ShuttingDown,
-    /// The write was proposed, then the leader lost its lease before it was committed.
+    /// The write was proposed, then the leader lost its lease, or stopped leading, before it
+    /// was committed: it may still commit.
     #[error("leadership lost while committing log")]
     LeadershipLost,
 }
