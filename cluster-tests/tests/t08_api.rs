@@ -322,13 +322,13 @@ async fn bad_input_is_refused_with_a_message_and_changes_nothing() -> anyhow::Re
         ),
         (
             "system",
-            json!({ "MaxParallel": 1, "Canary": 1 }),
-            "canary is not supported for system jobs",
+            json!({ "MaxParallel": 1, "Canary": 150 }),
+            "canary (150) is a percentage of the nodes in a system job: at most 100",
         ),
         (
             "system",
-            json!({ "MaxParallel": 1, "HealthCheck": "task_states" }),
-            "health_check is not supported for system jobs",
+            json!({ "MaxParallel": 0, "Canary": 50 }),
+            "canary needs max_parallel of at least 1",
         ),
     ] {
         let mut job = json!({

@@ -3,7 +3,8 @@
 //! the old version stopped ahead of healthy replacements and ends `successful`, also when
 //! the leader is killed in the middle; a canary waits beside the old version until it is
 //! promoted (with the CLI), then the rest roll; a bad version (tasks exit 1) fails its
-//! deployment and auto-reverts to the stable version.
+//! deployment and auto-reverts to the stable version; a system job's canary takes half the
+//! nodes until promoted.
 
 use std::time::Duration;
 
@@ -344,6 +345,87 @@ async fn a_canary_waits_for_promotion_then_the_rest_roll() -> anyhow::Result<()>
         .filter(|a| a["DesiredStatus"] == "run")
         .collect::<Vec<_>>();
     assert_eq!(running.len(), 3);
+    assert!(running.iter().all(|a| a["JobVersion"] == 1), "{running:?}");
+    Ok(())
+}
+
+/// A system job's deployment (Nomad 1.11): the first version is tracked to healthy on both
+/// nodes; a new one puts a canary on half of them (replacing the old allocation there) and
+/// waits for promotion; promoted through the API, the other node follows once the canary's
+/// deployment allows, and the deployment ends `successful`.
+#[tokio::test]
+async fn a_system_job_canary_replaces_half_the_nodes_then_the_rest_after_promotion(
+) -> anyhow::Result<()> {
+    teamster_cluster_tests::init_test_tracing();
+    let (mut c, _clients) = cluster().await?;
+    let leader = c.wait_leader(FORMATION).await?;
+    let api = c.servers[leader].api();
+    let update = json!({
+        "MaxParallel": 1,
+        "Canary": 50,
+        "MinHealthyTime": SEC,
+        "HealthyDeadline": 30 * SEC,
+        "ProgressDeadline": 60 * SEC,
+    });
+    let system = |script: &str| {
+        let mut job = service("node-agent", 1, script, update.clone());
+        job["Type"] = json!("system");
+        job["TaskGroups"][0]
+            .as_object_mut()
+            .expect("a group")
+            .remove("ReschedulePolicy");
+        job
+    };
+    register(&api, system("exec sleep 300")).await?;
+    let d0 = wait_deployment(&api, "node-agent", 0, "successful", Duration::from_secs(60)).await?;
+    assert_eq!(d0["TaskGroups"]["g"]["DesiredTotal"], 2);
+    assert_eq!(d0["TaskGroups"]["g"]["HealthyAllocs"], 2);
+
+    register(&api, system("echo v1; exec sleep 300")).await?;
+    let waiting = wait_for(
+        Duration::from_secs(60),
+        "a healthy system canary",
+        || async {
+            let d = deployment(&api, "node-agent").await?;
+            (d["JobVersion"] == 1 && d["TaskGroups"]["g"]["HealthyAllocs"] == 1).then_some(d)
+        },
+    )
+    .await?;
+    assert_eq!(
+        waiting["StatusDescription"],
+        "Deployment is running but requires manual promotion"
+    );
+    assert_eq!(waiting["TaskGroups"]["g"]["DesiredCanaries"], 1);
+    let running: Vec<Value> = allocs(&api, "node-agent")
+        .await
+        .into_iter()
+        .filter(|a| a["DesiredStatus"] == "run")
+        .collect();
+    assert_eq!(running.len(), 2, "one allocation per node: {running:?}");
+    let canary: Vec<&Value> = running.iter().filter(|a| a["JobVersion"] == 1).collect();
+    assert_eq!(canary.len(), 1, "{running:?}");
+    assert_eq!(canary[0]["DeploymentStatus"]["Canary"], true);
+    assert!(running
+        .iter()
+        .any(|a| a["JobVersion"] == 0 && a["NodeID"] != canary[0]["NodeID"]));
+
+    let id = waiting["ID"].as_str().unwrap_or_default().to_string();
+    let _: Value = api
+        .request(
+            reqwest::Method::PUT,
+            &format!("/v1/deployment/promote/{id}"),
+            Some(&json!({ "DeploymentID": id, "All": true })),
+        )
+        .await?;
+    let done =
+        wait_deployment(&api, "node-agent", 1, "successful", Duration::from_secs(60)).await?;
+    assert_eq!(done["TaskGroups"]["g"]["HealthyAllocs"], 2);
+    let running: Vec<Value> = allocs(&api, "node-agent")
+        .await
+        .into_iter()
+        .filter(|a| a["DesiredStatus"] == "run")
+        .collect();
+    assert_eq!(running.len(), 2);
     assert!(running.iter().all(|a| a["JobVersion"] == 1), "{running:?}");
     Ok(())
 }

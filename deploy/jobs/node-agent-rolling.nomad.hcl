@@ -1,13 +1,15 @@
-# A system job that rolls a new version out one node at a time, 20 seconds apart (Nomad's
-# system rolling update: max_parallel allocations per evaluation, the next step stagger
-# later; no deployment, no health wait).
+# A system job that rolls a new version out through a deployment (Nomad 1.11's system
+# deployments): a canary on half the nodes first, promoted by hand once healthy
+# (`deployment promote`), then one node at a time, each next one when the last is healthy.
 job "node-agent-rolling" {
   type        = "system"
   datacenters = ["dc1"]
 
   update {
-    max_parallel = 1
-    stagger      = "20s"
+    max_parallel     = 1
+    canary           = 50
+    min_healthy_time = "5s"
+    healthy_deadline = "1m"
   }
 
   group "agent" {

@@ -75,13 +75,19 @@ pub struct HealthPolicy {
     pub healthy_deadline: u64,
 }
 
+/// Whether allocations of a job of this type ever have their health judged: service jobs
+/// (deployments and migrations) and system jobs (deployments).
+pub fn judged_job_type(job_type: JobType) -> bool {
+    matches!(job_type, JobType::Service | JobType::System)
+}
+
 impl HealthPolicy {
     /// The policy for `local`'s allocation (as the servers last sent it), or `None` when
-    /// its health is never judged by the client: not a service job, no strategy, or
-    /// `manual`.
+    /// its health is never judged by the client: not a service or system job, no strategy,
+    /// or `manual`.
     pub fn of(local: &LocalAlloc) -> Option<HealthPolicy> {
         let job = &local.job;
-        if job.job_type != JobType::Service {
+        if !judged_job_type(job.job_type) {
             return None;
         }
         let group = job
@@ -896,8 +902,24 @@ mod tests {
     }
 
     #[test]
-    fn batch_and_system_allocations_are_never_judged() {
-        for job_type in [JobType::Batch, JobType::System, JobType::SysBatch] {
+    fn a_system_allocation_in_a_deployment_is_judged_by_its_update_block() {
+        let mut local = alloc_of(JobType::System, Some(update(10, 60, "checks")), None, "d1");
+        let policy = HealthPolicy::of(&local).expect("judged");
+        assert!(policy.deployment);
+        assert_eq!(policy.min_healthy_time, 10 * S as u64);
+        let mut watch = HealthWatch::new();
+        started(&mut local, "a", 0);
+        started(&mut local, "b", 0);
+        assert_eq!(watch.step(&local, false, 0), Step::Wait { wake_at: 10 * S });
+        assert!(healthy(watch.step(&local, false, 10 * S)));
+        // Outside a deployment a system allocation has nothing to report.
+        let local = alloc_of(JobType::System, Some(update(10, 60, "checks")), None, "");
+        assert_eq!(HealthPolicy::of(&local), None);
+    }
+
+    #[test]
+    fn batch_and_sysbatch_allocations_are_never_judged() {
+        for job_type in [JobType::Batch, JobType::SysBatch] {
             let mut local = alloc_of(
                 job_type,
                 Some(update(1, 5, "checks")),

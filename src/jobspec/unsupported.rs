@@ -70,22 +70,19 @@ const SAME_AS_TEAMSTER: &[(&str, &str)] = &[("HostNetwork", "default"), ("Cluste
 /// Fields of a task's `Resources` teamster does not implement.
 pub(super) const RESOURCES: &[&str] = &["Networks", "Devices", "NUMA", "SecretsMB"];
 
-/// The warnings for fields teamster accepts, as Nomad does, without acting on them: a service
-/// job's `update` block's `Stagger` (Nomad validates it and paces nothing by it either; a
-/// system job's paces its rolling update); and for
+/// The warnings for fields teamster accepts, as Nomad does, without acting on them: the
+/// `update` block's `Stagger` (Nomad validates it and paces nothing by it either: health and
+/// `max_parallel` pace service and system deployments alike); and for
 /// the deprecated group `max_client_disconnect`, `stop_after_client_disconnect` and
 /// `prevent_reschedule_on_lost`, which are acted on as `disconnect.lost_after`,
 /// `disconnect.stop_on_client_after` and `disconnect.replace = false`.
 /// Nomad's `JobRegisterResponse.Warnings` carries them.
 pub fn job_warnings(job: &Value) -> Vec<String> {
     let mut found = Vec::new();
-    // A system job's stagger paces its rolling update; a service job's paces nothing.
-    let system = job.get("Type").and_then(Value::as_str) == Some("system");
     let stagger = |v: &Value| {
-        !system
-            && v.get("Update")
-                .and_then(|u| u.get("Stagger"))
-                .is_some_and(is_set)
+        v.get("Update")
+            .and_then(|u| u.get("Stagger"))
+            .is_some_and(is_set)
     };
     if stagger(job) {
         found.push(STAGGER_WARNING.replace("{at}", "job → Update"));
@@ -443,5 +440,14 @@ mod tests {
         let warnings = job_warnings(&job);
         assert_eq!(warnings.len(), 1, "{warnings:?}");
         assert!(warnings[0].starts_with("job → group \"api\" → Update: Stagger"));
+        // A system job's paces nothing either: its deployment goes by health.
+        let system = json!({
+            "ID": "agent", "Type": "system",
+            "Update": { "MaxParallel": 1, "Stagger": 10_000_000_000u64 },
+            "TaskGroups": [{ "Name": "agent" }]
+        });
+        let warnings = job_warnings(&system);
+        assert_eq!(warnings.len(), 1, "{warnings:?}");
+        assert!(warnings[0].starts_with("job → Update: Stagger"));
     }
 }

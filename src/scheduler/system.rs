@@ -30,9 +30,13 @@
 use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;
 
+use teamster_storage::model::deployment::{
+    DESC_NEWER_JOB, DESC_RUNNING, DESC_STOPPED_JOB, DESC_SUCCESSFUL,
+};
 use teamster_storage::model::{
-    Allocation, ClientStatus, DeploymentId, DesiredStatus, EvalStatus, EvalTrigger, Evaluation,
-    Job, Node, NodeId, NodeStatus, Timestamp,
+    AllocDeploymentStatus, Allocation, ClientStatus, Deployment, DeploymentId, DeploymentState,
+    DeploymentStatus, DeploymentStatusUpdate, DesiredStatus, EvalStatus, Evaluation, Job, Node,
+    NodeId, NodeStatus, TaskGroup,
 };
 
 use crate::scheduler::context::EvalContext;
@@ -53,8 +57,6 @@ pub struct SystemScheduler<'a> {
     session: Session<'a>,
     /// Nodes that already got a blocked evaluation in this `process`.
     blocked_nodes: BTreeSet<NodeId>,
-    /// Whether this evaluation made its rolling update's next step already.
-    rolling_step_made: bool,
 }
 
 /// One placement the diff asks for.
@@ -63,6 +65,8 @@ struct Placement {
     group: String,
     /// A destructive update: the allocation it replaces.
     replaces: Option<Arc<Allocation>>,
+    /// Placed as a canary of the deployment.
+    canary: bool,
 }
 
 impl<'a> SystemScheduler<'a> {
@@ -73,13 +77,25 @@ impl<'a> SystemScheduler<'a> {
             sysbatch,
             session,
             blocked_nodes: BTreeSet::new(),
-            rolling_step_made: false,
         }
     }
 
-    /// Stops the live allocations of a stopped or purged job, as lost on lost nodes.
-    fn stop_all(&self, ctx: &mut EvalContext, allocs: &[Arc<Allocation>]) {
+    /// Stops the live allocations of a stopped or purged job, as lost on lost nodes, and
+    /// cancels its active deployment.
+    fn stop_all(&self, ctx: &mut EvalContext, eval: &Evaluation, allocs: &[Arc<Allocation>]) {
         let now = self.session.env.now;
+        if let Some(d) = self
+            .session
+            .snapshot
+            .latest_deployment(&eval.namespace, &eval.job_id)
+            .filter(|d| d.active())
+        {
+            ctx.plan.deployment_updates.push(status_update(
+                &d,
+                DeploymentStatus::Cancelled,
+                DESC_STOPPED_JOB,
+            ));
+        }
         for alloc in allocs.iter().filter(|a| !a.terminal_status()) {
             let lost = self.node_lost(&alloc.node_id);
             let (description, status) = if lost {
@@ -98,6 +114,43 @@ impl<'a> SystemScheduler<'a> {
             .is_none_or(|n| matches!(n.status, NodeStatus::Down | NodeStatus::Disconnected))
     }
 
+    /// The job's deployment as this evaluation finds it: one of an older version that is
+    /// still active is cancelled ("newer version"); a successful or cancelled one of this
+    /// version means no new one is made for it.
+    fn rollout(&self, ctx: &mut EvalContext, job: &Job) -> Rollout {
+        let mut rollout = Rollout::default();
+        if self.sysbatch {
+            return rollout;
+        }
+        let Some(d) = self
+            .session
+            .snapshot
+            .latest_deployment(&job.namespace, &job.id)
+        else {
+            return rollout;
+        };
+        if d.job_version != job.version || d.job_create_index != job.create_index {
+            if d.active() {
+                ctx.plan.deployment_updates.push(status_update(
+                    &d,
+                    DeploymentStatus::Cancelled,
+                    DESC_NEWER_JOB,
+                ));
+            }
+            return rollout;
+        }
+        match d.status {
+            DeploymentStatus::Successful | DeploymentStatus::Cancelled => {
+                rollout.finished = true;
+            }
+            _ => {
+                rollout.current = Some((*d).clone());
+                rollout.stored = Some(d);
+            }
+        }
+        rollout
+    }
+
     /// The per-node diff, then the placements it asks for.
     fn diff_and_place(
         &mut self,
@@ -105,7 +158,7 @@ impl<'a> SystemScheduler<'a> {
         ctx: &mut EvalContext,
         job: &Arc<Job>,
         allocs: &[Arc<Allocation>],
-    ) -> Result<Option<Evaluation>, SchedulerError> {
+    ) -> Result<(), SchedulerError> {
         let now = self.session.env.now;
         let scope = ready_nodes(&self.session.snapshot, job, self.session.env.ready_nodes);
         let eligible: HashMap<NodeId, Arc<Node>> = scope
@@ -117,14 +170,23 @@ impl<'a> SystemScheduler<'a> {
         // holds the job-wide class cache and the metrics' node counts.
         let (mut stack, mut placers) = self.session.stack(ctx, job, scope, false);
         let preempt = self.session.preemption_enabled(job.job_type);
+        let mut rollout = self.rollout(ctx, job);
 
-        // Live allocation per (node, group); finished sysbatch runs of this version.
+        // Live allocation per (node, group); nodes where the group ran this version and
+        // ended (a sysbatch run finished; for a system job, a replacement, which makes no
+        // deployment); the newest ended allocation per (node, group).
         let mut live: HashMap<(NodeId, String), Arc<Allocation>> = HashMap::new();
         let mut finished: BTreeSet<(NodeId, String)> = BTreeSet::new();
+        let mut ran_this_version: BTreeSet<(NodeId, String)> = BTreeSet::new();
+        let mut ended: HashMap<(NodeId, String), Arc<Allocation>> = HashMap::new();
         let mut sorted: Vec<&Arc<Allocation>> = allocs.iter().collect();
         sorted.sort_by(|a, b| (a.create_index, &a.id).cmp(&(b.create_index, &b.id)));
         for alloc in sorted {
             if alloc.terminal_status() {
+                let key = (alloc.node_id.clone(), alloc.task_group.to_string());
+                if alloc.job_version == job.version {
+                    ran_this_version.insert(key.clone());
+                }
                 if self.sysbatch
                     && alloc.job_version == job.version
                     && alloc.desired_status == DesiredStatus::Run
@@ -133,8 +195,9 @@ impl<'a> SystemScheduler<'a> {
                         ClientStatus::Complete | ClientStatus::Failed
                     )
                 {
-                    finished.insert((alloc.node_id.clone(), alloc.task_group.to_string()));
+                    finished.insert(key.clone());
                 }
+                ended.insert(key, alloc.clone());
                 continue;
             }
             if self.node_lost(&alloc.node_id) {
@@ -178,38 +241,70 @@ impl<'a> SystemScheduler<'a> {
             live.insert(key, alloc.clone());
         }
 
-        let mut placements: Vec<Placement> = Vec::new();
         let mut node_ids: Vec<&NodeId> = eligible.keys().collect();
         node_ids.sort();
-        // A group with an update block replaces at most `max_parallel` allocations per
-        // evaluation (Nomad's system rolling update); the rest wait for the next one,
-        // `stagger` later. What an earlier attempt of this evaluation committed (a plan
-        // partly applied, then retried) counts against it.
-        let mut budget: HashMap<String, u32> = job
-            .task_groups
-            .iter()
-            .filter_map(|g| {
-                let update = g.update.as_ref().filter(|u| u.max_parallel() > 0)?;
-                let done = allocs
-                    .iter()
-                    .filter(|a| {
-                        a.eval_id == run.eval.id
-                            && a.task_group.as_str() == g.name
-                            && !a.previous_allocation.is_empty()
+        let groups: Vec<&TaskGroup> = job.task_groups.iter().filter(|g| g.count > 0).collect();
+
+        // A group with an update block (`max_parallel` > 0) rolls out through a deployment
+        // (Nomad 1.11's system deployments): one is made for the version when such a group
+        // has work on some node (an older version to replace, or a node that never ran this
+        // version), unless this version already had one.
+        if !self.sysbatch {
+            let rolling_with_work: Vec<&TaskGroup> = groups
+                .iter()
+                .copied()
+                .filter(|g| g.update.as_ref().is_some_and(|u| u.rolls()))
+                .filter(|g| {
+                    node_ids.iter().any(|id| {
+                        let key = ((*id).clone(), g.name.clone());
+                        match live.get(&key) {
+                            Some(alloc) => alloc.job_version != job.version,
+                            None => !ran_this_version.contains(&key),
+                        }
                     })
-                    .count();
-                let left = update.max_parallel().saturating_sub(done as u32);
-                Some((g.name.clone(), left))
-            })
-            .collect();
-        let mut next_roll: Option<u64> = None;
+                })
+                .collect();
+            if rollout.current.is_none() && !rollout.finished && !rolling_with_work.is_empty() {
+                rollout.current = Some(new_deployment(
+                    job,
+                    &run.eval,
+                    crate::util::new_uuid(self.session.env.rng).into(),
+                    now,
+                ));
+            }
+            if let Some(d) = rollout.current.as_mut().filter(|d| d.active()) {
+                for group in rolling_with_work {
+                    d.task_groups
+                        .entry(group.name.clone())
+                        .or_insert_with(|| new_group_state(group));
+                }
+            }
+        }
+        let deployment_id = rollout
+            .current
+            .as_ref()
+            .filter(|d| d.active())
+            .map(|d| d.id.clone())
+            .unwrap_or_default();
+
+        let mut counts: HashMap<String, GroupCount> = HashMap::new();
+        let mut placements: Vec<Placement> = Vec::new();
         for node_id in node_ids {
             let node = &eligible[node_id];
-            for group in job.task_groups.iter().filter(|g| g.count > 0) {
+            for group in &groups {
                 let key = (node.id.clone(), group.name.clone());
+                let count = counts.entry(group.name.clone()).or_default();
                 match live.get(&key) {
-                    Some(alloc) if alloc.job_version == job.version => {}
+                    Some(alloc) if alloc.job_version == job.version => {
+                        count.candidates += 1;
+                        if !deployment_id.is_empty() && alloc.deployment_id == deployment_id {
+                            count.canaries += u32::from(alloc.is_canary());
+                            count.unjudged +=
+                                u32::from(!alloc.is_healthy() && !alloc.is_unhealthy());
+                        }
+                    }
                     Some(alloc) => {
+                        count.candidates += 1;
                         let destructive = match self.session.snapshot.alloc_job(alloc) {
                             Some(old) => tasks_updated(old, job, &group.name),
                             None => true,
@@ -225,47 +320,108 @@ impl<'a> SystemScheduler<'a> {
                                 job,
                                 node,
                                 alloc,
-                                &DeploymentId::default(),
+                                &deployment_id,
                                 now,
                             )
                         {
+                            count.destructive += 1;
                             placements.push(Placement {
                                 node: node.clone(),
                                 group: group.name.clone(),
                                 replaces: Some(alloc.clone()),
+                                canary: false,
                             });
                         }
                     }
                     None if finished.contains(&key) => {}
-                    None => placements.push(Placement {
-                        node: node.clone(),
-                        group: group.name.clone(),
-                        replaces: None,
-                    }),
+                    None => {
+                        count.candidates += 1;
+                        // A failed canary's node gets a canary again.
+                        let canary = !deployment_id.is_empty()
+                            && ended.get(&key).is_some_and(|a| {
+                                a.deployment_id == deployment_id
+                                    && a.is_canary()
+                                    && a.job_version == job.version
+                            });
+                        placements.push(Placement {
+                            node: node.clone(),
+                            group: group.name.clone(),
+                            replaces: None,
+                            canary,
+                        });
+                    }
                 }
             }
         }
 
-        for placement in placements {
+        // What each group may replace in this evaluation.
+        let mut gates: HashMap<String, Gate> = HashMap::new();
+        for group in &groups {
+            let count = counts.get(&group.name).cloned().unwrap_or_default();
+            let update = group.update.as_ref().filter(|u| u.rolls());
+            let state = rollout
+                .current
+                .as_ref()
+                .and_then(|d| d.task_groups.get(&group.name));
+            let gate = match (update, &rollout.current, state) {
+                (Some(update), Some(d), Some(state)) => {
+                    if matches!(
+                        d.status,
+                        DeploymentStatus::Paused | DeploymentStatus::Failed
+                    ) {
+                        // A paused or failed deployment replaces nothing more.
+                        Gate::Hold
+                    } else if update.canary() > 0
+                        && !state.promoted
+                        && job.version != 0
+                        && count.destructive > 0
+                    {
+                        let required = (update.canary() as u64
+                            * u64::from(count.destructive + count.canaries))
+                        .div_ceil(100)
+                        .min(u64::from(update.max_parallel()))
+                            as u32;
+                        Gate::Canaries {
+                            required,
+                            left: required.saturating_sub(count.canaries),
+                        }
+                    } else {
+                        Gate::Limit(update.max_parallel().saturating_sub(count.unjudged))
+                    }
+                }
+                // Rolling without a deployment (this version had one already).
+                (Some(update), _, _) => Gate::Limit(update.max_parallel()),
+                (None, _, _) => Gate::All,
+            };
+            gates.insert(group.name.clone(), gate);
+        }
+
+        for mut placement in placements {
+            let gate = gates
+                .get_mut(&placement.group)
+                .expect("a gate exists for every group");
+            if placement.replaces.is_some() {
+                match gate {
+                    Gate::All => {}
+                    Gate::Hold | Gate::Limit(0) | Gate::Canaries { left: 0, .. } => continue,
+                    Gate::Limit(_) => {}
+                    Gate::Canaries { .. } => placement.canary = true,
+                }
+            }
             let placer = placers
                 .get_mut(&placement.group)
                 .expect("a placer exists for every group");
-            // A replacement spends the group's budget only once it takes effect (placed, or
-            // the node no longer takes the group); none left: the next step does it.
-            let rolling = placement.replaces.is_some() && budget.contains_key(&placement.group);
-            if rolling && budget[&placement.group] == 0 {
-                let stagger = job
-                    .task_group(&placement.group)
-                    .and_then(|g| g.update.as_ref())
-                    .map_or(0, |u| u.stagger());
-                next_roll = Some(next_roll.map_or(stagger, |n| n.min(stagger)));
-                continue;
-            }
-            let mut spend = || {
-                if rolling {
-                    if let Some(left) = budget.get_mut(&placement.group) {
-                        *left = left.saturating_sub(1);
+            // A replacement spends the gate only once it takes effect (placed, or the node
+            // no longer takes the group).
+            let spend = |gate: &mut Gate| {
+                if placement.replaces.is_none() {
+                    return;
+                }
+                match gate {
+                    Gate::Limit(left) | Gate::Canaries { left, .. } => {
+                        *left = left.saturating_sub(1)
                     }
+                    Gate::All | Gate::Hold => {}
                 }
             };
             if let Some(old) = &placement.replaces {
@@ -278,7 +434,8 @@ impl<'a> SystemScheduler<'a> {
             // stands) is not a failure: the job does not want this node.
             let victims = match stack.evaluate(ctx, placer, &placement.node, &[], preempt) {
                 Verdict::Filtered => {
-                    spend();
+                    spend(gate);
+                    uncount(&mut counts, &placement);
                     continue;
                 }
                 Verdict::Exhausted => None,
@@ -298,6 +455,15 @@ impl<'a> SystemScheduler<'a> {
                             .as_ref()
                             .map(|a| a.id.clone())
                             .unwrap_or_default(),
+                        deployment_id: deployment_id.clone(),
+                        deployment_status: (placement.canary && !deployment_id.is_empty()).then(
+                            || {
+                                Box::new(AllocDeploymentStatus {
+                                    canary: true,
+                                    ..AllocDeploymentStatus::default()
+                                })
+                            },
+                        ),
                         ..self.session.new_alloc(
                             job,
                             &run.eval,
@@ -308,9 +474,10 @@ impl<'a> SystemScheduler<'a> {
                         )
                     };
                     place_preempting(ctx, alloc, &victims, now);
-                    spend();
+                    spend(gate);
                 }
                 None => {
+                    uncount(&mut counts, &placement);
                     if let Some(old) = &placement.replaces {
                         ctx.pop_stop(old);
                     }
@@ -350,39 +517,141 @@ impl<'a> SystemScheduler<'a> {
                 }
             }
         }
-        // Nomad's `NextRollingEval`: the rest of the rolling update, `stagger` from now.
-        // One per evaluation (not again when a plan is retried), and none while another
-        // step of this job's roll is pending (another evaluation started it).
-        let pending_step = self
-            .session
-            .snapshot
-            .evals_by_job(&job.namespace, &job.id)
-            .any(|e| {
-                e.triggered_by == EvalTrigger::RollingUpdate
-                    && e.status == EvalStatus::Pending
-                    && e.id != run.eval.id
-            });
-        if self.rolling_step_made || pending_step {
-            return Ok(None);
+        rollout.settle(ctx, &counts, &gates);
+        Ok(())
+    }
+}
+
+/// A system job's deployment as one evaluation sees it.
+#[derive(Default)]
+struct Rollout {
+    /// The deployment of the job's version that has not finished (running, paused or
+    /// failed), or the one this evaluation makes.
+    current: Option<Deployment>,
+    /// `current` as stored (`None`: made by this evaluation).
+    stored: Option<Arc<Deployment>>,
+    /// A deployment of this version succeeded or was cancelled: no new one is made.
+    finished: bool,
+}
+
+impl Rollout {
+    /// Records in the plan what this evaluation learned about the deployment: each group's
+    /// nodes (`DesiredTotal`, as Nomad counts them for system jobs: where the group is or
+    /// could be placed) and canaries; done when no group waits for canaries and each has
+    /// as many healthy allocations as nodes.
+    fn settle(
+        self,
+        ctx: &mut EvalContext,
+        counts: &HashMap<String, GroupCount>,
+        gates: &HashMap<String, Gate>,
+    ) {
+        let Some(mut d) = self.current else {
+            return;
+        };
+        let mut complete = true;
+        for (name, state) in d.task_groups.iter_mut() {
+            state.desired_total = counts.get(name).map_or(0, |c| c.candidates);
+            match gates.get(name) {
+                Some(Gate::Canaries { required, .. }) => {
+                    state.desired_canaries = *required;
+                    complete = false;
+                }
+                _ => complete &= state.healthy_allocs >= state.desired_total,
+            }
         }
-        self.rolling_step_made = next_roll.is_some();
-        Ok(next_roll.map(|stagger| Evaluation {
-            id: crate::util::new_uuid(self.session.env.rng).into(),
-            namespace: job.namespace.clone(),
-            priority: run.eval.priority,
-            eval_type: job.job_type,
-            triggered_by: EvalTrigger::RollingUpdate,
-            job_id: job.id.clone(),
-            job_modify_index: job.job_modify_index,
-            status: EvalStatus::Pending,
-            wait_until: Timestamp::from_unix_nanos(
-                now.saturating_add(i64::try_from(stagger).unwrap_or(i64::MAX)),
-            ),
-            previous_eval: run.eval.id.clone(),
-            create_time: now,
-            modify_time: now,
-            ..Evaluation::default()
-        }))
+        match &self.stored {
+            None if d.task_groups.values().all(|g| g.desired_total == 0) => return,
+            None => {}
+            Some(_) if complete && d.status == DeploymentStatus::Running => {
+                ctx.plan.deployment_updates.push(status_update(
+                    &d,
+                    DeploymentStatus::Successful,
+                    DESC_SUCCESSFUL,
+                ));
+            }
+            Some(_) => {}
+        }
+        if d.status == DeploymentStatus::Running {
+            d.status_description = d.running_description().to_owned();
+        }
+        if self.stored.as_deref() != Some(&d) {
+            ctx.plan.deployment = Some(d);
+        }
+    }
+}
+
+/// A group's nodes in one evaluation.
+#[derive(Debug, Default, Clone)]
+struct GroupCount {
+    /// Eligible nodes where the group is, or is placed.
+    candidates: u32,
+    /// Of its live allocations of this version in the deployment: canaries.
+    canaries: u32,
+    /// ... and those whose health is not judged yet (they count against `max_parallel`).
+    unjudged: u32,
+    /// Allocations of an older version to replace.
+    destructive: u32,
+}
+
+/// What a group may replace in one evaluation.
+#[derive(Debug, Clone, Copy)]
+enum Gate {
+    /// Everything (no update block, or `max_parallel = 0`).
+    All,
+    /// Nothing: the deployment is paused or failed.
+    Hold,
+    /// This many more (`max_parallel`, less the deployment's allocations not yet judged).
+    Limit(u32),
+    /// Canaries, until promoted: `required` in all (the `canary` percentage of the nodes to
+    /// update, rounded up, at most `max_parallel`), `left` still to place.
+    Canaries { required: u32, left: u32 },
+}
+
+/// A placement that did not take (node filtered or full) is not one of its group's nodes.
+fn uncount(counts: &mut HashMap<String, GroupCount>, placement: &Placement) {
+    if let Some(count) = counts.get_mut(&placement.group) {
+        count.candidates = count.candidates.saturating_sub(1);
+        if placement.replaces.is_some() {
+            count.destructive = count.destructive.saturating_sub(1);
+        }
+    }
+}
+
+fn status_update(d: &Deployment, status: DeploymentStatus, why: &str) -> DeploymentStatusUpdate {
+    DeploymentStatusUpdate {
+        deployment_id: d.id.clone(),
+        status,
+        status_description: why.to_owned(),
+    }
+}
+
+/// A new deployment of `job`'s version.
+fn new_deployment(job: &Job, eval: &Evaluation, id: DeploymentId, now: i64) -> Deployment {
+    Deployment {
+        id,
+        namespace: job.namespace.clone(),
+        job_id: job.id.clone(),
+        job_version: job.version,
+        job_modify_index: job.modify_index,
+        job_spec_modify_index: job.job_modify_index,
+        job_create_index: job.create_index,
+        eval_priority: eval.priority,
+        status: DeploymentStatus::Running,
+        status_description: DESC_RUNNING.to_owned(),
+        create_time: now,
+        modify_time: now,
+        ..Deployment::default()
+    }
+}
+
+/// A group's state in a deployment that starts tracking it.
+fn new_group_state(group: &TaskGroup) -> DeploymentState {
+    let update = group.update.clone().unwrap_or_default();
+    DeploymentState {
+        auto_revert: update.auto_revert(),
+        auto_promote: update.auto_promote(),
+        progress_deadline: update.progress_deadline(),
+        ..DeploymentState::default()
     }
 }
 
@@ -410,13 +679,13 @@ impl<'a> Family<'a> for SystemScheduler<'a> {
             .filter(|j| !j.stopped() && !j.is_parent())
         {
             None => {
-                self.stop_all(&mut attempt.ctx, &attempt.allocs);
+                self.stop_all(&mut attempt.ctx, &run.eval, &attempt.allocs);
                 Ok(Vec::new())
             }
-            Some(job) => Ok(self
-                .diff_and_place(run, &mut attempt.ctx, job, &attempt.allocs)?
-                .into_iter()
-                .collect()),
+            Some(job) => {
+                self.diff_and_place(run, &mut attempt.ctx, job, &attempt.allocs)?;
+                Ok(Vec::new())
+            }
         }
     }
 }
@@ -424,7 +693,6 @@ impl<'a> Family<'a> for SystemScheduler<'a> {
 impl Scheduler for SystemScheduler<'_> {
     fn process(&mut self, eval: &Evaluation) -> Result<(), SchedulerError> {
         self.blocked_nodes.clear();
-        self.rolling_step_made = false;
         placement::process(self, eval)
     }
 }

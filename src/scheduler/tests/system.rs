@@ -188,86 +188,131 @@ fn system_job_updates_replace_changed_tasks() {
     assert!(h.running_allocs(&job).iter().all(|a| a.job_version == 2));
 }
 
-/// `mock_system_job` rolling one allocation per 30 s.
-fn rolling_system_job() -> teamster_storage::model::Job {
+/// `mock_system_job` with an update block: `max_parallel` and a `canary` percentage.
+fn rolling_system_job(max_parallel: i64, canary: i64) -> teamster_storage::model::Job {
     let mut job = mock_system_job("agent");
     job.task_groups_mut()[0].update = Some(teamster_storage::model::UpdateStrategy {
-        max_parallel: Some(1),
-        stagger: Some(30_000_000_000),
-        ..Default::default()
+        max_parallel: Some(max_parallel),
+        canary: Some(canary),
+        ..teamster_storage::model::UpdateStrategy::nomad_default()
     });
     job
 }
 
+/// The job with a changed task environment: a destructive update.
+fn changed(job: &teamster_storage::model::Job) -> teamster_storage::model::Job {
+    let mut job = job.clone();
+    job.task_groups_mut()[0].tasks[0]
+        .env
+        .insert("LEVEL".into(), "debug".into());
+    job
+}
+
+fn system_deployment(
+    h: &Harness,
+    job: &teamster_storage::model::Job,
+) -> Arc<teamster_storage::model::Deployment> {
+    h.snapshot()
+        .latest_deployment(&job.namespace, &job.id)
+        .expect("a deployment")
+}
+
+fn of_version(
+    h: &Harness,
+    job: &teamster_storage::model::Job,
+    version: u64,
+) -> Vec<Arc<Allocation>> {
+    h.running_allocs(job)
+        .into_iter()
+        .filter(|a| a.job_version == version)
+        .collect()
+}
+
+/// Reports every running allocation of the job's version healthy, then evaluates the job as
+/// the deployment watcher does.
+fn healthy_then_evaluate(h: &mut Harness, job: &teamster_storage::model::Job) {
+    let ids: Vec<_> = of_version(h, job, job.version)
+        .iter()
+        .filter(|a| !a.is_healthy())
+        .map(|a| a.id.clone())
+        .collect();
+    let now = h.now;
+    h.report_health(&ids, true, now).unwrap();
+    let eval = h
+        .create_pending_eval(job, EvalTrigger::DeploymentWatcher, None)
+        .unwrap();
+    h.process(&eval).unwrap();
+}
+
+/// Nomad 1.11's system deployments: the first version is placed everywhere at once and
+/// tracked; a new version replaces `max_parallel` allocations, then the next ones only as
+/// those turn healthy (each evaluation the watcher makes), and the deployment succeeds
+/// when every node runs it healthy. No `stagger` step is scheduled.
 #[test]
-fn a_system_job_with_an_update_block_rolls_max_parallel_per_stagger() {
+fn a_system_job_rolls_out_through_a_deployment_max_parallel_healthy_at_a_time() {
+    use teamster_storage::model::DeploymentStatus;
     let (mut h, _) = harness_with_nodes(3);
-    let job = rolling_system_job();
-    let (v0, eval) = h.register_job(job).unwrap();
+    let (v0, eval) = h.register_job(rolling_system_job(1, 0)).unwrap();
     h.process(&eval).unwrap();
     assert_eq!(
-        h.running_allocs(&v0).len(),
+        of_version(&h, &v0, 0).len(),
         3,
         "first placements are not limited"
     );
+    let d0 = system_deployment(&h, &v0);
+    assert_eq!(d0.task_groups["web"].desired_total, 3);
+    assert!(of_version(&h, &v0, 0)
+        .iter()
+        .all(|a| a.deployment_id == d0.id));
+    assert_eq!(d0.status, DeploymentStatus::Running);
+    healthy_then_evaluate(&mut h, &v0);
+    assert_eq!(
+        system_deployment(&h, &v0).status,
+        DeploymentStatus::Successful
+    );
+
+    let (v1, eval) = h.register_job(changed(&v0)).unwrap();
+    h.process(&eval).unwrap();
+    let d1 = system_deployment(&h, &v1);
+    assert_ne!(d1.id, d0.id);
+    assert_eq!(d1.task_groups["web"].desired_total, 3);
+    assert_eq!(of_version(&h, &v1, 1).len(), 1, "max_parallel at once");
+    // Not healthy yet: another evaluation replaces nothing more.
+    let plans = h.plans.len();
+    let eval = h
+        .create_pending_eval(&v1, EvalTrigger::NodeUpdate, None)
+        .unwrap();
+    h.process(&eval).unwrap();
+    assert_eq!(h.plans.len(), plans, "waits for health");
+    for replaced in 2..=3 {
+        healthy_then_evaluate(&mut h, &v1);
+        assert_eq!(of_version(&h, &v1, 1).len(), replaced);
+        assert_eq!(of_version(&h, &v1, 0).len(), 3 - replaced);
+        assert_eq!(system_deployment(&h, &v1).status, DeploymentStatus::Running);
+    }
+    healthy_then_evaluate(&mut h, &v1);
+    let d1 = system_deployment(&h, &v1);
+    assert_eq!(d1.status, DeploymentStatus::Successful);
+    assert_eq!(d1.task_groups["web"].healthy_allocs, 3);
     assert!(
         !h.created_evals
             .iter()
             .any(|e| e.triggered_by == EvalTrigger::RollingUpdate),
-        "nothing to roll yet"
+        "health paces the roll, not stagger"
     );
-
-    let mut changed = (*v0).clone();
-    changed.task_groups_mut()[0].tasks[0]
-        .env
-        .insert("LEVEL".into(), "debug".into());
-    let (v1, eval) = h.register_job(changed).unwrap();
-    let of_version = |h: &Harness, v: u64| {
-        h.running_allocs(&v1)
-            .iter()
-            .filter(|a| a.job_version == v)
-            .count()
-    };
-    let mut at = h.now;
-    for replaced in 1..=3 {
-        let eval = if replaced == 1 {
-            eval.clone()
-        } else {
-            h.created_evals
-                .iter()
-                .rev()
-                .find(|e| e.triggered_by == EvalTrigger::RollingUpdate)
-                .cloned()
-                .expect("the next step of the rolling update")
-        };
-        if replaced > 1 {
-            assert_eq!(
-                eval.wait_until.unix_nanos(),
-                Some(at + 30_000_000_000),
-                "stagger later"
-            );
-        }
-        let before = h.created_evals.len();
-        h.process(&eval).unwrap();
-        at = h.now;
-        assert_eq!(of_version(&h, v1.version), replaced, "one per evaluation");
-        assert_eq!(of_version(&h, v0.version), 3 - replaced);
-        let next = h.created_evals[before..]
-            .iter()
-            .any(|e| e.triggered_by == EvalTrigger::RollingUpdate);
-        assert_eq!(next, replaced < 3, "a next step only while some remain");
-    }
 }
 
-/// A node that cannot take the new version does not use up the step: the others roll, and
-/// one chain of steps runs however many evaluations see the roll.
+/// A failed deployment replaces nothing more; a node that cannot take the new version is
+/// not one of the deployment's nodes, so it neither stalls the roll nor keeps it from
+/// succeeding.
 #[test]
-fn a_full_node_does_not_stall_a_system_roll_and_one_chain_runs() {
+fn a_system_deployment_holds_when_failed_and_skips_a_full_node() {
+    use teamster_storage::fsm::DeploymentStatusUpdateCommand;
+    use teamster_storage::model::{DeploymentStatus, DeploymentStatusUpdate};
     let (mut h, nodes) = harness_with_nodes(3);
-    let job = rolling_system_job();
-    let (v0, eval) = h.register_job(job).unwrap();
+    let (v0, eval) = h.register_job(rolling_system_job(1, 0)).unwrap();
     h.process(&eval).unwrap();
-    assert_eq!(h.running_allocs(&v0).len(), 3);
+    healthy_then_evaluate(&mut h, &v0);
     // The node visited first has no room for the new, larger version.
     let mut ids: Vec<NodeId> = nodes.iter().map(|n| n.id.clone()).collect();
     ids.sort();
@@ -278,27 +323,111 @@ fn a_full_node_does_not_stall_a_system_roll_and_one_chain_runs() {
     bigger.task_groups_mut()[0].tasks[0].resources.memory_mb = 4096;
     let (v1, eval) = h.register_job(bigger).unwrap();
     h.process(&eval).unwrap();
-    let new: Vec<NodeId> = h
-        .running_allocs(&v1)
-        .iter()
-        .filter(|a| a.job_version == v1.version)
-        .map(|a| a.node_id.clone())
-        .collect();
+    let new = of_version(&h, &v1, 1);
     assert_eq!(new.len(), 1, "one replaced despite the full node");
-    assert_ne!(new[0], ids[0]);
-    let steps = |h: &Harness| {
-        h.created_evals
-            .iter()
-            .filter(|e| e.triggered_by == EvalTrigger::RollingUpdate)
-            .count()
-    };
-    assert_eq!(steps(&h), 1);
-    // Another evaluation mid-roll (a node update) does not start a second chain.
-    let other = h
-        .create_pending_eval(&v1, EvalTrigger::NodeUpdate, None)
-        .unwrap();
-    h.process(&other).unwrap();
-    assert_eq!(steps(&h), 1, "one chain of steps");
+    assert_ne!(new[0].node_id, ids[0]);
+    assert_eq!(
+        system_deployment(&h, &v1).task_groups["web"].desired_total,
+        2,
+        "the full node is not counted"
+    );
+    healthy_then_evaluate(&mut h, &v1);
+    assert_eq!(of_version(&h, &v1, 1).len(), 2);
+    healthy_then_evaluate(&mut h, &v1);
+    assert_eq!(
+        system_deployment(&h, &v1).status,
+        DeploymentStatus::Successful
+    );
+    assert_eq!(
+        of_version(&h, &v1, 0).len(),
+        1,
+        "the full node keeps its allocation"
+    );
+
+    // A failed deployment of the next version stops where it is.
+    let (v2, eval) = h.register_job(changed(&v1)).unwrap();
+    h.process(&eval).unwrap();
+    assert_eq!(of_version(&h, &v2, 2).len(), 1);
+    let d2 = system_deployment(&h, &v2);
+    h.apply(Command::DeploymentStatusUpdate(
+        DeploymentStatusUpdateCommand {
+            update: DeploymentStatusUpdate {
+                deployment_id: d2.id.clone(),
+                status: DeploymentStatus::Failed,
+                status_description: "Deployment marked as failed".into(),
+            },
+            revert: None,
+            eval: None,
+            modify_time: h.now,
+        },
+    ))
+    .unwrap();
+    healthy_then_evaluate(&mut h, &v2);
+    assert_eq!(of_version(&h, &v2, 2).len(), 1, "a failed deployment holds");
+}
+
+/// `canary` is a percentage of the nodes to update: that many (rounded up, at most
+/// `max_parallel`) are replaced first and the rest wait for promotion; then the roll goes
+/// on `max_parallel` at a time.
+#[test]
+fn system_canaries_replace_a_share_of_the_nodes_until_promoted() {
+    use teamster_storage::fsm::DeploymentPromote;
+    use teamster_storage::model::DeploymentStatus;
+    let (mut h, _) = harness_with_nodes(5);
+    let (v0, eval) = h.register_job(rolling_system_job(2, 30)).unwrap();
+    h.process(&eval).unwrap();
+    assert_eq!(
+        system_deployment(&h, &v0).task_groups["web"].desired_canaries,
+        0,
+        "no canary for a first version"
+    );
+    healthy_then_evaluate(&mut h, &v0);
+
+    let (v1, eval) = h.register_job(changed(&v0)).unwrap();
+    h.process(&eval).unwrap();
+    let d = system_deployment(&h, &v1);
+    // 30 % of 5 nodes, rounded up.
+    assert_eq!(d.task_groups["web"].desired_canaries, 2);
+    assert_eq!(
+        d.status_description,
+        "Deployment is running but requires manual promotion"
+    );
+    let canaries = of_version(&h, &v1, 1);
+    assert_eq!(canaries.len(), 2);
+    assert!(canaries.iter().all(|a| a.is_canary()));
+    assert_eq!(
+        of_version(&h, &v1, 0).len(),
+        3,
+        "the canaries' nodes were replaced"
+    );
+    // Healthy canaries wait for promotion.
+    let plans = h.plans.len();
+    healthy_then_evaluate(&mut h, &v1);
+    assert_eq!(h.plans.len(), plans);
+    assert_eq!(of_version(&h, &v1, 1).len(), 2);
+
+    let d = system_deployment(&h, &v1);
+    assert_eq!(d.task_groups["web"].placed_canaries.len(), 2);
+    h.apply(Command::DeploymentPromote(DeploymentPromote {
+        deployment_id: d.id.clone(),
+        all: true,
+        groups: Vec::new(),
+        eval: None,
+        modify_time: h.now,
+    }))
+    .unwrap();
+    healthy_then_evaluate(&mut h, &v1);
+    assert_eq!(
+        of_version(&h, &v1, 1).len(),
+        4,
+        "max_parallel more after promotion"
+    );
+    healthy_then_evaluate(&mut h, &v1);
+    assert_eq!(of_version(&h, &v1, 1).len(), 5);
+    healthy_then_evaluate(&mut h, &v1);
+    let d = system_deployment(&h, &v1);
+    assert_eq!(d.status, DeploymentStatus::Successful);
+    assert_eq!(d.task_groups["web"].desired_total, 5);
 }
 
 #[test]

@@ -140,9 +140,10 @@ impl UpdateStrategy {
     }
 
     /// Nomad's `UpdateStrategy.Validate`, plus teamster's refusal of canaries a deployment
-    /// could not place (with `max_parallel = 0`, which turns deployments off, or more than
-    /// the count).
-    pub(crate) fn validate(&self, at: &str, count: u32, errors: &mut Vec<String>) {
+    /// could not place (with `max_parallel = 0`, which turns deployments off, or, in a
+    /// service job, more than the count). `count` is the group's count for a service job
+    /// and `None` for a system job, whose `canary` is a percentage of its nodes.
+    pub(crate) fn validate(&self, at: &str, count: Option<u32>, errors: &mut Vec<String>) {
         let at = format!("{at}, update");
         match self.max_parallel {
             Some(n) if n < 0 => errors.push(format!("{at}: max_parallel must be at least 0")),
@@ -156,11 +157,16 @@ impl UpdateStrategy {
         if self.canary.is_some_and(|c| c < 0) {
             errors.push(format!("{at}: canary must be at least 0"));
         }
-        if self.canary() > count {
-            errors.push(format!(
+        match count {
+            Some(count) if self.canary() > count => errors.push(format!(
                 "{at}: canary ({}) must not exceed the group's count ({count})",
                 self.canary()
-            ));
+            )),
+            None if self.canary() > 100 => errors.push(format!(
+                "{at}: canary ({}) is a percentage of the nodes in a system job: at most 100",
+                self.canary()
+            )),
+            _ => {}
         }
         if self.auto_promote() && self.canary() == 0 {
             errors.push(format!(
@@ -188,51 +194,6 @@ impl UpdateStrategy {
     /// `Stagger`, nanoseconds (Nomad's default 30 s when unset).
     pub fn stagger(&self) -> u64 {
         self.stagger.unwrap_or(30 * NANOS_PER_SEC)
-    }
-
-    /// A system job's update block, as Nomad's system scheduler reads it: at most
-    /// `max_parallel` allocations replaced per evaluation, the next ones `stagger` later
-    /// (0: all at once). There is no deployment, so canaries, auto-revert and auto-promote
-    /// are refused rather than ignored.
-    pub(crate) fn validate_system(&self, at: &str, errors: &mut Vec<String>) {
-        let at = format!("{at}, update");
-        if self.max_parallel.is_some_and(|n| n < 0) {
-            errors.push(format!("{at}: max_parallel must be at least 0"));
-        }
-        if self.stagger == Some(0) {
-            errors.push(format!("{at}: stagger must be greater than zero"));
-        }
-        // Health is not waited for: a health setting other than Nomad's default would be
-        // taken and ignored, so it is refused too.
-        let default = UpdateStrategy::nomad_default();
-        for (set, field) in [
-            (self.canary() > 0, "canary"),
-            (self.auto_revert(), "auto_revert"),
-            (self.auto_promote(), "auto_promote"),
-            (
-                self.health_check() != default.health_check(),
-                "health_check",
-            ),
-            (
-                self.min_healthy_time() != default.min_healthy_time(),
-                "min_healthy_time",
-            ),
-            (
-                self.healthy_deadline() != default.healthy_deadline(),
-                "healthy_deadline",
-            ),
-            (
-                self.progress_deadline() != default.progress_deadline(),
-                "progress_deadline",
-            ),
-        ] {
-            if set {
-                errors.push(format!(
-                    "{at}: {field} is not supported for system jobs (they roll by \
-                     max_parallel and stagger, without a deployment)"
-                ));
-            }
-        }
     }
 }
 
@@ -630,7 +591,7 @@ mod tests {
             ..UpdateStrategy::default()
         };
         let mut errors = Vec::new();
-        bad.validate("group \"web\"", 3, &mut errors);
+        bad.validate("group \"web\"", Some(3), &mut errors);
         let text = errors.join("\n");
         for needle in [
             "max_parallel = 0",
@@ -647,12 +608,39 @@ mod tests {
             auto_promote: Some(true),
             ..UpdateStrategy::nomad_default()
         }
-        .validate("g", 3, &mut errors);
+        .validate("g", Some(3), &mut errors);
         assert_eq!(errors.len(), 1, "{errors:?}");
         assert!(errors[0].contains("auto_promote"));
         let mut errors = Vec::new();
-        UpdateStrategy::nomad_default().validate("g", 3, &mut errors);
+        UpdateStrategy::nomad_default().validate("g", Some(3), &mut errors);
         assert!(errors.is_empty(), "{errors:?}");
+    }
+
+    #[test]
+    fn a_system_jobs_canary_is_a_percentage_of_its_nodes() {
+        let with = |canary, max_parallel| {
+            let mut errors = Vec::new();
+            UpdateStrategy {
+                canary: Some(canary),
+                max_parallel: Some(max_parallel),
+                ..UpdateStrategy::nomad_default()
+            }
+            .validate("g", None, &mut errors);
+            errors
+        };
+        // More canaries than a service group's count is fine here: it is a percentage.
+        assert!(with(50, 1).is_empty(), "{:?}", with(50, 1));
+        assert!(with(100, 2).is_empty());
+        assert!(
+            with(101, 2)[0].contains("at most 100"),
+            "{:?}",
+            with(101, 2)
+        );
+        assert!(
+            with(50, 0)[0].contains("max_parallel = 0"),
+            "{:?}",
+            with(50, 0)
+        );
     }
 
     #[test]

@@ -1951,8 +1951,8 @@ impl Job {
             }
             if let Some(update) = &group.update {
                 match self.job_type {
-                    JobType::Service => update.validate(&at, group.count, &mut errors),
-                    JobType::System => update.validate_system(&at, &mut errors),
+                    JobType::Service => update.validate(&at, Some(group.count), &mut errors),
+                    JobType::System => update.validate(&at, None, &mut errors),
                     other => errors.push(format!(
                         "{at}: job type {} does not allow an update block",
                         other.as_str(),

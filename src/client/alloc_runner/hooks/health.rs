@@ -10,12 +10,12 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures::future::BoxFuture;
-use teamster_storage::model::{DeploymentId, JobType, Timestamp};
+use teamster_storage::model::{DeploymentId, Timestamp};
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, Instrument};
 
 use super::{AllocCtx, AllocHook, AllocHookError};
-use crate::client::health::{HealthWatch, Step, Verdict, ALLOC_UNHEALTHY};
+use crate::client::health::{judged_job_type, HealthWatch, Step, Verdict, ALLOC_UNHEALTHY};
 use crate::client::shared::Shared;
 use crate::client::types::{event, push_event, JudgedHealth, LocalAlloc};
 
@@ -29,7 +29,7 @@ impl AllocHook for HealthWatcher {
     }
 
     fn prerun<'a>(&'a self, ctx: &'a AllocCtx) -> BoxFuture<'a, Result<(), AllocHookError>> {
-        let judged = ctx.with_local(|l| l.job.job_type == JobType::Service) == Some(true);
+        let judged = ctx.with_local(|l| judged_job_type(l.job.job_type)) == Some(true);
         if judged {
             let span = tracing::info_span!("alloc_health", alloc_id = %ctx.alloc_id);
             tokio::spawn(
