@@ -402,15 +402,11 @@ impl Reconciler<'_> {
         {
             return (state.clone(), true);
         }
-        let strategy = group.update.clone().unwrap_or_default();
         let _ = job;
         (
             DeploymentState {
-                auto_revert: strategy.auto_revert(),
-                auto_promote: strategy.auto_promote(),
-                progress_deadline: strategy.progress_deadline(),
                 desired_total: group.count,
-                ..DeploymentState::default()
+                ..new_group_state(group)
             },
             false,
         )
@@ -418,24 +414,12 @@ impl Reconciler<'_> {
 
     /// A new deployment of `job`'s version.
     fn new_deployment(&self, job: &Job, rng: &mut dyn RngCore) -> Deployment {
-        Deployment {
-            id: crate::util::new_uuid(rng).into(),
-            namespace: job.namespace.clone(),
-            job_id: job.id.clone(),
-            job_version: job.version,
-            job_modify_index: job.modify_index,
-            job_spec_modify_index: job.job_modify_index,
-            job_create_index: job.create_index,
-            is_multiregion: false,
-            eval_priority: self.eval.priority,
-            task_groups: BTreeMap::new(),
-            status: DeploymentStatus::Running,
-            status_description: String::new(),
-            create_index: 0,
-            modify_index: 0,
-            create_time: self.now,
-            modify_time: self.now,
-        }
+        new_deployment(
+            job,
+            self.eval.priority,
+            crate::util::new_uuid(rng).into(),
+            self.now,
+        )
     }
 
     fn stop_all(&self, out: &mut Reconciliation, alloc: &Arc<Allocation>) {
@@ -1035,6 +1019,40 @@ impl Reconciler<'_> {
 }
 
 /// When the allocation's first task started (Unix nanoseconds), if one did.
+/// A new, running deployment `id` of `job`'s version, its evaluations at `priority`.
+pub(crate) fn new_deployment(job: &Job, priority: u32, id: DeploymentId, now: i64) -> Deployment {
+    Deployment {
+        id,
+        namespace: job.namespace.clone(),
+        job_id: job.id.clone(),
+        job_version: job.version,
+        job_modify_index: job.modify_index,
+        job_spec_modify_index: job.job_modify_index,
+        job_create_index: job.create_index,
+        is_multiregion: false,
+        eval_priority: priority,
+        task_groups: BTreeMap::new(),
+        status: DeploymentStatus::Running,
+        status_description: String::new(),
+        create_index: 0,
+        modify_index: 0,
+        create_time: now,
+        modify_time: now,
+    }
+}
+
+/// A group's state in a deployment that starts tracking it: its update block's
+/// auto-revert, auto-promote and progress deadline.
+pub(crate) fn new_group_state(group: &TaskGroup) -> DeploymentState {
+    let update = group.update.clone().unwrap_or_default();
+    DeploymentState {
+        auto_revert: update.auto_revert(),
+        auto_promote: update.auto_promote(),
+        progress_deadline: update.progress_deadline(),
+        ..DeploymentState::default()
+    }
+}
+
 fn started_at(alloc: &Allocation) -> Option<i64> {
     alloc
         .task_states

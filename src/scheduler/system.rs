@@ -13,11 +13,18 @@
 //! - on ready nodes that are merely ineligible or draining, existing allocations are left
 //!   alone;
 //! - on eligible nodes, an allocation of an older job version is updated in place (if only
-//!   non-task fields changed and the node still takes it) or replaced (with an `update`
-//!   block, at most `max_parallel` per evaluation, the rest by a `rolling-update`
-//!   evaluation `stagger` later, as Nomad's system scheduler); a missing one is
+//!   non-task fields changed and the node still takes it) or replaced; a missing one is
 //!   placed — sysbatch groups that already finished on the node for this job version are not
 //!   run again.
+//!
+//! A system group with an `update` block (`max_parallel` > 0) rolls out through a deployment
+//! (Nomad 1.11's system deployments; see [`Rollout`]): at most `max_parallel` of the
+//! deployment's allocations unjudged at once, the next ones placed by the evaluation the
+//! deployment watcher makes as they turn healthy; `canary` percent of the nodes to update
+//! (rounded up, at most `max_parallel`) replaced by canaries first, the rest after
+//! promotion; nothing more replaced while the deployment is paused or failed. Its
+//! `DesiredTotal` is the group's nodes: where it runs or was placed, not where it was
+//! filtered out or found no room.
 //!
 //! A node that filters the group out (constraints, drivers) is simply skipped; a node that
 //! lacks resources is a failed placement: it is recorded in `FailedTGAllocs` and gets its own
@@ -34,9 +41,9 @@ use teamster_storage::model::deployment::{
     DESC_NEWER_JOB, DESC_RUNNING, DESC_STOPPED_JOB, DESC_SUCCESSFUL,
 };
 use teamster_storage::model::{
-    AllocDeploymentStatus, Allocation, ClientStatus, Deployment, DeploymentId, DeploymentState,
-    DeploymentStatus, DeploymentStatusUpdate, DesiredStatus, EvalStatus, Evaluation, Job, Node,
-    NodeId, NodeStatus, TaskGroup,
+    AllocDeploymentStatus, Allocation, ClientStatus, Deployment, DeploymentStatus,
+    DeploymentStatusUpdate, DesiredStatus, EvalStatus, Evaluation, Job, Node, NodeId, NodeStatus,
+    TaskGroup,
 };
 
 use crate::scheduler::context::EvalContext;
@@ -45,7 +52,8 @@ use crate::scheduler::placement::{
     self, inplace_update, place_preempting, Attempt, Blocking, Family, Run, Session,
 };
 use crate::scheduler::reconcile::{
-    ALLOC_LOST, ALLOC_MIGRATING, ALLOC_NODE_TAINTED, ALLOC_NOT_NEEDED, ALLOC_UPDATING,
+    new_deployment, new_group_state, ALLOC_LOST, ALLOC_MIGRATING, ALLOC_NODE_TAINTED,
+    ALLOC_NOT_NEEDED, ALLOC_UPDATING,
 };
 use crate::scheduler::stack::Verdict;
 use crate::scheduler::util::{alloc_name, blocked_eval, ready_nodes, tasks_updated};
@@ -265,12 +273,14 @@ impl<'a> SystemScheduler<'a> {
                 })
                 .collect();
             if rollout.current.is_none() && !rollout.finished && !rolling_with_work.is_empty() {
-                rollout.current = Some(new_deployment(
+                let mut d = new_deployment(
                     job,
-                    &run.eval,
+                    run.eval.priority,
                     crate::util::new_uuid(self.session.env.rng).into(),
                     now,
-                ));
+                );
+                d.status_description = DESC_RUNNING.to_owned();
+                rollout.current = Some(d);
             }
             if let Some(d) = rollout.current.as_mut().filter(|d| d.active()) {
                 for group in rolling_with_work {
@@ -364,14 +374,18 @@ impl<'a> SystemScheduler<'a> {
                 .as_ref()
                 .and_then(|d| d.task_groups.get(&group.name));
             let gate = match (update, &rollout.current, state) {
-                (Some(update), Some(d), Some(state)) => {
+                (None, _, _) => Gate::All,
+                // A paused or failed deployment replaces nothing more, in any group.
+                (Some(_), Some(d), _)
                     if matches!(
                         d.status,
                         DeploymentStatus::Paused | DeploymentStatus::Failed
-                    ) {
-                        // A paused or failed deployment replaces nothing more.
-                        Gate::Hold
-                    } else if update.canary() > 0
+                    ) =>
+                {
+                    Gate::Hold
+                }
+                (Some(update), Some(_), Some(state)) => {
+                    if update.canary() > 0
                         && !state.promoted
                         && job.version != 0
                         && count.destructive > 0
@@ -391,7 +405,6 @@ impl<'a> SystemScheduler<'a> {
                 }
                 // Rolling without a deployment (this version had one already).
                 (Some(update), _, _) => Gate::Limit(update.max_parallel()),
-                (None, _, _) => Gate::All,
             };
             gates.insert(group.name.clone(), gate);
         }
@@ -411,17 +424,16 @@ impl<'a> SystemScheduler<'a> {
             let placer = placers
                 .get_mut(&placement.group)
                 .expect("a placer exists for every group");
-            // A replacement spends the gate only once it takes effect (placed, or the node
-            // no longer takes the group).
-            let spend = |gate: &mut Gate| {
+            // A replacement spends the gate only once it takes effect: placed, or (for a
+            // limit) the node no longer takes the group. Only a placed canary is one.
+            let spend = |gate: &mut Gate, placed: bool| {
                 if placement.replaces.is_none() {
                     return;
                 }
                 match gate {
-                    Gate::Limit(left) | Gate::Canaries { left, .. } => {
-                        *left = left.saturating_sub(1)
-                    }
-                    Gate::All | Gate::Hold => {}
+                    Gate::Limit(left) => *left = left.saturating_sub(1),
+                    Gate::Canaries { left, .. } if placed => *left = left.saturating_sub(1),
+                    Gate::Canaries { .. } | Gate::All | Gate::Hold => {}
                 }
             };
             if let Some(old) = &placement.replaces {
@@ -434,7 +446,7 @@ impl<'a> SystemScheduler<'a> {
             // stands) is not a failure: the job does not want this node.
             let victims = match stack.evaluate(ctx, placer, &placement.node, &[], preempt) {
                 Verdict::Filtered => {
-                    spend(gate);
+                    spend(gate, false);
                     uncount(&mut counts, &placement);
                     continue;
                 }
@@ -474,7 +486,7 @@ impl<'a> SystemScheduler<'a> {
                         )
                     };
                     place_preempting(ctx, alloc, &victims, now);
-                    spend(gate);
+                    spend(gate, true);
                 }
                 None => {
                     uncount(&mut counts, &placement);
@@ -622,36 +634,6 @@ fn status_update(d: &Deployment, status: DeploymentStatus, why: &str) -> Deploym
         deployment_id: d.id.clone(),
         status,
         status_description: why.to_owned(),
-    }
-}
-
-/// A new deployment of `job`'s version.
-fn new_deployment(job: &Job, eval: &Evaluation, id: DeploymentId, now: i64) -> Deployment {
-    Deployment {
-        id,
-        namespace: job.namespace.clone(),
-        job_id: job.id.clone(),
-        job_version: job.version,
-        job_modify_index: job.modify_index,
-        job_spec_modify_index: job.job_modify_index,
-        job_create_index: job.create_index,
-        eval_priority: eval.priority,
-        status: DeploymentStatus::Running,
-        status_description: DESC_RUNNING.to_owned(),
-        create_time: now,
-        modify_time: now,
-        ..Deployment::default()
-    }
-}
-
-/// A group's state in a deployment that starts tracking it.
-fn new_group_state(group: &TaskGroup) -> DeploymentState {
-    let update = group.update.clone().unwrap_or_default();
-    DeploymentState {
-        auto_revert: update.auto_revert(),
-        auto_promote: update.auto_promote(),
-        progress_deadline: update.progress_deadline(),
-        ..DeploymentState::default()
     }
 }
 

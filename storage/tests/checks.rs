@@ -108,10 +108,10 @@ fn nomad_s_refusals_for_on_update_and_initial_status() {
     assert!(e.contains("invalid initial check state (green)"), "{e}");
 }
 
-/// A system job's update block takes nothing it would not act on: its health settings other
-/// than Nomad's defaults are refused by name (nothing waits for health in a system roll).
+/// A system job's update block is Nomad's, canaries as a percentage of the nodes: health
+/// settings are taken (its deployment waits for health) and checked as a service job's are.
 #[test]
-fn a_system_job_s_update_refuses_health_settings() {
+fn a_system_job_s_update_takes_health_settings_and_canary_percentages() {
     let job = |update: Value| {
         let mut job: Job = serde_json::from_value(json!({
             "ID": "s", "Name": "s", "Type": "system", "Datacenters": ["dc1"],
@@ -127,11 +127,18 @@ fn a_system_job_s_update_refuses_health_settings() {
         errors(&job(json!({"MaxParallel": 2, "Stagger": 5_000_000_000u64}))),
         ""
     );
-    let e = errors(&job(
-        json!({"MaxParallel": 1, "MinHealthyTime": 1_000_000_000u64}),
-    ));
+    assert_eq!(
+        errors(&job(json!({
+            "MaxParallel": 1, "Canary": 50, "AutoPromote": true, "AutoRevert": true,
+            "MinHealthyTime": 1_000_000_000u64, "HealthyDeadline": 60_000_000_000u64
+        }))),
+        ""
+    );
+    let e = errors(&job(json!({
+        "MaxParallel": 1, "MinHealthyTime": 90_000_000_000u64, "HealthyDeadline": 60_000_000_000u64
+    })));
     assert!(
-        e.contains("min_healthy_time is not supported for system jobs"),
+        e.contains("min_healthy_time must be less than healthy_deadline"),
         "{e}"
     );
 }
