@@ -1,7 +1,8 @@
-//! The functions that read local files: `file(path)`, `fileexists(path)` and
-//! `templatefile(path, vars)`, paths relative to the working directory. As in Nomad, only a
-//! parse on the user's machine (the CLI) may read files: a job parsed by the servers
-//! (`/v1/jobs/parse`) gets functions that fail with a message saying so.
+//! The functions of the local file system: `file(path)`, `filebase64(path)`,
+//! `fileexists(path)` and `templatefile(path, vars)`, paths relative to the working
+//! directory, and the path functions `abspath`, `basename`, `dirname` and `pathexpand`. As in
+//! Nomad, only a parse on the user's machine (the CLI) may use them: a job parsed by the
+//! servers (`/v1/jobs/parse`) gets functions that fail with a message saying so.
 
 use hcl::eval::{Context, Evaluate, FuncArgs};
 use hcl::Value;
@@ -12,6 +13,11 @@ use super::{obj, s, Out};
 const MAX_BYTES: u64 = crate::jobspec::budget::MAX_SOURCE_BYTES as u64;
 
 fn read(fname: &str, path: &str) -> Result<String, String> {
+    let bytes = read_bytes(fname, path)?;
+    String::from_utf8(bytes).map_err(|_| format!("{fname}: {path:?} is not UTF-8 text"))
+}
+
+fn read_bytes(fname: &str, path: &str) -> Result<Vec<u8>, String> {
     let meta = std::fs::metadata(path).map_err(|e| format!("{fname}: {path:?}: {e}"))?;
     if meta.len() > MAX_BYTES {
         return Err(format!(
@@ -19,12 +25,107 @@ fn read(fname: &str, path: &str) -> Result<String, String> {
             meta.len()
         ));
     }
-    let bytes = std::fs::read(path).map_err(|e| format!("{fname}: {path:?}: {e}"))?;
-    String::from_utf8(bytes).map_err(|_| format!("{fname}: {path:?} is not UTF-8 text"))
+    std::fs::read(path).map_err(|e| format!("{fname}: {path:?}: {e}"))
 }
 
 pub(super) fn file(a: FuncArgs) -> Out {
     read("file", s(&a[0])).map(Value::from)
+}
+
+/// The file's bytes, base64-encoded (any content, text or not).
+pub(super) fn filebase64(a: FuncArgs) -> Out {
+    use base64::Engine;
+    let bytes = read_bytes("filebase64", s(&a[0]))?;
+    Ok(base64::engine::general_purpose::STANDARD
+        .encode(bytes)
+        .into())
+}
+
+/// The path made absolute against the working directory, and cleaned.
+pub(super) fn abspath(a: FuncArgs) -> Out {
+    let path = s(&a[0]);
+    if path.starts_with('/') {
+        return Ok(clean(path).into());
+    }
+    let cwd = std::env::current_dir().map_err(|e| format!("abspath: {e}"))?;
+    let cwd = cwd
+        .to_str()
+        .ok_or_else(|| "abspath: the working directory is not UTF-8".to_string())?;
+    Ok(clean(&format!("{cwd}/{path}")).into())
+}
+
+/// The last element of the path (Go's `filepath.Base`): "." for an empty path, "/" for the
+/// root, trailing slashes ignored.
+pub(super) fn basename(a: FuncArgs) -> Out {
+    Ok(base(s(&a[0])).into())
+}
+
+/// All but the last element of the path, cleaned (Go's `filepath.Dir`).
+pub(super) fn dirname(a: FuncArgs) -> Out {
+    Ok(dir(s(&a[0])).into())
+}
+
+/// A leading `~` replaced by the home directory (`$HOME`); `~user` is refused, as Nomad's
+/// `pathexpand` refuses it; any other path is returned as it is.
+pub(super) fn pathexpand(a: FuncArgs) -> Out {
+    let path = s(&a[0]);
+    let Some(rest) = path.strip_prefix('~') else {
+        return Ok(path.into());
+    };
+    if !rest.is_empty() && !rest.starts_with('/') {
+        return Err(format!(
+            "pathexpand: cannot expand user-specific home dir in {path:?}"
+        ));
+    }
+    let home = std::env::var("HOME")
+        .ok()
+        .filter(|h| !h.is_empty())
+        .ok_or_else(|| "pathexpand: HOME is not set".to_string())?;
+    Ok(format!("{home}{rest}").into())
+}
+
+fn base(path: &str) -> String {
+    if path.is_empty() {
+        return ".".into();
+    }
+    let trimmed = path.trim_end_matches('/');
+    if trimmed.is_empty() {
+        return "/".into();
+    }
+    trimmed.rsplit('/').next().unwrap_or(trimmed).to_string()
+}
+
+fn dir(path: &str) -> String {
+    let cut = path.rfind('/').map_or(0, |i| i + 1);
+    clean(&path[..cut])
+}
+
+/// The shortest equivalent path by lexical processing alone (Go's `filepath.Clean`).
+fn clean(path: &str) -> String {
+    if path.is_empty() {
+        return ".".into();
+    }
+    let rooted = path.starts_with('/');
+    let mut parts: Vec<&str> = Vec::new();
+    for part in path.split('/') {
+        match part {
+            "" | "." => {}
+            ".." => match parts.last() {
+                Some(&last) if last != ".." => {
+                    parts.pop();
+                }
+                _ if rooted => {}
+                _ => parts.push(".."),
+            },
+            other => parts.push(other),
+        }
+    }
+    let joined = parts.join("/");
+    match (rooted, joined.is_empty()) {
+        (true, _) => format!("/{joined}"),
+        (false, true) => ".".into(),
+        (false, false) => joined,
+    }
 }
 
 pub(super) fn fileexists(a: FuncArgs) -> Out {
@@ -58,8 +159,39 @@ pub(super) fn templatefile(a: FuncArgs) -> Out {
 /// What the file functions answer where files may not be read.
 pub(super) fn disabled(_: FuncArgs) -> Out {
     Err(
-        "file(), fileexists() and templatefile() read the machine the job is parsed on: \
-         they work in the CLI, not in a job parsed by the servers"
+        "file(), filebase64(), fileexists(), templatefile() and the path functions read the \
+         machine the job is parsed on: they work in the CLI, not in a job parsed by the servers"
             .into(),
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{base, clean, dir};
+
+    #[test]
+    fn paths_are_cleaned_and_split_as_go_does() {
+        for (path, want) in [
+            ("", "."),
+            ("a//b/./c/..", "a/b"),
+            ("/../a", "/a"),
+            ("../../a", "../../a"),
+            ("a/..", "."),
+            ("/", "/"),
+        ] {
+            assert_eq!(clean(path), want, "clean({path:?})");
+        }
+        for (path, want) in [("", "."), ("/", "/"), ("a/b/", "b"), ("c.txt", "c.txt")] {
+            assert_eq!(base(path), want, "base({path:?})");
+        }
+        for (path, want) in [
+            ("", "."),
+            ("a/b", "a"),
+            ("/a", "/"),
+            ("a", "."),
+            ("/x/y/", "/x/y"),
+        ] {
+            assert_eq!(dir(path), want, "dir({path:?})");
+        }
+    }
 }

@@ -5,7 +5,7 @@
 //! `distinct`, `flatten`, `reverse`, `range`, `coalesce`), numbers (`min`, `max`, `abs`,
 //! `ceil`, `floor`, `parseint`) and encodings (`jsonencode`, `jsondecode`, `base64encode`,
 //! `base64decode`); hashes and identifiers (`hash`), CIDR arithmetic (`cidr`), local
-//! files (`file`: the CLI only) and the rest of the standard library (`more`). A call of
+//! files and paths (`file`: the CLI only) and the rest of the standard library (`more`). A call of
 //! any other function is an error that names it.
 
 mod cidr;
@@ -160,7 +160,12 @@ pub fn context(files: bool) -> Context<'static> {
     def("cidrsubnets", vec![Str], Some(Number), cidr::cidrsubnets);
     if files {
         def("file", vec![Str], None, file::file);
+        def("filebase64", vec![Str], None, file::filebase64);
         def("fileexists", vec![Str], None, file::fileexists);
+        def("abspath", vec![Str], None, file::abspath);
+        def("basename", vec![Str], None, file::basename);
+        def("dirname", vec![Str], None, file::dirname);
+        def("pathexpand", vec![Str], None, file::pathexpand);
         def(
             "templatefile",
             vec![Str, Object(Box::new(Any))],
@@ -168,8 +173,17 @@ pub fn context(files: bool) -> Context<'static> {
             file::templatefile,
         );
     } else {
-        def("file", vec![Any], None, file::disabled);
-        def("fileexists", vec![Any], None, file::disabled);
+        for name in [
+            "file",
+            "filebase64",
+            "fileexists",
+            "abspath",
+            "basename",
+            "dirname",
+            "pathexpand",
+        ] {
+            def(name, vec![Any], None, file::disabled);
+        }
         def("templatefile", vec![Any, Any], None, file::disabled);
     }
     def("sort", vec![list()], None, more::sort);

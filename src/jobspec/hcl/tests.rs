@@ -1273,6 +1273,36 @@ fn file_functions_read_local_files_in_the_cli_only() {
     assert!(e.contains("file: \"/nonexistent/teamster\""), "{e}");
 }
 
+/// Nomad's path functions and `filebase64`, also in the CLI only.
+#[test]
+fn path_functions_expand_and_split_paths_in_the_cli_only() {
+    let dir = tempfile::tempdir().unwrap();
+    let bin = dir.path().join("key.bin");
+    std::fs::write(&bin, [0u8, 159, 146, 150]).unwrap();
+    let home = std::env::var("HOME").unwrap_or_default();
+    let lines = format!(
+        "    home = pathexpand(\"~/.ssh/id\")\n    same = pathexpand(\"/etc/x\")\n    \
+         base = basename(\"/srv/app/config.hcl\")\n    dir  = dirname(\"/srv/app//config.hcl\")\n    \
+         abs  = abspath(\"/srv/../etc/./hosts\")\n    b64  = filebase64({bin:?})",
+        bin = bin.display().to_string(),
+    );
+    let meta = meta_of(&lines, true).unwrap();
+    if !home.is_empty() {
+        assert_eq!(meta["home"], json!(format!("{home}/.ssh/id")));
+    }
+    assert_eq!(meta["same"], "/etc/x");
+    assert_eq!(meta["base"], "config.hcl");
+    assert_eq!(meta["dir"], "/srv/app");
+    assert_eq!(meta["abs"], "/etc/hosts");
+    assert_eq!(meta["b64"], "AJ+Slg==");
+    let e = meta_of("    x = pathexpand(\"~root/x\")", true)
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("cannot expand user-specific home dir"), "{e}");
+    let e = meta_of(&lines, false).unwrap_err().to_string();
+    assert!(e.contains("they work in the CLI"), "{e}");
+}
+
 /// Regression for the `hcl_job` fuzz target's crash: nesting a few thousand levels deep
 /// overflowed the stack and aborted the agent (`/v1/jobs/parse`). It is refused with a
 /// syntax error naming where, and the deepest nesting allowed still parses on a thread with
