@@ -1018,7 +1018,6 @@ impl Reconciler<'_> {
     }
 }
 
-/// When the allocation's first task started (Unix nanoseconds), if one did.
 /// A new, running deployment `id` of `job`'s version, its evaluations at `priority`.
 pub(crate) fn new_deployment(job: &Job, priority: u32, id: DeploymentId, now: i64) -> Deployment {
     Deployment {
@@ -1053,6 +1052,7 @@ pub(crate) fn new_group_state(group: &TaskGroup) -> DeploymentState {
     }
 }
 
+/// When the allocation's first task started (Unix nanoseconds), if one did.
 fn started_at(alloc: &Allocation) -> Option<i64> {
     alloc
         .task_states

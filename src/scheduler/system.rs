@@ -41,7 +41,7 @@ use teamster_storage::model::deployment::{
     DESC_NEWER_JOB, DESC_RUNNING, DESC_STOPPED_JOB, DESC_SUCCESSFUL,
 };
 use teamster_storage::model::{
-    AllocDeploymentStatus, Allocation, ClientStatus, Deployment, DeploymentStatus,
+    AllocDeploymentStatus, Allocation, ClientStatus, Deployment, DeploymentId, DeploymentStatus,
     DeploymentStatusUpdate, DesiredStatus, EvalStatus, Evaluation, Job, Node, NodeId, NodeStatus,
     TaskGroup,
 };
@@ -256,7 +256,12 @@ impl<'a> SystemScheduler<'a> {
         // A group with an update block (`max_parallel` > 0) rolls out through a deployment
         // (Nomad 1.11's system deployments): one is made for the version when such a group
         // has work on some node (an older version to replace, or a node that never ran this
-        // version), unless this version already had one.
+        // version), unless this version already had one, or already runs somewhere outside
+        // one (Nomad's compatibility rule: a roll begun before system deployments, whose
+        // allocations a new deployment could never count healthy).
+        let runs_outside = live
+            .values()
+            .any(|a| a.job_version == job.version && a.deployment_id.is_empty());
         if !self.sysbatch {
             let rolling_with_work: Vec<&TaskGroup> = groups
                 .iter()
@@ -272,7 +277,11 @@ impl<'a> SystemScheduler<'a> {
                     })
                 })
                 .collect();
-            if rollout.current.is_none() && !rollout.finished && !rolling_with_work.is_empty() {
+            if rollout.current.is_none()
+                && !rollout.finished
+                && !runs_outside
+                && !rolling_with_work.is_empty()
+            {
                 let mut d = new_deployment(
                     job,
                     run.eval.priority,
@@ -290,12 +299,14 @@ impl<'a> SystemScheduler<'a> {
                 }
             }
         }
-        let deployment_id = rollout
-            .current
-            .as_ref()
-            .filter(|d| d.active())
-            .map(|d| d.id.clone())
-            .unwrap_or_default();
+        // Only the groups the deployment tracks join it.
+        let active = rollout.current.as_ref().filter(|d| d.active());
+        let joins = |group: &str| -> DeploymentId {
+            active
+                .filter(|d| d.task_groups.contains_key(group))
+                .map(|d| d.id.clone())
+                .unwrap_or_default()
+        };
 
         let mut counts: HashMap<String, GroupCount> = HashMap::new();
         let mut placements: Vec<Placement> = Vec::new();
@@ -304,9 +315,11 @@ impl<'a> SystemScheduler<'a> {
             for group in &groups {
                 let key = (node.id.clone(), group.name.clone());
                 let count = counts.entry(group.name.clone()).or_default();
+                let deployment_id = joins(&group.name);
                 match live.get(&key) {
                     Some(alloc) if alloc.job_version == job.version => {
                         count.candidates += 1;
+                        count.healthy += u32::from(alloc.is_healthy());
                         if !deployment_id.is_empty() && alloc.deployment_id == deployment_id {
                             count.canaries += u32::from(alloc.is_canary());
                             count.unjudged +=
@@ -346,13 +359,14 @@ impl<'a> SystemScheduler<'a> {
                     None if finished.contains(&key) => {}
                     None => {
                         count.candidates += 1;
-                        // A failed canary's node gets a canary again.
+                        // A failed canary's node gets a canary again, which counts as one.
                         let canary = !deployment_id.is_empty()
                             && ended.get(&key).is_some_and(|a| {
                                 a.deployment_id == deployment_id
                                     && a.is_canary()
                                     && a.job_version == job.version
                             });
+                        count.canaries += u32::from(canary);
                         placements.push(Placement {
                             node: node.clone(),
                             group: group.name.clone(),
@@ -388,7 +402,7 @@ impl<'a> SystemScheduler<'a> {
                     if update.canary() > 0
                         && !state.promoted
                         && job.version != 0
-                        && count.destructive > 0
+                        && (count.destructive > 0 || count.canaries > 0)
                     {
                         let required = (update.canary() as u64
                             * u64::from(count.destructive + count.canaries))
@@ -424,16 +438,19 @@ impl<'a> SystemScheduler<'a> {
             let placer = placers
                 .get_mut(&placement.group)
                 .expect("a placer exists for every group");
-            // A replacement spends the gate only once it takes effect: placed, or (for a
-            // limit) the node no longer takes the group. Only a placed canary is one.
-            let spend = |gate: &mut Gate, placed: bool| {
+            let deployment_id = joins(&placement.group);
+            // A replacement spends the gate once placed. One whose node no longer takes the
+            // group only stops the old allocation: nothing turns healthy to move the roll
+            // on, so it spends nothing (the next nodes go in the same evaluation).
+            let spend = |gate: &mut Gate| {
                 if placement.replaces.is_none() {
                     return;
                 }
                 match gate {
-                    Gate::Limit(left) => *left = left.saturating_sub(1),
-                    Gate::Canaries { left, .. } if placed => *left = left.saturating_sub(1),
-                    Gate::Canaries { .. } | Gate::All | Gate::Hold => {}
+                    Gate::Limit(left) | Gate::Canaries { left, .. } => {
+                        *left = left.saturating_sub(1)
+                    }
+                    Gate::All | Gate::Hold => {}
                 }
             };
             if let Some(old) = &placement.replaces {
@@ -446,7 +463,6 @@ impl<'a> SystemScheduler<'a> {
             // stands) is not a failure: the job does not want this node.
             let victims = match stack.evaluate(ctx, placer, &placement.node, &[], preempt) {
                 Verdict::Filtered => {
-                    spend(gate, false);
                     uncount(&mut counts, &placement);
                     continue;
                 }
@@ -486,7 +502,7 @@ impl<'a> SystemScheduler<'a> {
                         )
                     };
                     place_preempting(ctx, alloc, &victims, now);
-                    spend(gate, true);
+                    spend(gate);
                 }
                 None => {
                     uncount(&mut counts, &placement);
@@ -549,8 +565,10 @@ struct Rollout {
 impl Rollout {
     /// Records in the plan what this evaluation learned about the deployment: each group's
     /// nodes (`DesiredTotal`, as Nomad counts them for system jobs: where the group is or
-    /// could be placed) and canaries; done when no group waits for canaries and each has
-    /// as many healthy allocations as nodes.
+    /// could be placed) and canaries. It is done when nothing waits for promotion and every
+    /// group's nodes run this version, judged healthy, with nothing placed by this
+    /// evaluation (the allocations themselves are looked at, not the deployment's health
+    /// count, which a crashed and replaced allocation counts twice).
     fn settle(
         self,
         ctx: &mut EvalContext,
@@ -562,15 +580,14 @@ impl Rollout {
         };
         let mut complete = true;
         for (name, state) in d.task_groups.iter_mut() {
-            state.desired_total = counts.get(name).map_or(0, |c| c.candidates);
-            match gates.get(name) {
-                Some(Gate::Canaries { required, .. }) => {
-                    state.desired_canaries = *required;
-                    complete = false;
-                }
-                _ => complete &= state.healthy_allocs >= state.desired_total,
+            let count = counts.get(name).cloned().unwrap_or_default();
+            state.desired_total = count.candidates;
+            if let Some(Gate::Canaries { required, .. }) = gates.get(name) {
+                state.desired_canaries = *required;
             }
+            complete &= count.healthy >= count.candidates;
         }
+        complete &= !d.requires_promotion();
         match &self.stored {
             None if d.task_groups.values().all(|g| g.desired_total == 0) => return,
             None => {}
@@ -597,6 +614,8 @@ impl Rollout {
 struct GroupCount {
     /// Eligible nodes where the group is, or is placed.
     candidates: u32,
+    /// Of those, running this version and judged healthy.
+    healthy: u32,
     /// Of its live allocations of this version in the deployment: canaries.
     canaries: u32,
     /// ... and those whose health is not judged yet (they count against `max_parallel`).

@@ -430,6 +430,223 @@ fn system_canaries_replace_a_share_of_the_nodes_until_promoted() {
     assert_eq!(d.task_groups["web"].desired_total, 5);
 }
 
+fn set_status(
+    h: &mut Harness,
+    d: &teamster_storage::model::Deployment,
+    status: teamster_storage::model::DeploymentStatus,
+) {
+    use teamster_storage::fsm::DeploymentStatusUpdateCommand;
+    h.apply(Command::DeploymentStatusUpdate(
+        DeploymentStatusUpdateCommand {
+            update: teamster_storage::model::DeploymentStatusUpdate {
+                deployment_id: d.id.clone(),
+                status,
+                status_description: "set by the test".into(),
+            },
+            revert: None,
+            eval: None,
+            modify_time: h.now,
+        },
+    ))
+    .unwrap();
+}
+
+/// A paused deployment replaces nothing more, and a scheduler's copy of it read before the
+/// pause (a plan in flight) does not resume it.
+#[test]
+fn a_paused_system_deployment_holds_and_a_stale_copy_does_not_resume_it() {
+    use teamster_storage::fsm::ApplyPlanResults;
+    use teamster_storage::model::DeploymentStatus;
+    let (mut h, _) = harness_with_nodes(3);
+    let (v0, eval) = h.register_job(rolling_system_job(1, 0)).unwrap();
+    h.process(&eval).unwrap();
+    healthy_then_evaluate(&mut h, &v0);
+    let (v1, eval) = h.register_job(changed(&v0)).unwrap();
+    h.process(&eval).unwrap();
+    let running = system_deployment(&h, &v1);
+    set_status(&mut h, &running, DeploymentStatus::Paused);
+    healthy_then_evaluate(&mut h, &v1);
+    assert_eq!(of_version(&h, &v1, 1).len(), 1, "a paused deployment holds");
+    let mut stale = (*running).clone();
+    stale.task_groups.get_mut("web").unwrap().desired_total = 2;
+    h.apply(Command::ApplyPlanResults(ApplyPlanResults {
+        eval_id: Default::default(),
+        allocs_updated: Vec::new(),
+        allocs_stopped: Vec::new(),
+        allocs_preempted: Vec::new(),
+        evals: Vec::new(),
+        ineligible_nodes: Vec::new(),
+        updated_at: 1,
+        deployment: Some(stale),
+        deployment_updates: Vec::new(),
+    }))
+    .unwrap();
+    let d = system_deployment(&h, &v1);
+    assert_eq!(d.status, DeploymentStatus::Paused);
+    assert_eq!(d.status_description, "set by the test");
+    assert_eq!(
+        d.task_groups["web"].desired_total, 2,
+        "the counts are taken"
+    );
+    set_status(&mut h, &d, DeploymentStatus::Running);
+    healthy_then_evaluate(&mut h, &v1);
+    assert_eq!(of_version(&h, &v1, 1).len(), 2, "resumed, the roll goes on");
+}
+
+/// Canaries on every node to update still wait for promotion; a failed canary's node gets
+/// a canary again without a second node being given one.
+#[test]
+fn system_canaries_wait_for_promotion_even_on_every_node_and_a_failed_one_is_replaced_alone() {
+    use teamster_storage::model::DeploymentStatus;
+    let (mut h, _) = harness_with_nodes(1);
+    let (v0, eval) = h.register_job(rolling_system_job(1, 50)).unwrap();
+    h.process(&eval).unwrap();
+    healthy_then_evaluate(&mut h, &v0);
+    let (v1, eval) = h.register_job(changed(&v0)).unwrap();
+    h.process(&eval).unwrap();
+    assert_eq!(of_version(&h, &v1, 1).len(), 1);
+    healthy_then_evaluate(&mut h, &v1);
+    healthy_then_evaluate(&mut h, &v1);
+    let d = system_deployment(&h, &v1);
+    assert_eq!(
+        d.status,
+        DeploymentStatus::Running,
+        "not done before promotion"
+    );
+    assert!(d.requires_promotion());
+
+    let (mut h, _) = harness_with_nodes(4);
+    let (v0, eval) = h.register_job(rolling_system_job(1, 25)).unwrap();
+    h.process(&eval).unwrap();
+    healthy_then_evaluate(&mut h, &v0);
+    let (v1, eval) = h.register_job(changed(&v0)).unwrap();
+    h.process(&eval).unwrap();
+    let canary = of_version(&h, &v1, 1);
+    assert_eq!(canary.len(), 1);
+    let now = h.now;
+    h.client_update(&[canary[0].id.clone()], ClientStatus::Failed, now)
+        .unwrap();
+    let eval = h
+        .create_pending_eval(&v1, EvalTrigger::AllocFailure, None)
+        .unwrap();
+    h.process(&eval).unwrap();
+    let canaries = of_version(&h, &v1, 1);
+    assert_eq!(
+        canaries.len(),
+        1,
+        "one canary, on the failed one's node: {canaries:?}"
+    );
+    assert!(canaries[0].is_canary());
+    assert_eq!(canaries[0].node_id, canary[0].node_id);
+    assert_eq!(of_version(&h, &v1, 0).len(), 3);
+}
+
+/// A node the new version no longer fits only has its old allocation stopped: that does
+/// not use up `max_parallel`, so the roll does not wait for a health report that never
+/// comes; and the deployment succeeds only once every node runs the version healthy.
+#[test]
+fn a_system_roll_goes_past_nodes_the_new_version_filters_out() {
+    use teamster_storage::model::DeploymentStatus;
+    let (mut h, nodes) = harness_with_nodes(3);
+    let (v0, eval) = h.register_job(rolling_system_job(1, 0)).unwrap();
+    h.process(&eval).unwrap();
+    healthy_then_evaluate(&mut h, &v0);
+    let mut ids: Vec<NodeId> = nodes.iter().map(|n| n.id.clone()).collect();
+    ids.sort();
+    // v1 runs only on the last node in visiting order.
+    let mut narrowed = changed(&v0);
+    narrowed.constraints.push(Constraint {
+        l_target: "${node.unique.id}".into(),
+        r_target: ids[2].to_string(),
+        operand: "=".into(),
+    });
+    let (v1, eval) = h.register_job(narrowed).unwrap();
+    h.process(&eval).unwrap();
+    assert_eq!(
+        of_version(&h, &v1, 1).len(),
+        1,
+        "the node that fits is replaced"
+    );
+    assert_eq!(of_version(&h, &v1, 0).len(), 0, "the others only stop");
+    assert_eq!(
+        system_deployment(&h, &v1).task_groups["web"].desired_total,
+        1
+    );
+    healthy_then_evaluate(&mut h, &v1);
+    assert_eq!(
+        system_deployment(&h, &v1).status,
+        DeploymentStatus::Successful
+    );
+}
+
+/// A crashed and replaced allocation is reported healthy twice over; the deployment still
+/// waits for every node.
+#[test]
+fn a_system_deployment_is_not_done_while_a_node_waits() {
+    use teamster_storage::model::DeploymentStatus;
+    let (mut h, _) = harness_with_nodes(3);
+    let (v0, eval) = h.register_job(rolling_system_job(1, 0)).unwrap();
+    h.process(&eval).unwrap();
+    healthy_then_evaluate(&mut h, &v0);
+    let (v1, eval) = h.register_job(changed(&v0)).unwrap();
+    h.process(&eval).unwrap();
+    healthy_then_evaluate(&mut h, &v1);
+    // The first new allocation crashes after it was judged healthy, and is replaced.
+    let first = of_version(&h, &v1, 1)
+        .into_iter()
+        .find(|a| a.is_healthy())
+        .expect("a healthy new allocation");
+    let now = h.now;
+    h.client_update(std::slice::from_ref(&first.id), ClientStatus::Failed, now)
+        .unwrap();
+    let eval = h
+        .create_pending_eval(&v1, EvalTrigger::AllocFailure, None)
+        .unwrap();
+    h.process(&eval).unwrap();
+    healthy_then_evaluate(&mut h, &v1);
+    let d = system_deployment(&h, &v1);
+    assert!(
+        d.task_groups["web"].healthy_allocs >= 3,
+        "{:?}",
+        d.task_groups["web"]
+    );
+    assert_eq!(
+        d.status,
+        DeploymentStatus::Running,
+        "a node still runs v0 or is unjudged"
+    );
+    for _ in 0..3 {
+        healthy_then_evaluate(&mut h, &v1);
+    }
+    assert_eq!(of_version(&h, &v1, 1).len(), 3);
+    assert_eq!(
+        system_deployment(&h, &v1).status,
+        DeploymentStatus::Successful
+    );
+}
+
+/// Allocations of the version already running outside any deployment (a roll begun before
+/// system deployments): no deployment is made that could never count them healthy.
+#[test]
+fn no_system_deployment_is_made_for_a_version_already_running_outside_one() {
+    let (mut h, nodes) = harness_with_nodes(2);
+    let (v0, eval) = h.register_job(rolling_system_job(1, 0)).unwrap();
+    // One node already runs this version, placed without a deployment.
+    let mut before = filler_alloc(&v0, &nodes[0].id, 1, 500, 256);
+    before.name = "agent.web[0]".into();
+    h.upsert_allocs(vec![before]).unwrap();
+    h.process(&eval).unwrap();
+    assert_eq!(h.running_allocs(&v0).len(), 2, "the other node is placed");
+    assert!(h
+        .snapshot()
+        .latest_deployment(&v0.namespace, &v0.id)
+        .is_none());
+    assert!(h
+        .running_allocs(&v0)
+        .iter()
+        .all(|a| a.deployment_id.is_empty()));
+}
+
 #[test]
 fn sysbatch_does_not_rerun_finished_allocations() {
     let (mut h, _) = harness_with_nodes(2);

@@ -50,7 +50,7 @@ impl WriteTxn {
 
     /// Writes a deployment: created (with its create index) or replaced. The counts a plan
     /// carries are the scheduler's view; the state's own counts (moved by allocations and
-    /// health reports) are kept for an existing deployment.
+    /// health reports) and its status are kept for an existing deployment.
     pub fn upsert_deployment(&mut self, mut d: Deployment) -> Result<(), ApplyError> {
         if d.id.is_empty() || d.job_id.is_empty() {
             return Err(ApplyError::invalid("deployment without an ID or job"));
@@ -71,8 +71,12 @@ impl WriteTxn {
                         }
                     }
                 }
-                if existing.status.is_terminal() {
-                    d.status = existing.status;
+                // Status changes travel as status updates, never in a written deployment:
+                // a scheduler's copy read before an operator paused, failed or promoted the
+                // deployment must not undo it. Its description of a running deployment
+                // (promotion wanted or not) is taken.
+                d.status = existing.status;
+                if existing.status != DeploymentStatus::Running {
                     d.status_description = existing.status_description.clone();
                 }
             }
