@@ -95,6 +95,20 @@ async fn bad_input_is_refused_with_a_message_and_changes_nothing() -> anyhow::Re
     let before = jobs_and_index(&base).await?;
     assert_eq!(before.0, vec!["keep".to_string()]);
 
+    // Enterprise-only routes answer as Nomad's community edition does; a wrong URL is 404.
+    let http = reqwest::Client::new();
+    for path in [
+        "/v1/quotas",
+        "/v1/sentinel/policy/p",
+        "/v1/recommendation/r",
+    ] {
+        let resp = http.get(format!("{base}{path}")).send().await?;
+        assert_eq!(resp.status(), StatusCode::NOT_IMPLEMENTED, "{path}");
+        assert_eq!(resp.text().await?, "Nomad Enterprise only endpoint");
+    }
+    let resp = http.get(format!("{base}/v1/quotaz")).send().await?;
+    assert_eq!(resp.status(), StatusCode::NOT_FOUND);
+
     // Malformed JSON.
     let (s, msg) = post_raw(&base, "/v1/jobs", b"{\"Job\": {".to_vec()).await?;
     assert_eq!(s, StatusCode::BAD_REQUEST, "{msg}");

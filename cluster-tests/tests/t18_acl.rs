@@ -340,6 +340,20 @@ async fn every_route_answers_by_its_rule_and_the_client_works_with_acls_on() {
         (Method::GET, "/v1/agent/health".into(), None, Rule::Public),
         (Method::GET, "/v1/metrics".into(), None, Rule::Public),
         (Method::GET, "/v1/regions".into(), None, Rule::Public),
+        // Enterprise-only: 501 to anyone, as Nomad's community edition answers.
+        (Method::GET, "/v1/quotas".into(), None, Rule::Public),
+        (
+            Method::PUT,
+            "/v1/sentinel/policy/p".into(),
+            None,
+            Rule::Public,
+        ),
+        (
+            Method::GET,
+            "/v1/recommendations".into(),
+            None,
+            Rule::Public,
+        ),
         (Method::GET, "/v1/jobs".into(), None, Rule::Read),
         (Method::GET, "/v1/job/acl-web".into(), None, Rule::Read),
         (

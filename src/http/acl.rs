@@ -189,9 +189,14 @@ const PUBLIC: &[&str] = &[
 ];
 
 /// The web UI's routes are public too: its page and assets hold no data, and its calls to the
-/// API (and the server-to-server `/ui/server/...` relay) carry the token typed into it.
+/// API (and the server-to-server `/ui/server/...` relay) carry the token typed into it. So
+/// are the Enterprise-only routes, which answer everyone 501 as Nomad's community edition
+/// does.
 fn is_public(pattern: &str) -> bool {
-    PUBLIC.contains(&pattern) || pattern == "/ui" || pattern.starts_with("/ui/")
+    PUBLIC.contains(&pattern)
+        || pattern == "/ui"
+        || pattern.starts_with("/ui/")
+        || super::enterprise::PATTERNS.contains(&pattern)
 }
 
 /// The values of a route pattern's `{params}` in `path`, percent-decoded; a `{*name}`

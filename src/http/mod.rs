@@ -22,6 +22,7 @@ mod client_logs;
 pub mod client_route;
 mod deployments;
 mod dispatch;
+mod enterprise;
 pub mod error;
 pub mod evals;
 pub mod events;
@@ -296,6 +297,7 @@ pub fn router(ctx: HttpContext) -> Router {
         .merge(keyring::routes())
         .merge(variables::routes())
         .merge(ui::routes())
+        .merge(enterprise::routes())
         .method_not_allowed_fallback(|| async { ApiError::method_not_allowed() })
         .fallback(|| async { ApiError::not_found("Invalid URL") })
         .layer(axum::middleware::from_fn_with_state(
