@@ -586,13 +586,29 @@ async fn every_corpus_job_is_stored_as_submitted_or_refused_by_name() -> anyhow:
             ));
         }
 
+        let refused = unsupported_fields(&pair.twin);
+        if refused.is_empty() {
+            // Planned first, as `job plan` does before a run: a new job, every group added.
+            let (status, body) = post(
+                &http,
+                format!("{base}/v1/job/{id}/plan"),
+                &json!({ "Job": pair.twin, "Diff": true }),
+            )
+            .await?;
+            let planned: Value = serde_json::from_str(&body).unwrap_or(Value::Null);
+            if status != StatusCode::OK || planned["Diff"]["Type"] != "Added" {
+                failures.push(format!(
+                    "{}.json: planning answered {status}: {body:.300}",
+                    pair.stem
+                ));
+            }
+        }
         let (status, body) = post(
             &http,
             format!("{base}/v1/jobs"),
             &json!({ "Job": pair.twin }),
         )
         .await?;
-        let refused = unsupported_fields(&pair.twin);
         if refused.is_empty() {
             if status != StatusCode::OK {
                 failures.push(format!(
