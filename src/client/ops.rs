@@ -109,8 +109,8 @@ pub enum AllocOpError {
         /// The allocation.
         alloc_id: String,
     },
-    /// Not a signal name.
-    #[error("Unknown signal {0:?}")]
+    /// Not a signal name (Nomad's words, which clients such as python-nomad match).
+    #[error("failed to parse signal: invalid signal {0:?}")]
     UnknownSignal(String),
     /// The request contradicts itself (a task name and "all tasks").
     #[error("{0}")]

@@ -412,7 +412,10 @@ mod tests {
         );
         let unknown = op_error(AllocOpError::UnknownSignal("SIGNOPE".into()));
         assert_eq!(unknown.status, StatusCode::BAD_REQUEST);
-        assert!(unknown.message.contains("SIGNOPE"));
+        assert_eq!(
+            unknown.message,
+            "failed to parse signal: invalid signal \"SIGNOPE\""
+        );
         assert_eq!(
             op_error(AllocOpError::Timeout {
                 task: "t".into(),
