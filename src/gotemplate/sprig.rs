@@ -380,8 +380,9 @@ fn regex(pattern: &str) -> Result<regex::Regex, String> {
     regex::Regex::new(pattern).map_err(|e| format!("error parsing regexp: {e}"))
 }
 
-/// Go's `path.Clean`.
-fn clean(p: &str) -> String {
+/// Go's `path.Clean`: the shortest equivalent path by lexical processing alone (also the
+/// job file's path functions).
+pub fn path_clean(p: &str) -> String {
     if p.is_empty() {
         return ".".into();
     }
@@ -408,8 +409,9 @@ fn clean(p: &str) -> String {
     }
 }
 
-/// Go's `path.Base`.
-fn base(p: &str) -> String {
+/// Go's `path.Base`: the last element, "." for an empty path, "/" for the root, trailing
+/// slashes ignored.
+pub fn path_base(p: &str) -> String {
     if p.is_empty() {
         return ".".into();
     }
@@ -420,10 +422,10 @@ fn base(p: &str) -> String {
     t.rsplit('/').next().unwrap_or(t).to_string()
 }
 
-/// Go's `path.Dir`.
-fn dir(p: &str) -> String {
+/// Go's `path.Dir`: all but the last element, cleaned.
+pub fn path_dir(p: &str) -> String {
     let cut = p.rfind('/').map_or(0, |i| i + 1);
-    clean(&p[..cut])
+    path_clean(&p[..cut])
 }
 
 /// Go's `path.Ext`.
@@ -1198,15 +1200,15 @@ fn sprig(name: &str, args: &[Val]) -> Result<Val, String> {
         }
         "base" | "osBase" => {
             need(name, args, 1)?;
-            string(base(&s(0)))
+            string(path_base(&s(0)))
         }
         "dir" | "osDir" => {
             need(name, args, 1)?;
-            string(dir(&s(0)))
+            string(path_dir(&s(0)))
         }
         "clean" | "osClean" => {
             need(name, args, 1)?;
-            string(clean(&s(0)))
+            string(path_clean(&s(0)))
         }
         "ext" | "osExt" => {
             need(name, args, 1)?;

@@ -8,6 +8,7 @@ use hcl::eval::{Context, Evaluate, FuncArgs};
 use hcl::Value;
 
 use super::{obj, s, Out};
+use crate::gotemplate::sprig::{path_base, path_clean, path_dir};
 
 /// The largest file these functions read (a job file's own limit).
 const MAX_BYTES: u64 = crate::jobspec::budget::MAX_SOURCE_BYTES as u64;
@@ -45,24 +46,24 @@ pub(super) fn filebase64(a: FuncArgs) -> Out {
 pub(super) fn abspath(a: FuncArgs) -> Out {
     let path = s(&a[0]);
     if path.starts_with('/') {
-        return Ok(clean(path).into());
+        return Ok(path_clean(path).into());
     }
     let cwd = std::env::current_dir().map_err(|e| format!("abspath: {e}"))?;
     let cwd = cwd
         .to_str()
         .ok_or_else(|| "abspath: the working directory is not UTF-8".to_string())?;
-    Ok(clean(&format!("{cwd}/{path}")).into())
+    Ok(path_clean(&format!("{cwd}/{path}")).into())
 }
 
 /// The last element of the path (Go's `filepath.Base`): "." for an empty path, "/" for the
 /// root, trailing slashes ignored.
 pub(super) fn basename(a: FuncArgs) -> Out {
-    Ok(base(s(&a[0])).into())
+    Ok(path_base(s(&a[0])).into())
 }
 
 /// All but the last element of the path, cleaned (Go's `filepath.Dir`).
 pub(super) fn dirname(a: FuncArgs) -> Out {
-    Ok(dir(s(&a[0])).into())
+    Ok(path_dir(s(&a[0])).into())
 }
 
 /// A leading `~` replaced by the home directory (`$HOME`); `~user` is refused, as Nomad's
@@ -82,50 +83,6 @@ pub(super) fn pathexpand(a: FuncArgs) -> Out {
         .filter(|h| !h.is_empty())
         .ok_or_else(|| "pathexpand: HOME is not set".to_string())?;
     Ok(format!("{home}{rest}").into())
-}
-
-fn base(path: &str) -> String {
-    if path.is_empty() {
-        return ".".into();
-    }
-    let trimmed = path.trim_end_matches('/');
-    if trimmed.is_empty() {
-        return "/".into();
-    }
-    trimmed.rsplit('/').next().unwrap_or(trimmed).to_string()
-}
-
-fn dir(path: &str) -> String {
-    let cut = path.rfind('/').map_or(0, |i| i + 1);
-    clean(&path[..cut])
-}
-
-/// The shortest equivalent path by lexical processing alone (Go's `filepath.Clean`).
-fn clean(path: &str) -> String {
-    if path.is_empty() {
-        return ".".into();
-    }
-    let rooted = path.starts_with('/');
-    let mut parts: Vec<&str> = Vec::new();
-    for part in path.split('/') {
-        match part {
-            "" | "." => {}
-            ".." => match parts.last() {
-                Some(&last) if last != ".." => {
-                    parts.pop();
-                }
-                _ if rooted => {}
-                _ => parts.push(".."),
-            },
-            other => parts.push(other),
-        }
-    }
-    let joined = parts.join("/");
-    match (rooted, joined.is_empty()) {
-        (true, _) => format!("/{joined}"),
-        (false, true) => ".".into(),
-        (false, false) => joined,
-    }
 }
 
 pub(super) fn fileexists(a: FuncArgs) -> Out {
@@ -163,35 +120,4 @@ pub(super) fn disabled(_: FuncArgs) -> Out {
          machine the job is parsed on: they work in the CLI, not in a job parsed by the servers"
             .into(),
     )
-}
-
-#[cfg(test)]
-mod tests {
-    use super::{base, clean, dir};
-
-    #[test]
-    fn paths_are_cleaned_and_split_as_go_does() {
-        for (path, want) in [
-            ("", "."),
-            ("a//b/./c/..", "a/b"),
-            ("/../a", "/a"),
-            ("../../a", "../../a"),
-            ("a/..", "."),
-            ("/", "/"),
-        ] {
-            assert_eq!(clean(path), want, "clean({path:?})");
-        }
-        for (path, want) in [("", "."), ("/", "/"), ("a/b/", "b"), ("c.txt", "c.txt")] {
-            assert_eq!(base(path), want, "base({path:?})");
-        }
-        for (path, want) in [
-            ("", "."),
-            ("a/b", "a"),
-            ("/a", "/"),
-            ("a", "."),
-            ("/x/y/", "/x/y"),
-        ] {
-            assert_eq!(dir(path), want, "dir({path:?})");
-        }
-    }
 }

@@ -228,6 +228,23 @@ fn of_version(
         .collect()
 }
 
+/// The job registered, placed everywhere and its first deployment done healthy.
+fn settled_v0(h: &mut Harness, max_parallel: i64, canary: i64) -> Arc<Job> {
+    let (v0, eval) = h
+        .register_job(rolling_system_job(max_parallel, canary))
+        .unwrap();
+    h.process(&eval).unwrap();
+    healthy_then_evaluate(h, &v0);
+    v0
+}
+
+/// `job` registered and its registration evaluated.
+fn register_and_process(h: &mut Harness, job: Job) -> Arc<Job> {
+    let (job, eval) = h.register_job(job).unwrap();
+    h.process(&eval).unwrap();
+    job
+}
+
 /// Reports every running allocation of the job's version healthy, then evaluates the job as
 /// the deployment watcher does.
 fn healthy_then_evaluate(h: &mut Harness, job: &teamster_storage::model::Job) {
@@ -271,8 +288,7 @@ fn a_system_job_rolls_out_through_a_deployment_max_parallel_healthy_at_a_time() 
         DeploymentStatus::Successful
     );
 
-    let (v1, eval) = h.register_job(changed(&v0)).unwrap();
-    h.process(&eval).unwrap();
+    let v1 = register_and_process(&mut h, changed(&v0));
     let d1 = system_deployment(&h, &v1);
     assert_ne!(d1.id, d0.id);
     assert_eq!(d1.task_groups["web"].desired_total, 3);
@@ -310,9 +326,7 @@ fn a_system_deployment_holds_when_failed_and_skips_a_full_node() {
     use teamster_storage::fsm::DeploymentStatusUpdateCommand;
     use teamster_storage::model::{DeploymentStatus, DeploymentStatusUpdate};
     let (mut h, nodes) = harness_with_nodes(3);
-    let (v0, eval) = h.register_job(rolling_system_job(1, 0)).unwrap();
-    h.process(&eval).unwrap();
-    healthy_then_evaluate(&mut h, &v0);
+    let v0 = settled_v0(&mut h, 1, 0);
     // The node visited first has no room for the new, larger version.
     let mut ids: Vec<NodeId> = nodes.iter().map(|n| n.id.clone()).collect();
     ids.sort();
@@ -345,8 +359,7 @@ fn a_system_deployment_holds_when_failed_and_skips_a_full_node() {
     );
 
     // A failed deployment of the next version stops where it is.
-    let (v2, eval) = h.register_job(changed(&v1)).unwrap();
-    h.process(&eval).unwrap();
+    let v2 = register_and_process(&mut h, changed(&v1));
     assert_eq!(of_version(&h, &v2, 2).len(), 1);
     let d2 = system_deployment(&h, &v2);
     h.apply(Command::DeploymentStatusUpdate(
@@ -383,8 +396,7 @@ fn system_canaries_replace_a_share_of_the_nodes_until_promoted() {
     );
     healthy_then_evaluate(&mut h, &v0);
 
-    let (v1, eval) = h.register_job(changed(&v0)).unwrap();
-    h.process(&eval).unwrap();
+    let v1 = register_and_process(&mut h, changed(&v0));
     let d = system_deployment(&h, &v1);
     // 30 % of 5 nodes, rounded up.
     assert_eq!(d.task_groups["web"].desired_canaries, 2);
@@ -458,11 +470,8 @@ fn a_paused_system_deployment_holds_and_a_stale_copy_does_not_resume_it() {
     use teamster_storage::fsm::ApplyPlanResults;
     use teamster_storage::model::DeploymentStatus;
     let (mut h, _) = harness_with_nodes(3);
-    let (v0, eval) = h.register_job(rolling_system_job(1, 0)).unwrap();
-    h.process(&eval).unwrap();
-    healthy_then_evaluate(&mut h, &v0);
-    let (v1, eval) = h.register_job(changed(&v0)).unwrap();
-    h.process(&eval).unwrap();
+    let v0 = settled_v0(&mut h, 1, 0);
+    let v1 = register_and_process(&mut h, changed(&v0));
     let running = system_deployment(&h, &v1);
     set_status(&mut h, &running, DeploymentStatus::Paused);
     healthy_then_evaluate(&mut h, &v1);
@@ -499,11 +508,8 @@ fn a_paused_system_deployment_holds_and_a_stale_copy_does_not_resume_it() {
 fn system_canaries_wait_for_promotion_even_on_every_node_and_a_failed_one_is_replaced_alone() {
     use teamster_storage::model::DeploymentStatus;
     let (mut h, _) = harness_with_nodes(1);
-    let (v0, eval) = h.register_job(rolling_system_job(1, 50)).unwrap();
-    h.process(&eval).unwrap();
-    healthy_then_evaluate(&mut h, &v0);
-    let (v1, eval) = h.register_job(changed(&v0)).unwrap();
-    h.process(&eval).unwrap();
+    let v0 = settled_v0(&mut h, 1, 50);
+    let v1 = register_and_process(&mut h, changed(&v0));
     assert_eq!(of_version(&h, &v1, 1).len(), 1);
     healthy_then_evaluate(&mut h, &v1);
     healthy_then_evaluate(&mut h, &v1);
@@ -516,11 +522,8 @@ fn system_canaries_wait_for_promotion_even_on_every_node_and_a_failed_one_is_rep
     assert!(d.requires_promotion());
 
     let (mut h, _) = harness_with_nodes(4);
-    let (v0, eval) = h.register_job(rolling_system_job(1, 25)).unwrap();
-    h.process(&eval).unwrap();
-    healthy_then_evaluate(&mut h, &v0);
-    let (v1, eval) = h.register_job(changed(&v0)).unwrap();
-    h.process(&eval).unwrap();
+    let v0 = settled_v0(&mut h, 1, 25);
+    let v1 = register_and_process(&mut h, changed(&v0));
     let canary = of_version(&h, &v1, 1);
     assert_eq!(canary.len(), 1);
     let now = h.now;
@@ -548,9 +551,7 @@ fn system_canaries_wait_for_promotion_even_on_every_node_and_a_failed_one_is_rep
 fn a_system_roll_goes_past_nodes_the_new_version_filters_out() {
     use teamster_storage::model::DeploymentStatus;
     let (mut h, nodes) = harness_with_nodes(3);
-    let (v0, eval) = h.register_job(rolling_system_job(1, 0)).unwrap();
-    h.process(&eval).unwrap();
-    healthy_then_evaluate(&mut h, &v0);
+    let v0 = settled_v0(&mut h, 1, 0);
     let mut ids: Vec<NodeId> = nodes.iter().map(|n| n.id.clone()).collect();
     ids.sort();
     // v1 runs only on the last node in visiting order.
@@ -585,11 +586,8 @@ fn a_system_roll_goes_past_nodes_the_new_version_filters_out() {
 fn a_system_deployment_is_not_done_while_a_node_waits() {
     use teamster_storage::model::DeploymentStatus;
     let (mut h, _) = harness_with_nodes(3);
-    let (v0, eval) = h.register_job(rolling_system_job(1, 0)).unwrap();
-    h.process(&eval).unwrap();
-    healthy_then_evaluate(&mut h, &v0);
-    let (v1, eval) = h.register_job(changed(&v0)).unwrap();
-    h.process(&eval).unwrap();
+    let v0 = settled_v0(&mut h, 1, 0);
+    let v1 = register_and_process(&mut h, changed(&v0));
     healthy_then_evaluate(&mut h, &v1);
     // The first new allocation crashes after it was judged healthy, and is replaced.
     let first = of_version(&h, &v1, 1)
