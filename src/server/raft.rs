@@ -719,6 +719,26 @@ mod tests {
     use super::*;
     use crate::rpc::RpcConfig;
 
+    /// A raft node `id` on storage under `dir`, whose peers (if any) are unreachable: only
+    /// what the test sends reaches it. Its address is "me".
+    async fn start_alone(
+        id: ServerId,
+        dir: &Path,
+        timing: RaftTiming,
+    ) -> (Arc<RaftNode>, ServerAddr) {
+        let config = ServerConfig {
+            enabled: true,
+            raft: timing,
+            ..ServerConfig::default()
+        };
+        let pool = Pool::new(id, RpcConfig::for_tests()).unwrap();
+        let me = addr("me", "127.0.0.1:2");
+        let node = RaftNode::start(id, me.clone(), dir, &config, pool, 1)
+            .await
+            .unwrap();
+        (node, me)
+    }
+
     fn addr(name: &str, rpc: &str) -> ServerAddr {
         ServerAddr {
             name: name.into(),
@@ -737,16 +757,7 @@ mod tests {
         const LEADER: ServerId = 1;
         const ME: ServerId = 2;
         let dir = tempfile::tempdir().unwrap();
-        let config = ServerConfig {
-            enabled: true,
-            raft: RaftTiming::for_tests(),
-            ..ServerConfig::default()
-        };
-        let pool = Pool::new(ME, RpcConfig::for_tests()).unwrap();
-        let me = addr("me", "127.0.0.1:2");
-        let node = RaftNode::start(ME, me.clone(), dir.path(), &config, pool, 1)
-            .await
-            .unwrap();
+        let (node, me) = start_alone(ME, dir.path(), RaftTiming::for_tests()).await;
         // The leader is unreachable: only what this test sends reaches the node.
         let nodes = BTreeMap::from([(LEADER, addr("leader", "127.0.0.1:1")), (ME, me)]);
         let members = BTreeSet::from([LEADER, ME]);
@@ -826,19 +837,11 @@ mod tests {
         const ME: ServerId = 1;
         const OTHER: ServerId = 2;
         let dir = tempfile::tempdir().unwrap();
-        let config = ServerConfig {
-            enabled: true,
-            raft: RaftTiming {
-                leader_lease_timeout: Duration::from_secs(60),
-                ..RaftTiming::for_tests()
-            },
-            ..ServerConfig::default()
+        let timing = RaftTiming {
+            leader_lease_timeout: Duration::from_secs(60),
+            ..RaftTiming::for_tests()
         };
-        let pool = Pool::new(ME, RpcConfig::for_tests()).unwrap();
-        let me = addr("me", "127.0.0.1:2");
-        let node = RaftNode::start(ME, me.clone(), dir.path(), &config, pool, 1)
-            .await
-            .unwrap();
+        let (node, me) = start_alone(ME, dir.path(), timing).await;
         node.raft()
             .initialize(BTreeMap::from([(ME, me)]))
             .await
