@@ -1,6 +1,5 @@
 # An agent on edge nodes with flaky links: a disconnect strategy keeps the original
-# allocation, and a shutdown delay drains connections. teamster refuses disconnect and
-# shutdown_delay by name.
+# allocation, and a shutdown delay drains connections. teamster acts on both.
 job "edge-agent" {
   datacenters = ["edge"]
 

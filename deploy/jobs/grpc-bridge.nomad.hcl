@@ -1,6 +1,7 @@
 # A gRPC service in a bridge network namespace with its own DNS settings and hostname, a
 # port on a named host network, and a service with metadata and a gRPC health check that
-# restarts the task. teamster refuses the network and the service by name.
+# restarts the task. teamster refuses the port's host_network by name, and the gRPC check of a
+# service without a provider (Nomad's own) as Nomad does.
 job "grpc-bridge" {
   datacenters = ["dc1"]
 

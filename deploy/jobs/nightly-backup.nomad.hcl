@@ -1,5 +1,5 @@
-# A cron job: periodic launches, an artifact fetched before the task starts and a task-level
-# restart policy. teamster acts on the periodic block and refuses the other two by name.
+# A cron job: periodic launches, an artifact fetched (and its checksum checked) before the
+# task starts, and a task-level restart policy. teamster acts on all three.
 job "nightly-backup" {
   type        = "batch"
   datacenters = ["dc1"]

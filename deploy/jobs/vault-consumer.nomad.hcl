@@ -1,5 +1,5 @@
 # A task that reads a secret from Vault through a template, running as its own user.
-# teamster refuses vault, template and user by name.
+# teamster refuses the vault block with Nomad's own message: its servers have no Vault.
 job "vault-consumer" {
   datacenters = ["dc1"]
 
