@@ -352,7 +352,8 @@ async fn a_canary_waits_for_promotion_then_the_rest_roll() -> anyhow::Result<()>
 /// A system job's deployment (Nomad 1.11): the first version is tracked to healthy on both
 /// nodes; a new one puts a canary on half of them (replacing the old allocation there) and
 /// waits for promotion; promoted through the API, the other node follows once the canary's
-/// deployment allows, and the deployment ends `successful`.
+/// deployment allows, and the deployment ends `successful`. Unblocking it (Nomad's
+/// multiregion call) changes nothing while it runs and is refused once it ended.
 #[tokio::test]
 async fn a_system_job_canary_replaces_half_the_nodes_then_the_rest_after_promotion(
 ) -> anyhow::Result<()> {
@@ -410,6 +411,13 @@ async fn a_system_job_canary_replaces_half_the_nodes_then_the_rest_after_promoti
         .any(|a| a["JobVersion"] == 0 && a["NodeID"] != canary[0]["NodeID"]));
 
     let id = waiting["ID"].as_str().unwrap_or_default().to_string();
+    // Unblocking is for multiregion deployments: an active one here has nothing to unblock
+    // (Nomad's community edition answers an empty update), a finished one is refused.
+    let path = format!("/v1/deployment/unblock/{id}");
+    let body = json!({ "DeploymentID": id });
+    let unblock = || api.request::<_, Value>(reqwest::Method::PUT, &path, Some(&body));
+    let nothing = unblock().await?;
+    assert_eq!(nothing["DeploymentModifyIndex"], 0, "{nothing}");
     let _: Value = api
         .request(
             reqwest::Method::PUT,
@@ -420,6 +428,15 @@ async fn a_system_job_canary_replaces_half_the_nodes_then_the_rest_after_promoti
     let done =
         wait_deployment(&api, "node-agent", 1, "successful", Duration::from_secs(60)).await?;
     assert_eq!(done["TaskGroups"]["g"]["HealthyAllocs"], 2);
+    let refused = unblock()
+        .await
+        .expect_err("a finished deployment is not unblocked");
+    assert!(
+        refused
+            .to_string()
+            .contains("can't unblock terminal deployment"),
+        "{refused}"
+    );
     let running: Vec<Value> = allocs(&api, "node-agent")
         .await
         .into_iter()
