@@ -250,7 +250,7 @@ fn every_example_job_parses_and_validates() {
             refused += 1;
             continue;
         }
-        let mut job: teamster_storage::model::Job = serde_json::from_value(value["Job"].clone())
+        let mut job = teamster::http::job_from_api_json(value["Job"].clone())
             .unwrap_or_else(|e| panic!("{}: {e}", path.display()));
         job.canonicalize();
         job.validate()
@@ -266,8 +266,7 @@ fn every_example_job_parses_and_validates() {
 
 /// A model job, canonicalized, as JSON: what the cluster would store.
 fn canonical(job: serde_json::Value, what: &str) -> serde_json::Value {
-    let mut job: teamster_storage::model::Job =
-        serde_json::from_value(job).unwrap_or_else(|e| panic!("{what}: {e}"));
+    let mut job = teamster::http::job_from_api_json(job).unwrap_or_else(|e| panic!("{what}: {e}"));
     job.canonicalize();
     job.validate().unwrap_or_else(|e| panic!("{what}: {e}"));
     serde_json::to_value(&job).unwrap()

@@ -1,5 +1,5 @@
-# A service whose new versions replace every allocation at once: `max_parallel = 0` turns
-# deployments off, as in Nomad.
+# A service whose new versions replace every allocation at once (`max_parallel = 0` turns
+# deployments off, as in Nomad) and whose count starts at its scaling minimum (no `count`).
 job "all-at-once-web" {
   type        = "service"
   datacenters = ["dc1"]
@@ -9,7 +9,10 @@ job "all-at-once-web" {
   }
 
   group "web" {
-    count = 2
+    scaling {
+      min = 2
+      max = 6
+    }
 
     task "web" {
       driver = "raw_exec"

@@ -192,6 +192,13 @@ impl HttpContext {
     }
 }
 
+/// A job from Nomad's API JSON as the servers take it at registration: a group without a
+/// `Count` starts at its `scaling` minimum, and a wrong type is named by its path. For tools
+/// and tests that read job files as the cluster would.
+pub fn job_from_api_json(job: serde_json::Value) -> Result<teamster_storage::model::Job, ApiError> {
+    jobs::decode_job(job)
+}
+
 /// The API's routes.
 pub fn router(ctx: HttpContext) -> Router {
     Router::new()
