@@ -177,6 +177,63 @@ fn check_lines(text: &str, total: usize) -> Result<usize, String> {
     Ok(first)
 }
 
+/// `job init -driver raw_exec` writes a job that runs as written on any node: run with the
+/// CLI, its allocation runs and its service is registered.
+#[tokio::test]
+async fn the_raw_exec_job_init_example_runs_as_written() -> anyhow::Result<()> {
+    teamster_cluster_tests::init_test_tracing();
+    let ip = dev_ip_at(37);
+    let log = tempfile::NamedTempFile::new()?;
+    let (_agent, api) = dev_agent(&ip, &log).await?;
+    let dir = tempfile::tempdir()?;
+    let cli = |args: &[&str]| {
+        std::process::Command::new(teamster_cluster_tests::process::teamster_bin())
+            .current_dir(dir.path())
+            .args(args)
+            .output()
+    };
+    let init = cli(&["job", "init", "-driver", "raw_exec"])?;
+    assert!(init.status.success(), "{init:?}");
+    let run = cli(&[
+        "job",
+        "run",
+        "-detach",
+        "-address",
+        api.address(),
+        "example.nomad.hcl",
+    ])?;
+    assert!(run.status.success(), "{run:?}");
+    wait_job_alloc(
+        &api,
+        "example",
+        "the written example running",
+        Duration::from_secs(30),
+        |a| a["ClientStatus"] == "running",
+    )
+    .await?;
+    wait_for(
+        Duration::from_secs(30),
+        "its service registered",
+        || async {
+            let found: Vec<Value> = api.get("/v1/service/example-loop").await.ok()?;
+            (!found.is_empty()).then_some(())
+        },
+    )
+    .await?;
+    // Stopped, so its loop does not outlive the test's agent.
+    api.request::<(), Value>(reqwest::Method::DELETE, "/v1/job/example", None)
+        .await?;
+    wait_job_alloc(
+        &api,
+        "example",
+        "the written example stopped",
+        Duration::from_secs(60),
+        |a| a["ClientStatus"] == "complete",
+    )
+    .await?;
+    Ok(())
+}
+
 #[tokio::test]
 async fn nomad_s_job_init_example_runs_its_logs_rotate_and_its_stop_waits_the_shutdown_delay(
 ) -> anyhow::Result<()> {
