@@ -109,7 +109,7 @@ fn one_link_url(job: &mut Value) {
 
 /// A job from its API JSON; a value of the wrong type is named by its path
 /// (`TaskGroups[0].Count: invalid type: …`).
-pub(crate) fn decode_job(mut job: Value) -> Result<Job, ApiError> {
+pub(super) fn decode_job(mut job: Value) -> Result<Job, ApiError> {
     count_from_scaling_min(&mut job);
     one_link_url(&mut job);
     serde_path_to_error::deserialize(job).map_err(|e| {

@@ -37,9 +37,7 @@
 use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;
 
-use teamster_storage::model::deployment::{
-    DESC_NEWER_JOB, DESC_RUNNING, DESC_STOPPED_JOB, DESC_SUCCESSFUL,
-};
+use teamster_storage::model::deployment::{DESC_NEWER_JOB, DESC_STOPPED_JOB, DESC_SUCCESSFUL};
 use teamster_storage::model::{
     AllocDeploymentStatus, Allocation, ClientStatus, Deployment, DeploymentId, DeploymentStatus,
     DeploymentStatusUpdate, DesiredStatus, EvalStatus, Evaluation, Job, Node, NodeId, NodeStatus,
@@ -282,14 +280,12 @@ impl<'a> SystemScheduler<'a> {
                 && !runs_outside
                 && !rolling_with_work.is_empty()
             {
-                let mut d = new_deployment(
+                rollout.current = Some(new_deployment(
                     job,
                     run.eval.priority,
                     crate::util::new_uuid(self.session.env.rng).into(),
                     now,
-                );
-                d.status_description = DESC_RUNNING.to_owned();
-                rollout.current = Some(d);
+                ));
             }
             if let Some(d) = rollout.current.as_mut().filter(|d| d.active()) {
                 for group in rolling_with_work {
@@ -299,14 +295,19 @@ impl<'a> SystemScheduler<'a> {
                 }
             }
         }
-        // Only the groups the deployment tracks join it.
-        let active = rollout.current.as_ref().filter(|d| d.active());
-        let joins = |group: &str| -> DeploymentId {
-            active
-                .filter(|d| d.task_groups.contains_key(group))
-                .map(|d| d.id.clone())
-                .unwrap_or_default()
-        };
+        // Only the groups an active deployment tracks join it.
+        let joins: HashMap<&str, DeploymentId> = groups
+            .iter()
+            .map(|g| {
+                let id = rollout
+                    .current
+                    .as_ref()
+                    .filter(|d| d.active() && d.task_groups.contains_key(&g.name))
+                    .map(|d| d.id.clone())
+                    .unwrap_or_default();
+                (g.name.as_str(), id)
+            })
+            .collect();
 
         let mut counts: HashMap<String, GroupCount> = HashMap::new();
         let mut placements: Vec<Placement> = Vec::new();
@@ -315,12 +316,12 @@ impl<'a> SystemScheduler<'a> {
             for group in &groups {
                 let key = (node.id.clone(), group.name.clone());
                 let count = counts.entry(group.name.clone()).or_default();
-                let deployment_id = joins(&group.name);
+                let deployment_id = &joins[group.name.as_str()];
                 match live.get(&key) {
                     Some(alloc) if alloc.job_version == job.version => {
                         count.candidates += 1;
                         count.healthy += u32::from(alloc.is_healthy());
-                        if !deployment_id.is_empty() && alloc.deployment_id == deployment_id {
+                        if !deployment_id.is_empty() && alloc.deployment_id == *deployment_id {
                             count.canaries += u32::from(alloc.is_canary());
                             count.unjudged +=
                                 u32::from(!alloc.is_healthy() && !alloc.is_unhealthy());
@@ -343,7 +344,7 @@ impl<'a> SystemScheduler<'a> {
                                 job,
                                 node,
                                 alloc,
-                                &deployment_id,
+                                deployment_id,
                                 now,
                             )
                         {
@@ -362,7 +363,7 @@ impl<'a> SystemScheduler<'a> {
                         // A failed canary's node gets a canary again, which counts as one.
                         let canary = !deployment_id.is_empty()
                             && ended.get(&key).is_some_and(|a| {
-                                a.deployment_id == deployment_id
+                                a.deployment_id == *deployment_id
                                     && a.is_canary()
                                     && a.job_version == job.version
                             });
@@ -429,16 +430,15 @@ impl<'a> SystemScheduler<'a> {
                 .expect("a gate exists for every group");
             if placement.replaces.is_some() {
                 match gate {
-                    Gate::All => {}
                     Gate::Hold | Gate::Limit(0) | Gate::Canaries { left: 0, .. } => continue,
-                    Gate::Limit(_) => {}
                     Gate::Canaries { .. } => placement.canary = true,
+                    Gate::All | Gate::Limit(_) => {}
                 }
             }
             let placer = placers
                 .get_mut(&placement.group)
                 .expect("a placer exists for every group");
-            let deployment_id = joins(&placement.group);
+            let deployment_id = &joins[placement.group.as_str()];
             // A replacement spends the gate once placed. One whose node no longer takes the
             // group only stops the old allocation: nothing turns healthy to move the roll
             // on, so it spends nothing (the next nodes go in the same evaluation).

@@ -190,13 +190,6 @@ impl UpdateStrategy {
     }
 }
 
-impl UpdateStrategy {
-    /// `Stagger`, nanoseconds (Nomad's default 30 s when unset).
-    pub fn stagger(&self) -> u64 {
-        self.stagger.unwrap_or(30 * NANOS_PER_SEC)
-    }
-}
-
 fn validate_health_check(at: &str, value: &str, errors: &mut Vec<String>) {
     if ![
         HEALTH_CHECK_CHECKS,
