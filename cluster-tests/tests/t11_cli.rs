@@ -693,8 +693,83 @@ async fn jobs_needing_consul_or_a_missing_driver_stay_pending_and_vault_is_refus
     let services: Vec<serde_json::Value> = api.get("/v1/services").await?;
     assert!(services.is_empty(), "nothing registered: {services:?}");
 
-    // A driver no node has: accepted, placed nowhere, "missing drivers".
+    // Consul Connect (sidecars, upstreams, an ingress gateway alone in its group) and
+    // `consul` blocks: accepted, kept as sent, every group pending for Consul.
+    let mesh = jobs.join("mesh-checkout.nomad.hcl");
+    let (code, out, err) = agent.run(&["job", "run", "-detach", mesh.to_str().unwrap()]);
+    assert_eq!(code, Some(0), "{out}{err}");
+    teamster_cluster_tests::wait_for(Duration::from_secs(30), "a blocked evaluation", || async {
+        let evals: Vec<serde_json::Value> =
+            api.get("/v1/job/mesh-checkout/evaluations").await.ok()?;
+        evals.iter().any(|e| e["Status"] == "blocked").then_some(())
+    })
+    .await?;
+    let (code, out, err) = agent.run(&["job", "status", "mesh-checkout"]);
+    assert_eq!(code, Some(0), "{err}");
+    assert!(out.contains("Status      = pending"), "{out}");
+    // The first constraint a node fails is the reason, in Nomad's order: the partition,
+    // then Consul (then the CNI plugins of bridge mode).
+    for (group, constraint) in [
+        ("payments", "${attr.consul.partition} = retail"),
+        ("checkout", "${attr.consul.version} semver >= 1.8.0"),
+        ("ingress", "${attr.consul.version} semver >= 1.8.0"),
+    ] {
+        let failure = format!(
+            "Task Group \"{group}\":\n  * Constraint \"{constraint}\": 1 nodes excluded by filter"
+        );
+        assert!(out.contains(&failure), "{failure} in {out}");
+    }
+    let job: serde_json::Value = api.get("/v1/job/mesh-checkout").await?;
+    let payments = &job["TaskGroups"][0];
+    assert_eq!(payments["Consul"]["Cluster"], "default", "{payments}");
+    assert!(
+        payments["Constraints"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|c| c["LTarget"] == "${attr.consul.partition}" && c["RTarget"] == "retail"),
+        "{payments}"
+    );
+    assert_eq!(payments["Services"][0]["Checks"][0]["Expose"], true);
+    let upstreams =
+        &job["TaskGroups"][1]["Services"][0]["Connect"]["SidecarService"]["Proxy"]["Upstreams"];
+    assert_eq!(upstreams[1]["MeshGateway"]["Mode"], "local", "{upstreams}");
+    let ingress = &job["TaskGroups"][2];
+    assert_eq!(ingress["Tasks"], serde_json::json!([]), "{ingress}");
+    assert_eq!(
+        ingress["Services"][0]["Connect"]["Gateway"]["Ingress"]["Listeners"][0]["Port"],
+        8443
+    );
+    let services: Vec<serde_json::Value> = api.get("/v1/services").await?;
+    assert!(services.is_empty(), "nothing registered: {services:?}");
+    // Nomad's community edition knows only the default Consul cluster; a Connect sidecar
+    // needs the group's network namespace.
     let dir = tempfile::tempdir()?;
+    for (name, group, want) in [
+        (
+            "elsewhere",
+            "consul {\n      cluster = \"east\"\n    }\n",
+            "non-default Consul cluster requires Nomad Enterprise",
+        ),
+        (
+            "hostmesh",
+            "service {\n      name = \"a\"\n      port = \"80\"\n      connect {\n        sidecar_service {}\n      }\n    }\n",
+            "connect sidecar: invalid network mode for Consul Connect: group \"g\" uses network mode \"host\"",
+        ),
+    ] {
+        let file = dir.path().join(format!("{name}.nomad.hcl"));
+        std::fs::write(
+            &file,
+            format!(
+                "job \"{name}\" {{\n  group \"g\" {{\n    network {{\n      mode = \"host\"\n    }}\n    {group}    task \"t\" {{\n      driver = \"raw_exec\"\n      config {{\n        command = \"true\"\n      }}\n    }}\n  }}\n}}\n"
+            ),
+        )?;
+        let (code, out, err) = agent.run(&["job", "run", "-detach", file.to_str().unwrap()]);
+        assert_eq!(code, Some(1), "{out}{err}");
+        assert!(err.contains(want), "{want} in {err}");
+    }
+
+    // A driver no node has: accepted, placed nowhere, "missing drivers".
     let podman = dir.path().join("podman.nomad.hcl");
     std::fs::write(
         &podman,

@@ -299,6 +299,12 @@ const REQUIRED_FIELDS: &[&str] = &[
     "TaskGroups[].ShutdownDelay",
     "TaskGroups[].MaxRunDuration",
     "TaskGroups[].Services[].Checks[].GRPCService",
+    "TaskGroups[].Services[].Checks[].Expose",
+    "TaskGroups[].Services[].Connect.SidecarService.Proxy.Upstreams",
+    "TaskGroups[].Services[].Connect.SidecarTask",
+    "TaskGroups[].Services[].Connect.Gateway.Ingress",
+    "TaskGroups[].Consul",
+    "TaskGroups[].Tasks[].Consul",
     "TaskGroups[].Tasks[].Config",
     "TaskGroups[].Tasks[].Env",
     "TaskGroups[].Tasks[].Meta",
@@ -398,6 +404,11 @@ const REQUIRED_HCL: &[&str] = &[
     "identity {",
     "device \"",
     "ui {",
+    "connect {",
+    "sidecar_service {",
+    "upstreams {",
+    "gateway {",
+    "consul {",
 ];
 
 /// The HCL text without its comment lines (Nomad's example comments out many blocks).

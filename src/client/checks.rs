@@ -61,8 +61,11 @@ pub struct CheckDef {
 pub enum Probe {
     /// An HTTP request; a status below 400 passes.
     Http {
-        /// `http://host:port/path`.
+        /// `http://host:port/path` (or `https://`, the check's `protocol`).
         url: String,
+        /// Accept any certificate (`tls_skip_verify`); otherwise it must chain to a root
+        /// of the node's bundle.
+        insecure: bool,
         /// The method.
         method: String,
         /// Headers sent.
@@ -107,7 +110,16 @@ pub fn checks_of(local: &LocalAlloc, node: &NodeFacts) -> Vec<CheckDef> {
             };
             let probe = match check.r#type.as_str() {
                 "http" => Probe::Http {
-                    url: format!("http://{host}{}", check.path),
+                    url: format!(
+                        "{}://{host}{}",
+                        if check.protocol == "https" {
+                            "https"
+                        } else {
+                            "http"
+                        },
+                        check.path
+                    ),
+                    insecure: check.tls_skip_verify,
                     method: if check.method.is_empty() {
                         "GET".into()
                     } else {
@@ -213,7 +225,7 @@ impl RestartWatch {
 pub(crate) async fn check_loop(shared: Arc<Shared>, shutdown: CancellationToken) {
     let mut changes = shared.alloc_changes.subscribe();
     let mut running: HashMap<String, (CheckDef, CancellationToken)> = HashMap::new();
-    let http = match reqwest::Client::builder().build() {
+    let http = match HttpClients::new() {
         Ok(c) => c,
         Err(e) => {
             warn!(error = %e, "no HTTP client for service checks");
@@ -269,13 +281,51 @@ pub(crate) async fn check_loop(shared: Arc<Shared>, shutdown: CancellationToken)
     }
 }
 
+/// Where a node keeps its bundle of trusted roots (Debian's, then Red Hat's).
+const ROOT_BUNDLES: [&str; 2] = [
+    "/etc/ssl/certs/ca-certificates.crt",
+    "/etc/pki/tls/certs/ca-bundle.crt",
+];
+
+/// The HTTP clients checks use: one verifying `https` certificates against the node's
+/// roots, one accepting any (`tls_skip_verify`). Neither follows a redirect's TLS any
+/// differently from the first request; both keep connections pooled.
+#[derive(Clone)]
+pub(crate) struct HttpClients {
+    verified: reqwest::Client,
+    insecure: reqwest::Client,
+}
+
+impl HttpClients {
+    pub(crate) fn new() -> reqwest::Result<Self> {
+        Self::with_roots(&ROOT_BUNDLES)
+    }
+
+    /// Clients trusting the certificates of the first bundle of `bundles` that reads.
+    pub(crate) fn with_roots(bundles: &[&str]) -> reqwest::Result<Self> {
+        let mut verified = reqwest::Client::builder();
+        let roots = bundles
+            .iter()
+            .find_map(|path| std::fs::read(path).ok())
+            .and_then(|pem| reqwest::Certificate::from_pem_bundle(&pem).ok())
+            .unwrap_or_default();
+        if roots.is_empty() {
+            warn!("no trusted roots found: https checks that verify certificates will fail");
+        }
+        for root in roots {
+            verified = verified.add_root_certificate(root);
+        }
+        Ok(Self {
+            verified: verified.build()?,
+            insecure: reqwest::Client::builder()
+                .danger_accept_invalid_certs(true)
+                .build()?,
+        })
+    }
+}
+
 /// Probe `def` every interval until stopped.
-async fn prober(
-    shared: Arc<Shared>,
-    http: reqwest::Client,
-    def: CheckDef,
-    stop: CancellationToken,
-) {
+async fn prober(shared: Arc<Shared>, http: HttpClients, def: CheckDef, stop: CancellationToken) {
     let mut watch = RestartWatch::default();
     {
         let mut results = lock(&shared.check_results);
@@ -356,7 +406,7 @@ fn result(
 }
 
 /// One probe within the check's timeout.
-async fn probe(http: &reqwest::Client, def: &CheckDef) -> ProbeOutcome {
+async fn probe(http: &HttpClients, def: &CheckDef) -> ProbeOutcome {
     let run = async {
         match &def.probe {
             Probe::Tcp { addr } => {
@@ -368,13 +418,19 @@ async fn probe(http: &reqwest::Client, def: &CheckDef) -> ProbeOutcome {
             }
             Probe::Http {
                 url,
+                insecure,
                 method,
                 headers,
                 body,
             } => {
                 let method = reqwest::Method::from_bytes(method.as_bytes())
                     .map_err(|e| format!("method {method:?}: {e}"))?;
-                let mut req = http.request(method, url.as_str());
+                let client = if *insecure {
+                    &http.insecure
+                } else {
+                    &http.verified
+                };
+                let mut req = client.request(method, url.as_str());
                 for (k, v) in headers {
                     req = req.header(k.as_str(), v.as_str());
                 }
@@ -484,10 +540,101 @@ mod tests {
 
     const S: i64 = 1_000_000_000;
 
+    /// An HTTPS server on loopback answering every request 200, with a self-signed
+    /// certificate for 127.0.0.1; returns its port and the certificate's PEM.
+    async fn https_server() -> (u16, String) {
+        use tokio::io::AsyncReadExt;
+        let key = rcgen::KeyPair::generate().unwrap();
+        let cert = rcgen::CertificateParams::new(vec!["127.0.0.1".to_string()])
+            .unwrap()
+            .self_signed(&key)
+            .unwrap();
+        let config = rustls::ServerConfig::builder_with_provider(crate::util::tls::provider())
+            .with_safe_default_protocol_versions()
+            .unwrap()
+            .with_no_client_auth()
+            .with_single_cert(
+                vec![cert.der().clone()],
+                rustls::pki_types::PrivateKeyDer::Pkcs8(key.serialize_der().into()),
+            )
+            .unwrap();
+        let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(config));
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        tokio::spawn(async move {
+            while let Ok((tcp, _)) = listener.accept().await {
+                let acceptor = acceptor.clone();
+                tokio::spawn(async move {
+                    let Ok(mut tls) = acceptor.accept(tcp).await else {
+                        return;
+                    };
+                    let mut buf = vec![0u8; 4096];
+                    let mut got = Vec::new();
+                    while !got.windows(4).any(|w| w == b"\r\n\r\n") {
+                        match tls.read(&mut buf).await {
+                            Ok(0) | Err(_) => return,
+                            Ok(n) => got.extend_from_slice(&buf[..n]),
+                        }
+                    }
+                    let answer =
+                        "HTTP/1.1 200 OK\r\nContent-Length: 6\r\nConnection: close\r\n\r\nsecure";
+                    let _ = tls.write_all(answer.as_bytes()).await;
+                    let _ = tls.shutdown().await;
+                });
+            }
+        });
+        (port, cert.pem())
+    }
+
+    fn https_check(port: u16, insecure: bool) -> CheckDef {
+        CheckDef {
+            id: "r/c".into(),
+            alloc_id: "a".into(),
+            group: "g".into(),
+            task: "t".into(),
+            service: "web".into(),
+            name: "c".into(),
+            probe: Probe::Http {
+                url: format!("https://127.0.0.1:{port}/health"),
+                insecure,
+                method: "GET".into(),
+                headers: vec![],
+                body: String::new(),
+            },
+            interval: Duration::from_secs(10),
+            timeout: Duration::from_secs(10),
+            restart: None,
+            readiness: false,
+        }
+    }
+
+    #[tokio::test]
+    async fn an_https_check_verifies_the_certificate_unless_told_to_skip() {
+        let (port, pem) = https_server().await;
+        let dir = tempfile::tempdir().unwrap();
+        let bundle = dir.path().join("roots.pem");
+        std::fs::write(&bundle, pem).unwrap();
+        let bundle = bundle.to_str().unwrap();
+        // Roots without the server's certificate: the handshake fails, the check fails.
+        let strangers = HttpClients::with_roots(&["/nonexistent/roots.pem"]).unwrap();
+        let outcome = probe(&strangers, &https_check(port, false)).await;
+        let (status, _, output) = judge(&https_check(port, false).probe, &outcome);
+        assert_eq!(status, CHECK_FAILURE, "{output}");
+        assert!(output.contains("certificate"), "{output}");
+        // tls_skip_verify: the same server passes.
+        let outcome = probe(&strangers, &https_check(port, true)).await;
+        assert_eq!(outcome, Ok((200, "secure".into())));
+        // A bundle that holds the certificate: verified and passing.
+        let trusting = HttpClients::with_roots(&["/nonexistent/roots.pem", bundle]).unwrap();
+        let outcome = probe(&trusting, &https_check(port, false)).await;
+        assert_eq!(outcome, Ok((200, "secure".into())));
+    }
+
     #[test]
     fn http_below_400_passes_and_above_fails_with_its_body_cut() {
         let http = Probe::Http {
             url: "http://x/".into(),
+            insecure: false,
             method: "GET".into(),
             headers: vec![],
             body: String::new(),

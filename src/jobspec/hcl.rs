@@ -395,6 +395,14 @@ impl Parser<'_> {
                     .map(Value::Array),
                 other => Err(wrong("a list of strings", &other)),
             },
+            Ty::IntList => match v {
+                Value::Array(items) => items
+                    .into_iter()
+                    .map(|i| self.typed(i, Ty::Int, span.clone(), path, key))
+                    .collect::<Result<Vec<_>, _>>()
+                    .map(Value::Array),
+                other => Err(wrong("a list of whole numbers", &other)),
+            },
         }
     }
 

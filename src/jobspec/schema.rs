@@ -18,6 +18,7 @@ pub(super) enum Ty {
     /// A Go duration string or nanoseconds; nanoseconds in JSON.
     Dur,
     StrList,
+    IntList,
 }
 
 /// An argument: HCL name, JSON name, type.
@@ -377,6 +378,313 @@ pub(super) static CHECK: Spec = Spec {
     fixup: None,
 };
 
+/// A service's `connect` block (Consul Connect): kept with the job, which stays pending for
+/// Consul (`model::integrations`). Nomad's API names; nothing of it is acted on without
+/// Consul.
+pub(super) static CONNECT: Spec = Spec {
+    args: &[("native", "Native", Ty::Bool)],
+    blocks: &[
+        one("gateway", "Gateway", Content::Spec(&CONNECT_GATEWAY)),
+        one(
+            "sidecar_service",
+            "SidecarService",
+            Content::Spec(&CONNECT_SIDECAR_SERVICE),
+        ),
+        one(
+            "sidecar_task",
+            "SidecarTask",
+            Content::Spec(&CONNECT_SIDECAR_TASK),
+        ),
+    ],
+    fixup: None,
+};
+
+static CONNECT_SIDECAR_SERVICE: Spec = Spec {
+    args: &[
+        ("tags", "Tags", Ty::StrList),
+        ("port", "Port", Ty::Str),
+        (
+            "disable_default_tcp_check",
+            "DisableDefaultTCPCheck",
+            Ty::Bool,
+        ),
+    ],
+    blocks: &[
+        one("proxy", "Proxy", Content::Spec(&CONNECT_PROXY)),
+        one("meta", "Meta", Content::StrMap),
+    ],
+    fixup: None,
+};
+
+static CONNECT_PROXY: Spec = Spec {
+    args: &[
+        ("local_service_address", "LocalServiceAddress", Ty::Str),
+        ("local_service_port", "LocalServicePort", Ty::Int),
+    ],
+    blocks: &[
+        one("expose", "Expose", Content::Spec(&CONNECT_EXPOSE)),
+        list("upstreams", "Upstreams", Content::Spec(&CONNECT_UPSTREAM)),
+        one(
+            "transparent_proxy",
+            "TransparentProxy",
+            Content::Spec(&CONNECT_TRANSPARENT_PROXY),
+        ),
+        one("config", "Config", Content::AnyMap),
+    ],
+    fixup: None,
+};
+
+static CONNECT_EXPOSE: Spec = Spec {
+    args: &[],
+    blocks: &[list("path", "Paths", Content::Spec(&CONNECT_EXPOSE_PATH))],
+    fixup: None,
+};
+
+static CONNECT_EXPOSE_PATH: Spec = Spec {
+    args: &[
+        ("path", "Path", Ty::Str),
+        ("protocol", "Protocol", Ty::Str),
+        ("local_path_port", "LocalPathPort", Ty::Int),
+        ("listener_port", "ListenerPort", Ty::Str),
+    ],
+    blocks: &[],
+    fixup: None,
+};
+
+static CONNECT_UPSTREAM: Spec = Spec {
+    args: &[
+        ("destination_name", "DestinationName", Ty::Str),
+        ("destination_namespace", "DestinationNamespace", Ty::Str),
+        ("destination_peer", "DestinationPeer", Ty::Str),
+        ("destination_partition", "DestinationPartition", Ty::Str),
+        ("destination_type", "DestinationType", Ty::Str),
+        ("local_bind_port", "LocalBindPort", Ty::Int),
+        ("datacenter", "Datacenter", Ty::Str),
+        ("local_bind_address", "LocalBindAddress", Ty::Str),
+        ("local_bind_socket_path", "LocalBindSocketPath", Ty::Str),
+        ("local_bind_socket_mode", "LocalBindSocketMode", Ty::Str),
+    ],
+    blocks: &[
+        one(
+            "mesh_gateway",
+            "MeshGateway",
+            Content::Spec(&CONNECT_MESH_GATEWAY),
+        ),
+        one("config", "Config", Content::AnyMap),
+    ],
+    fixup: None,
+};
+
+static CONNECT_MESH_GATEWAY: Spec = Spec {
+    args: &[("mode", "Mode", Ty::Str)],
+    blocks: &[],
+    fixup: None,
+};
+
+static CONNECT_TRANSPARENT_PROXY: Spec = Spec {
+    args: &[
+        ("uid", "UID", Ty::Str),
+        ("outbound_port", "OutboundPort", Ty::Int),
+        ("exclude_inbound_ports", "ExcludeInboundPorts", Ty::StrList),
+        (
+            "exclude_outbound_ports",
+            "ExcludeOutboundPorts",
+            Ty::IntList,
+        ),
+        (
+            "exclude_outbound_cidrs",
+            "ExcludeOutboundCIDRs",
+            Ty::StrList,
+        ),
+        ("exclude_uids", "ExcludeUIDs", Ty::StrList),
+        ("no_dns", "NoDNS", Ty::Bool),
+    ],
+    blocks: &[],
+    fixup: None,
+};
+
+/// `sidecar_task`: what Nomad merges into the proxy task it would add for the service.
+static CONNECT_SIDECAR_TASK: Spec = Spec {
+    args: &[
+        ("name", "Name", Ty::Str),
+        ("driver", "Driver", Ty::Str),
+        ("user", "User", Ty::Str),
+        ("kill_timeout", "KillTimeout", Ty::Dur),
+        ("shutdown_delay", "ShutdownDelay", Ty::Dur),
+        ("kill_signal", "KillSignal", Ty::Str),
+    ],
+    blocks: &[
+        one("config", "Config", Content::AnyMap),
+        one("env", "Env", Content::StrMap),
+        one("resources", "Resources", Content::Spec(&RESOURCES)),
+        one("meta", "Meta", Content::StrMap),
+        one("logs", "LogConfig", Content::Spec(&LOGS)),
+        list("volume_mount", "VolumeMounts", Content::Spec(&VOLUME_MOUNT)),
+        list("identity", "Identities", Content::Spec(&IDENTITY)),
+    ],
+    fixup: None,
+};
+
+static CONNECT_GATEWAY: Spec = Spec {
+    args: &[],
+    blocks: &[
+        one("proxy", "Proxy", Content::Spec(&CONNECT_GATEWAY_PROXY)),
+        one("ingress", "Ingress", Content::Spec(&CONNECT_INGRESS)),
+        one(
+            "terminating",
+            "Terminating",
+            Content::Spec(&CONNECT_TERMINATING),
+        ),
+        one("mesh", "Mesh", Content::Spec(&CONNECT_EMPTY)),
+    ],
+    fixup: None,
+};
+
+static CONNECT_EMPTY: Spec = Spec {
+    args: &[],
+    blocks: &[],
+    fixup: None,
+};
+
+static CONNECT_GATEWAY_PROXY: Spec = Spec {
+    args: &[
+        ("connect_timeout", "ConnectTimeout", Ty::Dur),
+        (
+            "envoy_gateway_bind_tagged_addresses",
+            "EnvoyGatewayBindTaggedAddresses",
+            Ty::Bool,
+        ),
+        (
+            "envoy_gateway_no_default_bind",
+            "EnvoyGatewayNoDefaultBind",
+            Ty::Bool,
+        ),
+        ("envoy_dns_discovery_type", "EnvoyDNSDiscoveryType", Ty::Str),
+    ],
+    blocks: &[
+        Nested {
+            hcl: "envoy_gateway_bind_addresses",
+            json: "EnvoyGatewayBindAddresses",
+            place: Place::ByLabel,
+            label: Some("Name"),
+            content: Content::Spec(&CONNECT_BIND_ADDRESS),
+        },
+        one("config", "Config", Content::AnyMap),
+    ],
+    fixup: None,
+};
+
+static CONNECT_BIND_ADDRESS: Spec = Spec {
+    args: &[("address", "Address", Ty::Str), ("port", "Port", Ty::Int)],
+    blocks: &[],
+    fixup: None,
+};
+
+static CONNECT_GATEWAY_TLS: Spec = Spec {
+    args: &[
+        ("enabled", "Enabled", Ty::Bool),
+        ("tls_min_version", "TLSMinVersion", Ty::Str),
+        ("tls_max_version", "TLSMaxVersion", Ty::Str),
+        ("cipher_suites", "CipherSuites", Ty::StrList),
+    ],
+    blocks: &[one("sds", "SDS", Content::Spec(&CONNECT_TLS_SDS))],
+    fixup: None,
+};
+
+static CONNECT_TLS_SDS: Spec = Spec {
+    args: &[
+        ("cluster_name", "ClusterName", Ty::Str),
+        ("cert_resource", "CertResource", Ty::Str),
+    ],
+    blocks: &[],
+    fixup: None,
+};
+
+static CONNECT_INGRESS: Spec = Spec {
+    args: &[],
+    blocks: &[
+        one("tls", "TLS", Content::Spec(&CONNECT_GATEWAY_TLS)),
+        list("listener", "Listeners", Content::Spec(&CONNECT_LISTENER)),
+    ],
+    fixup: None,
+};
+
+static CONNECT_LISTENER: Spec = Spec {
+    args: &[("port", "Port", Ty::Int), ("protocol", "Protocol", Ty::Str)],
+    blocks: &[list(
+        "service",
+        "Services",
+        Content::Spec(&CONNECT_INGRESS_SERVICE),
+    )],
+    fixup: None,
+};
+
+static CONNECT_INGRESS_SERVICE: Spec = Spec {
+    args: &[
+        ("name", "Name", Ty::Str),
+        ("hosts", "Hosts", Ty::StrList),
+        ("max_connections", "MaxConnections", Ty::Int),
+        ("max_pending_requests", "MaxPendingRequests", Ty::Int),
+        ("max_concurrent_requests", "MaxConcurrentRequests", Ty::Int),
+    ],
+    blocks: &[
+        one("tls", "TLS", Content::Spec(&CONNECT_GATEWAY_TLS)),
+        one(
+            "request_headers",
+            "RequestHeaders",
+            Content::Spec(&CONNECT_HEADERS),
+        ),
+        one(
+            "response_headers",
+            "ResponseHeaders",
+            Content::Spec(&CONNECT_HEADERS),
+        ),
+    ],
+    fixup: None,
+};
+
+static CONNECT_HEADERS: Spec = Spec {
+    args: &[("remove", "Remove", Ty::StrList)],
+    blocks: &[
+        one("add", "Add", Content::StrMap),
+        one("set", "Set", Content::StrMap),
+    ],
+    fixup: None,
+};
+
+static CONNECT_TERMINATING: Spec = Spec {
+    args: &[],
+    blocks: &[list(
+        "service",
+        "Services",
+        Content::Spec(&CONNECT_LINKED_SERVICE),
+    )],
+    fixup: None,
+};
+
+static CONNECT_LINKED_SERVICE: Spec = Spec {
+    args: &[
+        ("name", "Name", Ty::Str),
+        ("ca_file", "CAFile", Ty::Str),
+        ("cert_file", "CertFile", Ty::Str),
+        ("key_file", "KeyFile", Ty::Str),
+        ("sni", "SNI", Ty::Str),
+    ],
+    blocks: &[],
+    fixup: None,
+};
+
+/// A group's or a task's `consul` block.
+pub(super) static CONSUL: Spec = Spec {
+    args: &[
+        ("namespace", "Namespace", Ty::Str),
+        ("cluster", "Cluster", Ty::Str),
+        ("partition", "Partition", Ty::Str),
+    ],
+    blocks: &[],
+    fixup: None,
+};
+
 /// A `service` (group or task).
 pub(super) static SERVICE: Spec = Spec {
     args: &[
@@ -402,7 +710,7 @@ pub(super) static SERVICE: Spec = Spec {
         one("meta", "Meta", Content::StrMap),
         one("canary_meta", "CanaryMeta", Content::StrMap),
         one("tagged_addresses", "TaggedAddresses", Content::StrMap),
-        generic("connect", "Connect"),
+        one("connect", "Connect", Content::Spec(&CONNECT)),
         generic("identity", "Identity"),
         generic("weights", "Weights"),
     ],
@@ -646,7 +954,7 @@ pub(super) static TASK: Spec = Spec {
         ),
         list("volume_mount", "VolumeMounts", Content::Spec(&VOLUME_MOUNT)),
         one("vault", "Vault", Content::Spec(&VAULT)),
-        generic("consul", "Consul"),
+        one("consul", "Consul", Content::Spec(&CONSUL)),
         list("identity", "Identities", Content::Spec(&IDENTITY)),
         generic("csi_plugin", "CSIPluginConfig"),
         generic_list("action", "Actions"),
@@ -737,7 +1045,7 @@ pub(super) static GROUP: Spec = Spec {
             content: Content::Spec(&VOLUME),
         },
         one("scaling", "Scaling", Content::Spec(&SCALING)),
-        generic("consul", "Consul"),
+        one("consul", "Consul", Content::Spec(&CONSUL)),
         // Copied to the group's tasks that have none, then dropped (`hcl::vault_to_tasks`).
         one("vault", "Vault", Content::Spec(&VAULT)),
         one("disconnect", "Disconnect", Content::Spec(&DISCONNECT)),

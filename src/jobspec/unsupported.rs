@@ -22,9 +22,6 @@ pub(super) const JOB: &[&str] = &[
     "Secrets",
 ];
 
-/// Fields of a `TaskGroup` teamster does not implement.
-pub(super) const GROUP: &[&str] = &["Consul"];
-
 /// Fields of a group's network teamster does not implement (ports, in host and bridge mode,
 /// are acted on; the mode, labels and host networks are checked by the job's validation).
 pub(super) const NETWORK: &[&str] = &["Device", "CIDR", "IP", "MBits"];
@@ -32,13 +29,21 @@ pub(super) const NETWORK: &[&str] = &["Device", "CIDR", "IP", "MBits"];
 /// Fields of a `service` (group or task) teamster does not implement: it registers services
 /// itself (`provider = "nomad"`, checked by the job's validation) and runs `http` and `tcp`
 /// checks.
-pub(super) const SERVICE: &[&str] = &["Cluster", "Connect", "Identity", "Weights"];
+pub(super) const SERVICE: &[&str] = &["Cluster", "Identity", "Weights"];
 
-/// Fields of a service's `check` teamster does not implement: Consul Connect's `expose` and
-/// the address modes other than the service's. (Script and gRPC checks and Consul's
+/// Fields of a task's `service` teamster does not implement: Consul Connect is a group
+/// service's (`model::connect`).
+pub(super) const TASK_SERVICE: &[&str] = &["Connect"];
+
+/// Fields of a `TaskGroup` teamster does not implement: none today (its `consul` block is
+/// kept, see `model::connect`).
+pub(super) const GROUP: &[&str] = &[];
+
+/// Fields of a service's `check` teamster does not implement: the address modes other than
+/// the service's. (Script and gRPC checks and Consul's
 /// thresholds and TLS settings are kept with a Consul service, and refused by the job's
 /// validation for a native one, with Nomad's words.)
-pub(super) const CHECK: &[&str] = &["Expose", "AddressMode", "Advertise"];
+pub(super) const CHECK: &[&str] = &["AddressMode", "Advertise"];
 
 /// Fields of a network's port teamster does not implement.
 pub(super) const PORT: &[&str] = &["HostNetwork", "IgnoreCollision"];
@@ -51,7 +56,6 @@ pub(super) const TASK: &[&str] = &[
     "ScalingPolicies",
     "Actions",
     "Schedule",
-    "Consul",
     "Secrets",
 ];
 
@@ -198,7 +202,7 @@ pub fn unsupported_fields(job: &Value) -> Vec<UnsupportedField> {
     for (gi, group) in groups.into_iter().flatten().enumerate() {
         let gpath = format!("job → group {}", name(group, gi));
         check(group, GROUP, &gpath, &mut found);
-        check_services(group, &gpath, &mut found);
+        check_services(group, &gpath, false, &mut found);
         let networks = group.get("Networks").and_then(Value::as_array);
         for (ni, network) in networks.into_iter().flatten().enumerate() {
             let npath = format!("{gpath} → network #{ni}");
@@ -218,7 +222,7 @@ pub fn unsupported_fields(job: &Value) -> Vec<UnsupportedField> {
         for (ti, task) in tasks.into_iter().flatten().enumerate() {
             let tpath = format!("{gpath} → task {}", name(task, ti));
             check(task, TASK, &tpath, &mut found);
-            check_services(task, &tpath, &mut found);
+            check_services(task, &tpath, true, &mut found);
             if let Some(block) = task.get("LogConfig") {
                 check(block, LOGS, &format!("{tpath} → LogConfig"), &mut found);
             }
@@ -249,7 +253,7 @@ pub fn unsupported_fields(job: &Value) -> Vec<UnsupportedField> {
 }
 
 /// The fields each of `owner`'s `Services` sets that teamster does not act on.
-fn check_services(owner: &Value, path: &str, out: &mut Vec<UnsupportedField>) {
+fn check_services(owner: &Value, path: &str, in_task: bool, out: &mut Vec<UnsupportedField>) {
     let services = owner.get("Services").and_then(Value::as_array);
     for (i, service) in services.into_iter().flatten().enumerate() {
         let name = match service.get("Name").and_then(Value::as_str) {
@@ -261,6 +265,9 @@ fn check_services(owner: &Value, path: &str, out: &mut Vec<UnsupportedField>) {
         // native service's are.
         let spath = format!("{path} → service {name}");
         check(service, SERVICE, &spath, out);
+        if in_task {
+            check(service, TASK_SERVICE, &spath, out);
+        }
         let checks = service.get("Checks").and_then(Value::as_array);
         for (j, c) in checks.into_iter().flatten().enumerate() {
             let cname = match c.get("Name").and_then(Value::as_str) {
@@ -375,9 +382,17 @@ mod tests {
             fields(json!({ "AllAtOnce": true, "Multiregion": {} })),
             ["job: Multiregion"]
         );
+        // A group's `consul` block and a group service's `connect` are kept (the job waits
+        // for Consul); a task service's `connect` is refused, as it is a group service's.
         let restart = json!({ "TaskGroups": [{ "Name": "g", "Consul": {},
+            "Services": [{ "Name": "s", "Connect": { "SidecarService": {} } }],
+            "Tasks": [{ "Name": "t", "Consul": { "Namespace": "apple" },
+                        "Services": [{ "Name": "u", "Connect": { "Native": true } }] }],
             "RestartPolicy": { "Attempts": 1, "RenderTemplates": true } }] });
-        assert_eq!(fields(restart), ["job → group \"g\": Consul"]);
+        assert_eq!(
+            fields(restart),
+            ["job → group \"g\" → task \"t\" → service \"u\": Connect"]
+        );
         // The lifetime fields, sticky and migrating disks and a restart's templates are
         // acted on; the deprecated `enabled` is not.
         let task = json!({ "TaskGroups": [{ "Name": "g", "ShutdownDelay": 5,

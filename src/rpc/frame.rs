@@ -38,7 +38,7 @@ use crate::rpc::MAX_FRAME_LEN_CEILING;
 
 /// The protocol version this build speaks; bumped on any incompatible change of the header
 /// or of the meaning of existing message variants.
-pub const PROTOCOL_VERSION: u8 = 13;
+pub const PROTOCOL_VERSION: u8 = 14;
 
 /// Bytes of the length prefix in front of every frame.
 pub const LENGTH_PREFIX_LEN: usize = 4;

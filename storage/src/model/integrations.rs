@@ -7,12 +7,15 @@
 //! its servers add an implied constraint on `${attr.consul.version}`, and the scheduler
 //! reports every node filtered by it. teamster does the same
 //! ([`imply_integration_constraints`]); no teamster node fingerprints Consul, so such a job
-//! stays pending with Nomad's placement failure, and nothing is registered anywhere.
+//! stays pending with Nomad's placement failure, and nothing is registered anywhere. A
+//! Connect service is a Consul service; a group's or task's `consul.partition` adds
+//! `${attr.consul.partition}` (see [`crate::model::connect`]).
 //!
 //! (Vault is not like that: Nomad refuses a job with a `vault` block when its servers have
 //! no Vault configured, and so does teamster, with Nomad's message, in
 //! `jobspec::unsupported`.)
 
+use crate::model::connect::Consul;
 use crate::model::job::{Constraint, Job};
 
 /// The version a node's Consul agent must have for service registration.
@@ -21,6 +24,11 @@ const CONSUL_MIN_VERSION: &str = ">= 1.8.0";
 /// The constraint Nomad adds for a Consul service (default cluster).
 fn consul_constraint() -> Constraint {
     Constraint::new("${attr.consul.version}", "semver", CONSUL_MIN_VERSION)
+}
+
+/// The constraint Nomad adds for a `consul.partition` (default cluster).
+fn partition_constraint(partition: &str) -> Constraint {
+    Constraint::new("${attr.consul.partition}", "=", partition)
 }
 
 /// Adds `implied` to `constraints` unless one there already constrains its attribute (so a
@@ -50,20 +58,31 @@ pub fn imply_integration_constraints(job: &mut Job) {
     let bridge = |g: &crate::model::job::TaskGroup| {
         g.network_mode() == crate::model::job::NETWORK_MODE_BRIDGE
     };
+    let partition = |c: &Option<Consul>| {
+        c.as_ref()
+            .map(|c| c.partition.clone())
+            .filter(|p| !p.is_empty())
+    };
     let needs = job.task_groups.iter().any(|g| {
         bridge(g)
+            || partition(&g.consul).is_some()
             || g.services.iter().any(|s| s.is_consul())
             || g.tasks
                 .iter()
-                .any(|t| t.services.iter().any(|s| s.is_consul()))
+                .any(|t| partition(&t.consul).is_some() || t.services.iter().any(|s| s.is_consul()))
     });
     if !needs {
         return;
     }
+    // Nomad's order (its Consul hook, then its implied constraints): the partition, the
+    // Consul version, the CNI plugins. The first a node fails is the reason shown.
     for group in job.task_groups_mut() {
-        if bridge(group) {
-            for plugin in BRIDGE_PLUGINS {
-                imply(&mut group.constraints, cni_constraint(plugin));
+        if let Some(p) = partition(&group.consul) {
+            imply(&mut group.constraints, partition_constraint(&p));
+        }
+        for task in &mut group.tasks {
+            if let Some(p) = partition(&task.consul) {
+                imply(&mut task.constraints, partition_constraint(&p));
             }
         }
         if group.services.iter().any(|s| s.is_consul()) {
@@ -72,6 +91,11 @@ pub fn imply_integration_constraints(job: &mut Job) {
         for task in &mut group.tasks {
             if task.services.iter().any(|s| s.is_consul()) {
                 imply(&mut task.constraints, consul_constraint());
+            }
+        }
+        if bridge(group) {
+            for plugin in BRIDGE_PLUGINS {
+                imply(&mut group.constraints, cni_constraint(plugin));
             }
         }
     }
@@ -94,6 +118,39 @@ mod tests {
             .iter()
             .map(|c| format!("{} {} {}", c.l_target, c.operand, c.r_target))
             .collect()
+    }
+
+    #[test]
+    fn a_consul_partition_constrains_its_group_or_task_and_connect_needs_consul() {
+        let mut j = job(json!({
+            "ID": "app",
+            "TaskGroups": [{
+                "Name": "api",
+                "Consul": { "Partition": "billing" },
+                "Networks": [{ "Mode": "bridge" }],
+                "Services": [{ "Name": "count-api", "PortLabel": "9001",
+                               "Connect": { "SidecarService": {} } }],
+                "Tasks": [{ "Name": "web", "Driver": "docker",
+                            "Consul": { "Partition": "billing" } }]
+            }]
+        }));
+        j.validate().unwrap();
+        imply_integration_constraints(&mut j);
+        let group = targets(&j.task_groups[0].constraints);
+        // Nomad's order: the partition, Consul, the CNI plugins.
+        assert_eq!(
+            group[..3],
+            [
+                "${attr.consul.partition} = billing",
+                "${attr.consul.version} semver >= 1.8.0",
+                "${attr.plugins.cni.version.bridge} semver >= 0.4.0"
+            ]
+        );
+        assert_eq!(
+            targets(&j.task_groups[0].tasks[0].constraints),
+            ["${attr.consul.partition} = billing"]
+        );
+        assert_eq!(j.task_groups[0].consul.as_ref().unwrap().cluster, "default");
     }
 
     #[test]

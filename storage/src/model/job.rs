@@ -13,6 +13,7 @@ use std::sync::Arc;
 use serde::{Deserialize, Serialize};
 
 use crate::model::artifact::TaskArtifact;
+use crate::model::connect::{self, ConnectGroup, Consul};
 use crate::model::de;
 use crate::model::deployment::{MigrateStrategy, UpdateStrategy};
 use crate::model::disconnect::DisconnectStrategy;
@@ -562,6 +563,9 @@ pub struct Task {
     /// Its templates, rendered before it starts.
     #[serde(deserialize_with = "de::nullable")]
     pub templates: Vec<task_runtime::Template>,
+    /// Its `consul` block (namespace, cluster, admin partition): used by Consul services
+    /// and templates, which wait for a Consul no teamster node has.
+    pub consul: Option<Consul>,
 }
 
 impl Task {
@@ -655,6 +659,8 @@ pub struct TaskGroup {
     /// The volumes its tasks mount, by name (`volume "<name>"`).
     #[serde(deserialize_with = "de::nullable")]
     pub volumes: BTreeMap<String, VolumeRequest>,
+    /// Its `consul` block (namespace, cluster, admin partition), as a task's.
+    pub consul: Option<Consul>,
 }
 
 /// The longest `wait` a [`LocalityLevel`] may have (1 hour).
@@ -932,12 +938,7 @@ fn validate_service(
                     check.path
                 ));
             }
-            // Consul runs https checks; teamster's native checks speak plain HTTP.
-            let protocols: &[&str] = if consul {
-                &["", "http", "https"]
-            } else {
-                &["", "http"]
-            };
+            let protocols: &[&str] = &["", "http", "https"];
             if !protocols.contains(&check.protocol.as_str()) {
                 errors.push(format!(
                     "{at}: protocol {:?} is not supported ({})",
@@ -971,6 +972,94 @@ fn validate_service(
             ));
         }
     }
+}
+
+/// A group's `consul` blocks and its services' `connect` blocks (see [`connect`]).
+fn validate_consul_blocks(at: &str, group: &TaskGroup, errors: &mut Vec<String>) {
+    if let Some(consul) = &group.consul {
+        consul.validate(at, errors);
+    }
+    for task in &group.tasks {
+        if let Some(consul) = &task.consul {
+            let at = format!("{at}, task {:?}", task.name);
+            consul.validate(&at, errors);
+            connect::validate_task_partition(&at, group.consul.as_ref(), consul, errors);
+        }
+    }
+    let connect_group = ConnectGroup {
+        name: &group.name,
+        network_modes: group.networks.iter().map(|n| n.mode.as_str()).collect(),
+        task_names: group.tasks.iter().map(|t| t.name.as_str()).collect(),
+        has_dns: group.networks.iter().any(|n| n.dns.is_some()),
+        reserved_labels: group
+            .networks
+            .iter()
+            .flat_map(|n| n.reserved_ports.iter().map(|p| p.label.as_str()))
+            .collect(),
+    };
+    // Nomad's `jobExposeCheckHook`: `expose` on an http or grpc check of a group service
+    // with a sidecar, in a group in bridge or cni mode.
+    let mut exposes = false;
+    for service in &group.services {
+        for check in service.checks.iter().filter(|c| c.expose) {
+            exposes = true;
+            if !service.connect.as_ref().is_some_and(|c| c.has_sidecar()) {
+                errors.push(format!(
+                    "{at}: exposed service check {}->{}->{} requires use of sidecar_proxy",
+                    group.name,
+                    service.name,
+                    check.name_in(&service.name)
+                ));
+            }
+        }
+    }
+    for task in &group.tasks {
+        for service in &task.services {
+            for check in service.checks.iter().filter(|c| c.expose) {
+                errors.push(format!(
+                    "{at}: exposed service check {}[{}]->{}->{} is not a task-group service",
+                    group.name,
+                    task.name,
+                    service.name,
+                    check.name_in(&service.name)
+                ));
+            }
+        }
+    }
+    if exposes {
+        connect::network_mode(at, &connect_group, "connect expose check", false, errors);
+    }
+    let mut services = Vec::new();
+    for service in &group.services {
+        let Some(c) = &service.connect else {
+            continue;
+        };
+        let at = format!("{at}: service {:?}", service.name);
+        if !service.is_consul() {
+            errors.push(format!(
+                "{at}: Service with provider nomad cannot include Connect blocks"
+            ));
+        }
+        c.validate(&at, errors);
+        if c.has_sidecar() {
+            for check in service.checks.iter().filter(|c| c.r#type == "tcp") {
+                errors.push(format!(
+                    "{at}: Check {} invalid: tcp checks are not valid for Connect enabled                      services",
+                    check.name_in(&service.name)
+                ));
+            }
+        }
+        services.push((
+            service.name.as_str(),
+            service.task_name.as_str(),
+            service.port_label.as_str(),
+            c,
+        ));
+    }
+    if services.is_empty() {
+        return;
+    }
+    connect::validate_group_connect(at, &connect_group, &services, errors);
 }
 
 /// Where a service is defined: in a group (with the group's task names) or in a task.
@@ -1032,7 +1121,17 @@ fn validate_check_kind(
                 "{at}: notes must not be longer than 255 characters"
             ));
         }
+        if check.expose && !matches!(kind.as_str(), "http" | "grpc") {
+            errors.push(format!(
+                "{at}: expose may only be set on HTTP or gRPC checks"
+            ));
+        }
     } else {
+        if check.expose {
+            errors.push(format!(
+                "{at}: expose may only be set for Consul service checks"
+            ));
+        }
         for (name, value) in thresholds {
             if value > 0 {
                 errors.push(format!(
@@ -1370,6 +1469,7 @@ impl Default for TaskGroup {
             ephemeral_disk: None,
             shutdown_delay: 0,
             volumes: BTreeMap::new(),
+            consul: None,
         }
     }
 }
@@ -1750,7 +1850,13 @@ impl Job {
             for service in &mut group.services {
                 canonicalize_service(service, || format!("{}-{}", self.name, group.name));
             }
+            if let Some(consul) = &mut group.consul {
+                consul.canonicalize();
+            }
             for task in &mut group.tasks {
+                if let Some(consul) = &mut task.consul {
+                    consul.canonicalize();
+                }
                 let mut no_spreads = Vec::new();
                 canonicalize_placement(
                     &mut task.constraints,
@@ -1943,7 +2049,12 @@ impl Job {
             if let Some(policy) = &group.restart_policy {
                 policy.validate(&at, &mut errors);
             }
-            if group.tasks.is_empty() {
+            // A group of only a Connect gateway is Nomad's: its servers add the gateway task.
+            let gateway = group
+                .services
+                .iter()
+                .any(|s| s.connect.as_ref().is_some_and(|c| c.is_gateway()));
+            if group.tasks.is_empty() && !gateway {
                 errors.push(format!("{at}: missing tasks"));
             }
             if let Some(scaling) = &group.scaling {
@@ -2054,6 +2165,7 @@ impl Job {
                     );
                 }
             }
+            validate_consul_blocks(&at, group, &mut errors);
             // As Nomad: one provider for every service of a group and of its tasks.
             let providers: BTreeSet<bool> = group
                 .services

@@ -28,6 +28,7 @@ pub mod acl;
 pub mod alloc;
 pub mod artifact;
 pub mod cluster;
+pub mod connect;
 pub(crate) mod de;
 pub mod deployment;
 pub mod diff;

@@ -7,6 +7,7 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
+use crate::model::connect::ConsulConnect;
 use crate::model::de;
 use crate::model::ids::{AllocId, JobId, Namespace, NodeId};
 
@@ -20,7 +21,7 @@ pub const PROVIDER_NOMAD: &str = "nomad";
 pub const PROVIDER_CONSUL: &str = "consul";
 
 /// A `service` block (Nomad's `Service`): a name for the allocation's address and port.
-#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
 #[serde(rename_all = "PascalCase", default)]
 pub struct Service {
     /// The service's name (RFC 1123: letters, digits and dashes; `${…}` interpolated by the
@@ -74,6 +75,9 @@ pub struct Service {
     /// [`ON_UPDATE_IGNORE`]; the default of each of its checks.
     #[serde(deserialize_with = "de::nullable")]
     pub on_update: String,
+    /// Consul Connect (a group's Consul service only): kept, acted on by no teamster node
+    /// (`connect`).
+    pub connect: Option<ConsulConnect>,
 }
 
 /// A check whose results decide whether an allocation is healthy (Nomad's default).
@@ -101,7 +105,8 @@ pub struct ServiceCheck {
     /// The HTTP method (default `GET`).
     #[serde(deserialize_with = "de::nullable")]
     pub method: String,
-    /// `http` (the default).
+    /// `http` (the default) or `https` (verified against the node's roots unless
+    /// `tls_skip_verify`).
     #[serde(deserialize_with = "de::nullable")]
     pub protocol: String,
     /// The port label to check (default: the service's).
@@ -163,6 +168,10 @@ pub struct ServiceCheck {
     /// Consul's free-form notes (at most 255 characters).
     #[serde(deserialize_with = "de::nullable")]
     pub notes: String,
+    /// Have the Connect sidecar's Envoy expose the check's path (an `http` or `grpc` check
+    /// of a group service with a sidecar; Consul's, see `connect`).
+    #[serde(deserialize_with = "de::nullable")]
+    pub expose: bool,
 }
 
 impl ServiceCheck {

@@ -33,7 +33,7 @@ use crate::state::StateError;
 
 const MAGIC: &[u8; 8] = b"TMSTIMG\0";
 /// The image format this build writes (and the only one it reads).
-pub const IMAGE_FORMAT_VERSION: u32 = 17;
+pub const IMAGE_FORMAT_VERSION: u32 = 18;
 const HEADER_LEN: usize = MAGIC.len() + 4;
 /// Fields of the body tuple.
 const BODY_FIELDS: usize = 21;
