@@ -298,7 +298,7 @@ async fn bad_input_is_refused_with_a_message_and_changes_nothing() -> anyhow::Re
         json!([{ "MBits": 10, "DynamicPorts": [{ "Label": "http" }] }]);
     cron["TaskGroups"][0]["Tasks"][0]["Services"] = json!([{ "Name": "web", "Provider": "nomad", "PortLabel": "8080", "Checks": [{
             "Type": "http", "Path": "/", "Interval": 1_000_000_000u64,
-            "Timeout": 1_000_000_000u64, "Expose": true }] }]);
+            "Timeout": 1_000_000_000u64, "Advertise": "10.0.0.1" }] }]);
     cron["Update"] = Value::Null;
     let (s, msg) = post_raw(
         &base,
@@ -314,7 +314,7 @@ async fn bad_input_is_refused_with_a_message_and_changes_nothing() -> anyhow::Re
         "{msg}"
     );
     assert!(
-        msg.contains("job → group \"g\" → task \"t\" → service \"web\" → check #0 → Expose"),
+        msg.contains("job → group \"g\" → task \"t\" → service \"web\" → check #0 → Advertise"),
         "{msg}"
     );
     // An update block that could never roll out, or one on a batch job: 400 naming it.

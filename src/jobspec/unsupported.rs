@@ -335,7 +335,7 @@ mod tests {
                 "Tasks": [
                     { "Name": "server", "Services": [
                         { "Name": "web", "Provider": "nomad",
-                          "Checks": [{ "Type": "http", "Expose": true }] },
+                          "Checks": [{ "Type": "http", "Advertise": "10.0.0.1" }] },
                         { "Name": "legacy", "Cluster": "default", "OnUpdate": "require_healthy" },
                         { "Name": "elsewhere", "Cluster": "dc2-consul" }
                       ],
@@ -352,7 +352,7 @@ mod tests {
                 "job: VersionTag",
                 "job → group \"api\" → network #0: MBits",
                 "job → group \"api\" → network #0 → port \"db\": IgnoreCollision",
-                "job → group \"api\" → task \"server\" → service \"web\" → check #0: Expose",
+                "job → group \"api\" → task \"server\" → service \"web\" → check #0: Advertise",
                 "job → group \"api\" → task \"server\" → service \"elsewhere\": Cluster",
                 "job → group \"api\" → task \"server\" → Resources: Devices",
                 "job → group \"api\" → task #1: Vault",

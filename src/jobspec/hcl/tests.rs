@@ -272,9 +272,9 @@ fn blocks_teamster_does_not_act_on_are_kept_so_that_they_are_refused_by_name() {
                 name     = "web"
                 provider = "nomad"
                 check {
-                  type   = "http"
-                  path   = "/"
-                  expose = true
+                  type      = "http"
+                  path      = "/"
+                  advertise = "10.0.0.1"
                 }
               }
               resources {
@@ -295,7 +295,7 @@ fn blocks_teamster_does_not_act_on_are_kept_so_that_they_are_refused_by_name() {
     assert_eq!(
         refused,
         [
-            "job → group \"g\" → task \"t\" → service \"web\" → check #0: Expose",
+            "job → group \"g\" → task \"t\" → service \"web\" → check #0: Advertise",
             "job → group \"g\" → task \"t\" → Resources: Devices",
         ]
     );
