@@ -833,3 +833,69 @@ fn output_into_a_closed_pipe_ends_quietly() {
         );
     }
 }
+
+/// A task's `action` blocks: listed by `GET /v1/job/:id/actions`, run by `teamster action`
+/// (and `job action`) in one of the group's running allocations, their output and exit code
+/// the command's; an unknown action is refused with Nomad's words.
+#[tokio::test]
+async fn a_job_action_runs_in_a_running_allocation_of_its_group() -> anyhow::Result<()> {
+    use std::time::Duration;
+    let agent = DevAgent::start(17, 221).await?;
+    let dir = tempfile::tempdir()?;
+    let file = dir.path().join("acts.nomad.hcl");
+    std::fs::write(
+        &file,
+        r#"job "acts" {
+  group "g" {
+    task "t" {
+      driver = "raw_exec"
+      config {
+        command = "/bin/sh"
+        args    = ["-c", "exec sleep 600"]
+      }
+      action "greet" {
+        command = "/bin/sh"
+        args    = ["-c", "echo hi from $NOMAD_TASK_NAME; exit 3"]
+      }
+    }
+  }
+}
+"#,
+    )?;
+    let (code, out, err) = agent.run(&["job", "run", "-detach", file.to_str().unwrap()]);
+    assert_eq!(code, Some(0), "{out}{err}");
+    let api = teamster::api::ApiClient::new(&agent.addr);
+    teamster_cluster_tests::wait_for(Duration::from_secs(60), "a running allocation", || async {
+        let allocs: Vec<serde_json::Value> = api.get("/v1/job/acts/allocations").await.ok()?;
+        allocs
+            .iter()
+            .any(|a| a["ClientStatus"] == "running")
+            .then_some(())
+    })
+    .await?;
+    let listed: serde_json::Value = api.get("/v1/job/acts/actions").await?;
+    assert_eq!(
+        listed,
+        serde_json::json!([{ "Name": "greet", "Command": "/bin/sh",
+            "Args": ["-c", "echo hi from $NOMAD_TASK_NAME; exit 3"],
+            "TaskName": "t", "TaskGroupName": "g" }])
+    );
+    for cmd in [&["action"][..], &["job", "action"][..]] {
+        let mut args = cmd.to_vec();
+        args.extend([
+            "-job", "acts", "-group", "g", "-task", "t", "-i=false", "greet",
+        ]);
+        let (code, out, err) = agent.run(&args);
+        assert_eq!(code, Some(3), "{out}{err}");
+        assert_eq!(out, "hi from t\n", "{err}");
+    }
+    let (code, _, err) = agent.run(&[
+        "action", "-job", "acts", "-group", "g", "-task", "t", "-i=false", "nope",
+    ]);
+    assert_eq!(code, Some(1));
+    assert!(err.contains("action nope not found in task t"), "{err}");
+    let (code, _, err) = agent.run(&["action", "-job", "acts", "greet"]);
+    assert_eq!(code, Some(1));
+    assert!(err.contains("-group"), "{err}");
+    Ok(())
+}

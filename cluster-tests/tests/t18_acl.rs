@@ -364,6 +364,19 @@ async fn every_route_answers_by_its_rule_and_the_client_works_with_acls_on() {
         ),
         (
             Method::GET,
+            "/v1/job/acl-web/actions".into(),
+            None,
+            Rule::Read,
+        ),
+        // Running an action is alloc-exec's (answered 400 here: no action asked for).
+        (
+            Method::GET,
+            "/v1/job/acl-web/action".into(),
+            None,
+            Rule::Write,
+        ),
+        (
+            Method::GET,
             "/v1/job/acl-web/versions".into(),
             None,
             Rule::Read,

@@ -66,14 +66,13 @@ fn exec_url(
     command: &[String],
     tty: bool,
 ) -> String {
-    let ws = match base.strip_prefix("https://") {
-        Some(rest) => format!("wss://{rest}"),
-        None => format!("ws://{}", base.trim_start_matches("http://")),
-    };
     let command = serde_json::to_string(command).unwrap_or_default();
-    let mut url = format!(
-        "{ws}/v1/client/allocation/{alloc_id}/exec?command={}&tty={tty}",
-        crate::api::urlencode(&command)
+    let mut url = ws_url(
+        base,
+        &format!(
+            "/v1/client/allocation/{alloc_id}/exec?command={}&tty={tty}",
+            crate::api::urlencode(&command)
+        ),
     );
     if let Some(task) = task {
         url.push_str(&format!("&task={}", crate::api::urlencode(task)));
@@ -217,7 +216,30 @@ pub async fn exec(a: ExecArgs) -> anyhow::Result<ExitCode> {
     let alloc_id = super::args::resolve(&api, "/v1/allocations", "allocation", &a.id).await?;
     let tty = a.tty.unwrap_or(a.stdin && is_terminal(0));
     let url = exec_url(api.address(), &alloc_id, a.task.as_deref(), &a.command, tty);
-    let (socket, _) = match connect(&api, &url).await {
+    stream(&api, &url, &alloc_id, a.stdin, tty).await
+}
+
+/// The websocket URL for `path_and_query` on the agent at `base` (`http://host:port`).
+pub(super) fn ws_url(base: &str, path_and_query: &str) -> String {
+    match base.strip_prefix("https://") {
+        Some(rest) => format!("wss://{rest}{path_and_query}"),
+        None => format!(
+            "ws://{}{path_and_query}",
+            base.trim_start_matches("http://")
+        ),
+    }
+}
+
+/// Carry an exec websocket at `url` (a command in allocation `alloc_id`): this process's
+/// stdin to it (with `stdin`), its output to this process's; its exit code is the answer.
+pub(super) async fn stream(
+    api: &ApiClient,
+    url: &str,
+    alloc_id: &str,
+    stdin: bool,
+    tty: bool,
+) -> anyhow::Result<ExitCode> {
+    let (socket, _) = match connect(api, url).await {
         Ok(s) => s,
         Err(tokio_tungstenite::tungstenite::Error::Http(resp)) => {
             let body = resp
@@ -249,7 +271,7 @@ pub async fn exec(a: ExecArgs) -> anyhow::Result<ExitCode> {
     } else {
         None
     };
-    let mut input = if a.stdin {
+    let mut input = if stdin {
         Some(read_stdin())
     } else {
         tx.send(Message::Text(r#"{"stdin":{"close":true}}"#.into()))

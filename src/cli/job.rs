@@ -57,6 +57,8 @@ pub enum JobCommand {
     Dispatch(super::job_dispatch::DispatchArgs),
     /// Write an example job file (`example.nomad.hcl`).
     Init(super::job_init::InitArgs),
+    /// Run a task's action (its `action` block) in one of the job's allocations.
+    Action(super::job_action::ActionArgs),
 }
 
 /// `job scale`.
@@ -189,6 +191,7 @@ pub async fn run(cmd: JobCommand) -> anyhow::Result<ExitCode> {
             .await
             .map(|()| ExitCode::SUCCESS),
         JobCommand::Init(a) => super::job_init::run(a).map(|()| ExitCode::SUCCESS),
+        JobCommand::Action(a) => super::job_action::run(a).await,
     }
 }
 

@@ -22,6 +22,7 @@ mod deployment;
 mod eval;
 mod event;
 mod job;
+mod job_action;
 mod job_dispatch;
 mod job_file;
 pub mod job_init;
@@ -65,6 +66,8 @@ enum Command {
     /// Jobs: run, status, stop, inspect, validate.
     #[command(subcommand)]
     Job(job::JobCommand),
+    /// Run a task's action (its `action` block) in one of the job's allocations.
+    Action(job_action::ActionArgs),
     /// Deployments: list, status, promote, fail, pause, resume.
     #[command(subcommand)]
     Deployment(deployment::DeploymentCommand),
@@ -224,6 +227,7 @@ pub fn main() -> ExitCode {
         Command::Agent(args) => agent::run(args),
         Command::AgentInfo(args) => run_api(|| agent_info::run(args)),
         Command::Job(cmd) => run_api_code(|| job::run(cmd)),
+        Command::Action(args) => run_api_code(|| job_action::run(args)),
         Command::Server(cmd) => run_api(|| server::run(cmd)),
         Command::Operator(cmd) => run_api(|| operator::run(cmd)),
         Command::Status(args) => run_api_code(|| async {

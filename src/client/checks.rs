@@ -225,13 +225,7 @@ impl RestartWatch {
 pub(crate) async fn check_loop(shared: Arc<Shared>, shutdown: CancellationToken) {
     let mut changes = shared.alloc_changes.subscribe();
     let mut running: HashMap<String, (CheckDef, CancellationToken)> = HashMap::new();
-    let http = match HttpClients::new() {
-        Ok(c) => c,
-        Err(e) => {
-            warn!(error = %e, "no HTTP client for service checks");
-            return;
-        }
-    };
+    let http = HttpClients::new();
     loop {
         let desired: BTreeMap<String, CheckDef> = {
             let st = shared.state();
@@ -297,30 +291,59 @@ pub(crate) struct HttpClients {
 }
 
 impl HttpClients {
-    pub(crate) fn new() -> reqwest::Result<Self> {
+    /// The clients; never fails, so that no trouble with TLS stops the other checks (a
+    /// verifying client it cannot build trusts nothing: its https checks fail, naming why).
+    pub(crate) fn new() -> Self {
         Self::with_roots(&ROOT_BUNDLES)
     }
 
-    /// Clients trusting the certificates of the first bundle of `bundles` that reads.
-    pub(crate) fn with_roots(bundles: &[&str]) -> reqwest::Result<Self> {
-        let mut verified = reqwest::Client::builder();
-        let roots = bundles
-            .iter()
-            .find_map(|path| std::fs::read(path).ok())
-            .and_then(|pem| reqwest::Certificate::from_pem_bundle(&pem).ok())
-            .unwrap_or_default();
+    /// Clients trusting the certificates of the first bundle of `bundles` that reads (those
+    /// it can use: a bundle's unusable certificates are left out, as Go's pool leaves them).
+    pub(crate) fn with_roots(bundles: &[&str]) -> Self {
+        use rustls::pki_types::{pem::PemObject, CertificateDer};
+        let mut roots = rustls::RootCertStore::empty();
+        if let Some(pem) = bundles.iter().find_map(|path| std::fs::read(path).ok()) {
+            let certs = CertificateDer::pem_slice_iter(&pem).filter_map(Result::ok);
+            let (_, ignored) = roots.add_parsable_certificates(certs);
+            if ignored > 0 {
+                debug!(
+                    ignored,
+                    "unusable certificates left out of the trusted roots"
+                );
+            }
+        }
         if roots.is_empty() {
             warn!("no trusted roots found: https checks that verify certificates will fail");
         }
-        for root in roots {
-            verified = verified.add_root_certificate(root);
+        let provider = crate::util::tls::provider();
+        let verified = rustls::ClientConfig::builder_with_provider(provider)
+            .with_safe_default_protocol_versions()
+            .map(|b| b.with_root_certificates(roots).with_no_client_auth())
+            .map_err(|e| e.to_string())
+            .and_then(|config| {
+                reqwest::Client::builder()
+                    .use_preconfigured_tls(config)
+                    .build()
+                    .map_err(|e| e.to_string())
+            });
+        let insecure = crate::util::tls::insecure_client_config(None)
+            .map_err(|e| e.to_string())
+            .and_then(|config| {
+                reqwest::Client::builder()
+                    .use_preconfigured_tls(config)
+                    .build()
+                    .map_err(|e| e.to_string())
+            });
+        let fallback = |which: &str, r: Result<reqwest::Client, String>| {
+            r.unwrap_or_else(|e| {
+                warn!(error = %e, "no {which} HTTPS client for service checks");
+                reqwest::Client::new()
+            })
+        };
+        Self {
+            verified: fallback("verifying", verified),
+            insecure: fallback("insecure", insecure),
         }
-        Ok(Self {
-            verified: verified.build()?,
-            insecure: reqwest::Client::builder()
-                .danger_accept_invalid_certs(true)
-                .build()?,
-        })
     }
 }
 
@@ -616,7 +639,7 @@ mod tests {
         std::fs::write(&bundle, pem).unwrap();
         let bundle = bundle.to_str().unwrap();
         // Roots without the server's certificate: the handshake fails, the check fails.
-        let strangers = HttpClients::with_roots(&["/nonexistent/roots.pem"]).unwrap();
+        let strangers = HttpClients::with_roots(&["/nonexistent/roots.pem"]);
         let outcome = probe(&strangers, &https_check(port, false)).await;
         let (status, _, output) = judge(&https_check(port, false).probe, &outcome);
         assert_eq!(status, CHECK_FAILURE, "{output}");
@@ -625,7 +648,7 @@ mod tests {
         let outcome = probe(&strangers, &https_check(port, true)).await;
         assert_eq!(outcome, Ok((200, "secure".into())));
         // A bundle that holds the certificate: verified and passing.
-        let trusting = HttpClients::with_roots(&["/nonexistent/roots.pem", bundle]).unwrap();
+        let trusting = HttpClients::with_roots(&["/nonexistent/roots.pem", bundle]);
         let outcome = probe(&trusting, &https_check(port, false)).await;
         assert_eq!(outcome, Ok((200, "secure".into())));
     }

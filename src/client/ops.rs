@@ -254,6 +254,29 @@ impl ClientHandle {
         }
     }
 
+    /// The program and arguments of a task's `action` (Nomad's job actions), from the job
+    /// the allocation runs.
+    pub fn action_command(
+        &self,
+        alloc_id: &str,
+        task: Option<&str>,
+        action: &str,
+    ) -> Result<Vec<String>, AllocOpError> {
+        let st = self.shared.state();
+        let local = st
+            .allocs
+            .get(alloc_id)
+            .ok_or_else(|| AllocOpError::UnknownAlloc(alloc_id.to_string()))?;
+        let spec = exec_target(local, alloc_id, task)?;
+        spec.actions
+            .iter()
+            .find(|a| a.name == action)
+            .map(|a| a.argv())
+            .ok_or_else(|| {
+                AllocOpError::Invalid(format!("action {action} not found in task {}", spec.name))
+            })
+    }
+
     /// Whether this client runs or ran the allocation (and still keeps it).
     pub fn has_alloc(&self, alloc_id: &str) -> bool {
         self.shared.state().allocs.contains_key(alloc_id)

@@ -355,7 +355,9 @@ pub fn route_need(
         | "/v1/job/{id}/allocations"
         | "/v1/job/{id}/evaluations"
         | "/v1/job/{id}/deployments"
-        | "/v1/job/{id}/deployment" => in_ns(&[C::ReadJob]),
+        | "/v1/job/{id}/deployment"
+        | "/v1/job/{id}/actions" => in_ns(&[C::ReadJob]),
+        "/v1/job/{id}/action" => in_ns(&[C::AllocExec]),
         "/v1/job/{id}/evaluate" => in_ns(&[C::SubmitJob, C::EvaluateJob]),
         "/v1/job/{id}/revert" => in_ns(&[C::SubmitJob, C::RevertJob]),
         "/v1/job/{id}/plan" => in_ns(&[C::SubmitJob, C::PlanJob]),

@@ -23,7 +23,7 @@ use std::collections::HashMap;
 use std::process::Stdio;
 
 use axum::extract::ws::{self, rejection::WebSocketUpgradeRejection, WebSocket, WebSocketUpgrade};
-use axum::extract::{OriginalUri, Path, Query, State};
+use axum::extract::{Path, Query, State};
 use axum::http::HeaderMap;
 use axum::response::Response;
 use axum::routing::get;
@@ -44,7 +44,9 @@ use crate::client::ops::ExecProcess;
 
 /// The exec route.
 pub fn routes() -> Router<HttpContext> {
-    Router::new().route("/v1/client/allocation/{alloc_id}/exec", get(exec))
+    Router::new()
+        .route("/v1/client/allocation/{alloc_id}/exec", get(exec))
+        .route("/v1/job/{id}/action", get(job_action))
 }
 
 /// The largest piece of output one frame carries.
@@ -62,12 +64,25 @@ const RELAY_DRAIN: std::time::Duration = std::time::Duration::from_secs(10);
 #[derive(Debug, Clone, PartialEq, Eq)]
 struct ExecParams {
     task: Option<String>,
+    /// The command, or (empty) the task's `action` names it.
     command: Vec<String>,
+    /// A job action of the task, run instead of `command` (Nomad's `action`).
+    action: Option<String>,
     tty: bool,
 }
 
 impl ExecParams {
     fn parse(q: &HashMap<String, String>) -> Result<ExecParams, ApiError> {
+        let tty = parse_tty(q)?;
+        let task = q.get("task").filter(|t| !t.is_empty()).cloned();
+        if let Some(action) = q.get("action").filter(|a| !a.is_empty()) {
+            return Ok(ExecParams {
+                task,
+                command: Vec::new(),
+                action: Some(action.clone()),
+                tty,
+            });
+        }
         let raw = q.get("command").map(String::as_str).unwrap_or_default();
         if raw.is_empty() {
             return Err(ApiError::bad_request("command is not present"));
@@ -80,16 +95,36 @@ impl ExecParams {
         if command.is_empty() {
             return Err(ApiError::bad_request("command is empty"));
         }
-        let tty = match q.get("tty").map(String::as_str) {
-            None | Some("") => false,
-            Some(v) => super::query::parse_go_bool(v)
-                .ok_or_else(|| ApiError::bad_request(format!("tty: {v:?} is not a boolean")))?,
-        };
         Ok(ExecParams {
-            task: q.get("task").filter(|t| !t.is_empty()).cloned(),
+            task,
             command,
+            action: None,
             tty,
         })
+    }
+
+    /// The query that asks the node's agent for the same.
+    fn to_query(&self) -> String {
+        let mut query = format!("?tty={}", self.tty);
+        if let Some(task) = &self.task {
+            query.push_str(&format!("&task={}", crate::api::urlencode(task)));
+        }
+        match &self.action {
+            Some(action) => query.push_str(&format!("&action={}", crate::api::urlencode(action))),
+            None => {
+                let command = serde_json::to_string(&self.command).unwrap_or_default();
+                query.push_str(&format!("&command={}", crate::api::urlencode(&command)));
+            }
+        }
+        query
+    }
+}
+
+fn parse_tty(q: &HashMap<String, String>) -> Result<bool, ApiError> {
+    match q.get("tty").map(String::as_str) {
+        None | Some("") => Ok(false),
+        Some(v) => super::query::parse_go_bool(v)
+            .ok_or_else(|| ApiError::bad_request(format!("tty: {v:?} is not a boolean"))),
     }
 }
 
@@ -98,25 +133,72 @@ async fn exec(
     Path(alloc_id): Path<String>,
     Query(q): Query<HashMap<String, String>>,
     headers: HeaderMap,
-    uri: OriginalUri,
     upgrade: Result<WebSocketUpgrade, WebSocketUpgradeRejection>,
 ) -> Result<Response, ApiError> {
     let params = ExecParams::parse(&q)?;
+    exec_in(&ctx, &alloc_id, &params, &headers, upgrade).await
+}
+
+/// `GET /v1/job/:id/action?allocID=&task=&action=&tty=` (Nomad's job actions): runs the
+/// task's action in the allocation, which must be the job's, as `alloc exec` runs a command.
+async fn job_action(
+    State(ctx): State<HttpContext>,
+    Path(job_id): Path<String>,
+    Query(q): Query<HashMap<String, String>>,
+    headers: HeaderMap,
+    upgrade: Result<WebSocketUpgrade, WebSocketUpgradeRejection>,
+) -> Result<Response, ApiError> {
+    let action = q
+        .get("action")
+        .filter(|a| !a.is_empty())
+        .ok_or_else(|| ApiError::bad_request("action is not present"))?;
+    let alloc_id = q
+        .get("allocID")
+        .filter(|a| !a.is_empty())
+        .ok_or_else(|| ApiError::bad_request("allocID is not present"))?;
+    let params = ExecParams {
+        task: q.get("task").filter(|t| !t.is_empty()).cloned(),
+        command: Vec::new(),
+        action: Some(action.clone()),
+        tty: parse_tty(&q)?,
+    };
+    if let Ok(server) = ctx.server() {
+        let snap = server.node.state().snapshot();
+        if let Some(alloc) = snap.alloc_by_id(alloc_id) {
+            if alloc.job_id.as_str() != job_id {
+                return Err(ApiError::bad_request(format!(
+                    "allocation {alloc_id} is not of job {job_id:?}"
+                )));
+            }
+        }
+    }
+    exec_in(&ctx, alloc_id, &params, &headers, upgrade).await
+}
+
+/// Runs `params` in the allocation, here or through the node's agent.
+async fn exec_in(
+    ctx: &HttpContext,
+    alloc_id: &str,
+    params: &ExecParams,
+    headers: &HeaderMap,
+    upgrade: Result<WebSocketUpgrade, WebSocketUpgradeRejection>,
+) -> Result<Response, ApiError> {
     let held = |id: &str| ctx.client().is_some_and(|c| c.has_alloc(id));
-    match client_route::locate_alloc(&ctx, &alloc_id, &headers, held)? {
+    match client_route::locate_alloc(ctx, alloc_id, headers, held)? {
         Target::Here => {
             let client = ctx
                 .client()
                 .ok_or_else(|| ApiError::not_found("this agent's client has not started"))?;
             let upgrade = upgrade
                 .map_err(|e| ApiError::bad_request(format!("exec is a websocket request: {e}")))?;
+            let command = match &params.action {
+                Some(action) => client
+                    .action_command(alloc_id, params.task.as_deref(), action)
+                    .map_err(op_error)?,
+                None => params.command.clone(),
+            };
             let process = client
-                .exec_command(
-                    &alloc_id,
-                    params.task.as_deref(),
-                    &params.command,
-                    params.tty,
-                )
+                .exec_command(alloc_id, params.task.as_deref(), &command, params.tty)
                 .await
                 .map_err(op_error)?;
             Ok(upgrade.on_upgrade(move |socket| run(socket, process)))
@@ -124,7 +206,7 @@ async fn exec(
         Target::Node { addr, alloc_id } => {
             let upgrade = upgrade
                 .map_err(|e| ApiError::bad_request(format!("exec is a websocket request: {e}")))?;
-            let query = uri.query().map(|q| format!("?{q}")).unwrap_or_default();
+            let query = params.to_query();
             let (tls, io) = client_route::dial(&addr).await?;
             let scheme = if tls { "wss" } else { "ws" };
             let url = format!("{scheme}://{addr}/v1/client/allocation/{alloc_id}/exec{query}");

@@ -438,6 +438,35 @@ pub async fn summary(
     Ok(json_read(summary, meta))
 }
 
+/// `GET /v1/job/:id/actions`: every task's actions (Nomad's `JobAction`s), in the job's
+/// order.
+pub async fn actions(
+    State(ctx): State<HttpContext>,
+    Path(id): Path<String>,
+    Query(q): Query<HashMap<String, String>>,
+) -> Result<Response, ApiError> {
+    let opts = QueryOptions::parse(&q)?;
+    let (snap, meta) = ctx.read(&opts, &[Table::Jobs]).await?;
+    let job = snap
+        .job_by_id(&opts.namespace, &id)
+        .ok_or_else(|| ApiError::not_found("job not found"))?;
+    let mut out = Vec::new();
+    for group in job.task_groups.iter() {
+        for task in &group.tasks {
+            for action in &task.actions {
+                out.push(serde_json::json!({
+                    "Name": action.name,
+                    "Command": action.command,
+                    "Args": action.args,
+                    "TaskName": task.name,
+                    "TaskGroupName": group.name,
+                }));
+            }
+        }
+    }
+    Ok(json_read(out, meta))
+}
+
 /// `GET /v1/job/:id/versions`: every kept version, newest first.
 pub async fn versions(
     State(ctx): State<HttpContext>,

@@ -215,6 +215,7 @@ pub fn router(ctx: HttpContext) -> Router {
         )
         .route("/v1/job/{id}/summary", get(jobs::summary))
         .route("/v1/job/{id}/versions", get(jobs::versions))
+        .route("/v1/job/{id}/actions", get(jobs::actions))
         .route(
             "/v1/job/{id}/evaluate",
             axum::routing::put(jobs::evaluate).post(jobs::evaluate),

@@ -674,6 +674,16 @@ static CONNECT_LINKED_SERVICE: Spec = Spec {
     fixup: None,
 };
 
+/// A task's `action "<name>"`.
+pub(super) static ACTION: Spec = Spec {
+    args: &[
+        ("command", "Command", Ty::Str),
+        ("args", "Args", Ty::StrList),
+    ],
+    blocks: &[],
+    fixup: None,
+};
+
 /// A group's or a task's `consul` block.
 pub(super) static CONSUL: Spec = Spec {
     args: &[
@@ -957,7 +967,7 @@ pub(super) static TASK: Spec = Spec {
         one("consul", "Consul", Content::Spec(&CONSUL)),
         list("identity", "Identities", Content::Spec(&IDENTITY)),
         generic("csi_plugin", "CSIPluginConfig"),
-        generic_list("action", "Actions"),
+        named("action", "Actions", "Name", Content::Spec(&ACTION)),
         generic_list("secret", "Secrets"),
         list("scaling", "ScalingPolicies", Content::VerticalScaling),
         generic("schedule", "Schedule"),

@@ -54,7 +54,6 @@ pub(super) const TASK: &[&str] = &[
     "CSIPluginConfig",
     "Kind",
     "ScalingPolicies",
-    "Actions",
     "Schedule",
     "Secrets",
 ];

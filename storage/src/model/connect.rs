@@ -130,14 +130,8 @@ impl ConsulConnect {
             ));
         }
         if let Some(gateway) = &self.gateway {
-            let kinds = GATEWAY_KINDS
-                .iter()
-                .filter(|k| field(gateway, k).is_some())
-                .count();
-            if kinds != 1 {
-                errors.push(format!(
-                    "{at}: Consul Gateway must have exactly one of ingress, terminating, or mesh"
-                ));
+            if let Err(e) = validate_gateway(gateway) {
+                errors.push(format!("{at}: {e}"));
             }
         }
         for part in self.parts() {
@@ -149,6 +143,106 @@ impl ConsulConnect {
             }
         }
     }
+}
+
+/// Nomad's `ConsulGateway.Validate`: its proxy, its one configuration (ingress listeners
+/// with a port, a protocol and services; terminating services with a name and whole TLS
+/// settings). The first problem, in Nomad's words.
+fn validate_gateway(gateway: &ConfigValue) -> Result<(), String> {
+    let text = |v: &ConfigValue, k: &str| {
+        field(v, k)
+            .and_then(ConfigValue::as_str)
+            .unwrap_or_default()
+            .to_owned()
+    };
+    let list = |v: &ConfigValue, k: &str| match field(v, k) {
+        Some(ConfigValue::List(items)) => items.clone(),
+        _ => Vec::new(),
+    };
+    if let Some(proxy) = field(gateway, "Proxy") {
+        let dns = text(proxy, "EnvoyDNSDiscoveryType");
+        if !matches!(dns.as_str(), "" | "STRICT_DNS" | "LOGICAL_DNS") {
+            return Err(
+                "Consul Gateway Proxy Envoy DNS Discovery type must be STRICT_DNS or LOGICAL_DNS"
+                    .into(),
+            );
+        }
+        if let Some(ConfigValue::Map(binds)) = field(proxy, "EnvoyGatewayBindAddresses") {
+            for bind in binds.values() {
+                if text(bind, "Address").is_empty() {
+                    return Err("Consul Gateway Bind Address must be set".into());
+                }
+                let port = match field(bind, "Port") {
+                    Some(ConfigValue::Int(p)) => *p,
+                    _ => 0,
+                };
+                // -1: filled in with a dynamic port by Nomad.
+                if port <= 0 && port != -1 {
+                    return Err("Consul Gateway Bind Address must set valid Port".into());
+                }
+            }
+        }
+    }
+    if let Some(ingress) = field(gateway, "Ingress") {
+        let listeners = list(ingress, "Listeners");
+        if listeners.is_empty() {
+            return Err("Consul Ingress Gateway requires at least one listener".into());
+        }
+        for listener in &listeners {
+            let port = match field(listener, "Port") {
+                Some(ConfigValue::Int(p)) => *p,
+                _ => 0,
+            };
+            if port <= 0 {
+                return Err("Consul Ingress Listener requires valid Port".into());
+            }
+            // Nomad's API defaults the protocol to tcp.
+            let protocol = text(listener, "Protocol");
+            if !matches!(protocol.as_str(), "" | "tcp" | "http" | "http2" | "grpc") {
+                return Err(format!(
+                    "Consul Ingress Listener requires protocol of tcp, http, http2, grpc, got \
+                     {protocol:?}"
+                ));
+            }
+            let services = list(listener, "Services");
+            if services.is_empty() {
+                return Err("Consul Ingress Listener requires one or more services".into());
+            }
+            if services.iter().any(|s| text(s, "Name").is_empty()) {
+                return Err("Consul Ingress Service requires a name".into());
+            }
+        }
+    }
+    if let Some(terminating) = field(gateway, "Terminating") {
+        let services = list(terminating, "Services");
+        if services.is_empty() {
+            return Err("Consul Terminating Gateway requires at least one service".into());
+        }
+        for service in &services {
+            let set = |k| !text(service, k).is_empty();
+            if !set("Name") {
+                return Err("Consul Linked Service requires Name".into());
+            }
+            let (ca, cert, key, sni) = (set("CAFile"), set("CertFile"), set("KeyFile"), set("SNI"));
+            if (cert || key) && !ca {
+                return Err("Consul Linked Service TLS requires CAFile".into());
+            }
+            if cert != key {
+                return Err("Consul Linked Service TLS Cert and Key must both be set".into());
+            }
+            if sni && !ca {
+                return Err("Consul Linked Service TLS SNI requires CAFile".into());
+            }
+        }
+    }
+    let kinds = GATEWAY_KINDS
+        .iter()
+        .filter(|k| field(gateway, k).is_some())
+        .count();
+    if kinds != 1 {
+        return Err("One Consul Gateway Configuration must be set".into());
+    }
+    Ok(())
 }
 
 /// The member `key` of a map value.
@@ -189,7 +283,8 @@ pub fn validate_group_connect(
         let name = *name;
         if connect.has_sidecar() {
             network_mode(at, group, "connect sidecar", false, errors);
-            if name != name.to_lowercase() {
+            // Nomad checks the name once interpolated; one still holding `${…}` is left.
+            if !name.contains("${") && name != name.to_lowercase() {
                 errors.push(format!(
                     "{at}: Consul Connect service name {name:?} in group {:?} must not contain \
                      uppercase characters",
@@ -204,7 +299,13 @@ pub fn validate_group_connect(
                 ));
             }
         } else if connect.native {
-            if task.is_empty() && group.task_names.len() != 1 {
+            // Nomad infers the task only in a group with a network (its Connect hook skips
+            // the others).
+            if task.is_empty() && group.network_modes.is_empty() {
+                errors.push(format!(
+                    "{at}: Service {name} is Connect Native and requires setting the task"
+                ));
+            } else if task.is_empty() && group.task_names.len() != 1 {
                 errors.push(format!(
                     "{at}: task for Consul Connect Native service {}->{name} is ambiguous and \
                      must be set",
@@ -284,7 +385,9 @@ pub fn validate_group_connect(
             }
             if let Some(ConfigValue::List(ports)) = field(tproxy, "ExcludeInboundPorts") {
                 for port in ports.iter().filter_map(ConfigValue::as_str) {
-                    if port.parse::<u16>().is_err() && !group.reserved_labels.contains(&port) {
+                    let numeric =
+                        port.bytes().all(|b| b.is_ascii_digit()) && port.parse::<u16>().is_ok();
+                    if !numeric && !group.reserved_labels.contains(&port) {
                         errors.push(format!(
                             "{at}: Consul Connect transparent proxy port {port:?} must be \
                              numeric or one of network.port labels"
@@ -318,12 +421,9 @@ pub fn network_mode(
         ));
         return;
     }
+    // As Nomad: a network without a mode is not `host` here.
     let mode = group.network_modes[0];
-    let mode_shown = if mode.is_empty() { "host" } else { mode };
-    if mode == "bridge"
-        || (allow_host && (mode == "host" || mode.is_empty()))
-        || mode.starts_with("cni/")
-    {
+    if mode == "bridge" || (allow_host && mode == "host") || mode.starts_with("cni/") {
         return;
     }
     let allowed = if allow_host {
@@ -333,7 +433,7 @@ pub fn network_mode(
     };
     errors.push(format!(
         "{at}: {prefix}: invalid network mode for Consul Connect: group {:?} uses network mode \
-         {mode_shown:?}; must be {allowed}",
+         {mode:?}; must be {allowed}",
         group.name
     ));
 }
@@ -397,6 +497,12 @@ mod tests {
             none[0].contains("must have exactly one network for Consul Connect"),
             "{none:?}"
         );
+        // A name still to be interpolated is checked by nobody here (Nomad: once filled in).
+        let later = errors_of(
+            &group(vec!["bridge"], vec!["web"]),
+            &[("${NOMAD_JOB_NAME}-api", "", "", &sidecar)],
+        );
+        assert!(later.is_empty(), "{later:?}");
         let upper = errors_of(
             &group(vec!["cni/mesh"], vec!["web"]),
             &[("Count", "", "", &sidecar)],
@@ -418,24 +524,76 @@ mod tests {
                 "{errors:?}"
             );
         }
-        let two_kinds = connect(json!({ "Gateway": { "Ingress": {}, "Mesh": {} } }));
+        let two_kinds = connect(json!({ "Gateway": { "Terminating": {
+            "Services": [{ "Name": "db" }] }, "Mesh": {} } }));
         let errors = errors_of(&group(vec!["host"], vec![]), &[("gw", "", "1", &two_kinds)]);
-        assert_eq!(
-            errors,
-            ["g: Consul Gateway must have exactly one of ingress, terminating, or mesh"]
-        );
+        assert_eq!(errors, ["g: One Consul Gateway Configuration must be set"]);
     }
 
     #[test]
     fn gateways_may_run_in_host_mode_and_native_services_name_their_task() {
-        let ingress = connect(json!({ "Gateway": { "Ingress": { "Listeners": [] } } }));
+        let ingress = connect(json!({ "Gateway": { "Ingress": { "Listeners": [
+            { "Port": 8080, "Protocol": "http", "Services": [{ "Name": "web" }] }
+        ] } } }));
         assert!(errors_of(&group(vec!["host"], vec![]), &[("gw", "", "", &ingress)]).is_empty());
+        // A mode left out is not host, as in Nomad.
+        assert!(
+            errors_of(&group(vec![""], vec![]), &[("gw", "", "", &ingress)])[0]
+                .contains("uses network mode \"\"; must be \"bridge\", \"host\", or \"cni/*\"")
+        );
+        // Nomad's rules inside the gateway, first problem first.
+        for (gateway, want) in [
+            (
+                json!({ "Ingress": { "Listeners": [] } }),
+                "Consul Ingress Gateway requires at least one listener",
+            ),
+            (
+                json!({ "Ingress": { "Listeners": [{ "Port": 0, "Services": [{ "Name": "w" }] }] } }),
+                "Consul Ingress Listener requires valid Port",
+            ),
+            (
+                json!({ "Ingress": { "Listeners": [{ "Port": 1, "Protocol": "udp" }] } }),
+                "Consul Ingress Listener requires protocol of tcp, http, http2, grpc, got \"udp\"",
+            ),
+            (
+                json!({ "Ingress": { "Listeners": [{ "Port": 1 }] } }),
+                "Consul Ingress Listener requires one or more services",
+            ),
+            (
+                json!({ "Terminating": { "Services": [] } }),
+                "Consul Terminating Gateway requires at least one service",
+            ),
+            (
+                json!({ "Terminating": { "Services": [{ "Name": "db", "SNI": "x" }] } }),
+                "Consul Linked Service TLS SNI requires CAFile",
+            ),
+            (
+                json!({ "Proxy": { "EnvoyDNSDiscoveryType": "DNS" }, "Mesh": {} }),
+                "Consul Gateway Proxy Envoy DNS Discovery type must be STRICT_DNS or LOGICAL_DNS",
+            ),
+        ] {
+            let c = connect(json!({ "Gateway": gateway }));
+            assert_eq!(
+                errors_of(&group(vec!["bridge"], vec![]), &[("gw", "", "1", &c)]),
+                [format!("g: {want}")]
+            );
+        }
         let mesh = connect(json!({ "Gateway": { "Mesh": {} } }));
         assert_eq!(
             errors_of(&group(vec!["bridge"], vec![]), &[("mesh", "", "", &mesh)]),
             ["g: service.port must be set for mesh gateway service"]
         );
         let native = connect(json!({ "Native": true }));
+        // Without a network Nomad infers no task.
+        assert!(
+            errors_of(&group(vec![], vec!["a"]), &[("n", "", "http", &native)])[0]
+                .contains("Service n is Connect Native and requires setting the task")
+        );
+        assert!(errors_of(
+            &group(vec!["host"], vec!["a"]),
+            &[("n", "", "http", &native)]
+        )
+        .is_empty());
         let two_tasks = group(vec!["bridge"], vec!["a", "b"]);
         assert!(errors_of(&two_tasks, &[("n", "", "http", &native)])[0].contains("is ambiguous"));
         assert!(errors_of(&two_tasks, &[("n", "c", "http", &native)])[0].contains("does not exist"));

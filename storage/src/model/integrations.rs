@@ -93,6 +93,23 @@ pub fn imply_integration_constraints(job: &mut Job) {
                 imply(&mut task.constraints, consul_constraint());
             }
         }
+        // A group of only a gateway: Nomad's gateway task carries these, which no group
+        // constraint lifts; here the group holds them whatever else it says, so such a
+        // group is never placed without Consul.
+        let gateway = group
+            .services
+            .iter()
+            .any(|s| s.connect.as_ref().is_some_and(|c| c.is_gateway()));
+        if group.tasks.is_empty() && gateway {
+            for c in [
+                consul_constraint(),
+                Constraint::new("${attr.consul.grpc}", ">", "0"),
+            ] {
+                if !group.constraints.contains(&c) {
+                    group.constraints.push(c);
+                }
+            }
+        }
         if bridge(group) {
             for plugin in BRIDGE_PLUGINS {
                 imply(&mut group.constraints, cni_constraint(plugin));
@@ -151,6 +168,33 @@ mod tests {
             ["${attr.consul.partition} = billing"]
         );
         assert_eq!(j.task_groups[0].consul.as_ref().unwrap().cluster, "default");
+    }
+
+    #[test]
+    fn a_gateway_alone_in_its_group_keeps_its_consul_constraints_whatever_the_group_says() {
+        let mut j = job(json!({
+            "ID": "gw",
+            "TaskGroups": [{
+                "Name": "ingress",
+                "Networks": [{ "Mode": "host" }],
+                "Constraints": [{ "LTarget": "${attr.consul.version}", "Operand": "is_not_set" }],
+                "Services": [{ "Name": "in", "PortLabel": "8080", "Connect": { "Gateway": {
+                    "Ingress": { "Listeners": [{ "Port": 8080, "Services": [{ "Name": "web" }] }] }
+                } } }],
+                "Tasks": []
+            }]
+        }));
+        j.validate().unwrap();
+        imply_integration_constraints(&mut j);
+        imply_integration_constraints(&mut j);
+        assert_eq!(
+            targets(&j.task_groups[0].constraints),
+            [
+                "${attr.consul.version} is_not_set ",
+                "${attr.consul.version} semver >= 1.8.0",
+                "${attr.consul.grpc} > 0"
+            ]
+        );
     }
 
     #[test]

@@ -566,6 +566,9 @@ pub struct Task {
     /// Its `consul` block (namespace, cluster, admin partition): used by Consul services
     /// and templates, which wait for a Consul no teamster node has.
     pub consul: Option<Consul>,
+    /// Its actions: commands `teamster action` runs in its place on demand.
+    #[serde(deserialize_with = "de::nullable")]
+    pub actions: Vec<task_runtime::Action>,
 }
 
 impl Task {
@@ -990,7 +993,12 @@ fn validate_consul_blocks(at: &str, group: &TaskGroup, errors: &mut Vec<String>)
         name: &group.name,
         network_modes: group.networks.iter().map(|n| n.mode.as_str()).collect(),
         task_names: group.tasks.iter().map(|t| t.name.as_str()).collect(),
-        has_dns: group.networks.iter().any(|n| n.dns.is_some()),
+        // Nomad's `DNS.IsZero`: an empty `dns {}` block says nothing.
+        has_dns: group.networks.iter().any(|n| {
+            n.dns.as_ref().is_some_and(|d| {
+                !(d.servers.is_empty() && d.searches.is_empty() && d.options.is_empty())
+            })
+        }),
         reserved_labels: group
             .networks
             .iter()
@@ -1010,6 +1018,28 @@ fn validate_consul_blocks(at: &str, group: &TaskGroup, errors: &mut Vec<String>)
                     service.name,
                     check.name_in(&service.name)
                 ));
+            } else if check.path.starts_with('/')
+                && matches!(check.r#type.as_str(), "http" | "grpc")
+            {
+                // The path is exposed on the service's port inside the namespace: a static
+                // port's or a number (a dynamic port has none yet).
+                let label = service.port_label.as_str();
+                let static_port = group
+                    .networks
+                    .iter()
+                    .flat_map(|n| n.reserved_ports.iter())
+                    .any(|p| p.label == label && p.value > 0);
+                let number = label.bytes().all(|b| b.is_ascii_digit())
+                    && label.parse::<u16>().is_ok_and(|p| p > 0);
+                if !static_port && !number {
+                    errors.push(format!(
+                        "{at}: unable to determine local service port for service check \
+                         {}->{}->{}",
+                        group.name,
+                        service.name,
+                        check.name_in(&service.name)
+                    ));
+                }
             }
         }
     }
@@ -1044,7 +1074,8 @@ fn validate_consul_blocks(at: &str, group: &TaskGroup, errors: &mut Vec<String>)
         if c.has_sidecar() {
             for check in service.checks.iter().filter(|c| c.r#type == "tcp") {
                 errors.push(format!(
-                    "{at}: Check {} invalid: tcp checks are not valid for Connect enabled                      services",
+                    "{at}: Check {} invalid: tcp checks are not valid for Connect enabled \
+                     services",
                     check.name_in(&service.name)
                 ));
             }
@@ -2164,6 +2195,10 @@ impl Job {
                         &mut errors,
                     );
                 }
+            }
+            for task in &group.tasks {
+                let at = format!("{at}, task {:?}", task.name);
+                task_runtime::validate_actions(&at, &task.actions, &mut errors);
             }
             validate_consul_blocks(&at, group, &mut errors);
             // As Nomad: one provider for every service of a group and of its tasks.

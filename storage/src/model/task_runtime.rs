@@ -1,6 +1,7 @@
 //! The parts of a job that shape how a client runs a task rather than where it is placed:
 //! a task's `logs` block ([`LogConfig`]) and `lifecycle` ([`TaskLifecycle`]), and a group's
-//! `ephemeral_disk` ([`EphemeralDisk`]), with Nomad's defaults and checks.
+//! `ephemeral_disk` ([`EphemeralDisk`]), with Nomad's defaults and checks; and a task's
+//! `action` blocks ([`Action`]): commands run on demand in a running task's place.
 
 use serde::{Deserialize, Serialize};
 
@@ -798,5 +799,98 @@ mod template_tests {
         assert!(!escapes_alloc_dir("task", "../alloc/shared.conf"));
         assert!(escapes_alloc_dir("task", "../../x"));
         assert!(escapes_alloc_dir("task", "local/../../../x"));
+    }
+}
+
+/// A task's `action "<name>"` block (Nomad 1.7's job actions): a command `teamster action`
+/// runs on demand in the place of a running task, as `alloc exec` runs one.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "PascalCase", default)]
+pub struct Action {
+    /// Its name, unique in the task: 1 to 128 characters, no whitespace or NUL.
+    #[serde(deserialize_with = "de::nullable")]
+    pub name: String,
+    /// The program.
+    #[serde(deserialize_with = "de::nullable")]
+    pub command: String,
+    /// Its arguments.
+    #[serde(deserialize_with = "de::nullable")]
+    pub args: Vec<String>,
+}
+
+impl Action {
+    /// The program and its arguments.
+    pub fn argv(&self) -> Vec<String> {
+        std::iter::once(self.command.clone())
+            .chain(self.args.iter().cloned())
+            .collect()
+    }
+}
+
+/// Nomad's checks of a task's actions, in its words.
+pub fn validate_actions(at: &str, actions: &[Action], errors: &mut Vec<String>) {
+    let mut seen = std::collections::BTreeSet::new();
+    for action in actions {
+        let name = &action.name;
+        let mut problems = Vec::new();
+        if action.command.is_empty() {
+            problems.push("command cannot be empty".to_owned());
+        }
+        let valid_name = (1..=128).contains(&name.chars().count())
+            && !name.chars().any(|c| c == '\0' || c.is_whitespace());
+        if !valid_name {
+            problems.push(format!("invalid name '{name}'"));
+        }
+        if !problems.is_empty() {
+            errors.push(format!(
+                "{at}: Action {name} validation failed: {}",
+                problems.join("; ")
+            ));
+        }
+        if !seen.insert(name.as_str()) {
+            errors.push(format!("{at}: Action {name} defined multiple times"));
+        }
+    }
+}
+
+#[cfg(test)]
+mod action_tests {
+    use super::*;
+
+    fn action(name: &str, command: &str) -> Action {
+        Action {
+            name: name.into(),
+            command: command.into(),
+            args: vec!["-c".into(), "date".into()],
+        }
+    }
+
+    #[test]
+    fn actions_are_checked_in_nomad_s_words() {
+        let mut errors = Vec::new();
+        validate_actions(
+            "t",
+            &[action("now", "/bin/sh"), action("later", "/bin/sh")],
+            &mut errors,
+        );
+        assert!(errors.is_empty(), "{errors:?}");
+        assert_eq!(action("now", "/bin/sh").argv(), ["/bin/sh", "-c", "date"]);
+        validate_actions(
+            "t",
+            &[
+                action("two words", ""),
+                action("x", "/bin/true"),
+                action("x", "/bin/true"),
+            ],
+            &mut errors,
+        );
+        assert_eq!(
+            errors,
+            [
+                "t: Action two words validation failed: command cannot be empty; invalid \
+                 name 'two words'",
+                "t: Action x defined multiple times"
+            ]
+        );
     }
 }
