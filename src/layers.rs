@@ -145,6 +145,7 @@ const CLI_PARTS: &[(&str, u32)] = &[
     ("system", 2),
     ("var", 2),
     ("alloc_fs", 3),
+    ("job_action", 3),
     ("alloc_ops", 3),
     ("deployment", 3),
     ("job_plan", 3),
