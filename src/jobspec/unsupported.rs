@@ -31,10 +31,6 @@ pub(super) const NETWORK: &[&str] = &["Device", "CIDR", "IP", "MBits"];
 /// checks.
 pub(super) const SERVICE: &[&str] = &["Cluster", "Identity", "Weights"];
 
-/// Fields of a task's `service` teamster does not implement: Consul Connect is a group
-/// service's (`model::connect`).
-pub(super) const TASK_SERVICE: &[&str] = &["Connect"];
-
 /// Fields of a `TaskGroup` teamster does not implement: none today (its `consul` block is
 /// kept, see `model::connect`).
 pub(super) const GROUP: &[&str] = &[];
@@ -201,7 +197,7 @@ pub fn unsupported_fields(job: &Value) -> Vec<UnsupportedField> {
     for (gi, group) in groups.into_iter().flatten().enumerate() {
         let gpath = format!("job → group {}", name(group, gi));
         check(group, GROUP, &gpath, &mut found);
-        check_services(group, &gpath, false, &mut found);
+        check_services(group, &gpath, &mut found);
         let networks = group.get("Networks").and_then(Value::as_array);
         for (ni, network) in networks.into_iter().flatten().enumerate() {
             let npath = format!("{gpath} → network #{ni}");
@@ -221,7 +217,7 @@ pub fn unsupported_fields(job: &Value) -> Vec<UnsupportedField> {
         for (ti, task) in tasks.into_iter().flatten().enumerate() {
             let tpath = format!("{gpath} → task {}", name(task, ti));
             check(task, TASK, &tpath, &mut found);
-            check_services(task, &tpath, true, &mut found);
+            check_services(task, &tpath, &mut found);
             if let Some(block) = task.get("LogConfig") {
                 check(block, LOGS, &format!("{tpath} → LogConfig"), &mut found);
             }
@@ -252,7 +248,7 @@ pub fn unsupported_fields(job: &Value) -> Vec<UnsupportedField> {
 }
 
 /// The fields each of `owner`'s `Services` sets that teamster does not act on.
-fn check_services(owner: &Value, path: &str, in_task: bool, out: &mut Vec<UnsupportedField>) {
+fn check_services(owner: &Value, path: &str, out: &mut Vec<UnsupportedField>) {
     let services = owner.get("Services").and_then(Value::as_array);
     for (i, service) in services.into_iter().flatten().enumerate() {
         let name = match service.get("Name").and_then(Value::as_str) {
@@ -264,9 +260,6 @@ fn check_services(owner: &Value, path: &str, in_task: bool, out: &mut Vec<Unsupp
         // native service's are.
         let spath = format!("{path} → service {name}");
         check(service, SERVICE, &spath, out);
-        if in_task {
-            check(service, TASK_SERVICE, &spath, out);
-        }
         let checks = service.get("Checks").and_then(Value::as_array);
         for (j, c) in checks.into_iter().flatten().enumerate() {
             let cname = match c.get("Name").and_then(Value::as_str) {
@@ -381,17 +374,14 @@ mod tests {
             fields(json!({ "AllAtOnce": true, "Multiregion": {} })),
             ["job: Multiregion"]
         );
-        // A group's `consul` block and a group service's `connect` are kept (the job waits
-        // for Consul); a task service's `connect` is refused, as it is a group service's.
+        // A group's `consul` block and a service's `connect` are kept (the job waits for
+        // Consul; a task service's `connect` is refused by the job's validation).
         let restart = json!({ "TaskGroups": [{ "Name": "g", "Consul": {},
             "Services": [{ "Name": "s", "Connect": { "SidecarService": {} } }],
             "Tasks": [{ "Name": "t", "Consul": { "Namespace": "apple" },
                         "Services": [{ "Name": "u", "Connect": { "Native": true } }] }],
             "RestartPolicy": { "Attempts": 1, "RenderTemplates": true } }] });
-        assert_eq!(
-            fields(restart),
-            ["job → group \"g\" → task \"t\" → service \"u\": Connect"]
-        );
+        assert!(fields(restart).is_empty());
         // The lifetime fields, sticky and migrating disks and a restart's templates are
         // acted on; the deprecated `enabled` is not.
         let task = json!({ "TaskGroups": [{ "Name": "g", "ShutdownDelay": 5,

@@ -104,6 +104,13 @@ impl ConsulConnect {
         self.gateway.is_some()
     }
 
+    /// Whether the sidecar's proxy is a transparent proxy.
+    pub fn has_transparent_proxy(&self) -> bool {
+        self.proxy()
+            .and_then(|p| field(p, "TransparentProxy"))
+            .is_some()
+    }
+
     /// The sidecar's upstreams and transparent proxy, as sent.
     fn proxy(&self) -> Option<&ConfigValue> {
         field(self.sidecar_service.as_ref()?, "Proxy")
@@ -692,6 +699,20 @@ mod tests {
             "{native}"
         );
         assert!(native.contains("api[web]->web->"), "{native}");
+    }
+
+    #[test]
+    fn only_a_group_service_may_have_connect() {
+        let task_service = json!([{ "Name": "u", "PortLabel": "80",
+                                    "Connect": { "Native": true } }]);
+        let errors = job_errors("bridge", json!([]), task_service).join("\n");
+        assert!(
+            errors.contains(
+                "service \"u\" cannot have \"connect\" block, only services defined in a \
+                 \"group\" block can"
+            ),
+            "{errors}"
+        );
     }
 
     #[test]

@@ -15,7 +15,7 @@
 //! no Vault configured, and so does teamster, with Nomad's message, in
 //! `jobspec::unsupported`.)
 
-use crate::model::connect::Consul;
+use crate::model::connect::{Consul, ConsulConnect};
 use crate::model::job::{Constraint, Job};
 
 /// The version a node's Consul agent must have for service registration.
@@ -115,6 +115,26 @@ pub fn imply_integration_constraints(job: &mut Job) {
                 imply(&mut group.constraints, cni_constraint(plugin));
             }
         }
+        // A transparent proxy needs Consul's CNI plugin and a Nomad 1.8 client.
+        let transparent = group.services.iter().any(|s| {
+            s.connect
+                .as_ref()
+                .is_some_and(ConsulConnect::has_transparent_proxy)
+        });
+        if transparent {
+            imply(
+                &mut group.constraints,
+                Constraint::new(
+                    "${attr.plugins.cni.version.consul-cni}",
+                    "semver",
+                    ">= 1.4.2",
+                ),
+            );
+            imply(
+                &mut group.constraints,
+                Constraint::new("${attr.nomad.version}", "semver", ">= 1.8.0-dev"),
+            );
+        }
     }
 }
 
@@ -195,6 +215,31 @@ mod tests {
                 "${attr.consul.grpc} > 0"
             ]
         );
+    }
+
+    #[test]
+    fn a_transparent_proxy_needs_consul_s_cni_plugin_after_the_bridge_s() {
+        let mut j = job(json!({
+            "ID": "tp",
+            "TaskGroups": [{
+                "Name": "api",
+                "Networks": [{ "Mode": "bridge" }],
+                "Services": [{ "Name": "api", "PortLabel": "9001", "Connect": {
+                    "SidecarService": { "Proxy": { "TransparentProxy": {} } } } }],
+                "Tasks": [{ "Name": "t", "Driver": "docker", "Config": { "image": "x" } }]
+            }]
+        }));
+        j.validate().unwrap();
+        imply_integration_constraints(&mut j);
+        let all = targets(&j.task_groups[0].constraints);
+        assert_eq!(
+            all[all.len() - 2..],
+            [
+                "${attr.plugins.cni.version.consul-cni} semver >= 1.4.2",
+                "${attr.nomad.version} semver >= 1.8.0-dev"
+            ]
+        );
+        assert_eq!(all[0], "${attr.consul.version} semver >= 1.8.0");
     }
 
     #[test]

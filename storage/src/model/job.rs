@@ -840,6 +840,12 @@ fn validate_service(
 ) {
     let name = &service.name;
     let consul = service.is_consul();
+    if matches!(owner, ServiceOwner::Task(_)) && service.connect.is_some() {
+        errors.push(format!(
+            "{at}: service {name:?} cannot have \"connect\" block, only services defined in a \
+             \"group\" block can"
+        ));
+    }
     // A Consul service is accepted as Nomad accepts it: it constrains its group or task to
     // nodes with Consul (`integrations`), so it is checked here and never registered.
     if !matches!(
