@@ -319,30 +319,25 @@ impl HttpClients {
         let verified = rustls::ClientConfig::builder_with_provider(provider)
             .with_safe_default_protocol_versions()
             .map(|b| b.with_root_certificates(roots).with_no_client_auth())
-            .map_err(|e| e.to_string())
-            .and_then(|config| {
-                reqwest::Client::builder()
-                    .use_preconfigured_tls(config)
-                    .build()
-                    .map_err(|e| e.to_string())
-            });
-        let insecure = crate::util::tls::insecure_client_config(None)
-            .map_err(|e| e.to_string())
-            .and_then(|config| {
-                reqwest::Client::builder()
-                    .use_preconfigured_tls(config)
-                    .build()
-                    .map_err(|e| e.to_string())
-            });
-        let fallback = |which: &str, r: Result<reqwest::Client, String>| {
-            r.unwrap_or_else(|e| {
-                warn!(error = %e, "no {which} HTTPS client for service checks");
-                reqwest::Client::new()
-            })
+            .map_err(|e| e.to_string());
+        let insecure = crate::util::tls::insecure_client_config(None).map_err(|e| e.to_string());
+        // A client with `config`'s TLS, or (logged) a plain one whose https checks fail.
+        let client = |which: &str, config: Result<rustls::ClientConfig, String>| {
+            config
+                .and_then(|config| {
+                    reqwest::Client::builder()
+                        .use_preconfigured_tls(config)
+                        .build()
+                        .map_err(|e| e.to_string())
+                })
+                .unwrap_or_else(|e| {
+                    warn!(error = %e, "no {which} HTTPS client for service checks");
+                    reqwest::Client::new()
+                })
         };
         Self {
-            verified: fallback("verifying", verified),
-            insecure: fallback("insecure", insecure),
+            verified: client("verifying", verified),
+            insecure: client("insecure", insecure),
         }
     }
 }
