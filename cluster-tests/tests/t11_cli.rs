@@ -897,5 +897,17 @@ async fn a_job_action_runs_in_a_running_allocation_of_its_group() -> anyhow::Res
     let (code, _, err) = agent.run(&["action", "-job", "acts", "greet"]);
     assert_eq!(code, Some(1));
     assert!(err.contains("-group"), "{err}");
+    // With -alloc, a -group it is not in is refused, not ignored.
+    let allocs: Vec<serde_json::Value> = api.get("/v1/job/acts/allocations").await?;
+    let id = allocs[0]["ID"].as_str().unwrap().to_string();
+    let (code, out, err) = agent.run(&[
+        "action", "-job", "acts", "-alloc", &id, "-task", "t", "-i=false", "greet",
+    ]);
+    assert_eq!((code, out.as_str()), (Some(3), "hi from t\n"), "{err}");
+    let (code, _, err) = agent.run(&[
+        "action", "-job", "acts", "-alloc", &id, "-group", "other", "-task", "t", "greet",
+    ]);
+    assert_eq!(code, Some(1));
+    assert!(err.contains("is not of group \"other\""), "{err}");
     Ok(())
 }

@@ -295,6 +295,15 @@ impl ClientHandle {
         )
     }
 
+    /// The job and group of an allocation this client keeps.
+    pub fn alloc_job_and_group(&self, alloc_id: &str) -> Option<(String, String)> {
+        self.shared
+            .state()
+            .allocs
+            .get(alloc_id)
+            .map(|l| (l.alloc.job_id.to_string(), l.alloc.task_group.to_string()))
+    }
+
     /// The namespace of an allocation this client keeps.
     pub fn alloc_namespace(&self, alloc_id: &str) -> Option<String> {
         self.shared

@@ -139,8 +139,9 @@ async fn exec(
     exec_in(&ctx, &alloc_id, &params, &headers, upgrade).await
 }
 
-/// `GET /v1/job/:id/action?allocID=&task=&action=&tty=` (Nomad's job actions): runs the
-/// task's action in the allocation, which must be the job's, as `alloc exec` runs a command.
+/// `GET /v1/job/:id/action?allocID=&task=&action=&tty=[&group=]` (Nomad's job actions):
+/// runs the task's action in the allocation, which must be the job's (and the group's), as
+/// `alloc exec` runs a command.
 async fn job_action(
     State(ctx): State<HttpContext>,
     Path(job_id): Path<String>,
@@ -162,14 +163,32 @@ async fn job_action(
         action: Some(action.clone()),
         tty: parse_tty(&q)?,
     };
-    if let Ok(server) = ctx.server() {
-        let snap = server.node.state().snapshot();
-        if let Some(alloc) = snap.alloc_by_id(alloc_id) {
-            if alloc.job_id.as_str() != job_id {
-                return Err(ApiError::bad_request(format!(
-                    "allocation {alloc_id} is not of job {job_id:?}"
-                )));
-            }
+    // The allocation (its full ID) must be the job's, and the group's when one is named:
+    // from the servers' state, else from this agent's client.
+    let placement = match ctx.server() {
+        Ok(server) => server
+            .node
+            .state()
+            .snapshot()
+            .alloc_by_id(alloc_id)
+            .map(|a| (a.job_id.to_string(), a.task_group.to_string())),
+        Err(_) => ctx.client().and_then(|c| c.alloc_job_and_group(alloc_id)),
+    };
+    let Some((alloc_job, alloc_group)) = placement else {
+        return Err(ApiError::not_found(format!(
+            "Unknown allocation {alloc_id:?}"
+        )));
+    };
+    if alloc_job != job_id {
+        return Err(ApiError::bad_request(format!(
+            "allocation {alloc_id} is not of job {job_id:?}"
+        )));
+    }
+    if let Some(group) = q.get("group").filter(|g| !g.is_empty()) {
+        if *group != alloc_group {
+            return Err(ApiError::bad_request(format!(
+                "allocation {alloc_id} is not of group {group:?}"
+            )));
         }
     }
     exec_in(&ctx, alloc_id, &params, &headers, upgrade).await

@@ -156,19 +156,9 @@ impl ConsulConnect {
 /// with a port, a protocol and services; terminating services with a name and whole TLS
 /// settings). The first problem, in Nomad's words.
 fn validate_gateway(gateway: &ConfigValue) -> Result<(), String> {
-    let text = |v: &ConfigValue, k: &str| {
-        field(v, k)
-            .and_then(ConfigValue::as_str)
-            .unwrap_or_default()
-            .to_owned()
-    };
-    let list = |v: &ConfigValue, k: &str| match field(v, k) {
-        Some(ConfigValue::List(items)) => items.clone(),
-        _ => Vec::new(),
-    };
     if let Some(proxy) = field(gateway, "Proxy") {
         let dns = text(proxy, "EnvoyDNSDiscoveryType");
-        if !matches!(dns.as_str(), "" | "STRICT_DNS" | "LOGICAL_DNS") {
+        if !matches!(dns, "" | "STRICT_DNS" | "LOGICAL_DNS") {
             return Err(
                 "Consul Gateway Proxy Envoy DNS Discovery type must be STRICT_DNS or LOGICAL_DNS"
                     .into(),
@@ -179,10 +169,7 @@ fn validate_gateway(gateway: &ConfigValue) -> Result<(), String> {
                 if text(bind, "Address").is_empty() {
                     return Err("Consul Gateway Bind Address must be set".into());
                 }
-                let port = match field(bind, "Port") {
-                    Some(ConfigValue::Int(p)) => *p,
-                    _ => 0,
-                };
+                let port = int(bind, "Port");
                 // -1: filled in with a dynamic port by Nomad.
                 if port <= 0 && port != -1 {
                     return Err("Consul Gateway Bind Address must set valid Port".into());
@@ -195,17 +182,14 @@ fn validate_gateway(gateway: &ConfigValue) -> Result<(), String> {
         if listeners.is_empty() {
             return Err("Consul Ingress Gateway requires at least one listener".into());
         }
-        for listener in &listeners {
-            let port = match field(listener, "Port") {
-                Some(ConfigValue::Int(p)) => *p,
-                _ => 0,
-            };
+        for listener in listeners {
+            let port = int(listener, "Port");
             if port <= 0 {
                 return Err("Consul Ingress Listener requires valid Port".into());
             }
             // Nomad's API defaults the protocol to tcp.
             let protocol = text(listener, "Protocol");
-            if !matches!(protocol.as_str(), "" | "tcp" | "http" | "http2" | "grpc") {
+            if !matches!(protocol, "" | "tcp" | "http" | "http2" | "grpc") {
                 return Err(format!(
                     "Consul Ingress Listener requires protocol of tcp, http, http2, grpc, got \
                      {protocol:?}"
@@ -225,7 +209,7 @@ fn validate_gateway(gateway: &ConfigValue) -> Result<(), String> {
         if services.is_empty() {
             return Err("Consul Terminating Gateway requires at least one service".into());
         }
-        for service in &services {
+        for service in services {
             let set = |k| !text(service, k).is_empty();
             if !set("Name") {
                 return Err("Consul Linked Service requires Name".into());
@@ -250,6 +234,29 @@ fn validate_gateway(gateway: &ConfigValue) -> Result<(), String> {
         return Err("One Consul Gateway Configuration must be set".into());
     }
     Ok(())
+}
+
+/// The string member `key` of a map value (empty when it is not one).
+fn text<'a>(value: &'a ConfigValue, key: &str) -> &'a str {
+    field(value, key)
+        .and_then(ConfigValue::as_str)
+        .unwrap_or_default()
+}
+
+/// The whole-number member `key` of a map value (0 when it is not one).
+fn int(value: &ConfigValue, key: &str) -> i64 {
+    match field(value, key) {
+        Some(ConfigValue::Int(n)) => *n,
+        _ => 0,
+    }
+}
+
+/// The list member `key` of a map value (empty when it is not one).
+fn list<'a>(value: &'a ConfigValue, key: &str) -> &'a [ConfigValue] {
+    match field(value, key) {
+        Some(ConfigValue::List(items)) => items,
+        _ => &[],
+    }
 }
 
 /// The member `key` of a map value.
@@ -346,23 +353,11 @@ pub fn validate_group_connect(
         let Some(proxy) = connect.proxy() else {
             continue;
         };
-        let upstreams = match field(proxy, "Upstreams") {
-            Some(ConfigValue::List(items)) => items.as_slice(),
-            _ => &[],
-        };
-        for upstream in upstreams {
-            let text = |k| {
-                field(upstream, k)
-                    .and_then(ConfigValue::as_str)
-                    .unwrap_or_default()
-            };
-            let listener = match text("LocalBindSocketPath") {
+        for upstream in list(proxy, "Upstreams") {
+            let listener = match text(upstream, "LocalBindSocketPath") {
                 "" => {
-                    let port = match field(upstream, "LocalBindPort") {
-                        Some(ConfigValue::Int(p)) => *p,
-                        _ => 0,
-                    };
-                    let address = text("LocalBindAddress");
+                    let port = int(upstream, "LocalBindPort");
+                    let address = text(upstream, "LocalBindAddress");
                     if address.contains(':') {
                         format!("[{address}]:{port}")
                     } else {
@@ -390,16 +385,17 @@ pub fn validate_group_connect(
                      unless no_dns=true"
                 ));
             }
-            if let Some(ConfigValue::List(ports)) = field(tproxy, "ExcludeInboundPorts") {
-                for port in ports.iter().filter_map(ConfigValue::as_str) {
-                    let numeric =
-                        port.bytes().all(|b| b.is_ascii_digit()) && port.parse::<u16>().is_ok();
-                    if !numeric && !group.reserved_labels.contains(&port) {
-                        errors.push(format!(
-                            "{at}: Consul Connect transparent proxy port {port:?} must be \
-                             numeric or one of network.port labels"
-                        ));
-                    }
+            for port in list(tproxy, "ExcludeInboundPorts")
+                .iter()
+                .filter_map(ConfigValue::as_str)
+            {
+                let numeric =
+                    port.bytes().all(|b| b.is_ascii_digit()) && port.parse::<u16>().is_ok();
+                if !numeric && !group.reserved_labels.contains(&port) {
+                    errors.push(format!(
+                        "{at}: Consul Connect transparent proxy port {port:?} must be \
+                         numeric or one of network.port labels"
+                    ));
                 }
             }
         }
